@@ -1,0 +1,47 @@
+# The README's two commands:
+#   make run    build and run gpuorch on this machine with the embedded defaults
+#   make test   build with sanitizers and run every test; ends with "N passed, N failed"
+# Both first run scripts/setup.sh, which installs the Debian packages as root
+# (or names what is missing otherwise).
+
+BUILD      ?= build
+TEST_BUILD ?= build-test
+BENCH_BUILD ?= build-bench
+
+.PHONY: all run test setup build bench format clean
+
+all: build
+
+setup:
+	@scripts/setup.sh
+
+$(BUILD)/build.ninja:
+	meson setup $(BUILD) --buildtype=debugoptimized
+
+build: setup $(BUILD)/build.ninja
+	ninja -C $(BUILD)
+
+run: build
+	@./$(BUILD)/gpuorch --help
+	@echo
+	@./$(BUILD)/gpuorch policy
+
+$(TEST_BUILD)/build.ninja:
+	meson setup $(TEST_BUILD) --buildtype=debug -Db_sanitize=address,undefined -Db_lundef=false
+
+test: setup $(TEST_BUILD)/build.ninja
+	ninja -C $(TEST_BUILD)
+	@tests/tools/run_tests.sh $(TEST_BUILD)
+
+$(BENCH_BUILD)/build.ninja:
+	meson setup $(BENCH_BUILD) --buildtype=release -Db_ndebug=true
+
+bench: setup $(BENCH_BUILD)/build.ninja
+	ninja -C $(BENCH_BUILD)
+	bench/run.sh $(BENCH_BUILD)
+
+format:
+	clang-format -i $$(git ls-files 'src/*.c' 'src/*.h' 'tests/*.c' 'tests/*.h' 'bench/*.c')
+
+clean:
+	rm -rf $(BUILD) $(TEST_BUILD) $(BENCH_BUILD)

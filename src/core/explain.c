@@ -1,0 +1,100 @@
+#include <stdint.h>
+#include <string.h>
+
+#include "core/err.h"
+#include "core/explain.h"
+#include "util/banned.h"
+
+static const struct {
+    int final;
+    const char *code;
+    const char *text;
+} reasons[SCHED_REASON_COUNT] = {
+#define SCHED_REASON_ROW(name, fin, c, t) [SCHED_REASON_##name] = {fin, c, t},
+    SCHED_REASON_MAP(SCHED_REASON_ROW)
+#undef SCHED_REASON_ROW
+};
+
+int explain_is_final(enum sched_reason reason)
+{
+    return (unsigned)reason < SCHED_REASON_COUNT && reasons[reason].final;
+}
+
+const char *explain_code(enum sched_reason reason)
+{
+    return (unsigned)reason < SCHED_REASON_COUNT ? reasons[reason].code : "unknown";
+}
+
+/* A bounded writer that counts what it could not write, as snprintf does. */
+struct out {
+    char *buf;
+    size_t size;
+    size_t len;
+};
+
+static void put(struct out *o, const char *s, size_t n)
+{
+    if (o->len < o->size) {
+        size_t room = o->size - 1 - o->len;
+        memcpy(o->buf + o->len, s, n < room ? n : room);
+    }
+    o->len += n;
+}
+
+static void put_str(struct out *o, const char *s)
+{
+    put(o, s, strlen(s));
+}
+
+static void put_u64(struct out *o, uint64_t v)
+{
+    char digits[24];
+    size_t n = 0;
+    do {
+        digits[sizeof(digits) - 1 - n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    put(o, digits + sizeof(digits) - n, n);
+}
+
+static const char *name_or(const char *name, const char *fallback)
+{
+    return name ? name : fallback;
+}
+
+int explain_format(const struct sched_cluster *c, const struct sched_wait *w, char *buf,
+                   size_t size)
+{
+    if (!c || !w || (!buf && size) || (unsigned)w->reason >= SCHED_REASON_COUNT)
+        return GPO_EINVAL;
+    struct out o = {.buf = buf, .size = size};
+    for (const char *p = reasons[w->reason].text; *p; p++) {
+        if (*p != '%' || !p[1]) {
+            put(&o, p, 1);
+            continue;
+        }
+        switch (*++p) {
+        case 'T':
+            put_str(&o, w->team < c->nteams ? name_or(c->teams[w->team].name, "?") : "?");
+            break;
+        case 'P':
+            put_str(&o, w->pool < c->npools ? name_or(c->pools[w->pool].name, "?") : "any");
+            break;
+        case 'G':
+            put_str(&o, w->gpu_type < c->ngpu_types ? name_or(c->gpu_types[w->gpu_type].name, "?")
+                                                    : "any");
+            break;
+        case 'J':
+            put_u64(&o, w->other_job);
+            break;
+        case 'F':
+            put_str(&o, w->field ? w->field : "?");
+            break;
+        default:
+            put(&o, p - 1, 2);
+        }
+    }
+    if (size)
+        buf[o.len < size ? o.len : size - 1] = '\0';
+    return o.len > INT32_MAX ? GPO_ERANGE : (int)o.len;
+}

@@ -1,0 +1,81 @@
+/*
+ * explain.h - why a job is not running, as data and as a sentence.
+ *
+ * Every job a pass leaves waiting gets one reason: the first blocker found in
+ * the order the pass checks them (validity, quota, reservation, capacity,
+ * rank). Reasons that are final make the job unschedulable: no change in load
+ * will ever start it, so the caller reports it rather than keep it waiting.
+ */
+#ifndef GPUORCH_CORE_EXPLAIN_H
+#define GPUORCH_CORE_EXPLAIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/model.h"
+
+/* X(name, final, short code, sentence). The sentence is formatted by
+ * explain_format with the wait's fields; see there for the placeholders. */
+#define SCHED_REASON_MAP(X)                                                                \
+    X(NONE, 0, "none", "not waiting")                                                      \
+    X(QUOTA, 0, "quota",                                                                   \
+      "over quota: team %T has no guaranteed or borrowable GPUs left in pool %P")          \
+    X(NO_GPU, 0, "resources", "no free GPU of type %G in pool %P")                         \
+    X(GANG, 0, "gang", "gang does not fit: not enough free GPUs of type %G in pool %P "    \
+                       "on few enough nodes")                                              \
+    X(HOST, 0, "host", "no node in pool %P has the CPUs or host memory free")              \
+    X(RESERVED, 0, "reservation", "behind the reservation for job %J")                     \
+    X(PRIORITY, 0, "priority", "lower priority: higher-ranked jobs took the free GPUs")    \
+    X(BLOCKED, 0, "blocked", "waiting behind job %J (backfill is off)")                    \
+    X(PREEMPTING, 0, "preempting", "waiting for preempted jobs to exit")                   \
+    X(BAD_SIZE, 1, "invalid", "invalid request: %F")                                       \
+    X(UNKNOWN_POOL, 1, "invalid", "unknown pool")                                          \
+    X(UNKNOWN_TYPE, 1, "invalid", "unknown GPU type")                                      \
+    X(UNKNOWN_TEAM, 1, "invalid", "unknown team")                                          \
+    X(UNKNOWN_CLASS, 1, "invalid", "unknown priority class")                               \
+    X(TOO_LARGE, 1, "unschedulable",                                                       \
+      "request larger than any node of type %G in pool %P can hold")                       \
+    X(GANG_TOO_LARGE, 1, "unschedulable",                                                  \
+      "gang larger than all GPUs of type %G in pool %P together")                          \
+    X(NO_MATCH, 1, "unschedulable", "no node in pool %P has GPUs of type %G")              \
+    X(QUOTA_NEVER, 1, "unschedulable",                                                     \
+      "larger than team %T's guarantee plus borrowing limit in pool %P")
+
+enum sched_reason {
+#define SCHED_REASON_ENUM(name, final, code, text) SCHED_REASON_##name,
+    SCHED_REASON_MAP(SCHED_REASON_ENUM)
+#undef SCHED_REASON_ENUM
+        SCHED_REASON_COUNT
+};
+
+/* Why a job waits. `pool`, `gpu_type` and `other_job` fill the sentence's
+ * placeholders where the reason has them (SCHED_NONE / 0 otherwise).
+ * `est_start_ms` is the estimated start time where a reservation gives one,
+ * -1 where none can be promised. `field` names the bad field of an invalid
+ * request (a static string). */
+struct sched_wait {
+    uint64_t job;
+    enum sched_reason reason;
+    uint32_t team;
+    uint32_t pool;
+    uint32_t gpu_type;
+    uint64_t other_job;
+    int64_t est_start_ms;
+    const char *field;
+};
+
+/* True when no change in load will ever start a job waiting for this reason. */
+int explain_is_final(enum sched_reason reason);
+
+/* Short stable code ("quota", "resources", ...) for APIs and metrics labels. */
+const char *explain_code(enum sched_reason reason);
+
+/*
+ * Writes the sentence for `wait` into buf (always NUL-terminated when size >
+ * 0), naming pools, GPU types and teams from `cluster` ("any" for SCHED_ANY).
+ * Returns the length the full sentence needs, as snprintf does, or GPO_EINVAL.
+ */
+int explain_format(const struct sched_cluster *cluster, const struct sched_wait *wait,
+                   char *buf, size_t size);
+
+#endif

@@ -1,0 +1,240 @@
+#include <stdint.h>
+#include <string.h>
+
+#include "core/err.h"
+#include "core/model.h"
+#include "util/banned.h"
+
+#define HOUR_MS (3600LL * 1000)
+
+void sched_policy_default(struct sched_policy *ret)
+{
+    memset(ret, 0, sizeof(*ret));
+    ret->order = SCHED_ORDER_FAIRSHARE;
+    ret->packing = SCHED_PACK_BINPACK;
+    ret->backfill = true;
+    ret->preemption = true;
+    ret->fairshare_half_life_ms = 7 * 24 * HOUR_MS;
+    ret->nlas_thresholds = 2;
+    ret->las_thresholds_gpu_ms[0] = 1 * HOUR_MS;
+    ret->las_thresholds_gpu_ms[1] = 10 * HOUR_MS;
+    ret->preempt_grace_ms = 30 * 1000;
+    ret->default_time_limit_ms = 24 * HOUR_MS;
+}
+
+static const char *const order_names[] = {
+    [SCHED_ORDER_FIFO] = "fifo",
+    [SCHED_ORDER_PRIORITY] = "priority",
+    [SCHED_ORDER_FAIRSHARE] = "fairshare",
+    [SCHED_ORDER_LAS] = "las",
+};
+
+static const char *const packing_names[] = {
+    [SCHED_PACK_BINPACK] = "binpack",
+    [SCHED_PACK_SPREAD] = "spread",
+};
+
+#define NELEM(a) (sizeof(a) / sizeof((a)[0]))
+
+const char *sched_order_name(enum sched_order order)
+{
+    return (unsigned)order < NELEM(order_names) ? order_names[order] : "unknown";
+}
+
+const char *sched_packing_name(enum sched_packing packing)
+{
+    return (unsigned)packing < NELEM(packing_names) ? packing_names[packing] : "unknown";
+}
+
+static int parse_name(const char *const *names, size_t n, const char *name, int *ret)
+{
+    for (size_t i = 0; name && i < n; i++) {
+        if (strcmp(names[i], name) == 0) {
+            *ret = (int)i;
+            return 0;
+        }
+    }
+    return GPO_EINVAL;
+}
+
+int sched_order_parse(const char *name, enum sched_order *ret)
+{
+    int v;
+    int err = parse_name(order_names, NELEM(order_names), name, &v);
+    if (!err)
+        *ret = (enum sched_order)v;
+    return err;
+}
+
+int sched_packing_parse(const char *name, enum sched_packing *ret)
+{
+    int v;
+    int err = parse_name(packing_names, NELEM(packing_names), name, &v);
+    if (!err)
+        *ret = (enum sched_packing)v;
+    return err;
+}
+
+static int bad(const char **ret, const char *what, int err)
+{
+    if (ret)
+        *ret = what;
+    return err;
+}
+
+int sched_policy_check(const struct sched_policy *p, const char **ret_field)
+{
+    if (!p)
+        return bad(ret_field, "policy", GPO_EINVAL);
+    if ((unsigned)p->order >= NELEM(order_names))
+        return bad(ret_field, "order", GPO_EINVAL);
+    if ((unsigned)p->packing >= NELEM(packing_names))
+        return bad(ret_field, "packing", GPO_EINVAL);
+    if (p->fairshare_half_life_ms <= 0)
+        return bad(ret_field, "fairshare_half_life_ms", GPO_EINVAL);
+    if (p->nlas_thresholds > SCHED_LAS_MAX_QUEUES - 1)
+        return bad(ret_field, "nlas_thresholds", GPO_EINVAL);
+    for (uint32_t i = 0; i < p->nlas_thresholds; i++) {
+        if (p->las_thresholds_gpu_ms[i] <= 0 ||
+            (i > 0 && p->las_thresholds_gpu_ms[i] <= p->las_thresholds_gpu_ms[i - 1]))
+            return bad(ret_field, "las_thresholds_gpu_ms", GPO_EINVAL);
+    }
+    if (p->preempt_grace_ms < 0)
+        return bad(ret_field, "preempt_grace_ms", GPO_EINVAL);
+    if (p->default_time_limit_ms <= 0)
+        return bad(ret_field, "default_time_limit_ms", GPO_EINVAL);
+    return 0;
+}
+
+int sched_cluster_check(const struct sched_cluster *c, const char **ret_what)
+{
+    if (!c)
+        return bad(ret_what, "cluster", GPO_EINVAL);
+    if (c->nnodes > SCHED_MAX_NODES || c->ngpus > SCHED_MAX_NODES * 8u ||
+        c->npools > SCHED_MAX_POOLS || c->ngpu_types > SCHED_MAX_GPU_TYPES ||
+        c->nteams > SCHED_MAX_TEAMS || c->nclasses > SCHED_MAX_CLASSES)
+        return bad(ret_what, "cluster: a count is over its limit", GPO_ELIMIT);
+    if ((c->nnodes && !c->nodes) || (c->ngpus && !c->gpus) || (c->npools && !c->pools) ||
+        (c->ngpu_types && !c->gpu_types) || (c->nteams && !c->teams) ||
+        (c->nclasses && !c->classes))
+        return bad(ret_what, "cluster: an array is NULL", GPO_EINVAL);
+    uint32_t next_gpu = 0;
+    for (uint32_t n = 0; n < c->nnodes; n++) {
+        const struct sched_node *node = &c->nodes[n];
+        if (node->pool >= c->npools)
+            return bad(ret_what, "node: pool index out of range", GPO_EINVAL);
+        if ((unsigned)node->state > SCHED_NODE_DOWN)
+            return bad(ret_what, "node: state", GPO_EINVAL);
+        if (node->ngpus > SCHED_MAX_GPUS_PER_NODE)
+            return bad(ret_what, "node: more GPUs than SCHED_MAX_GPUS_PER_NODE", GPO_ELIMIT);
+        /* GPU ranges are laid out in node order and never overlap. */
+        if (node->ngpus && (node->gpu_first < next_gpu || node->gpu_first > c->ngpus ||
+                            node->ngpus > c->ngpus - node->gpu_first))
+            return bad(ret_what, "node: gpu range out of order or out of range", GPO_EINVAL);
+        if (node->ngpus)
+            next_gpu = node->gpu_first + node->ngpus;
+        for (uint32_t i = 0; i < node->ngpus; i++) {
+            const struct sched_gpu *gpu = &c->gpus[node->gpu_first + i];
+            if (gpu->type >= c->ngpu_types)
+                return bad(ret_what, "gpu: type index out of range", GPO_EINVAL);
+            if (gpu->type != c->gpus[node->gpu_first].type)
+                return bad(ret_what, "node: GPUs of different types", GPO_EINVAL);
+            if (gpu->mem_mib == 0)
+                return bad(ret_what, "gpu: memory is 0", GPO_EINVAL);
+        }
+    }
+    for (uint32_t t = 0; t < c->nteams; t++) {
+        const struct sched_team *team = &c->teams[t];
+        if (team->weight < 1)
+            return bad(ret_what, "team: weight must be >= 1", GPO_EINVAL);
+        if (team->borrow_limit_milli < -1)
+            return bad(ret_what, "team: borrow_limit_milli must be >= -1", GPO_EINVAL);
+        if (team->nquotas && !team->quotas)
+            return bad(ret_what, "team: quotas array is NULL", GPO_EINVAL);
+        for (uint32_t q = 0; q < team->nquotas; q++) {
+            const struct sched_quota *quota = &team->quotas[q];
+            if (quota->pool >= c->npools || quota->gpu_type >= c->ngpu_types)
+                return bad(ret_what, "quota: pool or gpu_type index out of range", GPO_EINVAL);
+            if (quota->guaranteed_milli < 0 || quota->borrow_limit_milli < -1)
+                return bad(ret_what, "quota: negative guarantee or limit", GPO_EINVAL);
+            for (uint32_t r = 0; r < q; r++) {
+                if (team->quotas[r].pool == quota->pool &&
+                    team->quotas[r].gpu_type == quota->gpu_type)
+                    return bad(ret_what, "quota: two entries for one pool and type", GPO_EINVAL);
+            }
+        }
+    }
+    return 0;
+}
+
+#define FIND(array, count)                                                                 \
+    do {                                                                                   \
+        if (!c || !name)                                                                   \
+            return GPO_ENOTFOUND;                                                          \
+        for (uint32_t i = 0; i < (count); i++) {                                           \
+            if ((array)[i].name && strcmp((array)[i].name, name) == 0)                     \
+                return i;                                                                  \
+        }                                                                                  \
+        return GPO_ENOTFOUND;                                                              \
+    } while (0)
+
+int64_t model_pool_find(const struct sched_cluster *c, const char *name)
+{
+    FIND(c->pools, c->npools);
+}
+
+int64_t model_gpu_type_find(const struct sched_cluster *c, const char *name)
+{
+    FIND(c->gpu_types, c->ngpu_types);
+}
+
+int64_t model_team_find(const struct sched_cluster *c, const char *name)
+{
+    FIND(c->teams, c->nteams);
+}
+
+int64_t model_class_find(const struct sched_cluster *c, const char *name)
+{
+    FIND(c->classes, c->nclasses);
+}
+
+const struct sched_quota *model_team_quota(const struct sched_team *team, uint32_t pool,
+                                           uint32_t gpu_type)
+{
+    for (uint32_t q = 0; q < team->nquotas; q++) {
+        if (team->quotas[q].pool == pool && team->quotas[q].gpu_type == gpu_type)
+            return &team->quotas[q];
+    }
+    return NULL;
+}
+
+void model_job_gpu_claim(const struct sched_job *job, const struct sched_gpu *gpu,
+                         uint32_t *ret_milli, uint32_t *ret_mem_mib)
+{
+    uint64_t mem = gpu->mem_mib;
+    if (job->gpus > 0) {
+        *ret_milli = SCHED_MILLI;
+        *ret_mem_mib = (uint32_t)mem;
+    } else if (job->gpu_milli > 0) {
+        *ret_milli = (uint32_t)job->gpu_milli;
+        *ret_mem_mib = (uint32_t)(mem * (uint64_t)job->gpu_milli / SCHED_MILLI);
+    } else if (job->gpu_mem_mib > 0 && mem > 0) {
+        uint64_t m = (uint64_t)job->gpu_mem_mib;
+        uint64_t milli = (m * SCHED_MILLI + mem - 1) / mem;
+        *ret_milli = (uint32_t)(milli > SCHED_MILLI ? SCHED_MILLI : milli);
+        *ret_mem_mib = (uint32_t)(m > mem ? mem : m);
+    } else {
+        *ret_milli = 0;
+        *ret_mem_mib = 0;
+    }
+}
+
+int64_t model_job_milli(const struct sched_job *job, uint32_t gpu_mem_mib)
+{
+    if (job->gpus > 0)
+        return (int64_t)job->gpus * SCHED_MILLI;
+    struct sched_gpu probe = {.mem_mib = gpu_mem_mib};
+    uint32_t milli, mem;
+    model_job_gpu_claim(job, &probe, &milli, &mem);
+    return milli;
+}

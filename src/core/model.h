@@ -1,0 +1,268 @@
+/*
+ * model.h - what the scheduler core sees: cluster, teams, jobs, policy.
+ *
+ * Everything here is plain data owned by the caller (the controller or the
+ * simulator). The core borrows it for the length of one call and never keeps a
+ * pointer into it. Units are integers as DESIGN.md says: GPU shares in
+ * milli-GPU (SCHED_MILLI is one whole GPU), memory in MiB, CPUs as whole
+ * cores, times in milliseconds.
+ *
+ * Names are resolved once, by the caller, into indices: a job refers to its
+ * pool, GPU type, team and priority class by their index in the cluster's
+ * arrays (model_*_find turn a name into one). Keeping strings out of the hot
+ * path is what lets a pass over 100,000 jobs stay in milliseconds. Teams and
+ * GPU types also carry a stable `id`: the scheduler state (decayed usage) is
+ * keyed by ids, so a restart or a reordered configuration resumes it.
+ */
+#ifndef GPUORCH_CORE_MODEL_H
+#define GPUORCH_CORE_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define SCHED_MILLI 1000               /* one whole GPU, in milli-GPU */
+#define SCHED_ANY UINT32_MAX           /* job's pool or gpu_type: no constraint */
+#define SCHED_NONE UINT32_MAX          /* no index */
+#define SCHED_MAX_GPUS_PER_NODE 64     /* more per node is rejected by validation */
+#define SCHED_MAX_NODES (1u << 20)     /* limits on every caller-controlled count */
+#define SCHED_MAX_TEAMS 4096
+#define SCHED_MAX_POOLS 1024
+#define SCHED_MAX_GPU_TYPES 256
+#define SCHED_MAX_CLASSES 64
+#define SCHED_MAX_JOBS (1u << 24)
+#define SCHED_LAS_MAX_QUEUES 8
+
+enum sched_node_state {
+    SCHED_NODE_UP = 0,
+    SCHED_NODE_DRAINING, /* running work stays, nothing new starts */
+    SCHED_NODE_DOWN,     /* nothing runs; its capacity does not count */
+};
+
+/*
+ * One physical GPU. MIG: `mig_slices` is the number of compute slices the GPU
+ * can be cut into (7 on A100/H100/H200, 0 where MIG is not supported) and
+ * `mig_enabled` says MIG mode is on. MIG instances are profiles at fixed slice
+ * positions; their placement is a later issue. Until then a GPU in MIG mode is
+ * not offered to whole-GPU or fractional requests (its capacity belongs to its
+ * instances), which is the behaviour that placement will refine, not replace.
+ */
+struct sched_gpu {
+    uint32_t type;         /* index into cluster->gpu_types */
+    uint32_t mem_mib;      /* total memory */
+    int32_t nvlink_domain; /* same value on one node = one NVLink/NVSwitch fabric; -1 none */
+    uint8_t mig_slices;
+    bool mig_enabled;
+};
+
+struct sched_node {
+    const char *name; /* borrowed; for messages only */
+    uint32_t pool;    /* index into cluster->pools */
+    enum sched_node_state state;
+    uint32_t cpus;
+    uint64_t mem_mib;   /* host memory */
+    uint32_t gpu_first; /* this node's GPUs are cluster->gpus[gpu_first .. +ngpus) */
+    uint32_t ngpus;
+};
+
+struct sched_gpu_type {
+    uint32_t id;      /* stable across restarts; keys the fair-share state */
+    const char *name; /* e.g. "H100-80GB" */
+};
+
+struct sched_pool {
+    const char *name; /* a set of nodes, like a Slurm partition or a Kueue ResourceFlavor */
+};
+
+/*
+ * A team's share of one pool and GPU type, as Kueue's nominalQuota and
+ * borrowingLimit. The team may always use `guaranteed_milli` there (reclaiming
+ * it by preemption from borrowers), and beyond it may borrow idle capacity up
+ * to `borrow_limit_milli` more (-1: no limit). Borrowed work is preemptible.
+ */
+struct sched_quota {
+    uint32_t pool;
+    uint32_t gpu_type;
+    int64_t guaranteed_milli;
+    int64_t borrow_limit_milli;
+};
+
+struct sched_team {
+    uint32_t id;      /* stable across restarts; keys the fair-share state */
+    const char *name; /* borrowed */
+    uint32_t weight;  /* fair-share target above the floor; >= 1 */
+    /* Borrowing limit for every pool and type the team has no quota entry for
+     * (its guarantee there is 0); -1: no limit. */
+    int64_t borrow_limit_milli;
+    const struct sched_quota *quotas; /* borrowed; at most one per (pool, gpu_type) */
+    uint32_t nquotas;
+};
+
+struct sched_prio_class {
+    const char *name; /* borrowed */
+    int32_t order;    /* higher runs first */
+    bool may_preempt; /* may evict running work of a lower order */
+};
+
+struct sched_cluster {
+    const struct sched_node *nodes;
+    uint32_t nnodes;
+    const struct sched_gpu *gpus;
+    uint32_t ngpus;
+    const struct sched_pool *pools;
+    uint32_t npools;
+    const struct sched_gpu_type *gpu_types;
+    uint32_t ngpu_types;
+    const struct sched_team *teams;
+    uint32_t nteams;
+    const struct sched_prio_class *classes;
+    uint32_t nclasses;
+};
+
+/*
+ * A job's request. The GPU part is exactly one of: `gpus` whole GPUs, a
+ * fraction `gpu_milli` (1..999) of one GPU, or `gpu_mem_mib` of one GPU's
+ * memory; all three zero is a CPU-only job. A fraction also takes that share
+ * of the GPU's memory, and a memory request that share of its compute
+ * (rounded up), so both kinds pack by the same two numbers.
+ *
+ * `multi_node`: a whole-GPU job that may span nodes as a gang (all or nothing,
+ * on the fewest nodes); its CPUs and host memory are split over the nodes in
+ * proportion to the GPUs each holds. Otherwise a job never leaves one node.
+ *
+ * Sizes are signed so that a negative value coming from an API or a trace is
+ * reported as such rather than wrapping into a huge request.
+ */
+struct sched_job {
+    uint64_t id;        /* unique; ties in every order go to the lower id */
+    int64_t submit_ms;  /* time the job (or its requeue) entered the queue */
+    uint32_t team;      /* index into cluster->teams */
+    uint32_t prio;      /* index into cluster->classes */
+    uint32_t pool;      /* index into cluster->pools, or SCHED_ANY */
+    uint32_t gpu_type;  /* index into cluster->gpu_types, or SCHED_ANY */
+    int32_t gpus;       /* whole GPUs */
+    int32_t gpu_milli;  /* or a fraction of one GPU */
+    int64_t gpu_mem_mib;     /* or an amount of one GPU's memory */
+    int64_t min_gpu_mem_mib; /* each GPU used must have at least this much memory */
+    int32_t cpus;
+    int64_t mem_mib;       /* host memory */
+    int64_t time_limit_ms; /* 0: none (backfill then uses policy->default_time_limit_ms) */
+    uint32_t project;      /* caller's label ids: carried, never interpreted */
+    uint32_t model;
+    bool multi_node;
+    bool checkpointable; /* can resume after preemption; LAS only preempts these */
+};
+
+/* One GPU's part of an allocation. */
+struct sched_share {
+    uint32_t gpu;     /* index into cluster->gpus */
+    uint32_t milli;   /* 1000 for a whole GPU */
+    uint32_t mem_mib; /* GPU memory held */
+};
+
+/* One node's part of an allocation. */
+struct sched_node_part {
+    uint32_t node;
+    uint32_t cpus;
+    uint64_t mem_mib;
+};
+
+struct sched_alloc {
+    struct sched_node_part *nodes;
+    uint32_t nnodes;
+    struct sched_share *shares;
+    uint32_t nshares;
+};
+
+/* A job that holds resources now. Everything is borrowed from the caller. */
+struct sched_running {
+    const struct sched_job *job;
+    struct sched_alloc alloc;
+    int64_t start_ms;
+    int64_t checkpoint_ms; /* last checkpoint of a checkpointable job; 0: none */
+    bool borrowed;         /* started over its team's guarantee: a reclaim may evict it */
+    bool preempting;       /* the caller has signalled it; it frees its resources on exit */
+};
+
+struct sched_queue {
+    const struct sched_job *jobs;
+    size_t njobs;
+};
+
+struct sched_running_set {
+    const struct sched_running *jobs;
+    size_t njobs;
+};
+
+enum sched_order {
+    SCHED_ORDER_FIFO = 0, /* submit time only; priority classes ignored for order */
+    SCHED_ORDER_PRIORITY, /* priority class, then submit time */
+    SCHED_ORDER_FAIRSHARE, /* class, then team's dominant share over weight, then submit */
+    SCHED_ORDER_LAS,      /* class, then least attained GPU-service queue, then submit */
+};
+
+enum sched_packing {
+    SCHED_PACK_BINPACK = 0, /* tightest fit: keeps whole nodes free for large jobs */
+    SCHED_PACK_SPREAD,      /* loosest fit: spreads load and heat */
+};
+
+struct sched_policy {
+    enum sched_order order;
+    enum sched_packing packing;
+    bool backfill;
+    bool preemption;
+    int64_t fairshare_half_life_ms;
+    /* LAS: attained GPU-service (milli-GPU x ms / 1000, i.e. GPU-ms) thresholds that
+     * move a job to the next queue; nlas_thresholds + 1 queues. */
+    uint32_t nlas_thresholds;
+    int64_t las_thresholds_gpu_ms[SCHED_LAS_MAX_QUEUES - 1];
+    int64_t preempt_grace_ms;      /* SIGTERM to SIGKILL; also the estimated wait */
+    int64_t default_time_limit_ms; /* runtime assumed for jobs without a limit */
+};
+
+/* Sets *ret to the default policy (see docs/scheduling.md for the why):
+ * fairshare order, backfill on, preemption on, binpack, 7-day half-life,
+ * LAS thresholds 1 and 10 GPU-hours, 30 s grace, 24 h default limit. */
+void sched_policy_default(struct sched_policy *ret);
+
+/* Names of the enums above, for messages and configuration ("fifo", "binpack", ...). */
+const char *sched_order_name(enum sched_order order);
+const char *sched_packing_name(enum sched_packing packing);
+/* Parse a name; 0 and *ret set on success, GPO_EINVAL otherwise. */
+int sched_order_parse(const char *name, enum sched_order *ret);
+int sched_packing_parse(const char *name, enum sched_packing *ret);
+
+/* Checks a policy's fields are in range. 0 or GPO_EINVAL; *ret_field (may be
+ * NULL) is set to the name of the first bad field. */
+int sched_policy_check(const struct sched_policy *policy, const char **ret_field);
+
+/*
+ * Checks the cluster is consistent: every index in range, GPU ranges inside
+ * the GPU array and not shared between nodes, counts under the SCHED_MAX_*
+ * limits, weights >= 1, quotas non-negative. 0 or GPO_EINVAL / GPO_ELIMIT;
+ * *ret_what (may be NULL) names the first problem ("node 3: gpu range").
+ */
+int sched_cluster_check(const struct sched_cluster *cluster, const char **ret_what);
+
+/* Index of the pool, GPU type, team or class with this name, or
+ * GPO_ENOTFOUND (negative). Linear: for configuration time, not passes. */
+int64_t model_pool_find(const struct sched_cluster *cluster, const char *name);
+int64_t model_gpu_type_find(const struct sched_cluster *cluster, const char *name);
+int64_t model_team_find(const struct sched_cluster *cluster, const char *name);
+int64_t model_class_find(const struct sched_cluster *cluster, const char *name);
+
+/* The quota entry of a team for (pool, gpu_type), or NULL (guarantee 0, the
+ * team's default borrowing limit). */
+const struct sched_quota *model_team_quota(const struct sched_team *team, uint32_t pool,
+                                           uint32_t gpu_type);
+
+/* GPU milli and GPU memory that `job` takes on one GPU of `gpu` kind (0 and 0
+ * for a CPU-only job). Whole GPUs take all of both. */
+void model_job_gpu_claim(const struct sched_job *job, const struct sched_gpu *gpu,
+                         uint32_t *ret_milli, uint32_t *ret_mem_mib);
+
+/* Total milli-GPU a job takes on GPUs with `gpu_mem_mib` of memory each:
+ * gpus * 1000, its fraction, or its memory's share of such a GPU (rounded up). */
+int64_t model_job_milli(const struct sched_job *job, uint32_t gpu_mem_mib);
+
+#endif

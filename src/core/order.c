@@ -1,0 +1,315 @@
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/err.h"
+#include "core/order.h"
+#include "util/banned.h"
+
+struct order_key {
+    int64_t k1; /* class and policy key: lower first */
+    int64_t submit_ms;
+    uint64_t id;
+    uint32_t idx;
+};
+
+/* A run of keys with one k1 (fairshare: one team within one class). */
+struct order_seg {
+    size_t begin, end, pos;
+    int64_t cls;
+    uint32_t team;
+    double share; /* the team's share when the segment was pushed */
+};
+
+struct id_index {
+    uint32_t id;
+    uint32_t index;
+};
+
+static int cmp_id_index(const void *a, const void *b)
+{
+    const struct id_index *x = a, *y = b;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+static uint32_t lookup_id(const struct id_index *map, size_t n, uint32_t id)
+{
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (map[mid].id < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < n && map[lo].id == id ? map[lo].index : SCHED_NONE;
+}
+
+static double mean_life_ms(const struct sched_policy *p)
+{
+    return (double)p->fairshare_half_life_ms / M_LN2;
+}
+
+int order_init(struct order *o, const struct sched_cluster *c, const struct view *view,
+               const struct sched_running_set *running, const struct sched_policy *policy,
+               const struct sched_state *state, int64_t now_ms)
+{
+    memset(o, 0, sizeof(*o));
+    o->cluster = c;
+    o->policy = policy;
+    o->pending_seg = -1;
+    size_t ntypes = c->ngpu_types, n = (size_t)c->nteams * ntypes;
+    o->usage = calloc(n ? n : 1, sizeof(*o->usage));
+    o->alloc = calloc(n ? n : 1, sizeof(*o->alloc));
+    o->cap = calloc(ntypes ? ntypes : 1, sizeof(*o->cap));
+    struct id_index *teams = malloc((c->nteams ? c->nteams : 1) * sizeof(*teams));
+    struct id_index *types = malloc((ntypes ? ntypes : 1) * sizeof(*types));
+    if (!o->usage || !o->alloc || !o->cap || !teams || !types) {
+        free(teams);
+        free(types);
+        order_release(o);
+        return GPO_ENOMEM;
+    }
+    for (uint32_t g = 0; g < view->ngroups; g++) {
+        if (view->groups[g].gpu_type != SCHED_NONE)
+            o->cap[view->groups[g].gpu_type] += view->groups[g].cap_milli;
+    }
+
+    double half = (double)policy->fairshare_half_life_ms;
+    int64_t last = state->last_pass_ms;
+    double decay = last > 0 && now_ms > last ? exp2(-(double)(now_ms - last) / half) : 1.0;
+    for (uint32_t t = 0; t < c->nteams; t++)
+        teams[t] = (struct id_index){c->teams[t].id, t};
+    for (uint32_t y = 0; y < ntypes; y++)
+        types[y] = (struct id_index){c->gpu_types[y].id, y};
+    qsort(teams, c->nteams, sizeof(*teams), cmp_id_index);
+    qsort(types, ntypes, sizeof(*types), cmp_id_index);
+    for (size_t i = 0; i < state->nusage; i++) {
+        const struct sched_usage *u = &state->usage[i];
+        uint32_t t = lookup_id(teams, c->nteams, u->team_id);
+        uint32_t y = lookup_id(types, ntypes, u->gpu_type_id);
+        if (t != SCHED_NONE && y != SCHED_NONE)
+            o->usage[(size_t)t * ntypes + y] += u->gpu_ms * decay;
+    }
+    free(teams);
+    free(types);
+
+    double life = mean_life_ms(policy);
+    for (size_t r = 0; running && r < running->njobs; r++) {
+        const struct sched_running *run = &running->jobs[r];
+        const struct sched_alloc *a = &run->alloc;
+        if (!run->job || run->job->team >= c->nteams || !a->nshares)
+            continue;
+        int64_t milli = 0;
+        for (uint32_t i = 0; i < a->nshares; i++)
+            milli += a->shares[i].milli;
+        size_t k = (size_t)run->job->team * ntypes + c->gpus[a->shares[0].gpu].type;
+        o->alloc[k] += milli;
+        int64_t since = run->start_ms > last ? run->start_ms : last;
+        if (now_ms > since) {
+            double span = (double)(now_ms - since);
+            o->usage[k] += (double)milli / SCHED_MILLI * life * (1.0 - exp2(-span / half));
+        }
+    }
+    return 0;
+}
+
+void order_release(struct order *o)
+{
+    if (!o)
+        return;
+    free(o->usage);
+    free(o->alloc);
+    free(o->cap);
+    free(o->keys);
+    free(o->segs);
+    free(o->heap);
+    memset(o, 0, sizeof(*o));
+}
+
+int order_commit(const struct order *o, struct sched_state *state)
+{
+    const struct sched_cluster *c = o->cluster;
+    size_t ntypes = c->ngpu_types, n = 0;
+    for (size_t i = 0; i < (size_t)c->nteams * ntypes; i++)
+        n += o->usage[i] > 0.0;
+    if (n > state->usage_cap) {
+        struct sched_usage *u = realloc(state->usage, n * sizeof(*u));
+        if (!u)
+            return GPO_ENOMEM;
+        state->usage = u;
+        state->usage_cap = n;
+    }
+    size_t k = 0;
+    for (uint32_t t = 0; t < c->nteams; t++) {
+        for (uint32_t y = 0; y < ntypes; y++) {
+            double v = o->usage[(size_t)t * ntypes + y];
+            if (v > 0.0)
+                state->usage[k++] = (struct sched_usage){c->teams[t].id, c->gpu_types[y].id, v};
+        }
+    }
+    state->nusage = k;
+    return 0;
+}
+
+uint32_t order_las_queue(const struct sched_policy *p, int64_t attained_gpu_ms)
+{
+    uint32_t q = 0;
+    while (q < p->nlas_thresholds && attained_gpu_ms >= p->las_thresholds_gpu_ms[q])
+        q++;
+    return q;
+}
+
+double order_team_share(const struct order *o, uint32_t team)
+{
+    const struct sched_cluster *c = o->cluster;
+    size_t ntypes = c->ngpu_types;
+    double life = mean_life_ms(o->policy), best = 0.0;
+    for (size_t y = 0; y < ntypes; y++) {
+        if (o->cap[y] <= 0)
+            continue;
+        size_t k = (size_t)team * ntypes + y;
+        double s = (o->usage[k] + (double)o->alloc[k] / SCHED_MILLI * life) /
+                   ((double)o->cap[y] / SCHED_MILLI);
+        if (s > best)
+            best = s;
+    }
+    return best / (double)c->teams[team].weight;
+}
+
+static int cmp_key(const void *a, const void *b)
+{
+    const struct order_key *x = a, *y = b;
+    if (x->k1 != y->k1)
+        return x->k1 < y->k1 ? -1 : 1;
+    if (x->submit_ms != y->submit_ms)
+        return x->submit_ms < y->submit_ms ? -1 : 1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+int order_begin(struct order *o, const struct sched_job *jobs, const uint32_t *cands, size_t n,
+                const uint8_t *lasq)
+{
+    const struct sched_cluster *c = o->cluster;
+    free(o->keys);
+    free(o->segs);
+    free(o->heap);
+    o->keys = malloc((n ? n : 1) * sizeof(*o->keys));
+    o->segs = NULL;
+    o->heap = NULL;
+    o->nkeys = n;
+    o->pos = o->nsegs = o->seg_pos = o->nheap = 0;
+    o->pending_seg = -1;
+    if (!o->keys)
+        return GPO_ENOMEM;
+    enum sched_order ord = o->policy->order;
+    for (size_t i = 0; i < n; i++) {
+        const struct sched_job *j = &jobs[cands[i]];
+        int64_t cls = ord == SCHED_ORDER_FIFO ? 0 : -(int64_t)c->classes[j->prio].order;
+        int64_t k1 = cls;
+        if (ord == SCHED_ORDER_FAIRSHARE)
+            k1 = cls * ((int64_t)1 << 32) + j->team;
+        else if (ord == SCHED_ORDER_LAS)
+            k1 = cls * 256 + (lasq ? lasq[cands[i]] : 0);
+        o->keys[i] = (struct order_key){k1, j->submit_ms, j->id, cands[i]};
+    }
+    qsort(o->keys, n, sizeof(*o->keys), cmp_key);
+    if (ord != SCHED_ORDER_FAIRSHARE)
+        return 0;
+
+    size_t nsegs = 0;
+    for (size_t i = 0; i < n; i++)
+        nsegs += i == 0 || o->keys[i].k1 != o->keys[i - 1].k1;
+    o->segs = malloc((nsegs ? nsegs : 1) * sizeof(*o->segs));
+    o->heap = malloc((nsegs ? nsegs : 1) * sizeof(*o->heap));
+    if (!o->segs || !o->heap)
+        return GPO_ENOMEM;
+    for (size_t i = 0; i < n; i++) {
+        if (i == 0 || o->keys[i].k1 != o->keys[i - 1].k1) {
+            const struct sched_job *j = &jobs[o->keys[i].idx];
+            int64_t cls = -(int64_t)c->classes[j->prio].order;
+            o->segs[o->nsegs++] = (struct order_seg){
+                .begin = i, .end = i, .pos = i, .cls = cls, .team = j->team};
+        }
+        o->segs[o->nsegs - 1].end = i + 1;
+    }
+    return 0;
+}
+
+/* Heap order for fair share: lower share, then earlier head, then lower id. */
+static bool seg_before(const struct order *o, uint32_t a, uint32_t b)
+{
+    const struct order_seg *x = &o->segs[a], *y = &o->segs[b];
+    if (x->share != y->share)
+        return x->share < y->share;
+    return cmp_key(&o->keys[x->pos], &o->keys[y->pos]) < 0;
+}
+
+static void heap_push(struct order *o, uint32_t s)
+{
+    o->segs[s].share = order_team_share(o, o->segs[s].team);
+    size_t i = o->nheap++;
+    while (i > 0) {
+        size_t parent = (i - 1) / 2;
+        if (!seg_before(o, s, o->heap[parent]))
+            break;
+        o->heap[i] = o->heap[parent];
+        i = parent;
+    }
+    o->heap[i] = s;
+}
+
+static uint32_t heap_pop(struct order *o)
+{
+    uint32_t top = o->heap[0];
+    uint32_t last = o->heap[--o->nheap];
+    size_t i = 0;
+    for (;;) {
+        size_t l = 2 * i + 1, r = l + 1, m = i;
+        uint32_t mv = last;
+        if (l < o->nheap && seg_before(o, o->heap[l], mv)) {
+            m = l;
+            mv = o->heap[l];
+        }
+        if (r < o->nheap && seg_before(o, o->heap[r], mv))
+            m = r;
+        if (m == i)
+            break;
+        o->heap[i] = o->heap[m];
+        i = m;
+    }
+    if (o->nheap)
+        o->heap[i] = last;
+    return top;
+}
+
+uint32_t order_next(struct order *o)
+{
+    if (o->policy->order != SCHED_ORDER_FAIRSHARE)
+        return o->pos < o->nkeys ? o->keys[o->pos++].idx : SCHED_NONE;
+    if (o->pending_seg >= 0) {
+        uint32_t s = (uint32_t)o->pending_seg;
+        o->pending_seg = -1;
+        if (o->segs[s].pos < o->segs[s].end)
+            heap_push(o, s);
+    }
+    if (!o->nheap && o->seg_pos < o->nsegs) {
+        /* Next priority class: all its teams compete. */
+        int64_t cls = o->segs[o->seg_pos].cls;
+        while (o->seg_pos < o->nsegs && o->segs[o->seg_pos].cls == cls)
+            heap_push(o, (uint32_t)o->seg_pos++);
+    }
+    if (!o->nheap)
+        return SCHED_NONE;
+    uint32_t s = heap_pop(o);
+    o->pending_seg = s;
+    return o->keys[o->segs[s].pos++].idx;
+}
+
+void order_note_start(struct order *o, uint32_t team, uint32_t gpu_type, int64_t milli)
+{
+    if (gpu_type == SCHED_NONE || team >= o->cluster->nteams)
+        return;
+    o->alloc[(size_t)team * o->cluster->ngpu_types + gpu_type] += milli;
+}

@@ -1,0 +1,82 @@
+/*
+ * order.h - the order in which a pass considers pending jobs, and the usage
+ * that fair share and LAS rank by.
+ *
+ * Priority class comes first (except under fifo), then by policy:
+ *  - fifo / priority: submit time;
+ *  - fairshare: the team's dominant share over its weight, lowest first. A
+ *    team's share on a GPU type is (decayed usage + current allocation x H/ln 2)
+ *    / capacity of that type, with H the half-life: recent history plus what
+ *    it holds now, counted as if it ran one more mean life. Its dominant share
+ *    is the largest over types (DRF). The allocation term makes the order react
+ *    within a pass: each start raises its team's share before the next pick.
+ *  - las: the Tiresias queue of the job's attained GPU-service (discretized by
+ *    the policy's thresholds), least served first.
+ * Ties always go to the earlier submit, then the lower job id.
+ */
+#ifndef GPUORCH_CORE_ORDER_H
+#define GPUORCH_CORE_ORDER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/model.h"
+#include "core/sched.h"
+#include "core/view.h"
+
+struct order_key;
+struct order_seg;
+
+struct order {
+    const struct sched_cluster *cluster;
+    const struct sched_policy *policy;
+    double *usage;  /* [team * ngpu_types + type]: decayed GPU-ms at now */
+    int64_t *alloc; /* [team * ngpu_types + type]: milli-GPU held now */
+    int64_t *cap;   /* [type]: milli-GPU of usable nodes */
+    /* iteration */
+    struct order_key *keys;
+    size_t nkeys, pos;
+    struct order_seg *segs;
+    size_t nsegs, seg_pos;
+    uint32_t *heap;
+    size_t nheap;
+    int64_t pending_seg; /* segment popped last, pushed back on the next call; -1 none */
+};
+
+/*
+ * Computes usage at `now`: the state's decayed usage, decayed further by the
+ * time since the last pass, plus what the running set used since then
+ * (integrated exactly under the decay), and the current allocations. The
+ * state is not changed (order_commit does that). 0 or GPO_ENOMEM.
+ */
+int order_init(struct order *o, const struct sched_cluster *cluster, const struct view *view,
+               const struct sched_running_set *running, const struct sched_policy *policy,
+               const struct sched_state *state, int64_t now_ms);
+void order_release(struct order *o);
+
+/* Writes the usage at `now` back into the state (ids as keys). 0 or GPO_ENOMEM,
+ * state unchanged on error. */
+int order_commit(const struct order *o, struct sched_state *state);
+
+/* LAS queue (0 = least served) of a job with `attained_gpu_ms` of service. */
+uint32_t order_las_queue(const struct sched_policy *policy, int64_t attained_gpu_ms);
+
+/* The team's dominant share over its weight, as fair share ranks it. */
+double order_team_share(const struct order *o, uint32_t team);
+
+/*
+ * Prepares to hand out `cands` (indices into jobs) in the policy's order.
+ * `lasq` gives each job's LAS queue by job index (only read under las).
+ * 0 or GPO_ENOMEM.
+ */
+int order_begin(struct order *o, const struct sched_job *jobs, const uint32_t *cands, size_t n,
+                const uint8_t *lasq);
+
+/* The next job index, or SCHED_NONE when all have been handed out. */
+uint32_t order_next(struct order *o);
+
+/* Records that a job of `team` started on `milli` of GPU type `gpu_type`
+ * (SCHED_NONE for none): fair share sees it at once. */
+void order_note_start(struct order *o, uint32_t team, uint32_t gpu_type, int64_t milli);
+
+#endif

@@ -1,0 +1,105 @@
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "core/err.h"
+#include "core/preempt.h"
+#include "util/banned.h"
+
+int64_t preempt_lost_gpu_ms(const struct sched_running *run, int64_t now_ms)
+{
+    int64_t since = run->start_ms;
+    if (run->job && run->job->checkpointable && run->checkpoint_ms > since)
+        since = run->checkpoint_ms;
+    int64_t span = now_ms > since ? now_ms - since : 0;
+    int64_t milli = 0;
+    for (uint32_t i = 0; i < run->alloc.nshares; i++)
+        milli += run->alloc.shares[i].milli;
+    if (!milli)
+        milli = 1; /* a CPU-only job still loses its work */
+    return span / SCHED_MILLI * milli + span % SCHED_MILLI * milli / SCHED_MILLI;
+}
+
+static int cmp_cand(const void *a, const void *b)
+{
+    const struct preempt_cand *x = a, *y = b;
+    if (x->lost_gpu_ms != y->lost_gpu_ms)
+        return x->lost_gpu_ms < y->lost_gpu_ms ? -1 : 1;
+    return (x->job > y->job) - (x->job < y->job);
+}
+
+void preempt_sort(struct preempt_cand *cands, size_t n)
+{
+    qsort(cands, n, sizeof(*cands), cmp_cand);
+}
+
+static bool uses_node(const struct sched_alloc *a, const struct view_place *p)
+{
+    for (uint32_t i = 0; i < a->nnodes; i++) {
+        for (uint32_t j = 0; j < p->nnodes; j++) {
+            if (a->nodes[i].node == p->nodes[j].node)
+                return true;
+        }
+    }
+    return false;
+}
+
+static uint64_t gang_sum(const struct view *v, const struct sched_job *job, const bool *allowed,
+                         uint32_t n)
+{
+    const struct view_node *vn = &v->nodes[n];
+    if (!vn->usable || (allowed && !allowed[vn->group]) || !view_group_eligible(v, job, vn->group))
+        return 0;
+    return view_node_whole_for(v, job, n);
+}
+
+int preempt_plan(const struct view *view, const struct sched_running_set *running,
+                 const uint32_t *leaving, size_t nleaving, const struct sched_job *job,
+                 const bool *allowed, int64_t end_ms, const struct preempt_cand *cands,
+                 size_t ncands, uint32_t *ret_victims, size_t *ret_nvictims,
+                 struct view_place *out)
+{
+    struct view clone;
+    int err = view_clone(&clone, view);
+    if (err)
+        return err;
+    for (size_t i = 0; i < nleaving; i++)
+        view_apply(&clone, &running->jobs[leaving[i]].alloc, true);
+
+    unsigned miss = 0;
+    int found = 0;
+    size_t given = 0;
+    if (view_place(&clone, job, allowed, end_ms, false, out, &miss)) {
+        found = 1; /* the jobs already leaving make room: evict nobody new */
+    } else {
+        bool gang = job->gpus > 0 && job->multi_node;
+        uint64_t sum = 0;
+        for (uint32_t n = 0; gang && n < view->cluster->nnodes; n++)
+            sum += gang_sum(&clone, job, allowed, n);
+        for (; given < ncands && !found; given++) {
+            const struct sched_alloc *a = &running->jobs[cands[given].run].alloc;
+            bool try_place = false;
+            for (uint32_t p = 0; gang && p < a->nnodes; p++)
+                sum -= gang_sum(&clone, job, allowed, a->nodes[p].node);
+            view_apply(&clone, a, true);
+            for (uint32_t p = 0; p < a->nnodes; p++) {
+                uint32_t n = a->nodes[p].node;
+                if (gang)
+                    sum += gang_sum(&clone, job, allowed, n);
+                else if (!allowed || allowed[clone.nodes[n].group])
+                    try_place = try_place || view_node_fits(&clone, job, n);
+            }
+            if (gang)
+                try_place = sum >= (uint64_t)job->gpus;
+            if (try_place && view_place(&clone, job, allowed, end_ms, false, out, &miss))
+                found = 1;
+        }
+    }
+    size_t n = 0;
+    for (size_t i = 0; found && i < given; i++) {
+        if (uses_node(&running->jobs[cands[i].run].alloc, out))
+            ret_victims[n++] = (uint32_t)i;
+    }
+    *ret_nvictims = n;
+    view_clone_release(&clone);
+    return found;
+}

@@ -1,0 +1,1128 @@
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/backfill.h"
+#include "core/err.h"
+#include "core/idmap.h"
+#include "core/order.h"
+#include "core/preempt.h"
+#include "core/quota.h"
+#include "core/sched.h"
+#include "core/view.h"
+#include "util/banned.h"
+
+/* ---- state ---- */
+
+void sched_state_init(struct sched_state *state)
+{
+    memset(state, 0, sizeof(*state));
+}
+
+void sched_state_release(struct sched_state *state)
+{
+    if (!state)
+        return;
+    free(state->usage);
+    free(state->attained);
+    free(state->claims);
+    memset(state, 0, sizeof(*state));
+}
+
+static int grow(void **array, size_t *cap, size_t need, size_t elem)
+{
+    if (need <= *cap)
+        return 0;
+    size_t n = *cap ? *cap : 8;
+    while (n < need)
+        n *= 2;
+    void *p = realloc(*array, n * elem);
+    if (!p)
+        return GPO_ENOMEM;
+    *array = p;
+    *cap = n;
+    return 0;
+}
+
+int sched_state_add_usage(struct sched_state *state, uint32_t team_id, uint32_t gpu_type_id,
+                          double gpu_ms)
+{
+    if (!state || !(gpu_ms >= 0.0))
+        return GPO_EINVAL;
+    if (grow((void **)&state->usage, &state->usage_cap, state->nusage + 1,
+             sizeof(*state->usage)))
+        return GPO_ENOMEM;
+    state->usage[state->nusage++] = (struct sched_usage){team_id, gpu_type_id, gpu_ms};
+    return 0;
+}
+
+static int cmp_attained(const void *a, const void *b)
+{
+    const struct sched_attained *x = a, *y = b;
+    return (x->job > y->job) - (x->job < y->job);
+}
+
+int sched_state_add_attained(struct sched_state *state, uint64_t job, int64_t gpu_ms)
+{
+    if (!state || gpu_ms < 0)
+        return GPO_EINVAL;
+    if (grow((void **)&state->attained, &state->attained_cap, state->nattained + 1,
+             sizeof(*state->attained)))
+        return GPO_ENOMEM;
+    state->attained[state->nattained++] = (struct sched_attained){job, gpu_ms};
+    qsort(state->attained, state->nattained, sizeof(*state->attained), cmp_attained);
+    return 0;
+}
+
+static const struct sched_attained *find_attained(const struct sched_attained *a, size_t n,
+                                                  uint64_t job)
+{
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (a[mid].job < job)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < n && a[lo].job == job ? &a[lo] : NULL;
+}
+
+int64_t sched_state_attained(const struct sched_state *state, uint64_t job)
+{
+    const struct sched_attained *a = find_attained(state->attained, state->nattained, job);
+    return a ? a->gpu_ms : 0;
+}
+
+/* ---- result and its arena (chunks never move, so pointers into them hold) ---- */
+
+struct sched_arena_chunk {
+    struct sched_arena_chunk *next;
+    size_t size, used;
+    _Alignas(16) unsigned char data[];
+};
+
+static void *arena_alloc(struct sched_result *r, size_t bytes)
+{
+    bytes = (bytes + 15) & ~(size_t)15;
+    struct sched_arena_chunk *c = r->arena;
+    if (!c || c->size - c->used < bytes) {
+        size_t size = bytes > 65536 ? bytes : 65536;
+        struct sched_arena_chunk *n = malloc(sizeof(*n) + size);
+        if (!n)
+            return NULL;
+        n->next = c;
+        n->size = size;
+        n->used = 0;
+        r->arena = c = n;
+    }
+    void *p = c->data + c->used;
+    c->used += bytes;
+    return p;
+}
+
+static void arena_reset(struct sched_result *r)
+{
+    struct sched_arena_chunk *c = r->arena;
+    if (!c)
+        return;
+    /* Keep the newest (largest) chunk, free the rest. */
+    struct sched_arena_chunk *rest = c->next;
+    while (rest) {
+        struct sched_arena_chunk *next = rest->next;
+        free(rest);
+        rest = next;
+    }
+    c->next = NULL;
+    c->used = 0;
+}
+
+void sched_result_init(struct sched_result *result)
+{
+    memset(result, 0, sizeof(*result));
+}
+
+void sched_result_release(struct sched_result *result)
+{
+    if (!result)
+        return;
+    arena_reset(result);
+    free(result->arena);
+    free(result->starts);
+    free(result->preempts);
+    free(result->reserves);
+    free(result->waits);
+    memset(result, 0, sizeof(*result));
+}
+
+static void result_clear(struct sched_result *r)
+{
+    arena_reset(r);
+    r->nstarts = r->npreempts = r->nreserves = r->nwaits = 0;
+    r->decisions = 0;
+}
+
+/* ---- the pass ---- */
+
+enum {
+    J_INVALID = 1 << 0, /* final reason set by validation */
+    J_FIT0 = 1 << 1,    /* fitted the free capacity at pass start */
+    J_CAND = 1 << 2,    /* handed to the ordered loop */
+    J_STARTED = 1 << 3,
+    J_DONE = 1 << 4, /* reason decided */
+    J_POT = 1 << 5,  /* might preempt */
+};
+
+enum {
+    R_LEAVING = 1 << 0, /* being preempted (by the caller, or chosen in this pass) */
+};
+
+struct fail {
+    uint32_t team, prio, pool, gpu_type;
+    uint8_t kind;
+    int64_t size;
+};
+
+#define MAX_FAILS 64
+
+struct pass {
+    const struct sched_cluster *c;
+    const struct sched_queue *q;
+    const struct sched_running_set *run;
+    const struct sched_policy *pol;
+    struct sched_state *st;
+    struct sched_result *res;
+    int64_t now;
+
+    struct view view;
+    struct quota quota;
+    struct order order;
+    struct idmap ids;
+
+    uint8_t *jflag;
+    struct sched_wait *jwait; /* per pending job */
+    uint8_t *lasq;            /* per pending job (LAS only) */
+    uint8_t *rflag;           /* per running job */
+    uint8_t *rlasq;           /* per running job (LAS only) */
+    int32_t *rank;            /* class index -> rank by order (0 lowest) */
+    bool *allowed;            /* per group, scratch */
+    bool *eligible;           /* per group, scratch */
+
+    struct view_place place;
+    uint32_t place_cap;
+
+    struct backfill_release *rel;
+    size_t nrel, rel_cap;
+    bool rel_sorted;
+
+    struct preempt_cand *pcand; /* every running job, least work lost first */
+    size_t npcand;
+    bool pcand_ready;
+    struct preempt_cand *pbuf; /* candidates for one job */
+    uint32_t *victims;
+    uint32_t *leaving;
+    size_t nleaving;
+
+    int32_t *pool_resv; /* EASY reservation per pool, -1 none */
+    uint64_t *pool_block; /* backfill off: job blocking the pool, 0 none */
+
+    struct fail fails[MAX_FAILS];
+    size_t nfails;
+
+    struct sched_attained *attained; /* new attained table, sorted by job */
+    size_t nattained;
+    struct sched_claim *claims; /* new claims */
+    size_t nclaims, claims_cap;
+};
+
+static int64_t job_end(const struct pass *p, const struct sched_job *j, int64_t start)
+{
+    int64_t limit = j->time_limit_ms > 0 ? j->time_limit_ms : p->pol->default_time_limit_ms;
+    return start > INT64_MAX - limit ? INT64_MAX : start + limit;
+}
+
+static void set_wait(struct pass *p, uint32_t i, enum sched_reason reason, uint32_t pool,
+                     uint32_t gpu_type, uint64_t other, const char *field)
+{
+    const struct sched_job *j = &p->q->jobs[i];
+    p->jwait[i] = (struct sched_wait){.job = j->id,
+                                      .reason = reason,
+                                      .team = j->team,
+                                      .pool = pool,
+                                      .gpu_type = gpu_type,
+                                      .other_job = other,
+                                      .est_start_ms = -1,
+                                      .field = field};
+    p->jflag[i] |= J_DONE;
+}
+
+/* Checks a pending job on its own: sizes, indices, and whether any node could
+ * ever hold it. Sets a final reason and returns false if not. Also notes
+ * whether it fits the free capacity now (J_FIT0). */
+static bool validate_job(struct pass *p, uint32_t i)
+{
+    const struct sched_cluster *c = p->c;
+    const struct sched_job *j = &p->q->jobs[i];
+    uint32_t pool = j->pool, type = j->gpu_type;
+    const char *field = NULL;
+    if (j->team >= c->nteams) {
+        set_wait(p, i, SCHED_REASON_UNKNOWN_TEAM, SCHED_NONE, SCHED_NONE, 0, "team");
+        return false;
+    }
+    if (j->prio >= c->nclasses) {
+        set_wait(p, i, SCHED_REASON_UNKNOWN_CLASS, SCHED_NONE, SCHED_NONE, 0, "priority");
+        return false;
+    }
+    if (pool != SCHED_ANY && pool >= c->npools) {
+        set_wait(p, i, SCHED_REASON_UNKNOWN_POOL, SCHED_NONE, SCHED_NONE, 0, "pool");
+        return false;
+    }
+    if (type != SCHED_ANY && type >= c->ngpu_types) {
+        set_wait(p, i, SCHED_REASON_UNKNOWN_TYPE, SCHED_NONE, SCHED_NONE, 0, "gpu_type");
+        return false;
+    }
+    if (j->gpus < 0)
+        field = "gpus is negative";
+    else if (j->gpu_milli < 0)
+        field = "gpu_milli is negative";
+    else if (j->gpu_mem_mib < 0)
+        field = "gpu_mem_mib is negative";
+    else if (j->min_gpu_mem_mib < 0)
+        field = "min_gpu_mem_mib is negative";
+    else if (j->cpus < 0)
+        field = "cpus is negative";
+    else if (j->mem_mib < 0)
+        field = "mem_mib is negative";
+    else if (j->time_limit_ms < 0)
+        field = "time_limit_ms is negative";
+    else if ((j->gpus > 0) + (j->gpu_milli > 0) + (j->gpu_mem_mib > 0) > 1)
+        field = "give only one of gpus, gpu_milli and gpu_mem_mib";
+    else if (j->gpu_milli >= SCHED_MILLI)
+        field = "gpu_milli must be 1..999 (whole GPUs go in gpus)";
+    else if (j->multi_node && j->gpus <= 0)
+        field = "multi_node needs a whole number of gpus";
+    else if (j->gpus > (int32_t)SCHED_MAX_GPUS_PER_NODE * 1024)
+        field = "gpus is over the limit";
+    if (field) {
+        set_wait(p, i, SCHED_REASON_BAD_SIZE, pool, type, 0, field);
+        return false;
+    }
+
+    /* Against the cluster: some group must be able to hold it, ever. */
+    bool any_match = false, any_size = false, any_quota = false;
+    bool fit0 = false;
+    struct view *v = &p->view;
+    for (uint32_t g = 0; g < v->ngroups; g++) {
+        const struct view_group *grp = &v->groups[g];
+        if (pool != SCHED_ANY && grp->pool != pool)
+            continue;
+        bool wants_gpu = j->gpus > 0 || j->gpu_milli > 0 || j->gpu_mem_mib > 0;
+        if (wants_gpu && (grp->gpu_type == SCHED_NONE || (type != SCHED_ANY && type != grp->gpu_type)))
+            continue;
+        any_match = true;
+        if (!view_group_eligible(v, j, g))
+            continue; /* GPU memory constraint */
+        bool size_ok;
+        if (j->gpus > 0 && j->multi_node)
+            size_ok = (uint64_t)j->gpus <= grp->total_gpus;
+        else
+            size_ok = j->gpus <= 0 || (uint32_t)j->gpus <= grp->max_node_gpus;
+        /* CPUs and host memory of the largest node (a gang splits them). */
+        if (size_ok && !(j->gpus > 0 && j->multi_node)) {
+            bool host = false;
+            for (uint32_t k = 0; k < grp->nnodes && !host; k++) {
+                const struct sched_node *n = &p->c->nodes[grp->nodes[k]];
+                host = n->cpus >= (uint32_t)j->cpus && n->mem_mib >= (uint64_t)j->mem_mib &&
+                       (j->gpus <= 0 || n->ngpus >= (uint32_t)j->gpus);
+            }
+            size_ok = host;
+        }
+        if (!size_ok)
+            continue;
+        any_size = true;
+        int64_t milli = model_job_milli(j, grp->gpu_mem_mib);
+        int64_t limit = quota_limit(&p->quota, j->team, g);
+        if (limit != INT64_MAX && milli > limit)
+            continue;
+        any_quota = true;
+        if (!fit0 && view_group_may_fit(v, j, g, false))
+            fit0 = true;
+    }
+    if (!any_match) {
+        set_wait(p, i, SCHED_REASON_NO_MATCH, pool, type, 0, NULL);
+        return false;
+    }
+    if (!any_size) {
+        set_wait(p, i, j->multi_node ? SCHED_REASON_GANG_TOO_LARGE : SCHED_REASON_TOO_LARGE, pool,
+                 type, 0, NULL);
+        return false;
+    }
+    if (!any_quota) {
+        set_wait(p, i, SCHED_REASON_QUOTA_NEVER, pool, type, 0, NULL);
+        return false;
+    }
+    if (fit0)
+        p->jflag[i] |= J_FIT0;
+    return true;
+}
+
+/* Groups the job may use now: eligible, and with quota headroom. Returns how
+ * many are eligible (*ret_nallowed: how many also have headroom). */
+static uint32_t compute_allowed(struct pass *p, const struct sched_job *j, uint32_t *ret_nallowed)
+{
+    struct view *v = &p->view;
+    uint32_t ne = 0, na = 0;
+    for (uint32_t g = 0; g < v->ngroups; g++) {
+        p->eligible[g] = view_group_eligible(v, j, g);
+        p->allowed[g] = false;
+        if (!p->eligible[g])
+            continue;
+        ne++;
+        int64_t milli = model_job_milli(j, v->groups[g].gpu_mem_mib);
+        if (quota_allows(&p->quota, j->team, g, milli)) {
+            p->allowed[g] = true;
+            na++;
+        }
+    }
+    *ret_nallowed = na;
+    return ne;
+}
+
+static int record_start(struct pass *p, uint32_t i)
+{
+    struct sched_result *r = p->res;
+    const struct sched_job *j = &p->q->jobs[i];
+    const struct view_place *pl = &p->place;
+    if (grow((void **)&r->starts, &r->starts_cap, r->nstarts + 1, sizeof(*r->starts)) ||
+        grow((void **)&p->rel, &p->rel_cap, p->nrel + 1, sizeof(*p->rel)))
+        return GPO_ENOMEM;
+    struct sched_node_part *parts = arena_alloc(r, pl->nnodes * sizeof(*parts));
+    struct sched_share *shares = arena_alloc(r, (pl->nshares ? pl->nshares : 1) * sizeof(*shares));
+    if (!parts || !shares)
+        return GPO_ENOMEM;
+    memcpy(parts, pl->nodes, pl->nnodes * sizeof(*parts));
+    memcpy(shares, pl->shares, pl->nshares * sizeof(*shares));
+    struct sched_start *s = &r->starts[r->nstarts++];
+    s->job = j->id;
+    s->alloc = (struct sched_alloc){parts, pl->nnodes, shares, pl->nshares};
+
+    uint32_t g;
+    int64_t milli;
+    quota_alloc_usage(&p->view, &s->alloc, &g, &milli);
+    s->borrowed = g != SCHED_NONE && !quota_within_guarantee(&p->quota, j->team, g, milli);
+    if (g != SCHED_NONE)
+        quota_add(&p->quota, j->team, g, milli);
+    view_apply(&p->view, &s->alloc, false);
+    order_note_start(&p->order, j->team, g != SCHED_NONE ? p->view.groups[g].gpu_type : SCHED_NONE,
+                     milli);
+    p->rel[p->nrel++] = (struct backfill_release){job_end(p, j, p->now), j->id, &s->alloc};
+    p->rel_sorted = false;
+    p->jflag[i] |= J_STARTED | J_DONE;
+    return 0;
+}
+
+/* The pools a job's allowed groups lie in are all blocked (backfill off)? */
+static uint64_t blocked_by(const struct pass *p)
+{
+    uint64_t blocker = 0;
+    for (uint32_t g = 0; g < p->view.ngroups; g++) {
+        if (!p->allowed[g])
+            continue;
+        uint64_t b = p->pool_block[p->view.groups[g].pool];
+        if (!b)
+            return 0;
+        blocker = b;
+    }
+    return blocker;
+}
+
+static void block_pools(struct pass *p, uint64_t job)
+{
+    for (uint32_t g = 0; g < p->view.ngroups; g++) {
+        uint32_t pool = p->view.groups[g].pool;
+        if (p->allowed[g] && !p->pool_block[pool])
+            p->pool_block[pool] = job;
+    }
+}
+
+static enum sched_preempt_why victim_why(struct pass *p, const struct sched_job *j, uint32_t r,
+                                         bool *ok)
+{
+    const struct sched_running *run = &p->run->jobs[r];
+    const struct sched_job *vj = run->job;
+    const struct sched_cluster *c = p->c;
+    *ok = false;
+    uint32_t g;
+    int64_t vmilli;
+    quota_alloc_usage(&p->view, &run->alloc, &g, &vmilli);
+    if (g == SCHED_NONE || !p->eligible[g])
+        return SCHED_PREEMPT_PRIORITY;
+    int32_t jo = c->classes[j->prio].order, vo = c->classes[vj->prio].order;
+    if (c->classes[j->prio].may_preempt && vo < jo) {
+        *ok = true;
+        return SCHED_PREEMPT_PRIORITY;
+    }
+    int64_t need = model_job_milli(j, p->view.groups[g].gpu_mem_mib);
+    if (run->borrowed && vj->team != j->team &&
+        quota_within_guarantee(&p->quota, j->team, g, need) &&
+        p->quota.used[(size_t)vj->team * p->quota.ngroups + g] >
+            p->quota.guar[(size_t)vj->team * p->quota.ngroups + g]) {
+        *ok = true;
+        return SCHED_PREEMPT_RECLAIM;
+    }
+    if (p->pol->order == SCHED_ORDER_LAS && vj->checkpointable && vo <= jo && p->lasq &&
+        p->rlasq[r] > p->lasq[j - p->q->jobs]) {
+        *ok = true;
+        return SCHED_PREEMPT_LAS;
+    }
+    return SCHED_PREEMPT_PRIORITY;
+}
+
+static uint8_t job_kind(const struct sched_job *j)
+{
+    return j->gpus > 0 ? (j->multi_node ? 2 : 1) : (j->gpu_milli > 0 ? 3 : 4);
+}
+
+static int64_t job_size(const struct sched_job *j)
+{
+    return j->gpus > 0 ? j->gpus : j->gpu_milli > 0 ? j->gpu_milli : j->gpu_mem_mib;
+}
+
+static bool failed_before(const struct pass *p, const struct sched_job *j)
+{
+    for (size_t f = 0; f < p->nfails; f++) {
+        const struct fail *x = &p->fails[f];
+        if (x->team == j->team && x->prio == j->prio && x->pool == j->pool &&
+            x->gpu_type == j->gpu_type && x->kind == job_kind(j) && x->size <= job_size(j))
+            return true;
+    }
+    return false;
+}
+
+static void note_failure(struct pass *p, const struct sched_job *j)
+{
+    if (p->nfails < MAX_FAILS)
+        p->fails[p->nfails++] = (struct fail){j->team, j->prio, j->pool, j->gpu_type,
+                                              job_kind(j), job_size(j)};
+}
+
+static int add_claim(struct pass *p, uint64_t job, const uint64_t *victims, uint32_t n,
+                     int64_t since)
+{
+    if (grow((void **)&p->claims, &p->claims_cap, p->nclaims + 1, sizeof(*p->claims)))
+        return GPO_ENOMEM;
+    struct sched_claim *cl = &p->claims[p->nclaims++];
+    memset(cl, 0, sizeof(*cl));
+    cl->job = job;
+    cl->since_ms = since;
+    for (uint32_t v = 0; v < n && cl->nvictims < 16; v++)
+        cl->victims[cl->nvictims++] = victims[v];
+    return 0;
+}
+
+/* Holds the nodes of the current placement for `job` from `start_ms` on. */
+static int hold_place(struct pass *p, uint64_t job, int64_t start_ms)
+{
+    int r = view_resv_add(&p->view, job, start_ms);
+    if (r < 0)
+        return r;
+    for (uint32_t k = 0; k < p->place.nnodes; k++)
+        view_resv_hold(&p->view, (uint32_t)r, p->place.nodes[k].node);
+    return r;
+}
+
+/* Tries to make room for job i by preemption. 1 planned, 0 not, or an error. */
+static int try_preempt(struct pass *p, uint32_t i, int64_t end)
+{
+    const struct sched_job *j = &p->q->jobs[i];
+    struct sched_result *r = p->res;
+    if (!p->pcand_ready) {
+        for (size_t k = 0; k < p->run->njobs; k++) {
+            p->pcand[k] = (struct preempt_cand){
+                (uint32_t)k, p->run->jobs[k].job->id,
+                preempt_lost_gpu_ms(&p->run->jobs[k], p->now)};
+        }
+        preempt_sort(p->pcand, p->run->njobs);
+        p->npcand = p->run->njobs;
+        p->pcand_ready = true;
+    }
+    size_t n = 0;
+    for (size_t k = 0; k < p->npcand; k++) {
+        bool ok;
+        uint32_t run = p->pcand[k].run;
+        if (p->rflag[run] & R_LEAVING)
+            continue;
+        victim_why(p, j, run, &ok);
+        if (ok)
+            p->pbuf[n++] = p->pcand[k];
+    }
+    if (!n)
+        return 0;
+    size_t nv = 0;
+    int found = preempt_plan(&p->view, p->run, p->leaving, p->nleaving, j, p->allowed, end,
+                             p->pbuf, n, p->victims, &nv, &p->place);
+    if (found <= 0)
+        return found;
+    if (!nv)
+        return 0; /* room comes from jobs already leaving: nothing new to evict */
+    if (grow((void **)&r->preempts, &r->preempts_cap, r->npreempts + nv, sizeof(*r->preempts)))
+        return GPO_ENOMEM;
+    uint64_t ids[16];
+    for (size_t k = 0; k < nv; k++) {
+        const struct preempt_cand *pc = &p->pbuf[p->victims[k]];
+        bool ok;
+        r->preempts[r->npreempts++] = (struct sched_preempt){
+            .job = pc->job,
+            .for_job = j->id,
+            .grace_ms = p->pol->preempt_grace_ms,
+            .lost_gpu_ms = pc->lost_gpu_ms,
+            .why = victim_why(p, j, pc->run, &ok)};
+        p->rflag[pc->run] |= R_LEAVING;
+        p->leaving[p->nleaving++] = pc->run;
+        if (k < 16)
+            ids[k] = pc->job;
+    }
+    int err = add_claim(p, j->id, ids, (uint32_t)(nv < 16 ? nv : 16), p->now);
+    if (err)
+        return err;
+    int hr = hold_place(p, j->id, p->now + p->pol->preempt_grace_ms);
+    return hr < 0 ? hr : 1;
+}
+
+static bool wants_gpu(const struct sched_job *j)
+{
+    return j->gpus > 0 || j->gpu_milli > 0 || j->gpu_mem_mib > 0;
+}
+
+/* The reservation, in EASY style: one per pool, for its highest-ranked blocked job. */
+static int try_reserve(struct pass *p, uint32_t i)
+{
+    const struct sched_job *j = &p->q->jobs[i];
+    for (uint32_t g = 0; g < p->view.ngroups; g++) {
+        if (p->allowed[g] && p->pool_resv[p->view.groups[g].pool] >= 0)
+            return 0;
+    }
+    if (!p->rel_sorted) {
+        backfill_sort(p->rel, p->nrel);
+        p->rel_sorted = true;
+    }
+    int64_t start;
+    int found = backfill_shadow(&p->view, j, p->allowed, p->rel, p->nrel, p->now, &start, &p->place);
+    if (found <= 0)
+        return found;
+    int r = hold_place(p, j->id, start);
+    if (r < 0)
+        return r;
+    p->pool_resv[p->view.groups[p->place.group].pool] = r;
+    p->jwait[i].est_start_ms = start;
+    return 1;
+}
+
+static int process_job(struct pass *p, uint32_t i)
+{
+    const struct sched_job *j = &p->q->jobs[i];
+    p->res->decisions++;
+    uint32_t nallowed;
+    uint32_t neligible = compute_allowed(p, j, &nallowed);
+    uint32_t type = j->gpu_type, pool = j->pool;
+    if (!nallowed) {
+        set_wait(p, i, SCHED_REASON_QUOTA, pool, type, 0, NULL);
+        return 0;
+    }
+    if (!p->pol->backfill) {
+        uint64_t b = blocked_by(p);
+        if (b) {
+            set_wait(p, i, SCHED_REASON_BLOCKED, pool, type, b, NULL);
+            return 0;
+        }
+    }
+    int64_t end = job_end(p, j, p->now);
+    unsigned miss = 0;
+    if (view_place(&p->view, j, p->allowed, end, false, &p->place, &miss))
+        return record_start(p, i);
+
+    if (miss & VIEW_MISS_RESV) {
+        int32_t br = p->place.blocking_resv;
+        unsigned m2 = 0;
+        if (view_place(&p->view, j, p->allowed, end, true, &p->place, &m2)) {
+            set_wait(p, i, SCHED_REASON_RESERVED, pool, type, br >= 0 ? p->view.resvs[br].job : 0,
+                     NULL);
+            return 0;
+        }
+    }
+    if (nallowed < neligible) {
+        unsigned m2 = 0;
+        if (view_place(&p->view, j, p->eligible, end, true, &p->place, &m2)) {
+            set_wait(p, i, SCHED_REASON_QUOTA, pool, type, 0, NULL);
+            return 0;
+        }
+    }
+    enum sched_reason why;
+    if (p->jflag[i] & J_FIT0)
+        why = SCHED_REASON_PRIORITY;
+    else if (j->multi_node && (miss & VIEW_MISS_GANG))
+        why = SCHED_REASON_GANG;
+    else if ((miss & VIEW_MISS_HOST) && !(miss & VIEW_MISS_GPU))
+        why = SCHED_REASON_HOST;
+    else
+        why = wants_gpu(j) ? SCHED_REASON_NO_GPU : SCHED_REASON_HOST;
+    set_wait(p, i, why, pool, type, 0, NULL);
+
+    if (p->pol->preemption && (p->jflag[i] & J_POT) && !failed_before(p, j)) {
+        int pr = try_preempt(p, i, end);
+        if (pr < 0)
+            return pr;
+        if (pr > 0) {
+            set_wait(p, i, SCHED_REASON_PREEMPTING, pool, type, 0, NULL);
+            p->jwait[i].est_start_ms = p->now + p->pol->preempt_grace_ms;
+            return 0;
+        }
+        note_failure(p, j);
+    }
+    if (p->pol->backfill) {
+        int rr = try_reserve(p, i);
+        if (rr < 0)
+            return rr;
+    } else {
+        block_pools(p, j->id);
+    }
+    return 0;
+}
+
+/* Might job j preempt anything at all? A cheap necessary condition. */
+static bool may_preempt(const struct pass *p, const struct sched_job *j)
+{
+    const struct sched_cluster *c = p->c;
+    if (c->classes[j->prio].may_preempt && p->rank[j->prio] > 0)
+        return true;
+    if (p->pol->order == SCHED_ORDER_LAS)
+        return true;
+    /* Reclaim: the team has a guarantee left somewhere the job could go. */
+    for (uint32_t g = 0; g < p->view.ngroups; g++) {
+        size_t k = (size_t)j->team * p->quota.ngroups + g;
+        if (p->quota.guar[k] > p->quota.used[k] && view_group_eligible(&p->view, j, g))
+            return true;
+    }
+    return false;
+}
+
+static int cmp_class_order(const void *a, const void *b, const struct sched_cluster *c)
+{
+    int32_t x = c->classes[*(const uint32_t *)a].order, y = c->classes[*(const uint32_t *)b].order;
+    return (x > y) - (x < y);
+}
+
+static int pass_alloc(struct pass *p)
+{
+    size_t nq = p->q->njobs, nr = p->run->njobs;
+    uint32_t maxg = 1;
+    for (size_t i = 0; i < nq; i++) {
+        int32_t g = p->q->jobs[i].gpus;
+        if (g > 0 && (uint32_t)g > maxg && g <= (int32_t)SCHED_MAX_GPUS_PER_NODE * 1024)
+            maxg = (uint32_t)g;
+    }
+    p->place_cap = maxg;
+    p->place.nodes = malloc(maxg * sizeof(*p->place.nodes));
+    p->place.shares = malloc(maxg * sizeof(*p->place.shares));
+    p->jflag = calloc(nq ? nq : 1, 1);
+    p->jwait = malloc((nq ? nq : 1) * sizeof(*p->jwait));
+    p->rflag = calloc(nr ? nr : 1, 1);
+    p->rank = malloc((p->c->nclasses ? p->c->nclasses : 1) * sizeof(*p->rank));
+    p->allowed = malloc((p->view.ngroups ? p->view.ngroups : 1) * sizeof(*p->allowed));
+    p->eligible = malloc((p->view.ngroups ? p->view.ngroups : 1) * sizeof(*p->eligible));
+    p->pcand = malloc((nr ? nr : 1) * sizeof(*p->pcand));
+    p->pbuf = malloc((nr ? nr : 1) * sizeof(*p->pbuf));
+    p->victims = malloc((nr ? nr : 1) * sizeof(*p->victims));
+    p->leaving = malloc((nr ? nr : 1) * sizeof(*p->leaving));
+    p->pool_resv = malloc((p->c->npools ? p->c->npools : 1) * sizeof(*p->pool_resv));
+    p->pool_block = calloc(p->c->npools ? p->c->npools : 1, sizeof(*p->pool_block));
+    p->rel_cap = nr + 16;
+    p->rel = malloc(p->rel_cap * sizeof(*p->rel));
+    if (!p->place.nodes || !p->place.shares || !p->jflag || !p->jwait || !p->rflag || !p->rank ||
+        !p->allowed || !p->eligible || !p->pcand || !p->pbuf || !p->victims || !p->leaving ||
+        !p->pool_resv || !p->pool_block || !p->rel)
+        return GPO_ENOMEM;
+    if (p->pol->order == SCHED_ORDER_LAS) {
+        p->lasq = calloc(nq ? nq : 1, 1);
+        p->rlasq = calloc(nr ? nr : 1, 1);
+        if (!p->lasq || !p->rlasq)
+            return GPO_ENOMEM;
+    }
+    for (uint32_t k = 0; k < p->c->npools; k++)
+        p->pool_resv[k] = -1;
+    /* Rank classes by order; equal orders share a rank. */
+    uint32_t *idx = malloc((p->c->nclasses ? p->c->nclasses : 1) * sizeof(*idx));
+    if (!idx)
+        return GPO_ENOMEM;
+    for (uint32_t k = 0; k < p->c->nclasses; k++)
+        idx[k] = k;
+    for (uint32_t a = 1; a < p->c->nclasses; a++) { /* few classes: insertion sort */
+        uint32_t v = idx[a], b = a;
+        while (b > 0 && cmp_class_order(&idx[b - 1], &v, p->c) > 0) {
+            idx[b] = idx[b - 1];
+            b--;
+        }
+        idx[b] = v;
+    }
+    int32_t rank = 0;
+    for (uint32_t k = 0; k < p->c->nclasses; k++) {
+        if (k > 0 && p->c->classes[idx[k]].order != p->c->classes[idx[k - 1]].order)
+            rank++;
+        p->rank[idx[k]] = rank;
+    }
+    free(idx);
+    return 0;
+}
+
+static void pass_free(struct pass *p)
+{
+    view_release(&p->view);
+    quota_release(&p->quota);
+    order_release(&p->order);
+    idmap_release(&p->ids);
+    free(p->place.nodes);
+    free(p->place.shares);
+    free(p->jflag);
+    free(p->jwait);
+    free(p->lasq);
+    free(p->rflag);
+    free(p->rlasq);
+    free(p->rank);
+    free(p->allowed);
+    free(p->eligible);
+    free(p->rel);
+    free(p->pcand);
+    free(p->pbuf);
+    free(p->victims);
+    free(p->leaving);
+    free(p->pool_resv);
+    free(p->pool_block);
+    free(p->attained);
+    free(p->claims);
+}
+
+/* Attained service at `now`: the state's, plus what running jobs got since
+ * the last pass; kept for jobs still queued or running. Sorted by job. */
+static int compute_attained(struct pass *p)
+{
+    const struct sched_state *st = p->st;
+    size_t nr = p->run->njobs, n = 0;
+    p->attained = malloc((st->nattained + nr + 1) * sizeof(*p->attained));
+    if (!p->attained)
+        return GPO_ENOMEM;
+    for (size_t k = 0; k < st->nattained; k++) {
+        uint32_t v = idmap_get(&p->ids, st->attained[k].job);
+        if (v != IDMAP_NONE && !(v & IDMAP_RUNNING))
+            p->attained[n++] = st->attained[k];
+    }
+    for (size_t r = 0; r < nr; r++) {
+        const struct sched_running *run = &p->run->jobs[r];
+        const struct sched_attained *old = find_attained(st->attained, st->nattained, run->job->id);
+        int64_t since = run->start_ms > st->last_pass_ms ? run->start_ms : st->last_pass_ms;
+        int64_t span = p->now > since ? p->now - since : 0;
+        int64_t milli = 0;
+        for (uint32_t i = 0; i < run->alloc.nshares; i++)
+            milli += run->alloc.shares[i].milli;
+        int64_t add = span / SCHED_MILLI * milli + span % SCHED_MILLI * milli / SCHED_MILLI;
+        p->attained[n++] = (struct sched_attained){run->job->id, (old ? old->gpu_ms : 0) + add};
+    }
+    qsort(p->attained, n, sizeof(*p->attained), cmp_attained);
+    p->nattained = n;
+    return 0;
+}
+
+static int collect_reserves(struct pass *p)
+{
+    struct sched_result *r = p->res;
+    struct view *v = &p->view;
+    if (!v->nresvs)
+        return 0;
+    if (grow((void **)&r->reserves, &r->reserves_cap, v->nresvs, sizeof(*r->reserves)))
+        return GPO_ENOMEM;
+    uint32_t *count = calloc(v->nresvs, sizeof(*count));
+    if (!count)
+        return GPO_ENOMEM;
+    for (uint32_t n = 0; n < p->c->nnodes; n++) {
+        if (v->nodes[n].resv >= 0)
+            count[v->nodes[n].resv]++;
+    }
+    for (uint32_t k = 0; k < v->nresvs; k++) {
+        struct sched_reserve *s = &r->reserves[k];
+        s->job = v->resvs[k].job;
+        s->start_ms = v->resvs[k].start_ms;
+        s->nnodes = 0;
+        s->nodes = arena_alloc(r, (count[k] ? count[k] : 1) * sizeof(*s->nodes));
+        if (!s->nodes) {
+            free(count);
+            return GPO_ENOMEM;
+        }
+    }
+    for (uint32_t n = 0; n < p->c->nnodes; n++) {
+        int32_t k = v->nodes[n].resv;
+        if (k >= 0)
+            r->reserves[k].nodes[r->reserves[k].nnodes++] = n;
+    }
+    r->nreserves = v->nresvs;
+    free(count);
+    return 0;
+}
+
+/* Claims carried over: a preemptor whose victims are still leaving waits for
+ * them; one whose victims are gone goes first. Returns the ready ones' queue
+ * indices in *ready. */
+static int carry_claims(struct pass *p, uint32_t *ready, size_t *ret_nready)
+{
+    size_t nready = 0;
+    for (size_t k = 0; k < p->st->nclaims; k++) {
+        const struct sched_claim *cl = &p->st->claims[k];
+        uint32_t qi = idmap_get(&p->ids, cl->job);
+        if (qi == IDMAP_NONE || (qi & IDMAP_RUNNING) || (p->jflag[qi] & J_DONE))
+            continue;
+        bool waiting = false;
+        for (uint32_t v = 0; v < cl->nvictims; v++) {
+            uint32_t ri = idmap_get(&p->ids, cl->victims[v]);
+            if (ri != IDMAP_NONE && (ri & IDMAP_RUNNING)) {
+                waiting = true;
+                break;
+            }
+        }
+        if (!waiting) {
+            ready[nready++] = qi;
+            continue;
+        }
+        /* Hold the victims' nodes for the preemptor until they have left. */
+        int r = view_resv_add(&p->view, cl->job, p->now + p->pol->preempt_grace_ms);
+        if (r < 0)
+            return r;
+        for (uint32_t v = 0; v < cl->nvictims; v++) {
+            uint32_t ri = idmap_get(&p->ids, cl->victims[v]);
+            if (ri == IDMAP_NONE || !(ri & IDMAP_RUNNING))
+                continue;
+            const struct sched_alloc *a = &p->run->jobs[ri & ~IDMAP_RUNNING].alloc;
+            for (uint32_t n = 0; n < a->nnodes; n++)
+                view_resv_hold(&p->view, (uint32_t)r, a->nodes[n].node);
+        }
+        set_wait(p, qi, SCHED_REASON_PREEMPTING, p->q->jobs[qi].pool, p->q->jobs[qi].gpu_type, 0,
+                 NULL);
+        p->jwait[qi].est_start_ms = p->now + p->pol->preempt_grace_ms;
+        p->res->decisions++;
+        int err = add_claim(p, cl->job, cl->victims, cl->nvictims, cl->since_ms);
+        if (err)
+            return err;
+    }
+    *ret_nready = nready;
+    return 0;
+}
+
+static int check_args(const struct sched_cluster *c, const struct sched_queue *q,
+                      const struct sched_running_set *run, const struct sched_policy *pol,
+                      const struct sched_state *st, int64_t now)
+{
+    if (!c || !q || !run || !pol || !st)
+        return GPO_EINVAL;
+    if ((q->njobs && !q->jobs) || (run->njobs && !run->jobs))
+        return GPO_EINVAL;
+    if (q->njobs > SCHED_MAX_JOBS || run->njobs > SCHED_MAX_JOBS)
+        return GPO_ELIMIT;
+    if (now < 0 || now < st->last_pass_ms)
+        return GPO_EINVAL;
+    if (sched_policy_check(pol, NULL) || sched_cluster_check(c, NULL))
+        return GPO_EINVAL;
+    for (size_t r = 0; r < run->njobs; r++) {
+        const struct sched_job *j = run->jobs[r].job;
+        if (!j || j->team >= c->nteams || j->prio >= c->nclasses)
+            return GPO_EINVAL;
+    }
+    return 0;
+}
+
+static int run_pass(struct pass *p)
+{
+    const struct sched_queue *q = p->q;
+    const struct sched_running_set *run = p->run;
+    size_t nq = q->njobs, nr = run->njobs;
+    int err;
+    uint64_t bad_job = 0;
+
+    if ((err = view_init(&p->view, p->c, run, p->pol->packing, &bad_job)))
+        return err;
+    if ((err = idmap_init(&p->ids, nq + nr)))
+        return err;
+    for (size_t r = 0; r < nr; r++) {
+        if (idmap_put(&p->ids, run->jobs[r].job->id, (uint32_t)r | IDMAP_RUNNING))
+            return GPO_EINVAL;
+    }
+    for (size_t i = 0; i < nq; i++) {
+        if (idmap_put(&p->ids, q->jobs[i].id, (uint32_t)i))
+            return GPO_EINVAL;
+    }
+    if ((err = quota_init(&p->quota, p->c, &p->view, run)) ||
+        (err = order_init(&p->order, p->c, &p->view, run, p->pol, p->st, p->now)) ||
+        (err = pass_alloc(p)) || (err = compute_attained(p)))
+        return err;
+
+    for (size_t r = 0; r < nr; r++) {
+        const struct sched_running *rj = &run->jobs[r];
+        if (rj->preempting) {
+            p->rflag[r] |= R_LEAVING;
+            p->leaving[p->nleaving++] = (uint32_t)r;
+        }
+        p->rel[p->nrel++] = (struct backfill_release){
+            rj->preempting ? p->now + p->pol->preempt_grace_ms : job_end(p, rj->job, rj->start_ms),
+            rj->job->id, &rj->alloc};
+        if (p->rlasq)
+            p->rlasq[r] = (uint8_t)order_las_queue(
+                p->pol, find_attained(p->attained, p->nattained, rj->job->id)->gpu_ms);
+    }
+
+    /* Validate, and find which jobs can be considered at all. */
+    uint32_t *cands = malloc((nq ? nq : 1) * sizeof(*cands));
+    uint32_t *ready = malloc((p->st->nclaims ? p->st->nclaims : 1) * sizeof(*ready));
+    if (!cands || !ready) {
+        free(cands);
+        free(ready);
+        return GPO_ENOMEM;
+    }
+    size_t ncands = 0, nready = 0;
+    for (size_t i = 0; i < nq; i++) {
+        if (!validate_job(p, (uint32_t)i))
+            continue;
+        if (p->lasq) {
+            const struct sched_attained *a = find_attained(p->attained, p->nattained, q->jobs[i].id);
+            p->lasq[i] = (uint8_t)order_las_queue(p->pol, a ? a->gpu_ms : 0);
+        }
+    }
+    if ((err = carry_claims(p, ready, &nready)))
+        goto out;
+    /* Jobs that cannot fit the free capacity now and cannot preempt cannot start in this
+     * pass, whatever their rank; only the first such job of each (team, class, pool) is
+     * still ranked, since it may be the one that earns a pool's reservation. */
+    size_t nkey = (size_t)p->c->nteams * p->c->nclasses * (p->c->npools + 1);
+    uint32_t *first = nkey <= (1u << 20) ? malloc(nkey * sizeof(*first)) : NULL;
+    if (first) {
+        for (size_t k = 0; k < nkey; k++)
+            first[k] = SCHED_NONE;
+    }
+    for (size_t i = 0; i < nq; i++) {
+        const struct sched_job *j = &q->jobs[i];
+        if (p->jflag[i] & J_DONE)
+            continue;
+        if (p->pol->preemption && may_preempt(p, j))
+            p->jflag[i] |= J_POT;
+        if ((p->jflag[i] & (J_FIT0 | J_POT)) || !first) {
+            p->jflag[i] |= J_CAND;
+            continue;
+        }
+        size_t k = ((size_t)j->team * p->c->nclasses + j->prio) * (p->c->npools + 1) +
+                   (j->pool == SCHED_ANY ? p->c->npools : j->pool);
+        uint32_t f = first[k];
+        const struct sched_job *fj = f == SCHED_NONE ? NULL : &q->jobs[f];
+        bool before = !fj ||
+                      (p->lasq && p->lasq[i] != p->lasq[f] ? p->lasq[i] < p->lasq[f]
+                       : j->submit_ms != fj->submit_ms ? j->submit_ms < fj->submit_ms
+                                                        : j->id < fj->id);
+        if (before)
+            first[k] = (uint32_t)i;
+    }
+    for (size_t k = 0; first && k < nkey; k++) {
+        if (first[k] != SCHED_NONE)
+            p->jflag[first[k]] |= J_CAND;
+    }
+    free(first);
+    for (size_t i = 0; i < nq; i++) {
+        if ((p->jflag[i] & J_CAND) && !(p->jflag[i] & J_DONE))
+            cands[ncands++] = (uint32_t)i;
+    }
+
+    /* Preemptors whose victims have left go first: the room is theirs. */
+    for (size_t k = 0; k < nready; k++) {
+        uint32_t i = ready[k];
+        if (p->jflag[i] & J_DONE)
+            continue;
+        p->jflag[i] |= J_CAND;
+        if ((err = process_job(p, i)))
+            goto out;
+    }
+    if ((err = order_begin(&p->order, q->jobs, cands, ncands, p->lasq)))
+        goto out;
+    for (uint32_t i; (i = order_next(&p->order)) != SCHED_NONE;) {
+        if (p->jflag[i] & J_DONE)
+            continue;
+        if ((err = process_job(p, i)))
+            goto out;
+    }
+
+    /* Jobs that were never ranked: quota, or no capacity now. */
+    for (size_t i = 0; i < nq; i++) {
+        if (p->jflag[i] & J_DONE)
+            continue;
+        const struct sched_job *j = &q->jobs[i];
+        uint32_t nallowed;
+        compute_allowed(p, j, &nallowed);
+        p->res->decisions++;
+        if (!nallowed)
+            set_wait(p, (uint32_t)i, SCHED_REASON_QUOTA, j->pool, j->gpu_type, 0, NULL);
+        else if (!p->pol->backfill && blocked_by(p))
+            set_wait(p, (uint32_t)i, SCHED_REASON_BLOCKED, j->pool, j->gpu_type, blocked_by(p),
+                     NULL);
+        else
+            set_wait(p, (uint32_t)i,
+                     j->multi_node ? SCHED_REASON_GANG
+                     : wants_gpu(j) ? SCHED_REASON_NO_GPU
+                                    : SCHED_REASON_HOST,
+                     j->pool, j->gpu_type, 0, NULL);
+    }
+
+    /* Waits in queue order. */
+    struct sched_result *r = p->res;
+    if ((err = grow((void **)&r->waits, &r->waits_cap, nq, sizeof(*r->waits))))
+        goto out;
+    for (size_t i = 0; i < nq; i++) {
+        if (!(p->jflag[i] & J_STARTED))
+            r->waits[r->nwaits++] = p->jwait[i];
+    }
+    err = collect_reserves(p);
+out:
+    free(cands);
+    free(ready);
+    return err;
+}
+
+int sched_pass(const struct sched_cluster *cluster, const struct sched_queue *queue,
+               const struct sched_running_set *running, const struct sched_policy *policy,
+               struct sched_state *state, int64_t now_ms, struct sched_result *result)
+{
+    if (!result)
+        return GPO_EINVAL;
+    result_clear(result);
+    int err = check_args(cluster, queue, running, policy, state, now_ms);
+    if (err)
+        return err;
+    struct pass p = {.c = cluster,
+                     .q = queue,
+                     .run = running,
+                     .pol = policy,
+                     .st = state,
+                     .res = result,
+                     .now = now_ms};
+    err = run_pass(&p);
+    if (!err)
+        err = order_commit(&p.order, state);
+    if (!err) {
+        /* Nothing below can fail: the state moves to `now` in one step. */
+        free(state->attained);
+        state->attained = p.attained;
+        state->nattained = state->attained_cap = p.nattained;
+        p.attained = NULL;
+        free(state->claims);
+        state->claims = p.claims;
+        state->nclaims = p.nclaims;
+        state->claims_cap = p.claims_cap;
+        p.claims = NULL;
+        state->last_pass_ms = now_ms;
+    } else {
+        result_clear(result);
+    }
+    pass_free(&p);
+    return err;
+}

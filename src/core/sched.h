@@ -1,0 +1,146 @@
+/*
+ * sched.h - one scheduling pass: the decisions, and the state carried between
+ * passes.
+ *
+ * sched_pass takes the cluster, the pending queue, the running set, the policy
+ * and `now`, and returns what to do: start these jobs on these GPUs, preempt
+ * those, hold a reservation, and why every other job waits. It is a pure
+ * function of its inputs and of `state`, the explicit carry-over the caller
+ * persists (decayed fair-share usage, attained service, preemption claims,
+ * reservations): the same inputs and state give the same decisions, ties going
+ * to the lower job id.
+ *
+ * What the caller does with the decisions: it commits them, then on the next
+ * pass lists started jobs in the running set, and preempted ones there with
+ * `preempting` set until they exit (after the grace period), then requeues
+ * them. A preempted job's resources go to the job it was evicted for: the state
+ * remembers that claim.
+ */
+#ifndef GPUORCH_CORE_SCHED_H
+#define GPUORCH_CORE_SCHED_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/explain.h"
+#include "core/model.h"
+
+/* Decayed GPU usage of one team on one GPU type (GPU-ms, decayed to last_pass_ms). */
+struct sched_usage {
+    uint32_t team_id;
+    uint32_t gpu_type_id;
+    double gpu_ms;
+};
+
+/* Attained GPU-service of one job (GPU-ms), for LAS. */
+struct sched_attained {
+    uint64_t job;
+    int64_t gpu_ms;
+};
+
+/* A pending job that caused preemptions, and the jobs evicted for it. Until they
+ * have all exited, the job preempts nothing more; when they have, it is
+ * offered the freed resources before any other job. */
+struct sched_claim {
+    uint64_t job;
+    uint64_t victims[16];
+    uint32_t nvictims; /* at most 16 recorded; more are still evicted */
+    int64_t since_ms;
+};
+
+/*
+ * The carry-over. Initialise with sched_state_init, release with
+ * sched_state_release; the caller may read and persist every field, and
+ * rebuild a state by filling the arrays (in any order) before the next pass.
+ * All arrays are owned by the state.
+ */
+struct sched_state {
+    int64_t last_pass_ms; /* 0 before the first pass */
+    struct sched_usage *usage;
+    size_t nusage;
+    struct sched_attained *attained; /* sorted by job id after a pass */
+    size_t nattained;
+    struct sched_claim *claims;
+    size_t nclaims;
+    /* private: capacities of the arrays above */
+    size_t usage_cap, attained_cap, claims_cap;
+};
+
+void sched_state_init(struct sched_state *state);
+void sched_state_release(struct sched_state *state);
+
+/* Adds one usage/attained record (for a caller restoring persisted state).
+ * 0 or GPO_ENOMEM (state unchanged). */
+int sched_state_add_usage(struct sched_state *state, uint32_t team_id, uint32_t gpu_type_id,
+                          double gpu_ms);
+int sched_state_add_attained(struct sched_state *state, uint64_t job, int64_t gpu_ms);
+
+/* Attained GPU-ms of a job recorded in the state, 0 if none. */
+int64_t sched_state_attained(const struct sched_state *state, uint64_t job);
+
+enum sched_preempt_why {
+    SCHED_PREEMPT_PRIORITY = 0, /* a higher priority class that may preempt */
+    SCHED_PREEMPT_RECLAIM,      /* a team taking back its guaranteed share from a borrower */
+    SCHED_PREEMPT_LAS,          /* a job in a less-served LAS queue */
+};
+
+struct sched_start {
+    uint64_t job;
+    struct sched_alloc alloc; /* arrays owned by the result */
+    bool borrowed;            /* over the team's guarantee: preemptible by reclaim */
+};
+
+struct sched_preempt {
+    uint64_t job;     /* the running job to evict (SIGTERM now, SIGKILL after grace) */
+    uint64_t for_job; /* the pending job it makes room for */
+    int64_t grace_ms;
+    int64_t lost_gpu_ms; /* work lost since its last checkpoint (or start) */
+    enum sched_preempt_why why;
+};
+
+struct sched_reserve {
+    uint64_t job;
+    int64_t start_ms; /* when the reserved resources are expected free */
+    uint32_t *nodes;  /* owned by the result */
+    uint32_t nnodes;
+};
+
+struct sched_arena_chunk;
+
+/* Everything one pass decided. Initialise with sched_result_init; each pass
+ * overwrites it (reusing its memory); release with sched_result_release. */
+struct sched_result {
+    struct sched_start *starts;
+    size_t nstarts;
+    struct sched_preempt *preempts;
+    size_t npreempts;
+    struct sched_reserve *reserves;
+    size_t nreserves;
+    struct sched_wait *waits; /* one per pending job not started, in queue order */
+    size_t nwaits;
+    size_t decisions; /* pending jobs evaluated in the pass */
+    /* private: storage behind the arrays above */
+    struct sched_arena_chunk *arena;
+    size_t starts_cap, preempts_cap, reserves_cap, waits_cap;
+};
+
+void sched_result_init(struct sched_result *result);
+void sched_result_release(struct sched_result *result);
+
+/*
+ * Runs one pass at time `now_ms` (>= state->last_pass_ms).
+ *
+ * Returns 0 and fills *result; or GPO_EINVAL for a NULL argument, an invalid
+ * cluster or policy, a running job whose allocation is out of range or over a
+ * node's capacity, or a job id that appears twice; or GPO_ENOMEM. On error,
+ * `state` is unchanged and *result is emptied.
+ *
+ * A pending job that is itself invalid (negative size, unknown pool, larger
+ * than any node, ...) is not an error of the pass: it gets a final reason in
+ * result->waits and the rest of the queue is scheduled.
+ */
+int sched_pass(const struct sched_cluster *cluster, const struct sched_queue *queue,
+               const struct sched_running_set *running, const struct sched_policy *policy,
+               struct sched_state *state, int64_t now_ms, struct sched_result *result);
+
+#endif

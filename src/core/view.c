@@ -1,0 +1,759 @@
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/err.h"
+#include "core/view.h"
+#include "util/banned.h"
+
+static bool gpu_offered(const struct sched_gpu *gpu)
+{
+    return !gpu->mig_enabled;
+}
+
+static uint32_t node_type_slot(const struct sched_cluster *c, const struct sched_node *n)
+{
+    return n->ngpus ? c->gpus[n->gpu_first].type : c->ngpu_types;
+}
+
+int view_init(struct view *view, const struct sched_cluster *c,
+              const struct sched_running_set *running, enum sched_packing packing,
+              uint64_t *ret_bad_job)
+{
+    memset(view, 0, sizeof(*view));
+    view->cluster = c;
+    view->packing = packing;
+    size_t slots = (size_t)c->npools * (c->ngpu_types + 1);
+    view->gpus = calloc(c->ngpus ? c->ngpus : 1, sizeof(*view->gpus));
+    view->gpu_node = calloc(c->ngpus ? c->ngpus : 1, sizeof(*view->gpu_node));
+    view->nodes = calloc(c->nnodes ? c->nnodes : 1, sizeof(*view->nodes));
+    view->node_scratch = calloc(c->nnodes ? c->nnodes : 1, sizeof(*view->node_scratch));
+    view->group_index = malloc((slots ? slots : 1) * sizeof(*view->group_index));
+    if (!view->gpus || !view->gpu_node || !view->nodes || !view->node_scratch ||
+        !view->group_index)
+        goto nomem;
+    for (size_t i = 0; i < slots; i++)
+        view->group_index[i] = SCHED_NONE;
+
+    /* Groups: count nodes per (pool, type), then lay their node lists out in one array. */
+    uint32_t *counts = NULL;
+    for (uint32_t n = 0; n < c->nnodes; n++) {
+        const struct sched_node *node = &c->nodes[n];
+        size_t slot = (size_t)node->pool * (c->ngpu_types + 1) + node_type_slot(c, node);
+        if (view->group_index[slot] == SCHED_NONE)
+            view->group_index[slot] = view->ngroups++;
+    }
+    view->groups = calloc(view->ngroups ? view->ngroups : 1, sizeof(*view->groups));
+    view->group_nodes = malloc((c->nnodes ? c->nnodes : 1) * sizeof(*view->group_nodes));
+    counts = calloc(view->ngroups ? view->ngroups : 1, sizeof(*counts));
+    if (!view->groups || !view->group_nodes || !counts) {
+        free(counts);
+        goto nomem;
+    }
+    for (uint32_t n = 0; n < c->nnodes; n++) {
+        const struct sched_node *node = &c->nodes[n];
+        uint32_t type = node_type_slot(c, node);
+        uint32_t g = view->group_index[(size_t)node->pool * (c->ngpu_types + 1) + type];
+        view->groups[g].pool = node->pool;
+        view->groups[g].gpu_type = type == c->ngpu_types ? SCHED_NONE : type;
+        counts[g]++;
+    }
+    uint32_t off = 0;
+    for (uint32_t g = 0; g < view->ngroups; g++) {
+        view->groups[g].nodes = view->group_nodes + off;
+        off += counts[g];
+    }
+    free(counts);
+
+    for (uint32_t n = 0; n < c->nnodes; n++) {
+        const struct sched_node *node = &c->nodes[n];
+        uint32_t type = node_type_slot(c, node);
+        uint32_t g = view->group_index[(size_t)node->pool * (c->ngpu_types + 1) + type];
+        struct view_group *grp = &view->groups[g];
+        struct view_node *vn = &view->nodes[n];
+        grp->nodes[grp->nnodes++] = n;
+        vn->group = g;
+        vn->free_cpus = node->cpus;
+        vn->free_mem_mib = node->mem_mib;
+        vn->usable = node->state == SCHED_NODE_UP;
+        vn->resv = -1;
+        if (node->ngpus > grp->max_node_gpus)
+            grp->max_node_gpus = node->ngpus;
+        grp->total_gpus += node->ngpus;
+        for (uint32_t i = 0; i < node->ngpus; i++) {
+            uint32_t gi = node->gpu_first + i;
+            const struct sched_gpu *gpu = &c->gpus[gi];
+            view->gpu_node[gi] = n;
+            if (gpu->mem_mib > grp->gpu_mem_mib)
+                grp->gpu_mem_mib = gpu->mem_mib;
+            if (!gpu_offered(gpu))
+                continue;
+            view->gpus[gi].free_milli = SCHED_MILLI;
+            view->gpus[gi].free_mem_mib = gpu->mem_mib;
+            vn->free_whole++;
+            if (vn->usable)
+                grp->cap_milli += SCHED_MILLI;
+        }
+        grp->dirty = true;
+    }
+
+    for (size_t r = 0; running && r < running->njobs; r++) {
+        const struct sched_alloc *a = &running->jobs[r].alloc;
+        bool bad = (a->nnodes && !a->nodes) || (a->nshares && !a->shares);
+        for (uint32_t i = 0; !bad && i < a->nnodes; i++)
+            bad = a->nodes[i].node >= c->nnodes;
+        for (uint32_t i = 0; !bad && i < a->nshares; i++)
+            bad = a->shares[i].gpu >= c->ngpus;
+        if (bad) {
+            if (ret_bad_job)
+                *ret_bad_job = running->jobs[r].job ? running->jobs[r].job->id : 0;
+            view_release(view);
+            return GPO_EINVAL;
+        }
+        view_apply(view, a, false);
+    }
+    return 0;
+
+nomem:
+    view_release(view);
+    return GPO_ENOMEM;
+}
+
+void view_release(struct view *view)
+{
+    if (!view)
+        return;
+    free(view->gpus);
+    free(view->gpu_node);
+    free(view->nodes);
+    free(view->groups);
+    free(view->group_nodes);
+    free(view->group_index);
+    free(view->resvs);
+    free(view->node_scratch);
+    memset(view, 0, sizeof(*view));
+}
+
+int view_clone(struct view *dst, const struct view *src)
+{
+    const struct sched_cluster *c = src->cluster;
+    memset(dst, 0, sizeof(*dst));
+    dst->cluster = c;
+    dst->packing = src->packing;
+    dst->ngroups = src->ngroups;
+    /* Shared, read-only parts: the clone never frees them (see view_clone_release). */
+    dst->gpu_node = src->gpu_node;
+    dst->group_index = src->group_index;
+    dst->group_nodes = src->group_nodes;
+    dst->gpus = malloc((c->ngpus ? c->ngpus : 1) * sizeof(*dst->gpus));
+    dst->nodes = malloc((c->nnodes ? c->nnodes : 1) * sizeof(*dst->nodes));
+    dst->groups = malloc((src->ngroups ? src->ngroups : 1) * sizeof(*dst->groups));
+    dst->node_scratch = malloc((c->nnodes ? c->nnodes : 1) * sizeof(*dst->node_scratch));
+    if (src->nresvs)
+        dst->resvs = malloc(src->nresvs * sizeof(*dst->resvs));
+    if (!dst->gpus || !dst->nodes || !dst->groups || !dst->node_scratch ||
+        (src->nresvs && !dst->resvs)) {
+        view_clone_release(dst);
+        return GPO_ENOMEM;
+    }
+    memcpy(dst->gpus, src->gpus, c->ngpus * sizeof(*dst->gpus));
+    memcpy(dst->nodes, src->nodes, c->nnodes * sizeof(*dst->nodes));
+    memcpy(dst->groups, src->groups, src->ngroups * sizeof(*dst->groups));
+    if (src->nresvs)
+        memcpy(dst->resvs, src->resvs, src->nresvs * sizeof(*dst->resvs));
+    dst->nresvs = dst->resvs_cap = src->nresvs;
+    return 0;
+}
+
+void view_clone_release(struct view *view)
+{
+    if (!view)
+        return;
+    free(view->gpus);
+    free(view->nodes);
+    free(view->groups);
+    free(view->node_scratch);
+    free(view->resvs);
+    memset(view, 0, sizeof(*view));
+}
+
+uint32_t view_group_of(const struct view *view, uint32_t pool, uint32_t gpu_type)
+{
+    const struct sched_cluster *c = view->cluster;
+    if (pool >= c->npools)
+        return SCHED_NONE;
+    uint32_t t = gpu_type == SCHED_NONE ? c->ngpu_types : gpu_type;
+    if (t > c->ngpu_types)
+        return SCHED_NONE;
+    return view->group_index[(size_t)pool * (c->ngpu_types + 1) + t];
+}
+
+static bool job_wants_gpu(const struct sched_job *job)
+{
+    return job->gpus > 0 || job->gpu_milli > 0 || job->gpu_mem_mib > 0;
+}
+
+bool view_group_eligible(const struct view *view, const struct sched_job *job, uint32_t g)
+{
+    const struct view_group *grp = &view->groups[g];
+    if (job->pool != SCHED_ANY && job->pool != grp->pool)
+        return false;
+    if (!job_wants_gpu(job))
+        return true;
+    if (grp->gpu_type == SCHED_NONE)
+        return false;
+    if (job->gpu_type != SCHED_ANY && job->gpu_type != grp->gpu_type)
+        return false;
+    if (job->min_gpu_mem_mib > (int64_t)grp->gpu_mem_mib)
+        return false;
+    if (job->gpu_mem_mib > (int64_t)grp->gpu_mem_mib)
+        return false;
+    return true;
+}
+
+static uint32_t node_max_free_milli(const struct view *view, uint32_t n)
+{
+    const struct sched_node *node = &view->cluster->nodes[n];
+    const struct view_node *vn = &view->nodes[n];
+    if (vn->free_whole)
+        return SCHED_MILLI;
+    if (!vn->nshared)
+        return 0;
+    uint32_t best = 0;
+    for (uint32_t i = 0; i < node->ngpus; i++) {
+        uint32_t f = view->gpus[node->gpu_first + i].free_milli;
+        if (f > best)
+            best = f;
+    }
+    return best;
+}
+
+void view_group_refresh(struct view *view, uint32_t g)
+{
+    struct view_group *grp = &view->groups[g];
+    if (!grp->dirty)
+        return;
+    grp->max_free_whole = grp->max_free_whole_open = 0;
+    grp->sum_free_whole = grp->sum_free_whole_open = 0;
+    grp->max_free_milli = grp->max_free_milli_open = 0;
+    for (uint32_t i = 0; i < grp->nnodes; i++) {
+        uint32_t n = grp->nodes[i];
+        const struct view_node *vn = &view->nodes[n];
+        if (!vn->usable)
+            continue;
+        uint32_t milli = node_max_free_milli(view, n);
+        if (vn->free_whole > grp->max_free_whole)
+            grp->max_free_whole = vn->free_whole;
+        grp->sum_free_whole += vn->free_whole;
+        if (milli > grp->max_free_milli)
+            grp->max_free_milli = milli;
+        if (vn->resv >= 0)
+            continue;
+        if (vn->free_whole > grp->max_free_whole_open)
+            grp->max_free_whole_open = vn->free_whole;
+        grp->sum_free_whole_open += vn->free_whole;
+        if (milli > grp->max_free_milli_open)
+            grp->max_free_milli_open = milli;
+    }
+    grp->dirty = false;
+}
+
+bool view_group_may_fit(struct view *view, const struct sched_job *job, uint32_t g, bool open)
+{
+    view_group_refresh(view, g);
+    const struct view_group *grp = &view->groups[g];
+    if (job->gpus > 0) {
+        uint32_t maxw = open ? grp->max_free_whole_open : grp->max_free_whole;
+        uint64_t sum = open ? grp->sum_free_whole_open : grp->sum_free_whole;
+        if (job->multi_node)
+            return sum >= (uint64_t)job->gpus;
+        return maxw >= (uint32_t)job->gpus;
+    }
+    if (job_wants_gpu(job)) {
+        uint32_t milli = 0, mem = 0;
+        struct sched_gpu probe = {.mem_mib = grp->gpu_mem_mib};
+        model_job_gpu_claim(job, &probe, &milli, &mem);
+        return (open ? grp->max_free_milli_open : grp->max_free_milli) >= milli;
+    }
+    return grp->nnodes > 0;
+}
+
+static void gpu_take(struct view *view, uint32_t gi, uint32_t milli, uint32_t mem, bool give)
+{
+    struct view_gpu *vg = &view->gpus[gi];
+    struct view_node *vn = &view->nodes[view->gpu_node[gi]];
+    bool offered = gpu_offered(&view->cluster->gpus[gi]);
+    bool was_whole = offered && vg->free_milli == SCHED_MILLI;
+    bool was_shared = offered && vg->free_milli > 0 && vg->free_milli < SCHED_MILLI;
+    if (give) {
+        vg->free_milli += milli;
+        vg->free_mem_mib += mem;
+        if (vg->free_milli > SCHED_MILLI)
+            vg->free_milli = SCHED_MILLI;
+        if (vg->free_mem_mib > view->cluster->gpus[gi].mem_mib)
+            vg->free_mem_mib = view->cluster->gpus[gi].mem_mib;
+    } else {
+        /* Saturating: a running allocation over what the GPU now has (it shrank,
+         * or the caller's records disagree) leaves it full, never negative. */
+        vg->free_milli = vg->free_milli > milli ? vg->free_milli - milli : 0;
+        vg->free_mem_mib = vg->free_mem_mib > mem ? vg->free_mem_mib - mem : 0;
+    }
+    bool is_whole = offered && vg->free_milli == SCHED_MILLI;
+    bool is_shared = offered && vg->free_milli > 0 && vg->free_milli < SCHED_MILLI;
+    vn->free_whole = (uint16_t)(vn->free_whole - was_whole + is_whole);
+    vn->nshared = (uint16_t)(vn->nshared - was_shared + is_shared);
+    view->groups[vn->group].dirty = true;
+}
+
+void view_apply(struct view *view, const struct sched_alloc *alloc, bool give)
+{
+    for (uint32_t i = 0; i < alloc->nshares; i++) {
+        const struct sched_share *s = &alloc->shares[i];
+        gpu_take(view, s->gpu, s->milli, s->mem_mib, give);
+    }
+    for (uint32_t i = 0; i < alloc->nnodes; i++) {
+        const struct sched_node_part *p = &alloc->nodes[i];
+        struct view_node *vn = &view->nodes[p->node];
+        if (give) {
+            vn->free_cpus += p->cpus;
+            vn->free_mem_mib += p->mem_mib;
+        } else {
+            vn->free_cpus = vn->free_cpus > p->cpus ? vn->free_cpus - p->cpus : 0;
+            vn->free_mem_mib = vn->free_mem_mib > p->mem_mib ? vn->free_mem_mib - p->mem_mib : 0;
+        }
+        view->groups[vn->group].dirty = true;
+    }
+}
+
+int view_resv_add(struct view *view, uint64_t job, int64_t start_ms)
+{
+    if (view->nresvs == view->resvs_cap) {
+        uint32_t cap = view->resvs_cap ? view->resvs_cap * 2 : 8;
+        struct view_resv *r = realloc(view->resvs, cap * sizeof(*r));
+        if (!r)
+            return GPO_ENOMEM;
+        view->resvs = r;
+        view->resvs_cap = cap;
+    }
+    view->resvs[view->nresvs] = (struct view_resv){.job = job, .start_ms = start_ms};
+    return (int)view->nresvs++;
+}
+
+void view_resv_hold(struct view *view, uint32_t r, uint32_t node)
+{
+    struct view_node *vn = &view->nodes[node];
+    if (vn->resv >= 0)
+        return;
+    vn->resv = (int32_t)r;
+    view->groups[vn->group].dirty = true;
+}
+
+/* ---- placement ---- */
+
+struct ctx {
+    struct view *view;
+    const struct sched_job *job;
+    int64_t end_ms;
+    bool ignore_resv;
+    unsigned miss;
+    int32_t blocking_resv;
+};
+
+/* May the job use node n, as far as reservations go? Records the blocker. */
+static bool resv_allows(struct ctx *x, uint32_t n)
+{
+    int32_t r = x->view->nodes[n].resv;
+    if (r < 0 || x->ignore_resv || x->end_ms <= x->view->resvs[r].start_ms)
+        return true;
+    x->miss |= VIEW_MISS_RESV;
+    if (x->blocking_resv < 0)
+        x->blocking_resv = r;
+    return false;
+}
+
+/* CPUs or host memory a node must give a gang member holding k of the job's GPUs. */
+static uint32_t part_cpus(const struct sched_job *job, uint32_t k)
+{
+    if (job->gpus <= 0 || !job->multi_node)
+        return (uint32_t)job->cpus;
+    return (uint32_t)(((uint64_t)job->cpus * k + (uint64_t)job->gpus - 1) / (uint64_t)job->gpus);
+}
+
+static uint64_t part_mem(const struct sched_job *job, uint32_t k)
+{
+    if (job->gpus <= 0 || !job->multi_node)
+        return (uint64_t)job->mem_mib;
+    return ((uint64_t)job->mem_mib * k + (uint64_t)job->gpus - 1) / (uint64_t)job->gpus;
+}
+
+static bool host_fits(const struct view_node *vn, const struct sched_job *job, uint32_t k)
+{
+    return vn->free_cpus >= part_cpus(job, k) && vn->free_mem_mib >= part_mem(job, k);
+}
+
+static bool gpu_mem_ok(const struct sched_job *job, const struct sched_gpu *gpu)
+{
+    return job->min_gpu_mem_mib <= (int64_t)gpu->mem_mib;
+}
+
+uint32_t view_node_whole_for(const struct view *view, const struct sched_job *job, uint32_t n)
+{
+    const struct sched_node *node = &view->cluster->nodes[n];
+    if (job->min_gpu_mem_mib <= 0)
+        return view->nodes[n].free_whole;
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < node->ngpus; i++) {
+        uint32_t gi = node->gpu_first + i;
+        k += view->gpus[gi].free_milli == SCHED_MILLI && gpu_offered(&view->cluster->gpus[gi]) &&
+             gpu_mem_ok(job, &view->cluster->gpus[gi]);
+    }
+    return k;
+}
+
+/* Is candidate (a) better than (b) for the packing? Scores are "free after". */
+static bool better(enum sched_packing p, uint64_t a, uint32_t an, uint64_t b, uint32_t bn)
+{
+    if (a != b)
+        return p == SCHED_PACK_BINPACK ? a < b : a > b;
+    return an < bn;
+}
+
+/* Picks k wholly free GPUs of node n, preferring one NVLink domain (the
+ * fullest one that still holds k, so larger domains stay whole). */
+static void pick_whole_gpus(const struct view *view, const struct sched_job *job, uint32_t n,
+                            uint32_t k, struct sched_share *out)
+{
+    const struct sched_node *node = &view->cluster->nodes[n];
+    int32_t best_dom = INT32_MIN;
+    uint32_t best_free = UINT32_MAX;
+    for (uint32_t i = 0; i < node->ngpus && k > 1; i++) {
+        int32_t dom = view->cluster->gpus[node->gpu_first + i].nvlink_domain;
+        if (dom < 0)
+            continue;
+        bool seen = false;
+        for (uint32_t j = 0; j < i && !seen; j++)
+            seen = view->cluster->gpus[node->gpu_first + j].nvlink_domain == dom;
+        if (seen)
+            continue;
+        uint32_t f = 0;
+        for (uint32_t j = i; j < node->ngpus; j++) {
+            uint32_t gj = node->gpu_first + j;
+            const struct sched_gpu *g = &view->cluster->gpus[gj];
+            f += g->nvlink_domain == dom && gpu_offered(g) &&
+                 view->gpus[gj].free_milli == SCHED_MILLI && gpu_mem_ok(job, g);
+        }
+        if (f >= k && f < best_free) {
+            best_free = f;
+            best_dom = dom;
+        }
+    }
+    uint32_t got = 0;
+    for (int pass = 0; pass < 2 && got < k; pass++) {
+        for (uint32_t i = 0; i < node->ngpus && got < k; i++) {
+            uint32_t gi = node->gpu_first + i;
+            const struct sched_gpu *g = &view->cluster->gpus[gi];
+            if (!gpu_offered(g) || view->gpus[gi].free_milli != SCHED_MILLI || !gpu_mem_ok(job, g))
+                continue;
+            bool in_dom = best_dom != INT32_MIN && g->nvlink_domain == best_dom;
+            if (pass == 0 && best_dom != INT32_MIN && !in_dom)
+                continue;
+            bool taken = false;
+            for (uint32_t j = 0; j < got && !taken; j++)
+                taken = out[j].gpu == gi;
+            if (taken)
+                continue;
+            out[got++] = (struct sched_share){.gpu = gi, .milli = SCHED_MILLI, .mem_mib = g->mem_mib};
+        }
+    }
+}
+
+static void fill_single(struct view_place *out, const struct view *view,
+                        const struct sched_job *job, uint32_t n)
+{
+    out->nnodes = 1;
+    out->nodes[0] = (struct sched_node_part){
+        .node = n, .cpus = (uint32_t)job->cpus, .mem_mib = (uint64_t)job->mem_mib};
+    out->group = view->nodes[n].group;
+}
+
+/* One-node whole-GPU job (or a CPU-only job, k = 0). */
+static bool place_whole_single(struct ctx *x, const bool *allowed, struct view_place *out)
+{
+    struct view *view = x->view;
+    const struct sched_job *job = x->job;
+    uint32_t k = job->gpus > 0 ? (uint32_t)job->gpus : 0;
+    uint32_t best = SCHED_NONE;
+    uint64_t best_score = 0;
+    for (uint32_t g = 0; g < view->ngroups; g++) {
+        if ((allowed && !allowed[g]) || !view_group_eligible(view, job, g))
+            continue;
+        if (k && !view_group_may_fit(view, job, g, false)) {
+            x->miss |= VIEW_MISS_GPU;
+            continue;
+        }
+        const struct view_group *grp = &view->groups[g];
+        for (uint32_t i = 0; i < grp->nnodes; i++) {
+            uint32_t n = grp->nodes[i];
+            const struct view_node *vn = &view->nodes[n];
+            if (!vn->usable || vn->free_whole < k)
+                continue;
+            uint32_t w = k ? view_node_whole_for(view, job, n) : 0;
+            if (w < k)
+                continue;
+            if (!host_fits(vn, job, k)) {
+                x->miss |= VIEW_MISS_HOST;
+                continue;
+            }
+            uint64_t score = k ? (uint64_t)(w - k) : (uint64_t)(vn->free_cpus - (uint32_t)job->cpus);
+            if (best != SCHED_NONE && !better(view->packing, score, n, best_score, best))
+                continue;
+            if (!resv_allows(x, n))
+                continue;
+            best = n;
+            best_score = score;
+        }
+    }
+    if (best == SCHED_NONE) {
+        if (!(x->miss & (VIEW_MISS_HOST | VIEW_MISS_RESV)))
+            x->miss |= VIEW_MISS_GPU;
+        return false;
+    }
+    fill_single(out, view, job, best);
+    out->nshares = k;
+    if (k)
+        pick_whole_gpus(view, job, best, k, out->shares);
+    return true;
+}
+
+/* Fraction or memory of one GPU: shared GPUs first, then a fresh one. */
+static bool place_fraction(struct ctx *x, const bool *allowed, struct view_place *out)
+{
+    struct view *view = x->view;
+    const struct sched_job *job = x->job;
+    const struct sched_cluster *c = view->cluster;
+    uint32_t best_gpu = SCHED_NONE, best_node = SCHED_NONE;
+    uint64_t best_score = 0;
+    uint32_t best_milli = 0, best_mem = 0;
+    for (int fresh = 0; fresh < 2 && best_gpu == SCHED_NONE; fresh++) {
+        for (uint32_t g = 0; g < view->ngroups; g++) {
+            if ((allowed && !allowed[g]) || !view_group_eligible(view, job, g))
+                continue;
+            if (!view_group_may_fit(view, job, g, false)) {
+                x->miss |= VIEW_MISS_GPU;
+                continue;
+            }
+            const struct view_group *grp = &view->groups[g];
+            for (uint32_t i = 0; i < grp->nnodes; i++) {
+                uint32_t n = grp->nodes[i];
+                const struct view_node *vn = &view->nodes[n];
+                if (!vn->usable || (fresh ? !vn->free_whole : !vn->nshared))
+                    continue;
+                const struct sched_node *node = &c->nodes[n];
+                for (uint32_t j = 0; j < node->ngpus; j++) {
+                    uint32_t gi = node->gpu_first + j;
+                    const struct sched_gpu *gpu = &c->gpus[gi];
+                    const struct view_gpu *vg = &view->gpus[gi];
+                    if (!gpu_offered(gpu) || !gpu_mem_ok(job, gpu))
+                        continue;
+                    if (fresh ? vg->free_milli != SCHED_MILLI
+                              : !(vg->free_milli > 0 && vg->free_milli < SCHED_MILLI))
+                        continue;
+                    uint32_t milli, mem;
+                    model_job_gpu_claim(job, gpu, &milli, &mem);
+                    if (vg->free_milli < milli || vg->free_mem_mib < mem)
+                        continue;
+                    if (!host_fits(vn, job, 0)) {
+                        x->miss |= VIEW_MISS_HOST;
+                        break;
+                    }
+                    /* Shared: tightest GPU. Fresh: the node with the fewest whole
+                     * GPUs free (binpack), so untouched nodes stay whole. */
+                    uint64_t score = fresh ? vn->free_whole : vg->free_milli - milli;
+                    if (best_gpu != SCHED_NONE &&
+                        !better(view->packing, score, n, best_score, best_node))
+                        continue;
+                    if (!resv_allows(x, n))
+                        break;
+                    best_gpu = gi;
+                    best_node = n;
+                    best_score = score;
+                    best_milli = milli;
+                    best_mem = mem;
+                    if (fresh)
+                        break; /* the node's lowest fresh GPU */
+                }
+            }
+        }
+    }
+    if (best_gpu == SCHED_NONE) {
+        if (!(x->miss & (VIEW_MISS_HOST | VIEW_MISS_RESV)))
+            x->miss |= VIEW_MISS_GPU;
+        return false;
+    }
+    fill_single(out, view, job, best_node);
+    out->nshares = 1;
+    out->shares[0] = (struct sched_share){.gpu = best_gpu, .milli = best_milli, .mem_mib = best_mem};
+    return true;
+}
+
+/* A gang across the fewest nodes of one group: the nodes with the most free
+ * GPUs first; the last piece on the tightest node that holds it (binpack). */
+static bool place_gang(struct ctx *x, const bool *allowed, struct view_place *out)
+{
+    struct view *view = x->view;
+    const struct sched_job *job = x->job;
+    uint32_t k = (uint32_t)job->gpus;
+    uint32_t best_group = SCHED_NONE, best_count = UINT32_MAX;
+    for (uint32_t g = 0; g < view->ngroups; g++) {
+        if ((allowed && !allowed[g]) || !view_group_eligible(view, job, g))
+            continue;
+        if (!view_group_may_fit(view, job, g, false)) {
+            x->miss |= VIEW_MISS_GANG;
+            continue;
+        }
+        /* Count how few nodes could do it: a selection of the largest free counts. */
+        const struct view_group *grp = &view->groups[g];
+        uint32_t hist[SCHED_MAX_GPUS_PER_NODE + 1] = {0};
+        for (uint32_t i = 0; i < grp->nnodes; i++) {
+            uint32_t n = grp->nodes[i];
+            const struct view_node *vn = &view->nodes[n];
+            if (!vn->usable || !vn->free_whole)
+                continue;
+            uint32_t w = view_node_whole_for(view, job, n);
+            if (!w || !host_fits(vn, job, w < k ? w : k))
+                continue;
+            if (!resv_allows(x, n))
+                continue;
+            hist[w]++;
+        }
+        uint32_t need = k, count = 0;
+        for (int w = SCHED_MAX_GPUS_PER_NODE; w > 0 && need; w--) {
+            for (uint32_t m = 0; m < hist[w] && need; m++) {
+                need -= (uint32_t)w < need ? (uint32_t)w : need;
+                count++;
+            }
+        }
+        if (need) {
+            x->miss |= VIEW_MISS_GANG;
+            continue;
+        }
+        if (count < best_count) {
+            best_count = count;
+            best_group = g;
+        }
+    }
+    if (best_group == SCHED_NONE)
+        return false;
+
+    /* Lay the gang out: nodes by free GPUs, descending, ties to the lower index. */
+    const struct view_group *grp = &view->groups[best_group];
+    uint32_t ncand = 0;
+    uint32_t *cand = view->node_scratch;
+    for (uint32_t i = 0; i < grp->nnodes; i++) {
+        uint32_t n = grp->nodes[i];
+        const struct view_node *vn = &view->nodes[n];
+        if (!vn->usable || !vn->free_whole)
+            continue;
+        uint32_t w = view_node_whole_for(view, job, n);
+        if (!w || !host_fits(vn, job, w < k ? w : k))
+            continue;
+        int32_t r = vn->resv;
+        if (r >= 0 && !x->ignore_resv && x->end_ms > view->resvs[r].start_ms)
+            continue;
+        cand[ncand++] = n;
+    }
+    /* Insertion sort is enough: candidates are one group's nodes and gangs are rare. */
+    for (uint32_t i = 1; i < ncand; i++) {
+        uint32_t n = cand[i], wn = view_node_whole_for(view, job, n);
+        uint32_t j = i;
+        while (j > 0) {
+            uint32_t p = cand[j - 1], wp = view_node_whole_for(view, job, p);
+            if (wp > wn || (wp == wn && p < n))
+                break;
+            cand[j] = p;
+            j--;
+        }
+        cand[j] = n;
+    }
+    uint32_t need = k;
+    out->nnodes = 0;
+    out->nshares = 0;
+    for (uint32_t i = 0; i < ncand && need; i++) {
+        uint32_t n = cand[i], w = view_node_whole_for(view, job, n);
+        uint32_t take = w < need ? w : need;
+        if (take == need && view->packing == SCHED_PACK_BINPACK) {
+            /* The last piece: the tightest remaining node that holds it. */
+            uint32_t best = n, bw = w;
+            for (uint32_t j = i + 1; j < ncand; j++) {
+                uint32_t m = cand[j], wm = view_node_whole_for(view, job, m);
+                if (wm >= need && (wm < bw || (wm == bw && m < best)) &&
+                    host_fits(&view->nodes[m], job, need)) {
+                    best = m;
+                    bw = wm;
+                }
+            }
+            n = best;
+        }
+        out->nodes[out->nnodes++] = (struct sched_node_part){
+            .node = n, .cpus = part_cpus(job, take), .mem_mib = part_mem(job, take)};
+        pick_whole_gpus(view, job, n, take, out->shares + out->nshares);
+        out->nshares += take;
+        need -= take;
+    }
+    out->group = best_group;
+    return need == 0;
+}
+
+bool view_place(struct view *view, const struct sched_job *job, const bool *allowed,
+                int64_t end_ms, bool ignore_resv, struct view_place *out, unsigned *ret_miss)
+{
+    struct ctx x = {.view = view,
+                    .job = job,
+                    .end_ms = end_ms,
+                    .ignore_resv = ignore_resv,
+                    .blocking_resv = -1};
+    bool ok;
+    if (job->gpus > 0 && job->multi_node) {
+        ok = place_whole_single(&x, allowed, out);
+        if (!ok) {
+            unsigned single_miss = x.miss;
+            x.miss = 0;
+            ok = place_gang(&x, allowed, out);
+            x.miss |= single_miss & (VIEW_MISS_HOST | VIEW_MISS_RESV);
+        }
+    } else if (job->gpus > 0 || !job_wants_gpu(job)) {
+        ok = place_whole_single(&x, allowed, out);
+    } else {
+        ok = place_fraction(&x, allowed, out);
+    }
+    out->blocking_resv = x.blocking_resv;
+    if (!ok && ret_miss)
+        *ret_miss = x.miss;
+    return ok;
+}
+
+bool view_node_fits(const struct view *view, const struct sched_job *job, uint32_t n)
+{
+    const struct view_node *vn = &view->nodes[n];
+    if (!vn->usable || !view_group_eligible(view, job, vn->group))
+        return false;
+    if (job->gpus > 0)
+        return view_node_whole_for(view, job, n) >= (uint32_t)job->gpus &&
+               host_fits(vn, job, (uint32_t)job->gpus);
+    if (!host_fits(vn, job, 0))
+        return false;
+    if (!job_wants_gpu(job))
+        return true;
+    const struct sched_node *node = &view->cluster->nodes[n];
+    for (uint32_t i = 0; i < node->ngpus; i++) {
+        uint32_t gi = node->gpu_first + i;
+        const struct sched_gpu *gpu = &view->cluster->gpus[gi];
+        uint32_t milli, mem;
+        if (!gpu_offered(gpu) || !gpu_mem_ok(job, gpu))
+            continue;
+        model_job_gpu_claim(job, gpu, &milli, &mem);
+        if (view->gpus[gi].free_milli >= milli && view->gpus[gi].free_mem_mib >= mem)
+            return true;
+    }
+    return false;
+}

@@ -1,0 +1,155 @@
+/*
+ * view.h - the free capacity of the cluster during one pass, and placement.
+ *
+ * A view is built from the cluster and the running set: what each GPU and node
+ * has free. Nodes are grouped by (pool, GPU type), the unit of quotas and of
+ * aggregate checks: each group keeps the largest number of whole GPUs free on
+ * one node, the most milli-GPU free on one GPU, and their sums, so that a job
+ * that cannot fit anywhere is rejected in O(1) instead of by a scan. That is
+ * what keeps a pass over a full cluster with 100,000 pending jobs cheap.
+ *
+ * Placement (view_place) finds GPUs and nodes for one job:
+ *  - a one-node job never leaves its node; a multi-node gang takes the fewest
+ *    nodes, all or nothing, from one group;
+ *  - binpack takes the tightest node that fits (whole nodes stay free for big
+ *    jobs), spread the loosest; ties go to the lower node index;
+ *  - a multi-GPU job prefers GPUs of one NVLink domain;
+ *  - a fractional job goes onto a GPU that is already shared before a fresh
+ *    GPU is opened.
+ * Nodes held by a reservation are offered only to jobs that end before it
+ * starts.
+ */
+#ifndef GPUORCH_CORE_VIEW_H
+#define GPUORCH_CORE_VIEW_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/model.h"
+
+struct view_gpu {
+    uint32_t free_milli;
+    uint32_t free_mem_mib;
+};
+
+struct view_node {
+    uint32_t free_cpus;
+    uint64_t free_mem_mib;
+    uint32_t group;
+    uint16_t free_whole; /* GPUs wholly free (and not in MIG mode) */
+    uint16_t nshared;    /* GPUs partly used that still have milli free */
+    bool usable;         /* up: new work may start here */
+    int32_t resv;        /* index of the reservation holding the node, or -1 */
+};
+
+struct view_group {
+    uint32_t pool;
+    uint32_t gpu_type; /* SCHED_NONE: nodes without GPUs */
+    uint32_t *nodes;   /* ascending node indices */
+    uint32_t nnodes;
+    uint32_t gpu_mem_mib;       /* largest GPU memory in the group */
+    uint32_t max_node_gpus;     /* largest node, whatever its state */
+    uint64_t total_gpus;        /* all GPUs, whatever their state */
+    int64_t cap_milli;          /* GPUs of usable nodes not in MIG mode */
+    /* aggregates over usable nodes; "open" ones leave reserved nodes out */
+    bool dirty;
+    uint32_t max_free_whole, max_free_whole_open;
+    uint64_t sum_free_whole, sum_free_whole_open;
+    uint32_t max_free_milli, max_free_milli_open; /* on one GPU */
+};
+
+struct view_resv {
+    uint64_t job;
+    int64_t start_ms; /* nodes are free to jobs that end by then; INT64_MAX: never */
+};
+
+struct view {
+    const struct sched_cluster *cluster;
+    enum sched_packing packing;
+    struct view_gpu *gpus;
+    struct view_node *nodes;
+    struct view_group *groups;
+    uint32_t ngroups;
+    /* read-only after view_init, shared with clones: */
+    uint32_t *gpu_node;    /* GPU index -> node index */
+    uint32_t *group_nodes; /* storage behind groups[].nodes */
+    uint32_t *group_index; /* [pool * (ngpu_types + 1) + type or ngpu_types] -> group or SCHED_NONE */
+    struct view_resv *resvs;
+    uint32_t nresvs, resvs_cap;
+    uint32_t *node_scratch; /* nnodes entries, for placement */
+};
+
+/* Builds the view: groups, then subtracts every running allocation. Returns 0,
+ * GPO_ENOMEM, or GPO_EINVAL when an allocation names an index out of range or
+ * takes more than a GPU or node has (ret_bad_job then set to its id).
+ * The view borrows `cluster` until view_release. */
+int view_init(struct view *view, const struct sched_cluster *cluster,
+              const struct sched_running_set *running, enum sched_packing packing,
+              uint64_t *ret_bad_job);
+void view_release(struct view *view);
+
+/* Makes dst a copy of src's free capacity and reservations, sharing src's
+ * read-only tables (src must outlive dst): backfill's look-ahead works on it.
+ * 0 or GPO_ENOMEM. Release with view_clone_release, never view_release. */
+int view_clone(struct view *dst, const struct view *src);
+void view_clone_release(struct view *view);
+
+/* Group of (pool, gpu_type) or SCHED_NONE; gpu_type SCHED_NONE for nodes without GPUs. */
+uint32_t view_group_of(const struct view *view, uint32_t pool, uint32_t gpu_type);
+
+/* Whether the job's pool, type, and memory constraints admit group g. */
+bool view_group_eligible(const struct view *view, const struct sched_job *job, uint32_t g);
+
+/* Recomputes g's aggregates if they are stale. */
+void view_group_refresh(struct view *view, uint32_t g);
+
+/* O(1) test after refresh: could the job fit in g's free capacity? `open`:
+ * only nodes no reservation holds. */
+bool view_group_may_fit(struct view *view, const struct sched_job *job, uint32_t g, bool open);
+
+/* Takes (give = false) or gives back (give = true) an allocation's resources. */
+void view_apply(struct view *view, const struct sched_alloc *alloc, bool give);
+
+/* Adds a reservation; returns its index or GPO_ENOMEM. */
+int view_resv_add(struct view *view, uint64_t job, int64_t start_ms);
+/* Marks node n held by reservation r (first holder wins). */
+void view_resv_hold(struct view *view, uint32_t r, uint32_t node);
+
+/* Could the job start on node n alone, free capacity and eligibility only
+ * (no reservations, no quota)? A gang counts as fitting when its whole
+ * request fits there. */
+bool view_node_fits(const struct view *view, const struct sched_job *job, uint32_t n);
+
+/* Whole GPUs of node n the job could use (free, not MIG, memory constraint). */
+uint32_t view_node_whole_for(const struct view *view, const struct sched_job *job, uint32_t n);
+
+/* What blocked a failed placement, for explanations. */
+enum view_miss {
+    VIEW_MISS_GPU = 1 << 0,  /* no node with the GPUs free */
+    VIEW_MISS_HOST = 1 << 1, /* GPUs free, but not the CPUs or host memory beside them */
+    VIEW_MISS_GANG = 1 << 2, /* gang: not enough nodes together */
+    VIEW_MISS_RESV = 1 << 3, /* would fit on nodes a reservation holds */
+};
+
+/* Placement output: scratch arrays owned by the caller, sized for the job. */
+struct view_place {
+    struct sched_node_part *nodes;
+    uint32_t nnodes;
+    struct sched_share *shares;
+    uint32_t nshares;
+    uint32_t group;
+    int32_t blocking_resv; /* with VIEW_MISS_RESV: the reservation in the way */
+};
+
+/*
+ * Finds a placement for `job` among the groups g with allowed[g] true (NULL:
+ * all eligible groups), not using reserved nodes unless the job ends
+ * (`end_ms`) by the reservation's start, or `ignore_resv`. Returns true and
+ * fills *out (whose arrays must hold max(1, gpus) entries each, and
+ * `out->nodes` as many as the group has nodes); the view is not changed
+ * (view_apply does that). Returns false and sets *ret_miss otherwise.
+ */
+bool view_place(struct view *view, const struct sched_job *job, const bool *allowed,
+                int64_t end_ms, bool ignore_resv, struct view_place *out, unsigned *ret_miss);
+
+#endif

@@ -1,0 +1,110 @@
+/*
+ * gpuorch - one binary: controller, node agent, CLI and trace simulator.
+ *
+ * Commands are a table (name, handler, summary). This issue brings the
+ * scheduler core; the server, agent, CLI and simulator arrive with their own
+ * issues and add rows here.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "core/model.h"
+#include "core/sched.h"
+#include "util/banned.h"
+
+#define GPUORCH_VERSION "0.1.0"
+
+struct command {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *summary;
+};
+
+static int cmd_version(int argc, char **argv);
+static int cmd_policy(int argc, char **argv);
+
+static const struct command commands[] = {
+    {"version", cmd_version, "print the version"},
+    {"policy", cmd_policy, "print the default scheduling policy"},
+};
+
+static void usage(FILE *out)
+{
+    fprintf(out, "usage: gpuorch [--help] [--version] COMMAND [ARGS]\n\n"
+                 "gpuorch schedules GPU workloads: queues, quotas, fair share, backfill,\n"
+                 "preemption and GPU sharing, in one binary.\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+        fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
+    fprintf(out, "\ncoming next: server (controller), agent (node agent), sim (trace\n"
+                 "replay), and the user commands submit, queue, show, cancel, logs.\n"
+                 "Run 'gpuorch COMMAND --help' for a command's options.\n");
+}
+
+static int want_help(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)
+            return 1;
+    }
+    return 0;
+}
+
+static int cmd_version(int argc, char **argv)
+{
+    if (want_help(argc, argv)) {
+        printf("usage: gpuorch version\n\nPrints the version of this binary.\n");
+        return 0;
+    }
+    if (argc > 1) {
+        fprintf(stderr, "gpuorch version: unexpected argument '%s'\n", argv[1]);
+        return 2;
+    }
+    printf("gpuorch %s\n", GPUORCH_VERSION);
+    return 0;
+}
+
+static int cmd_policy(int argc, char **argv)
+{
+    if (want_help(argc, argv)) {
+        printf("usage: gpuorch policy\n\nPrints the default scheduling policy, one "
+               "setting per line\n(see docs/scheduling.md for what each one does).\n");
+        return 0;
+    }
+    if (argc > 1) {
+        fprintf(stderr, "gpuorch policy: unexpected argument '%s'\n", argv[1]);
+        return 2;
+    }
+    struct sched_policy p;
+    sched_policy_default(&p);
+    printf("order: %s\npacking: %s\nbackfill: %s\npreemption: %s\n",
+           sched_order_name(p.order), sched_packing_name(p.packing), p.backfill ? "on" : "off",
+           p.preemption ? "on" : "off");
+    printf("fairshare_half_life_s: %lld\n", (long long)(p.fairshare_half_life_ms / 1000));
+    printf("las_thresholds_gpu_s:");
+    for (uint32_t i = 0; i < p.nlas_thresholds; i++)
+        printf(" %lld", (long long)(p.las_thresholds_gpu_ms[i] / 1000));
+    printf("\npreempt_grace_s: %lld\ndefault_time_limit_s: %lld\n",
+           (long long)(p.preempt_grace_ms / 1000), (long long)(p.default_time_limit_ms / 1000));
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
+        strcmp(argv[1], "help") == 0) {
+        usage(stdout);
+        return 0;
+    }
+    if (strcmp(argv[1], "--version") == 0)
+        return cmd_version(1, argv + 1);
+    for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
+        if (strcmp(argv[1], commands[i].name) == 0)
+            return commands[i].run(argc - 1, argv + 1);
+    }
+    fprintf(stderr, "gpuorch: unknown command '%s' (see 'gpuorch --help')\n", argv[1]);
+    return 2;
+}
