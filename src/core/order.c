@@ -243,7 +243,11 @@ static bool seg_before(const struct order *o, uint32_t a, uint32_t b)
     const struct order_seg *x = &o->segs[a], *y = &o->segs[b];
     if (x->share != y->share)
         return x->share < y->share;
-    return cmp_key(&o->keys[x->pos], &o->keys[y->pos]) < 0;
+    /* Equal shares: the heads' submit times, then ids; never the team index. */
+    const struct order_key *hx = &o->keys[x->pos], *hy = &o->keys[y->pos];
+    if (hx->submit_ms != hy->submit_ms)
+        return hx->submit_ms < hy->submit_ms;
+    return hx->id < hy->id;
 }
 
 static void heap_push(struct order *o, uint32_t s)

@@ -1,3 +1,4 @@
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,6 +89,70 @@ static const struct sched_attained *find_attained(const struct sched_attained *a
     return lo < n && a[lo].job == job ? &a[lo] : NULL;
 }
 
+int sched_state_charge_end(struct sched_state *state, const struct sched_cluster *cluster,
+                           const struct sched_policy *policy, const struct sched_running *run,
+                           int64_t end_ms)
+{
+    if (!state || !cluster || !policy || !run || !run->job ||
+        run->job->team >= cluster->nteams || policy->fairshare_half_life_ms <= 0)
+        return GPO_EINVAL;
+    const struct sched_alloc *a = &run->alloc;
+    int64_t milli = 0;
+    for (uint32_t i = 0; i < a->nshares; i++) {
+        if (a->shares[i].gpu >= cluster->ngpus)
+            return GPO_EINVAL;
+        milli += a->shares[i].milli;
+    }
+    int64_t last = state->last_pass_ms;
+    int64_t since = run->start_ms > last ? run->start_ms : last;
+    if (!milli || end_ms <= since)
+        return 0;
+    uint32_t team_id = cluster->teams[run->job->team].id;
+    uint32_t type_id = cluster->gpu_types[cluster->gpus[a->shares[0].gpu].type].id;
+
+    /* Usage is kept as of last_pass_ms; the next pass decays it to its own
+     * `now`. So the piece [since, end] is valued at `last`: it grows by
+     * 2^((t - last) / H) for each moment t after it. */
+    double half = (double)policy->fairshare_half_life_ms;
+    double gpus = (double)milli / SCHED_MILLI, add;
+    if (last > 0)
+        add = gpus * half / M_LN2 *
+              (exp2((double)(end_ms - last) / half) - exp2((double)(since - last) / half));
+    else
+        add = gpus * (double)(end_ms - since);
+    int64_t span = end_ms - since;
+    int64_t gpu_ms = span / SCHED_MILLI * milli + span % SCHED_MILLI * milli / SCHED_MILLI;
+
+    size_t u = 0;
+    while (u < state->nusage &&
+           !(state->usage[u].team_id == team_id && state->usage[u].gpu_type_id == type_id))
+        u++;
+    if (u == state->nusage && grow((void **)&state->usage, &state->usage_cap, state->nusage + 1,
+                                   sizeof(*state->usage)))
+        return GPO_ENOMEM;
+    struct sched_attained *at = (struct sched_attained *)find_attained(
+        state->attained, state->nattained, run->job->id);
+    if (!at && grow((void **)&state->attained, &state->attained_cap, state->nattained + 1,
+                    sizeof(*state->attained)))
+        return GPO_ENOMEM;
+    if (u == state->nusage)
+        state->usage[state->nusage++] = (struct sched_usage){team_id, type_id, 0.0};
+    state->usage[u].gpu_ms += add;
+    if (at) {
+        at->gpu_ms += gpu_ms;
+    } else {
+        /* Insert in job order. */
+        size_t k = state->nattained;
+        while (k > 0 && state->attained[k - 1].job > run->job->id) {
+            state->attained[k] = state->attained[k - 1];
+            k--;
+        }
+        state->attained[k] = (struct sched_attained){run->job->id, gpu_ms};
+        state->nattained++;
+    }
+    return 0;
+}
+
 int64_t sched_state_attained(const struct sched_state *state, uint64_t job)
 {
     const struct sched_attained *a = find_attained(state->attained, state->nattained, job);
@@ -159,6 +224,8 @@ static void result_clear(struct sched_result *r)
 {
     arena_reset(r);
     r->nstarts = r->npreempts = r->nreserves = r->nwaits = 0;
+    r->overcommitted = NULL;
+    r->novercommitted = 0;
     r->decisions = 0;
 }
 
@@ -327,8 +394,12 @@ static bool validate_job(struct pass *p, uint32_t i)
             size_ok = (uint64_t)j->gpus <= grp->total_gpus;
         else
             size_ok = j->gpus <= 0 || (uint32_t)j->gpus <= grp->max_node_gpus;
-        /* CPUs and host memory of the largest node (a gang splits them). */
-        if (size_ok && !(j->gpus > 0 && j->multi_node)) {
+        /* CPUs and host memory of one node (a gang splits them): the largest of
+         * each first; only a group of unlike nodes needs a look at every node. */
+        if (size_ok && !(j->gpus > 0 && j->multi_node))
+            size_ok = grp->max_node_cpus >= (uint32_t)j->cpus &&
+                      grp->max_node_mem_mib >= (uint64_t)j->mem_mib;
+        if (size_ok && !grp->uniform && !(j->gpus > 0 && j->multi_node)) {
             bool host = false;
             for (uint32_t k = 0; k < grp->nnodes && !host; k++) {
                 const struct sched_node *n = &p->c->nodes[grp->nodes[k]];
@@ -657,13 +728,15 @@ static int process_job(struct pass *p, uint32_t i)
             return 0;
         }
     }
+    /* The GPUs were there but not the CPUs or memory beside them; or they were
+     * free when the pass began and higher-ranked jobs took them; or not. */
     enum sched_reason why;
-    if (p->jflag[i] & J_FIT0)
+    if ((miss & VIEW_MISS_HOST) && !(miss & (VIEW_MISS_GPU | VIEW_MISS_GANG)))
+        why = SCHED_REASON_HOST;
+    else if (p->jflag[i] & J_FIT0)
         why = SCHED_REASON_PRIORITY;
     else if (j->multi_node && (miss & VIEW_MISS_GANG))
         why = SCHED_REASON_GANG;
-    else if ((miss & VIEW_MISS_HOST) && !(miss & VIEW_MISS_GPU))
-        why = SCHED_REASON_HOST;
     else
         why = wants_gpu(j) ? SCHED_REASON_NO_GPU : SCHED_REASON_HOST;
     set_wait(p, i, why, pool, type, 0, NULL);
@@ -891,7 +964,8 @@ static int carry_claims(struct pass *p, uint32_t *ready, size_t *ret_nready)
             continue;
         }
         /* Hold the victims' nodes for the preemptor until they have left. */
-        int r = view_resv_add(&p->view, cl->job, p->now + p->pol->preempt_grace_ms);
+        int64_t until = cl->since_ms + p->pol->preempt_grace_ms;
+        int r = view_resv_add(&p->view, cl->job, until > p->now ? until : p->now);
         if (r < 0)
             return r;
         for (uint32_t v = 0; v < cl->nvictims; v++) {
@@ -904,7 +978,8 @@ static int carry_claims(struct pass *p, uint32_t *ready, size_t *ret_nready)
         }
         set_wait(p, qi, SCHED_REASON_PREEMPTING, p->q->jobs[qi].pool, p->q->jobs[qi].gpu_type, 0,
                  NULL);
-        p->jwait[qi].est_start_ms = p->now + p->pol->preempt_grace_ms;
+        int64_t est = cl->since_ms + p->pol->preempt_grace_ms;
+        p->jwait[qi].est_start_ms = est > p->now ? est : p->now;
         p->res->decisions++;
         int err = add_claim(p, cl->job, cl->victims, cl->nvictims, cl->since_ms);
         if (err)
@@ -1075,6 +1150,16 @@ static int run_pass(struct pass *p)
 
     /* Waits in queue order. */
     struct sched_result *r = p->res;
+    if (p->view.novercommitted) {
+        r->overcommitted = arena_alloc(r, p->view.novercommitted * sizeof(*r->overcommitted));
+        if (!r->overcommitted) {
+            err = GPO_ENOMEM;
+            goto out;
+        }
+        for (uint32_t k = 0; k < p->view.novercommitted; k++)
+            r->overcommitted[k] = run->jobs[p->view.overcommitted[k]].job->id;
+        r->novercommitted = p->view.novercommitted;
+    }
     if ((err = grow((void **)&r->waits, &r->waits_cap, nq, sizeof(*r->waits))))
         goto out;
     for (size_t i = 0; i < nq; i++) {

@@ -75,6 +75,18 @@ int sched_state_add_usage(struct sched_state *state, uint32_t team_id, uint32_t 
                           double gpu_ms);
 int sched_state_add_attained(struct sched_state *state, uint64_t job, int64_t gpu_ms);
 
+/*
+ * Charges the part of a running job's usage that no pass saw: from the later
+ * of its start and the last pass, to `end_ms` when it ended or was evicted.
+ * The caller calls it as it removes the job from the running set, so fair
+ * share and LAS count every GPU-ms. `job` is the job's request as it ran
+ * (its team and the GPU type of its first share come from `cluster`).
+ * 0, GPO_EINVAL, or GPO_ENOMEM (state unchanged).
+ */
+int sched_state_charge_end(struct sched_state *state, const struct sched_cluster *cluster,
+                           const struct sched_policy *policy, const struct sched_running *run,
+                           int64_t end_ms);
+
 /* Attained GPU-ms of a job recorded in the state, 0 if none. */
 int64_t sched_state_attained(const struct sched_state *state, uint64_t job);
 
@@ -118,6 +130,8 @@ struct sched_result {
     size_t nreserves;
     struct sched_wait *waits; /* one per pending job not started, in queue order */
     size_t nwaits;
+    uint64_t *overcommitted; /* running jobs over their GPUs' or nodes' capacity */
+    size_t novercommitted;
     size_t decisions; /* pending jobs evaluated in the pass */
     /* private: storage behind the arrays above */
     struct sched_arena_chunk *arena;
@@ -131,9 +145,14 @@ void sched_result_release(struct sched_result *result);
  * Runs one pass at time `now_ms` (>= state->last_pass_ms).
  *
  * Returns 0 and fills *result; or GPO_EINVAL for a NULL argument, an invalid
- * cluster or policy, a running job whose allocation is out of range or over a
- * node's capacity, or a job id that appears twice; or GPO_ENOMEM. On error,
- * `state` is unchanged and *result is emptied.
+ * cluster or policy, a running job whose allocation names a GPU or node out of
+ * range, or a job id that appears twice; or GPO_ENOMEM. On error, `state` is
+ * unchanged and *result is emptied.
+ *
+ * Running allocations that take more than a GPU or node has (a double booking,
+ * or a node that lost capacity) do not stop the pass: that GPU or node is
+ * treated as full and the jobs are listed in result->overcommitted, for the
+ * caller to report.
  *
  * A pending job that is itself invalid (negative size, unknown pool, larger
  * than any node, ...) is not an error of the pass: it gets a final reason in

@@ -77,8 +77,19 @@ int view_init(struct view *view, const struct sched_cluster *c,
         vn->free_mem_mib = node->mem_mib;
         vn->usable = node->state == SCHED_NODE_UP;
         vn->resv = -1;
+        if (grp->nnodes == 1) {
+            grp->uniform = true;
+        } else {
+            const struct sched_node *first = &c->nodes[grp->nodes[0]];
+            grp->uniform = grp->uniform && first->ngpus == node->ngpus &&
+                           first->cpus == node->cpus && first->mem_mib == node->mem_mib;
+        }
         if (node->ngpus > grp->max_node_gpus)
             grp->max_node_gpus = node->ngpus;
+        if (node->cpus > grp->max_node_cpus)
+            grp->max_node_cpus = node->cpus;
+        if (node->mem_mib > grp->max_node_mem_mib)
+            grp->max_node_mem_mib = node->mem_mib;
         grp->total_gpus += node->ngpus;
         for (uint32_t i = 0; i < node->ngpus; i++) {
             uint32_t gi = node->gpu_first + i;
@@ -110,7 +121,14 @@ int view_init(struct view *view, const struct sched_cluster *c,
             view_release(view);
             return GPO_EINVAL;
         }
-        view_apply(view, a, false);
+        if (view_apply(view, a, false)) {
+            if (!view->overcommitted) {
+                view->overcommitted = malloc(running->njobs * sizeof(*view->overcommitted));
+                if (!view->overcommitted)
+                    goto nomem;
+            }
+            view->overcommitted[view->novercommitted++] = (uint32_t)r;
+        }
     }
     return 0;
 
@@ -131,6 +149,7 @@ void view_release(struct view *view)
     free(view->group_index);
     free(view->resvs);
     free(view->node_scratch);
+    free(view->overcommitted);
     memset(view, 0, sizeof(*view));
 }
 
@@ -278,13 +297,14 @@ bool view_group_may_fit(struct view *view, const struct sched_job *job, uint32_t
     return grp->nnodes > 0;
 }
 
-static void gpu_take(struct view *view, uint32_t gi, uint32_t milli, uint32_t mem, bool give)
+static bool gpu_take(struct view *view, uint32_t gi, uint32_t milli, uint32_t mem, bool give)
 {
     struct view_gpu *vg = &view->gpus[gi];
     struct view_node *vn = &view->nodes[view->gpu_node[gi]];
     bool offered = gpu_offered(&view->cluster->gpus[gi]);
     bool was_whole = offered && vg->free_milli == SCHED_MILLI;
     bool was_shared = offered && vg->free_milli > 0 && vg->free_milli < SCHED_MILLI;
+    bool over = false;
     if (give) {
         vg->free_milli += milli;
         vg->free_mem_mib += mem;
@@ -295,6 +315,7 @@ static void gpu_take(struct view *view, uint32_t gi, uint32_t milli, uint32_t me
     } else {
         /* Saturating: a running allocation over what the GPU now has (it shrank,
          * or the caller's records disagree) leaves it full, never negative. */
+        over = vg->free_milli < milli || vg->free_mem_mib < mem;
         vg->free_milli = vg->free_milli > milli ? vg->free_milli - milli : 0;
         vg->free_mem_mib = vg->free_mem_mib > mem ? vg->free_mem_mib - mem : 0;
     }
@@ -303,13 +324,15 @@ static void gpu_take(struct view *view, uint32_t gi, uint32_t milli, uint32_t me
     vn->free_whole = (uint16_t)(vn->free_whole - was_whole + is_whole);
     vn->nshared = (uint16_t)(vn->nshared - was_shared + is_shared);
     view->groups[vn->group].dirty = true;
+    return over;
 }
 
-void view_apply(struct view *view, const struct sched_alloc *alloc, bool give)
+bool view_apply(struct view *view, const struct sched_alloc *alloc, bool give)
 {
+    bool over = false;
     for (uint32_t i = 0; i < alloc->nshares; i++) {
         const struct sched_share *s = &alloc->shares[i];
-        gpu_take(view, s->gpu, s->milli, s->mem_mib, give);
+        over |= gpu_take(view, s->gpu, s->milli, s->mem_mib, give);
     }
     for (uint32_t i = 0; i < alloc->nnodes; i++) {
         const struct sched_node_part *p = &alloc->nodes[i];
@@ -318,11 +341,13 @@ void view_apply(struct view *view, const struct sched_alloc *alloc, bool give)
             vn->free_cpus += p->cpus;
             vn->free_mem_mib += p->mem_mib;
         } else {
+            over |= vn->free_cpus < p->cpus || vn->free_mem_mib < p->mem_mib;
             vn->free_cpus = vn->free_cpus > p->cpus ? vn->free_cpus - p->cpus : 0;
             vn->free_mem_mib = vn->free_mem_mib > p->mem_mib ? vn->free_mem_mib - p->mem_mib : 0;
         }
         view->groups[vn->group].dirty = true;
     }
+    return over;
 }
 
 int view_resv_add(struct view *view, uint64_t job, int64_t start_ms)
@@ -645,35 +670,35 @@ static bool place_gang(struct ctx *x, const bool *allowed, struct view_place *ou
     if (best_group == SCHED_NONE)
         return false;
 
-    /* Lay the gang out: nodes by free GPUs, descending, ties to the lower index. */
+    /* Lay the gang out: nodes by free GPUs, descending, ties to the lower index
+     * (a counting sort over the free count: one pass, no comparisons). */
     const struct view_group *grp = &view->groups[best_group];
-    uint32_t ncand = 0;
     uint32_t *cand = view->node_scratch;
-    for (uint32_t i = 0; i < grp->nnodes; i++) {
-        uint32_t n = grp->nodes[i];
-        const struct view_node *vn = &view->nodes[n];
-        if (!vn->usable || !vn->free_whole)
-            continue;
-        uint32_t w = view_node_whole_for(view, job, n);
-        if (!w || !host_fits(vn, job, w < k ? w : k))
-            continue;
-        int32_t r = vn->resv;
-        if (r >= 0 && !x->ignore_resv && x->end_ms > view->resvs[r].start_ms)
-            continue;
-        cand[ncand++] = n;
-    }
-    /* Insertion sort is enough: candidates are one group's nodes and gangs are rare. */
-    for (uint32_t i = 1; i < ncand; i++) {
-        uint32_t n = cand[i], wn = view_node_whole_for(view, job, n);
-        uint32_t j = i;
-        while (j > 0) {
-            uint32_t p = cand[j - 1], wp = view_node_whole_for(view, job, p);
-            if (wp > wn || (wp == wn && p < n))
-                break;
-            cand[j] = p;
-            j--;
+    uint32_t start[SCHED_MAX_GPUS_PER_NODE + 2] = {0};
+    uint32_t ncand = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        for (uint32_t i = 0; i < grp->nnodes; i++) {
+            uint32_t n = grp->nodes[i];
+            const struct view_node *vn = &view->nodes[n];
+            if (!vn->usable || !vn->free_whole)
+                continue;
+            uint32_t w = view_node_whole_for(view, job, n);
+            if (!w || !host_fits(vn, job, w < k ? w : k))
+                continue;
+            int32_t r = vn->resv;
+            if (r >= 0 && !x->ignore_resv && x->end_ms > view->resvs[r].start_ms)
+                continue;
+            uint32_t slot = SCHED_MAX_GPUS_PER_NODE - w; /* most free first */
+            if (pass == 0)
+                start[slot + 1]++;
+            else
+                cand[start[slot]++] = n;
         }
-        cand[j] = n;
+        if (pass == 0) {
+            for (uint32_t b = 1; b < SCHED_MAX_GPUS_PER_NODE + 2; b++)
+                start[b] += start[b - 1];
+            ncand = start[SCHED_MAX_GPUS_PER_NODE + 1];
+        }
     }
     uint32_t need = k;
     out->nnodes = 0;

@@ -49,6 +49,9 @@ struct view_group {
     uint32_t nnodes;
     uint32_t gpu_mem_mib;       /* largest GPU memory in the group */
     uint32_t max_node_gpus;     /* largest node, whatever its state */
+    uint32_t max_node_cpus;
+    uint64_t max_node_mem_mib;
+    bool uniform;               /* every node has the same GPUs, CPUs and memory */
     uint64_t total_gpus;        /* all GPUs, whatever their state */
     int64_t cap_milli;          /* GPUs of usable nodes not in MIG mode */
     /* aggregates over usable nodes; "open" ones leave reserved nodes out */
@@ -77,11 +80,18 @@ struct view {
     struct view_resv *resvs;
     uint32_t nresvs, resvs_cap;
     uint32_t *node_scratch; /* nnodes entries, for placement */
+    /* Running jobs (indices into the running set) whose allocation took more
+     * than a GPU or node had: a double booking or a node that shrank. */
+    uint32_t *overcommitted;
+    uint32_t novercommitted;
 };
 
 /* Builds the view: groups, then subtracts every running allocation. Returns 0,
- * GPO_ENOMEM, or GPO_EINVAL when an allocation names an index out of range or
- * takes more than a GPU or node has (ret_bad_job then set to its id).
+ * GPO_ENOMEM, or GPO_EINVAL when an allocation names an index out of range
+ * (ret_bad_job then set to its id). An allocation that takes more than a GPU
+ * or node has is not an error: the GPU or node is left full (nothing new goes
+ * there) and the job is listed in view->overcommitted, for the caller to
+ * report. One inconsistent node must not stop the whole cluster's scheduling.
  * The view borrows `cluster` until view_release. */
 int view_init(struct view *view, const struct sched_cluster *cluster,
               const struct sched_running_set *running, enum sched_packing packing,
@@ -107,8 +117,9 @@ void view_group_refresh(struct view *view, uint32_t g);
  * only nodes no reservation holds. */
 bool view_group_may_fit(struct view *view, const struct sched_job *job, uint32_t g, bool open);
 
-/* Takes (give = false) or gives back (give = true) an allocation's resources. */
-void view_apply(struct view *view, const struct sched_alloc *alloc, bool give);
+/* Takes (give = false) or gives back (give = true) an allocation's resources.
+ * Taking saturates at zero; returns true if it had to (over capacity). */
+bool view_apply(struct view *view, const struct sched_alloc *alloc, bool give);
 
 /* Adds a reservation; returns its index or GPO_ENOMEM. */
 int view_resv_add(struct view *view, uint64_t job, int64_t start_ms);

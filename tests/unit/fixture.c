@@ -183,6 +183,15 @@ static int64_t alloc_milli(const struct sched_alloc *a)
     return m;
 }
 
+/* As the controller does when a job leaves the running set: charge its usage
+ * since the last pass. */
+static void charge_end(struct fx *fx, struct fx_job *j, int64_t end_ms)
+{
+    struct sched_running run = {.job = &j->req, .alloc = j->alloc, .start_ms = j->started_ms};
+    if (sched_state_charge_end(&fx->st, &fx->c, &fx->pol, &run, end_ms) != 0)
+        abort();
+}
+
 int fx_step(struct fx *fx, int64_t now)
 {
     for (uint32_t i = 0; i < fx->njobs; i++) {
@@ -191,8 +200,10 @@ int fx_step(struct fx *fx, int64_t now)
             continue;
         if (j->ends_ms <= now && (j->kill_ms < 0 || j->ends_ms <= j->kill_ms)) {
             fx->gpu_ms_done += alloc_milli(&j->alloc) * (j->ends_ms - j->started_ms) / 1000;
+            charge_end(fx, j, j->ends_ms);
             j->done = true;
         } else if (j->kill_ms >= 0 && j->kill_ms <= now) {
+            charge_end(fx, j, j->kill_ms);
             if (j->req.checkpointable && j->run_ms > 0) {
                 int64_t worked = j->kill_ms - j->started_ms;
                 fx->gpu_ms_done += alloc_milli(&j->alloc) * worked / 1000;

@@ -95,7 +95,8 @@ void fx_finish(struct fx *fx, uint64_t id);
 
 /* Moves time to `now`: evicts preempted jobs whose grace is over (requeued,
  * work since start lost unless checkpointable), ends jobs whose run time is
- * done. Then fx_pass + fx_apply. Returns the pass's code. */
+ * done, charging each one's usage since the last pass (sched_state_charge_end)
+ * as the controller does. Then fx_pass + fx_apply. Returns the pass's code. */
 int fx_step(struct fx *fx, int64_t now);
 
 const struct sched_wait *fx_wait(const struct fx *fx, uint64_t id);
