@@ -273,6 +273,7 @@ struct pass {
     uint8_t *rlasq;           /* per running job (LAS only) */
     int32_t *rank;            /* class index -> rank by order (0 lowest) */
     bool *allowed;            /* per group, scratch */
+    int64_t *excess;          /* [team * ngroups + group]: milli over guarantee, reclaimable */
     bool *eligible;           /* per group, scratch */
 
     struct view_place place;
@@ -486,7 +487,13 @@ static int record_start(struct pass *p, uint32_t i)
     view_apply(&p->view, &s->alloc, false);
     order_note_start(&p->order, j->team, g != SCHED_NONE ? p->view.groups[g].gpu_type : SCHED_NONE,
                      milli);
-    p->rel[p->nrel++] = (struct backfill_release){job_end(p, j, p->now), j->id, &s->alloc};
+    /* r->starts moves as it grows: backfill gets its own copy of the allocation,
+     * in the arena, which never moves. */
+    struct sched_alloc *kept = arena_alloc(r, sizeof(*kept));
+    if (!kept)
+        return GPO_ENOMEM;
+    *kept = s->alloc;
+    p->rel[p->nrel++] = (struct backfill_release){job_end(p, j, p->now), j->id, kept};
     p->rel_sorted = false;
     p->jflag[i] |= J_STARTED | J_DONE;
     return 0;
@@ -617,15 +624,38 @@ static int try_preempt(struct pass *p, uint32_t i, int64_t end)
         p->npcand = p->run->njobs;
         p->pcand_ready = true;
     }
+    /* A reclaim takes a team's borrowed work only down to its guarantee: keep,
+     * least work lost first, as much of each team's excess as it covers. */
     size_t n = 0;
     for (size_t k = 0; k < p->npcand; k++) {
         bool ok;
         uint32_t run = p->pcand[k].run;
         if (p->rflag[run] & R_LEAVING)
             continue;
-        victim_why(p, j, run, &ok);
-        if (ok)
-            p->pbuf[n++] = p->pcand[k];
+        enum sched_preempt_why why = victim_why(p, j, run, &ok);
+        if (!ok)
+            continue;
+        if (why == SCHED_PREEMPT_RECLAIM) {
+            uint32_t g;
+            int64_t milli;
+            quota_alloc_usage(&p->view, &p->run->jobs[run].alloc, &g, &milli);
+            size_t q = (size_t)p->run->jobs[run].job->team * p->quota.ngroups + g;
+            if (p->excess[q] < milli)
+                continue;
+            p->excess[q] -= milli;
+        }
+        p->pbuf[n++] = p->pcand[k];
+    }
+    /* Undo the budget: the plan may keep fewer, and the next job starts afresh. */
+    for (size_t k = 0; k < n; k++) {
+        bool ok;
+        uint32_t run = p->pbuf[k].run;
+        if (victim_why(p, j, run, &ok) == SCHED_PREEMPT_RECLAIM) {
+            uint32_t g;
+            int64_t milli;
+            quota_alloc_usage(&p->view, &p->run->jobs[run].alloc, &g, &milli);
+            p->excess[(size_t)p->run->jobs[run].job->team * p->quota.ngroups + g] += milli;
+        }
     }
     if (!n)
         return 0;
@@ -650,6 +680,12 @@ static int try_preempt(struct pass *p, uint32_t i, int64_t end)
             .why = victim_why(p, j, pc->run, &ok)};
         p->rflag[pc->run] |= R_LEAVING;
         p->leaving[p->nleaving++] = pc->run;
+        if (r->preempts[r->npreempts - 1].why == SCHED_PREEMPT_RECLAIM) {
+            uint32_t g;
+            int64_t milli;
+            quota_alloc_usage(&p->view, &p->run->jobs[pc->run].alloc, &g, &milli);
+            p->excess[(size_t)p->run->jobs[pc->run].job->team * p->quota.ngroups + g] -= milli;
+        }
         if (k < 16)
             ids[k] = pc->job;
     }
@@ -705,6 +741,16 @@ static int process_job(struct pass *p, uint32_t i)
         if (b) {
             set_wait(p, i, SCHED_REASON_BLOCKED, pool, type, b, NULL);
             return 0;
+        }
+        /* Pools blocked by a higher job are closed to this one, even if it may
+         * also run elsewhere. */
+        for (uint32_t g = 0; g < p->view.ngroups; g++) {
+            if (p->allowed[g] && p->pool_block[p->view.groups[g].pool]) {
+                p->allowed[g] = false;
+                p->eligible[g] = false;
+                nallowed--;
+                neligible--;
+            }
         }
     }
     int64_t end = job_end(p, j, p->now);
@@ -809,6 +855,14 @@ static int pass_alloc(struct pass *p)
     p->leaving = malloc((nr ? nr : 1) * sizeof(*p->leaving));
     p->pool_resv = malloc((p->c->npools ? p->c->npools : 1) * sizeof(*p->pool_resv));
     p->pool_block = calloc(p->c->npools ? p->c->npools : 1, sizeof(*p->pool_block));
+    size_t nq_cells = (size_t)p->c->nteams * p->view.ngroups;
+    p->excess = malloc((nq_cells ? nq_cells : 1) * sizeof(*p->excess));
+    if (!p->excess)
+        return GPO_ENOMEM;
+    for (size_t k = 0; k < nq_cells; k++) {
+        int64_t over = p->quota.used[k] - p->quota.guar[k];
+        p->excess[k] = over > 0 ? over : 0;
+    }
     p->rel_cap = nr + 16;
     p->rel = malloc(p->rel_cap * sizeof(*p->rel));
     if (!p->place.nodes || !p->place.shares || !p->jflag || !p->jwait || !p->rflag || !p->rank ||
@@ -862,6 +916,7 @@ static void pass_free(struct pass *p)
     free(p->rlasq);
     free(p->rank);
     free(p->allowed);
+    free(p->excess);
     free(p->eligible);
     free(p->rel);
     free(p->pcand);

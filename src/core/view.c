@@ -416,9 +416,10 @@ static bool host_fits(const struct view_node *vn, const struct sched_job *job, u
     return vn->free_cpus >= part_cpus(job, k) && vn->free_mem_mib >= part_mem(job, k);
 }
 
+/* The GPU has the memory the job needs: its minimum, and all of a memory request. */
 static bool gpu_mem_ok(const struct sched_job *job, const struct sched_gpu *gpu)
 {
-    return job->min_gpu_mem_mib <= (int64_t)gpu->mem_mib;
+    return job->min_gpu_mem_mib <= (int64_t)gpu->mem_mib && job->gpu_mem_mib <= (int64_t)gpu->mem_mib;
 }
 
 uint32_t view_node_whole_for(const struct view *view, const struct sched_job *job, uint32_t n)
@@ -621,6 +622,22 @@ static bool place_fraction(struct ctx *x, const bool *allowed, struct view_place
     return true;
 }
 
+/* How many of a gang's k GPUs node n can hold: its free whole GPUs, cut down
+ * to what its free CPUs and host memory allow for that share of the job. */
+static uint32_t gang_cap(const struct view *view, const struct sched_job *job, uint32_t n,
+                         uint32_t k)
+{
+    const struct view_node *vn = &view->nodes[n];
+    if (!vn->usable || !vn->free_whole)
+        return 0;
+    uint32_t t = view_node_whole_for(view, job, n);
+    if (t > k)
+        t = k;
+    while (t > 0 && !host_fits(vn, job, t))
+        t--;
+    return t;
+}
+
 /* A gang across the fewest nodes of one group: the nodes with the most free
  * GPUs first; the last piece on the tightest node that holds it (binpack). */
 static bool place_gang(struct ctx *x, const bool *allowed, struct view_place *out)
@@ -641,12 +658,12 @@ static bool place_gang(struct ctx *x, const bool *allowed, struct view_place *ou
         uint32_t hist[SCHED_MAX_GPUS_PER_NODE + 1] = {0};
         for (uint32_t i = 0; i < grp->nnodes; i++) {
             uint32_t n = grp->nodes[i];
-            const struct view_node *vn = &view->nodes[n];
-            if (!vn->usable || !vn->free_whole)
+            uint32_t w = gang_cap(view, job, n, k);
+            if (!w) {
+                if (view->nodes[n].free_whole)
+                    x->miss |= VIEW_MISS_HOST;
                 continue;
-            uint32_t w = view_node_whole_for(view, job, n);
-            if (!w || !host_fits(vn, job, w < k ? w : k))
-                continue;
+            }
             if (!resv_allows(x, n))
                 continue;
             hist[w]++;
@@ -679,13 +696,10 @@ static bool place_gang(struct ctx *x, const bool *allowed, struct view_place *ou
     for (int pass = 0; pass < 2; pass++) {
         for (uint32_t i = 0; i < grp->nnodes; i++) {
             uint32_t n = grp->nodes[i];
-            const struct view_node *vn = &view->nodes[n];
-            if (!vn->usable || !vn->free_whole)
+            uint32_t w = gang_cap(view, job, n, k);
+            if (!w)
                 continue;
-            uint32_t w = view_node_whole_for(view, job, n);
-            if (!w || !host_fits(vn, job, w < k ? w : k))
-                continue;
-            int32_t r = vn->resv;
+            int32_t r = view->nodes[n].resv;
             if (r >= 0 && !x->ignore_resv && x->end_ms > view->resvs[r].start_ms)
                 continue;
             uint32_t slot = SCHED_MAX_GPUS_PER_NODE - w; /* most free first */
@@ -704,15 +718,14 @@ static bool place_gang(struct ctx *x, const bool *allowed, struct view_place *ou
     out->nnodes = 0;
     out->nshares = 0;
     for (uint32_t i = 0; i < ncand && need; i++) {
-        uint32_t n = cand[i], w = view_node_whole_for(view, job, n);
+        uint32_t n = cand[i], w = gang_cap(view, job, n, k);
         uint32_t take = w < need ? w : need;
         if (take == need && view->packing == SCHED_PACK_BINPACK) {
             /* The last piece: the tightest remaining node that holds it. */
             uint32_t best = n, bw = w;
             for (uint32_t j = i + 1; j < ncand; j++) {
-                uint32_t m = cand[j], wm = view_node_whole_for(view, job, m);
-                if (wm >= need && (wm < bw || (wm == bw && m < best)) &&
-                    host_fits(&view->nodes[m], job, need)) {
+                uint32_t m = cand[j], wm = gang_cap(view, job, m, k);
+                if (wm >= need && (wm < bw || (wm == bw && m < best))) {
                     best = m;
                     bw = wm;
                 }
