@@ -251,6 +251,14 @@ struct fail {
 };
 
 #define MAX_FAILS 64
+#define SHAPE_SLOTS 256
+
+/* What decides whether a job fits free capacity, for the "priority" cache. */
+struct shape {
+    struct sched_job key; /* id, submit, time limit, labels zeroed */
+    uint32_t team_starts;
+    bool used, fits;
+};
 
 struct pass {
     const struct sched_cluster *c;
@@ -274,6 +282,11 @@ struct pass {
     int32_t *rank;            /* class index -> rank by order (0 lowest) */
     bool *allowed;            /* per group, scratch */
     int64_t *excess;          /* [team * ngroups + group]: milli over guarantee, reclaimable */
+    int64_t *headroom;        /* per group: the current job's team's quota left, milli */
+    uint32_t *group_starts;   /* per group: jobs started there in this pass */
+    uint32_t *team_starts;    /* per team: jobs started in this pass */
+    struct view pristine;     /* free capacity when the pass began */
+    struct shape *shapes;     /* cache: did a job of this shape fit at the start? */
     bool *eligible;           /* per group, scratch */
 
     struct view_place place;
@@ -303,6 +316,11 @@ struct pass {
     size_t nclaims, claims_cap;
 };
 
+static bool wants_gpu(const struct sched_job *j)
+{
+    return j->gpus > 0 || j->gpu_milli > 0 || j->gpu_mem_mib > 0;
+}
+
 static int64_t job_end(const struct pass *p, const struct sched_job *j, int64_t start)
 {
     int64_t limit = j->time_limit_ms > 0 ? j->time_limit_ms : p->pol->default_time_limit_ms;
@@ -322,6 +340,45 @@ static void set_wait(struct pass *p, uint32_t i, enum sched_reason reason, uint3
                                       .est_start_ms = -1,
                                       .field = field};
     p->jflag[i] |= J_DONE;
+}
+
+/* Could some node (or, for a gang, the group) of group g ever hold the job,
+ * were it empty? The largest node's figures first; only a group of unlike
+ * nodes or GPUs needs a look at every node. */
+static bool group_can_hold(const struct pass *p, const struct sched_job *j, uint32_t g)
+{
+    const struct view_group *grp = &p->view.groups[g];
+    const struct sched_cluster *c = p->c;
+    int64_t need_mem = j->min_gpu_mem_mib > j->gpu_mem_mib ? j->min_gpu_mem_mib : j->gpu_mem_mib;
+    bool gang = j->gpus > 0 && j->multi_node;
+    uint32_t want = j->gpus > 0 ? (uint32_t)j->gpus : wants_gpu(j) ? 1 : 0;
+    if (gang) {
+        if (grp->uniform)
+            return (uint64_t)j->gpus <= grp->total_gpus;
+        uint64_t total = 0;
+        for (uint32_t k = 0; k < grp->nnodes; k++) {
+            const struct sched_node *n = &c->nodes[grp->nodes[k]];
+            for (uint32_t i = 0; i < n->ngpus; i++)
+                total += (int64_t)c->gpus[n->gpu_first + i].mem_mib >= need_mem;
+        }
+        return total >= (uint64_t)j->gpus;
+    }
+    if (want > grp->max_node_gpus || (uint32_t)j->cpus > grp->max_node_cpus ||
+        (uint64_t)j->mem_mib > grp->max_node_mem_mib)
+        return false;
+    if (grp->uniform)
+        return true;
+    for (uint32_t k = 0; k < grp->nnodes; k++) {
+        const struct sched_node *n = &c->nodes[grp->nodes[k]];
+        if (n->cpus < (uint32_t)j->cpus || n->mem_mib < (uint64_t)j->mem_mib)
+            continue;
+        uint32_t fit = 0;
+        for (uint32_t i = 0; i < n->ngpus && fit < want; i++)
+            fit += (int64_t)c->gpus[n->gpu_first + i].mem_mib >= need_mem;
+        if (fit >= want)
+            return true;
+    }
+    return false;
 }
 
 /* Checks a pending job on its own: sizes, indices, and whether any node could
@@ -384,31 +441,12 @@ static bool validate_job(struct pass *p, uint32_t i)
         const struct view_group *grp = &v->groups[g];
         if (pool != SCHED_ANY && grp->pool != pool)
             continue;
-        bool wants_gpu = j->gpus > 0 || j->gpu_milli > 0 || j->gpu_mem_mib > 0;
-        if (wants_gpu && (grp->gpu_type == SCHED_NONE || (type != SCHED_ANY && type != grp->gpu_type)))
+        if (wants_gpu(j) && (grp->gpu_type == SCHED_NONE || (type != SCHED_ANY && type != grp->gpu_type)))
             continue;
         any_match = true;
         if (!view_group_eligible(v, j, g))
             continue; /* GPU memory constraint */
-        bool size_ok;
-        if (j->gpus > 0 && j->multi_node)
-            size_ok = (uint64_t)j->gpus <= grp->total_gpus;
-        else
-            size_ok = j->gpus <= 0 || (uint32_t)j->gpus <= grp->max_node_gpus;
-        /* CPUs and host memory of one node (a gang splits them): the largest of
-         * each first; only a group of unlike nodes needs a look at every node. */
-        if (size_ok && !(j->gpus > 0 && j->multi_node))
-            size_ok = grp->max_node_cpus >= (uint32_t)j->cpus &&
-                      grp->max_node_mem_mib >= (uint64_t)j->mem_mib;
-        if (size_ok && !grp->uniform && !(j->gpus > 0 && j->multi_node)) {
-            bool host = false;
-            for (uint32_t k = 0; k < grp->nnodes && !host; k++) {
-                const struct sched_node *n = &p->c->nodes[grp->nodes[k]];
-                host = n->cpus >= (uint32_t)j->cpus && n->mem_mib >= (uint64_t)j->mem_mib &&
-                       (j->gpus <= 0 || n->ngpus >= (uint32_t)j->gpus);
-            }
-            size_ok = host;
-        }
+        bool size_ok = group_can_hold(p, j, g);
         if (!size_ok)
             continue;
         any_size = true;
@@ -451,6 +489,9 @@ static uint32_t compute_allowed(struct pass *p, const struct sched_job *j, uint3
             continue;
         ne++;
         int64_t milli = model_job_milli(j, v->groups[g].gpu_mem_mib);
+        int64_t limit = quota_limit(&p->quota, j->team, g);
+        int64_t used = p->quota.used[(size_t)j->team * p->quota.ngroups + g];
+        p->headroom[g] = limit == INT64_MAX ? INT64_MAX : limit - used;
         if (quota_allows(&p->quota, j->team, g, milli)) {
             p->allowed[g] = true;
             na++;
@@ -482,8 +523,11 @@ static int record_start(struct pass *p, uint32_t i)
     int64_t milli;
     quota_alloc_usage(&p->view, &s->alloc, &g, &milli);
     s->borrowed = g != SCHED_NONE && !quota_within_guarantee(&p->quota, j->team, g, milli);
-    if (g != SCHED_NONE)
+    if (g != SCHED_NONE) {
         quota_add(&p->quota, j->team, g, milli);
+        p->group_starts[g]++;
+    }
+    p->team_starts[j->team]++;
     view_apply(&p->view, &s->alloc, false);
     order_note_start(&p->order, j->team, g != SCHED_NONE ? p->view.groups[g].gpu_type : SCHED_NONE,
                      milli);
@@ -696,11 +740,6 @@ static int try_preempt(struct pass *p, uint32_t i, int64_t end)
     return hr < 0 ? hr : 1;
 }
 
-static bool wants_gpu(const struct sched_job *j)
-{
-    return j->gpus > 0 || j->gpu_milli > 0 || j->gpu_mem_mib > 0;
-}
-
 /* The reservation, in EASY style: one per pool, for its highest-ranked blocked job. */
 static int try_reserve(struct pass *p, uint32_t i)
 {
@@ -723,6 +762,106 @@ static int try_reserve(struct pass *p, uint32_t i)
     p->pool_resv[p->view.groups[p->place.group].pool] = r;
     p->jwait[i].est_start_ms = start;
     return 1;
+}
+
+static uint64_t shape_hash(const struct sched_job *k, uint32_t team_starts)
+{
+    uint64_t h = 1469598103934665603ULL;
+    const uint64_t parts[] = {k->team, k->prio, k->pool, k->gpu_type, (uint64_t)k->gpus,
+                              (uint64_t)k->gpu_milli, (uint64_t)k->gpu_mem_mib,
+                              (uint64_t)k->min_gpu_mem_mib, (uint64_t)k->cpus,
+                              (uint64_t)k->mem_mib, k->multi_node, team_starts};
+    for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++)
+        h = (h ^ parts[i]) * 1099511628211ULL;
+    return h;
+}
+
+/* Would the job have fitted the free capacity the pass began with (in the
+ * groups its quota allows now)? Then higher-ranked jobs took its room: the
+ * "priority" reason. Only asked when something started where it could go. */
+static bool fit_at_start(struct pass *p, const struct sched_job *j)
+{
+    bool started = false;
+    for (uint32_t g = 0; g < p->view.ngroups && !started; g++)
+        started = p->allowed[g] && p->group_starts[g];
+    if (!started)
+        return false;
+    struct sched_job key = *j;
+    key.id = 0;
+    key.submit_ms = 0;
+    key.time_limit_ms = 0;
+    key.project = key.model = 0;
+    key.checkpointable = false;
+    uint32_t ts = p->team_starts[j->team];
+    struct shape *slot = &p->shapes[shape_hash(&key, ts) % SHAPE_SLOTS];
+    if (slot->used && slot->team_starts == ts && memcmp(&slot->key, &key, sizeof(key)) == 0)
+        return slot->fits;
+    unsigned miss = 0;
+    p->pristine.headroom = p->headroom;
+    bool fits = view_place(&p->pristine, j, p->allowed, INT64_MAX, true, &p->place, &miss);
+    *slot = (struct shape){.key = key, .team_starts = ts, .used = true, .fits = fits};
+    return fits;
+}
+
+/* Starts job i if it fits the groups allowed; otherwise finds why it waits,
+ * and may preempt or reserve for it. */
+static int place_or_explain(struct pass *p, uint32_t i, uint32_t nallowed, uint32_t neligible)
+{
+    const struct sched_job *j = &p->q->jobs[i];
+    uint32_t type = j->gpu_type, pool = j->pool;
+    int64_t end = job_end(p, j, p->now);
+    unsigned miss = 0;
+    if (view_place(&p->view, j, p->allowed, end, false, &p->place, &miss))
+        return record_start(p, i);
+
+    if (miss & VIEW_MISS_RESV) {
+        int32_t br = p->place.blocking_resv;
+        unsigned m2 = 0;
+        if (view_place(&p->view, j, p->allowed, end, true, &p->place, &m2)) {
+            set_wait(p, i, SCHED_REASON_RESERVED, pool, type, br >= 0 ? p->view.resvs[br].job : 0,
+                     NULL);
+            return 0;
+        }
+    }
+    if (nallowed < neligible) {
+        unsigned m2 = 0;
+        if (view_place(&p->view, j, p->eligible, end, true, &p->place, &m2)) {
+            set_wait(p, i, SCHED_REASON_QUOTA, pool, type, 0, NULL);
+            return 0;
+        }
+    }
+    /* The GPUs were there but not the CPUs or memory beside them; or they were
+     * free when the pass began and higher-ranked jobs took them; or not. */
+    enum sched_reason why;
+    if ((miss & VIEW_MISS_HOST) && !(miss & (VIEW_MISS_GPU | VIEW_MISS_GANG)))
+        why = SCHED_REASON_HOST;
+    else if ((p->jflag[i] & J_FIT0) && fit_at_start(p, j))
+        why = SCHED_REASON_PRIORITY;
+    else if (j->multi_node && (miss & VIEW_MISS_GANG))
+        why = SCHED_REASON_GANG;
+    else
+        why = wants_gpu(j) ? SCHED_REASON_NO_GPU : SCHED_REASON_HOST;
+    set_wait(p, i, why, pool, type, 0, NULL);
+
+    if (p->pol->preemption && (p->jflag[i] & J_POT) && !failed_before(p, j)) {
+        int pr = try_preempt(p, i, end);
+        if (pr < 0)
+            return pr;
+        if (pr > 0) {
+            set_wait(p, i, SCHED_REASON_PREEMPTING, pool, type, 0, NULL);
+            p->jwait[i].est_start_ms = p->now + p->pol->preempt_grace_ms;
+            return 0;
+        }
+        note_failure(p, j);
+    }
+    if (p->pol->backfill) {
+        int rr = try_reserve(p, i);
+        if (rr < 0)
+            return rr;
+    } else {
+        block_pools(p, j->id);
+    }
+    return 0;
 }
 
 static int process_job(struct pass *p, uint32_t i)
@@ -753,60 +892,12 @@ static int process_job(struct pass *p, uint32_t i)
             }
         }
     }
-    int64_t end = job_end(p, j, p->now);
-    unsigned miss = 0;
-    if (view_place(&p->view, j, p->allowed, end, false, &p->place, &miss))
-        return record_start(p, i);
-
-    if (miss & VIEW_MISS_RESV) {
-        int32_t br = p->place.blocking_resv;
-        unsigned m2 = 0;
-        if (view_place(&p->view, j, p->allowed, end, true, &p->place, &m2)) {
-            set_wait(p, i, SCHED_REASON_RESERVED, pool, type, br >= 0 ? p->view.resvs[br].job : 0,
-                     NULL);
-            return 0;
-        }
-    }
-    if (nallowed < neligible) {
-        unsigned m2 = 0;
-        if (view_place(&p->view, j, p->eligible, end, true, &p->place, &m2)) {
-            set_wait(p, i, SCHED_REASON_QUOTA, pool, type, 0, NULL);
-            return 0;
-        }
-    }
-    /* The GPUs were there but not the CPUs or memory beside them; or they were
-     * free when the pass began and higher-ranked jobs took them; or not. */
-    enum sched_reason why;
-    if ((miss & VIEW_MISS_HOST) && !(miss & (VIEW_MISS_GPU | VIEW_MISS_GANG)))
-        why = SCHED_REASON_HOST;
-    else if (p->jflag[i] & J_FIT0)
-        why = SCHED_REASON_PRIORITY;
-    else if (j->multi_node && (miss & VIEW_MISS_GANG))
-        why = SCHED_REASON_GANG;
-    else
-        why = wants_gpu(j) ? SCHED_REASON_NO_GPU : SCHED_REASON_HOST;
-    set_wait(p, i, why, pool, type, 0, NULL);
-
-    if (p->pol->preemption && (p->jflag[i] & J_POT) && !failed_before(p, j)) {
-        int pr = try_preempt(p, i, end);
-        if (pr < 0)
-            return pr;
-        if (pr > 0) {
-            set_wait(p, i, SCHED_REASON_PREEMPTING, pool, type, 0, NULL);
-            p->jwait[i].est_start_ms = p->now + p->pol->preempt_grace_ms;
-            return 0;
-        }
-        note_failure(p, j);
-    }
-    if (p->pol->backfill) {
-        int rr = try_reserve(p, i);
-        if (rr < 0)
-            return rr;
-    } else {
-        block_pools(p, j->id);
-    }
-    return 0;
+    p->view.headroom = p->headroom;
+    int err = place_or_explain(p, i, nallowed, neligible);
+    p->view.headroom = NULL;
+    return err;
 }
+
 
 /* Might job j preempt anything at all? A cheap necessary condition. */
 static bool may_preempt(const struct pass *p, const struct sched_job *j)
@@ -855,6 +946,16 @@ static int pass_alloc(struct pass *p)
     p->leaving = malloc((nr ? nr : 1) * sizeof(*p->leaving));
     p->pool_resv = malloc((p->c->npools ? p->c->npools : 1) * sizeof(*p->pool_resv));
     p->pool_block = calloc(p->c->npools ? p->c->npools : 1, sizeof(*p->pool_block));
+    uint32_t ng = p->view.ngroups ? p->view.ngroups : 1;
+    p->headroom = malloc(ng * sizeof(*p->headroom));
+    p->group_starts = calloc(ng, sizeof(*p->group_starts));
+    p->team_starts = calloc(p->c->nteams ? p->c->nteams : 1, sizeof(*p->team_starts));
+    p->shapes = calloc(SHAPE_SLOTS, sizeof(*p->shapes));
+    if (!p->headroom || !p->group_starts || !p->team_starts || !p->shapes)
+        return GPO_ENOMEM;
+    int err = view_clone(&p->pristine, &p->view);
+    if (err)
+        return err;
     size_t nq_cells = (size_t)p->c->nteams * p->view.ngroups;
     p->excess = malloc((nq_cells ? nq_cells : 1) * sizeof(*p->excess));
     if (!p->excess)
@@ -917,6 +1018,11 @@ static void pass_free(struct pass *p)
     free(p->rank);
     free(p->allowed);
     free(p->excess);
+    free(p->headroom);
+    free(p->group_starts);
+    free(p->team_starts);
+    free(p->shapes);
+    view_clone_release(&p->pristine);
     free(p->eligible);
     free(p->rel);
     free(p->pcand);

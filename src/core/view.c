@@ -95,6 +95,8 @@ int view_init(struct view *view, const struct sched_cluster *c,
             uint32_t gi = node->gpu_first + i;
             const struct sched_gpu *gpu = &c->gpus[gi];
             view->gpu_node[gi] = n;
+            if (grp->gpu_mem_mib && gpu->mem_mib != grp->gpu_mem_mib)
+                grp->uniform = false;
             if (gpu->mem_mib > grp->gpu_mem_mib)
                 grp->gpu_mem_mib = gpu->mem_mib;
             if (!gpu_offered(gpu))
@@ -162,6 +164,7 @@ int view_clone(struct view *dst, const struct view *src)
     dst->ngroups = src->ngroups;
     /* Shared, read-only parts: the clone never frees them (see view_clone_release). */
     dst->gpu_node = src->gpu_node;
+    dst->headroom = src->headroom;
     dst->group_index = src->group_index;
     dst->group_nodes = src->group_nodes;
     dst->gpus = malloc((c->ngpus ? c->ngpus : 1) * sizeof(*dst->gpus));
@@ -588,6 +591,8 @@ static bool place_fraction(struct ctx *x, const bool *allowed, struct view_place
                     model_job_gpu_claim(job, gpu, &milli, &mem);
                     if (vg->free_milli < milli || vg->free_mem_mib < mem)
                         continue;
+                    if (view->headroom && view->headroom[g] < (int64_t)milli)
+                        continue; /* this GPU's share would take the team over quota */
                     if (!host_fits(vn, job, 0)) {
                         x->miss |= VIEW_MISS_HOST;
                         break;

@@ -51,7 +51,7 @@ struct view_group {
     uint32_t max_node_gpus;     /* largest node, whatever its state */
     uint32_t max_node_cpus;
     uint64_t max_node_mem_mib;
-    bool uniform;               /* every node has the same GPUs, CPUs and memory */
+    bool uniform; /* every node has the same GPU count, CPUs and memory, every GPU the same memory */
     uint64_t total_gpus;        /* all GPUs, whatever their state */
     int64_t cap_milli;          /* GPUs of usable nodes not in MIG mode */
     /* aggregates over usable nodes; "open" ones leave reserved nodes out */
@@ -80,6 +80,10 @@ struct view {
     struct view_resv *resvs;
     uint32_t nresvs, resvs_cap;
     uint32_t *node_scratch; /* nnodes entries, for placement */
+    /* Quota headroom per group (milli-GPU) for the job being placed, or NULL:
+     * a memory request's share depends on the GPU it lands on, so placement
+     * checks it GPU by GPU. Set by the caller around view_place. */
+    const int64_t *headroom;
     /* Running jobs (indices into the running set) whose allocation took more
      * than a GPU or node had: a double booking or a node that shrank. */
     uint32_t *overcommitted;
