@@ -8,18 +8,21 @@
 #include "util/banned.h"
 
 struct order_key {
-    int64_t k1; /* class and policy key: lower first */
+    int64_t cls; /* rank of the class, highest order 0 (all 0 under fifo) */
+    uint32_t team;
+    uint32_t lasq; /* LAS queue (0 unless las) */
     int64_t submit_ms;
     uint64_t id;
     uint32_t idx;
 };
 
-/* A run of keys with one k1 (fairshare: one team within one class). */
+/* The keys of one team in one class, in order; teams compete through a heap. */
 struct order_seg {
     size_t begin, end, pos;
     int64_t cls;
     uint32_t team;
-    double share; /* the team's share when the segment was pushed */
+    bool within;  /* its head fits within the team's guarantee (when pushed) */
+    double share; /* fairshare: the team's share (when pushed) */
 };
 
 struct id_index {
@@ -181,15 +184,19 @@ double order_team_share(const struct order *o, uint32_t team)
 static int cmp_key(const void *a, const void *b)
 {
     const struct order_key *x = a, *y = b;
-    if (x->k1 != y->k1)
-        return x->k1 < y->k1 ? -1 : 1;
+    if (x->cls != y->cls)
+        return x->cls < y->cls ? -1 : 1;
+    if (x->team != y->team)
+        return x->team < y->team ? -1 : 1;
+    if (x->lasq != y->lasq)
+        return x->lasq < y->lasq ? -1 : 1;
     if (x->submit_ms != y->submit_ms)
         return x->submit_ms < y->submit_ms ? -1 : 1;
     return (x->id > y->id) - (x->id < y->id);
 }
 
 int order_begin(struct order *o, const struct sched_job *jobs, const uint32_t *cands, size_t n,
-                const uint8_t *lasq)
+                const uint8_t *lasq, order_within_fn within, void *ctx)
 {
     const struct sched_cluster *c = o->cluster;
     free(o->keys);
@@ -201,50 +208,89 @@ int order_begin(struct order *o, const struct sched_job *jobs, const uint32_t *c
     o->nkeys = n;
     o->pos = o->nsegs = o->seg_pos = o->nheap = 0;
     o->pending_seg = -1;
+    o->within = within;
+    o->within_ctx = ctx;
     if (!o->keys)
         return GPO_ENOMEM;
     enum sched_order ord = o->policy->order;
+    /* A counting sort into (class, team) buckets, highest class first; then
+     * each bucket by (LAS queue, submit, id), skipped where the caller's queue
+     * was already in that order (the controller keeps it by submit time). */
+    uint32_t ncls = ord == SCHED_ORDER_FIFO ? 1 : c->nclasses;
+    size_t nb = (size_t)ncls * c->nteams;
+    uint32_t *rank = malloc((c->nclasses ? c->nclasses : 1) * sizeof(*rank));
+    size_t *start = calloc(nb + 1, sizeof(*start));
+    struct order_key *tmp = malloc((n ? n : 1) * sizeof(*tmp));
+    if (!rank || !start || !tmp) {
+        free(rank);
+        free(start);
+        free(tmp);
+        return GPO_ENOMEM;
+    }
+    for (uint32_t k = 0; k < c->nclasses; k++) {
+        rank[k] = 0;
+        for (uint32_t m = 0; ord != SCHED_ORDER_FIFO && m < c->nclasses; m++) {
+            bool higher = c->classes[m].order > c->classes[k].order;
+            for (uint32_t e = 0; higher && e < m; e++)
+                higher = c->classes[e].order != c->classes[m].order; /* count each order once */
+            rank[k] += higher;
+        }
+    }
     for (size_t i = 0; i < n; i++) {
         const struct sched_job *j = &jobs[cands[i]];
-        int64_t cls = ord == SCHED_ORDER_FIFO ? 0 : -(int64_t)c->classes[j->prio].order;
-        int64_t k1 = cls;
-        if (ord == SCHED_ORDER_FAIRSHARE)
-            k1 = cls * ((int64_t)1 << 32) + j->team;
-        else if (ord == SCHED_ORDER_LAS)
-            k1 = cls * 256 + (lasq ? lasq[cands[i]] : 0);
-        o->keys[i] = (struct order_key){k1, j->submit_ms, j->id, cands[i]};
+        int64_t cls = ord == SCHED_ORDER_FIFO ? 0 : rank[j->prio];
+        uint32_t q = ord == SCHED_ORDER_LAS && lasq ? lasq[cands[i]] : 0;
+        tmp[i] = (struct order_key){cls, j->team, q, j->submit_ms, j->id, cands[i]};
+        start[(size_t)cls * c->nteams + j->team + 1]++;
     }
-    qsort(o->keys, n, sizeof(*o->keys), cmp_key);
-    if (ord != SCHED_ORDER_FAIRSHARE)
-        return 0;
+    for (size_t b = 1; b <= nb; b++)
+        start[b] += start[b - 1];
+    for (size_t i = 0; i < n; i++)
+        o->keys[start[(size_t)tmp[i].cls * c->nteams + tmp[i].team]++] = tmp[i];
+    free(tmp);
+    free(rank);
+    /* start[b] is now the end of bucket b. */
+    for (size_t b = 0, begin = 0; b < nb; begin = start[b], b++) {
+        bool sorted = true;
+        for (size_t i = begin + 1; i < start[b] && sorted; i++)
+            sorted = cmp_key(&o->keys[i - 1], &o->keys[i]) < 0;
+        if (!sorted)
+            qsort(o->keys + begin, start[b] - begin, sizeof(*o->keys), cmp_key);
+    }
+    free(start);
 
     size_t nsegs = 0;
     for (size_t i = 0; i < n; i++)
-        nsegs += i == 0 || o->keys[i].k1 != o->keys[i - 1].k1;
+        nsegs += i == 0 || o->keys[i].cls != o->keys[i - 1].cls ||
+                 o->keys[i].team != o->keys[i - 1].team;
     o->segs = malloc((nsegs ? nsegs : 1) * sizeof(*o->segs));
     o->heap = malloc((nsegs ? nsegs : 1) * sizeof(*o->heap));
     if (!o->segs || !o->heap)
         return GPO_ENOMEM;
     for (size_t i = 0; i < n; i++) {
-        if (i == 0 || o->keys[i].k1 != o->keys[i - 1].k1) {
-            const struct sched_job *j = &jobs[o->keys[i].idx];
-            int64_t cls = -(int64_t)c->classes[j->prio].order;
+        if (i == 0 || o->keys[i].cls != o->keys[i - 1].cls ||
+            o->keys[i].team != o->keys[i - 1].team)
             o->segs[o->nsegs++] = (struct order_seg){
-                .begin = i, .end = i, .pos = i, .cls = cls, .team = j->team};
-        }
+                .begin = i, .end = i, .pos = i, .cls = o->keys[i].cls, .team = o->keys[i].team};
         o->segs[o->nsegs - 1].end = i + 1;
     }
     return 0;
 }
 
-/* Heap order for fair share: lower share, then earlier head, then lower id. */
+/* Between the heads of two teams' segments in one class: work within its
+ * team's guarantee first (a team uses its guarantee before anyone borrows),
+ * then the policy (fair share: lower share; LAS: less-served queue), then the
+ * earlier submit, then the lower id; never the team index. */
 static bool seg_before(const struct order *o, uint32_t a, uint32_t b)
 {
     const struct order_seg *x = &o->segs[a], *y = &o->segs[b];
+    if (x->within != y->within)
+        return x->within;
     if (x->share != y->share)
         return x->share < y->share;
-    /* Equal shares: the heads' submit times, then ids; never the team index. */
     const struct order_key *hx = &o->keys[x->pos], *hy = &o->keys[y->pos];
+    if (hx->lasq != hy->lasq)
+        return hx->lasq < hy->lasq;
     if (hx->submit_ms != hy->submit_ms)
         return hx->submit_ms < hy->submit_ms;
     return hx->id < hy->id;
@@ -252,7 +298,9 @@ static bool seg_before(const struct order *o, uint32_t a, uint32_t b)
 
 static void heap_push(struct order *o, uint32_t s)
 {
-    o->segs[s].share = order_team_share(o, o->segs[s].team);
+    struct order_seg *seg = &o->segs[s];
+    seg->share = o->policy->order == SCHED_ORDER_FAIRSHARE ? order_team_share(o, seg->team) : 0.0;
+    seg->within = o->within ? o->within(o->within_ctx, o->keys[seg->pos].idx) : false;
     size_t i = o->nheap++;
     while (i > 0) {
         size_t parent = (i - 1) / 2;
@@ -290,9 +338,9 @@ static uint32_t heap_pop(struct order *o)
 
 uint32_t order_next(struct order *o)
 {
-    if (o->policy->order != SCHED_ORDER_FAIRSHARE)
-        return o->pos < o->nkeys ? o->keys[o->pos++].idx : SCHED_NONE;
     if (o->pending_seg >= 0) {
+        /* The team whose job was handed out last: its share and guarantee may
+         * have changed, so it re-enters the heap with fresh keys. */
         uint32_t s = (uint32_t)o->pending_seg;
         o->pending_seg = -1;
         if (o->segs[s].pos < o->segs[s].end)

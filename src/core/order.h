@@ -2,7 +2,10 @@
  * order.h - the order in which a pass considers pending jobs, and the usage
  * that fair share and LAS rank by.
  *
- * Priority class comes first (except under fifo), then by policy:
+ * Priority class comes first (except under fifo). Then work that fits within
+ * its team's guarantee goes before work that would borrow (as Kueue admits
+ * within nominal quota first): a team uses its guarantee before anyone
+ * borrows it, so reclaims are the exception, not the rule. Then by policy:
  *  - fifo / priority: submit time;
  *  - fairshare: the team's dominant share over its weight, lowest first. A
  *    team's share on a GPU type is (decayed usage + current allocation x H/ln 2)
@@ -27,6 +30,11 @@
 struct order_key;
 struct order_seg;
 
+/* Does pending job `idx` fit within its team's guarantee somewhere it could
+ * run, given what the team holds now? Asked each time a team's next job
+ * comes up. */
+typedef bool (*order_within_fn)(void *ctx, uint32_t idx);
+
 struct order {
     const struct sched_cluster *cluster;
     const struct sched_policy *policy;
@@ -40,6 +48,8 @@ struct order {
     size_t nsegs, seg_pos;
     uint32_t *heap;
     size_t nheap;
+    order_within_fn within;
+    void *within_ctx;
     int64_t pending_seg; /* segment popped last, pushed back on the next call; -1 none */
 };
 
@@ -66,11 +76,13 @@ double order_team_share(const struct order *o, uint32_t team);
 
 /*
  * Prepares to hand out `cands` (indices into jobs) in the policy's order.
- * `lasq` gives each job's LAS queue by job index (only read under las).
- * 0 or GPO_ENOMEM.
+ * `lasq` gives each job's LAS queue by job index (only read under las);
+ * `within` (may be NULL: nothing is) says which jobs fit their team's
+ * guarantee. Each team's jobs are sorted once; teams compete through a heap
+ * whose keys are refreshed as their jobs start. 0 or GPO_ENOMEM.
  */
 int order_begin(struct order *o, const struct sched_job *jobs, const uint32_t *cands, size_t n,
-                const uint8_t *lasq);
+                const uint8_t *lasq, order_within_fn within, void *ctx);
 
 /* The next job index, or SCHED_NONE when all have been handed out. */
 uint32_t order_next(struct order *o);

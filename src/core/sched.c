@@ -251,7 +251,27 @@ struct fail {
 };
 
 #define MAX_FAILS 64
+/* Preemption plans a pass may try. Each costs a scan of the running set; a
+ * pass is bounded, and a job that found no plan tries again next pass. */
+#define MAX_PLANS 64
 #define SHAPE_SLOTS 256
+
+/* Jobs that ask for the same thing (team, class, pool, type, sizes, limit):
+ * a queue of 100,000 jobs holds a few hundred such shapes, so what depends
+ * only on the request is worked out once per shape. */
+struct jshape {
+    struct sched_job key; /* the request, with id, submit and labels zeroed */
+    uint32_t first;       /* queue index of the first job of this shape */
+    bool valid;           /* validation passed (else first's wait is final) */
+    bool fit0;            /* fitted the free capacity when the pass began */
+    bool pot;             /* might preempt */
+    /* the placement that last found no room for this shape, and why */
+    uint64_t miss_version;
+    uint32_t miss_team_starts;
+    bool missed;
+    enum sched_reason why;
+    uint64_t other;
+};
 
 /* What decides whether a job fits free capacity, for the "priority" cache. */
 struct shape {
@@ -278,6 +298,11 @@ struct pass {
     struct sched_wait *jwait; /* per pending job */
     uint8_t *lasq;            /* per pending job (LAS only) */
     uint8_t *rflag;           /* per running job */
+    uint32_t *rgroup;         /* per running job: its group (SCHED_NONE: holds nothing) */
+    int64_t *rmilli;          /* per running job: milli-GPU it holds */
+    int64_t *rank_milli;      /* [group * nranks + rank]: milli held by running, not leaving, jobs */
+    uint32_t nranks;
+    uint32_t nplans;          /* preemption plans tried in this pass */
     uint8_t *rlasq;           /* per running job (LAS only) */
     int32_t *rank;            /* class index -> rank by order (0 lowest) */
     bool *allowed;            /* per group, scratch */
@@ -285,8 +310,13 @@ struct pass {
     int64_t *headroom;        /* per group: the current job's team's quota left, milli */
     uint32_t *group_starts;   /* per group: jobs started there in this pass */
     uint32_t *team_starts;    /* per team: jobs started in this pass */
+    bool *guar_left;          /* per team: some group where it holds less than its guarantee */
     struct view pristine;     /* free capacity when the pass began */
     struct shape *shapes;     /* cache: did a job of this shape fit at the start? */
+    struct jshape *shapes_of; /* distinct requests */
+    uint32_t nshapes;
+    uint32_t *jshape;         /* per pending job: its shape */
+    uint64_t version;         /* bumped whenever the view changes: a start, a hold, a block */
     bool *eligible;           /* per group, scratch */
 
     struct view_place place;
@@ -501,6 +531,16 @@ static uint32_t compute_allowed(struct pass *p, const struct sched_job *j, uint3
     return ne;
 }
 
+static void update_guar_left(struct pass *p, uint32_t team)
+{
+    bool left = false;
+    for (uint32_t g = 0; g < p->quota.ngroups && !left; g++) {
+        size_t k = (size_t)team * p->quota.ngroups + g;
+        left = p->quota.used[k] < p->quota.guar[k];
+    }
+    p->guar_left[team] = left;
+}
+
 static int record_start(struct pass *p, uint32_t i)
 {
     struct sched_result *r = p->res;
@@ -526,8 +566,10 @@ static int record_start(struct pass *p, uint32_t i)
     if (g != SCHED_NONE) {
         quota_add(&p->quota, j->team, g, milli);
         p->group_starts[g]++;
+        update_guar_left(p, j->team);
     }
     p->team_starts[j->team]++;
+    p->version++;
     view_apply(&p->view, &s->alloc, false);
     order_note_start(&p->order, j->team, g != SCHED_NONE ? p->view.groups[g].gpu_type : SCHED_NONE,
                      milli);
@@ -560,6 +602,7 @@ static uint64_t blocked_by(const struct pass *p)
 
 static void block_pools(struct pass *p, uint64_t job)
 {
+    p->version++;
     for (uint32_t g = 0; g < p->view.ngroups; g++) {
         uint32_t pool = p->view.groups[g].pool;
         if (p->allowed[g] && !p->pool_block[pool])
@@ -574,9 +617,7 @@ static enum sched_preempt_why victim_why(struct pass *p, const struct sched_job 
     const struct sched_job *vj = run->job;
     const struct sched_cluster *c = p->c;
     *ok = false;
-    uint32_t g;
-    int64_t vmilli;
-    quota_alloc_usage(&p->view, &run->alloc, &g, &vmilli);
+    uint32_t g = p->rgroup[r];
     if (g == SCHED_NONE || !p->eligible[g])
         return SCHED_PREEMPT_PRIORITY;
     int32_t jo = c->classes[j->prio].order, vo = c->classes[vj->prio].order;
@@ -645,6 +686,7 @@ static int add_claim(struct pass *p, uint64_t job, const uint64_t *victims, uint
 /* Holds the nodes of the current placement for `job` from `start_ms` on. */
 static int hold_place(struct pass *p, uint64_t job, int64_t start_ms)
 {
+    p->version++;
     int r = view_resv_add(&p->view, job, start_ms);
     if (r < 0)
         return r;
@@ -654,10 +696,44 @@ static int hold_place(struct pass *p, uint64_t job, int64_t start_ms)
 }
 
 /* Tries to make room for job i by preemption. 1 planned, 0 not, or an error. */
+/* Could evicting everything the job may evict, plus what is free, add up to
+ * its size in some group? A necessary condition, from per-group sums, that
+ * spares most hopeless jobs the scan of the running set. */
+static bool eviction_may_suffice(struct pass *p, const struct sched_job *j)
+{
+    if (p->pol->order == SCHED_ORDER_LAS)
+        return true;
+    const struct sched_prio_class *cls = &p->c->classes[j->prio];
+    for (uint32_t g = 0; g < p->view.ngroups; g++) {
+        if (!p->eligible[g])
+            continue;
+        const struct view_group *grp = &p->view.groups[g];
+        view_group_refresh(&p->view, g);
+        int64_t need = model_job_milli(j, grp->gpu_mem_mib);
+        int64_t have = (int64_t)grp->sum_free_whole * SCHED_MILLI;
+        if (cls->may_preempt) {
+            for (uint32_t k = 0; k < (uint32_t)p->rank[j->prio]; k++)
+                have += p->rank_milli[(size_t)g * p->nranks + k];
+        }
+        if (quota_within_guarantee(&p->quota, j->team, g, need)) {
+            for (uint32_t t = 0; t < p->c->nteams; t++) {
+                if (t != j->team)
+                    have += p->excess[(size_t)t * p->quota.ngroups + g];
+            }
+        }
+        if (have >= need || (need < SCHED_MILLI && have > 0))
+            return true;
+    }
+    return false;
+}
+
 static int try_preempt(struct pass *p, uint32_t i, int64_t end)
 {
     const struct sched_job *j = &p->q->jobs[i];
     struct sched_result *r = p->res;
+    if (p->nplans >= MAX_PLANS || !eviction_may_suffice(p, j))
+        return 0;
+    p->nplans++;
     if (!p->pcand_ready) {
         for (size_t k = 0; k < p->run->njobs; k++) {
             p->pcand[k] = (struct preempt_cand){
@@ -680,9 +756,8 @@ static int try_preempt(struct pass *p, uint32_t i, int64_t end)
         if (!ok)
             continue;
         if (why == SCHED_PREEMPT_RECLAIM) {
-            uint32_t g;
-            int64_t milli;
-            quota_alloc_usage(&p->view, &p->run->jobs[run].alloc, &g, &milli);
+            uint32_t g = p->rgroup[run];
+            int64_t milli = p->rmilli[run];
             size_t q = (size_t)p->run->jobs[run].job->team * p->quota.ngroups + g;
             if (p->excess[q] < milli)
                 continue;
@@ -694,12 +769,9 @@ static int try_preempt(struct pass *p, uint32_t i, int64_t end)
     for (size_t k = 0; k < n; k++) {
         bool ok;
         uint32_t run = p->pbuf[k].run;
-        if (victim_why(p, j, run, &ok) == SCHED_PREEMPT_RECLAIM) {
-            uint32_t g;
-            int64_t milli;
-            quota_alloc_usage(&p->view, &p->run->jobs[run].alloc, &g, &milli);
-            p->excess[(size_t)p->run->jobs[run].job->team * p->quota.ngroups + g] += milli;
-        }
+        if (victim_why(p, j, run, &ok) == SCHED_PREEMPT_RECLAIM)
+            p->excess[(size_t)p->run->jobs[run].job->team * p->quota.ngroups + p->rgroup[run]] +=
+                p->rmilli[run];
     }
     if (!n)
         return 0;
@@ -724,12 +796,13 @@ static int try_preempt(struct pass *p, uint32_t i, int64_t end)
             .why = victim_why(p, j, pc->run, &ok)};
         p->rflag[pc->run] |= R_LEAVING;
         p->leaving[p->nleaving++] = pc->run;
-        if (r->preempts[r->npreempts - 1].why == SCHED_PREEMPT_RECLAIM) {
-            uint32_t g;
-            int64_t milli;
-            quota_alloc_usage(&p->view, &p->run->jobs[pc->run].alloc, &g, &milli);
-            p->excess[(size_t)p->run->jobs[pc->run].job->team * p->quota.ngroups + g] -= milli;
-        }
+        uint32_t vg = p->rgroup[pc->run];
+        if (r->preempts[r->npreempts - 1].why == SCHED_PREEMPT_RECLAIM)
+            p->excess[(size_t)p->run->jobs[pc->run].job->team * p->quota.ngroups + vg] -=
+                p->rmilli[pc->run];
+        if (vg != SCHED_NONE)
+            p->rank_milli[(size_t)vg * p->nranks + p->rank[p->run->jobs[pc->run].job->prio]] -=
+                p->rmilli[pc->run];
         if (k < 16)
             ids[k] = pc->job;
     }
@@ -803,6 +876,36 @@ static bool fit_at_start(struct pass *p, const struct sched_job *j)
     return fits;
 }
 
+/* Why a job that did not fit waits: the reason and the job in the way. */
+static enum sched_reason explain_miss(struct pass *p, uint32_t i, unsigned miss, int64_t end,
+                                      uint32_t nallowed, uint32_t neligible, uint64_t *ret_other)
+{
+    const struct sched_job *j = &p->q->jobs[i];
+    *ret_other = 0;
+    if (miss & VIEW_MISS_RESV) {
+        int32_t br = p->place.blocking_resv;
+        unsigned m2 = 0;
+        if (view_place(&p->view, j, p->allowed, end, true, &p->place, &m2)) {
+            *ret_other = br >= 0 ? p->view.resvs[br].job : 0;
+            return SCHED_REASON_RESERVED;
+        }
+    }
+    if (nallowed < neligible) {
+        unsigned m2 = 0;
+        if (view_place(&p->view, j, p->eligible, end, true, &p->place, &m2))
+            return SCHED_REASON_QUOTA;
+    }
+    /* The GPUs were there but not the CPUs or memory beside them; or they were
+     * free when the pass began and higher-ranked jobs took them; or not. */
+    if ((miss & VIEW_MISS_HOST) && !(miss & (VIEW_MISS_GPU | VIEW_MISS_GANG)))
+        return SCHED_REASON_HOST;
+    if ((p->jflag[i] & J_FIT0) && fit_at_start(p, j))
+        return SCHED_REASON_PRIORITY;
+    if (j->multi_node && (miss & VIEW_MISS_GANG))
+        return SCHED_REASON_GANG;
+    return wants_gpu(j) ? SCHED_REASON_NO_GPU : SCHED_REASON_HOST;
+}
+
 /* Starts job i if it fits the groups allowed; otherwise finds why it waits,
  * and may preempt or reserve for it. */
 static int place_or_explain(struct pass *p, uint32_t i, uint32_t nallowed, uint32_t neligible)
@@ -810,38 +913,31 @@ static int place_or_explain(struct pass *p, uint32_t i, uint32_t nallowed, uint3
     const struct sched_job *j = &p->q->jobs[i];
     uint32_t type = j->gpu_type, pool = j->pool;
     int64_t end = job_end(p, j, p->now);
-    unsigned miss = 0;
-    if (view_place(&p->view, j, p->allowed, end, false, &p->place, &miss))
-        return record_start(p, i);
-
-    if (miss & VIEW_MISS_RESV) {
-        int32_t br = p->place.blocking_resv;
-        unsigned m2 = 0;
-        if (view_place(&p->view, j, p->allowed, end, true, &p->place, &m2)) {
-            set_wait(p, i, SCHED_REASON_RESERVED, pool, type, br >= 0 ? p->view.resvs[br].job : 0,
-                     NULL);
-            return 0;
-        }
-    }
-    if (nallowed < neligible) {
-        unsigned m2 = 0;
-        if (view_place(&p->view, j, p->eligible, end, true, &p->place, &m2)) {
-            set_wait(p, i, SCHED_REASON_QUOTA, pool, type, 0, NULL);
-            return 0;
-        }
-    }
-    /* The GPUs were there but not the CPUs or memory beside them; or they were
-     * free when the pass began and higher-ranked jobs took them; or not. */
+    /* A job shaped like one that found no room finds none either, until
+     * something starts or a reservation or block changes the view (version),
+     * or its team's usage changes (team_starts): on a full cluster, a lookup
+     * per job instead of a placement. */
+    struct jshape *sh = &p->shapes_of[p->jshape[i]];
     enum sched_reason why;
-    if ((miss & VIEW_MISS_HOST) && !(miss & (VIEW_MISS_GPU | VIEW_MISS_GANG)))
-        why = SCHED_REASON_HOST;
-    else if ((p->jflag[i] & J_FIT0) && fit_at_start(p, j))
-        why = SCHED_REASON_PRIORITY;
-    else if (j->multi_node && (miss & VIEW_MISS_GANG))
-        why = SCHED_REASON_GANG;
-    else
-        why = wants_gpu(j) ? SCHED_REASON_NO_GPU : SCHED_REASON_HOST;
-    set_wait(p, i, why, pool, type, 0, NULL);
+    uint64_t other;
+    if (sh->missed && sh->miss_version == p->version &&
+        sh->miss_team_starts == p->team_starts[j->team]) {
+        why = sh->why;
+        other = sh->other;
+    } else {
+        unsigned miss = 0;
+        if (view_place(&p->view, j, p->allowed, end, false, &p->place, &miss))
+            return record_start(p, i);
+        why = explain_miss(p, i, miss, end, nallowed, neligible, &other);
+        sh->missed = true;
+        sh->miss_version = p->version;
+        sh->miss_team_starts = p->team_starts[j->team];
+        sh->why = why;
+        sh->other = other;
+    }
+    set_wait(p, i, why, pool, type, other, NULL);
+    if (why == SCHED_REASON_RESERVED || why == SCHED_REASON_QUOTA)
+        return 0;
 
     if (p->pol->preemption && (p->jflag[i] & J_POT) && !failed_before(p, j)) {
         int pr = try_preempt(p, i, end);
@@ -899,6 +995,24 @@ static int process_job(struct pass *p, uint32_t i)
 }
 
 
+/* order_within_fn: does pending job i fit within its team's guarantee in
+ * some group it could use? */
+static bool within_guarantee(void *ctx, uint32_t i)
+{
+    const struct pass *p = ctx;
+    const struct sched_job *j = &p->q->jobs[i];
+    if (!p->guar_left[j->team])
+        return false; /* the common case on a busy cluster: nothing left to check */
+    for (uint32_t g = 0; g < p->view.ngroups; g++) {
+        size_t k = (size_t)j->team * p->quota.ngroups + g;
+        if (p->quota.guar[k] <= p->quota.used[k] || !view_group_eligible(&p->view, j, g))
+            continue;
+        if (p->quota.used[k] + model_job_milli(j, p->view.groups[g].gpu_mem_mib) <= p->quota.guar[k])
+            return true;
+    }
+    return false;
+}
+
 /* Might job j preempt anything at all? A cheap necessary condition. */
 static bool may_preempt(const struct pass *p, const struct sched_job *j)
 {
@@ -950,8 +1064,16 @@ static int pass_alloc(struct pass *p)
     p->headroom = malloc(ng * sizeof(*p->headroom));
     p->group_starts = calloc(ng, sizeof(*p->group_starts));
     p->team_starts = calloc(p->c->nteams ? p->c->nteams : 1, sizeof(*p->team_starts));
+    p->guar_left = calloc(p->c->nteams ? p->c->nteams : 1, sizeof(*p->guar_left));
+    if (!p->guar_left)
+        return GPO_ENOMEM;
+    for (uint32_t t = 0; t < p->c->nteams; t++)
+        update_guar_left(p, t);
     p->shapes = calloc(SHAPE_SLOTS, sizeof(*p->shapes));
-    if (!p->headroom || !p->group_starts || !p->team_starts || !p->shapes)
+    p->shapes_of = malloc((nq ? nq : 1) * sizeof(*p->shapes_of));
+    p->jshape = malloc((nq ? nq : 1) * sizeof(*p->jshape));
+    if (!p->headroom || !p->group_starts || !p->team_starts || !p->shapes || !p->shapes_of ||
+        !p->jshape)
         return GPO_ENOMEM;
     int err = view_clone(&p->pristine, &p->view);
     if (err)
@@ -999,6 +1121,19 @@ static int pass_alloc(struct pass *p)
         p->rank[idx[k]] = rank;
     }
     free(idx);
+    p->nranks = (uint32_t)rank + 1;
+    p->rgroup = malloc((nr ? nr : 1) * sizeof(*p->rgroup));
+    p->rmilli = malloc((nr ? nr : 1) * sizeof(*p->rmilli));
+    p->rank_milli = calloc((size_t)ng * p->nranks, sizeof(*p->rank_milli));
+    if (!p->rgroup || !p->rmilli || !p->rank_milli)
+        return GPO_ENOMEM;
+    for (size_t k = 0; k < nr; k++) {
+        const struct sched_running *run = &p->run->jobs[k];
+        quota_alloc_usage(&p->view, &run->alloc, &p->rgroup[k], &p->rmilli[k]);
+        if (p->rgroup[k] != SCHED_NONE && !run->preempting)
+            p->rank_milli[(size_t)p->rgroup[k] * p->nranks + p->rank[run->job->prio]] +=
+                p->rmilli[k];
+    }
     return 0;
 }
 
@@ -1014,6 +1149,9 @@ static void pass_free(struct pass *p)
     free(p->jwait);
     free(p->lasq);
     free(p->rflag);
+    free(p->rgroup);
+    free(p->rmilli);
+    free(p->rank_milli);
     free(p->rlasq);
     free(p->rank);
     free(p->allowed);
@@ -1022,6 +1160,9 @@ static void pass_free(struct pass *p)
     free(p->group_starts);
     free(p->team_starts);
     free(p->shapes);
+    free(p->shapes_of);
+    free(p->jshape);
+    free(p->guar_left);
     view_clone_release(&p->pristine);
     free(p->eligible);
     free(p->rel);
@@ -1150,6 +1291,53 @@ static int carry_claims(struct pass *p, uint32_t *ready, size_t *ret_nready)
     return 0;
 }
 
+/* The request part of a job: what validation, the fit checks and placement look at. */
+static struct sched_job shape_key(const struct sched_job *j)
+{
+    struct sched_job k = *j;
+    k.id = 0;
+    k.submit_ms = 0;
+    k.project = k.model = 0;
+    k.checkpointable = false;
+    return k;
+}
+
+/* Assigns each pending job its shape (p->jshape), creating one per distinct request. */
+static int find_shapes(struct pass *p)
+{
+    size_t nq = p->q->njobs, size = 16;
+    while (size < 2 * nq)
+        size *= 2;
+    uint32_t *table = malloc(size * sizeof(*table));
+    if (!table)
+        return GPO_ENOMEM;
+    for (size_t k = 0; k < size; k++)
+        table[k] = SCHED_NONE;
+    p->nshapes = 0;
+    for (size_t i = 0; i < nq; i++) {
+        struct sched_job key = shape_key(&p->q->jobs[i]);
+        size_t h = (size_t)shape_hash(&key, (uint32_t)key.time_limit_ms) & (size - 1);
+        for (;; h = (h + 1) & (size - 1)) {
+            uint32_t s = table[h];
+            if (s == SCHED_NONE) {
+                s = p->nshapes++;
+                memset(&p->shapes_of[s], 0, sizeof(p->shapes_of[s]));
+                p->shapes_of[s].key = key;
+                p->shapes_of[s].first = (uint32_t)i;
+                table[h] = s;
+                p->jshape[i] = s;
+                break;
+            }
+            if (memcmp(&p->shapes_of[s].key, &key, sizeof(key)) == 0) {
+                p->jshape[i] = s;
+                break;
+            }
+        }
+    }
+    free(table);
+    return 0;
+}
+
 static int check_args(const struct sched_cluster *c, const struct sched_queue *q,
                       const struct sched_running_set *run, const struct sched_policy *pol,
                       const struct sched_state *st, int64_t now)
@@ -1220,8 +1408,25 @@ static int run_pass(struct pass *p)
         return GPO_ENOMEM;
     }
     size_t ncands = 0, nready = 0;
+    if ((err = find_shapes(p))) {
+        free(cands);
+        free(ready);
+        return err;
+    }
     for (size_t i = 0; i < nq; i++) {
-        if (!validate_job(p, (uint32_t)i))
+        struct jshape *sh = &p->shapes_of[p->jshape[i]];
+        if (sh->first == i) {
+            sh->valid = validate_job(p, (uint32_t)i);
+            sh->fit0 = (p->jflag[i] & J_FIT0) != 0;
+            sh->pot = sh->valid && p->pol->preemption && may_preempt(p, &q->jobs[i]);
+        } else if (!sh->valid) {
+            p->jwait[i] = p->jwait[sh->first];
+            p->jwait[i].job = q->jobs[i].id;
+            p->jflag[i] |= J_DONE;
+        } else if (sh->fit0) {
+            p->jflag[i] |= J_FIT0;
+        }
+        if (!sh->valid)
             continue;
         if (p->lasq) {
             const struct sched_attained *a = find_attained(p->attained, p->nattained, q->jobs[i].id);
@@ -1243,7 +1448,7 @@ static int run_pass(struct pass *p)
         const struct sched_job *j = &q->jobs[i];
         if (p->jflag[i] & J_DONE)
             continue;
-        if (p->pol->preemption && may_preempt(p, j))
+        if (p->shapes_of[p->jshape[i]].pot)
             p->jflag[i] |= J_POT;
         if ((p->jflag[i] & (J_FIT0 | J_POT)) || !first) {
             p->jflag[i] |= J_CAND;
@@ -1279,7 +1484,7 @@ static int run_pass(struct pass *p)
         if ((err = process_job(p, i)))
             goto out;
     }
-    if ((err = order_begin(&p->order, q->jobs, cands, ncands, p->lasq)))
+    if ((err = order_begin(&p->order, q->jobs, cands, ncands, p->lasq, within_guarantee, p)))
         goto out;
     for (uint32_t i; (i = order_next(&p->order)) != SCHED_NONE;) {
         if (p->jflag[i] & J_DONE)

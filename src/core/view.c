@@ -258,11 +258,15 @@ void view_group_refresh(struct view *view, uint32_t g)
     grp->max_free_whole = grp->max_free_whole_open = 0;
     grp->sum_free_whole = grp->sum_free_whole_open = 0;
     grp->max_free_milli = grp->max_free_milli_open = 0;
+    grp->resv_latest = -1;
     for (uint32_t i = 0; i < grp->nnodes; i++) {
         uint32_t n = grp->nodes[i];
         const struct view_node *vn = &view->nodes[n];
         if (!vn->usable)
             continue;
+        if (vn->resv >= 0 && (grp->resv_latest < 0 || view->resvs[vn->resv].start_ms >
+                                                           view->resvs[grp->resv_latest].start_ms))
+            grp->resv_latest = vn->resv;
         uint32_t milli = node_max_free_milli(view, n);
         if (vn->free_whole > grp->max_free_whole)
             grp->max_free_whole = vn->free_whole;
@@ -298,6 +302,22 @@ bool view_group_may_fit(struct view *view, const struct sched_job *job, uint32_t
         return (open ? grp->max_free_milli_open : grp->max_free_milli) >= milli;
     }
     return grp->nnodes > 0;
+}
+
+bool view_group_may_fit_by(struct view *view, const struct sched_job *job, uint32_t g,
+                           int64_t end_ms, bool ignore_resv, int32_t *ret_resv)
+{
+    *ret_resv = -1;
+    if (view_group_may_fit(view, job, g, !ignore_resv))
+        return true;
+    if (ignore_resv || !view_group_may_fit(view, job, g, false))
+        return false;
+    /* Only reserved nodes have room: usable if the job ends before one starts. */
+    int32_t r = view->groups[g].resv_latest;
+    if (r >= 0 && end_ms <= view->resvs[r].start_ms)
+        return true;
+    *ret_resv = r;
+    return false;
 }
 
 static bool gpu_take(struct view *view, uint32_t gi, uint32_t milli, uint32_t mem, bool give)
@@ -396,6 +416,21 @@ static bool resv_allows(struct ctx *x, uint32_t n)
     x->miss |= VIEW_MISS_RESV;
     if (x->blocking_resv < 0)
         x->blocking_resv = r;
+    return false;
+}
+
+/* The O(1) group test before a scan; a group whose only room is on nodes
+ * reserved from before the job would end is a reservation miss, not a scan. */
+static bool group_may_fit(struct ctx *x, uint32_t g)
+{
+    int32_t r;
+    if (view_group_may_fit_by(x->view, x->job, g, x->end_ms, x->ignore_resv, &r))
+        return true;
+    if (r >= 0) {
+        x->miss |= VIEW_MISS_RESV;
+        if (x->blocking_resv < 0)
+            x->blocking_resv = r;
+    }
     return false;
 }
 
@@ -516,7 +551,7 @@ static bool place_whole_single(struct ctx *x, const bool *allowed, struct view_p
     for (uint32_t g = 0; g < view->ngroups; g++) {
         if ((allowed && !allowed[g]) || !view_group_eligible(view, job, g))
             continue;
-        if (k && !view_group_may_fit(view, job, g, false)) {
+        if (k && !group_may_fit(x, g)) {
             x->miss |= VIEW_MISS_GPU;
             continue;
         }
@@ -567,7 +602,7 @@ static bool place_fraction(struct ctx *x, const bool *allowed, struct view_place
         for (uint32_t g = 0; g < view->ngroups; g++) {
             if ((allowed && !allowed[g]) || !view_group_eligible(view, job, g))
                 continue;
-            if (!view_group_may_fit(view, job, g, false)) {
+            if (!group_may_fit(x, g)) {
                 x->miss |= VIEW_MISS_GPU;
                 continue;
             }
@@ -654,7 +689,7 @@ static bool place_gang(struct ctx *x, const bool *allowed, struct view_place *ou
     for (uint32_t g = 0; g < view->ngroups; g++) {
         if ((allowed && !allowed[g]) || !view_group_eligible(view, job, g))
             continue;
-        if (!view_group_may_fit(view, job, g, false)) {
+        if (!group_may_fit(x, g)) {
             x->miss |= VIEW_MISS_GANG;
             continue;
         }

@@ -59,6 +59,9 @@ struct view_group {
     uint32_t max_free_whole, max_free_whole_open;
     uint64_t sum_free_whole, sum_free_whole_open;
     uint32_t max_free_milli, max_free_milli_open; /* on one GPU */
+    int32_t resv_latest; /* of the reservations holding usable nodes here, the one that
+                          * starts last (-1: none): a job ending after it can use no
+                          * reserved node of the group */
 };
 
 struct view_resv {
@@ -120,6 +123,12 @@ void view_group_refresh(struct view *view, uint32_t g);
 /* O(1) test after refresh: could the job fit in g's free capacity? `open`:
  * only nodes no reservation holds. */
 bool view_group_may_fit(struct view *view, const struct sched_job *job, uint32_t g, bool open);
+
+/* The same for a job ending at end_ms: counts reserved nodes only if it could
+ * end before the latest reservation there starts. Sets *ret_resv to the
+ * reservation in the way when that is all that stops it (else -1). */
+bool view_group_may_fit_by(struct view *view, const struct sched_job *job, uint32_t g,
+                           int64_t end_ms, bool ignore_resv, int32_t *ret_resv);
 
 /* Takes (give = false) or gives back (give = true) an allocation's resources.
  * Taking saturates at zero; returns true if it had to (over capacity). */

@@ -85,7 +85,7 @@ static size_t order_ids(struct fx *fx, int64_t now, bool note_starts, uint64_t *
         lasq[i] =
             (uint8_t)order_las_queue(&fx->pol, sched_state_attained(&fx->st, fx->queue[i].id));
     }
-    assert_int_equal(order_begin(&o, fx->queue, cands, n, lasq), 0);
+    assert_int_equal(order_begin(&o, fx->queue, cands, n, lasq, NULL, NULL), 0);
     size_t k = 0;
     for (uint32_t i; (i = order_next(&o)) != SCHED_NONE;) {
         assert_true(k < max);
