@@ -265,6 +265,12 @@ struct jshape {
     bool valid;           /* validation passed (else first's wait is final) */
     bool fit0;            /* fitted the free capacity when the pass began */
     bool pot;             /* might preempt */
+    /* compute_allowed's answer, valid while the team's usage is unchanged */
+    uint32_t allowed_stamp; /* team_starts + 1; 0: none */
+    uint32_t nallowed, neligible;
+    /* within_guarantee's answer, likewise */
+    uint32_t within_stamp;
+    bool within;
     /* the placement that last found no room for this shape, and why */
     uint64_t miss_version;
     uint32_t miss_team_starts;
@@ -316,6 +322,9 @@ struct pass {
     struct jshape *shapes_of; /* distinct requests */
     uint32_t nshapes;
     uint32_t *jshape;         /* per pending job: its shape */
+    /* per shape x group, for compute_allowed's cache (NULL: too many to keep) */
+    bool *shape_allowed, *shape_eligible;
+    int64_t *shape_headroom;
     uint64_t version;         /* bumped whenever the view changes: a start, a hold, a block */
     bool *eligible;           /* per group, scratch */
 
@@ -508,7 +517,37 @@ static bool validate_job(struct pass *p, uint32_t i)
 
 /* Groups the job may use now: eligible, and with quota headroom. Returns how
  * many are eligible (*ret_nallowed: how many also have headroom). */
-static uint32_t compute_allowed(struct pass *p, const struct sched_job *j, uint32_t *ret_nallowed)
+static uint32_t compute_allowed_now(struct pass *p, const struct sched_job *j,
+                                    uint32_t *ret_nallowed);
+
+/* compute_allowed for pending job i, from its shape's cache while its team's
+ * usage has not changed. */
+static uint32_t compute_allowed(struct pass *p, uint32_t i, uint32_t *ret_nallowed)
+{
+    const struct sched_job *j = &p->q->jobs[i];
+    uint32_t ng = p->view.ngroups;
+    if (!p->shape_allowed)
+        return compute_allowed_now(p, j, ret_nallowed);
+    struct jshape *sh = &p->shapes_of[p->jshape[i]];
+    size_t at = (size_t)p->jshape[i] * ng;
+    uint32_t stamp = p->team_starts[j->team] + 1;
+    if (sh->allowed_stamp != stamp) {
+        sh->neligible = compute_allowed_now(p, j, &sh->nallowed);
+        memcpy(p->shape_allowed + at, p->allowed, ng * sizeof(*p->allowed));
+        memcpy(p->shape_eligible + at, p->eligible, ng * sizeof(*p->eligible));
+        memcpy(p->shape_headroom + at, p->headroom, ng * sizeof(*p->headroom));
+        sh->allowed_stamp = stamp;
+    } else {
+        memcpy(p->allowed, p->shape_allowed + at, ng * sizeof(*p->allowed));
+        memcpy(p->eligible, p->shape_eligible + at, ng * sizeof(*p->eligible));
+        memcpy(p->headroom, p->shape_headroom + at, ng * sizeof(*p->headroom));
+    }
+    *ret_nallowed = sh->nallowed;
+    return sh->neligible;
+}
+
+static uint32_t compute_allowed_now(struct pass *p, const struct sched_job *j,
+                                    uint32_t *ret_nallowed)
 {
     struct view *v = &p->view;
     uint32_t ne = 0, na = 0;
@@ -965,7 +1004,7 @@ static int process_job(struct pass *p, uint32_t i)
     const struct sched_job *j = &p->q->jobs[i];
     p->res->decisions++;
     uint32_t nallowed;
-    uint32_t neligible = compute_allowed(p, j, &nallowed);
+    uint32_t neligible = compute_allowed(p, i, &nallowed);
     uint32_t type = j->gpu_type, pool = j->pool;
     if (!nallowed) {
         set_wait(p, i, SCHED_REASON_QUOTA, pool, type, 0, NULL);
@@ -999,18 +1038,25 @@ static int process_job(struct pass *p, uint32_t i)
  * some group it could use? */
 static bool within_guarantee(void *ctx, uint32_t i)
 {
-    const struct pass *p = ctx;
+    struct pass *p = ctx;
     const struct sched_job *j = &p->q->jobs[i];
     if (!p->guar_left[j->team])
         return false; /* the common case on a busy cluster: nothing left to check */
-    for (uint32_t g = 0; g < p->view.ngroups; g++) {
+    struct jshape *sh = &p->shapes_of[p->jshape[i]];
+    uint32_t stamp = p->team_starts[j->team] + 1;
+    if (sh->within_stamp == stamp)
+        return sh->within;
+    bool within = false;
+    for (uint32_t g = 0; g < p->view.ngroups && !within; g++) {
         size_t k = (size_t)j->team * p->quota.ngroups + g;
         if (p->quota.guar[k] <= p->quota.used[k] || !view_group_eligible(&p->view, j, g))
             continue;
-        if (p->quota.used[k] + model_job_milli(j, p->view.groups[g].gpu_mem_mib) <= p->quota.guar[k])
-            return true;
+        within = p->quota.used[k] + model_job_milli(j, p->view.groups[g].gpu_mem_mib) <=
+                 p->quota.guar[k];
     }
-    return false;
+    sh->within_stamp = stamp;
+    sh->within = within;
+    return within;
 }
 
 /* Might job j preempt anything at all? A cheap necessary condition. */
@@ -1162,6 +1208,9 @@ static void pass_free(struct pass *p)
     free(p->shapes);
     free(p->shapes_of);
     free(p->jshape);
+    free(p->shape_allowed);
+    free(p->shape_eligible);
+    free(p->shape_headroom);
     free(p->guar_left);
     view_clone_release(&p->pristine);
     free(p->eligible);
@@ -1413,6 +1462,17 @@ static int run_pass(struct pass *p)
         free(ready);
         return err;
     }
+    size_t cells = (size_t)p->nshapes * p->view.ngroups;
+    if (cells && cells <= (1u << 22)) {
+        p->shape_allowed = malloc(cells * sizeof(*p->shape_allowed));
+        p->shape_eligible = malloc(cells * sizeof(*p->shape_eligible));
+        p->shape_headroom = malloc(cells * sizeof(*p->shape_headroom));
+        if (!p->shape_allowed || !p->shape_eligible || !p->shape_headroom) {
+            free(cands);
+            free(ready);
+            return GPO_ENOMEM;
+        }
+    }
     for (size_t i = 0; i < nq; i++) {
         struct jshape *sh = &p->shapes_of[p->jshape[i]];
         if (sh->first == i) {
@@ -1499,7 +1559,7 @@ static int run_pass(struct pass *p)
             continue;
         const struct sched_job *j = &q->jobs[i];
         uint32_t nallowed;
-        compute_allowed(p, j, &nallowed);
+        compute_allowed(p, (uint32_t)i, &nallowed);
         p->res->decisions++;
         if (!nallowed)
             set_wait(p, (uint32_t)i, SCHED_REASON_QUOTA, j->pool, j->gpu_type, 0, NULL);
