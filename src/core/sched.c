@@ -1,4 +1,3 @@
-#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,154 +9,9 @@
 #include "core/preempt.h"
 #include "core/quota.h"
 #include "core/sched.h"
+#include "core/vec.h"
 #include "core/view.h"
 #include "util/banned.h"
-
-/* ---- state ---- */
-
-void sched_state_init(struct sched_state *state)
-{
-    memset(state, 0, sizeof(*state));
-}
-
-void sched_state_release(struct sched_state *state)
-{
-    if (!state)
-        return;
-    free(state->usage);
-    free(state->attained);
-    free(state->claims);
-    memset(state, 0, sizeof(*state));
-}
-
-static int grow(void **array, size_t *cap, size_t need, size_t elem)
-{
-    if (need <= *cap)
-        return 0;
-    size_t n = *cap ? *cap : 8;
-    while (n < need)
-        n *= 2;
-    void *p = realloc(*array, n * elem);
-    if (!p)
-        return GPO_ENOMEM;
-    *array = p;
-    *cap = n;
-    return 0;
-}
-
-int sched_state_add_usage(struct sched_state *state, uint32_t team_id, uint32_t gpu_type_id,
-                          double gpu_ms)
-{
-    if (!state || !(gpu_ms >= 0.0))
-        return GPO_EINVAL;
-    if (grow((void **)&state->usage, &state->usage_cap, state->nusage + 1,
-             sizeof(*state->usage)))
-        return GPO_ENOMEM;
-    state->usage[state->nusage++] = (struct sched_usage){team_id, gpu_type_id, gpu_ms};
-    return 0;
-}
-
-static int cmp_attained(const void *a, const void *b)
-{
-    const struct sched_attained *x = a, *y = b;
-    return (x->job > y->job) - (x->job < y->job);
-}
-
-int sched_state_add_attained(struct sched_state *state, uint64_t job, int64_t gpu_ms)
-{
-    if (!state || gpu_ms < 0)
-        return GPO_EINVAL;
-    if (grow((void **)&state->attained, &state->attained_cap, state->nattained + 1,
-             sizeof(*state->attained)))
-        return GPO_ENOMEM;
-    state->attained[state->nattained++] = (struct sched_attained){job, gpu_ms};
-    qsort(state->attained, state->nattained, sizeof(*state->attained), cmp_attained);
-    return 0;
-}
-
-static const struct sched_attained *find_attained(const struct sched_attained *a, size_t n,
-                                                  uint64_t job)
-{
-    size_t lo = 0, hi = n;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (a[mid].job < job)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo < n && a[lo].job == job ? &a[lo] : NULL;
-}
-
-int sched_state_charge_end(struct sched_state *state, const struct sched_cluster *cluster,
-                           const struct sched_policy *policy, const struct sched_running *run,
-                           int64_t end_ms)
-{
-    if (!state || !cluster || !policy || !run || !run->job ||
-        run->job->team >= cluster->nteams || policy->fairshare_half_life_ms <= 0)
-        return GPO_EINVAL;
-    const struct sched_alloc *a = &run->alloc;
-    int64_t milli = 0;
-    for (uint32_t i = 0; i < a->nshares; i++) {
-        if (a->shares[i].gpu >= cluster->ngpus)
-            return GPO_EINVAL;
-        milli += a->shares[i].milli;
-    }
-    int64_t last = state->last_pass_ms;
-    int64_t since = run->start_ms > last ? run->start_ms : last;
-    if (!milli || end_ms <= since)
-        return 0;
-    uint32_t team_id = cluster->teams[run->job->team].id;
-    uint32_t type_id = cluster->gpu_types[cluster->gpus[a->shares[0].gpu].type].id;
-
-    /* Usage is kept as of last_pass_ms; the next pass decays it to its own
-     * `now`. So the piece [since, end] is valued at `last`: it grows by
-     * 2^((t - last) / H) for each moment t after it. */
-    double half = (double)policy->fairshare_half_life_ms;
-    double gpus = (double)milli / SCHED_MILLI, add;
-    if (last > 0)
-        add = gpus * half / M_LN2 *
-              (exp2((double)(end_ms - last) / half) - exp2((double)(since - last) / half));
-    else
-        add = gpus * (double)(end_ms - since);
-    int64_t span = end_ms - since;
-    int64_t gpu_ms = span / SCHED_MILLI * milli + span % SCHED_MILLI * milli / SCHED_MILLI;
-
-    size_t u = 0;
-    while (u < state->nusage &&
-           !(state->usage[u].team_id == team_id && state->usage[u].gpu_type_id == type_id))
-        u++;
-    if (u == state->nusage && grow((void **)&state->usage, &state->usage_cap, state->nusage + 1,
-                                   sizeof(*state->usage)))
-        return GPO_ENOMEM;
-    struct sched_attained *at = (struct sched_attained *)find_attained(
-        state->attained, state->nattained, run->job->id);
-    if (!at && grow((void **)&state->attained, &state->attained_cap, state->nattained + 1,
-                    sizeof(*state->attained)))
-        return GPO_ENOMEM;
-    if (u == state->nusage)
-        state->usage[state->nusage++] = (struct sched_usage){team_id, type_id, 0.0};
-    state->usage[u].gpu_ms += add;
-    if (at) {
-        at->gpu_ms += gpu_ms;
-    } else {
-        /* Insert in job order. */
-        size_t k = state->nattained;
-        while (k > 0 && state->attained[k - 1].job > run->job->id) {
-            state->attained[k] = state->attained[k - 1];
-            k--;
-        }
-        state->attained[k] = (struct sched_attained){run->job->id, gpu_ms};
-        state->nattained++;
-    }
-    return 0;
-}
-
-int64_t sched_state_attained(const struct sched_state *state, uint64_t job)
-{
-    const struct sched_attained *a = find_attained(state->attained, state->nattained, job);
-    return a ? a->gpu_ms : 0;
-}
 
 /* ---- result and its arena (chunks never move, so pointers into them hold) ---- */
 
@@ -585,8 +439,8 @@ static int record_start(struct pass *p, uint32_t i)
     struct sched_result *r = p->res;
     const struct sched_job *j = &p->q->jobs[i];
     const struct view_place *pl = &p->place;
-    if (grow((void **)&r->starts, &r->starts_cap, r->nstarts + 1, sizeof(*r->starts)) ||
-        grow((void **)&p->rel, &p->rel_cap, p->nrel + 1, sizeof(*p->rel)))
+    if (vec_grow((void **)&r->starts, &r->starts_cap, r->nstarts + 1, sizeof(*r->starts)) ||
+        vec_grow((void **)&p->rel, &p->rel_cap, p->nrel + 1, sizeof(*p->rel)))
         return GPO_ENOMEM;
     struct sched_node_part *parts = arena_alloc(r, pl->nnodes * sizeof(*parts));
     struct sched_share *shares = arena_alloc(r, (pl->nshares ? pl->nshares : 1) * sizeof(*shares));
@@ -711,7 +565,7 @@ static void note_failure(struct pass *p, const struct sched_job *j)
 static int add_claim(struct pass *p, uint64_t job, const uint64_t *victims, uint32_t n,
                      int64_t since)
 {
-    if (grow((void **)&p->claims, &p->claims_cap, p->nclaims + 1, sizeof(*p->claims)))
+    if (vec_grow((void **)&p->claims, &p->claims_cap, p->nclaims + 1, sizeof(*p->claims)))
         return GPO_ENOMEM;
     struct sched_claim *cl = &p->claims[p->nclaims++];
     memset(cl, 0, sizeof(*cl));
@@ -821,7 +675,7 @@ static int try_preempt(struct pass *p, uint32_t i, int64_t end)
         return found;
     if (!nv)
         return 0; /* room comes from jobs already leaving: nothing new to evict */
-    if (grow((void **)&r->preempts, &r->preempts_cap, r->npreempts + nv, sizeof(*r->preempts)))
+    if (vec_grow((void **)&r->preempts, &r->preempts_cap, r->npreempts + nv, sizeof(*r->preempts)))
         return GPO_ENOMEM;
     uint64_t ids[16];
     for (size_t k = 0; k < nv; k++) {
@@ -1241,7 +1095,7 @@ static int compute_attained(struct pass *p)
     }
     for (size_t r = 0; r < nr; r++) {
         const struct sched_running *run = &p->run->jobs[r];
-        const struct sched_attained *old = find_attained(st->attained, st->nattained, run->job->id);
+        const struct sched_attained *old = state_find_attained(st->attained, st->nattained, run->job->id);
         int64_t since = run->start_ms > st->last_pass_ms ? run->start_ms : st->last_pass_ms;
         int64_t span = p->now > since ? p->now - since : 0;
         int64_t milli = 0;
@@ -1250,7 +1104,7 @@ static int compute_attained(struct pass *p)
         int64_t add = span / SCHED_MILLI * milli + span % SCHED_MILLI * milli / SCHED_MILLI;
         p->attained[n++] = (struct sched_attained){run->job->id, (old ? old->gpu_ms : 0) + add};
     }
-    qsort(p->attained, n, sizeof(*p->attained), cmp_attained);
+    qsort(p->attained, n, sizeof(*p->attained), state_cmp_attained);
     p->nattained = n;
     return 0;
 }
@@ -1261,7 +1115,7 @@ static int collect_reserves(struct pass *p)
     struct view *v = &p->view;
     if (!v->nresvs)
         return 0;
-    if (grow((void **)&r->reserves, &r->reserves_cap, v->nresvs, sizeof(*r->reserves)))
+    if (vec_grow((void **)&r->reserves, &r->reserves_cap, v->nresvs, sizeof(*r->reserves)))
         return GPO_ENOMEM;
     uint32_t *count = calloc(v->nresvs, sizeof(*count));
     if (!count)
@@ -1445,7 +1299,7 @@ static int run_pass(struct pass *p)
             rj->job->id, &rj->alloc};
         if (p->rlasq)
             p->rlasq[r] = (uint8_t)order_las_queue(
-                p->pol, find_attained(p->attained, p->nattained, rj->job->id)->gpu_ms);
+                p->pol, state_find_attained(p->attained, p->nattained, rj->job->id)->gpu_ms);
     }
 
     /* Validate, and find which jobs can be considered at all. */
@@ -1489,7 +1343,7 @@ static int run_pass(struct pass *p)
         if (!sh->valid)
             continue;
         if (p->lasq) {
-            const struct sched_attained *a = find_attained(p->attained, p->nattained, q->jobs[i].id);
+            const struct sched_attained *a = state_find_attained(p->attained, p->nattained, q->jobs[i].id);
             p->lasq[i] = (uint8_t)order_las_queue(p->pol, a ? a->gpu_ms : 0);
         }
     }
@@ -1586,7 +1440,7 @@ static int run_pass(struct pass *p)
             r->overcommitted[k] = run->jobs[p->view.overcommitted[k]].job->id;
         r->novercommitted = p->view.novercommitted;
     }
-    if ((err = grow((void **)&r->waits, &r->waits_cap, nq, sizeof(*r->waits))))
+    if ((err = vec_grow((void **)&r->waits, &r->waits_cap, nq, sizeof(*r->waits))))
         goto out;
     for (size_t i = 0; i < nq; i++) {
         if (!(p->jflag[i] & J_STARTED))
