@@ -13,12 +13,12 @@
 #ifndef GPUORCH_CORE_ERR_H
 #define GPUORCH_CORE_ERR_H
 
-#define GPO_ERRNO_MAP(X)                                                                   \
-    X(EINVAL, -1, "invalid argument")                                                      \
-    X(ENOMEM, -2, "out of memory")                                                         \
-    X(ERANGE, -3, "value out of range")                                                    \
-    X(ENOTFOUND, -4, "not found")                                                          \
-    X(EEXIST, -5, "already exists")                                                        \
+#define GPO_ERRNO_MAP(X)                                                                           \
+    X(EINVAL, -1, "invalid argument")                                                              \
+    X(ENOMEM, -2, "out of memory")                                                                 \
+    X(ERANGE, -3, "value out of range")                                                            \
+    X(ENOTFOUND, -4, "not found")                                                                  \
+    X(EEXIST, -5, "already exists")                                                                \
     X(ELIMIT, -6, "over a size limit")
 
 enum gpo_err {

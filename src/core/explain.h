@@ -16,29 +16,30 @@
 
 /* X(name, final, short code, sentence). The sentence is formatted by
  * explain_format with the wait's fields; see there for the placeholders. */
-#define SCHED_REASON_MAP(X)                                                                \
-    X(NONE, 0, "none", "not waiting")                                                      \
-    X(QUOTA, 0, "quota",                                                                   \
-      "over quota: team %T has no guaranteed or borrowable GPUs left in pool %P")          \
-    X(NO_GPU, 0, "resources", "no free GPU of type %G in pool %P")                         \
-    X(GANG, 0, "gang", "gang does not fit: not enough free GPUs of type %G in pool %P "    \
-                       "on few enough nodes")                                              \
-    X(HOST, 0, "host", "no node in pool %P has the CPUs or host memory free")              \
-    X(RESERVED, 0, "reservation", "behind the reservation for job %J")                     \
-    X(PRIORITY, 0, "priority", "lower priority: higher-ranked jobs took the free GPUs")    \
-    X(BLOCKED, 0, "blocked", "waiting behind job %J (backfill is off)")                    \
-    X(PREEMPTING, 0, "preempting", "waiting for preempted jobs to exit")                   \
-    X(BAD_SIZE, 1, "invalid", "invalid request: %F")                                       \
-    X(UNKNOWN_POOL, 1, "invalid", "unknown pool")                                          \
-    X(UNKNOWN_TYPE, 1, "invalid", "unknown GPU type")                                      \
-    X(UNKNOWN_TEAM, 1, "invalid", "unknown team")                                          \
-    X(UNKNOWN_CLASS, 1, "invalid", "unknown priority class")                               \
-    X(TOO_LARGE, 1, "unschedulable",                                                       \
-      "request larger than any node of type %G in pool %P can hold")                       \
-    X(GANG_TOO_LARGE, 1, "unschedulable",                                                  \
-      "gang larger than all GPUs of type %G in pool %P together")                          \
-    X(NO_MATCH, 1, "unschedulable", "no node in pool %P has GPUs of type %G")              \
-    X(QUOTA_NEVER, 1, "unschedulable",                                                     \
+#define SCHED_REASON_MAP(X)                                                                        \
+    X(NONE, 0, "none", "not waiting")                                                              \
+    X(QUOTA, 0, "quota",                                                                           \
+      "over quota: team %T has no guaranteed or borrowable GPUs left in pool %P")                  \
+    X(NO_GPU, 0, "resources", "no free GPU of type %G in pool %P")                                 \
+    X(GANG, 0, "gang",                                                                             \
+      "gang does not fit: not enough free GPUs of type %G in pool %P "                             \
+      "on few enough nodes")                                                                       \
+    X(HOST, 0, "host", "no node in pool %P has the CPUs or host memory free")                      \
+    X(RESERVED, 0, "reservation", "behind the reservation for job %J")                             \
+    X(PRIORITY, 0, "priority", "lower priority: higher-ranked jobs took the free GPUs")            \
+    X(BLOCKED, 0, "blocked", "waiting behind job %J (backfill is off)")                            \
+    X(PREEMPTING, 0, "preempting", "waiting for preempted jobs to exit")                           \
+    X(BAD_SIZE, 1, "invalid", "invalid request: %F")                                               \
+    X(UNKNOWN_POOL, 1, "invalid", "unknown pool")                                                  \
+    X(UNKNOWN_TYPE, 1, "invalid", "unknown GPU type")                                              \
+    X(UNKNOWN_TEAM, 1, "invalid", "unknown team")                                                  \
+    X(UNKNOWN_CLASS, 1, "invalid", "unknown priority class")                                       \
+    X(TOO_LARGE, 1, "unschedulable",                                                               \
+      "request larger than any node of type %G in pool %P can hold")                               \
+    X(GANG_TOO_LARGE, 1, "unschedulable",                                                          \
+      "gang larger than all GPUs of type %G in pool %P together")                                  \
+    X(NO_MATCH, 1, "unschedulable", "no node in pool %P has GPUs of type %G")                      \
+    X(QUOTA_NEVER, 1, "unschedulable",                                                             \
       "larger than team %T's guarantee plus borrowing limit in pool %P")
 
 enum sched_reason {
@@ -75,7 +76,7 @@ const char *explain_code(enum sched_reason reason);
  * 0), naming pools, GPU types and teams from `cluster` ("any" for SCHED_ANY).
  * Returns the length the full sentence needs, as snprintf does, or GPO_EINVAL.
  */
-int explain_format(const struct sched_cluster *cluster, const struct sched_wait *wait,
-                   char *buf, size_t size);
+int explain_format(const struct sched_cluster *cluster, const struct sched_wait *wait, char *buf,
+                   size_t size);
 
 #endif

@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #define IDMAP_RUNNING (1u << 31)
-#define IDMAP_NONE UINT32_MAX
+#define IDMAP_NONE    UINT32_MAX
 
 struct idmap_slot;
 

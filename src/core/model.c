@@ -167,15 +167,15 @@ int sched_cluster_check(const struct sched_cluster *c, const char **ret_what)
     return 0;
 }
 
-#define FIND(array, count)                                                                 \
-    do {                                                                                   \
-        if (!c || !name)                                                                   \
-            return GPO_ENOTFOUND;                                                          \
-        for (uint32_t i = 0; i < (count); i++) {                                           \
-            if ((array)[i].name && strcmp((array)[i].name, name) == 0)                     \
-                return i;                                                                  \
-        }                                                                                  \
-        return GPO_ENOTFOUND;                                                              \
+#define FIND(array, count)                                                                         \
+    do {                                                                                           \
+        if (!c || !name)                                                                           \
+            return GPO_ENOTFOUND;                                                                  \
+        for (uint32_t i = 0; i < (count); i++) {                                                   \
+            if ((array)[i].name && strcmp((array)[i].name, name) == 0)                             \
+                return i;                                                                          \
+        }                                                                                          \
+        return GPO_ENOTFOUND;                                                                      \
     } while (0)
 
 int64_t model_pool_find(const struct sched_cluster *c, const char *name)

@@ -21,17 +21,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SCHED_MILLI 1000               /* one whole GPU, in milli-GPU */
-#define SCHED_ANY UINT32_MAX           /* job's pool or gpu_type: no constraint */
-#define SCHED_NONE UINT32_MAX          /* no index */
-#define SCHED_MAX_GPUS_PER_NODE 64     /* more per node is rejected by validation */
-#define SCHED_MAX_NODES (1u << 20)     /* limits on every caller-controlled count */
-#define SCHED_MAX_TEAMS 4096
-#define SCHED_MAX_POOLS 1024
-#define SCHED_MAX_GPU_TYPES 256
-#define SCHED_MAX_CLASSES 64
-#define SCHED_MAX_JOBS (1u << 24)
-#define SCHED_LAS_MAX_QUEUES 8
+#define SCHED_MILLI             1000       /* one whole GPU, in milli-GPU */
+#define SCHED_ANY               UINT32_MAX /* job's pool or gpu_type: no constraint */
+#define SCHED_NONE              UINT32_MAX /* no index */
+#define SCHED_MAX_GPUS_PER_NODE 64         /* more per node is rejected by validation */
+#define SCHED_MAX_NODES         (1u << 20) /* limits on every caller-controlled count */
+#define SCHED_MAX_TEAMS         4096
+#define SCHED_MAX_POOLS         1024
+#define SCHED_MAX_GPU_TYPES     256
+#define SCHED_MAX_CLASSES       64
+#define SCHED_MAX_JOBS          (1u << 24)
+#define SCHED_LAS_MAX_QUEUES    8
 
 enum sched_node_state {
     SCHED_NODE_UP = 0,
@@ -134,14 +134,14 @@ struct sched_cluster {
  * reported as such rather than wrapping into a huge request.
  */
 struct sched_job {
-    uint64_t id;        /* unique; ties in every order go to the lower id */
-    int64_t submit_ms;  /* time the job (or its requeue) entered the queue */
-    uint32_t team;      /* index into cluster->teams */
-    uint32_t prio;      /* index into cluster->classes */
-    uint32_t pool;      /* index into cluster->pools, or SCHED_ANY */
-    uint32_t gpu_type;  /* index into cluster->gpu_types, or SCHED_ANY */
-    int32_t gpus;       /* whole GPUs */
-    int32_t gpu_milli;  /* or a fraction of one GPU */
+    uint64_t id;             /* unique; ties in every order go to the lower id */
+    int64_t submit_ms;       /* time the job (or its requeue) entered the queue */
+    uint32_t team;           /* index into cluster->teams */
+    uint32_t prio;           /* index into cluster->classes */
+    uint32_t pool;           /* index into cluster->pools, or SCHED_ANY */
+    uint32_t gpu_type;       /* index into cluster->gpu_types, or SCHED_ANY */
+    int32_t gpus;            /* whole GPUs */
+    int32_t gpu_milli;       /* or a fraction of one GPU */
     int64_t gpu_mem_mib;     /* or an amount of one GPU's memory */
     int64_t min_gpu_mem_mib; /* each GPU used must have at least this much memory */
     int32_t cpus;
@@ -195,10 +195,10 @@ struct sched_running_set {
 };
 
 enum sched_order {
-    SCHED_ORDER_FIFO = 0, /* submit time only; priority classes ignored for order */
-    SCHED_ORDER_PRIORITY, /* priority class, then submit time */
+    SCHED_ORDER_FIFO = 0,  /* submit time only; priority classes ignored for order */
+    SCHED_ORDER_PRIORITY,  /* priority class, then submit time */
     SCHED_ORDER_FAIRSHARE, /* class, then team's dominant share over weight, then submit */
-    SCHED_ORDER_LAS,      /* class, then least attained GPU-service queue, then submit */
+    SCHED_ORDER_LAS,       /* class, then least attained GPU-service queue, then submit */
 };
 
 enum sched_packing {

@@ -55,8 +55,7 @@ static uint64_t gang_sum(const struct view *v, const struct sched_job *job, cons
 int preempt_plan(const struct view *view, const struct sched_running_set *running,
                  const uint32_t *leaving, size_t nleaving, const struct sched_job *job,
                  const bool *allowed, int64_t end_ms, const struct preempt_cand *cands,
-                 size_t ncands, uint32_t *ret_victims, size_t *ret_nvictims,
-                 struct view_place *out)
+                 size_t ncands, uint32_t *ret_victims, size_t *ret_nvictims, struct view_place *out)
 {
     struct view clone;
     int err = view_clone(&clone, view);

@@ -107,7 +107,7 @@ struct fail {
 #define MAX_FAILS 64
 /* Preemption plans a pass may try. Each costs a scan of the running set; a
  * pass is bounded, and a job that found no plan tries again next pass. */
-#define MAX_PLANS 64
+#define MAX_PLANS   64
 #define SHAPE_SLOTS 256
 
 /* Jobs that ask for the same thing (team, class, pool, type, sizes, limit):
@@ -160,7 +160,7 @@ struct pass {
     uint8_t *rflag;           /* per running job */
     uint32_t *rgroup;         /* per running job: its group (SCHED_NONE: holds nothing) */
     int64_t *rmilli;          /* per running job: milli-GPU it holds */
-    int64_t *rank_milli;      /* [group * nranks + rank]: milli held by running, not leaving, jobs */
+    int64_t *rank_milli; /* [group * nranks + rank]: milli held by running, not leaving, jobs */
     uint32_t nranks;
     uint32_t nplans;          /* preemption plans tried in this pass */
     uint8_t *rlasq;           /* per running job (LAS only) */
@@ -175,12 +175,12 @@ struct pass {
     struct shape *shapes;     /* cache: did a job of this shape fit at the start? */
     struct jshape *shapes_of; /* distinct requests */
     uint32_t nshapes;
-    uint32_t *jshape;         /* per pending job: its shape */
+    uint32_t *jshape; /* per pending job: its shape */
     /* per shape x group, for compute_allowed's cache (NULL: too many to keep) */
     bool *shape_allowed, *shape_eligible;
     int64_t *shape_headroom;
-    uint64_t version;         /* bumped whenever the view changes: a start, a hold, a block */
-    bool *eligible;           /* per group, scratch */
+    uint64_t version; /* bumped whenever the view changes: a start, a hold, a block */
+    bool *eligible;   /* per group, scratch */
 
     struct view_place place;
     uint32_t place_cap;
@@ -197,7 +197,7 @@ struct pass {
     uint32_t *leaving;
     size_t nleaving;
 
-    int32_t *pool_resv; /* EASY reservation per pool, -1 none */
+    int32_t *pool_resv;   /* EASY reservation per pool, -1 none */
     uint64_t *pool_block; /* backfill off: job blocking the pool, 0 none */
 
     struct fail fails[MAX_FAILS];
@@ -334,7 +334,8 @@ static bool validate_job(struct pass *p, uint32_t i)
         const struct view_group *grp = &v->groups[g];
         if (pool != SCHED_ANY && grp->pool != pool)
             continue;
-        if (wants_gpu(j) && (grp->gpu_type == SCHED_NONE || (type != SCHED_ANY && type != grp->gpu_type)))
+        if (wants_gpu(j) &&
+            (grp->gpu_type == SCHED_NONE || (type != SCHED_ANY && type != grp->gpu_type)))
             continue;
         any_match = true;
         if (!view_group_eligible(v, j, g))
@@ -558,8 +559,8 @@ static bool failed_before(const struct pass *p, const struct sched_job *j)
 static void note_failure(struct pass *p, const struct sched_job *j)
 {
     if (p->nfails < MAX_FAILS)
-        p->fails[p->nfails++] = (struct fail){j->team, j->prio, j->pool, j->gpu_type,
-                                              job_kind(j), job_size(j)};
+        p->fails[p->nfails++] =
+            (struct fail){j->team, j->prio, j->pool, j->gpu_type, job_kind(j), job_size(j)};
 }
 
 static int add_claim(struct pass *p, uint64_t job, const uint64_t *victims, uint32_t n,
@@ -629,9 +630,8 @@ static int try_preempt(struct pass *p, uint32_t i, int64_t end)
     p->nplans++;
     if (!p->pcand_ready) {
         for (size_t k = 0; k < p->run->njobs; k++) {
-            p->pcand[k] = (struct preempt_cand){
-                (uint32_t)k, p->run->jobs[k].job->id,
-                preempt_lost_gpu_ms(&p->run->jobs[k], p->now)};
+            p->pcand[k] = (struct preempt_cand){(uint32_t)k, p->run->jobs[k].job->id,
+                                                preempt_lost_gpu_ms(&p->run->jobs[k], p->now)};
         }
         preempt_sort(p->pcand, p->run->njobs);
         p->npcand = p->run->njobs;
@@ -669,8 +669,8 @@ static int try_preempt(struct pass *p, uint32_t i, int64_t end)
     if (!n)
         return 0;
     size_t nv = 0;
-    int found = preempt_plan(&p->view, p->run, p->leaving, p->nleaving, j, p->allowed, end,
-                             p->pbuf, n, p->victims, &nv, &p->place);
+    int found = preempt_plan(&p->view, p->run, p->leaving, p->nleaving, j, p->allowed, end, p->pbuf,
+                             n, p->victims, &nv, &p->place);
     if (found <= 0)
         return found;
     if (!nv)
@@ -681,12 +681,11 @@ static int try_preempt(struct pass *p, uint32_t i, int64_t end)
     for (size_t k = 0; k < nv; k++) {
         const struct preempt_cand *pc = &p->pbuf[p->victims[k]];
         bool ok;
-        r->preempts[r->npreempts++] = (struct sched_preempt){
-            .job = pc->job,
-            .for_job = j->id,
-            .grace_ms = p->pol->preempt_grace_ms,
-            .lost_gpu_ms = pc->lost_gpu_ms,
-            .why = victim_why(p, j, pc->run, &ok)};
+        r->preempts[r->npreempts++] = (struct sched_preempt){.job = pc->job,
+                                                             .for_job = j->id,
+                                                             .grace_ms = p->pol->preempt_grace_ms,
+                                                             .lost_gpu_ms = pc->lost_gpu_ms,
+                                                             .why = victim_why(p, j, pc->run, &ok)};
         p->rflag[pc->run] |= R_LEAVING;
         p->leaving[p->nleaving++] = pc->run;
         uint32_t vg = p->rgroup[pc->run];
@@ -719,7 +718,8 @@ static int try_reserve(struct pass *p, uint32_t i)
         p->rel_sorted = true;
     }
     int64_t start;
-    int found = backfill_shadow(&p->view, j, p->allowed, p->rel, p->nrel, p->now, &start, &p->place);
+    int found =
+        backfill_shadow(&p->view, j, p->allowed, p->rel, p->nrel, p->now, &start, &p->place);
     if (found <= 0)
         return found;
     int r = hold_place(p, j->id, start);
@@ -733,10 +733,18 @@ static int try_reserve(struct pass *p, uint32_t i)
 static uint64_t shape_hash(const struct sched_job *k, uint32_t team_starts)
 {
     uint64_t h = 1469598103934665603ULL;
-    const uint64_t parts[] = {k->team, k->prio, k->pool, k->gpu_type, (uint64_t)k->gpus,
-                              (uint64_t)k->gpu_milli, (uint64_t)k->gpu_mem_mib,
-                              (uint64_t)k->min_gpu_mem_mib, (uint64_t)k->cpus,
-                              (uint64_t)k->mem_mib, k->multi_node, team_starts};
+    const uint64_t parts[] = {k->team,
+                              k->prio,
+                              k->pool,
+                              k->gpu_type,
+                              (uint64_t)k->gpus,
+                              (uint64_t)k->gpu_milli,
+                              (uint64_t)k->gpu_mem_mib,
+                              (uint64_t)k->min_gpu_mem_mib,
+                              (uint64_t)k->cpus,
+                              (uint64_t)k->mem_mib,
+                              k->multi_node,
+                              team_starts};
     for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++)
         h = (h ^ parts[i]) * 1099511628211ULL;
     return h;
@@ -886,7 +894,6 @@ static int process_job(struct pass *p, uint32_t i)
     p->view.headroom = NULL;
     return err;
 }
-
 
 /* order_within_fn: does pending job i fit within its team's guarantee in
  * some group it could use? */
@@ -1095,7 +1102,8 @@ static int compute_attained(struct pass *p)
     }
     for (size_t r = 0; r < nr; r++) {
         const struct sched_running *run = &p->run->jobs[r];
-        const struct sched_attained *old = state_find_attained(st->attained, st->nattained, run->job->id);
+        const struct sched_attained *old =
+            state_find_attained(st->attained, st->nattained, run->job->id);
         int64_t since = run->start_ms > st->last_pass_ms ? run->start_ms : st->last_pass_ms;
         int64_t span = p->now > since ? p->now - since : 0;
         int64_t milli = 0;
@@ -1343,7 +1351,8 @@ static int run_pass(struct pass *p)
         if (!sh->valid)
             continue;
         if (p->lasq) {
-            const struct sched_attained *a = state_find_attained(p->attained, p->nattained, q->jobs[i].id);
+            const struct sched_attained *a =
+                state_find_attained(p->attained, p->nattained, q->jobs[i].id);
             p->lasq[i] = (uint8_t)order_las_queue(p->pol, a ? a->gpu_ms : 0);
         }
     }
@@ -1372,10 +1381,9 @@ static int run_pass(struct pass *p)
                    (j->pool == SCHED_ANY ? p->c->npools : j->pool);
         uint32_t f = first[k];
         const struct sched_job *fj = f == SCHED_NONE ? NULL : &q->jobs[f];
-        bool before = !fj ||
-                      (p->lasq && p->lasq[i] != p->lasq[f] ? p->lasq[i] < p->lasq[f]
-                       : j->submit_ms != fj->submit_ms ? j->submit_ms < fj->submit_ms
-                                                        : j->id < fj->id);
+        bool before = !fj || (p->lasq && p->lasq[i] != p->lasq[f] ? p->lasq[i] < p->lasq[f]
+                              : j->submit_ms != fj->submit_ms     ? j->submit_ms < fj->submit_ms
+                                                                  : j->id < fj->id);
         if (before)
             first[k] = (uint32_t)i;
     }
@@ -1422,7 +1430,7 @@ static int run_pass(struct pass *p)
                      NULL);
         else
             set_wait(p, (uint32_t)i,
-                     j->multi_node ? SCHED_REASON_GANG
+                     j->multi_node  ? SCHED_REASON_GANG
                      : wants_gpu(j) ? SCHED_REASON_NO_GPU
                                     : SCHED_REASON_HOST,
                      j->pool, j->gpu_type, 0, NULL);

@@ -29,7 +29,7 @@ int sched_state_add_usage(struct sched_state *state, uint32_t team_id, uint32_t 
     if (!state || !(gpu_ms >= 0.0))
         return GPO_EINVAL;
     if (vec_grow((void **)&state->usage, &state->usage_cap, state->nusage + 1,
-             sizeof(*state->usage)))
+                 sizeof(*state->usage)))
         return GPO_ENOMEM;
     state->usage[state->nusage++] = (struct sched_usage){team_id, gpu_type_id, gpu_ms};
     return 0;
@@ -46,7 +46,7 @@ int sched_state_add_attained(struct sched_state *state, uint64_t job, int64_t gp
     if (!state || gpu_ms < 0)
         return GPO_EINVAL;
     if (vec_grow((void **)&state->attained, &state->attained_cap, state->nattained + 1,
-             sizeof(*state->attained)))
+                 sizeof(*state->attained)))
         return GPO_ENOMEM;
     state->attained[state->nattained++] = (struct sched_attained){job, gpu_ms};
     qsort(state->attained, state->nattained, sizeof(*state->attained), state_cmp_attained);
@@ -71,8 +71,8 @@ int sched_state_charge_end(struct sched_state *state, const struct sched_cluster
                            const struct sched_policy *policy, const struct sched_running *run,
                            int64_t end_ms)
 {
-    if (!state || !cluster || !policy || !run || !run->job ||
-        run->job->team >= cluster->nteams || policy->fairshare_half_life_ms <= 0)
+    if (!state || !cluster || !policy || !run || !run->job || run->job->team >= cluster->nteams ||
+        policy->fairshare_half_life_ms <= 0)
         return GPO_EINVAL;
     const struct sched_alloc *a = &run->alloc;
     int64_t milli = 0;
@@ -106,12 +106,12 @@ int sched_state_charge_end(struct sched_state *state, const struct sched_cluster
            !(state->usage[u].team_id == team_id && state->usage[u].gpu_type_id == type_id))
         u++;
     if (u == state->nusage && vec_grow((void **)&state->usage, &state->usage_cap, state->nusage + 1,
-                                   sizeof(*state->usage)))
+                                       sizeof(*state->usage)))
         return GPO_ENOMEM;
     struct sched_attained *at = (struct sched_attained *)state_find_attained(
         state->attained, state->nattained, run->job->id);
     if (!at && vec_grow((void **)&state->attained, &state->attained_cap, state->nattained + 1,
-                    sizeof(*state->attained)))
+                        sizeof(*state->attained)))
         return GPO_ENOMEM;
     if (u == state->nusage)
         state->usage[state->nusage++] = (struct sched_usage){team_id, type_id, 0.0};

@@ -29,8 +29,7 @@ int view_init(struct view *view, const struct sched_cluster *c,
     view->nodes = calloc(c->nnodes ? c->nnodes : 1, sizeof(*view->nodes));
     view->node_scratch = calloc(c->nnodes ? c->nnodes : 1, sizeof(*view->node_scratch));
     view->group_index = malloc((slots ? slots : 1) * sizeof(*view->group_index));
-    if (!view->gpus || !view->gpu_node || !view->nodes || !view->node_scratch ||
-        !view->group_index)
+    if (!view->gpus || !view->gpu_node || !view->nodes || !view->node_scratch || !view->group_index)
         goto nomem;
     for (size_t i = 0; i < slots; i++)
         view->group_index[i] = SCHED_NONE;
@@ -265,7 +264,7 @@ void view_group_refresh(struct view *view, uint32_t g)
         if (!vn->usable)
             continue;
         if (vn->resv >= 0 && (grp->resv_latest < 0 || view->resvs[vn->resv].start_ms >
-                                                           view->resvs[grp->resv_latest].start_ms))
+                                                          view->resvs[grp->resv_latest].start_ms))
             grp->resv_latest = vn->resv;
         uint32_t milli = node_max_free_milli(view, n);
         if (vn->free_whole > grp->max_free_whole)
@@ -457,7 +456,8 @@ static bool host_fits(const struct view_node *vn, const struct sched_job *job, u
 /* The GPU has the memory the job needs: its minimum, and all of a memory request. */
 static bool gpu_mem_ok(const struct sched_job *job, const struct sched_gpu *gpu)
 {
-    return job->min_gpu_mem_mib <= (int64_t)gpu->mem_mib && job->gpu_mem_mib <= (int64_t)gpu->mem_mib;
+    return job->min_gpu_mem_mib <= (int64_t)gpu->mem_mib &&
+           job->gpu_mem_mib <= (int64_t)gpu->mem_mib;
 }
 
 uint32_t view_node_whole_for(const struct view *view, const struct sched_job *job, uint32_t n)
@@ -526,7 +526,8 @@ static void pick_whole_gpus(const struct view *view, const struct sched_job *job
                 taken = out[j].gpu == gi;
             if (taken)
                 continue;
-            out[got++] = (struct sched_share){.gpu = gi, .milli = SCHED_MILLI, .mem_mib = g->mem_mib};
+            out[got++] =
+                (struct sched_share){.gpu = gi, .milli = SCHED_MILLI, .mem_mib = g->mem_mib};
         }
     }
 }
@@ -568,7 +569,8 @@ static bool place_whole_single(struct ctx *x, const bool *allowed, struct view_p
                 x->miss |= VIEW_MISS_HOST;
                 continue;
             }
-            uint64_t score = k ? (uint64_t)(w - k) : (uint64_t)(vn->free_cpus - (uint32_t)job->cpus);
+            uint64_t score =
+                k ? (uint64_t)(w - k) : (uint64_t)(vn->free_cpus - (uint32_t)job->cpus);
             if (best != SCHED_NONE && !better(view->packing, score, n, best_score, best))
                 continue;
             if (!resv_allows(x, n))
@@ -658,7 +660,8 @@ static bool place_fraction(struct ctx *x, const bool *allowed, struct view_place
     }
     fill_single(out, view, job, best_node);
     out->nshares = 1;
-    out->shares[0] = (struct sched_share){.gpu = best_gpu, .milli = best_milli, .mem_mib = best_mem};
+    out->shares[0] =
+        (struct sched_share){.gpu = best_gpu, .milli = best_milli, .mem_mib = best_mem};
     return true;
 }
 
@@ -782,8 +785,8 @@ static bool place_gang(struct ctx *x, const bool *allowed, struct view_place *ou
     return need == 0;
 }
 
-bool view_place(struct view *view, const struct sched_job *job, const bool *allowed,
-                int64_t end_ms, bool ignore_resv, struct view_place *out, unsigned *ret_miss)
+bool view_place(struct view *view, const struct sched_job *job, const bool *allowed, int64_t end_ms,
+                bool ignore_resv, struct view_place *out, unsigned *ret_miss)
 {
     struct ctx x = {.view = view,
                     .job = job,

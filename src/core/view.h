@@ -47,13 +47,14 @@ struct view_group {
     uint32_t gpu_type; /* SCHED_NONE: nodes without GPUs */
     uint32_t *nodes;   /* ascending node indices */
     uint32_t nnodes;
-    uint32_t gpu_mem_mib;       /* largest GPU memory in the group */
-    uint32_t max_node_gpus;     /* largest node, whatever its state */
+    uint32_t gpu_mem_mib;   /* largest GPU memory in the group */
+    uint32_t max_node_gpus; /* largest node, whatever its state */
     uint32_t max_node_cpus;
     uint64_t max_node_mem_mib;
-    bool uniform; /* every node has the same GPU count, CPUs and memory, every GPU the same memory */
-    uint64_t total_gpus;        /* all GPUs, whatever their state */
-    int64_t cap_milli;          /* GPUs of usable nodes not in MIG mode */
+    bool
+        uniform; /* every node has the same GPU count, CPUs and memory, every GPU the same memory */
+    uint64_t total_gpus; /* all GPUs, whatever their state */
+    int64_t cap_milli;   /* GPUs of usable nodes not in MIG mode */
     /* aggregates over usable nodes; "open" ones leave reserved nodes out */
     bool dirty;
     uint32_t max_free_whole, max_free_whole_open;
@@ -79,7 +80,8 @@ struct view {
     /* read-only after view_init, shared with clones: */
     uint32_t *gpu_node;    /* GPU index -> node index */
     uint32_t *group_nodes; /* storage behind groups[].nodes */
-    uint32_t *group_index; /* [pool * (ngpu_types + 1) + type or ngpu_types] -> group or SCHED_NONE */
+    uint32_t
+        *group_index; /* [pool * (ngpu_types + 1) + type or ngpu_types] -> group or SCHED_NONE */
     struct view_resv *resvs;
     uint32_t nresvs, resvs_cap;
     uint32_t *node_scratch; /* nnodes entries, for placement */
@@ -173,7 +175,7 @@ struct view_place {
  * `out->nodes` as many as the group has nodes); the view is not changed
  * (view_apply does that). Returns false and sets *ret_miss otherwise.
  */
-bool view_place(struct view *view, const struct sched_job *job, const bool *allowed,
-                int64_t end_ms, bool ignore_resv, struct view_place *out, unsigned *ret_miss);
+bool view_place(struct view *view, const struct sched_job *job, const bool *allowed, int64_t end_ms,
+                bool ignore_resv, struct view_place *out, unsigned *ret_miss);
 
 #endif

@@ -38,7 +38,8 @@ uint32_t fx_pool(struct fx *fx, const char *name)
 
 uint32_t fx_type(struct fx *fx, const char *name)
 {
-    fx->types[fx->c.ngpu_types] = (struct sched_gpu_type){.id = 100 + fx->c.ngpu_types, .name = name};
+    fx->types[fx->c.ngpu_types] =
+        (struct sched_gpu_type){.id = 100 + fx->c.ngpu_types, .name = name};
     return fx->c.ngpu_types++;
 }
 
@@ -57,10 +58,10 @@ uint32_t fx_nodes(struct fx *fx, uint32_t count, uint32_t pool, uint32_t type, u
                                            .gpu_first = fx->c.ngpus,
                                            .ngpus = ngpus};
         for (uint32_t g = 0; g < ngpus; g++) {
-            fx->gpus[fx->c.ngpus++] = (struct sched_gpu){
-                .type = type,
-                .mem_mib = gpu_mem_mib,
-                .nvlink_domain = ngpus >= 4 ? (int32_t)(g * 2 / ngpus) : -1};
+            fx->gpus[fx->c.ngpus++] =
+                (struct sched_gpu){.type = type,
+                                   .mem_mib = gpu_mem_mib,
+                                   .nvlink_domain = ngpus >= 4 ? (int32_t)(g * 2 / ngpus) : -1};
         }
     }
     return first;
@@ -81,9 +82,10 @@ void fx_quota(struct fx *fx, uint32_t team, uint32_t pool, uint32_t type, int64_
               int64_t borrow_limit)
 {
     struct sched_team *t = &fx->teams[team];
-    fx->quotas[team][t->nquotas++] = (struct sched_quota){
-        .pool = pool, .gpu_type = type, .guaranteed_milli = guaranteed,
-        .borrow_limit_milli = borrow_limit};
+    fx->quotas[team][t->nquotas++] = (struct sched_quota){.pool = pool,
+                                                          .gpu_type = type,
+                                                          .guaranteed_milli = guaranteed,
+                                                          .borrow_limit_milli = borrow_limit};
 }
 
 uint32_t fx_class(struct fx *fx, const char *name, int32_t order, bool may_preempt)

@@ -15,10 +15,10 @@
 #include "core/model.h"
 #include "core/sched.h"
 
-#define FX_MAX_NODES 2048
-#define FX_MAX_GPUS (FX_MAX_NODES * 8)
-#define FX_MAX_JOBS 20000
-#define FX_MAX_SMALL 64
+#define FX_MAX_NODES  2048
+#define FX_MAX_GPUS   (FX_MAX_NODES * 8)
+#define FX_MAX_JOBS   20000
+#define FX_MAX_SMALL  64
 #define FX_MAX_SHARES 32
 
 /* A job the driver knows about: its request and, for fx_step, how long it runs. */

@@ -1061,11 +1061,12 @@ static bool gang_fits(const struct world *w, const struct held *h, const struct 
                              h->milli[node->gpu_first + i] == 0;
                 }
                 uint64_t t = whole < (uint64_t)j->gpus ? whole : (uint64_t)j->gpus;
-                while (t > 0 &&
-                       (h->cpus[n] + ((uint64_t)j->cpus * t + (uint64_t)j->gpus - 1) / (uint64_t)j->gpus >
-                            node->cpus ||
-                        h->mem[n] + ((uint64_t)j->mem_mib * t + (uint64_t)j->gpus - 1) / (uint64_t)j->gpus >
-                            node->mem_mib))
+                while (t > 0 && (h->cpus[n] + ((uint64_t)j->cpus * t + (uint64_t)j->gpus - 1) /
+                                                  (uint64_t)j->gpus >
+                                     node->cpus ||
+                                 h->mem[n] + ((uint64_t)j->mem_mib * t + (uint64_t)j->gpus - 1) /
+                                                 (uint64_t)j->gpus >
+                                     node->mem_mib))
                     t--;
                 if (t)
                     *ret_node = n;

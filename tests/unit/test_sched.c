@@ -12,7 +12,7 @@
 #include "core/sched.h"
 #include "fixture.h"
 
-#define MIN_MS (60 * 1000)
+#define MIN_MS  (60 * 1000)
 #define HOUR_MS (60 * MIN_MS)
 
 /* One pool "main" of `nodes` nodes with 8 H100s each, teams a and b, classes
