@@ -15,6 +15,7 @@ PACKAGES=(
   ninja-build
   pkg-config
   binutils           # nm: the core purity test
+  clang-format       # the formatting check
   libcmocka-dev      # unit tests
   valgrind           # bench: callgrind instruction counts
   util-linux         # taskset: pin benchmarks to one core

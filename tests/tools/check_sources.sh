@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # check_sources.sh ROOT - every C source includes util/banned.h after its other
-# headers, and src/core includes no header that brings I/O. Prints TAP.
+# headers, src/core includes no header that brings I/O, and every committed C
+# file follows .clang-format. Prints TAP.
 set -uo pipefail
 root=$1
 cd "$root"
 echo "TAP version 13"
-echo "1..2"
+echo "1..3"
 bad=""
 for f in $(git ls-files 'src/*.c' 2>/dev/null || find src -name '*.c'); do
   last=$(grep -n '^#include' "$f" | tail -n 1 | cut -d: -f2-)
@@ -18,4 +19,15 @@ if [ -z "$bad" ]; then echo "ok 1 - every source includes util/banned.h last"; e
 io=$(grep -n -E '#include <(stdio|unistd|fcntl|time|pthread|signal|sys/[a-z_]+|dirent|dlfcn|threads)\.h>' src/core/*.c src/core/*.h 2>/dev/null)
 if [ -z "$io" ]; then echo "ok 2 - src/core includes no I/O, clock or thread header"; else
   echo "not ok 2 - src/core includes I/O headers"; echo "$io" | sed 's/^/#   /'; fi
-[ -z "$bad" ] && [ -z "$io" ]
+unformatted=""
+if command -v clang-format >/dev/null 2>&1; then
+  for f in $(git ls-files 'src/*.c' 'src/*.h' 'tests/*.c' 'tests/*.h' 'bench/*.c' 2>/dev/null); do
+    clang-format --dry-run --Werror "$f" >/dev/null 2>&1 || unformatted="$unformatted $f"
+  done
+  if [ -z "$unformatted" ]; then echo "ok 3 - sources follow .clang-format"; else
+    echo "not ok 3 - not clang-formatted (run 'make format'):$unformatted"; fi
+else
+  unformatted="clang-format missing"
+  echo "not ok 3 - clang-format is not installed (scripts/setup.sh installs it)"
+fi
+[ -z "$bad" ] && [ -z "$io" ] && [ -z "$unformatted" ]
