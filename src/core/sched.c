@@ -563,8 +563,9 @@ static void note_failure(struct pass *p, const struct sched_job *j)
             (struct fail){j->team, j->prio, j->pool, j->gpu_type, job_kind(j), job_size(j)};
 }
 
+/* Records a claim: `victims` leave for `job`, which was planned onto `nodes`. */
 static int add_claim(struct pass *p, uint64_t job, const uint64_t *victims, uint32_t n,
-                     int64_t since)
+                     const uint32_t *nodes, uint32_t nnodes, int64_t since)
 {
     if (vec_grow((void **)&p->claims, &p->claims_cap, p->nclaims + 1, sizeof(*p->claims)))
         return GPO_ENOMEM;
@@ -572,8 +573,10 @@ static int add_claim(struct pass *p, uint64_t job, const uint64_t *victims, uint
     memset(cl, 0, sizeof(*cl));
     cl->job = job;
     cl->since_ms = since;
-    for (uint32_t v = 0; v < n && cl->nvictims < 16; v++)
+    for (uint32_t v = 0; v < n && cl->nvictims < SCHED_CLAIM_VICTIMS; v++)
         cl->victims[cl->nvictims++] = victims[v];
+    for (uint32_t k = 0; k < nnodes && cl->nnodes < SCHED_CLAIM_NODES; k++)
+        cl->nodes[cl->nnodes++] = nodes[k];
     return 0;
 }
 
@@ -677,7 +680,7 @@ static int try_preempt(struct pass *p, uint32_t i, int64_t end)
         return 0; /* room comes from jobs already leaving: nothing new to evict */
     if (vec_grow((void **)&r->preempts, &r->preempts_cap, r->npreempts + nv, sizeof(*r->preempts)))
         return GPO_ENOMEM;
-    uint64_t ids[16];
+    uint64_t ids[SCHED_CLAIM_VICTIMS];
     for (size_t k = 0; k < nv; k++) {
         const struct preempt_cand *pc = &p->pbuf[p->victims[k]];
         bool ok;
@@ -695,10 +698,15 @@ static int try_preempt(struct pass *p, uint32_t i, int64_t end)
         if (vg != SCHED_NONE)
             p->rank_milli[(size_t)vg * p->nranks + p->rank[p->run->jobs[pc->run].job->prio]] -=
                 p->rmilli[pc->run];
-        if (k < 16)
+        if (k < SCHED_CLAIM_VICTIMS)
             ids[k] = pc->job;
     }
-    int err = add_claim(p, j->id, ids, (uint32_t)(nv < 16 ? nv : 16), p->now);
+    uint32_t nodes[SCHED_CLAIM_NODES], nn = 0;
+    for (uint32_t k = 0; k < p->place.nnodes && nn < SCHED_CLAIM_NODES; k++)
+        nodes[nn++] = p->place.nodes[k].node;
+    int err =
+        add_claim(p, j->id, ids, (uint32_t)(nv < SCHED_CLAIM_VICTIMS ? nv : SCHED_CLAIM_VICTIMS),
+                  nodes, nn, p->now);
     if (err)
         return err;
     int hr = hold_place(p, j->id, p->now + p->pol->preempt_grace_ms);
@@ -1194,7 +1202,12 @@ static int carry_claims(struct pass *p, uint32_t *ready, size_t *ret_nready)
         int64_t est = cl->since_ms + p->pol->preempt_grace_ms;
         p->jwait[qi].est_start_ms = est > p->now ? est : p->now;
         p->res->decisions++;
-        int err = add_claim(p, cl->job, cl->victims, cl->nvictims, cl->since_ms);
+        for (uint32_t n = 0; n < cl->nnodes; n++) {
+            if (cl->nodes[n] < p->c->nnodes)
+                view_resv_hold(&p->view, (uint32_t)r, cl->nodes[n]);
+        }
+        int err =
+            add_claim(p, cl->job, cl->victims, cl->nvictims, cl->nodes, cl->nnodes, cl->since_ms);
         if (err)
             return err;
     }

@@ -29,10 +29,17 @@ struct sched_attained {
 /* A pending job that caused preemptions, and the jobs evicted for it. Until they
  * have all exited, the job preempts nothing more; when they have, it is
  * offered the freed resources before any other job. */
+#define SCHED_CLAIM_VICTIMS 16
+#define SCHED_CLAIM_NODES   32
+
 struct sched_claim {
     uint64_t job;
-    uint64_t victims[16];
+    uint64_t victims[SCHED_CLAIM_VICTIMS];
     uint32_t nvictims; /* at most 16 recorded; more are still evicted */
+    /* The nodes the job was planned onto: held for it until its victims have
+     * left, so that nobody else takes the free part of its room meanwhile. */
+    uint32_t nodes[SCHED_CLAIM_NODES];
+    uint32_t nnodes;
     int64_t since_ms;
 };
 

@@ -489,11 +489,44 @@ static void preemption_off_evicts_nothing(void **state)
     assert_true(fx->res.npreempts > 0);
 }
 
+/* A gang planned onto free GPUs of one node plus a victim's GPUs on another:
+ * while the victims leave, the free GPUs are held for it too, so that a job
+ * arriving meanwhile cannot take them and leave the gang short (it would then
+ * preempt again, and again). */
+static void preemptor_keeps_the_free_part_of_its_room_while_victims_leave(void **state)
+{
+    struct fx *fx = *state = cluster(2, 8);
+    for (uint32_t g = 0; g < 4; g++)
+        running(fx, 1 + g, 0, URGENT, g, 0, false); /* node0: 4 busy (not evictable), 4 free */
+    for (uint32_t g = 8; g < 16; g++)
+        running(fx, 3 + g, 0, LOW, g, 0, false); /* node1: 8 low jobs */
+    struct sched_job *gang = pending(fx, 100, 1, HIGH, 12);
+    gang->multi_node = true;
+    assert_int_equal(fx_step(fx, 10000), 0);
+    assert_int_equal(fx->res.npreempts, 8);
+    assert_int_equal(fx_wait(fx, 100)->reason, SCHED_REASON_PREEMPTING);
+
+    /* During the grace period a 4-GPU job arrives: node0's free GPUs are held. */
+    pending(fx, 200, 0, NORMAL, 4);
+    assert_int_equal(fx_step(fx, 20000), 0);
+    assert_null(fx_start(fx, 200));
+    assert_int_equal(fx->res.npreempts, 0);
+
+    /* The victims are gone: the gang starts on both nodes, and nothing more is evicted. */
+    assert_int_equal(fx_step(fx, 10000 + fx->pol.preempt_grace_ms), 0);
+    const struct sched_start *s = fx_start(fx, 100);
+    assert_non_null(s);
+    assert_int_equal(s->alloc.nshares, 12);
+    assert_int_equal(s->alloc.nnodes, 2);
+    assert_int_equal(fx->res.npreempts, 0);
+}
+
 #define T(name) cmocka_unit_test_teardown(name, free_fx)
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        T(preemptor_keeps_the_free_part_of_its_room_while_victims_leave),
         cmocka_unit_test(lost_work_is_gpu_ms_since_start),
         cmocka_unit_test(lost_work_of_fraction_and_cpu_only_jobs),
         cmocka_unit_test(lost_work_counts_from_checkpoint_of_checkpointable_job),
