@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # run_tests.sh BUILD_DIR - run every test under meson, then print one line:
 #   "N passed, N failed"
-# counting each TAP case (each cmocka test, each source check). A test program
-# that dies without reporting its cases counts as one failure.
+# counting each TAP case (each cmocka test, each source check); a plain
+# exit-code test counts as one. A test program that dies without reporting its
+# cases counts as one failure.
 set -uo pipefail
 build=${1:-build-test}
 meson test -C "$build" --print-errorlogs --num-processes "${TEST_JOBS:-2}" "${@:2}"
@@ -28,6 +29,7 @@ read -r passed failed < <(awk '
     }
     p += ok; f += bad
     if (result != "OK" && result != "SKIP" && bad == 0) f++
+    if (result == "OK" && ok == 0 && bad == 0) p++   # a plain exit-code test
   }
   END { print p + 0, f + 0 }' "$log")
 echo "$passed passed, $failed failed"
