@@ -98,6 +98,11 @@ enum {
     R_LEAVING = 1 << 0, /* being preempted (by the caller, or chosen in this pass) */
 };
 
+enum {
+    R_BORROWED = 1 << 0,
+    R_CKPT = 1 << 1,
+};
+
 struct fail {
     uint32_t team, prio, pool, gpu_type;
     uint8_t kind;
@@ -125,6 +130,8 @@ struct jshape {
     /* within_guarantee's answer, likewise */
     uint32_t within_stamp;
     bool within;
+    uint32_t remaining;            /* candidates of this shape not yet ranked */
+    uint64_t reserve_fail_version; /* backfill found no time for it (version + 1; 0: no) */
     /* the placement that last found no room for this shape, and why */
     uint64_t miss_version;
     uint32_t miss_team_starts;
@@ -160,6 +167,10 @@ struct pass {
     uint8_t *rflag;           /* per running job */
     uint32_t *rgroup;         /* per running job: its group (SCHED_NONE: holds nothing) */
     int64_t *rmilli;          /* per running job: milli-GPU it holds */
+    int32_t *rorder;          /* per running job: its class's order */
+    uint8_t *rbits;           /* per running job: R_BORROWED, R_CKPT */
+    bool *within_g;           /* per group, scratch: the job at hand fits its guarantee there */
+    uint8_t *pwhy;            /* per preemption candidate, scratch: why it may be evicted */
     int64_t *rank_milli; /* [group * nranks + rank]: milli held by running, not leaving, jobs */
     uint32_t nranks;
     uint32_t nplans;          /* preemption plans tried in this pass */
@@ -401,6 +412,18 @@ static uint32_t compute_allowed(struct pass *p, uint32_t i, uint32_t *ret_nallow
     return sh->neligible;
 }
 
+/* How many groups job i's quota allows now, without filling the scratch
+ * arrays when its shape's cache is fresh. */
+static uint32_t allowed_count(struct pass *p, uint32_t i)
+{
+    const struct jshape *sh = &p->shapes_of[p->jshape[i]];
+    if (p->shape_allowed && sh->allowed_stamp == p->team_starts[p->q->jobs[i].team] + 1)
+        return sh->nallowed;
+    uint32_t nallowed;
+    compute_allowed(p, i, &nallowed);
+    return nallowed;
+}
+
 static uint32_t compute_allowed_now(struct pass *p, const struct sched_job *j,
                                     uint32_t *ret_nallowed)
 {
@@ -504,35 +527,54 @@ static void block_pools(struct pass *p, uint64_t job)
     }
 }
 
-static enum sched_preempt_why victim_why(struct pass *p, const struct sched_job *j, uint32_t r,
-                                         bool *ok)
+/* What may be evicted for one pending job, worked out once per job. */
+struct victim_rule {
+    int32_t order;    /* the job's class order */
+    bool may_preempt; /* its class may evict lower ones */
+    uint32_t team;
+    bool las; /* LAS: more-served checkpointable jobs */
+    uint8_t lasq;
+};
+
+static void victim_rule_init(struct pass *p, const struct sched_job *j, struct victim_rule *ret)
 {
-    const struct sched_running *run = &p->run->jobs[r];
-    const struct sched_job *vj = run->job;
-    const struct sched_cluster *c = p->c;
-    *ok = false;
+    const struct sched_prio_class *cls = &p->c->classes[j->prio];
+    *ret = (struct victim_rule){.order = cls->order,
+                                .may_preempt = cls->may_preempt,
+                                .team = j->team,
+                                .las = p->pol->order == SCHED_ORDER_LAS && p->lasq,
+                                .lasq = p->lasq ? p->lasq[j - p->q->jobs] : 0};
+    /* Reclaim needs the job to fit within its team's guarantee in the victim's group. */
+    for (uint32_t g = 0; g < p->view.ngroups; g++)
+        p->within_g[g] = p->eligible[g] &&
+                         quota_within_guarantee(&p->quota, j->team, g,
+                                                model_job_milli(j, p->view.groups[g].gpu_mem_mib));
+}
+
+/* May running job r be evicted under `rule`, and why? */
+static bool victim_ok(const struct pass *p, const struct victim_rule *rule, uint32_t r,
+                      enum sched_preempt_why *ret_why)
+{
     uint32_t g = p->rgroup[r];
     if (g == SCHED_NONE || !p->eligible[g])
-        return SCHED_PREEMPT_PRIORITY;
-    int32_t jo = c->classes[j->prio].order, vo = c->classes[vj->prio].order;
-    if (c->classes[j->prio].may_preempt && vo < jo) {
-        *ok = true;
-        return SCHED_PREEMPT_PRIORITY;
+        return false;
+    int32_t vo = p->rorder[r];
+    if (rule->may_preempt && vo < rule->order) {
+        *ret_why = SCHED_PREEMPT_PRIORITY;
+        return true;
     }
-    int64_t need = model_job_milli(j, p->view.groups[g].gpu_mem_mib);
-    if (run->borrowed && vj->team != j->team &&
-        quota_within_guarantee(&p->quota, j->team, g, need) &&
+    const struct sched_job *vj = p->run->jobs[r].job;
+    if ((p->rbits[r] & R_BORROWED) && p->within_g[g] && vj->team != rule->team &&
         p->quota.used[(size_t)vj->team * p->quota.ngroups + g] >
             p->quota.guar[(size_t)vj->team * p->quota.ngroups + g]) {
-        *ok = true;
-        return SCHED_PREEMPT_RECLAIM;
+        *ret_why = SCHED_PREEMPT_RECLAIM;
+        return true;
     }
-    if (p->pol->order == SCHED_ORDER_LAS && vj->checkpointable && vo <= jo && p->lasq &&
-        p->rlasq[r] > p->lasq[j - p->q->jobs]) {
-        *ok = true;
-        return SCHED_PREEMPT_LAS;
+    if (rule->las && (p->rbits[r] & R_CKPT) && vo <= rule->order && p->rlasq[r] > rule->lasq) {
+        *ret_why = SCHED_PREEMPT_LAS;
+        return true;
     }
-    return SCHED_PREEMPT_PRIORITY;
+    return false;
 }
 
 static uint8_t job_kind(const struct sched_job *j)
@@ -642,30 +684,27 @@ static int try_preempt(struct pass *p, uint32_t i, int64_t end)
     }
     /* A reclaim takes a team's borrowed work only down to its guarantee: keep,
      * least work lost first, as much of each team's excess as it covers. */
+    struct victim_rule rule;
+    victim_rule_init(p, j, &rule);
     size_t n = 0;
     for (size_t k = 0; k < p->npcand; k++) {
-        bool ok;
         uint32_t run = p->pcand[k].run;
-        if (p->rflag[run] & R_LEAVING)
-            continue;
-        enum sched_preempt_why why = victim_why(p, j, run, &ok);
-        if (!ok)
+        enum sched_preempt_why why;
+        if ((p->rflag[run] & R_LEAVING) || !victim_ok(p, &rule, run, &why))
             continue;
         if (why == SCHED_PREEMPT_RECLAIM) {
-            uint32_t g = p->rgroup[run];
-            int64_t milli = p->rmilli[run];
-            size_t q = (size_t)p->run->jobs[run].job->team * p->quota.ngroups + g;
-            if (p->excess[q] < milli)
+            size_t q = (size_t)p->run->jobs[run].job->team * p->quota.ngroups + p->rgroup[run];
+            if (p->excess[q] < p->rmilli[run])
                 continue;
-            p->excess[q] -= milli;
+            p->excess[q] -= p->rmilli[run];
         }
+        p->pwhy[n] = (uint8_t)why;
         p->pbuf[n++] = p->pcand[k];
     }
     /* Undo the budget: the plan may keep fewer, and the next job starts afresh. */
     for (size_t k = 0; k < n; k++) {
-        bool ok;
         uint32_t run = p->pbuf[k].run;
-        if (victim_why(p, j, run, &ok) == SCHED_PREEMPT_RECLAIM)
+        if (p->pwhy[k] == SCHED_PREEMPT_RECLAIM)
             p->excess[(size_t)p->run->jobs[run].job->team * p->quota.ngroups + p->rgroup[run]] +=
                 p->rmilli[run];
     }
@@ -683,12 +722,12 @@ static int try_preempt(struct pass *p, uint32_t i, int64_t end)
     uint64_t ids[SCHED_CLAIM_VICTIMS];
     for (size_t k = 0; k < nv; k++) {
         const struct preempt_cand *pc = &p->pbuf[p->victims[k]];
-        bool ok;
-        r->preempts[r->npreempts++] = (struct sched_preempt){.job = pc->job,
-                                                             .for_job = j->id,
-                                                             .grace_ms = p->pol->preempt_grace_ms,
-                                                             .lost_gpu_ms = pc->lost_gpu_ms,
-                                                             .why = victim_why(p, j, pc->run, &ok)};
+        r->preempts[r->npreempts++] =
+            (struct sched_preempt){.job = pc->job,
+                                   .for_job = j->id,
+                                   .grace_ms = p->pol->preempt_grace_ms,
+                                   .lost_gpu_ms = pc->lost_gpu_ms,
+                                   .why = (enum sched_preempt_why)p->pwhy[p->victims[k]]};
         p->rflag[pc->run] |= R_LEAVING;
         p->leaving[p->nleaving++] = pc->run;
         uint32_t vg = p->rgroup[pc->run];
@@ -728,6 +767,8 @@ static int try_reserve(struct pass *p, uint32_t i)
     int64_t start;
     int found =
         backfill_shadow(&p->view, j, p->allowed, p->rel, p->nrel, p->now, &start, &p->place);
+    if (found == 0)
+        p->shapes_of[p->jshape[i]].reserve_fail_version = p->version + 1;
     if (found <= 0)
         return found;
     int r = hold_place(p, j->id, start);
@@ -903,6 +944,88 @@ static int process_job(struct pass *p, uint32_t i)
     return err;
 }
 
+/*
+ * Would ranking job i (of shape s, represented by its first job) change
+ * nothing but its own wait? That is: it finds no room, cannot preempt, and
+ * needs no reservation (its pools have one, or backfill found none). Then its
+ * reason does not depend on its rank. Probing a shape's placement here has no
+ * side effect but the shape's miss cache.
+ */
+static bool shape_inert(struct pass *p, uint32_t s)
+{
+    struct jshape *sh = &p->shapes_of[s];
+    uint32_t rep = sh->first;
+    const struct sched_job *j = &p->q->jobs[rep];
+    uint32_t nallowed;
+    uint32_t neligible = compute_allowed(p, rep, &nallowed);
+    if (!nallowed)
+        return true; /* quota */
+    if (!p->pol->backfill)
+        return blocked_by(p) != 0; /* else it might block its pools */
+    if (!(sh->missed && sh->miss_version == p->version &&
+          sh->miss_team_starts == p->team_starts[j->team])) {
+        int64_t end = job_end(p, j, p->now);
+        unsigned miss = 0;
+        p->view.headroom = p->headroom;
+        bool fits = view_place(&p->view, j, p->allowed, end, false, &p->place, &miss);
+        if (!fits) {
+            uint64_t other;
+            sh->why = explain_miss(p, rep, miss, end, nallowed, neligible, &other);
+            sh->other = other;
+            sh->missed = true;
+            sh->miss_version = p->version;
+            sh->miss_team_starts = p->team_starts[j->team];
+        }
+        p->view.headroom = NULL;
+        if (fits)
+            return false;
+    }
+    if (sh->why == SCHED_REASON_RESERVED || sh->why == SCHED_REASON_QUOTA)
+        return true;
+    if (p->pol->preemption && sh->pot && p->nplans < MAX_PLANS && !failed_before(p, j) &&
+        eviction_may_suffice(p, j))
+        return false;
+    if (sh->reserve_fail_version == p->version + 1)
+        return true;
+    for (uint32_t g = 0; g < p->view.ngroups; g++) {
+        if (p->allowed[g] && p->pool_resv[p->view.groups[g].pool] < 0)
+            return false;
+    }
+    return true;
+}
+
+/* Are all shapes still waiting to be ranked inert? */
+static bool frozen(struct pass *p, const uint32_t *cshapes, size_t ncshapes)
+{
+    for (size_t k = 0; k < ncshapes; k++) {
+        if (p->shapes_of[cshapes[k]].remaining && !shape_inert(p, cshapes[k]))
+            return false;
+    }
+    return true;
+}
+
+/* Gives every candidate not yet ranked the wait ranking would have given it:
+ * once frozen, that is its shape's, whatever its rank. */
+static void settle_rest(struct pass *p, const uint32_t *cands, size_t ncands)
+{
+    for (size_t k = 0; k < ncands; k++) {
+        uint32_t i = cands[k];
+        if (p->jflag[i] & J_DONE)
+            continue;
+        const struct sched_job *j = &p->q->jobs[i];
+        const struct jshape *sh = &p->shapes_of[p->jshape[i]];
+        p->res->decisions++;
+        if (!allowed_count(p, i)) {
+            set_wait(p, i, SCHED_REASON_QUOTA, j->pool, j->gpu_type, 0, NULL);
+        } else if (!p->pol->backfill) {
+            uint32_t nallowed;
+            compute_allowed(p, i, &nallowed);
+            set_wait(p, i, SCHED_REASON_BLOCKED, j->pool, j->gpu_type, blocked_by(p), NULL);
+        } else
+            set_wait(p, i, sh->why, j->pool, j->gpu_type, sh->other, NULL);
+    }
+}
+
 /* order_within_fn: does pending job i fit within its team's guarantee in
  * some group it could use? */
 static bool within_guarantee(void *ctx, uint32_t i)
@@ -964,7 +1087,12 @@ static int pass_alloc(struct pass *p)
     p->place.nodes = malloc(maxg * sizeof(*p->place.nodes));
     p->place.shares = malloc(maxg * sizeof(*p->place.shares));
     p->jflag = calloc(nq ? nq : 1, 1);
-    p->jwait = malloc((nq ? nq : 1) * sizeof(*p->jwait));
+    /* Waits are written straight into the result (one per queued job, in queue
+     * order), which keeps its memory from pass to pass; started jobs are
+     * squeezed out at the end. */
+    if (vec_grow((void **)&p->res->waits, &p->res->waits_cap, nq ? nq : 1, sizeof(*p->res->waits)))
+        return GPO_ENOMEM;
+    p->jwait = p->res->waits;
     p->rflag = calloc(nr ? nr : 1, 1);
     p->rank = malloc((p->c->nclasses ? p->c->nclasses : 1) * sizeof(*p->rank));
     p->allowed = malloc((p->view.ngroups ? p->view.ngroups : 1) * sizeof(*p->allowed));
@@ -1039,12 +1167,21 @@ static int pass_alloc(struct pass *p)
     p->nranks = (uint32_t)rank + 1;
     p->rgroup = malloc((nr ? nr : 1) * sizeof(*p->rgroup));
     p->rmilli = malloc((nr ? nr : 1) * sizeof(*p->rmilli));
+    p->rorder = malloc((nr ? nr : 1) * sizeof(*p->rorder));
+    p->rbits = malloc((nr ? nr : 1) * sizeof(*p->rbits));
+    p->pwhy = malloc((nr ? nr : 1) * sizeof(*p->pwhy));
+    p->within_g = malloc(ng * sizeof(*p->within_g));
+    if (!p->rorder || !p->rbits || !p->pwhy || !p->within_g)
+        return GPO_ENOMEM;
     p->rank_milli = calloc((size_t)ng * p->nranks, sizeof(*p->rank_milli));
     if (!p->rgroup || !p->rmilli || !p->rank_milli)
         return GPO_ENOMEM;
     for (size_t k = 0; k < nr; k++) {
         const struct sched_running *run = &p->run->jobs[k];
         quota_alloc_usage(&p->view, &run->alloc, &p->rgroup[k], &p->rmilli[k]);
+        p->rorder[k] = p->c->classes[run->job->prio].order;
+        p->rbits[k] =
+            (uint8_t)((run->borrowed ? R_BORROWED : 0) | (run->job->checkpointable ? R_CKPT : 0));
         if (p->rgroup[k] != SCHED_NONE && !run->preempting)
             p->rank_milli[(size_t)p->rgroup[k] * p->nranks + p->rank[run->job->prio]] +=
                 p->rmilli[k];
@@ -1061,11 +1198,14 @@ static void pass_free(struct pass *p)
     free(p->place.nodes);
     free(p->place.shares);
     free(p->jflag);
-    free(p->jwait);
     free(p->lasq);
     free(p->rflag);
     free(p->rgroup);
     free(p->rmilli);
+    free(p->rorder);
+    free(p->rbits);
+    free(p->pwhy);
+    free(p->within_g);
     free(p->rank_milli);
     free(p->rlasq);
     free(p->rank);
@@ -1325,27 +1465,25 @@ static int run_pass(struct pass *p)
 
     /* Validate, and find which jobs can be considered at all. */
     uint32_t *cands = malloc((nq ? nq : 1) * sizeof(*cands));
+    uint32_t *cshapes = malloc((nq ? nq : 1) * sizeof(*cshapes));
     uint32_t *ready = malloc((p->st->nclaims ? p->st->nclaims : 1) * sizeof(*ready));
-    if (!cands || !ready) {
+    if (!cands || !ready || !cshapes) {
         free(cands);
+        free(cshapes);
         free(ready);
         return GPO_ENOMEM;
     }
     size_t ncands = 0, nready = 0;
-    if ((err = find_shapes(p))) {
-        free(cands);
-        free(ready);
-        return err;
-    }
+    if ((err = find_shapes(p)))
+        goto out;
     size_t cells = (size_t)p->nshapes * p->view.ngroups;
     if (cells && cells <= (1u << 22)) {
         p->shape_allowed = malloc(cells * sizeof(*p->shape_allowed));
         p->shape_eligible = malloc(cells * sizeof(*p->shape_eligible));
         p->shape_headroom = malloc(cells * sizeof(*p->shape_headroom));
         if (!p->shape_allowed || !p->shape_eligible || !p->shape_headroom) {
-            free(cands);
-            free(ready);
-            return GPO_ENOMEM;
+            err = GPO_ENOMEM;
+            goto out;
         }
     }
     for (size_t i = 0; i < nq; i++) {
@@ -1421,11 +1559,29 @@ static int run_pass(struct pass *p)
     }
     if ((err = order_begin(&p->order, q->jobs, cands, ncands, p->lasq, within_guarantee, p)))
         goto out;
+    /* Rank candidates one at a time; now and then, ask whether what is left
+     * is frozen (see shape_inert), and if so settle it in one sweep: on a full
+     * cluster that is most of the queue. */
+    size_t ncshapes = 0, since_check = 0, check_every;
+    for (size_t k = 0; k < ncands; k++) {
+        struct jshape *sh = &p->shapes_of[p->jshape[cands[k]]];
+        if (!sh->remaining++)
+            cshapes[ncshapes++] = p->jshape[cands[k]];
+    }
+    check_every = ncshapes > 256 ? ncshapes : 256;
     for (uint32_t i; (i = order_next(&p->order)) != SCHED_NONE;) {
         if (p->jflag[i] & J_DONE)
             continue;
+        p->shapes_of[p->jshape[i]].remaining--;
         if ((err = process_job(p, i)))
             goto out;
+        if (++since_check >= check_every) {
+            since_check = 0;
+            if (frozen(p, cshapes, ncshapes)) {
+                settle_rest(p, cands, ncands);
+                break;
+            }
+        }
     }
 
     /* Jobs that were never ranked: quota, or no capacity now. */
@@ -1433,9 +1589,10 @@ static int run_pass(struct pass *p)
         if (p->jflag[i] & J_DONE)
             continue;
         const struct sched_job *j = &q->jobs[i];
-        uint32_t nallowed;
-        compute_allowed(p, (uint32_t)i, &nallowed);
+        uint32_t nallowed = allowed_count(p, (uint32_t)i);
         p->res->decisions++;
+        if (!p->pol->backfill)
+            compute_allowed(p, (uint32_t)i, &nallowed); /* blocked_by reads p->allowed */
         if (!nallowed)
             set_wait(p, (uint32_t)i, SCHED_REASON_QUOTA, j->pool, j->gpu_type, 0, NULL);
         else if (!p->pol->backfill && blocked_by(p))
@@ -1461,15 +1618,17 @@ static int run_pass(struct pass *p)
             r->overcommitted[k] = run->jobs[p->view.overcommitted[k]].job->id;
         r->novercommitted = p->view.novercommitted;
     }
-    if ((err = vec_grow((void **)&r->waits, &r->waits_cap, nq, sizeof(*r->waits))))
-        goto out;
     for (size_t i = 0; i < nq; i++) {
-        if (!(p->jflag[i] & J_STARTED))
-            r->waits[r->nwaits++] = p->jwait[i];
+        if (p->jflag[i] & J_STARTED)
+            continue;
+        if (r->nwaits != i)
+            r->waits[r->nwaits] = r->waits[i];
+        r->nwaits++;
     }
     err = collect_reserves(p);
 out:
     free(cands);
+    free(cshapes);
     free(ready);
     return err;
 }
