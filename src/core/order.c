@@ -7,19 +7,21 @@
 #include "core/order.h"
 #include "util/banned.h"
 
+/* A candidate's place within its team and class. */
 struct order_key {
-    int64_t cls; /* rank of the class, highest order 0 (all 0 under fifo) */
-    uint32_t team;
-    uint32_t lasq; /* LAS queue (0 unless las) */
     int64_t submit_ms;
     uint64_t id;
-    uint32_t idx;
+    uint32_t lasq; /* LAS queue (0 unless las) */
+    uint32_t idx;  /* index into the jobs */
 };
 
-/* The keys of one team in one class, in order; teams compete through a heap. */
+/* The candidates of one team in one class: a binary min-heap of keys in
+ * keys[begin, end), so that only the jobs actually handed out pay for their
+ * order (a pass that settles the rest of a full queue in one sweep never
+ * sorts it). Teams compete through a second heap of segments. */
 struct order_seg {
-    size_t begin, end, pos;
-    int64_t cls;
+    size_t begin, end;
+    uint32_t cls;
     uint32_t team;
     bool within;  /* its head fits within the team's guarantee (when pushed) */
     double share; /* fairshare: the team's share (when pushed) */
@@ -181,18 +183,38 @@ double order_team_share(const struct order *o, uint32_t team)
     return best / (double)c->teams[team].weight;
 }
 
-static int cmp_key(const void *a, const void *b)
+static bool key_before(const struct order_key *x, const struct order_key *y)
 {
-    const struct order_key *x = a, *y = b;
-    if (x->cls != y->cls)
-        return x->cls < y->cls ? -1 : 1;
-    if (x->team != y->team)
-        return x->team < y->team ? -1 : 1;
     if (x->lasq != y->lasq)
-        return x->lasq < y->lasq ? -1 : 1;
+        return x->lasq < y->lasq;
     if (x->submit_ms != y->submit_ms)
-        return x->submit_ms < y->submit_ms ? -1 : 1;
-    return (x->id > y->id) - (x->id < y->id);
+        return x->submit_ms < y->submit_ms;
+    return x->id < y->id;
+}
+
+static void key_sift_down(struct order_key *h, size_t n, size_t i)
+{
+    struct order_key v = h[i];
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= n)
+            break;
+        if (c + 1 < n && key_before(&h[c + 1], &h[c]))
+            c++;
+        if (!key_before(&h[c], &v))
+            break;
+        h[i] = h[c];
+        i = c;
+    }
+    h[i] = v;
+}
+
+/* Makes h[0, n) a min-heap; a run already in order (the caller's queue is
+ * usually kept by submit time) is one already, and costs n compares. */
+static void key_heapify(struct order_key *h, size_t n)
+{
+    for (size_t i = n / 2; i-- > 0;)
+        key_sift_down(h, n, i);
 }
 
 int order_begin(struct order *o, const struct sched_job *jobs, const uint32_t *cands, size_t n,
@@ -206,25 +228,22 @@ int order_begin(struct order *o, const struct sched_job *jobs, const uint32_t *c
     o->segs = NULL;
     o->heap = NULL;
     o->nkeys = n;
-    o->pos = o->nsegs = o->seg_pos = o->nheap = 0;
+    o->nsegs = o->seg_pos = o->nheap = 0;
     o->pending_seg = -1;
     o->within = within;
     o->within_ctx = ctx;
     if (!o->keys)
         return GPO_ENOMEM;
     enum sched_order ord = o->policy->order;
-    /* A counting sort into (class, team) buckets, highest class first; then
-     * each bucket by (LAS queue, submit, id), skipped where the caller's queue
-     * was already in that order (the controller keeps it by submit time). */
+    /* Bucket candidates by (class rank, team) with a counting sort, highest
+     * class first; each bucket keeps the caller's order and becomes a heap. */
     uint32_t ncls = ord == SCHED_ORDER_FIFO ? 1 : c->nclasses;
     size_t nb = (size_t)ncls * c->nteams;
     uint32_t *rank = malloc((c->nclasses ? c->nclasses : 1) * sizeof(*rank));
     size_t *start = calloc(nb + 1, sizeof(*start));
-    struct order_key *tmp = malloc((n ? n : 1) * sizeof(*tmp));
-    if (!rank || !start || !tmp) {
+    if (!rank || !start) {
         free(rank);
         free(start);
-        free(tmp);
         return GPO_ENOMEM;
     }
     for (uint32_t k = 0; k < c->nclasses; k++) {
@@ -238,42 +257,37 @@ int order_begin(struct order *o, const struct sched_job *jobs, const uint32_t *c
     }
     for (size_t i = 0; i < n; i++) {
         const struct sched_job *j = &jobs[cands[i]];
-        int64_t cls = ord == SCHED_ORDER_FIFO ? 0 : rank[j->prio];
-        uint32_t q = ord == SCHED_ORDER_LAS && lasq ? lasq[cands[i]] : 0;
-        tmp[i] = (struct order_key){cls, j->team, q, j->submit_ms, j->id, cands[i]};
-        start[(size_t)cls * c->nteams + j->team + 1]++;
+        start[(size_t)rank[j->prio] * c->nteams + j->team + 1]++;
     }
-    for (size_t b = 1; b <= nb; b++)
-        start[b] += start[b - 1];
-    for (size_t i = 0; i < n; i++)
-        o->keys[start[(size_t)tmp[i].cls * c->nteams + tmp[i].team]++] = tmp[i];
-    free(tmp);
-    free(rank);
-    /* start[b] is now the end of bucket b. */
-    for (size_t b = 0, begin = 0; b < nb; begin = start[b], b++) {
-        bool sorted = true;
-        for (size_t i = begin + 1; i < start[b] && sorted; i++)
-            sorted = cmp_key(&o->keys[i - 1], &o->keys[i]) < 0;
-        if (!sorted)
-            qsort(o->keys + begin, start[b] - begin, sizeof(*o->keys), cmp_key);
-    }
-    free(start);
-
     size_t nsegs = 0;
-    for (size_t i = 0; i < n; i++)
-        nsegs += i == 0 || o->keys[i].cls != o->keys[i - 1].cls ||
-                 o->keys[i].team != o->keys[i - 1].team;
+    for (size_t b = 1; b <= nb; b++) {
+        nsegs += start[b] > 0;
+        start[b] += start[b - 1];
+    }
+    for (size_t i = 0; i < n; i++) {
+        const struct sched_job *j = &jobs[cands[i]];
+        size_t b = (size_t)rank[j->prio] * c->nteams + j->team;
+        uint32_t q = ord == SCHED_ORDER_LAS && lasq ? lasq[cands[i]] : 0;
+        o->keys[start[b]++] = (struct order_key){j->submit_ms, j->id, q, cands[i]};
+    }
+    free(rank);
     o->segs = malloc((nsegs ? nsegs : 1) * sizeof(*o->segs));
     o->heap = malloc((nsegs ? nsegs : 1) * sizeof(*o->heap));
-    if (!o->segs || !o->heap)
+    if (!o->segs || !o->heap) {
+        free(start);
         return GPO_ENOMEM;
-    for (size_t i = 0; i < n; i++) {
-        if (i == 0 || o->keys[i].cls != o->keys[i - 1].cls ||
-            o->keys[i].team != o->keys[i - 1].team)
-            o->segs[o->nsegs++] = (struct order_seg){
-                .begin = i, .end = i, .pos = i, .cls = o->keys[i].cls, .team = o->keys[i].team};
-        o->segs[o->nsegs - 1].end = i + 1;
     }
+    /* start[b] is now the end of bucket b. */
+    for (size_t b = 0, begin = 0; b < nb; begin = start[b], b++) {
+        if (start[b] == begin)
+            continue;
+        key_heapify(o->keys + begin, start[b] - begin);
+        o->segs[o->nsegs++] = (struct order_seg){.begin = begin,
+                                                 .end = start[b],
+                                                 .cls = (uint32_t)(b / c->nteams),
+                                                 .team = (uint32_t)(b % c->nteams)};
+    }
+    free(start);
     return 0;
 }
 
@@ -288,19 +302,14 @@ static bool seg_before(const struct order *o, uint32_t a, uint32_t b)
         return x->within;
     if (x->share != y->share)
         return x->share < y->share;
-    const struct order_key *hx = &o->keys[x->pos], *hy = &o->keys[y->pos];
-    if (hx->lasq != hy->lasq)
-        return hx->lasq < hy->lasq;
-    if (hx->submit_ms != hy->submit_ms)
-        return hx->submit_ms < hy->submit_ms;
-    return hx->id < hy->id;
+    return key_before(&o->keys[x->begin], &o->keys[y->begin]);
 }
 
 static void heap_push(struct order *o, uint32_t s)
 {
     struct order_seg *seg = &o->segs[s];
     seg->share = o->policy->order == SCHED_ORDER_FAIRSHARE ? order_team_share(o, seg->team) : 0.0;
-    seg->within = o->within ? o->within(o->within_ctx, o->keys[seg->pos].idx) : false;
+    seg->within = o->within ? o->within(o->within_ctx, o->keys[seg->begin].idx) : false;
     size_t i = o->nheap++;
     while (i > 0) {
         size_t parent = (i - 1) / 2;
@@ -343,12 +352,12 @@ uint32_t order_next(struct order *o)
          * have changed, so it re-enters the heap with fresh keys. */
         uint32_t s = (uint32_t)o->pending_seg;
         o->pending_seg = -1;
-        if (o->segs[s].pos < o->segs[s].end)
+        if (o->segs[s].begin < o->segs[s].end)
             heap_push(o, s);
     }
     if (!o->nheap && o->seg_pos < o->nsegs) {
         /* Next priority class: all its teams compete. */
-        int64_t cls = o->segs[o->seg_pos].cls;
+        uint32_t cls = o->segs[o->seg_pos].cls;
         while (o->seg_pos < o->nsegs && o->segs[o->seg_pos].cls == cls)
             heap_push(o, (uint32_t)o->seg_pos++);
     }
@@ -356,7 +365,16 @@ uint32_t order_next(struct order *o)
         return SCHED_NONE;
     uint32_t s = heap_pop(o);
     o->pending_seg = s;
-    return o->keys[o->segs[s].pos++].idx;
+    /* Take the segment's head off its own heap. */
+    struct order_seg *seg = &o->segs[s];
+    struct order_key *h = o->keys + seg->begin;
+    uint32_t idx = h[0].idx;
+    size_t left = --seg->end - seg->begin;
+    if (left) {
+        h[0] = h[left];
+        key_sift_down(h, left, 0);
+    }
+    return idx;
 }
 
 void order_note_start(struct order *o, uint32_t team, uint32_t gpu_type, int64_t milli)

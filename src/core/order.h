@@ -43,7 +43,7 @@ struct order {
     int64_t *cap;   /* [type]: milli-GPU of usable nodes */
     /* iteration */
     struct order_key *keys;
-    size_t nkeys, pos;
+    size_t nkeys;
     struct order_seg *segs;
     size_t nsegs, seg_pos;
     uint32_t *heap;
@@ -78,8 +78,9 @@ double order_team_share(const struct order *o, uint32_t team);
  * Prepares to hand out `cands` (indices into jobs) in the policy's order.
  * `lasq` gives each job's LAS queue by job index (only read under las);
  * `within` (may be NULL: nothing is) says which jobs fit their team's
- * guarantee. Each team's jobs are sorted once; teams compete through a heap
- * whose keys are refreshed as their jobs start. 0 or GPO_ENOMEM.
+ * guarantee. Each team's jobs (per class) form a heap, so a job is ordered
+ * only when it is handed out; teams compete through a heap whose keys are
+ * refreshed as their jobs start. 0 or GPO_ENOMEM.
  */
 int order_begin(struct order *o, const struct sched_job *jobs, const uint32_t *cands, size_t n,
                 const uint8_t *lasq, order_within_fn within, void *ctx);

@@ -112,14 +112,14 @@ struct fail {
 #define MAX_FAILS 64
 /* Preemption plans a pass may try. Each costs a scan of the running set; a
  * pass is bounded, and a job that found no plan tries again next pass. */
-#define MAX_PLANS   64
-#define SHAPE_SLOTS 256
+#define MAX_PLANS 64
 
 /* Jobs that ask for the same thing (team, class, pool, type, sizes, limit):
  * a queue of 100,000 jobs holds a few hundred such shapes, so what depends
  * only on the request is worked out once per shape. */
 struct jshape {
     struct sched_job key; /* the request, with id, submit and labels zeroed */
+    uint64_t hash;        /* of key */
     uint32_t first;       /* queue index of the first job of this shape */
     bool valid;           /* validation passed (else first's wait is final) */
     bool fit0;            /* fitted the free capacity when the pass began */
@@ -127,6 +127,9 @@ struct jshape {
     /* compute_allowed's answer, valid while the team's usage is unchanged */
     uint32_t allowed_stamp; /* team_starts + 1; 0: none */
     uint32_t nallowed, neligible;
+    /* fit_at_start's answer, likewise */
+    uint32_t fit_stamp;
+    bool fits;
     /* within_guarantee's answer, likewise */
     uint32_t within_stamp;
     bool within;
@@ -138,13 +141,6 @@ struct jshape {
     bool missed;
     enum sched_reason why;
     uint64_t other;
-};
-
-/* What decides whether a job fits free capacity, for the "priority" cache. */
-struct shape {
-    struct sched_job key; /* id, submit, time limit, labels zeroed */
-    uint32_t team_starts;
-    bool used, fits;
 };
 
 struct pass {
@@ -173,17 +169,18 @@ struct pass {
     uint8_t *pwhy;            /* per preemption candidate, scratch: why it may be evicted */
     int64_t *rank_milli; /* [group * nranks + rank]: milli held by running, not leaving, jobs */
     uint32_t nranks;
-    uint32_t nplans;          /* preemption plans tried in this pass */
-    uint8_t *rlasq;           /* per running job (LAS only) */
-    int32_t *rank;            /* class index -> rank by order (0 lowest) */
-    bool *allowed;            /* per group, scratch */
-    int64_t *excess;          /* [team * ngroups + group]: milli over guarantee, reclaimable */
-    int64_t *headroom;        /* per group: the current job's team's quota left, milli */
-    uint32_t *group_starts;   /* per group: jobs started there in this pass */
-    uint32_t *team_starts;    /* per team: jobs started in this pass */
-    bool *guar_left;          /* per team: some group where it holds less than its guarantee */
-    struct view pristine;     /* free capacity when the pass began */
-    struct shape *shapes;     /* cache: did a job of this shape fit at the start? */
+    uint32_t nplans;        /* preemption plans tried in this pass */
+    uint8_t *rlasq;         /* per running job (LAS only) */
+    int32_t *rank;          /* class index -> rank by order (0 lowest) */
+    bool *allowed;          /* per group, scratch */
+    int64_t *excess;        /* [team * ngroups + group]: milli over guarantee, reclaimable */
+    int64_t *headroom;      /* per group: the current job's team's quota left, milli */
+    uint32_t *group_starts; /* per group: jobs started there in this pass */
+    uint32_t *team_starts;  /* per team: jobs started in this pass */
+    bool *guar_left;        /* per team: some group where it holds less than its guarantee */
+    struct view pristine;   /* free capacity when the pass began */
+    uint32_t *free0;        /* nodes that had a GPU free when the pass began */
+    uint32_t nfree0;
     struct jshape *shapes_of; /* distinct requests */
     uint32_t nshapes;
     uint32_t *jshape; /* per pending job: its shape */
@@ -802,27 +799,32 @@ static uint64_t shape_hash(const struct sched_job *k, uint32_t team_starts)
 /* Would the job have fitted the free capacity the pass began with (in the
  * groups its quota allows now)? Then higher-ranked jobs took its room: the
  * "priority" reason. Only asked when something started where it could go. */
-static bool fit_at_start(struct pass *p, const struct sched_job *j)
+static bool fit_at_start(struct pass *p, uint32_t i)
 {
+    const struct sched_job *j = &p->q->jobs[i];
     bool started = false;
     for (uint32_t g = 0; g < p->view.ngroups && !started; g++)
         started = p->allowed[g] && p->group_starts[g];
     if (!started)
         return false;
-    struct sched_job key = *j;
-    key.id = 0;
-    key.submit_ms = 0;
-    key.time_limit_ms = 0;
-    key.project = key.model = 0;
-    key.checkpointable = false;
-    uint32_t ts = p->team_starts[j->team];
-    struct shape *slot = &p->shapes[shape_hash(&key, ts) % SHAPE_SLOTS];
-    if (slot->used && slot->team_starts == ts && memcmp(&slot->key, &key, sizeof(key)) == 0)
-        return slot->fits;
-    unsigned miss = 0;
+    struct jshape *sh = &p->shapes_of[p->jshape[i]];
+    uint32_t stamp = p->team_starts[j->team] + 1;
+    if (sh->fit_stamp == stamp)
+        return sh->fits;
+    bool fits = false;
     p->pristine.headroom = p->headroom;
-    bool fits = view_place(&p->pristine, j, p->allowed, INT64_MAX, true, &p->place, &miss);
-    *slot = (struct shape){.key = key, .team_starts = ts, .used = true, .fits = fits};
+    if (wants_gpu(j) && !(j->gpus > 0 && j->multi_node)) {
+        /* Only nodes that had a GPU free when the pass began can answer yes. */
+        for (uint32_t k = 0; k < p->nfree0 && !fits; k++) {
+            uint32_t n = p->free0[k];
+            fits = p->allowed[p->pristine.nodes[n].group] && view_node_fits(&p->pristine, j, n);
+        }
+    } else {
+        unsigned miss = 0;
+        fits = view_place(&p->pristine, j, p->allowed, INT64_MAX, true, &p->place, &miss);
+    }
+    sh->fit_stamp = stamp;
+    sh->fits = fits;
     return fits;
 }
 
@@ -849,7 +851,7 @@ static enum sched_reason explain_miss(struct pass *p, uint32_t i, unsigned miss,
      * free when the pass began and higher-ranked jobs took them; or not. */
     if ((miss & VIEW_MISS_HOST) && !(miss & (VIEW_MISS_GPU | VIEW_MISS_GANG)))
         return SCHED_REASON_HOST;
-    if ((p->jflag[i] & J_FIT0) && fit_at_start(p, j))
+    if ((p->jflag[i] & J_FIT0) && fit_at_start(p, i))
         return SCHED_REASON_PRIORITY;
     if (j->multi_node && (miss & VIEW_MISS_GANG))
         return SCHED_REASON_GANG;
@@ -1112,15 +1114,21 @@ static int pass_alloc(struct pass *p)
         return GPO_ENOMEM;
     for (uint32_t t = 0; t < p->c->nteams; t++)
         update_guar_left(p, t);
-    p->shapes = calloc(SHAPE_SLOTS, sizeof(*p->shapes));
     p->shapes_of = malloc((nq ? nq : 1) * sizeof(*p->shapes_of));
     p->jshape = malloc((nq ? nq : 1) * sizeof(*p->jshape));
-    if (!p->headroom || !p->group_starts || !p->team_starts || !p->shapes || !p->shapes_of ||
-        !p->jshape)
+    if (!p->headroom || !p->group_starts || !p->team_starts || !p->shapes_of || !p->jshape)
         return GPO_ENOMEM;
     int err = view_clone(&p->pristine, &p->view);
     if (err)
         return err;
+    p->free0 = malloc((p->c->nnodes ? p->c->nnodes : 1) * sizeof(*p->free0));
+    if (!p->free0)
+        return GPO_ENOMEM;
+    for (uint32_t n = 0; n < p->c->nnodes; n++) {
+        const struct view_node *vn = &p->view.nodes[n];
+        if (vn->usable && (vn->free_whole || vn->nshared))
+            p->free0[p->nfree0++] = n;
+    }
     size_t nq_cells = (size_t)p->c->nteams * p->view.ngroups;
     p->excess = malloc((nq_cells ? nq_cells : 1) * sizeof(*p->excess));
     if (!p->excess)
@@ -1214,7 +1222,7 @@ static void pass_free(struct pass *p)
     free(p->headroom);
     free(p->group_starts);
     free(p->team_starts);
-    free(p->shapes);
+    free(p->free0);
     free(p->shapes_of);
     free(p->jshape);
     free(p->shape_allowed);
@@ -1366,12 +1374,13 @@ static struct sched_job shape_key(const struct sched_job *j)
     return k;
 }
 
-/* Assigns each pending job its shape (p->jshape), creating one per distinct request. */
+/* One pass over the queue: each job's id goes into the id map (a second
+ * occurrence is an error of the call), and each job gets its shape
+ * (p->jshape), one per distinct request. The shape table grows with the
+ * shapes, not the queue, so it stays in cache. */
 static int find_shapes(struct pass *p)
 {
-    size_t nq = p->q->njobs, size = 16;
-    while (size < 2 * nq)
-        size *= 2;
+    size_t nq = p->q->njobs, size = 1024;
     uint32_t *table = malloc(size * sizeof(*table));
     if (!table)
         return GPO_ENOMEM;
@@ -1379,23 +1388,49 @@ static int find_shapes(struct pass *p)
         table[k] = SCHED_NONE;
     p->nshapes = 0;
     for (size_t i = 0; i < nq; i++) {
-        struct sched_job key = shape_key(&p->q->jobs[i]);
-        size_t h = (size_t)shape_hash(&key, (uint32_t)key.time_limit_ms) & (size - 1);
-        for (;; h = (h + 1) & (size - 1)) {
+        const struct sched_job *j = &p->q->jobs[i];
+        if (idmap_put(&p->ids, j->id, (uint32_t)i)) {
+            free(table);
+            return GPO_EINVAL;
+        }
+        struct sched_job key = shape_key(j);
+        uint64_t hash = shape_hash(&key, (uint32_t)key.time_limit_ms);
+        for (size_t h = hash & (size - 1);; h = (h + 1) & (size - 1)) {
             uint32_t s = table[h];
             if (s == SCHED_NONE) {
                 s = p->nshapes++;
                 memset(&p->shapes_of[s], 0, sizeof(p->shapes_of[s]));
                 p->shapes_of[s].key = key;
+                p->shapes_of[s].hash = hash;
                 p->shapes_of[s].first = (uint32_t)i;
                 table[h] = s;
                 p->jshape[i] = s;
                 break;
             }
-            if (memcmp(&p->shapes_of[s].key, &key, sizeof(key)) == 0) {
+            if (p->shapes_of[s].hash == hash &&
+                memcmp(&p->shapes_of[s].key, &key, sizeof(key)) == 0) {
                 p->jshape[i] = s;
                 break;
             }
+        }
+        if (2 * p->nshapes > size) {
+            /* Keep the table at most half full: double it and re-insert. */
+            uint32_t *bigger = malloc(2 * size * sizeof(*bigger));
+            if (!bigger) {
+                free(table);
+                return GPO_ENOMEM;
+            }
+            size *= 2;
+            for (size_t k = 0; k < size; k++)
+                bigger[k] = SCHED_NONE;
+            for (uint32_t s = 0; s < p->nshapes; s++) {
+                size_t h = p->shapes_of[s].hash & (size - 1);
+                while (bigger[h] != SCHED_NONE)
+                    h = (h + 1) & (size - 1);
+                bigger[h] = s;
+            }
+            free(table);
+            table = bigger;
         }
     }
     free(table);
@@ -1440,13 +1475,9 @@ static int run_pass(struct pass *p)
         if (idmap_put(&p->ids, run->jobs[r].job->id, (uint32_t)r | IDMAP_RUNNING))
             return GPO_EINVAL;
     }
-    for (size_t i = 0; i < nq; i++) {
-        if (idmap_put(&p->ids, q->jobs[i].id, (uint32_t)i))
-            return GPO_EINVAL;
-    }
     if ((err = quota_init(&p->quota, p->c, &p->view, run)) ||
         (err = order_init(&p->order, p->c, &p->view, run, p->pol, p->st, p->now)) ||
-        (err = pass_alloc(p)) || (err = compute_attained(p)))
+        (err = pass_alloc(p)) || (err = find_shapes(p)) || (err = compute_attained(p)))
         return err;
 
     for (size_t r = 0; r < nr; r++) {
@@ -1474,8 +1505,6 @@ static int run_pass(struct pass *p)
         return GPO_ENOMEM;
     }
     size_t ncands = 0, nready = 0;
-    if ((err = find_shapes(p)))
-        goto out;
     size_t cells = (size_t)p->nshapes * p->view.ngroups;
     if (cells && cells <= (1u << 22)) {
         p->shape_allowed = malloc(cells * sizeof(*p->shape_allowed));

@@ -833,6 +833,8 @@ bool view_node_fits(const struct view *view, const struct sched_job *job, uint32
         if (!gpu_offered(gpu) || !gpu_mem_ok(job, gpu))
             continue;
         model_job_gpu_claim(job, gpu, &milli, &mem);
+        if (view->headroom && view->headroom[vn->group] < (int64_t)milli)
+            continue;
         if (view->gpus[gi].free_milli >= milli && view->gpus[gi].free_mem_mib >= mem)
             return true;
     }

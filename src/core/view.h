@@ -142,8 +142,8 @@ int view_resv_add(struct view *view, uint64_t job, int64_t start_ms);
 void view_resv_hold(struct view *view, uint32_t r, uint32_t node);
 
 /* Could the job start on node n alone, free capacity and eligibility only
- * (no reservations, no quota)? A gang counts as fitting when its whole
- * request fits there. */
+ * (no reservations; quota only as view->headroom prices a share of a GPU)?
+ * A gang counts as fitting when its whole request fits there. */
 bool view_node_fits(const struct view *view, const struct sched_job *job, uint32_t n);
 
 /* Whole GPUs of node n the job could use (free, not MIG, memory constraint). */
