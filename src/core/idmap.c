@@ -1,5 +1,6 @@
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/err.h"
 #include "core/idmap.h"
@@ -18,8 +19,8 @@ int idmap_init(struct idmap *m, size_t n)
     m->slots = malloc(size * sizeof(*m->slots));
     if (!m->slots)
         return GPO_ENOMEM;
-    for (size_t i = 0; i < size; i++)
-        m->slots[i].value = IDMAP_NONE;
+    /* All ones: every slot's value is IDMAP_NONE (and its id is unused). */
+    memset(m->slots, 0xff, size * sizeof(*m->slots));
     m->mask = size - 1;
     return 0;
 }

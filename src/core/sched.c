@@ -195,7 +195,7 @@ struct pass {
 
     struct backfill_release *rel;
     size_t nrel, rel_cap;
-    bool rel_sorted;
+    size_t nrel_sorted; /* rel[0, nrel_sorted) is in order; starts append after it */
 
     struct preempt_cand *pcand; /* every running job, least work lost first */
     size_t npcand;
@@ -494,7 +494,6 @@ static int record_start(struct pass *p, uint32_t i)
         return GPO_ENOMEM;
     *kept = s->alloc;
     p->rel[p->nrel++] = (struct backfill_release){job_end(p, j, p->now), j->id, kept};
-    p->rel_sorted = false;
     p->jflag[i] |= J_STARTED | J_DONE;
     return 0;
 }
@@ -749,6 +748,32 @@ static int try_preempt(struct pass *p, uint32_t i, int64_t end)
     return hr < 0 ? hr : 1;
 }
 
+/* Puts the releases in order: the running set's are sorted once, the jobs
+ * started since are sorted and merged in (a pass may start thousands). */
+static int sort_releases(struct pass *p)
+{
+    size_t done = p->nrel_sorted, n = p->nrel;
+    if (done == n)
+        return 0;
+    backfill_sort(p->rel + done, n - done);
+    if (done) {
+        struct backfill_release *tmp = malloc(n * sizeof(*tmp));
+        if (!tmp)
+            return GPO_ENOMEM;
+        size_t a = 0, b = done, k = 0;
+        while (a < done || b < n) {
+            bool take_a = b == n || (a < done && (p->rel[a].end_ms < p->rel[b].end_ms ||
+                                                  (p->rel[a].end_ms == p->rel[b].end_ms &&
+                                                   p->rel[a].job < p->rel[b].job)));
+            tmp[k++] = take_a ? p->rel[a++] : p->rel[b++];
+        }
+        memcpy(p->rel, tmp, n * sizeof(*tmp));
+        free(tmp);
+    }
+    p->nrel_sorted = n;
+    return 0;
+}
+
 /* The reservation, in EASY style: one per pool, for its highest-ranked blocked job. */
 static int try_reserve(struct pass *p, uint32_t i)
 {
@@ -757,10 +782,9 @@ static int try_reserve(struct pass *p, uint32_t i)
         if (p->allowed[g] && p->pool_resv[p->view.groups[g].pool] >= 0)
             return 0;
     }
-    if (!p->rel_sorted) {
-        backfill_sort(p->rel, p->nrel);
-        p->rel_sorted = true;
-    }
+    int err = sort_releases(p);
+    if (err)
+        return err;
     int64_t start;
     int found =
         backfill_shadow(&p->view, j, p->allowed, p->rel, p->nrel, p->now, &start, &p->place);
@@ -1079,15 +1103,6 @@ static int cmp_class_order(const void *a, const void *b, const struct sched_clus
 static int pass_alloc(struct pass *p)
 {
     size_t nq = p->q->njobs, nr = p->run->njobs;
-    uint32_t maxg = 1;
-    for (size_t i = 0; i < nq; i++) {
-        int32_t g = p->q->jobs[i].gpus;
-        if (g > 0 && (uint32_t)g > maxg && g <= (int32_t)SCHED_MAX_GPUS_PER_NODE * 1024)
-            maxg = (uint32_t)g;
-    }
-    p->place_cap = maxg;
-    p->place.nodes = malloc(maxg * sizeof(*p->place.nodes));
-    p->place.shares = malloc(maxg * sizeof(*p->place.shares));
     p->jflag = calloc(nq ? nq : 1, 1);
     /* Waits are written straight into the result (one per queued job, in queue
      * order), which keeps its memory from pass to pass; started jobs are
@@ -1139,9 +1154,9 @@ static int pass_alloc(struct pass *p)
     }
     p->rel_cap = nr + 16;
     p->rel = malloc(p->rel_cap * sizeof(*p->rel));
-    if (!p->place.nodes || !p->place.shares || !p->jflag || !p->jwait || !p->rflag || !p->rank ||
-        !p->allowed || !p->eligible || !p->pcand || !p->pbuf || !p->victims || !p->leaving ||
-        !p->pool_resv || !p->pool_block || !p->rel)
+    if (!p->jflag || !p->jwait || !p->rflag || !p->rank || !p->allowed || !p->eligible ||
+        !p->pcand || !p->pbuf || !p->victims || !p->leaving || !p->pool_resv || !p->pool_block ||
+        !p->rel)
         return GPO_ENOMEM;
     if (p->pol->order == SCHED_ORDER_LAS) {
         p->lasq = calloc(nq ? nq : 1, 1);
@@ -1381,6 +1396,7 @@ static struct sched_job shape_key(const struct sched_job *j)
 static int find_shapes(struct pass *p)
 {
     size_t nq = p->q->njobs, size = 1024;
+    uint32_t maxg = 1;
     uint32_t *table = malloc(size * sizeof(*table));
     if (!table)
         return GPO_ENOMEM;
@@ -1395,6 +1411,7 @@ static int find_shapes(struct pass *p)
         }
         struct sched_job key = shape_key(j);
         uint64_t hash = shape_hash(&key, (uint32_t)key.time_limit_ms);
+        uint32_t s_before = p->nshapes;
         for (size_t h = hash & (size - 1);; h = (h + 1) & (size - 1)) {
             uint32_t s = table[h];
             if (s == SCHED_NONE) {
@@ -1412,6 +1429,11 @@ static int find_shapes(struct pass *p)
                 p->jshape[i] = s;
                 break;
             }
+        }
+        if (p->nshapes == s_before + 1) {
+            int32_t g = j->gpus; /* a new shape: the placement scratch must hold it */
+            if (g > 0 && (uint32_t)g > maxg && g <= (int32_t)SCHED_MAX_GPUS_PER_NODE * 1024)
+                maxg = (uint32_t)g;
         }
         if (2 * p->nshapes > size) {
             /* Keep the table at most half full: double it and re-insert. */
@@ -1434,7 +1456,10 @@ static int find_shapes(struct pass *p)
         }
     }
     free(table);
-    return 0;
+    p->place_cap = maxg;
+    p->place.nodes = malloc(maxg * sizeof(*p->place.nodes));
+    p->place.shares = malloc(maxg * sizeof(*p->place.shares));
+    return p->place.nodes && p->place.shares ? 0 : GPO_ENOMEM;
 }
 
 static int check_args(const struct sched_cluster *c, const struct sched_queue *q,
