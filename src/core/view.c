@@ -345,16 +345,63 @@ static bool gpu_take(struct view *view, uint32_t gi, uint32_t milli, uint32_t me
     bool is_shared = offered && vg->free_milli > 0 && vg->free_milli < SCHED_MILLI;
     vn->free_whole = (uint16_t)(vn->free_whole - was_whole + is_whole);
     vn->nshared = (uint16_t)(vn->nshared - was_shared + is_shared);
-    view->groups[vn->group].dirty = true;
     return over;
+}
+
+/* Node n's free capacity moved from (old_whole, old_milli): bring its group's
+ * aggregates along without a scan where that is exact (sums always; maxima
+ * when they rise, or when the node was not the one holding them), else mark
+ * the group for a rescan. */
+static void node_moved(struct view *view, uint32_t n, uint32_t old_whole, uint32_t old_milli)
+{
+    struct view_node *vn = &view->nodes[n];
+    struct view_group *grp = &view->groups[vn->group];
+    if (grp->dirty || !vn->usable)
+        return;
+    uint32_t new_whole = vn->free_whole, new_milli = node_max_free_milli(view, n);
+    bool open = vn->resv < 0;
+    grp->sum_free_whole += (uint64_t)new_whole - old_whole;
+    if (open)
+        grp->sum_free_whole_open += (uint64_t)new_whole - old_whole;
+    struct {
+        uint32_t *max;
+        uint32_t old, now;
+        bool counts;
+    } m[4] = {{&grp->max_free_whole, old_whole, new_whole, true},
+              {&grp->max_free_whole_open, old_whole, new_whole, open},
+              {&grp->max_free_milli, old_milli, new_milli, true},
+              {&grp->max_free_milli_open, old_milli, new_milli, open}};
+    for (int k = 0; k < 4 && !grp->dirty; k++) {
+        if (!m[k].counts)
+            continue;
+        if (m[k].now > *m[k].max)
+            *m[k].max = m[k].now;
+        else if (m[k].now < m[k].old && m[k].old == *m[k].max)
+            grp->dirty = true; /* the node that held the maximum lost some */
+    }
 }
 
 bool view_apply(struct view *view, const struct sched_alloc *alloc, bool give)
 {
+    /* Each node's figures before, so its group's aggregates can follow. */
+    enum { TRACK = 64 };
+    uint32_t old_whole[TRACK], old_milli[TRACK];
+    uint32_t ntrack = alloc->nnodes <= TRACK ? alloc->nnodes : 0;
+    for (uint32_t i = 0; i < ntrack; i++) {
+        uint32_t n = alloc->nodes[i].node;
+        old_whole[i] = view->nodes[n].free_whole;
+        old_milli[i] = node_max_free_milli(view, n);
+    }
     bool over = false;
     for (uint32_t i = 0; i < alloc->nshares; i++) {
         const struct sched_share *s = &alloc->shares[i];
         over |= gpu_take(view, s->gpu, s->milli, s->mem_mib, give);
+        uint32_t n = view->gpu_node[s->gpu];
+        bool listed = false;
+        for (uint32_t k = 0; k < ntrack && !listed; k++)
+            listed = alloc->nodes[k].node == n;
+        if (!listed)
+            view->groups[view->nodes[n].group].dirty = true;
     }
     for (uint32_t i = 0; i < alloc->nnodes; i++) {
         const struct sched_node_part *p = &alloc->nodes[i];
@@ -367,7 +414,10 @@ bool view_apply(struct view *view, const struct sched_alloc *alloc, bool give)
             vn->free_cpus = vn->free_cpus > p->cpus ? vn->free_cpus - p->cpus : 0;
             vn->free_mem_mib = vn->free_mem_mib > p->mem_mib ? vn->free_mem_mib - p->mem_mib : 0;
         }
-        view->groups[vn->group].dirty = true;
+        if (i < ntrack)
+            node_moved(view, p->node, old_whole[i], old_milli[i]);
+        else
+            view->groups[vn->group].dirty = true;
     }
     return over;
 }
