@@ -213,6 +213,11 @@ static void key_sift_down(struct order_key *h, size_t n, size_t i)
  * usually kept by submit time) is one already, and costs n compares. */
 static void key_heapify(struct order_key *h, size_t n)
 {
+    size_t k = 1;
+    while (k < n && !key_before(&h[k], &h[k - 1]))
+        k++;
+    if (k >= n)
+        return; /* in order: already a heap */
     for (size_t i = n / 2; i-- > 0;)
         key_sift_down(h, n, i);
 }
