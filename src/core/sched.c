@@ -228,18 +228,24 @@ static int64_t job_end(const struct pass *p, const struct sched_job *j, int64_t 
     return start > INT64_MAX - limit ? INT64_MAX : start + limit;
 }
 
+static struct sched_wait make_wait(const struct sched_job *j, enum sched_reason reason,
+                                   uint32_t pool, uint32_t gpu_type, uint64_t other,
+                                   const char *field)
+{
+    return (struct sched_wait){.job = j->id,
+                               .reason = reason,
+                               .team = j->team,
+                               .pool = pool,
+                               .gpu_type = gpu_type,
+                               .other_job = other,
+                               .est_start_ms = -1,
+                               .field = field};
+}
+
 static void set_wait(struct pass *p, uint32_t i, enum sched_reason reason, uint32_t pool,
                      uint32_t gpu_type, uint64_t other, const char *field)
 {
-    const struct sched_job *j = &p->q->jobs[i];
-    p->jwait[i] = (struct sched_wait){.job = j->id,
-                                      .reason = reason,
-                                      .team = j->team,
-                                      .pool = pool,
-                                      .gpu_type = gpu_type,
-                                      .other_job = other,
-                                      .est_start_ms = -1,
-                                      .field = field};
+    p->jwait[i] = make_wait(&p->q->jobs[i], reason, pool, gpu_type, other, field);
     p->jflag[i] |= J_DONE;
 }
 
@@ -1030,26 +1036,29 @@ static bool frozen(struct pass *p, const uint32_t *cshapes, size_t ncshapes)
     return true;
 }
 
-/* Gives every candidate not yet ranked the wait ranking would have given it:
- * once frozen, that is its shape's, whatever its rank. */
-static void settle_rest(struct pass *p, const uint32_t *cands, size_t ncands)
+/*
+ * The wait of a job the ordered loop did not reach: a candidate left when the
+ * rest froze gets what ranking would have given it, its shape's (see
+ * shape_inert); a job never ranked waits for quota or for capacity.
+ */
+static struct sched_wait unranked_wait(struct pass *p, uint32_t i)
 {
-    for (size_t k = 0; k < ncands; k++) {
-        uint32_t i = cands[k];
-        if (p->jflag[i] & J_DONE)
-            continue;
-        const struct sched_job *j = &p->q->jobs[i];
-        const struct jshape *sh = &p->shapes_of[p->jshape[i]];
-        p->res->decisions++;
-        if (!allowed_count(p, i)) {
-            set_wait(p, i, SCHED_REASON_QUOTA, j->pool, j->gpu_type, 0, NULL);
-        } else if (!p->pol->backfill) {
-            uint32_t nallowed;
-            compute_allowed(p, i, &nallowed);
-            set_wait(p, i, SCHED_REASON_BLOCKED, j->pool, j->gpu_type, blocked_by(p), NULL);
-        } else
-            set_wait(p, i, sh->why, j->pool, j->gpu_type, sh->other, NULL);
-    }
+    const struct sched_job *j = &p->q->jobs[i];
+    const struct jshape *sh = &p->shapes_of[p->jshape[i]];
+    uint32_t nallowed = allowed_count(p, i);
+    if (!p->pol->backfill)
+        compute_allowed(p, i, &nallowed); /* blocked_by reads p->allowed */
+    if (!nallowed)
+        return make_wait(j, SCHED_REASON_QUOTA, j->pool, j->gpu_type, 0, NULL);
+    uint64_t blocker = p->pol->backfill ? 0 : blocked_by(p);
+    if (blocker)
+        return make_wait(j, SCHED_REASON_BLOCKED, j->pool, j->gpu_type, blocker, NULL);
+    if (p->jflag[i] & J_CAND)
+        return make_wait(j, sh->why, j->pool, j->gpu_type, sh->other, NULL);
+    enum sched_reason why = j->multi_node  ? SCHED_REASON_GANG
+                            : wants_gpu(j) ? SCHED_REASON_NO_GPU
+                                           : SCHED_REASON_HOST;
+    return make_wait(j, why, j->pool, j->gpu_type, 0, NULL);
 }
 
 /* order_within_fn: does pending job i fit within its team's guarantee in
@@ -1631,36 +1640,11 @@ static int run_pass(struct pass *p)
             goto out;
         if (++since_check >= check_every) {
             since_check = 0;
-            if (frozen(p, cshapes, ncshapes)) {
-                settle_rest(p, cands, ncands);
-                break;
-            }
+            if (frozen(p, cshapes, ncshapes))
+                break; /* the rest get their shape's wait in the sweep below */
         }
     }
 
-    /* Jobs that were never ranked: quota, or no capacity now. */
-    for (size_t i = 0; i < nq; i++) {
-        if (p->jflag[i] & J_DONE)
-            continue;
-        const struct sched_job *j = &q->jobs[i];
-        uint32_t nallowed = allowed_count(p, (uint32_t)i);
-        p->res->decisions++;
-        if (!p->pol->backfill)
-            compute_allowed(p, (uint32_t)i, &nallowed); /* blocked_by reads p->allowed */
-        if (!nallowed)
-            set_wait(p, (uint32_t)i, SCHED_REASON_QUOTA, j->pool, j->gpu_type, 0, NULL);
-        else if (!p->pol->backfill && blocked_by(p))
-            set_wait(p, (uint32_t)i, SCHED_REASON_BLOCKED, j->pool, j->gpu_type, blocked_by(p),
-                     NULL);
-        else
-            set_wait(p, (uint32_t)i,
-                     j->multi_node  ? SCHED_REASON_GANG
-                     : wants_gpu(j) ? SCHED_REASON_NO_GPU
-                                    : SCHED_REASON_HOST,
-                     j->pool, j->gpu_type, 0, NULL);
-    }
-
-    /* Waits in queue order. */
     struct sched_result *r = p->res;
     if (p->view.novercommitted) {
         r->overcommitted = arena_alloc(r, p->view.novercommitted * sizeof(*r->overcommitted));
@@ -1672,11 +1656,17 @@ static int run_pass(struct pass *p)
             r->overcommitted[k] = run->jobs[p->view.overcommitted[k]].job->id;
         r->novercommitted = p->view.novercommitted;
     }
+    /* One sweep in queue order: the waits of jobs not reached by the ordered
+     * loop, and the waits squeezed together over started jobs. */
     for (size_t i = 0; i < nq; i++) {
         if (p->jflag[i] & J_STARTED)
             continue;
-        if (r->nwaits != i)
+        if (!(p->jflag[i] & J_DONE)) {
+            r->waits[r->nwaits] = unranked_wait(p, (uint32_t)i);
+            r->decisions++;
+        } else if (r->nwaits != i) {
             r->waits[r->nwaits] = r->waits[i];
+        }
         r->nwaits++;
     }
     err = collect_reserves(p);
