@@ -118,29 +118,28 @@ struct fail {
  * a queue of 100,000 jobs holds a few hundred such shapes, so what depends
  * only on the request is worked out once per shape. */
 struct jshape {
-    struct sched_job key; /* the request, with id, submit and labels zeroed */
-    uint64_t hash;        /* of key */
-    uint32_t first;       /* queue index of the first job of this shape */
-    bool valid;           /* validation passed (else first's wait is final) */
-    bool fit0;            /* fitted the free capacity when the pass began */
-    bool pot;             /* might preempt */
-    /* compute_allowed's answer, valid while the team's usage is unchanged */
-    uint32_t allowed_stamp; /* team_starts + 1; 0: none */
+    /* hot: read for every job of the shape (the first cache line) */
+    uint64_t hash;  /* of key */
+    uint32_t first; /* queue index of the first job of this shape */
+    uint32_t team;
+    uint32_t allowed_stamp; /* compute_allowed's answer, while team_starts + 1 matches; 0: none */
     uint32_t nallowed, neligible;
-    /* fit_at_start's answer, likewise */
-    uint32_t fit_stamp;
-    bool fits;
-    /* within_guarantee's answer, likewise */
-    uint32_t within_stamp;
-    bool within;
-    uint32_t remaining;            /* candidates of this shape not yet ranked */
-    uint64_t reserve_fail_version; /* backfill found no time for it (version + 1; 0: no) */
-    /* the placement that last found no room for this shape, and why */
-    uint64_t miss_version;
-    uint32_t miss_team_starts;
-    bool missed;
+    uint32_t remaining; /* candidates of this shape not yet ranked */
+    bool valid;         /* validation passed (else first's wait is final) */
+    bool fit0;          /* fitted the free capacity when the pass began */
+    bool pot;           /* might preempt */
+    bool missed;        /* the placement that last found no room for it, and why: */
     enum sched_reason why;
     uint64_t other;
+    /* cold */
+    uint64_t miss_version;
+    uint32_t miss_team_starts;
+    uint32_t fit_stamp; /* fit_at_start's answer, likewise */
+    bool fits;
+    bool within; /* within_guarantee's answer, likewise */
+    uint32_t within_stamp;
+    uint64_t reserve_fail_version; /* backfill found no time for it (version + 1; 0: no) */
+    struct sched_job key;          /* the request, with id, submit and labels zeroed */
 };
 
 struct pass {
@@ -420,7 +419,7 @@ static uint32_t compute_allowed(struct pass *p, uint32_t i, uint32_t *ret_nallow
 static uint32_t allowed_count(struct pass *p, uint32_t i)
 {
     const struct jshape *sh = &p->shapes_of[p->jshape[i]];
-    if (p->shape_allowed && sh->allowed_stamp == p->team_starts[p->q->jobs[i].team] + 1)
+    if (p->shape_allowed && sh->allowed_stamp == p->team_starts[sh->team] + 1)
         return sh->nallowed;
     uint32_t nallowed;
     compute_allowed(p, i, &nallowed);
@@ -1428,6 +1427,7 @@ static int find_shapes(struct pass *p)
                 memset(&p->shapes_of[s], 0, sizeof(p->shapes_of[s]));
                 p->shapes_of[s].key = key;
                 p->shapes_of[s].hash = hash;
+                p->shapes_of[s].team = key.team;
                 p->shapes_of[s].first = (uint32_t)i;
                 table[h] = s;
                 p->jshape[i] = s;
