@@ -52,53 +52,56 @@ static uint64_t gang_sum(const struct view *v, const struct sched_job *job, cons
     return view_node_whole_for(v, job, n);
 }
 
-int preempt_plan(const struct view *view, const struct sched_running_set *running,
+int preempt_plan(struct view *view, const struct sched_running_set *running,
                  const uint32_t *leaving, size_t nleaving, const struct sched_job *job,
                  const bool *allowed, int64_t end_ms, const struct preempt_cand *cands,
-                 size_t ncands, uint32_t *ret_victims, size_t *ret_nvictims, struct view_place *out)
+                 size_t ncands, uint32_t *ret_victims, size_t *ret_nvictims, struct view_place *out,
+                 struct view_undo *log)
 {
-    struct view clone;
-    int err = view_clone(&clone, view);
-    if (err)
-        return err;
-    for (size_t i = 0; i < nleaving; i++)
-        view_apply(&clone, &running->jobs[leaving[i]].alloc, true);
+    int err = 0;
+    for (size_t i = 0; i < nleaving && !err; i++)
+        err = view_apply_logged(view, &running->jobs[leaving[i]].alloc, true, log);
 
     unsigned miss = 0;
     int found = 0;
     size_t given = 0;
-    if (view_place(&clone, job, allowed, end_ms, false, out, &miss)) {
+    if (err) {
+        /* fall through to the undo */
+    } else if (view_place(view, job, allowed, end_ms, false, out, &miss)) {
         found = 1; /* the jobs already leaving make room: evict nobody new */
     } else {
         bool gang = job->gpus > 0 && job->multi_node;
         uint64_t sum = 0;
         for (uint32_t n = 0; gang && n < view->cluster->nnodes; n++)
-            sum += gang_sum(&clone, job, allowed, n);
-        for (; given < ncands && !found; given++) {
+            sum += gang_sum(view, job, allowed, n);
+        for (; given < ncands && !found && !err; given++) {
             const struct sched_alloc *a = &running->jobs[cands[given].run].alloc;
             bool try_place = false;
             for (uint32_t p = 0; gang && p < a->nnodes; p++)
-                sum -= gang_sum(&clone, job, allowed, a->nodes[p].node);
-            view_apply(&clone, a, true);
+                sum -= gang_sum(view, job, allowed, a->nodes[p].node);
+            if ((err = view_apply_logged(view, a, true, log)))
+                break;
             for (uint32_t p = 0; p < a->nnodes; p++) {
                 uint32_t n = a->nodes[p].node;
                 if (gang)
-                    sum += gang_sum(&clone, job, allowed, n);
-                else if (!allowed || allowed[clone.nodes[n].group])
-                    try_place = try_place || view_node_fits(&clone, job, n);
+                    sum += gang_sum(view, job, allowed, n);
+                else if (!allowed || allowed[view->nodes[n].group])
+                    try_place = try_place || view_node_fits(view, job, n);
             }
             if (gang)
                 try_place = sum >= (uint64_t)job->gpus;
-            if (try_place && view_place(&clone, job, allowed, end_ms, false, out, &miss))
+            if (try_place && view_place(view, job, allowed, end_ms, false, out, &miss))
                 found = 1;
         }
     }
+    view_undo(view, log);
+    if (err)
+        return err;
     size_t n = 0;
     for (size_t i = 0; found && i < given; i++) {
         if (uses_node(&running->jobs[cands[i].run].alloc, out))
             ret_victims[n++] = (uint32_t)i;
     }
     *ret_nvictims = n;
-    view_clone_release(&clone);
     return found;
 }

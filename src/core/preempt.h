@@ -36,12 +36,13 @@ void preempt_sort(struct preempt_cand *cands, size_t n);
  * evicted (indices into `running`); `cands` the evictable ones, sorted.
  * Returns 1 with *ret_nvictims indices into `cands` written to ret_victims
  * (room for ncands) and the placement in *out; 0 if no eviction makes room;
- * GPO_ENOMEM. The view is not changed.
+ * GPO_ENOMEM. The view is tried on in place and put back exactly (through
+ * `log`, an empty scratch log the caller keeps), so it is not changed.
  */
-int preempt_plan(const struct view *view, const struct sched_running_set *running,
+int preempt_plan(struct view *view, const struct sched_running_set *running,
                  const uint32_t *leaving, size_t nleaving, const struct sched_job *job,
                  const bool *allowed, int64_t end_ms, const struct preempt_cand *cands,
-                 size_t ncands, uint32_t *ret_victims, size_t *ret_nvictims,
-                 struct view_place *out);
+                 size_t ncands, uint32_t *ret_victims, size_t *ret_nvictims, struct view_place *out,
+                 struct view_undo *log);
 
 #endif

@@ -178,6 +178,7 @@ struct pass {
     uint32_t *team_starts;  /* per team: jobs started in this pass */
     bool *guar_left;        /* per team: some group where it holds less than its guarantee */
     struct view pristine;   /* free capacity when the pass began */
+    struct view_undo undo;  /* scratch log for trying releases on the view */
     uint32_t *free0;        /* nodes that had a GPU free when the pass began */
     uint32_t nfree0;
     struct jshape *shapes_of; /* distinct requests */
@@ -713,7 +714,7 @@ static int try_preempt(struct pass *p, uint32_t i, int64_t end)
         return 0;
     size_t nv = 0;
     int found = preempt_plan(&p->view, p->run, p->leaving, p->nleaving, j, p->allowed, end, p->pbuf,
-                             n, p->victims, &nv, &p->place);
+                             n, p->victims, &nv, &p->place, &p->undo);
     if (found <= 0)
         return found;
     if (!nv)
@@ -1253,6 +1254,7 @@ static void pass_free(struct pass *p)
     free(p->shape_headroom);
     free(p->guar_left);
     view_clone_release(&p->pristine);
+    view_undo_release(&p->undo);
     free(p->eligible);
     free(p->rel);
     free(p->pcand);

@@ -422,6 +422,76 @@ bool view_apply(struct view *view, const struct sched_alloc *alloc, bool give)
     return over;
 }
 
+static int undo_reserve(void **a, void **b, size_t *cap, size_t need, size_t ea, size_t eb)
+{
+    if (need <= *cap)
+        return 0;
+    size_t n = *cap ? *cap * 2 : 64;
+    while (n < need)
+        n *= 2;
+    void *na = realloc(*a, n * ea);
+    if (!na)
+        return GPO_ENOMEM;
+    *a = na;
+    void *nb = realloc(*b, n * eb);
+    if (!nb)
+        return GPO_ENOMEM;
+    *b = nb;
+    *cap = n;
+    return 0;
+}
+
+int view_apply_logged(struct view *view, const struct sched_alloc *alloc, bool give,
+                      struct view_undo *log)
+{
+    if (undo_reserve((void **)&log->gpu, (void **)&log->gpu_old, &log->gpu_cap,
+                     log->ngpu + alloc->nshares, sizeof(*log->gpu), sizeof(*log->gpu_old)) ||
+        undo_reserve((void **)&log->node, (void **)&log->node_old, &log->node_cap,
+                     log->nnode + alloc->nnodes + alloc->nshares, sizeof(*log->node),
+                     sizeof(*log->node_old)))
+        return GPO_ENOMEM;
+    for (uint32_t i = 0; i < alloc->nshares; i++) {
+        uint32_t gi = alloc->shares[i].gpu;
+        log->gpu[log->ngpu] = gi;
+        log->gpu_old[log->ngpu++] = view->gpus[gi];
+        uint32_t n = view->gpu_node[gi]; /* its node's counts change too */
+        log->node[log->nnode] = n;
+        log->node_old[log->nnode++] = view->nodes[n];
+    }
+    for (uint32_t i = 0; i < alloc->nnodes; i++) {
+        uint32_t n = alloc->nodes[i].node;
+        log->node[log->nnode] = n;
+        log->node_old[log->nnode++] = view->nodes[n];
+    }
+    view_apply(view, alloc, give);
+    return 0;
+}
+
+void view_undo(struct view *view, struct view_undo *log)
+{
+    while (log->ngpu) {
+        log->ngpu--;
+        view->gpus[log->gpu[log->ngpu]] = log->gpu_old[log->ngpu];
+    }
+    while (log->nnode) {
+        log->nnode--;
+        uint32_t n = log->node[log->nnode];
+        view->nodes[n] = log->node_old[log->nnode];
+        view->groups[view->nodes[n].group].dirty = true;
+    }
+}
+
+void view_undo_release(struct view_undo *log)
+{
+    if (!log)
+        return;
+    free(log->gpu);
+    free(log->gpu_old);
+    free(log->node);
+    free(log->node_old);
+    memset(log, 0, sizeof(*log));
+}
+
 int view_resv_add(struct view *view, uint64_t job, int64_t start_ms)
 {
     if (view->nresvs == view->resvs_cap) {

@@ -136,6 +136,28 @@ bool view_group_may_fit_by(struct view *view, const struct sched_job *job, uint3
  * Taking saturates at zero; returns true if it had to (over capacity). */
 bool view_apply(struct view *view, const struct sched_alloc *alloc, bool give);
 
+/*
+ * A log of what view_apply_logged changed, so that view_undo can put the view
+ * back exactly: backfill's look-ahead and preemption planning try releases on
+ * the live view instead of copying it.
+ */
+struct view_undo {
+    uint32_t *gpu;
+    struct view_gpu *gpu_old;
+    size_t ngpu, gpu_cap;
+    uint32_t *node;
+    struct view_node *node_old;
+    size_t nnode, node_cap;
+};
+
+/* view_apply, recording the GPUs and nodes it touches first. 0 or GPO_ENOMEM
+ * (nothing applied). */
+int view_apply_logged(struct view *view, const struct sched_alloc *alloc, bool give,
+                      struct view_undo *log);
+/* Restores everything logged since the log was empty, newest first, and empties it. */
+void view_undo(struct view *view, struct view_undo *log);
+void view_undo_release(struct view_undo *log);
+
 /* Adds a reservation; returns its index or GPO_ENOMEM. */
 int view_resv_add(struct view *view, uint64_t job, int64_t start_ms);
 /* Marks node n held by reservation r (first holder wins). */
