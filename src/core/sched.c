@@ -163,6 +163,7 @@ struct pass {
     uint32_t *rgroup;         /* per running job: its group (SCHED_NONE: holds nothing) */
     int64_t *rmilli;          /* per running job: milli-GPU it holds */
     int32_t *rorder;          /* per running job: its class's order */
+    uint32_t *rteam;          /* per running job: its team */
     uint8_t *rbits;           /* per running job: R_BORROWED, R_CKPT */
     bool *within_g;           /* per group, scratch: the job at hand fits its guarantee there */
     uint8_t *pwhy;            /* per preemption candidate, scratch: why it may be evicted */
@@ -565,10 +566,10 @@ static bool victim_ok(const struct pass *p, const struct victim_rule *rule, uint
         *ret_why = SCHED_PREEMPT_PRIORITY;
         return true;
     }
-    const struct sched_job *vj = p->run->jobs[r].job;
-    if ((p->rbits[r] & R_BORROWED) && p->within_g[g] && vj->team != rule->team &&
-        p->quota.used[(size_t)vj->team * p->quota.ngroups + g] >
-            p->quota.guar[(size_t)vj->team * p->quota.ngroups + g]) {
+    uint32_t vteam = p->rteam[r];
+    if ((p->rbits[r] & R_BORROWED) && p->within_g[g] && vteam != rule->team &&
+        p->quota.used[(size_t)vteam * p->quota.ngroups + g] >
+            p->quota.guar[(size_t)vteam * p->quota.ngroups + g]) {
         *ret_why = SCHED_PREEMPT_RECLAIM;
         return true;
     }
@@ -1200,10 +1201,11 @@ static int pass_alloc(struct pass *p)
     p->rgroup = malloc((nr ? nr : 1) * sizeof(*p->rgroup));
     p->rmilli = malloc((nr ? nr : 1) * sizeof(*p->rmilli));
     p->rorder = malloc((nr ? nr : 1) * sizeof(*p->rorder));
+    p->rteam = malloc((nr ? nr : 1) * sizeof(*p->rteam));
     p->rbits = malloc((nr ? nr : 1) * sizeof(*p->rbits));
     p->pwhy = malloc((nr ? nr : 1) * sizeof(*p->pwhy));
     p->within_g = malloc(ng * sizeof(*p->within_g));
-    if (!p->rorder || !p->rbits || !p->pwhy || !p->within_g)
+    if (!p->rorder || !p->rteam || !p->rbits || !p->pwhy || !p->within_g)
         return GPO_ENOMEM;
     p->rank_milli = calloc((size_t)ng * p->nranks, sizeof(*p->rank_milli));
     if (!p->rgroup || !p->rmilli || !p->rank_milli)
@@ -1212,6 +1214,7 @@ static int pass_alloc(struct pass *p)
         const struct sched_running *run = &p->run->jobs[k];
         quota_alloc_usage(&p->view, &run->alloc, &p->rgroup[k], &p->rmilli[k]);
         p->rorder[k] = p->c->classes[run->job->prio].order;
+        p->rteam[k] = run->job->team;
         p->rbits[k] =
             (uint8_t)((run->borrowed ? R_BORROWED : 0) | (run->job->checkpointable ? R_CKPT : 0));
         if (p->rgroup[k] != SCHED_NONE && !run->preempting)
@@ -1235,6 +1238,7 @@ static void pass_free(struct pass *p)
     free(p->rgroup);
     free(p->rmilli);
     free(p->rorder);
+    free(p->rteam);
     free(p->rbits);
     free(p->pwhy);
     free(p->within_g);
