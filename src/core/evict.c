@@ -1,0 +1,238 @@
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/err.h"
+#include "core/evict.h"
+#include "core/vec.h"
+#include "util/banned.h"
+
+/* What may be evicted for one pending job, worked out once per job. */
+struct victim_rule {
+    int32_t order;    /* the job's class order */
+    bool may_preempt; /* its class may evict lower ones */
+    uint32_t team;
+    bool las; /* LAS: more-served checkpointable jobs */
+    uint8_t lasq;
+};
+
+static void victim_rule_init(struct pass *p, const struct sched_job *j, struct victim_rule *ret)
+{
+    const struct sched_prio_class *cls = &p->c->classes[j->prio];
+    *ret = (struct victim_rule){.order = cls->order,
+                                .may_preempt = cls->may_preempt,
+                                .team = j->team,
+                                .las = p->pol->order == SCHED_ORDER_LAS && p->lasq,
+                                .lasq = p->lasq ? p->lasq[j - p->q->jobs] : 0};
+    /* Reclaim needs the job to fit within its team's guarantee in the victim's group. */
+    for (uint32_t g = 0; g < p->view.ngroups; g++)
+        p->within_g[g] = p->eligible[g] &&
+                         quota_within_guarantee(&p->quota, j->team, g,
+                                                model_job_milli(j, p->view.groups[g].gpu_mem_mib));
+}
+
+/* May running job r be evicted under `rule`, and why? */
+static bool victim_ok(const struct pass *p, const struct victim_rule *rule, uint32_t r,
+                      enum sched_preempt_why *ret_why)
+{
+    uint32_t g = p->rgroup[r];
+    if (g == SCHED_NONE || !p->eligible[g])
+        return false;
+    int32_t vo = p->rorder[r];
+    if (rule->may_preempt && vo < rule->order) {
+        *ret_why = SCHED_PREEMPT_PRIORITY;
+        return true;
+    }
+    uint32_t vteam = p->rteam[r];
+    if ((p->rbits[r] & R_BORROWED) && p->within_g[g] && vteam != rule->team &&
+        p->quota.used[(size_t)vteam * p->quota.ngroups + g] >
+            p->quota.guar[(size_t)vteam * p->quota.ngroups + g]) {
+        *ret_why = SCHED_PREEMPT_RECLAIM;
+        return true;
+    }
+    if (rule->las && (p->rbits[r] & R_CKPT) && vo <= rule->order && p->rlasq[r] > rule->lasq) {
+        *ret_why = SCHED_PREEMPT_LAS;
+        return true;
+    }
+    return false;
+}
+
+static uint8_t job_kind(const struct sched_job *j)
+{
+    return j->gpus > 0 ? (j->multi_node ? 2 : 1) : (j->gpu_milli > 0 ? 3 : 4);
+}
+
+static int64_t job_size(const struct sched_job *j)
+{
+    return j->gpus > 0 ? j->gpus : j->gpu_milli > 0 ? j->gpu_milli : j->gpu_mem_mib;
+}
+
+bool evict_failed_before(const struct pass *p, const struct sched_job *j)
+{
+    for (size_t f = 0; f < p->nfails; f++) {
+        const struct fail *x = &p->fails[f];
+        if (x->team == j->team && x->prio == j->prio && x->pool == j->pool &&
+            x->gpu_type == j->gpu_type && x->kind == job_kind(j) && x->size <= job_size(j))
+            return true;
+    }
+    return false;
+}
+
+void evict_note_failure(struct pass *p, const struct sched_job *j)
+{
+    if (p->nfails < MAX_FAILS)
+        p->fails[p->nfails++] =
+            (struct fail){j->team, j->prio, j->pool, j->gpu_type, job_kind(j), job_size(j)};
+}
+
+/* Records a claim: `victims` leave for `job`, which was planned onto `nodes`. */
+int evict_add_claim(struct pass *p, uint64_t job, const uint64_t *victims, uint32_t n,
+                    const uint32_t *nodes, uint32_t nnodes, int64_t since)
+{
+    if (vec_grow((void **)&p->claims, &p->claims_cap, p->nclaims + 1, sizeof(*p->claims)))
+        return GPO_ENOMEM;
+    struct sched_claim *cl = &p->claims[p->nclaims++];
+    memset(cl, 0, sizeof(*cl));
+    cl->job = job;
+    cl->since_ms = since;
+    for (uint32_t v = 0; v < n && cl->nvictims < SCHED_CLAIM_VICTIMS; v++)
+        cl->victims[cl->nvictims++] = victims[v];
+    for (uint32_t k = 0; k < nnodes && cl->nnodes < SCHED_CLAIM_NODES; k++)
+        cl->nodes[cl->nnodes++] = nodes[k];
+    return 0;
+}
+
+/* Tries to make room for job i by preemption. 1 planned, 0 not, or an error. */
+/* Could evicting everything the job may evict, plus what is free, add up to
+ * its size in some group? A necessary condition, from per-group sums, that
+ * spares most hopeless jobs the scan of the running set. */
+bool evict_may_suffice(struct pass *p, const struct sched_job *j)
+{
+    if (p->pol->order == SCHED_ORDER_LAS)
+        return true;
+    const struct sched_prio_class *cls = &p->c->classes[j->prio];
+    for (uint32_t g = 0; g < p->view.ngroups; g++) {
+        if (!p->eligible[g])
+            continue;
+        const struct view_group *grp = &p->view.groups[g];
+        view_group_refresh(&p->view, g);
+        int64_t need = model_job_milli(j, grp->gpu_mem_mib);
+        int64_t have = (int64_t)grp->sum_free_whole * SCHED_MILLI;
+        if (cls->may_preempt) {
+            for (uint32_t k = 0; k < (uint32_t)p->rank[j->prio]; k++)
+                have += p->rank_milli[(size_t)g * p->nranks + k];
+        }
+        if (quota_within_guarantee(&p->quota, j->team, g, need)) {
+            for (uint32_t t = 0; t < p->c->nteams; t++) {
+                if (t != j->team)
+                    have += p->excess[(size_t)t * p->quota.ngroups + g];
+            }
+        }
+        if (have >= need || (need < SCHED_MILLI && have > 0))
+            return true;
+    }
+    return false;
+}
+
+int evict_try(struct pass *p, uint32_t i, int64_t end)
+{
+    const struct sched_job *j = &p->q->jobs[i];
+    struct sched_result *r = p->res;
+    if (p->nplans >= MAX_PLANS || !evict_may_suffice(p, j))
+        return 0;
+    p->nplans++;
+    if (!p->pcand_ready) {
+        for (size_t k = 0; k < p->run->njobs; k++) {
+            p->pcand[k] = (struct preempt_cand){(uint32_t)k, p->run->jobs[k].job->id,
+                                                preempt_lost_gpu_ms(&p->run->jobs[k], p->now)};
+        }
+        preempt_sort(p->pcand, p->run->njobs);
+        p->npcand = p->run->njobs;
+        p->pcand_ready = true;
+    }
+    /* A reclaim takes a team's borrowed work only down to its guarantee: keep,
+     * least work lost first, as much of each team's excess as it covers. */
+    struct victim_rule rule;
+    victim_rule_init(p, j, &rule);
+    size_t n = 0;
+    for (size_t k = 0; k < p->npcand; k++) {
+        uint32_t run = p->pcand[k].run;
+        enum sched_preempt_why why;
+        if ((p->rflag[run] & R_LEAVING) || !victim_ok(p, &rule, run, &why))
+            continue;
+        if (why == SCHED_PREEMPT_RECLAIM) {
+            size_t q = (size_t)p->run->jobs[run].job->team * p->quota.ngroups + p->rgroup[run];
+            if (p->excess[q] < p->rmilli[run])
+                continue;
+            p->excess[q] -= p->rmilli[run];
+        }
+        p->pwhy[n] = (uint8_t)why;
+        p->pbuf[n++] = p->pcand[k];
+    }
+    /* Undo the budget: the plan may keep fewer, and the next job starts afresh. */
+    for (size_t k = 0; k < n; k++) {
+        uint32_t run = p->pbuf[k].run;
+        if (p->pwhy[k] == SCHED_PREEMPT_RECLAIM)
+            p->excess[(size_t)p->run->jobs[run].job->team * p->quota.ngroups + p->rgroup[run]] +=
+                p->rmilli[run];
+    }
+    if (!n)
+        return 0;
+    size_t nv = 0;
+    int found = preempt_plan(&p->view, p->run, p->leaving, p->nleaving, j, p->allowed, end, p->pbuf,
+                             n, p->victims, &nv, &p->place, &p->undo);
+    if (found <= 0)
+        return found;
+    if (!nv)
+        return 0; /* room comes from jobs already leaving: nothing new to evict */
+    if (vec_grow((void **)&r->preempts, &r->preempts_cap, r->npreempts + nv, sizeof(*r->preempts)))
+        return GPO_ENOMEM;
+    uint64_t ids[SCHED_CLAIM_VICTIMS];
+    for (size_t k = 0; k < nv; k++) {
+        const struct preempt_cand *pc = &p->pbuf[p->victims[k]];
+        r->preempts[r->npreempts++] =
+            (struct sched_preempt){.job = pc->job,
+                                   .for_job = j->id,
+                                   .grace_ms = p->pol->preempt_grace_ms,
+                                   .lost_gpu_ms = pc->lost_gpu_ms,
+                                   .why = (enum sched_preempt_why)p->pwhy[p->victims[k]]};
+        p->rflag[pc->run] |= R_LEAVING;
+        p->leaving[p->nleaving++] = pc->run;
+        uint32_t vg = p->rgroup[pc->run];
+        if (r->preempts[r->npreempts - 1].why == SCHED_PREEMPT_RECLAIM)
+            p->excess[(size_t)p->run->jobs[pc->run].job->team * p->quota.ngroups + vg] -=
+                p->rmilli[pc->run];
+        if (vg != SCHED_NONE)
+            p->rank_milli[(size_t)vg * p->nranks + p->rank[p->run->jobs[pc->run].job->prio]] -=
+                p->rmilli[pc->run];
+        if (k < SCHED_CLAIM_VICTIMS)
+            ids[k] = pc->job;
+    }
+    uint32_t nodes[SCHED_CLAIM_NODES], nn = 0;
+    for (uint32_t k = 0; k < p->place.nnodes && nn < SCHED_CLAIM_NODES; k++)
+        nodes[nn++] = p->place.nodes[k].node;
+    int err = evict_add_claim(p, j->id, ids,
+                              (uint32_t)(nv < SCHED_CLAIM_VICTIMS ? nv : SCHED_CLAIM_VICTIMS),
+                              nodes, nn, p->now);
+    if (err)
+        return err;
+    int hr = pass_hold_place(p, j->id, p->now + p->pol->preempt_grace_ms);
+    return hr < 0 ? hr : 1;
+}
+
+/* Might job j preempt anything at all? A cheap necessary condition. */
+bool evict_may_preempt(const struct pass *p, const struct sched_job *j)
+{
+    const struct sched_cluster *c = p->c;
+    if (c->classes[j->prio].may_preempt && p->rank[j->prio] > 0)
+        return true;
+    if (p->pol->order == SCHED_ORDER_LAS)
+        return true;
+    /* Reclaim: the team has a guarantee left somewhere the job could go. */
+    for (uint32_t g = 0; g < p->view.ngroups; g++) {
+        size_t k = (size_t)j->team * p->quota.ngroups + g;
+        if (p->quota.guar[k] > p->quota.used[k] && view_group_eligible(&p->view, j, g))
+            return true;
+    }
+    return false;
+}

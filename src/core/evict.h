@@ -1,0 +1,34 @@
+/*
+ * evict.h - preemption decisions within a pass.
+ *
+ * Who may be evicted for a blocked job (a lower class, borrowed work for a
+ * reclaim, a more-served job under LAS), bounded work per pass, and the claims
+ * that give the freed room to the job it was freed for. preempt.h chooses
+ * among the victims.
+ */
+#ifndef GPUORCH_CORE_EVICT_H
+#define GPUORCH_CORE_EVICT_H
+
+#include "core/pass.h"
+
+/* Tries to make room for job i ending at `end`: 1 planned (preempts and a
+ * claim recorded, its room held), 0 not, or an error. */
+int evict_try(struct pass *p, uint32_t i, int64_t end);
+
+/* Might job j preempt anything at all? A cheap necessary condition. */
+bool evict_may_preempt(const struct pass *p, const struct sched_job *j);
+
+/* A plan failed in this pass for a job of this kind and no larger. */
+bool evict_failed_before(const struct pass *p, const struct sched_job *j);
+
+/* Remembers that a plan failed for job j. */
+void evict_note_failure(struct pass *p, const struct sched_job *j);
+
+/* Could evicting all it may evict, plus what is free, add up to job j? */
+bool evict_may_suffice(struct pass *p, const struct sched_job *j);
+
+/* Records a claim: `victims` leave for `job`, planned onto `nodes`. */
+int evict_add_claim(struct pass *p, uint64_t job, const uint64_t *victims, uint32_t n,
+                    const uint32_t *nodes, uint32_t nnodes, int64_t since);
+
+#endif

@@ -1,0 +1,341 @@
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/err.h"
+#include "core/pass.h"
+#include "core/vec.h"
+#include "util/banned.h"
+
+/* The result's arena: chunks never move, so pointers into them hold. */
+struct sched_arena_chunk {
+    struct sched_arena_chunk *next;
+    size_t size, used;
+    _Alignas(16) unsigned char data[];
+};
+
+static uint32_t compute_allowed_now(struct pass *p, const struct sched_job *j,
+                                    uint32_t *ret_nallowed);
+
+void pass_set_wait(struct pass *p, uint32_t i, enum sched_reason reason, uint32_t pool,
+                   uint32_t gpu_type, uint64_t other, const char *field)
+{
+    p->jwait[i] = make_wait(&p->q->jobs[i], reason, pool, gpu_type, other, field);
+    p->jflag[i] |= J_DONE;
+}
+
+/* compute_allowed for pending job i, from its shape's cache while its team's
+ * usage has not changed. */
+uint32_t pass_allowed(struct pass *p, uint32_t i, uint32_t *ret_nallowed)
+{
+    const struct sched_job *j = &p->q->jobs[i];
+    uint32_t ng = p->view.ngroups;
+    if (!p->shape_allowed)
+        return compute_allowed_now(p, j, ret_nallowed);
+    struct jshape *sh = &p->shapes_of[p->jshape[i]];
+    size_t at = (size_t)p->jshape[i] * ng;
+    uint32_t stamp = p->team_starts[j->team] + 1;
+    if (sh->allowed_stamp != stamp) {
+        sh->neligible = compute_allowed_now(p, j, &sh->nallowed);
+        memcpy(p->shape_allowed + at, p->allowed, ng * sizeof(*p->allowed));
+        memcpy(p->shape_eligible + at, p->eligible, ng * sizeof(*p->eligible));
+        memcpy(p->shape_headroom + at, p->headroom, ng * sizeof(*p->headroom));
+        sh->allowed_stamp = stamp;
+    } else {
+        memcpy(p->allowed, p->shape_allowed + at, ng * sizeof(*p->allowed));
+        memcpy(p->eligible, p->shape_eligible + at, ng * sizeof(*p->eligible));
+        memcpy(p->headroom, p->shape_headroom + at, ng * sizeof(*p->headroom));
+    }
+    *ret_nallowed = sh->nallowed;
+    return sh->neligible;
+}
+
+/* How many groups job i's quota allows now, without filling the scratch
+ * arrays when its shape's cache is fresh. */
+uint32_t pass_allowed_count(struct pass *p, uint32_t i)
+{
+    const struct jshape *sh = &p->shapes_of[p->jshape[i]];
+    if (p->shape_allowed && sh->allowed_stamp == p->team_starts[sh->team] + 1)
+        return sh->nallowed;
+    uint32_t nallowed;
+    pass_allowed(p, i, &nallowed);
+    return nallowed;
+}
+
+/* Groups the job may use now: eligible, and with quota headroom. Returns how
+ * many are eligible (*ret_nallowed: how many also have headroom). */
+static uint32_t compute_allowed_now(struct pass *p, const struct sched_job *j,
+                                    uint32_t *ret_nallowed);
+
+static uint32_t compute_allowed_now(struct pass *p, const struct sched_job *j,
+                                    uint32_t *ret_nallowed)
+{
+    struct view *v = &p->view;
+    uint32_t ne = 0, na = 0;
+    for (uint32_t g = 0; g < v->ngroups; g++) {
+        p->eligible[g] = view_group_eligible(v, j, g);
+        p->allowed[g] = false;
+        if (!p->eligible[g])
+            continue;
+        ne++;
+        int64_t milli = model_job_milli(j, v->groups[g].gpu_mem_mib);
+        int64_t limit = quota_limit(&p->quota, j->team, g);
+        int64_t used = p->quota.used[(size_t)j->team * p->quota.ngroups + g];
+        p->headroom[g] = limit == INT64_MAX ? INT64_MAX : limit - used;
+        if (quota_allows(&p->quota, j->team, g, milli)) {
+            p->allowed[g] = true;
+            na++;
+        }
+    }
+    *ret_nallowed = na;
+    return ne;
+}
+
+void pass_update_guar_left(struct pass *p, uint32_t team)
+{
+    bool left = false;
+    for (uint32_t g = 0; g < p->quota.ngroups && !left; g++) {
+        size_t k = (size_t)team * p->quota.ngroups + g;
+        left = p->quota.used[k] < p->quota.guar[k];
+    }
+    p->guar_left[team] = left;
+}
+
+/* The pools a job's allowed groups lie in are all blocked (backfill off)? */
+uint64_t pass_blocked_by(const struct pass *p)
+{
+    uint64_t blocker = 0;
+    for (uint32_t g = 0; g < p->view.ngroups; g++) {
+        if (!p->allowed[g])
+            continue;
+        uint64_t b = p->pool_block[p->view.groups[g].pool];
+        if (!b)
+            return 0;
+        blocker = b;
+    }
+    return blocker;
+}
+
+void pass_block_pools(struct pass *p, uint64_t job)
+{
+    p->version++;
+    for (uint32_t g = 0; g < p->view.ngroups; g++) {
+        uint32_t pool = p->view.groups[g].pool;
+        if (p->allowed[g] && !p->pool_block[pool])
+            p->pool_block[pool] = job;
+    }
+}
+
+/* Holds the nodes of the current placement for `job` from `start_ms` on. */
+int pass_hold_place(struct pass *p, uint64_t job, int64_t start_ms)
+{
+    p->version++;
+    int r = view_resv_add(&p->view, job, start_ms);
+    if (r < 0)
+        return r;
+    for (uint32_t k = 0; k < p->place.nnodes; k++)
+        view_resv_hold(&p->view, (uint32_t)r, p->place.nodes[k].node);
+    return r;
+}
+
+static int cmp_class_order(const void *a, const void *b, const struct sched_cluster *c)
+{
+    int32_t x = c->classes[*(const uint32_t *)a].order, y = c->classes[*(const uint32_t *)b].order;
+    return (x > y) - (x < y);
+}
+
+int pass_alloc(struct pass *p)
+{
+    size_t nq = p->q->njobs, nr = p->run->njobs;
+    p->jflag = calloc(nq ? nq : 1, 1);
+    /* Waits are written straight into the result (one per queued job, in queue
+     * order), which keeps its memory from pass to pass; started jobs are
+     * squeezed out at the end. */
+    if (vec_grow((void **)&p->res->waits, &p->res->waits_cap, nq ? nq : 1, sizeof(*p->res->waits)))
+        return GPO_ENOMEM;
+    p->jwait = p->res->waits;
+    p->rflag = calloc(nr ? nr : 1, 1);
+    p->rank = malloc((p->c->nclasses ? p->c->nclasses : 1) * sizeof(*p->rank));
+    p->allowed = malloc((p->view.ngroups ? p->view.ngroups : 1) * sizeof(*p->allowed));
+    p->eligible = malloc((p->view.ngroups ? p->view.ngroups : 1) * sizeof(*p->eligible));
+    p->pcand = malloc((nr ? nr : 1) * sizeof(*p->pcand));
+    p->pbuf = malloc((nr ? nr : 1) * sizeof(*p->pbuf));
+    p->victims = malloc((nr ? nr : 1) * sizeof(*p->victims));
+    p->leaving = malloc((nr ? nr : 1) * sizeof(*p->leaving));
+    p->pool_resv = malloc((p->c->npools ? p->c->npools : 1) * sizeof(*p->pool_resv));
+    p->pool_block = calloc(p->c->npools ? p->c->npools : 1, sizeof(*p->pool_block));
+    uint32_t ng = p->view.ngroups ? p->view.ngroups : 1;
+    p->headroom = malloc(ng * sizeof(*p->headroom));
+    p->group_starts = calloc(ng, sizeof(*p->group_starts));
+    p->team_starts = calloc(p->c->nteams ? p->c->nteams : 1, sizeof(*p->team_starts));
+    p->guar_left = calloc(p->c->nteams ? p->c->nteams : 1, sizeof(*p->guar_left));
+    if (!p->guar_left)
+        return GPO_ENOMEM;
+    for (uint32_t t = 0; t < p->c->nteams; t++)
+        pass_update_guar_left(p, t);
+    p->shapes_of = malloc((nq ? nq : 1) * sizeof(*p->shapes_of));
+    p->jshape = malloc((nq ? nq : 1) * sizeof(*p->jshape));
+    if (!p->headroom || !p->group_starts || !p->team_starts || !p->shapes_of || !p->jshape)
+        return GPO_ENOMEM;
+    int err = view_clone(&p->pristine, &p->view);
+    if (err)
+        return err;
+    p->free0 = malloc((p->c->nnodes ? p->c->nnodes : 1) * sizeof(*p->free0));
+    if (!p->free0)
+        return GPO_ENOMEM;
+    for (uint32_t n = 0; n < p->c->nnodes; n++) {
+        const struct view_node *vn = &p->view.nodes[n];
+        if (vn->usable && (vn->free_whole || vn->nshared))
+            p->free0[p->nfree0++] = n;
+    }
+    size_t nq_cells = (size_t)p->c->nteams * p->view.ngroups;
+    p->excess = malloc((nq_cells ? nq_cells : 1) * sizeof(*p->excess));
+    if (!p->excess)
+        return GPO_ENOMEM;
+    for (size_t k = 0; k < nq_cells; k++) {
+        int64_t over = p->quota.used[k] - p->quota.guar[k];
+        p->excess[k] = over > 0 ? over : 0;
+    }
+    p->rel_cap = nr + 16;
+    p->rel = malloc(p->rel_cap * sizeof(*p->rel));
+    if (!p->jflag || !p->jwait || !p->rflag || !p->rank || !p->allowed || !p->eligible ||
+        !p->pcand || !p->pbuf || !p->victims || !p->leaving || !p->pool_resv || !p->pool_block ||
+        !p->rel)
+        return GPO_ENOMEM;
+    if (p->pol->order == SCHED_ORDER_LAS) {
+        p->lasq = calloc(nq ? nq : 1, 1);
+        p->rlasq = calloc(nr ? nr : 1, 1);
+        if (!p->lasq || !p->rlasq)
+            return GPO_ENOMEM;
+    }
+    for (uint32_t k = 0; k < p->c->npools; k++)
+        p->pool_resv[k] = -1;
+    /* Rank classes by order; equal orders share a rank. */
+    uint32_t *idx = malloc((p->c->nclasses ? p->c->nclasses : 1) * sizeof(*idx));
+    if (!idx)
+        return GPO_ENOMEM;
+    for (uint32_t k = 0; k < p->c->nclasses; k++)
+        idx[k] = k;
+    for (uint32_t a = 1; a < p->c->nclasses; a++) { /* few classes: insertion sort */
+        uint32_t v = idx[a], b = a;
+        while (b > 0 && cmp_class_order(&idx[b - 1], &v, p->c) > 0) {
+            idx[b] = idx[b - 1];
+            b--;
+        }
+        idx[b] = v;
+    }
+    int32_t rank = 0;
+    for (uint32_t k = 0; k < p->c->nclasses; k++) {
+        if (k > 0 && p->c->classes[idx[k]].order != p->c->classes[idx[k - 1]].order)
+            rank++;
+        p->rank[idx[k]] = rank;
+    }
+    free(idx);
+    p->nranks = (uint32_t)rank + 1;
+    p->rgroup = malloc((nr ? nr : 1) * sizeof(*p->rgroup));
+    p->rmilli = malloc((nr ? nr : 1) * sizeof(*p->rmilli));
+    p->rorder = malloc((nr ? nr : 1) * sizeof(*p->rorder));
+    p->rteam = malloc((nr ? nr : 1) * sizeof(*p->rteam));
+    p->rbits = malloc((nr ? nr : 1) * sizeof(*p->rbits));
+    p->pwhy = malloc((nr ? nr : 1) * sizeof(*p->pwhy));
+    p->within_g = malloc(ng * sizeof(*p->within_g));
+    if (!p->rorder || !p->rteam || !p->rbits || !p->pwhy || !p->within_g)
+        return GPO_ENOMEM;
+    p->rank_milli = calloc((size_t)ng * p->nranks, sizeof(*p->rank_milli));
+    if (!p->rgroup || !p->rmilli || !p->rank_milli)
+        return GPO_ENOMEM;
+    for (size_t k = 0; k < nr; k++) {
+        const struct sched_running *run = &p->run->jobs[k];
+        quota_alloc_usage(&p->view, &run->alloc, &p->rgroup[k], &p->rmilli[k]);
+        p->rorder[k] = p->c->classes[run->job->prio].order;
+        p->rteam[k] = run->job->team;
+        p->rbits[k] =
+            (uint8_t)((run->borrowed ? R_BORROWED : 0) | (run->job->checkpointable ? R_CKPT : 0));
+        if (p->rgroup[k] != SCHED_NONE && !run->preempting)
+            p->rank_milli[(size_t)p->rgroup[k] * p->nranks + p->rank[run->job->prio]] +=
+                p->rmilli[k];
+    }
+    return 0;
+}
+
+void pass_free(struct pass *p)
+{
+    view_release(&p->view);
+    quota_release(&p->quota);
+    order_release(&p->order);
+    idmap_release(&p->ids);
+    free(p->place.nodes);
+    free(p->place.shares);
+    free(p->jflag);
+    free(p->lasq);
+    free(p->rflag);
+    free(p->rgroup);
+    free(p->rmilli);
+    free(p->rorder);
+    free(p->rteam);
+    free(p->rbits);
+    free(p->pwhy);
+    free(p->within_g);
+    free(p->rank_milli);
+    free(p->rlasq);
+    free(p->rank);
+    free(p->allowed);
+    free(p->excess);
+    free(p->headroom);
+    free(p->group_starts);
+    free(p->team_starts);
+    free(p->free0);
+    free(p->shapes_of);
+    free(p->jshape);
+    free(p->shape_allowed);
+    free(p->shape_eligible);
+    free(p->shape_headroom);
+    free(p->guar_left);
+    view_clone_release(&p->pristine);
+    view_undo_release(&p->undo);
+    free(p->eligible);
+    free(p->rel);
+    free(p->pcand);
+    free(p->pbuf);
+    free(p->victims);
+    free(p->leaving);
+    free(p->pool_resv);
+    free(p->pool_block);
+    free(p->attained);
+    free(p->claims);
+}
+
+void *pass_arena_alloc(struct sched_result *r, size_t bytes)
+{
+    bytes = (bytes + 15) & ~(size_t)15;
+    struct sched_arena_chunk *c = r->arena;
+    if (!c || c->size - c->used < bytes) {
+        size_t size = bytes > 65536 ? bytes : 65536;
+        struct sched_arena_chunk *n = malloc(sizeof(*n) + size);
+        if (!n)
+            return NULL;
+        n->next = c;
+        n->size = size;
+        n->used = 0;
+        r->arena = c = n;
+    }
+    void *p = c->data + c->used;
+    c->used += bytes;
+    return p;
+}
+
+void pass_arena_reset(struct sched_result *r)
+{
+    struct sched_arena_chunk *c = r->arena;
+    if (!c)
+        return;
+    /* Keep the newest (largest) chunk, free the rest. */
+    struct sched_arena_chunk *rest = c->next;
+    while (rest) {
+        struct sched_arena_chunk *next = rest->next;
+        free(rest);
+        rest = next;
+    }
+    c->next = NULL;
+    c->used = 0;
+}

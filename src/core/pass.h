@@ -1,0 +1,210 @@
+/*
+ * pass.h - the context of one scheduling pass, shared by the modules that
+ * make up sched_pass (private to src/core; nothing outside includes it).
+ *
+ * sched.c drives the pass; shape.c groups the queue by request and validates
+ * it; admit.c decides each job (start, explain, reserve) and freezes the rest;
+ * evict.c decides preemptions. This file holds the state they share and the
+ * small helpers they all use (pass.c).
+ */
+#ifndef GPUORCH_CORE_PASS_H
+#define GPUORCH_CORE_PASS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/backfill.h"
+#include "core/explain.h"
+#include "core/idmap.h"
+#include "core/model.h"
+#include "core/order.h"
+#include "core/preempt.h"
+#include "core/quota.h"
+#include "core/sched.h"
+#include "core/view.h"
+
+enum {
+    J_FIT0 = 1 << 1, /* fitted the free capacity at pass start */
+    J_CAND = 1 << 2, /* handed to the ordered loop */
+    J_STARTED = 1 << 3,
+    J_DONE = 1 << 4, /* reason decided */
+    J_POT = 1 << 5,  /* might preempt */
+};
+
+enum {
+    R_LEAVING = 1 << 0, /* being preempted (by the caller, or chosen in this pass) */
+};
+
+enum {
+    R_BORROWED = 1 << 0,
+    R_CKPT = 1 << 1,
+};
+
+struct fail {
+    uint32_t team, prio, pool, gpu_type;
+    uint8_t kind;
+    int64_t size;
+};
+
+#define MAX_FAILS 64
+/* Preemption plans a pass may try. Each costs a scan of the running set; a
+ * pass is bounded, and a job that found no plan tries again next pass. */
+#define MAX_PLANS 64
+
+/* Jobs that ask for the same thing (team, class, pool, type, sizes, limit):
+ * a queue of 100,000 jobs holds a few hundred such shapes, so what depends
+ * only on the request is worked out once per shape. */
+struct jshape {
+    /* hot: read for every job of the shape (the first cache line) */
+    uint64_t hash;  /* of key */
+    uint32_t first; /* queue index of the first job of this shape */
+    uint32_t team;
+    uint32_t allowed_stamp; /* compute_allowed's answer, while team_starts + 1 matches; 0: none */
+    uint32_t nallowed, neligible;
+    uint32_t remaining; /* candidates of this shape not yet ranked */
+    bool valid;         /* validation passed (else first's wait is final) */
+    bool fit0;          /* fitted the free capacity when the pass began */
+    bool pot;           /* might preempt */
+    bool missed;        /* the placement that last found no room for it, and why: */
+    enum sched_reason why;
+    uint64_t other;
+    /* cold */
+    uint64_t miss_version;
+    uint32_t miss_team_starts;
+    uint32_t fit_stamp; /* fit_at_start's answer, likewise */
+    bool fits;
+    bool within; /* within_guarantee's answer, likewise */
+    uint32_t within_stamp;
+    uint64_t reserve_fail_version; /* backfill found no time for it (version + 1; 0: no) */
+    struct sched_job key;          /* the request, with id, submit and labels zeroed */
+};
+
+struct pass {
+    const struct sched_cluster *c;
+    const struct sched_queue *q;
+    const struct sched_running_set *run;
+    const struct sched_policy *pol;
+    struct sched_state *st;
+    struct sched_result *res;
+    int64_t now;
+
+    struct view view;
+    struct quota quota;
+    struct order order;
+    struct idmap ids;
+
+    uint8_t *jflag;
+    struct sched_wait *jwait; /* per pending job */
+    uint8_t *lasq;            /* per pending job (LAS only) */
+    uint8_t *rflag;           /* per running job */
+    uint32_t *rgroup;         /* per running job: its group (SCHED_NONE: holds nothing) */
+    int64_t *rmilli;          /* per running job: milli-GPU it holds */
+    int32_t *rorder;          /* per running job: its class's order */
+    uint32_t *rteam;          /* per running job: its team */
+    uint8_t *rbits;           /* per running job: R_BORROWED, R_CKPT */
+    bool *within_g;           /* per group, scratch: the job at hand fits its guarantee there */
+    uint8_t *pwhy;            /* per preemption candidate, scratch: why it may be evicted */
+    int64_t *rank_milli; /* [group * nranks + rank]: milli held by running, not leaving, jobs */
+    uint32_t nranks;
+    uint32_t nplans;        /* preemption plans tried in this pass */
+    uint8_t *rlasq;         /* per running job (LAS only) */
+    int32_t *rank;          /* class index -> rank by order (0 lowest) */
+    bool *allowed;          /* per group, scratch */
+    int64_t *excess;        /* [team * ngroups + group]: milli over guarantee, reclaimable */
+    int64_t *headroom;      /* per group: the current job's team's quota left, milli */
+    uint32_t *group_starts; /* per group: jobs started there in this pass */
+    uint32_t *team_starts;  /* per team: jobs started in this pass */
+    bool *guar_left;        /* per team: some group where it holds less than its guarantee */
+    struct view pristine;   /* free capacity when the pass began */
+    struct view_undo undo;  /* scratch log for trying releases on the view */
+    uint32_t *free0;        /* nodes that had a GPU free when the pass began */
+    uint32_t nfree0;
+    struct jshape *shapes_of; /* distinct requests */
+    uint32_t nshapes;
+    uint32_t *jshape; /* per pending job: its shape */
+    /* per shape x group, for compute_allowed's cache (NULL: too many to keep) */
+    bool *shape_allowed, *shape_eligible;
+    int64_t *shape_headroom;
+    uint64_t version; /* bumped whenever the view changes: a start, a hold, a block */
+    bool *eligible;   /* per group, scratch */
+
+    struct view_place place;
+
+    struct backfill_release *rel;
+    size_t nrel, rel_cap;
+    size_t nrel_sorted; /* rel[0, nrel_sorted) is in order; starts append after it */
+
+    struct preempt_cand *pcand; /* every running job, least work lost first */
+    size_t npcand;
+    bool pcand_ready;
+    struct preempt_cand *pbuf; /* candidates for one job */
+    uint32_t *victims;
+    uint32_t *leaving;
+    size_t nleaving;
+
+    int32_t *pool_resv;   /* EASY reservation per pool, -1 none */
+    uint64_t *pool_block; /* backfill off: job blocking the pool, 0 none */
+
+    struct fail fails[MAX_FAILS];
+    size_t nfails;
+
+    struct sched_attained *attained; /* new attained table, sorted by job */
+    size_t nattained;
+    struct sched_claim *claims; /* new claims */
+    size_t nclaims, claims_cap;
+};
+
+static inline bool wants_gpu(const struct sched_job *j)
+{
+    return j->gpus > 0 || j->gpu_milli > 0 || j->gpu_mem_mib > 0;
+}
+
+static inline int64_t job_end(const struct pass *p, const struct sched_job *j, int64_t start)
+{
+    int64_t limit = j->time_limit_ms > 0 ? j->time_limit_ms : p->pol->default_time_limit_ms;
+    return start > INT64_MAX - limit ? INT64_MAX : start + limit;
+}
+
+static inline struct sched_wait make_wait(const struct sched_job *j, enum sched_reason reason,
+                                          uint32_t pool, uint32_t gpu_type, uint64_t other,
+                                          const char *field)
+{
+    return (struct sched_wait){.job = j->id,
+                               .reason = reason,
+                               .team = j->team,
+                               .pool = pool,
+                               .gpu_type = gpu_type,
+                               .other_job = other,
+                               .est_start_ms = -1,
+                               .field = field};
+}
+
+/* Sets job i's wait (and marks it decided). */
+void pass_set_wait(struct pass *p, uint32_t i, enum sched_reason reason, uint32_t pool,
+                   uint32_t gpu_type, uint64_t other, const char *field);
+
+/* Groups job i may use now (p->eligible, p->allowed, p->headroom filled);
+ * returns how many are eligible, *ret_nallowed how many have quota left.
+ * Cached per shape while the team's usage is unchanged. */
+uint32_t pass_allowed(struct pass *p, uint32_t i, uint32_t *ret_nallowed);
+/* Just the count of allowed groups, without filling the scratch arrays when cached. */
+uint32_t pass_allowed_count(struct pass *p, uint32_t i);
+/* Recomputes whether a team still holds less than its guarantee somewhere. */
+void pass_update_guar_left(struct pass *p, uint32_t team);
+/* Backfill off: the job blocking every pool p->allowed covers, or 0. */
+uint64_t pass_blocked_by(const struct pass *p);
+/* Backfill off: blocks the pools p->allowed covers for `job`. */
+void pass_block_pools(struct pass *p, uint64_t job);
+/* Holds the nodes of p->place for `job` from `start_ms` on; the reservation's
+ * index or GPO_ENOMEM. */
+int pass_hold_place(struct pass *p, uint64_t job, int64_t start_ms);
+/* Allocates the per-pass arrays (pass_free releases them, also half-made). */
+int pass_alloc(struct pass *p);
+void pass_free(struct pass *p);
+/* Memory that lives as long as the result: chunks never move. NULL if out of memory. */
+void *pass_arena_alloc(struct sched_result *r, size_t bytes);
+/* Frees all chunks but the newest, and empties it. */
+void pass_arena_reset(struct sched_result *r);
+
+#endif
