@@ -34,7 +34,7 @@ test: setup $(TEST_BUILD)/build.ninja
 	@tests/tools/run_tests.sh $(TEST_BUILD)
 
 $(BENCH_BUILD)/build.ninja:
-	meson setup $(BENCH_BUILD) --buildtype=release -Db_ndebug=true
+	meson setup $(BENCH_BUILD) --buildtype=release -Db_ndebug=true -Db_lto=true
 
 bench: setup $(BENCH_BUILD)/build.ninja
 	ninja -C $(BENCH_BUILD)

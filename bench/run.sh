@@ -7,7 +7,7 @@
 #      sched_pass call only (client requests in bench_timed_pass; elsewhere
 #      --toggle-collect), and the functions that take most of them.
 # BUILD_DIR should be a release build without sanitizers, as `make bench`
-# makes it (meson setup build-bench --buildtype=release -Db_ndebug=true).
+# makes it (meson setup build-bench --buildtype=release -Db_ndebug=true -Db_lto=true).
 # BENCH_CALLGRIND=0 skips step 2; the callgrind files stay in
 # BUILD_DIR/bench/callgrind/ for callgrind_annotate.
 set -euo pipefail
