@@ -7,24 +7,35 @@
 #include "core/vec.h"
 #include "util/banned.h"
 
-static uint64_t shape_hash(const struct sched_job *k, uint32_t team_starts)
+static uint64_t mix(uint64_t h, uint64_t v)
 {
-    uint64_t h = 1469598103934665603ULL;
-    const uint64_t parts[] = {k->team,
-                              k->prio,
-                              k->pool,
-                              k->gpu_type,
-                              (uint64_t)k->gpus,
-                              (uint64_t)k->gpu_milli,
-                              (uint64_t)k->gpu_mem_mib,
-                              (uint64_t)k->min_gpu_mem_mib,
-                              (uint64_t)k->cpus,
-                              (uint64_t)k->mem_mib,
-                              k->multi_node,
-                              team_starts};
-    for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++)
-        h = (h ^ parts[i]) * 1099511628211ULL;
-    return h;
+    return (h ^ v) * 0x100000001b3ULL;
+}
+
+/* Hash of the request part of a job: the fields shape_same compares. */
+static uint64_t shape_hash(const struct sched_job *j)
+{
+    uint64_t h = 0xcbf29ce484222325ULL;
+    h = mix(h, (uint64_t)j->team << 32 | j->prio);
+    h = mix(h, (uint64_t)j->pool << 32 | j->gpu_type);
+    h = mix(h, (uint64_t)(uint32_t)j->gpus << 32 | (uint32_t)j->gpu_milli);
+    h = mix(h, (uint64_t)j->gpu_mem_mib);
+    h = mix(h, (uint64_t)j->min_gpu_mem_mib);
+    h = mix(h, (uint64_t)(uint32_t)j->cpus << 1 | j->multi_node);
+    h = mix(h, (uint64_t)j->mem_mib);
+    h = mix(h, (uint64_t)j->time_limit_ms);
+    return h ^ h >> 29;
+}
+
+/* Do two jobs ask for the same thing? (Not: id, submit time, labels,
+ * checkpointing: those never change where or whether a job fits.) */
+static bool shape_same(const struct sched_job *a, const struct sched_job *b)
+{
+    return a->team == b->team && a->prio == b->prio && a->pool == b->pool &&
+           a->gpu_type == b->gpu_type && a->gpus == b->gpus && a->gpu_milli == b->gpu_milli &&
+           a->gpu_mem_mib == b->gpu_mem_mib && a->min_gpu_mem_mib == b->min_gpu_mem_mib &&
+           a->cpus == b->cpus && a->mem_mib == b->mem_mib && a->multi_node == b->multi_node &&
+           a->time_limit_ms == b->time_limit_ms;
 }
 
 /* The request part of a job: what validation, the fit checks and placement look at. */
@@ -58,24 +69,22 @@ int shape_find(struct pass *p)
             free(table);
             return GPO_EINVAL;
         }
-        struct sched_job key = shape_key(j);
-        uint64_t hash = shape_hash(&key, (uint32_t)key.time_limit_ms);
+        uint64_t hash = shape_hash(j);
         uint32_t s_before = p->nshapes;
         for (size_t h = hash & (size - 1);; h = (h + 1) & (size - 1)) {
             uint32_t s = table[h];
             if (s == SCHED_NONE) {
                 s = p->nshapes++;
                 memset(&p->shapes_of[s], 0, sizeof(p->shapes_of[s]));
-                p->shapes_of[s].key = key;
+                p->shapes_of[s].key = shape_key(j);
                 p->shapes_of[s].hash = hash;
-                p->shapes_of[s].team = key.team;
+                p->shapes_of[s].team = j->team;
                 p->shapes_of[s].first = (uint32_t)i;
                 table[h] = s;
                 p->jshape[i] = s;
                 break;
             }
-            if (p->shapes_of[s].hash == hash &&
-                memcmp(&p->shapes_of[s].key, &key, sizeof(key)) == 0) {
+            if (p->shapes_of[s].hash == hash && shape_same(&p->shapes_of[s].key, j)) {
                 p->jshape[i] = s;
                 break;
             }
