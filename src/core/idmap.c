@@ -8,7 +8,8 @@
 
 struct idmap_slot {
     uint64_t id;
-    uint32_t value; /* IDMAP_NONE: empty */
+    uint32_t value;
+    uint32_t gen; /* the map's generation when the slot was filled */
 };
 
 int idmap_init(struct idmap *m, size_t n)
@@ -16,12 +17,20 @@ int idmap_init(struct idmap *m, size_t n)
     size_t size = 16;
     while (size < 2 * n)
         size *= 2;
-    m->slots = malloc(size * sizeof(*m->slots));
-    if (!m->slots)
-        return GPO_ENOMEM;
-    /* All ones: every slot's value is IDMAP_NONE (and its id is unused). */
-    memset(m->slots, 0xff, size * sizeof(*m->slots));
-    m->mask = size - 1;
+    if (!m->slots || size > m->mask + 1) {
+        struct idmap_slot *slots = calloc(size, sizeof(*slots));
+        if (!slots)
+            return GPO_ENOMEM;
+        free(m->slots);
+        m->slots = slots;
+        m->mask = size - 1;
+        m->gen = 0;
+    }
+    if (++m->gen == 0) {
+        /* 2^32 passes later: clear once, and start over. */
+        memset(m->slots, 0, (m->mask + 1) * sizeof(*m->slots));
+        m->gen = 1;
+    }
     return 0;
 }
 
@@ -30,7 +39,7 @@ void idmap_release(struct idmap *m)
     if (!m)
         return;
     free(m->slots);
-    m->slots = NULL;
+    memset(m, 0, sizeof(*m));
 }
 
 static size_t hash(uint64_t id)
@@ -44,11 +53,12 @@ static size_t hash(uint64_t id)
 int idmap_put(struct idmap *m, uint64_t id, uint32_t value)
 {
     for (size_t i = hash(id) & m->mask;; i = (i + 1) & m->mask) {
-        if (m->slots[i].value == IDMAP_NONE) {
-            m->slots[i] = (struct idmap_slot){id, value};
+        struct idmap_slot *s = &m->slots[i];
+        if (s->gen != m->gen) {
+            *s = (struct idmap_slot){id, value, m->gen};
             return 0;
         }
-        if (m->slots[i].id == id)
+        if (s->id == id)
             return GPO_EEXIST;
     }
 }
@@ -56,9 +66,10 @@ int idmap_put(struct idmap *m, uint64_t id, uint32_t value)
 uint32_t idmap_get(const struct idmap *m, uint64_t id)
 {
     for (size_t i = hash(id) & m->mask;; i = (i + 1) & m->mask) {
-        if (m->slots[i].value == IDMAP_NONE)
+        const struct idmap_slot *s = &m->slots[i];
+        if (s->gen != m->gen)
             return IDMAP_NONE;
-        if (m->slots[i].id == id)
-            return m->slots[i].value;
+        if (s->id == id)
+            return s->value;
     }
 }

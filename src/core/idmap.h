@@ -3,6 +3,8 @@
  *
  * Pending jobs are stored as their queue index, running jobs as their index
  * in the running set with IDMAP_RUNNING added; an id is present at most once.
+ * The map keeps its memory from pass to pass (the result holds it) and is
+ * emptied by a generation count, not by clearing megabytes every pass.
  */
 #ifndef GPUORCH_CORE_IDMAP_H
 #define GPUORCH_CORE_IDMAP_H
@@ -17,10 +19,12 @@ struct idmap_slot;
 
 struct idmap {
     struct idmap_slot *slots;
-    size_t mask; /* slots - 1, a power of two minus one */
+    size_t mask;  /* slots - 1, a power of two minus one */
+    uint32_t gen; /* slots of another generation are empty */
 };
 
-/* Room for `n` ids. 0 or GPO_ENOMEM. */
+/* Empties the map, with room for `n` ids; keeps the memory it has when that
+ * is enough. A zeroed struct idmap is a valid empty map. 0 or GPO_ENOMEM. */
 int idmap_init(struct idmap *m, size_t n);
 void idmap_release(struct idmap *m);
 

@@ -263,7 +263,6 @@ void pass_free(struct pass *p)
     view_release(&p->view);
     quota_release(&p->quota);
     order_release(&p->order);
-    idmap_release(&p->ids);
     free(p->place.nodes);
     free(p->place.shares);
     free(p->jflag);

@@ -92,7 +92,7 @@ struct pass {
     struct view view;
     struct quota quota;
     struct order order;
-    struct idmap ids;
+    struct idmap *ids; /* the result's, reused from pass to pass */
 
     uint8_t *jflag;
     struct sched_wait *jwait; /* per pending job */

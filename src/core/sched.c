@@ -28,6 +28,8 @@ void sched_result_release(struct sched_result *result)
 {
     if (!result)
         return;
+    idmap_release(result->ids);
+    free(result->ids);
     pass_arena_reset(result);
     free(result->arena);
     free(result->starts);
@@ -56,7 +58,7 @@ static int compute_attained(struct pass *p)
     if (!p->attained)
         return GPO_ENOMEM;
     for (size_t k = 0; k < st->nattained; k++) {
-        uint32_t v = idmap_get(&p->ids, st->attained[k].job);
+        uint32_t v = idmap_get(p->ids, st->attained[k].job);
         if (v != IDMAP_NONE && !(v & IDMAP_RUNNING))
             p->attained[n++] = st->attained[k];
     }
@@ -121,12 +123,12 @@ static int carry_claims(struct pass *p, uint32_t *ready, size_t *ret_nready)
     size_t nready = 0;
     for (size_t k = 0; k < p->st->nclaims; k++) {
         const struct sched_claim *cl = &p->st->claims[k];
-        uint32_t qi = idmap_get(&p->ids, cl->job);
+        uint32_t qi = idmap_get(p->ids, cl->job);
         if (qi == IDMAP_NONE || (qi & IDMAP_RUNNING) || (p->jflag[qi] & J_DONE))
             continue;
         bool waiting = false;
         for (uint32_t v = 0; v < cl->nvictims; v++) {
-            uint32_t ri = idmap_get(&p->ids, cl->victims[v]);
+            uint32_t ri = idmap_get(p->ids, cl->victims[v]);
             if (ri != IDMAP_NONE && (ri & IDMAP_RUNNING)) {
                 waiting = true;
                 break;
@@ -142,7 +144,7 @@ static int carry_claims(struct pass *p, uint32_t *ready, size_t *ret_nready)
         if (r < 0)
             return r;
         for (uint32_t v = 0; v < cl->nvictims; v++) {
-            uint32_t ri = idmap_get(&p->ids, cl->victims[v]);
+            uint32_t ri = idmap_get(p->ids, cl->victims[v]);
             if (ri == IDMAP_NONE || !(ri & IDMAP_RUNNING))
                 continue;
             const struct sched_alloc *a = &p->run->jobs[ri & ~IDMAP_RUNNING].alloc;
@@ -199,10 +201,13 @@ static int run_pass(struct pass *p)
 
     if ((err = view_init(&p->view, p->c, run, p->pol->packing, &bad_job)))
         return err;
-    if ((err = idmap_init(&p->ids, nq + nr)))
+    if (!p->res->ids && !(p->res->ids = calloc(1, sizeof(*p->res->ids))))
+        return GPO_ENOMEM;
+    p->ids = p->res->ids;
+    if ((err = idmap_init(p->ids, nq + nr)))
         return err;
     for (size_t r = 0; r < nr; r++) {
-        if (idmap_put(&p->ids, run->jobs[r].job->id, (uint32_t)r | IDMAP_RUNNING))
+        if (idmap_put(p->ids, run->jobs[r].job->id, (uint32_t)r | IDMAP_RUNNING))
             return GPO_EINVAL;
     }
     if ((err = quota_init(&p->quota, p->c, &p->view, run)) ||

@@ -54,6 +54,7 @@ struct sched_reserve {
 };
 
 struct sched_arena_chunk;
+struct idmap;
 
 /* Everything one pass decided. Initialise with sched_result_init; each pass
  * overwrites it (reusing its memory); release with sched_result_release. */
@@ -71,6 +72,7 @@ struct sched_result {
     size_t decisions; /* pending jobs evaluated in the pass */
     /* private: storage behind the arrays above */
     struct sched_arena_chunk *arena;
+    struct idmap *ids; /* the pass's id map, kept for the next pass */
     size_t starts_cap, preempts_cap, reserves_cap, waits_cap;
 };
 

@@ -65,7 +65,7 @@ int shape_find(struct pass *p)
     p->nshapes = 0;
     for (size_t i = 0; i < nq; i++) {
         const struct sched_job *j = &p->q->jobs[i];
-        if (idmap_put(&p->ids, j->id, (uint32_t)i)) {
+        if (idmap_put(p->ids, j->id, (uint32_t)i)) {
             free(table);
             return GPO_EINVAL;
         }
