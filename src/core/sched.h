@@ -6,15 +6,17 @@
  * and `now`, and returns what to do: start these jobs on these GPUs, preempt
  * those, hold a reservation, and why every other job waits. It is a pure
  * function of its inputs and of `state`, the explicit carry-over the caller
- * persists (decayed fair-share usage, attained service, preemption claims,
- * reservations): the same inputs and state give the same decisions, ties going
- * to the lower job id.
+ * persists (decayed fair-share usage, attained service, preemption claims; see
+ * state.h): the same inputs and state give the same decisions, ties going to
+ * the lower job id. Reservations are recomputed every pass and returned as
+ * decisions.
  *
  * What the caller does with the decisions: it commits them, then on the next
  * pass lists started jobs in the running set, and preempted ones there with
  * `preempting` set until they exit (after the grace period), then requeues
- * them. A preempted job's resources go to the job it was evicted for: the state
- * remembers that claim.
+ * them; a job that leaves the running set is charged its last stretch of
+ * usage with sched_state_charge_end. A preempted job's resources go to the job
+ * it was evicted for: the state remembers that claim.
  */
 #ifndef GPUORCH_CORE_SCHED_H
 #define GPUORCH_CORE_SCHED_H

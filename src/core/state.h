@@ -74,8 +74,8 @@ int sched_state_add_attained(struct sched_state *state, uint64_t job, int64_t gp
  * Charges the part of a running job's usage that no pass saw: from the later
  * of its start and the last pass, to `end_ms` when it ended or was evicted.
  * The caller calls it as it removes the job from the running set, so fair
- * share and LAS count every GPU-ms. `job` is the job's request as it ran
- * (its team and the GPU type of its first share come from `cluster`).
+ * share and LAS count every GPU-ms. `run` is the job as it ran (its team, and
+ * the GPU type of its first share, are looked up in `cluster`).
  * 0, GPO_EINVAL, or GPO_ENOMEM (state unchanged).
  */
 int sched_state_charge_end(struct sched_state *state, const struct sched_cluster *cluster,
