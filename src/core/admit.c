@@ -90,8 +90,8 @@ static int try_reserve(struct pass *p, uint32_t i)
     if (err)
         return err;
     int64_t start;
-    int found =
-        backfill_shadow(&p->view, j, p->allowed, p->rel, p->nrel, p->now, &start, &p->place);
+    int found = backfill_shadow(&p->view, j, p->allowed, p->rel, p->nrel, p->now, &start, &p->place,
+                                &p->undo);
     if (found == 0)
         p->shapes_of[p->jshape[i]].reserve_fail_version = p->version + 1;
     if (found <= 0)

@@ -29,46 +29,43 @@ static uint32_t gang_whole(const struct view *view, const struct sched_job *job,
     return view_node_whole_for(view, job, n);
 }
 
-int backfill_shadow(const struct view *view, const struct sched_job *job, const bool *allowed,
+int backfill_shadow(struct view *view, const struct sched_job *job, const bool *allowed,
                     const struct backfill_release *rel, size_t nrel, int64_t now_ms,
-                    int64_t *ret_start_ms, struct view_place *out)
+                    int64_t *ret_start_ms, struct view_place *out, struct view_undo *log)
 {
-    struct view clone;
-    int err = view_clone(&clone, view);
-    if (err)
-        return err;
     bool gang = job->gpus > 0 && job->multi_node;
     uint64_t sum = 0;
     if (gang) {
         for (uint32_t n = 0; n < view->cluster->nnodes; n++)
-            sum += gang_whole(&clone, job, allowed, n);
+            sum += gang_whole(view, job, allowed, n);
     }
-    int found = 0;
+    int found = 0, err = 0;
     for (size_t i = 0; i < nrel && !found; i++) {
         const struct sched_alloc *a = rel[i].alloc;
         bool touched_fits = false;
         if (gang) {
             for (uint32_t p = 0; p < a->nnodes; p++)
-                sum -= gang_whole(&clone, job, allowed, a->nodes[p].node);
+                sum -= gang_whole(view, job, allowed, a->nodes[p].node);
         }
-        view_apply(&clone, a, true);
+        if ((err = view_apply_logged(view, a, true, log)))
+            break;
         for (uint32_t p = 0; p < a->nnodes; p++) {
             uint32_t n = a->nodes[p].node;
             if (gang)
-                sum += gang_whole(&clone, job, allowed, n);
-            else if (!touched_fits && clone.nodes[n].resv < 0 &&
-                     (!allowed || allowed[clone.nodes[n].group]))
-                touched_fits = view_node_fits(&clone, job, n);
+                sum += gang_whole(view, job, allowed, n);
+            else if (!touched_fits && view->nodes[n].resv < 0 &&
+                     (!allowed || allowed[view->nodes[n].group]))
+                touched_fits = view_node_fits(view, job, n);
         }
         if (gang ? sum < (uint64_t)job->gpus && !touched_fits : !touched_fits)
             continue;
         /* Something fits now: let placement choose, as it would at that time. */
         unsigned miss = 0;
-        if (view_place(&clone, job, allowed, INT64_MAX, false, out, &miss)) {
+        if (view_place(view, job, allowed, INT64_MAX, false, out, &miss)) {
             *ret_start_ms = rel[i].end_ms > now_ms ? rel[i].end_ms : now_ms;
             found = 1;
         }
     }
-    view_clone_release(&clone);
-    return found;
+    view_undo(view, log);
+    return err ? err : found;
 }

@@ -31,10 +31,11 @@ void backfill_sort(struct backfill_release *rel, size_t n);
  * `allowed` (NULL: all eligible) once the releases (sorted) up to then have
  * happened, on nodes no reservation holds. Returns 1 and fills *ret_start_ms
  * and *out (arrays as for view_place); 0 if it never fits; GPO_ENOMEM.
- * The view is not changed.
+ * The releases are tried on the view in place and undone through `log` (an
+ * empty scratch log the caller keeps), so the view is not changed.
  */
-int backfill_shadow(const struct view *view, const struct sched_job *job, const bool *allowed,
+int backfill_shadow(struct view *view, const struct sched_job *job, const bool *allowed,
                     const struct backfill_release *rel, size_t nrel, int64_t now_ms,
-                    int64_t *ret_start_ms, struct view_place *out);
+                    int64_t *ret_start_ms, struct view_place *out, struct view_undo *log);
 
 #endif

@@ -290,7 +290,7 @@ void pass_free(struct pass *p)
     free(p->shape_eligible);
     free(p->shape_headroom);
     free(p->guar_left);
-    view_clone_release(&p->pristine);
+    view_release(&p->pristine);
     view_undo_release(&p->undo);
     free(p->eligible);
     free(p->rel);

@@ -142,15 +142,17 @@ void view_release(struct view *view)
 {
     if (!view)
         return;
+    if (!view->clone) {
+        free(view->gpu_node);
+        free(view->group_nodes);
+        free(view->group_index);
+        free(view->overcommitted);
+    }
     free(view->gpus);
-    free(view->gpu_node);
     free(view->nodes);
     free(view->groups);
-    free(view->group_nodes);
-    free(view->group_index);
     free(view->resvs);
     free(view->node_scratch);
-    free(view->overcommitted);
     memset(view, 0, sizeof(*view));
 }
 
@@ -161,7 +163,8 @@ int view_clone(struct view *dst, const struct view *src)
     dst->cluster = c;
     dst->packing = src->packing;
     dst->ngroups = src->ngroups;
-    /* Shared, read-only parts: the clone never frees them (see view_clone_release). */
+    /* Shared, read-only parts: the clone never frees them. */
+    dst->clone = true;
     dst->gpu_node = src->gpu_node;
     dst->headroom = src->headroom;
     dst->group_index = src->group_index;
@@ -174,7 +177,7 @@ int view_clone(struct view *dst, const struct view *src)
         dst->resvs = malloc(src->nresvs * sizeof(*dst->resvs));
     if (!dst->gpus || !dst->nodes || !dst->groups || !dst->node_scratch ||
         (src->nresvs && !dst->resvs)) {
-        view_clone_release(dst);
+        view_release(dst);
         return GPO_ENOMEM;
     }
     memcpy(dst->gpus, src->gpus, c->ngpus * sizeof(*dst->gpus));
@@ -184,18 +187,6 @@ int view_clone(struct view *dst, const struct view *src)
         memcpy(dst->resvs, src->resvs, src->nresvs * sizeof(*dst->resvs));
     dst->nresvs = dst->resvs_cap = src->nresvs;
     return 0;
-}
-
-void view_clone_release(struct view *view)
-{
-    if (!view)
-        return;
-    free(view->gpus);
-    free(view->nodes);
-    free(view->groups);
-    free(view->node_scratch);
-    free(view->resvs);
-    memset(view, 0, sizeof(*view));
 }
 
 uint32_t view_group_of(const struct view *view, uint32_t pool, uint32_t gpu_type)

@@ -77,6 +77,7 @@ struct view {
     struct view_node *nodes;
     struct view_group *groups;
     uint32_t ngroups;
+    bool clone; /* made by view_clone: the read-only tables are src's */
     /* read-only after view_init, shared with clones: */
     uint32_t *gpu_node;    /* GPU index -> node index */
     uint32_t *group_nodes; /* storage behind groups[].nodes */
@@ -108,10 +109,9 @@ int view_init(struct view *view, const struct sched_cluster *cluster,
 void view_release(struct view *view);
 
 /* Makes dst a copy of src's free capacity and reservations, sharing src's
- * read-only tables (src must outlive dst): backfill's look-ahead works on it.
- * 0 or GPO_ENOMEM. Release with view_clone_release, never view_release. */
+ * read-only tables (src must outlive dst; view_release(dst) leaves them).
+ * 0 or GPO_ENOMEM. */
 int view_clone(struct view *dst, const struct view *src);
-void view_clone_release(struct view *view);
 
 /* Group of (pool, gpu_type) or SCHED_NONE; gpu_type SCHED_NONE for nodes without GPUs. */
 uint32_t view_group_of(const struct view *view, uint32_t pool, uint32_t gpu_type);

@@ -1207,7 +1207,7 @@ static void apply_then_give_back_restores_free_capacity(void **unused)
         assert_int_equal(v.nodes[n].free_cpus, before.nodes[n].free_cpus);
         assert_int_equal(v.nodes[n].free_mem_mib, before.nodes[n].free_mem_mib);
     }
-    view_clone_release(&before);
+    view_release(&before);
     view_release(&v);
     fx_free(fx);
 }
