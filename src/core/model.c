@@ -201,7 +201,7 @@ int64_t model_class_find(const struct sched_cluster *c, const char *name)
 const struct sched_quota *model_team_quota(const struct sched_team *team, uint32_t pool,
                                            uint32_t gpu_type)
 {
-    for (uint32_t q = 0; q < team->nquotas; q++) {
+    for (uint32_t q = 0; team && team->quotas && q < team->nquotas; q++) {
         if (team->quotas[q].pool == pool && team->quotas[q].gpu_type == gpu_type)
             return &team->quotas[q];
     }
@@ -211,6 +211,8 @@ const struct sched_quota *model_team_quota(const struct sched_team *team, uint32
 void model_job_gpu_claim(const struct sched_job *job, const struct sched_gpu *gpu,
                          uint32_t *ret_milli, uint32_t *ret_mem_mib)
 {
+    if (!job || !gpu || !ret_milli || !ret_mem_mib)
+        return;
     uint64_t mem = gpu->mem_mib;
     if (job->gpus > 0) {
         *ret_milli = SCHED_MILLI;
@@ -231,6 +233,8 @@ void model_job_gpu_claim(const struct sched_job *job, const struct sched_gpu *gp
 
 int64_t model_job_milli(const struct sched_job *job, uint32_t gpu_mem_mib)
 {
+    if (!job)
+        return GPO_EINVAL;
     if (job->gpus > 0)
         return (int64_t)job->gpus * SCHED_MILLI;
     struct sched_gpu probe = {.mem_mib = gpu_mem_mib};

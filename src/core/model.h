@@ -252,17 +252,18 @@ int64_t model_team_find(const struct sched_cluster *cluster, const char *name);
 int64_t model_class_find(const struct sched_cluster *cluster, const char *name);
 
 /* The quota entry of a team for (pool, gpu_type), or NULL (guarantee 0, the
- * team's default borrowing limit). */
+ * team's default borrowing limit; also for a NULL team). */
 const struct sched_quota *model_team_quota(const struct sched_team *team, uint32_t pool,
                                            uint32_t gpu_type);
 
 /* GPU milli and GPU memory that `job` takes on one GPU of `gpu` kind (0 and 0
- * for a CPU-only job). Whole GPUs take all of both. */
+ * for a CPU-only job). Whole GPUs take all of both. A NULL argument sets nothing. */
 void model_job_gpu_claim(const struct sched_job *job, const struct sched_gpu *gpu,
                          uint32_t *ret_milli, uint32_t *ret_mem_mib);
 
 /* Total milli-GPU a job takes on GPUs with `gpu_mem_mib` of memory each:
- * gpus * 1000, its fraction, or its memory's share of such a GPU (rounded up). */
+ * gpus * 1000, its fraction, or its memory's share of such a GPU (rounded up).
+ * GPO_EINVAL for a NULL job. */
 int64_t model_job_milli(const struct sched_job *job, uint32_t gpu_mem_mib);
 
 #endif

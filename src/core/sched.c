@@ -21,7 +21,8 @@
 
 void sched_result_init(struct sched_result *result)
 {
-    memset(result, 0, sizeof(*result));
+    if (result)
+        memset(result, 0, sizeof(*result));
 }
 
 void sched_result_release(struct sched_result *result)

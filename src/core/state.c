@@ -10,7 +10,8 @@
 
 void sched_state_init(struct sched_state *state)
 {
-    memset(state, 0, sizeof(*state));
+    if (state)
+        memset(state, 0, sizeof(*state));
 }
 
 void sched_state_release(struct sched_state *state)
@@ -133,6 +134,8 @@ int sched_state_charge_end(struct sched_state *state, const struct sched_cluster
 
 int64_t sched_state_attained(const struct sched_state *state, uint64_t job)
 {
+    if (!state)
+        return 0;
     const struct sched_attained *a = state_find_attained(state->attained, state->nattained, job);
     return a ? a->gpu_ms : 0;
 }

@@ -802,9 +802,36 @@ static void pass_rejects_invalid_cluster_or_policy(void **state)
     expect_pass_error(fx, &fx->c, &q, &r, &fx->pol, 6000, GPO_EINVAL);
 }
 
+/* Public entry points answer NULL with an error or a neutral value, never a crash. */
+static void entry_points_reject_null_arguments(void **unused)
+{
+    (void)unused;
+    struct sched_gpu gpu = {.mem_mib = 1000};
+    struct sched_job job = {.gpu_milli = 500};
+    uint32_t milli = 7, mem = 7;
+    assert_null(model_team_quota(NULL, 0, 0));
+    assert_int_equal(model_job_milli(NULL, 1000), GPO_EINVAL);
+    model_job_gpu_claim(NULL, &gpu, &milli, &mem);
+    model_job_gpu_claim(&job, NULL, &milli, &mem);
+    model_job_gpu_claim(&job, &gpu, NULL, &mem);
+    assert_int_equal(milli, 7);
+    assert_int_equal(mem, 7);
+    assert_int_equal(sched_state_attained(NULL, 1), 0);
+    assert_int_equal(sched_state_add_usage(NULL, 1, 1, 1.0), GPO_EINVAL);
+    assert_int_equal(sched_state_add_attained(NULL, 1, 1), GPO_EINVAL);
+    sched_state_init(NULL);
+    sched_state_release(NULL);
+    sched_result_init(NULL);
+    sched_result_release(NULL);
+    assert_int_equal(sched_cluster_check(NULL, NULL), GPO_EINVAL);
+    assert_int_equal(sched_policy_check(NULL, NULL), GPO_EINVAL);
+    assert_true(model_pool_find(NULL, "main") < 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(entry_points_reject_null_arguments),
         cmocka_unit_test_teardown(cluster_check_accepts_valid_cluster, free_fx),
         cmocka_unit_test(cluster_check_accepts_empty_cluster),
         cmocka_unit_test(cluster_check_rejects_null_cluster),
