@@ -134,6 +134,39 @@ bool evict_may_suffice(struct pass *p, const struct sched_job *j)
     return false;
 }
 
+/* preempt_next_fn over the running set, least work lost first: the jobs the
+ * rule lets go, each recorded in p->pbuf / p->pwhy as it is handed out. A
+ * reclaim takes a team's borrowed work only down to its guarantee: the
+ * team's excess is a budget the handed-out jobs draw on. */
+struct victim_iter {
+    struct pass *p;
+    const struct victim_rule *rule;
+    size_t pos, n;
+};
+
+static bool next_victim(void *ctx, struct preempt_cand *ret)
+{
+    struct victim_iter *it = ctx;
+    struct pass *p = it->p;
+    while (it->pos < p->npcand) {
+        const struct preempt_cand *c = &p->pcand[it->pos++];
+        enum sched_preempt_why why;
+        if ((p->rflag[c->run] & R_LEAVING) || !victim_ok(p, it->rule, c->run, &why))
+            continue;
+        if (why == SCHED_PREEMPT_RECLAIM) {
+            size_t q = (size_t)p->rteam[c->run] * p->quota.ngroups + p->rgroup[c->run];
+            if (p->excess[q] < p->rmilli[c->run])
+                continue;
+            p->excess[q] -= p->rmilli[c->run];
+        }
+        p->pwhy[it->n] = (uint8_t)why;
+        p->pbuf[it->n++] = *c;
+        *ret = *c;
+        return true;
+    }
+    return false;
+}
+
 int evict_try(struct pass *p, uint32_t i, int64_t end)
 {
     const struct sched_job *j = &p->q->jobs[i];
@@ -150,37 +183,18 @@ int evict_try(struct pass *p, uint32_t i, int64_t end)
         p->npcand = p->run->njobs;
         p->pcand_ready = true;
     }
-    /* A reclaim takes a team's borrowed work only down to its guarantee: keep,
-     * least work lost first, as much of each team's excess as it covers. */
     struct victim_rule rule;
     victim_rule_init(p, j, &rule);
-    size_t n = 0;
-    for (size_t k = 0; k < p->npcand; k++) {
-        uint32_t run = p->pcand[k].run;
-        enum sched_preempt_why why;
-        if ((p->rflag[run] & R_LEAVING) || !victim_ok(p, &rule, run, &why))
-            continue;
-        if (why == SCHED_PREEMPT_RECLAIM) {
-            size_t q = (size_t)p->run->jobs[run].job->team * p->quota.ngroups + p->rgroup[run];
-            if (p->excess[q] < p->rmilli[run])
-                continue;
-            p->excess[q] -= p->rmilli[run];
-        }
-        p->pwhy[n] = (uint8_t)why;
-        p->pbuf[n++] = p->pcand[k];
-    }
-    /* Undo the budget: the plan may keep fewer, and the next job starts afresh. */
-    for (size_t k = 0; k < n; k++) {
+    struct victim_iter it = {.p = p, .rule = &rule};
+    size_t nv = 0, given = 0;
+    int found = preempt_plan(&p->view, p->run, p->leaving, p->nleaving, j, p->allowed, end,
+                             next_victim, &it, p->victims, &nv, &given, &p->place, &p->undo);
+    /* Undo the reclaim budget: the plan may keep fewer, and the next job starts afresh. */
+    for (size_t k = 0; k < given; k++) {
         uint32_t run = p->pbuf[k].run;
         if (p->pwhy[k] == SCHED_PREEMPT_RECLAIM)
-            p->excess[(size_t)p->run->jobs[run].job->team * p->quota.ngroups + p->rgroup[run]] +=
-                p->rmilli[run];
+            p->excess[(size_t)p->rteam[run] * p->quota.ngroups + p->rgroup[run]] += p->rmilli[run];
     }
-    if (!n)
-        return 0;
-    size_t nv = 0;
-    int found = preempt_plan(&p->view, p->run, p->leaving, p->nleaving, j, p->allowed, end, p->pbuf,
-                             n, p->victims, &nv, &p->place, &p->undo);
     if (found <= 0)
         return found;
     if (!nv)

@@ -54,9 +54,9 @@ static uint64_t gang_sum(const struct view *v, const struct sched_job *job, cons
 
 int preempt_plan(struct view *view, const struct sched_running_set *running,
                  const uint32_t *leaving, size_t nleaving, const struct sched_job *job,
-                 const bool *allowed, int64_t end_ms, const struct preempt_cand *cands,
-                 size_t ncands, uint32_t *ret_victims, size_t *ret_nvictims, struct view_place *out,
-                 struct view_undo *log)
+                 const bool *allowed, int64_t end_ms, preempt_next_fn next, void *ctx,
+                 uint32_t *ret_victims, size_t *ret_nvictims, size_t *ret_given,
+                 struct view_place *out, struct view_undo *log)
 {
     int err = 0;
     for (size_t i = 0; i < nleaving && !err; i++)
@@ -64,7 +64,10 @@ int preempt_plan(struct view *view, const struct sched_running_set *running,
 
     unsigned miss = 0;
     int found = 0;
-    size_t given = 0;
+    size_t given = 0, n = 0;
+    /* The victims' allocations, in the order handed out, for the pruning below. */
+    const struct sched_alloc **taken = NULL;
+    size_t taken_cap = 0;
     if (err) {
         /* fall through to the undo */
     } else if (view_place(view, job, allowed, end_ms, false, out, &miss)) {
@@ -72,21 +75,33 @@ int preempt_plan(struct view *view, const struct sched_running_set *running,
     } else {
         bool gang = job->gpus > 0 && job->multi_node;
         uint64_t sum = 0;
-        for (uint32_t n = 0; gang && n < view->cluster->nnodes; n++)
-            sum += gang_sum(view, job, allowed, n);
-        for (; given < ncands && !found && !err; given++) {
-            const struct sched_alloc *a = &running->jobs[cands[given].run].alloc;
+        for (uint32_t nd = 0; gang && nd < view->cluster->nnodes; nd++)
+            sum += gang_sum(view, job, allowed, nd);
+        struct preempt_cand cand;
+        while (!found && !err && next(ctx, &cand)) {
+            const struct sched_alloc *a = &running->jobs[cand.run].alloc;
+            if (given == taken_cap) {
+                size_t cap = taken_cap ? 2 * taken_cap : 64;
+                const struct sched_alloc **t = realloc(taken, cap * sizeof(*t));
+                if (!t) {
+                    err = GPO_ENOMEM;
+                    break;
+                }
+                taken = t;
+                taken_cap = cap;
+            }
+            taken[given++] = a;
             bool try_place = false;
             for (uint32_t p = 0; gang && p < a->nnodes; p++)
                 sum -= gang_sum(view, job, allowed, a->nodes[p].node);
             if ((err = view_apply_logged(view, a, true, log)))
                 break;
             for (uint32_t p = 0; p < a->nnodes; p++) {
-                uint32_t n = a->nodes[p].node;
+                uint32_t nd = a->nodes[p].node;
                 if (gang)
-                    sum += gang_sum(view, job, allowed, n);
-                else if (!allowed || allowed[view->nodes[n].group])
-                    try_place = try_place || view_node_fits(view, job, n);
+                    sum += gang_sum(view, job, allowed, nd);
+                else if (!allowed || allowed[view->nodes[nd].group])
+                    try_place = try_place || view_node_fits(view, job, nd);
             }
             if (gang)
                 try_place = sum >= (uint64_t)job->gpus;
@@ -95,13 +110,14 @@ int preempt_plan(struct view *view, const struct sched_running_set *running,
         }
     }
     view_undo(view, log);
-    if (err)
-        return err;
-    size_t n = 0;
-    for (size_t i = 0; found && i < given; i++) {
-        if (uses_node(&running->jobs[cands[i].run].alloc, out))
+    for (size_t i = 0; found && !err && i < given; i++) {
+        if (uses_node(taken[i], out))
             ret_victims[n++] = (uint32_t)i;
     }
+    free(taken);
+    *ret_given = given;
+    if (err)
+        return err;
     *ret_nvictims = n;
     return found;
 }

@@ -30,19 +30,25 @@ int64_t preempt_lost_gpu_ms(const struct sched_running *run, int64_t now_ms);
 /* Sorts candidates: least work lost first, then lower job id. */
 void preempt_sort(struct preempt_cand *cands, size_t n);
 
+/* Hands out the evictable candidates for the job being planned, least work
+ * lost first: writes the next one to *ret and returns true, or returns false
+ * when there are no more. The plan pulls only as many as it needs. */
+typedef bool (*preempt_next_fn)(void *ctx, struct preempt_cand *ret);
+
 /*
  * Plans room for `job` in groups `allowed` (NULL: all eligible), ending at
  * `end_ms` (for reservations). `leaving` lists running jobs already being
- * evicted (indices into `running`); `cands` the evictable ones, sorted.
- * Returns 1 with *ret_nvictims indices into `cands` written to ret_victims
- * (room for ncands) and the placement in *out; 0 if no eviction makes room;
- * GPO_ENOMEM. The view is tried on in place and put back exactly (through
- * `log`, an empty scratch log the caller keeps), so it is not changed.
+ * evicted (indices into `running`); `next` hands out the evictable ones, in
+ * order. Returns 1 with *ret_nvictims indices (into the sequence `next`
+ * handed out, *ret_given long) written to ret_victims (room for all of them)
+ * and the placement in *out; 0 if no eviction makes room; GPO_ENOMEM. The
+ * view is tried on in place and put back exactly (through `log`, an empty
+ * scratch log the caller keeps), so it is not changed.
  */
 int preempt_plan(struct view *view, const struct sched_running_set *running,
                  const uint32_t *leaving, size_t nleaving, const struct sched_job *job,
-                 const bool *allowed, int64_t end_ms, const struct preempt_cand *cands,
-                 size_t ncands, uint32_t *ret_victims, size_t *ret_nvictims, struct view_place *out,
-                 struct view_undo *log);
+                 const bool *allowed, int64_t end_ms, preempt_next_fn next, void *ctx,
+                 uint32_t *ret_victims, size_t *ret_nvictims, size_t *ret_given,
+                 struct view_place *out, struct view_undo *log);
 
 #endif
