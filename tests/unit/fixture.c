@@ -267,3 +267,31 @@ uint32_t fx_start_node(const struct fx *fx, uint64_t id)
         return s->alloc.nodes[0].node;
     return s->alloc.nnodes ? s->alloc.nodes[0].node : SCHED_NONE;
 }
+
+int64_t fx_next_event(const struct fx *fx)
+{
+    int64_t t = -1;
+    for (uint32_t i = 0; i < fx->njobs; i++) {
+        const struct fx_job *j = &fx->jobs[i];
+        if (j->done || j->started_ms < 0)
+            continue;
+        if (j->run_ms > 0 && (t < 0 || j->ends_ms < t))
+            t = j->ends_ms;
+        if (j->kill_ms >= 0 && (t < 0 || j->kill_ms < t))
+            t = j->kill_ms;
+    }
+    return t;
+}
+
+uint64_t fx_rng_next(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+int64_t fx_rng_range(uint64_t *s, int64_t lo, int64_t hi)
+{
+    return lo + (int64_t)(fx_rng_next(s) % (uint64_t)(hi - lo + 1));
+}

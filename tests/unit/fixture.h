@@ -99,6 +99,15 @@ void fx_finish(struct fx *fx, uint64_t id);
  * as the controller does. Then fx_pass + fx_apply. Returns the pass's code. */
 int fx_step(struct fx *fx, int64_t now);
 
+/* The earliest time a running job ends (run_ms) or is evicted, or -1: the
+ * next moment fx_step has something to do. */
+int64_t fx_next_event(const struct fx *fx);
+
+/* A deterministic PRNG (splitmix64): tests own their randomness. */
+uint64_t fx_rng_next(uint64_t *state);
+/* Uniform in [lo, hi]. */
+int64_t fx_rng_range(uint64_t *state, int64_t lo, int64_t hi);
+
 const struct sched_wait *fx_wait(const struct fx *fx, uint64_t id);
 const struct sched_start *fx_start(const struct fx *fx, uint64_t id);
 const struct sched_preempt *fx_preempt(const struct fx *fx, uint64_t id);

@@ -31,19 +31,6 @@ static struct fx *cluster(uint32_t nodes)
     return fx;
 }
 
-static uint64_t rng_next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static int64_t rng_range(uint64_t *s, int64_t lo, int64_t hi)
-{
-    return lo + (int64_t)(rng_next(s) % (uint64_t)(hi - lo + 1));
-}
-
 /* Adds a job of `gpus` whole GPUs (or `milli` of one) with a time limit and a
  * run time (0: runs until finished by hand). */
 static struct sched_job *add(struct fx *fx, uint64_t id, int32_t gpus, int32_t milli,
@@ -75,29 +62,13 @@ static bool reserve_holds(const struct sched_reserve *r, uint32_t node)
     return false;
 }
 
-/* The earliest time a running job ends or is evicted, or -1. */
-static int64_t next_event(const struct fx *fx)
-{
-    int64_t t = -1;
-    for (uint32_t i = 0; i < fx->njobs; i++) {
-        const struct fx_job *j = &fx->jobs[i];
-        if (j->done || j->started_ms < 0)
-            continue;
-        if (j->run_ms > 0 && (t < 0 || j->ends_ms < t))
-            t = j->ends_ms;
-        if (j->kill_ms >= 0 && (t < 0 || j->kill_ms < t))
-            t = j->kill_ms;
-    }
-    return t;
-}
-
 /* Steps event by event from `now` until job `id` has started; returns when. */
 static int64_t run_until_started(struct fx *fx, uint64_t id, int64_t now)
 {
     for (int guard = 0; guard < 1000; guard++) {
         if (fx_get(fx, id)->started_ms >= 0)
             return fx_get(fx, id)->started_ms;
-        int64_t t = next_event(fx);
+        int64_t t = fx_next_event(fx);
         assert_true(t > now);
         now = t;
         assert_int_equal(fx_step(fx, now), 0);
@@ -547,7 +518,7 @@ static void run_scen(const struct scen *s, bool backfill, struct outcome *o)
             check_on_pass(fx, now, &prev_est, o);
         else
             check_off_pass(fx);
-        int64_t t = next_event(fx);
+        int64_t t = fx_next_event(fx);
         assert_true(t > now);
         now = t;
     }
@@ -611,36 +582,36 @@ static void backfill_never_delays_reserved_job_over_random_seeds(void **unused)
     int total_backfilled = 0;
     for (uint64_t seed = 1; seed <= 300; seed++) {
         uint64_t rng = seed * 0x51ed27ull;
-        struct scen s = {.nodes = (uint32_t)rng_range(&rng, 1, 3), .exact = seed % 2 == 0};
-        s.ninit = (int)rng_range(&rng, (int64_t)s.nodes, (int64_t)s.nodes * 4);
+        struct scen s = {.nodes = (uint32_t)fx_rng_range(&rng, 1, 3), .exact = seed % 2 == 0};
+        s.ninit = (int)fx_rng_range(&rng, (int64_t)s.nodes, (int64_t)s.nodes * 4);
         for (int k = 0; k < s.ninit; k++) {
             struct sjob *j = &s.init[k];
-            if (rng_range(&rng, 0, 5) == 0)
-                j->milli = (int32_t)rng_range(&rng, 1, 999);
+            if (fx_rng_range(&rng, 0, 5) == 0)
+                j->milli = (int32_t)fx_rng_range(&rng, 1, 999);
             else
-                j->gpus = (int32_t)rng_range(&rng, 1, 5);
-            j->limit_ms = rng_range(&rng, 10, 240) * MIN_MS + rng_range(&rng, 0, 999);
-            j->run_ms = s.exact ? j->limit_ms : rng_range(&rng, 1, j->limit_ms);
+                j->gpus = (int32_t)fx_rng_range(&rng, 1, 5);
+            j->limit_ms = fx_rng_range(&rng, 10, 240) * MIN_MS + fx_rng_range(&rng, 0, 999);
+            j->run_ms = s.exact ? j->limit_ms : fx_rng_range(&rng, 1, j->limit_ms);
         }
-        s.head.limit_ms = rng_range(&rng, 10, 240) * MIN_MS;
-        s.head.run_ms = rng_range(&rng, 1, s.head.limit_ms);
-        s.head_pick = rng_next(&rng);
-        s.nsmall = (int)rng_range(&rng, 4, MAX_SMALL);
+        s.head.limit_ms = fx_rng_range(&rng, 10, 240) * MIN_MS;
+        s.head.run_ms = fx_rng_range(&rng, 1, s.head.limit_ms);
+        s.head_pick = fx_rng_next(&rng);
+        s.nsmall = (int)fx_rng_range(&rng, 4, MAX_SMALL);
         for (int k = 0; k < s.nsmall; k++) {
             struct sjob *j = &s.small[k];
-            int kind = (int)rng_range(&rng, 0, 7);
+            int kind = (int)fx_rng_range(&rng, 0, 7);
             if (kind == 0)
-                j->milli = (int32_t)rng_range(&rng, 1, 999);
+                j->milli = (int32_t)fx_rng_range(&rng, 1, 999);
             else if (kind == 1 && s.nodes > 1) {
-                j->gpus = (int32_t)rng_range(&rng, 2, 10);
+                j->gpus = (int32_t)fx_rng_range(&rng, 2, 10);
                 j->gang = true;
             } else
-                j->gpus = (int32_t)rng_range(&rng, 1, 4);
-            j->limit_ms = rng_range(&rng, 5, 300) * MIN_MS;
-            if (rng_range(&rng, 0, 9) == 0)
+                j->gpus = (int32_t)fx_rng_range(&rng, 1, 4);
+            j->limit_ms = fx_rng_range(&rng, 5, 300) * MIN_MS;
+            if (fx_rng_range(&rng, 0, 9) == 0)
                 j->limit_ms = 0; /* the policy's default */
             int64_t lim = j->limit_ms ? j->limit_ms : 24 * HOUR_MS;
-            j->run_ms = rng_range(&rng, 0, 2) == 0 ? lim : rng_range(&rng, 1, lim);
+            j->run_ms = fx_rng_range(&rng, 0, 2) == 0 ? lim : fx_rng_range(&rng, 1, lim);
         }
         int backfilled = 0;
         check_never_delays(&s, &backfilled);

@@ -38,19 +38,6 @@ static struct fx *cluster(uint32_t nodes)
     return fx;
 }
 
-static uint64_t rng_next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static int64_t rng_range(uint64_t *s, int64_t lo, int64_t hi)
-{
-    return lo + (int64_t)(rng_next(s) % (uint64_t)(hi - lo + 1));
-}
-
 /* Adds `n` one-GPU jobs of `team` with ids from `first`, each running `run_ms`. */
 static void submit(struct fx *fx, uint64_t first, int n, uint32_t team, int64_t run_ms)
 {
@@ -93,22 +80,6 @@ static int count_borrowed_starts(const struct fx *fx)
     for (size_t s = 0; s < fx->res.nstarts; s++)
         n += fx->res.starts[s].borrowed;
     return n;
-}
-
-/* The earliest time a running job ends or is evicted, or -1. */
-static int64_t next_event(const struct fx *fx)
-{
-    int64_t t = -1;
-    for (uint32_t i = 0; i < fx->njobs; i++) {
-        const struct fx_job *j = &fx->jobs[i];
-        if (j->done || j->started_ms < 0)
-            continue;
-        if (j->run_ms > 0 && (t < 0 || j->ends_ms < t))
-            t = j->ends_ms;
-        if (j->kill_ms >= 0 && (t < 0 || j->kill_ms < t))
-            t = j->kill_ms;
-    }
-    return t;
 }
 
 static bool all_done(const struct fx *fx)
@@ -351,17 +322,17 @@ static void borrowed_flag_matches_guarantee_over_random_workloads(void **unused)
         int64_t now = 0;
         int borrowed = 0, own = 0;
         for (int step = 0; step < 60; step++) {
-            int arrivals = (int)rng_range(&rng, 0, 4);
+            int arrivals = (int)fx_rng_range(&rng, 0, 4);
             for (int k = 0; k < arrivals; k++) {
                 struct sched_job *j = fx_job(fx, id);
-                j->team = (uint32_t)rng_range(&rng, 0, 2);
-                if (rng_range(&rng, 0, 2) == 0) {
+                j->team = (uint32_t)fx_rng_range(&rng, 0, 2);
+                if (fx_rng_range(&rng, 0, 2) == 0) {
                     j->gpus = 0;
-                    j->gpu_milli = (int32_t)rng_range(&rng, 1, 999);
+                    j->gpu_milli = (int32_t)fx_rng_range(&rng, 1, 999);
                 } else {
-                    j->gpus = (int32_t)rng_range(&rng, 1, 3);
+                    j->gpus = (int32_t)fx_rng_range(&rng, 1, 3);
                 }
-                j->time_limit_ms = rng_range(&rng, 1, 60) * MIN_MS;
+                j->time_limit_ms = fx_rng_range(&rng, 1, 60) * MIN_MS;
                 fx_get(fx, id)->run_ms = j->time_limit_ms;
                 id++;
             }
@@ -382,7 +353,7 @@ static void borrowed_flag_matches_guarantee_over_random_workloads(void **unused)
                 borrowed += st->borrowed;
                 own += !st->borrowed;
             }
-            int64_t t = next_event(fx);
+            int64_t t = fx_next_event(fx);
             now = t > now ? t : now + MIN_MS;
         }
         assert_true(borrowed > 0);
@@ -448,7 +419,7 @@ static void owner_reclaims_its_guarantee_from_borrowers(void **unused)
     /* Run to the end: no more evictions, the victims restart once b's job is
      * done and every job finishes. */
     for (int guard = 0; guard < 100 && !all_done(fx); guard++) {
-        int64_t next = next_event(fx);
+        int64_t next = fx_next_event(fx);
         assert_true(next >= t);
         t = next;
         assert_int_equal(fx_step(fx, t), 0);

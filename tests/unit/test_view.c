@@ -37,21 +37,6 @@ static struct fx *cluster(uint32_t nodes, uint32_t gpus)
     return fx;
 }
 
-/* Deterministic PRNG (splitmix64): tests own their randomness. */
-static uint64_t rng_next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-/* Uniform in [lo, hi]. */
-static int64_t rng_range(uint64_t *s, int64_t lo, int64_t hi)
-{
-    return lo + (int64_t)(rng_next(s) % (uint64_t)(hi - lo + 1));
-}
-
 /*
  * Adds job `id` as already running on `node`: whole GPUs (milli 1000) on the
  * node's local GPUs in `mask`, or one fraction `milli` with `mem_mib` of GPU
@@ -208,22 +193,6 @@ static void assert_no_oversubscription(const struct fx *fx)
     free(host);
 }
 
-/* The earliest time a running job ends or is evicted, or -1. */
-static int64_t next_event(const struct fx *fx)
-{
-    int64_t t = -1;
-    for (uint32_t i = 0; i < fx->njobs; i++) {
-        const struct fx_job *j = &fx->jobs[i];
-        if (j->done || j->started_ms < 0)
-            continue;
-        if (j->run_ms > 0 && (t < 0 || j->ends_ms < t))
-            t = j->ends_ms;
-        if (j->kill_ms >= 0 && (t < 0 || j->kill_ms < t))
-            t = j->kill_ms;
-    }
-    return t;
-}
-
 /* Cluster with GPUs busy: node0 6 of 8, node1 3 of 8, node2 none (free 2, 5, 8). */
 static struct fx *fragmented(void)
 {
@@ -368,14 +337,15 @@ static void one_node_job_is_never_split_on_fragmented_clusters(void **unused)
         int64_t now = 0;
         uint32_t singles = 0;
         for (int step = 0; step < 60; step++) {
-            int arrivals = (int)rng_range(&rng, 0, 4);
+            int arrivals = (int)fx_rng_range(&rng, 0, 4);
             for (int a = 0; a < arrivals; a++) {
                 struct sched_job *j = fx_job(fx, id);
-                bool gang = rng_range(&rng, 0, 9) == 0;
-                j->gpus = gang ? (int32_t)rng_range(&rng, 9, 20) : (int32_t)rng_range(&rng, 1, 8);
+                bool gang = fx_rng_range(&rng, 0, 9) == 0;
+                j->gpus =
+                    gang ? (int32_t)fx_rng_range(&rng, 9, 20) : (int32_t)fx_rng_range(&rng, 1, 8);
                 j->multi_node = gang;
-                j->time_limit_ms = rng_range(&rng, 1, 120) * MIN_MS;
-                fx_get(fx, id)->run_ms = rng_range(&rng, 1, j->time_limit_ms / MIN_MS) * MIN_MS;
+                j->time_limit_ms = fx_rng_range(&rng, 1, 120) * MIN_MS;
+                fx_get(fx, id)->run_ms = fx_rng_range(&rng, 1, j->time_limit_ms / MIN_MS) * MIN_MS;
                 id++;
             }
             assert_int_equal(fx_step(fx, now), 0);
@@ -396,10 +366,10 @@ static void one_node_job_is_never_split_on_fragmented_clusters(void **unused)
                 singles++;
             }
             assert_no_oversubscription(fx);
-            int64_t t = next_event(fx);
+            int64_t t = fx_next_event(fx);
             now = t > now ? t : now + MIN_MS;
-            if (rng_range(&rng, 0, 2) == 0)
-                now += rng_range(&rng, 1, 10) * MIN_MS; /* arrivals between events too */
+            if (fx_rng_range(&rng, 0, 2) == 0)
+                now += fx_rng_range(&rng, 1, 10) * MIN_MS; /* arrivals between events too */
         }
         assert_true(singles > 20);
         fx_free(fx);
@@ -750,21 +720,21 @@ static void fractional_shares_never_oversubscribe_a_gpu(void **unused)
         int64_t now = 0;
         uint32_t fractions = 0;
         for (int step = 0; step < 80; step++) {
-            int arrivals = (int)rng_range(&rng, 0, 5);
+            int arrivals = (int)fx_rng_range(&rng, 0, 5);
             for (int k = 0; k < arrivals; k++) {
                 struct sched_job *j = fx_job(fx, id);
-                int kind = (int)rng_range(&rng, 0, 9);
+                int kind = (int)fx_rng_range(&rng, 0, 9);
                 j->gpus = 0;
                 if (kind < 6)
-                    j->gpu_milli = (int32_t)rng_range(&rng, 1, 999);
+                    j->gpu_milli = (int32_t)fx_rng_range(&rng, 1, 999);
                 else if (kind < 9)
-                    j->gpu_mem_mib = rng_range(&rng, 1, 40960);
+                    j->gpu_mem_mib = fx_rng_range(&rng, 1, 40960);
                 else
-                    j->gpus = (int32_t)rng_range(&rng, 1, 2);
-                if (rng_range(&rng, 0, 4) == 0)
+                    j->gpus = (int32_t)fx_rng_range(&rng, 1, 2);
+                if (fx_rng_range(&rng, 0, 4) == 0)
                     j->min_gpu_mem_mib = 60000;
-                j->time_limit_ms = rng_range(&rng, 1, 90) * MIN_MS;
-                fx_get(fx, id)->run_ms = rng_range(&rng, 1, j->time_limit_ms / MIN_MS) * MIN_MS;
+                j->time_limit_ms = fx_rng_range(&rng, 1, 90) * MIN_MS;
+                fx_get(fx, id)->run_ms = fx_rng_range(&rng, 1, j->time_limit_ms / MIN_MS) * MIN_MS;
                 id++;
             }
             assert_int_equal(fx_step(fx, now), 0);
@@ -793,7 +763,7 @@ static void fractional_shares_never_oversubscribe_a_gpu(void **unused)
                 }
             }
             assert_no_oversubscription(fx);
-            int64_t t = next_event(fx);
+            int64_t t = fx_next_event(fx);
             now = t > now ? t : now + MIN_MS;
         }
         assert_true(fractions > 50);
