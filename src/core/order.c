@@ -232,7 +232,6 @@ int order_begin(struct order *o, const struct sched_job *jobs, const uint32_t *c
     o->keys = malloc((n ? n : 1) * sizeof(*o->keys));
     o->segs = NULL;
     o->heap = NULL;
-    o->nkeys = n;
     o->nsegs = o->seg_pos = o->nheap = 0;
     o->pending_seg = -1;
     o->within = within;

@@ -43,7 +43,6 @@ struct order {
     int64_t *cap;   /* [type]: milli-GPU of usable nodes */
     /* iteration */
     struct order_key *keys;
-    size_t nkeys;
     struct order_seg *segs;
     size_t nsegs, seg_pos;
     uint32_t *heap;
