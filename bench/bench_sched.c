@@ -775,31 +775,28 @@ static void ctl_report(const struct bench *b, const char *label, const struct sc
  * and nothing is leaving: the reclaims and claims that follow a first fill are
  * over. Leaves the carried-over state in *st.
  */
-static void ctl_fill(struct bench *b, struct sched_state *st, bool settle)
+static void ctl_fill(struct bench *b, struct sched_state *st, bool settle, struct sched_result *res)
 {
-    struct sched_result res;
-    sched_result_init(&res);
     ctl_init(b, st);
-    ctl_pass(b, st, &res);
-    ctl_report(b, "cluster_after_first_pass", &res);
+    ctl_pass(b, st, res);
+    ctl_report(b, "cluster_after_first_pass", res);
     if (settle) {
         uint32_t passes = 0;
         bool settled = false;
         while (!settled && passes < SETTLE_MAX_PASSES) {
             ctl_advance(b, b->now + SETTLE_STEP_MS);
-            ctl_pass(b, st, &res);
+            ctl_pass(b, st, res);
             passes++;
             bool leaving = false;
             for (size_t i = 0; i < b->njobs && !leaving; i++)
                 leaving = b->jr[i].status == JS_LEAVING;
-            settled = !res.nstarts && !res.npreempts && !leaving;
+            settled = !res->nstarts && !res->npreempts && !leaving;
         }
         char label[64];
         snprintf(label, sizeof(label), "cluster_settled passes=%u%s", passes,
                  settled ? "" : " (NOT settled)");
-        ctl_report(b, label, &res);
+        ctl_report(b, label, res);
     }
-    sched_result_release(&res);
 }
 
 /* Ends one running job: the first single whole-GPU one (the commonest kind),
@@ -834,14 +831,16 @@ static void time_one_ends(struct bench *b, bool settle, const char *label)
     uint32_t runs = b->opt.runs;
     double *ms = xcalloc(runs, sizeof(*ms));
     struct sched_state carried;
-    ctl_fill(b, &carried, settle);
+    /* The controller's result, kept from pass to pass as the API intends: the
+     * timed pass reuses what the passes before it left there. */
+    struct sched_result res;
+    sched_result_init(&res);
+    ctl_fill(b, &carried, settle, &res);
     ctl_advance(b, b->now + ONE_ENDS_AFTER_MS);
     uint64_t ended = ctl_end_one(b);
     ctl_build(b);
     printf("%s: job %" PRIu64 " ended; running=%zu pending=%zu\n", label, ended, b->nrunning,
            b->nqueue);
-    struct sched_result res;
-    sched_result_init(&res);
     for (uint32_t k = 0; k < runs; k++) {
         struct sched_state st;
         state_copy(&st, &carried);
@@ -897,7 +896,10 @@ static void case_memory(struct bench *b)
     sched_state_release(&st);
 
     struct sched_state carried;
-    ctl_fill(b, &carried, false);
+    struct sched_result fill_res;
+    sched_result_init(&fill_res);
+    ctl_fill(b, &carried, false, &fill_res);
+    sched_result_release(&fill_res);
     ctl_advance(b, b->now + ONE_ENDS_AFTER_MS);
     ctl_end_one(b);
     ctl_build(b);

@@ -319,7 +319,7 @@ bool admit_frozen(struct pass *p, const uint32_t *cshapes, size_t ncshapes)
  * rest froze gets what ranking would have given it, its shape's (see
  * shape_inert); a job never ranked waits for quota or for capacity.
  */
-struct sched_wait admit_unranked_wait(struct pass *p, uint32_t i)
+static struct sched_wait unranked_wait(struct pass *p, uint32_t i)
 {
     const struct sched_job *j = &p->q->jobs[i];
     const struct jshape *sh = &p->shapes_of[p->jshape[i]];
@@ -337,6 +337,22 @@ struct sched_wait admit_unranked_wait(struct pass *p, uint32_t i)
                             : wants_gpu(j) ? SCHED_REASON_NO_GPU
                                            : SCHED_REASON_HOST;
     return make_wait(j, why, j->pool, j->gpu_type, 0, NULL);
+}
+
+/* Everything above depends on the job's shape and on whether it was a
+ * candidate, and nothing changes once the ordered loop is over: each shape's
+ * two answers are worked out once, and each job gets a copy with its id. */
+struct sched_wait admit_unranked_wait(struct pass *p, uint32_t i)
+{
+    struct jshape *sh = &p->shapes_of[p->jshape[i]];
+    unsigned k = (p->jflag[i] & J_CAND) ? 1 : 0;
+    if (!(sh->swept & (1u << k))) {
+        sh->sweep[k] = unranked_wait(p, i);
+        sh->swept |= (uint8_t)(1u << k);
+    }
+    struct sched_wait w = sh->sweep[k];
+    w.job = p->ojob[i].id;
+    return w;
 }
 
 /* order_within_fn: does pending job i fit within its team's guarantee in

@@ -1,3 +1,4 @@
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,11 +13,34 @@ struct idmap_slot {
     uint32_t gen; /* the map's generation when the slot was filled */
 };
 
+struct idmap_cell {
+    uint32_t value;
+    uint32_t gen;
+};
+
+/* The window for the next pass: the ids seen in the last one, and room for
+ * about half as many new ones above them. None if they were too spread out
+ * for a window of a few cells per id to hold them. */
+static void choose_window(const struct idmap *m, size_t n, uint64_t *ret_base, size_t *ret_nwin)
+{
+    *ret_base = 0;
+    *ret_nwin = 0;
+    if (m->seen_min > m->seen_max || n == 0)
+        return;
+    uint64_t span = m->seen_max - m->seen_min;
+    size_t room = n / 2 + 1024, most = 4 * n + 4096;
+    if (span >= most - room)
+        return;
+    *ret_base = m->seen_min;
+    *ret_nwin = (size_t)span + 1 + room;
+}
+
 int idmap_init(struct idmap *m, size_t n)
 {
     size_t size = 16;
     while (size < 2 * n)
         size *= 2;
+    bool fresh = false;
     if (!m->slots || size > m->mask + 1) {
         struct idmap_slot *slots = calloc(size, sizeof(*slots));
         if (!slots)
@@ -24,11 +48,32 @@ int idmap_init(struct idmap *m, size_t n)
         free(m->slots);
         m->slots = slots;
         m->mask = size - 1;
-        m->gen = 0;
+        fresh = true;
     }
-    if (++m->gen == 0) {
-        /* 2^32 passes later: clear once, and start over. */
+    uint64_t base;
+    size_t nwin;
+    choose_window(m, n, &base, &nwin);
+    if (nwin > m->win_cap) {
+        size_t cap = nwin + nwin / 4;
+        struct idmap_cell *win = calloc(cap, sizeof(*win));
+        if (!win) {
+            nwin = 0; /* the hash table alone will do */
+        } else {
+            free(m->win);
+            m->win = win;
+            m->win_cap = cap;
+            fresh = true;
+        }
+    }
+    m->base = base;
+    m->nwin = nwin;
+    m->seen_min = UINT64_MAX;
+    m->seen_max = 0;
+    if (++m->gen == 0 || fresh) {
+        /* A new array, or 2^32 passes later: clear once, and start over. */
         memset(m->slots, 0, (m->mask + 1) * sizeof(*m->slots));
+        if (m->win)
+            memset(m->win, 0, m->win_cap * sizeof(*m->win));
         m->gen = 1;
     }
     return 0;
@@ -39,6 +84,7 @@ void idmap_release(struct idmap *m)
     if (!m)
         return;
     free(m->slots);
+    free(m->win);
     memset(m, 0, sizeof(*m));
 }
 
@@ -52,6 +98,18 @@ static size_t hash(uint64_t id)
 
 int idmap_put(struct idmap *m, uint64_t id, uint32_t value)
 {
+    if (id < m->seen_min)
+        m->seen_min = id;
+    if (id > m->seen_max)
+        m->seen_max = id;
+    uint64_t off = id - m->base;
+    if (off < m->nwin) {
+        struct idmap_cell *c = &m->win[off];
+        if (c->gen == m->gen)
+            return GPO_EEXIST;
+        *c = (struct idmap_cell){value, m->gen};
+        return 0;
+    }
     for (size_t i = hash(id) & m->mask;; i = (i + 1) & m->mask) {
         struct idmap_slot *s = &m->slots[i];
         if (s->gen != m->gen) {
@@ -65,6 +123,11 @@ int idmap_put(struct idmap *m, uint64_t id, uint32_t value)
 
 uint32_t idmap_get(const struct idmap *m, uint64_t id)
 {
+    uint64_t off = id - m->base;
+    if (off < m->nwin) {
+        const struct idmap_cell *c = &m->win[off];
+        return c->gen == m->gen ? c->value : IDMAP_NONE;
+    }
     for (size_t i = hash(id) & m->mask;; i = (i + 1) & m->mask) {
         const struct idmap_slot *s = &m->slots[i];
         if (s->gen != m->gen)

@@ -222,7 +222,7 @@ static void key_heapify(struct order_key *h, size_t n)
         key_sift_down(h, n, i);
 }
 
-int order_begin(struct order *o, const struct sched_job *jobs, const uint32_t *cands, size_t n,
+int order_begin(struct order *o, const struct order_job *jobs, const uint32_t *cands, size_t n,
                 const uint8_t *lasq, order_within_fn within, void *ctx)
 {
     const struct sched_cluster *c = o->cluster;
@@ -260,7 +260,7 @@ int order_begin(struct order *o, const struct sched_job *jobs, const uint32_t *c
         }
     }
     for (size_t i = 0; i < n; i++) {
-        const struct sched_job *j = &jobs[cands[i]];
+        const struct order_job *j = &jobs[cands[i]];
         start[(size_t)rank[j->prio] * c->nteams + j->team + 1]++;
     }
     size_t nsegs = 0;
@@ -269,7 +269,7 @@ int order_begin(struct order *o, const struct sched_job *jobs, const uint32_t *c
         start[b] += start[b - 1];
     }
     for (size_t i = 0; i < n; i++) {
-        const struct sched_job *j = &jobs[cands[i]];
+        const struct order_job *j = &jobs[cands[i]];
         size_t b = (size_t)rank[j->prio] * c->nteams + j->team;
         uint32_t q = ord == SCHED_ORDER_LAS && lasq ? lasq[cands[i]] : 0;
         o->keys[start[b]++] = (struct order_key){j->submit_ms, j->id, q, cands[i]};

@@ -73,6 +73,14 @@ uint32_t order_las_queue(const struct sched_policy *policy, int64_t attained_gpu
 /* The team's dominant share over its weight, as fair share ranks it. */
 double order_team_share(const struct order *o, uint32_t team);
 
+/* What ordering reads of a pending job: a compact copy the pass makes while
+ * it reads the queue, so that ranking does not walk the queue again. */
+struct order_job {
+    uint64_t id;
+    int64_t submit_ms;
+    uint32_t team, prio;
+};
+
 /*
  * Prepares to hand out `cands` (indices into jobs) in the policy's order.
  * `lasq` gives each job's LAS queue by job index (only read under las);
@@ -81,7 +89,7 @@ double order_team_share(const struct order *o, uint32_t team);
  * only when it is handed out; teams compete through a heap whose keys are
  * refreshed as their jobs start. 0 or GPO_ENOMEM.
  */
-int order_begin(struct order *o, const struct sched_job *jobs, const uint32_t *cands, size_t n,
+int order_begin(struct order *o, const struct order_job *jobs, const uint32_t *cands, size_t n,
                 const uint8_t *lasq, order_within_fn within, void *ctx);
 
 /* The next job index, or SCHED_NONE when all have been handed out. */

@@ -173,9 +173,9 @@ int pass_alloc(struct pass *p)
         return GPO_ENOMEM;
     for (uint32_t t = 0; t < p->c->nteams; t++)
         pass_update_guar_left(p, t);
-    p->shapes_of = malloc((nq ? nq : 1) * sizeof(*p->shapes_of));
     p->jshape = malloc((nq ? nq : 1) * sizeof(*p->jshape));
-    if (!p->headroom || !p->group_starts || !p->team_starts || !p->shapes_of || !p->jshape)
+    p->ojob = malloc((nq ? nq : 1) * sizeof(*p->ojob));
+    if (!p->headroom || !p->group_starts || !p->team_starts || !p->jshape || !p->ojob)
         return GPO_ENOMEM;
     int err = view_clone(&p->pristine, &p->view);
     if (err)
@@ -286,6 +286,8 @@ void pass_free(struct pass *p)
     free(p->free0);
     free(p->shapes_of);
     free(p->jshape);
+    free(p->ojob);
+    free(p->skeys);
     free(p->shape_allowed);
     free(p->shape_eligible);
     free(p->shape_headroom);

@@ -59,6 +59,9 @@ struct jshape {
     /* hot: read for every job of the shape (the first cache line) */
     uint64_t hash;  /* of key */
     uint32_t first; /* queue index of the first job of this shape */
+    uint32_t best;  /* and of its earliest (submit time, then id): */
+    int64_t best_submit_ms;
+    uint64_t best_id;
     uint32_t team;
     uint32_t allowed_stamp; /* compute_allowed's answer, while team_starts + 1 matches; 0: none */
     uint32_t nallowed, neligible;
@@ -77,7 +80,19 @@ struct jshape {
     bool within; /* within_guarantee's answer, likewise */
     uint32_t within_stamp;
     uint64_t reserve_fail_version; /* backfill found no time for it (version + 1; 0: no) */
-    struct sched_job key;          /* the request, with id, submit and labels zeroed */
+    uint8_t swept;                 /* bit k: sweep[k] is made (k = 1: a candidate) */
+    struct sched_wait sweep[2];    /* the wait of its jobs the ordered loop did not reach */
+};
+
+/* The request part of a job, packed (no padding: compared and hashed as
+ * words): what validation, the fit checks and placement look at. Not: id,
+ * submit time, labels, checkpointing, which never change where or whether a
+ * job fits. */
+struct shape_key {
+    uint32_t team, prio, pool, gpu_type;
+    int32_t gpus, gpu_milli, cpus;
+    uint32_t multi_node;
+    int64_t gpu_mem_mib, min_gpu_mem_mib, mem_mib, time_limit_ms;
 };
 
 struct pass {
@@ -122,7 +137,10 @@ struct pass {
     uint32_t nfree0;
     struct jshape *shapes_of; /* distinct requests */
     uint32_t nshapes;
-    uint32_t *jshape; /* per pending job: its shape */
+    size_t shapes_cap, skeys_cap; /* of shapes_of and skeys, which grow with the shapes */
+    uint32_t *jshape;             /* per pending job: its shape */
+    struct order_job *ojob;       /* per pending job: id, submit, team, class (read once) */
+    struct shape_key *skeys;      /* per shape: its request */
     /* per shape x group, for compute_allowed's cache (NULL: too many to keep) */
     bool *shape_allowed, *shape_eligible;
     int64_t *shape_headroom;

@@ -170,6 +170,98 @@ static int carry_claims(struct pass *p, uint32_t *ready, size_t *ret_nready)
     return 0;
 }
 
+/* Job i as the first of its (team, class, pool) so far, if it comes before
+ * the one there (less-served LAS queue, then submit time, then id). */
+static void keep_first(const struct pass *p, uint32_t *first, uint32_t i)
+{
+    const struct sched_cluster *c = p->c;
+    const struct order_job *j = &p->ojob[i];
+    uint32_t pool = p->skeys[p->jshape[i]].pool;
+    size_t k = ((size_t)j->team * c->nclasses + j->prio) * (c->npools + 1) +
+               (pool == SCHED_ANY ? c->npools : pool);
+    uint32_t f = first[k];
+    const struct order_job *fj = f == SCHED_NONE ? NULL : &p->ojob[f];
+    bool before = !fj || (p->lasq && p->lasq[i] != p->lasq[f] ? p->lasq[i] < p->lasq[f]
+                          : j->submit_ms != fj->submit_ms     ? j->submit_ms < fj->submit_ms
+                                                              : j->id < fj->id);
+    if (before)
+        first[k] = i;
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/*
+ * Jobs that cannot fit the free capacity now and cannot preempt cannot start
+ * in this pass, whatever their rank; only the first such job of each (team,
+ * class, pool) is still ranked, since it may be the one that earns a pool's
+ * reservation. Adds those to cands[0, *ret_ncands), which stays in queue order.
+ *
+ * Outside LAS the first of a shape is its earliest job (shape_find found it),
+ * so the firsts come from the shapes; LAS, or a shape whose earliest job is a
+ * preemptor already decided, takes the way over every job.
+ */
+static int add_firsts(struct pass *p, uint32_t *cands, size_t *ret_ncands)
+{
+    const struct sched_cluster *c = p->c;
+    size_t nq = p->q->njobs, ncands = *ret_ncands;
+    size_t nkey = (size_t)c->nteams * c->nclasses * (c->npools + 1);
+    uint32_t *first = nkey <= (1u << 20) ? malloc(nkey * sizeof(*first)) : NULL;
+    if (!first) {
+        /* Too many keys to keep: every job is ranked. */
+        ncands = 0;
+        for (size_t i = 0; i < nq; i++) {
+            if (!(p->jflag[i] & J_DONE)) {
+                p->jflag[i] |= J_CAND;
+                cands[ncands++] = (uint32_t)i;
+            }
+        }
+        *ret_ncands = ncands;
+        return 0;
+    }
+    for (size_t k = 0; k < nkey; k++)
+        first[k] = SCHED_NONE;
+    bool per_job = p->lasq != NULL;
+    for (uint32_t s = 0; s < p->nshapes && !per_job; s++) {
+        const struct jshape *sh = &p->shapes_of[s];
+        if (!sh->valid || sh->fit0 || sh->pot)
+            continue;
+        if (p->jflag[sh->best] & J_DONE)
+            per_job = true;
+        else
+            keep_first(p, first, sh->best);
+    }
+    if (per_job) {
+        for (size_t k = 0; k < nkey; k++)
+            first[k] = SCHED_NONE;
+        for (size_t i = 0; i < nq; i++) {
+            if (!(p->jflag[i] & (J_DONE | J_CAND)))
+                keep_first(p, first, (uint32_t)i);
+        }
+    }
+    size_t nf = 0;
+    for (size_t k = 0; k < nkey; k++) {
+        if (first[k] != SCHED_NONE) {
+            p->jflag[first[k]] |= J_CAND;
+            first[nf++] = first[k];
+        }
+    }
+    qsort(first, nf, sizeof(*first), cmp_u32);
+    /* Merge from the back: the two lists hold different jobs. */
+    for (size_t a = ncands, b = nf, w = ncands + nf; b > 0;) {
+        if (a > 0 && cands[a - 1] > first[b - 1])
+            cands[--w] = cands[--a];
+        else
+            cands[--w] = first[--b];
+    }
+    *ret_ncands = ncands + nf;
+    free(first);
+    return 0;
+}
+
 static int check_args(const struct sched_cluster *c, const struct sched_queue *q,
                       const struct sched_running_set *run, const struct sched_policy *pol,
                       const struct sched_state *st, int64_t now)
@@ -251,67 +343,48 @@ static int run_pass(struct pass *p)
             goto out;
         }
     }
+    /* Each request once, on its shape's first job; then each job takes its
+     * shape's answer. Jobs that fit the free capacity now, or may preempt,
+     * are candidates of the ordered loop. */
+    for (uint32_t s = 0; s < p->nshapes; s++) {
+        struct jshape *sh = &p->shapes_of[s];
+        sh->valid = shape_validate(p, sh->first);
+        sh->fit0 = (p->jflag[sh->first] & J_FIT0) != 0;
+        sh->pot = sh->valid && p->pol->preemption && evict_may_preempt(p, &q->jobs[sh->first]);
+    }
     for (size_t i = 0; i < nq; i++) {
-        struct jshape *sh = &p->shapes_of[p->jshape[i]];
-        if (sh->first == i) {
-            sh->valid = shape_validate(p, (uint32_t)i);
-            sh->fit0 = (p->jflag[i] & J_FIT0) != 0;
-            sh->pot = sh->valid && p->pol->preemption && evict_may_preempt(p, &q->jobs[i]);
-        } else if (!sh->valid) {
-            p->jwait[i] = p->jwait[sh->first];
-            p->jwait[i].job = q->jobs[i].id;
-            p->jflag[i] |= J_DONE;
-        } else if (sh->fit0) {
-            p->jflag[i] |= J_FIT0;
-        }
-        if (!sh->valid)
+        const struct jshape *sh = &p->shapes_of[p->jshape[i]];
+        if (!sh->valid) {
+            if (sh->first != i) {
+                p->jwait[i] = p->jwait[sh->first];
+                p->jwait[i].job = p->ojob[i].id;
+                p->jflag[i] |= J_DONE;
+            }
             continue;
+        }
+        if (sh->fit0 || sh->pot) {
+            p->jflag[i] |= (uint8_t)((sh->fit0 ? J_FIT0 : 0) | (sh->pot ? J_POT : 0) | J_CAND);
+            cands[ncands++] = (uint32_t)i;
+        }
         if (p->lasq) {
             const struct sched_attained *a =
-                state_find_attained(p->attained, p->nattained, q->jobs[i].id);
+                state_find_attained(p->attained, p->nattained, p->ojob[i].id);
             p->lasq[i] = (uint8_t)order_las_queue(p->pol, a ? a->gpu_ms : 0);
         }
     }
     if ((err = carry_claims(p, ready, &nready)))
         goto out;
-    /* Jobs that cannot fit the free capacity now and cannot preempt cannot start in this
-     * pass, whatever their rank; only the first such job of each (team, class, pool) is
-     * still ranked, since it may be the one that earns a pool's reservation. */
-    size_t nkey = (size_t)p->c->nteams * p->c->nclasses * (p->c->npools + 1);
-    uint32_t *first = nkey <= (1u << 20) ? malloc(nkey * sizeof(*first)) : NULL;
-    if (first) {
-        for (size_t k = 0; k < nkey; k++)
-            first[k] = SCHED_NONE;
-    }
-    for (size_t i = 0; i < nq; i++) {
-        const struct sched_job *j = &q->jobs[i];
-        if (p->jflag[i] & J_DONE)
-            continue;
-        if (p->shapes_of[p->jshape[i]].pot)
-            p->jflag[i] |= J_POT;
-        if ((p->jflag[i] & (J_FIT0 | J_POT)) || !first) {
-            p->jflag[i] |= J_CAND;
-            continue;
+    if (p->nclaims) {
+        /* Preemptors still waiting for their victims are decided already. */
+        size_t n = 0;
+        for (size_t k = 0; k < ncands; k++) {
+            if (!(p->jflag[cands[k]] & J_DONE))
+                cands[n++] = cands[k];
         }
-        size_t k = ((size_t)j->team * p->c->nclasses + j->prio) * (p->c->npools + 1) +
-                   (j->pool == SCHED_ANY ? p->c->npools : j->pool);
-        uint32_t f = first[k];
-        const struct sched_job *fj = f == SCHED_NONE ? NULL : &q->jobs[f];
-        bool before = !fj || (p->lasq && p->lasq[i] != p->lasq[f] ? p->lasq[i] < p->lasq[f]
-                              : j->submit_ms != fj->submit_ms     ? j->submit_ms < fj->submit_ms
-                                                                  : j->id < fj->id);
-        if (before)
-            first[k] = (uint32_t)i;
+        ncands = n;
     }
-    for (size_t k = 0; first && k < nkey; k++) {
-        if (first[k] != SCHED_NONE)
-            p->jflag[first[k]] |= J_CAND;
-    }
-    free(first);
-    for (size_t i = 0; i < nq; i++) {
-        if ((p->jflag[i] & J_CAND) && !(p->jflag[i] & J_DONE))
-            cands[ncands++] = (uint32_t)i;
-    }
+    if ((err = add_firsts(p, cands, &ncands)))
+        goto out;
 
     /* Preemptors whose victims have left go first: the room is theirs. */
     for (size_t k = 0; k < nready; k++) {
@@ -322,7 +395,7 @@ static int run_pass(struct pass *p)
         if ((err = admit_job(p, i)))
             goto out;
     }
-    if ((err = order_begin(&p->order, q->jobs, cands, ncands, p->lasq, admit_within_guarantee, p)))
+    if ((err = order_begin(&p->order, p->ojob, cands, ncands, p->lasq, admit_within_guarantee, p)))
         goto out;
     /* Rank candidates one at a time; now and then, ask whether what is left
      * is frozen (see shape_inert), and if so settle it in one sweep: on a full

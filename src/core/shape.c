@@ -7,61 +7,82 @@
 #include "core/vec.h"
 #include "util/banned.h"
 
-static uint64_t mix(uint64_t h, uint64_t v)
+_Static_assert(sizeof(struct shape_key) == 8 * sizeof(uint64_t),
+               "struct shape_key has padding: hashing it word by word would read garbage");
+
+static struct shape_key key_of(const struct sched_job *j)
 {
-    return (h ^ v) * 0x100000001b3ULL;
+    return (struct shape_key){.team = j->team,
+                              .prio = j->prio,
+                              .pool = j->pool,
+                              .gpu_type = j->gpu_type,
+                              .gpus = j->gpus,
+                              .gpu_milli = j->gpu_milli,
+                              .cpus = j->cpus,
+                              .multi_node = j->multi_node,
+                              .gpu_mem_mib = j->gpu_mem_mib,
+                              .min_gpu_mem_mib = j->min_gpu_mem_mib,
+                              .mem_mib = j->mem_mib,
+                              .time_limit_ms = j->time_limit_ms};
 }
 
-/* Hash of the request part of a job: the fields shape_same compares. */
-static uint64_t shape_hash(const struct sched_job *j)
+/* The key as eight words (memcpy: no aliasing trouble; it compiles to loads). */
+static void key_words(const struct shape_key *k, uint64_t w[8])
 {
-    uint64_t h = 0xcbf29ce484222325ULL;
-    h = mix(h, (uint64_t)j->team << 32 | j->prio);
-    h = mix(h, (uint64_t)j->pool << 32 | j->gpu_type);
-    h = mix(h, (uint64_t)(uint32_t)j->gpus << 32 | (uint32_t)j->gpu_milli);
-    h = mix(h, (uint64_t)j->gpu_mem_mib);
-    h = mix(h, (uint64_t)j->min_gpu_mem_mib);
-    h = mix(h, (uint64_t)(uint32_t)j->cpus << 1 | j->multi_node);
-    h = mix(h, (uint64_t)j->mem_mib);
-    h = mix(h, (uint64_t)j->time_limit_ms);
-    return h ^ h >> 29;
+    memcpy(w, k, sizeof(*k));
 }
 
-/* Do two jobs ask for the same thing? (Not: id, submit time, labels,
- * checkpointing: those never change where or whether a job fits.) */
-static bool shape_same(const struct sched_job *a, const struct sched_job *b)
+/* Each word multiplied by its own odd constant, the products summed: the
+ * multiplies do not wait for one another. Then one final mix. */
+static uint64_t key_hash(const uint64_t w[8])
 {
-    return a->team == b->team && a->prio == b->prio && a->pool == b->pool &&
-           a->gpu_type == b->gpu_type && a->gpus == b->gpus && a->gpu_milli == b->gpu_milli &&
-           a->gpu_mem_mib == b->gpu_mem_mib && a->min_gpu_mem_mib == b->min_gpu_mem_mib &&
-           a->cpus == b->cpus && a->mem_mib == b->mem_mib && a->multi_node == b->multi_node &&
-           a->time_limit_ms == b->time_limit_ms;
+    uint64_t h = w[0] * 0x9e3779b97f4a7c15ULL + w[1] * 0xc2b2ae3d27d4eb4fULL +
+                 w[2] * 0x165667b19e3779f9ULL + w[3] * 0xd6e8feb86659fd93ULL +
+                 w[4] * 0xff51afd7ed558ccdULL + w[5] * 0xc4ceb9fe1a85ec53ULL +
+                 w[6] * 0x94d049bb133111ebULL + w[7] * 0xbf58476d1ce4e5b9ULL;
+    h ^= h >> 32;
+    h *= 0xd6e8feb86659fd93ULL;
+    return h ^ h >> 32;
 }
 
-/* The request part of a job: what validation, the fit checks and placement look at. */
-static struct sched_job shape_key(const struct sched_job *j)
+static bool key_same(const uint64_t a[8], const uint64_t b[8])
 {
-    struct sched_job k = *j;
-    k.id = 0;
-    k.submit_ms = 0;
-    k.project = k.model = 0;
-    k.checkpointable = false;
-    return k;
+    uint64_t d = 0;
+    for (int k = 0; k < 8; k++)
+        d |= a[k] ^ b[k];
+    return d == 0;
 }
 
-/* One pass over the queue: each job's id goes into the id map (a second
- * occurrence is an error of the call), and each job gets its shape
- * (p->jshape), one per distinct request. The shape table grows with the
- * shapes, not the queue, so it stays in cache. */
+/* A slot of the shape table: the hash's upper half (a cheap first check)
+ * and the shape. */
+struct slot {
+    uint32_t tag;
+    uint32_t shape;
+};
+
+static struct slot *table_new(size_t size)
+{
+    struct slot *t = malloc(size * sizeof(*t));
+    for (size_t k = 0; t && k < size; k++)
+        t[k] = (struct slot){0, SCHED_NONE};
+    return t;
+}
+
+/*
+ * The one pass over the queue. Each job's id goes into the id map (a second
+ * occurrence is an error of the call); each job gets its shape (p->jshape),
+ * one per distinct request, and its compact copy for ordering (p->ojob); each
+ * shape learns its earliest job. The shape table and keys grow with the
+ * shapes, not the queue, so they stay in cache; later steps read p->jshape
+ * and p->ojob, not the queue.
+ */
 int shape_find(struct pass *p)
 {
     size_t nq = p->q->njobs, size = 1024;
     uint32_t maxg = 1;
-    uint32_t *table = malloc(size * sizeof(*table));
+    struct slot *table = table_new(size);
     if (!table)
         return GPO_ENOMEM;
-    for (size_t k = 0; k < size; k++)
-        table[k] = SCHED_NONE;
     p->nshapes = 0;
     for (size_t i = 0; i < nq; i++) {
         const struct sched_job *j = &p->q->jobs[i];
@@ -69,46 +90,67 @@ int shape_find(struct pass *p)
             free(table);
             return GPO_EINVAL;
         }
-        uint64_t hash = shape_hash(j);
-        uint32_t s_before = p->nshapes;
-        for (size_t h = hash & (size - 1);; h = (h + 1) & (size - 1)) {
-            uint32_t s = table[h];
-            if (s == SCHED_NONE) {
-                s = p->nshapes++;
-                memset(&p->shapes_of[s], 0, sizeof(p->shapes_of[s]));
-                p->shapes_of[s].key = shape_key(j);
-                p->shapes_of[s].hash = hash;
-                p->shapes_of[s].team = j->team;
-                p->shapes_of[s].first = (uint32_t)i;
-                table[h] = s;
-                p->jshape[i] = s;
+        p->ojob[i] = (struct order_job){j->id, j->submit_ms, j->team, j->prio};
+        struct shape_key key = key_of(j);
+        uint64_t w[8];
+        key_words(&key, w);
+        uint64_t hash = key_hash(w);
+        uint32_t tag = (uint32_t)(hash >> 32), s;
+        size_t h = hash & (size - 1);
+        for (;; h = (h + 1) & (size - 1)) {
+            s = table[h].shape;
+            if (s == SCHED_NONE)
                 break;
-            }
-            if (p->shapes_of[s].hash == hash && shape_same(&p->shapes_of[s].key, j)) {
-                p->jshape[i] = s;
+            uint64_t kw[8];
+            key_words(&p->skeys[s], kw);
+            if (table[h].tag == tag && key_same(kw, w))
                 break;
+        }
+        p->jshape[i] = s;
+        if (s != SCHED_NONE) {
+            struct jshape *sh = &p->shapes_of[s];
+            if (j->submit_ms < sh->best_submit_ms ||
+                (j->submit_ms == sh->best_submit_ms && j->id < sh->best_id)) {
+                sh->best = (uint32_t)i;
+                sh->best_submit_ms = j->submit_ms;
+                sh->best_id = j->id;
             }
+            continue;
         }
-        if (p->nshapes == s_before + 1) {
-            int32_t g = j->gpus; /* a new shape: the placement scratch must hold it */
-            if (g > 0 && (uint32_t)g > maxg && g <= (int32_t)SCHED_MAX_GPUS_PER_NODE * 1024)
-                maxg = (uint32_t)g;
+        /* A new shape. */
+        if (vec_grow((void **)&p->shapes_of, &p->shapes_cap, p->nshapes + 1,
+                     sizeof(*p->shapes_of)) ||
+            vec_grow((void **)&p->skeys, &p->skeys_cap, p->nshapes + 1, sizeof(*p->skeys))) {
+            free(table);
+            return GPO_ENOMEM;
         }
+        s = p->nshapes++;
+        p->jshape[i] = s;
+        table[h] = (struct slot){tag, s};
+        p->skeys[s] = key;
+        struct jshape *sh = &p->shapes_of[s];
+        memset(sh, 0, sizeof(*sh));
+        sh->hash = hash;
+        sh->team = j->team;
+        sh->first = sh->best = (uint32_t)i;
+        sh->best_submit_ms = j->submit_ms;
+        sh->best_id = j->id;
+        int32_t g = j->gpus; /* the placement scratch must hold it */
+        if (g > 0 && (uint32_t)g > maxg && g <= (int32_t)SCHED_MAX_GPUS_PER_NODE * 1024)
+            maxg = (uint32_t)g;
         if (2 * p->nshapes > size) {
             /* Keep the table at most half full: double it and re-insert. */
-            uint32_t *bigger = malloc(2 * size * sizeof(*bigger));
+            struct slot *bigger = table_new(2 * size);
             if (!bigger) {
                 free(table);
                 return GPO_ENOMEM;
             }
             size *= 2;
-            for (size_t k = 0; k < size; k++)
-                bigger[k] = SCHED_NONE;
-            for (uint32_t s = 0; s < p->nshapes; s++) {
-                size_t h = p->shapes_of[s].hash & (size - 1);
-                while (bigger[h] != SCHED_NONE)
-                    h = (h + 1) & (size - 1);
-                bigger[h] = s;
+            for (uint32_t t = 0; t < p->nshapes; t++) {
+                size_t b = p->shapes_of[t].hash & (size - 1);
+                while (bigger[b].shape != SCHED_NONE)
+                    b = (b + 1) & (size - 1);
+                bigger[b] = (struct slot){(uint32_t)(p->shapes_of[t].hash >> 32), t};
             }
             free(table);
             table = bigger;

@@ -78,14 +78,18 @@ static size_t order_ids(struct fx *fx, int64_t now, bool note_starts, uint64_t *
     size_t n = fx->nqueue;
     uint32_t *cands = calloc(n + 1, sizeof(*cands));
     uint8_t *lasq = calloc(n + 1, 1);
+    struct order_job *oj = calloc(n + 1, sizeof(*oj));
     assert_non_null(cands);
     assert_non_null(lasq);
+    assert_non_null(oj);
     for (size_t i = 0; i < n; i++) {
         cands[i] = (uint32_t)i;
+        const struct sched_job *j = &fx->queue[i];
+        oj[i] = (struct order_job){j->id, j->submit_ms, j->team, j->prio};
         lasq[i] =
             (uint8_t)order_las_queue(&fx->pol, sched_state_attained(&fx->st, fx->queue[i].id));
     }
-    assert_int_equal(order_begin(&o, fx->queue, cands, n, lasq, NULL, NULL), 0);
+    assert_int_equal(order_begin(&o, oj, cands, n, lasq, NULL, NULL), 0);
     size_t k = 0;
     for (uint32_t i; (i = order_next(&o)) != SCHED_NONE;) {
         assert_true(k < max);
@@ -98,6 +102,7 @@ static size_t order_ids(struct fx *fx, int64_t now, bool note_starts, uint64_t *
     view_release(&v);
     free(cands);
     free(lasq);
+    free(oj);
     return k;
 }
 
