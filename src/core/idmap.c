@@ -25,7 +25,7 @@ static void choose_window(const struct idmap *m, size_t n, uint64_t *ret_base, s
 {
     *ret_base = 0;
     *ret_nwin = 0;
-    if (m->seen_min > m->seen_max || n == 0)
+    if (!m->seen || n == 0)
         return;
     uint64_t span = m->seen_max - m->seen_min;
     size_t room = n / 2 + 1024, most = 4 * n + 4096;
@@ -69,6 +69,7 @@ int idmap_init(struct idmap *m, size_t n)
     m->nwin = nwin;
     m->seen_min = UINT64_MAX;
     m->seen_max = 0;
+    m->seen = false;
     if (++m->gen == 0 || fresh) {
         /* A new array, or 2^32 passes later: clear once, and start over. */
         memset(m->slots, 0, (m->mask + 1) * sizeof(*m->slots));
@@ -102,6 +103,7 @@ int idmap_put(struct idmap *m, uint64_t id, uint32_t value)
         m->seen_min = id;
     if (id > m->seen_max)
         m->seen_max = id;
+    m->seen = true;
     uint64_t off = id - m->base;
     if (off < m->nwin) {
         struct idmap_cell *c = &m->win[off];

@@ -16,6 +16,7 @@
 #ifndef GPUORCH_CORE_IDMAP_H
 #define GPUORCH_CORE_IDMAP_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -32,7 +33,8 @@ struct idmap {
     struct idmap_cell *win;   /* the window: id base + k is cell k */
     uint64_t base;
     size_t nwin, win_cap;
-    uint64_t seen_min, seen_max; /* ids put since the last init */
+    uint64_t seen_min, seen_max; /* ids put since the last init, */
+    bool seen;                   /* if any */
 };
 
 /* Empties the map, with room for `n` ids; keeps the memory it has when that
