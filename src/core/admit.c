@@ -59,7 +59,8 @@ static int sort_releases(struct pass *p)
     size_t done = p->nrel_sorted, n = p->nrel;
     if (done == n)
         return 0;
-    backfill_sort(p->rel + done, n - done);
+    if (backfill_sort(p->rel + done, n - done))
+        return GPO_ENOMEM;
     if (done) {
         struct backfill_release *tmp = malloc(n * sizeof(*tmp));
         if (!tmp)
@@ -342,7 +343,7 @@ static struct sched_wait unranked_wait(struct pass *p, uint32_t i)
 /* Everything above depends on the job's shape and on whether it was a
  * candidate, and nothing changes once the ordered loop is over: each shape's
  * two answers are worked out once, and each job gets a copy with its id. */
-struct sched_wait admit_unranked_wait(struct pass *p, uint32_t i)
+const struct sched_wait *admit_unranked_wait(struct pass *p, uint32_t i)
 {
     struct jshape *sh = &p->shapes_of[p->jshape[i]];
     unsigned k = (p->jflag[i] & J_CAND) ? 1 : 0;
@@ -350,9 +351,7 @@ struct sched_wait admit_unranked_wait(struct pass *p, uint32_t i)
         sh->sweep[k] = unranked_wait(p, i);
         sh->swept |= (uint8_t)(1u << k);
     }
-    struct sched_wait w = sh->sweep[k];
-    w.job = p->ojob[i].id;
-    return w;
+    return &sh->sweep[k];
 }
 
 /* order_within_fn: does pending job i fit within its team's guarantee in

@@ -16,9 +16,10 @@ int admit_job(struct pass *p, uint32_t i);
 /* Are all shapes with jobs still to rank inert (their rank cannot matter)? */
 bool admit_frozen(struct pass *p, const uint32_t *cshapes, size_t ncshapes);
 
-/* The wait of a job the ordered loop did not reach. Only once that loop is
- * over: the answer is kept per shape for the rest of the pass. */
-struct sched_wait admit_unranked_wait(struct pass *p, uint32_t i);
+/* The wait of a job the ordered loop did not reach, but for the job id (the
+ * caller's to set). Only once that loop is over: the answer is kept per shape
+ * for the rest of the pass. */
+const struct sched_wait *admit_unranked_wait(struct pass *p, uint32_t i);
 
 /* order_within_fn: does pending job i fit its team's guarantee somewhere? */
 bool admit_within_guarantee(void *ctx, uint32_t i);

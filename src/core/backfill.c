@@ -3,19 +3,19 @@
 
 #include "core/backfill.h"
 #include "core/err.h"
+#include "core/sort.h"
 #include "util/banned.h"
 
-static int cmp_release(const void *a, const void *b)
+static bool release_before(const struct backfill_release *x, const struct backfill_release *y)
 {
-    const struct backfill_release *x = a, *y = b;
-    if (x->end_ms != y->end_ms)
-        return x->end_ms < y->end_ms ? -1 : 1;
-    return (x->job > y->job) - (x->job < y->job);
+    return x->end_ms != y->end_ms ? x->end_ms < y->end_ms : x->job < y->job;
 }
 
-void backfill_sort(struct backfill_release *rel, size_t n)
+SORT_DEFINE(sort_releases, struct backfill_release, release_before)
+
+int backfill_sort(struct backfill_release *rel, size_t n)
 {
-    qsort(rel, n, sizeof(*rel), cmp_release);
+    return sort_releases(rel, n);
 }
 
 /* Whole GPUs on node n that count toward a gang of `job` in `view`. */

@@ -23,8 +23,8 @@ struct backfill_release {
     const struct sched_alloc *alloc; /* borrowed */
 };
 
-/* Sorts releases by end, ties by job id. */
-void backfill_sort(struct backfill_release *rel, size_t n);
+/* Sorts releases by end, ties by job id. 0 or GPO_ENOMEM (unchanged). */
+int backfill_sort(struct backfill_release *rel, size_t n);
 
 /*
  * Finds the earliest time, at or after `now_ms`, when `job` fits in the groups

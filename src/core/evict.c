@@ -179,7 +179,8 @@ int evict_try(struct pass *p, uint32_t i, int64_t end)
             p->pcand[k] = (struct preempt_cand){(uint32_t)k, p->run->jobs[k].job->id,
                                                 preempt_lost_gpu_ms(&p->run->jobs[k], p->now)};
         }
-        preempt_sort(p->pcand, p->run->njobs);
+        if (preempt_sort(p->pcand, p->run->njobs))
+            return GPO_ENOMEM;
         p->npcand = p->run->njobs;
         p->pcand_ready = true;
     }

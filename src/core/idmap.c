@@ -40,7 +40,6 @@ int idmap_init(struct idmap *m, size_t n)
     size_t size = 16;
     while (size < 2 * n)
         size *= 2;
-    bool fresh = false;
     if (!m->slots || size > m->mask + 1) {
         struct idmap_slot *slots = calloc(size, sizeof(*slots));
         if (!slots)
@@ -48,7 +47,6 @@ int idmap_init(struct idmap *m, size_t n)
         free(m->slots);
         m->slots = slots;
         m->mask = size - 1;
-        fresh = true;
     }
     uint64_t base;
     size_t nwin;
@@ -62,7 +60,6 @@ int idmap_init(struct idmap *m, size_t n)
             free(m->win);
             m->win = win;
             m->win_cap = cap;
-            fresh = true;
         }
     }
     m->base = base;
@@ -70,8 +67,9 @@ int idmap_init(struct idmap *m, size_t n)
     m->seen_min = UINT64_MAX;
     m->seen_max = 0;
     m->seen = false;
-    if (++m->gen == 0 || fresh) {
-        /* A new array, or 2^32 passes later: clear once, and start over. */
+    /* New arrays come zeroed (generation 0, never current): only after 2^32
+     * passes must the old stamps be cleared. */
+    if (++m->gen == 0) {
         memset(m->slots, 0, (m->mask + 1) * sizeof(*m->slots));
         if (m->win)
             memset(m->win, 0, m->win_cap * sizeof(*m->win));

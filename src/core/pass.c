@@ -173,6 +173,13 @@ int pass_alloc(struct pass *p)
         return GPO_ENOMEM;
     for (uint32_t t = 0; t < p->c->nteams; t++)
         pass_update_guar_left(p, t);
+    if (!p->res->scratch && !(p->res->scratch = calloc(1, sizeof(*p->res->scratch))))
+        return GPO_ENOMEM;
+    p->shapes_of = p->res->scratch->shapes;
+    p->shapes_cap = p->res->scratch->shapes_cap;
+    p->skeys = p->res->scratch->skeys;
+    p->skeys_cap = p->res->scratch->skeys_cap;
+    p->scratch_taken = true;
     p->jshape = malloc((nq ? nq : 1) * sizeof(*p->jshape));
     p->ojob = malloc((nq ? nq : 1) * sizeof(*p->ojob));
     if (!p->headroom || !p->group_starts || !p->team_starts || !p->jshape || !p->ojob)
@@ -284,10 +291,15 @@ void pass_free(struct pass *p)
     free(p->group_starts);
     free(p->team_starts);
     free(p->free0);
-    free(p->shapes_of);
+    if (p->scratch_taken) {
+        /* Kept for the next pass (vec_grow leaves them valid even when it fails). */
+        p->res->scratch->shapes = p->shapes_of;
+        p->res->scratch->shapes_cap = p->shapes_cap;
+        p->res->scratch->skeys = p->skeys;
+        p->res->scratch->skeys_cap = p->skeys_cap;
+    }
     free(p->jshape);
     free(p->ojob);
-    free(p->skeys);
     free(p->shape_allowed);
     free(p->shape_eligible);
     free(p->shape_headroom);

@@ -95,6 +95,14 @@ struct shape_key {
     int64_t gpu_mem_mib, min_gpu_mem_mib, mem_mib, time_limit_ms;
 };
 
+/* What a pass keeps in the result for the next one: arrays that grow with
+ * the shapes, so that a pass does not regrow them from nothing. */
+struct sched_scratch {
+    struct jshape *shapes;
+    struct shape_key *skeys;
+    size_t shapes_cap, skeys_cap;
+};
+
 struct pass {
     const struct sched_cluster *c;
     const struct sched_queue *q;
@@ -138,6 +146,7 @@ struct pass {
     struct jshape *shapes_of; /* distinct requests */
     uint32_t nshapes;
     size_t shapes_cap, skeys_cap; /* of shapes_of and skeys, which grow with the shapes */
+    bool scratch_taken;           /* shapes_of and skeys came from res->scratch */
     uint32_t *jshape;             /* per pending job: its shape */
     struct order_job *ojob;       /* per pending job: id, submit, team, class (read once) */
     struct shape_key *skeys;      /* per shape: its request */

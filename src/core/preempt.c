@@ -3,6 +3,7 @@
 
 #include "core/err.h"
 #include "core/preempt.h"
+#include "core/sort.h"
 #include "util/banned.h"
 
 int64_t preempt_lost_gpu_ms(const struct sched_running *run, int64_t now_ms)
@@ -19,17 +20,16 @@ int64_t preempt_lost_gpu_ms(const struct sched_running *run, int64_t now_ms)
     return span / SCHED_MILLI * milli + span % SCHED_MILLI * milli / SCHED_MILLI;
 }
 
-static int cmp_cand(const void *a, const void *b)
+static bool cand_before(const struct preempt_cand *x, const struct preempt_cand *y)
 {
-    const struct preempt_cand *x = a, *y = b;
-    if (x->lost_gpu_ms != y->lost_gpu_ms)
-        return x->lost_gpu_ms < y->lost_gpu_ms ? -1 : 1;
-    return (x->job > y->job) - (x->job < y->job);
+    return x->lost_gpu_ms != y->lost_gpu_ms ? x->lost_gpu_ms < y->lost_gpu_ms : x->job < y->job;
 }
 
-void preempt_sort(struct preempt_cand *cands, size_t n)
+SORT_DEFINE(sort_cands, struct preempt_cand, cand_before)
+
+int preempt_sort(struct preempt_cand *cands, size_t n)
 {
-    qsort(cands, n, sizeof(*cands), cmp_cand);
+    return sort_cands(cands, n);
 }
 
 static bool uses_node(const struct sched_alloc *a, const struct view_place *p)

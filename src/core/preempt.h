@@ -27,8 +27,9 @@ struct preempt_cand {
 /* Work lost by evicting `run` at `now_ms`, in GPU-ms. */
 int64_t preempt_lost_gpu_ms(const struct sched_running *run, int64_t now_ms);
 
-/* Sorts candidates: least work lost first, then lower job id. */
-void preempt_sort(struct preempt_cand *cands, size_t n);
+/* Sorts candidates: least work lost first, then lower job id. 0 or
+ * GPO_ENOMEM (unchanged). */
+int preempt_sort(struct preempt_cand *cands, size_t n);
 
 /* Hands out the evictable candidates for the job being planned, least work
  * lost first: writes the next one to *ret and returns true, or returns false

@@ -13,6 +13,7 @@
 #include "core/quota.h"
 #include "core/sched.h"
 #include "core/shape.h"
+#include "core/sort.h"
 #include "core/vec.h"
 #include "core/view.h"
 #include "util/banned.h"
@@ -31,6 +32,11 @@ void sched_result_release(struct sched_result *result)
         return;
     idmap_release(result->ids);
     free(result->ids);
+    if (result->scratch) {
+        free(result->scratch->shapes);
+        free(result->scratch->skeys);
+        free(result->scratch);
+    }
     pass_arena_reset(result);
     free(result->arena);
     free(result->starts);
@@ -48,6 +54,13 @@ static void result_clear(struct sched_result *r)
     r->novercommitted = 0;
     r->decisions = 0;
 }
+
+static bool attained_before(const struct sched_attained *x, const struct sched_attained *y)
+{
+    return x->job < y->job;
+}
+
+SORT_DEFINE(sort_attained, struct sched_attained, attained_before)
 
 /* Attained service at `now`: the state's, plus what running jobs got since
  * the last pass; kept for jobs still queued or running. Sorted by job. */
@@ -75,7 +88,8 @@ static int compute_attained(struct pass *p)
         int64_t add = span / SCHED_MILLI * milli + span % SCHED_MILLI * milli / SCHED_MILLI;
         p->attained[n++] = (struct sched_attained){run->job->id, (old ? old->gpu_ms : 0) + add};
     }
-    qsort(p->attained, n, sizeof(*p->attained), state_cmp_attained);
+    if (sort_attained(p->attained, n))
+        return GPO_ENOMEM;
     p->nattained = n;
     return 0;
 }
@@ -437,7 +451,8 @@ static int run_pass(struct pass *p)
         if (p->jflag[i] & J_STARTED)
             continue;
         if (!(p->jflag[i] & J_DONE)) {
-            r->waits[r->nwaits] = admit_unranked_wait(p, (uint32_t)i);
+            r->waits[r->nwaits] = *admit_unranked_wait(p, (uint32_t)i);
+            r->waits[r->nwaits].job = p->ojob[i].id;
             r->decisions++;
         } else if (r->nwaits != i) {
             r->waits[r->nwaits] = r->waits[i];

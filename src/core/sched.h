@@ -57,6 +57,7 @@ struct sched_reserve {
 
 struct sched_arena_chunk;
 struct idmap;
+struct sched_scratch;
 
 /* Everything one pass decided. Initialise with sched_result_init; each pass
  * overwrites it (reusing its memory); release with sched_result_release. */
@@ -74,7 +75,8 @@ struct sched_result {
     size_t decisions; /* pending jobs evaluated in the pass */
     /* private: storage behind the arrays above */
     struct sched_arena_chunk *arena;
-    struct idmap *ids; /* the pass's id map, kept for the next pass */
+    struct idmap *ids;             /* the pass's id map, kept for the next pass */
+    struct sched_scratch *scratch; /* the pass's shape tables, likewise */
     size_t starts_cap, preempts_cap, reserves_cap, waits_cap;
 };
 

@@ -193,7 +193,7 @@ static void sort_puts_least_lost_first_then_lower_id(void **state)
     struct preempt_cand c[] = {
         {0, 5, 100}, {1, 2, 50}, {2, 9, 50}, {3, 1, 100}, {4, 7, 0},
     };
-    preempt_sort(c, 5);
+    assert_int_equal(preempt_sort(c, 5), 0);
     const uint64_t want[] = {7, 2, 9, 1, 5};
     for (size_t k = 0; k < 5; k++)
         assert_int_equal(c[k].job, want[k]);
