@@ -69,6 +69,7 @@ struct jshape {
     bool valid;         /* validation passed (else first's wait is final) */
     bool fit0;          /* fitted the free capacity when the pass began */
     bool pot;           /* might preempt */
+    uint8_t cand_bits;  /* J_FIT0, J_POT, J_CAND as its jobs get them (0: not candidates) */
     bool missed;        /* the placement that last found no room for it, and why: */
     enum sched_reason why;
     uint64_t other;

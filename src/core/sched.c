@@ -319,8 +319,23 @@ static int run_pass(struct pass *p)
     }
     if ((err = quota_init(&p->quota, p->c, &p->view, run)) ||
         (err = order_init(&p->order, p->c, &p->view, run, p->pol, p->st, p->now)) ||
-        (err = pass_alloc(p)) || (err = shape_find(p)) || (err = compute_attained(p)))
+        (err = pass_alloc(p)))
         return err;
+    uint32_t *cands = malloc((nq ? nq : 1) * sizeof(*cands));
+    uint32_t *cshapes = NULL;
+    uint32_t *ready = malloc((p->st->nclaims ? p->st->nclaims : 1) * sizeof(*ready));
+    size_t ncands = 0, nready = 0;
+    if (!cands || !ready) {
+        err = GPO_ENOMEM;
+        goto out;
+    }
+    /* The queue, read once: shapes, validation, candidates (see shape_find). */
+    if ((err = shape_find(p, cands, &ncands)) || (err = compute_attained(p)))
+        goto out;
+    if (!(cshapes = malloc((p->nshapes ? p->nshapes : 1) * sizeof(*cshapes)))) {
+        err = GPO_ENOMEM;
+        goto out;
+    }
 
     for (size_t r = 0; r < nr; r++) {
         const struct sched_running *rj = &run->jobs[r];
@@ -335,18 +350,6 @@ static int run_pass(struct pass *p)
             p->rlasq[r] = (uint8_t)order_las_queue(
                 p->pol, state_find_attained(p->attained, p->nattained, rj->job->id)->gpu_ms);
     }
-
-    /* Validate, and find which jobs can be considered at all. */
-    uint32_t *cands = malloc((nq ? nq : 1) * sizeof(*cands));
-    uint32_t *cshapes = malloc((nq ? nq : 1) * sizeof(*cshapes));
-    uint32_t *ready = malloc((p->st->nclaims ? p->st->nclaims : 1) * sizeof(*ready));
-    if (!cands || !ready || !cshapes) {
-        free(cands);
-        free(cshapes);
-        free(ready);
-        return GPO_ENOMEM;
-    }
-    size_t ncands = 0, nready = 0;
     size_t cells = (size_t)p->nshapes * p->view.ngroups;
     if (cells && cells <= (1u << 22)) {
         p->shape_allowed = malloc(cells * sizeof(*p->shape_allowed));
@@ -357,34 +360,12 @@ static int run_pass(struct pass *p)
             goto out;
         }
     }
-    /* Each request once, on its shape's first job; then each job takes its
-     * shape's answer. Jobs that fit the free capacity now, or may preempt,
-     * are candidates of the ordered loop. */
-    for (uint32_t s = 0; s < p->nshapes; s++) {
-        struct jshape *sh = &p->shapes_of[s];
-        sh->valid = shape_validate(p, sh->first);
-        sh->fit0 = (p->jflag[sh->first] & J_FIT0) != 0;
-        sh->pot = sh->valid && p->pol->preemption && evict_may_preempt(p, &q->jobs[sh->first]);
-    }
-    for (size_t i = 0; i < nq; i++) {
-        const struct jshape *sh = &p->shapes_of[p->jshape[i]];
-        if (!sh->valid) {
-            if (sh->first != i) {
-                p->jwait[i] = p->jwait[sh->first];
-                p->jwait[i].job = p->ojob[i].id;
-                p->jflag[i] |= J_DONE;
-            }
+    for (size_t i = 0; p->lasq && i < nq; i++) {
+        if (p->jflag[i] & J_DONE)
             continue;
-        }
-        if (sh->fit0 || sh->pot) {
-            p->jflag[i] |= (uint8_t)((sh->fit0 ? J_FIT0 : 0) | (sh->pot ? J_POT : 0) | J_CAND);
-            cands[ncands++] = (uint32_t)i;
-        }
-        if (p->lasq) {
-            const struct sched_attained *a =
-                state_find_attained(p->attained, p->nattained, p->ojob[i].id);
-            p->lasq[i] = (uint8_t)order_las_queue(p->pol, a ? a->gpu_ms : 0);
-        }
+        const struct sched_attained *a =
+            state_find_attained(p->attained, p->nattained, p->ojob[i].id);
+        p->lasq[i] = (uint8_t)order_las_queue(p->pol, a ? a->gpu_ms : 0);
     }
     if ((err = carry_claims(p, ready, &nready)))
         goto out;

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "core/err.h"
+#include "core/evict.h"
 #include "core/shape.h"
 #include "core/vec.h"
 #include "util/banned.h"
@@ -76,8 +77,9 @@ static struct slot *table_new(size_t size)
  * shapes, not the queue, so they stay in cache; later steps read p->jshape
  * and p->ojob, not the queue.
  */
-int shape_find(struct pass *p)
+int shape_find(struct pass *p, uint32_t *cands, size_t *ret_ncands)
 {
+    size_t ncands = 0;
     size_t nq = p->q->njobs, size = 1024;
     uint32_t maxg = 1;
     struct slot *table = table_new(size);
@@ -115,6 +117,15 @@ int shape_find(struct pass *p)
                 sh->best_submit_ms = j->submit_ms;
                 sh->best_id = j->id;
             }
+            /* The job takes its shape's verdict. */
+            if (!sh->valid) {
+                p->jwait[i] = p->jwait[sh->first];
+                p->jwait[i].job = j->id;
+                p->jflag[i] |= J_DONE;
+            } else if (sh->cand_bits) {
+                p->jflag[i] |= sh->cand_bits;
+                cands[ncands++] = (uint32_t)i;
+            }
             continue;
         }
         /* A new shape. */
@@ -135,6 +146,18 @@ int shape_find(struct pass *p)
         sh->first = sh->best = (uint32_t)i;
         sh->best_submit_ms = j->submit_ms;
         sh->best_id = j->id;
+        /* Validated once, on its first job: fits the free capacity now, or may
+         * preempt, and all its jobs are candidates of the ordered loop. */
+        sh->valid = shape_validate(p, (uint32_t)i);
+        sh->fit0 = (p->jflag[i] & J_FIT0) != 0;
+        sh->pot = sh->valid && p->pol->preemption && evict_may_preempt(p, j);
+        sh->cand_bits = !sh->valid ? 0
+                                   : (uint8_t)((sh->fit0 ? J_FIT0 : 0) | (sh->pot ? J_POT : 0) |
+                                               (sh->fit0 || sh->pot ? J_CAND : 0));
+        if (sh->cand_bits) {
+            p->jflag[i] |= sh->cand_bits;
+            cands[ncands++] = (uint32_t)i;
+        }
         int32_t g = j->gpus; /* the placement scratch must hold it */
         if (g > 0 && (uint32_t)g > maxg && g <= (int32_t)SCHED_MAX_GPUS_PER_NODE * 1024)
             maxg = (uint32_t)g;
@@ -157,6 +180,7 @@ int shape_find(struct pass *p)
         }
     }
     free(table);
+    *ret_ncands = ncands;
     p->place.nodes = malloc(maxg * sizeof(*p->place.nodes));
     p->place.shares = malloc(maxg * sizeof(*p->place.shares));
     return p->place.nodes && p->place.shares ? 0 : GPO_ENOMEM;

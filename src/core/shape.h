@@ -10,9 +10,13 @@
 
 #include "core/pass.h"
 
-/* One pass over the queue: each id into p->ids (a duplicate is GPO_EINVAL),
- * each job to its shape (p->jshape). 0, GPO_EINVAL or GPO_ENOMEM. */
-int shape_find(struct pass *p);
+/* The one pass over the queue: each id into p->ids (a duplicate is
+ * GPO_EINVAL), each job to its shape (p->jshape) and its order copy
+ * (p->ojob). Each shape is validated on its first job; a job of an invalid
+ * shape gets that job's wait, a job that fits the free capacity or may
+ * preempt is put in cands (room for every job; *ret_ncands of them, in queue
+ * order). 0, GPO_EINVAL or GPO_ENOMEM. */
+int shape_find(struct pass *p, uint32_t *cands, size_t *ret_ncands);
 
 /* Checks pending job i on its own and against the cluster; false (with a
  * final wait set) if it can never run. Sets J_FIT0 if it fits free capacity now. */

@@ -22,51 +22,51 @@
 
 #define SORT_RUN 16 /* insertion-sorted runs the merges start from */
 
-#define SORT_DEFINE(name, type, before)                                                           \
-    static void name##_insertion(type *a, size_t n)                                               \
-    {                                                                                             \
-        for (size_t i = 1; i < n; i++) {                                                          \
-            type x = a[i];                                                                        \
-            size_t k = i;                                                                         \
-            for (; k > 0 && before(&x, &a[k - 1]); k--)                                           \
-                a[k] = a[k - 1];                                                                  \
-            a[k] = x;                                                                             \
-        }                                                                                         \
-    }                                                                                             \
-                                                                                                  \
-    static int name(type *a, size_t n)                                                            \
-    {                                                                                             \
-        size_t sorted = 1;                                                                        \
-        while (sorted < n && !before(&a[sorted], &a[sorted - 1]))                                 \
-            sorted++;                                                                             \
-        if (sorted >= n)                                                                          \
-            return 0;                                                                             \
-        type *tmp = malloc(n * sizeof(*tmp));                                                     \
-        if (!tmp)                                                                                 \
-            return GPO_ENOMEM;                                                                    \
-        for (size_t i = 0; i < n; i += SORT_RUN)                                                  \
-            name##_insertion(a + i, n - i < SORT_RUN ? n - i : SORT_RUN);                         \
-        type *src = a, *dst = tmp;                                                                \
-        for (size_t width = SORT_RUN; width < n; width *= 2) {                                    \
-            for (size_t lo = 0; lo < n; lo += 2 * width) {                                        \
-                size_t mid = lo + width < n ? lo + width : n;                                     \
-                size_t hi = lo + 2 * width < n ? lo + 2 * width : n;                              \
-                size_t x = lo, y = mid, k = lo;                                                   \
-                while (x < mid && y < hi)                                                         \
-                    dst[k++] = before(&src[y], &src[x]) ? src[y++] : src[x++];                    \
-                while (x < mid)                                                                   \
-                    dst[k++] = src[x++];                                                          \
-                while (y < hi)                                                                    \
-                    dst[k++] = src[y++];                                                          \
-            }                                                                                     \
-            type *t = src;                                                                        \
-            src = dst;                                                                            \
-            dst = t;                                                                              \
-        }                                                                                         \
-        if (src != a)                                                                             \
-            memcpy(a, src, n * sizeof(*a));                                                       \
-        free(tmp);                                                                                \
-        return 0;                                                                                 \
+#define SORT_DEFINE(name, type, before)                                                            \
+    static void name##_insertion(type *a, size_t n)                                                \
+    {                                                                                              \
+        for (size_t i = 1; i < n; i++) {                                                           \
+            type x = a[i];                                                                         \
+            size_t k = i;                                                                          \
+            for (; k > 0 && before(&x, &a[k - 1]); k--)                                            \
+                a[k] = a[k - 1];                                                                   \
+            a[k] = x;                                                                              \
+        }                                                                                          \
+    }                                                                                              \
+                                                                                                   \
+    static int name(type *a, size_t n)                                                             \
+    {                                                                                              \
+        size_t sorted = 1;                                                                         \
+        while (sorted < n && !before(&a[sorted], &a[sorted - 1]))                                  \
+            sorted++;                                                                              \
+        if (sorted >= n)                                                                           \
+            return 0;                                                                              \
+        type *tmp = malloc(n * sizeof(*tmp));                                                      \
+        if (!tmp)                                                                                  \
+            return GPO_ENOMEM;                                                                     \
+        for (size_t i = 0; i < n; i += SORT_RUN)                                                   \
+            name##_insertion(a + i, n - i < SORT_RUN ? n - i : SORT_RUN);                          \
+        type *src = a, *dst = tmp;                                                                 \
+        for (size_t width = SORT_RUN; width < n; width *= 2) {                                     \
+            for (size_t lo = 0; lo < n; lo += 2 * width) {                                         \
+                size_t mid = lo + width < n ? lo + width : n;                                      \
+                size_t hi = lo + 2 * width < n ? lo + 2 * width : n;                               \
+                size_t x = lo, y = mid, k = lo;                                                    \
+                while (x < mid && y < hi)                                                          \
+                    dst[k++] = before(&src[y], &src[x]) ? src[y++] : src[x++];                     \
+                while (x < mid)                                                                    \
+                    dst[k++] = src[x++];                                                           \
+                while (y < hi)                                                                     \
+                    dst[k++] = src[y++];                                                           \
+            }                                                                                      \
+            type *t = src;                                                                         \
+            src = dst;                                                                             \
+            dst = t;                                                                               \
+        }                                                                                          \
+        if (src != a)                                                                              \
+            memcpy(a, src, n * sizeof(*a));                                                        \
+        free(tmp);                                                                                 \
+        return 0;                                                                                  \
     }
 
 #endif
