@@ -25,6 +25,7 @@ struct order_seg {
     uint32_t team;
     bool within;  /* its head fits within the team's guarantee (when pushed) */
     double share; /* fairshare: the team's share (when pushed) */
+    bool sorted;  /* keys[begin, end) is in order: the head is taken by begin++ */
 };
 
 struct id_index {
@@ -209,17 +210,19 @@ static void key_sift_down(struct order_key *h, size_t n, size_t i)
     h[i] = v;
 }
 
-/* Makes h[0, n) a min-heap; a run already in order (the caller's queue is
- * usually kept by submit time) is one already, and costs n compares. */
-static void key_heapify(struct order_key *h, size_t n)
+/* Makes h[0, n) a min-heap and returns false; or returns true if it is in
+ * order already (the caller's queue is usually kept by submit time), which
+ * costs n compares, and then stays a sorted run: no heap to maintain. */
+static bool key_heapify(struct order_key *h, size_t n)
 {
     size_t k = 1;
     while (k < n && !key_before(&h[k], &h[k - 1]))
         k++;
     if (k >= n)
-        return; /* in order: already a heap */
+        return true;
     for (size_t i = n / 2; i-- > 0;)
         key_sift_down(h, n, i);
+    return false;
 }
 
 int order_begin(struct order *o, const struct order_job *jobs, const uint32_t *cands, size_t n,
@@ -285,9 +288,10 @@ int order_begin(struct order *o, const struct order_job *jobs, const uint32_t *c
     for (size_t b = 0, begin = 0; b < nb; begin = start[b], b++) {
         if (start[b] == begin)
             continue;
-        key_heapify(o->keys + begin, start[b] - begin);
+        bool sorted = key_heapify(o->keys + begin, start[b] - begin);
         o->segs[o->nsegs++] = (struct order_seg){.begin = begin,
                                                  .end = start[b],
+                                                 .sorted = sorted,
                                                  .cls = (uint32_t)(b / c->nteams),
                                                  .team = (uint32_t)(b % c->nteams)};
     }
@@ -369,10 +373,14 @@ uint32_t order_next(struct order *o)
         return SCHED_NONE;
     uint32_t s = heap_pop(o);
     o->pending_seg = s;
-    /* Take the segment's head off its own heap. */
+    /* Take the segment's head off its own heap (or its sorted run). */
     struct order_seg *seg = &o->segs[s];
     struct order_key *h = o->keys + seg->begin;
     uint32_t idx = h[0].idx;
+    if (seg->sorted) {
+        seg->begin++;
+        return idx;
+    }
     size_t left = --seg->end - seg->begin;
     if (left) {
         h[0] = h[left];
