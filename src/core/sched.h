@@ -60,7 +60,9 @@ struct idmap;
 struct sched_scratch;
 
 /* Everything one pass decided. Initialise with sched_result_init; each pass
- * overwrites it (reusing its memory); release with sched_result_release. */
+ * overwrites it (reusing its memory); release with sched_result_release. Keep
+ * one result for a loop of passes: it also holds what the next pass reuses
+ * (the id map and its window over recent ids, the shape tables). */
 struct sched_result {
     struct sched_start *starts;
     size_t nstarts;
