@@ -6,7 +6,13 @@
 #
 # Idempotent: a second run changes nothing. The Makefile runs it before
 # 'make run' and 'make test'.
+#
+# It also installs the npm packages that package-lock.json pins (uPlot, which
+# the build inlines into the simulator's HTML report) with 'npm ci', when
+# node_modules is missing or older than the lock; npm comes from Debian when
+# none is on the PATH.
 set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
 
 # Debian packages, one per line: build, tests, benchmarks.
 PACKAGES=(
@@ -19,6 +25,9 @@ PACKAGES=(
   libcmocka-dev      # unit tests
   valgrind           # bench: callgrind instruction counts
   util-linux         # taskset: pin benchmarks to one core
+  zlib1g-dev         # sim: gzip traces
+  libjansson-dev     # JSON: cluster specs, sim --json
+  libyaml-dev        # YAML: cluster specs
 )
 
 # Accounts that tests run jobs as (later issues); created idempotently.
@@ -33,12 +42,23 @@ for p in "${PACKAGES[@]}"; do
     missing+=("$p")
   fi
 done
+command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
 missing_users=()
 for u in "${TEST_USERS[@]}"; do
   getent passwd "$u" >/dev/null || missing_users+=("$u")
 done
+# npm ci writes node_modules/.package-lock.json: older than the lock means stale.
+npm_stale=0
+if [ ! -f "$root/node_modules/uplot/package.json" ] ||
+  [ "$root/package-lock.json" -nt "$root/node_modules/.package-lock.json" ]; then
+  npm_stale=1
+fi
+npm_ci() {
+  echo "gpuorch setup: npm ci (node_modules from package-lock.json)"
+  (cd "$root" && npm ci --no-audit --no-fund --no-update-notifier)
+}
 
-if [ ${#missing[@]} -eq 0 ] && [ ${#missing_users[@]} -eq 0 ]; then
+if [ ${#missing[@]} -eq 0 ] && [ ${#missing_users[@]} -eq 0 ] && [ "$npm_stale" = 0 ]; then
   exit 0
 fi
 
@@ -48,6 +68,13 @@ if [ "$check_only" = 1 ] || [ "$(id -u)" != 0 ]; then
   [ ${#missing_users[@]} -gt 0 ] && echo "gpuorch setup: missing test accounts: ${missing_users[*]} (run scripts/setup.sh as root)" >&2
   # Missing test accounts alone do not stop a build: only the tests that need them skip.
   [ ${#missing[@]} -gt 0 ] && exit 1
+  if [ "$npm_stale" = 1 ]; then
+    if [ "$check_only" = 1 ]; then
+      echo "gpuorch setup: node_modules is missing or older than package-lock.json (run: scripts/setup.sh)" >&2
+      exit 1
+    fi
+    npm_ci # as any user: it writes only in the repository
+  fi
   exit 0
 fi
 
@@ -60,3 +87,6 @@ fi
 for u in "${missing_users[@]}"; do
   useradd --system --no-create-home --shell /usr/sbin/nologin "$u"
 done
+if [ "$npm_stale" = 1 ]; then
+  npm_ci
+fi

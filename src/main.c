@@ -10,6 +10,7 @@
 
 #include "core/model.h"
 #include "core/sched.h"
+#include "sim/command.h"
 #include "util/banned.h"
 
 #define GPUORCH_VERSION "0.1.0"
@@ -26,6 +27,7 @@ static int cmd_policy(int argc, char **argv);
 static const struct command commands[] = {
     {"version", cmd_version, "print the version"},
     {"policy", cmd_policy, "print the default scheduling policy"},
+    {"sim", sim_command, "replay a GPU-cluster trace through the scheduler"},
 };
 
 static void usage(FILE *out)
@@ -35,8 +37,8 @@ static void usage(FILE *out)
                  "preemption and GPU sharing, in one binary.\n\ncommands:\n");
     for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
         fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
-    fprintf(out, "\ncoming next: server (controller), agent (node agent), sim (trace\n"
-                 "replay), and the user commands submit, queue, show, cancel, logs.\n"
+    fprintf(out, "\ncoming next: server (controller), agent (node agent), and the user\n"
+                 "commands submit, queue, show, cancel, logs.\n"
                  "Run 'gpuorch COMMAND --help' for a command's options.\n");
 }
 

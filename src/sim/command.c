@@ -1,0 +1,336 @@
+#include <errno.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/err.h"
+#include "sim/command.h"
+#include "sim/engine.h"
+#include "sim/output.h"
+#include "sim/report.h"
+#include "sim/spec.h"
+#include "sim/stats.h"
+#include "sim/trace.h"
+#include "util/banned.h"
+
+#define MAX_POLICIES 16
+
+struct args {
+    const char *trace, *cluster, *jobs_out, *report;
+    const char *policies[MAX_POLICIES];
+    size_t npolicies;
+    double load; /* 0: as the spec says */
+    bool json, skip_bad;
+    int64_t restart_penalty_s, from_s, until_s;
+};
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: gpuorch sim --trace FILE [--cluster SPEC] [--policy P[,P...]] [--load X]\n"
+            "                   [--json] [--jobs-out FILE] [--report FILE.html]\n"
+            "                   [--restart-penalty S] [--from S] [--until S] [--skip-bad]\n"
+            "\n"
+            "Replays a GPU-cluster job trace through gpuorch's scheduler core, the same code\n"
+            "the controller runs, and reports job completion times, queueing delays, GPU\n"
+            "utilization and fairness for each policy.\n"
+            "\n"
+            "  --trace FILE          normalized trace CSV, plain or gzip\n"
+            "                        (job_id,submit_time_s,duration_s,num_gpus,user,queue,...)\n"
+            "  --cluster SPEC        YAML or JSON node pools and teams (docs/simulator.md);\n"
+            "                        default: derived from the trace\n"
+            "  --policy P[,P...]     policies to compare, in this order (default: default):\n"
+            "                        ");
+    for (const char *const *n = sim_policy_names(); *n; n++)
+        fprintf(out, "%s%s", *n, n[1] ? ", " : "\n");
+    fprintf(out,
+            "                        sjf and srtf are oracles that know true durations\n"
+            "  --load X              scale the cluster so the trace's offered load is X of\n"
+            "                        its GPUs (0 < X <= 100)\n"
+            "  --json                print one JSON object per policy (an array for several)\n"
+            "  --jobs-out FILE       per-job CSV; with several policies, FILE gets the policy\n"
+            "                        name before its extension (jobs.fifo.csv)\n"
+            "  --report FILE.html    a self-contained HTML page with charts\n"
+            "  --restart-penalty S   seconds a preempted job loses at each restart (default 0)\n"
+            "  --from S, --until S   replay only jobs submitted in [S, until) (trace seconds)\n"
+            "  --skip-bad            skip and count malformed trace rows instead of failing\n"
+            "\n"
+            "Exit codes: 0 done, 1 failed, 2 usage.\n");
+}
+
+static int bad_value(const char *flag, const char *value, const char *expected)
+{
+    fprintf(stderr, "gpuorch sim: %s: expected %s, got '%s'\n", flag, expected, value);
+    return 2;
+}
+
+static int parse_i64(const char *flag, const char *v, int64_t min, int64_t *ret)
+{
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (errno || end == v || *end || x < min)
+        return bad_value(flag, v, min == 0 ? "a whole number of seconds >= 0" : "a whole number");
+    *ret = x;
+    return 0;
+}
+
+static int parse_policies(struct args *a, const char *v)
+{
+    char buf[512];
+    if (strlen(v) >= sizeof(buf))
+        return bad_value("--policy", v, "a shorter list");
+    memcpy(buf, v, strlen(v) + 1);
+    char *save = NULL;
+    a->npolicies = 0;
+    for (char *p = strtok_r(buf, ",", &save); p; p = strtok_r(NULL, ",", &save)) {
+        struct sim_policy pol;
+        if (sim_policy_find(p, &pol))
+            return bad_value("--policy", p, "one of the policies in 'gpuorch sim --help'");
+        if (a->npolicies == MAX_POLICIES)
+            return bad_value("--policy", v, "at most 16 policies");
+        a->policies[a->npolicies++] = pol.name; /* static */
+    }
+    if (!a->npolicies)
+        return bad_value("--policy", v, "a comma-separated list of policies");
+    return 0;
+}
+
+/* A flag and its value (--flag VALUE or --flag=VALUE). */
+static const char *flag_value(int argc, char **argv, int *i, const char *flag)
+{
+    size_t n = strlen(flag);
+    if (strncmp(argv[*i], flag, n) == 0 && argv[*i][n] == '=')
+        return argv[*i] + n + 1;
+    if (strcmp(argv[*i], flag) == 0 && *i + 1 < argc)
+        return argv[++*i];
+    return NULL;
+}
+
+static int parse_args(int argc, char **argv, struct args *a)
+{
+    *a = (struct args){.policies = {"default"}, .npolicies = 1, .until_s = -1};
+    for (int i = 1; i < argc; i++) {
+        const char *v;
+        int e = 0;
+        if (strcmp(argv[i], "--json") == 0)
+            a->json = true;
+        else if (strcmp(argv[i], "--skip-bad") == 0)
+            a->skip_bad = true;
+        else if ((v = flag_value(argc, argv, &i, "--trace")))
+            a->trace = v;
+        else if ((v = flag_value(argc, argv, &i, "--cluster")))
+            a->cluster = v;
+        else if ((v = flag_value(argc, argv, &i, "--jobs-out")))
+            a->jobs_out = v;
+        else if ((v = flag_value(argc, argv, &i, "--report")))
+            a->report = v;
+        else if ((v = flag_value(argc, argv, &i, "--policy")))
+            e = parse_policies(a, v);
+        else if ((v = flag_value(argc, argv, &i, "--restart-penalty")))
+            e = parse_i64("--restart-penalty", v, 0, &a->restart_penalty_s);
+        else if ((v = flag_value(argc, argv, &i, "--from")))
+            e = parse_i64("--from", v, 0, &a->from_s);
+        else if ((v = flag_value(argc, argv, &i, "--until")))
+            e = parse_i64("--until", v, 0, &a->until_s);
+        else if ((v = flag_value(argc, argv, &i, "--load"))) {
+            char *end;
+            errno = 0;
+            a->load = strtod(v, &end);
+            if (errno || end == v || *end || !(a->load > 0 && a->load <= 100))
+                e = bad_value("--load", v, "a number in (0, 100]");
+        } else {
+            fprintf(stderr, "gpuorch sim: unknown argument '%s' (or a flag without its value)\n",
+                    argv[i]);
+            e = 2;
+        }
+        if (e)
+            return e;
+    }
+    if (!a->trace) {
+        fprintf(stderr, "gpuorch sim: --trace FILE is required\n");
+        return 2;
+    }
+    return 0;
+}
+
+/* Scales the cluster so that the offered load of the jobs some team takes is
+ * `load` of its GPUs. */
+static int apply_load(struct sim_spec *spec, const struct sim_trace *t, double load)
+{
+    double gpu_s = 0, gpus = 0;
+    int64_t first = -1, last = 0;
+    for (size_t i = 0; i < t->njobs; i++) {
+        const struct sim_trace_job *j = &t->jobs[i];
+        bool taken = spec->unmapped_team != SIM_NONE;
+        for (size_t k = 0; !taken && k < spec->nteams; k++) {
+            for (size_t q = 0; !taken && q < spec->teams[k].nqueues; q++)
+                taken = strcmp(spec->teams[k].queues[q], t->queues[j->queue]) == 0;
+        }
+        if (!taken)
+            continue;
+        gpu_s += (double)j->duration_s * (double)j->gpu_milli / 1000.0;
+        first = first < 0 ? j->submit_s : first;
+        last = j->submit_s;
+    }
+    for (size_t p = 0; p < spec->npools; p++)
+        gpus += (double)spec->pools[p].nodes * spec->pools[p].gpus_per_node;
+    double span = (double)(last - first);
+    if (first < 0 || span <= 0 || gpus <= 0 || gpu_s <= 0) {
+        fprintf(stderr, "gpuorch sim: --load: the trace offers no load to scale to\n");
+        return 2;
+    }
+    double factor = gpu_s / span / load / gpus;
+    int e = sim_spec_scale(spec, factor);
+    if (e) {
+        fprintf(stderr, "gpuorch sim: --load %g: cannot scale the cluster by %.3g: %s\n", load,
+                factor, gpo_strerror(e));
+        return 2;
+    }
+    return 0;
+}
+
+/* FILE.csv -> FILE.POLICY.csv, when several policies share --jobs-out. */
+static void jobs_path(char *buf, size_t len, const char *path, const char *policy, bool several)
+{
+    const char *dot = strrchr(path, '.'), *slash = strrchr(path, '/');
+    if (!several)
+        snprintf(buf, len, "%s", path);
+    else if (dot && (!slash || dot > slash))
+        snprintf(buf, len, "%.*s.%s%s", (int)(dot - path), path, policy, dot);
+    else
+        snprintf(buf, len, "%s.%s", path, policy);
+}
+
+static int write_jobs(const struct args *a, const char *policy, const struct sim_trace *t,
+                      const struct sim_result *r)
+{
+    char path[4096], err[4608];
+    jobs_path(path, sizeof(path), a->jobs_out, policy, a->npolicies > 1);
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "gpuorch sim: --jobs-out: %s: %s\n", path, strerror(errno));
+        return 1;
+    }
+    int e = sim_output_jobs(f, path, t, r, err, sizeof(err));
+    if (fclose(f) && !e) {
+        snprintf(err, sizeof(err), "%s: %s", path, strerror(errno));
+        e = GPO_EINVAL;
+    }
+    if (e)
+        fprintf(stderr, "gpuorch sim: --jobs-out: %s\n", err);
+    return e ? 1 : 0;
+}
+
+struct runs {
+    struct sim_result results[MAX_POLICIES];
+    struct sim_summary summaries[MAX_POLICIES];
+    size_t n;
+};
+
+static int replay_all(const struct args *a, const struct sim_trace *t, const struct sim_spec *s,
+                      struct runs *runs)
+{
+    struct sim_opts opts = {.restart_penalty_s = a->restart_penalty_s};
+    for (size_t p = 0; p < a->npolicies; p++) {
+        struct sim_policy pol;
+        char err[512] = "";
+        sim_policy_find(a->policies[p], &pol);
+        struct sim_result *r = &runs->results[p];
+        sim_result_init(r);
+        int e = sim_run(t, s, &pol, &opts, r, err, sizeof(err));
+        if (!e)
+            e = sim_summary_compute(r, pol.name, &runs->summaries[p]);
+        if (e) {
+            fprintf(stderr, "gpuorch sim: %s: %s\n", pol.name, *err ? err : gpo_strerror(e));
+            sim_result_release(r);
+            return 1;
+        }
+        runs->n++;
+        if (a->jobs_out && write_jobs(a, pol.name, t, r))
+            return 1;
+    }
+    return 0;
+}
+
+static int report(const struct args *a, struct runs *runs)
+{
+    struct sim_report_run rr[MAX_POLICIES];
+    for (size_t p = 0; p < runs->n; p++)
+        rr[p] = (struct sim_report_run){&runs->summaries[p], &runs->results[p]};
+    char err[512] = "";
+    int e = sim_report_write(a->report, a->trace, rr, runs->n, err, sizeof(err));
+    if (e)
+        fprintf(stderr, "gpuorch sim: --report: %s\n", *err ? err : gpo_strerror(e));
+    return e ? 1 : 0;
+}
+
+static int load_inputs(const struct args *a, struct sim_trace *t, struct sim_spec *s)
+{
+    char err[512] = "";
+    struct sim_trace_opts to = {
+        .skip_bad = a->skip_bad, .from_s = a->from_s, .until_s = a->until_s};
+    if (sim_trace_load(t, a->trace, &to, err, sizeof(err))) {
+        fprintf(stderr, "gpuorch sim: %s\n", err);
+        return 1;
+    }
+    if (t->nskipped)
+        fprintf(stderr, "gpuorch sim: skipped %zu bad row(s); the first: %s\n", t->nskipped,
+                t->first_skip);
+    int e = a->cluster ? sim_spec_load(s, a->cluster, err, sizeof(err))
+                       : sim_spec_from_trace(s, t, err, sizeof(err));
+    if (e) {
+        fprintf(stderr, "gpuorch sim: %s%s\n", a->cluster ? "--cluster: " : "", err);
+        return 2;
+    }
+    return a->load > 0 ? apply_load(s, t, a->load) : 0;
+}
+
+int sim_command(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            usage(stdout);
+            return 0;
+        }
+    }
+    struct args a;
+    int rc = parse_args(argc, argv, &a);
+    if (rc)
+        return rc;
+    struct sim_trace t;
+    struct sim_spec s;
+    struct runs *runs = calloc(1, sizeof(*runs));
+    sim_trace_init(&t);
+    sim_spec_init(&s);
+    if (!runs) {
+        fprintf(stderr, "gpuorch sim: out of memory\n");
+        return 1;
+    }
+    rc = load_inputs(&a, &t, &s);
+    if (!rc)
+        rc = replay_all(&a, &t, &s, runs);
+    if (!rc && a.json && sim_output_json(stdout, runs->summaries, runs->n)) {
+        fprintf(stderr, "gpuorch sim: out of memory\n");
+        rc = 1;
+    }
+    if (!rc && !a.json)
+        sim_output_table(stdout, runs->summaries, runs->n);
+    if (!rc && a.report)
+        rc = report(&a, runs);
+    if (!rc && (fflush(stdout) || ferror(stdout))) {
+        fprintf(stderr, "gpuorch sim: writing the output failed\n");
+        rc = 1;
+    }
+    for (size_t p = 0; p < runs->n; p++) {
+        sim_summary_release(&runs->summaries[p]);
+        sim_result_release(&runs->results[p]);
+    }
+    free(runs);
+    sim_spec_release(&s);
+    sim_trace_release(&t);
+    return rc;
+}

@@ -1,0 +1,13 @@
+/*
+ * command.h - `gpuorch sim`: replay a trace through the scheduler core under
+ * one or more policies, and print what happened.
+ */
+#ifndef GPUORCH_SIM_COMMAND_H
+#define GPUORCH_SIM_COMMAND_H
+
+/* The command's entry point (argv[0] is "sim"). Exit codes: 0 done, 1 failed
+ * (a trace or spec that cannot be read, a write error), 2 usage (a bad flag
+ * or value). */
+int sim_command(int argc, char **argv);
+
+#endif

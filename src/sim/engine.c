@@ -1,0 +1,839 @@
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/err.h"
+#include "core/sched.h"
+#include "core/state.h"
+#include "core/vec.h"
+#include "sim/cluster.h"
+#include "sim/engine.h"
+#include "util/banned.h"
+
+#define MS_PER_S 1000
+
+/* ---- policies: a table ---- */
+
+struct policy_row {
+    const char *name;
+    enum sched_order order;
+    bool backfill, preemption;
+    enum sched_packing packing;
+    enum sim_oracle oracle;
+};
+
+static const struct policy_row policy_rows[] = {
+    {"default", SCHED_ORDER_FAIRSHARE, true, true, SCHED_PACK_BINPACK, SIM_ORACLE_NONE},
+    {"fifo", SCHED_ORDER_FIFO, false, false, SCHED_PACK_BINPACK, SIM_ORACLE_NONE},
+    {"fifo-backfill", SCHED_ORDER_FIFO, true, false, SCHED_PACK_BINPACK, SIM_ORACLE_NONE},
+    {"priority", SCHED_ORDER_PRIORITY, true, true, SCHED_PACK_BINPACK, SIM_ORACLE_NONE},
+    {"fairshare", SCHED_ORDER_FAIRSHARE, true, true, SCHED_PACK_BINPACK, SIM_ORACLE_NONE},
+    {"las", SCHED_ORDER_LAS, true, true, SCHED_PACK_BINPACK, SIM_ORACLE_NONE},
+    {"spread", SCHED_ORDER_FAIRSHARE, true, true, SCHED_PACK_SPREAD, SIM_ORACLE_NONE},
+    {"sjf", SCHED_ORDER_FIFO, true, false, SCHED_PACK_BINPACK, SIM_ORACLE_SJF},
+    {"srtf", SCHED_ORDER_PRIORITY, true, true, SCHED_PACK_BINPACK, SIM_ORACLE_SRTF},
+};
+
+#define NPOLICIES (sizeof(policy_rows) / sizeof(policy_rows[0]))
+
+static const char *const policy_name_list[] = {
+    "default", "fifo",   "fifo-backfill", "priority", "fairshare",
+    "las",     "spread", "sjf",           "srtf",     NULL,
+};
+
+const char *const *sim_policy_names(void)
+{
+    return policy_name_list;
+}
+
+int sim_policy_find(const char *name, struct sim_policy *ret)
+{
+    for (size_t k = 0; name && k < NPOLICIES; k++) {
+        const struct policy_row *row = &policy_rows[k];
+        if (strcmp(row->name, name) != 0)
+            continue;
+        struct sim_policy p = {.name = row->name, .oracle = row->oracle};
+        sched_policy_default(&p.core);
+        p.core.order = row->order;
+        p.core.backfill = row->backfill;
+        p.core.preemption = row->preemption;
+        p.core.packing = row->packing;
+        *ret = p;
+        return 0;
+    }
+    return GPO_ENOTFOUND;
+}
+
+/* SRTF's classes: remaining time in half-powers of two, the shortest highest. */
+#define SRTF_CLASSES 48
+
+/* ---- time-limit estimates: p90 of earlier jobs' durations ---- */
+
+/* Durations in buckets a quarter of a power of two wide (19 % apart), from
+ * 1 s to 2^40 s: a percentile is a walk over 160 counters, and an estimate is
+ * at most one bucket (19 %) above the true percentile. */
+#define HIST_BUCKETS   160
+#define SIZE_CLASSES   7 /* fractions, 1, 2, 3-4, 5-8, 9-16, 17+ GPUs */
+#define HIST_MIN_COUNT 10
+
+struct hist {
+    uint32_t n;
+    uint32_t count[HIST_BUCKETS];
+};
+
+static uint32_t bucket_of(int64_t s)
+{
+    double b = s < 1 ? 0 : 4.0 * log2((double)s);
+    return b >= HIST_BUCKETS - 1 ? HIST_BUCKETS - 1 : (uint32_t)b;
+}
+
+static int64_t bucket_top_s(uint32_t b)
+{
+    return (int64_t)ceil(exp2((b + 1) / 4.0));
+}
+
+static void hist_add(struct hist *h, int64_t s)
+{
+    h->count[bucket_of(s)]++;
+    h->n++;
+}
+
+/* The 90th percentile (the top of its bucket), or -1 with too few samples. */
+static int64_t hist_p90_s(const struct hist *h)
+{
+    if (h->n < HIST_MIN_COUNT)
+        return -1;
+    uint64_t want = ((uint64_t)h->n * 9 + 9) / 10, seen = 0;
+    for (uint32_t b = 0; b < HIST_BUCKETS; b++) {
+        seen += h->count[b];
+        if (seen >= want)
+            return bucket_top_s(b);
+    }
+    return bucket_top_s(HIST_BUCKETS - 1);
+}
+
+static uint32_t size_class(int64_t gpu_milli)
+{
+    int64_t g = gpu_milli / SCHED_MILLI;
+    if (gpu_milli < SCHED_MILLI)
+        return 0;
+    return g <= 1 ? 1 : g == 2 ? 2 : g <= 4 ? 3 : g <= 8 ? 4 : g <= 16 ? 5 : 6;
+}
+
+/* ---- events: job ends and evictions, in a binary heap ---- */
+
+enum { EV_END = 0, EV_KILL = 1 };
+
+struct event {
+    int64_t t_ms;
+    uint32_t job;
+    uint32_t gen; /* the job's generation when queued: a stale event is skipped */
+    uint8_t kind;
+};
+
+struct heap {
+    struct event *ev;
+    size_t n, cap;
+};
+
+static bool ev_before(const struct event *a, const struct event *b)
+{
+    if (a->t_ms != b->t_ms)
+        return a->t_ms < b->t_ms;
+    if (a->kind != b->kind)
+        return a->kind < b->kind;
+    return a->job < b->job;
+}
+
+static int heap_push(struct heap *h, struct event e)
+{
+    if (vec_grow((void **)&h->ev, &h->cap, h->n + 1, sizeof(*h->ev)))
+        return GPO_ENOMEM;
+    size_t i = h->n++;
+    while (i > 0 && ev_before(&e, &h->ev[(i - 1) / 2])) {
+        h->ev[i] = h->ev[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    h->ev[i] = e;
+    return 0;
+}
+
+static struct event heap_pop(struct heap *h)
+{
+    struct event top = h->ev[0], last = h->ev[--h->n];
+    size_t i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= h->n)
+            break;
+        if (c + 1 < h->n && ev_before(&h->ev[c + 1], &h->ev[c]))
+            c++;
+        if (!ev_before(&h->ev[c], &last))
+            break;
+        h->ev[i] = h->ev[c];
+        i = c;
+    }
+    if (h->n)
+        h->ev[i] = last;
+    return top;
+}
+
+/* ---- the replay ---- */
+
+enum job_status { JS_FUTURE = 0, JS_PENDING, JS_RUNNING, JS_LEAVING, JS_DONE, JS_UNSCHED };
+
+struct job {
+    struct sched_job req;
+    int64_t duration_ms;
+    int64_t remaining_ms;     /* work left */
+    int64_t attempt_ms;       /* this attempt's start */
+    int64_t penalty_ms;       /* this attempt's restart penalty */
+    int64_t milli;            /* GPU milli it holds while running */
+    struct sched_alloc alloc; /* this attempt's, owned */
+    uint32_t slot;            /* in the running set */
+    uint32_t gen;
+    uint32_t attempts;
+    uint8_t status;
+    enum sched_reason last_reason;
+};
+
+struct sim {
+    const struct sim_trace *trace;
+    const struct sim_spec *spec;
+    const struct sim_policy *pol;
+    struct sched_policy core_pol;
+    const struct sim_opts *opts;
+    struct sim_result *out;
+    struct sim_cluster cl;
+    struct job *jobs; /* parallel to out->jobs */
+    size_t njobs;
+    uint32_t *pending; /* job indices */
+    size_t npending, pending_cap;
+    bool pending_unsorted;
+    struct sched_job *qbuf;
+    struct sched_running *run;
+    uint32_t *run_job; /* per running slot: job index */
+    size_t nrun;
+    struct heap heap;
+    struct sched_state st;
+    struct sched_result res;
+    struct hist *hist; /* [team * SIZE_CLASSES + class], then one for all */
+    int64_t busy_milli;
+    int64_t *gpu_used;     /* per GPU: milli held */
+    uint32_t nborrowed;    /* running jobs started over their team's guarantee */
+    bool *team_guaranteed; /* per team: some quota guarantees it GPUs */
+    bool unpassed;         /* jobs arrived since the last pass (it was skipped) */
+    int64_t last_ms;       /* the last step's time */
+    int64_t window_from_ms, window_to_ms;
+};
+
+static uint32_t team_of_queue(const struct sim_spec *s, const char *queue)
+{
+    for (size_t t = 0; t < s->nteams; t++) {
+        for (size_t k = 0; k < s->teams[t].nqueues; k++) {
+            if (strcmp(s->teams[t].queues[k], queue) == 0)
+                return (uint32_t)t;
+        }
+    }
+    return s->unmapped_team;
+}
+
+/* The trace's jobs that some team takes, as core requests. */
+static int jobs_build(struct sim *sm)
+{
+    const struct sim_trace *t = sm->trace;
+    const struct sim_spec *s = sm->spec;
+    uint32_t *team_of = malloc((t->nqueues ? t->nqueues : 1) * sizeof(*team_of));
+    sm->jobs = calloc(t->njobs ? t->njobs : 1, sizeof(*sm->jobs));
+    sm->out->jobs = calloc(t->njobs ? t->njobs : 1, sizeof(*sm->out->jobs));
+    if (!team_of || !sm->jobs || !sm->out->jobs) {
+        free(team_of);
+        return GPO_ENOMEM;
+    }
+    for (size_t q = 0; q < t->nqueues; q++)
+        team_of[q] = team_of_queue(s, t->queues[q]);
+    size_t n = 0;
+    for (size_t i = 0; i < t->njobs; i++) {
+        const struct sim_trace_job *tj = &t->jobs[i];
+        uint32_t team = team_of[tj->queue];
+        if (team == SIM_NONE) {
+            sm->out->ndropped++;
+            continue;
+        }
+        struct job *j = &sm->jobs[n];
+        bool whole = tj->gpu_milli >= SCHED_MILLI;
+        int64_t gpus = whole ? tj->gpu_milli / SCHED_MILLI : 0;
+        j->req = (struct sched_job){.id = n + 1,
+                                    .submit_ms = tj->submit_s * MS_PER_S,
+                                    .team = team,
+                                    .prio = 0,
+                                    .pool = SCHED_ANY,
+                                    .gpu_type = SCHED_ANY,
+                                    .gpus = (int32_t)(gpus > INT32_MAX ? INT32_MAX : gpus),
+                                    .gpu_milli = whole ? 0 : (int32_t)tj->gpu_milli,
+                                    .multi_node = whole && gpus > sm->cl.max_gpus_per_node,
+                                    .checkpointable = true};
+        if (tj->gpu_type != SIM_NONE) {
+            int64_t ty = model_gpu_type_find(&sm->cl.c, t->gpu_types[tj->gpu_type]);
+            j->req.gpu_type = ty < 0 ? sm->cl.c.ngpu_types : (uint32_t)ty; /* unknown: reported */
+        }
+        j->duration_ms = j->remaining_ms = tj->duration_s * MS_PER_S;
+        sm->out->jobs[n] = (struct sim_job_result){.trace_index = (uint32_t)i,
+                                                   .team = team,
+                                                   .submit_s = tj->submit_s,
+                                                   .duration_s = tj->duration_s,
+                                                   .gpu_milli = tj->gpu_milli,
+                                                   .first_start_s = -1,
+                                                   .end_s = -1};
+        n++;
+    }
+    free(team_of);
+    sm->njobs = sm->out->njobs = n;
+    return 0;
+}
+
+/* Time limit for a job arriving now: never its own duration (but for the oracles). */
+static int64_t estimate_limit_ms(const struct sim *sm, const struct job *j)
+{
+    if (sm->pol->oracle != SIM_ORACLE_NONE)
+        return j->remaining_ms > 0 ? j->remaining_ms : 1;
+    const struct hist *h =
+        &sm->hist[(size_t)j->req.team * SIZE_CLASSES + size_class(model_job_milli(&j->req, 0))];
+    int64_t p90 = hist_p90_s(h);
+    if (p90 < 0)
+        p90 = hist_p90_s(&sm->hist[sm->spec->nteams * SIZE_CLASSES]);
+    return p90 < 0 ? sm->core_pol.default_time_limit_ms : p90 * MS_PER_S;
+}
+
+static int pending_add(struct sim *sm, uint32_t j)
+{
+    if (vec_grow((void **)&sm->pending, &sm->pending_cap, sm->npending + 1, sizeof(*sm->pending)))
+        return GPO_ENOMEM;
+    if (sm->npending && sm->pending[sm->npending - 1] > j)
+        sm->pending_unsorted = true;
+    sm->pending[sm->npending++] = j;
+    sm->jobs[j].status = JS_PENDING;
+    return 0;
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* SRTF's class for a remaining time: shorter is higher. */
+static uint32_t srtf_class(int64_t remaining_ms)
+{
+    double b = 2.0 * log2((double)(remaining_ms / MS_PER_S) + 1.0);
+    uint32_t k = b >= SRTF_CLASSES - 1 ? SRTF_CLASSES - 1 : (uint32_t)b;
+    return SRTF_CLASSES - 1 - k;
+}
+
+static int64_t remaining_at(const struct job *j, int64_t now)
+{
+    if (j->status != JS_RUNNING && j->status != JS_LEAVING)
+        return j->remaining_ms;
+    int64_t done = now - j->attempt_ms - j->penalty_ms;
+    done = done < 0 ? 0 : done;
+    return done >= j->remaining_ms ? 0 : j->remaining_ms - done;
+}
+
+/* What the oracles are told: the ordering key is the true (remaining) time. */
+static void oracle_keys(struct sim *sm, int64_t now)
+{
+    if (sm->pol->oracle == SIM_ORACLE_SJF) {
+        for (size_t k = 0; k < sm->npending; k++) {
+            struct job *j = &sm->jobs[sm->pending[k]];
+            j->req.submit_ms = j->duration_ms;
+        }
+        return;
+    }
+    if (sm->pol->oracle != SIM_ORACLE_SRTF)
+        return;
+    for (size_t k = 0; k < sm->npending; k++) {
+        struct job *j = &sm->jobs[sm->pending[k]];
+        j->req.submit_ms = j->remaining_ms;
+        j->req.prio = srtf_class(j->remaining_ms);
+        j->req.time_limit_ms = j->remaining_ms + sm->opts->restart_penalty_s * MS_PER_S;
+    }
+    for (size_t r = 0; r < sm->nrun; r++) {
+        struct job *j = &sm->jobs[sm->run_job[r]];
+        int64_t left = remaining_at(j, now);
+        j->req.submit_ms = left;
+        j->req.prio = srtf_class(left);
+    }
+}
+
+/* "node:gpus;node:gpus" for an allocation (fractions as 0.25). */
+static char *placement_of(const struct sim_cluster *cl, const struct sched_alloc *a)
+{
+    size_t cap = 1;
+    for (uint32_t k = 0; k < a->nnodes; k++)
+        cap += strlen(cl->nodes[a->nodes[k].node].name) + 24;
+    char *s = malloc(cap), *at = s;
+    if (!s)
+        return NULL;
+    *s = '\0';
+    for (uint32_t k = 0; k < a->nnodes; k++) {
+        uint32_t node = a->nodes[k].node;
+        int64_t milli = 0;
+        for (uint32_t i = 0; i < a->nshares; i++)
+            milli += cl->gpu_node[a->shares[i].gpu] == node ? a->shares[i].milli : 0;
+        int w = milli % SCHED_MILLI
+                    ? snprintf(at, cap - (size_t)(at - s), "%s%s:%.3f", k ? ";" : "",
+                               cl->nodes[node].name, (double)milli / SCHED_MILLI)
+                    : snprintf(at, cap - (size_t)(at - s), "%s%s:%lld", k ? ";" : "",
+                               cl->nodes[node].name, (long long)(milli / SCHED_MILLI));
+        at += w;
+    }
+    return s;
+}
+
+static int alloc_copy(struct sched_alloc *dst, const struct sched_alloc *src)
+{
+    struct sched_alloc a = {.nnodes = src->nnodes, .nshares = src->nshares};
+    a.nodes = malloc((src->nnodes ? src->nnodes : 1) * sizeof(*a.nodes));
+    a.shares = malloc((src->nshares ? src->nshares : 1) * sizeof(*a.shares));
+    if (!a.nodes || !a.shares) {
+        free(a.nodes);
+        free(a.shares);
+        return GPO_ENOMEM;
+    }
+    memcpy(a.nodes, src->nodes, src->nnodes * sizeof(*a.nodes));
+    memcpy(a.shares, src->shares, src->nshares * sizeof(*a.shares));
+    *dst = a;
+    return 0;
+}
+
+static int start_job(struct sim *sm, const struct sched_start *s, int64_t now)
+{
+    uint32_t ji = (uint32_t)(s->job - 1);
+    struct job *j = &sm->jobs[ji];
+    struct sim_job_result *o = &sm->out->jobs[ji];
+    if (alloc_copy(&j->alloc, &s->alloc))
+        return GPO_ENOMEM;
+    free(o->placement);
+    if (!(o->placement = placement_of(&sm->cl, &s->alloc)))
+        return GPO_ENOMEM;
+    j->milli = 0;
+    for (uint32_t i = 0; i < s->alloc.nshares; i++)
+        j->milli += s->alloc.shares[i].milli;
+    j->status = JS_RUNNING;
+    j->attempt_ms = now;
+    j->penalty_ms = j->attempts ? sm->opts->restart_penalty_s * MS_PER_S : 0;
+    j->attempts++;
+    j->gen++;
+    if (o->first_start_s < 0)
+        o->first_start_s = now / MS_PER_S;
+    j->slot = (uint32_t)sm->nrun;
+    sm->run[sm->nrun] = (struct sched_running){.job = &j->req,
+                                               .alloc = j->alloc,
+                                               .start_ms = now,
+                                               .checkpoint_ms = now,
+                                               .borrowed = s->borrowed};
+    sm->run_job[sm->nrun++] = ji;
+    sm->busy_milli += j->milli;
+    for (uint32_t i = 0; i < s->alloc.nshares; i++)
+        sm->gpu_used[s->alloc.shares[i].gpu] += s->alloc.shares[i].milli;
+    sm->nborrowed += s->borrowed;
+    return heap_push(&sm->heap,
+                     (struct event){now + j->penalty_ms + j->remaining_ms, ji, j->gen, EV_END});
+}
+
+/* The useful part of an attempt that ran until `end`: from its start plus the
+ * restart penalty; counted in total and within the window, per team. */
+static int64_t account_attempt(struct sim *sm, struct job *j, int64_t end)
+{
+    int64_t from = j->attempt_ms + j->penalty_ms;
+    int64_t done = end > from ? end - from : 0;
+    if (done > j->remaining_ms)
+        done = j->remaining_ms;
+    double gpus = (double)j->milli / SCHED_MILLI;
+    sm->out->useful_gpu_s += gpus * (double)done / MS_PER_S;
+    int64_t a = from > sm->window_from_ms ? from : sm->window_from_ms;
+    int64_t b = from + done < sm->window_to_ms ? from + done : sm->window_to_ms;
+    if (b > a) {
+        double w = gpus * (double)(b - a) / MS_PER_S;
+        sm->out->useful_window_gpu_s += w;
+        sm->out->team_useful_window_gpu_s[j->req.team] += w;
+    }
+    sm->out->jobs[j - sm->jobs].running_s += (end - j->attempt_ms) / MS_PER_S;
+    return done;
+}
+
+/* Takes job j out of the running set at `end`, charging its last stretch. */
+static int leave_running(struct sim *sm, struct job *j, int64_t end)
+{
+    int err = sched_state_charge_end(&sm->st, &sm->cl.c, &sm->core_pol, &sm->run[j->slot], end);
+    if (err)
+        return err;
+    sm->nborrowed -= sm->run[j->slot].borrowed;
+    uint32_t last = (uint32_t)--sm->nrun;
+    if (j->slot != last) {
+        sm->run[j->slot] = sm->run[last];
+        sm->run_job[j->slot] = sm->run_job[last];
+        sm->jobs[sm->run_job[j->slot]].slot = j->slot;
+    }
+    sm->busy_milli -= j->milli;
+    for (uint32_t i = 0; i < j->alloc.nshares; i++)
+        sm->gpu_used[j->alloc.shares[i].gpu] -= j->alloc.shares[i].milli;
+    free(j->alloc.nodes);
+    free(j->alloc.shares);
+    j->alloc = (struct sched_alloc){0};
+    j->gen++;
+    return 0;
+}
+
+static int on_event(struct sim *sm, const struct event *e)
+{
+    struct job *j = &sm->jobs[e->job];
+    if (e->gen != j->gen || (j->status != JS_RUNNING && j->status != JS_LEAVING))
+        return 0; /* stale: the job left, or restarted, since */
+    if (e->kind == EV_KILL && j->status != JS_LEAVING)
+        return 0;
+    int64_t done = account_attempt(sm, j, e->t_ms);
+    int err = leave_running(sm, j, e->t_ms);
+    if (err)
+        return err;
+    if (e->kind == EV_END) {
+        j->remaining_ms = 0;
+        j->status = JS_DONE;
+        sm->out->jobs[e->job].end_s = e->t_ms / MS_PER_S;
+        if (e->t_ms / MS_PER_S > sm->out->last_end_s)
+            sm->out->last_end_s = e->t_ms / MS_PER_S;
+        int64_t d = j->duration_ms / MS_PER_S;
+        hist_add(
+            &sm->hist[(size_t)j->req.team * SIZE_CLASSES + size_class(model_job_milli(&j->req, 0))],
+            d);
+        hist_add(&sm->hist[sm->spec->nteams * SIZE_CLASSES], d);
+        return 0;
+    }
+    /* Evicted: it resumes later from where it got. */
+    j->remaining_ms -= done;
+    sm->out->jobs[e->job].preemptions++;
+    return pending_add(sm, e->job);
+}
+
+static int sample(struct sim *sm, int64_t now)
+{
+    struct sim_result *o = sm->out;
+    if (vec_grow((void **)&o->samples, &o->samples_cap, o->nsamples + 1, sizeof(*o->samples)))
+        return GPO_ENOMEM;
+    struct sim_sample s = {now / MS_PER_S, sm->busy_milli, (uint32_t)sm->npending,
+                           (uint32_t)sm->nrun};
+    if (o->nsamples && o->samples[o->nsamples - 1].t_s == s.t_s)
+        o->samples[o->nsamples - 1] = s; /* the last state at a time is the one that holds */
+    else
+        o->samples[o->nsamples++] = s;
+    return 0;
+}
+
+static void unschedulable(struct sim *sm, uint32_t ji, enum sched_reason why)
+{
+    sm->jobs[ji].status = JS_UNSCHED;
+    sm->out->jobs[ji].unschedulable = true;
+    sm->out->jobs[ji].reason = why;
+}
+
+/* One scheduling pass at `now`, its decisions applied. */
+static int pass(struct sim *sm, int64_t now, char *err, size_t errlen)
+{
+    if (sm->pending_unsorted) {
+        qsort(sm->pending, sm->npending, sizeof(*sm->pending), cmp_u32);
+        sm->pending_unsorted = false;
+    }
+    oracle_keys(sm, now);
+    for (size_t k = 0; k < sm->npending; k++)
+        sm->qbuf[k] = sm->jobs[sm->pending[k]].req;
+    struct sched_queue q = {sm->qbuf, sm->npending};
+    struct sched_running_set rs = {sm->run, sm->nrun};
+    int e = sched_pass(&sm->cl.c, &q, &rs, &sm->core_pol, &sm->st, now, &sm->res);
+    if (e) {
+        snprintf(err, errlen, "scheduling pass at t=%llds failed: %s", (long long)(now / MS_PER_S),
+                 gpo_strerror(e));
+        return e;
+    }
+    sm->out->passes++;
+    const struct sched_result *r = &sm->res;
+    for (size_t k = 0; k < r->nstarts; k++) {
+        if ((e = start_job(sm, &r->starts[k], now)))
+            return e;
+    }
+    for (size_t k = 0; k < r->npreempts; k++) {
+        uint32_t ji = (uint32_t)(r->preempts[k].job - 1);
+        struct job *j = &sm->jobs[ji];
+        if (j->status != JS_RUNNING)
+            continue;
+        j->status = JS_LEAVING;
+        sm->run[j->slot].preempting = true;
+        sm->out->preemptions++;
+        e = heap_push(&sm->heap,
+                      (struct event){now + r->preempts[k].grace_ms, ji, j->gen, EV_KILL});
+        if (e)
+            return e;
+    }
+    for (size_t k = 0; k < r->nwaits; k++) {
+        uint32_t ji = (uint32_t)(r->waits[k].job - 1);
+        sm->jobs[ji].last_reason = r->waits[k].reason;
+        if (explain_is_final(r->waits[k].reason))
+            unschedulable(sm, ji, r->waits[k].reason);
+    }
+    size_t n = 0;
+    for (size_t k = 0; k < sm->npending; k++) {
+        if (sm->jobs[sm->pending[k]].status == JS_PENDING)
+            sm->pending[n++] = sm->pending[k];
+    }
+    sm->npending = n;
+    return sample(sm, now);
+}
+
+static int sim_setup(struct sim *sm, char *err, size_t errlen)
+{
+    uint32_t nclasses = sm->pol->oracle == SIM_ORACLE_SRTF ? SRTF_CLASSES : 1;
+    int e = sim_cluster_build(&sm->cl, sm->spec, nclasses, sm->pol->oracle == SIM_ORACLE_SRTF, err,
+                              errlen);
+    if (e)
+        return e;
+    struct sim_result *o = sm->out;
+    o->nteams = sm->spec->nteams;
+    o->team_useful_window_gpu_s = calloc(o->nteams + 1, sizeof(double));
+    o->team_demand_window_gpu_s = calloc(o->nteams + 1, sizeof(double));
+    o->team_names = calloc(o->nteams + 1, sizeof(char *));
+    sm->hist = calloc(sm->spec->nteams * SIZE_CLASSES + 1, sizeof(*sm->hist));
+    if (!o->team_useful_window_gpu_s || !o->team_demand_window_gpu_s || !o->team_names || !sm->hist)
+        return GPO_ENOMEM;
+    for (size_t t = 0; t < o->nteams; t++)
+        o->team_names[t] = sm->spec->teams[t].name;
+    for (uint32_t g = 0; g < sm->cl.c.ngpus; g++)
+        o->total_gpus_milli += SCHED_MILLI;
+    sm->gpu_used = calloc(sm->cl.c.ngpus ? sm->cl.c.ngpus : 1, sizeof(*sm->gpu_used));
+    sm->team_guaranteed = calloc(sm->spec->nteams + 1, sizeof(*sm->team_guaranteed));
+    if (!sm->gpu_used || !sm->team_guaranteed)
+        return GPO_ENOMEM;
+    for (size_t t = 0; t < sm->spec->nteams; t++) {
+        for (size_t k = 0; k < sm->spec->teams[t].nquotas; k++)
+            sm->team_guaranteed[t] |= sm->spec->teams[t].quotas[k].guaranteed_milli > 0;
+    }
+    if ((e = jobs_build(sm)))
+        return e;
+    sm->qbuf = malloc((sm->njobs ? sm->njobs : 1) * sizeof(*sm->qbuf));
+    sm->run = malloc((sm->njobs ? sm->njobs : 1) * sizeof(*sm->run));
+    sm->run_job = malloc((sm->njobs ? sm->njobs : 1) * sizeof(*sm->run_job));
+    if (!sm->qbuf || !sm->run || !sm->run_job)
+        return GPO_ENOMEM;
+    if (sm->njobs) {
+        o->first_submit_s = o->jobs[0].submit_s;
+        o->last_submit_s = o->jobs[sm->njobs - 1].submit_s;
+    }
+    sm->window_from_ms = o->first_submit_s * MS_PER_S;
+    sm->window_to_ms = o->last_submit_s * MS_PER_S;
+    for (size_t i = 0; i < sm->njobs; i++) {
+        const struct sim_job_result *r = &o->jobs[i];
+        int64_t room = o->last_submit_s - r->submit_s;
+        int64_t d = r->duration_s < room ? r->duration_s : room;
+        o->team_demand_window_gpu_s[r->team] += (double)d * (double)r->gpu_milli / SCHED_MILLI;
+    }
+    return 0;
+}
+
+static void sim_free(struct sim *sm)
+{
+    for (size_t i = 0; sm->jobs && i < sm->njobs; i++) {
+        free(sm->jobs[i].alloc.nodes);
+        free(sm->jobs[i].alloc.shares);
+    }
+    free(sm->jobs);
+    free(sm->pending);
+    free(sm->qbuf);
+    free(sm->run);
+    free(sm->run_job);
+    free(sm->heap.ev);
+    free(sm->hist);
+    free(sm->gpu_used);
+    free(sm->team_guaranteed);
+    sched_state_release(&sm->st);
+    sched_result_release(&sm->res);
+    sim_cluster_release(&sm->cl);
+}
+
+/* Jobs still pending when nothing is left to happen can never start. */
+static void settle_stuck(struct sim *sm)
+{
+    for (size_t k = 0; k < sm->npending; k++)
+        unschedulable(sm, sm->pending[k], sm->jobs[sm->pending[k]].last_reason);
+    sm->npending = 0;
+}
+
+/* The free GPUs, summed up for may_fit_now. */
+struct free_gpus {
+    int64_t node_whole; /* most whole GPUs free on one node */
+    int64_t total_whole;
+    int64_t gpu_milli; /* most milli free on one GPU */
+};
+
+static struct free_gpus free_gpus_now(const struct sim *sm)
+{
+    const struct sched_cluster *c = &sm->cl.c;
+    struct free_gpus f = {0};
+    for (uint32_t n = 0; n < c->nnodes; n++) {
+        int64_t whole = 0;
+        for (uint32_t g = c->nodes[n].gpu_first; g < c->nodes[n].gpu_first + c->nodes[n].ngpus;
+             g++) {
+            whole += sm->gpu_used[g] == 0;
+            if (SCHED_MILLI - sm->gpu_used[g] > f.gpu_milli)
+                f.gpu_milli = SCHED_MILLI - sm->gpu_used[g];
+        }
+        f.node_whole = whole > f.node_whole ? whole : f.node_whole;
+        f.total_whole += whole;
+    }
+    return f;
+}
+
+/* Could job j start on the free GPUs? An over-estimate: any node, any pool,
+ * GPU counts only (quotas, memory and reservations are the pass's). */
+static bool may_fit_now(const struct free_gpus *f, const struct job *j)
+{
+    if (j->req.gpus > 0)
+        return j->req.gpus <= (j->req.multi_node ? f->total_whole : f->node_whole);
+    return j->req.gpu_milli <= f->gpu_milli;
+}
+
+/* Could job j evict anything now? Priority classes never preempt here but
+ * under srtf; LAS and srtf always might; a reclaim needs a guarantee and a
+ * borrower. */
+static bool may_preempt_now(const struct sim *sm, const struct job *j)
+{
+    if (!sm->core_pol.preemption)
+        return false;
+    if (sm->core_pol.order == SCHED_ORDER_LAS || sm->pol->oracle == SIM_ORACLE_SRTF)
+        return true;
+    return sm->nborrowed > 0 && sm->team_guaranteed[j->req.team];
+}
+
+/*
+ * A step where jobs only arrived skips its pass when the pass could not
+ * start or evict anything: no new job fits the free GPUs or may preempt, and
+ * no waiting job that fits them is held back only by a reservation (a new job
+ * could take the reservation over and let it start). Nothing else changes without an end or
+ * an eviction: capacity does not grow, and as time passes, backfill only gets
+ * harder. The skipped jobs are ranked at the next pass.
+ */
+static bool pass_needed(const struct sim *sm, size_t first_new, size_t end_new, bool changed)
+{
+    if (changed || sm->pol->oracle == SIM_ORACLE_SRTF)
+        return true;
+    struct free_gpus f = free_gpus_now(sm);
+    for (size_t i = first_new; i < end_new; i++) {
+        if (may_fit_now(&f, &sm->jobs[i]) || may_preempt_now(sm, &sm->jobs[i]))
+            return true;
+    }
+    for (size_t k = 0; k < sm->npending; k++) {
+        const struct job *j = &sm->jobs[sm->pending[k]];
+        if (j->last_reason == SCHED_REASON_RESERVED && may_fit_now(&f, j))
+            return true;
+    }
+    return false;
+}
+
+static int sim_loop(struct sim *sm, char *err, size_t errlen)
+{
+    size_t next = 0; /* next job to arrive */
+    for (;;) {
+        int64_t now = INT64_MAX;
+        if (next < sm->njobs)
+            now = sm->jobs[next].req.submit_ms;
+        if (sm->heap.n && sm->heap.ev[0].t_ms < now)
+            now = sm->heap.ev[0].t_ms;
+        int e;
+        if (now == INT64_MAX) {
+            if (!sm->unpassed) {
+                settle_stuck(sm);
+                return 0;
+            }
+            /* The last arrivals were never ranked: one more pass, then go on. */
+            sm->unpassed = false;
+            if ((e = pass(sm, sm->last_ms, err, errlen)))
+                return e;
+            continue;
+        }
+        bool changed = false;
+        while (sm->heap.n && sm->heap.ev[0].t_ms == now) {
+            struct event ev = heap_pop(&sm->heap);
+            bool live = ev.gen == sm->jobs[ev.job].gen;
+            if ((e = on_event(sm, &ev)))
+                return e;
+            changed |= live;
+        }
+        size_t first_new = next;
+        for (; next < sm->njobs && sm->jobs[next].req.submit_ms == now; next++) {
+            struct job *j = &sm->jobs[next];
+            j->req.time_limit_ms = estimate_limit_ms(sm, j);
+            if ((e = pending_add(sm, (uint32_t)next)))
+                return e;
+        }
+        sm->last_ms = now;
+        if (!pass_needed(sm, first_new, next, changed)) {
+            sm->unpassed = true;
+            if ((e = sample(sm, now)))
+                return e;
+            continue;
+        }
+        sm->unpassed = false;
+        if ((e = pass(sm, now, err, errlen)))
+            return e;
+    }
+}
+
+void sim_result_init(struct sim_result *r)
+{
+    if (r)
+        memset(r, 0, sizeof(*r));
+}
+
+void sim_result_release(struct sim_result *r)
+{
+    if (!r)
+        return;
+    for (size_t i = 0; r->jobs && i < r->njobs; i++)
+        free(r->jobs[i].placement);
+    free(r->jobs);
+    free(r->samples);
+    free(r->team_useful_window_gpu_s);
+    free(r->team_demand_window_gpu_s);
+    free(r->team_names);
+    memset(r, 0, sizeof(*r));
+}
+
+int sim_run(const struct sim_trace *trace, const struct sim_spec *spec,
+            const struct sim_policy *policy, const struct sim_opts *opts, struct sim_result *out,
+            char *err, size_t errlen)
+{
+    if (!trace || !spec || !policy || !opts || !out || opts->restart_penalty_s < 0)
+        return GPO_EINVAL;
+    struct sim sm = {.trace = trace,
+                     .spec = spec,
+                     .pol = policy,
+                     .core_pol = policy->core,
+                     .opts = opts,
+                     .out = out};
+    sched_state_init(&sm.st);
+    sched_result_init(&sm.res);
+    const char *field = NULL;
+    int e = sched_policy_check(&sm.core_pol, &field);
+    if (e)
+        snprintf(err, errlen, "policy %s: bad %s", policy->name, field ? field : "field");
+    if (!e)
+        e = sim_setup(&sm, err, errlen);
+    if (!e)
+        e = sim_loop(&sm, err, errlen);
+    if (e == GPO_ENOMEM)
+        snprintf(err, errlen, "out of memory");
+    sim_free(&sm);
+    if (e)
+        sim_result_release(out);
+    return e;
+}

@@ -1,0 +1,114 @@
+/*
+ * engine.h - the discrete-event replay of a trace through the scheduler core.
+ *
+ * The engine plays the controller: jobs arrive at their submit times, a
+ * scheduling pass (the very sched_pass the controller calls) runs whenever
+ * something changed (an arrival, an end, an eviction), its starts and
+ * preemptions are applied, and jobs end when their work is done. Time jumps
+ * from one event to the next: a quiet day of trace costs nothing.
+ *
+ * What the trace does not say, the engine decides, the same way for every
+ * policy (docs/simulator.md):
+ * - a job asks for its GPUs and nothing else (no CPU or host memory figure);
+ *   a whole-GPU job larger than every node is a multi-node gang;
+ * - its time limit, which backfill plans with, is an estimate that does not
+ *   depend on its own duration: the 90th percentile of the durations of the
+ *   jobs of its team and size that ended before it was submitted (then of all
+ *   teams, then the policy's default). The job is never killed at it;
+ * - every job can be preempted and resumes from its last progress, paying
+ *   `restart_penalty_s` of lost time at each restart;
+ * - the oracles sjf and srtf alone read durations: sjf orders by the true
+ *   duration, srtf by the true remaining time and preempts for it.
+ */
+#ifndef GPUORCH_SIM_ENGINE_H
+#define GPUORCH_SIM_ENGINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/explain.h"
+#include "core/model.h"
+#include "sim/spec.h"
+#include "sim/trace.h"
+
+enum sim_oracle {
+    SIM_ORACLE_NONE = 0,
+    SIM_ORACLE_SJF,  /* shortest (true) job first, not preemptive */
+    SIM_ORACLE_SRTF, /* shortest (true) remaining time first, preemptive */
+};
+
+/* A policy the simulator can replay: a core policy, or an oracle. */
+struct sim_policy {
+    const char *name; /* as given to --policy; static */
+    struct sched_policy core;
+    enum sim_oracle oracle;
+};
+
+/* Finds a named policy ("default", "fifo", "fifo-backfill", "priority",
+ * "fairshare", "las", "spread", "sjf", "srtf"). 0, or GPO_ENOTFOUND. */
+int sim_policy_find(const char *name, struct sim_policy *ret);
+/* The names, for --help: a static NULL-terminated list. */
+const char *const *sim_policy_names(void);
+
+struct sim_opts {
+    int64_t restart_penalty_s; /* >= 0; paid at every restart after a preemption */
+};
+
+/* What happened to one trace job. Times in seconds of trace time. */
+struct sim_job_result {
+    uint32_t trace_index; /* into trace->jobs */
+    uint32_t team;        /* index into spec->teams */
+    int64_t submit_s;
+    int64_t duration_s;
+    int64_t gpu_milli;
+    int64_t first_start_s; /* -1: never started */
+    int64_t end_s;         /* -1: never ended (unschedulable) */
+    int64_t running_s;     /* time it held GPUs, restart penalties and graces included */
+    uint32_t preemptions;
+    bool unschedulable;
+    enum sched_reason reason; /* why it never ran, when unschedulable */
+    char *placement;          /* its last attempt's nodes, "node:gpus;..." (owned) */
+};
+
+/* The cluster's state after each step of the replay. */
+struct sim_sample {
+    int64_t t_s;
+    int64_t busy_milli; /* GPU milli held by running jobs */
+    uint32_t pending;
+    uint32_t running;
+};
+
+struct sim_result {
+    struct sim_job_result *jobs; /* one per job kept (in trace order) */
+    size_t njobs;
+    size_t ndropped;            /* trace jobs of queues no team takes */
+    struct sim_sample *samples; /* in time order */
+    size_t nsamples;
+    uint64_t preemptions;
+    uint64_t passes;
+    int64_t total_gpus_milli; /* the cluster's GPUs */
+    int64_t first_submit_s, last_submit_s, last_end_s;
+    /* Useful GPU-time (restart penalties excluded), in GPU-seconds: all of it,
+     * and the part that fell between the first and the last submit. */
+    double useful_gpu_s, useful_window_gpu_s;
+    double *team_useful_window_gpu_s; /* per team */
+    double *team_demand_window_gpu_s; /* per team: what its jobs could have used in that window */
+    size_t nteams;
+    char **team_names; /* borrowed from the spec */
+    size_t samples_cap;
+};
+
+void sim_result_init(struct sim_result *r);
+void sim_result_release(struct sim_result *r);
+
+/*
+ * Replays `trace` on the cluster of `spec` under `policy`. Fills *out (an
+ * initialised, empty result). 0; GPO_EINVAL with one line in `err` (a spec the
+ * core rejects, a policy it rejects); GPO_ENOMEM.
+ */
+int sim_run(const struct sim_trace *trace, const struct sim_spec *spec,
+            const struct sim_policy *policy, const struct sim_opts *opts, struct sim_result *out,
+            char *err, size_t errlen);
+
+#endif

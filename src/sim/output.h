@@ -1,0 +1,33 @@
+/*
+ * output.h - what `gpuorch sim` prints: the summary table, the --json
+ * objects, and the per-job CSV of --jobs-out.
+ */
+#ifndef GPUORCH_SIM_OUTPUT_H
+#define GPUORCH_SIM_OUTPUT_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#include "sim/engine.h"
+#include "sim/stats.h"
+#include "sim/trace.h"
+
+/* The summary table, one column per policy, then unschedulable jobs by
+ * reason and the teams' shares. */
+void sim_output_table(FILE *out, const struct sim_summary *s, size_t n);
+
+/*
+ * The --json output: one object per policy with the keys policy, jobs,
+ * makespan_s, jct_avg_s, jct_p50_s, jct_p95_s, jct_p99_s, wait_avg_s,
+ * wait_p99_s, gpu_utilization, jain_fairness, preemptions (and unschedulable);
+ * a JSON array of them when n > 1. The same inputs give the same bytes.
+ * 0 or GPO_ENOMEM.
+ */
+int sim_output_json(FILE *out, const struct sim_summary *s, size_t n);
+
+/* The per-job CSV: job_id,team,submit_s,start_s,end_s,wait_s,gpus,placement,
+ * preemptions,status. 0, or GPO_EINVAL with one line in err (a write error). */
+int sim_output_jobs(FILE *out, const char *path, const struct sim_trace *t,
+                    const struct sim_result *r, char *err, size_t errlen);
+
+#endif

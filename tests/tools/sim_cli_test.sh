@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# sim_cli_test.sh GPUORCH DATA_DIR - `gpuorch sim` as a user runs it: golden
+# output worked out by hand, byte-identical --json, the exit codes and
+# messages for bad flags, specs and trace rows, and the files it writes.
+# Prints TAP.
+set -uo pipefail
+bin=$1
+data=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+n=0
+failed=0
+ok() { n=$((n + 1)); echo "ok $n - $1"; }
+not_ok() { n=$((n + 1)); failed=1; echo "not ok $n - $1"; [ $# -gt 1 ] && echo "$2" | sed 's/^/#   /'; }
+check() { # check NAME CONDITION-COMMAND...
+  local name=$1; shift
+  if "$@"; then ok "$name"; else not_ok "$name"; fi
+}
+echo "TAP version 13"
+
+# 1. Golden: three jobs on one GPU, FIFO against SJF (tests/sim/three_jobs.*:
+#    FIFO JCTs 100, 109, 109; SJF 100, 110, 99; worked out in the file's test).
+"$bin" sim --trace "$data/three_jobs.csv" --cluster "$data/one_gpu.yaml" --policy fifo,sjf \
+  --json >"$tmp/out.json" 2>"$tmp/err"
+rc=$?
+check "golden fifo/sjf --json exits 0" [ $rc -eq 0 ]
+if diff -u "$data/three_jobs.expected.json" "$tmp/out.json" >"$tmp/diff"; then
+  ok "golden fifo/sjf --json matches three_jobs.expected.json"
+else
+  not_ok "golden fifo/sjf --json matches three_jobs.expected.json" "$(cat "$tmp/diff")"
+fi
+
+# 2. The same inputs give byte-identical --json, for every policy.
+all=default,fifo,fifo-backfill,priority,fairshare,las,spread,sjf,srtf
+"$bin" sim --trace "$data/three_jobs.csv" --policy $all --json --restart-penalty 30 >"$tmp/a.json"
+"$bin" sim --trace "$data/three_jobs.csv" --policy $all --json --restart-penalty 30 >"$tmp/b.json"
+check "two runs give byte-identical --json" cmp -s "$tmp/a.json" "$tmp/b.json"
+check "--json with several policies is an array in the order given" \
+  grep -q '"policy": "srtf"' "$tmp/a.json"
+
+# 3. Bad flags and specs exit 2 and name what is wrong.
+expect() { # expect NAME RC PATTERN ARGS...
+  local name=$1 want=$2 pat=$3; shift 3
+  "$bin" sim "$@" >"$tmp/o" 2>"$tmp/e"
+  local rc=$?
+  if [ $rc -eq "$want" ] && grep -q -- "$pat" "$tmp/e"; then ok "$name"; else
+    not_ok "$name" "rc=$rc (want $want); stderr: $(cat "$tmp/e")"; fi
+}
+expect "unknown flag exits 2" 2 "unknown argument '--frobnicate'" \
+  --trace "$data/three_jobs.csv" --frobnicate
+expect "missing --trace exits 2" 2 "--trace FILE is required" --json
+expect "unknown policy exits 2 and names it" 2 "--policy: expected .*got 'fastest'" \
+  --trace "$data/three_jobs.csv" --policy fifo,fastest
+expect "bad --load exits 2" 2 "--load: expected a number" --trace "$data/three_jobs.csv" --load 0
+expect "bad --restart-penalty exits 2" 2 "--restart-penalty: expected" \
+  --trace "$data/three_jobs.csv" --restart-penalty -5
+printf 'pools:\n  - name: p\n    nodes: 0\nteams:\n  - name: t\n' >"$tmp/bad.yaml"
+expect "bad cluster spec exits 2 and names the field" 2 "bad.yaml.*pools\[0\]\.nodes" \
+  --trace "$data/three_jobs.csv" --cluster "$tmp/bad.yaml"
+expect "missing cluster spec exits 2 and names the file" 2 "nope.yaml" \
+  --trace "$data/three_jobs.csv" --cluster "$tmp/nope.yaml"
+
+# 4. A malformed trace row names the file, line and field; --skip-bad counts it.
+expect "a bad trace row exits 1 naming file:line: field" 1 "bad_row.csv:3: duration_s" \
+  --trace "$data/bad_row.csv"
+expect "--skip-bad skips and counts it" 0 "skipped 1 bad row" --trace "$data/bad_row.csv" --skip-bad
+expect "a missing trace exits 1 naming it" 1 "missing.csv" --trace "$tmp/missing.csv"
+
+# 5. --jobs-out and --report write their files.
+"$bin" sim --trace "$data/three_jobs.csv" --cluster "$data/one_gpu.yaml" --policy fifo \
+  --jobs-out "$tmp/jobs.csv" --report "$tmp/r.html" >/dev/null 2>&1
+check "--jobs-out writes one row per job" [ "$(wc -l <"$tmp/jobs.csv")" -eq 4 ]
+check "--jobs-out gives start, end and wait (b: 100, 110, 99)" \
+  grep -q '^b,everyone,1,100,110,99,1,p-0:1,0,completed$' "$tmp/jobs.csv"
+check "--report writes a self-contained page" grep -q 'uPlot' "$tmp/r.html"
+check "the report loads nothing from the network" \
+  bash -c "! grep -Eq '<script[^>]* src=|<link ' '$tmp/r.html'"
+expect "--report to a missing directory exits 1 naming it" 1 "$tmp/no/such/r.html" \
+  --trace "$data/three_jobs.csv" --report "$tmp/no/such/r.html"
+
+# 6. --help.
+"$bin" sim --help >"$tmp/h" 2>&1
+check "--help exits 0 and lists the policies" grep -q 'sjf and srtf are oracles' "$tmp/h"
+
+echo "1..$n"
+exit $failed

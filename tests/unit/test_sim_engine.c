@@ -1,0 +1,340 @@
+/* test_sim_engine.c - the simulator's event loop on small cases whose answers
+ * were worked out by hand: strict FIFO against the SJF oracle, head-of-line
+ * blocking, a reclaim with its grace period and restart penalty, jobs that
+ * can never run, queues no team takes, and the figures computed from it all.
+ * Traces and specs are built in memory, so only the engine is under test. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "core/err.h"
+#include "sim/engine.h"
+#include "sim/stats.h"
+
+/* ---- building inputs ---- */
+
+#define MAX_JOBS 16
+
+struct world {
+    struct sim_trace trace;
+    struct sim_trace_job jobs[MAX_JOBS];
+    char *queues[4];
+    struct sim_spec spec;
+    struct sim_spec_pool pool;
+    struct sim_spec_team teams[2];
+    char *team_queues[2][1];
+    struct sim_spec_quota quotas[2];
+};
+
+/* One pool of `nodes` nodes with `gpus` GPUs each; teams "a" (queue "qa")
+ * and "b" (queue "qb"), no guarantees, no borrowing limits. */
+static void world_init(struct world *w, uint32_t nodes, uint32_t gpus)
+{
+    memset(w, 0, sizeof(*w));
+    w->queues[0] = "qa";
+    w->queues[1] = "qb";
+    w->queues[2] = "nobody";
+    w->trace.jobs = w->jobs;
+    w->trace.queues = w->queues;
+    w->trace.nqueues = 3;
+    w->pool = (struct sim_spec_pool){.name = "p",
+                                     .nodes = nodes,
+                                     .gpus_per_node = gpus,
+                                     .gpu_type = "GPU",
+                                     .gpu_mem_mib = 81920,
+                                     .cpus = 64,
+                                     .mem_mib = 512 * 1024,
+                                     .nvlink = true};
+    const char *names[2] = {"a", "b"};
+    for (int t = 0; t < 2; t++) {
+        w->team_queues[t][0] = w->queues[t];
+        w->teams[t] = (struct sim_spec_team){.name = (char *)names[t],
+                                             .weight = 1,
+                                             .queues = w->team_queues[t],
+                                             .nqueues = 1,
+                                             .borrow_limit_milli = -1};
+    }
+    w->spec = (struct sim_spec){
+        .pools = &w->pool, .npools = 1, .teams = w->teams, .nteams = 2, .unmapped_team = SIM_NONE};
+}
+
+static void add_job(struct world *w, const char *id, int64_t submit, int64_t duration,
+                    int64_t gpu_milli, uint32_t queue)
+{
+    assert_true(w->trace.njobs < MAX_JOBS);
+    w->jobs[w->trace.njobs] = (struct sim_trace_job){.id = id,
+                                                     .submit_s = submit,
+                                                     .duration_s = duration,
+                                                     .gpu_milli = gpu_milli,
+                                                     .queue = queue,
+                                                     .gpu_type = SIM_NONE,
+                                                     .line = (uint32_t)w->trace.njobs + 2};
+    w->trace.njobs++;
+}
+
+static void run(const struct world *w, const char *policy, int64_t penalty, struct sim_result *r)
+{
+    struct sim_policy pol;
+    assert_int_equal(sim_policy_find(policy, &pol), 0);
+    struct sim_opts opts = {.restart_penalty_s = penalty};
+    char err[256] = "";
+    sim_result_init(r);
+    int e = sim_run(&w->trace, &w->spec, &pol, &opts, r, err, sizeof(err));
+    if (e)
+        fail_msg("sim_run(%s): %d: %s", policy, e, err);
+}
+
+static const struct sim_job_result *job(const struct sim_result *r, size_t k)
+{
+    assert_true(k < r->njobs);
+    return &r->jobs[k];
+}
+
+/* ---- cases ---- */
+
+/* One GPU. a: t=0 for 100 s; b: t=1 for 10 s; c: t=2 for 1 s.
+ * FIFO: a 0-100, b 100-110, c 110-111: JCTs 100, 109, 109.
+ * SJF:  a 0-100 (alone at t=0), then c 100-101, b 101-111: JCTs 100, 110, 99. */
+static void test_fifo_against_sjf(void **state)
+{
+    (void)state;
+    struct world w;
+    world_init(&w, 1, 1);
+    add_job(&w, "a", 0, 100, 1000, 0);
+    add_job(&w, "b", 1, 10, 1000, 0);
+    add_job(&w, "c", 2, 1, 1000, 0);
+    struct sim_result r;
+    run(&w, "fifo", 0, &r);
+    const int64_t fifo_end[] = {100, 110, 111}, fifo_start[] = {0, 100, 110};
+    for (size_t k = 0; k < 3; k++) {
+        assert_int_equal(job(&r, k)->first_start_s, fifo_start[k]);
+        assert_int_equal(job(&r, k)->end_s, fifo_end[k]);
+        assert_int_equal(job(&r, k)->preemptions, 0);
+    }
+    struct sim_summary s;
+    assert_int_equal(sim_summary_compute(&r, "fifo", &s), 0);
+    assert_int_equal(s.ended, 3);
+    assert_true(s.jct_avg_s > 105.99 && s.jct_avg_s < 106.01); /* (100 + 109 + 109) / 3 */
+    assert_true(s.wait_avg_s > 68.99 && s.wait_avg_s < 69.01); /* (0 + 99 + 108) / 3 */
+    assert_int_equal((int64_t)s.makespan_s, 111);
+    assert_int_equal((int64_t)s.jct_p50_s, 109);
+    /* Busy from 0 to the last submit (t=2): utilization 1. */
+    assert_true(s.gpu_utilization > 0.999 && s.gpu_utilization < 1.001);
+    sim_summary_release(&s);
+    sim_result_release(&r);
+
+    run(&w, "sjf", 0, &r);
+    const int64_t sjf_end[] = {100, 111, 101};
+    for (size_t k = 0; k < 3; k++)
+        assert_int_equal(job(&r, k)->end_s, sjf_end[k]);
+    assert_int_equal(sim_summary_compute(&r, "sjf", &s), 0);
+    assert_true(s.jct_avg_s > 102.99 && s.jct_avg_s < 103.01); /* (100 + 110 + 99) / 3 */
+    sim_summary_release(&s);
+    sim_result_release(&r);
+}
+
+/* One node of 2 GPUs. a: t=0, 1 GPU for 100 s; b: t=1, 2 GPUs for 10 s;
+ * c: t=2, 1 GPU for 50 s. Strict FIFO: c may not pass b, though a GPU is
+ * free: a 0-100, b 100-110, c 110-160. */
+static void test_strict_fifo_blocks_the_line(void **state)
+{
+    (void)state;
+    struct world w;
+    world_init(&w, 1, 2);
+    add_job(&w, "a", 0, 100, 1000, 0);
+    add_job(&w, "b", 1, 10, 2000, 0);
+    add_job(&w, "c", 2, 50, 1000, 0);
+    struct sim_result r;
+    run(&w, "fifo", 0, &r);
+    assert_int_equal(job(&r, 1)->first_start_s, 100);
+    assert_int_equal(job(&r, 2)->first_start_s, 110);
+    assert_int_equal(job(&r, 2)->end_s, 160);
+    sim_result_release(&r);
+    /* Backfill does not let c pass either: with no history, every estimate is
+     * the policy's day, and c's day would outlast a's, delaying b. */
+    run(&w, "fifo-backfill", 0, &r);
+    assert_int_equal(job(&r, 1)->first_start_s, 100);
+    assert_int_equal(job(&r, 2)->first_start_s, 110);
+    sim_result_release(&r);
+    /* The SJF oracle plans with true durations. b (2 GPUs) is reserved for
+     * a's true end at 100; c (50 s) ends at 52 before that, so it backfills at
+     * once. d (1 s, t=3) ranks first but finds no GPU, holds the pool's
+     * reservation for c's end, and runs 52-53; b still starts at 100. */
+    add_job(&w, "d", 3, 1, 1000, 0);
+    run(&w, "sjf", 0, &r);
+    assert_int_equal(job(&r, 2)->first_start_s, 2);
+    assert_int_equal(job(&r, 2)->end_s, 52);
+    assert_int_equal(job(&r, 3)->first_start_s, 52);
+    assert_int_equal(job(&r, 3)->end_s, 53);
+    assert_int_equal(job(&r, 1)->first_start_s, 100);
+    sim_result_release(&r);
+}
+
+/* One GPU. Team a (no guarantee) borrows it from t=0 for 100 s of work; team
+ * b, guaranteed the GPU, submits 20 s of work at t=10. The default policy
+ * reclaims: a gets 30 s of grace (it runs until t=40, 40 s done), b runs
+ * 40-60, a restarts at 60, pays a 5 s penalty and does its last 60 s: ends at
+ * 125 having held the GPU 105 s. */
+static void test_reclaim_with_grace_and_restart_penalty(void **state)
+{
+    (void)state;
+    struct world w;
+    world_init(&w, 1, 1);
+    w.quotas[0] =
+        (struct sim_spec_quota){.pool = 0, .guaranteed_milli = 1000, .borrow_limit_milli = -1};
+    w.teams[1].quotas = &w.quotas[0];
+    w.teams[1].nquotas = 1;
+    add_job(&w, "a", 0, 100, 1000, 0);
+    add_job(&w, "b", 10, 20, 1000, 1);
+    struct sim_result r;
+    run(&w, "default", 5, &r);
+    const struct sim_job_result *a = job(&r, 0), *b = job(&r, 1);
+    assert_int_equal(a->first_start_s, 0);
+    assert_int_equal(a->preemptions, 1);
+    assert_int_equal(b->first_start_s, 40);
+    assert_int_equal(b->end_s, 60);
+    assert_int_equal(a->end_s, 125);
+    assert_int_equal(a->running_s, 105);
+    assert_int_equal(r.preemptions, 1);
+    /* Useful GPU-time: 100 + 20 s, the penalty not counted. */
+    assert_true(r.useful_gpu_s > 119.99 && r.useful_gpu_s < 120.01);
+    struct sim_summary s;
+    assert_int_equal(sim_summary_compute(&r, "default", &s), 0);
+    assert_true(s.wait_avg_s > 24.99 && s.wait_avg_s < 25.01); /* a 20, b 30 */
+    assert_int_equal(s.preemptions, 1);
+    sim_summary_release(&s);
+    sim_result_release(&r);
+    /* Strict FIFO never preempts: b waits for a. */
+    run(&w, "fifo", 5, &r);
+    assert_int_equal(job(&r, 1)->first_start_s, 100);
+    assert_int_equal(r.preemptions, 0);
+    sim_result_release(&r);
+}
+
+/* A job larger than the cluster is reported with its reason, never run; a
+ * job of a queue no team takes is dropped and counted. */
+static void test_unschedulable_and_dropped(void **state)
+{
+    (void)state;
+    struct world w;
+    world_init(&w, 2, 2);
+    add_job(&w, "ok", 0, 10, 1000, 0);
+    add_job(&w, "huge", 1, 10, 8000, 1);
+    add_job(&w, "orphan", 2, 10, 1000, 2);
+    add_job(&w, "frac", 3, 10, 250, 0);
+    struct sim_result r;
+    run(&w, "default", 0, &r);
+    assert_int_equal(r.njobs, 3);
+    assert_int_equal(r.ndropped, 1);
+    assert_false(job(&r, 0)->unschedulable);
+    assert_true(job(&r, 1)->unschedulable);
+    assert_int_equal(job(&r, 1)->reason, SCHED_REASON_GANG_TOO_LARGE);
+    assert_int_equal(job(&r, 1)->end_s, -1);
+    assert_int_equal(job(&r, 2)->end_s, 13); /* the fraction, on the GPU beside "ok" */
+    struct sim_summary s;
+    assert_int_equal(sim_summary_compute(&r, "default", &s), 0);
+    assert_int_equal(s.unschedulable, 1);
+    assert_int_equal(s.reasons[SCHED_REASON_GANG_TOO_LARGE], 1);
+    assert_int_equal(s.dropped, 1);
+    assert_int_equal(s.ended, 2);
+    sim_summary_release(&s);
+    sim_result_release(&r);
+}
+
+/* Two teams on 4 GPUs, each with 4 one-GPU jobs of 100 s at t=0: fair share
+ * serves both alike, and Jain's index over what each got of its demand is 1. */
+static void test_fair_share_is_fair(void **state)
+{
+    (void)state;
+    struct world w;
+    world_init(&w, 1, 4);
+    static const char *ids[8] = {"a0", "a1", "a2", "a3", "b0", "b1", "b2", "b3"};
+    for (uint32_t k = 0; k < 8; k++)
+        add_job(&w, ids[k], 0, 100, 1000, k / 4);
+    add_job(&w, "last", 50, 1, 1000, 0); /* the window: 0 to 50 */
+    struct sim_result r;
+    run(&w, "default", 0, &r);
+    struct sim_summary s;
+    assert_int_equal(sim_summary_compute(&r, "default", &s), 0);
+    assert_true(s.team_share[0] > 0.49 && s.team_share[0] < 0.51);
+    assert_true(s.jain_fairness > 0.999);
+    sim_summary_release(&s);
+    sim_result_release(&r);
+    /* FIFO hands the GPUs to the lower ids: team a first. */
+    run(&w, "fifo", 0, &r);
+    assert_int_equal(sim_summary_compute(&r, "fifo", &s), 0);
+    assert_true(s.team_share[0] > 0.99);
+    assert_true(s.jain_fairness < 0.51); /* one team got all, the other none: 1/2 */
+    sim_summary_release(&s);
+    sim_result_release(&r);
+}
+
+/* The same inputs, replayed twice, give the same results. */
+static void test_same_inputs_same_results(void **state)
+{
+    (void)state;
+    struct world w;
+    world_init(&w, 2, 4);
+    static char ids[MAX_JOBS][8];
+    uint64_t x = 7;
+    for (int k = 0; k < MAX_JOBS; k++) {
+        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+        snprintf(ids[k], sizeof(ids[k]), "j%d", k);
+        add_job(&w, ids[k], k * 5, (int64_t)(x >> 40) % 500 + 1,
+                1000 * (int64_t)((x >> 20) % 4 + 1), (uint32_t)(x >> 60) % 2);
+    }
+    const char *policies[] = {"default", "fifo", "las", "sjf", "srtf"};
+    for (size_t p = 0; p < sizeof(policies) / sizeof(policies[0]); p++) {
+        struct sim_result r1, r2;
+        run(&w, policies[p], 30, &r1);
+        run(&w, policies[p], 30, &r2);
+        assert_int_equal(r1.njobs, r2.njobs);
+        for (size_t k = 0; k < r1.njobs; k++) {
+            assert_int_equal(r1.jobs[k].first_start_s, r2.jobs[k].first_start_s);
+            assert_int_equal(r1.jobs[k].end_s, r2.jobs[k].end_s);
+            assert_int_equal(r1.jobs[k].preemptions, r2.jobs[k].preemptions);
+            assert_true(r1.jobs[k].end_s >= 0);
+            assert_true(r1.jobs[k].end_s >= r1.jobs[k].submit_s + r1.jobs[k].duration_s);
+        }
+        assert_int_equal(r1.preemptions, r2.preemptions);
+        sim_result_release(&r1);
+        sim_result_release(&r2);
+    }
+}
+
+static void test_policy_names(void **state)
+{
+    (void)state;
+    struct sim_policy p;
+    for (const char *const *n = sim_policy_names(); *n; n++) {
+        assert_int_equal(sim_policy_find(*n, &p), 0);
+        assert_string_equal(p.name, *n);
+    }
+    assert_int_equal(sim_policy_find("fifo", &p), 0);
+    assert_false(p.core.backfill);
+    assert_false(p.core.preemption);
+    assert_int_equal(sim_policy_find("srtf", &p), 0);
+    assert_int_equal(p.oracle, SIM_ORACLE_SRTF);
+    assert_int_equal(sim_policy_find("nope", &p), GPO_ENOTFOUND);
+    assert_int_equal(sim_policy_find(NULL, &p), GPO_ENOTFOUND);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_fifo_against_sjf),
+        cmocka_unit_test(test_strict_fifo_blocks_the_line),
+        cmocka_unit_test(test_reclaim_with_grace_and_restart_penalty),
+        cmocka_unit_test(test_unschedulable_and_dropped),
+        cmocka_unit_test(test_fair_share_is_fair),
+        cmocka_unit_test(test_same_inputs_same_results),
+        cmocka_unit_test(test_policy_names),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
