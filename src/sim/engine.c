@@ -223,6 +223,7 @@ struct sim {
     struct hist *hist; /* [team * SIZE_CLASSES + class], then one for all */
     int64_t busy_milli;
     int64_t *gpu_used;     /* per GPU: milli held */
+    uint32_t npartial;     /* GPUs partly used (0 < milli held < 1000) */
     uint32_t nborrowed;    /* running jobs started over their team's guarantee */
     bool *team_guaranteed; /* per team: some quota guarantees it GPUs */
     bool unpassed;         /* jobs arrived since the last pass (it was skipped) */
@@ -270,7 +271,8 @@ static int jobs_build(struct sim *sm)
                                     .submit_ms = tj->submit_s * MS_PER_S,
                                     .team = team,
                                     .prio = 0,
-                                    .pool = SCHED_ANY,
+                                    .pool = s->teams[team].pool == SIM_NONE ? SCHED_ANY
+                                                                            : s->teams[team].pool,
                                     .gpu_type = SCHED_ANY,
                                     .gpus = (int32_t)(gpus > INT32_MAX ? INT32_MAX : gpus),
                                     .gpu_milli = whole ? 0 : (int32_t)tj->gpu_milli,
@@ -409,6 +411,16 @@ static int alloc_copy(struct sched_alloc *dst, const struct sched_alloc *src)
     return 0;
 }
 
+/* Takes (or with a negative `milli`, gives back) part of GPU g, keeping the
+ * count of GPUs that are partly used: fragmented, for fractional jobs. */
+static void use_gpu(struct sim *sm, uint32_t g, int64_t milli)
+{
+    int64_t before = sm->gpu_used[g], after = before + milli;
+    sm->npartial -= before > 0 && before < SCHED_MILLI;
+    sm->npartial += after > 0 && after < SCHED_MILLI;
+    sm->gpu_used[g] = after;
+}
+
 static int start_job(struct sim *sm, const struct sched_start *s, int64_t now)
 {
     uint32_t ji = (uint32_t)(s->job - 1);
@@ -438,7 +450,7 @@ static int start_job(struct sim *sm, const struct sched_start *s, int64_t now)
     sm->run_job[sm->nrun++] = ji;
     sm->busy_milli += j->milli;
     for (uint32_t i = 0; i < s->alloc.nshares; i++)
-        sm->gpu_used[s->alloc.shares[i].gpu] += s->alloc.shares[i].milli;
+        use_gpu(sm, s->alloc.shares[i].gpu, s->alloc.shares[i].milli);
     sm->nborrowed += s->borrowed;
     return heap_push(&sm->heap,
                      (struct event){now + j->penalty_ms + j->remaining_ms, ji, j->gen, EV_END});
@@ -480,7 +492,7 @@ static int leave_running(struct sim *sm, struct job *j, int64_t end)
     }
     sm->busy_milli -= j->milli;
     for (uint32_t i = 0; i < j->alloc.nshares; i++)
-        sm->gpu_used[j->alloc.shares[i].gpu] -= j->alloc.shares[i].milli;
+        use_gpu(sm, j->alloc.shares[i].gpu, -(int64_t)j->alloc.shares[i].milli);
     free(j->alloc.nodes);
     free(j->alloc.shares);
     j->alloc = (struct sched_alloc){0};
@@ -524,7 +536,7 @@ static int sample(struct sim *sm, int64_t now)
     if (vec_grow((void **)&o->samples, &o->samples_cap, o->nsamples + 1, sizeof(*o->samples)))
         return GPO_ENOMEM;
     struct sim_sample s = {now / MS_PER_S, sm->busy_milli, (uint32_t)sm->npending,
-                           (uint32_t)sm->nrun};
+                           (uint32_t)sm->nrun, sm->npartial};
     if (o->nsamples && o->samples[o->nsamples - 1].t_s == s.t_s)
         o->samples[o->nsamples - 1] = s; /* the last state at a time is the one that holds */
     else

@@ -77,6 +77,7 @@ struct sim_sample {
     int64_t busy_milli; /* GPU milli held by running jobs */
     uint32_t pending;
     uint32_t running;
+    uint32_t partial_gpus; /* GPUs partly used by fractional jobs: the rest of them is stranded */
 };
 
 struct sim_result {

@@ -58,6 +58,7 @@ static const struct col cols[] = {
     COL_D("wait average", COL_SECONDS, wait_avg_s),
     COL_D("wait p99", COL_SECONDS, wait_p99_s),
     COL_D("GPU utilization", COL_RATIO, gpu_utilization),
+    COL_D("fragmented GPUs", COL_RATIO, fragmented_gpus),
     COL_D("Jain fairness", COL_RATIO, jain_fairness),
     COL_U("preemptions", preemptions),
 };

@@ -284,7 +284,7 @@ static const char *const root_keys[] = {"pools", "teams", "unmapped_queues", NUL
 static const char *const pool_keys[] = {
     "name", "nodes", "gpus_per_node", "gpu_type", "gpu_mem_gib", "cpus", "mem_gib", "nvlink", NULL};
 static const char *const team_keys[] = {"name",   "queues", "weight", "borrow_limit_gpus",
-                                        "quotas", NULL};
+                                        "quotas", "pool",   NULL};
 static const char *const quota_keys[] = {"pool", "guaranteed_gpus", "borrow_limit_gpus", NULL};
 
 static int decode_pool_hw(struct dec *d, json_t *o, struct sim_spec_pool *p)
@@ -441,6 +441,23 @@ static int decode_quotas(struct dec *d, json_t *o, struct sim_spec_team *t)
     return 0;
 }
 
+/* "pool": the one pool the team's jobs may run in (absent: any). */
+static int decode_team_pool(struct dec *d, json_t *o, struct sim_spec_team *t)
+{
+    const char *pool = NULL;
+    t->pool = SIM_NONE;
+    int rc = get_str(d, o, "pool", false, false, &pool);
+    if (rc != 0 || !pool)
+        return rc;
+    json_t *index = json_object_get(d->pool_index, pool);
+    size_t mark = path_key(d, "pool");
+    if (!index)
+        return fail(d, GPO_EINVAL, "no pool named '%.64s'", pool);
+    t->pool = (uint32_t)json_integer_value(index);
+    path_pop(d, mark);
+    return 0;
+}
+
 static int decode_team(struct dec *d, json_t *o, struct sim_spec_team *t, size_t i)
 {
     const char *name = NULL;
@@ -457,6 +474,7 @@ static int decode_team(struct dec *d, json_t *o, struct sim_spec_team *t, size_t
     rc = rc ? rc : get_num(d, o, "borrow_limit_gpus", &R_GPUS, -1, &t->borrow_limit_milli);
     rc = rc ? rc : decode_queues(d, o, t, i);
     rc = rc ? rc : decode_quotas(d, o, t);
+    rc = rc ? rc : decode_team_pool(d, o, t);
     t->weight = (uint32_t)weight;
     return rc;
 }
@@ -708,6 +726,7 @@ static int trace_teams(struct sim_spec *s, const struct sim_trace *t)
         struct sim_spec_team *tm = &s->teams[s->nteams++];
         tm->weight = 1;
         tm->borrow_limit_milli = -1;
+        tm->pool = SIM_NONE;
         tm->queues = calloc(1, sizeof(*tm->queues));
         if (!tm->queues || !(tm->queues[0] = strdup(t->queues[i])))
             return GPO_ENOMEM;

@@ -104,6 +104,7 @@ struct sim_spec_team {
     struct sim_spec_quota *quotas; /* at most one per pool */
     size_t nquotas;
     int64_t borrow_limit_milli; /* in pools without a quota entry; -1: no limit (default) */
+    uint32_t pool;              /* "pool": its jobs run only there (an index); SIM_NONE: any */
 };
 
 struct sim_spec {

@@ -39,6 +39,22 @@ static double jain(const struct sim_result *r)
     return n && sq > 0 ? sum * sum / ((double)n * sq) : 1.0;
 }
 
+/* The time-weighted average of partly used GPUs between the first and the
+ * last submit (each sample holds until the next). */
+static double fragmented(const struct sim_result *r)
+{
+    double sum = 0, from = (double)r->first_submit_s, to = (double)r->last_submit_s;
+    for (size_t k = 0; k < r->nsamples; k++) {
+        double a = (double)r->samples[k].t_s;
+        double b = k + 1 < r->nsamples ? (double)r->samples[k + 1].t_s : to;
+        a = a < from ? from : a;
+        b = b > to ? to : b;
+        if (b > a)
+            sum += (double)r->samples[k].partial_gpus * (b - a);
+    }
+    return to > from ? sum / (to - from) : 0;
+}
+
 static int times(const struct sim_result *r, struct sim_summary *s)
 {
     double *jct = malloc((r->njobs ? r->njobs : 1) * sizeof(*jct));
@@ -112,6 +128,7 @@ int sim_summary_compute(const struct sim_result *r, const char *policy, struct s
                               : 0;
     }
     s.jain_fairness = jain(r);
+    s.fragmented_gpus = fragmented(r);
     *ret = s;
     return 0;
 }

@@ -10,6 +10,9 @@
  * - GPU utilization: useful GPU-time (restart penalties excluded) between the
  *   first and the last submit, over the cluster's GPUs times that span;
  * - a team's share: its part of that useful GPU-time;
+ * - fragmented GPUs: GPUs that fractional jobs use only in part (what is
+ *   left of them can take only another fraction), time-weighted over that
+ *   window;
  * - Jain's fairness index over the teams with demand in the window, of the
  *   fraction of their demand they were served there: each job demands its
  *   GPUs for its duration or until the last submit, whichever comes first.
@@ -34,7 +37,9 @@ struct sim_summary {
     double jct_avg_s, jct_p50_s, jct_p95_s, jct_p99_s;
     double wait_avg_s, wait_p99_s;
     double gpu_utilization; /* 0..1 */
-    double jain_fairness;   /* 1/n..1; 1 with one team */
+    /* GPUs partly used by fractional jobs, on average over the window (time-weighted) */
+    double fragmented_gpus;
+    double jain_fairness; /* 1/n..1; 1 with one team */
     uint64_t preemptions;
     uint64_t passes;
     double total_gpus;

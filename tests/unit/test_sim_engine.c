@@ -58,7 +58,8 @@ static void world_init(struct world *w, uint32_t nodes, uint32_t gpus)
                                              .weight = 1,
                                              .queues = w->team_queues[t],
                                              .nqueues = 1,
-                                             .borrow_limit_milli = -1};
+                                             .borrow_limit_milli = -1,
+                                             .pool = SIM_NONE};
     }
     w->spec = (struct sim_spec){
         .pools = &w->pool, .npools = 1, .teams = w->teams, .nteams = 2, .unmapped_team = SIM_NONE};
@@ -275,6 +276,57 @@ static void test_fair_share_is_fair(void **state)
     sim_result_release(&r);
 }
 
+/* A team given a pool runs only there: with a second, idle pool, its second
+ * job still waits for the first's node; the other team's job may go anywhere. */
+static void test_team_pinned_to_its_pool(void **state)
+{
+    (void)state;
+    struct world w;
+    world_init(&w, 1, 1);
+    struct sim_spec_pool pools[2] = {w.pool, w.pool};
+    pools[1].name = "q";
+    w.spec.pools = pools;
+    w.spec.npools = 2;
+    w.teams[0].pool = 0;
+    add_job(&w, "a1", 0, 100, 1000, 0);
+    add_job(&w, "a2", 1, 100, 1000, 0);
+    add_job(&w, "b1", 2, 100, 1000, 1);
+    struct sim_result r;
+    run(&w, "default", 0, &r);
+    assert_int_equal(job(&r, 1)->first_start_s, 100); /* not on pool q's idle GPU */
+    assert_string_equal(job(&r, 1)->placement, "p-0:1");
+    assert_int_equal(job(&r, 2)->first_start_s, 2); /* team b: any pool */
+    assert_string_equal(job(&r, 2)->placement, "q-0:1");
+    sim_result_release(&r);
+}
+
+/* Fractions share a GPU before a fresh one opens (under either packing): two
+ * halves fill one GPU (none left partly used); two 0.6 fractions cannot
+ * share, and leave two GPUs 40 % stranded for the whole window. */
+static void test_fragmented_gpus(void **state)
+{
+    (void)state;
+    const int64_t sizes[2] = {500, 600};
+    const double want[2] = {0, 2};
+    const char *policies[2] = {"default", "spread"};
+    for (int k = 0; k < 2; k++) {
+        for (int p = 0; p < 2; p++) {
+            struct world w;
+            world_init(&w, 2, 1);
+            add_job(&w, "f1", 0, 100, sizes[k], 0);
+            add_job(&w, "f2", 0, 100, sizes[k], 0);
+            add_job(&w, "end", 50, 1, 0, 0); /* the window: 0 to 50 */
+            struct sim_result r;
+            struct sim_summary s;
+            run(&w, policies[p], 0, &r);
+            assert_int_equal(sim_summary_compute(&r, policies[p], &s), 0);
+            assert_true(s.fragmented_gpus > want[k] - 0.001 && s.fragmented_gpus < want[k] + 0.001);
+            sim_summary_release(&s);
+            sim_result_release(&r);
+        }
+    }
+}
+
 /* The same inputs, replayed twice, give the same results. */
 static void test_same_inputs_same_results(void **state)
 {
@@ -333,6 +385,8 @@ int main(void)
         cmocka_unit_test(test_reclaim_with_grace_and_restart_penalty),
         cmocka_unit_test(test_unschedulable_and_dropped),
         cmocka_unit_test(test_fair_share_is_fair),
+        cmocka_unit_test(test_team_pinned_to_its_pool),
+        cmocka_unit_test(test_fragmented_gpus),
         cmocka_unit_test(test_same_inputs_same_results),
         cmocka_unit_test(test_policy_names),
     };

@@ -73,6 +73,7 @@ static const char full_yaml[] = "# every field\n"
                                 "      - pool: t4\n"
                                 "  - name: prod\n"
                                 "    queues: []\n"
+                                "    pool: t4\n"
                                 "unmapped_queues: prod\n";
 
 static const char full_json[] =
@@ -84,7 +85,7 @@ static const char full_json[] =
     "    \"borrow_limit_gpus\": 2.5, \"quotas\": [{\"pool\": \"a100\", \"guaranteed_gpus\": "
     "16.25,\n"
     "    \"borrow_limit_gpus\": 0.0004}, {\"pool\": \"t4\"}]},\n"
-    "   {\"name\": \"prod\", \"queues\": []}],\n"
+    "   {\"name\": \"prod\", \"queues\": [], \"pool\": \"t4\"}],\n"
     " \"unmapped_queues\": \"prod\"}\n";
 
 static void assert_full_spec(const struct sim_spec *s)
@@ -119,8 +120,10 @@ static void assert_full_spec(const struct sim_spec *s)
     assert_int_equal(r->quotas[1].pool, 1);
     assert_int_equal(r->quotas[1].guaranteed_milli, 0);
     assert_int_equal(r->quotas[1].borrow_limit_milli, -1);
+    assert_int_equal(r->pool, SIM_NONE); /* no pool: any */
     assert_string_equal(p->name, "prod");
     assert_int_equal(p->nqueues, 0);
+    assert_int_equal(p->pool, 1);
     assert_int_equal(s->unmapped_team, 1);
 }
 
@@ -405,6 +408,8 @@ static const struct bad bad_yaml[] = {
     {POOL TEAMS "  - name: t\n", GPO_EINVAL, "t.yaml:8: teams[1].name: a second team named 't'"},
     {POOL TEAMS "    quotas:\n      - pool: x\n", GPO_EINVAL,
      "t.yaml:9: teams[0].quotas[0].pool: no pool named 'x'"},
+    {POOL TEAMS "    pool: x\n", GPO_EINVAL, "t.yaml:8: teams[0].pool: no pool named 'x'"},
+    {POOL TEAMS "    pool: [p]\n", GPO_EINVAL, "t.yaml:8: teams[0].pool: expected a string"},
     {POOL TEAMS "    quotas:\n      - pool: p\n      - pool: p\n", GPO_EINVAL,
      "t.yaml:10: teams[0].quotas[1].pool: a second quota for pool 'p'"},
     {POOL TEAMS "    quotas: [{pool: p, guaranteed_gpus: -1}]\n", GPO_EINVAL,
@@ -676,11 +681,8 @@ static void test_shipped_helios_spec_has_eleven_vcs(void **state)
         assert_int_equal(t->nqueues, 1);
         assert_string_equal(t->queues[0], want[k].vc);
         assert_int_equal(t->weight, 1);
-        assert_int_equal(t->borrow_limit_milli, 0);
-        assert_int_equal(t->nquotas, 1);
-        assert_int_equal(t->quotas[0].pool, k);
-        assert_int_equal(t->quotas[0].guaranteed_milli, (int64_t)want[k].nodes * 8 * 1000);
-        assert_int_equal(t->quotas[0].borrow_limit_milli, 0);
+        assert_int_equal(t->pool, k); /* its jobs run in its own VC only */
+        assert_int_equal(t->nquotas, 0);
     }
     assert_int_equal(gpus, 2816);
     sim_spec_release(&s);
