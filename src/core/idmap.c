@@ -19,8 +19,10 @@ struct idmap_cell {
 };
 
 /* The window for the next pass: the ids seen in the last one, and room for
- * about half as many new ones above them. None if they were too spread out
- * for a window of a few cells per id to hold them. */
+ * about half as many new ones above them. When they were spread wider than a
+ * few cells per id, the window covers the newest of them (jobs waiting or
+ * running for long have the oldest ids, and are few): those below it go to
+ * the hash table. */
 static void choose_window(const struct idmap *m, size_t n, uint64_t *ret_base, size_t *ret_nwin)
 {
     *ret_base = 0;
@@ -28,11 +30,10 @@ static void choose_window(const struct idmap *m, size_t n, uint64_t *ret_base, s
     if (!m->seen || n == 0)
         return;
     uint64_t span = m->seen_max - m->seen_min;
-    size_t room = n / 2 + 1024, most = 4 * n + 4096;
-    if (span >= most - room)
-        return;
-    *ret_base = m->seen_min;
-    *ret_nwin = (size_t)span + 1 + room;
+    size_t room = n / 2 + 1024, widest = 3 * n + 3072;
+    uint64_t below = span >= widest ? span - widest + 1 : 0;
+    *ret_base = m->seen_min + below;
+    *ret_nwin = (size_t)(span - below) + 1 + room;
 }
 
 int idmap_init(struct idmap *m, size_t n)
@@ -40,7 +41,10 @@ int idmap_init(struct idmap *m, size_t n)
     size_t size = 16;
     while (size < 2 * n)
         size *= 2;
-    if (!m->slots || size > m->mask + 1) {
+    /* Grow the table when it is too small; shrink it when it is four times too
+     * big, so that a queue that once was long does not spread the probes of
+     * every later pass over megabytes. */
+    if (!m->slots || size > m->mask + 1 || 4 * size < m->mask + 1) {
         struct idmap_slot *slots = calloc(size, sizeof(*slots));
         if (!slots)
             return GPO_ENOMEM;

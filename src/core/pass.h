@@ -85,16 +85,32 @@ struct jshape {
     struct sched_wait sweep[2];    /* the wait of its jobs the ordered loop did not reach */
 };
 
-/* The request part of a job, packed (no padding: compared and hashed as
- * words): what validation, the fit checks and placement look at. Not: id,
+/* The request part of a job, as eight words (compared and hashed word by
+ * word): what validation, the fit checks and placement look at. Not: id,
  * submit time, labels, checkpointing, which never change where or whether a
- * job fits. */
-struct shape_key {
-    uint32_t team, prio, pool, gpu_type;
-    int32_t gpus, gpu_milli, cpus;
-    uint32_t multi_node;
-    int64_t gpu_mem_mib, min_gpu_mem_mib, mem_mib, time_limit_ms;
+ * job fits. Each word is built in registers from the job's fields (see
+ * shape.c), never by storing narrow fields and reading them back wide, which
+ * stalls the CPU's store forwarding. */
+enum {
+    SHAPE_W_TEAM_PRIO = 0, /* team | prio << 32 */
+    SHAPE_W_POOL_TYPE,     /* pool | gpu_type << 32 */
+    SHAPE_W_GPUS,          /* gpus | gpu_milli << 32 */
+    SHAPE_W_CPUS,          /* cpus | multi_node << 32 */
+    SHAPE_W_GPU_MEM,
+    SHAPE_W_MIN_GPU_MEM,
+    SHAPE_W_MEM,
+    SHAPE_W_LIMIT,
+    SHAPE_WORDS
 };
+
+struct shape_key {
+    uint64_t w[SHAPE_WORDS];
+};
+
+static inline uint32_t shape_key_pool(const struct shape_key *k)
+{
+    return (uint32_t)k->w[SHAPE_W_POOL_TYPE];
+}
 
 /* What a pass keeps in the result for the next one: arrays that grow with
  * the shapes, so that a pass does not regrow them from nothing. */

@@ -190,7 +190,7 @@ static void keep_first(const struct pass *p, uint32_t *first, uint32_t i)
 {
     const struct sched_cluster *c = p->c;
     const struct order_job *j = &p->ojob[i];
-    uint32_t pool = p->skeys[p->jshape[i]].pool;
+    uint32_t pool = shape_key_pool(&p->skeys[p->jshape[i]]);
     size_t k = ((size_t)j->team * c->nclasses + j->prio) * (c->npools + 1) +
                (pool == SCHED_ANY ? c->npools : pool);
     uint32_t f = first[k];

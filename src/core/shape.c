@@ -8,29 +8,23 @@
 #include "core/vec.h"
 #include "util/banned.h"
 
-_Static_assert(sizeof(struct shape_key) == 8 * sizeof(uint64_t),
-               "struct shape_key has padding: hashing it word by word would read garbage");
+static uint64_t pair(uint32_t lo, uint32_t hi)
+{
+    return (uint64_t)lo | (uint64_t)hi << 32;
+}
 
 static struct shape_key key_of(const struct sched_job *j)
 {
-    return (struct shape_key){.team = j->team,
-                              .prio = j->prio,
-                              .pool = j->pool,
-                              .gpu_type = j->gpu_type,
-                              .gpus = j->gpus,
-                              .gpu_milli = j->gpu_milli,
-                              .cpus = j->cpus,
-                              .multi_node = j->multi_node,
-                              .gpu_mem_mib = j->gpu_mem_mib,
-                              .min_gpu_mem_mib = j->min_gpu_mem_mib,
-                              .mem_mib = j->mem_mib,
-                              .time_limit_ms = j->time_limit_ms};
-}
-
-/* The key as eight words (memcpy: no aliasing trouble; it compiles to loads). */
-static void key_words(const struct shape_key *k, uint64_t w[8])
-{
-    memcpy(w, k, sizeof(*k));
+    return (struct shape_key){{
+        [SHAPE_W_TEAM_PRIO] = pair(j->team, j->prio),
+        [SHAPE_W_POOL_TYPE] = pair(j->pool, j->gpu_type),
+        [SHAPE_W_GPUS] = pair((uint32_t)j->gpus, (uint32_t)j->gpu_milli),
+        [SHAPE_W_CPUS] = pair((uint32_t)j->cpus, j->multi_node),
+        [SHAPE_W_GPU_MEM] = (uint64_t)j->gpu_mem_mib,
+        [SHAPE_W_MIN_GPU_MEM] = (uint64_t)j->min_gpu_mem_mib,
+        [SHAPE_W_MEM] = (uint64_t)j->mem_mib,
+        [SHAPE_W_LIMIT] = (uint64_t)j->time_limit_ms,
+    }};
 }
 
 /* Each word multiplied by its own odd constant, the products summed: the
@@ -94,8 +88,7 @@ int shape_find(struct pass *p, uint32_t *cands, size_t *ret_ncands)
         }
         p->ojob[i] = (struct order_job){j->id, j->submit_ms, j->team, j->prio};
         struct shape_key key = key_of(j);
-        uint64_t w[8];
-        key_words(&key, w);
+        const uint64_t *w = key.w;
         uint64_t hash = key_hash(w);
         uint32_t tag = (uint32_t)(hash >> 32), s;
         size_t h = hash & (size - 1);
@@ -103,9 +96,7 @@ int shape_find(struct pass *p, uint32_t *cands, size_t *ret_ncands)
             s = table[h].shape;
             if (s == SCHED_NONE)
                 break;
-            uint64_t kw[8];
-            key_words(&p->skeys[s], kw);
-            if (table[h].tag == tag && key_same(kw, w))
+            if (table[h].tag == tag && key_same(p->skeys[s].w, w))
                 break;
         }
         p->jshape[i] = s;

@@ -736,7 +736,7 @@ static bool may_preempt_now(const struct sim *sm, const struct job *j)
  */
 static bool pass_needed(const struct sim *sm, size_t first_new, size_t end_new, bool changed)
 {
-    if (changed || sm->pol->oracle == SIM_ORACLE_SRTF)
+    if (changed || sm->pol->oracle == SIM_ORACLE_SRTF || sm->opts->pass_every_step)
         return true;
     struct free_gpus f = free_gpus_now(sm);
     for (size_t i = first_new; i < end_new; i++) {

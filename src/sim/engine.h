@@ -53,6 +53,10 @@ const char *const *sim_policy_names(void);
 
 struct sim_opts {
     int64_t restart_penalty_s; /* >= 0; paid at every restart after a preemption */
+    /* Run a pass at every step, even one where jobs only arrived and nothing
+     * could start (see engine.c's pass_needed): slower, and the same results;
+     * the tests check that. */
+    bool pass_every_step;
 };
 
 /* What happened to one trace job. Times in seconds of trace time. */

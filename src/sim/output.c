@@ -25,7 +25,7 @@ static void print_duration(FILE *out, double s)
     fprintf(out, " %16s", buf);
 }
 
-enum col_kind { COL_COUNT, COL_SECONDS, COL_RATIO };
+enum col_kind { COL_COUNT, COL_SECONDS, COL_RATIO, COL_WHOLE };
 
 struct col {
     const char *label;
@@ -48,6 +48,7 @@ struct col {
     }
 
 static const struct col cols[] = {
+    COL_D("cluster GPUs", COL_WHOLE, total_gpus),
     COL_Z("jobs", jobs),
     COL_Z("unschedulable", unschedulable),
     COL_D("makespan", COL_SECONDS, makespan_s),
@@ -77,6 +78,8 @@ void sim_output_table(FILE *out, const struct sim_summary *s, size_t n)
                 fprintf(out, " %16llu",
                         cols[c].u64 ? (unsigned long long)*(const uint64_t *)(base + cols[c].offset)
                                     : (unsigned long long)*(const size_t *)(base + cols[c].offset));
+            else if (cols[c].kind == COL_WHOLE)
+                fprintf(out, " %16.0f", *(const double *)(base + cols[c].offset));
             else if (cols[c].kind == COL_RATIO)
                 fprintf(out, " %16.3f", *(const double *)(base + cols[c].offset));
             else
