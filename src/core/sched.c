@@ -62,34 +62,61 @@ static bool attained_before(const struct sched_attained *x, const struct sched_a
 
 SORT_DEFINE(sort_attained, struct sched_attained, attained_before)
 
+/* What running job r attained since the last pass, in GPU-ms. */
+static int64_t attained_since(const struct pass *p, const struct sched_running *run)
+{
+    int64_t since = run->start_ms > p->st->last_pass_ms ? run->start_ms : p->st->last_pass_ms;
+    int64_t span = p->now > since ? p->now - since : 0;
+    int64_t milli = 0;
+    for (uint32_t i = 0; i < run->alloc.nshares; i++)
+        milli += run->alloc.shares[i].milli;
+    return span / SCHED_MILLI * milli + span % SCHED_MILLI * milli / SCHED_MILLI;
+}
+
+/* Old entries before job `upto` (all of them: UINT64_MAX is a job too, so
+ * `last` says to take the rest) that belong to pending jobs. */
+static size_t keep_pending(const struct pass *p, size_t a, uint64_t upto, bool last, size_t *n)
+{
+    const struct sched_state *st = p->st;
+    for (; a < st->nattained && (last || st->attained[a].job < upto); a++) {
+        uint32_t v = idmap_get(p->ids, st->attained[a].job);
+        if (v != IDMAP_NONE && !(v & IDMAP_RUNNING))
+            p->attained[(*n)++] = st->attained[a];
+    }
+    return a;
+}
+
 /* Attained service at `now`: the state's, plus what running jobs got since
- * the last pass; kept for jobs still queued or running. Sorted by job. */
+ * the last pass; kept for jobs still queued or running. Sorted by job: the
+ * running jobs' gains are sorted (a few thousand) and merged into the old
+ * table, which is sorted already. */
 static int compute_attained(struct pass *p)
 {
     const struct sched_state *st = p->st;
-    size_t nr = p->run->njobs, n = 0;
+    size_t nr = p->run->njobs, n = 0, a = 0;
+    struct sched_attained *gain = malloc((nr ? nr : 1) * sizeof(*gain));
     p->attained = malloc((st->nattained + nr + 1) * sizeof(*p->attained));
-    if (!p->attained)
+    if (!gain || !p->attained) {
+        free(gain);
         return GPO_ENOMEM;
-    for (size_t k = 0; k < st->nattained; k++) {
-        uint32_t v = idmap_get(p->ids, st->attained[k].job);
-        if (v != IDMAP_NONE && !(v & IDMAP_RUNNING))
-            p->attained[n++] = st->attained[k];
     }
     for (size_t r = 0; r < nr; r++) {
         const struct sched_running *run = &p->run->jobs[r];
-        const struct sched_attained *old =
-            state_find_attained(st->attained, st->nattained, run->job->id);
-        int64_t since = run->start_ms > st->last_pass_ms ? run->start_ms : st->last_pass_ms;
-        int64_t span = p->now > since ? p->now - since : 0;
-        int64_t milli = 0;
-        for (uint32_t i = 0; i < run->alloc.nshares; i++)
-            milli += run->alloc.shares[i].milli;
-        int64_t add = span / SCHED_MILLI * milli + span % SCHED_MILLI * milli / SCHED_MILLI;
-        p->attained[n++] = (struct sched_attained){run->job->id, (old ? old->gpu_ms : 0) + add};
+        gain[r] = (struct sched_attained){run->job->id, attained_since(p, run)};
     }
-    if (sort_attained(p->attained, n))
+    if (sort_attained(gain, nr)) {
+        free(gain);
         return GPO_ENOMEM;
+    }
+    for (size_t r = 0; r < nr; r++) {
+        a = keep_pending(p, a, gain[r].job, false, &n);
+        int64_t old = 0;
+        for (; a < st->nattained && st->attained[a].job == gain[r].job; a++)
+            old = st->attained[a].gpu_ms;
+        p->attained[n++] = (struct sched_attained){gain[r].job, old + gain[r].gpu_ms};
+    }
+    keep_pending(p, a, 0, true, &n);
+    free(gain);
     p->nattained = n;
     return 0;
 }

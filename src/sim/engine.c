@@ -11,6 +11,7 @@
 #include "core/vec.h"
 #include "sim/cluster.h"
 #include "sim/engine.h"
+#include "sim/queue.h"
 #include "util/banned.h"
 
 #define MS_PER_S 1000
@@ -197,7 +198,6 @@ struct job {
     uint32_t gen;
     uint32_t attempts;
     uint8_t status;
-    enum sched_reason last_reason;
 };
 
 struct sim {
@@ -210,10 +210,7 @@ struct sim {
     struct sim_cluster cl;
     struct job *jobs; /* parallel to out->jobs */
     size_t njobs;
-    uint32_t *pending; /* job indices */
-    size_t npending, pending_cap;
-    bool pending_unsorted;
-    struct sched_job *qbuf;
+    struct sim_queue q; /* pending jobs, as sched_pass reads them */
     struct sched_running *run;
     uint32_t *run_job; /* per running slot: job index */
     size_t nrun;
@@ -310,23 +307,6 @@ static int64_t estimate_limit_ms(const struct sim *sm, const struct job *j)
     return p90 < 0 ? sm->core_pol.default_time_limit_ms : p90 * MS_PER_S;
 }
 
-static int pending_add(struct sim *sm, uint32_t j)
-{
-    if (vec_grow((void **)&sm->pending, &sm->pending_cap, sm->npending + 1, sizeof(*sm->pending)))
-        return GPO_ENOMEM;
-    if (sm->npending && sm->pending[sm->npending - 1] > j)
-        sm->pending_unsorted = true;
-    sm->pending[sm->npending++] = j;
-    sm->jobs[j].status = JS_PENDING;
-    return 0;
-}
-
-static int cmp_u32(const void *a, const void *b)
-{
-    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-    return (x > y) - (x < y);
-}
-
 /* SRTF's class for a remaining time: shorter is higher. */
 static uint32_t srtf_class(int64_t remaining_ms)
 {
@@ -344,25 +324,30 @@ static int64_t remaining_at(const struct job *j, int64_t now)
     return done >= j->remaining_ms ? 0 : j->remaining_ms - done;
 }
 
-/* What the oracles are told: the ordering key is the true (remaining) time. */
-static void oracle_keys(struct sim *sm, int64_t now)
+/* Queues job j (arrived or evicted). What the oracles are told goes into the
+ * queued copy of its request: sjf's ordering key is the true duration, srtf's
+ * the true remaining time and its class. Nothing else reads them. */
+static int pending_add(struct sim *sm, uint32_t ji)
 {
+    struct job *j = &sm->jobs[ji];
+    j->status = JS_PENDING;
+    struct sched_job req = j->req;
     if (sm->pol->oracle == SIM_ORACLE_SJF) {
-        for (size_t k = 0; k < sm->npending; k++) {
-            struct job *j = &sm->jobs[sm->pending[k]];
-            j->req.submit_ms = j->duration_ms;
-        }
-        return;
+        req.submit_ms = j->duration_ms;
+    } else if (sm->pol->oracle == SIM_ORACLE_SRTF) {
+        req.submit_ms = j->remaining_ms;
+        req.prio = srtf_class(j->remaining_ms);
+        req.time_limit_ms = j->remaining_ms + sm->opts->restart_penalty_s * MS_PER_S;
     }
-    if (sm->pol->oracle != SIM_ORACLE_SRTF)
-        return;
-    for (size_t k = 0; k < sm->npending; k++) {
-        struct job *j = &sm->jobs[sm->pending[k]];
-        j->req.submit_ms = j->remaining_ms;
-        j->req.prio = srtf_class(j->remaining_ms);
-        j->req.time_limit_ms = j->remaining_ms + sm->opts->restart_penalty_s * MS_PER_S;
-    }
-    for (size_t r = 0; r < sm->nrun; r++) {
+    if (sm->pol->oracle != SIM_ORACLE_NONE)
+        j->req = req; /* the running copy starts from it */
+    return sim_queue_push(&sm->q, ji, &req);
+}
+
+/* srtf: a running job's key and class follow its remaining time. */
+static void srtf_running_keys(struct sim *sm, int64_t now)
+{
+    for (size_t r = 0; sm->pol->oracle == SIM_ORACLE_SRTF && r < sm->nrun; r++) {
         struct job *j = &sm->jobs[sm->run_job[r]];
         int64_t left = remaining_at(j, now);
         j->req.submit_ms = left;
@@ -535,8 +520,8 @@ static int sample(struct sim *sm, int64_t now)
     struct sim_result *o = sm->out;
     if (vec_grow((void **)&o->samples, &o->samples_cap, o->nsamples + 1, sizeof(*o->samples)))
         return GPO_ENOMEM;
-    struct sim_sample s = {now / MS_PER_S, sm->busy_milli, (uint32_t)sm->npending,
-                           (uint32_t)sm->nrun, sm->npartial};
+    struct sim_sample s = {now / MS_PER_S, sm->busy_milli, (uint32_t)sm->q.n, (uint32_t)sm->nrun,
+                           sm->npartial};
     if (o->nsamples && o->samples[o->nsamples - 1].t_s == s.t_s)
         o->samples[o->nsamples - 1] = s; /* the last state at a time is the one that holds */
     else
@@ -551,19 +536,38 @@ static void unschedulable(struct sim *sm, uint32_t ji, enum sched_reason why)
     sm->out->jobs[ji].reason = why;
 }
 
+/* Walks the waits (in queue order; started jobs have none) beside the queue:
+ * each entry keeps its reason, unless it started or can never run. */
+static void settle_waits(struct sim *sm, const struct sched_result *r)
+{
+    struct sim_queue *q = &sm->q;
+    size_t w = 0, last_gone = SIZE_MAX;
+    for (size_t k = 0; k < q->n; k++) {
+        size_t at = q->head + k;
+        if (w < r->nwaits && r->waits[w].job == q->req[at].id) {
+            enum sched_reason why = r->waits[w++].reason;
+            q->reason[at] = (uint8_t)why;
+            if (!explain_is_final(why))
+                continue;
+            unschedulable(sm, q->job[at], why);
+        }
+        q->reason[at] = SIM_QUEUE_GONE; /* started, or never will */
+        last_gone = k;
+    }
+    if (last_gone != SIZE_MAX)
+        sim_queue_compact(q, last_gone);
+}
+
 /* One scheduling pass at `now`, its decisions applied. */
 static int pass(struct sim *sm, int64_t now, char *err, size_t errlen)
 {
-    if (sm->pending_unsorted) {
-        qsort(sm->pending, sm->npending, sizeof(*sm->pending), cmp_u32);
-        sm->pending_unsorted = false;
-    }
-    oracle_keys(sm, now);
-    for (size_t k = 0; k < sm->npending; k++)
-        sm->qbuf[k] = sm->jobs[sm->pending[k]].req;
-    struct sched_queue q = {sm->qbuf, sm->npending};
+    int e = sim_queue_sort(&sm->q);
+    if (e)
+        return e;
+    srtf_running_keys(sm, now);
+    struct sched_queue q = {sm->q.req + sm->q.head, sm->q.n};
     struct sched_running_set rs = {sm->run, sm->nrun};
-    int e = sched_pass(&sm->cl.c, &q, &rs, &sm->core_pol, &sm->st, now, &sm->res);
+    e = sched_pass(&sm->cl.c, &q, &rs, &sm->core_pol, &sm->st, now, &sm->res);
     if (e) {
         snprintf(err, errlen, "scheduling pass at t=%llds failed: %s", (long long)(now / MS_PER_S),
                  gpo_strerror(e));
@@ -588,18 +592,7 @@ static int pass(struct sim *sm, int64_t now, char *err, size_t errlen)
         if (e)
             return e;
     }
-    for (size_t k = 0; k < r->nwaits; k++) {
-        uint32_t ji = (uint32_t)(r->waits[k].job - 1);
-        sm->jobs[ji].last_reason = r->waits[k].reason;
-        if (explain_is_final(r->waits[k].reason))
-            unschedulable(sm, ji, r->waits[k].reason);
-    }
-    size_t n = 0;
-    for (size_t k = 0; k < sm->npending; k++) {
-        if (sm->jobs[sm->pending[k]].status == JS_PENDING)
-            sm->pending[n++] = sm->pending[k];
-    }
-    sm->npending = n;
+    settle_waits(sm, r);
     return sample(sm, now);
 }
 
@@ -632,10 +625,9 @@ static int sim_setup(struct sim *sm, char *err, size_t errlen)
     }
     if ((e = jobs_build(sm)))
         return e;
-    sm->qbuf = malloc((sm->njobs ? sm->njobs : 1) * sizeof(*sm->qbuf));
     sm->run = malloc((sm->njobs ? sm->njobs : 1) * sizeof(*sm->run));
     sm->run_job = malloc((sm->njobs ? sm->njobs : 1) * sizeof(*sm->run_job));
-    if (!sm->qbuf || !sm->run || !sm->run_job)
+    if (!sm->run || !sm->run_job)
         return GPO_ENOMEM;
     if (sm->njobs) {
         o->first_submit_s = o->jobs[0].submit_s;
@@ -659,8 +651,7 @@ static void sim_free(struct sim *sm)
         free(sm->jobs[i].alloc.shares);
     }
     free(sm->jobs);
-    free(sm->pending);
-    free(sm->qbuf);
+    sim_queue_release(&sm->q);
     free(sm->run);
     free(sm->run_job);
     free(sm->heap.ev);
@@ -675,9 +666,9 @@ static void sim_free(struct sim *sm)
 /* Jobs still pending when nothing is left to happen can never start. */
 static void settle_stuck(struct sim *sm)
 {
-    for (size_t k = 0; k < sm->npending; k++)
-        unschedulable(sm, sm->pending[k], sm->jobs[sm->pending[k]].last_reason);
-    sm->npending = 0;
+    for (size_t k = 0; k < sm->q.n; k++)
+        unschedulable(sm, sm->q.job[sm->q.head + k], sm->q.reason[sm->q.head + k]);
+    sim_queue_release(&sm->q);
 }
 
 /* The free GPUs, summed up for may_fit_now. */
@@ -707,11 +698,11 @@ static struct free_gpus free_gpus_now(const struct sim *sm)
 
 /* Could job j start on the free GPUs? An over-estimate: any node, any pool,
  * GPU counts only (quotas, memory and reservations are the pass's). */
-static bool may_fit_now(const struct free_gpus *f, const struct job *j)
+static bool may_fit_now(const struct free_gpus *f, const struct sched_job *req)
 {
-    if (j->req.gpus > 0)
-        return j->req.gpus <= (j->req.multi_node ? f->total_whole : f->node_whole);
-    return j->req.gpu_milli <= f->gpu_milli;
+    if (req->gpus > 0)
+        return req->gpus <= (req->multi_node ? f->total_whole : f->node_whole);
+    return req->gpu_milli <= f->gpu_milli;
 }
 
 /* Could job j evict anything now? Priority classes never preempt here but
@@ -740,12 +731,11 @@ static bool pass_needed(const struct sim *sm, size_t first_new, size_t end_new, 
         return true;
     struct free_gpus f = free_gpus_now(sm);
     for (size_t i = first_new; i < end_new; i++) {
-        if (may_fit_now(&f, &sm->jobs[i]) || may_preempt_now(sm, &sm->jobs[i]))
+        if (may_fit_now(&f, &sm->jobs[i].req) || may_preempt_now(sm, &sm->jobs[i]))
             return true;
     }
-    for (size_t k = 0; k < sm->npending; k++) {
-        const struct job *j = &sm->jobs[sm->pending[k]];
-        if (j->last_reason == SCHED_REASON_RESERVED && may_fit_now(&f, j))
+    for (size_t k = sm->q.head; k < sm->q.head + sm->q.n; k++) {
+        if (sm->q.reason[k] == SCHED_REASON_RESERVED && may_fit_now(&f, &sm->q.req[k]))
             return true;
     }
     return false;
@@ -833,6 +823,7 @@ int sim_run(const struct sim_trace *trace, const struct sim_spec *spec,
                      .opts = opts,
                      .out = out};
     sched_state_init(&sm.st);
+    sim_queue_init(&sm.q);
     sched_result_init(&sm.res);
     const char *field = NULL;
     int e = sched_policy_check(&sm.core_pol, &field);
