@@ -44,8 +44,8 @@ static void usage(FILE *out)
             "                        default: derived from the trace\n"
             "  --policy P[,P...]     policies to compare, in this order (default: default):\n"
             "                        ");
-    for (const char *const *n = sim_policy_names(); *n; n++)
-        fprintf(out, "%s%s", *n, n[1] ? ", " : "\n");
+    for (size_t k = 0; sim_policy_name(k); k++)
+        fprintf(out, "%s%s", sim_policy_name(k), sim_policy_name(k + 1) ? ", " : "\n");
     fprintf(out,
             "                        sjf and srtf are oracles that know true durations\n"
             "  --load X              scale the cluster so the trace's offered load is X of\n"

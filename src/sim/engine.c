@@ -40,14 +40,9 @@ static const struct policy_row policy_rows[] = {
 
 #define NPOLICIES (sizeof(policy_rows) / sizeof(policy_rows[0]))
 
-static const char *const policy_name_list[] = {
-    "default", "fifo",   "fifo-backfill", "priority", "fairshare",
-    "las",     "spread", "sjf",           "srtf",     NULL,
-};
-
-const char *const *sim_policy_names(void)
+const char *sim_policy_name(size_t k)
 {
-    return policy_name_list;
+    return k < NPOLICIES ? policy_rows[k].name : NULL;
 }
 
 int sim_policy_find(const char *name, struct sim_policy *ret)

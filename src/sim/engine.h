@@ -48,8 +48,8 @@ struct sim_policy {
 /* Finds a named policy ("default", "fifo", "fifo-backfill", "priority",
  * "fairshare", "las", "spread", "sjf", "srtf"). 0, or GPO_ENOTFOUND. */
 int sim_policy_find(const char *name, struct sim_policy *ret);
-/* The names, for --help: a static NULL-terminated list. */
-const char *const *sim_policy_names(void);
+/* The k-th policy's name (static), for --help; NULL past the last. */
+const char *sim_policy_name(size_t k);
 
 struct sim_opts {
     int64_t restart_penalty_s; /* >= 0; paid at every restart after a preemption */
