@@ -78,7 +78,15 @@ check "the report loads nothing from the network" \
 expect "--report to a missing directory exits 1 naming it" 1 "$tmp/no/such/r.html" \
   --trace "$data/three_jobs.csv" --report "$tmp/no/such/r.html"
 
-# 6. --help.
+# 6. --load and the window. three_jobs offers (100 + 10 + 1) GPU-seconds over
+#    its 2 s of submits, 55.5 GPUs: at --load 0.5 one_gpu.yaml's 1-GPU node
+#    becomes 111 nodes. --from 1 --until 2 keeps job b alone.
+"$bin" sim --trace "$data/three_jobs.csv" --cluster "$data/one_gpu.yaml" --load 0.5 >"$tmp/l" 2>&1
+check "--load 0.5 scales the cluster to 111 GPUs" grep -Eq '^cluster GPUs +111$' "$tmp/l"
+"$bin" sim --trace "$data/three_jobs.csv" --from 1 --until 2 --json >"$tmp/w" 2>&1
+check "--from 1 --until 2 replays one job" grep -q '"jobs": 1,' "$tmp/w"
+
+# 7. --help.
 "$bin" sim --help >"$tmp/h" 2>&1
 check "--help exits 0 and lists the policies" grep -q 'sjf and srtf are oracles' "$tmp/h"
 
