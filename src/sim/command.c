@@ -154,6 +154,11 @@ static int parse_args(int argc, char **argv, struct args *a)
         fprintf(stderr, "gpuorch sim: --trace FILE is required\n");
         return 2;
     }
+    if (a->until_s >= 0 && a->from_s >= a->until_s) {
+        fprintf(stderr, "gpuorch sim: --until: expected a time after --from (%lld), got %lld\n",
+                (long long)a->from_s, (long long)a->until_s);
+        return 2;
+    }
     return 0;
 }
 

@@ -54,6 +54,8 @@ expect "unknown policy exits 2 and names it" 2 "--policy: expected .*got 'fastes
 expect "bad --load exits 2" 2 "--load: expected a number" --trace "$data/three_jobs.csv" --load 0
 expect "bad --restart-penalty exits 2" 2 "--restart-penalty: expected" \
   --trace "$data/three_jobs.csv" --restart-penalty -5
+expect "an empty window exits 2" 2 "--until: expected a time after --from" \
+  --trace "$data/three_jobs.csv" --from 5 --until 5
 printf 'pools:\n  - name: p\n    nodes: 0\nteams:\n  - name: t\n' >"$tmp/bad.yaml"
 expect "bad cluster spec exits 2 and names the field" 2 "bad.yaml.*pools\[0\]\.nodes" \
   --trace "$data/three_jobs.csv" --cluster "$tmp/bad.yaml"
