@@ -36,12 +36,6 @@ int sched_state_add_usage(struct sched_state *state, uint32_t team_id, uint32_t 
     return 0;
 }
 
-int state_cmp_attained(const void *a, const void *b)
-{
-    const struct sched_attained *x = a, *y = b;
-    return (x->job > y->job) - (x->job < y->job);
-}
-
 int sched_state_add_attained(struct sched_state *state, uint64_t job, int64_t gpu_ms)
 {
     if (!state || gpu_ms < 0)
@@ -49,8 +43,20 @@ int sched_state_add_attained(struct sched_state *state, uint64_t job, int64_t gp
     if (vec_grow((void **)&state->attained, &state->attained_cap, state->nattained + 1,
                  sizeof(*state->attained)))
         return GPO_ENOMEM;
-    state->attained[state->nattained++] = (struct sched_attained){job, gpu_ms};
-    qsort(state->attained, state->nattained, sizeof(*state->attained), state_cmp_attained);
+    /* Kept sorted by job: insert after the entries with lower or equal ids (a
+     * caller restoring a table in order appends). */
+    size_t lo = 0, hi = state->nattained;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (state->attained[mid].job <= job)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    memmove(state->attained + lo + 1, state->attained + lo,
+            (state->nattained - lo) * sizeof(*state->attained));
+    state->attained[lo] = (struct sched_attained){job, gpu_ms};
+    state->nattained++;
     return 0;
 }
 

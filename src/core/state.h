@@ -86,9 +86,8 @@ int sched_state_charge_end(struct sched_state *state, const struct sched_cluster
 int64_t sched_state_attained(const struct sched_state *state, uint64_t job);
 
 /* Internal to the core: the attained entry of a job in a table sorted by job
- * (NULL if none), and that order for qsort. */
+ * (NULL if none). */
 const struct sched_attained *state_find_attained(const struct sched_attained *a, size_t n,
                                                  uint64_t job);
-int state_cmp_attained(const void *a, const void *b);
 
 #endif

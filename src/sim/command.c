@@ -162,37 +162,18 @@ static int parse_args(int argc, char **argv, struct args *a)
     return 0;
 }
 
-/* Scales the cluster so that the offered load of the jobs some team takes is
- * `load` of its GPUs. */
+/* --load: see sim_spec_set_load. */
 static int apply_load(struct sim_spec *spec, const struct sim_trace *t, double load)
 {
-    double gpu_s = 0, gpus = 0;
-    int64_t first = -1, last = 0;
-    for (size_t i = 0; i < t->njobs; i++) {
-        const struct sim_trace_job *j = &t->jobs[i];
-        bool taken = spec->unmapped_team != SIM_NONE;
-        for (size_t k = 0; !taken && k < spec->nteams; k++) {
-            for (size_t q = 0; !taken && q < spec->teams[k].nqueues; q++)
-                taken = strcmp(spec->teams[k].queues[q], t->queues[j->queue]) == 0;
-        }
-        if (!taken)
-            continue;
-        gpu_s += (double)j->duration_s * (double)j->gpu_milli / 1000.0;
-        first = first < 0 ? j->submit_s : first;
-        last = j->submit_s;
-    }
-    for (size_t p = 0; p < spec->npools; p++)
-        gpus += (double)spec->pools[p].nodes * spec->pools[p].gpus_per_node;
-    double span = (double)(last - first);
-    if (first < 0 || span <= 0 || gpus <= 0 || gpu_s <= 0) {
+    double factor = 0;
+    int e = sim_spec_set_load(spec, t, load, &factor);
+    if (e == GPO_EINVAL) {
         fprintf(stderr, "gpuorch sim: --load: the trace offers no load to scale to\n");
         return 2;
     }
-    double factor = gpu_s / span / load / gpus;
-    int e = sim_spec_scale(spec, factor);
     if (e) {
-        fprintf(stderr, "gpuorch sim: --load %g: cannot scale the cluster by %.3g: %s\n", load,
-                factor, gpo_strerror(e));
+        fprintf(stderr, "gpuorch sim: --load %g: cannot scale the cluster: %s\n", load,
+                gpo_strerror(e));
         return 2;
     }
     return 0;

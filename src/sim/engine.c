@@ -223,17 +223,6 @@ struct sim {
     int64_t window_from_ms, window_to_ms;
 };
 
-static uint32_t team_of_queue(const struct sim_spec *s, const char *queue)
-{
-    for (size_t t = 0; t < s->nteams; t++) {
-        for (size_t k = 0; k < s->teams[t].nqueues; k++) {
-            if (strcmp(s->teams[t].queues[k], queue) == 0)
-                return (uint32_t)t;
-        }
-    }
-    return s->unmapped_team;
-}
-
 /* The trace's jobs that some team takes, as core requests. */
 static int jobs_build(struct sim *sm)
 {
@@ -247,7 +236,7 @@ static int jobs_build(struct sim *sm)
         return GPO_ENOMEM;
     }
     for (size_t q = 0; q < t->nqueues; q++)
-        team_of[q] = team_of_queue(s, t->queues[q]);
+        team_of[q] = sim_spec_team_of_queue(s, t->queues[q]);
     size_t n = 0;
     for (size_t i = 0; i < t->njobs; i++) {
         const struct sim_trace_job *tj = &t->jobs[i];
@@ -608,8 +597,7 @@ static int sim_setup(struct sim *sm, char *err, size_t errlen)
         return GPO_ENOMEM;
     for (size_t t = 0; t < o->nteams; t++)
         o->team_names[t] = sm->spec->teams[t].name;
-    for (uint32_t g = 0; g < sm->cl.c.ngpus; g++)
-        o->total_gpus_milli += SCHED_MILLI;
+    o->total_gpus_milli = (int64_t)sm->cl.c.ngpus * SCHED_MILLI;
     sm->gpu_used = calloc(sm->cl.c.ngpus ? sm->cl.c.ngpus : 1, sizeof(*sm->gpu_used));
     sm->team_guaranteed = calloc(sm->spec->nteams + 1, sizeof(*sm->team_guaranteed));
     if (!sm->gpu_used || !sm->team_guaranteed)

@@ -848,3 +848,47 @@ int sim_spec_scale(struct sim_spec *s, double factor)
         s->pools[i].nodes = scaled_nodes(s->pools[i].nodes, factor);
     return 0;
 }
+
+uint32_t sim_spec_team_of_queue(const struct sim_spec *s, const char *queue)
+{
+    for (size_t t = 0; t < s->nteams; t++) {
+        for (size_t k = 0; k < s->teams[t].nqueues; k++) {
+            if (strcmp(s->teams[t].queues[k], queue) == 0)
+                return (uint32_t)t;
+        }
+    }
+    return s->unmapped_team;
+}
+
+int sim_spec_set_load(struct sim_spec *s, const struct sim_trace *t, double load,
+                      double *ret_factor)
+{
+    if (!(load > 0))
+        return GPO_EINVAL;
+    bool *taken = malloc((t->nqueues ? t->nqueues : 1) * sizeof(*taken));
+    if (!taken)
+        return GPO_ENOMEM;
+    for (size_t q = 0; q < t->nqueues; q++)
+        taken[q] = sim_spec_team_of_queue(s, t->queues[q]) != SIM_NONE;
+    double gpu_s = 0, gpus = 0;
+    int64_t first = -1, last = 0;
+    for (size_t i = 0; i < t->njobs; i++) {
+        const struct sim_trace_job *j = &t->jobs[i];
+        if (!taken[j->queue])
+            continue;
+        gpu_s += (double)j->duration_s * (double)j->gpu_milli / 1000.0;
+        first = first < 0 ? j->submit_s : first;
+        last = j->submit_s;
+    }
+    free(taken);
+    for (size_t p = 0; p < s->npools; p++)
+        gpus += (double)s->pools[p].nodes * s->pools[p].gpus_per_node;
+    double span = (double)(last - first);
+    if (first < 0 || span <= 0 || gpus <= 0 || gpu_s <= 0)
+        return GPO_EINVAL;
+    double factor = gpu_s / span / load / gpus;
+    int e = sim_spec_scale(s, factor);
+    if (!e && ret_factor)
+        *ret_factor = factor;
+    return e;
+}

@@ -165,4 +165,18 @@ int sim_spec_from_trace(struct sim_spec *s, const struct sim_trace *t, char *err
  */
 int sim_spec_scale(struct sim_spec *s, double factor);
 
+/* The team that takes jobs of the trace queue named `queue`: the team whose
+ * queues name it, else unmapped_team (SIM_NONE: the jobs are dropped). */
+uint32_t sim_spec_team_of_queue(const struct sim_spec *s, const char *queue);
+
+/*
+ * --load: scales the spec (sim_spec_scale) so that the offered load of the
+ * trace jobs some team takes (their GPU-seconds over the span from the first
+ * to the last of their submits) is `load` of its GPUs. 0 with the factor used
+ * in *ret_factor; GPO_EINVAL if the trace offers no load to scale to or
+ * `load` is not positive; GPO_ELIMIT or GPO_ENOMEM. *s is unchanged on error.
+ */
+int sim_spec_set_load(struct sim_spec *s, const struct sim_trace *t, double load,
+                      double *ret_factor);
+
 #endif

@@ -30,6 +30,12 @@ void fx_free(struct fx *fx)
     free(fx);
 }
 
+int fx_teardown(void **state)
+{
+    fx_free(*state);
+    return 0;
+}
+
 uint32_t fx_pool(struct fx *fx, const char *name)
 {
     fx->pools[fx->c.npools].name = name;
@@ -123,9 +129,8 @@ struct fx_job *fx_get(struct fx *fx, uint64_t id)
     return NULL;
 }
 
-int fx_pass(struct fx *fx, int64_t now)
+void fx_collect(struct fx *fx, struct sched_queue *q, struct sched_running_set *r)
 {
-    fx->now = now;
     fx->nqueue = fx->nrunning = 0;
     for (uint32_t i = 0; i < fx->njobs; i++) {
         struct fx_job *j = &fx->jobs[i];
@@ -143,8 +148,16 @@ int fx_pass(struct fx *fx, int64_t now)
                                                                  .preempting = j->kill_ms >= 0};
         }
     }
-    struct sched_queue q = {fx->queue, fx->nqueue};
-    struct sched_running_set r = {fx->running, fx->nrunning};
+    *q = (struct sched_queue){fx->queue, fx->nqueue};
+    *r = (struct sched_running_set){fx->running, fx->nrunning};
+}
+
+int fx_pass(struct fx *fx, int64_t now)
+{
+    struct sched_queue q;
+    struct sched_running_set r;
+    fx->now = now;
+    fx_collect(fx, &q, &r);
     return sched_pass(&fx->c, &q, &r, &fx->pol, &fx->st, now, &fx->res);
 }
 

@@ -65,6 +65,9 @@ struct fx {
 
 struct fx *fx_new(void);
 void fx_free(struct fx *fx);
+/* cmocka teardown: frees the fixture a test left in *state, also when an
+ * assertion failed. */
+int fx_teardown(void **state);
 
 uint32_t fx_pool(struct fx *fx, const char *name);
 uint32_t fx_type(struct fx *fx, const char *name);
@@ -82,8 +85,11 @@ uint32_t fx_class(struct fx *fx, const char *name, int32_t order, bool may_preem
 struct sched_job *fx_job(struct fx *fx, uint64_t id);
 struct fx_job *fx_get(struct fx *fx, uint64_t id);
 
-/* Runs one pass at `now` over the jobs not done: pending ones form the queue,
- * started ones the running set. Returns sched_pass's code. */
+/* Fills fx->queue and fx->running from the jobs not done (pending ones form
+ * the queue, started ones the running set) and points *q and *r at them. */
+void fx_collect(struct fx *fx, struct sched_queue *q, struct sched_running_set *r);
+
+/* fx_collect, then one pass at `now`. Returns sched_pass's code. */
 int fx_pass(struct fx *fx, int64_t now);
 
 /* Applies the last pass's decisions: starts (copies the allocation) and

@@ -43,12 +43,6 @@ static struct fx *cluster(uint32_t nodes)
     return fx;
 }
 
-static int free_fx(void **state)
-{
-    fx_free(*state);
-    return 0;
-}
-
 /* A job pinned to main/H100, so that its wait names them. */
 static struct sched_job *job(struct fx *fx, uint64_t id, int32_t gpus)
 {
@@ -549,7 +543,7 @@ static void only_unschedulable_and_invalid_reasons_are_final(void **state)
     assert_false(explain_is_final(SCHED_REASON_COUNT));
 }
 
-#define T(name) cmocka_unit_test_teardown(name, free_fx)
+#define T(name) cmocka_unit_test_teardown(name, fx_teardown)
 
 int main(void)
 {

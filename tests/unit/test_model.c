@@ -39,13 +39,6 @@ static struct fx *cluster(void)
     return fx;
 }
 
-/* Frees the fixture a test left in *state, also when an assertion failed. */
-static int free_fx(void **state)
-{
-    fx_free(*state);
-    return 0;
-}
-
 static void expect_cluster_bad(const struct sched_cluster *c, int err, const char *needle)
 {
     const char *what = NULL;
@@ -547,28 +540,6 @@ static void snap_same(const struct snap *s, const struct sched_state *st)
     assert_memory_equal(now.cl, s->cl, sizeof(s->cl));
 }
 
-/* Fills fx->queue and fx->running as fx_pass would, without running a pass. */
-static void collect(struct fx *fx, struct sched_queue *q, struct sched_running_set *r)
-{
-    fx->nqueue = fx->nrunning = 0;
-    for (uint32_t i = 0; i < fx->njobs; i++) {
-        struct fx_job *j = &fx->jobs[i];
-        if (j->done)
-            continue;
-        if (j->started_ms < 0) {
-            fx->queue[fx->nqueue++] = j->req;
-        } else {
-            fx->running[fx->nrunning++] = (struct sched_running){.job = &j->req,
-                                                                 .alloc = j->alloc,
-                                                                 .start_ms = j->started_ms,
-                                                                 .borrowed = j->borrowed,
-                                                                 .preempting = j->kill_ms >= 0};
-        }
-    }
-    *q = (struct sched_queue){fx->queue, fx->nqueue};
-    *r = (struct sched_running_set){fx->running, fx->nrunning};
-}
-
 /* One 2-GPU node; two low jobs run since 1000 and a high job has preempted
  * one of them at 5000, so the state holds usage, attained service and a claim;
  * job 4 waits. The last result holds a preemption and waits. */
@@ -618,7 +589,7 @@ static void refill(struct fx *fx)
 {
     struct sched_queue q;
     struct sched_running_set r;
-    collect(fx, &q, &r);
+    fx_collect(fx, &q, &r);
     struct sched_state copy;
     sched_state_init(&copy);
     /* A pass on a scratch state: the fixture's state must stay as busy() left it. */
@@ -636,7 +607,7 @@ static void pass_rejects_null_arguments(void **state)
     struct fx *fx = *state = busy();
     struct sched_queue q;
     struct sched_running_set r;
-    collect(fx, &q, &r);
+    fx_collect(fx, &q, &r);
     expect_pass_error(fx, NULL, &q, &r, &fx->pol, 6000, GPO_EINVAL);
     refill(fx);
     expect_pass_error(fx, &fx->c, NULL, &r, &fx->pol, 6000, GPO_EINVAL);
@@ -661,7 +632,7 @@ static void pass_rejects_job_id_both_queued_and_running(void **state)
     struct fx *fx = *state = busy();
     struct sched_queue q;
     struct sched_running_set r;
-    collect(fx, &q, &r);
+    fx_collect(fx, &q, &r);
     fx->queue[fx->nqueue] = fx->queue[0];
     fx->queue[fx->nqueue].id = 1; /* job 1 is running */
     q.njobs = fx->nqueue + 1;
@@ -673,7 +644,7 @@ static void pass_rejects_job_id_queued_twice(void **state)
     struct fx *fx = *state = busy();
     struct sched_queue q;
     struct sched_running_set r;
-    collect(fx, &q, &r);
+    fx_collect(fx, &q, &r);
     fx->queue[fx->nqueue] = fx->queue[0];
     q.njobs = fx->nqueue + 1;
     expect_pass_error(fx, &fx->c, &q, &r, &fx->pol, 6000, GPO_EINVAL);
@@ -684,7 +655,7 @@ static void pass_rejects_job_id_running_twice(void **state)
     struct fx *fx = *state = busy();
     struct sched_queue q;
     struct sched_running_set r;
-    collect(fx, &q, &r);
+    fx_collect(fx, &q, &r);
     struct sched_job twin = *fx->running[1].job;
     twin.id = fx->running[0].job->id;
     fx->running[1].job = &twin;
@@ -696,7 +667,7 @@ static void pass_rejects_running_alloc_with_gpu_out_of_range(void **state)
     struct fx *fx = *state = busy();
     struct sched_queue q;
     struct sched_running_set r;
-    collect(fx, &q, &r);
+    fx_collect(fx, &q, &r);
     struct sched_share bad = fx->running[0].alloc.shares[0];
     bad.gpu = fx->c.ngpus; /* one past the last GPU */
     fx->running[0].alloc.shares = &bad;
@@ -708,7 +679,7 @@ static void pass_rejects_running_alloc_with_node_out_of_range(void **state)
     struct fx *fx = *state = busy();
     struct sched_queue q;
     struct sched_running_set r;
-    collect(fx, &q, &r);
+    fx_collect(fx, &q, &r);
     struct sched_node_part bad = fx->running[1].alloc.nodes[0];
     bad.node = 5;
     fx->running[1].alloc.nodes = &bad;
@@ -725,7 +696,7 @@ static void pass_reports_running_allocs_over_gpu_capacity(void **state)
     struct fx *fx = *state = busy();
     struct sched_queue q;
     struct sched_running_set r;
-    collect(fx, &q, &r);
+    fx_collect(fx, &q, &r);
     assert_int_not_equal(fx->running[0].alloc.shares[0].gpu, fx->running[1].alloc.shares[0].gpu);
     fx->running[1].alloc.shares = fx->running[0].alloc.shares;
     assert_int_equal(sched_pass(&fx->c, &q, &r, &fx->pol, &fx->st, 6000, &fx->res), 0);
@@ -745,7 +716,7 @@ static void pass_reports_running_alloc_over_node_cpus(void **state)
     struct fx *fx = *state = busy();
     struct sched_queue q;
     struct sched_running_set r;
-    collect(fx, &q, &r);
+    fx_collect(fx, &q, &r);
     struct sched_node_part big = fx->running[0].alloc.nodes[0];
     big.cpus = fx->nodes[0].cpus + 1;
     fx->running[0].alloc.nodes = &big;
@@ -763,7 +734,7 @@ static void pass_rejects_running_job_null_or_unknown_team(void **state)
     struct fx *fx = *state = busy();
     struct sched_queue q;
     struct sched_running_set r;
-    collect(fx, &q, &r);
+    fx_collect(fx, &q, &r);
     const struct sched_job *saved = fx->running[0].job;
     fx->running[0].job = NULL;
     expect_pass_error(fx, &fx->c, &q, &r, &fx->pol, 6000, GPO_EINVAL);
@@ -779,7 +750,7 @@ static void pass_rejects_now_before_last_pass(void **state)
     struct fx *fx = *state = busy();
     struct sched_queue q;
     struct sched_running_set r;
-    collect(fx, &q, &r);
+    fx_collect(fx, &q, &r);
     expect_pass_error(fx, &fx->c, &q, &r, &fx->pol, 4999, GPO_EINVAL);
     refill(fx);
     expect_pass_error(fx, &fx->c, &q, &r, &fx->pol, -1, GPO_EINVAL);
@@ -793,7 +764,7 @@ static void pass_rejects_invalid_cluster_or_policy(void **state)
     struct fx *fx = *state = busy();
     struct sched_queue q;
     struct sched_running_set r;
-    collect(fx, &q, &r);
+    fx_collect(fx, &q, &r);
     struct sched_policy pol = fx->pol;
     pol.fairshare_half_life_ms = 0;
     expect_pass_error(fx, &fx->c, &q, &r, &pol, 6000, GPO_EINVAL);
@@ -832,25 +803,26 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(entry_points_reject_null_arguments),
-        cmocka_unit_test_teardown(cluster_check_accepts_valid_cluster, free_fx),
+        cmocka_unit_test_teardown(cluster_check_accepts_valid_cluster, fx_teardown),
         cmocka_unit_test(cluster_check_accepts_empty_cluster),
         cmocka_unit_test(cluster_check_rejects_null_cluster),
-        cmocka_unit_test_teardown(cluster_check_rejects_node_pool_out_of_range, free_fx),
-        cmocka_unit_test_teardown(cluster_check_rejects_bad_node_state, free_fx),
-        cmocka_unit_test_teardown(cluster_check_rejects_overlapping_gpu_ranges, free_fx),
-        cmocka_unit_test_teardown(cluster_check_rejects_gpu_range_past_array, free_fx),
-        cmocka_unit_test_teardown(cluster_check_rejects_too_many_gpus_on_a_node, free_fx),
-        cmocka_unit_test_teardown(cluster_check_rejects_counts_over_limits, free_fx),
-        cmocka_unit_test_teardown(cluster_check_rejects_null_array_with_count, free_fx),
-        cmocka_unit_test_teardown(cluster_check_rejects_gpu_type_out_of_range, free_fx),
-        cmocka_unit_test_teardown(cluster_check_rejects_mixed_gpu_types_on_a_node, free_fx),
-        cmocka_unit_test_teardown(cluster_check_rejects_gpu_without_memory, free_fx),
-        cmocka_unit_test_teardown(cluster_check_rejects_team_weight_zero, free_fx),
-        cmocka_unit_test_teardown(cluster_check_rejects_team_borrow_limit_below_minus_one, free_fx),
-        cmocka_unit_test_teardown(cluster_check_rejects_team_quotas_null, free_fx),
-        cmocka_unit_test_teardown(cluster_check_rejects_quota_index_out_of_range, free_fx),
-        cmocka_unit_test_teardown(cluster_check_rejects_negative_guarantee, free_fx),
-        cmocka_unit_test_teardown(cluster_check_rejects_duplicate_quota_entries, free_fx),
+        cmocka_unit_test_teardown(cluster_check_rejects_node_pool_out_of_range, fx_teardown),
+        cmocka_unit_test_teardown(cluster_check_rejects_bad_node_state, fx_teardown),
+        cmocka_unit_test_teardown(cluster_check_rejects_overlapping_gpu_ranges, fx_teardown),
+        cmocka_unit_test_teardown(cluster_check_rejects_gpu_range_past_array, fx_teardown),
+        cmocka_unit_test_teardown(cluster_check_rejects_too_many_gpus_on_a_node, fx_teardown),
+        cmocka_unit_test_teardown(cluster_check_rejects_counts_over_limits, fx_teardown),
+        cmocka_unit_test_teardown(cluster_check_rejects_null_array_with_count, fx_teardown),
+        cmocka_unit_test_teardown(cluster_check_rejects_gpu_type_out_of_range, fx_teardown),
+        cmocka_unit_test_teardown(cluster_check_rejects_mixed_gpu_types_on_a_node, fx_teardown),
+        cmocka_unit_test_teardown(cluster_check_rejects_gpu_without_memory, fx_teardown),
+        cmocka_unit_test_teardown(cluster_check_rejects_team_weight_zero, fx_teardown),
+        cmocka_unit_test_teardown(cluster_check_rejects_team_borrow_limit_below_minus_one,
+                                  fx_teardown),
+        cmocka_unit_test_teardown(cluster_check_rejects_team_quotas_null, fx_teardown),
+        cmocka_unit_test_teardown(cluster_check_rejects_quota_index_out_of_range, fx_teardown),
+        cmocka_unit_test_teardown(cluster_check_rejects_negative_guarantee, fx_teardown),
+        cmocka_unit_test_teardown(cluster_check_rejects_duplicate_quota_entries, fx_teardown),
         cmocka_unit_test(policy_check_accepts_default),
         cmocka_unit_test(policy_check_accepts_edge_values),
         cmocka_unit_test(policy_check_rejects_null),
@@ -862,25 +834,25 @@ int main(void)
         cmocka_unit_test(order_parse_rejects_unknown_and_leaves_output),
         cmocka_unit_test(packing_names_parse_back),
         cmocka_unit_test(packing_parse_rejects_unknown_and_leaves_output),
-        cmocka_unit_test_teardown(find_returns_index_by_name, free_fx),
-        cmocka_unit_test_teardown(find_returns_enotfound_for_unknown_names, free_fx),
-        cmocka_unit_test_teardown(team_quota_finds_entry_for_pool_and_type, free_fx),
+        cmocka_unit_test_teardown(find_returns_index_by_name, fx_teardown),
+        cmocka_unit_test_teardown(find_returns_enotfound_for_unknown_names, fx_teardown),
+        cmocka_unit_test_teardown(team_quota_finds_entry_for_pool_and_type, fx_teardown),
         cmocka_unit_test(claim_of_whole_gpu_takes_all_compute_and_memory),
         cmocka_unit_test(claim_of_fraction_takes_that_share_of_memory),
         cmocka_unit_test(claim_of_memory_takes_its_share_of_compute_rounded_up),
         cmocka_unit_test(claim_of_more_memory_than_gpu_is_capped_at_whole_gpu),
         cmocka_unit_test(claim_of_cpu_only_job_is_zero),
-        cmocka_unit_test_teardown(pass_rejects_null_arguments, free_fx),
-        cmocka_unit_test_teardown(pass_rejects_job_id_both_queued_and_running, free_fx),
-        cmocka_unit_test_teardown(pass_rejects_job_id_queued_twice, free_fx),
-        cmocka_unit_test_teardown(pass_rejects_job_id_running_twice, free_fx),
-        cmocka_unit_test_teardown(pass_rejects_running_alloc_with_gpu_out_of_range, free_fx),
-        cmocka_unit_test_teardown(pass_rejects_running_alloc_with_node_out_of_range, free_fx),
-        cmocka_unit_test_teardown(pass_reports_running_allocs_over_gpu_capacity, free_fx),
-        cmocka_unit_test_teardown(pass_reports_running_alloc_over_node_cpus, free_fx),
-        cmocka_unit_test_teardown(pass_rejects_running_job_null_or_unknown_team, free_fx),
-        cmocka_unit_test_teardown(pass_rejects_now_before_last_pass, free_fx),
-        cmocka_unit_test_teardown(pass_rejects_invalid_cluster_or_policy, free_fx),
+        cmocka_unit_test_teardown(pass_rejects_null_arguments, fx_teardown),
+        cmocka_unit_test_teardown(pass_rejects_job_id_both_queued_and_running, fx_teardown),
+        cmocka_unit_test_teardown(pass_rejects_job_id_queued_twice, fx_teardown),
+        cmocka_unit_test_teardown(pass_rejects_job_id_running_twice, fx_teardown),
+        cmocka_unit_test_teardown(pass_rejects_running_alloc_with_gpu_out_of_range, fx_teardown),
+        cmocka_unit_test_teardown(pass_rejects_running_alloc_with_node_out_of_range, fx_teardown),
+        cmocka_unit_test_teardown(pass_reports_running_allocs_over_gpu_capacity, fx_teardown),
+        cmocka_unit_test_teardown(pass_reports_running_alloc_over_node_cpus, fx_teardown),
+        cmocka_unit_test_teardown(pass_rejects_running_job_null_or_unknown_team, fx_teardown),
+        cmocka_unit_test_teardown(pass_rejects_now_before_last_pass, fx_teardown),
+        cmocka_unit_test_teardown(pass_rejects_invalid_cluster_or_policy, fx_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -40,12 +40,6 @@ static struct fx *cluster(uint32_t nodes, uint32_t gpus, uint32_t wa, uint32_t w
     return fx;
 }
 
-static int free_fx(void **state)
-{
-    fx_free(*state);
-    return 0;
-}
-
 static struct sched_job *job(struct fx *fx, uint64_t id, uint32_t team, uint32_t prio,
                              int64_t submit_ms)
 {
@@ -580,7 +574,7 @@ static void fairshare_equal_weights_converge_despite_different_history(void **st
         fail_msg("hours 3..5: GPU-time ratio a:b = %.3f, want 1.0 +- 0.1", settling);
 }
 
-#define T(name) cmocka_unit_test_teardown(name, free_fx)
+#define T(name) cmocka_unit_test_teardown(name, fx_teardown)
 
 int main(void)
 {

@@ -40,12 +40,6 @@ static struct fx *cluster(uint32_t nodes, uint32_t gpus)
     return fx;
 }
 
-static int free_fx(void **state)
-{
-    fx_free(*state);
-    return 0;
-}
-
 /* A job already running on GPU `gpu` (one whole GPU) since `start_ms`. */
 static struct fx_job *running(struct fx *fx, uint64_t id, uint32_t team, uint32_t prio,
                               uint32_t gpu, int64_t start_ms, bool borrowed)
@@ -89,29 +83,16 @@ struct ckpt {
 /* fx_pass, with checkpoint times for some running jobs (fx_pass has none). */
 static int pass_with_checkpoints(struct fx *fx, int64_t now, const struct ckpt *ck, size_t nck)
 {
+    struct sched_queue q;
+    struct sched_running_set rs;
     fx->now = now;
-    fx->nqueue = fx->nrunning = 0;
-    for (uint32_t i = 0; i < fx->njobs; i++) {
-        struct fx_job *j = &fx->jobs[i];
-        if (j->done)
-            continue;
-        if (j->started_ms < 0) {
-            fx->queue[fx->nqueue++] = j->req;
-            continue;
-        }
-        struct sched_running *r = &fx->running[fx->nrunning++];
-        *r = (struct sched_running){.job = &j->req,
-                                    .alloc = j->alloc,
-                                    .start_ms = j->started_ms,
-                                    .borrowed = j->borrowed,
-                                    .preempting = j->kill_ms >= 0};
+    fx_collect(fx, &q, &rs);
+    for (size_t r = 0; r < fx->nrunning; r++) {
         for (size_t k = 0; k < nck; k++) {
-            if (ck[k].job == j->req.id)
-                r->checkpoint_ms = ck[k].checkpoint_ms;
+            if (ck[k].job == fx->running[r].job->id)
+                fx->running[r].checkpoint_ms = ck[k].checkpoint_ms;
         }
     }
-    struct sched_queue q = {fx->queue, fx->nqueue};
-    struct sched_running_set rs = {fx->running, fx->nrunning};
     return sched_pass(&fx->c, &q, &rs, &fx->pol, &fx->st, now, &fx->res);
 }
 
@@ -521,7 +502,7 @@ static void preemptor_keeps_the_free_part_of_its_room_while_victims_leave(void *
     assert_int_equal(fx->res.npreempts, 0);
 }
 
-#define T(name) cmocka_unit_test_teardown(name, free_fx)
+#define T(name) cmocka_unit_test_teardown(name, fx_teardown)
 
 int main(void)
 {

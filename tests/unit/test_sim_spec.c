@@ -688,6 +688,38 @@ static void test_shipped_helios_spec_has_eleven_vcs(void **state)
     sim_spec_release(&s);
 }
 
+/* --load counts only the jobs some team takes: queue "b" is dropped here, so
+ * queue "a" offers 3,600 + 3,600 GPU-seconds over 1,000 s of submits, 7.2
+ * GPUs; at load 0.45 that is 16 GPUs, two 8-GPU nodes from four. */
+static void test_set_load_counts_the_jobs_teams_take(void **state)
+{
+    (void)state;
+    char qa[] = "a", qb[] = "b";
+    char *queues[] = {qa, qb};
+    struct sim_trace_job jobs[] = {
+        {.id = "1", .submit_s = 0, .duration_s = 3600, .gpu_milli = 1000, .queue = 0},
+        {.id = "2", .submit_s = 500, .duration_s = 99999, .gpu_milli = 8000, .queue = 1},
+        {.id = "3", .submit_s = 1000, .duration_s = 1800, .gpu_milli = 2000, .queue = 0},
+    };
+    struct sim_trace t = {.jobs = jobs, .njobs = 3, .queues = queues, .nqueues = 2};
+    struct sim_spec s;
+    assert_int_equal(parse(&s, "t.yaml",
+                           "pools: [{name: p, nodes: 4, gpus_per_node: 8}]\n"
+                           "teams: [{name: ta, queues: [a]}]\n"),
+                     0);
+    assert_int_equal(sim_spec_team_of_queue(&s, "a"), 0);
+    assert_int_equal(sim_spec_team_of_queue(&s, "b"), SIM_NONE);
+    double factor = 0;
+    assert_int_equal(sim_spec_set_load(&s, &t, 0.45, &factor), 0);
+    assert_true(factor > 0.4999 && factor < 0.5001);
+    assert_int_equal(s.pools[0].nodes, 2);
+    assert_int_equal(sim_spec_set_load(&s, &t, 0, &factor), GPO_EINVAL);
+    jobs[0].queue = jobs[2].queue = 1; /* nothing left that a team takes */
+    assert_int_equal(sim_spec_set_load(&s, &t, 0.9, &factor), GPO_EINVAL);
+    assert_int_equal(s.pools[0].nodes, 2); /* unchanged */
+    sim_spec_release(&s);
+}
+
 static void test_from_trace_sizes_the_cluster_for_the_load(void **state)
 {
     (void)state;
@@ -872,6 +904,7 @@ int main(void)
         cmocka_unit_test(test_from_trace_sizes_the_cluster_for_the_load),
         cmocka_unit_test(test_from_trace_without_a_span_and_without_jobs),
         cmocka_unit_test(test_scale_rounds_nodes_and_scales_quotas_with_them),
+        cmocka_unit_test(test_set_load_counts_the_jobs_teams_take),
         cmocka_unit_test(test_scale_refuses_bad_factors_and_changes_nothing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
