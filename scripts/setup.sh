@@ -28,6 +28,10 @@ PACKAGES=(
   zlib1g-dev         # sim: gzip traces
   libjansson-dev     # JSON: cluster specs, sim --json
   libyaml-dev        # YAML: cluster specs
+  libsqlite3-dev     # the controller's store (SQLite, WAL)
+  libsodium-dev      # API tokens: random bits, SHA-256, constant-time compare
+  libmicrohttpd-dev  # the controller's HTTP server (built with GnuTLS: optional TLS)
+  curl               # integration tests talk to the API as users do
 )
 
 # Accounts that tests run jobs as (later issues); created idempotently.
