@@ -1,0 +1,294 @@
+/*
+ * http.h - the controller's HTTP layer: a route table, request access and
+ * JSON responses over libmicrohttpd (the only module that sees it).
+ *
+ * Threads. One polling thread (epoll) serves every connection; a second,
+ * the timer thread, fires the deadlines of suspended requests. A handler runs
+ * on the polling thread and must not block: it either answers at once or
+ * SUSPENDS the request, which then holds no thread, and some other thread
+ * (the store's writer after a commit, the scheduling loop when an agent's
+ * assignments change, the timer) COMPLETES it later.
+ *
+ * Dispatch, in this order, for every request:
+ *   1. the path is split at '/' and each segment percent-decoded; a bad
+ *      escape or %00 is 400 invalid_path; the query likewise (400
+ *      invalid_query); HEAD is served by the GET route;
+ *   2. no route pattern matches the path: 404 not_found; a pattern matches
+ *      but not the method: 405 method_not_allowed with an Allow header;
+ *   3. the server is stopping: 503 unavailable;
+ *   4. unless the route is HTTP_ROUTE_PUBLIC, the authorize hook;
+ *   5. path parameters longer than HTTP_PARAM_MAX or not UTF-8: 400
+ *      invalid_path;
+ *   6. the body (read only after 1-5 passed, so an unauthorized client
+ *      cannot make the server buffer anything): over the body limit 413
+ *      body_too_large (at once when Content-Length says so, which closes the
+ *      connection unread; a chunked body is discarded, not buffered, and
+ *      answered when it ends); a body on a route without a body flag (GET
+ *      and DELETE routes included) 400 body_not_allowed; on a
+ *      HTTP_ROUTE_JSON_BODY route the body must be one JSON object: 400
+ *      empty_body, invalid_utf8, duplicate_key, invalid_json (naming line and
+ *      column) or not_an_object. Content-Type is not checked;
+ *   7. the handler.
+ * Every error answer has the body
+ *     {"error": {"status": 400, "code": "invalid_json", "message": "..."}}
+ * and Content-Type: application/json.
+ */
+#ifndef GPUORCH_HTTP_HTTP_H
+#define GPUORCH_HTTP_HTTP_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#define HTTP_ERRNO_MAP(X)                                                                          \
+    X(EINVAL, -1, "invalid argument")                                                              \
+    X(ENOMEM, -2, "out of memory")                                                                 \
+    X(ESTATE, -3, "not allowed in the request's or server's current state")                        \
+    X(ESTOPPED, -4, "the server is stopping")                                                      \
+    X(ESYS, -5, "a system call failed")                                                            \
+    X(ETLS, -6, "TLS setup failed")
+
+enum http_err {
+    HTTP_OK = 0,
+#define HTTP_ERR_ENUM(name, value, text) HTTP_##name = (value),
+    HTTP_ERRNO_MAP(HTTP_ERR_ENUM)
+#undef HTTP_ERR_ENUM
+};
+
+/* Returns a static, never NULL, message for a code (unknown codes included). */
+const char *http_strerror(int err);
+
+#define HTTP_DEFAULT_BIND           "127.0.0.1"
+#define HTTP_DEFAULT_BODY_LIMIT     (1024u * 1024u) /* bytes */
+#define HTTP_DEFAULT_CONN_LIMIT     1024u
+#define HTTP_DEFAULT_CONN_TIMEOUT_S 60u  /* idle connections; suspended ones never time out */
+#define HTTP_MAX_SEGMENTS           32u  /* '/'-separated segments in a path or pattern */
+#define HTTP_MAX_PARAMS             8u   /* {name} segments in one pattern */
+#define HTTP_PARAM_NAME_MAX         32u  /* bytes of a {name} */
+#define HTTP_PARAM_MAX              256u /* bytes of one decoded path parameter */
+#define HTTP_MAX_QUERY              32u  /* query parameters in one request */
+#define HTTP_MAX_RESP_HEADERS       16u  /* extra headers on one response */
+#define HTTP_TOKEN_MAX              512u /* bytes of a bearer token */
+#define HTTP_MAX_TIMEOUT_MS         (24u * 3600u * 1000u)
+#define HTTP_STOP_GRACE_MS          2000u /* stop waits this long for answers in flight */
+#define HTTP_TLS_FILE_MAX           (1024u * 1024u)
+
+/* Route flags. The bits from HTTP_ROUTE_USER_FLAG(0) up are the server's
+ * own (an admin-only mark, say); this module only passes them to authorize. */
+enum http_route_flag {
+    HTTP_ROUTE_PUBLIC = 1u << 0,    /* authorize is not called (health, metrics) */
+    HTTP_ROUTE_JSON_BODY = 1u << 1, /* a JSON object body is required */
+    HTTP_ROUTE_RAW_BODY = 1u << 2,  /* a body of any bytes is accepted (may be empty) */
+};
+#define HTTP_ROUTE_USER_FLAG(n) (1u << (16u + (n)))
+
+struct http_request;
+struct http_server;
+
+/*
+ * A route's handler, on the polling thread. Before it returns it must either
+ * answer (http_request_respond_*, http_request_error) or suspend. It returns
+ * 0 or a negative code; whatever it returns, a request it left unanswered
+ * and not suspended gets 500 internal (503 unavailable while stopping).
+ */
+typedef int (*http_handler_fn)(struct http_request *req, void *ctx);
+
+/* Before dispatch of a route without HTTP_ROUTE_PUBLIC, on the polling thread,
+ * after the path and query parsed and before the body is read: true lets the
+ * request through; false means the hook answered (401, 403: it should; if it
+ * did not, the library answers 403 forbidden). */
+typedef bool (*http_authorize_fn)(struct http_request *req, unsigned route_flags, void *ctx);
+
+/* A suspended request's deadline passed; see http_request_suspend. */
+typedef void (*http_timeout_fn)(struct http_request *req, void *ctx);
+
+/* One finished request, for the access log. Strings are borrowed for the call. */
+struct http_access {
+    const char *method;
+    const char *path;    /* as the client sent it, without the query */
+    const char *client;  /* address literal, "127.0.0.1" or "::1" */
+    unsigned status;     /* 0: we queued no answer (the connection ended first, or MHD
+                          * answered a malformed request itself) */
+    int64_t duration_us; /* from the request line to the end of the answer */
+};
+
+/* Called once per request when MHD is done with it, on the polling thread
+ * (or the thread in http_server_stop). Must not block. */
+typedef void (*http_access_log_fn)(const struct http_access *entry, void *ctx);
+
+/* One row of a route table: the server's routes are a static const array. */
+struct http_route {
+    const char *method;      /* "GET", "POST", "PUT", "DELETE", ... (case matters) */
+    const char *pattern;     /* "/v1/nodes/{name}/assignments": literal or {name} segments */
+    http_handler_fn handler; /* never NULL */
+    unsigned flags;          /* enum http_route_flag | HTTP_ROUTE_USER_FLAG(n) */
+};
+
+struct http_config {
+    const char *bind_addr;   /* IPv4 or IPv6 literal ("::1", "[::1]"); NULL: HTTP_DEFAULT_BIND */
+    uint16_t port;           /* 0: an ephemeral port, see http_server_port */
+    size_t body_limit;       /* bytes; 0: HTTP_DEFAULT_BODY_LIMIT */
+    unsigned conn_limit;     /* 0: HTTP_DEFAULT_CONN_LIMIT; suspended requests count */
+    unsigned conn_timeout_s; /* 0: HTTP_DEFAULT_CONN_TIMEOUT_S */
+    /* TLS: both PEM files or neither (plain HTTP). */
+    const char *tls_cert_file;
+    const char *tls_key_file;
+    /* Borrowed: the table must outlive the server. Matched in order; the
+     * first row whose pattern and method match wins. */
+    const struct http_route *routes;
+    size_t nroutes;
+    http_authorize_fn authorize;   /* NULL: every route is open */
+    http_access_log_fn access_log; /* NULL: none */
+    void *ctx;                     /* passed to handlers, authorize and access_log */
+};
+
+/*
+ * Creates a server from *cfg (copied; the strings in it need only live for
+ * the call, the route table as long as the server). Checks every route
+ * pattern, parses the bind address and reads the TLS files; binds nothing.
+ * Returns 0 and sets *ret_srv (caller frees with http_server_free); or
+ * HTTP_EINVAL (a bad config), HTTP_ESYS (a TLS file unreadable), HTTP_ENOMEM,
+ * with one line in `err` (errlen bytes, always terminated) naming the
+ * culprit, e.g. "route 3 (GET /v1/x{id}): a brace outside a whole {name}
+ * segment" or
+ * "TLS key /etc/gpuorch/key.pem: No such file or directory".
+ */
+int http_server_new(const struct http_config *cfg, struct http_server **ret_srv, char *err,
+                    size_t errlen);
+
+/*
+ * Binds, listens and starts the polling and timer threads. Returns 0; or
+ * HTTP_ESYS (socket, bind, listen, thread), HTTP_ETLS (MHD refused the
+ * certificate or key), HTTP_ESTATE (already started, or stopped: a server
+ * starts once), with a message such as "bind 127.0.0.1:8080: Address already
+ * in use" in `err`. On failure the server is as before (may be freed).
+ */
+int http_server_start(struct http_server *srv, char *err, size_t errlen);
+
+/* The bound port (useful with port 0); 0 before start. */
+uint16_t http_server_port(const struct http_server *srv);
+
+/*
+ * Stops accepting, answers every still-suspended request with 503
+ * unavailable (as do handlers and requests arriving meanwhile), waits up to
+ * HTTP_STOP_GRACE_MS for answers in flight to be sent, then closes every
+ * connection and joins the threads. No handler, hook or timeout callback runs
+ * after it returns. Idempotent; a server never started is left as is.
+ * Suspended requests still need their http_request_complete (a no-op now).
+ */
+void http_server_stop(struct http_server *srv);
+
+/* Stops the server if running and frees it; NULL is fine. Requests whose
+ * completion is still owed keep the little they need alive until then. */
+void http_server_free(struct http_server *srv);
+
+/*
+ * Request access: on the polling thread, in the handler or authorize hook.
+ * Strings are borrowed from the request. method, path, param, query, client,
+ * json and body stay valid until the request is completed (also in a timeout
+ * callback); header and bearer read MHD's copy and only in handler or hook.
+ */
+const char *http_request_method(const struct http_request *req);
+/* The path as sent (percent-encoded), without the query. */
+const char *http_request_path(const struct http_request *req);
+/* The matched route (the caller's table row). */
+const struct http_route *http_request_route(const struct http_request *req);
+/* A path parameter by its {name}, percent-decoded, UTF-8, at most
+ * HTTP_PARAM_MAX bytes; NULL when the pattern has no such name. */
+const char *http_request_param(const struct http_request *req, const char *name);
+/* The first query parameter called `name`, decoded ('+' is a space); NULL when
+ * absent. A parameter without '=' has the value "". */
+const char *http_request_query(const struct http_request *req, const char *name);
+/* Query parameters in request order, so that handlers can reject unknown
+ * ones: count, then 0 and *ret_name, *ret_value for i < count (HTTP_EINVAL
+ * otherwise). */
+size_t http_request_query_count(const struct http_request *req);
+int http_request_query_at(const struct http_request *req, size_t i, const char **ret_name,
+                          const char **ret_value);
+/* A request header (name case-insensitive); NULL when absent. */
+const char *http_request_header(struct http_request *req, const char *name);
+/* The token of "Authorization: Bearer <token>" (scheme case-insensitive,
+ * token of RFC 6750 characters, at most HTTP_TOKEN_MAX bytes); NULL when the
+ * header is absent or anything else ("Basic x", "Bearer", "Bearer a b"). */
+const char *http_request_bearer(struct http_request *req);
+/* The client's address literal. */
+const char *http_request_client(const struct http_request *req);
+/* The parsed body of a HTTP_ROUTE_JSON_BODY route (borrowed: json_incref to
+ * keep it); NULL on other routes. */
+json_t *http_request_json(const struct http_request *req);
+/* The raw body (HTTP_ROUTE_RAW_BODY and JSON routes; not NUL-terminated; NULL
+ * and 0 when empty). */
+const void *http_request_body(const struct http_request *req, size_t *ret_len);
+
+/*
+ * Adds a header to the answer still to come (Location, Retry-After, ...):
+ * in the handler, or by the one thread about to complete a suspended
+ * request. Both strings copied. 0; HTTP_EINVAL (a CR or LF in the value, an
+ * empty or non-token name, a name the library sets itself: Content-Type,
+ * Content-Length, Transfer-Encoding, Connection; more than
+ * HTTP_MAX_RESP_HEADERS), HTTP_ESTATE (already answered), HTTP_ENOMEM.
+ */
+int http_request_add_header(struct http_request *req, const char *name, const char *value);
+
+/*
+ * Answers, in the handler (or authorize hook). status is 100..599. Every
+ * answer gets Content-Type; JSON ones "application/json". Returns 0;
+ * HTTP_EINVAL (bad status or type), HTTP_ESTATE (already answered or
+ * suspended), HTTP_ENOMEM: the request is then still unanswered.
+ */
+/* body is taken (even on failure); NULL: an empty body (204, say). */
+int http_request_respond_json(struct http_request *req, unsigned status, json_t *body);
+/* data copied; content_type such as "text/plain; version=0.0.4". */
+int http_request_respond_bytes(struct http_request *req, unsigned status, const char *content_type,
+                               const void *data, size_t len);
+/* data borrowed and must outlive the server (a static asset, say). */
+int http_request_respond_static(struct http_request *req, unsigned status, const char *content_type,
+                                const void *data, size_t len);
+/* The standard error: `code` a short machine-readable word ("invalid_field"),
+ * the message one line from fmt (invalid UTF-8 replaced by '?', cut at 512
+ * bytes). */
+int http_request_error(struct http_request *req, unsigned status, const char *code, const char *fmt,
+                       ...) __attribute__((format(printf, 4, 5)));
+
+/*
+ * Suspends the request, in its handler: the handler then returns and the
+ * polling thread serves others. timeout_ms > 0 (at most HTTP_MAX_TIMEOUT_MS)
+ * with on_timeout: once the request has been suspended that long, the timer
+ * thread calls on_timeout(req, ctx), which should complete it (a long-poll's
+ * "nothing new", say); it must not block. 0 means no deadline.
+ *
+ * Every successful suspend must be balanced by exactly one
+ * http_request_complete[_error], from any thread and whatever happened
+ * meanwhile (the client left, the server stopped or was freed: the
+ * completion is then a no-op that frees what it was given). That call is what
+ * releases the request: after it returns, req must not be used. A server that
+ * hands req to another thread AND sets a timeout must make sure only one of
+ * the two completes (its own lock around a waiter list, say); inside
+ * on_timeout a completion that lost that race returns HTTP_ESTATE harmlessly.
+ *
+ * Returns 0; HTTP_EINVAL (timeout without callback or over the cap),
+ * HTTP_ESTATE (not in the handler, already answered or suspended),
+ * HTTP_ESTOPPED (the server is stopping: answer now instead). It allocates
+ * nothing: the timer list is threaded through the requests.
+ */
+int http_request_suspend(struct http_request *req, unsigned timeout_ms, http_timeout_fn on_timeout,
+                         void *ctx);
+
+/*
+ * Completes a suspended request from any thread: answers `status` with the
+ * JSON body (taken, even on failure; NULL: empty) and resumes the connection.
+ * Returns 0 (also when the answer could no longer be delivered);
+ * HTTP_ESTATE (not suspended by the caller, or completed already within a
+ * timeout callback), HTTP_EINVAL (bad status: the request is answered 500
+ * instead and released all the same), HTTP_ENOMEM (likewise answered 500 and
+ * released).
+ */
+int http_request_complete(struct http_request *req, unsigned status, json_t *body);
+/* The same with the standard error body. */
+int http_request_complete_error(struct http_request *req, unsigned status, const char *code,
+                                const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+#endif

@@ -1,0 +1,443 @@
+/*
+ * store.h - the controller's durable store.
+ *
+ * The controller keeps its scheduling state in memory and writes every change
+ * through this store before it acknowledges it: a job is accepted only once
+ * its row is committed, so it survives kill -9 of the controller, and a
+ * restart reloads everything from here.
+ *
+ * Writes go in batches. A caller builds a batch of operations (each operation
+ * copies what it is given), then hands it to store_commit. One writer thread
+ * per store takes everything queued, runs it in ONE transaction (group
+ * commit), each batch inside its own savepoint: a batch that fails is rolled
+ * back alone and reported to its caller while the others commit. Each
+ * caller's completion runs after the transaction is durable.
+ *
+ * Reads are synchronous and may be called from any thread; they see every
+ * batch whose completion has run.
+ *
+ * A batch may be a DECISION commit carrying the leader epoch of the
+ * controller that made it. The store keeps the highest epoch it issued; a
+ * decision with a lower one is refused (STORE_EFENCED) and changes nothing,
+ * so a stale controller cannot overwrite its successor's decisions.
+ *
+ * Backends: SQLite now (store_open_sqlite), PostgreSQL later. Every backend
+ * fills a `struct store_ops`; the functions below check their arguments and
+ * dispatch through it, so the checks and limits are the same everywhere.
+ *
+ * Conventions: functions return 0 or a negative STORE_E* code; out-parameters
+ * (ret_*) are set only on success. Nullable integer columns read and write
+ * STORE_NULL. Strings are NUL-terminated; JSON texts (specs) are stored as
+ * given, never parsed. Out of memory: STORE_ENOMEM, inputs unchanged.
+ */
+#ifndef GPUORCH_STORE_STORE_H
+#define GPUORCH_STORE_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define STORE_ERRNO_MAP(X)                                                                         \
+    X(EINVAL, -1, "invalid argument")                                                              \
+    X(ENOMEM, -2, "out of memory")                                                                 \
+    X(EIO, -3, "storage error")                                                                    \
+    X(ENOTFOUND, -4, "not found")                                                                  \
+    X(EEXIST, -5, "already exists")                                                                \
+    X(EFENCED, -6, "fenced: a newer leader epoch exists")                                          \
+    X(ETOONEW, -7, "database schema is newer than this program")                                   \
+    X(ECLOSED, -8, "store is closing")
+
+enum store_err {
+    STORE_OK = 0,
+#define STORE_ERR_ENUM(name, value, text) STORE_##name = (value),
+    STORE_ERRNO_MAP(STORE_ERR_ENUM)
+#undef STORE_ERR_ENUM
+};
+
+/* Returns a static, never NULL, message for a code (unknown codes included). */
+const char *store_strerror(int err);
+
+/* An absent value of a nullable integer column. */
+#define STORE_NULL INT64_MIN
+
+/* Caps on what callers may hand the store (bytes, without the NUL). */
+#define STORE_MAX_NAME       256          /* names, keys, states, teams, roles, labels */
+#define STORE_MAX_TEXT       (4u << 20)   /* a spec, a reason, nodes or gpus JSON */
+#define STORE_MAX_BLOB       (256u << 20) /* the scheduler's state */
+#define STORE_MAX_OPS        100000       /* operations in one batch */
+#define STORE_LIST_MAX       1000         /* rows in one page of store_job_list */
+#define STORE_MAX_STATES     16           /* states in one job filter */
+#define STORE_TOKEN_HASH_LEN 32           /* SHA-256 */
+
+/* The meta key holding the leader epoch: written only by store_epoch_acquire. */
+#define STORE_META_EPOCH "epoch"
+
+/* Job states that are not final: store_job_scan_active returns these jobs. */
+#define STORE_JOB_PENDING   "PENDING"
+#define STORE_JOB_RUNNING   "RUNNING"
+#define STORE_JOB_PREEMPTED "PREEMPTED"
+
+/* The config objects `apply -f` manages: one table each. */
+enum store_config_kind {
+    STORE_CONFIG_TEAMS,
+    STORE_CONFIG_POOLS,
+    STORE_CONFIG_PRIORITY_CLASSES,
+    STORE_CONFIG_COUNT
+};
+
+struct store;
+
+/* ---- rows: every string is owned by its row ---------------------------- */
+
+struct store_user {
+    int64_t id;
+    char *name;
+    char *unix_user; /* NULL: none */
+    char *team;      /* NULL: none */
+    char *role;
+    int64_t created_ms;
+};
+/* Frees what *u holds and zeroes it; NULL is fine. */
+void store_user_release(struct store_user *u);
+/* Releases users[0, n) and frees the array; NULL is fine. */
+void store_users_free(struct store_user *users, size_t n);
+
+struct store_config {
+    char *name;
+    char *spec; /* JSON text */
+    int64_t updated_ms;
+};
+void store_config_release(struct store_config *c);
+void store_configs_free(struct store_config *configs, size_t n);
+
+struct store_node {
+    char *name;
+    char *spec; /* JSON text */
+    char *state;
+    int64_t updated_ms; /* STORE_NULL: never set */
+};
+void store_node_release(struct store_node *n);
+void store_nodes_free(struct store_node *nodes, size_t n);
+
+struct store_attempt {
+    int64_t job_id, attempt;
+    char *state;
+    char *nodes;                                 /* JSON text or NULL */
+    char *gpus;                                  /* JSON array of GPU UUIDs, or NULL */
+    int64_t start_ms, end_ms, exit_code, signal; /* STORE_NULL: not known */
+    char *reason;                                /* NULL: none */
+    int64_t epoch;                               /* of the controller that wrote it */
+};
+
+struct store_job {
+    int64_t id;
+    int64_t user_id; /* STORE_NULL: none */
+    char *team;
+    char *state;
+    int64_t submit_ms, updated_ms;
+    int64_t array_id, array_index; /* STORE_NULL: not part of an array */
+    char *reason;                  /* NULL: none */
+    char *spec;                    /* the submission, JSON text as given */
+    /* store_job_get: every attempt, by attempt number; store_job_scan_active:
+     * the latest one, if any; store_job_list: none. Owned by the job. */
+    struct store_attempt *attempts;
+    size_t nattempts;
+};
+/* Frees what *j holds (its attempts too) and zeroes it; NULL is fine. */
+void store_job_release(struct store_job *j);
+void store_jobs_free(struct store_job *jobs, size_t n);
+
+struct store_sched_state {
+    int64_t epoch;
+    void *blob; /* owned; NULL when len is 0 */
+    size_t len;
+    int64_t updated_ms;
+};
+void store_sched_state_release(struct store_sched_state *st);
+
+/* ---- batches ------------------------------------------------------------ */
+
+struct store_batch;
+
+/* A new, empty batch; NULL when out of memory. */
+struct store_batch *store_batch_new(void);
+/* Frees a batch that was not committed; NULL is fine. */
+void store_batch_free(struct store_batch *b);
+
+/*
+ * Marks the batch as a decision commit made under leader `epoch` (> 0). When
+ * it runs, an epoch lower than the store's is refused with STORE_EFENCED; one
+ * higher than any the store issued, with STORE_EINVAL. Either way the batch
+ * changes nothing.
+ */
+int store_batch_set_decision(struct store_batch *b, int64_t epoch);
+
+/* Adding an operation copies every string and buffer it is given, so the
+ * caller may free them at once. Each returns 0; STORE_EINVAL for a missing
+ * or over-long field or a full batch; STORE_ENOMEM. On error the batch is
+ * unchanged. */
+
+/* The array_id of a job that is the batch's first inserted job or in the same
+ * array as it: an array submitted as one batch is named after its first job. */
+#define STORE_ARRAY_FIRST INT64_C(-1)
+
+struct store_job_insert {
+    int64_t user_id;   /* STORE_NULL: none */
+    const char *team;  /* required */
+    const char *state; /* required */
+    int64_t submit_ms; /* also the first updated_ms */
+    int64_t array_id;  /* STORE_NULL, a job id, or STORE_ARRAY_FIRST */
+    int64_t array_index;
+    const char *reason; /* NULL: none */
+    const char *spec;   /* required, JSON text */
+    /* NULL: none. With one, the insert needs a user_id, and when (user_id,
+     * key) was seen before the batch fails with STORE_EEXIST and names the
+     * job that key created (store_result.existing_job_id). */
+    const char *idempotency_key;
+};
+#define STORE_JOB_INSERT_INIT                                                                      \
+    {                                                                                              \
+        .user_id = STORE_NULL, .array_id = STORE_NULL, .array_index = STORE_NULL                   \
+    }
+/* The store assigns the id (increasing, never reused): the k-th job_insert of
+ * a batch gets store_result.job_ids[k]. */
+int store_batch_job_insert(struct store_batch *b, const struct store_job_insert *j);
+
+/* Sets a job's state, reason (NULL clears it) and updated_ms, and its spec
+ * unless `spec` is NULL. The batch fails with STORE_ENOTFOUND when no job has
+ * that id. */
+int store_batch_job_update(struct store_batch *b, int64_t id, const char *state, const char *reason,
+                           int64_t updated_ms, const char *spec);
+
+/* Deletes a job, its attempts and its idempotency keys (ENOTFOUND if none).
+ * Its id is never given out again. */
+int store_batch_job_delete(struct store_batch *b, int64_t id);
+
+struct store_attempt_upsert {
+    int64_t job_id, attempt;                     /* the key; the job must exist (ENOTFOUND) */
+    const char *state;                           /* required */
+    const char *nodes, *gpus;                    /* JSON text or NULL */
+    int64_t start_ms, end_ms, exit_code, signal; /* STORE_NULL: not known */
+    const char *reason;                          /* NULL: none */
+    int64_t epoch;
+};
+#define STORE_ATTEMPT_UPSERT_INIT                                                                  \
+    {                                                                                              \
+        .start_ms = STORE_NULL, .end_ms = STORE_NULL, .exit_code = STORE_NULL,                     \
+        .signal = STORE_NULL                                                                       \
+    }
+/* Inserts or replaces the attempt (job_id, attempt): every column is set. */
+int store_batch_attempt_upsert(struct store_batch *b, const struct store_attempt_upsert *a);
+
+/* Inserts or replaces a config object; delete fails the batch with
+ * STORE_ENOTFOUND when there is no such object. */
+int store_batch_config_put(struct store_batch *b, enum store_config_kind kind, const char *name,
+                           const char *spec, int64_t updated_ms);
+int store_batch_config_delete(struct store_batch *b, enum store_config_kind kind, const char *name);
+
+int store_batch_node_put(struct store_batch *b, const char *name, const char *spec,
+                         const char *state, int64_t updated_ms);
+int store_batch_node_delete(struct store_batch *b, const char *name);
+
+/* Inserts a user, or updates the user of that name (created_ms then stays).
+ * unix_user and team may be NULL. Read the id back with
+ * store_user_get_by_name. */
+int store_batch_user_put(struct store_batch *b, const char *name, const char *unix_user,
+                         const char *team, const char *role, int64_t created_ms);
+/* Deletes a user and, with it, its tokens (ENOTFOUND if none). */
+int store_batch_user_delete(struct store_batch *b, const char *name);
+
+/* Adds a token of user `user_name` (ENOTFOUND if none; a user put earlier in
+ * the same batch counts) by the SHA-256 of the token, never the token; the
+ * same hash twice fails with STORE_EEXIST. label may be NULL. */
+int store_batch_token_put(struct store_batch *b, const char *user_name,
+                          const uint8_t hash[STORE_TOKEN_HASH_LEN], const char *label,
+                          int64_t created_ms);
+int store_batch_token_delete(struct store_batch *b, const uint8_t hash[STORE_TOKEN_HASH_LEN]);
+
+/* Sets a small meta value. STORE_META_EPOCH is refused (STORE_EINVAL). */
+int store_batch_meta_put(struct store_batch *b, const char *key, const char *value);
+
+/* Replaces the scheduler's carry-over state: `len` opaque bytes (len may be
+ * 0, blob then may be NULL). */
+int store_batch_sched_state_put(struct store_batch *b, int64_t epoch, const void *blob, size_t len,
+                                int64_t updated_ms);
+
+/* ---- committing --------------------------------------------------------- */
+
+/* What a committed (or failed) batch reports. Everything it points to is
+ * valid only during the completion call. */
+struct store_result {
+    int err;                 /* 0 or a negative STORE_E* code */
+    const char *msg;         /* never NULL: details of err ("" if none) */
+    const int64_t *job_ids;  /* on success: the id of each job_insert, in order */
+    size_t njob_ids;         /* 0 on failure */
+    int64_t existing_job_id; /* on STORE_EEXIST from an idempotency key: that job; else 0 */
+};
+
+/* Runs on the writer thread after the batch's transaction is durable (or has
+ * failed). It must not block on the store's writer: no store_commit_wait,
+ * store_epoch_acquire, store_pause_writer or store_close from it (reads and
+ * store_commit are fine). */
+typedef void (*store_done_fn)(void *ctx, const struct store_result *r);
+
+/*
+ * Queues batch `b` (taken in every case) for the writer. Returns 0, and
+ * `done` (may be NULL) will run exactly once; or STORE_EINVAL, or
+ * STORE_ECLOSED once store_close has begun: `done` will not run and the batch
+ * is freed.
+ */
+int store_commit(struct store *s, struct store_batch *b, store_done_fn done, void *ctx);
+
+/*
+ * store_commit, then waits for the outcome; returns the batch's result (b is
+ * taken in every case). On success ret_job_ids[k] (k < ids_cap; ret_job_ids
+ * may be NULL with ids_cap 0) gets the id of the k-th job_insert. On
+ * STORE_EEXIST from an idempotency key ret_job_ids[0] gets the existing job's
+ * id: that is the answer a retried submission needs. On any error `msg`
+ * (msglen bytes, always terminated; may be NULL) gets the details. Not from a
+ * completion callback.
+ */
+int store_commit_wait(struct store *s, struct store_batch *b, int64_t *ret_job_ids, size_t ids_cap,
+                      char *msg, size_t msglen);
+
+/* Bumps the store's leader epoch and returns the new one, durably: a
+ * controller calls it once as it starts, and makes every decision under it. */
+int store_epoch_acquire(struct store *s, int64_t *ret_epoch);
+
+/* Counters since the store was opened. */
+struct store_stats {
+    uint64_t transactions;   /* group transactions run (committed or not) */
+    uint64_t batches;        /* batches completed by the writer */
+    uint64_t batches_failed; /* of which failed */
+    uint64_t queued;         /* batches waiting for the writer now */
+};
+void store_get_stats(struct store *s, struct store_stats *ret);
+
+/* Hold the writer: it finishes the transaction it is running, then takes
+ * nothing more until as many resumes as pauses were made; batches queue
+ * meanwhile and then commit together. For tests and maintenance. Closing
+ * overrides a pause. */
+void store_pause_writer(struct store *s);
+void store_resume_writer(struct store *s);
+
+/* ---- reads: synchronous, safe from any thread --------------------------- */
+
+/* After a read failed with STORE_EIO: the backend's message (of the latest
+ * failed read of this store, whichever thread made it), into buf (len bytes,
+ * always terminated). */
+void store_last_error(struct store *s, char *buf, size_t len);
+
+/* *ret_value: caller frees with free(). ENOTFOUND if unset. */
+int store_meta_get(struct store *s, const char *key, char **ret_value);
+
+/* *ret: caller releases with store_user_release. ENOTFOUND if none. */
+int store_user_get_by_name(struct store *s, const char *name, struct store_user *ret);
+int store_user_get_by_id(struct store *s, int64_t id, struct store_user *ret);
+int store_user_get_by_token(struct store *s, const uint8_t hash[STORE_TOKEN_HASH_LEN],
+                            struct store_user *ret);
+/* Every user by id; caller frees with store_users_free(*ret_users, *ret_n). */
+int store_user_list(struct store *s, struct store_user **ret_users, size_t *ret_n);
+
+int store_config_get(struct store *s, enum store_config_kind kind, const char *name,
+                     struct store_config *ret);
+/* By name; caller frees with store_configs_free. */
+int store_config_list(struct store *s, enum store_config_kind kind,
+                      struct store_config **ret_configs, size_t *ret_n);
+
+/* By name; caller frees with store_nodes_free. */
+int store_node_list(struct store *s, struct store_node **ret_nodes, size_t *ret_n);
+
+/* The job with all its attempts; caller releases with store_job_release. */
+int store_job_get(struct store *s, int64_t id, struct store_job *ret);
+
+/* Filters of store_job_list: every field narrows the list; zeroed and
+ * STORE_NULL fields do not. Start with STORE_JOB_FILTER_INIT. */
+struct store_job_filter {
+    const char *const *states; /* any of states[0, nstates); nstates 0: any state */
+    size_t nstates;            /* <= STORE_MAX_STATES */
+    const char *team;          /* NULL: any */
+    int64_t user_id;           /* STORE_NULL: any */
+    int64_t array_id;          /* STORE_NULL: any */
+    int64_t after_id;          /* keyset paging: only ids > after_id (0: from the start) */
+    size_t limit;              /* 1..STORE_LIST_MAX */
+};
+#define STORE_JOB_FILTER_INIT                                                                      \
+    {                                                                                              \
+        .user_id = STORE_NULL, .array_id = STORE_NULL, .limit = STORE_LIST_MAX                     \
+    }
+/* One page of matching jobs by increasing id, without attempts: at most
+ * limit; the next page starts after the last id returned, and fewer than
+ * limit rows means the end. Caller frees with store_jobs_free. */
+int store_job_list(struct store *s, const struct store_job_filter *f, struct store_job **ret_jobs,
+                   size_t *ret_n);
+
+/* Calls fn once per job not in a final state (PENDING, RUNNING, PREEMPTED),
+ * by increasing id, with its latest attempt if it has any: what a restarted
+ * controller reloads. The job is borrowed for the call. fn returns 0 to go
+ * on, anything else to stop (store_job_scan_active then returns it). fn must
+ * not call the store's reads (they wait for this one). */
+typedef int (*store_job_fn)(void *ctx, const struct store_job *j);
+int store_job_scan_active(struct store *s, store_job_fn fn, void *ctx);
+
+/* Caller releases with store_sched_state_release. ENOTFOUND if never put. */
+int store_sched_state_get(struct store *s, struct store_sched_state *ret);
+
+/* The job that (user_id, key) created; ENOTFOUND if none. */
+int store_idempotency_get(struct store *s, int64_t user_id, const char *key, int64_t *ret_job_id);
+
+/* ---- opening and closing ------------------------------------------------ */
+
+/*
+ * Opens (creating it if need be) the SQLite database at `path` in WAL mode
+ * with synchronous=FULL and foreign keys on, migrates an older schema to the
+ * current one, and starts the writer. *ret_store: close with store_close.
+ * Returns 0; STORE_ETOONEW when the database's schema is newer than this
+ * program knows (the file is left as it was); STORE_EIO; STORE_EINVAL;
+ * STORE_ENOMEM. On error `err` (errlen bytes, always terminated; may be
+ * NULL) says why, naming both versions for STORE_ETOONEW.
+ */
+int store_open_sqlite(const char *path, struct store **ret_store, char *err, size_t errlen);
+
+/*
+ * Refuses new batches (STORE_ECLOSED), lets the writer commit every batch
+ * already queued (each completion runs, with its result), joins it and
+ * closes the store. NULL is fine. Not from a completion callback.
+ */
+void store_close(struct store *s);
+
+/* ---- for backends ------------------------------------------------------- */
+
+/* What each backend implements. The public functions above check their
+ * arguments (non-NULL, limits) before they call these. */
+struct store_ops {
+    int (*commit)(struct store *s, struct store_batch *b, store_done_fn done, void *ctx);
+    void (*get_stats)(struct store *s, struct store_stats *ret);
+    void (*pause_writer)(struct store *s);
+    void (*resume_writer)(struct store *s);
+    void (*last_error)(struct store *s, char *buf, size_t len);
+    int (*meta_get)(struct store *s, const char *key, char **ret_value);
+    int (*user_get_by_name)(struct store *s, const char *name, struct store_user *ret);
+    int (*user_get_by_id)(struct store *s, int64_t id, struct store_user *ret);
+    int (*user_get_by_token)(struct store *s, const uint8_t *hash, struct store_user *ret);
+    int (*user_list)(struct store *s, struct store_user **ret_users, size_t *ret_n);
+    int (*config_get)(struct store *s, enum store_config_kind kind, const char *name,
+                      struct store_config *ret);
+    int (*config_list)(struct store *s, enum store_config_kind kind,
+                       struct store_config **ret_configs, size_t *ret_n);
+    int (*node_list)(struct store *s, struct store_node **ret_nodes, size_t *ret_n);
+    int (*job_get)(struct store *s, int64_t id, struct store_job *ret);
+    int (*job_list)(struct store *s, const struct store_job_filter *f, struct store_job **ret_jobs,
+                    size_t *ret_n);
+    int (*job_scan_active)(struct store *s, store_job_fn fn, void *ctx);
+    int (*sched_state_get)(struct store *s, struct store_sched_state *ret);
+    int (*idempotency_get)(struct store *s, int64_t user_id, const char *key, int64_t *ret_job_id);
+    void (*close)(struct store *s);
+};
+
+/* A backend's store object starts with this. */
+struct store {
+    const struct store_ops *ops;
+};
+
+#endif

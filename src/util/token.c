@@ -1,0 +1,268 @@
+/*
+ * token.c - bearer tokens with libsodium: randombytes_buf for the bits,
+ * sodium_bin2base64 for the text, crypto_hash_sha256 for what is stored,
+ * sodium_memcmp for the comparison. Local copies of a token are wiped with
+ * sodium_memzero before returning, so that a core dump holds fewer of them.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <sodium.h>
+
+#include "util/token.h"
+#include "util/banned.h"
+
+#define B64_LEN (TOKEN_STR_LEN - TOKEN_PREFIX_LEN) /* 43 */
+
+const char *token_strerror(int err)
+{
+    switch (err) {
+    case TOKEN_OK:
+        return "success";
+#define TOKEN_ERR_CASE(name, value, text)                                                          \
+    case TOKEN_##name:                                                                             \
+        return text;
+        TOKEN_ERRNO_MAP(TOKEN_ERR_CASE)
+#undef TOKEN_ERR_CASE
+    }
+    return "unknown error";
+}
+
+int token_lib_init(void)
+{
+    /* 0: initialised now, 1: already was, -1: failed. */
+    return sodium_init() < 0 ? TOKEN_ESODIUM : 0;
+}
+
+int token_generate(char *buf, size_t len)
+{
+    if (!buf)
+        return TOKEN_EINVAL;
+    if (len < TOKEN_STR_LEN + 1)
+        return TOKEN_ENOSPC;
+    if (sodium_init() < 0)
+        return TOKEN_ESODIUM;
+    unsigned char bits[TOKEN_RANDOM_LEN];
+    char b64[sodium_base64_ENCODED_LEN(TOKEN_RANDOM_LEN, sodium_base64_VARIANT_URLSAFE_NO_PADDING)];
+    _Static_assert(sizeof(b64) == B64_LEN + 1, "43 base64 characters and a NUL");
+    randombytes_buf(bits, sizeof(bits));
+    sodium_bin2base64(b64, sizeof(b64), bits, sizeof(bits),
+                      sodium_base64_VARIANT_URLSAFE_NO_PADDING);
+    memcpy(buf, TOKEN_PREFIX, TOKEN_PREFIX_LEN);
+    memcpy(buf + TOKEN_PREFIX_LEN, b64, sizeof(b64));
+    sodium_memzero(bits, sizeof(bits));
+    sodium_memzero(b64, sizeof(b64));
+    return 0;
+}
+
+/* The 6-bit value of a base64url character, or -1. */
+static int b64url_value(char c)
+{
+    if (c >= 'A' && c <= 'Z')
+        return c - 'A';
+    if (c >= 'a' && c <= 'z')
+        return c - 'a' + 26;
+    if (c >= '0' && c <= '9')
+        return c - '0' + 52;
+    if (c == '-')
+        return 62;
+    if (c == '_')
+        return 63;
+    return -1;
+}
+
+int token_check_format(const char *token)
+{
+    if (!token)
+        return TOKEN_EINVAL;
+    if (strncmp(token, TOKEN_PREFIX, TOKEN_PREFIX_LEN) != 0)
+        return TOKEN_EFORMAT;
+    const char *b = token + TOKEN_PREFIX_LEN;
+    int v = 0;
+    for (size_t i = 0; i < B64_LEN; i++)
+        if ((v = b64url_value(b[i])) < 0)
+            return TOKEN_EFORMAT; /* also a NUL: the token is too short */
+    /* 43 characters carry 258 bits: the last one's low 2 bits are padding. */
+    if (b[B64_LEN] != '\0' || (v & 3) != 0)
+        return TOKEN_EFORMAT;
+    return 0;
+}
+
+int token_hash(const char *token, uint8_t out[TOKEN_HASH_LEN])
+{
+    if (!token || !out)
+        return TOKEN_EINVAL;
+    crypto_hash_sha256(out, (const unsigned char *)token, strlen(token));
+    return 0;
+}
+
+int token_hash_hex(const uint8_t hash[TOKEN_HASH_LEN], char *buf, size_t len)
+{
+    if (!hash || !buf)
+        return TOKEN_EINVAL;
+    if (len < TOKEN_HASH_HEX_LEN + 1)
+        return TOKEN_ENOSPC;
+    sodium_bin2hex(buf, len, hash, TOKEN_HASH_LEN);
+    return 0;
+}
+
+bool token_hash_equal(const uint8_t *a, const uint8_t *b)
+{
+    return sodium_memcmp(a, b, TOKEN_HASH_LEN) == 0;
+}
+
+/* write(2) until done; 0 or -1 with errno. */
+static int write_all(int fd, const char *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return -1;
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* fsync of the directory holding `path`, so that a new name in it is durable. */
+static int fsync_parent(const char *path)
+{
+    char dir[PATH_MAX];
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        snprintf(dir, sizeof(dir), ".");
+    else if (slash == path)
+        snprintf(dir, sizeof(dir), "/");
+    else
+        snprintf(dir, sizeof(dir), "%.*s", (int)(slash - path), path);
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    int rc = fsync(fd);
+    int saved = errno;
+    close(fd);
+    errno = saved;
+    return rc;
+}
+
+/* The token and its newline into a new temporary file named from `tmp`. */
+static int write_temp(char *tmp, const char *token)
+{
+    int fd = mkstemp(tmp);
+    if (fd < 0)
+        return -1;
+    (void)fcntl(fd, F_SETFD, FD_CLOEXEC); /* best effort: the fd lives for a moment */
+    char line[TOKEN_STR_LEN + 1];
+    memcpy(line, token, TOKEN_STR_LEN);
+    line[TOKEN_STR_LEN] = '\n';
+    /* mkstemp already uses 0600; fchmod says so whatever the libc does. */
+    int rc = fchmod(fd, S_IRUSR | S_IWUSR);
+    if (rc == 0)
+        rc = write_all(fd, line, sizeof(line));
+    if (rc == 0)
+        rc = fsync(fd);
+    sodium_memzero(line, sizeof(line));
+    int saved = errno;
+    if (close(fd) < 0 && rc == 0) {
+        rc = -1;
+        saved = errno;
+    }
+    if (rc < 0)
+        unlink(tmp);
+    errno = saved;
+    return rc;
+}
+
+int token_write_file(const char *path, const char *token)
+{
+    if (!path || !token)
+        return TOKEN_EINVAL;
+    if (token_check_format(token) < 0)
+        return TOKEN_EFORMAT;
+    char tmp[PATH_MAX];
+    int n = snprintf(tmp, sizeof(tmp), "%s.tmp.XXXXXX", path);
+    if (n < 0 || (size_t)n >= sizeof(tmp))
+        return TOKEN_EINVAL;
+    if (write_temp(tmp, token) < 0)
+        return TOKEN_EIO;
+    int rc = 0;
+    if (link(tmp, path) < 0)
+        rc = errno == EEXIST ? TOKEN_EEXIST : TOKEN_EIO;
+    int saved = errno;
+    unlink(tmp);
+    if (rc == 0 && fsync_parent(path) < 0) {
+        saved = errno;
+        unlink(path);
+        rc = TOKEN_EIO;
+    }
+    errno = saved;
+    return rc;
+}
+
+/* Up to `cap` bytes of fd into p; the count, or -1 with errno. */
+static ssize_t read_some(int fd, char *p, size_t cap)
+{
+    size_t n = 0;
+    while (n < cap) {
+        ssize_t r = read(fd, p + n, cap - n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            return -1;
+        if (r == 0)
+            break;
+        n += (size_t)r;
+    }
+    return (ssize_t)n;
+}
+
+int token_read_file(const char *path, char *buf, size_t len)
+{
+    if (!path || !buf)
+        return TOKEN_EINVAL;
+    if (len < TOKEN_STR_LEN + 1)
+        return TOKEN_ENOSPC;
+    /* O_NONBLOCK: a FIFO planted at the path must not hang the open. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+    if (fd < 0)
+        return TOKEN_EIO;
+    struct stat st;
+    int rc = 0;
+    char data[TOKEN_STR_LEN + 2]; /* one byte more than a valid file has */
+    ssize_t n = -1;
+    if (fstat(fd, &st) < 0) {
+        rc = TOKEN_EIO;
+    } else if (!S_ISREG(st.st_mode)) {
+        errno = EINVAL;
+        rc = TOKEN_EIO;
+    } else if (st.st_mode & (S_IRWXG | S_IRWXO)) {
+        rc = TOKEN_EMODE;
+    } else if ((n = read_some(fd, data, sizeof(data))) < 0) {
+        rc = TOKEN_EIO;
+    }
+    int saved = errno;
+    close(fd);
+    if (rc == 0) {
+        if (n == TOKEN_STR_LEN + 1 && data[TOKEN_STR_LEN] == '\n')
+            n--;
+        if (n != TOKEN_STR_LEN)
+            rc = TOKEN_EFORMAT;
+    }
+    if (rc == 0) {
+        data[TOKEN_STR_LEN] = '\0';
+        rc = token_check_format(data);
+    }
+    if (rc == 0)
+        memcpy(buf, data, TOKEN_STR_LEN + 1);
+    sodium_memzero(data, sizeof(data));
+    errno = saved;
+    return rc;
+}

@@ -1,0 +1,1011 @@
+/* test_store_sqlite.c - the SQLite store: the file it makes (WAL, full
+ * sync), migrations from v1 and refusal of newer schemas, durability across
+ * close and across kill -9, group commit with one failing batch among
+ * others, idempotency keys, epoch fencing, job paging, tokens, and close with
+ * batches still queued. Every test works in its own directory under /tmp.
+ * The writer is held with store_pause_writer where a test needs batches to
+ * meet in one group; nothing waits on a clock. */
+#include <dirent.h>
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <sqlite3.h>
+
+#include "store/schema.h"
+#include "store/store.h"
+#include "util/banned.h"
+
+#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+struct env {
+    char dir[64];
+    char path[128]; /* dir/gpuorch.db */
+};
+
+static int setup(void **state)
+{
+    struct env *e = calloc(1, sizeof(*e));
+    if (!e)
+        return -1;
+    snprintf(e->dir, sizeof(e->dir), "/tmp/test_store_sqlite.XXXXXX");
+    if (!mkdtemp(e->dir)) {
+        free(e);
+        return -1;
+    }
+    snprintf(e->path, sizeof(e->path), "%s/gpuorch.db", e->dir);
+    *state = e;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct env *e = *state;
+    DIR *d = opendir(e->dir);
+    for (struct dirent *de; d && (de = readdir(d));) {
+        char path[400];
+        snprintf(path, sizeof(path), "%s/%s", e->dir, de->d_name);
+        if (de->d_name[0] != '.')
+            unlink(path);
+    }
+    if (d)
+        closedir(d);
+    rmdir(e->dir);
+    free(e);
+    return 0;
+}
+
+static struct store *open_store(const struct env *e)
+{
+    struct store *s = NULL;
+    char err[256] = "";
+    int rc = store_open_sqlite(e->path, &s, err, sizeof(err));
+    if (rc)
+        print_error("store_open_sqlite: %s (%s)\n", store_strerror(rc), err);
+    assert_int_equal(rc, 0);
+    return s;
+}
+
+/* A job insert with the given fields; the spec names the team and state. */
+static struct store_batch *job_batch(const char *team, const char *state, int64_t user,
+                                     const char *key)
+{
+    char spec[128];
+    snprintf(spec, sizeof(spec), "{\"team\":\"%s\",\"state\":\"%s\"}", team, state);
+    struct store_job_insert j = STORE_JOB_INSERT_INIT;
+    j.user_id = user;
+    j.team = team;
+    j.state = state;
+    j.submit_ms = 1000;
+    j.spec = spec;
+    j.idempotency_key = key;
+    struct store_batch *b = store_batch_new();
+    assert_non_null(b);
+    assert_int_equal(store_batch_job_insert(b, &j), 0);
+    return b;
+}
+
+/* Commits b (taken) and asserts its result is `want`; ret_ids[0, nids) get
+ * what store_commit_wait gives them. */
+static void commit_expect(struct store *s, struct store_batch *b, int want, int64_t *ret_ids,
+                          size_t nids)
+{
+    char msg[256] = "";
+    int rc = store_commit_wait(s, b, ret_ids, nids, msg, sizeof(msg));
+    if (rc != want)
+        print_error("commit: %s (%s), expected %s\n", store_strerror(rc), msg,
+                    store_strerror(want));
+    assert_int_equal(rc, want);
+}
+
+static void commit_ok(struct store *s, struct store_batch *b)
+{
+    commit_expect(s, b, 0, NULL, 0);
+}
+
+static int64_t add_job(struct store *s, const char *team, const char *state, int64_t user)
+{
+    int64_t id = 0;
+    commit_expect(s, job_batch(team, state, user, NULL), 0, &id, 1);
+    assert_true(id > 0);
+    return id;
+}
+
+/* The first page of every job, by id; caller frees with store_jobs_free. */
+static size_t list_all_jobs(struct store *s, struct store_job **ret_jobs)
+{
+    struct store_job_filter f = STORE_JOB_FILTER_INIT;
+    size_t n = 0;
+    assert_int_equal(store_job_list(s, &f, ret_jobs, &n), 0);
+    return n;
+}
+
+static size_t count_jobs(struct store *s)
+{
+    struct store_job *jobs = NULL;
+    size_t n = list_all_jobs(s, &jobs);
+    store_jobs_free(jobs, n);
+    return n;
+}
+
+static void expect_pragma(struct store *s, const char *name, const char *want)
+{
+    char got[64] = "";
+    assert_int_equal(store_sqlite_pragma(s, name, got, sizeof(got)), 0);
+    assert_string_equal(got, want);
+}
+
+/* Runs sql on a connection of its own to the file at path: its first row's
+ * first column must read as `want`. */
+static void expect_sql(const char *path, const char *sql, const char *want)
+{
+    sqlite3 *db = NULL;
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    sqlite3_stmt *q = NULL;
+    assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &q, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_step(q), SQLITE_ROW);
+    assert_string_equal((const char *)sqlite3_column_text(q, 0), want);
+    sqlite3_finalize(q);
+    sqlite3_close(db);
+}
+
+/* Reads a whole small file into buf; returns its length. */
+static size_t slurp(const char *path, char *buf, size_t cap)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    size_t n = fread(buf, 1, cap, f);
+    fclose(f);
+    return n;
+}
+
+/* Waits for n completions of a group (async tests). */
+struct tally {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int done;
+};
+
+static void tally_init(struct tally *t)
+{
+    assert_int_equal(pthread_mutex_init(&t->lock, NULL), 0);
+    assert_int_equal(pthread_cond_init(&t->cond, NULL), 0);
+}
+
+static void tally_destroy(struct tally *t)
+{
+    pthread_cond_destroy(&t->cond);
+    pthread_mutex_destroy(&t->lock);
+}
+
+static void tally_add(struct tally *t)
+{
+    pthread_mutex_lock(&t->lock);
+    t->done++;
+    pthread_cond_broadcast(&t->cond);
+    pthread_mutex_unlock(&t->lock);
+}
+
+static void tally_wait(struct tally *t, int n)
+{
+    pthread_mutex_lock(&t->lock);
+    while (t->done < n)
+        pthread_cond_wait(&t->cond, &t->lock);
+    pthread_mutex_unlock(&t->lock);
+}
+
+/* ---- the file ------------------------------------------------------------- */
+
+static void open_creates_wal_database_with_full_sync(void **state)
+{
+    struct env *e = *state;
+    struct store *s = open_store(e);
+    struct stat st;
+    assert_int_equal(stat(e->path, &st), 0);
+    expect_pragma(s, "journal_mode", "wal");
+    expect_pragma(s, "synchronous", "2"); /* FULL */
+    expect_pragma(s, "foreign_keys", "1");
+    expect_pragma(s, "busy_timeout", "5000");
+    expect_pragma(s, "user_version", "2");
+    add_job(s, "ml", "PENDING", 1);
+    store_close(s);
+
+    /* WAL is a property of the file: another connection sees it too. */
+    expect_sql(e->path, "PRAGMA journal_mode", "wal");
+}
+
+static void v1_database_migrates_to_current(void **state)
+{
+    struct env *e = *state;
+    sqlite3 *db = NULL;
+    char err[256] = "";
+    assert_int_equal(sqlite3_open(e->path, &db), SQLITE_OK);
+    assert_int_equal(schema_migrate(db, 1, err, sizeof(err)), 0);
+    assert_int_equal(sqlite3_exec(db,
+                                  "INSERT INTO jobs(team, state, submit_ms, updated_ms, spec)"
+                                  " VALUES ('ml', 'PENDING', 5, 5, '{}')",
+                                  NULL, NULL, NULL),
+                     SQLITE_OK);
+    int64_t v = 0;
+    assert_int_equal(schema_version_get(db, &v, err, sizeof(err)), 0);
+    assert_int_equal(v, 1);
+    sqlite3_close(db);
+
+    struct store *s = open_store(e);
+    expect_pragma(s, "user_version", "2");
+    struct store_job j;
+    assert_int_equal(store_job_get(s, 1, &j), 0);
+    assert_string_equal(j.team, "ml");
+    assert_int_equal(j.submit_ms, 5);
+    store_job_release(&j);
+    store_close(s);
+
+    /* Migration 2's indexes are there. */
+    expect_sql(e->path,
+               "SELECT count(*) FROM sqlite_master WHERE type = 'index'"
+               " AND name IN ('jobs_user', 'jobs_array', 'tokens_user', 'idempotency_job')",
+               "4");
+}
+
+static void newer_schema_is_refused_and_left_unchanged(void **state)
+{
+    struct env *e = *state;
+    sqlite3 *db = NULL;
+    assert_int_equal(sqlite3_open(e->path, &db), SQLITE_OK);
+    assert_int_equal(
+        sqlite3_exec(db, "CREATE TABLE future(x); PRAGMA user_version = 99", NULL, NULL, NULL),
+        SQLITE_OK);
+    sqlite3_close(db);
+    static char before[1 << 16], after[1 << 16];
+    size_t n1 = slurp(e->path, before, sizeof(before));
+
+    struct store *s = NULL;
+    char err[256] = "";
+    assert_int_equal(store_open_sqlite(e->path, &s, err, sizeof(err)), STORE_ETOONEW);
+    assert_null(s);
+    assert_non_null(strstr(err, "99"));
+    assert_non_null(strstr(err, "2"));
+    size_t n2 = slurp(e->path, after, sizeof(after));
+    assert_int_equal(n1, n2);
+    assert_memory_equal(before, after, n1);
+}
+
+/* ---- durability ------------------------------------------------------------- */
+
+static void committed_job_and_attempts_survive_reopen(void **state)
+{
+    struct env *e = *state;
+    struct store *s = open_store(e);
+    int64_t id = add_job(s, "ml", "RUNNING", 3);
+    struct store_batch *b = store_batch_new();
+    struct store_attempt_upsert a = STORE_ATTEMPT_UPSERT_INIT;
+    a.job_id = id;
+    a.attempt = 1;
+    a.state = "FAILED";
+    a.nodes = "[\"n1\"]";
+    a.gpus = "[\"GPU-1\"]";
+    a.start_ms = 10;
+    a.end_ms = 20;
+    a.exit_code = 0; /* a real 0, not "unknown" */
+    a.epoch = 1;
+    assert_int_equal(store_batch_attempt_upsert(b, &a), 0);
+    a.attempt = 2;
+    a.state = "RUNNING";
+    a.end_ms = STORE_NULL;
+    a.exit_code = STORE_NULL;
+    a.reason = "retry";
+    assert_int_equal(store_batch_attempt_upsert(b, &a), 0);
+    commit_ok(s, b);
+    store_close(s);
+
+    s = open_store(e);
+    struct store_job j;
+    assert_int_equal(store_job_get(s, id, &j), 0);
+    assert_string_equal(j.state, "RUNNING");
+    assert_string_equal(j.spec, "{\"team\":\"ml\",\"state\":\"RUNNING\"}");
+    assert_int_equal(j.user_id, 3);
+    assert_true(j.array_id == STORE_NULL && j.reason == NULL);
+    assert_int_equal(j.nattempts, 2);
+    assert_string_equal(j.attempts[0].state, "FAILED");
+    assert_string_equal(j.attempts[0].gpus, "[\"GPU-1\"]");
+    assert_int_equal(j.attempts[0].exit_code, 0);
+    assert_true(j.attempts[0].signal == STORE_NULL);
+    assert_int_equal(j.attempts[1].attempt, 2);
+    assert_true(j.attempts[1].exit_code == STORE_NULL && j.attempts[1].end_ms == STORE_NULL);
+    assert_string_equal(j.attempts[1].reason, "retry");
+    store_job_release(&j);
+    store_close(s);
+}
+
+static void job_ids_increase_and_are_never_reused(void **state)
+{
+    struct env *e = *state;
+    struct store *s = open_store(e);
+    int64_t a = add_job(s, "ml", "PENDING", 1), b = add_job(s, "ml", "PENDING", 1);
+    int64_t c = add_job(s, "ml", "PENDING", 1);
+    assert_true(a < b && b < c);
+    struct store_batch *del = store_batch_new();
+    assert_int_equal(store_batch_job_delete(del, c), 0);
+    commit_ok(s, del);
+    store_close(s);
+
+    s = open_store(e);
+    struct store_job j;
+    assert_int_equal(store_job_get(s, c, &j), STORE_ENOTFOUND);
+    assert_true(add_job(s, "ml", "PENDING", 1) > c);
+    del = store_batch_new();
+    assert_int_equal(store_batch_job_delete(del, c), 0);
+    commit_expect(s, del, STORE_ENOTFOUND, NULL, 0);
+    store_close(s);
+}
+
+static void committed_job_survives_kill_9(void **state)
+{
+    struct env *e = *state;
+    int ready[2], hold[2];
+    assert_int_equal(pipe(ready), 0);
+    assert_int_equal(pipe(hold), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(ready[0]);
+        close(hold[1]);
+        struct store *s = NULL;
+        int64_t id = 0;
+        if (store_open_sqlite(e->path, &s, NULL, 0) ||
+            store_commit_wait(s, job_batch("ml", "PENDING", 1, "crash"), &id, 1, NULL, 0))
+            _exit(1);
+        char line[32];
+        int n = snprintf(line, sizeof(line), "ok %lld\n", (long long)id);
+        if (write(ready[1], line, (size_t)n) != n)
+            _exit(1);
+        char c;
+        while (read(hold[0], &c, 1) != 0) /* until killed: the parent never writes */
+            ;
+        _exit(1);
+    }
+    close(ready[1]);
+    close(hold[0]);
+    char line[32] = "";
+    ssize_t n = read(ready[0], line, sizeof(line) - 1);
+    assert_true(n > 3);
+    assert_int_equal(strncmp(line, "ok ", 3), 0);
+    int64_t id = strtoll(line + 3, NULL, 10);
+    assert_int_equal(kill(pid, SIGKILL), 0);
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+    close(ready[0]);
+    close(hold[1]);
+
+    struct store *s = open_store(e);
+    struct store_job j;
+    assert_int_equal(store_job_get(s, id, &j), 0);
+    assert_string_equal(j.state, "PENDING");
+    store_job_release(&j);
+    int64_t again = 0;
+    assert_int_equal(store_idempotency_get(s, 1, "crash", &again), 0);
+    assert_int_equal(again, id);
+    store_close(s);
+}
+
+/* ---- group commit --------------------------------------------------------- */
+
+#define GROUP_N 40
+
+struct group {
+    struct store *s;
+    struct tally t;
+    int err[GROUP_N];
+    int64_t id[GROUP_N], existing[GROUP_N];
+    bool visible[GROUP_N]; /* a read from the callback already sees the job */
+};
+
+struct slot {
+    struct group *g;
+    int k;
+};
+
+static void group_done(void *ctx, const struct store_result *r)
+{
+    struct slot *sl = ctx;
+    struct group *g = sl->g;
+    g->err[sl->k] = r->err;
+    g->existing[sl->k] = r->existing_job_id;
+    if (r->err == 0 && r->njob_ids == 1) {
+        g->id[sl->k] = r->job_ids[0];
+        struct store_job j;
+        if (store_job_get(g->s, r->job_ids[0], &j) == 0) {
+            g->visible[sl->k] = true;
+            store_job_release(&j);
+        }
+    }
+    tally_add(&g->t);
+}
+
+static struct group *group_new(struct store *s)
+{
+    struct group *g = calloc(1, sizeof(*g));
+    assert_non_null(g);
+    g->s = s;
+    tally_init(&g->t);
+    return g;
+}
+
+static void group_free(struct group *g)
+{
+    tally_destroy(&g->t);
+    free(g);
+}
+
+static void paused_batches_commit_in_one_transaction(void **state)
+{
+    struct env *e = *state;
+    struct store *s = open_store(e);
+    struct group *g = group_new(s);
+    struct slot slots[GROUP_N];
+    struct store_stats st0, st1;
+    store_pause_writer(s);
+    store_get_stats(s, &st0);
+    for (int k = 0; k < GROUP_N; k++) {
+        slots[k] = (struct slot){g, k};
+        assert_int_equal(
+            store_commit(s, job_batch("ml", "PENDING", 1, NULL), group_done, &slots[k]), 0);
+    }
+    store_get_stats(s, &st1);
+    assert_int_equal(st1.queued, GROUP_N);
+    assert_int_equal(st1.transactions, st0.transactions);
+    store_resume_writer(s);
+    tally_wait(&g->t, GROUP_N);
+    store_get_stats(s, &st1);
+    assert_int_equal(st1.transactions - st0.transactions, 1);
+    assert_int_equal(st1.batches - st0.batches, GROUP_N);
+    assert_int_equal(st1.queued, 0);
+    for (int k = 0; k < GROUP_N; k++) {
+        assert_int_equal(g->err[k], 0);
+        assert_true(g->visible[k]); /* the callback ran after COMMIT */
+        if (k)
+            assert_true(g->id[k] > g->id[k - 1]); /* ids in queue order */
+    }
+    group_free(g);
+    store_close(s);
+}
+
+static void failing_batch_in_group_leaves_no_trace(void **state)
+{
+    struct env *e = *state;
+    struct store *s = open_store(e);
+    int64_t first = 0, epoch = 0;
+    commit_expect(s, job_batch("ml", "PENDING", 1, "dup"), 0, &first, 1);
+    assert_int_equal(store_epoch_acquire(s, &epoch), 0);
+    assert_int_equal(store_epoch_acquire(s, &epoch), 0);
+
+    struct group *g = group_new(s);
+    struct slot slots[4];
+    struct store_batch *b[4];
+    b[0] = job_batch("ml", "PENDING", 1, NULL);
+    b[1] = store_batch_new(); /* a duplicate key after a write of its own */
+    assert_int_equal(store_batch_meta_put(b[1], "b-was-here", "1"), 0);
+    struct store_job_insert ji = STORE_JOB_INSERT_INIT;
+    ji.user_id = 1, ji.team = "ml", ji.state = "PENDING", ji.spec = "{}";
+    ji.idempotency_key = "dup";
+    assert_int_equal(store_batch_job_insert(b[1], &ji), 0);
+    b[2] = job_batch("ml", "PENDING", 1, NULL); /* a decision under a stale epoch */
+    assert_int_equal(store_batch_meta_put(b[2], "c-was-here", "1"), 0);
+    assert_int_equal(store_batch_set_decision(b[2], epoch - 1), 0);
+    b[3] = job_batch("ml", "PENDING", 1, NULL);
+
+    struct store_stats st0, st1;
+    store_pause_writer(s);
+    store_get_stats(s, &st0);
+    for (int k = 0; k < 4; k++) {
+        slots[k] = (struct slot){g, k};
+        assert_int_equal(store_commit(s, b[k], group_done, &slots[k]), 0);
+    }
+    store_resume_writer(s);
+    tally_wait(&g->t, 4);
+    store_get_stats(s, &st1);
+    assert_int_equal(st1.transactions - st0.transactions, 1);
+    assert_int_equal(st1.batches_failed - st0.batches_failed, 2);
+    assert_int_equal(g->err[0], 0);
+    assert_int_equal(g->err[1], STORE_EEXIST);
+    assert_int_equal(g->existing[1], first);
+    assert_int_equal(g->err[2], STORE_EFENCED);
+    assert_int_equal(g->err[3], 0);
+    assert_true(g->visible[0] && g->visible[3]);
+
+    char *v = NULL;
+    assert_int_equal(store_meta_get(s, "b-was-here", &v), STORE_ENOTFOUND);
+    assert_int_equal(store_meta_get(s, "c-was-here", &v), STORE_ENOTFOUND);
+    struct store_job *jobs = NULL;
+    size_t n = list_all_jobs(s, &jobs);
+    assert_int_equal(n, 3); /* the first job, and the two good batches' */
+    assert_int_equal(jobs[0].id, first);
+    assert_int_equal(jobs[1].id, g->id[0]);
+    assert_int_equal(jobs[2].id, g->id[3]);
+    store_jobs_free(jobs, n);
+    group_free(g);
+    store_close(s);
+}
+
+struct writer_arg {
+    struct store *s;
+    int rc;
+    int64_t id;
+};
+
+static void *writer_thread(void *p)
+{
+    struct writer_arg *w = p;
+    w->rc = store_commit_wait(w->s, job_batch("ml", "PENDING", 2, NULL), &w->id, 1, NULL, 0);
+    return NULL;
+}
+
+static void concurrent_writers_share_transactions(void **state)
+{
+    struct env *e = *state;
+    struct store *s = open_store(e);
+    enum { N = 8 };
+    pthread_t th[N];
+    struct writer_arg w[N];
+    struct store_stats st0, st1;
+    store_pause_writer(s);
+    store_get_stats(s, &st0);
+    for (int k = 0; k < N; k++) {
+        w[k] = (struct writer_arg){s, -100, 0};
+        assert_int_equal(pthread_create(&th[k], NULL, writer_thread, &w[k]), 0);
+    }
+    do { /* until every writer has queued its batch */
+        sched_yield();
+        store_get_stats(s, &st1);
+    } while (st1.queued < N);
+    store_resume_writer(s);
+    for (int k = 0; k < N; k++) {
+        pthread_join(th[k], NULL);
+        assert_int_equal(w[k].rc, 0);
+        for (int i = 0; i < k; i++)
+            assert_true(w[i].id != w[k].id);
+    }
+    store_get_stats(s, &st1);
+    assert_int_equal(st1.transactions - st0.transactions, 1);
+    assert_int_equal(st1.batches - st0.batches, N);
+    store_close(s);
+}
+
+/* ---- idempotency, epochs ---------------------------------------------------- */
+
+static void same_idempotency_key_returns_first_job(void **state)
+{
+    struct env *e = *state;
+    struct store *s = open_store(e);
+    int64_t id1 = 0, id2 = 0, id3 = 0;
+    char msg[256] = "";
+    commit_expect(s, job_batch("ml", "PENDING", 7, "k1"), 0, &id1, 1);
+    assert_int_equal(
+        store_commit_wait(s, job_batch("ml", "PENDING", 7, "k1"), &id2, 1, msg, sizeof(msg)),
+        STORE_EEXIST);
+    assert_int_equal(id2, id1);
+    assert_non_null(strstr(msg, "idempotency"));
+    commit_expect(s, job_batch("ml", "PENDING", 8, "k1"), 0, &id3, 1);
+    assert_true(id3 != id1);
+    int64_t got = 0;
+    assert_int_equal(store_idempotency_get(s, 7, "k1", &got), 0);
+    assert_int_equal(got, id1);
+    assert_int_equal(store_idempotency_get(s, 9, "k1", &got), STORE_ENOTFOUND);
+    assert_int_equal(count_jobs(s), 2);
+    store_close(s);
+}
+
+static void stale_epoch_is_fenced_and_changes_nothing(void **state)
+{
+    struct env *e = *state;
+    struct store *s = open_store(e);
+    int64_t e1 = 0, e2 = 0, e3 = 0;
+    assert_int_equal(store_epoch_acquire(s, &e1), 0);
+    assert_int_equal(store_epoch_acquire(s, &e2), 0);
+    assert_true(e2 > e1 && e1 > 0);
+    int64_t id = add_job(s, "ml", "PENDING", 1);
+
+    struct store_batch *b = store_batch_new();
+    assert_int_equal(store_batch_set_decision(b, e1), 0);
+    assert_int_equal(store_batch_job_update(b, id, "RUNNING", NULL, 50, NULL), 0);
+    char msg[256] = "";
+    assert_int_equal(store_commit_wait(s, b, NULL, 0, msg, sizeof(msg)), STORE_EFENCED);
+    assert_non_null(strstr(msg, "epoch"));
+    struct store_job j;
+    assert_int_equal(store_job_get(s, id, &j), 0);
+    assert_string_equal(j.state, "PENDING");
+    assert_int_equal(j.updated_ms, 1000);
+    store_job_release(&j);
+
+    b = store_batch_new();
+    assert_int_equal(store_batch_set_decision(b, e2 + 5), 0); /* never issued */
+    assert_int_equal(store_batch_job_update(b, id, "RUNNING", NULL, 50, NULL), 0);
+    commit_expect(s, b, STORE_EINVAL, NULL, 0);
+
+    b = store_batch_new();
+    assert_int_equal(store_batch_set_decision(b, e2), 0);
+    assert_int_equal(store_batch_job_update(b, id, "RUNNING", "placed", 50, NULL), 0);
+    commit_ok(s, b);
+    assert_int_equal(store_job_get(s, id, &j), 0);
+    assert_string_equal(j.state, "RUNNING");
+    assert_string_equal(j.reason, "placed");
+    store_job_release(&j);
+
+    b = store_batch_new();
+    assert_int_equal(store_batch_meta_put(b, STORE_META_EPOCH, "1000"), STORE_EINVAL);
+    store_batch_free(b);
+    store_close(s);
+    s = open_store(e);
+    assert_int_equal(store_epoch_acquire(s, &e3), 0);
+    assert_true(e3 > e2);
+    store_close(s);
+}
+
+/* ---- reads ------------------------------------------------------------------ */
+
+static void job_list_pages_return_each_match_once(void **state)
+{
+    struct env *e = *state;
+    struct store *s = open_store(e);
+    static const char *const states[] = {"PENDING", "RUNNING", "DONE"};
+    int64_t ids[60], want[60];
+    size_t nwant = 0;
+    struct store_batch *b = store_batch_new();
+    for (int k = 0; k < 60; k++) {
+        struct store_job_insert j = STORE_JOB_INSERT_INIT;
+        j.user_id = k % 2 + 1;
+        j.team = k % 3 ? "a" : "b";
+        j.state = states[k % 3 == 1 ? 0 : k % 5 == 0 ? 2 : 1];
+        j.spec = "{}";
+        assert_int_equal(store_batch_job_insert(b, &j), 0);
+    }
+    commit_expect(s, b, 0, ids, 60);
+    for (int k = 0; k < 60; k++)
+        if (k % 3 && k % 2 == 0 && (k % 3 == 1 || k % 5 != 0))
+            want[nwant++] = ids[k]; /* team a, user 1, PENDING or RUNNING */
+
+    const char *const filter_states[] = {"PENDING", "RUNNING"};
+    struct store_job_filter f = STORE_JOB_FILTER_INIT;
+    f.team = "a";
+    f.user_id = 1;
+    f.states = filter_states;
+    f.nstates = 2;
+    f.limit = 4;
+    size_t got = 0;
+    for (;;) {
+        struct store_job *jobs = NULL;
+        size_t n = 0;
+        assert_int_equal(store_job_list(s, &f, &jobs, &n), 0);
+        assert_true(n <= f.limit);
+        for (size_t k = 0; k < n; k++) {
+            assert_true(got < nwant);
+            assert_int_equal(jobs[k].id, want[got]);
+            assert_string_equal(jobs[k].team, "a");
+            assert_null(jobs[k].attempts);
+            got++;
+        }
+        if (n)
+            f.after_id = jobs[n - 1].id;
+        store_jobs_free(jobs, n);
+        if (n < f.limit)
+            break;
+    }
+    assert_int_equal(got, nwant);
+
+    struct store_job *jobs = NULL;
+    size_t n = 0;
+    f.limit = 0;
+    assert_int_equal(store_job_list(s, &f, &jobs, &n), STORE_EINVAL);
+    f.limit = STORE_LIST_MAX + 1;
+    assert_int_equal(store_job_list(s, &f, &jobs, &n), STORE_EINVAL);
+    store_close(s);
+}
+
+static void array_submitted_in_one_batch_is_named_after_first_job(void **state)
+{
+    struct env *e = *state;
+    struct store *s = open_store(e);
+    add_job(s, "ml", "PENDING", 1);
+    struct store_batch *b = store_batch_new();
+    for (int k = 0; k < 3; k++) {
+        struct store_job_insert j = STORE_JOB_INSERT_INIT;
+        j.team = "ml", j.state = "PENDING", j.spec = "{}";
+        j.array_id = STORE_ARRAY_FIRST;
+        j.array_index = k;
+        assert_int_equal(store_batch_job_insert(b, &j), 0);
+    }
+    int64_t ids[3];
+    commit_expect(s, b, 0, ids, 3);
+    struct store_job_filter f = STORE_JOB_FILTER_INIT;
+    f.array_id = ids[0];
+    struct store_job *jobs = NULL;
+    size_t n = 0;
+    assert_int_equal(store_job_list(s, &f, &jobs, &n), 0);
+    assert_int_equal(n, 3);
+    for (size_t k = 0; k < n; k++) {
+        assert_int_equal(jobs[k].id, ids[k]);
+        assert_int_equal(jobs[k].array_id, ids[0]);
+        assert_int_equal(jobs[k].array_index, (int64_t)k);
+    }
+    store_jobs_free(jobs, n);
+    store_close(s);
+}
+
+static void token_finds_user_and_user_delete_removes_tokens(void **state)
+{
+    struct env *e = *state;
+    struct store *s = open_store(e);
+    uint8_t h1[STORE_TOKEN_HASH_LEN], h2[STORE_TOKEN_HASH_LEN];
+    memset(h1, 0xa1, sizeof(h1));
+    memset(h2, 0xb2, sizeof(h2));
+    h1[0] = 0; /* bytes, not a string */
+    struct store_batch *b = store_batch_new();
+    assert_int_equal(store_batch_user_put(b, "alice", "alice", "ml", "admin", 100), 0);
+    assert_int_equal(store_batch_user_put(b, "carol", NULL, NULL, "user", 101), 0);
+    assert_int_equal(store_batch_token_put(b, "alice", h1, "laptop", 102), 0);
+    assert_int_equal(store_batch_token_put(b, "alice", h2, NULL, 103), 0);
+    commit_ok(s, b);
+
+    struct store_user u, byname;
+    assert_int_equal(store_user_get_by_token(s, h1, &u), 0);
+    assert_string_equal(u.name, "alice");
+    assert_string_equal(u.role, "admin");
+    assert_int_equal(store_user_get_by_name(s, "alice", &byname), 0);
+    assert_int_equal(u.id, byname.id);
+    store_user_release(&byname);
+    assert_int_equal(store_user_get_by_id(s, u.id, &byname), 0);
+    assert_string_equal(byname.team, "ml");
+    store_user_release(&byname);
+    store_user_release(&u);
+
+    b = store_batch_new(); /* no such user */
+    assert_int_equal(store_batch_token_put(b, "bob", h1, NULL, 1), 0);
+    commit_expect(s, b, STORE_ENOTFOUND, NULL, 0);
+    b = store_batch_new(); /* a hash is one token */
+    assert_int_equal(store_batch_token_put(b, "carol", h1, NULL, 1), 0);
+    commit_expect(s, b, STORE_EEXIST, NULL, 0);
+
+    b = store_batch_new();
+    assert_int_equal(store_batch_user_delete(b, "alice"), 0);
+    commit_ok(s, b);
+    assert_int_equal(store_user_get_by_token(s, h1, &u), STORE_ENOTFOUND);
+    assert_int_equal(store_user_get_by_token(s, h2, &u), STORE_ENOTFOUND);
+    b = store_batch_new(); /* the hash is free again: alice's rows are gone */
+    assert_int_equal(store_batch_token_put(b, "carol", h1, NULL, 1), 0);
+    commit_ok(s, b);
+    struct store_user *users = NULL;
+    size_t n = 0;
+    assert_int_equal(store_user_list(s, &users, &n), 0);
+    assert_int_equal(n, 1);
+    assert_string_equal(users[0].name, "carol");
+    assert_null(users[0].unix_user);
+    store_users_free(users, n);
+    store_close(s);
+}
+
+static int scan_collect(void *ctx, const struct store_job *j)
+{
+    struct store_job *out = ctx;
+    size_t k = 0;
+    while (out[k].id)
+        k++;
+    out[k].id = j->id;
+    out[k].nattempts = j->nattempts;
+    out[k].array_index = j->nattempts ? j->attempts[0].attempt : 0; /* the latest attempt */
+    return 0;
+}
+
+static int scan_stop(void *ctx, const struct store_job *j)
+{
+    (void)ctx;
+    (void)j;
+    return 5;
+}
+
+static void scan_active_returns_unfinished_jobs_with_latest_attempt(void **state)
+{
+    struct env *e = *state;
+    struct store *s = open_store(e);
+    int64_t j1 = add_job(s, "ml", "PENDING", 1), j2 = add_job(s, "ml", "RUNNING", 1);
+    add_job(s, "ml", "DONE", 1);
+    int64_t j4 = add_job(s, "ml", "PREEMPTED", 1);
+    struct store_batch *b = store_batch_new();
+    struct store_attempt_upsert a = STORE_ATTEMPT_UPSERT_INIT;
+    a.state = "FAILED", a.epoch = 1;
+    a.job_id = j2, a.attempt = 1;
+    assert_int_equal(store_batch_attempt_upsert(b, &a), 0);
+    a.attempt = 2, a.state = "RUNNING";
+    assert_int_equal(store_batch_attempt_upsert(b, &a), 0);
+    a.job_id = j4, a.attempt = 1, a.state = "PREEMPTED";
+    assert_int_equal(store_batch_attempt_upsert(b, &a), 0);
+    commit_ok(s, b);
+
+    struct store_job out[8];
+    memset(out, 0, sizeof(out));
+    assert_int_equal(store_job_scan_active(s, scan_collect, out), 0);
+    assert_int_equal(out[0].id, j1);
+    assert_int_equal(out[0].nattempts, 0);
+    assert_int_equal(out[1].id, j2);
+    assert_int_equal(out[1].nattempts, 1);
+    assert_int_equal(out[1].array_index, 2);
+    assert_int_equal(out[2].id, j4);
+    assert_int_equal(out[2].array_index, 1);
+    assert_int_equal(out[3].id, 0);
+    assert_int_equal(store_job_scan_active(s, scan_stop, NULL), 5);
+
+    b = store_batch_new(); /* an attempt needs its job */
+    a.job_id = 999;
+    assert_int_equal(store_batch_attempt_upsert(b, &a), 0);
+    commit_expect(s, b, STORE_ENOTFOUND, NULL, 0);
+    b = store_batch_new();
+    assert_int_equal(store_batch_job_update(b, 999, "DONE", NULL, 1, NULL), 0);
+    commit_expect(s, b, STORE_ENOTFOUND, NULL, 0);
+    store_close(s);
+}
+
+static void config_nodes_meta_and_sched_state_round_trip(void **state)
+{
+    struct env *e = *state;
+    struct store *s = open_store(e);
+    static const uint8_t blob[] = {1, 0, 2, 0, 255};
+    struct store_batch *b = store_batch_new();
+    assert_int_equal(store_batch_config_put(b, STORE_CONFIG_TEAMS, "ml", "{\"gpus\":8}", 1), 0);
+    assert_int_equal(store_batch_config_put(b, STORE_CONFIG_TEAMS, "cv", "{}", 1), 0);
+    assert_int_equal(store_batch_config_put(b, STORE_CONFIG_POOLS, "h100", "{}", 2), 0);
+    assert_int_equal(store_batch_config_put(b, STORE_CONFIG_PRIORITY_CLASSES, "urgent", "{}", 3),
+                     0);
+    assert_int_equal(store_batch_config_put(b, STORE_CONFIG_TEAMS, "ml", "{\"gpus\":16}", 4), 0);
+    assert_int_equal(store_batch_node_put(b, "n2", "{}", "READY", 5), 0);
+    assert_int_equal(store_batch_node_put(b, "n1", "{}", "DOWN", 6), 0);
+    assert_int_equal(store_batch_meta_put(b, "admin_token_created", "yes"), 0);
+    assert_int_equal(store_batch_sched_state_put(b, 1, blob, sizeof(blob), 7), 0);
+    commit_ok(s, b);
+
+    struct store_config c;
+    assert_int_equal(store_config_get(s, STORE_CONFIG_TEAMS, "ml", &c), 0);
+    assert_string_equal(c.spec, "{\"gpus\":16}");
+    assert_int_equal(c.updated_ms, 4);
+    store_config_release(&c);
+    assert_int_equal(store_config_get(s, STORE_CONFIG_POOLS, "ml", &c), STORE_ENOTFOUND);
+    struct store_config *cs = NULL;
+    size_t n = 0;
+    assert_int_equal(store_config_list(s, STORE_CONFIG_TEAMS, &cs, &n), 0);
+    assert_int_equal(n, 2);
+    assert_string_equal(cs[0].name, "cv");
+    store_configs_free(cs, n);
+    struct store_node *nodes = NULL;
+    assert_int_equal(store_node_list(s, &nodes, &n), 0);
+    assert_int_equal(n, 2);
+    assert_string_equal(nodes[0].name, "n1");
+    assert_string_equal(nodes[0].state, "DOWN");
+    store_nodes_free(nodes, n);
+    char *v = NULL;
+    assert_int_equal(store_meta_get(s, "admin_token_created", &v), 0);
+    assert_string_equal(v, "yes");
+    free(v);
+    struct store_sched_state ss;
+    assert_int_equal(store_sched_state_get(s, &ss), 0);
+    assert_int_equal(ss.len, sizeof(blob));
+    assert_memory_equal(ss.blob, blob, sizeof(blob));
+    store_sched_state_release(&ss);
+
+    b = store_batch_new();
+    assert_int_equal(store_batch_config_delete(b, STORE_CONFIG_TEAMS, "ml"), 0);
+    assert_int_equal(store_batch_sched_state_put(b, 2, NULL, 0, 8), 0);
+    commit_ok(s, b);
+    assert_int_equal(store_config_get(s, STORE_CONFIG_TEAMS, "ml", &c), STORE_ENOTFOUND);
+    assert_int_equal(store_sched_state_get(s, &ss), 0);
+    assert_int_equal(ss.len, 0);
+    assert_int_equal(ss.epoch, 2);
+    store_sched_state_release(&ss);
+    b = store_batch_new();
+    assert_int_equal(store_batch_config_delete(b, STORE_CONFIG_TEAMS, "ml"), 0);
+    commit_expect(s, b, STORE_ENOTFOUND, NULL, 0);
+    store_close(s);
+}
+
+static void bad_operations_are_refused_and_leave_the_batch_unchanged(void **state)
+{
+    (void)state;
+    char longname[STORE_MAX_NAME + 2];
+    memset(longname, 'x', sizeof(longname) - 1);
+    longname[sizeof(longname) - 1] = '\0';
+    struct store_batch *b = store_batch_new();
+    struct store_job_insert j = STORE_JOB_INSERT_INIT;
+    j.state = "PENDING", j.spec = "{}";
+    assert_int_equal(store_batch_job_insert(b, &j), STORE_EINVAL); /* no team */
+    j.team = longname;
+    assert_int_equal(store_batch_job_insert(b, &j), STORE_EINVAL);
+    j.team = "ml", j.idempotency_key = "k"; /* a key needs a user */
+    assert_int_equal(store_batch_job_insert(b, &j), STORE_EINVAL);
+    assert_int_equal(store_batch_user_put(b, "", NULL, NULL, "user", 1), STORE_EINVAL);
+    assert_int_equal(store_batch_config_put(b, STORE_CONFIG_COUNT, "x", "{}", 1), STORE_EINVAL);
+    assert_int_equal(store_batch_token_put(b, "alice", NULL, NULL, 1), STORE_EINVAL);
+    assert_int_equal(store_batch_set_decision(b, 0), STORE_EINVAL);
+    assert_int_equal(b->nops, 0);
+    longname[STORE_MAX_NAME] = '\0'; /* exactly the cap is fine */
+    assert_int_equal(store_batch_node_put(b, longname, "{}", "READY", 1), 0);
+    assert_int_equal(b->nops, 1);
+    store_batch_free(b);
+    store_batch_free(NULL);
+}
+
+/* ---- close ------------------------------------------------------------------ */
+
+struct closing {
+    struct store *s;
+    struct tally t;
+    int ok;
+    int late_rc; /* store_commit from a completion while the store closes */
+};
+
+static void closing_done(void *ctx, const struct store_result *r)
+{
+    struct closing *c = ctx;
+    if (r->err == 0)
+        c->ok++;
+    if (c->late_rc == 1)
+        c->late_rc = store_commit(c->s, job_batch("ml", "PENDING", 1, NULL), NULL, NULL);
+    tally_add(&c->t);
+}
+
+static void close_commits_queued_batches_and_refuses_new_ones(void **state)
+{
+    struct env *e = *state;
+    struct store *s = open_store(e);
+    struct closing c = {.s = s, .late_rc = 1};
+    tally_init(&c.t);
+    store_pause_writer(s); /* close must override this */
+    for (int k = 0; k < 10; k++)
+        assert_int_equal(store_commit(s, job_batch("ml", "PENDING", 1, NULL), closing_done, &c), 0);
+    store_close(s);
+    assert_int_equal(c.t.done, 10); /* every completion ran before close returned */
+    assert_int_equal(c.ok, 10);
+    assert_int_equal(c.late_rc, STORE_ECLOSED);
+    tally_destroy(&c.t);
+
+    s = open_store(e);
+    assert_int_equal(count_jobs(s), 10);
+    store_close(s);
+    store_close(NULL);
+}
+
+#define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        T(open_creates_wal_database_with_full_sync),
+        T(v1_database_migrates_to_current),
+        T(newer_schema_is_refused_and_left_unchanged),
+        T(committed_job_and_attempts_survive_reopen),
+        T(job_ids_increase_and_are_never_reused),
+        T(committed_job_survives_kill_9),
+        T(paused_batches_commit_in_one_transaction),
+        T(failing_batch_in_group_leaves_no_trace),
+        T(concurrent_writers_share_transactions),
+        T(same_idempotency_key_returns_first_job),
+        T(stale_epoch_is_fenced_and_changes_nothing),
+        T(job_list_pages_return_each_match_once),
+        T(array_submitted_in_one_batch_is_named_after_first_job),
+        T(token_finds_user_and_user_delete_removes_tokens),
+        T(scan_active_returns_unfinished_jobs_with_latest_attempt),
+        T(config_nodes_meta_and_sched_state_round_trip),
+        T(bad_operations_are_refused_and_leave_the_batch_unchanged),
+        T(close_commits_queued_batches_and_refuses_new_ones),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,415 @@
+/* test_util_timefmt.c - RFC 3339 both ways and Slurm durations: known
+ * vectors (epoch, leap days, the ends of the four-digit years, times before
+ * 1970), seeded round trips checked against the C library's gmtime_r, offsets,
+ * and every malformed input refused with the code that says why. */
+#include <inttypes.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+#include "util/timefmt.h"
+#include "util/banned.h"
+
+struct vector {
+    const char *text;
+    int64_t ms;
+};
+
+/* Inputs refused, each with the code it must get and the reason. */
+struct bad {
+    const char *text;
+    int code;
+    const char *why;
+};
+
+static uint64_t next_random(uint64_t *s)
+{
+    /* xorshift64*: a fixed seed gives the same cases on every run. */
+    *s ^= *s >> 12;
+    *s ^= *s << 25;
+    *s ^= *s >> 27;
+    return *s * UINT64_C(2685821657736338717);
+}
+
+static void assert_formats(int64_t ms, const char *want)
+{
+    char buf[TIMEFMT_RFC3339_LEN];
+    assert_int_equal(timefmt_rfc3339(ms, buf, sizeof(buf)), 0);
+    assert_string_equal(buf, want);
+}
+
+static void assert_parses(const char *text, int64_t want)
+{
+    int64_t ms = -7;
+    int rc = timefmt_parse_rfc3339(text, &ms);
+    if (rc != 0)
+        fail_msg("'%s': %s", text, timefmt_strerror(rc));
+    if (ms != want)
+        fail_msg("'%s': got %" PRId64 ", want %" PRId64, text, ms, want);
+}
+
+static void test_known_vectors_format_and_parse(void **state)
+{
+    (void)state;
+    static const struct vector v[] = {
+        {"1970-01-01T00:00:00Z", 0},
+        {"2026-11-30T13:23:27Z", INT64_C(1796045007000)},
+        {"2024-02-29T00:00:00Z", INT64_C(1709164800000)},
+        {"2000-02-29T12:34:56.789Z", INT64_C(951827696789)},
+        {"1900-03-01T00:00:00Z", INT64_C(-2203891200000)},
+        {"1969-12-31T23:59:59.999Z", -1},
+        {"1969-07-20T20:17:40Z", INT64_C(-14182940000)},
+        {"0001-01-01T00:00:00Z", INT64_C(-62135596800000)},
+        {"0000-01-01T00:00:00Z", TIMEFMT_MIN_MS},
+        {"9999-12-31T23:59:59.999Z", TIMEFMT_MAX_MS},
+        {"1970-01-01T00:00:00.001Z", 1},
+        {"1970-01-01T00:00:00.100Z", 100},
+    };
+    for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++) {
+        assert_formats(v[i].ms, v[i].text);
+        assert_parses(v[i].text, v[i].ms);
+    }
+}
+
+static void test_round_trip_agrees_with_gmtime(void **state)
+{
+    (void)state;
+    uint64_t seed = UINT64_C(0x9E3779B97F4A7C15);
+    const uint64_t span = (uint64_t)(TIMEFMT_MAX_MS - TIMEFMT_MIN_MS) + 1;
+    for (int i = 0; i < 200000; i++) {
+        int64_t ms = TIMEFMT_MIN_MS + (int64_t)(next_random(&seed) % span);
+        if (i % 4 == 0) /* also whole seconds, which print without a fraction */
+            ms -= ((ms % 1000) + 1000) % 1000;
+        char buf[TIMEFMT_RFC3339_LEN];
+        assert_int_equal(timefmt_rfc3339(ms, buf, sizeof(buf)), 0);
+        int64_t back;
+        assert_int_equal(timefmt_parse_rfc3339(buf, &back), 0);
+        assert_int_equal(back, ms);
+
+        /* An independent calendar: glibc's gmtime_r on 64-bit time_t. */
+        int64_t msec = ((ms % 1000) + 1000) % 1000;
+        time_t t = (time_t)((ms - msec) / 1000);
+        struct tm tm;
+        assert_non_null(gmtime_r(&t, &tm));
+        char want[64];
+        int n = snprintf(want, sizeof(want), "%04d-%02d-%02dT%02d:%02d:%02d", tm.tm_year + 1900,
+                         tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
+        if (msec)
+            snprintf(want + n, sizeof(want) - (size_t)n, ".%03d", (int)msec);
+        n = (int)strlen(want);
+        snprintf(want + n, sizeof(want) - (size_t)n, "Z");
+        assert_string_equal(buf, want);
+    }
+}
+
+static void test_every_day_from_1600_to_2400_is_consecutive(void **state)
+{
+    (void)state;
+    int64_t start, end;
+    assert_int_equal(timefmt_parse_rfc3339("1600-01-01", &start), 0);
+    assert_int_equal(timefmt_parse_rfc3339("2400-12-31", &end), 0);
+    int64_t days = 0;
+    for (int64_t ms = start; ms <= end; ms += INT64_C(86400000), days++) {
+        char buf[TIMEFMT_RFC3339_LEN];
+        assert_int_equal(timefmt_rfc3339(ms, buf, sizeof(buf)), 0);
+        buf[10] = '\0'; /* the date alone parses as its midnight */
+        int64_t back;
+        assert_int_equal(timefmt_parse_rfc3339(buf, &back), 0);
+        assert_int_equal(back, ms);
+    }
+    /* 801 years, 195 of them leap (1600, 2000 and 2400 are; 1700 ... 2300 are not). */
+    assert_int_equal(days, 801 * 365 + 195);
+}
+
+static void test_leap_years_follow_the_gregorian_rules(void **state)
+{
+    (void)state;
+    int64_t ms;
+    assert_parses("2024-02-29", INT64_C(1709164800000));
+    assert_int_equal(timefmt_parse_rfc3339("2000-02-29T00:00:00Z", &ms), 0);
+    assert_int_equal(timefmt_parse_rfc3339("1900-02-29T00:00:00Z", &ms), TIMEFMT_ERANGE);
+    assert_int_equal(timefmt_parse_rfc3339("2100-02-29", &ms), TIMEFMT_ERANGE);
+    assert_int_equal(timefmt_parse_rfc3339("2023-02-29", &ms), TIMEFMT_ERANGE);
+    assert_int_equal(timefmt_parse_rfc3339("0000-02-29", &ms), 0); /* year 0 = 1 BC: leap */
+    /* One millisecond before 2024-03-01 is in the leap day. */
+    assert_parses("2024-03-01T00:00:00Z", INT64_C(1709164800000) + INT64_C(86400000));
+    assert_formats(INT64_C(1709164800000) + INT64_C(86400000) - 1, "2024-02-29T23:59:59.999Z");
+}
+
+static void test_offsets_separators_and_fractions(void **state)
+{
+    (void)state;
+    const int64_t base = INT64_C(1796045007000); /* 2026-11-30T13:23:27Z */
+    static const struct vector v[] = {
+        {"2026-11-30T13:23:27Z", 0},
+        {"2026-11-30t13:23:27z", 0},
+        {"2026-11-30 13:23:27Z", 0},
+        {"2026-11-30T13:23:27+00:00", 0},
+        {"2026-11-30T13:23:27-00:00", 0},
+        {"2026-11-30T14:23:27+01:00", 0},
+        {"2026-11-30T07:53:27-05:30", 0},
+        {"2026-12-01T13:22:27+23:59", 0},
+        {"2026-11-29T13:24:27-23:59", 0},
+        {"2026-11-30T13:23:27.5Z", 500},
+        {"2026-11-30T13:23:27.05Z", 50},
+        {"2026-11-30T13:23:27.123456789Z", 123},
+        {"2026-11-30T13:23:27.9999999Z", 999},
+        {"2026-11-30T13:23:27.000Z", 0},
+        {"2026-11-30T14:23:27.250+01:00", 250},
+        {"2026-11-30", -(13 * 3600 + 23 * 60 + 27) * INT64_C(1000)},
+    };
+    for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++)
+        assert_parses(v[i].text, base + v[i].ms);
+    /* Across a day and a year boundary. */
+    int64_t a, b;
+    assert_int_equal(timefmt_parse_rfc3339("2026-01-01T00:30:00+01:00", &a), 0);
+    assert_int_equal(timefmt_parse_rfc3339("2025-12-31T23:30:00Z", &b), 0);
+    assert_int_equal(a, b);
+    /* Before the epoch, with an offset and a fraction. */
+    assert_parses("1969-12-31T19:00:00.001-05:00", 1);
+}
+
+static void test_leap_second_is_folded_to_59(void **state)
+{
+    (void)state;
+    int64_t a, b;
+    assert_int_equal(timefmt_parse_rfc3339("2016-12-31T23:59:60Z", &a), 0);
+    assert_int_equal(timefmt_parse_rfc3339("2016-12-31T23:59:59Z", &b), 0);
+    assert_int_equal(a, b);
+    assert_int_equal(timefmt_parse_rfc3339("2016-12-31T23:59:60.5Z", &a), 0);
+    assert_int_equal(a, b + 500);
+    assert_int_equal(timefmt_parse_rfc3339("2016-12-31T23:59:61Z", &a), TIMEFMT_ERANGE);
+}
+
+static void test_malformed_times_are_refused_with_the_reason(void **state)
+{
+    (void)state;
+    static const struct bad bad[] = {
+        {"", TIMEFMT_ESYNTAX, "empty"},
+        {"2026", TIMEFMT_ESYNTAX, "year only"},
+        {"2026-11", TIMEFMT_ESYNTAX, "no day"},
+        {"26-11-30", TIMEFMT_ESYNTAX, "two-digit year"},
+        {"+2026-11-30", TIMEFMT_ESYNTAX, "signed year"},
+        {"12026-11-30", TIMEFMT_ESYNTAX, "five-digit year"},
+        {"2026-1-30", TIMEFMT_ESYNTAX, "one-digit month"},
+        {"2026-11-3", TIMEFMT_ESYNTAX, "one-digit day"},
+        {"2026/11/30", TIMEFMT_ESYNTAX, "slashes"},
+        {"20261130T132327Z", TIMEFMT_ESYNTAX, "ISO 8601 basic format"},
+        {" 2026-11-30", TIMEFMT_ESYNTAX, "leading space"},
+        {"2026-11-30 ", TIMEFMT_ESYNTAX, "trailing space after a date"},
+        {"2026-11-30T", TIMEFMT_ESYNTAX, "separator without a time"},
+        {"2026-11-30X13:23:27Z", TIMEFMT_ESYNTAX, "unknown separator"},
+        {"2026-11-30T13:23Z", TIMEFMT_ESYNTAX, "no seconds"},
+        {"2026-11-30T13:23:27", TIMEFMT_ESYNTAX, "no offset"},
+        {"2026-11-30T13:23:27 Z", TIMEFMT_ESYNTAX, "space before the offset"},
+        {"2026-11-30T13:23:27Z ", TIMEFMT_ESYNTAX, "trailing space"},
+        {"2026-11-30T13:23:27ZZ", TIMEFMT_ESYNTAX, "two offsets"},
+        {"2026-11-30T13:23:27UTC", TIMEFMT_ESYNTAX, "zone name"},
+        {"2026-11-30T13:23:27+0100", TIMEFMT_ESYNTAX, "offset without a colon"},
+        {"2026-11-30T13:23:27+01", TIMEFMT_ESYNTAX, "offset without minutes"},
+        {"2026-11-30T13:23:27+01:00:00", TIMEFMT_ESYNTAX, "offset with seconds"},
+        {"2026-11-30T13:23:27.Z", TIMEFMT_ESYNTAX, "empty fraction"},
+        {"2026-11-30T13:23:27,5Z", TIMEFMT_ESYNTAX, "comma fraction"},
+        {"2026-11-30T1:23:27Z", TIMEFMT_ESYNTAX, "one-digit hour"},
+        {"2026-11-30T-1:23:27Z", TIMEFMT_ESYNTAX, "negative hour"},
+        {"2026-11-30T13:23:2aZ", TIMEFMT_ESYNTAX, "letter in the seconds"},
+        {"2026-00-10", TIMEFMT_ERANGE, "month 0"},
+        {"2026-13-10", TIMEFMT_ERANGE, "month 13"},
+        {"2026-11-00", TIMEFMT_ERANGE, "day 0"},
+        {"2026-11-31", TIMEFMT_ERANGE, "November 31"},
+        {"2026-01-32", TIMEFMT_ERANGE, "January 32"},
+        {"2026-02-29", TIMEFMT_ERANGE, "February 29 of a common year"},
+        {"1900-02-29", TIMEFMT_ERANGE, "1900 is not a leap year"},
+        {"2026-11-30T24:00:00Z", TIMEFMT_ERANGE, "hour 24"},
+        {"2026-11-30T13:60:00Z", TIMEFMT_ERANGE, "minute 60"},
+        {"2026-11-30T13:23:61Z", TIMEFMT_ERANGE, "second 61"},
+        {"2026-11-30T13:23:27+24:00", TIMEFMT_ERANGE, "offset hour 24"},
+        {"2026-11-30T13:23:27+01:60", TIMEFMT_ERANGE, "offset minute 60"},
+        {"0000-01-01T00:00:00+00:01", TIMEFMT_ERANGE, "before year 0"},
+        {"9999-12-31T23:59:59-00:01", TIMEFMT_ERANGE, "after year 9999"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        int64_t ms = 42;
+        int rc = timefmt_parse_rfc3339(bad[i].text, &ms);
+        if (rc != bad[i].code)
+            fail_msg("'%s' (%s): got %d (%s), want %d", bad[i].text, bad[i].why, rc,
+                     timefmt_strerror(rc), bad[i].code);
+        assert_int_equal(ms, 42); /* untouched on error */
+    }
+    int64_t ms;
+    assert_int_equal(timefmt_parse_rfc3339(NULL, &ms), TIMEFMT_EINVAL);
+    assert_int_equal(timefmt_parse_rfc3339("2026-11-30", NULL), TIMEFMT_EINVAL);
+}
+
+static void test_format_refuses_small_buffers_and_out_of_range(void **state)
+{
+    (void)state;
+    char buf[TIMEFMT_RFC3339_LEN];
+    memset(buf, 'x', sizeof(buf));
+    /* "1970-01-01T00:00:00Z" is 20 characters: 21 bytes fit, 20 do not. */
+    assert_int_equal(timefmt_rfc3339(0, buf, 20), TIMEFMT_ENOSPC);
+    assert_int_equal(buf[0], 'x');
+    assert_int_equal(timefmt_rfc3339(0, buf, 21), 0);
+    assert_string_equal(buf, "1970-01-01T00:00:00Z");
+    assert_int_equal(timefmt_rfc3339(1, buf, 24), TIMEFMT_ENOSPC);
+    assert_int_equal(timefmt_rfc3339(1, buf, 25), 0);
+    assert_int_equal(timefmt_rfc3339(TIMEFMT_MAX_MS + 1, buf, sizeof(buf)), TIMEFMT_ERANGE);
+    assert_int_equal(timefmt_rfc3339(TIMEFMT_MIN_MS - 1, buf, sizeof(buf)), TIMEFMT_ERANGE);
+    assert_int_equal(timefmt_rfc3339(INT64_MIN, buf, sizeof(buf)), TIMEFMT_ERANGE);
+    assert_int_equal(timefmt_rfc3339(INT64_MAX, buf, sizeof(buf)), TIMEFMT_ERANGE);
+    assert_int_equal(timefmt_rfc3339(0, NULL, 0), TIMEFMT_EINVAL);
+    assert_string_equal(timefmt_strerror(TIMEFMT_ENOSPC), "buffer too small");
+    assert_string_equal(timefmt_strerror(12345), "unknown error");
+}
+
+static void assert_duration(const char *text, int64_t want)
+{
+    int64_t s = -7;
+    int rc = timefmt_parse_duration(text, &s);
+    if (rc != 0)
+        fail_msg("'%s': %s", text, timefmt_strerror(rc));
+    if (s != want)
+        fail_msg("'%s': got %" PRId64 ", want %" PRId64, text, s, want);
+}
+
+static void test_slurm_and_suffixed_durations(void **state)
+{
+    (void)state;
+    assert_duration("0", 0);
+    assert_duration("90", 90 * 60);
+    assert_duration("5:30", 5 * 60 + 30);
+    assert_duration("1:00:00", 3600);
+    assert_duration("36:00:00", 36 * 3600);
+    assert_duration("2-12", 2 * 86400 + 12 * 3600);
+    assert_duration("1-02:03", 86400 + 2 * 3600 + 3 * 60);
+    assert_duration("1-02:03:04", 86400 + 2 * 3600 + 3 * 60 + 4);
+    assert_duration("0-00:00:01", 1);
+    assert_duration("007", 7 * 60);
+    assert_duration("90s", 90);
+    assert_duration("30m", 1800);
+    assert_duration("4h", 4 * 3600);
+    assert_duration("2d", 2 * 86400);
+    assert_duration("0s", 0);
+    assert_duration("UNLIMITED", TIMEFMT_UNLIMITED);
+    assert_duration("unlimited", TIMEFMT_UNLIMITED);
+    assert_duration("Infinite", TIMEFMT_UNLIMITED);
+    assert_duration("-1", TIMEFMT_UNLIMITED);
+    assert_duration("9223372036854775s", TIMEFMT_DURATION_MAX_S);
+}
+
+static void test_malformed_durations_are_refused_with_the_reason(void **state)
+{
+    (void)state;
+    static const struct bad bad[] = {
+        {"", TIMEFMT_ESYNTAX, "empty"},
+        {" 5", TIMEFMT_ESYNTAX, "leading space"},
+        {"5 ", TIMEFMT_ESYNTAX, "trailing space"},
+        {"+5", TIMEFMT_ESYNTAX, "sign"},
+        {"-5", TIMEFMT_ESYNTAX, "negative"},
+        {"-1s", TIMEFMT_ESYNTAX, "negative with a unit"},
+        {"1.5h", TIMEFMT_ESYNTAX, "fraction"},
+        {"5x", TIMEFMT_ESYNTAX, "unknown unit"},
+        {"5S", TIMEFMT_ESYNTAX, "upper-case unit"},
+        {"5ms", TIMEFMT_ESYNTAX, "two-letter unit"},
+        {"h", TIMEFMT_ESYNTAX, "unit without a number"},
+        {"1h30m", TIMEFMT_ESYNTAX, "two units"},
+        {"1:2:3:4", TIMEFMT_ESYNTAX, "four fields"},
+        {"1-2-3", TIMEFMT_ESYNTAX, "two days"},
+        {"1-", TIMEFMT_ESYNTAX, "days without hours"},
+        {"-", TIMEFMT_ESYNTAX, "dash alone"},
+        {":30", TIMEFMT_ESYNTAX, "empty first field"},
+        {"30:", TIMEFMT_ESYNTAX, "empty last field"},
+        {"1::3", TIMEFMT_ESYNTAX, "empty middle field"},
+        {"1-2:3:4s", TIMEFMT_ESYNTAX, "Slurm form with a unit"},
+        {"unlimitedx", TIMEFMT_ESYNTAX, "word with a tail"},
+        {"5:60", TIMEFMT_ERANGE, "MM:SS with second 60"},
+        {"1:60:00", TIMEFMT_ERANGE, "HH:MM:SS with minute 60"},
+        {"1:00:60", TIMEFMT_ERANGE, "HH:MM:SS with second 60"},
+        {"1-24", TIMEFMT_ERANGE, "D-HH with hour 24"},
+        {"1-00:60", TIMEFMT_ERANGE, "D-HH:MM with minute 60"},
+        {"1-00:00:60", TIMEFMT_ERANGE, "D-HH:MM:SS with second 60"},
+        {"99999999999999999999", TIMEFMT_EOVERFLOW, "number past int64"},
+        {"9223372036854776s", TIMEFMT_EOVERFLOW, "past the largest duration"},
+        {"106751991167301d", TIMEFMT_EOVERFLOW, "days times 86400 past int64"},
+        {"153722867280912931", TIMEFMT_EOVERFLOW, "minutes times 60 past int64"},
+        {"106751991167300-00", TIMEFMT_EOVERFLOW, "D-HH past the largest duration"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        int64_t s = 42;
+        int rc = timefmt_parse_duration(bad[i].text, &s);
+        if (rc != bad[i].code)
+            fail_msg("'%s' (%s): got %d (%s), want %d", bad[i].text, bad[i].why, rc,
+                     timefmt_strerror(rc), bad[i].code);
+        assert_int_equal(s, 42);
+    }
+    int64_t s;
+    assert_int_equal(timefmt_parse_duration(NULL, &s), TIMEFMT_EINVAL);
+    assert_int_equal(timefmt_parse_duration("5", NULL), TIMEFMT_EINVAL);
+}
+
+static void test_durations_display_as_slurm_and_parse_back(void **state)
+{
+    (void)state;
+    static const struct vector v[] = {
+        {"00:00:00", 0},
+        {"00:00:59", 59},
+        {"01:00:00", 3600},
+        {"23:59:59", 86399},
+        {"1-00:00:00", 86400},
+        {"1-02:03:04", 93784},
+        {"365-00:00:00", 31536000},
+    };
+    char buf[TIMEFMT_DURATION_LEN];
+    for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++) {
+        assert_int_equal(timefmt_duration(v[i].ms, buf, sizeof(buf)), 0);
+        assert_string_equal(buf, v[i].text);
+        assert_duration(buf, v[i].ms);
+    }
+    assert_int_equal(timefmt_duration(TIMEFMT_UNLIMITED, buf, sizeof(buf)), 0);
+    assert_string_equal(buf, "UNLIMITED");
+    assert_duration(buf, TIMEFMT_UNLIMITED);
+    assert_int_equal(timefmt_duration(TIMEFMT_DURATION_MAX_S, buf, sizeof(buf)), 0);
+    assert_duration(buf, TIMEFMT_DURATION_MAX_S);
+
+    uint64_t seed = 12345;
+    for (int i = 0; i < 100000; i++) {
+        int64_t s = (int64_t)(next_random(&seed) % (uint64_t)TIMEFMT_DURATION_MAX_S);
+        if (i % 2)
+            s %= 86400 * 3; /* short ones too, both display forms */
+        assert_int_equal(timefmt_duration(s, buf, sizeof(buf)), 0);
+        int64_t back;
+        assert_int_equal(timefmt_parse_duration(buf, &back), 0);
+        assert_int_equal(back, s);
+    }
+
+    memset(buf, 'x', sizeof(buf));
+    assert_int_equal(timefmt_duration(0, buf, 8), TIMEFMT_ENOSPC);
+    assert_int_equal(buf[0], 'x');
+    assert_int_equal(timefmt_duration(0, buf, 9), 0);
+    assert_int_equal(timefmt_duration(-5, buf, sizeof(buf)), TIMEFMT_EINVAL);
+    assert_int_equal(timefmt_duration(5, NULL, 0), TIMEFMT_EINVAL);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_known_vectors_format_and_parse),
+        cmocka_unit_test(test_round_trip_agrees_with_gmtime),
+        cmocka_unit_test(test_every_day_from_1600_to_2400_is_consecutive),
+        cmocka_unit_test(test_leap_years_follow_the_gregorian_rules),
+        cmocka_unit_test(test_offsets_separators_and_fractions),
+        cmocka_unit_test(test_leap_second_is_folded_to_59),
+        cmocka_unit_test(test_malformed_times_are_refused_with_the_reason),
+        cmocka_unit_test(test_format_refuses_small_buffers_and_out_of_range),
+        cmocka_unit_test(test_slurm_and_suffixed_durations),
+        cmocka_unit_test(test_malformed_durations_are_refused_with_the_reason),
+        cmocka_unit_test(test_durations_display_as_slurm_and_parse_back),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
