@@ -21,21 +21,29 @@
 struct policy_row {
     const char *name;
     enum sched_order order;
+    enum sched_within within;
     bool backfill, preemption;
     enum sched_packing packing;
     enum sim_oracle oracle;
 };
 
 static const struct policy_row policy_rows[] = {
-    {"default", SCHED_ORDER_FAIRSHARE, true, true, SCHED_PACK_BINPACK, SIM_ORACLE_NONE},
-    {"fifo", SCHED_ORDER_FIFO, false, false, SCHED_PACK_BINPACK, SIM_ORACLE_NONE},
-    {"fifo-backfill", SCHED_ORDER_FIFO, true, false, SCHED_PACK_BINPACK, SIM_ORACLE_NONE},
-    {"priority", SCHED_ORDER_PRIORITY, true, true, SCHED_PACK_BINPACK, SIM_ORACLE_NONE},
-    {"fairshare", SCHED_ORDER_FAIRSHARE, true, true, SCHED_PACK_BINPACK, SIM_ORACLE_NONE},
-    {"las", SCHED_ORDER_LAS, true, true, SCHED_PACK_BINPACK, SIM_ORACLE_NONE},
-    {"spread", SCHED_ORDER_FAIRSHARE, true, true, SCHED_PACK_SPREAD, SIM_ORACLE_NONE},
-    {"sjf", SCHED_ORDER_FIFO, true, false, SCHED_PACK_BINPACK, SIM_ORACLE_SJF},
-    {"srtf", SCHED_ORDER_PRIORITY, true, true, SCHED_PACK_BINPACK, SIM_ORACLE_SRTF},
+    {"default", SCHED_ORDER_FAIRSHARE, SCHED_WITHIN_LAS, true, true, SCHED_PACK_BINPACK,
+     SIM_ORACLE_NONE},
+    {"fifo", SCHED_ORDER_FIFO, SCHED_WITHIN_SUBMIT, false, false, SCHED_PACK_BINPACK,
+     SIM_ORACLE_NONE},
+    {"fifo-backfill", SCHED_ORDER_FIFO, SCHED_WITHIN_SUBMIT, true, false, SCHED_PACK_BINPACK,
+     SIM_ORACLE_NONE},
+    {"priority", SCHED_ORDER_PRIORITY, SCHED_WITHIN_SUBMIT, true, true, SCHED_PACK_BINPACK,
+     SIM_ORACLE_NONE},
+    {"fairshare", SCHED_ORDER_FAIRSHARE, SCHED_WITHIN_SUBMIT, true, true, SCHED_PACK_BINPACK,
+     SIM_ORACLE_NONE},
+    {"las", SCHED_ORDER_LAS, SCHED_WITHIN_SUBMIT, true, true, SCHED_PACK_BINPACK, SIM_ORACLE_NONE},
+    {"spread", SCHED_ORDER_FAIRSHARE, SCHED_WITHIN_LAS, true, true, SCHED_PACK_SPREAD,
+     SIM_ORACLE_NONE},
+    {"sjf", SCHED_ORDER_FIFO, SCHED_WITHIN_SUBMIT, true, false, SCHED_PACK_BINPACK, SIM_ORACLE_SJF},
+    {"srtf", SCHED_ORDER_PRIORITY, SCHED_WITHIN_SUBMIT, true, true, SCHED_PACK_BINPACK,
+     SIM_ORACLE_SRTF},
 };
 
 #define NPOLICIES (sizeof(policy_rows) / sizeof(policy_rows[0]))
@@ -54,6 +62,14 @@ int sim_policy_find(const char *name, struct sim_policy *ret)
         struct sim_policy p = {.name = row->name, .oracle = row->oracle};
         sched_policy_default(&p.core);
         p.core.order = row->order;
+        p.core.within = row->within;
+        if (getenv("GPO_EXP_THR")) {
+            char *e;
+            p.core.las_thresholds_gpu_ms[0] = strtoll(getenv("GPO_EXP_THR"), &e, 10) * 3600000LL;
+            p.core.las_thresholds_gpu_ms[1] = strtoll(e + 1, NULL, 10) * 3600000LL;
+            if (!p.core.las_thresholds_gpu_ms[1])
+                p.core.nlas_thresholds = 1;
+        }
         p.core.backfill = row->backfill;
         p.core.preemption = row->preemption;
         p.core.packing = row->packing;
