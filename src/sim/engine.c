@@ -705,13 +705,17 @@ static bool may_fit_now(const struct free_gpus *f, const struct sched_job *req)
 }
 
 /* Could job j evict anything now? Priority classes never preempt here but
- * under srtf; LAS and srtf always might; a reclaim needs a guarantee and a
- * borrower. */
+ * under srtf; LAS (across the cluster or within teams) and srtf always might:
+ * a running job may have crossed a LAS threshold since the last pass, and any
+ * waiting job may then evict it; a reclaim needs a guarantee and a borrower. */
 static bool may_preempt_now(const struct sim *sm, const struct job *j)
 {
-    if (!sm->core_pol.preemption)
+    const struct sched_policy *p = &sm->core_pol;
+    if (!p->preemption)
         return false;
-    if (sm->core_pol.order == SCHED_ORDER_LAS || sm->pol->oracle == SIM_ORACLE_SRTF)
+    bool las = p->order == SCHED_ORDER_LAS ||
+               (p->order == SCHED_ORDER_FAIRSHARE && p->within == SCHED_WITHIN_LAS);
+    if (las || sm->pol->oracle == SIM_ORACLE_SRTF)
         return true;
     return sm->nborrowed > 0 && sm->team_guaranteed[j->req.team];
 }
