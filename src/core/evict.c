@@ -12,7 +12,9 @@ struct victim_rule {
     int32_t order;    /* the job's class order */
     bool may_preempt; /* its class may evict lower ones */
     uint32_t team;
-    bool las; /* LAS: more-served checkpointable jobs */
+    bool las;       /* LAS: more-served checkpointable jobs */
+    bool team_only; /* within-team LAS: of the job's own team only */
+    const struct sched_job *job;
     uint8_t lasq;
 };
 
@@ -22,7 +24,9 @@ static void victim_rule_init(struct pass *p, const struct sched_job *j, struct v
     *ret = (struct victim_rule){.order = cls->order,
                                 .may_preempt = cls->may_preempt,
                                 .team = j->team,
-                                .las = p->pol->order == SCHED_ORDER_LAS && p->lasq,
+                                .las = p->lasq != NULL,
+                                .team_only = order_las_team_only(p->pol),
+                                .job = j,
                                 .lasq = p->lasq ? p->lasq[j - p->q->jobs] : 0};
     /* Reclaim needs the job to fit within its team's guarantee in the victim's group. */
     for (uint32_t g = 0; g < p->view.ngroups; g++)
@@ -50,7 +54,11 @@ static bool victim_ok(const struct pass *p, const struct victim_rule *rule, uint
         *ret_why = SCHED_PREEMPT_RECLAIM;
         return true;
     }
-    if (rule->las && (p->rbits[r] & R_CKPT) && vo <= rule->order && p->rlasq[r] > rule->lasq) {
+    if (rule->las && (p->rbits[r] & R_CKPT) && vo <= rule->order && p->rlasq[r] > rule->lasq &&
+        (!rule->team_only || vteam == rule->team) &&
+        p->rmilli[r] <= model_job_milli(rule->job, p->view.groups[g].gpu_mem_mib)) {
+        /* Never a job larger than the one it makes room for: that would strand
+         * GPUs and requeue work that is harder to place than what it admits. */
         *ret_why = SCHED_PREEMPT_LAS;
         return true;
     }
@@ -102,14 +110,30 @@ int evict_add_claim(struct pass *p, uint64_t job, const uint64_t *victims, uint3
     return 0;
 }
 
-/* Tries to make room for job i by preemption. 1 planned, 0 not, or an error. */
 /* Could evicting everything the job may evict, plus what is free, add up to
  * its size in some group? A necessary condition, from per-group sums, that
  * spares most hopeless jobs the scan of the running set. */
+/* Milli held in group g by checkpointable jobs in a LAS queue above job j's
+ * (of j's team only under within-team LAS): what LAS may evict for it there. */
+static int64_t las_evictable(const struct pass *p, const struct sched_job *j, uint32_t g)
+{
+    if (!p->lasq)
+        return 0;
+    uint32_t q0 = p->lasq[j - p->q->jobs] + 1u;
+    bool team_only = order_las_team_only(p->pol);
+    int64_t have = 0;
+    for (uint32_t t = team_only ? j->team : 0; t < p->c->nteams; t++) {
+        const int64_t *m = &p->las_milli[((size_t)t * p->view.ngroups + g) * SCHED_LAS_MAX_QUEUES];
+        for (uint32_t q = q0; q < SCHED_LAS_MAX_QUEUES; q++)
+            have += m[q];
+        if (team_only)
+            break;
+    }
+    return have;
+}
+
 bool evict_may_suffice(struct pass *p, const struct sched_job *j)
 {
-    if (p->pol->order == SCHED_ORDER_LAS)
-        return true;
     const struct sched_prio_class *cls = &p->c->classes[j->prio];
     for (uint32_t g = 0; g < p->view.ngroups; g++) {
         if (!p->eligible[g])
@@ -122,6 +146,7 @@ bool evict_may_suffice(struct pass *p, const struct sched_job *j)
             for (uint32_t k = 0; k < (uint32_t)p->rank[j->prio]; k++)
                 have += p->rank_milli[(size_t)g * p->nranks + k];
         }
+        have += las_evictable(p, j, g);
         if (quota_within_guarantee(&p->quota, j->team, g, need)) {
             for (uint32_t t = 0; t < p->c->nteams; t++) {
                 if (t != j->team)
@@ -220,6 +245,9 @@ int evict_try(struct pass *p, uint32_t i, int64_t end)
         if (vg != SCHED_NONE)
             p->rank_milli[(size_t)vg * p->nranks + p->rank[p->run->jobs[pc->run].job->prio]] -=
                 p->rmilli[pc->run];
+        if (vg != SCHED_NONE && p->las_milli && (p->rbits[pc->run] & R_CKPT))
+            p->las_milli[((size_t)p->rteam[pc->run] * p->view.ngroups + vg) * SCHED_LAS_MAX_QUEUES +
+                         p->rlasq[pc->run]] -= p->rmilli[pc->run];
         if (k < SCHED_CLAIM_VICTIMS)
             ids[k] = pc->job;
     }
@@ -241,7 +269,8 @@ bool evict_may_preempt(const struct pass *p, const struct sched_job *j)
     const struct sched_cluster *c = p->c;
     if (c->classes[j->prio].may_preempt && p->rank[j->prio] > 0)
         return true;
-    if (p->pol->order == SCHED_ORDER_LAS)
+    /* Asked per shape before LAS queues are known: evict_may_suffice decides. */
+    if (order_uses_las(p->pol))
         return true;
     /* Reclaim: the team has a guarantee left somewhere the job could go. */
     for (uint32_t g = 0; g < p->view.ngroups; g++) {

@@ -11,13 +11,14 @@ void sched_policy_default(struct sched_policy *ret)
 {
     memset(ret, 0, sizeof(*ret));
     ret->order = SCHED_ORDER_FAIRSHARE;
+    ret->within = SCHED_WITHIN_LAS;
     ret->packing = SCHED_PACK_BINPACK;
     ret->backfill = true;
     ret->preemption = true;
     ret->fairshare_half_life_ms = 7 * 24 * HOUR_MS;
     ret->nlas_thresholds = 2;
-    ret->las_thresholds_gpu_ms[0] = 1 * HOUR_MS;
-    ret->las_thresholds_gpu_ms[1] = 10 * HOUR_MS;
+    ret->las_thresholds_gpu_ms[0] = 4 * HOUR_MS;
+    ret->las_thresholds_gpu_ms[1] = 40 * HOUR_MS;
     ret->preempt_grace_ms = 30 * 1000;
     ret->default_time_limit_ms = 24 * HOUR_MS;
 }
@@ -34,6 +35,11 @@ static const char *const packing_names[] = {
     [SCHED_PACK_SPREAD] = "spread",
 };
 
+static const char *const within_names[] = {
+    [SCHED_WITHIN_SUBMIT] = "submit",
+    [SCHED_WITHIN_LAS] = "las",
+};
+
 #define NELEM(a) (sizeof(a) / sizeof((a)[0]))
 
 const char *sched_order_name(enum sched_order order)
@@ -44,6 +50,11 @@ const char *sched_order_name(enum sched_order order)
 const char *sched_packing_name(enum sched_packing packing)
 {
     return (unsigned)packing < NELEM(packing_names) ? packing_names[packing] : "unknown";
+}
+
+const char *sched_within_name(enum sched_within within)
+{
+    return (unsigned)within < NELEM(within_names) ? within_names[within] : "unknown";
 }
 
 static int parse_name(const char *const *names, size_t n, const char *name, int *ret)
@@ -75,6 +86,15 @@ int sched_packing_parse(const char *name, enum sched_packing *ret)
     return err;
 }
 
+int sched_within_parse(const char *name, enum sched_within *ret)
+{
+    int v;
+    int err = parse_name(within_names, NELEM(within_names), name, &v);
+    if (!err)
+        *ret = (enum sched_within)v;
+    return err;
+}
+
 static int bad(const char **ret, const char *what, int err)
 {
     if (ret)
@@ -88,6 +108,8 @@ int sched_policy_check(const struct sched_policy *p, const char **ret_field)
         return bad(ret_field, "policy", GPO_EINVAL);
     if ((unsigned)p->order >= NELEM(order_names))
         return bad(ret_field, "order", GPO_EINVAL);
+    if ((unsigned)p->within >= NELEM(within_names))
+        return bad(ret_field, "within", GPO_EINVAL);
     if ((unsigned)p->packing >= NELEM(packing_names))
         return bad(ret_field, "packing", GPO_EINVAL);
     if (p->fairshare_half_life_ms <= 0)

@@ -201,6 +201,15 @@ enum sched_order {
     SCHED_ORDER_LAS,       /* class, then least attained GPU-service queue, then submit */
 };
 
+/* How a team's own jobs are ordered among themselves under fairshare (the
+ * teams themselves are ordered by fair share). */
+enum sched_within {
+    SCHED_WITHIN_SUBMIT = 0, /* submit time: each team's queue is FIFO */
+    SCHED_WITHIN_LAS,        /* Tiresias within the team: least attained service queue
+                              * first, and a job may evict its own team's checkpointable
+                              * jobs of a more-served queue */
+};
+
 enum sched_packing {
     SCHED_PACK_BINPACK = 0, /* tightest fit: keeps whole nodes free for large jobs */
     SCHED_PACK_SPREAD,      /* loosest fit: spreads load and heat */
@@ -208,6 +217,7 @@ enum sched_packing {
 
 struct sched_policy {
     enum sched_order order;
+    enum sched_within within; /* under fairshare only */
     enum sched_packing packing;
     bool backfill;
     bool preemption;
@@ -221,16 +231,19 @@ struct sched_policy {
 };
 
 /* Sets *ret to the default policy (see docs/scheduling.md for the why):
- * fairshare order, backfill on, preemption on, binpack, 7-day half-life,
- * LAS thresholds 1 and 10 GPU-hours, 30 s grace, 24 h default limit. */
+ * fairshare order between teams and LAS within each, backfill on, preemption
+ * on, binpack, 7-day half-life, LAS thresholds 4 and 40 GPU-hours, 30 s
+ * grace, 24 h default limit. */
 void sched_policy_default(struct sched_policy *ret);
 
 /* Names of the enums above, for messages and configuration ("fifo", "binpack", ...). */
 const char *sched_order_name(enum sched_order order);
 const char *sched_packing_name(enum sched_packing packing);
+const char *sched_within_name(enum sched_within within);
 /* Parse a name; 0 and *ret set on success, GPO_EINVAL otherwise. */
 int sched_order_parse(const char *name, enum sched_order *ret);
 int sched_packing_parse(const char *name, enum sched_packing *ret);
+int sched_within_parse(const char *name, enum sched_within *ret);
 
 /* Checks a policy's fields are in range. 0 or GPO_EINVAL; *ret_field (may be
  * NULL) is set to the name of the first bad field. */

@@ -159,6 +159,16 @@ int order_commit(const struct order *o, struct sched_state *state)
     return 0;
 }
 
+bool order_uses_las(const struct sched_policy *p)
+{
+    return p->order == SCHED_ORDER_LAS || order_las_team_only(p);
+}
+
+bool order_las_team_only(const struct sched_policy *p)
+{
+    return p->order == SCHED_ORDER_FAIRSHARE && p->within == SCHED_WITHIN_LAS;
+}
+
 uint32_t order_las_queue(const struct sched_policy *p, int64_t attained_gpu_ms)
 {
     uint32_t q = 0;
@@ -274,7 +284,7 @@ int order_begin(struct order *o, const struct order_job *jobs, const uint32_t *c
     for (size_t i = 0; i < n; i++) {
         const struct order_job *j = &jobs[cands[i]];
         size_t b = (size_t)rank[j->prio] * c->nteams + j->team;
-        uint32_t q = ord == SCHED_ORDER_LAS && lasq ? lasq[cands[i]] : 0;
+        uint32_t q = lasq && order_uses_las(o->policy) ? lasq[cands[i]] : 0;
         o->keys[start[b]++] = (struct order_key){j->submit_ms, j->id, q, cands[i]};
     }
     free(rank);

@@ -15,6 +15,8 @@
  *    within a pass: each start raises its team's share before the next pick.
  *  - las: the Tiresias queue of the job's attained GPU-service (discretized by
  *    the policy's thresholds), least served first.
+ * Under fairshare, a team's own jobs go by submit time, or (within = las) by
+ * their LAS queue first, as in Tiresias but inside the team.
  * Ties always go to the earlier submit, then the lower job id.
  */
 #ifndef GPUORCH_CORE_ORDER_H
@@ -66,6 +68,12 @@ void order_release(struct order *o);
 /* Writes the usage at `now` back into the state (ids as keys). 0 or GPO_ENOMEM,
  * state unchanged on error. */
 int order_commit(const struct order *o, struct sched_state *state);
+
+/* Does the policy rank jobs by LAS queue: across the cluster (las), or within
+ * each team (fairshare with within = las)? */
+bool order_uses_las(const struct sched_policy *policy);
+/* Under within-team LAS, LAS preemption stays inside the team. */
+bool order_las_team_only(const struct sched_policy *policy);
 
 /* LAS queue (0 = least served) of a job with `attained_gpu_ms` of service. */
 uint32_t order_las_queue(const struct sched_policy *policy, int64_t attained_gpu_ms);

@@ -209,10 +209,12 @@ int pass_alloc(struct pass *p)
         !p->pcand || !p->pbuf || !p->victims || !p->leaving || !p->pool_resv || !p->pool_block ||
         !p->rel)
         return GPO_ENOMEM;
-    if (p->pol->order == SCHED_ORDER_LAS) {
+    if (order_uses_las(p->pol)) {
         p->lasq = calloc(nq ? nq : 1, 1);
         p->rlasq = calloc(nr ? nr : 1, 1);
-        if (!p->lasq || !p->rlasq)
+        p->las_milli = calloc((size_t)p->c->nteams * p->view.ngroups * SCHED_LAS_MAX_QUEUES,
+                              sizeof(*p->las_milli));
+        if (!p->lasq || !p->rlasq || !p->las_milli)
             return GPO_ENOMEM;
     }
     for (uint32_t k = 0; k < p->c->npools; k++)
@@ -284,6 +286,7 @@ void pass_free(struct pass *p)
     free(p->within_g);
     free(p->rank_milli);
     free(p->rlasq);
+    free(p->las_milli);
     free(p->rank);
     free(p->allowed);
     free(p->excess);

@@ -147,8 +147,11 @@ struct pass {
     uint8_t *pwhy;            /* per preemption candidate, scratch: why it may be evicted */
     int64_t *rank_milli; /* [group * nranks + rank]: milli held by running, not leaving, jobs */
     uint32_t nranks;
-    uint32_t nplans;        /* preemption plans tried in this pass */
-    uint8_t *rlasq;         /* per running job (LAS only) */
+    uint32_t nplans; /* preemption plans tried in this pass */
+    uint8_t *rlasq;  /* per running job (LAS only) */
+    /* [(team * ngroups + group) * SCHED_LAS_MAX_QUEUES + queue]: milli held by
+     * checkpointable running, not leaving, jobs (LAS only) */
+    int64_t *las_milli;
     int32_t *rank;          /* class index -> rank by order (0 lowest) */
     bool *allowed;          /* per group, scratch */
     int64_t *excess;        /* [team * ngroups + group]: milli over guarantee, reclaimable */

@@ -373,9 +373,14 @@ static int run_pass(struct pass *p)
         p->rel[p->nrel++] = (struct backfill_release){
             rj->preempting ? p->now + p->pol->preempt_grace_ms : job_end(p, rj->job, rj->start_ms),
             rj->job->id, &rj->alloc};
-        if (p->rlasq)
+        if (p->rlasq) {
             p->rlasq[r] = (uint8_t)order_las_queue(
                 p->pol, state_find_attained(p->attained, p->nattained, rj->job->id)->gpu_ms);
+            if (p->rgroup[r] != SCHED_NONE && !rj->preempting && (p->rbits[r] & R_CKPT))
+                p->las_milli[((size_t)p->rteam[r] * p->view.ngroups + p->rgroup[r]) *
+                                 SCHED_LAS_MAX_QUEUES +
+                             p->rlasq[r]] += p->rmilli[r];
+        }
     }
     size_t cells = (size_t)p->nshapes * p->view.ngroups;
     if (cells && cells <= (1u << 22)) {

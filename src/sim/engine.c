@@ -21,21 +21,29 @@
 struct policy_row {
     const char *name;
     enum sched_order order;
+    enum sched_within within;
     bool backfill, preemption;
     enum sched_packing packing;
     enum sim_oracle oracle;
 };
 
 static const struct policy_row policy_rows[] = {
-    {"default", SCHED_ORDER_FAIRSHARE, true, true, SCHED_PACK_BINPACK, SIM_ORACLE_NONE},
-    {"fifo", SCHED_ORDER_FIFO, false, false, SCHED_PACK_BINPACK, SIM_ORACLE_NONE},
-    {"fifo-backfill", SCHED_ORDER_FIFO, true, false, SCHED_PACK_BINPACK, SIM_ORACLE_NONE},
-    {"priority", SCHED_ORDER_PRIORITY, true, true, SCHED_PACK_BINPACK, SIM_ORACLE_NONE},
-    {"fairshare", SCHED_ORDER_FAIRSHARE, true, true, SCHED_PACK_BINPACK, SIM_ORACLE_NONE},
-    {"las", SCHED_ORDER_LAS, true, true, SCHED_PACK_BINPACK, SIM_ORACLE_NONE},
-    {"spread", SCHED_ORDER_FAIRSHARE, true, true, SCHED_PACK_SPREAD, SIM_ORACLE_NONE},
-    {"sjf", SCHED_ORDER_FIFO, true, false, SCHED_PACK_BINPACK, SIM_ORACLE_SJF},
-    {"srtf", SCHED_ORDER_PRIORITY, true, true, SCHED_PACK_BINPACK, SIM_ORACLE_SRTF},
+    {"default", SCHED_ORDER_FAIRSHARE, SCHED_WITHIN_LAS, true, true, SCHED_PACK_BINPACK,
+     SIM_ORACLE_NONE},
+    {"fifo", SCHED_ORDER_FIFO, SCHED_WITHIN_SUBMIT, false, false, SCHED_PACK_BINPACK,
+     SIM_ORACLE_NONE},
+    {"fifo-backfill", SCHED_ORDER_FIFO, SCHED_WITHIN_SUBMIT, true, false, SCHED_PACK_BINPACK,
+     SIM_ORACLE_NONE},
+    {"priority", SCHED_ORDER_PRIORITY, SCHED_WITHIN_SUBMIT, true, true, SCHED_PACK_BINPACK,
+     SIM_ORACLE_NONE},
+    {"fairshare", SCHED_ORDER_FAIRSHARE, SCHED_WITHIN_SUBMIT, true, true, SCHED_PACK_BINPACK,
+     SIM_ORACLE_NONE},
+    {"las", SCHED_ORDER_LAS, SCHED_WITHIN_SUBMIT, true, true, SCHED_PACK_BINPACK, SIM_ORACLE_NONE},
+    {"spread", SCHED_ORDER_FAIRSHARE, SCHED_WITHIN_LAS, true, true, SCHED_PACK_SPREAD,
+     SIM_ORACLE_NONE},
+    {"sjf", SCHED_ORDER_FIFO, SCHED_WITHIN_SUBMIT, true, false, SCHED_PACK_BINPACK, SIM_ORACLE_SJF},
+    {"srtf", SCHED_ORDER_PRIORITY, SCHED_WITHIN_SUBMIT, true, true, SCHED_PACK_BINPACK,
+     SIM_ORACLE_SRTF},
 };
 
 #define NPOLICIES (sizeof(policy_rows) / sizeof(policy_rows[0]))
@@ -54,6 +62,14 @@ int sim_policy_find(const char *name, struct sim_policy *ret)
         struct sim_policy p = {.name = row->name, .oracle = row->oracle};
         sched_policy_default(&p.core);
         p.core.order = row->order;
+        p.core.within = row->within;
+        if (getenv("GPO_EXP_THR")) {
+            char *e;
+            p.core.las_thresholds_gpu_ms[0] = strtoll(getenv("GPO_EXP_THR"), &e, 10) * 3600000LL;
+            p.core.las_thresholds_gpu_ms[1] = strtoll(e + 1, NULL, 10) * 3600000LL;
+            if (!p.core.las_thresholds_gpu_ms[1])
+                p.core.nlas_thresholds = 1;
+        }
         p.core.backfill = row->backfill;
         p.core.preemption = row->preemption;
         p.core.packing = row->packing;
@@ -689,13 +705,17 @@ static bool may_fit_now(const struct free_gpus *f, const struct sched_job *req)
 }
 
 /* Could job j evict anything now? Priority classes never preempt here but
- * under srtf; LAS and srtf always might; a reclaim needs a guarantee and a
- * borrower. */
+ * under srtf; LAS (across the cluster or within teams) and srtf always might:
+ * a running job may have crossed a LAS threshold since the last pass, and any
+ * waiting job may then evict it; a reclaim needs a guarantee and a borrower. */
 static bool may_preempt_now(const struct sim *sm, const struct job *j)
 {
-    if (!sm->core_pol.preemption)
+    const struct sched_policy *p = &sm->core_pol;
+    if (!p->preemption)
         return false;
-    if (sm->core_pol.order == SCHED_ORDER_LAS || sm->pol->oracle == SIM_ORACLE_SRTF)
+    bool las = p->order == SCHED_ORDER_LAS ||
+               (p->order == SCHED_ORDER_FAIRSHARE && p->within == SCHED_WITHIN_LAS);
+    if (las || sm->pol->oracle == SIM_ORACLE_SRTF)
         return true;
     return sm->nborrowed > 0 && sm->team_guaranteed[j->req.team];
 }

@@ -280,6 +280,9 @@ static void policy_check_rejects_unknown_order_and_packing(void **unused)
     sched_policy_default(&p);
     p.packing = (enum sched_packing)2;
     expect_policy_bad(&p, "packing");
+    sched_policy_default(&p);
+    p.within = (enum sched_within)2;
+    expect_policy_bad(&p, "within");
 }
 
 static void policy_check_rejects_non_positive_half_life(void **unused)
@@ -375,6 +378,22 @@ static void packing_parse_rejects_unknown_and_leaves_output(void **unused)
     assert_int_equal(sched_packing_parse("fifo", &p), GPO_EINVAL);
     assert_int_equal(sched_packing_parse(NULL, &p), GPO_EINVAL);
     assert_int_equal(p, SCHED_PACK_SPREAD);
+}
+
+static void within_names_parse_back_and_reject_unknown(void **unused)
+{
+    (void)unused;
+    enum sched_within w = SCHED_WITHIN_LAS;
+    assert_int_equal(sched_within_parse("submit", &w), 0);
+    assert_int_equal(w, SCHED_WITHIN_SUBMIT);
+    assert_int_equal(sched_within_parse("las", &w), 0);
+    assert_int_equal(w, SCHED_WITHIN_LAS);
+    assert_string_equal(sched_within_name(SCHED_WITHIN_SUBMIT), "submit");
+    assert_string_equal(sched_within_name(SCHED_WITHIN_LAS), "las");
+    assert_string_equal(sched_within_name((enum sched_within)9), "unknown");
+    assert_int_equal(sched_within_parse("fifo", &w), GPO_EINVAL);
+    assert_int_equal(sched_within_parse(NULL, &w), GPO_EINVAL);
+    assert_int_equal(w, SCHED_WITHIN_LAS);
 }
 
 /* ---- lookups ---- */
@@ -834,6 +853,7 @@ int main(void)
         cmocka_unit_test(order_parse_rejects_unknown_and_leaves_output),
         cmocka_unit_test(packing_names_parse_back),
         cmocka_unit_test(packing_parse_rejects_unknown_and_leaves_output),
+        cmocka_unit_test(within_names_parse_back_and_reject_unknown),
         cmocka_unit_test_teardown(find_returns_index_by_name, fx_teardown),
         cmocka_unit_test_teardown(find_returns_enotfound_for_unknown_names, fx_teardown),
         cmocka_unit_test_teardown(team_quota_finds_entry_for_pool_and_type, fx_teardown),

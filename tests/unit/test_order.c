@@ -189,18 +189,53 @@ static void fairshare_tie_between_teams_goes_to_earlier_submit(void **state)
     assert_non_null(fx_start(fx, 2));
 }
 
+/* ---- fair share between teams, LAS within each (the default) ---- */
+
+static void default_orders_a_teams_jobs_by_las_queue_then_submit(void **state)
+{
+    struct fx *fx = *state = cluster(1, 1, 1, 1);
+    assert_int_equal(fx->pol.order, SCHED_ORDER_FAIRSHARE);
+    assert_int_equal(fx->pol.within, SCHED_WITHIN_LAS);
+    job(fx, 1, 0, NORMAL, 10);
+    job(fx, 2, 0, NORMAL, 40);
+    job(fx, 3, 0, NORMAL, 20);
+    assert_int_equal(sched_state_add_attained(&fx->st, 1, 5 * HOUR_MS), 0); /* queue 1 */
+    expect_order(fx, 100, false, (const uint64_t[]){3, 2, 1}, 3);
+    /* Within = submit: the team's queue is FIFO again. */
+    fx->pol.within = SCHED_WITHIN_SUBMIT;
+    expect_order(fx, 100, false, (const uint64_t[]){1, 3, 2}, 3);
+}
+
+static void default_ranks_teams_by_share_before_las_queue(void **state)
+{
+    struct fx *fx = *state = cluster(1, 1, 1, 1);
+    /* Team a has used the cluster; team b has not: b's more-served job
+     * still goes before a's fresh one, since teams are ordered by share. */
+    struct sched_usage u = {.team_id = fx->c.teams[0].id,
+                            .gpu_type_id = fx->c.gpu_types[0].id,
+                            .gpu_ms = 100.0 * HOUR_MS};
+    fx->st.usage = malloc(sizeof(u));
+    assert_non_null(fx->st.usage);
+    fx->st.usage[0] = u;
+    fx->st.nusage = fx->st.usage_cap = 1;
+    job(fx, 1, 0, NORMAL, 10);
+    job(fx, 2, 1, NORMAL, 20);
+    assert_int_equal(sched_state_add_attained(&fx->st, 2, 50 * HOUR_MS), 0); /* queue 2 */
+    expect_order(fx, 100, false, (const uint64_t[]){2, 1}, 2);
+}
+
 /* ---- LAS ---- */
 
 static void las_queue_follows_thresholds(void **state)
 {
     (void)state;
     struct sched_policy p;
-    sched_policy_default(&p); /* thresholds 1 and 10 GPU-hours */
+    sched_policy_default(&p); /* thresholds 4 and 40 GPU-hours */
     assert_int_equal(order_las_queue(&p, 0), 0);
-    assert_int_equal(order_las_queue(&p, HOUR_MS - 1), 0);
-    assert_int_equal(order_las_queue(&p, HOUR_MS), 1);
-    assert_int_equal(order_las_queue(&p, 10 * HOUR_MS - 1), 1);
-    assert_int_equal(order_las_queue(&p, 10 * HOUR_MS), 2);
+    assert_int_equal(order_las_queue(&p, 4 * HOUR_MS - 1), 0);
+    assert_int_equal(order_las_queue(&p, 4 * HOUR_MS), 1);
+    assert_int_equal(order_las_queue(&p, 40 * HOUR_MS - 1), 1);
+    assert_int_equal(order_las_queue(&p, 40 * HOUR_MS), 2);
     assert_int_equal(order_las_queue(&p, INT64_MAX), 2);
     p.nlas_thresholds = 0; /* a single queue */
     assert_int_equal(order_las_queue(&p, INT64_MAX), 0);
@@ -219,8 +254,8 @@ static void las_orders_previously_run_jobs_by_queue_then_submit(void **state)
     job(fx, 2, 0, NORMAL, 40);
     job(fx, 3, 0, NORMAL, 0);
     job(fx, 4, 0, NORMAL, 30);
-    assert_int_equal(sched_state_add_attained(&fx->st, 1, 2 * HOUR_MS), 0);  /* queue 1 */
-    assert_int_equal(sched_state_add_attained(&fx->st, 3, 11 * HOUR_MS), 0); /* queue 2 */
+    assert_int_equal(sched_state_add_attained(&fx->st, 1, 5 * HOUR_MS), 0);  /* queue 1 */
+    assert_int_equal(sched_state_add_attained(&fx->st, 3, 41 * HOUR_MS), 0); /* queue 2 */
     /* Job 4 has run 30 GPU-minutes, job 2 never: both in queue 0, where the
      * earlier submit goes first (service is discretized, as in Tiresias). */
     assert_int_equal(sched_state_add_attained(&fx->st, 4, 30 * MIN_MS), 0);
@@ -586,6 +621,8 @@ int main(void)
         T(fairshare_tie_between_teams_goes_to_earlier_submit),
         cmocka_unit_test(las_queue_follows_thresholds),
         T(las_orders_previously_run_jobs_by_queue_then_submit),
+        T(default_orders_a_teams_jobs_by_las_queue_then_submit),
+        T(default_ranks_teams_by_share_before_las_queue),
         T(las_class_comes_before_attained_service),
         T(las_attained_service_accumulates_gpu_ms),
         T(fairshare_class_comes_before_share),

@@ -343,8 +343,8 @@ static void las_preempts_only_checkpointable_jobs(void **state)
     fx->pol.order = SCHED_ORDER_LAS;
     running(fx, 1, A, NORMAL, 0, 0, false)->req.checkpointable = true;
     running(fx, 2, A, NORMAL, 1, 5000, false); /* younger, but cannot resume */
-    assert_int_equal(sched_state_add_attained(&fx->st, 1, 2 * HOUR_MS), 0); /* queue 1 */
-    assert_int_equal(sched_state_add_attained(&fx->st, 2, 2 * HOUR_MS), 0); /* queue 1 */
+    assert_int_equal(sched_state_add_attained(&fx->st, 1, 5 * HOUR_MS), 0); /* queue 1 */
+    assert_int_equal(sched_state_add_attained(&fx->st, 2, 5 * HOUR_MS), 0); /* queue 1 */
     pending(fx, 3, B, NORMAL, 1);                                           /* queue 0 */
     assert_int_equal(fx_pass(fx, 10000), 0);
     expect_victims(fx, (const uint64_t[]){1}, 1, 3);
@@ -374,6 +374,72 @@ static void las_does_not_preempt_job_in_same_queue(void **state)
     pending(fx, 3, B, NORMAL, 1);
     assert_int_equal(fx_pass(fx, 10000), 0);
     assert_int_equal(fx->res.npreempts, 0);
+}
+
+/* ---- LAS within each team (the default policy) ---- */
+
+/* Teams a and b each run a checkpointable job in LAS queue 1 on a full
+ * node; b's lost less work, so cluster-wide LAS would take it. Team a's new
+ * job waits. Returns the victim of one pass under `order`. */
+static uint64_t las_victim_for_team_a(struct fx *fx, enum sched_order order)
+{
+    fx->pol.order = order;
+    running(fx, 1, A, NORMAL, 0, 0, false)->req.checkpointable = true;
+    running(fx, 2, B, NORMAL, 1, 5000, false)->req.checkpointable = true;
+    assert_int_equal(sched_state_add_attained(&fx->st, 1, 5 * HOUR_MS), 0);
+    assert_int_equal(sched_state_add_attained(&fx->st, 2, 5 * HOUR_MS), 0);
+    pending(fx, 3, A, NORMAL, 1);
+    assert_int_equal(fx_pass(fx, 10000), 0);
+    assert_int_equal(fx->res.npreempts, 1);
+    assert_int_equal(fx->res.preempts[0].why, SCHED_PREEMPT_LAS);
+    assert_int_equal(fx->res.preempts[0].for_job, 3);
+    return fx->res.preempts[0].job;
+}
+
+static void within_team_las_evicts_own_teams_more_served_job(void **state)
+{
+    struct fx *fx = *state = cluster(1, 2);
+    assert_int_equal(fx->pol.within, SCHED_WITHIN_LAS);
+    assert_int_equal(las_victim_for_team_a(fx, SCHED_ORDER_FAIRSHARE), 1);
+    fx_free(fx);
+    *state = fx = cluster(1, 2);
+    assert_int_equal(las_victim_for_team_a(fx, SCHED_ORDER_LAS), 2);
+}
+
+static void within_team_las_never_evicts_another_teams_job(void **state)
+{
+    struct fx *fx = *state = cluster(1, 1);
+    running(fx, 2, B, NORMAL, 0, 0, false)->req.checkpointable = true;
+    assert_int_equal(sched_state_add_attained(&fx->st, 2, 50 * HOUR_MS), 0); /* queue 2 */
+    pending(fx, 3, A, NORMAL, 1);
+    assert_int_equal(fx_pass(fx, 10000), 0);
+    assert_int_equal(fx->res.npreempts, 0);
+    assert_int_equal(fx_wait(fx, 3)->reason, SCHED_REASON_NO_GPU);
+    /* Nor one of its own that cannot resume. */
+    fx_finish(fx, 2);
+    running(fx, 4, A, NORMAL, 0, 0, false);
+    assert_int_equal(sched_state_add_attained(&fx->st, 4, 50 * HOUR_MS), 0);
+    assert_int_equal(fx_pass(fx, 20000), 0);
+    assert_int_equal(fx->res.npreempts, 0);
+}
+
+static void las_never_evicts_a_job_larger_than_the_one_it_admits(void **state)
+{
+    struct fx *fx = *state = cluster(1, 2);
+    struct sched_job *big = pending(fx, 1, A, NORMAL, 2);
+    big->checkpointable = true;
+    assert_int_equal(fx_step(fx, 0), 0);
+    assert_non_null(fx_start(fx, 1));
+    assert_int_equal(sched_state_add_attained(&fx->st, 1, 5 * HOUR_MS), 0); /* queue 1 */
+    /* A one-GPU job would strand the other GPU: it waits. */
+    pending(fx, 2, A, NORMAL, 1);
+    assert_int_equal(fx_pass(fx, 10000), 0);
+    assert_int_equal(fx->res.npreempts, 0);
+    /* A job as large may take its place. */
+    fx_get(fx, 2)->req.gpus = 2;
+    assert_int_equal(fx_pass(fx, 20000), 0);
+    expect_victims(fx, (const uint64_t[]){1}, 1, 2);
+    assert_int_equal(fx_preempt(fx, 1)->why, SCHED_PREEMPT_LAS);
 }
 
 /* ---- grace and claims ---- */
@@ -526,6 +592,9 @@ int main(void)
         T(las_preempts_only_checkpointable_jobs),
         T(las_without_checkpointable_jobs_preempts_nothing),
         T(las_does_not_preempt_job_in_same_queue),
+        T(within_team_las_evicts_own_teams_more_served_job),
+        T(within_team_las_never_evicts_another_teams_job),
+        T(las_never_evicts_a_job_larger_than_the_one_it_admits),
         T(grace_is_the_policys_preempt_grace),
         T(preemptor_waits_for_its_victims_then_gets_their_gpus_first),
         T(preemption_off_evicts_nothing),

@@ -467,6 +467,7 @@ static void gen_policy(struct world *w, struct rng *r)
     struct sched_policy *p = &w->pol;
     sched_policy_default(p);
     p->order = (enum sched_order)rng_below(r, 4);
+    p->within = (enum sched_within)rng_below(r, 2);
     p->packing = (enum sched_packing)rng_below(r, 2);
     p->backfill = rng_chance(r, 50);
     p->preemption = rng_chance(r, 60);
@@ -1241,6 +1242,13 @@ static void check_waits(struct world *w, const bool started[MAX_JOBS])
     }
 }
 
+/* GPU memory of the first GPU a running job holds (all of an allocation's
+ * GPUs are of one type). */
+static uint32_t victim_gpu_mem(const struct world *w, const struct pjob *v)
+{
+    return v->alloc.nshares ? w->c.gpus[v->alloc.shares[0].gpu].mem_mib : 0;
+}
+
 static void check_preempts(struct world *w, const bool started[MAX_JOBS])
 {
     const struct sched_result *res = &w->res;
@@ -1279,8 +1287,11 @@ static void check_preempts(struct world *w, const bool started[MAX_JOBS])
             break;
         case SCHED_PREEMPT_LAS:
             CHECK(w, PREEMPT,
-                  w->pol.order == SCHED_ORDER_LAS && v->req.checkpointable &&
-                      vc->order <= fc->order,
+                  (w->pol.order == SCHED_ORDER_LAS ||
+                   (w->pol.order == SCHED_ORDER_FAIRSHARE && w->pol.within == SCHED_WITHIN_LAS &&
+                    v->req.team == f->req.team)) &&
+                      v->req.checkpointable && vc->order <= fc->order &&
+                      v->milli <= model_job_milli(&f->req, victim_gpu_mem(w, v)),
                   "%s preempted by LAS for %s", dv, df);
             w->rep->cov.preempt_las++;
             break;
