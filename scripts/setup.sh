@@ -32,6 +32,8 @@ PACKAGES=(
   libsodium-dev      # API tokens: random bits, SHA-256, constant-time compare
   libmicrohttpd-dev  # the controller's HTTP server (built with GnuTLS: optional TLS)
   curl               # integration tests talk to the API as users do
+  python3            # integration tests (and meson itself)
+  sqlite3            # inspecting the store in tests and by hand
 )
 
 # Accounts that tests run jobs as (later issues); created idempotently.

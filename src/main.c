@@ -10,6 +10,7 @@
 
 #include "core/model.h"
 #include "core/sched.h"
+#include "server/server.h"
 #include "sim/command.h"
 #include "util/banned.h"
 
@@ -27,6 +28,7 @@ static int cmd_policy(int argc, char **argv);
 static const struct command commands[] = {
     {"version", cmd_version, "print the version"},
     {"policy", cmd_policy, "print the default scheduling policy"},
+    {"server", server_command, "run the controller: REST API, durable job store"},
     {"sim", sim_command, "replay a GPU-cluster trace through the scheduler"},
 };
 
@@ -37,7 +39,7 @@ static void usage(FILE *out)
                  "preemption and GPU sharing, in one binary.\n\ncommands:\n");
     for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
         fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
-    fprintf(out, "\ncoming next: server (controller), agent (node agent), and the user\n"
+    fprintf(out, "\ncoming next: agent (node agent), and the user\n"
                  "commands submit, queue, show, cancel, logs.\n"
                  "Run 'gpuorch COMMAND --help' for a command's options.\n");
 }

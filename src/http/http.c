@@ -89,6 +89,10 @@ struct http_request {
     bool armed;                         /* in the timer list */
     struct http_request *tprev, *tnext; /* timer list, by deadline */
     struct http_request *prev, *next;   /* srv->suspended */
+    union {
+        max_align_t align;
+        unsigned char bytes[HTTP_APP_DATA_SIZE];
+    } app; /* the server's own, zeroed at the start */
 };
 
 struct http_server {
@@ -192,7 +196,7 @@ static int build_json(struct http_request *req, json_t *body, struct MHD_Respons
 {
     char *s = NULL;
     if (body) {
-        s = json_dumps(body, JSON_COMPACT | JSON_ENCODE_ANY);
+        s = json_dumps(body, JSON_COMPACT | JSON_ENCODE_ANY | JSON_REAL_PRECISION(15));
         json_decref(body);
         if (!s)
             return HTTP_ENOMEM;
@@ -1050,6 +1054,11 @@ const char *http_request_bearer(struct http_request *req)
 const char *http_request_client(const struct http_request *req)
 {
     return req->client;
+}
+
+void *http_request_app_data(struct http_request *req)
+{
+    return req->app.bytes;
 }
 
 json_t *http_request_json(const struct http_request *req)

@@ -75,6 +75,7 @@ const char *http_strerror(int err);
 #define HTTP_MAX_TIMEOUT_MS         (24u * 3600u * 1000u)
 #define HTTP_STOP_GRACE_MS          2000u /* stop waits this long for answers in flight */
 #define HTTP_TLS_FILE_MAX           (1024u * 1024u)
+#define HTTP_APP_DATA_SIZE          256u /* bytes of per-request room for the server */
 
 /* Route flags. The bits from HTTP_ROUTE_USER_FLAG(0) up are the server's
  * own (an admin-only mark, say); this module only passes them to authorize. */
@@ -216,6 +217,10 @@ const char *http_request_header(struct http_request *req, const char *name);
 const char *http_request_bearer(struct http_request *req);
 /* The client's address literal. */
 const char *http_request_client(const struct http_request *req);
+/* HTTP_APP_DATA_SIZE bytes, suitably aligned and zeroed when the request
+ * began, for the server's own per-request data (the user authorize found,
+ * say); valid as long as the request. */
+void *http_request_app_data(struct http_request *req);
 /* The parsed body of a HTTP_ROUTE_JSON_BODY route (borrowed: json_incref to
  * keep it); NULL on other routes. */
 json_t *http_request_json(const struct http_request *req);

@@ -22,7 +22,6 @@
 
 #define PATH_MAX_LEN 160 /* bytes of a field path in a message */
 #define MSG_MAX      512 /* bytes of a message before it is cut to errlen */
-#define QUOTE_MAX    40  /* bytes of user text quoted in a message */
 #define SUGGEST_MAX  64  /* keys and names longer than this get no suggestion */
 
 const char *jsonv_strerror(int err)
@@ -164,7 +163,7 @@ static int plan(struct ctx *c, struct write w)
 /* Length of the valid UTF-8 prefix left after cutting s at len bytes: an
  * incomplete last character is dropped. s[0..len) was valid UTF-8 before
  * the cut. */
-static size_t utf8_cut(const char *s, size_t len)
+size_t jsonv_utf8_cut(const char *s, size_t len)
 {
     size_t i = len, k = 0;
     while (i > 0 && k < 3 && ((unsigned char)s[i - 1] & 0xC0) == 0x80) {
@@ -189,46 +188,48 @@ __attribute__((format(printf, 3, 4))) static int fail(struct ctx *c, int code, c
     va_end(ap);
     size_t len = n < 0 ? 0 : (size_t)n;
     if (len >= sizeof(msg))
-        len = utf8_cut(msg, sizeof(msg) - 1);
+        len = jsonv_utf8_cut(msg, sizeof(msg) - 1);
     if (len >= c->errlen)
-        len = utf8_cut(msg, c->errlen - 1);
+        len = jsonv_utf8_cut(msg, c->errlen - 1);
     memcpy(c->err, msg, len);
     c->err[len] = '\0';
     return code;
 }
 
-/* User text (valid UTF-8) for a message: at most QUOTE_MAX bytes of whole
- * characters, then "..."; control characters become '?'. */
-static const char *quote(const char *s, size_t len, char out[QUOTE_MAX + 4])
+const char *jsonv_quote(const char *s, size_t len, char out[JSONV_QUOTE_MAX + 4])
 {
-    size_t o = 0;
-    for (size_t i = 0; i < len;) {
-        unsigned char b = (unsigned char)s[i];
-        size_t clen = b >= 0xF0 ? 4 : b >= 0xE0 ? 3 : b >= 0xC0 ? 2 : 1;
-        if (o + clen > QUOTE_MAX || i + clen > len) {
-            memcpy(out + o, "...", 3);
-            o += 3;
+    bool utf8 = jsonv_check_utf8(s, len) == 0;
+    size_t o = 0, i = 0;
+    while (i < len) {
+        unsigned char c = (unsigned char)s[i];
+        size_t clen = !utf8 || c < 0xC0 ? 1 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2;
+        if (o + clen > JSONV_QUOTE_MAX)
             break;
-        }
-        if (b < 0x20 || b == 0x7F)
-            out[o] = '?';
-        else
+        bool c1 = utf8 && c == 0xC2 && (unsigned char)s[i + 1] < 0xA0; /* U+0080..U+009F */
+        if (c < 0x20 || c == 0x7F || (c >= 0x80 && !utf8) || c1) {
+            out[o++] = '?';
+        } else {
             memcpy(out + o, s + i, clen);
-        o += clen;
+            o += clen;
+        }
         i += clen;
+    }
+    if (i < len) {
+        memcpy(out + o, "...", 3);
+        o += 3;
     }
     out[o] = '\0';
     return out;
 }
 
-static const char *type_name(const json_t *v)
+const char *jsonv_type_name(const json_t *v)
 {
     static const char *const names[] = {
         [JSON_OBJECT] = "an object",   [JSON_ARRAY] = "an array",     [JSON_STRING] = "a string",
         [JSON_INTEGER] = "an integer", [JSON_REAL] = "a real number", [JSON_TRUE] = "a boolean",
         [JSON_FALSE] = "a boolean",    [JSON_NULL] = "null",
     };
-    return names[json_typeof(v)];
+    return v ? names[json_typeof(v)] : "null";
 }
 
 /* ---- paths ------------------------------------------------------------- */
@@ -273,7 +274,7 @@ static int type_error(struct ctx *c, const char *expected, const json_t *v)
 {
     char pre[PATH_MAX_LEN + 16];
     return fail(c, JSONV_ETYPE, "%sexpected %s, got %s", field_prefix(c, pre, sizeof(pre)),
-                expected, type_name(v));
+                expected, jsonv_type_name(v));
 }
 
 /* ---- suggestions ------------------------------------------------------- */
@@ -447,9 +448,9 @@ static int decode_enum(struct ctx *c, const struct jsonv_field *f, json_t *v, vo
         if (used >= sizeof(list))
             used = sizeof(list) - 1;
     }
-    char q[QUOTE_MAX + 4];
-    return fail(c, JSONV_ECHOICE, "field '%s': '%s' is not one of %s", c->path, quote(s, len, q),
-                list);
+    char q[JSONV_QUOTE_MAX + 4];
+    return fail(c, JSONV_ECHOICE, "field '%s': '%s' is not one of %s", c->path,
+                jsonv_quote(s, len, q), list);
 }
 
 static size_t items_max(const struct jsonv_field *f)
@@ -632,10 +633,10 @@ static int check_keys(struct ctx *c, json_t *obj, const struct jsonv_field *fiel
                         field_prefix(c, pre, sizeof(pre)));
         if (find_field(fields, n, key))
             continue;
-        char q[QUOTE_MAX + 4];
+        char q[JSONV_QUOTE_MAX + 4];
         const char *near = suggest(fields, n, key, klen);
         return fail(c, JSONV_EUNKNOWN, "unknown field '%s%s%s'%s%s%s", c->path, c->plen ? "." : "",
-                    quote(key, klen, q), near ? " (did you mean '" : "", near ? near : "",
+                    jsonv_quote(key, klen, q), near ? " (did you mean '" : "", near ? near : "",
                     near ? "'?)" : "");
     }
     return 0;

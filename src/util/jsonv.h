@@ -70,6 +70,20 @@ enum jsonv_err {
 /* Returns a static, never NULL, message for a code (unknown codes included). */
 const char *jsonv_strerror(int err);
 
+/* Helpers for messages about user input, shared with the modules that check
+ * what jsonv cannot (rules between fields):
+ *  - jsonv_quote: user text fit to quote, in `out`: at most JSONV_QUOTE_MAX
+ *    bytes of whole characters, then "..."; control characters (C0, DEL,
+ *    C1) become '?', and so does every non-ASCII byte of text that is not
+ *    valid UTF-8. Returns out.
+ *  - jsonv_type_name: "an integer", "a string", ... ("null" for NULL).
+ *  - jsonv_utf8_cut: the length of s[0, len) without a character split at
+ *    its end (s was valid UTF-8 before it was cut at len). */
+#define JSONV_QUOTE_MAX 40
+const char *jsonv_quote(const char *s, size_t len, char out[JSONV_QUOTE_MAX + 4]);
+const char *jsonv_type_name(const json_t *v);
+size_t jsonv_utf8_cut(const char *s, size_t len);
+
 /* What a field holds, and the C type of its member at `offset`. */
 enum jsonv_kind {
     JSONV_BOOL,    /* bool; JSON true/false */

@@ -1,0 +1,473 @@
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/srv.h"
+#include "util/banned.h"
+
+#define IDEMPOTENCY_KEY_MAX 255
+#define LIST_DEFAULT        100
+#define LIST_MAX            1000
+
+/* A submission between its commit and its answer. */
+struct submit {
+    struct server *s;
+    struct http_request *req;
+    struct jobspec spec; /* normalized: team filled in */
+    int64_t user_id;
+    char user[64];
+    int64_t submit_ms;
+    size_t ntasks; /* jobs inserted: 1, or the array's tasks */
+};
+
+static void submit_free(struct submit *sub)
+{
+    jobspec_release(&sub->spec);
+    free(sub);
+}
+
+/* Parses a positive job id from a path parameter or query value. */
+static bool parse_id(const char *text, int64_t *ret)
+{
+    if (!text || !*text || strlen(text) > 19)
+        return false;
+    char *end;
+    errno = 0;
+    long long v = strtoll(text, &end, 10);
+    if (errno || *end || v < 1 || text[0] == '+' || text[0] == '-')
+        return false;
+    *ret = v;
+    return true;
+}
+
+static bool key_ok(const char *k)
+{
+    size_t n = strlen(k);
+    if (n < 1 || n > IDEMPOTENCY_KEY_MAX)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        if (k[i] < 0x21 || k[i] > 0x7e)
+            return false;
+    }
+    return true;
+}
+
+/* A new in-memory job for task k of a committed submission. */
+static int job_new(const struct submit *sub, int64_t id, int64_t array_id, size_t k,
+                   struct srv_job **ret)
+{
+    struct srv_job *j = calloc(1, sizeof(*j));
+    if (!j || jobspec_copy(&sub->spec, &j->spec)) {
+        free(j);
+        return -ENOMEM;
+    }
+    j->id = id;
+    j->user_id = sub->user_id;
+    j->user = strdup(sub->user);
+    j->team = strdup(sub->spec.team);
+    j->state = SRV_JOB_PENDING;
+    j->submit_ms = j->updated_ms = sub->submit_ms;
+    j->array_id = sub->ntasks > 1 || sub->spec.array.n ? array_id : STORE_NULL;
+    j->array_index = sub->spec.array.n ? sub->spec.array.index[k] : STORE_NULL;
+    j->est_start_ms = -1;
+    if (!j->user || !j->team) {
+        srv_job_free(j);
+        return -ENOMEM;
+    }
+    *ret = j;
+    return 0;
+}
+
+/* The store's completion of a submission (writer thread): the jobs are
+ * durable; put them in memory and answer. */
+static void submit_done(void *ctx, const struct store_result *r)
+{
+    struct submit *sub = ctx;
+    struct server *s = sub->s;
+    if (r->err == STORE_EEXIST && r->existing_job_id > 0) {
+        /* A retry with a key seen before: answer with the job it made. */
+        pthread_mutex_lock(&s->lock);
+        struct srv_job *j = srv_job_find(s, r->existing_job_id);
+        json_t *o = j ? srv_job_to_json(j) : NULL;
+        pthread_mutex_unlock(&s->lock);
+        if (o)
+            http_request_complete(sub->req, 200, o);
+        else
+            http_request_complete_error(
+                sub->req, 409, "conflict",
+                "Idempotency-Key was used for job %" PRId64 ", which is gone", r->existing_job_id);
+        submit_free(sub);
+        return;
+    }
+    if (r->err) {
+        http_request_complete_error(sub->req, 503, "store", "the job was not stored: %s%s%s",
+                                    store_strerror(r->err), r->msg[0] ? ": " : "", r->msg);
+        submit_free(sub);
+        return;
+    }
+    int rc = 0;
+    json_t *first = NULL;
+    pthread_mutex_lock(&s->lock);
+    for (size_t k = 0; k < r->njob_ids && !rc; k++) {
+        struct srv_job *j;
+        rc = job_new(sub, r->job_ids[k], r->job_ids[0], k, &j);
+        if (!rc && (rc = srv_job_add(s, j)))
+            srv_job_free(j);
+        if (!rc && k == 0)
+            first = srv_job_to_json(j);
+    }
+    s->submits += r->njob_ids;
+    pthread_mutex_unlock(&s->lock);
+    if (rc || !first) {
+        /* Durable but not in memory: a restart loads it. Say so. */
+        json_decref(first);
+        http_request_complete_error(sub->req, 500, "internal",
+                                    "job %" PRId64
+                                    " was stored but is not in memory (out of memory); a "
+                                    "restart loads it",
+                                    r->njob_ids ? r->job_ids[0] : 0);
+    } else {
+        if (sub->ntasks > 1 || sub->spec.array.n) {
+            json_t *ids = json_array();
+            for (size_t k = 0; ids && k < r->njob_ids; k++)
+                json_array_append_new(ids, json_integer(r->job_ids[k]));
+            json_object_set_new(first, "array_jobs", ids ? ids : json_null());
+        }
+        http_request_complete(sub->req, 201, first);
+    }
+    submit_free(sub);
+}
+
+/* The checks that need the server's state: the team, dependencies. Under
+ * the lock. Answers and returns false on a problem. */
+static bool submit_check(struct server *s, struct http_request *req, const struct srv_user *u,
+                         struct jobspec *spec)
+{
+    if (!spec->team) {
+        if (!u->team[0]) {
+            http_request_error(req, 400, "invalid_field",
+                               "field 'team': required, since user '%s' has no team", u->name);
+            return false;
+        }
+        if (!(spec->team = strdup(u->team))) {
+            http_request_error(req, 500, "internal", "out of memory");
+            return false;
+        }
+    }
+    if (!srv_user_may(u, spec->team)) {
+        http_request_error(req, 403, "forbidden", "user '%s' may not submit for team '%s'", u->name,
+                           spec->team);
+        return false;
+    }
+    for (size_t k = 0; k < spec->ndeps; k++) {
+        const struct srv_job *d = srv_job_find(s, spec->deps[k].job);
+        if (!d || !srv_user_may(u, d->team)) {
+            http_request_error(req, 400, "invalid_field",
+                               "field 'dependencies[%zu].job': no job %" PRId64, k,
+                               spec->deps[k].job);
+            return false;
+        }
+    }
+    return true;
+}
+
+int srv_api_job_submit(struct http_request *req, void *ctx)
+{
+    struct server *s = ctx;
+    const struct srv_user *u = srv_request_user(req);
+    const char *key = http_request_header(req, "Idempotency-Key");
+    if (key && !key_ok(key))
+        return http_request_error(req, 400, "invalid_header",
+                                  "Idempotency-Key: expected 1 to %d printable ASCII characters",
+                                  IDEMPOTENCY_KEY_MAX);
+    struct submit *sub = calloc(1, sizeof(*sub));
+    if (!sub)
+        return http_request_error(req, 500, "internal", "out of memory");
+    sub->s = s;
+    sub->req = req;
+    sub->user_id = u->id;
+    snprintf(sub->user, sizeof(sub->user), "%s", u->name);
+    char msg[512];
+    int rc = jobspec_decode(http_request_json(req), &sub->spec, msg, sizeof(msg));
+    if (rc) {
+        free(sub);
+        return rc == -ENOMEM ? http_request_error(req, 500, "internal", "out of memory")
+                             : http_request_error(req, 400, "invalid_field", "%s", msg);
+    }
+    pthread_mutex_lock(&s->lock);
+    bool ok = submit_check(s, req, u, &sub->spec);
+    pthread_mutex_unlock(&s->lock);
+    if (!ok) {
+        submit_free(sub);
+        return 0;
+    }
+    sub->submit_ms = srv_now_ms();
+    sub->ntasks = sub->spec.array.n ? sub->spec.array.n : 1;
+    json_t *spec = jobspec_to_json(&sub->spec);
+    char *text =
+        spec ? json_dumps(spec, JSON_COMPACT | JSON_SORT_KEYS | JSON_REAL_PRECISION(15)) : NULL;
+    json_decref(spec);
+    struct store_batch *b = text ? store_batch_new() : NULL;
+    rc = b ? 0 : STORE_ENOMEM;
+    for (size_t k = 0; k < sub->ntasks && !rc; k++) {
+        struct store_job_insert ins = STORE_JOB_INSERT_INIT;
+        ins.user_id = u->id;
+        ins.team = sub->spec.team;
+        ins.state = srv_job_state_name(SRV_JOB_PENDING);
+        ins.submit_ms = sub->submit_ms;
+        ins.spec = text;
+        if (sub->spec.array.n) {
+            ins.array_id = STORE_ARRAY_FIRST;
+            ins.array_index = sub->spec.array.index[k];
+        }
+        ins.idempotency_key = k == 0 ? key : NULL;
+        rc = store_batch_job_insert(b, &ins);
+    }
+    free(text);
+    if (rc) {
+        store_batch_free(b);
+        submit_free(sub);
+        return http_request_error(req, 500, "internal", "building the commit: %s",
+                                  store_strerror(rc));
+    }
+    /* Suspend first: the completion may run before this handler returns. */
+    if ((rc = http_request_suspend(req, 0, NULL, NULL)) != 0) {
+        store_batch_free(b);
+        submit_free(sub);
+        return http_request_error(req, 503, "unavailable", "the server is stopping");
+    }
+    if ((rc = store_commit(s->store, b, submit_done, sub)) != 0) {
+        http_request_complete_error(req, 503, "unavailable", "the store is closing");
+        submit_free(sub);
+    }
+    return 0;
+}
+
+/* The job named by the path, visible to the user; answers 404/403 itself. */
+static struct srv_job *job_of_request(struct server *s, struct http_request *req)
+{
+    int64_t id;
+    if (!parse_id(http_request_param(req, "id"), &id)) {
+        http_request_error(req, 400, "invalid_path", "job id: expected a positive integer");
+        return NULL;
+    }
+    struct srv_job *j = srv_job_find(s, id);
+    if (!j) {
+        http_request_error(req, 404, "not_found", "no job %" PRId64, id);
+        return NULL;
+    }
+    const struct srv_user *u = srv_request_user(req);
+    if (!srv_user_may(u, j->team)) {
+        http_request_error(req, 403, "forbidden", "job %" PRId64 " belongs to team '%s'", id,
+                           j->team);
+        return NULL;
+    }
+    return j;
+}
+
+int srv_api_job_get(struct http_request *req, void *ctx)
+{
+    struct server *s = ctx;
+    pthread_mutex_lock(&s->lock);
+    struct srv_job *j = job_of_request(s, req);
+    json_t *o = j ? srv_job_to_json(j) : NULL;
+    pthread_mutex_unlock(&s->lock);
+    if (!j)
+        return 0;
+    if (!o)
+        return http_request_error(req, 500, "internal", "out of memory");
+    return http_request_respond_json(req, 200, o);
+}
+
+struct list_query {
+    bool states[SRV_JOB_NSTATES];
+    bool any_state;
+    const char *team, *user;
+    int64_t after;
+    int64_t limit;
+};
+
+/* Reads the list's query; answers 400 itself on a problem. */
+static bool list_query_parse(struct http_request *req, struct list_query *q)
+{
+    *q = (struct list_query){.any_state = true, .limit = LIST_DEFAULT};
+    size_t n = http_request_query_count(req);
+    for (size_t i = 0; i < n; i++) {
+        const char *name, *value;
+        http_request_query_at(req, i, &name, &value);
+        if (strcmp(name, "state") == 0) {
+            q->any_state = false;
+            char buf[256];
+            snprintf(buf, sizeof(buf), "%s", value ? value : "");
+            char *save = NULL;
+            for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+                int st = srv_job_state_parse(t);
+                if (st < 0) {
+                    http_request_error(req, 400, "invalid_query",
+                                       "state: '%.40s' is not a job state (PENDING, RUNNING, "
+                                       "COMPLETED, FAILED, CANCELLED, TIMEOUT, PREEMPTED, "
+                                       "NODE_FAIL)",
+                                       t);
+                    return false;
+                }
+                q->states[st] = true;
+            }
+        } else if (strcmp(name, "team") == 0 && value && *value) {
+            q->team = value;
+        } else if (strcmp(name, "user") == 0 && value && *value) {
+            q->user = value;
+        } else if (strcmp(name, "after") == 0) {
+            if (!(value && strcmp(value, "0") == 0) && !parse_id(value, &q->after)) {
+                http_request_error(req, 400, "invalid_query",
+                                   "after: expected a job id (an integer >= 0)");
+                return false;
+            }
+        } else if (strcmp(name, "limit") == 0) {
+            if (!parse_id(value, &q->limit) || q->limit > LIST_MAX) {
+                http_request_error(req, 400, "invalid_query", "limit: expected 1 to %d", LIST_MAX);
+                return false;
+            }
+        } else {
+            http_request_error(req, 400, "invalid_query",
+                               "unknown query parameter '%.40s' (state, team, user, after, "
+                               "limit)",
+                               name);
+            return false;
+        }
+    }
+    return true;
+}
+
+int srv_api_job_list(struct http_request *req, void *ctx)
+{
+    struct server *s = ctx;
+    const struct srv_user *u = srv_request_user(req);
+    struct list_query q;
+    if (!list_query_parse(req, &q))
+        return 0;
+    if (q.team && !srv_user_may(u, q.team))
+        return http_request_error(req, 403, "forbidden", "user '%s' may not list team '%s'",
+                                  u->name, q.team);
+    json_t *list = json_array();
+    json_t *out = json_object();
+    if (!list || !out) {
+        json_decref(list);
+        json_decref(out);
+        return http_request_error(req, 500, "internal", "out of memory");
+    }
+    int64_t last = 0;
+    bool more = false;
+    pthread_mutex_lock(&s->lock);
+    /* Keyset paging: the first job after `after`, in id order. */
+    size_t lo = 0, hi = s->njobs;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (s->jobs[mid]->id <= q.after)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    for (size_t k = lo; k < s->njobs; k++) {
+        const struct srv_job *j = s->jobs[k];
+        if (!srv_user_may(u, j->team) || (q.team && strcmp(q.team, j->team) != 0) ||
+            (q.user && strcmp(q.user, j->user) != 0) || (!q.any_state && !q.states[j->state]))
+            continue;
+        if ((int64_t)json_array_size(list) == q.limit) {
+            more = true;
+            break;
+        }
+        json_t *o = srv_job_to_json(j);
+        if (!o || json_array_append_new(list, o)) {
+            pthread_mutex_unlock(&s->lock);
+            json_decref(list);
+            json_decref(out);
+            return http_request_error(req, 500, "internal", "out of memory");
+        }
+        last = j->id;
+    }
+    pthread_mutex_unlock(&s->lock);
+    json_object_set_new(out, "jobs", list);
+    json_object_set_new(out, "next_after", more ? json_integer(last) : json_null());
+    return http_request_respond_json(req, 200, out);
+}
+
+/* A cancel between its commit and its answer. */
+struct cancel {
+    struct server *s;
+    struct http_request *req;
+    int64_t id;
+    int64_t at_ms;
+};
+
+static void cancel_done(void *ctx, const struct store_result *r)
+{
+    struct cancel *c = ctx;
+    struct server *s = c->s;
+    if (r->err) {
+        http_request_complete_error(c->req, 503, "store", "the cancel was not stored: %s",
+                                    store_strerror(r->err));
+        free(c);
+        return;
+    }
+    pthread_mutex_lock(&s->lock);
+    struct srv_job *j = srv_job_find(s, c->id);
+    json_t *o = NULL;
+    if (j) {
+        j->state = SRV_JOB_CANCELLED;
+        j->updated_ms = c->at_ms;
+        free(j->reason);
+        j->reason = strdup("cancelled by user");
+        o = srv_job_to_json(j);
+    }
+    pthread_mutex_unlock(&s->lock);
+    if (o)
+        http_request_complete(c->req, 200, o);
+    else
+        http_request_complete_error(c->req, 500, "internal", "out of memory");
+    free(c);
+}
+
+int srv_api_job_cancel(struct http_request *req, void *ctx)
+{
+    struct server *s = ctx;
+    pthread_mutex_lock(&s->lock);
+    struct srv_job *j = job_of_request(s, req);
+    if (!j) {
+        pthread_mutex_unlock(&s->lock);
+        return 0;
+    }
+    if (srv_job_state_final(j->state)) {
+        int64_t id = j->id;
+        const char *st = srv_job_state_name(j->state);
+        pthread_mutex_unlock(&s->lock);
+        return http_request_error(req, 409, "conflict", "job %" PRId64 " has ended (%s)", id, st);
+    }
+    struct cancel *c = calloc(1, sizeof(*c));
+    struct store_batch *b = c ? store_batch_new() : NULL;
+    int rc = b ? 0 : STORE_ENOMEM;
+    if (!rc) {
+        c->s = s;
+        c->req = req;
+        c->id = j->id;
+        c->at_ms = srv_now_ms();
+        rc = store_batch_job_update(b, j->id, srv_job_state_name(SRV_JOB_CANCELLED),
+                                    "cancelled by user", c->at_ms, NULL);
+    }
+    pthread_mutex_unlock(&s->lock);
+    if (rc) {
+        store_batch_free(b);
+        free(c);
+        return http_request_error(req, 500, "internal", "out of memory");
+    }
+    if (http_request_suspend(req, 0, NULL, NULL) != 0) {
+        store_batch_free(b);
+        free(c);
+        return http_request_error(req, 503, "unavailable", "the server is stopping");
+    }
+    if (store_commit(s->store, b, cancel_done, c) != 0) {
+        http_request_complete_error(req, 503, "unavailable", "the store is closing");
+        free(c);
+    }
+    return 0;
+}

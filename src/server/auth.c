@@ -1,0 +1,114 @@
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "server/srv.h"
+#include "util/token.h"
+#include "util/banned.h"
+
+#define ADMIN_NAME "admin"
+
+const struct srv_user *srv_request_user(struct http_request *req)
+{
+    const struct srv_user *u = http_request_app_data(req);
+    return u->valid ? u : NULL;
+}
+
+bool srv_user_may(const struct srv_user *u, const char *team)
+{
+    return u && (u->admin || (team && u->team[0] && strcmp(u->team, team) == 0));
+}
+
+/*
+ * Tokens are looked up by their SHA-256, through the store's index: only the
+ * hash of a 256-bit random secret is ever compared, so the lookup's timing
+ * tells nothing about a token (the hash is what token_hash_equal would
+ * compare). A malformed token is refused before any lookup.
+ */
+bool srv_authorize(struct http_request *req, unsigned route_flags, void *ctx)
+{
+    struct server *s = ctx;
+    const char *tok = http_request_bearer(req);
+    if (!tok) {
+        http_request_add_header(req, "WWW-Authenticate", "Bearer");
+        http_request_error(req, 401, "unauthorized",
+                           "missing bearer token (Authorization: Bearer TOKEN)");
+        return false;
+    }
+    uint8_t hash[TOKEN_HASH_LEN];
+    struct store_user row = {0};
+    if (token_check_format(tok) != 0 || token_hash(tok, hash) != 0 ||
+        store_user_get_by_token(s->store, hash, &row) != 0) {
+        http_request_add_header(req, "WWW-Authenticate", "Bearer error=\"invalid_token\"");
+        http_request_error(req, 401, "unauthorized", "invalid or revoked token");
+        return false;
+    }
+    struct srv_user *u = http_request_app_data(req);
+    u->id = row.id;
+    snprintf(u->name, sizeof(u->name), "%s", row.name);
+    snprintf(u->team, sizeof(u->team), "%s", row.team ? row.team : "");
+    u->admin = row.role && strcmp(row.role, "admin") == 0;
+    u->valid = true;
+    store_user_release(&row);
+    if ((route_flags & SRV_ROUTE_ADMIN) && !u->admin) {
+        http_request_error(req, 403, "forbidden", "only admins may do this");
+        return false;
+    }
+    return true;
+}
+
+int srv_auth_bootstrap(struct server *s, char *err, size_t errlen)
+{
+    int n = snprintf(s->admin_token_path, sizeof(s->admin_token_path), "%s/admin.token",
+                     s->cfg.data_dir);
+    if (n < 0 || (size_t)n >= sizeof(s->admin_token_path)) {
+        snprintf(err, errlen, "--data: path too long");
+        return -EINVAL;
+    }
+    struct store_user row = {0};
+    int rc = store_user_get_by_name(s->store, ADMIN_NAME, &row);
+    store_user_release(&row);
+    if (rc == 0)
+        return 0; /* not the first start */
+    if (rc != STORE_ENOTFOUND) {
+        snprintf(err, errlen, "reading users: %s", store_strerror(rc));
+        return rc;
+    }
+    char tok[TOKEN_STR_LEN + 1];
+    uint8_t hash[TOKEN_HASH_LEN];
+    if ((rc = token_generate(tok, sizeof(tok))) != 0 || (rc = token_hash(tok, hash)) != 0) {
+        snprintf(err, errlen, "generating the admin token: %s", token_strerror(rc));
+        return -EIO;
+    }
+    /* The file first: a token in the store that nobody can read would lock
+     * the admin out; a file whose commit failed is removed. A file left by a
+     * first start that crashed before its commit names no user: replace it. */
+    if (remove(s->admin_token_path) != 0 && errno != ENOENT) {
+        snprintf(err, errlen, "%s: %s", s->admin_token_path, strerror(errno));
+        return -EIO;
+    }
+    errno = 0;
+    if ((rc = token_write_file(s->admin_token_path, tok)) != 0) {
+        snprintf(err, errlen, "%s: %s%s%s", s->admin_token_path, token_strerror(rc),
+                 errno ? ": " : "", errno ? strerror(errno) : "");
+        return -EIO;
+    }
+    struct store_batch *b = store_batch_new();
+    int64_t now = srv_now_ms();
+    char msg[256] = "";
+    rc = b ? store_batch_user_put(b, ADMIN_NAME, NULL, NULL, "admin", now) : STORE_ENOMEM;
+    if (!rc)
+        rc = store_batch_token_put(b, ADMIN_NAME, hash, "bootstrap", now);
+    if (!rc)
+        rc = store_commit_wait(s->store, b, NULL, 0, msg, sizeof(msg));
+    else
+        store_batch_free(b);
+    if (rc) {
+        remove(s->admin_token_path);
+        snprintf(err, errlen, "creating the admin user: %s%s%s", store_strerror(rc),
+                 msg[0] ? ": " : "", msg);
+        return rc;
+    }
+    return 0;
+}

@@ -1,0 +1,733 @@
+/*
+ * jobspec.c - job submissions: util/jsonv's field table checks each field's
+ * shape, then a table of steps checks the rules between fields; the JSON the
+ * API shows; Slurm's array syntax.
+ *
+ * Decisions the header leaves open:
+ *  - Optional strings and lists (team .. gpu_type, command, script, workdir,
+ *    env, dependencies, array, output, error) take null as "not given", and
+ *    jobspec_to_json writes null for them: its output decodes to the same
+ *    spec. A null or absent "name" becomes "job".
+ *  - "gpus" and "gpu_mem_mib" exclude each other by value: asking for GPUs
+ *    (whole or a fraction) and for a memory share is refused, but "gpus": 0
+ *    next to "gpu_mem_mib" is fine, since jobspec_to_json writes both.
+ *  - "gpus" as a real that is whole (2.0, 1e3) means whole GPUs; 0 < x < 1
+ *    with at most three decimals is a fraction.
+ *  - "gpu_mem_mib" has the range of "min_gpu_mem_mib" (0..1 TiB; 0: none).
+ *  - Both keys of a dependency are required. Env names are at most
+ *    JOBSPEC_NAME_MAX bytes. The array text is at most ARRAY_TEXT_MAX bytes,
+ *    its running limit 1..JOBSPEC_ARRAY_MAX, and a step needs a range.
+ *  - Messages quote at most JSONV_QUOTE_MAX bytes of user text, control
+ *    characters (and the bytes of invalid UTF-8) shown as '?'.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/jobspec.h"
+#include "util/jsonv.h"
+#include "util/banned.h"
+
+#define GPU_MEM_MAX_MIB  (INT64_C(1) << 20)  /* 1 TiB */
+#define HOST_MEM_MAX_MIB (INT64_C(64) << 20) /* 64 TiB */
+#define TIME_LIMIT_MAX_S (INT64_C(365) * 86400)
+#define CPUS_MAX         4096
+#define ARRAY_INDEX_MAX  4000000u
+#define ARRAY_TEXT_MAX   (1 << 17) /* bytes: JOBSPEC_ARRAY_MAX indices listed one by one fit */
+
+#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+/* jsonv stores an enum choice through an int. */
+_Static_assert(sizeof(enum jobspec_dep_type) == sizeof(int), "dep type is stored as an int");
+
+/* What jsonv decodes into: the spec itself, plus the members whose JSON and C
+ * types differ, converted by the steps below. */
+struct wire {
+    struct jobspec spec;
+    int64_t cpus;
+    json_t *gpus; /* borrowed from the body */
+    enum jsonv_presence gpus_p;
+    json_t *env; /* borrowed from the body */
+};
+
+__attribute__((format(printf, 3, 4))) static int fail(char *err, size_t errlen, const char *fmt,
+                                                      ...)
+{
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+        /* A cut message must stay valid UTF-8: drop a split last character. */
+        if (n >= 0 && (size_t)n >= errlen)
+            err[jsonv_utf8_cut(err, errlen - 1)] = '\0';
+    }
+    return -EINVAL;
+}
+
+static int out_of_memory(char *err, size_t errlen)
+{
+    if (err && errlen)
+        snprintf(err, errlen, "out of memory");
+    return -ENOMEM;
+}
+
+static char *copy_text(const char *s, size_t len)
+{
+    char *p = malloc(len + 1);
+    if (p) {
+        memcpy(p, s, len);
+        p[len] = '\0';
+    }
+    return p;
+}
+
+static char **str_member(struct jobspec *s, size_t offset)
+{
+    return (char **)(void *)((char *)s + offset);
+}
+
+static const char *str_get(const struct jobspec *s, size_t offset)
+{
+    return *(char *const *)(const void *)((const char *)s + offset);
+}
+
+/* Every plain string a spec owns: release and copy walk this. */
+static const size_t owned_strings[] = {
+    offsetof(struct jobspec, name),     offsetof(struct jobspec, team),
+    offsetof(struct jobspec, project),  offsetof(struct jobspec, model),
+    offsetof(struct jobspec, priority), offsetof(struct jobspec, pool),
+    offsetof(struct jobspec, gpu_type), offsetof(struct jobspec, script),
+    offsetof(struct jobspec, workdir),  offsetof(struct jobspec, array_text),
+    offsetof(struct jobspec, output),   offsetof(struct jobspec, error),
+};
+
+/* Names checked for shape only: [A-Za-z0-9._-]. */
+static const struct {
+    const char *key;
+    size_t offset;
+} labels[] = {
+    {"team", offsetof(struct jobspec, team)},   {"project", offsetof(struct jobspec, project)},
+    {"model", offsetof(struct jobspec, model)}, {"priority", offsetof(struct jobspec, priority)},
+    {"pool", offsetof(struct jobspec, pool)},   {"gpu_type", offsetof(struct jobspec, gpu_type)},
+};
+
+/* ---- arrays ------------------------------------------------------------ */
+
+struct item {
+    uint64_t lo, hi, step;
+};
+
+/* Reads the digits at s[*pos..len) into *ret, which stops growing past
+ * ARRAY_INDEX_MAX so that it cannot overflow. False when there are none. */
+static bool scan_number(const char *s, size_t len, size_t *pos, uint64_t *ret)
+{
+    size_t i = *pos;
+    uint64_t v = 0;
+    for (; i < len && s[i] >= '0' && s[i] <= '9'; i++)
+        if (v <= ARRAY_INDEX_MAX)
+            v = v * 10 + (uint64_t)(s[i] - '0');
+    if (i == *pos)
+        return false;
+    *pos = i;
+    *ret = v;
+    return true;
+}
+
+/* One comma-separated item: "A", "A-B" or "A-B:S". */
+static int parse_item(const char *s, size_t len, struct item *ret, char *err, size_t errlen)
+{
+    char q[JSONV_QUOTE_MAX + 4];
+    struct item it = {.step = 1};
+    size_t pos = 0;
+    if (len == 0)
+        return fail(err, errlen, "an item between commas is empty");
+    bool ok = scan_number(s, len, &pos, &it.lo);
+    it.hi = it.lo;
+    if (ok && pos < len && s[pos] == '-') {
+        pos++;
+        ok = scan_number(s, len, &pos, &it.hi);
+        if (ok && pos < len && s[pos] == ':') {
+            pos++;
+            ok = scan_number(s, len, &pos, &it.step);
+        }
+    }
+    if (!ok || pos != len)
+        return fail(err, errlen, "'%s' is not an index, a range A-B or a range with a step A-B:S",
+                    jsonv_quote(s, len, q));
+    if (it.lo > ARRAY_INDEX_MAX || it.hi > ARRAY_INDEX_MAX || it.step > ARRAY_INDEX_MAX)
+        return fail(err, errlen, "'%s': numbers are at most %u", jsonv_quote(s, len, q),
+                    ARRAY_INDEX_MAX);
+    if (it.lo > it.hi)
+        return fail(err, errlen, "'%s': the range goes down", jsonv_quote(s, len, q));
+    if (it.step == 0)
+        return fail(err, errlen, "'%s': the step must be at least 1", jsonv_quote(s, len, q));
+    *ret = it;
+    return 0;
+}
+
+/* Walks the items of text[0..len): counts their tasks into *ret_total and,
+ * when out is not NULL, writes the indices there (the walk before checked
+ * that they fit). */
+static int walk_items(const char *text, size_t len, uint32_t *out, uint64_t *ret_total, char *err,
+                      size_t errlen)
+{
+    uint64_t total = 0;
+    const char *end = text + len;
+    for (const char *p = text;;) {
+        const char *comma = memchr(p, ',', (size_t)(end - p));
+        size_t ilen = comma ? (size_t)(comma - p) : (size_t)(end - p);
+        struct item it;
+        int rc = parse_item(p, ilen, &it, err, errlen);
+        if (rc < 0)
+            return rc;
+        for (uint64_t i = it.lo; out && i <= it.hi; i += it.step)
+            out[total++] = (uint32_t)i;
+        if (!out)
+            total += (it.hi - it.lo) / it.step + 1;
+        if (!comma)
+            break;
+        p = comma + 1;
+    }
+    *ret_total = total;
+    return 0;
+}
+
+static int parse_limit(const char *s, size_t len, uint32_t *ret, char *err, size_t errlen)
+{
+    char q[JSONV_QUOTE_MAX + 4];
+    size_t pos = 0;
+    uint64_t v;
+    if (len == 0)
+        return fail(err, errlen, "the running limit after '%%' is missing");
+    if (!scan_number(s, len, &pos, &v) || pos != len)
+        return fail(err, errlen, "the running limit '%%%s' is not a number",
+                    jsonv_quote(s, len, q));
+    if (v < 1 || v > JOBSPEC_ARRAY_MAX)
+        return fail(err, errlen, "the running limit '%%%s' is out of range 1..%d",
+                    jsonv_quote(s, len, q), JOBSPEC_ARRAY_MAX);
+    *ret = (uint32_t)v;
+    return 0;
+}
+
+static int compare_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return (x > y) - (x < y);
+}
+
+int jobspec_array_parse(const char *text, struct jobspec_array *ret, char *err, size_t errlen)
+{
+    if (!text || !ret)
+        return fail(err, errlen, "no array given");
+    size_t len = strlen(text);
+    const char *pct = memchr(text, '%', len);
+    size_t speclen = pct ? (size_t)(pct - text) : len;
+    uint32_t max_running = 0;
+    if (speclen == 0)
+        return fail(err, errlen, "no task indices given");
+    int rc = pct ? parse_limit(pct + 1, len - speclen - 1, &max_running, err, errlen) : 0;
+    uint64_t n = 0;
+    if (rc == 0)
+        rc = walk_items(text, speclen, NULL, &n, err, errlen);
+    if (rc < 0)
+        return rc;
+    if (n > JOBSPEC_ARRAY_MAX)
+        return fail(err, errlen, "%llu tasks, at most %d allowed", (unsigned long long)n,
+                    JOBSPEC_ARRAY_MAX);
+    uint32_t *index = malloc(n * sizeof(*index));
+    if (!index)
+        return out_of_memory(err, errlen);
+    walk_items(text, speclen, index, &n, NULL, 0);
+    qsort(index, n, sizeof(*index), compare_u32);
+    for (size_t i = 1; i < n; i++) {
+        if (index[i] == index[i - 1]) {
+            rc = fail(err, errlen, "index %u is given twice", index[i]);
+            free(index);
+            return rc;
+        }
+    }
+    *ret = (struct jobspec_array){.index = index, .n = n, .max_running = max_running};
+    return 0;
+}
+
+/* ---- decoding ---------------------------------------------------------- */
+
+static const char *const dep_types[] = {"afterok", "afterany", NULL}; /* enum order */
+
+static const struct jsonv_field dep_fields[] = {
+    {.name = "type",
+     .kind = JSONV_ENUM,
+     .flags = JSONV_REQUIRED,
+     .offset = offsetof(struct jobspec_dep, type),
+     .choices = dep_types},
+    {.name = "job",
+     .kind = JSONV_INT64,
+     .flags = JSONV_REQUIRED,
+     .offset = offsetof(struct jobspec_dep, job),
+     .min = 1,
+     .max = INT64_MAX},
+};
+
+#define SPEC(m) offsetof(struct wire, spec.m)
+#define NAME_FIELD(key, m)                                                                         \
+    {                                                                                              \
+        .name = key, .kind = JSONV_STRING, .flags = JSONV_NULLABLE, .offset = SPEC(m), .min = 1,   \
+        .max = JOBSPEC_NAME_MAX                                                                    \
+    }
+#define INT_FIELD(key, off, lo, hi)                                                                \
+    {                                                                                              \
+        .name = key, .kind = JSONV_INT64, .offset = off, .min = lo, .max = hi                      \
+    }
+#define BOOL_FIELD(key, m)                                                                         \
+    {                                                                                              \
+        .name = key, .kind = JSONV_BOOL, .offset = SPEC(m)                                         \
+    }
+#define PATH_FIELD(key, m)                                                                         \
+    {                                                                                              \
+        .name = key, .kind = JSONV_STRING, .flags = JSONV_NULLABLE, .offset = SPEC(m), .min = 1,   \
+        .max = JOBSPEC_PATH_MAX                                                                    \
+    }
+
+/* In the order jobspec_to_json writes them; jsonv reports in this order. */
+static const struct jsonv_field fields[] = {
+    NAME_FIELD("name", name),
+    NAME_FIELD("team", team),
+    NAME_FIELD("project", project),
+    NAME_FIELD("model", model),
+    NAME_FIELD("priority", priority),
+    NAME_FIELD("pool", pool),
+    NAME_FIELD("gpu_type", gpu_type),
+    {.name = "gpus",
+     .kind = JSONV_RAW,
+     .flags = JSONV_NULLABLE | JSONV_PRESENCE,
+     .offset = offsetof(struct wire, gpus),
+     .presence_offset = offsetof(struct wire, gpus_p)},
+    INT_FIELD("gpu_mem_mib", SPEC(gpu_mem_mib), 0, GPU_MEM_MAX_MIB),
+    INT_FIELD("min_gpu_mem_mib", SPEC(min_gpu_mem_mib), 0, GPU_MEM_MAX_MIB),
+    INT_FIELD("cpus", offsetof(struct wire, cpus), 0, CPUS_MAX),
+    INT_FIELD("mem_mib", SPEC(mem_mib), 0, HOST_MEM_MAX_MIB),
+    INT_FIELD("time_limit_s", SPEC(time_limit_s), 0, TIME_LIMIT_MAX_S),
+    BOOL_FIELD("multi_node", multi_node),
+    BOOL_FIELD("checkpointable", checkpointable),
+    {.name = "command",
+     .kind = JSONV_STRINGS,
+     .flags = JSONV_NULLABLE,
+     .offset = SPEC(argv),
+     .count_offset = SPEC(argc),
+     .max_items = JOBSPEC_ARGV_MAX,
+     .min = 0,
+     .max = JOBSPEC_ARG_MAX},
+    {.name = "script",
+     .kind = JSONV_STRING,
+     .flags = JSONV_NULLABLE,
+     .offset = SPEC(script),
+     .min = 1,
+     .max = JOBSPEC_SCRIPT_MAX},
+    PATH_FIELD("workdir", workdir),
+    {.name = "env",
+     .kind = JSONV_RAW,
+     .flags = JSONV_NULLABLE,
+     .offset = offsetof(struct wire, env)},
+    {.name = "max_retries",
+     .kind = JSONV_UINT32,
+     .offset = SPEC(max_retries),
+     .min = 0,
+     .max = JOBSPEC_RETRIES_MAX},
+    BOOL_FIELD("requeue", requeue),
+    {.name = "dependencies",
+     .kind = JSONV_OBJECTS,
+     .flags = JSONV_NULLABLE,
+     .offset = SPEC(deps),
+     .count_offset = SPEC(ndeps),
+     .max_items = JOBSPEC_DEPS_MAX,
+     .elem_size = sizeof(struct jobspec_dep),
+     .sub = dep_fields,
+     .nsub = ARRAY_LEN(dep_fields)},
+    {.name = "array",
+     .kind = JSONV_STRING,
+     .flags = JSONV_NULLABLE,
+     .offset = SPEC(array_text),
+     .min = 1,
+     .max = ARRAY_TEXT_MAX},
+    PATH_FIELD("output", output),
+    PATH_FIELD("error", error),
+};
+
+static bool is_label_char(unsigned char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+           c == '_' || c == '-';
+}
+
+static int check_names(struct wire *w, char *err, size_t errlen)
+{
+    const char *name = w->spec.name;
+    for (size_t i = 0; name && name[i]; i++) {
+        unsigned char c = (unsigned char)name[i], next = (unsigned char)name[i + 1];
+        /* C0 controls and DEL; C1 controls (U+0080..U+009F) are 0xC2 0x80..0x9F. */
+        if (c < 0x20 || c == 0x7F || (c == 0xC2 && next >= 0x80 && next <= 0x9F))
+            return fail(err, errlen, "field 'name': control characters are not allowed");
+    }
+    for (size_t k = 0; k < ARRAY_LEN(labels); k++) {
+        const char *s = str_get(&w->spec, labels[k].offset);
+        for (size_t i = 0; s && s[i]; i++) {
+            char q[JSONV_QUOTE_MAX + 4];
+            if (!is_label_char((unsigned char)s[i]))
+                return fail(err, errlen,
+                            "field '%s': '%s' may hold only letters, digits, '.', '_' and '-'",
+                            labels[k].key, jsonv_quote(s, strlen(s), q));
+        }
+    }
+    return 0;
+}
+
+/* A JSON integer is whole GPUs; a real is whole GPUs when whole, else a
+ * fraction below 1 with at most three decimals. */
+static int check_gpus(struct wire *w, char *err, size_t errlen)
+{
+    struct jobspec *s = &w->spec;
+    const json_t *v = w->gpus;
+    if (w->gpus_p == JSONV_GIVEN && json_is_integer(v)) {
+        json_int_t n = json_integer_value(v);
+        if (n < 0 || n > JOBSPEC_GPUS_MAX)
+            return fail(err, errlen, "field 'gpus': %lld is out of range 0..%d", (long long)n,
+                        JOBSPEC_GPUS_MAX);
+        s->gpus = (int32_t)n;
+    } else if (w->gpus_p == JSONV_GIVEN && json_is_real(v)) {
+        double x = json_real_value(v);
+        if (!isfinite(x) || x < 0 || x > JOBSPEC_GPUS_MAX)
+            return fail(err, errlen, "field 'gpus': %g is out of range 0..%d", x, JOBSPEC_GPUS_MAX);
+        if (x >= 1 && x != floor(x))
+            return fail(err, errlen,
+                        "field 'gpus': %g is neither whole GPUs nor a fraction below 1", x);
+        if (x > 0 && x < 1) {
+            /* Doubles near k/1000 are within 1e-9 of it after scaling. */
+            double milli = round(x * 1000);
+            if (fabs(x * 1000 - milli) > 1e-9 || milli < 1 || milli > 999)
+                return fail(err, errlen, "field 'gpus': a fraction has at most three decimals");
+            s->gpu_milli = (int32_t)milli;
+        } else {
+            s->gpus = (int32_t)x;
+        }
+    } else if (w->gpus_p != JSONV_ABSENT) {
+        return fail(err, errlen, "field 'gpus': expected an integer or a fraction below 1, got %s",
+                    jsonv_type_name(v));
+    }
+    if ((s->gpus > 0 || s->gpu_milli > 0) && s->gpu_mem_mib > 0)
+        return fail(err, errlen,
+                    "fields 'gpus' and 'gpu_mem_mib' are exclusive: ask for GPUs or for a share "
+                    "of one GPU's memory");
+    if (s->multi_node && s->gpu_milli > 0)
+        return fail(err, errlen,
+                    "fields 'gpus' and 'multi_node': a fraction of a GPU cannot span nodes");
+    if (s->multi_node && s->gpu_mem_mib > 0)
+        return fail(err, errlen,
+                    "fields 'gpu_mem_mib' and 'multi_node': a share of one GPU cannot span nodes");
+    return 0;
+}
+
+static int check_program(struct wire *w, char *err, size_t errlen)
+{
+    const struct jobspec *s = &w->spec;
+    if (s->argv && s->script)
+        return fail(err, errlen, "fields 'command' and 'script' are exclusive: give one");
+    if (!s->argv && !s->script)
+        return fail(err, errlen, "missing required field 'command' or 'script'");
+    if (s->argv && s->argc == 0)
+        return fail(err, errlen, "field 'command': must not be empty");
+    if (s->argv && s->argv[0][0] == '\0')
+        return fail(err, errlen, "field 'command[0]': the program name must not be empty");
+    if (s->workdir && s->workdir[0] != '/')
+        return fail(err, errlen, "field 'workdir': must be an absolute path (start with '/')");
+    return 0;
+}
+
+static bool is_env_name(const char *s, size_t len)
+{
+    if (len == 0 || (s[0] >= '0' && s[0] <= '9'))
+        return false;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_'))
+            return false;
+    }
+    return true;
+}
+
+static int compare_env(const void *a, const void *b)
+{
+    return strcmp(((const struct jobspec_env *)a)->name, ((const struct jobspec_env *)b)->name);
+}
+
+/* Entries go into s->env as they are made, so that a failure part way is
+ * freed by jobspec_release. */
+static int check_env(struct wire *w, char *err, size_t errlen)
+{
+    struct jobspec *s = &w->spec;
+    json_t *env = w->env;
+    char q[JSONV_QUOTE_MAX + 4];
+    if (!env)
+        return 0;
+    if (!json_is_object(env))
+        return fail(err, errlen, "field 'env': expected an object, got %s", jsonv_type_name(env));
+    size_t n = json_object_size(env);
+    if (n > JOBSPEC_ENV_MAX)
+        return fail(err, errlen, "field 'env': %zu variables, at most %d allowed", n,
+                    JOBSPEC_ENV_MAX);
+    if (n == 0)
+        return 0;
+    if (!(s->env = calloc(n, sizeof(*s->env))))
+        return out_of_memory(err, errlen);
+    for (void *it = json_object_iter(env); it; it = json_object_iter_next(env, it)) {
+        const char *name = json_object_iter_key(it);
+        size_t nlen = json_object_iter_key_len(it);
+        json_t *v = json_object_iter_value(it);
+        if (nlen > JOBSPEC_NAME_MAX)
+            return fail(err, errlen, "field 'env': a variable name has at most %d bytes",
+                        JOBSPEC_NAME_MAX);
+        if (!is_env_name(name, nlen))
+            return fail(err, errlen,
+                        "field 'env': '%s' is not a variable name ([A-Za-z_][A-Za-z0-9_]*)",
+                        jsonv_quote(name, nlen, q));
+        if (!json_is_string(v))
+            return fail(err, errlen, "field 'env.%s': expected a string, got %s", name,
+                        jsonv_type_name(v));
+        const char *value = json_string_value(v);
+        size_t vlen = json_string_length(v);
+        if (vlen > JOBSPEC_ENV_VALUE_MAX)
+            return fail(err, errlen, "field 'env.%s': length %zu is out of range 0..%d bytes", name,
+                        vlen, JOBSPEC_ENV_VALUE_MAX);
+        if (strlen(value) != vlen)
+            return fail(err, errlen, "field 'env.%s': contains a NUL character (\\u0000)", name);
+        if (jsonv_check_utf8(value, vlen) < 0)
+            return fail(err, errlen, "field 'env.%s': not valid UTF-8", name);
+        struct jobspec_env *e = &s->env[s->nenv];
+        e->name = copy_text(name, nlen);
+        e->value = copy_text(value, vlen);
+        if (!e->name || !e->value) {
+            free(e->name);
+            free(e->value);
+            *e = (struct jobspec_env){0};
+            return out_of_memory(err, errlen);
+        }
+        s->nenv++;
+    }
+    qsort(s->env, s->nenv, sizeof(*s->env), compare_env);
+    return 0;
+}
+
+static int check_deps(struct wire *w, char *err, size_t errlen)
+{
+    struct jobspec *s = &w->spec;
+    if (s->deps && s->ndeps == 0) {
+        free(s->deps); /* "[]" and absent mean the same: keep one form */
+        s->deps = NULL;
+    }
+    for (size_t i = 1; i < s->ndeps; i++)
+        for (size_t j = 0; j < i; j++)
+            if (s->deps[i].job == s->deps[j].job)
+                return fail(err, errlen, "field 'dependencies[%zu]': job %lld is already listed", i,
+                            (long long)s->deps[i].job);
+    return 0;
+}
+
+static int check_array(struct wire *w, char *err, size_t errlen)
+{
+    char msg[256];
+    if (!w->spec.array_text)
+        return 0;
+    int rc = jobspec_array_parse(w->spec.array_text, &w->spec.array, msg, sizeof(msg));
+    if (rc == -ENOMEM)
+        return out_of_memory(err, errlen);
+    return rc < 0 ? fail(err, errlen, "field 'array': %s", msg) : 0;
+}
+
+static int fill_defaults(struct wire *w, char *err, size_t errlen)
+{
+    if (!w->spec.name && !(w->spec.name = copy_text("job", 3)))
+        return out_of_memory(err, errlen);
+    return 0;
+}
+
+/* The rules between fields, in the order their fields come in the table. */
+static int (*const steps[])(struct wire *w, char *err, size_t errlen) = {
+    check_names, check_gpus, check_program, check_env, check_deps, check_array, fill_defaults,
+};
+
+int jobspec_decode(const json_t *body, struct jobspec *ret, char *err, size_t errlen)
+{
+    if (err && errlen)
+        err[0] = '\0';
+    if (!ret)
+        return fail(err, errlen, "no destination");
+    struct wire w = {.spec = {.mem_mib = 1024, .requeue = true}, .cpus = 1};
+    int rc = jsonv_decode(body, fields, ARRAY_LEN(fields), &w, err, errlen);
+    if (rc < 0)
+        return rc == JSONV_ENOMEM ? -ENOMEM : -EINVAL;
+    w.spec.cpus = (int32_t)w.cpus;
+    for (size_t i = 0; i < ARRAY_LEN(steps) && rc == 0; i++)
+        rc = steps[i](&w, err, errlen);
+    if (rc < 0) {
+        jobspec_release(&w.spec);
+        return rc;
+    }
+    *ret = w.spec;
+    return 0;
+}
+
+/* ---- encoding ---------------------------------------------------------- */
+
+static json_t *text_or_null(const char *s)
+{
+    return s ? json_string(s) : json_null();
+}
+
+static json_t *argv_json(const struct jobspec *s)
+{
+    json_t *a = s->argv ? json_array() : json_null();
+    for (size_t i = 0; a && s->argv && i < s->argc; i++) {
+        if (json_array_append_new(a, json_string(s->argv[i])) < 0) {
+            json_decref(a);
+            return NULL;
+        }
+    }
+    return a;
+}
+
+static json_t *env_json(const struct jobspec *s)
+{
+    json_t *o = json_object();
+    for (size_t i = 0; o && s->env && i < s->nenv; i++) {
+        if (json_object_set_new(o, s->env[i].name, json_string(s->env[i].value)) < 0) {
+            json_decref(o);
+            return NULL;
+        }
+    }
+    return o;
+}
+
+static json_t *deps_json(const struct jobspec *s)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; a && s->deps && i < s->ndeps; i++) {
+        const struct jobspec_dep *d = &s->deps[i];
+        json_t *o =
+            json_pack("{s:s, s:I}", "type", d->type == JOBSPEC_AFTERANY ? "afterany" : "afterok",
+                      "job", (json_int_t)d->job);
+        if (json_array_append_new(a, o) < 0) {
+            json_decref(a);
+            return NULL;
+        }
+    }
+    return a;
+}
+
+json_t *jobspec_to_json(const struct jobspec *spec)
+{
+    const struct jobspec *s = spec;
+    json_t *o = json_object();
+    if (!o)
+        return NULL;
+    int e = json_object_set_new(o, "name", text_or_null(s->name));
+    for (size_t k = 0; k < ARRAY_LEN(labels); k++)
+        e |= json_object_set_new(o, labels[k].key, text_or_null(str_get(s, labels[k].offset)));
+    e |= json_object_set_new(
+        o, "gpus", s->gpu_milli > 0 ? json_real(s->gpu_milli / 1000.0) : json_integer(s->gpus));
+    e |= json_object_set_new(o, "gpu_mem_mib", json_integer(s->gpu_mem_mib));
+    e |= json_object_set_new(o, "min_gpu_mem_mib", json_integer(s->min_gpu_mem_mib));
+    e |= json_object_set_new(o, "cpus", json_integer(s->cpus));
+    e |= json_object_set_new(o, "mem_mib", json_integer(s->mem_mib));
+    e |= json_object_set_new(o, "time_limit_s", json_integer(s->time_limit_s));
+    e |= json_object_set_new(o, "multi_node", json_boolean(s->multi_node));
+    e |= json_object_set_new(o, "checkpointable", json_boolean(s->checkpointable));
+    e |= json_object_set_new(o, "command", argv_json(s));
+    e |= json_object_set_new(o, "script", text_or_null(s->script));
+    e |= json_object_set_new(o, "workdir", text_or_null(s->workdir));
+    e |= json_object_set_new(o, "env", env_json(s));
+    e |= json_object_set_new(o, "max_retries", json_integer(s->max_retries));
+    e |= json_object_set_new(o, "requeue", json_boolean(s->requeue));
+    e |= json_object_set_new(o, "dependencies", deps_json(s));
+    e |= json_object_set_new(o, "array", text_or_null(s->array_text));
+    e |= json_object_set_new(o, "output", text_or_null(s->output));
+    e |= json_object_set_new(o, "error", text_or_null(s->error));
+    if (e) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
+/* ---- copy and release -------------------------------------------------- */
+
+static void *copy_bytes(const void *p, size_t n)
+{
+    void *q = malloc(n ? n : 1);
+    if (q && n)
+        memcpy(q, p, n);
+    return q;
+}
+
+/* c starts as a shallow copy with every owned pointer cleared, so a failure
+ * part way frees only what was copied. */
+int jobspec_copy(const struct jobspec *spec, struct jobspec *ret)
+{
+    struct jobspec c = *spec;
+    c.argv = NULL;
+    c.env = NULL;
+    c.deps = NULL;
+    c.array.index = NULL;
+    bool ok = true;
+    for (size_t k = 0; k < ARRAY_LEN(owned_strings); k++) {
+        const char *src = str_get(spec, owned_strings[k]);
+        char **dst = str_member(&c, owned_strings[k]);
+        *dst = src ? copy_text(src, strlen(src)) : NULL;
+        ok = ok && (!src || *dst);
+    }
+    if (ok && spec->argv && (ok = (c.argv = calloc(spec->argc + 1, sizeof(*c.argv))) != NULL))
+        for (size_t i = 0; ok && i < spec->argc; i++)
+            ok = (c.argv[i] = copy_text(spec->argv[i], strlen(spec->argv[i]))) != NULL;
+    if (ok && spec->env && spec->nenv &&
+        (ok = (c.env = calloc(spec->nenv, sizeof(*c.env))) != NULL)) {
+        for (size_t i = 0; ok && i < spec->nenv; i++) {
+            const struct jobspec_env *e = &spec->env[i];
+            c.env[i].name = copy_text(e->name, strlen(e->name));
+            c.env[i].value = copy_text(e->value, strlen(e->value));
+            ok = c.env[i].name && c.env[i].value;
+        }
+    }
+    if (ok && spec->deps)
+        ok = (c.deps = copy_bytes(spec->deps, spec->ndeps * sizeof(*c.deps))) != NULL;
+    if (ok && spec->array.index)
+        ok = (c.array.index = copy_bytes(spec->array.index, spec->array.n * sizeof(uint32_t))) !=
+             NULL;
+    if (!ok) {
+        jobspec_release(&c);
+        return -ENOMEM;
+    }
+    *ret = c;
+    return 0;
+}
+
+void jobspec_release(struct jobspec *spec)
+{
+    if (!spec)
+        return;
+    for (size_t k = 0; k < ARRAY_LEN(owned_strings); k++)
+        free(*str_member(spec, owned_strings[k]));
+    for (size_t i = 0; spec->argv && spec->argv[i]; i++)
+        free(spec->argv[i]);
+    free(spec->argv);
+    for (size_t i = 0; spec->env && i < spec->nenv; i++) {
+        free(spec->env[i].name);
+        free(spec->env[i].value);
+    }
+    free(spec->env);
+    free(spec->deps);
+    free(spec->array.index);
+    *spec = (struct jobspec){0};
+}

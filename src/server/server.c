@@ -1,0 +1,297 @@
+#include <errno.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "server/server.h"
+#include "server/srv.h"
+#include "util/token.h"
+#include "util/banned.h"
+
+#define DEFAULT_DATA   "gpuorch-data"
+#define DEFAULT_LISTEN "127.0.0.1:8080"
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: gpuorch server [--data DIR] [--listen ADDR:PORT] [--tls-cert FILE --tls-key "
+            "FILE]\n"
+            "                      [--body-limit BYTES] [--port-file FILE] [--access-log]\n"
+            "\n"
+            "Runs the controller: the REST API under /v1 (docs/api.md) over a durable job\n"
+            "store (SQLite, WAL, synchronous=FULL) in DIR. A job is acknowledged (201) only\n"
+            "once it is on disk. At first start it creates the user 'admin' and writes its\n"
+            "token to DIR/admin.token (mode 0600). SIGINT or SIGTERM stops it cleanly.\n"
+            "\n"
+            "  --data DIR          data directory (default: ./" DEFAULT_DATA ", created 0700)\n"
+            "  --listen ADDR:PORT  address to serve (default " DEFAULT_LISTEN
+            "; [::1]:8080 for IPv6;\n"
+            "                      port 0 picks a free one)\n"
+            "  --tls-cert FILE     PEM certificate: serve HTTPS (with --tls-key)\n"
+            "  --tls-key FILE      PEM private key\n"
+            "  --body-limit BYTES  largest request body (default 1048576)\n"
+            "  --port-file FILE    write the port it listens on to FILE once it serves\n"
+            "  --access-log        one line per request on stderr\n"
+            "\n"
+            "Exit status: 0 stopped cleanly, 1 could not start, 2 usage error.\n");
+}
+
+static int usage_error(const char *flag, const char *value, const char *expected)
+{
+    fprintf(stderr, "gpuorch server: %s: expected %s%s%s%s\n", flag, expected,
+            value ? ", got '" : "", value ? value : "", value ? "'" : "");
+    return 2;
+}
+
+/* ADDR:PORT or [ADDR]:PORT. */
+static bool parse_listen(const char *v, struct server_config *cfg)
+{
+    const char *colon = strrchr(v, ':');
+    if (!colon || colon == v)
+        return false;
+    size_t alen = (size_t)(colon - v);
+    const char *a = v;
+    if (v[0] == '[') {
+        if (alen < 3 || v[alen - 1] != ']')
+            return false;
+        a = v + 1;
+        alen -= 2;
+    }
+    char *end;
+    errno = 0;
+    long port = strtol(colon + 1, &end, 10);
+    if (errno || *end || colon[1] == '\0' || port < 0 || port > 65535)
+        return false;
+    free(cfg->bind);
+    cfg->bind = strndup(a, alen);
+    cfg->port = (uint16_t)port;
+    return cfg->bind != NULL;
+}
+
+#define HELP_SHOWN 3 /* parse_args: --help printed */
+
+struct args {
+    const char *port_file;
+    bool access_log;
+};
+
+static int parse_args(int argc, char **argv, struct server_config *cfg, struct args *a)
+{
+    *cfg = (struct server_config){
+        .body_limit = HTTP_DEFAULT_BODY_LIMIT, .pass_interval_ms = 5000, .node_timeout_ms = 60000};
+    *a = (struct args){0};
+    const char *data = DEFAULT_DATA, *listen = DEFAULT_LISTEN;
+    for (int i = 1; i < argc; i++) {
+        const char *f = argv[i];
+        if (strcmp(f, "--help") == 0 || strcmp(f, "-h") == 0) {
+            usage(stdout);
+            return HELP_SHOWN;
+        }
+        if (strcmp(f, "--access-log") == 0) {
+            a->access_log = true;
+            continue;
+        }
+        static const char *const with_value[] = {"--data",    "--listen",     "--tls-cert",
+                                                 "--tls-key", "--body-limit", "--port-file"};
+        bool known = false;
+        for (size_t k = 0; k < sizeof(with_value) / sizeof(with_value[0]); k++)
+            known |= strcmp(f, with_value[k]) == 0;
+        if (!known) {
+            fprintf(stderr, "gpuorch server: unknown flag '%s' (see gpuorch server --help)\n", f);
+            return 2;
+        }
+        if (i + 1 >= argc)
+            return usage_error(f, NULL, "a value");
+        const char *v = argv[++i];
+        if (strcmp(f, "--data") == 0) {
+            data = v;
+        } else if (strcmp(f, "--listen") == 0) {
+            listen = v;
+        } else if (strcmp(f, "--tls-cert") == 0) {
+            free(cfg->tls_cert);
+            cfg->tls_cert = strdup(v);
+        } else if (strcmp(f, "--tls-key") == 0) {
+            free(cfg->tls_key);
+            cfg->tls_key = strdup(v);
+        } else if (strcmp(f, "--body-limit") == 0) {
+            char *end;
+            errno = 0;
+            long long n = strtoll(v, &end, 10);
+            if (errno || *end || n < 1024 || n > (64LL << 20))
+                return usage_error(f, v, "a size in bytes from 1024 to 67108864");
+            cfg->body_limit = (size_t)n;
+        } else {
+            a->port_file = v;
+        }
+    }
+    if (!*data)
+        return usage_error("--data", data, "a directory");
+    if (!parse_listen(listen, cfg))
+        return usage_error("--listen", listen, "ADDR:PORT, e.g. 127.0.0.1:8080 or [::1]:8080");
+    if (!cfg->tls_cert != !cfg->tls_key)
+        return usage_error(cfg->tls_cert ? "--tls-key" : "--tls-cert", NULL,
+                           "both --tls-cert and --tls-key, or neither");
+    cfg->data_dir = strdup(data);
+    return cfg->data_dir ? 0 : 1;
+}
+
+static void config_release(struct server_config *cfg)
+{
+    free(cfg->data_dir);
+    free(cfg->bind);
+    free(cfg->tls_cert);
+    free(cfg->tls_key);
+}
+
+static void access_log(const struct http_access *e, void *ctx)
+{
+    (void)ctx;
+    fprintf(stderr, "%s %s %s %u %.3fms\n", e->client, e->method, e->path, e->status,
+            (double)e->duration_us / 1000.0);
+}
+
+/* The user names of user ids, for loading jobs: a small cache over the store. */
+struct name_cache {
+    int64_t id;
+    char name[64];
+};
+
+static const char *user_name(struct server *s, int64_t id, struct name_cache *c)
+{
+    if (id == STORE_NULL)
+        return "";
+    if (c->id == id)
+        return c->name;
+    struct store_user u = {0};
+    c->id = id;
+    snprintf(c->name, sizeof(c->name), "%s", "");
+    if (store_user_get_by_id(s->store, id, &u) == 0)
+        snprintf(c->name, sizeof(c->name), "%s", u.name);
+    store_user_release(&u);
+    return c->name;
+}
+
+/* Reloads every job from the store, page by page. */
+static int load_jobs(struct server *s, char *err, size_t errlen)
+{
+    struct store_job_filter f = STORE_JOB_FILTER_INIT;
+    struct name_cache cache = {.id = STORE_NULL};
+    for (;;) {
+        struct store_job *rows = NULL;
+        size_t n = 0;
+        int rc = store_job_list(s->store, &f, &rows, &n);
+        if (rc) {
+            snprintf(err, errlen, "loading jobs: %s", store_strerror(rc));
+            return rc;
+        }
+        for (size_t k = 0; k < n && !rc; k++) {
+            struct srv_job *j;
+            rc = srv_job_from_row(&rows[k], user_name(s, rows[k].user_id, &cache), &j, err, errlen);
+            if (!rc && (rc = srv_job_add(s, j)))
+                srv_job_free(j);
+            f.after_id = rows[k].id;
+        }
+        store_jobs_free(rows, n);
+        if (rc)
+            return rc;
+        if (n < f.limit)
+            return 0;
+    }
+}
+
+static int start(struct server *s, const struct args *a, char *err, size_t errlen)
+{
+    if (mkdir(s->cfg.data_dir, 0700) != 0 && errno != EEXIST) {
+        snprintf(err, errlen, "--data %s: %s", s->cfg.data_dir, strerror(errno));
+        return -errno;
+    }
+    int rc = token_lib_init();
+    if (rc) {
+        snprintf(err, errlen, "libsodium: %s", token_strerror(rc));
+        return rc;
+    }
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/gpuorch.db", s->cfg.data_dir);
+    char msg[512];
+    if ((rc = store_open_sqlite(path, &s->store, msg, sizeof(msg))) != 0) {
+        snprintf(err, errlen, "%.400s: %.500s", path, msg);
+        return rc;
+    }
+    if ((rc = store_epoch_acquire(s->store, &s->epoch)) != 0) {
+        snprintf(err, errlen, "%.900s: taking the leader epoch: %s", path, store_strerror(rc));
+        return rc;
+    }
+    if ((rc = srv_auth_bootstrap(s, err, errlen)) != 0 || (rc = load_jobs(s, err, errlen)) != 0)
+        return rc;
+    struct http_config hc = {.bind_addr = s->cfg.bind,
+                             .port = s->cfg.port,
+                             .body_limit = s->cfg.body_limit,
+                             .tls_cert_file = s->cfg.tls_cert,
+                             .tls_key_file = s->cfg.tls_key,
+                             .routes = srv_routes,
+                             .nroutes = srv_nroutes,
+                             .authorize = srv_authorize,
+                             .access_log = a->access_log ? access_log : NULL,
+                             .ctx = s};
+    if ((rc = http_server_new(&hc, &s->http, err, errlen)) != 0 ||
+        (rc = http_server_start(s->http, err, errlen)) != 0)
+        return rc;
+    if (a->port_file) {
+        FILE *pf = fopen(a->port_file, "w");
+        if (!pf || fprintf(pf, "%u\n", http_server_port(s->http)) < 0 || fclose(pf) != 0) {
+            snprintf(err, errlen, "--port-file %s: %s", a->port_file, strerror(errno));
+            return -EIO;
+        }
+    }
+    return 0;
+}
+
+static void stop(struct server *s)
+{
+    http_server_stop(s->http); /* no handler runs after this */
+    store_close(s->store);     /* every queued commit completes */
+    http_server_free(s->http);
+    for (size_t k = 0; k < s->njobs; k++)
+        srv_job_free(s->jobs[k]);
+    free(s->jobs);
+    pthread_mutex_destroy(&s->lock);
+    config_release(&s->cfg);
+}
+
+int server_command(int argc, char **argv)
+{
+    struct server s = {0};
+    struct args a;
+    int rc = parse_args(argc, argv, &s.cfg, &a);
+    if (rc) {
+        config_release(&s.cfg);
+        return rc == HELP_SHOWN ? 0 : rc;
+    }
+    /* Signals go to sigwait below, not to whichever thread runs. */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    pthread_mutex_init(&s.lock, NULL);
+    char err[1024] = "";
+    if ((rc = start(&s, &a, err, sizeof(err))) != 0) {
+        fprintf(stderr, "gpuorch server: %s\n", err);
+        stop(&s);
+        return 1;
+    }
+    printf("gpuorch server: listening on %s://%s%s%s:%u (epoch %" PRId64 ", %zu jobs)\n",
+           s.cfg.tls_cert ? "https" : "http", strchr(s.cfg.bind, ':') ? "[" : "", s.cfg.bind,
+           strchr(s.cfg.bind, ':') ? "]" : "", http_server_port(s.http), s.epoch, s.njobs);
+    printf("gpuorch server: admin token in %s\n", s.admin_token_path);
+    fflush(stdout);
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    printf("gpuorch server: %s, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    stop(&s);
+    return 0;
+}

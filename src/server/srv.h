@@ -1,0 +1,155 @@
+/*
+ * srv.h - the controller's private header: the one server object and what
+ * its modules (server.c, auth.c, jobs.c, api_*.c, loop.c) share.
+ *
+ * Threads and the lock. Handlers run on the HTTP polling thread; store
+ * completions on the store's writer thread; the scheduling loop on its own.
+ * Everything in struct server below `lock` is guarded by it. Nobody holds it
+ * across a blocking call: store commits are asynchronous, and their
+ * completions take the lock themselves to apply what was committed.
+ *
+ * Write-through. A change is built as a store batch from the current state,
+ * committed, and applied to memory only in the completion, once durable; the
+ * request that caused it is suspended meanwhile and answered from there.
+ * So memory never holds what the disk does not.
+ */
+#ifndef GPUORCH_SERVER_SRV_H
+#define GPUORCH_SERVER_SRV_H
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "http/http.h"
+#include "server/jobspec.h"
+#include "store/store.h"
+
+/* The states of a job, as the API and the store name them. */
+#define SRV_JOB_STATES(X)                                                                          \
+    X(PENDING, "PENDING", false)                                                                   \
+    X(RUNNING, "RUNNING", false)                                                                   \
+    X(COMPLETED, "COMPLETED", true)                                                                \
+    X(FAILED, "FAILED", true)                                                                      \
+    X(CANCELLED, "CANCELLED", true)                                                                \
+    X(TIMEOUT, "TIMEOUT", true)                                                                    \
+    X(PREEMPTED, "PREEMPTED", false)                                                               \
+    X(NODE_FAIL, "NODE_FAIL", true)
+
+enum srv_job_state {
+#define SRV_JOB_STATE_ENUM(name, text, final) SRV_JOB_##name,
+    SRV_JOB_STATES(SRV_JOB_STATE_ENUM)
+#undef SRV_JOB_STATE_ENUM
+        SRV_JOB_NSTATES
+};
+
+const char *srv_job_state_name(enum srv_job_state s);
+/* -1 if `name` is no state. */
+int srv_job_state_parse(const char *name);
+bool srv_job_state_final(enum srv_job_state s);
+
+/* A user as the API sees it (from the token). */
+struct srv_user {
+    int64_t id;
+    char name[64];
+    char team[64]; /* "" when none */
+    bool admin;
+    bool valid; /* set by srv_authorize */
+};
+
+/* A job in memory: everything the API and the loop read, mirrored from its
+ * store row. */
+struct srv_job {
+    int64_t id;
+    int64_t user_id;
+    char *user; /* owned */
+    char *team; /* owned */
+    enum srv_job_state state;
+    int64_t submit_ms, updated_ms;
+    int64_t array_id, array_index; /* STORE_NULL: not in an array */
+    char *reason;                  /* owned, or NULL: why it ended or was requeued */
+    struct jobspec spec;
+    /* From the last scheduling pass, for a pending job. */
+    char *wait;           /* owned, or NULL: the reason it waits */
+    int64_t est_start_ms; /* -1: unknown */
+};
+
+struct server_config {
+    char *data_dir;
+    char *bind; /* address literal */
+    uint16_t port;
+    char *tls_cert, *tls_key;
+    size_t body_limit;
+    int64_t pass_interval_ms; /* the loop's timer */
+    int64_t node_timeout_ms;
+    bool quiet; /* no access log */
+};
+
+struct server {
+    struct server_config cfg;
+    struct store *store;
+    struct http_server *http;
+    int64_t epoch; /* this controller's leader epoch */
+    char admin_token_path[4096];
+
+    pthread_mutex_t lock;
+    /* guarded by lock: */
+    struct srv_job **jobs; /* sorted by id (ids only grow) */
+    size_t njobs, jobs_cap;
+    uint64_t submits; /* jobs accepted since start */
+};
+
+/* Clock: ms since the epoch, UTC. */
+int64_t srv_now_ms(void);
+
+/* ---- jobs.c: the job table (callers hold the lock) ---- */
+
+/* The job with `id`, or NULL. */
+struct srv_job *srv_job_find(struct server *s, int64_t id);
+/* Adds a job (taken) with an id above every other; 0 or -ENOMEM. */
+int srv_job_add(struct server *s, struct srv_job *j);
+/* Frees a job; NULL is fine. */
+void srv_job_free(struct srv_job *j);
+/* The job as the API shows it: a new object, or NULL when out of memory. */
+json_t *srv_job_to_json(const struct srv_job *j);
+/* Builds a job from its store row (spec parsed back); 0, or -EINVAL with a
+ * message when the stored spec does not parse. */
+int srv_job_from_row(const struct store_job *row, const char *user, struct srv_job **ret, char *err,
+                     size_t errlen);
+
+/* ---- auth.c ---- */
+
+/* Route flag: admins only. */
+#define SRV_ROUTE_ADMIN HTTP_ROUTE_USER_FLAG(0)
+
+/* http_authorize_fn: a bearer token of a known user, and an admin for
+ * SRV_ROUTE_ADMIN routes; answers 401/403 itself otherwise. */
+bool srv_authorize(struct http_request *req, unsigned route_flags, void *ctx);
+/* The user the request was authorized as (valid in the handler). */
+const struct srv_user *srv_request_user(struct http_request *req);
+/* May `u` see and act on jobs of `team`? Admins: all; members: their team. */
+bool srv_user_may(const struct srv_user *u, const char *team);
+
+/*
+ * At first start (no user in the store): creates the user "admin" (role
+ * admin) and its token, written to DATA_DIR/admin.token with mode 0600.
+ * Sets s->admin_token_path either way. 0, or a negative code with a message.
+ */
+int srv_auth_bootstrap(struct server *s, char *err, size_t errlen);
+
+/* ---- api_*.c: route handlers ---- */
+
+extern const struct http_route srv_routes[];
+extern const size_t srv_nroutes;
+
+int srv_api_health(struct http_request *req, void *ctx);
+int srv_api_job_submit(struct http_request *req, void *ctx);
+int srv_api_job_get(struct http_request *req, void *ctx);
+int srv_api_job_list(struct http_request *req, void *ctx);
+int srv_api_job_cancel(struct http_request *req, void *ctx);
+int srv_api_whoami(struct http_request *req, void *ctx);
+
+#endif

@@ -1,0 +1,324 @@
+#!/usr/bin/env python3
+"""server_test.py GPUORCH - `gpuorch server` as clients meet it, over HTTP on
+loopback: auth, submit and read back, idempotent retries, the bad-input matrix
+(each case a 4xx and the store unchanged), cancel, and kill -9 of the
+controller while 1,000 submissions are in flight. Prints TAP.
+
+The server runs as a child process on 127.0.0.1 with an ephemeral port and a
+temporary data directory; it is stopped by PID."""
+
+import json
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+
+BIN = sys.argv[1]
+TMP = tempfile.mkdtemp(prefix="gpuorch-server-test-")
+DATA = os.path.join(TMP, "data")
+n = 0
+failed = False
+
+
+def ok(cond, name, detail=""):
+    global n, failed
+    n += 1
+    if cond:
+        print(f"ok {n} - {name}")
+    else:
+        failed = True
+        print(f"not ok {n} - {name}")
+        for line in str(detail).splitlines():
+            print(f"#   {line}")
+    sys.stdout.flush()
+
+
+class Server:
+    def __init__(self):
+        self.proc = None
+        self.port = None
+
+    def start(self):
+        port_file = os.path.join(TMP, "port")
+        if os.path.exists(port_file):
+            os.remove(port_file)
+        self.log = open(os.path.join(TMP, "server.log"), "a")
+        self.proc = subprocess.Popen(
+            [BIN, "server", "--data", DATA, "--listen", "127.0.0.1:0", "--port-file", port_file],
+            stdout=self.log, stderr=self.log)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode}")
+            try:
+                with open(port_file) as f:
+                    text = f.read()
+                if text.endswith("\n"):
+                    self.port = int(text)
+                    return
+            except FileNotFoundError:
+                pass
+            time.sleep(0.02)
+        raise RuntimeError("server did not start")
+
+    def stop(self, sig=signal.SIGTERM):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait(timeout=30)
+        rc = self.proc.returncode if self.proc else None
+        self.proc = None
+        return rc
+
+
+SRV = Server()
+
+
+def call(method, path, body=None, token=None, headers=None, raw=None):
+    """Returns (status, parsed JSON or None, raw body bytes)."""
+    url = f"http://127.0.0.1:{SRV.port}{path}"
+    data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+    req = urllib.request.Request(url, data=data, method=method)
+    if token:
+        req.add_header("Authorization", f"Bearer {token}")
+    if data is not None:
+        req.add_header("Content-Type", "application/json")
+    for k, v in (headers or {}).items():
+        req.add_header(k, v)
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            payload = r.read()
+            status = r.status
+    except urllib.error.HTTPError as e:
+        payload = e.read()
+        status = e.code
+    try:
+        parsed = json.loads(payload) if payload else None
+    except ValueError:
+        parsed = None
+    return status, parsed, payload
+
+
+def over_limit(token):
+    """A POST announcing a 2 MiB body: the status line the server answers with
+    before any of the body is sent."""
+    import socket
+    with socket.create_connection(("127.0.0.1", SRV.port), timeout=30) as sock:
+        sock.sendall(b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+                     + token.encode() + b"\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 2097152\r\n\r\n")
+        data = b""
+        while b"\r\n" not in data:
+            chunk = sock.recv(4096)
+            if not chunk:
+                break
+            data += chunk
+    parts = data.split(b" ")
+    return int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else None
+
+
+def dump_store():
+    con = sqlite3.connect(os.path.join(DATA, "gpuorch.db"))
+    try:
+        return "\n".join(con.iterdump())
+    finally:
+        con.close()
+
+
+def main():
+    print("TAP version 13")
+    SRV.start()
+    token_path = os.path.join(DATA, "admin.token")
+    mode = os.stat(token_path).st_mode & 0o777
+    ok(mode == 0o600, "the admin token file is created with mode 0600", oct(mode))
+    admin = open(token_path).read().strip()
+
+    st, body, _ = call("GET", "/v1/health")
+    ok(st == 200 and body["status"] == "ok", "health answers without a token", body)
+    st, body, _ = call("GET", "/v1/jobs")
+    ok(st == 401 and body["error"]["code"] == "unauthorized", "no token: 401", body)
+    st, body, _ = call("GET", "/v1/jobs", token="gpo_" + "A" * 43)
+    ok(st == 401, "unknown token: 401", body)
+    st, body, _ = call("GET", "/v1/whoami", token=admin)
+    ok(st == 200 and body["name"] == "admin" and body["role"] == "admin", "whoami: admin", body)
+
+    job = {"command": ["/bin/echo", "hello"], "gpus": 1, "team": "research", "name": "first",
+           "time_limit_s": 600}
+    st, body, _ = call("POST", "/v1/jobs", job, token=admin)
+    ok(st == 201 and body["state"] == "PENDING", "submit: 201 and PENDING", body)
+    jid = body["id"] if st == 201 else 0
+    st, got, _ = call("GET", f"/v1/jobs/{jid}", token=admin)
+    ok(st == 200 and got["id"] == jid and got["spec"]["command"] == ["/bin/echo", "hello"]
+       and got["spec"]["gpus"] == 1 and got["team"] == "research" and got["user"] == "admin"
+       and got["submitted_at"].endswith("Z"),
+       "the job reads back as submitted, times in RFC 3339 UTC", got)
+    st, lst, _ = call("GET", "/v1/jobs?state=PENDING", token=admin)
+    ok(st == 200 and [j["id"] for j in lst["jobs"]] == [jid], "list by state finds it", lst)
+
+    # Idempotency: the same key twice makes one job.
+    key = {"Idempotency-Key": "retry-1"}
+    st1, b1, _ = call("POST", "/v1/jobs", job, token=admin, headers=key)
+    st2, b2, _ = call("POST", "/v1/jobs", job, token=admin, headers=key)
+    ok(st1 == 201 and st2 == 200 and b1["id"] == b2["id"],
+       "a retried submit with the same Idempotency-Key answers with the first job",
+       f"{st1} {b1} / {st2} {b2}")
+    st, lst, _ = call("GET", "/v1/jobs", token=admin)
+    ok(st == 200 and len(lst["jobs"]) == 2, "and there are two jobs, not three", lst)
+
+    # Arrays: one submission, N jobs.
+    st, body, _ = call("POST", "/v1/jobs", dict(job, array="0-3%2"), token=admin)
+    ok(st == 201 and len(body.get("array_jobs", [])) == 4 and body["array_index"] == 0,
+       "an array submission makes its four tasks", body)
+
+    # The bad-input matrix: each case a 4xx naming the problem, the store unchanged.
+    before = dump_store()
+    cases = [
+        ("unknown field", dict(job, gpu=1), 400, "gpu"),
+        ("wrong type", dict(job, gpus="two"), 400, "gpus"),
+        ("out of range", dict(job, gpus=5000), 400, "gpus"),
+        ("negative", dict(job, cpus=-1), 400, "cpus"),
+        ("bad fraction", dict(job, gpus=0.3333), 400, "gpus"),
+        ("no command", {"gpus": 1, "team": "research"}, 400, "command"),
+        ("bad array", dict(job, array="5-3"), 400, "array"),
+        ("unknown dependency", dict(job, dependencies=[{"type": "afterok", "job": 999999}]), 400,
+         "dependencies"),
+        ("bad env name", dict(job, env={"1X": "y"}), 400, "env"),
+    ]
+    for name, body_in, want, needle in cases:
+        st, body, raw = call("POST", "/v1/jobs", body_in, token=admin)
+        msg = body["error"]["message"] if body and "error" in body else raw
+        ok(st == want and needle in str(msg), f"bad input ({name}): {want} naming '{needle}'",
+           f"{st} {raw!r}")
+    raw_cases = [
+        ("invalid JSON", b'{"gpus": 1,', 400),
+        ("invalid UTF-8", b'{"name": "\xff", "command": ["x"], "team": "r"}', 400),
+        ("duplicate key", b'{"gpus": 1, "gpus": 2, "command": ["x"], "team": "r"}', 400),
+        ("not an object", b'[1, 2]', 400),
+        ("empty body", b'', 400),
+    ]
+    for name, raw_in, want in raw_cases:
+        try:
+            st, body, raw = call("POST", "/v1/jobs", token=admin, raw=raw_in)
+        except (ConnectionError, urllib.error.URLError) as e:
+            st, raw = None, repr(e)
+        ok(st == want, f"bad input ({name}): {want}", f"{st} {raw!r}"[:300])
+    st = over_limit(admin)
+    ok(st == 413, "bad input (body over the limit): 413, answered before the body is read", st)
+    st, body, _ = call("POST", "/v1/jobs", job, token=admin, headers={"Idempotency-Key": " "})
+    ok(st == 400, "bad Idempotency-Key: 400", body)
+    st, body, _ = call("GET", "/v1/jobs?colour=red", token=admin)
+    ok(st == 400 and "colour" in body["error"]["message"], "unknown query parameter: 400", body)
+    st, body, _ = call("GET", "/v1/jobs/abc", token=admin)
+    ok(st == 400, "non-numeric job id: 400", body)
+    st, body, _ = call("GET", "/v1/jobs/999999", token=admin)
+    ok(st == 404, "unknown job: 404", body)
+    after = dump_store()
+    ok(before == after, "after every bad input the store is unchanged (same SQL dump)")
+
+    # Cancel.
+    st, body, _ = call("POST", f"/v1/jobs/{jid}/cancel", token=admin)
+    ok(st == 200 and body["state"] == "CANCELLED", "cancel a pending job: CANCELLED", body)
+    st, body, _ = call("POST", f"/v1/jobs/{jid}/cancel", token=admin)
+    ok(st == 409, "cancel it again: 409", body)
+
+    # A clean restart keeps everything.
+    st, lst_before, _ = call("GET", "/v1/jobs", token=admin)
+    rc = SRV.stop()
+    ok(rc == 0, "SIGTERM stops the server cleanly (exit 0)", rc)
+    SRV.start()
+    st, lst_after, _ = call("GET", "/v1/jobs", token=admin)
+    ok(st == 200 and lst_after == lst_before, "after a restart the jobs read back the same",
+       f"{lst_before}\n{lst_after}")
+
+    kill9_under_load(admin)
+
+    rc = SRV.stop()
+    ok(rc == 0, "the server stops cleanly at the end", rc)
+
+
+def kill9_under_load(admin):
+    """kill -9 while 1,000 submissions are in flight from 8 clients; every 201
+    is there exactly once after a restart."""
+    clients, per = 8, 125
+    accepted = {}  # key -> id, for every 201
+    lock = threading.Lock()
+    started = threading.Event()
+    job = {"command": ["/bin/true"], "gpus": 0.25, "team": "load"}
+
+    def client(c):
+        for i in range(per):
+            key = f"load-{c}-{i}"
+            try:
+                st, body, _ = call("POST", "/v1/jobs", job, token=admin,
+                                   headers={"Idempotency-Key": key})
+            except Exception:  # the controller died under us: expected
+                return
+            if st == 201:
+                with lock:
+                    accepted[key] = body["id"]
+                    if len(accepted) >= 200:
+                        started.set()
+
+    threads = [threading.Thread(target=client, args=(c,)) for c in range(clients)]
+    for t in threads:
+        t.start()
+    started.wait(timeout=120)
+    SRV.proc.send_signal(signal.SIGKILL)
+    SRV.proc.wait()
+    SRV.proc = None
+    for t in threads:
+        t.join()
+    ok(200 <= len(accepted) < clients * per,
+       f"kill -9 landed mid-load ({len(accepted)} of {clients * per} acknowledged)")
+    SRV.start()
+    missing = []
+    for key, jid in accepted.items():
+        st, body, _ = call("GET", f"/v1/jobs/{jid}", token=admin)
+        if st != 200:
+            missing.append((key, jid, st))
+    ok(not missing, "every acknowledged job is there after the restart", missing[:5])
+    # Retrying every key: acknowledged ones answer with their job, the others
+    # are made now; each key names exactly one job.
+    ids = {}
+    bad = []
+    for c in range(clients):
+        for i in range(per):
+            key = f"load-{c}-{i}"
+            st, body, _ = call("POST", "/v1/jobs", job, token=admin,
+                               headers={"Idempotency-Key": key})
+            if st not in (200, 201) or (key in accepted and body["id"] != accepted[key]):
+                bad.append((key, st, body))
+            else:
+                ids[key] = body["id"]
+    ok(not bad, "a retry of an acknowledged key returns its job, never a second one", bad[:5])
+    ok(len(set(ids.values())) == clients * per, "each of the 1,000 keys has its own job",
+       len(set(ids.values())))
+    jobs = []
+    after = 0
+    while True:
+        st, lst, _ = call("GET", f"/v1/jobs?team=load&limit=1000&after={after}", token=admin)
+        jobs += lst["jobs"]
+        if lst["next_after"] is None:
+            break
+        after = lst["next_after"]
+    ok(len(jobs) == clients * per and sorted(j["id"] for j in jobs) == sorted(ids.values()),
+       "team 'load' holds exactly those 1,000 jobs: none lost, none twice", len(jobs))
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except Exception as e:  # a crash is a failure, with the reason
+        ok(False, "the test ran to its end", repr(e))
+    finally:
+        if SRV.proc:
+            SRV.stop(signal.SIGKILL)
+        shutil.rmtree(TMP, ignore_errors=True)
+    print(f"1..{n}")
+    sys.exit(1 if failed else 0)
