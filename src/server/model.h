@@ -1,0 +1,390 @@
+/*
+ * model.h - the cluster as configured (pools, priority classes, teams, users,
+ * nodes), its JSON form, and its translation into the scheduler core's types.
+ *
+ * Pure: no I/O, no clock, no threads. The controller keeps one struct model
+ * in memory and in the store (as each object's JSON), changes it through the
+ * REST API and node registration, and before each pass builds the core's
+ * view with model_build_cluster.
+ *
+ * Names: pools, classes, teams and users have a name of 1 to 63 bytes of
+ * a-z, 0-9, '-', '_' and '.', starting with a letter or digit (they appear in
+ * URLs and metric labels as they are). Nodes have a host name (labels of
+ * letters, digits and '-' joined by '.', at most 253 bytes). GPU types
+ * ("H100-80GB") are 1 to 63 bytes of letters, digits, '-', '_' and '.',
+ * starting with a letter or digit. Names are unique per kind.
+ *
+ * Ids: every object carries an `id` the server assigns (uint32, >= 1, stable
+ * forever, never reused): it keys the scheduler's fair-share state, so a
+ * renamed-and-recreated team does not inherit an old team's usage. Users never
+ * send it: in the API form (flags 0) "id" is refused as an unknown field and
+ * a decoded object has id 0; in the stored form (MODEL_STORED) it is required.
+ * GPU types have no object: their ids come from a name -> id table the model
+ * keeps (see model_type_id_get).
+ *
+ * GPU amounts: JSON numbers of GPUs with at most three decimals (0.25), held
+ * as milli-GPU (250); -1 where the field says so means "no limit".
+ *
+ * Errors: functions return 0 or a negative GPO_* code (core/err.h):
+ * GPO_EINVAL for input that breaks a rule, GPO_EEXIST / GPO_ENOTFOUND for a
+ * name that is / is not there, GPO_ELIMIT over a size cap, GPO_ENOMEM. Where a
+ * function takes `err` (errlen bytes, may be NULL) it receives one line fit
+ * for a 400 response, naming the field:
+ *     field 'quotas[1].pool': 'GPU A' is not a valid name (...)
+ *     missing required field 'team' (role 'member' needs a team)
+ * Out-parameters are set only on success; on failure the inputs (the model
+ * included) are unchanged.
+ *
+ * Ownership: every pointer inside a model_* object is malloc'd and owned by
+ * it; model_*_release frees them. Objects added to a struct model are taken
+ * by it.
+ */
+#ifndef GPUORCH_SERVER_MODEL_H
+#define GPUORCH_SERVER_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "core/model.h"
+#include "server/jobspec.h"
+#include "util/jsonv.h"
+
+#define MODEL_NAME_MAX       63   /* bytes of a pool, class, team, user or GPU type name */
+#define MODEL_HOST_MAX       253  /* bytes of a node name */
+#define MODEL_DESC_MAX       1024 /* bytes of a description */
+#define MODEL_UNIX_USER_MAX  32
+#define MODEL_UUID_MAX       96 /* NVML's UUID buffer */
+#define MODEL_QUOTAS_MAX     256
+#define MODEL_USERS_MAX      (1u << 20)
+#define MODEL_TYPE_IDS_MAX   4096    /* GPU types ever seen; the core takes 256 at a time */
+#define MODEL_GPUS_MAX       1000000 /* GPUs in one quota or limit */
+#define MODEL_WEIGHT_MAX     1000
+#define MODEL_ORDER_MAX      10000 /* a class's order is within -MAX..MAX */
+#define MODEL_MIG_SLICES_MAX 7
+#define MODEL_NODE_CPUS_MAX  (1u << 20)
+#define MODEL_NODE_MEM_MAX   (INT64_C(1) << 40) /* MiB */
+#define MODEL_GPU_MEM_MAX    (1u << 22)         /* MiB */
+
+enum model_flag {
+    MODEL_STORED = 1 << 0, /* the store's form: "id" required on decode, written by to_json */
+};
+
+struct model_pool {
+    uint32_t id;
+    char *name;
+    char *description; /* or NULL */
+};
+
+struct model_class {
+    uint32_t id;
+    char *name;
+    int64_t order;     /* -MODEL_ORDER_MAX..MODEL_ORDER_MAX; higher runs first */
+    bool may_preempt;  /* default false */
+    char *description; /* or NULL */
+};
+
+/* A team's share of one pool: of one GPU type, or (gpu_type NULL) of each
+ * type present in the pool, every type getting these same numbers; an entry
+ * naming the type wins over the pool-wide one for that type. */
+struct model_quota {
+    char *pool;
+    char *gpu_type; /* or NULL: each type in the pool */
+    int64_t guaranteed_milli;
+    int64_t borrow_limit_milli; /* -1: no limit (the default) */
+};
+
+struct model_team {
+    uint32_t id;
+    char *name;
+    uint32_t weight;            /* 1..MODEL_WEIGHT_MAX, default 1 */
+    int64_t borrow_limit_milli; /* where the team has no quota; -1: no limit (default) */
+    struct model_quota *quotas; /* at most MODEL_QUOTAS_MAX, (pool, gpu_type) unique */
+    size_t nquotas;
+};
+
+enum model_role {
+    MODEL_ROLE_ADMIN = 0,
+    MODEL_ROLE_MEMBER, /* the default */
+};
+
+struct model_user {
+    uint32_t id;
+    char *name;
+    char *unix_user; /* [a-z_][a-z0-9_-]*, at most 32 bytes: jobs run as this login */
+    char *team;      /* required for a member; optional for an admin (NULL) */
+    enum model_role role;
+};
+
+enum model_node_state {
+    MODEL_NODE_UP = 0, /* the default */
+    MODEL_NODE_DRAINING,
+    MODEL_NODE_DOWN,
+};
+
+struct model_gpu {
+    uint32_t index;        /* NVML's index on the node, 0..63, unique on the node */
+    char *uuid;            /* "GPU-" + 8-4-4-4-12 hex digits, or "MIG-..." */
+    char *gpu_type;        /* the same for every GPU of a node (the core's rule) */
+    uint32_t mem_mib;      /* 1..MODEL_GPU_MEM_MAX */
+    int64_t nvlink_domain; /* -1 (none, the default)..INT32_MAX */
+    uint32_t mig_slices;   /* 0..7; 0: no MIG */
+    bool mig_enabled;      /* needs mig_slices > 0 */
+};
+
+struct model_node {
+    uint32_t id;
+    char *name;
+    char *pool;
+    uint32_t cpus;   /* 1..MODEL_NODE_CPUS_MAX */
+    int64_t mem_mib; /* 1..MODEL_NODE_MEM_MAX */
+    enum model_node_state state;
+    struct model_gpu *gpus; /* at most SCHED_MAX_GPUS_PER_NODE */
+    size_t ngpus;
+};
+
+/* Whether s is a valid name of its kind, as described at the top. NULL: false. */
+bool model_name_valid(const char *s);
+bool model_gpu_type_valid(const char *s);
+bool model_host_valid(const char *s);
+bool model_unix_user_valid(const char *s);
+
+/*
+ * Per kind (pool, class, team, user, node):
+ *
+ * model_X_decode: fills *ret from `obj` (borrowed) in the API form (flags 0)
+ * or the stored form (MODEL_STORED), defaults set for absent fields, then
+ * checks it with model_X_check. On success *ret is overwritten (not freed:
+ * release what it held first) and the caller releases it with
+ * model_X_release. 0, GPO_EINVAL with the message, or GPO_ENOMEM.
+ *
+ * model_X_check: every rule on an object built by hand (ranges, name shapes,
+ * unique quotas and GPUs, a member's team), with the message decode gives.
+ * Ids are not checked (0 is fine here). 0 or GPO_EINVAL.
+ *
+ * model_X_to_json: a new object (caller json_decref's) with every field,
+ * defaults included, and "id" when flags has MODEL_STORED; NULL when out of
+ * memory. model_X_decode(model_X_to_json(x, f), f) gives x back.
+ *
+ * model_X_release: frees what the object owns and zeroes it; NULL is fine,
+ * and so is a zeroed or half-built object.
+ */
+int model_pool_decode(const json_t *obj, unsigned flags, struct model_pool *ret, char *err,
+                      size_t errlen);
+int model_pool_check(const struct model_pool *pool, char *err, size_t errlen);
+json_t *model_pool_to_json(const struct model_pool *pool, unsigned flags);
+void model_pool_release(struct model_pool *pool);
+
+int model_class_decode(const json_t *obj, unsigned flags, struct model_class *ret, char *err,
+                       size_t errlen);
+int model_class_check(const struct model_class *cls, char *err, size_t errlen);
+json_t *model_class_to_json(const struct model_class *cls, unsigned flags);
+void model_class_release(struct model_class *cls);
+
+int model_team_decode(const json_t *obj, unsigned flags, struct model_team *ret, char *err,
+                      size_t errlen);
+int model_team_check(const struct model_team *team, char *err, size_t errlen);
+json_t *model_team_to_json(const struct model_team *team, unsigned flags);
+void model_team_release(struct model_team *team);
+
+int model_user_decode(const json_t *obj, unsigned flags, struct model_user *ret, char *err,
+                      size_t errlen);
+int model_user_check(const struct model_user *user, char *err, size_t errlen);
+json_t *model_user_to_json(const struct model_user *user, unsigned flags);
+void model_user_release(struct model_user *user);
+
+int model_node_decode(const json_t *obj, unsigned flags, struct model_node *ret, char *err,
+                      size_t errlen);
+int model_node_check(const struct model_node *node, char *err, size_t errlen);
+json_t *model_node_to_json(const struct model_node *node, unsigned flags);
+void model_node_release(struct model_node *node);
+
+/* "up", "draining", "down"; "admin", "member" ("unknown" out of range). */
+const char *model_node_state_name(enum model_node_state state);
+const char *model_role_name(enum model_role role);
+
+/* One entry of the GPU type id table. */
+struct model_type_id {
+    char *name;
+    uint32_t id;
+};
+
+/*
+ * The configuration. Read the arrays freely (each sorted by name, so listings
+ * come out in name order); change them only through the functions below. A
+ * zeroed struct is an empty model. Pointers into an array stay valid until the
+ * next change of that kind.
+ *
+ * GPU type ids: a type gets the next id (the highest ever given + 1, from 1)
+ * the first time a node with it is added or replaced, and keeps it when every
+ * node of that type goes away, so its fair-share state survives a node's
+ * absence. The table only grows: a server that persists it writes the entries
+ * it has not written yet (after a node add or replace, compare ntype_ids), and
+ * restores it with model_type_id_set before adding any node.
+ */
+struct model {
+    struct model_pool *pools;
+    size_t npools, pools_cap;
+    struct model_class *classes;
+    size_t nclasses, classes_cap;
+    struct model_team *teams;
+    size_t nteams, teams_cap;
+    struct model_user *users;
+    size_t nusers, users_cap;
+    struct model_node *nodes;
+    size_t nnodes, nodes_cap;
+    struct model_type_id *type_ids; /* sorted by name */
+    size_t ntype_ids, type_ids_cap;
+};
+
+void model_init(struct model *m);
+/* Frees every object and the table; the model is empty afterwards. NULL is fine. */
+void model_release(struct model *m);
+
+/*
+ * Per kind (pool, class, team, user, node):
+ *
+ * model_X_add: takes *item (its contents move into the model and *item is
+ * zeroed) if it passes model_X_check, has an id (not 0) and its name is new.
+ * 0; GPO_EINVAL (the message), GPO_EEXIST ("pool 'a' already exists"),
+ * GPO_ELIMIT (more than the core takes: SCHED_MAX_POOLS, SCHED_MAX_CLASSES,
+ * SCHED_MAX_TEAMS, MODEL_USERS_MAX, SCHED_MAX_NODES; or a new GPU type with
+ * the type table full) or GPO_ENOMEM, *item untouched. A node's GPU type gets
+ * its id here when new.
+ *
+ * model_X_replace: the same, for the object of that name, which must exist
+ * (GPO_ENOTFOUND). The id stays the stored one: item->id must be 0 or equal
+ * to it (GPO_EINVAL). The old object is released.
+ *
+ * model_X_remove: releases and removes the object of that name; 0 or
+ * GPO_ENOTFOUND. What refers to it is the caller's business (see
+ * model_check_refs).
+ *
+ * model_X_get: the object of that name (borrowed), or NULL if there is none.
+ */
+int model_pool_add(struct model *m, struct model_pool *item, char *err, size_t errlen);
+int model_pool_replace(struct model *m, struct model_pool *item, char *err, size_t errlen);
+int model_pool_remove(struct model *m, const char *name);
+const struct model_pool *model_pool_get(const struct model *m, const char *name);
+
+int model_class_add(struct model *m, struct model_class *item, char *err, size_t errlen);
+int model_class_replace(struct model *m, struct model_class *item, char *err, size_t errlen);
+int model_class_remove(struct model *m, const char *name);
+const struct model_class *model_class_get(const struct model *m, const char *name);
+
+int model_team_add(struct model *m, struct model_team *item, char *err, size_t errlen);
+int model_team_replace(struct model *m, struct model_team *item, char *err, size_t errlen);
+int model_team_remove(struct model *m, const char *name);
+const struct model_team *model_team_get(const struct model *m, const char *name);
+
+int model_user_add(struct model *m, struct model_user *item, char *err, size_t errlen);
+int model_user_replace(struct model *m, struct model_user *item, char *err, size_t errlen);
+int model_user_remove(struct model *m, const char *name);
+const struct model_user *model_user_get(const struct model *m, const char *name);
+
+int model_node_add(struct model *m, struct model_node *item, char *err, size_t errlen);
+int model_node_replace(struct model *m, struct model_node *item, char *err, size_t errlen);
+int model_node_remove(struct model *m, const char *name);
+const struct model_node *model_node_get(const struct model *m, const char *name);
+
+/* The table entry of a GPU type (borrowed), or NULL if no node ever had it. */
+const struct model_type_id *model_type_id_get(const struct model *m, const char *gpu_type);
+
+/*
+ * Restores one entry of the table. 0 (also when the same entry is there);
+ * GPO_EINVAL for a bad type name or id 0; GPO_EEXIST when the type has
+ * another id or the id another type; GPO_ELIMIT (table full); GPO_ENOMEM.
+ */
+int model_type_id_set(struct model *m, const char *gpu_type, uint32_t id, char *err, size_t errlen);
+
+/*
+ * The first reference that names nothing, in name order: a team's quota of
+ * an unknown pool, a user of an unknown team, a node in an unknown pool.
+ * 0, or GPO_EINVAL with e.g. "team 'vision': quotas[1]: unknown pool 'gpu-a'".
+ */
+int model_check_refs(const struct model *m, char *err, size_t errlen);
+
+/*
+ * The core's view of a model. `c` points into the arrays below, which (and
+ * every string they point to) the struct owns: it stays valid whatever
+ * happens to the model afterwards. Core indices:
+ *  - pools, teams, classes, nodes: the model's order (by name);
+ *  - gpu_types: the types the nodes' GPUs have now, by name, with their ids
+ *    from the table;
+ *  - gpus: node by node, each node's in its stored order.
+ * Quotas are expanded: a pool-wide entry becomes one per type present in the
+ * pool (skipping types the team names there), and an entry for a type that
+ * no node has now is left out (nothing can run there). Node states map to
+ * the core's (draining: nothing new starts; down: nothing runs).
+ */
+struct model_cluster {
+    struct sched_cluster c;
+    struct sched_node *nodes;
+    struct sched_gpu *gpus;
+    struct sched_pool *pools;
+    struct sched_gpu_type *gpu_types;
+    struct sched_team *teams;
+    struct sched_quota *quotas;
+    struct sched_prio_class *classes;
+    uint32_t *gpu_node;    /* [core GPU]: its core node */
+    uint32_t *gpu_index;   /* [core GPU]: its index on the node */
+    const char **gpu_uuid; /* [core GPU]: its UUID */
+    char *strings;         /* every name and UUID above */
+};
+
+/*
+ * Builds the core's view of `m` (borrowed). 0; GPO_EINVAL when a reference
+ * names nothing (model_check_refs's message) or the core refuses the result
+ * (sched_cluster_check's reason); GPO_ELIMIT (more than SCHED_MAX_GPU_TYPES
+ * types); GPO_ENOMEM. The caller frees *ret with model_cluster_release.
+ */
+int model_build_cluster(const struct model *m, struct model_cluster *ret, char *err, size_t errlen);
+
+/* Frees what the cluster owns and zeroes it; NULL and zeroed are fine. */
+void model_cluster_release(struct model_cluster *cl);
+
+/* The name of core node `node`, or NULL when out of range (borrowed). */
+const char *model_cluster_node_name(const struct model_cluster *cl, uint32_t node);
+
+/*
+ * A job's request for the core: team (spec->team, else `user_team`), class
+ * (spec->priority, else `default_class`), pool and GPU type (absent: SCHED_ANY)
+ * resolved to indices of `cl`, the sizes copied (time limit in ms). id,
+ * submit_ms, project and model are left 0 for the server to set. All
+ * arguments are borrowed; user_team and default_class may be NULL. 0, or
+ * GPO_EINVAL with "unknown pool 'gpu-a'", "unknown GPU type 'A100' (known:
+ * H100-80GB)", "unknown team 'x'", "unknown priority class 'x' (known: ...)",
+ * or "no team: ..." / "no priority class: ..." when neither source names one.
+ */
+int model_job_request(const struct model_cluster *cl, const struct jobspec *spec,
+                      const char *user_team, const char *default_class, struct sched_job *ret,
+                      char *err, size_t errlen);
+
+/* One GPU of an allocation, as the agent needs it. Strings borrowed from the
+ * cluster. */
+struct model_alloc_gpu {
+    const char *node;
+    const char *uuid;
+    uint32_t index; /* on the node */
+    uint32_t milli;
+    uint32_t mem_mib;
+};
+
+/*
+ * The GPUs of `alloc` (its shares, in order): *ret_gpus is a new array
+ * (caller frees with free(); non-NULL even when empty) of *ret_n entries.
+ * 0; GPO_EINVAL for a share whose GPU index is out of range; GPO_ENOMEM.
+ */
+int model_alloc_gpus(const struct model_cluster *cl, const struct sched_alloc *alloc,
+                     struct model_alloc_gpu **ret_gpus, size_t *ret_n);
+
+/* Internal to model.c and modeljson.c: a message into the caller's buffer
+ * (cut at a character boundary) returning rc; user text fit to quote in one
+ * (see jsonv_quote). */
+int model_fail(char *err, size_t errlen, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+const char *model_quote(const char *s, char buf[JSONV_QUOTE_MAX + 4]);
+
+#endif

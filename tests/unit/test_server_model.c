@@ -1,0 +1,929 @@
+/* test_server_model.c - the configured cluster: each kind decoded with its
+ * defaults, every class of bad field with its exact message (table-driven),
+ * the id flag, round trips through JSON text, hand-built objects checked, the
+ * model's sets and references, the core cluster built from a two-pool,
+ * three-node model field by field (quotas expanded, type ids stable), job
+ * requests resolved, and allocations turned into GPU UUIDs. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "core/err.h"
+#include "core/model.h"
+#include "server/model.h"
+#include "util/banned.h"
+
+#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+enum kind { POOL, CLASS, TEAM, USER, NODE };
+
+union object {
+    struct model_pool pool;
+    struct model_class cls;
+    struct model_team team;
+    struct model_user user;
+    struct model_node node;
+};
+
+static char err[512];
+
+/* Per kind, the functions under test on a union object. */
+#define OPS(T, member)                                                                             \
+    static int T##_dec(const json_t *j, unsigned f, union object *o)                               \
+    {                                                                                              \
+        return model_##T##_decode(j, f, &o->member, err, sizeof(err));                             \
+    }                                                                                              \
+    static json_t *T##_enc(const union object *o, unsigned f)                                      \
+    {                                                                                              \
+        return model_##T##_to_json(&o->member, f);                                                 \
+    }                                                                                              \
+    static void T##_rel(union object *o)                                                           \
+    {                                                                                              \
+        model_##T##_release(&o->member);                                                           \
+    }                                                                                              \
+    static int T##_add(struct model *m, union object *o)                                           \
+    {                                                                                              \
+        return model_##T##_add(m, &o->member, err, sizeof(err));                                   \
+    }
+OPS(pool, pool)
+OPS(class, cls)
+OPS(team, team)
+OPS(user, user)
+OPS(node, node)
+
+static const struct {
+    int (*decode)(const json_t *j, unsigned flags, union object *o);
+    json_t *(*to_json)(const union object *o, unsigned flags);
+    void (*release)(union object *o);
+    int (*add)(struct model *m, union object *o);
+} ops[] = {
+    [POOL] = {pool_dec, pool_enc, pool_rel, pool_add},
+    [CLASS] = {class_dec, class_enc, class_rel, class_add},
+    [TEAM] = {team_dec, team_enc, team_rel, team_add},
+    [USER] = {user_dec, user_enc, user_rel, user_add},
+    [NODE] = {node_dec, node_enc, node_rel, node_add},
+};
+
+/* JSON text with ' for " (no test value holds an apostrophe). */
+static json_t *parse(const char *text)
+{
+    char buf[8192];
+    size_t n = strlen(text);
+    assert_true(n < sizeof(buf));
+    for (size_t i = 0; i <= n; i++)
+        buf[i] = text[i] == '\'' ? '"' : text[i];
+    json_error_t je;
+    json_t *j = json_loads(buf, 0, &je);
+    if (!j)
+        fail_msg("bad test JSON (%s): %s", je.text, text);
+    return j;
+}
+
+static int decode(enum kind k, const json_t *j, unsigned flags, union object *o)
+{
+    memset(err, 'x', sizeof(err) - 1); /* a message must overwrite this */
+    err[sizeof(err) - 1] = '\0';
+    return ops[k].decode(j, flags, o);
+}
+
+static int decode_text(enum kind k, const char *text, unsigned flags, union object *o)
+{
+    json_t *j = parse(text);
+    int rc = decode(k, j, flags, o);
+    json_decref(j);
+    return rc;
+}
+
+static void release(enum kind k, union object *o)
+{
+    ops[k].release(o);
+}
+
+static void set_id(enum kind k, union object *o, uint32_t id)
+{
+    uint32_t *ids[] = {[POOL] = &o->pool.id,
+                       [CLASS] = &o->cls.id,
+                       [TEAM] = &o->team.id,
+                       [USER] = &o->user.id,
+                       [NODE] = &o->node.id};
+    *ids[k] = id;
+}
+
+static bool str_eq(const char *a, const char *b)
+{
+    return a == b || (a && b && strcmp(a, b) == 0);
+}
+
+static bool equal(enum kind k, const union object *a, const union object *b)
+{
+    switch (k) {
+    case POOL:
+        return a->pool.id == b->pool.id && str_eq(a->pool.name, b->pool.name) &&
+               str_eq(a->pool.description, b->pool.description);
+    case CLASS:
+        return a->cls.id == b->cls.id && str_eq(a->cls.name, b->cls.name) &&
+               a->cls.order == b->cls.order && a->cls.may_preempt == b->cls.may_preempt &&
+               str_eq(a->cls.description, b->cls.description);
+    case TEAM: {
+        const struct model_team *x = &a->team, *y = &b->team;
+        bool eq = x->id == y->id && str_eq(x->name, y->name) && x->weight == y->weight &&
+                  x->borrow_limit_milli == y->borrow_limit_milli && x->nquotas == y->nquotas;
+        for (size_t i = 0; eq && i < x->nquotas; i++)
+            eq = str_eq(x->quotas[i].pool, y->quotas[i].pool) &&
+                 str_eq(x->quotas[i].gpu_type, y->quotas[i].gpu_type) &&
+                 x->quotas[i].guaranteed_milli == y->quotas[i].guaranteed_milli &&
+                 x->quotas[i].borrow_limit_milli == y->quotas[i].borrow_limit_milli;
+        return eq;
+    }
+    case USER:
+        return a->user.id == b->user.id && str_eq(a->user.name, b->user.name) &&
+               str_eq(a->user.unix_user, b->user.unix_user) && str_eq(a->user.team, b->user.team) &&
+               a->user.role == b->user.role;
+    case NODE: {
+        const struct model_node *x = &a->node, *y = &b->node;
+        bool eq = x->id == y->id && str_eq(x->name, y->name) && str_eq(x->pool, y->pool) &&
+                  x->cpus == y->cpus && x->mem_mib == y->mem_mib && x->state == y->state &&
+                  x->ngpus == y->ngpus;
+        for (size_t i = 0; eq && i < x->ngpus; i++) {
+            const struct model_gpu *g = &x->gpus[i], *h = &y->gpus[i];
+            eq = g->index == h->index && str_eq(g->uuid, h->uuid) &&
+                 str_eq(g->gpu_type, h->gpu_type) && g->mem_mib == h->mem_mib &&
+                 g->nvlink_domain == h->nvlink_domain && g->mig_slices == h->mig_slices &&
+                 g->mig_enabled == h->mig_enabled;
+        }
+        return eq;
+    }
+    }
+    return false;
+}
+
+/* Decodes text (API form), checks it gives `want` field by field, releases it. */
+static void expect_decoded(enum kind k, const char *text, const union object *want)
+{
+    union object o = {0};
+    if (decode_text(k, text, 0, &o) != 0)
+        fail_msg("%s: %s", text, err);
+    if (!equal(k, &o, want)) {
+        json_t *j = ops[k].to_json(&o, MODEL_STORED);
+        char *got = json_dumps(j, JSON_COMPACT);
+        fail_msg("%s decoded to %s", text, got);
+    }
+    release(k, &o);
+}
+
+#define UUID(n) "GPU-00000000-0000-0000-0000-0000000000" #n
+#define GPU(idx, uuid, type, mem)                                                                  \
+    "{'index': " #idx ", 'uuid': '" uuid "', 'gpu_type': '" type "', 'mem_mib': " #mem "}"
+#define GPU0(extra)                                                                                \
+    "{'index': 0, 'uuid': '" UUID(01) "', 'gpu_type': 'H100', 'mem_mib': 1" extra "}"
+#define NODE_JSON(name, pool, gpus)                                                                \
+    "{'name': '" name "', 'pool': '" pool "', 'cpus': 64, 'mem_mib': 524288, 'gpus': [" gpus "]}"
+
+/* ---- decoding valid objects ---------------------------------------------- */
+
+static void test_every_kind_decodes_with_its_defaults(void **state)
+{
+    (void)state;
+    expect_decoded(POOL, "{'name': 'gpu-a'}", &(union object){.pool = {.name = "gpu-a"}});
+    expect_decoded(POOL, "{'name': 'a.b_c-1', 'description': ''}",
+                   &(union object){.pool = {.name = "a.b_c-1", .description = ""}});
+    expect_decoded(CLASS, "{'name': 'urgent', 'order': -10000}",
+                   &(union object){.cls = {.name = "urgent", .order = -10000}});
+    expect_decoded(USER, "{'name': 'ann', 'unix_user': 'ann_1', 'team': 'ml'}",
+                   &(union object){.user = {.name = "ann",
+                                            .unix_user = "ann_1",
+                                            .team = "ml",
+                                            .role = MODEL_ROLE_MEMBER}});
+    expect_decoded(USER, "{'name': 'root', 'unix_user': '_adm', 'role': 'admin'}",
+                   &(union object){.user = {.name = "root", .unix_user = "_adm"}});
+    expect_decoded(NODE, NODE_JSON("cpu1", "a", ""),
+                   &(union object){.node = {.name = "cpu1",
+                                            .pool = "a",
+                                            .cpus = 64,
+                                            .mem_mib = 524288,
+                                            .state = MODEL_NODE_UP}});
+    /* A GPU without nvlink_domain has none (-1); MIG instances have their own UUIDs. */
+    struct model_gpu gpus[] = {{0, UUID(01), "H100-80GB", 81920, -1, 0, false},
+                               {3, "MIG-GPU-abc/1/0", "H100-80GB", 81920, 2, 7, true}};
+    expect_decoded(
+        NODE,
+        "{'name': 'gpu-01.dc1.example.com', 'pool': 'a', 'cpus': 8, 'mem_mib': 65536, "
+        "'state': 'draining', 'gpus': [" GPU(
+            0, UUID(01), "H100-80GB",
+            81920) ", "
+                   "{'index': 3, 'uuid': 'MIG-GPU-abc/1/0', 'gpu_type': 'H100-80GB', 'mem_mib': "
+                   "81920, 'nvlink_domain': 2, 'mig_slices': 7, 'mig_enabled': true}]}",
+        &(union object){.node = {.name = "gpu-01.dc1.example.com",
+                                 .pool = "a",
+                                 .cpus = 8,
+                                 .mem_mib = 65536,
+                                 .state = MODEL_NODE_DRAINING,
+                                 .gpus = gpus,
+                                 .ngpus = 2}});
+}
+
+static void test_team_decodes_gpus_as_milli_with_defaults(void **state)
+{
+    (void)state;
+    /* GPUs with three decimals become milli-GPU; borrow limits default to -1. */
+    struct model_quota q[] = {
+        {"a", NULL, 250, -1}, {"a", "H100-80GB", 8000, 1500}, {"b", NULL, 1, -1}};
+    expect_decoded(
+        TEAM,
+        "{'name': 'ml', 'quotas': [{'pool': 'a', 'guaranteed': 0.25}, {'pool': 'a', "
+        "'gpu_type': 'H100-80GB', 'guaranteed': 8, 'borrow_limit': 1.5}, {'pool': 'b', "
+        "'guaranteed': 0.001, 'borrow_limit': -1}]}",
+        &(union object){
+            .team = {
+                .name = "ml", .weight = 1, .borrow_limit_milli = -1, .quotas = q, .nquotas = 3}});
+    expect_decoded(TEAM, "{'name': 'cv', 'weight': 1000, 'borrow_limit': 0}",
+                   &(union object){.team = {.name = "cv", .weight = 1000}});
+    expect_decoded(
+        TEAM, "{'name': 'cv', 'borrow_limit': 2.5, 'quotas': []}",
+        &(union object){.team = {.name = "cv", .weight = 1, .borrow_limit_milli = 2500}});
+}
+
+/* ---- every error, with its message --------------------------------------- */
+
+#define NAME_RULE "(1 to 63 bytes of a-z, 0-9, '-', '_' and '.', starting with a letter or digit)"
+#define HOST_RULE                                                                                  \
+    "(labels of 1 to 63 letters, digits and '-' (not at either end) joined by '.', at most 253 "   \
+    "bytes)"
+#define LOGIN_RULE "([a-z_][a-z0-9_-]*, at most 32 bytes)"
+
+struct bad_case {
+    enum kind kind;
+    unsigned flags;
+    const char *json;
+    const char *msg;
+};
+
+static const struct bad_case bad_cases[] = {
+    {POOL, 0, "[]", "expected an object, got an array"},
+    {POOL, 0, "{}", "missing required field 'name'"},
+    {POOL, 0, "{'name': 'Gpu-A'}", "field 'name': 'Gpu-A' is not a valid name " NAME_RULE},
+    {POOL, 0, "{'name': '-a'}", "field 'name': '-a' is not a valid name " NAME_RULE},
+    {POOL, 0, "{'name': 5}", "field 'name': expected a string, got an integer"},
+    {POOL, 0, "{'name': 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa'}",
+     "field 'name': length 64 is out of range 1..63 bytes"},
+    {POOL, 0, "{'name': 'a', 'descriptio': 'x'}",
+     "unknown field 'descriptio' (did you mean 'description'?)"},
+    {POOL, 0, "{'id': 3, 'name': 'a'}", "unknown field 'id'"},
+    {POOL, MODEL_STORED, "{'name': 'a'}", "missing required field 'id'"},
+    {POOL, MODEL_STORED, "{'id': 0, 'name': 'a'}", "field 'id': 0 is out of range 1..4294967295"},
+    {CLASS, 0, "{'name': 'hi'}", "missing required field 'order'"},
+    {CLASS, 0, "{'name': 'hi', 'order': 10001}",
+     "field 'order': 10001 is out of range -10000..10000"},
+    {CLASS, 0, "{'name': 'hi', 'order': 1, 'may_preempt': 'yes'}",
+     "field 'may_preempt': expected a boolean, got a string"},
+    {TEAM, 0, "{'name': 't', 'weight': 0}", "field 'weight': 0 is out of range 1..1000"},
+    {TEAM, 0, "{'name': 't', 'weight': 1001}", "field 'weight': 1001 is out of range 1..1000"},
+    {TEAM, 0, "{'name': 't', 'borrow_limit': -0.5}",
+     "field 'borrow_limit': -0.5 is neither -1 (no limit) nor >= 0"},
+    {TEAM, 0, "{'name': 't', 'borrow_limit': -2}",
+     "field 'borrow_limit': -2 is out of range -1..1e+06"},
+    {TEAM, 0, "{'name': 't', 'borrow_limit': '4'}",
+     "field 'borrow_limit': expected a number, got a string"},
+    {TEAM, 0, "{'name': 't', 'quotas': {}}",
+     "field 'quotas': expected an array of objects, got an object"},
+    {TEAM, 0, "{'name': 't', 'quotas': [{'pool': 'a', 'guaranteed': 0.0005}]}",
+     "field 'quotas[0].guaranteed': 0.0005 has more than 3 decimals (GPUs count in thousandths)"},
+    {TEAM, 0, "{'name': 't', 'quotas': [{'pool': 'a'}]}",
+     "missing required field 'quotas[0].guaranteed'"},
+    {TEAM, 0, "{'name': 't', 'quotas': [{'guaranteed': 1}]}",
+     "missing required field 'quotas[0].pool'"},
+    {TEAM, 0,
+     "{'name': 't', 'quotas': [{'pool': 'a', 'guaranteed': 1}, {'pool': 'GPU A', 'guaranteed': "
+     "1}]}",
+     "field 'quotas[1].pool': 'GPU A' is not a valid name " NAME_RULE},
+    {TEAM, 0, "{'name': 't', 'quotas': [{'pool': 'a', 'gpu_type': 'H100 80GB', 'guaranteed': 1}]}",
+     "field 'quotas[0].gpu_type': 'H100 80GB' is not a valid GPU type (1 to 63 bytes of letters, "
+     "digits, '-', '_' and '.', starting with a letter or digit)"},
+    {TEAM, 0,
+     "{'name': 't', 'quotas': [{'pool': 'a', 'guaranteed': 1}, {'pool': 'a', 'guaranteed': 2}]}",
+     "field 'quotas[1]': a second quota for pool 'a' and any GPU type (the first is quotas[0])"},
+    {TEAM, 0,
+     "{'name': 't', 'quotas': [{'pool': 'a', 'gpu_type': 'H100', 'guaranteed': 1}, {'pool': 'a', "
+     "'guaranteed': 1}, {'pool': 'a', 'gpu_type': 'H100', 'guaranteed': 2}]}",
+     "field 'quotas[2]': a second quota for pool 'a' and GPU type 'H100' (the first is quotas[0])"},
+    {TEAM, 0, "{'name': 't', 'quotas': [{'pool': 'a', 'guaranteed': 1, 'borrow_limit': -0.5}]}",
+     "field 'quotas[0].borrow_limit': -0.5 is neither -1 (no limit) nor >= 0"},
+    {TEAM, 0, "{'name': 't', 'quotas': [{'pool': 'a', 'guaranteed': -1}]}",
+     "field 'quotas[0].guaranteed': -1 is out of range 0..1e+06"},
+    {USER, 0, "{'name': 'bob', 'unix_user': 'Bob', 'team': 'ml'}",
+     "field 'unix_user': 'Bob' is not a valid Unix login name " LOGIN_RULE},
+    {USER, 0, "{'name': 'bob', 'unix_user': '1bob', 'team': 'ml'}",
+     "field 'unix_user': '1bob' is not a valid Unix login name " LOGIN_RULE},
+    {USER, 0, "{'name': 'bob', 'unix_user': 'bob'}",
+     "missing required field 'team' (role 'member' needs a team)"},
+    {USER, 0, "{'name': 'bob', 'unix_user': 'bob', 'role': 'root'}",
+     "field 'role': 'root' is not one of admin, member"},
+    {USER, 0, "{'name': 'bob', 'team': 'ml'}", "missing required field 'unix_user'"},
+    {USER, 0, "{'name': 'bob', 'unix_user': 'bob', 'team': 'M L'}",
+     "field 'team': 'M L' is not a valid name " NAME_RULE},
+    {NODE, 0, NODE_JSON("-bad", "a", ""),
+     "field 'name': '-bad' is not a valid host name " HOST_RULE},
+    {NODE, 0, NODE_JSON("a..b", "a", ""),
+     "field 'name': 'a..b' is not a valid host name " HOST_RULE},
+    {NODE, 0, "{'name': 'n', 'pool': 'a', 'cpus': 0, 'mem_mib': 1}",
+     "field 'cpus': 0 is out of range 1..1048576"},
+    {NODE, 0, "{'name': 'n', 'pool': 'a', 'cpus': 1, 'mem_mib': 1, 'state': 'up?'}",
+     "field 'state': 'up?' is not one of up, draining, down"},
+    {NODE, 0, "{'name': 'n', 'pool': 'a', 'cpus': 1}", "missing required field 'mem_mib'"},
+    {NODE, 0, NODE_JSON("n", "a", GPU(0, "GPU-1234", "H100", 1)),
+     "field 'gpus[0].uuid': 'GPU-1234' is not a valid GPU UUID ('GPU-' and 8-4-4-4-12 hex digits, "
+     "or 'MIG-' and its instance id)"},
+    {NODE, 0, NODE_JSON("n", "a", GPU(0, UUID(01), "H100", 1) "," GPU(1, UUID(02), "A100", 1)),
+     "field 'gpus[1].gpu_type': 'A100' differs from gpus[0]'s 'H100' (a node's GPUs are of one "
+     "type)"},
+    {NODE, 0, NODE_JSON("n", "a", GPU(0, UUID(01), "H100", 1) "," GPU(0, UUID(02), "H100", 1)),
+     "field 'gpus[1].index': 0 is also gpus[0]'s"},
+    {NODE, 0, NODE_JSON("n", "a", GPU(0, UUID(01), "H100", 1) "," GPU(1, UUID(01), "H100", 1)),
+     "field 'gpus[1].uuid': '" UUID(01) "' is also gpus[0]'s"},
+    {NODE, 0, NODE_JSON("n", "a", GPU(64, UUID(01), "H100", 1)),
+     "field 'gpus[0].index': 64 is out of range 0..63"},
+    {NODE, 0, NODE_JSON("n", "a", GPU0(", 'mig_enabled': true")),
+     "field 'gpus[0].mig_enabled': MIG is on but mig_slices is 0"},
+    {NODE, 0, NODE_JSON("n", "a", GPU0(", 'mig_slices': 8")),
+     "field 'gpus[0].mig_slices': 8 is out of range 0..7"},
+    {NODE, 0, NODE_JSON("n", "a", GPU0(", 'nvlink_domain': -2")),
+     "field 'gpus[0].nvlink_domain': -2 is out of range -1..2147483647"},
+    {NODE, 0, NODE_JSON("n", "a", "{'index': 0, 'uuid': '" UUID(01) "', 'gpu_type': 'H'}"),
+     "missing required field 'gpus[0].mem_mib'"},
+};
+
+static void test_decode_errors_name_the_field(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < ARRAY_LEN(bad_cases); i++) {
+        const struct bad_case *c = &bad_cases[i];
+        union object o;
+        memset(&o, 0xA5, sizeof(o)); /* must stay untouched */
+        union object before = o;
+        int rc = decode_text(c->kind, c->json, c->flags, &o);
+        if (rc != GPO_EINVAL || strcmp(err, c->msg) != 0)
+            fail_msg("case %zu (%s): rc %d, message\n  got  '%s'\n  want '%s'", i, c->json, rc, err,
+                     c->msg);
+        assert_memory_equal(&o, &before, sizeof(o));
+    }
+}
+
+static void test_too_many_quotas_and_gpus_are_refused(void **state)
+{
+    (void)state;
+    json_t *team = json_pack("{s:s, s:[]}", "name", "t", "quotas");
+    json_t *node = parse(NODE_JSON("n", "a", ""));
+    for (int i = 0; i < 257; i++) {
+        char pool[16], uuid[64];
+        snprintf(pool, sizeof(pool), "p%d", i);
+        json_array_append_new(json_object_get(team, "quotas"),
+                              json_pack("{s:s, s:i}", "pool", pool, "guaranteed", 1));
+        snprintf(uuid, sizeof(uuid), "GPU-00000000-0000-0000-0000-%012d", i);
+        if (i <= 64)
+            json_array_append_new(json_object_get(node, "gpus"),
+                                  json_pack("{s:i, s:s, s:s, s:i}", "index", i % 64, "uuid", uuid,
+                                            "gpu_type", "H100", "mem_mib", 1));
+    }
+    union object o = {0};
+    assert_int_equal(decode(TEAM, team, 0, &o), GPO_EINVAL);
+    assert_string_equal(err, "field 'quotas': 257 items, at most 256 allowed");
+    assert_int_equal(decode(NODE, node, 0, &o), GPO_EINVAL);
+    assert_string_equal(err, "field 'gpus': 65 items, at most 64 allowed");
+    json_array_remove(json_object_get(team, "quotas"), 256);
+    assert_int_equal(decode(TEAM, team, 0, &o), 0);
+    assert_int_equal(o.team.nquotas, 256);
+    release(TEAM, &o);
+    assert_int_equal(decode(TEAM, team, 1u << 5, &o), GPO_EINVAL); /* unknown flag */
+    json_decref(team);
+    json_decref(node);
+}
+
+/* ---- round trips ----------------------------------------------------------- */
+
+static const struct {
+    enum kind kind;
+    const char *json;
+} samples[] = {
+    {POOL, "{'name': 'a', 'description': 'H100 nodes, \\u00e9t\\u00e9'}"},
+    {POOL, "{'name': 'b'}"},
+    {CLASS, "{'name': 'urgent', 'order': 100, 'may_preempt': true, 'description': 'x'}"},
+    {TEAM, "{'name': 'ml', 'weight': 3, 'borrow_limit': 0.125, 'quotas': [{'pool': 'a', "
+           "'guaranteed': 0.1}, {'pool': 'a', 'gpu_type': 'H100-80GB', 'guaranteed': 1000000, "
+           "'borrow_limit': 2.999}]}"},
+    {USER, "{'name': 'ann', 'unix_user': 'ann', 'team': 'ml'}"},
+    {USER, "{'name': 'root', 'unix_user': 'root', 'role': 'admin'}"},
+    {NODE,
+     NODE_JSON("n1", "a",
+               GPU(0, UUID(01), "H100-80GB", 81920) "," GPU(1, UUID(02), "H100-80GB", 81920))},
+};
+
+static void test_to_json_round_trips_every_kind_in_both_forms(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < ARRAY_LEN(samples); i++) {
+        enum kind k = samples[i].kind;
+        union object x = {0}, y = {0};
+        assert_int_equal(decode_text(k, samples[i].json, 0, &x), 0);
+        /* The id flag: refused from users, required in the stored form. */
+        json_t *with_id = parse(samples[i].json);
+        assert_int_equal(decode(k, with_id, MODEL_STORED, &y), GPO_EINVAL);
+        assert_string_equal(err, "missing required field 'id'");
+        json_object_set_new(with_id, "id", json_integer(5));
+        assert_int_equal(decode(k, with_id, 0, &y), GPO_EINVAL);
+        assert_string_equal(err, "unknown field 'id'");
+        json_decref(with_id);
+        for (unsigned flags = 0; flags <= MODEL_STORED; flags += MODEL_STORED) {
+            set_id(k, &x, flags ? 77u + (uint32_t)i : 0);
+            json_t *j = ops[k].to_json(&x, flags);
+            assert_non_null(j);
+            assert_true(json_object_get(j, "id") ? flags : !flags);
+            char *text = json_dumps(j, 0); /* through text, as the store keeps it */
+            json_decref(j);
+            assert_int_equal(decode_text(k, text, flags, &y), 0);
+            if (!equal(k, &x, &y))
+                fail_msg("sample %zu flags %u does not round-trip: %s", i, flags, text);
+            free(text);
+            release(k, &y);
+        }
+        release(k, &x);
+    }
+}
+
+static void test_check_refuses_hand_built_objects(void **state)
+{
+    (void)state;
+    struct model_quota q = {.pool = "a", .guaranteed_milli = -5, .borrow_limit_milli = -1};
+    struct model_team t = {
+        .name = "t", .weight = 1, .borrow_limit_milli = -1, .quotas = &q, .nquotas = 1};
+    assert_int_equal(model_team_check(&t, err, sizeof(err)), GPO_EINVAL);
+    assert_string_equal(
+        err, "field 'quotas[0].guaranteed': -5 milli-GPU is out of range (0..1000000 GPUs)");
+    t.weight = 0;
+    assert_int_equal(model_team_check(&t, err, sizeof(err)), GPO_EINVAL);
+    assert_string_equal(err, "field 'weight': 0 is out of range 1..1000");
+    struct model_node n = {.pool = "a", .cpus = 1, .mem_mib = 1};
+    assert_int_equal(model_node_check(&n, err, sizeof(err)), GPO_EINVAL);
+    assert_string_equal(err, "missing required field 'name'");
+    struct model_user u = {.name = "u", .unix_user = "u", .role = (enum model_role)7};
+    assert_int_equal(model_user_check(&u, err, sizeof(err)), GPO_EINVAL);
+    assert_string_equal(err, "field 'role': 7 is not a role");
+    struct model_pool p = {.name = "ok\x01"};
+    assert_int_equal(model_pool_check(&p, err, sizeof(err)), GPO_EINVAL);
+    assert_string_equal(err, "field 'name': 'ok?' is not a valid name " NAME_RULE);
+    assert_true(model_host_valid("a-1.b"));
+    assert_false(model_host_valid("a-.b"));
+    assert_false(model_unix_user_valid("aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa")); /* 33 bytes */
+}
+
+/* ---- the model ------------------------------------------------------------- */
+
+/* Decodes text (API form), gives it `id` and adds it to m. */
+static int add(struct model *m, enum kind k, uint32_t id, const char *text)
+{
+    union object o = {0};
+    int rc = decode_text(k, text, 0, &o);
+    if (rc)
+        fail_msg("bad fixture %s: %s", text, err);
+    set_id(k, &o, id);
+    rc = ops[k].add(m, &o);
+    release(k, &o); /* zeroed when taken */
+    return rc;
+}
+
+#define H100 "H100-80GB"
+#define A100 "A100-40GB"
+
+/* Two pools; three nodes: n1 (2 H100, down) and n2 (1 A100, draining) in
+ * pool a, n3 (4 H100) in b; two teams, two classes, a user. Added out of
+ * name order, each with its id. */
+static const struct {
+    enum kind kind;
+    uint32_t id;
+    const char *json;
+} fixture_objects[] = {
+    {POOL, 1, "{'name': 'b'}"},
+    {POOL, 2, "{'name': 'a'}"},
+    {NODE, 10,
+     NODE_JSON("n3", "b",
+               GPU(0, UUID(30), H100, 81920) "," GPU(1, UUID(31), H100, 81920) "," GPU(
+                   2, UUID(32), H100, 81920) "," GPU(3, UUID(33), H100, 81920))},
+    {NODE, 11,
+     "{'name': 'n2', 'pool': 'a', 'cpus': 32, 'mem_mib': 262144, 'state': 'draining', "
+     "'gpus': [" GPU(5, UUID(20), A100, 40960) "]}"},
+    {NODE, 12,
+     "{'name': 'n1', 'pool': 'a', 'cpus': 64, 'mem_mib': 524288, 'state': 'down', "
+     "'gpus': [{'index': 0, 'uuid': '" UUID(
+         10) "', 'gpu_type': '" H100 "', 'mem_mib': "
+             "81920, 'nvlink_domain': 0, 'mig_slices': 7, 'mig_enabled': true}, {'index': 1, "
+             "'uuid': '" UUID(11) "', 'gpu_type': '" H100 "', 'mem_mib': 81920, "
+                                  "'nvlink_domain': 0}]}"},
+    {TEAM, 21,
+     "{'name': 'vision', 'quotas': [{'pool': 'a', 'guaranteed': 1}, {'pool': 'a', "
+     "'gpu_type': '" H100 "', 'guaranteed': 3}, {'pool': 'b', 'gpu_type': 'V100', "
+     "'guaranteed': 5}]}"},
+    {TEAM, 20,
+     "{'name': 'ml', 'weight': 2, 'borrow_limit': 4, 'quotas': [{'pool': 'a', "
+     "'guaranteed': 1.5}, {'pool': 'b', 'gpu_type': '" H100 "', 'guaranteed': 2, "
+     "'borrow_limit': 1}]}"},
+    {CLASS, 31, "{'name': 'normal', 'order': 0}"},
+    {CLASS, 30, "{'name': 'high', 'order': 100, 'may_preempt': true}"},
+    {USER, 40, "{'name': 'ann', 'unix_user': 'ann', 'team': 'ml'}"},
+};
+
+static void fixture(struct model *m)
+{
+    model_init(m);
+    for (size_t i = 0; i < ARRAY_LEN(fixture_objects); i++)
+        if (add(m, fixture_objects[i].kind, fixture_objects[i].id, fixture_objects[i].json))
+            fail_msg("fixture %zu: %s", i, err);
+}
+
+static void test_model_keeps_names_sorted_unique_and_ids_fixed(void **state)
+{
+    (void)state;
+    struct model m;
+    fixture(&m);
+    assert_int_equal(m.npools, 2);
+    assert_string_equal(m.pools[0].name, "a");
+    assert_string_equal(m.nodes[0].name, "n1");
+    assert_string_equal(m.nodes[2].name, "n3");
+    assert_int_equal(model_pool_get(&m, "b")->id, 1);
+    assert_null(model_pool_get(&m, "c"));
+    assert_int_equal(add(&m, POOL, 3, "{'name': 'a'}"), GPO_EEXIST);
+    assert_string_equal(err, "pool 'a' already exists");
+    assert_int_equal(add(&m, POOL, 0, "{'name': 'c'}"), GPO_EINVAL);
+    assert_string_equal(err, "pool 'c' has no id");
+    struct model_pool bad = {.id = 9, .name = "C"};
+    assert_int_equal(model_pool_add(&m, &bad, err, sizeof(err)), GPO_EINVAL);
+    assert_int_equal(m.npools, 2);
+
+    union object o = {0};
+    assert_int_equal(decode_text(POOL, "{'name': 'a', 'description': 'new'}", 0, &o), 0);
+    assert_int_equal(model_pool_replace(&m, &o.pool, err, sizeof(err)), 0);
+    assert_null(o.pool.name); /* taken */
+    assert_string_equal(model_pool_get(&m, "a")->description, "new");
+    assert_int_equal(model_pool_get(&m, "a")->id, 2); /* ids never change */
+    assert_int_equal(decode_text(POOL, "{'name': 'a'}", 0, &o), 0);
+    o.pool.id = 5;
+    assert_int_equal(model_pool_replace(&m, &o.pool, err, sizeof(err)), GPO_EINVAL);
+    assert_string_equal(err, "pool 'a': id 5 is not its id 2 (ids never change)");
+    model_pool_release(&o.pool);
+    assert_int_equal(decode_text(POOL, "{'name': 'zz'}", 0, &o), 0);
+    assert_int_equal(model_pool_replace(&m, &o.pool, err, sizeof(err)), GPO_ENOTFOUND);
+    assert_string_equal(err, "no pool 'zz'");
+    model_pool_release(&o.pool);
+
+    assert_int_equal(model_user_remove(&m, "ann"), 0);
+    assert_int_equal(model_user_remove(&m, "ann"), GPO_ENOTFOUND);
+    assert_int_equal(m.nusers, 0);
+    model_release(&m);
+    model_release(&m); /* twice is fine */
+    model_release(NULL);
+}
+
+static void test_check_refs_reports_the_first_dangling_reference(void **state)
+{
+    (void)state;
+    struct model m;
+    fixture(&m);
+    assert_int_equal(model_check_refs(&m, err, sizeof(err)), 0);
+    assert_int_equal(add(&m, USER, 41, "{'name': 'bob', 'unix_user': 'bob', 'team': 'nlp'}"), 0);
+    assert_int_equal(model_check_refs(&m, err, sizeof(err)), GPO_EINVAL);
+    assert_string_equal(err, "user 'bob': unknown team 'nlp'");
+    assert_int_equal(model_pool_remove(&m, "b"), 0);
+    assert_int_equal(model_check_refs(&m, err, sizeof(err)), GPO_EINVAL);
+    assert_string_equal(err, "team 'ml': quotas[1]: unknown pool 'b'");
+    struct model_cluster cl = {0};
+    assert_int_equal(model_build_cluster(&m, &cl, err, sizeof(err)), GPO_EINVAL);
+    assert_string_equal(err, "team 'ml': quotas[1]: unknown pool 'b'");
+    assert_null(cl.nodes);
+    assert_int_equal(model_team_remove(&m, "ml"), 0);
+    assert_int_equal(model_team_remove(&m, "vision"), 0);
+    assert_int_equal(model_user_remove(&m, "bob"), 0);
+    assert_int_equal(model_user_remove(&m, "ann"), 0);
+    assert_int_equal(model_check_refs(&m, err, sizeof(err)), GPO_EINVAL);
+    assert_string_equal(err, "node 'n3': unknown pool 'b'");
+    model_release(&m);
+}
+
+static void test_build_cluster_translates_the_model_field_by_field(void **state)
+{
+    (void)state;
+    struct model m;
+    fixture(&m);
+    struct model_cluster cl;
+    assert_int_equal(model_build_cluster(&m, &cl, err, sizeof(err)), 0);
+    const struct sched_cluster *c = &cl.c;
+    const char *what = NULL;
+    assert_int_equal(sched_cluster_check(c, &what), 0);
+    assert_int_equal(c->npools, 2);
+    assert_string_equal(c->pools[0].name, "a");
+    assert_string_equal(c->pools[1].name, "b");
+    /* Types by name; ids in order of first sight: H100 (n3) got 1, A100 2. */
+    assert_int_equal(c->ngpu_types, 2);
+    assert_string_equal(c->gpu_types[0].name, A100);
+    assert_int_equal(c->gpu_types[0].id, 2);
+    assert_string_equal(c->gpu_types[1].name, H100);
+    assert_int_equal(c->gpu_types[1].id, 1);
+    assert_int_equal(c->nnodes, 3);
+    static const struct {
+        const char *name;
+        uint32_t pool;
+        enum sched_node_state state;
+        uint32_t cpus, gpu_first, ngpus;
+    } nodes[] = {{"n1", 0, SCHED_NODE_DOWN, 64, 0, 2},
+                 {"n2", 0, SCHED_NODE_DRAINING, 32, 2, 1},
+                 {"n3", 1, SCHED_NODE_UP, 64, 3, 4}};
+    for (uint32_t n = 0; n < 3; n++) {
+        assert_string_equal(c->nodes[n].name, nodes[n].name);
+        assert_string_equal(model_cluster_node_name(&cl, n), nodes[n].name);
+        assert_int_equal(c->nodes[n].pool, nodes[n].pool);
+        assert_int_equal(c->nodes[n].state, nodes[n].state);
+        assert_int_equal(c->nodes[n].cpus, nodes[n].cpus);
+        assert_int_equal(c->nodes[n].gpu_first, nodes[n].gpu_first);
+        assert_int_equal(c->nodes[n].ngpus, nodes[n].ngpus);
+    }
+    assert_null(model_cluster_node_name(&cl, 3));
+    assert_int_equal(c->nodes[1].mem_mib, 262144);
+    assert_int_equal(c->ngpus, 7);
+    assert_int_equal(c->gpus[0].type, 1);
+    assert_int_equal(c->gpus[0].mem_mib, 81920);
+    assert_int_equal(c->gpus[0].nvlink_domain, 0);
+    assert_int_equal(c->gpus[0].mig_slices, 7);
+    assert_true(c->gpus[0].mig_enabled);
+    assert_false(c->gpus[1].mig_enabled);
+    assert_int_equal(c->gpus[2].type, 0);
+    assert_int_equal(c->gpus[2].mem_mib, 40960);
+    assert_int_equal(c->gpus[2].nvlink_domain, -1);
+    assert_int_equal(cl.gpu_node[2], 1);
+    assert_int_equal(cl.gpu_index[2], 5);
+    assert_string_equal(cl.gpu_uuid[2], UUID(20));
+    assert_int_equal(cl.gpu_node[6], 2);
+    assert_string_equal(cl.gpu_uuid[6], UUID(33));
+    /* Teams by name: ml's pool-wide 1.5 in pool a becomes one entry per type
+     * there (A100, H100); its H100 entry in b stays. */
+    assert_int_equal(c->nteams, 2);
+    const struct sched_team *ml = &c->teams[0], *vision = &c->teams[1];
+    assert_string_equal(ml->name, "ml");
+    assert_int_equal(ml->id, 20);
+    assert_int_equal(ml->weight, 2);
+    assert_int_equal(ml->borrow_limit_milli, 4000);
+    assert_int_equal(ml->nquotas, 3);
+    const struct sched_quota want_ml[] = {{0, 0, 1500, -1}, {0, 1, 1500, -1}, {1, 1, 2000, 1000}};
+    assert_memory_equal(ml->quotas, want_ml, sizeof(want_ml));
+    /* vision: the pool-wide entry yields to its own H100 entry, and V100
+     * (no node has it) is left out. */
+    assert_int_equal(vision->id, 21);
+    assert_int_equal(vision->nquotas, 2);
+    const struct sched_quota want_vision[] = {{0, 0, 1000, -1}, {0, 1, 3000, -1}};
+    assert_memory_equal(vision->quotas, want_vision, sizeof(want_vision));
+    assert_ptr_equal(model_team_quota(vision, 0, 1), &vision->quotas[1]);
+    assert_int_equal(c->nclasses, 2);
+    assert_string_equal(c->classes[0].name, "high");
+    assert_int_equal(c->classes[0].order, 100);
+    assert_true(c->classes[0].may_preempt);
+    assert_false(c->classes[1].may_preempt);
+    /* The cluster owns its strings: the model may go. */
+    model_release(&m);
+    assert_string_equal(c->teams[1].name, "vision");
+    model_cluster_release(&cl);
+    model_cluster_release(&cl);
+    model_cluster_release(NULL);
+}
+
+static void test_type_ids_stay_when_a_type_goes_and_comes_back(void **state)
+{
+    (void)state;
+    struct model m;
+    fixture(&m);
+    struct model_cluster cl;
+    assert_int_equal(model_node_remove(&m, "n2"), 0); /* the only A100 node */
+    assert_int_equal(model_build_cluster(&m, &cl, err, sizeof(err)), 0);
+    assert_int_equal(cl.c.ngpu_types, 1);
+    assert_string_equal(cl.c.gpu_types[0].name, H100);
+    assert_int_equal(cl.c.gpu_types[0].id, 1);
+    assert_int_equal(cl.c.gpus[2].type, 0);
+    model_cluster_release(&cl);
+    assert_int_equal(model_type_id_get(&m, A100)->id, 2); /* remembered */
+    assert_int_equal(add(&m, NODE, 13, NODE_JSON("n4", "b", GPU(0, UUID(40), "B200", 184320))), 0);
+    assert_int_equal(model_type_id_get(&m, "B200")->id, 3); /* never 2 again */
+    assert_int_equal(add(&m, NODE, 14, NODE_JSON("n2", "a", GPU(0, UUID(20), A100, 40960))), 0);
+    assert_int_equal(model_build_cluster(&m, &cl, err, sizeof(err)), 0);
+    assert_int_equal(cl.c.ngpu_types, 3);
+    const char *names[] = {A100, "B200", H100};
+    const uint32_t ids[] = {2, 3, 1};
+    for (uint32_t t = 0; t < 3; t++) {
+        assert_string_equal(cl.c.gpu_types[t].name, names[t]);
+        assert_int_equal(cl.c.gpu_types[t].id, ids[t]);
+    }
+    model_cluster_release(&cl);
+    /* A replace that changes a node's type gives the new type its id. */
+    union object o = {0};
+    assert_int_equal(decode_text(NODE, NODE_JSON("n4", "b", GPU(0, UUID(40), "L4", 23034)), 0, &o),
+                     0);
+    assert_int_equal(model_node_replace(&m, &o.node, err, sizeof(err)), 0);
+    assert_int_equal(model_type_id_get(&m, "L4")->id, 4);
+    assert_int_equal(model_node_get(&m, "n4")->id, 13);
+    assert_int_equal(m.ntype_ids, 4);
+    model_release(&m);
+}
+
+static void test_type_id_set_restores_the_table_and_refuses_clashes(void **state)
+{
+    (void)state;
+    struct model m;
+    model_init(&m);
+    assert_int_equal(model_type_id_set(&m, H100, 7, err, sizeof(err)), 0);
+    assert_int_equal(model_type_id_set(&m, A100, 3, err, sizeof(err)), 0);
+    assert_int_equal(model_type_id_set(&m, H100, 7, err, sizeof(err)), 0); /* again: fine */
+    assert_int_equal(model_type_id_set(&m, H100, 8, err, sizeof(err)), GPO_EEXIST);
+    assert_string_equal(err, "GPU type 'H100-80GB' has id 7, not 8");
+    assert_int_equal(model_type_id_set(&m, "L4", 3, err, sizeof(err)), GPO_EEXIST);
+    assert_string_equal(err, "GPU type id 3 is 'A100-40GB''s, not 'L4''s");
+    assert_int_equal(model_type_id_set(&m, "L 4", 9, err, sizeof(err)), GPO_EINVAL);
+    assert_int_equal(model_type_id_set(&m, "L4", 0, err, sizeof(err)), GPO_EINVAL);
+    assert_int_equal(m.ntype_ids, 2);
+    assert_string_equal(m.type_ids[0].name, A100);
+    assert_int_equal(add(&m, POOL, 1, "{'name': 'a'}"), 0);
+    assert_int_equal(add(&m, NODE, 2, NODE_JSON("n", "a", GPU(0, UUID(01), "L4", 23034))), 0);
+    assert_int_equal(model_type_id_get(&m, "L4")->id, 8); /* after the highest restored */
+    assert_int_equal(add(&m, NODE, 3, NODE_JSON("h", "a", GPU(0, UUID(02), H100, 81920))), 0);
+    assert_int_equal(model_type_id_get(&m, H100)->id, 7);
+    assert_int_equal(m.ntype_ids, 3);
+    model_release(&m);
+}
+
+static void test_build_cluster_takes_an_empty_model_and_refuses_too_many_types(void **state)
+{
+    (void)state;
+    struct model m;
+    model_init(&m);
+    struct model_cluster cl;
+    assert_int_equal(model_build_cluster(&m, &cl, err, sizeof(err)), 0);
+    assert_int_equal(cl.c.nnodes + cl.c.ngpus + cl.c.npools + cl.c.nteams + cl.c.ngpu_types, 0);
+    assert_int_equal(sched_cluster_check(&cl.c, NULL), 0);
+    model_cluster_release(&cl);
+    assert_int_equal(add(&m, POOL, 1, "{'name': 'a'}"), 0);
+    for (int i = 0; i <= SCHED_MAX_GPU_TYPES; i++) {
+        char text[512];
+        snprintf(text, sizeof(text),
+                 NODE_JSON("n%d", "a",
+                           "{'index': 0, 'uuid': '" UUID(01) "', 'gpu_type': 'T%d', "
+                                                             "'mem_mib': 1}"),
+                 i, i);
+        assert_int_equal(add(&m, NODE, 10 + (uint32_t)i, text), 0);
+    }
+    assert_int_equal(model_build_cluster(&m, &cl, err, sizeof(err)), GPO_ELIMIT);
+    assert_string_equal(err, "257 GPU types, the scheduler takes at most 256");
+    assert_int_equal(model_node_remove(&m, "n0"), 0);
+    assert_int_equal(model_build_cluster(&m, &cl, err, sizeof(err)), 0);
+    assert_int_equal(cl.c.ngpu_types, 256);
+    model_cluster_release(&cl);
+    model_release(&m);
+}
+
+/* ---- jobs and allocations -------------------------------------------------- */
+
+static void test_job_request_resolves_names_to_core_indices(void **state)
+{
+    (void)state;
+    struct model m;
+    fixture(&m);
+    struct model_cluster cl;
+    assert_int_equal(model_build_cluster(&m, &cl, err, sizeof(err)), 0);
+    struct jobspec spec = {.pool = "a",
+                           .gpu_type = H100,
+                           .gpus = 2,
+                           .cpus = 8,
+                           .mem_mib = 1000,
+                           .min_gpu_mem_mib = 40000,
+                           .time_limit_s = 3600,
+                           .multi_node = true,
+                           .checkpointable = true};
+    struct sched_job j;
+    assert_int_equal(model_job_request(&cl, &spec, "ml", "normal", &j, err, sizeof(err)), 0);
+    assert_int_equal(j.team, 0);
+    assert_int_equal(j.prio, 1);
+    assert_int_equal(j.pool, 0);
+    assert_int_equal(j.gpu_type, 1);
+    assert_int_equal(j.gpus, 2);
+    assert_int_equal(j.cpus, 8);
+    assert_int_equal(j.mem_mib, 1000);
+    assert_int_equal(j.min_gpu_mem_mib, 40000);
+    assert_int_equal(j.time_limit_ms, 3600000);
+    assert_true(j.multi_node && j.checkpointable);
+    assert_int_equal(j.id, 0);
+    assert_int_equal(j.submit_ms, 0);
+    /* The job's own team and class win; no pool or type means any. */
+    struct jobspec own = {.team = "vision", .priority = "high", .gpu_milli = 250, .cpus = 1};
+    assert_int_equal(model_job_request(&cl, &own, "ml", "normal", &j, err, sizeof(err)), 0);
+    assert_int_equal(j.team, 1);
+    assert_int_equal(j.prio, 0);
+    assert_int_equal(j.pool, SCHED_ANY);
+    assert_int_equal(j.gpu_type, SCHED_ANY);
+    assert_int_equal(j.gpu_milli, 250);
+    model_cluster_release(&cl);
+    model_release(&m);
+}
+
+static void test_job_request_names_what_it_cannot_resolve(void **state)
+{
+    (void)state;
+    struct model m;
+    fixture(&m);
+    struct model_cluster cl;
+    assert_int_equal(model_build_cluster(&m, &cl, err, sizeof(err)), 0);
+    static const struct {
+        struct jobspec spec;
+        const char *user_team, *default_class, *msg;
+    } cases[] = {
+        {{.pool = "gpu-a"}, "ml", "normal", "unknown pool 'gpu-a'"},
+        {{.gpu_type = "A100"},
+         "ml",
+         "normal",
+         "unknown GPU type 'A100' (known: A100-40GB, H100-80GB)"},
+        {{.team = "nlp"}, "ml", "normal", "unknown team 'nlp'"},
+        {{0}, "nlp", "normal", "unknown team 'nlp'"},
+        {{.priority = "low"}, "ml", "normal", "unknown priority class 'low' (known: high, normal)"},
+        {{0}, NULL, "normal", "no team: the job names none and its user has none"},
+        {{0}, "ml", NULL, "no priority class: the job names none and there is no default"},
+        {{.time_limit_s = -1}, "ml", "normal", "field 'time_limit_s': -1 is out of range"},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+        struct sched_job j = {.id = 99};
+        int rc = model_job_request(&cl, &cases[i].spec, cases[i].user_team, cases[i].default_class,
+                                   &j, err, sizeof(err));
+        if (rc != GPO_EINVAL || strcmp(err, cases[i].msg) != 0)
+            fail_msg("case %zu: rc %d '%s', want '%s'", i, rc, err, cases[i].msg);
+        assert_int_equal(j.id, 99); /* untouched */
+    }
+    model_cluster_release(&cl);
+    model_release(&m);
+}
+
+static void test_alloc_gpus_gives_node_uuid_index_and_share(void **state)
+{
+    (void)state;
+    struct model m;
+    fixture(&m);
+    struct model_cluster cl;
+    assert_int_equal(model_build_cluster(&m, &cl, err, sizeof(err)), 0);
+    struct sched_share shares[] = {{.gpu = 6, .milli = 1000, .mem_mib = 81920},
+                                   {.gpu = 2, .milli = 250, .mem_mib = 10240}};
+    struct sched_alloc alloc = {.shares = shares, .nshares = 2};
+    struct model_alloc_gpu *gpus = NULL;
+    size_t n = 0;
+    assert_int_equal(model_alloc_gpus(&cl, &alloc, &gpus, &n), 0);
+    assert_int_equal(n, 2);
+    assert_string_equal(gpus[0].node, "n3");
+    assert_string_equal(gpus[0].uuid, UUID(33));
+    assert_int_equal(gpus[0].index, 3);
+    assert_int_equal(gpus[0].milli, 1000);
+    assert_string_equal(gpus[1].node, "n2");
+    assert_string_equal(gpus[1].uuid, UUID(20));
+    assert_int_equal(gpus[1].index, 5);
+    assert_int_equal(gpus[1].milli, 250);
+    assert_int_equal(gpus[1].mem_mib, 10240);
+    free(gpus);
+    shares[1].gpu = 7;
+    gpus = NULL;
+    assert_int_equal(model_alloc_gpus(&cl, &alloc, &gpus, &n), GPO_EINVAL);
+    assert_null(gpus);
+    alloc.nshares = 0;
+    assert_int_equal(model_alloc_gpus(&cl, &alloc, &gpus, &n), 0);
+    assert_non_null(gpus);
+    assert_int_equal(n, 0);
+    free(gpus);
+    model_cluster_release(&cl);
+    model_release(&m);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_every_kind_decodes_with_its_defaults),
+        cmocka_unit_test(test_team_decodes_gpus_as_milli_with_defaults),
+        cmocka_unit_test(test_decode_errors_name_the_field),
+        cmocka_unit_test(test_too_many_quotas_and_gpus_are_refused),
+        cmocka_unit_test(test_to_json_round_trips_every_kind_in_both_forms),
+        cmocka_unit_test(test_check_refuses_hand_built_objects),
+        cmocka_unit_test(test_model_keeps_names_sorted_unique_and_ids_fixed),
+        cmocka_unit_test(test_check_refs_reports_the_first_dangling_reference),
+        cmocka_unit_test(test_build_cluster_translates_the_model_field_by_field),
+        cmocka_unit_test(test_type_ids_stay_when_a_type_goes_and_comes_back),
+        cmocka_unit_test(test_type_id_set_restores_the_table_and_refuses_clashes),
+        cmocka_unit_test(test_build_cluster_takes_an_empty_model_and_refuses_too_many_types),
+        cmocka_unit_test(test_job_request_resolves_names_to_core_indices),
+        cmocka_unit_test(test_job_request_names_what_it_cannot_resolve),
+        cmocka_unit_test(test_alloc_gpus_gives_node_uuid_index_and_share),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
