@@ -38,6 +38,8 @@ token=$(cat "$tmp/data/admin.token")
 cat >"$tmp/job.json" <<'JSON'
 {"name": "bench", "team": "bench", "command": ["/bin/true"], "gpus": 1, "time_limit_s": 600}
 JSON
+curl -sf -X PUT -H "Authorization: Bearer $token" -d '{}' \
+  "http://127.0.0.1:$port/v1/teams/bench" >/dev/null
 echo "# gpuorch server on core 0, loadgen on core 1; data directory on $(df --output=source "$tmp" | tail -1) ($(stat -f -c %T "$tmp"))"
 first=1
 for c in $conns; do

@@ -12,8 +12,47 @@ const struct http_route srv_routes[] = {
     {"GET", "/v1/jobs", srv_api_job_list, 0},
     {"GET", "/v1/jobs/{id}", srv_api_job_get, 0},
     {"POST", "/v1/jobs/{id}/cancel", srv_api_job_cancel, 0},
+#define CONFIG_ROUTES(kind)                                                                        \
+    {"GET", "/v1/" kind, srv_api_config_list, 0},                                                  \
+        {"GET", "/v1/" kind "/{name}", srv_api_config_get, 0},                                     \
+        {"PUT", "/v1/" kind "/{name}", srv_api_config_put,                                         \
+         SRV_ROUTE_ADMIN | HTTP_ROUTE_JSON_BODY},                                                  \
+    {                                                                                              \
+        "DELETE", "/v1/" kind "/{name}", srv_api_config_delete, SRV_ROUTE_ADMIN                    \
+    }
+    CONFIG_ROUTES("teams"),
+    CONFIG_ROUTES("pools"),
+    CONFIG_ROUTES("priority-classes"),
+#undef CONFIG_ROUTES
+    {"GET", "/v1/users", srv_api_user_list, SRV_ROUTE_ADMIN},
+    {"GET", "/v1/users/{name}", srv_api_user_get, 0},
+    {"PUT", "/v1/users/{name}", srv_api_user_put, SRV_ROUTE_ADMIN | HTTP_ROUTE_JSON_BODY},
+    {"DELETE", "/v1/users/{name}", srv_api_user_delete, SRV_ROUTE_ADMIN},
+    {"POST", "/v1/users/{name}/tokens", srv_api_token_issue, SRV_ROUTE_ADMIN},
 };
 const size_t srv_nroutes = sizeof(srv_routes) / sizeof(srv_routes[0]);
+
+json_t *srv_body_named(struct http_request *req, const char *name)
+{
+    json_t *body = json_deep_copy(http_request_json(req));
+    if (!body) {
+        http_request_error(req, 500, "internal", "out of memory");
+        return NULL;
+    }
+    json_t *given = json_object_get(body, "name");
+    if (given && (!json_is_string(given) || strcmp(json_string_value(given), name) != 0)) {
+        json_decref(body);
+        http_request_error(req, 400, "invalid_field", "field 'name': must be '%s', as in the path",
+                           name);
+        return NULL;
+    }
+    if (json_object_set_new(body, "name", json_string(name))) {
+        json_decref(body);
+        http_request_error(req, 500, "internal", "out of memory");
+        return NULL;
+    }
+    return body;
+}
 
 int srv_api_health(struct http_request *req, void *ctx)
 {

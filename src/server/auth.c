@@ -1,7 +1,9 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <pwd.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "server/srv.h"
 #include "util/token.h"
@@ -97,7 +99,10 @@ int srv_auth_bootstrap(struct server *s, char *err, size_t errlen)
     struct store_batch *b = store_batch_new();
     int64_t now = srv_now_ms();
     char msg[256] = "";
-    rc = b ? store_batch_user_put(b, ADMIN_NAME, NULL, NULL, "admin", now) : STORE_ENOMEM;
+    /* The admin's jobs run as the account that runs the controller. */
+    const struct passwd *pw = getpwuid(geteuid());
+    rc = b ? store_batch_user_put(b, ADMIN_NAME, pw ? pw->pw_name : NULL, NULL, "admin", now)
+           : STORE_ENOMEM;
     if (!rc)
         rc = store_batch_token_put(b, ADMIN_NAME, hash, "bootstrap", now);
     if (!rc)

@@ -224,7 +224,8 @@ static int start(struct server *s, const struct args *a, char *err, size_t errle
         snprintf(err, errlen, "%.900s: taking the leader epoch: %s", path, store_strerror(rc));
         return rc;
     }
-    if ((rc = srv_auth_bootstrap(s, err, errlen)) != 0 || (rc = load_jobs(s, err, errlen)) != 0)
+    if ((rc = srv_auth_bootstrap(s, err, errlen)) != 0 ||
+        (rc = srv_config_load(s, err, errlen)) != 0 || (rc = load_jobs(s, err, errlen)) != 0)
         return rc;
     struct http_config hc = {.bind_addr = s->cfg.bind,
                              .port = s->cfg.port,
@@ -257,6 +258,7 @@ static void stop(struct server *s)
     for (size_t k = 0; k < s->njobs; k++)
         srv_job_free(s->jobs[k]);
     free(s->jobs);
+    model_release(&s->model);
     pthread_mutex_destroy(&s->lock);
     config_release(&s->cfg);
 }
@@ -278,6 +280,7 @@ int server_command(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
     pthread_mutex_init(&s.lock, NULL);
+    model_init(&s.model);
     char err[1024] = "";
     if ((rc = start(&s, &a, err, sizeof(err))) != 0) {
         fprintf(stderr, "gpuorch server: %s\n", err);

@@ -26,6 +26,7 @@
 
 #include "http/http.h"
 #include "server/jobspec.h"
+#include "server/model.h"
 #include "store/store.h"
 
 /* The states of a job, as the API and the store name them. */
@@ -97,7 +98,10 @@ struct server {
 
     pthread_mutex_t lock;
     /* guarded by lock: */
-    struct srv_job **jobs; /* sorted by id (ids only grow) */
+    struct model model;      /* teams, pools, priority classes (users live in the store) */
+    uint32_t next_config_id; /* the next id of a team, pool or class */
+    bool config_busy;        /* a configuration write is being committed */
+    struct srv_job **jobs;   /* sorted by id (ids only grow) */
     size_t njobs, jobs_cap;
     uint64_t submits; /* jobs accepted since start */
 };
@@ -145,11 +149,31 @@ int srv_auth_bootstrap(struct server *s, char *err, size_t errlen);
 extern const struct http_route srv_routes[];
 extern const size_t srv_nroutes;
 
+/* The request's JSON body (a copy: caller json_decref's) with "name" set to
+ * the path's `name`; a body may repeat the name, not contradict it. NULL
+ * when it answered (400, 500) itself. */
+json_t *srv_body_named(struct http_request *req, const char *name);
+
 int srv_api_health(struct http_request *req, void *ctx);
 int srv_api_job_submit(struct http_request *req, void *ctx);
 int srv_api_job_get(struct http_request *req, void *ctx);
 int srv_api_job_list(struct http_request *req, void *ctx);
 int srv_api_job_cancel(struct http_request *req, void *ctx);
 int srv_api_whoami(struct http_request *req, void *ctx);
+int srv_api_config_list(struct http_request *req, void *ctx);
+int srv_api_config_get(struct http_request *req, void *ctx);
+int srv_api_config_put(struct http_request *req, void *ctx);
+int srv_api_config_delete(struct http_request *req, void *ctx);
+int srv_api_user_list(struct http_request *req, void *ctx);
+int srv_api_user_get(struct http_request *req, void *ctx);
+int srv_api_user_put(struct http_request *req, void *ctx);
+int srv_api_user_delete(struct http_request *req, void *ctx);
+int srv_api_token_issue(struct http_request *req, void *ctx);
+
+/* The meta key of the next configuration id. */
+#define SRV_META_NEXT_ID "config_next_id"
+
+/* Loads teams, pools and priority classes from the store into s->model. */
+int srv_config_load(struct server *s, char *err, size_t errlen);
 
 #endif

@@ -148,6 +148,8 @@ def main():
     st, body, _ = call("GET", "/v1/whoami", token=admin)
     ok(st == 200 and body["name"] == "admin" and body["role"] == "admin", "whoami: admin", body)
 
+    config_and_users(admin)
+
     job = {"command": ["/bin/echo", "hello"], "gpus": 1, "team": "research", "name": "first",
            "time_limit_s": 600}
     st, body, _ = call("POST", "/v1/jobs", job, token=admin)
@@ -236,10 +238,95 @@ def main():
     ok(st == 200 and lst_after == lst_before, "after a restart the jobs read back the same",
        f"{lst_before}\n{lst_after}")
 
+    isolation(admin, jid)
     kill9_under_load(admin)
 
     rc = SRV.stop()
     ok(rc == 0, "the server stops cleanly at the end", rc)
+
+
+def config_and_users(admin):
+    """Pools, priority classes, teams and users through the API, admin only."""
+    st, body, _ = call("PUT", "/v1/pools/main", {"description": "the main pool"}, token=admin)
+    ok(st == 201 and body["name"] == "main", "PUT a new pool: 201", body)
+    st, body, _ = call("PUT", "/v1/priority-classes/high", {"order": 20, "may_preempt": True},
+                       token=admin)
+    ok(st == 201 and body["may_preempt"] is True, "PUT a priority class: 201", body)
+    team = {"weight": 2, "quotas": [{"pool": "main", "guaranteed": 8, "borrow_limit": 4}]}
+    st, body, _ = call("PUT", "/v1/teams/research", team, token=admin)
+    ok(st == 201 and body["weight"] == 2 and body["quotas"][0]["guaranteed"] == 8,
+       "PUT a new team with a quota: 201", body)
+    st, body, _ = call("PUT", "/v1/teams/research", dict(team, weight=3), token=admin)
+    ok(st == 200 and body["weight"] == 3, "PUT it again: 200, replaced", body)
+    for t in ("other", "load"):
+        call("PUT", f"/v1/teams/{t}", {}, token=admin)
+    st, body, _ = call("GET", "/v1/teams", token=admin)
+    ok(st == 200 and [t["name"] for t in body["teams"]] == ["load", "other", "research"],
+       "teams list in name order", body)
+    st, body, _ = call("PUT", "/v1/teams/bad", {"quotas": [{"pool": "nope", "guaranteed": 1}]},
+                       token=admin)
+    ok(st == 400 and "nope" in body["error"]["message"], "a quota in an unknown pool: 400", body)
+    st, body, _ = call("PUT", "/v1/teams/bad", {"wieght": 1}, token=admin)
+    ok(st == 400 and "did you mean 'weight'" in body["error"]["message"],
+       "a misspelt team field: 400 with a suggestion", body)
+    st, body, _ = call("PUT", "/v1/teams/x", {"name": "y"}, token=admin)
+    ok(st == 400, "a body naming another team than the path: 400", body)
+    st, body, _ = call("DELETE", "/v1/pools/main", token=admin)
+    ok(st == 409 and "research" in body["error"]["message"],
+       "deleting a pool a team's quota uses: 409", body)
+
+    for name, team_ in (("alice", "research"), ("bob", "other")):
+        st, body, _ = call("PUT", f"/v1/users/{name}",
+                           {"unix_user": "gpuorch-test1", "team": team_, "role": "member"},
+                           token=admin)
+        ok(st == 201 and body["team"] == team_, f"create user {name}: 201", body)
+        st, body, _ = call("POST", f"/v1/users/{name}/tokens?label=test", token=admin)
+        ok(st == 201 and body["token"].startswith("gpo_"), f"issue {name} a token: 201", body)
+        TOKENS[name] = body["token"]
+    st, body, _ = call("PUT", "/v1/users/carol", {"unix_user": "c", "team": "nope"}, token=admin)
+    ok(st == 400 and "nope" in body["error"]["message"], "a user of an unknown team: 400", body)
+    st, body, _ = call("PUT", "/v1/users/carol", {"unix_user": "c"}, token=admin)
+    ok(st == 400, "a member without a team: 400", body)
+    st, body, _ = call("GET", "/v1/whoami", token=TOKENS["alice"])
+    ok(st == 200 and body == {"name": "alice", "team": "research", "role": "member"},
+       "whoami with a member's token", body)
+    st, body, _ = call("PUT", "/v1/teams/research", {}, token=TOKENS["alice"])
+    ok(st == 403, "a member may not change teams: 403", body)
+    st, body, _ = call("GET", "/v1/users", token=TOKENS["alice"])
+    ok(st == 403, "a member may not list users: 403", body)
+    st, body, _ = call("POST", "/v1/users/alice/tokens", token=TOKENS["alice"])
+    ok(st == 403, "a member may not issue tokens: 403", body)
+
+
+TOKENS = {}
+
+
+def isolation(admin, admin_job):
+    """A member sees and acts on their own team's jobs only."""
+    alice, bob = TOKENS["alice"], TOKENS["bob"]
+    job = {"command": ["/bin/true"], "gpus": 1}
+    st, body, _ = call("POST", "/v1/jobs", job, token=alice)
+    ok(st == 201 and body["team"] == "research" and body["user"] == "alice",
+       "a member's job goes to their team by default", body)
+    ajob = body["id"]
+    st, body, _ = call("POST", "/v1/jobs", dict(job, team="other"), token=alice)
+    ok(st == 403, "a member may not submit for another team: 403", body)
+    st, body, _ = call("GET", f"/v1/jobs/{ajob}", token=bob)
+    ok(st == 403, "another team's job: 403 on read", body)
+    st, body, _ = call("POST", f"/v1/jobs/{ajob}/cancel", token=bob)
+    ok(st == 403, "another team's job: 403 on cancel", body)
+    st, body, _ = call("GET", "/v1/jobs", token=bob)
+    ok(st == 200 and body["jobs"] == [], "a member lists only their team's jobs", body)
+    st, body, _ = call("GET", "/v1/jobs?team=research", token=bob)
+    ok(st == 403, "listing another team: 403", body)
+    st, body, _ = call("GET", f"/v1/jobs/{ajob}", token=admin)
+    ok(st == 200, "an admin sees every team's jobs", body)
+    st, body, _ = call("DELETE", "/v1/teams/research", token=admin)
+    ok(st == 409, "deleting a team with live jobs: 409", body)
+    st, body, _ = call("DELETE", "/v1/users/bob", token=admin)
+    ok(st == 204, "delete a user: 204", body)
+    st, body, _ = call("GET", "/v1/jobs", token=bob)
+    ok(st == 401, "a deleted user's token no longer works: 401", body)
 
 
 def kill9_under_load(admin):
