@@ -237,7 +237,12 @@ static long long arg_len(const struct arg *a)
         return (a->p || a->n == 0) && a->n <= STORE_MAX_BLOB ? (long long)a->n : -1;
     if (!a->p)
         return a->kind == ARG_NAME_OPT || a->kind == ARG_TEXT_OPT ? 0 : -1;
-    size_t n = strnlen(a->p, max + 1);
+    /* A loop, not strnlen: callers pass short buffers, and strnlen's bound past
+     * their size reads as an overread to the compiler once inlined (LTO). */
+    const char *text = a->p;
+    size_t n = 0;
+    while (n <= max && text[n])
+        n++;
     if (n > max || (n == 0 && a->kind == ARG_NAME))
         return -1;
     return (long long)n;
