@@ -29,6 +29,14 @@ const struct http_route srv_routes[] = {
     {"PUT", "/v1/users/{name}", srv_api_user_put, SRV_ROUTE_ADMIN | HTTP_ROUTE_JSON_BODY},
     {"DELETE", "/v1/users/{name}", srv_api_user_delete, SRV_ROUTE_ADMIN},
     {"POST", "/v1/users/{name}/tokens", srv_api_token_issue, SRV_ROUTE_ADMIN},
+    {"GET", "/v1/nodes", srv_api_node_list, 0},
+    {"PUT", "/v1/nodes/{name}", srv_api_node_put, SRV_ROUTE_AGENT | HTTP_ROUTE_JSON_BODY},
+    {"POST", "/v1/nodes/{name}/heartbeat", srv_api_node_heartbeat, SRV_ROUTE_AGENT},
+    {"GET", "/v1/nodes/{name}/assignments", srv_api_node_assignments, SRV_ROUTE_AGENT},
+    {"POST", "/v1/nodes/{name}/attempts/{job}/{attempt}", srv_api_node_report,
+     SRV_ROUTE_AGENT | HTTP_ROUTE_JSON_BODY},
+    {"POST", "/v1/nodes/{name}/drain", srv_api_node_drain, SRV_ROUTE_ADMIN},
+    {"POST", "/v1/nodes/{name}/resume", srv_api_node_drain, SRV_ROUTE_ADMIN},
 };
 const size_t srv_nroutes = sizeof(srv_routes) / sizeof(srv_routes[0]);
 

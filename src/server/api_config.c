@@ -411,6 +411,46 @@ int srv_api_config_delete(struct http_request *req, void *ctx)
     return cfg_write_commit(w, b);
 }
 
+/* At first start, the priority class jobs get when they name none: "normal"
+ * (order 10, does not preempt), so that a new cluster runs jobs at once. An
+ * admin may change or delete it later; it is not made again. */
+static int seed_class(struct server *s, char *err, size_t errlen)
+{
+    char *done = NULL;
+    int rc = store_meta_get(s->store, SRV_META_SEEDED, &done);
+    free(done);
+    if (rc != STORE_ENOTFOUND)
+        return rc == 0 ? 0 : (snprintf(err, errlen, "store: %s", store_strerror(rc)), rc);
+    struct model_class c = {.id = s->next_config_id, .order = 10};
+    c.name = strdup("normal");
+    c.description = strdup("the default class");
+    json_t *o = c.name && c.description ? model_class_to_json(&c, MODEL_STORED) : NULL;
+    char *text = o ? json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    json_decref(o);
+    char idbuf[16];
+    snprintf(idbuf, sizeof(idbuf), "%" PRIu32, c.id + 1);
+    struct store_batch *b = text ? store_batch_new() : NULL;
+    bool have = model_class_get(&s->model, "normal") != NULL;
+    rc = b ? 0 : STORE_ENOMEM;
+    if (!rc && !have)
+        rc = store_batch_config_put(b, STORE_CONFIG_PRIORITY_CLASSES, "normal", text, srv_now_ms());
+    if (!rc && !have)
+        rc = store_batch_meta_put(b, SRV_META_NEXT_ID, idbuf);
+    if (!rc)
+        rc = store_batch_meta_put(b, SRV_META_SEEDED, "1");
+    free(text);
+    char msg[256] = "";
+    rc = rc ? (store_batch_free(b), rc) : store_commit_wait(s->store, b, NULL, 0, msg, sizeof(msg));
+    if (!rc && !have) {
+        s->next_config_id = c.id + 1;
+        rc = model_class_add(&s->model, &c, msg, sizeof(msg));
+    }
+    model_class_release(&c);
+    if (rc)
+        snprintf(err, errlen, "seeding the class 'normal': %s %s", store_strerror(rc), msg);
+    return rc;
+}
+
 int srv_config_load(struct server *s, char *err, size_t errlen)
 {
     char *next = NULL;
@@ -461,5 +501,5 @@ int srv_config_load(struct server *s, char *err, size_t errlen)
         if (rc)
             return rc;
     }
-    return 0;
+    return seed_class(s, err, errlen);
 }

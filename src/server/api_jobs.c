@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "server/srv.h"
+#include "util/timefmt.h"
 #include "util/banned.h"
 
 #define IDEMPOTENCY_KEY_MAX 255
@@ -17,6 +18,7 @@ struct submit {
     struct jobspec spec; /* normalized: team filled in */
     int64_t user_id;
     char user[64];
+    char unix_user[33];
     int64_t submit_ms;
     size_t ntasks; /* jobs inserted: 1, or the array's tasks */
 };
@@ -65,13 +67,15 @@ static int job_new(const struct submit *sub, int64_t id, int64_t array_id, size_
     j->id = id;
     j->user_id = sub->user_id;
     j->user = strdup(sub->user);
+    j->unix_user = sub->unix_user[0] ? strdup(sub->unix_user) : NULL;
     j->team = strdup(sub->spec.team);
     j->state = SRV_JOB_PENDING;
     j->submit_ms = j->updated_ms = sub->submit_ms;
     j->array_id = sub->ntasks > 1 || sub->spec.array.n ? array_id : STORE_NULL;
     j->array_index = sub->spec.array.n ? sub->spec.array.index[k] : STORE_NULL;
     j->est_start_ms = -1;
-    if (!j->user || !j->team) {
+    j->queued_ms = sub->submit_ms;
+    if (!j->user || !j->team || (sub->unix_user[0] && !j->unix_user)) {
         srv_job_free(j);
         return -ENOMEM;
     }
@@ -118,6 +122,7 @@ static void submit_done(void *ctx, const struct store_result *r)
             first = srv_job_to_json(j);
     }
     s->submits += r->njob_ids;
+    srv_loop_wake(s);
     pthread_mutex_unlock(&s->lock);
     if (rc || !first) {
         /* Durable but not in memory: a restart loads it. Say so. */
@@ -201,6 +206,7 @@ int srv_api_job_submit(struct http_request *req, void *ctx)
     sub->req = req;
     sub->user_id = u->id;
     snprintf(sub->user, sizeof(sub->user), "%s", u->name);
+    snprintf(sub->unix_user, sizeof(sub->unix_user), "%s", u->unix_user);
     char msg[512];
     int rc = jobspec_decode(http_request_json(req), &sub->spec, msg, sizeof(msg));
     if (rc) {
@@ -279,17 +285,59 @@ static struct srv_job *job_of_request(struct server *s, struct http_request *req
     return j;
 }
 
+/* Every attempt of a job, from the store (the cost ledger of a later issue
+ * reads the same rows). */
+static json_t *attempts_json(struct server *s, int64_t id)
+{
+    struct store_job row = {0};
+    if (store_job_get(s->store, id, &row) != 0)
+        return NULL;
+    json_t *list = json_array();
+    for (size_t k = 0; list && k < row.nattempts; k++) {
+        const struct store_attempt *a = &row.attempts[k];
+        char start[TIMEFMT_RFC3339_LEN] = "", end[TIMEFMT_RFC3339_LEN] = "";
+        if (a->start_ms != STORE_NULL)
+            timefmt_rfc3339(a->start_ms, start, sizeof(start));
+        if (a->end_ms != STORE_NULL)
+            timefmt_rfc3339(a->end_ms, end, sizeof(end));
+        json_t *nodes = a->nodes ? json_loads(a->nodes, 0, NULL) : NULL;
+        json_t *gpus = a->gpus ? json_loads(a->gpus, 0, NULL) : NULL;
+        json_t *names = json_array();
+        json_t *parts = json_object_get(nodes, "parts");
+        for (size_t p = 0; names && p < json_array_size(parts); p++)
+            json_array_append(names, json_object_get(json_array_get(parts, p), "node"));
+        json_t *o = json_pack(
+            "{s:I, s:s, s:o, s:o*, s:s?, s:s?, s:o, s:o, s:s?, s:I}", "attempt",
+            (json_int_t)a->attempt, "state", a->state, "nodes", names ? names : json_array(),
+            "gpus", gpus, "started_at", start[0] ? start : NULL, "ended_at", end[0] ? end : NULL,
+            "exit_code", a->exit_code == STORE_NULL ? json_null() : json_integer(a->exit_code),
+            "signal", a->signal == STORE_NULL ? json_null() : json_integer(a->signal), "reason",
+            a->reason, "epoch", (json_int_t)a->epoch);
+        json_decref(nodes);
+        if (!o || json_array_append_new(list, o)) {
+            json_decref(list);
+            list = NULL;
+        }
+    }
+    store_job_release(&row);
+    return list;
+}
+
 int srv_api_job_get(struct http_request *req, void *ctx)
 {
     struct server *s = ctx;
     pthread_mutex_lock(&s->lock);
     struct srv_job *j = job_of_request(s, req);
     json_t *o = j ? srv_job_to_json(j) : NULL;
+    int64_t id = j ? j->id : 0;
     pthread_mutex_unlock(&s->lock);
     if (!j)
         return 0;
-    if (!o)
+    json_t *atts = o ? attempts_json(s, id) : NULL;
+    if (!o || !atts || json_object_set_new(o, "attempts", atts)) {
+        json_decref(o);
         return http_request_error(req, 500, "internal", "out of memory");
+    }
     return http_request_respond_json(req, 200, o);
 }
 
@@ -409,7 +457,7 @@ int srv_api_job_list(struct http_request *req, void *ctx)
 struct cancel {
     struct server *s;
     struct http_request *req;
-    int64_t id;
+    int64_t id, attempt; /* attempt: the one to kill, or 0 for a job that holds nothing */
     int64_t at_ms;
 };
 
@@ -426,16 +474,29 @@ static void cancel_done(void *ctx, const struct store_result *r)
     pthread_mutex_lock(&s->lock);
     struct srv_job *j = srv_job_find(s, c->id);
     json_t *o = NULL;
-    if (j) {
+    if (j && c->attempt && j->att.n == c->attempt) {
+        /* The agent stops it and reports CANCELLED; the job ends then. */
+        j->att.kill = true;
+        free(j->att.kill_reason);
+        j->att.kill_reason = strdup("cancelled");
+        j->att.kill_ms = c->at_ms;
+        j->att.grace_ms = s->policy.preempt_grace_ms;
+        for (size_t p = 0; p < j->att.nparts; p++)
+            srv_node_changed(s, j->att.parts[p].node);
+        o = srv_job_to_json(j);
+    } else if (j) {
         j->state = SRV_JOB_CANCELLED;
         j->updated_ms = c->at_ms;
         free(j->reason);
         j->reason = strdup("cancelled by user");
+        free(j->wait);
+        j->wait = NULL;
         o = srv_job_to_json(j);
+        srv_loop_wake(s); /* its dependents may now fail */
     }
     pthread_mutex_unlock(&s->lock);
     if (o)
-        http_request_complete(c->req, 200, o);
+        http_request_complete(c->req, c->attempt ? 202 : 200, o);
     else
         http_request_complete_error(c->req, 500, "internal", "out of memory");
     free(c);
@@ -450,7 +511,7 @@ int srv_api_job_cancel(struct http_request *req, void *ctx)
         pthread_mutex_unlock(&s->lock);
         return 0;
     }
-    if (srv_job_state_final(j->state)) {
+    if (srv_job_state_final(j->state) || (j->att.n && j->att.kill)) {
         int64_t id = j->id;
         const char *st = srv_job_state_name(j->state);
         pthread_mutex_unlock(&s->lock);
@@ -464,8 +525,15 @@ int srv_api_job_cancel(struct http_request *req, void *ctx)
         c->req = req;
         c->id = j->id;
         c->at_ms = srv_now_ms();
-        rc = store_batch_job_update(b, j->id, srv_job_state_name(SRV_JOB_CANCELLED),
-                                    "cancelled by user", c->at_ms, NULL);
+        if (j->att.n) {
+            /* It holds resources: record the kill, so a restart keeps it. */
+            c->attempt = j->att.n;
+            rc = srv_attempt_row(b, s->epoch, j->id, &j->att, "KILLING", "cancelled", STORE_NULL,
+                                 STORE_NULL, STORE_NULL);
+        } else {
+            rc = store_batch_job_update(b, j->id, srv_job_state_name(SRV_JOB_CANCELLED),
+                                        "cancelled by user", c->at_ms, NULL);
+        }
     }
     pthread_mutex_unlock(&s->lock);
     if (rc) {

@@ -40,8 +40,21 @@ bool srv_authorize(struct http_request *req, unsigned route_flags, void *ctx)
     }
     uint8_t hash[TOKEN_HASH_LEN];
     struct store_user row = {0};
-    if (token_check_format(tok) != 0 || token_hash(tok, hash) != 0 ||
-        store_user_get_by_token(s->store, hash, &row) != 0) {
+    bool formed = token_check_format(tok) == 0 && token_hash(tok, hash) == 0;
+    if (route_flags & SRV_ROUTE_AGENT) {
+        /* Agent routes take the join token, and only it. */
+        if (formed && token_hash_equal(hash, s->join_hash))
+            return true;
+        if (formed && store_user_get_by_token(s->store, hash, &row) == 0) {
+            store_user_release(&row);
+            http_request_error(req, 403, "forbidden", "node routes take the join token");
+            return false;
+        }
+        http_request_add_header(req, "WWW-Authenticate", "Bearer error=\"invalid_token\"");
+        http_request_error(req, 401, "unauthorized", "invalid join token");
+        return false;
+    }
+    if (!formed || store_user_get_by_token(s->store, hash, &row) != 0) {
         http_request_add_header(req, "WWW-Authenticate", "Bearer error=\"invalid_token\"");
         http_request_error(req, 401, "unauthorized", "invalid or revoked token");
         return false;
@@ -50,6 +63,7 @@ bool srv_authorize(struct http_request *req, unsigned route_flags, void *ctx)
     u->id = row.id;
     snprintf(u->name, sizeof(u->name), "%s", row.name);
     snprintf(u->team, sizeof(u->team), "%s", row.team ? row.team : "");
+    snprintf(u->unix_user, sizeof(u->unix_user), "%s", row.unix_user ? row.unix_user : "");
     u->admin = row.role && strcmp(row.role, "admin") == 0;
     u->valid = true;
     store_user_release(&row);
@@ -60,8 +74,34 @@ bool srv_authorize(struct http_request *req, unsigned route_flags, void *ctx)
     return true;
 }
 
+/* DATA/join.token: read it, or create it at first start. */
+static int join_token(struct server *s, char *err, size_t errlen)
+{
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/join.token", s->cfg.data_dir);
+    char tok[TOKEN_STR_LEN + 1];
+    errno = 0;
+    int rc = token_read_file(path, tok, sizeof(tok));
+    if (rc == TOKEN_EIO && errno == ENOENT) {
+        if ((rc = token_generate(tok, sizeof(tok))) == 0)
+            rc = token_write_file(path, tok);
+    }
+    if (rc == 0)
+        rc = token_hash(tok, s->join_hash);
+    memset(tok, 0, sizeof(tok));
+    if (rc) {
+        snprintf(err, errlen, "%.4000s: %s%s%s", path, token_strerror(rc), errno ? ": " : "",
+                 errno ? strerror(errno) : "");
+        return -EIO;
+    }
+    return 0;
+}
+
 int srv_auth_bootstrap(struct server *s, char *err, size_t errlen)
 {
+    int jrc = join_token(s, err, errlen);
+    if (jrc)
+        return jrc;
     int n = snprintf(s->admin_token_path, sizeof(s->admin_token_path), "%s/admin.token",
                      s->cfg.data_dir);
     if (n < 0 || (size_t)n >= sizeof(s->admin_token_path)) {

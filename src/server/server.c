@@ -20,6 +20,7 @@ static void usage(FILE *out)
             "usage: gpuorch server [--data DIR] [--listen ADDR:PORT] [--tls-cert FILE --tls-key "
             "FILE]\n"
             "                      [--body-limit BYTES] [--port-file FILE] [--access-log]\n"
+            "                      [--pass-interval S] [--node-timeout S]\n"
             "\n"
             "Runs the controller: the REST API under /v1 (docs/api.md) over a durable job\n"
             "store (SQLite, WAL, synchronous=FULL) in DIR. A job is acknowledged (201) only\n"
@@ -34,6 +35,9 @@ static void usage(FILE *out)
             "  --tls-key FILE      PEM private key\n"
             "  --body-limit BYTES  largest request body (default 1048576)\n"
             "  --port-file FILE    write the port it listens on to FILE once it serves\n"
+            "  --pass-interval S   run a scheduling pass at least every S seconds (default 5)\n"
+            "  --node-timeout S    mark a node down after S seconds without a heartbeat, and\n"
+            "                      requeue its jobs (default 60)\n"
             "  --access-log        one line per request on stderr\n"
             "\n"
             "Exit status: 0 stopped cleanly, 1 could not start, 2 usage error.\n");
@@ -94,8 +98,9 @@ static int parse_args(int argc, char **argv, struct server_config *cfg, struct a
             a->access_log = true;
             continue;
         }
-        static const char *const with_value[] = {"--data",    "--listen",     "--tls-cert",
-                                                 "--tls-key", "--body-limit", "--port-file"};
+        static const char *const with_value[] = {"--data",          "--listen",      "--tls-cert",
+                                                 "--tls-key",       "--body-limit",  "--port-file",
+                                                 "--pass-interval", "--node-timeout"};
         bool known = false;
         for (size_t k = 0; k < sizeof(with_value) / sizeof(with_value[0]); k++)
             known |= strcmp(f, with_value[k]) == 0;
@@ -123,6 +128,14 @@ static int parse_args(int argc, char **argv, struct server_config *cfg, struct a
             if (errno || *end || n < 1024 || n > (64LL << 20))
                 return usage_error(f, v, "a size in bytes from 1024 to 67108864");
             cfg->body_limit = (size_t)n;
+        } else if (strcmp(f, "--pass-interval") == 0 || strcmp(f, "--node-timeout") == 0) {
+            char *end;
+            errno = 0;
+            long long n = strtoll(v, &end, 10);
+            if (errno || *end || n < 1 || n > 86400)
+                return usage_error(f, v, "whole seconds from 1 to 86400");
+            *(strcmp(f, "--pass-interval") == 0 ? &cfg->pass_interval_ms : &cfg->node_timeout_ms) =
+                n * 1000;
         } else {
             a->port_file = v;
         }
@@ -157,19 +170,25 @@ static void access_log(const struct http_access *e, void *ctx)
 struct name_cache {
     int64_t id;
     char name[64];
+    char unix_user[33];
 };
 
 static const char *user_name(struct server *s, int64_t id, struct name_cache *c)
 {
-    if (id == STORE_NULL)
-        return "";
+    if (id == STORE_NULL) {
+        c->id = id;
+        c->name[0] = c->unix_user[0] = '\0';
+        return c->name;
+    }
     if (c->id == id)
         return c->name;
     struct store_user u = {0};
     c->id = id;
-    snprintf(c->name, sizeof(c->name), "%s", "");
-    if (store_user_get_by_id(s->store, id, &u) == 0)
+    c->name[0] = c->unix_user[0] = '\0';
+    if (store_user_get_by_id(s->store, id, &u) == 0) {
         snprintf(c->name, sizeof(c->name), "%s", u.name);
+        snprintf(c->unix_user, sizeof(c->unix_user), "%s", u.unix_user ? u.unix_user : "");
+    }
     store_user_release(&u);
     return c->name;
 }
@@ -190,6 +209,11 @@ static int load_jobs(struct server *s, char *err, size_t errlen)
         for (size_t k = 0; k < n && !rc; k++) {
             struct srv_job *j;
             rc = srv_job_from_row(&rows[k], user_name(s, rows[k].user_id, &cache), &j, err, errlen);
+            if (!rc && cache.unix_user[0] && !(j->unix_user = strdup(cache.unix_user))) {
+                srv_job_free(j);
+                rc = -ENOMEM;
+                continue;
+            }
             if (!rc && (rc = srv_job_add(s, j)))
                 srv_job_free(j);
             f.after_id = rows[k].id;
@@ -225,7 +249,8 @@ static int start(struct server *s, const struct args *a, char *err, size_t errle
         return rc;
     }
     if ((rc = srv_auth_bootstrap(s, err, errlen)) != 0 ||
-        (rc = srv_config_load(s, err, errlen)) != 0 || (rc = load_jobs(s, err, errlen)) != 0)
+        (rc = srv_config_load(s, err, errlen)) != 0 || (rc = srv_nodes_load(s, err, errlen)) != 0 ||
+        (rc = load_jobs(s, err, errlen)) != 0 || (rc = srv_loop_load(s, err, errlen)) != 0)
         return rc;
     struct http_config hc = {.bind_addr = s->cfg.bind,
                              .port = s->cfg.port,
@@ -240,6 +265,10 @@ static int start(struct server *s, const struct args *a, char *err, size_t errle
     if ((rc = http_server_new(&hc, &s->http, err, errlen)) != 0 ||
         (rc = http_server_start(s->http, err, errlen)) != 0)
         return rc;
+    if ((rc = srv_loop_start(s)) != 0) {
+        snprintf(err, errlen, "starting the scheduling loop: %s", strerror(-rc));
+        return rc;
+    }
     if (a->port_file) {
         FILE *pf = fopen(a->port_file, "w");
         if (!pf || fprintf(pf, "%u\n", http_server_port(s->http)) < 0 || fclose(pf) != 0) {
@@ -252,13 +281,18 @@ static int start(struct server *s, const struct args *a, char *err, size_t errle
 
 static void stop(struct server *s)
 {
-    http_server_stop(s->http); /* no handler runs after this */
-    store_close(s->store);     /* every queued commit completes */
+    http_server_stop(s->http);    /* no handler runs after this; suspended requests get 503 */
+    srv_nodes_release_waiters(s); /* our completions of the long-polls it answered */
+    srv_loop_stop(s);
+    store_close(s->store); /* every queued commit completes */
     http_server_free(s->http);
+    sched_state_release(&s->sched);
+    free(s->nodes_rt);
     for (size_t k = 0; k < s->njobs; k++)
         srv_job_free(s->jobs[k]);
     free(s->jobs);
     model_release(&s->model);
+    pthread_cond_destroy(&s->loop_cv);
     pthread_mutex_destroy(&s->lock);
     config_release(&s->cfg);
 }
@@ -280,7 +314,10 @@ int server_command(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
     pthread_mutex_init(&s.lock, NULL);
+    pthread_cond_init(&s.loop_cv, NULL);
     model_init(&s.model);
+    sched_state_init(&s.sched);
+    sched_policy_default(&s.policy);
     char err[1024] = "";
     if ((rc = start(&s, &a, err, sizeof(err))) != 0) {
         fprintf(stderr, "gpuorch server: %s\n", err);

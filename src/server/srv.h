@@ -27,6 +27,7 @@
 #include "http/http.h"
 #include "server/jobspec.h"
 #include "server/model.h"
+#include "core/sched.h"
 #include "store/store.h"
 
 /* The states of a job, as the API and the store name them. */
@@ -37,7 +38,7 @@
     X(FAILED, "FAILED", true)                                                                      \
     X(CANCELLED, "CANCELLED", true)                                                                \
     X(TIMEOUT, "TIMEOUT", true)                                                                    \
-    X(PREEMPTED, "PREEMPTED", false)                                                               \
+    X(PREEMPTED, "PREEMPTED", true)                                                                \
     X(NODE_FAIL, "NODE_FAIL", true)
 
 enum srv_job_state {
@@ -56,9 +57,42 @@ bool srv_job_state_final(enum srv_job_state s);
 struct srv_user {
     int64_t id;
     char name[64];
-    char team[64]; /* "" when none */
+    char team[64];      /* "" when none */
+    char unix_user[33]; /* "" when none */
     bool admin;
     bool valid; /* set by srv_authorize */
+};
+
+/* One GPU an attempt holds, by name (indices change when the cluster does). */
+struct srv_share {
+    char *node;
+    char *uuid;
+    uint32_t milli;
+    uint32_t mem_mib;
+};
+
+/* One node's part of an attempt: CPUs and host memory there. */
+struct srv_part {
+    char *node;
+    uint32_t cpus;
+    uint64_t mem_mib;
+};
+
+/* A job's current attempt, while it holds resources (assigned, running or
+ * being killed) and until its end is reported. */
+struct srv_attempt {
+    int64_t n;         /* 1, 2, ...: the attempt's number; 0: none active */
+    bool running;      /* the agent reported it started */
+    bool kill;         /* the controller wants it stopped */
+    char *kill_reason; /* "preempted", "cancelled" (owned) */
+    int64_t kill_ms;   /* when the kill was decided */
+    int64_t grace_ms;
+    int64_t start_ms;
+    bool borrowed;
+    struct srv_part *parts;
+    size_t nparts;
+    struct srv_share *shares;
+    size_t nshares;
 };
 
 /* A job in memory: everything the API and the loop read, mirrored from its
@@ -66,8 +100,9 @@ struct srv_user {
 struct srv_job {
     int64_t id;
     int64_t user_id;
-    char *user; /* owned */
-    char *team; /* owned */
+    char *user;      /* owned */
+    char *unix_user; /* owned, or NULL: the account its attempts run as */
+    char *team;      /* owned */
     enum srv_job_state state;
     int64_t submit_ms, updated_ms;
     int64_t array_id, array_index; /* STORE_NULL: not in an array */
@@ -76,6 +111,34 @@ struct srv_job {
     /* From the last scheduling pass, for a pending job. */
     char *wait;           /* owned, or NULL: the reason it waits */
     int64_t est_start_ms; /* -1: unknown */
+    int64_t queued_ms;    /* when it (re)entered the queue: the core's submit time */
+    int64_t attempts;     /* attempts made so far (the last one's number) */
+    uint32_t failures;    /* attempts that ended FAILED, TIMEOUT or NODE_FAIL */
+    struct srv_attempt att;
+};
+
+/* Frees what an attempt holds and zeroes it. */
+void srv_attempt_release(struct srv_attempt *a);
+/* The attempt's nodes and GPUs as stored (attempts.nodes / attempts.gpus):
+ * new JSON texts (caller frees), or -ENOMEM. */
+int srv_attempt_encode(const struct srv_attempt *a, char **ret_nodes, char **ret_gpus);
+/* Reads them back into *a (parts and shares only); 0 or -EINVAL. */
+int srv_attempt_decode(const char *nodes, struct srv_attempt *a);
+/* Adds attempt a of `job` to b as its row in `state` (end_ms, exit_code and
+ * signal STORE_NULL when not known; reason may be NULL), made under `epoch`.
+ * 0 or -ENOMEM. */
+int srv_attempt_row(struct store_batch *b, int64_t epoch, int64_t job, const struct srv_attempt *a,
+                    const char *state, const char *reason, int64_t end_ms, int64_t exit_code,
+                    int64_t signal);
+
+/* A node's runtime: heartbeats, the revision of its assignments, and the
+ * agents' long-polls waiting for it to change. */
+struct srv_waiter;
+struct srv_node_rt {
+    char name[MODEL_HOST_MAX + 1];
+    int64_t last_heartbeat_ms;
+    uint64_t rev;
+    struct srv_waiter *waiters;
 };
 
 struct server_config {
@@ -95,10 +158,21 @@ struct server {
     struct http_server *http;
     int64_t epoch; /* this controller's leader epoch */
     char admin_token_path[4096];
+    uint8_t join_hash[32]; /* SHA-256 of the join token */
 
     pthread_mutex_t lock;
     /* guarded by lock: */
-    struct model model;      /* teams, pools, priority classes (users live in the store) */
+    struct model model;           /* teams, pools, classes, nodes (users: the store) */
+    struct srv_node_rt *nodes_rt; /* sorted by name; one per model node */
+    size_t nnodes_rt, nodes_rt_cap;
+    struct sched_state sched; /* the core's carry-over */
+    struct sched_policy policy;
+    bool loop_dirty, stopping;
+    pthread_cond_t loop_cv;
+    pthread_t loop_thread;
+    bool loop_started;
+    uint64_t passes;
+    int64_t state_saved_ms;  /* when the loop last committed the core's state */
     uint32_t next_config_id; /* the next id of a team, pool or class */
     bool config_busy;        /* a configuration write is being committed */
     struct srv_job **jobs;   /* sorted by id (ids only grow) */
@@ -126,8 +200,9 @@ int srv_job_from_row(const struct store_job *row, const char *user, struct srv_j
 
 /* ---- auth.c ---- */
 
-/* Route flag: admins only. */
+/* Route flags: admins only; node agents (the join token) only. */
 #define SRV_ROUTE_ADMIN HTTP_ROUTE_USER_FLAG(0)
+#define SRV_ROUTE_AGENT HTTP_ROUTE_USER_FLAG(1)
 
 /* http_authorize_fn: a bearer token of a known user, and an admin for
  * SRV_ROUTE_ADMIN routes; answers 401/403 itself otherwise. */
@@ -169,9 +244,59 @@ int srv_api_user_get(struct http_request *req, void *ctx);
 int srv_api_user_put(struct http_request *req, void *ctx);
 int srv_api_user_delete(struct http_request *req, void *ctx);
 int srv_api_token_issue(struct http_request *req, void *ctx);
+int srv_api_node_put(struct http_request *req, void *ctx);
+int srv_api_node_heartbeat(struct http_request *req, void *ctx);
+int srv_api_node_assignments(struct http_request *req, void *ctx);
+int srv_api_node_report(struct http_request *req, void *ctx);
+int srv_api_node_list(struct http_request *req, void *ctx);
+int srv_api_node_drain(struct http_request *req, void *ctx);
+
+/* ---- nodes (api_nodes.c) ---- */
+
+/* The runtime of node `name`, or NULL. Under the lock. */
+struct srv_node_rt *srv_node_rt_find(struct server *s, const char *name);
+/* Adds the runtime of a node (heartbeat now); 0 or -ENOMEM. Under the lock. */
+int srv_node_rt_add(struct server *s, const char *name, int64_t now_ms);
+/* The node's assignments changed: bumps its revision and answers its
+ * long-polls. Under the lock. */
+void srv_node_changed(struct server *s, const char *name);
+/* Answers every long-poll (the server is stopping). */
+void srv_nodes_release_waiters(struct server *s);
+/* Loads nodes and GPU type ids from the store into the model. */
+int srv_nodes_load(struct server *s, char *err, size_t errlen);
+
+/* ---- the scheduling loop (loop.c) ---- */
+
+/* Starts the loop thread; 0 or -errno. */
+int srv_loop_start(struct server *s);
+/* Asks for a pass soon (an event). Under the lock. */
+void srv_loop_wake(struct server *s);
+/* Stops the loop thread and waits for it. Not under the lock. */
+void srv_loop_stop(struct server *s);
+/* Loads the scheduler's state and the active attempts; 0 or an error. */
+int srv_loop_load(struct server *s, char *err, size_t errlen);
+
+/* An attempt's end, as an agent or the node timeout reports it. srv_end_plan
+ * adds to `b` the rows for ending job j's current attempt in `att_state`
+ * ("COMPLETED", ...) and fills *ret with the job's next state, without
+ * changing j; srv_end_apply applies it after the commit (under the lock). */
+struct srv_end {
+    int64_t job, attempt;
+    char att_state[16];
+    enum srv_job_state job_state;
+    char reason[160];
+    int64_t end_ms, exit_code, signal;
+    bool failure;
+};
+int srv_end_plan(struct server *s, const struct srv_job *j, const char *att_state,
+                 int64_t exit_code, int64_t signal, const char *reason, int64_t now_ms,
+                 struct srv_end *ret, struct store_batch *b);
+void srv_end_apply(struct server *s, const struct srv_end *e);
 
 /* The meta key of the next configuration id. */
 #define SRV_META_NEXT_ID "config_next_id"
+/* Set once the first start has made the default priority class. */
+#define SRV_META_SEEDED "classes_seeded"
 
 /* Loads teams, pools and priority classes from the store into s->model. */
 int srv_config_load(struct server *s, char *err, size_t errlen);
