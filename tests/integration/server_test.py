@@ -7,108 +7,24 @@ controller while 1,000 submissions are in flight. Prints TAP.
 The server runs as a child process on 127.0.0.1 with an ephemeral port and a
 temporary data directory; it is stopped by PID."""
 
-import json
 import os
-import shutil
-import signal
+import socket
 import sqlite3
-import subprocess
 import sys
-import tempfile
 import threading
-import time
 import urllib.error
-import urllib.request
 
-BIN = sys.argv[1]
-TMP = tempfile.mkdtemp(prefix="gpuorch-server-test-")
-DATA = os.path.join(TMP, "data")
-n = 0
-failed = False
+sys.dont_write_bytecode = True  # leave no __pycache__ in the source tree
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import Server, message, ok, run  # noqa: E402
 
-
-def ok(cond, name, detail=""):
-    global n, failed
-    n += 1
-    if cond:
-        print(f"ok {n} - {name}")
-    else:
-        failed = True
-        print(f"not ok {n} - {name}")
-        for line in str(detail).splitlines():
-            print(f"#   {line}")
-    sys.stdout.flush()
-
-
-class Server:
-    def __init__(self):
-        self.proc = None
-        self.port = None
-
-    def start(self):
-        port_file = os.path.join(TMP, "port")
-        if os.path.exists(port_file):
-            os.remove(port_file)
-        self.log = open(os.path.join(TMP, "server.log"), "a")
-        self.proc = subprocess.Popen(
-            [BIN, "server", "--data", DATA, "--listen", "127.0.0.1:0", "--port-file", port_file],
-            stdout=self.log, stderr=self.log)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited with {self.proc.returncode}")
-            try:
-                with open(port_file) as f:
-                    text = f.read()
-                if text.endswith("\n"):
-                    self.port = int(text)
-                    return
-            except FileNotFoundError:
-                pass
-            time.sleep(0.02)
-        raise RuntimeError("server did not start")
-
-    def stop(self, sig=signal.SIGTERM):
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            self.proc.wait(timeout=30)
-        rc = self.proc.returncode if self.proc else None
-        self.proc = None
-        return rc
-
-
-SRV = Server()
-
-
-def call(method, path, body=None, token=None, headers=None, raw=None):
-    """Returns (status, parsed JSON or None, raw body bytes)."""
-    url = f"http://127.0.0.1:{SRV.port}{path}"
-    data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-    req = urllib.request.Request(url, data=data, method=method)
-    if token:
-        req.add_header("Authorization", f"Bearer {token}")
-    if data is not None:
-        req.add_header("Content-Type", "application/json")
-    for k, v in (headers or {}).items():
-        req.add_header(k, v)
-    try:
-        with urllib.request.urlopen(req, timeout=30) as r:
-            payload = r.read()
-            status = r.status
-    except urllib.error.HTTPError as e:
-        payload = e.read()
-        status = e.code
-    try:
-        parsed = json.loads(payload) if payload else None
-    except ValueError:
-        parsed = None
-    return status, parsed, payload
+SRV = Server(sys.argv[1], "gpuorch-server-test-")
+call = SRV.call
 
 
 def over_limit(token):
     """A POST announcing a 2 MiB body: the status line the server answers with
     before any of the body is sent."""
-    import socket
     with socket.create_connection(("127.0.0.1", SRV.port), timeout=30) as sock:
         sock.sendall(b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
                      + token.encode() + b"\r\nContent-Type: application/json\r\n"
@@ -124,7 +40,7 @@ def over_limit(token):
 
 
 def dump_store():
-    con = sqlite3.connect(os.path.join(DATA, "gpuorch.db"))
+    con = sqlite3.connect(os.path.join(SRV.data, "gpuorch.db"))
     try:
         return "\n".join(con.iterdump())
     finally:
@@ -134,7 +50,7 @@ def dump_store():
 def main():
     print("TAP version 13")
     SRV.start()
-    token_path = os.path.join(DATA, "admin.token")
+    token_path = SRV.token_file("admin")
     mode = os.stat(token_path).st_mode & 0o777
     ok(mode == 0o600, "the admin token file is created with mode 0600", oct(mode))
     admin = open(token_path).read().strip()
@@ -194,9 +110,8 @@ def main():
     ]
     for name, body_in, want, needle in cases:
         st, body, raw = call("POST", "/v1/jobs", body_in, token=admin)
-        msg = body["error"]["message"] if body and "error" in body else raw
-        ok(st == want and needle in str(msg), f"bad input ({name}): {want} naming '{needle}'",
-           f"{st} {raw!r}")
+        ok(st == want and needle in message(body, raw),
+           f"bad input ({name}): {want} naming '{needle}'", f"{st} {raw!r}")
     raw_cases = [
         ("invalid JSON", b'{"gpus": 1,', 400),
         ("invalid UTF-8", b'{"name": "\xff", "command": ["x"], "team": "r"}', 400),
@@ -360,9 +275,7 @@ def kill9_under_load(admin):
     for t in threads:
         t.start()
     started.wait(timeout=120)
-    SRV.proc.send_signal(signal.SIGKILL)
-    SRV.proc.wait()
-    SRV.proc = None
+    SRV.kill9()
     for t in threads:
         t.join()
     ok(200 <= len(accepted) < clients * per,
@@ -403,13 +316,4 @@ def kill9_under_load(admin):
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except Exception as e:  # a crash is a failure, with the reason
-        ok(False, "the test ran to its end", repr(e))
-    finally:
-        if SRV.proc:
-            SRV.stop(signal.SIGKILL)
-        shutil.rmtree(TMP, ignore_errors=True)
-    print(f"1..{n}")
-    sys.exit(1 if failed else 0)
+    run(main, SRV)

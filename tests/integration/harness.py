@@ -1,0 +1,173 @@
+"""What the integration tests share: TAP output, a `gpuorch server` child
+process on 127.0.0.1 with an ephemeral port and a temporary data directory
+(stopped by PID), HTTP calls to it, and polling with a deadline.
+
+A test makes one Server, binds `call = srv.call`, and ends with
+run(main, srv), which prints the TAP plan and exits with the verdict."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+DEADLINE_S = 20  # how long any polled condition may take to come true
+
+_count = 0
+_failed = False
+
+
+def ok(cond, name, detail=""):
+    """One TAP check; a failure prints DETAIL as diagnostics."""
+    global _count, _failed
+    _count += 1
+    if cond:
+        print(f"ok {_count} - {name}")
+    else:
+        _failed = True
+        print(f"not ok {_count} - {name}")
+        for line in str(detail).splitlines():
+            print(f"#   {line}")
+    sys.stdout.flush()
+
+
+def diag(text):
+    print(f"# {text}")
+    sys.stdout.flush()
+
+
+class Server:
+    """`gpuorch server` BIN as a child process, listening on 127.0.0.1 with an
+    ephemeral port (read from --port-file), its data under a temporary directory
+    named with PREFIX; EXTRA_ARGS are added to its command line."""
+
+    def __init__(self, binary, prefix, extra_args=()):
+        self.binary = binary
+        self.extra_args = [str(a) for a in extra_args]
+        self.tmp = tempfile.mkdtemp(prefix=prefix)
+        self.data = os.path.join(self.tmp, "data")
+        self.log_path = os.path.join(self.tmp, "server.log")
+        self.proc = None
+        self.port = None
+
+    def start(self):
+        port_file = os.path.join(self.tmp, "port")
+        if os.path.exists(port_file):
+            os.remove(port_file)
+        self.log = open(self.log_path, "a")
+        self.proc = subprocess.Popen(
+            [self.binary, "server", "--data", self.data, "--listen", "127.0.0.1:0",
+             "--port-file", port_file] + self.extra_args,
+            stdout=self.log, stderr=self.log)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode}: {self.log_tail()}")
+            try:
+                with open(port_file) as f:
+                    text = f.read()
+                if text.endswith("\n"):
+                    self.port = int(text)
+                    return
+            except FileNotFoundError:
+                pass
+            time.sleep(0.02)
+        raise RuntimeError("server did not start")
+
+    def stop(self, sig=signal.SIGTERM):
+        """Signals the server and waits for it; returns its exit status."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait(timeout=30)
+        rc = self.proc.returncode if self.proc else None
+        self.proc = None
+        return rc
+
+    def kill9(self):
+        """kill -9, as a crash would; the caller starts it again."""
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+        self.proc = None
+
+    def log_tail(self):
+        try:
+            with open(self.log_path) as f:
+                return f.read()[-2000:]
+        except OSError:
+            return ""
+
+    def token_file(self, name):
+        """The path of the NAME.token file in the data directory."""
+        return os.path.join(self.data, f"{name}.token")
+
+    def call(self, method, path, body=None, token=None, headers=None, raw=None, timeout=30):
+        """Returns (status, parsed JSON or None, raw body bytes)."""
+        url = f"http://127.0.0.1:{self.port}{path}"
+        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+        req = urllib.request.Request(url, data=data, method=method)
+        if token:
+            req.add_header("Authorization", f"Bearer {token}")
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        for k, v in (headers or {}).items():
+            req.add_header(k, v)
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                payload = r.read()
+                status = r.status
+        except urllib.error.HTTPError as e:
+            payload = e.read()
+            status = e.code
+        try:
+            parsed = json.loads(payload) if payload else None
+        except ValueError:
+            parsed = None
+        return status, parsed, payload
+
+    def cleanup(self):
+        """Kills the server if it still runs and removes the temporary
+        directory (kept, and named, when KEEP_TMP is set)."""
+        if self.proc:
+            self.stop(signal.SIGKILL)
+        if os.environ.get("KEEP_TMP"):
+            print(f"# kept {self.tmp}")
+        else:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def message(body, raw=b""):
+    """The error message of an answer, or the raw body."""
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        return str(body["error"].get("message"))
+    return repr(raw)
+
+
+def wait_until(fn, timeout=DEADLINE_S, step=0.05):
+    """Polls fn until it returns something true or the deadline passes; returns
+    its last value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = fn()
+        if v or time.monotonic() > deadline:
+            return v
+        time.sleep(step)
+
+
+def run(main, srv, on_exit=None):
+    """Runs MAIN (a crash is a failed check, with the reason), then ON_EXIT and
+    srv.cleanup(); prints the TAP plan and exits 1 if any check failed."""
+    try:
+        main()
+    except Exception as e:  # a crash is a failure, with the reason
+        ok(False, "the test ran to its end", repr(e))
+    finally:
+        if on_exit:
+            on_exit()
+        srv.cleanup()
+    print(f"1..{_count}")
+    sys.exit(1 if _failed else 0)
