@@ -158,6 +158,7 @@ def main():
        "after a restart the jobs read back the same", f"{lst_before}\n{lst_after}")
 
     isolation(admin, jid)
+    drain_and_resume(admin)
     kill9_under_load(admin)
 
     rc = SRV.stop()
@@ -246,6 +247,31 @@ def isolation(admin, admin_job):
     ok(st == 204, "delete a user: 204", body)
     st, body, _ = call("GET", "/v1/jobs", token=bob)
     ok(st == 401, "a deleted user's token no longer works: 401", body)
+
+
+def drain_and_resume(admin):
+    """An admin drains a node (it keeps its work, gets nothing new) and resumes it."""
+    join = open(SRV.token_file("join")).read().strip()
+    node = {"pool": "main", "cpus": 8, "mem_mib": 65536,
+            "gpus": [{"index": 0, "uuid": "GPU-11111111-2222-3333-4444-555555555555",
+                      "gpu_type": "H100-80GB", "mem_mib": 81559}]}
+    st, body, _ = call("PUT", "/v1/nodes/gpu-01", node, token=join)
+    ok(st == 201 and body["state"] == "up", "an agent registers a node with the join token", body)
+    st, body, _ = call("PUT", "/v1/nodes/gpu-02", node, token=admin)
+    ok(st == 403, "a user token cannot register nodes: 403", body)
+    st, body, _ = call("POST", "/v1/nodes/gpu-01/drain", token=TOKENS["alice"])
+    ok(st == 403, "a member may not drain: 403", body)
+    st, body, _ = call("POST", "/v1/nodes/gpu-01/drain", token=admin)
+    ok(st == 200 and body["state"] == "draining", "an admin drains it", body)
+    st, body, _ = call("PUT", "/v1/nodes/gpu-01", node, token=join)
+    ok(st == 200 and body["state"] == "draining", "registering again keeps it drained", body)
+    st, body, _ = call("POST", "/v1/nodes/gpu-01/resume", token=admin)
+    ok(st == 200 and body["state"] == "up", "an admin resumes it", body)
+    st, body, _ = call("GET", "/v1/nodes", token=TOKENS["alice"])
+    ok(st == 200 and [n["name"] for n in body["nodes"]] == ["gpu-01"]
+       and body["nodes"][0]["last_heartbeat"].endswith("Z"), "anyone lists nodes", body)
+    st, body, _ = call("POST", "/v1/nodes/nope/drain", token=admin)
+    ok(st == 404, "draining an unknown node: 404", body)
 
 
 def kill9_under_load(admin):
