@@ -22,12 +22,10 @@
 #define WAIT_MAX_S     300
 #define META_TYPE_IDS  "gpu_type_ids"
 
+/* An agent's long-poll, in its node's list until answered. */
 struct srv_waiter {
     struct http_request *req;
-    uint64_t since;
     struct srv_waiter *next;
-    struct server *s;
-    char node[MODEL_HOST_MAX + 1];
 };
 
 /* ---- runtime ---- */
@@ -167,30 +165,33 @@ void srv_nodes_release_waiters(struct server *s)
     pthread_mutex_unlock(&s->lock);
 }
 
-/* http_timeout_fn: the wait ran out with nothing new; answer the same
- * revision, unless a change answered first (then the waiter is gone). */
+/* http_timeout_fn (ctx: the server): the wait ran out with nothing new;
+ * answer the same revision, unless a change answered first. The waiter is
+ * found by its request, never through the callback's context: a change may
+ * have answered and freed it while the timer was on its way here. */
 static void waiter_timeout(struct http_request *req, void *ctx)
 {
-    struct srv_waiter *w = ctx;
-    struct server *s = w->s;
+    struct server *s = ctx;
     pthread_mutex_lock(&s->lock);
-    struct srv_node_rt *rt = srv_node_rt_find(s, w->node);
-    bool mine = false;
-    for (struct srv_waiter **p = rt ? &rt->waiters : NULL; p && *p; p = &(*p)->next) {
-        if (*p == w) {
-            *p = w->next;
-            mine = true;
-            break;
+    struct srv_waiter *w = NULL;
+    json_t *o = NULL;
+    for (size_t k = 0; k < s->nnodes_rt && !w; k++) {
+        for (struct srv_waiter **p = &s->nodes_rt[k].waiters; *p; p = &(*p)->next) {
+            if ((*p)->req == req) {
+                w = *p;
+                *p = w->next;
+                o = assignments_json(s, &s->nodes_rt[k]);
+                break;
+            }
         }
     }
-    json_t *o = mine && rt ? assignments_json(s, rt) : NULL;
     pthread_mutex_unlock(&s->lock);
-    if (!mine)
+    if (!w)
         return;
     if (o)
         http_request_complete(req, 200, o);
     else
-        http_request_complete_error(req, 404, "not_found", "no node '%s'", w->node);
+        http_request_complete_error(req, 500, "internal", "out of memory");
     free(w);
 }
 
@@ -262,13 +263,12 @@ int srv_api_node_assignments(struct http_request *req, void *ctx)
         return http_request_respond_json(req, 200, o);
     }
     struct srv_waiter *w = calloc(1, sizeof(*w));
-    if (!w || http_request_suspend(req, (unsigned)wait * 1000, waiter_timeout, w) != 0) {
+    if (!w || http_request_suspend(req, (unsigned)wait * 1000, waiter_timeout, s) != 0) {
         pthread_mutex_unlock(&s->lock);
         free(w);
         return http_request_error(req, 503, "unavailable", "the server is stopping");
     }
-    *w = (struct srv_waiter){.req = req, .since = since, .next = rt->waiters, .s = s};
-    snprintf(w->node, sizeof(w->node), "%s", rt->name);
+    *w = (struct srv_waiter){.req = req, .next = rt->waiters};
     rt->waiters = w;
     pthread_mutex_unlock(&s->lock);
     return 0;
