@@ -108,7 +108,18 @@ void srv_end_apply(struct server *s, const struct srv_end *e)
         j->queued_ms = e->end_ms;
     for (size_t k = 0; k < att.nparts; k++)
         srv_node_changed(s, att.parts[k].node);
-    srv_attempt_release(&att);
+    if (s->nended == s->ended_cap) {
+        size_t cap = s->ended_cap ? 2 * s->ended_cap : 16;
+        struct srv_ended *v = realloc(s->ended, cap * sizeof(*v));
+        if (v) {
+            s->ended = v;
+            s->ended_cap = cap;
+        }
+    }
+    if (s->nended < s->ended_cap)
+        s->ended[s->nended++] = (struct srv_ended){e->job, e->end_ms, att};
+    else
+        srv_attempt_release(&att); /* out of memory: its last stretch goes uncharged */
     srv_loop_wake(s);
 }
 
@@ -257,6 +268,14 @@ static void set_wait(struct srv_job *j, const char *text, int64_t est)
     j->est_start_ms = est;
 }
 
+/* The class of jobs that name none: "normal", else the first by name. */
+static const char *class_default(const struct server *s)
+{
+    if (model_class_get(&s->model, "normal"))
+        return "normal";
+    return s->model.nclasses ? s->model.classes[0].name : NULL;
+}
+
 /* Are j's dependencies met? 1 yes, 0 not yet, -1 never (reason written). */
 static int deps_met(struct server *s, const struct srv_job *j, char *reason, size_t len)
 {
@@ -308,9 +327,7 @@ static int input_build(struct server *s, struct pass_input *in, char *err, size_
     qsort(in->nodes, c->nnodes, sizeof(*in->nodes), cmp_name_index);
     qsort(in->gpus, c->ngpus, sizeof(*in->gpus), cmp_name_index);
 
-    const char *default_class = model_class_get(&s->model, "normal") ? "normal" : NULL;
-    if (!default_class && s->model.nclasses)
-        default_class = s->model.classes[0].name;
+    const char *default_class = class_default(s);
     /* The queue: pending jobs whose dependencies are met, within their
      * array's cap; by id, so passes are deterministic. */
     int64_t cur_array = STORE_NULL;
@@ -487,6 +504,60 @@ static int state_decode(const void *blob, size_t len, struct sched_state *st)
     return rc;
 }
 
+/* The running job of an ended attempt, by index in the pass's cluster; false
+ * when its node or GPUs have left it. */
+static bool ended_running(const struct pass_input *in, const struct srv_ended *e,
+                          struct sched_job *req, struct sched_node_part *parts,
+                          struct sched_share *shares, struct sched_running *ret)
+{
+    const struct sched_cluster *c = &in->cl.c;
+    *ret = (struct sched_running){
+        .job = req, .alloc = {parts, 0, shares, 0}, .start_ms = e->att.start_ms};
+    for (size_t p = 0; p < e->att.nparts; p++) {
+        uint32_t n = find_index(in->nodes, c->nnodes, e->att.parts[p].node);
+        if (n == SCHED_NONE)
+            return false;
+        parts[ret->alloc.nnodes++] =
+            (struct sched_node_part){n, e->att.parts[p].cpus, e->att.parts[p].mem_mib};
+    }
+    for (size_t g = 0; g < e->att.nshares; g++) {
+        uint32_t gi = find_index(in->gpus, c->ngpus, e->att.shares[g].uuid);
+        if (gi == SCHED_NONE)
+            return false;
+        shares[ret->alloc.nshares++] =
+            (struct sched_share){gi, e->att.shares[g].milli, e->att.shares[g].mem_mib};
+    }
+    return true;
+}
+
+/* Charges the attempts that ended since the last pass (their usage after it)
+ * to fair share and LAS. Only the loop touches s->sched. */
+static void charge_ended(struct server *s, const struct pass_input *in)
+{
+    const char *default_class = class_default(s);
+    for (size_t k = 0; k < s->nended; k++) {
+        struct srv_ended *e = &s->ended[k];
+        const struct srv_job *j = srv_job_find(s, e->job);
+        struct sched_job req = {0};
+        char why[200];
+        size_t np = e->att.nparts ? e->att.nparts : 1, ns = e->att.nshares ? e->att.nshares : 1;
+        struct sched_node_part *parts = calloc(np, sizeof(*parts));
+        struct sched_share *shares = calloc(ns, sizeof(*shares));
+        struct sched_running run;
+        if (j && parts && shares &&
+            model_job_request(&in->cl, &j->spec, j->team, default_class, &req, why, sizeof(why)) ==
+                0 &&
+            ended_running(in, e, &req, parts, shares, &run)) {
+            req.id = (uint64_t)j->id;
+            (void)sched_state_charge_end(&s->sched, &in->cl.c, &s->policy, &run, e->end_ms);
+        }
+        free(parts);
+        free(shares);
+        srv_attempt_release(&e->att);
+    }
+    s->nended = 0;
+}
+
 static void one_pass(struct server *s, struct sched_result *res)
 {
     int64_t now = srv_now_ms();
@@ -495,6 +566,8 @@ static void one_pass(struct server *s, struct sched_result *res)
     struct pass_input in = {0};
     char err[256] = "";
     int rc = input_build(s, &in, err, sizeof(err));
+    if (!rc)
+        charge_ended(s, &in);
     if (!rc) {
         struct sched_queue q = {in.reqs, in.nqueue};
         struct sched_running_set rs = {in.running, in.nrunning};

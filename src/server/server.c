@@ -288,6 +288,9 @@ static void stop(struct server *s)
     http_server_free(s->http);
     sched_state_release(&s->sched);
     free(s->nodes_rt);
+    for (size_t k = 0; k < s->nended; k++)
+        srv_attempt_release(&s->ended[k].att);
+    free(s->ended);
     for (size_t k = 0; k < s->njobs; k++)
         srv_job_free(s->jobs[k]);
     free(s->jobs);

@@ -131,6 +131,13 @@ int srv_attempt_row(struct store_batch *b, int64_t epoch, int64_t job, const str
                     const char *state, const char *reason, int64_t end_ms, int64_t exit_code,
                     int64_t signal);
 
+/* An attempt that ended, waiting for the loop to charge its usage. */
+struct srv_ended {
+    int64_t job;
+    int64_t end_ms;
+    struct srv_attempt att; /* owned */
+};
+
 /* A node's runtime: heartbeats, the revision of its assignments, and the
  * agents' long-polls waiting for it to change. */
 struct srv_waiter;
@@ -172,7 +179,11 @@ struct server {
     pthread_t loop_thread;
     bool loop_started;
     uint64_t passes;
-    int64_t state_saved_ms;  /* when the loop last committed the core's state */
+    int64_t state_saved_ms; /* when the loop last committed the core's state */
+    /* Attempts that ended since the last pass: the loop charges their last
+     * stretch of GPU-time to fair share and LAS (sched_state_charge_end). */
+    struct srv_ended *ended;
+    size_t nended, ended_cap;
     uint32_t next_config_id; /* the next id of a team, pool or class */
     bool config_busy;        /* a configuration write is being committed */
     struct srv_job **jobs;   /* sorted by id (ids only grow) */
