@@ -269,9 +269,16 @@ bool evict_may_preempt(const struct pass *p, const struct sched_job *j)
     const struct sched_cluster *c = p->c;
     if (c->classes[j->prio].may_preempt && p->rank[j->prio] > 0)
         return true;
-    /* Asked per shape before LAS queues are known: evict_may_suffice decides. */
-    if (order_uses_las(p->pol))
-        return true;
+    /* LAS: a running checkpointable job past the first threshold (of the
+     * job's team, within teams) that holds no more than the job asks for. */
+    if (p->las_min_victim) {
+        int64_t want = j->gpus > 0        ? (int64_t)j->gpus * SCHED_MILLI
+                       : j->gpu_milli > 0 ? j->gpu_milli
+                                          : SCHED_MILLI; /* by memory: at most one GPU */
+        size_t k = order_las_team_only(p->pol) ? j->team : p->c->nteams;
+        if (p->las_min_victim[k] <= want)
+            return true;
+    }
     /* Reclaim: the team has a guarantee left somewhere the job could go. */
     for (uint32_t g = 0; g < p->view.ngroups; g++) {
         size_t k = (size_t)j->team * p->quota.ngroups + g;

@@ -235,6 +235,32 @@ static bool key_heapify(struct order_key *h, size_t n)
     return false;
 }
 
+/* Under LAS, puts a segment's keys in LAS-queue order, stably (a counting
+ * sort over the few queues): a caller's queue kept by submit time then comes
+ * out fully in order, and is handed out by advancing, not through a heap.
+ * 0 or GPO_ENOMEM (keys unchanged). */
+static int las_bucket_sort(struct order_key *k, size_t n)
+{
+    size_t count[SCHED_LAS_MAX_QUEUES + 1] = {0};
+    bool mixed = false;
+    for (size_t i = 0; i < n; i++) {
+        count[k[i].lasq + 1]++;
+        mixed |= k[i].lasq != k[0].lasq;
+    }
+    if (!mixed)
+        return 0;
+    struct order_key *tmp = malloc(n * sizeof(*tmp));
+    if (!tmp)
+        return GPO_ENOMEM;
+    for (size_t q = 1; q <= SCHED_LAS_MAX_QUEUES; q++)
+        count[q] += count[q - 1];
+    for (size_t i = 0; i < n; i++)
+        tmp[count[k[i].lasq]++] = k[i];
+    memcpy(k, tmp, n * sizeof(*k));
+    free(tmp);
+    return 0;
+}
+
 int order_begin(struct order *o, const struct order_job *jobs, const uint32_t *cands, size_t n,
                 const uint8_t *lasq, order_within_fn within, void *ctx)
 {
@@ -298,6 +324,11 @@ int order_begin(struct order *o, const struct order_job *jobs, const uint32_t *c
     for (size_t b = 0, begin = 0; b < nb; begin = start[b], b++) {
         if (start[b] == begin)
             continue;
+        if (lasq && order_uses_las(o->policy) &&
+            las_bucket_sort(o->keys + begin, start[b] - begin)) {
+            free(start);
+            return GPO_ENOMEM;
+        }
         bool sorted = key_heapify(o->keys + begin, start[b] - begin);
         o->segs[o->nsegs++] = (struct order_seg){.begin = begin,
                                                  .end = start[b],

@@ -214,8 +214,11 @@ int pass_alloc(struct pass *p)
         p->rlasq = calloc(nr ? nr : 1, 1);
         p->las_milli = calloc((size_t)p->c->nteams * p->view.ngroups * SCHED_LAS_MAX_QUEUES,
                               sizeof(*p->las_milli));
-        if (!p->lasq || !p->rlasq || !p->las_milli)
+        p->las_min_victim = malloc(((size_t)p->c->nteams + 1) * sizeof(*p->las_min_victim));
+        if (!p->lasq || !p->rlasq || !p->las_milli || !p->las_min_victim)
             return GPO_ENOMEM;
+        for (size_t t = 0; t <= p->c->nteams; t++)
+            p->las_min_victim[t] = INT64_MAX;
     }
     for (uint32_t k = 0; k < p->c->npools; k++)
         p->pool_resv[k] = -1;
@@ -287,6 +290,7 @@ void pass_free(struct pass *p)
     free(p->rank_milli);
     free(p->rlasq);
     free(p->las_milli);
+    free(p->las_min_victim);
     free(p->rank);
     free(p->allowed);
     free(p->excess);

@@ -152,6 +152,10 @@ struct pass {
     /* [(team * ngroups + group) * SCHED_LAS_MAX_QUEUES + queue]: milli held by
      * checkpointable running, not leaving, jobs (LAS only) */
     int64_t *las_milli;
+    /* [team, then one for all teams]: the least milli a running
+     * checkpointable job past the first LAS threshold holds, known before the
+     * shapes are (LAS only; INT64_MAX: none): whether a shape may evict. */
+    int64_t *las_min_victim;
     int32_t *rank;          /* class index -> rank by order (0 lowest) */
     bool *allowed;          /* per group, scratch */
     int64_t *excess;        /* [team * ngroups + group]: milli over guarantee, reclaimable */

@@ -348,6 +348,22 @@ static int run_pass(struct pass *p)
         (err = order_init(&p->order, p->c, &p->view, run, p->pol, p->st, p->now)) ||
         (err = pass_alloc(p)))
         return err;
+    /* Who LAS could evict, before the shapes are found: running
+     * checkpointable jobs whose service (the state's plus what they got since
+     * the last pass, as compute_attained will count it) passed the first
+     * threshold. */
+    for (size_t r = 0; p->las_min_victim && p->pol->nlas_thresholds && r < nr; r++) {
+        const struct sched_running *rj = &run->jobs[r];
+        if (rj->preempting || !(p->rbits[r] & R_CKPT) || p->rgroup[r] == SCHED_NONE)
+            continue;
+        const struct sched_attained *a =
+            state_find_attained(p->st->attained, p->st->nattained, rj->job->id);
+        if ((a ? a->gpu_ms : 0) + attained_since(p, rj) < p->pol->las_thresholds_gpu_ms[0])
+            continue;
+        int64_t *mt = &p->las_min_victim[p->rteam[r]], *ma = &p->las_min_victim[p->c->nteams];
+        *mt = p->rmilli[r] < *mt ? p->rmilli[r] : *mt;
+        *ma = p->rmilli[r] < *ma ? p->rmilli[r] : *ma;
+    }
     uint32_t *cands = malloc((nq ? nq : 1) * sizeof(*cands));
     uint32_t *cshapes = NULL;
     uint32_t *ready = malloc((p->st->nclaims ? p->st->nclaims : 1) * sizeof(*ready));
@@ -373,10 +389,17 @@ static int run_pass(struct pass *p)
         p->rel[p->nrel++] = (struct backfill_release){
             rj->preempting ? p->now + p->pol->preempt_grace_ms : job_end(p, rj->job, rj->start_ms),
             rj->job->id, &rj->alloc};
-        if (p->rlasq) {
-            p->rlasq[r] = (uint8_t)order_las_queue(
-                p->pol, state_find_attained(p->attained, p->nattained, rj->job->id)->gpu_ms);
-            if (p->rgroup[r] != SCHED_NONE && !rj->preempting && (p->rbits[r] & R_CKPT))
+    }
+    if (p->rlasq) {
+        /* LAS queues of running jobs, by one walk over the attained table. */
+        for (size_t k = 0; k < p->nattained; k++) {
+            uint32_t v = idmap_get(p->ids, p->attained[k].job);
+            if (v != IDMAP_NONE && (v & IDMAP_RUNNING))
+                p->rlasq[v & ~IDMAP_RUNNING] =
+                    (uint8_t)order_las_queue(p->pol, p->attained[k].gpu_ms);
+        }
+        for (size_t r = 0; r < nr; r++) {
+            if (p->rgroup[r] != SCHED_NONE && !run->jobs[r].preempting && (p->rbits[r] & R_CKPT))
                 p->las_milli[((size_t)p->rteam[r] * p->view.ngroups + p->rgroup[r]) *
                                  SCHED_LAS_MAX_QUEUES +
                              p->rlasq[r]] += p->rmilli[r];
@@ -392,12 +415,14 @@ static int run_pass(struct pass *p)
             goto out;
         }
     }
-    for (size_t i = 0; p->lasq && i < nq; i++) {
-        if (p->jflag[i] & J_DONE)
+    /* LAS queues of pending jobs: one walk over the attained table (jobs
+     * that never ran stay in queue 0, as lasq starts zeroed), rather than a
+     * search of it per pending job. */
+    for (size_t k = 0; p->lasq && k < p->nattained; k++) {
+        uint32_t v = idmap_get(p->ids, p->attained[k].job);
+        if (v == IDMAP_NONE || (v & IDMAP_RUNNING) || (p->jflag[v] & J_DONE))
             continue;
-        const struct sched_attained *a =
-            state_find_attained(p->attained, p->nattained, p->ojob[i].id);
-        p->lasq[i] = (uint8_t)order_las_queue(p->pol, a ? a->gpu_ms : 0);
+        p->lasq[v] = (uint8_t)order_las_queue(p->pol, p->attained[k].gpu_ms);
     }
     if ((err = carry_claims(p, ready, &nready)))
         goto out;
