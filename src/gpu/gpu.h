@@ -1,0 +1,212 @@
+/*
+ * gpu.h - the GPU backend: what the node agent learns about its GPUs, and how
+ * it samples them.
+ *
+ * A backend is opened once per agent. At open it finds the GPUs and their
+ * topology (NVLink peers); after that it answers two questions per GPU:
+ * gpu_info (what the GPU is: UUID, model, memory, MIG mode, peers) and
+ * gpu_sample (what it is doing now: utilization, memory, power,
+ * temperature, and each process's memory). The agent samples every second.
+ *
+ * Backends: NVML, loaded with dlopen at run time (gpu_backend_open, in
+ * nvml.c), so that the agent builds and runs on machines without an NVIDIA
+ * driver; tests point it at the fake libnvidia-ml.so.1 in tests/fakenvml/.
+ * Every backend fills a `struct gpu_backend_ops`; the functions below check
+ * their arguments and dispatch through it, so that checks and limits are the
+ * same for every backend.
+ *
+ * Errors: functions return 0 or one of the negative GPU_* codes below (this
+ * module's own table), and write a one-line message into the caller's `err`
+ * buffer (errlen bytes, may be NULL/0) that names the failing call and, for
+ * NVML, quotes nvmlErrorString. Out-parameters are set only on success. Out
+ * of memory: GPU_ENOMEM, inputs unchanged. Nothing here logs or exits.
+ *
+ * Threads: NVML is thread-safe, and a backend's own state is read-only
+ * after open, so gpu_count, gpu_info and gpu_sample may be called on one
+ * backend from any number of threads at once. gpu_backend_close must not
+ * run concurrently with any other call on the same backend.
+ */
+#ifndef GPUORCH_GPU_GPU_H
+#define GPUORCH_GPU_GPU_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define GPU_ERRNO_MAP(X)                                                                           \
+    X(EINVAL, -1, "invalid argument")                                                              \
+    X(ENOMEM, -2, "out of memory")                                                                 \
+    X(ENOLIB, -3, "GPU management library not found")                                              \
+    X(ESYMBOL, -4, "GPU management library lacks a needed function")                               \
+    X(ENODRIVER, -5, "GPU driver not loaded or of another version")                                \
+    X(ENOTFOUND, -6, "no such GPU")                                                                \
+    X(ENOTSUP, -7, "not supported by this GPU")                                                    \
+    X(EPERM, -8, "permission denied")                                                              \
+    X(ELOST, -9, "GPU is lost or needs a reset")                                                   \
+    X(ELIMIT, -10, "over a size limit")                                                            \
+    X(ENOSPC, -11, "buffer too small")                                                             \
+    X(EIO, -12, "GPU management library error")
+
+enum gpu_err {
+    GPU_OK = 0,
+#define GPU_ERR_ENUM(name, value, text) GPU_##name = (value),
+    GPU_ERRNO_MAP(GPU_ERR_ENUM)
+#undef GPU_ERR_ENUM
+};
+
+/* Returns a static, never NULL, message for a code (unknown codes included). */
+const char *gpu_strerror(int err);
+
+/* Buffer sizes, NUL included. UUID and name match NVML's V2 buffer sizes, so
+ * nothing NVML returns is ever cut. */
+#define GPU_UUID_MAX       96
+#define GPU_NAME_MAX       96
+#define GPU_TYPE_MAX       128 /* holds the type of any name NVML returns */
+#define GPU_PCI_BUS_ID_MAX 32
+/* Caps: a node with more GPUs fails to open (GPU_ELIMIT); a GPU with more
+ * processes fails to sample. Both are far above any real machine. */
+#define GPU_MAX_DEVICES 64
+#define GPU_MAX_PROCS   4096
+/* A figure the GPU does not report (NVML_ERROR_NOT_SUPPORTED, or NVML's
+ * "value not available"). */
+#define GPU_UNKNOWN (-1)
+/* gpu_instance_id / compute_instance_id of a process outside MIG. */
+#define GPU_NO_INSTANCE UINT32_MAX
+
+struct gpu_info {
+    unsigned index;              /* NVML's (and nvidia-smi's) index: PCI bus order. CUDA numbers
+                                    GPUs the same way only under CUDA_DEVICE_ORDER=PCI_BUS_ID:
+                                    launch jobs by uuid */
+    char uuid[GPU_UUID_MAX];     /* "GPU-8f6b..." */
+    char name[GPU_NAME_MAX];     /* the driver's product name: "NVIDIA H100 80GB HBM3" */
+    char gpu_type[GPU_TYPE_MAX]; /* the project's model name: "H100-80GB" (gpu_type_from_name) */
+    int64_t memory_mib;          /* total memory, MiB (rounded down) */
+    bool mig_capable;            /* the GPU supports MIG */
+    bool mig_enabled;            /* MIG mode now */
+    bool mig_pending;            /* MIG mode after the next GPU reset */
+    char pci_bus_id[GPU_PCI_BUS_ID_MAX]; /* "00000000:18:00.0", as NVML writes it */
+    unsigned npeers;
+    unsigned peers[GPU_MAX_DEVICES]; /* indices of the GPUs it reaches over NVLink, ascending */
+};
+
+struct gpu_process {
+    uint32_t pid;
+    int64_t memory_mib;           /* GPU memory it uses, MiB (rounded down); GPU_UNKNOWN */
+    uint32_t gpu_instance_id;     /* MIG instance; GPU_NO_INSTANCE outside MIG */
+    uint32_t compute_instance_id; /* likewise */
+};
+
+struct gpu_sample {
+    int32_t utilization_pct;        /* 0..100: time a kernel ran; GPU_UNKNOWN (e.g. under MIG) */
+    int32_t memory_utilization_pct; /* 0..100: time memory was read or written; GPU_UNKNOWN */
+    int64_t memory_used_mib;        /* rounded down; GPU_UNKNOWN */
+    int64_t memory_total_mib;       /* rounded down; GPU_UNKNOWN */
+    int64_t power_mw;               /* GPU_UNKNOWN */
+    int32_t temperature_c;          /* GPU_UNKNOWN */
+    bool procs_known;               /* false: the GPU would not list them (not supported,
+                                       or no permission); then nprocs is 0 */
+    size_t nprocs;
+    struct gpu_process *procs; /* [nprocs], owned by the sample: gpu_sample_release */
+};
+
+/* Frees what *s holds and zeroes it; NULL is fine. */
+void gpu_sample_release(struct gpu_sample *s);
+
+struct gpu_backend;
+
+/*
+ * Opens the NVML backend: dlopen(lib_path) (NULL: "libnvidia-ml.so.1", found
+ * on the library path as the driver installs it), resolves every versioned
+ * symbol it needs (nvmlInit_v2, nvmlDeviceGetHandleByIndex_v2,
+ * nvmlDeviceGetComputeRunningProcesses_v3, ...), calls nvmlInit_v2, finds
+ * the GPUs and works out their NVLink peers. `lib_path` is borrowed.
+ *
+ * On success *ret is a backend the caller frees with gpu_backend_close.
+ * Errors: GPU_ENOLIB when the library cannot be loaded, with dlerror's text
+ * ("libnvidia-ml.so.1: cannot open shared object file: No such file or
+ * directory (no NVIDIA driver?)"); GPU_ESYMBOL naming the first missing
+ * symbol (a driver older than the API this file uses); the mapped code of a
+ * failing NVML call, e.g. GPU_ENODRIVER from nvmlInit_v2; GPU_ELIMIT for more
+ * than GPU_MAX_DEVICES GPUs; GPU_ENOMEM; GPU_EINVAL for a NULL ret.
+ */
+int gpu_backend_open(const char *lib_path, struct gpu_backend **ret, char *err, size_t errlen);
+
+/* Shuts the backend down (nvmlShutdown, dlclose) and frees it; NULL is fine. */
+void gpu_backend_close(struct gpu_backend *b);
+
+/* The number of GPUs found at open (0 for NULL). Indices are 0..count-1. */
+unsigned gpu_count(const struct gpu_backend *b);
+
+/* The backend's name ("nvml"); "" for NULL. Static. */
+const char *gpu_backend_name(const struct gpu_backend *b);
+
+/*
+ * Describes GPU `index` into *ret. MIG mode is read on every call (it changes
+ * with a GPU reset); the topology is the one found at open. Errors:
+ * GPU_ENOTFOUND for an index >= gpu_count; the mapped code of a failing
+ * NVML call (GPU_ELOST when the GPU fell off the bus); GPU_EINVAL.
+ */
+int gpu_info(const struct gpu_backend *b, unsigned index, struct gpu_info *ret, char *err,
+             size_t errlen);
+
+/*
+ * Samples GPU `index` now into *ret; the caller releases it with
+ * gpu_sample_release. A figure the GPU does not report is GPU_UNKNOWN, not
+ * an error. The process list is read with NVML's size protocol (ask for the
+ * count, then fetch with room to spare, again if the count grew meanwhile).
+ * Errors: GPU_ENOTFOUND, GPU_ELIMIT (over GPU_MAX_PROCS processes), the
+ * mapped code of a failing NVML call, GPU_ENOMEM, GPU_EINVAL.
+ */
+int gpu_sample(const struct gpu_backend *b, unsigned index, struct gpu_sample *ret, char *err,
+               size_t errlen);
+
+/*
+ * Turns the driver's product name into the project's gpu_type: the model,
+ * a dash, and the memory in GB ("H100-80GB").
+ *  1. The name is split into words at spaces, dashes and underscores.
+ *  2. Brand words (NVIDIA, Tesla, GeForce, Quadro) are dropped, and so are
+ *     words naming a form factor, bus or memory technology: those that start
+ *     with SXM, PCIE, HBM or GDDR, and NVL (all compared without case).
+ *  3. The first word of digits followed by "GB" is the memory.
+ *  4. The remaining words, joined by dashes, are the model ("GPU" if none);
+ *     characters other than letters, digits and dots are dropped.
+ *  5. A name without a memory word takes the memory from memory_mib: drivers
+ *     report a little less than the size a GPU is sold with (an L4 reports
+ *     23034 MiB, an H200 143771 MiB), so the size is the smallest of the
+ *     marketed sizes (..., 16, 24, 32, 40, 48, 80, 94, 96, 141, 144, ...
+ *     GB) that is at least memory_mib and at most 1/8 above it; failing
+ *     that, memory_mib / 1024 rounded up. memory_mib <= 0 gives the model
+ *     alone.
+ * Examples: "NVIDIA H100 80GB HBM3" -> "H100-80GB"; "NVIDIA A100-SXM4-40GB"
+ * -> "A100-40GB"; "Tesla V100-SXM2-16GB" -> "V100-16GB"; "NVIDIA H200" with
+ * 143771 MiB -> "H200-141GB"; "NVIDIA L4" with 23034 MiB -> "L4-24GB".
+ * Writes the NUL-terminated result into buf. Returns 0; GPU_ENOSPC when it
+ * does not fit in len bytes (buf is then untouched); GPU_EINVAL for NULL.
+ * `name` is borrowed.
+ */
+int gpu_type_from_name(const char *name, int64_t memory_mib, char *buf, size_t len);
+
+/* ---- for backends ------------------------------------------------------ */
+
+/* What a backend implements. The public functions above have checked the
+ * arguments (non-NULL, index < count) before calling. */
+struct gpu_backend_ops {
+    const char *name;
+    int (*info)(const struct gpu_backend *b, unsigned index, struct gpu_info *ret, char *err,
+                size_t errlen);
+    int (*sample)(const struct gpu_backend *b, unsigned index, struct gpu_sample *ret, char *err,
+                  size_t errlen);
+    void (*close)(struct gpu_backend *b);
+};
+
+/* A backend's object starts with this. */
+struct gpu_backend {
+    const struct gpu_backend_ops *ops;
+    unsigned count; /* GPUs, fixed at open */
+};
+
+/* Writes the formatted message into err (if any) and returns `code`. */
+int gpu_fail_msg(char *err, size_t errlen, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+#endif
