@@ -63,13 +63,6 @@ int sim_policy_find(const char *name, struct sim_policy *ret)
         sched_policy_default(&p.core);
         p.core.order = row->order;
         p.core.within = row->within;
-        if (getenv("GPO_EXP_THR")) {
-            char *e;
-            p.core.las_thresholds_gpu_ms[0] = strtoll(getenv("GPO_EXP_THR"), &e, 10) * 3600000LL;
-            p.core.las_thresholds_gpu_ms[1] = strtoll(e + 1, NULL, 10) * 3600000LL;
-            if (!p.core.las_thresholds_gpu_ms[1])
-                p.core.nlas_thresholds = 1;
-        }
         p.core.backfill = row->backfill;
         p.core.preemption = row->preemption;
         p.core.packing = row->packing;
