@@ -4,9 +4,12 @@
  *
  * Threads and the lock. Handlers run on the HTTP polling thread; store
  * completions on the store's writer thread; the scheduling loop on its own.
- * Everything in struct server below `lock` is guarded by it. Nobody holds it
- * across a blocking call: store commits are asynchronous, and their
- * completions take the lock themselves to apply what was committed.
+ * Everything in struct server below `lock` is guarded by it, but `sched`
+ * (the core's carry-over), which only the loop thread touches, also while
+ * it runs a pass with the lock released. Nobody holds the lock across a
+ * store commit: commits are asynchronous (the loop releases the lock while
+ * it waits for its own), and their completions take the lock themselves to
+ * apply what was committed.
  *
  * Write-through. A change is built as a store batch from the current state,
  * committed, and applied to memory only in the completion, once durable; the
