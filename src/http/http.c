@@ -1,33 +1,13 @@
 /*
- * http.c - routes and JSON answers over libmicrohttpd: one polling thread
- * (epoll) for all connections, one timer thread for suspended requests'
- * deadlines. Taking the target apart and matching it against the route table
- * is route.c's (pure, see route.h); this file is the server, the requests'
- * lifetime, their bodies and answers, suspension and the timer.
- *
- * How it fits MHD:
- *  - We bind the listen socket ourselves and hand it to MHD, so that a
- *    failure can be named ("bind 127.0.0.1:80: Permission denied") and IPv6
- *    needs nothing special.
- *  - The request object is made in the URI-log callback from the raw
- *    request target, so that we split the path before any decoding (a %2F
- *    stays inside its segment) and parse the query ourselves. It is freed by
- *    reference count: MHD holds one until NOTIFY_COMPLETED, a suspension one
- *    until its completion, a running timeout callback one. That is why a
- *    completion is always safe to make, even after the client left or the
- *    server stopped: the request it names is still there.
- *  - An answer is stored on the request and queued by the access handler
- *    on the polling thread: right after the handler, or, for a suspended
- *    request, when MHD calls the handler again after MHD_resume_connection.
- *    So MHD_queue_response only ever runs on MHD's own thread.
- *  - srv->mu guards every field another thread may touch (state, resp,
- *    refs, lists). No MHD call and no callback runs under it, since MHD
- *    may hold its own locks while it calls us.
- *  - The server object itself lives until the last request is released,
- *    for completions owed after http_server_free.
+ * http.c - a request's life over libmicrohttpd: the object and its reference
+ * count, the timer thread for suspended requests' deadlines, dispatch
+ * (routing, authorization, the body), MHD's callbacks, the request
+ * accessors, and suspension and completion. Taking the target apart and
+ * matching it against the route table is route.c's (pure, see route.h); the
+ * server's own life is server.c's, building answers respond.c's. How the
+ * pieces fit MHD: internal.h.
  */
 #include <arpa/inet.h>
-#include <errno.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -37,91 +17,14 @@
 #include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
-#include <unistd.h>
 
 #include <jansson.h>
 #include <microhttpd.h>
 
 #include "http/http.h"
+#include "http/internal.h"
 #include "http/route.h"
 #include "util/banned.h"
-
-#define MSG_MAX 512
-
-enum req_state {
-    REQ_RECEIVING,  /* headers and body arriving, then the handler */
-    REQ_SUSPENDING, /* the handler called http_request_suspend; MHD not told yet */
-    REQ_SUSPENDED,  /* MHD-suspended, waiting for its completion */
-    REQ_RESUMING,   /* answered while suspended; MHD will call us to queue it */
-    REQ_ANSWERED,   /* the answer is queued */
-    REQ_DONE,       /* MHD is done with it */
-};
-
-struct hdr {
-    char *name, *value;
-};
-
-struct http_request {
-    struct http_server *srv;
-    struct MHD_Connection *conn;    /* NULL once REQ_DONE */
-    const struct http_route *route; /* the matched row of cfg.routes */
-    char method[32];
-    struct route_target target; /* path, query and parameters */
-    char client[INET6_ADDRSTRLEN];
-    int64_t start_us;
-    bool headers_seen, in_handler, body_unexpected, body_too_big, body_oom;
-    char *body;
-    size_t body_len, body_cap;
-    json_t *json;
-    struct hdr hdrs[HTTP_MAX_RESP_HEADERS];
-    size_t nhdrs;
-    unsigned status; /* of the stored or queued answer */
-    /* under srv->mu from the handler on */
-    struct MHD_Response *resp; /* the stored answer, not yet queued */
-    bool resp_shared;          /* one of srv's prebuilt answers: not ours to destroy */
-    enum req_state state;
-    unsigned refs;
-    bool suspend_held; /* a completion is owed */
-    http_timeout_fn on_timeout;
-    void *timeout_ctx;
-    unsigned timeout_ms;
-    int64_t deadline_us;
-    bool armed;                         /* in the timer list */
-    struct http_request *tprev, *tnext; /* timer list, by deadline */
-    struct http_request *prev, *next;   /* srv->suspended */
-    union {
-        max_align_t align;
-        unsigned char bytes[HTTP_APP_DATA_SIZE];
-    } app; /* the server's own, zeroed at the start */
-};
-
-struct http_server {
-    struct http_config cfg; /* strings cleared: only routes and callbacks kept */
-    struct sockaddr_storage addr;
-    socklen_t addrlen;
-    char addr_text[64];
-    char *tls_cert, *tls_key;
-    struct route_table *table;
-    struct MHD_Response *resp_oom, *resp_stop;
-    struct MHD_Daemon *daemon;
-    uint16_t port;
-    pthread_t timer;
-    bool sync_init, started, timer_quit;
-    pthread_mutex_t mu;
-    pthread_cond_t timer_cond; /* the timer list's head changed, or quit */
-    pthread_cond_t idle_cond;  /* resuming or nlive went down */
-    bool stopping, freed;
-    size_t resuming; /* MHD_resume_connection calls in flight off the polling thread */
-    size_t nlive;    /* requests MHD holds */
-    size_t nreqs;    /* request objects not freed */
-    struct http_request *suspended;
-    struct http_request *thead, *ttail;
-};
-
-static const char OOM_BODY[] =
-    "{\"error\":{\"status\":500,\"code\":\"internal\",\"message\":\"out of memory\"}}";
-static const char STOP_BODY[] =
-    "{\"error\":{\"status\":503,\"code\":\"unavailable\",\"message\":\"the server is stopping\"}}";
 
 const char *http_strerror(int err)
 {
@@ -138,128 +41,21 @@ const char *http_strerror(int err)
     }
 }
 
-__attribute__((format(printf, 3, 4))) static void seterr(char *err, size_t len, const char *fmt,
-                                                         ...)
-{
-    va_list ap;
-    if (!err || len == 0)
-        return;
-    va_start(ap, fmt);
-    vsnprintf(err, len, fmt, ap);
-    va_end(ap);
-}
-
-static int64_t mono_us(void)
+int64_t http_mono_us(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
-static void wait_until(pthread_cond_t *c, pthread_mutex_t *m, int64_t deadline_us)
+void http_wait_until(pthread_cond_t *c, pthread_mutex_t *m, int64_t deadline_us)
 {
     struct timespec ts = {.tv_sec = deadline_us / 1000000,
                           .tv_nsec = (long)(deadline_us % 1000000) * 1000};
     pthread_cond_timedwait(c, m, &ts);
 }
 
-/* ---- building answers (any thread: they touch only the request's headers) ---- */
-
-static bool status_ok(unsigned status)
-{
-    return status >= 100 && status <= 599;
-}
-
-/* A response over `data`; with MHD_RESPMEM_MUST_FREE the data is ours to
- * free() and is freed here on failure. */
-static int build_bytes(struct http_request *req, const char *ctype, const void *data, size_t len,
-                       enum MHD_ResponseMemoryMode mode, struct MHD_Response **ret)
-{
-    struct MHD_Response *r = MHD_create_response_from_buffer(len, (void *)data, mode);
-    if (!r) {
-        if (mode == MHD_RESPMEM_MUST_FREE)
-            free((void *)data);
-        return HTTP_ENOMEM;
-    }
-    bool ok = MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype) == MHD_YES;
-    for (size_t i = 0; ok && i < req->nhdrs; i++)
-        ok = MHD_add_response_header(r, req->hdrs[i].name, req->hdrs[i].value) == MHD_YES;
-    if (!ok) {
-        MHD_destroy_response(r);
-        return HTTP_ENOMEM;
-    }
-    *ret = r;
-    return 0;
-}
-
-static int build_json(struct http_request *req, json_t *body, struct MHD_Response **ret)
-{
-    char *s = NULL;
-    if (body) {
-        s = json_dumps(body, JSON_COMPACT | JSON_ENCODE_ANY | JSON_REAL_PRECISION(15));
-        json_decref(body);
-        if (!s)
-            return HTTP_ENOMEM;
-    }
-    return build_bytes(req, "application/json", s ? s : "", s ? strlen(s) : 0,
-                       s ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT, ret);
-}
-
-__attribute__((format(printf, 4, 0))) static int build_error(struct http_request *req,
-                                                             unsigned status, const char *code,
-                                                             const char *fmt, va_list ap,
-                                                             struct MHD_Response **ret)
-{
-    char msg[MSG_MAX];
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    route_utf8_sanitize(msg);
-    json_t *o = json_pack("{s:{s:i,s:s,s:s}}", "error", "status", (int)status, "code", code,
-                          "message", msg);
-    if (!o)
-        return HTTP_ENOMEM;
-    return build_json(req, o, ret);
-}
-
-/* Stores r (NULL: the prebuilt out-of-memory answer) as the answer. Under
- * srv->mu once other threads may see the request. */
-static void set_shared(struct http_request *req, struct MHD_Response *r, unsigned status)
-{
-    req->resp = r;
-    req->resp_shared = true;
-    req->status = status;
-}
-
-static void set_resp(struct http_request *req, struct MHD_Response *r, unsigned status)
-{
-    if (!r)
-        set_shared(req, req->srv->resp_oom, 500);
-    else
-        req->resp = r, req->resp_shared = false, req->status = status;
-}
-
-static void drop_resp(struct http_request *req)
-{
-    if (req->resp && !req->resp_shared)
-        MHD_destroy_response(req->resp);
-    req->resp = NULL;
-}
-
-/* In the handler or hook: may the request be answered now? */
-static bool can_answer(const struct http_request *req)
-{
-    return req->state == REQ_RECEIVING && !req->resp && req->conn;
-}
-
-static int answer(struct http_request *req, int rc, struct MHD_Response *r, unsigned status)
-{
-    if (rc == 0)
-        set_resp(req, r, status);
-    return rc;
-}
-
 /* ---- request lifetime ---- */
-
-static void server_destroy(struct http_server *srv);
 
 static void request_unref(struct http_request *req)
 {
@@ -273,7 +69,7 @@ static void request_unref(struct http_request *req)
     pthread_mutex_unlock(&srv->mu);
     if (!last)
         return;
-    drop_resp(req);
+    http_drop_resp(req);
     json_decref(req->json);
     for (size_t i = 0; i < req->nhdrs; i++) {
         free(req->hdrs[i].name);
@@ -283,7 +79,7 @@ static void request_unref(struct http_request *req)
     route_target_release(&req->target);
     free(req);
     if (srv_last)
-        server_destroy(srv);
+        http_server_destroy(srv);
 }
 
 /* The timer list is sorted by deadline; a new one usually goes last, since
@@ -291,7 +87,7 @@ static void request_unref(struct http_request *req)
 static void timer_arm(struct http_server *srv, struct http_request *req)
 {
     struct http_request *p = srv->ttail;
-    req->deadline_us = mono_us() + (int64_t)req->timeout_ms * 1000;
+    req->deadline_us = http_mono_us() + (int64_t)req->timeout_ms * 1000;
     while (p && p->deadline_us > req->deadline_us)
         p = p->tprev;
     req->tprev = p;
@@ -303,7 +99,7 @@ static void timer_arm(struct http_server *srv, struct http_request *req)
         pthread_cond_signal(&srv->timer_cond);
 }
 
-static void timer_disarm(struct http_server *srv, struct http_request *req)
+void http_timer_disarm(struct http_server *srv, struct http_request *req)
 {
     if (!req->armed)
         return;
@@ -321,7 +117,7 @@ static void list_remove(struct http_server *srv, struct http_request *req)
     req->prev = req->next = NULL;
 }
 
-static void *timer_main(void *arg)
+void *http_timer_main(void *arg)
 {
     struct http_server *srv = arg;
     pthread_mutex_lock(&srv->mu);
@@ -331,11 +127,11 @@ static void *timer_main(void *arg)
             pthread_cond_wait(&srv->timer_cond, &srv->mu);
             continue;
         }
-        if (req->deadline_us > mono_us()) {
-            wait_until(&srv->timer_cond, &srv->mu, req->deadline_us);
+        if (req->deadline_us > http_mono_us()) {
+            http_wait_until(&srv->timer_cond, &srv->mu, req->deadline_us);
             continue;
         }
-        timer_disarm(srv, req);
+        http_timer_disarm(srv, req);
         req->refs++; /* alive through the callback, whoever completes it */
         pthread_mutex_unlock(&srv->mu);
         req->on_timeout(req, req->timeout_ctx);
@@ -355,9 +151,9 @@ __attribute__((format(printf, 4, 5))) static bool fail(struct http_request *req,
     struct MHD_Response *r = NULL;
     va_list ap;
     va_start(ap, fmt);
-    int rc = build_error(req, status, code, fmt, ap, &r);
+    int rc = http_build_error(req, status, code, fmt, ap, &r);
     va_end(ap);
-    set_resp(req, rc ? NULL : r, status);
+    http_set_resp(req, rc ? NULL : r, status);
     return false;
 }
 
@@ -523,7 +319,7 @@ static enum MHD_Result queue_answer(struct http_request *req)
     struct http_server *srv = req->srv;
     pthread_mutex_lock(&srv->mu);
     if (!req->resp)
-        set_resp(req, NULL, 500);
+        http_set_resp(req, NULL, 500);
     struct MHD_Response *r = req->resp;
     bool shared = req->resp_shared;
     unsigned status = req->status;
@@ -552,7 +348,7 @@ static enum MHD_Result after_handler(struct http_request *req)
     enum req_state state = req->state;
     bool answered = req->resp != NULL, stopping = srv->stopping;
     if (state == REQ_SUSPENDING && !answered && stopping)
-        set_shared(req, srv->resp_stop, 503), answered = true;
+        http_set_shared(req, srv->resp_stop, 503), answered = true;
     pthread_mutex_unlock(&srv->mu);
     if (state == REQ_RECEIVING && !answered) { /* no other thread knows of req */
         if (stopping)
@@ -567,7 +363,7 @@ static enum MHD_Result after_handler(struct http_request *req)
     pthread_mutex_lock(&srv->mu);
     if (req->resp || srv->stopping) { /* it came while we were suspending */
         if (!req->resp)
-            set_shared(req, srv->resp_stop, 503);
+            http_set_shared(req, srv->resp_stop, 503);
         req->state = REQ_RESUMING;
         pthread_mutex_unlock(&srv->mu);
         MHD_resume_connection(req->conn);
@@ -607,9 +403,9 @@ static enum MHD_Result on_headers(struct http_request *req, const char *method)
     return queue_answer(req);
 }
 
-static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const char *url,
-                                 const char *method, const char *version, const char *upload,
-                                 size_t *upload_size, void **con_cls)
+enum MHD_Result http_on_access(void *cls, struct MHD_Connection *conn, const char *url,
+                               const char *method, const char *version, const char *upload,
+                               size_t *upload_size, void **con_cls)
 {
     struct http_request *req = *con_cls;
     (void)cls, (void)conn, (void)url, (void)version;
@@ -632,7 +428,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
     return run_handler(req);
 }
 
-static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
+void *http_on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
 {
     struct http_server *srv = cls;
     struct http_request *req = calloc(1, sizeof(*req));
@@ -643,7 +439,7 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
     req->srv = srv;
     req->conn = conn;
     req->refs = 1;
-    req->start_us = mono_us();
+    req->start_us = http_mono_us();
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
     const struct sockaddr *sa = ci ? ci->client_addr : NULL;
@@ -660,8 +456,8 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
     return req;
 }
 
-static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
-                         enum MHD_RequestTerminationCode toe)
+void http_on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                       enum MHD_RequestTerminationCode toe)
 {
     struct http_server *srv = cls;
     struct http_request *req = *con_cls;
@@ -682,297 +478,11 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
             .path = req->target.path,
             .client = req->client,
             .status = status,
-            .duration_us = mono_us() - req->start_us,
+            .duration_us = http_mono_us() - req->start_us,
         };
         srv->cfg.access_log(&a, srv->cfg.ctx);
     }
     request_unref(req);
-}
-
-/* ---- the server ---- */
-
-static int parse_bind(struct http_server *srv, const char *addr, char *err, size_t errlen)
-{
-    char buf[INET6_ADDRSTRLEN + 2];
-    size_t n = strlen(addr);
-    struct sockaddr_in *v4 = (struct sockaddr_in *)(void *)&srv->addr;
-    struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)(void *)&srv->addr;
-    if (n >= 2 && addr[0] == '[' && addr[n - 1] == ']' && n - 2 < sizeof(buf))
-        snprintf(buf, sizeof(buf), "%.*s", (int)(n - 2), addr + 1);
-    else
-        snprintf(buf, sizeof(buf), "%s", n < sizeof(buf) ? addr : "");
-    if (addr[0] != '[' && inet_pton(AF_INET, buf, &v4->sin_addr) == 1) {
-        v4->sin_family = AF_INET;
-        v4->sin_port = htons(srv->cfg.port);
-        srv->addrlen = sizeof(*v4);
-        snprintf(srv->addr_text, sizeof(srv->addr_text), "%s", buf);
-    } else if (inet_pton(AF_INET6, buf, &v6->sin6_addr) == 1) {
-        v6->sin6_family = AF_INET6;
-        v6->sin6_port = htons(srv->cfg.port);
-        srv->addrlen = sizeof(*v6);
-        snprintf(srv->addr_text, sizeof(srv->addr_text), "[%s]", buf);
-    } else {
-        seterr(err, errlen, "bind address '%.64s': not an IPv4 or IPv6 literal", addr);
-        return HTTP_EINVAL;
-    }
-    return 0;
-}
-
-/* Reads a whole PEM file (NUL-terminated) into *ret. */
-static int read_pem(const char *what, const char *path, char **ret, char *err, size_t errlen)
-{
-    FILE *f = fopen(path, "rb");
-    char *buf = f ? malloc(HTTP_TLS_FILE_MAX + 1) : NULL;
-    size_t n = buf ? fread(buf, 1, HTTP_TLS_FILE_MAX + 1, f) : 0;
-    int rc = 0;
-    if (!f)
-        seterr(err, errlen, "%s %s: %s", what, path, strerror(errno)), rc = HTTP_ESYS;
-    else if (!buf)
-        seterr(err, errlen, "%s %s: out of memory", what, path), rc = HTTP_ENOMEM;
-    else if (ferror(f))
-        seterr(err, errlen, "%s %s: read error", what, path), rc = HTTP_ESYS;
-    else if (n > HTTP_TLS_FILE_MAX || n == 0)
-        seterr(err, errlen, "%s %s: %s", what, path, n ? "over 1 MiB" : "empty"), rc = HTTP_EINVAL;
-    if (f)
-        fclose(f);
-    if (rc) {
-        free(buf);
-        return rc;
-    }
-    buf[n] = '\0';
-    *ret = buf;
-    return 0;
-}
-
-static struct MHD_Response *static_json(const char *body)
-{
-    struct MHD_Response *r =
-        MHD_create_response_from_buffer(strlen(body), (void *)body, MHD_RESPMEM_PERSISTENT);
-    if (r &&
-        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json") != MHD_YES) {
-        MHD_destroy_response(r);
-        r = NULL;
-    }
-    return r;
-}
-
-static void server_destroy(struct http_server *srv)
-{
-    if (srv->resp_oom)
-        MHD_destroy_response(srv->resp_oom);
-    if (srv->resp_stop)
-        MHD_destroy_response(srv->resp_stop);
-    if (srv->sync_init) {
-        pthread_mutex_destroy(&srv->mu);
-        pthread_cond_destroy(&srv->timer_cond);
-        pthread_cond_destroy(&srv->idle_cond);
-    }
-    free(srv->tls_cert);
-    free(srv->tls_key);
-    route_table_free(srv->table);
-    free(srv);
-}
-
-static int init_sync(struct http_server *srv)
-{
-    pthread_condattr_t ca;
-    if (pthread_condattr_init(&ca) != 0)
-        return HTTP_ENOMEM;
-    bool ok = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) == 0 &&
-              pthread_mutex_init(&srv->mu, NULL) == 0;
-    if (ok && pthread_cond_init(&srv->timer_cond, &ca) != 0) {
-        pthread_mutex_destroy(&srv->mu);
-        ok = false;
-    }
-    if (ok && pthread_cond_init(&srv->idle_cond, &ca) != 0) {
-        pthread_cond_destroy(&srv->timer_cond);
-        pthread_mutex_destroy(&srv->mu);
-        ok = false;
-    }
-    pthread_condattr_destroy(&ca);
-    srv->sync_init = ok;
-    return ok ? 0 : HTTP_ENOMEM;
-}
-
-int http_server_new(const struct http_config *cfg, struct http_server **ret_srv, char *err,
-                    size_t errlen)
-{
-    struct http_server *srv;
-    int rc = HTTP_ENOMEM;
-    seterr(err, errlen, "%s", "");
-    if (!cfg || !ret_srv || (cfg->nroutes && !cfg->routes)) {
-        seterr(err, errlen, "no config, or routes missing");
-        return HTTP_EINVAL;
-    }
-    if (!(srv = calloc(1, sizeof(*srv)))) {
-        seterr(err, errlen, "out of memory");
-        return HTTP_ENOMEM;
-    }
-    srv->cfg = *cfg;
-    srv->cfg.bind_addr = srv->cfg.tls_cert_file = srv->cfg.tls_key_file = NULL;
-    srv->cfg.body_limit = cfg->body_limit ? cfg->body_limit : HTTP_DEFAULT_BODY_LIMIT;
-    srv->cfg.conn_limit = cfg->conn_limit ? cfg->conn_limit : HTTP_DEFAULT_CONN_LIMIT;
-    srv->cfg.conn_timeout_s =
-        cfg->conn_timeout_s ? cfg->conn_timeout_s : HTTP_DEFAULT_CONN_TIMEOUT_S;
-    if ((rc = init_sync(srv)) != 0)
-        goto fail;
-    rc = HTTP_ENOMEM;
-    srv->resp_oom = static_json(OOM_BODY);
-    srv->resp_stop = static_json(STOP_BODY);
-    if (!srv->resp_oom || !srv->resp_stop)
-        goto fail;
-    if ((rc = route_table_new(cfg->routes, cfg->nroutes, &srv->table, err, errlen)) != 0)
-        return server_destroy(srv), rc;
-    if ((rc = parse_bind(srv, cfg->bind_addr ? cfg->bind_addr : HTTP_DEFAULT_BIND, err, errlen)))
-        return server_destroy(srv), rc;
-    if (!cfg->tls_cert_file != !cfg->tls_key_file) {
-        seterr(err, errlen, "TLS needs both a certificate and a key file");
-        return server_destroy(srv), HTTP_EINVAL;
-    }
-    if (cfg->tls_cert_file &&
-        ((rc = read_pem("TLS certificate", cfg->tls_cert_file, &srv->tls_cert, err, errlen)) ||
-         (rc = read_pem("TLS key", cfg->tls_key_file, &srv->tls_key, err, errlen))))
-        return server_destroy(srv), rc;
-    *ret_srv = srv;
-    return 0;
-fail:
-    seterr(err, errlen, "out of memory");
-    server_destroy(srv);
-    return rc;
-}
-
-static int listen_socket(struct http_server *srv, int *ret_fd, char *err, size_t errlen)
-{
-    const int one = 1;
-    struct sockaddr_storage bound;
-    socklen_t blen = sizeof(bound);
-    const char *what = "socket";
-    int fd = socket(srv->addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd >= 0 &&
-        (what = "setsockopt", setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one))) == 0 &&
-        (what = "bind", bind(fd, (const struct sockaddr *)&srv->addr, srv->addrlen)) == 0 &&
-        (what = "listen", listen(fd, SOMAXCONN)) == 0 &&
-        (what = "getsockname", getsockname(fd, (struct sockaddr *)&bound, &blen)) == 0) {
-        srv->port =
-            ntohs(bound.ss_family == AF_INET ? ((struct sockaddr_in *)(void *)&bound)->sin_port
-                                             : ((struct sockaddr_in6 *)(void *)&bound)->sin6_port);
-        *ret_fd = fd;
-        return 0;
-    }
-    seterr(err, errlen, "%s %s:%u: %s", what, srv->addr_text, (unsigned)srv->cfg.port,
-           strerror(errno));
-    if (fd >= 0)
-        close(fd);
-    return HTTP_ESYS;
-}
-
-int http_server_start(struct http_server *srv, char *err, size_t errlen)
-{
-    int fd, rc;
-    bool tls = srv->tls_cert != NULL;
-    seterr(err, errlen, "%s", "");
-    if (srv->started) {
-        seterr(err, errlen, "the server was started before");
-        return HTTP_ESTATE;
-    }
-    if (tls && MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
-        seterr(err, errlen, "this libmicrohttpd was built without TLS");
-        return HTTP_ETLS;
-    }
-    if ((rc = listen_socket(srv, &fd, err, errlen)) != 0)
-        return rc;
-    struct MHD_OptionItem opts[] = {
-        {MHD_OPTION_LISTEN_SOCKET, fd, NULL},
-        {MHD_OPTION_CONNECTION_LIMIT, (intptr_t)srv->cfg.conn_limit, NULL},
-        {MHD_OPTION_CONNECTION_TIMEOUT, (intptr_t)srv->cfg.conn_timeout_s, NULL},
-        {tls ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END, 0, srv->tls_cert},
-        {MHD_OPTION_HTTPS_MEM_KEY, 0, srv->tls_key},
-        {MHD_OPTION_END, 0, NULL},
-    };
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME;
-    flags |= (tls ? MHD_USE_TLS : 0) | (srv->addr.ss_family == AF_INET6 ? MHD_USE_IPv6 : 0);
-    srv->timer_quit = false;
-    if ((rc = pthread_create(&srv->timer, NULL, timer_main, srv)) != 0) {
-        seterr(err, errlen, "timer thread: %s", strerror(rc));
-        close(fd);
-        return HTTP_ESYS;
-    }
-    srv->daemon = MHD_start_daemon(flags, 0, NULL, NULL, on_access, srv, MHD_OPTION_ARRAY, opts,
-                                   MHD_OPTION_URI_LOG_CALLBACK, on_uri, srv,
-                                   MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv, MHD_OPTION_END);
-    if (!srv->daemon) {
-        pthread_mutex_lock(&srv->mu);
-        srv->timer_quit = true;
-        pthread_cond_signal(&srv->timer_cond);
-        pthread_mutex_unlock(&srv->mu);
-        pthread_join(srv->timer, NULL);
-        /* MHD owns fd from the call on and closed it (0.9.75 does on every failure
-         * after reading its options): closing it again could hit a reused number. */
-        seterr(err, errlen, "start %s:%u: libmicrohttpd refused %s", srv->addr_text,
-               (unsigned)srv->port, tls ? "the TLS certificate or key" : "to start");
-        return tls ? HTTP_ETLS : HTTP_ESYS;
-    }
-    srv->started = true;
-    return 0;
-}
-
-uint16_t http_server_port(const struct http_server *srv)
-{
-    return srv && srv->started ? srv->port : 0;
-}
-
-void http_server_stop(struct http_server *srv)
-{
-    struct http_request *list, *next;
-    if (!srv)
-        return;
-    pthread_mutex_lock(&srv->mu);
-    if (!srv->started || srv->stopping) {
-        pthread_mutex_unlock(&srv->mu);
-        return;
-    }
-    srv->stopping = srv->timer_quit = true;
-    while (srv->thead)
-        timer_disarm(srv, srv->thead);
-    pthread_cond_signal(&srv->timer_cond);
-    pthread_mutex_unlock(&srv->mu);
-    pthread_join(srv->timer, NULL); /* a running timeout callback finishes first */
-    MHD_socket lfd = MHD_quiesce_daemon(srv->daemon);
-    pthread_mutex_lock(&srv->mu);
-    list = srv->suspended;
-    srv->suspended = NULL;
-    for (struct http_request *r = list; r; r = r->next) {
-        r->state = REQ_RESUMING; /* completions now only release */
-        set_shared(r, srv->resp_stop, 503);
-    }
-    pthread_mutex_unlock(&srv->mu);
-    for (struct http_request *r = list; r; r = next) {
-        next = r->next; /* r may be gone once resumed */
-        r->prev = r->next = NULL;
-        MHD_resume_connection(r->conn);
-    }
-    int64_t deadline = mono_us() + (int64_t)HTTP_STOP_GRACE_MS * 1000;
-    pthread_mutex_lock(&srv->mu);
-    while (srv->resuming > 0 || (srv->nlive > 0 && mono_us() < deadline))
-        wait_until(&srv->idle_cond, &srv->mu, srv->resuming ? mono_us() + 100000 : deadline);
-    pthread_mutex_unlock(&srv->mu);
-    MHD_stop_daemon(srv->daemon);
-    srv->daemon = NULL;
-    if (lfd != MHD_INVALID_SOCKET)
-        close(lfd);
-}
-
-void http_server_free(struct http_server *srv)
-{
-    if (!srv)
-        return;
-    http_server_stop(srv);
-    pthread_mutex_lock(&srv->mu);
-    srv->freed = true;
-    bool last = srv->nreqs == 0;
-    pthread_mutex_unlock(&srv->mu);
-    if (last)
-        server_destroy(srv);
 }
 
 /* ---- the request API ---- */
@@ -1073,98 +583,13 @@ const void *http_request_body(const struct http_request *req, size_t *ret_len)
     return req->body_len ? req->body : NULL;
 }
 
-int http_request_add_header(struct http_request *req, const char *name, const char *value)
-{
-    static const char *const reserved[] = {"Content-Type", "Content-Length", "Transfer-Encoding",
-                                           "Connection"};
-    if (!name || !value || !name[0] || strpbrk(value, "\r\n") ||
-        req->nhdrs == HTTP_MAX_RESP_HEADERS)
-        return HTTP_EINVAL;
-    for (const char *p = name; *p; p++)
-        if (!route_is_tchar(*p))
-            return HTTP_EINVAL;
-    for (size_t i = 0; i < sizeof(reserved) / sizeof(reserved[0]); i++)
-        if (strcasecmp(name, reserved[i]) == 0)
-            return HTTP_EINVAL;
-    if (!req->suspend_held && !can_answer(req))
-        return HTTP_ESTATE;
-    struct hdr *h = &req->hdrs[req->nhdrs];
-    h->name = strdup(name);
-    h->value = strdup(value);
-    if (!h->name || !h->value) {
-        free(h->name);
-        free(h->value);
-        return HTTP_ENOMEM;
-    }
-    req->nhdrs++;
-    return 0;
-}
-
-int http_request_respond_json(struct http_request *req, unsigned status, json_t *body)
-{
-    struct MHD_Response *r = NULL;
-    if (!can_answer(req) || !status_ok(status)) {
-        json_decref(body);
-        return status_ok(status) ? HTTP_ESTATE : HTTP_EINVAL;
-    }
-    int rc = build_json(req, body, &r);
-    return answer(req, rc, r, status);
-}
-
-static int respond_mem(struct http_request *req, unsigned status, const char *ctype,
-                       const void *data, size_t len, enum MHD_ResponseMemoryMode mode)
-{
-    struct MHD_Response *r = NULL;
-    if (!can_answer(req))
-        return HTTP_ESTATE;
-    if (!status_ok(status) || !ctype || !ctype[0] || strpbrk(ctype, "\r\n") || (len && !data))
-        return HTTP_EINVAL;
-    if (len == 0)
-        data = "", mode = MHD_RESPMEM_PERSISTENT;
-    if (mode == MHD_RESPMEM_MUST_FREE) {
-        void *copy = malloc(len);
-        if (!copy)
-            return HTTP_ENOMEM;
-        data = memcpy(copy, data, len);
-    }
-    int rc = build_bytes(req, ctype, data, len, mode, &r);
-    return answer(req, rc, r, status);
-}
-
-int http_request_respond_bytes(struct http_request *req, unsigned status, const char *content_type,
-                               const void *data, size_t len)
-{
-    return respond_mem(req, status, content_type, data, len, MHD_RESPMEM_MUST_FREE);
-}
-
-int http_request_respond_static(struct http_request *req, unsigned status, const char *content_type,
-                                const void *data, size_t len)
-{
-    return respond_mem(req, status, content_type, data, len, MHD_RESPMEM_PERSISTENT);
-}
-
-int http_request_error(struct http_request *req, unsigned status, const char *code, const char *fmt,
-                       ...)
-{
-    struct MHD_Response *r = NULL;
-    va_list ap;
-    if (!can_answer(req))
-        return HTTP_ESTATE;
-    if (!status_ok(status) || !code || !fmt)
-        return HTTP_EINVAL;
-    va_start(ap, fmt);
-    int rc = build_error(req, status, code, fmt, ap, &r);
-    va_end(ap);
-    return answer(req, rc, r, status);
-}
-
 int http_request_suspend(struct http_request *req, unsigned timeout_ms, http_timeout_fn on_timeout,
                          void *ctx)
 {
     struct http_server *srv = req->srv;
     if (timeout_ms > HTTP_MAX_TIMEOUT_MS || (timeout_ms && !on_timeout))
         return HTTP_EINVAL;
-    if (!req->in_handler || !can_answer(req))
+    if (!req->in_handler || !http_can_answer(req))
         return HTTP_ESTATE;
     pthread_mutex_lock(&srv->mu);
     int rc = srv->stopping ? HTTP_ESTOPPED : 0;
@@ -1196,11 +621,11 @@ static int complete_with(struct http_request *req, int rc, struct MHD_Response *
     }
     req->suspend_held = false;
     if (req->state == REQ_SUSPENDING || req->state == REQ_SUSPENDED) {
-        set_resp(req, r, status);
+        http_set_resp(req, r, status);
         r = NULL;
     }
     if (req->state == REQ_SUSPENDED) {
-        timer_disarm(srv, req);
+        http_timer_disarm(srv, req);
         list_remove(srv, req);
         req->state = REQ_RESUMING;
         resume = req->conn;
@@ -1227,7 +652,7 @@ __attribute__((format(printf, 5, 6))) static int build_errorf(struct http_reques
 {
     va_list ap;
     va_start(ap, fmt);
-    int rc = build_error(req, status, code, fmt, ap, ret);
+    int rc = http_build_error(req, status, code, fmt, ap, ret);
     va_end(ap);
     return rc;
 }
@@ -1236,8 +661,8 @@ int http_request_complete(struct http_request *req, unsigned status, json_t *bod
 {
     struct MHD_Response *r = NULL;
     int rc;
-    if (status_ok(status)) {
-        rc = build_json(req, body, &r);
+    if (http_status_ok(status)) {
+        rc = http_build_json(req, body, &r);
     } else {
         json_decref(body);
         build_errorf(req, &r, 500, "internal", "completed with invalid status %u", status);
@@ -1252,12 +677,12 @@ int http_request_complete_error(struct http_request *req, unsigned status, const
 {
     struct MHD_Response *r = NULL;
     va_list ap;
-    if (!status_ok(status) || !code || !fmt) {
+    if (!http_status_ok(status) || !code || !fmt) {
         build_errorf(req, &r, 500, "internal", "completed with an invalid error");
         return complete_with(req, HTTP_EINVAL, r, 500);
     }
     va_start(ap, fmt);
-    int rc = build_error(req, status, code, fmt, ap, &r);
+    int rc = http_build_error(req, status, code, fmt, ap, &r);
     va_end(ap);
     return complete_with(req, rc, r, status);
 }
