@@ -6,12 +6,11 @@
  * Decisions:
  *  - NVML's API has no context argument, so this library has one state object
  *    (`fake`), guarded by one mutex: NVML is thread-safe and so is this.
- *  - The file named by FAKENVML_CONFIG is read at the first nvmlInit and again
- *    on any call that reads GPU state once its inode, size or mtime changed, or
- *    while its mtime is within a second of the last read (a rewrite inside one
- *    timestamp tick keeps mtime and size: such a "racy" file is re-read and its
- *    bytes compared). A bad file keeps the last good state and is reported once
- *    on stderr; a bad file at the first nvmlInit makes it fail (UNKNOWN).
+ *  - The file named by FAKENVML_CONFIG is read at the first nvmlInit and
+ *    re-read, if it changed, by any call that reads GPU state (gpus.c parses,
+ *    validates and re-reads it). A bad file keeps the last good state and is
+ *    reported on stderr; a bad file at the first nvmlInit makes it fail
+ *    (UNKNOWN).
  *  - Handles point into the state's GPU array, so they stay valid across
  *    reloads; one at or past the current GPU count is a bad handle.
  *  - Processes are found in /proc/<pid>/environ (CUDA_VISIBLE_DEVICES names the
@@ -19,22 +18,16 @@
  *  - Checks come in NVML's order: initialized, then arguments, then support.
  */
 #include <dirent.h>
-#include <errno.h>
 #include <limits.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <sys/types.h>
-#include <time.h>
 
-#include <jansson.h>
-
+#include "fakenvml/gpus.h"
 #include "fakenvml/nvml_abi.h"
 #include "util/banned.h"
 
@@ -42,363 +35,20 @@
 
 /* ---- the fake's state ---- */
 
-#define MAX_GPUS            64
-#define MAX_FILE            (1u << 20)
-#define MIB                 (1024ull * 1024ull)
-#define RACY_NS             1000000000ll /* coarser than any file system's mtime tick */
-#define MAX_MIG_DEVICES     7            /* A100, H100, H200: seven 1g slices */
-#define PCI_FIRST_BUS       0x10u
-#define PCI_DEVICE_ID       0x233010DEu /* H100 SXM5 80GB, NVIDIA */
-#define PCI_SUBSYSTEM_ID    0x16C110DEu
-#define DEFAULT_GPUS        8
-#define DEFAULT_DRIVER      "550.54.15"
-#define DEFAULT_NAME        "NVIDIA H100 80GB HBM3"
-#define DEFAULT_UUID_FMT    "GPU-fa4e0000-0000-4000-8000-%012x"
-#define USED_FROM_PROCESSES ULLONG_MAX
-#define CVD                 "CUDA_VISIBLE_DEVICES="
-
-/* One GPU as the file describes it; an nvmlDevice_t points at one of these. */
-struct nvmlDevice_st {
-    unsigned index;
-    char uuid[NVML_DEVICE_UUID_BUFFER_SIZE];
-    char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE];
-    unsigned long long memory_mib, memory_used_mib, utilization, memory_utilization, power_mw,
-        temperature_c, process_memory_mib;
-    bool mig_capable, mig_enabled;
-    bool nvlink; /* nvlink_peers given: NVLink queries are supported */
-    unsigned npeers;
-    unsigned peers[NVML_NVLINK_MAX_LINKS]; /* link i leads to GPU peers[i] */
-};
-
-struct config {
-    char driver_version[NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE];
-    unsigned ngpus;
-    struct nvmlDevice_st gpus[MAX_GPUS];
-};
+#define MIB              (1024ull * 1024ull)
+#define MAX_MIG_DEVICES  7 /* A100, H100, H200: seven 1g slices */
+#define PCI_FIRST_BUS    0x10u
+#define PCI_DEVICE_ID    0x233010DEu /* H100 SXM5 80GB, NVIDIA */
+#define PCI_SUBSYSTEM_ID 0x16C110DEu
+#define CVD              "CUDA_VISIBLE_DEVICES="
 
 struct fakenvml {
     pthread_mutex_t lock;
-    unsigned refcount;    /* nvmlInit calls not yet matched by nvmlShutdown */
-    char path[PATH_MAX];  /* FAKENVML_CONFIG at the first nvmlInit; "" = built-in GPUs */
-    struct config cfg;    /* the last good state */
-    bool seen;            /* the fields below describe the last read of path */
-    struct stat st;       /* of the file read */
-    long long read_at_ns; /* CLOCK_REALTIME just before that read */
-    char *bytes;          /* its content, good or bad */
-    size_t nbytes;
-    bool bytes_ok; /* ... and whether it parsed */
+    unsigned refcount;      /* nvmlInit calls not yet matched by nvmlShutdown */
+    struct gpus_source src; /* FAKENVML_CONFIG at the first nvmlInit, and its GPUs */
 };
 
 static struct fakenvml fake = {.lock = PTHREAD_MUTEX_INITIALIZER};
-
-enum { LOAD_OK = 0, LOAD_BAD_NEW = -1, LOAD_BAD_SAME = -2 };
-
-/* ---- the JSON file ---- */
-
-enum ftype { F_UINT, F_BOOL };
-
-/* The scalar fields of a GPU object: a table, so that parsing is one loop. */
-static const struct field {
-    const char *key;
-    enum ftype type;
-    size_t off; /* of an unsigned long long (F_UINT) or a bool (F_BOOL) */
-    unsigned long long min, max;
-} gpu_fields[] = {
-    {"memory_mib", F_UINT, offsetof(struct nvmlDevice_st, memory_mib), 1, 1ull << 24},
-    {"memory_used_mib", F_UINT, offsetof(struct nvmlDevice_st, memory_used_mib), 0, 1ull << 24},
-    {"utilization", F_UINT, offsetof(struct nvmlDevice_st, utilization), 0, 100},
-    {"memory_utilization", F_UINT, offsetof(struct nvmlDevice_st, memory_utilization), 0, 100},
-    {"power_mw", F_UINT, offsetof(struct nvmlDevice_st, power_mw), 0, 10000000},
-    {"temperature_c", F_UINT, offsetof(struct nvmlDevice_st, temperature_c), 0, 200},
-    {"process_memory_mib", F_UINT, offsetof(struct nvmlDevice_st, process_memory_mib), 0,
-     1ull << 24},
-    {"mig_capable", F_BOOL, offsetof(struct nvmlDevice_st, mig_capable), 0, 1},
-    {"mig_enabled", F_BOOL, offsetof(struct nvmlDevice_st, mig_enabled), 0, 1},
-};
-
-__attribute__((format(printf, 3, 4))) static int fail(char *msg, size_t len, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, len, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
-static void gpu_defaults(struct nvmlDevice_st *g, unsigned index)
-{
-    memset(g, 0, sizeof(*g));
-    g->index = index;
-    snprintf(g->uuid, sizeof(g->uuid), DEFAULT_UUID_FMT, index);
-    snprintf(g->name, sizeof(g->name), "%s", DEFAULT_NAME);
-    g->memory_mib = 81559;
-    g->memory_used_mib = USED_FROM_PROCESSES;
-    g->power_mw = 70000;
-    g->temperature_c = 30;
-    g->process_memory_mib = 1024;
-    g->mig_capable = true;
-}
-
-static void default_config(struct config *c)
-{
-    snprintf(c->driver_version, sizeof(c->driver_version), "%s", DEFAULT_DRIVER);
-    c->ngpus = DEFAULT_GPUS;
-    for (unsigned i = 0; i < DEFAULT_GPUS; i++) {
-        struct nvmlDevice_st *g = &c->gpus[i];
-        gpu_defaults(g, i);
-        g->nvlink = true;
-        for (unsigned j = 0; j < DEFAULT_GPUS; j++)
-            if (j != i)
-                g->peers[g->npeers++] = j;
-    }
-}
-
-/* Real UUIDs read "GPU-" and 8-4-4-4-12 lower-case hex digits; agents may rely on it. */
-static bool uuid_valid(const char *s)
-{
-    static const char shape[] = "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx";
-    if (strlen(s) != sizeof(shape) - 1)
-        return false;
-    for (size_t i = 0; shape[i]; i++) {
-        bool hex = (s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f');
-        if (shape[i] == 'x' ? !hex : s[i] != shape[i])
-            return false;
-    }
-    return true;
-}
-
-static int parse_string(json_t *v, char *dst, size_t size, const char *what, char *msg, size_t len)
-{
-    if (!json_is_string(v) || json_string_length(v) == 0 || json_string_length(v) >= size)
-        return fail(msg, len, "%s: must be a string of 1 to %zu bytes", what, size - 1);
-    if (strlen(json_string_value(v)) != json_string_length(v))
-        return fail(msg, len, "%s: contains a NUL byte", what);
-    memcpy(dst, json_string_value(v), json_string_length(v) + 1);
-    return 0;
-}
-
-static int parse_peers(json_t *v, struct nvmlDevice_st *g, char *msg, size_t len)
-{
-    size_t i;
-    json_t *p;
-    if (!json_is_array(v) || json_array_size(v) > NVML_NVLINK_MAX_LINKS)
-        return fail(msg, len, "gpus[%u].nvlink_peers: must be an array of at most %d GPU indexes",
-                    g->index, NVML_NVLINK_MAX_LINKS);
-    json_array_foreach(v, i, p)
-    {
-        if (!json_is_integer(p) || json_integer_value(p) < 0 || json_integer_value(p) >= MAX_GPUS ||
-            json_integer_value(p) == g->index)
-            return fail(msg, len, "gpus[%u].nvlink_peers[%zu]: must be another GPU's index",
-                        g->index, i);
-        g->peers[i] = (unsigned)json_integer_value(p);
-    }
-    g->npeers = (unsigned)json_array_size(v);
-    g->nvlink = true;
-    return 0;
-}
-
-static int parse_field(const struct field *f, json_t *v, struct nvmlDevice_st *g, char *msg,
-                       size_t len)
-{
-    char *at = (char *)g + f->off;
-    if (f->type == F_BOOL) {
-        if (!json_is_boolean(v))
-            return fail(msg, len, "gpus[%u].%s: must be true or false", g->index, f->key);
-        *(bool *)at = json_is_true(v);
-        return 0;
-    }
-    if (!json_is_integer(v) || json_integer_value(v) < 0 ||
-        (unsigned long long)json_integer_value(v) < f->min ||
-        (unsigned long long)json_integer_value(v) > f->max)
-        return fail(msg, len, "gpus[%u].%s: must be an integer from %llu to %llu", g->index, f->key,
-                    f->min, f->max);
-    unsigned long long val = (unsigned long long)json_integer_value(v);
-    memcpy(at, &val, sizeof(val));
-    return 0;
-}
-
-static int parse_gpu(json_t *obj, unsigned index, struct nvmlDevice_st *g, char *msg, size_t len)
-{
-    const char *key;
-    json_t *v;
-    char what[320];
-    gpu_defaults(g, index);
-    if (!json_is_object(obj))
-        return fail(msg, len, "gpus[%u]: must be an object", index);
-    json_object_foreach(obj, key, v)
-    {
-        snprintf(what, sizeof(what), "gpus[%u].%.256s", index, key);
-        const struct field *f = NULL;
-        for (size_t i = 0; i < sizeof(gpu_fields) / sizeof(gpu_fields[0]) && !f; i++)
-            if (strcmp(key, gpu_fields[i].key) == 0)
-                f = &gpu_fields[i];
-        int rc;
-        if (f)
-            rc = parse_field(f, v, g, msg, len);
-        else if (strcmp(key, "uuid") == 0)
-            rc = parse_string(v, g->uuid, sizeof(g->uuid), what, msg, len);
-        else if (strcmp(key, "name") == 0)
-            rc = parse_string(v, g->name, sizeof(g->name), what, msg, len);
-        else if (strcmp(key, "nvlink_peers") == 0)
-            rc = parse_peers(v, g, msg, len);
-        else
-            rc = fail(msg, len, "%s: unknown field", what);
-        if (rc != 0)
-            return rc;
-    }
-    if (!uuid_valid(g->uuid))
-        return fail(msg, len,
-                    "gpus[%u].uuid: must read GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx "
-                    "(lower-case hex)",
-                    index);
-    if (g->memory_used_mib != USED_FROM_PROCESSES && g->memory_used_mib > g->memory_mib)
-        return fail(msg, len, "gpus[%u].memory_used_mib: more than memory_mib", index);
-    if (g->mig_enabled && !g->mig_capable)
-        return fail(msg, len, "gpus[%u].mig_enabled: the GPU is not mig_capable", index);
-    return 0;
-}
-
-/* The checks that need every GPU: peers exist, UUIDs are unique. */
-static int check_config(const struct config *c, char *msg, size_t len)
-{
-    for (unsigned i = 0; i < c->ngpus; i++) {
-        const struct nvmlDevice_st *g = &c->gpus[i];
-        for (unsigned l = 0; l < g->npeers; l++)
-            if (g->peers[l] >= c->ngpus)
-                return fail(msg, len, "gpus[%u].nvlink_peers[%u]: there is no GPU %u", i, l,
-                            g->peers[l]);
-        for (unsigned j = 0; j < i; j++)
-            if (strcmp(g->uuid, c->gpus[j].uuid) == 0)
-                return fail(msg, len, "gpus[%u].uuid: the same as gpus[%u].uuid", i, j);
-    }
-    return 0;
-}
-
-static int parse_config(const char *bytes, size_t n, struct config *c, char *msg, size_t len)
-{
-    json_error_t jerr;
-    json_t *root = json_loadb(bytes, n, JSON_REJECT_DUPLICATES, &jerr);
-    if (!root)
-        return fail(msg, len, "line %d column %d: %s", jerr.line, jerr.column, jerr.text);
-    memset(c, 0, sizeof(*c));
-    snprintf(c->driver_version, sizeof(c->driver_version), "%s", DEFAULT_DRIVER);
-    int rc = 0;
-    const char *key;
-    json_t *v, *gpus = NULL;
-    if (!json_is_object(root))
-        rc = fail(msg, len, "the top level must be an object");
-    json_object_foreach(root, key, v)
-    {
-        if (rc != 0)
-            break;
-        if (strcmp(key, "driver_version") == 0)
-            /* 16 bytes at most, so that "12." + it fits NVML's version buffers */
-            rc = parse_string(v, c->driver_version, 17, "driver_version", msg, len);
-        else if (strcmp(key, "gpus") == 0)
-            gpus = v;
-        else
-            rc = fail(msg, len, "%.256s: unknown field", key);
-    }
-    if (rc == 0 && (!json_is_array(gpus) || json_array_size(gpus) > MAX_GPUS))
-        rc = fail(msg, len, "gpus: must be an array of at most %d GPUs", MAX_GPUS);
-    for (size_t i = 0; rc == 0 && i < json_array_size(gpus); i++) {
-        rc = parse_gpu(json_array_get(gpus, i), (unsigned)i, &c->gpus[i], msg, len);
-        c->ngpus = (unsigned)i + 1;
-    }
-    if (rc == 0)
-        rc = check_config(c, msg, len);
-    json_decref(root);
-    return rc;
-}
-
-/* ---- reading and re-reading the file (all with fake.lock held) ---- */
-
-static long long ns_of(struct timespec t)
-{
-    return (long long)t.tv_sec * 1000000000ll + t.tv_nsec;
-}
-
-static void log_problem(const char *msg)
-{
-    fprintf(stderr, "fakenvml: %s: %s\n", fake.path, msg);
-}
-
-static void forget_file(void)
-{
-    free(fake.bytes);
-    fake.bytes = NULL;
-    fake.nbytes = 0;
-    fake.seen = false;
-}
-
-static int read_file(char **ret_bytes, size_t *ret_n, struct stat *ret_st, char *msg, size_t len)
-{
-    FILE *f = fopen(fake.path, "re");
-    if (!f)
-        return fail(msg, len, "cannot open: %s", strerror(errno));
-    char *buf = malloc(MAX_FILE + 1);
-    size_t n = buf ? fread(buf, 1, MAX_FILE + 1, f) : 0;
-    int rc = 0;
-    if (!buf)
-        rc = fail(msg, len, "out of memory");
-    else if (ferror(f))
-        rc = fail(msg, len, "cannot read: %s", strerror(errno));
-    else if (n > MAX_FILE)
-        rc = fail(msg, len, "larger than %u bytes", MAX_FILE);
-    else if (fstat(fileno(f), ret_st) != 0)
-        rc = fail(msg, len, "cannot stat: %s", strerror(errno));
-    fclose(f);
-    if (rc != 0) {
-        free(buf);
-        return rc;
-    }
-    *ret_bytes = buf;
-    *ret_n = n;
-    return 0;
-}
-
-/* Reads the file; new bytes are parsed, and a good parse replaces the state. */
-static int load_file(char *msg, size_t len)
-{
-    struct timespec now;
-    clock_gettime(CLOCK_REALTIME, &now);
-    char *bytes;
-    size_t n;
-    struct stat st;
-    if (read_file(&bytes, &n, &st, msg, len) != 0)
-        return LOAD_BAD_NEW;
-    fake.seen = true;
-    fake.st = st;
-    fake.read_at_ns = ns_of(now);
-    if (fake.bytes && n == fake.nbytes && memcmp(bytes, fake.bytes, n) == 0) {
-        free(bytes);
-        return fake.bytes_ok ? LOAD_OK : LOAD_BAD_SAME;
-    }
-    struct config *c = malloc(sizeof(*c));
-    int rc = c ? parse_config(bytes, n, c, msg, len) : fail(msg, len, "out of memory");
-    if (rc == 0)
-        fake.cfg = *c;
-    free(c);
-    free(fake.bytes);
-    fake.bytes = bytes;
-    fake.nbytes = n;
-    fake.bytes_ok = rc == 0;
-    return rc == 0 ? LOAD_OK : LOAD_BAD_NEW;
-}
-
-static void refresh(void)
-{
-    struct stat st;
-    char msg[512];
-    if (!fake.path[0] || stat(fake.path, &st) != 0)
-        return; /* built-in GPUs, or the file is gone: keep the last good state */
-    bool same = fake.seen && st.st_dev == fake.st.st_dev && st.st_ino == fake.st.st_ino &&
-                st.st_size == fake.st.st_size && ns_of(st.st_mtim) == ns_of(fake.st.st_mtim);
-    if (same && ns_of(st.st_mtim) + RACY_NS <= fake.read_at_ns)
-        return;
-    if (load_file(msg, sizeof(msg)) == LOAD_BAD_NEW)
-        log_problem(msg);
-}
 
 /* ---- entry-point helpers ---- */
 
@@ -414,7 +64,7 @@ static nvmlReturn_t lock_ready(void)
     pthread_mutex_lock(&fake.lock);
     if (fake.refcount == 0)
         return unlock(NVML_ERROR_UNINITIALIZED);
-    refresh();
+    gpus_source_refresh(&fake.src);
     return NVML_SUCCESS;
 }
 
@@ -425,9 +75,9 @@ static nvmlReturn_t lock_gpu(nvmlDevice_t device, const void *out, struct nvmlDe
     nvmlReturn_t rc = lock_ready();
     if (rc != NVML_SUCCESS)
         return rc;
-    uintptr_t p = (uintptr_t)device, base = (uintptr_t)fake.cfg.gpus;
-    size_t size = sizeof(fake.cfg.gpus[0]);
-    if (!out || p < base || p >= base + fake.cfg.ngpus * size || (p - base) % size != 0)
+    uintptr_t p = (uintptr_t)device, base = (uintptr_t)fake.src.cfg.gpus;
+    size_t size = sizeof(fake.src.cfg.gpus[0]);
+    if (!out || p < base || p >= base + fake.src.cfg.ngpus * size || (p - base) % size != 0)
         return unlock(NVML_ERROR_INVALID_ARGUMENT);
     *ret_gpu = device;
     return NVML_SUCCESS;
@@ -546,25 +196,9 @@ const char *nvmlErrorString(nvmlReturn_t result)
 /* The first nvmlInit: the GPUs come from FAKENVML_CONFIG, or are the built-in ones. */
 static nvmlReturn_t first_init(void)
 {
-    const char *path = getenv("FAKENVML_CONFIG");
-    char msg[512];
-    forget_file();
-    fake.path[0] = '\0';
-    if (!path || !*path) {
-        default_config(&fake.cfg);
-        return NVML_SUCCESS;
-    }
-    if (strlen(path) >= sizeof(fake.path)) {
-        fprintf(stderr, "fakenvml: FAKENVML_CONFIG is longer than %zu bytes\n",
-                sizeof(fake.path) - 1);
+    if (gpus_source_init(&fake.src, getenv("FAKENVML_CONFIG")) != 0)
         return NVML_ERROR_UNKNOWN;
-    }
-    memcpy(fake.path, path, strlen(path) + 1);
-    if (load_file(msg, sizeof(msg)) == LOAD_OK)
-        return NVML_SUCCESS;
-    log_problem(msg);
-    forget_file();
-    return NVML_ERROR_UNKNOWN;
+    return NVML_SUCCESS;
 }
 
 nvmlReturn_t nvmlInitWithFlags(unsigned int flags)
@@ -588,23 +222,24 @@ nvmlReturn_t nvmlShutdown(void)
     if (fake.refcount == 0)
         return unlock(NVML_ERROR_UNINITIALIZED);
     if (--fake.refcount == 0)
-        forget_file();
+        gpus_source_release(&fake.src);
     return unlock(NVML_SUCCESS);
 }
 
 nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length)
 {
     nvmlReturn_t rc = lock_ready();
-    return rc != NVML_SUCCESS ? rc : unlock(copy_string(version, length, fake.cfg.driver_version));
+    return rc != NVML_SUCCESS ? rc
+                              : unlock(copy_string(version, length, fake.src.cfg.driver_version));
 }
 
 nvmlReturn_t nvmlSystemGetNVMLVersion(char *version, unsigned int length)
 {
-    char text[sizeof(fake.cfg.driver_version) + 8];
+    char text[sizeof(fake.src.cfg.driver_version) + 8];
     nvmlReturn_t rc = lock_ready();
     if (rc != NVML_SUCCESS)
         return rc;
-    snprintf(text, sizeof(text), "12.%s", fake.cfg.driver_version);
+    snprintf(text, sizeof(text), "12.%s", fake.src.cfg.driver_version);
     return unlock(copy_string(version, length, text));
 }
 
@@ -615,7 +250,7 @@ nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *deviceCount)
         return rc;
     if (!deviceCount)
         return unlock(NVML_ERROR_INVALID_ARGUMENT);
-    *deviceCount = fake.cfg.ngpus;
+    *deviceCount = fake.src.cfg.ngpus;
     return unlock(NVML_SUCCESS);
 }
 
@@ -624,9 +259,9 @@ nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *dev
     nvmlReturn_t rc = lock_ready();
     if (rc != NVML_SUCCESS)
         return rc;
-    if (!device || index >= fake.cfg.ngpus)
+    if (!device || index >= fake.src.cfg.ngpus)
         return unlock(NVML_ERROR_INVALID_ARGUMENT);
-    *device = &fake.cfg.gpus[index];
+    *device = &fake.src.cfg.gpus[index];
     return unlock(NVML_SUCCESS);
 }
 
@@ -637,9 +272,9 @@ nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device)
         return rc;
     if (!uuid || !device)
         return unlock(NVML_ERROR_INVALID_ARGUMENT);
-    for (unsigned i = 0; i < fake.cfg.ngpus; i++) {
-        if (strcmp(fake.cfg.gpus[i].uuid, uuid) == 0) {
-            *device = &fake.cfg.gpus[i];
+    for (unsigned i = 0; i < fake.src.cfg.ngpus; i++) {
+        if (strcmp(fake.src.cfg.gpus[i].uuid, uuid) == 0) {
+            *device = &fake.src.cfg.gpus[i];
             return unlock(NVML_SUCCESS);
         }
     }
@@ -659,9 +294,9 @@ nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *pciBusId, nvmlDevice_t
          sscanf(pciBusId, "%x:%x.%x%c", &bus, &dev, &fn, &tail) != 3))
         return unlock(NVML_ERROR_INVALID_ARGUMENT);
     if (domain != 0 || dev != 0 || fn != 0 || bus < PCI_FIRST_BUS ||
-        bus - PCI_FIRST_BUS >= fake.cfg.ngpus)
+        bus - PCI_FIRST_BUS >= fake.src.cfg.ngpus)
         return unlock(NVML_ERROR_NOT_FOUND);
-    *device = &fake.cfg.gpus[bus - PCI_FIRST_BUS];
+    *device = &fake.src.cfg.gpus[bus - PCI_FIRST_BUS];
     return unlock(NVML_SUCCESS);
 }
 
@@ -712,7 +347,7 @@ static nvmlReturn_t memory_bytes(nvmlDevice_t device, const void *out,
     unsigned *pids, n;
     unlock(NVML_SUCCESS);
     unsigned long long total = gpu.memory_mib, used = gpu.memory_used_mib;
-    if (used == USED_FROM_PROCESSES) {
+    if (used == GPUS_USED_FROM_PROCESSES) {
         if (find_processes(&gpu, &pids, &n) != 0)
             return NVML_ERROR_MEMORY;
         free(pids);
