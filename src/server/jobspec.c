@@ -180,7 +180,7 @@ static int walk_items(const char *text, size_t len, uint32_t *out, uint64_t *ret
     for (const char *p = text;;) {
         const char *comma = memchr(p, ',', (size_t)(end - p));
         size_t ilen = comma ? (size_t)(comma - p) : (size_t)(end - p);
-        struct item it;
+        struct item it = {0};
         int rc = parse_item(p, ilen, &it, err, errlen);
         if (rc < 0)
             return rc;

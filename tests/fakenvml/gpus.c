@@ -296,8 +296,8 @@ static int load_file(struct gpus_source *s, char *msg, size_t len)
 {
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
-    char *bytes;
-    size_t n;
+    char *bytes = NULL;
+    size_t n = 0;
     struct stat st;
     if (read_file(s->path, &bytes, &n, &st, msg, len) != 0)
         return LOAD_BAD_NEW;
