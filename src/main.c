@@ -10,6 +10,7 @@
 
 #include "core/model.h"
 #include "core/sched.h"
+#include "agent/shim.h"
 #include "server/server.h"
 #include "sim/command.h"
 #include "util/banned.h"
@@ -30,6 +31,7 @@ static const struct command commands[] = {
     {"policy", cmd_policy, "print the default scheduling policy"},
     {"server", server_command, "run the controller: REST API, durable job store"},
     {"sim", sim_command, "replay a GPU-cluster trace through the scheduler"},
+    {"shim", shim_main, "run one attempt's command, outliving the agent (the agent starts it)"},
 };
 
 static void usage(FILE *out)

@@ -1,0 +1,89 @@
+/*
+ * shim.h - `gpuorch shim`: the small process that runs one attempt's command,
+ * outlives the agent, and leaves the outcome in the attempt's directory.
+ *
+ *   gpuorch shim --dir ATTEMPT_DIR [--stdout PATH] [--stderr PATH] -- ARGV...
+ *
+ * The shim calls setsid() (its own session and process group, so the agent's
+ * death, or a hangup of the agent's terminal, does not reach it), forks the
+ * command into a process group of its own, and writes the command's pid to
+ * ATTEMPT_DIR/pid. It forwards SIGTERM, SIGINT and SIGHUP to the command's
+ * process group, so the agent stops an attempt by signalling the shim's pid.
+ * When the command ends it writes ATTEMPT_DIR/status, one JSON object:
+ *   {"exit_code": N, "started_ms": T0, "ended_ms": T1, "pid": P}
+ *   {"signal": N, "started_ms": T0, "ended_ms": T1, "pid": P}
+ *   {"exit_code": 127, "error": "execvp ARG0: No such file or directory", ...}
+ * (times are CLOCK_REALTIME milliseconds; "error" only when the shim could not
+ * start the command: exec failed, or an output file could not be opened, in
+ * which case "pid" is 0). Both files are written to NAME.tmp, fsync'd,
+ * renamed, and the directory fsync'd: a reader sees no file or a whole one.
+ *
+ * The command runs with the shim's environment and working directory (the
+ * agent sets both before it execs the shim), stdin from /dev/null, stdout and
+ * stderr appended to ATTEMPT_DIR/stdout and ATTEMPT_DIR/stderr (mode 0640)
+ * unless --stdout/--stderr name other files, the default disposition of every
+ * signal, an empty signal mask, and no file descriptor above 2 that it did
+ * not open itself.
+ */
+#ifndef GPUORCH_AGENT_SHIM_H
+#define GPUORCH_AGENT_SHIM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define SHIM_ERRNO_MAP(X)                                                                          \
+    X(EINVAL, -1, "invalid argument")                                                              \
+    X(ENOMEM, -2, "out of memory")                                                                 \
+    X(ENOENT, -3, "no status yet")                                                                 \
+    X(EIO, -4, "system call failed")                                                               \
+    X(ECORRUPT, -5, "malformed status file")
+
+enum shim_err {
+    SHIM_OK = 0,
+#define SHIM_ERR_ENUM(name, value, text) SHIM_##name = (value),
+    SHIM_ERRNO_MAP(SHIM_ERR_ENUM)
+#undef SHIM_ERR_ENUM
+};
+
+/* Returns a static, never NULL, message for a code (unknown codes included). */
+const char *shim_strerror(int err);
+
+/* shim_main's exit status when the shim itself failed (bad usage, or the
+ * status file could not be written), as env(1) and timeout(1) use it. */
+#define SHIM_EXIT_FAILURE 125
+
+/* Longest "error" text kept, NUL included. */
+#define SHIM_ERROR_MAX 256
+
+/* An attempt's outcome, as ATTEMPT_DIR/status records it. */
+struct shim_status {
+    bool signaled;              /* killed by `signal`; else exited with `exit_code` */
+    int exit_code;              /* 0..255 */
+    int signal;                 /* 1..64 */
+    int64_t started_ms;         /* CLOCK_REALTIME, when the command was forked */
+    int64_t ended_ms;           /* CLOCK_REALTIME, when it was reaped */
+    pid_t pid;                  /* the command's; 0 if it was never forked */
+    char error[SHIM_ERROR_MAX]; /* why the command did not start; "" when it did */
+};
+
+/*
+ * The `gpuorch shim` command (argv[0] is the command's name, ignored). Runs
+ * the attempt to its end and returns the exit status for the shim's process:
+ * the command's exit code, or 128 + its signal, once the status file is
+ * written; SHIM_EXIT_FAILURE (with a message on stderr) on bad usage or when
+ * no status file could be written. Call it in a fresh process: it installs
+ * signal handlers and changes the signal mask, session and process group.
+ */
+int shim_main(int argc, char **argv);
+
+/*
+ * Reads the outcome in attempt directory `dir` (borrowed). Returns 0 and
+ * *ret, SHIM_ENOENT while the command runs (no status file yet), SHIM_EIO,
+ * SHIM_ECORRUPT (the message names the file and the problem), SHIM_ENOMEM or
+ * SHIM_EINVAL. `err` (errlen bytes; may be NULL/0) receives a message.
+ */
+int shim_read_status(const char *dir, struct shim_status *ret, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,20 @@
+/*
+ * errbuf.h - one line of error text into a caller's buffer.
+ *
+ * Library functions return a code and, where a code alone does not say
+ * enough, write one line into a buffer the caller passes (err, errlen): the
+ * file and line, the field, the system call. errbuf_set is that write, shared
+ * so that every module cuts a long message the same way (never inside a UTF-8
+ * character, always NUL-terminated) and accepts a NULL or empty buffer.
+ */
+#ifndef GPUORCH_UTIL_ERRBUF_H
+#define GPUORCH_UTIL_ERRBUF_H
+
+#include <stddef.h>
+
+/* Formats into err (errlen bytes; nothing when err is NULL or errlen 0) and
+ * returns `code`, so that a failure path reads `return errbuf_set(...)`. */
+int errbuf_set(char *err, size_t errlen, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+#endif
