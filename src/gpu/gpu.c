@@ -9,6 +9,7 @@
 #include <strings.h>
 
 #include "gpu/gpu.h"
+#include "util/errbuf.h"
 #include "util/banned.h"
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
@@ -27,19 +28,6 @@ const char *gpu_strerror(int err)
 #undef GPU_ERR_CASE
     }
     return "unknown error";
-}
-
-int gpu_fail_msg(char *err, size_t errlen, int code, const char *fmt, ...)
-{
-    if (!err || errlen == 0)
-        return code;
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    if (n < 0)
-        err[0] = '\0';
-    return code;
 }
 
 void gpu_sample_release(struct gpu_sample *s)
@@ -70,10 +58,10 @@ static int check_index(const struct gpu_backend *b, unsigned index, const void *
                        size_t errlen)
 {
     if (!b || !ret)
-        return gpu_fail_msg(err, errlen, GPU_EINVAL, "gpu: NULL backend or result");
+        return errbuf_set(err, errlen, GPU_EINVAL, "gpu: NULL backend or result");
     if (index >= b->count)
-        return gpu_fail_msg(err, errlen, GPU_ENOTFOUND, "gpu: no GPU %u (this node has %u)", index,
-                            b->count);
+        return errbuf_set(err, errlen, GPU_ENOTFOUND, "gpu: no GPU %u (this node has %u)", index,
+                          b->count);
     return 0;
 }
 

@@ -205,8 +205,6 @@ struct gpu_backend {
     unsigned count; /* GPUs, fixed at open */
 };
 
-/* Writes the formatted message into err (if any) and returns `code`. */
-int gpu_fail_msg(char *err, size_t errlen, int code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
+/* Backends write their messages with errbuf_set (util/errbuf.h). */
 
 #endif

@@ -40,6 +40,7 @@
 #include <string.h>
 
 #include "gpu/gpu.h"
+#include "util/errbuf.h"
 #include "util/banned.h"
 
 #define NVML_DEFAULT_LIB "libnvidia-ml.so.1"
@@ -259,9 +260,9 @@ static int nvml_fail(const struct nvml_backend *nb, enum nvmlReturn_enum r, cons
     if (code == GPU_OK) /* a success where the caller needed something else */
         code = GPU_EIO;
     if (index == NO_GPU)
-        return gpu_fail_msg(err, errlen, code, "%s: %s (NVML error %d)", call, text, (int)r);
-    return gpu_fail_msg(err, errlen, code, "%s(GPU %u): %s (NVML error %d)", call, index, text,
-                        (int)r);
+        return errbuf_set(err, errlen, code, "%s: %s (NVML error %d)", call, text, (int)r);
+    return errbuf_set(err, errlen, code, "%s(GPU %u): %s (NVML error %d)", call, index, text,
+                      (int)r);
 }
 
 /* 0: success; 1: the GPU does not report it (the figure stays GPU_UNKNOWN);
@@ -318,14 +319,14 @@ static int load(struct nvml_backend *nb, const char *path, bool is_default, char
     nb->dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!nb->dl) {
         const char *why = dlerror();
-        return gpu_fail_msg(err, errlen, GPU_ENOLIB, "%s%s", why ? why : path,
-                            is_default ? " (no NVIDIA driver?)" : "");
+        return errbuf_set(err, errlen, GPU_ENOLIB, "%s%s", why ? why : path,
+                          is_default ? " (no NVIDIA driver?)" : "");
     }
     for (size_t i = 0; i < sizeof(nvml_symbols) / sizeof(nvml_symbols[0]); i++) {
         void *sym = dlsym(nb->dl, nvml_symbols[i].name);
         if (!sym)
-            return gpu_fail_msg(err, errlen, GPU_ESYMBOL, "%s lacks %s (NVIDIA driver too old?)",
-                                path, nvml_symbols[i].name);
+            return errbuf_set(err, errlen, GPU_ESYMBOL, "%s lacks %s (NVIDIA driver too old?)",
+                              path, nvml_symbols[i].name);
         memcpy((char *)&nb->fn + nvml_symbols[i].offset, &sym, sizeof(sym));
     }
     enum nvmlReturn_enum r = nb->fn.init();
@@ -342,8 +343,8 @@ static int discover(struct nvml_backend *nb, char *err, size_t errlen)
     if (r != NVML_SUCCESS)
         return nvml_fail(nb, r, "nvmlDeviceGetCount_v2", NO_GPU, err, errlen);
     if (count > GPU_MAX_DEVICES)
-        return gpu_fail_msg(err, errlen, GPU_ELIMIT, "NVML reports %u GPUs; at most %d are handled",
-                            count, GPU_MAX_DEVICES);
+        return errbuf_set(err, errlen, GPU_ELIMIT, "NVML reports %u GPUs; at most %d are handled",
+                          count, GPU_MAX_DEVICES);
     for (unsigned i = 0; i < count; i++) {
         struct nvml_gpu *g = &nb->gpus[i];
         r = nb->fn.get_handle(i, &g->dev);
@@ -417,7 +418,7 @@ static int find_topology(struct nvml_backend *nb, char *err, size_t errlen)
     struct pci_key(*ends)[NVML_NVLINK_MAX_LINKS] = calloc(n ? n : 1, sizeof(*ends));
     unsigned nends[GPU_MAX_DEVICES] = {0};
     if (!ends)
-        return gpu_fail_msg(err, errlen, GPU_ENOMEM, "gpu: out of memory");
+        return errbuf_set(err, errlen, GPU_ENOMEM, "gpu: out of memory");
     for (unsigned i = 0; i < n; i++) {
         int rc = walk_links(nb, i, ends[i], &nends[i], err, errlen);
         if (rc) {
@@ -472,7 +473,7 @@ static int nvml_info(const struct gpu_backend *b, unsigned index, struct gpu_inf
     info.mig_pending = mig == 0 && pending == NVML_DEVICE_MIG_ENABLE;
     int rc = gpu_type_from_name(info.name, info.memory_mib, info.gpu_type, sizeof(info.gpu_type));
     if (rc)
-        return gpu_fail_msg(err, errlen, rc, "GPU %u: no gpu_type for name '%s'", index, info.name);
+        return errbuf_set(err, errlen, rc, "GPU %u: no gpu_type for name '%s'", index, info.name);
     for (unsigned j = 0; j < nb->base.count; j++)
         if (g->peers & (UINT64_C(1) << j))
             info.peers[info.npeers++] = j;
@@ -495,7 +496,7 @@ static int copy_procs(const struct nvmlProcessInfo_v2_st *buf, unsigned n, struc
         return 0;
     s->procs = calloc(n, sizeof(*s->procs));
     if (!s->procs)
-        return gpu_fail_msg(err, errlen, GPU_ENOMEM, "gpu: out of memory");
+        return errbuf_set(err, errlen, GPU_ENOMEM, "gpu: out of memory");
     for (unsigned k = 0; k < n; k++)
         s->procs[k] = (struct gpu_process){
             .pid = buf[k].pid,
@@ -535,8 +536,8 @@ static int read_procs(const struct nvml_backend *nb, unsigned index, struct gpu_
         }
         if (n > GPU_MAX_PROCS || cap == GPU_MAX_PROCS) {
             free(buf);
-            return gpu_fail_msg(err, errlen, GPU_ELIMIT, "GPU %u: over %d processes", index,
-                                GPU_MAX_PROCS);
+            return errbuf_set(err, errlen, GPU_ELIMIT, "GPU %u: over %d processes", index,
+                              GPU_MAX_PROCS);
         }
         /* Room for a quarter more, in case processes start before the call. */
         unsigned want = n + n / 4 + 4;
@@ -547,14 +548,14 @@ static int read_procs(const struct nvml_backend *nb, unsigned index, struct gpu_
         struct nvmlProcessInfo_v2_st *grown = realloc(buf, want * sizeof(*buf));
         if (!grown) {
             free(buf);
-            return gpu_fail_msg(err, errlen, GPU_ENOMEM, "gpu: out of memory");
+            return errbuf_set(err, errlen, GPU_ENOMEM, "gpu: out of memory");
         }
         buf = grown;
         cap = want;
     }
     free(buf);
-    return gpu_fail_msg(err, errlen, GPU_EIO, "GPU %u: the process list grew on each of %d reads",
-                        index, PROC_ATTEMPTS);
+    return errbuf_set(err, errlen, GPU_EIO, "GPU %u: the process list grew on each of %d reads",
+                      index, PROC_ATTEMPTS);
 }
 
 static int nvml_sample(const struct gpu_backend *b, unsigned index, struct gpu_sample *ret,
@@ -617,12 +618,12 @@ static const struct gpu_backend_ops nvml_ops = {
 int gpu_backend_open(const char *lib_path, struct gpu_backend **ret, char *err, size_t errlen)
 {
     if (!ret)
-        return gpu_fail_msg(err, errlen, GPU_EINVAL, "gpu: NULL result");
+        return errbuf_set(err, errlen, GPU_EINVAL, "gpu: NULL result");
     if (lib_path && !*lib_path)
-        return gpu_fail_msg(err, errlen, GPU_EINVAL, "gpu: empty NVML library path");
+        return errbuf_set(err, errlen, GPU_EINVAL, "gpu: empty NVML library path");
     struct nvml_backend *nb = calloc(1, sizeof(*nb));
     if (!nb)
-        return gpu_fail_msg(err, errlen, GPU_ENOMEM, "gpu: out of memory");
+        return errbuf_set(err, errlen, GPU_ENOMEM, "gpu: out of memory");
     nb->base.ops = &nvml_ops;
     int rc = load(nb, lib_path ? lib_path : NVML_DEFAULT_LIB, lib_path == NULL, err, errlen);
     if (rc == 0)

@@ -29,6 +29,7 @@
 
 #include "server/jobspec.h"
 #include "util/jsonv.h"
+#include "util/errbuf.h"
 #include "util/banned.h"
 
 #define GPU_MEM_MAX_MIB  (INT64_C(1) << 20)  /* 1 TiB */
@@ -56,15 +57,10 @@ struct wire {
 __attribute__((format(printf, 3, 4))) static int fail(char *err, size_t errlen, const char *fmt,
                                                       ...)
 {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-        /* A cut message must stay valid UTF-8: drop a split last character. */
-        if (n >= 0 && (size_t)n >= errlen)
-            err[jsonv_utf8_cut(err, errlen - 1)] = '\0';
-    }
+    va_list ap;
+    va_start(ap, fmt);
+    errbuf_vset(err, errlen, -EINVAL, fmt, ap);
+    va_end(ap);
     return -EINVAL;
 }
 

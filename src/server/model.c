@@ -19,22 +19,10 @@
 #include "core/err.h"
 #include "server/model.h"
 #include "util/jsonv.h"
+#include "util/errbuf.h"
 #include "util/banned.h"
 
 #define KNOWN_MAX 200 /* bytes of the "(known: ...)" list in a message */
-
-int model_fail(char *err, size_t errlen, int rc, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-        if (n >= 0 && (size_t)n >= errlen)
-            err[jsonv_utf8_cut(err, errlen - 1)] = '\0';
-    }
-    return rc;
-}
 
 const char *model_quote(const char *s, char buf[JSONV_QUOTE_MAX + 4])
 {
@@ -119,23 +107,23 @@ static int set_add(struct model *m, const struct kind *k, struct set *s, void *i
 {
     char q[JSONV_QUOTE_MAX + 4];
     if (!item)
-        return model_fail(err, errlen, GPO_EINVAL, "no %s", k->label);
+        return errbuf_set(err, errlen, GPO_EINVAL, "no %s", k->label);
     int rc = k->check(item, err, errlen);
     if (rc)
         return rc;
     const char *name = item_name(k, item);
     if (item_id(k, item) == 0)
-        return model_fail(err, errlen, GPO_EINVAL, "%s '%s' has no id", k->label,
+        return errbuf_set(err, errlen, GPO_EINVAL, "%s '%s' has no id", k->label,
                           model_quote(name, q));
     bool found;
     size_t at = set_search(k, s, name, &found);
     if (found)
-        return model_fail(err, errlen, GPO_EEXIST, "%s '%s' already exists", k->label,
+        return errbuf_set(err, errlen, GPO_EEXIST, "%s '%s' already exists", k->label,
                           model_quote(name, q));
     if (s->n >= k->max)
-        return model_fail(err, errlen, GPO_ELIMIT, "at most %zu of kind %s", k->max, k->label);
+        return errbuf_set(err, errlen, GPO_ELIMIT, "at most %zu of kind %s", k->max, k->label);
     if (grow(&s->items, &s->cap, k->size, s->n + 1))
-        return model_fail(err, errlen, GPO_ENOMEM, "out of memory");
+        return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
     if (k->prepare && (rc = k->prepare(m, item, err, errlen)))
         return rc;
     memmove(slot(k, s, at + 1), slot(k, s, at), (s->n - at) * k->size);
@@ -150,7 +138,7 @@ static int set_replace(struct model *m, const struct kind *k, struct set *s, voi
 {
     char q[JSONV_QUOTE_MAX + 4];
     if (!item)
-        return model_fail(err, errlen, GPO_EINVAL, "no %s", k->label);
+        return errbuf_set(err, errlen, GPO_EINVAL, "no %s", k->label);
     int rc = k->check(item, err, errlen);
     if (rc)
         return rc;
@@ -158,11 +146,11 @@ static int set_replace(struct model *m, const struct kind *k, struct set *s, voi
     bool found;
     size_t at = set_search(k, s, name, &found);
     if (!found)
-        return model_fail(err, errlen, GPO_ENOTFOUND, "no %s '%s'", k->label, model_quote(name, q));
+        return errbuf_set(err, errlen, GPO_ENOTFOUND, "no %s '%s'", k->label, model_quote(name, q));
     void *old = slot(k, s, at);
     uint32_t id = item_id(k, old), given = item_id(k, item);
     if (given != 0 && given != id)
-        return model_fail(err, errlen, GPO_EINVAL,
+        return errbuf_set(err, errlen, GPO_EINVAL,
                           "%s '%s': id %u is not its id %u (ids never change)", k->label,
                           model_quote(name, q), given, id);
     if (k->prepare && (rc = k->prepare(m, item, err, errlen)))
@@ -310,12 +298,12 @@ static void type_insert(struct model *m, size_t at, char *name, uint32_t id)
 static int type_room(struct model *m, size_t more, char *err, size_t errlen)
 {
     if (m->ntype_ids + more > MODEL_TYPE_IDS_MAX)
-        return model_fail(err, errlen, GPO_ELIMIT, "the GPU type table is full (%d types)",
+        return errbuf_set(err, errlen, GPO_ELIMIT, "the GPU type table is full (%d types)",
                           MODEL_TYPE_IDS_MAX);
     void *items = m->type_ids;
     int rc = grow(&items, &m->type_ids_cap, sizeof(*m->type_ids), m->ntype_ids + more);
     m->type_ids = items;
-    return rc ? model_fail(err, errlen, rc, "out of memory") : 0;
+    return rc ? errbuf_set(err, errlen, rc, "out of memory") : 0;
 }
 
 /* A new node's GPU type gets the next id (model_node_check has made sure
@@ -333,13 +321,13 @@ static int node_prepare(struct model *m, const void *item, char *err, size_t err
     for (size_t i = 0; i < m->ntype_ids; i++)
         top = m->type_ids[i].id > top ? m->type_ids[i].id : top;
     if (top == UINT32_MAX)
-        return model_fail(err, errlen, GPO_ELIMIT, "no GPU type id left");
+        return errbuf_set(err, errlen, GPO_ELIMIT, "no GPU type id left");
     int rc = type_room(m, 1, err, errlen);
     if (rc)
         return rc;
     char *name = strdup(n->gpus[0].gpu_type);
     if (!name)
-        return model_fail(err, errlen, GPO_ENOMEM, "out of memory");
+        return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
     type_insert(m, at, name, top + 1);
     return 0;
 }
@@ -360,20 +348,20 @@ static int type_entry_ok(const struct model *m, const char *pre, const char *nam
 {
     char q[JSONV_QUOTE_MAX + 4], q2[JSONV_QUOTE_MAX + 4];
     if (!model_gpu_type_valid(name))
-        return model_fail(err, errlen, GPO_EINVAL, "%s'%s' is not a valid GPU type", pre,
+        return errbuf_set(err, errlen, GPO_EINVAL, "%s'%s' is not a valid GPU type", pre,
                           model_quote(name, q));
     if (id == 0)
-        return model_fail(err, errlen, GPO_EINVAL, "%sGPU type '%s': id 0", pre,
+        return errbuf_set(err, errlen, GPO_EINVAL, "%sGPU type '%s': id 0", pre,
                           model_quote(name, q));
     const struct model_type_id *e = model_type_id_get(m, name);
     if (e && e->id == id)
         return 1;
     if (e)
-        return model_fail(err, errlen, GPO_EEXIST, "%sGPU type '%s' has id %u, not %u", pre,
+        return errbuf_set(err, errlen, GPO_EEXIST, "%sGPU type '%s' has id %u, not %u", pre,
                           model_quote(name, q), e->id, id);
     for (size_t i = 0; i < m->ntype_ids; i++)
         if (m->type_ids[i].id == id)
-            return model_fail(err, errlen, GPO_EEXIST, "%sGPU type id %u is '%s''s, not '%s''s",
+            return errbuf_set(err, errlen, GPO_EEXIST, "%sGPU type id %u is '%s''s, not '%s''s",
                               pre, id, model_quote(m->type_ids[i].name, q), model_quote(name, q2));
     return 0;
 }
@@ -387,7 +375,7 @@ int model_type_id_set(struct model *m, const char *gpu_type, uint32_t id, char *
         return rc;
     char *name = strdup(gpu_type);
     if (!name)
-        return model_fail(err, errlen, GPO_ENOMEM, "out of memory");
+        return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
     bool found;
     type_insert(m, type_search(m, gpu_type, &found), name, id);
     return 0;
@@ -402,20 +390,20 @@ int model_check_refs(const struct model *m, char *err, size_t errlen)
         const struct model_team *team = &m->teams[t];
         for (size_t q = 0; q < team->nquotas; q++)
             if (!model_pool_get(m, team->quotas[q].pool))
-                return model_fail(
+                return errbuf_set(
                     err, errlen, GPO_EINVAL, "team '%s': quotas[%zu]: unknown pool '%s'",
                     model_quote(team->name, a), q, model_quote(team->quotas[q].pool, b));
     }
     for (size_t u = 0; u < m->nusers; u++) {
         const struct model_user *user = &m->users[u];
         if (user->team && !model_team_get(m, user->team))
-            return model_fail(err, errlen, GPO_EINVAL, "user '%s': unknown team '%s'",
+            return errbuf_set(err, errlen, GPO_EINVAL, "user '%s': unknown team '%s'",
                               model_quote(user->name, a), model_quote(user->team, b));
     }
     for (size_t n = 0; n < m->nnodes; n++) {
         const struct model_node *node = &m->nodes[n];
         if (!model_pool_get(m, node->pool))
-            return model_fail(err, errlen, GPO_EINVAL, "node '%s': unknown pool '%s'",
+            return errbuf_set(err, errlen, GPO_EINVAL, "node '%s': unknown pool '%s'",
                               model_quote(node->name, a), model_quote(node->pool, b));
     }
     return 0;
@@ -494,7 +482,7 @@ static int build_size(struct build *b, char *err, size_t errlen)
         bool found;
         size_t e = type_search(m, node->gpus[0].gpu_type, &found);
         if (!found)
-            return model_fail(err, errlen, GPO_EINVAL, "node '%s': GPU type '%s' has no id",
+            return errbuf_set(err, errlen, GPO_EINVAL, "node '%s': GPU type '%s' has no id",
                               model_quote(node->name, q), model_quote(node->gpus[0].gpu_type, q2));
         b->core_type[e] = 0; /* present; numbered below */
     }
@@ -502,7 +490,7 @@ static int build_size(struct build *b, char *err, size_t errlen)
         if (b->core_type[i] != SCHED_NONE)
             b->core_type[i] = (uint32_t)b->ntypes++;
     if (b->ntypes > SCHED_MAX_GPU_TYPES)
-        return model_fail(err, errlen, GPO_ELIMIT, "%zu GPU types, the scheduler takes at most %d",
+        return errbuf_set(err, errlen, GPO_ELIMIT, "%zu GPU types, the scheduler takes at most %d",
                           b->ntypes, SCHED_MAX_GPU_TYPES);
     b->cl.strings = malloc(bytes);
     b->at = b->cl.strings;
@@ -650,7 +638,7 @@ static int build_teams(struct build *b)
 int model_build_cluster(const struct model *m, struct model_cluster *ret, char *err, size_t errlen)
 {
     if (!m || !ret)
-        return model_fail(err, errlen, GPO_EINVAL, "no model or cluster");
+        return errbuf_set(err, errlen, GPO_EINVAL, "no model or cluster");
     int rc = model_check_refs(m, err, errlen);
     if (rc)
         return rc;
@@ -675,10 +663,10 @@ int model_build_cluster(const struct model *m, struct model_cluster *ret, char *
         const char *what = NULL;
         rc = sched_cluster_check(&cl->c, &what);
         if (rc)
-            model_fail(err, errlen, rc, "the configuration does not make a valid cluster: %s",
+            errbuf_set(err, errlen, rc, "the configuration does not make a valid cluster: %s",
                        what ? what : "?");
     } else if (rc == GPO_ENOMEM) {
-        model_fail(err, errlen, rc, "out of memory");
+        errbuf_set(err, errlen, rc, "out of memory");
     }
     free(b.core_type);
     free(b.pool_type);
@@ -727,8 +715,8 @@ static int resolve(const struct sched_cluster *c, const char *what, const char *
         return 0;
     }
     if (list == LIST_NONE)
-        return model_fail(err, errlen, GPO_EINVAL, "unknown %s '%s'", what, model_quote(name, q));
-    return model_fail(err, errlen, GPO_EINVAL, "unknown %s '%s' (known: %s)", what,
+        return errbuf_set(err, errlen, GPO_EINVAL, "unknown %s '%s'", what, model_quote(name, q));
+    return errbuf_set(err, errlen, GPO_EINVAL, "unknown %s '%s' (known: %s)", what,
                       model_quote(name, q), known(c, list, names));
 }
 
@@ -737,18 +725,18 @@ int model_job_request(const struct model_cluster *cl, const struct jobspec *spec
                       char *err, size_t errlen)
 {
     if (!cl || !spec || !ret)
-        return model_fail(err, errlen, GPO_EINVAL, "no cluster, job or result");
+        return errbuf_set(err, errlen, GPO_EINVAL, "no cluster, job or result");
     const struct sched_cluster *c = &cl->c;
     const char *team = spec->team ? spec->team : user_team;
     const char *cls = spec->priority ? spec->priority : default_class;
     if (!team)
-        return model_fail(err, errlen, GPO_EINVAL,
+        return errbuf_set(err, errlen, GPO_EINVAL,
                           "no team: the job names none and its user has none");
     if (!cls)
-        return model_fail(err, errlen, GPO_EINVAL,
+        return errbuf_set(err, errlen, GPO_EINVAL,
                           "no priority class: the job names none and there is no default");
     if (spec->time_limit_s < 0 || spec->time_limit_s > INT64_MAX / 1000)
-        return model_fail(err, errlen, GPO_EINVAL, "field 'time_limit_s': %lld is out of range",
+        return errbuf_set(err, errlen, GPO_EINVAL, "field 'time_limit_s': %lld is out of range",
                           (long long)spec->time_limit_s);
     struct sched_job j = {.pool = SCHED_ANY, .gpu_type = SCHED_ANY};
     int rc = resolve(c, "team", team, model_team_find, LIST_NONE, &j.team, err, errlen);

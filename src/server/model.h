@@ -380,11 +380,8 @@ struct model_alloc_gpu {
 int model_alloc_gpus(const struct model_cluster *cl, const struct sched_alloc *alloc,
                      struct model_alloc_gpu **ret_gpus, size_t *ret_n);
 
-/* Internal to model.c and modeljson.c: a message into the caller's buffer
- * (cut at a character boundary) returning rc; user text fit to quote in one
+/* Internal to model.c and modeljson.c: user text fit to quote in a message
  * (see jsonv_quote). */
-int model_fail(char *err, size_t errlen, int rc, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
 const char *model_quote(const char *s, char buf[JSONV_QUOTE_MAX + 4]);
 
 #endif

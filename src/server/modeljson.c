@@ -24,6 +24,7 @@
 #include "core/err.h"
 #include "server/model.h"
 #include "util/jsonv.h"
+#include "util/errbuf.h"
 #include "util/banned.h"
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
@@ -133,9 +134,9 @@ static int check_shape(bool (*valid)(const char *), const char *rule, const char
 {
     char q[JSONV_QUOTE_MAX + 4];
     if (!s)
-        return model_fail(err, errlen, GPO_EINVAL, "missing required field '%s'", field);
+        return errbuf_set(err, errlen, GPO_EINVAL, "missing required field '%s'", field);
     if (!valid(s))
-        return model_fail(err, errlen, GPO_EINVAL, "field '%s': '%s' is not a valid %s (%s)", field,
+        return errbuf_set(err, errlen, GPO_EINVAL, "field '%s': '%s' is not a valid %s (%s)", field,
                           model_quote(s, q), what, rule);
     return 0;
 }
@@ -153,7 +154,7 @@ static int check_type(const char *field, const char *s, char *err, size_t errlen
 static int check_desc(const char *s, char *err, size_t errlen)
 {
     if (s && strlen(s) > MODEL_DESC_MAX)
-        return model_fail(err, errlen, GPO_EINVAL, "field 'description': longer than %d bytes",
+        return errbuf_set(err, errlen, GPO_EINVAL, "field 'description': longer than %d bytes",
                           MODEL_DESC_MAX);
     return 0;
 }
@@ -162,7 +163,7 @@ static int check_range(const char *field, int64_t v, int64_t lo, int64_t hi, cha
                        size_t errlen)
 {
     if (v < lo || v > hi)
-        return model_fail(err, errlen, GPO_EINVAL, "field '%s': %lld is out of range %lld..%lld",
+        return errbuf_set(err, errlen, GPO_EINVAL, "field '%s': %lld is out of range %lld..%lld",
                           field, (long long)v, (long long)lo, (long long)hi);
     return 0;
 }
@@ -172,7 +173,7 @@ static int check_milli(const char *field, int64_t v, bool none_ok, char *err, si
 {
     if ((v == -1 && none_ok) || (v >= 0 && v <= MILLI_MAX))
         return 0;
-    return model_fail(err, errlen, GPO_EINVAL,
+    return errbuf_set(err, errlen, GPO_EINVAL,
                       "field '%s': %lld milli-GPU is out of range (%s0..%d GPUs)", field,
                       (long long)v, none_ok ? "-1 or " : "", MODEL_GPUS_MAX);
 }
@@ -186,12 +187,12 @@ static int gpus_to_milli(const char *field, double x, bool none_ok, int64_t *ret
         return 0;
     }
     if (x < 0)
-        return model_fail(err, errlen, GPO_EINVAL,
+        return errbuf_set(err, errlen, GPO_EINVAL,
                           "field '%s': %.10g is neither -1 (no limit) nor >= 0", field, x);
     double scaled = x * SCHED_MILLI;
     long long m = llround(scaled);
     if (fabs(scaled - (double)m) > 1e-6)
-        return model_fail(err, errlen, GPO_EINVAL,
+        return errbuf_set(err, errlen, GPO_EINVAL,
                           "field '%s': %.10g has more than 3 decimals (GPUs count in thousandths)",
                           field, x);
     *ret = m;
@@ -206,7 +207,7 @@ static int decode_table(const json_t *obj, unsigned flags, const struct jsonv_fi
                         size_t n, void *dst, char *err, size_t errlen)
 {
     if (flags & ~(unsigned)MODEL_STORED)
-        return model_fail(err, errlen, GPO_EINVAL, "model: unknown decode flags %#x", flags);
+        return errbuf_set(err, errlen, GPO_EINVAL, "model: unknown decode flags %#x", flags);
     bool stored = flags & MODEL_STORED;
     int rc = jsonv_decode(obj, stored ? fields : fields + 1, stored ? n : n - 1, dst, err, errlen);
     return rc == 0 ? 0 : rc == JSONV_ENOMEM ? GPO_ENOMEM : GPO_EINVAL;
@@ -259,7 +260,7 @@ static const struct jsonv_field pool_fields[] = {
 int model_pool_check(const struct model_pool *p, char *err, size_t errlen)
 {
     if (!p)
-        return model_fail(err, errlen, GPO_EINVAL, "no pool");
+        return errbuf_set(err, errlen, GPO_EINVAL, "no pool");
     int rc = check_name("name", p->name, err, errlen);
     return rc ? rc : check_desc(p->description, err, errlen);
 }
@@ -308,7 +309,7 @@ static const struct jsonv_field class_fields[] = {
 int model_class_check(const struct model_class *c, char *err, size_t errlen)
 {
     if (!c)
-        return model_fail(err, errlen, GPO_EINVAL, "no priority class");
+        return errbuf_set(err, errlen, GPO_EINVAL, "no priority class");
     int rc = check_name("name", c->name, err, errlen);
     rc = rc ? rc : check_range("order", c->order, -MODEL_ORDER_MAX, MODEL_ORDER_MAX, err, errlen);
     return rc ? rc : check_desc(c->description, err, errlen);
@@ -417,7 +418,7 @@ static int check_quota(const struct model_team *t, size_t i, char *err, size_t e
         bool same_type = p->gpu_type && q->gpu_type ? strcmp(p->gpu_type, q->gpu_type) == 0
                                                     : !p->gpu_type && !q->gpu_type;
         if (strcmp(p->pool, q->pool) == 0 && same_type)
-            return model_fail(err, errlen, GPO_EINVAL,
+            return errbuf_set(err, errlen, GPO_EINVAL,
                               "field 'quotas[%zu]': a second quota for pool '%s' and %s (the first "
                               "is quotas[%zu])",
                               i, model_quote(q->pool, a), type_or_any(q->gpu_type, b), j);
@@ -428,14 +429,14 @@ static int check_quota(const struct model_team *t, size_t i, char *err, size_t e
 int model_team_check(const struct model_team *t, char *err, size_t errlen)
 {
     if (!t)
-        return model_fail(err, errlen, GPO_EINVAL, "no team");
+        return errbuf_set(err, errlen, GPO_EINVAL, "no team");
     int rc = check_name("name", t->name, err, errlen);
     rc = rc ? rc : check_range("weight", t->weight, 1, MODEL_WEIGHT_MAX, err, errlen);
     rc = rc ? rc : check_milli("borrow_limit", t->borrow_limit_milli, true, err, errlen);
     if (rc)
         return rc;
     if (t->nquotas > MODEL_QUOTAS_MAX || (t->nquotas && !t->quotas))
-        return model_fail(err, errlen, GPO_EINVAL, "field 'quotas': %zu items, at most %d allowed",
+        return errbuf_set(err, errlen, GPO_EINVAL, "field 'quotas': %zu items, at most %d allowed",
                           t->nquotas, MODEL_QUOTAS_MAX);
     for (size_t i = 0; i < t->nquotas && rc == 0; i++)
         rc = check_quota(t, i, err, errlen);
@@ -451,7 +452,7 @@ static int team_from_wire(struct team_wire *w, struct model_team *t, char *err, 
     if (rc)
         return rc;
     if (w->nquotas && !(t->quotas = calloc(w->nquotas, sizeof(*t->quotas))))
-        return model_fail(err, errlen, GPO_ENOMEM, "out of memory");
+        return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
     for (size_t i = 0; i < w->nquotas; i++) {
         struct quota_wire *qw = &w->quotas[i];
         struct model_quota *q = &t->quotas[i];
@@ -552,7 +553,7 @@ const char *model_role_name(enum model_role role)
 int model_user_check(const struct model_user *u, char *err, size_t errlen)
 {
     if (!u)
-        return model_fail(err, errlen, GPO_EINVAL, "no user");
+        return errbuf_set(err, errlen, GPO_EINVAL, "no user");
     int rc = check_name("name", u->name, err, errlen);
     rc = rc ? rc
             : check_shape(model_unix_user_valid, LOGIN_RULE, "Unix login name", "unix_user",
@@ -561,9 +562,9 @@ int model_user_check(const struct model_user *u, char *err, size_t errlen)
     if (rc)
         return rc;
     if ((unsigned)u->role > MODEL_ROLE_MEMBER)
-        return model_fail(err, errlen, GPO_EINVAL, "field 'role': %d is not a role", (int)u->role);
+        return errbuf_set(err, errlen, GPO_EINVAL, "field 'role': %d is not a role", (int)u->role);
     if (u->role == MODEL_ROLE_MEMBER && !u->team)
-        return model_fail(err, errlen, GPO_EINVAL,
+        return errbuf_set(err, errlen, GPO_EINVAL,
                           "missing required field 'team' (role 'member' needs a team)");
     return 0;
 }
@@ -661,7 +662,7 @@ static int check_gpu(const struct model_node *n, size_t i, char *err, size_t err
     if ((rc = check_type(f, g->gpu_type, err, errlen)))
         return rc;
     if (i > 0 && strcmp(g->gpu_type, n->gpus[0].gpu_type) != 0)
-        return model_fail(
+        return errbuf_set(
             err, errlen, GPO_EINVAL,
             "field '%s': '%s' differs from gpus[0]'s '%s' (a node's GPUs are of one type)", f,
             model_quote(g->gpu_type, q), model_quote(n->gpus[0].gpu_type, q2));
@@ -675,14 +676,14 @@ static int check_gpu(const struct model_node *n, size_t i, char *err, size_t err
     if ((rc = check_range(f, g->mig_slices, 0, MODEL_MIG_SLICES_MAX, err, errlen)))
         return rc;
     if (g->mig_enabled && g->mig_slices == 0)
-        return model_fail(err, errlen, GPO_EINVAL,
+        return errbuf_set(err, errlen, GPO_EINVAL,
                           "field 'gpus[%zu].mig_enabled': MIG is on but mig_slices is 0", i);
     for (size_t j = 0; j < i; j++) {
         if (n->gpus[j].index == g->index)
-            return model_fail(err, errlen, GPO_EINVAL,
+            return errbuf_set(err, errlen, GPO_EINVAL,
                               "field 'gpus[%zu].index': %u is also gpus[%zu]'s", i, g->index, j);
         if (strcmp(n->gpus[j].uuid, g->uuid) == 0)
-            return model_fail(err, errlen, GPO_EINVAL,
+            return errbuf_set(err, errlen, GPO_EINVAL,
                               "field 'gpus[%zu].uuid': '%s' is also gpus[%zu]'s", i,
                               model_quote(g->uuid, q), j);
     }
@@ -692,7 +693,7 @@ static int check_gpu(const struct model_node *n, size_t i, char *err, size_t err
 int model_node_check(const struct model_node *n, char *err, size_t errlen)
 {
     if (!n)
-        return model_fail(err, errlen, GPO_EINVAL, "no node");
+        return errbuf_set(err, errlen, GPO_EINVAL, "no node");
     int rc = check_shape(model_host_valid, HOST_RULE, "host name", "name", n->name, err, errlen);
     rc = rc ? rc : check_name("pool", n->pool, err, errlen);
     rc = rc ? rc : check_range("cpus", n->cpus, 1, MODEL_NODE_CPUS_MAX, err, errlen);
@@ -701,7 +702,7 @@ int model_node_check(const struct model_node *n, char *err, size_t errlen)
     if (rc)
         return rc;
     if (n->ngpus > SCHED_MAX_GPUS_PER_NODE || (n->ngpus && !n->gpus))
-        return model_fail(err, errlen, GPO_EINVAL, "field 'gpus': %zu items, at most %d allowed",
+        return errbuf_set(err, errlen, GPO_EINVAL, "field 'gpus': %zu items, at most %d allowed",
                           n->ngpus, SCHED_MAX_GPUS_PER_NODE);
     for (size_t i = 0; i < n->ngpus && rc == 0; i++)
         rc = check_gpu(n, i, err, errlen);
@@ -720,7 +721,7 @@ int model_node_decode(const json_t *obj, unsigned flags, struct model_node *ret,
     n.ngpus = 0;
     if (w.ngpus && !(n.gpus = calloc(w.ngpus, sizeof(*n.gpus)))) {
         jsonv_release(node_fields, ARRAY_LEN(node_fields), &w);
-        return model_fail(err, errlen, GPO_ENOMEM, "out of memory");
+        return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
     }
     for (size_t i = 0; i < w.ngpus; i++) {
         n.gpus[i] = w.gpus[i].g;

@@ -14,6 +14,7 @@
 
 #include "store/schema.h"
 #include "store/store.h"
+#include "util/errbuf.h"
 #include "util/banned.h"
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
@@ -96,8 +97,8 @@ int schema_version_get(sqlite3 *db, int64_t *ret_version, char *err, size_t errl
     if (rc == SQLITE_OK)
         rc = sqlite3_step(st);
     if (rc != SQLITE_ROW) {
-        rc = store_fail_msg(err, errlen, store_sqlite_err(rc), "reading the schema version: %s",
-                            sqlite3_errmsg(db));
+        rc = errbuf_set(err, errlen, store_sqlite_err(rc), "reading the schema version: %s",
+                        sqlite3_errmsg(db));
         sqlite3_finalize(st);
         return rc;
     }
@@ -111,7 +112,7 @@ static int exec(sqlite3 *db, const char *sql, const char *what, char *err, size_
     int rc = sqlite3_exec(db, sql, NULL, NULL, NULL);
     if (rc == SQLITE_OK)
         return 0;
-    return store_fail_msg(err, errlen, store_sqlite_err(rc), "%s: %s", what, sqlite3_errmsg(db));
+    return errbuf_set(err, errlen, store_sqlite_err(rc), "%s: %s", what, sqlite3_errmsg(db));
 }
 
 int schema_migrate(sqlite3 *db, int64_t target, char *err, size_t errlen)
@@ -124,13 +125,12 @@ int schema_migrate(sqlite3 *db, int64_t target, char *err, size_t errlen)
     int64_t version = 0;
     rc = schema_version_get(db, &version, err, errlen);
     if (rc == 0 && version > STORE_SCHEMA_VERSION)
-        rc = store_fail_msg(err, errlen, STORE_ETOONEW,
-                            "database schema version %lld is newer than this program's %d",
-                            (long long)version, STORE_SCHEMA_VERSION);
+        rc = errbuf_set(err, errlen, STORE_ETOONEW,
+                        "database schema version %lld is newer than this program's %d",
+                        (long long)version, STORE_SCHEMA_VERSION);
     else if (rc == 0 && version < 0)
-        rc = store_fail_msg(err, errlen, STORE_EINVAL,
-                            "database schema version %lld is not one of gpuorch's",
-                            (long long)version);
+        rc = errbuf_set(err, errlen, STORE_EINVAL,
+                        "database schema version %lld is not one of gpuorch's", (long long)version);
     for (int64_t v = version; rc == 0 && v < target; v++) {
         char what[64];
         snprintf(what, sizeof(what), "schema migration %lld", (long long)v + 1);

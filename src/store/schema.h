@@ -104,11 +104,6 @@ void store_attempt_release(struct store_attempt *a);
 __attribute__((format(printf, 3, 4))) int store_batch_fail(struct store_batch *b, int err,
                                                            const char *fmt, ...);
 
-/* Writes a message into dst (size bytes, cut to fit and terminated; nothing
- * when dst is NULL or size 0) and returns err. */
-__attribute__((format(printf, 4, 5))) int store_fail_msg(char *dst, size_t size, int err,
-                                                         const char *fmt, ...);
-
 /* ---- SQLite: schema.c ---------------------------------------------------- */
 
 /* PRAGMA user_version of db into *ret_version. 0 or STORE_EIO (message in err). */

@@ -32,6 +32,7 @@
 
 #include "store/schema.h"
 #include "store/store.h"
+#include "util/errbuf.h"
 #include "util/banned.h"
 
 #define BUSY_TIMEOUT_MS 5000
@@ -922,8 +923,8 @@ static int prepare(sqlite3 *db, const char *sql, sqlite3_stmt **ret, char *err, 
 {
     int rc = sqlite3_prepare_v3(db, sql, -1, SQLITE_PREPARE_PERSISTENT, ret, NULL);
     if (rc != SQLITE_OK)
-        return store_fail_msg(err, errlen, store_sqlite_err(rc), "preparing \"%.60s\": %s", sql,
-                              sqlite3_errmsg(db));
+        return errbuf_set(err, errlen, store_sqlite_err(rc), "preparing \"%.60s\": %s", sql,
+                          sqlite3_errmsg(db));
     return 0;
 }
 
@@ -931,8 +932,8 @@ static int open_db(sqlite3 **db, const char *path, int flags, char *err, size_t 
 {
     int rc = sqlite3_open_v2(path, db, flags | SQLITE_OPEN_NOMUTEX, NULL);
     if (rc != SQLITE_OK)
-        return store_fail_msg(err, errlen, STORE_EIO, "opening %s: %s", path,
-                              *db ? sqlite3_errmsg(*db) : sqlite3_errstr(rc));
+        return errbuf_set(err, errlen, STORE_EIO, "opening %s: %s", path,
+                          *db ? sqlite3_errmsg(*db) : sqlite3_errstr(rc));
     sqlite3_extended_result_codes(*db, 1);
     sqlite3_busy_timeout(*db, BUSY_TIMEOUT_MS);
     return 0;
@@ -945,9 +946,9 @@ static int open_writer(struct sq *s, const char *path, char *err, size_t errlen)
     if (rc == 0)
         rc = schema_version_get(s->wdb, &version, err, errlen);
     if (rc == 0 && version > STORE_SCHEMA_VERSION)
-        return store_fail_msg(err, errlen, STORE_ETOONEW,
-                              "%s: database schema version %lld is newer than this program's %d",
-                              path, (long long)version, STORE_SCHEMA_VERSION);
+        return errbuf_set(err, errlen, STORE_ETOONEW,
+                          "%s: database schema version %lld is newer than this program's %d", path,
+                          (long long)version, STORE_SCHEMA_VERSION);
     if (rc)
         return rc;
     sqlite3_stmt *st = NULL;
@@ -958,12 +959,12 @@ static int open_writer(struct sq *s, const char *path, char *err, size_t errlen)
     bool wal = mode && strcmp(mode, "wal") == 0;
     sqlite3_finalize(st);
     if (!wal)
-        return store_fail_msg(err, errlen, STORE_EIO, "%s: cannot use WAL mode: %s", path,
-                              rc == SQLITE_ROW ? "refused" : sqlite3_errmsg(s->wdb));
+        return errbuf_set(err, errlen, STORE_EIO, "%s: cannot use WAL mode: %s", path,
+                          rc == SQLITE_ROW ? "refused" : sqlite3_errmsg(s->wdb));
     rc = sqlite3_exec(s->wdb, "PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON", NULL, NULL,
                       NULL);
     if (rc != SQLITE_OK)
-        return store_fail_msg(err, errlen, STORE_EIO, "%s: %s", path, sqlite3_errmsg(s->wdb));
+        return errbuf_set(err, errlen, STORE_EIO, "%s: %s", path, sqlite3_errmsg(s->wdb));
     rc = schema_migrate(s->wdb, STORE_SCHEMA_VERSION, err, errlen);
     for (size_t k = 0; rc == 0 && k < STORE_OP_COUNT; k++)
         for (size_t i = 0; rc == 0 && i < SCHEMA_OP_MAXSQL && schema_ops[k].sql[i]; i++)
@@ -977,9 +978,9 @@ static int open_reader(struct sq *s, const char *path, char *err, size_t errlen)
 {
     int rc = open_db(&s->rdb, path, SQLITE_OPEN_READWRITE, err, errlen);
     if (rc == 0 && sqlite3_exec(s->rdb, "PRAGMA query_only = ON", NULL, NULL, NULL) != SQLITE_OK)
-        rc = store_fail_msg(err, errlen, STORE_EIO, "%s: %s", path, sqlite3_errmsg(s->rdb));
+        rc = errbuf_set(err, errlen, STORE_EIO, "%s: %s", path, sqlite3_errmsg(s->rdb));
     if (rc == 0 && !(s->rst = calloc(RQ_COUNT, sizeof(*s->rst))))
-        rc = store_fail_msg(err, errlen, STORE_ENOMEM, "out of memory");
+        rc = errbuf_set(err, errlen, STORE_ENOMEM, "out of memory");
     for (size_t k = 0; rc == 0 && k < RQ_COUNT; k++)
         rc = prepare(s->rdb, rq_sql[k], &s->rst[k], err, errlen);
     return rc;
@@ -1013,21 +1014,21 @@ int store_open_sqlite(const char *path, struct store **ret_store, char *err, siz
     if (err && errlen)
         err[0] = '\0';
     if (!path || !*path || !ret_store)
-        return store_fail_msg(err, errlen, STORE_EINVAL, "no database path");
+        return errbuf_set(err, errlen, STORE_EINVAL, "no database path");
     struct sq *s = calloc(1, sizeof(*s));
     if (!s)
-        return store_fail_msg(err, errlen, STORE_ENOMEM, "out of memory");
+        return errbuf_set(err, errlen, STORE_ENOMEM, "out of memory");
     s->base.ops = &sqlite_ops;
     s->tail = &s->head;
     int rc = init_sync(s);
     if (rc)
-        store_fail_msg(err, errlen, rc, "cannot create the store's locks");
+        errbuf_set(err, errlen, rc, "cannot create the store's locks");
     if (rc == 0)
         rc = open_writer(s, path, err, errlen);
     if (rc == 0)
         rc = open_reader(s, path, err, errlen);
     if (rc == 0 && pthread_create(&s->writer, NULL, writer_main, s) != 0)
-        rc = store_fail_msg(err, errlen, STORE_ENOMEM, "cannot start the writer thread");
+        rc = errbuf_set(err, errlen, STORE_ENOMEM, "cannot start the writer thread");
     if (rc) {
         sq_free(s);
         return rc;

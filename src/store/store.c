@@ -17,6 +17,7 @@
 
 #include "store/schema.h"
 #include "store/store.h"
+#include "util/errbuf.h"
 #include "util/banned.h"
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
@@ -35,29 +36,11 @@ const char *store_strerror(int err)
     return "unknown error";
 }
 
-static void vformat(char *dst, size_t size, const char *fmt, va_list ap)
-{
-    if (!dst || size == 0)
-        return;
-    int n = vsnprintf(dst, size, fmt, ap);
-    if (n < 0)
-        dst[0] = '\0';
-}
-
-int store_fail_msg(char *dst, size_t size, int err, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vformat(dst, size, fmt, ap);
-    va_end(ap);
-    return err;
-}
-
 int store_batch_fail(struct store_batch *b, int err, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vformat(b->msg, sizeof(b->msg), fmt, ap);
+    errbuf_vset(b->msg, sizeof(b->msg), err, fmt, ap);
     va_end(ap);
     b->err = err;
     return err;
@@ -423,7 +406,7 @@ void store_batch_complete(struct store_batch *b)
         .existing_job_id = b->err == STORE_EEXIST ? b->existing_job_id : 0,
     };
     if (b->err && !b->msg[0])
-        store_fail_msg(b->msg, sizeof(b->msg), b->err, "%s", store_strerror(b->err));
+        errbuf_set(b->msg, sizeof(b->msg), b->err, "%s", store_strerror(b->err));
     /* Read before the call: a waiter may free a kept batch as soon as it wakes. */
     bool keep = b->keep;
     store_done_fn done = b->done;
@@ -507,7 +490,7 @@ int store_commit_wait(struct store *s, struct store_batch *b, int64_t *ret_job_i
     } else {
         if (rc == STORE_EEXIST && b->existing_job_id > 0 && ids_cap > 0)
             ret_job_ids[0] = b->existing_job_id;
-        store_fail_msg(msg, msglen, rc, "%s", b->msg[0] ? b->msg : store_strerror(rc));
+        errbuf_set(msg, msglen, rc, "%s", b->msg[0] ? b->msg : store_strerror(rc));
     }
     store_batch_free(b);
     return rc;

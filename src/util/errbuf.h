@@ -10,11 +10,15 @@
 #ifndef GPUORCH_UTIL_ERRBUF_H
 #define GPUORCH_UTIL_ERRBUF_H
 
+#include <stdarg.h>
 #include <stddef.h>
 
 /* Formats into err (errlen bytes; nothing when err is NULL or errlen 0) and
  * returns `code`, so that a failure path reads `return errbuf_set(...)`. */
 int errbuf_set(char *err, size_t errlen, int code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* The same with a va_list, for modules that wrap it. */
+int errbuf_vset(char *err, size_t errlen, int code, const char *fmt, va_list ap)
+    __attribute__((format(printf, 4, 0)));
 
 #endif
