@@ -421,15 +421,7 @@ int srv_api_job_list(struct http_request *req, void *ctx)
     bool more = false;
     pthread_mutex_lock(&s->lock);
     /* Keyset paging: the first job after `after`, in id order. */
-    size_t lo = 0, hi = s->njobs;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (s->jobs[mid]->id <= q.after)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    for (size_t k = lo; k < s->njobs; k++) {
+    for (size_t k = srv_job_index(s, q.after + 1); k < s->njobs; k++) {
         const struct srv_job *j = s->jobs[k];
         if (!srv_user_may(u, j->team) || (q.team && strcmp(q.team, j->team) != 0) ||
             (q.user && strcmp(q.user, j->user) != 0) || (!q.any_state && !q.states[j->state]))

@@ -42,7 +42,7 @@ int64_t srv_now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-struct srv_job *srv_job_find(struct server *s, int64_t id)
+size_t srv_job_index(const struct server *s, int64_t id)
 {
     size_t lo = 0, hi = s->njobs;
     while (lo < hi) {
@@ -52,7 +52,13 @@ struct srv_job *srv_job_find(struct server *s, int64_t id)
         else
             hi = mid;
     }
-    return lo < s->njobs && s->jobs[lo]->id == id ? s->jobs[lo] : NULL;
+    return lo;
+}
+
+struct srv_job *srv_job_find(struct server *s, int64_t id)
+{
+    size_t k = srv_job_index(s, id);
+    return k < s->njobs && s->jobs[k]->id == id ? s->jobs[k] : NULL;
 }
 
 int srv_job_add(struct server *s, struct srv_job *j)

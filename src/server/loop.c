@@ -297,12 +297,15 @@ static int deps_met(struct server *s, const struct srv_job *j, char *reason, siz
     return 1;
 }
 
-/* Tasks of array `array_id` holding resources now. */
+/* Tasks of array `array_id` holding resources now. An array is inserted in
+ * one batch, so its tasks have consecutive ids from array_id on: only that
+ * run of the table is read, not the whole table per array. */
 static size_t array_active(struct server *s, int64_t array_id)
 {
     size_t n = 0;
-    for (size_t k = 0; k < s->njobs; k++)
-        n += s->jobs[k]->array_id == array_id && s->jobs[k]->att.n;
+    for (size_t k = srv_job_index(s, array_id); k < s->njobs && s->jobs[k]->array_id == array_id;
+         k++)
+        n += s->jobs[k]->att.n != 0;
     return n;
 }
 

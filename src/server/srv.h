@@ -201,6 +201,8 @@ int64_t srv_now_ms(void);
 
 /* The job with `id`, or NULL. */
 struct srv_job *srv_job_find(struct server *s, int64_t id);
+/* The index in s->jobs of the first job whose id is >= `id` (njobs if none). */
+size_t srv_job_index(const struct server *s, int64_t id);
 /* Adds a job (taken) with an id above every other; 0 or -ENOMEM. */
 int srv_job_add(struct server *s, struct srv_job *j);
 /* Frees a job; NULL is fine. */
