@@ -25,9 +25,12 @@
 #define STATE_ATTEMPT_ASSIGNED "ASSIGNED"
 #define STATE_ATTEMPT_KILLING  "KILLING"
 
-/* Passes run at most this often however many events arrive (they coalesce),
- * and a pass that decided nothing saves the scheduler's state only this often:
- * a burst of submissions costs a few passes a second, not one each. */
+/* Passes run at most this often however many events arrive (they coalesce):
+ * a burst of submissions costs a few passes a second, not one each. The
+ * core's carry-over state (decayed usage, attained service: soft state that
+ * only orders the queue) goes to disk with the decisions at most this often,
+ * since it is rewritten whole: a crash loses at most that much accounting,
+ * never a decision. */
 #define PASS_MIN_GAP_MS 200
 #define STATE_SAVE_MS   30000
 
@@ -591,11 +594,14 @@ static void one_pass(struct server *s, struct sched_result *res)
     }
     s->passes++;
     bool decided = res->nstarts || res->npreempts || in.ndep_failed;
-    bool save = decided || now - s->state_saved_ms >= STATE_SAVE_MS;
+    bool state_due = now - s->state_saved_ms >= STATE_SAVE_MS;
+    bool save = decided || state_due;
     struct store_batch *b = save ? store_batch_new() : NULL;
     struct srv_attempt *atts = calloc(res->nstarts ? res->nstarts : 1, sizeof(*atts));
-    char *state = save ? state_encode(&s->sched) : NULL;
-    rc = !save ? 0 : b && atts && state ? store_batch_set_decision(b, s->epoch) : -ENOMEM;
+    char *state = state_due ? state_encode(&s->sched) : NULL;
+    rc = !save                                ? 0
+         : b && atts && (state || !state_due) ? store_batch_set_decision(b, s->epoch)
+                                              : -ENOMEM;
     for (size_t k = 0; !rc && k < res->nstarts; k++) {
         struct srv_job *j = srv_job_find(s, (int64_t)res->starts[k].job);
         struct srv_attempt *a = &atts[k];
@@ -618,14 +624,14 @@ static void one_pass(struct server *s, struct sched_result *res)
     for (size_t k = 0; !rc && k < in.ndep_failed; k++)
         rc = store_batch_job_update(b, in.dep_failed[k]->id, srv_job_state_name(SRV_JOB_FAILED),
                                     in.dep_reason[k], now, NULL);
-    if (save && !rc)
+    if (state && !rc)
         rc = store_batch_sched_state_put(b, s->epoch, state, strlen(state), now);
     free(state);
     if (rc || !atts) {
         store_batch_free(b);
         fprintf(stderr, "gpuorch server: pass decisions not built: out of memory\n");
     } else if (!save || commit_unlocked(s, b, "pass decisions") == 0) {
-        if (save)
+        if (state_due)
             s->state_saved_ms = now;
         /* Applied only now that they are durable. A job cancelled while the
          * commit ran still gets its attempt, to be killed at once. */
