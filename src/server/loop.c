@@ -710,6 +710,15 @@ static void *loop_main(void *arg)
         one_pass(s, &res);
         last = srv_now_ms();
     }
+    /* A clean stop saves the carry-over state, so a restart loses none of it. */
+    char *state = state_encode(&s->sched);
+    struct store_batch *b = state ? store_batch_new() : NULL;
+    if (b && !store_batch_set_decision(b, s->epoch) &&
+        !store_batch_sched_state_put(b, s->epoch, state, strlen(state), srv_now_ms()))
+        commit_unlocked(s, b, "the scheduler's state");
+    else
+        store_batch_free(b);
+    free(state);
     pthread_mutex_unlock(&s->lock);
     sched_result_release(&res);
     return NULL;
