@@ -31,6 +31,7 @@ PACKAGES=(
   libsqlite3-dev     # the controller's store (SQLite, WAL)
   libsodium-dev      # API tokens: random bits, SHA-256, constant-time compare
   libmicrohttpd-dev  # the controller's HTTP server (built with GnuTLS: optional TLS)
+  libcurl4-openssl-dev # HTTP client: agent -> controller, controller -> agent logs
   curl               # integration tests talk to the API as users do
   python3            # integration tests (and meson itself)
   sqlite3            # inspecting the store in tests and by hand

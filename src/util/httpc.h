@@ -1,0 +1,103 @@
+/*
+ * httpc.h - a small HTTP client over libcurl: the agent's calls to the
+ * controller, and the controller's calls to agents (log proxy).
+ *
+ * A client is bound to one base URL ("http://127.0.0.1:8080") and one bearer
+ * token, and keeps its connection alive between requests. A client is used by
+ * one thread at a time (libcurl's easy handles are not shared); a program with
+ * several threads that talk to the same server makes one client per thread.
+ *
+ * Errors: functions return 0 or one of the negative HTTPC_* codes, and write
+ * one line into the caller's `err` buffer (errlen bytes; may be NULL/0) that
+ * names the method, the URL and libcurl's reason ("GET
+ * http://127.0.0.1:8080/v1/health: Couldn't connect to server"). A request
+ * that got an answer returns 0 whatever its status: 4xx and 5xx are the
+ * caller's to read. Nothing here logs or exits.
+ */
+#ifndef GPUORCH_UTIL_HTTPC_H
+#define GPUORCH_UTIL_HTTPC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#define HTTPC_ERRNO_MAP(X)                                                                         \
+    X(EINVAL, -1, "invalid argument")                                                              \
+    X(ENOMEM, -2, "out of memory")                                                                 \
+    X(ECONNECT, -3, "could not connect")                                                           \
+    X(ETIMEOUT, -4, "timed out")                                                                   \
+    X(EIO, -5, "transfer failed")                                                                  \
+    X(ELIMIT, -6, "answer over the size limit")                                                    \
+    X(EABORT, -7, "stopped by the caller")
+
+enum httpc_err {
+    HTTPC_OK = 0,
+#define HTTPC_ERR_ENUM(name, value, text) HTTPC_##name = (value),
+    HTTPC_ERRNO_MAP(HTTPC_ERR_ENUM)
+#undef HTTPC_ERR_ENUM
+};
+
+/* Returns a static, never NULL, message for a code (unknown codes included). */
+const char *httpc_strerror(int err);
+
+/* Largest answer body httpc_request keeps (httpc_stream has no limit). */
+#define HTTPC_BODY_MAX (64u * 1024u * 1024u)
+/* Longest base URL and token, NUL included. */
+#define HTTPC_URL_MAX   1024u
+#define HTTPC_TOKEN_MAX 512u
+
+struct httpc;
+
+/*
+ * A client for base_url ("http://host:port", no trailing path) sending
+ * "Authorization: Bearer token" (NULL: no header). Both copied. Returns 0 and
+ * *ret (caller frees with httpc_free); HTTPC_EINVAL (not http:// or https://,
+ * too long, a token with a CR or LF); HTTPC_ENOMEM.
+ */
+int httpc_new(const char *base_url, const char *token, struct httpc **ret, char *err,
+              size_t errlen);
+void httpc_free(struct httpc *c);
+
+/* Replaces the token (copied; NULL: none). 0, HTTPC_EINVAL or HTTPC_ENOMEM. */
+int httpc_set_token(struct httpc *c, const char *token);
+
+/* An answer: status and body (NUL-terminated, owned: httpc_response_release). */
+struct httpc_response {
+    long status;
+    char *body;
+    size_t len;
+};
+void httpc_response_release(struct httpc_response *r);
+
+/*
+ * Sends METHOD base_url+path (path starts with '/', query included) with
+ * `body` (len bytes, sent as application/json; NULL: no body) and waits up to
+ * timeout_ms for the whole answer (connecting included; at most 5 s of it to
+ * connect). Returns 0 and *ret; HTTPC_ECONNECT, HTTPC_ETIMEOUT, HTTPC_EIO,
+ * HTTPC_ELIMIT (body over HTTPC_BODY_MAX), HTTPC_ENOMEM, HTTPC_EINVAL.
+ */
+int httpc_request(struct httpc *c, const char *method, const char *path, const char *body,
+                  size_t len, long timeout_ms, struct httpc_response *ret, char *err,
+                  size_t errlen);
+
+/*
+ * A streamed GET: calls on_data(data, len, ctx) for each piece of the body as
+ * it arrives, and also with len 0 about once a second while nothing arrives
+ * (so that a caller can stop a long stream). on_data returns 0 to go on,
+ * non-zero to stop (the call then returns HTTPC_EABORT). *ret_status is the
+ * answer's status once headers arrived (bodies of every status are passed to
+ * on_data). timeout_ms 0: no overall limit (a follow stream); connecting is
+ * still limited to 5 s. Returns 0 when the body ended; else as
+ * httpc_request, or HTTPC_EABORT.
+ */
+typedef int (*httpc_data_fn)(const void *data, size_t len, void *ctx);
+int httpc_stream(struct httpc *c, const char *path, long timeout_ms, httpc_data_fn on_data,
+                 void *ctx, long *ret_status, char *err, size_t errlen);
+
+/*
+ * Percent-encodes s (borrowed) for a path segment or query value into buf
+ * (len bytes): letters, digits and "-._~" stay. 0; HTTPC_ELIMIT when it does
+ * not fit (buf then holds ""); HTTPC_EINVAL for NULL.
+ */
+int httpc_escape(const char *s, char *buf, size_t len);
+
+#endif
