@@ -591,7 +591,7 @@ static int proc_stat(pid_t pid, char *ret_state, uint64_t *ret_start)
         return JOURNAL_EIO;
     char state = p[2];
     p += 3;
-    for (int field = 4; field < 22; field++) {
+    for (int field = 4; field <= 22; field++) {
         p = strchr(p, ' ');
         if (!p)
             return JOURNAL_EIO;

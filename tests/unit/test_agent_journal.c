@@ -24,6 +24,7 @@
 #include <cmocka.h>
 
 #include "agent/journal.h"
+#include "tmptree.h"
 #include "util/banned.h"
 
 struct env {
@@ -44,26 +45,10 @@ static int group_setup(void **state)
     return 0;
 }
 
-static void remove_tree(const char *dir)
-{
-    DIR *d = opendir(dir);
-    for (struct dirent *de; d && (de = readdir(d));) {
-        char path[600];
-        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-            continue;
-        snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
-        if (unlink(path) < 0)
-            remove_tree(path);
-    }
-    if (d)
-        closedir(d);
-    rmdir(dir);
-}
-
 static int group_teardown(void **state)
 {
     struct env *e = *state;
-    remove_tree(e->base);
+    tmptree_remove(e->base);
     free(e);
     return 0;
 }
@@ -309,6 +294,22 @@ static void journal_alive_checks_pid_and_start_time(void **state)
     struct journal_attempt self = {.pid = getpid()};
     assert_int_equal(journal_proc_start_time(getpid(), &self.start_time), 0);
     assert_true(journal_attempt_alive(&self));
+    /* Field 22 of /proc/PID/stat (starttime), not its neighbour itrealvalue
+     * (always 0): this process started some ticks after boot, and it is what
+     * /proc says, read here another way (the fields after the last ')'). */
+    assert_true(self.start_time > 0);
+    FILE *f = fopen("/proc/self/stat", "r");
+    assert_non_null(f);
+    char buf[1024];
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')') + 2; /* field 3 */
+    unsigned long long want = 0;
+    for (int field = 3; field < 22; field++)
+        p = strchr(p, ' ') + 1;
+    want = strtoull(p, NULL, 10);
+    assert_int_equal(self.start_time, want);
     /* The same pid with another start time is a reused pid. */
     struct journal_attempt reused = self;
     reused.start_time++;
