@@ -53,6 +53,8 @@ struct sched_gpu {
     int32_t nvlink_domain; /* same value on one node = one NVLink/NVSwitch fabric; -1 none */
     uint8_t mig_slices;
     bool mig_enabled;
+    bool held; /* offered for no new work: an ended job's processes still run on it
+                  (a dirty GPU); work already on it keeps what it holds */
 };
 
 struct sched_node {

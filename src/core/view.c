@@ -8,7 +8,7 @@
 
 static bool gpu_offered(const struct sched_gpu *gpu)
 {
-    return !gpu->mig_enabled;
+    return !gpu->mig_enabled && !gpu->held;
 }
 
 static uint32_t node_type_slot(const struct sched_cluster *c, const struct sched_node *n)
@@ -318,6 +318,8 @@ static bool gpu_take(struct view *view, uint32_t gi, uint32_t milli, uint32_t me
     bool was_whole = offered && vg->free_milli == SCHED_MILLI;
     bool was_shared = offered && vg->free_milli > 0 && vg->free_milli < SCHED_MILLI;
     bool over = false;
+    if (give && !offered)
+        return false; /* what leaves a held GPU is not offered again */
     if (give) {
         vg->free_milli += milli;
         vg->free_mem_mib += mem;
@@ -328,7 +330,7 @@ static bool gpu_take(struct view *view, uint32_t gi, uint32_t milli, uint32_t me
     } else {
         /* Saturating: a running allocation over what the GPU now has (it shrank,
          * or the caller's records disagree) leaves it full, never negative. */
-        over = vg->free_milli < milli || vg->free_mem_mib < mem;
+        over = !view->cluster->gpus[gi].held && (vg->free_milli < milli || vg->free_mem_mib < mem);
         vg->free_milli = vg->free_milli > milli ? vg->free_milli - milli : 0;
         vg->free_mem_mib = vg->free_mem_mib > mem ? vg->free_mem_mib - mem : 0;
     }

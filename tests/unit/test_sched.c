@@ -114,6 +114,42 @@ static void fractions_share_a_gpu_before_opening_one(void **unused)
     fx_free(fx);
 }
 
+static void held_gpus_get_no_new_work(void **unused)
+{
+    (void)unused;
+    struct fx *fx = cluster(1);
+    /* A fraction runs on one GPU; then that GPU and another are held (dirty). */
+    struct sched_job *a = fx_job(fx, 1);
+    a->gpus = 0;
+    a->gpu_milli = 250;
+    assert_int_equal(fx_pass(fx, 1000), 0);
+    fx_apply(fx);
+    uint32_t shared = fx_get(fx, 1)->alloc.shares[0].gpu;
+    uint32_t other = shared == 0 ? 1 : 0;
+    fx->gpus[shared].held = true;
+    fx->gpus[other].held = true;
+    /* Seven whole GPUs do not fit in the six offered; six do, none held. */
+    fx_job(fx, 2)->gpus = 7;
+    fx_job(fx, 3)->gpus = 6;
+    struct sched_job *c = fx_job(fx, 4);
+    c->gpus = 0;
+    c->gpu_milli = 500;
+    assert_int_equal(fx_pass(fx, 2000), 0);
+    assert_null(fx_start(fx, 2));
+    const struct sched_start *s = fx_start(fx, 3);
+    assert_non_null(s);
+    for (uint32_t k = 0; k < s->alloc.nshares; k++) {
+        assert_int_not_equal(s->alloc.shares[k].gpu, shared);
+        assert_int_not_equal(s->alloc.shares[k].gpu, other);
+    }
+    /* The fraction does not join the held GPU's running fraction. */
+    assert_null(fx_start(fx, 4));
+    /* The job already there keeps running and is not reported overcommitted. */
+    assert_int_equal(fx->res.novercommitted, 0);
+    assert_true(fx_running(fx, 1));
+    fx_free(fx);
+}
+
 static void team_borrows_then_owner_reclaims(void **unused)
 {
     (void)unused;
@@ -243,6 +279,7 @@ int main(void)
         cmocka_unit_test(gang_takes_fewest_nodes),
         cmocka_unit_test(binpack_fills_a_node_before_opening_another),
         cmocka_unit_test(fractions_share_a_gpu_before_opening_one),
+        cmocka_unit_test(held_gpus_get_no_new_work),
         cmocka_unit_test(team_borrows_then_owner_reclaims),
         cmocka_unit_test(over_quota_job_waits_with_quota_reason),
         cmocka_unit_test(high_priority_preempts_low),
