@@ -40,6 +40,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include <jansson.h>
 
@@ -295,5 +296,79 @@ int http_request_complete(struct http_request *req, unsigned status, json_t *bod
 /* The same with the standard error body. */
 int http_request_complete_error(struct http_request *req, unsigned status, const char *code,
                                 const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+/*
+ * Streamed answers (chunked transfer encoding; an HTTP/1.0 client gets a body
+ * ended by the connection's close). The body comes from a read callback that
+ * runs on the polling thread and must not block: a log being followed, a
+ * proxied answer fed by a worker thread. A read with nothing to give returns
+ * 0; the request then sleeps (MHD-suspended, holding no thread) until some
+ * thread calls http_stream_wake, and the read runs again. A wake that comes
+ * while a read runs is not lost: the read is retried.
+ *
+ * While a stream sleeps MHD does not watch its socket, so a client that left
+ * is noticed at the next read that finds nothing (the library then checks the
+ * socket and cuts the stream): a producer that may stay silent for long
+ * should wake its streams now and then (once a second, say).
+ *
+ * Lifetime. free_ctx(ctx) runs exactly once, when MHD is done with the
+ * answer (the end was sent, the client left, the stream was cut or the server
+ * stopped), on the polling thread or the thread in http_server_stop; or, for
+ * an answer that never went out, on the thread of the call that made it. No
+ * read runs after it. The handle a producer gets (ret_stream) is reference
+ * counted apart from that: it stays valid until the producer's
+ * http_stream_release, also after free_ctx ran, also after the server was
+ * freed (the server's memory lives on until the last handle is released).
+ * Waking a closed stream does nothing; http_stream_closed tells the producer
+ * to stop.
+ */
+#define HTTP_STREAM_END   (-1)   /* read: the body is complete (the answer ends cleanly) */
+#define HTTP_STREAM_ERROR (-2)   /* read: cut the connection (the client sees a broken body) */
+#define HTTP_STREAM_BLOCK 16384u /* the most bytes one read is asked for */
+
+struct http_stream;
+
+/* Copies at most max bytes of the body into buf and returns how many (> 0);
+ * 0 when there are none now; HTTP_STREAM_END; HTTP_STREAM_ERROR. On the
+ * polling thread; must not block. */
+typedef ssize_t (*http_stream_read_fn)(void *ctx, char *buf, size_t max);
+
+/*
+ * Answers with a stream, in the handler (or authorize hook). Headers added
+ * with http_request_add_header go with it; content_type as for
+ * http_request_respond_bytes. ctx is taken even on failure: free_ctx (NULL:
+ * none) has then run before the call returns. ret_stream NULL: no handle (a
+ * read that never returns 0 needs no wake); else *ret_stream is the caller's
+ * reference (http_stream_release). Returns 0; HTTP_EINVAL (bad status, type
+ * or no read), HTTP_ESTATE (already answered or suspended), HTTP_ENOMEM: the
+ * request is then still unanswered.
+ */
+int http_request_respond_stream(struct http_request *req, unsigned status, const char *content_type,
+                                http_stream_read_fn read, void (*free_ctx)(void *ctx), void *ctx,
+                                struct http_stream **ret_stream);
+
+/*
+ * Completes a suspended request with a stream, from any thread (in place of
+ * http_request_complete, and releasing the suspension the same way). ctx as
+ * above. Returns 0 and *ret_stream when ret_stream is not NULL, also when the
+ * answer can no longer be delivered (the server stopped first: the stream is
+ * then closed and free_ctx has run); HTTP_ESTATE (a request whose suspension
+ * is not held: nothing released); HTTP_EINVAL, HTTP_ENOMEM (the request is
+ * completed 500 instead and released all the same).
+ */
+int http_request_complete_stream(struct http_request *req, unsigned status,
+                                 const char *content_type, http_stream_read_fn read,
+                                 void (*free_ctx)(void *ctx), void *ctx,
+                                 struct http_stream **ret_stream);
+
+/* Runs the stream's read again soon (any thread; NULL or closed: nothing). */
+void http_stream_wake(struct http_stream *st);
+/* Whether MHD is done with the stream (free_ctx ran or is about to). */
+bool http_stream_closed(struct http_stream *st);
+/* Another reference to a handle, for a thread that found it under its own
+ * lock and wakes it after letting go of that lock. */
+void http_stream_ref(struct http_stream *st);
+/* Drops a reference; the handle is gone after the last one. NULL is fine. */
+void http_stream_release(struct http_stream *st);
 
 #endif

@@ -107,7 +107,7 @@ struct http_server {
     bool stopping, freed;
     size_t resuming; /* MHD_resume_connection calls in flight off the polling thread */
     size_t nlive;    /* requests MHD holds */
-    size_t nreqs;    /* request objects not freed */
+    size_t nreqs;    /* request and stream objects not freed (stream.c) */
     struct http_request *suspended;
     struct http_request *thead, *ttail;
 };
@@ -173,5 +173,19 @@ void http_drop_resp(struct http_request *req);
 
 /* In the handler or hook: may the request be answered now? */
 bool http_can_answer(const struct http_request *req);
+
+/* Adds Content-Type ctype and req's extra headers to r: 0 or HTTP_ENOMEM. */
+int http_response_headers(struct http_request *req, struct MHD_Response *r, const char *ctype);
+
+/* ---- stream.c: streamed answers ----
+ *
+ * A stream's answer is an MHD callback response. When its read has nothing,
+ * the reader MHD-suspends the connection and, unless a wake came meanwhile,
+ * puts the request on srv->suspended (state left REQ_ANSWERED) so that
+ * http_server_stop resumes it like any suspended request; http_stream_wake
+ * takes it off again and resumes it, counted in srv->resuming. The stream
+ * object counts in srv->nreqs so that srv->mu, which guards its flags, lives
+ * as long as any handle does; it never touches the request once MHD is done
+ * with the answer. */
 
 #endif

@@ -94,6 +94,14 @@ void http_drop_resp(struct http_request *req)
     req->resp = NULL;
 }
 
+int http_response_headers(struct http_request *req, struct MHD_Response *r, const char *ctype)
+{
+    bool ok = MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype) == MHD_YES;
+    for (size_t i = 0; ok && i < req->nhdrs; i++)
+        ok = MHD_add_response_header(r, req->hdrs[i].name, req->hdrs[i].value) == MHD_YES;
+    return ok ? 0 : HTTP_ENOMEM;
+}
+
 bool http_can_answer(const struct http_request *req)
 {
     return req->state == REQ_RECEIVING && !req->resp && req->conn;
