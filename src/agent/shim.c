@@ -10,8 +10,11 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <linux/close_range.h>
+#include <pwd.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -25,6 +28,7 @@
 
 #include <jansson.h>
 
+#include "agent/cgroup.h"
 #include "agent/shim.h"
 #include "util/jsonv.h"
 #include "util/errbuf.h"
@@ -130,6 +134,29 @@ static int write_atomic(const char *dir, const char *name, const char *data, cha
     return 0;
 }
 
+/* ---- options ---- */
+
+/* The command's environment from --env-fd; more is not a job's. */
+#define ENV_MAX_BYTES (1 << 20)
+
+struct opts {
+    const char *dir, *out, *errpath; /* attempt directory; custom output files */
+    const char *user, *cgroup, *workdir;
+    bool allow_root;
+    int ready_fd, env_fd; /* -1: none */
+    char *envbuf;         /* --env-fd's strings, NUL-separated */
+    char **envv;          /* pointers into envbuf; NULL: the shim's own environment */
+    char **cmd;
+};
+
+/* The job's account, looked up by the shim before it forks (so that an
+ * unknown user is reported without a command process). */
+struct account {
+    bool set;
+    struct passwd pw;
+    char buf[16384]; /* getpwnam_r's strings */
+};
+
 /* ---- the command's process ---- */
 
 /* Opens `path` on a descriptor above 2, so that dup2 onto 0..2 in the child
@@ -159,10 +186,135 @@ static void cloexec_above_stdio(void)
         fcntl(fd, F_SETFD, FD_CLOEXEC);
 }
 
-/* In the forked child: never returns. Reports an exec failure's errno on
- * `report` (close-on-exec, so a successful exec closes it with nothing sent). */
-static void run_child(char **argv, const int fds[3], int report)
+/* Opens ATTEMPT_DIR/NAME for appending, as root where the shim is root: the
+ * file then belongs to the job's user and the attempt directory's group
+ * (which the agent reads through), mode 0640. */
+static int open_default_log(const struct opts *o, const struct account *a, const char *name,
+                            char *msg, size_t len)
 {
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/%s", o->dir, name);
+    int fd = open_high(path, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW, 0640);
+    if (fd < 0) {
+        errbuf_set(msg, len, -1, "open %s: %s", path, strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    if (a->set && (stat(o->dir, &st) < 0 || fchown(fd, a->pw.pw_uid, st.st_gid) < 0 ||
+                   fchmod(fd, 0640) < 0)) {
+        errbuf_set(msg, len, -1, "chown %s to %s: %s", path, a->pw.pw_name, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* Becomes the job's user for good: groups, gid, uid, then checks that it
+ * stuck and that root cannot be taken back. */
+static int switch_user(const struct account *a, char *msg, size_t len)
+{
+    uid_t uid = a->pw.pw_uid;
+    gid_t gid = a->pw.pw_gid;
+    const char *name = a->pw.pw_name;
+    /* A non-root shim runs jobs as its own user and cannot initgroups. */
+    if (uid != 0 && getuid() == uid && geteuid() == uid)
+        return 0;
+    const char *call = initgroups(name, gid) < 0 ? "initgroups"
+                       : setgid(gid) < 0         ? "setgid"
+                       : setuid(uid) < 0         ? "setuid"
+                                                 : NULL;
+    if (call) {
+        errbuf_set(msg, len, -1, "user %s: %s: %s", name, call, strerror(errno));
+        return -1;
+    }
+    if (getuid() != uid || geteuid() != uid || getgid() != gid || getegid() != gid ||
+        (uid != 0 && setuid(0) == 0)) {
+        errbuf_set(msg, len, -1, "user %s: the switch to uid %ld did not stick", name, (long)uid);
+        return -1;
+    }
+    return 0;
+}
+
+/* HOME, USER, LOGNAME, SHELL from passwd, where the environment lacks them;
+ * then the working directory, entered with the user's permissions. */
+static int enter_session(const struct opts *o, const struct account *a, char *msg, size_t len)
+{
+    if (a->set) {
+        const char *vars[][2] = {{"HOME", a->pw.pw_dir},
+                                 {"USER", a->pw.pw_name},
+                                 {"LOGNAME", a->pw.pw_name},
+                                 {"SHELL", a->pw.pw_shell}};
+        for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
+            if (vars[i][1] && vars[i][1][0] && setenv(vars[i][0], vars[i][1], 0) < 0) {
+                errbuf_set(msg, len, -1, "setenv %s: %s", vars[i][0], strerror(errno));
+                return -1;
+            }
+    }
+    if (o->workdir) {
+        if (chdir(o->workdir) < 0) {
+            errbuf_set(msg, len, -1, "chdir %s: %s", o->workdir, strerror(errno));
+            return -1;
+        }
+    } else if (a->set) {
+        /* As login(1) does: the home directory, else the root. */
+        if ((!a->pw.pw_dir || chdir(a->pw.pw_dir) < 0) && chdir("/") < 0) {
+            errbuf_set(msg, len, -1, "chdir /: %s", strerror(errno));
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Everything between fork and exec that can fail, in the order that keeps
+ * root's powers away from the user's choices: into the cgroup, the default
+ * log files, drop privileges, then the user's own output files and working
+ * directory. Fills fds (stdin, stdout, stderr). */
+static int prepare_child(const struct opts *o, const struct account *a, int fds[3], char *msg,
+                         size_t len)
+{
+    char why[SHIM_ERROR_MAX];
+    if (o->cgroup && cgroup_attach(o->cgroup, 0, why, sizeof(why)) < 0) {
+        errbuf_set(msg, len, -1, "cgroup: %s", why);
+        return -1;
+    }
+    if ((fds[0] = open_high("/dev/null", O_RDONLY, 0)) < 0) {
+        errbuf_set(msg, len, -1, "open /dev/null: %s", strerror(errno));
+        return -1;
+    }
+    if ((!o->out && (fds[1] = open_default_log(o, a, "stdout", msg, len)) < 0) ||
+        (!o->errpath && (fds[2] = open_default_log(o, a, "stderr", msg, len)) < 0))
+        return -1;
+    if (a->set && switch_user(a, msg, len) < 0)
+        return -1;
+    /* Only now, as the user: nothing in it reached a root process. */
+    if (o->envv) {
+        clearenv();
+        for (char **v = o->envv; *v; v++)
+            if (putenv(*v) != 0) {
+                errbuf_set(msg, len, -1, "putenv: %s", strerror(errno));
+                return -1;
+            }
+    }
+    const char *custom[3] = {NULL, o->out, o->errpath};
+    for (int i = 1; i < 3; i++) {
+        if (!custom[i])
+            continue;
+        fds[i] = open_high(custom[i], O_WRONLY | O_CREAT | O_APPEND, 0640);
+        if (fds[i] < 0) {
+            errbuf_set(msg, len, -1, "open %s: %s", custom[i], strerror(errno));
+            return -1;
+        }
+    }
+    return enter_session(o, a, msg, len);
+}
+
+/* In the forked child: never returns. Reports why the command did not start
+ * on `report` (close-on-exec, so a successful exec closes it with nothing
+ * sent). */
+static void run_child(const struct opts *o, const struct account *a, int report)
+{
+    if (o->ready_fd >= 0)
+        close(o->ready_fd);
     setpgid(0, 0);
     struct sigaction sa = {.sa_handler = SIG_DFL};
     sigemptyset(&sa.sa_mask);
@@ -172,16 +324,22 @@ static void run_child(char **argv, const int fds[3], int report)
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
-    int e = 0;
-    for (int i = 0; i < 3 && !e; i++)
-        if (dup2(fds[i], i) < 0)
+    char msg[SHIM_ERROR_MAX] = "";
+    int fds[3] = {-1, -1, -1};
+    if (prepare_child(o, a, fds, msg, sizeof(msg)) == 0) {
+        int e = 0;
+        for (int i = 0; i < 3 && !e; i++)
+            if (dup2(fds[i], i) < 0)
+                e = errno;
+        if (!e) {
+            cloexec_above_stdio();
+            execvp(o->cmd[0], o->cmd);
             e = errno;
-    if (!e) {
-        cloexec_above_stdio();
-        execvp(argv[0], argv);
-        e = errno;
+        }
+        errbuf_set(msg, sizeof(msg), -1, "execvp %s: %s", o->cmd[0], strerror(e));
     }
-    while (write(report, &e, sizeof(e)) < 0 && errno == EINTR)
+    /* One write under PIPE_BUF: the parent reads it whole. */
+    while (write(report, msg, strlen(msg)) < 0 && errno == EINTR)
         ;
     _exit(127);
 }
@@ -268,26 +426,9 @@ static void write_pid(const char *dir, pid_t pid)
         fprintf(stderr, "gpuorch shim: cannot write the pid: %s\n", err);
 }
 
-/* Opens stdin, stdout, stderr for the command; a message in r->error if not. */
-static int open_stdio(struct run *r, const char *out, const char *errpath, int fds[3])
-{
-    char defout[4096], deferr[4096];
-    snprintf(defout, sizeof(defout), "%s/stdout", r->dir);
-    snprintf(deferr, sizeof(deferr), "%s/stderr", r->dir);
-    const char *paths[3] = {"/dev/null", out ? out : defout, errpath ? errpath : deferr};
-    for (int i = 0; i < 3; i++) {
-        fds[i] = i == 0 ? open_high(paths[i], O_RDONLY, 0)
-                        : open_high(paths[i], O_WRONLY | O_CREAT | O_APPEND, 0640);
-        if (fds[i] < 0) {
-            snprintf(r->error, sizeof(r->error), "open %s: %s", paths[i], strerror(errno));
-            return -1;
-        }
-    }
-    return 0;
-}
-
 /* Forks and execs the command, then waits for it; fills r. */
-static void run_command(struct run *r, char **argv, const int fds[3], const sigset_t *wait_mask)
+static void run_command(struct run *r, const struct opts *o, const struct account *a,
+                        const sigset_t *wait_mask)
 {
     int report[2];
     r->started_ms = now_ms();
@@ -297,70 +438,187 @@ static void run_command(struct run *r, char **argv, const int fds[3], const sigs
     }
     pid_t pid = fork();
     if (pid == 0)
-        run_child(argv, fds, report[1]);
+        run_child(o, a, report[1]);
     close(report[1]);
     if (pid < 0) {
         snprintf(r->error, sizeof(r->error), "fork: %s", strerror(errno));
         close(report[0]);
         return;
     }
-    /* Also here, so that the group exists before any signal is forwarded. */
+    /* Also here, so that the group exists before any signal is forwarded,
+     * and the command is in its cgroup before its pid is known: a kill
+     * through the cgroup then cannot miss it. The child joins by itself
+     * too; a second move into the same cgroup changes nothing. */
     setpgid(pid, pid);
+    if (o->cgroup)
+        cgroup_attach(o->cgroup, pid, NULL, 0);
     r->pid = pid;
     write_pid(r->dir, pid);
-    int e = 0;
+    if (o->ready_fd >= 0)
+        close(o->ready_fd);
     ssize_t n;
-    while ((n = read(report[0], &e, sizeof(e))) < 0 && errno == EINTR)
+    while ((n = read(report[0], r->error, sizeof(r->error) - 1)) < 0 && errno == EINTR)
         ;
+    r->error[n > 0 ? n : 0] = '\0';
     close(report[0]);
-    if (n == (ssize_t)sizeof(e))
-        snprintf(r->error, sizeof(r->error), "execvp %s: %s", argv[0], strerror(e));
     if (wait_child(pid, wait_mask, &r->wait_status) < 0 && !r->error[0])
         snprintf(r->error, sizeof(r->error), "waitpid: %s", strerror(errno));
     r->ended_ms = now_ms();
 }
 
+/* Looks up --user before anything forks; refuses uid 0 without
+ * --allow-root. A message in r->error if not. */
+static int resolve_user(const struct opts *o, struct account *a, struct run *r)
+{
+    if (!o->user)
+        return 0;
+    struct passwd *res = NULL;
+    int e = getpwnam_r(o->user, &a->pw, a->buf, sizeof(a->buf), &res);
+    if (!res) {
+        snprintf(r->error, sizeof(r->error), "user %s: %s", o->user,
+                 e ? strerror(e) : "no such user");
+        return -1;
+    }
+    if (a->pw.pw_uid == 0 && !o->allow_root) {
+        snprintf(r->error, sizeof(r->error), "user %s: uid 0 refused without --allow-root",
+                 o->user);
+        return -1;
+    }
+    a->set = true;
+    return 0;
+}
+
+#define USAGE_LINE                                                                                 \
+    "usage: gpuorch shim --dir ATTEMPT_DIR [--user NAME [--allow-root]] [--cgroup DIR]\n"          \
+    "                    [--workdir DIR] [--stdout PATH] [--stderr PATH] [--ready-fd FD]\n"        \
+    "                    [--env-fd FD]\n"                                                          \
+    "                    -- COMMAND [ARG...]\n"
+
 static int usage(const char *msg)
 {
-    fprintf(stderr,
-            "gpuorch shim: %s\n"
-            "usage: gpuorch shim --dir ATTEMPT_DIR [--stdout PATH] [--stderr PATH] -- COMMAND "
-            "[ARG...]\n",
-            msg);
+    fprintf(stderr, "gpuorch shim: %s\n" USAGE_LINE, msg);
     return SHIM_EXIT_FAILURE;
+}
+
+static void help(void)
+{
+    printf(USAGE_LINE
+           "\n"
+           "Runs one attempt's command for the node agent, in a session of its own so\n"
+           "that it outlives the agent. It writes the command's pid to ATTEMPT_DIR/pid\n"
+           "and, once it exits, its exit code or signal to ATTEMPT_DIR/status (JSON,\n"
+           "written to a temporary file and renamed); stdout and stderr go to\n"
+           "ATTEMPT_DIR/stdout and ATTEMPT_DIR/stderr unless given. SIGTERM, SIGINT\n"
+           "and SIGHUP are passed on to the command's process group.\n\n"
+           "  --user NAME    run the command as NAME (never uid 0 without --allow-root)\n"
+           "  --cgroup DIR   put the command in cgroup DIR; the shim stays outside\n"
+           "  --workdir DIR  run the command in DIR (default: the user's home, or /)\n"
+           "  --ready-fd FD  close FD once the pid file is written\n"
+           "  --env-fd FD    the command's environment, NUL-separated NAME=VALUE\n"
+           "                 strings read from FD (default: the shim's own)\n\n"
+           "Exit status: the command's, 128 + its signal, or 125 on a usage error or\n"
+           "when the status cannot be written.\n");
+}
+
+/* A descriptor option's value: an open descriptor above 2, made
+ * close-on-exec so the command never inherits it. */
+static int parse_fd(const char *text, int *ret)
+{
+    char *end;
+    long fd = strtol(text, &end, 10);
+    if (*end || fd < 3 || fd > INT32_MAX || fcntl((int)fd, F_SETFD, FD_CLOEXEC) < 0)
+        return -1;
+    *ret = (int)fd;
+    return 0;
+}
+
+/* Reads --env-fd to its end: NUL-terminated NAME=VALUE strings. */
+static int read_env(struct opts *o)
+{
+    size_t len = 0, cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    ssize_t got = 1;
+    while (buf && got != 0) {
+        if (len + 1 >= cap) {
+            char *nb = cap < ENV_MAX_BYTES ? realloc(buf, cap * 2) : NULL;
+            if (!nb)
+                break;
+            buf = nb;
+            cap *= 2;
+        }
+        got = read(o->env_fd, buf + len, cap - len - 1);
+        if (got < 0 && errno != EINTR)
+            break;
+        len += got > 0 ? (size_t)got : 0;
+    }
+    close(o->env_fd);
+    o->envbuf = buf;
+    if (!buf || got != 0 || (len > 0 && buf[len - 1] != '\0'))
+        return usage("--env-fd: unreadable, over 1 MiB, or not NUL-terminated strings");
+    for (size_t i = 0; i < len; i++)
+        n += buf[i] == '\0';
+    if (!(o->envv = calloc(n + 1, sizeof(*o->envv))))
+        return usage("out of memory");
+    for (size_t i = 0, k = 0; i < len; i += strlen(buf + i) + 1) {
+        if (!strchr(buf + i, '=') || buf[i] == '=')
+            return usage("--env-fd: an entry is not NAME=VALUE");
+        o->envv[k++] = buf + i;
+    }
+    return 0;
+}
+
+/* Fills o from argv; returns 0, 1 after --help, or SHIM_EXIT_FAILURE. */
+static int parse_args(int argc, char **argv, struct opts *o)
+{
+    const char *ready = NULL, *env = NULL;
+    struct {
+        const char *name;
+        const char **slot;
+    } valued[] = {
+        {"--dir", &o->dir},     {"--stdout", &o->out},    {"--stderr", &o->errpath},
+        {"--user", &o->user},   {"--cgroup", &o->cgroup}, {"--workdir", &o->workdir},
+        {"--ready-fd", &ready}, {"--env-fd", &env},
+    };
+    *o = (struct opts){.ready_fd = -1, .env_fd = -1};
+    int i = 1;
+    for (; i < argc && strcmp(argv[i], "--") != 0; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            help();
+            return 1;
+        }
+        if (strcmp(argv[i], "--allow-root") == 0) {
+            o->allow_root = true;
+            continue;
+        }
+        const char **slot = NULL;
+        for (size_t k = 0; k < sizeof(valued) / sizeof(valued[0]) && !slot; k++)
+            if (strcmp(argv[i], valued[k].name) == 0)
+                slot = valued[k].slot;
+        if (!slot || i + 1 >= argc || !*argv[i + 1])
+            return usage(slot ? "an option lacks its value" : "unknown option");
+        *slot = argv[++i];
+    }
+    if (!o->dir)
+        return usage("--dir is required");
+    if (i + 1 >= argc)
+        return usage("no command after --");
+    if (ready && parse_fd(ready, &o->ready_fd) < 0)
+        return usage("--ready-fd: not an open descriptor above 2");
+    if (env && parse_fd(env, &o->env_fd) < 0)
+        return usage("--env-fd: not an open descriptor above 2");
+    o->cmd = argv + i + 1;
+    return o->env_fd >= 0 ? read_env(o) : 0;
 }
 
 int shim_main(int argc, char **argv)
 {
-    const char *dir = NULL, *out = NULL, *errpath = NULL;
-    int i = 1;
-    for (; i < argc && strcmp(argv[i], "--") != 0; i++) {
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            printf("usage: gpuorch shim --dir ATTEMPT_DIR [--stdout PATH] [--stderr PATH] -- "
-                   "COMMAND [ARG...]\n\n"
-                   "Runs one attempt's command for the node agent, in a session of its own so\n"
-                   "that it outlives the agent. It writes the command's pid to ATTEMPT_DIR/pid\n"
-                   "and, once it exits, its exit code or signal to ATTEMPT_DIR/status (JSON,\n"
-                   "written to a temporary file and renamed); stdout and stderr go to\n"
-                   "ATTEMPT_DIR/stdout and ATTEMPT_DIR/stderr unless given. SIGTERM, SIGINT\n"
-                   "and SIGHUP are passed on to the command's process group.\n\n"
-                   "Exit status: the command's, 128 + its signal, or 125 on a usage error or\n"
-                   "when the status cannot be written.\n");
-            return 0;
-        }
-        const char **opt = strcmp(argv[i], "--dir") == 0      ? &dir
-                           : strcmp(argv[i], "--stdout") == 0 ? &out
-                           : strcmp(argv[i], "--stderr") == 0 ? &errpath
-                                                              : NULL;
-        if (!opt || i + 1 >= argc || !*argv[i + 1])
-            return usage(opt ? "an option lacks its value" : "unknown option");
-        *opt = argv[++i];
+    struct opts o;
+    int rc = parse_args(argc, argv, &o);
+    if (rc) {
+        free(o.envv);
+        free(o.envbuf);
+        return rc == 1 ? 0 : rc;
     }
-    if (!dir)
-        return usage("--dir is required");
-    if (i + 1 >= argc)
-        return usage("no command after --");
-    char **cmd = argv + i + 1;
 
     /* A process group leader cannot setsid (EPERM); such a shim was started
      * by a shell with job control and already has a group of its own. */
@@ -384,15 +642,17 @@ int shim_main(int argc, char **argv)
         sigdelset(&wait_mask, forwarded[k]);
     sigdelset(&wait_mask, SIGCHLD);
 
-    struct run r = {.dir = dir};
-    int fds[3] = {-1, -1, -1};
-    if (open_stdio(&r, out, errpath, fds) == 0)
-        run_command(&r, cmd, fds, &wait_mask);
+    struct run r = {.dir = o.dir};
+    struct account *a = calloc(1, sizeof(*a));
+    if (!a)
+        snprintf(r.error, sizeof(r.error), "out of memory");
+    if (a && resolve_user(&o, a, &r) == 0)
+        run_command(&r, &o, a, &wait_mask);
     else
         r.started_ms = r.ended_ms = now_ms();
-    for (int k = 0; k < 3; k++)
-        if (fds[k] >= 0)
-            close(fds[k]);
+    free(a);
+    free(o.envv);
+    free(o.envbuf);
     return finish(&r);
 }
 

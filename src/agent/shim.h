@@ -2,7 +2,9 @@
  * shim.h - `gpuorch shim`: the small process that runs one attempt's command,
  * outlives the agent, and leaves the outcome in the attempt's directory.
  *
- *   gpuorch shim --dir ATTEMPT_DIR [--stdout PATH] [--stderr PATH] -- ARGV...
+ *   gpuorch shim --dir ATTEMPT_DIR [--user NAME [--allow-root]] [--cgroup DIR]
+ *                [--workdir DIR] [--stdout PATH] [--stderr PATH] [--ready-fd FD]
+ *                [--env-fd FD] -- ARGV...
  *
  * The shim calls setsid() (its own session and process group, so the agent's
  * death, or a hangup of the agent's terminal, does not reach it), forks the
@@ -13,17 +15,47 @@
  *   {"exit_code": N, "started_ms": T0, "ended_ms": T1, "pid": P}
  *   {"signal": N, "started_ms": T0, "ended_ms": T1, "pid": P}
  *   {"exit_code": 127, "error": "execvp ARG0: No such file or directory", ...}
- * (times are CLOCK_REALTIME milliseconds; "error" only when the shim could not
- * start the command: exec failed, or an output file could not be opened, in
- * which case "pid" is 0). Both files are written to NAME.tmp, fsync'd,
- * renamed, and the directory fsync'd: a reader sees no file or a whole one.
+ * (times are CLOCK_REALTIME milliseconds; "error" only when the command did
+ * not start: the user is unknown or refused, the cgroup could not be joined,
+ * an output file could not be opened, privileges could not be dropped, the
+ * working directory could not be entered, or exec failed; "pid" is then the
+ * forked child's, or 0 when none was forked, as for an unknown user). Both
+ * files are written to NAME.tmp, fsync'd, renamed, and the directory fsync'd:
+ * a reader sees no file or a whole one.
  *
- * The command runs with the shim's environment and working directory (the
- * agent sets both before it execs the shim), stdin from /dev/null, stdout and
- * stderr appended to ATTEMPT_DIR/stdout and ATTEMPT_DIR/stderr (mode 0640)
- * unless --stdout/--stderr name other files, the default disposition of every
- * signal, an empty signal mask, and no file descriptor above 2 that it did
- * not open itself.
+ * The command runs with the shim's environment (or --env-fd's), stdin from
+ * /dev/null, stdout and stderr appended to ATTEMPT_DIR/stdout and
+ * ATTEMPT_DIR/stderr (mode 0640) unless --stdout/--stderr name other files,
+ * the default disposition of every signal, an empty signal mask, and no file
+ * descriptor above 2 that it did not open itself. The child that becomes the
+ * command does, in this order:
+ *   - --cgroup DIR: writes "0" to DIR/cgroup.procs, so the command and all
+ *     its descendants (even those that call setsid) are in the cgroup; the
+ *     shim itself stays outside, so it survives cgroup.kill and writes the
+ *     status. The shim also moves the child there itself before it writes the
+ *     pid file: once that file exists, the command is in its cgroup.
+ *   - opens the default log files, still with the shim's privileges; with
+ *     --user they are then fchown'd to the user and to ATTEMPT_DIR's group,
+ *     mode 0640 (so the agent reads them through that group);
+ *   - --user NAME (looked up in passwd by the shim before it forks; uid 0 is
+ *     refused unless --allow-root): initgroups, setgid, setuid, then checks
+ *     with getuid/geteuid/getgid/getegid that the switch stuck and that root
+ *     cannot be regained. A non-root shim asked for its own user skips this;
+ *   - --env-fd FD: replaces its environment with the NUL-terminated
+ *     NAME=VALUE strings the shim read from FD (to its end, at most 1 MiB)
+ *     when it started. A shim that runs as root is exec'd with an
+ *     environment of its own choosing and gets the job's this way, so that
+ *     nothing in it (LD_PRELOAD, GCONV_PATH, ...) reaches a root process;
+ *   - opens --stdout/--stderr files as the user (so that a user cannot make
+ *     root write where they may not);
+ *   - with --user, sets HOME, USER, LOGNAME and SHELL from passwd where the
+ *     environment lacks them;
+ *   - --workdir DIR: chdir as the user; without it, with --user, the user's
+ *     home or else / (as login does); with neither, the shim's own directory.
+ * --ready-fd FD: the shim closes FD (and the command never inherits it) once
+ * the pid file is written, or when it exits without one: a launcher waits
+ * for end-of-file on it to know the command can be signalled through its
+ * cgroup or process group.
  */
 #ifndef GPUORCH_AGENT_SHIM_H
 #define GPUORCH_AGENT_SHIM_H

@@ -1,0 +1,216 @@
+/*
+ * priv.h - the node agent's privileged half.
+ *
+ * As OpenBSD daemons split themselves, the agent forks, early and before it
+ * starts any thread, a privileged process that keeps the agent's credentials
+ * (root in production) while the agent itself may go on to drop them and talk
+ * to the network. The privileged process acts only on a fixed table of
+ * requests (launch an attempt, signal an attempt, clean an attempt up), each
+ * a fixed-size struct with no pointers, received over a
+ * socketpair(AF_UNIX, SOCK_SEQPACKET), sized exactly for its type and checked
+ * field by field before anything is done; the reply says which field was
+ * refused and why. It never signals a pid a request names, only the
+ * processes of an attempt (job, attempt) it finds itself.
+ *
+ * On disk, for attempt A of job J:
+ *   STATE_DIR/attempts/J.A/            mode 02750, owner the privileged user,
+ *                                      group agent_gid (set-group-id: every
+ *                                      file the shim writes inside gets that
+ *                                      group, so an unprivileged agent reads
+ *                                      them)
+ *   STATE_DIR/attempts/J.A/attempt.json {"uid":U,"gid":G,"stdout":P,"stderr":P,
+ *                                      "cgroup":PATH or ""}, written before
+ *                                      the shim starts, for the log server
+ *                                      and for later kills
+ *   STATE_DIR/attempts/J.A/shim.log    the shim's own stderr
+ *   pid, status, stdout, stderr        written by the shim (shim.h)
+ * and, with cgroups, CGROUP_ROOT/job-J.A (cgroup.h).
+ *
+ * The privileged process reaps the shims it forks (they are never its
+ * zombies for long); the agent watches them by pid and start time and by
+ * their status files. It exits when its socket closes (the agent died or
+ * called priv_stop); the shims it started keep running, in sessions of
+ * their own, which is the point.
+ *
+ * Calls may come from any thread: they are serialized by a mutex, one
+ * request at a time. Errors: 0 or a negative PRIV_* code, with a one-line
+ * message in the caller's `err` (errlen bytes; may be NULL/0); out-parameters
+ * are set only on success. PRIV_EDEAD: the privileged process is gone, and
+ * every later call fails the same way; the agent should exit.
+ */
+#ifndef GPUORCH_AGENT_PRIV_H
+#define GPUORCH_AGENT_PRIV_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define PRIV_ERRNO_MAP(X)                                                                          \
+    X(EINVAL, -1, "request refused")                                                               \
+    X(ENOMEM, -2, "out of memory")                                                                 \
+    X(EDEAD, -3, "the privileged process is gone")                                                 \
+    X(EEXIST, -4, "attempt already launched")                                                      \
+    X(ENOENT, -5, "no such attempt")                                                               \
+    X(EIO, -6, "system call failed")
+
+enum priv_err {
+    PRIV_OK = 0,
+#define PRIV_ERR_ENUM(name, value, text) PRIV_##name = (value),
+    PRIV_ERRNO_MAP(PRIV_ERR_ENUM)
+#undef PRIV_ERR_ENUM
+};
+
+/* Returns a static, never NULL, message for a code (unknown codes included). */
+const char *priv_strerror(int err);
+
+/* Bounds on a launch request (each over-long field is refused by name). */
+#define PRIV_USER_MAX    33    /* a Unix user name, NUL included */
+#define PRIV_PATH_MAX    1024  /* workdir, stdout, stderr, NUL included */
+#define PRIV_STRINGS_MAX 65536 /* argv and env, each string with its NUL */
+#define PRIV_STRINGS_N   4096  /* argc + nenv */
+#define PRIV_MSG_MAX     512   /* a reply's message, NUL included */
+
+struct priv_config {
+    const char *state_dir;   /* absolute; attempts live in STATE_DIR/attempts/JOB.ATTEMPT */
+    const char *self_exe;    /* absolute: the gpuorch binary to exec as `gpuorch shim` */
+    const char *cgroup_root; /* NULL: no cgroups (process groups); else as cgroup_root_open */
+    bool allow_root;         /* jobs may run as uid 0 */
+    gid_t agent_gid;         /* group of attempt dirs, so an unprivileged agent reads them */
+};
+
+struct priv;
+
+/*
+ * Checks cfg (borrowed), creates STATE_DIR/attempts when missing (0750,
+ * group agent_gid), opens the cgroup root (a failure there is not an error:
+ * priv_has_cgroups is then false and priv_cgroup_note says why), and forks
+ * the privileged process. Call it before the process starts threads: the
+ * privileged process is a fork, not an exec. Returns 0 and *ret (caller
+ * frees with priv_stop), PRIV_EINVAL (a bad field of cfg, named), PRIV_EIO,
+ * PRIV_ENOMEM.
+ */
+int priv_start(const struct priv_config *cfg, struct priv **ret, char *err, size_t errlen);
+
+/* Ends the privileged process (closes its socket and reaps it); shims it
+ * started keep running. NULL is fine. */
+void priv_stop(struct priv *p);
+
+/* The privileged process's pid, for the agent's log (-1 when none). */
+pid_t priv_pid(const struct priv *p);
+
+/* False: there was no usable cgroup v2 root, and kills go to process groups. */
+bool priv_has_cgroups(const struct priv *p);
+
+/* One line for the agent's log: why there are no cgroups, or, where there
+ * are, the root and which limits it enforces. Owned by p. */
+const char *priv_cgroup_note(const struct priv *p);
+
+struct priv_launch {
+    uint64_t job;            /* 1..INT64_MAX */
+    uint32_t attempt;        /* >= 1 */
+    const char *unix_user;   /* NULL: run as the agent's own user */
+    const char *workdir;     /* absolute; NULL: the user's home (or /, if it has none) */
+    const char *const *argv; /* argc >= 1, argv[0] not empty */
+    size_t argc;             /* */
+    const char *const *env;  /* "NAME=VALUE", the command's whole environment */
+    size_t nenv;             /* */
+    const char *stdout_path; /* absolute; NULL: ATTEMPT_DIR/stdout */
+    const char *stderr_path; /* absolute; NULL: ATTEMPT_DIR/stderr */
+    uint32_t cpu_milli;      /* 0: no CPU limit */
+    int64_t mem_mib;         /* 0: no memory limit */
+};
+
+/*
+ * Launches one attempt: creates ATTEMPT_DIR (an existing one that holds a
+ * status or pid file is refused: PRIV_EEXIST), the attempt's cgroup,
+ * attempt.json, then forks and execs
+ *   SELF_EXE shim --dir D --user U [--cgroup C] [--workdir W]
+ *                 [--stdout P] [--stderr P] --ready-fd 3 --env-fd 4 -- ARGV
+ * (U: unix_user, or the privileged process's own user when NULL). The shim
+ * runs with a fixed environment of ours (it is root); the request's
+ * environment reaches only the command, exactly, through a pipe (--env-fd),
+ * so that nothing in it (LD_PRELOAD, ...) acts on a root process. Then it
+ * waits until the shim has written the pid file (the command is then in its
+ * cgroup and process group, so a priv_signal that follows reaches it) or
+ * has given up. Returns 0 with the shim's pid and start time
+ * (journal_proc_start_time), PRIV_EINVAL (a field refused, the message
+ * naming it: unix_user unknown, not a valid name, uid 0 without allow_root,
+ * another user than the privileged process's own when that is not root;
+ * workdir, stdout_path, stderr_path not absolute, with "..", or too long;
+ * argv empty; an env entry without "=" or with a bad name; counts or total
+ * size over the bounds above; job, attempt, mem_mib, cpu_milli out of
+ * range), PRIV_EEXIST, PRIV_EIO (the message says what failed; a shim that
+ * stopped before its command points to ATTEMPT_DIR/shim.log), PRIV_EDEAD.
+ * `req` and its strings are borrowed. Other calls wait while a launch
+ * waits for its shim.
+ */
+int priv_launch(struct priv *p, const struct priv_launch *req, pid_t *ret_pid,
+                uint64_t *ret_start_time, char *err, size_t errlen);
+
+/*
+ * Sends sig (SIGTERM or SIGKILL only) to attempt (job, attempt). Where the
+ * attempt has a cgroup: SIGKILL writes cgroup.kill (every process, those
+ * that called setsid included), SIGTERM goes to every process in the cgroup.
+ * Else to the command's process group (ATTEMPT_DIR/pid, which the shim
+ * wrote); a child that left that group with setsid is then out of reach.
+ * Returns 0, also when nothing is left to signal; PRIV_ENOENT (no such
+ * attempt directory), PRIV_EINVAL, PRIV_EIO, PRIV_EDEAD.
+ */
+int priv_signal(struct priv *p, uint64_t job, uint32_t attempt, int sig, char *err, size_t errlen);
+
+/*
+ * Removes the attempt's cgroup once it is empty. *ret_empty: true when no
+ * process of the attempt is left (cgroup removed, or its process group
+ * gone), false while some remain (call again later). The attempt directory
+ * and its logs stay. Returns 0, PRIV_ENOENT, PRIV_EINVAL, PRIV_EIO,
+ * PRIV_EDEAD.
+ */
+int priv_cleanup(struct priv *p, uint64_t job, uint32_t attempt, bool *ret_empty, char *err,
+                 size_t errlen);
+
+/*
+ * The wire format, exposed so that tests can send what the typed calls
+ * never build. Every request starts with its type and is exactly the size
+ * of its struct; strings are NUL-terminated inside their arrays; launch's
+ * `strings` holds argc then nenv NUL-terminated strings, strings_len bytes
+ * in all.
+ */
+enum priv_req_type { PRIV_REQ_LAUNCH = 1, PRIV_REQ_SIGNAL = 2, PRIV_REQ_CLEANUP = 3 };
+
+struct priv_req_launch {
+    uint32_t type; /* PRIV_REQ_LAUNCH */
+    uint32_t attempt;
+    uint64_t job;
+    int64_t mem_mib;
+    uint32_t cpu_milli;
+    uint32_t argc, nenv, strings_len;
+    uint8_t has_user, has_workdir, has_stdout, has_stderr; /* 0 or 1 */
+    char unix_user[PRIV_USER_MAX];
+    char workdir[PRIV_PATH_MAX];
+    char stdout_path[PRIV_PATH_MAX];
+    char stderr_path[PRIV_PATH_MAX];
+    char strings[PRIV_STRINGS_MAX];
+};
+
+struct priv_req_attempt {
+    uint32_t type; /* PRIV_REQ_SIGNAL or PRIV_REQ_CLEANUP */
+    uint32_t attempt;
+    uint64_t job;
+    int32_t sig; /* PRIV_REQ_SIGNAL only; 0 otherwise */
+    uint32_t pad;
+};
+
+struct priv_reply {
+    int32_t rc;
+    int32_t pid;
+    uint64_t start_time;
+    uint32_t empty;
+    char msg[PRIV_MSG_MAX];
+};
+
+/* Sends `len` bytes (borrowed) as one request and returns the reply's code
+ * and message (PRIV_EDEAD if none came). For tests of the checks. */
+int priv_call_raw(struct priv *p, const void *req, size_t len, char *err, size_t errlen);
+
+#endif
