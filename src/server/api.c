@@ -12,6 +12,7 @@ const struct http_route srv_routes[] = {
     {"GET", "/v1/jobs", srv_api_job_list, 0},
     {"GET", "/v1/jobs/{id}", srv_api_job_get, 0},
     {"POST", "/v1/jobs/{id}/cancel", srv_api_job_cancel, 0},
+    {"GET", "/v1/jobs/{id}/logs", srv_api_job_logs, 0},
 #define CONFIG_ROUTES(kind)                                                                        \
     {"GET", "/v1/" kind, srv_api_config_list, 0},                                                  \
         {"GET", "/v1/" kind "/{name}", srv_api_config_get, 0},                                     \
@@ -31,7 +32,8 @@ const struct http_route srv_routes[] = {
     {"POST", "/v1/users/{name}/tokens", srv_api_token_issue, SRV_ROUTE_ADMIN},
     {"GET", "/v1/nodes", srv_api_node_list, 0},
     {"PUT", "/v1/nodes/{name}", srv_api_node_put, SRV_ROUTE_AGENT | HTTP_ROUTE_JSON_BODY},
-    {"POST", "/v1/nodes/{name}/heartbeat", srv_api_node_heartbeat, SRV_ROUTE_AGENT},
+    {"POST", "/v1/nodes/{name}/heartbeat", srv_api_node_heartbeat,
+     SRV_ROUTE_AGENT | HTTP_ROUTE_RAW_BODY},
     {"GET", "/v1/nodes/{name}/assignments", srv_api_node_assignments, SRV_ROUTE_AGENT},
     {"POST", "/v1/nodes/{name}/attempts/{job}/{attempt}", srv_api_node_report,
      SRV_ROUTE_AGENT | HTTP_ROUTE_JSON_BODY},

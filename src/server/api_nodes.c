@@ -8,9 +8,12 @@
  * thread, until the revision passes REV or its wait runs out.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <sodium.h>
 
 #include "core/err.h"
 #include "server/srv.h"
@@ -91,6 +94,33 @@ static bool attempt_on_node(const struct srv_attempt *a, const char *node)
     return false;
 }
 
+/* The port rank 0 of a gang listens on (MASTER_PORT): a function of the job, in
+ * 20000..27999, below Linux's ephemeral range, so ranks agree without talking. */
+#define GANG_PORT_BASE  20000
+#define GANG_PORT_RANGE 8000
+
+/* Where an attempt runs, for its processes' environment: every node in rank
+ * order, this node's rank, and rank 0's address. 0 or -ENOMEM. */
+static int add_gang(struct server *s, json_t *a, const struct srv_job *j, const char *node)
+{
+    json_t *nodes = json_array();
+    size_t rank = 0;
+    for (size_t k = 0; nodes && k < j->att.nparts; k++) {
+        if (strcmp(j->att.parts[k].node, node) == 0)
+            rank = k;
+        if (json_array_append_new(nodes, json_string(j->att.parts[k].node)))
+            json_decref(nodes), nodes = NULL;
+    }
+    const struct model_node *n0 =
+        j->att.nparts ? model_node_get(&s->model, j->att.parts[0].node) : NULL;
+    const char *master = n0 && n0->addr ? n0->addr : (j->att.nparts ? j->att.parts[0].node : "");
+    json_t *g = nodes ? json_pack("{s:o, s:I, s:s, s:I}", "nodes", nodes, "rank", (json_int_t)rank,
+                                  "master_addr", master, "master_port",
+                                  (json_int_t)(GANG_PORT_BASE + j->id % GANG_PORT_RANGE))
+                      : NULL;
+    return g && json_object_set_new(a, "gang", g) == 0 ? 0 : -ENOMEM;
+}
+
 /* What the controller wants of node `name`: a new object, or NULL. Under the lock. */
 static json_t *assignments_json(struct server *s, const struct srv_node_rt *rt)
 {
@@ -119,6 +149,8 @@ static json_t *assignments_json(struct server *s, const struct srv_node_rt *rt)
                           j->user, "unix_user", j->unix_user, "spec", jobspec_to_json(&j->spec)),
             gpus = NULL;
         json_decref(gpus);
+        if (a && !j->att.kill && add_gang(s, a, j, rt->name))
+            json_decref(a), a = NULL;
         if (!a || json_array_append_new(list, a)) {
             json_decref(list);
             list = NULL;
@@ -202,14 +234,56 @@ static const char *node_param(struct http_request *req)
     return http_request_param(req, "name");
 }
 
+/* A heartbeat's body, when it has one: {"gpus": [per-GPU figures]}, kept as
+ * the node's latest sample (the metrics issue gives it a schema and history).
+ * 0 with *ret (NULL without a body), or -1 once it answered 400. */
+static int sample_parse(struct http_request *req, json_t **ret)
+{
+    size_t len = 0;
+    const char *body = http_request_body(req, &len);
+    *ret = NULL;
+    if (!len)
+        return 0;
+    json_error_t e;
+    json_t *o = json_loadb(body, len, JSON_REJECT_DUPLICATES, &e);
+    json_t *gpus = o ? json_object_get(o, "gpus") : NULL;
+    json_t *dirty = o ? json_object_get(o, "dirty") : NULL;
+    bool dirty_ok = !dirty || json_is_array(dirty);
+    for (size_t k = 0; dirty_ok && k < json_array_size(dirty); k++)
+        dirty_ok = json_is_string(json_array_get(dirty, k));
+    if (!json_is_object(o) || !json_is_array(gpus) || !dirty_ok || json_object_size(o) > 4) {
+        json_decref(o);
+        http_request_error(req, 400, "invalid_field",
+                           "heartbeat body: expected {\"gpus\": [...], \"dirty\": [UUID, ...]}%s%s",
+                           o ? "" : ": ", o ? "" : e.text);
+        return -1;
+    }
+    *ret = o;
+    return 0;
+}
+
 int srv_api_node_heartbeat(struct http_request *req, void *ctx)
 {
     struct server *s = ctx;
+    json_t *sample = NULL;
+    if (sample_parse(req, &sample))
+        return 0;
     pthread_mutex_lock(&s->lock);
     struct srv_node_rt *rt = srv_node_rt_find(s, node_param(req));
-    if (rt)
+    if (rt) {
         rt->last_heartbeat_ms = srv_now_ms();
+        if (sample) {
+            /* The agent names its dirty GPUs in every heartbeat until they clear. */
+            json_t *dirty = json_object_get(sample, "dirty");
+            json_decref(rt->dirty);
+            rt->dirty = json_is_array(dirty) ? json_incref(dirty) : NULL;
+            json_decref(rt->sample);
+            rt->sample = sample, sample = NULL;
+            rt->sample_ms = rt->last_heartbeat_ms;
+        }
+    }
     pthread_mutex_unlock(&s->lock);
+    json_decref(sample);
     if (!rt)
         return http_request_error(req, 404, "not_found", "no node '%s' (register it first)",
                                   node_param(req));
@@ -314,6 +388,8 @@ struct report_body {
     int state;
     int64_t exit_code, signal;
     char *reason;
+    char **dirty; /* GPUs the attempt's processes still occupy */
+    size_t ndirty;
 };
 
 static const char *const report_states[] = {"RUNNING",   "COMPLETED", "FAILED", "TIMEOUT",
@@ -340,7 +416,29 @@ static const struct jsonv_field report_fields[] = {
      .offset = offsetof(struct report_body, reason),
      .min = 0,
      .max = 120},
+    {.name = "dirty_gpus",
+     .kind = JSONV_STRINGS,
+     .offset = offsetof(struct report_body, dirty),
+     .count_offset = offsetof(struct report_body, ndirty),
+     .min = 1,
+     .max = MODEL_UUID_MAX,
+     .max_items = SCHED_MAX_GPUS_PER_NODE},
 };
+#define NREPORT_FIELDS (sizeof(report_fields) / sizeof(report_fields[0]))
+
+/* Adds UUIDs to the node's dirty set (no duplicates). Under the lock. */
+static void dirty_add(struct srv_node_rt *rt, char *const *uuids, size_t n)
+{
+    if (!rt->dirty && !(rt->dirty = json_array()))
+        return;
+    for (size_t k = 0; k < n; k++) {
+        bool have = false;
+        for (size_t i = 0; i < json_array_size(rt->dirty) && !have; i++)
+            have = strcmp(json_string_value(json_array_get(rt->dirty, i)), uuids[k]) == 0;
+        if (!have)
+            json_array_append_new(rt->dirty, json_string(uuids[k]));
+    }
+}
 
 int srv_api_node_report(struct http_request *req, void *ctx)
 {
@@ -361,7 +459,7 @@ int srv_api_node_report(struct http_request *req, void *ctx)
     struct store_batch *b = rp ? store_batch_new() : NULL;
     if (!b) {
         free(rp);
-        jsonv_release(report_fields, 4, &body);
+        jsonv_release(report_fields, NREPORT_FIELDS, &body);
         return http_request_error(req, 500, "internal", "out of memory");
     }
     rp->s = s;
@@ -377,6 +475,28 @@ int srv_api_node_report(struct http_request *req, void *ctx)
         problem = "job";
     else if (j->att.n != (int64_t)attempt || !attempt_on_node(&j->att, node))
         problem = "attempt";
+    /* A gang completes when every rank has: until then a rank's COMPLETED is
+     * noted and answered 202, and its agent repeats it (so a controller
+     * restart loses nothing). Any other end of one rank ends them all. */
+    size_t waiting = 0;
+    if (!problem && body.state == 1 && j->att.nparts > 1) {
+        for (size_t k = 0; k < j->att.nparts; k++) {
+            if (strcmp(j->att.parts[k].node, node) == 0)
+                j->att.parts[k].completed = true;
+            waiting += !j->att.parts[k].completed;
+        }
+    }
+    if (waiting) {
+        srv_node_rt_find(s, node)->last_heartbeat_ms = now;
+        pthread_mutex_unlock(&s->lock);
+        jsonv_release(report_fields, NREPORT_FIELDS, &body);
+        store_batch_free(b);
+        free(rp);
+        return http_request_respond_json(req, 202,
+                                         json_pack("{s:s, s:I}", "status",
+                                                   "waiting for the gang's other ranks",
+                                                   "ranks_left", (json_int_t)waiting));
+    }
     if (!problem) {
         srv_node_rt_find(s, node)->last_heartbeat_ms = now;
         const char *state = report_states[body.state];
@@ -389,10 +509,12 @@ int srv_api_node_report(struct http_request *req, void *ctx)
         } else {
             rc = srv_end_plan(s, j, state, body.exit_code, body.signal, body.reason, now, &rp->end,
                               b);
+            /* Held back from now on, not from the agent's next heartbeat. */
+            dirty_add(srv_node_rt_find(s, node), body.dirty, body.ndirty);
         }
     }
     pthread_mutex_unlock(&s->lock);
-    jsonv_release(report_fields, 4, &body);
+    jsonv_release(report_fields, NREPORT_FIELDS, &body);
     if (problem || rc) {
         store_batch_free(b);
         free(rp);
@@ -457,6 +579,11 @@ static void node_write_done(void *ctx, const struct store_result *r)
             rc = model_type_id_set(&s->model, w->new_types[k].name, w->new_types[k].id, err,
                                    sizeof(err));
         o = model_node_to_json(&w->node, 0);
+        char tok[SRV_LOG_TOKEN_LEN + 1];
+        srv_node_log_token(s, name, tok);
+        if (o && json_object_set_new(o, "log_token", json_string(tok)))
+            json_decref(o), o = NULL;
+        sodium_memzero(tok, sizeof(tok));
         if (!rc)
             rc = w->replace ? model_node_replace(&s->model, &w->node, err, sizeof(err))
                             : model_node_add(&s->model, &w->node, err, sizeof(err));
@@ -597,6 +724,12 @@ int srv_api_node_put(struct http_request *req, void *ctx)
         node_write_free(w);
         return rc;
     }
+    /* Without "addr", the controller reaches the agent where it came from. */
+    if (!w->node.addr && !(w->node.addr = strdup(http_request_client(req)))) {
+        pthread_mutex_unlock(&s->lock);
+        node_write_free(w);
+        return http_request_error(req, 500, "internal", "out of memory");
+    }
     /* A drained node stays drained; a node marked down comes back up. */
     const struct model_node *old = model_node_get(&s->model, name);
     w->node.state = old && old->state == MODEL_NODE_DRAINING ? MODEL_NODE_DRAINING : MODEL_NODE_UP;
@@ -646,6 +779,14 @@ int srv_api_node_list(struct http_request *req, void *ctx)
             timefmt_rfc3339(rt->last_heartbeat_ms, at, sizeof(at));
         if (o)
             json_object_set_new(o, "last_heartbeat", at[0] ? json_string(at) : json_null());
+        if (o && rt && rt->sample) {
+            char st[TIMEFMT_RFC3339_LEN] = "";
+            timefmt_rfc3339(rt->sample_ms, st, sizeof(st));
+            json_object_set_new(o, "sampled_at", json_string(st));
+            json_object_set(o, "gpu_samples", json_object_get(rt->sample, "gpus"));
+        }
+        if (o && rt)
+            json_object_set_new(o, "dirty_gpus", rt->dirty ? json_copy(rt->dirty) : json_array());
         if (!o || json_array_append_new(list, o)) {
             json_decref(list);
             list = NULL;
@@ -715,5 +856,23 @@ int srv_nodes_load(struct server *s, char *err, size_t errlen)
             snprintf(err, errlen, "store: node '%s': %s", rows[k].name, msg);
     }
     store_nodes_free(rows, n);
+    return rc;
+}
+
+int srv_node_log_endpoint(struct server *s, const char *name, char *url, size_t urllen, char *token,
+                          size_t toklen)
+{
+    int rc = -ENOENT;
+    pthread_mutex_lock(&s->lock);
+    const struct model_node *n = model_node_get(&s->model, name);
+    if (n && n->addr && n->log_port) {
+        bool v6 = strchr(n->addr, ':') != NULL;
+        int k = snprintf(url, urllen, "http://%s%s%s:%u", v6 ? "[" : "", n->addr, v6 ? "]" : "",
+                         n->log_port);
+        rc = k < 0 || (size_t)k >= urllen || toklen < SRV_LOG_TOKEN_LEN + 1 ? -ENAMETOOLONG : 0;
+    }
+    pthread_mutex_unlock(&s->lock);
+    if (rc == 0)
+        srv_node_log_token(s, name, token);
     return rc;
 }

@@ -1,9 +1,13 @@
 #include <errno.h>
+#include <fcntl.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <pwd.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <sodium.h>
 
 #include "server/srv.h"
 #include "util/token.h"
@@ -97,9 +101,52 @@ static int join_token(struct server *s, char *err, size_t errlen)
     return 0;
 }
 
+/* DATA/logs.key: 32 random bytes, made at first start (mode 0600). */
+static int logs_key(struct server *s, char *err, size_t errlen)
+{
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/logs.key", s->cfg.data_dir);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 && errno == ENOENT) {
+        char tmp[4300];
+        snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+        randombytes_buf(s->logs_key, sizeof(s->logs_key));
+        int w = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        bool ok = w >= 0 &&
+                  write(w, s->logs_key, sizeof(s->logs_key)) == (ssize_t)sizeof(s->logs_key) &&
+                  fsync(w) == 0;
+        if (w >= 0)
+            close(w);
+        if (!ok || rename(tmp, path) != 0) {
+            snprintf(err, errlen, "%.4000s: %s", tmp, strerror(errno));
+            return -EIO;
+        }
+        return 0;
+    }
+    ssize_t n = fd < 0 ? -1 : read(fd, s->logs_key, sizeof(s->logs_key));
+    int e = errno;
+    if (fd >= 0)
+        close(fd);
+    if (n != (ssize_t)sizeof(s->logs_key)) {
+        snprintf(err, errlen, "%.4000s: %s", path,
+                 n < 0 ? strerror(e) : "shorter than 32 bytes (remove it to make a new key)");
+        return -EIO;
+    }
+    return 0;
+}
+
+void srv_node_log_token(const struct server *s, const char *name, char out[SRV_LOG_TOKEN_LEN + 1])
+{
+    unsigned char mac[crypto_auth_hmacsha256_BYTES];
+    crypto_auth_hmacsha256(mac, (const unsigned char *)name, strlen(name), s->logs_key);
+    sodium_bin2hex(out, SRV_LOG_TOKEN_LEN + 1, mac, sizeof(mac));
+}
+
 int srv_auth_bootstrap(struct server *s, char *err, size_t errlen)
 {
     int jrc = join_token(s, err, errlen);
+    if (!jrc)
+        jrc = logs_key(s, err, errlen);
     if (jrc)
         return jrc;
     int n = snprintf(s->admin_token_path, sizeof(s->admin_token_path), "%s/admin.token",

@@ -332,6 +332,16 @@ static int input_build(struct server *s, struct pass_input *in, char *err, size_
         in->gpus[k] = (struct name_index){in->cl.gpu_uuid[k], k};
     qsort(in->nodes, c->nnodes, sizeof(*in->nodes), cmp_name_index);
     qsort(in->gpus, c->ngpus, sizeof(*in->gpus), cmp_name_index);
+    /* Dirty GPUs (an ended job's processes remain, as their agents say) get no work. */
+    for (size_t k = 0; k < s->nnodes_rt; k++) {
+        const json_t *dirty = s->nodes_rt[k].dirty;
+        for (size_t i = 0; i < json_array_size(dirty); i++) {
+            uint32_t gi =
+                find_index(in->gpus, c->ngpus, json_string_value(json_array_get(dirty, i)));
+            if (gi != SCHED_NONE)
+                in->cl.gpus[gi].held = true;
+        }
+    }
 
     const char *default_class = class_default(s);
     /* The queue: pending jobs whose dependencies are met, within their

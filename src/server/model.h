@@ -141,6 +141,9 @@ struct model_node {
     uint32_t cpus;   /* 1..MODEL_NODE_CPUS_MAX */
     int64_t mem_mib; /* 1..MODEL_NODE_MEM_MAX */
     enum model_node_state state;
+    char *addr;             /* where the controller reaches its agent: host name or IP literal;
+                               NULL: not given (the API fills in the registering client's address) */
+    uint32_t log_port;      /* the agent's log server; 0: none */
     struct model_gpu *gpus; /* at most SCHED_MAX_GPUS_PER_NODE */
     size_t ngpus;
 };

@@ -10,6 +10,7 @@
  * zero (a quota's or a GPU's -1) are applied from jsonv's presence records,
  * since jsonv starts array elements zeroed.
  */
+#include <arpa/inet.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -126,6 +127,16 @@ static bool uuid_valid(const char *s)
             return false;
     }
     return true;
+}
+
+#define ADDR_RULE "a host name, or an IPv4 or IPv6 address literal"
+
+/* Where the controller reaches a node's agent. */
+static bool addr_valid(const char *s)
+{
+    unsigned char buf[sizeof(struct in6_addr)];
+    return model_host_valid(s) || inet_pton(AF_INET, s, buf) == 1 ||
+           inet_pton(AF_INET6, s, buf) == 1;
 }
 
 /* Shape checks with the message decode gives. `field` is the path. */
@@ -637,6 +648,8 @@ static const struct jsonv_field node_fields[] = {
     REQUIRED("cpus", JSONV_UINT32, struct node_wire, n.cpus, 1, MODEL_NODE_CPUS_MAX),
     REQUIRED("mem_mib", JSONV_INT64, struct node_wire, n.mem_mib, 1, MODEL_NODE_MEM_MAX),
     FIELD("state", JSONV_ENUM, struct node_wire, n.state, 0, 0, .choices = state_names),
+    FIELD("addr", JSONV_STRING, struct node_wire, n.addr, 1, MODEL_HOST_MAX),
+    FIELD("log_port", JSONV_UINT32, struct node_wire, n.log_port, 0, 65535),
     FIELD("gpus", JSONV_OBJECTS, struct node_wire, gpus, 0, 0, .max_items = SCHED_MAX_GPUS_PER_NODE,
           .count_offset = offsetof(struct node_wire, ngpus), .elem_size = sizeof(struct gpu_wire),
           .sub = gpu_fields, .nsub = ARRAY_LEN(gpu_fields)),
@@ -699,6 +712,9 @@ int model_node_check(const struct model_node *n, char *err, size_t errlen)
     rc = rc ? rc : check_range("cpus", n->cpus, 1, MODEL_NODE_CPUS_MAX, err, errlen);
     rc = rc ? rc : check_range("mem_mib", n->mem_mib, 1, MODEL_NODE_MEM_MAX, err, errlen);
     rc = rc ? rc : check_range("state", (int64_t)n->state, 0, MODEL_NODE_DOWN, err, errlen);
+    if (!rc && n->addr)
+        rc = check_shape(addr_valid, ADDR_RULE, "address", "addr", n->addr, err, errlen);
+    rc = rc ? rc : check_range("log_port", n->log_port, 0, 65535, err, errlen);
     if (rc)
         return rc;
     if (n->ngpus > SCHED_MAX_GPUS_PER_NODE || (n->ngpus && !n->gpus))
@@ -745,7 +761,9 @@ json_t *model_node_to_json(const struct model_node *n, unsigned flags)
     bool ok = o && gpus && put_id(o, n->id, flags) && put(o, "name", json_string(n->name)) &&
               put(o, "pool", json_string(n->pool)) && put(o, "cpus", json_integer(n->cpus)) &&
               put(o, "mem_mib", json_integer(n->mem_mib)) &&
-              put(o, "state", json_string(model_node_state_name(n->state)));
+              put(o, "state", json_string(model_node_state_name(n->state))) &&
+              (!n->addr || put(o, "addr", json_string(n->addr))) &&
+              (!n->log_port || put(o, "log_port", json_integer(n->log_port)));
     for (size_t i = 0; ok && i < n->ngpus; i++) {
         const struct model_gpu *g = &n->gpus[i];
         json_t *e = json_object();
@@ -774,5 +792,6 @@ void model_node_release(struct model_node *n)
     free(n->gpus);
     free(n->name);
     free(n->pool);
+    free(n->addr);
     memset(n, 0, sizeof(*n));
 }

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "server/server.h"
 #include "server/srv.h"
@@ -283,10 +284,17 @@ static void stop(struct server *s)
 {
     http_server_stop(s->http);    /* no handler runs after this; suspended requests get 503 */
     srv_nodes_release_waiters(s); /* our completions of the long-polls it answered */
+    /* Log proxy workers see their streams closed within about a second (an
+     * agent that does not answer: its timeout); none may outlive s. */
+    atomic_store(&s->logs_stop, true);
+    for (int k = 0; k < 3000 && atomic_load(&s->logs_workers); k++)
+        nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
     srv_loop_stop(s);
     store_close(s->store); /* every queued commit completes */
     http_server_free(s->http);
     sched_state_release(&s->sched);
+    for (size_t k = 0; k < s->nnodes_rt; k++)
+        json_decref(s->nodes_rt[k].sample), json_decref(s->nodes_rt[k].dirty);
     free(s->nodes_rt);
     for (size_t k = 0; k < s->nended; k++)
         srv_attempt_release(&s->ended[k].att);

@@ -21,6 +21,7 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -79,6 +80,8 @@ struct srv_part {
     char *node;
     uint32_t cpus;
     uint64_t mem_mib;
+    bool completed; /* a gang's rank here reported COMPLETED (in memory: the agent
+                       repeats the report until the whole gang has) */
 };
 
 /* A job's current attempt, while it holds resources (assigned, running or
@@ -149,6 +152,10 @@ struct srv_node_rt {
     int64_t last_heartbeat_ms;
     uint64_t rev;
     struct srv_waiter *waiters;
+    json_t *sample;    /* owned, or NULL: the last heartbeat's GPU figures */
+    json_t *dirty;     /* owned, or NULL: UUIDs of GPUs that an ended job's processes
+                          still occupy; passes offer them no work */
+    int64_t sample_ms; /* when it arrived */
 };
 
 struct server_config {
@@ -168,7 +175,10 @@ struct server {
     struct http_server *http;
     int64_t epoch; /* this controller's leader epoch */
     char admin_token_path[4096];
-    uint8_t join_hash[32]; /* SHA-256 of the join token */
+    uint8_t join_hash[32];    /* SHA-256 of the join token */
+    uint8_t logs_key[32];     /* DATA/logs.key: the key of the log tokens nodes get */
+    atomic_uint logs_workers; /* log proxy threads alive (api_logs.c) */
+    atomic_bool logs_stop;    /* set by stop: proxy workers give up waiting */
 
     pthread_mutex_t lock;
     /* guarded by lock: */
@@ -250,6 +260,18 @@ int srv_api_job_submit(struct http_request *req, void *ctx);
 int srv_api_job_get(struct http_request *req, void *ctx);
 int srv_api_job_list(struct http_request *req, void *ctx);
 int srv_api_job_cancel(struct http_request *req, void *ctx);
+int srv_api_job_logs(struct http_request *req, void *ctx);
+
+/* The bearer token node `name`'s log server accepts: HMAC-SHA-256 of the name
+ * under logs_key, in hex (SRV_LOG_TOKEN_LEN characters and a NUL), so that a
+ * restart issues the same tokens and one node's token opens no other node. */
+#define SRV_LOG_TOKEN_LEN 64
+void srv_node_log_token(const struct server *s, const char *name, char out[SRV_LOG_TOKEN_LEN + 1]);
+/* The log server of node `name`: base URL "http://ADDR:PORT" and its token.
+ * Takes s->lock itself. 0, -ENOENT (unknown node, or it registered no log
+ * port), -ENAMETOOLONG (a buffer too small). */
+int srv_node_log_endpoint(struct server *s, const char *name, char *url, size_t urllen, char *token,
+                          size_t toklen);
 int srv_api_whoami(struct http_request *req, void *ctx);
 int srv_api_config_list(struct http_request *req, void *ctx);
 int srv_api_config_get(struct http_request *req, void *ctx);
