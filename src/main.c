@@ -10,6 +10,7 @@
 
 #include "core/model.h"
 #include "core/sched.h"
+#include "agent/agent.h"
 #include "agent/shim.h"
 #include "server/server.h"
 #include "sim/command.h"
@@ -31,6 +32,7 @@ static const struct command commands[] = {
     {"policy", cmd_policy, "print the default scheduling policy"},
     {"server", server_command, "run the controller: REST API, durable job store"},
     {"sim", sim_command, "replay a GPU-cluster trace through the scheduler"},
+    {"agent", agent_command, "run the node agent: launch assigned jobs on this node's GPUs"},
     {"shim", shim_main, "run one attempt's command, outliving the agent (the agent starts it)"},
 };
 
@@ -41,8 +43,7 @@ static void usage(FILE *out)
                  "preemption and GPU sharing, in one binary.\n\ncommands:\n");
     for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
         fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
-    fprintf(out, "\ncoming next: agent (node agent), and the user\n"
-                 "commands submit, queue, show, cancel, logs.\n"
+    fprintf(out, "\ncoming next: the user commands submit, queue, show, cancel, logs.\n"
                  "Run 'gpuorch COMMAND --help' for a command's options.\n");
 }
 

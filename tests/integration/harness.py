@@ -171,3 +171,33 @@ def run(main, srv, on_exit=None):
         srv.cleanup()
     print(f"1..{_count}")
     sys.exit(1 if _failed else 0)
+
+
+def pid_alive(pid):
+    """Whether process PID exists and is not a zombie (a zombie has ended; only
+    its parent's wait is missing)."""
+    try:
+        with open(f"/proc/{int(pid)}/stat") as f:
+            stat = f.read()
+    except (OSError, ValueError):
+        return False
+    # The state follows the command name, which is in parentheses and may hold any byte.
+    return stat[stat.rfind(")") + 2:][:1] not in ("Z", "X", "")
+
+
+def write_atomic(path, text):
+    """Writes TEXT to PATH through a temporary file and a rename, so that a
+    reader sees the old file or the whole new one."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def file_tail(path, size=2000):
+    """The last SIZE characters of a file, or "" when it cannot be read."""
+    try:
+        with open(path, errors="replace") as f:
+            return f.read()[-size:]
+    except OSError:
+        return ""

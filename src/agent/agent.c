@@ -1,0 +1,605 @@
+/*
+ * agent.c - `gpuorch agent` (agent.h): flags, registration, the heartbeat
+ * and monitor threads, and the long-poll loop on the main thread.
+ */
+#include "agent/agent.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/sysinfo.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "agent/attempts.h"
+#include "agent/cgroup.h"
+#include "agent/journal.h"
+#include "agent/logsrv.h"
+#include "agent/priv.h"
+#include "agent/sampler.h"
+#include "gpu/gpu.h"
+#include "util/httpc.h"
+#include "util/timefmt.h"
+#include "util/errbuf.h"
+#include "util/banned.h"
+
+#define HELP_SHOWN 3
+
+struct agent_args {
+    const char *server, *join_file, *name, *pool, *state_dir, *nvml, *addr, *log_listen;
+    const char *cgroup_root;
+    bool allow_root, probe;
+    int64_t kill_grace_ms, sample_ms, poll_wait_s, dirty_wait_ms;
+    int64_t cpus, mem_mib;
+};
+
+struct agent {
+    struct agent_args a;
+    char name[256];
+    char token[HTTPC_TOKEN_MAX];
+    struct gpu_backend *gpus;
+    struct journal *journal;
+    struct priv *priv;
+    struct logsrv *logs;
+    struct attempts *att;
+    atomic_bool stop;
+    atomic_bool reregister;
+    pthread_mutex_t reg_lock; /* one registration at a time */
+};
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: gpuorch agent --server URL --join-token FILE [--name NAME] [--pool POOL]\n"
+            "                     [--state-dir DIR] [--nvml PATH] [--addr ADDR]\n"
+            "                     [--log-listen ADDR:PORT] [--cgroup-root PATH|auto|none]\n"
+            "                     [--allow-root] [--kill-grace S] [--sample-interval MS]\n"
+            "                     [--poll-wait S] [--dirty-wait S] [--cpus N] [--mem-mib N]\n"
+            "       gpuorch agent --probe [--nvml PATH]\n"
+            "\n"
+            "Runs the node agent: registers this node's GPUs (found with NVML) with the\n"
+            "controller, sends a heartbeat with a sample of every GPU, and runs the attempts\n"
+            "the controller assigns: each at most once (journaled and fsync'd before the\n"
+            "fork), under `gpuorch shim`, as the job's Unix user, with CUDA_VISIBLE_DEVICES\n"
+            "set to its GPUs' UUIDs. Jobs keep running if the agent stops or crashes; a\n"
+            "restarted agent takes them up again. See docs/agent.md.\n"
+            "\n"
+            "  --server URL          the controller, e.g. http://10.0.0.1:8080 (required)\n"
+            "  --join-token FILE     the controller's DATA/join.token (required)\n"
+            "  --name NAME           the node's name (default: the host name)\n"
+            "  --pool POOL           the pool it joins (default main)\n"
+            "  --state-dir DIR       journal, attempt directories and logs (default\n"
+            "                        /var/lib/gpuorch/agent as root, else ./gpuorch-agent)\n"
+            "  --nvml PATH           the NVML library (default libnvidia-ml.so.1)\n"
+            "  --addr ADDR           where the controller reaches this node (default: the\n"
+            "                        address the controller sees it connect from)\n"
+            "  --log-listen A:PORT   the log server's address (default 0.0.0.0:0, any port)\n"
+            "  --cgroup-root PATH    cgroup v2 directory for attempts' cgroups; auto (the\n"
+            "                        default) uses CGROUP2_MOUNT/gpuorch/NAME, none turns\n"
+            "                        them off (kills then go to process groups)\n"
+            "  --allow-root          let jobs run as root (refused by default)\n"
+            "  --kill-grace S        SIGTERM to SIGKILL on time limit (default 30)\n"
+            "  --sample-interval MS  GPU sampling and heartbeat period (default 1000)\n"
+            "  --poll-wait S         long-poll wait for assignments (default 30)\n"
+            "  --dirty-wait S        how long an ended job's GPU processes may take to go\n"
+            "                        before the GPU is reported dirty (default 10)\n"
+            "  --cpus N, --mem-mib N what the node offers (default: the machine's)\n"
+            "  --probe               print the GPUs and one sample as JSON, and exit\n"
+            "\n"
+            "Exit status: 0 stopped by SIGTERM or SIGINT, 1 could not start, 2 usage error.\n");
+}
+
+static int usage_error(const char *flag, const char *value, const char *expected)
+{
+    fprintf(stderr, "gpuorch agent: %s: expected %s%s%s%s\n", flag, expected,
+            value ? ", got '" : "", value ? value : "", value ? "'" : "");
+    return 2;
+}
+
+static void agent_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void agent_log(const char *fmt, ...)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    char at[TIMEFMT_RFC3339_LEN];
+    timefmt_rfc3339((int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000, at, sizeof(at));
+    char line[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "%s gpuorch agent: %s\n", at, line);
+}
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static bool parse_int(const char *v, int64_t lo, int64_t hi, int64_t *ret)
+{
+    char *end;
+    errno = 0;
+    long long n = strtoll(v, &end, 10);
+    if (errno || *end || end == v || n < lo || n > hi)
+        return false;
+    *ret = n;
+    return true;
+}
+
+static int parse_args(int argc, char **argv, struct agent_args *a)
+{
+    *a = (struct agent_args){.pool = "main",
+                             .cgroup_root = "auto",
+                             .log_listen = "0.0.0.0:0",
+                             .kill_grace_ms = 30000,
+                             .sample_ms = 1000,
+                             .poll_wait_s = 30,
+                             .dirty_wait_ms = 10000};
+    static const struct {
+        const char *flag;
+        int64_t lo, hi, scale;
+        size_t off;
+    } ints[] = {
+        {"--kill-grace", 0, 3600, 1000, offsetof(struct agent_args, kill_grace_ms)},
+        {"--sample-interval", 100, 60000, 1, offsetof(struct agent_args, sample_ms)},
+        {"--poll-wait", 1, 300, 1, offsetof(struct agent_args, poll_wait_s)},
+        {"--dirty-wait", 0, 3600, 1000, offsetof(struct agent_args, dirty_wait_ms)},
+        {"--cpus", 1, 1 << 20, 1, offsetof(struct agent_args, cpus)},
+        {"--mem-mib", 1, INT64_C(1) << 40, 1, offsetof(struct agent_args, mem_mib)},
+    };
+    static const struct {
+        const char *flag;
+        size_t off;
+    } strs[] = {
+        {"--server", offsetof(struct agent_args, server)},
+        {"--join-token", offsetof(struct agent_args, join_file)},
+        {"--name", offsetof(struct agent_args, name)},
+        {"--pool", offsetof(struct agent_args, pool)},
+        {"--state-dir", offsetof(struct agent_args, state_dir)},
+        {"--nvml", offsetof(struct agent_args, nvml)},
+        {"--addr", offsetof(struct agent_args, addr)},
+        {"--log-listen", offsetof(struct agent_args, log_listen)},
+        {"--cgroup-root", offsetof(struct agent_args, cgroup_root)},
+    };
+    for (int i = 1; i < argc; i++) {
+        const char *f = argv[i];
+        if (strcmp(f, "--help") == 0 || strcmp(f, "-h") == 0) {
+            usage(stdout);
+            return HELP_SHOWN;
+        }
+        if (strcmp(f, "--allow-root") == 0 || strcmp(f, "--probe") == 0) {
+            *(strcmp(f, "--probe") == 0 ? &a->probe : &a->allow_root) = true;
+            continue;
+        }
+        bool done = false;
+        for (size_t k = 0; k < sizeof(strs) / sizeof(strs[0]) && !done; k++) {
+            if (strcmp(f, strs[k].flag) != 0)
+                continue;
+            if (i + 1 >= argc || argv[i + 1][0] == '\0')
+                return usage_error(f, NULL, "a value");
+            *(const char **)((char *)a + strs[k].off) = argv[++i];
+            done = true;
+        }
+        for (size_t k = 0; k < sizeof(ints) / sizeof(ints[0]) && !done; k++) {
+            if (strcmp(f, ints[k].flag) != 0)
+                continue;
+            if (i + 1 >= argc)
+                return usage_error(f, NULL, "a value");
+            int64_t v;
+            char what[96];
+            snprintf(what, sizeof(what), "a whole number from %" PRId64 " to %" PRId64, ints[k].lo,
+                     ints[k].hi);
+            if (!parse_int(argv[++i], ints[k].lo, ints[k].hi, &v))
+                return usage_error(f, argv[i], what);
+            *(int64_t *)((char *)a + ints[k].off) = v * ints[k].scale;
+            done = true;
+        }
+        if (!done) {
+            fprintf(stderr, "gpuorch agent: unknown flag '%s' (see gpuorch agent --help)\n", f);
+            return 2;
+        }
+    }
+    if (a->probe)
+        return 0;
+    if (!a->server)
+        return usage_error("--server", NULL, "the controller's URL (http://HOST:PORT)");
+    if (!a->join_file)
+        return usage_error("--join-token", NULL, "the file holding the join token");
+    if (strncmp(a->server, "http://", 7) != 0 && strncmp(a->server, "https://", 8) != 0)
+        return usage_error("--server", a->server, "http://HOST:PORT or https://HOST:PORT");
+    return 0;
+}
+
+/* `gpuorch agent --probe`: what NVML says, as JSON on stdout. */
+static int probe(const struct agent_args *a)
+{
+    struct gpu_backend *b = NULL;
+    char err[1024];
+    if (gpu_backend_open(a->nvml, &b, err, sizeof(err))) {
+        fprintf(stderr, "gpuorch agent --probe: %s\n", err);
+        return 1;
+    }
+    json_t *inv = sampler_inventory(b, err, sizeof(err));
+    json_t *sample = inv ? sampler_sample(b) : NULL;
+    json_t *info = json_array();
+    for (unsigned i = 0; inv && info && i < gpu_count(b); i++) {
+        struct gpu_info g;
+        if (gpu_info(b, i, &g, NULL, 0) == 0)
+            json_array_append_new(info, json_pack("{s:I, s:s, s:s, s:s, s:I, s:b, s:b, s:b}",
+                                                  "index", (json_int_t)g.index, "uuid", g.uuid,
+                                                  "name", g.name, "pci_bus_id", g.pci_bus_id,
+                                                  "memory_mib", (json_int_t)g.memory_mib,
+                                                  "mig_capable", g.mig_capable, "mig_enabled",
+                                                  g.mig_enabled, "mig_pending", g.mig_pending));
+    }
+    json_t *out = inv && sample
+                      ? json_pack("{s:s, s:I, s:o, s:o, s:O}", "backend", gpu_backend_name(b),
+                                  "gpus", (json_int_t)gpu_count(b), "devices", info, "inventory",
+                                  inv, "sample", json_object_get(sample, "gpus"))
+                      : NULL;
+    json_decref(sample);
+    gpu_backend_close(b);
+    if (!out) {
+        fprintf(stderr, "gpuorch agent --probe: %s\n", inv ? "out of memory" : err);
+        return 1;
+    }
+    char *text = json_dumps(out, JSON_INDENT(2));
+    json_decref(out);
+    if (text)
+        printf("%s\n", text);
+    free(text);
+    return text ? 0 : 1;
+}
+
+/* The node's path prefix, its name escaped. */
+static void node_path(const struct agent *ag, const char *suffix, char *buf, size_t len)
+{
+    char esc[768];
+    httpc_escape(ag->name, esc, sizeof(esc));
+    snprintf(buf, len, "/v1/nodes/%s%s", esc, suffix);
+}
+
+/* PUT /v1/nodes/NAME with the GPUs; keeps the log token the answer carries.
+ * 0, or -1 with a message in err. */
+static int register_node(struct agent *ag, struct httpc *c, char *err, size_t errlen)
+{
+    json_t *gpus = sampler_inventory(ag->gpus, err, errlen);
+    if (!gpus)
+        return -1;
+    struct sysinfo si;
+    int64_t mem = ag->a.mem_mib;
+    if (!mem)
+        mem = sysinfo(&si) == 0 ? (int64_t)((uint64_t)si.totalram * si.mem_unit >> 20) : 1024;
+    int64_t cpus = ag->a.cpus ? ag->a.cpus : sysconf(_SC_NPROCESSORS_ONLN);
+    json_t *body = json_pack("{s:s, s:I, s:I, s:o, s:I}", "pool", ag->a.pool, "cpus",
+                             (json_int_t)(cpus > 0 ? cpus : 1), "mem_mib", (json_int_t)mem, "gpus",
+                             gpus, "log_port", (json_int_t)logsrv_port(ag->logs));
+    if (body && ag->a.addr)
+        json_object_set_new(body, "addr", json_string(ag->a.addr));
+    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    json_decref(body);
+    if (!text)
+        return errbuf_set(err, errlen, -1, "out of memory");
+    char path[1024];
+    node_path(ag, "", path, sizeof(path));
+    struct httpc_response r = {0};
+    pthread_mutex_lock(&ag->reg_lock);
+    int rc = httpc_request(c, "PUT", path, text, strlen(text), 15000, &r, err, errlen);
+    free(text);
+    json_t *ans = rc ? NULL : json_loadb(r.body, r.len, 0, NULL);
+    const char *tok = json_string_value(json_object_get(ans, "log_token"));
+    if (!rc && (r.status == 200 || r.status == 201) && tok) {
+        logsrv_set_token(ag->logs, tok);
+        agent_log("registered node '%s' (%u GPU(s), pool %s, log port %u)", ag->name,
+                  gpu_count(ag->gpus), ag->a.pool, logsrv_port(ag->logs));
+    } else if (!rc) {
+        errbuf_set(err, errlen, -1, "PUT %s: %ld %.300s", path, r.status, r.body);
+        rc = -1;
+    }
+    pthread_mutex_unlock(&ag->reg_lock);
+    json_decref(ans);
+    httpc_response_release(&r);
+    return rc ? -1 : 0;
+}
+
+/* Registers, retrying (with a growing pause) until it works or we stop. */
+static void register_until(struct agent *ag, struct httpc *c)
+{
+    int64_t pause = 500;
+    char err[1024];
+    while (!atomic_load(&ag->stop) && register_node(ag, c, err, sizeof(err)) != 0) {
+        agent_log("registering: %s (retrying in %" PRId64 " ms)", err, pause);
+        struct timespec ts = {pause / 1000, (pause % 1000) * 1000000};
+        nanosleep(&ts, NULL);
+        pause = pause * 2 > 10000 ? 10000 : pause * 2;
+    }
+}
+
+/* Heartbeats, each with a sample of every GPU and the dirty GPUs. */
+static void *heartbeat_main(void *arg)
+{
+    struct agent *ag = arg;
+    struct httpc *c = NULL;
+    char err[1024];
+    if (httpc_new(ag->a.server, ag->token, &c, err, sizeof(err))) {
+        agent_log("heartbeat: %s", err);
+        return NULL;
+    }
+    char path[1024];
+    node_path(ag, "/heartbeat", path, sizeof(path));
+    int64_t next = mono_ms();
+    bool failing = false;
+    while (!atomic_load(&ag->stop)) {
+        json_t *body = sampler_sample(ag->gpus);
+        if (body)
+            json_object_set_new(body, "dirty", attempts_dirty(ag->att));
+        char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+        json_decref(body);
+        struct httpc_response r = {0};
+        int rc =
+            text ? httpc_request(c, "POST", path, text, strlen(text), 10000, &r, err, sizeof(err))
+                 : -1;
+        free(text);
+        if (!rc && r.status == 404) {
+            agent_log("heartbeat: the controller does not know this node; registering again");
+            register_until(ag, c);
+        } else if (rc || r.status != 204) {
+            if (!failing)
+                agent_log("heartbeat: %s", rc ? err : r.body);
+            failing = true;
+        } else if (failing) {
+            agent_log("heartbeat: the controller answers again");
+            failing = false;
+        }
+        httpc_response_release(&r);
+        next += ag->a.sample_ms;
+        int64_t now = mono_ms();
+        if (next < now)
+            next = now; /* late (a slow controller): do not burst */
+        struct timespec ts = {(next - now) / 1000, ((next - now) % 1000) * 1000000};
+        nanosleep(&ts, NULL);
+    }
+    httpc_free(c);
+    return NULL;
+}
+
+/* The monitor: ended shims, deadlines, reports. */
+static void *monitor_main(void *arg)
+{
+    struct agent *ag = arg;
+    struct httpc *c = NULL;
+    char err[1024];
+    if (httpc_new(ag->a.server, ag->token, &c, err, sizeof(err))) {
+        agent_log("monitor: %s", err);
+        return NULL;
+    }
+    while (!atomic_load(&ag->stop)) {
+        int64_t wait = attempts_tick(ag->att, c, mono_ms());
+        /* Exits are seen by polling their status files: at most 100 ms late. */
+        attempts_wait(ag->att, wait < 100 ? wait : 100);
+    }
+    httpc_free(c);
+    return NULL;
+}
+
+/* The long-poll loop, on the calling thread, until a signal stops the agent. */
+static void poll_loop(struct agent *ag, struct httpc *c)
+{
+    char path[1100], base[1024], err[1024];
+    node_path(ag, "/assignments", base, sizeof(base));
+    int64_t since = -1;
+    bool failing = false;
+    while (!atomic_load(&ag->stop)) {
+        if (since >= 0)
+            snprintf(path, sizeof(path), "%s?wait=%" PRId64 "&since=%" PRId64, base,
+                     ag->a.poll_wait_s, since);
+        else
+            snprintf(path, sizeof(path), "%s?wait=%" PRId64, base, ag->a.poll_wait_s);
+        struct httpc_response r = {0};
+        int rc = httpc_request(c, "GET", path, NULL, 0, (ag->a.poll_wait_s + 30) * 1000, &r, err,
+                               sizeof(err));
+        json_t *ans = !rc && r.status == 200 ? json_loadb(r.body, r.len, 0, NULL) : NULL;
+        json_t *rev = json_object_get(ans, "rev");
+        if (json_is_integer(rev)) {
+            if (failing)
+                agent_log("assignments: the controller answers again");
+            failing = false;
+            since = json_integer_value(rev);
+            attempts_apply(ag->att, ans, mono_ms());
+        } else {
+            if (!failing)
+                agent_log("assignments: %s", rc ? err : r.body ? r.body : "bad answer");
+            failing = true;
+            since = -1;
+            if (!rc && r.status == 404)
+                register_until(ag, c);
+            struct timespec ts = {0, 500 * 1000000};
+            nanosleep(&ts, NULL);
+        }
+        json_decref(ans);
+        httpc_response_release(&r);
+    }
+}
+
+/* Signals: stop at once. Shims outlive us by design; a launch in flight is
+ * finished first (attempts_apply holds the table), so none is left half-begun. */
+static void *signal_main(void *arg)
+{
+    struct agent *ag = arg;
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    atomic_store(&ag->stop, true);
+    agent_log("%s: stopping (running jobs go on; a restarted agent takes them up)",
+              sig == SIGINT ? "SIGINT" : "SIGTERM");
+    attempts_active(ag->att); /* waits for the table: no launch half done */
+    fflush(stderr);
+    _exit(0);
+}
+
+static int read_token(const char *path, char *buf, size_t len, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return errbuf_set(err, errlen, -1, "--join-token %s: %s", path, strerror(errno));
+    size_t n = fread(buf, 1, len - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' '))
+        buf[--n] = '\0';
+    if (!n || strpbrk(buf, " \t\r\n"))
+        return errbuf_set(err, errlen, -1, "--join-token %s: expected one token on one line", path);
+    return 0;
+}
+
+static int start(struct agent *ag, char *err, size_t errlen)
+{
+    const struct agent_args *a = &ag->a;
+    if (read_token(a->join_file, ag->token, sizeof(ag->token), err, errlen))
+        return -1;
+    if (a->name) {
+        snprintf(ag->name, sizeof(ag->name), "%s", a->name);
+    } else if (gethostname(ag->name, sizeof(ag->name) - 1) != 0) {
+        return errbuf_set(err, errlen, -1, "gethostname: %s (use --name)", strerror(errno));
+    } else {
+        ag->name[strcspn(ag->name, ".")] = '\0';
+        for (char *c = ag->name; *c; c++) /* host names are case-blind; ours are lower */
+            *c = (char)tolower((unsigned char)*c);
+    }
+    bool name_ok = ag->name[0] != '\0' && strlen(ag->name) <= 253;
+    for (const char *c = ag->name; *c && name_ok; c++)
+        name_ok = (*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '-' || *c == '.';
+    if (!name_ok)
+        return errbuf_set(err, errlen, -1,
+                          "node name '%.100s': expected lower-case letters, digits, '-' and '.' "
+                          "(a host name; set one with --name)",
+                          ag->name);
+    const char *state = a->state_dir     ? a->state_dir
+                        : geteuid() == 0 ? "/var/lib/gpuorch/agent"
+                                         : "gpuorch-agent";
+    char abs_state[PATH_MAX];
+    if (mkdir(state, 0755) != 0 && errno != EEXIST)
+        return errbuf_set(err, errlen, -1, "--state-dir %s: %s", state, strerror(errno));
+    if (!realpath(state, abs_state))
+        return errbuf_set(err, errlen, -1, "--state-dir %s: %s", state, strerror(errno));
+    char sub[PATH_MAX + 16];
+    snprintf(sub, sizeof(sub), "%s/attempts", abs_state);
+    if (mkdir(sub, 0755) != 0 && errno != EEXIST)
+        return errbuf_set(err, errlen, -1, "%s: %s", sub, strerror(errno));
+    /* The journal's lock first: a second agent on this state stops here. */
+    if (journal_open(abs_state, &ag->journal, err, errlen))
+        return -1;
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (n <= 0)
+        return errbuf_set(err, errlen, -1, "readlink /proc/self/exe: %s", strerror(errno));
+    self[n] = '\0';
+    /* auto: CGROUP2_MOUNT/gpuorch/NODE, so that agents posing as several nodes
+     * on one machine (tests, dev clusters) never name the same cgroup. */
+    char cg[PATH_MAX] = "";
+    const char *cg_root = strcmp(a->cgroup_root, "none") == 0 ? NULL : a->cgroup_root;
+    struct cgroup_root *auto_root = NULL;
+    if (cg_root && strcmp(cg_root, "auto") == 0 &&
+        cgroup_root_open("auto", &auto_root, NULL, 0) == 0) {
+        snprintf(cg, sizeof(cg), "%s/%s", cgroup_root_path(auto_root), ag->name);
+        cgroup_root_close(auto_root);
+        if (mkdir(cg, 0755) == 0 || errno == EEXIST)
+            cg_root = cg;
+    }
+    struct priv_config pc = {
+        .state_dir = abs_state,
+        .self_exe = self,
+        .cgroup_root = cg_root,
+        .allow_root = a->allow_root,
+        .agent_gid = getgid(),
+    };
+    /* First, before anything starts a thread (NVML may, libcurl and the log
+     * server do): the privileged half is a plain fork of this process. */
+    int rc = priv_start(&pc, &ag->priv, err, errlen);
+    if (rc)
+        return -1;
+    if (!priv_has_cgroups(ag->priv))
+        agent_log("no cgroups: %s; kills go to process groups, and CPU and memory limits are "
+                  "not enforced",
+                  priv_cgroup_note(ag->priv));
+    rc = gpu_backend_open(a->nvml, &ag->gpus, err, errlen);
+    if (rc)
+        return -1;
+    char laddr[256] = "";
+    const char *colon = strrchr(a->log_listen, ':');
+    int64_t lport = 0;
+    if (!colon || (size_t)(colon - a->log_listen) >= sizeof(laddr) ||
+        !parse_int(colon + 1, 0, 65535, &lport))
+        return errbuf_set(err, errlen, -1, "--log-listen %s: expected ADDR:PORT", a->log_listen);
+    memcpy(laddr, a->log_listen, (size_t)(colon - a->log_listen));
+    struct logsrv_config lc = {
+        .bind_addr = laddr, .port = (uint16_t)lport, .state_dir = abs_state, .token = NULL};
+    if ((rc = logsrv_new(&lc, &ag->logs, err, errlen)))
+        return -1;
+    struct attempts_config ac = {.node = ag->name,
+                                 .state_dir = abs_state,
+                                 .journal = ag->journal,
+                                 .priv = ag->priv,
+                                 .gpus = ag->gpus,
+                                 .kill_grace_ms = a->kill_grace_ms,
+                                 .dirty_wait_ms = a->dirty_wait_ms,
+                                 .log = agent_log};
+    if (attempts_new(&ac, &ag->att))
+        return errbuf_set(err, errlen, -1, "out of memory");
+    size_t taken = attempts_recover(ag->att, mono_ms());
+    agent_log("node '%s': %u GPU(s) via %s, state in %s, %zu attempt(s) taken up from the "
+              "journal",
+              ag->name, gpu_count(ag->gpus), gpu_backend_name(ag->gpus), abs_state, taken);
+    return 0;
+}
+
+int agent_command(int argc, char **argv)
+{
+    struct agent ag = {0};
+    int rc = parse_args(argc, argv, &ag.a);
+    if (rc)
+        return rc == HELP_SHOWN ? 0 : rc;
+    if (ag.a.probe)
+        return probe(&ag.a);
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    pthread_mutex_init(&ag.reg_lock, NULL);
+    char err[1024] = "";
+    struct httpc *c = NULL;
+    if (start(&ag, err, sizeof(err)) || httpc_new(ag.a.server, ag.token, &c, err, sizeof(err))) {
+        fprintf(stderr, "gpuorch agent: %s\n", err);
+        return 1;
+    }
+    register_until(&ag, c);
+    pthread_t sig_t, beat_t, mon_t;
+    if (pthread_create(&sig_t, NULL, signal_main, &ag) ||
+        pthread_create(&beat_t, NULL, heartbeat_main, &ag) ||
+        pthread_create(&mon_t, NULL, monitor_main, &ag)) {
+        fprintf(stderr, "gpuorch agent: pthread_create failed\n");
+        return 1;
+    }
+    poll_loop(&ag, c);
+    pthread_join(sig_t, NULL); /* signal_main exits the process */
+    return 0;
+}

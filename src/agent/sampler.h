@@ -1,0 +1,63 @@
+/*
+ * sampler.h - what the agent tells the controller about its GPUs: the
+ * inventory it registers, the figures of each heartbeat, and which GPUs an
+ * ended attempt still occupies (dirty GPUs).
+ *
+ * Processes are tied to attempts by their environment: the agent starts
+ * every command with GPUORCH_JOB_ID and GPUORCH_ATTEMPT set, and a process
+ * NVML lists on a GPU carries them in /proc/PID/environ (readable by root,
+ * and by the agent's own user for jobs that run as it). A process whose
+ * environment cannot be read counts as no attempt's.
+ *
+ * Functions return new jansson objects (caller json_decref's) or NULL with a
+ * message in err; nothing here logs or exits.
+ */
+#ifndef GPUORCH_AGENT_SAMPLER_H
+#define GPUORCH_AGENT_SAMPLER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <jansson.h>
+
+#include "gpu/gpu.h"
+
+/* Slices of a MIG-capable GPU (A100, H100, H200: seven compute slices). */
+#define SAMPLER_MIG_SLICES 7
+
+/*
+ * The node's GPUs as PUT /v1/nodes/{name} takes them: [{"index", "uuid",
+ * "gpu_type", "mem_mib", "nvlink_domain", "mig_slices", "mig_enabled"}].
+ * nvlink_domain is the lowest index of the GPUs its NVLinks reach (directly
+ * or through others), -1 for a GPU without NVLink. NULL on error.
+ */
+json_t *sampler_inventory(const struct gpu_backend *b, char *err, size_t errlen);
+
+/*
+ * One sample of every GPU, as the heartbeat carries it: {"gpus": [{"index",
+ * "uuid", "utilization_pct", "memory_utilization_pct", "memory_used_mib",
+ * "memory_total_mib", "power_mw", "temperature_c", "processes": [{"pid",
+ * "memory_mib", "job", "attempt"}]}]}; figures the GPU does not report are
+ * null, and so are job and attempt of a process that is no attempt's. A GPU
+ * that fails to sample gets "error": "..." instead of figures. NULL only
+ * when out of memory.
+ */
+json_t *sampler_sample(const struct gpu_backend *b);
+
+/* The attempt a process belongs to, from its environment: true with *job and
+ * *attempt, false when it is no attempt's or cannot be read. */
+bool sampler_proc_attempt(pid_t pid, uint64_t *job, uint32_t *attempt);
+
+/*
+ * Which of the GPUs `uuids` (n of them, borrowed) still run a process of
+ * attempt (job, attempt): sets dirty[i] for each. Returns the number of dirty
+ * GPUs, or a negative GPU_* code when a GPU could not be sampled (dirty[] is
+ * then unchanged for it and the GPU counts as dirty: a GPU we cannot see is
+ * not known to be clean). A UUID this node does not have is skipped.
+ */
+int sampler_attempt_dirty(const struct gpu_backend *b, const char *const *uuids, size_t n,
+                          uint64_t job, uint32_t attempt, bool *dirty);
+
+#endif

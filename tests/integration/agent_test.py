@@ -1,0 +1,783 @@
+#!/usr/bin/env python3
+"""agent_test.py GPUORCH - real node agents (`gpuorch agent`) under a real
+`gpuorch server`, over HTTP on loopback, with the fake NVML
+($GPUORCH_FAKENVML, else BUILD/tests/libnvidia-ml.so.1): three agents on this
+machine pose as nodes n1 and n2 (8 GPUs each, pool main) and n3 (one GPU, pool
+frac). Jobs really run, as the test user gpuorch-test1. Prints TAP.
+
+What it checks: a job sees exactly its GPUs and runs as its user; two 0.5-GPU
+jobs share one GPU at the same time; a 16-GPU gang over n1 and n2 starts both
+ranks with the right environment, and ends all of them when one fails; the
+time limit and cancel stop a job with SIGTERM, then SIGKILL (a setsid child
+included where cgroups exist); kill -9 of an agent while jobs run, then a
+restart, launches nothing twice and reports every outcome; logs through the
+controller (follow, offset, auth); GPU samples reach the controller; a job
+that would run as root is refused.
+
+Needs root (the agent switches to the job's user) and the users gpuorch-test1
+and gpuorch-test2 (scripts/setup.sh). The test directory is a mkdtemp of mode
+0755 with a `shared` subdirectory of mode 0777 for what jobs write. Agents and
+server are child processes stopped by PID; conditions are polled with
+deadlines, never timed. KEEP_TMP=1 keeps the directories."""
+
+import http.client
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+sys.dont_write_bytecode = True  # leave no __pycache__ in the source tree
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import (DEADLINE_S, Server, diag, file_tail, ok, pid_alive, run,  # noqa: E402
+                     wait_until, write_atomic)
+
+BIN = os.path.abspath(sys.argv[1])
+FAKENVML = os.environ.get("GPUORCH_FAKENVML") or os.path.join(
+    os.path.dirname(BIN), "tests", "libnvidia-ml.so.1")
+JOB_USER = "gpuorch-test1"
+OTHER_USER = "gpuorch-test2"
+KILL_GRACE_S = 2
+BASE_UTIL = 35  # every fake GPU's utilization until a check changes it
+FINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL")
+
+SRV = Server(BIN, "gpuorch-agent-test-srv-")
+call = SRV.call
+TMP = tempfile.mkdtemp(prefix="gpuorch-agent-test-")
+os.chmod(TMP, 0o755)
+SHARED = os.path.join(TMP, "shared")
+os.mkdir(SHARED)
+os.chmod(SHARED, 0o777)  # mkdir's mode is cut by the umask
+ADMIN = MEMBER = OTHER = None
+AGENTS = {}
+CGROUP_BASE = None  # this test's cgroup directory, when cgroup v2 is writable here
+LEFT = []  # pids of job processes that a failed check may leave behind
+
+
+# -- The agents. ---------------------------------------------------------------------------
+
+
+def gpu_uuid(node_no, index):
+    """Unique per node, and per run: the fake NVML finds a GPU's processes by
+    the UUIDs in their environment, so a test running beside this one must not
+    name the same GPUs."""
+    return f"GPU-{node_no:08x}-{os.getpid() & 0xffff:04x}-4000-8000-{index:012x}"
+
+
+class AgentProc:
+    """`gpuorch agent` NAME as a child process, its GPUs in TMP/NAME-gpus.json
+    (FAKENVML_CONFIG), its state in TMP/NAME and its stderr in TMP/NAME.log."""
+
+    def __init__(self, name, node_no, ngpus, pool="main"):
+        self.name, self.pool = name, pool
+        self.uuids = [gpu_uuid(node_no, g) for g in range(ngpus)]
+        self.gpu_file = os.path.join(TMP, f"{name}-gpus.json")
+        self.state = os.path.join(TMP, name)
+        self.log_path = os.path.join(TMP, f"{name}.log")
+        self.proc = None
+        self.cgroup = None
+        self.write_gpus()
+
+    def write_gpus(self, util=None):
+        """Writes the GPU file (renamed over the old one); UTIL maps an index to
+        its utilization, BASE_UTIL for the others."""
+        gpus = [{"uuid": u, "utilization": (util or {}).get(i, BASE_UTIL),
+                 "memory_utilization": 10, "process_memory_mib": 512}
+                for i, u in enumerate(self.uuids)]
+        write_atomic(self.gpu_file, json.dumps({"gpus": gpus}))
+
+    def start(self):
+        args = [BIN, "agent", "--server", f"http://127.0.0.1:{SRV.port}", "--join-token",
+                SRV.token_file("join"), "--name", self.name, "--pool", self.pool,
+                "--state-dir", self.state, "--nvml", FAKENVML, "--addr", "127.0.0.1",
+                "--log-listen", "127.0.0.1:0", "--kill-grace", str(KILL_GRACE_S),
+                "--sample-interval", "200", "--poll-wait", "5", "--dirty-wait", "2",
+                # What a GPU node offers, not this test machine's few CPUs (each job takes one).
+                "--cpus", "32", "--mem-mib", "65536"]
+        if self.cgroup:
+            args += ["--cgroup-root", self.cgroup]
+        env = dict(os.environ, FAKENVML_CONFIG=self.gpu_file)
+        with open(self.log_path, "a") as log:
+            log.write(f"---- test: starting {' '.join(args)}\n")
+            log.flush()
+            self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                         env=env)
+
+    def kill9(self):
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+
+    def stop(self):
+        """SIGTERM and wait; returns the exit status (None if it had to be killed)."""
+        if not self.proc:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                return None
+        return self.proc.returncode
+
+    def log(self):
+        return file_tail(self.log_path, 10 ** 7)
+
+    def tail(self, size=1500):
+        return f"-- {self.name}'s log:\n{file_tail(self.log_path, size)}"
+
+
+def setup_cgroups():
+    """Two agents on one machine must not share a cgroup root: both would make
+    ROOT/job-J.A for the two ranks of a gang, and one rank's end would kill the
+    other. So where cgroup v2 is writable each agent gets a directory of its own
+    under this test's; elsewhere the agents find none and say so."""
+    global CGROUP_BASE
+    mount = None
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            left, _, right = line.partition(" - ")
+            if right.split(" ")[:1] == ["cgroup2"]:
+                mount = left.split(" ")[4]
+                break
+    if not mount:
+        diag("no cgroup v2 mount: the agents fall back to process groups")
+        return
+    base = os.path.join(mount, f"gpuorch-agent-test-{os.getpid()}")
+    try:
+        os.mkdir(base)
+        for ag in AGENTS.values():
+            ag.cgroup = os.path.join(base, ag.name)
+            os.mkdir(ag.cgroup)
+        CGROUP_BASE = base
+    except OSError as e:
+        diag(f"cgroup v2 at {mount} is not writable ({e}): the agents fall back")
+        for ag in AGENTS.values():
+            ag.cgroup = None
+        remove_cgroups(base)
+
+
+def remove_cgroups(base):
+    """Removes BASE and the cgroups under it, deepest first, after killing by
+    pid whatever jobs of this test are still in them."""
+    if not base or not os.path.isdir(base):
+        return
+    for d, _, _ in sorted(os.walk(base), key=lambda w: -w[0].count("/")):
+        try:
+            with open(os.path.join(d, "cgroup.procs")) as f:
+                for pid in f.read().split():  # only this test's jobs are in there
+                    os.kill(int(pid), signal.SIGKILL)
+        except (OSError, ValueError):
+            pass
+    for d, _, _ in sorted(os.walk(base), key=lambda w: -w[0].count("/")):
+        wait_until(lambda: try_rmdir(d), timeout=5)
+
+
+def try_rmdir(d):
+    try:
+        os.rmdir(d)
+        return True
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+
+
+def kill_job_process(pid):
+    """SIGKILL to PID if it is still a job process of this test: its environment
+    names a gpuorch job and it runs in the shared directory (a pid written by a
+    job may have been reused since)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            env = f.read()
+        if (b"GPUORCH_JOB_ID=" in env and os.readlink(f"/proc/{pid}/cwd") == SHARED
+                and pid_alive(pid)):
+            os.kill(pid, signal.SIGKILL)
+    except (OSError, ValueError):
+        pass
+
+
+# -- Helpers over the API. -----------------------------------------------------------------
+
+
+def submit(spec, token=None):
+    """Submits SPEC as alice (team research), in pool main and the shared
+    directory unless SPEC says otherwise; returns the job's id."""
+    spec = dict({"pool": "main", "workdir": SHARED, "gpus": 1}, **spec)
+    st, body, raw = call("POST", "/v1/jobs", spec, token=token or MEMBER)
+    if st != 201:
+        raise RuntimeError(f"submit {spec}: {st} {raw[:300]!r}")
+    return body["id"]
+
+
+def get_job(jid):
+    st, body, _ = call("GET", f"/v1/jobs/{jid}", token=ADMIN)
+    return body if st == 200 else None
+
+
+def wait_job(jid, pred, timeout=DEADLINE_S, step=0.1):
+    """Polls job JID until pred(job) holds; returns (held, the last job read)."""
+    last = [None]
+
+    def check():
+        last[0] = get_job(jid)
+        try:
+            return last[0] is not None and bool(pred(last[0]))
+        except (KeyError, TypeError, IndexError):
+            return False
+
+    return bool(wait_until(check, timeout, step)), last[0]
+
+
+def state_is(*states):
+    return lambda j: j["state"] in states
+
+
+def launched(j):
+    """The agent has reported the attempt RUNNING (a job is RUNNING from its
+    assignment on), or the job has ended."""
+    return j["state"] in FINAL or (j["state"] == "RUNNING"
+                                   and (j.get("current_attempt") or {}).get("state") == "RUNNING")
+
+
+def wait_final(jid, timeout=DEADLINE_S):
+    return wait_job(jid, state_is(*FINAL), timeout)[1]
+
+
+def attempts_of(j):
+    return (j or {}).get("attempts") or []
+
+
+def last_attempt(j):
+    atts = attempts_of(j)
+    return atts[-1] if atts else {}
+
+
+def uuids_of(a):
+    """An attempt's GPU UUIDs: "gpus" holds strings, or objects with a uuid."""
+    return [g.get("uuid") if isinstance(g, dict) else g for g in (a or {}).get("gpus") or []]
+
+
+def job_gpus(j):
+    """The GPUs of the job's attempt: the current one while it runs, else the last."""
+    cur = (j or {}).get("current_attempt")
+    return uuids_of(cur) if cur and cur.get("gpus") else uuids_of(last_attempt(j))
+
+
+def job_nodes(j):
+    cur = (j or {}).get("current_attempt") or last_attempt(j)
+    v = cur.get("nodes") or cur.get("node") or []
+    return v if isinstance(v, list) else [v]
+
+
+def detail(j, *names):
+    """A failed check's diagnostics: the job and the logs of its agents (or NAMES)."""
+    names = names or tuple(n for n in job_nodes(j) if n in AGENTS) or tuple(AGENTS)
+    return "\n".join([json.dumps(j)] + [AGENTS[n].tail() for n in names])
+
+
+def sh(script):
+    return ["/bin/sh", "-c", script]
+
+
+def shared(name):
+    return os.path.join(SHARED, name)
+
+
+def read(path):
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def read_pid(path):
+    text = read(path)
+    try:
+        return int(text)
+    except (TypeError, ValueError):
+        return None
+
+
+def env_file(path):
+    """A file of NAME=VALUE lines (the output of env) as a dict."""
+    out = {}
+    for line in (read(path) or "").splitlines():
+        k, eq, v = line.partition("=")
+        if eq:
+            out[k] = v
+    return out
+
+
+def logs(jid, token=None, **query):
+    """GET /v1/jobs/JID/logs with QUERY: (status, raw body bytes)."""
+    q = "&".join(f"{k}={v}" for k, v in query.items())
+    st, _, raw = call("GET", f"/v1/jobs/{jid}/logs{'?' + q if q else ''}", token=token or MEMBER)
+    return st, raw
+
+
+def on_disk(jid, attempt=1, stream="stdout"):
+    """The attempt's log as the agents wrote it (for diagnostics only)."""
+    for ag in AGENTS.values():
+        text = read(os.path.join(ag.state, "attempts", f"{jid}.{attempt}", stream))
+        if text is not None:
+            return f"{ag.name}'s {stream} file: {text[-800:]!r}"
+    return f"no {stream} file of {jid}.{attempt} on any node"
+
+
+def samples(name):
+    st, body, _ = call("GET", "/v1/nodes", token=ADMIN)
+    nodes = (body or {}).get("nodes") or [] if st == 200 else []
+    for n in nodes:
+        if n.get("name") == name:
+            return n.get("gpu_samples") or []
+    return []
+
+
+def sample_of(name, uuid):
+    return next((g for g in samples(name) if g.get("uuid") == uuid), None)
+
+
+def put(path, body, *ok_status):
+    st, _, raw = call("PUT", path, body, token=ADMIN)
+    if st not in (ok_status or (200, 201)):
+        raise RuntimeError(f"PUT {path}: {st} {raw[:300]!r}")
+
+
+def new_token(user):
+    st, body, raw = call("POST", f"/v1/users/{user}/tokens?label=test", token=ADMIN)
+    if st != 201:
+        raise RuntimeError(f"{user}'s token: {st} {raw!r}")
+    return body["token"]
+
+
+# -- The steps. ----------------------------------------------------------------------------
+
+
+def setup():
+    global ADMIN, MEMBER, OTHER
+    SRV.start()
+    ADMIN = open(SRV.token_file("admin")).read().strip()
+    put("/v1/pools/main", {"description": "8-GPU nodes"})
+    put("/v1/pools/frac", {"description": "one GPU, shared"})
+    put("/v1/priority-classes/normal", {"order": 0})
+    put("/v1/teams/research", {"quotas": [{"pool": "main", "guaranteed": 16, "borrow_limit": -1},
+                                          {"pool": "frac", "guaranteed": 1, "borrow_limit": -1}]})
+    put("/v1/teams/other", {})
+    put("/v1/users/alice", {"unix_user": JOB_USER, "team": "research", "role": "member"})
+    put("/v1/users/bob", {"unix_user": OTHER_USER, "team": "other", "role": "member"})
+    MEMBER, OTHER = new_token("alice"), new_token("bob")
+
+    for name, no, n, pool in (("n1", 1, 8, "main"), ("n2", 2, 8, "main"), ("n3", 3, 1, "frac")):
+        AGENTS[name] = AgentProc(name, no, n, pool)
+    setup_cgroups()
+    for ag in AGENTS.values():
+        ag.start()
+
+    def registered():
+        st, body, _ = call("GET", "/v1/nodes", token=ADMIN)
+        nodes = {n["name"]: n for n in (body or {}).get("nodes") or []} if st == 200 else {}
+        good = all(
+            name in nodes and nodes[name].get("state") == "up"
+            and sorted(g.get("uuid") for g in nodes[name].get("gpus") or []) == sorted(ag.uuids)
+            and nodes[name].get("pool") == ag.pool and nodes[name].get("addr") == "127.0.0.1"
+            and isinstance(nodes[name].get("log_port"), int) and nodes[name]["log_port"] > 0
+            and len(nodes[name].get("gpu_samples") or []) == len(ag.uuids)
+            for name, ag in AGENTS.items())
+        return nodes if good else None
+
+    nodes = wait_until(registered, timeout=30, step=0.1)
+    st, body, raw = call("GET", "/v1/nodes", token=ADMIN)
+    ok(nodes, "three agents register: n1 and n2 with 8 GPUs in main, n3 with 1 in frac, each "
+       "up, with addr 127.0.0.1, a log_port and GPU samples",
+       f"{raw[:1500]!r}\n" + "\n".join(ag.tail() for ag in AGENTS.values()))
+    if not nodes:
+        raise RuntimeError("the agents did not register; the other checks need them")
+    for ag in AGENTS.values():
+        if ag.proc.poll() is not None:
+            raise RuntimeError(f"agent {ag.name} exited: {ag.tail()}")
+
+
+def visible_devices():
+    """Check 1: a 2-GPU job sees exactly its GPUs and runs as the job user."""
+    jid = submit({"name": "visible", "gpus": 2, "command": sh(
+        'echo "CUDA=$CUDA_VISIBLE_DEVICES"; echo "NVIDIA=$NVIDIA_VISIBLE_DEVICES"; '
+        'echo "ID=$(id -un)"; echo "USER=$USER"; echo "HOME=$HOME"; echo "PWD=$(pwd)"')})
+    j = wait_final(jid)
+    a = last_attempt(j)
+    ok(j and j["state"] == "COMPLETED" and a.get("exit_code") == 0,
+       "a 2-GPU job ends COMPLETED with exit code 0", detail(j))
+    st, raw = logs(jid, stream="stdout")
+    out = {}
+    for line in raw.decode(errors="replace").splitlines():
+        k, eq, v = line.partition("=")
+        if eq:
+            out[k] = v
+    gpus = uuids_of(a)
+    cuda = [u for u in out.get("CUDA", "").split(",") if u]
+    nvidia = [u for u in out.get("NVIDIA", "").split(",") if u]
+    ok(st == 200 and len(gpus) == 2 and sorted(cuda) == sorted(gpus) == sorted(nvidia),
+       "its stdout, read through the logs API, shows CUDA_VISIBLE_DEVICES == "
+       "NVIDIA_VISIBLE_DEVICES == its attempt's 2 GPU UUIDs",
+       f"{st} {raw[:600]!r}\nattempt GPUs {gpus}\n{on_disk(jid)}\n{detail(j)}")
+    home = os.path.expanduser(f"~{JOB_USER}")
+    ok(out.get("ID") == JOB_USER and out.get("USER") == JOB_USER and out.get("HOME") == home
+       and out.get("PWD") == SHARED,
+       f"it runs as {JOB_USER} (id -un, USER, HOME), not root, in its workdir",
+       f"{out}\n{on_disk(jid)}")
+
+
+def fractional():
+    """Check 2: two 0.5-GPU jobs on n3's single GPU run at the same time."""
+    def script(mine, theirs):
+        return sh(f'touch {shared(mine)}; i=0; while [ ! -e {shared(theirs)} ] && [ $i -lt 300 ]; '
+                  f'do sleep 0.1; i=$((i+1)); done; [ -e {shared(theirs)} ] || exit 9; '
+                  f'echo "CUDA=$CUDA_VISIBLE_DEVICES"')
+    ids = [submit({"name": f"half-{x}", "gpus": 0.5, "pool": "frac", "command": script(x, y)})
+           for x, y in (("frac-a", "frac-b"), ("frac-b", "frac-a"))]
+    jobs = [wait_final(jid, timeout=45) for jid in ids]
+    ok(all(j and j["state"] == "COMPLETED" and last_attempt(j).get("exit_code") == 0
+           for j in jobs),
+       "two 0.5-GPU jobs in pool frac run at the same time (each sees the other's marker) "
+       "and end COMPLETED", "\n".join(detail(j) for j in jobs))
+    seen = [logs(jid, stream="stdout") for jid in ids]
+    cuda = [raw.decode(errors="replace").strip().partition("CUDA=")[2] for _, raw in seen]
+    ok(all(st == 200 for st, _ in seen) and cuda[0] == cuda[1] == AGENTS["n3"].uuids[0]
+       and all(job_gpus(j) == cuda[:1] for j in jobs),
+       "both print the same single UUID, n3's GPU, as their attempts say",
+       f"{seen}\n{[job_gpus(j) for j in jobs]}\n{[on_disk(jid) for jid in ids]}")
+
+
+def gang():
+    """Check 3: a 16-GPU gang over n1 and n2; then one whose rank 1 fails."""
+    rank = shared("rank-$GPUORCH_NODE_RANK")
+    # Rank 1 ends 2 s after rank 0: the gang is COMPLETED only when both are.
+    jid = submit({"name": "gang", "gpus": 16, "multi_node": True, "command": sh(
+        f'env > {rank}.tmp && mv {rank}.tmp {rank} || exit 1; '
+        f'if [ "$GPUORCH_NODE_RANK" = 1 ]; then sleep 2; touch {shared("rank-1.done")}; fi')})
+    j = wait_final(jid, timeout=30)
+    envs = [env_file(shared(f"rank-{r}")) for r in (0, 1)]
+    ok(j and j["state"] == "COMPLETED" and all(envs),
+       "a 16-GPU multi_node job runs on n1 and n2: both ranks start, the job ends COMPLETED",
+       f"{envs}\n{detail(j, 'n1', 'n2')}")
+    ok(j and j["state"] == "COMPLETED" and os.path.exists(shared("rank-1.done")),
+       "it completes only once its slower rank has: rank 1, 2 s behind rank 0, ran to its end",
+       detail(j, "n1", "n2"))
+    lists = [e.get("GPUORCH_NODELIST", "") for e in envs]
+    uuids = [[u for u in e.get("CUDA_VISIBLE_DEVICES", "").split(",") if u] for e in envs]
+    own = [set(AGENTS[e["GPUORCH_NODE"]].uuids) if e.get("GPUORCH_NODE") in AGENTS else set()
+           for e in envs]
+    ok(all(envs) and lists[0] == lists[1] and sorted(lists[0].split(",")) == ["n1", "n2"]
+       and [e.get("GPUORCH_NODE_RANK") for e in envs] == ["0", "1"]
+       and [e.get("RANK") for e in envs] == ["0", "1"]
+       and all(e.get("WORLD_SIZE") == "2" and e.get("GPUORCH_NUM_NODES") == "2" for e in envs)
+       and [e.get("GPUORCH_NODE") for e in envs] == lists[0].split(",")
+       and envs[0].get("MASTER_ADDR") and envs[0].get("MASTER_PORT")
+       and all(e.get("MASTER_ADDR") == envs[0].get("MASTER_ADDR")
+               and e.get("MASTER_PORT") == envs[0].get("MASTER_PORT") for e in envs),
+       "both ranks get the same GPUORCH_NODELIST (n1,n2), ranks 0 and 1, WORLD_SIZE 2 and the "
+       "same MASTER_ADDR and MASTER_PORT",
+       json.dumps([{k: v for k, v in e.items() if k.startswith(("GPUORCH", "MASTER", "WORLD",
+                                                                  "RANK"))} for e in envs]))
+    ok(all(envs) and all(len(u) == 8 and set(u) == o for u, o in zip(uuids, own))
+       and sorted(uuids[0] + uuids[1]) == sorted(job_gpus(j)),
+       "each rank sees the 8 UUIDs of its own node, 16 in all, the attempt's",
+       f"{uuids}\n{job_gpus(j)}")
+
+    pidf = shared("gang-pid")
+    jid = submit({"name": "gang-fails", "gpus": 16, "multi_node": True, "command": sh(
+        f'if [ "$GPUORCH_NODE_RANK" = 1 ]; then i=0; while [ ! -s {pidf} ] && [ $i -lt 300 ]; '
+        f'do sleep 0.1; i=$((i+1)); done; exit 3; fi; '
+        f'echo $$ > {pidf}.tmp; mv {pidf}.tmp {pidf}; exec sleep 600')})
+    j = wait_final(jid, timeout=40)
+    pid = read_pid(pidf)
+    if pid:
+        LEFT.append(pid)
+    ok(j and j["state"] == "FAILED", "when rank 1 exits 3, the gang job ends FAILED",
+       detail(j, "n1", "n2"))
+    gone = pid and wait_until(lambda: not pid_alive(pid))
+    ok(gone, "and rank 0's process (sleep 600) is gone", f"pid {pid}\n{detail(j, 'n1', 'n2')}")
+
+
+def time_limit():
+    """Check 4: time_limit_s 1, a shell that traps SIGTERM: TIMEOUT, SIGKILL after grace."""
+    termf, pidf = shared("tl-term"), shared("tl-pid")
+    jid = submit({"name": "limited", "time_limit_s": 1, "command": sh(
+        f'trap "echo term > {termf}" TERM; echo $$ > {pidf}.tmp; mv {pidf}.tmp {pidf}; '
+        f'while :; do sleep 1; done')})
+    j = wait_final(jid, timeout=30)
+    pid = read_pid(pidf)
+    if pid:
+        LEFT.append(pid)
+    ok(j and j["state"] == "TIMEOUT", "a job past its time_limit_s of 1 ends TIMEOUT", detail(j))
+    ok((read(termf) or "").strip() == "term", "its shell got SIGTERM first (its trap wrote 'term')",
+       f"{read(termf)!r}\n{detail(j)}")
+    gone = pid and wait_until(lambda: not pid_alive(pid))
+    ok(gone, f"the shell that ignored SIGTERM is gone (SIGKILL after the {KILL_GRACE_S} s grace)",
+       f"pid {pid}\n{detail(j)}")
+
+
+def cancel():
+    """Check 5: cancel of a running job; its setsid child too where cgroups exist.
+    The child also ignores SIGTERM, so only the final kill of what the job left
+    behind (cgroup.kill) can end it."""
+    childf, mainf = shared("cancel-child"), shared("cancel-main")
+    jid = submit({"name": "cancelled", "command": sh(
+        f'setsid sh -c \'trap "" TERM; exec sleep 1000\' & '
+        f'echo $! > {childf}.tmp; mv {childf}.tmp {childf}; '
+        f'echo $$ > {mainf}.tmp; mv {mainf}.tmp {mainf}; sleep 1000')})
+    started = wait_until(lambda: read_pid(childf) and read_pid(mainf), timeout=30)
+    child, main_pid = read_pid(childf), read_pid(mainf)
+    LEFT.extend(p for p in (child, main_pid) if p)
+    j = get_job(jid)
+    node = (job_nodes(j) or ["n1"])[0]
+    if not started:
+        ok(False, "the job to cancel starts", detail(j))
+        return
+    st, body, raw = call("POST", f"/v1/jobs/{jid}/cancel", token=MEMBER)
+    ok(st == 202, "cancel of a running job: 202", f"{st} {raw[:300]!r}")
+    j = wait_final(jid, timeout=30)
+    ok(j and j["state"] == "CANCELLED", "the job ends CANCELLED", detail(j))
+    ok(main_pid and wait_until(lambda: not pid_alive(main_pid)), "its main process is gone",
+       f"pid {main_pid}\n{detail(j)}")
+    if node in AGENTS and "no cgroups" not in AGENTS[node].log():
+        ok(child and wait_until(lambda: not pid_alive(child)),
+           "with cgroups, its child that called setsid (and ignores SIGTERM) is gone too",
+           f"pid {child}\n{detail(j)}")
+    else:
+        diag(f"{node} has no writable cgroup v2 (its log says 'no cgroups'): a setsid child "
+             f"escapes the process group; not checked")
+    if child:
+        kill_job_process(child)  # without cgroups it lives on, and keeps its GPU dirty
+
+
+def restart_after_kill9():
+    """Check 6: kill -9 of n1 while 3 jobs run, then a restart with the same state."""
+    st, _, raw = call("POST", "/v1/nodes/n2/drain", token=ADMIN)
+    if st != 200:
+        raise RuntimeError(f"drain n2: {st} {raw!r}")
+    try:
+        launch = shared("launch-$GPUORCH_JOB_ID")
+        codes = (0, 0, 3)
+        ids = [submit({"name": f"survivor-{k}", "command": sh(
+            f'echo "attempt $GPUORCH_ATTEMPT" >> {launch}; sleep 3; exit {code}')})
+            for k, code in enumerate(codes)]
+        started = wait_until(lambda: all(read(shared(f"launch-{jid}")) for jid in ids),
+                             timeout=30)
+        jobs = [get_job(jid) for jid in ids]
+        ok(started and all(job_nodes(j) == ["n1"] and j["state"] == "RUNNING" for j in jobs),
+           "three jobs run at once on n1 (n2 drained)",
+           "\n".join(json.dumps(j) for j in jobs) + AGENTS["n1"].tail())
+        AGENTS["n1"].kill9()
+        before = len(AGENTS["n1"].log())
+        AGENTS["n1"].start()
+        jobs = [wait_final(jid, timeout=40) for jid in ids]
+        want = [("COMPLETED", 0), ("COMPLETED", 0), ("FAILED", 3)]
+        got = [(j and j["state"], last_attempt(j).get("exit_code")) for j in jobs]
+        ok("3 attempt(s) taken up from the journal" in AGENTS["n1"].log()[before:],
+           "n1, killed with kill -9 and started again, takes the 3 attempts up from its journal",
+           AGENTS["n1"].tail())
+        ok(got == want, "after kill -9 of n1 and its restart, every job ends with its outcome: "
+           "COMPLETED, COMPLETED, FAILED exit 3", f"{got}\n" + detail(jobs[-1], "n1"))
+        ok(all(j and len(attempts_of(j)) == 1 for j in jobs), "each job has exactly one attempt",
+           "\n".join(json.dumps(attempts_of(j)) for j in jobs))
+        lines = [(read(shared(f"launch-{jid}")) or "").splitlines() for jid in ids]
+        ok(all(len(x) == 1 for x in lines), "no job was launched twice (one line per launch file)",
+           f"{lines}\n{AGENTS['n1'].tail()}")
+    finally:
+        call("POST", "/v1/nodes/n2/resume", token=ADMIN)
+
+
+def follow(jid):
+    """A follow request for JID's stdout: (status, body, how it ended: "end" when
+    the answer ended cleanly, else what broke it and when)."""
+    conn = http.client.HTTPConnection("127.0.0.1", SRV.port, timeout=30)
+    t0 = time.monotonic()
+    try:
+        conn.request("GET", f"/v1/jobs/{jid}/logs?stream=stdout&follow=1",
+                     headers={"Authorization": f"Bearer {MEMBER}"})
+        r = conn.getresponse()
+        body = b""
+        try:
+            while True:  # read1: what has come, so that a broken stream keeps its part
+                chunk = r.read1(65536)
+                if not chunk:
+                    return r.status, body, "end"
+                body += chunk
+        except (OSError, http.client.HTTPException) as e:
+            return r.status, body, f"{e!r} after {time.monotonic() - t0:.1f} s"
+    finally:
+        conn.close()
+
+
+def logs_through_controller():
+    """Check 7: follow, offset, another team's member, a job that never ran."""
+    want = [f"line {i}" for i in range(1, 16)]
+    jid = submit({"name": "talker", "command": sh(
+        'i=1; while [ $i -le 15 ]; do echo "line $i"; i=$((i+1)); sleep 0.2; done')})
+    later = submit({"name": "after-talker", "command": ["true"],
+                    "dependencies": [{"type": "afterok", "job": jid}]})
+    st, raw = logs(later)
+    ok(st == 404, "logs of a job that never ran: 404", f"{st} {raw[:300]!r}")
+    st, body, raw = call("POST", f"/v1/jobs/{later}/cancel", token=MEMBER)
+    good, j = wait_job(jid, launched)
+    running = j and j["state"] not in FINAL
+    st, body, ended = follow(jid)
+    text = body.decode(errors="replace")
+    j = wait_final(jid)
+    ok(running and st == 200 and ended == "end" and text.splitlines() == want,
+       "a follow request started while the job runs gets every line, in order, and ends "
+       "when the job ends", f"running {running}, {st}, ended: {ended}: {text!r}\n"
+       f"{on_disk(jid)}\n{detail(j)}")
+    st, full = logs(jid, stream="stdout")
+    st2, tail = logs(jid, stream="stdout", offset=10)
+    ok(st == 200 and full.decode(errors="replace").splitlines() == want and st2 == 200
+       and tail == full[10:], "without follow the whole log; offset=10 gives the log from byte 10",
+       f"{st} {full!r}\n{st2} {tail!r}")
+    st, raw = logs(jid, token=OTHER, stream="stdout")
+    ok(st == 403, "a member of another team: 403", f"{st} {raw[:300]!r}")
+    follow_at_start()
+
+
+def follow_at_start(n=6):
+    """Follow requests made the moment jobs turn RUNNING (which they are from
+    their assignment on), as `logs -f` right after a submit would: until the
+    agent has the attempt it answers 404, and the request is made again; once
+    it has, the log file may not exist yet, and the stream must wait for it,
+    not break."""
+    want = ["a", "b", "c"]
+    ids = [submit({"name": f"quick-{k}", "command": sh("echo a; echo b; sleep 0.5; echo c")})
+           for k in range(n)]
+    got, early = {}, [0]
+
+    def one(jid):
+        if not wait_job(jid, state_is("RUNNING", *FINAL), step=0.01)[0]:
+            return
+        deadline = time.monotonic() + DEADLINE_S
+        while True:
+            got[jid] = follow(jid)
+            if got[jid][0] != 404 or time.monotonic() > deadline:
+                return
+            early[0] += 1
+            time.sleep(0.005)
+
+    threads = [threading.Thread(target=one, args=(jid,)) for jid in ids]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for jid in ids:
+        wait_final(jid)
+    if early[0]:
+        diag(f"{early[0]} follow request(s) answered 404 before their attempt was launched")
+    bad = {jid: (st, how, body) for jid, (st, body, how) in got.items()
+           if st != 200 or how != "end" or body.decode(errors="replace").splitlines() != want}
+    ok(len(got) == n and not bad, f"{n} follow requests made as soon as their jobs are RUNNING "
+       "each get the whole log and end cleanly", f"{len(got)} made; failed: {bad}\n" + "\n".join(
+           on_disk(jid) for jid in bad))
+
+
+def sampling():
+    """Check 8: GPU samples reach the controller, follow the GPU file, and list
+    a job's process with its job id."""
+    n1 = AGENTS["n1"]
+    util = lambda: [g.get("utilization_pct") for g in samples("n1")]  # noqa: E731
+    good = wait_until(lambda: util() == [BASE_UTIL] * 8)
+    ok(good, f"GET /v1/nodes shows n1's 8 GPU samples with the fake's utilization {BASE_UTIL}",
+       f"{samples('n1')}\n{n1.tail()}")
+    n1.write_gpus({0: 77})
+    good = wait_until(lambda: (sample_of("n1", n1.uuids[0]) or {}).get("utilization_pct") == 77)
+    ok(good, "after n1's GPU file says 77 for GPU 0, the controller shows 77",
+       f"{sample_of('n1', n1.uuids[0])}\n{n1.tail()}")
+    n1.write_gpus()
+    jid = submit({"name": "sampled", "command": ["sleep", "60"]})
+    good, j = wait_job(jid, launched)
+    node, gpus = (job_nodes(j) or [None])[0], job_gpus(j)
+
+    def listed():
+        g = sample_of(node, gpus[0]) if gpus else None
+        return g and [p for p in g.get("processes") or [] if p.get("job") == jid]
+
+    procs = good and node in AGENTS and wait_until(listed)
+    ok(procs and procs[0].get("attempt") == 1 and pid_alive(procs[0].get("pid")),
+       "while a job runs, its process appears in its GPU's sample with its job id and attempt",
+       f"{node} {gpus}: {sample_of(node, gpus[0]) if gpus else None}\n{detail(j)}")
+    call("POST", f"/v1/jobs/{jid}/cancel", token=MEMBER)
+    wait_final(jid)
+
+
+def root_refused():
+    """Check 9: a job whose user maps to root, on an agent without --allow-root."""
+    st, me, raw = call("GET", "/v1/users/admin", token=ADMIN)
+    unix = (me or {}).get("unix_user")
+    diag(f"the admin's unix_user: {unix!r} (users made through the API must name one)")
+    jid = submit({"name": "as-root", "team": "research", "command": ["id", "-u"]}, token=ADMIN)
+    j = wait_final(jid)
+    why = " ".join(str(x) for x in ((j or {}).get("reason"), last_attempt(j).get("reason")))
+    ok(j and j["state"] == "FAILED" and "root" in why.lower(),
+       "a job that would run as root, on an agent without --allow-root, ends FAILED with a "
+       "reason that names root", detail(j))
+    diag(f"its reason: {why!r}")
+
+
+def cleanup_jobs():
+    """Cancels what a failed check left running, so that no shim outlives the test."""
+    st, body, _ = call("GET", "/v1/jobs?state=PENDING,RUNNING&limit=1000", token=ADMIN)
+    live = [j["id"] for j in (body or {}).get("jobs") or []] if st == 200 else []
+    for jid in live:
+        call("POST", f"/v1/jobs/{jid}/cancel", token=ADMIN)
+    for jid in live:
+        wait_final(jid, timeout=10)
+
+
+def main():
+    print("TAP version 13")
+    setup()
+    for step in (visible_devices, sampling, fractional, gang, time_limit, logs_through_controller,
+                 root_refused, restart_after_kill9, cancel):
+        try:
+            step()
+        except Exception as e:  # one broken step should not hide the others' results
+            ok(False, f"step {step.__name__} ran to its end", repr(e))
+            for ag in AGENTS.values():
+                if ag.proc and ag.proc.poll() is not None:
+                    diag(f"agent {ag.name} had exited ({ag.proc.returncode}); starting it again")
+                    ag.start()
+    cleanup_jobs()
+    reports = [n for n, ag in AGENTS.items()
+               if "Sanitizer" in ag.log() or "runtime error:" in ag.log()]
+    ok(not reports, "the agents' logs hold no sanitizer report",
+       "\n".join(AGENTS[n].tail(6000) for n in reports))
+    codes = {n: ag.stop() for n, ag in AGENTS.items()}
+    ok(all(c == 0 for c in codes.values()), "every agent stops with status 0 on SIGTERM", codes)
+    rc = SRV.stop()
+    ok(rc == 0, "the server stops cleanly at the end", f"{rc}\n{SRV.log_tail()}")
+
+
+def on_exit():
+    for ag in AGENTS.values():
+        if ag.proc and ag.proc.poll() is None:
+            ag.proc.kill()
+            ag.proc.wait()
+    for pid in LEFT:
+        kill_job_process(pid)
+    remove_cgroups(CGROUP_BASE)
+    if os.environ.get("KEEP_TMP"):
+        print(f"# kept {TMP}")
+    else:
+        shutil.rmtree(TMP, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    if os.geteuid() != 0:
+        print("1..0 # SKIP the agent switches to the job's user: run as root")
+        SRV.cleanup()
+        shutil.rmtree(TMP, ignore_errors=True)
+        sys.exit(0)
+    run(main, SRV, on_exit=on_exit)
