@@ -65,9 +65,13 @@ gpus = [{"uuid": f"GPU-be0c0000-0000-4000-8000-{i:012x}", "utilization": 50,
          "nvlink_peers": [j for j in range(8) if j != i]} for i in range(8)]
 json.dump({"gpus": gpus}, open(sys.argv[1], "w"))
 EOF
-FAKENVML_CONFIG=$tmp/gpus.json "$bin" agent --server "$url" \
+# The fake scans every process's environment for each NVML process call;
+# real NVML asks the driver. One scan per sampling round keeps the fake's
+# cost out of the agent's figure (tests/fakenvml/README.md).
+FAKENVML_CONFIG=$tmp/gpus.json FAKENVML_PROC_CACHE_MS=${FAKENVML_PROC_CACHE_MS:-1000} "$bin" agent --server "$url" \
   --join-token "$tmp/data/join.token" --name bench-node --state-dir "$tmp/agent" \
-  --nvml "$nvml" --log-listen 127.0.0.1:0 --addr 127.0.0.1 >"$tmp/agent.log" 2>&1 &
+  --nvml "$nvml" --log-listen 127.0.0.1:0 --addr 127.0.0.1 --cpus 64 --mem-mib 524288 \
+  >"$tmp/agent.log" 2>&1 &
 apid=$!
 for i in $(seq 1 8); do
   curl -sf -H "Authorization: Bearer $utok" -d \
@@ -85,7 +89,13 @@ if [ "$running" != 8 ]; then
   tail -20 "$tmp/agent.log" >&2
   exit 1
 fi
-pids="$apid $(pgrep -P "$apid" -x gpuorch | tr '\n' ' ')"
+# RUNNING is the controller's word at assignment: wait for the agent's launches too.
+for _ in $(seq 1 600); do
+  [ "$(grep -c ': started, shim pid' "$tmp/agent.log")" = 8 ] && break
+  sleep 0.1
+done
+# The agent and its privileged half (its only child; the shims are the latter's).
+pids="$apid $( (pgrep -P "$apid" || true) | tr '\n' ' ')"
 ticks() { local t=0; for p in $pids; do
   t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo $t; }
 hz=$(getconf CLK_TCK)

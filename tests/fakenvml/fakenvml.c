@@ -14,7 +14,11 @@
  *  - Handles point into the state's GPU array, so they stay valid across
  *    reloads; one at or past the current GPU count is a bad handle.
  *  - Processes are found in /proc/<pid>/environ (CUDA_VISIBLE_DEVICES names the
- *    GPU's UUID or index). /proc is scanned without the lock held.
+ *    GPU's UUID or index). /proc is scanned without the lock held: by every
+ *    call, or, with FAKENVML_PROC_CACHE_MS=N (read at the first nvmlInit), at
+ *    most once per N ms for all GPUs. Real NVML asks the driver, which costs
+ *    nothing like reading every process's environment; the cache keeps that
+ *    cost out of the agent's own figures (bench/agent_footprint.sh).
  *  - Checks come in NVML's order: initialized, then arguments, then support.
  */
 #include <dirent.h>
@@ -26,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "fakenvml/gpus.h"
 #include "fakenvml/nvml_abi.h"
@@ -42,13 +47,26 @@
 #define PCI_SUBSYSTEM_ID 0x16C110DEu
 #define CVD              "CUDA_VISIBLE_DEVICES="
 
+/* One process that names GPUs in CUDA_VISIBLE_DEVICES. */
+struct proc_entry {
+    unsigned pid;
+    char *cvd; /* the value */
+};
+
 struct fakenvml {
     pthread_mutex_t lock;
     unsigned refcount;      /* nvmlInit calls not yet matched by nvmlShutdown */
     struct gpus_source src; /* FAKENVML_CONFIG at the first nvmlInit, and its GPUs */
+    /* The /proc snapshot (FAKENVML_PROC_CACHE_MS), under proc_lock. */
+    pthread_mutex_t proc_lock;
+    long cache_ms; /* 0: scan at every call */
+    struct timespec taken;
+    struct proc_entry *procs;
+    size_t nprocs;
 };
 
-static struct fakenvml fake = {.lock = PTHREAD_MUTEX_INITIALIZER};
+static struct fakenvml fake = {.lock = PTHREAD_MUTEX_INITIALIZER,
+                               .proc_lock = PTHREAD_MUTEX_INITIALIZER};
 
 /* ---- entry-point helpers ---- */
 
@@ -124,30 +142,115 @@ static bool list_names_gpu(const char *list, const char *uuid, unsigned index)
     return false;
 }
 
+/* process_cvd is below; a process without it (gone, or another user's) uses no GPU. */
+static char *process_cvd(const char *pid);
+
 static bool process_uses_gpu(const char *pid, const char *uuid, unsigned index)
+{
+    char *cvd = process_cvd(pid);
+    bool found = cvd && list_names_gpu(cvd, uuid, index);
+    free(cvd);
+    return found;
+}
+
+/* The CUDA_VISIBLE_DEVICES value of a process (malloc'd), or NULL. */
+static char *process_cvd(const char *pid)
 {
     char path[300];
     snprintf(path, sizeof(path), "/proc/%.256s/environ", pid);
     FILE *f = fopen(path, "re");
     if (!f)
-        return false; /* gone, or another user's process */
-    char *entry = NULL;
+        return NULL;
+    char *entry = NULL, *cvd = NULL;
     size_t cap = 0;
-    bool found = false;
-    while (getdelim(&entry, &cap, '\0', f) > 0) {
-        if (strncmp(entry, CVD, strlen(CVD)) == 0) {
-            found = list_names_gpu(entry + strlen(CVD), uuid, index);
-            break;
-        }
+    while (!cvd && getdelim(&entry, &cap, '\0', f) > 0) {
+        if (strncmp(entry, CVD, strlen(CVD)) == 0)
+            cvd = strdup(entry + strlen(CVD));
     }
     free(entry);
     fclose(f);
-    return found;
+    return cvd;
+}
+
+static void snapshot_free(void)
+{
+    for (size_t i = 0; i < fake.nprocs; i++)
+        free(fake.procs[i].cvd);
+    free(fake.procs);
+    fake.procs = NULL;
+    fake.nprocs = 0;
+}
+
+/* Rescans /proc into the snapshot when it is older than cache_ms. Under
+ * proc_lock. 0, or -1 out of memory. */
+static int snapshot_refresh(void)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    long age =
+        (now.tv_sec - fake.taken.tv_sec) * 1000 + (now.tv_nsec - fake.taken.tv_nsec) / 1000000;
+    if (fake.procs && age >= 0 && age < fake.cache_ms)
+        return 0;
+    snapshot_free();
+    DIR *d = opendir("/proc");
+    size_t cap = 0;
+    int rc = 0;
+    for (struct dirent *de; d && rc == 0 && (de = readdir(d));) {
+        char *end;
+        unsigned long pid = strtoul(de->d_name, &end, 10);
+        if (de->d_name[0] < '0' || de->d_name[0] > '9' || *end || pid > UINT_MAX)
+            continue;
+        char *cvd = process_cvd(de->d_name);
+        if (!cvd)
+            continue;
+        if (fake.nprocs == cap) {
+            struct proc_entry *grown = realloc(fake.procs, (cap ? cap * 2 : 16) * sizeof(*grown));
+            if (!grown) {
+                free(cvd);
+                rc = -1;
+                break;
+            }
+            fake.procs = grown;
+            cap = cap ? cap * 2 : 16;
+        }
+        fake.procs[fake.nprocs++] = (struct proc_entry){(unsigned)pid, cvd};
+    }
+    if (d)
+        closedir(d);
+    if (rc == 0 && !fake.procs)
+        fake.procs = malloc(1); /* an empty snapshot is still one */
+    if (rc != 0 || !fake.procs) {
+        snapshot_free();
+        return -1;
+    }
+    fake.taken = now;
+    return 0;
+}
+
+/* find_processes from the snapshot. */
+static int cached_processes(const struct nvmlDevice_st *g, unsigned **ret_pids, unsigned *ret_n)
+{
+    pthread_mutex_lock(&fake.proc_lock);
+    int rc = snapshot_refresh();
+    unsigned *pids = rc == 0 ? malloc((fake.nprocs + 1) * sizeof(*pids)) : NULL;
+    unsigned n = 0;
+    for (size_t i = 0; pids && i < fake.nprocs; i++) {
+        if (list_names_gpu(fake.procs[i].cvd, g->uuid, g->index))
+            pids[n++] = fake.procs[i].pid;
+    }
+    pthread_mutex_unlock(&fake.proc_lock);
+    if (!pids)
+        return -1;
+    *ret_pids = pids;
+    *ret_n = n;
+    return 0;
 }
 
 /* The pids of the GPU's processes; the caller frees *ret_pids. 0, or -1 out of memory. */
 static int find_processes(const struct nvmlDevice_st *g, unsigned **ret_pids, unsigned *ret_n)
 {
+    if (fake.cache_ms > 0)
+        return cached_processes(g, ret_pids, ret_n);
     DIR *d = opendir("/proc");
     unsigned *pids = NULL, n = 0, cap = 0;
     int rc = 0;
@@ -198,6 +301,19 @@ static nvmlReturn_t first_init(void)
 {
     if (gpus_source_init(&fake.src, getenv("FAKENVML_CONFIG")) != 0)
         return NVML_ERROR_UNKNOWN;
+    const char *cache = getenv("FAKENVML_PROC_CACHE_MS");
+    char *end = NULL;
+    long ms = cache && *cache ? strtol(cache, &end, 10) : 0;
+    pthread_mutex_lock(&fake.proc_lock);
+    bool good = !cache || !*cache || (*end == '\0' && ms >= 0 && ms <= 60000);
+    if (!good)
+        fprintf(stderr,
+                "fakenvml: FAKENVML_PROC_CACHE_MS: expected milliseconds from 0 to 60000, "
+                "got '%s'; scanning /proc at every call\n",
+                cache);
+    fake.cache_ms = good ? ms : 0;
+    snapshot_free();
+    pthread_mutex_unlock(&fake.proc_lock);
     return NVML_SUCCESS;
 }
 

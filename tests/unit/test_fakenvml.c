@@ -718,6 +718,32 @@ static void test_a_child_with_the_gpu_uuid_is_its_process_until_it_exits(void **
     assert_false(has_process(n, h1, c.pid, &bytes));
 }
 
+/* FAKENVML_PROC_CACHE_MS keeps one /proc scan for every GPU: a process that
+ * starts after it is seen only once the scan is older than that (60 s here,
+ * far beyond the test), and at once after a shutdown without the variable. */
+static void test_the_process_cache_keeps_one_scan(void **state)
+{
+    const struct env *e = *state;
+    const struct api *n = &e->n;
+    unsigned long long bytes = 0;
+    setenv("FAKENVML_PROC_CACHE_MS", "60000", 1);
+    assert_int_equal(n->nvmlInit_v2(), NVML_SUCCESS);
+    nvmlDevice_t h0 = handle(n, 0);
+    struct child c = spawn_child(e->uuid[0]);
+    assert_true(has_process(n, h0, c.pid, &bytes)); /* the first scan, after the child began */
+    struct child d = spawn_child(e->uuid[0]);
+    assert_false(has_process(n, h0, d.pid, &bytes)); /* the same scan */
+    assert_int_equal(n->nvmlShutdown(), NVML_SUCCESS);
+    unsetenv("FAKENVML_PROC_CACHE_MS");
+    assert_int_equal(n->nvmlInit_v2(), NVML_SUCCESS);
+    h0 = handle(n, 0);
+    assert_true(has_process(n, h0, d.pid, &bytes)); /* no cache: scanned at the call */
+    stop_child(&c);
+    stop_child(&d);
+    assert_false(has_process(n, h0, d.pid, &bytes));
+    assert_int_equal(n->nvmlShutdown(), NVML_SUCCESS);
+}
+
 static void test_without_a_file_there_are_eight_h100s(void **state)
 {
     const struct api *n = &((struct env *)*state)->n;
@@ -802,6 +828,7 @@ int main(void)
         T(test_nvlink_links_lead_to_the_listed_peers),
         T(test_processes_follow_the_documented_size_protocol),
         T(test_a_child_with_the_gpu_uuid_is_its_process_until_it_exits),
+        T(test_the_process_cache_keeps_one_scan),
         T(test_without_a_file_there_are_eight_h100s),
         T(test_concurrent_callers_see_whole_states_while_the_file_changes),
     };
