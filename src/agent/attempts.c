@@ -405,7 +405,9 @@ static void launch(struct attempts *t, uint64_t job, uint32_t attempt, const jso
         return;
     }
     const json_t *spec = json_object_get(asg, "spec");
-    const char *unix_user = json_string_value(json_object_get(asg, "unix_user"));
+    /* A non-root agent runs every job as its own user (a laptop, a dev cluster). */
+    const char *unix_user =
+        geteuid() == 0 ? json_string_value(json_object_get(asg, "unix_user")) : NULL;
     const char *script = json_string_value(json_object_get(spec, "script"));
     struct strv argv = {0}, env = {0};
     char script_path[JOURNAL_PATH_MAX];

@@ -454,6 +454,49 @@ def fractional():
        f"{seen}\n{[job_gpus(j) for j in jobs]}\n{[on_disk(jid) for jid in ids]}")
 
 
+def node_dirty(name):
+    st, body, _ = call("GET", "/v1/nodes", token=ADMIN)
+    for n in (body or {}).get("nodes") or []:
+        if n.get("name") == name:
+            return n.get("dirty_gpus")
+    return None
+
+
+def dirty_gpu():
+    """A GPU that still runs a process of an ended attempt (a CUDA context stuck
+    in the driver, say: here a process the test starts with the attempt's
+    environment, outside its cgroup) is reported dirty and gets no new work
+    until NVML shows it clean."""
+    n3 = AGENTS["n3"]
+    uuid = n3.uuids[0]
+    go = shared("dirty-go")
+    jid = submit({"name": "leaves-a-process", "pool": "frac", "command": sh(
+        f'i=0; while [ ! -e {go} ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done')})
+    good, j = wait_job(jid, launched)
+    stray = subprocess.Popen(["sleep", "600"], start_new_session=True, env=dict(
+        os.environ, CUDA_VISIBLE_DEVICES=uuid, GPUORCH_JOB_ID=str(jid), GPUORCH_ATTEMPT="1"))
+    LEFT.append(stray.pid)
+    write_atomic(go, "go\n")
+    j = wait_final(jid)
+    held = wait_until(lambda: node_dirty("n3") == [uuid])
+    ok(j and j["state"] == "COMPLETED" and held,
+       "a job whose process stays on its GPU ends COMPLETED, and GET /v1/nodes lists that GPU "
+       "in n3's dirty_gpus", f"{detail(j)}\ndirty: {node_dirty('n3')}\n{n3.tail()}")
+    nxt = submit({"name": "after-dirty", "pool": "frac", "command": ["true"]})
+    waiting, k = wait_job(nxt, lambda k: k["state"] == "PENDING" and k.get("wait_reason"))
+    ok(waiting and k["state"] == "PENDING" and node_dirty("n3") == [uuid]
+       and "resources" in (k.get("wait_reason") or ""),
+       "while it is dirty, the next job for that GPU waits (wait_reason resources)",
+       f"{detail(k)}\ndirty: {node_dirty('n3')}")
+    stray.kill()
+    stray.wait()
+    LEFT.remove(stray.pid)
+    k = wait_final(nxt)
+    ok(k and k["state"] == "COMPLETED" and node_dirty("n3") == [],
+       "once NVML no longer shows the process, the GPU is clean again and the job runs",
+       f"{detail(k)}\ndirty: {node_dirty('n3')}\n{n3.tail()}")
+
+
 def gang():
     """Check 3: a 16-GPU gang over n1 and n2; then one whose rank 1 fails."""
     rank = shared("rank-$GPUORCH_NODE_RANK")
@@ -739,7 +782,7 @@ def cleanup_jobs():
 def main():
     print("TAP version 13")
     setup()
-    for step in (visible_devices, sampling, fractional, gang, time_limit, logs_through_controller,
+    for step in (visible_devices, sampling, fractional, dirty_gpu, gang, time_limit, logs_through_controller,
                  root_refused, restart_after_kill9, cancel):
         try:
             step()
