@@ -1,0 +1,873 @@
+/*
+ * privsrv.c - the agent's privileged process (privsrv.h).
+ *
+ * It receives one message at a time, finds its type in a static table that
+ * also gives the exact size, checks each field, and only then acts. Its only
+ * other events are its children's deaths: SIGCHLD stays blocked except
+ * inside ppoll, whose wake-up reaps them.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <linux/close_range.h>
+#include <poll.h>
+#include <pthread.h>
+#include <pwd.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "agent/cgroup.h"
+#include "agent/journal.h"
+#include "agent/priv.h"
+#include "agent/privsrv.h"
+#include "util/errbuf.h"
+#include "util/banned.h"
+
+/* How long a launch waits for the shim to write its pid file. Only a hung
+ * shim takes this long; the launch then succeeds anyway. */
+#define READY_TIMEOUT_MS 30000
+/* Upper bound of cpu_milli: a thousand CPUs. */
+#define CPU_MILLI_MAX 1000000u
+
+/* The privileged process's state: a copy of the configuration. */
+struct privsrv {
+    int fd;
+    char attempts[PRIV_PATH_MAX]; /* STATE_DIR/attempts */
+    char self_exe[PRIV_PATH_MAX];
+    struct cgroup_root *cg; /* NULL: process groups */
+    bool allow_root;
+    gid_t agent_gid;
+    uid_t uid; /* its own, effective */
+    gid_t gid;
+    char name[PRIV_USER_MAX]; /* its own user's name; "" without a passwd entry */
+};
+
+/* ==== the privileged side: checks ==== */
+
+static bool valid_user_name(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n >= PRIV_USER_MAX)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        bool alpha = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+        bool ok = i == 0 ? alpha
+                         : alpha || (c >= '0' && c <= '9') || c == '-' || c == '.' ||
+                               (c == '$' && i == n - 1);
+        if (!ok)
+            return false;
+    }
+    return true;
+}
+
+static bool valid_env_name(const char *s, size_t n)
+{
+    if (n == 0 || (s[0] >= '0' && s[0] <= '9'))
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_'))
+            return false;
+    }
+    return true;
+}
+
+/* A fixed array must hold its NUL. */
+static int check_terminated(const char *field, const char *s, size_t size, char *msg, size_t len)
+{
+    if (!memchr(s, '\0', size))
+        return errbuf_set(msg, len, PRIV_EINVAL, "%s: not NUL-terminated within %zu bytes", field,
+                          size);
+    return 0;
+}
+
+/* An optional path: absolute, no ".." component. */
+static int check_path(const char *field, uint8_t has, const char *s, char *msg, size_t len)
+{
+    int rc = check_terminated(field, s, PRIV_PATH_MAX, msg, len);
+    if (rc)
+        return rc;
+    if (has > 1)
+        return errbuf_set(msg, len, PRIV_EINVAL, "has_%s: %u, expected 0 or 1", field, has);
+    if (!has)
+        return 0;
+    if (s[0] != '/')
+        return errbuf_set(msg, len, PRIV_EINVAL, "%s: \"%s\" is not an absolute path", field, s);
+    for (const char *p = s; (p = strstr(p, "..")); p += 2)
+        if (p[-1] == '/' && (p[2] == '/' || p[2] == '\0'))
+            return errbuf_set(msg, len, PRIV_EINVAL, "%s: \"%s\" contains \"..\"", field, s);
+    return 0;
+}
+
+static int check_ids(uint64_t job, uint32_t attempt, char *msg, size_t len)
+{
+    if (job < 1 || job > INT64_MAX)
+        return errbuf_set(msg, len, PRIV_EINVAL, "job: %" PRIu64 " is out of range 1..%" PRId64,
+                          job, INT64_MAX);
+    if (attempt < 1)
+        return errbuf_set(msg, len, PRIV_EINVAL, "attempt: 0, attempts start at 1");
+    return 0;
+}
+
+/* Who the command runs as: the named user, or the privileged process's own. */
+struct runas {
+    char name[PRIV_USER_MAX]; /* for the shim's --user; "" without a passwd entry */
+    uid_t uid;
+    gid_t gid;
+};
+
+static int check_user(const struct privsrv *s, const struct priv_req_launch *q, struct runas *ra,
+                      char *msg, size_t len)
+{
+    int rc = check_terminated("unix_user", q->unix_user, sizeof(q->unix_user), msg, len);
+    if (rc)
+        return rc;
+    if (q->has_user > 1)
+        return errbuf_set(msg, len, PRIV_EINVAL, "has_user: %u, expected 0 or 1", q->has_user);
+    *ra = (struct runas){.uid = s->uid, .gid = s->gid};
+    /* Named even when it is our own, so that the shim sets HOME and friends. */
+    memcpy(ra->name, q->has_user ? q->unix_user : s->name, sizeof(ra->name));
+    if (q->has_user) {
+        if (!valid_user_name(q->unix_user))
+            return errbuf_set(msg, len, PRIV_EINVAL, "unix_user: \"%s\" is not a valid user name",
+                              q->unix_user);
+        struct passwd pw, *res = NULL;
+        char buf[16384];
+        int e = getpwnam_r(q->unix_user, &pw, buf, sizeof(buf), &res);
+        if (!res)
+            return errbuf_set(msg, len, PRIV_EINVAL, "unix_user: %s: %s", q->unix_user,
+                              e ? strerror(e) : "no such user");
+        ra->uid = pw.pw_uid;
+        ra->gid = pw.pw_gid;
+    }
+    if (ra->uid == 0 && !s->allow_root)
+        return errbuf_set(msg, len, PRIV_EINVAL,
+                          "unix_user: %s has uid 0, refused (allow_root is off)",
+                          q->has_user ? q->unix_user : "(the agent's own user)");
+    if (s->uid != 0 && ra->uid != s->uid)
+        return errbuf_set(msg, len, PRIV_EINVAL,
+                          "unix_user: %s: the agent does not run as root, so jobs run as its own "
+                          "user (uid %ld)",
+                          q->unix_user, (long)s->uid);
+    return 0;
+}
+
+/* argv then env, packed in q->strings: pointers into it, NULL-terminated.
+ * *ret_argv (caller frees with free()) holds both lists; env starts at
+ * index argc + 1. */
+static int check_strings(const struct priv_req_launch *q, char ***ret_argv, char *msg, size_t len)
+{
+    if (q->argc < 1)
+        return errbuf_set(msg, len, PRIV_EINVAL, "argc: 0, the command needs a program");
+    if ((uint64_t)q->argc + q->nenv > PRIV_STRINGS_N)
+        return errbuf_set(msg, len, PRIV_EINVAL, "argc + nenv: %" PRIu64 " strings, over %d",
+                          (uint64_t)q->argc + q->nenv, PRIV_STRINGS_N);
+    if (q->strings_len < 1 || q->strings_len > PRIV_STRINGS_MAX ||
+        q->strings[q->strings_len - 1] != '\0')
+        return errbuf_set(msg, len, PRIV_EINVAL,
+                          "strings_len: %" PRIu32 " does not end a string "
+                          "within %d bytes",
+                          q->strings_len, PRIV_STRINGS_MAX);
+    size_t n = (size_t)q->argc + q->nenv;
+    char **v = calloc(n + 2, sizeof(*v));
+    if (!v)
+        return errbuf_set(msg, len, PRIV_ENOMEM, "out of memory");
+    size_t k = 0, off = 0;
+    while (off < q->strings_len && k < n) {
+        const char *str = q->strings + off;
+        size_t sl = strlen(str);
+        /* argv[0..argc-1], NULL, env[0..nenv-1], NULL */
+        v[k < q->argc ? k : k + 1] = (char *)str;
+        k++;
+        off += sl + 1;
+    }
+    int rc = 0;
+    if (k != n || off != q->strings_len)
+        rc = errbuf_set(msg, len, PRIV_EINVAL,
+                        "strings: %" PRIu32 " bytes do not hold argc + nenv = %zu strings",
+                        q->strings_len, n);
+    else if (v[0][0] == '\0')
+        rc = errbuf_set(msg, len, PRIV_EINVAL, "argv[0]: empty");
+    for (size_t i = 0; !rc && i < q->nenv; i++) {
+        const char *e = v[q->argc + 1 + i];
+        const char *eq = strchr(e, '=');
+        if (!eq)
+            rc = errbuf_set(msg, len, PRIV_EINVAL, "env[%zu]: \"%.64s\" has no '='", i, e);
+        else if (!valid_env_name(e, (size_t)(eq - e)))
+            rc = errbuf_set(msg, len, PRIV_EINVAL, "env[%zu]: \"%.64s\": bad variable name", i, e);
+    }
+    if (rc) {
+        free(v);
+        return rc;
+    }
+    *ret_argv = v;
+    return 0;
+}
+
+/* Every field of a launch request, before anything is done. */
+static int check_launch(const struct privsrv *s, const struct priv_req_launch *q, struct runas *ra,
+                        char ***ret_argv, char *msg, size_t len)
+{
+    int rc = check_ids(q->job, q->attempt, msg, len);
+    if (rc)
+        return rc;
+    if (q->mem_mib < 0 || q->mem_mib > CGROUP_MEM_MIB_MAX)
+        return errbuf_set(msg, len, PRIV_EINVAL, "mem_mib: %" PRId64 " is out of range 0..%" PRId64,
+                          q->mem_mib, CGROUP_MEM_MIB_MAX);
+    if (q->cpu_milli > CPU_MILLI_MAX)
+        return errbuf_set(msg, len, PRIV_EINVAL, "cpu_milli: %" PRIu32 " is out of range 0..%u",
+                          q->cpu_milli, CPU_MILLI_MAX);
+    if ((rc = check_user(s, q, ra, msg, len)) ||
+        (rc = check_path("workdir", q->has_workdir, q->workdir, msg, len)) ||
+        (rc = check_path("stdout_path", q->has_stdout, q->stdout_path, msg, len)) ||
+        (rc = check_path("stderr_path", q->has_stderr, q->stderr_path, msg, len)))
+        return rc;
+    return check_strings(q, ret_argv, msg, len);
+}
+
+/* ==== the privileged side: files ==== */
+
+static int write_all(int fd, const char *buf, size_t len)
+{
+    while (len > 0) {
+        ssize_t w = write(fd, buf, len);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0)
+            return -1;
+        buf += w;
+        len -= (size_t)w;
+    }
+    return 0;
+}
+
+/* DIR/NAME written whole or not at all (temp file, fsync, rename, fsync of
+ * the directory), mode 0640. */
+static int write_atomic(const char *dir, const char *name, const char *data, char *msg, size_t len)
+{
+    char path[PRIV_PATH_MAX + 64], tmp[PRIV_PATH_MAX + 68];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0640);
+    if (fd < 0)
+        return errbuf_set(msg, len, PRIV_EIO, "open %s: %s", tmp, strerror(errno));
+    const char *call = write_all(fd, data, strlen(data)) < 0 ? "write"
+                       : fsync(fd) < 0                       ? "fsync"
+                                                             : NULL;
+    int e = errno;
+    close(fd);
+    if (!call && rename(tmp, path) < 0) {
+        call = "rename";
+        e = errno;
+    }
+    if (call) {
+        unlink(tmp);
+        return errbuf_set(msg, len, PRIV_EIO, "%s %s: %s", call, tmp, strerror(e));
+    }
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        fsync(dfd);
+        close(dfd);
+    }
+    return 0;
+}
+
+static bool exists_in(const char *dir, const char *name)
+{
+    struct stat st;
+    char path[PRIV_PATH_MAX + 64];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    return lstat(path, &st) == 0;
+}
+
+/* ATTEMPTS/J.A into buf. */
+static void attempt_dir(const struct privsrv *s, uint64_t job, uint32_t attempt, char *buf,
+                        size_t len)
+{
+    snprintf(buf, len, "%s/%" PRIu64 ".%" PRIu32, s->attempts, job, attempt);
+}
+
+/* Creates (or, after a launch that never got as far as the shim, reuses)
+ * the attempt directory: 02750, the privileged user's, group agent_gid. */
+static int make_attempt_dir(const struct privsrv *s, const char *dir, char *msg, size_t len)
+{
+    struct stat st;
+    if (mkdir(dir, 0750) < 0) {
+        if (errno != EEXIST)
+            return errbuf_set(msg, len, PRIV_EIO, "mkdir %s: %s", dir, strerror(errno));
+        if (lstat(dir, &st) < 0 || !S_ISDIR(st.st_mode) || st.st_uid != s->uid)
+            return errbuf_set(msg, len, PRIV_EIO, "%s: exists and is not our directory", dir);
+        if (exists_in(dir, "status") || exists_in(dir, "pid"))
+            return errbuf_set(msg, len, PRIV_EEXIST, "%s: this attempt was launched already", dir);
+    }
+    if (chown(dir, s->uid, s->agent_gid) < 0 || chmod(dir, 02750) < 0)
+        return errbuf_set(msg, len, PRIV_EIO, "chown/chmod %s: %s", dir, strerror(errno));
+    return 0;
+}
+
+static int write_attempt_json(const char *dir, const struct runas *ra,
+                              const struct priv_req_launch *q, const char *cgroup, char *msg,
+                              size_t len)
+{
+    char out[2 * PRIV_PATH_MAX], errp[2 * PRIV_PATH_MAX];
+    errbuf_set(out, sizeof(out), 0, "%s%s", q->has_stdout ? "" : dir,
+               q->has_stdout ? q->stdout_path : "/stdout");
+    errbuf_set(errp, sizeof(errp), 0, "%s%s", q->has_stderr ? "" : dir,
+               q->has_stderr ? q->stderr_path : "/stderr");
+    json_t *o = json_pack("{s:I,s:I,s:s,s:s,s:s}", "uid", (json_int_t)ra->uid, "gid",
+                          (json_int_t)ra->gid, "stdout", out, "stderr", errp, "cgroup", cgroup);
+    char *text = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(o);
+    char *line = text ? malloc(strlen(text) + 2) : NULL;
+    int rc = errbuf_set(msg, len, PRIV_ENOMEM, "out of memory");
+    if (line) {
+        snprintf(line, strlen(text) + 2, "%s\n", text);
+        rc = write_atomic(dir, "attempt.json", line, msg, len);
+    }
+    free(line);
+    free(text);
+    return rc;
+}
+
+/* The attempt's cgroup as attempt.json records it ("" for none). Returns 0,
+ * PRIV_ENOENT (no attempt directory), PRIV_EIO. */
+static int read_attempt_cgroup(const char *dir, char *cg, size_t cglen, char *msg, size_t len)
+{
+    struct stat st;
+    char path[PRIV_PATH_MAX + 64];
+    if (lstat(dir, &st) < 0)
+        return errno == ENOENT ? errbuf_set(msg, len, PRIV_ENOENT, "%s: no such attempt", dir)
+                               : errbuf_set(msg, len, PRIV_EIO, "%s: %s", dir, strerror(errno));
+    cg[0] = '\0';
+    snprintf(path, sizeof(path), "%s/attempt.json", dir);
+    json_error_t jerr;
+    json_t *o = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+    if (!o) /* a launch that stopped before it: no process either */
+        return access(path, F_OK) == 0 ? errbuf_set(msg, len, PRIV_EIO, "%s: %s", path, jerr.text)
+                                       : 0;
+    const char *s = json_string_value(json_object_get(o, "cgroup"));
+    int rc = 0;
+    if (s && strlen(s) >= cglen)
+        rc = errbuf_set(msg, len, PRIV_EIO, "%s: cgroup path too long", path);
+    else if (s)
+        snprintf(cg, cglen, "%s", s);
+    json_decref(o);
+    return rc;
+}
+
+/* The command's process group, from ATTEMPT_DIR/pid; 0 when there is none. */
+static pid_t read_pgid(const char *dir)
+{
+    char path[PRIV_PATH_MAX + 64], buf[32] = "";
+    snprintf(path, sizeof(path), "%s/pid", dir);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    buf[n > 0 ? n : 0] = '\0';
+    char *end;
+    long pid = strtol(buf, &end, 10);
+    return pid > 1 && pid <= INT32_MAX && (*end == '\n' || *end == '\0') ? (pid_t)pid : 0;
+}
+
+/* True when attempt.json's cgroup is this attempt's: absolute, ending in
+ * /job-J.A, no "..". The file sits in a directory only we write; this is a
+ * second guard, not the first. */
+static bool cgroup_is_attempts(const char *cg, uint64_t job, uint32_t attempt)
+{
+    char tail[64];
+    int n = snprintf(tail, sizeof(tail), "/job-%" PRIu64 ".%" PRIu32, job, attempt);
+    size_t len = strlen(cg);
+    return cg[0] == '/' && !strstr(cg, "/../") && len > (size_t)n &&
+           strcmp(cg + len - (size_t)n, tail) == 0;
+}
+
+/* ==== the privileged side: actions ==== */
+
+/* SELF_EXE shim --dir D [--user U [--allow-root]] [--cgroup C] [--workdir W]
+ *   [--stdout P] [--stderr P] --ready-fd 3 --env-fd 4 -- ARGV. Caller frees
+ *   with free(). */
+static const char **shim_command(const struct privsrv *s, const struct priv_req_launch *q,
+                                 const struct runas *ra, const char *dir, const char *cg,
+                                 char **cmd)
+{
+    const char **v = calloc(24 + (size_t)q->argc, sizeof(*v));
+    size_t n = 0;
+    if (!v)
+        return NULL;
+    v[n++] = s->self_exe;
+    v[n++] = "shim";
+    v[n++] = "--dir";
+    v[n++] = dir;
+    if (ra->name[0]) {
+        v[n++] = "--user";
+        v[n++] = ra->name;
+        if (ra->uid == 0)
+            v[n++] = "--allow-root";
+    }
+    const char *opt[][2] = {{"--cgroup", cg[0] ? cg : NULL},
+                            {"--workdir", q->has_workdir ? q->workdir : NULL},
+                            {"--stdout", q->has_stdout ? q->stdout_path : NULL},
+                            {"--stderr", q->has_stderr ? q->stderr_path : NULL},
+                            {"--ready-fd", "3"},
+                            {"--env-fd", "4"}};
+    for (size_t i = 0; i < sizeof(opt) / sizeof(opt[0]); i++) {
+        if (!opt[i][1])
+            continue;
+        v[n++] = opt[i][0];
+        v[n++] = opt[i][1];
+    }
+    v[n++] = "--";
+    for (uint32_t i = 0; i < q->argc; i++)
+        v[n++] = cmd[i];
+    v[n] = NULL;
+    return v;
+}
+
+/* In the forked child: stdin /dev/null, stdout and stderr to shim.log, the
+ * ready pipe on 3, the job's environment to read on 4, nothing else open;
+ * then the shim, with an environment of our own: the shim runs as root, and
+ * nothing of a job's (LD_PRELOAD, ...) may reach it. Never returns; an exec
+ * failure is reported on the ready pipe. */
+static void exec_shim(const struct privsrv *s, const char *dir, const char **argv, int ready,
+                      int env)
+{
+    static char *const shim_env[] = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL};
+    struct sigaction dfl = {.sa_handler = SIG_DFL};
+    sigemptyset(&dfl.sa_mask);
+    const int reset[] = {SIGCHLD, SIGINT, SIGHUP, SIGPIPE};
+    for (size_t i = 0; i < sizeof(reset) / sizeof(reset[0]); i++)
+        sigaction(reset[i], &dfl, NULL);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    char log[PRIV_PATH_MAX + 64];
+    snprintf(log, sizeof(log), "%s/shim.log", dir);
+    int rfd = fcntl(ready, F_DUPFD_CLOEXEC, 10), efd = fcntl(env, F_DUPFD_CLOEXEC, 10);
+    int nul = open("/dev/null", O_RDWR | O_CLOEXEC);
+    int lfd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0640);
+    const char *what = "open";
+    int report = rfd >= 0 ? rfd : ready;
+    int e = errno;
+    if (rfd >= 0 && efd >= 0 && nul >= 0 && lfd >= 0) {
+        what = "dup2";
+        if (dup2(nul, 0) < 0 || dup2(lfd, 1) < 0 || dup2(lfd, 2) < 0 || dup2(rfd, 3) < 0 ||
+            dup2(efd, 4) < 0) {
+            e = errno;
+        } else {
+            report = 3;
+            close_range(5, ~0U, 0);
+            /* The privileged process's 027 is not the job's. */
+            umask(022);
+            execve(s->self_exe, (char *const *)argv, shim_env);
+            e = errno;
+            what = "exec";
+        }
+    }
+    char m[PRIV_MSG_MAX];
+    int n = snprintf(m, sizeof(m), "%s %s: %s", what, s->self_exe, strerror(e));
+    if (write(report, m, n > 0 && (size_t)n < sizeof(m) ? (size_t)n : sizeof(m) - 1) < 0)
+        _exit(126);
+    _exit(127);
+}
+
+/* Waits for end-of-file (the shim wrote its pid file, or gave up) or a
+ * message (exec failed) on the ready pipe. Returns the message's length, 0
+ * at end-of-file, -1 on timeout. */
+static ssize_t wait_ready(int fd, char *buf, size_t len)
+{
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        int64_t left = READY_TIMEOUT_MS - ((int64_t)(t.tv_sec - t0.tv_sec) * 1000 +
+                                           (t.tv_nsec - t0.tv_nsec) / 1000000);
+        if (left <= 0)
+            return -1;
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        int r = poll(&pfd, 1, (int)left);
+        if (r < 0 && errno != EINTR)
+            return -1;
+        if (r <= 0)
+            continue;
+        ssize_t n = read(fd, buf, len - 1);
+        if (n < 0 && errno == EINTR)
+            continue;
+        return n < 0 ? 0 : n;
+    }
+}
+
+/* Forks the shim and waits until it is ready. */
+static int spawn(const struct privsrv *s, const struct priv_req_launch *q, const struct runas *ra,
+                 const char *dir, const char *cg, char **cmd, struct priv_reply *rep)
+{
+    char *msg = rep->msg;
+    size_t len = sizeof(rep->msg);
+    const char **argv = shim_command(s, q, ra, dir, cg, cmd);
+    int ready[2], env[2];
+    if (!argv)
+        return errbuf_set(msg, len, PRIV_ENOMEM, "out of memory");
+    if (pipe2(ready, O_CLOEXEC) < 0) {
+        free(argv);
+        return errbuf_set(msg, len, PRIV_EIO, "pipe: %s", strerror(errno));
+    }
+    if (pipe2(env, O_CLOEXEC) < 0) {
+        int e = errno;
+        free(argv);
+        close(ready[0]);
+        close(ready[1]);
+        return errbuf_set(msg, len, PRIV_EIO, "pipe: %s", strerror(e));
+    }
+    /* Room for the whole environment, so the write below never waits. */
+    fcntl(env[1], F_SETPIPE_SZ, 2 * PRIV_STRINGS_MAX);
+    pid_t pid = fork();
+    if (pid == 0)
+        exec_shim(s, dir, argv, ready[1], env[0]);
+    int e = errno;
+    close(ready[1]);
+    close(env[0]);
+    free(argv);
+    /* A shim that died meanwhile (EPIPE) shows in the ready pipe below. */
+    for (uint32_t i = 0; pid > 0 && i < q->nenv; i++) {
+        const char *kv = cmd[q->argc + 1 + i];
+        if (write_all(env[1], kv, strlen(kv) + 1) < 0)
+            break;
+    }
+    close(env[1]);
+    if (pid < 0) {
+        close(ready[0]);
+        return errbuf_set(msg, len, PRIV_EIO, "fork: %s", strerror(e));
+    }
+    char why[PRIV_MSG_MAX];
+    ssize_t n = wait_ready(ready[0], why, sizeof(why));
+    close(ready[0]);
+    if (n > 0) {
+        why[n] = '\0';
+        return errbuf_set(msg, len, PRIV_EIO, "%s", why);
+    }
+    if (n == 0 && !exists_in(dir, "pid") && !exists_in(dir, "status"))
+        return errbuf_set(msg, len, PRIV_EIO,
+                          "the shim (pid %ld) stopped before the command "
+                          "started: see %s/shim.log",
+                          (long)pid, dir);
+    /* Not reaped before the next request: its /proc entry is still there. */
+    uint64_t start;
+    if (journal_proc_start_time(pid, &start) != 0)
+        return errbuf_set(msg, len, PRIV_EIO, "the shim (pid %ld): no start time in /proc",
+                          (long)pid);
+    rep->pid = pid;
+    rep->start_time = start;
+    return 0;
+}
+
+static void do_launch(struct privsrv *s, const void *req, struct priv_reply *rep)
+{
+    const struct priv_req_launch *q = req;
+    char *msg = rep->msg;
+    size_t len = sizeof(rep->msg);
+    struct runas ra;
+    char **cmd = NULL;
+    if ((rep->rc = check_launch(s, q, &ra, &cmd, msg, len)))
+        return;
+    char dir[PRIV_PATH_MAX + 32], cg[CGROUP_PATH_MAX] = "", why[PRIV_MSG_MAX];
+    attempt_dir(s, q->job, q->attempt, dir, sizeof(dir));
+    if ((rep->rc = make_attempt_dir(s, dir, msg, len)))
+        goto out;
+    if (s->cg && cgroup_create(s->cg, q->job, q->attempt, q->cpu_milli, q->mem_mib, cg, sizeof(cg),
+                               why, sizeof(why)) != 0) {
+        rep->rc = errbuf_set(msg, len, PRIV_EIO, "cgroup: %s", why);
+        goto out;
+    }
+    rep->rc = write_attempt_json(dir, &ra, q, cg, msg, len);
+    if (!rep->rc)
+        rep->rc = spawn(s, q, &ra, dir, cg, cmd, rep);
+    if (rep->rc && cg[0])
+        cgroup_remove(cg, NULL, 0);
+out:
+    free(cmd);
+}
+
+/* Checks a signal or cleanup request; fills the attempt's directory and
+ * cgroup ("" for none). */
+static int check_attempt(const struct privsrv *s, const struct priv_req_attempt *q, char *dir,
+                         size_t dirlen, char *cg, size_t cglen, char *msg, size_t len)
+{
+    int rc = check_ids(q->job, q->attempt, msg, len);
+    if (rc)
+        return rc;
+    if (q->pad != 0)
+        return errbuf_set(msg, len, PRIV_EINVAL, "pad: %" PRIu32 ", must be 0", q->pad);
+    attempt_dir(s, q->job, q->attempt, dir, dirlen);
+    if ((rc = read_attempt_cgroup(dir, cg, cglen, msg, len)))
+        return rc;
+    if (cg[0] && !cgroup_is_attempts(cg, q->job, q->attempt))
+        return errbuf_set(msg, len, PRIV_EIO, "%s/attempt.json: cgroup %s is not this attempt's",
+                          dir, cg);
+    return 0;
+}
+
+static void do_signal(struct privsrv *s, const void *req, struct priv_reply *rep)
+{
+    const struct priv_req_attempt *q = req;
+    char dir[PRIV_PATH_MAX + 32], cg[CGROUP_PATH_MAX], why[PRIV_MSG_MAX];
+    if (q->sig != SIGTERM && q->sig != SIGKILL) {
+        rep->rc = errbuf_set(rep->msg, sizeof(rep->msg), PRIV_EINVAL,
+                             "sig: %" PRId32 ", only SIGTERM (%d) or SIGKILL (%d)", q->sig, SIGTERM,
+                             SIGKILL);
+        return;
+    }
+    if ((rep->rc =
+             check_attempt(s, q, dir, sizeof(dir), cg, sizeof(cg), rep->msg, sizeof(rep->msg))))
+        return;
+    if (cg[0]) {
+        int rc = q->sig == SIGKILL ? cgroup_kill(cg, why, sizeof(why))
+                                   : cgroup_signal(cg, q->sig, why, sizeof(why));
+        if (rc && rc != CGROUP_ENOENT)
+            rep->rc = errbuf_set(rep->msg, sizeof(rep->msg), PRIV_EIO, "%s", why);
+        return;
+    }
+    pid_t pg = read_pgid(dir);
+    if (pg > 0 && kill(-pg, q->sig) < 0 && errno != ESRCH)
+        rep->rc = errbuf_set(rep->msg, sizeof(rep->msg), PRIV_EIO, "kill -%ld: %s", (long)pg,
+                             strerror(errno));
+}
+
+static void do_cleanup(struct privsrv *s, const void *req, struct priv_reply *rep)
+{
+    const struct priv_req_attempt *q = req;
+    char dir[PRIV_PATH_MAX + 32], cg[CGROUP_PATH_MAX], why[PRIV_MSG_MAX];
+    if (q->sig != 0) {
+        rep->rc = errbuf_set(rep->msg, sizeof(rep->msg), PRIV_EINVAL,
+                             "sig: %" PRId32 ", must be 0 in a cleanup", q->sig);
+        return;
+    }
+    if ((rep->rc =
+             check_attempt(s, q, dir, sizeof(dir), cg, sizeof(cg), rep->msg, sizeof(rep->msg))))
+        return;
+    rep->empty = 1;
+    if (cg[0]) {
+        bool populated = false;
+        int rc = cgroup_populated(cg, &populated, why, sizeof(why));
+        if (rc == 0 && !populated)
+            rc = cgroup_remove(cg, why, sizeof(why));
+        if (rc == CGROUP_ENOENT)
+            rc = 0;
+        if (rc == CGROUP_EBUSY || (rc == 0 && populated))
+            rep->empty = 0;
+        else if (rc)
+            rep->rc = errbuf_set(rep->msg, sizeof(rep->msg), PRIV_EIO, "%s", why);
+        return;
+    }
+    pid_t pg = read_pgid(dir);
+    if (pg > 0 && (kill(-pg, 0) == 0 || errno == EPERM))
+        rep->empty = 0;
+}
+
+/* The table of requests: type, exact size, handler. Nothing else is done. */
+static const struct handler {
+    uint32_t type;
+    const char *name;
+    size_t size;
+    void (*fn)(struct privsrv *s, const void *req, struct priv_reply *rep);
+} handlers[] = {
+    {PRIV_REQ_LAUNCH, "launch", sizeof(struct priv_req_launch), do_launch},
+    {PRIV_REQ_SIGNAL, "signal", sizeof(struct priv_req_attempt), do_signal},
+    {PRIV_REQ_CLEANUP, "cleanup", sizeof(struct priv_req_attempt), do_cleanup},
+};
+
+static void dispatch(struct privsrv *s, const void *buf, size_t n, struct priv_reply *rep)
+{
+    uint32_t type;
+    if (n < sizeof(type)) {
+        rep->rc = errbuf_set(rep->msg, sizeof(rep->msg), PRIV_EINVAL,
+                             "request: %zu bytes, too short for a type", n);
+        return;
+    }
+    memcpy(&type, buf, sizeof(type));
+    for (size_t i = 0; i < sizeof(handlers) / sizeof(handlers[0]); i++) {
+        if (handlers[i].type != type)
+            continue;
+        if (n != handlers[i].size)
+            rep->rc = errbuf_set(rep->msg, sizeof(rep->msg), PRIV_EINVAL,
+                                 "request: %s is %zu bytes, got %zu", handlers[i].name,
+                                 handlers[i].size, n);
+        else
+            handlers[i].fn(s, buf, rep);
+        return;
+    }
+    rep->rc = errbuf_set(rep->msg, sizeof(rep->msg), PRIV_EINVAL,
+                         "type: %" PRIu32 " is not a request", type);
+}
+
+/* Wakes ppoll; the loop reaps. */
+static void on_child(int sig)
+{
+    (void)sig;
+}
+
+/* The socket on 3, /dev/null on 0..2, nothing else open; SIGCHLD blocked but
+ * in ppoll; the terminal's SIGINT and SIGHUP ignored (the agent decides). */
+static void become_server(struct privsrv *s, sigset_t *ret_waitmask)
+{
+    prctl(PR_SET_NAME, "gpuorch-priv", 0, 0, 0);
+    if (s->fd != 3 && dup3(s->fd, 3, O_CLOEXEC) < 0)
+        _exit(1);
+    s->fd = 3;
+    close_range(4, ~0U, 0);
+    if (chdir("/") < 0)
+        _exit(1);
+    umask(027); /* what it writes is for the agent's group, read-only */
+    int nul = open("/dev/null", O_RDWR | O_CLOEXEC);
+    for (int i = 0; i < 3 && nul >= 0; i++)
+        if (nul != i)
+            dup2(nul, i);
+    if (nul > 3)
+        close(nul);
+    struct sigaction sa = {.sa_handler = on_child};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGCHLD, &sa, NULL);
+    sa.sa_handler = SIG_IGN;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    sigaction(SIGPIPE, &sa, NULL);
+    sigset_t block;
+    sigemptyset(&block);
+    sigaddset(&block, SIGCHLD);
+    sigprocmask(SIG_SETMASK, &block, NULL);
+    sigemptyset(ret_waitmask);
+}
+
+/* The privileged process: one request, one reply, until the socket closes. */
+void privsrv_serve(struct privsrv *s, int fd)
+{
+    s->fd = fd;
+    sigset_t waitmask;
+    become_server(s, &waitmask);
+    void *buf = malloc(sizeof(struct priv_req_launch));
+    if (!buf)
+        _exit(1);
+    for (;;) {
+        while (waitpid(-1, NULL, WNOHANG) > 0)
+            ;
+        struct pollfd pfd = {.fd = s->fd, .events = POLLIN};
+        int r = ppoll(&pfd, 1, NULL, &waitmask);
+        if (r < 0 && errno != EINTR)
+            break;
+        if (r <= 0)
+            continue;
+        /* MSG_TRUNC: n is the whole message's size, so an oversized one is
+         * refused by its size rather than read in part. */
+        ssize_t n = recv(s->fd, buf, sizeof(struct priv_req_launch), MSG_TRUNC);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break; /* the agent is gone */
+        struct priv_reply rep;
+        memset(&rep, 0, sizeof(rep));
+        dispatch(s, buf, (size_t)n, &rep);
+        if (send(s->fd, &rep, sizeof(rep), MSG_NOSIGNAL) != (ssize_t)sizeof(rep))
+            break;
+    }
+    _exit(0);
+}
+
+/* ==== its configuration, checked in the agent before the fork ==== */
+
+static int check_config(const struct priv_config *cfg, struct privsrv *s, char *err, size_t errlen)
+{
+    if (!cfg || !cfg->state_dir || cfg->state_dir[0] != '/')
+        return errbuf_set(err, errlen, PRIV_EINVAL, "state_dir: not an absolute path");
+    if (!cfg->self_exe || cfg->self_exe[0] != '/')
+        return errbuf_set(err, errlen, PRIV_EINVAL, "self_exe: not an absolute path");
+    /* Room for "/J.A/attempt.json.tmp" in the privileged side's buffers. */
+    if ((size_t)snprintf(s->attempts, sizeof(s->attempts), "%s/attempts", cfg->state_dir) >=
+        sizeof(s->attempts) - 64)
+        return errbuf_set(err, errlen, PRIV_EINVAL, "state_dir: longer than %d bytes",
+                          PRIV_PATH_MAX - 128);
+    if ((size_t)snprintf(s->self_exe, sizeof(s->self_exe), "%s", cfg->self_exe) >=
+        sizeof(s->self_exe))
+        return errbuf_set(err, errlen, PRIV_EINVAL, "self_exe: longer than %d bytes",
+                          PRIV_PATH_MAX - 1);
+    if (access(s->self_exe, X_OK) < 0)
+        return errbuf_set(err, errlen, PRIV_EINVAL, "self_exe: %s: %s", s->self_exe,
+                          strerror(errno));
+    s->allow_root = cfg->allow_root;
+    s->agent_gid = cfg->agent_gid;
+    s->uid = geteuid();
+    s->gid = getegid();
+    struct passwd pw, *res = NULL;
+    char buf[16384];
+    if (getpwuid_r(s->uid, &pw, buf, sizeof(buf), &res) == 0 && res &&
+        strlen(pw.pw_name) < sizeof(s->name))
+        memcpy(s->name, pw.pw_name, strlen(pw.pw_name) + 1);
+    if (mkdir(s->attempts, 0750) == 0) {
+        if (chown(s->attempts, s->uid, s->agent_gid) < 0)
+            return errbuf_set(err, errlen, PRIV_EIO, "chown %s: %s", s->attempts, strerror(errno));
+    } else if (errno != EEXIST) {
+        return errbuf_set(err, errlen, PRIV_EIO, "mkdir %s: %s", s->attempts, strerror(errno));
+    }
+    return 0;
+}
+
+/* Opens the cgroup root where one is configured; the note says how it went. */
+static void open_cgroups(const struct priv_config *cfg, struct privsrv *s, char *note,
+                         size_t notelen)
+{
+    char why[PRIV_MSG_MAX - 64];
+    if (!cfg->cgroup_root) {
+        errbuf_set(note, notelen, 0, "no cgroup root configured");
+        return;
+    }
+    if (cgroup_root_open(cfg->cgroup_root, &s->cg, why, sizeof(why)) != 0) {
+        s->cg = NULL;
+        errbuf_set(note, notelen, 0, "cgroup root %s: %s", cfg->cgroup_root, why);
+        return;
+    }
+    errbuf_set(note, notelen, 0, "cgroups under %s (CPU limits: %s, memory limits: %s)",
+               cgroup_root_path(s->cg), cgroup_root_has(s->cg, "cpu") ? "yes" : "no",
+               cgroup_root_has(s->cg, "memory") ? "yes" : "no");
+}
+
+int privsrv_new(const struct priv_config *cfg, struct privsrv **ret, char *note, size_t notelen,
+                char *err, size_t errlen)
+{
+    struct privsrv *s = calloc(1, sizeof(*s));
+    if (!s)
+        return errbuf_set(err, errlen, PRIV_ENOMEM, "out of memory");
+    s->fd = -1;
+    int rc = check_config(cfg, s, err, errlen);
+    if (rc) {
+        free(s);
+        return rc;
+    }
+    open_cgroups(cfg, s, note, notelen);
+    *ret = s;
+    return 0;
+}
+
+bool privsrv_has_cgroups(const struct privsrv *s)
+{
+    return s && s->cg;
+}
+
+void privsrv_free(struct privsrv *s)
+{
+    if (!s)
+        return;
+    cgroup_root_close(s->cg);
+    free(s);
+}

@@ -1,0 +1,42 @@
+/*
+ * privsrv.h - the agent's privileged process: what priv_start forks (priv.h
+ * is the agent's side, and the wire format both sides speak).
+ *
+ * It keeps the agent's credentials and acts only on the fixed table of
+ * requests in priv.h (launch, signal, cleanup), each checked field by field
+ * before anything is done: the user exists and is not root unless allowed,
+ * paths are absolute and free of "..", sizes are bounded, environment names
+ * are valid, and signals go only to the cgroup or process group of an
+ * attempt it launched. Split from priv.c so that the code that runs with
+ * privileges is one file to read.
+ */
+#ifndef GPUORCH_AGENT_PRIVSRV_H
+#define GPUORCH_AGENT_PRIVSRV_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "agent/priv.h"
+
+struct privsrv;
+
+/*
+ * Checks the configuration (cfg borrowed), makes STATE_DIR/attempts (0750,
+ * the agent's group) and opens the cgroup root where one is configured.
+ * Returns 0 and *ret (privsrv_free), writing into note (notelen bytes) how
+ * cgroups stand, or PRIV_EINVAL / PRIV_EIO / PRIV_ENOMEM with err.
+ */
+int privsrv_new(const struct priv_config *cfg, struct privsrv **ret, char *note, size_t notelen,
+                char *err, size_t errlen);
+
+/* Whether attempts get cgroups (else process groups). */
+bool privsrv_has_cgroups(const struct privsrv *s);
+
+/* In the forked child: serves requests on fd (SOCK_SEQPACKET) until the
+ * agent closes it, then exits the process. Never returns. */
+void privsrv_serve(struct privsrv *s, int fd) __attribute__((noreturn));
+
+/* Frees it (the parent's copy after the fork); NULL is fine. */
+void privsrv_free(struct privsrv *s);
+
+#endif
