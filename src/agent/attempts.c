@@ -633,7 +633,9 @@ static int64_t advance(struct attempts *t, struct att *a, int64_t now)
             t->cfg.log("job %" PRIu64 ".%" PRIu32 ": %d GPU(s) still run its processes: held "
                        "back as dirty",
                        a->job, a->attempt, nd);
-            json_decref(list);
+            /* The controller holds them back from this report on. */
+            if (list && json_object_set_new(a->final, "dirty_gpus", list) != 0)
+                t->cfg.log("job %" PRIu64 ".%" PRIu32 ": out of memory", a->job, a->attempt);
         }
         a->phase = PH_FINAL;
     }
