@@ -84,6 +84,18 @@ int explain_format(const struct sched_cluster *c, const struct sched_wait *w, ch
             put_str(&o, w->gpu_type < c->ngpu_types ? name_or(c->gpu_types[w->gpu_type].name, "?")
                                                     : "any");
             break;
+        case 'g': /* " of type X", or nothing when the job takes any type */
+            if (w->gpu_type < c->ngpu_types) {
+                put_str(&o, " of type ");
+                put_str(&o, name_or(c->gpu_types[w->gpu_type].name, "?"));
+            }
+            break;
+        case 'p': /* " in pool X", or nothing when the job takes any pool */
+            if (w->pool < c->npools) {
+                put_str(&o, " in pool ");
+                put_str(&o, name_or(c->pools[w->pool].name, "?"));
+            }
+            break;
         case 'J':
             put_u64(&o, w->other_job);
             break;

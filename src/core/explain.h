@@ -20,9 +20,9 @@
     X(NONE, 0, "none", "not waiting")                                                              \
     X(QUOTA, 0, "quota",                                                                           \
       "over quota: team %T has no guaranteed or borrowable GPUs left in pool %P")                  \
-    X(NO_GPU, 0, "resources", "no free GPU of type %G in pool %P")                                 \
+    X(NO_GPU, 0, "resources", "no free GPU%g%p")                                                   \
     X(GANG, 0, "gang",                                                                             \
-      "gang does not fit: not enough free GPUs of type %G in pool %P "                             \
+      "gang does not fit: not enough free GPUs%g%p "                                               \
       "on few enough nodes")                                                                       \
     X(HOST, 0, "host", "no node in pool %P has the CPUs or host memory free")                      \
     X(RESERVED, 0, "reservation", "behind the reservation for job %J")                             \
@@ -34,10 +34,8 @@
     X(UNKNOWN_TYPE, 1, "invalid", "unknown GPU type")                                              \
     X(UNKNOWN_TEAM, 1, "invalid", "unknown team")                                                  \
     X(UNKNOWN_CLASS, 1, "invalid", "unknown priority class")                                       \
-    X(TOO_LARGE, 1, "unschedulable",                                                               \
-      "request larger than any node of type %G in pool %P can hold")                               \
-    X(GANG_TOO_LARGE, 1, "unschedulable",                                                          \
-      "gang larger than all GPUs of type %G in pool %P together")                                  \
+    X(TOO_LARGE, 1, "unschedulable", "request larger than any node%g%p can hold")                  \
+    X(GANG_TOO_LARGE, 1, "unschedulable", "gang larger than all GPUs%g%p together")                \
     X(NO_MATCH, 1, "unschedulable", "no node in pool %P has GPUs of type %G")                      \
     X(QUOTA_NEVER, 1, "unschedulable",                                                             \
       "larger than team %T's guarantee plus borrowing limit in pool %P")
@@ -73,7 +71,10 @@ const char *explain_code(enum sched_reason reason);
 
 /*
  * Writes the sentence for `wait` into buf (always NUL-terminated when size >
- * 0), naming pools, GPU types and teams from `cluster` ("any" for SCHED_ANY).
+ * 0), naming pools, GPU types and teams from `cluster`. Placeholders: %T the
+ * team, %P the pool and %G the GPU type ("any" for SCHED_ANY), %g and %p the
+ * same as " of type X" and " in pool X", or nothing for SCHED_ANY (so a job
+ * that takes any GPU reads "no free GPU"), %J the other job, %F the field.
  * Returns the length the full sentence needs, as snprintf does, or GPO_EINVAL.
  */
 int explain_format(const struct sched_cluster *cluster, const struct sched_wait *wait, char *buf,

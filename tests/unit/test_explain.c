@@ -421,7 +421,12 @@ static void format_names_pools_types_and_teams(void **state)
     w.pool = SCHED_ANY;
     w.gpu_type = SCHED_ANY;
     explain_format(&fx->c, &w, buf, sizeof(buf));
-    assert_string_equal(buf, "no free GPU of type any in pool any");
+    assert_string_equal(buf, "no free GPU");
+    w.pool = SPARE; /* any type, one pool */
+    assert_int_equal(explain_format(&fx->c, &w, buf, sizeof(buf)),
+                     (int)strlen("no free GPU in pool spare"));
+    assert_string_equal(buf, "no free GPU in pool spare");
+    w.pool = SCHED_ANY;
     w.reason = SCHED_REASON_RESERVED;
     w.other_job = UINT64_MAX;
     explain_format(&fx->c, &w, buf, sizeof(buf));
