@@ -24,6 +24,7 @@ struct httpc {
     CURL *curl;
     char base[HTTPC_URL_MAX];
     char auth[HTTPC_TOKEN_MAX + 32]; /* "Authorization: Bearer ..." or "" */
+    char extra[HTTPC_HEADER_MAX];    /* "Name: value" or "" */
 };
 
 const char *httpc_strerror(int err)
@@ -59,6 +60,28 @@ int httpc_set_token(struct httpc *c, const char *token)
     if (strlen(token) >= HTTPC_TOKEN_MAX || strpbrk(token, "\r\n"))
         return HTTPC_EINVAL;
     snprintf(c->auth, sizeof(c->auth), "Authorization: Bearer %s", token);
+    return 0;
+}
+
+int httpc_set_header(struct httpc *c, const char *name, const char *value)
+{
+    if (!c)
+        return HTTPC_EINVAL;
+    if (!name) {
+        c->extra[0] = '\0';
+        return 0;
+    }
+    bool token = name[0] != '\0';
+    for (const char *p = name; *p && token; p++)
+        token = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+                strchr("!#$%&'*+-.^_`|~", *p);
+    if (!token || !value || strpbrk(value, "\r\n"))
+        return HTTPC_EINVAL;
+    int n = snprintf(c->extra, sizeof(c->extra), "%s: %s", name, value);
+    if (n < 0 || (size_t)n >= sizeof(c->extra)) {
+        c->extra[0] = '\0';
+        return HTTPC_EINVAL;
+    }
     return 0;
 }
 
@@ -182,6 +205,11 @@ static struct curl_slist *prepare(struct httpc *c, const char *path, long timeou
             goto oom;
         hdr = t;
     }
+    if (c->extra[0]) {
+        if (!(t = curl_slist_append(hdr, c->extra)))
+            goto oom;
+        hdr = t;
+    }
     if (json) {
         if (!(t = curl_slist_append(hdr, "Content-Type: application/json")))
             goto oom;
@@ -248,12 +276,16 @@ struct stream {
     httpc_data_fn fn;
     void *ctx;
     bool stopped;
+    CURL *h;
+    long *status; /* set at the first piece of the body */
 };
 
 static size_t stream_write(char *data, size_t size, size_t nmemb, void *ctx)
 {
     struct stream *st = ctx;
     size_t n = size * nmemb;
+    if (st->status && !*st->status)
+        curl_easy_getinfo(st->h, CURLINFO_RESPONSE_CODE, st->status);
     if (n && st->fn(data, n, st->ctx)) {
         st->stopped = true;
         return 0;
@@ -286,7 +318,10 @@ int httpc_stream(struct httpc *c, const char *path, long timeout_ms, httpc_data_
     if (!ok)
         return errbuf_set(err, errlen, HTTPC_ENOMEM, "out of memory");
     CURL *h = c->curl;
-    struct stream st = {on_data, ctx, false};
+    long status = 0;
+    struct stream st = {on_data, ctx, false, c->curl, ret_status ? ret_status : &status};
+    if (ret_status)
+        *ret_status = 0;
     curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, stream_write);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &st);
@@ -296,7 +331,6 @@ int httpc_stream(struct httpc *c, const char *path, long timeout_ms, httpc_data_
     CURLcode rc = curl_easy_perform(h);
     curl_slist_free_all(hdr);
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, NULL);
-    long status = 0;
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
     if (ret_status)
         *ret_status = status;

@@ -60,6 +60,12 @@ void httpc_free(struct httpc *c);
 /* Replaces the token (copied; NULL: none). 0, HTTPC_EINVAL or HTTPC_ENOMEM. */
 int httpc_set_token(struct httpc *c, const char *token);
 
+/* One more header on every request from now on ("Idempotency-Key", say), or
+ * none when name is NULL. Both copied. 0; HTTPC_EINVAL for a name that is
+ * not a token, a value with a CR or LF, or over HTTPC_HEADER_MAX bytes. */
+#define HTTPC_HEADER_MAX 1024u
+int httpc_set_header(struct httpc *c, const char *name, const char *value);
+
 /* An answer: status and body (NUL-terminated, owned: httpc_response_release). */
 struct httpc_response {
     long status;
@@ -84,8 +90,9 @@ int httpc_request(struct httpc *c, const char *method, const char *path, const c
  * it arrives, and also with len 0 about once a second while nothing arrives
  * (so that a caller can stop a long stream). on_data returns 0 to go on,
  * non-zero to stop (the call then returns HTTPC_EABORT). *ret_status is the
- * answer's status once headers arrived (bodies of every status are passed to
- * on_data). timeout_ms 0: no overall limit (a follow stream); connecting is
+ * answer's status, set before the first on_data call with data (bodies of
+ * every status are passed to on_data, so a caller can tell an error's body
+ * from the stream it asked for). timeout_ms 0: no overall limit (a follow stream); connecting is
  * still limited to 5 s. Returns 0 when the body ended; else as
  * httpc_request, or HTTPC_EABORT.
  */

@@ -25,9 +25,10 @@ static int h_echo(struct http_request *req, void *ctx)
     http_request_body(req, &len);
     const char *tok = http_request_bearer(req);
     return http_request_respond_json(req, 200,
-                                     json_pack("{s:s, s:I, s:s?}", "method",
+                                     json_pack("{s:s, s:I, s:s?, s:s?}", "method",
                                                http_request_method(req), "len", (json_int_t)len,
-                                               "token", tok));
+                                               "token", tok, "key",
+                                               http_request_header(req, "Idempotency-Key")));
 }
 
 static int h_missing(struct http_request *req, void *ctx)
@@ -127,6 +128,21 @@ static void answers_carry_status_body_and_token(void **state)
     json_decref(o);
     httpc_response_release(&r);
     assert_int_equal(httpc_set_token(c, "bad\ntoken"), HTTPC_EINVAL);
+    /* One extra header, on every request until cleared. */
+    assert_int_equal(httpc_set_header(c, "Idempotency-Key", "k-1"), 0);
+    assert_int_equal(httpc_request(c, "GET", "/echo", NULL, 0, 5000, &r, err, sizeof(err)), 0);
+    o = json_loadb(r.body, r.len, 0, NULL);
+    assert_string_equal(json_string_value(json_object_get(o, "key")), "k-1");
+    json_decref(o);
+    httpc_response_release(&r);
+    assert_int_equal(httpc_set_header(c, NULL, NULL), 0);
+    assert_int_equal(httpc_request(c, "GET", "/echo", NULL, 0, 5000, &r, err, sizeof(err)), 0);
+    o = json_loadb(r.body, r.len, 0, NULL);
+    assert_null(json_string_value(json_object_get(o, "key")));
+    json_decref(o);
+    httpc_response_release(&r);
+    assert_int_equal(httpc_set_header(c, "Bad Name", "v"), HTTPC_EINVAL);
+    assert_int_equal(httpc_set_header(c, "X-Ok", "a\r\nInjected: 1"), HTTPC_EINVAL);
     httpc_free(c);
 }
 
@@ -179,12 +195,16 @@ static void a_refused_connection_is_econnect(void **state)
 struct count {
     size_t bytes, calls;
     size_t stop_after;
+    const long *status; /* httpc_stream's: known before the first piece of the body */
+    bool status_early;
 };
 
 static int on_data(const void *data, size_t len, void *ctx)
 {
     (void)data;
     struct count *k = ctx;
+    if (len && !k->bytes)
+        k->status_early = k->status && *k->status == 200;
     k->bytes += len;
     k->calls++;
     return k->stop_after && k->bytes >= k->stop_after;
@@ -195,11 +215,12 @@ static void a_stream_delivers_every_byte_or_stops_when_told(void **state)
     struct env *e = *state;
     struct httpc *c;
     assert_int_equal(httpc_new(e->base, NULL, &c, NULL, 0), 0);
-    struct count k = {0};
     long status = 0;
+    struct count k = {.status = &status};
     assert_int_equal(httpc_stream(c, "/big", 5000, on_data, &k, &status, NULL, 0), 0);
     assert_int_equal(status, 200);
     assert_int_equal(k.bytes, sizeof(big));
+    assert_true(k.status_early);
     k = (struct count){.stop_after = 1};
     assert_int_equal(httpc_stream(c, "/big", 5000, on_data, &k, &status, NULL, 0), HTTPC_EABORT);
     assert_true(k.bytes < sizeof(big));
