@@ -280,6 +280,16 @@ static void build_env(struct attempts *t, const struct att *a, const json_t *asg
     if (json_is_object(g0) && json_integer_value(json_object_get(g0, "milli")) < 1000)
         strv_add(env, "GPUORCH_GPU_MILLI=%" JSON_INTEGER_FORMAT,
                  json_integer_value(json_object_get(g0, "milli")));
+    /* An array task knows its index, under Slurm's names too: #SBATCH scripts
+     * read $SLURM_ARRAY_TASK_ID. */
+    const json_t *arr = json_object_get(asg, "array_id");
+    if (json_is_integer(arr)) {
+        json_int_t idx = json_integer_value(json_object_get(asg, "array_index"));
+        strv_add(env, "GPUORCH_ARRAY_JOB_ID=%" JSON_INTEGER_FORMAT, json_integer_value(arr));
+        strv_add(env, "GPUORCH_ARRAY_TASK_ID=%" JSON_INTEGER_FORMAT, idx);
+        strv_add(env, "SLURM_ARRAY_JOB_ID=%" JSON_INTEGER_FORMAT, json_integer_value(arr));
+        strv_add(env, "SLURM_ARRAY_TASK_ID=%" JSON_INTEGER_FORMAT, idx);
+    }
     /* The gang: every rank starts with the same node list and rank 0's address. */
     const json_t *gang = json_object_get(asg, "gang");
     const json_t *nodes = json_object_get(gang, "nodes");
@@ -299,6 +309,73 @@ static void build_env(struct attempts *t, const struct att *a, const json_t *asg
     strv_add(env, "MASTER_ADDR=%s", master ? master : "127.0.0.1");
     strv_add(env, "MASTER_PORT=%" JSON_INTEGER_FORMAT,
              json_integer_value(json_object_get(gang, "master_port")));
+}
+
+/*
+ * A job's output path with sbatch's patterns filled in: %j and %J the job id,
+ * %A the array's id (else the job's), %a the array index (else 0), %x the
+ * job's name, %u its user, %N this node, %% a '%'; other % sequences stay as
+ * written. NULL in, NULL out; a path that would not fit is kept unexpanded.
+ */
+static const char *expand_path(const struct attempts *t, const struct att *a, const json_t *asg,
+                               const char *path, char *buf, size_t len)
+{
+    if (!path || !strchr(path, '%'))
+        return path;
+    const json_t *spec = json_object_get(asg, "spec");
+    const json_t *arr = json_object_get(asg, "array_id");
+    const char *name = json_string_value(json_object_get(spec, "name"));
+    const char *user = json_string_value(json_object_get(asg, "user"));
+    size_t o = 0;
+    for (const char *p = path; *p && o < len; p++) {
+        char num[32];
+        const char *put = NULL;
+        if (*p != '%' || !p[1]) {
+            buf[o++] = *p;
+            continue;
+        }
+        switch (*++p) {
+        case 'j':
+        case 'J':
+            snprintf(num, sizeof(num), "%" PRIu64, a->job), put = num;
+            break;
+        case 'A':
+            snprintf(num, sizeof(num), "%" PRIu64,
+                     json_is_integer(arr) ? (uint64_t)json_integer_value(arr) : a->job);
+            put = num;
+            break;
+        case 'a':
+            snprintf(num, sizeof(num), "%" JSON_INTEGER_FORMAT,
+                     json_integer_value(json_object_get(asg, "array_index")));
+            put = num;
+            break;
+        case 'x':
+            put = name ? name : "job";
+            break;
+        case 'u':
+            put = user ? user : "";
+            break;
+        case 'N':
+            put = t->node;
+            break;
+        case '%':
+            put = "%";
+            break;
+        default:
+            if (o + 2 <= len)
+                buf[o++] = '%', buf[o++] = *p;
+            continue;
+        }
+        size_t n = strlen(put);
+        if (o + n >= len)
+            return path;
+        memcpy(buf + o, put, n);
+        o += n;
+    }
+    if (o >= len)
+        return path;
+    buf[o] = '\0';
+    return buf;
 }
 
 /* A script job's file: STATE/scripts/JOB.ATTEMPT, mode 0700, owned by the
@@ -410,7 +487,7 @@ static void launch(struct attempts *t, uint64_t job, uint32_t attempt, const jso
         geteuid() == 0 ? json_string_value(json_object_get(asg, "unix_user")) : NULL;
     const char *script = json_string_value(json_object_get(spec, "script"));
     struct strv argv = {0}, env = {0};
-    char script_path[JOURNAL_PATH_MAX];
+    char script_path[JOURNAL_PATH_MAX], out_path[JOURNAL_PATH_MAX], err_path[JOURNAL_PATH_MAX];
     if (script) {
         if (write_script(t, a, script, unix_user, script_path, sizeof(script_path), err,
                          sizeof(err)) == 0)
@@ -434,8 +511,10 @@ static void launch(struct attempts *t, uint64_t job, uint32_t attempt, const jso
         .argc = argv.n,
         .env = (const char *const *)env.v,
         .nenv = env.n,
-        .stdout_path = json_string_value(json_object_get(spec, "output")),
-        .stderr_path = json_string_value(json_object_get(spec, "error")),
+        .stdout_path = expand_path(t, a, asg, json_string_value(json_object_get(spec, "output")),
+                                   out_path, sizeof(out_path)),
+        .stderr_path = expand_path(t, a, asg, json_string_value(json_object_get(spec, "error")),
+                                   err_path, sizeof(err_path)),
         .cpu_milli = (uint32_t)(json_integer_value(json_object_get(spec, "cpus")) * 1000),
         .mem_mib = json_integer_value(json_object_get(spec, "mem_mib")),
     };

@@ -151,6 +151,10 @@ static json_t *assignments_json(struct server *s, const struct srv_node_rt *rt)
         json_decref(gpus);
         if (a && !j->att.kill && add_gang(s, a, j, rt->name))
             json_decref(a), a = NULL;
+        if (a && !j->att.kill && j->array_id != STORE_NULL &&
+            (json_object_set_new(a, "array_id", json_integer((json_int_t)j->array_id)) ||
+             json_object_set_new(a, "array_index", json_integer((json_int_t)j->array_index))))
+            json_decref(a), a = NULL;
         if (!a || json_array_append_new(list, a)) {
             json_decref(list);
             list = NULL;

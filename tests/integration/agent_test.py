@@ -454,6 +454,36 @@ def fractional():
        f"{seen}\n{[job_gpus(j) for j in jobs]}\n{[on_disk(jid) for jid in ids]}")
 
 
+def array_index():
+    """An array task sees its index, under gpuorch's and Slurm's names."""
+    st, body, raw = call("POST", "/v1/jobs", {
+        "team": "research", "pool": "main", "workdir": SHARED, "gpus": 1, "array": "0-2",
+        "command": sh('echo "$GPUORCH_ARRAY_JOB_ID $GPUORCH_ARRAY_TASK_ID '
+                      '$SLURM_ARRAY_JOB_ID $SLURM_ARRAY_TASK_ID"')}, token=MEMBER)
+    ids = (body or {}).get("array_jobs") or []
+    jobs = [wait_final(jid) for jid in ids]
+    outs = [logs(jid, stream="stdout")[1].decode(errors="replace").split() for jid in ids]
+    want = [[str(ids[0]), str(k), str(ids[0]), str(k)] for k in range(3)] if ids else None
+    ok(st == 201 and len(ids) == 3 and all(j and j["state"] == "COMPLETED" for j in jobs)
+       and outs == want,
+       "each task of an array sees its array and its index in GPUORCH_ARRAY_JOB_ID / "
+       "GPUORCH_ARRAY_TASK_ID and SLURM_ARRAY_JOB_ID / SLURM_ARRAY_TASK_ID",
+       f"{st} {raw[:300]!r}\n{outs} want {want}")
+
+
+def output_patterns():
+    """sbatch's %j and %x in an output path name the file; the logs API reads it."""
+    jid = submit({"name": "patterned", "output": os.path.join(SHARED, "out-%j-%x.txt"),
+                  "command": sh("echo written")})
+    j = wait_final(jid)
+    path = os.path.join(SHARED, f"out-{jid}-patterned.txt")
+    st, raw = logs(jid, stream="stdout")
+    ok(j and j["state"] == "COMPLETED" and read(path) == "written\n" and st == 200
+       and raw == b"written\n",
+       "an output path with %j and %x writes out-JOB-NAME.txt, and the logs API reads it",
+       f"{detail(j)}\n{sorted(os.listdir(SHARED))}\n{st} {raw[:200]!r}")
+
+
 def node_dirty(name):
     st, body, _ = call("GET", "/v1/nodes", token=ADMIN)
     for n in (body or {}).get("nodes") or []:
@@ -784,7 +814,7 @@ def cleanup_jobs():
 def main():
     print("TAP version 13")
     setup()
-    for step in (visible_devices, sampling, fractional, dirty_gpu, gang, time_limit, logs_through_controller,
+    for step in (visible_devices, array_index, output_patterns, sampling, fractional, dirty_gpu, gang, time_limit, logs_through_controller,
                  root_refused, restart_after_kill9, cancel):
         try:
             step()
