@@ -12,6 +12,10 @@
 #include "core/sched.h"
 #include "agent/agent.h"
 #include "agent/shim.h"
+#include "cli/apply.h"
+#include "cli/jobs.h"
+#include "cli/nodes.h"
+#include "cli/submit.h"
 #include "server/server.h"
 #include "sim/command.h"
 #include "util/banned.h"
@@ -28,6 +32,16 @@ static int cmd_version(int argc, char **argv);
 static int cmd_policy(int argc, char **argv);
 
 static const struct command commands[] = {
+    {"submit", submit_command, "submit a job: flags, or a batch script with #SBATCH lines"},
+    {"queue", jobs_queue_command, "list pending and running jobs, and why each waits"},
+    {"show", jobs_show_command, "show one job: resources, why it waits, its attempts"},
+    {"cancel", jobs_cancel_command, "cancel jobs"},
+    {"logs", jobs_logs_command, "print a job's output (-f follows it)"},
+    {"nodes", nodes_list_command, "list nodes: pool, state, GPUs, free GPUs, heartbeat"},
+    {"drain", nodes_drain_command, "drain nodes: they keep their work and get nothing new"},
+    {"resume", nodes_resume_command, "resume drained nodes"},
+    {"apply", apply_command, "create or update pools, classes, teams, users from a file"},
+    {"whoami", jobs_whoami_command, "show whom the token belongs to"},
     {"version", cmd_version, "print the version"},
     {"policy", cmd_policy, "print the default scheduling policy"},
     {"server", server_command, "run the controller: REST API, durable job store"},
@@ -42,8 +56,11 @@ static void usage(FILE *out)
                  "gpuorch schedules GPU workloads: queues, quotas, fair share, backfill,\n"
                  "preemption and GPU sharing, in one binary.\n\ncommands:\n");
     for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
-        fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
-    fprintf(out, "\ncoming next: the user commands submit, queue, show, cancel, logs.\n"
+        fprintf(out, "  %-8s %s\n", commands[i].name, commands[i].summary);
+    fprintf(out, "\nThe user commands find the server and the token in --server and --token\n"
+                 "(or --token-file), else GPUORCH_SERVER and GPUORCH_TOKEN (or\n"
+                 "GPUORCH_TOKEN_FILE), else ~/.config/gpuorch/config ($GPUORCH_CONFIG).\n"
+                 "Exit codes: 0 ok, 1 failed, 2 usage.\n"
                  "Run 'gpuorch COMMAND --help' for a command's options.\n");
 }
 

@@ -22,7 +22,7 @@
 
 #include "core/err.h"
 #include "sim/spec.h"
-#include "sim/yamljson.h"
+#include "util/yamljson.h"
 #include "util/banned.h"
 
 #define NAME_MAX_LEN  128
@@ -537,7 +537,7 @@ static int parse_yaml(struct dec *d, struct yamljson *yaml, const char *text, si
     int rc = yamljson_parse(yaml, text, len, &e);
     if (rc != 0) {
         d->path = e.path;
-        return fail_at(d, rc, e.line, "%s", e.problem);
+        return fail_at(d, rc == YAMLJSON_ENOMEM ? GPO_ENOMEM : GPO_EINVAL, e.line, "%s", e.problem);
     }
     d->yaml = yaml;
     return 0;

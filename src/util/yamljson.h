@@ -17,12 +17,20 @@
  * brackets ("teams[2].quotas[0].pool"; "" is the root). A decoder that builds
  * its paths with yamljson_path_* finds the line of the node it is checking.
  */
-#ifndef GPUORCH_SIM_YAMLJSON_H
-#define GPUORCH_SIM_YAMLJSON_H
+#ifndef GPUORCH_UTIL_YAMLJSON_H
+#define GPUORCH_UTIL_YAMLJSON_H
 
 #include <stddef.h>
 
 #include <jansson.h>
+
+/* This module's own codes (util depends on no other module's table); they
+ * have the values of core/err.h's GPO_EINVAL and GPO_ENOMEM. */
+enum yamljson_err {
+    YAMLJSON_OK = 0,
+    YAMLJSON_EINVAL = -1,
+    YAMLJSON_ENOMEM = -2,
+};
 
 #define YAMLJSON_PATH_CAP  2048
 #define YAMLJSON_MAX_DEPTH 16
@@ -53,8 +61,8 @@ struct yamljson_error {
 
 /*
  * Parses `text` (len bytes, not necessarily terminated). 0 with *y filled
- * (release it with yamljson_release), or GPO_EINVAL / GPO_ENOMEM with *e set
- * and *y empty.
+ * (release it with yamljson_release), or YAMLJSON_EINVAL / YAMLJSON_ENOMEM
+ * with *e set and *y empty.
  */
 int yamljson_parse(struct yamljson *y, const char *text, size_t len, struct yamljson_error *e);
 

@@ -1,0 +1,386 @@
+/*
+ * apply.c - `gpuorch apply` (apply.h).
+ */
+#include "cli/apply.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli/cli.h"
+#include "util/errbuf.h"
+#include "util/jsonv.h"
+#include "util/banned.h"
+
+#define ARRAY_LEN(a)   (sizeof(a) / sizeof((a)[0]))
+#define BUSY_RETRIES   50  /* a 409 "another change is being stored": tries */
+#define BUSY_WAIT_MS   200 /* between them */
+#define OBJECTS_MAX    10000
+#define NAME_SHOWN_MAX 128
+
+static const char *const user_readonly[] = {"created_at", NULL};
+
+/* A list of the document, its API route, and its name in output. */
+static const struct kind {
+    const char *section, *path, *label;
+    const char *const *readonly; /* keys GET shows and PUT refuses */
+} kinds[] = {
+    {"pools", "pools", "pool", NULL},
+    {"priority_classes", "priority-classes", "priority-class", NULL},
+    {"teams", "teams", "team", NULL},
+    {"users", "users", "user", user_readonly},
+};
+
+/* ---- the document ------------------------------------------------------ */
+
+long apply_doc_line(const struct apply_doc *d, const char *path)
+{
+    return d->yaml.lines ? yamljson_line(&d->yaml, path) : 0;
+}
+
+/* "NAME:LINE" or "NAME" when the line is not known. */
+static const char *where(const struct apply_doc *d, const char *name, const char *path, char *buf,
+                         size_t len)
+{
+    long line = apply_doc_line(d, path);
+    if (line)
+        snprintf(buf, len, "%s:%ld", name, line);
+    else
+        snprintf(buf, len, "%s", name);
+    return buf;
+}
+
+static const struct kind *kind_of(const char *section)
+{
+    for (size_t k = 0; k < ARRAY_LEN(kinds); k++)
+        if (strcmp(kinds[k].section, section) == 0)
+            return &kinds[k];
+    return NULL;
+}
+
+/* One list: objects, each with a name given once. */
+static int check_list(const struct apply_doc *d, const char *name, const char *section,
+                      const json_t *list, char *err, size_t errlen)
+{
+    char at[4200], path[128], q[JSONV_QUOTE_MAX + 4];
+    if (json_is_null(list))
+        return 0;
+    if (!json_is_array(list))
+        return errbuf_set(err, errlen, CLI_EUSAGE, "%s: '%s' must be a list of objects",
+                          where(d, name, section, at, sizeof(at)), section);
+    for (size_t i = 0; i < json_array_size(list); i++) {
+        const json_t *o = json_array_get(list, i);
+        const char *n = cli_json_str(o, "name");
+        snprintf(path, sizeof(path), "%s[%zu]", section, i);
+        if (!json_is_object(o) || !n || !n[0])
+            return errbuf_set(err, errlen, CLI_EUSAGE, "%s: %s: expected an object with a 'name'",
+                              where(d, name, path, at, sizeof(at)), path);
+        for (size_t j = 0; j < i; j++)
+            if (strcmp(cli_json_str(json_array_get(list, j), "name"), n) == 0)
+                return errbuf_set(err, errlen, CLI_EUSAGE, "%s: %s: '%s' is also %s[%zu]",
+                                  where(d, name, path, at, sizeof(at)), path,
+                                  jsonv_quote(n, strlen(n), q), section, j);
+    }
+    return 0;
+}
+
+static int check_doc(const struct apply_doc *d, const char *name, char *err, size_t errlen)
+{
+    char at[4200], q[JSONV_QUOTE_MAX + 4];
+    const char *key;
+    const json_t *v;
+    size_t total = 0;
+    if (!json_is_object(d->root))
+        return errbuf_set(err, errlen, CLI_EUSAGE,
+                          "%s: expected an object with pools, priority_classes, teams or users",
+                          name);
+    json_object_foreach((json_t *)d->root, key, v)
+    {
+        if (!kind_of(key))
+            return errbuf_set(err, errlen, CLI_EUSAGE,
+                              "%s: unknown list '%s' (expected pools, priority_classes, teams or "
+                              "users)",
+                              where(d, name, key, at, sizeof(at)),
+                              jsonv_quote(key, strlen(key), q));
+        int rc = check_list(d, name, key, v, err, errlen);
+        if (rc)
+            return rc;
+        total += json_array_size(v);
+    }
+    if (total > OBJECTS_MAX)
+        return errbuf_set(err, errlen, CLI_EUSAGE, "%s: %zu objects, at most %d", name, total,
+                          OBJECTS_MAX);
+    return 0;
+}
+
+int apply_doc_parse(const char *text, size_t len, const char *name, struct apply_doc *ret,
+                    char *err, size_t errlen)
+{
+    struct apply_doc d = {0};
+    struct yamljson_error ye;
+    int rc = yamljson_parse(&d.yaml, text, len, &ye);
+    if (rc == YAMLJSON_ENOMEM)
+        return errbuf_set(err, errlen, CLI_ENOMEM, "out of memory");
+    if (rc == 0) {
+        d.root = json_incref(d.yaml.root);
+    } else {
+        size_t i = 0;
+        while (i < len && (text[i] == ' ' || text[i] == '\t' || text[i] == '\n' || text[i] == '\r'))
+            i++;
+        /* JSON that YAML refuses (tabs, say) is still JSON. */
+        if (i < len && text[i] == '{')
+            d.root = json_loadb(text, len, JSON_REJECT_DUPLICATES, NULL);
+        if (!d.root) {
+            if (ye.line)
+                return errbuf_set(err, errlen, CLI_EUSAGE, "%s:%ld: %s", name, ye.line, ye.problem);
+            return errbuf_set(err, errlen, CLI_EUSAGE, "%s: %s", name, ye.problem);
+        }
+    }
+    if ((rc = check_doc(&d, name, err, errlen)) != 0) {
+        apply_doc_release(&d);
+        return rc;
+    }
+    *ret = d;
+    return 0;
+}
+
+void apply_doc_release(struct apply_doc *d)
+{
+    if (!d)
+        return;
+    json_decref(d->root);
+    yamljson_release(&d->yaml);
+    memset(d, 0, sizeof(*d));
+}
+
+/* ---- merge and compare -------------------------------------------------- */
+
+/* The file's value with the keys it sets to null left out, at any depth. */
+static json_t *without_nulls(const json_t *v)
+{
+    if (json_is_object(v))
+        return apply_merge(NULL, v);
+    if (!json_is_array(v))
+        return json_deep_copy(v);
+    json_t *out = json_array();
+    for (size_t i = 0; out && i < json_array_size(v); i++) {
+        json_t *e = without_nulls(json_array_get(v, i));
+        if (!e || json_array_append_new(out, e) != 0) {
+            json_decref(out);
+            return NULL;
+        }
+    }
+    return out;
+}
+
+json_t *apply_merge(const json_t *current, const json_t *file)
+{
+    json_t *out = json_is_object(current) ? json_deep_copy(current) : json_object();
+    const char *key;
+    json_t *v;
+    json_object_foreach((json_t *)file, key, v)
+    {
+        if (!out)
+            break;
+        if (json_is_null(v)) {
+            json_object_del(out, key);
+            continue;
+        }
+        json_t *cur = json_object_get(out, key);
+        json_t *m =
+            json_is_object(cur) && json_is_object(v) ? apply_merge(cur, v) : without_nulls(v);
+        if (!m || json_object_set_new(out, key, m) != 0) {
+            json_decref(out);
+            out = NULL;
+        }
+    }
+    return out;
+}
+
+bool apply_subset(const json_t *file, const json_t *current)
+{
+    if (json_is_number(file) && json_is_number(current))
+        return json_number_value(file) == json_number_value(current);
+    if (json_is_object(file) && json_is_object(current)) {
+        const char *key;
+        json_t *v;
+        json_object_foreach((json_t *)file, key, v)
+        {
+            const json_t *c = json_object_get(current, key);
+            if (json_is_null(v) ? c != NULL && !json_is_null(c) : !apply_subset(v, c))
+                return false;
+        }
+        return true;
+    }
+    if (json_is_array(file) && json_is_array(current)) {
+        if (json_array_size(file) != json_array_size(current))
+            return false;
+        for (size_t i = 0; i < json_array_size(file); i++)
+            if (!apply_subset(json_array_get(file, i), json_array_get(current, i)))
+                return false;
+        return true;
+    }
+    return file && current && json_equal((json_t *)file, (json_t *)current);
+}
+
+/* What the server holds, as a PUT body would say it: no read-only keys, no
+ * nulls (which mean "not set"). */
+static void normalize(json_t *o, const struct kind *k)
+{
+    for (size_t i = 0; k->readonly && k->readonly[i]; i++)
+        json_object_del(o, k->readonly[i]);
+    const char *key;
+    json_t *v;
+    void *tmp;
+    json_object_foreach_safe(o, tmp, key, v)
+    {
+        if (json_is_null(v))
+            json_object_del(o, key);
+    }
+}
+
+/* ---- the command ---------------------------------------------------------- */
+
+struct apply_args {
+    struct cli_common co;
+    const char *file;
+    bool dry_run;
+};
+
+static const struct cli_opt opts[] = {
+    {"filename", 'f', true, 1, offsetof(struct apply_args, file)},
+    {"dry-run", 0, false, 1, offsetof(struct apply_args, dry_run)},
+    CLI_OPTS_COMMON(struct apply_args, co),
+};
+
+static void usage(FILE *out)
+{
+    fprintf(out, "usage: gpuorch apply -f FILE [--dry-run]\n"
+                 "\n"
+                 "Creates or updates pools, priority classes, teams and users from a YAML or JSON\n"
+                 "file ('-': stdin), in that order, and prints what changed, one line per object:\n"
+                 "'pool/main created', 'team/research configured', 'user/alice unchanged'.\n"
+                 "\n"
+                 "  pools:             [{name, description}]\n"
+                 "  priority_classes:  [{name, order, may_preempt, description}]\n"
+                 "  teams:             [{name, weight, borrow_limit,\n"
+                 "                       quotas: [{pool, gpu_type, guaranteed, borrow_limit}]}]\n"
+                 "  users:             [{name, unix_user, team, role}]\n"
+                 "\n"
+                 "Fields the file leaves out keep their value; a list it gives (quotas) replaces\n"
+                 "the server's; a field set to null goes back to its default. Applying the same\n"
+                 "file again prints only 'unchanged'. An object the API refuses gets one line\n"
+                 "(file, line, object, the API's message); the rest are still applied and the\n"
+                 "exit code is 1. Needs an admin's token.\n"
+                 "\n"
+                 "  -f, --filename FILE  the document\n"
+                 "  --dry-run            say what would change, change nothing\n");
+    cli_help_common(out, false);
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0)
+        ;
+}
+
+/* PUT, again while another configuration change is being stored (409). */
+static int put(struct cli *c, const char *path, const json_t *body, char *err, size_t errlen)
+{
+    for (int k = 0;; k++) {
+        long status = 0;
+        int rc = cli_call(c, "PUT", path, body, &status, NULL, err, errlen);
+        if (rc != CLI_EAPI || status != 409 || k == BUSY_RETRIES)
+            return rc;
+        sleep_ms(BUSY_WAIT_MS);
+    }
+}
+
+/* One object: compare, maybe PUT, one line. 0, or CLI_EXIT_FAIL once its
+ * error line is printed. */
+static int apply_one(struct cli *c, const struct kind *k, const json_t *obj, const char *at,
+                     bool dry)
+{
+    const char *name = cli_json_str(obj, "name");
+    char esc[1024], path[1200], err[CLI_ERR_MAX], shown[NAME_SHOWN_MAX + 4];
+    snprintf(shown, sizeof(shown), "%s", name);
+    if (httpc_escape(name, esc, sizeof(esc)) != 0)
+        return cli_fail("apply", "%s: %s/%s: the name is too long", at, k->label, shown);
+    snprintf(path, sizeof(path), "/v1/%s/%s", k->path, esc);
+    json_t *cur = NULL, *body = NULL;
+    long status = 0;
+    const char *done = "unchanged";
+    int rc = cli_call(c, "GET", path, NULL, &status, &cur, err, sizeof(err));
+    if (rc == CLI_EAPI && status == 404) {
+        done = "created";
+        rc = (body = apply_merge(NULL, obj)) ? 0 : CLI_ENOMEM;
+    } else if (rc == 0) {
+        normalize(cur, k);
+        if (!apply_subset(obj, cur)) {
+            done = "configured";
+            rc = (body = apply_merge(cur, obj)) ? 0 : CLI_ENOMEM;
+        }
+    }
+    if (rc == 0 && body && !dry)
+        rc = put(c, path, body, err, sizeof(err));
+    json_decref(cur);
+    json_decref(body);
+    if (rc == CLI_ENOMEM)
+        snprintf(err, sizeof(err), "out of memory");
+    if (rc)
+        return cli_fail("apply", "%s: %s/%s: %s", at, k->label, shown, err);
+    printf("%s/%s %s%s\n", k->label, shown, done, dry ? " (dry run)" : "");
+    return 0;
+}
+
+static int apply_doc(struct cli *c, const struct apply_doc *d, const char *name, bool dry)
+{
+    int rc = 0;
+    for (size_t k = 0; k < ARRAY_LEN(kinds); k++) {
+        const json_t *list = json_object_get(d->root, kinds[k].section);
+        for (size_t i = 0; i < json_array_size(list); i++) {
+            char path[128], at[4200];
+            snprintf(path, sizeof(path), "%s[%zu]", kinds[k].section, i);
+            if (apply_one(c, &kinds[k], json_array_get(list, i),
+                          where(d, name, path, at, sizeof(at)), dry) != 0)
+                rc = CLI_EXIT_FAIL; /* and on with the rest */
+        }
+    }
+    return rc;
+}
+
+int apply_command(int argc, char **argv)
+{
+    struct apply_args a = {0};
+    const char **pos = calloc((size_t)argc + 1, sizeof(*pos));
+    size_t npos = 0;
+    int rc = pos ? cli_parse_args("apply", argc, argv, opts, ARRAY_LEN(opts), &a, pos, &npos)
+                 : cli_fail("apply", "out of memory");
+    if (rc == 0 && a.co.help)
+        usage(stdout);
+    else if (rc == 0 && npos)
+        rc = cli_usage_error("apply", "unexpected argument '%s' (the file goes after -f)", pos[0]);
+    else if (rc == 0 && !a.file)
+        rc = cli_usage_error("apply", "expected -f FILE (see 'gpuorch apply --help')");
+    free(pos);
+    if (rc || a.co.help)
+        return rc;
+    const char *name = strcmp(a.file, "-") == 0 ? "stdin" : a.file;
+    char *text = NULL, err[CLI_ERR_MAX];
+    size_t len = 0;
+    struct apply_doc d = {0};
+    if ((rc = cli_read_file(a.file, APPLY_FILE_MAX, &text, &len, err, sizeof(err))) != 0)
+        return cli_fail("apply", "%s: %s", name, rc == CLI_ENOMEM ? "out of memory" : err);
+    rc = apply_doc_parse(text, len, name, &d, err, sizeof(err));
+    free(text);
+    if (rc)
+        return cli_fail("apply", "%s", rc == CLI_ENOMEM ? "out of memory" : err);
+    struct cli c;
+    if ((rc = cli_connect(&c, "apply", &a.co)) == 0)
+        rc = apply_doc(&c, &d, name, a.dry_run);
+    cli_disconnect(&c);
+    apply_doc_release(&d);
+    return rc;
+}

@@ -1,0 +1,234 @@
+/*
+ * nodes.c - nodes, drain and resume (nodes.h).
+ */
+#include "cli/nodes.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "cli/table.h"
+#include "util/banned.h"
+
+#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+struct nodes_args {
+    struct cli_common co;
+};
+
+static const struct cli_opt list_opts[] = {
+    CLI_OPT_JSON(struct nodes_args, co),
+    CLI_OPTS_COMMON(struct nodes_args, co),
+};
+
+static const struct cli_opt change_opts[] = {
+    CLI_OPTS_COMMON(struct nodes_args, co),
+};
+
+static void list_usage(FILE *out)
+{
+    fprintf(out, "usage: gpuorch nodes [--json]\n"
+                 "\n"
+                 "Lists the nodes: NAME POOL STATE GPUS TYPE FREE CPUS MEM HEARTBEAT. STATE is\n"
+                 "up, draining (keeps its work, gets nothing new) or down (its heartbeats\n"
+                 "stopped). FREE counts the GPUs that no running job holds and no ended job's\n"
+                 "process still occupies; it needs an admin's token (others see '?').\n");
+    cli_help_common(out, true);
+}
+
+/* The GPU UUIDs running jobs hold, as an object used as a set; NULL (not
+ * known) for a user who is not an admin, or on failure (err says). */
+static json_t *held_gpus(struct cli *c, int *ret_rc, char *err, size_t errlen)
+{
+    json_t *me = NULL, *jobs = json_array(), *held = json_object();
+    *ret_rc =
+        jobs && held ? cli_call(c, "GET", "/v1/whoami", NULL, NULL, &me, err, errlen) : CLI_ENOMEM;
+    const char *role = cli_json_str(me, "role");
+    bool admin = *ret_rc == 0 && role && strcmp(role, "admin") == 0;
+    if (admin)
+        *ret_rc = cli_jobs_list(c, "state=RUNNING", jobs, err, errlen);
+    for (size_t k = 0; admin && *ret_rc == 0 && k < json_array_size(jobs); k++) {
+        json_t *cur = json_object_get(json_array_get(jobs, k), "current_attempt");
+        json_t *gpus = json_object_get(cur, "gpus");
+        for (size_t g = 0; g < json_array_size(gpus); g++) {
+            const char *uuid = json_string_value(json_array_get(gpus, g));
+            if (uuid && json_object_set_new(held, uuid, json_true()) != 0)
+                *ret_rc = CLI_ENOMEM;
+        }
+    }
+    json_decref(me);
+    json_decref(jobs);
+    if (*ret_rc || !admin) {
+        json_decref(held);
+        return NULL;
+    }
+    return held;
+}
+
+static bool in_list(const json_t *list, const char *s)
+{
+    for (size_t k = 0; s && k < json_array_size(list); k++) {
+        const char *v = json_string_value(json_array_get(list, k));
+        if (v && strcmp(v, s) == 0)
+            return true;
+    }
+    return false;
+}
+
+static int list_row(struct table *t, const json_t *n, const json_t *held, int64_t now)
+{
+    const json_t *gpus = json_object_get(n, "gpus"), *dirty = json_object_get(n, "dirty_gpus");
+    char count[24], freebuf[24] = "?", cpus[24], mem[32], age[32];
+    size_t nfree = 0;
+    for (size_t g = 0; held && g < json_array_size(gpus); g++) {
+        const char *uuid = cli_json_str(json_array_get(gpus, g), "uuid");
+        nfree += uuid && !json_object_get(held, uuid) && !in_list(dirty, uuid);
+    }
+    if (held)
+        snprintf(freebuf, sizeof(freebuf), "%zu", nfree);
+    snprintf(count, sizeof(count), "%zu", json_array_size(gpus));
+    snprintf(cpus, sizeof(cpus), "%" JSON_INTEGER_FORMAT,
+             json_integer_value(json_object_get(n, "cpus")));
+    cli_size_text(json_integer_value(json_object_get(n, "mem_mib")), mem, sizeof(mem));
+    const char *cells[] = {cli_json_str(n, "name"),
+                           cli_json_str(n, "pool"),
+                           cli_json_str(n, "state"),
+                           count,
+                           cli_json_str(json_array_get(gpus, 0), "gpu_type"),
+                           freebuf,
+                           cpus,
+                           mem,
+                           cli_age(cli_json_str(n, "last_heartbeat"), now, age, sizeof(age))};
+    return table_add(t, cells);
+}
+
+static int list_print(const json_t *nodes, const json_t *held)
+{
+    static const char *const head[] = {"NAME", "POOL", "STATE", "GPUS",     "TYPE",
+                                       "FREE", "CPUS", "MEM",   "HEARTBEAT"};
+    struct table *t = table_new(ARRAY_LEN(head), head);
+    int64_t now = cli_now_ms();
+    int rc = t ? 0 : CLI_ENOMEM;
+    for (size_t k = 0; rc == 0 && k < json_array_size(nodes); k++)
+        rc = list_row(t, json_array_get(nodes, k), held, now);
+    if (rc == 0)
+        table_print(t, stdout);
+    table_free(t);
+    return rc ? cli_fail("nodes", "out of memory") : 0;
+}
+
+/* Parses flags into args and the positional words into *ret_pos (a new
+ * array: caller frees). CLI_EXIT_USAGE, printed. */
+static int parse(const char *cmd, int argc, char **argv, const struct cli_opt *opts, size_t n,
+                 struct nodes_args *a, const char ***ret_pos, size_t *ret_n)
+{
+    const char **pos = calloc((size_t)argc + 1, sizeof(*pos));
+    if (!pos)
+        return cli_fail(cmd, "out of memory");
+    int rc = cli_parse_args(cmd, argc, argv, opts, n, a, pos, ret_n);
+    if (rc) {
+        free(pos);
+        return rc;
+    }
+    *ret_pos = pos;
+    return 0;
+}
+
+int nodes_list_command(int argc, char **argv)
+{
+    struct nodes_args a = {0};
+    const char **pos = NULL;
+    size_t npos = 0;
+    int rc = parse("nodes", argc, argv, list_opts, ARRAY_LEN(list_opts), &a, &pos, &npos);
+    if (rc == 0 && a.co.help)
+        list_usage(stdout);
+    else if (rc == 0 && npos)
+        rc = cli_usage_error("nodes", "unexpected argument '%s' (see 'gpuorch nodes --help')",
+                             pos[0]);
+    free(pos);
+    if (rc || a.co.help)
+        return rc;
+    struct cli c;
+    json_t *body = NULL, *held = NULL;
+    char err[CLI_ERR_MAX];
+    if ((rc = cli_connect(&c, "nodes", &a.co)) == 0)
+        rc = cli_call(&c, "GET", "/v1/nodes", NULL, NULL, &body, err, sizeof(err));
+    if (rc == 0 && !a.co.json)
+        held = held_gpus(&c, &rc, err, sizeof(err));
+    if (rc < 0)
+        rc = cli_fail("nodes", "%s", rc == CLI_ENOMEM ? "out of memory" : err);
+    cli_disconnect(&c);
+    if (rc == 0 && a.co.json)
+        rc = cli_print_json(body) ? 0 : cli_fail("nodes", "out of memory");
+    else if (rc == 0)
+        rc = list_print(json_object_get(body, "nodes"), held);
+    json_decref(body);
+    json_decref(held);
+    return rc;
+}
+
+/* drain or resume: POST /v1/nodes/NODE/ACTION for each NODE; one line each,
+ * and 1 when any failed. */
+static int change(const char *cmd, int argc, char **argv, void (*usage)(FILE *out))
+{
+    struct nodes_args a = {0};
+    const char **pos = NULL;
+    size_t npos = 0;
+    int rc = parse(cmd, argc, argv, change_opts, ARRAY_LEN(change_opts), &a, &pos, &npos);
+    if (rc == 0 && a.co.help)
+        usage(stdout);
+    else if (rc == 0 && npos == 0)
+        rc = cli_usage_error(cmd, "expected NODE... (see 'gpuorch %s --help')", cmd);
+    struct cli c = {0};
+    if (rc == 0 && !a.co.help)
+        rc = cli_connect(&c, cmd, &a.co);
+    bool failed = false;
+    for (size_t k = 0; rc == 0 && !a.co.help && k < npos; k++) {
+        char esc[1024], path[1100], err[CLI_ERR_MAX];
+        json_t *node = NULL;
+        if (httpc_escape(pos[k], esc, sizeof(esc)) != 0) {
+            failed = cli_usage_error(cmd, "node name '%.40s...' is too long", pos[k]);
+            continue;
+        }
+        snprintf(path, sizeof(path), "/v1/nodes/%s/%s", esc, cmd);
+        int r = cli_call(&c, "POST", path, NULL, NULL, &node, err, sizeof(err));
+        if (r) /* say so and go on with the others */
+            failed = cli_fail(cmd, "%s", r == CLI_ENOMEM ? "out of memory" : err);
+        else
+            printf("node/%s %s\n", pos[k],
+                   cli_json_str(node, "state") ? cli_json_str(node, "state") : "?");
+        json_decref(node);
+    }
+    free(pos);
+    cli_disconnect(&c);
+    return rc ? rc : failed ? CLI_EXIT_FAIL : 0;
+}
+
+static void drain_usage(FILE *out)
+{
+    fprintf(out, "usage: gpuorch drain NODE...\n"
+                 "\n"
+                 "Drains each node: it keeps its running work and gets nothing new. Needs an\n"
+                 "admin's token. Prints 'node/NAME draining' per node; 1 if any failed.\n");
+    cli_help_common(out, false);
+}
+
+static void resume_usage(FILE *out)
+{
+    fprintf(out, "usage: gpuorch resume NODE...\n"
+                 "\n"
+                 "Resumes each drained node: it takes work again. Needs an admin's token.\n"
+                 "Prints 'node/NAME up' per node; 1 if any failed.\n");
+    cli_help_common(out, false);
+}
+
+int nodes_drain_command(int argc, char **argv)
+{
+    return change("drain", argc, argv, drain_usage);
+}
+
+int nodes_resume_command(int argc, char **argv)
+{
+    return change("resume", argc, argv, resume_usage);
+}

@@ -1,0 +1,752 @@
+/*
+ * submit.c - `gpuorch submit` (submit.h): a table of flags, each with the
+ * setter that writes its part of the POST /v1/jobs body; the command line
+ * and the script's directives go through the same table.
+ *
+ * Decisions the header leaves open:
+ *  - --gpu-mem alone asks for a share of one GPU by memory (gpu_mem_mib);
+ *    next to --gpus it asks that each GPU have that much (min_gpu_mem_mib).
+ *  - Without --export nothing of the caller's environment is sent (unlike
+ *    sbatch, whose default is ALL): the job runs on another machine, maybe as
+ *    another user, and the environment holds the caller's GPUORCH_TOKEN.
+ *  - Arguments after a script are refused: the API runs a script without
+ *    arguments.
+ */
+#include "cli/submit.h"
+
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/sbatch.h"
+#include "cli/script.h"
+#include "util/errbuf.h"
+#include "util/jsonv.h"
+#include "util/banned.h"
+
+#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+extern char **environ;
+
+/* ---- the flags ------------------------------------------------------------ */
+
+/* A plan being built. */
+struct build {
+    json_t *body;
+    const struct submit_env *env;
+    int64_t gpu_mem_mib; /* -1: not given */
+    const char *wrap;
+    struct submit_plan *plan;
+};
+
+typedef int (*setter_fn)(struct build *b, const struct submit_flag *f, const char *v, char *err,
+                         size_t errlen);
+
+struct submit_flag {
+    struct cli_opt opt; /* first: cli_getopt_next walks the table */
+    setter_fn set;      /* NULL: a connection flag, stored in struct submit_args */
+    const char *key;    /* the body's key */
+    int64_t lo, hi;     /* set_int's range */
+    const char *expect; /* what the value should look like, for messages */
+};
+
+/* Sets key to v (taken; NULL means out of memory). */
+static int put(struct build *b, const char *key, json_t *v, char *err, size_t errlen)
+{
+    if (!v || json_object_set_new(b->body, key, v) != 0)
+        return errbuf_set(err, errlen, CLI_ENOMEM, "out of memory");
+    return 0;
+}
+
+static int bad_value(const struct submit_flag *f, const char *v, char *err, size_t errlen)
+{
+    char q[JSONV_QUOTE_MAX + 4];
+    return errbuf_set(err, errlen, CLI_EUSAGE, "expected %s, got '%s'", f->expect,
+                      jsonv_quote(v, strlen(v), q));
+}
+
+/* A JSON string of user text: invalid UTF-8 is a usage error, not "out of memory". */
+static int put_text(struct build *b, const char *key, const char *v, char *err, size_t errlen)
+{
+    if (jsonv_check_utf8(v, strlen(v)) != 0)
+        return errbuf_set(err, errlen, CLI_EUSAGE, "not valid UTF-8");
+    return put(b, key, json_string(v), err, errlen);
+}
+
+static int set_text(struct build *b, const struct submit_flag *f, const char *v, char *err,
+                    size_t errlen)
+{
+    if (!*v)
+        return bad_value(f, v, err, errlen);
+    return put_text(b, f->key, v, err, errlen);
+}
+
+static int set_int(struct build *b, const struct submit_flag *f, const char *v, char *err,
+                   size_t errlen)
+{
+    int64_t n;
+    if (cli_parse_int(v, f->lo, f->hi, &n) != 0)
+        return bad_value(f, v, err, errlen);
+    return put(b, f->key, json_integer(n), err, errlen);
+}
+
+/* A flag without a value: `lo` is the boolean it sets (--no-requeue: 0). */
+static int set_bool(struct build *b, const struct submit_flag *f, const char *v, char *err,
+                    size_t errlen)
+{
+    (void)v;
+    return put(b, f->key, json_boolean(f->lo != 0), err, errlen);
+}
+
+static int set_size(struct build *b, const struct submit_flag *f, const char *v, char *err,
+                    size_t errlen)
+{
+    int64_t mib;
+    if (sbatch_parse_size_mib(v, &mib) != 0)
+        return bad_value(f, v, err, errlen);
+    if (!f->key) {
+        b->gpu_mem_mib = mib;
+        return 0;
+    }
+    return put(b, f->key, json_integer(mib), err, errlen);
+}
+
+static json_t *gpus_json(int32_t milli)
+{
+    return milli % 1000 ? json_real(milli / 1000.0) : json_integer(milli / 1000);
+}
+
+/* [TYPE:]N, the form of --gpus and of gres after "gpu:". */
+static int put_gpus(struct build *b, const struct submit_flag *f, const char *v, char *err,
+                    size_t errlen)
+{
+    const char *colon = strrchr(v, ':');
+    int32_t milli;
+    if (sbatch_parse_gpus(colon ? colon + 1 : v, &milli) != 0 || (colon && colon == v))
+        return bad_value(f, v, err, errlen);
+    if (colon) {
+        char type[256];
+        snprintf(type, sizeof(type), "%.*s", (int)(colon - v), v);
+        int rc = put_text(b, "gpu_type", type, err, errlen);
+        if (rc)
+            return rc;
+    }
+    return put(b, "gpus", gpus_json(milli), err, errlen);
+}
+
+static int set_gpus(struct build *b, const struct submit_flag *f, const char *v, char *err,
+                    size_t errlen)
+{
+    return put_gpus(b, f, v, err, errlen);
+}
+
+/* --gres=gpu[:TYPE][:N][,...]: GPUs are the one generic resource here. */
+static int set_gres(struct build *b, const struct submit_flag *f, const char *v, char *err,
+                    size_t errlen)
+{
+    char q[JSONV_QUOTE_MAX + 4];
+    if (strchr(v, ','))
+        return errbuf_set(err, errlen, CLI_EUSAGE,
+                          "one resource only (gpu:N or gpu:TYPE:N), got '%s'",
+                          jsonv_quote(v, strlen(v), q));
+    if (strcmp(v, "gpu") == 0)
+        return put(b, "gpus", json_integer(1), err, errlen);
+    if (strncmp(v, "gpu:", 4) != 0)
+        return errbuf_set(err, errlen, CLI_EUSAGE,
+                          "only GPUs (gpu:N or gpu:TYPE:N) are supported, got '%s'",
+                          jsonv_quote(v, strlen(v), q));
+    const char *rest = v + 4;
+    int32_t milli;
+    if (strchr(rest, ':') || sbatch_parse_gpus(rest, &milli) == 0)
+        return put_gpus(b, f, rest, err, errlen);
+    int rc = put_text(b, "gpu_type", rest, err, errlen); /* gpu:TYPE: one GPU of that type */
+    return rc ? rc : put(b, "gpus", json_integer(1), err, errlen);
+}
+
+static int set_time(struct build *b, const struct submit_flag *f, const char *v, char *err,
+                    size_t errlen)
+{
+    int64_t s;
+    if (sbatch_parse_time(v, &s) != 0)
+        return bad_value(f, v, err, errlen);
+    return put(b, "time_limit_s", json_integer(s), err, errlen);
+}
+
+static int set_dependency(struct build *b, const struct submit_flag *f, const char *v, char *err,
+                          size_t errlen)
+{
+    (void)f;
+    json_t *deps;
+    int rc = sbatch_parse_dependency(v, &deps, err, errlen);
+    return rc ? rc : put(b, "dependencies", deps, err, errlen);
+}
+
+static int set_export(struct build *b, const struct submit_flag *f, const char *v, char *err,
+                      size_t errlen)
+{
+    (void)f;
+    json_t *env;
+    int rc = sbatch_parse_export(v, b->env->envp, &env, err, errlen);
+    return rc ? rc : put(b, "env", env, err, errlen);
+}
+
+/* -N N or N-M: more than one node allows a gang over several. */
+static int set_nodes(struct build *b, const struct submit_flag *f, const char *v, char *err,
+                     size_t errlen)
+{
+    char lo[24] = "", *dash = strchr(v, '-');
+    int64_t min, max;
+    snprintf(lo, sizeof(lo), "%.*s", (int)(dash ? (size_t)(dash - v) : strlen(v)), v);
+    if (cli_parse_int(lo, 1, 100000, &min) != 0 ||
+        cli_parse_int(dash ? dash + 1 : lo, min, 100000, &max) != 0)
+        return bad_value(f, v, err, errlen);
+    return put(b, "multi_node", json_boolean(max > 1), err, errlen);
+}
+
+static int set_workdir(struct build *b, const struct submit_flag *f, const char *v, char *err,
+                       size_t errlen)
+{
+    char path[PATH_MAX];
+    if (!*v)
+        return bad_value(f, v, err, errlen);
+    if (v[0] != '/' && !b->env->cwd)
+        return errbuf_set(err, errlen, CLI_EUSAGE,
+                          "'%s' is relative, and there is no current "
+                          "directory to start from",
+                          v);
+    int n = v[0] == '/' ? snprintf(path, sizeof(path), "%s", v)
+                        : snprintf(path, sizeof(path), "%s/%s", b->env->cwd, v);
+    if (n < 0 || (size_t)n >= sizeof(path))
+        return errbuf_set(err, errlen, CLI_EUSAGE, "the path is too long");
+    return put_text(b, "workdir", path, err, errlen);
+}
+
+static int set_ignore(struct build *b, const struct submit_flag *f, const char *v, char *err,
+                      size_t errlen)
+{
+    (void)b, (void)f, (void)v, (void)err, (void)errlen;
+    return 0;
+}
+
+static int set_parsable(struct build *b, const struct submit_flag *f, const char *v, char *err,
+                        size_t errlen)
+{
+    (void)f, (void)v, (void)err, (void)errlen;
+    b->plan->parsable = true;
+    return 0;
+}
+
+static int set_key(struct build *b, const struct submit_flag *f, const char *v, char *err,
+                   size_t errlen)
+{
+    size_t n = strlen(v);
+    for (size_t i = 0; i < n; i++)
+        if (v[i] <= ' ' || v[i] > '~')
+            n = 0; /* the API takes printable ASCII only */
+    if (n == 0 || n > 255)
+        return bad_value(f, v, err, errlen);
+    char *key = strdup(v);
+    if (!key)
+        return errbuf_set(err, errlen, CLI_ENOMEM, "out of memory");
+    free(b->plan->idempotency_key);
+    b->plan->idempotency_key = key;
+    return 0;
+}
+
+static int set_wrap(struct build *b, const struct submit_flag *f, const char *v, char *err,
+                    size_t errlen)
+{
+    if (!*v)
+        return bad_value(f, v, err, errlen);
+    b->wrap = v;
+    return 0;
+}
+
+#define W_CLI   SUBMIT_WHERE_CLI
+#define W_OURS  (SUBMIT_WHERE_CLI | SUBMIT_WHERE_GPUORCH)
+#define W_ALL   (SUBMIT_WHERE_CLI | SUBMIT_WHERE_GPUORCH | SUBMIT_WHERE_SBATCH)
+#define NAME_RE "a name ([A-Za-z0-9._-])"
+#define FLAG(name_, short_, value_, where_, set_, key_, lo_, hi_, expect_)                         \
+    {                                                                                              \
+        {name_, short_, value_, where_, 0}, set_, key_, lo_, hi_, expect_                          \
+    }
+#define CONN(name_, member)                                                                        \
+    {                                                                                              \
+        {name_, 0, true, W_CLI, offsetof(struct submit_args, co.member)}, NULL, NULL, 0, 0, NULL   \
+    }
+
+static const struct submit_flag flags[] = {
+    FLAG("job-name", 'J', true, W_ALL, set_text, "name", 0, 0, "a job name"),
+    FLAG("output", 'o', true, W_ALL, set_text, "output", 0, 0, "a file"),
+    FLAG("error", 'e', true, W_ALL, set_text, "error", 0, 0, "a file"),
+    FLAG("time", 't', true, W_ALL, set_time, NULL, 0, 0,
+         "a time limit (MM, HH:MM:SS, D-HH, D-HH:MM:SS, 90m, UNLIMITED)"),
+    FLAG("gpus", 'G', true, W_ALL, set_gpus, NULL, 0, 0,
+         "[TYPE:]N: whole GPUs, or a fraction below 1 (0.25)"),
+    FLAG("gpus-per-node", 0, true, W_ALL, set_gpus, NULL, 0, 0, "[TYPE:]N GPUs"),
+    FLAG("gres", 0, true, W_ALL, set_gres, NULL, 0, 0, "gpu:N or gpu:TYPE:N"),
+    FLAG("gpu-mem", 0, true, W_OURS, set_size, NULL, 0, 0, "MiB, or a size such as 40G"),
+    FLAG("gpu-type", 0, true, W_OURS, set_text, "gpu_type", 0, 0, "a GPU type (H100-80GB)"),
+    FLAG("cpus", 0, true, W_OURS, set_int, "cpus", 1, 4096, "a number of CPUs (1-4096)"),
+    FLAG("cpus-per-task", 'c', true, W_ALL, set_int, "cpus", 1, 4096, "a number of CPUs (1-4096)"),
+    FLAG("mem", 0, true, W_ALL, set_size, "mem_mib", 0, 0, "MiB, or a size such as 4G"),
+    FLAG("array", 'a', true, W_ALL, set_text, "array", 0, 0, "indices such as 0-9%2"),
+    FLAG("dependency", 'd', true, W_ALL, set_dependency, NULL, 0, 0, "afterok:ID"),
+    FLAG("pool", 0, true, W_OURS, set_text, "pool", 0, 0, NAME_RE),
+    FLAG("partition", 'p', true, W_ALL, set_text, "pool", 0, 0, NAME_RE),
+    FLAG("priority", 0, true, W_OURS, set_text, "priority", 0, 0, "a priority class"),
+    FLAG("qos", 0, true, W_ALL, set_text, "priority", 0, 0, "a priority class"),
+    FLAG("team", 0, true, W_OURS, set_text, "team", 0, 0, NAME_RE),
+    FLAG("account", 'A', true, W_ALL, set_text, "team", 0, 0, NAME_RE),
+    FLAG("project", 0, true, W_OURS, set_text, "project", 0, 0, NAME_RE),
+    FLAG("model", 0, true, W_OURS, set_text, "model", 0, 0, NAME_RE),
+    FLAG("workdir", 0, true, W_OURS, set_workdir, NULL, 0, 0, "a directory"),
+    FLAG("chdir", 'D', true, W_ALL, set_workdir, NULL, 0, 0, "a directory"),
+    FLAG("export", 0, true, W_ALL, set_export, NULL, 0, 0, "ALL, NONE or NAME[=VALUE],..."),
+    FLAG("nodes", 'N', true, W_ALL, set_nodes, NULL, 0, 0, "a node count N or N-M"),
+    FLAG("multi-node", 0, false, W_OURS, set_bool, "multi_node", 1, 0, NULL),
+    FLAG("checkpointable", 0, false, W_OURS, set_bool, "checkpointable", 1, 0, NULL),
+    FLAG("requeue", 0, false, W_ALL, set_bool, "requeue", 1, 0, NULL),
+    FLAG("no-requeue", 0, false, W_ALL, set_bool, "requeue", 0, 0, NULL),
+    FLAG("max-retries", 0, true, W_OURS, set_int, "max_retries", 0, 100, "a number (0-100)"),
+    FLAG("comment", 0, true, W_ALL, set_ignore, NULL, 0, 0, NULL),
+    FLAG("parsable", 0, false, W_ALL, set_parsable, NULL, 0, 0, NULL),
+    FLAG("idempotency-key", 0, true, W_CLI, set_key, NULL, 0, 0, "1-255 printable characters"),
+    FLAG("wrap", 0, true, W_CLI, set_wrap, NULL, 0, 0, "a shell command"),
+    CONN("server", server),
+    CONN("token", token),
+    CONN("token-file", token_file),
+    {{"json", 0, false, W_CLI, offsetof(struct submit_args, co.json)}, NULL, NULL, 0, 0, NULL},
+    {{"help", 'h', false, W_CLI, offsetof(struct submit_args, co.help)}, NULL, NULL, 0, 0, NULL},
+};
+
+/* ---- the command line ----------------------------------------------------- */
+
+static const char *flag_name(const struct submit_flag *f, char *buf, size_t len)
+{
+    if (f->opt.name)
+        snprintf(buf, len, "--%s", f->opt.name);
+    else
+        snprintf(buf, len, "-%c", f->opt.short_name);
+    return buf;
+}
+
+int submit_args_parse(int argc, char **argv, struct submit_args *ret, char *err, size_t errlen)
+{
+    struct submit_args a = {0};
+    struct cli_getopt g = {.argc = argc, .argv = argv, .i = 1};
+    if (!(a.pairs = calloc(argc > 0 ? (size_t)argc : 1, sizeof(*a.pairs))))
+        return errbuf_set(err, errlen, CLI_ENOMEM, "out of memory");
+    for (;;) {
+        const void *e = NULL;
+        const char *v = NULL;
+        int k = cli_getopt_next(&g, flags, ARRAY_LEN(flags), sizeof(flags[0]), W_CLI, &e, &v, err,
+                                errlen);
+        if (k < 0) {
+            free(a.pairs);
+            return CLI_EUSAGE;
+        }
+        if (k == CLI_GETOPT_END)
+            break;
+        if (k == CLI_GETOPT_DASHDASH) {
+            a.command = argv + g.i;
+            a.ncommand = (size_t)(argc - g.i);
+            break;
+        }
+        if (k == CLI_GETOPT_ARG) { /* the script: what follows is its own */
+            a.script = v;
+            a.script_args = argv + g.i;
+            a.nscript_args = (size_t)(argc - g.i);
+            break;
+        }
+        const struct submit_flag *f = e;
+        if (f->set)
+            a.pairs[a.npairs++] = (struct submit_pair){.flag = f, .value = v};
+        else
+            cli_opt_store(&a, &f->opt, v);
+    }
+    *ret = a;
+    return 0;
+}
+
+void submit_args_release(struct submit_args *a)
+{
+    if (!a)
+        return;
+    free(a->pairs);
+    memset(a, 0, sizeof(*a));
+}
+
+/* ---- the plan --------------------------------------------------------------- */
+
+__attribute__((format(printf, 2, 3))) static int warn(struct submit_plan *p, const char *fmt, ...)
+{
+    char line[CLI_ERR_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    char **w = realloc(p->warnings, (p->nwarnings + 1) * sizeof(*w));
+    if (!w)
+        return CLI_ENOMEM;
+    p->warnings = w;
+    if (!(w[p->nwarnings] = strdup(line)))
+        return CLI_ENOMEM;
+    p->nwarnings++;
+    return 0;
+}
+
+/* Applies one flag; `where` prefixes a message ("job.sh:4: #SBATCH "). */
+static int apply(struct build *b, const struct submit_flag *f, const char *v, const char *where,
+                 char *err, size_t errlen)
+{
+    char msg[CLI_ERR_MAX], name[64];
+    int rc = f->set(b, f, v, msg, sizeof(msg));
+    if (rc == CLI_ENOMEM)
+        return errbuf_set(err, errlen, rc, "out of memory");
+    if (rc)
+        return errbuf_set(err, errlen, rc, "%s%s: %s", where, flag_name(f, name, sizeof(name)),
+                          msg);
+    return 0;
+}
+
+/* An option a directive names that its prefix does not know: one warning. */
+static int warn_unknown(struct build *b, const struct script_directive *d, const char *script,
+                        const char *word)
+{
+    char q[JSONV_QUOTE_MAX + 4];
+    const char *eq = strchr(word, '=');
+    size_t len = word[1] == '-' ? (eq ? (size_t)(eq - word) : strlen(word)) : 2;
+    jsonv_quote(word, len, q);
+    if (d->prefix == SCRIPT_SBATCH) {
+        /* One of ours? Then say how to write it. */
+        struct cli_getopt g = {.argc = 1, .argv = (char **)&word, .i = 0};
+        const void *e;
+        const char *v;
+        if (cli_getopt_next(&g, flags, ARRAY_LEN(flags), sizeof(flags[0]), SUBMIT_WHERE_GPUORCH, &e,
+                            &v, NULL, 0) != CLI_EUNKNOWN)
+            return warn(b->plan,
+                        "%s:%ld: '%s' is a gpuorch flag, not an sbatch one: write it "
+                        "as '#GPUORCH %s' (ignored)",
+                        script, d->line, q, q);
+    }
+    return warn(b->plan, "%s:%ld: unknown %s directive '%s' (ignored)", script, d->line,
+                script_prefix_name(d->prefix), q);
+}
+
+static int apply_directive(struct build *b, const struct script_directive *d, const char *script,
+                           char *err, size_t errlen)
+{
+    unsigned mask = d->prefix == SCRIPT_SBATCH ? SUBMIT_WHERE_SBATCH : SUBMIT_WHERE_GPUORCH;
+    struct cli_getopt g = {.argc = (int)d->nwords, .argv = d->words, .i = 0};
+    char where[PATH_MAX + 64], q[JSONV_QUOTE_MAX + 4];
+    snprintf(where, sizeof(where), "%s:%ld: %s ", script, d->line, script_prefix_name(d->prefix));
+    for (int rc = 0;;) {
+        const void *e = NULL;
+        const char *v = NULL;
+        char msg[256];
+        int k = cli_getopt_next(&g, flags, ARRAY_LEN(flags), sizeof(flags[0]), mask, &e, &v, msg,
+                                sizeof(msg));
+        if (k == CLI_GETOPT_END)
+            return 0;
+        if (k == CLI_EUNKNOWN) {
+            const char *w = d->words[g.i - 1];
+            rc = warn_unknown(b, d, script, w);
+            /* Its value, if it has one as a separate word, goes with it. */
+            if (!strchr(w, '=') && (w[1] == '-' || w[2] == '\0') && g.i < g.argc &&
+                g.argv[g.i][0] != '-')
+                g.i++;
+        } else if (k < 0) {
+            return errbuf_set(err, errlen, CLI_EUSAGE, "%s%s", where, msg);
+        } else if (k == CLI_GETOPT_ARG || k == CLI_GETOPT_DASHDASH) {
+            const char *w = d->words[g.i - 1];
+            rc = warn(b->plan, "%s:%ld: %s: unexpected word '%s' (ignored)", script, d->line,
+                      script_prefix_name(d->prefix), jsonv_quote(w, strlen(w), q));
+        } else {
+            rc = apply(b, e, v, where, err, errlen);
+        }
+        if (rc == CLI_ENOMEM)
+            return errbuf_set(err, errlen, rc, "out of memory");
+        if (rc)
+            return rc;
+    }
+}
+
+/* The script's directives, then its warnings for directives out of place. */
+static int apply_script(struct build *b, const char *text, size_t len, const char *script,
+                        char *err, size_t errlen)
+{
+    struct script_header h;
+    char msg[CLI_ERR_MAX];
+    int rc = script_header_parse(text, len, &h, msg, sizeof(msg));
+    if (rc)
+        return rc == CLI_ENOMEM ? errbuf_set(err, errlen, rc, "out of memory")
+                                : errbuf_set(err, errlen, rc, "%s: %s", script, msg);
+    for (size_t k = 0; k < h.n && rc == 0; k++)
+        rc = apply_directive(b, &h.directives[k], script, err, errlen);
+    for (size_t k = 0; k < h.nlate && rc == 0; k++)
+        rc = warn(b->plan,
+                  "%s:%ld: a directive after the first command (line %ld) is ignored, as sbatch "
+                  "does",
+                  script, h.late[k], h.first_command);
+    script_header_release(&h);
+    return rc == CLI_ENOMEM ? errbuf_set(err, errlen, rc, "out of memory") : rc;
+}
+
+/* What runs: the script, the command after "--", or --wrap. */
+static int put_program(struct build *b, const struct submit_args *a, const char *text, size_t len,
+                       const char *script, char *err, size_t errlen)
+{
+    char q[JSONV_QUOTE_MAX + 4];
+    int given = (a->script != NULL) + (a->command != NULL) + (b->wrap != NULL);
+    if (given == 0)
+        return errbuf_set(err, errlen, CLI_EUSAGE,
+                          "nothing to run: give a batch script, --wrap COMMAND or -- COMMAND "
+                          "[ARGS...]");
+    if (given > 1)
+        return errbuf_set(err, errlen, CLI_EUSAGE,
+                          "give one of a batch script, --wrap COMMAND and -- COMMAND [ARGS...]");
+    if (a->nscript_args)
+        return errbuf_set(err, errlen, CLI_EUSAGE,
+                          "arguments after the script ('%s'...) are not supported: the job runs "
+                          "its script without arguments (pass values with --export)",
+                          jsonv_quote(a->script_args[0], strlen(a->script_args[0]), q));
+    if (a->command) {
+        if (a->ncommand == 0)
+            return errbuf_set(err, errlen, CLI_EUSAGE, "no command after '--'");
+        json_t *argv = json_array();
+        int rc = put(b, "command", argv, err, errlen);
+        for (size_t k = 0; rc == 0 && k < a->ncommand; k++) {
+            if (jsonv_check_utf8(a->command[k], strlen(a->command[k])) != 0)
+                rc = errbuf_set(err, errlen, CLI_EUSAGE, "the command's word %zu is not UTF-8", k);
+            else if (json_array_append_new(argv, json_string(a->command[k])) != 0)
+                rc = errbuf_set(err, errlen, CLI_ENOMEM, "out of memory");
+        }
+        return rc;
+    }
+    char *wrapped = NULL;
+    if (b->wrap) {
+        size_t n = strlen(b->wrap) + 16;
+        if (!(wrapped = malloc(n)))
+            return errbuf_set(err, errlen, CLI_ENOMEM, "out of memory");
+        len = (size_t)snprintf(wrapped, n, "#!/bin/sh\n%s\n", b->wrap);
+        text = wrapped;
+        script = "--wrap";
+    }
+    int rc = 0;
+    if (len == 0)
+        rc = errbuf_set(err, errlen, CLI_EUSAGE, "%s is empty", script);
+    else if (len > SUBMIT_SCRIPT_MAX)
+        rc = errbuf_set(err, errlen, CLI_EUSAGE, "%s is larger than %u bytes", script,
+                        SUBMIT_SCRIPT_MAX);
+    else if (memchr(text, '\0', len) || jsonv_check_utf8(text, len) != 0)
+        rc = errbuf_set(err, errlen, CLI_EUSAGE, "%s is not UTF-8 text", script);
+    else
+        rc = put(b, "script", json_stringn(text, len), err, errlen);
+    free(wrapped);
+    return rc;
+}
+
+static int finish(struct build *b, const struct submit_args *a, const char *text, size_t len,
+                  const char *script, char *err, size_t errlen)
+{
+    int rc = 0;
+    if (b->gpu_mem_mib >= 0) {
+        json_t *g = json_object_get(b->body, "gpus");
+        bool gpus = g && json_number_value(g) > 0;
+        rc = put(b, gpus ? "min_gpu_mem_mib" : "gpu_mem_mib", json_integer(b->gpu_mem_mib), err,
+                 errlen);
+    }
+    if (rc == 0 && !json_object_get(b->body, "workdir") && b->env->cwd &&
+        put_text(b, "workdir", b->env->cwd, err, errlen) != 0)
+        rc = errbuf_set(err, errlen, CLI_EUSAGE,
+                        "the current directory is not UTF-8: give --chdir DIR");
+    /* A relative -o or -e is relative to the job's working directory, as sbatch has it. */
+    const char *wd = json_string_value(json_object_get(b->body, "workdir"));
+    for (int k = 0; rc == 0 && k < 2; k++) {
+        const char *key = k ? "error" : "output";
+        const char *v = json_string_value(json_object_get(b->body, key));
+        if (!v || v[0] == '/')
+            continue;
+        char path[PATH_MAX];
+        int n = wd ? snprintf(path, sizeof(path), "%s/%s", wd, v) : -1;
+        if (n < 0 || (size_t)n >= sizeof(path))
+            rc = errbuf_set(err, errlen, CLI_EUSAGE,
+                            "--%s %s: relative, and no working directory to start from", key, v);
+        else
+            rc = put_text(b, key, path, err, errlen);
+    }
+    return rc ? rc : put_program(b, a, text, len, script, err, errlen);
+}
+
+int submit_plan_build(const struct submit_args *a, const char *script, size_t len,
+                      const char *script_name, const struct submit_env *env,
+                      struct submit_plan *ret, char *err, size_t errlen)
+{
+    struct submit_plan plan = {0};
+    struct build b = {.env = env, .gpu_mem_mib = -1, .plan = &plan};
+    const char *name = script_name ? script_name : "script";
+    int rc = (plan.body = b.body = json_object()) ? 0 : CLI_ENOMEM;
+    if (rc)
+        errbuf_set(err, errlen, rc, "out of memory");
+    if (rc == 0 && a->script && script)
+        rc = apply_script(&b, script, len, name, err, errlen);
+    for (size_t k = 0; rc == 0 && k < a->npairs; k++)
+        rc = apply(&b, a->pairs[k].flag, a->pairs[k].value, "", err, errlen);
+    if (rc == 0)
+        rc = finish(&b, a, script, len, name, err, errlen);
+    if (rc) {
+        submit_plan_release(&plan);
+        return rc;
+    }
+    *ret = plan;
+    return 0;
+}
+
+void submit_plan_release(struct submit_plan *p)
+{
+    if (!p)
+        return;
+    json_decref(p->body);
+    free(p->idempotency_key);
+    for (size_t k = 0; k < p->nwarnings; k++)
+        free(p->warnings[k]);
+    free(p->warnings);
+    memset(p, 0, sizeof(*p));
+}
+
+/* ---- the command ------------------------------------------------------------ */
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: gpuorch submit [FLAGS] SCRIPT\n"
+            "       gpuorch submit [FLAGS] -- COMMAND [ARGS...]\n"
+            "       gpuorch submit [FLAGS] --wrap 'SHELL COMMAND'\n"
+            "\n"
+            "Submits a job. SCRIPT (\"-\": stdin) is sent as the job's script and run by its\n"
+            "#! line; its #SBATCH and #GPUORCH lines before the first command give flags, and\n"
+            "the command line's flags win. Prints 'Submitted batch job ID'.\n"
+            "\n"
+            "resources:\n"
+            "  -G, --gpus [TYPE:]N    whole GPUs, or a fraction of one below 1 (0.25)\n"
+            "  --gpu-mem SIZE         a share of one GPU by memory (MiB, or 40G); with\n"
+            "                         --gpus, the memory each GPU must have\n"
+            "  --gpu-type TYPE        the GPU model (H100-80GB)\n"
+            "  --cpus N, -c N         host CPUs (default 1)\n"
+            "  --mem SIZE             host memory: MiB, or with a K, M, G or T suffix\n"
+            "                         (default 1024 MiB)\n"
+            "  -t, --time LIMIT       MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM:SS, 90m, UNLIMITED\n"
+            "  --multi-node           a gang may span nodes (-N 2 says the same)\n"
+            "  --pool POOL, -p        where it may run\n"
+            "where it counts:\n"
+            "  --team TEAM, -A        whose quota it uses (default: yours)\n"
+            "  --project P, --model M cost labels\n"
+            "  --priority CLASS       a priority class (--qos says the same)\n"
+            "how it runs:\n"
+            "  -J, --job-name NAME\n"
+            "  -o, --output FILE      stdout on the node; -e, --error FILE: stderr\n"
+            "  -D, --chdir DIR        working directory (default: the current one)\n"
+            "  --export LIST          environment: ALL (yours, but GPUORCH_* and the GPU\n"
+            "                         lists), NONE, NAME (your value), NAME=VALUE, comma-\n"
+            "                         separated. Default: nothing of yours is sent (sbatch's\n"
+            "                         default is ALL)\n"
+            "  -a, --array 0-9%%2      an array of jobs, at most %%N running at once\n"
+            "  -d, --dependency afterok:ID[:ID...][,afterany:ID...]\n"
+            "  --max-retries N        retries after a failure or a lost node (default 0)\n"
+            "  --checkpointable       it resumes after preemption\n"
+            "  --no-requeue           when preempted, end it (PREEMPTED), not requeue it\n"
+            "output:\n"
+            "  --parsable             print only the job id\n"
+            "  --idempotency-key K    a retry with the same key makes no second job (the API\n"
+            "                         answers with the first one's; keys are per user)\n");
+    cli_help_common(out, true);
+    fprintf(out,
+            "\n"
+            "#SBATCH directives read: --job-name/-J, --output/-o, --error/-e, --time/-t,\n"
+            "--gres=gpu:N or gpu:TYPE:N, --gpus/-G, --gpus-per-node (one node),\n"
+            "--cpus-per-task/-c, --mem, --array/-a, --dependency/-d, --partition/-p (pool),\n"
+            "--qos (priority class), --account/-A (team), --chdir/-D, --export, --nodes/-N\n"
+            "(more than 1: multi-node), --requeue, --no-requeue, --parsable, --comment.\n"
+            "Any other prints a warning with its line and is ignored. #GPUORCH lines take the\n"
+            "flags above (e.g. '#GPUORCH --gpu-type H100-80GB').\n");
+}
+
+/* Reads the script: CLI_EXIT_FAIL, printed, when it cannot be read (as
+ * sbatch). */
+static int read_script(const char *path, char **ret, size_t *ret_len)
+{
+    char err[256];
+    int rc = cli_read_file(path, SUBMIT_SCRIPT_MAX, ret, ret_len, err, sizeof(err));
+    if (rc)
+        return cli_fail("submit", "script '%s': %s", path,
+                        rc == CLI_ENOMEM ? "out of memory" : err);
+    return 0;
+}
+
+static int submit_run(struct submit_args *a, const struct submit_plan *plan)
+{
+    struct cli c;
+    char err[CLI_ERR_MAX];
+    json_t *job = NULL;
+    int rc = cli_connect(&c, "submit", &a->co);
+    if (rc == 0 && plan->idempotency_key &&
+        httpc_set_header(c.http, "Idempotency-Key", plan->idempotency_key) != 0)
+        rc = cli_usage_error("submit", "--idempotency-key: expected 1-255 printable characters");
+    if (rc == 0 &&
+        (rc = cli_call(&c, "POST", "/v1/jobs", plan->body, NULL, &job, err, sizeof(err))) != 0)
+        rc = cli_fail("submit", "%s", rc == CLI_ENOMEM ? "out of memory" : err);
+    cli_disconnect(&c);
+    if (rc)
+        return rc;
+    json_int_t id = json_integer_value(json_object_get(job, "id"));
+    if (a->co.json)
+        rc = cli_print_json(job) ? 0 : cli_fail("submit", "out of memory");
+    else if (plan->parsable)
+        printf("%" JSON_INTEGER_FORMAT "\n", id);
+    else
+        printf("Submitted batch job %" JSON_INTEGER_FORMAT "\n", id);
+    json_decref(job);
+    return rc;
+}
+
+int submit_command(int argc, char **argv)
+{
+    struct submit_args a;
+    struct submit_plan plan;
+    char err[CLI_ERR_MAX], cwd[PATH_MAX];
+    char *text = NULL;
+    size_t len = 0;
+    int rc = submit_args_parse(argc, argv, &a, err, sizeof(err));
+    if (rc)
+        return rc == CLI_ENOMEM
+                   ? cli_fail("submit", "out of memory")
+                   : cli_usage_error("submit", "%s (see 'gpuorch submit --help')", err);
+    if (a.co.help) {
+        usage(stdout);
+        submit_args_release(&a);
+        return 0;
+    }
+    if (a.script && (rc = read_script(a.script, &text, &len)) != 0) {
+        submit_args_release(&a);
+        return rc;
+    }
+    struct submit_env env = {.cwd = getcwd(cwd, sizeof(cwd)), .envp = environ};
+    rc = submit_plan_build(&a, text, len, a.script && strcmp(a.script, "-") ? a.script : "stdin",
+                           &env, &plan, err, sizeof(err));
+    free(text);
+    if (rc) {
+        submit_args_release(&a);
+        return rc == CLI_ENOMEM ? cli_fail("submit", "out of memory")
+                                : cli_usage_error("submit", "%s", err);
+    }
+    for (size_t k = 0; k < plan.nwarnings; k++)
+        fprintf(stderr, "gpuorch submit: warning: %s\n", plan.warnings[k]);
+    rc = submit_run(&a, &plan);
+    submit_plan_release(&plan);
+    submit_args_release(&a);
+    return rc;
+}
