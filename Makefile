@@ -21,10 +21,11 @@ $(BUILD)/build.ninja:
 build: setup $(BUILD)/build.ninja
 	ninja -C $(BUILD)
 
+# A controller, agents (real GPUs, else two fake nodes of 8 H100s) and the
+# starter configuration, in ./gpuorch-run (GPUORCH_RUN_DIR) on 127.0.0.1:8080
+# (GPUORCH_PORT); Ctrl-C stops it all. See scripts/run.sh.
 run: build
-	@./$(BUILD)/gpuorch --help
-	@echo
-	@./$(BUILD)/gpuorch policy
+	@scripts/run.sh $(BUILD)
 
 $(TEST_BUILD)/build.ninja:
 	meson setup $(TEST_BUILD) --buildtype=debug -Db_sanitize=address,undefined -Db_lundef=false
