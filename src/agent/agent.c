@@ -53,6 +53,7 @@ struct agent {
     struct priv *priv;
     struct logsrv *logs;
     struct attempts *att;
+    char cgroup_dir[4096]; /* the auto root we made (CGROUP2/gpuorch/NODE), or "" */
     atomic_bool stop;
     atomic_bool reregister;
     pthread_mutex_t reg_lock; /* one registration at a time */
@@ -450,6 +451,10 @@ static void *signal_main(void *arg)
     agent_log("%s: stopping (running jobs go on; a restarted agent takes them up)",
               sig == SIGINT ? "SIGINT" : "SIGTERM");
     attempts_active(ag->att); /* waits for the table: no launch half done */
+    /* The node's cgroup directory goes once no attempt's cgroup is left in it
+     * (rmdir refuses while one is: running jobs keep theirs). */
+    if (ag->cgroup_dir[0])
+        rmdir(ag->cgroup_dir);
     fflush(stderr);
     _exit(0);
 }
@@ -520,8 +525,10 @@ static int start(struct agent *ag, char *err, size_t errlen)
         cgroup_root_open("auto", &auto_root, NULL, 0) == 0) {
         snprintf(cg, sizeof(cg), "%s/%s", cgroup_root_path(auto_root), ag->name);
         cgroup_root_close(auto_root);
-        if (mkdir(cg, 0755) == 0 || errno == EEXIST)
+        if (mkdir(cg, 0755) == 0 || errno == EEXIST) {
             cg_root = cg;
+            snprintf(ag->cgroup_dir, sizeof(ag->cgroup_dir), "%s", cg);
+        }
     }
     struct priv_config pc = {
         .state_dir = abs_state,
