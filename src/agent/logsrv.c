@@ -370,10 +370,16 @@ static ssize_t follow_read(void *ctx, char *buf, size_t max)
             int fd;
             off_t size;
             int rc = log_open(f->path, f->uid, &fd, &size);
+            if (rc == -EPERM) {
+                /* Still root's while the shim creates it: wait for the hand-over
+                 * (the next write or tick). Else it may have been handed over
+                 * since the open (a file never goes back to root): look again. */
+                if (being_created(f->path, f->dir))
+                    return 0;
+                rc = log_open(f->path, f->uid, &fd, &size);
+            }
             if (rc == 0)
                 follow_opened(f, fd);
-            else if (rc == -EPERM && being_created(f->path, f->dir))
-                return 0; /* wait for the shim to hand it over (the next write or tick) */
             else if (rc != -ENOENT)
                 return HTTP_STREAM_ERROR; /* not a file of the job's own */
         }
@@ -473,6 +479,8 @@ static int h_logs(struct http_request *req, void *ctx)
     rc = log_open(path, uid, &fd, &size);
     if (rc == -EPERM && q.follow && !q.head && being_created(path, dir))
         rc = -ENOENT; /* not handed to the job's user yet: the follow waits for it */
+    else if (rc == -EPERM)
+        rc = log_open(path, uid, &fd, &size); /* handed over since the open? */
     if (rc == -EPERM)
         return http_request_error(req, 403, "forbidden",
                                   "%s of attempt %" PRId64 ".%" PRId64
