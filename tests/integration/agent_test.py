@@ -33,8 +33,8 @@ import time
 
 sys.dont_write_bytecode = True  # leave no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import (DEADLINE_S, Server, diag, file_tail, ok, pid_alive, run,  # noqa: E402
-                     wait_until, write_atomic)
+from harness import (DEADLINE_S, Server, agent_cgroups, diag, file_tail, ok, pid_alive, run,  # noqa: E402
+                     remove_cgroups, wait_until, write_atomic)
 
 BIN = os.path.abspath(sys.argv[1])
 FAKENVML = os.environ.get("GPUORCH_FAKENVML") or os.path.join(
@@ -133,59 +133,11 @@ class AgentProc:
 
 
 def setup_cgroups():
-    """Two agents on one machine must not share a cgroup root: both would make
-    ROOT/job-J.A for the two ranks of a gang, and one rank's end would kill the
-    other. So where cgroup v2 is writable each agent gets a directory of its own
-    under this test's; elsewhere the agents find none and say so."""
+    """A cgroup root of its own for each agent (harness.agent_cgroups)."""
     global CGROUP_BASE
-    mount = None
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            left, _, right = line.partition(" - ")
-            if right.split(" ")[:1] == ["cgroup2"]:
-                mount = left.split(" ")[4]
-                break
-    if not mount:
-        diag("no cgroup v2 mount: the agents fall back to process groups")
-        return
-    base = os.path.join(mount, f"gpuorch-agent-test-{os.getpid()}")
-    try:
-        os.mkdir(base)
-        for ag in AGENTS.values():
-            ag.cgroup = os.path.join(base, ag.name)
-            os.mkdir(ag.cgroup)
-        CGROUP_BASE = base
-    except OSError as e:
-        diag(f"cgroup v2 at {mount} is not writable ({e}): the agents fall back")
-        for ag in AGENTS.values():
-            ag.cgroup = None
-        remove_cgroups(base)
-
-
-def remove_cgroups(base):
-    """Removes BASE and the cgroups under it, deepest first, after killing by
-    pid whatever jobs of this test are still in them."""
-    if not base or not os.path.isdir(base):
-        return
-    for d, _, _ in sorted(os.walk(base), key=lambda w: -w[0].count("/")):
-        try:
-            with open(os.path.join(d, "cgroup.procs")) as f:
-                for pid in f.read().split():  # only this test's jobs are in there
-                    os.kill(int(pid), signal.SIGKILL)
-        except (OSError, ValueError):
-            pass
-    for d, _, _ in sorted(os.walk(base), key=lambda w: -w[0].count("/")):
-        wait_until(lambda: try_rmdir(d), timeout=5)
-
-
-def try_rmdir(d):
-    try:
-        os.rmdir(d)
-        return True
-    except FileNotFoundError:
-        return True
-    except OSError:
-        return False
+    CGROUP_BASE, roots = agent_cgroups("gpuorch-agent-test", list(AGENTS))
+    for name, ag in AGENTS.items():
+        ag.cgroup = roots.get(name)
 
 
 def kill_job_process(pid):

@@ -47,8 +47,8 @@ import time
 
 sys.dont_write_bytecode = True  # leave no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import (DEADLINE_S, Server, diag, file_tail, ok, run, wait_until,  # noqa: E402
-                     write_atomic)
+from harness import (DEADLINE_S, Server, agent_cgroups, diag, file_tail, ok, run, wait_until,  # noqa: E402
+                     remove_cgroups, write_atomic)
 
 BIN = os.path.abspath(sys.argv[1])
 FAKENVML = os.environ.get("GPUORCH_FAKENVML") or os.path.join(
@@ -129,58 +129,11 @@ class AgentProc:
 
 
 def setup_cgroups():
-    """Each agent gets a cgroup root of its own under this test's, where cgroup
-    v2 is writable (two agents must not share one); elsewhere they fall back to
-    process groups."""
+    """A cgroup root of its own for each agent (harness.agent_cgroups)."""
     global CGROUP_BASE
-    mount = None
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            left, _, right = line.partition(" - ")
-            if right.split(" ")[:1] == ["cgroup2"]:
-                mount = left.split(" ")[4]
-                break
-    if not mount:
-        diag("no cgroup v2 mount: the agents fall back to process groups")
-        return
-    base = os.path.join(mount, f"gpuorch-e2e-test-{os.getpid()}")
-    try:
-        os.mkdir(base)
-        CGROUP_BASE = base
-        for ag in AGENTS.values():
-            ag.cgroup = os.path.join(base, ag.name)
-            os.mkdir(ag.cgroup)
-    except OSError as e:
-        diag(f"cgroup v2 at {mount} is not writable ({e}): the agents fall back")
-        for ag in AGENTS.values():
-            ag.cgroup = None
-
-
-def remove_cgroups(base):
-    """Kills (by pid) what is left in this test's cgroups, then removes them,
-    deepest first."""
-    if not base or not os.path.isdir(base):
-        return
-    walk = sorted(os.walk(base), key=lambda w: -w[0].count("/"))
-    for d, _, _ in walk:
-        try:
-            with open(os.path.join(d, "cgroup.procs")) as f:
-                for pid in f.read().split():  # only this test's jobs are in there
-                    os.kill(int(pid), signal.SIGKILL)
-        except (OSError, ValueError):
-            pass
-    for d, _, _ in walk:
-        wait_until(lambda: try_rmdir(d), timeout=5)
-
-
-def try_rmdir(d):
-    try:
-        os.rmdir(d)
-        return True
-    except FileNotFoundError:
-        return True
-    except OSError:
-        return False
+    CGROUP_BASE, roots = agent_cgroups("gpuorch-e2e-test", list(AGENTS))
+    for name, ag in AGENTS.items():
+        ag.cgroup = roots.get(name)
 
 
 # -- Jobs and the API. ---------------------------------------------------------------------

@@ -201,3 +201,64 @@ def file_tail(path, size=2000):
             return f.read()[-size:]
     except OSError:
         return ""
+
+
+# -- cgroups for agents that share this machine. --------------------------------------------
+
+
+def agent_cgroups(prefix, names):
+    """Agents posing as several nodes on one machine must not share a cgroup
+    root: both would make ROOT/job-J.A for the ranks of one gang, and one
+    rank's end would kill the other. Where cgroup v2 is writable, makes
+    MOUNT/PREFIX-PID/NAME for each of NAMES and returns (base, {name: root});
+    elsewhere says why and returns (None, {}): the agents fall back to
+    process groups."""
+    mount = None
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            left, _, right = line.partition(" - ")
+            if right.split(" ")[:1] == ["cgroup2"]:
+                mount = left.split(" ")[4]
+                break
+    if not mount:
+        diag("no cgroup v2 mount: the agents fall back to process groups")
+        return None, {}
+    base = os.path.join(mount, f"{prefix}-{os.getpid()}")
+    roots = {}
+    try:
+        os.mkdir(base)
+        for name in names:
+            roots[name] = os.path.join(base, name)
+            os.mkdir(roots[name])
+    except OSError as e:
+        diag(f"cgroup v2 at {mount} is not writable ({e}): the agents fall back")
+        remove_cgroups(base)
+        return None, {}
+    return base, roots
+
+
+def remove_cgroups(base):
+    """Removes BASE and the cgroups under it, deepest first, after killing by
+    pid whatever jobs of this test are still in them."""
+    if not base or not os.path.isdir(base):
+        return
+    walk = sorted(os.walk(base), key=lambda w: -w[0].count("/"))
+    for d, _, _ in walk:
+        try:
+            with open(os.path.join(d, "cgroup.procs")) as f:
+                for pid in f.read().split():  # only this test's jobs are in there
+                    os.kill(int(pid), signal.SIGKILL)
+        except (OSError, ValueError):
+            pass
+    for d, _, _ in walk:
+        wait_until(lambda: try_rmdir(d), timeout=5)
+
+
+def try_rmdir(d):
+    try:
+        os.rmdir(d)
+        return True
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
