@@ -33,6 +33,7 @@
 #include <cmocka.h>
 
 #include "agent/cgroup.h"
+#include "tmptree.h"
 #include "util/banned.h"
 
 /* Guards against a hang only; nothing asserts how long anything takes. */
@@ -78,19 +79,13 @@ static void env_release(struct env *e)
     cgroup_root_close(e->root);
 }
 
-static void sleep_a_little(void)
-{
-    struct timespec ts = {.tv_nsec = 5 * 1000 * 1000};
-    nanosleep(&ts, NULL);
-}
-
 static int wait_for(pid_t pid)
 {
     time_t end = time(NULL) + DEADLINE_S;
     int st = 0;
     pid_t r;
     while ((r = waitpid(pid, &st, WNOHANG)) == 0 && time(NULL) < end)
-        sleep_a_little();
+        tmptree_pause();
     if (r == 0)
         kill(pid, SIGKILL);
     assert_int_equal(r, pid);
@@ -106,7 +101,7 @@ static void wait_unpopulated(const char *path)
         assert_int_equal(cgroup_populated(path, &populated, err, sizeof(err)), 0);
         if (!populated)
             break;
-        sleep_a_little();
+        tmptree_pause();
     }
     assert_false(populated);
 }

@@ -201,12 +201,6 @@ static int test_teardown(void **state)
     return 0;
 }
 
-static void sleep_a_little(void)
-{
-    struct timespec ts = {.tv_nsec = 5 * 1000 * 1000};
-    nanosleep(&ts, NULL);
-}
-
 /* Reaps what the commands orphaned (they are reparented to this subreaper),
  * but never a privileged process, which priv_stop reaps. */
 static void reap_orphans(const struct env *e)
@@ -233,14 +227,6 @@ static void reap_orphans(const struct env *e)
         closedir(d);
 }
 
-static void wait_for_file(const char *path)
-{
-    time_t end = time(NULL) + DEADLINE_S;
-    while (access(path, F_OK) != 0 && time(NULL) < end)
-        sleep_a_little();
-    assert_int_equal(access(path, F_OK), 0);
-}
-
 static void wait_status(const struct env *e, const struct priv *p, uint64_t job,
                         struct shim_status *s)
 {
@@ -249,7 +235,7 @@ static void wait_status(const struct env *e, const struct priv *p, uint64_t job,
     time_t end = time(NULL) + DEADLINE_S;
     int rc;
     while ((rc = shim_read_status(dir, s, err, sizeof(err))) == SHIM_ENOENT && time(NULL) < end)
-        sleep_a_little();
+        tmptree_pause();
     if (rc)
         print_error("shim_read_status: %s\n", err);
     assert_int_equal(rc, 0);
@@ -266,28 +252,9 @@ static void wait_cleaned(const struct env *e, struct priv *p, uint64_t job)
         if (empty)
             break;
         reap_orphans(e);
-        sleep_a_little();
+        tmptree_pause();
     }
     assert_true(empty);
-}
-
-static long read_number(const char *path)
-{
-    char buf[64] = "";
-    FILE *f = fopen(path, "r");
-    assert_non_null(f);
-    assert_non_null(fgets(buf, sizeof(buf), f));
-    fclose(f);
-    return strtol(buf, NULL, 10);
-}
-
-static void read_text(const char *path, char *buf, size_t len)
-{
-    FILE *f = fopen(path, "r");
-    assert_non_null(f);
-    size_t n = fread(buf, 1, len - 1, f);
-    buf[n] = '\0';
-    fclose(f);
 }
 
 static const char *const good_env[] = {"PATH=/usr/bin:/bin", "GPO_X=1"};
@@ -342,7 +309,7 @@ static void priv_launch_runs_command_as_user_and_reports_exit_0(void **state)
 
     char path[512], text[512], want[512];
     attempt_path(e, e->pg, job, 1, "stdout", path, sizeof(path));
-    read_text(path, text, sizeof(text));
+    tmptree_read_text(path, text, sizeof(text));
     snprintf(want, sizeof(want), "%ld\n%s 1 none\n", (long)e->uid1, e->home1);
     assert_string_equal(text, want);
 
@@ -385,10 +352,10 @@ static void priv_job_environment_reaches_command_but_not_root_shim(void **state)
     assert_int_equal(s.exit_code, 0);
     char path[512], text[4096];
     attempt_path(e, e->pg, job, 1, "stdout", path, sizeof(path));
-    read_text(path, text, sizeof(text));
+    tmptree_read_text(path, text, sizeof(text));
     assert_string_equal(text, "/gpuorch-no-such-preload.so\n");
     attempt_path(e, e->pg, job, 1, "shim.log", path, sizeof(path));
-    read_text(path, text, sizeof(text));
+    tmptree_read_text(path, text, sizeof(text));
     assert_null(strstr(text, "gpuorch-no-such-preload"));
 }
 
@@ -590,9 +557,9 @@ static void term_then_kill(struct env *e, struct priv *p)
     char ready[512], trapped[512], err[PRIV_MSG_MAX] = "";
     snprintf(ready, sizeof(ready), "%s/ready", e->work);
     snprintf(trapped, sizeof(trapped), "%s/trapped", e->work);
-    wait_for_file(ready);
+    tmptree_wait_file(ready);
     assert_int_equal(priv_signal(p, job, 1, SIGTERM, err, sizeof(err)), 0);
-    wait_for_file(trapped);
+    tmptree_wait_file(trapped);
     bool empty = true;
     assert_int_equal(priv_cleanup(p, job, 1, &empty, err, sizeof(err)), 0);
     assert_false(empty); /* the shell is still there */
@@ -626,12 +593,12 @@ static void priv_sigkill_reaches_setsid_child_in_cgroup(void **state)
     pid_t shim = launch_ok(e, e->cg, &req, NULL);
     char path[512], cg[CGROUP_PATH_MAX + 64], err[PRIV_MSG_MAX] = "";
     snprintf(path, sizeof(path), "%s/gc", e->work);
-    wait_for_file(path);
-    pid_t gc = (pid_t)read_number(path);
+    tmptree_wait_file(path);
+    pid_t gc = (pid_t)tmptree_read_number(path);
     /* setsid(1) calls setsid() only after the shell has reported its pid. */
     time_t end = time(NULL) + DEADLINE_S;
     while (getsid(gc) != gc && time(NULL) < end)
-        sleep_a_little();
+        tmptree_pause();
     assert_int_equal(getsid(gc), gc);
 
     /* attempt.json names the cgroup; the shim is not in it, the grandchild is. */
@@ -665,7 +632,7 @@ static void priv_sigkill_reaches_setsid_child_in_cgroup(void **state)
     /* Gone: reaped here (orphaned, reparented to this subreaper) with its
      * signal, or by sh's `wait` before sh itself was killed. */
     while ((r = waitpid(gc, &st, WNOHANG)) == 0 && time(NULL) < end)
-        sleep_a_little();
+        tmptree_pause();
     if (r == gc)
         assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
     else
@@ -698,7 +665,7 @@ static void priv_reaps_finished_shims(void **state)
     /* A zombie still answers kill(pid, 0): only a reaped shim is gone. */
     time_t end = time(NULL) + DEADLINE_S;
     while (kill(shim, 0) == 0 && time(NULL) < end)
-        sleep_a_little();
+        tmptree_pause();
     assert_int_equal(kill(shim, 0), -1);
     assert_int_equal(errno, ESRCH);
 }
@@ -724,7 +691,7 @@ static void priv_stop_leaves_running_shims_running(void **state)
     int st = 0;
     pid_t r;
     while ((r = waitpid(shim, &st, WNOHANG)) == 0 && time(NULL) < end)
-        sleep_a_little();
+        tmptree_pause();
     assert_int_equal(r, shim);
     assert_true(WIFEXITED(st));
     assert_int_equal(WEXITSTATUS(st), 128 + SIGTERM);
@@ -770,14 +737,14 @@ static void priv_launch_without_user_runs_as_agents_own_user_when_root_is_allowe
     time_t end = time(NULL) + DEADLINE_S;
     struct shim_status s;
     while (shim_read_status(dir, &s, err, sizeof(err)) == SHIM_ENOENT && time(NULL) < end)
-        sleep_a_little();
+        tmptree_pause();
     assert_int_equal(shim_read_status(dir, &s, err, sizeof(err)), 0);
     assert_int_equal(s.exit_code, 0);
     struct passwd *pw = getpwuid(0);
     assert_non_null(pw);
     snprintf(want, sizeof(want), "0\n%s %s\n", pw->pw_dir, pw->pw_name);
     snprintf(path, sizeof(path), "%s/stdout", dir);
-    read_text(path, text, sizeof(text));
+    tmptree_read_text(path, text, sizeof(text));
     assert_string_equal(text, want);
     priv_stop(p);
 }

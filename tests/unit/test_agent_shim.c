@@ -149,12 +149,6 @@ static void wait_for_session(pid_t pid)
     assert_int_equal(getsid(pid), pid);
 }
 
-static void sleep_a_little(void)
-{
-    struct timespec ts = {.tv_nsec = 5 * 1000 * 1000};
-    nanosleep(&ts, NULL);
-}
-
 static time_t deadline(void)
 {
     return time(NULL) + DEADLINE_S;
@@ -202,7 +196,7 @@ static int wait_for(pid_t pid)
     int st;
     pid_t r;
     while ((r = waitpid(pid, &st, WNOHANG)) == 0 && time(NULL) < end)
-        sleep_a_little();
+        tmptree_pause();
     if (r == 0)
         kill(pid, SIGKILL);
     if (r != pid)
@@ -224,7 +218,7 @@ static bool wait_gone(pid_t pid, int *ret_st)
             return false;
         if (time(NULL) >= end)
             fail_msg("process %d is still there", (int)pid);
-        sleep_a_little();
+        tmptree_pause();
     }
 }
 
@@ -242,25 +236,6 @@ static void read_status_ok(const char *dir, struct shim_status *s)
     if (rc)
         print_error("shim_read_status: %s (%s)\n", shim_strerror(rc), err);
     assert_int_equal(rc, 0);
-}
-
-static long read_number(const char *path)
-{
-    char buf[64] = "";
-    FILE *f = fopen(path, "r");
-    assert_non_null(f);
-    assert_non_null(fgets(buf, sizeof(buf), f));
-    fclose(f);
-    return strtol(buf, NULL, 10);
-}
-
-static void read_text(const char *path, char *buf, size_t len)
-{
-    FILE *f = fopen(path, "r");
-    assert_non_null(f);
-    size_t n = fread(buf, 1, len - 1, f);
-    buf[n] = '\0';
-    fclose(f);
 }
 
 static void join(char *buf, size_t len, const char *dir, const char *name)
@@ -282,7 +257,7 @@ static void shim_records_exit_codes_zero_and_three(void **state)
     assert_true(s.started_ms > 0 && s.started_ms <= s.ended_ms);
     char path[256];
     join(path, sizeof(path), e->dir, "pid");
-    assert_int_equal(read_number(path), s.pid);
+    assert_int_equal(tmptree_read_number(path), s.pid);
 
     const char *three[] = {"sh", "-c", "exit 3", NULL};
     assert_int_equal(run_shim(e->dir, three), 3);
@@ -314,14 +289,6 @@ static void shim_exec_of_missing_program_gives_127_and_error(void **state)
     assert_string_equal(s.error, "execvp gpuorch-no-such-program: No such file or directory");
 }
 
-static void wait_for_file(const char *path)
-{
-    time_t end = deadline();
-    while (access(path, F_OK) != 0 && time(NULL) < end)
-        sleep_a_little();
-    assert_int_equal(access(path, F_OK), 0);
-}
-
 static void shim_forwards_sigterm_to_command_group(void **state)
 {
     struct env *e = *state;
@@ -332,8 +299,8 @@ static void shim_forwards_sigterm_to_command_group(void **state)
              bgpid, bgpid);
     const char *cmd[] = {"sh", "-c", script, NULL};
     pid_t shim = spawn_shim(e->dir, NULL, cmd);
-    wait_for_file(bgpid);
-    pid_t bg = (pid_t)read_number(bgpid);
+    tmptree_wait_file(bgpid);
+    pid_t bg = (pid_t)tmptree_read_number(bgpid);
     assert_int_equal(kill(shim, SIGTERM), 0);
     int st = wait_for(shim);
     assert_true(WIFEXITED(st));
@@ -437,10 +404,10 @@ static void shim_writes_output_to_attempt_files(void **state)
     assert_int_equal(run_shim(e->dir, cmd), 0);
     char path[256], text[256];
     join(path, sizeof(path), e->dir, "stdout");
-    read_text(path, text, sizeof(text));
+    tmptree_read_text(path, text, sizeof(text));
     assert_string_equal(text, "out\nout\n"); /* appended, not truncated */
     join(path, sizeof(path), e->dir, "stderr");
-    read_text(path, text, sizeof(text));
+    tmptree_read_text(path, text, sizeof(text));
     assert_string_equal(text, "err\nerr\n");
     struct stat st;
     assert_int_equal(stat(path, &st), 0);
@@ -451,9 +418,9 @@ static void shim_writes_output_to_attempt_files(void **state)
     join(err, sizeof(err), e->dir, "custom.err");
     const char *extra[] = {"--stdout", out, "--stderr", err, NULL};
     assert_int_equal(wait_for(spawn_shim(e->dir, extra, cmd)), 0);
-    read_text(out, text, sizeof(text));
+    tmptree_read_text(out, text, sizeof(text));
     assert_string_equal(text, "out\n");
-    read_text(err, text, sizeof(text));
+    tmptree_read_text(err, text, sizeof(text));
     assert_string_equal(text, "err\n");
 }
 
@@ -473,7 +440,7 @@ static void shim_passes_environment_and_directory_through(void **state)
     assert_int_equal(WEXITSTATUS(st), 0);
     char path[256], text[256], want[256];
     join(path, sizeof(path), e->dir, "stdout");
-    read_text(path, text, sizeof(text));
+    tmptree_read_text(path, text, sizeof(text));
     snprintf(want, sizeof(want), "hello %s\n", e->base);
     assert_string_equal(text, want);
 }
@@ -579,7 +546,7 @@ static void shim_runs_command_as_user_with_only_its_groups(void **state)
     assert_int_equal(wait_for(spawn_shim(e->dir, extra, cmd)), 0);
     char path[256], text[256], want[256];
     join(path, sizeof(path), e->dir, "stdout");
-    read_text(path, text, sizeof(text));
+    tmptree_read_text(path, text, sizeof(text));
     snprintf(want, sizeof(want), "%ld\n%ld\n%ld\n", (long)e->uid1, (long)e->gid1, (long)e->gid1);
     assert_string_equal(text, want);
     const char *names[] = {"stdout", "stderr"};
@@ -614,7 +581,7 @@ static void shim_sets_login_variables_unless_given(void **state)
              "gpuorch-test1 %s %s\n",
              e->home1, e->shell1, home ? e->home1 : "/", e->shell1, home ? e->home1 : "/");
     join(path, sizeof(path), e->dir, "stdout");
-    read_text(path, text, sizeof(text));
+    tmptree_read_text(path, text, sizeof(text));
     assert_string_equal(text, want);
 }
 
@@ -628,7 +595,7 @@ static void shim_enters_workdir_as_the_user(void **state)
     const char *ok[] = {"--user", "gpuorch-test1", "--workdir", open_dir, NULL};
     assert_int_equal(wait_for(spawn_shim(e->dir, ok, cmd)), 0);
     join(path, sizeof(path), e->dir, "stdout");
-    read_text(path, text, sizeof(text));
+    tmptree_read_text(path, text, sizeof(text));
     snprintf(want, sizeof(want), "%s\n", open_dir);
     assert_string_equal(text, want);
 
@@ -640,7 +607,7 @@ static void shim_enters_workdir_as_the_user(void **state)
     snprintf(want, sizeof(want), "chdir %s: Permission denied", closed_dir);
     assert_string_equal(s.error, want);
     assert_true(s.pid > 0); /* the child was forked, and stopped before exec */
-    read_text(path, text, sizeof(text));
+    tmptree_read_text(path, text, sizeof(text));
     snprintf(want, sizeof(want), "%s\n", open_dir); /* nothing more was run */
     assert_string_equal(text, want);
 }
@@ -663,7 +630,7 @@ static void shim_refuses_root_without_allow_root(void **state)
 
     const char *allowed[] = {"--user", "root", "--allow-root", NULL};
     assert_int_equal(wait_for(spawn_shim(e->dir, allowed, cmd)), 0);
-    read_text(path, text, sizeof(text));
+    tmptree_read_text(path, text, sizeof(text));
     assert_string_equal(text, "0\n");
 }
 
@@ -704,7 +671,7 @@ static void shim_opens_custom_output_files_as_the_user(void **state)
     char text[64];
     assert_int_equal(stat(out, &st), 0);
     assert_int_equal(st.st_uid, e->uid1);
-    read_text(out, text, sizeof(text));
+    tmptree_read_text(out, text, sizeof(text));
     assert_string_equal(text, "hello\n");
     assert_int_equal(stat(err, &st), 0);
     assert_int_equal(st.st_uid, e->uid1);
@@ -732,12 +699,12 @@ static void shim_cgroup_holds_command_and_setsid_grandchild_not_shim(void **stat
                          NULL};
     const char *extra[] = {"--user", "gpuorch-test1", "--cgroup", cg, "--workdir", work, NULL};
     pid_t shim = spawn_shim(e->dir, extra, cmd);
-    wait_for_file(gc_path);
-    pid_t gc = (pid_t)read_number(gc_path);
+    tmptree_wait_file(gc_path);
+    pid_t gc = (pid_t)tmptree_read_number(gc_path);
     char path[256];
     join(path, sizeof(path), e->dir, "pid");
-    wait_for_file(path); /* the command may run before the shim writes it */
-    pid_t command = (pid_t)read_number(path);
+    tmptree_wait_file(path); /* the command may run before the shim writes it */
+    pid_t command = (pid_t)tmptree_read_number(path);
     wait_for_session(gc);
     pid_t *pids = NULL;
     size_t n = 0;
@@ -759,7 +726,7 @@ static void shim_cgroup_holds_command_and_setsid_grandchild_not_shim(void **stat
         assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
     time_t end = deadline();
     while (cgroup_remove(cg, err, sizeof(err)) == CGROUP_EBUSY && time(NULL) < end)
-        sleep_a_little();
+        tmptree_pause();
     assert_int_equal(access(cg, F_OK), -1);
     e->cg_test[0] = '\0';
 }
@@ -805,7 +772,7 @@ static void shim_env_fd_replaces_command_environment(void **state)
     close(p[0]);
     char path[256], text[256];
     join(path, sizeof(path), e->dir, "stdout");
-    read_text(path, text, sizeof(text));
+    tmptree_read_text(path, text, sizeof(text));
     assert_string_equal(text, "1|two words|unset\n");
 
     /* Not NAME=VALUE: refused before anything runs. */

@@ -5,8 +5,17 @@
 #include "tmptree.h"
 
 #include <ftw.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
 
 #include "util/banned.h"
 
@@ -20,4 +29,37 @@ static int remove_one(const char *path, const struct stat *st, int flag, struct 
 void tmptree_remove(const char *dir)
 {
     nftw(dir, remove_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+void tmptree_pause(void)
+{
+    struct timespec ts = {.tv_nsec = 5 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+}
+
+void tmptree_wait_file(const char *path)
+{
+    time_t end = time(NULL) + 60;
+    while (access(path, F_OK) != 0 && time(NULL) < end)
+        tmptree_pause();
+    assert_int_equal(access(path, F_OK), 0);
+}
+
+long tmptree_read_number(const char *path)
+{
+    char buf[64] = "";
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    assert_non_null(fgets(buf, sizeof(buf), f));
+    fclose(f);
+    return strtol(buf, NULL, 10);
+}
+
+void tmptree_read_text(const char *path, char *buf, size_t len)
+{
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    size_t n = fread(buf, 1, len - 1, f);
+    buf[n] = '\0';
+    fclose(f);
 }
