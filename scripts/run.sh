@@ -355,7 +355,8 @@ print(" ".join(sorted(n["name"] for n in nodes if n["state"] == "up")))' 2>/dev/
 cgroup_dir=$(make_cgroup_dir)
 start_server
 write_config
-"$bin" apply -f "$root/deploy/starter.yaml" | sed 's/^/  /' ||
+# Prices name GPU types the nodes register: that last section waits for them.
+sed '/^prices:/,$d' "$root/deploy/starter.yaml" | "$bin" apply -f - | sed 's/^/  /' ||
     die "gpuorch apply -f deploy/starter.yaml failed"
 
 # Real GPUs when NVML finds some, else the fake cluster.
@@ -379,6 +380,8 @@ else
     nodes_text="${names// /, }: $FAKE_GPUS_PER_NODE x H100-80GB each, on the fake NVML (no NVIDIA GPU found)"
 fi
 wait_nodes
+"$bin" apply -f "$root/deploy/starter.yaml" | { grep -v ' unchanged$' || true; } | sed 's/^/  /' ||
+    echo "  (prices not applied: the GPUs are not of the starter file's types)"
 
 # The commands to try: the CLI finds the cluster through the user's own
 # config file when this script wrote it, else through GPUORCH_CONFIG.

@@ -8,7 +8,8 @@
 # 'make run' and 'make test'.
 #
 # It also installs the npm packages that package-lock.json pins (uPlot, which
-# the build inlines into the simulator's HTML report) with 'npm ci', when
+# the build inlines into the simulator's HTML report and the dashboard;
+# playwright-core, which drives chromium in the dashboard's test) with 'npm ci', when
 # node_modules is missing or older than the lock; npm comes from Debian when
 # none is on the PATH.
 set -euo pipefail
@@ -35,6 +36,8 @@ PACKAGES=(
   curl               # integration tests talk to the API as users do
   python3            # integration tests (and meson itself)
   sqlite3            # inspecting the store in tests and by hand
+  chromium           # the dashboard's browser test (headless, driven by playwright-core)
+  prometheus         # metrics test: a real Prometheus scrapes GET /metrics; promtool checks it
 )
 
 # Accounts that tests run jobs as (later issues); created idempotently.
@@ -57,6 +60,7 @@ done
 # npm ci writes node_modules/.package-lock.json: older than the lock means stale.
 npm_stale=0
 if [ ! -f "$root/node_modules/uplot/package.json" ] ||
+  [ ! -f "$root/node_modules/playwright-core/package.json" ] ||
   [ "$root/package-lock.json" -nt "$root/node_modules/.package-lock.json" ]; then
   npm_stale=1
 fi

@@ -13,9 +13,11 @@
 #include "agent/agent.h"
 #include "agent/shim.h"
 #include "cli/apply.h"
+#include "cli/cost.h"
 #include "cli/jobs.h"
 #include "cli/nodes.h"
 #include "cli/submit.h"
+#include "cli/top.h"
 #include "server/server.h"
 #include "sim/command.h"
 #include "util/banned.h"
@@ -40,6 +42,8 @@ static const struct command commands[] = {
     {"nodes", nodes_list_command, "list nodes: pool, state, GPUs, free GPUs, heartbeat"},
     {"drain", nodes_drain_command, "drain nodes: they keep their work and get nothing new"},
     {"resume", nodes_resume_command, "resume drained nodes"},
+    {"top", top_command, "a live view of GPUs, jobs, utilization and cost per hour"},
+    {"cost", cost_command, "what GPU time cost per team, project, model, user or job"},
     {"apply", apply_command, "create or update pools, classes, teams, users from a file"},
     {"whoami", jobs_whoami_command, "show whom the token belongs to"},
     {"version", cmd_version, "print the version"},

@@ -345,9 +345,14 @@ static void *heartbeat_main(void *arg)
     int64_t next = mono_ms();
     bool failing = false;
     while (!atomic_load(&ag->stop)) {
+        struct timespec at;
+        clock_gettime(CLOCK_REALTIME, &at); /* the controller's ingest lag is measured from it */
         json_t *body = sampler_sample(ag->gpus);
-        if (body)
+        if (body) {
             json_object_set_new(body, "dirty", attempts_dirty(ag->att));
+            json_object_set_new(body, "sampled_at_ms",
+                                json_integer((json_int_t)at.tv_sec * 1000 + at.tv_nsec / 1000000));
+        }
         char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
         json_decref(body);
         struct httpc_response r = {0};

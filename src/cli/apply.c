@@ -11,6 +11,7 @@
 #include "cli/cli.h"
 #include "util/errbuf.h"
 #include "util/jsonv.h"
+#include "util/timefmt.h"
 #include "util/banned.h"
 
 #define ARRAY_LEN(a)   (sizeof(a) / sizeof((a)[0]))
@@ -30,6 +31,7 @@ static const struct kind {
     {"priority_classes", "priority-classes", "priority-class", NULL},
     {"teams", "teams", "team", NULL},
     {"users", "users", "user", user_readonly},
+    {"prices", "prices", "price", NULL}, /* named by GPU type: nodes must have registered */
 };
 
 /* ---- the document ------------------------------------------------------ */
@@ -93,14 +95,15 @@ static int check_doc(const struct apply_doc *d, const char *name, char *err, siz
     size_t total = 0;
     if (!json_is_object(d->root))
         return errbuf_set(err, errlen, CLI_EUSAGE,
-                          "%s: expected an object with pools, priority_classes, teams or users",
+                          "%s: expected an object with pools, priority_classes, teams, users or "
+                          "prices",
                           name);
     json_object_foreach((json_t *)d->root, key, v)
     {
         if (!kind_of(key))
             return errbuf_set(err, errlen, CLI_EUSAGE,
-                              "%s: unknown list '%s' (expected pools, priority_classes, teams or "
-                              "users)",
+                              "%s: unknown list '%s' (expected pools, priority_classes, teams, "
+                              "users or prices)",
                               where(d, name, key, at, sizeof(at)),
                               jsonv_quote(key, strlen(key), q));
         int rc = check_list(d, name, key, v, err, errlen);
@@ -198,6 +201,17 @@ json_t *apply_merge(const json_t *current, const json_t *file)
     return out;
 }
 
+/* A duration field ("window_s") the file writes as "30m" and the server
+ * shows in seconds: the same value. */
+static bool same_duration(const char *key, const json_t *file, const json_t *current)
+{
+    size_t n = strlen(key);
+    int64_t s;
+    return n > 2 && strcmp(key + n - 2, "_s") == 0 && json_is_string(file) &&
+           json_is_integer(current) && timefmt_parse_duration(json_string_value(file), &s) == 0 &&
+           s == json_integer_value(current);
+}
+
 bool apply_subset(const json_t *file, const json_t *current)
 {
     if (json_is_number(file) && json_is_number(current))
@@ -208,6 +222,8 @@ bool apply_subset(const json_t *file, const json_t *current)
         json_object_foreach((json_t *)file, key, v)
         {
             const json_t *c = json_object_get(current, key);
+            if (same_duration(key, v, c))
+                continue;
             if (json_is_null(v) ? c != NULL && !json_is_null(c) : !apply_subset(v, c))
                 return false;
         }
@@ -258,15 +274,19 @@ static void usage(FILE *out)
 {
     fprintf(out, "usage: gpuorch apply -f FILE [--dry-run]\n"
                  "\n"
-                 "Creates or updates pools, priority classes, teams and users from a YAML or JSON\n"
-                 "file ('-': stdin), in that order, and prints what changed, one line per object:\n"
+                 "Creates or updates pools, priority classes, teams, users and prices from a\n"
+                 "YAML or JSON file ('-': stdin), in that order, and prints what changed, one\n"
+                 "line per object:\n"
                  "'pool/main created', 'team/research configured', 'user/alice unchanged'.\n"
                  "\n"
                  "  pools:             [{name, description}]\n"
                  "  priority_classes:  [{name, order, may_preempt, description}]\n"
                  "  teams:             [{name, weight, borrow_limit,\n"
-                 "                       quotas: [{pool, gpu_type, guaranteed, borrow_limit}]}]\n"
+                 "                       quotas: [{pool, gpu_type, guaranteed, borrow_limit}],\n"
+                 "                       idle: {threshold_pct, window_s, action, warning_s},\n"
+                 "                       budget: {monthly, alert_at, block_below}}]\n"
                  "  users:             [{name, unix_user, team, role}]\n"
+                 "  prices:            [{name (a GPU type), per_gpu_hour, description}]\n"
                  "\n"
                  "Fields the file leaves out keep their value; a list it gives (quotas) replaces\n"
                  "the server's; a field set to null goes back to its default. Applying the same\n"

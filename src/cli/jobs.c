@@ -107,6 +107,8 @@ static void queue_usage(FILE *out)
                  "Lists jobs as squeue does: JOBID NAME USER TEAM STATE TIME GPUS NODES REASON.\n"
                  "REASON is why a pending job waits (from the last scheduling pass), the nodes\n"
                  "of a running one, or why an ended one ended. TIME is how long it has run.\n"
+                 "A running job whose GPUs its team's idle policy flags shows IDLE(<5%% 35m)\n"
+                 "before its nodes: under 5 %% utilization for 35 minutes (docs/idle.md).\n"
                  "\n"
                  "  -t, --state S[,S]   PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, TIMEOUT,\n"
                  "                      PREEMPTED, NODE_FAIL (or PD, R, CD, F, CA, TO, PR, NF;\n"
@@ -157,11 +159,48 @@ static bool query_add(char *q, size_t len, const char *key, const char *value)
     return n > 0 && (size_t)n < len - at;
 }
 
+/* "35m", "2h", "40s", "3d": an idle stretch, for a column. */
+static void span_text(int64_t ms, char *buf, size_t len)
+{
+    int64_t s = ms > 0 ? ms / 1000 : 0;
+    if (s >= 2 * 86400)
+        snprintf(buf, len, "%" PRId64 "d", s / 86400);
+    else if (s >= 2 * 3600)
+        snprintf(buf, len, "%" PRId64 "h", s / 3600);
+    else if (s >= 120)
+        snprintf(buf, len, "%" PRId64 "m", s / 60);
+    else
+        snprintf(buf, len, "%" PRId64 "s", s);
+}
+
+/* A running job's REASON: its nodes, after "IDLE(<5% 35m)" when its GPUs are
+ * flagged idle, or "IDLE(<5% 35m; requeue in 4m)" once warned. */
+static const char *running_reason(const json_t *job, const char *nodes, int64_t now, char *buf,
+                                  size_t len)
+{
+    const json_t *idle = json_object_get(job, "idle");
+    int64_t since, at;
+    if (!json_is_object(idle) || timefmt_parse_rfc3339(cli_json_str(idle, "since"), &since))
+        return nodes;
+    char span[32], left[32] = "", what[64] = "";
+    span_text(now - since, span, sizeof(span));
+    const char *action = cli_json_str(idle, "action");
+    if (action && strcmp(action, "report") != 0 &&
+        timefmt_parse_rfc3339(cli_json_str(idle, "action_at"), &at) == 0) {
+        span_text(at - now, left, sizeof(left));
+        snprintf(what, sizeof(what), "; %s in %s", action, left);
+    }
+    snprintf(buf, len, "IDLE(<%" JSON_INTEGER_FORMAT "%% %s%s) %s",
+             json_integer_value(json_object_get(idle, "threshold_pct")), span, what, nodes);
+    return buf;
+}
+
 static int queue_row(struct table *t, const json_t *job, int64_t now)
 {
     const json_t *spec = json_object_get(job, "spec");
     const char *state = cli_json_str(job, "state");
     char id[32], gpus[TEXT_LEN], nodes[TEXT_LEN * 4], count[24] = "-", time[TIMEFMT_DURATION_LEN];
+    char idle[TEXT_LEN * 5];
     size_t nn = 0;
     snprintf(id, sizeof(id), "%" JSON_INTEGER_FORMAT,
              json_integer_value(json_object_get(job, "id")));
@@ -174,8 +213,8 @@ static int queue_row(struct table *t, const json_t *job, int64_t now)
     if (running && timefmt_parse_rfc3339(cli_json_str(job, "updated_at"), &since) == 0)
         timefmt_duration(now > since ? (now - since) / 1000 : 0, time, sizeof(time));
     const char *reason = state && strcmp(state, "PENDING") == 0 ? cli_json_str(job, "wait_reason")
-                         : running                              ? nodes
-                                                                : cli_json_str(job, "reason");
+                         : running ? running_reason(job, nodes, now, idle, sizeof(idle))
+                                   : cli_json_str(job, "reason");
     const char *cells[] = {id,
                            cli_json_str(spec, "name"),
                            cli_json_str(job, "user"),
@@ -373,6 +412,11 @@ static void show_relations(const json_t *job, const json_t *spec)
              json_integer_value(json_object_get(job, "attempts_made")),
              json_integer_value(json_object_get(spec, "max_retries")));
     line("attempts:", buf);
+    /* What its attempts cost so far (docs/cost.md). */
+    if (json_is_number(json_object_get(job, "cost"))) {
+        snprintf(buf, sizeof(buf), "%.2f", json_number_value(json_object_get(job, "cost")));
+        line("cost:", buf);
+    }
 }
 
 static void show_attempts(const json_t *job)
@@ -428,6 +472,28 @@ static void show_attempts(const json_t *job)
     table_free(t);
 }
 
+/* "idle: since T (GPUs under 5% for 35m, window 30m); requeue at T". */
+static void show_idle(const json_t *job, int64_t now)
+{
+    const json_t *idle = json_object_get(job, "idle");
+    int64_t since;
+    if (!json_is_object(idle) || timefmt_parse_rfc3339(cli_json_str(idle, "since"), &since))
+        return;
+    char buf[TEXT_LEN * 2], span[32], win[32];
+    span_text(now - since, span, sizeof(span));
+    span_text(json_integer_value(json_object_get(idle, "window_s")) * 1000, win, sizeof(win));
+    const char *action = cli_json_str(idle, "action");
+    const char *at = cli_json_str(idle, "action_at");
+    int n = snprintf(buf, sizeof(buf),
+                     "since %s (GPUs under %" JSON_INTEGER_FORMAT "%% for %s; window %s)",
+                     cli_json_str(idle, "since"),
+                     json_integer_value(json_object_get(idle, "threshold_pct")), span, win);
+    if (n > 0 && (size_t)n < sizeof(buf))
+        snprintf(buf + n, sizeof(buf) - (size_t)n, "; %s%s%s", action ? action : "report",
+                 at ? " at " : " only", at ? at : "");
+    line("idle:", buf);
+}
+
 static void show_job(const json_t *job)
 {
     const json_t *spec = json_object_get(job, "spec");
@@ -453,6 +519,7 @@ static void show_job(const json_t *job)
     }
     if (cli_json_str(job, "reason"))
         line("reason:", cli_json_str(job, "reason"));
+    show_idle(job, now);
     show_spec(spec);
     show_relations(job, spec);
     show_attempts(job);

@@ -2,11 +2,16 @@
 #include <string.h>
 
 #include "server/srv.h"
+#include "server/web.h"
 #include "util/banned.h"
 
 /* The controller's routes: data, as STYLE.md wants. */
 const struct http_route srv_routes[] = {
+    {"GET", "/", srv_web_index, HTTP_ROUTE_PUBLIC},
+    {"GET", "/favicon.ico", srv_web_favicon, HTTP_ROUTE_PUBLIC},
     {"GET", "/v1/health", srv_api_health, HTTP_ROUTE_PUBLIC},
+    /* Public to the HTTP layer: the handler asks for a token unless --metrics-public. */
+    {"GET", "/metrics", srv_api_metrics, HTTP_ROUTE_PUBLIC},
     {"GET", "/v1/whoami", srv_api_whoami, 0},
     {"POST", "/v1/jobs", srv_api_job_submit, HTTP_ROUTE_JSON_BODY},
     {"GET", "/v1/jobs", srv_api_job_list, 0},
@@ -24,6 +29,7 @@ const struct http_route srv_routes[] = {
     CONFIG_ROUTES("teams"),
     CONFIG_ROUTES("pools"),
     CONFIG_ROUTES("priority-classes"),
+    CONFIG_ROUTES("prices"),
 #undef CONFIG_ROUTES
     {"GET", "/v1/users", srv_api_user_list, SRV_ROUTE_ADMIN},
     {"GET", "/v1/users/{name}", srv_api_user_get, 0},
@@ -39,6 +45,9 @@ const struct http_route srv_routes[] = {
      SRV_ROUTE_AGENT | HTTP_ROUTE_JSON_BODY},
     {"POST", "/v1/nodes/{name}/drain", srv_api_node_drain, SRV_ROUTE_ADMIN},
     {"POST", "/v1/nodes/{name}/resume", srv_api_node_drain, SRV_ROUTE_ADMIN},
+    {"GET", "/v1/cost", srv_api_cost, 0},
+    {"GET", "/v1/budgets", srv_api_budgets, 0},
+    {"GET", "/v1/metrics/series", srv_api_metrics_series, 0},
 };
 const size_t srv_nroutes = sizeof(srv_routes) / sizeof(srv_routes[0]);
 

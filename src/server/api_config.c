@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "core/err.h"
+#include "server/ledger.h"
 #include "server/srv.h"
 #include "util/banned.h"
 
@@ -92,6 +93,7 @@ struct cfg_kind {
 ADAPT(team, teams)
 ADAPT(pool, pools)
 ADAPT(class, classes)
+ADAPT(price, prices)
 
 /* Is some job that has not ended of `team` (or, team NULL, of class `cls`)? */
 static const struct srv_job *live_job(const struct server *s, const char *team, const char *cls)
@@ -119,6 +121,12 @@ static bool team_refs_ok(struct server *s, struct http_request *req, const void 
                                    "field 'quotas[%zu].pool': no pool '%s'", q, t->quotas[q].pool);
                 return false;
             }
+        }
+        if (t->budget.block_below && !model_class_get(&s->model, t->budget.block_below)) {
+            http_request_error(req, 400, "invalid_field",
+                               "field 'budget.block_below': no priority class '%s'",
+                               t->budget.block_below);
+            return false;
         }
         return true;
     }
@@ -170,6 +178,24 @@ static bool class_refs_ok(struct server *s, struct http_request *req, const void
     return true;
 }
 
+/* A price names a GPU type the cluster knows (one a node ever had). */
+static bool price_refs_ok(struct server *s, struct http_request *req, const void *item,
+                          const char *name)
+{
+    if (!item || model_type_id_get(&s->model, name))
+        return true;
+    char known[512] = "";
+    size_t o = 0;
+    for (size_t k = 0; k < s->model.ntype_ids && o < sizeof(known) - 70; k++) {
+        int n = snprintf(known + o, sizeof(known) - o, "%s%s", k ? ", " : "",
+                         s->model.type_ids[k].name);
+        o += n > 0 ? (size_t)n : 0;
+    }
+    http_request_error(req, 400, "invalid_field", "field 'name': unknown GPU type '%s' (known: %s)",
+                       name, known[0] ? known : "none yet: no node has registered");
+    return false;
+}
+
 #define KIND(path_, label_, store_, kind, refs)                                                    \
     {                                                                                              \
         path_, label_, store_, sizeof(struct model_##kind), kind##_decode, kind##_to_json,         \
@@ -181,6 +207,7 @@ static const struct cfg_kind kinds[] = {
     KIND("teams", "team", STORE_CONFIG_TEAMS, team, team_refs_ok),
     KIND("pools", "pool", STORE_CONFIG_POOLS, pool, pool_refs_ok),
     KIND("priority-classes", "priority class", STORE_CONFIG_PRIORITY_CLASSES, class, class_refs_ok),
+    KIND("prices", "price", STORE_CONFIG_PRICES, price, price_refs_ok),
 };
 
 /* The kind a request's path names: /v1/KIND[/...]. */
@@ -241,11 +268,13 @@ struct cfg_write {
     const struct cfg_kind *kind;
     char name[MODEL_NAME_MAX + 1];
     bool remove, replace;
-    uint32_t next_id; /* s->next_config_id after this write */
+    uint32_t next_id;                   /* s->next_config_id after this write */
+    struct srv_ledger_pending *closing; /* a price change: the segments it closes */
     union {
         struct model_team team;
         struct model_pool pool;
         struct model_class cls;
+        struct model_price price;
     } item;
 };
 
@@ -266,6 +295,8 @@ static void cfg_write_done(void *ctx, const struct store_result *r)
         o = k->to_json(&w->item, 0);
         rc = k->put(&s->model, &w->item, w->replace, err, sizeof(err));
     }
+    /* After the price is in the model: the segments reopen at it. */
+    srv_ledger_price_apply(s, w->closing, r->err == 0);
     pthread_mutex_unlock(&s->lock);
     if (r->err)
         http_request_complete_error(w->req, 503, "store", "the change was not stored: %s",
@@ -295,6 +326,7 @@ static int cfg_write_commit(struct cfg_write *w, struct store_batch *b)
         store_batch_free(b);
         pthread_mutex_lock(&s->lock);
         s->config_busy = false;
+        srv_ledger_price_apply(s, w->closing, false);
         pthread_mutex_unlock(&s->lock);
         if (!w->remove)
             w->kind->release(&w->item);
@@ -305,6 +337,7 @@ static int cfg_write_commit(struct cfg_write *w, struct store_batch *b)
     if (store_commit(s->store, b, cfg_write_done, w) != 0) {
         pthread_mutex_lock(&s->lock);
         s->config_busy = false;
+        srv_ledger_price_apply(s, w->closing, false);
         pthread_mutex_unlock(&s->lock);
         http_request_complete_error(w->req, 503, "unavailable", "the store is closing");
         if (!w->remove)
@@ -364,12 +397,20 @@ int srv_api_config_put(struct http_request *req, void *ctx)
     struct store_batch *b = text ? store_batch_new() : NULL;
     char idbuf[16];
     snprintf(idbuf, sizeof(idbuf), "%" PRIu32, w->next_id);
-    rc = b ? store_batch_config_put(b, k->store, name, text, srv_now_ms()) : STORE_ENOMEM;
+    int64_t now = srv_now_ms();
+    rc = b ? store_batch_config_put(b, k->store, name, text, now) : STORE_ENOMEM;
     if (!rc && !w->replace)
         rc = store_batch_meta_put(b, SRV_META_NEXT_ID, idbuf);
+    /* A new price closes the open segments of its type; the same one (apply
+     * again) or a description changes nothing that costs. */
+    if (!rc && k->store == STORE_CONFIG_PRICES &&
+        (!old ||
+         ((const struct model_price *)old)->per_gpu_hour_micro != w->item.price.per_gpu_hour_micro))
+        rc = srv_ledger_price_plan(s, name, now, b, &w->closing);
     free(text);
     if (rc) {
         pthread_mutex_unlock(&s->lock);
+        srv_ledger_price_apply(s, w->closing, false);
         store_batch_free(b);
         k->release(&w->item);
         free(w);
@@ -400,13 +441,16 @@ int srv_api_config_delete(struct http_request *req, void *ctx)
     }
     struct cfg_write *w = calloc(1, sizeof(*w));
     struct store_batch *b = w ? store_batch_new() : NULL;
-    if (!b || store_batch_config_delete(b, k->store, name)) {
+    struct srv_ledger_pending *closing = NULL;
+    if (!b || store_batch_config_delete(b, k->store, name) ||
+        (k->store == STORE_CONFIG_PRICES &&
+         srv_ledger_price_plan(s, name, srv_now_ms(), b, &closing))) {
         pthread_mutex_unlock(&s->lock);
         store_batch_free(b);
         free(w);
         return http_request_error(req, 500, "internal", "out of memory");
     }
-    *w = (struct cfg_write){.s = s, .req = req, .kind = k, .remove = true};
+    *w = (struct cfg_write){.s = s, .req = req, .kind = k, .remove = true, .closing = closing};
     snprintf(w->name, sizeof(w->name), "%s", name);
     return cfg_write_commit(w, b);
 }
@@ -470,8 +514,8 @@ int srv_config_load(struct server *s, char *err, size_t errlen)
         return rc;
     }
     /* Pools first: teams refer to them. */
-    static const size_t order[] = {1, 2, 0};
-    for (size_t o = 0; o < 3; o++) {
+    static const size_t order[] = {1, 2, 0, 3};
+    for (size_t o = 0; o < sizeof(order) / sizeof(order[0]); o++) {
         const struct cfg_kind *k = &kinds[order[o]];
         struct store_config *rows = NULL;
         size_t n = 0;
@@ -487,6 +531,7 @@ int srv_config_load(struct server *s, char *err, size_t errlen)
                 struct model_team team;
                 struct model_pool pool;
                 struct model_class cls;
+                struct model_price price;
             } item;
             memset(&item, 0, sizeof(item));
             rc = o2 ? k->decode(o2, MODEL_STORED, &item, msg, sizeof(msg)) : -EINVAL;

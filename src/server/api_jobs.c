@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "server/budget.h"
 #include "server/srv.h"
 #include "util/timefmt.h"
 #include "util/banned.h"
@@ -176,6 +177,11 @@ static bool submit_check(struct server *s, struct http_request *req, const struc
     if (!srv_user_may(u, spec->team)) {
         http_request_error(req, 403, "forbidden", "user '%s' may not submit for team '%s'", u->name,
                            spec->team);
+        return false;
+    }
+    char why[512];
+    if (srv_budget_blocks(s, spec->team, spec->priority, srv_now_ms(), why, sizeof(why))) {
+        http_request_error(req, 403, "budget_exceeded", "%s", why);
         return false;
     }
     for (size_t k = 0; k < spec->ndeps; k++) {

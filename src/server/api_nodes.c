@@ -16,6 +16,7 @@
 #include <sodium.h>
 
 #include "core/err.h"
+#include "server/ingest.h"
 #include "server/srv.h"
 #include "util/jsonv.h"
 #include "util/timefmt.h"
@@ -252,13 +253,15 @@ static int sample_parse(struct http_request *req, json_t **ret)
     json_t *o = json_loadb(body, len, JSON_REJECT_DUPLICATES, &e);
     json_t *gpus = o ? json_object_get(o, "gpus") : NULL;
     json_t *dirty = o ? json_object_get(o, "dirty") : NULL;
-    bool dirty_ok = !dirty || json_is_array(dirty);
+    json_t *at = o ? json_object_get(o, "sampled_at_ms") : NULL; /* ingest.c's lag */
+    bool dirty_ok = (!dirty || json_is_array(dirty)) && (!at || json_is_integer(at));
     for (size_t k = 0; dirty_ok && k < json_array_size(dirty); k++)
         dirty_ok = json_is_string(json_array_get(dirty, k));
     if (!json_is_object(o) || !json_is_array(gpus) || !dirty_ok || json_object_size(o) > 4) {
         json_decref(o);
         http_request_error(req, 400, "invalid_field",
-                           "heartbeat body: expected {\"gpus\": [...], \"dirty\": [UUID, ...]}%s%s",
+                           "heartbeat body: expected {\"gpus\": [...], \"dirty\": [UUID, ...],"
+                           " \"sampled_at_ms\": integer}%s%s",
                            o ? "" : ": ", o ? "" : e.text);
         return -1;
     }
@@ -284,6 +287,7 @@ int srv_api_node_heartbeat(struct http_request *req, void *ctx)
             json_decref(rt->sample);
             rt->sample = sample, sample = NULL;
             rt->sample_ms = rt->last_heartbeat_ms;
+            srv_ingest_heartbeat(s, rt->name, rt->sample, rt->sample_ms);
         }
     }
     pthread_mutex_unlock(&s->lock);

@@ -3,6 +3,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "server/idle.h"
+#include "server/ledger.h"
 #include "server/srv.h"
 #include "util/timefmt.h"
 #include "util/banned.h"
@@ -100,6 +102,27 @@ static int set_time(json_t *o, const char *key, int64_t ms)
     return json_object_set_new(o, key, json_string(buf));
 }
 
+/* "gpu_utilization_pct" (mean over its GPUs) and "gpu_memory_used_mib" (sum)
+ * from the latest samples ingest.c left on the attempt's shares; null while
+ * any of its GPUs has not reported one. */
+static int gpu_figures(json_t *o, const struct srv_attempt *a)
+{
+    int64_t util = 0, mem = 0;
+    bool util_ok = a->nshares > 0, mem_ok = a->nshares > 0;
+    for (size_t k = 0; k < a->nshares; k++) {
+        const struct srv_share *sh = &a->shares[k];
+        util_ok = util_ok && sh->sample_ms && sh->util_pct >= 0;
+        mem_ok = mem_ok && sh->sample_ms && sh->mem_used_mib >= 0;
+        util += sh->util_pct;
+        mem += sh->mem_used_mib;
+    }
+    int e =
+        json_object_set_new(o, "gpu_utilization_pct",
+                            util_ok ? json_real((double)util / (double)a->nshares) : json_null());
+    e |= json_object_set_new(o, "gpu_memory_used_mib", mem_ok ? json_integer(mem) : json_null());
+    return e;
+}
+
 json_t *srv_job_to_json(const struct srv_job *j)
 {
     json_t *o = json_object();
@@ -140,6 +163,11 @@ json_t *srv_job_to_json(const struct srv_job *j)
         e |= json_object_set_new(o, "wait_reason", j->wait ? json_string(j->wait) : json_null());
         e |= set_time(o, "estimated_start", j->est_start_ms);
     }
+    if (j->state == SRV_JOB_RUNNING)
+        e |= gpu_figures(o, &j->att);
+    e |= json_object_set_new(o, "idle", srv_idle_job_json(j));
+    /* What its attempts cost so far, the running one to now (ledger.h). */
+    e |= json_object_set_new(o, "cost", model_money_json(srv_ledger_job_cost(j, srv_now_ms())));
     e |= json_object_set_new(o, "spec", spec);
     if (e) {
         json_decref(o);

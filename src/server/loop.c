@@ -19,6 +19,10 @@
 #include <time.h>
 
 #include "core/err.h"
+#include "server/budget.h"
+#include "server/idle.h"
+#include "server/ingest.h"
+#include "server/ledger.h"
 #include "server/srv.h"
 #include "util/banned.h"
 
@@ -56,7 +60,21 @@ int srv_end_plan(struct server *s, const struct srv_job *j, const char *att_stat
         j->att.kill && j->att.kill_reason && strcmp(j->att.kill_reason, "cancelled") == 0;
     e.failure = !strcmp(att_state, "FAILED") || !strcmp(att_state, "TIMEOUT") ||
                 !strcmp(att_state, "NODE_FAIL");
-    if (cancelling || !strcmp(att_state, "CANCELLED")) {
+    /* Killed by its team's idle policy (idle.c): requeued whatever the
+     * job's own requeue setting, or cancelled, with the idle reason. */
+    const char *idle =
+        j->att.kill && j->att.kill_reason ? strstr(j->att.kill_reason, "idle: ") : NULL;
+    if (idle && (!strcmp(att_state, "PREEMPTED") || !strcmp(att_state, "CANCELLED"))) {
+        bool requeue = !strcmp(att_state, "PREEMPTED");
+        if (!reason)
+            reason = idle; /* the attempt's row says why too */
+        e.job_state = requeue ? SRV_JOB_PENDING : SRV_JOB_CANCELLED;
+        if (requeue)
+            snprintf(e.reason, sizeof(e.reason), "attempt %" PRId64 " requeued: %s", j->att.n,
+                     idle);
+        else
+            snprintf(e.reason, sizeof(e.reason), "%s", idle);
+    } else if (cancelling || !strcmp(att_state, "CANCELLED")) {
         e.job_state = SRV_JOB_CANCELLED;
         snprintf(e.reason, sizeof(e.reason), "cancelled");
     } else if (!strcmp(att_state, "COMPLETED")) {
@@ -86,6 +104,7 @@ int srv_end_plan(struct server *s, const struct srv_job *j, const char *att_stat
     }
     int rc = srv_attempt_row(b, s->epoch, j->id, &j->att, e.att_state, reason, now_ms, exit_code,
                              signal);
+    rc = rc ? rc : srv_ledger_close(s, j, now_ms, e.att_state, b, &e.cost_micro);
     rc = rc ? rc
             : store_batch_job_update(b, j->id, srv_job_state_name(e.job_state),
                                      e.reason[0] ? e.reason : NULL, now_ms, NULL);
@@ -100,6 +119,9 @@ void srv_end_apply(struct server *s, const struct srv_end *e)
     struct srv_job *j = srv_job_find(s, e->job);
     if (!j || j->att.n != e->attempt)
         return;
+    srv_ledger_charged(s, j->id, j->team,
+                       j->att.seg_start_ms ? j->att.seg_start_ms : j->att.start_ms, e->end_ms,
+                       e->cost_micro);
     struct srv_attempt att = j->att;
     memset(&j->att, 0, sizeof(j->att));
     j->state = e->job_state;
@@ -581,6 +603,8 @@ static void one_pass(struct server *s, struct sched_result *res)
         now = s->sched.last_pass_ms; /* the wall clock stepped back */
     struct pass_input in = {0};
     char err[256] = "";
+    struct timespec t0, t1; /* the pass's duration for GET /metrics: view and decision */
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     int rc = input_build(s, &in, err, sizeof(err));
     if (!rc)
         charge_ended(s, &in);
@@ -594,6 +618,9 @@ static void one_pass(struct server *s, struct sched_result *res)
         pthread_mutex_unlock(&s->lock);
         rc = sched_pass(&in.cl.c, &q, &rs, &s->policy, &s->sched, now, res);
         pthread_mutex_lock(&s->lock);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        srv_metrics_observe_pass(s, (t1.tv_sec - t0.tv_sec) * INT64_C(1000000000) +
+                                        (t1.tv_nsec - t0.tv_nsec));
         if (rc)
             snprintf(err, sizeof(err), "sched_pass: %s", gpo_strerror(rc));
     }
@@ -649,9 +676,13 @@ static void one_pass(struct server *s, struct sched_result *res)
             struct srv_job *j = srv_job_find(s, (int64_t)res->starts[k].job);
             srv_attempt_release(&j->att);
             j->att = atts[k];
+            srv_ledger_open(s, j);
             memset(&atts[k], 0, sizeof(atts[k]));
             j->attempts = j->att.n;
             if (j->state == SRV_JOB_PENDING) {
+                srv_metrics_observe_wait(s, j->team,
+                                         j->spec.priority ? j->spec.priority : class_default(s),
+                                         now - j->queued_ms);
                 j->state = SRV_JOB_RUNNING;
                 j->updated_ms = now;
                 free(j->reason);
@@ -717,9 +748,13 @@ static void *loop_main(void *arg)
         }
         s->loop_dirty = false;
         node_timeouts(s, now);
+        srv_idle_tick(s, now);
+        srv_budget_tick(s, now);
         one_pass(s, &res);
         last = srv_now_ms();
+        srv_ingest_tick(s, last); /* queue length; minute aggregates to the store */
     }
+    srv_ingest_flush_all(s, srv_now_ms()); /* the open minutes too: a restart keeps them */
     /* A clean stop saves the carry-over state, so a restart loses none of it. */
     char *state = state_encode(&s->sched);
     struct store_batch *b = state ? store_batch_new() : NULL;

@@ -235,6 +235,7 @@ KIND_API(class, classes, "priority class", SCHED_MAX_CLASSES, NULL)
 KIND_API(team, teams, "team", SCHED_MAX_TEAMS, NULL)
 KIND_API(user, users, "user", MODEL_USERS_MAX, NULL)
 KIND_API(node, nodes, "node", SCHED_MAX_NODES, node_prepare)
+KIND_API(price, prices, "price", MODEL_TYPE_IDS_MAX, NULL)
 
 void model_init(struct model *m)
 {
@@ -257,6 +258,9 @@ void model_release(struct model *m)
         model_node_release(&m->nodes[i]);
     for (size_t i = 0; i < m->ntype_ids; i++)
         free(m->type_ids[i].name);
+    for (size_t i = 0; i < m->nprices; i++)
+        model_price_release(&m->prices[i]);
+    free(m->prices);
     free(m->pools);
     free(m->classes);
     free(m->teams);

@@ -96,6 +96,44 @@ struct model_quota {
     int64_t borrow_limit_milli; /* -1: no limit (the default) */
 };
 
+/* What a team does with GPUs its jobs leave idle (JSON "idle"): a running
+ * job whose GPUs all stay under threshold_pct for window_s is flagged idle;
+ * with action requeue or cancel it is warned, and acted on warning_s later
+ * unless it got busy again. The same threshold splits "waste" off the
+ * team's cost. */
+enum model_idle_action {
+    MODEL_IDLE_REPORT = 0, /* the default: flag it, nothing more */
+    MODEL_IDLE_REQUEUE,
+    MODEL_IDLE_CANCEL,
+};
+struct model_idle {
+    uint32_t threshold_pct; /* 0..100, default 5 */
+    int64_t window_s;       /* 1..30 days, default 1800 */
+    enum model_idle_action action;
+    int64_t warning_s; /* 0..1 day, default 600 */
+};
+
+/* A team's monthly budget (JSON "budget", absent: none). Months are calendar
+ * months in the controller's cost time zone. */
+struct model_budget {
+    bool set;                /* false: no budget */
+    int64_t monthly_micro;   /* > 0: millionths of the price unit */
+    uint32_t alert_permille; /* 1..1000: logged and in metrics from there; default 800 */
+    char *block_below;       /* or NULL: a class; over budget, submissions of classes
+                                ordered below it get 403 */
+};
+
+/* The price of an hour of one GPU of a type (config kind "prices", named by
+ * the GPU type; JSON {"per_gpu_hour": 2.5, "description": "..."}). A MIG
+ * slice's price will be derived from it (slices / the GPU's slices). */
+#define MODEL_PRICE_MAX_MICRO (INT64_C(1000000) * 1000000) /* 1e6 per GPU-hour */
+struct model_price {
+    uint32_t id;
+    char *name;                 /* the GPU type */
+    int64_t per_gpu_hour_micro; /* 0..MODEL_PRICE_MAX_MICRO, millionths */
+    char *description;          /* or NULL */
+};
+
 struct model_team {
     uint32_t id;
     char *name;
@@ -103,6 +141,8 @@ struct model_team {
     int64_t borrow_limit_milli; /* where the team has no quota; -1: no limit (default) */
     struct model_quota *quotas; /* at most MODEL_QUOTAS_MAX, (pool, gpu_type) unique */
     size_t nquotas;
+    struct model_idle idle;
+    struct model_budget budget;
 };
 
 enum model_role {
@@ -192,6 +232,21 @@ int model_team_check(const struct model_team *team, char *err, size_t errlen);
 json_t *model_team_to_json(const struct model_team *team, unsigned flags);
 void model_team_release(struct model_team *team);
 
+/*
+ * A team's "idle" object (idle.c; see docs/idle.md). model_idle_default:
+ * threshold 5 %, window 1800 s, report, warning 600 s. model_idle_decode:
+ * obj borrowed, NULL or JSON null for the defaults, a member absent or null
+ * keeps its default; "threshold_pct" an integer 0..100, "window_s" 1 s..30
+ * days and "warning_s" 0..1 day as integer seconds or a duration string
+ * ("30m", "00:30:00"), "action" "report" | "requeue" | "cancel". Messages
+ * name "idle.window_s" etc. 0 or GPO_EINVAL. to_json: a new object with
+ * durations in seconds, NULL when out of memory.
+ */
+void model_idle_default(struct model_idle *ret);
+int model_idle_decode(const json_t *obj, struct model_idle *ret, char *err, size_t errlen);
+int model_idle_check(const struct model_idle *idle, char *err, size_t errlen);
+json_t *model_idle_to_json(const struct model_idle *idle);
+
 int model_user_decode(const json_t *obj, unsigned flags, struct model_user *ret, char *err,
                       size_t errlen);
 int model_user_check(const struct model_user *user, char *err, size_t errlen);
@@ -203,6 +258,36 @@ int model_node_decode(const json_t *obj, unsigned flags, struct model_node *ret,
 int model_node_check(const struct model_node *node, char *err, size_t errlen);
 json_t *model_node_to_json(const struct model_node *node, unsigned flags);
 void model_node_release(struct model_node *node);
+
+/* Prices (the same contract as the kinds above; the name is a GPU type's
+ * shape, whether the cluster knows the type is the API's check). */
+int model_price_decode(const json_t *obj, unsigned flags, struct model_price *ret, char *err,
+                       size_t errlen);
+int model_price_check(const struct model_price *price, char *err, size_t errlen);
+json_t *model_price_to_json(const struct model_price *price, unsigned flags);
+void model_price_release(struct model_price *price);
+
+/*
+ * A team's "budget" object (borrowed; NULL or JSON null: no budget) into
+ * *ret (overwritten; release with model_budget_release): "monthly" > 0 and
+ * "alert_at" in (0, 1] (default 0.8), both with at most 6 decimals;
+ * "block_below" a class name or absent. Field names in messages are
+ * "budget.monthly" etc. 0, GPO_EINVAL, GPO_ENOMEM.
+ */
+int model_budget_decode(const json_t *obj, struct model_budget *ret, char *err, size_t errlen);
+int model_budget_check(const struct model_budget *b, char *err, size_t errlen);
+/* A new object, or json_null() when no budget is set; NULL out of memory. */
+json_t *model_budget_to_json(const struct model_budget *b);
+void model_budget_release(struct model_budget *b);
+
+/*
+ * A JSON number of money into millionths: finite, 0 <= x <= max_micro / 1e6,
+ * at most 6 decimals. 0 or GPO_EINVAL ("field 'per_gpu_hour': ...").
+ */
+int model_money_micro(double x, const char *field, int64_t max_micro, int64_t *ret, char *err,
+                      size_t errlen);
+/* micro as a JSON real (2.5 for 2500000). */
+json_t *model_money_json(int64_t micro);
 
 /* "up", "draining", "down"; "admin", "member" ("unknown" out of range). */
 const char *model_node_state_name(enum model_node_state state);
@@ -240,6 +325,8 @@ struct model {
     size_t nnodes, nodes_cap;
     struct model_type_id *type_ids; /* sorted by name */
     size_t ntype_ids, type_ids_cap;
+    struct model_price *prices; /* by GPU type name */
+    size_t nprices, prices_cap;
 };
 
 void model_init(struct model *m);
@@ -286,6 +373,11 @@ int model_user_add(struct model *m, struct model_user *item, char *err, size_t e
 int model_user_replace(struct model *m, struct model_user *item, char *err, size_t errlen);
 int model_user_remove(struct model *m, const char *name);
 const struct model_user *model_user_get(const struct model *m, const char *name);
+
+int model_price_add(struct model *m, struct model_price *item, char *err, size_t errlen);
+int model_price_replace(struct model *m, struct model_price *item, char *err, size_t errlen);
+int model_price_remove(struct model *m, const char *name);
+const struct model_price *model_price_get(const struct model *m, const char *gpu_type);
 
 int model_node_add(struct model *m, struct model_node *item, char *err, size_t errlen);
 int model_node_replace(struct model *m, struct model_node *item, char *err, size_t errlen);

@@ -374,6 +374,8 @@ struct team_wire {
     double borrow_limit;
     struct quota_wire *quotas;
     size_t nquotas;
+    json_t *budget; /* borrowed: model_budget_decode's */
+    json_t *idle;   /* borrowed: model_idle_decode's */
 };
 
 static const struct jsonv_field quota_fields[] = {
@@ -396,6 +398,8 @@ static const struct jsonv_field team_fields[] = {
           .count_offset = offsetof(struct team_wire, nquotas),
           .elem_size = sizeof(struct quota_wire), .sub = quota_fields,
           .nsub = ARRAY_LEN(quota_fields)),
+    FIELD("budget", JSONV_RAW, struct team_wire, budget, 0, 0),
+    FIELD("idle", JSONV_RAW, struct team_wire, idle, 0, 0),
 };
 
 static const char *type_or_any(const char *type, char buf[JSONV_QUOTE_MAX + 16])
@@ -451,7 +455,8 @@ int model_team_check(const struct model_team *t, char *err, size_t errlen)
                           t->nquotas, MODEL_QUOTAS_MAX);
     for (size_t i = 0; i < t->nquotas && rc == 0; i++)
         rc = check_quota(t, i, err, errlen);
-    return rc;
+    rc = rc ? rc : model_idle_check(&t->idle, err, errlen);
+    return rc ? rc : model_budget_check(&t->budget, err, errlen);
 }
 
 /* Moves the wire's strings into *t, converting GPU amounts. */
@@ -496,6 +501,8 @@ int model_team_decode(const json_t *obj, unsigned flags, struct model_team *ret,
     struct model_team t = {0};
     int rc = decode_table(obj, flags, team_fields, ARRAY_LEN(team_fields), &w, err, errlen);
     rc = rc ? rc : team_from_wire(&w, &t, err, errlen);
+    rc = rc ? rc : model_budget_decode(w.budget, &t.budget, err, errlen);
+    rc = rc ? rc : model_idle_decode(w.idle, &t.idle, err, errlen);
     rc = rc ? rc : model_team_check(&t, err, errlen);
     jsonv_release(team_fields, ARRAY_LEN(team_fields), &w);
     if (rc) {
@@ -524,6 +531,8 @@ json_t *model_team_to_json(const struct model_team *t, unsigned flags)
         ok = put(o, "quotas", quotas); /* takes quotas, also on failure */
     else
         json_decref(quotas);
+    ok = ok && (!t->budget.set || put(o, "budget", model_budget_to_json(&t->budget)));
+    ok = ok && put(o, "idle", model_idle_to_json(&t->idle));
     return finish(o, ok);
 }
 
@@ -531,6 +540,7 @@ void model_team_release(struct model_team *t)
 {
     if (!t)
         return;
+    model_budget_release(&t->budget);
     for (size_t i = 0; t->quotas && i < t->nquotas; i++) {
         free(t->quotas[i].pool);
         free(t->quotas[i].gpu_type);

@@ -73,6 +73,11 @@ struct srv_share {
     char *uuid;
     uint32_t milli;
     uint32_t mem_mib;
+    /* The GPU's latest sample while the attempt holds it (ingest.c);
+     * sample_ms 0: none yet. */
+    int64_t sample_ms;
+    int32_t util_pct;     /* -1: not reported */
+    int64_t mem_used_mib; /* -1: not reported */
 };
 
 /* One node's part of an attempt: CPUs and host memory there. */
@@ -82,6 +87,19 @@ struct srv_part {
     uint64_t mem_mib;
     bool completed; /* a gang's rank here reported COMPLETED (in memory: the agent
                        repeats the report until the whole gang has) */
+};
+
+/* idle.c's view of one attempt (all 0: not seen yet). Times in ms. */
+struct srv_idle_track {
+    int64_t active_ms;      /* last sample of a GPU of it at or above the threshold, or when
+                               the tracker first saw it running */
+    int64_t since_ms;       /* flagged: the idle stretch began then (= active_ms); 0: not */
+    int64_t flagged_ms;     /* when it was flagged */
+    int64_t warned_ms;      /* requeue/cancel: when it was warned; 0: not */
+    int64_t action_ms;      /* ... and when the action is due */
+    uint32_t threshold_pct; /* the policy it was flagged under */
+    int64_t window_s;
+    enum model_idle_action action;
 };
 
 /* A job's current attempt, while it holds resources (assigned, running or
@@ -99,6 +117,17 @@ struct srv_attempt {
     size_t nparts;
     struct srv_share *shares;
     size_t nshares;
+    /* Samples of the attempt's GPUs since its current ledger segment began:
+     * ingest.c adds, ledger.c takes them into the segment's row and zeroes
+     * them. A GPU shared by several attempts counts for each. */
+    uint64_t util_sum;     /* utilization_pct summed over the samples */
+    uint64_t util_samples; /* GPU samples */
+    uint64_t idle_samples; /* of which under the team's idle threshold */
+    /* The open ledger segment (ledger.c): since seg_start_ms at seg_rate_micro
+     * per hour (its GPUs' prices then: a price change closes it); seg_seq is
+     * the seq of its next ledger row. seg_start_ms 0: not opened yet. */
+    int64_t seg_start_ms, seg_seq, seg_rate_micro;
+    struct srv_idle_track idle; /* idle.c's tracker */
 };
 
 /* A job in memory: everything the API and the loop read, mirrored from its
@@ -120,6 +149,7 @@ struct srv_job {
     int64_t queued_ms;    /* when it (re)entered the queue: the core's submit time */
     int64_t attempts;     /* attempts made so far (the last one's number) */
     uint32_t failures;    /* attempts that ended FAILED, TIMEOUT or NODE_FAIL */
+    int64_t cost_micro;   /* its ledger rows (ledger.c); the open segment accrues apart */
     struct srv_attempt att;
 };
 
@@ -166,7 +196,30 @@ struct server_config {
     size_t body_limit;
     int64_t pass_interval_ms; /* the loop's timer */
     int64_t node_timeout_ms;
-    bool quiet; /* no access log */
+    bool quiet;                     /* no access log */
+    char *cost_tz;                  /* --cost-timezone: budgets' months; NULL: UTC */
+    bool metrics_public;            /* --metrics-public: GET /metrics without a token */
+    int64_t metrics_retention_days; /* --metrics-retention-days (default 30) */
+    int64_t metrics_minute_ms;      /* --metrics-minute-ms: for tests only (default 60000) */
+};
+
+/* GET /metrics' own histograms (api_metrics.c), kept in memory since start. */
+#define SRV_WAIT_BUCKETS   14   /* gpuorch_wait_seconds: 1 s .. 1 day */
+#define SRV_PASS_BUCKETS   14   /* gpuorch_scheduling_pass_duration_seconds: 1 ms .. 10 s */
+#define SRV_WAIT_HISTS_MAX 4096 /* (team, class) pairs; later new pairs are not counted */
+struct srv_wait_hist {
+    char team[MODEL_NAME_MAX + 1];
+    char priority[MODEL_NAME_MAX + 1];
+    uint64_t counts[SRV_WAIT_BUCKETS]; /* per bucket, not cumulative */
+    uint64_t count;                    /* all observations, those over the last bound too */
+    double sum_s;
+};
+struct srv_metrics {
+    struct srv_wait_hist *waits; /* sorted by (team, priority) */
+    size_t nwaits, waits_cap;
+    uint64_t pass_counts[SRV_PASS_BUCKETS];
+    uint64_t pass_count;
+    double pass_sum_s;
 };
 
 struct server {
@@ -201,7 +254,14 @@ struct server {
     bool config_busy;        /* a configuration write is being committed */
     struct srv_job **jobs;   /* sorted by id (ids only grow) */
     size_t njobs, jobs_cap;
-    uint64_t submits; /* jobs accepted since start */
+    uint64_t submits;                   /* jobs accepted since start */
+    struct srv_cost *cost;              /* ledger.c's totals and budgets' months */
+    int64_t idle_tick_ms;               /* idle.c: the last tick (samples older are not fresh) */
+    struct srv_idle_count *idle_counts; /* idle.c: actions taken per team */
+    size_t nidle_counts;
+    struct srv_metrics metrics; /* api_metrics.c: wait and pass histograms */
+    struct series *series;      /* ingest.c: GPU samples (its own lock; see series.h) */
+    struct srv_ingest *ingest;  /* ingest.c: owners, minute flushes, lag */
 };
 
 /* Clock: ms since the epoch, UTC. */
@@ -288,6 +348,10 @@ int srv_api_node_assignments(struct http_request *req, void *ctx);
 int srv_api_node_report(struct http_request *req, void *ctx);
 int srv_api_node_list(struct http_request *req, void *ctx);
 int srv_api_node_drain(struct http_request *req, void *ctx);
+int srv_api_metrics_series(struct http_request *req, void *ctx);
+/* api_cost.c: GET /v1/cost, GET /v1/budgets */
+int srv_api_cost(struct http_request *req, void *ctx);
+int srv_api_budgets(struct http_request *req, void *ctx);
 
 /* ---- nodes (api_nodes.c) ---- */
 
@@ -325,11 +389,25 @@ struct srv_end {
     char reason[160];
     int64_t end_ms, exit_code, signal;
     bool failure;
+    int64_t cost_micro; /* of the ledger rows planned with the end */
 };
 int srv_end_plan(struct server *s, const struct srv_job *j, const char *att_state,
                  int64_t exit_code, int64_t signal, const char *reason, int64_t now_ms,
                  struct srv_end *ret, struct store_batch *b);
 void srv_end_apply(struct server *s, const struct srv_end *e);
+
+/* ---- GET /metrics (api_metrics.c) ---- */
+
+/* The Prometheus exposition of the cluster (docs/prometheus.md). */
+int srv_api_metrics(struct http_request *req, void *ctx);
+/* A job of `team` and class `priority` started after waiting wait_ms since it
+ * was (re)queued. Under the lock. */
+void srv_metrics_observe_wait(struct server *s, const char *team, const char *priority,
+                              int64_t wait_ms);
+/* A scheduling pass took duration_ns. Under the lock. */
+void srv_metrics_observe_pass(struct server *s, int64_t duration_ns);
+/* Frees what s->metrics holds. */
+void srv_metrics_release(struct server *s);
 
 /* The meta key of the next configuration id. */
 #define SRV_META_NEXT_ID "config_next_id"

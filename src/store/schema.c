@@ -85,6 +85,28 @@ static const char *const migrations[] = {
     "CREATE INDEX jobs_array ON jobs(array_id, array_index) WHERE array_id IS NOT NULL;"
     "CREATE INDEX tokens_user ON tokens(user_id);"
     "CREATE INDEX idempotency_job ON idempotency(job_id);",
+    /* 3: cost. Prices are config objects like teams (one row per GPU type,
+     * the current price); the ledger holds what each attempt cost, one row
+     * per stretch of it at one price, written once and never updated. */
+    "CREATE TABLE prices(name TEXT PRIMARY KEY, spec TEXT NOT NULL, updated_ms INTEGER NOT NULL);"
+    "CREATE TABLE ledger(id INTEGER PRIMARY KEY, job_id INTEGER NOT NULL, attempt INTEGER NOT NULL,"
+    " seq INTEGER NOT NULL, start_ms INTEGER NOT NULL, end_ms INTEGER NOT NULL,"
+    " team TEXT NOT NULL, project TEXT, model TEXT, user TEXT, gpu_type TEXT NOT NULL,"
+    " gpu_milli INTEGER NOT NULL, price_micro INTEGER NOT NULL, cost_micro INTEGER NOT NULL,"
+    " outcome TEXT, util_sum INTEGER NOT NULL, util_samples INTEGER NOT NULL,"
+    " idle_samples INTEGER NOT NULL, UNIQUE(job_id, attempt, seq));"
+    "CREATE INDEX ledger_time ON ledger(end_ms);",
+    /* 4: one-minute aggregates of the GPUs' samples (kind 'gpu', key its UUID)
+     * and of each job's GPUs (kind 'job', key "JOB.ATTEMPT"), written in
+     * batches once a minute and kept 30 days. label: the GPU's node, the
+     * job's team (what the series API groups by beyond the raw hour). */
+    "CREATE TABLE metric_minutes(kind TEXT NOT NULL, key TEXT NOT NULL,"
+    " minute_ms INTEGER NOT NULL, label TEXT NOT NULL, samples INTEGER NOT NULL,"
+    " util_sum INTEGER NOT NULL, util_max INTEGER NOT NULL, idle_samples INTEGER NOT NULL,"
+    " mem_used_sum_mib INTEGER NOT NULL, mem_used_max_mib INTEGER NOT NULL,"
+    " power_sum_mw INTEGER NOT NULL, temp_max_c INTEGER NOT NULL,"
+    " PRIMARY KEY(kind, key, minute_ms)) WITHOUT ROWID;"
+    "CREATE INDEX metric_minutes_time ON metric_minutes(minute_ms);",
 };
 
 _Static_assert(ARRAY_LEN(migrations) == STORE_SCHEMA_VERSION,
@@ -200,10 +222,12 @@ const struct schema_op schema_ops[STORE_OP_COUNT] = {
     [STORE_OP_CONFIG_PUT + STORE_CONFIG_POOLS] = CONFIG_PUT("pools", "pool"),
     [STORE_OP_CONFIG_PUT + STORE_CONFIG_PRIORITY_CLASSES] =
         CONFIG_PUT("priority_classes", "priority_class"),
+    [STORE_OP_CONFIG_PUT + STORE_CONFIG_PRICES] = CONFIG_PUT("prices", "price"),
     [STORE_OP_CONFIG_DELETE + STORE_CONFIG_TEAMS] = CONFIG_DELETE("teams", "team"),
     [STORE_OP_CONFIG_DELETE + STORE_CONFIG_POOLS] = CONFIG_DELETE("pools", "pool"),
     [STORE_OP_CONFIG_DELETE + STORE_CONFIG_PRIORITY_CLASSES] =
         CONFIG_DELETE("priority_classes", "priority_class"),
+    [STORE_OP_CONFIG_DELETE + STORE_CONFIG_PRICES] = CONFIG_DELETE("prices", "price"),
     [STORE_OP_NODE_PUT] = {"node_put",
                            {"INSERT INTO nodes(name, spec, state, updated_ms)"
                             " VALUES (?1, ?2, ?3, ?4) ON CONFLICT(name) DO UPDATE SET"
@@ -246,6 +270,36 @@ const struct schema_op schema_ops[STORE_OP_COUNT] = {
                               " SET value = CAST(CAST(value AS INTEGER) + 1 AS TEXT)"
                               " RETURNING CAST(value AS INTEGER)"},
                              0},
+    /* OR IGNORE: a row is written once and never replaced; the same segment
+     * planned twice (two reasons to end one attempt in one batch) keeps the
+     * first. */
+    [STORE_OP_LEDGER_ADD] = {"ledger_add",
+                             {"INSERT OR IGNORE INTO ledger(job_id, attempt, seq, start_ms, end_ms,"
+                              " team, project, model, user, gpu_type, gpu_milli, price_micro,"
+                              " cost_micro, outcome, util_sum, util_samples, idle_samples)"
+                              " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13,"
+                              " ?14, ?15, ?16, ?17)"},
+                             0},
+    /* A minute written twice (a restart within it) adds up. */
+    [STORE_OP_MINUTE_PUT] = {"minute_put",
+                             {"INSERT INTO metric_minutes(kind, key, minute_ms, label, samples,"
+                              " util_sum, util_max, idle_samples, mem_used_sum_mib,"
+                              " mem_used_max_mib, power_sum_mw, temp_max_c)"
+                              " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"
+                              " ON CONFLICT(kind, key, minute_ms) DO UPDATE SET"
+                              " label = excluded.label, samples = samples + excluded.samples,"
+                              " util_sum = util_sum + excluded.util_sum,"
+                              " util_max = MAX(util_max, excluded.util_max),"
+                              " idle_samples = idle_samples + excluded.idle_samples,"
+                              " mem_used_sum_mib = mem_used_sum_mib + excluded.mem_used_sum_mib,"
+                              " mem_used_max_mib ="
+                              " MAX(mem_used_max_mib, excluded.mem_used_max_mib),"
+                              " power_sum_mw = power_sum_mw + excluded.power_sum_mw,"
+                              " temp_max_c = MAX(temp_max_c, excluded.temp_max_c)"},
+                             0},
+    [STORE_OP_MINUTES_PRUNE] = {"minutes_prune",
+                                {"DELETE FROM metric_minutes WHERE minute_ms < ?1"},
+                                0},
 };
 
 const char schema_epoch_sql[] =

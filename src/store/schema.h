@@ -20,7 +20,7 @@
 #include "store/store.h"
 
 /* The schema version this program writes: the number of migrations. */
-#define STORE_SCHEMA_VERSION 2
+#define STORE_SCHEMA_VERSION 4
 
 enum store_op_kind {
     STORE_OP_JOB_INSERT,
@@ -40,10 +40,13 @@ enum store_op_kind {
     STORE_OP_META_PUT,
     STORE_OP_SCHED_STATE_PUT,
     STORE_OP_EPOCH_BUMP, /* store_epoch_acquire's; no values */
+    STORE_OP_LEDGER_ADD,
+    STORE_OP_MINUTE_PUT, /* metric_minutes (issue 7, metrics) */
+    STORE_OP_MINUTES_PRUNE,
     STORE_OP_COUNT
 };
 
-#define STORE_OP_MAXVALS 11
+#define STORE_OP_MAXVALS 17 /* a ledger row's columns */
 
 /* One value: a string or blob when s is set (owned by the batch; a blob of
  * length 0 still has an s), else an integer, STORE_NULL meaning SQL NULL. */

@@ -370,6 +370,9 @@ static void sq_resume_writer(struct store *base)
 #define ATTEMPT_COLS                                                                               \
     "job_id, attempt, state, nodes, gpus, start_ms, end_ms, exit_code, signal, reason, epoch"
 #define JOB_NCOLS 10
+#define MINUTE_COLS                                                                                \
+    "key, label, minute_ms, samples, util_sum, util_max, idle_samples, mem_used_sum_mib,"          \
+    " mem_used_max_mib, power_sum_mw, temp_max_c"
 #define ACTIVE_IN "('" STORE_JOB_PENDING "', '" STORE_JOB_RUNNING "', '" STORE_JOB_PREEMPTED "')"
 
 enum rq {
@@ -386,6 +389,9 @@ enum rq {
     RQ_ACTIVE,
     RQ_SCHED_STATE,
     RQ_IDEMPOTENCY,
+    RQ_LEDGER_RANGE,
+    RQ_MINUTES,     /* metric minutes of a kind in a range */
+    RQ_MINUTES_KEY, /* ... of one key */
     RQ_BEGIN,
     RQ_COMMIT,
     RQ_COUNT
@@ -404,9 +410,11 @@ static const char *const rq_sql[RQ_COUNT] = {
     [RQ_CONFIG_GET + STORE_CONFIG_TEAMS] = CONFIG_GET("teams"),
     [RQ_CONFIG_GET + STORE_CONFIG_POOLS] = CONFIG_GET("pools"),
     [RQ_CONFIG_GET + STORE_CONFIG_PRIORITY_CLASSES] = CONFIG_GET("priority_classes"),
+    [RQ_CONFIG_GET + STORE_CONFIG_PRICES] = CONFIG_GET("prices"),
     [RQ_CONFIG_LIST + STORE_CONFIG_TEAMS] = CONFIG_LIST("teams"),
     [RQ_CONFIG_LIST + STORE_CONFIG_POOLS] = CONFIG_LIST("pools"),
     [RQ_CONFIG_LIST + STORE_CONFIG_PRIORITY_CLASSES] = CONFIG_LIST("priority_classes"),
+    [RQ_CONFIG_LIST + STORE_CONFIG_PRICES] = CONFIG_LIST("prices"),
     [RQ_NODE_LIST] = "SELECT name, spec, state, updated_ms FROM nodes ORDER BY name",
     [RQ_JOB] = "SELECT " JOB_COLS " FROM jobs WHERE id = ?1",
     [RQ_ATTEMPTS] = "SELECT " ATTEMPT_COLS " FROM attempts WHERE job_id = ?1 ORDER BY attempt",
@@ -419,6 +427,17 @@ static const char *const rq_sql[RQ_COUNT] = {
                   " WHERE j.state IN " ACTIVE_IN " ORDER BY j.id",
     [RQ_SCHED_STATE] = "SELECT epoch, blob, updated_ms FROM sched_state WHERE id = 1",
     [RQ_IDEMPOTENCY] = "SELECT job_id FROM idempotency WHERE user_id = ?1 AND key = ?2",
+    [RQ_LEDGER_RANGE] =
+        "SELECT l.job_id, l.attempt, l.seq, l.start_ms, l.end_ms, l.team, l.project, l.model,"
+        " l.user, l.gpu_type, l.gpu_milli, l.price_micro, l.cost_micro,"
+        " COALESCE(l.outcome, a.state), l.util_sum, l.util_samples, l.idle_samples"
+        " FROM ledger l LEFT JOIN attempts a ON a.job_id = l.job_id AND a.attempt = l.attempt"
+        " WHERE l.end_ms >= ?1 AND l.start_ms < ?2 AND (l.end_ms > ?1 OR l.start_ms = ?1)"
+        " ORDER BY l.end_ms, l.job_id, l.attempt, l.seq",
+    [RQ_MINUTES] = "SELECT " MINUTE_COLS " FROM metric_minutes WHERE kind = ?1"
+                   " AND minute_ms >= ?2 AND minute_ms < ?3 ORDER BY minute_ms, key",
+    [RQ_MINUTES_KEY] = "SELECT " MINUTE_COLS " FROM metric_minutes WHERE kind = ?1"
+                       " AND minute_ms >= ?2 AND minute_ms < ?3 AND key = ?4 ORDER BY minute_ms",
     [RQ_BEGIN] = "BEGIN",
     [RQ_COMMIT] = "COMMIT",
 };
@@ -854,6 +873,93 @@ static int sq_idempotency_get(struct store *base, int64_t user_id, const char *k
     return err;
 }
 
+static int decode_ledger(sqlite3_stmt *st, int col, void *row)
+{
+    struct store_ledger_row *l = row;
+    int64_t *ints[] = {&l->job_id,   &l->attempt,      &l->seq,         &l->start_ms,
+                       &l->end_ms,   &l->gpu_milli,    &l->price_micro, &l->cost_micro,
+                       &l->util_sum, &l->util_samples, &l->idle_samples};
+    static const int cols[] = {0, 1, 2, 3, 4, 10, 11, 12, 14, 15, 16};
+    for (size_t k = 0; k < sizeof(cols) / sizeof(cols[0]); k++)
+        *ints[k] = col_int(st, col + cols[k]);
+    return col_text(st, col + 5, &l->team) || col_text(st, col + 6, &l->project) ||
+                   col_text(st, col + 7, &l->model) || col_text(st, col + 8, &l->user) ||
+                   col_text(st, col + 9, &l->gpu_type) || col_text(st, col + 13, &l->outcome)
+               ? STORE_ENOMEM
+               : 0;
+}
+
+static void release_ledger(void *row)
+{
+    struct store_ledger_row *l = row;
+    free(l->team);
+    free(l->project);
+    free(l->model);
+    free(l->user);
+    free(l->gpu_type);
+    free(l->outcome);
+    memset(l, 0, sizeof(*l));
+}
+
+static const struct row_type ledger_rows = {sizeof(struct store_ledger_row), decode_ledger,
+                                            release_ledger};
+
+static int sq_ledger_range(struct store *base, int64_t since_ms, int64_t until_ms,
+                           struct store_ledger_row **ret_rows, size_t *ret_n)
+{
+    struct sq *s = to_sq(base);
+    sqlite3_stmt *st = s->rst[RQ_LEDGER_RANGE];
+    pthread_mutex_lock(&s->rlock);
+    int rc = sqlite3_bind_int64(st, 1, since_ms), err;
+    if (rc == SQLITE_OK)
+        rc = sqlite3_bind_int64(st, 2, until_ms);
+    err = rc == SQLITE_OK ? read_rows(s, st, &ledger_rows, (void **)ret_rows, ret_n)
+                          : read_fail(s, rc);
+    stmt_done(st);
+    pthread_mutex_unlock(&s->rlock);
+    return err;
+}
+
+static int sq_minutes_get(struct store *base, enum store_minute_kind kind, const char *key,
+                          int64_t since_ms, int64_t until_ms, store_minute_fn fn, void *ctx)
+{
+    struct sq *s = to_sq(base);
+    sqlite3_stmt *st = s->rst[key ? RQ_MINUTES_KEY : RQ_MINUTES];
+    pthread_mutex_lock(&s->rlock);
+    int rc = sqlite3_bind_text(st, 1, kind == STORE_MINUTE_GPU ? "gpu" : "job", -1, SQLITE_STATIC);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_bind_int64(st, 2, since_ms);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_bind_int64(st, 3, until_ms);
+    if (rc == SQLITE_OK && key)
+        rc = sqlite3_bind_text(st, 4, key, -1, SQLITE_STATIC);
+    int err = rc == SQLITE_OK ? 0 : read_fail(s, rc);
+    while (err == 0 && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        const char *k = (const char *)sqlite3_column_text(st, 0);
+        const char *label = (const char *)sqlite3_column_text(st, 1);
+        struct store_minute m = {
+            .kind = kind,
+            .key = k ? k : "",
+            .label = label ? label : "",
+            .minute_ms = col_int(st, 2),
+            .samples = col_int(st, 3),
+            .util_sum = col_int(st, 4),
+            .util_max = col_int(st, 5),
+            .idle_samples = col_int(st, 6),
+            .mem_sum_mib = col_int(st, 7),
+            .mem_max_mib = col_int(st, 8),
+            .power_sum_mw = col_int(st, 9),
+            .temp_max_c = col_int(st, 10),
+        };
+        err = fn(ctx, &m);
+    }
+    if (err == 0 && rc != SQLITE_DONE && rc != SQLITE_ROW)
+        err = read_fail(s, rc);
+    stmt_done(st);
+    pthread_mutex_unlock(&s->rlock);
+    return err;
+}
+
 static void sq_last_error(struct store *base, char *buf, size_t len)
 {
     struct sq *s = to_sq(base);
@@ -917,6 +1023,8 @@ static const struct store_ops sqlite_ops = {
     .sched_state_get = sq_sched_state_get,
     .idempotency_get = sq_idempotency_get,
     .close = sq_close,
+    .ledger_range = sq_ledger_range,
+    .minutes_get = sq_minutes_get,
 };
 
 static int prepare(sqlite3 *db, const char *sql, sqlite3_stmt **ret, char *err, size_t errlen)

@@ -645,3 +645,83 @@ int store_idempotency_get(struct store *s, int64_t user_id, const char *key, int
         return STORE_EINVAL;
     return s->ops->idempotency_get(s, user_id, key, ret_job_id);
 }
+
+/* ---- the cost ledger ----------------------------------------------------- */
+
+void store_ledger_rows_free(struct store_ledger_row *rows, size_t n)
+{
+    for (size_t k = 0; rows && k < n; k++) {
+        free(rows[k].team);
+        free(rows[k].project);
+        free(rows[k].model);
+        free(rows[k].user);
+        free(rows[k].gpu_type);
+        free(rows[k].outcome);
+    }
+    free(rows);
+}
+
+int store_batch_ledger_add(struct store_batch *b, const struct store_ledger_row *r)
+{
+    if (!r || r->start_ms > r->end_ms || r->gpu_milli < 0 || r->price_micro < 0 ||
+        r->cost_micro < 0)
+        return STORE_EINVAL;
+    const struct arg args[] = {
+        A_INT(r->job_id),       A_INT(r->attempt),      A_INT(r->seq),
+        A_INT(r->start_ms),     A_INT(r->end_ms),       A_NAME(r->team),
+        A_NAME_OPT(r->project), A_NAME_OPT(r->model),   A_NAME_OPT(r->user),
+        A_NAME(r->gpu_type),    A_INT(r->gpu_milli),    A_INT(r->price_micro),
+        A_INT(r->cost_micro),   A_NAME_OPT(r->outcome), A_INT(r->util_sum),
+        A_INT(r->util_samples), A_INT(r->idle_samples),
+    };
+    return batch_add(b, STORE_OP_LEDGER_ADD, args, ARRAY_LEN(args));
+}
+
+int store_ledger_range(struct store *s, int64_t since_ms, int64_t until_ms,
+                       struct store_ledger_row **ret_rows, size_t *ret_n)
+{
+    if (!s || !ret_rows || !ret_n || since_ms > until_ms || !s->ops->ledger_range)
+        return STORE_EINVAL;
+    return s->ops->ledger_range(s, since_ms, until_ms, ret_rows, ret_n);
+}
+
+/* ---- metric minutes ---------------------------------------------------------- */
+
+static const char *const minute_kinds[STORE_MINUTE_KINDS] = {"gpu", "job"};
+
+int store_batch_minute_put(struct store_batch *b, const struct store_minute *m)
+{
+    if (!m || (unsigned)m->kind >= STORE_MINUTE_KINDS || !m->label || m->samples < 0)
+        return STORE_EINVAL;
+    /* In the order of schema.c's minute_put parameters. */
+    const struct arg args[] = {
+        A_NAME(minute_kinds[m->kind]),
+        A_NAME(m->key),
+        A_INT(m->minute_ms),
+        A_TEXT(m->label),
+        A_INT(m->samples),
+        A_INT(m->util_sum),
+        A_INT(m->util_max),
+        A_INT(m->idle_samples),
+        A_INT(m->mem_sum_mib),
+        A_INT(m->mem_max_mib),
+        A_INT(m->power_sum_mw),
+        A_INT(m->temp_max_c),
+    };
+    return batch_add(b, STORE_OP_MINUTE_PUT, args, ARRAY_LEN(args));
+}
+
+int store_batch_minutes_prune(struct store_batch *b, int64_t before_ms)
+{
+    const struct arg args[] = {A_INT(before_ms)};
+    return batch_add(b, STORE_OP_MINUTES_PRUNE, args, ARRAY_LEN(args));
+}
+
+int store_minutes_get(struct store *s, enum store_minute_kind kind, const char *key,
+                      int64_t since_ms, int64_t until_ms, store_minute_fn fn, void *ctx)
+{
+    if (!s || !fn || (unsigned)kind >= STORE_MINUTE_KINDS || since_ms > until_ms ||
+        !s->ops->minutes_get || (key && strlen(key) > STORE_MAX_NAME))
+        return STORE_EINVAL;
+    return s->ops->minutes_get(s, kind, key, since_ms, until_ms, fn, ctx);
+}

@@ -82,6 +82,7 @@ enum store_config_kind {
     STORE_CONFIG_TEAMS,
     STORE_CONFIG_POOLS,
     STORE_CONFIG_PRIORITY_CLASSES,
+    STORE_CONFIG_PRICES, /* per GPU type (cost, issue 7) */
     STORE_CONFIG_COUNT
 };
 
@@ -386,6 +387,79 @@ int store_sched_state_get(struct store *s, struct store_sched_state *ret);
 /* The job that (user_id, key) created; ENOTFOUND if none. */
 int store_idempotency_get(struct store *s, int64_t user_id, const char *key, int64_t *ret_job_id);
 
+/* ---- the cost ledger ----------------------------------------------------- */
+
+/* One stretch of an attempt at one price on one GPU type: written once, when
+ * the stretch closes, never updated. Costs and prices are in millionths of
+ * the price unit. */
+struct store_ledger_row {
+    int64_t job_id, attempt, seq; /* the key */
+    int64_t start_ms, end_ms;     /* start < end... or equal for an empty stretch */
+    char *team;                   /* required */
+    char *project, *model, *user; /* NULL: none */
+    char *gpu_type;               /* required */
+    int64_t gpu_milli;            /* the GPU shares held of that type, in milli-GPU */
+    int64_t price_micro;          /* per GPU-hour */
+    int64_t cost_micro;
+    /* The attempt's final state; NULL for a stretch closed by a price change
+     * (written NULL: a read fills in the attempt's state from its row). */
+    char *outcome;
+    int64_t util_sum, util_samples, idle_samples;
+};
+/* Frees the strings of rows[0, n) and the array; NULL is fine. */
+void store_ledger_rows_free(struct store_ledger_row *rows, size_t n);
+
+/* Adds a ledger row (strings borrowed, copied). A row whose key exists is
+ * left as it was (rows are never rewritten). 0, STORE_EINVAL, STORE_ENOMEM. */
+int store_batch_ledger_add(struct store_batch *b, const struct store_ledger_row *row);
+
+/*
+ * Every ledger row overlapping [since_ms, until_ms) (start < until and end >
+ * since; an empty row at since counts), by end_ms then key, with outcome
+ * filled from the attempt's row where it was written NULL. Rows are whole,
+ * not clipped. Caller frees with store_ledger_rows_free. STORE_EINVAL when
+ * since > until.
+ */
+int store_ledger_range(struct store *s, int64_t since_ms, int64_t until_ms,
+                       struct store_ledger_row **ret_rows, size_t *ret_n);
+
+/* ---- metric minutes (issue 7: one-minute aggregates of GPU samples) ---- */
+
+enum store_minute_kind {
+    STORE_MINUTE_GPU, /* key: the GPU's UUID, label: its node */
+    STORE_MINUTE_JOB, /* key: "JOB.ATTEMPT", label: the job's team */
+    STORE_MINUTE_KINDS
+};
+
+/* One minute of one GPU or attempt: sums over its samples (samples with a
+ * utilization), maxima, and how many were under the idle threshold. */
+struct store_minute {
+    enum store_minute_kind kind;
+    const char *key;   /* required */
+    const char *label; /* required ("" is fine) */
+    int64_t minute_ms; /* the minute's start */
+    int64_t samples, util_sum, util_max, idle_samples;
+    int64_t mem_sum_mib, mem_max_mib, power_sum_mw, temp_max_c;
+};
+
+/* Adds a minute (strings copied). A minute already stored under the same
+ * (kind, key, minute_ms) is merged: sums added, maxima kept. 0, STORE_EINVAL,
+ * STORE_ENOMEM. */
+int store_batch_minute_put(struct store_batch *b, const struct store_minute *m);
+/* Deletes every minute that began before before_ms (retention). */
+int store_batch_minutes_prune(struct store_batch *b, int64_t before_ms);
+
+/*
+ * Calls fn for each stored minute of `kind` (of `key` only, unless NULL)
+ * that began in [since_ms, until_ms), by minute then key. The row and its
+ * strings are borrowed for the call; fn returns 0 to go on (anything else
+ * stops the scan and is returned) and must not call the store. 0,
+ * STORE_EINVAL (since > until, bad kind), STORE_EIO.
+ */
+typedef int (*store_minute_fn)(void *ctx, const struct store_minute *m);
+int store_minutes_get(struct store *s, enum store_minute_kind kind, const char *key,
+                      int64_t since_ms, int64_t until_ms, store_minute_fn fn, void *ctx);
+
 /* ---- opening and closing ------------------------------------------------ */
 
 /*
@@ -433,6 +507,10 @@ struct store_ops {
     int (*sched_state_get)(struct store *s, struct store_sched_state *ret);
     int (*idempotency_get)(struct store *s, int64_t user_id, const char *key, int64_t *ret_job_id);
     void (*close)(struct store *s);
+    int (*ledger_range)(struct store *s, int64_t since_ms, int64_t until_ms,
+                        struct store_ledger_row **ret_rows, size_t *ret_n);
+    int (*minutes_get)(struct store *s, enum store_minute_kind kind, const char *key,
+                       int64_t since_ms, int64_t until_ms, store_minute_fn fn, void *ctx);
 };
 
 /* A backend's store object starts with this. */

@@ -33,6 +33,7 @@ import time
 
 sys.dont_write_bytecode = True  # leave no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import remove_tmp, run_as_root  # noqa: E402
 from harness import (DEADLINE_S, Server, agent_cgroups, diag, file_tail, ok, pid_alive, run,  # noqa: E402
                      remove_cgroups, wait_until, write_atomic)
 
@@ -795,16 +796,8 @@ def on_exit():
     for pid in LEFT:
         kill_job_process(pid)
     remove_cgroups(CGROUP_BASE)
-    if os.environ.get("KEEP_TMP"):
-        print(f"# kept {TMP}")
-    else:
-        shutil.rmtree(TMP, ignore_errors=True)
+    remove_tmp(TMP)
 
 
 if __name__ == "__main__":
-    if os.geteuid() != 0:
-        print("1..0 # SKIP the agent switches to the job's user: run as root")
-        SRV.cleanup()
-        shutil.rmtree(TMP, ignore_errors=True)
-        sys.exit(0)
-    run(main, SRV, on_exit=on_exit)
+    run_as_root(main, SRV, TMP, on_exit=on_exit)

@@ -47,6 +47,7 @@ import time
 
 sys.dont_write_bytecode = True  # leave no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import remove_tmp, run_as_root  # noqa: E402
 from harness import (DEADLINE_S, Server, agent_cgroups, diag, file_tail, ok, run, wait_until,  # noqa: E402
                      remove_cgroups, write_atomic)
 
@@ -809,10 +810,7 @@ def on_exit():
             ag.proc.kill()
             ag.proc.wait()
     remove_cgroups(CGROUP_BASE)
-    if os.environ.get("KEEP_TMP"):
-        print(f"# kept {TMP}")
-    else:
-        shutil.rmtree(TMP, ignore_errors=True)
+    remove_tmp(TMP)
 
 
 def can_run():

@@ -262,3 +262,21 @@ def try_rmdir(d):
         return True
     except OSError:
         return False
+
+
+def remove_tmp(tmp):
+    """Removes a test's temporary tree, unless KEEP_TMP asks to keep it."""
+    if os.environ.get("KEEP_TMP"):
+        print(f"# kept {tmp}")
+    else:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def run_as_root(main, srv, tmp, on_exit=None):
+    """run(), or one TAP skip line when not root: agents switch to the job's user."""
+    if os.geteuid() != 0:
+        print("1..0 # SKIP the agent switches to the job's user: run as root")
+        srv.cleanup()
+        shutil.rmtree(tmp, ignore_errors=True)
+        sys.exit(0)
+    run(main, srv, on_exit=on_exit)

@@ -61,10 +61,11 @@ static void a_document_of_the_wrong_shape_is_refused_with_its_line(void **state)
     static const struct {
         const char *text, *want;
     } cases[] = {
-        {"- name: main\n", "f.yaml: expected an object with pools, priority_classes, teams or "
-                           "users"},
+        {"- name: main\n", "f.yaml: expected an object with pools, priority_classes, teams, "
+                           "users or prices"},
         {"pools: []\nteam:\n  - name: a\n",
-         "f.yaml:2: unknown list 'team' (expected pools, priority_classes, teams or users)"},
+         "f.yaml:2: unknown list 'team' (expected pools, priority_classes, teams, users or "
+         "prices)"},
         {"teams:\n  name: a\n", "f.yaml:1: 'teams' must be a list of objects"},
         {"teams:\n  - weight: 2\n", "f.yaml:2: teams[0]: expected an object with a 'name'"},
         {"teams:\n  - name: ''\n", "f.yaml:2: teams[0]: expected an object with a 'name'"},

@@ -1,0 +1,293 @@
+/*
+ * cost.c - `gpuorch cost`: GET /v1/cost as a table, CSV or JSON, and the
+ * teams' budgets below the table when it is by team.
+ */
+#include "cli/cost.h"
+
+#include <ctype.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/table.h"
+#include "util/timefmt.h"
+#include "util/banned.h"
+
+#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+static const char *const bys[] = {"team", "project", "model", "user", "job"};
+
+static const struct cli_opt cost_opts[] = {
+    {"by", 0, true, 1, offsetof(struct cost_args, by)},
+    {"since", 0, true, 1, offsetof(struct cost_args, since)},
+    {"until", 0, true, 1, offsetof(struct cost_args, until)},
+    {"csv", 0, false, 1, offsetof(struct cost_args, csv)},
+    CLI_OPT_JSON(struct cost_args, co),
+    CLI_OPTS_COMMON(struct cost_args, co),
+};
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: gpuorch cost [--by team|project|model|user|job] [--since T] [--until T]\n"
+            "                    [--json | --csv]\n"
+            "\n"
+            "What GPU time cost, from the controller's ledger: GPU-hours, cost, the part of it\n"
+            "spent on failed attempts, the mean GPU utilization of what was paid for, and\n"
+            "waste (the cost of GPU time under the team's idle threshold). Members see their\n"
+            "team only. With --by team, each team's budget for the month follows.\n"
+            "\n"
+            "  --by KEY     group by team (default), project, model, user or job\n"
+            "  --since T    from T (default: the start of this month in the cost time zone)\n"
+            "  --until T    to T, excluded (default: the end of this month)\n"
+            "  --csv        comma-separated values with a header line\n"
+            "\n"
+            "T is an RFC 3339 time (2026-11-01T00:00:00Z), a date (2026-11-01: midnight in\n"
+            "the controller's cost time zone), 'now', or relative: -7d, -12h, -30m, -90s.\n");
+    cli_help_common(out, true);
+}
+
+int cost_time_check(const char *s)
+{
+    if (!s || !*s)
+        return CLI_EUSAGE;
+    if (strcmp(s, "now") == 0)
+        return 0;
+    if (s[0] == '-') {
+        int64_t sec;
+        return isdigit((unsigned char)s[1]) && strchr("smhd", s[strlen(s) - 1]) &&
+                       timefmt_parse_duration(s + 1, &sec) == 0
+                   ? 0
+                   : CLI_EUSAGE;
+    }
+    int64_t ms;
+    if (strlen(s) == 10) {
+        char buf[32];
+        snprintf(buf, sizeof(buf), "%sT00:00:00Z", s);
+        return timefmt_parse_rfc3339(buf, &ms) == 0 ? 0 : CLI_EUSAGE;
+    }
+    return timefmt_parse_rfc3339(s, &ms) == 0 ? 0 : CLI_EUSAGE;
+}
+
+int cost_args_parse(int argc, char **argv, struct cost_args *ret)
+{
+    struct cost_args a = {0};
+    const char **pos = calloc((size_t)argc + 1, sizeof(*pos));
+    size_t npos = 0;
+    if (!pos)
+        return cli_fail("cost", "out of memory");
+    int rc = cli_parse_args("cost", argc, argv, cost_opts, ARRAY_LEN(cost_opts), &a, pos, &npos);
+    if (rc == 0 && npos)
+        rc =
+            cli_usage_error("cost", "unexpected argument '%s' (see 'gpuorch cost --help')", pos[0]);
+    free(pos);
+    if (rc)
+        return rc;
+    bool by_ok = !a.by;
+    for (size_t k = 0; !by_ok && k < ARRAY_LEN(bys); k++)
+        by_ok = strcmp(a.by, bys[k]) == 0;
+    if (!by_ok)
+        return cli_usage_error("cost", "--by '%s': expected team, project, model, user or job",
+                               a.by);
+    const char *names[] = {"--since", "--until"}, *vals[] = {a.since, a.until};
+    for (size_t k = 0; k < 2; k++)
+        if (vals[k] && cost_time_check(vals[k]))
+            return cli_usage_error("cost",
+                                   "%s '%s': expected an RFC 3339 time, YYYY-MM-DD, 'now' or a "
+                                   "relative time like -7d",
+                                   names[k], vals[k]);
+    if (a.co.json && a.csv)
+        return cli_usage_error("cost", "--json and --csv exclude each other");
+    a.format = a.co.json ? COST_JSON : a.csv ? COST_CSV : COST_TABLE;
+    *ret = a;
+    return 0;
+}
+
+static double num(const json_t *o, const char *key)
+{
+    return json_number_value(json_object_get(o, key));
+}
+
+/* A cell: "12.50", or "-" when the value is null. */
+static const char *fmt(const json_t *o, const char *key, int decimals, char *buf, size_t len)
+{
+    const json_t *v = json_object_get(o, key);
+    if (!json_is_number(v))
+        return "-";
+    snprintf(buf, len, "%.*f", decimals, json_number_value(v));
+    return buf;
+}
+
+static int table_row(struct table *t, const char *key, const json_t *r)
+{
+    char h[32], c[32], f[32], u[32], w[32];
+    const char *cells[] = {key,
+                           fmt(r, "gpu_hours", 2, h, sizeof(h)),
+                           fmt(r, "cost", 2, c, sizeof(c)),
+                           fmt(r, "failed_cost", 2, f, sizeof(f)),
+                           fmt(r, "utilization_pct", 0, u, sizeof(u)),
+                           fmt(r, "waste_cost", 2, w, sizeof(w))};
+    return table_add(t, cells);
+}
+
+/* A CSV field: quoted when it holds a comma, a quote or a line break. */
+static void csv_field(FILE *out, const char *s)
+{
+    if (!strpbrk(s, ",\"\r\n")) {
+        fputs(s, out);
+        return;
+    }
+    fputc('"', out);
+    for (; *s; s++) {
+        if (*s == '"')
+            fputc('"', out);
+        fputc(*s, out);
+    }
+    fputc('"', out);
+}
+
+static const char *const csv_cols[] = {"gpu_hours",   "cost",           "failed_gpu_hours",
+                                       "failed_cost", "preempted_cost", "utilization_pct",
+                                       "idle_pct",    "waste_cost"};
+
+static void csv_row(FILE *out, const char *key, const json_t *r)
+{
+    csv_field(out, key);
+    for (size_t k = 0; k < ARRAY_LEN(csv_cols); k++) {
+        const json_t *v = json_object_get(r, csv_cols[k]);
+        if (json_is_number(v))
+            fprintf(out, ",%.6f", json_number_value(v));
+        else
+            fputc(',', out);
+    }
+    fputc('\n', out);
+}
+
+static int budgets_render(FILE *out, const json_t *budgets)
+{
+    static const char *const head[] = {"TEAM", "MONTH", "SPENT", "BUDGET", "USED%", "STATUS"};
+    struct table *t = table_new(ARRAY_LEN(head), head);
+    if (!t)
+        return CLI_ENOMEM;
+    size_t k;
+    const json_t *b;
+    int rc = 0;
+    json_array_foreach(budgets, k, b)
+    {
+        char s[32], m[32], p[32];
+        const char *cells[] = {cli_json_str(b, "team"),
+                               cli_json_str(b, "month"),
+                               fmt(b, "spent", 2, s, sizeof(s)),
+                               fmt(b, "monthly", 2, m, sizeof(m)),
+                               (snprintf(p, sizeof(p), "%.0f", 100 * num(b, "fraction")), p),
+                               json_is_true(json_object_get(b, "over"))    ? "OVER"
+                               : json_is_true(json_object_get(b, "alert")) ? "alert"
+                                                                           : "ok"};
+        if ((rc = table_add(t, cells)) != 0)
+            break;
+    }
+    if (!rc && json_array_size(budgets)) {
+        fputc('\n', out);
+        table_print(t, out);
+    }
+    table_free(t);
+    return rc;
+}
+
+int cost_render(FILE *out, const json_t *report, const json_t *budgets, enum cost_format f)
+{
+    const char *by = cli_json_str(report, "by");
+    const json_t *rows = json_object_get(report, "rows"), *r;
+    size_t k;
+    if (f == COST_CSV) {
+        fprintf(out, "%s", by ? by : "key");
+        for (k = 0; k < ARRAY_LEN(csv_cols); k++)
+            fprintf(out, ",%s", csv_cols[k]);
+        fputc('\n', out);
+        json_array_foreach(rows, k, r) csv_row(out, cli_json_str(r, "key"), r);
+        csv_row(out, "TOTAL", json_object_get(report, "total"));
+        return 0;
+    }
+    char keyhead[16] = "TEAM";
+    for (k = 0; by && by[k] && k < sizeof(keyhead) - 1; k++)
+        keyhead[k] = (char)toupper((unsigned char)by[k]);
+    keyhead[by ? k : 4] = '\0';
+    const char *head[] = {keyhead, "GPU-HOURS", "COST", "FAILED", "UTIL%", "WASTE"};
+    struct table *t = table_new(ARRAY_LEN(head), head);
+    if (!t)
+        return CLI_ENOMEM;
+    int rc = 0;
+    json_array_foreach(rows, k, r)
+    {
+        if ((rc = table_row(t, cli_json_str(r, "key"), r)) != 0)
+            break;
+    }
+    rc = rc ? rc : table_row(t, "TOTAL", json_object_get(report, "total"));
+    if (!rc) {
+        table_print(t, out);
+        char rate[32];
+        fprintf(out, "\n%s to %s; running now: %s per hour\n", cli_json_str(report, "since"),
+                cli_json_str(report, "until"), fmt(report, "rate_per_hour", 2, rate, sizeof(rate)));
+    }
+    table_free(t);
+    return rc ? rc : budgets ? budgets_render(out, budgets) : 0;
+}
+
+/* Appends &name=value to q, value percent-encoded. False when it does not fit. */
+static bool query_add(char *q, size_t len, const char *name, const char *value)
+{
+    size_t o = strlen(q);
+    int n = snprintf(q + o, len - o, "%s%s=", o ? "&" : "", name);
+    if (n < 0 || (size_t)n >= len - o)
+        return false;
+    o += (size_t)n;
+    for (const unsigned char *p = (const unsigned char *)value; *p; p++) {
+        bool plain = isalnum(*p) || strchr("-._~:", *p);
+        n = plain ? snprintf(q + o, len - o, "%c", *p) : snprintf(q + o, len - o, "%%%02X", *p);
+        if (n < 0 || (size_t)n >= len - o)
+            return false;
+        o += (size_t)n;
+    }
+    return true;
+}
+
+int cost_command(int argc, char **argv)
+{
+    struct cost_args a;
+    int rc = cost_args_parse(argc, argv, &a);
+    if (rc)
+        return rc;
+    if (a.co.help) {
+        usage(stdout);
+        return 0;
+    }
+    char path[1024] = "";
+    bool fits = query_add(path, sizeof(path), "by", a.by ? a.by : "team") &&
+                (!a.since || query_add(path, sizeof(path), "since", a.since)) &&
+                (!a.until || query_add(path, sizeof(path), "until", a.until));
+    if (!fits)
+        return cli_usage_error("cost", "--since or --until is too long");
+    char url[1100];
+    snprintf(url, sizeof(url), "/v1/cost?%s", path);
+    struct cli c;
+    json_t *report = NULL, *budgets = NULL;
+    char err[CLI_ERR_MAX];
+    if ((rc = cli_connect(&c, "cost", &a.co)) != 0) {
+        cli_disconnect(&c);
+        return rc;
+    }
+    rc = cli_call(&c, "GET", url, NULL, NULL, &report, err, sizeof(err));
+    bool by_team = !a.by || strcmp(a.by, "team") == 0;
+    if (rc == 0 && by_team && a.format == COST_TABLE)
+        rc = cli_call(&c, "GET", "/v1/budgets", NULL, NULL, &budgets, err, sizeof(err));
+    cli_disconnect(&c);
+    if (rc)
+        rc = cli_fail("cost", "%s", rc == CLI_ENOMEM ? "out of memory" : err);
+    else if (a.format == COST_JSON)
+        rc = cli_print_json(report) ? 0 : cli_fail("cost", "out of memory");
+    else if (cost_render(stdout, report, budgets, a.format))
+        rc = cli_fail("cost", "out of memory");
+    json_decref(report);
+    json_decref(budgets);
+    return rc;
+}

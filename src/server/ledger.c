@@ -1,0 +1,413 @@
+/*
+ * ledger.c - segments of attempts at one price, their ledger rows, and the
+ * accrual of the open ones.
+ *
+ * Since every price change closes the open segments of its GPU type, the
+ * price at a segment's start is always the current one: an open segment
+ * needs only its start and its hourly rate, which srv_job_to_json can read
+ * without the server.
+ */
+#include "server/ledger.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/budget.h"
+#include "server/prom.h"
+#include "server/srv.h"
+#include "util/banned.h"
+
+#define HOUR_MS INT64_C(3600000)
+
+int64_t srv_ledger_cost(int64_t price_micro, int64_t milli, int64_t ms)
+{
+    if (price_micro <= 0 || milli <= 0 || ms <= 0)
+        return 0;
+    __int128 num = (__int128)price_micro * milli * ms, den = (__int128)1000 * HOUR_MS;
+    return (int64_t)((num + den / 2) / den);
+}
+
+int64_t srv_ledger_clip(int64_t cost_micro, int64_t start_ms, int64_t end_ms, int64_t a_ms,
+                        int64_t b_ms)
+{
+    int64_t lo = start_ms > a_ms ? start_ms : a_ms, hi = end_ms < b_ms ? end_ms : b_ms;
+    if (end_ms <= start_ms)
+        return start_ms >= a_ms && start_ms < b_ms ? cost_micro : 0;
+    if (hi <= lo)
+        return 0;
+    if (lo == start_ms && hi == end_ms)
+        return cost_micro;
+    __int128 num = (__int128)cost_micro * (hi - lo), den = end_ms - start_ms;
+    return (int64_t)((num + den / 2) / den);
+}
+
+/* The GPU type of a share, or NULL when its node is gone. A MIG instance
+ * ("MIG-..." UUID) is charged as its parent's type for now; its price will
+ * be its slices' part of the GPU's price (milli already says its share). */
+static const char *share_type(const struct server *s, const struct srv_share *sh)
+{
+    const struct model_node *n = model_node_get(&s->model, sh->node);
+    for (size_t g = 0; n && g < n->ngpus; g++)
+        if (strcmp(n->gpus[g].uuid, sh->uuid) == 0)
+            return n->gpus[g].gpu_type;
+    return n && n->ngpus ? n->gpus[0].gpu_type : NULL;
+}
+
+/* The attempt's shares summed per GPU type: at most TYPES_MAX types (an
+ * attempt holds one or two in practice; more fold into the last). */
+#define TYPES_MAX 8
+struct type_milli {
+    const char *type; /* borrowed from the model; "unknown" when the node is gone */
+    int64_t milli;
+};
+
+static size_t types_of(const struct server *s, const struct srv_attempt *a, struct type_milli *out)
+{
+    size_t n = 0;
+    for (size_t k = 0; k < a->nshares; k++) {
+        const char *t = share_type(s, &a->shares[k]);
+        t = t ? t : "unknown";
+        size_t i = 0;
+        while (i < n && strcmp(out[i].type, t) != 0)
+            i++;
+        if (i == n && n == TYPES_MAX)
+            i = n - 1;
+        else if (i == n)
+            out[n++] = (struct type_milli){t, 0};
+        out[i].milli += a->shares[k].milli;
+    }
+    return n;
+}
+
+static int64_t price_of(const struct server *s, const char *type)
+{
+    const struct model_price *p = model_price_get(&s->model, type);
+    return p ? p->per_gpu_hour_micro : 0;
+}
+
+static int64_t rate_of(const struct server *s, const struct srv_attempt *a)
+{
+    struct type_milli tm[TYPES_MAX];
+    size_t n = types_of(s, a, tm);
+    __int128 r = 0;
+    for (size_t i = 0; i < n; i++)
+        r += (__int128)price_of(s, tm[i].type) * tm[i].milli;
+    return (int64_t)((r + 500) / 1000);
+}
+
+void srv_ledger_open(struct server *s, struct srv_job *j)
+{
+    if (!j->att.n || j->att.seg_start_ms)
+        return;
+    j->att.seg_start_ms = j->att.start_ms > 0 ? j->att.start_ms : srv_now_ms();
+    j->att.seg_rate_micro = rate_of(s, &j->att);
+}
+
+int64_t srv_ledger_accrued(const struct srv_job *j, int64_t from_ms, int64_t now_ms)
+{
+    const struct srv_attempt *a = &j->att;
+    if (!a->n || !a->seg_start_ms)
+        return 0;
+    int64_t start = a->seg_start_ms > from_ms ? a->seg_start_ms : from_ms;
+    if (now_ms <= start || a->seg_rate_micro <= 0)
+        return 0;
+    __int128 num = (__int128)a->seg_rate_micro * (now_ms - start);
+    return (int64_t)((num + HOUR_MS / 2) / HOUR_MS);
+}
+
+int64_t srv_ledger_job_cost(const struct srv_job *j, int64_t now_ms)
+{
+    return j->cost_micro + srv_ledger_accrued(j, INT64_MIN, now_ms);
+}
+
+int64_t srv_ledger_rate(const struct server *s, const char *team)
+{
+    int64_t r = 0;
+    for (size_t k = 0; k < s->njobs; k++) {
+        const struct srv_job *j = s->jobs[k];
+        if (j->att.n && j->att.seg_start_ms && (!team || strcmp(j->team, team) == 0))
+            r += j->att.seg_rate_micro;
+    }
+    return r;
+}
+
+int srv_ledger_close(struct server *s, const struct srv_job *j, int64_t now_ms, const char *outcome,
+                     struct store_batch *b, int64_t *ret_cost_micro)
+{
+    const struct srv_attempt *a = &j->att;
+    int64_t start = a->seg_start_ms ? a->seg_start_ms : a->start_ms;
+    int64_t end = now_ms > start ? now_ms : start;
+    struct type_milli tm[TYPES_MAX];
+    size_t n = types_of(s, a, tm);
+    int64_t total_milli = 0, cost = 0;
+    for (size_t i = 0; i < n; i++)
+        total_milli += tm[i].milli;
+    for (size_t i = 0; i < n; i++) {
+        int64_t price = price_of(s, tm[i].type);
+        /* The samples are the attempt's: split them by each type's share. */
+        uint64_t num = (uint64_t)tm[i].milli, den = total_milli > 0 ? (uint64_t)total_milli : 1;
+        struct store_ledger_row r = {
+            .job_id = j->id,
+            .attempt = a->n,
+            .seq = a->seg_seq + (int64_t)i,
+            .start_ms = start,
+            .end_ms = end,
+            .team = j->team,
+            .project = j->spec.project,
+            .model = j->spec.model,
+            .user = j->user,
+            .gpu_type = (char *)tm[i].type,
+            .gpu_milli = tm[i].milli,
+            .price_micro = price,
+            .cost_micro = srv_ledger_cost(price, tm[i].milli, end - start),
+            .outcome = (char *)outcome,
+            .util_sum = (int64_t)(a->util_sum * num / den),
+            .util_samples = (int64_t)(a->util_samples * num / den),
+            .idle_samples = (int64_t)(a->idle_samples * num / den),
+        };
+        if (store_batch_ledger_add(b, &r))
+            return -ENOMEM;
+        cost += r.cost_micro;
+    }
+    *ret_cost_micro = cost;
+    return 0;
+}
+
+void srv_ledger_charged(struct server *s, int64_t job, const char *team, int64_t start_ms,
+                        int64_t end_ms, int64_t cost_micro)
+{
+    struct srv_job *j = srv_job_find(s, job);
+    if (j)
+        j->cost_micro += cost_micro;
+    struct srv_cost_team *t = s->cost ? srv_cost_team_get(s->cost, team, true) : NULL;
+    if (!t)
+        return;
+    t->total_micro += cost_micro;
+    t->month_micro += srv_ledger_clip(cost_micro, start_ms, end_ms, s->cost->month_start_ms,
+                                      s->cost->month_end_ms);
+}
+
+/* ---- price changes ---- */
+
+struct pending_seg {
+    int64_t job, attempt, start_ms, cost_micro, nrows;
+    uint64_t util_sum, util_samples, idle_samples;
+};
+
+struct srv_ledger_pending {
+    int64_t at_ms;
+    struct pending_seg *segs;
+    size_t n;
+};
+
+static bool holds_type(const struct server *s, const struct srv_attempt *a, const char *type)
+{
+    for (size_t k = 0; k < a->nshares; k++) {
+        const char *t = share_type(s, &a->shares[k]);
+        if (t && strcmp(t, type) == 0)
+            return true;
+    }
+    return false;
+}
+
+int srv_ledger_price_plan(struct server *s, const char *gpu_type, int64_t now_ms,
+                          struct store_batch *b, struct srv_ledger_pending **ret)
+{
+    struct srv_ledger_pending *p = calloc(1, sizeof(*p));
+    if (!p)
+        return -ENOMEM;
+    p->at_ms = now_ms;
+    for (size_t k = 0; k < s->njobs; k++) {
+        const struct srv_job *j = s->jobs[k];
+        if (!j->att.n || !holds_type(s, &j->att, gpu_type))
+            continue;
+        struct pending_seg *v = realloc(p->segs, (p->n + 1) * sizeof(*v));
+        if (!v)
+            goto fail;
+        p->segs = v;
+        struct pending_seg *g = &p->segs[p->n];
+        *g = (struct pending_seg){.job = j->id,
+                                  .attempt = j->att.n,
+                                  .start_ms =
+                                      j->att.seg_start_ms ? j->att.seg_start_ms : j->att.start_ms,
+                                  .util_sum = j->att.util_sum,
+                                  .util_samples = j->att.util_samples,
+                                  .idle_samples = j->att.idle_samples};
+        struct type_milli tm[TYPES_MAX];
+        g->nrows = (int64_t)types_of(s, &j->att, tm);
+        if (srv_ledger_close(s, j, now_ms, NULL, b, &g->cost_micro))
+            goto fail;
+        p->n++;
+    }
+    *ret = p;
+    return 0;
+fail:
+    free(p->segs);
+    free(p);
+    return -ENOMEM;
+}
+
+static uint64_t sub_sat(uint64_t a, uint64_t b)
+{
+    return a > b ? a - b : 0;
+}
+
+void srv_ledger_price_apply(struct server *s, struct srv_ledger_pending *p, bool committed)
+{
+    if (!p)
+        return;
+    for (size_t k = 0; committed && k < p->n; k++) {
+        const struct pending_seg *g = &p->segs[k];
+        struct srv_job *j = srv_job_find(s, g->job);
+        if (!j || j->att.n != g->attempt)
+            continue; /* ended meanwhile: its end closed the rest */
+        srv_ledger_charged(s, j->id, j->team, g->start_ms, p->at_ms, g->cost_micro);
+        struct srv_attempt *a = &j->att;
+        a->seg_seq += g->nrows;
+        a->seg_start_ms = p->at_ms > g->start_ms ? p->at_ms : g->start_ms;
+        a->seg_rate_micro = rate_of(s, a);
+        /* Samples that arrived during the commit stay for the next segment. */
+        a->util_sum = sub_sat(a->util_sum, g->util_sum);
+        a->util_samples = sub_sat(a->util_samples, g->util_samples);
+        a->idle_samples = sub_sat(a->idle_samples, g->idle_samples);
+    }
+    free(p->segs);
+    free(p);
+}
+
+/* ---- totals ---- */
+
+int64_t srv_ledger_team_total(const struct server *s, const char *team)
+{
+    struct srv_cost_team *t = s->cost ? srv_cost_team_get(s->cost, team, false) : NULL;
+    return t ? t->total_micro : 0;
+}
+
+int64_t srv_ledger_team_month(const struct server *s, const char *team)
+{
+    struct srv_cost_team *t = s->cost ? srv_cost_team_get(s->cost, team, false) : NULL;
+    return t ? t->month_micro : 0;
+}
+
+int srv_ledger_load(struct server *s, char *err, size_t errlen)
+{
+    if (!s->cost && !(s->cost = calloc(1, sizeof(*s->cost)))) {
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    int64_t now = srv_now_ms();
+    struct srv_cost *c = s->cost;
+    if (srv_budget_month(now, &c->month_start_ms, &c->month_end_ms, c->month)) {
+        snprintf(err, errlen, "the clock is out of range");
+        return -ERANGE;
+    }
+    struct store_ledger_row *rows = NULL;
+    size_t n = 0;
+    int rc = store_ledger_range(s->store, INT64_MIN, INT64_MAX, &rows, &n);
+    if (rc) {
+        snprintf(err, errlen, "store: the ledger: %s", store_strerror(rc));
+        return rc;
+    }
+    for (size_t k = 0; k < n; k++) {
+        const struct store_ledger_row *r = &rows[k];
+        srv_ledger_charged(s, r->job_id, r->team, r->start_ms, r->end_ms, r->cost_micro);
+        struct srv_job *j = srv_job_find(s, r->job_id);
+        if (!j || j->att.n != r->attempt)
+            continue;
+        /* The open segment goes on from the attempt's last row. */
+        if (r->seq + 1 > j->att.seg_seq)
+            j->att.seg_seq = r->seq + 1;
+        if (r->end_ms > j->att.seg_start_ms)
+            j->att.seg_start_ms = r->end_ms;
+    }
+    store_ledger_rows_free(rows, n);
+    for (size_t k = 0; k < s->njobs; k++) {
+        struct srv_job *j = s->jobs[k];
+        if (!j->att.n)
+            continue;
+        srv_ledger_open(s, j);
+        j->att.seg_rate_micro = rate_of(s, &j->att);
+    }
+    return 0;
+}
+
+void srv_ledger_free(struct server *s)
+{
+    if (!s || !s->cost)
+        return;
+    free(s->cost->teams);
+    free(s->cost);
+    s->cost = NULL;
+}
+
+/* ---- metrics ---- */
+
+void srv_cost_metrics(struct server *s, struct prom *p, int64_t now_ms)
+{
+    srv_budget_roll(s, now_ms);
+    /* Teams that exist or have cost something. */
+    size_t nt = s->model.nteams + (s->cost ? s->cost->nteams : 0);
+    const char **names = calloc(nt ? nt : 1, sizeof(*names));
+    size_t n = 0;
+    for (size_t k = 0; names && k < s->model.nteams; k++)
+        names[n++] = s->model.teams[k].name;
+    for (size_t k = 0; names && s->cost && k < s->cost->nteams; k++) {
+        if (!model_team_get(&s->model, s->cost->teams[k].name))
+            names[n++] = s->cost->teams[k].name;
+    }
+    if (!names)
+        return;
+    int64_t *accr = calloc(n ? n : 1, sizeof(*accr)), *rate = calloc(n ? n : 1, sizeof(*rate));
+    for (size_t k = 0; accr && rate && k < s->njobs; k++) {
+        const struct srv_job *j = s->jobs[k];
+        if (!j->att.n)
+            continue;
+        for (size_t t = 0; t < n; t++) {
+            if (strcmp(names[t], j->team) == 0) {
+                accr[t] += srv_ledger_accrued(j, INT64_MIN, now_ms);
+                rate[t] += j->att.seg_rate_micro;
+                break;
+            }
+        }
+    }
+    if (accr && rate) {
+        prom_family(p, "gpuorch_cost", PROM_COUNTER,
+                    "Cost of GPU time charged to the team, all time (ledger and accrual)");
+        for (size_t t = 0; t < n; t++) {
+            const char *lab[] = {"team", names[t], NULL};
+            prom_sample(p, "gpuorch_cost_total", lab,
+                        (double)(srv_ledger_team_total(s, names[t]) + accr[t]) / 1e6);
+        }
+        prom_family(p, "gpuorch_cost_rate_per_hour", PROM_GAUGE,
+                    "Cost per hour of what the team runs now");
+        for (size_t t = 0; t < n; t++) {
+            const char *lab[] = {"team", names[t], NULL};
+            prom_sample(p, "gpuorch_cost_rate_per_hour", lab, (double)rate[t] / 1e6);
+        }
+        static const char *const fam[][2] = {
+            {"gpuorch_budget_spent", "What the team spent this month (cost time zone)"},
+            {"gpuorch_budget_monthly", "The team's monthly budget"},
+            {"gpuorch_budget_over", "1 when the team spent its monthly budget"},
+        };
+        for (size_t f = 0; f < 3; f++) {
+            prom_family(p, fam[f][0], PROM_GAUGE, fam[f][1]);
+            for (size_t t = 0; t < s->model.nteams; t++) {
+                const struct model_team *mt = &s->model.teams[t];
+                if (!mt->budget.set)
+                    continue;
+                int64_t spent = srv_budget_spent(s, mt->name, now_ms);
+                double v = f == 0   ? (double)spent / 1e6
+                           : f == 1 ? (double)mt->budget.monthly_micro / 1e6
+                                    : (spent >= mt->budget.monthly_micro ? 1.0 : 0.0);
+                const char *lab[] = {"team", mt->name, NULL};
+                prom_sample(p, fam[f][0], lab, v);
+            }
+        }
+    }
+    free(accr);
+    free(rate);
+    free(names);
+}

@@ -1,0 +1,339 @@
+/* test_server_ledger.c - the controller's cost ledger: the cost and clip
+ * arithmetic, calendar months in a non-UTC zone (DST included), segments of
+ * an attempt closed by a price change and by its end (rows in a real store,
+ * accrual in between, util samples taken into the row), budget blocks and
+ * money formatting. A server object is built by hand around a store in its
+ * own directory under /tmp; no clock is read by the checks. */
+#include <dirent.h>
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "server/budget.h"
+#include "server/ledger.h"
+#include "server/srv.h"
+#include "util/timefmt.h"
+#include "util/banned.h"
+
+#define UUID0 "GPU-00000000-0000-4000-8000-000000000000"
+#define UUID1 "GPU-00000000-0000-4000-8000-000000000001"
+
+static int64_t at(const char *rfc3339)
+{
+    int64_t ms = 0;
+    assert_int_equal(timefmt_parse_rfc3339(rfc3339, &ms), 0);
+    return ms;
+}
+
+static void cost_is_price_times_share_times_hours(void **state)
+{
+    (void)state;
+    assert_int_equal(srv_ledger_cost(2500000, 2000, 3600000), 5000000); /* 2 GPUs, 1 h */
+    assert_int_equal(srv_ledger_cost(2500000, 500, 1800000), 625000);   /* half a GPU, 30 min */
+    assert_int_equal(srv_ledger_cost(0, 1000, 3600000), 0);             /* no price */
+    assert_int_equal(srv_ledger_cost(1000000, 1000, -5), 0);
+    /* No overflow on the way: 1e6 per hour x 100 GPUs x a year. */
+    assert_int_equal(srv_ledger_cost(INT64_C(1000000000000), 100000, INT64_C(31536000000)),
+                     INT64_C(1000000000000) * 100 * 8760);
+}
+
+static void clip_takes_the_part_inside_the_range(void **state)
+{
+    (void)state;
+    assert_int_equal(srv_ledger_clip(1000, 0, 1000, 250, 750), 500);
+    assert_int_equal(srv_ledger_clip(1000, 0, 1000, -10, 2000), 1000);
+    assert_int_equal(srv_ledger_clip(1000, 0, 1000, 1000, 2000), 0);
+    assert_int_equal(srv_ledger_clip(1000, 0, 1000, -500, 0), 0);
+    assert_int_equal(srv_ledger_clip(900, 0, 3, 0, 1), 300);
+    assert_int_equal(srv_ledger_clip(7, 50, 50, 0, 100), 7); /* empty row: where it starts */
+    /* The parts of a split range add up to the whole (to rounding). */
+    int64_t a = srv_ledger_clip(1000001, 0, 30, 0, 10), b = srv_ledger_clip(1000001, 0, 30, 10, 30);
+    assert_true(a + b >= 1000000 && a + b <= 1000002);
+}
+
+static void months_follow_the_cost_time_zone(void **state)
+{
+    (void)state;
+    char err[256];
+    int64_t a, b;
+    char label[8];
+    assert_int_equal(srv_budget_tz_set("Europe/Berlin", err, sizeof(err)), 0);
+    /* 23:30 UTC on 31 Oct is already November in Berlin (CET, UTC+1). */
+    assert_int_equal(srv_budget_month(at("2026-10-31T23:30:00Z"), &a, &b, label), 0);
+    assert_string_equal(label, "2026-11");
+    assert_int_equal(a, at("2026-10-31T23:00:00Z"));
+    assert_int_equal(b, at("2026-11-30T23:00:00Z"));
+    /* March starts in CET and ends in CEST (UTC+2). */
+    assert_int_equal(srv_budget_month(at("2026-03-15T12:00:00Z"), &a, &b, label), 0);
+    assert_string_equal(label, "2026-03");
+    assert_int_equal(a, at("2026-02-28T23:00:00Z"));
+    assert_int_equal(b, at("2026-03-31T22:00:00Z"));
+    /* December rolls into January of the next year. */
+    assert_int_equal(srv_budget_month(at("2026-12-31T22:59:59Z"), &a, &b, label), 0);
+    assert_string_equal(label, "2026-12");
+    assert_int_equal(b, at("2026-12-31T23:00:00Z"));
+    assert_int_equal(srv_budget_tz_set(NULL, err, sizeof(err)), 0); /* back to UTC */
+    assert_int_equal(srv_budget_month(at("2026-10-31T23:30:00Z"), &a, &b, label), 0);
+    assert_string_equal(label, "2026-10");
+    assert_int_equal(a, at("2026-10-01T00:00:00Z"));
+}
+
+static void unknown_time_zones_are_refused(void **state)
+{
+    (void)state;
+    char err[256] = "";
+    assert_int_equal(srv_budget_tz_set("Mars/Olympus", err, sizeof(err)), -EINVAL);
+    assert_non_null(strstr(err, "--cost-timezone"));
+    assert_non_null(strstr(err, "Mars/Olympus"));
+    assert_int_equal(srv_budget_tz_set("../../etc/passwd", err, sizeof(err)), -EINVAL);
+    assert_int_equal(srv_budget_tz_set("UTC", err, sizeof(err)), 0);
+}
+
+static void money_prints_with_separators_and_cents(void **state)
+{
+    (void)state;
+    char buf[48];
+    srv_money_format(INT64_C(10012500000), buf, sizeof(buf));
+    assert_string_equal(buf, "10,012.50");
+    srv_money_format(0, buf, sizeof(buf));
+    assert_string_equal(buf, "0.00");
+    srv_money_format(INT64_C(999995000), buf, sizeof(buf));
+    assert_string_equal(buf, "1,000.00");
+    srv_money_format(INT64_C(1234567890123456), buf, sizeof(buf));
+    assert_string_equal(buf, "1,234,567,890.12");
+}
+
+/* ---- a server around a real store ---- */
+
+struct env {
+    char dir[64];
+    struct server s;
+};
+
+static void put_price(struct model *m, const char *type, int64_t micro)
+{
+    struct model_price p = {.id = 9, .per_gpu_hour_micro = micro};
+    p.name = strdup(type);
+    char err[256] = "";
+    int rc = model_price_get(m, type) ? model_price_replace(m, &p, err, sizeof(err))
+                                      : model_price_add(m, &p, err, sizeof(err));
+    if (rc)
+        print_error("price: %s\n", err);
+    assert_int_equal(rc, 0);
+}
+
+static int setup(void **state)
+{
+    struct env *e = calloc(1, sizeof(*e));
+    snprintf(e->dir, sizeof(e->dir), "/tmp/test_server_ledger.XXXXXX");
+    if (!mkdtemp(e->dir))
+        return -1;
+    char path[128], err[256];
+    snprintf(path, sizeof(path), "%s/gpuorch.db", e->dir);
+    if (store_open_sqlite(path, &e->s.store, err, sizeof(err)))
+        return -1;
+    model_init(&e->s.model);
+    json_t *node = json_loads(
+        "{\"name\": \"n1\", \"pool\": \"main\", \"cpus\": 8, \"mem_mib\": 65536, \"gpus\": ["
+        "{\"index\": 0, \"uuid\": \"" UUID0 "\", \"gpu_type\": \"H100-80GB\", \"mem_mib\": 81920},"
+        "{\"index\": 1, \"uuid\": \"" UUID1
+        "\", \"gpu_type\": \"H100-80GB\", \"mem_mib\": 81920}]}",
+        0, NULL);
+    struct model_node n = {0};
+    if (!node || model_node_decode(node, 0, &n, err, sizeof(err)))
+        return -1;
+    json_decref(node);
+    n.id = 1;
+    if (model_node_add(&e->s.model, &n, err, sizeof(err)))
+        return -1;
+    *state = e;
+    return srv_ledger_load(&e->s, err, sizeof(err)) ? -1 : 0;
+}
+
+static int teardown(void **state)
+{
+    struct env *e = *state;
+    store_close(e->s.store);
+    for (size_t k = 0; k < e->s.njobs; k++)
+        srv_job_free(e->s.jobs[k]);
+    free(e->s.jobs);
+    srv_ledger_free(&e->s);
+    model_release(&e->s.model);
+    DIR *d = opendir(e->dir);
+    for (struct dirent *de; d && (de = readdir(d));) {
+        char path[400];
+        snprintf(path, sizeof(path), "%s/%s", e->dir, de->d_name);
+        if (de->d_name[0] != '.')
+            unlink(path);
+    }
+    if (d)
+        closedir(d);
+    rmdir(e->dir);
+    free(e);
+    return 0;
+}
+
+/* Job 1 of team ml holding 1 GPU and half of another since start_ms. */
+static struct srv_job *running_job(struct env *e, int64_t start_ms)
+{
+    struct srv_job *j = calloc(1, sizeof(*j));
+    j->id = 1;
+    j->user = strdup("alice");
+    j->team = strdup("ml");
+    j->state = SRV_JOB_RUNNING;
+    j->spec.project = strdup("p1");
+    j->att.n = 1;
+    j->att.start_ms = start_ms;
+    j->att.nshares = 2;
+    j->att.shares = calloc(2, sizeof(*j->att.shares));
+    j->att.shares[0] = (struct srv_share){strdup("n1"), strdup(UUID0), 1000, 0};
+    j->att.shares[1] = (struct srv_share){strdup("n1"), strdup(UUID1), 500, 0};
+    assert_int_equal(srv_job_add(&e->s, j), 0);
+    srv_ledger_open(&e->s, j);
+    return j;
+}
+
+static void commit(struct env *e, struct store_batch *b)
+{
+    char msg[256] = "";
+    int rc = store_commit_wait(e->s.store, b, NULL, 0, msg, sizeof(msg));
+    if (rc)
+        print_error("commit: %s\n", msg);
+    assert_int_equal(rc, 0);
+}
+
+static void price_change_mid_attempt_charges_each_part_at_its_price(void **state)
+{
+    struct env *e = *state;
+    const int64_t t0 = at("2026-11-10T10:00:00Z");
+    put_price(&e->s.model, "H100-80GB", 3600000); /* 3.6 an hour: 1 micro per GPU-ms */
+    struct srv_job *j = running_job(e, t0);
+    assert_int_equal(j->att.seg_rate_micro, 5400000); /* 1.5 GPUs */
+    assert_int_equal(srv_ledger_accrued(j, INT64_MIN, t0 + 10000), 15000);
+    j->att.util_sum = 400;
+    j->att.util_samples = 12;
+    j->att.idle_samples = 3;
+
+    /* The price doubles 10 s in: the open segment closes at the old price. */
+    struct store_batch *b = store_batch_new();
+    struct srv_ledger_pending *p = NULL;
+    assert_int_equal(srv_ledger_price_plan(&e->s, "H100-80GB", t0 + 10000, b, &p), 0);
+    commit(e, b);
+    put_price(&e->s.model, "H100-80GB", 7200000);
+    srv_ledger_price_apply(&e->s, p, true);
+    assert_int_equal(j->cost_micro, 15000);
+    assert_int_equal(j->att.seg_seq, 1);
+    assert_int_equal(j->att.seg_start_ms, t0 + 10000);
+    assert_int_equal(j->att.seg_rate_micro, 10800000);
+    assert_int_equal(j->att.util_samples, 0); /* taken into the row */
+    assert_int_equal(srv_ledger_job_cost(j, t0 + 15000), 15000 + 15000);
+
+    /* It ends 5 s later: the second segment at the new price. */
+    b = store_batch_new();
+    int64_t cost = 0;
+    assert_int_equal(srv_ledger_close(&e->s, j, t0 + 15000, "COMPLETED", b, &cost), 0);
+    assert_int_equal(cost, 15000);
+    commit(e, b);
+    srv_ledger_charged(&e->s, j->id, j->team, j->att.seg_start_ms, t0 + 15000, cost);
+    assert_int_equal(j->cost_micro, 30000);
+    assert_int_equal(srv_ledger_team_total(&e->s, "ml"), 30000);
+
+    struct store_ledger_row *rows = NULL;
+    size_t n = 0;
+    assert_int_equal(store_ledger_range(e->s.store, t0, t0 + 60000, &rows, &n), 0);
+    assert_int_equal(n, 2);
+    assert_int_equal(rows[0].seq, 0);
+    assert_int_equal(rows[0].start_ms, t0);
+    assert_int_equal(rows[0].end_ms, t0 + 10000);
+    assert_int_equal(rows[0].price_micro, 3600000);
+    assert_int_equal(rows[0].gpu_milli, 1500);
+    assert_int_equal(rows[0].cost_micro, 15000);
+    assert_int_equal(rows[0].util_samples, 12);
+    assert_int_equal(rows[0].idle_samples, 3);
+    assert_string_equal(rows[0].project, "p1");
+    assert_int_equal(rows[1].seq, 1);
+    assert_int_equal(rows[1].price_micro, 7200000);
+    assert_int_equal(rows[1].cost_micro, 15000);
+    assert_string_equal(rows[1].outcome, "COMPLETED");
+    store_ledger_rows_free(rows, n);
+}
+
+static void a_type_without_price_costs_nothing_but_counts_hours(void **state)
+{
+    struct env *e = *state;
+    const int64_t t0 = at("2026-11-10T10:00:00Z");
+    struct srv_job *j = running_job(e, t0);
+    assert_int_equal(j->att.seg_rate_micro, 0);
+    struct store_batch *b = store_batch_new();
+    int64_t cost = -1;
+    assert_int_equal(srv_ledger_close(&e->s, j, t0 + 3600000, "FAILED", b, &cost), 0);
+    assert_int_equal(cost, 0);
+    commit(e, b);
+    struct store_ledger_row *rows = NULL;
+    size_t n = 0;
+    assert_int_equal(store_ledger_range(e->s.store, t0, t0 + 3600000, &rows, &n), 0);
+    assert_int_equal(n, 1);
+    assert_int_equal(rows[0].gpu_milli, 1500);
+    assert_int_equal(rows[0].end_ms - rows[0].start_ms, 3600000);
+    assert_int_equal(rows[0].cost_micro, 0);
+    store_ledger_rows_free(rows, n);
+}
+
+static void over_budget_blocks_classes_below_the_floor_only(void **state)
+{
+    struct env *e = *state;
+    char err[256];
+    struct model_class low = {.id = 2, .order = 0}, normal = {.id = 3, .order = 10};
+    low.name = strdup("low");
+    normal.name = strdup("normal");
+    assert_int_equal(model_class_add(&e->s.model, &low, err, sizeof(err)), 0);
+    assert_int_equal(model_class_add(&e->s.model, &normal, err, sizeof(err)), 0);
+    struct model_team t = {.id = 4, .weight = 1, .borrow_limit_milli = -1};
+    t.name = strdup("ml");
+    model_idle_default(&t.idle);
+    t.budget = (struct model_budget){.set = true, .monthly_micro = 1000, .alert_permille = 800};
+    t.budget.block_below = strdup("normal");
+    int rc = model_team_add(&e->s.model, &t, err, sizeof(err));
+    if (rc)
+        print_error("team: %s\n", err);
+    assert_int_equal(rc, 0);
+    put_price(&e->s.model, "H100-80GB", 3600000);
+    int64_t now = srv_now_ms();
+    char msg[512] = "";
+    assert_false(srv_budget_blocks(&e->s, "ml", "low", now, msg, sizeof(msg)));
+    struct srv_job *j = running_job(e, now - 2000); /* 1.5 GPU-s x 2 s: 3000 micro */
+    assert_true(srv_budget_blocks(&e->s, "ml", "low", now, msg, sizeof(msg)));
+    assert_non_null(strstr(msg, "team 'ml' is over its"));
+    assert_non_null(strstr(msg, "jobs below class 'normal' are blocked until"));
+    assert_false(srv_budget_blocks(&e->s, "ml", "normal", now, msg, sizeof(msg)));
+    assert_false(srv_budget_blocks(&e->s, "ml", NULL, now, msg, sizeof(msg))); /* default class */
+    assert_false(srv_budget_blocks(&e->s, "other", "low", now, msg, sizeof(msg)));
+    assert_true(srv_budget_spent(&e->s, "ml", now) >= 3000);
+    (void)j;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(cost_is_price_times_share_times_hours),
+        cmocka_unit_test(clip_takes_the_part_inside_the_range),
+        cmocka_unit_test(months_follow_the_cost_time_zone),
+        cmocka_unit_test(unknown_time_zones_are_refused),
+        cmocka_unit_test(money_prints_with_separators_and_cents),
+        cmocka_unit_test_setup_teardown(price_change_mid_attempt_charges_each_part_at_its_price,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(a_type_without_price_costs_nothing_but_counts_hours, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(over_budget_blocks_classes_below_the_floor_only, setup,
+                                        teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,716 @@
+/*
+ * gpuorch dashboard (docs/dashboard.md). Plain JS, no framework: it asks for an
+ * API token, keeps it in sessionStorage, and polls the API every few seconds
+ * with it. Everything the API says is put in the page with textContent (never
+ * innerHTML): job names, reasons and node names come from users.
+ *
+ * Each panel draws from its own request, so one API that fails or is not there
+ * (404: an older controller) leaves the others working. A 401 from any of
+ * them means the token is no longer good: back to the sign-in form.
+ *
+ * For tests and the load benchmark: <html data-loaded="1"> once the first data
+ * is painted (with a performance mark "gpuorch-loaded"), data-polls counts the
+ * refreshes, and each chart's element carries data-points (values drawn).
+ */
+'use strict';
+
+(function () {
+  const TOKEN_KEY = 'gpuorch.token';
+  const params = new URLSearchParams(location.search);
+  const POLL_MS = Math.min(60000, Math.max(1000, (Number(params.get('refresh')) || 3) * 1000));
+  const MAX_ROWS = 200;
+  const MAX_JOB_PAGES = 10;
+  const PALETTE = ['#73bf69', '#5794f2', '#fade2a', '#ff9830', '#f2495c', '#b877d9',
+    '#37872d', '#8ab8ff', '#ffcb7d', '#ff7383', '#ca95e5', '#96d98d'];
+
+  const state = {
+    token: null,
+    timer: null,
+    running: false,
+    generation: 0, // bumped at sign-out: answers of an older session are dropped
+    skewMs: 0, // server clock minus ours, from the Date header
+    costBy: 'team',
+    polls: 0,
+    charts: {}, // element id -> {plot, keys}
+    lastOk: 0,
+  };
+  window.gpuorchDash = state;
+
+  const $ = (id) => document.getElementById(id);
+
+  class AuthError extends Error {}
+  class ApiError extends Error {
+    constructor(status, message) {
+      super(message);
+      this.status = status;
+    }
+  }
+
+  // -- Small DOM helpers: text only. ---------------------------------------------------
+
+  function el(tag, cls, text) {
+    const e = document.createElement(tag);
+    if (cls) e.className = cls;
+    if (text !== undefined && text !== null) e.textContent = String(text);
+    return e;
+  }
+
+  function badge(text, color) {
+    return el('span', 'badge b-' + color, text);
+  }
+
+  function msg(text, bad) {
+    return el('div', bad ? 'msg bad' : 'msg', text);
+  }
+
+  // A table from column specs {h: header, num: right-aligned, cell: row -> string|Node}.
+  function table(cols, rows, foot) {
+    const t = el('table');
+    const hr = el('tr');
+    for (const c of cols) hr.appendChild(el('th', c.num ? 'num' : '', c.h));
+    t.appendChild(el('thead')).appendChild(hr);
+    const body = t.appendChild(el('tbody'));
+    for (const r of rows.slice(0, MAX_ROWS)) {
+      const tr = body.appendChild(el('tr'));
+      for (const c of cols) {
+        const td = tr.appendChild(el('td', (c.num ? 'num ' : '') + (c.cls || '')));
+        const v = c.cell(r);
+        if (v instanceof Node) td.appendChild(v);
+        else td.textContent = v === undefined || v === null ? '-' : String(v);
+      }
+    }
+    if (foot) {
+      const tr = t.appendChild(el('tfoot')).appendChild(el('tr'));
+      for (const c of cols) {
+        const v = foot(c);
+        tr.appendChild(el('td', c.num ? 'num' : '', v === undefined || v === null ? '' : v));
+      }
+    }
+    if (rows.length <= MAX_ROWS) return t;
+    const wrap = el('div');
+    wrap.appendChild(t);
+    wrap.appendChild(el('div', 'more', `and ${rows.length - MAX_ROWS} more`));
+    return wrap;
+  }
+
+  // -- Formats. ------------------------------------------------------------------------
+
+  const isNum = (v) => typeof v === 'number' && isFinite(v);
+  const fmtPct = (v) => (isNum(v) ? v.toFixed(v < 10 && v > 0 ? 1 : 0) + '%' : '-');
+  const fmtFrac = (v) => (isNum(v) ? (v * 100).toFixed(0) + '%' : '-');
+  const fmtMoney = (v) => (isNum(v) ? v.toLocaleString('en-US', {minimumFractionDigits: 2,
+    maximumFractionDigits: 2}) : '-');
+  const fmtHours = (v) => (isNum(v) ? v.toLocaleString('en-US', {maximumFractionDigits: 1}) : '-');
+  const fmtGiB = (mib) => (isNum(mib) ? (mib / 1024).toFixed(mib < 10240 ? 1 : 0) : '-');
+
+  function fmtDuration(ms) {
+    if (!isNum(ms) || ms < 0) return '-';
+    const s = Math.floor(ms / 1000);
+    if (s < 60) return s + 's';
+    const m = Math.floor(s / 60);
+    if (m < 60) return m + 'm ' + (s % 60) + 's';
+    const h = Math.floor(m / 60);
+    if (h < 48) return h + 'h ' + (m % 60) + 'm';
+    return Math.floor(h / 24) + 'd ' + (h % 24) + 'h';
+  }
+
+  function fmtTime(iso) {
+    if (!iso) return '-';
+    const d = new Date(iso);
+    if (isNaN(d)) return '-';
+    const now = new Date(Date.now() + state.skewMs);
+    const t = d.toLocaleTimeString([], {hour: '2-digit', minute: '2-digit', second: '2-digit'});
+    return d.toDateString() === now.toDateString() ? t : d.toLocaleDateString() + ' ' + t;
+  }
+
+  const serverNow = () => Date.now() + state.skewMs;
+  const since = (iso) => Math.max(0, serverNow() - Date.parse(iso));
+
+  function gpusOf(spec) {
+    if (!spec) return '-';
+    if (isNum(spec.gpus) && spec.gpus > 0) return String(spec.gpus);
+    if (isNum(spec.gpu_mem_mib) && spec.gpu_mem_mib > 0) return fmtGiB(spec.gpu_mem_mib) + ' GiB';
+    return '0';
+  }
+
+  function utilClass(v) {
+    return v >= 50 ? 'bar' : v >= 10 ? 'bar mid' : 'bar low';
+  }
+
+  function bar(cls, pct) {
+    const b = el('div', cls);
+    const fill = b.appendChild(el('span'));
+    fill.style.width = Math.max(0, Math.min(100, pct || 0)).toFixed(1) + '%';
+    return b;
+  }
+
+  // -- The API. ------------------------------------------------------------------------
+
+  async function api(path) {
+    const gen = state.generation;
+    const r = await fetch(path, {
+      headers: {Authorization: 'Bearer ' + state.token, Accept: 'application/json'},
+      cache: 'no-store',
+      credentials: 'omit',
+    });
+    if (gen !== state.generation) throw new ApiError(0, 'signed out');
+    const date = Date.parse(r.headers.get('Date') || '');
+    // Date has whole seconds: only a skew well past that is the clocks' and worth correcting.
+    if (isNum(date)) state.skewMs = Math.abs(date - Date.now()) > 2000 ? date - Date.now() : 0;
+    if (r.status === 401) throw new AuthError('The server did not accept the token (401).');
+    if (!r.ok) {
+      let text = r.statusText || 'error';
+      try {
+        const b = await r.json();
+        if (b && b.error && b.error.message) text = b.error.message;
+      } catch (e) { /* not JSON: keep the status text */ }
+      throw new ApiError(r.status, text);
+    }
+    return r.json();
+  }
+
+  // Every pending and running job, page by page (the API's limit is 1000 a page).
+  async function fetchJobs() {
+    let all = [];
+    let after = null;
+    for (let page = 0; page < MAX_JOB_PAGES; page++) {
+      const q = 'state=PENDING,RUNNING&limit=1000' + (after !== null ? '&after=' + after : '');
+      const b = await api('/v1/jobs?' + q);
+      all = all.concat(b.jobs || []);
+      if (b.next_after === null || b.next_after === undefined) break;
+      after = encodeURIComponent(b.next_after);
+    }
+    return all;
+  }
+
+  // A panel's answer to a failed request; 401 is handled by the caller.
+  function failure(err) {
+    if (err instanceof ApiError && err.status === 404) return msg('not available (this controller has no such API)');
+    if (err instanceof ApiError && err.status === 403) return msg('not allowed for this user');
+    return msg('could not load: ' + (err && err.message ? err.message : String(err)), true);
+  }
+
+  function setPanel(id, node) {
+    $(id).replaceChildren(node);
+  }
+
+  // -- Panels. -------------------------------------------------------------------------
+
+  function renderTiles(nodes, jobs, cost) {
+    if (nodes) {
+      const up = nodes.filter((n) => n.state === 'up').length;
+      setTile('t-nodes', String(up), '/ ' + nodes.length);
+      let total = 0;
+      let sum = 0;
+      let count = 0;
+      for (const n of nodes) {
+        total += (n.gpus || []).length;
+        for (const g of n.gpu_samples || []) {
+          if (isNum(g.utilization_pct)) {
+            sum += g.utilization_pct;
+            count++;
+          }
+        }
+      }
+      const busy = jobs ? busyGpus(jobs).size : null;
+      setTile('t-gpus', busy === null ? '-' : String(busy), '/ ' + total);
+      setTile('t-util', count ? fmtPct(sum / count) : '-');
+    }
+    if (jobs) {
+      setTile('t-running', String(jobs.filter((j) => j.state === 'RUNNING').length));
+      setTile('t-pending', String(jobs.filter((j) => j.state === 'PENDING').length));
+      setTile('t-idle', String(jobs.filter((j) => j.idle).length));
+    }
+    setTile('t-rate', cost && isNum(cost.rate_per_hour) ? fmtMoney(cost.rate_per_hour) : '-');
+  }
+
+  function setTile(id, value, of) {
+    const t = $(id);
+    t.replaceChildren(document.createTextNode(value));
+    if (of) t.appendChild(el('span', 'of', ' ' + of));
+  }
+
+  // uuid -> [job, ...] from the running jobs' current attempts.
+  function busyGpus(jobs) {
+    const m = new Map();
+    for (const j of jobs) {
+      const a = j.current_attempt;
+      if (!a) continue;
+      for (const u of a.gpus || []) {
+        if (!m.has(u)) m.set(u, []);
+        m.get(u).push(j);
+      }
+    }
+    return m;
+  }
+
+  function nodeState(s) {
+    const color = {up: 'green', draining: 'yellow', drained: 'yellow', down: 'red'}[s] || 'muted';
+    return badge(s || '?', color);
+  }
+
+  function gpuCard(g, sample, jobsOn, dirty) {
+    const card = el('div', 'gpu' + (jobsOn.length ? ' busy' : '') + (dirty ? ' dirty' : ''));
+    const top = card.appendChild(el('div', 'gpu-top'));
+    top.appendChild(el('span', '', 'GPU ' + g.index));
+    top.appendChild(el('span', 'gpu-type', g.gpu_type));
+    const util = sample ? sample.utilization_pct : null;
+    const used = sample ? sample.memory_used_mib : null;
+    const totalMem = sample && isNum(sample.memory_total_mib) ? sample.memory_total_mib : g.mem_mib;
+    card.appendChild(bar(utilClass(util), util));
+    card.appendChild(bar('bar mem', isNum(used) && totalMem ? (100 * used) / totalMem : 0));
+    const fig = card.appendChild(el('div', 'gpu-top'));
+    fig.appendChild(el('span', '', fmtPct(util)));
+    fig.appendChild(el('span', 'muted', fmtGiB(used) + ' / ' + fmtGiB(totalMem) + ' GiB'));
+    if (jobsOn.length) {
+      card.appendChild(el('div', 'gpu-job', jobsOn.map((j) => 'job ' + j.id + ' ' +
+        (j.spec && j.spec.name ? j.spec.name : '')).join(', ')));
+    } else {
+      card.appendChild(el('div', 'gpu-free', dirty ? 'held: stray processes' : 'free'));
+    }
+    card.title = g.uuid || '';
+    return card;
+  }
+
+  function renderNodes(nodes, jobs) {
+    if (!nodes.length) {
+      setPanel('nodes', msg('no nodes have joined yet'));
+      $('nodes-note').textContent = '';
+      return;
+    }
+    const busy = jobs ? busyGpus(jobs) : new Map();
+    const rows = nodes.slice().sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+    const t = table([
+      {h: 'Node', cls: 'node-name', cell: (n) => {
+        const d = el('div');
+        d.appendChild(el('div', '', n.name));
+        d.appendChild(el('div', 'muted', n.pool || ''));
+        return d;
+      }},
+      {h: 'State', cell: (n) => nodeState(n.state)},
+      {h: 'GPUs', cell: (n) => {
+        const samples = new Map((n.gpu_samples || []).map((s) => [s.uuid, s]));
+        const dirty = new Set(n.dirty_gpus || []);
+        const box = el('div', 'gpus');
+        for (const g of (n.gpus || []).slice().sort((a, b) => a.index - b.index))
+          box.appendChild(gpuCard(g, samples.get(g.uuid), busy.get(g.uuid) || [], dirty.has(g.uuid)));
+        if (!(n.gpus || []).length) box.appendChild(el('span', 'muted', 'no GPUs'));
+        return box;
+      }},
+      {h: 'Heartbeat', cls: 'muted', cell: (n) => (n.last_heartbeat ? fmtDuration(since(n.last_heartbeat)) + ' ago' : '-')},
+    ], rows);
+    setPanel('nodes', t);
+    const gpus = nodes.reduce((s, n) => s + (n.gpus || []).length, 0);
+    $('nodes-note').textContent = `${nodes.length} nodes, ${gpus} GPUs`;
+  }
+
+  // "resources: no free GPU of type H100 in pool main" -> a badge and the sentence.
+  function reasonCell(text) {
+    const d = el('span');
+    if (!text) {
+      d.appendChild(el('span', 'muted', 'waiting for the next pass'));
+      return d;
+    }
+    const m = /^([a-z_]+): (.*)$/s.exec(text);
+    if (!m) {
+      d.textContent = text;
+      return d;
+    }
+    const color = {quota: 'orange', resources: 'blue', reservation: 'purple', priority: 'yellow',
+      dependency: 'muted', array_limit: 'muted', budget: 'red'}[m[1]] || 'muted';
+    d.appendChild(badge(m[1], color));
+    d.appendChild(document.createTextNode(m[2]));
+    return d;
+  }
+
+  function specName(j) {
+    return j.spec && j.spec.name ? j.spec.name : '';
+  }
+
+  function renderQueue(jobs) {
+    const pending = jobs.filter((j) => j.state === 'PENDING')
+      .sort((a, b) => Date.parse(a.submitted_at) - Date.parse(b.submitted_at) || a.id - b.id);
+    $('queue-note').textContent = pending.length ? pending.length + ' waiting' : '';
+    if (!pending.length) {
+      setPanel('queue', msg('no job is waiting'));
+      return;
+    }
+    setPanel('queue', table([
+      {h: 'ID', num: true, cls: 'mono', cell: (j) => j.id},
+      {h: 'Name', cell: specName},
+      {h: 'Team', cell: (j) => j.team},
+      {h: 'User', cell: (j) => j.user},
+      {h: 'Priority', cell: (j) => (j.spec && j.spec.priority) || '-'},
+      {h: 'GPUs', num: true, cell: (j) => gpusOf(j.spec)},
+      {h: 'Waiting', num: true, cell: (j) => fmtDuration(since(j.submitted_at))},
+      {h: 'Reason', cls: 'reason', cell: (j) => reasonCell(j.wait_reason)},
+      {h: 'Est. start', num: true, cell: (j) => fmtTime(j.estimated_start)},
+    ], pending));
+  }
+
+  function idleCell(j) {
+    if (!j.idle) return el('span', 'muted', '-');
+    return badge('IDLE', 'orange');
+  }
+
+  function renderRunning(jobs) {
+    const running = jobs.filter((j) => j.state === 'RUNNING').sort((a, b) => a.id - b.id);
+    $('running-note').textContent = running.length ? running.length + ' running' : '';
+    if (!running.length) {
+      setPanel('running', msg('no job is running'));
+      return;
+    }
+    setPanel('running', table([
+      {h: 'ID', num: true, cls: 'mono', cell: (j) => j.id},
+      {h: 'Name', cell: specName},
+      {h: 'Team', cell: (j) => j.team},
+      {h: 'User', cell: (j) => j.user},
+      {h: 'Project', cell: (j) => (j.spec && j.spec.project) || '-'},
+      {h: 'Model', cell: (j) => (j.spec && j.spec.model) || '-'},
+      {h: 'State', cell: (j) => {
+        const s = j.current_attempt ? j.current_attempt.state : j.state;
+        return badge(s, s === 'RUNNING' ? 'green' : s === 'KILLING' ? 'red' : 'blue');
+      }},
+      {h: 'GPUs', num: true, cell: (j) => gpusOf(j.spec)},
+      {h: 'Nodes', cell: (j) => (j.current_attempt ? (j.current_attempt.nodes || []).join(', ') : '-')},
+      {h: 'GPU util', num: true, cell: (j) => fmtPct(j.gpu_utilization_pct)},
+      {h: 'GPU mem', num: true, cell: (j) => (isNum(j.gpu_memory_used_mib) ? fmtGiB(j.gpu_memory_used_mib) + ' GiB' : '-')},
+      {h: 'Cost', num: true, cell: (j) => fmtMoney(j.cost)},
+      {h: 'Idle', cell: idleCell},
+    ], running));
+  }
+
+  function renderIdle(jobs) {
+    const idle = jobs.filter((j) => j.state === 'RUNNING' && j.idle);
+    if (!idle.length) {
+      setPanel('idle', msg('no job holds idle GPUs'));
+      return;
+    }
+    setPanel('idle', table([
+      {h: 'ID', num: true, cls: 'mono', cell: (j) => j.id},
+      {h: 'Name', cell: specName},
+      {h: 'Team', cell: (j) => j.team},
+      {h: 'User', cell: (j) => j.user},
+      {h: 'GPUs', num: true, cell: (j) => gpusOf(j.spec)},
+      {h: 'GPU util', num: true, cell: (j) => fmtPct(j.gpu_utilization_pct)},
+      {h: 'Idle for', num: true, cell: (j) => (j.idle.since ? fmtDuration(since(j.idle.since)) : '-')},
+      {h: 'Action', cell: (j) => {
+        const a = j.idle.action || 'report';
+        return badge(a, a === 'report' ? 'muted' : 'red');
+      }},
+      {h: 'Action at', num: true, cell: (j) => fmtTime(j.idle.action_at)},
+    ], idle));
+  }
+
+  function renderCost(cost) {
+    const rows = (cost.rows || []).slice().sort((a, b) => (b.cost || 0) - (a.cost || 0));
+    if (!rows.length) {
+      setPanel('cost', msg('nothing charged in this period'));
+      return;
+    }
+    const total = cost.total || {};
+    const cols = [
+      {h: cost.by || state.costBy, key: 'key', cell: (r) => (r.key === null || r.key === '' ? '(none)' : r.key)},
+      {h: 'GPU-hours', num: true, key: 'gpu_hours', f: fmtHours, cell: (r) => fmtHours(r.gpu_hours)},
+      {h: 'Cost', num: true, key: 'cost', f: fmtMoney, cell: (r) => fmtMoney(r.cost)},
+      {h: 'Util', num: true, key: 'utilization_pct', f: fmtPct, cell: (r) => fmtPct(r.utilization_pct)},
+      {h: 'Idle share', num: true, key: 'idle_pct', f: fmtPct, cell: (r) => fmtPct(r.idle_pct)},
+      {h: 'Waste', num: true, key: 'waste_cost', f: fmtMoney, cell: (r) => fmtMoney(r.waste_cost)},
+      {h: 'Failed', num: true, key: 'failed_cost', f: fmtMoney, cell: (r) => fmtMoney(r.failed_cost)},
+    ];
+    setPanel('cost', table(cols, rows, (c) => (c.key === 'key' ? 'total' : c.f(total[c.key]))));
+  }
+
+  function renderBudgets(budgets) {
+    const list = Array.isArray(budgets) ? budgets : budgets.budgets || [];
+    if (!list.length) {
+      setPanel('budgets', msg('no team has a budget'));
+      return;
+    }
+    setPanel('budgets', table([
+      {h: 'Team', cell: (b) => b.team},
+      {h: 'Month', cell: (b) => b.month},
+      {h: 'Spent', num: true, cell: (b) => fmtMoney(b.spent)},
+      {h: 'Budget', num: true, cell: (b) => fmtMoney(b.monthly)},
+      {h: 'Used', cell: (b) => {
+        const d = el('span');
+        const m = d.appendChild(el('span', 'meter' + (b.over ? ' over' : b.alert ? ' warn' : '')));
+        m.appendChild(el('span')).style.width = Math.min(100, 100 * (b.fraction || 0)).toFixed(1) + '%';
+        d.appendChild(document.createTextNode(fmtFrac(b.fraction)));
+        return d;
+      }},
+      {h: '', cell: (b) => (b.over ? badge('over', 'red') : b.alert ? badge('alert', 'orange') : '')},
+    ], list));
+  }
+
+  // -- Charts (uPlot). -----------------------------------------------------------------
+
+  function chartMessage(id, text, bad) {
+    const c = state.charts[id];
+    if (c) {
+      c.plot.destroy();
+      delete state.charts[id];
+    }
+    const box = $(id);
+    box.dataset.points = '0';
+    box.replaceChildren(msg(text, bad));
+  }
+
+  function chartOpts(box, keys, unit, yRange) {
+    const axis = {
+      stroke: '#8e9196',
+      grid: {stroke: '#2a2f35', width: 1},
+      ticks: {stroke: '#2a2f35', width: 1},
+      font: '11px system-ui, sans-serif',
+    };
+    return {
+      width: Math.max(200, box.clientWidth - 16),
+      height: 200,
+      cursor: {points: {size: 6}},
+      legend: {live: true},
+      scales: {x: {time: true}, y: yRange ? {range: yRange} : {auto: true}},
+      axes: [
+        Object.assign({}, axis),
+        Object.assign({}, axis, {size: 44, values: (u, vals) => vals.map((v) => v + unit)}),
+      ],
+      series: [{}].concat(keys.map((k, i) => ({
+        label: k,
+        stroke: PALETTE[i % PALETTE.length],
+        width: 1.5,
+        spanGaps: false,
+        points: {show: false},
+        value: (u, v) => (v === null || v === undefined ? '-' : (+v).toFixed(1) + unit),
+      }))),
+    };
+  }
+
+  function renderChart(id, body, unit, yRange) {
+    const box = $(id);
+    const t = body.t || [];
+    const series = (body.series || []).slice().sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
+    let points = 0;
+    for (const s of series) for (const v of s.values || []) if (v !== null && v !== undefined) points++;
+    if (!t.length || !series.length || !points) {
+      chartMessage(id, 'no data yet');
+      return;
+    }
+    // A young cluster has data only at the end of the window: start the chart at
+    // the first time with a value rather than draw an empty quarter of an hour.
+    let first = t.length;
+    for (const s of series) {
+      const i = (s.values || []).findIndex((v) => v !== null && v !== undefined);
+      if (i >= 0 && i < first) first = i;
+    }
+    first = Math.max(0, Math.min(first, t.length - 2));
+    const keys = series.map((s) => String(s.key));
+    const data = [t.slice(first)].concat(series.map((s) => (s.values || []).slice(first)));
+    const old = state.charts[id];
+    if (old && old.keys.join('\n') === keys.join('\n')) {
+      old.plot.setData(data);
+    } else {
+      if (old) old.plot.destroy();
+      box.replaceChildren();
+      state.charts[id] = {plot: new uPlot(chartOpts(box, keys, unit, yRange), data, box), keys};
+    }
+    box.dataset.points = String(points);
+  }
+
+  const CHARTS = [
+    {id: 'chart-util-node', path: '/v1/metrics/series?metric=gpu_util&by=node&since=-15m&step=5s', unit: '%', range: [0, 100]},
+    {id: 'chart-util-team', path: '/v1/metrics/series?metric=gpu_util&by=team&since=-15m&step=5s', unit: '%', range: [0, 100]},
+    {id: 'chart-queue', path: '/v1/metrics/series?metric=queue_length&by=team&since=-15m&step=5s', unit: '', range: null},
+  ];
+
+  function resizeCharts() {
+    for (const id of Object.keys(state.charts)) {
+      const box = $(id);
+      state.charts[id].plot.setSize({width: Math.max(200, box.clientWidth - 16), height: 200});
+    }
+  }
+
+  // -- The refresh cycle. --------------------------------------------------------------
+
+  async function refresh() {
+    const gen = state.generation;
+    const costBy = state.costBy;
+    const reqs = [
+      api('/v1/nodes'),
+      fetchJobs(),
+      api('/v1/cost?by=' + encodeURIComponent(costBy)),
+      api('/v1/budgets'),
+    ].concat(CHARTS.map((c) => api(c.path)));
+    const res = await Promise.allSettled(reqs);
+    if (gen !== state.generation) return;
+    if (res.some((r) => r.status === 'rejected' && r.reason instanceof AuthError)) {
+      signOut('Your session ended: the server no longer accepts this token (401). Sign in again.');
+      return;
+    }
+    const val = (r) => (r.status === 'fulfilled' ? r.value : null);
+    const [nodesR, jobsR, costR, budgetsR] = res;
+    const nodes = val(nodesR) ? val(nodesR).nodes || [] : null;
+    const jobs = val(jobsR);
+
+    if (nodes) renderNodes(nodes, jobs);
+    else setPanel('nodes', failure(nodesR.reason));
+    if (jobs) {
+      renderQueue(jobs);
+      renderRunning(jobs);
+      renderIdle(jobs);
+    } else {
+      for (const id of ['queue', 'running', 'idle']) setPanel(id, failure(jobsR.reason));
+    }
+    if (val(costR)) renderCost(val(costR));
+    else setPanel('cost', failure(costR.reason));
+    if (val(budgetsR)) renderBudgets(val(budgetsR));
+    else setPanel('budgets', failure(budgetsR.reason));
+    renderTiles(nodes, jobs, val(costR));
+
+    CHARTS.forEach((c, i) => {
+      const r = res[4 + i];
+      if (r.status === 'fulfilled') renderChart(c.id, r.value, c.unit, c.range);
+      else if (r.reason instanceof ApiError && r.reason.status === 404) chartMessage(c.id, 'not available');
+      else chartMessage(c.id, 'could not load: ' + (r.reason && r.reason.message), true);
+    });
+
+    const allFailed = res.every((r) => r.status === 'rejected');
+    if (!allFailed) state.lastOk = Date.now();
+    state.polls++;
+    document.documentElement.dataset.polls = String(state.polls);
+    showStatus(allFailed);
+    if (!document.documentElement.dataset.loaded) {
+      document.documentElement.dataset.loaded = '1';
+      performance.mark('gpuorch-loaded');
+    }
+  }
+
+  function showStatus(failed) {
+    const s = $('status');
+    s.hidden = false;
+    const stale = failed || Date.now() - state.lastOk > 3 * POLL_MS;
+    s.className = stale ? 'status stale' : 'status';
+    s.textContent = stale ? 'cannot reach the server' : 'live';
+    const u = $('updated');
+    u.hidden = !state.lastOk;
+    if (state.lastOk) u.textContent = 'updated ' + new Date(state.lastOk).toLocaleTimeString();
+  }
+
+  function schedule() {
+    clearTimeout(state.timer);
+    state.timer = setTimeout(tick, POLL_MS);
+  }
+
+  async function tick() {
+    if (!state.token || state.running) return;
+    if (document.hidden) {
+      schedule(); // no point polling for a tab nobody looks at
+      return;
+    }
+    state.running = true;
+    try {
+      await refresh();
+    } catch (e) {
+      showStatus(true);
+    } finally {
+      state.running = false;
+      if (state.token) schedule();
+    }
+  }
+
+  // -- Sign in and out. ----------------------------------------------------------------
+
+  function showLogin(message) {
+    $('dash').hidden = true;
+    $('logout').hidden = true;
+    $('who').hidden = true;
+    $('status').hidden = true;
+    $('updated').hidden = true;
+    $('login').hidden = false;
+    const e = $('login-error');
+    e.hidden = !message;
+    e.textContent = message || '';
+    $('token').value = '';
+    $('token').focus();
+  }
+
+  function signOut(message) {
+    state.generation++;
+    state.token = null;
+    clearTimeout(state.timer);
+    try {
+      sessionStorage.removeItem(TOKEN_KEY);
+    } catch (e) { /* storage disabled: nothing kept */ }
+    for (const id of Object.keys(state.charts)) chartMessage(id, 'no data yet');
+    showLogin(message);
+  }
+
+  async function signIn(token, fromStorage) {
+    state.generation++;
+    state.token = token;
+    let me;
+    try {
+      me = await api('/v1/whoami');
+    } catch (e) {
+      state.token = null;
+      if (e instanceof AuthError) {
+        try {
+          sessionStorage.removeItem(TOKEN_KEY);
+        } catch (x) { /* nothing kept */ }
+        showLogin(fromStorage ? 'Your session ended: the server no longer accepts this token (401). Sign in again.'
+          : 'The server did not accept this token (401). Check it and try again.');
+      } else {
+        showLogin('Could not reach the server: ' + (e && e.message ? e.message : String(e)));
+      }
+      return;
+    }
+    try {
+      sessionStorage.setItem(TOKEN_KEY, token);
+    } catch (e) { /* storage disabled: the token lives until a reload */ }
+    const who = $('who');
+    who.replaceChildren(document.createTextNode(me.name || '?'));
+    who.appendChild(el('span', 'role', me.role === 'admin' ? '(admin)' : me.team ? '(' + me.team + ')' : ''));
+    who.hidden = false;
+    $('logout').hidden = false;
+    $('login').hidden = true;
+    $('dash').hidden = false;
+    await tick();
+  }
+
+  function init() {
+    $('login-form').addEventListener('submit', (ev) => {
+      ev.preventDefault();
+      const token = $('token').value.trim();
+      if (!token) {
+        showLogin('Enter an API token.');
+        return;
+      }
+      const btn = $('login-submit');
+      btn.disabled = true;
+      signIn(token, false).finally(() => {
+        btn.disabled = false;
+      });
+    });
+    $('logout').addEventListener('click', () => signOut(''));
+    $('cost-by').addEventListener('click', (ev) => {
+      const by = ev.target && ev.target.dataset ? ev.target.dataset.by : null;
+      if (!by || by === state.costBy) return;
+      state.costBy = by;
+      for (const b of $('cost-by').querySelectorAll('button')) b.classList.toggle('on', b.dataset.by === by);
+      setPanel('cost', msg('loading...'));
+      tick();
+    });
+    document.addEventListener('visibilitychange', () => {
+      if (!document.hidden && state.token) tick();
+    });
+    if (typeof ResizeObserver === 'function') new ResizeObserver(resizeCharts).observe($('dash'));
+    else window.addEventListener('resize', resizeCharts);
+
+    let saved = null;
+    try {
+      saved = sessionStorage.getItem(TOKEN_KEY);
+    } catch (e) { /* storage disabled */ }
+    if (saved) signIn(saved, true);
+    else showLogin('');
+  }
+
+  init();
+})();
