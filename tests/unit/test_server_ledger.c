@@ -4,7 +4,6 @@
  * accrual in between, util samples taken into the row), budget blocks and
  * money formatting. A server object is built by hand around a store in its
  * own directory under /tmp; no clock is read by the checks. */
-#include <dirent.h>
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -21,6 +20,7 @@
 #include "server/ledger.h"
 #include "server/srv.h"
 #include "util/timefmt.h"
+#include "tmptree.h"
 #include "util/banned.h"
 
 #define UUID0 "GPU-00000000-0000-4000-8000-000000000000"
@@ -167,16 +167,7 @@ static int teardown(void **state)
     free(e->s.jobs);
     srv_ledger_free(&e->s);
     model_release(&e->s.model);
-    DIR *d = opendir(e->dir);
-    for (struct dirent *de; d && (de = readdir(d));) {
-        char path[400];
-        snprintf(path, sizeof(path), "%s/%s", e->dir, de->d_name);
-        if (de->d_name[0] != '.')
-            unlink(path);
-    }
-    if (d)
-        closedir(d);
-    rmdir(e->dir);
+    tmptree_remove(e->dir);
     free(e);
     return 0;
 }

@@ -3,7 +3,6 @@
  * rewritten, the outcome of a price-change row taken from its attempt, bad
  * rows refused, and prices as a config kind. Each test has its own
  * directory under /tmp. */
-#include <dirent.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,6 +15,7 @@
 #include <cmocka.h>
 
 #include "store/store.h"
+#include "tmptree.h"
 #include "util/banned.h"
 
 struct env {
@@ -63,16 +63,7 @@ static int teardown(void **state)
 {
     struct env *e = *state;
     store_close(e->s);
-    DIR *d = opendir(e->dir);
-    for (struct dirent *de; d && (de = readdir(d));) {
-        char path[400];
-        snprintf(path, sizeof(path), "%s/%s", e->dir, de->d_name);
-        if (de->d_name[0] != '.')
-            unlink(path);
-    }
-    if (d)
-        closedir(d);
-    rmdir(e->dir);
+    tmptree_remove(e->dir);
     free(e);
     return 0;
 }

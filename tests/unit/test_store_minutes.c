@@ -2,7 +2,6 @@
  * batch of GPU and job minutes read back by kind, key and time range; a
  * minute written twice is merged; retention deletes only older minutes; bad
  * arguments are refused. Each test works in its own directory under /tmp. */
-#include <dirent.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,6 +14,7 @@
 #include <cmocka.h>
 
 #include "store/store.h"
+#include "tmptree.h"
 #include "util/banned.h"
 
 struct env {
@@ -48,16 +48,7 @@ static int teardown(void **state)
 {
     struct env *e = *state;
     store_close(e->s);
-    DIR *d = opendir(e->dir);
-    for (struct dirent *de; d && (de = readdir(d));) {
-        char path[400];
-        snprintf(path, sizeof(path), "%s/%s", e->dir, de->d_name);
-        if (de->d_name[0] != '.')
-            unlink(path);
-    }
-    if (d)
-        closedir(d);
-    rmdir(e->dir);
+    tmptree_remove(e->dir);
     free(e);
     return 0;
 }

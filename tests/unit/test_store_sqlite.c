@@ -5,7 +5,6 @@
  * batches still queued. Every test works in its own directory under /tmp.
  * The writer is held with store_pause_writer where a test needs batches to
  * meet in one group; nothing waits on a clock. */
-#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
@@ -26,6 +25,7 @@
 
 #include "store/schema.h"
 #include "store/store.h"
+#include "tmptree.h"
 #include "util/banned.h"
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
@@ -53,16 +53,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     struct env *e = *state;
-    DIR *d = opendir(e->dir);
-    for (struct dirent *de; d && (de = readdir(d));) {
-        char path[400];
-        snprintf(path, sizeof(path), "%s/%s", e->dir, de->d_name);
-        if (de->d_name[0] != '.')
-            unlink(path);
-    }
-    if (d)
-        closedir(d);
-    rmdir(e->dir);
+    tmptree_remove(e->dir);
     free(e);
     return 0;
 }
