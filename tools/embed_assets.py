@@ -28,7 +28,7 @@ BYTES_PER_LINE = 16
 
 
 def fail(msg):
-    sys.stderr.write("embed_assets.py: %s\n" % msg)
+    sys.stderr.write("%s: %s\n" % (os.path.basename(sys.argv[0]), msg))
     sys.exit(1)
 
 
@@ -60,6 +60,20 @@ def c_bytes(name, data):
     return "\n".join(lines) + "\n"
 
 
+def uplot_version(path):
+    """uPlot's version from its package.json (checked to be uPlot's)."""
+    try:
+        pkg = json.loads(read(path))
+    except ValueError as e:
+        fail("%s: not JSON: %s" % (path, e))
+    if not isinstance(pkg, dict) or pkg.get("name") != "uplot":
+        fail("%s: not uPlot's package.json" % path)
+    version = str(pkg.get("version", ""))
+    if not re.fullmatch(r"[0-9A-Za-z.+-]{1,40}", version):
+        fail("%s: odd version %r" % (path, version))
+    return version
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--output", required=True, help="the C file to write")
@@ -72,15 +86,7 @@ def main():
     js = read(args.js)
     css = read(args.css)
     lic = read(args.license)
-    try:
-        pkg = json.loads(read(args.package))
-    except ValueError as e:
-        fail("%s: not JSON: %s" % (args.package, e))
-    if not isinstance(pkg, dict) or pkg.get("name") != "uplot":
-        fail("%s: not uPlot's package.json" % args.package)
-    version = str(pkg.get("version", ""))
-    if not re.fullmatch(r"[0-9A-Za-z.+-]{1,40}", version):
-        fail("%s: odd version %r" % (args.package, version))
+    version = uplot_version(args.package)
     check_absent(args.js, js, [rb"</script", rb"<!--"])
     check_absent(args.css, css, [rb"</style"])
     if b"MIT" not in lic:

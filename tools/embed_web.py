@@ -35,44 +35,12 @@ import os
 import re
 import sys
 
-HINT = "run scripts/setup.sh, which runs npm ci"
-BYTES_PER_LINE = 16
+# The simulator's embedder reads, checks and writes C arrays the same way.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from embed_assets import c_bytes, check_absent, fail, read, uplot_version  # noqa: E402
 
 CSP = ("default-src 'none'; script-src {scripts}; style-src {styles}; connect-src 'self'; "
        "img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
-
-
-def fail(msg):
-    sys.stderr.write("embed_web.py: %s\n" % msg)
-    sys.exit(1)
-
-
-def read(path):
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        fail("%s: %s (%s)" % (path, e.strerror, HINT))
-    if not data:
-        fail("%s: empty file" % path)
-    return data
-
-
-def check_absent(path, data, patterns):
-    for pat in patterns:
-        if re.search(pat, data, re.IGNORECASE):
-            fail("%s: contains %r, which cannot be inlined in an HTML page"
-                 % (path, pat.decode()))
-
-
-def c_bytes(name, data):
-    lines = ["const unsigned char %s[] = {" % name]
-    for i in range(0, len(data), BYTES_PER_LINE):
-        chunk = data[i:i + BYTES_PER_LINE]
-        lines.append("    " + ", ".join("0x%02x" % b for b in chunk) + ",")
-    lines.append("};")
-    lines.append("const size_t %s_len = %d;" % (name, len(data)))
-    return "\n".join(lines) + "\n"
 
 
 def sha256_source(text):
@@ -98,15 +66,7 @@ def main():
     ujs = read(args.uplot_js)
     ucss = read(args.uplot_css)
     lic = read(args.uplot_license)
-    try:
-        pkg = json.loads(read(args.uplot_package))
-    except ValueError as e:
-        fail("%s: not JSON: %s" % (args.uplot_package, e))
-    if not isinstance(pkg, dict) or pkg.get("name") != "uplot":
-        fail("%s: not uPlot's package.json" % args.uplot_package)
-    version = str(pkg.get("version", ""))
-    if not re.fullmatch(r"[0-9A-Za-z.+-]{1,40}", version):
-        fail("%s: odd version %r" % (args.uplot_package, version))
+    version = uplot_version(args.uplot_package)
     if b"MIT" not in lic or b"*/" in lic:
         fail("%s: expected uPlot's MIT license" % args.uplot_license)
     for path, data in ((args.app, app), (args.uplot_js, ujs)):
