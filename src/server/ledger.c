@@ -139,6 +139,19 @@ int srv_ledger_close(struct server *s, const struct srv_job *j, int64_t now_ms, 
 {
     const struct srv_attempt *a = &j->att;
     int64_t start = a->seg_start_ms ? a->seg_start_ms : a->start_ms;
+    int64_t seq = a->seg_seq;
+    uint64_t usum = a->util_sum, usamples = a->util_samples, uidle = a->idle_samples;
+    /* A price change's row, being committed, ends at seg_pending_ms: ours
+     * starts there (at the price in the model now: the change is applied
+     * after its commit, so the milliseconds between are charged at the old
+     * price). */
+    if (a->seg_pending_seq) {
+        start = a->seg_pending_ms > start ? a->seg_pending_ms : start;
+        seq = a->seg_pending_seq;
+        usum -= usum < a->seg_pending_util[0] ? usum : a->seg_pending_util[0];
+        usamples -= usamples < a->seg_pending_util[1] ? usamples : a->seg_pending_util[1];
+        uidle -= uidle < a->seg_pending_util[2] ? uidle : a->seg_pending_util[2];
+    }
     int64_t end = now_ms > start ? now_ms : start;
     struct type_milli tm[TYPES_MAX];
     size_t n = types_of(s, a, tm);
@@ -152,7 +165,7 @@ int srv_ledger_close(struct server *s, const struct srv_job *j, int64_t now_ms, 
         struct store_ledger_row r = {
             .job_id = j->id,
             .attempt = a->n,
-            .seq = a->seg_seq + (int64_t)i,
+            .seq = seq + (int64_t)i,
             .start_ms = start,
             .end_ms = end,
             .team = j->team,
@@ -164,9 +177,9 @@ int srv_ledger_close(struct server *s, const struct srv_job *j, int64_t now_ms, 
             .price_micro = price,
             .cost_micro = srv_ledger_cost(price, tm[i].milli, end - start),
             .outcome = (char *)outcome,
-            .util_sum = (int64_t)(a->util_sum * num / den),
-            .util_samples = (int64_t)(a->util_samples * num / den),
-            .idle_samples = (int64_t)(a->idle_samples * num / den),
+            .util_sum = (int64_t)(usum * num / den),
+            .util_samples = (int64_t)(usamples * num / den),
+            .idle_samples = (int64_t)(uidle * num / den),
         };
         if (store_batch_ledger_add(b, &r))
             return -ENOMEM;
@@ -221,9 +234,11 @@ int srv_ledger_price_plan(struct server *s, const char *gpu_type, int64_t now_ms
         return -ENOMEM;
     p->at_ms = now_ms;
     for (size_t k = 0; k < s->njobs; k++) {
-        const struct srv_job *j = s->jobs[k];
+        struct srv_job *j = s->jobs[k];
         if (!j->att.n || !holds_type(s, &j->att, gpu_type))
             continue;
+        if (j->att.seg_pending_seq)
+            continue; /* another price change is closing it (config writes are one at a time) */
         struct pending_seg *v = realloc(p->segs, (p->n + 1) * sizeof(*v));
         if (!v)
             goto fail;
@@ -242,6 +257,18 @@ int srv_ledger_price_plan(struct server *s, const char *gpu_type, int64_t now_ms
             goto fail;
         p->n++;
     }
+    /* Marked only once the plan is whole: a failed plan leaves no attempt marked. */
+    for (size_t k = 0; k < p->n; k++) {
+        const struct pending_seg *g = &p->segs[k];
+        struct srv_attempt *a = &srv_job_find(s, g->job)->att;
+        a->seg_pending_ms = now_ms > g->start_ms ? now_ms : g->start_ms;
+        a->seg_pending_seq = a->seg_seq + g->nrows;
+        a->seg_pending_util[0] = g->util_sum;
+        a->seg_pending_util[1] = g->util_samples;
+        a->seg_pending_util[2] = g->idle_samples;
+        a->seg_pending_start_ms = g->start_ms;
+        a->seg_pending_cost = g->cost_micro;
+    }
     *ret = p;
     return 0;
 fail:
@@ -259,11 +286,16 @@ void srv_ledger_price_apply(struct server *s, struct srv_ledger_pending *p, bool
 {
     if (!p)
         return;
-    for (size_t k = 0; committed && k < p->n; k++) {
+    for (size_t k = 0; k < p->n; k++) {
         const struct pending_seg *g = &p->segs[k];
         struct srv_job *j = srv_job_find(s, g->job);
         if (!j || j->att.n != g->attempt)
             continue; /* ended meanwhile: its end closed the rest */
+        j->att.seg_pending_ms = j->att.seg_pending_seq = 0;
+        j->att.seg_pending_start_ms = j->att.seg_pending_cost = 0;
+        memset(j->att.seg_pending_util, 0, sizeof(j->att.seg_pending_util));
+        if (!committed)
+            continue;
         srv_ledger_charged(s, j->id, j->team, g->start_ms, p->at_ms, g->cost_micro);
         struct srv_attempt *a = &j->att;
         a->seg_seq += g->nrows;

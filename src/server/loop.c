@@ -105,6 +105,7 @@ int srv_end_plan(struct server *s, const struct srv_job *j, const char *att_stat
     int rc = srv_attempt_row(b, s->epoch, j->id, &j->att, e.att_state, reason, now_ms, exit_code,
                              signal);
     rc = rc ? rc : srv_ledger_close(s, j, now_ms, e.att_state, b, &e.cost_micro);
+    e.pending_seq = j->att.seg_pending_seq;
     rc = rc ? rc
             : store_batch_job_update(b, j->id, srv_job_state_name(e.job_state),
                                      e.reason[0] ? e.reason : NULL, now_ms, NULL);
@@ -119,9 +120,17 @@ void srv_end_apply(struct server *s, const struct srv_end *e)
     struct srv_job *j = srv_job_find(s, e->job);
     if (!j || j->att.n != e->attempt)
         return;
-    srv_ledger_charged(s, j->id, j->team,
-                       j->att.seg_start_ms ? j->att.seg_start_ms : j->att.start_ms, e->end_ms,
-                       e->cost_micro);
+    int64_t start = j->att.seg_start_ms ? j->att.seg_start_ms : j->att.start_ms;
+    if (e->pending_seq && j->att.seg_pending_seq == e->pending_seq) {
+        /* Planned after a price change whose commit comes after ours: that
+         * change will find the attempt gone, so its row is charged here. */
+        srv_ledger_charged(s, j->id, j->team, j->att.seg_pending_start_ms, j->att.seg_pending_ms,
+                           j->att.seg_pending_cost);
+        start = j->att.seg_pending_ms;
+    } else if (e->pending_seq) {
+        start = j->att.seg_start_ms; /* the price change was applied: its end is our start */
+    }
+    srv_ledger_charged(s, j->id, j->team, start, e->end_ms, e->cost_micro);
     struct srv_attempt att = j->att;
     memset(&j->att, 0, sizeof(j->att));
     j->state = e->job_state;

@@ -127,7 +127,16 @@ struct srv_attempt {
      * per hour (its GPUs' prices then: a price change closes it); seg_seq is
      * the seq of its next ledger row. seg_start_ms 0: not opened yet. */
     int64_t seg_start_ms, seg_seq, seg_rate_micro;
-    struct srv_idle_track idle; /* idle.c's tracker */
+    /* A price change that closes the open segment is being committed: its row
+     * ends at seg_pending_ms, and the next row's seq is seg_pending_seq (0:
+     * none pending). An end planned meanwhile starts its row there, so the
+     * two rows meet instead of overlapping, whichever commits first (when the
+     * end does, srv_end_apply also charges the change's row to the totals).
+     * seg_pending_util: the samples its row took (sum, samples, idle). */
+    int64_t seg_pending_ms, seg_pending_seq;
+    uint64_t seg_pending_util[3];
+    int64_t seg_pending_start_ms, seg_pending_cost; /* that row's start and cost */
+    struct srv_idle_track idle;                     /* idle.c's tracker */
 };
 
 /* A job in memory: everything the API and the loop read, mirrored from its
@@ -389,7 +398,8 @@ struct srv_end {
     char reason[160];
     int64_t end_ms, exit_code, signal;
     bool failure;
-    int64_t cost_micro; /* of the ledger rows planned with the end */
+    int64_t cost_micro;  /* of the ledger rows planned with the end */
+    int64_t pending_seq; /* the attempt's seg_pending_seq when planned (0: none) */
 };
 int srv_end_plan(struct server *s, const struct srv_job *j, const char *att_state,
                  int64_t exit_code, int64_t signal, const char *reason, int64_t now_ms,

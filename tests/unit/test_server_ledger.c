@@ -257,6 +257,75 @@ static void price_change_mid_attempt_charges_each_part_at_its_price(void **state
     store_ledger_rows_free(rows, n);
 }
 
+/* An end planned while a price change is being committed: whichever batch
+ * commits first, the ledger's rows meet without overlapping and the totals in
+ * memory are the rows' sum. */
+static void end_during_price_change(struct env *e, bool end_commits_first)
+{
+    const int64_t t0 = at("2026-11-10T10:00:00Z");
+    put_price(&e->s.model, "H100-80GB", 3600000);
+    struct srv_job *j = running_job(e, t0);
+    /* The end updates the job's and the attempt's rows: the job is stored. */
+    struct store_batch *jb = store_batch_new();
+    struct store_job_insert ji = STORE_JOB_INSERT_INIT;
+    ji.team = "ml", ji.state = "RUNNING", ji.submit_ms = t0, ji.spec = "{}";
+    assert_int_equal(store_batch_job_insert(jb, &ji), 0);
+    commit(e, jb);
+
+    struct store_batch *pb = store_batch_new();
+    struct srv_ledger_pending *p = NULL;
+    assert_int_equal(srv_ledger_price_plan(&e->s, "H100-80GB", t0 + 10000, pb, &p), 0);
+    struct store_batch *eb = store_batch_new();
+    struct srv_end end;
+    assert_int_equal(srv_end_plan(&e->s, j, "COMPLETED", 0, STORE_NULL, NULL, t0 + 15000, &end, eb),
+                     0);
+    if (end_commits_first) {
+        commit(e, eb);
+        srv_end_apply(&e->s, &end);
+        commit(e, pb);
+        put_price(&e->s.model, "H100-80GB", 7200000);
+        srv_ledger_price_apply(&e->s, p, true);
+    } else {
+        commit(e, pb);
+        put_price(&e->s.model, "H100-80GB", 7200000);
+        srv_ledger_price_apply(&e->s, p, true);
+        commit(e, eb);
+        srv_end_apply(&e->s, &end);
+    }
+
+    struct store_ledger_row *rows = NULL;
+    size_t n = 0;
+    assert_int_equal(store_ledger_range(e->s.store, t0, t0 + 60000, &rows, &n), 0);
+    assert_int_equal(n, 2);
+    int64_t sum = 0;
+    for (size_t k = 0; k < n; k++)
+        sum += rows[k].cost_micro;
+    /* rows come by time: the price change's, then the end's from its time on */
+    assert_int_equal(rows[0].start_ms, t0);
+    assert_int_equal(rows[0].end_ms, t0 + 10000);
+    assert_int_equal(rows[1].start_ms, t0 + 10000);
+    assert_int_equal(rows[1].end_ms, t0 + 15000);
+    assert_string_equal(rows[1].outcome, "COMPLETED");
+    assert_int_equal(srv_ledger_team_total(&e->s, "ml"), sum);
+    assert_int_equal(j->cost_micro, sum);
+    store_ledger_rows_free(rows, n);
+    for (size_t k = 0; k < e->s.nended; k++)
+        srv_attempt_release(&e->s.ended[k].att);
+    free(e->s.ended);
+    e->s.ended = NULL;
+    e->s.nended = e->s.ended_cap = 0;
+}
+
+static void end_committed_before_a_pending_price_change_meets_its_row(void **state)
+{
+    end_during_price_change(*state, true);
+}
+
+static void end_committed_after_a_pending_price_change_meets_its_row(void **state)
+{
+    end_during_price_change(*state, false);
+}
+
 static void a_type_without_price_costs_nothing_but_counts_hours(void **state)
 {
     struct env *e = *state;
@@ -320,6 +389,10 @@ int main(void)
         cmocka_unit_test(unknown_time_zones_are_refused),
         cmocka_unit_test(money_prints_with_separators_and_cents),
         cmocka_unit_test_setup_teardown(price_change_mid_attempt_charges_each_part_at_its_price,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(end_committed_before_a_pending_price_change_meets_its_row,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(end_committed_after_a_pending_price_change_meets_its_row,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(a_type_without_price_costs_nothing_but_counts_hours, setup,
                                         teardown),
