@@ -23,7 +23,6 @@ deadlines, never timed. KEEP_TMP=1 keeps the directories."""
 import http.client
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -33,8 +32,8 @@ import time
 
 sys.dont_write_bytecode = True  # leave no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import remove_tmp, run_as_root  # noqa: E402
-from harness import (DEADLINE_S, Server, agent_cgroups, diag, file_tail, ok, pid_alive, run,  # noqa: E402
+from harness import FakeAgent, fake_gpu_uuid, remove_tmp, run_as_root  # noqa: E402
+from harness import (DEADLINE_S, Server, agent_cgroups, diag, ok, pid_alive,  # noqa: E402
                      remove_cgroups, wait_until, write_atomic)
 
 BIN = os.path.abspath(sys.argv[1])
@@ -63,74 +62,23 @@ LEFT = []  # pids of job processes that a failed check may leave behind
 
 
 def gpu_uuid(node_no, index):
-    """Unique per node, and per run: the fake NVML finds a GPU's processes by
-    the UUIDs in their environment, so a test running beside this one must not
-    name the same GPUs."""
-    return f"GPU-{node_no:08x}-{os.getpid() & 0xffff:04x}-4000-8000-{index:012x}"
+    return fake_gpu_uuid(node_no, index)
 
 
-class AgentProc:
-    """`gpuorch agent` NAME as a child process, its GPUs in TMP/NAME-gpus.json
-    (FAKENVML_CONFIG), its state in TMP/NAME and its stderr in TMP/NAME.log."""
+class AgentProc(FakeAgent):
+    """A test agent (harness.FakeAgent) with NGPUS GPUs at BASE_UTIL."""
 
     def __init__(self, name, node_no, ngpus, pool="main"):
-        self.name, self.pool = name, pool
-        self.uuids = [gpu_uuid(node_no, g) for g in range(ngpus)]
-        self.gpu_file = os.path.join(TMP, f"{name}-gpus.json")
-        self.state = os.path.join(TMP, name)
-        self.log_path = os.path.join(TMP, f"{name}.log")
-        self.proc = None
-        self.cgroup = None
+        super().__init__(BIN, SRV, TMP, FAKENVML, name,
+                         [gpu_uuid(node_no, g) for g in range(ngpus)], pool=pool,
+                         kill_grace=KILL_GRACE_S)
         self.write_gpus()
 
     def write_gpus(self, util=None):
-        """Writes the GPU file (renamed over the old one); UTIL maps an index to
-        its utilization, BASE_UTIL for the others."""
-        gpus = [{"uuid": u, "utilization": (util or {}).get(i, BASE_UTIL),
-                 "memory_utilization": 10, "process_memory_mib": 512}
-                for i, u in enumerate(self.uuids)]
-        write_atomic(self.gpu_file, json.dumps({"gpus": gpus}))
-
-    def start(self):
-        args = [BIN, "agent", "--server", f"http://127.0.0.1:{SRV.port}", "--join-token",
-                SRV.token_file("join"), "--name", self.name, "--pool", self.pool,
-                "--state-dir", self.state, "--nvml", FAKENVML, "--addr", "127.0.0.1",
-                "--log-listen", "127.0.0.1:0", "--kill-grace", str(KILL_GRACE_S),
-                "--sample-interval", "200", "--poll-wait", "5", "--dirty-wait", "2",
-                # What a GPU node offers, not this test machine's few CPUs (each job takes one).
-                "--cpus", "32", "--mem-mib", "65536"]
-        if self.cgroup:
-            args += ["--cgroup-root", self.cgroup]
-        env = dict(os.environ, FAKENVML_CONFIG=self.gpu_file)
-        with open(self.log_path, "a") as log:
-            log.write(f"---- test: starting {' '.join(args)}\n")
-            log.flush()
-            self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                         env=env)
-
-    def kill9(self):
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait()
-
-    def stop(self):
-        """SIGTERM and wait; returns the exit status (None if it had to be killed)."""
-        if not self.proc:
-            return None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-                return None
-        return self.proc.returncode
-
-    def log(self):
-        return file_tail(self.log_path, 10 ** 7)
-
-    def tail(self, size=1500):
-        return f"-- {self.name}'s log:\n{file_tail(self.log_path, size)}"
+        """UTIL maps an index to its utilization, BASE_UTIL for the others."""
+        self.write_gpu_list([{"uuid": u, "utilization": (util or {}).get(i, BASE_UTIL),
+                              "memory_utilization": 10, "process_memory_mib": 512}
+                             for i, u in enumerate(self.uuids)])
 
 
 def setup_cgroups():

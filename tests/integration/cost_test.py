@@ -19,8 +19,6 @@ deadlines. KEEP_TMP=1 keeps the directories."""
 
 import json
 import os
-import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -29,8 +27,8 @@ from datetime import datetime
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import remove_tmp, run_as_root  # noqa: E402
-from harness import DEADLINE_S, Server, diag, file_tail, message, ok, run, wait_until, write_atomic  # noqa: E402
+from harness import FakeAgent, fake_gpu_uuid, remove_tmp  # noqa: E402
+from harness import DEADLINE_S, Server, diag, file_tail, message, ok, run, wait_until  # noqa: E402
 
 BIN = os.path.abspath(sys.argv[1])
 FAKENVML = os.environ.get("GPUORCH_FAKENVML") or os.path.join(
@@ -55,40 +53,14 @@ def ts(text):
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
-class Agent:
+class Agent(FakeAgent):
+    """A test agent (harness.FakeAgent) with NGPUS GPUs at 40 %."""
+
     def __init__(self, name, ngpus):
-        self.name = name
-        self.uuids = [f"GPU-{7:08x}-{os.getpid() & 0xffff:04x}-4000-8000-{i:012x}"
-                      for i in range(ngpus)]
-        self.gpu_file = os.path.join(TMP, f"{name}-gpus.json")
-        self.log_path = os.path.join(TMP, f"{name}.log")
-        gpus = [{"uuid": u, "utilization": 40, "memory_utilization": 10,
-                 "process_memory_mib": 512} for u in self.uuids]
-        write_atomic(self.gpu_file, json.dumps({"gpus": gpus}))
-        self.proc = None
-
-    def start(self):
-        args = [BIN, "agent", "--server", f"http://127.0.0.1:{SRV.port}", "--join-token",
-                SRV.token_file("join"), "--name", self.name, "--pool", "main",
-                "--state-dir", os.path.join(TMP, self.name), "--nvml", FAKENVML,
-                "--addr", "127.0.0.1", "--log-listen", "127.0.0.1:0", "--kill-grace", "2",
-                "--sample-interval", "200", "--poll-wait", "2", "--dirty-wait", "1",
-                "--cpus", "32", "--mem-mib", "65536"]
-        env = dict(os.environ, FAKENVML_CONFIG=self.gpu_file)
-        with open(self.log_path, "a") as log:
-            self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                         env=env)
-
-    def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-                return None
-        return self.proc.returncode if self.proc else None
+        super().__init__(BIN, SRV, TMP, FAKENVML, name,
+                         [fake_gpu_uuid(7, i) for i in range(ngpus)], poll_wait=2, dirty_wait=1)
+        self.write_gpu_list([{"uuid": u, "utilization": 40, "memory_utilization": 10,
+                              "process_memory_mib": 512} for u in self.uuids])
 
 
 def put(path, body, token=None):

@@ -39,7 +39,6 @@ import datetime
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -47,7 +46,7 @@ import time
 
 sys.dont_write_bytecode = True  # leave no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import remove_tmp, run_as_root  # noqa: E402
+from harness import FakeAgent, fake_gpu_uuid, remove_tmp  # noqa: E402
 from harness import (DEADLINE_S, Server, agent_cgroups, diag, file_tail, ok, run, wait_until,  # noqa: E402
                      remove_cgroups, write_atomic)
 
@@ -79,54 +78,17 @@ HAVE_CLI = False
 
 
 def gpu_uuid(node_no, index):
-    """Unique per node and per run: the fake NVML finds a GPU's processes by the
-    UUIDs in their environment, so a test running beside this one must not name
-    the same GPUs."""
-    return f"GPU-{node_no:08x}-{os.getpid() & 0xffff:04x}-4e2e-8000-{index:012x}"
+    return fake_gpu_uuid(node_no, index, tag="4e2e")
 
 
-class AgentProc:
-    """`gpuorch agent` NAME as a child process: its GPUs in TMP/NAME-gpus.json,
-    its state in TMP/NAME, its output in TMP/NAME.log."""
+class AgentProc(FakeAgent):
+    """A test agent (harness.FakeAgent) with NGPUS GPUs at 30 %."""
 
     def __init__(self, name, node_no, ngpus):
-        self.name = name
-        self.uuids = [gpu_uuid(node_no, g) for g in range(ngpus)]
-        self.gpu_file = os.path.join(TMP, f"{name}-gpus.json")
-        self.state = os.path.join(TMP, name)
-        self.log_path = os.path.join(TMP, f"{name}.log")
-        self.proc = None
-        self.cgroup = None
-        write_atomic(self.gpu_file, json.dumps({"gpus": [
-            {"uuid": u, "utilization": 30, "process_memory_mib": 512} for u in self.uuids]}))
-
-    def start(self):
-        args = [BIN, "agent", "--server", f"http://127.0.0.1:{SRV.port}", "--join-token",
-                SRV.token_file("join"), "--name", self.name, "--pool", "main",
-                "--state-dir", self.state, "--nvml", FAKENVML, "--addr", "127.0.0.1",
-                "--log-listen", "127.0.0.1:0", "--kill-grace", "2", "--sample-interval", "500",
-                "--poll-wait", "5", "--dirty-wait", "2", "--cpus", "32", "--mem-mib", "65536"]
-        if self.cgroup:
-            args += ["--cgroup-root", self.cgroup]
-        env = dict(os.environ, FAKENVML_CONFIG=self.gpu_file)
-        with open(self.log_path, "a") as log:
-            self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                         env=env)
-
-    def stop(self):
-        """SIGTERM and wait; the exit status (None if it had to be killed)."""
-        if not self.proc or self.proc.poll() is not None:
-            return self.proc.returncode if self.proc else None
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-            return None
-
-    def log(self):
-        return file_tail(self.log_path, 10 ** 7)
+        super().__init__(BIN, SRV, TMP, FAKENVML, name,
+                         [gpu_uuid(node_no, g) for g in range(ngpus)], sample_interval=500)
+        self.write_gpu_list([{"uuid": u, "utilization": 30, "process_memory_mib": 512}
+                             for u in self.uuids])
 
 
 def setup_cgroups():

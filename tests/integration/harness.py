@@ -280,3 +280,86 @@ def run_as_root(main, srv, tmp, on_exit=None):
         shutil.rmtree(tmp, ignore_errors=True)
         sys.exit(0)
     run(main, srv, on_exit=on_exit)
+
+
+# -- Agents on the fake NVML. ---------------------------------------------------------------
+
+# The flags every test agent gets unless it says otherwise (None leaves one out):
+# short waits for tests, and what a GPU node offers rather than this machine's few
+# CPUs (each job takes one).
+AGENT_FLAGS = {"kill-grace": 2, "sample-interval": 200, "poll-wait": 5, "dirty-wait": 2,
+               "cpus": 32, "mem-mib": 65536}
+
+
+def fake_gpu_uuid(node_no, index, tag="4000"):
+    """Unique per node, and per run: the fake NVML finds a GPU's processes by
+    the UUIDs in their environment, so a test running beside another must not
+    name the same GPUs."""
+    return f"GPU-{node_no:08x}-{os.getpid() & 0xffff:04x}-{tag}-8000-{index:012x}"
+
+
+class FakeAgent:
+    """`gpuorch agent` NAME as a child process on the fake NVML: its GPUs in
+    TMP/NAME-gpus.json (FAKENVML_CONFIG), its state in TMP/NAME, its output in
+    TMP/NAME.log. FLAGS (kill_grace=1, dirty_wait=None, ...) change AGENT_FLAGS;
+    set .cgroup before start() for --cgroup-root."""
+
+    def __init__(self, binary, srv, tmp, nvml, name, uuids, pool="main", gpu_file=None,
+                 **flags):
+        self.binary, self.srv, self.nvml = binary, srv, nvml
+        self.name, self.pool, self.uuids = name, pool, list(uuids)
+        self.gpu_file = gpu_file or os.path.join(tmp, f"{name}-gpus.json")
+        self.state = os.path.join(tmp, name)
+        self.log_path = os.path.join(tmp, f"{name}.log")
+        self.flags = dict(AGENT_FLAGS, **{k.replace("_", "-"): v for k, v in flags.items()})
+        self.cgroup = None
+        self.proc = None
+
+    def write_gpu_list(self, gpus):
+        """Writes the GPU file (renamed over the old one)."""
+        write_atomic(self.gpu_file, json.dumps({"gpus": gpus}))
+
+    def start(self):
+        args = [self.binary, "agent", "--server", f"http://127.0.0.1:{self.srv.port}",
+                "--join-token", self.srv.token_file("join"), "--name", self.name, "--pool",
+                self.pool, "--state-dir", self.state, "--nvml", self.nvml, "--addr", "127.0.0.1",
+                "--log-listen", "127.0.0.1:0"]
+        for flag, value in self.flags.items():
+            if value is not None:
+                args += [f"--{flag}", str(value)]
+        if self.cgroup:
+            args += ["--cgroup-root", self.cgroup]
+        env = dict(os.environ, FAKENVML_CONFIG=self.gpu_file)
+        with open(self.log_path, "a") as log:
+            log.write(f"---- test: starting {' '.join(args)}\n")
+            log.flush()
+            self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                         env=env)
+
+    def kill9(self):
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+
+    def stop(self):
+        """SIGTERM and wait; the exit status (None if it had to be killed)."""
+        if not self.proc or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else None
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            return None
+
+    def kill(self):
+        """SIGKILL if still running (a test's last cleanup)."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def log(self):
+        return file_tail(self.log_path, 10 ** 7)
+
+    def tail(self, size=1500):
+        return f"-- {self.name}'s log:\n{file_tail(self.log_path, size)}"

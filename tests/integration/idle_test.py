@@ -20,16 +20,14 @@ conditions are polled with deadlines. KEEP_TMP=1 keeps the directories."""
 
 import json
 import os
-import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 
 sys.dont_write_bytecode = True  # leave no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import remove_tmp, run_as_root  # noqa: E402
-from harness import Server, diag, file_tail, ok, run, wait_until, write_atomic  # noqa: E402
+from harness import FakeAgent, fake_gpu_uuid, remove_tmp, run_as_root  # noqa: E402
+from harness import Server, diag, file_tail, ok, wait_until, write_atomic  # noqa: E402
 
 BIN = os.path.abspath(sys.argv[1])
 FAKENVML = os.environ.get("GPUORCH_FAKENVML") or os.path.join(
@@ -48,10 +46,10 @@ os.mkdir(SHARED)
 os.chmod(SHARED, 0o777)
 ADMIN = None
 TOKENS = {}
-UUIDS = [f"GPU-{0x1d1e:08x}-{os.getpid() & 0xffff:04x}-4000-8000-{g:012x}" for g in range(NGPUS)]
-GPU_FILE = os.path.join(TMP, "n1-gpus.json")
-AGENT = None
-AGENT_LOG = os.path.join(TMP, "n1.log")
+UUIDS = [fake_gpu_uuid(0x1d1e, g) for g in range(NGPUS)]
+AGENT = FakeAgent(BIN, SRV, TMP, FAKENVML, "n1", UUIDS)
+GPU_FILE = AGENT.gpu_file
+AGENT_LOG = AGENT.log_path
 
 TEAMS_YAML = """\
 pools:
@@ -137,7 +135,7 @@ def cancel(jid):
 
 
 def setup():
-    global ADMIN, AGENT
+    global ADMIN
     SRV.start()
     ADMIN = open(SRV.token_file("admin")).read().strip()
     path = os.path.join(TMP, "teams.yaml")
@@ -176,14 +174,7 @@ def setup():
         TOKENS[team] = body["token"]
 
     set_util(80)
-    args = [BIN, "agent", "--server", f"http://127.0.0.1:{SRV.port}", "--join-token",
-            SRV.token_file("join"), "--name", "n1", "--pool", "main", "--state-dir",
-            os.path.join(TMP, "n1"), "--nvml", FAKENVML, "--addr", "127.0.0.1",
-            "--log-listen", "127.0.0.1:0", "--kill-grace", "2", "--sample-interval", "200",
-            "--poll-wait", "5", "--dirty-wait", "2", "--cpus", "32", "--mem-mib", "65536"]
-    with open(AGENT_LOG, "a") as log:
-        AGENT = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                 env=dict(os.environ, FAKENVML_CONFIG=GPU_FILE))
+    AGENT.start()
 
     def registered():
         st, body, _ = call("GET", "/v1/nodes", token=ADMIN)
@@ -317,21 +308,14 @@ def main():
     log = file_tail(AGENT_LOG, 10 ** 7) + file_tail(SRV.log_path, 10 ** 7)
     ok("Sanitizer" not in log and "runtime error:" not in log,
        "no sanitizer report in the agent's or server's log", log[-3000:])
-    AGENT.send_signal(signal.SIGTERM)
-    try:
-        rc = AGENT.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        AGENT.kill()
-        rc = AGENT.wait()
+    rc = AGENT.stop()
     ok(rc == 0, "the agent stops with status 0", rc)
     rc = SRV.stop()
     ok(rc == 0, "the server stops cleanly", f"{rc}\n{SRV.log_tail()}")
 
 
 def on_exit():
-    if AGENT and AGENT.poll() is None:
-        AGENT.kill()
-        AGENT.wait()
+    AGENT.kill()
     remove_tmp(TMP)
 
 

@@ -40,9 +40,9 @@ import urllib.request
 
 sys.dont_write_bytecode = True  # leave no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import remove_tmp, run_as_root  # noqa: E402
+from harness import FakeAgent, fake_gpu_uuid, remove_tmp, run_as_root  # noqa: E402
 from harness import (DEADLINE_S, Server, agent_cgroups, diag, file_tail, ok, remove_cgroups,  # noqa: E402
-                     run, wait_until, write_atomic)
+                     wait_until)
 
 BIN = os.path.abspath(sys.argv[1])
 FAKENVML = os.environ.get("GPUORCH_FAKENVML") or os.path.join(
@@ -66,19 +66,16 @@ PROM = None  # the Prometheus child process
 
 
 def gpu_uuid(node_no, index):
-    return f"GPU-{node_no:08x}-{os.getpid() & 0xffff:04x}-4000-8000-{index:012x}"
+    return fake_gpu_uuid(node_no, index)
 
 
-class Agent:
-    """`gpuorch agent` NAME with its GPUs in TMP/NAME-gpus.json."""
+class Agent(FakeAgent):
+    """A test agent (harness.FakeAgent) whose GPUs report every DCGM figure."""
 
     def __init__(self, name, node_no, ngpus):
-        self.name = name
-        self.uuids = [gpu_uuid(node_no, g) for g in range(ngpus)]
-        self.gpu_file = os.path.join(TMP, f"{name}-gpus.json")
-        self.log_path = os.path.join(TMP, f"{name}.log")
-        self.cgroup = None
-        self.proc = None
+        super().__init__(BIN, SRV, TMP, FAKENVML, name,
+                         [gpu_uuid(node_no, g) for g in range(ngpus)], kill_grace=1,
+                         dirty_wait=1)
         self.write_gpus({})
 
     def write_gpus(self, figures):
@@ -89,35 +86,7 @@ class Agent:
                  "memory_used_mib": 1000 + i, "power_mw": 100000 + i, "temperature_c": 40 + i}
             g.update(figures.get(i, {}))
             gpus.append(g)
-        write_atomic(self.gpu_file, json.dumps({"gpus": gpus}))
-
-    def start(self):
-        args = [BIN, "agent", "--server", f"http://127.0.0.1:{SRV.port}", "--join-token",
-                SRV.token_file("join"), "--name", self.name, "--pool", "main",
-                "--state-dir", os.path.join(TMP, self.name), "--nvml", FAKENVML,
-                "--addr", "127.0.0.1", "--log-listen", "127.0.0.1:0", "--kill-grace", "1",
-                "--sample-interval", "200", "--poll-wait", "5", "--dirty-wait", "1",
-                "--cpus", "32", "--mem-mib", "65536"]
-        if self.cgroup:
-            args += ["--cgroup-root", self.cgroup]
-        env = dict(os.environ, FAKENVML_CONFIG=self.gpu_file)
-        with open(self.log_path, "a") as log:
-            self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                         env=env)
-
-    def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-                return None
-        return self.proc.returncode if self.proc else None
-
-    def tail(self):
-        return f"-- {self.name}'s log:\n{file_tail(self.log_path, 1500)}"
+        self.write_gpu_list(gpus)
 
 
 # -- The exposition. -----------------------------------------------------------------------

@@ -13,7 +13,6 @@ deadlines; processes are stopped by PID; the temporary directory is removed."""
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -21,7 +20,8 @@ import urllib.parse
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Server, diag, file_tail, message, ok, run, wait_until, write_atomic  # noqa: E402
+from harness import FakeAgent, fake_gpu_uuid  # noqa: E402
+from harness import Server, file_tail, message, ok, run, wait_until, write_atomic  # noqa: E402
 
 BIN = os.path.abspath(sys.argv[1])
 FAKENVML = os.environ.get("GPUORCH_FAKENVML") or os.path.join(
@@ -29,9 +29,9 @@ FAKENVML = os.environ.get("GPUORCH_FAKENVML") or os.path.join(
 SRV = Server(BIN, "gpuorch-series-test.", ["--metrics-minute-ms", "2000", "--pass-interval", "1"])
 TMP = tempfile.mkdtemp(prefix="gpuorch-series-agent.")
 os.chmod(TMP, 0o755)
-UUIDS = [f"GPU-{0x5e51e5:08x}-{os.getpid() & 0xffff:04x}-4000-8000-{i:012x}" for i in range(2)]
-GPU_FILE = os.path.join(TMP, "gpus.json")
-AGENT = None
+UUIDS = [fake_gpu_uuid(0x5e51e5, i) for i in range(2)]
+AGENT = FakeAgent(BIN, SRV, TMP, FAKENVML, "s1", UUIDS, kill_grace=None, dirty_wait=None)
+GPU_FILE = AGENT.gpu_file
 ADMIN = MEMBER = None
 
 
@@ -39,30 +39,6 @@ def write_gpus(util):
     gpus = [{"uuid": u, "utilization": util[i], "memory_utilization": 10,
              "process_memory_mib": 512} for i, u in enumerate(UUIDS)]
     write_atomic(GPU_FILE, json.dumps({"gpus": gpus}))
-
-
-def start_agent():
-    global AGENT
-    args = [BIN, "agent", "--server", f"http://127.0.0.1:{SRV.port}", "--join-token",
-            SRV.token_file("join"), "--name", "s1", "--pool", "main", "--state-dir",
-            os.path.join(TMP, "state"), "--nvml", FAKENVML, "--addr", "127.0.0.1",
-            "--log-listen", "127.0.0.1:0", "--sample-interval", "200", "--poll-wait", "5",
-            "--cpus", "32", "--mem-mib", "65536"]
-    log = open(os.path.join(TMP, "agent.log"), "a")
-    AGENT = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                             env=dict(os.environ, FAKENVML_CONFIG=GPU_FILE))
-
-
-def stop_agent():
-    global AGENT
-    if AGENT and AGENT.poll() is None:
-        AGENT.send_signal(signal.SIGTERM)
-        try:
-            AGENT.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            AGENT.kill()
-            AGENT.wait()
-    AGENT = None
 
 
 def call(method, path, body=None, token=None):
@@ -105,7 +81,7 @@ def main():
     st, body, _ = call("POST", "/v1/users/alice/tokens")
     MEMBER = body.get("token") if isinstance(body, dict) else None
     write_gpus([73, 20])
-    start_agent()
+    AGENT.start()
 
     # Raw samples by node (the mean of its GPUs) and by GPU.
     def by_node():
@@ -144,7 +120,7 @@ def main():
             j.get("gpu_utilization_pct") is not None else None
     job = wait_until(running, timeout=60)
     ok(job is not None, "the job runs and shows gpu_utilization_pct",
-       file_tail(os.path.join(TMP, "agent.log"), 1500))
+       file_tail(AGENT.log_path, 1500))
     gpu = job["current_attempt"]["gpus"][0] if job else UUIDS[0]
     idx = UUIDS.index(gpu)
     ok(job and near(job["gpu_utilization_pct"], [73, 20][idx]) and
@@ -184,7 +160,7 @@ def main():
 
     call("POST", f"/v1/jobs/{jid}/cancel")
     wait_until(lambda: call("GET", f"/v1/jobs/{jid}")[1].get("state") == "CANCELLED", timeout=30)
-    stop_agent()
+    AGENT.stop()
     rc = SRV.stop()
     ok(rc == 0, "the server stops cleanly", SRV.log_tail())
     SRV.start()
@@ -201,7 +177,7 @@ def main():
 
 
 def on_exit():
-    stop_agent()
+    AGENT.stop()
     shutil.rmtree(TMP, ignore_errors=True)
 
 

@@ -25,7 +25,6 @@ import os
 import pty
 import re
 import select
-import shutil
 import signal
 import socket
 import struct
@@ -33,13 +32,12 @@ import subprocess
 import sys
 import tempfile
 import termios
-import time
 
 sys.dont_write_bytecode = True  # leave no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import remove_tmp, run_as_root  # noqa: E402
-from harness import (DEADLINE_S, Server, agent_cgroups, diag, file_tail, ok, run,  # noqa: E402
-                     remove_cgroups, wait_until, write_atomic)
+from harness import FakeAgent, fake_gpu_uuid, remove_tmp, run_as_root  # noqa: E402
+from harness import (DEADLINE_S, Server, agent_cgroups, diag, ok,  # noqa: E402
+                     remove_cgroups, wait_until)
 
 BIN = os.path.abspath(sys.argv[1])
 FAKENVML = os.environ.get("GPUORCH_FAKENVML") or os.path.join(
@@ -63,52 +61,18 @@ CGROUP_BASE = None
 CHILDREN = []  # `gpuorch top` processes: killed by PID at the end if still there
 
 
-class AgentProc:
-    """`gpuorch agent` n1 with NGPUS fake GPUs in TMP/n1-gpus.json."""
+class AgentProc(FakeAgent):
+    """A test agent (harness.FakeAgent) n1 with NGPUS fake GPUs."""
 
     def __init__(self):
-        tag = os.getpid() & 0xffff
-        self.uuids = [f"GPU-000000a1-{tag:04x}-4000-8000-{i:012x}" for i in range(NGPUS)]
-        self.gpu_file = os.path.join(TMP, "n1-gpus.json")
-        self.log_path = os.path.join(TMP, "n1.log")
-        self.cgroup = None
-        self.proc = None
+        super().__init__(BIN, SRV, TMP, FAKENVML, "n1",
+                         [fake_gpu_uuid(0xa1, i) for i in range(NGPUS)])
         self.write_gpus()
 
     def write_gpus(self, util=None):
-        gpus = [{"uuid": u, "utilization": (util or {}).get(u, BASE_UTIL),
-                 "memory_utilization": 10, "process_memory_mib": 512, "power_mw": 250000,
-                 "temperature_c": 41}
-                for u in self.uuids]
-        write_atomic(self.gpu_file, json.dumps({"gpus": gpus}))
-
-    def start(self):
-        args = [BIN, "agent", "--server", f"http://127.0.0.1:{SRV.port}", "--join-token",
-                SRV.token_file("join"), "--name", "n1", "--pool", "main",
-                "--state-dir", os.path.join(TMP, "n1"), "--nvml", FAKENVML, "--addr",
-                "127.0.0.1", "--log-listen", "127.0.0.1:0", "--kill-grace", "2",
-                "--sample-interval", "200", "--poll-wait", "5", "--dirty-wait", "2",
-                "--cpus", "32", "--mem-mib", "65536"]
-        if self.cgroup:
-            args += ["--cgroup-root", self.cgroup]
-        env = dict(os.environ, FAKENVML_CONFIG=self.gpu_file)
-        with open(self.log_path, "a") as log:
-            self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                         env=env)
-
-    def stop(self):
-        if not self.proc or self.proc.poll() is not None:
-            return self.proc.returncode if self.proc else None
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-            return None
-
-    def tail(self):
-        return f"-- n1's log:\n{file_tail(self.log_path, 1500)}"
+        self.write_gpu_list([{"uuid": u, "utilization": (util or {}).get(u, BASE_UTIL),
+                              "memory_utilization": 10, "process_memory_mib": 512,
+                              "power_mw": 250000, "temperature_c": 41} for u in self.uuids])
 
 
 def put(path, body):
