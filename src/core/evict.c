@@ -75,12 +75,22 @@ static int64_t job_size(const struct sched_job *j)
     return j->gpus > 0 ? j->gpus : j->gpu_milli > 0 ? j->gpu_milli : j->gpu_mem_mib;
 }
 
+/*
+ * A failed plan stands for later jobs that could evict no more and need no
+ * less: of the same team, class, pool, type and kind, and no smaller. Under
+ * LAS what a job may evict grows with its size (never a job larger than it)
+ * and shrinks as its queue rises: there it stands only for jobs of the same
+ * size in the same queue or above.
+ */
 bool evict_failed_before(const struct pass *p, const struct sched_job *j)
 {
+    uint8_t lasq = p->lasq ? p->lasq[j - p->q->jobs] : 0;
     for (size_t f = 0; f < p->nfails; f++) {
         const struct fail *x = &p->fails[f];
-        if (x->team == j->team && x->prio == j->prio && x->pool == j->pool &&
-            x->gpu_type == j->gpu_type && x->kind == job_kind(j) && x->size <= job_size(j))
+        if (x->team != j->team || x->prio != j->prio || x->pool != j->pool ||
+            x->gpu_type != j->gpu_type || x->kind != job_kind(j))
+            continue;
+        if (p->lasq ? x->size == job_size(j) && x->lasq <= lasq : x->size <= job_size(j))
             return true;
     }
     return false;
@@ -90,7 +100,9 @@ void evict_note_failure(struct pass *p, const struct sched_job *j)
 {
     if (p->nfails < MAX_FAILS)
         p->fails[p->nfails++] =
-            (struct fail){j->team, j->prio, j->pool, j->gpu_type, job_kind(j), job_size(j)};
+            (struct fail){j->team,     j->prio,     j->pool,
+                          j->gpu_type, job_kind(j), p->lasq ? p->lasq[j - p->q->jobs] : 0,
+                          job_size(j)};
 }
 
 /* Records a claim: `victims` leave for `job`, which was planned onto `nodes`. */
@@ -263,22 +275,22 @@ int evict_try(struct pass *p, uint32_t i, int64_t end)
     return hr < 0 ? hr : 1;
 }
 
-/* Might job j preempt anything at all? A cheap necessary condition. */
-bool evict_may_preempt(const struct pass *p, const struct sched_job *j)
+bool evict_may_preempt_las(const struct pass *p, const struct sched_job *j, uint32_t lasq)
+{
+    if (!p->las_min_victim || lasq >= SCHED_LAS_MAX_QUEUES)
+        return false;
+    int64_t want = j->gpus > 0        ? (int64_t)j->gpus * SCHED_MILLI
+                   : j->gpu_milli > 0 ? j->gpu_milli
+                                      : SCHED_MILLI; /* by memory: at most one GPU */
+    size_t k = order_las_team_only(p->pol) ? j->team : p->c->nteams;
+    return p->las_min_victim[k * SCHED_LAS_MAX_QUEUES + lasq] <= want;
+}
+
+bool evict_may_preempt_other(const struct pass *p, const struct sched_job *j)
 {
     const struct sched_cluster *c = p->c;
     if (c->classes[j->prio].may_preempt && p->rank[j->prio] > 0)
         return true;
-    /* LAS: a running checkpointable job past the first threshold (of the
-     * job's team, within teams) that holds no more than the job asks for. */
-    if (p->las_min_victim) {
-        int64_t want = j->gpus > 0        ? (int64_t)j->gpus * SCHED_MILLI
-                       : j->gpu_milli > 0 ? j->gpu_milli
-                                          : SCHED_MILLI; /* by memory: at most one GPU */
-        size_t k = order_las_team_only(p->pol) ? j->team : p->c->nteams;
-        if (p->las_min_victim[k] <= want)
-            return true;
-    }
     /* Reclaim: the team has a guarantee left somewhere the job could go. */
     for (uint32_t g = 0; g < p->view.ngroups; g++) {
         size_t k = (size_t)j->team * p->quota.ngroups + g;

@@ -15,8 +15,13 @@
  * claim recorded, its room held), 0 not, or an error. */
 int evict_try(struct pass *p, uint32_t i, int64_t end);
 
-/* Might job j preempt anything at all? A cheap necessary condition. */
-bool evict_may_preempt(const struct pass *p, const struct sched_job *j);
+/* Might job j, in LAS queue `lasq`, evict anything under LAS: a running
+ * checkpointable job in a queue above it (of its team, within teams) that
+ * holds no more than it asks for? A cheap necessary condition. */
+bool evict_may_preempt_las(const struct pass *p, const struct sched_job *j, uint32_t lasq);
+
+/* Might job j preempt anything by its class or by a reclaim? Likewise. */
+bool evict_may_preempt_other(const struct pass *p, const struct sched_job *j);
 
 /* A plan failed in this pass for a job of this kind and no larger. */
 bool evict_failed_before(const struct pass *p, const struct sched_job *j);

@@ -214,10 +214,11 @@ int pass_alloc(struct pass *p)
         p->rlasq = calloc(nr ? nr : 1, 1);
         p->las_milli = calloc((size_t)p->c->nteams * p->view.ngroups * SCHED_LAS_MAX_QUEUES,
                               sizeof(*p->las_milli));
-        p->las_min_victim = malloc(((size_t)p->c->nteams + 1) * sizeof(*p->las_min_victim));
+        p->las_min_victim =
+            malloc(((size_t)p->c->nteams + 1) * SCHED_LAS_MAX_QUEUES * sizeof(*p->las_min_victim));
         if (!p->lasq || !p->rlasq || !p->las_milli || !p->las_min_victim)
             return GPO_ENOMEM;
-        for (size_t t = 0; t <= p->c->nteams; t++)
+        for (size_t t = 0; t < ((size_t)p->c->nteams + 1) * SCHED_LAS_MAX_QUEUES; t++)
             p->las_min_victim[t] = INT64_MAX;
     }
     for (uint32_t k = 0; k < p->c->npools; k++)
@@ -321,6 +322,8 @@ void pass_free(struct pass *p)
     free(p->leaving);
     free(p->pool_resv);
     free(p->pool_block);
+    free(p->rby_id);
+    free(p->rattained);
     free(p->attained);
     free(p->claims);
 }

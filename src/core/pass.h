@@ -44,6 +44,7 @@ enum {
 struct fail {
     uint32_t team, prio, pool, gpu_type;
     uint8_t kind;
+    uint8_t lasq; /* the job's LAS queue (LAS only) */
     int64_t size;
 };
 
@@ -69,6 +70,7 @@ struct jshape {
     bool valid;         /* validation passed (else first's wait is final) */
     bool fit0;          /* fitted the free capacity when the pass began */
     bool pot;           /* might preempt */
+    bool pot_other;     /* might preempt by its class or a reclaim, not only by LAS */
     uint8_t cand_bits;  /* J_FIT0, J_POT, J_CAND as its jobs get them (0: not candidates) */
     bool missed;        /* the placement that last found no room for it, and why: */
     enum sched_reason why;
@@ -152,9 +154,10 @@ struct pass {
     /* [(team * ngroups + group) * SCHED_LAS_MAX_QUEUES + queue]: milli held by
      * checkpointable running, not leaving, jobs (LAS only) */
     int64_t *las_milli;
-    /* [team, then one for all teams]: the least milli a running
-     * checkpointable job past the first LAS threshold holds, known before the
-     * shapes are (LAS only; INT64_MAX: none): whether a shape may evict. */
+    /* [(team, then one for all teams) * SCHED_LAS_MAX_QUEUES + q]: the least
+     * milli a running checkpointable job in a LAS queue above q holds, known
+     * before the shapes are (LAS only; INT64_MAX: none): whether a job in
+     * queue q may evict anything. */
     int64_t *las_min_victim;
     int32_t *rank;          /* class index -> rank by order (0 lowest) */
     bool *allowed;          /* per group, scratch */
@@ -200,6 +203,8 @@ struct pass {
     struct fail fails[MAX_FAILS];
     size_t nfails;
 
+    struct run_by_id *rby_id;        /* the running set sorted by job id (sched.c) */
+    int64_t *rattained;              /* per running job: its attained service at `now`, GPU-ms */
     struct sched_attained *attained; /* new attained table, sorted by job */
     size_t nattained;
     struct sched_claim *claims; /* new claims */

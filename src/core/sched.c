@@ -55,12 +55,18 @@ static void result_clear(struct sched_result *r)
     r->decisions = 0;
 }
 
-static bool attained_before(const struct sched_attained *x, const struct sched_attained *y)
+/* A running job by id, for merging the running set into the attained table. */
+struct run_by_id {
+    uint64_t job;
+    uint32_t r;
+};
+
+static bool run_before(const struct run_by_id *x, const struct run_by_id *y)
 {
     return x->job < y->job;
 }
 
-SORT_DEFINE(sort_attained, struct sched_attained, attained_before)
+SORT_DEFINE(sort_run_by_id, struct run_by_id, run_before)
 
 /* What running job r attained since the last pass, in GPU-ms. */
 static int64_t attained_since(const struct pass *p, const struct sched_running *run)
@@ -73,50 +79,109 @@ static int64_t attained_since(const struct pass *p, const struct sched_running *
     return span / SCHED_MILLI * milli + span % SCHED_MILLI * milli / SCHED_MILLI;
 }
 
-/* Old entries before job `upto` (all of them: UINT64_MAX is a job too, so
- * `last` says to take the rest) that belong to pending jobs. */
-static size_t keep_pending(const struct pass *p, size_t a, uint64_t upto, bool last, size_t *n)
+/*
+ * Attained service of every running job at `now` (p->rattained): the state's
+ * plus what it got since the last pass. The running set is sorted by id
+ * (p->rby_id) and merged with the state's table, which is sorted already: one
+ * walk, not a search per running job. Known before the shapes are, so that
+ * LAS's possible victims (p->las_min_victim) are too: running checkpointable
+ * jobs past the first threshold.
+ */
+static int running_attained(struct pass *p)
 {
     const struct sched_state *st = p->st;
-    for (; a < st->nattained && (last || st->attained[a].job < upto); a++) {
-        uint32_t v = idmap_get(p->ids, st->attained[a].job);
-        if (v != IDMAP_NONE && !(v & IDMAP_RUNNING))
-            p->attained[(*n)++] = st->attained[a];
+    size_t nr = p->run->njobs;
+    p->rby_id = malloc((nr ? nr : 1) * sizeof(*p->rby_id));
+    p->rattained = malloc((nr ? nr : 1) * sizeof(*p->rattained));
+    if (!p->rby_id || !p->rattained)
+        return GPO_ENOMEM;
+    for (size_t r = 0; r < nr; r++)
+        p->rby_id[r] = (struct run_by_id){p->run->jobs[r].job->id, (uint32_t)r};
+    if (sort_run_by_id(p->rby_id, nr))
+        return GPO_ENOMEM;
+    size_t a = 0;
+    for (size_t k = 0; k < nr; k++) {
+        uint32_t r = p->rby_id[k].r;
+        const struct sched_running *rj = &p->run->jobs[r];
+        int64_t old = 0;
+        for (; a < st->nattained && st->attained[a].job <= p->rby_id[k].job; a++) {
+            if (st->attained[a].job == p->rby_id[k].job)
+                old = st->attained[a].gpu_ms;
+        }
+        p->rattained[r] = old + attained_since(p, rj);
+        if (!p->las_min_victim || rj->preempting || !(p->rbits[r] & R_CKPT) ||
+            p->rgroup[r] == SCHED_NONE)
+            continue;
+        uint32_t rq = order_las_queue(p->pol, p->rattained[r]);
+        int64_t *mt = &p->las_min_victim[(size_t)p->rteam[r] * SCHED_LAS_MAX_QUEUES];
+        int64_t *ma = &p->las_min_victim[(size_t)p->c->nteams * SCHED_LAS_MAX_QUEUES];
+        for (uint32_t q = 0; q < rq && q < SCHED_LAS_MAX_QUEUES; q++) {
+            mt[q] = p->rmilli[r] < mt[q] ? p->rmilli[r] : mt[q];
+            ma[q] = p->rmilli[r] < ma[q] ? p->rmilli[r] : ma[q];
+        }
     }
-    return a;
+    return 0;
 }
 
-/* Attained service at `now`: the state's, plus what running jobs got since
- * the last pass; kept for jobs still queued or running. Sorted by job: the
- * running jobs' gains are sorted (a few thousand) and merged into the old
- * table, which is sorted already. */
+/*
+ * Under LAS a shape's jobs were made candidates if a job in queue 0 could
+ * evict something (shape_find runs before the queues are known). A job
+ * served past a threshold may evict only jobs in a queue above its own: when
+ * nothing it may evict is running, and it did not fit the free capacity when
+ * the pass began, it can neither start nor evict in this pass, and is no
+ * longer a candidate (add_firsts still ranks the first of its kind, for the
+ * reservation). On a busy cluster that is most of the queue: the jobs LAS
+ * evicted, waiting for the newer ones to be served.
+ */
+static void drop_las_hopeless(struct pass *p, uint32_t *cands, size_t *ret_ncands)
+{
+    size_t n = 0;
+    for (size_t k = 0; k < *ret_ncands; k++) {
+        uint32_t i = cands[k];
+        const struct jshape *sh = &p->shapes_of[p->jshape[i]];
+        if (p->lasq[i] > 0 && !(p->jflag[i] & J_FIT0) && !sh->pot_other &&
+            !evict_may_preempt_las(p, &p->q->jobs[i], p->lasq[i])) {
+            p->jflag[i] &= (uint8_t) ~(J_CAND | J_POT);
+            continue;
+        }
+        cands[n++] = i;
+    }
+    *ret_ncands = n;
+}
+
+/*
+ * The new attained table, sorted by job: the state's entries of jobs still
+ * queued, and every running job's (running_attained). Under LAS the same walk
+ * gives each queued and running job its queue (jobs that never ran stay in
+ * queue 0, as lasq starts zeroed).
+ */
 static int compute_attained(struct pass *p)
 {
     const struct sched_state *st = p->st;
     size_t nr = p->run->njobs, n = 0, a = 0;
-    struct sched_attained *gain = malloc((nr ? nr : 1) * sizeof(*gain));
     p->attained = malloc((st->nattained + nr + 1) * sizeof(*p->attained));
-    if (!gain || !p->attained) {
-        free(gain);
+    if (!p->attained)
         return GPO_ENOMEM;
+    for (size_t k = 0; k <= nr; k++) {
+        bool last = k == nr;
+        uint64_t upto = last ? 0 : p->rby_id[k].job;
+        for (; a < st->nattained && (last || st->attained[a].job < upto); a++) {
+            uint32_t v = idmap_get(p->ids, st->attained[a].job);
+            if (v == IDMAP_NONE || (v & IDMAP_RUNNING))
+                continue;
+            p->attained[n++] = st->attained[a];
+            if (p->lasq && !(p->jflag[v] & J_DONE))
+                p->lasq[v] = (uint8_t)order_las_queue(p->pol, st->attained[a].gpu_ms);
+        }
+        if (last)
+            break;
+        for (; a < st->nattained && st->attained[a].job == upto; a++)
+            ; /* the running job's old entry, counted in rattained */
+        uint32_t r = p->rby_id[k].r;
+        p->attained[n++] = (struct sched_attained){upto, p->rattained[r]};
+        if (p->rlasq)
+            p->rlasq[r] = (uint8_t)order_las_queue(p->pol, p->rattained[r]);
     }
-    for (size_t r = 0; r < nr; r++) {
-        const struct sched_running *run = &p->run->jobs[r];
-        gain[r] = (struct sched_attained){run->job->id, attained_since(p, run)};
-    }
-    if (sort_attained(gain, nr)) {
-        free(gain);
-        return GPO_ENOMEM;
-    }
-    for (size_t r = 0; r < nr; r++) {
-        a = keep_pending(p, a, gain[r].job, false, &n);
-        int64_t old = 0;
-        for (; a < st->nattained && st->attained[a].job == gain[r].job; a++)
-            old = st->attained[a].gpu_ms;
-        p->attained[n++] = (struct sched_attained){gain[r].job, old + gain[r].gpu_ms};
-    }
-    keep_pending(p, a, 0, true, &n);
-    free(gain);
     p->nattained = n;
     return 0;
 }
@@ -348,22 +413,8 @@ static int run_pass(struct pass *p)
         (err = order_init(&p->order, p->c, &p->view, run, p->pol, p->st, p->now)) ||
         (err = pass_alloc(p)))
         return err;
-    /* Who LAS could evict, before the shapes are found: running
-     * checkpointable jobs whose service (the state's plus what they got since
-     * the last pass, as compute_attained will count it) passed the first
-     * threshold. */
-    for (size_t r = 0; p->las_min_victim && p->pol->nlas_thresholds && r < nr; r++) {
-        const struct sched_running *rj = &run->jobs[r];
-        if (rj->preempting || !(p->rbits[r] & R_CKPT) || p->rgroup[r] == SCHED_NONE)
-            continue;
-        const struct sched_attained *a =
-            state_find_attained(p->st->attained, p->st->nattained, rj->job->id);
-        if ((a ? a->gpu_ms : 0) + attained_since(p, rj) < p->pol->las_thresholds_gpu_ms[0])
-            continue;
-        int64_t *mt = &p->las_min_victim[p->rteam[r]], *ma = &p->las_min_victim[p->c->nteams];
-        *mt = p->rmilli[r] < *mt ? p->rmilli[r] : *mt;
-        *ma = p->rmilli[r] < *ma ? p->rmilli[r] : *ma;
-    }
+    if ((err = running_attained(p)))
+        return err;
     uint32_t *cands = malloc((nq ? nq : 1) * sizeof(*cands));
     uint32_t *cshapes = NULL;
     uint32_t *ready = malloc((p->st->nclaims ? p->st->nclaims : 1) * sizeof(*ready));
@@ -391,13 +442,6 @@ static int run_pass(struct pass *p)
             rj->job->id, &rj->alloc};
     }
     if (p->rlasq) {
-        /* LAS queues of running jobs, by one walk over the attained table. */
-        for (size_t k = 0; k < p->nattained; k++) {
-            uint32_t v = idmap_get(p->ids, p->attained[k].job);
-            if (v != IDMAP_NONE && (v & IDMAP_RUNNING))
-                p->rlasq[v & ~IDMAP_RUNNING] =
-                    (uint8_t)order_las_queue(p->pol, p->attained[k].gpu_ms);
-        }
         for (size_t r = 0; r < nr; r++) {
             if (p->rgroup[r] != SCHED_NONE && !run->jobs[r].preempting && (p->rbits[r] & R_CKPT))
                 p->las_milli[((size_t)p->rteam[r] * p->view.ngroups + p->rgroup[r]) *
@@ -415,15 +459,6 @@ static int run_pass(struct pass *p)
             goto out;
         }
     }
-    /* LAS queues of pending jobs: one walk over the attained table (jobs
-     * that never ran stay in queue 0, as lasq starts zeroed), rather than a
-     * search of it per pending job. */
-    for (size_t k = 0; p->lasq && k < p->nattained; k++) {
-        uint32_t v = idmap_get(p->ids, p->attained[k].job);
-        if (v == IDMAP_NONE || (v & IDMAP_RUNNING) || (p->jflag[v] & J_DONE))
-            continue;
-        p->lasq[v] = (uint8_t)order_las_queue(p->pol, p->attained[k].gpu_ms);
-    }
     if ((err = carry_claims(p, ready, &nready)))
         goto out;
     if (p->nclaims) {
@@ -435,6 +470,8 @@ static int run_pass(struct pass *p)
         }
         ncands = n;
     }
+    if (p->lasq)
+        drop_las_hopeless(p, cands, &ncands);
     if ((err = add_firsts(p, cands, &ncands)))
         goto out;
 

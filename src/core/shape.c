@@ -141,7 +141,11 @@ int shape_find(struct pass *p, uint32_t *cands, size_t *ret_ncands)
          * preempt, and all its jobs are candidates of the ordered loop. */
         sh->valid = shape_validate(p, (uint32_t)i);
         sh->fit0 = (p->jflag[i] & J_FIT0) != 0;
-        sh->pot = sh->valid && p->pol->preemption && evict_may_preempt(p, j);
+        /* Under LAS the job's queue is not known yet: queue 0, the one that
+         * may evict the most, stands for all (see drop_las_hopeless). */
+        sh->pot_other = sh->valid && p->pol->preemption && evict_may_preempt_other(p, j);
+        sh->pot =
+            sh->pot_other || (sh->valid && p->pol->preemption && evict_may_preempt_las(p, j, 0));
         sh->cand_bits = !sh->valid ? 0
                                    : (uint8_t)((sh->fit0 ? J_FIT0 : 0) | (sh->pot ? J_POT : 0) |
                                                (sh->fit0 || sh->pot ? J_CAND : 0));

@@ -16,6 +16,27 @@ static uint32_t node_type_slot(const struct sched_cluster *c, const struct sched
     return n->ngpus ? c->gpus[n->gpu_first].type : c->ngpu_types;
 }
 
+static bool gpu_take(struct view *view, uint32_t gi, uint32_t milli, uint32_t mem, bool give);
+
+/* view_apply for view_init: every group is dirty (rescanned when first
+ * read), so there are no aggregates to keep up and no node to track. */
+static bool apply_fresh(struct view *view, const struct sched_alloc *alloc)
+{
+    bool over = false;
+    for (uint32_t i = 0; i < alloc->nshares; i++) {
+        const struct sched_share *s = &alloc->shares[i];
+        over |= gpu_take(view, s->gpu, s->milli, s->mem_mib, false);
+    }
+    for (uint32_t i = 0; i < alloc->nnodes; i++) {
+        const struct sched_node_part *p = &alloc->nodes[i];
+        struct view_node *vn = &view->nodes[p->node];
+        over |= vn->free_cpus < p->cpus || vn->free_mem_mib < p->mem_mib;
+        vn->free_cpus = vn->free_cpus > p->cpus ? vn->free_cpus - p->cpus : 0;
+        vn->free_mem_mib = vn->free_mem_mib > p->mem_mib ? vn->free_mem_mib - p->mem_mib : 0;
+    }
+    return over;
+}
+
 int view_init(struct view *view, const struct sched_cluster *c,
               const struct sched_running_set *running, enum sched_packing packing,
               uint64_t *ret_bad_job)
@@ -122,7 +143,7 @@ int view_init(struct view *view, const struct sched_cluster *c,
             view_release(view);
             return GPO_EINVAL;
         }
-        if (view_apply(view, a, false)) {
+        if (apply_fresh(view, a)) {
             if (!view->overcommitted) {
                 view->overcommitted = malloc(running->njobs * sizeof(*view->overcommitted));
                 if (!view->overcommitted)

@@ -419,13 +419,29 @@ static int start_job(struct sim *sm, const struct sched_start *s, int64_t now)
     j->gen++;
     if (o->first_start_s < 0)
         o->first_start_s = now / MS_PER_S;
-    j->slot = (uint32_t)sm->nrun;
-    sm->run[sm->nrun] = (struct sched_running){.job = &j->req,
-                                               .alloc = j->alloc,
-                                               .start_ms = now,
-                                               .checkpoint_ms = now,
-                                               .borrowed = s->borrowed};
-    sm->run_job[sm->nrun++] = ji;
+    /* The running set stays in job order (ids are job index + 1), which is
+     * the order sched_pass sorts it into: sorted already, that costs it one
+     * compare per job instead of a sort every pass. */
+    size_t lo = 0, hi = sm->nrun;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (sm->run_job[mid] < ji)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    memmove(&sm->run[lo + 1], &sm->run[lo], (sm->nrun - lo) * sizeof(*sm->run));
+    memmove(&sm->run_job[lo + 1], &sm->run_job[lo], (sm->nrun - lo) * sizeof(*sm->run_job));
+    sm->nrun++;
+    for (size_t k = lo + 1; k < sm->nrun; k++)
+        sm->jobs[sm->run_job[k]].slot = (uint32_t)k;
+    j->slot = (uint32_t)lo;
+    sm->run[lo] = (struct sched_running){.job = &j->req,
+                                         .alloc = j->alloc,
+                                         .start_ms = now,
+                                         .checkpoint_ms = now,
+                                         .borrowed = s->borrowed};
+    sm->run_job[lo] = ji;
     sm->busy_milli += j->milli;
     for (uint32_t i = 0; i < s->alloc.nshares; i++)
         use_gpu(sm, s->alloc.shares[i].gpu, s->alloc.shares[i].milli);
@@ -462,12 +478,11 @@ static int leave_running(struct sim *sm, struct job *j, int64_t end)
     if (err)
         return err;
     sm->nborrowed -= sm->run[j->slot].borrowed;
-    uint32_t last = (uint32_t)--sm->nrun;
-    if (j->slot != last) {
-        sm->run[j->slot] = sm->run[last];
-        sm->run_job[j->slot] = sm->run_job[last];
-        sm->jobs[sm->run_job[j->slot]].slot = j->slot;
-    }
+    size_t at = j->slot, left = --sm->nrun - at;
+    memmove(&sm->run[at], &sm->run[at + 1], left * sizeof(*sm->run));
+    memmove(&sm->run_job[at], &sm->run_job[at + 1], left * sizeof(*sm->run_job));
+    for (size_t k = at; k < sm->nrun; k++)
+        sm->jobs[sm->run_job[k]].slot = (uint32_t)k;
     sm->busy_milli -= j->milli;
     for (uint32_t i = 0; i < j->alloc.nshares; i++)
         use_gpu(sm, j->alloc.shares[i].gpu, -(int64_t)j->alloc.shares[i].milli);

@@ -53,8 +53,8 @@ int sim_queue_push(struct sim_queue *q, uint32_t job, const struct sched_job *re
     if (make_room(q))
         return GPO_ENOMEM;
     size_t at = q->head + q->n;
-    if (q->n && q->job[at - 1] > job)
-        q->unsorted = true;
+    if (q->nsorted == q->n && (q->n == 0 || q->job[at - 1] < job))
+        q->nsorted++;
     q->job[at] = job;
     q->req[at] = *req;
     q->reason[at] = 0;
@@ -75,32 +75,48 @@ static int cmp_entry(const void *a, const void *b)
 
 int sim_queue_sort(struct sim_queue *q)
 {
-    if (!q->unsorted)
+    size_t n = q->n, ns = q->nsorted, nt = n - ns;
+    if (nt == 0)
         return 0;
-    size_t n = q->n;
-    struct order_entry *e = malloc((n ? n : 1) * sizeof(*e));
-    struct sched_job *req = malloc((n ? n : 1) * sizeof(*req));
-    uint8_t *reason = malloc(n ? n : 1);
+    /* The tail (the pushes out of order, and whatever came after them) is
+     * sorted aside, then merged in from the back: entries below the
+     * tail's lowest job never move. */
+    struct order_entry *e = malloc(nt * sizeof(*e));
+    struct sched_job *req = malloc(nt * sizeof(*req));
+    uint8_t *reason = malloc(nt);
     if (!e || !req || !reason) {
         free(e);
         free(req);
         free(reason);
         return GPO_ENOMEM;
     }
-    for (size_t k = 0; k < n; k++)
-        e[k] = (struct order_entry){q->job[q->head + k], (uint32_t)k};
-    qsort(e, n, sizeof(*e), cmp_entry);
-    for (size_t k = 0; k < n; k++) {
-        req[k] = q->req[q->head + e[k].pos];
-        reason[k] = q->reason[q->head + e[k].pos];
-        q->job[q->head + k] = e[k].job;
+    size_t base = q->head + ns;
+    for (size_t k = 0; k < nt; k++)
+        e[k] = (struct order_entry){q->job[base + k], (uint32_t)k};
+    qsort(e, nt, sizeof(*e), cmp_entry);
+    for (size_t k = 0; k < nt; k++) {
+        req[k] = q->req[base + e[k].pos];
+        reason[k] = q->reason[base + e[k].pos];
     }
-    memcpy(q->req + q->head, req, n * sizeof(*req));
-    memcpy(q->reason + q->head, reason, n);
+    size_t w = q->head + n, a = ns, t = nt;
+    while (t > 0) {
+        w--;
+        if (a > 0 && q->job[q->head + a - 1] > e[t - 1].job) {
+            a--;
+            q->job[w] = q->job[q->head + a];
+            q->req[w] = q->req[q->head + a];
+            q->reason[w] = q->reason[q->head + a];
+        } else {
+            t--;
+            q->job[w] = e[t].job;
+            q->req[w] = req[t];
+            q->reason[w] = reason[t];
+        }
+    }
     free(e);
     free(req);
     free(reason);
-    q->unsorted = false;
+    q->nsorted = n;
     return 0;
 }
 
@@ -113,6 +129,7 @@ void sim_queue_compact(struct sim_queue *q, size_t last_gone)
     for (size_t k = q->head + last_gone + 1; k-- > q->head;) {
         if (q->reason[k] == SIM_QUEUE_GONE) {
             removed++;
+            q->nsorted -= k - q->head < q->nsorted; /* the rest stays in order */
             continue;
         }
         dst--;

@@ -25,7 +25,7 @@ struct sim_queue {
     struct sched_job *req; /* the request sched_pass sees */
     uint8_t *reason;       /* enum sched_reason of the last pass, or SIM_QUEUE_GONE */
     size_t head, n, cap;
-    bool unsorted; /* a job was pushed behind a higher index */
+    size_t nsorted; /* entries [head, head + nsorted) are in job order */
 };
 
 void sim_queue_init(struct sim_queue *q);
@@ -35,7 +35,9 @@ void sim_queue_release(struct sim_queue *q);
  * 0 or GPO_ENOMEM. */
 int sim_queue_push(struct sim_queue *q, uint32_t job, const struct sched_job *req);
 
-/* Puts the entries back in job order, if a push broke it. 0 or GPO_ENOMEM. */
+/* Puts the entries back in job order, if a push broke it: the pushes since
+ * the last sort are sorted and merged into the rest, which moves only the
+ * entries between them. 0 or GPO_ENOMEM. */
 int sim_queue_sort(struct sim_queue *q);
 
 /* Drops the entries whose reason is SIM_QUEUE_GONE; `last_gone` is the
