@@ -18,6 +18,12 @@ struct victim_rule {
     uint8_t lasq;
 };
 
+/* Pending job j's LAS queue (0 outside LAS). */
+static uint8_t job_lasq(const struct pass *p, const struct sched_job *j)
+{
+    return p->lasq ? p->lasq[j - p->q->jobs] : 0;
+}
+
 static void victim_rule_init(struct pass *p, const struct sched_job *j, struct victim_rule *ret)
 {
     const struct sched_prio_class *cls = &p->c->classes[j->prio];
@@ -27,7 +33,7 @@ static void victim_rule_init(struct pass *p, const struct sched_job *j, struct v
                                 .las = p->lasq != NULL,
                                 .team_only = order_las_team_only(p->pol),
                                 .job = j,
-                                .lasq = p->lasq ? p->lasq[j - p->q->jobs] : 0};
+                                .lasq = job_lasq(p, j)};
     /* Reclaim needs the job to fit within its team's guarantee in the victim's group. */
     for (uint32_t g = 0; g < p->view.ngroups; g++)
         p->within_g[g] = p->eligible[g] &&
@@ -84,7 +90,7 @@ static int64_t job_size(const struct sched_job *j)
  */
 bool evict_failed_before(const struct pass *p, const struct sched_job *j)
 {
-    uint8_t lasq = p->lasq ? p->lasq[j - p->q->jobs] : 0;
+    uint8_t lasq = job_lasq(p, j);
     for (size_t f = 0; f < p->nfails; f++) {
         const struct fail *x = &p->fails[f];
         if (x->team != j->team || x->prio != j->prio || x->pool != j->pool ||
@@ -99,10 +105,8 @@ bool evict_failed_before(const struct pass *p, const struct sched_job *j)
 void evict_note_failure(struct pass *p, const struct sched_job *j)
 {
     if (p->nfails < MAX_FAILS)
-        p->fails[p->nfails++] =
-            (struct fail){j->team,     j->prio,     j->pool,
-                          j->gpu_type, job_kind(j), p->lasq ? p->lasq[j - p->q->jobs] : 0,
-                          job_size(j)};
+        p->fails[p->nfails++] = (struct fail){j->team,     j->prio,        j->pool,    j->gpu_type,
+                                              job_kind(j), job_lasq(p, j), job_size(j)};
 }
 
 /* Records a claim: `victims` leave for `job`, which was planned onto `nodes`. */

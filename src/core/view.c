@@ -18,6 +18,16 @@ static uint32_t node_type_slot(const struct sched_cluster *c, const struct sched
 
 static bool gpu_take(struct view *view, uint32_t gi, uint32_t milli, uint32_t mem, bool give);
 
+/* Takes a node part's CPUs and host memory, saturating at 0; whether they
+ * were over what the node had free. */
+static bool node_take(struct view_node *vn, const struct sched_node_part *p)
+{
+    bool over = vn->free_cpus < p->cpus || vn->free_mem_mib < p->mem_mib;
+    vn->free_cpus = vn->free_cpus > p->cpus ? vn->free_cpus - p->cpus : 0;
+    vn->free_mem_mib = vn->free_mem_mib > p->mem_mib ? vn->free_mem_mib - p->mem_mib : 0;
+    return over;
+}
+
 /* view_apply for view_init: every group is dirty (rescanned when first
  * read), so there are no aggregates to keep up and no node to track. */
 static bool apply_fresh(struct view *view, const struct sched_alloc *alloc)
@@ -27,13 +37,8 @@ static bool apply_fresh(struct view *view, const struct sched_alloc *alloc)
         const struct sched_share *s = &alloc->shares[i];
         over |= gpu_take(view, s->gpu, s->milli, s->mem_mib, false);
     }
-    for (uint32_t i = 0; i < alloc->nnodes; i++) {
-        const struct sched_node_part *p = &alloc->nodes[i];
-        struct view_node *vn = &view->nodes[p->node];
-        over |= vn->free_cpus < p->cpus || vn->free_mem_mib < p->mem_mib;
-        vn->free_cpus = vn->free_cpus > p->cpus ? vn->free_cpus - p->cpus : 0;
-        vn->free_mem_mib = vn->free_mem_mib > p->mem_mib ? vn->free_mem_mib - p->mem_mib : 0;
-    }
+    for (uint32_t i = 0; i < alloc->nnodes; i++)
+        over |= node_take(&view->nodes[alloc->nodes[i].node], &alloc->nodes[i]);
     return over;
 }
 
@@ -424,9 +429,7 @@ bool view_apply(struct view *view, const struct sched_alloc *alloc, bool give)
             vn->free_cpus += p->cpus;
             vn->free_mem_mib += p->mem_mib;
         } else {
-            over |= vn->free_cpus < p->cpus || vn->free_mem_mib < p->mem_mib;
-            vn->free_cpus = vn->free_cpus > p->cpus ? vn->free_cpus - p->cpus : 0;
-            vn->free_mem_mib = vn->free_mem_mib > p->mem_mib ? vn->free_mem_mib - p->mem_mib : 0;
+            over |= node_take(vn, p);
         }
         if (i < ntrack)
             node_moved(view, p->node, old_whole[i], old_milli[i]);
