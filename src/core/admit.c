@@ -256,16 +256,19 @@ int admit_job(struct pass *p, uint32_t i)
 }
 
 /*
- * Would ranking job i (of shape s, represented by its first job) change
- * nothing but its own wait? That is: it finds no room, cannot preempt, and
- * needs no reservation (its pools have one, or backfill found none). Then its
- * reason does not depend on its rank. Probing a shape's placement here has no
- * side effect but the shape's miss cache.
+ * Would ranking any of shape s's remaining candidates change nothing but its
+ * own wait? That is: it finds no room, cannot preempt, and needs no
+ * reservation (its pools have one, or backfill found none). Then its reason
+ * does not depend on its rank. The shape's jobs share everything this looks
+ * at but, under LAS, their queue: the candidate in the least-served queue
+ * stands for them (sh->rep), as what a job may evict only shrinks as its
+ * queue rises. Probing a shape's placement here has no side effect but the
+ * shape's miss cache.
  */
 static bool shape_inert(struct pass *p, uint32_t s)
 {
     struct jshape *sh = &p->shapes_of[s];
-    uint32_t rep = sh->first;
+    uint32_t rep = sh->rep;
     const struct sched_job *j = &p->q->jobs[rep];
     uint32_t nallowed;
     uint32_t neligible = pass_allowed(p, rep, &nallowed);

@@ -19,10 +19,11 @@ struct idmap_cell {
 };
 
 /* The window for the next pass: the ids seen in the last one, and room for
- * about half as many new ones above them. When they were spread wider than a
- * few cells per id, the window covers the newest of them (jobs waiting or
- * running for long have the oldest ids, and are few): those below it go to
- * the hash table. */
+ * about half as many new ones above them. When they were spread wider than
+ * 64 cells per id (or 1 Mi cells, 8 MiB), the window covers the newest of
+ * them: those below it go to the hash table. A busy queue under LAS holds
+ * jobs from far back (the ones it evicted), so the window is wide: a cell
+ * is 8 bytes, touched in id order, where a hash probe is a cache miss. */
 static void choose_window(const struct idmap *m, size_t n, uint64_t *ret_base, size_t *ret_nwin)
 {
     *ret_base = 0;
@@ -30,7 +31,9 @@ static void choose_window(const struct idmap *m, size_t n, uint64_t *ret_base, s
     if (!m->seen || n == 0)
         return;
     uint64_t span = m->seen_max - m->seen_min;
-    size_t room = n / 2 + 1024, widest = 3 * n + 3072;
+    size_t room = n / 2 + 1024, widest = 64 * n + 3072;
+    if (widest > ((size_t)1 << 20))
+        widest = (size_t)1 << 20;
     uint64_t below = span >= widest ? span - widest + 1 : 0;
     *ret_base = m->seen_min + below;
     *ret_nwin = (size_t)(span - below) + 1 + room;

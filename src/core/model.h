@@ -230,6 +230,11 @@ struct sched_policy {
     int64_t las_thresholds_gpu_ms[SCHED_LAS_MAX_QUEUES - 1];
     int64_t preempt_grace_ms;      /* SIGTERM to SIGKILL; also the estimated wait */
     int64_t default_time_limit_ms; /* runtime assumed for jobs without a limit */
+    /* Tuning, not policy: candidates ranked between two checks of whether the
+     * rest of the queue is frozen (then settled in one sweep). 0: the default
+     * (every 256, or every shape's count if more). Results never depend on
+     * it; the tests check that. */
+    uint32_t frozen_check_every;
 };
 
 /* Sets *ret to the default policy (see docs/scheduling.md for the why):

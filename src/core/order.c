@@ -102,6 +102,8 @@ int order_init(struct order *o, const struct sched_cluster *c, const struct view
     free(types);
 
     double life = mean_life_ms(policy);
+    /* Most running jobs ran all the time since the last pass: one exp2 for them. */
+    double since_last = now_ms > last ? 1.0 - exp2(-(double)(now_ms - last) / half) : 0.0;
     for (size_t r = 0; running && r < running->njobs; r++) {
         const struct sched_running *run = &running->jobs[r];
         const struct sched_alloc *a = &run->alloc;
@@ -115,7 +117,8 @@ int order_init(struct order *o, const struct sched_cluster *c, const struct view
         int64_t since = run->start_ms > last ? run->start_ms : last;
         if (now_ms > since) {
             double span = (double)(now_ms - since);
-            o->usage[k] += (double)milli / SCHED_MILLI * life * (1.0 - exp2(-span / half));
+            double got = since == last ? since_last : 1.0 - exp2(-span / half);
+            o->usage[k] += (double)milli / SCHED_MILLI * life * got;
         }
     }
     return 0;

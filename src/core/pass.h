@@ -67,6 +67,7 @@ struct jshape {
     uint32_t allowed_stamp; /* compute_allowed's answer, while team_starts + 1 matches; 0: none */
     uint32_t nallowed, neligible;
     uint32_t remaining; /* candidates of this shape not yet ranked */
+    uint32_t rep;       /* the candidate that stands for them: the least-served under LAS */
     bool valid;         /* validation passed (else first's wait is final) */
     bool fit0;          /* fitted the free capacity when the pass began */
     bool pot;           /* might preempt */

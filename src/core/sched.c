@@ -68,14 +68,14 @@ static bool run_before(const struct run_by_id *x, const struct run_by_id *y)
 
 SORT_DEFINE(sort_run_by_id, struct run_by_id, run_before)
 
-/* What running job r attained since the last pass, in GPU-ms. */
-static int64_t attained_since(const struct pass *p, const struct sched_running *run)
+/* What running job r attained since the last pass, in GPU-ms (p->rmilli[r]
+ * is the sum of its shares). */
+static int64_t attained_since(const struct pass *p, uint32_t r)
 {
+    const struct sched_running *run = &p->run->jobs[r];
     int64_t since = run->start_ms > p->st->last_pass_ms ? run->start_ms : p->st->last_pass_ms;
     int64_t span = p->now > since ? p->now - since : 0;
-    int64_t milli = 0;
-    for (uint32_t i = 0; i < run->alloc.nshares; i++)
-        milli += run->alloc.shares[i].milli;
+    int64_t milli = p->rmilli[r];
     return span / SCHED_MILLI * milli + span % SCHED_MILLI * milli / SCHED_MILLI;
 }
 
@@ -108,7 +108,7 @@ static int running_attained(struct pass *p)
             if (st->attained[a].job == p->rby_id[k].job)
                 old = st->attained[a].gpu_ms;
         }
-        p->rattained[r] = old + attained_since(p, rj);
+        p->rattained[r] = old + attained_since(p, r);
         if (!p->las_min_victim || rj->preempting || !(p->rbits[r] & R_CKPT) ||
             p->rgroup[r] == SCHED_NONE)
             continue;
@@ -492,10 +492,16 @@ static int run_pass(struct pass *p)
     size_t ncshapes = 0, since_check = 0, check_every;
     for (size_t k = 0; k < ncands; k++) {
         struct jshape *sh = &p->shapes_of[p->jshape[cands[k]]];
-        if (!sh->remaining++)
+        if (!sh->remaining++) {
             cshapes[ncshapes++] = p->jshape[cands[k]];
+            sh->rep = cands[k];
+        } else if (p->lasq && p->lasq[cands[k]] < p->lasq[sh->rep]) {
+            sh->rep = cands[k];
+        }
     }
-    check_every = ncshapes > 256 ? ncshapes : 256;
+    check_every = p->pol->frozen_check_every ? p->pol->frozen_check_every
+                  : ncshapes > 256           ? ncshapes
+                                             : 256;
     for (uint32_t i; (i = order_next(&p->order)) != SCHED_NONE;) {
         if (p->jflag[i] & J_DONE)
             continue;

@@ -19,7 +19,8 @@
 
 /* ---- building inputs ---- */
 
-#define MAX_JOBS 16
+#define MAX_JOBS    64
+#define RANDOM_JOBS 16 /* jobs per random workload, but below */
 
 struct world {
     struct sim_trace trace;
@@ -339,13 +340,44 @@ static void test_fragmented_gpus(void **state)
     }
 }
 
+/* n random jobs (ids[k] their names) from the generator *x: bursts 0-31 s
+ * apart, quarter GPUs to 8-GPU gangs, 1-300 s, either team. */
+static void random_jobs(struct world *w, char (*ids)[8], int n, uint64_t *x)
+{
+    int64_t t = 0;
+    for (int k = 0; k < n; k++) {
+        *x = *x * 6364136223846793005ULL + 1442695040888963407ULL;
+        snprintf(ids[k], sizeof(ids[k]), "j%d", k % 10000);
+        t += (int64_t)(*x >> 59);
+        int64_t size = (*x >> 20) % 8;
+        int64_t milli = size == 0 ? 250 : size == 7 ? 8000 : 1000 * (size % 4 + 1);
+        add_job(w, ids[k], t, (int64_t)(*x >> 40) % 300 + 1, milli, (uint32_t)(*x >> 33) % 2);
+    }
+}
+
+/* Two replays of one workload gave the same schedule. */
+static void assert_same_schedule(const struct sim_result *a, const struct sim_result *b, int round,
+                                 const char *policy, const char *how)
+{
+    assert_int_equal(a->njobs, b->njobs);
+    for (size_t k = 0; k < a->njobs; k++) {
+        if (a->jobs[k].first_start_s != b->jobs[k].first_start_s ||
+            a->jobs[k].end_s != b->jobs[k].end_s)
+            fail_msg("round %d, %s, job %zu: %s gave start %lld end %lld against %lld %lld", round,
+                     policy, k, how, (long long)a->jobs[k].first_start_s,
+                     (long long)a->jobs[k].end_s, (long long)b->jobs[k].first_start_s,
+                     (long long)b->jobs[k].end_s);
+    }
+    assert_int_equal(a->preemptions, b->preemptions);
+}
+
 /* Skipping the pass of a step where jobs only arrived and none could start
  * changes nothing: random workloads (two teams, one with a guarantee, whole
  * and fractional jobs, gangs) replayed both ways give the same schedule. */
 static void test_skipped_passes_change_nothing(void **state)
 {
     (void)state;
-    static char ids[MAX_JOBS][8];
+    static char ids[RANDOM_JOBS][8];
     uint64_t x = 12345;
     const char *policies[] = {"default", "fifo", "fifo-backfill", "las", "spread", "sjf"};
     uint64_t skipped = 0;
@@ -356,15 +388,7 @@ static void test_skipped_passes_change_nothing(void **state)
             (struct sim_spec_quota){.pool = 0, .guaranteed_milli = 4000, .borrow_limit_milli = -1};
         w.teams[1].quotas = &w.quotas[0];
         w.teams[1].nquotas = round % 2;
-        int64_t t = 0;
-        for (int k = 0; k < MAX_JOBS; k++) {
-            x = x * 6364136223846793005ULL + 1442695040888963407ULL;
-            snprintf(ids[k], sizeof(ids[k]), "j%d", k);
-            t += (int64_t)(x >> 59); /* bursts: 0-31 s apart */
-            int64_t size = (x >> 20) % 8;
-            int64_t milli = size == 0 ? 250 : size == 7 ? 8000 : 1000 * (size % 4 + 1);
-            add_job(&w, ids[k], t, (int64_t)(x >> 40) % 300 + 1, milli, (uint32_t)(x >> 33) % 2);
-        }
+        random_jobs(&w, ids, RANDOM_JOBS, &x);
         for (size_t p = 0; p < sizeof(policies) / sizeof(policies[0]); p++) {
             struct sim_opts skip = {.restart_penalty_s = 10}, every = skip;
             every.pass_every_step = true;
@@ -373,21 +397,52 @@ static void test_skipped_passes_change_nothing(void **state)
             run_opts(&w, policies[p], &every, &b);
             assert_true(a.passes <= b.passes);
             skipped += b.passes - a.passes;
-            for (size_t k = 0; k < a.njobs; k++) {
-                if (a.jobs[k].first_start_s != b.jobs[k].first_start_s ||
-                    a.jobs[k].end_s != b.jobs[k].end_s)
-                    fail_msg("round %d, %s, job %zu: skipping gave start %lld end %lld, every "
-                             "step %lld %lld",
-                             round, policies[p], k, (long long)a.jobs[k].first_start_s,
-                             (long long)a.jobs[k].end_s, (long long)b.jobs[k].first_start_s,
-                             (long long)b.jobs[k].end_s);
-            }
-            assert_int_equal(a.preemptions, b.preemptions);
+            assert_same_schedule(&a, &b, round, policies[p], "skipping passes");
             sim_result_release(&a);
             sim_result_release(&b);
         }
     }
     assert_true(skipped > 100); /* the rule was exercised */
+}
+
+/* The core stops ranking candidates once the rest of the queue is frozen
+ * (sched.c, admit.c's shape_inert): when it checks must not change what
+ * starts. Random workloads under LAS with low thresholds, so that jobs of
+ * one shape sit in different LAS queues, replayed with a check after every
+ * candidate and with none, give the same schedule. */
+static void test_frozen_check_changes_nothing(void **state)
+{
+    (void)state;
+    static char ids[MAX_JOBS][8];
+    uint64_t x = 99;
+    const char *policies[] = {"las", "default"};
+    uint64_t preemptions = 0;
+    for (int round = 0; round < 24; round++) {
+        struct world w;
+        world_init(&w, 2, 8);
+        random_jobs(&w, ids, MAX_JOBS, &x);
+        for (size_t p = 0; p < sizeof(policies) / sizeof(policies[0]); p++) {
+            struct sim_policy pol;
+            assert_int_equal(sim_policy_find(policies[p], &pol), 0);
+            pol.core.nlas_thresholds = 2;
+            pol.core.las_thresholds_gpu_ms[0] = 60 * 1000; /* one GPU-minute */
+            pol.core.las_thresholds_gpu_ms[1] = 300 * 1000;
+            struct sim_opts opts = {.restart_penalty_s = 5};
+            struct sim_result a, b;
+            char err[256] = "";
+            pol.core.frozen_check_every = 1;
+            sim_result_init(&a);
+            assert_int_equal(sim_run(&w.trace, &w.spec, &pol, &opts, &a, err, sizeof(err)), 0);
+            pol.core.frozen_check_every = UINT32_MAX;
+            sim_result_init(&b);
+            assert_int_equal(sim_run(&w.trace, &w.spec, &pol, &opts, &b, err, sizeof(err)), 0);
+            assert_same_schedule(&a, &b, round, policies[p], "checking every candidate");
+            preemptions += a.preemptions;
+            sim_result_release(&a);
+            sim_result_release(&b);
+        }
+    }
+    assert_true(preemptions > 100); /* LAS queues were exercised */
 }
 
 /* The same inputs, replayed twice, give the same results. */
@@ -396,9 +451,9 @@ static void test_same_inputs_same_results(void **state)
     (void)state;
     struct world w;
     world_init(&w, 2, 4);
-    static char ids[MAX_JOBS][8];
+    static char ids[RANDOM_JOBS][8];
     uint64_t x = 7;
-    for (int k = 0; k < MAX_JOBS; k++) {
+    for (int k = 0; k < RANDOM_JOBS; k++) {
         x = x * 6364136223846793005ULL + 1442695040888963407ULL;
         snprintf(ids[k], sizeof(ids[k]), "j%d", k);
         add_job(&w, ids[k], k * 5, (int64_t)(x >> 40) % 500 + 1,
@@ -453,6 +508,7 @@ int main(void)
         cmocka_unit_test(test_team_pinned_to_its_pool),
         cmocka_unit_test(test_fragmented_gpus),
         cmocka_unit_test(test_skipped_passes_change_nothing),
+        cmocka_unit_test(test_frozen_check_changes_nothing),
         cmocka_unit_test(test_same_inputs_same_results),
         cmocka_unit_test(test_policy_names),
     };
