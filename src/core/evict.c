@@ -279,13 +279,18 @@ int evict_try(struct pass *p, uint32_t i, int64_t end)
     return hr < 0 ? hr : 1;
 }
 
+int64_t evict_las_want(const struct sched_job *j)
+{
+    return j->gpus > 0        ? (int64_t)j->gpus * SCHED_MILLI
+           : j->gpu_milli > 0 ? j->gpu_milli
+                              : SCHED_MILLI; /* by memory: at most one GPU */
+}
+
 bool evict_may_preempt_las(const struct pass *p, const struct sched_job *j, uint32_t lasq)
 {
     if (!p->las_min_victim || lasq >= SCHED_LAS_MAX_QUEUES)
         return false;
-    int64_t want = j->gpus > 0        ? (int64_t)j->gpus * SCHED_MILLI
-                   : j->gpu_milli > 0 ? j->gpu_milli
-                                      : SCHED_MILLI; /* by memory: at most one GPU */
+    int64_t want = evict_las_want(j);
     size_t k = order_las_team_only(p->pol) ? j->team : p->c->nteams;
     return p->las_min_victim[k * SCHED_LAS_MAX_QUEUES + lasq] <= want;
 }

@@ -15,6 +15,10 @@
  * claim recorded, its room held), 0 not, or an error. */
 int evict_try(struct pass *p, uint32_t i, int64_t end);
 
+/* What job j asks for, in milli-GPU, as LAS weighs a victim against it: LAS
+ * never evicts a job that holds more (a job sized by memory: one GPU). */
+int64_t evict_las_want(const struct sched_job *j);
+
 /* Might job j, in LAS queue `lasq`, evict anything under LAS: a running
  * checkpointable job in a queue above it (of its team, within teams) that
  * holds no more than it asks for? A cheap necessary condition. */

@@ -404,8 +404,12 @@ uint32_t order_next(struct order *o)
          * have changed, so it re-enters the heap with fresh keys. */
         uint32_t s = (uint32_t)o->pending_seg;
         o->pending_seg = -1;
-        if (o->segs[s].begin < o->segs[s].end)
-            heap_push(o, s);
+        if (o->segs[s].begin < o->segs[s].end) {
+            if (o->nheap)
+                heap_push(o, s);
+            else
+                o->heap[o->nheap++] = s; /* alone in its class: nothing to compare */
+        }
     }
     if (!o->nheap && o->seg_pos < o->nsegs) {
         /* Next priority class: all its teams compete. */

@@ -144,85 +144,46 @@ static int cmp_class_order(const void *a, const void *b, const struct sched_clus
     return (x > y) - (x < y);
 }
 
+/* Scratch for one pass, from the result's arena: freed all at once when the
+ * next pass resets it, which spares the pass some 40 malloc/free pairs.
+ * Never NULL for 0 bytes; zeroed when asked. NULL: out of memory. */
+void *pass_scratch(struct pass *p, size_t bytes, bool zero)
+{
+    void *m = pass_arena_alloc(p->res, bytes ? bytes : 1);
+    if (m && zero)
+        memset(m, 0, bytes);
+    return m;
+}
+
 int pass_alloc(struct pass *p)
 {
     size_t nq = p->q->njobs, nr = p->run->njobs;
-    p->jflag = calloc(nq ? nq : 1, 1);
+    p->jflag = pass_scratch(p, nq, true);
     /* Waits are written straight into the result (one per queued job, in queue
      * order), which keeps its memory from pass to pass; started jobs are
      * squeezed out at the end. */
     if (vec_grow((void **)&p->res->waits, &p->res->waits_cap, nq ? nq : 1, sizeof(*p->res->waits)))
         return GPO_ENOMEM;
     p->jwait = p->res->waits;
-    p->rflag = calloc(nr ? nr : 1, 1);
-    p->rank = malloc((p->c->nclasses ? p->c->nclasses : 1) * sizeof(*p->rank));
-    p->allowed = malloc((p->view.ngroups ? p->view.ngroups : 1) * sizeof(*p->allowed));
-    p->eligible = malloc((p->view.ngroups ? p->view.ngroups : 1) * sizeof(*p->eligible));
-    p->pcand = malloc((nr ? nr : 1) * sizeof(*p->pcand));
-    p->pbuf = malloc((nr ? nr : 1) * sizeof(*p->pbuf));
-    p->victims = malloc((nr ? nr : 1) * sizeof(*p->victims));
-    p->leaving = malloc((nr ? nr : 1) * sizeof(*p->leaving));
-    p->pool_resv = malloc((p->c->npools ? p->c->npools : 1) * sizeof(*p->pool_resv));
-    p->pool_block = calloc(p->c->npools ? p->c->npools : 1, sizeof(*p->pool_block));
+    p->rflag = pass_scratch(p, nr, true);
+    p->rank = pass_scratch(p, p->c->nclasses * sizeof(*p->rank), false);
+    p->allowed = pass_scratch(p, p->view.ngroups * sizeof(*p->allowed), false);
+    p->eligible = pass_scratch(p, p->view.ngroups * sizeof(*p->eligible), false);
+    p->pcand = pass_scratch(p, nr * sizeof(*p->pcand), false);
+    p->pbuf = pass_scratch(p, nr * sizeof(*p->pbuf), false);
+    p->victims = pass_scratch(p, nr * sizeof(*p->victims), false);
+    p->leaving = pass_scratch(p, nr * sizeof(*p->leaving), false);
+    p->pool_resv = pass_scratch(p, p->c->npools * sizeof(*p->pool_resv), false);
+    p->pool_block = pass_scratch(p, p->c->npools * sizeof(*p->pool_block), true);
     uint32_t ng = p->view.ngroups ? p->view.ngroups : 1;
-    p->headroom = malloc(ng * sizeof(*p->headroom));
-    p->group_starts = calloc(ng, sizeof(*p->group_starts));
-    p->team_starts = calloc(p->c->nteams ? p->c->nteams : 1, sizeof(*p->team_starts));
-    p->guar_left = calloc(p->c->nteams ? p->c->nteams : 1, sizeof(*p->guar_left));
+    p->headroom = pass_scratch(p, ng * sizeof(*p->headroom), false);
+    p->group_starts = pass_scratch(p, ng * sizeof(*p->group_starts), true);
+    p->team_starts = pass_scratch(p, p->c->nteams * sizeof(*p->team_starts), true);
+    p->guar_left = pass_scratch(p, p->c->nteams * sizeof(*p->guar_left), true);
     if (!p->guar_left)
         return GPO_ENOMEM;
-    for (uint32_t t = 0; t < p->c->nteams; t++)
-        pass_update_guar_left(p, t);
-    if (!p->res->scratch && !(p->res->scratch = calloc(1, sizeof(*p->res->scratch))))
-        return GPO_ENOMEM;
-    p->shapes_of = p->res->scratch->shapes;
-    p->shapes_cap = p->res->scratch->shapes_cap;
-    p->skeys = p->res->scratch->skeys;
-    p->skeys_cap = p->res->scratch->skeys_cap;
-    p->scratch_taken = true;
-    p->jshape = malloc((nq ? nq : 1) * sizeof(*p->jshape));
-    p->ojob = malloc((nq ? nq : 1) * sizeof(*p->ojob));
-    if (!p->headroom || !p->group_starts || !p->team_starts || !p->jshape || !p->ojob)
-        return GPO_ENOMEM;
-    int err = view_clone(&p->pristine, &p->view);
-    if (err)
-        return err;
-    p->free0 = malloc((p->c->nnodes ? p->c->nnodes : 1) * sizeof(*p->free0));
-    if (!p->free0)
-        return GPO_ENOMEM;
-    for (uint32_t n = 0; n < p->c->nnodes; n++) {
-        const struct view_node *vn = &p->view.nodes[n];
-        if (vn->usable && (vn->free_whole || vn->nshared))
-            p->free0[p->nfree0++] = n;
-    }
-    size_t nq_cells = (size_t)p->c->nteams * p->view.ngroups;
-    p->excess = malloc((nq_cells ? nq_cells : 1) * sizeof(*p->excess));
-    if (!p->excess)
-        return GPO_ENOMEM;
-    for (size_t k = 0; k < nq_cells; k++) {
-        int64_t over = p->quota.used[k] - p->quota.guar[k];
-        p->excess[k] = over > 0 ? over : 0;
-    }
-    p->rel_cap = nr + 16;
-    p->rel = malloc(p->rel_cap * sizeof(*p->rel));
-    if (!p->jflag || !p->jwait || !p->rflag || !p->rank || !p->allowed || !p->eligible ||
-        !p->pcand || !p->pbuf || !p->victims || !p->leaving || !p->pool_resv || !p->pool_block ||
-        !p->rel)
-        return GPO_ENOMEM;
-    if (order_uses_las(p->pol)) {
-        p->lasq = calloc(nq ? nq : 1, 1);
-        p->rlasq = calloc(nr ? nr : 1, 1);
-        p->las_milli = calloc((size_t)p->c->nteams * p->view.ngroups * SCHED_LAS_MAX_QUEUES,
-                              sizeof(*p->las_milli));
-        p->las_min_victim =
-            malloc(((size_t)p->c->nteams + 1) * SCHED_LAS_MAX_QUEUES * sizeof(*p->las_min_victim));
-        if (!p->lasq || !p->rlasq || !p->las_milli || !p->las_min_victim)
-            return GPO_ENOMEM;
-        for (size_t t = 0; t < ((size_t)p->c->nteams + 1) * SCHED_LAS_MAX_QUEUES; t++)
-            p->las_min_victim[t] = INT64_MAX;
-    }
-    for (uint32_t k = 0; k < p->c->npools; k++)
-        p->pool_resv[k] = -1;
+    /* The running set, read once: each job's group and GPUs, which are also
+     * the teams' quota usage. */
     /* Rank classes by order; equal orders share a rank. */
     uint32_t *idx = malloc((p->c->nclasses ? p->c->nclasses : 1) * sizeof(*idx));
     if (!idx)
@@ -245,21 +206,23 @@ int pass_alloc(struct pass *p)
     }
     free(idx);
     p->nranks = (uint32_t)rank + 1;
-    p->rgroup = malloc((nr ? nr : 1) * sizeof(*p->rgroup));
-    p->rmilli = malloc((nr ? nr : 1) * sizeof(*p->rmilli));
-    p->rorder = malloc((nr ? nr : 1) * sizeof(*p->rorder));
-    p->rteam = malloc((nr ? nr : 1) * sizeof(*p->rteam));
-    p->rbits = malloc((nr ? nr : 1) * sizeof(*p->rbits));
-    p->pwhy = malloc((nr ? nr : 1) * sizeof(*p->pwhy));
-    p->within_g = malloc(ng * sizeof(*p->within_g));
+    p->rgroup = pass_scratch(p, nr * sizeof(*p->rgroup), false);
+    p->rmilli = pass_scratch(p, nr * sizeof(*p->rmilli), false);
+    p->rorder = pass_scratch(p, nr * sizeof(*p->rorder), false);
+    p->rteam = pass_scratch(p, nr * sizeof(*p->rteam), false);
+    p->rbits = pass_scratch(p, nr * sizeof(*p->rbits), false);
+    p->pwhy = pass_scratch(p, nr * sizeof(*p->pwhy), false);
+    p->within_g = pass_scratch(p, ng * sizeof(*p->within_g), false);
     if (!p->rorder || !p->rteam || !p->rbits || !p->pwhy || !p->within_g)
         return GPO_ENOMEM;
-    p->rank_milli = calloc((size_t)ng * p->nranks, sizeof(*p->rank_milli));
+    p->rank_milli = pass_scratch(p, (size_t)ng * p->nranks * sizeof(*p->rank_milli), true);
     if (!p->rgroup || !p->rmilli || !p->rank_milli)
         return GPO_ENOMEM;
     for (size_t k = 0; k < nr; k++) {
         const struct sched_running *run = &p->run->jobs[k];
         quota_alloc_usage(&p->view, &run->alloc, &p->rgroup[k], &p->rmilli[k]);
+        if (p->rgroup[k] != SCHED_NONE)
+            quota_add(&p->quota, run->job->team, p->rgroup[k], p->rmilli[k]);
         p->rorder[k] = p->c->classes[run->job->prio].order;
         p->rteam[k] = run->job->team;
         p->rbits[k] =
@@ -268,37 +231,74 @@ int pass_alloc(struct pass *p)
             p->rank_milli[(size_t)p->rgroup[k] * p->nranks + p->rank[run->job->prio]] +=
                 p->rmilli[k];
     }
+    for (uint32_t t = 0; t < p->c->nteams; t++)
+        pass_update_guar_left(p, t);
+    if (!p->res->scratch && !(p->res->scratch = calloc(1, sizeof(*p->res->scratch))))
+        return GPO_ENOMEM;
+    p->shapes_of = p->res->scratch->shapes;
+    p->shapes_cap = p->res->scratch->shapes_cap;
+    p->skeys = p->res->scratch->skeys;
+    p->skeys_cap = p->res->scratch->skeys_cap;
+    p->scratch_taken = true;
+    p->jshape = pass_scratch(p, nq * sizeof(*p->jshape), false);
+    p->ojob = pass_scratch(p, nq * sizeof(*p->ojob), false);
+    if (!p->headroom || !p->group_starts || !p->team_starts || !p->jshape || !p->ojob)
+        return GPO_ENOMEM;
+    int err = view_clone(&p->pristine, &p->view);
+    if (err)
+        return err;
+    p->free0 = pass_scratch(p, p->c->nnodes * sizeof(*p->free0), false);
+    if (!p->free0)
+        return GPO_ENOMEM;
+    for (uint32_t n = 0; n < p->c->nnodes; n++) {
+        const struct view_node *vn = &p->view.nodes[n];
+        if (vn->usable && (vn->free_whole || vn->nshared))
+            p->free0[p->nfree0++] = n;
+    }
+    size_t nq_cells = (size_t)p->c->nteams * p->view.ngroups;
+    p->excess = pass_scratch(p, nq_cells * sizeof(*p->excess), false);
+    if (!p->excess)
+        return GPO_ENOMEM;
+    for (size_t k = 0; k < nq_cells; k++) {
+        int64_t over = p->quota.used[k] - p->quota.guar[k];
+        p->excess[k] = over > 0 ? over : 0;
+    }
+    p->rel_cap = nr + 16;
+    p->rel = malloc(p->rel_cap * sizeof(*p->rel));
+    if (!p->jflag || !p->jwait || !p->rflag || !p->rank || !p->allowed || !p->eligible ||
+        !p->pcand || !p->pbuf || !p->victims || !p->leaving || !p->pool_resv || !p->pool_block ||
+        !p->rel)
+        return GPO_ENOMEM;
+    if (order_uses_las(p->pol)) {
+        p->lasq = pass_scratch(p, nq, true);
+        p->rlasq = pass_scratch(p, nr, true);
+        p->las_milli = pass_scratch(p,
+                                    (size_t)p->c->nteams * p->view.ngroups * SCHED_LAS_MAX_QUEUES *
+                                        sizeof(*p->las_milli),
+                                    true);
+        p->las_min_victim = pass_scratch(
+            p, ((size_t)p->c->nteams + 1) * SCHED_LAS_MAX_QUEUES * sizeof(*p->las_min_victim),
+            false);
+        if (!p->lasq || !p->rlasq || !p->las_milli || !p->las_min_victim)
+            return GPO_ENOMEM;
+        for (size_t t = 0; t < ((size_t)p->c->nteams + 1) * SCHED_LAS_MAX_QUEUES; t++)
+            p->las_min_victim[t] = INT64_MAX;
+    }
+    for (uint32_t k = 0; k < p->c->npools; k++)
+        p->pool_resv[k] = -1;
     return 0;
 }
 
 void pass_free(struct pass *p)
 {
+    free(p->rby_id);
+    free(p->rattained);
+    /* The pass's scratch arrays are in the result's arena (pass_scratch). */
     view_release(&p->view);
     quota_release(&p->quota);
     order_release(&p->order);
     free(p->place.nodes);
     free(p->place.shares);
-    free(p->jflag);
-    free(p->lasq);
-    free(p->rflag);
-    free(p->rgroup);
-    free(p->rmilli);
-    free(p->rorder);
-    free(p->rteam);
-    free(p->rbits);
-    free(p->pwhy);
-    free(p->within_g);
-    free(p->rank_milli);
-    free(p->rlasq);
-    free(p->las_milli);
-    free(p->las_min_victim);
-    free(p->rank);
-    free(p->allowed);
-    free(p->excess);
-    free(p->headroom);
-    free(p->group_starts);
-    free(p->team_starts);
-    free(p->free0);
     if (p->scratch_taken) {
         /* Kept for the next pass (vec_grow leaves them valid even when it fails). */
         p->res->scratch->shapes = p->shapes_of;
@@ -306,24 +306,9 @@ void pass_free(struct pass *p)
         p->res->scratch->skeys = p->skeys;
         p->res->scratch->skeys_cap = p->skeys_cap;
     }
-    free(p->jshape);
-    free(p->ojob);
-    free(p->shape_allowed);
-    free(p->shape_eligible);
-    free(p->shape_headroom);
-    free(p->guar_left);
     view_release(&p->pristine);
     view_undo_release(&p->undo);
-    free(p->eligible);
     free(p->rel);
-    free(p->pcand);
-    free(p->pbuf);
-    free(p->victims);
-    free(p->leaving);
-    free(p->pool_resv);
-    free(p->pool_block);
-    free(p->rby_id);
-    free(p->rattained);
     free(p->attained);
     free(p->claims);
 }
@@ -352,12 +337,23 @@ void pass_arena_reset(struct sched_result *r)
     struct sched_arena_chunk *c = r->arena;
     if (!c)
         return;
-    /* Keep the newest (largest) chunk, free the rest. */
-    struct sched_arena_chunk *rest = c->next;
-    while (rest) {
-        struct sched_arena_chunk *next = rest->next;
-        free(rest);
-        rest = next;
+    if (c->next) {
+        /* Several chunks: one as large as all of them, so that the next pass,
+         * which needs about as much, takes one. */
+        size_t total = 0;
+        for (struct sched_arena_chunk *k = c; k; k = k->next)
+            total += k->size;
+        struct sched_arena_chunk *one = malloc(sizeof(*one) + total);
+        struct sched_arena_chunk *rest = one ? c : c->next;
+        while (rest) {
+            struct sched_arena_chunk *next = rest->next;
+            free(rest);
+            rest = next;
+        }
+        if (one) {
+            one->size = total;
+            r->arena = c = one;
+        }
     }
     c->next = NULL;
     c->used = 0;

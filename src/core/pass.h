@@ -260,6 +260,7 @@ int pass_hold_place(struct pass *p, uint64_t job, int64_t start_ms);
 int pass_alloc(struct pass *p);
 void pass_free(struct pass *p);
 /* Memory that lives as long as the result: chunks never move. NULL if out of memory. */
+void *pass_scratch(struct pass *p, size_t bytes, bool zero);
 void *pass_arena_alloc(struct sched_result *r, size_t bytes);
 /* Frees all chunks but the newest, and empties it. */
 void pass_arena_reset(struct sched_result *r);

@@ -5,8 +5,7 @@
 #include "core/quota.h"
 #include "util/banned.h"
 
-int quota_init(struct quota *q, const struct sched_cluster *c, const struct view *view,
-               const struct sched_running_set *running)
+int quota_init(struct quota *q, const struct sched_cluster *c, const struct view *view)
 {
     size_t n = (size_t)c->nteams * view->ngroups;
     q->nteams = c->nteams;
@@ -31,14 +30,6 @@ int quota_init(struct quota *q, const struct sched_cluster *c, const struct view
             q->guar[i] = guar;
             q->limit[i] = borrow < 0 || grp->gpu_type == SCHED_NONE ? INT64_MAX : guar + borrow;
         }
-    }
-    for (size_t r = 0; running && r < running->njobs; r++) {
-        const struct sched_running *run = &running->jobs[r];
-        uint32_t g;
-        int64_t milli;
-        quota_alloc_usage(view, &run->alloc, &g, &milli);
-        if (g != SCHED_NONE && run->job && run->job->team < c->nteams)
-            quota_add(q, run->job->team, g, milli);
     }
     return 0;
 }

@@ -24,9 +24,10 @@ struct quota {
 };
 
 /* Fills guarantees and limits from the teams' quotas for the view's groups,
- * and usage from the running set. 0 or GPO_ENOMEM. */
-int quota_init(struct quota *q, const struct sched_cluster *cluster, const struct view *view,
-               const struct sched_running_set *running);
+ * with no usage: the pass adds the running set's (quota_alloc_usage, then
+ * quota_add), in the one walk that also gives each running job its group.
+ * 0 or GPO_ENOMEM. */
+int quota_init(struct quota *q, const struct sched_cluster *cluster, const struct view *view);
 void quota_release(struct quota *q);
 
 /* Group and milli-GPU an allocation holds (group of its first GPU's node, or

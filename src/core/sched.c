@@ -22,8 +22,10 @@
 
 void sched_result_init(struct sched_result *result)
 {
-    if (result)
-        memset(result, 0, sizeof(*result));
+    if (!result)
+        return;
+    memset(result, 0, sizeof(*result));
+    result->las_crossing_ms = INT64_MAX;
 }
 
 void sched_result_release(struct sched_result *result)
@@ -53,6 +55,7 @@ static void result_clear(struct sched_result *r)
     r->overcommitted = NULL;
     r->novercommitted = 0;
     r->decisions = 0;
+    r->las_crossing_ms = INT64_MAX;
 }
 
 /* A running job by id, for merging the running set into the attained table. */
@@ -186,6 +189,100 @@ static int compute_attained(struct pass *p)
     return 0;
 }
 
+/* When a job holding `milli` with `attained` GPU-ms at `now` crosses
+ * threshold `thr`: the first time the next pass's attained_since reaches it. */
+static int64_t crossing_ms(int64_t now, int64_t attained, int64_t thr, int64_t milli)
+{
+    int64_t need = thr - attained;
+    if (need <= 0)
+        return INT64_MAX; /* crossed already: its queue says so */
+    if (need > INT64_MAX / SCHED_MILLI - milli)
+        return INT64_MAX;
+    int64_t span = (need * SCHED_MILLI + milli - 1) / milli;
+    return span > INT64_MAX - now ? INT64_MAX : now + span;
+}
+
+/*
+ * result->las_crossing_ms (see sched.h). A job of queue q crossing into q + 1
+ * may be evicted by a waiting job of queue q or below, at least as large, of
+ * its team under within-team LAS: the largest such waiting job per (team,
+ * queue) is known in one walk of the queue. A superset: the class order and
+ * the groups the waiting job may use are not looked at.
+ */
+static int las_crossing(struct pass *p)
+{
+    const struct sched_policy *pol = p->pol;
+    if (!p->lasq || !p->rlasq || !pol->preemption || !pol->nlas_thresholds)
+        return 0;
+    size_t nk = (size_t)p->c->nteams + 1, nq = p->q->njobs;
+    bool team_only = order_las_team_only(pol);
+    int64_t *most = pass_scratch(p, nk * SCHED_LAS_MAX_QUEUES * sizeof(*most), true);
+    int64_t *swant = pass_scratch(p, p->nshapes * sizeof(*swant), false);
+    if (!most || !swant)
+        return GPO_ENOMEM;
+    /* By shape: the walk reads only the pass's small per-job arrays. */
+    for (uint32_t s = 0; s < p->nshapes; s++)
+        swant[s] = evict_las_want(&p->q->jobs[p->shapes_of[s].first]);
+    for (size_t i = 0; i < nq; i++) {
+        const struct jshape *sh = &p->shapes_of[p->jshape[i]];
+        if ((p->jflag[i] & J_STARTED) || !sh->valid)
+            continue;
+        int64_t *m =
+            &most[(team_only ? sh->team : p->c->nteams) * SCHED_LAS_MAX_QUEUES + p->lasq[i]];
+        int64_t w = swant[p->jshape[i]];
+        if (w > *m) /* rarely: no store for the next job's load to wait on */
+            *m = w;
+    }
+    for (size_t k = 0; k < nk; k++) {
+        for (uint32_t q = 1; q < SCHED_LAS_MAX_QUEUES; q++) {
+            int64_t *m = &most[k * SCHED_LAS_MAX_QUEUES + q];
+            *m = m[-1] > *m ? m[-1] : *m; /* queue q or below */
+        }
+    }
+    int64_t best = INT64_MAX;
+    for (size_t r = 0; r < p->run->njobs; r++) {
+        uint32_t q = p->rlasq[r];
+        if (p->run->jobs[r].preempting || !(p->rbits[r] & R_CKPT) || p->rgroup[r] == SCHED_NONE ||
+            p->rmilli[r] <= 0 || q >= pol->nlas_thresholds)
+            continue;
+        size_t k = team_only ? p->rteam[r] : p->c->nteams;
+        if (most[k * SCHED_LAS_MAX_QUEUES + q] < p->rmilli[r])
+            continue;
+        int64_t t =
+            crossing_ms(p->now, p->rattained[r], pol->las_thresholds_gpu_ms[q], p->rmilli[r]);
+        best = t < best ? t : best;
+    }
+    /* Jobs started in this pass run from now with what they had attained. */
+    const struct sched_result *res = p->res;
+    for (size_t s = 0; s < res->nstarts; s++) {
+        uint32_t i = idmap_get(p->ids, res->starts[s].job);
+        if (i == IDMAP_NONE || (i & IDMAP_RUNNING) || !p->q->jobs[i].checkpointable)
+            continue;
+        uint32_t q = p->lasq[i];
+        int64_t milli = 0;
+        for (uint32_t k = 0; k < res->starts[s].alloc.nshares; k++)
+            milli += res->starts[s].alloc.shares[k].milli;
+        size_t k = team_only ? p->q->jobs[i].team : p->c->nteams;
+        if (milli <= 0 || q >= pol->nlas_thresholds || most[k * SCHED_LAS_MAX_QUEUES + q] < milli)
+            continue;
+        int64_t attained = 0;
+        size_t lo = 0, hi = p->nattained;
+        while (lo < hi) {
+            size_t mid = lo + (hi - lo) / 2;
+            if (p->attained[mid].job < res->starts[s].job)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        if (lo < p->nattained && p->attained[lo].job == res->starts[s].job)
+            attained = p->attained[lo].gpu_ms;
+        int64_t t = crossing_ms(p->now, attained, pol->las_thresholds_gpu_ms[q], milli);
+        best = t < best ? t : best;
+    }
+    p->res->las_crossing_ms = best;
+    return 0;
+}
+
 static int collect_reserves(struct pass *p)
 {
     struct sched_result *r = p->res;
@@ -276,15 +373,21 @@ static int carry_claims(struct pass *p, uint32_t *ready, size_t *ret_nready)
     return 0;
 }
 
-/* Job i as the first of its (team, class, pool) so far, if it comes before
- * the one there (less-served LAS queue, then submit time, then id). */
-static void keep_first(const struct pass *p, uint32_t *first, uint32_t i)
+/* The (team, class, pool) of shape s's jobs, as an index into add_firsts' table. */
+static size_t first_key(const struct pass *p, uint32_t s)
 {
     const struct sched_cluster *c = p->c;
+    const struct order_job *j = &p->ojob[p->shapes_of[s].first];
+    uint32_t pool = shape_key_pool(&p->skeys[s]);
+    return ((size_t)j->team * c->nclasses + j->prio) * (c->npools + 1) +
+           (pool == SCHED_ANY ? c->npools : pool);
+}
+
+/* Job i as the first of its (team, class, pool) so far (key k), if it comes
+ * before the one there (less-served LAS queue, then submit time, then id). */
+static void keep_first(const struct pass *p, uint32_t *first, size_t k, uint32_t i)
+{
     const struct order_job *j = &p->ojob[i];
-    uint32_t pool = shape_key_pool(&p->skeys[p->jshape[i]]);
-    size_t k = ((size_t)j->team * c->nclasses + j->prio) * (c->npools + 1) +
-               (pool == SCHED_ANY ? c->npools : pool);
     uint32_t f = first[k];
     const struct order_job *fj = f == SCHED_NONE ? NULL : &p->ojob[f];
     bool before = !fj || (p->lasq && p->lasq[i] != p->lasq[f] ? p->lasq[i] < p->lasq[f]
@@ -315,7 +418,7 @@ static int add_firsts(struct pass *p, uint32_t *cands, size_t *ret_ncands)
     const struct sched_cluster *c = p->c;
     size_t nq = p->q->njobs, ncands = *ret_ncands;
     size_t nkey = (size_t)c->nteams * c->nclasses * (c->npools + 1);
-    uint32_t *first = nkey <= (1u << 20) ? malloc(nkey * sizeof(*first)) : NULL;
+    uint32_t *first = nkey <= (1u << 20) ? pass_scratch(p, nkey * sizeof(*first), false) : NULL;
     if (!first) {
         /* Too many keys to keep: every job is ranked. */
         ncands = 0;
@@ -338,14 +441,19 @@ static int add_firsts(struct pass *p, uint32_t *cands, size_t *ret_ncands)
         if (p->jflag[sh->best] & J_DONE)
             per_job = true;
         else
-            keep_first(p, first, sh->best);
+            keep_first(p, first, first_key(p, s), sh->best);
     }
     if (per_job) {
         for (size_t k = 0; k < nkey; k++)
             first[k] = SCHED_NONE;
+        size_t *skey = pass_scratch(p, p->nshapes * sizeof(*skey), false);
+        if (!skey)
+            return GPO_ENOMEM;
+        for (uint32_t s = 0; s < p->nshapes; s++)
+            skey[s] = first_key(p, s);
         for (size_t i = 0; i < nq; i++) {
             if (!(p->jflag[i] & (J_DONE | J_CAND)))
-                keep_first(p, first, (uint32_t)i);
+                keep_first(p, first, skey[p->jshape[i]], (uint32_t)i);
         }
     }
     size_t nf = 0;
@@ -364,7 +472,6 @@ static int add_firsts(struct pass *p, uint32_t *cands, size_t *ret_ncands)
             cands[--w] = first[--b];
     }
     *ret_ncands = ncands + nf;
-    free(first);
     return 0;
 }
 
@@ -409,15 +516,15 @@ static int run_pass(struct pass *p)
         if (idmap_put(p->ids, run->jobs[r].job->id, (uint32_t)r | IDMAP_RUNNING))
             return GPO_EINVAL;
     }
-    if ((err = quota_init(&p->quota, p->c, &p->view, run)) ||
+    if ((err = quota_init(&p->quota, p->c, &p->view)) ||
         (err = order_init(&p->order, p->c, &p->view, run, p->pol, p->st, p->now)) ||
         (err = pass_alloc(p)))
         return err;
     if ((err = running_attained(p)))
         return err;
-    uint32_t *cands = malloc((nq ? nq : 1) * sizeof(*cands));
+    uint32_t *cands = pass_scratch(p, nq * sizeof(*cands), false);
     uint32_t *cshapes = NULL;
-    uint32_t *ready = malloc((p->st->nclaims ? p->st->nclaims : 1) * sizeof(*ready));
+    uint32_t *ready = pass_scratch(p, p->st->nclaims * sizeof(*ready), false);
     size_t ncands = 0, nready = 0;
     if (!cands || !ready) {
         err = GPO_ENOMEM;
@@ -426,7 +533,7 @@ static int run_pass(struct pass *p)
     /* The queue, read once: shapes, validation, candidates (see shape_find). */
     if ((err = shape_find(p, cands, &ncands)) || (err = compute_attained(p)))
         goto out;
-    if (!(cshapes = malloc((p->nshapes ? p->nshapes : 1) * sizeof(*cshapes)))) {
+    if (!(cshapes = pass_scratch(p, p->nshapes * sizeof(*cshapes), false))) {
         err = GPO_ENOMEM;
         goto out;
     }
@@ -451,9 +558,9 @@ static int run_pass(struct pass *p)
     }
     size_t cells = (size_t)p->nshapes * p->view.ngroups;
     if (cells && cells <= (1u << 22)) {
-        p->shape_allowed = malloc(cells * sizeof(*p->shape_allowed));
-        p->shape_eligible = malloc(cells * sizeof(*p->shape_eligible));
-        p->shape_headroom = malloc(cells * sizeof(*p->shape_headroom));
+        p->shape_allowed = pass_scratch(p, cells * sizeof(*p->shape_allowed), false);
+        p->shape_eligible = pass_scratch(p, cells * sizeof(*p->shape_eligible), false);
+        p->shape_headroom = pass_scratch(p, cells * sizeof(*p->shape_headroom), false);
         if (!p->shape_allowed || !p->shape_eligible || !p->shape_headroom) {
             err = GPO_ENOMEM;
             goto out;
@@ -540,11 +647,9 @@ static int run_pass(struct pass *p)
         }
         r->nwaits++;
     }
-    err = collect_reserves(p);
+    if (!(err = collect_reserves(p)))
+        err = las_crossing(p);
 out:
-    free(cands);
-    free(cshapes);
-    free(ready);
     return err;
 }
 

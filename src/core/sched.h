@@ -75,6 +75,11 @@ struct sched_result {
     uint64_t *overcommitted; /* running jobs over their GPUs' or nodes' capacity */
     size_t novercommitted;
     size_t decisions; /* pending jobs evaluated in the pass */
+    /* Under LAS with preemption: the earliest time a running job (or one
+     * started in this pass) crosses its next LAS threshold while a job still
+     * waiting could then evict it. A pass then may decide differently though
+     * nothing else changed: the caller should run one. INT64_MAX: none. */
+    int64_t las_crossing_ms;
     /* private: storage behind the arrays above */
     struct sched_arena_chunk *arena;
     struct idmap *ids;             /* the pass's id map, kept for the next pass */

@@ -223,6 +223,7 @@ struct sim {
     struct sched_result res;
     struct hist *hist; /* [team * SIZE_CLASSES + class], then one for all */
     int64_t busy_milli;
+    int64_t las_wake_ms;   /* the last pass's las_crossing_ms: a pass is due then */
     int64_t *gpu_used;     /* per GPU: milli held */
     uint32_t npartial;     /* GPUs partly used (0 < milli held < 1000) */
     uint32_t nborrowed;    /* running jobs started over their team's guarantee */
@@ -583,6 +584,7 @@ static int pass(struct sim *sm, int64_t now, char *err, size_t errlen)
     }
     sm->out->passes++;
     const struct sched_result *r = &sm->res;
+    sm->las_wake_ms = r->las_crossing_ms;
     for (size_t k = 0; k < r->nstarts; k++) {
         if ((e = start_job(sm, &r->starts[k], now)))
             return e;
@@ -761,6 +763,8 @@ static int sim_loop(struct sim *sm, char *err, size_t errlen)
             now = sm->jobs[next].req.submit_ms;
         if (sm->heap.n && sm->heap.ev[0].t_ms < now)
             now = sm->heap.ev[0].t_ms;
+        if (sm->las_wake_ms < now && sm->nrun)
+            now = sm->las_wake_ms;
         int e;
         if (now == INT64_MAX) {
             if (!sm->unpassed) {
@@ -773,7 +777,9 @@ static int sim_loop(struct sim *sm, char *err, size_t errlen)
                 return e;
             continue;
         }
-        bool changed = false;
+        /* A running job crosses a LAS threshold and a waiting job could then
+         * evict it: that changes what a pass decides. */
+        bool changed = sm->las_wake_ms == now;
         while (sm->heap.n && sm->heap.ev[0].t_ms == now) {
             struct event ev = heap_pop(&sm->heap);
             bool live = ev.gen == sm->jobs[ev.job].gen;
@@ -832,7 +838,8 @@ int sim_run(const struct sim_trace *trace, const struct sim_spec *spec,
                      .pol = policy,
                      .core_pol = policy->core,
                      .opts = opts,
-                     .out = out};
+                     .out = out,
+                     .las_wake_ms = INT64_MAX};
     sched_state_init(&sm.st);
     sim_queue_init(&sm.q);
     sched_result_init(&sm.res);

@@ -376,6 +376,47 @@ static void las_does_not_preempt_job_in_same_queue(void **state)
     assert_int_equal(fx->res.npreempts, 0);
 }
 
+/* A pass says when a running job crosses its next threshold while a waiting
+ * job could then evict it (sched_result.las_crossing_ms), to the ms: a pass
+ * just before finds it still in queue 0, a pass then evicts it. */
+static void las_crossing_is_when_the_next_pass_evicts(void **state)
+{
+    struct fx *fx = *state = cluster(1, 2);
+    fx->pol.order = SCHED_ORDER_LAS;
+    running(fx, 1, A, NORMAL, 0, 0, false)->req.checkpointable = true;
+    running(fx, 2, A, NORMAL, 1, 0, false); /* not checkpointable: never a victim */
+    assert_int_equal(fx_pass(fx, 10000), 0);
+    assert_true(fx->res.las_crossing_ms == INT64_MAX); /* nobody waits */
+
+    pending(fx, 3, B, NORMAL, 1);
+    assert_int_equal(fx_pass(fx, 20000), 0);
+    /* One GPU from 0: 4 GPU-hours of service at 4 hours. */
+    assert_true(fx->res.las_crossing_ms == 4 * HOUR_MS);
+    assert_int_equal(fx_pass(fx, 4 * HOUR_MS - 1), 0);
+    assert_int_equal(fx->res.npreempts, 0);
+    assert_true(fx->res.las_crossing_ms == 4 * HOUR_MS);
+    assert_int_equal(fx_pass(fx, 4 * HOUR_MS), 0);
+    expect_victims(fx, (const uint64_t[]){1}, 1, 3);
+
+    /* Without LAS there is nothing to wake for. */
+    fx->pol.order = SCHED_ORDER_FIFO;
+    assert_int_equal(fx_pass(fx, 4 * HOUR_MS + 1), 0);
+    assert_true(fx->res.las_crossing_ms == INT64_MAX);
+}
+
+/* A waiting job smaller than the running one could not evict it (LAS never
+ * evicts a larger job): its crossing is no reason for a pass. */
+static void las_crossing_needs_a_large_enough_waiter(void **state)
+{
+    struct fx *fx = *state = cluster(1, 2);
+    fx->pol.order = SCHED_ORDER_LAS;
+    running(fx, 1, A, NORMAL, 0, 0, false)->req.checkpointable = true;
+    running(fx, 2, A, NORMAL, 1, 0, false);
+    pending(fx, 3, B, NORMAL, 0)->gpu_milli = 500;
+    assert_int_equal(fx_pass(fx, 10000), 0);
+    assert_true(fx->res.las_crossing_ms == INT64_MAX);
+}
+
 /* ---- LAS within each team (the default policy) ---- */
 
 /* Teams a and b each run a checkpointable job in LAS queue 1 on a full
@@ -592,6 +633,8 @@ int main(void)
         T(las_preempts_only_checkpointable_jobs),
         T(las_without_checkpointable_jobs_preempts_nothing),
         T(las_does_not_preempt_job_in_same_queue),
+        T(las_crossing_is_when_the_next_pass_evicts),
+        T(las_crossing_needs_a_large_enough_waiter),
         T(within_team_las_evicts_own_teams_more_served_job),
         T(within_team_las_never_evicts_another_teams_job),
         T(las_never_evicts_a_job_larger_than_the_one_it_admits),
