@@ -383,9 +383,11 @@ static void test_skipped_passes_change_nothing(void **state)
     static char ids[RANDOM_JOBS][8];
     uint64_t x = 12345;
     /* The last two with low LAS thresholds: a crossing is a pass of its own.
-     * Not with a guarantee: a pass may start a borrowed job that a job ranked
-     * after it would reclaim were it running, and the next pass does; when
-     * that next pass comes then depends on the steps that run one. */
+     * Only in the rounds without a guarantee: a pass may start a job that a
+     * waiting job could evict once it runs (seen: a borrowed job another team
+     * then reclaims; a job of a higher LAS queue, backfilled past a larger job
+     * of a lower one), and the next pass does. When that next pass comes then
+     * depends on which steps run one (docs/simulator.md). */
     const char *policies[] = {"default", "fifo", "fifo-backfill", "las",
                               "spread",  "sjf",  "default",       "las"};
     size_t nlow = 2, npol = sizeof(policies) / sizeof(policies[0]);
