@@ -180,10 +180,8 @@ int pass_alloc(struct pass *p)
     p->group_starts = pass_scratch(p, ng * sizeof(*p->group_starts), true);
     p->team_starts = pass_scratch(p, p->c->nteams * sizeof(*p->team_starts), true);
     p->guar_left = pass_scratch(p, p->c->nteams * sizeof(*p->guar_left), true);
-    if (!p->guar_left)
+    if (!p->guar_left || !p->rank)
         return GPO_ENOMEM;
-    /* The running set, read once: each job's group and GPUs, which are also
-     * the teams' quota usage. */
     /* Rank classes by order; equal orders share a rank. */
     uint32_t *idx = malloc((p->c->nclasses ? p->c->nclasses : 1) * sizeof(*idx));
     if (!idx)
@@ -218,6 +216,8 @@ int pass_alloc(struct pass *p)
     p->rank_milli = pass_scratch(p, (size_t)ng * p->nranks * sizeof(*p->rank_milli), true);
     if (!p->rgroup || !p->rmilli || !p->rank_milli)
         return GPO_ENOMEM;
+    /* The running set, read once: each job's group and GPUs, which are also
+     * the teams' quota usage (before guar_left and excess below read it). */
     for (size_t k = 0; k < nr; k++) {
         const struct sched_running *run = &p->run->jobs[k];
         quota_alloc_usage(&p->view, &run->alloc, &p->rgroup[k], &p->rmilli[k]);
