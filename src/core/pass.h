@@ -259,10 +259,12 @@ int pass_hold_place(struct pass *p, uint64_t job, int64_t start_ms);
 /* Allocates the per-pass arrays (pass_free releases them, also half-made). */
 int pass_alloc(struct pass *p);
 void pass_free(struct pass *p);
-/* Memory that lives as long as the result: chunks never move. NULL if out of memory. */
+/* Scratch for this pass only, from the result's arena (gone at the next
+ * reset); zeroed when asked. NULL if out of memory. */
 void *pass_scratch(struct pass *p, size_t bytes, bool zero);
+/* Memory that lives as long as the result: chunks never move. NULL if out of memory. */
 void *pass_arena_alloc(struct sched_result *r, size_t bytes);
-/* Frees all chunks but the newest, and empties it. */
+/* Empties the arena, keeping one chunk as large as all it had. */
 void pass_arena_reset(struct sched_result *r);
 
 #endif

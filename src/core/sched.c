@@ -14,6 +14,7 @@
 #include "core/sched.h"
 #include "core/shape.h"
 #include "core/sort.h"
+#include "core/state.h"
 #include "core/vec.h"
 #include "core/view.h"
 #include "util/banned.h"
@@ -202,6 +203,18 @@ static int64_t crossing_ms(int64_t now, int64_t attained, int64_t thr, int64_t m
     return span > INT64_MAX - now ? INT64_MAX : now + span;
 }
 
+/* When a job of `team` in LAS queue q, holding `milli` with `attained`, next
+ * crosses a threshold, if a waiting job could then evict it (most: the
+ * largest waiting job per team key and queue, or any below); else INT64_MAX. */
+static int64_t crossing_if_evictable(const struct pass *p, const int64_t *most, uint32_t team,
+                                     uint32_t q, int64_t attained, int64_t milli)
+{
+    size_t k = order_las_team_only(p->pol) ? team : p->c->nteams;
+    if (milli <= 0 || q >= p->pol->nlas_thresholds || most[k * SCHED_LAS_MAX_QUEUES + q] < milli)
+        return INT64_MAX;
+    return crossing_ms(p->now, attained, p->pol->las_thresholds_gpu_ms[q], milli);
+}
+
 /*
  * result->las_crossing_ms (see sched.h). A job of queue q crossing into q + 1
  * may be evicted by a waiting job of queue q or below, at least as large, of
@@ -241,42 +254,24 @@ static int las_crossing(struct pass *p)
     }
     int64_t best = INT64_MAX;
     for (size_t r = 0; r < p->run->njobs; r++) {
-        uint32_t q = p->rlasq[r];
-        if (p->run->jobs[r].preempting || !(p->rbits[r] & R_CKPT) || p->rgroup[r] == SCHED_NONE ||
-            p->rmilli[r] <= 0 || q >= pol->nlas_thresholds)
-            continue;
-        size_t k = team_only ? p->rteam[r] : p->c->nteams;
-        if (most[k * SCHED_LAS_MAX_QUEUES + q] < p->rmilli[r])
+        if (p->run->jobs[r].preempting || !(p->rbits[r] & R_CKPT) || p->rgroup[r] == SCHED_NONE)
             continue;
         int64_t t =
-            crossing_ms(p->now, p->rattained[r], pol->las_thresholds_gpu_ms[q], p->rmilli[r]);
+            crossing_if_evictable(p, most, p->rteam[r], p->rlasq[r], p->rattained[r], p->rmilli[r]);
         best = t < best ? t : best;
     }
     /* Jobs started in this pass run from now with what they had attained. */
     const struct sched_result *res = p->res;
     for (size_t s = 0; s < res->nstarts; s++) {
-        uint32_t i = idmap_get(p->ids, res->starts[s].job);
+        uint32_t i = idmap_get(p->ids, res->starts[s].job), g;
         if (i == IDMAP_NONE || (i & IDMAP_RUNNING) || !p->q->jobs[i].checkpointable)
             continue;
-        uint32_t q = p->lasq[i];
-        int64_t milli = 0;
-        for (uint32_t k = 0; k < res->starts[s].alloc.nshares; k++)
-            milli += res->starts[s].alloc.shares[k].milli;
-        size_t k = team_only ? p->q->jobs[i].team : p->c->nteams;
-        if (milli <= 0 || q >= pol->nlas_thresholds || most[k * SCHED_LAS_MAX_QUEUES + q] < milli)
-            continue;
-        int64_t attained = 0;
-        size_t lo = 0, hi = p->nattained;
-        while (lo < hi) {
-            size_t mid = lo + (hi - lo) / 2;
-            if (p->attained[mid].job < res->starts[s].job)
-                lo = mid + 1;
-            else
-                hi = mid;
-        }
-        if (lo < p->nattained && p->attained[lo].job == res->starts[s].job)
-            attained = p->attained[lo].gpu_ms;
-        int64_t t = crossing_ms(p->now, attained, pol->las_thresholds_gpu_ms[q], milli);
+        int64_t milli;
+        quota_alloc_usage(&p->view, &res->starts[s].alloc, &g, &milli);
+        const struct sched_attained *a =
+            state_find_attained(p->attained, p->nattained, res->starts[s].job);
+        int64_t t = crossing_if_evictable(p, most, p->q->jobs[i].team, p->lasq[i],
+                                          a ? a->gpu_ms : 0, milli);
         best = t < best ? t : best;
     }
     p->res->las_crossing_ms = best;
@@ -523,20 +518,16 @@ static int run_pass(struct pass *p)
     if ((err = running_attained(p)))
         return err;
     uint32_t *cands = pass_scratch(p, nq * sizeof(*cands), false);
-    uint32_t *cshapes = NULL;
     uint32_t *ready = pass_scratch(p, p->st->nclaims * sizeof(*ready), false);
     size_t ncands = 0, nready = 0;
-    if (!cands || !ready) {
-        err = GPO_ENOMEM;
-        goto out;
-    }
+    if (!cands || !ready)
+        return GPO_ENOMEM;
     /* The queue, read once: shapes, validation, candidates (see shape_find). */
     if ((err = shape_find(p, cands, &ncands)) || (err = compute_attained(p)))
-        goto out;
-    if (!(cshapes = pass_scratch(p, p->nshapes * sizeof(*cshapes), false))) {
-        err = GPO_ENOMEM;
-        goto out;
-    }
+        return err;
+    uint32_t *cshapes = pass_scratch(p, p->nshapes * sizeof(*cshapes), false);
+    if (!cshapes)
+        return GPO_ENOMEM;
 
     for (size_t r = 0; r < nr; r++) {
         const struct sched_running *rj = &run->jobs[r];
@@ -561,13 +552,11 @@ static int run_pass(struct pass *p)
         p->shape_allowed = pass_scratch(p, cells * sizeof(*p->shape_allowed), false);
         p->shape_eligible = pass_scratch(p, cells * sizeof(*p->shape_eligible), false);
         p->shape_headroom = pass_scratch(p, cells * sizeof(*p->shape_headroom), false);
-        if (!p->shape_allowed || !p->shape_eligible || !p->shape_headroom) {
-            err = GPO_ENOMEM;
-            goto out;
-        }
+        if (!p->shape_allowed || !p->shape_eligible || !p->shape_headroom)
+            return GPO_ENOMEM;
     }
     if ((err = carry_claims(p, ready, &nready)))
-        goto out;
+        return err;
     if (p->nclaims) {
         /* Preemptors still waiting for their victims are decided already. */
         size_t n = 0;
@@ -580,7 +569,7 @@ static int run_pass(struct pass *p)
     if (p->lasq)
         drop_las_hopeless(p, cands, &ncands);
     if ((err = add_firsts(p, cands, &ncands)))
-        goto out;
+        return err;
 
     /* Preemptors whose victims have left go first: the room is theirs. */
     for (size_t k = 0; k < nready; k++) {
@@ -589,10 +578,10 @@ static int run_pass(struct pass *p)
             continue;
         p->jflag[i] |= J_CAND;
         if ((err = admit_job(p, i)))
-            goto out;
+            return err;
     }
     if ((err = order_begin(&p->order, p->ojob, cands, ncands, p->lasq, admit_within_guarantee, p)))
-        goto out;
+        return err;
     /* Rank candidates one at a time; now and then, ask whether what is left
      * is frozen (see shape_inert), and if so settle it in one sweep: on a full
      * cluster that is most of the queue. */
@@ -614,7 +603,7 @@ static int run_pass(struct pass *p)
             continue;
         p->shapes_of[p->jshape[i]].remaining--;
         if ((err = admit_job(p, i)))
-            goto out;
+            return err;
         if (++since_check >= check_every) {
             since_check = 0;
             if (admit_frozen(p, cshapes, ncshapes))
@@ -625,10 +614,9 @@ static int run_pass(struct pass *p)
     struct sched_result *r = p->res;
     if (p->view.novercommitted) {
         r->overcommitted = pass_arena_alloc(r, p->view.novercommitted * sizeof(*r->overcommitted));
-        if (!r->overcommitted) {
-            err = GPO_ENOMEM;
-            goto out;
-        }
+        if (!r->overcommitted)
+            return GPO_ENOMEM;
+
         for (uint32_t k = 0; k < p->view.novercommitted; k++)
             r->overcommitted[k] = run->jobs[p->view.overcommitted[k]].job->id;
         r->novercommitted = p->view.novercommitted;
@@ -647,10 +635,9 @@ static int run_pass(struct pass *p)
         }
         r->nwaits++;
     }
-    if (!(err = collect_reserves(p)))
-        err = las_crossing(p);
-out:
-    return err;
+    if ((err = collect_reserves(p)))
+        return err;
+    return las_crossing(p);
 }
 
 int sched_pass(const struct sched_cluster *cluster, const struct sched_queue *queue,
