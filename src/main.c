@@ -104,9 +104,9 @@ static int cmd_policy(int argc, char **argv)
     }
     struct sched_policy p;
     sched_policy_default(&p);
-    printf("order: %s\nwithin_team: %s\npacking: %s\nbackfill: %s\npreemption: %s\n",
+    printf("order: %s\nwithin_team: %s\npacking: %s\nbackfill: %s\npreemption: %s\nmigrate: %s\n",
            sched_order_name(p.order), sched_within_name(p.within), sched_packing_name(p.packing),
-           p.backfill ? "on" : "off", p.preemption ? "on" : "off");
+           p.backfill ? "on" : "off", p.preemption ? "on" : "off", p.migrate ? "on" : "off");
     printf("fairshare_half_life_s: %lld\n", (long long)(p.fairshare_half_life_ms / 1000));
     printf("las_thresholds_gpu_s:");
     for (uint32_t i = 0; i < p.nlas_thresholds; i++)

@@ -208,10 +208,34 @@ static bool next_victim(void *ctx, struct preempt_cand *ret)
     return false;
 }
 
+int evict_record(struct pass *p, const struct sched_job *j, uint32_t run, int64_t lost_gpu_ms,
+                 enum sched_preempt_why why)
+{
+    struct sched_result *r = p->res;
+    if (vec_grow((void **)&r->preempts, &r->preempts_cap, r->npreempts + 1, sizeof(*r->preempts)))
+        return GPO_ENOMEM;
+    r->preempts[r->npreempts++] = (struct sched_preempt){.job = p->run->jobs[run].job->id,
+                                                         .for_job = j->id,
+                                                         .grace_ms = p->pol->preempt_grace_ms,
+                                                         .lost_gpu_ms = lost_gpu_ms,
+                                                         .why = why};
+    p->rflag[run] |= R_LEAVING;
+    p->leaving[p->nleaving++] = run;
+    uint32_t vg = p->rgroup[run];
+    if (vg == SCHED_NONE)
+        return 0;
+    if (why == SCHED_PREEMPT_RECLAIM)
+        p->excess[(size_t)p->rteam[run] * p->quota.ngroups + vg] -= p->rmilli[run];
+    p->rank_milli[(size_t)vg * p->nranks + p->rank[p->run->jobs[run].job->prio]] -= p->rmilli[run];
+    if (p->las_milli && (p->rbits[run] & R_CKPT))
+        p->las_milli[((size_t)p->rteam[run] * p->view.ngroups + vg) * SCHED_LAS_MAX_QUEUES +
+                     p->rlasq[run]] -= p->rmilli[run];
+    return 0;
+}
+
 int evict_try(struct pass *p, uint32_t i, int64_t end)
 {
     const struct sched_job *j = &p->q->jobs[i];
-    struct sched_result *r = p->res;
     if (p->nplans >= MAX_PLANS || !evict_may_suffice(p, j))
         return 0;
     p->nplans++;
@@ -241,29 +265,13 @@ int evict_try(struct pass *p, uint32_t i, int64_t end)
         return found;
     if (!nv)
         return 0; /* room comes from jobs already leaving: nothing new to evict */
-    if (vec_grow((void **)&r->preempts, &r->preempts_cap, r->npreempts + nv, sizeof(*r->preempts)))
-        return GPO_ENOMEM;
     uint64_t ids[SCHED_CLAIM_VICTIMS];
     for (size_t k = 0; k < nv; k++) {
         const struct preempt_cand *pc = &p->pbuf[p->victims[k]];
-        r->preempts[r->npreempts++] =
-            (struct sched_preempt){.job = pc->job,
-                                   .for_job = j->id,
-                                   .grace_ms = p->pol->preempt_grace_ms,
-                                   .lost_gpu_ms = pc->lost_gpu_ms,
-                                   .why = (enum sched_preempt_why)p->pwhy[p->victims[k]]};
-        p->rflag[pc->run] |= R_LEAVING;
-        p->leaving[p->nleaving++] = pc->run;
-        uint32_t vg = p->rgroup[pc->run];
-        if (r->preempts[r->npreempts - 1].why == SCHED_PREEMPT_RECLAIM)
-            p->excess[(size_t)p->run->jobs[pc->run].job->team * p->quota.ngroups + vg] -=
-                p->rmilli[pc->run];
-        if (vg != SCHED_NONE)
-            p->rank_milli[(size_t)vg * p->nranks + p->rank[p->run->jobs[pc->run].job->prio]] -=
-                p->rmilli[pc->run];
-        if (vg != SCHED_NONE && p->las_milli && (p->rbits[pc->run] & R_CKPT))
-            p->las_milli[((size_t)p->rteam[pc->run] * p->view.ngroups + vg) * SCHED_LAS_MAX_QUEUES +
-                         p->rlasq[pc->run]] -= p->rmilli[pc->run];
+        int err = evict_record(p, j, pc->run, pc->lost_gpu_ms,
+                               (enum sched_preempt_why)p->pwhy[p->victims[k]]);
+        if (err)
+            return err;
         if (k < SCHED_CLAIM_VICTIMS)
             ids[k] = pc->job;
     }

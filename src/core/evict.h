@@ -15,6 +15,11 @@
  * claim recorded, its room held), 0 not, or an error. */
 int evict_try(struct pass *p, uint32_t i, int64_t end);
 
+/* Records the eviction of running job `run` (index into the running set) for
+ * job j, and takes what it holds out of the pass's sums. 0 or GPO_ENOMEM. */
+int evict_record(struct pass *p, const struct sched_job *j, uint32_t run, int64_t lost_gpu_ms,
+                 enum sched_preempt_why why);
+
 /* What job j asks for, in milli-GPU, as LAS weighs a victim against it: LAS
  * never evicts a job that holds more (a job sized by memory: one GPU). */
 int64_t evict_las_want(const struct sched_job *j);

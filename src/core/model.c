@@ -15,6 +15,7 @@ void sched_policy_default(struct sched_policy *ret)
     ret->packing = SCHED_PACK_BINPACK;
     ret->backfill = true;
     ret->preemption = true;
+    ret->migrate = true;
     ret->fairshare_half_life_ms = 7 * 24 * HOUR_MS;
     ret->nlas_thresholds = 2;
     ret->las_thresholds_gpu_ms[0] = 4 * HOUR_MS;

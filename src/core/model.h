@@ -223,6 +223,11 @@ struct sched_policy {
     enum sched_packing packing;
     bool backfill;
     bool preemption;
+    /* With preemption: a single-node job that finds no node with room, while
+     * enough GPUs are free, moves checkpointable single-node jobs off one
+     * node onto free GPUs elsewhere (each evicted and held a place to restart
+     * at once), so that fragmented free GPUs serve it. */
+    bool migrate;
     int64_t fairshare_half_life_ms;
     /* LAS: attained GPU-service (milli-GPU x ms / 1000, i.e. GPU-ms) thresholds that
      * move a job to the next queue; nlas_thresholds + 1 queues. */

@@ -225,8 +225,13 @@ int pass_alloc(struct pass *p)
             quota_add(&p->quota, run->job->team, p->rgroup[k], p->rmilli[k]);
         p->rorder[k] = p->c->classes[run->job->prio].order;
         p->rteam[k] = run->job->team;
+        bool movable = run->job->checkpointable && !run->preempting && run->job->gpus > 0 &&
+                       !run->job->multi_node && run->alloc.nnodes == 1 &&
+                       p->rgroup[k] != SCHED_NONE;
         p->rbits[k] =
-            (uint8_t)((run->borrowed ? R_BORROWED : 0) | (run->job->checkpointable ? R_CKPT : 0));
+            (uint8_t)((run->borrowed ? R_BORROWED : 0) | (run->job->checkpointable ? R_CKPT : 0) |
+                      (movable ? R_MOVABLE : 0));
+        p->nmovable += movable;
         if (p->rgroup[k] != SCHED_NONE && !run->preempting)
             p->rank_milli[(size_t)p->rgroup[k] * p->nranks + p->rank[run->job->prio]] +=
                 p->rmilli[k];

@@ -39,6 +39,7 @@ enum {
 enum {
     R_BORROWED = 1 << 0,
     R_CKPT = 1 << 1,
+    R_MOVABLE = 1 << 2, /* migrate may move it: checkpointable, whole GPUs on one node */
 };
 
 struct fail {
@@ -145,13 +146,17 @@ struct pass {
     int64_t *rmilli;          /* per running job: milli-GPU it holds */
     int32_t *rorder;          /* per running job: its class's order */
     uint32_t *rteam;          /* per running job: its team */
-    uint8_t *rbits;           /* per running job: R_BORROWED, R_CKPT */
+    uint8_t *rbits;           /* per running job: R_BORROWED, R_CKPT, R_MOVABLE */
     bool *within_g;           /* per group, scratch: the job at hand fits its guarantee there */
     uint8_t *pwhy;            /* per preemption candidate, scratch: why it may be evicted */
     int64_t *rank_milli; /* [group * nranks + rank]: milli held by running, not leaving, jobs */
     uint32_t nranks;
-    uint32_t nplans; /* preemption plans tried in this pass */
-    uint8_t *rlasq;  /* per running job (LAS only) */
+    uint32_t nplans;   /* preemption plans tried in this pass */
+    uint8_t *rlasq;    /* per running job (LAS only) */
+    uint32_t nmovable; /* running jobs with R_MOVABLE */
+    /* per node, its R_MOVABLE jobs: mv_runs[mv_start[n] .. mv_start[n + 1])
+     * (built by migrate.c on first use; NULL until then) */
+    uint32_t *mv_start, *mv_runs;
     /* [(team * ngroups + group) * SCHED_LAS_MAX_QUEUES + queue]: milli held by
      * checkpointable running, not leaving, jobs (LAS only) */
     int64_t *las_milli;

@@ -7,6 +7,7 @@
 #include "core/err.h"
 #include "core/evict.h"
 #include "core/idmap.h"
+#include "core/migrate.h"
 #include "core/order.h"
 #include "core/pass.h"
 #include "core/preempt.h"
@@ -286,15 +287,23 @@ static int collect_reserves(struct pass *p)
         return 0;
     if (vec_grow((void **)&r->reserves, &r->reserves_cap, v->nresvs, sizeof(*r->reserves)))
         return GPO_ENOMEM;
-    uint32_t *count = calloc(v->nresvs, sizeof(*count));
+    /* count[k]: nodes of view reservation k; at[k]: its index in the result.
+     * A moved job's hold on its new place (migrate.h) is not a reservation
+     * of a waiting job: it stays out. */
+    uint32_t *count = calloc(2 * (size_t)v->nresvs, sizeof(*count)), *at = count + v->nresvs;
     if (!count)
         return GPO_ENOMEM;
     for (uint32_t n = 0; n < p->c->nnodes; n++) {
         if (v->nodes[n].resv >= 0)
             count[v->nodes[n].resv]++;
     }
+    uint32_t nr = 0;
     for (uint32_t k = 0; k < v->nresvs; k++) {
-        struct sched_reserve *s = &r->reserves[k];
+        uint32_t qi = idmap_get(p->ids, v->resvs[k].job);
+        at[k] = UINT32_MAX;
+        if (qi != IDMAP_NONE && (qi & IDMAP_RUNNING))
+            continue;
+        struct sched_reserve *s = &r->reserves[nr];
         s->job = v->resvs[k].job;
         s->start_ms = v->resvs[k].start_ms;
         s->nnodes = 0;
@@ -303,15 +312,34 @@ static int collect_reserves(struct pass *p)
             free(count);
             return GPO_ENOMEM;
         }
+        at[k] = nr++;
     }
     for (uint32_t n = 0; n < p->c->nnodes; n++) {
         int32_t k = v->nodes[n].resv;
-        if (k >= 0)
-            r->reserves[k].nodes[r->reserves[k].nnodes++] = n;
+        if (k >= 0 && at[k] != UINT32_MAX)
+            r->reserves[at[k]].nodes[r->reserves[at[k]].nnodes++] = n;
     }
-    r->nreserves = v->nresvs;
+    r->nreserves = nr;
     free(count);
     return 0;
+}
+
+/* A claim whose job still runs is a moved job's (migrate.h): while it leaves,
+ * its new place stays held for it. Dropped once it runs on without leaving. */
+static int hold_mover(struct pass *p, const struct sched_claim *cl, uint32_t ri)
+{
+    if (cl->nvictims || !p->run->jobs[ri].preempting)
+        return 0;
+    int64_t until = cl->since_ms + p->pol->preempt_grace_ms;
+    int r = view_resv_add(&p->view, cl->job, until > p->now ? until : p->now);
+    if (r < 0)
+        return r;
+    for (uint32_t n = 0; n < cl->nnodes; n++) {
+        if (cl->nodes[n] < p->c->nnodes)
+            view_resv_hold(&p->view, (uint32_t)r, cl->nodes[n]);
+    }
+    p->version++;
+    return evict_add_claim(p, cl->job, NULL, 0, cl->nodes, cl->nnodes, cl->since_ms);
 }
 
 /* Claims carried over: a preemptor whose victims are still leaving waits for
@@ -323,7 +351,13 @@ static int carry_claims(struct pass *p, uint32_t *ready, size_t *ret_nready)
     for (size_t k = 0; k < p->st->nclaims; k++) {
         const struct sched_claim *cl = &p->st->claims[k];
         uint32_t qi = idmap_get(p->ids, cl->job);
-        if (qi == IDMAP_NONE || (qi & IDMAP_RUNNING) || (p->jflag[qi] & J_DONE))
+        if (qi != IDMAP_NONE && (qi & IDMAP_RUNNING)) {
+            int err = hold_mover(p, cl, qi & ~IDMAP_RUNNING);
+            if (err)
+                return err;
+            continue;
+        }
+        if (qi == IDMAP_NONE || (p->jflag[qi] & J_DONE))
             continue;
         bool waiting = false;
         for (uint32_t v = 0; v < cl->nvictims; v++) {
@@ -610,6 +644,9 @@ static int run_pass(struct pass *p)
                 break; /* the rest get their shape's wait in the sweep below */
         }
     }
+
+    if ((err = migrate_pass_end(p)))
+        return err;
 
     struct sched_result *r = p->res;
     if (p->view.novercommitted) {

@@ -32,6 +32,7 @@ enum sched_preempt_why {
     SCHED_PREEMPT_PRIORITY = 0, /* a higher priority class that may preempt */
     SCHED_PREEMPT_RECLAIM,      /* a team taking back its guaranteed share from a borrower */
     SCHED_PREEMPT_LAS,          /* a job in a less-served LAS queue */
+    SCHED_PREEMPT_MIGRATE,      /* moved to free GPUs elsewhere, to make one node's room */
 };
 
 struct sched_start {

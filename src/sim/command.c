@@ -23,7 +23,7 @@ struct args {
     const char *policies[MAX_POLICIES];
     size_t npolicies;
     double load; /* 0: as the spec says */
-    bool json, skip_bad;
+    bool json, skip_bad, no_migrate;
     int64_t restart_penalty_s, from_s, until_s;
 };
 
@@ -33,6 +33,7 @@ static void usage(FILE *out)
             "usage: gpuorch sim --trace FILE [--cluster SPEC] [--policy P[,P...]] [--load X]\n"
             "                   [--json] [--jobs-out FILE] [--report FILE.html]\n"
             "                   [--restart-penalty S] [--from S] [--until S] [--skip-bad]\n"
+            "                   [--no-migrate]\n"
             "\n"
             "Replays a GPU-cluster job trace through gpuorch's scheduler core, the same code\n"
             "the controller runs, and reports job completion times, queueing delays, GPU\n"
@@ -57,6 +58,8 @@ static void usage(FILE *out)
             "  --restart-penalty S   seconds a preempted job loses at each restart (default 0)\n"
             "  --from S, --until S   replay only jobs submitted in [S, until) (trace seconds)\n"
             "  --skip-bad            skip and count malformed trace rows instead of failing\n"
+            "  --no-migrate          never move running jobs to gather free GPUs onto one\n"
+            "                        node (policies with preemption do by default)\n"
             "\n"
             "Exit codes: 0 done, 1 failed, 2 usage.\n");
 }
@@ -120,6 +123,8 @@ static int parse_args(int argc, char **argv, struct args *a)
             a->json = true;
         else if (strcmp(argv[i], "--skip-bad") == 0)
             a->skip_bad = true;
+        else if (strcmp(argv[i], "--no-migrate") == 0)
+            a->no_migrate = true;
         else if ((v = flag_value(argc, argv, &i, "--trace")))
             a->trace = v;
         else if ((v = flag_value(argc, argv, &i, "--cluster")))
@@ -225,6 +230,8 @@ static int replay_all(const struct args *a, const struct sim_trace *t, const str
         struct sim_policy pol;
         char err[512] = "";
         sim_policy_find(a->policies[p], &pol);
+        if (a->no_migrate)
+            pol.core.migrate = false;
         struct sim_result *r = &runs->results[p];
         sim_result_init(r);
         int e = sim_run(t, s, &pol, &opts, r, err, sizeof(err));

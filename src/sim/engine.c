@@ -717,8 +717,9 @@ static bool may_fit_now(const struct free_gpus *f, const struct sched_job *req)
 /* Could job j evict anything now? Priority classes never preempt here but
  * under srtf; LAS (across the cluster or within teams) and srtf always might:
  * a running job may have crossed a LAS threshold since the last pass, and any
- * waiting job may then evict it; a reclaim needs a guarantee and a borrower. */
-static bool may_preempt_now(const struct sim *sm, const struct job *j)
+ * waiting job may then evict it; a reclaim needs a guarantee and a borrower;
+ * a move (migrate.h) needs a single-node job and as many GPUs free. */
+static bool may_preempt_now(const struct sim *sm, const struct free_gpus *f, const struct job *j)
 {
     const struct sched_policy *p = &sm->core_pol;
     if (!p->preemption)
@@ -726,6 +727,8 @@ static bool may_preempt_now(const struct sim *sm, const struct job *j)
     bool las = p->order == SCHED_ORDER_LAS ||
                (p->order == SCHED_ORDER_FAIRSHARE && p->within == SCHED_WITHIN_LAS);
     if (las || sm->pol->oracle == SIM_ORACLE_SRTF)
+        return true;
+    if (p->migrate && j->req.gpus > 0 && !j->req.multi_node && j->req.gpus <= f->total_whole)
         return true;
     return sm->nborrowed > 0 && sm->team_guaranteed[j->req.team];
 }
@@ -744,7 +747,7 @@ static bool pass_needed(const struct sim *sm, size_t first_new, size_t end_new, 
         return true;
     struct free_gpus f = free_gpus_now(sm);
     for (size_t i = first_new; i < end_new; i++) {
-        if (may_fit_now(&f, &sm->jobs[i].req) || may_preempt_now(sm, &sm->jobs[i]))
+        if (may_fit_now(&f, &sm->jobs[i].req) || may_preempt_now(sm, &f, &sm->jobs[i]))
             return true;
     }
     for (size_t k = sm->q.head; k < sm->q.head + sm->q.n; k++) {

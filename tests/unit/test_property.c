@@ -134,6 +134,7 @@ static const char *const inv_text[] = {
     X(preempt_priority)                                                                            \
     X(preempt_reclaim)                                                                             \
     X(preempt_las)                                                                                 \
+    X(preempt_migrate)                                                                             \
     X(completions)                                                                                 \
     X(checkpoint_saves)                                                                            \
     X(lost_work)                                                                                   \
@@ -480,6 +481,7 @@ static void gen_policy(struct world *w, struct rng *r)
         p->las_thresholds_gpu_ms[i] = t;
         t *= 2 + rng_below(r, 4);
     }
+    p->migrate = rng_chance(r, 50);
 }
 
 static void gen_job(struct world *w, struct rng *r, struct pjob *pj)
@@ -1294,6 +1296,16 @@ static void check_preempts(struct world *w, const bool started[MAX_JOBS])
                       v->milli <= model_job_milli(&f->req, victim_gpu_mem(w, v)),
                   "%s preempted by LAS for %s", dv, df);
             w->rep->cov.preempt_las++;
+            break;
+        case SCHED_PREEMPT_MIGRATE:
+            /* Moved: a checkpointable single-node job of whole GPUs and no
+             * higher class, for a single-node job of whole GPUs. */
+            CHECK(w, PREEMPT,
+                  w->pol.migrate && v->req.checkpointable && vc->order <= fc->order &&
+                      v->req.gpus > 0 && !v->req.multi_node && f->req.gpus > 0 &&
+                      !f->req.multi_node,
+                  "%s moved for %s", dv, df);
+            w->rep->cov.preempt_migrate++;
             break;
         default:
             violation(w, INV_PREEMPT, "%s: reason %d", dv, (int)pr->why);
