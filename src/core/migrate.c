@@ -344,14 +344,18 @@ static bool waiting(const struct pass *p, uint32_t i)
            why != SCHED_REASON_QUOTA && !explain_is_final(why);
 }
 
-/* Does job x come before job y in the order moves are tried: higher class,
- * less-served LAS queue, earlier submit, lower id? */
-static bool before(const struct pass *p, uint32_t x, uint32_t y)
+/* Does job x come before job y in the order moves are tried, the pass's
+ * order as it stands at the end: higher class, then (fair share) the team
+ * with the lower share (`share`, per team), less-served LAS queue, earlier
+ * submit, lower id? */
+static bool before(const struct pass *p, const double *share, uint32_t x, uint32_t y)
 {
     const struct sched_job *a = &p->q->jobs[x], *b = &p->q->jobs[y];
     int32_t oa = p->c->classes[a->prio].order, ob = p->c->classes[b->prio].order;
     if (oa != ob)
         return oa > ob;
+    if (share && share[a->team] != share[b->team])
+        return share[a->team] < share[b->team];
     uint8_t qa = p->lasq ? p->lasq[x] : 0, qb = p->lasq ? p->lasq[y] : 0;
     if (qa != qb)
         return qa < qb;
@@ -376,6 +380,7 @@ int migrate_pass_end(struct pass *p)
      * loop went, so neither do the moves. Shapes are asked first (any job of
      * one will do), so that the queue is walked only when one may move. */
     uint32_t *first = pass_scratch(p, p->nshapes * sizeof(*first), false);
+    double *share = NULL;
     if (!first)
         return GPO_ENOMEM;
     bool any = false;
@@ -386,10 +391,16 @@ int migrate_pass_end(struct pass *p)
     }
     if (!any)
         return 0;
+    if (p->pol->order == SCHED_ORDER_FAIRSHARE) {
+        if (!(share = pass_scratch(p, p->c->nteams * sizeof(*share), false)))
+            return GPO_ENOMEM;
+        for (uint32_t t = 0; t < p->c->nteams; t++)
+            share[t] = order_team_share(&p->order, t);
+    }
     for (uint32_t i = 0; i < p->q->njobs; i++) {
         uint32_t s = p->jshape[i];
         if (first[s] != UINT32_MAX - 1 && waiting(p, i) &&
-            (first[s] == SCHED_NONE || before(p, i, first[s])))
+            (first[s] == SCHED_NONE || before(p, share, i, first[s])))
             first[s] = i;
     }
     uint32_t n = 0;
@@ -400,7 +411,7 @@ int migrate_pass_end(struct pass *p)
     /* Insertion sort: a few shapes at most pass migrate_may. */
     for (uint32_t k = 1; k < n; k++) {
         uint32_t x = first[k], at = k;
-        for (; at > 0 && before(p, x, first[at - 1]); at--)
+        for (; at > 0 && before(p, share, x, first[at - 1]); at--)
             first[at] = first[at - 1];
         first[at] = x;
     }
