@@ -66,10 +66,19 @@ static bool may_move(const struct pass *p, uint32_t r, int32_t order)
 }
 
 struct move {
-    uint32_t run;
+    uint32_t run; /* index into the running set */
     uint32_t gpus;
+    uint64_t id;
     int64_t lost_gpu_ms;
     uint32_t to; /* the node it restarts on */
+};
+
+/* Scratch for the tries of one pass, allocated once. */
+struct scratch {
+    bool *allowed;                 /* per group: the mover's own */
+    struct sched_node_part *parts; /* a mover's placement */
+    struct sched_share *shares;
+    uint32_t *held; /* nodes of the job's own reservation */
 };
 
 /* Fewest GPUs first, then least work lost, then the lower job id. */
@@ -80,7 +89,7 @@ static int cmp_move(const void *a, const void *b)
         return x->gpus < y->gpus ? -1 : 1;
     if (x->lost_gpu_ms != y->lost_gpu_ms)
         return x->lost_gpu_ms < y->lost_gpu_ms ? -1 : 1;
-    return (x->run > y->run) - (x->run < y->run);
+    return (x->id > y->id) - (x->id < y->id);
 }
 
 /* Does reservation r (-1: none) leave its node to job j: its own, or one
@@ -155,8 +164,9 @@ static size_t pick_moves(struct pass *p, uint32_t n, int32_t order, uint32_t mov
     for (uint32_t m = p->mv_start[n]; m < p->mv_start[n + 1] && nall < MAX_MOVES * 4; m++) {
         uint32_t r = p->mv_runs[m];
         if (may_move(p, r, order))
-            all[nall++] = (struct move){r, (uint32_t)p->run->jobs[r].job->gpus,
-                                        preempt_lost_gpu_ms(&p->run->jobs[r], p->now), 0};
+            all[nall++] =
+                (struct move){r, (uint32_t)p->run->jobs[r].job->gpus, p->run->jobs[r].job->id,
+                              preempt_lost_gpu_ms(&p->run->jobs[r], p->now), 0};
     }
     qsort(all, nall, sizeof(*all), cmp_move);
     size_t k = 0;
@@ -184,22 +194,15 @@ static size_t pick_moves(struct pass *p, uint32_t n, int32_t order, uint32_t mov
  * group, on another node. Fills p->place with j's placement and each move's
  * `to`. The view is put back either way. 1, 0, or GPO_ENOMEM.
  */
-static int try_moves(struct pass *p, const struct sched_job *j, uint32_t n, int64_t end,
-                     struct move *mv, size_t nmv)
+static int try_moves(struct pass *p, const struct scratch *sc, const struct sched_job *j,
+                     uint32_t n, int64_t end, struct move *mv, size_t nmv)
 {
     struct view *v = &p->view;
-    bool *allowed = pass_scratch(p, v->ngroups * sizeof(*allowed), true);
-    struct sched_node_part *parts = pass_scratch(p, v->cluster->nnodes * sizeof(*parts), false);
-    struct sched_share *shares = pass_scratch(p, SCHED_MAX_GPUS_PER_NODE * sizeof(*shares), false);
-    if (!allowed || !parts || !shares)
-        return GPO_ENOMEM;
+    bool *allowed = sc->allowed;
+    uint32_t *held = sc->held, nheld = 0;
     /* j's own reservation, if it has one, is given up for the try: the movers
      * may go there. It stays given up if the moves are made. */
     int32_t own = -1;
-    uint32_t *held = pass_scratch(p, v->cluster->nnodes * sizeof(*held), false);
-    uint32_t nheld = 0;
-    if (!held)
-        return GPO_ENOMEM;
     for (uint32_t x = 0; x < v->cluster->nnodes; x++) {
         int32_t r = v->nodes[x].resv;
         if (r >= 0 && v->resvs[r].job == j->id) {
@@ -213,8 +216,7 @@ static int try_moves(struct pass *p, const struct sched_job *j, uint32_t n, int6
     for (size_t k = 0; k < nmv && !err; k++)
         err = view_apply_logged(v, &p->run->jobs[mv[k].run].alloc, true, &p->undo);
     unsigned miss = 0;
-    /* Only node n changed, and pick_node checked its reservation (j's own
-     * reservation holds nodes too, which it may use). */
+    /* Only node n changed, and pick_nodes checked its reservation. */
     if (!err && (!view_place(v, j, p->allowed, end, true, &p->place, &miss) ||
                  p->place.nnodes != 1 || p->place.nodes[0].node != n))
         ok = 0;
@@ -226,7 +228,7 @@ static int try_moves(struct pass *p, const struct sched_job *j, uint32_t n, int6
     v->headroom = NULL; /* a mover keeps its own share: no quota is asked of it */
     for (size_t k = 0; k < nmv && ok && !err; k++) {
         const struct sched_running *run = &p->run->jobs[mv[k].run];
-        struct view_place pl = {.nodes = parts, .shares = shares};
+        struct view_place pl = {.nodes = sc->parts, .shares = sc->shares};
         uint32_t g = p->rgroup[mv[k].run];
         allowed[g] = true;
         bool fits =
@@ -263,7 +265,7 @@ static int commit(struct pass *p, const struct sched_job *j, uint32_t n, const s
     for (size_t k = 0; k < nmv; k++) {
         if ((err = evict_record(p, j, mv[k].run, mv[k].lost_gpu_ms, SCHED_PREEMPT_MIGRATE)))
             return err;
-        ids[k] = p->run->jobs[mv[k].run].job->id;
+        ids[k] = mv[k].id;
     }
     if ((err = evict_add_claim(p, j->id, ids, (uint32_t)nmv, &n, 1, p->now)))
         return err;
@@ -284,7 +286,7 @@ static int commit(struct pass *p, const struct sched_job *j, uint32_t n, const s
 
 /* Tries to make room for job i on one node by moving jobs away: 1 planned,
  * 0 not, or an error. */
-static int migrate_try(struct pass *p, uint32_t i)
+static int migrate_try(struct pass *p, const struct scratch *sc, uint32_t i)
 {
     const struct sched_job *j = &p->q->jobs[i];
     if (!migrate_may(p, j))
@@ -303,7 +305,7 @@ static int migrate_try(struct pass *p, uint32_t i)
         size_t nmv = pick_moves(p, n, order, (uint32_t)j->gpus - free, mv);
         if (!nmv)
             continue;
-        int ok = try_moves(p, j, n, end, mv, nmv);
+        int ok = try_moves(p, sc, j, n, end, mv, nmv);
         if (ok < 0)
             return ok;
         if (ok)
@@ -313,7 +315,7 @@ static int migrate_try(struct pass *p, uint32_t i)
 }
 
 /* Job i's turn at the end of the pass: 1 moved, 0 not, or an error. */
-static int try_job(struct pass *p, uint32_t i)
+static int try_job(struct pass *p, const struct scratch *sc, uint32_t i)
 {
     const struct sched_job *j = &p->q->jobs[i];
     uint32_t nallowed;
@@ -321,7 +323,7 @@ static int try_job(struct pass *p, uint32_t i)
     if (!nallowed)
         return 0;
     p->view.headroom = p->headroom;
-    int r = migrate_try(p, i);
+    int r = migrate_try(p, sc, i);
     p->view.headroom = NULL;
     if (r <= 0)
         return r;
@@ -415,8 +417,15 @@ int migrate_pass_end(struct pass *p)
             first[at] = first[at - 1];
         first[at] = x;
     }
-    for (uint32_t k = 0, tries = 0; k < n && tries < MAX_PLANS; k++, tries++) {
-        int r = try_job(p, first[k]);
+    uint32_t nn = p->c->nnodes;
+    struct scratch sc = {pass_scratch(p, p->view.ngroups * sizeof(*sc.allowed), true),
+                         pass_scratch(p, nn * sizeof(*sc.parts), false),
+                         pass_scratch(p, SCHED_MAX_GPUS_PER_NODE * sizeof(*sc.shares), false),
+                         pass_scratch(p, nn * sizeof(*sc.held), false)};
+    if (!sc.allowed || !sc.parts || !sc.shares || !sc.held)
+        return GPO_ENOMEM;
+    for (uint32_t k = 0; k < n && k < MAX_PLANS; k++) {
+        int r = try_job(p, &sc, first[k]);
         if (r < 0)
             return r;
     }
