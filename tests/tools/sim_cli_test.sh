@@ -92,5 +92,19 @@ check "--from 1 --until 2 replays one job" grep -q '"jobs": 1,' "$tmp/w"
 "$bin" sim --help >"$tmp/h" 2>&1
 check "--help exits 0 and lists the policies" grep -q 'sjf and srtf are oracles' "$tmp/h"
 
+# 8. Migration (tests/sim/fragmented.csv on two_nodes.yaml): at t=10 each
+#    node holds one long 1-GPU job (y on node 0, w on node 1) and 3 free GPUs;
+#    the 4-GPU job j arrives at 20. The default policy moves y to node 1 (30 s
+#    of grace) and starts j on node 0 at 50; with --no-migrate j waits for y's
+#    end at 1000.
+"$bin" sim --trace "$data/fragmented.csv" --cluster "$data/two_nodes.yaml" \
+  --jobs-out "$tmp/m.csv" >/dev/null 2>&1
+check "migration: y moves to node 1 once" grep -q '^y,everyone,0,0,1000,0,1,p-1:1,1,' "$tmp/m.csv"
+check "migration: j starts on node 0 after the grace" \
+  grep -q '^j,everyone,20,50,150,30,4,p-0:4,0,' "$tmp/m.csv"
+"$bin" sim --trace "$data/fragmented.csv" --cluster "$data/two_nodes.yaml" --no-migrate \
+  --jobs-out "$tmp/n.csv" >/dev/null 2>&1
+check "--no-migrate: j waits for y's end" grep -q '^j,everyone,20,1000,1100,980,4,' "$tmp/n.csv"
+
 echo "1..$n"
 exit $failed
