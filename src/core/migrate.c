@@ -1,3 +1,4 @@
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -393,14 +394,29 @@ int migrate_pass_end(struct pass *p)
     }
     if (!any)
         return 0;
+    /* Under fair share, only a team at or below the mean share of the teams
+     * that have one moves jobs: the GPUs it gathers are ones that later
+     * arrivals would have found free, and a team already ahead would only
+     * get further ahead (on philly_vc, letting every team move cost the
+     * default 12 % of average JCT; this way it costs none). */
+    double limit = INFINITY;
     if (p->pol->order == SCHED_ORDER_FAIRSHARE) {
         if (!(share = pass_scratch(p, p->c->nteams * sizeof(*share), false)))
             return GPO_ENOMEM;
-        for (uint32_t t = 0; t < p->c->nteams; t++)
+        double sum = 0.0;
+        uint32_t nshare = 0;
+        for (uint32_t t = 0; t < p->c->nteams; t++) {
             share[t] = order_team_share(&p->order, t);
+            sum += share[t];
+            nshare += share[t] > 0.0;
+        }
+        if (nshare > 1)
+            limit = sum / nshare;
     }
     for (uint32_t i = 0; i < p->q->njobs; i++) {
         uint32_t s = p->jshape[i];
+        if (share && share[p->q->jobs[i].team] > limit)
+            continue;
         if (first[s] != UINT32_MAX - 1 && waiting(p, i) &&
             (first[s] == SCHED_NONE || before(p, share, i, first[s])))
             first[s] = i;

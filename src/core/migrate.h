@@ -22,10 +22,10 @@ bool migrate_may(struct pass *p, const struct sched_job *j);
 
 /* After the ordered loop, when every job has had its turn at the free GPUs
  * and what is still free would stay idle: one waiting job of each shape that
- * migrate_may allows, higher class, less-served LAS queue, earlier submit
- * first, tries to make room on one node by moving jobs away; if it can, it
- * waits as preempting, its room held as evict_try holds it. At most
- * MAX_PLANS tries. 0 or GPO_ENOMEM. */
+ * migrate_may allows (under fair share, of a team at or below the mean
+ * share), in the pass's order, tries to make room on one node by moving jobs
+ * away; if it can, it waits as preempting, its room held as evict_try holds
+ * it. At most MAX_PLANS tries. 0 or GPO_ENOMEM. */
 int migrate_pass_end(struct pass *p);
 
 #endif

@@ -230,6 +230,30 @@ static void only_fragmentation_moves_jobs(void **state)
     assert_int_equal(fx->res.npreempts, 0);
 }
 
+/* Under fair share, a team above the mean share moves nothing; one at or
+ * below it does. Team a holds two GPUs, team b one (mean 1.5). */
+static void under_fair_share_only_a_team_not_ahead_moves_jobs(void **state)
+{
+    struct fx *fx = *state = cluster(2, 4);
+    fx->pol.order = SCHED_ORDER_FAIRSHARE;
+    fx->pol.within = SCHED_WITHIN_SUBMIT;
+    running(fx, 1, NORMAL, 0, 0, 1, true);
+    running(fx, 2, NORMAL, 1, 0, 1, true);
+    running(fx, 3, NORMAL, 1, 1, 1, true)->req.team = B;
+    pending(fx, 10, NORMAL, 4)->team = A;
+    assert_int_equal(fx_pass(fx, 1000), 0);
+    assert_int_equal(fx->res.npreempts, 0);
+    assert_int_not_equal(fx_wait(fx, 10)->reason, SCHED_REASON_PREEMPTING);
+
+    fx->now = 500;
+    pending(fx, 11, NORMAL, 4); /* team b */
+    assert_int_equal(fx_pass(fx, 1000), 0);
+    assert_int_equal(fx->res.npreempts, 1);
+    assert_int_equal(fx_preempt(fx, 1)->for_job, 11); /* node 0's job, to node 1 */
+    assert_int_equal(fx_wait(fx, 11)->reason, SCHED_REASON_PREEMPTING);
+    assert_int_not_equal(fx_wait(fx, 10)->reason, SCHED_REASON_PREEMPTING);
+}
+
 #define T(name) cmocka_unit_test_teardown(name, fx_teardown)
 
 int main(void)
@@ -242,6 +266,7 @@ int main(void)
         T(migrate_off_moves_nothing),
         T(free_gpus_go_to_jobs_that_fit_before_anything_moves),
         T(only_fragmentation_moves_jobs),
+        T(under_fair_share_only_a_team_not_ahead_moves_jobs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
