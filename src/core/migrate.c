@@ -13,6 +13,8 @@
 #define MAX_MOVES SCHED_CLAIM_VICTIMS
 /* Nodes tried for one job, fewest GPUs to move first. */
 #define MAX_NODES 4
+/* In migrate_pass_end's table of shapes: its jobs may not move anything. */
+#define NO_MOVE (SCHED_NONE - 1)
 
 bool migrate_may(struct pass *p, const struct sched_job *j)
 {
@@ -389,7 +391,7 @@ int migrate_pass_end(struct pass *p)
     bool any = false;
     for (uint32_t s = 0; s < p->nshapes; s++) {
         bool may = p->shapes_of[s].valid && migrate_may(p, &p->q->jobs[p->shapes_of[s].first]);
-        first[s] = may ? SCHED_NONE : UINT32_MAX - 1;
+        first[s] = may ? SCHED_NONE : NO_MOVE;
         any |= may;
     }
     if (!any)
@@ -417,13 +419,13 @@ int migrate_pass_end(struct pass *p)
         uint32_t s = p->jshape[i];
         if (share && share[p->q->jobs[i].team] > limit)
             continue;
-        if (first[s] != UINT32_MAX - 1 && waiting(p, i) &&
+        if (first[s] != NO_MOVE && waiting(p, i) &&
             (first[s] == SCHED_NONE || before(p, share, i, first[s])))
             first[s] = i;
     }
     uint32_t n = 0;
     for (uint32_t s = 0; s < p->nshapes; s++) {
-        if (first[s] != SCHED_NONE && first[s] != UINT32_MAX - 1)
+        if (first[s] != SCHED_NONE && first[s] != NO_MOVE)
             first[n++] = first[s];
     }
     /* Insertion sort: a few shapes at most pass migrate_may. */
