@@ -278,12 +278,10 @@ static int commit(struct pass *p, const struct sched_job *j, uint32_t n, const s
     for (size_t k = 0; k < nmv; k++) {
         if ((err = evict_add_claim(p, ids[k], NULL, 0, &mv[k].to, 1, p->now)))
             return err;
-        int r = view_resv_add(&p->view, ids[k], until);
+        int r = pass_hold_nodes(p, ids[k], until, &mv[k].to, 1);
         if (r < 0)
             return r;
-        view_resv_hold(&p->view, (uint32_t)r, mv[k].to);
     }
-    p->version++;
     return 0;
 }
 

@@ -138,6 +138,20 @@ int pass_hold_place(struct pass *p, uint64_t job, int64_t start_ms)
     return r;
 }
 
+int pass_hold_nodes(struct pass *p, uint64_t job, int64_t start_ms, const uint32_t *nodes,
+                    uint32_t n)
+{
+    p->version++;
+    int r = view_resv_add(&p->view, job, start_ms);
+    if (r < 0)
+        return r;
+    for (uint32_t k = 0; k < n; k++) {
+        if (nodes[k] < p->c->nnodes)
+            view_resv_hold(&p->view, (uint32_t)r, nodes[k]);
+    }
+    return r;
+}
+
 static int cmp_class_order(const void *a, const void *b, const struct sched_cluster *c)
 {
     int32_t x = c->classes[*(const uint32_t *)a].order, y = c->classes[*(const uint32_t *)b].order;

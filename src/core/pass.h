@@ -261,6 +261,10 @@ void pass_block_pools(struct pass *p, uint64_t job);
 /* Holds the nodes of p->place for `job` from `start_ms` on; the reservation's
  * index or GPO_ENOMEM. */
 int pass_hold_place(struct pass *p, uint64_t job, int64_t start_ms);
+/* The same for a list of node indices (a claim's; out-of-range ones are
+ * skipped: the cluster may have shrunk since). */
+int pass_hold_nodes(struct pass *p, uint64_t job, int64_t start_ms, const uint32_t *nodes,
+                    uint32_t n);
 /* Allocates the per-pass arrays (pass_free releases them, also half-made). */
 int pass_alloc(struct pass *p);
 void pass_free(struct pass *p);

@@ -324,21 +324,22 @@ static int collect_reserves(struct pass *p)
     return 0;
 }
 
+/* When a claim's grace is over (and its hold starts), not before now. */
+static int64_t claim_until(const struct pass *p, const struct sched_claim *cl)
+{
+    int64_t until = cl->since_ms + p->pol->preempt_grace_ms;
+    return until > p->now ? until : p->now;
+}
+
 /* A claim whose job still runs is a moved job's (migrate.h): while it leaves,
  * its new place stays held for it. Dropped once it runs on without leaving. */
 static int hold_mover(struct pass *p, const struct sched_claim *cl, uint32_t ri)
 {
     if (cl->nvictims || !p->run->jobs[ri].preempting)
         return 0;
-    int64_t until = cl->since_ms + p->pol->preempt_grace_ms;
-    int r = view_resv_add(&p->view, cl->job, until > p->now ? until : p->now);
+    int r = pass_hold_nodes(p, cl->job, claim_until(p, cl), cl->nodes, cl->nnodes);
     if (r < 0)
         return r;
-    for (uint32_t n = 0; n < cl->nnodes; n++) {
-        if (cl->nodes[n] < p->c->nnodes)
-            view_resv_hold(&p->view, (uint32_t)r, cl->nodes[n]);
-    }
-    p->version++;
     return evict_add_claim(p, cl->job, NULL, 0, cl->nodes, cl->nnodes, cl->since_ms);
 }
 
@@ -371,9 +372,9 @@ static int carry_claims(struct pass *p, uint32_t *ready, size_t *ret_nready)
             ready[nready++] = qi;
             continue;
         }
-        /* Hold the victims' nodes for the preemptor until they have left. */
-        int64_t until = cl->since_ms + p->pol->preempt_grace_ms;
-        int r = view_resv_add(&p->view, cl->job, until > p->now ? until : p->now);
+        /* Hold its planned nodes and its victims' for the preemptor until
+         * they have left. */
+        int r = pass_hold_nodes(p, cl->job, claim_until(p, cl), cl->nodes, cl->nnodes);
         if (r < 0)
             return r;
         for (uint32_t v = 0; v < cl->nvictims; v++) {
@@ -386,13 +387,8 @@ static int carry_claims(struct pass *p, uint32_t *ready, size_t *ret_nready)
         }
         pass_set_wait(p, qi, SCHED_REASON_PREEMPTING, p->q->jobs[qi].pool, p->q->jobs[qi].gpu_type,
                       0, NULL);
-        int64_t est = cl->since_ms + p->pol->preempt_grace_ms;
-        p->jwait[qi].est_start_ms = est > p->now ? est : p->now;
+        p->jwait[qi].est_start_ms = claim_until(p, cl);
         p->res->decisions++;
-        for (uint32_t n = 0; n < cl->nnodes; n++) {
-            if (cl->nodes[n] < p->c->nnodes)
-                view_resv_hold(&p->view, (uint32_t)r, cl->nodes[n]);
-        }
         int err = evict_add_claim(p, cl->job, cl->victims, cl->nvictims, cl->nodes, cl->nnodes,
                                   cl->since_ms);
         if (err)

@@ -66,6 +66,17 @@ static struct sched_job *pending(struct fx *fx, uint64_t id, uint32_t prio, int3
     return j;
 }
 
+/* Two nodes of 4 GPUs: job 1 (class prio) on `g0` GPUs of node 0, job 2 on
+ * `g1` of node 1, and job 10 waiting for 4 GPUs, the case most tests vary. */
+static struct fx *fragmented(uint32_t prio, int32_t g0, int32_t g1, bool ckpt)
+{
+    struct fx *fx = cluster(2, 4);
+    running(fx, 1, prio, 0, 0, g0, ckpt);
+    running(fx, 2, prio, 1, 0, g1, ckpt);
+    pending(fx, 10, NORMAL, 4);
+    return fx;
+}
+
 static const struct sched_claim *claim_of(const struct fx *fx, uint64_t job)
 {
     for (size_t k = 0; k < fx->st.nclaims; k++) {
@@ -80,10 +91,7 @@ static const struct sched_claim *claim_of(const struct fx *fx, uint64_t job)
  * choices) to node 1, claims node 0, and both start once it has left. */
 static void a_job_moves_so_that_one_node_has_room(void **state)
 {
-    struct fx *fx = *state = cluster(2, 4);
-    running(fx, 1, NORMAL, 0, 0, 1, true);
-    running(fx, 2, NORMAL, 1, 0, 1, true);
-    pending(fx, 10, NORMAL, 4);
+    struct fx *fx = *state = fragmented(NORMAL, 1, 1, true);
     assert_int_equal(fx_step(fx, 1000), 0);
     assert_int_equal(fx->res.nstarts, 0);
     assert_int_equal(fx->res.npreempts, 1);
@@ -131,10 +139,7 @@ static void a_job_moves_so_that_one_node_has_room(void **state)
 /* A job that cannot resume where it stopped is never moved. */
 static void a_job_that_is_not_checkpointable_stays(void **state)
 {
-    struct fx *fx = *state = cluster(2, 4);
-    running(fx, 1, NORMAL, 0, 0, 1, false);
-    running(fx, 2, NORMAL, 1, 0, 1, false);
-    pending(fx, 10, NORMAL, 4);
+    struct fx *fx = *state = fragmented(NORMAL, 1, 1, false);
     assert_int_equal(fx_pass(fx, 1000), 0);
     assert_int_equal(fx->res.npreempts, 0);
     assert_int_not_equal(fx_wait(fx, 10)->reason, SCHED_REASON_PREEMPTING);
@@ -144,10 +149,7 @@ static void a_job_that_is_not_checkpointable_stays(void **state)
  * node with one GPU free. */
 static void nothing_moves_unless_it_fits_elsewhere(void **state)
 {
-    struct fx *fx = *state = cluster(2, 4);
-    running(fx, 1, NORMAL, 0, 0, 2, true);
-    running(fx, 2, NORMAL, 1, 0, 3, true);
-    pending(fx, 10, NORMAL, 4);
+    struct fx *fx = *state = fragmented(NORMAL, 2, 3, true);
     assert_int_equal(fx_pass(fx, 1000), 0);
     assert_int_equal(fx->res.npreempts, 0);
     assert_int_equal(fx->st.nclaims, 0);
@@ -157,10 +159,7 @@ static void nothing_moves_unless_it_fits_elsewhere(void **state)
  * lower class is. */
 static void a_higher_class_is_not_moved(void **state)
 {
-    struct fx *fx = *state = cluster(2, 4);
-    running(fx, 1, HIGH, 0, 0, 1, true);
-    running(fx, 2, HIGH, 1, 0, 1, true);
-    pending(fx, 10, NORMAL, 4);
+    struct fx *fx = *state = fragmented(HIGH, 1, 1, true);
     assert_int_equal(fx_pass(fx, 1000), 0);
     assert_int_equal(fx->res.npreempts, 0);
 
@@ -175,10 +174,7 @@ static void a_higher_class_is_not_moved(void **state)
 /* With the policy's migrate off, or preemption off, nothing moves. */
 static void migrate_off_moves_nothing(void **state)
 {
-    struct fx *fx = *state = cluster(2, 4);
-    running(fx, 1, NORMAL, 0, 0, 1, true);
-    running(fx, 2, NORMAL, 1, 0, 1, true);
-    pending(fx, 10, NORMAL, 4);
+    struct fx *fx = *state = fragmented(NORMAL, 1, 1, true);
     fx->pol.migrate = false;
     assert_int_equal(fx_pass(fx, 1000), 0);
     assert_int_equal(fx->res.npreempts, 0);
@@ -194,10 +190,7 @@ static void migrate_off_moves_nothing(void **state)
  * gathered for the 4-GPU job. */
 static void free_gpus_go_to_jobs_that_fit_before_anything_moves(void **state)
 {
-    struct fx *fx = *state = cluster(2, 4);
-    running(fx, 1, NORMAL, 0, 0, 1, true);
-    running(fx, 2, NORMAL, 1, 0, 2, true);
-    pending(fx, 10, NORMAL, 4);
+    struct fx *fx = *state = fragmented(NORMAL, 1, 2, true);
     fx->now = 500;
     pending(fx, 11, NORMAL, 1);
     assert_int_equal(fx_pass(fx, 1000), 0);
