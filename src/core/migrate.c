@@ -367,6 +367,64 @@ static bool before(const struct pass *p, const double *share, uint32_t x, uint32
     return a->id < b->id;
 }
 
+/*
+ * The fair-share gate's limit for each shape that may move (first[s] is not
+ * NO_MOVE): the mean share (`share`, per team) of the teams its team competes
+ * with, or INFINITY when it competes with none. A team is in a group when it
+ * runs there or one of its waiting jobs may go there; a shape's competitors
+ * are the teams with a share that are in a group its jobs may use, or in no
+ * group at all (a team idle now may come back to any). Where each team has
+ * a pool to itself, none is held back by the shares of teams in other pools;
+ * where all share one, every team with a share counts.
+ */
+static int share_limits(struct pass *p, const uint32_t *first, const double *share, double *limit)
+{
+    uint32_t nt = p->c->nteams, ng = p->view.ngroups;
+    bool *present = pass_scratch(p, (size_t)nt * ng * sizeof(*present), false);
+    bool *somewhere = pass_scratch(p, nt * sizeof(*somewhere), true);
+    bool *counted = pass_scratch(p, nt * sizeof(*counted), false);
+    if (!present || !somewhere || !counted)
+        return GPO_ENOMEM;
+    for (size_t k = 0; k < (size_t)nt * ng; k++)
+        present[k] = p->quota.used[k] > 0;
+    for (uint32_t s = 0; s < p->nshapes; s++) {
+        const struct sched_job *j = &p->q->jobs[p->shapes_of[s].first];
+        if (!p->shapes_of[s].valid)
+            continue;
+        for (uint32_t g = 0; g < ng; g++) {
+            if (view_group_eligible(&p->view, j, g))
+                present[(size_t)j->team * ng + g] = true;
+        }
+    }
+    for (size_t k = 0; k < (size_t)nt * ng; k++)
+        somewhere[k / ng] |= present[k];
+    for (uint32_t s = 0; s < p->nshapes; s++) {
+        limit[s] = INFINITY;
+        if (first[s] == NO_MOVE)
+            continue;
+        const struct sched_job *j = &p->q->jobs[p->shapes_of[s].first];
+        for (uint32_t t = 0; t < nt; t++)
+            counted[t] = !somewhere[t];
+        for (uint32_t g = 0; g < ng; g++) {
+            if (!view_group_eligible(&p->view, j, g))
+                continue;
+            for (uint32_t t = 0; t < nt; t++)
+                counted[t] |= present[(size_t)t * ng + g];
+        }
+        double sum = 0.0;
+        uint32_t n = 0;
+        for (uint32_t t = 0; t < nt; t++) {
+            if (counted[t] && share[t] > 0.0) {
+                sum += share[t];
+                n++;
+            }
+        }
+        if (n > 1)
+            limit[s] = sum / n;
+    }
+    return 0;
+}
+
 int migrate_pass_end(struct pass *p)
 {
     if (!p->pol->migrate || !p->pol->preemption || !p->nmovable || !p->nshapes)
@@ -395,30 +453,27 @@ int migrate_pass_end(struct pass *p)
     if (!any)
         return 0;
     /* Under fair share, only a team at or below the mean share of the teams
-     * that have one moves jobs: the GPUs it gathers are ones that later
+     * it competes with moves jobs: the GPUs it gathers are ones that later
      * arrivals would have found free, and a team already ahead would only
      * get further ahead (on philly_vc, letting every team move cost the
      * default 12 % of average JCT; this way it costs none). */
-    double limit = INFINITY;
+    double *limit = NULL;
     if (p->pol->order == SCHED_ORDER_FAIRSHARE) {
-        if (!(share = pass_scratch(p, p->c->nteams * sizeof(*share), false)))
+        share = pass_scratch(p, p->c->nteams * sizeof(*share), false);
+        limit = pass_scratch(p, p->nshapes * sizeof(*limit), false);
+        if (!share || !limit)
             return GPO_ENOMEM;
-        double sum = 0.0;
-        uint32_t nshare = 0;
-        for (uint32_t t = 0; t < p->c->nteams; t++) {
+        for (uint32_t t = 0; t < p->c->nteams; t++)
             share[t] = order_team_share(&p->order, t);
-            sum += share[t];
-            nshare += share[t] > 0.0;
-        }
-        if (nshare > 1)
-            limit = sum / nshare;
+        int err = share_limits(p, first, share, limit);
+        if (err)
+            return err;
     }
     for (uint32_t i = 0; i < p->q->njobs; i++) {
         uint32_t s = p->jshape[i];
-        if (share && share[p->q->jobs[i].team] > limit)
+        if (first[s] == NO_MOVE || (limit && share[p->q->jobs[i].team] > limit[s]))
             continue;
-        if (first[s] != NO_MOVE && waiting(p, i) &&
-            (first[s] == SCHED_NONE || before(p, share, i, first[s])))
+        if (waiting(p, i) && (first[s] == SCHED_NONE || before(p, share, i, first[s])))
             first[s] = i;
     }
     uint32_t n = 0;

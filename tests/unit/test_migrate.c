@@ -247,6 +247,47 @@ static void under_fair_share_only_a_team_not_ahead_moves_jobs(void **state)
     assert_int_not_equal(fx_wait(fx, 10)->reason, SCHED_REASON_PREEMPTING);
 }
 
+/* The gate compares a team with the teams it competes with: in a pool of its
+ * own, a team far ahead of a team in another pool still moves its jobs. */
+static void under_fair_share_a_team_alone_in_its_pool_moves_jobs(void **state)
+{
+    struct fx *fx = *state = fx_new();
+    uint32_t own = fx_pool(fx, "own"), other = fx_pool(fx, "other");
+    uint32_t h100 = fx_type(fx, "H100-80GB");
+    fx_nodes(fx, 2, own, h100, 4, 81920, 64, 512 * 1024);
+    fx_nodes(fx, 1, other, h100, 4, 81920, 64, 512 * 1024);
+    fx_team(fx, "a", 1, -1);
+    fx_team(fx, "b", 1, -1);
+    fx_class(fx, "normal", 10, false);
+    fx->pol.order = SCHED_ORDER_FAIRSHARE;
+    fx->pol.within = SCHED_WITHIN_SUBMIT;
+    running(fx, 1, NORMAL, 0, 0, 2, true)->req.pool = own; /* team a: 4 GPUs of 12 */
+    running(fx, 2, NORMAL, 1, 0, 2, true)->req.pool = own;
+    struct fx_job *b = running(fx, 3, NORMAL, 2, 0, 1, true); /* team b: 1 */
+    b->req.team = B;
+    b->req.pool = other;
+    struct sched_job *j = pending(fx, 10, NORMAL, 4);
+    j->team = A;
+    j->pool = own;
+    assert_int_equal(fx_pass(fx, 1000), 0);
+    assert_int_equal(fx->res.npreempts, 1);
+    assert_int_equal(fx_wait(fx, 10)->reason, SCHED_REASON_PREEMPTING);
+
+    /* The same jobs in one shared pool: team a is ahead of b, and waits. */
+    fx_teardown(state);
+    fx = *state = cluster(3, 4);
+    fx->pol.order = SCHED_ORDER_FAIRSHARE;
+    fx->pol.within = SCHED_WITHIN_SUBMIT;
+    running(fx, 1, NORMAL, 0, 0, 2, true);
+    running(fx, 2, NORMAL, 1, 0, 2, true);
+    running(fx, 3, NORMAL, 2, 0, 1, true)->req.team = B;
+    running(fx, 4, NORMAL, 2, 1, 3, false); /* node 2 full: the move must be on 0 or 1 */
+    pending(fx, 10, NORMAL, 4)->team = A;
+    assert_int_equal(fx_pass(fx, 1000), 0);
+    assert_int_equal(fx->res.npreempts, 0);
+    assert_int_not_equal(fx_wait(fx, 10)->reason, SCHED_REASON_PREEMPTING);
+}
+
 #define T(name) cmocka_unit_test_teardown(name, fx_teardown)
 
 int main(void)
@@ -260,6 +301,7 @@ int main(void)
         T(free_gpus_go_to_jobs_that_fit_before_anything_moves),
         T(only_fragmentation_moves_jobs),
         T(under_fair_share_only_a_team_not_ahead_moves_jobs),
+        T(under_fair_share_a_team_alone_in_its_pool_moves_jobs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
