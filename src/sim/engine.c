@@ -11,6 +11,7 @@
 #include "core/vec.h"
 #include "sim/cluster.h"
 #include "sim/engine.h"
+#include "sim/estimate.h"
 #include "sim/queue.h"
 #include "util/banned.h"
 
@@ -74,59 +75,6 @@ int sim_policy_find(const char *name, struct sim_policy *ret)
 
 /* SRTF's classes: remaining time in half-powers of two, the shortest highest. */
 #define SRTF_CLASSES 48
-
-/* ---- time-limit estimates: p90 of earlier jobs' durations ---- */
-
-/* Durations in buckets a quarter of a power of two wide (19 % apart), from
- * 1 s to 2^40 s: a percentile is a walk over 160 counters, and an estimate is
- * at most one bucket (19 %) above the true percentile. */
-#define HIST_BUCKETS   160
-#define SIZE_CLASSES   7 /* fractions, 1, 2, 3-4, 5-8, 9-16, 17+ GPUs */
-#define HIST_MIN_COUNT 10
-
-struct hist {
-    uint32_t n;
-    uint32_t count[HIST_BUCKETS];
-};
-
-static uint32_t bucket_of(int64_t s)
-{
-    double b = s < 1 ? 0 : 4.0 * log2((double)s);
-    return b >= HIST_BUCKETS - 1 ? HIST_BUCKETS - 1 : (uint32_t)b;
-}
-
-static int64_t bucket_top_s(uint32_t b)
-{
-    return (int64_t)ceil(exp2((b + 1) / 4.0));
-}
-
-static void hist_add(struct hist *h, int64_t s)
-{
-    h->count[bucket_of(s)]++;
-    h->n++;
-}
-
-/* The 90th percentile (the top of its bucket), or -1 with too few samples. */
-static int64_t hist_p90_s(const struct hist *h)
-{
-    if (h->n < HIST_MIN_COUNT)
-        return -1;
-    uint64_t want = ((uint64_t)h->n * 9 + 9) / 10, seen = 0;
-    for (uint32_t b = 0; b < HIST_BUCKETS; b++) {
-        seen += h->count[b];
-        if (seen >= want)
-            return bucket_top_s(b);
-    }
-    return bucket_top_s(HIST_BUCKETS - 1);
-}
-
-static uint32_t size_class(int64_t gpu_milli)
-{
-    int64_t g = gpu_milli / SCHED_MILLI;
-    if (gpu_milli < SCHED_MILLI)
-        return 0;
-    return g <= 1 ? 1 : g == 2 ? 2 : g <= 4 ? 3 : g <= 8 ? 4 : g <= 16 ? 5 : 6;
-}
 
 /* ---- events: job ends and evictions, in a binary heap ---- */
 
@@ -221,7 +169,7 @@ struct sim {
     struct heap heap;
     struct sched_state st;
     struct sched_result res;
-    struct hist *hist; /* [team * SIZE_CLASSES + class], then one for all */
+    struct sim_estimate est; /* time limits: p90 of earlier jobs' durations */
     int64_t busy_milli;
     int64_t las_wake_ms;   /* the last pass's las_crossing_ms: a pass is due then */
     int64_t *gpu_used;     /* per GPU: milli held */
@@ -293,11 +241,7 @@ static int64_t estimate_limit_ms(const struct sim *sm, const struct job *j)
 {
     if (sm->pol->oracle != SIM_ORACLE_NONE)
         return j->remaining_ms > 0 ? j->remaining_ms : 1;
-    const struct hist *h =
-        &sm->hist[(size_t)j->req.team * SIZE_CLASSES + size_class(model_job_milli(&j->req, 0))];
-    int64_t p90 = hist_p90_s(h);
-    if (p90 < 0)
-        p90 = hist_p90_s(&sm->hist[sm->spec->nteams * SIZE_CLASSES]);
+    int64_t p90 = sim_estimate_s(&sm->est, j->req.team, model_job_milli(&j->req, 0));
     return p90 < 0 ? sm->core_pol.default_time_limit_ms : p90 * MS_PER_S;
 }
 
@@ -512,10 +456,7 @@ static int on_event(struct sim *sm, const struct event *e)
         if (e->t_ms / MS_PER_S > sm->out->last_end_s)
             sm->out->last_end_s = e->t_ms / MS_PER_S;
         int64_t d = j->duration_ms / MS_PER_S;
-        hist_add(
-            &sm->hist[(size_t)j->req.team * SIZE_CLASSES + size_class(model_job_milli(&j->req, 0))],
-            d);
-        hist_add(&sm->hist[sm->spec->nteams * SIZE_CLASSES], d);
+        sim_estimate_add(&sm->est, j->req.team, model_job_milli(&j->req, 0), d);
         return 0;
     }
     /* Evicted: it resumes later from where it got. */
@@ -618,8 +559,8 @@ static int sim_setup(struct sim *sm, char *err, size_t errlen)
     o->team_useful_window_gpu_s = calloc(o->nteams + 1, sizeof(double));
     o->team_demand_window_gpu_s = calloc(o->nteams + 1, sizeof(double));
     o->team_names = calloc(o->nteams + 1, sizeof(char *));
-    sm->hist = calloc(sm->spec->nteams * SIZE_CLASSES + 1, sizeof(*sm->hist));
-    if (!o->team_useful_window_gpu_s || !o->team_demand_window_gpu_s || !o->team_names || !sm->hist)
+    if (!o->team_useful_window_gpu_s || !o->team_demand_window_gpu_s || !o->team_names ||
+        sim_estimate_init(&sm->est, (uint32_t)sm->spec->nteams))
         return GPO_ENOMEM;
     for (size_t t = 0; t < o->nteams; t++)
         o->team_names[t] = sm->spec->teams[t].name;
@@ -664,7 +605,7 @@ static void sim_free(struct sim *sm)
     free(sm->run);
     free(sm->run_job);
     free(sm->heap.ev);
-    free(sm->hist);
+    sim_estimate_release(&sm->est);
     free(sm->gpu_used);
     free(sm->team_guaranteed);
     sched_state_release(&sm->st);
