@@ -122,7 +122,7 @@ static bool fit_at_start(struct pass *p, uint32_t i)
         return sh->fits;
     bool fits = false;
     p->pristine.headroom = p->headroom;
-    if (wants_gpu(j) && !(j->gpus > 0 && j->multi_node)) {
+    if (model_job_wants_gpu(j) && !(j->gpus > 0 && j->multi_node)) {
         /* Only nodes that had a GPU free when the pass began can answer yes. */
         for (uint32_t k = 0; k < p->nfree0 && !fits; k++) {
             uint32_t n = p->free0[k];
@@ -164,7 +164,7 @@ static enum sched_reason explain_miss(struct pass *p, uint32_t i, unsigned miss,
         return SCHED_REASON_PRIORITY;
     if (j->multi_node && (miss & VIEW_MISS_GANG))
         return SCHED_REASON_GANG;
-    return wants_gpu(j) ? SCHED_REASON_NO_GPU : SCHED_REASON_HOST;
+    return model_job_wants_gpu(j) ? SCHED_REASON_NO_GPU : SCHED_REASON_HOST;
 }
 
 /* Starts job i if it fits the groups allowed; otherwise finds why it waits,
@@ -337,9 +337,9 @@ static struct sched_wait unranked_wait(struct pass *p, uint32_t i)
         return make_wait(j, SCHED_REASON_BLOCKED, j->pool, j->gpu_type, blocker, NULL);
     if (p->jflag[i] & J_CAND)
         return make_wait(j, sh->why, j->pool, j->gpu_type, sh->other, NULL);
-    enum sched_reason why = j->multi_node  ? SCHED_REASON_GANG
-                            : wants_gpu(j) ? SCHED_REASON_NO_GPU
-                                           : SCHED_REASON_HOST;
+    enum sched_reason why = j->multi_node            ? SCHED_REASON_GANG
+                            : model_job_wants_gpu(j) ? SCHED_REASON_NO_GPU
+                                                     : SCHED_REASON_HOST;
     return make_wait(j, why, j->pool, j->gpu_type, 0, NULL);
 }
 

@@ -291,4 +291,16 @@ void model_job_gpu_claim(const struct sched_job *job, const struct sched_gpu *gp
  * GPO_EINVAL for a NULL job. */
 int64_t model_job_milli(const struct sched_job *job, uint32_t gpu_mem_mib);
 
+/* Does the job ask for a GPU at all (whole GPUs, a fraction or GPU memory)? */
+static inline bool model_job_wants_gpu(const struct sched_job *job)
+{
+    return job->gpus > 0 || job->gpu_milli > 0 || job->gpu_mem_mib > 0;
+}
+
+/* May new work be placed on this GPU (not in MIG mode, not held)? */
+static inline bool model_gpu_offered(const struct sched_gpu *gpu)
+{
+    return !gpu->mig_enabled && !gpu->held;
+}
+
 #endif

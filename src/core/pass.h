@@ -217,11 +217,6 @@ struct pass {
     size_t nclaims, claims_cap;
 };
 
-static inline bool wants_gpu(const struct sched_job *j)
-{
-    return j->gpus > 0 || j->gpu_milli > 0 || j->gpu_mem_mib > 0;
-}
-
 static inline int64_t job_end(const struct pass *p, const struct sched_job *j, int64_t start)
 {
     int64_t limit = j->time_limit_ms > 0 ? j->time_limit_ms : p->pol->default_time_limit_ms;

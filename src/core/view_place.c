@@ -1,0 +1,458 @@
+/*
+ * view_place.c - placement on a view (view_place, view_node_fits,
+ * view_node_whole_for in view.h): which GPUs and nodes one job gets. The
+ * view's state and its bookkeeping are in view.c.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/err.h"
+#include "core/view.h"
+#include "util/banned.h"
+
+struct ctx {
+    struct view *view;
+    const struct sched_job *job;
+    int64_t end_ms;
+    bool ignore_resv;
+    unsigned miss;
+    int32_t blocking_resv;
+};
+
+/* May the job use node n, as far as reservations go? Records the blocker. */
+static bool resv_allows(struct ctx *x, uint32_t n)
+{
+    int32_t r = x->view->nodes[n].resv;
+    if (r < 0 || x->ignore_resv || x->end_ms <= x->view->resvs[r].start_ms)
+        return true;
+    x->miss |= VIEW_MISS_RESV;
+    if (x->blocking_resv < 0)
+        x->blocking_resv = r;
+    return false;
+}
+
+/* The O(1) group test before a scan; a group whose only room is on nodes
+ * reserved from before the job would end is a reservation miss, not a scan. */
+static bool group_may_fit(struct ctx *x, uint32_t g)
+{
+    int32_t r;
+    if (view_group_may_fit_by(x->view, x->job, g, x->end_ms, x->ignore_resv, &r))
+        return true;
+    if (r >= 0) {
+        x->miss |= VIEW_MISS_RESV;
+        if (x->blocking_resv < 0)
+            x->blocking_resv = r;
+    }
+    return false;
+}
+
+/* CPUs or host memory a node must give a gang member holding k of the job's GPUs. */
+static uint32_t part_cpus(const struct sched_job *job, uint32_t k)
+{
+    if (job->gpus <= 0 || !job->multi_node)
+        return (uint32_t)job->cpus;
+    return (uint32_t)(((uint64_t)job->cpus * k + (uint64_t)job->gpus - 1) / (uint64_t)job->gpus);
+}
+
+static uint64_t part_mem(const struct sched_job *job, uint32_t k)
+{
+    if (job->gpus <= 0 || !job->multi_node)
+        return (uint64_t)job->mem_mib;
+    return ((uint64_t)job->mem_mib * k + (uint64_t)job->gpus - 1) / (uint64_t)job->gpus;
+}
+
+static bool host_fits(const struct view_node *vn, const struct sched_job *job, uint32_t k)
+{
+    return vn->free_cpus >= part_cpus(job, k) && vn->free_mem_mib >= part_mem(job, k);
+}
+
+/* The GPU has the memory the job needs: its minimum, and all of a memory request. */
+static bool gpu_mem_ok(const struct sched_job *job, const struct sched_gpu *gpu)
+{
+    return job->min_gpu_mem_mib <= (int64_t)gpu->mem_mib &&
+           job->gpu_mem_mib <= (int64_t)gpu->mem_mib;
+}
+
+uint32_t view_node_whole_for(const struct view *view, const struct sched_job *job, uint32_t n)
+{
+    const struct sched_node *node = &view->cluster->nodes[n];
+    if (job->min_gpu_mem_mib <= 0)
+        return view->nodes[n].free_whole;
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < node->ngpus; i++) {
+        uint32_t gi = node->gpu_first + i;
+        k += view->gpus[gi].free_milli == SCHED_MILLI &&
+             model_gpu_offered(&view->cluster->gpus[gi]) &&
+             gpu_mem_ok(job, &view->cluster->gpus[gi]);
+    }
+    return k;
+}
+
+/* Is candidate (a) better than (b) for the packing? Scores are "free after". */
+static bool better(enum sched_packing p, uint64_t a, uint32_t an, uint64_t b, uint32_t bn)
+{
+    if (a != b)
+        return p == SCHED_PACK_BINPACK ? a < b : a > b;
+    return an < bn;
+}
+
+/* Picks k wholly free GPUs of node n, preferring one NVLink domain (the
+ * fullest one that still holds k, so larger domains stay whole). */
+static void pick_whole_gpus(const struct view *view, const struct sched_job *job, uint32_t n,
+                            uint32_t k, struct sched_share *out)
+{
+    const struct sched_node *node = &view->cluster->nodes[n];
+    int32_t best_dom = INT32_MIN;
+    uint32_t best_free = UINT32_MAX;
+    for (uint32_t i = 0; i < node->ngpus && k > 1; i++) {
+        int32_t dom = view->cluster->gpus[node->gpu_first + i].nvlink_domain;
+        if (dom < 0)
+            continue;
+        bool seen = false;
+        for (uint32_t j = 0; j < i && !seen; j++)
+            seen = view->cluster->gpus[node->gpu_first + j].nvlink_domain == dom;
+        if (seen)
+            continue;
+        uint32_t f = 0;
+        for (uint32_t j = i; j < node->ngpus; j++) {
+            uint32_t gj = node->gpu_first + j;
+            const struct sched_gpu *g = &view->cluster->gpus[gj];
+            f += g->nvlink_domain == dom && model_gpu_offered(g) &&
+                 view->gpus[gj].free_milli == SCHED_MILLI && gpu_mem_ok(job, g);
+        }
+        if (f >= k && f < best_free) {
+            best_free = f;
+            best_dom = dom;
+        }
+    }
+    uint32_t got = 0;
+    for (int pass = 0; pass < 2 && got < k; pass++) {
+        for (uint32_t i = 0; i < node->ngpus && got < k; i++) {
+            uint32_t gi = node->gpu_first + i;
+            const struct sched_gpu *g = &view->cluster->gpus[gi];
+            if (!model_gpu_offered(g) || view->gpus[gi].free_milli != SCHED_MILLI ||
+                !gpu_mem_ok(job, g))
+                continue;
+            bool in_dom = best_dom != INT32_MIN && g->nvlink_domain == best_dom;
+            if (pass == 0 && best_dom != INT32_MIN && !in_dom)
+                continue;
+            bool taken = false;
+            for (uint32_t j = 0; j < got && !taken; j++)
+                taken = out[j].gpu == gi;
+            if (taken)
+                continue;
+            out[got++] =
+                (struct sched_share){.gpu = gi, .milli = SCHED_MILLI, .mem_mib = g->mem_mib};
+        }
+    }
+}
+
+static void fill_single(struct view_place *out, const struct view *view,
+                        const struct sched_job *job, uint32_t n)
+{
+    out->nnodes = 1;
+    out->nodes[0] = (struct sched_node_part){
+        .node = n, .cpus = (uint32_t)job->cpus, .mem_mib = (uint64_t)job->mem_mib};
+    out->group = view->nodes[n].group;
+}
+
+/* One-node whole-GPU job (or a CPU-only job, k = 0). */
+static bool place_whole_single(struct ctx *x, const bool *allowed, struct view_place *out)
+{
+    struct view *view = x->view;
+    const struct sched_job *job = x->job;
+    uint32_t k = job->gpus > 0 ? (uint32_t)job->gpus : 0;
+    uint32_t best = SCHED_NONE;
+    uint64_t best_score = 0;
+    for (uint32_t g = 0; g < view->ngroups; g++) {
+        if ((allowed && !allowed[g]) || !view_group_eligible(view, job, g))
+            continue;
+        if (k && !group_may_fit(x, g)) {
+            x->miss |= VIEW_MISS_GPU;
+            continue;
+        }
+        const struct view_group *grp = &view->groups[g];
+        for (uint32_t i = 0; i < grp->nnodes; i++) {
+            uint32_t n = grp->nodes[i];
+            const struct view_node *vn = &view->nodes[n];
+            if (!vn->usable || vn->free_whole < k)
+                continue;
+            uint32_t w = k ? view_node_whole_for(view, job, n) : 0;
+            if (w < k)
+                continue;
+            if (!host_fits(vn, job, k)) {
+                x->miss |= VIEW_MISS_HOST;
+                continue;
+            }
+            uint64_t score =
+                k ? (uint64_t)(w - k) : (uint64_t)(vn->free_cpus - (uint32_t)job->cpus);
+            if (best != SCHED_NONE && !better(view->packing, score, n, best_score, best))
+                continue;
+            if (!resv_allows(x, n))
+                continue;
+            best = n;
+            best_score = score;
+        }
+    }
+    if (best == SCHED_NONE) {
+        if (!(x->miss & (VIEW_MISS_HOST | VIEW_MISS_RESV)))
+            x->miss |= VIEW_MISS_GPU;
+        return false;
+    }
+    fill_single(out, view, job, best);
+    out->nshares = k;
+    if (k)
+        pick_whole_gpus(view, job, best, k, out->shares);
+    return true;
+}
+
+/* Fraction or memory of one GPU: shared GPUs first, then a fresh one. */
+static bool place_fraction(struct ctx *x, const bool *allowed, struct view_place *out)
+{
+    struct view *view = x->view;
+    const struct sched_job *job = x->job;
+    const struct sched_cluster *c = view->cluster;
+    uint32_t best_gpu = SCHED_NONE, best_node = SCHED_NONE;
+    uint64_t best_score = 0;
+    uint32_t best_milli = 0, best_mem = 0;
+    for (int fresh = 0; fresh < 2 && best_gpu == SCHED_NONE; fresh++) {
+        for (uint32_t g = 0; g < view->ngroups; g++) {
+            if ((allowed && !allowed[g]) || !view_group_eligible(view, job, g))
+                continue;
+            if (!group_may_fit(x, g)) {
+                x->miss |= VIEW_MISS_GPU;
+                continue;
+            }
+            const struct view_group *grp = &view->groups[g];
+            for (uint32_t i = 0; i < grp->nnodes; i++) {
+                uint32_t n = grp->nodes[i];
+                const struct view_node *vn = &view->nodes[n];
+                if (!vn->usable || (fresh ? !vn->free_whole : !vn->nshared))
+                    continue;
+                const struct sched_node *node = &c->nodes[n];
+                for (uint32_t j = 0; j < node->ngpus; j++) {
+                    uint32_t gi = node->gpu_first + j;
+                    const struct sched_gpu *gpu = &c->gpus[gi];
+                    const struct view_gpu *vg = &view->gpus[gi];
+                    if (!model_gpu_offered(gpu) || !gpu_mem_ok(job, gpu))
+                        continue;
+                    if (fresh ? vg->free_milli != SCHED_MILLI
+                              : !(vg->free_milli > 0 && vg->free_milli < SCHED_MILLI))
+                        continue;
+                    uint32_t milli, mem;
+                    model_job_gpu_claim(job, gpu, &milli, &mem);
+                    if (vg->free_milli < milli || vg->free_mem_mib < mem)
+                        continue;
+                    if (view->headroom && view->headroom[g] < (int64_t)milli)
+                        continue; /* this GPU's share would take the team over quota */
+                    if (!host_fits(vn, job, 0)) {
+                        x->miss |= VIEW_MISS_HOST;
+                        break;
+                    }
+                    /* Shared: tightest GPU. Fresh: the node with the fewest whole
+                     * GPUs free (binpack), so untouched nodes stay whole. */
+                    uint64_t score = fresh ? vn->free_whole : vg->free_milli - milli;
+                    if (best_gpu != SCHED_NONE &&
+                        !better(view->packing, score, n, best_score, best_node))
+                        continue;
+                    if (!resv_allows(x, n))
+                        break;
+                    best_gpu = gi;
+                    best_node = n;
+                    best_score = score;
+                    best_milli = milli;
+                    best_mem = mem;
+                    if (fresh)
+                        break; /* the node's lowest fresh GPU */
+                }
+            }
+        }
+    }
+    if (best_gpu == SCHED_NONE) {
+        if (!(x->miss & (VIEW_MISS_HOST | VIEW_MISS_RESV)))
+            x->miss |= VIEW_MISS_GPU;
+        return false;
+    }
+    fill_single(out, view, job, best_node);
+    out->nshares = 1;
+    out->shares[0] =
+        (struct sched_share){.gpu = best_gpu, .milli = best_milli, .mem_mib = best_mem};
+    return true;
+}
+
+/* How many of a gang's k GPUs node n can hold: its free whole GPUs, cut down
+ * to what its free CPUs and host memory allow for that share of the job. */
+static uint32_t gang_cap(const struct view *view, const struct sched_job *job, uint32_t n,
+                         uint32_t k)
+{
+    const struct view_node *vn = &view->nodes[n];
+    if (!vn->usable || !vn->free_whole)
+        return 0;
+    uint32_t t = view_node_whole_for(view, job, n);
+    if (t > k)
+        t = k;
+    while (t > 0 && !host_fits(vn, job, t))
+        t--;
+    return t;
+}
+
+/* A gang across the fewest nodes of one group: the nodes with the most free
+ * GPUs first; the last piece on the tightest node that holds it (binpack). */
+static bool place_gang(struct ctx *x, const bool *allowed, struct view_place *out)
+{
+    struct view *view = x->view;
+    const struct sched_job *job = x->job;
+    uint32_t k = (uint32_t)job->gpus;
+    uint32_t best_group = SCHED_NONE, best_count = UINT32_MAX;
+    for (uint32_t g = 0; g < view->ngroups; g++) {
+        if ((allowed && !allowed[g]) || !view_group_eligible(view, job, g))
+            continue;
+        if (!group_may_fit(x, g)) {
+            x->miss |= VIEW_MISS_GANG;
+            continue;
+        }
+        /* Count how few nodes could do it: a selection of the largest free counts. */
+        const struct view_group *grp = &view->groups[g];
+        uint32_t hist[SCHED_MAX_GPUS_PER_NODE + 1] = {0};
+        for (uint32_t i = 0; i < grp->nnodes; i++) {
+            uint32_t n = grp->nodes[i];
+            uint32_t w = gang_cap(view, job, n, k);
+            if (!w) {
+                if (view->nodes[n].free_whole)
+                    x->miss |= VIEW_MISS_HOST;
+                continue;
+            }
+            if (!resv_allows(x, n))
+                continue;
+            hist[w]++;
+        }
+        uint32_t need = k, count = 0;
+        for (int w = SCHED_MAX_GPUS_PER_NODE; w > 0 && need; w--) {
+            for (uint32_t m = 0; m < hist[w] && need; m++) {
+                need -= (uint32_t)w < need ? (uint32_t)w : need;
+                count++;
+            }
+        }
+        if (need) {
+            x->miss |= VIEW_MISS_GANG;
+            continue;
+        }
+        if (count < best_count) {
+            best_count = count;
+            best_group = g;
+        }
+    }
+    if (best_group == SCHED_NONE)
+        return false;
+
+    /* Lay the gang out: nodes by free GPUs, descending, ties to the lower index
+     * (a counting sort over the free count: one pass, no comparisons). */
+    const struct view_group *grp = &view->groups[best_group];
+    uint32_t *cand = view->node_scratch;
+    uint32_t start[SCHED_MAX_GPUS_PER_NODE + 2] = {0};
+    uint32_t ncand = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        for (uint32_t i = 0; i < grp->nnodes; i++) {
+            uint32_t n = grp->nodes[i];
+            uint32_t w = gang_cap(view, job, n, k);
+            if (!w)
+                continue;
+            int32_t r = view->nodes[n].resv;
+            if (r >= 0 && !x->ignore_resv && x->end_ms > view->resvs[r].start_ms)
+                continue;
+            uint32_t slot = SCHED_MAX_GPUS_PER_NODE - w; /* most free first */
+            if (pass == 0)
+                start[slot + 1]++;
+            else
+                cand[start[slot]++] = n;
+        }
+        if (pass == 0) {
+            for (uint32_t b = 1; b < SCHED_MAX_GPUS_PER_NODE + 2; b++)
+                start[b] += start[b - 1];
+            ncand = start[SCHED_MAX_GPUS_PER_NODE + 1];
+        }
+    }
+    uint32_t need = k;
+    out->nnodes = 0;
+    out->nshares = 0;
+    for (uint32_t i = 0; i < ncand && need; i++) {
+        uint32_t n = cand[i], w = gang_cap(view, job, n, k);
+        uint32_t take = w < need ? w : need;
+        if (take == need && view->packing == SCHED_PACK_BINPACK) {
+            /* The last piece: the tightest remaining node that holds it. */
+            uint32_t best = n, bw = w;
+            for (uint32_t j = i + 1; j < ncand; j++) {
+                uint32_t m = cand[j], wm = gang_cap(view, job, m, k);
+                if (wm >= need && (wm < bw || (wm == bw && m < best))) {
+                    best = m;
+                    bw = wm;
+                }
+            }
+            n = best;
+        }
+        out->nodes[out->nnodes++] = (struct sched_node_part){
+            .node = n, .cpus = part_cpus(job, take), .mem_mib = part_mem(job, take)};
+        pick_whole_gpus(view, job, n, take, out->shares + out->nshares);
+        out->nshares += take;
+        need -= take;
+    }
+    out->group = best_group;
+    return need == 0;
+}
+
+bool view_place(struct view *view, const struct sched_job *job, const bool *allowed, int64_t end_ms,
+                bool ignore_resv, struct view_place *out, unsigned *ret_miss)
+{
+    struct ctx x = {.view = view,
+                    .job = job,
+                    .end_ms = end_ms,
+                    .ignore_resv = ignore_resv,
+                    .blocking_resv = -1};
+    bool ok;
+    if (job->gpus > 0 && job->multi_node) {
+        ok = place_whole_single(&x, allowed, out);
+        if (!ok) {
+            unsigned single_miss = x.miss;
+            x.miss = 0;
+            ok = place_gang(&x, allowed, out);
+            x.miss |= single_miss & (VIEW_MISS_HOST | VIEW_MISS_RESV);
+        }
+    } else if (job->gpus > 0 || !model_job_wants_gpu(job)) {
+        ok = place_whole_single(&x, allowed, out);
+    } else {
+        ok = place_fraction(&x, allowed, out);
+    }
+    out->blocking_resv = x.blocking_resv;
+    if (!ok && ret_miss)
+        *ret_miss = x.miss;
+    return ok;
+}
+
+bool view_node_fits(const struct view *view, const struct sched_job *job, uint32_t n)
+{
+    const struct view_node *vn = &view->nodes[n];
+    if (!vn->usable || !view_group_eligible(view, job, vn->group))
+        return false;
+    if (job->gpus > 0)
+        return view_node_whole_for(view, job, n) >= (uint32_t)job->gpus &&
+               host_fits(vn, job, (uint32_t)job->gpus);
+    if (!host_fits(vn, job, 0))
+        return false;
+    if (!model_job_wants_gpu(job))
+        return true;
+    const struct sched_node *node = &view->cluster->nodes[n];
+    for (uint32_t i = 0; i < node->ngpus; i++) {
+        uint32_t gi = node->gpu_first + i;
+        const struct sched_gpu *gpu = &view->cluster->gpus[gi];
+        uint32_t milli, mem;
+        if (!model_gpu_offered(gpu) || !gpu_mem_ok(job, gpu))
+            continue;
+        model_job_gpu_claim(job, gpu, &milli, &mem);
+        if (view->headroom && view->headroom[vn->group] < (int64_t)milli)
+            continue;
+        if (view->gpus[gi].free_milli >= milli && view->gpus[gi].free_mem_mib >= mem)
+            return true;
+    }
+    return false;
+}
