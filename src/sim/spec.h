@@ -76,6 +76,8 @@
 #define SIM_SPEC_MAX_NODES         1000000u /* in all pools together */
 #define SIM_SPEC_MAX_GPUS_PER_NODE 64u
 #define SIM_SPEC_MAX_QUEUES        100000u /* queue names over all teams */
+/* Milli-GPU of the largest cluster: a quota or limit above it is an error. */
+#define SIM_SPEC_MAX_MILLI ((int64_t)SIM_SPEC_MAX_NODES * SIM_SPEC_MAX_GPUS_PER_NODE * 1000)
 
 struct sim_spec_pool {
     char *name;
