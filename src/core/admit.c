@@ -13,8 +13,7 @@ static int record_start(struct pass *p, uint32_t i)
     struct sched_result *r = p->res;
     const struct sched_job *j = &p->q->jobs[i];
     const struct view_place *pl = &p->place;
-    if (vec_grow((void **)&r->starts, &r->starts_cap, r->nstarts + 1, sizeof(*r->starts)) ||
-        vec_grow((void **)&p->rel, &p->rel_cap, p->nrel + 1, sizeof(*p->rel)))
+    if (vec_grow((void **)&r->starts, &r->starts_cap, r->nstarts + 1, sizeof(*r->starts)))
         return GPO_ENOMEM;
     struct sched_node_part *parts = pass_arena_alloc(r, pl->nnodes * sizeof(*parts));
     struct sched_share *shares =
@@ -47,36 +46,9 @@ static int record_start(struct pass *p, uint32_t i)
     if (!kept)
         return GPO_ENOMEM;
     *kept = s->alloc;
-    p->rel[p->nrel++] = (struct backfill_release){job_end(p, j, p->now), j->id, kept};
     p->jflag[i] |= J_STARTED | J_DONE;
-    return 0;
-}
-
-/* Puts the releases in order: the running set's are sorted once, the jobs
- * started since are sorted and merged in (a pass may start thousands). */
-static int sort_releases(struct pass *p)
-{
-    size_t done = p->nrel_sorted, n = p->nrel;
-    if (done == n)
-        return 0;
-    if (backfill_sort(p->rel + done, n - done))
-        return GPO_ENOMEM;
-    if (done) {
-        struct backfill_release *tmp = malloc(n * sizeof(*tmp));
-        if (!tmp)
-            return GPO_ENOMEM;
-        size_t a = 0, b = done, k = 0;
-        while (a < done || b < n) {
-            bool take_a = b == n || (a < done && (p->rel[a].end_ms < p->rel[b].end_ms ||
-                                                  (p->rel[a].end_ms == p->rel[b].end_ms &&
-                                                   p->rel[a].job < p->rel[b].job)));
-            tmp[k++] = take_a ? p->rel[a++] : p->rel[b++];
-        }
-        memcpy(p->rel, tmp, n * sizeof(*tmp));
-        free(tmp);
-    }
-    p->nrel_sorted = n;
-    return 0;
+    return backfill_releases_add(&p->rels,
+                                 &(struct backfill_release){job_end(p, j, p->now), j->id, kept});
 }
 
 /* The reservation, in EASY style: one per pool, for its highest-ranked blocked job. */
@@ -87,12 +59,9 @@ static int try_reserve(struct pass *p, uint32_t i)
         if (p->allowed[g] && p->pool_resv[p->view.groups[g].pool] >= 0)
             return 0;
     }
-    int err = sort_releases(p);
-    if (err)
-        return err;
     int64_t start;
-    int found = backfill_shadow(&p->view, j, p->allowed, p->rel, p->nrel, p->now, &start, &p->place,
-                                &p->undo);
+    int found =
+        backfill_shadow(&p->view, j, p->allowed, &p->rels, p->now, &start, &p->place, &p->undo);
     if (found == 0)
         p->shapes_of[p->jshape[i]].reserve_fail_version = p->version + 1;
     if (found <= 0)

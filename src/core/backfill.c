@@ -1,9 +1,10 @@
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/backfill.h"
 #include "core/err.h"
-#include "core/sort.h"
+#include "core/vec.h"
 #include "util/banned.h"
 
 static bool release_before(const struct backfill_release *x, const struct backfill_release *y)
@@ -11,11 +12,93 @@ static bool release_before(const struct backfill_release *x, const struct backfi
     return x->end_ms != y->end_ms ? x->end_ms < y->end_ms : x->job < y->job;
 }
 
-SORT_DEFINE(sort_releases, struct backfill_release, release_before)
-
-int backfill_sort(struct backfill_release *rel, size_t n)
+void backfill_releases_init(struct backfill_releases *rs)
 {
-    return sort_releases(rel, n);
+    memset(rs, 0, sizeof(*rs));
+}
+
+void backfill_releases_release(struct backfill_releases *rs)
+{
+    if (!rs)
+        return;
+    free(rs->sorted);
+    free(rs->heap);
+    memset(rs, 0, sizeof(*rs));
+}
+
+static void sift_down(struct backfill_release *h, size_t n, size_t i)
+{
+    struct backfill_release x = h[i];
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= n)
+            break;
+        if (c + 1 < n && release_before(&h[c + 1], &h[c]))
+            c++;
+        if (!release_before(&h[c], &x))
+            break;
+        h[i] = h[c];
+        i = c;
+    }
+    h[i] = x;
+}
+
+static void sift_up(struct backfill_release *h, size_t i)
+{
+    struct backfill_release x = h[i];
+    while (i > 0 && release_before(&x, &h[(i - 1) / 2])) {
+        h[i] = h[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    h[i] = x;
+}
+
+int backfill_releases_reserve(struct backfill_releases *rs, size_t n)
+{
+    return vec_grow((void **)&rs->heap, &rs->heap_cap, rs->nheap + n, sizeof(*rs->heap));
+}
+
+int backfill_releases_add(struct backfill_releases *rs, const struct backfill_release *rel)
+{
+    if (rs->nsorted && release_before(rel, &rs->sorted[rs->nsorted - 1])) {
+        /* Before one already read: it joins the ordered part. */
+        if (vec_grow((void **)&rs->sorted, &rs->sorted_cap, rs->nsorted + 1, sizeof(*rs->sorted)))
+            return GPO_ENOMEM;
+        size_t k = rs->nsorted++;
+        for (; k > 0 && release_before(rel, &rs->sorted[k - 1]); k--)
+            rs->sorted[k] = rs->sorted[k - 1];
+        rs->sorted[k] = *rel;
+        return 0;
+    }
+    if (vec_grow((void **)&rs->heap, &rs->heap_cap, rs->nheap + 1, sizeof(*rs->heap)))
+        return GPO_ENOMEM;
+    rs->heap[rs->nheap++] = *rel;
+    if (rs->heaped)
+        sift_up(rs->heap, rs->nheap - 1);
+    return 0;
+}
+
+const struct backfill_release *backfill_releases_at(struct backfill_releases *rs, size_t i,
+                                                    int *ret_err)
+{
+    if (i >= rs->nsorted && rs->nheap) {
+        if (!rs->heaped) {
+            for (size_t k = rs->nheap / 2; k-- > 0;)
+                sift_down(rs->heap, rs->nheap, k);
+            rs->heaped = true;
+        }
+        if (vec_grow((void **)&rs->sorted, &rs->sorted_cap, i + 1, sizeof(*rs->sorted))) {
+            *ret_err = GPO_ENOMEM;
+            return NULL;
+        }
+        while (rs->nsorted <= i && rs->nheap) {
+            rs->sorted[rs->nsorted++] = rs->heap[0];
+            rs->heap[0] = rs->heap[--rs->nheap];
+            if (rs->nheap)
+                sift_down(rs->heap, rs->nheap, 0);
+        }
+    }
+    return i < rs->nsorted ? &rs->sorted[i] : NULL;
 }
 
 /* Whole GPUs on node n that count toward a gang of `job` in `view`. */
@@ -30,8 +113,8 @@ static uint32_t gang_whole(const struct view *view, const struct sched_job *job,
 }
 
 int backfill_shadow(struct view *view, const struct sched_job *job, const bool *allowed,
-                    const struct backfill_release *rel, size_t nrel, int64_t now_ms,
-                    int64_t *ret_start_ms, struct view_place *out, struct view_undo *log)
+                    struct backfill_releases *rel, int64_t now_ms, int64_t *ret_start_ms,
+                    struct view_place *out, struct view_undo *log)
 {
     bool gang = job->gpus > 0 && job->multi_node;
     uint64_t sum = 0;
@@ -40,8 +123,9 @@ int backfill_shadow(struct view *view, const struct sched_job *job, const bool *
             sum += gang_whole(view, job, allowed, n);
     }
     int found = 0, err = 0;
-    for (size_t i = 0; i < nrel && !found; i++) {
-        const struct sched_alloc *a = rel[i].alloc;
+    const struct backfill_release *r;
+    for (size_t i = 0; !found && (r = backfill_releases_at(rel, i, &err)); i++) {
+        const struct sched_alloc *a = r->alloc;
         bool touched_fits = false;
         if (gang) {
             for (uint32_t p = 0; p < a->nnodes; p++)
@@ -62,7 +146,7 @@ int backfill_shadow(struct view *view, const struct sched_job *job, const bool *
         /* Something fits now: let placement choose, as it would at that time. */
         unsigned miss = 0;
         if (view_place(view, job, allowed, INT64_MAX, false, out, &miss)) {
-            *ret_start_ms = rel[i].end_ms > now_ms ? rel[i].end_ms : now_ms;
+            *ret_start_ms = r->end_ms > now_ms ? r->end_ms : now_ms;
             found = 1;
         }
     }

@@ -282,11 +282,8 @@ int pass_alloc(struct pass *p)
         int64_t over = p->quota.used[k] - p->quota.guar[k];
         p->excess[k] = over > 0 ? over : 0;
     }
-    p->rel_cap = nr + 16;
-    p->rel = malloc(p->rel_cap * sizeof(*p->rel));
     if (!p->jflag || !p->jwait || !p->rflag || !p->rank || !p->allowed || !p->eligible ||
-        !p->pcand || !p->pbuf || !p->victims || !p->leaving || !p->pool_resv || !p->pool_block ||
-        !p->rel)
+        !p->pcand || !p->pbuf || !p->victims || !p->leaving || !p->pool_resv || !p->pool_block)
         return GPO_ENOMEM;
     if (order_uses_las(p->pol)) {
         p->lasq = pass_scratch(p, nq, true);
@@ -327,7 +324,7 @@ void pass_free(struct pass *p)
     }
     view_release(&p->pristine);
     view_undo_release(&p->undo);
-    free(p->rel);
+    backfill_releases_release(&p->rels);
     free(p->attained);
     free(p->claims);
 }

@@ -191,9 +191,7 @@ struct pass {
 
     struct view_place place;
 
-    struct backfill_release *rel;
-    size_t nrel, rel_cap;
-    size_t nrel_sorted; /* rel[0, nrel_sorted) is in order; starts append after it */
+    struct backfill_releases rels; /* the running set's and this pass's starts */
 
     struct preempt_cand *pcand; /* every running job, least work lost first */
     size_t npcand;

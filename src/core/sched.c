@@ -574,15 +574,19 @@ static int run_pass(struct pass *p)
     if (!cshapes)
         return GPO_ENOMEM;
 
+    if ((err = backfill_releases_reserve(&p->rels, nr + 16)))
+        return err;
     for (size_t r = 0; r < nr; r++) {
         const struct sched_running *rj = &run->jobs[r];
         if (rj->preempting) {
             p->rflag[r] |= R_LEAVING;
             p->leaving[p->nleaving++] = (uint32_t)r;
         }
-        p->rel[p->nrel++] = (struct backfill_release){
-            rj->preempting ? p->now + p->pol->preempt_grace_ms : job_end(p, rj->job, rj->start_ms),
-            rj->job->id, &rj->alloc};
+        struct backfill_release rel = {rj->preempting ? p->now + p->pol->preempt_grace_ms
+                                                      : job_end(p, rj->job, rj->start_ms),
+                                       rj->job->id, &rj->alloc};
+        if ((err = backfill_releases_add(&p->rels, &rel)))
+            return err;
     }
     if (p->rlasq) {
         for (size_t r = 0; r < nr; r++) {

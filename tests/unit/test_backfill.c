@@ -11,6 +11,7 @@
 
 #include <cmocka.h>
 
+#include "core/backfill.h"
 #include "core/err.h"
 #include "core/sched.h"
 #include "fixture.h"
@@ -620,6 +621,62 @@ static void backfill_never_delays_reserved_job_over_random_seeds(void **unused)
     assert_true(total_backfilled > 300); /* the scenarios did exercise backfill */
 }
 
+static int release_cmp(const void *a, const void *b)
+{
+    const struct backfill_release *x = a, *y = b;
+    if (x->end_ms != y->end_ms)
+        return x->end_ms < y->end_ms ? -1 : 1;
+    return x->job < y->job ? -1 : x->job > y->job;
+}
+
+/* The look-ahead reads releases in end order, ties by job id, however they
+ * were added: before the first read, or between reads (a job started in the
+ * pass), ending before or after the ones already read. Against qsort. */
+static void releases_come_in_end_order_however_added(void **unused)
+{
+    (void)unused;
+    uint64_t rng = 7;
+    for (int round = 0; round < 200; round++) {
+        struct backfill_releases rs;
+        backfill_releases_init(&rs);
+        struct backfill_release all[300];
+        size_t n = 0, nfirst = (size_t)fx_rng_range(&rng, 0, 200);
+        size_t nlater = (size_t)fx_rng_range(&rng, 0, 100);
+        for (; n < nfirst + nlater; n++) /* few distinct ends: many ties */
+            all[n] = (struct backfill_release){fx_rng_range(&rng, 0, 40), n + 1, NULL};
+        /* Shuffle the ids, so that ties are not in the order added. */
+        for (size_t k = n; k > 1; k--) {
+            size_t x = (size_t)fx_rng_range(&rng, 0, (int64_t)k - 1);
+            uint64_t t = all[k - 1].job;
+            all[k - 1].job = all[x].job;
+            all[x].job = t;
+        }
+        if (fx_rng_range(&rng, 0, 1))
+            assert_int_equal(backfill_releases_reserve(&rs, nfirst), 0);
+        for (size_t k = 0; k < nfirst; k++)
+            assert_int_equal(backfill_releases_add(&rs, &all[k]), 0);
+        int err = 0;
+        size_t read = (size_t)fx_rng_range(&rng, 0, (int64_t)nfirst);
+        for (size_t k = 0; k < read; k++)
+            assert_non_null(backfill_releases_at(&rs, k, &err));
+        for (size_t k = nfirst; k < n; k++) {
+            assert_int_equal(backfill_releases_add(&rs, &all[k]), 0);
+            if (fx_rng_range(&rng, 0, 3) == 0) /* a look-ahead between starts */
+                assert_non_null(backfill_releases_at(&rs, 0, &err));
+        }
+        qsort(all, n, sizeof(all[0]), release_cmp);
+        for (size_t k = 0; k < n; k++) {
+            const struct backfill_release *r = backfill_releases_at(&rs, k, &err);
+            assert_non_null(r);
+            assert_int_equal(r->end_ms, all[k].end_ms);
+            assert_int_equal(r->job, all[k].job);
+        }
+        assert_null(backfill_releases_at(&rs, n, &err));
+        assert_int_equal(err, 0);
+        backfill_releases_release(&rs);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -636,6 +693,7 @@ int main(void)
         cmocka_unit_test(backfill_never_delays_reserved_job),
         cmocka_unit_test(reservation_counts_jobs_started_earlier_in_the_same_pass),
         cmocka_unit_test(backfill_never_delays_reserved_job_over_random_seeds),
+        cmocka_unit_test(releases_come_in_end_order_however_added),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
