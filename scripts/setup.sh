@@ -23,6 +23,7 @@ PACKAGES=(
   pkg-config
   binutils           # nm: the core purity test
   clang-format       # the formatting check
+  clang              # tests/fuzz/run.sh: libFuzzer harnesses (a developer's check)
   libcmocka-dev      # unit tests
   valgrind           # bench: callgrind instruction counts
   util-linux         # taskset: pin benchmarks to one core
