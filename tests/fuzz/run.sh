@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# run.sh [SECONDS] - fuzzes the simulator's inputs with libFuzzer, SECONDS
-# (60) per target, in parallel: cluster specs (fuzz_sim_spec.c) and trace
-# CSVs, small ones replayed (fuzz_sim_trace.c). Not part of `make test`
-# (its runs are random); a developer's check after changing the trace
-# reader, the spec decoder or the engine. Needs clang (scripts/setup.sh
+# run.sh [SECONDS] - fuzzes what gpuorch reads from others with libFuzzer,
+# SECONDS (60) per target, two at a time:
+#   fuzz_sim_spec.c   any bytes as a cluster spec;
+#   fuzz_sim_trace.c  any bytes as a trace CSV, small ones replayed;
+#   fuzz_jobspec.c    any bytes as the body of POST /v1/jobs (and Slurm's
+#                     array syntax), what the API shows decoding back.
+# Not part of `make test` (its runs are random); a developer's check after
+# changing one of those readers or the engine. Needs clang (scripts/setup.sh
 # installs it). Builds the libraries with clang, ASan, UBSan and fuzzer
 # coverage in build-fuzz (warnings not fatal: clang warns where gcc does
-# not), seeds from tests/sim and sim/, and writes any
+# not), seeds from tests/sim, sim/ and tests/fuzz/seeds, and writes any
 # crash input to build-fuzz/fuzz/. Undefined behaviour is a crash too.
 # Exit 0: no crash; 1: a crash; 2: no clang, or the build failed.
 set -euo pipefail
@@ -16,36 +19,50 @@ build=$root/build-fuzz
 command -v clang >/dev/null || { echo "run.sh: clang not found (scripts/setup.sh installs it)" >&2; exit 2; }
 if [ ! -f "$build/build.ninja" ]; then
   CC=clang meson setup "$build" "$root" --buildtype=debug -Db_sanitize=address,undefined \
-    -Db_lundef=false -Dwerror=false -Dc_args='-fsanitize=fuzzer-no-link -fno-sanitize-recover=all -O1' >/dev/null
+    -Db_lundef=false -Dwerror=false \
+    -Dc_args='-fsanitize=fuzzer-no-link -fno-sanitize-recover=all -O1' >/dev/null
 fi
-if ! log=$(ninja -C "$build" libgpuorch_sim.a libgpuorch_core.a libgpuorch_util.a 2>&1); then
+libs="libgpuorch_sim.a libgpuorch_server.a libgpuorch_core.a libgpuorch_util.a"
+# shellcheck disable=SC2086
+if ! log=$(ninja -C "$build" $libs 2>&1); then
   echo "$log" >&2
   echo "run.sh: the fuzz build failed" >&2
   exit 2
 fi
 out=$build/fuzz
-mkdir -p "$out/corpus_spec" "$out/corpus_trace"
-cp "$root"/sim/*.yaml "$root"/tests/sim/*.yaml "$out/corpus_spec/"
+rm -rf "$out"
+mkdir -p "$out/corpus_sim_spec" "$out/corpus_sim_trace" "$out/corpus_jobspec"
+cp "$root"/sim/*.yaml "$root"/tests/sim/*.yaml "$out/corpus_sim_spec/"
 for f in "$root"/tests/sim/*.csv; do
-  { printf '\003'; cat "$f"; } >"$out/corpus_trace/$(basename "$f")" # replay, skip_bad off
+  { printf '\003'; cat "$f"; } >"$out/corpus_sim_trace/$(basename "$f")" # replay, skip_bad off
 done
-pids=()
-for t in spec trace; do
-  clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -I"$root/src" "$root/tests/fuzz/fuzz_sim_$t.c" \
-    "$build/libgpuorch_sim.a" "$build/libgpuorch_core.a" "$build/libgpuorch_util.a" \
-    -ljansson -lyaml -lz -lm -o "$out/fuzz_sim_$t"
-  (cd "$out" && ./fuzz_sim_$t -max_total_time="$secs" -max_len=4096 -timeout=10 \
-    "corpus_$t" >"fuzz_sim_$t.log" 2>&1) &
-  pids+=($!)
-done
-rc=0
-for k in 0 1; do
-  t=$([ $k = 0 ] && echo spec || echo trace)
-  if wait "${pids[$k]}"; then
-    echo "fuzz_sim_$t: $(grep -o 'Done [0-9]* runs' "$out/fuzz_sim_$t.log" | tail -n 1), no crash"
+cp "$root"/tests/fuzz/seeds/jobspec/* "$out/corpus_jobspec/"
+
+build_target() { # build_target NAME LIBS...
+  local name=$1
+  shift
+  clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -I"$root/src" \
+    "$root/tests/fuzz/fuzz_$name.c" "$@" -ljansson -lyaml -lz -lm -o "$out/fuzz_$name"
+}
+build_target sim_spec "$build/libgpuorch_sim.a" "$build/libgpuorch_core.a" "$build/libgpuorch_util.a"
+build_target sim_trace "$build/libgpuorch_sim.a" "$build/libgpuorch_core.a" "$build/libgpuorch_util.a"
+build_target jobspec "$build/libgpuorch_server.a" "$build/libgpuorch_util.a"
+
+run_target() { # run_target NAME: 0, or 1 on a crash
+  if (cd "$out" && "./fuzz_$1" -max_total_time="$secs" -max_len=4096 -timeout=10 \
+    "corpus_$1" >"fuzz_$1.log" 2>&1); then
+    echo "fuzz_$1: $(grep -o 'Done [0-9]* runs' "$out/fuzz_$1.log" | tail -n 1), no crash"
   else
-    echo "fuzz_sim_$t: CRASH, see $out/fuzz_sim_$t.log and $out/crash-*" >&2
-    rc=1
+    echo "fuzz_$1: CRASH, see $out/fuzz_$1.log and $out/crash-*" >&2
+    return 1
   fi
-done
+}
+rc=0
+run_target sim_spec &
+a=$!
+run_target sim_trace &
+b=$!
+wait $a || rc=1
+wait $b || rc=1
+run_target jobspec || rc=1
 exit $rc
