@@ -4,7 +4,9 @@
 #   fuzz_sim_spec.c   any bytes as a cluster spec;
 #   fuzz_sim_trace.c  any bytes as a trace CSV, small ones replayed;
 #   fuzz_jobspec.c    any bytes as the body of POST /v1/jobs (and Slurm's
-#                     array syntax), what the API shows decoding back.
+#                     array syntax), what the API shows decoding back;
+#   fuzz_model.c      any bytes as a pool, class, team, user, node or price,
+#                     what the API shows decoding back.
 # Not part of `make test` (its runs are random); a developer's check after
 # changing one of those readers or the engine. Needs clang (scripts/setup.sh
 # installs it). Builds the libraries with clang, ASan, UBSan and fuzzer
@@ -22,7 +24,8 @@ if [ ! -f "$build/build.ninja" ]; then
     -Db_lundef=false -Dwerror=false \
     -Dc_args='-fsanitize=fuzzer-no-link -fno-sanitize-recover=all -O1' >/dev/null
 fi
-libs="libgpuorch_sim.a libgpuorch_server.a libgpuorch_core.a libgpuorch_util.a"
+libs="libgpuorch_sim.a libgpuorch_server.a libgpuorch_store.a libgpuorch_http.a libgpuorch_core.a
+  libgpuorch_util.a"
 # shellcheck disable=SC2086
 if ! log=$(ninja -C "$build" $libs 2>&1); then
   echo "$log" >&2
@@ -31,22 +34,26 @@ if ! log=$(ninja -C "$build" $libs 2>&1); then
 fi
 out=$build/fuzz
 rm -rf "$out"
-mkdir -p "$out/corpus_sim_spec" "$out/corpus_sim_trace" "$out/corpus_jobspec"
+mkdir -p "$out/corpus_sim_spec" "$out/corpus_sim_trace" "$out/corpus_jobspec" "$out/corpus_model"
 cp "$root"/sim/*.yaml "$root"/tests/sim/*.yaml "$out/corpus_sim_spec/"
 for f in "$root"/tests/sim/*.csv; do
   { printf '\003'; cat "$f"; } >"$out/corpus_sim_trace/$(basename "$f")" # replay, skip_bad off
 done
 cp "$root"/tests/fuzz/seeds/jobspec/* "$out/corpus_jobspec/"
+cp "$root"/tests/fuzz/seeds/model/* "$out/corpus_model/" # first byte: the kind
 
 build_target() { # build_target NAME LIBS...
   local name=$1
   shift
   clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -I"$root/src" \
-    "$root/tests/fuzz/fuzz_$name.c" "$@" -ljansson -lyaml -lz -lm -o "$out/fuzz_$name"
+    "$root/tests/fuzz/fuzz_$name.c" "$@" -ljansson -lyaml -lz -lsqlite3 -lmicrohttpd -lsodium \
+    -lcurl -lpthread -lm -o "$out/fuzz_$name"
 }
 build_target sim_spec "$build/libgpuorch_sim.a" "$build/libgpuorch_core.a" "$build/libgpuorch_util.a"
 build_target sim_trace "$build/libgpuorch_sim.a" "$build/libgpuorch_core.a" "$build/libgpuorch_util.a"
 build_target jobspec "$build/libgpuorch_server.a" "$build/libgpuorch_util.a"
+build_target model "$build/libgpuorch_server.a" "$build/libgpuorch_store.a" \
+  "$build/libgpuorch_http.a" "$build/libgpuorch_core.a" "$build/libgpuorch_util.a"
 
 run_target() { # run_target NAME: 0, or 1 on a crash
   if (cd "$out" && "./fuzz_$1" -max_total_time="$secs" -max_len=4096 -timeout=10 \
@@ -58,11 +65,13 @@ run_target() { # run_target NAME: 0, or 1 on a crash
   fi
 }
 rc=0
-run_target sim_spec &
-a=$!
-run_target sim_trace &
-b=$!
-wait $a || rc=1
-wait $b || rc=1
-run_target jobspec || rc=1
+for pair in "sim_spec sim_trace" "jobspec model"; do
+  read -r x y <<<"$pair"
+  run_target "$x" &
+  a=$!
+  run_target "$y" &
+  b=$!
+  wait $a || rc=1
+  wait $b || rc=1
+done
 exit $rc
