@@ -7,8 +7,9 @@
 #                     array syntax), what the API shows decoding back;
 #   fuzz_model.c      any bytes as a pool, class, team, user, node or price,
 #                     what the API shows decoding back.
-# Not part of `make test` (its runs are random); a developer's check after
-# changing one of those readers or the engine. Needs clang (scripts/setup.sh
+# Not part of `make test` (its runs are random; `make test` runs each target
+# once over its seeds, through replay.c); a developer's check after changing
+# one of those readers or the engine. Needs clang (scripts/setup.sh
 # installs it). Builds the libraries with clang, ASan, UBSan and fuzzer
 # coverage in build-fuzz (warnings not fatal: clang warns where gcc does
 # not), seeds from tests/sim, sim/ and tests/fuzz/seeds, and writes any
