@@ -87,7 +87,8 @@ const struct backfill_release *backfill_releases_at(struct backfill_releases *rs
                 sift_down(rs->heap, rs->nheap, k);
             rs->heaped = true;
         }
-        if (vec_grow((void **)&rs->sorted, &rs->sorted_cap, i + 1, sizeof(*rs->sorted))) {
+        size_t want = i < rs->nsorted + rs->nheap ? i + 1 : rs->nsorted + rs->nheap;
+        if (vec_grow((void **)&rs->sorted, &rs->sorted_cap, want, sizeof(*rs->sorted))) {
             *ret_err = GPO_ENOMEM;
             return NULL;
         }

@@ -26,10 +26,11 @@ struct backfill_release {
 
 /*
  * The releases of a pass, read in order of end, ties by job id. A look-ahead
- * reads them only until its job fits (on philly at --load 0.9, 15 of some
- * 370 on average), so they are ordered as they are read: the first ones
- * found so far in `sorted`, the rest in a binary heap, built at the first
- * read. A release added after reads began takes its place in that order.
+ * reads them only until its job fits (on philly's first 58 days at --load
+ * 0.9, 15 of some 370 on average), so they are ordered as they are read:
+ * the first ones found so far in `sorted`, the rest in a binary heap, built
+ * at the first read. A release added after reads began takes its place in
+ * that order.
  */
 struct backfill_releases {
     struct backfill_release *sorted; /* [0, nsorted): the first in order */
