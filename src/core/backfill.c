@@ -4,6 +4,7 @@
 
 #include "core/backfill.h"
 #include "core/err.h"
+#include "core/sort.h"
 #include "core/vec.h"
 #include "util/banned.h"
 
@@ -26,22 +27,7 @@ void backfill_releases_release(struct backfill_releases *rs)
     memset(rs, 0, sizeof(*rs));
 }
 
-static void sift_down(struct backfill_release *h, size_t n, size_t i)
-{
-    struct backfill_release x = h[i];
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= n)
-            break;
-        if (c + 1 < n && release_before(&h[c + 1], &h[c]))
-            c++;
-        if (!release_before(&h[c], &x))
-            break;
-        h[i] = h[c];
-        i = c;
-    }
-    h[i] = x;
-}
+SIFT_DOWN_DEFINE(sift_down, struct backfill_release, release_before)
 
 static void sift_up(struct backfill_release *h, size_t i)
 {

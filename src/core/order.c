@@ -5,6 +5,7 @@
 
 #include "core/err.h"
 #include "core/order.h"
+#include "core/sort.h"
 #include "util/banned.h"
 
 /* A candidate's place within its team and class. */
@@ -206,22 +207,7 @@ static bool key_before(const struct order_key *x, const struct order_key *y)
     return x->id < y->id;
 }
 
-static void key_sift_down(struct order_key *h, size_t n, size_t i)
-{
-    struct order_key v = h[i];
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= n)
-            break;
-        if (c + 1 < n && key_before(&h[c + 1], &h[c]))
-            c++;
-        if (!key_before(&h[c], &v))
-            break;
-        h[i] = h[c];
-        i = c;
-    }
-    h[i] = v;
-}
+SIFT_DOWN_DEFINE(key_sift_down, struct order_key, key_before)
 
 /* Makes h[0, n) a min-heap and returns false; or returns true if it is in
  * order already (the caller's queue is usually kept by submit time), which

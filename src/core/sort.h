@@ -9,6 +9,11 @@
  * which sorts a[0, n) so that before(x, y) holds for no y ahead of x, and
  * returns 0 or GPO_ENOMEM (the scratch buffer; a is then unchanged). A run
  * already in order costs n - 1 compares and no allocation.
+ *
+ * For arrays read in order only as far as needed (queue order, backfill's
+ * releases), a binary min-heap: SIFT_DOWN_DEFINE(name, type, before) defines
+ *     static void name(type *h, size_t n, size_t i)
+ * which moves h[i] down until h[0, n) is a heap under `before` below i.
  */
 #ifndef GPUORCH_CORE_SORT_H
 #define GPUORCH_CORE_SORT_H
@@ -67,6 +72,24 @@
             memcpy(a, src, n * sizeof(*a));                                                        \
         free(tmp);                                                                                 \
         return 0;                                                                                  \
+    }
+
+#define SIFT_DOWN_DEFINE(name, type, before)                                                       \
+    static void name(type *h, size_t n, size_t i)                                                  \
+    {                                                                                              \
+        type x = h[i];                                                                             \
+        for (;;) {                                                                                 \
+            size_t c = 2 * i + 1;                                                                  \
+            if (c >= n)                                                                            \
+                break;                                                                             \
+            if (c + 1 < n && before(&h[c + 1], &h[c]))                                             \
+                c++;                                                                               \
+            if (!before(&h[c], &x))                                                                \
+                break;                                                                             \
+            h[i] = h[c];                                                                           \
+            i = c;                                                                                 \
+        }                                                                                          \
+        h[i] = x;                                                                                  \
     }
 
 #endif

@@ -52,27 +52,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     json_t *obj = json_loadb((const char *)data + 1, size - 1, JSON_DECODE_ANY, NULL);
     if (!obj)
         return 0;
-    unsigned flags = (data[0] & 0x80) ? MODEL_STORED : 0;
-    switch ((data[0] & 0x7f) % 6) {
-    case 0:
-        round_trip_pool(obj, flags);
-        break;
-    case 1:
-        round_trip_class(obj, flags);
-        break;
-    case 2:
-        round_trip_team(obj, flags);
-        break;
-    case 3:
-        round_trip_user(obj, flags);
-        break;
-    case 4:
-        round_trip_node(obj, flags);
-        break;
-    default:
-        round_trip_price(obj, flags);
-        break;
-    }
+    static void (*const round_trip[])(const json_t *, unsigned) = {
+        round_trip_pool, round_trip_class, round_trip_team,
+        round_trip_user, round_trip_node,  round_trip_price};
+    round_trip[(data[0] & 0x7f) % 6](obj, (data[0] & 0x80) ? MODEL_STORED : 0);
     json_decref(obj);
     return 0;
 }
