@@ -20,6 +20,7 @@
 #include "cli/top.h"
 #include "server/server.h"
 #include "sim/command.h"
+#include "sim/policy.h"
 #include "util/banned.h"
 
 #define GPUORCH_VERSION "0.1.0"
@@ -47,7 +48,7 @@ static const struct command commands[] = {
     {"apply", apply_command, "create or update pools, classes, teams, users from a file"},
     {"whoami", jobs_whoami_command, "show whom the token belongs to"},
     {"version", cmd_version, "print the version"},
-    {"policy", cmd_policy, "print the default scheduling policy"},
+    {"policy", cmd_policy, "print a scheduling policy as a policy file"},
     {"server", server_command, "run the controller: REST API, durable job store"},
     {"sim", sim_command, "replay a GPU-cluster trace through the scheduler"},
     {"agent", agent_command, "run the node agent: launch assigned jobs on this node's GPUs"},
@@ -94,25 +95,47 @@ static int cmd_version(int argc, char **argv)
 static int cmd_policy(int argc, char **argv)
 {
     if (want_help(argc, argv)) {
-        printf("usage: gpuorch policy\n\nPrints the default scheduling policy, one "
-               "setting per line\n(see docs/scheduling.md for what each one does).\n");
+        printf("usage: gpuorch policy [NAME | FILE]\n\n"
+               "Prints a scheduling policy as a policy file, one setting per line: the\n"
+               "default one (the controller's), the simulator's preset NAME, or the policy\n"
+               "FILE says once checked. 'gpuorch sim --policy' replays such a file; see\n"
+               "docs/scheduling.md for what each setting does and docs/simulator.md for\n"
+               "the format.\n\n"
+               "Presets: ");
+        for (size_t k = 0; sim_policy_name(k); k++)
+            printf("%s%s", sim_policy_name(k), sim_policy_name(k + 1) ? ", " : "\n");
+        printf("(sjf and srtf are oracles, not policies: they know durations)\n");
         return 0;
     }
-    if (argc > 1) {
-        fprintf(stderr, "gpuorch policy: unexpected argument '%s'\n", argv[1]);
+    if (argc > 2) {
+        fprintf(stderr, "gpuorch policy: unexpected argument '%s'\n", argv[2]);
         return 2;
     }
-    struct sched_policy p;
-    sched_policy_default(&p);
-    printf("order: %s\nwithin_team: %s\npacking: %s\nbackfill: %s\npreemption: %s\nmigrate: %s\n",
-           sched_order_name(p.order), sched_within_name(p.within), sched_packing_name(p.packing),
-           p.backfill ? "on" : "off", p.preemption ? "on" : "off", p.migrate ? "on" : "off");
-    printf("fairshare_half_life_s: %lld\n", (long long)(p.fairshare_half_life_ms / 1000));
-    printf("las_thresholds_gpu_s:");
-    for (uint32_t i = 0; i < p.nlas_thresholds; i++)
-        printf(" %lld", (long long)(p.las_thresholds_gpu_ms[i] / 1000));
-    printf("\npreempt_grace_s: %lld\ndefault_time_limit_s: %lld\n",
-           (long long)(p.preempt_grace_ms / 1000), (long long)(p.default_time_limit_ms / 1000));
+    struct sim_policy p;
+    char err[768];
+    const char *what = argc > 1 ? argv[1] : "default";
+    if (sim_policy_find(what, &p) != 0) {
+        if (!sim_policy_is_file(what)) {
+            fprintf(stderr,
+                    "gpuorch policy: '%s': expected a preset ('gpuorch policy --help') or a "
+                    "policy file's path (with a '/' or a '.')\n",
+                    what);
+            return 2;
+        }
+        if (sim_policy_load(&p, what, err, sizeof(err)) != 0) {
+            fprintf(stderr, "gpuorch policy: %s\n", err);
+            return 2;
+        }
+    }
+    if (p.oracle != SIM_ORACLE_NONE) {
+        fprintf(stderr, "gpuorch policy: '%s' is an oracle that knows durations, not a policy\n",
+                what);
+        return 2;
+    }
+    if (sim_policy_write(stdout, &p) != 0 || fflush(stdout) != 0) {
+        fprintf(stderr, "gpuorch policy: writing the output failed\n");
+        return 1;
+    }
     return 0;
 }
 

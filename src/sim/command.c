@@ -20,7 +20,7 @@
 
 struct args {
     const char *trace, *cluster, *jobs_out, *report;
-    const char *policies[MAX_POLICIES];
+    struct sim_policy policies[MAX_POLICIES]; /* presets and policy files, in order */
     size_t npolicies;
     double load; /* 0: as the spec says */
     bool json, skip_bad, no_migrate;
@@ -48,7 +48,10 @@ static void usage(FILE *out)
     for (size_t k = 0; sim_policy_name(k); k++)
         fprintf(out, "%s%s", sim_policy_name(k), sim_policy_name(k + 1) ? ", " : "\n");
     fprintf(out,
-            "                        sjf and srtf are oracles that know true durations\n"
+            "                        sjf and srtf are oracles that know true durations;\n"
+            "                        a P with a '/' or '.' is a policy file (YAML or JSON)\n"
+            "                        that changes any setting: 'gpuorch policy las > p.yaml'\n"
+            "                        writes one to edit (docs/simulator.md)\n"
             "  --load X              scale the cluster so the trace's offered load is X of\n"
             "                        its GPUs (0 < X <= 100)\n"
             "  --json                print one JSON object per policy (an array for several)\n"
@@ -81,21 +84,48 @@ static int parse_i64(const char *flag, const char *v, int64_t min, int64_t *ret)
     return 0;
 }
 
+/* One item of --policy: a preset's name, or a policy file's path. */
+static int parse_policy(const char *item, struct sim_policy *ret)
+{
+    char err[768];
+    if (sim_policy_find(item, ret) == 0)
+        return 0;
+    if (!sim_policy_is_file(item))
+        return bad_value("--policy", item,
+                         "one of the policies in 'gpuorch sim --help', or a policy file's path "
+                         "(with a '/' or a '.')");
+    if (sim_policy_load(ret, item, err, sizeof(err)) != 0) {
+        fprintf(stderr, "gpuorch sim: --policy: %s\n", err);
+        return 2;
+    }
+    return 0;
+}
+
 static int parse_policies(struct args *a, const char *v)
 {
-    char buf[512];
+    char buf[4096];
     if (strlen(v) >= sizeof(buf))
         return bad_value("--policy", v, "a shorter list");
     memcpy(buf, v, strlen(v) + 1);
     char *save = NULL;
     a->npolicies = 0;
     for (char *p = strtok_r(buf, ",", &save); p; p = strtok_r(NULL, ",", &save)) {
-        struct sim_policy pol;
-        if (sim_policy_find(p, &pol))
-            return bad_value("--policy", p, "one of the policies in 'gpuorch sim --help'");
         if (a->npolicies == MAX_POLICIES)
             return bad_value("--policy", v, "at most 16 policies");
-        a->policies[a->npolicies++] = pol.name; /* static */
+        struct sim_policy *pol = &a->policies[a->npolicies];
+        int e = parse_policy(p, pol);
+        if (e)
+            return e;
+        for (size_t k = 0; k < a->npolicies; k++) {
+            if (strcmp(a->policies[k].name, pol->name) == 0) {
+                fprintf(stderr,
+                        "gpuorch sim: --policy: '%s' is given twice (a policy file's 'name' "
+                        "tells it apart)\n",
+                        pol->name);
+                return 2;
+            }
+        }
+        a->npolicies++;
     }
     if (!a->npolicies)
         return bad_value("--policy", v, "a comma-separated list of policies");
@@ -115,7 +145,7 @@ static const char *flag_value(int argc, char **argv, int *i, const char *flag)
 
 static int parse_args(int argc, char **argv, struct args *a)
 {
-    *a = (struct args){.policies = {"default"}, .npolicies = 1, .until_s = -1};
+    *a = (struct args){.until_s = -1};
     for (int i = 1; i < argc; i++) {
         const char *v;
         int e = 0;
@@ -159,6 +189,8 @@ static int parse_args(int argc, char **argv, struct args *a)
         fprintf(stderr, "gpuorch sim: --trace FILE is required\n");
         return 2;
     }
+    if (!a->npolicies)
+        a->npolicies = sim_policy_find("default", &a->policies[0]) == 0;
     if (a->until_s >= 0 && a->from_s >= a->until_s) {
         fprintf(stderr, "gpuorch sim: --until: expected a time after --from (%lld), got %lld\n",
                 (long long)a->from_s, (long long)a->until_s);
@@ -227,16 +259,15 @@ static int replay_all(const struct args *a, const struct sim_trace *t, const str
 {
     struct sim_opts opts = {.restart_penalty_s = a->restart_penalty_s};
     for (size_t p = 0; p < a->npolicies; p++) {
-        struct sim_policy pol;
+        struct sim_policy pol = a->policies[p];
         char err[512] = "";
-        sim_policy_find(a->policies[p], &pol);
         if (a->no_migrate)
             pol.core.migrate = false;
         struct sim_result *r = &runs->results[p];
         sim_result_init(r);
         int e = sim_run(t, s, &pol, &opts, r, err, sizeof(err));
         if (!e)
-            e = sim_summary_compute(r, pol.name, &runs->summaries[p]);
+            e = sim_summary_compute(r, a->policies[p].name, &runs->summaries[p]); /* lives on */
         if (e) {
             fprintf(stderr, "gpuorch sim: %s: %s\n", pol.name, *err ? err : gpo_strerror(e));
             sim_result_release(r);

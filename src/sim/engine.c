@@ -17,62 +17,6 @@
 
 #define MS_PER_S 1000
 
-/* ---- policies: a table ---- */
-
-struct policy_row {
-    const char *name;
-    enum sched_order order;
-    enum sched_within within;
-    bool backfill, preemption;
-    enum sched_packing packing;
-    enum sim_oracle oracle;
-};
-
-static const struct policy_row policy_rows[] = {
-    {"default", SCHED_ORDER_FAIRSHARE, SCHED_WITHIN_LAS, true, true, SCHED_PACK_BINPACK,
-     SIM_ORACLE_NONE},
-    {"fifo", SCHED_ORDER_FIFO, SCHED_WITHIN_SUBMIT, false, false, SCHED_PACK_BINPACK,
-     SIM_ORACLE_NONE},
-    {"fifo-backfill", SCHED_ORDER_FIFO, SCHED_WITHIN_SUBMIT, true, false, SCHED_PACK_BINPACK,
-     SIM_ORACLE_NONE},
-    {"priority", SCHED_ORDER_PRIORITY, SCHED_WITHIN_SUBMIT, true, true, SCHED_PACK_BINPACK,
-     SIM_ORACLE_NONE},
-    {"fairshare", SCHED_ORDER_FAIRSHARE, SCHED_WITHIN_SUBMIT, true, true, SCHED_PACK_BINPACK,
-     SIM_ORACLE_NONE},
-    {"las", SCHED_ORDER_LAS, SCHED_WITHIN_SUBMIT, true, true, SCHED_PACK_BINPACK, SIM_ORACLE_NONE},
-    {"spread", SCHED_ORDER_FAIRSHARE, SCHED_WITHIN_LAS, true, true, SCHED_PACK_SPREAD,
-     SIM_ORACLE_NONE},
-    {"sjf", SCHED_ORDER_FIFO, SCHED_WITHIN_SUBMIT, true, false, SCHED_PACK_BINPACK, SIM_ORACLE_SJF},
-    {"srtf", SCHED_ORDER_PRIORITY, SCHED_WITHIN_SUBMIT, true, true, SCHED_PACK_BINPACK,
-     SIM_ORACLE_SRTF},
-};
-
-#define NPOLICIES (sizeof(policy_rows) / sizeof(policy_rows[0]))
-
-const char *sim_policy_name(size_t k)
-{
-    return k < NPOLICIES ? policy_rows[k].name : NULL;
-}
-
-int sim_policy_find(const char *name, struct sim_policy *ret)
-{
-    for (size_t k = 0; name && k < NPOLICIES; k++) {
-        const struct policy_row *row = &policy_rows[k];
-        if (strcmp(row->name, name) != 0)
-            continue;
-        struct sim_policy p = {.name = row->name, .oracle = row->oracle};
-        sched_policy_default(&p.core);
-        p.core.order = row->order;
-        p.core.within = row->within;
-        p.core.backfill = row->backfill;
-        p.core.preemption = row->preemption;
-        p.core.packing = row->packing;
-        *ret = p;
-        return 0;
-    }
-    return GPO_ENOTFOUND;
-}
-
 /* SRTF's classes: remaining time in half-powers of two, the shortest highest. */
 #define SRTF_CLASSES 48
 

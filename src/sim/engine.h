@@ -29,27 +29,9 @@
 
 #include "core/explain.h"
 #include "core/model.h"
+#include "sim/policy.h"
 #include "sim/spec.h"
 #include "sim/trace.h"
-
-enum sim_oracle {
-    SIM_ORACLE_NONE = 0,
-    SIM_ORACLE_SJF,  /* shortest (true) job first, not preemptive */
-    SIM_ORACLE_SRTF, /* shortest (true) remaining time first, preemptive */
-};
-
-/* A policy the simulator can replay: a core policy, or an oracle. */
-struct sim_policy {
-    const char *name; /* as given to --policy; static */
-    struct sched_policy core;
-    enum sim_oracle oracle;
-};
-
-/* Finds a named policy ("default", "fifo", "fifo-backfill", "priority",
- * "fairshare", "las", "spread", "sjf", "srtf"). 0, or GPO_ENOTFOUND. */
-int sim_policy_find(const char *name, struct sim_policy *ret);
-/* The k-th policy's name (static), for --help; NULL past the last. */
-const char *sim_policy_name(size_t k);
 
 struct sim_opts {
     int64_t restart_penalty_s; /* >= 0; paid at every restart after a preemption */

@@ -31,7 +31,7 @@
  * no pool named 'x'"), with the line for YAML (JSON gives lines for syntax
  * errors only).
  *
- * Types follow YAML 1.2's core schema (sim/yamljson.h): a quoted scalar is a
+ * Types follow YAML 1.2's core schema (util/yamljson.h): a quoted scalar is a
  * string; a plain one that reads as a number, true/false or null is one. The
  * exception is a queue name, which is the text as written whatever it reads
  * as: `queues: [6214e9, 103959]` are the queues "6214e9" and "103959" (in

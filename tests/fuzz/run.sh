@@ -3,6 +3,7 @@
 # SECONDS (60) per target, two at a time:
 #   fuzz_sim_spec.c   any bytes as a cluster spec;
 #   fuzz_sim_trace.c  any bytes as a trace CSV, small ones replayed;
+#   fuzz_sim_policy.c any bytes as a policy file, what is written reading back;
 #   fuzz_jobspec.c    any bytes as the body of POST /v1/jobs (and Slurm's
 #                     array syntax), what the API shows decoding back;
 #   fuzz_model.c      any bytes as a pool, class, team, user, node or price,
@@ -35,11 +36,13 @@ if ! log=$(ninja -C "$build" $libs 2>&1); then
 fi
 out=$build/fuzz
 rm -rf "$out"
-mkdir -p "$out/corpus_sim_spec" "$out/corpus_sim_trace" "$out/corpus_jobspec" "$out/corpus_model"
+mkdir -p "$out/corpus_sim_spec" "$out/corpus_sim_trace" "$out/corpus_sim_policy" \
+  "$out/corpus_jobspec" "$out/corpus_model"
 cp "$root"/sim/*.yaml "$root"/tests/sim/*.yaml "$out/corpus_sim_spec/"
 for f in "$root"/tests/sim/*.csv; do
   { printf '\003'; cat "$f"; } >"$out/corpus_sim_trace/$(basename "$f")" # replay, skip_bad off
 done
+cp "$root"/tests/fuzz/seeds/policy/* "$out/corpus_sim_policy/"
 cp "$root"/tests/fuzz/seeds/jobspec/* "$out/corpus_jobspec/"
 cp "$root"/tests/fuzz/seeds/model/* "$out/corpus_model/" # first byte: the kind
 
@@ -52,6 +55,7 @@ build_target() { # build_target NAME LIBS...
 }
 build_target sim_spec "$build/libgpuorch_sim.a" "$build/libgpuorch_core.a" "$build/libgpuorch_util.a"
 build_target sim_trace "$build/libgpuorch_sim.a" "$build/libgpuorch_core.a" "$build/libgpuorch_util.a"
+build_target sim_policy "$build/libgpuorch_sim.a" "$build/libgpuorch_core.a" "$build/libgpuorch_util.a"
 build_target jobspec "$build/libgpuorch_server.a" "$build/libgpuorch_util.a"
 build_target model "$build/libgpuorch_server.a" "$build/libgpuorch_store.a" \
   "$build/libgpuorch_http.a" "$build/libgpuorch_core.a" "$build/libgpuorch_util.a"
@@ -66,13 +70,14 @@ run_target() { # run_target NAME: 0, or 1 on a crash
   fi
 }
 rc=0
-for pair in "sim_spec sim_trace" "jobspec model"; do
+for pair in "sim_spec sim_trace" "jobspec model" "sim_policy"; do
   read -r x y <<<"$pair"
   run_target "$x" &
   a=$!
-  run_target "$y" &
-  b=$!
+  if [ -n "${y:-}" ]; then
+    run_target "$y" &
+    wait $! || rc=1
+  fi
   wait $a || rc=1
-  wait $b || rc=1
 done
 exit $rc

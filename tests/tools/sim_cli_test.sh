@@ -106,5 +106,35 @@ check "migration: j starts on node 0 after the grace" \
   --jobs-out "$tmp/n.csv" >/dev/null 2>&1
 check "--no-migrate: j waits for y's end" grep -q '^j,everyone,20,1000,1100,980,4,' "$tmp/n.csv"
 
+# 9. Policy files. What `gpuorch policy` prints is one; renamed, las's file
+#    replays exactly as las. With a 1 GPU-second threshold and no grace, the
+#    file's LAS evicts a (served 1 GPU-second: past it) for b at t=1, then b for
+#    c at t=2, where the preset's 4 GPU-hours evict nothing.
+"$bin" policy las | sed 's/^name: las$/name: las-copy/' >"$tmp/las-copy.yaml"
+"$bin" sim --trace "$data/three_jobs.csv" --cluster "$data/one_gpu.yaml" \
+  --policy las,"$tmp/las-copy.yaml" --json >"$tmp/p.json" 2>"$tmp/e"
+check "a policy file replays as the preset it copies" \
+  bash -c "python3 -c 'import json,sys; a,b=json.load(open(sys.argv[1])); \
+a.pop(\"policy\"); n=b.pop(\"policy\"); sys.exit(not (a==b and n==\"las-copy\"))' '$tmp/p.json'"
+printf 'base: las\nlas_thresholds_gpu_s: [1]\npreempt_grace_s: 0\n' >"$tmp/las-1s.yaml"
+"$bin" sim --trace "$data/three_jobs.csv" --cluster "$data/one_gpu.yaml" \
+  --policy las,"$tmp/las-1s.yaml" --jobs-out "$tmp/pj.csv" --json >"$tmp/p.json" 2>"$tmp/e"
+check "a policy file's settings reach the scheduler (its LAS evicts twice)" \
+  bash -c "python3 -c 'import json,sys; a,b=json.load(open(sys.argv[1])); \
+sys.exit(not (a[\"preemptions\"]==0 and b[\"preemptions\"]==2))' '$tmp/p.json' && \
+grep -q '^c,everyone,2,2,3,0,1,p-0:1,0,completed$' '$tmp/pj.las-1s.csv'"
+printf 'base: las\nlas_thresholds_gpu_s: [100, 50]\n' >"$tmp/bad-policy.yaml"
+expect "a bad policy file exits 2 naming file:line: field" 2 \
+  "bad-policy.yaml:2: las_thresholds_gpu_s\[1\]: expected more than" \
+  --trace "$data/three_jobs.csv" --policy "$tmp/bad-policy.yaml"
+expect "a policy named twice exits 2" 2 "'las' is given twice" \
+  --trace "$data/three_jobs.csv" --policy las,"$tmp/las-copy.yaml",las
+"$bin" policy "$tmp/bad-policy.yaml" >/dev/null 2>"$tmp/e"
+rc=$?
+check "gpuorch policy FILE checks it (exit 2, the line)" \
+  bash -c "[ $rc -eq 2 ] && grep -q 'bad-policy.yaml:2:' '$tmp/e'"
+"$bin" policy srtf >/dev/null 2>&1
+check "gpuorch policy refuses an oracle" [ $? -eq 2 ]
+
 echo "1..$n"
 exit $failed
