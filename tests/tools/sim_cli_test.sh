@@ -136,5 +136,31 @@ check "gpuorch policy FILE checks it (exit 2, the line)" \
 "$bin" policy srtf >/dev/null 2>&1
 check "gpuorch policy refuses an oracle" [ $? -eq 2 ]
 
+# 10. sim/philly_helios_trace.py on two tiny traces of its format: a job
+#     philly_vc also has (its submit 1,767,821 s earlier there) takes that
+#     VC; eight 512-GPU jobs are drawn among the three 512-GPU VCs only (were
+#     all 11 VCs allowed, all eight would land there by chance 0.8 % of the
+#     time); jobs outside Oct 1 - Nov 30 are left out; the same inputs give
+#     the same bytes.
+script=$(dirname "$data")/../sim/philly_helios_trace.py
+mkdir -p "$tmp/tr"
+{
+  echo 'job_id,submit_time_s,duration_s,num_gpus,user,queue,gpu_type,status'
+  echo 'philly-1,100,50,1,,,,'
+  echo 'philly-2,4062790,600,8,,,,'
+  for k in 3 4 5 6 7 8 9 10; do echo "philly-$k,$((4062800 + k)),900,512,,,,"; done
+  echo 'philly-11,9333180,10,1,,,,'
+} | gzip -n >"$tmp/tr/philly.csv.gz"
+printf 'job_id,submit_time_s,duration_s,num_gpus,user,queue,gpu_type,status\n%s\n' \
+  'phillyvc-1,2294969,600,8,,2869ce,,' | gzip -n >"$tmp/tr/philly_vc.csv.gz"
+python3 "$script" --traces "$tmp/tr" "$tmp/h1.csv.gz" 2>/dev/null
+python3 "$script" --traces "$tmp/tr" "$tmp/h2.csv.gz" 2>/dev/null
+check "philly_helios_trace.py: a known job keeps its VC" \
+  bash -c "zcat '$tmp/h1.csv.gz' | grep -qx 'philly-2,4062790,600,8,,2869ce,,'"
+check "philly_helios_trace.py: 512-GPU jobs go to VCs of 512 GPUs" \
+  bash -c "[ \$(zcat '$tmp/h1.csv.gz' | grep -Ec ',512,,(6214e9|b436b2|ee9e8c),,$') -eq 8 ]"
+check "philly_helios_trace.py: only Oct 1 - Nov 30, byte-identical twice" \
+  bash -c "[ \$(zcat '$tmp/h1.csv.gz' | wc -l) -eq 10 ] && cmp -s '$tmp/h1.csv.gz' '$tmp/h2.csv.gz'"
+
 echo "1..$n"
 exit $failed
