@@ -17,9 +17,10 @@ void sched_policy_default(struct sched_policy *ret)
     ret->preemption = true;
     ret->migrate = true;
     ret->fairshare_half_life_ms = 7 * 24 * HOUR_MS;
-    ret->nlas_thresholds = 2;
+    ret->nlas_thresholds = 3;
     ret->las_thresholds_gpu_ms[0] = 4 * HOUR_MS;
     ret->las_thresholds_gpu_ms[1] = 40 * HOUR_MS;
+    ret->las_thresholds_gpu_ms[2] = 400 * HOUR_MS;
     ret->preempt_grace_ms = 30 * 1000;
     ret->default_time_limit_ms = 24 * HOUR_MS;
 }

@@ -244,7 +244,7 @@ struct sched_policy {
 
 /* Sets *ret to the default policy (see docs/scheduling.md for the why):
  * fairshare order between teams and LAS within each, backfill on, preemption
- * on, binpack, 7-day half-life, LAS thresholds 4 and 40 GPU-hours, 30 s
+ * on, binpack, 7-day half-life, LAS thresholds 4, 40 and 400 GPU-hours, 30 s
  * grace, 24 h default limit. */
 void sched_policy_default(struct sched_policy *ret);
 

@@ -243,7 +243,8 @@ static void policy_check_accepts_default(void **unused)
     assert_int_equal(p.packing, SCHED_PACK_BINPACK);
     assert_true(p.backfill);
     assert_true(p.preemption);
-    assert_int_equal(p.nlas_thresholds, 2);
+    assert_int_equal(p.nlas_thresholds, 3);
+    assert_int_equal(p.las_thresholds_gpu_ms[2], 400 * 3600 * 1000LL);
     assert_int_equal(p.preempt_grace_ms, 30000);
 }
 

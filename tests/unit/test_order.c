@@ -230,13 +230,15 @@ static void las_queue_follows_thresholds(void **state)
 {
     (void)state;
     struct sched_policy p;
-    sched_policy_default(&p); /* thresholds 4 and 40 GPU-hours */
+    sched_policy_default(&p); /* thresholds 4, 40 and 400 GPU-hours */
     assert_int_equal(order_las_queue(&p, 0), 0);
     assert_int_equal(order_las_queue(&p, 4 * HOUR_MS - 1), 0);
     assert_int_equal(order_las_queue(&p, 4 * HOUR_MS), 1);
     assert_int_equal(order_las_queue(&p, 40 * HOUR_MS - 1), 1);
     assert_int_equal(order_las_queue(&p, 40 * HOUR_MS), 2);
-    assert_int_equal(order_las_queue(&p, INT64_MAX), 2);
+    assert_int_equal(order_las_queue(&p, 400 * HOUR_MS - 1), 2);
+    assert_int_equal(order_las_queue(&p, 400 * HOUR_MS), 3);
+    assert_int_equal(order_las_queue(&p, INT64_MAX), 3);
     p.nlas_thresholds = 0; /* a single queue */
     assert_int_equal(order_las_queue(&p, INT64_MAX), 0);
     p.nlas_thresholds = SCHED_LAS_MAX_QUEUES - 1;
