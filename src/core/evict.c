@@ -62,9 +62,11 @@ static bool victim_ok(const struct pass *p, const struct victim_rule *rule, uint
     }
     if (rule->las && (p->rbits[r] & R_CKPT) && vo <= rule->order && p->rlasq[r] > rule->lasq &&
         (!rule->team_only || vteam == rule->team) &&
-        p->rmilli[r] <= model_job_milli(rule->job, p->view.groups[g].gpu_mem_mib)) {
-        /* Never a job larger than the one it makes room for: that would strand
-         * GPUs and requeue work that is harder to place than what it admits. */
+        (p->pol->las_evict_larger ||
+         p->rmilli[r] <= model_job_milli(rule->job, p->view.groups[g].gpu_mem_mib))) {
+        /* Never a job larger than the one it makes room for (unless the policy
+         * says so): that would strand GPUs and requeue work that is harder to
+         * place than what it admits. */
         *ret_why = SCHED_PREEMPT_LAS;
         return true;
     }
@@ -84,9 +86,9 @@ static int64_t job_size(const struct sched_job *j)
 /*
  * A failed plan stands for later jobs that could evict no more and need no
  * less: of the same team, class, pool, type and kind, and no smaller. Under
- * LAS what a job may evict grows with its size (never a job larger than it)
- * and shrinks as its queue rises: there it stands only for jobs of the same
- * size in the same queue or above.
+ * LAS what a job may evict grows with its size (never a job larger than it,
+ * unless las_evict_larger) and shrinks as its queue rises: there it stands
+ * only for jobs of the same size in the same queue or above.
  */
 bool evict_failed_before(const struct pass *p, const struct sched_job *j)
 {
@@ -298,7 +300,7 @@ bool evict_may_preempt_las(const struct pass *p, const struct sched_job *j, uint
 {
     if (!p->las_min_victim || lasq >= SCHED_LAS_MAX_QUEUES)
         return false;
-    int64_t want = evict_las_want(j);
+    int64_t want = p->pol->las_evict_larger ? INT64_MAX - 1 : evict_las_want(j);
     size_t k = order_las_team_only(p->pol) ? j->team : p->c->nteams;
     return p->las_min_victim[k * SCHED_LAS_MAX_QUEUES + lasq] <= want;
 }

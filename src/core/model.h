@@ -233,6 +233,11 @@ struct sched_policy {
      * move a job to the next queue; nlas_thresholds + 1 queues. */
     uint32_t nlas_thresholds;
     int64_t las_thresholds_gpu_ms[SCHED_LAS_MAX_QUEUES - 1];
+    /* LAS may evict a running job larger than the waiting job it makes room
+     * for. Off by default: that strands GPUs and requeues work that is harder
+     * to place than what it admits; on traces of long, large jobs it brings
+     * LAS nearer SRTF (docs/simulator.md). */
+    bool las_evict_larger;
     int64_t preempt_grace_ms;      /* SIGTERM to SIGKILL; also the estimated wait */
     int64_t default_time_limit_ms; /* runtime assumed for jobs without a limit */
     /* Tuning, not policy: candidates ranked between two checks of whether the

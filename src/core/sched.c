@@ -206,19 +206,22 @@ static int64_t crossing_ms(int64_t now, int64_t attained, int64_t thr, int64_t m
 
 /* When a job of `team` in LAS queue q, holding `milli` with `attained`, next
  * crosses a threshold, if a waiting job could then evict it (most: the
- * largest waiting job per team key and queue, or any below); else INT64_MAX. */
+ * largest waiting job per team key and queue, or any below, 0 if none; any
+ * size will do under las_evict_larger); else INT64_MAX. */
 static int64_t crossing_if_evictable(const struct pass *p, const int64_t *most, uint32_t team,
                                      uint32_t q, int64_t attained, int64_t milli)
 {
     size_t k = order_las_team_only(p->pol) ? team : p->c->nteams;
-    if (milli <= 0 || q >= p->pol->nlas_thresholds || most[k * SCHED_LAS_MAX_QUEUES + q] < milli)
+    int64_t need = p->pol->las_evict_larger ? 1 : milli;
+    if (milli <= 0 || q >= p->pol->nlas_thresholds || most[k * SCHED_LAS_MAX_QUEUES + q] < need)
         return INT64_MAX;
     return crossing_ms(p->now, attained, p->pol->las_thresholds_gpu_ms[q], milli);
 }
 
 /*
  * result->las_crossing_ms (see sched.h). A job of queue q crossing into q + 1
- * may be evicted by a waiting job of queue q or below, at least as large, of
+ * may be evicted by a waiting job of queue q or below, at least as large (any
+ * size under las_evict_larger), of
  * its team under within-team LAS: the largest such waiting job per (team,
  * queue) is known in one walk of the queue. A superset: the class order and
  * the groups the waiting job may use are not looked at.

@@ -91,6 +91,7 @@ static const char *const file_keys[] = {"name",
                                         "migrate",
                                         "fairshare_half_life_s",
                                         "las_thresholds_gpu_s",
+                                        "las_evict_larger",
                                         "preempt_grace_s",
                                         "default_time_limit_s",
                                         NULL};
@@ -259,6 +260,9 @@ static int decode_root(struct sim_doc *d, const json_t *root, const char *path,
             : decode_seconds(d, root, "fairshare_half_life_s", &R_HALF_LIFE,
                              &c->fairshare_half_life_ms);
     rc = rc ? rc : decode_thresholds(d, root, c);
+    rc = rc ? rc
+            : sim_doc_get_bool(d, root, "las_evict_larger", c->las_evict_larger,
+                               &c->las_evict_larger);
     rc = rc ? rc : decode_seconds(d, root, "preempt_grace_s", &R_GRACE, &c->preempt_grace_ms);
     rc = rc ? rc
             : decode_seconds(d, root, "default_time_limit_s", &R_LIMIT, &c->default_time_limit_ms);
@@ -317,7 +321,8 @@ int sim_policy_write(FILE *f, const struct sim_policy *p)
             (long long)(c->fairshare_half_life_ms / 1000));
     for (uint32_t i = 0; i < c->nlas_thresholds; i++)
         fprintf(f, "%s%lld", i ? ", " : "", (long long)(c->las_thresholds_gpu_ms[i] / 1000));
-    fprintf(f, "]\npreempt_grace_s: %lld\ndefault_time_limit_s: %lld\n",
-            (long long)(c->preempt_grace_ms / 1000), (long long)(c->default_time_limit_ms / 1000));
+    fprintf(f, "]\nlas_evict_larger: %s\npreempt_grace_s: %lld\ndefault_time_limit_s: %lld\n",
+            c->las_evict_larger ? "true" : "false", (long long)(c->preempt_grace_ms / 1000),
+            (long long)(c->default_time_limit_ms / 1000));
     return ferror(f) ? GPO_EINVAL : 0;
 }

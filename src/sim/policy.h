@@ -16,6 +16,7 @@
  *     migrate: false             # acts only with preemption
  *     fairshare_half_life_s: 604800         # 1 .. 315360000
  *     las_thresholds_gpu_s: [3600, 36000]   # increasing, each 1 .. 10^12; at most 7
+ *     las_evict_larger: false               # LAS may evict jobs larger than it admits
  *     preempt_grace_s: 30                   # 0 .. 86400
  *     default_time_limit_s: 86400           # 1 .. 315360000
  *

@@ -21,6 +21,7 @@ static int same(const struct sim_policy *a, const struct sim_policy *b)
              x->preemption == y->preemption && x->migrate == y->migrate &&
              x->fairshare_half_life_ms == y->fairshare_half_life_ms &&
              x->nlas_thresholds == y->nlas_thresholds &&
+             x->las_evict_larger == y->las_evict_larger &&
              x->preempt_grace_ms == y->preempt_grace_ms &&
              x->default_time_limit_ms == y->default_time_limit_ms;
     for (uint32_t i = 0; eq && i < x->nlas_thresholds; i++)

@@ -417,6 +417,20 @@ static void las_crossing_needs_a_large_enough_waiter(void **state)
     assert_true(fx->res.las_crossing_ms == INT64_MAX);
 }
 
+/* With las_evict_larger, the smaller waiter's crossing wakes the loop: at the
+ * time job 1 reaches 4 GPU-hours on its one GPU. */
+static void las_crossing_with_evict_larger_any_waiter_will_do(void **state)
+{
+    struct fx *fx = *state = cluster(1, 2);
+    fx->pol.order = SCHED_ORDER_LAS;
+    fx->pol.las_evict_larger = true;
+    running(fx, 1, A, NORMAL, 0, 0, false)->req.checkpointable = true;
+    running(fx, 2, A, NORMAL, 1, 0, false);
+    pending(fx, 3, B, NORMAL, 0)->gpu_milli = 500;
+    assert_int_equal(fx_pass(fx, 10000), 0);
+    assert_int_equal(fx->res.las_crossing_ms, 4 * HOUR_MS);
+}
+
 /* ---- LAS within each team (the default policy) ---- */
 
 /* Teams a and b each run a checkpointable job in LAS queue 1 on a full
@@ -478,6 +492,25 @@ static void las_never_evicts_a_job_larger_than_the_one_it_admits(void **state)
     assert_int_equal(fx->res.npreempts, 0);
     /* A job as large may take its place. */
     fx_get(fx, 2)->req.gpus = 2;
+    assert_int_equal(fx_pass(fx, 20000), 0);
+    expect_victims(fx, (const uint64_t[]){1}, 1, 2);
+    assert_int_equal(fx_preempt(fx, 1)->why, SCHED_PREEMPT_LAS);
+}
+
+/* las_evict_larger lifts that rule: the one-GPU job evicts the two-GPU one
+ * once that one is in queue 1, not while both are in queue 0. */
+static void las_evict_larger_lets_a_small_job_evict_a_larger_one(void **state)
+{
+    struct fx *fx = *state = cluster(1, 2);
+    fx->pol.las_evict_larger = true;
+    struct sched_job *big = pending(fx, 1, A, NORMAL, 2);
+    big->checkpointable = true;
+    assert_int_equal(fx_step(fx, 0), 0);
+    assert_non_null(fx_start(fx, 1));
+    pending(fx, 2, A, NORMAL, 1);
+    assert_int_equal(fx_pass(fx, 10000), 0); /* job 1 in queue 0: no LAS victim */
+    assert_int_equal(fx->res.npreempts, 0);
+    assert_int_equal(sched_state_add_attained(&fx->st, 1, 5 * HOUR_MS), 0); /* queue 1 */
     assert_int_equal(fx_pass(fx, 20000), 0);
     expect_victims(fx, (const uint64_t[]){1}, 1, 2);
     assert_int_equal(fx_preempt(fx, 1)->why, SCHED_PREEMPT_LAS);
@@ -638,6 +671,8 @@ int main(void)
         T(within_team_las_evicts_own_teams_more_served_job),
         T(within_team_las_never_evicts_another_teams_job),
         T(las_never_evicts_a_job_larger_than_the_one_it_admits),
+        T(las_evict_larger_lets_a_small_job_evict_a_larger_one),
+        T(las_crossing_with_evict_larger_any_waiter_will_do),
         T(grace_is_the_policys_preempt_grace),
         T(preemptor_waits_for_its_victims_then_gets_their_gpus_first),
         T(preemption_off_evicts_nothing),

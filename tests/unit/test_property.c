@@ -482,6 +482,7 @@ static void gen_policy(struct world *w, struct rng *r)
         t *= 2 + rng_below(r, 4);
     }
     p->migrate = rng_chance(r, 50);
+    p->las_evict_larger = rng_chance(r, 30);
 }
 
 static void gen_job(struct world *w, struct rng *r, struct pjob *pj)
@@ -1293,7 +1294,8 @@ static void check_preempts(struct world *w, const bool started[MAX_JOBS])
                    (w->pol.order == SCHED_ORDER_FAIRSHARE && w->pol.within == SCHED_WITHIN_LAS &&
                     v->req.team == f->req.team)) &&
                       v->req.checkpointable && vc->order <= fc->order &&
-                      v->milli <= model_job_milli(&f->req, victim_gpu_mem(w, v)),
+                      (w->pol.las_evict_larger ||
+                       v->milli <= model_job_milli(&f->req, victim_gpu_mem(w, v))),
                   "%s preempted by LAS for %s", dv, df);
             w->rep->cov.preempt_las++;
             break;

@@ -434,7 +434,8 @@ static void test_frozen_check_changes_nothing(void **state)
     (void)state;
     static char ids[MAX_JOBS][8];
     uint64_t x = 99;
-    const char *policies[] = {"las", "default"};
+    /* The last: las with las_evict_larger, whose victims do not shrink with size. */
+    const char *policies[] = {"las", "default", "las"};
     uint64_t preemptions = 0;
     for (int round = 0; round < 24; round++) {
         struct world w;
@@ -444,6 +445,7 @@ static void test_frozen_check_changes_nothing(void **state)
             struct sim_policy pol;
             assert_int_equal(sim_policy_find(policies[p], &pol), 0);
             low_las_thresholds(&pol);
+            pol.core.las_evict_larger = p == 2;
             struct sim_opts opts = {.restart_penalty_s = 5};
             struct sim_result a, b;
             pol.core.frozen_check_every = 1;

@@ -33,6 +33,7 @@ static void assert_same_core(const struct sched_policy *a, const struct sched_po
     assert_int_equal(a->nlas_thresholds, b->nlas_thresholds);
     for (uint32_t i = 0; i < a->nlas_thresholds; i++)
         assert_int_equal(a->las_thresholds_gpu_ms[i], b->las_thresholds_gpu_ms[i]);
+    assert_int_equal(a->las_evict_larger, b->las_evict_larger);
     assert_int_equal(a->preempt_grace_ms, b->preempt_grace_ms);
     assert_int_equal(a->default_time_limit_ms, b->default_time_limit_ms);
 }
@@ -97,7 +98,8 @@ static void a_file_changes_only_what_it_says(void **state)
 
     /* No base: the default preset; JSON as well as YAML; no thresholds at all. */
     assert_int_equal(parse("{\"name\": \"spread-7\", \"packing\": \"spread\", "
-                           "\"fairshare_half_life_s\": 3600, \"las_thresholds_gpu_s\": []}",
+                           "\"fairshare_half_life_s\": 3600, \"las_thresholds_gpu_s\": [], "
+                           "\"las_evict_larger\": true}",
                            "p.json", &p, err, sizeof(err)),
                      0);
     assert_int_equal(sim_policy_find("default", &base), 0);
@@ -105,6 +107,7 @@ static void a_file_changes_only_what_it_says(void **state)
     base.core.packing = SCHED_PACK_SPREAD;
     base.core.fairshare_half_life_ms = 3600000;
     base.core.nlas_thresholds = 0;
+    base.core.las_evict_larger = true;
     assert_same_core(&p.core, &base.core);
 }
 
@@ -140,6 +143,8 @@ static void bad_files_name_the_line_and_field(void **state)
         {"packing: 3\n", "p.yaml:1: packing: expected a name"},
         {"backfill: on\n", "p.yaml:1: backfill: expected true or false, got a string ('on')"},
         {"migrate: 1\n", "p.yaml:1: migrate: expected true or false, got 1"},
+        {"las_evict_larger: yes\n",
+         "p.yaml:1: las_evict_larger: expected true or false, got a string ('yes')"},
         {"nope: 1\n", "p.yaml:1: nope: unknown field (expected one of: name, base, order"},
         {"base: srtf\n", "p.yaml:1: base: 'srtf' is an oracle"},
         {"base: fastest\n", "p.yaml:1: base: expected a preset"},
