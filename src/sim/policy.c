@@ -1,6 +1,7 @@
 /*
  * policy.c - the simulator's policy presets and policy files (policy.h).
  */
+#include <ctype.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -101,9 +102,11 @@ static const struct sim_doc_num R_THRESHOLD = {true, 1, false, 1e12, 1, GPO_EINV
 static const struct sim_doc_num R_GRACE = {true, 0, false, 86400, 1, GPO_EINVAL};
 static const struct sim_doc_num R_LIMIT = {true, 1, false, MAX_SECONDS, 1, GPO_EINVAL};
 
+/* 1 to SIM_POLICY_NAME_MAX of [A-Za-z0-9._+-], starting with a letter or digit
+ * (no hidden file or ".." in --jobs-out's names). */
 static bool name_ok(const char *s, size_t len)
 {
-    if (len < 1 || len > SIM_POLICY_NAME_MAX)
+    if (len < 1 || len > SIM_POLICY_NAME_MAX || !isalnum((unsigned char)s[0]))
         return false;
     for (size_t i = 0; i < len; i++) {
         unsigned char c = (unsigned char)s[i];
@@ -126,7 +129,8 @@ static int decode_name(struct sim_doc *d, const json_t *root, const char *path,
         size_t mark = sim_doc_key(d, "name");
         if (!name_ok(name, strlen(name)))
             return sim_doc_fail(d, GPO_EINVAL,
-                                "expected 1 to %d letters, digits or '._+-', got '%.64s'",
+                                "expected 1 to %d letters, digits or '._+-', the first a "
+                                "letter or digit, got '%.64s'",
                                 SIM_POLICY_NAME_MAX, name);
         sim_doc_pop(d, mark);
         snprintf(p->name, sizeof(p->name), "%s", name);

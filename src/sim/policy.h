@@ -37,8 +37,8 @@
 
 #include "core/model.h"
 
-/* A policy's name: 1 to this many bytes of [A-Za-z0-9._+-] (it goes into
- * --jobs-out's file names). */
+/* A policy's name: 1 to this many bytes of [A-Za-z0-9._+-], the first a
+ * letter or digit (it goes into --jobs-out's file names). */
 #define SIM_POLICY_NAME_MAX 64
 
 enum sim_oracle {

@@ -149,6 +149,7 @@ static void bad_files_name_the_line_and_field(void **state)
         {"base: srtf\n", "p.yaml:1: base: 'srtf' is an oracle"},
         {"base: fastest\n", "p.yaml:1: base: expected a preset"},
         {"name: x/y\n", "p.yaml:1: name: expected 1 to 64 letters"},
+        {"name: ..\n", "p.yaml:1: name: expected 1 to 64 letters, digits or '._+-', the first"},
         {"las_thresholds_gpu_s: [100, 100]\n", "p.yaml:1: las_thresholds_gpu_s[1]: expected more "
                                                "than the threshold before (100)"},
         {"las_thresholds_gpu_s: [1, 2, 3, 4, 5, 6, 7, 8]\n",
