@@ -114,18 +114,9 @@ static int cmd_policy(int argc, char **argv)
     struct sim_policy p;
     char err[768];
     const char *what = argc > 1 ? argv[1] : "default";
-    if (sim_policy_find(what, &p) != 0) {
-        if (!sim_policy_is_file(what)) {
-            fprintf(stderr,
-                    "gpuorch policy: '%s': expected a preset ('gpuorch policy --help') or a "
-                    "policy file's path (with a '/' or a '.')\n",
-                    what);
-            return 2;
-        }
-        if (sim_policy_load(&p, what, err, sizeof(err)) != 0) {
-            fprintf(stderr, "gpuorch policy: %s\n", err);
-            return 2;
-        }
+    if (sim_policy_resolve(what, &p, err, sizeof(err)) != 0) {
+        fprintf(stderr, "gpuorch policy: %s\n", err);
+        return 2;
     }
     if (p.oracle != SIM_ORACLE_NONE) {
         fprintf(stderr, "gpuorch policy: '%s' is an oracle that knows durations, not a policy\n",

@@ -88,13 +88,7 @@ static int parse_i64(const char *flag, const char *v, int64_t min, int64_t *ret)
 static int parse_policy(const char *item, struct sim_policy *ret)
 {
     char err[768];
-    if (sim_policy_find(item, ret) == 0)
-        return 0;
-    if (!sim_policy_is_file(item))
-        return bad_value("--policy", item,
-                         "one of the policies in 'gpuorch sim --help', or a policy file's path "
-                         "(with a '/' or a '.')");
-    if (sim_policy_load(ret, item, err, sizeof(err)) != 0) {
+    if (sim_policy_resolve(item, ret, err, sizeof(err)) != 0) {
         fprintf(stderr, "gpuorch sim: --policy: %s\n", err);
         return 2;
     }

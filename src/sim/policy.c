@@ -167,43 +167,11 @@ static int decode_base(struct sim_doc *d, const json_t *root, struct sim_policy 
     return 0;
 }
 
-/* An enum field by its names (parse: the core's parser; names: for messages). */
-static int decode_enum(struct sim_doc *d, const json_t *root, const char *key, const char *names,
-                       int (*parse)(const char *, int *), int *ret)
+/* Field `key` names a choice the core's parser did not take. */
+static int bad_choice(struct sim_doc *d, const char *key, const char *names, const char *got)
 {
-    const char *s;
-    int rc = sim_doc_get_str(d, root, key, false, true, &s);
-    if (rc != 0 || !s)
-        return rc;
-    size_t mark = sim_doc_key(d, key);
-    if (parse(s, ret) != 0)
-        return sim_doc_fail(d, GPO_EINVAL, "expected one of %s, got '%.64s'", names, s);
-    sim_doc_pop(d, mark);
-    return 0;
-}
-
-static int parse_order(const char *s, int *ret)
-{
-    enum sched_order v;
-    int rc = sched_order_parse(s, &v);
-    *ret = (int)v;
-    return rc;
-}
-
-static int parse_within(const char *s, int *ret)
-{
-    enum sched_within v;
-    int rc = sched_within_parse(s, &v);
-    *ret = (int)v;
-    return rc;
-}
-
-static int parse_packing(const char *s, int *ret)
-{
-    enum sched_packing v;
-    int rc = sched_packing_parse(s, &v);
-    *ret = (int)v;
-    return rc;
+    sim_doc_key(d, key);
+    return sim_doc_fail(d, GPO_EINVAL, "expected one of %s, got '%.64s'", names, got);
 }
 
 static int decode_thresholds(struct sim_doc *d, const json_t *root, struct sched_policy *c)
@@ -244,19 +212,23 @@ static int decode_seconds(struct sim_doc *d, const json_t *root, const char *key
 static int decode_root(struct sim_doc *d, const json_t *root, const char *path,
                        struct sim_policy *p)
 {
-    int order, within, packing;
+    const char *order, *within, *packing;
     int rc = sim_doc_check_object(d, root, file_keys);
     rc = rc ? rc : decode_base(d, root, p);
     rc = rc ? rc : decode_name(d, root, path, p);
     if (rc != 0)
         return rc;
     struct sched_policy *c = &p->core;
-    order = (int)c->order;
-    within = (int)c->within;
-    packing = (int)c->packing;
-    rc = decode_enum(d, root, "order", "fifo, priority, fairshare, las", parse_order, &order);
-    rc = rc ? rc : decode_enum(d, root, "within_team", "submit, las", parse_within, &within);
-    rc = rc ? rc : decode_enum(d, root, "packing", "binpack, spread", parse_packing, &packing);
+    rc = sim_doc_get_str(d, root, "order", false, true, &order);
+    rc = rc ? rc : sim_doc_get_str(d, root, "within_team", false, true, &within);
+    rc = rc ? rc : sim_doc_get_str(d, root, "packing", false, true, &packing);
+    /* The core's parsers leave the field as it is on failure. */
+    if (!rc && order && sched_order_parse(order, &c->order))
+        rc = bad_choice(d, "order", "fifo, priority, fairshare, las", order);
+    if (!rc && within && sched_within_parse(within, &c->within))
+        rc = bad_choice(d, "within_team", "submit, las", within);
+    if (!rc && packing && sched_packing_parse(packing, &c->packing))
+        rc = bad_choice(d, "packing", "binpack, spread", packing);
     rc = rc ? rc : sim_doc_get_bool(d, root, "backfill", c->backfill, &c->backfill);
     rc = rc ? rc : sim_doc_get_bool(d, root, "preemption", c->preemption, &c->preemption);
     rc = rc ? rc : sim_doc_get_bool(d, root, "migrate", c->migrate, &c->migrate);
@@ -272,9 +244,6 @@ static int decode_root(struct sim_doc *d, const json_t *root, const char *path,
             : decode_seconds(d, root, "default_time_limit_s", &R_LIMIT, &c->default_time_limit_ms);
     if (rc != 0)
         return rc;
-    c->order = (enum sched_order)order;
-    c->within = (enum sched_within)within;
-    c->packing = (enum sched_packing)packing;
     const char *field = NULL;
     if (sched_policy_check(c, &field) != 0) /* the ranges above should have caught it */
         return sim_doc_fail_at(d, GPO_EINVAL, 0, "the policy is not valid: %s",
@@ -307,6 +276,26 @@ int sim_policy_load(struct sim_policy *ret, const char *path, char *err, size_t 
         rc = sim_policy_parse(ret, text, len, path, err, errlen);
     free(text);
     return rc;
+}
+
+int sim_policy_resolve(const char *arg, struct sim_policy *ret, char *err, size_t errlen)
+{
+    if (sim_policy_find(arg, ret) == 0)
+        return 0;
+    if (sim_policy_is_file(arg))
+        return sim_policy_load(ret, arg, err, errlen);
+    char names[256] = "";
+    for (size_t k = 0, n = 0; k < NPOLICIES && n < sizeof(names); k++)
+        n += (size_t)snprintf(names + n, sizeof(names) - n, "%s%s", k ? ", " : "",
+                              policy_rows[k].name);
+    if (err && errlen) {
+        snprintf(err, errlen,
+                 "expected a preset (%s) or a policy file's path (with a '/' or a '.'), "
+                 "got '%.64s'",
+                 names, arg ? arg : "");
+        sim_doc_one_line(err);
+    }
+    return GPO_EINVAL;
 }
 
 int sim_policy_write(FILE *f, const struct sim_policy *p)

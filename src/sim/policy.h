@@ -75,6 +75,14 @@ int sim_policy_parse(struct sim_policy *ret, const char *text, size_t len, const
 /* Reads and parses the policy file at path, likewise. */
 int sim_policy_load(struct sim_policy *ret, const char *path, char *err, size_t errlen);
 
+/*
+ * What `gpuorch sim --policy` and `gpuorch policy` take: a preset by name,
+ * else a policy file's path (sim_policy_is_file). 0 and *ret set, or an error
+ * with its one-line message in err: an unknown name (GPO_EINVAL, listing the
+ * presets) or the file's, as sim_policy_load gives it.
+ */
+int sim_policy_resolve(const char *arg, struct sim_policy *ret, char *err, size_t errlen);
+
 /* Writes p as a policy file to f (an oracle: GPO_EINVAL, nothing written).
  * 0, or GPO_EINVAL if f reports an error. */
 int sim_policy_write(FILE *f, const struct sim_policy *p);
