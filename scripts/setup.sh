@@ -22,6 +22,7 @@ PACKAGES=(
   ninja-build
   pkg-config
   binutils           # nm: the core purity test
+  patch              # bench/gittins_bound.sh (and a test that its patch applies)
   clang-format       # the formatting check
   clang              # tests/fuzz/run.sh: libFuzzer harnesses (a developer's check)
   libcmocka-dev      # unit tests
