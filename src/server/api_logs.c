@@ -8,11 +8,13 @@
  * once, then talks to the agent with the blocking HTTP client and touches
  * nothing of the server's but that request. It asks the agent with HEAD
  * first, so that the agent's status (404, 403, ...) is known before the
- * answer starts: an error is passed on with the agent's code and message; a
- * 200 becomes a streamed answer fed from the agent's body through a bounded
- * buffer (the worker waits while the client reads slower than the agent
- * sends). When the client leaves, the stream closes, the next piece or the
- * once-a-second call of httpc_stream sees it, and the worker stops.
+ * answer starts: an error is passed on with the agent's code and message,
+ * which a GET fetches (if that GET finds the log, as when the shim hands a
+ * new log to the job's user between the two asks, the answer goes on as for
+ * a 200); a 200 becomes a streamed answer fed from the agent's body through
+ * a bounded buffer (the worker waits while the client reads slower than the
+ * agent sends). When the client leaves, the stream closes, the next piece
+ * or the once-a-second call of httpc_stream sees it, and the worker stops.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -191,15 +193,15 @@ static bool proxy_head(struct proxy *p, struct httpc *c)
         return true;
     if (rc == 0) /* the error's message comes with a GET */
         rc = httpc_request(c, "GET", p->head_path, NULL, 0, HEAD_TIMEOUT_MS, &r, err, sizeof(err));
+    bool go_on = false;
     if (rc)
         http_request_complete_error(p->req, 502, "node_unreachable", "node %s: %s", p->node, err);
     else if (r.status == 200)
-        http_request_complete_error(p->req, 502, "node_error",
-                                    "node %s changed its answer; try again", p->node);
+        go_on = true; /* the log is there now: the shim handed it to the job's user just then */
     else
         pass_error(p, r.status, &r);
     httpc_response_release(&r);
-    return false;
+    return go_on;
 }
 
 static void proxy_run(struct proxy *p)

@@ -73,14 +73,25 @@ def job(jid):
 
 # -- A stand-in for a node's log server (src/agent/logsrv.h): it answers any
 # -- token with "<stream> line N" lines; a follow gets a second line later.
+# -- With `refuse_heads` > 0, that many HEADs get a 403 first: a log the shim
+# -- has not handed to the job's user yet, as a real node answers in the
+# -- moment before it does.
 
 class LogHandler(http.server.BaseHTTPRequestHandler):
+    refuse_heads = 0
+
     def _head(self):
         self.send_response(200)
         self.send_header("Content-Type", "application/octet-stream")
         self.end_headers()
 
     def do_HEAD(self):  # noqa: N802 (http.server's naming)
+        if LogHandler.refuse_heads > 0:
+            LogHandler.refuse_heads -= 1
+            self.send_response(403)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            return
         self._head()
 
     def do_GET(self):  # noqa: N802
@@ -407,6 +418,11 @@ def nodes_and_logs():
     rc, out, err = cli("logs", str(jid), "--stderr", "-f")
     ok(rc == 0 and out == "stderr line 1\nstderr line 2\n",
        "logs --stderr -f: stderr, followed until it ends", f"{rc}\n{out!r}\n{err}")
+    LogHandler.refuse_heads = 1
+    rc, out, err = cli("logs", str(jid), "-f")
+    ok(rc == 0 and out == "stdout line 1\nstdout line 2\n" and LogHandler.refuse_heads == 0,
+       "logs -f while the node hands the log over (its HEAD 403, then its GET 200): "
+       "followed to the end, not a 502", f"{rc}\n{out!r}\n{err}")
     rc, out, err = cli("show", str(jid))
     ok(rc == 0 and "current attempt: 1 " in " ".join(out.split()) and "node-a" in out
        and "ATTEMPT" in out,
