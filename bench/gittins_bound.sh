@@ -10,8 +10,8 @@
 # than any scheduler knows, so it measures what the trace's information
 # allows, not a policy to run. The script builds the committed HEAD with the
 # patch in a temporary directory (release, no LTO), and replays the trace
-# under las, las with thresholds 16, 160 and 1,600 GPU-hours that may evict
-# larger jobs (a policy file), the patch's gittins and srtf; it prints each
+# under srtf, las, las with thresholds 16, 160 and 1,600 GPU-hours that may
+# evict larger jobs (a policy file) and the patch's gittins; it prints each
 # one's average JCT and how far above srtf it is.
 #
 # SIM_ARGS default to Helios' setup at the calibrated load:
