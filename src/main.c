@@ -102,8 +102,9 @@ static int cmd_policy(int argc, char **argv)
                "docs/scheduling.md for what each setting does and docs/simulator.md for\n"
                "the format.\n\n"
                "Presets: ");
-        for (size_t k = 0; sim_policy_name(k); k++)
-            printf("%s%s", sim_policy_name(k), sim_policy_name(k + 1) ? ", " : "\n");
+        char names[256];
+        sim_policy_names(names, sizeof(names));
+        printf("%s\n", names);
         printf("(sjf and srtf are oracles, not policies: they know durations)\n");
         return 0;
     }

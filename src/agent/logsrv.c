@@ -477,8 +477,9 @@ static int h_logs(struct http_request *req, void *ctx)
     int fd = -1;
     off_t size = 0;
     rc = log_open(path, uid, &fd, &size);
-    if (rc == -EPERM && q.follow && !q.head && being_created(path, dir))
-        rc = -ENOENT; /* not handed to the job's user yet: the follow waits for it */
+    if (rc == -EPERM && q.follow && being_created(path, dir))
+        rc = -ENOENT; /* not handed to the job's user yet: the follow waits for it (and its
+                       * HEAD says so: 200, nothing yet) */
     else if (rc == -EPERM)
         rc = log_open(path, uid, &fd, &size); /* handed over since the open? */
     if (rc == -EPERM)

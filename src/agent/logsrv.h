@@ -16,7 +16,10 @@
  * and checked after the open (fstat): a regular file owned by that uid, or
  * 403, so that a job cannot point its output at a file it does not own
  * (root's, say, through a symbolic link) and read it through the agent. A log
- * file that does not exist yet reads as empty.
+ * file that does not exist yet reads as empty; so does, for a follow (and
+ * its HEAD), a default log the shim has created but not yet given to the
+ * job's user (root's, empty, while the attempt runs): the follow waits for
+ * it.
  *
  * Query: stream (default stdout); offset, bytes from the start (default 0),
  * or -N for the last N bytes; follow=1 (or 0; also true/false). Unknown

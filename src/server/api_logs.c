@@ -8,10 +8,11 @@
  * once, then talks to the agent with the blocking HTTP client and touches
  * nothing of the server's but that request. It asks the agent with HEAD
  * first, so that the agent's status (404, 403, ...) is known before the
- * answer starts: an error is passed on with the agent's code and message,
- * which a GET fetches (if that GET finds the log, as when the shim hands a
- * new log to the job's user between the two asks, the answer goes on as for
- * a 200); a 200 becomes a streamed answer fed from the agent's body through
+ * answer starts (a follow's HEAD is a follow's: a log the shim has not
+ * handed to the job's user yet is one to wait for); an error is passed on
+ * with the agent's code and message, which a GET fetches (if that GET finds
+ * the log, handed over between the two asks, the answer goes on as for a
+ * 200); a 200 becomes a streamed answer fed from the agent's body through
  * a bounded buffer (the worker waits while the client reads slower than the
  * agent sends). When the client leaves, the stream closes, the next piece
  * or the once-a-second call of httpc_stream sees it, and the worker stops.
@@ -63,9 +64,9 @@ struct proxy {
     char node[MODEL_HOST_MAX + 1];
     char url[HTTPC_URL_MAX];
     char token[SRV_LOG_TOKEN_LEN + 1];
-    char path[528];      /* the agent's path, query included */
-    bool wait_launch;    /* follow of the current attempt: a 404 may mean "not launched yet" */
-    char head_path[512]; /* the same without follow */
+    char path[528];       /* the agent's path, query included */
+    bool wait_launch;     /* follow of the current attempt: a 404 may mean "not launched yet" */
+    char plain_path[512]; /* the same without follow: the GET of an error's message */
 };
 
 static void proxy_unref(struct proxy *p)
@@ -181,7 +182,7 @@ static bool proxy_head(struct proxy *p, struct httpc *c)
     /* The controller marks an attempt running when it assigns it; its agent
      * launches it within about a second. A follow of it waits for that. */
     for (int64_t waited = 0;; waited += LAUNCH_POLL_MS) {
-        rc = httpc_request(c, "HEAD", p->head_path, NULL, 0, HEAD_TIMEOUT_MS, &r, err, sizeof(err));
+        rc = httpc_request(c, "HEAD", p->path, NULL, 0, HEAD_TIMEOUT_MS, &r, err, sizeof(err));
         status = r.status;
         httpc_response_release(&r);
         if (rc || status != 404 || !p->wait_launch || waited >= LAUNCH_WAIT_MS ||
@@ -192,12 +193,12 @@ static bool proxy_head(struct proxy *p, struct httpc *c)
     if (rc == 0 && status == 200)
         return true;
     if (rc == 0) /* the error's message comes with a GET */
-        rc = httpc_request(c, "GET", p->head_path, NULL, 0, HEAD_TIMEOUT_MS, &r, err, sizeof(err));
+        rc = httpc_request(c, "GET", p->plain_path, NULL, 0, HEAD_TIMEOUT_MS, &r, err, sizeof(err));
     bool go_on = false;
     if (rc)
         http_request_complete_error(p->req, 502, "node_unreachable", "node %s: %s", p->node, err);
     else if (r.status == 200)
-        go_on = true; /* the log is there now: the shim handed it to the job's user just then */
+        go_on = true; /* the log is there now: handed to the job's user between the two asks */
     else
         pass_error(p, r.status, &r);
     httpc_response_release(&r);
@@ -411,11 +412,11 @@ int srv_api_job_logs(struct http_request *req, void *ctx)
         .s = s, .refs = 1, .buf = buf, .req = req, .wait_launch = q.follow && q.current};
     snprintf(p->node, sizeof(p->node), "%s", node);
     int rc = srv_node_log_endpoint(s, node, p->url, sizeof(p->url), p->token, sizeof(p->token));
-    int n = snprintf(p->head_path, sizeof(p->head_path),
+    int n = snprintf(p->plain_path, sizeof(p->plain_path),
                      "/v1/attempts/%" PRId64 "/%" PRId64 "/logs?stream=%s&offset=%" PRId64, id,
                      q.attempt, q.stream, q.offset);
-    snprintf(p->path, sizeof(p->path), "%s%s", p->head_path, q.follow ? "&follow=1" : "");
-    if (rc || n < 0 || (size_t)n >= sizeof(p->head_path)) {
+    snprintf(p->path, sizeof(p->path), "%s%s", p->plain_path, q.follow ? "&follow=1" : "");
+    if (rc || n < 0 || (size_t)n >= sizeof(p->plain_path)) {
         free(buf);
         free(p);
         return http_request_error(req, 502, "node_unreachable", "node %s: no log server registered",

@@ -45,8 +45,9 @@ static void usage(FILE *out)
             "                        default: derived from the trace\n"
             "  --policy P[,P...]     policies to compare, in this order (default: default):\n"
             "                        ");
-    for (size_t k = 0; sim_policy_name(k); k++)
-        fprintf(out, "%s%s", sim_policy_name(k), sim_policy_name(k + 1) ? ", " : "\n");
+    char names[256];
+    sim_policy_names(names, sizeof(names));
+    fprintf(out, "%s\n", names);
     fprintf(out,
             "                        sjf and srtf are oracles that know true durations;\n"
             "                        a P with a '/' or '.' is a policy file (YAML or JSON)\n"
@@ -84,17 +85,6 @@ static int parse_i64(const char *flag, const char *v, int64_t min, int64_t *ret)
     return 0;
 }
 
-/* One item of --policy: a preset's name, or a policy file's path. */
-static int parse_policy(const char *item, struct sim_policy *ret)
-{
-    char err[768];
-    if (sim_policy_resolve(item, ret, err, sizeof(err)) != 0) {
-        fprintf(stderr, "gpuorch sim: --policy: %s\n", err);
-        return 2;
-    }
-    return 0;
-}
-
 static int parse_policies(struct args *a, const char *v)
 {
     char buf[4096];
@@ -107,9 +97,11 @@ static int parse_policies(struct args *a, const char *v)
         if (a->npolicies == MAX_POLICIES)
             return bad_value("--policy", v, "at most 16 policies");
         struct sim_policy *pol = &a->policies[a->npolicies];
-        int e = parse_policy(p, pol);
-        if (e)
-            return e;
+        char err[768]; /* a preset's name, or a policy file's path */
+        if (sim_policy_resolve(p, pol, err, sizeof(err)) != 0) {
+            fprintf(stderr, "gpuorch sim: --policy: %s\n", err);
+            return 2;
+        }
         for (size_t k = 0; k < a->npolicies; k++) {
             if (strcmp(a->policies[k].name, pol->name) == 0) {
                 fprintf(stderr,

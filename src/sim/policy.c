@@ -53,6 +53,12 @@ const char *sim_policy_name(size_t k)
     return k < NPOLICIES ? policy_rows[k].name : NULL;
 }
 
+void sim_policy_names(char *buf, size_t n)
+{
+    for (size_t k = 0, at = 0; n && k < NPOLICIES && at < n; k++)
+        at += (size_t)snprintf(buf + at, n - at, "%s%s", k ? ", " : "", policy_rows[k].name);
+}
+
 int sim_policy_find(const char *name, struct sim_policy *ret)
 {
     for (size_t k = 0; name && k < NPOLICIES; k++) {
@@ -284,10 +290,8 @@ int sim_policy_resolve(const char *arg, struct sim_policy *ret, char *err, size_
         return 0;
     if (sim_policy_is_file(arg))
         return sim_policy_load(ret, arg, err, errlen);
-    char names[256] = "";
-    for (size_t k = 0, n = 0; k < NPOLICIES && n < sizeof(names); k++)
-        n += (size_t)snprintf(names + n, sizeof(names) - n, "%s%s", k ? ", " : "",
-                              policy_rows[k].name);
+    char names[256];
+    sim_policy_names(names, sizeof(names));
     if (err && errlen) {
         snprintf(err, errlen,
                  "expected a preset (%s) or a policy file's path (with a '/' or a '.'), "

@@ -57,8 +57,11 @@ struct sim_policy {
 /* Finds a preset ("default", "fifo", "fifo-backfill", "priority",
  * "fairshare", "las", "spread", "sjf", "srtf"). 0, or GPO_ENOTFOUND. */
 int sim_policy_find(const char *name, struct sim_policy *ret);
-/* The k-th preset's name (static), for --help; NULL past the last. */
+/* The k-th preset's name (static); NULL past the last. */
 const char *sim_policy_name(size_t k);
+/* Every preset's name, "default, fifo, ..., srtf", into buf (n bytes), for
+ * --help and messages. */
+void sim_policy_names(char *buf, size_t n);
 
 /* Whether --policy's item `arg` names a file rather than a preset: it has a
  * '/' or a '.' in it. */

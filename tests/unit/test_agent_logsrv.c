@@ -620,6 +620,11 @@ static void follow_waits_while_a_new_log_file_is_still_roots(void **state)
     make_attempt(e, "14.1", 1000, "");
     path_of(p, e, "attempts/14.1/stdout");
     write_file(p, ""); /* root's for now */
+    struct answer a;
+    ask(e, "HEAD", "/v1/attempts/14/1/logs?follow=1", TOKEN, &a); /* the controller's first ask */
+    assert_int_equal(a.status, 200);
+    ask(e, "HEAD", "/v1/attempts/14/1/logs", TOKEN, &a); /* a plain read: not the user's yet */
+    assert_int_equal(a.status, 403);
     struct rawf c = {.len = 0};
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(e->port)};
     struct timeval tv = {.tv_sec = WAIT_LIMIT_S};
