@@ -41,10 +41,10 @@
 #define CALLGRIND_TOGGLE_COLLECT
 #endif
 
-#include "core/err.h"
+#include "base/err.h"
 #include "core/model.h"
 #include "core/sched.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 #define NTEAMS            8
 #define NPOOLS            2

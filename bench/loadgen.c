@@ -41,7 +41,7 @@
 #include <sys/statfs.h>
 #include <sys/uio.h>
 
-#include "util/banned.h"
+#include "base/banned.h"
 
 #define LG_CONN_MAX     1024
 #define LG_REQUESTS_MAX 10000000L /* 80 MB of latencies */

@@ -21,7 +21,7 @@
 #include "server/server.h"
 #include "sim/command.h"
 #include "sim/policy.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 #define GPUORCH_VERSION "0.1.0"
 

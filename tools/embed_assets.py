@@ -97,7 +97,7 @@ def main():
         " do not edit. */\n" % version,
         "#include <stddef.h>\n",
         '#include "sim/assets.h"\n',
-        '#include "util/banned.h"\n',
+        '#include "base/banned.h"\n',
         'const char sim_asset_uplot_version[] = "%s";\n' % version,
         c_bytes("sim_asset_uplot_js", js),
         c_bytes("sim_asset_uplot_css", css),

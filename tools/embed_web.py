@@ -99,7 +99,7 @@ def main():
         " do not edit. */\n" % version,
         "#include <stddef.h>\n",
         '#include "server/web.h"\n',
-        '#include "util/banned.h"\n',
+        '#include "base/banned.h"\n',
         "const char web_page_csp[] = %s;\n" % json.dumps(csp),
         "const char web_page_etag[] = %s;\n" % json.dumps(etag),
         c_bytes("web_page_html", page),

@@ -32,7 +32,7 @@
 #include "util/httpc.h"
 #include "util/timefmt.h"
 #include "util/errbuf.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 #define HELP_SHOWN 3
 

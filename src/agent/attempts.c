@@ -21,7 +21,7 @@
 #include "agent/sampler.h"
 #include "agent/shim.h"
 #include "util/errbuf.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 #define REASON_MAX 120 /* the controller's limit on a report's reason */
 
@@ -476,7 +476,7 @@ static void launch(struct attempts *t, uint64_t job, uint32_t attempt, const jso
         /* Not journaled: nothing is launched. An attempt begun before (by an
          * earlier agent) was taken up by attempts_recover or has ended. */
         t->cfg.log("job %" PRIu64 ".%" PRIu32 ": not launched: %s", job, attempt,
-                   rc == JOURNAL_EEXIST ? "launched before" : err);
+                   rc == GPO_EEXIST ? "launched before" : err);
         t->v[--t->n] = NULL;
         att_free(a);
         return;
@@ -740,7 +740,7 @@ static bool post_report(struct attempts *t, struct httpc *c, const struct owed *
     struct httpc_response r = {0};
     char err[512] = "";
     int rc = text ? httpc_request(c, "POST", path, text, strlen(text), 10000, &r, err, sizeof(err))
-                  : HTTPC_ENOMEM;
+                  : GPO_ENOMEM;
     free(text);
     bool done = false;
     if (rc)

@@ -23,7 +23,7 @@
 
 #include "agent/cgroup.h"
 #include "util/errbuf.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 /* cgroup.procs of a cgroup with very many processes; more is not an attempt. */
 #define READ_MAX_BYTES (4 << 20)
@@ -45,20 +45,6 @@ struct cgroup_root {
     char *path;
     unsigned has; /* HAS_* the root's children get */
 };
-
-const char *cgroup_strerror(int err)
-{
-    switch (err) {
-    case CGROUP_OK:
-        return "success";
-#define CGROUP_ERR_CASE(name, value, text)                                                         \
-    case CGROUP_##name:                                                                            \
-        return text;
-        CGROUP_ERRNO_MAP(CGROUP_ERR_CASE)
-#undef CGROUP_ERR_CASE
-    }
-    return "unknown error";
-}
 
 static void nap_ms(long ms)
 {
@@ -138,7 +124,7 @@ static int read_text(const char *path, char **ret)
 static int fail(char *err, size_t errlen, const char *call, const char *path)
 {
     int e = errno;
-    int code = e == ENOENT ? CGROUP_ENOENT : e == ENOMEM ? CGROUP_ENOMEM : CGROUP_EIO;
+    int code = e == ENOENT ? GPO_ENOENT : e == ENOMEM ? GPO_ENOMEM : GPO_EIO;
     return errbuf_set(err, errlen, code, "%s %s: %s", call, path, strerror(e));
 }
 
@@ -177,12 +163,12 @@ int cgroup_mount_find(char *ret_path, size_t len, char *err, size_t errlen)
 {
     static const char file[] = "/proc/self/mountinfo";
     if (!ret_path || len == 0)
-        return errbuf_set(err, errlen, CGROUP_EINVAL, "cgroup_mount_find: no buffer");
+        return errbuf_set(err, errlen, GPO_EINVAL, "cgroup_mount_find: no buffer");
     char *text;
     if (read_text(file, &text) < 0)
-        return errbuf_set(err, errlen, errno == ENOMEM ? CGROUP_ENOMEM : CGROUP_EIO, "read %s: %s",
-                          file, strerror(errno));
-    int rc = errbuf_set(err, errlen, CGROUP_ENOTSUP, "no cgroup2 filesystem in %s", file);
+        return errbuf_set(err, errlen, errno == ENOMEM ? GPO_ENOMEM : GPO_EIO, "read %s: %s", file,
+                          strerror(errno));
+    int rc = errbuf_set(err, errlen, GPO_ENOTSUP, "no cgroup2 filesystem in %s", file);
     char *save = NULL;
     for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
         /* ID PARENT MAJ:MIN ROOT MOUNT_POINT OPTIONS [OPTIONAL...] - FSTYPE ... */
@@ -199,7 +185,7 @@ int cgroup_mount_find(char *ret_path, size_t len, char *err, size_t errlen)
         unescape_octal(f[4]);
         size_t n = strlen(f[4]);
         if (n >= len) {
-            rc = errbuf_set(err, errlen, CGROUP_EINVAL, "%s: cgroup2 mount point too long", file);
+            rc = errbuf_set(err, errlen, GPO_EINVAL, "%s: cgroup2 mount point too long", file);
             break;
         }
         memcpy(ret_path, f[4], n + 1);
@@ -217,15 +203,15 @@ static int probe(const char *dir, char *err, size_t errlen)
     char child[CGROUP_PATH_MAX], name[64];
     snprintf(name, sizeof(name), "gpuorch-probe.%ld", (long)getpid());
     if (!join(child, sizeof(child), dir, name))
-        return errbuf_set(err, errlen, CGROUP_EINVAL, "%s: path too long", dir);
+        return errbuf_set(err, errlen, GPO_EINVAL, "%s: path too long", dir);
     rmdir(child); /* left by a crashed earlier probe of a process with our pid */
     if (mkdir(child, 0755) < 0)
-        return errbuf_set(err, errlen, CGROUP_ENOTSUP, "%s: not writable: mkdir %s: %s", dir, child,
+        return errbuf_set(err, errlen, GPO_ENOTSUP, "%s: not writable: mkdir %s: %s", dir, child,
                           strerror(errno));
     int pfd[2];
     int rc = 0;
     if (pipe2(pfd, O_CLOEXEC) < 0) {
-        rc = errbuf_set(err, errlen, CGROUP_EIO, "pipe: %s", strerror(errno));
+        rc = errbuf_set(err, errlen, GPO_EIO, "pipe: %s", strerror(errno));
     } else {
         pid_t pid = fork();
         if (pid == 0) {
@@ -238,11 +224,11 @@ static int probe(const char *dir, char *err, size_t errlen)
         }
         close(pfd[0]);
         if (pid < 0) {
-            rc = errbuf_set(err, errlen, CGROUP_EIO, "fork: %s", strerror(errno));
+            rc = errbuf_set(err, errlen, GPO_EIO, "fork: %s", strerror(errno));
         } else {
             char why[256];
             if (cgroup_attach(child, pid, why, sizeof(why)) < 0)
-                rc = errbuf_set(err, errlen, CGROUP_ENOTSUP,
+                rc = errbuf_set(err, errlen, GPO_ENOTSUP,
                                 "%s: cannot move a process into a child cgroup: %s", dir, why);
             close(pfd[1]);
             pfd[1] = -1;
@@ -294,19 +280,19 @@ static int root_dir(const char *path, char *dir, size_t len, char *err, size_t e
         if (rc)
             return rc;
         if (!join(dir, len, mnt, "gpuorch"))
-            return errbuf_set(err, errlen, CGROUP_EINVAL, "%s: path too long", mnt);
+            return errbuf_set(err, errlen, GPO_EINVAL, "%s: path too long", mnt);
         if (mkdir(dir, 0755) < 0 && errno != EEXIST)
-            return errbuf_set(err, errlen, CGROUP_ENOTSUP, "%s: not writable: mkdir: %s", dir,
+            return errbuf_set(err, errlen, GPO_ENOTSUP, "%s: not writable: mkdir: %s", dir,
                               strerror(errno));
         return 0;
     }
     size_t n = strlen(path);
     if (path[0] != '/')
-        return errbuf_set(err, errlen, CGROUP_EINVAL, "%s: not an absolute path", path);
+        return errbuf_set(err, errlen, GPO_EINVAL, "%s: not an absolute path", path);
     while (n > 1 && path[n - 1] == '/')
         n--;
     if (n >= len)
-        return errbuf_set(err, errlen, CGROUP_EINVAL, "%.64s...: path too long", path);
+        return errbuf_set(err, errlen, GPO_EINVAL, "%.64s...: path too long", path);
     memcpy(dir, path, n);
     dir[n] = '\0';
     return 0;
@@ -315,7 +301,7 @@ static int root_dir(const char *path, char *dir, size_t len, char *err, size_t e
 int cgroup_root_open(const char *path, struct cgroup_root **ret, char *err, size_t errlen)
 {
     if (!ret)
-        return errbuf_set(err, errlen, CGROUP_EINVAL, "cgroup_root_open: NULL argument");
+        return errbuf_set(err, errlen, GPO_EINVAL, "cgroup_root_open: NULL argument");
     char dir[CGROUP_PATH_MAX];
     int rc = root_dir(path, dir, sizeof(dir), err, errlen);
     if (rc)
@@ -323,20 +309,20 @@ int cgroup_root_open(const char *path, struct cgroup_root **ret, char *err, size
     struct stat st;
     struct statfs sf;
     if (stat(dir, &st) < 0)
-        return errbuf_set(err, errlen, CGROUP_ENOTSUP, "%s: %s", dir, strerror(errno));
+        return errbuf_set(err, errlen, GPO_ENOTSUP, "%s: %s", dir, strerror(errno));
     if (!S_ISDIR(st.st_mode))
-        return errbuf_set(err, errlen, CGROUP_ENOTSUP, "%s: not a directory", dir);
+        return errbuf_set(err, errlen, GPO_ENOTSUP, "%s: not a directory", dir);
     if (statfs(dir, &sf) < 0)
-        return errbuf_set(err, errlen, CGROUP_ENOTSUP, "statfs %s: %s", dir, strerror(errno));
+        return errbuf_set(err, errlen, GPO_ENOTSUP, "statfs %s: %s", dir, strerror(errno));
     if (sf.f_type != CGROUP2_SUPER_MAGIC)
-        return errbuf_set(err, errlen, CGROUP_ENOTSUP, "%s: not on a cgroup v2 filesystem", dir);
+        return errbuf_set(err, errlen, GPO_ENOTSUP, "%s: not on a cgroup v2 filesystem", dir);
     rc = probe(dir, err, errlen);
     if (rc)
         return rc;
     struct cgroup_root *r = calloc(1, sizeof(*r));
     if (!r || !(r->path = strdup(dir))) {
         free(r);
-        return errbuf_set(err, errlen, CGROUP_ENOMEM, "out of memory");
+        return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
     }
     enable_controllers(r);
     *ret = r;
@@ -375,7 +361,7 @@ static int write_limits(const struct cgroup_root *root, const char *dir, uint32_
         else
             snprintf(value, sizeof(value), "max");
         if (!join(path, sizeof(path), dir, "memory.max") || write_text(path, value) < 0)
-            return errbuf_set(err, errlen, CGROUP_EIO, "write %s to %s/memory.max: %s", value, dir,
+            return errbuf_set(err, errlen, GPO_EIO, "write %s to %s/memory.max: %s", value, dir,
                               strerror(errno));
     }
     if (root->has & HAS_CPU) {
@@ -386,7 +372,7 @@ static int write_limits(const struct cgroup_root *root, const char *dir, uint32_
         else
             snprintf(value, sizeof(value), "max 100000");
         if (!join(path, sizeof(path), dir, "cpu.max") || write_text(path, value) < 0)
-            return errbuf_set(err, errlen, CGROUP_EIO, "write %s to %s/cpu.max: %s", value, dir,
+            return errbuf_set(err, errlen, GPO_EIO, "write %s to %s/cpu.max: %s", value, dir,
                               strerror(errno));
     }
     return 0;
@@ -397,16 +383,16 @@ int cgroup_create(const struct cgroup_root *root, uint64_t job, uint32_t attempt
                   size_t errlen)
 {
     if (!root || !path_out)
-        return errbuf_set(err, errlen, CGROUP_EINVAL, "cgroup_create: NULL argument");
+        return errbuf_set(err, errlen, GPO_EINVAL, "cgroup_create: NULL argument");
     if (job == 0 || attempt == 0)
-        return errbuf_set(err, errlen, CGROUP_EINVAL, "cgroup_create: job and attempt start at 1");
+        return errbuf_set(err, errlen, GPO_EINVAL, "cgroup_create: job and attempt start at 1");
     if (mem_mib < 0 || mem_mib > CGROUP_MEM_MIB_MAX)
-        return errbuf_set(err, errlen, CGROUP_EINVAL,
+        return errbuf_set(err, errlen, GPO_EINVAL,
                           "cgroup_create: mem_mib %" PRId64 " out of range", mem_mib);
     char dir[CGROUP_PATH_MAX];
     int n = snprintf(dir, sizeof(dir), "%s/job-%" PRIu64 ".%" PRIu32, root->path, job, attempt);
     if ((size_t)n >= sizeof(dir) || (size_t)n >= len)
-        return errbuf_set(err, errlen, CGROUP_EINVAL, "%s/job-%" PRIu64 ".%" PRIu32 ": too long",
+        return errbuf_set(err, errlen, GPO_EINVAL, "%s/job-%" PRIu64 ".%" PRIu32 ": too long",
                           root->path, job, attempt);
     bool made = mkdir(dir, 0755) == 0;
     if (!made && errno != EEXIST)
@@ -425,9 +411,9 @@ int cgroup_attach(const char *path, pid_t pid, char *err, size_t errlen)
 {
     char file[CGROUP_PATH_MAX], value[32];
     if (!path || pid < 0)
-        return errbuf_set(err, errlen, CGROUP_EINVAL, "cgroup_attach: bad argument");
+        return errbuf_set(err, errlen, GPO_EINVAL, "cgroup_attach: bad argument");
     if (!join(file, sizeof(file), path, "cgroup.procs"))
-        return errbuf_set(err, errlen, CGROUP_EINVAL, "%s: path too long", path);
+        return errbuf_set(err, errlen, GPO_EINVAL, "%s: path too long", path);
     snprintf(value, sizeof(value), "%ld", (long)pid);
     if (write_text(file, value) < 0)
         return fail(err, errlen, "write to", file);
@@ -438,9 +424,9 @@ int cgroup_pids(const char *path, pid_t **ret_pids, size_t *ret_n, char *err, si
 {
     char file[CGROUP_PATH_MAX], *text;
     if (!path || !ret_pids || !ret_n)
-        return errbuf_set(err, errlen, CGROUP_EINVAL, "cgroup_pids: NULL argument");
+        return errbuf_set(err, errlen, GPO_EINVAL, "cgroup_pids: NULL argument");
     if (!join(file, sizeof(file), path, "cgroup.procs"))
-        return errbuf_set(err, errlen, CGROUP_EINVAL, "%s: path too long", path);
+        return errbuf_set(err, errlen, GPO_EINVAL, "%s: path too long", path);
     if (read_text(file, &text) < 0)
         return fail(err, errlen, "read", file);
     size_t n = 0, cap = 0;
@@ -460,7 +446,7 @@ int cgroup_pids(const char *path, pid_t **ret_pids, size_t *ret_n, char *err, si
             size_t nc = cap ? cap * 2 : 16;
             pid_t *nv = realloc(v, nc * sizeof(*nv));
             if (!nv) {
-                rc = errbuf_set(err, errlen, CGROUP_ENOMEM, "out of memory");
+                rc = errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
                 break;
             }
             v = nv;
@@ -485,7 +471,7 @@ int cgroup_pids(const char *path, pid_t **ret_pids, size_t *ret_n, char *err, si
 int cgroup_signal(const char *path, int sig, char *err, size_t errlen)
 {
     if (sig < 1 || sig > 64)
-        return errbuf_set(err, errlen, CGROUP_EINVAL, "cgroup_signal: bad signal %d", sig);
+        return errbuf_set(err, errlen, GPO_EINVAL, "cgroup_signal: bad signal %d", sig);
     pid_t *pids;
     size_t n;
     int rc = cgroup_pids(path, &pids, &n, err, errlen);
@@ -493,7 +479,7 @@ int cgroup_signal(const char *path, int sig, char *err, size_t errlen)
         return rc;
     for (size_t i = 0; i < n; i++)
         if (kill(pids[i], sig) < 0 && errno != ESRCH && rc == 0)
-            rc = errbuf_set(err, errlen, CGROUP_EIO, "kill %ld (in %s): %s", (long)pids[i], path,
+            rc = errbuf_set(err, errlen, GPO_EIO, "kill %ld (in %s): %s", (long)pids[i], path,
                             strerror(errno));
     free(pids);
     return rc;
@@ -529,9 +515,9 @@ int cgroup_kill(const char *path, char *err, size_t errlen)
     char file[CGROUP_PATH_MAX];
     struct stat st;
     if (!path)
-        return errbuf_set(err, errlen, CGROUP_EINVAL, "cgroup_kill: NULL argument");
+        return errbuf_set(err, errlen, GPO_EINVAL, "cgroup_kill: NULL argument");
     if (!join(file, sizeof(file), path, "cgroup.kill"))
-        return errbuf_set(err, errlen, CGROUP_EINVAL, "%s: path too long", path);
+        return errbuf_set(err, errlen, GPO_EINVAL, "%s: path too long", path);
     if (write_text(file, "1") == 0)
         return 0;
     if (errno != ENOENT)
@@ -545,12 +531,12 @@ int cgroup_populated(const char *path, bool *ret_populated, char *err, size_t er
 {
     char file[CGROUP_PATH_MAX], *text;
     if (!path || !ret_populated)
-        return errbuf_set(err, errlen, CGROUP_EINVAL, "cgroup_populated: NULL argument");
+        return errbuf_set(err, errlen, GPO_EINVAL, "cgroup_populated: NULL argument");
     if (!join(file, sizeof(file), path, "cgroup.events"))
-        return errbuf_set(err, errlen, CGROUP_EINVAL, "%s: path too long", path);
+        return errbuf_set(err, errlen, GPO_EINVAL, "%s: path too long", path);
     if (read_text(file, &text) < 0)
         return fail(err, errlen, "read", file);
-    int rc = errbuf_set(err, errlen, CGROUP_EIO, "%s: no \"populated\" line", file);
+    int rc = errbuf_set(err, errlen, GPO_EIO, "%s: no \"populated\" line", file);
     for (const char *p = text; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL) {
         if (strncmp(p, "populated ", 10) == 0 && (p[10] == '0' || p[10] == '1')) {
             *ret_populated = p[10] == '1';
@@ -565,10 +551,10 @@ int cgroup_populated(const char *path, bool *ret_populated, char *err, size_t er
 int cgroup_remove(const char *path, char *err, size_t errlen)
 {
     if (!path)
-        return errbuf_set(err, errlen, CGROUP_EINVAL, "cgroup_remove: NULL argument");
+        return errbuf_set(err, errlen, GPO_EINVAL, "cgroup_remove: NULL argument");
     if (rmdir(path) == 0 || errno == ENOENT)
         return 0;
     if (errno == EBUSY)
-        return errbuf_set(err, errlen, CGROUP_EBUSY, "rmdir %s: processes remain", path);
+        return errbuf_set(err, errlen, GPO_EBUSY, "rmdir %s: processes remain", path);
     return fail(err, errlen, "rmdir", path);
 }

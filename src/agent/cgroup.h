@@ -17,7 +17,7 @@
  * Errors: functions return 0 or one of the negative CGROUP_* codes below and,
  * where they take one, write a one-line message naming the path and the
  * failed call into the caller's `err` buffer (errlen bytes; may be NULL/0).
- * Out-parameters are set only on success. Out of memory: CGROUP_ENOMEM.
+ * Out-parameters are set only on success. Out of memory: GPO_ENOMEM.
  * Nothing here logs or exits. Calls on different cgroups may run in parallel;
  * a struct cgroup_root is read-only once open.
  */
@@ -28,24 +28,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
-
-#define CGROUP_ERRNO_MAP(X)                                                                        \
-    X(EINVAL, -1, "invalid argument")                                                              \
-    X(ENOMEM, -2, "out of memory")                                                                 \
-    X(ENOTSUP, -3, "no writable cgroup v2")                                                        \
-    X(EIO, -4, "system call failed")                                                               \
-    X(EBUSY, -5, "cgroup still has processes")                                                     \
-    X(ENOENT, -6, "no such cgroup")
-
-enum cgroup_err {
-    CGROUP_OK = 0,
-#define CGROUP_ERR_ENUM(name, value, text) CGROUP_##name = (value),
-    CGROUP_ERRNO_MAP(CGROUP_ERR_ENUM)
-#undef CGROUP_ERR_ENUM
-};
-
-/* Returns a static, never NULL, message for a code (unknown codes included). */
-const char *cgroup_strerror(int err);
+#include "base/err.h"
 
 /* Longest cgroup path, NUL included; longer roots are refused. */
 #define CGROUP_PATH_MAX 1024
@@ -54,9 +37,9 @@ struct cgroup_root;
 
 /*
  * Finds the cgroup v2 mount point in /proc/self/mountinfo and writes it into
- * ret_path (len bytes). Returns 0, CGROUP_ENOTSUP (no cgroup2 mount; the
- * message says so), CGROUP_EINVAL (the mount point does not fit) or
- * CGROUP_EIO (mountinfo unreadable).
+ * ret_path (len bytes). Returns 0, GPO_ENOTSUP (no cgroup2 mount; the
+ * message says so), GPO_EINVAL (the mount point does not fit) or
+ * GPO_EIO (mountinfo unreadable).
  */
 int cgroup_mount_find(char *ret_path, size_t len, char *err, size_t errlen);
 
@@ -72,10 +55,10 @@ int cgroup_mount_find(char *ret_path, size_t len, char *err, size_t errlen);
  * not offer, or what cannot be enabled, is left out) and records what the
  * root's children get (cgroup_root_has).
  *
- * Returns 0 and *ret (caller frees with cgroup_root_close), CGROUP_ENOTSUP
+ * Returns 0 and *ret (caller frees with cgroup_root_close), GPO_ENOTSUP
  * (no cgroup v2 there, or not writable: the message names the path and the
  * reason, one line for the agent's log before it falls back to process
- * groups), CGROUP_EINVAL (path relative or too long), CGROUP_ENOMEM.
+ * groups), GPO_EINVAL (path relative or too long), GPO_ENOMEM.
  */
 int cgroup_root_open(const char *path, struct cgroup_root **ret, char *err, size_t errlen);
 
@@ -99,9 +82,9 @@ bool cgroup_root_has(const struct cgroup_root *root, const char *controller);
  * the root has the memory controller, and cpu.max ("QUOTA 100000", QUOTA =
  * cpu_milli * 100 microseconds per 100 ms period, at least the kernel's
  * 1000; "max" for 0) when it has cpu; a limit the root cannot enforce is
- * skipped (cgroup_root_has says which). Returns 0, CGROUP_EINVAL (job 0,
+ * skipped (cgroup_root_has says which). Returns 0, GPO_EINVAL (job 0,
  * attempt 0, mem_mib < 0 or over CGROUP_MEM_MIB_MAX, path_out too short),
- * CGROUP_EIO (a cgroup made here is removed again). On failure path_out is
+ * GPO_EIO (a cgroup made here is removed again). On failure path_out is
  * untouched.
  */
 int cgroup_create(const struct cgroup_root *root, uint64_t job, uint32_t attempt,
@@ -109,8 +92,8 @@ int cgroup_create(const struct cgroup_root *root, uint64_t job, uint32_t attempt
                   size_t errlen);
 
 /* Moves process `pid` (0: the caller) and its threads into cgroup `path`;
- * its children, forked later, are born there. Returns 0, CGROUP_ENOENT (no
- * such cgroup), CGROUP_EIO (e.g. not permitted: the message says). */
+ * its children, forked later, are born there. Returns 0, GPO_ENOENT (no
+ * such cgroup), GPO_EIO (e.g. not permitted: the message says). */
 int cgroup_attach(const char *path, pid_t pid, char *err, size_t errlen);
 
 /*
@@ -121,26 +104,26 @@ int cgroup_attach(const char *path, pid_t pid, char *err, size_t errlen);
  * repeats until the list is empty or a bounded number of rounds passed.
  * Returns once the signals are sent (processes may still be exiting:
  * cgroup_populated tells when they are gone). 0 also for an empty cgroup;
- * CGROUP_ENOENT (no such cgroup), CGROUP_EIO.
+ * GPO_ENOENT (no such cgroup), GPO_EIO.
  */
 int cgroup_kill(const char *path, char *err, size_t errlen);
 
 /* Sends `sig` to each process listed in path/cgroup.procs. Returns 0 (also
- * when there is none, or one exited meanwhile), CGROUP_ENOENT, CGROUP_EIO,
- * CGROUP_ENOMEM, CGROUP_EINVAL (sig not 1..64). */
+ * when there is none, or one exited meanwhile), GPO_ENOENT, GPO_EIO,
+ * GPO_ENOMEM, GPO_EINVAL (sig not 1..64). */
 int cgroup_signal(const char *path, int sig, char *err, size_t errlen);
 
 /* Whether any process is left in the cgroup or below it ("populated" in
- * cgroup.events). Returns 0 and *ret_populated, CGROUP_ENOENT, CGROUP_EIO. */
+ * cgroup.events). Returns 0 and *ret_populated, GPO_ENOENT, GPO_EIO. */
 int cgroup_populated(const char *path, bool *ret_populated, char *err, size_t errlen);
 
 /* Removes the (empty) cgroup. Returns 0 (also when it was gone already),
- * CGROUP_EBUSY while processes remain in it, CGROUP_EIO. */
+ * GPO_EBUSY while processes remain in it, GPO_EIO. */
 int cgroup_remove(const char *path, char *err, size_t errlen);
 
 /* The processes in the cgroup itself (cgroup.procs). Returns 0 with
  * *ret_pids (caller frees with free(); NULL when *ret_n is 0) and *ret_n,
- * CGROUP_ENOENT, CGROUP_EIO, CGROUP_ENOMEM. */
+ * GPO_ENOENT, GPO_EIO, GPO_ENOMEM. */
 int cgroup_pids(const char *path, pid_t **ret_pids, size_t *ret_n, char *err, size_t errlen);
 
 #endif

@@ -26,7 +26,7 @@
 
 #include "agent/journal.h"
 #include "util/errbuf.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 /* A line holds at most a path and a few numbers; anything longer is not ours. */
 #define LINE_MAX_BYTES (JOURNAL_PATH_MAX * 2 + 256)
@@ -52,25 +52,11 @@ struct journal {
     size_t n, cap;
 };
 
-const char *journal_strerror(int err)
-{
-    switch (err) {
-    case JOURNAL_OK:
-        return "success";
-#define JOURNAL_ERR_CASE(name, value, text)                                                        \
-    case JOURNAL_##name:                                                                           \
-        return text;
-        JOURNAL_ERRNO_MAP(JOURNAL_ERR_CASE)
-#undef JOURNAL_ERR_CASE
-    }
-    return "unknown error";
-}
-
 static int fail_sys(char *err, size_t errlen, const char *call, const char *path)
 {
     int e = errno;
-    return errbuf_set(err, errlen, e == ENOMEM ? JOURNAL_ENOMEM : JOURNAL_EIO, "%s %s: %s", call,
-                      path, strerror(e));
+    return errbuf_set(err, errlen, e == ENOMEM ? GPO_ENOMEM : GPO_EIO, "%s %s: %s", call, path,
+                      strerror(e));
 }
 
 static char *path_join(const char *dir, const char *name)
@@ -110,7 +96,7 @@ static int push(struct journal *j, uint64_t job, uint32_t attempt, char *dir)
         size_t cap = j->cap ? j->cap * 2 : 64;
         struct entry *v = realloc(j->v, cap * sizeof(*v));
         if (!v)
-            return JOURNAL_ENOMEM;
+            return GPO_ENOMEM;
         j->v = v;
         j->cap = cap;
     }
@@ -135,37 +121,37 @@ static int apply_line(struct journal *j, const json_t *o, const char **what)
     uint64_t job, attempt;
     const char *op = json_string_value(json_object_get(o, "op"));
     if (!op || get_uint(o, "job", INT64_MAX, &job) || get_uint(o, "attempt", UINT32_MAX, &attempt))
-        return *what = "expected op, job and attempt", JOURNAL_ECORRUPT;
+        return *what = "expected op, job and attempt", GPO_ECORRUPT;
     struct entry *e = find(j, job, (uint32_t)attempt);
     if (strcmp(op, "begin") == 0) {
         const char *dir = json_string_value(json_object_get(o, "dir"));
         if (!dir || !*dir || strlen(dir) >= JOURNAL_PATH_MAX)
-            return *what = "begin without a valid dir", JOURNAL_ECORRUPT;
+            return *what = "begin without a valid dir", GPO_ECORRUPT;
         if (e)
-            return *what = "attempt begun twice", JOURNAL_ECORRUPT;
+            return *what = "attempt begun twice", GPO_ECORRUPT;
         char *copy = strdup(dir);
         if (!copy || push(j, job, (uint32_t)attempt, copy) != 0) {
             free(copy);
-            return *what = "out of memory", JOURNAL_ENOMEM;
+            return *what = "out of memory", GPO_ENOMEM;
         }
     } else if (strcmp(op, "started") == 0) {
         uint64_t pid, start_time;
         if (get_uint(o, "pid", INT_MAX, &pid) || pid == 0 ||
             get_uint(o, "start_time", INT64_MAX, &start_time))
-            return *what = "started without a valid pid and start_time", JOURNAL_ECORRUPT;
+            return *what = "started without a valid pid and start_time", GPO_ECORRUPT;
         if (!e || e->ended)
-            return *what = "started for an attempt not begun or already ended", JOURNAL_ECORRUPT;
+            return *what = "started for an attempt not begun or already ended", GPO_ECORRUPT;
         e->pid = (pid_t)pid;
         e->start_time = start_time;
     } else if (strcmp(op, "ended") == 0) {
         if (!e && push(j, job, (uint32_t)attempt, NULL) != 0)
-            return *what = "out of memory", JOURNAL_ENOMEM;
+            return *what = "out of memory", GPO_ENOMEM;
         e = find(j, job, (uint32_t)attempt);
         e->ended = true;
         free(e->dir);
         e->dir = NULL;
     } else {
-        return *what = "unknown op", JOURNAL_ECORRUPT;
+        return *what = "unknown op", GPO_ECORRUPT;
     }
     return 0;
 }
@@ -198,7 +184,7 @@ static int load(struct journal *j, char *err, size_t errlen)
             rc = apply_line(j, o, &what);
         json_decref(o);
         if (what) {
-            rc = rc ? rc : JOURNAL_ECORRUPT;
+            rc = rc ? rc : GPO_ECORRUPT;
             errbuf_set(err, errlen, rc, "%s:%lu: %s", j->path, lineno, what);
             break;
         }
@@ -221,14 +207,14 @@ static int open_files(struct journal *j, char *err, size_t errlen)
         return fail_sys(err, errlen, "mkdir", j->dir);
     char *lock = path_join(j->dir, "journal.lock");
     if (!lock)
-        return JOURNAL_ENOMEM;
+        return GPO_ENOMEM;
     j->lock_fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     int rc = 0;
     if (j->lock_fd < 0)
         rc = fail_sys(err, errlen, "open", lock);
     else if (flock(j->lock_fd, LOCK_EX | LOCK_NB) < 0)
         rc = errno == EWOULDBLOCK
-                 ? errbuf_set(err, errlen, JOURNAL_EBUSY, "%s is held by another process", lock)
+                 ? errbuf_set(err, errlen, GPO_EBUSY, "%s is held by another process", lock)
                  : fail_sys(err, errlen, "flock", lock);
     free(lock);
     if (rc)
@@ -246,17 +232,17 @@ static int open_files(struct journal *j, char *err, size_t errlen)
 int journal_open(const char *dir, struct journal **ret, char *err, size_t errlen)
 {
     if (!dir || !*dir || !ret)
-        return errbuf_set(err, errlen, JOURNAL_EINVAL, "journal_open: no directory");
+        return errbuf_set(err, errlen, GPO_EINVAL, "journal_open: no directory");
     if (strlen(dir) >= JOURNAL_PATH_MAX)
-        return errbuf_set(err, errlen, JOURNAL_ELIMIT, "journal directory path too long");
+        return errbuf_set(err, errlen, GPO_E2BIG, "journal directory path too long");
     struct journal *j = calloc(1, sizeof(*j));
     if (!j)
-        return JOURNAL_ENOMEM;
+        return GPO_ENOMEM;
     j->fd = j->lock_fd = -1;
     pthread_mutex_init(&j->mu, NULL);
     j->dir = strdup(dir);
     j->path = j->dir ? path_join(dir, "journal") : NULL;
-    int rc = j->path ? 0 : JOURNAL_ENOMEM;
+    int rc = j->path ? 0 : GPO_ENOMEM;
     if (rc == 0)
         rc = open_files(j, err, errlen);
     if (rc == 0)
@@ -268,7 +254,7 @@ int journal_open(const char *dir, struct journal **ret, char *err, size_t errlen
     if (rc == 0 && st.st_size != j->size && (ftruncate(j->fd, j->size) < 0 || fdatasync(j->fd) < 0))
         rc = fail_sys(err, errlen, "truncate", j->path);
     if (rc) {
-        if (rc == JOURNAL_ENOMEM)
+        if (rc == GPO_ENOMEM)
             errbuf_set(err, errlen, rc, "out of memory");
         journal_close(j);
         return rc;
@@ -334,19 +320,19 @@ static char *to_line(json_t *o, size_t *ret_len)
 static int append(struct journal *j, json_t *o, char *err, size_t errlen)
 {
     if (j->broken)
-        return errbuf_set(err, errlen, JOURNAL_EIO, "%s: an earlier write failed", j->path);
+        return errbuf_set(err, errlen, GPO_EIO, "%s: an earlier write failed", j->path);
     size_t len;
     char *line = to_line(o, &len);
     if (!line)
-        return errbuf_set(err, errlen, JOURNAL_ENOMEM, "out of memory");
+        return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
     int rc = 0;
     if (write_all(j->fd, line, len) < 0)
         rc = fail_sys(err, errlen, "write", j->path);
     else if (fdatasync(j->fd) < 0)
         rc = fail_sys(err, errlen, "fdatasync", j->path);
     free(line);
-    if (rc == JOURNAL_ENOMEM)
-        rc = JOURNAL_EIO;
+    if (rc == GPO_ENOMEM)
+        rc = GPO_EIO;
     if (rc == 0)
         j->size += (off_t)len;
     else if (ftruncate(j->fd, j->size) < 0 || fdatasync(j->fd) < 0)
@@ -359,19 +345,19 @@ static int begin_locked(struct journal *j, const struct journal_attempt *a, char
 {
     size_t dirlen = strnlen(a->dir, JOURNAL_PATH_MAX);
     if (dirlen == 0)
-        return errbuf_set(err, errlen, JOURNAL_EINVAL, "attempt directory is empty");
+        return errbuf_set(err, errlen, GPO_EINVAL, "attempt directory is empty");
     if (dirlen >= JOURNAL_PATH_MAX)
-        return errbuf_set(err, errlen, JOURNAL_ELIMIT, "attempt directory path too long");
+        return errbuf_set(err, errlen, GPO_E2BIG, "attempt directory path too long");
     if (a->job > INT64_MAX)
-        return errbuf_set(err, errlen, JOURNAL_EINVAL, "job id out of range");
+        return errbuf_set(err, errlen, GPO_EINVAL, "job id out of range");
     if (find(j, a->job, a->attempt))
-        return errbuf_set(err, errlen, JOURNAL_EEXIST,
+        return errbuf_set(err, errlen, GPO_EEXIST,
                           "attempt %" PRIu64 ".%" PRIu32 " was begun before", a->job, a->attempt);
     char *dir = strndup(a->dir, dirlen);
     /* Reserve the slot first, so nothing can fail after the record is on disk. */
     if (!dir || push(j, a->job, a->attempt, dir) != 0) {
         free(dir);
-        return errbuf_set(err, errlen, JOURNAL_ENOMEM, "out of memory");
+        return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
     }
     j->n--;
     json_t *o = json_pack("{s:s, s:I, s:I, s:s}", "op", "begin", "job", (json_int_t)a->job,
@@ -388,7 +374,7 @@ static int begin_locked(struct journal *j, const struct journal_attempt *a, char
 int journal_begin(struct journal *j, const struct journal_attempt *a, char *err, size_t errlen)
 {
     if (!j || !a)
-        return errbuf_set(err, errlen, JOURNAL_EINVAL, "journal_begin: NULL argument");
+        return errbuf_set(err, errlen, GPO_EINVAL, "journal_begin: NULL argument");
     pthread_mutex_lock(&j->mu);
     int rc = begin_locked(j, a, err, errlen);
     pthread_mutex_unlock(&j->mu);
@@ -400,13 +386,13 @@ static int started_locked(struct journal *j, uint64_t job, uint32_t attempt, pid
 {
     struct entry *e = find(j, job, attempt);
     if (!e || e->ended)
-        return errbuf_set(err, errlen, JOURNAL_ENOTFOUND,
+        return errbuf_set(err, errlen, GPO_ENOENT,
                           "attempt %" PRIu64 ".%" PRIu32 " is not begun or has ended", job,
                           attempt);
     if (e->pid != 0)
         return e->pid == pid && e->start_time == start_time
                    ? 0
-                   : errbuf_set(err, errlen, JOURNAL_EEXIST,
+                   : errbuf_set(err, errlen, GPO_EEXIST,
                                 "attempt %" PRIu64 ".%" PRIu32 " already has pid %ld", job, attempt,
                                 (long)e->pid);
     json_t *o = json_pack("{s:s, s:I, s:I, s:I, s:I}", "op", "started", "job", (json_int_t)job,
@@ -424,7 +410,7 @@ int journal_started(struct journal *j, uint64_t job, uint32_t attempt, pid_t pid
                     uint64_t start_time, char *err, size_t errlen)
 {
     if (!j || pid <= 0 || start_time > INT64_MAX)
-        return errbuf_set(err, errlen, JOURNAL_EINVAL, "journal_started: invalid argument");
+        return errbuf_set(err, errlen, GPO_EINVAL, "journal_started: invalid argument");
     pthread_mutex_lock(&j->mu);
     int rc = started_locked(j, job, attempt, pid, start_time, err, errlen);
     pthread_mutex_unlock(&j->mu);
@@ -434,13 +420,13 @@ int journal_started(struct journal *j, uint64_t job, uint32_t attempt, pid_t pid
 int journal_ended(struct journal *j, uint64_t job, uint32_t attempt, char *err, size_t errlen)
 {
     if (!j)
-        return errbuf_set(err, errlen, JOURNAL_EINVAL, "journal_ended: NULL journal");
+        return errbuf_set(err, errlen, GPO_EINVAL, "journal_ended: NULL journal");
     pthread_mutex_lock(&j->mu);
     struct entry *e = find(j, job, attempt);
     int rc = 0;
     if (!e) {
-        rc = errbuf_set(err, errlen, JOURNAL_ENOTFOUND,
-                        "attempt %" PRIu64 ".%" PRIu32 " was never begun", job, attempt);
+        rc = errbuf_set(err, errlen, GPO_ENOENT, "attempt %" PRIu64 ".%" PRIu32 " was never begun",
+                        job, attempt);
     } else if (!e->ended) {
         json_t *o = json_pack("{s:s, s:I, s:I}", "op", "ended", "job", (json_int_t)job, "attempt",
                               (json_int_t)attempt);
@@ -458,7 +444,7 @@ int journal_ended(struct journal *j, uint64_t job, uint32_t attempt, char *err, 
 int journal_list(struct journal *j, struct journal_attempt **ret_list, size_t *ret_n)
 {
     if (!j || !ret_list || !ret_n)
-        return JOURNAL_EINVAL;
+        return GPO_EINVAL;
     pthread_mutex_lock(&j->mu);
     size_t live = 0;
     for (size_t i = 0; i < j->n; i++)
@@ -466,7 +452,7 @@ int journal_list(struct journal *j, struct journal_attempt **ret_list, size_t *r
     struct journal_attempt *list = live ? calloc(live, sizeof(*list)) : NULL;
     if (live && !list) {
         pthread_mutex_unlock(&j->mu);
-        return JOURNAL_ENOMEM;
+        return GPO_ENOMEM;
     }
     size_t k = 0;
     for (size_t i = 0; i < j->n; i++) {
@@ -523,13 +509,13 @@ static int compact_locked(struct journal *j, char *err, size_t errlen)
 {
     char *tmp = path_join(j->dir, "journal.tmp");
     if (!tmp)
-        return errbuf_set(err, errlen, JOURNAL_ENOMEM, "out of memory");
+        return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
     int rc = 0;
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0) {
         rc = fail_sys(err, errlen, "open", tmp);
     } else if (write_compacted(j, fd) < 0 || fsync(fd) < 0) {
-        rc = errno == ENOMEM ? errbuf_set(err, errlen, JOURNAL_ENOMEM, "out of memory")
+        rc = errno == ENOMEM ? errbuf_set(err, errlen, GPO_ENOMEM, "out of memory")
                              : fail_sys(err, errlen, "write", tmp);
     } else if (rename(tmp, j->path) < 0) {
         rc = fail_sys(err, errlen, "rename", tmp);
@@ -560,7 +546,7 @@ static int compact_locked(struct journal *j, char *err, size_t errlen)
 int journal_compact(struct journal *j, char *err, size_t errlen)
 {
     if (!j)
-        return errbuf_set(err, errlen, JOURNAL_EINVAL, "journal_compact: NULL journal");
+        return errbuf_set(err, errlen, GPO_EINVAL, "journal_compact: NULL journal");
     pthread_mutex_lock(&j->mu);
     int rc = compact_locked(j, err, errlen);
     pthread_mutex_unlock(&j->mu);
@@ -573,35 +559,35 @@ int journal_compact(struct journal *j, char *err, size_t errlen)
 static int proc_stat(pid_t pid, char *ret_state, uint64_t *ret_start)
 {
     if (pid <= 0)
-        return JOURNAL_EINVAL;
+        return GPO_EINVAL;
     char path[64], buf[1024];
     snprintf(path, sizeof(path), "/proc/%ld/stat", (long)pid);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return errno == ENOENT || errno == ESRCH ? JOURNAL_ENOTFOUND : JOURNAL_EIO;
+        return errno == ENOENT || errno == ESRCH ? GPO_ENOENT : GPO_EIO;
     ssize_t len = read(fd, buf, sizeof(buf) - 1);
     close(fd);
     if (len < 0)
-        return errno == ESRCH ? JOURNAL_ENOTFOUND : JOURNAL_EIO;
+        return errno == ESRCH ? GPO_ENOENT : GPO_EIO;
     buf[len] = '\0';
     /* Field 2 is "(comm)", and comm may hold spaces and parentheses: the
      * fields after it start after the last ')'. */
     char *p = strrchr(buf, ')');
     if (!p || p[1] != ' ' || !p[2])
-        return JOURNAL_EIO;
+        return GPO_EIO;
     char state = p[2];
     p += 3;
     for (int field = 4; field <= 22; field++) {
         p = strchr(p, ' ');
         if (!p)
-            return JOURNAL_EIO;
+            return GPO_EIO;
         p++;
     }
     char *end;
     errno = 0;
     unsigned long long start = strtoull(p, &end, 10);
     if (errno || end == p || (*end != ' ' && *end != '\n' && *end != '\0'))
-        return JOURNAL_EIO;
+        return GPO_EIO;
     *ret_state = state;
     *ret_start = start;
     return 0;
@@ -612,7 +598,7 @@ int journal_proc_start_time(pid_t pid, uint64_t *ret)
     char state;
     uint64_t start;
     if (!ret)
-        return JOURNAL_EINVAL;
+        return GPO_EINVAL;
     int rc = proc_stat(pid, &state, &start);
     if (rc == 0)
         *ret = start;

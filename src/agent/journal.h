@@ -27,7 +27,7 @@
  * Errors: functions return 0 or one of the negative JOURNAL_* codes below, and
  * write a one-line message into the caller's `err` buffer (errlen bytes; may
  * be NULL/0) where they take one. Out-parameters are set only on success. Out
- * of memory: JOURNAL_ENOMEM, the journal unchanged. Nothing here logs or
+ * of memory: GPO_ENOMEM, the journal unchanged. Nothing here logs or
  * exits. A journal may be used from several threads: calls are serialized by
  * a mutex inside it.
  */
@@ -38,29 +38,10 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
-
-#define JOURNAL_ERRNO_MAP(X)                                                                       \
-    X(EINVAL, -1, "invalid argument")                                                              \
-    X(ENOMEM, -2, "out of memory")                                                                 \
-    X(EEXIST, -3, "attempt already begun")                                                         \
-    X(ENOTFOUND, -4, "no such attempt or process")                                                 \
-    X(EIO, -5, "system call failed")                                                               \
-    X(ECORRUPT, -6, "malformed journal line")                                                      \
-    X(EBUSY, -7, "journal in use by another process")                                              \
-    X(ELIMIT, -8, "over a size limit")
-
-enum journal_err {
-    JOURNAL_OK = 0,
-#define JOURNAL_ERR_ENUM(name, value, text) JOURNAL_##name = (value),
-    JOURNAL_ERRNO_MAP(JOURNAL_ERR_ENUM)
-#undef JOURNAL_ERR_ENUM
-};
-
-/* Returns a static, never NULL, message for a code (unknown codes included). */
-const char *journal_strerror(int err);
+#include "base/err.h"
 
 /* Longest attempt directory path, NUL included; longer ones are refused
- * (JOURNAL_ELIMIT), which also bounds a journal line. */
+ * (GPO_E2BIG), which also bounds a journal line. */
 #define JOURNAL_PATH_MAX 1024
 
 struct journal;
@@ -80,9 +61,9 @@ struct journal_attempt {
 /*
  * Opens (creating, mode 0700 / 0600, when missing) the journal in `dir` and
  * reads it back. Returns 0 and *ret (caller frees with journal_close), or
- * JOURNAL_EIO (a system call failed; the message names it and the path),
- * JOURNAL_ECORRUPT ("PATH:LINE: what"), JOURNAL_EBUSY (another process holds
- * the journal), JOURNAL_ELIMIT, JOURNAL_ENOMEM, JOURNAL_EINVAL. `dir` is
+ * GPO_EIO (a system call failed; the message names it and the path),
+ * GPO_ECORRUPT ("PATH:LINE: what"), GPO_EBUSY (another process holds
+ * the journal), GPO_E2BIG, GPO_ENOMEM, GPO_EINVAL. `dir` is
  * borrowed.
  */
 int journal_open(const char *dir, struct journal **ret, char *err, size_t errlen);
@@ -93,20 +74,20 @@ void journal_close(struct journal *j);
 /*
  * Durably records that attempt (a->job, a->attempt) with directory a->dir is
  * about to be launched (a->pid and a->start_time are ignored). Returns 0 once
- * the record is on disk: the caller may fork. JOURNAL_EEXIST if that (job,
+ * the record is on disk: the caller may fork. GPO_EEXIST if that (job,
  * attempt) was ever begun, ended or not, by this or an earlier agent: the
- * caller must not launch it again. Else JOURNAL_ELIMIT (dir too long),
- * JOURNAL_EINVAL (empty dir, or a job id above INT64_MAX, which JSON lines
- * cannot hold), JOURNAL_EIO (nothing recorded: launch nothing),
- * JOURNAL_ENOMEM. `a` is borrowed.
+ * caller must not launch it again. Else GPO_E2BIG (dir too long),
+ * GPO_EINVAL (empty dir, or a job id above INT64_MAX, which JSON lines
+ * cannot hold), GPO_EIO (nothing recorded: launch nothing),
+ * GPO_ENOMEM. `a` is borrowed.
  */
 int journal_begin(struct journal *j, const struct journal_attempt *a, char *err, size_t errlen);
 
 /*
  * Records the shim's pid and start time (journal_proc_start_time) of a begun
- * attempt. Returns 0, JOURNAL_ENOTFOUND (never begun, or already ended),
- * JOURNAL_EEXIST (already recorded with other values; the same values again
- * are a no-op), JOURNAL_EINVAL (pid <= 0), JOURNAL_EIO.
+ * attempt. Returns 0, GPO_ENOENT (never begun, or already ended),
+ * GPO_EEXIST (already recorded with other values; the same values again
+ * are a no-op), GPO_EINVAL (pid <= 0), GPO_EIO.
  */
 int journal_started(struct journal *j, uint64_t job, uint32_t attempt, pid_t pid,
                     uint64_t start_time, char *err, size_t errlen);
@@ -114,15 +95,15 @@ int journal_started(struct journal *j, uint64_t job, uint32_t attempt, pid_t pid
 /*
  * Records that the attempt's outcome reached the controller: it leaves
  * journal_list, and compaction drops its details (journal_begin still refuses
- * it). Returns 0 (also when it had ended already), JOURNAL_ENOTFOUND (never
- * begun), JOURNAL_EIO.
+ * it). Returns 0 (also when it had ended already), GPO_ENOENT (never
+ * begun), GPO_EIO.
  */
 int journal_ended(struct journal *j, uint64_t job, uint32_t attempt, char *err, size_t errlen);
 
 /*
  * Every attempt begun and not ended, in the order begun. Returns 0 with
  * *ret_list (caller frees with free(); NULL when *ret_n is 0) and *ret_n, or
- * JOURNAL_ENOMEM.
+ * GPO_ENOMEM.
  */
 int journal_list(struct journal *j, struct journal_attempt **ret_list, size_t *ret_n);
 
@@ -131,14 +112,14 @@ int journal_list(struct journal *j, struct journal_attempt **ret_list, size_t *r
  * details, ended ones as a bare key (so that journal_begin still refuses
  * them). Written to a temp file, fsync'd, renamed over the journal and the
  * directory fsync'd, so a crash leaves the old file or the new one. Returns
- * 0, JOURNAL_EIO (the old file is kept) or JOURNAL_ENOMEM.
+ * 0, GPO_EIO (the old file is kept) or GPO_ENOMEM.
  */
 int journal_compact(struct journal *j, char *err, size_t errlen);
 
 /*
  * Reads the start time of process `pid` (field 22 of /proc/PID/stat, clock
- * ticks since boot). Returns 0 and *ret, JOURNAL_ENOTFOUND (no such process),
- * JOURNAL_EINVAL (pid <= 0) or JOURNAL_EIO (unreadable or unparsable).
+ * ticks since boot). Returns 0 and *ret, GPO_ENOENT (no such process),
+ * GPO_EINVAL (pid <= 0) or GPO_EIO (unreadable or unparsable).
  */
 int journal_proc_start_time(pid_t pid, uint64_t *ret);
 

@@ -36,7 +36,7 @@
 
 #include "http/http.h"
 #include "util/errbuf.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 #define MAX_EVENT_WDS 64 /* distinct watches one batch of events names; more: wake all */
 /* An attempt's directory: room for a file name after it within PATH_MAX. */
@@ -74,20 +74,6 @@ struct logsrv {
     size_t nfollow;
     bool quit;
 };
-
-const char *logsrv_strerror(int err)
-{
-    switch (err) {
-    case LOGSRV_OK:
-        return "success";
-#define LOGSRV_ERR_CASE(name, value, text)                                                         \
-    case LOGSRV_##name:                                                                            \
-        return text;
-        LOGSRV_ERRNO_MAP(LOGSRV_ERR_CASE)
-#undef LOGSRV_ERR_CASE
-    }
-    return "unknown error";
-}
 
 /* ---- the attempt and its files ---- */
 
@@ -211,7 +197,7 @@ static int attempt_load(const char *dir, const char *stream, uid_t *ret_uid, cha
     if (rc == -ENOENT || rc == -ENOTDIR)
         return -ENOENT;
     if (rc)
-        return errbuf_set(err, errlen, -EINVAL, "%s: %s", file, strerror(-rc));
+        return errbuf_set(err, errlen, -EINVAL, "%s: %s", file, gpo_strerror(rc));
     if (owner != 0 && owner != geteuid()) {
         free(text);
         return errbuf_set(err, errlen, -EINVAL, "%s: owned by uid %u, not by root or the agent",
@@ -430,7 +416,7 @@ static int follow_start(struct logsrv *l, struct http_request *req, const struct
                                          &st);
     if (rc) /* f is freed */
         return http_request_error(req, 500, "internal", "attempt %" PRId64 ".%" PRId64 ": %s",
-                                  q->job, q->attempt, http_strerror(rc));
+                                  q->job, q->attempt, gpo_strerror(rc));
     bool kick = false;
     pthread_mutex_lock(&l->mu);
     f->st = st;
@@ -490,9 +476,9 @@ static int h_logs(struct http_request *req, void *ctx)
     if (rc == -EACCES || rc == -ELOOP)
         return http_request_error(req, 403, "forbidden",
                                   "%s of attempt %" PRId64 ".%" PRId64 ": %s: %s", q.stream, q.job,
-                                  q.attempt, path, strerror(-rc));
+                                  q.attempt, path, gpo_strerror(rc));
     if (rc && rc != -ENOENT)
-        return http_request_error(req, 500, "internal", "%s: %s", path, strerror(-rc));
+        return http_request_error(req, 500, "internal", "%s: %s", path, gpo_strerror(rc));
     off_t start = q.offset >= 0 ? q.offset : size + q.offset > 0 ? size + q.offset : 0;
     if (q.follow && !q.head)
         return follow_start(l, req, &q, dir, path, uid, fd, start);
@@ -513,7 +499,7 @@ static int h_logs(struct http_request *req, void *ctx)
     }
     *s = (struct span){.fd = fd, .pos = start, .end = size};
     rc = http_request_respond_stream(req, 200, LOGSRV_CONTENT_TYPE, span_read, span_free, s, NULL);
-    return rc ? http_request_error(req, 500, "internal", "%s", http_strerror(rc)) : 0;
+    return rc ? http_request_error(req, 500, "internal", "%s", gpo_strerror(rc)) : 0;
 }
 
 static bool authorize(struct http_request *req, unsigned route_flags, void *ctx)
@@ -644,7 +630,7 @@ static bool token_ok(const char *token)
 int logsrv_set_token(struct logsrv *l, const char *token)
 {
     if (!l || !token_ok(token))
-        return LOGSRV_EINVAL;
+        return GPO_EINVAL;
     size_t n = token ? strlen(token) : 0;
     pthread_mutex_lock(&l->mu);
     sodium_memzero(l->token, sizeof(l->token));
@@ -662,21 +648,21 @@ uint16_t logsrv_port(const struct logsrv *l)
 int logsrv_new(const struct logsrv_config *cfg, struct logsrv **ret, char *err, size_t errlen)
 {
     if (!cfg || !ret || !cfg->state_dir || !cfg->state_dir[0])
-        return errbuf_set(err, errlen, LOGSRV_EINVAL, "logsrv: no state directory");
+        return errbuf_set(err, errlen, GPO_EINVAL, "logsrv: no state directory");
     if (strlen(cfg->state_dir) > LOGSRV_STATE_DIR_MAX)
-        return errbuf_set(err, errlen, LOGSRV_EINVAL, "logsrv: state directory over %d bytes",
+        return errbuf_set(err, errlen, GPO_EINVAL, "logsrv: state directory over %d bytes",
                           LOGSRV_STATE_DIR_MAX);
     if (!token_ok(cfg->token))
-        return errbuf_set(err, errlen, LOGSRV_EINVAL,
+        return errbuf_set(err, errlen, GPO_EINVAL,
                           "logsrv: the token is too long or has characters a bearer token "
                           "cannot");
     if (sodium_init() < 0)
-        return errbuf_set(err, errlen, LOGSRV_ESYS, "logsrv: libsodium could not start");
+        return errbuf_set(err, errlen, GPO_ECRYPTO, "logsrv: libsodium could not start");
     struct logsrv *l = calloc(1, sizeof(*l));
     if (!l)
-        return errbuf_set(err, errlen, LOGSRV_ENOMEM, "out of memory");
+        return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
     l->ifd = l->efd = -1;
-    int rc = LOGSRV_ENOMEM;
+    int rc = GPO_ENOMEM;
     l->mu_init = pthread_mutex_init(&l->mu, NULL) == 0;
     if (!l->mu_init || !(l->state_dir = strdup(cfg->state_dir))) {
         errbuf_set(err, errlen, rc, "out of memory");
@@ -685,7 +671,7 @@ int logsrv_new(const struct logsrv_config *cfg, struct logsrv **ret, char *err, 
     logsrv_set_token(l, cfg->token);
     l->ifd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC); /* -1: the fallback tick */
     if ((l->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0) {
-        rc = errbuf_set(err, errlen, LOGSRV_ESYS, "logsrv: eventfd: %s", strerror(errno));
+        rc = errbuf_set(err, errlen, -errno, "logsrv: eventfd: %s", strerror(errno));
         goto fail;
     }
     struct http_config hc = {.bind_addr = cfg->bind_addr,
@@ -697,12 +683,11 @@ int logsrv_new(const struct logsrv_config *cfg, struct logsrv **ret, char *err, 
     char msg[512];
     if ((rc = http_server_new(&hc, &l->http, msg, sizeof(msg))) != 0 ||
         (rc = http_server_start(l->http, msg, sizeof(msg))) != 0) {
-        rc = errbuf_set(err, errlen, rc == HTTP_ENOMEM ? LOGSRV_ENOMEM : LOGSRV_EHTTP, "logsrv: %s",
-                        msg);
+        rc = errbuf_set(err, errlen, rc, "logsrv: %s", msg);
         goto fail;
     }
     if ((rc = pthread_create(&l->watcher, NULL, watcher_main, l)) != 0) {
-        rc = errbuf_set(err, errlen, LOGSRV_ESYS, "logsrv: watcher thread: %s", strerror(rc));
+        rc = errbuf_set(err, errlen, -rc, "logsrv: watcher thread: %s", strerror(rc));
         goto fail;
     }
     l->watcher_started = true;

@@ -50,22 +50,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
-
-#define LOGSRV_ERRNO_MAP(X)                                                                        \
-    X(EINVAL, -1, "invalid argument")                                                              \
-    X(ENOMEM, -2, "out of memory")                                                                 \
-    X(ESYS, -3, "a system call failed")                                                            \
-    X(EHTTP, -4, "the HTTP server could not start")
-
-enum logsrv_err {
-    LOGSRV_OK = 0,
-#define LOGSRV_ERR_ENUM(name, value, text) LOGSRV_##name = (value),
-    LOGSRV_ERRNO_MAP(LOGSRV_ERR_ENUM)
-#undef LOGSRV_ERR_ENUM
-};
-
-/* Returns a static, never NULL, message for a code (unknown codes included). */
-const char *logsrv_strerror(int err);
+#include "base/err.h"
 
 #define LOGSRV_MAX_FOLLOW    256u  /* follow streams at once */
 #define LOGSRV_TICK_MS       1000  /* every follow stream is woken this often */
@@ -90,10 +75,10 @@ struct logsrv;
 /*
  * Starts a log server on cfg (strings copied): binds, listens, starts the
  * HTTP threads and the watcher. Returns 0 and *ret (caller frees with
- * logsrv_free); LOGSRV_EINVAL (no state_dir or one of over
+ * logsrv_free); GPO_EINVAL (no state_dir or one of over
  * LOGSRV_STATE_DIR_MAX bytes, a token of over HTTP_TOKEN_MAX bytes or not of
- * bearer characters), LOGSRV_EHTTP (bind, listen: the message says which),
- * LOGSRV_ESYS, LOGSRV_ENOMEM.
+ * bearer characters), GPO_EIO (bind, listen: the message says which),
+ * GPO_EIO, GPO_ENOMEM.
  */
 int logsrv_new(const struct logsrv_config *cfg, struct logsrv **ret, char *err, size_t errlen);
 
@@ -101,7 +86,7 @@ int logsrv_new(const struct logsrv_config *cfg, struct logsrv **ret, char *err, 
 uint16_t logsrv_port(const struct logsrv *l);
 
 /* Replaces the token (copied; NULL or "": none), from any thread, for the
- * requests that arrive from then on. 0 or LOGSRV_EINVAL (as in logsrv_new). */
+ * requests that arrive from then on. 0 or GPO_EINVAL (as in logsrv_new). */
 int logsrv_set_token(struct logsrv *l, const char *token);
 
 /* Stops serving (open streams are cut), joins the threads and frees l; NULL

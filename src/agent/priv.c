@@ -18,7 +18,7 @@
 #include "agent/priv.h"
 #include "agent/privsrv.h"
 #include "util/errbuf.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 struct priv {
     pthread_mutex_t mu;
@@ -31,29 +31,15 @@ struct priv {
     struct priv_req_launch *buf; /* the request being packed, under mu */
 };
 
-const char *priv_strerror(int err)
-{
-    switch (err) {
-    case PRIV_OK:
-        return "success";
-#define PRIV_ERR_CASE(name, value, text)                                                           \
-    case PRIV_##name:                                                                              \
-        return text;
-        PRIV_ERRNO_MAP(PRIV_ERR_CASE)
-#undef PRIV_ERR_CASE
-    }
-    return "unknown error";
-}
-
 /* ==== the agent's side ==== */
 
 int priv_start(const struct priv_config *cfg, struct priv **ret, char *err, size_t errlen)
 {
     if (!ret)
-        return errbuf_set(err, errlen, PRIV_EINVAL, "priv_start: NULL argument");
+        return errbuf_set(err, errlen, GPO_EINVAL, "priv_start: NULL argument");
     struct priv *p = calloc(1, sizeof(*p));
     if (!p)
-        return errbuf_set(err, errlen, PRIV_ENOMEM, "out of memory");
+        return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
     struct privsrv *s = NULL;
     int rc = privsrv_new(cfg, &s, p->note, sizeof(p->note), err, errlen);
     if (rc) {
@@ -68,11 +54,11 @@ int priv_start(const struct priv_config *cfg, struct priv **ret, char *err, size
     if (!p->mu_ready || !p->buf) {
         privsrv_free(s);
         priv_stop(p);
-        return errbuf_set(err, errlen, PRIV_ENOMEM, "out of memory");
+        return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
     }
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
-        rc = errbuf_set(err, errlen, PRIV_EIO, "socketpair: %s", strerror(errno));
+        rc = errbuf_set(err, errlen, GPO_EIO, "socketpair: %s", strerror(errno));
     } else {
         /* A launch request is one message: make room for it. */
         int size = 2 * (int)sizeof(struct priv_req_launch);
@@ -86,7 +72,7 @@ int priv_start(const struct priv_config *cfg, struct priv **ret, char *err, size
         close(sv[1]);
         if (pid < 0) {
             close(sv[0]);
-            rc = errbuf_set(err, errlen, PRIV_EIO, "fork: %s", strerror(e));
+            rc = errbuf_set(err, errlen, GPO_EIO, "fork: %s", strerror(e));
         } else {
             p->fd = sv[0];
             p->pid = pid;
@@ -133,9 +119,9 @@ const char *priv_cgroup_note(const struct priv *p)
 
 static bool known_code(int rc)
 {
-#define PRIV_ERR_KNOWN(name, value, text) || rc == (value)
-    return false PRIV_ERRNO_MAP(PRIV_ERR_KNOWN);
-#undef PRIV_ERR_KNOWN
+    /* The codes privsrv.c answers with. */
+    return rc == GPO_EINVAL || rc == GPO_ENOMEM || rc == GPO_EPIPE || rc == GPO_EEXIST ||
+           rc == GPO_ENOENT || rc == GPO_EIO;
 }
 
 /* One request, one reply; the caller holds p->mu. */
@@ -147,26 +133,26 @@ static int call(struct priv *p, const void *req, size_t len, struct priv_reply *
         while ((n = send(p->fd, req, len, MSG_NOSIGNAL)) < 0 && errno == EINTR)
             ;
         if (n < 0 && errno == EMSGSIZE)
-            return errbuf_set(err, errlen, PRIV_EINVAL, "request: %zu bytes, too large", len);
+            return errbuf_set(err, errlen, GPO_EINVAL, "request: %zu bytes, too large", len);
         if (n == (ssize_t)len)
             while ((n = recv(p->fd, rep, sizeof(*rep), MSG_TRUNC)) < 0 && errno == EINTR)
                 ;
     }
     if (n != (ssize_t)sizeof(*rep)) {
         p->dead = true;
-        return errbuf_set(err, errlen, PRIV_EDEAD, "the privileged process (pid %ld) is gone",
+        return errbuf_set(err, errlen, GPO_EPIPE, "the privileged process (pid %ld) is gone",
                           (long)p->pid);
     }
     rep->msg[sizeof(rep->msg) - 1] = '\0';
     if (rep->rc == 0)
         return 0;
-    return errbuf_set(err, errlen, known_code(rep->rc) ? rep->rc : PRIV_EIO, "%s", rep->msg);
+    return errbuf_set(err, errlen, known_code(rep->rc) ? rep->rc : GPO_EIO, "%s", rep->msg);
 }
 
 int priv_call_raw(struct priv *p, const void *req, size_t len, char *err, size_t errlen)
 {
     if (!p || !req)
-        return errbuf_set(err, errlen, PRIV_EINVAL, "priv_call_raw: NULL argument");
+        return errbuf_set(err, errlen, GPO_EINVAL, "priv_call_raw: NULL argument");
     struct priv_reply rep;
     pthread_mutex_lock(&p->mu);
     int rc = call(p, req, len, &rep, err, errlen);
@@ -183,7 +169,7 @@ static int pack_string(const char *field, const char *src, char *dst, size_t siz
         return 0;
     size_t n = strlen(src);
     if (n >= size)
-        return errbuf_set(err, errlen, PRIV_EINVAL, "%s: longer than %zu bytes", field, size - 1);
+        return errbuf_set(err, errlen, GPO_EINVAL, "%s: longer than %zu bytes", field, size - 1);
     memcpy(dst, src, n + 1);
     return 0;
 }
@@ -197,11 +183,11 @@ static int pack_strings(struct priv_req_launch *q, const struct priv_launch *req
         bool is_arg = i < req->argc;
         const char *s = is_arg ? req->argv[i] : req->env[i - req->argc];
         if (!s)
-            return errbuf_set(err, errlen, PRIV_EINVAL, "%s[%zu]: NULL", is_arg ? "argv" : "env",
+            return errbuf_set(err, errlen, GPO_EINVAL, "%s[%zu]: NULL", is_arg ? "argv" : "env",
                               is_arg ? i : i - req->argc);
         size_t n = strlen(s) + 1;
         if (n > PRIV_STRINGS_MAX - off)
-            return errbuf_set(err, errlen, PRIV_EINVAL, "argv and env: over %d bytes in all",
+            return errbuf_set(err, errlen, GPO_EINVAL, "argv and env: over %d bytes in all",
                               PRIV_STRINGS_MAX);
         memcpy(q->strings + off, s, n);
         off += n;
@@ -215,9 +201,9 @@ int priv_launch(struct priv *p, const struct priv_launch *req, pid_t *ret_pid,
 {
     if (!p || !req || !ret_pid || !ret_start_time || (req->argc && !req->argv) ||
         (req->nenv && !req->env))
-        return errbuf_set(err, errlen, PRIV_EINVAL, "priv_launch: NULL argument");
+        return errbuf_set(err, errlen, GPO_EINVAL, "priv_launch: NULL argument");
     if (req->argc > PRIV_STRINGS_N || req->nenv > PRIV_STRINGS_N - req->argc)
-        return errbuf_set(err, errlen, PRIV_EINVAL, "argc + nenv: over %d strings", PRIV_STRINGS_N);
+        return errbuf_set(err, errlen, GPO_EINVAL, "argc + nenv: over %d strings", PRIV_STRINGS_N);
     pthread_mutex_lock(&p->mu);
     struct priv_req_launch *q = p->buf;
     memset(q, 0, sizeof(*q));
@@ -253,7 +239,7 @@ static int attempt_call(struct priv *p, uint32_t type, uint64_t job, uint32_t at
                         bool *ret_empty, char *err, size_t errlen)
 {
     if (!p)
-        return errbuf_set(err, errlen, PRIV_EINVAL, "NULL priv");
+        return errbuf_set(err, errlen, GPO_EINVAL, "NULL priv");
     struct priv_req_attempt q = {
         .type = type, .attempt = attempt, .job = job, .sig = sig, .pad = 0};
     struct priv_reply rep;
@@ -274,6 +260,6 @@ int priv_cleanup(struct priv *p, uint64_t job, uint32_t attempt, bool *ret_empty
                  size_t errlen)
 {
     if (!ret_empty)
-        return errbuf_set(err, errlen, PRIV_EINVAL, "priv_cleanup: NULL argument");
+        return errbuf_set(err, errlen, GPO_EINVAL, "priv_cleanup: NULL argument");
     return attempt_call(p, PRIV_REQ_CLEANUP, job, attempt, 0, ret_empty, err, errlen);
 }

@@ -35,7 +35,7 @@
  * Calls may come from any thread: they are serialized by a mutex, one
  * request at a time. Errors: 0 or a negative PRIV_* code, with a one-line
  * message in the caller's `err` (errlen bytes; may be NULL/0); out-parameters
- * are set only on success. PRIV_EDEAD: the privileged process is gone, and
+ * are set only on success. GPO_EPIPE: the privileged process is gone, and
  * every later call fails the same way; the agent should exit.
  */
 #ifndef GPUORCH_AGENT_PRIV_H
@@ -45,24 +45,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
-
-#define PRIV_ERRNO_MAP(X)                                                                          \
-    X(EINVAL, -1, "request refused")                                                               \
-    X(ENOMEM, -2, "out of memory")                                                                 \
-    X(EDEAD, -3, "the privileged process is gone")                                                 \
-    X(EEXIST, -4, "attempt already launched")                                                      \
-    X(ENOENT, -5, "no such attempt")                                                               \
-    X(EIO, -6, "system call failed")
-
-enum priv_err {
-    PRIV_OK = 0,
-#define PRIV_ERR_ENUM(name, value, text) PRIV_##name = (value),
-    PRIV_ERRNO_MAP(PRIV_ERR_ENUM)
-#undef PRIV_ERR_ENUM
-};
-
-/* Returns a static, never NULL, message for a code (unknown codes included). */
-const char *priv_strerror(int err);
+#include "base/err.h"
 
 /* Bounds on a launch request (each over-long field is refused by name). */
 #define PRIV_USER_MAX    33    /* a Unix user name, NUL included */
@@ -87,8 +70,8 @@ struct priv;
  * priv_has_cgroups is then false and priv_cgroup_note says why), and forks
  * the privileged process. Call it before the process starts threads: the
  * privileged process is a fork, not an exec. Returns 0 and *ret (caller
- * frees with priv_stop), PRIV_EINVAL (a bad field of cfg, named), PRIV_EIO,
- * PRIV_ENOMEM.
+ * frees with priv_stop), GPO_EINVAL (a bad field of cfg, named), GPO_EIO,
+ * GPO_ENOMEM.
  */
 int priv_start(const struct priv_config *cfg, struct priv **ret, char *err, size_t errlen);
 
@@ -123,7 +106,7 @@ struct priv_launch {
 
 /*
  * Launches one attempt: creates ATTEMPT_DIR (an existing one that holds a
- * status or pid file is refused: PRIV_EEXIST), the attempt's cgroup,
+ * status or pid file is refused: GPO_EEXIST), the attempt's cgroup,
  * attempt.json, then forks and execs
  *   SELF_EXE shim --dir D --user U [--cgroup C] [--workdir W]
  *                 [--stdout P] [--stderr P] --ready-fd 3 --env-fd 4 -- ARGV
@@ -134,14 +117,14 @@ struct priv_launch {
  * waits until the shim has written the pid file (the command is then in its
  * cgroup and process group, so a priv_signal that follows reaches it) or
  * has given up. Returns 0 with the shim's pid and start time
- * (journal_proc_start_time), PRIV_EINVAL (a field refused, the message
+ * (journal_proc_start_time), GPO_EINVAL (a field refused, the message
  * naming it: unix_user unknown, not a valid name, uid 0 without allow_root,
  * another user than the privileged process's own when that is not root;
  * workdir, stdout_path, stderr_path not absolute, with "..", or too long;
  * argv empty; an env entry without "=" or with a bad name; counts or total
  * size over the bounds above; job, attempt, mem_mib, cpu_milli out of
- * range), PRIV_EEXIST, PRIV_EIO (the message says what failed; a shim that
- * stopped before its command points to ATTEMPT_DIR/shim.log), PRIV_EDEAD.
+ * range), GPO_EEXIST, GPO_EIO (the message says what failed; a shim that
+ * stopped before its command points to ATTEMPT_DIR/shim.log), GPO_EPIPE.
  * `req` and its strings are borrowed. Other calls wait while a launch
  * waits for its shim.
  */
@@ -154,8 +137,8 @@ int priv_launch(struct priv *p, const struct priv_launch *req, pid_t *ret_pid,
  * that called setsid included), SIGTERM goes to every process in the cgroup.
  * Else to the command's process group (ATTEMPT_DIR/pid, which the shim
  * wrote); a child that left that group with setsid is then out of reach.
- * Returns 0, also when nothing is left to signal; PRIV_ENOENT (no such
- * attempt directory), PRIV_EINVAL, PRIV_EIO, PRIV_EDEAD.
+ * Returns 0, also when nothing is left to signal; GPO_ENOENT (no such
+ * attempt directory), GPO_EINVAL, GPO_EIO, GPO_EPIPE.
  */
 int priv_signal(struct priv *p, uint64_t job, uint32_t attempt, int sig, char *err, size_t errlen);
 
@@ -163,8 +146,8 @@ int priv_signal(struct priv *p, uint64_t job, uint32_t attempt, int sig, char *e
  * Removes the attempt's cgroup once it is empty. *ret_empty: true when no
  * process of the attempt is left (cgroup removed, or its process group
  * gone), false while some remain (call again later). The attempt directory
- * and its logs stay. Returns 0, PRIV_ENOENT, PRIV_EINVAL, PRIV_EIO,
- * PRIV_EDEAD.
+ * and its logs stay. Returns 0, GPO_ENOENT, GPO_EINVAL, GPO_EIO,
+ * GPO_EPIPE.
  */
 int priv_cleanup(struct priv *p, uint64_t job, uint32_t attempt, bool *ret_empty, char *err,
                  size_t errlen);
@@ -210,7 +193,7 @@ struct priv_reply {
 };
 
 /* Sends `len` bytes (borrowed) as one request and returns the reply's code
- * and message (PRIV_EDEAD if none came). For tests of the checks. */
+ * and message (GPO_EPIPE if none came). For tests of the checks. */
 int priv_call_raw(struct priv *p, const void *req, size_t len, char *err, size_t errlen);
 
 #endif

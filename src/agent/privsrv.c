@@ -32,7 +32,7 @@
 #include "agent/priv.h"
 #include "agent/privsrv.h"
 #include "util/errbuf.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 /* How long a launch waits for the shim to write its pid file. Only a hung
  * shim takes this long; the launch then succeeds anyway. */
@@ -89,7 +89,7 @@ static bool valid_env_name(const char *s, size_t n)
 static int check_terminated(const char *field, const char *s, size_t size, char *msg, size_t len)
 {
     if (!memchr(s, '\0', size))
-        return errbuf_set(msg, len, PRIV_EINVAL, "%s: not NUL-terminated within %zu bytes", field,
+        return errbuf_set(msg, len, GPO_EINVAL, "%s: not NUL-terminated within %zu bytes", field,
                           size);
     return 0;
 }
@@ -101,24 +101,24 @@ static int check_path(const char *field, uint8_t has, const char *s, char *msg, 
     if (rc)
         return rc;
     if (has > 1)
-        return errbuf_set(msg, len, PRIV_EINVAL, "has_%s: %u, expected 0 or 1", field, has);
+        return errbuf_set(msg, len, GPO_EINVAL, "has_%s: %u, expected 0 or 1", field, has);
     if (!has)
         return 0;
     if (s[0] != '/')
-        return errbuf_set(msg, len, PRIV_EINVAL, "%s: \"%s\" is not an absolute path", field, s);
+        return errbuf_set(msg, len, GPO_EINVAL, "%s: \"%s\" is not an absolute path", field, s);
     for (const char *p = s; (p = strstr(p, "..")); p += 2)
         if (p[-1] == '/' && (p[2] == '/' || p[2] == '\0'))
-            return errbuf_set(msg, len, PRIV_EINVAL, "%s: \"%s\" contains \"..\"", field, s);
+            return errbuf_set(msg, len, GPO_EINVAL, "%s: \"%s\" contains \"..\"", field, s);
     return 0;
 }
 
 static int check_ids(uint64_t job, uint32_t attempt, char *msg, size_t len)
 {
     if (job < 1 || job > INT64_MAX)
-        return errbuf_set(msg, len, PRIV_EINVAL, "job: %" PRIu64 " is out of range 1..%" PRId64,
-                          job, INT64_MAX);
+        return errbuf_set(msg, len, GPO_EINVAL, "job: %" PRIu64 " is out of range 1..%" PRId64, job,
+                          INT64_MAX);
     if (attempt < 1)
-        return errbuf_set(msg, len, PRIV_EINVAL, "attempt: 0, attempts start at 1");
+        return errbuf_set(msg, len, GPO_EINVAL, "attempt: 0, attempts start at 1");
     return 0;
 }
 
@@ -136,29 +136,29 @@ static int check_user(const struct privsrv *s, const struct priv_req_launch *q, 
     if (rc)
         return rc;
     if (q->has_user > 1)
-        return errbuf_set(msg, len, PRIV_EINVAL, "has_user: %u, expected 0 or 1", q->has_user);
+        return errbuf_set(msg, len, GPO_EINVAL, "has_user: %u, expected 0 or 1", q->has_user);
     *ra = (struct runas){.uid = s->uid, .gid = s->gid};
     /* Named even when it is our own, so that the shim sets HOME and friends. */
     memcpy(ra->name, q->has_user ? q->unix_user : s->name, sizeof(ra->name));
     if (q->has_user) {
         if (!valid_user_name(q->unix_user))
-            return errbuf_set(msg, len, PRIV_EINVAL, "unix_user: \"%s\" is not a valid user name",
+            return errbuf_set(msg, len, GPO_EINVAL, "unix_user: \"%s\" is not a valid user name",
                               q->unix_user);
         struct passwd pw, *res = NULL;
         char buf[16384];
         int e = getpwnam_r(q->unix_user, &pw, buf, sizeof(buf), &res);
         if (!res)
-            return errbuf_set(msg, len, PRIV_EINVAL, "unix_user: %s: %s", q->unix_user,
+            return errbuf_set(msg, len, GPO_EINVAL, "unix_user: %s: %s", q->unix_user,
                               e ? strerror(e) : "no such user");
         ra->uid = pw.pw_uid;
         ra->gid = pw.pw_gid;
     }
     if (ra->uid == 0 && !s->allow_root)
-        return errbuf_set(msg, len, PRIV_EINVAL,
+        return errbuf_set(msg, len, GPO_EINVAL,
                           "unix_user: %s has uid 0, refused (allow_root is off)",
                           q->has_user ? q->unix_user : "(the agent's own user)");
     if (s->uid != 0 && ra->uid != s->uid)
-        return errbuf_set(msg, len, PRIV_EINVAL,
+        return errbuf_set(msg, len, GPO_EINVAL,
                           "unix_user: %s: the agent does not run as root, so jobs run as its own "
                           "user (uid %ld)",
                           q->unix_user, (long)s->uid);
@@ -171,20 +171,20 @@ static int check_user(const struct privsrv *s, const struct priv_req_launch *q, 
 static int check_strings(const struct priv_req_launch *q, char ***ret_argv, char *msg, size_t len)
 {
     if (q->argc < 1)
-        return errbuf_set(msg, len, PRIV_EINVAL, "argc: 0, the command needs a program");
+        return errbuf_set(msg, len, GPO_EINVAL, "argc: 0, the command needs a program");
     if ((uint64_t)q->argc + q->nenv > PRIV_STRINGS_N)
-        return errbuf_set(msg, len, PRIV_EINVAL, "argc + nenv: %" PRIu64 " strings, over %d",
+        return errbuf_set(msg, len, GPO_EINVAL, "argc + nenv: %" PRIu64 " strings, over %d",
                           (uint64_t)q->argc + q->nenv, PRIV_STRINGS_N);
     if (q->strings_len < 1 || q->strings_len > PRIV_STRINGS_MAX ||
         q->strings[q->strings_len - 1] != '\0')
-        return errbuf_set(msg, len, PRIV_EINVAL,
+        return errbuf_set(msg, len, GPO_EINVAL,
                           "strings_len: %" PRIu32 " does not end a string "
                           "within %d bytes",
                           q->strings_len, PRIV_STRINGS_MAX);
     size_t n = (size_t)q->argc + q->nenv;
     char **v = calloc(n + 2, sizeof(*v));
     if (!v)
-        return errbuf_set(msg, len, PRIV_ENOMEM, "out of memory");
+        return errbuf_set(msg, len, GPO_ENOMEM, "out of memory");
     size_t k = 0, off = 0;
     while (off < q->strings_len && k < n) {
         const char *str = q->strings + off;
@@ -196,18 +196,18 @@ static int check_strings(const struct priv_req_launch *q, char ***ret_argv, char
     }
     int rc = 0;
     if (k != n || off != q->strings_len)
-        rc = errbuf_set(msg, len, PRIV_EINVAL,
+        rc = errbuf_set(msg, len, GPO_EINVAL,
                         "strings: %" PRIu32 " bytes do not hold argc + nenv = %zu strings",
                         q->strings_len, n);
     else if (v[0][0] == '\0')
-        rc = errbuf_set(msg, len, PRIV_EINVAL, "argv[0]: empty");
+        rc = errbuf_set(msg, len, GPO_EINVAL, "argv[0]: empty");
     for (size_t i = 0; !rc && i < q->nenv; i++) {
         const char *e = v[q->argc + 1 + i];
         const char *eq = strchr(e, '=');
         if (!eq)
-            rc = errbuf_set(msg, len, PRIV_EINVAL, "env[%zu]: \"%.64s\" has no '='", i, e);
+            rc = errbuf_set(msg, len, GPO_EINVAL, "env[%zu]: \"%.64s\" has no '='", i, e);
         else if (!valid_env_name(e, (size_t)(eq - e)))
-            rc = errbuf_set(msg, len, PRIV_EINVAL, "env[%zu]: \"%.64s\": bad variable name", i, e);
+            rc = errbuf_set(msg, len, GPO_EINVAL, "env[%zu]: \"%.64s\": bad variable name", i, e);
     }
     if (rc) {
         free(v);
@@ -225,10 +225,10 @@ static int check_launch(const struct privsrv *s, const struct priv_req_launch *q
     if (rc)
         return rc;
     if (q->mem_mib < 0 || q->mem_mib > CGROUP_MEM_MIB_MAX)
-        return errbuf_set(msg, len, PRIV_EINVAL, "mem_mib: %" PRId64 " is out of range 0..%" PRId64,
+        return errbuf_set(msg, len, GPO_EINVAL, "mem_mib: %" PRId64 " is out of range 0..%" PRId64,
                           q->mem_mib, CGROUP_MEM_MIB_MAX);
     if (q->cpu_milli > CPU_MILLI_MAX)
-        return errbuf_set(msg, len, PRIV_EINVAL, "cpu_milli: %" PRIu32 " is out of range 0..%u",
+        return errbuf_set(msg, len, GPO_EINVAL, "cpu_milli: %" PRIu32 " is out of range 0..%u",
                           q->cpu_milli, CPU_MILLI_MAX);
     if ((rc = check_user(s, q, ra, msg, len)) ||
         (rc = check_path("workdir", q->has_workdir, q->workdir, msg, len)) ||
@@ -263,7 +263,7 @@ static int write_atomic(const char *dir, const char *name, const char *data, cha
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0640);
     if (fd < 0)
-        return errbuf_set(msg, len, PRIV_EIO, "open %s: %s", tmp, strerror(errno));
+        return errbuf_set(msg, len, GPO_EIO, "open %s: %s", tmp, strerror(errno));
     const char *call = write_all(fd, data, strlen(data)) < 0 ? "write"
                        : fsync(fd) < 0                       ? "fsync"
                                                              : NULL;
@@ -275,7 +275,7 @@ static int write_atomic(const char *dir, const char *name, const char *data, cha
     }
     if (call) {
         unlink(tmp);
-        return errbuf_set(msg, len, PRIV_EIO, "%s %s: %s", call, tmp, strerror(e));
+        return errbuf_set(msg, len, GPO_EIO, "%s %s: %s", call, tmp, strerror(e));
     }
     int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd >= 0) {
@@ -307,14 +307,14 @@ static int make_attempt_dir(const struct privsrv *s, const char *dir, char *msg,
     struct stat st;
     if (mkdir(dir, 0750) < 0) {
         if (errno != EEXIST)
-            return errbuf_set(msg, len, PRIV_EIO, "mkdir %s: %s", dir, strerror(errno));
+            return errbuf_set(msg, len, GPO_EIO, "mkdir %s: %s", dir, strerror(errno));
         if (lstat(dir, &st) < 0 || !S_ISDIR(st.st_mode) || st.st_uid != s->uid)
-            return errbuf_set(msg, len, PRIV_EIO, "%s: exists and is not our directory", dir);
+            return errbuf_set(msg, len, GPO_EIO, "%s: exists and is not our directory", dir);
         if (exists_in(dir, "status") || exists_in(dir, "pid"))
-            return errbuf_set(msg, len, PRIV_EEXIST, "%s: this attempt was launched already", dir);
+            return errbuf_set(msg, len, GPO_EEXIST, "%s: this attempt was launched already", dir);
     }
     if (chown(dir, s->uid, s->agent_gid) < 0 || chmod(dir, 02750) < 0)
-        return errbuf_set(msg, len, PRIV_EIO, "chown/chmod %s: %s", dir, strerror(errno));
+        return errbuf_set(msg, len, GPO_EIO, "chown/chmod %s: %s", dir, strerror(errno));
     return 0;
 }
 
@@ -332,7 +332,7 @@ static int write_attempt_json(const char *dir, const struct runas *ra,
     char *text = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
     json_decref(o);
     char *line = text ? malloc(strlen(text) + 2) : NULL;
-    int rc = errbuf_set(msg, len, PRIV_ENOMEM, "out of memory");
+    int rc = errbuf_set(msg, len, GPO_ENOMEM, "out of memory");
     if (line) {
         snprintf(line, strlen(text) + 2, "%s\n", text);
         rc = write_atomic(dir, "attempt.json", line, msg, len);
@@ -343,25 +343,25 @@ static int write_attempt_json(const char *dir, const struct runas *ra,
 }
 
 /* The attempt's cgroup as attempt.json records it ("" for none). Returns 0,
- * PRIV_ENOENT (no attempt directory), PRIV_EIO. */
+ * GPO_ENOENT (no attempt directory), GPO_EIO. */
 static int read_attempt_cgroup(const char *dir, char *cg, size_t cglen, char *msg, size_t len)
 {
     struct stat st;
     char path[PRIV_PATH_MAX + 64];
     if (lstat(dir, &st) < 0)
-        return errno == ENOENT ? errbuf_set(msg, len, PRIV_ENOENT, "%s: no such attempt", dir)
-                               : errbuf_set(msg, len, PRIV_EIO, "%s: %s", dir, strerror(errno));
+        return errno == ENOENT ? errbuf_set(msg, len, GPO_ENOENT, "%s: no such attempt", dir)
+                               : errbuf_set(msg, len, GPO_EIO, "%s: %s", dir, strerror(errno));
     cg[0] = '\0';
     snprintf(path, sizeof(path), "%s/attempt.json", dir);
     json_error_t jerr;
     json_t *o = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
     if (!o) /* a launch that stopped before it: no process either */
-        return access(path, F_OK) == 0 ? errbuf_set(msg, len, PRIV_EIO, "%s: %s", path, jerr.text)
+        return access(path, F_OK) == 0 ? errbuf_set(msg, len, GPO_EIO, "%s: %s", path, jerr.text)
                                        : 0;
     const char *s = json_string_value(json_object_get(o, "cgroup"));
     int rc = 0;
     if (s && strlen(s) >= cglen)
-        rc = errbuf_set(msg, len, PRIV_EIO, "%s: cgroup path too long", path);
+        rc = errbuf_set(msg, len, GPO_EIO, "%s: cgroup path too long", path);
     else if (s)
         snprintf(cg, cglen, "%s", s);
     json_decref(o);
@@ -520,17 +520,17 @@ static int spawn(const struct privsrv *s, const struct priv_req_launch *q, const
     const char **argv = shim_command(s, q, ra, dir, cg, cmd);
     int ready[2], env[2];
     if (!argv)
-        return errbuf_set(msg, len, PRIV_ENOMEM, "out of memory");
+        return errbuf_set(msg, len, GPO_ENOMEM, "out of memory");
     if (pipe2(ready, O_CLOEXEC) < 0) {
         free(argv);
-        return errbuf_set(msg, len, PRIV_EIO, "pipe: %s", strerror(errno));
+        return errbuf_set(msg, len, GPO_EIO, "pipe: %s", strerror(errno));
     }
     if (pipe2(env, O_CLOEXEC) < 0) {
         int e = errno;
         free(argv);
         close(ready[0]);
         close(ready[1]);
-        return errbuf_set(msg, len, PRIV_EIO, "pipe: %s", strerror(e));
+        return errbuf_set(msg, len, GPO_EIO, "pipe: %s", strerror(e));
     }
     /* Room for the whole environment, so the write below never waits. */
     fcntl(env[1], F_SETPIPE_SZ, 2 * PRIV_STRINGS_MAX);
@@ -550,24 +550,24 @@ static int spawn(const struct privsrv *s, const struct priv_req_launch *q, const
     close(env[1]);
     if (pid < 0) {
         close(ready[0]);
-        return errbuf_set(msg, len, PRIV_EIO, "fork: %s", strerror(e));
+        return errbuf_set(msg, len, GPO_EIO, "fork: %s", strerror(e));
     }
     char why[PRIV_MSG_MAX];
     ssize_t n = wait_ready(ready[0], why, sizeof(why));
     close(ready[0]);
     if (n > 0) {
         why[n] = '\0';
-        return errbuf_set(msg, len, PRIV_EIO, "%s", why);
+        return errbuf_set(msg, len, GPO_EIO, "%s", why);
     }
     if (n == 0 && !exists_in(dir, "pid") && !exists_in(dir, "status"))
-        return errbuf_set(msg, len, PRIV_EIO,
+        return errbuf_set(msg, len, GPO_EIO,
                           "the shim (pid %ld) stopped before the command "
                           "started: see %s/shim.log",
                           (long)pid, dir);
     /* Not reaped before the next request: its /proc entry is still there. */
     uint64_t start;
     if (journal_proc_start_time(pid, &start) != 0)
-        return errbuf_set(msg, len, PRIV_EIO, "the shim (pid %ld): no start time in /proc",
+        return errbuf_set(msg, len, GPO_EIO, "the shim (pid %ld): no start time in /proc",
                           (long)pid);
     rep->pid = pid;
     rep->start_time = start;
@@ -589,7 +589,7 @@ static void do_launch(struct privsrv *s, const void *req, struct priv_reply *rep
         goto out;
     if (s->cg && cgroup_create(s->cg, q->job, q->attempt, q->cpu_milli, q->mem_mib, cg, sizeof(cg),
                                why, sizeof(why)) != 0) {
-        rep->rc = errbuf_set(msg, len, PRIV_EIO, "cgroup: %s", why);
+        rep->rc = errbuf_set(msg, len, GPO_EIO, "cgroup: %s", why);
         goto out;
     }
     rep->rc = write_attempt_json(dir, &ra, q, cg, msg, len);
@@ -610,12 +610,12 @@ static int check_attempt(const struct privsrv *s, const struct priv_req_attempt 
     if (rc)
         return rc;
     if (q->pad != 0)
-        return errbuf_set(msg, len, PRIV_EINVAL, "pad: %" PRIu32 ", must be 0", q->pad);
+        return errbuf_set(msg, len, GPO_EINVAL, "pad: %" PRIu32 ", must be 0", q->pad);
     attempt_dir(s, q->job, q->attempt, dir, dirlen);
     if ((rc = read_attempt_cgroup(dir, cg, cglen, msg, len)))
         return rc;
     if (cg[0] && !cgroup_is_attempts(cg, q->job, q->attempt))
-        return errbuf_set(msg, len, PRIV_EIO, "%s/attempt.json: cgroup %s is not this attempt's",
+        return errbuf_set(msg, len, GPO_EIO, "%s/attempt.json: cgroup %s is not this attempt's",
                           dir, cg);
     return 0;
 }
@@ -625,7 +625,7 @@ static void do_signal(struct privsrv *s, const void *req, struct priv_reply *rep
     const struct priv_req_attempt *q = req;
     char dir[PRIV_PATH_MAX + 32], cg[CGROUP_PATH_MAX], why[PRIV_MSG_MAX];
     if (q->sig != SIGTERM && q->sig != SIGKILL) {
-        rep->rc = errbuf_set(rep->msg, sizeof(rep->msg), PRIV_EINVAL,
+        rep->rc = errbuf_set(rep->msg, sizeof(rep->msg), GPO_EINVAL,
                              "sig: %" PRId32 ", only SIGTERM (%d) or SIGKILL (%d)", q->sig, SIGTERM,
                              SIGKILL);
         return;
@@ -636,13 +636,13 @@ static void do_signal(struct privsrv *s, const void *req, struct priv_reply *rep
     if (cg[0]) {
         int rc = q->sig == SIGKILL ? cgroup_kill(cg, why, sizeof(why))
                                    : cgroup_signal(cg, q->sig, why, sizeof(why));
-        if (rc && rc != CGROUP_ENOENT)
-            rep->rc = errbuf_set(rep->msg, sizeof(rep->msg), PRIV_EIO, "%s", why);
+        if (rc && rc != GPO_ENOENT)
+            rep->rc = errbuf_set(rep->msg, sizeof(rep->msg), GPO_EIO, "%s", why);
         return;
     }
     pid_t pg = read_pgid(dir);
     if (pg > 0 && kill(-pg, q->sig) < 0 && errno != ESRCH)
-        rep->rc = errbuf_set(rep->msg, sizeof(rep->msg), PRIV_EIO, "kill -%ld: %s", (long)pg,
+        rep->rc = errbuf_set(rep->msg, sizeof(rep->msg), GPO_EIO, "kill -%ld: %s", (long)pg,
                              strerror(errno));
 }
 
@@ -651,7 +651,7 @@ static void do_cleanup(struct privsrv *s, const void *req, struct priv_reply *re
     const struct priv_req_attempt *q = req;
     char dir[PRIV_PATH_MAX + 32], cg[CGROUP_PATH_MAX], why[PRIV_MSG_MAX];
     if (q->sig != 0) {
-        rep->rc = errbuf_set(rep->msg, sizeof(rep->msg), PRIV_EINVAL,
+        rep->rc = errbuf_set(rep->msg, sizeof(rep->msg), GPO_EINVAL,
                              "sig: %" PRId32 ", must be 0 in a cleanup", q->sig);
         return;
     }
@@ -664,12 +664,12 @@ static void do_cleanup(struct privsrv *s, const void *req, struct priv_reply *re
         int rc = cgroup_populated(cg, &populated, why, sizeof(why));
         if (rc == 0 && !populated)
             rc = cgroup_remove(cg, why, sizeof(why));
-        if (rc == CGROUP_ENOENT)
+        if (rc == GPO_ENOENT)
             rc = 0;
-        if (rc == CGROUP_EBUSY || (rc == 0 && populated))
+        if (rc == GPO_EBUSY || (rc == 0 && populated))
             rep->empty = 0;
         else if (rc)
-            rep->rc = errbuf_set(rep->msg, sizeof(rep->msg), PRIV_EIO, "%s", why);
+            rep->rc = errbuf_set(rep->msg, sizeof(rep->msg), GPO_EIO, "%s", why);
         return;
     }
     pid_t pg = read_pgid(dir);
@@ -693,7 +693,7 @@ static void dispatch(struct privsrv *s, const void *buf, size_t n, struct priv_r
 {
     uint32_t type;
     if (n < sizeof(type)) {
-        rep->rc = errbuf_set(rep->msg, sizeof(rep->msg), PRIV_EINVAL,
+        rep->rc = errbuf_set(rep->msg, sizeof(rep->msg), GPO_EINVAL,
                              "request: %zu bytes, too short for a type", n);
         return;
     }
@@ -702,14 +702,14 @@ static void dispatch(struct privsrv *s, const void *buf, size_t n, struct priv_r
         if (handlers[i].type != type)
             continue;
         if (n != handlers[i].size)
-            rep->rc = errbuf_set(rep->msg, sizeof(rep->msg), PRIV_EINVAL,
+            rep->rc = errbuf_set(rep->msg, sizeof(rep->msg), GPO_EINVAL,
                                  "request: %s is %zu bytes, got %zu", handlers[i].name,
                                  handlers[i].size, n);
         else
             handlers[i].fn(s, buf, rep);
         return;
     }
-    rep->rc = errbuf_set(rep->msg, sizeof(rep->msg), PRIV_EINVAL,
+    rep->rc = errbuf_set(rep->msg, sizeof(rep->msg), GPO_EINVAL,
                          "type: %" PRIu32 " is not a request", type);
 }
 
@@ -790,20 +790,20 @@ void privsrv_serve(struct privsrv *s, int fd)
 static int check_config(const struct priv_config *cfg, struct privsrv *s, char *err, size_t errlen)
 {
     if (!cfg || !cfg->state_dir || cfg->state_dir[0] != '/')
-        return errbuf_set(err, errlen, PRIV_EINVAL, "state_dir: not an absolute path");
+        return errbuf_set(err, errlen, GPO_EINVAL, "state_dir: not an absolute path");
     if (!cfg->self_exe || cfg->self_exe[0] != '/')
-        return errbuf_set(err, errlen, PRIV_EINVAL, "self_exe: not an absolute path");
+        return errbuf_set(err, errlen, GPO_EINVAL, "self_exe: not an absolute path");
     /* Room for "/J.A/attempt.json.tmp" in the privileged side's buffers. */
     if ((size_t)snprintf(s->attempts, sizeof(s->attempts), "%s/attempts", cfg->state_dir) >=
         sizeof(s->attempts) - 64)
-        return errbuf_set(err, errlen, PRIV_EINVAL, "state_dir: longer than %d bytes",
+        return errbuf_set(err, errlen, GPO_EINVAL, "state_dir: longer than %d bytes",
                           PRIV_PATH_MAX - 128);
     if ((size_t)snprintf(s->self_exe, sizeof(s->self_exe), "%s", cfg->self_exe) >=
         sizeof(s->self_exe))
-        return errbuf_set(err, errlen, PRIV_EINVAL, "self_exe: longer than %d bytes",
+        return errbuf_set(err, errlen, GPO_EINVAL, "self_exe: longer than %d bytes",
                           PRIV_PATH_MAX - 1);
     if (access(s->self_exe, X_OK) < 0)
-        return errbuf_set(err, errlen, PRIV_EINVAL, "self_exe: %s: %s", s->self_exe,
+        return errbuf_set(err, errlen, GPO_EINVAL, "self_exe: %s: %s", s->self_exe,
                           strerror(errno));
     s->allow_root = cfg->allow_root;
     s->agent_gid = cfg->agent_gid;
@@ -816,9 +816,9 @@ static int check_config(const struct priv_config *cfg, struct privsrv *s, char *
         memcpy(s->name, pw.pw_name, strlen(pw.pw_name) + 1);
     if (mkdir(s->attempts, 0750) == 0) {
         if (chown(s->attempts, s->uid, s->agent_gid) < 0)
-            return errbuf_set(err, errlen, PRIV_EIO, "chown %s: %s", s->attempts, strerror(errno));
+            return errbuf_set(err, errlen, GPO_EIO, "chown %s: %s", s->attempts, strerror(errno));
     } else if (errno != EEXIST) {
-        return errbuf_set(err, errlen, PRIV_EIO, "mkdir %s: %s", s->attempts, strerror(errno));
+        return errbuf_set(err, errlen, GPO_EIO, "mkdir %s: %s", s->attempts, strerror(errno));
     }
     return 0;
 }
@@ -847,7 +847,7 @@ int privsrv_new(const struct priv_config *cfg, struct privsrv **ret, char *note,
 {
     struct privsrv *s = calloc(1, sizeof(*s));
     if (!s)
-        return errbuf_set(err, errlen, PRIV_ENOMEM, "out of memory");
+        return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
     s->fd = -1;
     int rc = check_config(cfg, s, err, errlen);
     if (rc) {

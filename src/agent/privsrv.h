@@ -24,7 +24,7 @@ struct privsrv;
  * Checks the configuration (cfg borrowed), makes STATE_DIR/attempts (0750,
  * the agent's group) and opens the cgroup root where one is configured.
  * Returns 0 and *ret (privsrv_free), writing into note (notelen bytes) how
- * cgroups stand, or PRIV_EINVAL / PRIV_EIO / PRIV_ENOMEM with err.
+ * cgroups stand, or GPO_EINVAL / GPO_EIO / GPO_ENOMEM with err.
  */
 int privsrv_new(const struct priv_config *cfg, struct privsrv **ret, char *note, size_t notelen,
                 char *err, size_t errlen);

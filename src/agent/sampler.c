@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "util/errbuf.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 /* Largest /proc/PID/environ read; the variables we look for come early in
  * practice (the agent puts them first), but a big environment is fine. */
@@ -72,7 +72,7 @@ json_t *sampler_inventory(const struct gpu_backend *b, char *err, size_t errlen)
 oom:
     free(info);
     json_decref(list);
-    errbuf_set(err, errlen, GPU_ENOMEM, "out of memory");
+    errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
     return NULL;
 }
 

@@ -32,7 +32,7 @@
 #include "agent/shim.h"
 #include "util/jsonv.h"
 #include "util/errbuf.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 /* The status file is tiny; a bigger one is not ours. */
 #define STATUS_MAX_BYTES 65536
@@ -44,20 +44,6 @@ static const int forwarded[] = {SIGTERM, SIGINT, SIGHUP};
 /* Set by the handler, cleared by the loop: the only mutable globals. */
 static volatile sig_atomic_t pending[NFORWARDED];
 static volatile sig_atomic_t child_changed;
-
-const char *shim_strerror(int err)
-{
-    switch (err) {
-    case SHIM_OK:
-        return "success";
-#define SHIM_ERR_CASE(name, value, text)                                                           \
-    case SHIM_##name:                                                                              \
-        return text;
-        SHIM_ERRNO_MAP(SHIM_ERR_CASE)
-#undef SHIM_ERR_CASE
-    }
-    return "unknown error";
-}
 
 static void on_signal(int sig)
 {
@@ -99,10 +85,10 @@ static int write_atomic(const char *dir, const char *name, const char *data, cha
     char tmp[4096], path[4096];
     if ((size_t)snprintf(path, sizeof(path), "%s/%s", dir, name) >= sizeof(path) ||
         (size_t)snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= sizeof(tmp))
-        return errbuf_set(err, errlen, SHIM_EINVAL, "%s: path too long", dir);
+        return errbuf_set(err, errlen, GPO_EINVAL, "%s: path too long", dir);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
     if (fd < 0)
-        return errbuf_set(err, errlen, SHIM_EIO, "open %s: %s", tmp, strerror(errno));
+        return errbuf_set(err, errlen, GPO_EIO, "open %s: %s", tmp, strerror(errno));
     const char *call = NULL;
     if (write_all(fd, data, strlen(data)) < 0)
         call = "write";
@@ -120,7 +106,7 @@ static int write_atomic(const char *dir, const char *name, const char *data, cha
     }
     if (call) {
         unlink(tmp);
-        return errbuf_set(err, errlen, SHIM_EIO, "%s %s: %s", call, tmp, strerror(e));
+        return errbuf_set(err, errlen, GPO_EIO, "%s %s: %s", call, tmp, strerror(e));
     }
     /* The rename is durable only once the directory is. */
     int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -128,7 +114,7 @@ static int write_atomic(const char *dir, const char *name, const char *data, cha
         e = errno;
         if (dfd >= 0)
             close(dfd);
-        return errbuf_set(err, errlen, SHIM_EIO, "fsync %s: %s", dir, strerror(e));
+        return errbuf_set(err, errlen, GPO_EIO, "fsync %s: %s", dir, strerror(e));
     }
     close(dfd);
     return 0;
@@ -403,7 +389,7 @@ static int finish(const struct run *r)
     json_decref(o);
     char err[512] = "out of memory";
     char *line = s ? malloc(strlen(s) + 2) : NULL;
-    int rc = SHIM_ENOMEM;
+    int rc = GPO_ENOMEM;
     if (line) {
         snprintf(line, strlen(s) + 2, "%s\n", s);
         rc = write_atomic(r->dir, "status", line, err, sizeof(err));
@@ -710,18 +696,18 @@ static int decode_status(const char *path, const char *buf, size_t len, struct s
     json_error_t jerr;
     json_t *o = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!o)
-        return errbuf_set(err, errlen, SHIM_ECORRUPT, "%s: %s", path, jerr.text);
+        return errbuf_set(err, errlen, GPO_ECORRUPT, "%s: %s", path, jerr.text);
     struct status_doc d = {0};
     char msg[256];
     int rc = jsonv_decode(o, status_fields, NSTATUS_FIELDS, &d, msg, sizeof(msg));
     json_decref(o);
-    if (rc == JSONV_ENOMEM)
-        return errbuf_set(err, errlen, SHIM_ENOMEM, "out of memory");
+    if (rc == GPO_ENOMEM)
+        return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
     if (rc)
-        return errbuf_set(err, errlen, SHIM_ECORRUPT, "%s: %s", path, msg);
+        return errbuf_set(err, errlen, GPO_ECORRUPT, "%s: %s", path, msg);
     if ((d.has_exit == JSONV_GIVEN) == (d.has_signal == JSONV_GIVEN)) {
         jsonv_release(status_fields, NSTATUS_FIELDS, &d);
-        return errbuf_set(err, errlen, SHIM_ECORRUPT, "%s: expected one of exit_code and signal",
+        return errbuf_set(err, errlen, GPO_ECORRUPT, "%s: expected one of exit_code and signal",
                           path);
     }
     *ret = (struct shim_status){.signaled = d.has_signal == JSONV_GIVEN,
@@ -738,15 +724,15 @@ static int decode_status(const char *path, const char *buf, size_t len, struct s
 int shim_read_status(const char *dir, struct shim_status *ret, char *err, size_t errlen)
 {
     if (!dir || !ret)
-        return errbuf_set(err, errlen, SHIM_EINVAL, "shim_read_status: NULL argument");
+        return errbuf_set(err, errlen, GPO_EINVAL, "shim_read_status: NULL argument");
     char path[4096];
     if ((size_t)snprintf(path, sizeof(path), "%s/status", dir) >= sizeof(path))
-        return errbuf_set(err, errlen, SHIM_EINVAL, "%s: path too long", dir);
+        return errbuf_set(err, errlen, GPO_EINVAL, "%s: path too long", dir);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return errno == ENOENT
-                   ? errbuf_set(err, errlen, SHIM_ENOENT, "%s: no status yet", path)
-                   : errbuf_set(err, errlen, SHIM_EIO, "open %s: %s", path, strerror(errno));
+                   ? errbuf_set(err, errlen, GPO_ENOENT, "%s: no status yet", path)
+                   : errbuf_set(err, errlen, GPO_EIO, "open %s: %s", path, strerror(errno));
     char *buf = malloc(STATUS_MAX_BYTES + 1);
     size_t len = 0;
     ssize_t n = 0;
@@ -757,11 +743,11 @@ int shim_read_status(const char *dir, struct shim_status *ret, char *err, size_t
     close(fd);
     int rc;
     if (!buf)
-        rc = errbuf_set(err, errlen, SHIM_ENOMEM, "out of memory");
+        rc = errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
     else if (n < 0)
-        rc = errbuf_set(err, errlen, SHIM_EIO, "read %s: %s", path, strerror(e));
+        rc = errbuf_set(err, errlen, GPO_EIO, "read %s: %s", path, strerror(e));
     else if (len > STATUS_MAX_BYTES)
-        rc = errbuf_set(err, errlen, SHIM_ECORRUPT, "%s: larger than %d bytes", path,
+        rc = errbuf_set(err, errlen, GPO_ECORRUPT, "%s: larger than %d bytes", path,
                         STATUS_MAX_BYTES);
     else
         rc = decode_status(path, buf, len, ret, err, errlen);

@@ -64,23 +64,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
-
-#define SHIM_ERRNO_MAP(X)                                                                          \
-    X(EINVAL, -1, "invalid argument")                                                              \
-    X(ENOMEM, -2, "out of memory")                                                                 \
-    X(ENOENT, -3, "no status yet")                                                                 \
-    X(EIO, -4, "system call failed")                                                               \
-    X(ECORRUPT, -5, "malformed status file")
-
-enum shim_err {
-    SHIM_OK = 0,
-#define SHIM_ERR_ENUM(name, value, text) SHIM_##name = (value),
-    SHIM_ERRNO_MAP(SHIM_ERR_ENUM)
-#undef SHIM_ERR_ENUM
-};
-
-/* Returns a static, never NULL, message for a code (unknown codes included). */
-const char *shim_strerror(int err);
+#include "base/err.h"
 
 /* shim_main's exit status when the shim itself failed (bad usage, or the
  * status file could not be written), as env(1) and timeout(1) use it. */
@@ -112,9 +96,9 @@ int shim_main(int argc, char **argv);
 
 /*
  * Reads the outcome in attempt directory `dir` (borrowed). Returns 0 and
- * *ret, SHIM_ENOENT while the command runs (no status file yet), SHIM_EIO,
- * SHIM_ECORRUPT (the message names the file and the problem), SHIM_ENOMEM or
- * SHIM_EINVAL. `err` (errlen bytes; may be NULL/0) receives a message.
+ * *ret, GPO_ENOENT while the command runs (no status file yet), GPO_EIO,
+ * GPO_ECORRUPT (the message names the file and the problem), GPO_ENOMEM or
+ * GPO_EINVAL. `err` (errlen bytes; may be NULL/0) receives a message.
  */
 int shim_read_status(const char *dir, struct shim_status *ret, char *err, size_t errlen);
 

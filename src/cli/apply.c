@@ -12,7 +12,7 @@
 #include "util/errbuf.h"
 #include "util/jsonv.h"
 #include "util/timefmt.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 #define ARRAY_LEN(a)   (sizeof(a) / sizeof((a)[0]))
 #define BUSY_RETRIES   50  /* a 409 "another change is being stored": tries */
@@ -69,18 +69,18 @@ static int check_list(const struct apply_doc *d, const char *name, const char *s
     if (json_is_null(list))
         return 0;
     if (!json_is_array(list))
-        return errbuf_set(err, errlen, CLI_EUSAGE, "%s: '%s' must be a list of objects",
+        return errbuf_set(err, errlen, GPO_EUSAGE, "%s: '%s' must be a list of objects",
                           where(d, name, section, at, sizeof(at)), section);
     for (size_t i = 0; i < json_array_size(list); i++) {
         const json_t *o = json_array_get(list, i);
         const char *n = cli_json_str(o, "name");
         snprintf(path, sizeof(path), "%s[%zu]", section, i);
         if (!json_is_object(o) || !n || !n[0])
-            return errbuf_set(err, errlen, CLI_EUSAGE, "%s: %s: expected an object with a 'name'",
+            return errbuf_set(err, errlen, GPO_EUSAGE, "%s: %s: expected an object with a 'name'",
                               where(d, name, path, at, sizeof(at)), path);
         for (size_t j = 0; j < i; j++)
             if (strcmp(cli_json_str(json_array_get(list, j), "name"), n) == 0)
-                return errbuf_set(err, errlen, CLI_EUSAGE, "%s: %s: '%s' is also %s[%zu]",
+                return errbuf_set(err, errlen, GPO_EUSAGE, "%s: %s: '%s' is also %s[%zu]",
                                   where(d, name, path, at, sizeof(at)), path,
                                   jsonv_quote(n, strlen(n), q), section, j);
     }
@@ -94,14 +94,14 @@ static int check_doc(const struct apply_doc *d, const char *name, char *err, siz
     const json_t *v;
     size_t total = 0;
     if (!json_is_object(d->root))
-        return errbuf_set(err, errlen, CLI_EUSAGE,
+        return errbuf_set(err, errlen, GPO_EUSAGE,
                           "%s: expected an object with pools, priority_classes, teams, users or "
                           "prices",
                           name);
     json_object_foreach((json_t *)d->root, key, v)
     {
         if (!kind_of(key))
-            return errbuf_set(err, errlen, CLI_EUSAGE,
+            return errbuf_set(err, errlen, GPO_EUSAGE,
                               "%s: unknown list '%s' (expected pools, priority_classes, teams, "
                               "users or prices)",
                               where(d, name, key, at, sizeof(at)),
@@ -112,7 +112,7 @@ static int check_doc(const struct apply_doc *d, const char *name, char *err, siz
         total += json_array_size(v);
     }
     if (total > OBJECTS_MAX)
-        return errbuf_set(err, errlen, CLI_EUSAGE, "%s: %zu objects, at most %d", name, total,
+        return errbuf_set(err, errlen, GPO_EUSAGE, "%s: %zu objects, at most %d", name, total,
                           OBJECTS_MAX);
     return 0;
 }
@@ -123,8 +123,8 @@ int apply_doc_parse(const char *text, size_t len, const char *name, struct apply
     struct apply_doc d = {0};
     struct yamljson_error ye;
     int rc = yamljson_parse(&d.yaml, text, len, &ye);
-    if (rc == YAMLJSON_ENOMEM)
-        return errbuf_set(err, errlen, CLI_ENOMEM, "out of memory");
+    if (rc == GPO_ENOMEM)
+        return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
     if (rc == 0) {
         d.root = json_incref(d.yaml.root);
     } else {
@@ -136,8 +136,8 @@ int apply_doc_parse(const char *text, size_t len, const char *name, struct apply
             d.root = json_loadb(text, len, JSON_REJECT_DUPLICATES, NULL);
         if (!d.root) {
             if (ye.line)
-                return errbuf_set(err, errlen, CLI_EUSAGE, "%s:%ld: %s", name, ye.line, ye.problem);
-            return errbuf_set(err, errlen, CLI_EUSAGE, "%s: %s", name, ye.problem);
+                return errbuf_set(err, errlen, GPO_EUSAGE, "%s:%ld: %s", name, ye.line, ye.problem);
+            return errbuf_set(err, errlen, GPO_EUSAGE, "%s: %s", name, ye.problem);
         }
     }
     if ((rc = check_doc(&d, name, err, errlen)) != 0) {
@@ -312,7 +312,7 @@ static int put(struct cli *c, const char *path, const json_t *body, char *err, s
     for (int k = 0;; k++) {
         long status = 0;
         int rc = cli_call(c, "PUT", path, body, &status, NULL, err, errlen);
-        if (rc != CLI_EAPI || status != 409 || k == BUSY_RETRIES)
+        if (rc != GPO_EAPI || status != 409 || k == BUSY_RETRIES)
             return rc;
         sleep_ms(BUSY_WAIT_MS);
     }
@@ -333,21 +333,21 @@ static int apply_one(struct cli *c, const struct kind *k, const json_t *obj, con
     long status = 0;
     const char *done = "unchanged";
     int rc = cli_call(c, "GET", path, NULL, &status, &cur, err, sizeof(err));
-    if (rc == CLI_EAPI && status == 404) {
+    if (rc == GPO_EAPI && status == 404) {
         done = "created";
-        rc = (body = apply_merge(NULL, obj)) ? 0 : CLI_ENOMEM;
+        rc = (body = apply_merge(NULL, obj)) ? 0 : GPO_ENOMEM;
     } else if (rc == 0) {
         normalize(cur, k);
         if (!apply_subset(obj, cur)) {
             done = "configured";
-            rc = (body = apply_merge(cur, obj)) ? 0 : CLI_ENOMEM;
+            rc = (body = apply_merge(cur, obj)) ? 0 : GPO_ENOMEM;
         }
     }
     if (rc == 0 && body && !dry)
         rc = put(c, path, body, err, sizeof(err));
     json_decref(cur);
     json_decref(body);
-    if (rc == CLI_ENOMEM)
+    if (rc == GPO_ENOMEM)
         snprintf(err, sizeof(err), "out of memory");
     if (rc)
         return cli_fail("apply", "%s: %s/%s: %s", at, k->label, shown, err);
@@ -392,11 +392,11 @@ int apply_command(int argc, char **argv)
     size_t len = 0;
     struct apply_doc d = {0};
     if ((rc = cli_read_file(a.file, APPLY_FILE_MAX, &text, &len, err, sizeof(err))) != 0)
-        return cli_fail("apply", "%s: %s", name, rc == CLI_ENOMEM ? "out of memory" : err);
+        return cli_fail("apply", "%s: %s", name, rc == GPO_ENOMEM ? "out of memory" : err);
     rc = apply_doc_parse(text, len, name, &d, err, sizeof(err));
     free(text);
     if (rc)
-        return cli_fail("apply", "%s", rc == CLI_ENOMEM ? "out of memory" : err);
+        return cli_fail("apply", "%s", rc == GPO_ENOMEM ? "out of memory" : err);
     struct cli c;
     if ((rc = cli_connect(&c, "apply", &a.co)) == 0)
         rc = apply_doc(&c, &d, name, a.dry_run);

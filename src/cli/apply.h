@@ -48,8 +48,8 @@ struct apply_doc {
  * Reads text[0..len) (borrowed) as YAML (JSON is YAML too; a document that
  * YAML refuses and jansson reads is taken as JSON, without lines), and
  * checks its shape (see above). `name` names the file in messages. 0 and
- * *ret (release with apply_doc_release); CLI_EUSAGE with "NAME:LINE: ..."
- * in err; CLI_ENOMEM.
+ * *ret (release with apply_doc_release); GPO_EUSAGE with "NAME:LINE: ..."
+ * in err; GPO_ENOMEM.
  */
 int apply_doc_parse(const char *text, size_t len, const char *name, struct apply_doc *ret,
                     char *err, size_t errlen);

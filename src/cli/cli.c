@@ -18,7 +18,7 @@
 #include "util/errbuf.h"
 #include "util/jsonv.h"
 #include "util/timefmt.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 #define TOKEN_FILE_MAX 4096   /* bytes of a token file */
 #define LIST_PAGE      1000   /* jobs per GET /v1/jobs */
@@ -26,20 +26,6 @@
 #define PATH_LEN       4096
 
 extern char **environ;
-
-const char *cli_strerror(int err)
-{
-    switch (err) {
-    case CLI_OK:
-        return "success";
-#define CLI_ERR_CASE(name, value, text)                                                            \
-    case CLI_##name:                                                                               \
-        return text;
-        CLI_ERRNO_MAP(CLI_ERR_CASE)
-#undef CLI_ERR_CASE
-    }
-    return "unknown error";
-}
 
 /* ---- flags ------------------------------------------------------------- */
 
@@ -91,25 +77,25 @@ int cli_getopt_next(struct cli_getopt *g, const void *table, size_t n, size_t st
         const char *name = w + 2, *eq = strchr(name, '=');
         size_t len = eq ? (size_t)(eq - name) : strlen(name);
         if (!(o = find_long(table, n, stride, mask, name, len)))
-            return errbuf_set(err, errlen, CLI_EUNKNOWN, "unknown option '--%s'",
+            return errbuf_set(err, errlen, GPO_ENOENT, "unknown option '--%s'",
                               jsonv_quote(name, len, q));
         snprintf(shown, sizeof(shown), "--%s", o->name);
         if (eq && !o->value)
-            return errbuf_set(err, errlen, CLI_EUSAGE, "option '%s' takes no value", shown);
+            return errbuf_set(err, errlen, GPO_EUSAGE, "option '%s' takes no value", shown);
         value = eq ? eq + 1 : NULL;
     } else {
         if (!(o = find_short(table, n, stride, mask, w[1])))
-            return errbuf_set(err, errlen, CLI_EUNKNOWN, "unknown option '-%s'",
+            return errbuf_set(err, errlen, GPO_ENOENT, "unknown option '-%s'",
                               jsonv_quote(w + 1, 1, q));
         snprintf(shown, sizeof(shown), "-%c", w[1]);
         if (w[2] && !o->value)
-            return errbuf_set(err, errlen, CLI_EUSAGE, "option '%s' takes no value (in '%s')",
+            return errbuf_set(err, errlen, GPO_EUSAGE, "option '%s' takes no value (in '%s')",
                               shown, jsonv_quote(w, strlen(w), q));
         value = w[2] ? w + 2 : NULL;
     }
     if (o->value && !value) {
         if (g->i >= g->argc)
-            return errbuf_set(err, errlen, CLI_EUSAGE, "option '%s' needs a value", shown);
+            return errbuf_set(err, errlen, GPO_EUSAGE, "option '%s' needs a value", shown);
         value = g->argv[g->i++];
     }
     *ret_entry = o;
@@ -206,7 +192,7 @@ static int config_line(const char *text, size_t a, size_t b, long line, const ch
     char q[JSONV_QUOTE_MAX + 4];
     const char *eq = memchr(text + a, '=', b - a);
     if (!eq)
-        return errbuf_set(err, errlen, CLI_EUSAGE, "%s:%ld: expected 'key = value', got '%s'", path,
+        return errbuf_set(err, errlen, GPO_EUSAGE, "%s:%ld: expected 'key = value', got '%s'", path,
                           line, jsonv_quote(text + a, b - a, q));
     size_t ka = a, kb = (size_t)(eq - text), va = kb + 1, vb = b;
     trim(text, &ka, &kb);
@@ -217,19 +203,19 @@ static int config_line(const char *text, size_t a, size_t b, long line, const ch
             memcmp(config_keys[i].key, text + ka, kb - ka) == 0)
             k = &config_keys[i];
     if (!k)
-        return errbuf_set(err, errlen, CLI_EUSAGE,
+        return errbuf_set(err, errlen, GPO_EUSAGE,
                           "%s:%ld: unknown key '%s' (expected server, token or token_file)", path,
                           line, jsonv_quote(text + ka, kb - ka, q));
     char **value = (char **)(void *)((char *)c + k->value);
     long *at = (long *)(void *)((char *)c + k->line);
     if (*value)
-        return errbuf_set(err, errlen, CLI_EUSAGE,
+        return errbuf_set(err, errlen, GPO_EUSAGE,
                           "%s:%ld: '%s' is given twice (first on line %ld)", path, line, k->key,
                           *at);
     if (va == vb)
-        return errbuf_set(err, errlen, CLI_EUSAGE, "%s:%ld: '%s' has no value", path, line, k->key);
+        return errbuf_set(err, errlen, GPO_EUSAGE, "%s:%ld: '%s' has no value", path, line, k->key);
     if (!(*value = strndup(text + va, vb - va)))
-        return errbuf_set(err, errlen, CLI_ENOMEM, "out of memory");
+        return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
     *at = line;
     return 0;
 }
@@ -241,9 +227,9 @@ int cli_config_parse(const char *text, size_t len, const char *path, struct cli_
     long line = 0;
     int rc = 0;
     if (!text || !ret)
-        return errbuf_set(err, errlen, CLI_EINVAL, "cli_config_parse: NULL argument");
+        return errbuf_set(err, errlen, GPO_EINVAL, "cli_config_parse: NULL argument");
     if (memchr(text, '\0', len))
-        return errbuf_set(err, errlen, CLI_EUSAGE, "%s: a NUL byte: not a text file", path);
+        return errbuf_set(err, errlen, GPO_EUSAGE, "%s: a NUL byte: not a text file", path);
     for (size_t at = 0; at < len && rc == 0;) {
         const char *nl = memchr(text + at, '\n', len - at);
         size_t a = at, b = nl ? (size_t)(nl - text) : len;
@@ -255,7 +241,7 @@ int cli_config_parse(const char *text, size_t len, const char *path, struct cli_
         rc = config_line(text, a, b, line, path, &c, err, errlen);
     }
     if (rc == 0 && c.token && c.token_file)
-        rc = errbuf_set(err, errlen, CLI_EUSAGE,
+        rc = errbuf_set(err, errlen, GPO_EUSAGE,
                         "%s:%ld: 'token' and 'token_file' (line %ld) exclude each other: keep one",
                         path, c.token_line > c.token_file_line ? c.token_line : c.token_file_line,
                         c.token_line > c.token_file_line ? c.token_file_line : c.token_line);
@@ -294,20 +280,20 @@ int cli_read_file(const char *path, size_t max, char **ret, size_t *ret_len, cha
     bool in = strcmp(path, "-") == 0;
     int fd = in ? STDIN_FILENO : open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return errbuf_set(err, errlen, CLI_EIO, "%s", strerror(errno));
+        return errbuf_set(err, errlen, GPO_EIO, "%s", strerror(errno));
     char *buf = malloc(max + 1);
     size_t len = 0;
-    int rc = buf ? 0 : errbuf_set(err, errlen, CLI_ENOMEM, "out of memory");
+    int rc = buf ? 0 : errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
     while (rc == 0) {
         ssize_t k = read(fd, buf + len, max + 1 - len);
         if (k < 0 && errno == EINTR)
             continue;
         if (k < 0)
-            rc = errbuf_set(err, errlen, CLI_EIO, "%s", strerror(errno));
+            rc = errbuf_set(err, errlen, GPO_EIO, "%s", strerror(errno));
         else if (k == 0)
             break;
         else if ((len += (size_t)k) > max)
-            rc = errbuf_set(err, errlen, CLI_EUSAGE, "larger than %zu bytes", max);
+            rc = errbuf_set(err, errlen, GPO_EUSAGE, "larger than %zu bytes", max);
     }
     if (!in)
         close(fd);
@@ -336,7 +322,7 @@ static int set_token(struct cli_conn *c, const char *t, size_t len, const char *
                      size_t errlen)
 {
     if (!token_ok(t, len))
-        return errbuf_set(err, errlen, CLI_EUSAGE,
+        return errbuf_set(err, errlen, GPO_EUSAGE,
                           "the token from %s is not a token (one word of printable ASCII, at most "
                           "%u bytes)",
                           from, HTTPC_TOKEN_MAX - 1);
@@ -351,10 +337,10 @@ static int token_from_file(struct cli_conn *c, const char *path, const char *fro
     char *text = NULL, msg[256];
     size_t len = 0;
     int rc = cli_read_file(path, TOKEN_FILE_MAX, &text, &len, msg, sizeof(msg));
-    if (rc == CLI_ENOMEM)
+    if (rc == GPO_ENOMEM)
         return errbuf_set(err, errlen, rc, "out of memory");
     if (rc)
-        return errbuf_set(err, errlen, CLI_EUSAGE, "token file '%s' (from %s): %s", path, from,
+        return errbuf_set(err, errlen, GPO_EUSAGE, "token file '%s' (from %s): %s", path, from,
                           msg);
     size_t a = 0, b = len;
     while (a < b && (is_space(text[a]) || text[a] == '\n'))
@@ -364,7 +350,7 @@ static int token_from_file(struct cli_conn *c, const char *path, const char *fro
     char what[PATH_LEN + 64];
     snprintf(what, sizeof(what), "file '%s' (from %s)", path, from);
     rc = a == b
-             ? errbuf_set(err, errlen, CLI_EUSAGE, "token file '%s' (from %s) is empty", path, from)
+             ? errbuf_set(err, errlen, GPO_EUSAGE, "token file '%s' (from %s) is empty", path, from)
              : set_token(c, text + a, b - a, what, err, errlen);
     free(text);
     return rc;
@@ -403,10 +389,10 @@ static int config_load(char *const *envp, struct cli_config *cfg, char *path, si
     char *text = NULL, msg[256];
     size_t len = 0;
     int rc = cli_read_file(path, CLI_CONFIG_MAX, &text, &len, msg, sizeof(msg));
-    if (rc == CLI_ENOMEM)
+    if (rc == GPO_ENOMEM)
         return errbuf_set(err, errlen, rc, "out of memory");
     if (rc)
-        return errbuf_set(err, errlen, CLI_EUSAGE, "config file '%s'%s: %s", path,
+        return errbuf_set(err, errlen, GPO_EUSAGE, "config file '%s'%s: %s", path,
                           required ? " (from GPUORCH_CONFIG)" : "", msg);
     rc = cli_config_parse(text, len, path, cfg, err, errlen);
     free(text);
@@ -436,7 +422,7 @@ static int check_server(const char *url, const char *from, char *err, size_t err
     bool ok =
         (strncmp(url, "http://", 7) == 0 && url[7]) || (strncmp(url, "https://", 8) == 0 && url[8]);
     if (!ok || strlen(url) >= HTTPC_URL_MAX || strpbrk(url, " \t\r\n"))
-        return errbuf_set(err, errlen, CLI_EUSAGE,
+        return errbuf_set(err, errlen, GPO_EUSAGE,
                           "server '%s' (from %s): expected http://HOST:PORT or https://HOST:PORT",
                           jsonv_quote(url, strlen(url), q), from);
     return 0;
@@ -467,7 +453,7 @@ static int resolve_token(const struct cli_common *flags, char *const *envp,
         config_relative(path, cfg->token_file, envp, file, sizeof(file));
         return token_from_file(c, file, from, err, errlen);
     }
-    return errbuf_set(err, errlen, CLI_EUSAGE,
+    return errbuf_set(err, errlen, GPO_EUSAGE,
                       "no token: give --token or --token-file, set GPUORCH_TOKEN or "
                       "GPUORCH_TOKEN_FILE, or write 'token_file = PATH' in %s",
                       path[0] ? path : "~/.config/gpuorch/config");
@@ -481,7 +467,7 @@ int cli_conn_resolve(const struct cli_common *flags, char *const *envp, struct c
     char path[PATH_LEN] = "", from[PATH_LEN + 32];
     int rc = 0;
     if (flags->token && flags->token_file)
-        return errbuf_set(err, errlen, CLI_EUSAGE, "--token and --token-file exclude each other");
+        return errbuf_set(err, errlen, GPO_EUSAGE, "--token and --token-file exclude each other");
     const char *server = flags->server, *env_server = env_get(envp, "GPUORCH_SERVER");
     const char *env_token = env_get(envp, "GPUORCH_TOKEN");
     const char *env_file = env_get(envp, "GPUORCH_TOKEN_FILE");
@@ -521,13 +507,13 @@ int cli_connect(struct cli *c, const char *cmd, const struct cli_common *flags)
     memset(c, 0, sizeof(*c));
     c->cmd = cmd;
     int rc = cli_conn_resolve(flags, environ, &c->conn, err, sizeof(err));
-    if (rc == CLI_ENOMEM)
+    if (rc == GPO_ENOMEM)
         return cli_fail(cmd, "out of memory");
     if (rc)
         return cli_usage_error(cmd, "%s", err);
     rc = httpc_new(c->conn.server, c->conn.token, &c->http, err, sizeof(err));
     if (rc)
-        return rc == HTTPC_EINVAL ? cli_usage_error(cmd, "%s", err) : cli_fail(cmd, "%s", err);
+        return rc == GPO_EINVAL ? cli_usage_error(cmd, "%s", err) : cli_fail(cmd, "%s", err);
     return 0;
 }
 
@@ -558,13 +544,13 @@ void cli_api_error(long status, const char *body, size_t len, char *err, size_t 
     char line[CLI_ERR_MAX];
     if (code && msg) {
         one_line(msg, strlen(msg), line, sizeof(line));
-        errbuf_set(err, errlen, CLI_EAPI, "%ld %s: %s", status, code, line);
+        errbuf_set(err, errlen, GPO_EAPI, "%ld %s: %s", status, code, line);
     } else if (len) {
         const char *nl = memchr(body, '\n', len);
         one_line(body, nl ? (size_t)(nl - body) : len, line, 201);
-        errbuf_set(err, errlen, CLI_EAPI, "%ld: %s", status, line);
+        errbuf_set(err, errlen, GPO_EAPI, "%ld: %s", status, line);
     } else {
-        errbuf_set(err, errlen, CLI_EAPI, "%ld: (an empty answer)", status);
+        errbuf_set(err, errlen, GPO_EAPI, "%ld: (an empty answer)", status);
     }
     json_decref(o);
 }
@@ -574,23 +560,23 @@ int cli_call(struct cli *c, const char *method, const char *path, const json_t *
 {
     char *text = NULL, herr[CLI_ERR_MAX];
     if (body && !(text = json_dumps(body, JSON_COMPACT | JSON_REAL_PRECISION(15))))
-        return errbuf_set(err, errlen, CLI_ENOMEM, "out of memory");
+        return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
     struct httpc_response r = {0};
     int rc = httpc_request(c->http, method, path, text, text ? strlen(text) : 0,
                            CLI_CALL_TIMEOUT_MS, &r, herr, sizeof(herr));
     free(text);
-    if (rc == HTTPC_ENOMEM)
-        return errbuf_set(err, errlen, CLI_ENOMEM, "out of memory");
+    if (rc == GPO_ENOMEM)
+        return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
     if (rc)
-        return errbuf_set(err, errlen, CLI_ENET, "no answer: %s", herr);
+        return errbuf_set(err, errlen, GPO_ECONNREFUSED, "no answer: %s", herr);
     json_t *v = NULL;
     if (r.status < 200 || r.status > 299) {
         cli_api_error(r.status, r.body, r.len, err, errlen);
-        rc = CLI_EAPI;
+        rc = GPO_EAPI;
     } else if (r.len) {
         json_error_t je;
         if (!(v = json_loadb(r.body, r.len, 0, &je)))
-            rc = errbuf_set(err, errlen, CLI_EAPI, "%ld: the answer is not JSON: %s", r.status,
+            rc = errbuf_set(err, errlen, GPO_EAPI, "%ld: the answer is not JSON: %s", r.status,
                             je.text);
     }
     if (ret_status)
@@ -619,7 +605,7 @@ int cli_jobs_list(struct cli *c, const char *query, json_t *all, char *err, size
         json_t *jobs = json_object_get(body, "jobs"), *next = json_object_get(body, "next_after");
         if (json_array_extend(all, jobs) != 0) {
             json_decref(body);
-            return errbuf_set(err, errlen, CLI_ENOMEM, "out of memory");
+            return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
         }
         /* Keyset paging moves forward, or it is over. */
         bool more = json_is_integer(next) && json_integer_value(next) > after;
@@ -628,7 +614,7 @@ int cli_jobs_list(struct cli *c, const char *query, json_t *all, char *err, size
         if (!more)
             return 0;
     }
-    return errbuf_set(err, errlen, CLI_EAPI, "more than %d pages of jobs", LIST_PAGES_MAX);
+    return errbuf_set(err, errlen, GPO_EAPI, "more than %d pages of jobs", LIST_PAGES_MAX);
 }
 
 int cli_fail(const char *cmd, const char *fmt, ...)
@@ -676,12 +662,12 @@ const char *cli_json_str(const json_t *obj, const char *key)
 int cli_parse_int(const char *s, int64_t lo, int64_t hi, int64_t *ret)
 {
     if (!s || !*s || s[0] == '+' || is_space(s[0]))
-        return CLI_EUSAGE;
+        return GPO_EUSAGE;
     char *end;
     errno = 0;
     long long v = strtoll(s, &end, 10);
     if (errno || *end || v < lo || v > hi)
-        return CLI_EUSAGE;
+        return GPO_EUSAGE;
     *ret = v;
     return 0;
 }

@@ -36,25 +36,7 @@
 #include <jansson.h>
 
 #include "util/httpc.h"
-
-#define CLI_ERRNO_MAP(X)                                                                           \
-    X(EINVAL, -1, "invalid argument")                                                              \
-    X(ENOMEM, -2, "out of memory")                                                                 \
-    X(EUSAGE, -3, "usage error")                                                                   \
-    X(EUNKNOWN, -4, "unknown option")                                                              \
-    X(EIO, -5, "input/output error")                                                               \
-    X(EAPI, -6, "the API answered an error")                                                       \
-    X(ENET, -7, "no answer from the server")
-
-enum cli_err {
-    CLI_OK = 0,
-#define CLI_ERR_ENUM(name, value, text) CLI_##name = (value),
-    CLI_ERRNO_MAP(CLI_ERR_ENUM)
-#undef CLI_ERR_ENUM
-};
-
-/* Returns a static, never NULL, message for a code (unknown codes included). */
-const char *cli_strerror(int err);
+#include "base/err.h"
 
 enum cli_exit {
     CLI_EXIT_OK = 0,
@@ -103,8 +85,8 @@ enum cli_getopt_kind {
  * Reads the next word (and an option's value) of g. `table` holds n entries
  * of `stride` bytes, each beginning with a struct cli_opt. Returns one of
  * enum cli_getopt_kind, with *ret_entry (the table entry) and *ret_value set
- * as it says; or CLI_EUNKNOWN (no such option among those `mask` selects),
- * CLI_EUSAGE (a value missing, or given to a flag that takes none), with
+ * as it says; or GPO_ENOENT (no such option among those `mask` selects),
+ * GPO_EUSAGE (a value missing, or given to a flag that takes none), with
  * the message in err. Either way g moves past the word.
  */
 int cli_getopt_next(struct cli_getopt *g, const void *table, size_t n, size_t stride, unsigned mask,
@@ -158,10 +140,10 @@ struct cli_config {
 
 /*
  * Parses a configuration file's text (len bytes) named `path` (for
- * messages). 0 and *ret (release with cli_config_release); CLI_EUSAGE with
+ * messages). 0 and *ret (release with cli_config_release); GPO_EUSAGE with
  * "PATH:LINE: ..." in err for a line that is not `key = value`, an unknown
  * key, an empty value, a key given twice, or both token and token_file;
- * CLI_ENOMEM.
+ * GPO_ENOMEM.
  */
 int cli_config_parse(const char *text, size_t len, const char *path, struct cli_config *ret,
                      char *err, size_t errlen);
@@ -177,9 +159,9 @@ struct cli_conn {
  * Resolves the server and token as the header says from the flags in
  * `flags` (borrowed), the environment `envp` (NULL-terminated "NAME=value"
  * strings, as environ; NULL: empty) and the configuration file it names,
- * reading the files involved. 0 and *ret; CLI_EUSAGE (no token anywhere, a
+ * reading the files involved. 0 and *ret; GPO_EUSAGE (no token anywhere, a
  * bad URL, an unreadable or empty token file, a bad configuration file,
- * --token with --token-file), CLI_ENOMEM; the message in err names where
+ * --token with --token-file), GPO_ENOMEM; the message in err names where
  * the bad value came from.
  */
 int cli_conn_resolve(const struct cli_common *flags, char *const *envp, struct cli_conn *ret,
@@ -206,11 +188,11 @@ void cli_disconnect(struct cli *c);
 /*
  * METHOD path (query included) with `body` (borrowed; NULL: none) as JSON.
  * A 2xx answer: 0 and *ret (its JSON, caller json_decref's; NULL for an
- * empty body; ret may be NULL). Otherwise CLI_EAPI with "STATUS CODE:
+ * empty body; ret may be NULL). Otherwise GPO_EAPI with "STATUS CODE:
  * MESSAGE" from the API's error object in err (the status and the start of
- * the body if it is not one), CLI_ENET with the HTTP client's line (the
- * server could not be reached, or timed out), CLI_ENOMEM. *ret_status (may
- * be NULL) is set whenever the server answered, CLI_EAPI included.
+ * the body if it is not one), GPO_ECONNREFUSED with the HTTP client's line (the
+ * server could not be reached, or timed out), GPO_ENOMEM. *ret_status (may
+ * be NULL) is set whenever the server answered, GPO_EAPI included.
  */
 int cli_call(struct cli *c, const char *method, const char *path, const json_t *body,
              long *ret_status, json_t **ret, char *err, size_t errlen);
@@ -237,15 +219,15 @@ bool cli_print_json(const json_t *v);
 /* ---- small helpers ------------------------------------------------------ */
 
 /* Reads the whole file `path` ("-": stdin) into a new NUL-terminated buffer
- * (caller frees). 0 with *ret and *ret_len; CLI_EIO (errno's text in err),
- * CLI_EUSAGE (larger than max bytes), CLI_ENOMEM. */
+ * (caller frees). 0 with *ret and *ret_len; GPO_EIO (errno's text in err),
+ * GPO_EUSAGE (larger than max bytes), GPO_ENOMEM. */
 int cli_read_file(const char *path, size_t max, char **ret, size_t *ret_len, char *err,
                   size_t errlen);
 
 /* obj[key] as a string, or NULL when absent or not a string (obj borrowed). */
 const char *cli_json_str(const json_t *obj, const char *key);
 
-/* Parses a whole decimal number in lo..hi. 0 and *ret; CLI_EUSAGE. */
+/* Parses a whole decimal number in lo..hi. 0 and *ret; GPO_EUSAGE. */
 int cli_parse_int(const char *s, int64_t lo, int64_t hi, int64_t *ret);
 
 /* MiB as people read them: "64G" when whole GiB, else "1536M". Writes into

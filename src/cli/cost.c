@@ -11,7 +11,7 @@
 
 #include "cli/table.h"
 #include "util/timefmt.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -50,7 +50,7 @@ static void usage(FILE *out)
 int cost_time_check(const char *s)
 {
     if (!s || !*s)
-        return CLI_EUSAGE;
+        return GPO_EUSAGE;
     if (strcmp(s, "now") == 0)
         return 0;
     if (s[0] == '-') {
@@ -58,15 +58,15 @@ int cost_time_check(const char *s)
         return isdigit((unsigned char)s[1]) && strchr("smhd", s[strlen(s) - 1]) &&
                        timefmt_parse_duration(s + 1, &sec) == 0
                    ? 0
-                   : CLI_EUSAGE;
+                   : GPO_EUSAGE;
     }
     int64_t ms;
     if (strlen(s) == 10) {
         char buf[32];
         snprintf(buf, sizeof(buf), "%sT00:00:00Z", s);
-        return timefmt_parse_rfc3339(buf, &ms) == 0 ? 0 : CLI_EUSAGE;
+        return timefmt_parse_rfc3339(buf, &ms) == 0 ? 0 : GPO_EUSAGE;
     }
-    return timefmt_parse_rfc3339(s, &ms) == 0 ? 0 : CLI_EUSAGE;
+    return timefmt_parse_rfc3339(s, &ms) == 0 ? 0 : GPO_EUSAGE;
 }
 
 int cost_args_parse(int argc, char **argv, struct cost_args *ret)
@@ -168,7 +168,7 @@ static int budgets_render(FILE *out, const json_t *budgets)
     static const char *const head[] = {"TEAM", "MONTH", "SPENT", "BUDGET", "USED%", "STATUS"};
     struct table *t = table_new(ARRAY_LEN(head), head);
     if (!t)
-        return CLI_ENOMEM;
+        return GPO_ENOMEM;
     size_t k;
     const json_t *b;
     int rc = 0;
@@ -215,7 +215,7 @@ int cost_render(FILE *out, const json_t *report, const json_t *budgets, enum cos
     const char *head[] = {keyhead, "GPU-HOURS", "COST", "FAILED", "UTIL%", "WASTE"};
     struct table *t = table_new(ARRAY_LEN(head), head);
     if (!t)
-        return CLI_ENOMEM;
+        return GPO_ENOMEM;
     int rc = 0;
     json_array_foreach(rows, k, r)
     {
@@ -282,7 +282,7 @@ int cost_command(int argc, char **argv)
         rc = cli_call(&c, "GET", "/v1/budgets", NULL, NULL, &budgets, err, sizeof(err));
     cli_disconnect(&c);
     if (rc)
-        rc = cli_fail("cost", "%s", rc == CLI_ENOMEM ? "out of memory" : err);
+        rc = cli_fail("cost", "%s", rc == GPO_ENOMEM ? "out of memory" : err);
     else if (a.format == COST_JSON)
         rc = cli_print_json(report) ? 0 : cli_fail("cost", "out of memory");
     else if (cost_render(stdout, report, budgets, a.format))

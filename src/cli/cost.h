@@ -34,7 +34,7 @@ struct cost_args {
 
 /*
  * Checks a time as the server will read it: RFC 3339, YYYY-MM-DD, "now",
- * or "-" and a number with s, m, h or d. 0, or CLI_EUSAGE.
+ * or "-" and a number with s, m, h or d. 0, or GPO_EUSAGE.
  */
 int cost_time_check(const char *s);
 
@@ -48,7 +48,7 @@ int cost_args_parse(int argc, char **argv, struct cost_args *ret);
 /*
  * Writes the report (GET /v1/cost's object, borrowed) as a table or CSV;
  * budgets (GET /v1/budgets' array, borrowed; NULL: none) below a table.
- * 0, or CLI_ENOMEM.
+ * 0, or GPO_ENOMEM.
  */
 int cost_render(FILE *out, const json_t *report, const json_t *budgets, enum cost_format fmt);
 

@@ -13,7 +13,7 @@
 #include "cli/cli.h"
 #include "cli/table.h"
 #include "util/timefmt.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 #define TEXT_LEN     256
@@ -233,7 +233,7 @@ static int queue_print(const json_t *all)
                                        "TIME",  "GPUS", "NODES", "REASON"};
     struct table *t = table_new(ARRAY_LEN(head), head);
     int64_t now = cli_now_ms();
-    int rc = t ? 0 : CLI_ENOMEM;
+    int rc = t ? 0 : GPO_ENOMEM;
     for (size_t k = 0; rc == 0 && k < json_array_size(all); k++)
         rc = queue_row(t, json_array_get(all, k), now);
     if (rc == 0)
@@ -249,7 +249,7 @@ static int whoami_name(struct cli *c, char *buf, size_t len)
     char err[CLI_ERR_MAX];
     int rc = cli_call(c, "GET", "/v1/whoami", NULL, NULL, &me, err, sizeof(err));
     if (rc)
-        return cli_fail(c->cmd, "%s", rc == CLI_ENOMEM ? "out of memory" : err);
+        return cli_fail(c->cmd, "%s", rc == GPO_ENOMEM ? "out of memory" : err);
     const char *name = cli_json_str(me, "name");
     snprintf(buf, len, "%s", name ? name : "");
     json_decref(me);
@@ -291,7 +291,7 @@ int jobs_queue_command(int argc, char **argv)
         rc = cli_fail("queue", "out of memory");
     char err[CLI_ERR_MAX];
     if (rc == 0 && (rc = cli_jobs_list(&c, query, all, err, sizeof(err))) != 0)
-        rc = cli_fail("queue", "%s", rc == CLI_ENOMEM ? "out of memory" : err);
+        rc = cli_fail("queue", "%s", rc == GPO_ENOMEM ? "out of memory" : err);
     cli_disconnect(&c);
     if (rc == 0 && a.co.json) {
         json_t *out = json_pack("{s:O}", "jobs", all);
@@ -547,7 +547,7 @@ int jobs_show_command(int argc, char **argv)
     snprintf(path, sizeof(path), "/v1/jobs/%" PRId64, id);
     if ((rc = cli_connect(&c, "show", &a.co)) == 0 &&
         (rc = cli_call(&c, "GET", path, NULL, NULL, &job, err, sizeof(err))) != 0)
-        rc = cli_fail("show", "%s", rc == CLI_ENOMEM ? "out of memory" : err);
+        rc = cli_fail("show", "%s", rc == GPO_ENOMEM ? "out of memory" : err);
     cli_disconnect(&c);
     if (rc == 0 && a.co.json)
         rc = cli_print_json(job) ? 0 : cli_fail("show", "out of memory");
@@ -618,7 +618,7 @@ int jobs_cancel_command(int argc, char **argv)
         snprintf(path, sizeof(path), "/v1/jobs/%" PRId64 "/cancel", ids[k]);
         int r = cli_call(&c, "POST", path, NULL, &status, NULL, err, sizeof(err));
         if (r)
-            rc = cli_fail("cancel", "%s", r == CLI_ENOMEM ? "out of memory" : err);
+            rc = cli_fail("cancel", "%s", r == GPO_ENOMEM ? "out of memory" : err);
         else if (status == 202)
             printf("Cancelling job %" PRId64 ": its agent is stopping it\n", ids[k]);
         else
@@ -721,7 +721,7 @@ static int logs_stream(struct cli *c, const char *path)
         fflush(stdout);
         rc = 0;
     } else {
-        rc = cli_fail("logs", "%s", rc == HTTPC_ENOMEM ? "out of memory" : err);
+        rc = cli_fail("logs", "%s", rc == GPO_ENOMEM ? "out of memory" : err);
     }
     free(s.kept);
     return rc;
@@ -815,7 +815,7 @@ int jobs_whoami_command(int argc, char **argv)
     if (rc || (rc = cli_connect(&c, "whoami", &a.co)) != 0)
         return rc;
     if ((rc = cli_call(&c, "GET", "/v1/whoami", NULL, NULL, &me, err, sizeof(err))) != 0)
-        rc = cli_fail("whoami", "%s", rc == CLI_ENOMEM ? "out of memory" : err);
+        rc = cli_fail("whoami", "%s", rc == GPO_ENOMEM ? "out of memory" : err);
     if (rc == 0 && a.co.json) {
         rc = cli_print_json(me) ? 0 : cli_fail("whoami", "out of memory");
     } else if (rc == 0) {

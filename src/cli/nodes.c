@@ -9,7 +9,7 @@
 
 #include "cli/cli.h"
 #include "cli/table.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -43,7 +43,7 @@ static json_t *held_gpus(struct cli *c, int *ret_rc, char *err, size_t errlen)
 {
     json_t *me = NULL, *jobs = json_array(), *held = json_object();
     *ret_rc =
-        jobs && held ? cli_call(c, "GET", "/v1/whoami", NULL, NULL, &me, err, errlen) : CLI_ENOMEM;
+        jobs && held ? cli_call(c, "GET", "/v1/whoami", NULL, NULL, &me, err, errlen) : GPO_ENOMEM;
     const char *role = cli_json_str(me, "role");
     bool admin = *ret_rc == 0 && role && strcmp(role, "admin") == 0;
     if (admin)
@@ -54,7 +54,7 @@ static json_t *held_gpus(struct cli *c, int *ret_rc, char *err, size_t errlen)
         for (size_t g = 0; g < json_array_size(gpus); g++) {
             const char *uuid = json_string_value(json_array_get(gpus, g));
             if (uuid && json_object_set_new(held, uuid, json_true()) != 0)
-                *ret_rc = CLI_ENOMEM;
+                *ret_rc = GPO_ENOMEM;
         }
     }
     json_decref(me);
@@ -109,7 +109,7 @@ static int list_print(const json_t *nodes, const json_t *held)
                                        "FREE", "CPUS", "MEM",   "HEARTBEAT"};
     struct table *t = table_new(ARRAY_LEN(head), head);
     int64_t now = cli_now_ms();
-    int rc = t ? 0 : CLI_ENOMEM;
+    int rc = t ? 0 : GPO_ENOMEM;
     for (size_t k = 0; rc == 0 && k < json_array_size(nodes); k++)
         rc = list_row(t, json_array_get(nodes, k), held, now);
     if (rc == 0)
@@ -157,7 +157,7 @@ int nodes_list_command(int argc, char **argv)
     if (rc == 0 && !a.co.json)
         held = held_gpus(&c, &rc, err, sizeof(err));
     if (rc < 0)
-        rc = cli_fail("nodes", "%s", rc == CLI_ENOMEM ? "out of memory" : err);
+        rc = cli_fail("nodes", "%s", rc == GPO_ENOMEM ? "out of memory" : err);
     cli_disconnect(&c);
     if (rc == 0 && a.co.json)
         rc = cli_print_json(body) ? 0 : cli_fail("nodes", "out of memory");
@@ -194,7 +194,7 @@ static int change(const char *cmd, int argc, char **argv, void (*usage)(FILE *ou
         snprintf(path, sizeof(path), "/v1/nodes/%s/%s", esc, cmd);
         int r = cli_call(&c, "POST", path, NULL, NULL, &node, err, sizeof(err));
         if (r) /* say so and go on with the others */
-            failed = cli_fail(cmd, "%s", r == CLI_ENOMEM ? "out of memory" : err);
+            failed = cli_fail(cmd, "%s", r == GPO_ENOMEM ? "out of memory" : err);
         else
             printf("node/%s %s\n", pos[k],
                    cli_json_str(node, "state") ? cli_json_str(node, "state") : "?");

@@ -11,7 +11,7 @@
 #include "util/errbuf.h"
 #include "util/jsonv.h"
 #include "util/timefmt.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 int sbatch_parse_size_mib(const char *s, int64_t *ret_mib)
 {
@@ -19,19 +19,19 @@ int sbatch_parse_size_mib(const char *s, int64_t *ret_mib)
     size_t i = 0;
     for (; s && s[i] >= '0' && s[i] <= '9'; i++) {
         if (v > SBATCH_SIZE_MAX_MIB * 1024)
-            return CLI_EUSAGE;
+            return GPO_EUSAGE;
         v = v * 10 + (s[i] - '0');
     }
     if (i == 0)
-        return CLI_EUSAGE;
+        return GPO_EUSAGE;
     static const char units[] = "KMGT";
     const char *u = s[i] ? strchr(units, s[i] & ~0x20) : NULL;
     if (s[i] && !u)
-        return CLI_EUSAGE;
+        return GPO_EUSAGE;
     if (u) {
         const char *rest = s + i + 1;
         if (*rest && strcmp(rest, "B") != 0 && strcmp(rest, "b") != 0 && strcmp(rest, "iB") != 0)
-            return CLI_EUSAGE;
+            return GPO_EUSAGE;
     }
     int shift = u ? (int)(u - units) : 1; /* 0 K, 1 M, 2 G, 3 T */
     if (shift == 0)
@@ -39,7 +39,7 @@ int sbatch_parse_size_mib(const char *s, int64_t *ret_mib)
     for (int k = 1; k < shift; k++)
         v = v > SBATCH_SIZE_MAX_MIB ? v : v * 1024;
     if (v > SBATCH_SIZE_MAX_MIB)
-        return CLI_EUSAGE;
+        return GPO_EUSAGE;
     *ret_mib = v;
     return 0;
 }
@@ -56,11 +56,11 @@ int sbatch_parse_gpus(const char *s, int32_t *ret_milli)
             frac = frac * 10 + (s[i] - '0');
     }
     if (!s || s[i] || (nwhole == 0 && nfrac == 0) || nfrac > 3 || whole > SBATCH_GPUS_MAX)
-        return CLI_EUSAGE;
+        return GPO_EUSAGE;
     for (size_t k = nfrac; k < 3; k++)
         frac *= 10;
     if (frac && whole) /* 1.5: neither whole GPUs nor a fraction of one */
-        return CLI_EUSAGE;
+        return GPO_EUSAGE;
     *ret_milli = (int32_t)(whole * 1000 + frac);
     return 0;
 }
@@ -69,7 +69,7 @@ int sbatch_parse_time(const char *s, int64_t *ret_s)
 {
     int64_t v;
     if (!s || timefmt_parse_duration(s, &v) != 0)
-        return CLI_EUSAGE;
+        return GPO_EUSAGE;
     *ret_s = v == TIMEFMT_UNLIMITED ? 0 : v;
     return 0;
 }
@@ -78,12 +78,12 @@ int sbatch_parse_dependency(const char *s, json_t **ret, char *err, size_t errle
 {
     char q[JSONV_QUOTE_MAX + 4];
     if (!s || !*s)
-        return errbuf_set(err, errlen, CLI_EUSAGE, "expected afterok:ID[:ID...][,afterany:ID]");
+        return errbuf_set(err, errlen, GPO_EUSAGE, "expected afterok:ID[:ID...][,afterany:ID]");
     if (strchr(s, '?'))
-        return errbuf_set(err, errlen, CLI_EUSAGE,
+        return errbuf_set(err, errlen, GPO_EUSAGE,
                           "'?' (any one of) is not supported: every dependency must hold");
     json_t *deps = json_array();
-    int rc = deps ? 0 : errbuf_set(err, errlen, CLI_ENOMEM, "out of memory");
+    int rc = deps ? 0 : errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
     for (const char *p = s; rc == 0;) {
         const char *end = strchr(p, ','), *colon;
         size_t len = end ? (size_t)(end - p) : strlen(p);
@@ -93,13 +93,13 @@ int sbatch_parse_dependency(const char *s, json_t **ret, char *err, size_t errle
                            : tlen == 8 && memcmp(p, "afterany", 8) == 0 ? "afterany"
                                                                         : NULL;
         if (!type) {
-            rc = errbuf_set(err, errlen, CLI_EUSAGE,
+            rc = errbuf_set(err, errlen, GPO_EUSAGE,
                             "'%s' is not supported (afterok:ID or afterany:ID)",
                             jsonv_quote(p, tlen, q));
             break;
         }
         if (!colon) {
-            rc = errbuf_set(err, errlen, CLI_EUSAGE, "'%s' names no job (%s:ID)", type, type);
+            rc = errbuf_set(err, errlen, GPO_EUSAGE, "'%s' names no job (%s:ID)", type, type);
             break;
         }
         for (const char *id = colon + 1; rc == 0 && id <= p + len;) {
@@ -109,11 +109,11 @@ int sbatch_parse_dependency(const char *s, json_t **ret, char *err, size_t errle
             int64_t job;
             snprintf(buf, sizeof(buf), "%.*s", (int)(ilen < 23 ? ilen : 23), id);
             if (ilen > 20 || cli_parse_int(buf, 1, INT64_MAX, &job) != 0)
-                rc = errbuf_set(err, errlen, CLI_EUSAGE, "'%s' is not a job id",
+                rc = errbuf_set(err, errlen, GPO_EUSAGE, "'%s' is not a job id",
                                 jsonv_quote(id, ilen, q));
             else if (json_array_append_new(
                          deps, json_pack("{s:s, s:I}", "type", type, "job", (json_int_t)job)) != 0)
-                rc = errbuf_set(err, errlen, CLI_ENOMEM, "out of memory");
+                rc = errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
             id += ilen + 1;
         }
         if (!end)
@@ -183,23 +183,23 @@ int sbatch_parse_export(const char *s, char *const *envp, json_t **ret, char *er
 {
     char q[JSONV_QUOTE_MAX + 4];
     if (!s)
-        return errbuf_set(err, errlen, CLI_EINVAL, "sbatch_parse_export: NULL");
+        return errbuf_set(err, errlen, GPO_EINVAL, "sbatch_parse_export: NULL");
     json_t *env = json_object();
-    int rc = env ? 0 : errbuf_set(err, errlen, CLI_ENOMEM, "out of memory");
+    int rc = env ? 0 : errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
     for (const char *p = s; rc == 0;) {
         const char *end = strchr(p, ',');
         size_t len = end ? (size_t)(end - p) : strlen(p);
         const char *eq = memchr(p, '=', len);
         size_t nlen = eq ? (size_t)(eq - p) : len;
         if (len == 0) {
-            rc = errbuf_set(err, errlen, CLI_EUSAGE,
+            rc = errbuf_set(err, errlen, GPO_EUSAGE,
                             "an empty item (ALL, NONE, NAME or NAME=VALUE)");
         } else if (!eq && len == 3 && memcmp(p, "ALL", 3) == 0) {
-            rc = env_all(env, envp) ? 0 : errbuf_set(err, errlen, CLI_ENOMEM, "out of memory");
+            rc = env_all(env, envp) ? 0 : errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
         } else if (!eq && len == 4 && memcmp(p, "NONE", 4) == 0) {
             json_object_clear(env);
         } else if (!env_name_ok(p, nlen)) {
-            rc = errbuf_set(err, errlen, CLI_EUSAGE,
+            rc = errbuf_set(err, errlen, GPO_EUSAGE,
                             "'%s' is not a variable name ([A-Za-z_][A-Za-z0-9_]*)",
                             jsonv_quote(p, nlen, q));
         } else {
@@ -208,17 +208,17 @@ int sbatch_parse_export(const char *s, char *const *envp, json_t **ret, char *er
             if (eq)
                 snprintf(value, sizeof(value), "%.*s", (int)(len - nlen - 1), eq + 1);
             if (eq && len - nlen - 1 > SBATCH_ENV_VALUE_MAX)
-                rc = errbuf_set(err, errlen, CLI_EUSAGE, "the value of %.*s is over %d bytes",
+                rc = errbuf_set(err, errlen, GPO_EUSAGE, "the value of %.*s is over %d bytes",
                                 (int)nlen, p, SBATCH_ENV_VALUE_MAX);
             else if (v && !env_put(env, p, nlen, v))
-                rc = errbuf_set(err, errlen, CLI_ENOMEM, "out of memory");
+                rc = errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
         }
         if (!end)
             break;
         p = end + 1;
     }
     if (rc == 0 && json_object_size(env) > SBATCH_ENV_MAX)
-        rc = errbuf_set(err, errlen, CLI_EUSAGE,
+        rc = errbuf_set(err, errlen, GPO_EUSAGE,
                         "%zu variables, the API takes at most %d: name the ones the job needs",
                         json_object_size(env), SBATCH_ENV_MAX);
     if (rc) {

@@ -3,7 +3,7 @@
  * turned into what the API's job submission wants (POST /v1/jobs, see
  * docs/api.md). Pure functions: no I/O; the environment is a parameter.
  *
- * Errors: 0 or CLI_EUSAGE / CLI_ENOMEM (cli.h); the functions that take a
+ * Errors: 0 or GPO_EUSAGE / GPO_ENOMEM (cli.h); the functions that take a
  * caller buffer write one line there that says what was expected.
  */
 #ifndef GPUORCH_CLI_SBATCH_H
@@ -22,31 +22,31 @@
 
 /* Memory as sbatch writes it: a whole number of MiB, or one with a K, M, G or
  * T suffix (any case, optionally followed by "B" or "iB"); K rounds up to
- * whole MiB. 0 and *ret_mib; CLI_EUSAGE (also above SBATCH_SIZE_MAX_MIB). */
+ * whole MiB. 0 and *ret_mib; GPO_EUSAGE (also above SBATCH_SIZE_MAX_MIB). */
 int sbatch_parse_size_mib(const char *s, int64_t *ret_mib);
 
 /* GPUs: whole ("2", at most SBATCH_GPUS_MAX) or a fraction below 1 with at
  * most three decimals ("0.25", ".5"), in milli-GPUs. 0 and *ret_milli;
- * CLI_EUSAGE. */
+ * GPO_EUSAGE. */
 int sbatch_parse_gpus(const char *s, int32_t *ret_milli);
 
 /* A time limit in Slurm's formats (util/timefmt.h: "MM", "MM:SS",
  * "HH:MM:SS", "D-HH", "D-HH:MM", "D-HH:MM:SS", "90m", "UNLIMITED"), in
- * seconds; UNLIMITED is 0, the API's "none". 0 and *ret_s; CLI_EUSAGE. */
+ * seconds; UNLIMITED is 0, the API's "none". 0 and *ret_s; GPO_EUSAGE. */
 int sbatch_parse_time(const char *s, int64_t *ret_s);
 
 /* sbatch's --dependency: "afterok:ID[:ID...][,afterany:ID...]" as the API's
  * "dependencies" array (a new reference in *ret). Other types, '?' (any
- * of) and array tasks (ID_N) are refused with the reason. 0; CLI_EUSAGE;
- * CLI_ENOMEM. */
+ * of) and array tasks (ID_N) are refused with the reason. 0; GPO_EUSAGE;
+ * GPO_ENOMEM. */
 int sbatch_parse_dependency(const char *s, json_t **ret, char *err, size_t errlen);
 
 /* sbatch's --export: comma-separated ALL (every variable of envp whose name
  * and value the API takes, but GPUORCH_* and CUDA_VISIBLE_DEVICES /
  * NVIDIA_VISIBLE_DEVICES), NONE (nothing given before it), NAME (its value
  * in envp, if set) and NAME=VALUE, as the API's "env" object (a new
- * reference in *ret). 0; CLI_EUSAGE (a bad name, an empty item, more than
- * SBATCH_ENV_MAX variables); CLI_ENOMEM. */
+ * reference in *ret). 0; GPO_EUSAGE (a bad name, an empty item, more than
+ * SBATCH_ENV_MAX variables); GPO_ENOMEM. */
 int sbatch_parse_export(const char *s, char *const *envp, json_t **ret, char *err, size_t errlen);
 
 #endif

@@ -9,7 +9,7 @@
 
 #include "cli/cli.h"
 #include "util/errbuf.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 static const struct {
     enum script_prefix prefix;
@@ -67,7 +67,7 @@ static int one_word(const char *s, size_t len, size_t *pos, char *out, long line
                 out[o++] = s[i++];
             }
             if (i == len)
-                return errbuf_set(err, errlen, CLI_EUSAGE, "line %ld: a quote (%c) is not closed",
+                return errbuf_set(err, errlen, GPO_EUSAGE, "line %ld: a quote (%c) is not closed",
                                   line, c);
             i++;
         } else {
@@ -85,19 +85,19 @@ static int split(const char *s, size_t len, long line, char ***ret, size_t *ret_
 {
     char **w = calloc(SCRIPT_WORDS_MAX + 1, sizeof(*w));
     size_t n = 0, pos = 0;
-    int rc = w ? 0 : errbuf_set(err, errlen, CLI_ENOMEM, "out of memory");
+    int rc = w ? 0 : errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
     while (rc == 0) {
         while (pos < len && blank(s[pos]))
             pos++;
         if (pos == len || s[pos] == '#')
             break;
         if (n == SCRIPT_WORDS_MAX) {
-            rc = errbuf_set(err, errlen, CLI_EUSAGE, "line %ld: more than %d words", line,
+            rc = errbuf_set(err, errlen, GPO_EUSAGE, "line %ld: more than %d words", line,
                             SCRIPT_WORDS_MAX);
             break;
         }
         if (!(w[n] = malloc(len - pos + 1))) {
-            rc = errbuf_set(err, errlen, CLI_ENOMEM, "out of memory");
+            rc = errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
             break;
         }
         rc = one_word(s, len, &pos, w[n], line, err, errlen);
@@ -127,14 +127,14 @@ static int add_directive(struct script_header *h, enum script_prefix prefix, con
                          size_t len, long line, char *err, size_t errlen)
 {
     if (memchr(s, '\0', len))
-        return errbuf_set(err, errlen, CLI_EUSAGE, "line %ld: a NUL byte in a directive", line);
+        return errbuf_set(err, errlen, GPO_EUSAGE, "line %ld: a NUL byte in a directive", line);
     if (h->n == SCRIPT_DIRECTIVES_MAX)
-        return errbuf_set(err, errlen, CLI_EUSAGE, "line %ld: more than %d directives", line,
+        return errbuf_set(err, errlen, GPO_EUSAGE, "line %ld: more than %d directives", line,
                           SCRIPT_DIRECTIVES_MAX);
     if (need_room(h->n)) {
         void *p = realloc(h->directives, room_for(h->n) * sizeof(*h->directives));
         if (!p)
-            return errbuf_set(err, errlen, CLI_ENOMEM, "out of memory");
+            return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
         h->directives = p;
     }
     struct script_directive *d = &h->directives[h->n];
@@ -152,7 +152,7 @@ int script_header_parse(const char *text, size_t len, struct script_header *ret,
     long line = 0;
     int rc = 0;
     if (!text && len)
-        return errbuf_set(err, errlen, CLI_EINVAL, "script_header_parse: NULL text");
+        return errbuf_set(err, errlen, GPO_EINVAL, "script_header_parse: NULL text");
     for (size_t at = 0; at < len && rc == 0;) {
         const char *s = text + at, *nl = memchr(s, '\n', len - at);
         size_t n = nl ? (size_t)(nl - s) : len - at;
@@ -168,7 +168,7 @@ int script_header_parse(const char *text, size_t len, struct script_header *ret,
             long *late =
                 need_room(h.nlate) ? realloc(h.late, room_for(h.nlate) * sizeof(long)) : h.late;
             if (!late) {
-                rc = errbuf_set(err, errlen, CLI_ENOMEM, "out of memory");
+                rc = errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
                 continue;
             }
             h.late = late;

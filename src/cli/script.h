@@ -14,7 +14,7 @@
  * What the words mean is the caller's business (submit.h).
  *
  * Ownership: a struct script_header owns its arrays and words;
- * script_header_release frees them. Errors: 0 or CLI_EUSAGE / CLI_ENOMEM
+ * script_header_release frees them. Errors: 0 or GPO_EUSAGE / GPO_ENOMEM
  * (cli.h), with "line N: ..." in the caller's buffer.
  */
 #ifndef GPUORCH_CLI_SCRIPT_H
@@ -51,10 +51,10 @@ const char *script_prefix_name(enum script_prefix p);
 
 /*
  * Reads the directive block of text[0..len) (borrowed). 0 and *ret (release
- * with script_header_release); CLI_EUSAGE for a directive with an
+ * with script_header_release); GPO_EUSAGE for a directive with an
  * unterminated quote or more than SCRIPT_WORDS_MAX words, more than
  * SCRIPT_DIRECTIVES_MAX directives, or a NUL byte in a directive;
- * CLI_ENOMEM. On error *ret is untouched.
+ * GPO_ENOMEM. On error *ret is untouched.
  */
 int script_header_parse(const char *text, size_t len, struct script_header *ret, char *err,
                         size_t errlen);

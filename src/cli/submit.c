@@ -25,7 +25,7 @@
 #include "cli/script.h"
 #include "util/errbuf.h"
 #include "util/jsonv.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -57,14 +57,14 @@ struct submit_flag {
 static int put(struct build *b, const char *key, json_t *v, char *err, size_t errlen)
 {
     if (!v || json_object_set_new(b->body, key, v) != 0)
-        return errbuf_set(err, errlen, CLI_ENOMEM, "out of memory");
+        return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
     return 0;
 }
 
 static int bad_value(const struct submit_flag *f, const char *v, char *err, size_t errlen)
 {
     char q[JSONV_QUOTE_MAX + 4];
-    return errbuf_set(err, errlen, CLI_EUSAGE, "expected %s, got '%s'", f->expect,
+    return errbuf_set(err, errlen, GPO_EUSAGE, "expected %s, got '%s'", f->expect,
                       jsonv_quote(v, strlen(v), q));
 }
 
@@ -72,7 +72,7 @@ static int bad_value(const struct submit_flag *f, const char *v, char *err, size
 static int put_text(struct build *b, const char *key, const char *v, char *err, size_t errlen)
 {
     if (jsonv_check_utf8(v, strlen(v)) != 0)
-        return errbuf_set(err, errlen, CLI_EUSAGE, "not valid UTF-8");
+        return errbuf_set(err, errlen, GPO_EUSAGE, "not valid UTF-8");
     return put(b, key, json_string(v), err, errlen);
 }
 
@@ -149,13 +149,13 @@ static int set_gres(struct build *b, const struct submit_flag *f, const char *v,
 {
     char q[JSONV_QUOTE_MAX + 4];
     if (strchr(v, ','))
-        return errbuf_set(err, errlen, CLI_EUSAGE,
+        return errbuf_set(err, errlen, GPO_EUSAGE,
                           "one resource only (gpu:N or gpu:TYPE:N), got '%s'",
                           jsonv_quote(v, strlen(v), q));
     if (strcmp(v, "gpu") == 0)
         return put(b, "gpus", json_integer(1), err, errlen);
     if (strncmp(v, "gpu:", 4) != 0)
-        return errbuf_set(err, errlen, CLI_EUSAGE,
+        return errbuf_set(err, errlen, GPO_EUSAGE,
                           "only GPUs (gpu:N or gpu:TYPE:N) are supported, got '%s'",
                           jsonv_quote(v, strlen(v), q));
     const char *rest = v + 4;
@@ -213,14 +213,14 @@ static int set_workdir(struct build *b, const struct submit_flag *f, const char 
     if (!*v)
         return bad_value(f, v, err, errlen);
     if (v[0] != '/' && !b->env->cwd)
-        return errbuf_set(err, errlen, CLI_EUSAGE,
+        return errbuf_set(err, errlen, GPO_EUSAGE,
                           "'%s' is relative, and there is no current "
                           "directory to start from",
                           v);
     int n = v[0] == '/' ? snprintf(path, sizeof(path), "%s", v)
                         : snprintf(path, sizeof(path), "%s/%s", b->env->cwd, v);
     if (n < 0 || (size_t)n >= sizeof(path))
-        return errbuf_set(err, errlen, CLI_EUSAGE, "the path is too long");
+        return errbuf_set(err, errlen, GPO_EUSAGE, "the path is too long");
     return put_text(b, "workdir", path, err, errlen);
 }
 
@@ -250,7 +250,7 @@ static int set_key(struct build *b, const struct submit_flag *f, const char *v, 
         return bad_value(f, v, err, errlen);
     char *key = strdup(v);
     if (!key)
-        return errbuf_set(err, errlen, CLI_ENOMEM, "out of memory");
+        return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
     free(b->plan->idempotency_key);
     b->plan->idempotency_key = key;
     return 0;
@@ -339,7 +339,7 @@ int submit_args_parse(int argc, char **argv, struct submit_args *ret, char *err,
     struct submit_args a = {0};
     struct cli_getopt g = {.argc = argc, .argv = argv, .i = 1};
     if (!(a.pairs = calloc(argc > 0 ? (size_t)argc : 1, sizeof(*a.pairs))))
-        return errbuf_set(err, errlen, CLI_ENOMEM, "out of memory");
+        return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
     for (;;) {
         const void *e = NULL;
         const char *v = NULL;
@@ -347,7 +347,7 @@ int submit_args_parse(int argc, char **argv, struct submit_args *ret, char *err,
                                 errlen);
         if (k < 0) {
             free(a.pairs);
-            return CLI_EUSAGE;
+            return GPO_EUSAGE;
         }
         if (k == CLI_GETOPT_END)
             break;
@@ -391,10 +391,10 @@ __attribute__((format(printf, 2, 3))) static int warn(struct submit_plan *p, con
     va_end(ap);
     char **w = realloc(p->warnings, (p->nwarnings + 1) * sizeof(*w));
     if (!w)
-        return CLI_ENOMEM;
+        return GPO_ENOMEM;
     p->warnings = w;
     if (!(w[p->nwarnings] = strdup(line)))
-        return CLI_ENOMEM;
+        return GPO_ENOMEM;
     p->nwarnings++;
     return 0;
 }
@@ -405,7 +405,7 @@ static int apply(struct build *b, const struct submit_flag *f, const char *v, co
 {
     char msg[CLI_ERR_MAX], name[64];
     int rc = f->set(b, f, v, msg, sizeof(msg));
-    if (rc == CLI_ENOMEM)
+    if (rc == GPO_ENOMEM)
         return errbuf_set(err, errlen, rc, "out of memory");
     if (rc)
         return errbuf_set(err, errlen, rc, "%s%s: %s", where, flag_name(f, name, sizeof(name)),
@@ -427,7 +427,7 @@ static int warn_unknown(struct build *b, const struct script_directive *d, const
         const void *e;
         const char *v;
         if (cli_getopt_next(&g, flags, ARRAY_LEN(flags), sizeof(flags[0]), SUBMIT_WHERE_GPUORCH, &e,
-                            &v, NULL, 0) != CLI_EUNKNOWN)
+                            &v, NULL, 0) != GPO_ENOENT)
             return warn(b->plan,
                         "%s:%ld: '%s' is a gpuorch flag, not an sbatch one: write it "
                         "as '#GPUORCH %s' (ignored)",
@@ -452,7 +452,7 @@ static int apply_directive(struct build *b, const struct script_directive *d, co
                                 sizeof(msg));
         if (k == CLI_GETOPT_END)
             return 0;
-        if (k == CLI_EUNKNOWN) {
+        if (k == GPO_ENOENT) {
             const char *w = d->words[g.i - 1];
             rc = warn_unknown(b, d, script, w);
             /* Its value, if it has one as a separate word, goes with it. */
@@ -460,7 +460,7 @@ static int apply_directive(struct build *b, const struct script_directive *d, co
                 g.argv[g.i][0] != '-')
                 g.i++;
         } else if (k < 0) {
-            return errbuf_set(err, errlen, CLI_EUSAGE, "%s%s", where, msg);
+            return errbuf_set(err, errlen, GPO_EUSAGE, "%s%s", where, msg);
         } else if (k == CLI_GETOPT_ARG || k == CLI_GETOPT_DASHDASH) {
             const char *w = d->words[g.i - 1];
             rc = warn(b->plan, "%s:%ld: %s: unexpected word '%s' (ignored)", script, d->line,
@@ -468,7 +468,7 @@ static int apply_directive(struct build *b, const struct script_directive *d, co
         } else {
             rc = apply(b, e, v, where, err, errlen);
         }
-        if (rc == CLI_ENOMEM)
+        if (rc == GPO_ENOMEM)
             return errbuf_set(err, errlen, rc, "out of memory");
         if (rc)
             return rc;
@@ -483,7 +483,7 @@ static int apply_script(struct build *b, const char *text, size_t len, const cha
     char msg[CLI_ERR_MAX];
     int rc = script_header_parse(text, len, &h, msg, sizeof(msg));
     if (rc)
-        return rc == CLI_ENOMEM ? errbuf_set(err, errlen, rc, "out of memory")
+        return rc == GPO_ENOMEM ? errbuf_set(err, errlen, rc, "out of memory")
                                 : errbuf_set(err, errlen, rc, "%s: %s", script, msg);
     for (size_t k = 0; k < h.n && rc == 0; k++)
         rc = apply_directive(b, &h.directives[k], script, err, errlen);
@@ -493,7 +493,7 @@ static int apply_script(struct build *b, const char *text, size_t len, const cha
                   "does",
                   script, h.late[k], h.first_command);
     script_header_release(&h);
-    return rc == CLI_ENOMEM ? errbuf_set(err, errlen, rc, "out of memory") : rc;
+    return rc == GPO_ENOMEM ? errbuf_set(err, errlen, rc, "out of memory") : rc;
 }
 
 /* What runs: the script, the command after "--", or --wrap. */
@@ -503,27 +503,27 @@ static int put_program(struct build *b, const struct submit_args *a, const char 
     char q[JSONV_QUOTE_MAX + 4];
     int given = (a->script != NULL) + (a->command != NULL) + (b->wrap != NULL);
     if (given == 0)
-        return errbuf_set(err, errlen, CLI_EUSAGE,
+        return errbuf_set(err, errlen, GPO_EUSAGE,
                           "nothing to run: give a batch script, --wrap COMMAND or -- COMMAND "
                           "[ARGS...]");
     if (given > 1)
-        return errbuf_set(err, errlen, CLI_EUSAGE,
+        return errbuf_set(err, errlen, GPO_EUSAGE,
                           "give one of a batch script, --wrap COMMAND and -- COMMAND [ARGS...]");
     if (a->nscript_args)
-        return errbuf_set(err, errlen, CLI_EUSAGE,
+        return errbuf_set(err, errlen, GPO_EUSAGE,
                           "arguments after the script ('%s'...) are not supported: the job runs "
                           "its script without arguments (pass values with --export)",
                           jsonv_quote(a->script_args[0], strlen(a->script_args[0]), q));
     if (a->command) {
         if (a->ncommand == 0)
-            return errbuf_set(err, errlen, CLI_EUSAGE, "no command after '--'");
+            return errbuf_set(err, errlen, GPO_EUSAGE, "no command after '--'");
         json_t *argv = json_array();
         int rc = put(b, "command", argv, err, errlen);
         for (size_t k = 0; rc == 0 && k < a->ncommand; k++) {
             if (jsonv_check_utf8(a->command[k], strlen(a->command[k])) != 0)
-                rc = errbuf_set(err, errlen, CLI_EUSAGE, "the command's word %zu is not UTF-8", k);
+                rc = errbuf_set(err, errlen, GPO_EUSAGE, "the command's word %zu is not UTF-8", k);
             else if (json_array_append_new(argv, json_string(a->command[k])) != 0)
-                rc = errbuf_set(err, errlen, CLI_ENOMEM, "out of memory");
+                rc = errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
         }
         return rc;
     }
@@ -531,19 +531,19 @@ static int put_program(struct build *b, const struct submit_args *a, const char 
     if (b->wrap) {
         size_t n = strlen(b->wrap) + 16;
         if (!(wrapped = malloc(n)))
-            return errbuf_set(err, errlen, CLI_ENOMEM, "out of memory");
+            return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
         len = (size_t)snprintf(wrapped, n, "#!/bin/sh\n%s\n", b->wrap);
         text = wrapped;
         script = "--wrap";
     }
     int rc = 0;
     if (len == 0)
-        rc = errbuf_set(err, errlen, CLI_EUSAGE, "%s is empty", script);
+        rc = errbuf_set(err, errlen, GPO_EUSAGE, "%s is empty", script);
     else if (len > SUBMIT_SCRIPT_MAX)
-        rc = errbuf_set(err, errlen, CLI_EUSAGE, "%s is larger than %u bytes", script,
+        rc = errbuf_set(err, errlen, GPO_EUSAGE, "%s is larger than %u bytes", script,
                         SUBMIT_SCRIPT_MAX);
     else if (memchr(text, '\0', len) || jsonv_check_utf8(text, len) != 0)
-        rc = errbuf_set(err, errlen, CLI_EUSAGE, "%s is not UTF-8 text", script);
+        rc = errbuf_set(err, errlen, GPO_EUSAGE, "%s is not UTF-8 text", script);
     else
         rc = put(b, "script", json_stringn(text, len), err, errlen);
     free(wrapped);
@@ -562,7 +562,7 @@ static int finish(struct build *b, const struct submit_args *a, const char *text
     }
     if (rc == 0 && !json_object_get(b->body, "workdir") && b->env->cwd &&
         put_text(b, "workdir", b->env->cwd, err, errlen) != 0)
-        rc = errbuf_set(err, errlen, CLI_EUSAGE,
+        rc = errbuf_set(err, errlen, GPO_EUSAGE,
                         "the current directory is not UTF-8: give --chdir DIR");
     /* A relative -o or -e is relative to the job's working directory, as sbatch has it. */
     const char *wd = json_string_value(json_object_get(b->body, "workdir"));
@@ -574,7 +574,7 @@ static int finish(struct build *b, const struct submit_args *a, const char *text
         char path[PATH_MAX];
         int n = wd ? snprintf(path, sizeof(path), "%s/%s", wd, v) : -1;
         if (n < 0 || (size_t)n >= sizeof(path))
-            rc = errbuf_set(err, errlen, CLI_EUSAGE,
+            rc = errbuf_set(err, errlen, GPO_EUSAGE,
                             "--%s %s: relative, and no working directory to start from", key, v);
         else
             rc = put_text(b, key, path, err, errlen);
@@ -589,7 +589,7 @@ int submit_plan_build(const struct submit_args *a, const char *script, size_t le
     struct submit_plan plan = {0};
     struct build b = {.env = env, .gpu_mem_mib = -1, .plan = &plan};
     const char *name = script_name ? script_name : "script";
-    int rc = (plan.body = b.body = json_object()) ? 0 : CLI_ENOMEM;
+    int rc = (plan.body = b.body = json_object()) ? 0 : GPO_ENOMEM;
     if (rc)
         errbuf_set(err, errlen, rc, "out of memory");
     if (rc == 0 && a->script && script)
@@ -683,7 +683,7 @@ static int read_script(const char *path, char **ret, size_t *ret_len)
     int rc = cli_read_file(path, SUBMIT_SCRIPT_MAX, ret, ret_len, err, sizeof(err));
     if (rc)
         return cli_fail("submit", "script '%s': %s", path,
-                        rc == CLI_ENOMEM ? "out of memory" : err);
+                        rc == GPO_ENOMEM ? "out of memory" : err);
     return 0;
 }
 
@@ -698,7 +698,7 @@ static int submit_run(struct submit_args *a, const struct submit_plan *plan)
         rc = cli_usage_error("submit", "--idempotency-key: expected 1-255 printable characters");
     if (rc == 0 &&
         (rc = cli_call(&c, "POST", "/v1/jobs", plan->body, NULL, &job, err, sizeof(err))) != 0)
-        rc = cli_fail("submit", "%s", rc == CLI_ENOMEM ? "out of memory" : err);
+        rc = cli_fail("submit", "%s", rc == GPO_ENOMEM ? "out of memory" : err);
     cli_disconnect(&c);
     if (rc)
         return rc;
@@ -722,7 +722,7 @@ int submit_command(int argc, char **argv)
     size_t len = 0;
     int rc = submit_args_parse(argc, argv, &a, err, sizeof(err));
     if (rc)
-        return rc == CLI_ENOMEM
+        return rc == GPO_ENOMEM
                    ? cli_fail("submit", "out of memory")
                    : cli_usage_error("submit", "%s (see 'gpuorch submit --help')", err);
     if (a.co.help) {
@@ -740,7 +740,7 @@ int submit_command(int argc, char **argv)
     free(text);
     if (rc) {
         submit_args_release(&a);
-        return rc == CLI_ENOMEM ? cli_fail("submit", "out of memory")
+        return rc == GPO_ENOMEM ? cli_fail("submit", "out of memory")
                                 : cli_usage_error("submit", "%s", err);
     }
     for (size_t k = 0; k < plan.nwarnings; k++)

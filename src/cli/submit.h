@@ -21,8 +21,8 @@
  * command line but the connection flags, --idempotency-key and --wrap.
  *
  * Ownership: struct submit_args borrows argv; struct submit_plan owns its
- * body, key and warnings (submit_plan_release). Errors: 0 or CLI_EUSAGE /
- * CLI_ENOMEM (cli.h) with one line in the caller's buffer.
+ * body, key and warnings (submit_plan_release). Errors: 0 or GPO_EUSAGE /
+ * GPO_ENOMEM (cli.h) with one line in the caller's buffer.
  */
 #ifndef GPUORCH_CLI_SUBMIT_H
 #define GPUORCH_CLI_SUBMIT_H
@@ -70,8 +70,8 @@ struct submit_args {
 };
 
 /* Reads argv (argv[0] is "submit"). 0 and *ret (release with
- * submit_args_release); CLI_EUSAGE (an unknown flag, a value missing);
- * CLI_ENOMEM. */
+ * submit_args_release); GPO_EUSAGE (an unknown flag, a value missing);
+ * GPO_ENOMEM. */
 int submit_args_parse(int argc, char **argv, struct submit_args *ret, char *err, size_t errlen);
 void submit_args_release(struct submit_args *a);
 
@@ -92,8 +92,8 @@ struct submit_plan {
 /*
  * Builds the submission from `a` and the script text (len bytes, named
  * script_name in messages; NULL when a->script is NULL). 0 and *ret (release
- * with submit_plan_release); CLI_EUSAGE with the flag (and the script's
- * file and line) named; CLI_ENOMEM.
+ * with submit_plan_release); GPO_EUSAGE with the flag (and the script's
+ * file and line) named; GPO_ENOMEM.
  */
 int submit_plan_build(const struct submit_args *a, const char *script, size_t len,
                       const char *script_name, const struct submit_env *env,

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "util/banned.h"
+#include "base/banned.h"
 
 struct table {
     size_t ncols;
@@ -59,7 +59,7 @@ int table_add(struct table *t, const char *const *cells)
         size_t cap = t->cap ? t->cap * 2 : 16;
         char **p = realloc(t->cells, cap * t->ncols * sizeof(*p));
         if (!p)
-            return TABLE_ENOMEM;
+            return GPO_ENOMEM;
         t->cells = p;
         t->cap = cap;
     }
@@ -68,7 +68,7 @@ int table_add(struct table *t, const char *const *cells)
         if (!(row[k] = cell_copy(cells[k]))) {
             while (k-- > 0)
                 free(row[k]);
-            return TABLE_ENOMEM;
+            return GPO_ENOMEM;
         }
     }
     t->nrows++;

@@ -11,11 +11,7 @@
 
 #include <stddef.h>
 #include <stdio.h>
-
-enum table_err {
-    TABLE_OK = 0,
-    TABLE_ENOMEM = -2, /* the value of CLI_ENOMEM (cli.h) */
-};
+#include "base/err.h"
 
 struct table;
 
@@ -23,7 +19,7 @@ struct table;
  * NULL when out of memory. Free with table_free (NULL is fine). */
 struct table *table_new(size_t ncols, const char *const *headers);
 void table_free(struct table *t);
-/* Adds one row of ncols cells (copied; NULL shows as "-"). 0 or TABLE_ENOMEM. */
+/* Adds one row of ncols cells (copied; NULL shows as "-"). 0 or GPO_ENOMEM. */
 int table_add(struct table *t, const char *const *cells);
 /* Prints the header and the rows; columns are two spaces apart, widths in
  * characters (UTF-8). */

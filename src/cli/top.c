@@ -19,7 +19,7 @@
 
 #include "cli/cli.h"
 #include "cli/topview.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -141,7 +141,7 @@ static int term_enter(struct term *t)
         t->saved_ok = tcsetattr(STDIN_FILENO, TCSANOW, &raw) == 0;
         t->keys = t->saved_ok;
     }
-    return write_all(STDOUT_FILENO, SCREEN_ENTER, strlen(SCREEN_ENTER)) ? 0 : CLI_EIO;
+    return write_all(STDOUT_FILENO, SCREEN_ENTER, strlen(SCREEN_ENTER)) ? 0 : GPO_EIO;
 }
 
 static void term_leave(struct term *t)
@@ -183,7 +183,7 @@ static int draw(struct live *L)
     size_t len = 0;
     int rc = top_render(L->view, &scr, &text, &len);
     if (rc == 0 && !write_all(STDOUT_FILENO, text, len))
-        rc = CLI_EIO;
+        rc = GPO_EIO;
     free(text);
     return rc;
 }
@@ -194,7 +194,7 @@ static int refresh(struct live *L)
     struct top_snapshot s;
     char err[CLI_ERR_MAX];
     int rc = top_snapshot_fetch(L->c, &s, err, sizeof(err));
-    if (rc == CLI_ENOMEM)
+    if (rc == GPO_ENOMEM)
         return rc;
     if (rc) {
         snprintf(L->status, sizeof(L->status), "refresh failed: %s (retrying)", err);
@@ -203,7 +203,7 @@ static int refresh(struct live *L)
     json_t *view = top_view_build(&s);
     if (!view) {
         top_snapshot_release(&s);
-        return CLI_ENOMEM;
+        return GPO_ENOMEM;
     }
     top_snapshot_release(&L->snap);
     json_decref(L->view);
@@ -234,7 +234,7 @@ static bool keys(struct live *L, bool *ret_redraw)
 }
 
 /* Redraws every interval_ms until q or a signal; L->snap holds the first
- * snapshot. 0 (quit), or CLI_ENOMEM / CLI_EIO (the terminal went away). */
+ * snapshot. 0 (quit), or GPO_ENOMEM / GPO_EIO (the terminal went away). */
 static int live_loop(struct live *L, int64_t interval_ms)
 {
     int64_t next = mono_ms() + interval_ms;
@@ -354,7 +354,7 @@ int top_command(int argc, char **argv)
         term_leave(&L.term);
         sig = got_stop;
         if (rc)
-            rc = cli_fail("top", "%s", rc == CLI_ENOMEM ? "out of memory" : "the terminal is gone");
+            rc = cli_fail("top", "%s", rc == GPO_ENOMEM ? "out of memory" : "the terminal is gone");
     }
     json_decref(L.view);
     top_snapshot_release(&L.snap);

@@ -13,7 +13,7 @@
 
 #include "cli/table.h"
 #include "util/timefmt.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -41,7 +41,7 @@ int top_sort_parse(const char *name, enum top_sort *ret)
             *ret = (enum top_sort)k;
             return 0;
         }
-    return CLI_EUSAGE;
+    return GPO_EUSAGE;
 }
 
 /* ---- the snapshot ------------------------------------------------------- */
@@ -60,10 +60,10 @@ int top_snapshot_fetch(struct cli *c, struct top_snapshot *ret, char *err, size_
 {
     struct top_snapshot s = {.jobs = json_array()};
     json_t *body = NULL;
-    int rc = s.jobs ? cli_call(c, "GET", "/v1/nodes", NULL, NULL, &body, err, errlen) : CLI_ENOMEM;
+    int rc = s.jobs ? cli_call(c, "GET", "/v1/nodes", NULL, NULL, &body, err, errlen) : GPO_ENOMEM;
     if (rc == 0) {
         s.nodes = json_incref(json_object_get(body, "nodes"));
-        rc = s.nodes ? 0 : CLI_ENOMEM;
+        rc = s.nodes ? 0 : GPO_ENOMEM;
     }
     json_decref(body);
     if (rc == 0)
@@ -73,12 +73,12 @@ int top_snapshot_fetch(struct cli *c, struct top_snapshot *ret, char *err, size_
         char ignored[CLI_ERR_MAX];
         int r =
             cli_call(c, "GET", "/v1/cost?by=team", NULL, NULL, &s.cost, ignored, sizeof(ignored));
-        rc = r == CLI_ENOMEM ? r : 0;
+        rc = r == GPO_ENOMEM ? r : 0;
         if (r)
             s.cost = NULL;
     }
     if (rc) {
-        if (rc == CLI_ENOMEM)
+        if (rc == GPO_ENOMEM)
             snprintf(err, errlen, "out of memory");
         top_snapshot_release(&s);
         return rc;
@@ -675,7 +675,7 @@ static void add_jobs(struct lines *L, const json_t *view, const struct top_scree
     char *text = NULL;
     size_t len = 0;
     FILE *mem = order && t ? open_memstream(&text, &len) : NULL;
-    int rc = mem ? 0 : CLI_ENOMEM;
+    int rc = mem ? 0 : GPO_ENOMEM;
     for (size_t k = 0; order && k < n; k++)
         order[k] = json_array_get(jobs, k);
     enum top_sort sort = scr->sort;
@@ -686,7 +686,7 @@ static void add_jobs(struct lines *L, const json_t *view, const struct top_scree
     if (rc == 0)
         table_print(t, mem);
     if (mem && fclose(mem) != 0)
-        rc = CLI_ENOMEM;
+        rc = GPO_ENOMEM;
     for (char *p = text, *end; rc == 0 && p && *p; p = end + 1) {
         end = strchr(p, '\n');
         if (!end)
@@ -728,7 +728,7 @@ static int compose(const struct lines *L, const struct top_screen *scr, char **r
     size_t len = 0;
     FILE *out = open_memstream(&text, &len);
     if (!out)
-        return CLI_ENOMEM;
+        return GPO_ENOMEM;
     size_t shown = L->n, rows = scr->rows;
     bool cut = rows && L->n > rows;
     if (cut)
@@ -753,7 +753,7 @@ static int compose(const struct lines *L, const struct top_screen *scr, char **r
         fputs("\x1b[J", out);
     if (fclose(out) != 0) {
         free(text);
-        return CLI_ENOMEM;
+        return GPO_ENOMEM;
     }
     *ret = text;
     *ret_len = len;
@@ -799,7 +799,7 @@ int top_render(const json_t *view, const struct top_screen *scr, char **ret, siz
     take(&all, &gpus, gpu_room);
     take(&all, &jobs, job_room);
     bool oom = head.oom || gpus.oom || jobs.oom || all.oom;
-    int rc = oom ? CLI_ENOMEM : compose(&all, scr, ret, ret_len);
+    int rc = oom ? GPO_ENOMEM : compose(&all, scr, ret, ret_len);
     lines_release(&head);
     lines_release(&gpus);
     lines_release(&jobs);

@@ -33,7 +33,7 @@ enum top_sort {
 
 /* The key's name ("util"); "?" for a value out of range. */
 const char *top_sort_name(enum top_sort s);
-/* The key named `name`: 0 and *ret, or CLI_EUSAGE. */
+/* The key named `name`: 0 and *ret, or GPO_EUSAGE. */
 int top_sort_parse(const char *name, enum top_sort *ret);
 
 /* What the API answered at one moment; every member owned (json_decref). */
@@ -89,7 +89,7 @@ struct top_screen {
 /*
  * The text of one screen of `view` (borrowed, as top_view_build makes it)
  * into a new NUL-terminated buffer (caller frees): 0 with *ret and *ret_len,
- * or CLI_ENOMEM. Plain: lines ending in '\n', no byte below 0x20 but '\n'.
+ * or GPO_ENOMEM. Plain: lines ending in '\n', no byte below 0x20 but '\n'.
  * Lines are cut to cols characters and the screen to rows lines (the last
  * one then says how many were left out). ANSI: begins with ESC[H, each line
  * ends with ESC[K, the frame with ESC[J, and no newline after the last line

@@ -2,11 +2,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/err.h"
+#include "base/err.h"
 #include "core/admit.h"
 #include "core/evict.h"
-#include "core/vec.h"
-#include "util/banned.h"
+#include "base/vec.h"
+#include "base/banned.h"
 
 static int record_start(struct pass *p, uint32_t i)
 {

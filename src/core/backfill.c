@@ -3,10 +3,10 @@
 #include <string.h>
 
 #include "core/backfill.h"
-#include "core/err.h"
-#include "core/sort.h"
-#include "core/vec.h"
-#include "util/banned.h"
+#include "base/err.h"
+#include "base/sort.h"
+#include "base/vec.h"
+#include "base/banned.h"
 
 static bool release_before(const struct backfill_release *x, const struct backfill_release *y)
 {

@@ -2,10 +2,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/err.h"
+#include "base/err.h"
 #include "core/evict.h"
-#include "core/vec.h"
-#include "util/banned.h"
+#include "base/vec.h"
+#include "base/banned.h"
 
 /* What may be evicted for one pending job, worked out once per job. */
 struct victim_rule {

@@ -1,9 +1,9 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "core/err.h"
+#include "base/err.h"
 #include "core/explain.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 static const struct {
     int final;

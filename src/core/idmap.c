@@ -3,9 +3,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/err.h"
+#include "base/err.h"
 #include "core/idmap.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 struct idmap_slot {
     uint64_t id;

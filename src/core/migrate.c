@@ -3,11 +3,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/err.h"
+#include "base/err.h"
 #include "core/evict.h"
 #include "core/migrate.h"
 #include "core/preempt.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 /* Moves made for one job: never more jobs than a claim records. */
 #define MAX_MOVES SCHED_CLAIM_VICTIMS

@@ -1,9 +1,9 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "core/err.h"
+#include "base/err.h"
 #include "core/model.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 #define HOUR_MS (3600LL * 1000)
 
@@ -137,7 +137,7 @@ int sched_cluster_check(const struct sched_cluster *c, const char **ret_what)
     if (c->nnodes > SCHED_MAX_NODES || c->ngpus > SCHED_MAX_NODES * 8u ||
         c->npools > SCHED_MAX_POOLS || c->ngpu_types > SCHED_MAX_GPU_TYPES ||
         c->nteams > SCHED_MAX_TEAMS || c->nclasses > SCHED_MAX_CLASSES)
-        return bad(ret_what, "cluster: a count is over its limit", GPO_ELIMIT);
+        return bad(ret_what, "cluster: a count is over its limit", GPO_E2BIG);
     if ((c->nnodes && !c->nodes) || (c->ngpus && !c->gpus) || (c->npools && !c->pools) ||
         (c->ngpu_types && !c->gpu_types) || (c->nteams && !c->teams) ||
         (c->nclasses && !c->classes))
@@ -150,7 +150,7 @@ int sched_cluster_check(const struct sched_cluster *c, const char **ret_what)
         if ((unsigned)node->state > SCHED_NODE_DOWN)
             return bad(ret_what, "node: state", GPO_EINVAL);
         if (node->ngpus > SCHED_MAX_GPUS_PER_NODE)
-            return bad(ret_what, "node: more GPUs than SCHED_MAX_GPUS_PER_NODE", GPO_ELIMIT);
+            return bad(ret_what, "node: more GPUs than SCHED_MAX_GPUS_PER_NODE", GPO_E2BIG);
         /* GPU ranges are laid out in node order and never overlap. */
         if (node->ngpus && (node->gpu_first < next_gpu || node->gpu_first > c->ngpus ||
                             node->ngpus > c->ngpus - node->gpu_first))
@@ -194,12 +194,12 @@ int sched_cluster_check(const struct sched_cluster *c, const char **ret_what)
 #define FIND(array, count)                                                                         \
     do {                                                                                           \
         if (!c || !name)                                                                           \
-            return GPO_ENOTFOUND;                                                                  \
+            return GPO_ENOENT;                                                                     \
         for (uint32_t i = 0; i < (count); i++) {                                                   \
             if ((array)[i].name && strcmp((array)[i].name, name) == 0)                             \
                 return i;                                                                          \
         }                                                                                          \
-        return GPO_ENOTFOUND;                                                                      \
+        return GPO_ENOENT;                                                                         \
     } while (0)
 
 int64_t model_pool_find(const struct sched_cluster *c, const char *name)

@@ -269,13 +269,13 @@ int sched_policy_check(const struct sched_policy *policy, const char **ret_field
 /*
  * Checks the cluster is consistent: every index in range, GPU ranges inside
  * the GPU array and not shared between nodes, counts under the SCHED_MAX_*
- * limits, weights >= 1, quotas non-negative. 0 or GPO_EINVAL / GPO_ELIMIT;
+ * limits, weights >= 1, quotas non-negative. 0 or GPO_EINVAL / GPO_E2BIG;
  * *ret_what (may be NULL) names the first problem ("node 3: gpu range").
  */
 int sched_cluster_check(const struct sched_cluster *cluster, const char **ret_what);
 
 /* Index of the pool, GPU type, team or class with this name, or
- * GPO_ENOTFOUND (negative). Linear: for configuration time, not passes. */
+ * GPO_ENOENT (negative). Linear: for configuration time, not passes. */
 int64_t model_pool_find(const struct sched_cluster *cluster, const char *name);
 int64_t model_gpu_type_find(const struct sched_cluster *cluster, const char *name);
 int64_t model_team_find(const struct sched_cluster *cluster, const char *name);

@@ -3,10 +3,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/err.h"
+#include "base/err.h"
 #include "core/order.h"
-#include "core/sort.h"
-#include "util/banned.h"
+#include "base/sort.h"
+#include "base/banned.h"
 
 /* A candidate's place within its team and class. */
 struct order_key {

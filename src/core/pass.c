@@ -2,10 +2,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/err.h"
+#include "base/err.h"
 #include "core/pass.h"
-#include "core/vec.h"
-#include "util/banned.h"
+#include "base/vec.h"
+#include "base/banned.h"
 
 /* The result's arena: chunks never move, so pointers into them hold. */
 struct sched_arena_chunk {

@@ -1,10 +1,10 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "core/err.h"
+#include "base/err.h"
 #include "core/preempt.h"
-#include "core/sort.h"
-#include "util/banned.h"
+#include "base/sort.h"
+#include "base/banned.h"
 
 int64_t preempt_lost_gpu_ms(const struct sched_running *run, int64_t now_ms)
 {

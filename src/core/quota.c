@@ -1,9 +1,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "core/err.h"
+#include "base/err.h"
 #include "core/quota.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 int quota_init(struct quota *q, const struct sched_cluster *c, const struct view *view)
 {

@@ -4,7 +4,7 @@
 
 #include "core/admit.h"
 #include "core/backfill.h"
-#include "core/err.h"
+#include "base/err.h"
 #include "core/evict.h"
 #include "core/idmap.h"
 #include "core/migrate.h"
@@ -14,11 +14,11 @@
 #include "core/quota.h"
 #include "core/sched.h"
 #include "core/shape.h"
-#include "core/sort.h"
+#include "base/sort.h"
 #include "core/state.h"
-#include "core/vec.h"
+#include "base/vec.h"
 #include "core/view.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 /* ---- result and its arena (chunks never move, so pointers into them hold) ---- */
 
@@ -512,7 +512,7 @@ static int check_args(const struct sched_cluster *c, const struct sched_queue *q
     if ((q->njobs && !q->jobs) || (run->njobs && !run->jobs))
         return GPO_EINVAL;
     if (q->njobs > SCHED_MAX_JOBS || run->njobs > SCHED_MAX_JOBS)
-        return GPO_ELIMIT;
+        return GPO_E2BIG;
     if (now < 0 || now < st->last_pass_ms)
         return GPO_EINVAL;
     if (sched_policy_check(pol, NULL) || sched_cluster_check(c, NULL))

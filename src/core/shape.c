@@ -2,11 +2,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/err.h"
+#include "base/err.h"
 #include "core/evict.h"
 #include "core/shape.h"
-#include "core/vec.h"
-#include "util/banned.h"
+#include "base/vec.h"
+#include "base/banned.h"
 
 static uint64_t pair(uint32_t lo, uint32_t hi)
 {

@@ -3,10 +3,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/err.h"
+#include "base/err.h"
 #include "core/state.h"
-#include "core/vec.h"
-#include "util/banned.h"
+#include "base/vec.h"
+#include "base/banned.h"
 
 void sched_state_init(struct sched_state *state)
 {

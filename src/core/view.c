@@ -2,9 +2,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/err.h"
+#include "base/err.h"
 #include "core/view.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 static uint32_t node_type_slot(const struct sched_cluster *c, const struct sched_node *n)
 {

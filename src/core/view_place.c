@@ -7,9 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/err.h"
+#include "base/err.h"
 #include "core/view.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 struct ctx {
     struct view *view;

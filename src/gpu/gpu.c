@@ -10,25 +10,11 @@
 
 #include "gpu/gpu.h"
 #include "util/errbuf.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 #define MAX_WORDS    16 /* words of a product name looked at; the rest are ignored */
 #define MAX_WORD     32 /* longer words are cut: no product name has one */
-
-const char *gpu_strerror(int err)
-{
-    switch (err) {
-    case GPU_OK:
-        return "success";
-#define GPU_ERR_CASE(name, value, text)                                                            \
-    case GPU_##name:                                                                               \
-        return text;
-        GPU_ERRNO_MAP(GPU_ERR_CASE)
-#undef GPU_ERR_CASE
-    }
-    return "unknown error";
-}
 
 void gpu_sample_release(struct gpu_sample *s)
 {
@@ -58,9 +44,9 @@ static int check_index(const struct gpu_backend *b, unsigned index, const void *
                        size_t errlen)
 {
     if (!b || !ret)
-        return errbuf_set(err, errlen, GPU_EINVAL, "gpu: NULL backend or result");
+        return errbuf_set(err, errlen, GPO_EINVAL, "gpu: NULL backend or result");
     if (index >= b->count)
-        return errbuf_set(err, errlen, GPU_ENOTFOUND, "gpu: no GPU %u (this node has %u)", index,
+        return errbuf_set(err, errlen, GPO_ENOENT, "gpu: no GPU %u (this node has %u)", index,
                           b->count);
     return 0;
 }
@@ -139,7 +125,7 @@ static bool is_kept(char c)
 int gpu_type_from_name(const char *name, int64_t memory_mib, char *buf, size_t len)
 {
     if (!name || !buf)
-        return GPU_EINVAL;
+        return GPO_EINVAL;
     char model[GPU_TYPE_MAX * 2] = "";
     size_t mlen = 0;
     int64_t gb = -1;
@@ -166,7 +152,7 @@ int gpu_type_from_name(const char *name, int64_t memory_mib, char *buf, size_t l
         }
         int n = snprintf(model + mlen, sizeof(model) - mlen, "%s%s", mlen ? "-" : "", w);
         if (n < 0 || (size_t)n >= sizeof(model) - mlen)
-            return GPU_ENOSPC;
+            return GPO_ENOBUFS;
         mlen += (size_t)n;
     }
     if (gb < 0 && memory_mib > 0)
@@ -177,7 +163,7 @@ int gpu_type_from_name(const char *name, int64_t memory_mib, char *buf, size_t l
     int n = gb >= 0 ? snprintf(out, sizeof(out), "%s-%lldGB", m, (long long)gb)
                     : snprintf(out, sizeof(out), "%s", m);
     if (n < 0 || (size_t)n >= sizeof(out) || (size_t)n >= len)
-        return GPU_ENOSPC;
+        return GPO_ENOBUFS;
     memcpy(buf, out, (size_t)n + 1);
     return 0;
 }

@@ -19,7 +19,7 @@
  * module's own table), and write a one-line message into the caller's `err`
  * buffer (errlen bytes, may be NULL/0) that names the failing call and, for
  * NVML, quotes nvmlErrorString. Out-parameters are set only on success. Out
- * of memory: GPU_ENOMEM, inputs unchanged. Nothing here logs or exits.
+ * of memory: GPO_ENOMEM, inputs unchanged. Nothing here logs or exits.
  *
  * Threads: NVML is thread-safe, and a backend's own state is read-only
  * after open, so gpu_count, gpu_info and gpu_sample may be called on one
@@ -32,30 +32,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-
-#define GPU_ERRNO_MAP(X)                                                                           \
-    X(EINVAL, -1, "invalid argument")                                                              \
-    X(ENOMEM, -2, "out of memory")                                                                 \
-    X(ENOLIB, -3, "GPU management library not found")                                              \
-    X(ESYMBOL, -4, "GPU management library lacks a needed function")                               \
-    X(ENODRIVER, -5, "GPU driver not loaded or of another version")                                \
-    X(ENOTFOUND, -6, "no such GPU")                                                                \
-    X(ENOTSUP, -7, "not supported by this GPU")                                                    \
-    X(EPERM, -8, "permission denied")                                                              \
-    X(ELOST, -9, "GPU is lost or needs a reset")                                                   \
-    X(ELIMIT, -10, "over a size limit")                                                            \
-    X(ENOSPC, -11, "buffer too small")                                                             \
-    X(EIO, -12, "GPU management library error")
-
-enum gpu_err {
-    GPU_OK = 0,
-#define GPU_ERR_ENUM(name, value, text) GPU_##name = (value),
-    GPU_ERRNO_MAP(GPU_ERR_ENUM)
-#undef GPU_ERR_ENUM
-};
-
-/* Returns a static, never NULL, message for a code (unknown codes included). */
-const char *gpu_strerror(int err);
+#include "base/err.h"
 
 /* Buffer sizes, NUL included. UUID and name match NVML's V2 buffer sizes, so
  * nothing NVML returns is ever cut. */
@@ -63,7 +40,7 @@ const char *gpu_strerror(int err);
 #define GPU_NAME_MAX       96
 #define GPU_TYPE_MAX       128 /* holds the type of any name NVML returns */
 #define GPU_PCI_BUS_ID_MAX 32
-/* Caps: a node with more GPUs fails to open (GPU_ELIMIT); a GPU with more
+/* Caps: a node with more GPUs fails to open (GPO_E2BIG); a GPU with more
  * processes fails to sample. Both are far above any real machine. */
 #define GPU_MAX_DEVICES 64
 #define GPU_MAX_PROCS   4096
@@ -122,12 +99,12 @@ struct gpu_backend;
  * the GPUs and works out their NVLink peers. `lib_path` is borrowed.
  *
  * On success *ret is a backend the caller frees with gpu_backend_close.
- * Errors: GPU_ENOLIB when the library cannot be loaded, with dlerror's text
+ * Errors: GPO_ELIBACC when the library cannot be loaded, with dlerror's text
  * ("libnvidia-ml.so.1: cannot open shared object file: No such file or
- * directory (no NVIDIA driver?)"); GPU_ESYMBOL naming the first missing
+ * directory (no NVIDIA driver?)"); GPO_ELIBBAD naming the first missing
  * symbol (a driver older than the API this file uses); the mapped code of a
- * failing NVML call, e.g. GPU_ENODRIVER from nvmlInit_v2; GPU_ELIMIT for more
- * than GPU_MAX_DEVICES GPUs; GPU_ENOMEM; GPU_EINVAL for a NULL ret.
+ * failing NVML call, e.g. GPO_ENODRIVER from nvmlInit_v2; GPO_E2BIG for more
+ * than GPU_MAX_DEVICES GPUs; GPO_ENOMEM; GPO_EINVAL for a NULL ret.
  */
 int gpu_backend_open(const char *lib_path, struct gpu_backend **ret, char *err, size_t errlen);
 
@@ -143,8 +120,8 @@ const char *gpu_backend_name(const struct gpu_backend *b);
 /*
  * Describes GPU `index` into *ret. MIG mode is read on every call (it changes
  * with a GPU reset); the topology is the one found at open. Errors:
- * GPU_ENOTFOUND for an index >= gpu_count; the mapped code of a failing
- * NVML call (GPU_ELOST when the GPU fell off the bus); GPU_EINVAL.
+ * GPO_ENOENT for an index >= gpu_count; the mapped code of a failing
+ * NVML call (GPO_EGPULOST when the GPU fell off the bus); GPO_EINVAL.
  */
 int gpu_info(const struct gpu_backend *b, unsigned index, struct gpu_info *ret, char *err,
              size_t errlen);
@@ -154,8 +131,8 @@ int gpu_info(const struct gpu_backend *b, unsigned index, struct gpu_info *ret, 
  * gpu_sample_release. A figure the GPU does not report is GPU_UNKNOWN, not
  * an error. The process list is read with NVML's size protocol (ask for the
  * count, then fetch with room to spare, again if the count grew meanwhile).
- * Errors: GPU_ENOTFOUND, GPU_ELIMIT (over GPU_MAX_PROCS processes), the
- * mapped code of a failing NVML call, GPU_ENOMEM, GPU_EINVAL.
+ * Errors: GPO_ENOENT, GPO_E2BIG (over GPU_MAX_PROCS processes), the
+ * mapped code of a failing NVML call, GPO_ENOMEM, GPO_EINVAL.
  */
 int gpu_sample(const struct gpu_backend *b, unsigned index, struct gpu_sample *ret, char *err,
                size_t errlen);
@@ -180,8 +157,8 @@ int gpu_sample(const struct gpu_backend *b, unsigned index, struct gpu_sample *r
  * Examples: "NVIDIA H100 80GB HBM3" -> "H100-80GB"; "NVIDIA A100-SXM4-40GB"
  * -> "A100-40GB"; "Tesla V100-SXM2-16GB" -> "V100-16GB"; "NVIDIA H200" with
  * 143771 MiB -> "H200-141GB"; "NVIDIA L4" with 23034 MiB -> "L4-24GB".
- * Writes the NUL-terminated result into buf. Returns 0; GPU_ENOSPC when it
- * does not fit in len bytes (buf is then untouched); GPU_EINVAL for NULL.
+ * Writes the NUL-terminated result into buf. Returns 0; GPO_ENOBUFS when it
+ * does not fit in len bytes (buf is then untouched); GPO_EINVAL for NULL.
  * `name` is borrowed.
  */
 int gpu_type_from_name(const char *name, int64_t memory_mib, char *buf, size_t len);

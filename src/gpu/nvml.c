@@ -41,7 +41,7 @@
 
 #include "gpu/gpu.h"
 #include "util/errbuf.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 #define NVML_DEFAULT_LIB "libnvidia-ml.so.1"
 #define PROC_ATTEMPTS    5 /* tries to read a process list that keeps growing */
@@ -59,38 +59,38 @@
 
 /* nvmlReturn_t, every documented value, and the code each maps to here. */
 #define NVML_RETURN_MAP(X)                                                                         \
-    X(NVML_SUCCESS, 0, GPU_OK)                                                                     \
-    X(NVML_ERROR_UNINITIALIZED, 1, GPU_EIO)                                                        \
-    X(NVML_ERROR_INVALID_ARGUMENT, 2, GPU_EINVAL)                                                  \
-    X(NVML_ERROR_NOT_SUPPORTED, 3, GPU_ENOTSUP)                                                    \
-    X(NVML_ERROR_NO_PERMISSION, 4, GPU_EPERM)                                                      \
-    X(NVML_ERROR_ALREADY_INITIALIZED, 5, GPU_EIO)                                                  \
-    X(NVML_ERROR_NOT_FOUND, 6, GPU_ENOTFOUND)                                                      \
-    X(NVML_ERROR_INSUFFICIENT_SIZE, 7, GPU_ENOSPC)                                                 \
-    X(NVML_ERROR_INSUFFICIENT_POWER, 8, GPU_EIO)                                                   \
-    X(NVML_ERROR_DRIVER_NOT_LOADED, 9, GPU_ENODRIVER)                                              \
-    X(NVML_ERROR_TIMEOUT, 10, GPU_EIO)                                                             \
-    X(NVML_ERROR_IRQ_ISSUE, 11, GPU_EIO)                                                           \
-    X(NVML_ERROR_LIBRARY_NOT_FOUND, 12, GPU_ENOLIB)                                                \
-    X(NVML_ERROR_FUNCTION_NOT_FOUND, 13, GPU_ESYMBOL)                                              \
-    X(NVML_ERROR_CORRUPTED_INFOROM, 14, GPU_EIO)                                                   \
-    X(NVML_ERROR_GPU_IS_LOST, 15, GPU_ELOST)                                                       \
-    X(NVML_ERROR_RESET_REQUIRED, 16, GPU_ELOST)                                                    \
-    X(NVML_ERROR_OPERATING_SYSTEM, 17, GPU_EIO)                                                    \
-    X(NVML_ERROR_LIB_RM_VERSION_MISMATCH, 18, GPU_ENODRIVER)                                       \
-    X(NVML_ERROR_IN_USE, 19, GPU_EIO)                                                              \
-    X(NVML_ERROR_MEMORY, 20, GPU_ENOMEM)                                                           \
-    X(NVML_ERROR_NO_DATA, 21, GPU_EIO)                                                             \
-    X(NVML_ERROR_VGPU_ECC_NOT_SUPPORTED, 22, GPU_ENOTSUP)                                          \
-    X(NVML_ERROR_INSUFFICIENT_RESOURCES, 23, GPU_EIO)                                              \
-    X(NVML_ERROR_FREQ_NOT_SUPPORTED, 24, GPU_ENOTSUP)                                              \
-    X(NVML_ERROR_ARGUMENT_VERSION_MISMATCH, 25, GPU_ENODRIVER)                                     \
-    X(NVML_ERROR_DEPRECATED, 26, GPU_ENOTSUP)                                                      \
-    X(NVML_ERROR_NOT_READY, 27, GPU_EIO)                                                           \
-    X(NVML_ERROR_GPU_NOT_FOUND, 28, GPU_ENOTFOUND)                                                 \
-    X(NVML_ERROR_INVALID_STATE, 29, GPU_EIO)                                                       \
-    X(NVML_ERROR_RESET_TYPE_NOT_SUPPORTED, 30, GPU_ENOTSUP)                                        \
-    X(NVML_ERROR_UNKNOWN, 999, GPU_EIO)
+    X(NVML_SUCCESS, 0, GPO_OK)                                                                     \
+    X(NVML_ERROR_UNINITIALIZED, 1, GPO_EIO)                                                        \
+    X(NVML_ERROR_INVALID_ARGUMENT, 2, GPO_EINVAL)                                                  \
+    X(NVML_ERROR_NOT_SUPPORTED, 3, GPO_ENOTSUP)                                                    \
+    X(NVML_ERROR_NO_PERMISSION, 4, GPO_EPERM)                                                      \
+    X(NVML_ERROR_ALREADY_INITIALIZED, 5, GPO_EIO)                                                  \
+    X(NVML_ERROR_NOT_FOUND, 6, GPO_ENOENT)                                                         \
+    X(NVML_ERROR_INSUFFICIENT_SIZE, 7, GPO_ENOBUFS)                                                \
+    X(NVML_ERROR_INSUFFICIENT_POWER, 8, GPO_EIO)                                                   \
+    X(NVML_ERROR_DRIVER_NOT_LOADED, 9, GPO_ENODRIVER)                                              \
+    X(NVML_ERROR_TIMEOUT, 10, GPO_EIO)                                                             \
+    X(NVML_ERROR_IRQ_ISSUE, 11, GPO_EIO)                                                           \
+    X(NVML_ERROR_LIBRARY_NOT_FOUND, 12, GPO_ELIBACC)                                               \
+    X(NVML_ERROR_FUNCTION_NOT_FOUND, 13, GPO_ELIBBAD)                                              \
+    X(NVML_ERROR_CORRUPTED_INFOROM, 14, GPO_EIO)                                                   \
+    X(NVML_ERROR_GPU_IS_LOST, 15, GPO_EGPULOST)                                                    \
+    X(NVML_ERROR_RESET_REQUIRED, 16, GPO_EGPULOST)                                                 \
+    X(NVML_ERROR_OPERATING_SYSTEM, 17, GPO_EIO)                                                    \
+    X(NVML_ERROR_LIB_RM_VERSION_MISMATCH, 18, GPO_ENODRIVER)                                       \
+    X(NVML_ERROR_IN_USE, 19, GPO_EIO)                                                              \
+    X(NVML_ERROR_MEMORY, 20, GPO_ENOMEM)                                                           \
+    X(NVML_ERROR_NO_DATA, 21, GPO_EIO)                                                             \
+    X(NVML_ERROR_VGPU_ECC_NOT_SUPPORTED, 22, GPO_ENOTSUP)                                          \
+    X(NVML_ERROR_INSUFFICIENT_RESOURCES, 23, GPO_EIO)                                              \
+    X(NVML_ERROR_FREQ_NOT_SUPPORTED, 24, GPO_ENOTSUP)                                              \
+    X(NVML_ERROR_ARGUMENT_VERSION_MISMATCH, 25, GPO_ENODRIVER)                                     \
+    X(NVML_ERROR_DEPRECATED, 26, GPO_ENOTSUP)                                                      \
+    X(NVML_ERROR_NOT_READY, 27, GPO_EIO)                                                           \
+    X(NVML_ERROR_GPU_NOT_FOUND, 28, GPO_ENOENT)                                                    \
+    X(NVML_ERROR_INVALID_STATE, 29, GPO_EIO)                                                       \
+    X(NVML_ERROR_RESET_TYPE_NOT_SUPPORTED, 30, GPO_ENOTSUP)                                        \
+    X(NVML_ERROR_UNKNOWN, 999, GPO_EIO)
 
 enum nvmlReturn_enum {
 #define NVML_RETURN_ENUM(name, value, code) name = (value),
@@ -246,7 +246,7 @@ static int map_return(enum nvmlReturn_enum r)
         NVML_RETURN_MAP(NVML_RETURN_CASE)
 #undef NVML_RETURN_CASE
     }
-    return GPU_EIO;
+    return GPO_EIO;
 }
 
 /* The mapped code, with "call(GPU i): nvmlErrorString text (NVML error n)". */
@@ -257,8 +257,8 @@ static int nvml_fail(const struct nvml_backend *nb, enum nvmlReturn_enum r, cons
     if (!text)
         text = "unknown error";
     int code = map_return(r);
-    if (code == GPU_OK) /* a success where the caller needed something else */
-        code = GPU_EIO;
+    if (code == GPO_OK) /* a success where the caller needed something else */
+        code = GPO_EIO;
     if (index == NO_GPU)
         return errbuf_set(err, errlen, code, "%s: %s (NVML error %d)", call, text, (int)r);
     return errbuf_set(err, errlen, code, "%s(GPU %u): %s (NVML error %d)", call, index, text,
@@ -319,13 +319,13 @@ static int load(struct nvml_backend *nb, const char *path, bool is_default, char
     nb->dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!nb->dl) {
         const char *why = dlerror();
-        return errbuf_set(err, errlen, GPU_ENOLIB, "%s%s", why ? why : path,
+        return errbuf_set(err, errlen, GPO_ELIBACC, "%s%s", why ? why : path,
                           is_default ? " (no NVIDIA driver?)" : "");
     }
     for (size_t i = 0; i < sizeof(nvml_symbols) / sizeof(nvml_symbols[0]); i++) {
         void *sym = dlsym(nb->dl, nvml_symbols[i].name);
         if (!sym)
-            return errbuf_set(err, errlen, GPU_ESYMBOL, "%s lacks %s (NVIDIA driver too old?)",
+            return errbuf_set(err, errlen, GPO_ELIBBAD, "%s lacks %s (NVIDIA driver too old?)",
                               path, nvml_symbols[i].name);
         memcpy((char *)&nb->fn + nvml_symbols[i].offset, &sym, sizeof(sym));
     }
@@ -343,7 +343,7 @@ static int discover(struct nvml_backend *nb, char *err, size_t errlen)
     if (r != NVML_SUCCESS)
         return nvml_fail(nb, r, "nvmlDeviceGetCount_v2", NO_GPU, err, errlen);
     if (count > GPU_MAX_DEVICES)
-        return errbuf_set(err, errlen, GPU_ELIMIT, "NVML reports %u GPUs; at most %d are handled",
+        return errbuf_set(err, errlen, GPO_E2BIG, "NVML reports %u GPUs; at most %d are handled",
                           count, GPU_MAX_DEVICES);
     for (unsigned i = 0; i < count; i++) {
         struct nvml_gpu *g = &nb->gpus[i];
@@ -418,7 +418,7 @@ static int find_topology(struct nvml_backend *nb, char *err, size_t errlen)
     struct pci_key(*ends)[NVML_NVLINK_MAX_LINKS] = calloc(n ? n : 1, sizeof(*ends));
     unsigned nends[GPU_MAX_DEVICES] = {0};
     if (!ends)
-        return errbuf_set(err, errlen, GPU_ENOMEM, "gpu: out of memory");
+        return errbuf_set(err, errlen, GPO_ENOMEM, "gpu: out of memory");
     for (unsigned i = 0; i < n; i++) {
         int rc = walk_links(nb, i, ends[i], &nends[i], err, errlen);
         if (rc) {
@@ -496,7 +496,7 @@ static int copy_procs(const struct nvmlProcessInfo_v2_st *buf, unsigned n, struc
         return 0;
     s->procs = calloc(n, sizeof(*s->procs));
     if (!s->procs)
-        return errbuf_set(err, errlen, GPU_ENOMEM, "gpu: out of memory");
+        return errbuf_set(err, errlen, GPO_ENOMEM, "gpu: out of memory");
     for (unsigned k = 0; k < n; k++)
         s->procs[k] = (struct gpu_process){
             .pid = buf[k].pid,
@@ -536,7 +536,7 @@ static int read_procs(const struct nvml_backend *nb, unsigned index, struct gpu_
         }
         if (n > GPU_MAX_PROCS || cap == GPU_MAX_PROCS) {
             free(buf);
-            return errbuf_set(err, errlen, GPU_ELIMIT, "GPU %u: over %d processes", index,
+            return errbuf_set(err, errlen, GPO_E2BIG, "GPU %u: over %d processes", index,
                               GPU_MAX_PROCS);
         }
         /* Room for a quarter more, in case processes start before the call. */
@@ -548,13 +548,13 @@ static int read_procs(const struct nvml_backend *nb, unsigned index, struct gpu_
         struct nvmlProcessInfo_v2_st *grown = realloc(buf, want * sizeof(*buf));
         if (!grown) {
             free(buf);
-            return errbuf_set(err, errlen, GPU_ENOMEM, "gpu: out of memory");
+            return errbuf_set(err, errlen, GPO_ENOMEM, "gpu: out of memory");
         }
         buf = grown;
         cap = want;
     }
     free(buf);
-    return errbuf_set(err, errlen, GPU_EIO, "GPU %u: the process list grew on each of %d reads",
+    return errbuf_set(err, errlen, GPO_EIO, "GPU %u: the process list grew on each of %d reads",
                       index, PROC_ATTEMPTS);
 }
 
@@ -618,12 +618,12 @@ static const struct gpu_backend_ops nvml_ops = {
 int gpu_backend_open(const char *lib_path, struct gpu_backend **ret, char *err, size_t errlen)
 {
     if (!ret)
-        return errbuf_set(err, errlen, GPU_EINVAL, "gpu: NULL result");
+        return errbuf_set(err, errlen, GPO_EINVAL, "gpu: NULL result");
     if (lib_path && !*lib_path)
-        return errbuf_set(err, errlen, GPU_EINVAL, "gpu: empty NVML library path");
+        return errbuf_set(err, errlen, GPO_EINVAL, "gpu: empty NVML library path");
     struct nvml_backend *nb = calloc(1, sizeof(*nb));
     if (!nb)
-        return errbuf_set(err, errlen, GPU_ENOMEM, "gpu: out of memory");
+        return errbuf_set(err, errlen, GPO_ENOMEM, "gpu: out of memory");
     nb->base.ops = &nvml_ops;
     int rc = load(nb, lib_path ? lib_path : NVML_DEFAULT_LIB, lib_path == NULL, err, errlen);
     if (rc == 0)

@@ -24,22 +24,7 @@
 #include "http/http.h"
 #include "http/internal.h"
 #include "http/route.h"
-#include "util/banned.h"
-
-const char *http_strerror(int err)
-{
-    switch (err) {
-    case 0:
-        return "success";
-#define HTTP_ERR_CASE(name, value, text)                                                           \
-    case value:                                                                                    \
-        return text;
-        HTTP_ERRNO_MAP(HTTP_ERR_CASE)
-#undef HTTP_ERR_CASE
-    default:
-        return "unknown error";
-    }
-}
+#include "base/banned.h"
 
 int64_t http_mono_us(void)
 {
@@ -530,7 +515,7 @@ int http_request_query_at(const struct http_request *req, size_t i, const char *
                           const char **ret_value)
 {
     if (i >= req->target.nquery)
-        return HTTP_EINVAL;
+        return GPO_EINVAL;
     if (ret_name)
         *ret_name = req->target.query_kv[i].name;
     if (ret_value)
@@ -588,11 +573,11 @@ int http_request_suspend(struct http_request *req, unsigned timeout_ms, http_tim
 {
     struct http_server *srv = req->srv;
     if (timeout_ms > HTTP_MAX_TIMEOUT_MS || (timeout_ms && !on_timeout))
-        return HTTP_EINVAL;
+        return GPO_EINVAL;
     if (!req->in_handler || !http_can_answer(req))
-        return HTTP_ESTATE;
+        return GPO_ESTATE;
     pthread_mutex_lock(&srv->mu);
-    int rc = srv->stopping ? HTTP_ESTOPPED : 0;
+    int rc = srv->stopping ? GPO_ESHUTDOWN : 0;
     if (rc == 0) {
         req->state = REQ_SUSPENDING;
         req->suspend_held = true;
@@ -617,7 +602,7 @@ static int complete_with(struct http_request *req, int rc, struct MHD_Response *
         pthread_mutex_unlock(&srv->mu);
         if (r)
             MHD_destroy_response(r);
-        return HTTP_ESTATE;
+        return GPO_ESTATE;
     }
     req->suspend_held = false;
     if (req->state == REQ_SUSPENDING || req->state == REQ_SUSPENDED) {
@@ -666,7 +651,7 @@ int http_request_complete(struct http_request *req, unsigned status, json_t *bod
     } else {
         json_decref(body);
         build_errorf(req, &r, 500, "internal", "completed with invalid status %u", status);
-        rc = HTTP_EINVAL;
+        rc = GPO_EINVAL;
         status = 500;
     }
     return complete_with(req, rc, r, status);
@@ -679,7 +664,7 @@ int http_request_complete_error(struct http_request *req, unsigned status, const
     va_list ap;
     if (!http_status_ok(status) || !code || !fmt) {
         build_errorf(req, &r, 500, "internal", "completed with an invalid error");
-        return complete_with(req, HTTP_EINVAL, r, 500);
+        return complete_with(req, GPO_EINVAL, r, 500);
     }
     va_start(ap, fmt);
     int rc = http_build_error(req, status, code, fmt, ap, &r);

@@ -43,24 +43,7 @@
 #include <sys/types.h>
 
 #include <jansson.h>
-
-#define HTTP_ERRNO_MAP(X)                                                                          \
-    X(EINVAL, -1, "invalid argument")                                                              \
-    X(ENOMEM, -2, "out of memory")                                                                 \
-    X(ESTATE, -3, "not allowed in the request's or server's current state")                        \
-    X(ESTOPPED, -4, "the server is stopping")                                                      \
-    X(ESYS, -5, "a system call failed")                                                            \
-    X(ETLS, -6, "TLS setup failed")
-
-enum http_err {
-    HTTP_OK = 0,
-#define HTTP_ERR_ENUM(name, value, text) HTTP_##name = (value),
-    HTTP_ERRNO_MAP(HTTP_ERR_ENUM)
-#undef HTTP_ERR_ENUM
-};
-
-/* Returns a static, never NULL, message for a code (unknown codes included). */
-const char *http_strerror(int err);
+#include "base/err.h"
 
 #define HTTP_DEFAULT_BIND           "127.0.0.1"
 #define HTTP_DEFAULT_BODY_LIMIT     (1024u * 1024u) /* bytes */
@@ -152,7 +135,7 @@ struct http_config {
  * the call, the route table as long as the server). Checks every route
  * pattern, parses the bind address and reads the TLS files; binds nothing.
  * Returns 0 and sets *ret_srv (caller frees with http_server_free); or
- * HTTP_EINVAL (a bad config), HTTP_ESYS (a TLS file unreadable), HTTP_ENOMEM,
+ * GPO_EINVAL (a bad config), GPO_EIO (a TLS file unreadable), GPO_ENOMEM,
  * with one line in `err` (errlen bytes, always terminated) naming the
  * culprit, e.g. "route 3 (GET /v1/x{id}): a brace outside a whole {name}
  * segment" or
@@ -163,8 +146,8 @@ int http_server_new(const struct http_config *cfg, struct http_server **ret_srv,
 
 /*
  * Binds, listens and starts the polling and timer threads. Returns 0; or
- * HTTP_ESYS (socket, bind, listen, thread), HTTP_ETLS (MHD refused the
- * certificate or key), HTTP_ESTATE (already started, or stopped: a server
+ * GPO_EIO (socket, bind, listen, thread), GPO_ETLS (MHD refused the
+ * certificate or key), GPO_ESTATE (already started, or stopped: a server
  * starts once), with a message such as "bind 127.0.0.1:8080: Address already
  * in use" in `err`. On failure the server is as before (may be freed).
  */
@@ -205,7 +188,7 @@ const char *http_request_param(const struct http_request *req, const char *name)
  * absent. A parameter without '=' has the value "". */
 const char *http_request_query(const struct http_request *req, const char *name);
 /* Query parameters in request order, so that handlers can reject unknown
- * ones: count, then 0 and *ret_name, *ret_value for i < count (HTTP_EINVAL
+ * ones: count, then 0 and *ret_name, *ret_value for i < count (GPO_EINVAL
  * otherwise). */
 size_t http_request_query_count(const struct http_request *req);
 int http_request_query_at(const struct http_request *req, size_t i, const char **ret_name,
@@ -232,18 +215,18 @@ const void *http_request_body(const struct http_request *req, size_t *ret_len);
 /*
  * Adds a header to the answer still to come (Location, Retry-After, ...):
  * in the handler, or by the one thread about to complete a suspended
- * request. Both strings copied. 0; HTTP_EINVAL (a CR or LF in the value, an
+ * request. Both strings copied. 0; GPO_EINVAL (a CR or LF in the value, an
  * empty or non-token name, a name the library sets itself: Content-Type,
  * Content-Length, Transfer-Encoding, Connection; more than
- * HTTP_MAX_RESP_HEADERS), HTTP_ESTATE (already answered), HTTP_ENOMEM.
+ * HTTP_MAX_RESP_HEADERS), GPO_ESTATE (already answered), GPO_ENOMEM.
  */
 int http_request_add_header(struct http_request *req, const char *name, const char *value);
 
 /*
  * Answers, in the handler (or authorize hook). status is 100..599. Every
  * answer gets Content-Type; JSON ones "application/json". Returns 0;
- * HTTP_EINVAL (bad status or type), HTTP_ESTATE (already answered or
- * suspended), HTTP_ENOMEM: the request is then still unanswered.
+ * GPO_EINVAL (bad status or type), GPO_ESTATE (already answered or
+ * suspended), GPO_ENOMEM: the request is then still unanswered.
  */
 /* body is taken (even on failure); NULL: an empty body (204, say). */
 int http_request_respond_json(struct http_request *req, unsigned status, json_t *body);
@@ -273,11 +256,11 @@ int http_request_error(struct http_request *req, unsigned status, const char *co
  * releases the request: after it returns, req must not be used. A server that
  * hands req to another thread AND sets a timeout must make sure only one of
  * the two completes (its own lock around a waiter list, say); inside
- * on_timeout a completion that lost that race returns HTTP_ESTATE harmlessly.
+ * on_timeout a completion that lost that race returns GPO_ESTATE harmlessly.
  *
- * Returns 0; HTTP_EINVAL (timeout without callback or over the cap),
- * HTTP_ESTATE (not in the handler, already answered or suspended),
- * HTTP_ESTOPPED (the server is stopping: answer now instead). It allocates
+ * Returns 0; GPO_EINVAL (timeout without callback or over the cap),
+ * GPO_ESTATE (not in the handler, already answered or suspended),
+ * GPO_ESHUTDOWN (the server is stopping: answer now instead). It allocates
  * nothing: the timer list is threaded through the requests.
  */
 int http_request_suspend(struct http_request *req, unsigned timeout_ms, http_timeout_fn on_timeout,
@@ -287,9 +270,9 @@ int http_request_suspend(struct http_request *req, unsigned timeout_ms, http_tim
  * Completes a suspended request from any thread: answers `status` with the
  * JSON body (taken, even on failure; NULL: empty) and resumes the connection.
  * Returns 0 (also when the answer could no longer be delivered);
- * HTTP_ESTATE (not suspended by the caller, or completed already within a
- * timeout callback), HTTP_EINVAL (bad status: the request is answered 500
- * instead and released all the same), HTTP_ENOMEM (likewise answered 500 and
+ * GPO_ESTATE (not suspended by the caller, or completed already within a
+ * timeout callback), GPO_EINVAL (bad status: the request is answered 500
+ * instead and released all the same), GPO_ENOMEM (likewise answered 500 and
  * released).
  */
 int http_request_complete(struct http_request *req, unsigned status, json_t *body);
@@ -339,8 +322,8 @@ typedef ssize_t (*http_stream_read_fn)(void *ctx, char *buf, size_t max);
  * http_request_respond_bytes. ctx is taken even on failure: free_ctx (NULL:
  * none) has then run before the call returns. ret_stream NULL: no handle (a
  * read that never returns 0 needs no wake); else *ret_stream is the caller's
- * reference (http_stream_release). Returns 0; HTTP_EINVAL (bad status, type
- * or no read), HTTP_ESTATE (already answered or suspended), HTTP_ENOMEM: the
+ * reference (http_stream_release). Returns 0; GPO_EINVAL (bad status, type
+ * or no read), GPO_ESTATE (already answered or suspended), GPO_ENOMEM: the
  * request is then still unanswered.
  */
 int http_request_respond_stream(struct http_request *req, unsigned status, const char *content_type,
@@ -352,8 +335,8 @@ int http_request_respond_stream(struct http_request *req, unsigned status, const
  * http_request_complete, and releasing the suspension the same way). ctx as
  * above. Returns 0 and *ret_stream when ret_stream is not NULL, also when the
  * answer can no longer be delivered (the server stopped first: the stream is
- * then closed and free_ctx has run); HTTP_ESTATE (a request whose suspension
- * is not held: nothing released); HTTP_EINVAL, HTTP_ENOMEM (the request is
+ * then closed and free_ctx has run); GPO_ESTATE (a request whose suspension
+ * is not held: nothing released); GPO_EINVAL, GPO_ENOMEM (the request is
  * completed 500 instead and released all the same).
  */
 int http_request_complete_stream(struct http_request *req, unsigned status,

@@ -151,11 +151,11 @@ void http_server_destroy(struct http_server *srv);
 bool http_status_ok(unsigned status);
 
 /* A JSON answer with req's extra headers: body taken (even on failure; NULL:
- * an empty body). 0 and *ret (caller destroys or stores it); HTTP_ENOMEM. */
+ * an empty body). 0 and *ret (caller destroys or stores it); GPO_ENOMEM. */
 int http_build_json(struct http_request *req, json_t *body, struct MHD_Response **ret);
 
 /* The standard error answer ({"error": {status, code, message}}), the message
- * from fmt cut at 512 bytes and made UTF-8. 0 and *ret; HTTP_ENOMEM. */
+ * from fmt cut at 512 bytes and made UTF-8. 0 and *ret; GPO_ENOMEM. */
 __attribute__((format(printf, 4, 0))) int http_build_error(struct http_request *req,
                                                            unsigned status, const char *code,
                                                            const char *fmt, va_list ap,
@@ -174,7 +174,7 @@ void http_drop_resp(struct http_request *req);
 /* In the handler or hook: may the request be answered now? */
 bool http_can_answer(const struct http_request *req);
 
-/* Adds Content-Type ctype and req's extra headers to r: 0 or HTTP_ENOMEM. */
+/* Adds Content-Type ctype and req's extra headers to r: 0 or GPO_ENOMEM. */
 int http_response_headers(struct http_request *req, struct MHD_Response *r, const char *ctype);
 
 /* ---- stream.c: streamed answers ----

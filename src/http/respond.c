@@ -15,7 +15,7 @@
 #include "http/http.h"
 #include "http/internal.h"
 #include "http/route.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 #define MSG_MAX 512
 
@@ -33,14 +33,14 @@ static int build_bytes(struct http_request *req, const char *ctype, const void *
     if (!r) {
         if (mode == MHD_RESPMEM_MUST_FREE)
             free((void *)data);
-        return HTTP_ENOMEM;
+        return GPO_ENOMEM;
     }
     bool ok = MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype) == MHD_YES;
     for (size_t i = 0; ok && i < req->nhdrs; i++)
         ok = MHD_add_response_header(r, req->hdrs[i].name, req->hdrs[i].value) == MHD_YES;
     if (!ok) {
         MHD_destroy_response(r);
-        return HTTP_ENOMEM;
+        return GPO_ENOMEM;
     }
     *ret = r;
     return 0;
@@ -53,7 +53,7 @@ int http_build_json(struct http_request *req, json_t *body, struct MHD_Response 
         s = json_dumps(body, JSON_COMPACT | JSON_ENCODE_ANY | JSON_REAL_PRECISION(15));
         json_decref(body);
         if (!s)
-            return HTTP_ENOMEM;
+            return GPO_ENOMEM;
     }
     return build_bytes(req, "application/json", s ? s : "", s ? strlen(s) : 0,
                        s ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT, ret);
@@ -68,7 +68,7 @@ int http_build_error(struct http_request *req, unsigned status, const char *code
     json_t *o = json_pack("{s:{s:i,s:s,s:s}}", "error", "status", (int)status, "code", code,
                           "message", msg);
     if (!o)
-        return HTTP_ENOMEM;
+        return GPO_ENOMEM;
     return http_build_json(req, o, ret);
 }
 
@@ -99,7 +99,7 @@ int http_response_headers(struct http_request *req, struct MHD_Response *r, cons
     bool ok = MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype) == MHD_YES;
     for (size_t i = 0; ok && i < req->nhdrs; i++)
         ok = MHD_add_response_header(r, req->hdrs[i].name, req->hdrs[i].value) == MHD_YES;
-    return ok ? 0 : HTTP_ENOMEM;
+    return ok ? 0 : GPO_ENOMEM;
 }
 
 bool http_can_answer(const struct http_request *req)
@@ -120,22 +120,22 @@ int http_request_add_header(struct http_request *req, const char *name, const ch
                                            "Connection"};
     if (!name || !value || !name[0] || strpbrk(value, "\r\n") ||
         req->nhdrs == HTTP_MAX_RESP_HEADERS)
-        return HTTP_EINVAL;
+        return GPO_EINVAL;
     for (const char *p = name; *p; p++)
         if (!route_is_tchar(*p))
-            return HTTP_EINVAL;
+            return GPO_EINVAL;
     for (size_t i = 0; i < sizeof(reserved) / sizeof(reserved[0]); i++)
         if (strcasecmp(name, reserved[i]) == 0)
-            return HTTP_EINVAL;
+            return GPO_EINVAL;
     if (!req->suspend_held && !http_can_answer(req))
-        return HTTP_ESTATE;
+        return GPO_ESTATE;
     struct hdr *h = &req->hdrs[req->nhdrs];
     h->name = strdup(name);
     h->value = strdup(value);
     if (!h->name || !h->value) {
         free(h->name);
         free(h->value);
-        return HTTP_ENOMEM;
+        return GPO_ENOMEM;
     }
     req->nhdrs++;
     return 0;
@@ -146,7 +146,7 @@ int http_request_respond_json(struct http_request *req, unsigned status, json_t 
     struct MHD_Response *r = NULL;
     if (!http_can_answer(req) || !http_status_ok(status)) {
         json_decref(body);
-        return http_status_ok(status) ? HTTP_ESTATE : HTTP_EINVAL;
+        return http_status_ok(status) ? GPO_ESTATE : GPO_EINVAL;
     }
     int rc = http_build_json(req, body, &r);
     return answer(req, rc, r, status);
@@ -157,15 +157,15 @@ static int respond_mem(struct http_request *req, unsigned status, const char *ct
 {
     struct MHD_Response *r = NULL;
     if (!http_can_answer(req))
-        return HTTP_ESTATE;
+        return GPO_ESTATE;
     if (!http_status_ok(status) || !ctype || !ctype[0] || strpbrk(ctype, "\r\n") || (len && !data))
-        return HTTP_EINVAL;
+        return GPO_EINVAL;
     if (len == 0)
         data = "", mode = MHD_RESPMEM_PERSISTENT;
     if (mode == MHD_RESPMEM_MUST_FREE) {
         void *copy = malloc(len);
         if (!copy)
-            return HTTP_ENOMEM;
+            return GPO_ENOMEM;
         data = memcpy(copy, data, len);
     }
     int rc = build_bytes(req, ctype, data, len, mode, &r);
@@ -190,9 +190,9 @@ int http_request_error(struct http_request *req, unsigned status, const char *co
     struct MHD_Response *r = NULL;
     va_list ap;
     if (!http_can_answer(req))
-        return HTTP_ESTATE;
+        return GPO_ESTATE;
     if (!http_status_ok(status) || !code || !fmt)
-        return HTTP_EINVAL;
+        return GPO_EINVAL;
     va_start(ap, fmt);
     int rc = http_build_error(req, status, code, fmt, ap, &r);
     va_end(ap);

@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "http/route.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 struct route_seg {
     const char *s; /* a literal, or the name inside {} */
@@ -129,7 +129,7 @@ __attribute__((format(printf, 4, 5))) static int refuse(struct route_error *e, u
     va_start(ap, fmt);
     vsnprintf(e->message, sizeof(e->message), fmt, ap);
     va_end(ap);
-    return status == 500 ? HTTP_ENOMEM : HTTP_EINVAL;
+    return status == 500 ? GPO_ENOMEM : GPO_EINVAL;
 }
 
 int route_target_init(struct route_target *t, const char *uri)
@@ -137,7 +137,7 @@ int route_target_init(struct route_target *t, const char *uri)
     memset(t, 0, sizeof(*t));
     t->query = "";
     if (!(t->path = strdup(uri)))
-        return HTTP_ENOMEM;
+        return GPO_ENOMEM;
     char *q = t->path + strcspn(t->path, "?#");
     if (*q == '?') {
         q[1 + strcspn(q + 1, "#")] = '\0';
@@ -284,7 +284,7 @@ int route_table_new(const struct http_route *rows, size_t n, struct route_table 
     if (!tab || !tab->spans || !tab->segs) {
         snprintf(err, errlen, "out of memory");
         route_table_free(tab);
-        return HTTP_ENOMEM;
+        return GPO_ENOMEM;
     }
     for (size_t i = 0; i < n; i++) {
         const struct http_route *r = &rows[i];
@@ -295,7 +295,7 @@ int route_table_new(const struct http_route *rows, size_t n, struct route_table 
             snprintf(err, errlen, "route %zu (%s %s): %s", i, r->method, r->pattern, why);
         if (!r->method || !r->pattern || !r->handler || why) {
             route_table_free(tab);
-            return HTTP_EINVAL;
+            return GPO_EINVAL;
         }
     }
     *ret_table = tab;

@@ -7,7 +7,7 @@
  * depends only on its arguments, so http.c calls them on the polling thread
  * without its lock, and they could be tested without a socket. Failures that
  * the client caused come back as a struct route_error, the answer http.c
- * sends; codes are the module's (HTTP_EINVAL, HTTP_ENOMEM).
+ * sends; codes are the module's (GPO_EINVAL, GPO_ENOMEM).
  */
 #ifndef GPUORCH_HTTP_ROUTE_H
 #define GPUORCH_HTTP_ROUTE_H
@@ -62,7 +62,7 @@ enum route_match {
 /*
  * Initializes *t from the raw request target `uri` (borrowed; copied): cut
  * at '?' into path and query, a '#' fragment dropped. Nothing is decoded or
- * checked yet. 0; HTTP_ENOMEM, *t then empty (route_target_release is still
+ * checked yet. 0; GPO_ENOMEM, *t then empty (route_target_release is still
  * fine on it).
  */
 int route_target_init(struct route_target *t, const char *uri);
@@ -76,9 +76,9 @@ void route_target_release(struct route_target *t);
  * segments is marked too_deep, not refused. Then decodes the query into
  * t->query_kv ('+' is a space, an item without '=' has the value "", empty
  * items between '&'s are skipped). Call once, after route_target_init.
- * 0; HTTP_EINVAL with *e a 400: invalid_path (not an absolute path, a bad
+ * 0; GPO_EINVAL with *e a 400: invalid_path (not an absolute path, a bad
  * escape or %00) or invalid_query (the same in the query, an empty name, a
- * name or value not UTF-8, more than HTTP_MAX_QUERY items); HTTP_ENOMEM with
+ * name or value not UTF-8, more than HTTP_MAX_QUERY items); GPO_ENOMEM with
  * *e the 500 internal answer.
  */
 int route_target_parse(struct route_target *t, struct route_error *e);
@@ -90,9 +90,9 @@ int route_target_parse(struct route_target *t, struct route_error *e);
  * '/'-separated non-empty segments, each a literal without braces or a whole
  * {name} (1..HTTP_PARAM_NAME_MAX bytes, unique within the pattern, at most
  * HTTP_MAX_PARAMS of them). 0 and *ret_table (caller frees with
- * route_table_free); HTTP_EINVAL with one line in err naming the row, e.g.
+ * route_table_free); GPO_EINVAL with one line in err naming the row, e.g.
  * "route 3 (GET /v1/x{id}): a brace outside a whole {name} segment";
- * HTTP_ENOMEM with "out of memory". err is errlen bytes, always terminated
+ * GPO_ENOMEM with "out of memory". err is errlen bytes, always terminated
  * (untouched when NULL or errlen is 0).
  */
 int route_table_new(const struct http_route *rows, size_t n, struct route_table **ret_table,
@@ -123,7 +123,7 @@ void route_table_allow(const struct route_table *tab, const struct route_target 
  * Fills t->param from the {name} segments of row `index` (after ROUTE_FOUND
  * for it; names borrowed from the pattern, values from t's segments) and
  * checks each value: at most HTTP_PARAM_MAX bytes, valid UTF-8. 0; or
- * HTTP_EINVAL with *e a 400 invalid_path naming the first bad parameter.
+ * GPO_EINVAL with *e a 400 invalid_path naming the first bad parameter.
  * Call once per target.
  */
 int route_target_bind(struct route_target *t, const struct route_table *tab, size_t index,

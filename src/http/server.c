@@ -20,7 +20,7 @@
 
 #include "http/http.h"
 #include "http/internal.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 static const char OOM_BODY[] =
     "{\"error\":{\"status\":500,\"code\":\"internal\",\"message\":\"out of memory\"}}";
@@ -60,7 +60,7 @@ static int parse_bind(struct http_server *srv, const char *addr, char *err, size
         snprintf(srv->addr_text, sizeof(srv->addr_text), "[%s]", buf);
     } else {
         seterr(err, errlen, "bind address '%.64s': not an IPv4 or IPv6 literal", addr);
-        return HTTP_EINVAL;
+        return GPO_EINVAL;
     }
     return 0;
 }
@@ -73,13 +73,13 @@ static int read_pem(const char *what, const char *path, char **ret, char *err, s
     size_t n = buf ? fread(buf, 1, HTTP_TLS_FILE_MAX + 1, f) : 0;
     int rc = 0;
     if (!f)
-        seterr(err, errlen, "%s %s: %s", what, path, strerror(errno)), rc = HTTP_ESYS;
+        seterr(err, errlen, "%s %s: %s", what, path, strerror(errno)), rc = GPO_EIO;
     else if (!buf)
-        seterr(err, errlen, "%s %s: out of memory", what, path), rc = HTTP_ENOMEM;
+        seterr(err, errlen, "%s %s: out of memory", what, path), rc = GPO_ENOMEM;
     else if (ferror(f))
-        seterr(err, errlen, "%s %s: read error", what, path), rc = HTTP_ESYS;
+        seterr(err, errlen, "%s %s: read error", what, path), rc = GPO_EIO;
     else if (n > HTTP_TLS_FILE_MAX || n == 0)
-        seterr(err, errlen, "%s %s: %s", what, path, n ? "over 1 MiB" : "empty"), rc = HTTP_EINVAL;
+        seterr(err, errlen, "%s %s: %s", what, path, n ? "over 1 MiB" : "empty"), rc = GPO_EINVAL;
     if (f)
         fclose(f);
     if (rc) {
@@ -124,7 +124,7 @@ static int init_sync(struct http_server *srv)
 {
     pthread_condattr_t ca;
     if (pthread_condattr_init(&ca) != 0)
-        return HTTP_ENOMEM;
+        return GPO_ENOMEM;
     bool ok = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) == 0 &&
               pthread_mutex_init(&srv->mu, NULL) == 0;
     if (ok && pthread_cond_init(&srv->timer_cond, &ca) != 0) {
@@ -138,22 +138,22 @@ static int init_sync(struct http_server *srv)
     }
     pthread_condattr_destroy(&ca);
     srv->sync_init = ok;
-    return ok ? 0 : HTTP_ENOMEM;
+    return ok ? 0 : GPO_ENOMEM;
 }
 
 int http_server_new(const struct http_config *cfg, struct http_server **ret_srv, char *err,
                     size_t errlen)
 {
     struct http_server *srv;
-    int rc = HTTP_ENOMEM;
+    int rc = GPO_ENOMEM;
     seterr(err, errlen, "%s", "");
     if (!cfg || !ret_srv || (cfg->nroutes && !cfg->routes)) {
         seterr(err, errlen, "no config, or routes missing");
-        return HTTP_EINVAL;
+        return GPO_EINVAL;
     }
     if (!(srv = calloc(1, sizeof(*srv)))) {
         seterr(err, errlen, "out of memory");
-        return HTTP_ENOMEM;
+        return GPO_ENOMEM;
     }
     srv->cfg = *cfg;
     srv->cfg.bind_addr = srv->cfg.tls_cert_file = srv->cfg.tls_key_file = NULL;
@@ -163,7 +163,7 @@ int http_server_new(const struct http_config *cfg, struct http_server **ret_srv,
         cfg->conn_timeout_s ? cfg->conn_timeout_s : HTTP_DEFAULT_CONN_TIMEOUT_S;
     if ((rc = init_sync(srv)) != 0)
         goto fail;
-    rc = HTTP_ENOMEM;
+    rc = GPO_ENOMEM;
     srv->resp_oom = static_json(OOM_BODY);
     srv->resp_stop = static_json(STOP_BODY);
     if (!srv->resp_oom || !srv->resp_stop)
@@ -174,7 +174,7 @@ int http_server_new(const struct http_config *cfg, struct http_server **ret_srv,
         return http_server_destroy(srv), rc;
     if (!cfg->tls_cert_file != !cfg->tls_key_file) {
         seterr(err, errlen, "TLS needs both a certificate and a key file");
-        return http_server_destroy(srv), HTTP_EINVAL;
+        return http_server_destroy(srv), GPO_EINVAL;
     }
     if (cfg->tls_cert_file &&
         ((rc = read_pem("TLS certificate", cfg->tls_cert_file, &srv->tls_cert, err, errlen)) ||
@@ -210,7 +210,7 @@ static int listen_socket(struct http_server *srv, int *ret_fd, char *err, size_t
            strerror(errno));
     if (fd >= 0)
         close(fd);
-    return HTTP_ESYS;
+    return GPO_EIO;
 }
 
 int http_server_start(struct http_server *srv, char *err, size_t errlen)
@@ -220,11 +220,11 @@ int http_server_start(struct http_server *srv, char *err, size_t errlen)
     seterr(err, errlen, "%s", "");
     if (srv->started) {
         seterr(err, errlen, "the server was started before");
-        return HTTP_ESTATE;
+        return GPO_ESTATE;
     }
     if (tls && MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
         seterr(err, errlen, "this libmicrohttpd was built without TLS");
-        return HTTP_ETLS;
+        return GPO_ETLS;
     }
     if ((rc = listen_socket(srv, &fd, err, errlen)) != 0)
         return rc;
@@ -242,7 +242,7 @@ int http_server_start(struct http_server *srv, char *err, size_t errlen)
     if ((rc = pthread_create(&srv->timer, NULL, http_timer_main, srv)) != 0) {
         seterr(err, errlen, "timer thread: %s", strerror(rc));
         close(fd);
-        return HTTP_ESYS;
+        return GPO_EIO;
     }
     srv->daemon =
         MHD_start_daemon(flags, 0, NULL, NULL, http_on_access, srv, MHD_OPTION_ARRAY, opts,
@@ -258,7 +258,7 @@ int http_server_start(struct http_server *srv, char *err, size_t errlen)
          * after reading its options): closing it again could hit a reused number. */
         seterr(err, errlen, "start %s:%u: libmicrohttpd refused %s", srv->addr_text,
                (unsigned)srv->port, tls ? "the TLS certificate or key" : "to start");
-        return tls ? HTTP_ETLS : HTTP_ESYS;
+        return tls ? GPO_ETLS : GPO_EIO;
     }
     srv->started = true;
     return 0;

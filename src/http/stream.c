@@ -31,7 +31,7 @@
 
 #include "http/http.h"
 #include "http/internal.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 /* Reads retried without sleeping when wakes keep coming during them. */
 #define REREADS 4
@@ -166,7 +166,7 @@ static bool stream_args_ok(unsigned status, const char *ctype, http_stream_read_
     return http_status_ok(status) && ctype && ctype[0] && !strpbrk(ctype, "\r\n") && read;
 }
 
-/* The answer and its stream. On failure ctx has been freed. 0, HTTP_ENOMEM. */
+/* The answer and its stream. On failure ctx has been freed. 0, GPO_ENOMEM. */
 static int stream_build(struct http_request *req, const char *ctype, http_stream_read_fn read,
                         void (*free_ctx)(void *ctx), void *ctx, struct http_stream **ret_stream,
                         struct MHD_Response **ret_resp)
@@ -176,7 +176,7 @@ static int stream_build(struct http_request *req, const char *ctype, http_stream
     if (!st) {
         if (free_ctx)
             free_ctx(ctx);
-        return HTTP_ENOMEM;
+        return GPO_ENOMEM;
     }
     *st = (struct http_stream){.srv = srv,
                                .req = req,
@@ -192,13 +192,13 @@ static int stream_build(struct http_request *req, const char *ctype, http_stream
     if (!r) {
         st->refs = 1;
         stream_done(st);
-        return HTTP_ENOMEM;
+        return GPO_ENOMEM;
     }
     if (http_response_headers(req, r, ctype) != 0) {
         if (ret_stream)
             stream_unref(st);
         MHD_destroy_response(r); /* runs stream_done */
-        return HTTP_ENOMEM;
+        return GPO_ENOMEM;
     }
     if (ret_stream)
         *ret_stream = st;
@@ -211,8 +211,8 @@ int http_request_respond_stream(struct http_request *req, unsigned status, const
                                 struct http_stream **ret_stream)
 {
     struct MHD_Response *r = NULL;
-    int rc = !stream_args_ok(status, content_type, read) ? HTTP_EINVAL
-             : !http_can_answer(req)                     ? HTTP_ESTATE
+    int rc = !stream_args_ok(status, content_type, read) ? GPO_EINVAL
+             : !http_can_answer(req)                     ? GPO_ESTATE
                                                          : 0;
     if (rc) {
         if (free_ctx)
@@ -239,9 +239,9 @@ int http_request_complete_stream(struct http_request *req, unsigned status,
         if (free_ctx)
             free_ctx(ctx);
         if (!held)
-            return HTTP_ESTATE;
+            return GPO_ESTATE;
         http_request_complete_error(req, 500, "internal", "a streamed answer with bad arguments");
-        return HTTP_EINVAL;
+        return GPO_EINVAL;
     }
     struct http_stream *st = NULL;
     int rc = stream_build(req, content_type, read, free_ctx, ctx, &st, &r);

@@ -3,7 +3,7 @@
 
 #include "server/srv.h"
 #include "server/web.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 /* The controller's routes: data, as STYLE.md wants. */
 const struct http_route srv_routes[] = {

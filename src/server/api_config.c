@@ -14,10 +14,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/err.h"
+#include "base/err.h"
 #include "server/ledger.h"
 #include "server/srv.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 /* One kind of configuration object, as a row of a table: the model's
  * functions behind void pointers, and what refers to it. */
@@ -300,7 +300,7 @@ static void cfg_write_done(void *ctx, const struct store_result *r)
     pthread_mutex_unlock(&s->lock);
     if (r->err)
         http_request_complete_error(w->req, 503, "store", "the change was not stored: %s",
-                                    store_strerror(r->err));
+                                    gpo_strerror(r->err));
     else if (rc)
         /* On disk but not in memory: a restart loads it. */
         http_request_complete_error(w->req, 500, "internal", "%s stored, not applied: %s", k->label,
@@ -398,7 +398,7 @@ int srv_api_config_put(struct http_request *req, void *ctx)
     char idbuf[16];
     snprintf(idbuf, sizeof(idbuf), "%" PRIu32, w->next_id);
     int64_t now = srv_now_ms();
-    rc = b ? store_batch_config_put(b, k->store, name, text, now) : STORE_ENOMEM;
+    rc = b ? store_batch_config_put(b, k->store, name, text, now) : GPO_ENOMEM;
     if (!rc && !w->replace)
         rc = store_batch_meta_put(b, SRV_META_NEXT_ID, idbuf);
     /* A new price closes the open segments of its type; the same one (apply
@@ -463,8 +463,8 @@ static int seed_class(struct server *s, char *err, size_t errlen)
     char *done = NULL;
     int rc = store_meta_get(s->store, SRV_META_SEEDED, &done);
     free(done);
-    if (rc != STORE_ENOTFOUND)
-        return rc == 0 ? 0 : (snprintf(err, errlen, "store: %s", store_strerror(rc)), rc);
+    if (rc != GPO_ENOENT)
+        return rc == 0 ? 0 : (snprintf(err, errlen, "store: %s", gpo_strerror(rc)), rc);
     struct model_class c = {.id = s->next_config_id, .order = 10};
     c.name = strdup("normal");
     c.description = strdup("the default class");
@@ -475,7 +475,7 @@ static int seed_class(struct server *s, char *err, size_t errlen)
     snprintf(idbuf, sizeof(idbuf), "%" PRIu32, c.id + 1);
     struct store_batch *b = text ? store_batch_new() : NULL;
     bool have = model_class_get(&s->model, "normal") != NULL;
-    rc = b ? 0 : STORE_ENOMEM;
+    rc = b ? 0 : GPO_ENOMEM;
     if (!rc && !have)
         rc = store_batch_config_put(b, STORE_CONFIG_PRIORITY_CLASSES, "normal", text, srv_now_ms());
     if (!rc && !have)
@@ -491,7 +491,7 @@ static int seed_class(struct server *s, char *err, size_t errlen)
     }
     model_class_release(&c);
     if (rc)
-        snprintf(err, errlen, "seeding the class 'normal': %s %s", store_strerror(rc), msg);
+        snprintf(err, errlen, "seeding the class 'normal': %s %s", gpo_strerror(rc), msg);
     return rc;
 }
 
@@ -509,8 +509,8 @@ int srv_config_load(struct server *s, char *err, size_t errlen)
             snprintf(err, errlen, "store: meta '%s' is not an id", SRV_META_NEXT_ID);
             return -EINVAL;
         }
-    } else if (rc != STORE_ENOTFOUND) {
-        snprintf(err, errlen, "store: reading meta '%s': %s", SRV_META_NEXT_ID, store_strerror(rc));
+    } else if (rc != GPO_ENOENT) {
+        snprintf(err, errlen, "store: reading meta '%s': %s", SRV_META_NEXT_ID, gpo_strerror(rc));
         return rc;
     }
     /* Pools first: teams refer to them. */
@@ -520,7 +520,7 @@ int srv_config_load(struct server *s, char *err, size_t errlen)
         struct store_config *rows = NULL;
         size_t n = 0;
         if ((rc = store_config_list(s->store, k->store, &rows, &n)) != 0) {
-            snprintf(err, errlen, "store: listing %s: %s", k->path, store_strerror(rc));
+            snprintf(err, errlen, "store: listing %s: %s", k->path, gpo_strerror(rc));
             return rc;
         }
         for (size_t i = 0; i < n && !rc; i++) {

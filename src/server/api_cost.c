@@ -19,7 +19,7 @@
 #include "server/ledger.h"
 #include "server/srv.h"
 #include "util/timefmt.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 struct group {
     char key[JOBSPEC_NAME_MAX + 1];
@@ -236,7 +236,7 @@ int srv_api_cost(struct http_request *req, void *ctx)
     size_t n = 0;
     int rc = store_ledger_range(s->store, since, until, &rows, &n);
     if (rc)
-        return http_request_error(req, 503, "store", "the ledger: %s", store_strerror(rc));
+        return http_request_error(req, 503, "store", "the ledger: %s", gpo_strerror(rc));
     struct report r = {0};
     for (size_t k = 0; k < n && !rc; k++) {
         const struct store_ledger_row *l = &rows[k];

@@ -6,7 +6,7 @@
 #include "server/budget.h"
 #include "server/srv.h"
 #include "util/timefmt.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 #define IDEMPOTENCY_KEY_MAX 255
 #define LIST_DEFAULT        100
@@ -90,7 +90,7 @@ static void submit_done(void *ctx, const struct store_result *r)
 {
     struct submit *sub = ctx;
     struct server *s = sub->s;
-    if (r->err == STORE_EEXIST && r->existing_job_id > 0) {
+    if (r->err == GPO_EEXIST && r->existing_job_id > 0) {
         /* A retry with a key seen before: answer with the job it made. */
         pthread_mutex_lock(&s->lock);
         struct srv_job *j = srv_job_find(s, r->existing_job_id);
@@ -107,7 +107,7 @@ static void submit_done(void *ctx, const struct store_result *r)
     }
     if (r->err) {
         http_request_complete_error(sub->req, 503, "store", "the job was not stored: %s%s%s",
-                                    store_strerror(r->err), r->msg[0] ? ": " : "", r->msg);
+                                    gpo_strerror(r->err), r->msg[0] ? ": " : "", r->msg);
         submit_free(sub);
         return;
     }
@@ -234,7 +234,7 @@ int srv_api_job_submit(struct http_request *req, void *ctx)
         spec ? json_dumps(spec, JSON_COMPACT | JSON_SORT_KEYS | JSON_REAL_PRECISION(15)) : NULL;
     json_decref(spec);
     struct store_batch *b = text ? store_batch_new() : NULL;
-    rc = b ? 0 : STORE_ENOMEM;
+    rc = b ? 0 : GPO_ENOMEM;
     for (size_t k = 0; k < sub->ntasks && !rc; k++) {
         struct store_job_insert ins = STORE_JOB_INSERT_INIT;
         ins.user_id = u->id;
@@ -254,7 +254,7 @@ int srv_api_job_submit(struct http_request *req, void *ctx)
         store_batch_free(b);
         submit_free(sub);
         return http_request_error(req, 500, "internal", "building the commit: %s",
-                                  store_strerror(rc));
+                                  gpo_strerror(rc));
     }
     /* Suspend first: the completion may run before this handler returns. */
     if ((rc = http_request_suspend(req, 0, NULL, NULL)) != 0) {
@@ -465,7 +465,7 @@ static void cancel_done(void *ctx, const struct store_result *r)
     struct server *s = c->s;
     if (r->err) {
         http_request_complete_error(c->req, 503, "store", "the cancel was not stored: %s",
-                                    store_strerror(r->err));
+                                    gpo_strerror(r->err));
         free(c);
         return;
     }
@@ -517,7 +517,7 @@ int srv_api_job_cancel(struct http_request *req, void *ctx)
     }
     struct cancel *c = calloc(1, sizeof(*c));
     struct store_batch *b = c ? store_batch_new() : NULL;
-    int rc = b ? 0 : STORE_ENOMEM;
+    int rc = b ? 0 : GPO_ENOMEM;
     if (!rc) {
         c->s = s;
         c->req = req;

@@ -29,7 +29,7 @@
 
 #include "server/srv.h"
 #include "util/httpc.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 #define PROXY_MAX       64u          /* proxied requests at once */
 #define PROXY_BUF       (64u * 1024) /* bytes between the agent and a slow client */

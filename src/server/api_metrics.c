@@ -26,7 +26,7 @@
 #include "server/ledger.h"
 #include "server/prom.h"
 #include "server/srv.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 #define CONTENT_TYPE "text/plain; version=0.0.4; charset=utf-8"
 

@@ -15,12 +15,12 @@
 
 #include <sodium.h>
 
-#include "core/err.h"
+#include "base/err.h"
 #include "server/ingest.h"
 #include "server/srv.h"
 #include "util/jsonv.h"
 #include "util/timefmt.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 #define WAIT_DEFAULT_S 30
 #define WAIT_MAX_S     300
@@ -370,7 +370,7 @@ static void report_done(void *ctx, const struct store_result *r)
     struct server *s = rp->s;
     if (r->err) {
         http_request_complete_error(rp->req, 503, "store", "the report was not stored: %s",
-                                    store_strerror(r->err));
+                                    gpo_strerror(r->err));
         free(rp);
         return;
     }
@@ -603,7 +603,7 @@ static void node_write_done(void *ctx, const struct store_result *r)
     pthread_mutex_unlock(&s->lock);
     if (r->err)
         http_request_complete_error(w->req, 503, "store", "the node was not stored: %s",
-                                    store_strerror(r->err));
+                                    gpo_strerror(r->err));
     else if (rc || !o)
         http_request_complete_error(w->req, 500, "internal", "node stored, not applied: %s", err);
     else
@@ -626,7 +626,7 @@ static int node_write_commit(struct server *s, struct node_write *w)
     for (size_t k = 0; k < s->model.ntype_ids; k++)
         top = s->model.type_ids[k].id > top ? s->model.type_ids[k].id : top;
     w->new_types = calloc(w->node.ngpus ? w->node.ngpus : 1, sizeof(*w->new_types));
-    int rc = w->new_types ? 0 : STORE_ENOMEM;
+    int rc = w->new_types ? 0 : GPO_ENOMEM;
     for (size_t g = 0; !rc && g < w->node.ngpus; g++) {
         const char *t = w->node.gpus[g].gpu_type;
         bool known = model_type_id_get(&s->model, t) != NULL;
@@ -635,7 +635,7 @@ static int node_write_commit(struct server *s, struct node_write *w)
         if (known)
             continue;
         w->new_types[w->nnew_types] = (struct model_type_id){strdup(t), ++top};
-        rc = w->new_types[w->nnew_types++].name ? 0 : STORE_ENOMEM;
+        rc = w->new_types[w->nnew_types++].name ? 0 : GPO_ENOMEM;
     }
     json_t *stored = rc ? NULL : model_node_to_json(&w->node, MODEL_STORED);
     char *text = stored ? json_dumps(stored, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
@@ -653,7 +653,7 @@ static int node_write_commit(struct server *s, struct node_write *w)
     snprintf(idbuf, sizeof(idbuf), "%" PRIu32, w->next_id);
     rc = b ? store_batch_node_put(b, w->node.name, text, model_node_state_name(w->node.state),
                                   srv_now_ms())
-           : STORE_ENOMEM;
+           : GPO_ENOMEM;
     if (!rc && !w->replace)
         rc = store_batch_meta_put(b, SRV_META_NEXT_ID, idbuf);
     if (!rc && w->nnew_types)
@@ -832,14 +832,14 @@ int srv_nodes_load(struct server *s, char *err, size_t errlen)
                 snprintf(err, errlen, "store: meta '%s' is not a table of ids", META_TYPE_IDS);
             return rc;
         }
-    } else if (rc != STORE_ENOTFOUND) {
-        snprintf(err, errlen, "store: meta '%s': %s", META_TYPE_IDS, store_strerror(rc));
+    } else if (rc != GPO_ENOENT) {
+        snprintf(err, errlen, "store: meta '%s': %s", META_TYPE_IDS, gpo_strerror(rc));
         return rc;
     }
     struct store_node *rows = NULL;
     size_t n = 0;
     if ((rc = store_node_list(s->store, &rows, &n)) != 0) {
-        snprintf(err, errlen, "store: listing nodes: %s", store_strerror(rc));
+        snprintf(err, errlen, "store: listing nodes: %s", gpo_strerror(rc));
         return rc;
     }
     int64_t now = srv_now_ms();

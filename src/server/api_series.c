@@ -17,7 +17,7 @@
 #include "server/series.h"
 #include "server/srv.h"
 #include "util/timefmt.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 #define DEFAULT_SPAN_MS (15 * 60 * INT64_C(1000))
 #define MAX_STEPS       10000
@@ -320,7 +320,7 @@ int srv_api_metrics_series(struct http_request *req, void *ctx)
     if (rc || g.oom) {
         grid_release(&g);
         return http_request_error(req, 500, "internal", "reading the series: %s",
-                                  rc ? store_strerror(rc) : "out of memory");
+                                  rc ? gpo_strerror(rc) : "out of memory");
     }
     if (g.ngroups)
         qsort(g.groups, g.ngroups, sizeof(*g.groups), cmp_group);

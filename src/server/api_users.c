@@ -7,11 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/err.h"
+#include "base/err.h"
 #include "server/srv.h"
 #include "util/timefmt.h"
 #include "util/token.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 #define LABEL_MAX 128
 
@@ -30,7 +30,7 @@ int srv_api_user_list(struct http_request *req, void *ctx)
     size_t n = 0;
     int rc = store_user_list(s->store, &users, &n);
     if (rc)
-        return http_request_error(req, 503, "store", "listing users: %s", store_strerror(rc));
+        return http_request_error(req, 503, "store", "listing users: %s", gpo_strerror(rc));
     json_t *list = json_array();
     for (size_t k = 0; list && k < n; k++) {
         json_t *o = user_json(&users[k]);
@@ -55,10 +55,10 @@ int srv_api_user_get(struct http_request *req, void *ctx)
         return http_request_error(req, 403, "forbidden", "only admins may read other users");
     struct store_user u = {0};
     int rc = store_user_get_by_name(s->store, name, &u);
-    if (rc == STORE_ENOTFOUND)
+    if (rc == GPO_ENOENT)
         return http_request_error(req, 404, "not_found", "no user '%s'", name);
     if (rc)
-        return http_request_error(req, 503, "store", "reading user: %s", store_strerror(rc));
+        return http_request_error(req, 503, "store", "reading user: %s", gpo_strerror(rc));
     json_t *o = user_json(&u);
     store_user_release(&u);
     if (!o)
@@ -78,11 +78,11 @@ struct user_write {
 static void user_write_done(void *ctx, const struct store_result *r)
 {
     struct user_write *w = ctx;
-    if (r->err == STORE_ENOTFOUND) {
+    if (r->err == GPO_ENOENT) {
         http_request_complete_error(w->req, 404, "not_found", "no user '%s'", w->name);
     } else if (r->err) {
         http_request_complete_error(w->req, 503, "store", "the change was not stored: %s",
-                                    store_strerror(r->err));
+                                    gpo_strerror(r->err));
     } else if (w->token[0]) {
         http_request_complete(w->req, 201,
                               json_pack("{s:s, s:s}", "user", w->name, "token", w->token));
@@ -158,7 +158,7 @@ int srv_api_user_put(struct http_request *req, void *ctx)
     struct store_batch *b = w ? store_batch_new() : NULL;
     rc = b ? store_batch_user_put(b, name, u.unix_user, u.team, model_role_name(u.role),
                                   srv_now_ms())
-           : STORE_ENOMEM;
+           : GPO_ENOMEM;
     model_user_release(&u);
     if (rc) {
         store_batch_free(b);
@@ -200,7 +200,7 @@ int srv_api_token_issue(struct http_request *req, void *ctx)
     }
     struct user_write *w = user_write_new(s, req, name, 201);
     uint8_t hash[TOKEN_HASH_LEN];
-    int rc = w ? token_generate(w->token, sizeof(w->token)) : TOKEN_EINVAL;
+    int rc = w ? token_generate(w->token, sizeof(w->token)) : GPO_EINVAL;
     rc = rc ? rc : token_hash(w->token, hash);
     struct store_batch *b = rc ? NULL : store_batch_new();
     if (!b || store_batch_token_put(b, name, hash, label, srv_now_ms())) {

@@ -11,7 +11,7 @@
 
 #include "server/srv.h"
 #include "util/token.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 #define ADMIN_NAME "admin"
 
@@ -86,7 +86,7 @@ static int join_token(struct server *s, char *err, size_t errlen)
     char tok[TOKEN_STR_LEN + 1];
     errno = 0;
     int rc = token_read_file(path, tok, sizeof(tok));
-    if (rc == TOKEN_EIO && errno == ENOENT) {
+    if (rc == GPO_EIO && errno == ENOENT) {
         if ((rc = token_generate(tok, sizeof(tok))) == 0)
             rc = token_write_file(path, tok);
     }
@@ -94,7 +94,7 @@ static int join_token(struct server *s, char *err, size_t errlen)
         rc = token_hash(tok, s->join_hash);
     memset(tok, 0, sizeof(tok));
     if (rc) {
-        snprintf(err, errlen, "%.4000s: %s%s%s", path, token_strerror(rc), errno ? ": " : "",
+        snprintf(err, errlen, "%.4000s: %s%s%s", path, gpo_strerror(rc), errno ? ": " : "",
                  errno ? strerror(errno) : "");
         return -EIO;
     }
@@ -160,14 +160,14 @@ int srv_auth_bootstrap(struct server *s, char *err, size_t errlen)
     store_user_release(&row);
     if (rc == 0)
         return 0; /* not the first start */
-    if (rc != STORE_ENOTFOUND) {
-        snprintf(err, errlen, "reading users: %s", store_strerror(rc));
+    if (rc != GPO_ENOENT) {
+        snprintf(err, errlen, "reading users: %s", gpo_strerror(rc));
         return rc;
     }
     char tok[TOKEN_STR_LEN + 1];
     uint8_t hash[TOKEN_HASH_LEN];
     if ((rc = token_generate(tok, sizeof(tok))) != 0 || (rc = token_hash(tok, hash)) != 0) {
-        snprintf(err, errlen, "generating the admin token: %s", token_strerror(rc));
+        snprintf(err, errlen, "generating the admin token: %s", gpo_strerror(rc));
         return -EIO;
     }
     /* The file first: a token in the store that nobody can read would lock
@@ -179,7 +179,7 @@ int srv_auth_bootstrap(struct server *s, char *err, size_t errlen)
     }
     errno = 0;
     if ((rc = token_write_file(s->admin_token_path, tok)) != 0) {
-        snprintf(err, errlen, "%s: %s%s%s", s->admin_token_path, token_strerror(rc),
+        snprintf(err, errlen, "%s: %s%s%s", s->admin_token_path, gpo_strerror(rc),
                  errno ? ": " : "", errno ? strerror(errno) : "");
         return -EIO;
     }
@@ -189,7 +189,7 @@ int srv_auth_bootstrap(struct server *s, char *err, size_t errlen)
     /* The admin's jobs run as the account that runs the controller. */
     const struct passwd *pw = getpwuid(geteuid());
     rc = b ? store_batch_user_put(b, ADMIN_NAME, pw ? pw->pw_name : NULL, NULL, "admin", now)
-           : STORE_ENOMEM;
+           : GPO_ENOMEM;
     if (!rc)
         rc = store_batch_token_put(b, ADMIN_NAME, hash, "bootstrap", now);
     if (!rc)
@@ -198,7 +198,7 @@ int srv_auth_bootstrap(struct server *s, char *err, size_t errlen)
         store_batch_free(b);
     if (rc) {
         remove(s->admin_token_path);
-        snprintf(err, errlen, "creating the admin user: %s%s%s", store_strerror(rc),
+        snprintf(err, errlen, "creating the admin user: %s%s%s", gpo_strerror(rc),
                  msg[0] ? ": " : "", msg);
         return rc;
     }

@@ -14,7 +14,7 @@
 
 #include "server/ledger.h"
 #include "server/srv.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 struct srv_cost_team *srv_cost_team_get(struct srv_cost *c, const char *team, bool create)
 {

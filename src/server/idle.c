@@ -11,10 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/err.h"
+#include "base/err.h"
 #include "util/errbuf.h"
 #include "util/timefmt.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -374,7 +374,7 @@ static void act(struct server *s, const struct idle_act *acts, size_t n, int64_t
     pthread_mutex_lock(&s->lock);
     if (rc) {
         /* Not durable, so not done: the next tick tries again. */
-        fprintf(stderr, "gpuorch server: idle actions not committed: %s%s%s\n", store_strerror(rc),
+        fprintf(stderr, "gpuorch server: idle actions not committed: %s%s%s\n", gpo_strerror(rc),
                 msg[0] ? ": " : "", msg);
         return;
     }

@@ -20,7 +20,7 @@
 #include "server/ingest.h"
 #include "server/series.h"
 #include "server/srv.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 #define SRV_IDLE_DEFAULT_PCT 5
 #define PRUNE_EVERY_MS       (3600 * INT64_C(1000))

@@ -7,7 +7,7 @@
 #include "server/ledger.h"
 #include "server/srv.h"
 #include "util/timefmt.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 static const struct {
     const char *name;

@@ -30,7 +30,7 @@
 #include "server/jobspec.h"
 #include "util/jsonv.h"
 #include "util/errbuf.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 #define GPU_MEM_MAX_MIB  (INT64_C(1) << 20)  /* 1 TiB */
 #define HOST_MEM_MAX_MIB (INT64_C(64) << 20) /* 64 TiB */
@@ -564,7 +564,7 @@ int jobspec_decode(const json_t *body, struct jobspec *ret, char *err, size_t er
     struct wire w = {.spec = {.mem_mib = 1024, .requeue = true}, .cpus = 1};
     int rc = jsonv_decode(body, fields, ARRAY_LEN(fields), &w, err, errlen);
     if (rc < 0)
-        return rc == JSONV_ENOMEM ? -ENOMEM : -EINVAL;
+        return rc == GPO_ENOMEM ? -ENOMEM : -EINVAL;
     w.spec.cpus = (int32_t)w.cpus;
     for (size_t i = 0; i < ARRAY_LEN(steps) && rc == 0; i++)
         rc = steps[i](&w, err, errlen);

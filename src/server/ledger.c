@@ -18,7 +18,7 @@
 #include "server/budget.h"
 #include "server/prom.h"
 #include "server/srv.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 #define HOUR_MS INT64_C(3600000)
 
@@ -340,7 +340,7 @@ int srv_ledger_load(struct server *s, char *err, size_t errlen)
     size_t n = 0;
     int rc = store_ledger_range(s->store, INT64_MIN, INT64_MAX, &rows, &n);
     if (rc) {
-        snprintf(err, errlen, "store: the ledger: %s", store_strerror(rc));
+        snprintf(err, errlen, "store: the ledger: %s", gpo_strerror(rc));
         return rc;
     }
     for (size_t k = 0; k < n; k++) {

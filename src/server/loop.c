@@ -18,13 +18,13 @@
 #include <string.h>
 #include <time.h>
 
-#include "core/err.h"
+#include "base/err.h"
 #include "server/budget.h"
 #include "server/idle.h"
 #include "server/ingest.h"
 #include "server/ledger.h"
 #include "server/srv.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 #define STATE_ATTEMPT_ASSIGNED "ASSIGNED"
 #define STATE_ATTEMPT_KILLING  "KILLING"
@@ -165,7 +165,7 @@ static int commit_unlocked(struct server *s, struct store_batch *b, const char *
     int rc = store_commit_wait(s->store, b, NULL, 0, msg, sizeof(msg));
     pthread_mutex_lock(&s->lock);
     if (rc)
-        fprintf(stderr, "gpuorch server: %s not committed: %s%s%s\n", what, store_strerror(rc),
+        fprintf(stderr, "gpuorch server: %s not committed: %s%s%s\n", what, gpo_strerror(rc),
                 msg[0] ? ": " : "", msg);
     return rc;
 }
@@ -836,12 +836,12 @@ int srv_loop_load(struct server *s, char *err, size_t errlen)
             snprintf(err, errlen, "store: the scheduler's state does not parse");
             return rc;
         }
-    } else if (rc != STORE_ENOTFOUND) {
-        snprintf(err, errlen, "store: the scheduler's state: %s", store_strerror(rc));
+    } else if (rc != GPO_ENOENT) {
+        snprintf(err, errlen, "store: the scheduler's state: %s", gpo_strerror(rc));
         return rc;
     }
     if ((rc = store_job_scan_active(s->store, load_attempt, s)) != 0) {
-        snprintf(err, errlen, "store: active jobs: %s", store_strerror(rc));
+        snprintf(err, errlen, "store: active jobs: %s", gpo_strerror(rc));
         return rc;
     }
     /* Retries already used, for jobs that have failed before. */

@@ -16,11 +16,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/err.h"
+#include "base/err.h"
 #include "server/model.h"
 #include "util/jsonv.h"
 #include "util/errbuf.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 #define KNOWN_MAX 200 /* bytes of the "(known: ...)" list in a message */
 
@@ -121,7 +121,7 @@ static int set_add(struct model *m, const struct kind *k, struct set *s, void *i
         return errbuf_set(err, errlen, GPO_EEXIST, "%s '%s' already exists", k->label,
                           model_quote(name, q));
     if (s->n >= k->max)
-        return errbuf_set(err, errlen, GPO_ELIMIT, "at most %zu of kind %s", k->max, k->label);
+        return errbuf_set(err, errlen, GPO_E2BIG, "at most %zu of kind %s", k->max, k->label);
     if (grow(&s->items, &s->cap, k->size, s->n + 1))
         return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
     if (k->prepare && (rc = k->prepare(m, item, err, errlen)))
@@ -146,7 +146,7 @@ static int set_replace(struct model *m, const struct kind *k, struct set *s, voi
     bool found;
     size_t at = set_search(k, s, name, &found);
     if (!found)
-        return errbuf_set(err, errlen, GPO_ENOTFOUND, "no %s '%s'", k->label, model_quote(name, q));
+        return errbuf_set(err, errlen, GPO_ENOENT, "no %s '%s'", k->label, model_quote(name, q));
     void *old = slot(k, s, at);
     uint32_t id = item_id(k, old), given = item_id(k, item);
     if (given != 0 && given != id)
@@ -167,7 +167,7 @@ static int set_remove(const struct kind *k, struct set *s, const char *name)
     bool found;
     size_t at = set_search(k, s, name, &found);
     if (!found)
-        return GPO_ENOTFOUND;
+        return GPO_ENOENT;
     k->release(slot(k, s, at));
     memmove(slot(k, s, at), slot(k, s, at + 1), (s->n - at - 1) * k->size);
     s->n--;
@@ -302,7 +302,7 @@ static void type_insert(struct model *m, size_t at, char *name, uint32_t id)
 static int type_room(struct model *m, size_t more, char *err, size_t errlen)
 {
     if (m->ntype_ids + more > MODEL_TYPE_IDS_MAX)
-        return errbuf_set(err, errlen, GPO_ELIMIT, "the GPU type table is full (%d types)",
+        return errbuf_set(err, errlen, GPO_E2BIG, "the GPU type table is full (%d types)",
                           MODEL_TYPE_IDS_MAX);
     void *items = m->type_ids;
     int rc = grow(&items, &m->type_ids_cap, sizeof(*m->type_ids), m->ntype_ids + more);
@@ -325,7 +325,7 @@ static int node_prepare(struct model *m, const void *item, char *err, size_t err
     for (size_t i = 0; i < m->ntype_ids; i++)
         top = m->type_ids[i].id > top ? m->type_ids[i].id : top;
     if (top == UINT32_MAX)
-        return errbuf_set(err, errlen, GPO_ELIMIT, "no GPU type id left");
+        return errbuf_set(err, errlen, GPO_E2BIG, "no GPU type id left");
     int rc = type_room(m, 1, err, errlen);
     if (rc)
         return rc;
@@ -494,7 +494,7 @@ static int build_size(struct build *b, char *err, size_t errlen)
         if (b->core_type[i] != SCHED_NONE)
             b->core_type[i] = (uint32_t)b->ntypes++;
     if (b->ntypes > SCHED_MAX_GPU_TYPES)
-        return errbuf_set(err, errlen, GPO_ELIMIT, "%zu GPU types, the scheduler takes at most %d",
+        return errbuf_set(err, errlen, GPO_E2BIG, "%zu GPU types, the scheduler takes at most %d",
                           b->ntypes, SCHED_MAX_GPU_TYPES);
     b->cl.strings = malloc(bytes);
     b->at = b->cl.strings;

@@ -26,8 +26,8 @@
  * as milli-GPU (250); -1 where the field says so means "no limit".
  *
  * Errors: functions return 0 or a negative GPO_* code (core/err.h):
- * GPO_EINVAL for input that breaks a rule, GPO_EEXIST / GPO_ENOTFOUND for a
- * name that is / is not there, GPO_ELIMIT over a size cap, GPO_ENOMEM. Where a
+ * GPO_EINVAL for input that breaks a rule, GPO_EEXIST / GPO_ENOENT for a
+ * name that is / is not there, GPO_E2BIG over a size cap, GPO_ENOMEM. Where a
  * function takes `err` (errlen bytes, may be NULL) it receives one line fit
  * for a 400 response, naming the field:
  *     field 'quotas[1].pool': 'GPU A' is not a valid name (...)
@@ -339,17 +339,17 @@ void model_release(struct model *m);
  * model_X_add: takes *item (its contents move into the model and *item is
  * zeroed) if it passes model_X_check, has an id (not 0) and its name is new.
  * 0; GPO_EINVAL (the message), GPO_EEXIST ("pool 'a' already exists"),
- * GPO_ELIMIT (more than the core takes: SCHED_MAX_POOLS, SCHED_MAX_CLASSES,
+ * GPO_E2BIG (more than the core takes: SCHED_MAX_POOLS, SCHED_MAX_CLASSES,
  * SCHED_MAX_TEAMS, MODEL_USERS_MAX, SCHED_MAX_NODES; or a new GPU type with
  * the type table full) or GPO_ENOMEM, *item untouched. A node's GPU type gets
  * its id here when new.
  *
  * model_X_replace: the same, for the object of that name, which must exist
- * (GPO_ENOTFOUND). The id stays the stored one: item->id must be 0 or equal
+ * (GPO_ENOENT). The id stays the stored one: item->id must be 0 or equal
  * to it (GPO_EINVAL). The old object is released.
  *
  * model_X_remove: releases and removes the object of that name; 0 or
- * GPO_ENOTFOUND. What refers to it is the caller's business (see
+ * GPO_ENOENT. What refers to it is the caller's business (see
  * model_check_refs).
  *
  * model_X_get: the object of that name (borrowed), or NULL if there is none.
@@ -390,7 +390,7 @@ const struct model_type_id *model_type_id_get(const struct model *m, const char 
 /*
  * Restores one entry of the table. 0 (also when the same entry is there);
  * GPO_EINVAL for a bad type name or id 0; GPO_EEXIST when the type has
- * another id or the id another type; GPO_ELIMIT (table full); GPO_ENOMEM.
+ * another id or the id another type; GPO_E2BIG (table full); GPO_ENOMEM.
  */
 int model_type_id_set(struct model *m, const char *gpu_type, uint32_t id, char *err, size_t errlen);
 
@@ -432,7 +432,7 @@ struct model_cluster {
 /*
  * Builds the core's view of `m` (borrowed). 0; GPO_EINVAL when a reference
  * names nothing (model_check_refs's message) or the core refuses the result
- * (sched_cluster_check's reason); GPO_ELIMIT (more than SCHED_MAX_GPU_TYPES
+ * (sched_cluster_check's reason); GPO_E2BIG (more than SCHED_MAX_GPU_TYPES
  * types); GPO_ENOMEM. The caller frees *ret with model_cluster_release.
  */
 int model_build_cluster(const struct model *m, struct model_cluster *ret, char *err, size_t errlen);

@@ -10,11 +10,11 @@
 
 #include <jansson.h>
 
-#include "core/err.h"
+#include "base/err.h"
 #include "server/model.h"
 #include "util/errbuf.h"
 #include "util/jsonv.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -101,7 +101,7 @@ int model_price_decode(const json_t *obj, unsigned flags, struct model_price *re
     int rc = jsonv_decode(obj, stored ? price_fields : price_fields + 1,
                           stored ? ARRAY_LEN(price_fields) : ARRAY_LEN(price_fields) - 1, &w, err,
                           errlen);
-    rc = rc == 0 ? 0 : rc == JSONV_ENOMEM ? GPO_ENOMEM : GPO_EINVAL;
+    rc = rc == 0 ? 0 : rc == GPO_ENOMEM ? GPO_ENOMEM : GPO_EINVAL;
     struct model_price p = {.id = w.id};
     if (!rc && !json_is_number(w.per_gpu_hour))
         rc = errbuf_set(err, errlen, GPO_EINVAL,

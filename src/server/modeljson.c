@@ -22,11 +22,11 @@
 
 #include <jansson.h>
 
-#include "core/err.h"
+#include "base/err.h"
 #include "server/model.h"
 #include "util/jsonv.h"
 #include "util/errbuf.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 #define MILLI_MAX    ((int64_t)MODEL_GPUS_MAX * SCHED_MILLI)
@@ -221,7 +221,7 @@ static int decode_table(const json_t *obj, unsigned flags, const struct jsonv_fi
         return errbuf_set(err, errlen, GPO_EINVAL, "model: unknown decode flags %#x", flags);
     bool stored = flags & MODEL_STORED;
     int rc = jsonv_decode(obj, stored ? fields : fields + 1, stored ? n : n - 1, dst, err, errlen);
-    return rc == 0 ? 0 : rc == JSONV_ENOMEM ? GPO_ENOMEM : GPO_EINVAL;
+    return rc == 0 ? 0 : rc == GPO_ENOMEM ? GPO_ENOMEM : GPO_EINVAL;
 }
 
 /* Sets key to v (taken; NULL means a failed allocation): false on failure. */

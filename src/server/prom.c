@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "server/prom.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 #define FAMILY_MAX 200 /* bytes of a family name: a cap, far above any real one */
 #define LABELS_MAX 32  /* label pairs in one sample */

@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "server/series.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 #define UNK8  UINT8_MAX
 #define UNK16 UINT16_MAX

@@ -14,7 +14,7 @@
 #include "server/ingest.h"
 #include "server/srv.h"
 #include "util/token.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 #define DEFAULT_DATA   "gpuorch-data"
 #define DEFAULT_LISTEN "127.0.0.1:8080"
@@ -252,7 +252,7 @@ static int load_jobs(struct server *s, char *err, size_t errlen)
         size_t n = 0;
         int rc = store_job_list(s->store, &f, &rows, &n);
         if (rc) {
-            snprintf(err, errlen, "loading jobs: %s", store_strerror(rc));
+            snprintf(err, errlen, "loading jobs: %s", gpo_strerror(rc));
             return rc;
         }
         for (size_t k = 0; k < n && !rc; k++) {
@@ -283,7 +283,7 @@ static int start(struct server *s, const struct args *a, char *err, size_t errle
     }
     int rc = token_lib_init();
     if (rc) {
-        snprintf(err, errlen, "libsodium: %s", token_strerror(rc));
+        snprintf(err, errlen, "libsodium: %s", gpo_strerror(rc));
         return rc;
     }
     char path[4200];
@@ -294,7 +294,7 @@ static int start(struct server *s, const struct args *a, char *err, size_t errle
         return rc;
     }
     if ((rc = store_epoch_acquire(s->store, &s->epoch)) != 0) {
-        snprintf(err, errlen, "%.900s: taking the leader epoch: %s", path, store_strerror(rc));
+        snprintf(err, errlen, "%.900s: taking the leader epoch: %s", path, gpo_strerror(rc));
         return rc;
     }
     if ((rc = srv_auth_bootstrap(s, err, errlen)) != 0 ||
@@ -320,7 +320,7 @@ static int start(struct server *s, const struct args *a, char *err, size_t errle
         (rc = http_server_start(s->http, err, errlen)) != 0)
         return rc;
     if ((rc = srv_loop_start(s)) != 0) {
-        snprintf(err, errlen, "starting the scheduling loop: %s", strerror(-rc));
+        snprintf(err, errlen, "starting the scheduling loop: %s", gpo_strerror(rc));
         return rc;
     }
     if (a->port_file) {

@@ -1,7 +1,7 @@
 #include <string.h>
 
 #include "server/web.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 /* The headers every answer of the page carries. no-cache: the browser keeps
  * the page but asks each time (a new binary serves a new page), and the
@@ -49,7 +49,7 @@ int srv_web_index(struct http_request *req, void *ctx)
     static const char ctype[] = "text/html; charset=utf-8";
     int rc = add_page_headers(req);
     if (rc)
-        return http_request_error(req, 500, "internal", "%s", http_strerror(rc));
+        return http_request_error(req, 500, "internal", "%s", gpo_strerror(rc));
     const char *inm = http_request_header(req, "If-None-Match");
     if (inm && etag_matches(inm))
         return http_request_respond_static(req, 304, ctype, NULL, 0);
@@ -61,6 +61,6 @@ int srv_web_favicon(struct http_request *req, void *ctx)
     (void)ctx;
     int rc = http_request_add_header(req, "Cache-Control", "max-age=86400");
     if (rc)
-        return http_request_error(req, 500, "internal", "%s", http_strerror(rc));
+        return http_request_error(req, 500, "internal", "%s", gpo_strerror(rc));
     return http_request_respond_static(req, 204, "image/x-icon", NULL, 0);
 }

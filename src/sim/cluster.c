@@ -4,9 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/err.h"
+#include "base/err.h"
 #include "sim/cluster.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 void sim_cluster_release(struct sim_cluster *cl)
 {

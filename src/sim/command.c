@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/err.h"
+#include "base/err.h"
 #include "sim/command.h"
 #include "sim/engine.h"
 #include "sim/output.h"
@@ -14,7 +14,7 @@
 #include "sim/spec.h"
 #include "sim/stats.h"
 #include "sim/trace.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 #define MAX_POLICIES 16
 

@@ -12,10 +12,10 @@
 
 #include <jansson.h>
 
-#include "core/err.h"
+#include "base/err.h"
 #include "sim/doc.h"
 #include "util/yamljson.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 #define FILE_MAX (16u << 20)
 
@@ -254,7 +254,7 @@ static int parse_yaml(struct sim_doc *d, const char *text, size_t len)
     int rc = yamljson_parse(&d->yaml_doc, text, len, &e);
     if (rc != 0) {
         d->path = e.path;
-        return sim_doc_fail_at(d, rc == YAMLJSON_ENOMEM ? GPO_ENOMEM : GPO_EINVAL, e.line, "%s",
+        return sim_doc_fail_at(d, rc == GPO_ENOMEM ? GPO_ENOMEM : GPO_EINVAL, e.line, "%s",
                                e.problem);
     }
     d->yaml = &d->yaml_doc;
@@ -294,7 +294,7 @@ static int read_all(FILE *f, const char *path, char **ret, size_t *retlen, char 
         if (len > FILE_MAX) {
             free(buf);
             snprintf(err, errlen, "%s: larger than %u MiB", path, FILE_MAX >> 20);
-            return GPO_ELIMIT;
+            return GPO_E2BIG;
         }
         if (n == 0 && ferror(f)) {
             snprintf(err, errlen, "%s: %s", path, strerror(errno));

@@ -58,7 +58,7 @@ void sim_doc_release(struct sim_doc *d);
 int sim_doc_parse(struct sim_doc *d, const char *text, size_t len, json_t **ret_root);
 
 /*
- * Reads the file at path whole (at most 16 MiB: GPO_ELIMIT above). 0 and
+ * Reads the file at path whole (at most 16 MiB: GPO_E2BIG above). 0 and
  * *ret (malloc'd, len bytes) or an error with its message in err ("PATH:
  * No such file or directory").
  */
@@ -91,7 +91,7 @@ struct sim_doc_num {
     bool min_open;
     double max;
     double scale; /* GiB -> MiB: 1024; GPUs -> milli: 1000 (fractions only) */
-    int over_rc;  /* over max: GPO_ELIMIT for a cap, GPO_EINVAL otherwise */
+    int over_rc;  /* over max: GPO_E2BIG for a cap, GPO_EINVAL otherwise */
 };
 
 /* v (at the path at hand) by rule r, into *ret. */

@@ -5,15 +5,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/err.h"
+#include "base/err.h"
 #include "core/sched.h"
 #include "core/state.h"
-#include "core/vec.h"
+#include "base/vec.h"
 #include "sim/cluster.h"
 #include "sim/engine.h"
 #include "sim/estimate.h"
 #include "sim/queue.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 #define MS_PER_S 1000
 

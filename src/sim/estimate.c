@@ -3,10 +3,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/err.h"
+#include "base/err.h"
 #include "core/model.h"
 #include "sim/estimate.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 static uint32_t bucket_of(int64_t s)
 {

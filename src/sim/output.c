@@ -7,10 +7,10 @@
 
 #include <jansson.h>
 
-#include "core/err.h"
+#include "base/err.h"
 #include "core/explain.h"
 #include "sim/output.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 /* Seconds printed as 1d 02:03:04 (or 02:03:04 under a day) after the figure. */
 static void print_duration(FILE *out, double s)

@@ -10,11 +10,11 @@
 
 #include <jansson.h>
 
-#include "core/err.h"
+#include "base/err.h"
 #include "core/model.h"
 #include "sim/doc.h"
 #include "sim/policy.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 /* ---- presets: a table ---- */
 
@@ -76,7 +76,7 @@ int sim_policy_find(const char *name, struct sim_policy *ret)
         *ret = p;
         return 0;
     }
-    return GPO_ENOTFOUND;
+    return GPO_ENOENT;
 }
 
 bool sim_policy_is_file(const char *arg)

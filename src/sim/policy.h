@@ -55,7 +55,7 @@ struct sim_policy {
 };
 
 /* Finds a preset ("default", "fifo", "fifo-backfill", "priority",
- * "fairshare", "las", "spread", "sjf", "srtf"). 0, or GPO_ENOTFOUND. */
+ * "fairshare", "las", "spread", "sjf", "srtf"). 0, or GPO_ENOENT. */
 int sim_policy_find(const char *name, struct sim_policy *ret);
 /* The k-th preset's name (static); NULL past the last. */
 const char *sim_policy_name(size_t k);

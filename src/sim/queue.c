@@ -2,9 +2,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/err.h"
+#include "base/err.h"
 #include "sim/queue.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 void sim_queue_init(struct sim_queue *q)
 {

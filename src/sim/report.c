@@ -9,11 +9,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/err.h"
-#include "core/sort.h"
+#include "base/err.h"
+#include "base/sort.h"
 #include "sim/assets.h"
 #include "sim/report.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 /* Points drawn per policy: enough for a full-width chart, small for the page. */
 #define MAX_TIME_POINTS 2000

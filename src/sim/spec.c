@@ -14,11 +14,11 @@
 
 #include <jansson.h>
 
-#include "core/err.h"
+#include "base/err.h"
 #include "sim/doc.h"
 #include "sim/spec.h"
 #include "util/yamljson.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 #define QUEUE_MAX_LEN 1024
 #define MAX_GPUS      ((double)SIM_SPEC_MAX_NODES * SIM_SPEC_MAX_GPUS_PER_NODE)
@@ -35,8 +35,8 @@ struct dec {
 };
 
 /* Numbers in a spec (doc.h's rules). */
-static const struct sim_doc_num R_NODES = {true, 1, false, SIM_SPEC_MAX_NODES, 1, GPO_ELIMIT};
-static const struct sim_doc_num R_GPN = {true, 1, false, SIM_SPEC_MAX_GPUS_PER_NODE, 1, GPO_ELIMIT};
+static const struct sim_doc_num R_NODES = {true, 1, false, SIM_SPEC_MAX_NODES, 1, GPO_E2BIG};
+static const struct sim_doc_num R_GPN = {true, 1, false, SIM_SPEC_MAX_GPUS_PER_NODE, 1, GPO_E2BIG};
 static const struct sim_doc_num R_CPUS = {true, 1, false, 1 << 20, 1, GPO_EINVAL};
 static const struct sim_doc_num R_GPU_GIB = {false, 0, true, 4096, 1024, GPO_EINVAL};
 static const struct sim_doc_num R_MEM_GIB = {false, 0, true, 1 << 20, 1024, GPO_EINVAL};
@@ -107,7 +107,7 @@ static int decode_pool(struct dec *d, json_t *o, struct sim_spec_pool *p, size_t
     d->nodes += (uint64_t)nodes;
     if (d->nodes > SIM_SPEC_MAX_NODES) {
         sim_doc_key(&d->doc, "nodes");
-        return sim_doc_fail(&d->doc, GPO_ELIMIT, "more than %u nodes in all pools",
+        return sim_doc_fail(&d->doc, GPO_E2BIG, "more than %u nodes in all pools",
                             SIM_SPEC_MAX_NODES);
     }
     return decode_pool_hw(d, o, p);
@@ -116,7 +116,7 @@ static int decode_pool(struct dec *d, json_t *o, struct sim_spec_pool *p, size_t
 static int decode_pools(struct dec *d, json_t *root)
 {
     json_t *list;
-    int rc = sim_doc_get_list(&d->doc, root, "pools", true, SIM_SPEC_MAX_POOLS, GPO_ELIMIT, &list);
+    int rc = sim_doc_get_list(&d->doc, root, "pools", true, SIM_SPEC_MAX_POOLS, GPO_E2BIG, &list);
     if (rc != 0)
         return rc;
     d->s->pools = calloc(json_array_size(list), sizeof(*d->s->pools));
@@ -145,7 +145,7 @@ static int decode_queue(struct dec *d, json_t *v, size_t team, char **ret)
                             "expected a queue name (a string of at most %d bytes), got %s",
                             QUEUE_MAX_LEN, sim_doc_shown(&d->doc, v, got, sizeof(got)));
     if (++d->nqueues > SIM_SPEC_MAX_QUEUES)
-        return sim_doc_fail(&d->doc, GPO_ELIMIT, "more than %u queues in all teams",
+        return sim_doc_fail(&d->doc, GPO_E2BIG, "more than %u queues in all teams",
                             SIM_SPEC_MAX_QUEUES);
     json_t *owner = json_object_get(d->queue_team, q);
     if (owner && (size_t)json_integer_value(owner) == team)
@@ -160,7 +160,7 @@ static int decode_queue(struct dec *d, json_t *v, size_t team, char **ret)
 static int decode_queues(struct dec *d, json_t *o, struct sim_spec_team *t, size_t team)
 {
     json_t *list;
-    int rc = sim_doc_get_list(&d->doc, o, "queues", false, SIM_SPEC_MAX_QUEUES, GPO_ELIMIT, &list);
+    int rc = sim_doc_get_list(&d->doc, o, "queues", false, SIM_SPEC_MAX_QUEUES, GPO_E2BIG, &list);
     if (rc != 0 || !list || json_array_size(list) == 0)
         return rc;
     t->queues = calloc(json_array_size(list), sizeof(*t->queues));
@@ -204,7 +204,7 @@ static int decode_quota(struct dec *d, json_t *o, const struct sim_spec_team *t,
 static int decode_quotas(struct dec *d, json_t *o, struct sim_spec_team *t)
 {
     json_t *list;
-    int rc = sim_doc_get_list(&d->doc, o, "quotas", false, SIM_SPEC_MAX_POOLS, GPO_ELIMIT, &list);
+    int rc = sim_doc_get_list(&d->doc, o, "quotas", false, SIM_SPEC_MAX_POOLS, GPO_E2BIG, &list);
     if (rc != 0 || !list || json_array_size(list) == 0)
         return rc;
     t->quotas = calloc(json_array_size(list), sizeof(*t->quotas));
@@ -264,7 +264,7 @@ static int decode_team(struct dec *d, json_t *o, struct sim_spec_team *t, size_t
 static int decode_teams(struct dec *d, json_t *root)
 {
     json_t *list;
-    int rc = sim_doc_get_list(&d->doc, root, "teams", true, SIM_SPEC_MAX_TEAMS, GPO_ELIMIT, &list);
+    int rc = sim_doc_get_list(&d->doc, root, "teams", true, SIM_SPEC_MAX_TEAMS, GPO_E2BIG, &list);
     if (rc != 0)
         return rc;
     d->s->teams = calloc(json_array_size(list), sizeof(*d->s->teams));

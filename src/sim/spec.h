@@ -127,7 +127,7 @@ void sim_spec_release(struct sim_spec *s);
 /*
  * Parses a spec from text (`len` bytes, not necessarily terminated; `name` is
  * used in messages, e.g. the file name; NULL: "spec"). *s is overwritten (it
- * need not be initialised): 0 with the spec, or GPO_EINVAL / GPO_ELIMIT (over
+ * need not be initialised): 0 with the spec, or GPO_EINVAL / GPO_E2BIG (over
  * a SIM_SPEC_MAX_* cap) / GPO_ENOMEM with one line in `err` (errlen bytes,
  * always terminated; err may be NULL) and *s empty. Requires at least one pool
  * and one team; a queue may belong to one team only. The caller frees *s with
@@ -136,7 +136,7 @@ void sim_spec_release(struct sim_spec *s);
 int sim_spec_parse(struct sim_spec *s, const char *text, size_t len, const char *name, char *err,
                    size_t errlen);
 
-/* Reads the file at `path` (at most 16 MiB, GPO_ELIMIT above; GPO_EINVAL when
+/* Reads the file at `path` (at most 16 MiB, GPO_E2BIG above; GPO_EINVAL when
  * it cannot be read) and parses it as above, named by `path`. */
 int sim_spec_load(struct sim_spec *s, const char *path, char *err, size_t errlen);
 
@@ -150,7 +150,7 @@ int sim_spec_load(struct sim_spec *s, const char *path, char *err, size_t errlen
  * trace queue, in the trace's order, named after it and mapping it (the empty
  * queue: team "default", or "default-2", ... if a queue is named that), weight
  * 1, no guarantee, no borrowing limit. *s is overwritten as by sim_spec_parse.
- * 0 or GPO_ENOMEM / GPO_EINVAL (no jobs) / GPO_ELIMIT (more queues than
+ * 0 or GPO_ENOMEM / GPO_EINVAL (no jobs) / GPO_E2BIG (more queues than
  * SIM_SPEC_MAX_TEAMS, or more nodes than SIM_SPEC_MAX_NODES).
  */
 int sim_spec_from_trace(struct sim_spec *s, const struct sim_trace *t, char *err, size_t errlen);
@@ -162,7 +162,7 @@ int sim_spec_from_trace(struct sim_spec *s, const struct sim_trace *t, char *err
  * by the ratio its pool's node count actually changed (so a guarantee of a
  * whole pool stays the whole pool), a team's borrowing limit elsewhere by
  * `factor`; no limit stays no limit. Used by --load. GPO_EINVAL for a bad
- * factor (not finite or <= 0), GPO_ELIMIT if the cluster would grow over the
+ * factor (not finite or <= 0), GPO_E2BIG if the cluster would grow over the
  * caps; *s is unchanged then.
  */
 int sim_spec_scale(struct sim_spec *s, double factor);
@@ -176,7 +176,7 @@ uint32_t sim_spec_team_of_queue(const struct sim_spec *s, const char *queue);
  * trace jobs some team takes (their GPU-seconds over the span from the first
  * to the last of their submits) is `load` of its GPUs. 0 with the factor used
  * in *ret_factor; GPO_EINVAL if the trace offers no load to scale to or
- * `load` is not positive; GPO_ELIMIT or GPO_ENOMEM. *s is unchanged on error.
+ * `load` is not positive; GPO_E2BIG or GPO_ENOMEM. *s is unchanged on error.
  */
 int sim_spec_set_load(struct sim_spec *s, const struct sim_trace *t, double load,
                       double *ret_factor);

@@ -10,9 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/err.h"
+#include "base/err.h"
 #include "sim/spec.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 /* Nodes of 8 GPUs that carry the trace's offered load at 90 %, and its largest job. */
 static uint64_t trace_nodes(const struct sim_trace *t)
@@ -93,12 +93,12 @@ int sim_spec_from_trace(struct sim_spec *s, const struct sim_trace *t, char *err
     if (t->nqueues > SIM_SPEC_MAX_TEAMS) {
         snprintf(err, errlen, "the trace has %zu queues, more than the %u teams a spec may have",
                  t->nqueues, SIM_SPEC_MAX_TEAMS);
-        return GPO_ELIMIT;
+        return GPO_E2BIG;
     }
     if (nodes > SIM_SPEC_MAX_NODES) {
         snprintf(err, errlen, "the trace's load needs %llu nodes, more than %u",
                  (unsigned long long)nodes, SIM_SPEC_MAX_NODES);
-        return GPO_ELIMIT;
+        return GPO_E2BIG;
     }
     if (!(out.pools = calloc(1, sizeof(*out.pools))))
         rc = GPO_ENOMEM;
@@ -143,14 +143,14 @@ static int64_t scaled_limit(int64_t milli, double factor)
     return milli < 0 ? milli : x > (double)SIM_SPEC_MAX_MILLI ? SIM_SPEC_MAX_MILLI + 1 : (int64_t)x;
 }
 
-/* Checks (apply false) or applies the scaling of teams; 0 or GPO_ELIMIT. */
+/* Checks (apply false) or applies the scaling of teams; 0 or GPO_E2BIG. */
 static int scale_teams(struct sim_spec *s, double factor, bool apply)
 {
     for (size_t i = 0; i < s->nteams; i++) {
         struct sim_spec_team *t = &s->teams[i];
         int64_t b = scaled_limit(t->borrow_limit_milli, factor);
         if (b > SIM_SPEC_MAX_MILLI)
-            return GPO_ELIMIT;
+            return GPO_E2BIG;
         t->borrow_limit_milli = apply ? b : t->borrow_limit_milli;
         for (size_t k = 0; k < t->nquotas; k++) {
             struct sim_spec_quota *q = &t->quotas[k];
@@ -160,7 +160,7 @@ static int scale_teams(struct sim_spec *s, double factor, bool apply)
             int64_t g = scaled_quota(q->guaranteed_milli, was, now);
             int64_t l = scaled_quota(q->borrow_limit_milli, was, now);
             if (g > SIM_SPEC_MAX_MILLI || l > SIM_SPEC_MAX_MILLI)
-                return GPO_ELIMIT;
+                return GPO_E2BIG;
             q->guaranteed_milli = apply ? g : q->guaranteed_milli;
             q->borrow_limit_milli = apply ? l : q->borrow_limit_milli;
         }
@@ -176,7 +176,7 @@ int sim_spec_scale(struct sim_spec *s, double factor)
     for (size_t i = 0; i < s->npools; i++)
         total += scaled_nodes(s->pools[i].nodes, factor);
     if (total > SIM_SPEC_MAX_NODES)
-        return GPO_ELIMIT;
+        return GPO_E2BIG;
     int rc = scale_teams(s, factor, false);
     if (rc != 0)
         return rc;

@@ -3,10 +3,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/err.h"
-#include "core/sort.h"
+#include "base/err.h"
+#include "base/sort.h"
 #include "sim/stats.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 static bool double_before(const double *x, const double *y)
 {

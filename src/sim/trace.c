@@ -29,9 +29,9 @@
 
 #include <zlib.h>
 
-#include "core/err.h"
+#include "base/err.h"
 #include "sim/trace.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 #define HEADER      "job_id,submit_time_s,duration_s,num_gpus,user,queue,gpu_type,status"
 #define NFIELDS     8
@@ -253,7 +253,7 @@ static int read_line(struct loader *L, char **line, size_t *len)
         } else if (nl || avail >= SIM_TRACE_MAX_LINE || (L->eof && avail > 0)) {
             size_t n = nl ? (size_t)(nl - start) : avail;
             if (L->lineno == UINT32_MAX)
-                return fail(L, GPO_ELIMIT, "expected at most %" PRIu32 " lines", UINT32_MAX);
+                return fail(L, GPO_E2BIG, "expected at most %" PRIu32 " lines", UINT32_MAX);
             L->lineno++;
             L->pos = nl ? L->pos + n + 1 : L->len;
             if (n + 1 > SIM_TRACE_MAX_LINE) {
@@ -420,7 +420,7 @@ static int intern(struct loader *L, struct strmap *m, char ***names, size_t *n, 
     }
     if (*n == SIM_TRACE_MAX_NAMES) {
         bad_value(L, field, name, "at most %u distinct names", SIM_TRACE_MAX_NAMES);
-        return GPO_ELIMIT; /* a cap, not a bad row: skip_bad does not skip it */
+        return GPO_E2BIG; /* a cap, not a bad row: skip_bad does not skip it */
     }
     if (*n == *cap) {
         char **p = grow_array(*names, cap, sizeof(**names));
@@ -442,7 +442,7 @@ static int add_job(struct loader *L, struct sim_trace_job *job, char *const fiel
 {
     struct sim_trace *t = L->t;
     if (t->njobs == SIM_TRACE_MAX_JOBS)
-        return fail(L, GPO_ELIMIT, "row: expected at most %u jobs", SIM_TRACE_MAX_JOBS);
+        return fail(L, GPO_E2BIG, "row: expected at most %u jobs", SIM_TRACE_MAX_JOBS);
     int rc = intern(L, &L->queues, &t->queues, &t->nqueues, &L->queues_cap, "queue",
                     fields[F_QUEUE], &job->queue);
     job->gpu_type = SIM_NONE;

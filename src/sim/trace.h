@@ -67,7 +67,7 @@ void sim_trace_release(struct sim_trace *t);
 /*
  * Loads the trace at `path` into *t (initialised, empty). Returns 0; or
  * GPO_EINVAL for a bad file (no such file, not a trace, a bad row without
- * skip_bad, rows out of submit order), GPO_ELIMIT over a cap, GPO_ENOMEM.
+ * skip_bad, rows out of submit order), GPO_E2BIG over a cap, GPO_ENOMEM.
  * On error, `err` (errlen bytes, always terminated) holds one line such as
  *     "t.csv:12: num_gpus: expected a number >= 0, got 'x'"
  * and *t is left empty. opts NULL means: no skipping, no window.

@@ -15,7 +15,7 @@
 #include "store/schema.h"
 #include "store/store.h"
 #include "util/errbuf.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -25,14 +25,14 @@ static const struct {
     int sqlite; /* an extended code, or a primary one matching all its extensions */
     int err;
 } sqlite_errs[] = {
-    {SQLITE_CONSTRAINT_UNIQUE, STORE_EEXIST},
-    {SQLITE_CONSTRAINT_PRIMARYKEY, STORE_EEXIST},
-    {SQLITE_CONSTRAINT_FOREIGNKEY, STORE_ENOTFOUND},
-    {SQLITE_CONSTRAINT, STORE_EINVAL},
-    {SQLITE_TOOBIG, STORE_EINVAL},
-    {SQLITE_MISMATCH, STORE_EINVAL},
-    {SQLITE_RANGE, STORE_EINVAL},
-    {SQLITE_NOMEM, STORE_ENOMEM},
+    {SQLITE_CONSTRAINT_UNIQUE, GPO_EEXIST},
+    {SQLITE_CONSTRAINT_PRIMARYKEY, GPO_EEXIST},
+    {SQLITE_CONSTRAINT_FOREIGNKEY, GPO_ENOENT},
+    {SQLITE_CONSTRAINT, GPO_EINVAL},
+    {SQLITE_TOOBIG, GPO_EINVAL},
+    {SQLITE_MISMATCH, GPO_EINVAL},
+    {SQLITE_RANGE, GPO_EINVAL},
+    {SQLITE_NOMEM, GPO_ENOMEM},
 };
 
 int store_sqlite_err(int rc)
@@ -43,7 +43,7 @@ int store_sqlite_err(int rc)
     for (size_t k = 0; k < ARRAY_LEN(sqlite_errs); k++)
         if ((rc & 0xff) == sqlite_errs[k].sqlite)
             return sqlite_errs[k].err;
-    return STORE_EIO;
+    return GPO_EIO;
 }
 
 /* ---- the tables ------------------------------------------------------------ */
@@ -140,18 +140,18 @@ static int exec(sqlite3 *db, const char *sql, const char *what, char *err, size_
 int schema_migrate(sqlite3 *db, int64_t target, char *err, size_t errlen)
 {
     if (!db || target < 1 || target > STORE_SCHEMA_VERSION)
-        return STORE_EINVAL;
+        return GPO_EINVAL;
     int rc = exec(db, "BEGIN IMMEDIATE", "starting the migration", err, errlen);
     if (rc)
         return rc;
     int64_t version = 0;
     rc = schema_version_get(db, &version, err, errlen);
     if (rc == 0 && version > STORE_SCHEMA_VERSION)
-        rc = errbuf_set(err, errlen, STORE_ETOONEW,
+        rc = errbuf_set(err, errlen, GPO_ETOONEW,
                         "database schema version %lld is newer than this program's %d",
                         (long long)version, STORE_SCHEMA_VERSION);
     else if (rc == 0 && version < 0)
-        rc = errbuf_set(err, errlen, STORE_EINVAL,
+        rc = errbuf_set(err, errlen, GPO_EINVAL,
                         "database schema version %lld is not one of gpuorch's", (long long)version);
     for (int64_t v = version; rc == 0 && v < target; v++) {
         char what[64];

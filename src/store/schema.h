@@ -109,15 +109,15 @@ __attribute__((format(printf, 3, 4))) int store_batch_fail(struct store_batch *b
 
 /* ---- SQLite: schema.c ---------------------------------------------------- */
 
-/* PRAGMA user_version of db into *ret_version. 0 or STORE_EIO (message in err). */
+/* PRAGMA user_version of db into *ret_version. 0 or GPO_EIO (message in err). */
 int schema_version_get(sqlite3 *db, int64_t *ret_version, char *err, size_t errlen);
 
 /*
  * Brings db to schema version `target` (1..STORE_SCHEMA_VERSION) by applying
  * the missing migrations in order, inside one transaction that also sets
  * user_version; a db at or above target is left as it is. Returns 0;
- * STORE_ETOONEW when db is newer than STORE_SCHEMA_VERSION (nothing changed;
- * err names both versions); STORE_EINVAL; STORE_EIO (err says why).
+ * GPO_ETOONEW when db is newer than STORE_SCHEMA_VERSION (nothing changed;
+ * err names both versions); GPO_EINVAL; GPO_EIO (err says why).
  */
 int schema_migrate(sqlite3 *db, int64_t target, char *err, size_t errlen);
 
@@ -147,7 +147,7 @@ extern const char schema_epoch_sql[];
 
 /* Test hook: the value of `PRAGMA name` (lowercase letters and '_') on the
  * store's WRITE connection, into buf (len bytes, terminated). Pauses the
- * writer around the query. 0, STORE_EINVAL, STORE_EIO. */
+ * writer around the query. 0, GPO_EINVAL, GPO_EIO. */
 int store_sqlite_pragma(struct store *s, const char *name, char *buf, size_t len);
 
 #endif

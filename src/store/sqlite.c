@@ -8,7 +8,7 @@
  *  - The writer takes everything queued at once: BEGIN IMMEDIATE, one
  *    SAVEPOINT per batch (ROLLBACK TO on the batch's first error), COMMIT.
  *    When BEGIN or COMMIT fails, or SQLite abandons the whole transaction
- *    after an I/O error, every batch of the group fails with STORE_EIO, even
+ *    after an I/O error, every batch of the group fails with GPO_EIO, even
  *    one that had failed on its own: nothing of the group was written, and
  *    a verdict such as "key already used by job N" may name a job that was
  *    in the lost transaction.
@@ -33,7 +33,7 @@
 #include "store/sqlite.h"
 #include "store/store.h"
 #include "util/errbuf.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 #define BUSY_TIMEOUT_MS 5000
 
@@ -108,7 +108,7 @@ static int run_job_insert(struct run *r, const struct store_op *op, sqlite3_stmt
             return rc;
         if (found) {
             b->existing_job_id = existing;
-            return store_batch_fail(b, STORE_EEXIST,
+            return store_batch_fail(b, GPO_EEXIST,
                                     "operation %zu (job_insert): idempotency key already used "
                                     "by job %lld",
                                     r->opno, (long long)existing);
@@ -151,7 +151,7 @@ static int run_epoch_bump(struct run *r, const struct store_op *op, sqlite3_stmt
     int64_t epoch = 0;
     int rc = step(r, st[0], &found, &epoch);
     if (rc == 0 && !found)
-        return store_batch_fail(r->b, STORE_EIO, "the epoch was not returned");
+        return store_batch_fail(r->b, GPO_EIO, "the epoch was not returned");
     if (rc == 0)
         r->b->new_epoch = epoch;
     return rc;
@@ -181,8 +181,7 @@ static int run_op(struct run *r, size_t opno)
             return rc;
     }
     if ((d->flags & SCHEMA_OP_CHANGES) && sqlite3_changes(r->s->wdb) == 0)
-        return store_batch_fail(r->b, STORE_ENOTFOUND, "operation %zu (%s): not found", opno,
-                                d->name);
+        return store_batch_fail(r->b, GPO_ENOENT, "operation %zu (%s): not found", opno, d->name);
     return 0;
 }
 
@@ -196,10 +195,10 @@ static int check_epoch(struct run *r)
     if (!found)
         cur = 0;
     if (r->b->epoch < cur)
-        return store_batch_fail(r->b, STORE_EFENCED, "epoch %lld is older than the store's %lld",
+        return store_batch_fail(r->b, GPO_EFENCED, "epoch %lld is older than the store's %lld",
                                 (long long)r->b->epoch, (long long)cur);
     if (r->b->epoch > cur)
-        return store_batch_fail(r->b, STORE_EINVAL, "epoch %lld was never acquired (latest %lld)",
+        return store_batch_fail(r->b, GPO_EINVAL, "epoch %lld was never acquired (latest %lld)",
                                 (long long)r->b->epoch, (long long)cur);
     return 0;
 }
@@ -213,14 +212,14 @@ static void run_batch(struct sq *s, struct store_batch *b)
     b->msg[0] = '\0';
     int rc = sqlite3_exec(s->wdb, "SAVEPOINT batch", NULL, NULL, NULL);
     if (rc != SQLITE_OK) {
-        store_batch_fail(b, STORE_EIO, "savepoint: %s", sqlite3_errmsg(s->wdb));
+        store_batch_fail(b, GPO_EIO, "savepoint: %s", sqlite3_errmsg(s->wdb));
         return;
     }
     int err = b->epoch ? check_epoch(&r) : 0;
     for (size_t k = 0; err == 0 && k < b->nops; k++)
         err = run_op(&r, k);
     if (err == 0 && (rc = sqlite3_exec(s->wdb, "RELEASE batch", NULL, NULL, NULL)) != SQLITE_OK)
-        err = store_batch_fail(b, STORE_EIO, "release: %s", sqlite3_errmsg(s->wdb));
+        err = store_batch_fail(b, GPO_EIO, "release: %s", sqlite3_errmsg(s->wdb));
     if (err && !sqlite3_get_autocommit(s->wdb)) {
         sqlite3_exec(s->wdb, "ROLLBACK TO batch", NULL, NULL, NULL);
         sqlite3_exec(s->wdb, "RELEASE batch", NULL, NULL, NULL);
@@ -250,7 +249,7 @@ static void run_group(struct sq *s, struct store_batch *group)
     for (struct store_batch *b = group; b; b = b->next, n++) {
         if (rc != SQLITE_OK) {
             b->existing_job_id = 0;
-            store_batch_fail(b, STORE_EIO, "%s", txmsg);
+            store_batch_fail(b, GPO_EIO, "%s", txmsg);
         }
         nfailed += b->err != 0;
     }
@@ -295,7 +294,7 @@ static int sq_commit(struct store *base, struct store_batch *b, store_done_fn do
     pthread_mutex_lock(&s->lock);
     if (s->closing) {
         pthread_mutex_unlock(&s->lock);
-        return STORE_ECLOSED;
+        return GPO_ESHUTDOWN;
     }
     b->next = NULL;
     b->done = done;
@@ -408,7 +407,7 @@ static int open_db(sqlite3 **db, const char *path, int flags, char *err, size_t 
 {
     int rc = sqlite3_open_v2(path, db, flags | SQLITE_OPEN_NOMUTEX, NULL);
     if (rc != SQLITE_OK)
-        return errbuf_set(err, errlen, STORE_EIO, "opening %s: %s", path,
+        return errbuf_set(err, errlen, GPO_EIO, "opening %s: %s", path,
                           *db ? sqlite3_errmsg(*db) : sqlite3_errstr(rc));
     sqlite3_extended_result_codes(*db, 1);
     sqlite3_busy_timeout(*db, BUSY_TIMEOUT_MS);
@@ -422,7 +421,7 @@ static int open_writer(struct sq *s, const char *path, char *err, size_t errlen)
     if (rc == 0)
         rc = schema_version_get(s->wdb, &version, err, errlen);
     if (rc == 0 && version > STORE_SCHEMA_VERSION)
-        return errbuf_set(err, errlen, STORE_ETOONEW,
+        return errbuf_set(err, errlen, GPO_ETOONEW,
                           "%s: database schema version %lld is newer than this program's %d", path,
                           (long long)version, STORE_SCHEMA_VERSION);
     if (rc)
@@ -435,12 +434,12 @@ static int open_writer(struct sq *s, const char *path, char *err, size_t errlen)
     bool wal = mode && strcmp(mode, "wal") == 0;
     sqlite3_finalize(st);
     if (!wal)
-        return errbuf_set(err, errlen, STORE_EIO, "%s: cannot use WAL mode: %s", path,
+        return errbuf_set(err, errlen, GPO_EIO, "%s: cannot use WAL mode: %s", path,
                           rc == SQLITE_ROW ? "refused" : sqlite3_errmsg(s->wdb));
     rc = sqlite3_exec(s->wdb, "PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON", NULL, NULL,
                       NULL);
     if (rc != SQLITE_OK)
-        return errbuf_set(err, errlen, STORE_EIO, "%s: %s", path, sqlite3_errmsg(s->wdb));
+        return errbuf_set(err, errlen, GPO_EIO, "%s: %s", path, sqlite3_errmsg(s->wdb));
     rc = schema_migrate(s->wdb, STORE_SCHEMA_VERSION, err, errlen);
     for (size_t k = 0; rc == 0 && k < STORE_OP_COUNT; k++)
         for (size_t i = 0; rc == 0 && i < SCHEMA_OP_MAXSQL && schema_ops[k].sql[i]; i++)
@@ -454,9 +453,9 @@ static int open_reader(struct sq *s, const char *path, char *err, size_t errlen)
 {
     int rc = open_db(&s->rdb, path, SQLITE_OPEN_READWRITE, err, errlen);
     if (rc == 0 && sqlite3_exec(s->rdb, "PRAGMA query_only = ON", NULL, NULL, NULL) != SQLITE_OK)
-        rc = errbuf_set(err, errlen, STORE_EIO, "%s: %s", path, sqlite3_errmsg(s->rdb));
+        rc = errbuf_set(err, errlen, GPO_EIO, "%s: %s", path, sqlite3_errmsg(s->rdb));
     if (rc == 0 && !(s->rst = calloc(RQ_COUNT, sizeof(*s->rst))))
-        rc = errbuf_set(err, errlen, STORE_ENOMEM, "out of memory");
+        rc = errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
     for (size_t k = 0; rc == 0 && k < RQ_COUNT; k++)
         rc = prepare(s->rdb, sq_rq_sql[k], &s->rst[k], err, errlen);
     return rc;
@@ -465,21 +464,21 @@ static int open_reader(struct sq *s, const char *path, char *err, size_t errlen)
 static int init_sync(struct sq *s)
 {
     if (pthread_mutex_init(&s->lock, NULL))
-        return STORE_ENOMEM;
+        return GPO_ENOMEM;
     if (pthread_mutex_init(&s->rlock, NULL)) {
         pthread_mutex_destroy(&s->lock);
-        return STORE_ENOMEM;
+        return GPO_ENOMEM;
     }
     if (pthread_cond_init(&s->wake, NULL)) {
         pthread_mutex_destroy(&s->rlock);
         pthread_mutex_destroy(&s->lock);
-        return STORE_ENOMEM;
+        return GPO_ENOMEM;
     }
     if (pthread_cond_init(&s->idle, NULL)) {
         pthread_cond_destroy(&s->wake);
         pthread_mutex_destroy(&s->rlock);
         pthread_mutex_destroy(&s->lock);
-        return STORE_ENOMEM;
+        return GPO_ENOMEM;
     }
     s->sync_ready = true;
     return 0;
@@ -490,10 +489,10 @@ int store_open_sqlite(const char *path, struct store **ret_store, char *err, siz
     if (err && errlen)
         err[0] = '\0';
     if (!path || !*path || !ret_store)
-        return errbuf_set(err, errlen, STORE_EINVAL, "no database path");
+        return errbuf_set(err, errlen, GPO_EINVAL, "no database path");
     struct sq *s = calloc(1, sizeof(*s));
     if (!s)
-        return errbuf_set(err, errlen, STORE_ENOMEM, "out of memory");
+        return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
     s->base.ops = &sqlite_ops;
     s->tail = &s->head;
     int rc = init_sync(s);
@@ -504,7 +503,7 @@ int store_open_sqlite(const char *path, struct store **ret_store, char *err, siz
     if (rc == 0)
         rc = open_reader(s, path, err, errlen);
     if (rc == 0 && pthread_create(&s->writer, NULL, writer_main, s) != 0)
-        rc = errbuf_set(err, errlen, STORE_ENOMEM, "cannot start the writer thread");
+        rc = errbuf_set(err, errlen, GPO_ENOMEM, "cannot start the writer thread");
     if (rc) {
         sq_free(s);
         return rc;
@@ -517,9 +516,9 @@ int store_open_sqlite(const char *path, struct store **ret_store, char *err, siz
 int store_sqlite_pragma(struct store *base, const char *name, char *buf, size_t len)
 {
     if (!base || base->ops != &sqlite_ops || !name || !*name || !buf || !len)
-        return STORE_EINVAL;
+        return GPO_EINVAL;
     if (strspn(name, "abcdefghijklmnopqrstuvwxyz_") != strlen(name) || strlen(name) > 40)
-        return STORE_EINVAL;
+        return GPO_EINVAL;
     struct sq *s = to_sq(base);
     char sql[64];
     snprintf(sql, sizeof(sql), "PRAGMA %s", name);
@@ -532,5 +531,5 @@ int store_sqlite_pragma(struct store *base, const char *name, char *buf, size_t 
     snprintf(buf, len, "%s", text ? (const char *)text : "");
     sqlite3_finalize(st);
     sq_resume_writer(base);
-    return rc == SQLITE_ROW ? 0 : STORE_EIO;
+    return rc == SQLITE_ROW ? 0 : GPO_EIO;
 }

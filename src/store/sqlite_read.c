@@ -17,7 +17,7 @@
 #include "store/schema.h"
 #include "store/sqlite.h"
 #include "store/store.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 #define USER_COLS "id, name, unix_user, team, role, created_ms"
 #define JOB_COLS                                                                                   \
@@ -98,7 +98,7 @@ static int col_text(sqlite3_stmt *st, int col, char **ret)
     size_t n = (size_t)sqlite3_column_bytes(st, col);
     char *p = t ? malloc(n + 1) : NULL;
     if (!p)
-        return STORE_ENOMEM;
+        return GPO_ENOMEM;
     memcpy(p, t, n);
     p[n] = '\0';
     *ret = p;
@@ -119,7 +119,7 @@ static int decode_user(sqlite3_stmt *st, int col, void *row)
     u->created_ms = col_int(st, col + 5);
     return col_text(st, col + 1, &u->name) || col_text(st, col + 2, &u->unix_user) ||
                    col_text(st, col + 3, &u->team) || col_text(st, col + 4, &u->role)
-               ? STORE_ENOMEM
+               ? GPO_ENOMEM
                : 0;
 }
 
@@ -127,7 +127,7 @@ static int decode_config(sqlite3_stmt *st, int col, void *row)
 {
     struct store_config *c = row;
     c->updated_ms = col_int(st, col + 2);
-    return col_text(st, col, &c->name) || col_text(st, col + 1, &c->spec) ? STORE_ENOMEM : 0;
+    return col_text(st, col, &c->name) || col_text(st, col + 1, &c->spec) ? GPO_ENOMEM : 0;
 }
 
 static int decode_node(sqlite3_stmt *st, int col, void *row)
@@ -136,7 +136,7 @@ static int decode_node(sqlite3_stmt *st, int col, void *row)
     n->updated_ms = col_int(st, col + 3);
     return col_text(st, col, &n->name) || col_text(st, col + 1, &n->spec) ||
                    col_text(st, col + 2, &n->state)
-               ? STORE_ENOMEM
+               ? GPO_ENOMEM
                : 0;
 }
 
@@ -151,7 +151,7 @@ static int decode_job(sqlite3_stmt *st, int col, void *row)
     j->array_index = col_int(st, col + 7);
     return col_text(st, col + 2, &j->team) || col_text(st, col + 3, &j->state) ||
                    col_text(st, col + 8, &j->reason) || col_text(st, col + 9, &j->spec)
-               ? STORE_ENOMEM
+               ? GPO_ENOMEM
                : 0;
 }
 
@@ -167,7 +167,7 @@ static int decode_attempt(sqlite3_stmt *st, int col, void *row)
     a->epoch = col_int(st, col + 10);
     return col_text(st, col + 2, &a->state) || col_text(st, col + 3, &a->nodes) ||
                    col_text(st, col + 4, &a->gpus) || col_text(st, col + 9, &a->reason)
-               ? STORE_ENOMEM
+               ? GPO_ENOMEM
                : 0;
 }
 
@@ -220,7 +220,7 @@ static int read_rows(struct sq *s, sqlite3_stmt *st, const struct row_type *t, v
             size_t ncap = cap ? cap * 2 : 16;
             char *p = realloc(rows, ncap * t->size);
             if (!p) {
-                err = STORE_ENOMEM;
+                err = GPO_ENOMEM;
                 break;
             }
             rows = p;
@@ -254,7 +254,7 @@ static int read_one(struct sq *s, sqlite3_stmt *st, const struct row_type *t, vo
         if (err)
             t->release(row);
     } else {
-        err = rc == SQLITE_DONE ? STORE_ENOTFOUND : read_fail(s, rc);
+        err = rc == SQLITE_DONE ? GPO_ENOENT : read_fail(s, rc);
     }
     stmt_done(st);
     return err;
@@ -272,7 +272,7 @@ int sq_meta_get(struct store *base, const char *key, char **ret_value)
     if (rc == SQLITE_ROW)
         err = col_text(st, 0, &value);
     else
-        err = rc == SQLITE_DONE ? STORE_ENOTFOUND : read_fail(s, rc);
+        err = rc == SQLITE_DONE ? GPO_ENOENT : read_fail(s, rc);
     stmt_done(st);
     pthread_mutex_unlock(&s->rlock);
     if (err == 0)
@@ -474,11 +474,11 @@ int sq_sched_state_get(struct store *base, struct store_sched_state *ret)
         const void *p = sqlite3_column_blob(st, 1);
         out.len = (size_t)sqlite3_column_bytes(st, 1);
         if (out.len && (!p || !(out.blob = malloc(out.len))))
-            err = STORE_ENOMEM;
+            err = GPO_ENOMEM;
         else if (out.len)
             memcpy(out.blob, p, out.len);
     } else {
-        err = rc == SQLITE_DONE ? STORE_ENOTFOUND : read_fail(s, rc);
+        err = rc == SQLITE_DONE ? GPO_ENOENT : read_fail(s, rc);
     }
     stmt_done(st);
     pthread_mutex_unlock(&s->rlock);
@@ -499,7 +499,7 @@ int sq_idempotency_get(struct store *base, int64_t user_id, const char *key, int
         rc = sqlite3_step(st);
     if (rc == SQLITE_ROW)
         *ret_job_id = sqlite3_column_int64(st, 0);
-    err = rc == SQLITE_ROW ? 0 : rc == SQLITE_DONE ? STORE_ENOTFOUND : read_fail(s, rc);
+    err = rc == SQLITE_ROW ? 0 : rc == SQLITE_DONE ? GPO_ENOENT : read_fail(s, rc);
     stmt_done(st);
     pthread_mutex_unlock(&s->rlock);
     return err;
@@ -517,7 +517,7 @@ static int decode_ledger(sqlite3_stmt *st, int col, void *row)
     return col_text(st, col + 5, &l->team) || col_text(st, col + 6, &l->project) ||
                    col_text(st, col + 7, &l->model) || col_text(st, col + 8, &l->user) ||
                    col_text(st, col + 9, &l->gpu_type) || col_text(st, col + 13, &l->outcome)
-               ? STORE_ENOMEM
+               ? GPO_ENOMEM
                : 0;
 }
 

@@ -18,23 +18,9 @@
 #include "store/schema.h"
 #include "store/store.h"
 #include "util/errbuf.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
-
-const char *store_strerror(int err)
-{
-    switch (err) {
-    case STORE_OK:
-        return "success";
-#define STORE_ERR_CASE(name, value, text)                                                          \
-    case STORE_##name:                                                                             \
-        return text;
-        STORE_ERRNO_MAP(STORE_ERR_CASE)
-#undef STORE_ERR_CASE
-    }
-    return "unknown error";
-}
 
 int store_batch_fail(struct store_batch *b, int err, const char *fmt, ...)
 {
@@ -206,7 +192,7 @@ static int grow(void **p, size_t *cap, size_t used, size_t elem)
     size_t ncap = *cap ? *cap * 2 : 8;
     void *q = realloc(*p, ncap * elem);
     if (!q)
-        return STORE_ENOMEM;
+        return GPO_ENOMEM;
     *p = q;
     *cap = ncap;
     return 0;
@@ -235,15 +221,15 @@ static int batch_add(struct store_batch *b, enum store_op_kind kind, const struc
                      size_t nargs)
 {
     if (!b || nargs > STORE_OP_MAXVALS || b->nops >= STORE_MAX_OPS)
-        return STORE_EINVAL;
+        return GPO_EINVAL;
     for (size_t k = 0; k < nargs; k++)
         if (args[k].kind != ARG_INT && arg_len(&args[k]) < 0)
-            return STORE_EINVAL;
+            return GPO_EINVAL;
     if (grow((void **)&b->ops, &b->cap, b->nops, sizeof(*b->ops)))
-        return STORE_ENOMEM;
+        return GPO_ENOMEM;
     if (kind == STORE_OP_JOB_INSERT &&
         grow((void **)&b->job_ids, &b->cap_jobs, b->njobs, sizeof(*b->job_ids)))
-        return STORE_ENOMEM;
+        return GPO_ENOMEM;
     struct store_op op = {.kind = kind};
     for (size_t k = 0; k < nargs; k++) {
         const struct arg *a = &args[k];
@@ -256,7 +242,7 @@ static int batch_add(struct store_batch *b, enum store_op_kind kind, const struc
         v->s = malloc(v->n + 1); /* a zero-length blob still gets a buffer: NOT NULL */
         if (!v->s) {
             op_release(&op);
-            return STORE_ENOMEM;
+            return GPO_ENOMEM;
         }
         if (v->n)
             memcpy(v->s, a->p, v->n);
@@ -271,7 +257,7 @@ static int batch_add(struct store_batch *b, enum store_op_kind kind, const struc
 int store_batch_set_decision(struct store_batch *b, int64_t epoch)
 {
     if (!b || epoch <= 0)
-        return STORE_EINVAL;
+        return GPO_EINVAL;
     b->epoch = epoch;
     return 0;
 }
@@ -279,9 +265,9 @@ int store_batch_set_decision(struct store_batch *b, int64_t epoch)
 int store_batch_job_insert(struct store_batch *b, const struct store_job_insert *j)
 {
     if (!j || (j->idempotency_key && (j->user_id == STORE_NULL || !j->idempotency_key[0])))
-        return STORE_EINVAL;
+        return GPO_EINVAL;
     if (j->array_id != STORE_NULL && j->array_id != STORE_ARRAY_FIRST && j->array_id <= 0)
-        return STORE_EINVAL;
+        return GPO_EINVAL;
     /* In the order of enum STORE_JOB_V_*. */
     const struct arg args[] = {
         A_INT(j->user_id),     A_NAME(j->team),    A_NAME(j->state),
@@ -308,7 +294,7 @@ int store_batch_job_delete(struct store_batch *b, int64_t id)
 int store_batch_attempt_upsert(struct store_batch *b, const struct store_attempt_upsert *a)
 {
     if (!a)
-        return STORE_EINVAL;
+        return GPO_EINVAL;
     const struct arg args[] = {
         A_INT(a->job_id),    A_INT(a->attempt),     A_NAME(a->state), A_TEXT_OPT(a->nodes),
         A_TEXT_OPT(a->gpus), A_INT(a->start_ms),    A_INT(a->end_ms), A_INT(a->exit_code),
@@ -321,7 +307,7 @@ int store_batch_config_put(struct store_batch *b, enum store_config_kind kind, c
                            const char *spec, int64_t updated_ms)
 {
     if ((unsigned)kind >= STORE_CONFIG_COUNT)
-        return STORE_EINVAL;
+        return GPO_EINVAL;
     const struct arg args[] = {A_NAME(name), A_TEXT(spec), A_INT(updated_ms)};
     return batch_add(b, STORE_OP_CONFIG_PUT + kind, args, ARRAY_LEN(args));
 }
@@ -329,7 +315,7 @@ int store_batch_config_put(struct store_batch *b, enum store_config_kind kind, c
 int store_batch_config_delete(struct store_batch *b, enum store_config_kind kind, const char *name)
 {
     if ((unsigned)kind >= STORE_CONFIG_COUNT)
-        return STORE_EINVAL;
+        return GPO_EINVAL;
     const struct arg args[] = {A_NAME(name)};
     return batch_add(b, STORE_OP_CONFIG_DELETE + kind, args, ARRAY_LEN(args));
 }
@@ -366,7 +352,7 @@ int store_batch_token_put(struct store_batch *b, const char *user_name,
                           int64_t created_ms)
 {
     if (!hash)
-        return STORE_EINVAL;
+        return GPO_EINVAL;
     const struct arg args[] = {A_NAME(user_name), A_BLOB(hash, STORE_TOKEN_HASH_LEN),
                                A_NAME_OPT(label), A_INT(created_ms)};
     return batch_add(b, STORE_OP_TOKEN_PUT, args, ARRAY_LEN(args));
@@ -375,7 +361,7 @@ int store_batch_token_put(struct store_batch *b, const char *user_name,
 int store_batch_token_delete(struct store_batch *b, const uint8_t hash[STORE_TOKEN_HASH_LEN])
 {
     if (!hash)
-        return STORE_EINVAL;
+        return GPO_EINVAL;
     const struct arg args[] = {A_BLOB(hash, STORE_TOKEN_HASH_LEN)};
     return batch_add(b, STORE_OP_TOKEN_DELETE, args, ARRAY_LEN(args));
 }
@@ -384,7 +370,7 @@ int store_batch_meta_put(struct store_batch *b, const char *key, const char *val
 {
     /* The epoch moves only through store_epoch_acquire, or fencing means nothing. */
     if (key && strcmp(key, STORE_META_EPOCH) == 0)
-        return STORE_EINVAL;
+        return GPO_EINVAL;
     const struct arg args[] = {A_NAME(key), A_TEXT(value)};
     return batch_add(b, STORE_OP_META_PUT, args, ARRAY_LEN(args));
 }
@@ -403,10 +389,10 @@ void store_batch_complete(struct store_batch *b)
         .msg = b->msg,
         .job_ids = b->err ? NULL : b->job_ids,
         .njob_ids = b->err ? 0 : b->njobs,
-        .existing_job_id = b->err == STORE_EEXIST ? b->existing_job_id : 0,
+        .existing_job_id = b->err == GPO_EEXIST ? b->existing_job_id : 0,
     };
     if (b->err && !b->msg[0])
-        errbuf_set(b->msg, sizeof(b->msg), b->err, "%s", store_strerror(b->err));
+        errbuf_set(b->msg, sizeof(b->msg), b->err, "%s", gpo_strerror(b->err));
     /* Read before the call: a waiter may free a kept batch as soon as it wakes. */
     bool keep = b->keep;
     store_done_fn done = b->done;
@@ -423,7 +409,7 @@ int store_commit(struct store *s, struct store_batch *b, store_done_fn done, voi
 {
     if (!s || !b) {
         store_batch_free(b);
-        return STORE_EINVAL;
+        return GPO_EINVAL;
     }
     b->keep = false;
     int rc = s->ops->commit(s, b, done, ctx);
@@ -454,15 +440,15 @@ static int commit_and_wait(struct store *s, struct store_batch *b)
 {
     struct waiter w = {.done = false};
     if (pthread_mutex_init(&w.lock, NULL))
-        return store_batch_fail(b, STORE_ENOMEM, "cannot create a mutex");
+        return store_batch_fail(b, GPO_ENOMEM, "cannot create a mutex");
     if (pthread_cond_init(&w.cond, NULL)) {
         pthread_mutex_destroy(&w.lock);
-        return store_batch_fail(b, STORE_ENOMEM, "cannot create a condition variable");
+        return store_batch_fail(b, GPO_ENOMEM, "cannot create a condition variable");
     }
     b->keep = true;
     int rc = s->ops->commit(s, b, waiter_wake, &w);
     if (rc) {
-        store_batch_fail(b, rc, "%s", store_strerror(rc));
+        store_batch_fail(b, rc, "%s", gpo_strerror(rc));
     } else {
         pthread_mutex_lock(&w.lock);
         while (!w.done)
@@ -480,7 +466,7 @@ int store_commit_wait(struct store *s, struct store_batch *b, int64_t *ret_job_i
 {
     if (!s || !b || (!ret_job_ids && ids_cap)) {
         store_batch_free(b);
-        return STORE_EINVAL;
+        return GPO_EINVAL;
     }
     int rc = commit_and_wait(s, b);
     if (rc == 0) {
@@ -488,9 +474,9 @@ int store_commit_wait(struct store *s, struct store_batch *b, int64_t *ret_job_i
         if (n)
             memcpy(ret_job_ids, b->job_ids, n * sizeof(*ret_job_ids));
     } else {
-        if (rc == STORE_EEXIST && b->existing_job_id > 0 && ids_cap > 0)
+        if (rc == GPO_EEXIST && b->existing_job_id > 0 && ids_cap > 0)
             ret_job_ids[0] = b->existing_job_id;
-        errbuf_set(msg, msglen, rc, "%s", b->msg[0] ? b->msg : store_strerror(rc));
+        errbuf_set(msg, msglen, rc, "%s", b->msg[0] ? b->msg : gpo_strerror(rc));
     }
     store_batch_free(b);
     return rc;
@@ -499,10 +485,10 @@ int store_commit_wait(struct store *s, struct store_batch *b, int64_t *ret_job_i
 int store_epoch_acquire(struct store *s, int64_t *ret_epoch)
 {
     if (!s || !ret_epoch)
-        return STORE_EINVAL;
+        return GPO_EINVAL;
     struct store_batch *b = store_batch_new();
     if (!b)
-        return STORE_ENOMEM;
+        return GPO_ENOMEM;
     int rc = batch_add(b, STORE_OP_EPOCH_BUMP, NULL, 0);
     if (rc == 0)
         rc = commit_and_wait(s, b);
@@ -550,21 +536,21 @@ void store_last_error(struct store *s, char *buf, size_t len)
 int store_meta_get(struct store *s, const char *key, char **ret_value)
 {
     if (!s || !key || !ret_value)
-        return STORE_EINVAL;
+        return GPO_EINVAL;
     return s->ops->meta_get(s, key, ret_value);
 }
 
 int store_user_get_by_name(struct store *s, const char *name, struct store_user *ret)
 {
     if (!s || !name || !ret)
-        return STORE_EINVAL;
+        return GPO_EINVAL;
     return s->ops->user_get_by_name(s, name, ret);
 }
 
 int store_user_get_by_id(struct store *s, int64_t id, struct store_user *ret)
 {
     if (!s || !ret)
-        return STORE_EINVAL;
+        return GPO_EINVAL;
     return s->ops->user_get_by_id(s, id, ret);
 }
 
@@ -572,14 +558,14 @@ int store_user_get_by_token(struct store *s, const uint8_t hash[STORE_TOKEN_HASH
                             struct store_user *ret)
 {
     if (!s || !hash || !ret)
-        return STORE_EINVAL;
+        return GPO_EINVAL;
     return s->ops->user_get_by_token(s, hash, ret);
 }
 
 int store_user_list(struct store *s, struct store_user **ret_users, size_t *ret_n)
 {
     if (!s || !ret_users || !ret_n)
-        return STORE_EINVAL;
+        return GPO_EINVAL;
     return s->ops->user_list(s, ret_users, ret_n);
 }
 
@@ -587,7 +573,7 @@ int store_config_get(struct store *s, enum store_config_kind kind, const char *n
                      struct store_config *ret)
 {
     if (!s || (unsigned)kind >= STORE_CONFIG_COUNT || !name || !ret)
-        return STORE_EINVAL;
+        return GPO_EINVAL;
     return s->ops->config_get(s, kind, name, ret);
 }
 
@@ -595,21 +581,21 @@ int store_config_list(struct store *s, enum store_config_kind kind,
                       struct store_config **ret_configs, size_t *ret_n)
 {
     if (!s || (unsigned)kind >= STORE_CONFIG_COUNT || !ret_configs || !ret_n)
-        return STORE_EINVAL;
+        return GPO_EINVAL;
     return s->ops->config_list(s, kind, ret_configs, ret_n);
 }
 
 int store_node_list(struct store *s, struct store_node **ret_nodes, size_t *ret_n)
 {
     if (!s || !ret_nodes || !ret_n)
-        return STORE_EINVAL;
+        return GPO_EINVAL;
     return s->ops->node_list(s, ret_nodes, ret_n);
 }
 
 int store_job_get(struct store *s, int64_t id, struct store_job *ret)
 {
     if (!s || !ret)
-        return STORE_EINVAL;
+        return GPO_EINVAL;
     return s->ops->job_get(s, id, ret);
 }
 
@@ -618,31 +604,31 @@ int store_job_list(struct store *s, const struct store_job_filter *f, struct sto
 {
     if (!s || !f || !ret_jobs || !ret_n || f->limit < 1 || f->limit > STORE_LIST_MAX ||
         f->nstates > STORE_MAX_STATES || (f->nstates && !f->states))
-        return STORE_EINVAL;
+        return GPO_EINVAL;
     for (size_t k = 0; k < f->nstates; k++)
         if (!f->states[k])
-            return STORE_EINVAL;
+            return GPO_EINVAL;
     return s->ops->job_list(s, f, ret_jobs, ret_n);
 }
 
 int store_job_scan_active(struct store *s, store_job_fn fn, void *ctx)
 {
     if (!s || !fn)
-        return STORE_EINVAL;
+        return GPO_EINVAL;
     return s->ops->job_scan_active(s, fn, ctx);
 }
 
 int store_sched_state_get(struct store *s, struct store_sched_state *ret)
 {
     if (!s || !ret)
-        return STORE_EINVAL;
+        return GPO_EINVAL;
     return s->ops->sched_state_get(s, ret);
 }
 
 int store_idempotency_get(struct store *s, int64_t user_id, const char *key, int64_t *ret_job_id)
 {
     if (!s || !key || !ret_job_id)
-        return STORE_EINVAL;
+        return GPO_EINVAL;
     return s->ops->idempotency_get(s, user_id, key, ret_job_id);
 }
 
@@ -665,7 +651,7 @@ int store_batch_ledger_add(struct store_batch *b, const struct store_ledger_row 
 {
     if (!r || r->start_ms > r->end_ms || r->gpu_milli < 0 || r->price_micro < 0 ||
         r->cost_micro < 0)
-        return STORE_EINVAL;
+        return GPO_EINVAL;
     const struct arg args[] = {
         A_INT(r->job_id),       A_INT(r->attempt),      A_INT(r->seq),
         A_INT(r->start_ms),     A_INT(r->end_ms),       A_NAME(r->team),
@@ -681,7 +667,7 @@ int store_ledger_range(struct store *s, int64_t since_ms, int64_t until_ms,
                        struct store_ledger_row **ret_rows, size_t *ret_n)
 {
     if (!s || !ret_rows || !ret_n || since_ms > until_ms || !s->ops->ledger_range)
-        return STORE_EINVAL;
+        return GPO_EINVAL;
     return s->ops->ledger_range(s, since_ms, until_ms, ret_rows, ret_n);
 }
 
@@ -692,7 +678,7 @@ static const char *const minute_kinds[STORE_MINUTE_KINDS] = {"gpu", "job"};
 int store_batch_minute_put(struct store_batch *b, const struct store_minute *m)
 {
     if (!m || (unsigned)m->kind >= STORE_MINUTE_KINDS || !m->label || m->samples < 0)
-        return STORE_EINVAL;
+        return GPO_EINVAL;
     /* In the order of schema.c's minute_put parameters. */
     const struct arg args[] = {
         A_NAME(minute_kinds[m->kind]),
@@ -722,6 +708,6 @@ int store_minutes_get(struct store *s, enum store_minute_kind kind, const char *
 {
     if (!s || !fn || (unsigned)kind >= STORE_MINUTE_KINDS || since_ms > until_ms ||
         !s->ops->minutes_get || (key && strlen(key) > STORE_MAX_NAME))
-        return STORE_EINVAL;
+        return GPO_EINVAL;
     return s->ops->minutes_get(s, kind, key, since_ms, until_ms, fn, ctx);
 }

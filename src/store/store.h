@@ -18,7 +18,7 @@
  *
  * A batch may be a DECISION commit carrying the leader epoch of the
  * controller that made it. The store keeps the highest epoch it issued; a
- * decision with a lower one is refused (STORE_EFENCED) and changes nothing,
+ * decision with a lower one is refused (GPO_EFENCED) and changes nothing,
  * so a stale controller cannot overwrite its successor's decisions.
  *
  * Backends: SQLite now (store_open_sqlite), PostgreSQL later. Every backend
@@ -28,7 +28,7 @@
  * Conventions: functions return 0 or a negative STORE_E* code; out-parameters
  * (ret_*) are set only on success. Nullable integer columns read and write
  * STORE_NULL. Strings are NUL-terminated; JSON texts (specs) are stored as
- * given, never parsed. Out of memory: STORE_ENOMEM, inputs unchanged.
+ * given, never parsed. Out of memory: GPO_ENOMEM, inputs unchanged.
  */
 #ifndef GPUORCH_STORE_STORE_H
 #define GPUORCH_STORE_STORE_H
@@ -36,26 +36,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-
-#define STORE_ERRNO_MAP(X)                                                                         \
-    X(EINVAL, -1, "invalid argument")                                                              \
-    X(ENOMEM, -2, "out of memory")                                                                 \
-    X(EIO, -3, "storage error")                                                                    \
-    X(ENOTFOUND, -4, "not found")                                                                  \
-    X(EEXIST, -5, "already exists")                                                                \
-    X(EFENCED, -6, "fenced: a newer leader epoch exists")                                          \
-    X(ETOONEW, -7, "database schema is newer than this program")                                   \
-    X(ECLOSED, -8, "store is closing")
-
-enum store_err {
-    STORE_OK = 0,
-#define STORE_ERR_ENUM(name, value, text) STORE_##name = (value),
-    STORE_ERRNO_MAP(STORE_ERR_ENUM)
-#undef STORE_ERR_ENUM
-};
-
-/* Returns a static, never NULL, message for a code (unknown codes included). */
-const char *store_strerror(int err);
+#include "base/err.h"
 
 /* An absent value of a nullable integer column. */
 #define STORE_NULL INT64_MIN
@@ -167,15 +148,15 @@ void store_batch_free(struct store_batch *b);
 
 /*
  * Marks the batch as a decision commit made under leader `epoch` (> 0). When
- * it runs, an epoch lower than the store's is refused with STORE_EFENCED; one
- * higher than any the store issued, with STORE_EINVAL. Either way the batch
+ * it runs, an epoch lower than the store's is refused with GPO_EFENCED; one
+ * higher than any the store issued, with GPO_EINVAL. Either way the batch
  * changes nothing.
  */
 int store_batch_set_decision(struct store_batch *b, int64_t epoch);
 
 /* Adding an operation copies every string and buffer it is given, so the
- * caller may free them at once. Each returns 0; STORE_EINVAL for a missing
- * or over-long field or a full batch; STORE_ENOMEM. On error the batch is
+ * caller may free them at once. Each returns 0; GPO_EINVAL for a missing
+ * or over-long field or a full batch; GPO_ENOMEM. On error the batch is
  * unchanged. */
 
 /* The array_id of a job that is the batch's first inserted job or in the same
@@ -192,7 +173,7 @@ struct store_job_insert {
     const char *reason; /* NULL: none */
     const char *spec;   /* required, JSON text */
     /* NULL: none. With one, the insert needs a user_id, and when (user_id,
-     * key) was seen before the batch fails with STORE_EEXIST and names the
+     * key) was seen before the batch fails with GPO_EEXIST and names the
      * job that key created (store_result.existing_job_id). */
     const char *idempotency_key;
 };
@@ -205,7 +186,7 @@ struct store_job_insert {
 int store_batch_job_insert(struct store_batch *b, const struct store_job_insert *j);
 
 /* Sets a job's state, reason (NULL clears it) and updated_ms, and its spec
- * unless `spec` is NULL. The batch fails with STORE_ENOTFOUND when no job has
+ * unless `spec` is NULL. The batch fails with GPO_ENOENT when no job has
  * that id. */
 int store_batch_job_update(struct store_batch *b, int64_t id, const char *state, const char *reason,
                            int64_t updated_ms, const char *spec);
@@ -231,7 +212,7 @@ struct store_attempt_upsert {
 int store_batch_attempt_upsert(struct store_batch *b, const struct store_attempt_upsert *a);
 
 /* Inserts or replaces a config object; delete fails the batch with
- * STORE_ENOTFOUND when there is no such object. */
+ * GPO_ENOENT when there is no such object. */
 int store_batch_config_put(struct store_batch *b, enum store_config_kind kind, const char *name,
                            const char *spec, int64_t updated_ms);
 int store_batch_config_delete(struct store_batch *b, enum store_config_kind kind, const char *name);
@@ -250,13 +231,13 @@ int store_batch_user_delete(struct store_batch *b, const char *name);
 
 /* Adds a token of user `user_name` (ENOTFOUND if none; a user put earlier in
  * the same batch counts) by the SHA-256 of the token, never the token; the
- * same hash twice fails with STORE_EEXIST. label may be NULL. */
+ * same hash twice fails with GPO_EEXIST. label may be NULL. */
 int store_batch_token_put(struct store_batch *b, const char *user_name,
                           const uint8_t hash[STORE_TOKEN_HASH_LEN], const char *label,
                           int64_t created_ms);
 int store_batch_token_delete(struct store_batch *b, const uint8_t hash[STORE_TOKEN_HASH_LEN]);
 
-/* Sets a small meta value. STORE_META_EPOCH is refused (STORE_EINVAL). */
+/* Sets a small meta value. STORE_META_EPOCH is refused (GPO_EINVAL). */
 int store_batch_meta_put(struct store_batch *b, const char *key, const char *value);
 
 /* Replaces the scheduler's carry-over state: `len` opaque bytes (len may be
@@ -273,7 +254,7 @@ struct store_result {
     const char *msg;         /* never NULL: details of err ("" if none) */
     const int64_t *job_ids;  /* on success: the id of each job_insert, in order */
     size_t njob_ids;         /* 0 on failure */
-    int64_t existing_job_id; /* on STORE_EEXIST from an idempotency key: that job; else 0 */
+    int64_t existing_job_id; /* on GPO_EEXIST from an idempotency key: that job; else 0 */
 };
 
 /* Runs on the writer thread after the batch's transaction is durable (or has
@@ -284,8 +265,8 @@ typedef void (*store_done_fn)(void *ctx, const struct store_result *r);
 
 /*
  * Queues batch `b` (taken in every case) for the writer. Returns 0, and
- * `done` (may be NULL) will run exactly once; or STORE_EINVAL, or
- * STORE_ECLOSED once store_close has begun: `done` will not run and the batch
+ * `done` (may be NULL) will run exactly once; or GPO_EINVAL, or
+ * GPO_ESHUTDOWN once store_close has begun: `done` will not run and the batch
  * is freed.
  */
 int store_commit(struct store *s, struct store_batch *b, store_done_fn done, void *ctx);
@@ -294,7 +275,7 @@ int store_commit(struct store *s, struct store_batch *b, store_done_fn done, voi
  * store_commit, then waits for the outcome; returns the batch's result (b is
  * taken in every case). On success ret_job_ids[k] (k < ids_cap; ret_job_ids
  * may be NULL with ids_cap 0) gets the id of the k-th job_insert. On
- * STORE_EEXIST from an idempotency key ret_job_ids[0] gets the existing job's
+ * GPO_EEXIST from an idempotency key ret_job_ids[0] gets the existing job's
  * id: that is the answer a retried submission needs. On any error `msg`
  * (msglen bytes, always terminated; may be NULL) gets the details. Not from a
  * completion callback.
@@ -324,7 +305,7 @@ void store_resume_writer(struct store *s);
 
 /* ---- reads: synchronous, safe from any thread --------------------------- */
 
-/* After a read failed with STORE_EIO: the backend's message (of the latest
+/* After a read failed with GPO_EIO: the backend's message (of the latest
  * failed read of this store, whichever thread made it), into buf (len bytes,
  * always terminated). */
 void store_last_error(struct store *s, char *buf, size_t len);
@@ -410,14 +391,14 @@ struct store_ledger_row {
 void store_ledger_rows_free(struct store_ledger_row *rows, size_t n);
 
 /* Adds a ledger row (strings borrowed, copied). A row whose key exists is
- * left as it was (rows are never rewritten). 0, STORE_EINVAL, STORE_ENOMEM. */
+ * left as it was (rows are never rewritten). 0, GPO_EINVAL, GPO_ENOMEM. */
 int store_batch_ledger_add(struct store_batch *b, const struct store_ledger_row *row);
 
 /*
  * Every ledger row overlapping [since_ms, until_ms) (start < until and end >
  * since; an empty row at since counts), by end_ms then key, with outcome
  * filled from the attempt's row where it was written NULL. Rows are whole,
- * not clipped. Caller frees with store_ledger_rows_free. STORE_EINVAL when
+ * not clipped. Caller frees with store_ledger_rows_free. GPO_EINVAL when
  * since > until.
  */
 int store_ledger_range(struct store *s, int64_t since_ms, int64_t until_ms,
@@ -443,8 +424,8 @@ struct store_minute {
 };
 
 /* Adds a minute (strings copied). A minute already stored under the same
- * (kind, key, minute_ms) is merged: sums added, maxima kept. 0, STORE_EINVAL,
- * STORE_ENOMEM. */
+ * (kind, key, minute_ms) is merged: sums added, maxima kept. 0, GPO_EINVAL,
+ * GPO_ENOMEM. */
 int store_batch_minute_put(struct store_batch *b, const struct store_minute *m);
 /* Deletes every minute that began before before_ms (retention). */
 int store_batch_minutes_prune(struct store_batch *b, int64_t before_ms);
@@ -454,7 +435,7 @@ int store_batch_minutes_prune(struct store_batch *b, int64_t before_ms);
  * that began in [since_ms, until_ms), by minute then key. The row and its
  * strings are borrowed for the call; fn returns 0 to go on (anything else
  * stops the scan and is returned) and must not call the store. 0,
- * STORE_EINVAL (since > until, bad kind), STORE_EIO.
+ * GPO_EINVAL (since > until, bad kind), GPO_EIO.
  */
 typedef int (*store_minute_fn)(void *ctx, const struct store_minute *m);
 int store_minutes_get(struct store *s, enum store_minute_kind kind, const char *key,
@@ -466,15 +447,15 @@ int store_minutes_get(struct store *s, enum store_minute_kind kind, const char *
  * Opens (creating it if need be) the SQLite database at `path` in WAL mode
  * with synchronous=FULL and foreign keys on, migrates an older schema to the
  * current one, and starts the writer. *ret_store: close with store_close.
- * Returns 0; STORE_ETOONEW when the database's schema is newer than this
- * program knows (the file is left as it was); STORE_EIO; STORE_EINVAL;
- * STORE_ENOMEM. On error `err` (errlen bytes, always terminated; may be
- * NULL) says why, naming both versions for STORE_ETOONEW.
+ * Returns 0; GPO_ETOONEW when the database's schema is newer than this
+ * program knows (the file is left as it was); GPO_EIO; GPO_EINVAL;
+ * GPO_ENOMEM. On error `err` (errlen bytes, always terminated; may be
+ * NULL) says why, naming both versions for GPO_ETOONEW.
  */
 int store_open_sqlite(const char *path, struct store **ret_store, char *err, size_t errlen);
 
 /*
- * Refuses new batches (STORE_ECLOSED), lets the writer commit every batch
+ * Refuses new batches (GPO_ESHUTDOWN), lets the writer commit every batch
  * already queued (each completion runs, with its result), joins it and
  * closes the store. NULL is fine. Not from a completion callback.
  */

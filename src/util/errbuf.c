@@ -3,7 +3,7 @@
 
 #include "util/errbuf.h"
 #include "util/jsonv.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 int errbuf_vset(char *err, size_t errlen, int code, const char *fmt, va_list ap)
 {

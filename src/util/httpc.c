@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "util/errbuf.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 #define CONNECT_TIMEOUT_MS 5000L
 
@@ -26,20 +26,6 @@ struct httpc {
     char auth[HTTPC_TOKEN_MAX + 32]; /* "Authorization: Bearer ..." or "" */
     char extra[HTTPC_HEADER_MAX];    /* "Name: value" or "" */
 };
-
-const char *httpc_strerror(int err)
-{
-    switch (err) {
-    case HTTPC_OK:
-        return "success";
-#define HTTPC_ERR_CASE(name, value, text)                                                          \
-    case HTTPC_##name:                                                                             \
-        return text;
-        HTTPC_ERRNO_MAP(HTTPC_ERR_CASE)
-#undef HTTPC_ERR_CASE
-    }
-    return "unknown error";
-}
 
 static pthread_once_t global_once = PTHREAD_ONCE_INIT;
 static CURLcode global_rc = CURLE_FAILED_INIT;
@@ -52,13 +38,13 @@ static void global_init(void)
 int httpc_set_token(struct httpc *c, const char *token)
 {
     if (!c)
-        return HTTPC_EINVAL;
+        return GPO_EINVAL;
     if (!token) {
         c->auth[0] = '\0';
         return 0;
     }
     if (strlen(token) >= HTTPC_TOKEN_MAX || strpbrk(token, "\r\n"))
-        return HTTPC_EINVAL;
+        return GPO_EINVAL;
     snprintf(c->auth, sizeof(c->auth), "Authorization: Bearer %s", token);
     return 0;
 }
@@ -66,7 +52,7 @@ int httpc_set_token(struct httpc *c, const char *token)
 int httpc_set_header(struct httpc *c, const char *name, const char *value)
 {
     if (!c)
-        return HTTPC_EINVAL;
+        return GPO_EINVAL;
     if (!name) {
         c->extra[0] = '\0';
         return 0;
@@ -76,11 +62,11 @@ int httpc_set_header(struct httpc *c, const char *name, const char *value)
         token = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
                 strchr("!#$%&'*+-.^_`|~", *p);
     if (!token || !value || strpbrk(value, "\r\n"))
-        return HTTPC_EINVAL;
+        return GPO_EINVAL;
     int n = snprintf(c->extra, sizeof(c->extra), "%s: %s", name, value);
     if (n < 0 || (size_t)n >= sizeof(c->extra)) {
         c->extra[0] = '\0';
-        return HTTPC_EINVAL;
+        return GPO_EINVAL;
     }
     return 0;
 }
@@ -88,31 +74,31 @@ int httpc_set_header(struct httpc *c, const char *name, const char *value)
 int httpc_new(const char *base_url, const char *token, struct httpc **ret, char *err, size_t errlen)
 {
     if (!base_url || !ret)
-        return errbuf_set(err, errlen, HTTPC_EINVAL, "httpc_new: NULL argument");
+        return errbuf_set(err, errlen, GPO_EINVAL, "httpc_new: NULL argument");
     size_t n = strlen(base_url);
     if ((strncmp(base_url, "http://", 7) != 0 && strncmp(base_url, "https://", 8) != 0) ||
         n >= HTTPC_URL_MAX || strpbrk(base_url, " \r\n"))
-        return errbuf_set(err, errlen, HTTPC_EINVAL,
+        return errbuf_set(err, errlen, GPO_EINVAL,
                           "URL '%.200s': expected http://HOST:PORT or https://HOST:PORT", base_url);
     pthread_once(&global_once, global_init);
     if (global_rc != CURLE_OK)
-        return errbuf_set(err, errlen, HTTPC_ENOMEM, "curl_global_init: %s",
+        return errbuf_set(err, errlen, GPO_ENOMEM, "curl_global_init: %s",
                           curl_easy_strerror(global_rc));
     struct httpc *c = calloc(1, sizeof(*c));
     if (!c)
-        return errbuf_set(err, errlen, HTTPC_ENOMEM, "out of memory");
+        return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
     while (n > 0 && base_url[n - 1] == '/')
         n--;
     memcpy(c->base, base_url, n);
     c->base[n] = '\0';
     if (httpc_set_token(c, token)) {
         free(c);
-        return errbuf_set(err, errlen, HTTPC_EINVAL, "token: too long, or a CR or LF in it");
+        return errbuf_set(err, errlen, GPO_EINVAL, "token: too long, or a CR or LF in it");
     }
     c->curl = curl_easy_init();
     if (!c->curl) {
         free(c);
-        return errbuf_set(err, errlen, HTTPC_ENOMEM, "curl_easy_init failed");
+        return errbuf_set(err, errlen, GPO_ENOMEM, "curl_easy_init failed");
     }
     *ret = c;
     return 0;
@@ -172,15 +158,15 @@ static int map_curl(CURLcode rc)
     case CURLE_COULDNT_CONNECT:
     case CURLE_COULDNT_RESOLVE_HOST:
     case CURLE_COULDNT_RESOLVE_PROXY:
-        return HTTPC_ECONNECT;
+        return GPO_ECONNREFUSED;
     case CURLE_OPERATION_TIMEDOUT:
-        return HTTPC_ETIMEOUT;
+        return GPO_ETIMEDOUT;
     case CURLE_OUT_OF_MEMORY:
-        return HTTPC_ENOMEM;
+        return GPO_ENOMEM;
     case CURLE_ABORTED_BY_CALLBACK:
-        return HTTPC_EABORT;
+        return GPO_ECANCELED;
     default:
-        return HTTPC_EIO;
+        return GPO_EIO;
     }
 }
 
@@ -231,14 +217,14 @@ int httpc_request(struct httpc *c, const char *method, const char *path, const c
                   size_t len, long timeout_ms, struct httpc_response *ret, char *err, size_t errlen)
 {
     if (!c || !method || !path || path[0] != '/' || !ret || (len && !body))
-        return errbuf_set(err, errlen, HTTPC_EINVAL, "httpc_request: bad argument");
+        return errbuf_set(err, errlen, GPO_EINVAL, "httpc_request: bad argument");
     char url[HTTPC_URL_MAX + 2048];
     if (strlen(c->base) + strlen(path) >= sizeof(url))
-        return errbuf_set(err, errlen, HTTPC_EINVAL, "%s %.200s: URL too long", method, path);
+        return errbuf_set(err, errlen, GPO_EINVAL, "%s %.200s: URL too long", method, path);
     bool ok;
     struct curl_slist *hdr = prepare(c, path, timeout_ms, url, sizeof(url), body != NULL, &ok);
     if (!ok)
-        return errbuf_set(err, errlen, HTTPC_ENOMEM, "out of memory");
+        return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
     CURL *h = c->curl;
     struct sink s = {0};
     curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
@@ -257,7 +243,7 @@ int httpc_request(struct httpc *c, const char *method, const char *path, const c
     if (rc != CURLE_OK) {
         free(s.buf);
         if (s.over)
-            return errbuf_set(err, errlen, HTTPC_ELIMIT, "%s %s: answer over %u bytes", method, url,
+            return errbuf_set(err, errlen, GPO_E2BIG, "%s %s: answer over %u bytes", method, url,
                               HTTPC_BODY_MAX);
         return errbuf_set(err, errlen, map_curl(rc), "%s %s: %s", method, url,
                           curl_easy_strerror(rc));
@@ -265,7 +251,7 @@ int httpc_request(struct httpc *c, const char *method, const char *path, const c
     long status = 0;
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
     if (!s.buf && !(s.buf = calloc(1, 1)))
-        return errbuf_set(err, errlen, HTTPC_ENOMEM, "out of memory");
+        return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
     ret->status = status;
     ret->body = s.buf;
     ret->len = s.len;
@@ -309,14 +295,14 @@ int httpc_stream(struct httpc *c, const char *path, long timeout_ms, httpc_data_
                  void *ctx, long *ret_status, char *err, size_t errlen)
 {
     if (!c || !path || path[0] != '/' || !on_data)
-        return errbuf_set(err, errlen, HTTPC_EINVAL, "httpc_stream: bad argument");
+        return errbuf_set(err, errlen, GPO_EINVAL, "httpc_stream: bad argument");
     char url[HTTPC_URL_MAX + 2048];
     if (strlen(c->base) + strlen(path) >= sizeof(url))
-        return errbuf_set(err, errlen, HTTPC_EINVAL, "GET %.200s: URL too long", path);
+        return errbuf_set(err, errlen, GPO_EINVAL, "GET %.200s: URL too long", path);
     bool ok;
     struct curl_slist *hdr = prepare(c, path, timeout_ms, url, sizeof(url), false, &ok);
     if (!ok)
-        return errbuf_set(err, errlen, HTTPC_ENOMEM, "out of memory");
+        return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
     CURL *h = c->curl;
     long status = 0;
     struct stream st = {on_data, ctx, false, c->curl, ret_status ? ret_status : &status};
@@ -335,7 +321,7 @@ int httpc_stream(struct httpc *c, const char *path, long timeout_ms, httpc_data_
     if (ret_status)
         *ret_status = status;
     if (st.stopped)
-        return errbuf_set(err, errlen, HTTPC_EABORT, "GET %s: stopped", url);
+        return errbuf_set(err, errlen, GPO_ECANCELED, "GET %s: stopped", url);
     if (rc != CURLE_OK)
         return errbuf_set(err, errlen, map_curl(rc), "GET %s: %s", url, curl_easy_strerror(rc));
     return 0;
@@ -344,7 +330,7 @@ int httpc_stream(struct httpc *c, const char *path, long timeout_ms, httpc_data_
 int httpc_escape(const char *s, char *buf, size_t len)
 {
     if (!s || !buf || !len)
-        return HTTPC_EINVAL;
+        return GPO_EINVAL;
     static const char hex[] = "0123456789ABCDEF";
     size_t o = 0;
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
@@ -353,7 +339,7 @@ int httpc_escape(const char *s, char *buf, size_t len)
         size_t need = plain ? 1 : 3;
         if (o + need >= len) {
             buf[0] = '\0';
-            return HTTPC_ELIMIT;
+            return GPO_E2BIG;
         }
         if (plain) {
             buf[o++] = (char)*p;

@@ -19,25 +19,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
-
-#define HTTPC_ERRNO_MAP(X)                                                                         \
-    X(EINVAL, -1, "invalid argument")                                                              \
-    X(ENOMEM, -2, "out of memory")                                                                 \
-    X(ECONNECT, -3, "could not connect")                                                           \
-    X(ETIMEOUT, -4, "timed out")                                                                   \
-    X(EIO, -5, "transfer failed")                                                                  \
-    X(ELIMIT, -6, "answer over the size limit")                                                    \
-    X(EABORT, -7, "stopped by the caller")
-
-enum httpc_err {
-    HTTPC_OK = 0,
-#define HTTPC_ERR_ENUM(name, value, text) HTTPC_##name = (value),
-    HTTPC_ERRNO_MAP(HTTPC_ERR_ENUM)
-#undef HTTPC_ERR_ENUM
-};
-
-/* Returns a static, never NULL, message for a code (unknown codes included). */
-const char *httpc_strerror(int err);
+#include "base/err.h"
 
 /* Largest answer body httpc_request keeps (httpc_stream has no limit). */
 #define HTTPC_BODY_MAX (64u * 1024u * 1024u)
@@ -50,18 +32,18 @@ struct httpc;
 /*
  * A client for base_url ("http://host:port", no trailing path) sending
  * "Authorization: Bearer token" (NULL: no header). Both copied. Returns 0 and
- * *ret (caller frees with httpc_free); HTTPC_EINVAL (not http:// or https://,
- * too long, a token with a CR or LF); HTTPC_ENOMEM.
+ * *ret (caller frees with httpc_free); GPO_EINVAL (not http:// or https://,
+ * too long, a token with a CR or LF); GPO_ENOMEM.
  */
 int httpc_new(const char *base_url, const char *token, struct httpc **ret, char *err,
               size_t errlen);
 void httpc_free(struct httpc *c);
 
-/* Replaces the token (copied; NULL: none). 0, HTTPC_EINVAL or HTTPC_ENOMEM. */
+/* Replaces the token (copied; NULL: none). 0, GPO_EINVAL or GPO_ENOMEM. */
 int httpc_set_token(struct httpc *c, const char *token);
 
 /* One more header on every request from now on ("Idempotency-Key", say), or
- * none when name is NULL. Both copied. 0; HTTPC_EINVAL for a name that is
+ * none when name is NULL. Both copied. 0; GPO_EINVAL for a name that is
  * not a token, a value with a CR or LF, or over HTTPC_HEADER_MAX bytes. */
 #define HTTPC_HEADER_MAX 1024u
 int httpc_set_header(struct httpc *c, const char *name, const char *value);
@@ -78,8 +60,8 @@ void httpc_response_release(struct httpc_response *r);
  * Sends METHOD base_url+path (path starts with '/', query included) with
  * `body` (len bytes, sent as application/json; NULL: no body) and waits up to
  * timeout_ms for the whole answer (connecting included; at most 5 s of it to
- * connect). Returns 0 and *ret; HTTPC_ECONNECT, HTTPC_ETIMEOUT, HTTPC_EIO,
- * HTTPC_ELIMIT (body over HTTPC_BODY_MAX), HTTPC_ENOMEM, HTTPC_EINVAL.
+ * connect). Returns 0 and *ret; GPO_ECONNREFUSED, GPO_ETIMEDOUT, GPO_EIO,
+ * GPO_E2BIG (body over HTTPC_BODY_MAX), GPO_ENOMEM, GPO_EINVAL.
  */
 int httpc_request(struct httpc *c, const char *method, const char *path, const char *body,
                   size_t len, long timeout_ms, struct httpc_response *ret, char *err,
@@ -89,12 +71,12 @@ int httpc_request(struct httpc *c, const char *method, const char *path, const c
  * A streamed GET: calls on_data(data, len, ctx) for each piece of the body as
  * it arrives, and also with len 0 about once a second while nothing arrives
  * (so that a caller can stop a long stream). on_data returns 0 to go on,
- * non-zero to stop (the call then returns HTTPC_EABORT). *ret_status is the
+ * non-zero to stop (the call then returns GPO_ECANCELED). *ret_status is the
  * answer's status, set before the first on_data call with data (bodies of
  * every status are passed to on_data, so a caller can tell an error's body
  * from the stream it asked for). timeout_ms 0: no overall limit (a follow stream); connecting is
  * still limited to 5 s. Returns 0 when the body ended; else as
- * httpc_request, or HTTPC_EABORT.
+ * httpc_request, or GPO_ECANCELED.
  */
 typedef int (*httpc_data_fn)(const void *data, size_t len, void *ctx);
 int httpc_stream(struct httpc *c, const char *path, long timeout_ms, httpc_data_fn on_data,
@@ -102,8 +84,8 @@ int httpc_stream(struct httpc *c, const char *path, long timeout_ms, httpc_data_
 
 /*
  * Percent-encodes s (borrowed) for a path segment or query value into buf
- * (len bytes): letters, digits and "-._~" stay. 0; HTTPC_ELIMIT when it does
- * not fit (buf then holds ""); HTTPC_EINVAL for NULL.
+ * (len bytes): letters, digits and "-._~" stay. 0; GPO_E2BIG when it does
+ * not fit (buf then holds ""); GPO_EINVAL for NULL.
  */
 int httpc_escape(const char *s, char *buf, size_t len);
 

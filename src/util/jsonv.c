@@ -18,25 +18,11 @@
 #include <string.h>
 
 #include "util/jsonv.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 #define PATH_MAX_LEN 160 /* bytes of a field path in a message */
 #define MSG_MAX      512 /* bytes of a message before it is cut to errlen */
 #define SUGGEST_MAX  64  /* keys and names longer than this get no suggestion */
-
-const char *jsonv_strerror(int err)
-{
-    switch (err) {
-    case JSONV_OK:
-        return "success";
-#define JSONV_ERR_CASE(name, value, text)                                                          \
-    case JSONV_##name:                                                                             \
-        return text;
-        JSONV_ERRNO_MAP(JSONV_ERR_CASE)
-#undef JSONV_ERR_CASE
-    }
-    return "unknown error";
-}
 
 /* One store the decode will make once everything is valid. */
 enum wkind { W_BOOL, W_I64, W_U32, W_DBL, W_ENUM, W_STR, W_STRS, W_OBJS, W_RAW, W_PRES };
@@ -149,7 +135,7 @@ static int plan(struct ctx *c, struct write w)
         struct write *bigger = realloc(c->w, cap * sizeof(*bigger));
         if (!bigger) {
             write_discard(&w);
-            return JSONV_ENOMEM;
+            return GPO_ENOMEM;
         }
         c->w = bigger;
         c->capw = cap;
@@ -273,8 +259,8 @@ static const char *field_prefix(const struct ctx *c, char *buf, size_t len)
 static int type_error(struct ctx *c, const char *expected, const json_t *v)
 {
     char pre[PATH_MAX_LEN + 16];
-    return fail(c, JSONV_ETYPE, "%sexpected %s, got %s", field_prefix(c, pre, sizeof(pre)),
-                expected, jsonv_type_name(v));
+    return fail(c, GPO_EINVAL, "%sexpected %s, got %s", field_prefix(c, pre, sizeof(pre)), expected,
+                jsonv_type_name(v));
 }
 
 /* ---- suggestions ------------------------------------------------------- */
@@ -343,16 +329,16 @@ static int decode_fields(struct ctx *c, json_t *obj, const struct jsonv_field *f
 static int check_string(struct ctx *c, const struct jsonv_field *f, const char *s, size_t len)
 {
     if (strlen(s) != len)
-        return fail(c, JSONV_ENUL, "field '%s': contains a NUL character (\\u0000)", c->path);
+        return fail(c, GPO_EINVAL, "field '%s': contains a NUL character (\\u0000)", c->path);
     if (jsonv_check_utf8(s, len) < 0)
-        return fail(c, JSONV_EUTF8, "field '%s': not valid UTF-8", c->path);
+        return fail(c, GPO_EINVAL, "field '%s': not valid UTF-8", c->path);
     if (f->kind == JSONV_ENUM)
         return 0;
     int64_t lo = f->min, hi = f->max;
     if (lo == 0 && hi == 0)
         hi = JSONV_STRING_MAX;
     if ((int64_t)len < lo || (int64_t)len > hi)
-        return fail(c, JSONV_ERANGE, "field '%s': length %zu is out of range %lld..%lld bytes",
+        return fail(c, GPO_ERANGE, "field '%s': length %zu is out of range %lld..%lld bytes",
                     c->path, len, (long long)lo, (long long)hi);
     return 0;
 }
@@ -390,7 +376,7 @@ static int decode_int(struct ctx *c, const struct jsonv_field *f, json_t *v, voi
         hi = INT64_MAX;
     }
     if (x < lo || x > hi)
-        return fail(c, JSONV_ERANGE, "field '%s': %lld is out of range %lld..%lld", c->path,
+        return fail(c, GPO_ERANGE, "field '%s': %lld is out of range %lld..%lld", c->path,
                     (long long)x, (long long)lo, (long long)hi);
     struct write w = {.kind = W_I64, .addr = member(base, f->offset), .v.i = x};
     if (f->kind == JSONV_UINT32)
@@ -406,8 +392,8 @@ static int decode_double(struct ctx *c, const struct jsonv_field *f, json_t *v, 
     bool bounded = f->dmin != 0 || f->dmax != 0;
     if (!isfinite(x) || (bounded && (x < f->dmin || x > f->dmax))) {
         if (!bounded)
-            return fail(c, JSONV_ERANGE, "field '%s': %g is not a finite number", c->path, x);
-        return fail(c, JSONV_ERANGE, "field '%s': %g is out of range %g..%g", c->path, x, f->dmin,
+            return fail(c, GPO_ERANGE, "field '%s': %g is not a finite number", c->path, x);
+        return fail(c, GPO_ERANGE, "field '%s': %g is out of range %g..%g", c->path, x, f->dmin,
                     f->dmax);
     }
     return plan(c, (struct write){.kind = W_DBL, .addr = member(base, f->offset), .v.d = x});
@@ -424,7 +410,7 @@ static int decode_string(struct ctx *c, const struct jsonv_field *f, json_t *v, 
         return rc;
     char *copy = copy_string(s, len);
     if (!copy)
-        return JSONV_ENOMEM;
+        return GPO_ENOMEM;
     return plan(c, (struct write){.kind = W_STR, .addr = member(base, f->offset), .v.s = copy});
 }
 
@@ -449,8 +435,8 @@ static int decode_enum(struct ctx *c, const struct jsonv_field *f, json_t *v, vo
             used = sizeof(list) - 1;
     }
     char q[JSONV_QUOTE_MAX + 4];
-    return fail(c, JSONV_ECHOICE, "field '%s': '%s' is not one of %s", c->path,
-                jsonv_quote(s, len, q), list);
+    return fail(c, GPO_EINVAL, "field '%s': '%s' is not one of %s", c->path, jsonv_quote(s, len, q),
+                list);
 }
 
 static size_t items_max(const struct jsonv_field *f)
@@ -463,7 +449,7 @@ static int check_items(struct ctx *c, const struct jsonv_field *f, json_t *v, co
     if (!json_is_array(v))
         return type_error(c, expect, v);
     if (json_array_size(v) > items_max(f))
-        return fail(c, JSONV_ERANGE, "field '%s': %zu items, at most %zu allowed", c->path,
+        return fail(c, GPO_ERANGE, "field '%s': %zu items, at most %zu allowed", c->path,
                     json_array_size(v), items_max(f));
     return 0;
 }
@@ -476,7 +462,7 @@ static int decode_strings(struct ctx *c, const struct jsonv_field *f, json_t *v,
     size_t n = json_array_size(v);
     char **strs = calloc(n + 1, sizeof(*strs));
     if (!strs)
-        return JSONV_ENOMEM;
+        return GPO_ENOMEM;
     for (size_t i = 0; i < n && rc == 0; i++) {
         json_t *item = json_array_get(v, i);
         size_t saved = path_push_index(c, i);
@@ -485,7 +471,7 @@ static int decode_strings(struct ctx *c, const struct jsonv_field *f, json_t *v,
         else
             rc = check_string(c, f, json_string_value(item), json_string_length(item));
         if (rc == 0 && !(strs[i] = copy_string(json_string_value(item), json_string_length(item))))
-            rc = JSONV_ENOMEM;
+            rc = GPO_ENOMEM;
         path_pop(c, saved);
     }
     if (rc < 0) {
@@ -514,7 +500,7 @@ static int decode_objects(struct ctx *c, const struct jsonv_field *f, json_t *v,
     size_t n = json_array_size(v);
     char *items = calloc(n ? n : 1, f->elem_size);
     if (!items)
-        return JSONV_ENOMEM;
+        return GPO_ENOMEM;
     rc = plan(c, (struct write){.kind = W_OBJS,
                                 .addr = member(base, f->offset),
                                 .count_addr = member(base, f->count_offset),
@@ -626,16 +612,16 @@ static int check_keys(struct ctx *c, json_t *obj, const struct jsonv_field *fiel
         const char *key = json_object_iter_key(it);
         size_t klen = json_object_iter_key_len(it);
         if (jsonv_check_utf8(key, klen) < 0)
-            return fail(c, JSONV_EUTF8, "%sa field name is not valid UTF-8",
+            return fail(c, GPO_EINVAL, "%sa field name is not valid UTF-8",
                         field_prefix(c, pre, sizeof(pre)));
         if (strlen(key) != klen)
-            return fail(c, JSONV_ENUL, "%sa field name contains a NUL character (\\u0000)",
+            return fail(c, GPO_EINVAL, "%sa field name contains a NUL character (\\u0000)",
                         field_prefix(c, pre, sizeof(pre)));
         if (find_field(fields, n, key))
             continue;
         char q[JSONV_QUOTE_MAX + 4];
         const char *near = suggest(fields, n, key, klen);
-        return fail(c, JSONV_EUNKNOWN, "unknown field '%s%s%s'%s%s%s", c->path, c->plen ? "." : "",
+        return fail(c, GPO_EINVAL, "unknown field '%s%s%s'%s%s%s", c->path, c->plen ? "." : "",
                     jsonv_quote(key, klen, q), near ? " (did you mean '" : "", near ? near : "",
                     near ? "'?)" : "");
     }
@@ -646,10 +632,10 @@ static int decode_fields(struct ctx *c, json_t *obj, const struct jsonv_field *f
                          void *base)
 {
     if (n > 0 && !fields)
-        return fail(c, JSONV_EINVAL, "jsonv: no field table");
+        return fail(c, GPO_EINVAL, "jsonv: no field table");
     for (size_t i = 0; i < n; i++)
         if (!field_ok(&fields[i]))
-            return fail(c, JSONV_EINVAL, "jsonv: bad table entry %zu ('%s')", i,
+            return fail(c, GPO_EINVAL, "jsonv: bad table entry %zu ('%s')", i,
                         fields[i].name ? fields[i].name : "(null)");
     int rc = check_keys(c, obj, fields, n);
     for (size_t i = 0; i < n && rc == 0; i++) {
@@ -657,7 +643,7 @@ static int decode_fields(struct ctx *c, json_t *obj, const struct jsonv_field *f
         json_t *v = json_object_get(obj, f->name);
         size_t saved = path_push_name(c, f->name);
         if (!v && (f->flags & JSONV_REQUIRED))
-            rc = fail(c, JSONV_EMISSING, "missing required field '%s'", c->path);
+            rc = fail(c, GPO_EINVAL, "missing required field '%s'", c->path);
         else if (!v)
             rc = plan_absent(c, f, base);
         else if (json_is_null(v) && !(f->flags & JSONV_NULLABLE))
@@ -678,11 +664,11 @@ int jsonv_decode(const json_t *obj, const struct jsonv_field *fields, size_t n, 
     if (err && errlen)
         err[0] = '\0';
     if (!obj || !dst)
-        return fail(&c, JSONV_EINVAL, "jsonv: no object or destination");
+        return fail(&c, GPO_EINVAL, "jsonv: no object or destination");
     json_t *o = (json_t *)obj; /* jansson's getters take non-const pointers */
     int rc =
         json_is_object(o) ? decode_fields(&c, o, fields, n, dst) : type_error(&c, "an object", o);
-    if (rc == JSONV_ENOMEM)
+    if (rc == GPO_ENOMEM)
         fail(&c, rc, "out of memory");
     for (size_t i = 0; i < c.nw; i++) {
         if (rc == 0)
@@ -723,7 +709,7 @@ void jsonv_release(const struct jsonv_field *fields, size_t n, void *dst)
 int jsonv_check_utf8(const char *s, size_t len)
 {
     if (!s)
-        return len ? JSONV_EINVAL : 0;
+        return len ? GPO_EINVAL : 0;
     const unsigned char *p = (const unsigned char *)s, *end = p + len;
     while (p < end) {
         unsigned char b = *p;
@@ -746,13 +732,13 @@ int jsonv_check_utf8(const char *s, size_t len)
             lo = b == 0xF0 ? 0x90 : 0x80;
             hi = b == 0xF4 ? 0x8F : 0xBF;
         } else {
-            return JSONV_EUTF8;
+            return GPO_EINVAL;
         }
         if ((size_t)(end - p) < n || p[1] < lo || p[1] > hi)
-            return JSONV_EUTF8;
+            return GPO_EINVAL;
         for (size_t i = 2; i < n; i++)
             if ((p[i] & 0xC0) != 0x80)
-                return JSONV_EUTF8;
+                return GPO_EINVAL;
         p += n;
     }
     return 0;

@@ -48,27 +48,7 @@
 #include <stdint.h>
 
 #include <jansson.h>
-
-#define JSONV_ERRNO_MAP(X)                                                                         \
-    X(EINVAL, -1, "invalid argument")                                                              \
-    X(ENOMEM, -2, "out of memory")                                                                 \
-    X(ETYPE, -3, "wrong JSON type")                                                                \
-    X(EUNKNOWN, -4, "unknown field")                                                               \
-    X(EMISSING, -5, "missing required field")                                                      \
-    X(ERANGE, -6, "value out of range")                                                            \
-    X(ECHOICE, -7, "not one of the allowed values")                                                \
-    X(ENUL, -8, "NUL character in a string")                                                       \
-    X(EUTF8, -9, "invalid UTF-8")
-
-enum jsonv_err {
-    JSONV_OK = 0,
-#define JSONV_ERR_ENUM(name, value, text) JSONV_##name = (value),
-    JSONV_ERRNO_MAP(JSONV_ERR_ENUM)
-#undef JSONV_ERR_ENUM
-};
-
-/* Returns a static, never NULL, message for a code (unknown codes included). */
-const char *jsonv_strerror(int err);
+#include "base/err.h"
 
 /* Helpers for messages about user input, shared with the modules that check
  * what jsonv cannot (rules between fields):
@@ -154,19 +134,18 @@ struct jsonv_field {
  *
  * Returns 0, or on the first problem found (unknown keys first, in the
  * object's order, then the table's fields in table order):
- *  JSONV_ETYPE     obj is not an object, or a value has the wrong type
- *                  ("field 'gpus': expected an integer, got a real number");
- *  JSONV_EUNKNOWN  a key not in the table, with the nearest name when one is
- *                  close ("unknown field 'gpu' (did you mean 'gpus'?)");
- *  JSONV_EMISSING  a JSONV_REQUIRED key is absent;
- *  JSONV_ERANGE    a number, a string's length or an array's item count is
- *                  out of its bounds;
- *  JSONV_ECHOICE   an enum string is not one of the choices;
- *  JSONV_ENUL      a string (or key) holds "\u0000";
- *  JSONV_EUTF8     a string (or key) is not valid UTF-8 (possible only for
- *                  json_t built with jansson's _nocheck functions);
- *  JSONV_ENOMEM;
- *  JSONV_EINVAL    a NULL argument or a bad table entry (a programmer error).
+ *  GPO_EINVAL   obj is not an object, or a value has the wrong type ("field
+ *               'gpus': expected an integer, got a real number"); a key not
+ *               in the table, with the nearest name when one is close
+ *               ("unknown field 'gpu' (did you mean 'gpus'?)"); a
+ *               JSONV_REQUIRED key is absent; an enum string is not one of
+ *               the choices; a string (or key) holds "\u0000" or is not
+ *               valid UTF-8 (possible only for json_t built with jansson's
+ *               _nocheck functions); a NULL argument or a bad table entry (a
+ *               programmer error);
+ *  GPO_ERANGE   a number, a string's length or an array's item count is out
+ *               of its bounds;
+ *  GPO_ENOMEM.
  * Nested fields are named by path: 'limits.memory_mib', 'quotas[2].pool'.
  * `err` (errlen bytes; may be NULL) receives the message, always terminated
  * and valid UTF-8; user text in it (keys, enum values) is shortened and its
@@ -188,7 +167,7 @@ void jsonv_release(const struct jsonv_field *fields, size_t n, void *dst);
  * surrogates (U+D800..U+DFFF), nothing above U+10FFFF, no truncated sequence.
  * For text that does not come through jansson: query parameters, headers. A
  * NUL byte is valid UTF-8; callers that need C strings check for it. Returns
- * 0, JSONV_EUTF8, or JSONV_EINVAL for a NULL s with len > 0.
+ * 0, or GPO_EINVAL (also for a NULL s with len > 0).
  */
 int jsonv_check_utf8(const char *s, size_t len);
 

@@ -12,23 +12,9 @@
 #include <string.h>
 
 #include "util/timefmt.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 #define MS_PER_DAY INT64_C(86400000)
-
-const char *timefmt_strerror(int err)
-{
-    switch (err) {
-    case TIMEFMT_OK:
-        return "success";
-#define TIMEFMT_ERR_CASE(name, value, text)                                                        \
-    case TIMEFMT_##name:                                                                           \
-        return text;
-        TIMEFMT_ERRNO_MAP(TIMEFMT_ERR_CASE)
-#undef TIMEFMT_ERR_CASE
-    }
-    return "unknown error";
-}
 
 /* Days since 1970-01-01 of y-m-d (m 1..12, d 1..31). */
 static int64_t days_from_civil(int64_t y, unsigned m, unsigned d)
@@ -87,9 +73,9 @@ static bool fixed_digits(const char *s, int n, unsigned *ret)
 int timefmt_rfc3339(int64_t ms, char *buf, size_t len)
 {
     if (!buf)
-        return TIMEFMT_EINVAL;
+        return GPO_EINVAL;
     if (ms < TIMEFMT_MIN_MS || ms > TIMEFMT_MAX_MS)
-        return TIMEFMT_ERANGE;
+        return GPO_ERANGE;
     /* Floor division: -1 ms is the last millisecond of 1969-12-31. */
     int64_t days = ms / MS_PER_DAY, rem = ms % MS_PER_DAY;
     if (rem < 0) {
@@ -108,7 +94,7 @@ int timefmt_rfc3339(int64_t ms, char *buf, size_t len)
     tmp[n++] = 'Z';
     tmp[n] = '\0';
     if ((size_t)n >= len)
-        return TIMEFMT_ENOSPC;
+        return GPO_ENOBUFS;
     memcpy(buf, tmp, (size_t)n + 1);
     return 0;
 }
@@ -123,9 +109,9 @@ static int parse_offset(const char *s, int64_t *ret_min)
     unsigned hh, mm;
     if ((s[0] != '+' && s[0] != '-') || !fixed_digits(s + 1, 2, &hh) || s[3] != ':' ||
         !fixed_digits(s + 4, 2, &mm) || s[6] != '\0')
-        return TIMEFMT_ESYNTAX;
+        return GPO_ESYNTAX;
     if (hh > 23 || mm > 59)
-        return TIMEFMT_ERANGE;
+        return GPO_ERANGE;
     *ret_min = (s[0] == '-' ? -1 : 1) * (int64_t)(hh * 60 + mm);
     return 0;
 }
@@ -133,23 +119,23 @@ static int parse_offset(const char *s, int64_t *ret_min)
 int timefmt_parse_rfc3339(const char *s, int64_t *ret_ms)
 {
     if (!s || !ret_ms)
-        return TIMEFMT_EINVAL;
+        return GPO_EINVAL;
     unsigned y, mo, d, h = 0, mi = 0, sec = 0, frac = 0;
     if (!fixed_digits(s, 4, &y) || s[4] != '-' || !fixed_digits(s + 5, 2, &mo) || s[7] != '-' ||
         !fixed_digits(s + 8, 2, &d))
-        return TIMEFMT_ESYNTAX;
+        return GPO_ESYNTAX;
     int64_t offset_min = 0;
     if (s[10] != '\0') {
         if (s[10] != 'T' && s[10] != 't' && s[10] != ' ')
-            return TIMEFMT_ESYNTAX;
+            return GPO_ESYNTAX;
         if (!fixed_digits(s + 11, 2, &h) || s[13] != ':' || !fixed_digits(s + 14, 2, &mi) ||
             s[16] != ':' || !fixed_digits(s + 17, 2, &sec))
-            return TIMEFMT_ESYNTAX;
+            return GPO_ESYNTAX;
         const char *p = s + 19;
         if (*p == '.') {
             p++;
             if (!is_digit(*p))
-                return TIMEFMT_ESYNTAX;
+                return GPO_ESYNTAX;
             for (unsigned scale = 100; is_digit(*p); p++, scale /= 10)
                 frac += (unsigned)(*p - '0') * scale;
         }
@@ -158,13 +144,13 @@ int timefmt_parse_rfc3339(const char *s, int64_t *ret_ms)
             return rc;
     }
     if (mo < 1 || mo > 12 || d < 1 || d > days_in_month(y, mo) || h > 23 || mi > 59 || sec > 60)
-        return TIMEFMT_ERANGE;
+        return GPO_ERANGE;
     if (sec == 60)
         sec = 59;
     int64_t ms = days_from_civil(y, mo, d) * MS_PER_DAY +
                  (int64_t)((h * 60 + mi) * 60 + sec) * 1000 + frac - offset_min * 60000;
     if (ms < TIMEFMT_MIN_MS || ms > TIMEFMT_MAX_MS)
-        return TIMEFMT_ERANGE;
+        return GPO_ERANGE;
     *ret_ms = ms;
     return 0;
 }
@@ -175,10 +161,10 @@ static int parse_number(const char **p, int64_t *ret)
     const char *s = *p;
     int64_t v = 0;
     if (!is_digit(*s))
-        return TIMEFMT_ESYNTAX;
+        return GPO_ESYNTAX;
     for (; is_digit(*s); s++)
         if (__builtin_mul_overflow(v, 10, &v) || __builtin_add_overflow(v, *s - '0', &v))
-            return TIMEFMT_EOVERFLOW;
+            return GPO_EOVERFLOW;
     *p = s;
     *ret = v;
     return 0;
@@ -214,7 +200,7 @@ static int parse_suffixed(const char *s, int64_t *ret_s)
         if (rc < 0)
             return rc;
         if (__builtin_mul_overflow(v, units[i].seconds, &v) || v > TIMEFMT_DURATION_MAX_S)
-            return TIMEFMT_EOVERFLOW;
+            return GPO_EOVERFLOW;
         *ret_s = v;
         return 0;
     }
@@ -224,7 +210,7 @@ static int parse_suffixed(const char *s, int64_t *ret_s)
 int timefmt_parse_duration(const char *s, int64_t *ret_s)
 {
     if (!s || !ret_s)
-        return TIMEFMT_EINVAL;
+        return GPO_EINVAL;
     if (equal_nocase(s, "unlimited") || equal_nocase(s, "infinite") || strcmp(s, "-1") == 0) {
         *ret_s = TIMEFMT_UNLIMITED;
         return 0;
@@ -252,7 +238,7 @@ int timefmt_parse_duration(const char *s, int64_t *ret_s)
             return rc;
     }
     if (*p != '\0')
-        return TIMEFMT_ESYNTAX;
+        return GPO_ESYNTAX;
 
     /* Seconds per field, by form. Every field but a leading MM or HH is capped
      * by its unit: hours after a day at 23, minutes and seconds at 59. */
@@ -263,20 +249,20 @@ int timefmt_parse_duration(const char *s, int64_t *ret_s)
     for (size_t i = 0; i < nf; i++) {
         int64_t cap = unit[i] == 3600 ? 23 : 59;
         if ((i > 0 || days >= 0) && f[i] > cap)
-            return TIMEFMT_ERANGE;
+            return GPO_ERANGE;
         int64_t part;
         if (__builtin_mul_overflow(f[i], unit[i], &part) ||
             __builtin_add_overflow(total, part, &total))
-            return TIMEFMT_EOVERFLOW;
+            return GPO_EOVERFLOW;
     }
     if (days > 0) {
         int64_t part;
         if (__builtin_mul_overflow(days, INT64_C(86400), &part) ||
             __builtin_add_overflow(total, part, &total))
-            return TIMEFMT_EOVERFLOW;
+            return GPO_EOVERFLOW;
     }
     if (total > TIMEFMT_DURATION_MAX_S)
-        return TIMEFMT_EOVERFLOW;
+        return GPO_EOVERFLOW;
     *ret_s = total;
     return 0;
 }
@@ -284,7 +270,7 @@ int timefmt_parse_duration(const char *s, int64_t *ret_s)
 int timefmt_duration(int64_t s, char *buf, size_t len)
 {
     if (!buf || s < 0)
-        return TIMEFMT_EINVAL;
+        return GPO_EINVAL;
     char tmp[TIMEFMT_DURATION_LEN];
     int n;
     if (s == TIMEFMT_UNLIMITED)
@@ -296,7 +282,7 @@ int timefmt_duration(int64_t s, char *buf, size_t len)
         n = snprintf(tmp, sizeof(tmp), "%02d:%02d:%02d", (int)(s / 3600), (int)(s / 60 % 60),
                      (int)(s % 60));
     if (n < 0 || (size_t)n >= len)
-        return TIMEFMT_ENOSPC;
+        return GPO_ENOBUFS;
     memcpy(buf, tmp, (size_t)n + 1);
     return 0;
 }

@@ -20,23 +20,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
-
-#define TIMEFMT_ERRNO_MAP(X)                                                                       \
-    X(EINVAL, -1, "invalid argument")                                                              \
-    X(ESYNTAX, -2, "not a recognised time format")                                                 \
-    X(ERANGE, -3, "a field of the time is out of range")                                           \
-    X(EOVERFLOW, -4, "value too large")                                                            \
-    X(ENOSPC, -5, "buffer too small")
-
-enum timefmt_err {
-    TIMEFMT_OK = 0,
-#define TIMEFMT_ERR_ENUM(name, value, text) TIMEFMT_##name = (value),
-    TIMEFMT_ERRNO_MAP(TIMEFMT_ERR_ENUM)
-#undef TIMEFMT_ERR_ENUM
-};
-
-/* Returns a static, never NULL, message for a code (unknown codes included). */
-const char *timefmt_strerror(int err);
+#include "base/err.h"
 
 /* The timestamps RFC 3339's four-digit years can show:
  * 0000-01-01T00:00:00Z and 9999-12-31T23:59:59.999Z. */
@@ -50,9 +34,9 @@ const char *timefmt_strerror(int err);
 /*
  * Writes `ms` as RFC 3339 in UTC into buf (len bytes, NUL-terminated):
  * "2026-11-30T13:23:27Z", or "2026-11-30T13:23:27.120Z" when the milliseconds
- * are not zero (always three fraction digits then). Returns 0; TIMEFMT_ERANGE
- * when ms is outside [TIMEFMT_MIN_MS, TIMEFMT_MAX_MS]; TIMEFMT_ENOSPC when
- * len is too small; TIMEFMT_EINVAL for a NULL buf.
+ * are not zero (always three fraction digits then). Returns 0; GPO_ERANGE
+ * when ms is outside [TIMEFMT_MIN_MS, TIMEFMT_MAX_MS]; GPO_ENOBUFS when
+ * len is too small; GPO_EINVAL for a NULL buf.
  */
 int timefmt_rfc3339(int64_t ms, char *buf, size_t len);
 
@@ -65,11 +49,11 @@ int timefmt_rfc3339(int64_t ms, char *buf, size_t len);
  * minute: the controller cannot know the leap-second table and one second of
  * error is harmless; "-00:00" is UTC. Nothing else is accepted: no leading or
  * trailing spaces, no missing seconds, no one-digit fields.
- * Returns 0; TIMEFMT_ESYNTAX when s does not have this shape; TIMEFMT_ERANGE
+ * Returns 0; GPO_ESYNTAX when s does not have this shape; GPO_ERANGE
  * when a field is out of range (month 13, February 30 outside a leap year,
  * hour 24, minute 60, offset hour 24 or minute 60) or the result lies outside
  * [TIMEFMT_MIN_MS, TIMEFMT_MAX_MS] (so every parsed time can be printed);
- * TIMEFMT_EINVAL for a NULL argument. `s` is borrowed.
+ * GPO_EINVAL for a NULL argument. `s` is borrowed.
  */
 int timefmt_parse_rfc3339(const char *s, int64_t *ret_ms);
 
@@ -86,14 +70,14 @@ int timefmt_parse_rfc3339(const char *s, int64_t *ret_ms);
  *  - Slurm's time limits: "MM", "MM:SS", "HH:MM:SS", "D-HH", "D-HH:MM",
  *    "D-HH:MM:SS". The first number may be any size ("90" is 90 minutes,
  *    "36:00:00" 36 hours); each later one is bounded by its unit (HH after a
- *    day at most 23, MM and SS at most 59), else TIMEFMT_ERANGE.
+ *    day at most 23, MM and SS at most 59), else GPO_ERANGE.
  *  - gpuorch's own: a number and one unit, "90s", "30m", "4h", "2d" (lower
  *    case only).
  *  - "UNLIMITED", "INFINITE" (any case) and "-1", as Slurm: TIMEFMT_UNLIMITED.
  * "0" and "0s" are a zero duration (what zero means is the caller's business).
- * Returns 0; TIMEFMT_ESYNTAX for anything else (empty, signs, spaces, other
- * units, an empty field); TIMEFMT_ERANGE as above; TIMEFMT_EOVERFLOW when the
- * total exceeds TIMEFMT_DURATION_MAX_S; TIMEFMT_EINVAL for a NULL argument.
+ * Returns 0; GPO_ESYNTAX for anything else (empty, signs, spaces, other
+ * units, an empty field); GPO_ERANGE as above; GPO_EOVERFLOW when the
+ * total exceeds TIMEFMT_DURATION_MAX_S; GPO_EINVAL for a NULL argument.
  */
 int timefmt_parse_duration(const char *s, int64_t *ret_s);
 
@@ -103,8 +87,8 @@ int timefmt_parse_duration(const char *s, int64_t *ret_s);
 /*
  * Writes a duration of `s` seconds as Slurm shows it: "HH:MM:SS" under a day
  * ("00:05:00"), "D-HH:MM:SS" from one day ("1-00:00:00"), and "UNLIMITED" for
- * TIMEFMT_UNLIMITED. Returns 0; TIMEFMT_EINVAL for a negative s or a NULL buf;
- * TIMEFMT_ENOSPC when len is too small.
+ * TIMEFMT_UNLIMITED. Returns 0; GPO_EINVAL for a negative s or a NULL buf;
+ * GPO_ENOBUFS when len is too small.
  */
 int timefmt_duration(int64_t s, char *buf, size_t len);
 

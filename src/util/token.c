@@ -16,38 +16,24 @@
 #include <sodium.h>
 
 #include "util/token.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 #define B64_LEN (TOKEN_STR_LEN - TOKEN_PREFIX_LEN) /* 43 */
-
-const char *token_strerror(int err)
-{
-    switch (err) {
-    case TOKEN_OK:
-        return "success";
-#define TOKEN_ERR_CASE(name, value, text)                                                          \
-    case TOKEN_##name:                                                                             \
-        return text;
-        TOKEN_ERRNO_MAP(TOKEN_ERR_CASE)
-#undef TOKEN_ERR_CASE
-    }
-    return "unknown error";
-}
 
 int token_lib_init(void)
 {
     /* 0: initialised now, 1: already was, -1: failed. */
-    return sodium_init() < 0 ? TOKEN_ESODIUM : 0;
+    return sodium_init() < 0 ? GPO_ECRYPTO : 0;
 }
 
 int token_generate(char *buf, size_t len)
 {
     if (!buf)
-        return TOKEN_EINVAL;
+        return GPO_EINVAL;
     if (len < TOKEN_STR_LEN + 1)
-        return TOKEN_ENOSPC;
+        return GPO_ENOBUFS;
     if (sodium_init() < 0)
-        return TOKEN_ESODIUM;
+        return GPO_ECRYPTO;
     unsigned char bits[TOKEN_RANDOM_LEN];
     char b64[sodium_base64_ENCODED_LEN(TOKEN_RANDOM_LEN, sodium_base64_VARIANT_URLSAFE_NO_PADDING)];
     _Static_assert(sizeof(b64) == B64_LEN + 1, "43 base64 characters and a NUL");
@@ -80,24 +66,24 @@ static int b64url_value(char c)
 int token_check_format(const char *token)
 {
     if (!token)
-        return TOKEN_EINVAL;
+        return GPO_EINVAL;
     if (strncmp(token, TOKEN_PREFIX, TOKEN_PREFIX_LEN) != 0)
-        return TOKEN_EFORMAT;
+        return GPO_ESYNTAX;
     const char *b = token + TOKEN_PREFIX_LEN;
     int v = 0;
     for (size_t i = 0; i < B64_LEN; i++)
         if ((v = b64url_value(b[i])) < 0)
-            return TOKEN_EFORMAT; /* also a NUL: the token is too short */
+            return GPO_ESYNTAX; /* also a NUL: the token is too short */
     /* 43 characters carry 258 bits: the last one's low 2 bits are padding. */
     if (b[B64_LEN] != '\0' || (v & 3) != 0)
-        return TOKEN_EFORMAT;
+        return GPO_ESYNTAX;
     return 0;
 }
 
 int token_hash(const char *token, uint8_t out[TOKEN_HASH_LEN])
 {
     if (!token || !out)
-        return TOKEN_EINVAL;
+        return GPO_EINVAL;
     crypto_hash_sha256(out, (const unsigned char *)token, strlen(token));
     return 0;
 }
@@ -105,9 +91,9 @@ int token_hash(const char *token, uint8_t out[TOKEN_HASH_LEN])
 int token_hash_hex(const uint8_t hash[TOKEN_HASH_LEN], char *buf, size_t len)
 {
     if (!hash || !buf)
-        return TOKEN_EINVAL;
+        return GPO_EINVAL;
     if (len < TOKEN_HASH_HEX_LEN + 1)
-        return TOKEN_ENOSPC;
+        return GPO_ENOBUFS;
     sodium_bin2hex(buf, len, hash, TOKEN_HASH_LEN);
     return 0;
 }
@@ -184,24 +170,24 @@ static int write_temp(char *tmp, const char *token)
 int token_write_file(const char *path, const char *token)
 {
     if (!path || !token)
-        return TOKEN_EINVAL;
+        return GPO_EINVAL;
     if (token_check_format(token) < 0)
-        return TOKEN_EFORMAT;
+        return GPO_ESYNTAX;
     char tmp[PATH_MAX];
     int n = snprintf(tmp, sizeof(tmp), "%s.tmp.XXXXXX", path);
     if (n < 0 || (size_t)n >= sizeof(tmp))
-        return TOKEN_EINVAL;
+        return GPO_EINVAL;
     if (write_temp(tmp, token) < 0)
-        return TOKEN_EIO;
+        return GPO_EIO;
     int rc = 0;
     if (link(tmp, path) < 0)
-        rc = errno == EEXIST ? TOKEN_EEXIST : TOKEN_EIO;
+        rc = errno == EEXIST ? GPO_EEXIST : GPO_EIO;
     int saved = errno;
     unlink(tmp);
     if (rc == 0 && fsync_parent(path) < 0) {
         saved = errno;
         unlink(path);
-        rc = TOKEN_EIO;
+        rc = GPO_EIO;
     }
     errno = saved;
     return rc;
@@ -227,26 +213,26 @@ static ssize_t read_some(int fd, char *p, size_t cap)
 int token_read_file(const char *path, char *buf, size_t len)
 {
     if (!path || !buf)
-        return TOKEN_EINVAL;
+        return GPO_EINVAL;
     if (len < TOKEN_STR_LEN + 1)
-        return TOKEN_ENOSPC;
+        return GPO_ENOBUFS;
     /* O_NONBLOCK: a FIFO planted at the path must not hang the open. */
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
     if (fd < 0)
-        return TOKEN_EIO;
+        return GPO_EIO;
     struct stat st;
     int rc = 0;
     char data[TOKEN_STR_LEN + 2]; /* one byte more than a valid file has */
     ssize_t n = -1;
     if (fstat(fd, &st) < 0) {
-        rc = TOKEN_EIO;
+        rc = GPO_EIO;
     } else if (!S_ISREG(st.st_mode)) {
         errno = EINVAL;
-        rc = TOKEN_EIO;
+        rc = GPO_EIO;
     } else if (st.st_mode & (S_IRWXG | S_IRWXO)) {
-        rc = TOKEN_EMODE;
+        rc = GPO_EMODE;
     } else if ((n = read_some(fd, data, sizeof(data))) < 0) {
-        rc = TOKEN_EIO;
+        rc = GPO_EIO;
     }
     int saved = errno;
     close(fd);
@@ -254,7 +240,7 @@ int token_read_file(const char *path, char *buf, size_t len)
         if (n == TOKEN_STR_LEN + 1 && data[TOKEN_STR_LEN] == '\n')
             n--;
         if (n != TOKEN_STR_LEN)
-            rc = TOKEN_EFORMAT;
+            rc = GPO_ESYNTAX;
     }
     if (rc == 0) {
         data[TOKEN_STR_LEN] = '\0';

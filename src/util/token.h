@@ -10,7 +10,7 @@
  * Errors: each function returns 0 or one of the negative TOKEN_* codes below
  * (this module's own table); out-parameters and caller buffers are written
  * only on success. File functions leave errno as the failing system call set
- * it, so a caller can say why (TOKEN_EIO, TOKEN_EEXIST).
+ * it, so a caller can say why (GPO_EIO, GPO_EEXIST).
  */
 #ifndef GPUORCH_UTIL_TOKEN_H
 #define GPUORCH_UTIL_TOKEN_H
@@ -18,25 +18,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-
-#define TOKEN_ERRNO_MAP(X)                                                                         \
-    X(EINVAL, -1, "invalid argument")                                                              \
-    X(ESODIUM, -2, "libsodium could not be initialised")                                           \
-    X(EFORMAT, -3, "not a gpuorch token")                                                          \
-    X(ENOSPC, -4, "buffer too small")                                                              \
-    X(EEXIST, -5, "file already exists")                                                           \
-    X(EIO, -6, "input/output error")                                                               \
-    X(EMODE, -7, "token file is accessible by group or others")
-
-enum token_err {
-    TOKEN_OK = 0,
-#define TOKEN_ERR_ENUM(name, value, text) TOKEN_##name = (value),
-    TOKEN_ERRNO_MAP(TOKEN_ERR_ENUM)
-#undef TOKEN_ERR_ENUM
-};
-
-/* Returns a static, never NULL, message for a code (unknown codes included). */
-const char *token_strerror(int err);
+#include "base/err.h"
 
 #define TOKEN_PREFIX     "gpo_"
 #define TOKEN_PREFIX_LEN 4
@@ -50,14 +32,14 @@ const char *token_strerror(int err);
 /*
  * Initialises libsodium. Call it once before the other functions (the
  * daemons do it at start); calling it again, from any thread, is harmless.
- * Returns 0 or TOKEN_ESODIUM.
+ * Returns 0 or GPO_ECRYPTO.
  */
 int token_lib_init(void);
 
 /*
  * Writes a new random token into buf (len >= TOKEN_STR_LEN + 1 bytes,
- * NUL-terminated). Returns 0; TOKEN_ENOSPC when len is too small;
- * TOKEN_EINVAL for a NULL buf; TOKEN_ESODIUM when libsodium cannot start.
+ * NUL-terminated). Returns 0; GPO_ENOBUFS when len is too small;
+ * GPO_EINVAL for a NULL buf; GPO_ECRYPTO when libsodium cannot start.
  */
 int token_generate(char *buf, size_t len);
 
@@ -65,19 +47,19 @@ int token_generate(char *buf, size_t len);
  * Checks that `token` has a token's shape: the prefix, exactly 43 characters
  * of [A-Za-z0-9_-], and a last character that encodes no stray bits (as a
  * canonical encoding of 32 bytes must). Lets a server refuse a malformed
- * header without a store lookup. Returns 0 or TOKEN_EFORMAT (TOKEN_EINVAL for
+ * header without a store lookup. Returns 0 or GPO_ESYNTAX (GPO_EINVAL for
  * NULL). `token` is borrowed.
  */
 int token_check_format(const char *token);
 
 /*
  * Writes the SHA-256 of the bytes of `token` (any string: the shape is not
- * checked) into out. Returns 0, or TOKEN_EINVAL for a NULL argument.
+ * checked) into out. Returns 0, or GPO_EINVAL for a NULL argument.
  */
 int token_hash(const char *token, uint8_t out[TOKEN_HASH_LEN]);
 
 /* Writes `hash` as lower-case hex into buf (len >= TOKEN_HASH_HEX_LEN + 1).
- * Returns 0, TOKEN_ENOSPC or TOKEN_EINVAL. */
+ * Returns 0, GPO_ENOBUFS or GPO_EINVAL. */
 int token_hash_hex(const uint8_t hash[TOKEN_HASH_LEN], char *buf, size_t len);
 
 /* Whether two hashes are equal, in time that does not depend on where they
@@ -89,9 +71,9 @@ bool token_hash_equal(const uint8_t *a, const uint8_t *b);
  * the umask. The token is written and fsynced to a temporary file in the same
  * directory, then hard-linked to `path` (link never replaces an existing
  * name) and the directory fsynced: `path` either does not exist or holds the
- * whole token, even across a crash. Returns 0; TOKEN_EFORMAT when `token` is
- * malformed; TOKEN_EEXIST when `path` exists (it is left alone); TOKEN_EIO
- * for any other failure (no file is left behind); TOKEN_EINVAL for NULL or
+ * whole token, even across a crash. Returns 0; GPO_ESYNTAX when `token` is
+ * malformed; GPO_EEXIST when `path` exists (it is left alone); GPO_EIO
+ * for any other failure (no file is left behind); GPO_EINVAL for NULL or
  * an over-long path. Both strings are borrowed.
  */
 int token_write_file(const char *path, const char *token);
@@ -100,10 +82,10 @@ int token_write_file(const char *path, const char *token);
  * Reads a token written by token_write_file (the token, with or without a
  * final newline, nothing else) into buf (len >= TOKEN_STR_LEN + 1). Refuses,
  * as ssh does with private keys, a file that group or others may read, write
- * or execute: TOKEN_EMODE, so that a leaked token is noticed rather than
- * used. Returns 0; TOKEN_EMODE; TOKEN_EFORMAT when the content is not one
- * well-formed token; TOKEN_EIO when the file cannot be opened or read, or is
- * not a regular file; TOKEN_ENOSPC; TOKEN_EINVAL for NULL.
+ * or execute: GPO_EMODE, so that a leaked token is noticed rather than
+ * used. Returns 0; GPO_EMODE; GPO_ESYNTAX when the content is not one
+ * well-formed token; GPO_EIO when the file cannot be opened or read, or is
+ * not a regular file; GPO_ENOBUFS; GPO_EINVAL for NULL.
  */
 int token_read_file(const char *path, char *buf, size_t len);
 

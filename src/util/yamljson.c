@@ -17,7 +17,7 @@
 #include <yaml.h>
 
 #include "util/yamljson.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 #define STR_TAG "tag:yaml.org,2002:str"
 
@@ -111,12 +111,12 @@ static int next_event(struct conv *c, yaml_event_t *ev)
     if (yaml_parser_parse(p, ev))
         return 0;
     if (p->error == YAML_MEMORY_ERROR)
-        return conv_fail(c, YAMLJSON_ENOMEM, 0, "out of memory");
+        return conv_fail(c, GPO_ENOMEM, 0, "out of memory");
     yamljson_path_pop(&c->path, 0); /* the path so far says nothing about a syntax error */
     if (p->error == YAML_READER_ERROR)
-        return conv_fail(c, YAMLJSON_EINVAL, 0, "invalid YAML: %s at byte %zu",
+        return conv_fail(c, GPO_EINVAL, 0, "invalid YAML: %s at byte %zu",
                          p->problem ? p->problem : "unreadable input", p->problem_offset);
-    return conv_fail(c, YAMLJSON_EINVAL, (long)p->problem_mark.line + 1, "invalid YAML: %s%s%s%s",
+    return conv_fail(c, GPO_EINVAL, (long)p->problem_mark.line + 1, "invalid YAML: %s%s%s%s",
                      p->problem ? p->problem : "syntax error", p->context ? " (" : "",
                      p->context ? p->context : "", p->context ? ")" : "");
 }
@@ -125,7 +125,7 @@ static int next_event(struct conv *c, yaml_event_t *ev)
 static int record(struct conv *c, json_t *table, json_t *v)
 {
     if (!v || json_object_set_new_nocheck(table, c->path.s, v) != 0)
-        return conv_fail(c, YAMLJSON_ENOMEM, 0, "out of memory");
+        return conv_fail(c, GPO_ENOMEM, 0, "out of memory");
     return 0;
 }
 
@@ -213,10 +213,9 @@ static int scalar(struct conv *c, const yaml_event_t *ev, json_t **ret)
     bool nomem = false;
     json_t *v = NULL;
     if (memchr(text, '\0', len))
-        return conv_fail(c, YAMLJSON_EINVAL, line, "a NUL character in a scalar");
+        return conv_fail(c, GPO_EINVAL, line, "a NUL character in a scalar");
     if (tag && strcmp(tag, STR_TAG) != 0)
-        return conv_fail(c, YAMLJSON_EINVAL, line, "tag '%.64s' is not supported (only !!str)",
-                         tag);
+        return conv_fail(c, GPO_EINVAL, line, "tag '%.64s' is not supported (only !!str)", tag);
     if (!tag && ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE) {
         v = plain_value(text, &nomem);
         if (v && record(c, c->y->texts, json_stringn_nocheck(text, len)) != 0)
@@ -226,7 +225,7 @@ static int scalar(struct conv *c, const yaml_event_t *ev, json_t **ret)
         v = json_stringn_nocheck(text, len);
     if (!v || nomem) {
         json_decref(v);
-        return conv_fail(c, YAMLJSON_ENOMEM, 0, "out of memory");
+        return conv_fail(c, GPO_ENOMEM, 0, "out of memory");
     }
     *ret = v;
     return 0;
@@ -255,7 +254,7 @@ static int sequence(struct conv *c, unsigned depth, json_t *arr)
         else
             rc = node(c, &ev, depth + 1, &v);
         if (rc == 0 && json_array_append_new(arr, v) != 0)
-            rc = conv_fail(c, YAMLJSON_ENOMEM, 0, "out of memory");
+            rc = conv_fail(c, GPO_ENOMEM, 0, "out of memory");
         yamljson_path_pop(&c->path, mark);
         if (rc != 0)
             return rc;
@@ -273,10 +272,10 @@ static int key(struct conv *c, char *buf, size_t n, long *line)
     if (ev.type == YAML_MAPPING_END_EVENT)
         rc = 1;
     else if (ev.type != YAML_SCALAR_EVENT || ev.data.scalar.anchor)
-        rc = conv_fail(c, YAMLJSON_EINVAL, *line, "a key must be a scalar (no anchors or aliases)");
+        rc = conv_fail(c, GPO_EINVAL, *line, "a key must be a scalar (no anchors or aliases)");
     else if (ev.data.scalar.length >= n ||
              memchr(ev.data.scalar.value, '\0', ev.data.scalar.length))
-        rc = conv_fail(c, YAMLJSON_EINVAL, *line, "a key longer than %zu bytes", n - 1);
+        rc = conv_fail(c, GPO_EINVAL, *line, "a key longer than %zu bytes", n - 1);
     else
         memcpy(buf, ev.data.scalar.value, ev.data.scalar.length + 1);
     yaml_event_delete(&ev);
@@ -295,12 +294,12 @@ static int mapping(struct conv *c, unsigned depth, json_t *obj)
             return rc > 0 ? 0 : rc;
         size_t mark = yamljson_path_key(&c->path, k);
         if (json_object_get(obj, k))
-            rc = conv_fail(c, YAMLJSON_EINVAL, line, "duplicate key");
+            rc = conv_fail(c, GPO_EINVAL, line, "duplicate key");
         rc = rc ? rc : record(c, c->y->lines, json_integer(line));
         rc = rc ? rc : next_event(c, &ev);
         rc = rc ? rc : node(c, &ev, depth + 1, &v);
         if (rc == 0 && json_object_set_new_nocheck(obj, k, v) != 0)
-            rc = conv_fail(c, YAMLJSON_ENOMEM, 0, "out of memory");
+            rc = conv_fail(c, GPO_ENOMEM, 0, "out of memory");
         yamljson_path_pop(&c->path, mark);
         if (rc != 0)
             return rc;
@@ -317,10 +316,9 @@ static int node(struct conv *c, yaml_event_t *ev, unsigned depth, json_t **ret)
                   (type == YAML_MAPPING_START_EVENT && ev->data.mapping_start.anchor);
     int rc = 0;
     if (type == YAML_ALIAS_EVENT || anchor)
-        rc = conv_fail(c, YAMLJSON_EINVAL, line, "anchors and aliases are not supported");
+        rc = conv_fail(c, GPO_EINVAL, line, "anchors and aliases are not supported");
     else if (depth > YAMLJSON_MAX_DEPTH)
-        rc = conv_fail(c, YAMLJSON_EINVAL, line, "nested more than %d levels deep",
-                       YAMLJSON_MAX_DEPTH);
+        rc = conv_fail(c, GPO_EINVAL, line, "nested more than %d levels deep", YAMLJSON_MAX_DEPTH);
     else if (type == YAML_SCALAR_EVENT)
         rc = scalar(c, ev, ret);
     yaml_event_delete(ev);
@@ -328,7 +326,7 @@ static int node(struct conv *c, yaml_event_t *ev, unsigned depth, json_t **ret)
         return rc;
     json_t *v = type == YAML_SEQUENCE_START_EVENT ? json_array() : json_object();
     if (!v)
-        return conv_fail(c, YAMLJSON_ENOMEM, 0, "out of memory");
+        return conv_fail(c, GPO_ENOMEM, 0, "out of memory");
     rc = type == YAML_SEQUENCE_START_EVENT ? sequence(c, depth, v) : mapping(c, depth, v);
     if (rc != 0)
         json_decref(v);
@@ -355,7 +353,7 @@ static int document(struct conv *c)
     rc = rc ? rc : next_event(c, &ev);
     if (rc == 0) {
         if (ev.type != YAML_STREAM_END_EVENT)
-            rc = conv_fail(c, YAMLJSON_EINVAL, (long)ev.start_mark.line + 1,
+            rc = conv_fail(c, GPO_EINVAL, (long)ev.start_mark.line + 1,
                            "more than one YAML document");
         yaml_event_delete(&ev);
     }
@@ -373,7 +371,7 @@ int yamljson_parse(struct yamljson *y, const char *text, size_t len, struct yaml
     y->texts = json_object();
     if (!y->lines || !y->texts || !yaml_parser_initialize(&c.parser)) {
         yamljson_release(y);
-        return conv_fail(&c, YAMLJSON_ENOMEM, 0, "out of memory");
+        return conv_fail(&c, GPO_ENOMEM, 0, "out of memory");
     }
     yaml_parser_set_input_string(&c.parser, (const unsigned char *)(text ? text : ""),
                                  text ? len : 0);
@@ -384,7 +382,7 @@ int yamljson_parse(struct yamljson *y, const char *text, size_t len, struct yaml
     if (rc == 0) {
         bool empty = ev.type == YAML_STREAM_END_EVENT;
         yaml_event_delete(&ev);
-        rc = empty ? conv_fail(&c, YAMLJSON_EINVAL, 0, "the document is empty") : document(&c);
+        rc = empty ? conv_fail(&c, GPO_EINVAL, 0, "the document is empty") : document(&c);
     }
     yaml_parser_delete(&c.parser);
     if (rc != 0)

@@ -23,15 +23,10 @@
 #include <stddef.h>
 
 #include <jansson.h>
+#include "base/err.h"
 
 /* This module's own codes (util depends on no other module's table); they
  * have the values of core/err.h's GPO_EINVAL and GPO_ENOMEM. */
-enum yamljson_err {
-    YAMLJSON_OK = 0,
-    YAMLJSON_EINVAL = -1,
-    YAMLJSON_ENOMEM = -2,
-};
-
 #define YAMLJSON_PATH_CAP  2048
 #define YAMLJSON_MAX_DEPTH 16
 #define YAMLJSON_MAX_KEY   64
@@ -61,7 +56,7 @@ struct yamljson_error {
 
 /*
  * Parses `text` (len bytes, not necessarily terminated). 0 with *y filled
- * (release it with yamljson_release), or YAMLJSON_EINVAL / YAMLJSON_ENOMEM
+ * (release it with yamljson_release), or GPO_EINVAL / GPO_ENOMEM
  * with *e set and *y empty.
  */
 int yamljson_parse(struct yamljson *y, const char *text, size_t len, struct yamljson_error *e);

@@ -34,7 +34,7 @@
 
 #include "fakenvml/gpus.h"
 #include "fakenvml/nvml_abi.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 #define NVML_VALUE_NOT_AVAILABLE_UINT 0xFFFFFFFFu
 

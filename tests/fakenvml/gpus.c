@@ -15,7 +15,7 @@
 #include <jansson.h>
 
 #include "fakenvml/gpus.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 #define MAX_FILE         (1u << 20)
 #define RACY_NS          1000000000ll /* coarser than any file system's mtime tick */

@@ -4,7 +4,7 @@
  * limits written where the controllers exist, a process moved in shows up in
  * its pids, cgroup_kill ends every process (a child that called setsid
  * included), cgroup_signal reaches each one, and an empty cgroup is removed
- * while a populated one is refused with CGROUP_EBUSY.
+ * while a populated one is refused with GPO_EBUSY.
  *
  * The tests work under a root of their own, MOUNT/gpuorch-test.PID, removed
  * at the end. Where there is no writable cgroup v2 (not root, no cgroup2
@@ -34,7 +34,7 @@
 
 #include "agent/cgroup.h"
 #include "tmptree.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 /* Guards against a hang only; nothing asserts how long anything takes. */
 #define DEADLINE_S 60
@@ -131,7 +131,7 @@ static void create_ok(const struct env *e, uint64_t job, uint32_t attempt, uint3
     char err[512] = "";
     int rc = cgroup_create(e->root, job, attempt, cpu, mem, path, len, err, sizeof(err));
     if (rc)
-        print_error("cgroup_create: %s (%s)\n", cgroup_strerror(rc), err);
+        print_error("cgroup_create: %s (%s)\n", gpo_strerror(rc), err);
     assert_int_equal(rc, 0);
 }
 
@@ -141,14 +141,14 @@ static void cgroup_root_open_refuses_directory_not_on_cgroup2(void **state)
     char dir[] = "/tmp/test_agent_cgroup.XXXXXX", err[512] = "";
     assert_non_null(mkdtemp(dir));
     struct cgroup_root *r = (struct cgroup_root *)1;
-    assert_int_equal(cgroup_root_open(dir, &r, err, sizeof(err)), CGROUP_ENOTSUP);
+    assert_int_equal(cgroup_root_open(dir, &r, err, sizeof(err)), GPO_ENOTSUP);
     assert_ptr_equal(r, (struct cgroup_root *)1);
     assert_non_null(strstr(err, dir));
     assert_non_null(strstr(err, "not on a cgroup v2 filesystem"));
-    assert_int_equal(cgroup_root_open("relative/dir", &r, err, sizeof(err)), CGROUP_EINVAL);
+    assert_int_equal(cgroup_root_open("relative/dir", &r, err, sizeof(err)), GPO_EINVAL);
     assert_non_null(strstr(err, "relative/dir"));
     rmdir(dir);
-    assert_int_equal(cgroup_root_open(dir, &r, err, sizeof(err)), CGROUP_ENOTSUP);
+    assert_int_equal(cgroup_root_open(dir, &r, err, sizeof(err)), GPO_ENOTSUP);
     assert_non_null(strstr(err, "No such file or directory"));
 }
 
@@ -189,13 +189,13 @@ static void cgroup_create_makes_attempt_cgroup_and_reuses_it(void **state)
 
     char err[512] = "", small[8] = "unset";
     assert_int_equal(cgroup_create(e->root, 0, 1, 0, 0, path, sizeof(path), err, sizeof(err)),
-                     CGROUP_EINVAL);
+                     GPO_EINVAL);
     assert_int_equal(cgroup_create(e->root, 1, 0, 0, 0, path, sizeof(path), err, sizeof(err)),
-                     CGROUP_EINVAL);
+                     GPO_EINVAL);
     assert_int_equal(cgroup_create(e->root, 1, 1, 0, -1, path, sizeof(path), err, sizeof(err)),
-                     CGROUP_EINVAL);
+                     GPO_EINVAL);
     assert_int_equal(cgroup_create(e->root, 8, 1, 0, 0, small, sizeof(small), err, sizeof(err)),
-                     CGROUP_EINVAL);
+                     GPO_EINVAL);
     assert_string_equal(small, "unset");
     assert_int_equal(cgroup_remove(want, err, sizeof(err)), 0);
     assert_int_equal(access(want, F_OK), -1);
@@ -258,7 +258,7 @@ static void cgroup_attached_process_shows_in_pids_and_blocks_remove(void **state
     bool populated = false;
     assert_int_equal(cgroup_populated(path, &populated, err, sizeof(err)), 0);
     assert_true(populated);
-    assert_int_equal(cgroup_remove(path, err, sizeof(err)), CGROUP_EBUSY);
+    assert_int_equal(cgroup_remove(path, err, sizeof(err)), GPO_EBUSY);
     assert_non_null(strstr(err, path));
 
     close(p[1]); /* the child leaves */
@@ -269,7 +269,7 @@ static void cgroup_attached_process_shows_in_pids_and_blocks_remove(void **state
     assert_int_equal(n, 0);
     assert_null(pids);
     assert_int_equal(cgroup_remove(path, err, sizeof(err)), 0);
-    assert_int_equal(cgroup_attach(path, getpid(), err, sizeof(err)), CGROUP_ENOENT);
+    assert_int_equal(cgroup_attach(path, getpid(), err, sizeof(err)), GPO_ENOENT);
 }
 
 /* Forks a child that joins `path` and forks a grandchild that calls setsid;
@@ -328,7 +328,7 @@ static void cgroup_kill_ends_every_process_including_setsid_child(void **state)
     wait_unpopulated(path);
     assert_int_equal(cgroup_kill(path, err, sizeof(err)), 0); /* empty: nothing to do */
     assert_int_equal(cgroup_remove(path, err, sizeof(err)), 0);
-    assert_int_equal(cgroup_kill(path, err, sizeof(err)), CGROUP_ENOENT);
+    assert_int_equal(cgroup_kill(path, err, sizeof(err)), GPO_ENOENT);
 }
 
 static void cgroup_signal_reaches_each_process(void **state)
@@ -338,7 +338,7 @@ static void cgroup_signal_reaches_each_process(void **state)
     create_ok(e, 12, 1, 0, 0, path, sizeof(path));
     pid_t child, grandchild;
     spawn_pair(path, &child, &grandchild);
-    assert_int_equal(cgroup_signal(path, 0, err, sizeof(err)), CGROUP_EINVAL);
+    assert_int_equal(cgroup_signal(path, 0, err, sizeof(err)), GPO_EINVAL);
     assert_int_equal(cgroup_signal(path, SIGTERM, err, sizeof(err)), 0);
     int st = wait_for(child);
     assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM);
@@ -347,9 +347,9 @@ static void cgroup_signal_reaches_each_process(void **state)
     wait_unpopulated(path);
     assert_int_equal(cgroup_signal(path, SIGTERM, err, sizeof(err)), 0); /* none left */
     assert_int_equal(cgroup_remove(path, err, sizeof(err)), 0);
-    assert_int_equal(cgroup_signal(path, SIGTERM, err, sizeof(err)), CGROUP_ENOENT);
+    assert_int_equal(cgroup_signal(path, SIGTERM, err, sizeof(err)), GPO_ENOENT);
     bool populated;
-    assert_int_equal(cgroup_populated(path, &populated, err, sizeof(err)), CGROUP_ENOENT);
+    assert_int_equal(cgroup_populated(path, &populated, err, sizeof(err)), GPO_ENOENT);
     assert_non_null(strstr(err, path));
 }
 

@@ -25,7 +25,7 @@
 
 #include "agent/journal.h"
 #include "tmptree.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 struct env {
     char base[64];
@@ -67,7 +67,7 @@ static struct journal *open_ok(const struct env *e)
     char err[512] = "";
     int rc = journal_open(e->dir, &j, err, sizeof(err));
     if (rc)
-        print_error("journal_open: %s (%s)\n", journal_strerror(rc), err);
+        print_error("journal_open: %s (%s)\n", gpo_strerror(rc), err);
     assert_int_equal(rc, 0);
     assert_non_null(j);
     return j;
@@ -110,15 +110,15 @@ static void journal_begin_twice_is_refused_also_after_reopen(void **state)
     struct journal_attempt a = attempt(7, 1);
     char err[256];
     assert_int_equal(journal_begin(j, &a, err, sizeof(err)), 0);
-    assert_int_equal(journal_begin(j, &a, err, sizeof(err)), JOURNAL_EEXIST);
+    assert_int_equal(journal_begin(j, &a, err, sizeof(err)), GPO_EEXIST);
     /* Another attempt of the same job is a different launch. */
     begin_ok(j, 7, 2);
     journal_close(j);
 
     j = open_ok(e);
-    assert_int_equal(journal_begin(j, &a, err, sizeof(err)), JOURNAL_EEXIST);
+    assert_int_equal(journal_begin(j, &a, err, sizeof(err)), GPO_EEXIST);
     struct journal_attempt b = attempt(7, 2);
-    assert_int_equal(journal_begin(j, &b, err, sizeof(err)), JOURNAL_EEXIST);
+    assert_int_equal(journal_begin(j, &b, err, sizeof(err)), GPO_EEXIST);
     journal_close(j);
 }
 
@@ -127,9 +127,9 @@ static void journal_begin_refuses_empty_and_overlong_dirs(void **state)
     struct env *e = *state;
     struct journal *j = open_ok(e);
     struct journal_attempt a = {.job = 1, .attempt = 1};
-    assert_int_equal(journal_begin(j, &a, NULL, 0), JOURNAL_EINVAL);
+    assert_int_equal(journal_begin(j, &a, NULL, 0), GPO_EINVAL);
     memset(a.dir, 'x', sizeof(a.dir)); /* no NUL within the buffer */
-    assert_int_equal(journal_begin(j, &a, NULL, 0), JOURNAL_ELIMIT);
+    assert_int_equal(journal_begin(j, &a, NULL, 0), GPO_E2BIG);
     journal_close(j);
 }
 
@@ -144,12 +144,12 @@ static void journal_started_and_ended_are_listed_after_reopen(void **state)
     assert_int_equal(journal_started(j, 1, 1, 4242, 99, err, sizeof(err)), 0);
     /* The same values again are a no-op, others are refused. */
     assert_int_equal(journal_started(j, 1, 1, 4242, 99, err, sizeof(err)), 0);
-    assert_int_equal(journal_started(j, 1, 1, 4243, 99, err, sizeof(err)), JOURNAL_EEXIST);
-    assert_int_equal(journal_started(j, 9, 1, 1, 1, err, sizeof(err)), JOURNAL_ENOTFOUND);
+    assert_int_equal(journal_started(j, 1, 1, 4243, 99, err, sizeof(err)), GPO_EEXIST);
+    assert_int_equal(journal_started(j, 9, 1, 1, 1, err, sizeof(err)), GPO_ENOENT);
     assert_int_equal(journal_ended(j, 2, 1, err, sizeof(err)), 0);
     assert_int_equal(journal_ended(j, 2, 1, err, sizeof(err)), 0);
-    assert_int_equal(journal_ended(j, 9, 1, err, sizeof(err)), JOURNAL_ENOTFOUND);
-    assert_int_equal(journal_started(j, 2, 1, 5, 5, err, sizeof(err)), JOURNAL_ENOTFOUND);
+    assert_int_equal(journal_ended(j, 9, 1, err, sizeof(err)), GPO_ENOENT);
+    assert_int_equal(journal_started(j, 2, 1, 5, 5, err, sizeof(err)), GPO_ENOENT);
     journal_close(j);
 
     j = open_ok(e);
@@ -191,7 +191,7 @@ static void journal_compaction_keeps_live_details_and_refuses_ended(void **state
 
     j = open_ok(e);
     struct journal_attempt a = attempt(5, 3);
-    assert_int_equal(journal_begin(j, &a, err, sizeof(err)), JOURNAL_EEXIST);
+    assert_int_equal(journal_begin(j, &a, err, sizeof(err)), GPO_EEXIST);
     struct journal_attempt *list = NULL;
     size_t n = 0;
     assert_int_equal(journal_list(j, &list, &n), 0);
@@ -269,7 +269,7 @@ static void journal_malformed_line_names_file_and_line(void **state)
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         write_file(path, cases[i]);
         j = (struct journal *)0x1;
-        assert_int_equal(journal_open(e->dir, &j, err, sizeof(err)), JOURNAL_ECORRUPT);
+        assert_int_equal(journal_open(e->dir, &j, err, sizeof(err)), GPO_ECORRUPT);
         assert_ptr_equal(j, (struct journal *)0x1); /* untouched on failure */
         assert_non_null(strstr(err, want));
     }
@@ -281,7 +281,7 @@ static void journal_second_open_is_refused_while_held(void **state)
     struct journal *j = open_ok(e);
     struct journal *k = NULL;
     char err[512];
-    assert_int_equal(journal_open(e->dir, &k, err, sizeof(err)), JOURNAL_EBUSY);
+    assert_int_equal(journal_open(e->dir, &k, err, sizeof(err)), GPO_EBUSY);
     assert_null(k);
     journal_close(j);
     k = open_ok(e);
@@ -327,12 +327,12 @@ static void journal_alive_checks_pid_and_start_time(void **state)
     assert_false(journal_attempt_alive(&dead));
     assert_int_equal(waitpid(child, NULL, 0), child);
     uint64_t t;
-    assert_int_equal(journal_proc_start_time(child, &t), JOURNAL_ENOTFOUND);
+    assert_int_equal(journal_proc_start_time(child, &t), GPO_ENOENT);
     assert_false(journal_attempt_alive(&dead));
 
     struct journal_attempt none = {0};
     assert_false(journal_attempt_alive(&none));
-    assert_int_equal(journal_proc_start_time(0, &t), JOURNAL_EINVAL);
+    assert_int_equal(journal_proc_start_time(0, &t), GPO_EINVAL);
 }
 
 static void journal_start_time_parses_comm_with_parentheses(void **state)

@@ -6,7 +6,7 @@
  * most once; SIGTERM then SIGKILL stop a command that ignores SIGTERM, both
  * with process groups and with cgroups, and with cgroups SIGKILL reaches a
  * child that called setsid; finished shims are reaped; shims outlive the
- * privileged process; a dead privileged process gives PRIV_EDEAD.
+ * privileged process; a dead privileged process gives GPO_EPIPE.
  *
  * Needs root, the gpuorch-test1 and gpuorch-test2 accounts and GPUORCH_BIN
  * (the built gpuorch); the cgroup tests also a writable cgroup v2. Tests that
@@ -44,7 +44,7 @@
 #include "agent/priv.h"
 #include "agent/shim.h"
 #include "tmptree.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 /* Guards against a hang only; nothing asserts how long anything takes. */
 #define DEADLINE_S 60
@@ -234,7 +234,7 @@ static void wait_status(const struct env *e, const struct priv *p, uint64_t job,
     attempt_path(e, p, job, 1, NULL, dir, sizeof(dir));
     time_t end = time(NULL) + DEADLINE_S;
     int rc;
-    while ((rc = shim_read_status(dir, s, err, sizeof(err))) == SHIM_ENOENT && time(NULL) < end)
+    while ((rc = shim_read_status(dir, s, err, sizeof(err))) == GPO_ENOENT && time(NULL) < end)
         tmptree_pause();
     if (rc)
         print_error("shim_read_status: %s\n", err);
@@ -282,7 +282,7 @@ static pid_t launch_ok(struct env *e, struct priv *p, const struct priv_launch *
     char err[PRIV_MSG_MAX] = "";
     int rc = priv_launch(p, req, &pid, &start, err, sizeof(err));
     if (rc)
-        print_error("priv_launch: %s (%s)\n", priv_strerror(rc), err);
+        print_error("priv_launch: %s (%s)\n", gpo_strerror(rc), err);
     assert_int_equal(rc, 0);
     assert_true(pid > 0);
     if ((p == e->pg || p == e->cg) && e->nlaunched < sizeof(e->launched) / sizeof(e->launched[0])) {
@@ -370,31 +370,31 @@ struct bad_case {
 };
 
 static const struct bad_case bad_cases[] = {
-    {"job", PRIV_EINVAL, .what = JOB_ZERO},
-    {"job", PRIV_EINVAL, .what = JOB_HUGE},
-    {"attempt", PRIV_EINVAL, .what = ATTEMPT_ZERO},
-    {"unix_user", PRIV_EINVAL, .user = "bad name"},
-    {"unix_user", PRIV_EINVAL, .user = "-dash"},
-    {"unix_user", PRIV_EINVAL, .user = "gpuorch-no-such-user"},
-    {"unix_user", PRIV_EINVAL, .user = "root"},
-    {"unix_user", PRIV_EINVAL, .what = NO_USER}, /* the agent's own: root */
-    {"unix_user", PRIV_EINVAL, .user = "a-user-name-longer-than-thirty-two-bytes"},
-    {"workdir", PRIV_EINVAL, .workdir = "relative/dir"},
-    {"workdir", PRIV_EINVAL, .workdir = "/tmp/../etc"},
-    {"workdir", PRIV_EINVAL, .workdir = "/tmp/.."},
-    {"stdout_path", PRIV_EINVAL, .out = "out.txt"},
-    {"stderr_path", PRIV_EINVAL, .err = "/var/../etc/shadow"},
-    {"argc", PRIV_EINVAL, .what = NO_ARGV},
-    {"argv[0]", PRIV_EINVAL, .arg0 = ""},
-    {"env[0]", PRIV_EINVAL, .env0 = "1BAD=x"},
-    {"env[0]", PRIV_EINVAL, .env0 = "BAD-NAME=x"},
-    {"env[0]", PRIV_EINVAL, .env0 = "NOEQUALS"},
-    {"env[0]", PRIV_EINVAL, .env0 = "=x"},
-    {"mem_mib", PRIV_EINVAL, .mem = -1},
-    {"mem_mib", PRIV_EINVAL, .mem = INT64_MAX},
-    {"cpu_milli", PRIV_EINVAL, .cpu = 2000000000u},
-    {"argc + nenv", PRIV_EINVAL, .what = MANY_ENV},
-    {"argv and env", PRIV_EINVAL, .what = HUGE_ARG},
+    {"job", GPO_EINVAL, .what = JOB_ZERO},
+    {"job", GPO_EINVAL, .what = JOB_HUGE},
+    {"attempt", GPO_EINVAL, .what = ATTEMPT_ZERO},
+    {"unix_user", GPO_EINVAL, .user = "bad name"},
+    {"unix_user", GPO_EINVAL, .user = "-dash"},
+    {"unix_user", GPO_EINVAL, .user = "gpuorch-no-such-user"},
+    {"unix_user", GPO_EINVAL, .user = "root"},
+    {"unix_user", GPO_EINVAL, .what = NO_USER}, /* the agent's own: root */
+    {"unix_user", GPO_EINVAL, .user = "a-user-name-longer-than-thirty-two-bytes"},
+    {"workdir", GPO_EINVAL, .workdir = "relative/dir"},
+    {"workdir", GPO_EINVAL, .workdir = "/tmp/../etc"},
+    {"workdir", GPO_EINVAL, .workdir = "/tmp/.."},
+    {"stdout_path", GPO_EINVAL, .out = "out.txt"},
+    {"stderr_path", GPO_EINVAL, .err = "/var/../etc/shadow"},
+    {"argc", GPO_EINVAL, .what = NO_ARGV},
+    {"argv[0]", GPO_EINVAL, .arg0 = ""},
+    {"env[0]", GPO_EINVAL, .env0 = "1BAD=x"},
+    {"env[0]", GPO_EINVAL, .env0 = "BAD-NAME=x"},
+    {"env[0]", GPO_EINVAL, .env0 = "NOEQUALS"},
+    {"env[0]", GPO_EINVAL, .env0 = "=x"},
+    {"mem_mib", GPO_EINVAL, .mem = -1},
+    {"mem_mib", GPO_EINVAL, .mem = INT64_MAX},
+    {"cpu_milli", GPO_EINVAL, .cpu = 2000000000u},
+    {"argc + nenv", GPO_EINVAL, .what = MANY_ENV},
+    {"argv and env", GPO_EINVAL, .what = HUGE_ARG},
 };
 
 static void priv_launch_refuses_each_bad_field_by_name(void **state)
@@ -455,7 +455,7 @@ static void raw_refused(struct env *e, const void *req, size_t len, const char *
     char err[PRIV_MSG_MAX] = "";
     int rc = priv_call_raw(e->pg, req, len, err, sizeof(err));
     print_message("# %s\n", err);
-    assert_int_equal(rc, PRIV_EINVAL);
+    assert_int_equal(rc, GPO_EINVAL);
     size_t fl = strlen(field);
     assert_int_equal(strncmp(err, field, fl), 0);
     assert_true(err[fl] == ':' || err[fl] == ' ');
@@ -539,7 +539,7 @@ static void priv_relaunch_of_same_attempt_is_refused(void **state)
     pid_t pid = 0;
     uint64_t start = 0;
     char err[PRIV_MSG_MAX] = "";
-    assert_int_equal(priv_launch(e->pg, &req, &pid, &start, err, sizeof(err)), PRIV_EEXIST);
+    assert_int_equal(priv_launch(e->pg, &req, &pid, &start, err, sizeof(err)), GPO_EEXIST);
     assert_non_null(strstr(err, "launched already"));
     assert_int_equal(pid, 0);
 }
@@ -646,10 +646,10 @@ static void priv_signal_and_cleanup_of_unknown_attempt_is_enoent(void **state)
     struct env *e = *state;
     char err[PRIV_MSG_MAX] = "";
     bool empty = false;
-    assert_int_equal(priv_signal(e->pg, 999999, 1, SIGTERM, err, sizeof(err)), PRIV_ENOENT);
+    assert_int_equal(priv_signal(e->pg, 999999, 1, SIGTERM, err, sizeof(err)), GPO_ENOENT);
     assert_non_null(strstr(err, "999999.1"));
-    assert_int_equal(priv_cleanup(e->pg, 999999, 1, &empty, err, sizeof(err)), PRIV_ENOENT);
-    assert_int_equal(priv_signal(e->pg, 999999, 1, SIGHUP, err, sizeof(err)), PRIV_EINVAL);
+    assert_int_equal(priv_cleanup(e->pg, 999999, 1, &empty, err, sizeof(err)), GPO_ENOENT);
+    assert_int_equal(priv_signal(e->pg, 999999, 1, SIGHUP, err, sizeof(err)), GPO_EINVAL);
     assert_int_equal(strncmp(err, "sig:", 4), 0);
 }
 
@@ -708,10 +708,10 @@ static void priv_reports_edead_once_privileged_process_is_gone(void **state)
     assert_true(pid > 0);
     assert_int_equal(kill(pid, SIGKILL), 0);
     assert_int_equal(waitpid(pid, NULL, 0), pid);
-    assert_int_equal(priv_signal(p, 1, 1, SIGTERM, err, sizeof(err)), PRIV_EDEAD);
+    assert_int_equal(priv_signal(p, 1, 1, SIGTERM, err, sizeof(err)), GPO_EPIPE);
     assert_non_null(strstr(err, "is gone"));
     bool empty;
-    assert_int_equal(priv_cleanup(p, 1, 1, &empty, err, sizeof(err)), PRIV_EDEAD);
+    assert_int_equal(priv_cleanup(p, 1, 1, &empty, err, sizeof(err)), GPO_EPIPE);
     priv_stop(p);
 }
 
@@ -736,7 +736,7 @@ static void priv_launch_without_user_runs_as_agents_own_user_when_root_is_allowe
     snprintf(dir, sizeof(dir), "%s/attempts/1.1", st_dir);
     time_t end = time(NULL) + DEADLINE_S;
     struct shim_status s;
-    while (shim_read_status(dir, &s, err, sizeof(err)) == SHIM_ENOENT && time(NULL) < end)
+    while (shim_read_status(dir, &s, err, sizeof(err)) == GPO_ENOENT && time(NULL) < end)
         tmptree_pause();
     assert_int_equal(shim_read_status(dir, &s, err, sizeof(err)), 0);
     assert_int_equal(s.exit_code, 0);
@@ -755,12 +755,12 @@ static void priv_start_refuses_bad_config_and_notes_missing_cgroups(void **state
     char err[PRIV_MSG_MAX] = "", st_dir[512];
     struct priv *p = NULL;
     struct priv_config cfg = {.state_dir = "relative", .self_exe = e->bin};
-    assert_int_equal(priv_start(&cfg, &p, err, sizeof(err)), PRIV_EINVAL);
+    assert_int_equal(priv_start(&cfg, &p, err, sizeof(err)), GPO_EINVAL);
     assert_int_equal(strncmp(err, "state_dir:", 10), 0);
     snprintf(st_dir, sizeof(st_dir), "%s/state-cfg", e->base);
     assert_int_equal(mkdir(st_dir, 0755), 0);
     cfg = (struct priv_config){.state_dir = st_dir, .self_exe = "/nonexistent/gpuorch"};
-    assert_int_equal(priv_start(&cfg, &p, err, sizeof(err)), PRIV_EINVAL);
+    assert_int_equal(priv_start(&cfg, &p, err, sizeof(err)), GPO_EINVAL);
     assert_int_equal(strncmp(err, "self_exe:", 9), 0);
     assert_null(p);
 

@@ -43,7 +43,7 @@
 #include "agent/cgroup.h"
 #include "agent/shim.h"
 #include "tmptree.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 /* Guards against a hang only; nothing asserts how long anything takes. */
 #define DEADLINE_S 60
@@ -127,7 +127,7 @@ static int test_teardown(void **state)
         return 0;
     cgroup_kill(e->cg_test, NULL, 0);
     time_t end = time(NULL) + DEADLINE_S;
-    while (cgroup_remove(e->cg_test, NULL, 0) == CGROUP_EBUSY && time(NULL) < end) {
+    while (cgroup_remove(e->cg_test, NULL, 0) == GPO_EBUSY && time(NULL) < end) {
         while (waitpid(-1, NULL, WNOHANG) > 0)
             ;
         struct timespec ts = {.tv_nsec = 5 * 1000 * 1000};
@@ -234,7 +234,7 @@ static void read_status_ok(const char *dir, struct shim_status *s)
     char err[512] = "";
     int rc = shim_read_status(dir, s, err, sizeof(err));
     if (rc)
-        print_error("shim_read_status: %s (%s)\n", shim_strerror(rc), err);
+        print_error("shim_read_status: %s (%s)\n", gpo_strerror(rc), err);
     assert_int_equal(rc, 0);
 }
 
@@ -504,7 +504,7 @@ static void shim_read_status_reports_missing_and_malformed_files(void **state)
     struct env *e = *state;
     struct shim_status s = {.exit_code = 42};
     char err[512] = "", path[256];
-    assert_int_equal(shim_read_status(e->dir, &s, err, sizeof(err)), SHIM_ENOENT);
+    assert_int_equal(shim_read_status(e->dir, &s, err, sizeof(err)), GPO_ENOENT);
     assert_int_equal(s.exit_code, 42);
     join(path, sizeof(path), e->dir, "status");
     const char *bad[] = {
@@ -515,7 +515,7 @@ static void shim_read_status_reports_missing_and_malformed_files(void **state)
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         write_file(path, bad[i]);
-        assert_int_equal(shim_read_status(e->dir, &s, err, sizeof(err)), SHIM_ECORRUPT);
+        assert_int_equal(shim_read_status(e->dir, &s, err, sizeof(err)), GPO_ECORRUPT);
         assert_non_null(strstr(err, path));
         assert_int_equal(s.exit_code, 42);
     }
@@ -725,7 +725,7 @@ static void shim_cgroup_holds_command_and_setsid_grandchild_not_shim(void **stat
     if (wait_gone(gc, &st)) /* orphaned, reparented to this subreaper */
         assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
     time_t end = deadline();
-    while (cgroup_remove(cg, err, sizeof(err)) == CGROUP_EBUSY && time(NULL) < end)
+    while (cgroup_remove(cg, err, sizeof(err)) == GPO_EBUSY && time(NULL) < end)
         tmptree_pause();
     assert_int_equal(access(cg, F_OK), -1);
     e->cg_test[0] = '\0';

@@ -12,7 +12,7 @@
 #include <cmocka.h>
 
 #include "core/backfill.h"
-#include "core/err.h"
+#include "base/err.h"
 #include "core/sched.h"
 #include "fixture.h"
 

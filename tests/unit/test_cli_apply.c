@@ -15,7 +15,7 @@
 
 #include "cli/apply.h"
 #include "cli/cli.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 static json_t *J(const char *text)
 {
@@ -81,7 +81,7 @@ static void a_document_of_the_wrong_shape_is_refused_with_its_line(void **state)
         char err[512] = "";
         int rc =
             apply_doc_parse(cases[k].text, strlen(cases[k].text), "f.yaml", &d, err, sizeof(err));
-        if (rc != CLI_EUSAGE || strncmp(err, cases[k].want, strlen(cases[k].want)) != 0)
+        if (rc != GPO_EUSAGE || strncmp(err, cases[k].want, strlen(cases[k].want)) != 0)
             fail_msg("case %zu: rc %d, '%s'", k, rc, err);
         assert_ptr_equal(d.root, (json_t *)1);
     }

@@ -19,7 +19,7 @@
 #include "cli/cli.h"
 #include "http/http.h"
 #include "tmptree.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 /* ---- flags ---- */
 
@@ -83,22 +83,22 @@ static void flags_refuse_unknown_missing_and_extra_values_with_the_flag_named(vo
     struct args a = {0};
     char pos[256], err[256];
     char *unknown[] = {"--jobname", "x"};
-    assert_int_equal(read_all(2, unknown, &a, pos, sizeof(pos), err, sizeof(err)), CLI_EUNKNOWN);
+    assert_int_equal(read_all(2, unknown, &a, pos, sizeof(pos), err, sizeof(err)), GPO_ENOENT);
     assert_string_equal(err, "unknown option '--jobname'");
     char *hidden[] = {"--hidden"}; /* in the table, not in the mask */
-    assert_int_equal(read_all(1, hidden, &a, pos, sizeof(pos), err, sizeof(err)), CLI_EUNKNOWN);
+    assert_int_equal(read_all(1, hidden, &a, pos, sizeof(pos), err, sizeof(err)), GPO_ENOENT);
     char *short_unknown[] = {"-z"};
     assert_int_equal(read_all(1, short_unknown, &a, pos, sizeof(pos), err, sizeof(err)),
-                     CLI_EUNKNOWN);
+                     GPO_ENOENT);
     assert_string_equal(err, "unknown option '-z'");
     char *missing[] = {"--time"};
-    assert_int_equal(read_all(1, missing, &a, pos, sizeof(pos), err, sizeof(err)), CLI_EUSAGE);
+    assert_int_equal(read_all(1, missing, &a, pos, sizeof(pos), err, sizeof(err)), GPO_EUSAGE);
     assert_string_equal(err, "option '--time' needs a value");
     char *extra[] = {"--quiet=yes"};
-    assert_int_equal(read_all(1, extra, &a, pos, sizeof(pos), err, sizeof(err)), CLI_EUSAGE);
+    assert_int_equal(read_all(1, extra, &a, pos, sizeof(pos), err, sizeof(err)), GPO_EUSAGE);
     assert_string_equal(err, "option '--quiet' takes no value");
     char *attached[] = {"-qx"};
-    assert_int_equal(read_all(1, attached, &a, pos, sizeof(pos), err, sizeof(err)), CLI_EUSAGE);
+    assert_int_equal(read_all(1, attached, &a, pos, sizeof(pos), err, sizeof(err)), GPO_EUSAGE);
 }
 
 /* ---- the configuration file ---- */
@@ -148,13 +148,13 @@ static void config_errors_name_the_file_and_line(void **state)
     for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
         struct cli_config c = {.server = (char *)"untouched"};
         char err[512] = "";
-        assert_int_equal(parse_config(cases[k].text, &c, err, sizeof(err)), CLI_EUSAGE);
+        assert_int_equal(parse_config(cases[k].text, &c, err, sizeof(err)), GPO_EUSAGE);
         assert_string_equal(err, cases[k].want);
         assert_string_equal(c.server, "untouched");
     }
     struct cli_config c;
     char err[256];
-    assert_int_equal(cli_config_parse("server = a\0b", 12, "f", &c, err, sizeof(err)), CLI_EUSAGE);
+    assert_int_equal(cli_config_parse("server = a\0b", 12, "f", &c, err, sizeof(err)), GPO_EUSAGE);
 }
 
 /* ---- resolving server and token ---- */
@@ -249,36 +249,36 @@ static void resolution_errors_say_where_the_bad_value_came_from(void **state)
     snprintf(home, sizeof(home), "HOME=%s/nohome", t->dir);
 
     char *no_token[] = {home, NULL};
-    assert_int_equal(resolve(&none, no_token, &c, err), CLI_EUSAGE);
+    assert_int_equal(resolve(&none, no_token, &c, err), GPO_EUSAGE);
     assert_non_null(strstr(err, "no token"));
     assert_non_null(strstr(err, "/nohome/.config/gpuorch/config"));
 
     snprintf(cfg, sizeof(cfg), "GPUORCH_CONFIG=%s/missing", t->dir);
     char *missing[] = {cfg, "GPUORCH_TOKEN=t", NULL};
-    assert_int_equal(resolve(&none, missing, &c, err), CLI_EUSAGE);
+    assert_int_equal(resolve(&none, missing, &c, err), GPO_EUSAGE);
     assert_non_null(strstr(err, "(from GPUORCH_CONFIG): No such file"));
 
     write_file(t->dir, "bad.conf", "server = http://x\nport = 1\n");
     snprintf(bad, sizeof(bad), "GPUORCH_CONFIG=%s/bad.conf", t->dir);
     char *badcfg[] = {bad, NULL};
-    assert_int_equal(resolve(&none, badcfg, &c, err), CLI_EUSAGE);
+    assert_int_equal(resolve(&none, badcfg, &c, err), GPO_EUSAGE);
     snprintf(path, sizeof(path), "%s/bad.conf:2: unknown key 'port'", t->dir);
     assert_non_null(strstr(err, path));
 
     char *bad_url[] = {"GPUORCH_SERVER=localhost:8080", "GPUORCH_TOKEN=t", NULL};
-    assert_int_equal(resolve(&none, bad_url, &c, err), CLI_EUSAGE);
+    assert_int_equal(resolve(&none, bad_url, &c, err), GPO_EUSAGE);
     assert_string_equal(err, "server 'localhost:8080' (from GPUORCH_SERVER): expected "
                              "http://HOST:PORT or https://HOST:PORT");
 
     snprintf(path, sizeof(path), "%s/empty.token", t->dir);
     struct cli_common empty = {.token_file = path};
-    assert_int_equal(resolve(&empty, no_token, &c, err), CLI_EUSAGE);
+    assert_int_equal(resolve(&empty, no_token, &c, err), GPO_EUSAGE);
     assert_non_null(strstr(err, "(from --token-file) is empty"));
 
     struct cli_common both = {.token = "a", .token_file = "b"};
-    assert_int_equal(resolve(&both, no_token, &c, err), CLI_EUSAGE);
+    assert_int_equal(resolve(&both, no_token, &c, err), GPO_EUSAGE);
     struct cli_common spaced = {.token = "two words"};
-    assert_int_equal(resolve(&spaced, no_token, &c, err), CLI_EUSAGE);
+    assert_int_equal(resolve(&spaced, no_token, &c, err), GPO_EUSAGE);
     assert_non_null(strstr(err, "the token from --token is not a token"));
 }
 
@@ -354,15 +354,15 @@ static void api_errors_become_one_line_with_status_and_code(void **state)
     long status = 0;
     json_t *v = (json_t *)1;
     assert_int_equal(cli_call(&s->c, "GET", "/error", NULL, &status, &v, err, sizeof(err)),
-                     CLI_EAPI);
+                     GPO_EAPI);
     assert_int_equal(status, 400);
     assert_string_equal(err, "400 invalid_field: field 'gpus': 5000 is out of range");
     assert_ptr_equal(v, (json_t *)1); /* untouched */
     assert_int_equal(cli_call(&s->c, "GET", "/text", NULL, &status, NULL, err, sizeof(err)),
-                     CLI_EAPI);
+                     GPO_EAPI);
     assert_string_equal(err, "502: <html>"); /* the first line of what came */
     assert_int_equal(cli_call(&s->c, "GET", "/nowhere", NULL, &status, NULL, err, sizeof(err)),
-                     CLI_EAPI);
+                     GPO_EAPI);
     assert_int_equal(status, 404);
     assert_null(strchr(err, '\n'));
 
@@ -370,7 +370,7 @@ static void api_errors_become_one_line_with_status_and_code(void **state)
     struct cli gone = {.cmd = "test"};
     assert_int_equal(httpc_new("http://127.0.0.1:1", "t", &gone.http, NULL, 0), 0);
     assert_int_equal(cli_call(&gone, "GET", "/v1/jobs", NULL, NULL, NULL, err, sizeof(err)),
-                     CLI_ENET);
+                     GPO_ECONNREFUSED);
     assert_non_null(strstr(err, "no answer: GET http://127.0.0.1:1/v1/jobs"));
     cli_disconnect(&gone);
 }
@@ -410,9 +410,9 @@ static void ages_and_sizes_read_as_people_say_them(void **state)
     int64_t n;
     assert_int_equal(cli_parse_int("42", 1, 100, &n), 0);
     assert_int_equal(n, 42);
-    assert_int_equal(cli_parse_int("+42", 1, 100, &n), CLI_EUSAGE);
-    assert_int_equal(cli_parse_int("0", 1, 100, &n), CLI_EUSAGE);
-    assert_int_equal(cli_parse_int("4x", 1, 100, &n), CLI_EUSAGE);
+    assert_int_equal(cli_parse_int("+42", 1, 100, &n), GPO_EUSAGE);
+    assert_int_equal(cli_parse_int("0", 1, 100, &n), GPO_EUSAGE);
+    assert_int_equal(cli_parse_int("4x", 1, 100, &n), GPO_EUSAGE);
 }
 
 int main(void)

@@ -12,7 +12,7 @@
 #include <cmocka.h>
 
 #include "cli/cost.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 static int parse(struct cost_args *a, int n, ...)
 {
@@ -66,12 +66,12 @@ static void times_take_rfc3339_dates_now_and_relative(void **state)
     assert_int_equal(cost_time_check("-7d"), 0);
     assert_int_equal(cost_time_check("-12h"), 0);
     assert_int_equal(cost_time_check("-90s"), 0);
-    assert_int_equal(cost_time_check(""), CLI_EUSAGE);
-    assert_int_equal(cost_time_check("-7"), CLI_EUSAGE);
-    assert_int_equal(cost_time_check("-d"), CLI_EUSAGE);
-    assert_int_equal(cost_time_check("7d"), CLI_EUSAGE);
-    assert_int_equal(cost_time_check("2026-02-30"), CLI_EUSAGE);
-    assert_int_equal(cost_time_check("tomorrow"), CLI_EUSAGE);
+    assert_int_equal(cost_time_check(""), GPO_EUSAGE);
+    assert_int_equal(cost_time_check("-7"), GPO_EUSAGE);
+    assert_int_equal(cost_time_check("-d"), GPO_EUSAGE);
+    assert_int_equal(cost_time_check("7d"), GPO_EUSAGE);
+    assert_int_equal(cost_time_check("2026-02-30"), GPO_EUSAGE);
+    assert_int_equal(cost_time_check("tomorrow"), GPO_EUSAGE);
 }
 
 static const char report_text[] =

@@ -14,7 +14,7 @@
 #include <jansson.h>
 
 #include "cli/sbatch.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 static void sizes_read_as_sbatch_reads_them(void **state)
 {
@@ -39,7 +39,7 @@ static void sizes_read_as_sbatch_reads_them(void **state)
                                       "2000000T"};
     for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
         int64_t v = -1;
-        if (sbatch_parse_size_mib(bad[k], &v) != CLI_EUSAGE || v != -1)
+        if (sbatch_parse_size_mib(bad[k], &v) != GPO_EUSAGE || v != -1)
             fail_msg("'%s' was accepted (%lld)", bad[k], (long long)v);
     }
 }
@@ -60,7 +60,7 @@ static void gpus_are_whole_or_a_fraction_below_one(void **state)
     static const char *const bad[] = {"", ".", "1.5", "0.3333", "1025", "-1", "two", "1e3", "0,5"};
     for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
         int32_t v = -1;
-        if (sbatch_parse_gpus(bad[k], &v) != CLI_EUSAGE)
+        if (sbatch_parse_gpus(bad[k], &v) != GPO_EUSAGE)
             fail_msg("'%s' was accepted (%d)", bad[k], v);
     }
 }
@@ -83,7 +83,7 @@ static void times_take_slurm_formats_and_unlimited_means_none(void **state)
     static const char *const bad[] = {"", "abc", "1:60", "1-24", "-5", "1 h", "1h30m"};
     for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
         int64_t v = -1;
-        if (sbatch_parse_time(bad[k], &v) != CLI_EUSAGE)
+        if (sbatch_parse_time(bad[k], &v) != GPO_EUSAGE)
             fail_msg("'%s' was accepted (%lld)", bad[k], (long long)v);
     }
 }
@@ -120,7 +120,7 @@ static void dependencies_list_every_job_with_its_type(void **state)
     for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
         d = NULL;
         err[0] = '\0';
-        if (sbatch_parse_dependency(bad[k].text, &d, err, sizeof(err)) != CLI_EUSAGE || d ||
+        if (sbatch_parse_dependency(bad[k].text, &d, err, sizeof(err)) != GPO_EUSAGE || d ||
             !strstr(err, bad[k].why))
             fail_msg("'%s': got '%s', want '%s'", bad[k].text, err, bad[k].why);
     }
@@ -161,9 +161,9 @@ static void export_sends_what_it_names_and_all_but_our_own_variables(void **stat
     json_decref(env);
     json_decref(want);
 
-    assert_int_equal(sbatch_parse_export("A=1,1B=2", envp, &env, err, sizeof(err)), CLI_EUSAGE);
+    assert_int_equal(sbatch_parse_export("A=1,1B=2", envp, &env, err, sizeof(err)), GPO_EUSAGE);
     assert_string_equal(err, "'1B' is not a variable name ([A-Za-z_][A-Za-z0-9_]*)");
-    assert_int_equal(sbatch_parse_export("A=1,", envp, &env, err, sizeof(err)), CLI_EUSAGE);
+    assert_int_equal(sbatch_parse_export("A=1,", envp, &env, err, sizeof(err)), GPO_EUSAGE);
 
     /* More variables than the API takes: refused with the count. */
     char **many = calloc(SBATCH_ENV_MAX + 2, sizeof(*many));
@@ -171,7 +171,7 @@ static void export_sends_what_it_names_and_all_but_our_own_variables(void **stat
         many[k] = malloc(32);
         snprintf(many[k], 32, "V%d=x", k);
     }
-    assert_int_equal(sbatch_parse_export("ALL", many, &env, err, sizeof(err)), CLI_EUSAGE);
+    assert_int_equal(sbatch_parse_export("ALL", many, &env, err, sizeof(err)), GPO_EUSAGE);
     assert_non_null(strstr(err, "257 variables, the API takes at most 256"));
     for (int k = 0; k <= SBATCH_ENV_MAX; k++)
         free(many[k]);

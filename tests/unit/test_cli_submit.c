@@ -17,7 +17,7 @@
 
 #include "cli/script.h"
 #include "cli/submit.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 /* ---- the directive block ---- */
 
@@ -76,7 +76,7 @@ static void directive_words_split_as_a_shell_splits_them(void **state)
 
     const char *open_quote = "#!/bin/sh\n#SBATCH -J 'oops\n";
     assert_int_equal(script_header_parse(open_quote, strlen(open_quote), &h, err, sizeof(err)),
-                     CLI_EUSAGE);
+                     GPO_EUSAGE);
     assert_string_equal(err, "line 2: a quote (') is not closed");
 }
 
@@ -233,7 +233,7 @@ static void command_line_flags_win_over_the_script(void **state)
     /* The flags after the script's path are its own, and refused. */
     char *after[] = {"job.sh", "-J", "x", NULL};
     plan(&r, script, NULL, after);
-    assert_int_equal(r.rc, CLI_EUSAGE);
+    assert_int_equal(r.rc, GPO_EUSAGE);
     assert_non_null(strstr(r.err, "arguments after the script ('-J'...) are not supported"));
     run_release(&r);
 }
@@ -298,19 +298,19 @@ static void bad_values_are_errors_naming_the_file_line_and_flag(void **state)
         struct run r;
         char *argv[] = {"job.sh", NULL};
         plan(&r, cases[k].script, NULL, argv);
-        if (r.rc != CLI_EUSAGE || strncmp(r.err, cases[k].want, strlen(cases[k].want)) != 0)
+        if (r.rc != GPO_EUSAGE || strncmp(r.err, cases[k].want, strlen(cases[k].want)) != 0)
             fail_msg("case %zu: rc %d, '%s'", k, r.rc, r.err);
         run_release(&r);
     }
     struct run r;
     char *argv[] = {"--cpus", "0", "--", "true", NULL};
     plan(&r, NULL, NULL, argv);
-    assert_int_equal(r.rc, CLI_EUSAGE);
+    assert_int_equal(r.rc, GPO_EUSAGE);
     assert_string_equal(r.err, "--cpus: expected a number of CPUs (1-4096), got '0'");
     run_release(&r);
     char *unknown[] = {"--gpu", "1", "--", "true", NULL};
     plan(&r, NULL, NULL, unknown);
-    assert_int_equal(r.rc, CLI_EUSAGE);
+    assert_int_equal(r.rc, GPO_EUSAGE);
     assert_string_equal(r.err, "unknown option '--gpu'");
     run_release(&r);
 }
@@ -346,7 +346,7 @@ static void what_runs_is_a_script_a_command_or_wrap(void **state)
     for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
         char *argv[5] = {bad[k].argv[0], bad[k].argv[1], bad[k].argv[2], bad[k].argv[3], NULL};
         plan(&r, bad[k].script, NULL, argv);
-        if (r.rc != CLI_EUSAGE || !strstr(r.err, bad[k].want))
+        if (r.rc != GPO_EUSAGE || !strstr(r.err, bad[k].want))
             fail_msg("case %zu: rc %d, '%s'", k, r.rc, r.err);
         run_release(&r);
     }

@@ -11,7 +11,7 @@
 #include <cmocka.h>
 
 #include "cli/table.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 static void tables_align_columns_by_characters_and_hide_control_characters(void **state)
 {

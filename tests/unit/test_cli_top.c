@@ -14,7 +14,7 @@
 
 #include "cli/topview.h"
 #include "util/timefmt.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 #define NOW "2026-11-30T12:00:00Z"
 
@@ -298,7 +298,7 @@ static void jobs_sort_by_the_chosen_key(void **state)
     enum top_sort s = TOP_SORT_ID;
     assert_int_equal(top_sort_parse("util", &s), 0);
     assert_int_equal(s, TOP_SORT_UTIL);
-    assert_int_equal(top_sort_parse("memory", &s), CLI_EUSAGE);
+    assert_int_equal(top_sort_parse("memory", &s), GPO_EUSAGE);
     assert_int_equal(s, TOP_SORT_UTIL);
     assert_string_equal(top_sort_name(TOP_SORT_TIME), "time");
     assert_string_equal(top_sort_name(TOP_SORT_COUNT), "?");

@@ -10,7 +10,7 @@
 
 #include <cmocka.h>
 
-#include "core/err.h"
+#include "base/err.h"
 #include "core/explain.h"
 #include "core/sched.h"
 #include "fixture.h"

@@ -25,7 +25,7 @@
 #include <cmocka.h>
 
 #include "fakenvml/nvml_abi.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 #define MIB (1024ull * 1024ull)
 

@@ -29,7 +29,7 @@
 
 #include "http/http.h"
 #include "util/httpc.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 #define WAIT_LIMIT_S 10 /* a generous deadline for events, never a timing assertion */
 #define NPIECES      20
@@ -726,7 +726,7 @@ static void bad_arguments_are_refused_and_their_context_freed(void **state)
     raw_open(&c, e->port, "GET", "/bad");
     assert_int_equal(raw_head(&c, head, sizeof(head)), 200);
     pthread_mutex_lock(&e->mu);
-    int want[5] = {HTTP_EINVAL, HTTP_EINVAL, HTTP_EINVAL, 0, HTTP_ESTATE};
+    int want[5] = {GPO_EINVAL, GPO_EINVAL, GPO_EINVAL, 0, GPO_ESTATE};
     for (int i = 0; i < 5; i++)
         assert_int_equal(e->bad_rc[i], want[i]);
     pthread_mutex_unlock(&e->mu);

@@ -10,7 +10,7 @@
 
 #include <cmocka.h>
 
-#include "core/err.h"
+#include "base/err.h"
 #include "core/idmap.h"
 #include "fixture.h"
 

@@ -10,7 +10,7 @@
 
 #include <cmocka.h>
 
-#include "core/err.h"
+#include "base/err.h"
 #include "core/model.h"
 #include "core/sched.h"
 #include "fixture.h"
@@ -130,7 +130,7 @@ static void cluster_check_rejects_too_many_gpus_on_a_node(void **state)
 {
     struct fx *fx = *state = cluster();
     fx->nodes[0].ngpus = SCHED_MAX_GPUS_PER_NODE + 1;
-    expect_cluster_bad(&fx->c, GPO_ELIMIT, "GPUs");
+    expect_cluster_bad(&fx->c, GPO_E2BIG, "GPUs");
 }
 
 static void cluster_check_rejects_counts_over_limits(void **state)
@@ -138,18 +138,18 @@ static void cluster_check_rejects_counts_over_limits(void **state)
     struct fx *fx = *state = cluster();
     uint32_t saved = fx->c.nteams;
     fx->c.nteams = SCHED_MAX_TEAMS + 1;
-    expect_cluster_bad(&fx->c, GPO_ELIMIT, "limit");
+    expect_cluster_bad(&fx->c, GPO_E2BIG, "limit");
     fx->c.nteams = saved;
     saved = fx->c.npools;
     fx->c.npools = SCHED_MAX_POOLS + 1;
-    expect_cluster_bad(&fx->c, GPO_ELIMIT, "limit");
+    expect_cluster_bad(&fx->c, GPO_E2BIG, "limit");
     fx->c.npools = saved;
     saved = fx->c.nclasses;
     fx->c.nclasses = SCHED_MAX_CLASSES + 1;
-    expect_cluster_bad(&fx->c, GPO_ELIMIT, "limit");
+    expect_cluster_bad(&fx->c, GPO_E2BIG, "limit");
     fx->c.nclasses = saved;
     fx->c.ngpu_types = SCHED_MAX_GPU_TYPES + 1;
-    expect_cluster_bad(&fx->c, GPO_ELIMIT, "limit");
+    expect_cluster_bad(&fx->c, GPO_E2BIG, "limit");
 }
 
 static void cluster_check_rejects_null_array_with_count(void **state)
@@ -412,11 +412,11 @@ static void find_returns_index_by_name(void **state)
 static void find_returns_enotfound_for_unknown_names(void **state)
 {
     struct fx *fx = *state = cluster();
-    assert_int_equal(model_pool_find(&fx->c, "Main"), GPO_ENOTFOUND);
-    assert_int_equal(model_gpu_type_find(&fx->c, "H100"), GPO_ENOTFOUND);
-    assert_int_equal(model_team_find(&fx->c, ""), GPO_ENOTFOUND);
-    assert_int_equal(model_class_find(&fx->c, NULL), GPO_ENOTFOUND);
-    assert_int_equal(model_team_find(NULL, "a"), GPO_ENOTFOUND);
+    assert_int_equal(model_pool_find(&fx->c, "Main"), GPO_ENOENT);
+    assert_int_equal(model_gpu_type_find(&fx->c, "H100"), GPO_ENOENT);
+    assert_int_equal(model_team_find(&fx->c, ""), GPO_ENOENT);
+    assert_int_equal(model_class_find(&fx->c, NULL), GPO_ENOENT);
+    assert_int_equal(model_team_find(NULL, "a"), GPO_ENOENT);
     /* A nameless entry is skipped, not matched or dereferenced. */
     fx->teams[0].name = NULL;
     assert_int_equal(model_team_find(&fx->c, "b"), 1);

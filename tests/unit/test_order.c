@@ -12,7 +12,7 @@
 
 #include <cmocka.h>
 
-#include "core/err.h"
+#include "base/err.h"
 #include "core/order.h"
 #include "core/sched.h"
 #include "core/view.h"

@@ -39,7 +39,7 @@
 #include "core/explain.h"
 #include "core/model.h"
 #include "core/sched.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 #define STEP_MS            10000
 #define MAX_NODES          8

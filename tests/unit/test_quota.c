@@ -11,7 +11,7 @@
 
 #include <cmocka.h>
 
-#include "core/err.h"
+#include "base/err.h"
 #include "core/quota.h"
 #include "core/sched.h"
 #include "core/view.h"

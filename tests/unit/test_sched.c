@@ -8,7 +8,7 @@
 
 #include <cmocka.h>
 
-#include "core/err.h"
+#include "base/err.h"
 #include "core/sched.h"
 #include "fixture.h"
 

@@ -16,12 +16,12 @@
 #include <cmocka.h>
 #include <jansson.h>
 
-#include "core/err.h"
+#include "base/err.h"
 #include "server/idle.h"
 #include "server/model.h"
 #include "server/prom.h"
 #include "server/srv.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 #define MIN_MS       60000

@@ -20,7 +20,7 @@
 
 #include "server/jobspec.h"
 #include "util/jsonv.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 #define CMD          "\"command\": [\"true\"]"

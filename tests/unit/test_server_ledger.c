@@ -21,7 +21,7 @@
 #include "server/srv.h"
 #include "util/timefmt.h"
 #include "tmptree.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 #define UUID0 "GPU-00000000-0000-4000-8000-000000000000"
 #define UUID1 "GPU-00000000-0000-4000-8000-000000000001"

@@ -16,10 +16,10 @@
 #include <cmocka.h>
 #include <jansson.h>
 
-#include "core/err.h"
+#include "base/err.h"
 #include "core/model.h"
 #include "server/model.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -577,12 +577,12 @@ static void test_model_keeps_names_sorted_unique_and_ids_fixed(void **state)
     assert_string_equal(err, "pool 'a': id 5 is not its id 2 (ids never change)");
     model_pool_release(&o.pool);
     assert_int_equal(decode_text(POOL, "{'name': 'zz'}", 0, &o), 0);
-    assert_int_equal(model_pool_replace(&m, &o.pool, err, sizeof(err)), GPO_ENOTFOUND);
+    assert_int_equal(model_pool_replace(&m, &o.pool, err, sizeof(err)), GPO_ENOENT);
     assert_string_equal(err, "no pool 'zz'");
     model_pool_release(&o.pool);
 
     assert_int_equal(model_user_remove(&m, "ann"), 0);
-    assert_int_equal(model_user_remove(&m, "ann"), GPO_ENOTFOUND);
+    assert_int_equal(model_user_remove(&m, "ann"), GPO_ENOENT);
     assert_int_equal(m.nusers, 0);
     model_release(&m);
     model_release(&m); /* twice is fine */
@@ -781,7 +781,7 @@ static void test_build_cluster_takes_an_empty_model_and_refuses_too_many_types(v
                  i, i);
         assert_int_equal(add(&m, NODE, 10 + (uint32_t)i, text), 0);
     }
-    assert_int_equal(model_build_cluster(&m, &cl, err, sizeof(err)), GPO_ELIMIT);
+    assert_int_equal(model_build_cluster(&m, &cl, err, sizeof(err)), GPO_E2BIG);
     assert_string_equal(err, "257 GPU types, the scheduler takes at most 256");
     assert_int_equal(model_node_remove(&m, "n0"), 0);
     assert_int_equal(model_build_cluster(&m, &cl, err, sizeof(err)), 0);

@@ -16,7 +16,7 @@
 #include <cmocka.h>
 
 #include "server/prom.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 

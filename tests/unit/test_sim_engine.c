@@ -13,7 +13,7 @@
 
 #include <cmocka.h>
 
-#include "core/err.h"
+#include "base/err.h"
 #include "sim/engine.h"
 #include "sim/stats.h"
 
@@ -509,8 +509,8 @@ static void test_policy_names(void **state)
     assert_false(p.core.preemption);
     assert_int_equal(sim_policy_find("srtf", &p), 0);
     assert_int_equal(p.oracle, SIM_ORACLE_SRTF);
-    assert_int_equal(sim_policy_find("nope", &p), GPO_ENOTFOUND);
-    assert_int_equal(sim_policy_find(NULL, &p), GPO_ENOTFOUND);
+    assert_int_equal(sim_policy_find("nope", &p), GPO_ENOENT);
+    assert_int_equal(sim_policy_find(NULL, &p), GPO_ENOENT);
 }
 
 int main(void)

@@ -11,7 +11,7 @@
 
 #include <cmocka.h>
 
-#include "core/err.h"
+#include "base/err.h"
 #include "sim/queue.h"
 #include "fixture.h"
 

@@ -20,10 +20,10 @@
 #include <cmocka.h>
 #include <jansson.h>
 
-#include "core/err.h"
+#include "base/err.h"
 #include "sim/assets.h"
 #include "sim/report.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 #define EVIL_TEAM "</script><b>x&y"
 

@@ -17,9 +17,9 @@
 #include <cmocka.h>
 #include <jansson.h>
 
-#include "core/err.h"
+#include "base/err.h"
 #include "sim/spec.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -373,9 +373,9 @@ static const struct bad bad_yaml[] = {
      "t.yaml:3: pools[0].nodes: expected an integer from 1 to 1000000, got 0"},
     {"pools:\n  - name: p\n    nodes: 1.5\n    gpus_per_node: 8\n" TEAMS, GPO_EINVAL,
      "t.yaml:3: pools[0].nodes: expected an integer from 1 to 1000000, got 1.5"},
-    {"pools:\n  - name: p\n    nodes: 1000001\n    gpus_per_node: 8\n" TEAMS, GPO_ELIMIT,
+    {"pools:\n  - name: p\n    nodes: 1000001\n    gpus_per_node: 8\n" TEAMS, GPO_E2BIG,
      "t.yaml:3: pools[0].nodes: expected an integer from 1 to 1000000, got 1000001"},
-    {"pools:\n  - name: p\n    nodes: 2\n    gpus_per_node: 65\n" TEAMS, GPO_ELIMIT,
+    {"pools:\n  - name: p\n    nodes: 2\n    gpus_per_node: 65\n" TEAMS, GPO_E2BIG,
      "t.yaml:4: pools[0].gpus_per_node: expected an integer from 1 to 64, got 65"},
     {"pools:\n  - name: p\n    nodes: 2\n    gpus_per_node: 0\n" TEAMS, GPO_EINVAL,
      "t.yaml:4: pools[0].gpus_per_node: expected an integer from 1 to 64, got 0"},
@@ -582,7 +582,7 @@ static void test_caps_are_limits(void **state)
     sim_spec_release(&s);
     free(text);
     text = big_json(SIM_SPEC_MAX_POOLS + 1, 1, 1, 1, 0);
-    assert_error(&s, parse(&s, "t.json", text), GPO_ELIMIT, "t.json: pools: more than 1024 entries",
+    assert_error(&s, parse(&s, "t.json", text), GPO_E2BIG, "t.json: pools: more than 1024 entries",
                  "pools");
     free(text);
     text = big_json(2, 500000, 1, 1, 0);
@@ -590,11 +590,11 @@ static void test_caps_are_limits(void **state)
     sim_spec_release(&s);
     free(text);
     text = big_json(3, 500000, 1, 1, 0);
-    assert_error(&s, parse(&s, "t.json", text), GPO_ELIMIT,
+    assert_error(&s, parse(&s, "t.json", text), GPO_E2BIG,
                  "t.json: pools[2].nodes: more than 1000000 nodes in all pools", "nodes");
     free(text);
     text = big_json(1, 1, SIM_SPEC_MAX_TEAMS + 1, 0, 0);
-    assert_error(&s, parse(&s, "t.json", text), GPO_ELIMIT, "t.json: teams: more than 4096 entries",
+    assert_error(&s, parse(&s, "t.json", text), GPO_E2BIG, "t.json: teams: more than 4096 entries",
                  "teams");
     free(text);
     text = big_json(1, 1, 2, SIM_SPEC_MAX_QUEUES / 2, 0);
@@ -604,11 +604,11 @@ static void test_caps_are_limits(void **state)
     sim_spec_release(&s);
     free(text);
     text = big_json(1, 1, 3, SIM_SPEC_MAX_QUEUES / 2, 0);
-    assert_error(&s, parse(&s, "t.json", text), GPO_ELIMIT,
+    assert_error(&s, parse(&s, "t.json", text), GPO_E2BIG,
                  "t.json: teams[2].queues[0]: more than 100000 queues in all teams", "queues");
     free(text);
     text = big_json(1, 1, 1, SIM_SPEC_MAX_QUEUES + 1, 0);
-    assert_error(&s, parse(&s, "t.json", text), GPO_ELIMIT,
+    assert_error(&s, parse(&s, "t.json", text), GPO_E2BIG,
                  "t.json: teams[0].queues: more than 100000 entries", "one team's queues");
     free(text);
 }
@@ -635,7 +635,7 @@ static void test_load_reads_a_file_and_names_it(void **state)
         fputs("# 3456\n\n", f);
     assert_int_equal(fclose(f), 0);
     snprintf(want, sizeof(want), "%s: larger than 16 MiB", path);
-    assert_error(&s, sim_spec_load(&s, path, err, sizeof(err)), GPO_ELIMIT, want, "big");
+    assert_error(&s, sim_spec_load(&s, path, err, sizeof(err)), GPO_E2BIG, want, "big");
     /* Exactly 16 MiB is read (and then found to be only comments). */
     assert_int_equal(truncate(path, 16u << 20), 0);
     snprintf(want, sizeof(want), "%s: the document is empty", path);
@@ -808,7 +808,7 @@ static void test_from_trace_without_a_span_and_without_jobs(void **state)
     t.queues = many;
     t.nqueues = SIM_SPEC_MAX_TEAMS + 1;
     memset(&s, 0xab, sizeof(s));
-    assert_error(&s, sim_spec_from_trace(&s, &t, err, sizeof(err)), GPO_ELIMIT,
+    assert_error(&s, sim_spec_from_trace(&s, &t, err, sizeof(err)), GPO_E2BIG,
                  "the trace has 4097 queues, more than the 4096 teams", "many queues");
     free(many);
 }
@@ -869,8 +869,8 @@ static void test_scale_refuses_bad_factors_and_changes_nothing(void **state)
     for (size_t k = 0; k < ARRAY_LEN(bad); k++)
         assert_int_equal(sim_spec_scale(&s, bad[k]), GPO_EINVAL);
     /* 10 x 100,001 nodes is over the cap (and so is anything huge). */
-    assert_int_equal(sim_spec_scale(&s, 100001), GPO_ELIMIT);
-    assert_int_equal(sim_spec_scale(&s, 1e300), GPO_ELIMIT);
+    assert_int_equal(sim_spec_scale(&s, 100001), GPO_E2BIG);
+    assert_int_equal(sim_spec_scale(&s, 1e300), GPO_E2BIG);
     assert_int_equal(sim_spec_scale(NULL, 1), GPO_EINVAL);
     assert_int_equal(s.pools[0].nodes, 10);
     assert_int_equal(s.pools[1].nodes, 1);
@@ -879,7 +879,7 @@ static void test_scale_refuses_bad_factors_and_changes_nothing(void **state)
     assert_int_equal(s.teams[0].quotas[2].guaranteed_milli, 7000);
     assert_int_equal(s.teams[0].borrow_limit_milli, 10000);
     /* Over the cap in all pools together, though each pool is under it. */
-    assert_int_equal(sim_spec_scale(&s, 75000), GPO_ELIMIT); /* 750k + 75k + 225k */
+    assert_int_equal(sim_spec_scale(&s, 75000), GPO_E2BIG); /* 750k + 75k + 225k */
     assert_int_equal(s.pools[0].nodes, 10);
     assert_int_equal(sim_spec_scale(&s, 1), 0); /* changes nothing */
     assert_int_equal(s.pools[2].nodes, 3);

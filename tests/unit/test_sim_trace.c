@@ -17,9 +17,9 @@
 
 #include <cmocka.h>
 
-#include "core/err.h"
+#include "base/err.h"
 #include "sim/trace.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 #define HEADER "job_id,submit_time_s,duration_s,num_gpus,user,queue,gpu_type,status\n"
 
@@ -674,7 +674,7 @@ static void expect_names_cap(const struct env *e, int column, const char *field)
         struct sim_trace t;
         sim_trace_init(&t);
         struct sim_trace_opts opts = {.skip_bad = skip, .until_s = -1};
-        assert_int_equal(sim_trace_load(&t, path, &opts, err, sizeof(err)), GPO_ELIMIT);
+        assert_int_equal(sim_trace_load(&t, path, &opts, err, sizeof(err)), GPO_E2BIG);
         assert_string_equal(err, want);
         assert_empty(&t);
     }

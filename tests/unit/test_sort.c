@@ -10,7 +10,7 @@
 
 #include <cmocka.h>
 
-#include "core/sort.h"
+#include "base/sort.h"
 #include "fixture.h"
 
 struct item {

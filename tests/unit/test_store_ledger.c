@@ -16,7 +16,7 @@
 
 #include "store/store.h"
 #include "tmptree.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 struct env {
     char dir[64];
@@ -162,7 +162,7 @@ static void range_returns_rows_overlapping_it_only(void **state)
     assert_int_equal(store_ledger_range(e->s, 1500, 2500, &out, &n), 0);
     assert_int_equal(n, 2);
     store_ledger_rows_free(out, n);
-    assert_int_equal(store_ledger_range(e->s, 2, 1, &out, &n), STORE_EINVAL);
+    assert_int_equal(store_ledger_range(e->s, 2, 1, &out, &n), GPO_EINVAL);
 }
 
 static void a_row_is_never_rewritten(void **state)
@@ -187,16 +187,16 @@ static void bad_rows_are_refused(void **state)
     (void)state;
     struct store_batch *b = store_batch_new();
     struct store_ledger_row r = row(1, 0, 5000, 1000, 1, NULL); /* ends before it starts */
-    assert_int_equal(store_batch_ledger_add(b, &r), STORE_EINVAL);
+    assert_int_equal(store_batch_ledger_add(b, &r), GPO_EINVAL);
     r = row(1, 0, 0, 1000, -1, NULL);
-    assert_int_equal(store_batch_ledger_add(b, &r), STORE_EINVAL);
+    assert_int_equal(store_batch_ledger_add(b, &r), GPO_EINVAL);
     r = row(1, 0, 0, 1000, 1, NULL);
     r.team = NULL;
-    assert_int_equal(store_batch_ledger_add(b, &r), STORE_EINVAL);
+    assert_int_equal(store_batch_ledger_add(b, &r), GPO_EINVAL);
     r = row(1, 0, 0, 1000, 1, NULL);
     r.gpu_type = "";
-    assert_int_equal(store_batch_ledger_add(b, &r), STORE_EINVAL);
-    assert_int_equal(store_batch_ledger_add(b, NULL), STORE_EINVAL);
+    assert_int_equal(store_batch_ledger_add(b, &r), GPO_EINVAL);
+    assert_int_equal(store_batch_ledger_add(b, NULL), GPO_EINVAL);
     store_batch_free(b);
 }
 
@@ -215,7 +215,7 @@ static void prices_are_a_config_kind(void **state)
     b = store_batch_new();
     assert_int_equal(store_batch_config_delete(b, STORE_CONFIG_PRICES, "H100-80GB"), 0);
     assert_int_equal(store_commit_wait(e->s, b, NULL, 0, NULL, 0), 0);
-    assert_int_equal(store_config_get(e->s, STORE_CONFIG_PRICES, "H100-80GB", &c), STORE_ENOTFOUND);
+    assert_int_equal(store_config_get(e->s, STORE_CONFIG_PRICES, "H100-80GB", &c), GPO_ENOENT);
 }
 
 int main(void)

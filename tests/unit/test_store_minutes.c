@@ -15,7 +15,7 @@
 
 #include "store/store.h"
 #include "tmptree.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 struct env {
     char dir[64];
@@ -208,20 +208,20 @@ static void callback_stops_the_scan_and_bad_arguments_are_refused(void **state)
         assert_int_equal(store_batch_minute_put(b, &g), 0);
     }
     struct store_minute bad = minute(STORE_MINUTE_KINDS, "GPU-a", "n1", 0, 1, 1);
-    assert_int_equal(store_batch_minute_put(b, &bad), STORE_EINVAL);
+    assert_int_equal(store_batch_minute_put(b, &bad), GPO_EINVAL);
     bad = minute(STORE_MINUTE_GPU, NULL, "n1", 0, 1, 1);
-    assert_int_equal(store_batch_minute_put(b, &bad), STORE_EINVAL);
+    assert_int_equal(store_batch_minute_put(b, &bad), GPO_EINVAL);
     bad = minute(STORE_MINUTE_GPU, "GPU-a", NULL, 0, 1, 1);
-    assert_int_equal(store_batch_minute_put(b, &bad), STORE_EINVAL);
+    assert_int_equal(store_batch_minute_put(b, &bad), GPO_EINVAL);
     commit(e->s, b);
     int calls = 0;
     assert_int_equal(
         store_minutes_get(e->s, STORE_MINUTE_GPU, NULL, 0, INT64_MAX, stop_at_first, &calls), 42);
     assert_int_equal(calls, 1);
     assert_int_equal(store_minutes_get(e->s, STORE_MINUTE_GPU, NULL, 10, 5, stop_at_first, &calls),
-                     STORE_EINVAL);
+                     GPO_EINVAL);
     assert_int_equal(store_minutes_get(e->s, STORE_MINUTE_KINDS, NULL, 0, 5, stop_at_first, &calls),
-                     STORE_EINVAL);
+                     GPO_EINVAL);
 }
 
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)

@@ -26,7 +26,7 @@
 #include "store/schema.h"
 #include "store/store.h"
 #include "tmptree.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -64,7 +64,7 @@ static struct store *open_store(const struct env *e)
     char err[256] = "";
     int rc = store_open_sqlite(e->path, &s, err, sizeof(err));
     if (rc)
-        print_error("store_open_sqlite: %s (%s)\n", store_strerror(rc), err);
+        print_error("store_open_sqlite: %s (%s)\n", gpo_strerror(rc), err);
     assert_int_equal(rc, 0);
     return s;
 }
@@ -96,8 +96,7 @@ static void commit_expect(struct store *s, struct store_batch *b, int want, int6
     char msg[256] = "";
     int rc = store_commit_wait(s, b, ret_ids, nids, msg, sizeof(msg));
     if (rc != want)
-        print_error("commit: %s (%s), expected %s\n", store_strerror(rc), msg,
-                    store_strerror(want));
+        print_error("commit: %s (%s), expected %s\n", gpo_strerror(rc), msg, gpo_strerror(want));
     assert_int_equal(rc, want);
 }
 
@@ -264,7 +263,7 @@ static void newer_schema_is_refused_and_left_unchanged(void **state)
 
     struct store *s = NULL;
     char err[256] = "";
-    assert_int_equal(store_open_sqlite(e->path, &s, err, sizeof(err)), STORE_ETOONEW);
+    assert_int_equal(store_open_sqlite(e->path, &s, err, sizeof(err)), GPO_ETOONEW);
     assert_null(s);
     assert_non_null(strstr(err, "99"));
     assert_non_null(strstr(err, "4"));
@@ -334,11 +333,11 @@ static void job_ids_increase_and_are_never_reused(void **state)
 
     s = open_store(e);
     struct store_job j;
-    assert_int_equal(store_job_get(s, c, &j), STORE_ENOTFOUND);
+    assert_int_equal(store_job_get(s, c, &j), GPO_ENOENT);
     assert_true(add_job(s, "ml", "PENDING", 1) > c);
     del = store_batch_new();
     assert_int_equal(store_batch_job_delete(del, c), 0);
-    commit_expect(s, del, STORE_ENOTFOUND, NULL, 0);
+    commit_expect(s, del, GPO_ENOENT, NULL, 0);
     store_close(s);
 }
 
@@ -511,15 +510,15 @@ static void failing_batch_in_group_leaves_no_trace(void **state)
     assert_int_equal(st1.transactions - st0.transactions, 1);
     assert_int_equal(st1.batches_failed - st0.batches_failed, 2);
     assert_int_equal(g->err[0], 0);
-    assert_int_equal(g->err[1], STORE_EEXIST);
+    assert_int_equal(g->err[1], GPO_EEXIST);
     assert_int_equal(g->existing[1], first);
-    assert_int_equal(g->err[2], STORE_EFENCED);
+    assert_int_equal(g->err[2], GPO_EFENCED);
     assert_int_equal(g->err[3], 0);
     assert_true(g->visible[0] && g->visible[3]);
 
     char *v = NULL;
-    assert_int_equal(store_meta_get(s, "b-was-here", &v), STORE_ENOTFOUND);
-    assert_int_equal(store_meta_get(s, "c-was-here", &v), STORE_ENOTFOUND);
+    assert_int_equal(store_meta_get(s, "b-was-here", &v), GPO_ENOENT);
+    assert_int_equal(store_meta_get(s, "c-was-here", &v), GPO_ENOENT);
     struct store_job *jobs = NULL;
     size_t n = list_all_jobs(s, &jobs);
     assert_int_equal(n, 3); /* the first job, and the two good batches' */
@@ -586,7 +585,7 @@ static void same_idempotency_key_returns_first_job(void **state)
     commit_expect(s, job_batch("ml", "PENDING", 7, "k1"), 0, &id1, 1);
     assert_int_equal(
         store_commit_wait(s, job_batch("ml", "PENDING", 7, "k1"), &id2, 1, msg, sizeof(msg)),
-        STORE_EEXIST);
+        GPO_EEXIST);
     assert_int_equal(id2, id1);
     assert_non_null(strstr(msg, "idempotency"));
     commit_expect(s, job_batch("ml", "PENDING", 8, "k1"), 0, &id3, 1);
@@ -594,7 +593,7 @@ static void same_idempotency_key_returns_first_job(void **state)
     int64_t got = 0;
     assert_int_equal(store_idempotency_get(s, 7, "k1", &got), 0);
     assert_int_equal(got, id1);
-    assert_int_equal(store_idempotency_get(s, 9, "k1", &got), STORE_ENOTFOUND);
+    assert_int_equal(store_idempotency_get(s, 9, "k1", &got), GPO_ENOENT);
     assert_int_equal(count_jobs(s), 2);
     store_close(s);
 }
@@ -613,7 +612,7 @@ static void stale_epoch_is_fenced_and_changes_nothing(void **state)
     assert_int_equal(store_batch_set_decision(b, e1), 0);
     assert_int_equal(store_batch_job_update(b, id, "RUNNING", NULL, 50, NULL), 0);
     char msg[256] = "";
-    assert_int_equal(store_commit_wait(s, b, NULL, 0, msg, sizeof(msg)), STORE_EFENCED);
+    assert_int_equal(store_commit_wait(s, b, NULL, 0, msg, sizeof(msg)), GPO_EFENCED);
     assert_non_null(strstr(msg, "epoch"));
     struct store_job j;
     assert_int_equal(store_job_get(s, id, &j), 0);
@@ -624,7 +623,7 @@ static void stale_epoch_is_fenced_and_changes_nothing(void **state)
     b = store_batch_new();
     assert_int_equal(store_batch_set_decision(b, e2 + 5), 0); /* never issued */
     assert_int_equal(store_batch_job_update(b, id, "RUNNING", NULL, 50, NULL), 0);
-    commit_expect(s, b, STORE_EINVAL, NULL, 0);
+    commit_expect(s, b, GPO_EINVAL, NULL, 0);
 
     b = store_batch_new();
     assert_int_equal(store_batch_set_decision(b, e2), 0);
@@ -636,7 +635,7 @@ static void stale_epoch_is_fenced_and_changes_nothing(void **state)
     store_job_release(&j);
 
     b = store_batch_new();
-    assert_int_equal(store_batch_meta_put(b, STORE_META_EPOCH, "1000"), STORE_EINVAL);
+    assert_int_equal(store_batch_meta_put(b, STORE_META_EPOCH, "1000"), GPO_EINVAL);
     store_batch_free(b);
     store_close(s);
     s = open_store(e);
@@ -699,9 +698,9 @@ static void job_list_pages_return_each_match_once(void **state)
     struct store_job *jobs = NULL;
     size_t n = 0;
     f.limit = 0;
-    assert_int_equal(store_job_list(s, &f, &jobs, &n), STORE_EINVAL);
+    assert_int_equal(store_job_list(s, &f, &jobs, &n), GPO_EINVAL);
     f.limit = STORE_LIST_MAX + 1;
-    assert_int_equal(store_job_list(s, &f, &jobs, &n), STORE_EINVAL);
+    assert_int_equal(store_job_list(s, &f, &jobs, &n), GPO_EINVAL);
     store_close(s);
 }
 
@@ -764,16 +763,16 @@ static void token_finds_user_and_user_delete_removes_tokens(void **state)
 
     b = store_batch_new(); /* no such user */
     assert_int_equal(store_batch_token_put(b, "bob", h1, NULL, 1), 0);
-    commit_expect(s, b, STORE_ENOTFOUND, NULL, 0);
+    commit_expect(s, b, GPO_ENOENT, NULL, 0);
     b = store_batch_new(); /* a hash is one token */
     assert_int_equal(store_batch_token_put(b, "carol", h1, NULL, 1), 0);
-    commit_expect(s, b, STORE_EEXIST, NULL, 0);
+    commit_expect(s, b, GPO_EEXIST, NULL, 0);
 
     b = store_batch_new();
     assert_int_equal(store_batch_user_delete(b, "alice"), 0);
     commit_ok(s, b);
-    assert_int_equal(store_user_get_by_token(s, h1, &u), STORE_ENOTFOUND);
-    assert_int_equal(store_user_get_by_token(s, h2, &u), STORE_ENOTFOUND);
+    assert_int_equal(store_user_get_by_token(s, h1, &u), GPO_ENOENT);
+    assert_int_equal(store_user_get_by_token(s, h2, &u), GPO_ENOENT);
     b = store_batch_new(); /* the hash is free again: alice's rows are gone */
     assert_int_equal(store_batch_token_put(b, "carol", h1, NULL, 1), 0);
     commit_ok(s, b);
@@ -840,10 +839,10 @@ static void scan_active_returns_unfinished_jobs_with_latest_attempt(void **state
     b = store_batch_new(); /* an attempt needs its job */
     a.job_id = 999;
     assert_int_equal(store_batch_attempt_upsert(b, &a), 0);
-    commit_expect(s, b, STORE_ENOTFOUND, NULL, 0);
+    commit_expect(s, b, GPO_ENOENT, NULL, 0);
     b = store_batch_new();
     assert_int_equal(store_batch_job_update(b, 999, "DONE", NULL, 1, NULL), 0);
-    commit_expect(s, b, STORE_ENOTFOUND, NULL, 0);
+    commit_expect(s, b, GPO_ENOENT, NULL, 0);
     store_close(s);
 }
 
@@ -870,7 +869,7 @@ static void config_nodes_meta_and_sched_state_round_trip(void **state)
     assert_string_equal(c.spec, "{\"gpus\":16}");
     assert_int_equal(c.updated_ms, 4);
     store_config_release(&c);
-    assert_int_equal(store_config_get(s, STORE_CONFIG_POOLS, "ml", &c), STORE_ENOTFOUND);
+    assert_int_equal(store_config_get(s, STORE_CONFIG_POOLS, "ml", &c), GPO_ENOENT);
     struct store_config *cs = NULL;
     size_t n = 0;
     assert_int_equal(store_config_list(s, STORE_CONFIG_TEAMS, &cs, &n), 0);
@@ -897,14 +896,14 @@ static void config_nodes_meta_and_sched_state_round_trip(void **state)
     assert_int_equal(store_batch_config_delete(b, STORE_CONFIG_TEAMS, "ml"), 0);
     assert_int_equal(store_batch_sched_state_put(b, 2, NULL, 0, 8), 0);
     commit_ok(s, b);
-    assert_int_equal(store_config_get(s, STORE_CONFIG_TEAMS, "ml", &c), STORE_ENOTFOUND);
+    assert_int_equal(store_config_get(s, STORE_CONFIG_TEAMS, "ml", &c), GPO_ENOENT);
     assert_int_equal(store_sched_state_get(s, &ss), 0);
     assert_int_equal(ss.len, 0);
     assert_int_equal(ss.epoch, 2);
     store_sched_state_release(&ss);
     b = store_batch_new();
     assert_int_equal(store_batch_config_delete(b, STORE_CONFIG_TEAMS, "ml"), 0);
-    commit_expect(s, b, STORE_ENOTFOUND, NULL, 0);
+    commit_expect(s, b, GPO_ENOENT, NULL, 0);
     store_close(s);
 }
 
@@ -917,15 +916,15 @@ static void bad_operations_are_refused_and_leave_the_batch_unchanged(void **stat
     struct store_batch *b = store_batch_new();
     struct store_job_insert j = STORE_JOB_INSERT_INIT;
     j.state = "PENDING", j.spec = "{}";
-    assert_int_equal(store_batch_job_insert(b, &j), STORE_EINVAL); /* no team */
+    assert_int_equal(store_batch_job_insert(b, &j), GPO_EINVAL); /* no team */
     j.team = longname;
-    assert_int_equal(store_batch_job_insert(b, &j), STORE_EINVAL);
+    assert_int_equal(store_batch_job_insert(b, &j), GPO_EINVAL);
     j.team = "ml", j.idempotency_key = "k"; /* a key needs a user */
-    assert_int_equal(store_batch_job_insert(b, &j), STORE_EINVAL);
-    assert_int_equal(store_batch_user_put(b, "", NULL, NULL, "user", 1), STORE_EINVAL);
-    assert_int_equal(store_batch_config_put(b, STORE_CONFIG_COUNT, "x", "{}", 1), STORE_EINVAL);
-    assert_int_equal(store_batch_token_put(b, "alice", NULL, NULL, 1), STORE_EINVAL);
-    assert_int_equal(store_batch_set_decision(b, 0), STORE_EINVAL);
+    assert_int_equal(store_batch_job_insert(b, &j), GPO_EINVAL);
+    assert_int_equal(store_batch_user_put(b, "", NULL, NULL, "user", 1), GPO_EINVAL);
+    assert_int_equal(store_batch_config_put(b, STORE_CONFIG_COUNT, "x", "{}", 1), GPO_EINVAL);
+    assert_int_equal(store_batch_token_put(b, "alice", NULL, NULL, 1), GPO_EINVAL);
+    assert_int_equal(store_batch_set_decision(b, 0), GPO_EINVAL);
     assert_int_equal(b->nops, 0);
     longname[STORE_MAX_NAME] = '\0'; /* exactly the cap is fine */
     assert_int_equal(store_batch_node_put(b, longname, "{}", "READY", 1), 0);
@@ -965,7 +964,7 @@ static void close_commits_queued_batches_and_refuses_new_ones(void **state)
     store_close(s);
     assert_int_equal(c.t.done, 10); /* every completion ran before close returned */
     assert_int_equal(c.ok, 10);
-    assert_int_equal(c.late_rc, STORE_ECLOSED);
+    assert_int_equal(c.late_rc, GPO_ESHUTDOWN);
     tally_destroy(&c.t);
 
     s = open_store(e);

@@ -17,7 +17,7 @@
 #include <jansson.h>
 
 #include "util/jsonv.h"
-#include "util/banned.h"
+#include "base/banned.h"
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -259,50 +259,48 @@ static void test_empty_arrays_are_non_null_with_count_zero(void **state)
 static void test_non_object_input_is_refused(void **state)
 {
     (void)state;
-    expect_error("[1, 2]", JSONV_ETYPE, "expected an object, got an array");
-    expect_error("\"name\"", JSONV_ETYPE, "expected an object, got a string");
-    expect_error("null", JSONV_ETYPE, "expected an object, got null");
+    expect_error("[1, 2]", GPO_EINVAL, "expected an object, got an array");
+    expect_error("\"name\"", GPO_EINVAL, "expected an object, got a string");
+    expect_error("null", GPO_EINVAL, "expected an object, got null");
     struct job job;
     job_defaults(&job);
     char err[64];
-    assert_int_equal(jsonv_decode(NULL, job_fields, NJOB, &job, err, sizeof(err)), JSONV_EINVAL);
+    assert_int_equal(jsonv_decode(NULL, job_fields, NJOB, &job, err, sizeof(err)), GPO_EINVAL);
     json_t *o = json_object();
-    assert_int_equal(jsonv_decode(o, job_fields, NJOB, NULL, err, sizeof(err)), JSONV_EINVAL);
+    assert_int_equal(jsonv_decode(o, job_fields, NJOB, NULL, err, sizeof(err)), GPO_EINVAL);
     json_decref(o);
 }
 
 static void test_unknown_fields_are_named_with_a_suggestion(void **state)
 {
     (void)state;
-    expect_error("{\"name\": \"x\", \"gpu\": 1}", JSONV_EUNKNOWN,
+    expect_error("{\"name\": \"x\", \"gpu\": 1}", GPO_EINVAL,
                  "unknown field 'gpu' (did you mean 'gpus'?)");
-    expect_error("{\"name\": \"x\", \"GPUS\": 1}", JSONV_EUNKNOWN,
+    expect_error("{\"name\": \"x\", \"GPUS\": 1}", GPO_EINVAL,
                  "unknown field 'GPUS' (did you mean 'gpus'?)");
-    expect_error("{\"nmae\": \"x\"}", JSONV_EUNKNOWN,
-                 "unknown field 'nmae' (did you mean 'name'?)");
-    expect_error("{\"name\": \"x\", \"polcy\": \"fifo\"}", JSONV_EUNKNOWN,
+    expect_error("{\"nmae\": \"x\"}", GPO_EINVAL, "unknown field 'nmae' (did you mean 'name'?)");
+    expect_error("{\"name\": \"x\", \"polcy\": \"fifo\"}", GPO_EINVAL,
                  "unknown field 'polcy' (did you mean 'policy'?)");
-    expect_error("{\"name\": \"x\", \"colour\": 1}", JSONV_EUNKNOWN, "unknown field 'colour'");
-    expect_error("{\"name\": \"x\", \"limits\": {\"memory\": 1}}", JSONV_EUNKNOWN,
+    expect_error("{\"name\": \"x\", \"colour\": 1}", GPO_EINVAL, "unknown field 'colour'");
+    expect_error("{\"name\": \"x\", \"limits\": {\"memory\": 1}}", GPO_EINVAL,
                  "unknown field 'limits.memory'");
-    expect_error("{\"name\": \"x\", \"limits\": {\"shares\": 1}}", JSONV_EUNKNOWN,
+    expect_error("{\"name\": \"x\", \"limits\": {\"shares\": 1}}", GPO_EINVAL,
                  "unknown field 'limits.shares' (did you mean 'share'?)");
     expect_error(
         "{\"name\": \"x\", \"quotas\": [{\"pool\": \"a\"}, {\"pool\": \"b\", \"gpu\": 1}]}",
-        JSONV_EUNKNOWN, "unknown field 'quotas[1].gpu' (did you mean 'gpus'?)");
+        GPO_EINVAL, "unknown field 'quotas[1].gpu' (did you mean 'gpus'?)");
     /* Unknown keys come before missing ones: the typo is the real problem. */
-    expect_error("{\"nam\": \"x\"}", JSONV_EUNKNOWN, "unknown field 'nam' (did you mean 'name'?)");
+    expect_error("{\"nam\": \"x\"}", GPO_EINVAL, "unknown field 'nam' (did you mean 'name'?)");
 }
 
 static void test_user_text_in_messages_is_shortened_and_made_printable(void **state)
 {
     (void)state;
-    expect_error("{\"name\": \"x\", \"a\\nb\\u007f\": 1}", JSONV_EUNKNOWN, "unknown field 'a?b?'");
+    expect_error("{\"name\": \"x\", \"a\\nb\\u007f\": 1}", GPO_EINVAL, "unknown field 'a?b?'");
     char text[512], want[256];
     snprintf(text, sizeof(text), "{\"name\": \"x\", \"%s\": 1}",
              "0123456789012345678901234567890123456789TAIL");
-    expect_error(text, JSONV_EUNKNOWN,
-                 "unknown field '0123456789012345678901234567890123456789...'");
+    expect_error(text, GPO_EINVAL, "unknown field '0123456789012345678901234567890123456789...'");
     /* Two-byte characters are never split: 20 of them fill the 40 bytes. */
     char key[128] = "";
     for (int i = 0; i < 25; i++)
@@ -310,7 +308,7 @@ static void test_user_text_in_messages_is_shortened_and_made_printable(void **st
     snprintf(text, sizeof(text), "{\"name\": \"x\", \"%s\": 1}", key);
     key[40] = '\0';
     snprintf(want, sizeof(want), "unknown field '%s...'", key);
-    expect_error(text, JSONV_EUNKNOWN, want);
+    expect_error(text, GPO_EINVAL, want);
 
     /* A short err buffer gets a terminated, valid UTF-8 prefix. */
     struct job job;
@@ -318,94 +316,94 @@ static void test_user_text_in_messages_is_shortened_and_made_printable(void **st
     for (size_t len = 1; len < 40; len++) {
         char err[64];
         memset(err, 'x', sizeof(err));
-        assert_int_equal(decode_text(text, &job, err, len), JSONV_EUNKNOWN);
+        assert_int_equal(decode_text(text, &job, err, len), GPO_EINVAL);
         assert_true(strlen(err) < len);
         assert_int_equal(jsonv_check_utf8(err, strlen(err)), 0);
         assert_int_equal(err[len], 'x');
     }
-    assert_int_equal(decode_text(text, &job, NULL, 0), JSONV_EUNKNOWN);
+    assert_int_equal(decode_text(text, &job, NULL, 0), GPO_EINVAL);
 }
 
 static void test_missing_required_fields_are_named_by_path(void **state)
 {
     (void)state;
-    expect_error("{}", JSONV_EMISSING, "missing required field 'name'");
-    expect_error("{\"gpus\": 2}", JSONV_EMISSING, "missing required field 'name'");
+    expect_error("{}", GPO_EINVAL, "missing required field 'name'");
+    expect_error("{\"gpus\": 2}", GPO_EINVAL, "missing required field 'name'");
     expect_error(
         "{\"name\": \"x\", \"quotas\": [{\"pool\": \"a\"}, {\"pool\": \"b\"}, {\"gpus\": 1}]}",
-        JSONV_EMISSING, "missing required field 'quotas[2].pool'");
+        GPO_EINVAL, "missing required field 'quotas[2].pool'");
 }
 
 static void test_wrong_types_name_expected_and_given(void **state)
 {
     (void)state;
-    expect_error("{\"name\": \"x\", \"gpus\": \"8\"}", JSONV_ETYPE,
+    expect_error("{\"name\": \"x\", \"gpus\": \"8\"}", GPO_EINVAL,
                  "field 'gpus': expected an integer, got a string");
-    expect_error("{\"name\": \"x\", \"gpus\": 2.0}", JSONV_ETYPE,
+    expect_error("{\"name\": \"x\", \"gpus\": 2.0}", GPO_EINVAL,
                  "field 'gpus': expected an integer, got a real number");
-    expect_error("{\"name\": \"x\", \"gpus\": 1e3}", JSONV_ETYPE,
+    expect_error("{\"name\": \"x\", \"gpus\": 1e3}", GPO_EINVAL,
                  "field 'gpus': expected an integer, got a real number");
-    expect_error("{\"name\": \"x\", \"gpus\": true}", JSONV_ETYPE,
+    expect_error("{\"name\": \"x\", \"gpus\": true}", GPO_EINVAL,
                  "field 'gpus': expected an integer, got a boolean");
-    expect_error("{\"name\": \"x\", \"gpus\": null}", JSONV_ETYPE,
+    expect_error("{\"name\": \"x\", \"gpus\": null}", GPO_EINVAL,
                  "field 'gpus': expected an integer, got null");
-    expect_error("{\"name\": 5}", JSONV_ETYPE, "field 'name': expected a string, got an integer");
-    expect_error("{\"name\": null}", JSONV_ETYPE, "field 'name': expected a string, got null");
-    expect_error("{\"name\": \"x\", \"exclusive\": 1}", JSONV_ETYPE,
+    expect_error("{\"name\": 5}", GPO_EINVAL, "field 'name': expected a string, got an integer");
+    expect_error("{\"name\": null}", GPO_EINVAL, "field 'name': expected a string, got null");
+    expect_error("{\"name\": \"x\", \"exclusive\": 1}", GPO_EINVAL,
                  "field 'exclusive': expected a boolean, got an integer");
-    expect_error("{\"name\": \"x\", \"fraction\": \"0.5\"}", JSONV_ETYPE,
+    expect_error("{\"name\": \"x\", \"fraction\": \"0.5\"}", GPO_EINVAL,
                  "field 'fraction': expected a number, got a string");
-    expect_error("{\"name\": \"x\", \"policy\": 1}", JSONV_ETYPE,
+    expect_error("{\"name\": \"x\", \"policy\": 1}", GPO_EINVAL,
                  "field 'policy': expected a string, got an integer");
-    expect_error("{\"name\": \"x\", \"tags\": \"a\"}", JSONV_ETYPE,
+    expect_error("{\"name\": \"x\", \"tags\": \"a\"}", GPO_EINVAL,
                  "field 'tags': expected an array of strings, got a string");
-    expect_error("{\"name\": \"x\", \"tags\": [\"a\", 1]}", JSONV_ETYPE,
+    expect_error("{\"name\": \"x\", \"tags\": [\"a\", 1]}", GPO_EINVAL,
                  "field 'tags[1]': expected a string, got an integer");
-    expect_error("{\"name\": \"x\", \"limits\": []}", JSONV_ETYPE,
+    expect_error("{\"name\": \"x\", \"limits\": []}", GPO_EINVAL,
                  "field 'limits': expected an object, got an array");
-    expect_error("{\"name\": \"x\", \"limits\": {\"memory_mib\": {}}}", JSONV_ETYPE,
+    expect_error("{\"name\": \"x\", \"limits\": {\"memory_mib\": {}}}", GPO_EINVAL,
                  "field 'limits.memory_mib': expected an integer, got an object");
-    expect_error("{\"name\": \"x\", \"quotas\": {}}", JSONV_ETYPE,
+    expect_error("{\"name\": \"x\", \"quotas\": {}}", GPO_EINVAL,
                  "field 'quotas': expected an array of objects, got an object");
-    expect_error("{\"name\": \"x\", \"quotas\": [{\"pool\": \"a\"}, 7]}", JSONV_ETYPE,
+    expect_error("{\"name\": \"x\", \"quotas\": [{\"pool\": \"a\"}, 7]}", GPO_EINVAL,
                  "field 'quotas[1]': expected an object, got an integer");
-    expect_error("{\"name\": \"x\", \"env\": null}", JSONV_ETYPE,
+    expect_error("{\"name\": \"x\", \"env\": null}", GPO_EINVAL,
                  "field 'env': expected a value, got null");
 }
 
 static void test_out_of_range_values_name_the_range(void **state)
 {
     (void)state;
-    expect_error("{\"name\": \"x\", \"gpus\": 5000}", JSONV_ERANGE,
+    expect_error("{\"name\": \"x\", \"gpus\": 5000}", GPO_ERANGE,
                  "field 'gpus': 5000 is out of range 0..1024");
-    expect_error("{\"name\": \"x\", \"gpus\": -1}", JSONV_ERANGE,
+    expect_error("{\"name\": \"x\", \"gpus\": -1}", GPO_ERANGE,
                  "field 'gpus': -1 is out of range 0..1024");
-    expect_error("{\"name\": \"x\", \"priority\": -1}", JSONV_ERANGE,
+    expect_error("{\"name\": \"x\", \"priority\": -1}", GPO_ERANGE,
                  "field 'priority': -1 is out of range 0..4294967295");
-    expect_error("{\"name\": \"x\", \"priority\": 4294967296}", JSONV_ERANGE,
+    expect_error("{\"name\": \"x\", \"priority\": 4294967296}", GPO_ERANGE,
                  "field 'priority': 4294967296 is out of range 0..4294967295");
-    expect_error("{\"name\": \"x\", \"fraction\": 1.5}", JSONV_ERANGE,
+    expect_error("{\"name\": \"x\", \"fraction\": 1.5}", GPO_ERANGE,
                  "field 'fraction': 1.5 is out of range 0..1");
-    expect_error("{\"name\": \"x\", \"fraction\": -0.25}", JSONV_ERANGE,
+    expect_error("{\"name\": \"x\", \"fraction\": -0.25}", GPO_ERANGE,
                  "field 'fraction': -0.25 is out of range 0..1");
-    expect_error("{\"name\": \"\"}", JSONV_ERANGE,
+    expect_error("{\"name\": \"\"}", GPO_ERANGE,
                  "field 'name': length 0 is out of range 1..16 bytes");
-    expect_error("{\"name\": \"abcdefghijklmnopq\"}", JSONV_ERANGE,
+    expect_error("{\"name\": \"abcdefghijklmnopq\"}", GPO_ERANGE,
                  "field 'name': length 17 is out of range 1..16 bytes");
     /* Length counts bytes: eight two-byte characters are 16 bytes, nine are 18. */
     expect_error("{\"name\": \"\\u00e9\\u00e9\\u00e9\\u00e9\\u00e9\\u00e9\\u00e9\\u00e9\\u00e9\"}",
-                 JSONV_ERANGE, "field 'name': length 18 is out of range 1..16 bytes");
-    expect_error("{\"name\": \"x\", \"tags\": [\"a\", \"b\", \"c\", \"d\", \"e\"]}", JSONV_ERANGE,
+                 GPO_ERANGE, "field 'name': length 18 is out of range 1..16 bytes");
+    expect_error("{\"name\": \"x\", \"tags\": [\"a\", \"b\", \"c\", \"d\", \"e\"]}", GPO_ERANGE,
                  "field 'tags': 5 items, at most 4 allowed");
-    expect_error("{\"name\": \"x\", \"tags\": [\"a\", \"abcdefghi\"]}", JSONV_ERANGE,
+    expect_error("{\"name\": \"x\", \"tags\": [\"a\", \"abcdefghi\"]}", GPO_ERANGE,
                  "field 'tags[1]': length 9 is out of range 1..8 bytes");
-    expect_error("{\"name\": \"x\", \"limits\": {\"memory_mib\": 0}}", JSONV_ERANGE,
+    expect_error("{\"name\": \"x\", \"limits\": {\"memory_mib\": 0}}", GPO_ERANGE,
                  "field 'limits.memory_mib': 0 is out of range 1..1048576");
-    expect_error("{\"name\": \"x\", \"quotas\": [{\"pool\": \"a\", \"gpus\": 65}]}", JSONV_ERANGE,
+    expect_error("{\"name\": \"x\", \"quotas\": [{\"pool\": \"a\", \"gpus\": 65}]}", GPO_ERANGE,
                  "field 'quotas[0].gpus': 65 is out of range 0..64");
     expect_error("{\"name\": \"x\", \"quotas\": [{\"pool\": \"a\"}, {\"pool\": \"b\"},"
                  " {\"pool\": \"c\"}, {\"pool\": \"d\"}]}",
-                 JSONV_ERANGE, "field 'quotas': 4 items, at most 3 allowed");
+                 GPO_ERANGE, "field 'quotas': 4 items, at most 3 allowed");
 
     /* Without bounds, a string gets the default cap. */
     char text[JSONV_STRING_MAX + 64];
@@ -413,7 +411,7 @@ static void test_out_of_range_values_name_the_range(void **state)
     memset(text + n, 'c', JSONV_STRING_MAX + 1);
     snprintf(text + n + JSONV_STRING_MAX + 1, sizeof(text) - (size_t)n - JSONV_STRING_MAX - 1,
              "\"}");
-    expect_error(text, JSONV_ERANGE, "field 'comment': length 4097 is out of range 0..4096 bytes");
+    expect_error(text, GPO_ERANGE, "field 'comment': length 4097 is out of range 0..4096 bytes");
     text[n + JSONV_STRING_MAX] = '"';
     text[n + JSONV_STRING_MAX + 1] = '}';
     text[n + JSONV_STRING_MAX + 2] = '\0';
@@ -453,22 +451,22 @@ static void test_enum_maps_strings_to_indices(void **state)
     assert_int_equal(decode_text("{\"name\": \"x\", \"policy\": \"fairshare\"}", &job, NULL, 0), 0);
     assert_int_equal(job.policy, 2);
     jsonv_release(job_fields, NJOB, &job);
-    expect_error("{\"name\": \"x\", \"policy\": \"lottery\"}", JSONV_ECHOICE,
+    expect_error("{\"name\": \"x\", \"policy\": \"lottery\"}", GPO_EINVAL,
                  "field 'policy': 'lottery' is not one of fifo, priority, fairshare");
-    expect_error("{\"name\": \"x\", \"policy\": \"FIFO\"}", JSONV_ECHOICE,
+    expect_error("{\"name\": \"x\", \"policy\": \"FIFO\"}", GPO_EINVAL,
                  "field 'policy': 'FIFO' is not one of fifo, priority, fairshare");
-    expect_error("{\"name\": \"x\", \"policy\": \"\"}", JSONV_ECHOICE,
+    expect_error("{\"name\": \"x\", \"policy\": \"\"}", GPO_EINVAL,
                  "field 'policy': '' is not one of fifo, priority, fairshare");
 }
 
 static void test_nul_characters_are_refused(void **state)
 {
     (void)state;
-    expect_error("{\"name\": \"a\\u0000b\"}", JSONV_ENUL,
+    expect_error("{\"name\": \"a\\u0000b\"}", GPO_EINVAL,
                  "field 'name': contains a NUL character (\\u0000)");
-    expect_error("{\"name\": \"x\", \"tags\": [\"ok\", \"\\u0000\"]}", JSONV_ENUL,
+    expect_error("{\"name\": \"x\", \"tags\": [\"ok\", \"\\u0000\"]}", GPO_EINVAL,
                  "field 'tags[1]': contains a NUL character (\\u0000)");
-    expect_error("{\"name\": \"x\", \"policy\": \"fifo\\u0000\"}", JSONV_ENUL,
+    expect_error("{\"name\": \"x\", \"policy\": \"fifo\\u0000\"}", GPO_EINVAL,
                  "field 'policy': contains a NUL character (\\u0000)");
     /* A key with a NUL (jansson keeps its length). */
     json_t *o = json_object();
@@ -478,7 +476,7 @@ static void test_nul_characters_are_refused(void **state)
     job_defaults(&job);
     job_defaults(&fresh);
     char err[128];
-    assert_int_equal(jsonv_decode(o, job_fields, NJOB, &job, err, sizeof(err)), JSONV_ENUL);
+    assert_int_equal(jsonv_decode(o, job_fields, NJOB, &job, err, sizeof(err)), GPO_EINVAL);
     assert_string_equal(err, "a field name contains a NUL character (\\u0000)");
     assert_memory_equal(&job, &fresh, sizeof(job));
     json_decref(o);
@@ -493,11 +491,11 @@ static void test_invalid_utf8_from_nocheck_values_is_refused(void **state)
     job_defaults(&job);
     job_defaults(&fresh);
     char err[128];
-    assert_int_equal(jsonv_decode(o, job_fields, NJOB, &job, err, sizeof(err)), JSONV_EUTF8);
+    assert_int_equal(jsonv_decode(o, job_fields, NJOB, &job, err, sizeof(err)), GPO_EINVAL);
     assert_string_equal(err, "field 'name': not valid UTF-8");
     json_object_clear(o);
     json_object_set_new_nocheck(o, "\xc0\xaf", json_integer(1));
-    assert_int_equal(jsonv_decode(o, job_fields, NJOB, &job, err, sizeof(err)), JSONV_EUTF8);
+    assert_int_equal(jsonv_decode(o, job_fields, NJOB, &job, err, sizeof(err)), GPO_EINVAL);
     assert_string_equal(err, "a field name is not valid UTF-8");
     assert_memory_equal(&job, &fresh, sizeof(job));
     json_decref(o);
@@ -522,7 +520,7 @@ static void test_error_leaves_a_decoded_destination_unchanged(void **state)
                                  " \"comment\": \"d\", \"quotas\": [{\"pool\": \"q\"},"
                                  " {\"pool\": \"r\", \"gpus\": 99}]}",
                                  &job, err, sizeof(err)),
-                     JSONV_ERANGE);
+                     GPO_ERANGE);
     assert_string_equal(err, "field 'quotas[1].gpus': 99 is out of range 0..64");
     assert_memory_equal(&job, &before, sizeof(job));
     assert_string_equal(job.name, "keep");
@@ -604,19 +602,17 @@ static void test_bad_tables_are_refused(void **state)
     static const struct jsonv_field no_choices[] = {
         {.name = "policy", .kind = JSONV_ENUM, .offset = offsetof(struct job, policy)},
     };
-    assert_int_equal(jsonv_decode(o, no_choices, 1, &job, err, sizeof(err)), JSONV_EINVAL);
+    assert_int_equal(jsonv_decode(o, no_choices, 1, &job, err, sizeof(err)), GPO_EINVAL);
     assert_string_equal(err, "jsonv: bad table entry 0 ('policy')");
     static const struct jsonv_field bad_kind[] = {
         {.name = "policy", .kind = (enum jsonv_kind)99},
     };
-    assert_int_equal(jsonv_decode(o, bad_kind, 1, &job, err, sizeof(err)), JSONV_EINVAL);
+    assert_int_equal(jsonv_decode(o, bad_kind, 1, &job, err, sizeof(err)), GPO_EINVAL);
     static const struct jsonv_field no_size[] = {
         {.name = "policy", .kind = JSONV_OBJECTS, .sub = quota_fields, .nsub = 2},
     };
-    assert_int_equal(jsonv_decode(o, no_size, 1, &job, err, sizeof(err)), JSONV_EINVAL);
+    assert_int_equal(jsonv_decode(o, no_size, 1, &job, err, sizeof(err)), GPO_EINVAL);
     json_decref(o);
-    assert_string_equal(jsonv_strerror(JSONV_EUNKNOWN), "unknown field");
-    assert_string_equal(jsonv_strerror(-100), "unknown error");
 }
 
 struct utf8_case {
@@ -678,12 +674,12 @@ static void test_utf8_checker_vectors(void **state)
         if (jsonv_check_utf8(good[i].bytes, good[i].len) != 0)
             fail_msg("refused valid: %s", good[i].what);
     for (size_t i = 0; i < ARRAY_LEN(bad); i++)
-        if (jsonv_check_utf8(bad[i].bytes, bad[i].len) != JSONV_EUTF8)
+        if (jsonv_check_utf8(bad[i].bytes, bad[i].len) != GPO_EINVAL)
             fail_msg("accepted invalid: %s", bad[i].what);
     /* The length bounds the check: a valid prefix of an invalid buffer is valid. */
     assert_int_equal(jsonv_check_utf8("ab\xff", 2), 0);
     assert_int_equal(jsonv_check_utf8(NULL, 0), 0);
-    assert_int_equal(jsonv_check_utf8(NULL, 1), JSONV_EINVAL);
+    assert_int_equal(jsonv_check_utf8(NULL, 1), GPO_EINVAL);
 }
 
 int main(void)

@@ -17,7 +17,7 @@
 
 #include <cmocka.h>
 
-#include "util/banned.h"
+#include "base/banned.h"
 
 static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 {

@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 
-#include "core/err.h"
+#include "base/err.h"
 
 /* Makes *array hold at least `need` elements of `elem` bytes (doubling).
  * 0, or GPO_ENOMEM with *array and *cap unchanged. */

@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/err.h"
+#include "base/err.h"
 
 #define SORT_RUN 16 /* insertion-sorted runs the merges start from */
 
