@@ -91,7 +91,7 @@ static bool fit_at_start(struct pass *p, uint32_t i)
         return sh->fits;
     bool fits = false;
     p->pristine.headroom = p->headroom;
-    if (model_job_wants_gpu(j) && !(j->gpus > 0 && j->multi_node)) {
+    if (sched_job_wants_gpu(j) && !(j->gpus > 0 && j->multi_node)) {
         /* Only nodes that had a GPU free when the pass began can answer yes. */
         for (uint32_t k = 0; k < p->nfree0 && !fits; k++) {
             uint32_t n = p->free0[k];
@@ -133,7 +133,7 @@ static enum sched_reason explain_miss(struct pass *p, uint32_t i, unsigned miss,
         return SCHED_REASON_PRIORITY;
     if (j->multi_node && (miss & VIEW_MISS_GANG))
         return SCHED_REASON_GANG;
-    return model_job_wants_gpu(j) ? SCHED_REASON_NO_GPU : SCHED_REASON_HOST;
+    return sched_job_wants_gpu(j) ? SCHED_REASON_NO_GPU : SCHED_REASON_HOST;
 }
 
 /* Starts job i if it fits the groups allowed; otherwise finds why it waits,
@@ -307,7 +307,7 @@ static struct sched_wait unranked_wait(struct pass *p, uint32_t i)
     if (p->jflag[i] & J_CAND)
         return make_wait(j, sh->why, j->pool, j->gpu_type, sh->other, NULL);
     enum sched_reason why = j->multi_node            ? SCHED_REASON_GANG
-                            : model_job_wants_gpu(j) ? SCHED_REASON_NO_GPU
+                            : sched_job_wants_gpu(j) ? SCHED_REASON_NO_GPU
                                                      : SCHED_REASON_HOST;
     return make_wait(j, why, j->pool, j->gpu_type, 0, NULL);
 }
@@ -343,7 +343,7 @@ bool admit_within_guarantee(void *ctx, uint32_t i)
         size_t k = (size_t)j->team * p->quota.ngroups + g;
         if (p->quota.guar[k] <= p->quota.used[k] || !view_group_eligible(&p->view, j, g))
             continue;
-        within = p->quota.used[k] + model_job_milli(j, p->view.groups[g].gpu_mem_mib) <=
+        within = p->quota.used[k] + sched_job_milli(j, p->view.groups[g].gpu_mem_mib) <=
                  p->quota.guar[k];
     }
     sh->within_stamp = stamp;

@@ -38,7 +38,7 @@ static void victim_rule_init(struct pass *p, const struct sched_job *j, struct v
     for (uint32_t g = 0; g < p->view.ngroups; g++)
         p->within_g[g] = p->eligible[g] &&
                          quota_within_guarantee(&p->quota, j->team, g,
-                                                model_job_milli(j, p->view.groups[g].gpu_mem_mib));
+                                                sched_job_milli(j, p->view.groups[g].gpu_mem_mib));
 }
 
 /* May running job r be evicted under `rule`, and why? */
@@ -63,7 +63,7 @@ static bool victim_ok(const struct pass *p, const struct victim_rule *rule, uint
     if (rule->las && (p->rbits[r] & R_CKPT) && vo <= rule->order && p->rlasq[r] > rule->lasq &&
         (!rule->team_only || vteam == rule->team) &&
         (p->pol->las_evict_larger ||
-         p->rmilli[r] <= model_job_milli(rule->job, p->view.groups[g].gpu_mem_mib))) {
+         p->rmilli[r] <= sched_job_milli(rule->job, p->view.groups[g].gpu_mem_mib))) {
         /* Never a job larger than the one it makes room for (unless the policy
          * says so): that would strand GPUs and requeue work that is harder to
          * place than what it admits. */
@@ -158,7 +158,7 @@ bool evict_may_suffice(struct pass *p, const struct sched_job *j)
             continue;
         const struct view_group *grp = &p->view.groups[g];
         view_group_refresh(&p->view, g);
-        int64_t need = model_job_milli(j, grp->gpu_mem_mib);
+        int64_t need = sched_job_milli(j, grp->gpu_mem_mib);
         int64_t have = (int64_t)grp->sum_free_whole * SCHED_MILLI;
         if (cls->may_preempt) {
             for (uint32_t k = 0; k < (uint32_t)p->rank[j->prio]; k++)

@@ -202,27 +202,27 @@ int sched_cluster_check(const struct sched_cluster *c, const char **ret_what)
         return GPO_ENOENT;                                                                         \
     } while (0)
 
-int64_t model_pool_find(const struct sched_cluster *c, const char *name)
+int64_t sched_pool_find(const struct sched_cluster *c, const char *name)
 {
     FIND(c->pools, c->npools);
 }
 
-int64_t model_gpu_type_find(const struct sched_cluster *c, const char *name)
+int64_t sched_gpu_type_find(const struct sched_cluster *c, const char *name)
 {
     FIND(c->gpu_types, c->ngpu_types);
 }
 
-int64_t model_team_find(const struct sched_cluster *c, const char *name)
+int64_t sched_team_find(const struct sched_cluster *c, const char *name)
 {
     FIND(c->teams, c->nteams);
 }
 
-int64_t model_class_find(const struct sched_cluster *c, const char *name)
+int64_t sched_class_find(const struct sched_cluster *c, const char *name)
 {
     FIND(c->classes, c->nclasses);
 }
 
-const struct sched_quota *model_team_quota(const struct sched_team *team, uint32_t pool,
+const struct sched_quota *sched_team_quota(const struct sched_team *team, uint32_t pool,
                                            uint32_t gpu_type)
 {
     for (uint32_t q = 0; team && team->quotas && q < team->nquotas; q++) {
@@ -232,7 +232,7 @@ const struct sched_quota *model_team_quota(const struct sched_team *team, uint32
     return NULL;
 }
 
-void model_job_gpu_claim(const struct sched_job *job, const struct sched_gpu *gpu,
+void sched_job_gpu_claim(const struct sched_job *job, const struct sched_gpu *gpu,
                          uint32_t *ret_milli, uint32_t *ret_mem_mib)
 {
     if (!job || !gpu || !ret_milli || !ret_mem_mib)
@@ -255,7 +255,7 @@ void model_job_gpu_claim(const struct sched_job *job, const struct sched_gpu *gp
     }
 }
 
-int64_t model_job_milli(const struct sched_job *job, uint32_t gpu_mem_mib)
+int64_t sched_job_milli(const struct sched_job *job, uint32_t gpu_mem_mib)
 {
     if (!job)
         return GPO_EINVAL;
@@ -263,6 +263,6 @@ int64_t model_job_milli(const struct sched_job *job, uint32_t gpu_mem_mib)
         return (int64_t)job->gpus * SCHED_MILLI;
     struct sched_gpu probe = {.mem_mib = gpu_mem_mib};
     uint32_t milli, mem;
-    model_job_gpu_claim(job, &probe, &milli, &mem);
+    sched_job_gpu_claim(job, &probe, &milli, &mem);
     return milli;
 }

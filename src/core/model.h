@@ -9,7 +9,7 @@
  *
  * Names are resolved once, by the caller, into indices: a job refers to its
  * pool, GPU type, team and priority class by their index in the cluster's
- * arrays (model_*_find turn a name into one). Keeping strings out of the hot
+ * arrays (sched_*_find turn a name into one). Keeping strings out of the hot
  * path is what lets a pass over 100,000 jobs stay in milliseconds. Teams and
  * GPU types also carry a stable `id`: the scheduler state (decayed usage) is
  * keyed by ids, so a restart or a reordered configuration resumes it.
@@ -276,34 +276,34 @@ int sched_cluster_check(const struct sched_cluster *cluster, const char **ret_wh
 
 /* Index of the pool, GPU type, team or class with this name, or
  * GPO_ENOENT (negative). Linear: for configuration time, not passes. */
-int64_t model_pool_find(const struct sched_cluster *cluster, const char *name);
-int64_t model_gpu_type_find(const struct sched_cluster *cluster, const char *name);
-int64_t model_team_find(const struct sched_cluster *cluster, const char *name);
-int64_t model_class_find(const struct sched_cluster *cluster, const char *name);
+int64_t sched_pool_find(const struct sched_cluster *cluster, const char *name);
+int64_t sched_gpu_type_find(const struct sched_cluster *cluster, const char *name);
+int64_t sched_team_find(const struct sched_cluster *cluster, const char *name);
+int64_t sched_class_find(const struct sched_cluster *cluster, const char *name);
 
 /* The quota entry of a team for (pool, gpu_type), or NULL (guarantee 0, the
  * team's default borrowing limit; also for a NULL team). */
-const struct sched_quota *model_team_quota(const struct sched_team *team, uint32_t pool,
+const struct sched_quota *sched_team_quota(const struct sched_team *team, uint32_t pool,
                                            uint32_t gpu_type);
 
 /* GPU milli and GPU memory that `job` takes on one GPU of `gpu` kind (0 and 0
  * for a CPU-only job). Whole GPUs take all of both. A NULL argument sets nothing. */
-void model_job_gpu_claim(const struct sched_job *job, const struct sched_gpu *gpu,
+void sched_job_gpu_claim(const struct sched_job *job, const struct sched_gpu *gpu,
                          uint32_t *ret_milli, uint32_t *ret_mem_mib);
 
 /* Total milli-GPU a job takes on GPUs with `gpu_mem_mib` of memory each:
  * gpus * 1000, its fraction, or its memory's share of such a GPU (rounded up).
  * GPO_EINVAL for a NULL job. */
-int64_t model_job_milli(const struct sched_job *job, uint32_t gpu_mem_mib);
+int64_t sched_job_milli(const struct sched_job *job, uint32_t gpu_mem_mib);
 
 /* Does the job ask for a GPU at all (whole GPUs, a fraction or GPU memory)? */
-static inline bool model_job_wants_gpu(const struct sched_job *job)
+static inline bool sched_job_wants_gpu(const struct sched_job *job)
 {
     return job->gpus > 0 || job->gpu_milli > 0 || job->gpu_mem_mib > 0;
 }
 
 /* May new work be placed on this GPU (not in MIG mode, not held)? */
-static inline bool model_gpu_offered(const struct sched_gpu *gpu)
+static inline bool sched_gpu_offered(const struct sched_gpu *gpu)
 {
     return !gpu->mig_enabled && !gpu->held;
 }

@@ -78,7 +78,7 @@ static uint32_t compute_allowed_now(struct pass *p, const struct sched_job *j,
         if (!p->eligible[g])
             continue;
         ne++;
-        int64_t milli = model_job_milli(j, v->groups[g].gpu_mem_mib);
+        int64_t milli = sched_job_milli(j, v->groups[g].gpu_mem_mib);
         int64_t limit = quota_limit(&p->quota, j->team, g);
         int64_t used = p->quota.used[(size_t)j->team * p->quota.ngroups + g];
         p->headroom[g] = limit == INT64_MAX ? INT64_MAX : limit - used;

@@ -23,7 +23,7 @@ int quota_init(struct quota *q, const struct sched_cluster *c, const struct view
             const struct view_group *grp = &view->groups[g];
             const struct sched_quota *quota =
                 grp->gpu_type == SCHED_NONE ? NULL
-                                            : model_team_quota(team, grp->pool, grp->gpu_type);
+                                            : sched_team_quota(team, grp->pool, grp->gpu_type);
             int64_t guar = quota ? quota->guaranteed_milli : 0;
             int64_t borrow = quota ? quota->borrow_limit_milli : team->borrow_limit_milli;
             size_t i = (size_t)t * view->ngroups + g;

@@ -190,7 +190,7 @@ static bool group_can_hold(const struct pass *p, const struct sched_job *j, uint
     const struct sched_cluster *c = p->c;
     int64_t need_mem = j->min_gpu_mem_mib > j->gpu_mem_mib ? j->min_gpu_mem_mib : j->gpu_mem_mib;
     bool gang = j->gpus > 0 && j->multi_node;
-    uint32_t want = j->gpus > 0 ? (uint32_t)j->gpus : model_job_wants_gpu(j) ? 1 : 0;
+    uint32_t want = j->gpus > 0 ? (uint32_t)j->gpus : sched_job_wants_gpu(j) ? 1 : 0;
     if (gang) {
         if (grp->uniform)
             return (uint64_t)j->gpus <= grp->total_gpus;
@@ -280,7 +280,7 @@ bool shape_validate(struct pass *p, uint32_t i)
         const struct view_group *grp = &v->groups[g];
         if (pool != SCHED_ANY && grp->pool != pool)
             continue;
-        if (model_job_wants_gpu(j) &&
+        if (sched_job_wants_gpu(j) &&
             (grp->gpu_type == SCHED_NONE || (type != SCHED_ANY && type != grp->gpu_type)))
             continue;
         any_match = true;
@@ -290,7 +290,7 @@ bool shape_validate(struct pass *p, uint32_t i)
         if (!size_ok)
             continue;
         any_size = true;
-        int64_t milli = model_job_milli(j, grp->gpu_mem_mib);
+        int64_t milli = sched_job_milli(j, grp->gpu_mem_mib);
         int64_t limit = quota_limit(&p->quota, j->team, g);
         if (limit != INT64_MAX && milli > limit)
             continue;

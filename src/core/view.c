@@ -119,7 +119,7 @@ int view_init(struct view *view, const struct sched_cluster *c,
                 grp->uniform = false;
             if (gpu->mem_mib > grp->gpu_mem_mib)
                 grp->gpu_mem_mib = gpu->mem_mib;
-            if (!model_gpu_offered(gpu))
+            if (!sched_gpu_offered(gpu))
                 continue;
             view->gpus[gi].free_milli = SCHED_MILLI;
             view->gpus[gi].free_mem_mib = gpu->mem_mib;
@@ -226,7 +226,7 @@ bool view_group_eligible(const struct view *view, const struct sched_job *job, u
     const struct view_group *grp = &view->groups[g];
     if (job->pool != SCHED_ANY && job->pool != grp->pool)
         return false;
-    if (!model_job_wants_gpu(job))
+    if (!sched_job_wants_gpu(job))
         return true;
     if (grp->gpu_type == SCHED_NONE)
         return false;
@@ -301,10 +301,10 @@ bool view_group_may_fit(struct view *view, const struct sched_job *job, uint32_t
             return sum >= (uint64_t)job->gpus;
         return maxw >= (uint32_t)job->gpus;
     }
-    if (model_job_wants_gpu(job)) {
+    if (sched_job_wants_gpu(job)) {
         uint32_t milli = 0, mem = 0;
         struct sched_gpu probe = {.mem_mib = grp->gpu_mem_mib};
-        model_job_gpu_claim(job, &probe, &milli, &mem);
+        sched_job_gpu_claim(job, &probe, &milli, &mem);
         return (open ? grp->max_free_milli_open : grp->max_free_milli) >= milli;
     }
     return grp->nnodes > 0;
@@ -330,7 +330,7 @@ static bool gpu_take(struct view *view, uint32_t gi, uint32_t milli, uint32_t me
 {
     struct view_gpu *vg = &view->gpus[gi];
     struct view_node *vn = &view->nodes[view->gpu_node[gi]];
-    bool offered = model_gpu_offered(&view->cluster->gpus[gi]);
+    bool offered = sched_gpu_offered(&view->cluster->gpus[gi]);
     bool was_whole = offered && vg->free_milli == SCHED_MILLI;
     bool was_shared = offered && vg->free_milli > 0 && vg->free_milli < SCHED_MILLI;
     bool over = false;

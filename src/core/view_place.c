@@ -83,7 +83,7 @@ uint32_t view_node_whole_for(const struct view *view, const struct sched_job *jo
     for (uint32_t i = 0; i < node->ngpus; i++) {
         uint32_t gi = node->gpu_first + i;
         k += view->gpus[gi].free_milli == SCHED_MILLI &&
-             model_gpu_offered(&view->cluster->gpus[gi]) &&
+             sched_gpu_offered(&view->cluster->gpus[gi]) &&
              gpu_mem_ok(job, &view->cluster->gpus[gi]);
     }
     return k;
@@ -118,7 +118,7 @@ static void pick_whole_gpus(const struct view *view, const struct sched_job *job
         for (uint32_t j = i; j < node->ngpus; j++) {
             uint32_t gj = node->gpu_first + j;
             const struct sched_gpu *g = &view->cluster->gpus[gj];
-            f += g->nvlink_domain == dom && model_gpu_offered(g) &&
+            f += g->nvlink_domain == dom && sched_gpu_offered(g) &&
                  view->gpus[gj].free_milli == SCHED_MILLI && gpu_mem_ok(job, g);
         }
         if (f >= k && f < best_free) {
@@ -131,7 +131,7 @@ static void pick_whole_gpus(const struct view *view, const struct sched_job *job
         for (uint32_t i = 0; i < node->ngpus && got < k; i++) {
             uint32_t gi = node->gpu_first + i;
             const struct sched_gpu *g = &view->cluster->gpus[gi];
-            if (!model_gpu_offered(g) || view->gpus[gi].free_milli != SCHED_MILLI ||
+            if (!sched_gpu_offered(g) || view->gpus[gi].free_milli != SCHED_MILLI ||
                 !gpu_mem_ok(job, g))
                 continue;
             bool in_dom = best_dom != INT32_MIN && g->nvlink_domain == best_dom;
@@ -235,13 +235,13 @@ static bool place_fraction(struct ctx *x, const bool *allowed, struct view_place
                     uint32_t gi = node->gpu_first + j;
                     const struct sched_gpu *gpu = &c->gpus[gi];
                     const struct view_gpu *vg = &view->gpus[gi];
-                    if (!model_gpu_offered(gpu) || !gpu_mem_ok(job, gpu))
+                    if (!sched_gpu_offered(gpu) || !gpu_mem_ok(job, gpu))
                         continue;
                     if (fresh ? vg->free_milli != SCHED_MILLI
                               : !(vg->free_milli > 0 && vg->free_milli < SCHED_MILLI))
                         continue;
                     uint32_t milli, mem;
-                    model_job_gpu_claim(job, gpu, &milli, &mem);
+                    sched_job_gpu_claim(job, gpu, &milli, &mem);
                     if (vg->free_milli < milli || vg->free_mem_mib < mem)
                         continue;
                     if (view->headroom && view->headroom[g] < (int64_t)milli)
@@ -418,7 +418,7 @@ bool view_place(struct view *view, const struct sched_job *job, const bool *allo
             ok = place_gang(&x, allowed, out);
             x.miss |= single_miss & (VIEW_MISS_HOST | VIEW_MISS_RESV);
         }
-    } else if (job->gpus > 0 || !model_job_wants_gpu(job)) {
+    } else if (job->gpus > 0 || !sched_job_wants_gpu(job)) {
         ok = place_whole_single(&x, allowed, out);
     } else {
         ok = place_fraction(&x, allowed, out);
@@ -439,16 +439,16 @@ bool view_node_fits(const struct view *view, const struct sched_job *job, uint32
                host_fits(vn, job, (uint32_t)job->gpus);
     if (!host_fits(vn, job, 0))
         return false;
-    if (!model_job_wants_gpu(job))
+    if (!sched_job_wants_gpu(job))
         return true;
     const struct sched_node *node = &view->cluster->nodes[n];
     for (uint32_t i = 0; i < node->ngpus; i++) {
         uint32_t gi = node->gpu_first + i;
         const struct sched_gpu *gpu = &view->cluster->gpus[gi];
         uint32_t milli, mem;
-        if (!model_gpu_offered(gpu) || !gpu_mem_ok(job, gpu))
+        if (!sched_gpu_offered(gpu) || !gpu_mem_ok(job, gpu))
             continue;
-        model_job_gpu_claim(job, gpu, &milli, &mem);
+        sched_job_gpu_claim(job, gpu, &milli, &mem);
         if (view->headroom && view->headroom[vn->group] < (int64_t)milli)
             continue;
         if (view->gpus[gi].free_milli >= milli && view->gpus[gi].free_mem_mib >= mem)

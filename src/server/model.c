@@ -743,14 +743,14 @@ int model_job_request(const struct model_cluster *cl, const struct jobspec *spec
         return errbuf_set(err, errlen, GPO_EINVAL, "field 'time_limit_s': %lld is out of range",
                           (long long)spec->time_limit_s);
     struct sched_job j = {.pool = SCHED_ANY, .gpu_type = SCHED_ANY};
-    int rc = resolve(c, "team", team, model_team_find, LIST_NONE, &j.team, err, errlen);
+    int rc = resolve(c, "team", team, sched_team_find, LIST_NONE, &j.team, err, errlen);
     rc = rc ? rc
-            : resolve(c, "priority class", cls, model_class_find, LIST_CLASSES, &j.prio, err,
+            : resolve(c, "priority class", cls, sched_class_find, LIST_CLASSES, &j.prio, err,
                       errlen);
     if (rc == 0 && spec->pool)
-        rc = resolve(c, "pool", spec->pool, model_pool_find, LIST_NONE, &j.pool, err, errlen);
+        rc = resolve(c, "pool", spec->pool, sched_pool_find, LIST_NONE, &j.pool, err, errlen);
     if (rc == 0 && spec->gpu_type)
-        rc = resolve(c, "GPU type", spec->gpu_type, model_gpu_type_find, LIST_TYPES, &j.gpu_type,
+        rc = resolve(c, "GPU type", spec->gpu_type, sched_gpu_type_find, LIST_TYPES, &j.gpu_type,
                      err, errlen);
     if (rc)
         return rc;

@@ -162,7 +162,7 @@ static int jobs_build(struct sim *sm)
                                     .multi_node = whole && gpus > sm->cl.max_gpus_per_node,
                                     .checkpointable = true};
         if (tj->gpu_type != SIM_NONE) {
-            int64_t ty = model_gpu_type_find(&sm->cl.c, t->gpu_types[tj->gpu_type]);
+            int64_t ty = sched_gpu_type_find(&sm->cl.c, t->gpu_types[tj->gpu_type]);
             j->req.gpu_type = ty < 0 ? sm->cl.c.ngpu_types : (uint32_t)ty; /* unknown: reported */
         }
         j->duration_ms = j->remaining_ms = tj->duration_s * MS_PER_S;
@@ -185,7 +185,7 @@ static int64_t estimate_limit_ms(const struct sim *sm, const struct job *j)
 {
     if (sm->pol->oracle != SIM_ORACLE_NONE)
         return j->remaining_ms > 0 ? j->remaining_ms : 1;
-    int64_t p90 = sim_estimate_s(&sm->est, j->req.team, model_job_milli(&j->req, 0));
+    int64_t p90 = sim_estimate_s(&sm->est, j->req.team, sched_job_milli(&j->req, 0));
     return p90 < 0 ? sm->core_pol.default_time_limit_ms : p90 * MS_PER_S;
 }
 
@@ -400,7 +400,7 @@ static int on_event(struct sim *sm, const struct event *e)
         if (e->t_ms / MS_PER_S > sm->out->last_end_s)
             sm->out->last_end_s = e->t_ms / MS_PER_S;
         int64_t d = j->duration_ms / MS_PER_S;
-        sim_estimate_add(&sm->est, j->req.team, model_job_milli(&j->req, 0), d);
+        sim_estimate_add(&sm->est, j->req.team, sched_job_milli(&j->req, 0), d);
         return 0;
     }
     /* Evicted: it resumes later from where it got. */

@@ -402,37 +402,37 @@ static void within_names_parse_back_and_reject_unknown(void **unused)
 static void find_returns_index_by_name(void **state)
 {
     struct fx *fx = *state = cluster();
-    assert_int_equal(model_pool_find(&fx->c, "main"), 0);
-    assert_int_equal(model_pool_find(&fx->c, "spare"), 1);
-    assert_int_equal(model_gpu_type_find(&fx->c, "A100-40GB"), 1);
-    assert_int_equal(model_team_find(&fx->c, "b"), 1);
-    assert_int_equal(model_class_find(&fx->c, "low"), 2);
+    assert_int_equal(sched_pool_find(&fx->c, "main"), 0);
+    assert_int_equal(sched_pool_find(&fx->c, "spare"), 1);
+    assert_int_equal(sched_gpu_type_find(&fx->c, "A100-40GB"), 1);
+    assert_int_equal(sched_team_find(&fx->c, "b"), 1);
+    assert_int_equal(sched_class_find(&fx->c, "low"), 2);
 }
 
 static void find_returns_enotfound_for_unknown_names(void **state)
 {
     struct fx *fx = *state = cluster();
-    assert_int_equal(model_pool_find(&fx->c, "Main"), GPO_ENOENT);
-    assert_int_equal(model_gpu_type_find(&fx->c, "H100"), GPO_ENOENT);
-    assert_int_equal(model_team_find(&fx->c, ""), GPO_ENOENT);
-    assert_int_equal(model_class_find(&fx->c, NULL), GPO_ENOENT);
-    assert_int_equal(model_team_find(NULL, "a"), GPO_ENOENT);
+    assert_int_equal(sched_pool_find(&fx->c, "Main"), GPO_ENOENT);
+    assert_int_equal(sched_gpu_type_find(&fx->c, "H100"), GPO_ENOENT);
+    assert_int_equal(sched_team_find(&fx->c, ""), GPO_ENOENT);
+    assert_int_equal(sched_class_find(&fx->c, NULL), GPO_ENOENT);
+    assert_int_equal(sched_team_find(NULL, "a"), GPO_ENOENT);
     /* A nameless entry is skipped, not matched or dereferenced. */
     fx->teams[0].name = NULL;
-    assert_int_equal(model_team_find(&fx->c, "b"), 1);
+    assert_int_equal(sched_team_find(&fx->c, "b"), 1);
 }
 
 static void team_quota_finds_entry_for_pool_and_type(void **state)
 {
     struct fx *fx = *state = cluster();
-    const struct sched_quota *q = model_team_quota(&fx->teams[1], 1, 1);
+    const struct sched_quota *q = sched_team_quota(&fx->teams[1], 1, 1);
     assert_non_null(q);
     assert_int_equal(q->guaranteed_milli, 1000);
-    q = model_team_quota(&fx->teams[1], 0, 0);
+    q = sched_team_quota(&fx->teams[1], 0, 0);
     assert_non_null(q);
     assert_int_equal(q->guaranteed_milli, 4000);
-    assert_null(model_team_quota(&fx->teams[1], 0, 1)); /* no entry: guarantee 0 */
-    assert_null(model_team_quota(&fx->teams[0], 0, 0));
+    assert_null(sched_team_quota(&fx->teams[1], 0, 1)); /* no entry: guarantee 0 */
+    assert_null(sched_team_quota(&fx->teams[0], 0, 0));
 }
 
 /* ---- claims ---- */
@@ -448,10 +448,10 @@ static void claim_of_whole_gpu_takes_all_compute_and_memory(void **unused)
     struct sched_gpu gpu = {.mem_mib = 81920};
     struct sched_job j = gpu_job(4, 0, 0);
     uint32_t milli = 1, mem = 1;
-    model_job_gpu_claim(&j, &gpu, &milli, &mem);
+    sched_job_gpu_claim(&j, &gpu, &milli, &mem);
     assert_int_equal(milli, SCHED_MILLI);
     assert_int_equal(mem, 81920);
-    assert_int_equal(model_job_milli(&j, 81920), 4000);
+    assert_int_equal(sched_job_milli(&j, 81920), 4000);
 }
 
 static void claim_of_fraction_takes_that_share_of_memory(void **unused)
@@ -460,16 +460,16 @@ static void claim_of_fraction_takes_that_share_of_memory(void **unused)
     struct sched_gpu gpu = {.mem_mib = 81920};
     struct sched_job j = gpu_job(0, 250, 0);
     uint32_t milli, mem;
-    model_job_gpu_claim(&j, &gpu, &milli, &mem);
+    sched_job_gpu_claim(&j, &gpu, &milli, &mem);
     assert_int_equal(milli, 250);
     assert_int_equal(mem, 20480);
     /* Memory share rounds down: 333/1000 of 40000 MiB is 13320. */
     gpu.mem_mib = 40000;
     j.gpu_milli = 333;
-    model_job_gpu_claim(&j, &gpu, &milli, &mem);
+    sched_job_gpu_claim(&j, &gpu, &milli, &mem);
     assert_int_equal(milli, 333);
     assert_int_equal(mem, 13320);
-    assert_int_equal(model_job_milli(&j, 40000), 333);
+    assert_int_equal(sched_job_milli(&j, 40000), 333);
 }
 
 static void claim_of_memory_takes_its_share_of_compute_rounded_up(void **unused)
@@ -478,16 +478,16 @@ static void claim_of_memory_takes_its_share_of_compute_rounded_up(void **unused)
     struct sched_gpu gpu = {.mem_mib = 81920};
     struct sched_job j = gpu_job(0, 0, 20000);
     uint32_t milli, mem;
-    model_job_gpu_claim(&j, &gpu, &milli, &mem);
+    sched_job_gpu_claim(&j, &gpu, &milli, &mem);
     assert_int_equal(milli, 245); /* 20000/81920 = 0.2441 -> 245 */
     assert_int_equal(mem, 20000);
     /* Exactly a quarter: no rounding. */
     j.gpu_mem_mib = 20480;
-    model_job_gpu_claim(&j, &gpu, &milli, &mem);
+    sched_job_gpu_claim(&j, &gpu, &milli, &mem);
     assert_int_equal(milli, 250);
     assert_int_equal(mem, 20480);
     /* The same request is a larger share of a smaller GPU. */
-    assert_int_equal(model_job_milli(&j, 40960), 500);
+    assert_int_equal(sched_job_milli(&j, 40960), 500);
 }
 
 static void claim_of_more_memory_than_gpu_is_capped_at_whole_gpu(void **unused)
@@ -496,7 +496,7 @@ static void claim_of_more_memory_than_gpu_is_capped_at_whole_gpu(void **unused)
     struct sched_gpu gpu = {.mem_mib = 40960};
     struct sched_job j = gpu_job(0, 0, 100000);
     uint32_t milli, mem;
-    model_job_gpu_claim(&j, &gpu, &milli, &mem);
+    sched_job_gpu_claim(&j, &gpu, &milli, &mem);
     assert_int_equal(milli, SCHED_MILLI);
     assert_int_equal(mem, 40960);
 }
@@ -507,10 +507,10 @@ static void claim_of_cpu_only_job_is_zero(void **unused)
     struct sched_gpu gpu = {.mem_mib = 81920};
     struct sched_job j = gpu_job(0, 0, 0);
     uint32_t milli = 7, mem = 7;
-    model_job_gpu_claim(&j, &gpu, &milli, &mem);
+    sched_job_gpu_claim(&j, &gpu, &milli, &mem);
     assert_int_equal(milli, 0);
     assert_int_equal(mem, 0);
-    assert_int_equal(model_job_milli(&j, 81920), 0);
+    assert_int_equal(sched_job_milli(&j, 81920), 0);
 }
 
 /* ---- sched_pass argument errors ---- */
@@ -800,11 +800,11 @@ static void entry_points_reject_null_arguments(void **unused)
     struct sched_gpu gpu = {.mem_mib = 1000};
     struct sched_job job = {.gpu_milli = 500};
     uint32_t milli = 7, mem = 7;
-    assert_null(model_team_quota(NULL, 0, 0));
-    assert_int_equal(model_job_milli(NULL, 1000), GPO_EINVAL);
-    model_job_gpu_claim(NULL, &gpu, &milli, &mem);
-    model_job_gpu_claim(&job, NULL, &milli, &mem);
-    model_job_gpu_claim(&job, &gpu, NULL, &mem);
+    assert_null(sched_team_quota(NULL, 0, 0));
+    assert_int_equal(sched_job_milli(NULL, 1000), GPO_EINVAL);
+    sched_job_gpu_claim(NULL, &gpu, &milli, &mem);
+    sched_job_gpu_claim(&job, NULL, &milli, &mem);
+    sched_job_gpu_claim(&job, &gpu, NULL, &mem);
     assert_int_equal(milli, 7);
     assert_int_equal(mem, 7);
     assert_int_equal(sched_state_attained(NULL, 1), 0);
@@ -816,7 +816,7 @@ static void entry_points_reject_null_arguments(void **unused)
     sched_result_release(NULL);
     assert_int_equal(sched_cluster_check(NULL, NULL), GPO_EINVAL);
     assert_int_equal(sched_policy_check(NULL, NULL), GPO_EINVAL);
-    assert_true(model_pool_find(NULL, "main") < 0);
+    assert_true(sched_pool_find(NULL, "main") < 0);
 }
 
 int main(void)

@@ -90,7 +90,7 @@ static size_t order_ids(struct fx *fx, int64_t now, bool note_starts, uint64_t *
         const struct sched_job *j = &fx->queue[i];
         ids[k++] = j->id;
         if (note_starts)
-            order_note_start(&o, j->team, 0, model_job_milli(j, 81920));
+            order_note_start(&o, j->team, 0, sched_job_milli(j, 81920));
     }
     order_release(&o);
     view_release(&v);

@@ -295,14 +295,14 @@ static void describe_job(const struct sched_job *j, char *buf, size_t size)
 
 static int64_t guar_of(const struct world *w, uint32_t team, uint32_t pool, uint32_t type)
 {
-    const struct sched_quota *q = model_team_quota(&w->teams[team], pool, type);
+    const struct sched_quota *q = sched_team_quota(&w->teams[team], pool, type);
     return q ? q->guaranteed_milli : 0;
 }
 
 /* Guarantee plus borrowing limit; INT64_MAX where the limit is -1. */
 static int64_t limit_of(const struct world *w, uint32_t team, uint32_t pool, uint32_t type)
 {
-    const struct sched_quota *q = model_team_quota(&w->teams[team], pool, type);
+    const struct sched_quota *q = sched_team_quota(&w->teams[team], pool, type);
     int64_t borrow = q ? q->borrow_limit_milli : w->teams[team].borrow_limit_milli;
     return borrow < 0 ? INT64_MAX : (q ? q->guaranteed_milli : 0) + borrow;
 }
@@ -1112,7 +1112,7 @@ static bool job_fits(const struct world *w, const struct held *h, const struct s
                 gpu->mem_mib < j->gpu_mem_mib)
                 continue;
             uint32_t milli, mem;
-            model_job_gpu_claim(j, gpu, &milli, &mem);
+            sched_job_gpu_claim(j, gpu, &milli, &mem);
             whole += h->milli[g] == 0;
             if (j->gpus <= 0 && h->milli[g] + milli <= SCHED_MILLI &&
                 h->gmem[g] + mem <= gpu->mem_mib && base + milli <= limit)
@@ -1295,7 +1295,7 @@ static void check_preempts(struct world *w, const bool started[MAX_JOBS])
                     v->req.team == f->req.team)) &&
                       v->req.checkpointable && vc->order <= fc->order &&
                       (w->pol.las_evict_larger ||
-                       v->milli <= model_job_milli(&f->req, victim_gpu_mem(w, v))),
+                       v->milli <= sched_job_milli(&f->req, victim_gpu_mem(w, v))),
                   "%s preempted by LAS for %s", dv, df);
             w->rep->cov.preempt_las++;
             break;

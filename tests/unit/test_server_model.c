@@ -685,7 +685,7 @@ static void test_build_cluster_translates_the_model_field_by_field(void **state)
     assert_int_equal(vision->nquotas, 2);
     const struct sched_quota want_vision[] = {{0, 0, 1000, -1}, {0, 1, 3000, -1}};
     assert_memory_equal(vision->quotas, want_vision, sizeof(want_vision));
-    assert_ptr_equal(model_team_quota(vision, 0, 1), &vision->quotas[1]);
+    assert_ptr_equal(sched_team_quota(vision, 0, 1), &vision->quotas[1]);
     assert_int_equal(c->nclasses, 2);
     assert_string_equal(c->classes[0].name, "high");
     assert_int_equal(c->classes[0].order, 100);
