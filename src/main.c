@@ -21,9 +21,8 @@
 #include "server/server.h"
 #include "sim/command.h"
 #include "sim/policy.h"
+#include "version.h"
 #include "base/banned.h"
-
-#define GPUORCH_VERSION "0.1.0"
 
 struct command {
     const char *name;
@@ -88,7 +87,7 @@ static int cmd_version(int argc, char **argv)
         fprintf(stderr, "gpuorch version: unexpected argument '%s'\n", argv[1]);
         return 2;
     }
-    printf("gpuorch %s\n", GPUORCH_VERSION);
+    printf("gpuorch %s\n", gpuorch_version);
     return 0;
 }
 
