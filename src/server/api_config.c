@@ -29,14 +29,14 @@ struct cfg_kind {
     int (*decode)(const json_t *obj, unsigned flags, void *ret, char *err, size_t errlen);
     json_t *(*to_json)(const void *item, unsigned flags);
     void (*release)(void *item);
-    const void *(*get)(const struct model *m, const char *name);
-    int (*put)(struct model *m, void *item, bool replace, char *err, size_t errlen);
-    int (*remove)(struct model *m, const char *name);
+    const void *(*get)(const struct cluster *m, const char *name);
+    int (*put)(struct cluster *m, void *item, bool replace, char *err, size_t errlen);
+    int (*remove)(struct cluster *m, const char *name);
     /* Answers 400/409 itself and returns false when the item cannot go in
      * (or, item NULL, `name` cannot go out). Under the lock. */
     bool (*refs_ok)(struct server *s, struct http_request *req, const void *item, const char *name);
-    const void *(*at)(const struct model *m, size_t k);
-    size_t (*count)(const struct model *m);
+    const void *(*at)(const struct cluster *m, size_t k);
+    size_t (*count)(const struct cluster *m);
     uint32_t (*id_of)(const void *item);
     void (*set_id)(void *item, uint32_t id);
     const char *(*name_of)(const void *item);
@@ -47,47 +47,47 @@ struct cfg_kind {
 #define ADAPT(kind, field)                                                                         \
     static int kind##_decode(const json_t *o, unsigned f, void *r, char *e, size_t n)              \
     {                                                                                              \
-        return model_##kind##_decode(o, f, r, e, n);                                               \
+        return cluster_##kind##_decode(o, f, r, e, n);                                             \
     }                                                                                              \
     static json_t *kind##_to_json(const void *x, unsigned f)                                       \
     {                                                                                              \
-        return model_##kind##_to_json(x, f);                                                       \
+        return cluster_##kind##_to_json(x, f);                                                     \
     }                                                                                              \
     static void kind##_release(void *x)                                                            \
     {                                                                                              \
-        model_##kind##_release(x);                                                                 \
+        cluster_##kind##_release(x);                                                               \
     }                                                                                              \
-    static const void *kind##_get(const struct model *m, const char *name)                         \
+    static const void *kind##_get(const struct cluster *m, const char *name)                       \
     {                                                                                              \
-        return model_##kind##_get(m, name);                                                        \
+        return cluster_##kind##_get(m, name);                                                      \
     }                                                                                              \
-    static int kind##_put(struct model *m, void *x, bool replace, char *e, size_t n)               \
+    static int kind##_put(struct cluster *m, void *x, bool replace, char *e, size_t n)             \
     {                                                                                              \
-        return replace ? model_##kind##_replace(m, x, e, n) : model_##kind##_add(m, x, e, n);      \
+        return replace ? cluster_##kind##_replace(m, x, e, n) : cluster_##kind##_add(m, x, e, n);  \
     }                                                                                              \
-    static int kind##_remove(struct model *m, const char *name)                                    \
+    static int kind##_remove(struct cluster *m, const char *name)                                  \
     {                                                                                              \
-        return model_##kind##_remove(m, name);                                                     \
+        return cluster_##kind##_remove(m, name);                                                   \
     }                                                                                              \
-    static const void *kind##_at(const struct model *m, size_t k)                                  \
+    static const void *kind##_at(const struct cluster *m, size_t k)                                \
     {                                                                                              \
         return &m->field[k];                                                                       \
     }                                                                                              \
-    static size_t kind##_count(const struct model *m)                                              \
+    static size_t kind##_count(const struct cluster *m)                                            \
     {                                                                                              \
         return m->n##field;                                                                        \
     }                                                                                              \
     static uint32_t kind##_id_of(const void *x)                                                    \
     {                                                                                              \
-        return ((const struct model_##kind *)x)->id;                                               \
+        return ((const struct cluster_##kind *)x)->id;                                             \
     }                                                                                              \
     static void kind##_set_id(void *x, uint32_t id)                                                \
     {                                                                                              \
-        ((struct model_##kind *)x)->id = id;                                                       \
+        ((struct cluster_##kind *)x)->id = id;                                                     \
     }                                                                                              \
     static const char *kind##_name_of(const void *x)                                               \
     {                                                                                              \
-        return ((const struct model_##kind *)x)->name;                                             \
+        return ((const struct cluster_##kind *)x)->name;                                           \
     }
 
 ADAPT(team, teams)
@@ -113,16 +113,16 @@ static const struct srv_job *live_job(const struct server *s, const char *team, 
 static bool team_refs_ok(struct server *s, struct http_request *req, const void *item,
                          const char *name)
 {
-    const struct model_team *t = item;
+    const struct cluster_team *t = item;
     if (t) {
         for (size_t q = 0; q < t->nquotas; q++) {
-            if (!model_pool_get(&s->model, t->quotas[q].pool)) {
+            if (!cluster_pool_get(&s->cluster, t->quotas[q].pool)) {
                 http_request_error(req, 400, "invalid_field",
                                    "field 'quotas[%zu].pool': no pool '%s'", q, t->quotas[q].pool);
                 return false;
             }
         }
-        if (t->budget.block_below && !model_class_get(&s->model, t->budget.block_below)) {
+        if (t->budget.block_below && !cluster_class_get(&s->cluster, t->budget.block_below)) {
             http_request_error(req, 400, "invalid_field",
                                "field 'budget.block_below': no priority class '%s'",
                                t->budget.block_below);
@@ -144,8 +144,8 @@ static bool pool_refs_ok(struct server *s, struct http_request *req, const void 
 {
     if (item)
         return true;
-    for (size_t k = 0; k < s->model.nteams; k++) {
-        const struct model_team *t = &s->model.teams[k];
+    for (size_t k = 0; k < s->cluster.nteams; k++) {
+        const struct cluster_team *t = &s->cluster.teams[k];
         for (size_t q = 0; q < t->nquotas; q++) {
             if (strcmp(t->quotas[q].pool, name) == 0) {
                 http_request_error(req, 409, "conflict", "team '%s' has a quota in pool '%s'",
@@ -154,10 +154,10 @@ static bool pool_refs_ok(struct server *s, struct http_request *req, const void 
             }
         }
     }
-    for (size_t k = 0; k < s->model.nnodes; k++) {
-        if (strcmp(s->model.nodes[k].pool, name) == 0) {
+    for (size_t k = 0; k < s->cluster.nnodes; k++) {
+        if (strcmp(s->cluster.nodes[k].pool, name) == 0) {
             http_request_error(req, 409, "conflict", "node '%s' is in pool '%s'",
-                               s->model.nodes[k].name, name);
+                               s->cluster.nodes[k].name, name);
             return false;
         }
     }
@@ -182,13 +182,13 @@ static bool class_refs_ok(struct server *s, struct http_request *req, const void
 static bool price_refs_ok(struct server *s, struct http_request *req, const void *item,
                           const char *name)
 {
-    if (!item || model_type_id_get(&s->model, name))
+    if (!item || cluster_type_id_get(&s->cluster, name))
         return true;
     char known[512] = "";
     size_t o = 0;
-    for (size_t k = 0; k < s->model.ntype_ids && o < sizeof(known) - 70; k++) {
+    for (size_t k = 0; k < s->cluster.ntype_ids && o < sizeof(known) - 70; k++) {
         int n = snprintf(known + o, sizeof(known) - o, "%s%s", k ? ", " : "",
-                         s->model.type_ids[k].name);
+                         s->cluster.type_ids[k].name);
         o += n > 0 ? (size_t)n : 0;
     }
     http_request_error(req, 400, "invalid_field", "field 'name': unknown GPU type '%s' (known: %s)",
@@ -198,7 +198,7 @@ static bool price_refs_ok(struct server *s, struct http_request *req, const void
 
 #define KIND(path_, label_, store_, kind, refs)                                                    \
     {                                                                                              \
-        path_, label_, store_, sizeof(struct model_##kind), kind##_decode, kind##_to_json,         \
+        path_, label_, store_, sizeof(struct cluster_##kind), kind##_decode, kind##_to_json,       \
             kind##_release, kind##_get, kind##_put, kind##_remove, refs, kind##_at, kind##_count,  \
             kind##_id_of, kind##_set_id, kind##_name_of                                            \
     }
@@ -230,8 +230,8 @@ int srv_api_config_list(struct http_request *req, void *ctx)
     const struct cfg_kind *k = kind_of(req);
     json_t *list = json_array();
     pthread_mutex_lock(&s->lock);
-    for (size_t i = 0; list && i < k->count(&s->model); i++) {
-        json_t *o = k->to_json(k->at(&s->model, i), 0);
+    for (size_t i = 0; list && i < k->count(&s->cluster); i++) {
+        json_t *o = k->to_json(k->at(&s->cluster, i), 0);
         if (!o || json_array_append_new(list, o)) {
             json_decref(list);
             list = NULL;
@@ -250,7 +250,7 @@ int srv_api_config_get(struct http_request *req, void *ctx)
     const struct cfg_kind *k = kind_of(req);
     const char *name = http_request_param(req, "name");
     pthread_mutex_lock(&s->lock);
-    const void *item = k->get(&s->model, name);
+    const void *item = k->get(&s->cluster, name);
     json_t *o = item ? k->to_json(item, 0) : NULL;
     pthread_mutex_unlock(&s->lock);
     if (!item)
@@ -266,15 +266,15 @@ struct cfg_write {
     struct server *s;
     struct http_request *req;
     const struct cfg_kind *kind;
-    char name[MODEL_NAME_MAX + 1];
+    char name[CLUSTER_NAME_MAX + 1];
     bool remove, replace;
     uint32_t next_id;                   /* s->next_config_id after this write */
     struct srv_ledger_pending *closing; /* a price change: the segments it closes */
     union {
-        struct model_team team;
-        struct model_pool pool;
-        struct model_class cls;
-        struct model_price price;
+        struct cluster_team team;
+        struct cluster_pool pool;
+        struct cluster_class cls;
+        struct cluster_price price;
     } item;
 };
 
@@ -289,11 +289,11 @@ static void cfg_write_done(void *ctx, const struct store_result *r)
     pthread_mutex_lock(&s->lock);
     s->config_busy = false;
     if (!rc && w->remove) {
-        k->remove(&s->model, w->name);
+        k->remove(&s->cluster, w->name);
     } else if (!rc) {
         s->next_config_id = w->next_id;
         o = k->to_json(&w->item, 0);
-        rc = k->put(&s->model, &w->item, w->replace, err, sizeof(err));
+        rc = k->put(&s->cluster, &w->item, w->replace, err, sizeof(err));
     }
     /* After the price is in the model: the segments reopen at it. */
     srv_ledger_price_apply(s, w->closing, r->err == 0);
@@ -387,11 +387,11 @@ int srv_api_config_put(struct http_request *req, void *ctx)
         free(w);
         return 0;
     }
-    const void *old = k->get(&s->model, name);
+    const void *old = k->get(&s->cluster, name);
     w->replace = old != NULL;
     w->next_id = s->next_config_id;
     k->set_id(&w->item, old ? k->id_of(old) : w->next_id++);
-    json_t *stored = k->to_json(&w->item, MODEL_STORED);
+    json_t *stored = k->to_json(&w->item, CLUSTER_STORED);
     char *text = stored ? json_dumps(stored, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     json_decref(stored);
     struct store_batch *b = text ? store_batch_new() : NULL;
@@ -404,8 +404,8 @@ int srv_api_config_put(struct http_request *req, void *ctx)
     /* A new price closes the open segments of its type; the same one (apply
      * again) or a description changes nothing that costs. */
     if (!rc && k->store == STORE_CONFIG_PRICES &&
-        (!old ||
-         ((const struct model_price *)old)->per_gpu_hour_micro != w->item.price.per_gpu_hour_micro))
+        (!old || ((const struct cluster_price *)old)->per_gpu_hour_micro !=
+                     w->item.price.per_gpu_hour_micro))
         rc = srv_ledger_price_plan(s, name, now, b, &w->closing);
     free(text);
     if (rc) {
@@ -425,7 +425,7 @@ int srv_api_config_delete(struct http_request *req, void *ctx)
     const struct cfg_kind *k = kind_of(req);
     const char *name = http_request_param(req, "name");
     pthread_mutex_lock(&s->lock);
-    if (!k->get(&s->model, name)) {
+    if (!k->get(&s->cluster, name)) {
         pthread_mutex_unlock(&s->lock);
         return http_request_error(req, 404, "not_found", "no %s '%s'", k->label, name);
     }
@@ -465,16 +465,16 @@ static int seed_class(struct server *s, char *err, size_t errlen)
     free(done);
     if (rc != GPO_ENOENT)
         return rc == 0 ? 0 : (snprintf(err, errlen, "store: %s", gpo_strerror(rc)), rc);
-    struct model_class c = {.id = s->next_config_id, .order = 10};
+    struct cluster_class c = {.id = s->next_config_id, .order = 10};
     c.name = strdup("normal");
     c.description = strdup("the default class");
-    json_t *o = c.name && c.description ? model_class_to_json(&c, MODEL_STORED) : NULL;
+    json_t *o = c.name && c.description ? cluster_class_to_json(&c, CLUSTER_STORED) : NULL;
     char *text = o ? json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     json_decref(o);
     char idbuf[16];
     snprintf(idbuf, sizeof(idbuf), "%" PRIu32, c.id + 1);
     struct store_batch *b = text ? store_batch_new() : NULL;
-    bool have = model_class_get(&s->model, "normal") != NULL;
+    bool have = cluster_class_get(&s->cluster, "normal") != NULL;
     rc = b ? 0 : GPO_ENOMEM;
     if (!rc && !have)
         rc = store_batch_config_put(b, STORE_CONFIG_PRIORITY_CLASSES, "normal", text, srv_now_ms());
@@ -487,9 +487,9 @@ static int seed_class(struct server *s, char *err, size_t errlen)
     rc = rc ? (store_batch_free(b), rc) : store_commit_wait(s->store, b, NULL, 0, msg, sizeof(msg));
     if (!rc && !have) {
         s->next_config_id = c.id + 1;
-        rc = model_class_add(&s->model, &c, msg, sizeof(msg));
+        rc = cluster_class_add(&s->cluster, &c, msg, sizeof(msg));
     }
-    model_class_release(&c);
+    cluster_class_release(&c);
     if (rc)
         snprintf(err, errlen, "seeding the class 'normal': %s %s", gpo_strerror(rc), msg);
     return rc;
@@ -528,15 +528,15 @@ int srv_config_load(struct server *s, char *err, size_t errlen)
             json_t *o2 = json_loads(rows[i].spec, JSON_REJECT_DUPLICATES, &jerr);
             char msg[256] = "";
             union {
-                struct model_team team;
-                struct model_pool pool;
-                struct model_class cls;
-                struct model_price price;
+                struct cluster_team team;
+                struct cluster_pool pool;
+                struct cluster_class cls;
+                struct cluster_price price;
             } item;
             memset(&item, 0, sizeof(item));
-            rc = o2 ? k->decode(o2, MODEL_STORED, &item, msg, sizeof(msg)) : -EINVAL;
+            rc = o2 ? k->decode(o2, CLUSTER_STORED, &item, msg, sizeof(msg)) : -EINVAL;
             json_decref(o2);
-            if (!rc && (rc = k->put(&s->model, &item, false, msg, sizeof(msg))) != 0)
+            if (!rc && (rc = k->put(&s->cluster, &item, false, msg, sizeof(msg))) != 0)
                 k->release(&item);
             if (rc)
                 snprintf(err, errlen, "store: %s '%s': %s", k->label, rows[i].name,

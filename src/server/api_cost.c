@@ -144,11 +144,11 @@ static json_t *group_json(const struct group *g, bool with_key)
         return NULL;
     int e = with_key ? json_object_set_new(o, "key", json_string(g->key)) : 0;
     e |= json_object_set_new(o, "gpu_hours", json_real(g->gpu_hours));
-    e |= json_object_set_new(o, "cost", model_money_json(g->cost));
+    e |= json_object_set_new(o, "cost", cluster_money_json(g->cost));
     e |= json_object_set_new(o, "failed_gpu_hours", json_real(g->failed_gpu_hours));
-    e |= json_object_set_new(o, "failed_cost", model_money_json(g->failed_cost));
+    e |= json_object_set_new(o, "failed_cost", cluster_money_json(g->failed_cost));
     e |= json_object_set_new(o, "preempted_gpu_hours", json_real(g->preempted_gpu_hours));
-    e |= json_object_set_new(o, "preempted_cost", model_money_json(g->preempted_cost));
+    e |= json_object_set_new(o, "preempted_cost", cluster_money_json(g->preempted_cost));
     e |= json_object_set_new(
         o, "utilization_pct",
         g->util_samples ? json_real((double)g->util_sum / (double)g->util_samples) : json_null());
@@ -279,7 +279,7 @@ int srv_api_cost(struct http_request *req, void *ctx)
     json_t *total = list ? group_json(&r.total, false) : NULL;
     json_t *out =
         total ? json_pack("{s:s, s:s, s:s, s:o, s:o, s:o}", "by", bys[by], "since", a, "until", b,
-                          "rows", list, "total", total, "rate_per_hour", model_money_json(rate))
+                          "rows", list, "total", total, "rate_per_hour", cluster_money_json(rate))
               : NULL;
     if (!out) {
         if (!total) /* else json_pack took both */

@@ -161,16 +161,16 @@ static bool submit_check(struct server *s, struct http_request *req, const struc
             return false;
         }
     }
-    if (!model_team_get(&s->model, spec->team)) {
+    if (!cluster_team_get(&s->cluster, spec->team)) {
         http_request_error(req, 400, "invalid_field", "field 'team': no team '%s'", spec->team);
         return false;
     }
-    if (spec->priority && !model_class_get(&s->model, spec->priority)) {
+    if (spec->priority && !cluster_class_get(&s->cluster, spec->priority)) {
         http_request_error(req, 400, "invalid_field", "field 'priority': no priority class '%s'",
                            spec->priority);
         return false;
     }
-    if (spec->pool && !model_pool_get(&s->model, spec->pool)) {
+    if (spec->pool && !cluster_pool_get(&s->cluster, spec->pool)) {
         http_request_error(req, 400, "invalid_field", "field 'pool': no pool '%s'", spec->pool);
         return false;
     }

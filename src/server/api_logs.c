@@ -61,7 +61,7 @@ struct proxy {
     struct http_stream *st;
     /* the worker's own: */
     struct http_request *req; /* until completed */
-    char node[MODEL_HOST_MAX + 1];
+    char node[CLUSTER_HOST_MAX + 1];
     char url[HTTPC_URL_MAX];
     char token[SRV_LOG_TOKEN_LEN + 1];
     char path[528];       /* the agent's path, query included */
@@ -397,7 +397,7 @@ int srv_api_job_logs(struct http_request *req, void *ctx)
 {
     struct server *s = ctx;
     struct logs_query q;
-    char node[MODEL_HOST_MAX + 1];
+    char node[CLUSTER_HOST_MAX + 1];
     int64_t id;
     if (!parse_query(req, &q) || !attempt_node(s, req, &q, &id, node, sizeof(node)))
         return 0;

@@ -57,7 +57,7 @@ void srv_metrics_observe_wait(struct server *s, const char *team, const char *pr
     struct srv_metrics *m = &s->metrics;
     team = team ? team : "";
     priority = priority ? priority : "";
-    if (strlen(team) > MODEL_NAME_MAX || strlen(priority) > MODEL_NAME_MAX)
+    if (strlen(team) > CLUSTER_NAME_MAX || strlen(priority) > CLUSTER_NAME_MAX)
         return;
     size_t lo = 0, hi = m->nwaits;
     while (lo < hi) {
@@ -200,7 +200,7 @@ static double number(const json_t *o, const char *key)
 }
 
 /* The model's GPU type of GPU `uuid` of node n ("" when unknown). */
-static const char *gpu_model(const struct model_node *n, const char *uuid)
+static const char *gpu_model(const struct cluster_node *n, const char *uuid)
 {
     for (size_t k = 0; n && k < n->ngpus; k++)
         if (strcmp(n->gpus[k].uuid, uuid) == 0)
@@ -214,8 +214,8 @@ static int gpu_rows(struct server *s, int64_t now, const struct holder *hv, size
 {
     size_t cap = 0, n = 0;
     struct gpu_row *rows = NULL;
-    for (size_t k = 0; k < s->model.nnodes; k++) {
-        const struct model_node *node = &s->model.nodes[k];
+    for (size_t k = 0; k < s->cluster.nnodes; k++) {
+        const struct cluster_node *node = &s->cluster.nodes[k];
         const struct srv_node_rt *rt = srv_node_rt_find(s, node->name);
         if (!rt || !rt->sample || now - rt->sample_ms > s->cfg.node_timeout_ms)
             continue;
@@ -288,9 +288,9 @@ static void dcgm_families(struct prom *p, const struct gpu_row *rows, size_t n,
 /* The class of jobs that name none, as loop.c's class_default picks it. */
 static const char *class_default(const struct server *s)
 {
-    if (model_class_get(&s->model, "normal"))
+    if (cluster_class_get(&s->cluster, "normal"))
         return "normal";
-    return s->model.nclasses ? s->model.classes[0].name : "";
+    return s->cluster.nclasses ? s->cluster.classes[0].name : "";
 }
 
 static const char *job_priority(const struct server *s, const struct srv_job *j)
@@ -302,7 +302,7 @@ static const char *job_priority(const struct server *s, const struct srv_job *j)
  * pairs only pending jobs name (a team or class deleted since), if any. */
 static int queue_family(struct prom *p, const struct server *s)
 {
-    const struct model *m = &s->model;
+    const struct cluster *m = &s->cluster;
     size_t nt = m->nteams, nc = m->nclasses, extra = 0;
     uint64_t *count = calloc(nt * nc + 1, sizeof(*count));
     if (!count)
@@ -313,8 +313,8 @@ static int queue_family(struct prom *p, const struct server *s)
         const struct srv_job *j = s->jobs[k];
         if (j->state != SRV_JOB_PENDING)
             continue;
-        const struct model_team *t = model_team_get(m, j->team ? j->team : "");
-        const struct model_class *c = model_class_get(m, job_priority(s, j));
+        const struct cluster_team *t = cluster_team_get(m, j->team ? j->team : "");
+        const struct cluster_class *c = cluster_class_get(m, job_priority(s, j));
         if (t && c)
             count[(size_t)(t - m->teams) * nc + (size_t)(c - m->classes)]++;
         else
@@ -333,7 +333,8 @@ static int queue_family(struct prom *p, const struct server *s)
     for (size_t k = 0; k < s->njobs; k++) {
         const struct srv_job *j = s->jobs[k];
         const char *team = j->team ? j->team : "", *prio = job_priority(s, j);
-        if (j->state != SRV_JOB_PENDING || (model_team_get(m, team) && model_class_get(m, prio)))
+        if (j->state != SRV_JOB_PENDING ||
+            (cluster_team_get(m, team) && cluster_class_get(m, prio)))
             continue;
         bool first = true;
         uint64_t n = 0;
@@ -401,7 +402,7 @@ static bool pool_has_type(const struct pool_type *v, size_t n, size_t pool, cons
     return false;
 }
 
-static bool team_names_type(const struct model_team *t, const char *pool, const char *type)
+static bool team_names_type(const struct cluster_team *t, const char *pool, const char *type)
 {
     for (size_t q = 0; q < t->nquotas; q++)
         if (t->quotas[q].gpu_type && !strcmp(t->quotas[q].pool, pool) &&
@@ -411,26 +412,26 @@ static bool team_names_type(const struct model_team *t, const char *pool, const 
 }
 
 /* Guarantees per (team, pool) in milli-GPU, summed over the types present in
- * the pool as model_build_cluster expands them; has[] marks pairs with a
+ * the pool as cluster_view_build expands them; has[] marks pairs with a
  * quota entry. 0 or -ENOMEM. */
-static int quota_guarantees(const struct model *m, int64_t *guar, bool *has)
+static int quota_guarantees(const struct cluster *m, int64_t *guar, bool *has)
 {
     struct pool_type *pt = calloc(m->nnodes + 1, sizeof(*pt));
     if (!pt)
         return -ENOMEM;
     size_t npt = 0;
     for (size_t k = 0; k < m->nnodes; k++) {
-        const struct model_node *n = &m->nodes[k];
-        const struct model_pool *pool = model_pool_get(m, n->pool);
+        const struct cluster_node *n = &m->nodes[k];
+        const struct cluster_pool *pool = cluster_pool_get(m, n->pool);
         if (pool && n->ngpus &&
             !pool_has_type(pt, npt, (size_t)(pool - m->pools), n->gpus[0].gpu_type))
             pt[npt++] = (struct pool_type){(size_t)(pool - m->pools), n->gpus[0].gpu_type};
     }
     for (size_t t = 0; t < m->nteams; t++) {
-        const struct model_team *team = &m->teams[t];
+        const struct cluster_team *team = &m->teams[t];
         for (size_t q = 0; q < team->nquotas; q++) {
-            const struct model_quota *qu = &team->quotas[q];
-            const struct model_pool *pool = model_pool_get(m, qu->pool);
+            const struct cluster_quota *qu = &team->quotas[q];
+            const struct cluster_pool *pool = cluster_pool_get(m, qu->pool);
             if (!pool)
                 continue;
             size_t pi = (size_t)(pool - m->pools), at = t * m->npools + pi;
@@ -453,7 +454,7 @@ static int quota_guarantees(const struct model *m, int64_t *guar, bool *has)
  * started over the team's guarantee (the ones a reclaim may preempt). */
 static int quota_families(struct prom *p, const struct server *s)
 {
-    const struct model *m = &s->model;
+    const struct cluster *m = &s->cluster;
     size_t n = m->nteams * m->npools;
     int64_t *v = calloc(3 * n + 1, sizeof(*v));
     bool *has = calloc(n + 1, sizeof(*has));
@@ -465,10 +466,11 @@ static int quota_families(struct prom *p, const struct server *s)
     }
     for (size_t k = 0; k < s->njobs; k++) {
         const struct srv_job *j = s->jobs[k];
-        const struct model_team *t = j->att.n ? model_team_get(m, j->team ? j->team : "") : NULL;
+        const struct cluster_team *t =
+            j->att.n ? cluster_team_get(m, j->team ? j->team : "") : NULL;
         for (size_t g = 0; t && g < j->att.nshares; g++) {
-            const struct model_node *node = model_node_get(m, j->att.shares[g].node);
-            const struct model_pool *pool = node ? model_pool_get(m, node->pool) : NULL;
+            const struct cluster_node *node = cluster_node_get(m, j->att.shares[g].node);
+            const struct cluster_pool *pool = node ? cluster_pool_get(m, node->pool) : NULL;
             if (!pool)
                 continue;
             size_t at = (size_t)(t - m->teams) * m->npools + (size_t)(pool - m->pools);
@@ -524,8 +526,8 @@ static void node_families(struct prom *p, struct server *s, int64_t now, const s
     enum { G_FREE, G_ALLOCATED, G_DIRTY, G_UNAVAILABLE, NG };
     static const char *const gpu_states[NG] = {"free", "allocated", "dirty", "unavailable"};
     uint64_t gpus[NG] = {0};
-    for (size_t k = 0; k < s->model.nnodes; k++) {
-        const struct model_node *n = &s->model.nodes[k];
+    for (size_t k = 0; k < s->cluster.nnodes; k++) {
+        const struct cluster_node *n = &s->cluster.nodes[k];
         const struct srv_node_rt *rt = srv_node_rt_find(s, n->name);
         if ((unsigned)n->state < 3)
             nodes[n->state]++;
@@ -534,7 +536,7 @@ static void node_families(struct prom *p, struct server *s, int64_t now, const s
             holders_of(hv, nh, n->name, n->gpus[g].uuid, &lo, &hi);
             gpus[hi > lo                                     ? G_ALLOCATED
                  : rt && uuid_in(rt->dirty, n->gpus[g].uuid) ? G_DIRTY
-                 : n->state != MODEL_NODE_UP                 ? G_UNAVAILABLE
+                 : n->state != CLUSTER_NODE_UP               ? G_UNAVAILABLE
                                                              : G_FREE]++;
         }
     }

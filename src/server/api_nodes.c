@@ -112,8 +112,8 @@ static int add_gang(struct server *s, json_t *a, const struct srv_job *j, const 
         if (json_array_append_new(nodes, json_string(j->att.parts[k].node)))
             json_decref(nodes), nodes = NULL;
     }
-    const struct model_node *n0 =
-        j->att.nparts ? model_node_get(&s->model, j->att.parts[0].node) : NULL;
+    const struct cluster_node *n0 =
+        j->att.nparts ? cluster_node_get(&s->cluster, j->att.parts[0].node) : NULL;
     const char *master = n0 && n0->addr ? n0->addr : (j->att.nparts ? j->att.parts[0].node : "");
     json_t *g = nodes ? json_pack("{s:o, s:I, s:s, s:I}", "nodes", nodes, "rank", (json_int_t)rank,
                                   "master_addr", master, "master_port",
@@ -429,7 +429,7 @@ static const struct jsonv_field report_fields[] = {
      .offset = offsetof(struct report_body, dirty),
      .count_offset = offsetof(struct report_body, ndirty),
      .min = 1,
-     .max = MODEL_UUID_MAX,
+     .max = CLUSTER_UUID_MAX,
      .max_items = SCHED_MAX_GPUS_PER_NODE},
 };
 #define NREPORT_FIELDS (sizeof(report_fields) / sizeof(report_fields[0]))
@@ -554,16 +554,16 @@ int srv_api_node_report(struct http_request *req, void *ctx)
 struct node_write {
     struct server *s;
     struct http_request *req;
-    struct model_node node;
+    struct cluster_node node;
     bool replace;
     uint32_t next_id;
-    struct model_type_id *new_types; /* names owned */
+    struct cluster_type_id *new_types; /* names owned */
     size_t nnew_types;
 };
 
 static void node_write_free(struct node_write *w)
 {
-    model_node_release(&w->node);
+    cluster_node_release(&w->node);
     for (size_t k = 0; k < w->nnew_types; k++)
         free(w->new_types[k].name);
     free(w->new_types);
@@ -577,24 +577,24 @@ static void node_write_done(void *ctx, const struct store_result *r)
     char err[256] = "";
     int rc = r->err;
     json_t *o = NULL;
-    char name[MODEL_HOST_MAX + 1];
+    char name[CLUSTER_HOST_MAX + 1];
     snprintf(name, sizeof(name), "%s", w->node.name);
     pthread_mutex_lock(&s->lock);
     s->config_busy = false;
     if (!rc) {
         s->next_config_id = w->next_id;
         for (size_t k = 0; k < w->nnew_types && !rc; k++)
-            rc = model_type_id_set(&s->model, w->new_types[k].name, w->new_types[k].id, err,
-                                   sizeof(err));
-        o = model_node_to_json(&w->node, 0);
+            rc = cluster_type_id_set(&s->cluster, w->new_types[k].name, w->new_types[k].id, err,
+                                     sizeof(err));
+        o = cluster_node_to_json(&w->node, 0);
         char tok[SRV_LOG_TOKEN_LEN + 1];
         srv_node_log_token(s, name, tok);
         if (o && json_object_set_new(o, "log_token", json_string(tok)))
             json_decref(o), o = NULL;
         sodium_memzero(tok, sizeof(tok));
         if (!rc)
-            rc = w->replace ? model_node_replace(&s->model, &w->node, err, sizeof(err))
-                            : model_node_add(&s->model, &w->node, err, sizeof(err));
+            rc = w->replace ? cluster_node_replace(&s->cluster, &w->node, err, sizeof(err))
+                            : cluster_node_add(&s->cluster, &w->node, err, sizeof(err));
         if (!rc)
             rc = srv_node_rt_add(s, name, srv_now_ms());
         if (!rc)
@@ -616,34 +616,34 @@ static void node_write_done(void *ctx, const struct store_result *r)
  * request. Called under the lock with config_busy clear; releases the lock. */
 static int node_write_commit(struct server *s, struct node_write *w)
 {
-    const struct model_node *old = model_node_get(&s->model, w->node.name);
+    const struct cluster_node *old = cluster_node_get(&s->cluster, w->node.name);
     w->replace = old != NULL;
     w->next_id = s->next_config_id;
     w->node.id = old ? old->id : w->next_id++;
     /* GPU types never seen get their ids now, so that the table goes to disk
      * in the same transaction as the node. */
     uint32_t top = 0;
-    for (size_t k = 0; k < s->model.ntype_ids; k++)
-        top = s->model.type_ids[k].id > top ? s->model.type_ids[k].id : top;
+    for (size_t k = 0; k < s->cluster.ntype_ids; k++)
+        top = s->cluster.type_ids[k].id > top ? s->cluster.type_ids[k].id : top;
     w->new_types = calloc(w->node.ngpus ? w->node.ngpus : 1, sizeof(*w->new_types));
     int rc = w->new_types ? 0 : GPO_ENOMEM;
     for (size_t g = 0; !rc && g < w->node.ngpus; g++) {
         const char *t = w->node.gpus[g].gpu_type;
-        bool known = model_type_id_get(&s->model, t) != NULL;
+        bool known = cluster_type_id_get(&s->cluster, t) != NULL;
         for (size_t k = 0; k < w->nnew_types && !known; k++)
             known = strcmp(w->new_types[k].name, t) == 0;
         if (known)
             continue;
-        w->new_types[w->nnew_types] = (struct model_type_id){strdup(t), ++top};
+        w->new_types[w->nnew_types] = (struct cluster_type_id){strdup(t), ++top};
         rc = w->new_types[w->nnew_types++].name ? 0 : GPO_ENOMEM;
     }
-    json_t *stored = rc ? NULL : model_node_to_json(&w->node, MODEL_STORED);
+    json_t *stored = rc ? NULL : cluster_node_to_json(&w->node, CLUSTER_STORED);
     char *text = stored ? json_dumps(stored, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     json_decref(stored);
     json_t *types = json_object();
-    for (size_t k = 0; types && k < s->model.ntype_ids; k++)
-        json_object_set_new(types, s->model.type_ids[k].name,
-                            json_integer(s->model.type_ids[k].id));
+    for (size_t k = 0; types && k < s->cluster.ntype_ids; k++)
+        json_object_set_new(types, s->cluster.type_ids[k].name,
+                            json_integer(s->cluster.type_ids[k].id));
     for (size_t k = 0; types && k < w->nnew_types; k++)
         json_object_set_new(types, w->new_types[k].name, json_integer(w->new_types[k].id));
     char *types_text = types ? json_dumps(types, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
@@ -651,7 +651,7 @@ static int node_write_commit(struct server *s, struct node_write *w)
     struct store_batch *b = text && types_text ? store_batch_new() : NULL;
     char idbuf[16];
     snprintf(idbuf, sizeof(idbuf), "%" PRIu32, w->next_id);
-    rc = b ? store_batch_node_put(b, w->node.name, text, model_node_state_name(w->node.state),
+    rc = b ? store_batch_node_put(b, w->node.name, text, cluster_node_state_name(w->node.state),
                                   srv_now_ms())
            : GPO_ENOMEM;
     if (!rc && !w->replace)
@@ -713,7 +713,7 @@ int srv_api_node_put(struct http_request *req, void *ctx)
     w->s = s;
     w->req = req;
     char err[512];
-    int rc = model_node_decode(body, 0, &w->node, err, sizeof(err));
+    int rc = cluster_node_decode(body, 0, &w->node, err, sizeof(err));
     json_decref(body);
     if (rc) {
         free(w);
@@ -725,7 +725,7 @@ int srv_api_node_put(struct http_request *req, void *ctx)
         node_write_free(w);
         return 0;
     }
-    if (!model_pool_get(&s->model, w->node.pool)) {
+    if (!cluster_pool_get(&s->cluster, w->node.pool)) {
         pthread_mutex_unlock(&s->lock);
         rc = http_request_error(req, 400, "invalid_field", "field 'pool': no pool '%s'",
                                 w->node.pool);
@@ -739,8 +739,9 @@ int srv_api_node_put(struct http_request *req, void *ctx)
         return http_request_error(req, 500, "internal", "out of memory");
     }
     /* A drained node stays drained; a node marked down comes back up. */
-    const struct model_node *old = model_node_get(&s->model, name);
-    w->node.state = old && old->state == MODEL_NODE_DRAINING ? MODEL_NODE_DRAINING : MODEL_NODE_UP;
+    const struct cluster_node *old = cluster_node_get(&s->cluster, name);
+    w->node.state =
+        old && old->state == CLUSTER_NODE_DRAINING ? CLUSTER_NODE_DRAINING : CLUSTER_NODE_UP;
     return node_write_commit(s, w);
 }
 
@@ -750,7 +751,7 @@ int srv_api_node_drain(struct http_request *req, void *ctx)
     const char *name = node_param(req);
     bool drain = strstr(http_request_path(req), "/drain") != NULL;
     pthread_mutex_lock(&s->lock);
-    const struct model_node *old = model_node_get(&s->model, name);
+    const struct cluster_node *old = cluster_node_get(&s->cluster, name);
     if (!old) {
         pthread_mutex_unlock(&s->lock);
         return http_request_error(req, 404, "not_found", "no node '%s'", name);
@@ -758,10 +759,10 @@ int srv_api_node_drain(struct http_request *req, void *ctx)
     if (!config_free(s, req))
         return 0;
     /* A copy through JSON: the model has no copy function, and this is rare. */
-    json_t *o = model_node_to_json(old, 0);
+    json_t *o = cluster_node_to_json(old, 0);
     struct node_write *w = calloc(1, sizeof(*w));
     char err[256];
-    if (!o || !w || model_node_decode(o, 0, &w->node, err, sizeof(err)) != 0) {
+    if (!o || !w || cluster_node_decode(o, 0, &w->node, err, sizeof(err)) != 0) {
         pthread_mutex_unlock(&s->lock);
         json_decref(o);
         free(w);
@@ -770,7 +771,7 @@ int srv_api_node_drain(struct http_request *req, void *ctx)
     json_decref(o);
     w->s = s;
     w->req = req;
-    w->node.state = drain ? MODEL_NODE_DRAINING : MODEL_NODE_UP;
+    w->node.state = drain ? CLUSTER_NODE_DRAINING : CLUSTER_NODE_UP;
     return node_write_commit(s, w);
 }
 
@@ -779,9 +780,9 @@ int srv_api_node_list(struct http_request *req, void *ctx)
     struct server *s = ctx;
     json_t *list = json_array();
     pthread_mutex_lock(&s->lock);
-    for (size_t k = 0; list && k < s->model.nnodes; k++) {
-        json_t *o = model_node_to_json(&s->model.nodes[k], 0);
-        const struct srv_node_rt *rt = srv_node_rt_find(s, s->model.nodes[k].name);
+    for (size_t k = 0; list && k < s->cluster.nnodes; k++) {
+        json_t *o = cluster_node_to_json(&s->cluster.nodes[k], 0);
+        const struct srv_node_rt *rt = srv_node_rt_find(s, s->cluster.nodes[k].name);
         char at[TIMEFMT_RFC3339_LEN] = "";
         if (rt)
             timefmt_rfc3339(rt->last_heartbeat_ms, at, sizeof(at));
@@ -823,8 +824,8 @@ int srv_nodes_load(struct server *s, char *err, size_t errlen)
                         json_integer_value(v) > UINT32_MAX))
                 rc = -EINVAL;
             if (!rc)
-                rc = model_type_id_set(&s->model, name, (uint32_t)json_integer_value(v), err,
-                                       errlen);
+                rc = cluster_type_id_set(&s->cluster, name, (uint32_t)json_integer_value(v), err,
+                                         errlen);
         }
         json_decref(o);
         if (rc) {
@@ -845,17 +846,17 @@ int srv_nodes_load(struct server *s, char *err, size_t errlen)
     int64_t now = srv_now_ms();
     for (size_t k = 0; k < n && !rc; k++) {
         json_t *o = json_loads(rows[k].spec, 0, NULL);
-        struct model_node node = {0};
+        struct cluster_node node = {0};
         char msg[256] = "bad JSON";
-        rc = o ? model_node_decode(o, MODEL_STORED, &node, msg, sizeof(msg)) : -EINVAL;
+        rc = o ? cluster_node_decode(o, CLUSTER_STORED, &node, msg, sizeof(msg)) : -EINVAL;
         json_decref(o);
         if (!rc) {
-            int st = strcmp(rows[k].state, "draining") == 0 ? MODEL_NODE_DRAINING
-                     : strcmp(rows[k].state, "down") == 0   ? MODEL_NODE_DOWN
-                                                            : MODEL_NODE_UP;
-            node.state = (enum model_node_state)st;
-            if ((rc = model_node_add(&s->model, &node, msg, sizeof(msg))) != 0)
-                model_node_release(&node);
+            int st = strcmp(rows[k].state, "draining") == 0 ? CLUSTER_NODE_DRAINING
+                     : strcmp(rows[k].state, "down") == 0   ? CLUSTER_NODE_DOWN
+                                                            : CLUSTER_NODE_UP;
+            node.state = (enum cluster_node_state)st;
+            if ((rc = cluster_node_add(&s->cluster, &node, msg, sizeof(msg))) != 0)
+                cluster_node_release(&node);
         }
         /* Agents get one node timeout from now to check in again. */
         if (!rc)
@@ -872,7 +873,7 @@ int srv_node_log_endpoint(struct server *s, const char *name, char *url, size_t 
 {
     int rc = -ENOENT;
     pthread_mutex_lock(&s->lock);
-    const struct model_node *n = model_node_get(&s->model, name);
+    const struct cluster_node *n = cluster_node_get(&s->cluster, name);
     if (n && n->addr && n->log_port) {
         bool v6 = strchr(n->addr, ':') != NULL;
         int k = snprintf(url, urllen, "http://%s%s%s:%u", v6 ? "[" : "", n->addr, v6 ? "]" : "",

@@ -70,7 +70,7 @@ int srv_api_user_get(struct http_request *req, void *ctx)
 struct user_write {
     struct server *s;
     struct http_request *req;
-    char name[MODEL_NAME_MAX + 1];
+    char name[CLUSTER_NAME_MAX + 1];
     unsigned status;               /* on success */
     char token[TOKEN_STR_LEN + 1]; /* a token issue: shown once, here */
 };
@@ -136,19 +136,19 @@ int srv_api_user_put(struct http_request *req, void *ctx)
     json_t *body = srv_body_named(req, name);
     if (!body)
         return 0;
-    struct model_user u = {0};
+    struct cluster_user u = {0};
     char err[512];
-    int rc = model_user_decode(body, 0, &u, err, sizeof(err));
+    int rc = cluster_user_decode(body, 0, &u, err, sizeof(err));
     json_decref(body);
     if (rc)
         return rc == GPO_ENOMEM ? http_request_error(req, 500, "internal", "out of memory")
                                 : http_request_error(req, 400, "invalid_field", "%s", err);
     pthread_mutex_lock(&s->lock);
-    bool team_ok = !u.team || model_team_get(&s->model, u.team);
+    bool team_ok = !u.team || cluster_team_get(&s->cluster, u.team);
     pthread_mutex_unlock(&s->lock);
     if (!team_ok) {
         rc = http_request_error(req, 400, "invalid_field", "field 'team': no team '%s'", u.team);
-        model_user_release(&u);
+        cluster_user_release(&u);
         return rc;
     }
     struct store_user old = {0};
@@ -156,10 +156,10 @@ int srv_api_user_put(struct http_request *req, void *ctx)
     store_user_release(&old);
     struct user_write *w = user_write_new(s, req, name, exists ? 200 : 201);
     struct store_batch *b = w ? store_batch_new() : NULL;
-    rc = b ? store_batch_user_put(b, name, u.unix_user, u.team, model_role_name(u.role),
+    rc = b ? store_batch_user_put(b, name, u.unix_user, u.team, cluster_role_name(u.role),
                                   srv_now_ms())
            : GPO_ENOMEM;
-    model_user_release(&u);
+    cluster_user_release(&u);
     if (rc) {
         store_batch_free(b);
         free(w);

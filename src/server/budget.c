@@ -21,7 +21,7 @@ struct srv_cost_team *srv_cost_team_get(struct srv_cost *c, const char *team, bo
     for (size_t k = 0; k < c->nteams; k++)
         if (strcmp(c->teams[k].name, team) == 0)
             return &c->teams[k];
-    if (!create || strlen(team) > MODEL_NAME_MAX)
+    if (!create || strlen(team) > CLUSTER_NAME_MAX)
         return NULL;
     if (c->nteams == c->cap) {
         size_t cap = c->cap ? 2 * c->cap : 16;
@@ -151,8 +151,8 @@ void srv_budget_tick(struct server *s, int64_t now_ms)
 {
     if (!s->cost)
         return;
-    for (size_t k = 0; k < s->model.nteams; k++) {
-        const struct model_team *mt = &s->model.teams[k];
+    for (size_t k = 0; k < s->cluster.nteams; k++) {
+        const struct cluster_team *mt = &s->cluster.teams[k];
         if (!mt->budget.set)
             continue;
         int64_t spent = srv_budget_spent(s, mt->name, now_ms);
@@ -191,14 +191,14 @@ void srv_money_format(int64_t micro, char *buf, size_t len)
 bool srv_budget_blocks(struct server *s, const char *team, const char *cls, int64_t now_ms,
                        char *msg, size_t msglen)
 {
-    const struct model_team *mt = model_team_get(&s->model, team);
+    const struct cluster_team *mt = cluster_team_get(&s->cluster, team);
     if (!mt || !mt->budget.set || !mt->budget.block_below)
         return false;
-    const struct model_class *floor = model_class_get(&s->model, mt->budget.block_below);
-    const char *name = cls ? cls : model_class_get(&s->model, "normal") ? "normal" : NULL;
-    if (!name && s->model.nclasses)
-        name = s->model.classes[0].name; /* the loop's default: the first by name */
-    const struct model_class *c = name ? model_class_get(&s->model, name) : NULL;
+    const struct cluster_class *floor = cluster_class_get(&s->cluster, mt->budget.block_below);
+    const char *name = cls ? cls : cluster_class_get(&s->cluster, "normal") ? "normal" : NULL;
+    if (!name && s->cluster.nclasses)
+        name = s->cluster.classes[0].name; /* the loop's default: the first by name */
+    const struct cluster_class *c = name ? cluster_class_get(&s->cluster, name) : NULL;
     if (!floor || !c || c->order >= floor->order)
         return false;
     int64_t spent = srv_budget_spent(s, team, now_ms);
@@ -224,20 +224,20 @@ bool srv_budget_blocks(struct server *s, const char *team, const char *cls, int6
 json_t *srv_budgets_json(struct server *s, const struct srv_user *u, int64_t now_ms)
 {
     json_t *list = json_array();
-    for (size_t k = 0; list && k < s->model.nteams; k++) {
-        const struct model_team *mt = &s->model.teams[k];
+    for (size_t k = 0; list && k < s->cluster.nteams; k++) {
+        const struct cluster_team *mt = &s->cluster.teams[k];
         if (!mt->budget.set || !srv_user_may(u, mt->name))
             continue;
         int64_t spent = srv_budget_spent(s, mt->name, now_ms);
         double frac = (double)spent / (double)mt->budget.monthly_micro;
-        json_t *o =
-            json_pack("{s:s, s:s, s:o, s:o, s:f, s:b, s:b, s:o, s:f}", "team", mt->name, "month",
-                      s->cost ? s->cost->month : "", "monthly",
-                      model_money_json(mt->budget.monthly_micro), "spent", model_money_json(spent),
-                      "fraction", frac, "alert", frac * 1000 >= mt->budget.alert_permille, "over",
-                      spent >= mt->budget.monthly_micro, "block_below",
-                      mt->budget.block_below ? json_string(mt->budget.block_below) : json_null(),
-                      "alert_at", mt->budget.alert_permille / 1000.0);
+        json_t *o = json_pack(
+            "{s:s, s:s, s:o, s:o, s:f, s:b, s:b, s:o, s:f}", "team", mt->name, "month",
+            s->cost ? s->cost->month : "", "monthly", cluster_money_json(mt->budget.monthly_micro),
+            "spent", cluster_money_json(spent), "fraction", frac, "alert",
+            frac * 1000 >= mt->budget.alert_permille, "over", spent >= mt->budget.monthly_micro,
+            "block_below",
+            mt->budget.block_below ? json_string(mt->budget.block_below) : json_null(), "alert_at",
+            mt->budget.alert_permille / 1000.0);
         if (!o || json_array_append_new(list, o)) {
             json_decref(list);
             return NULL;

@@ -17,14 +17,14 @@
 
 #include <jansson.h>
 
-#include "server/model.h"
+#include "cluster/cluster.h"
 
 struct server;
 struct srv_user;
 
 /* One team's money as the ledger has it (closed rows only). */
 struct srv_cost_team {
-    char name[MODEL_NAME_MAX + 1];
+    char name[CLUSTER_NAME_MAX + 1];
     int64_t total_micro; /* all time */
     int64_t month_micro; /* rows clipped to the current month */
     char alerted[8];     /* "YYYY-MM" of the month its alert was logged, or "" */

@@ -1,7 +1,6 @@
 /*
- * idle.c - idle GPUs (idle.h): the team's "idle" policy as JSON, the
- * tracker's decisions, the loop's tick and its actions, the job's "idle"
- * member and the metrics.
+ * idle.c - idle GPUs (idle.h): the tracker's decisions, the loop's tick and
+ * its actions, the job's "idle" member and the metrics.
  */
 #include "server/idle.h"
 
@@ -20,152 +19,9 @@
 
 /* Actions taken per team since the controller started (for metrics). */
 struct srv_idle_count {
-    char team[MODEL_NAME_MAX + 1];
+    char team[CLUSTER_NAME_MAX + 1];
     uint64_t requeued, cancelled;
 };
-
-static const char *const action_names[] = {[MODEL_IDLE_REPORT] = "report",
-                                           [MODEL_IDLE_REQUEUE] = "requeue",
-                                           [MODEL_IDLE_CANCEL] = "cancel",
-                                           NULL};
-
-const char *srv_idle_action_name(enum model_idle_action a)
-{
-    return (unsigned)a < ARRAY_LEN(action_names) - 1 ? action_names[a] : NULL;
-}
-
-/* ---- the team's policy ------------------------------------------------- */
-
-void model_idle_default(struct model_idle *ret)
-{
-    *ret = (struct model_idle){.threshold_pct = IDLE_THRESHOLD_DEFAULT,
-                               .window_s = IDLE_WINDOW_DEFAULT_S,
-                               .action = MODEL_IDLE_REPORT,
-                               .warning_s = IDLE_WARNING_DEFAULT_S};
-}
-
-int model_idle_check(const struct model_idle *p, char *err, size_t errlen)
-{
-    if (p->threshold_pct > 100)
-        return errbuf_set(err, errlen, GPO_EINVAL,
-                          "field 'idle.threshold_pct': %u is out of range 0..100 (percent)",
-                          p->threshold_pct);
-    if (p->window_s < 1 || p->window_s > IDLE_WINDOW_MAX_S)
-        return errbuf_set(err, errlen, GPO_EINVAL,
-                          "field 'idle.window_s': %" PRId64 " s is out of range 1 s..30 days",
-                          p->window_s);
-    if (p->warning_s < 0 || p->warning_s > IDLE_WARNING_MAX_S)
-        return errbuf_set(err, errlen, GPO_EINVAL,
-                          "field 'idle.warning_s': %" PRId64 " s is out of range 0 s..1 day",
-                          p->warning_s);
-    if (!srv_idle_action_name(p->action))
-        return errbuf_set(err, errlen, GPO_EINVAL,
-                          "field 'idle.action': expected 'report', 'requeue' or 'cancel'");
-    return 0;
-}
-
-/* A duration field: whole seconds, or a duration string ("30m", "00:30:00"). */
-static int decode_seconds(const char *key, const json_t *v, int64_t *ret, char *err, size_t errlen)
-{
-    char q[JSONV_QUOTE_MAX + 4];
-    if (json_is_integer(v)) {
-        *ret = json_integer_value(v);
-        return 0;
-    }
-    if (json_is_string(v)) {
-        int64_t sec;
-        const char *text = json_string_value(v);
-        if (timefmt_parse_duration(text, &sec) == 0 && sec != TIMEFMT_UNLIMITED) {
-            *ret = sec;
-            return 0;
-        }
-        return errbuf_set(err, errlen, GPO_EINVAL,
-                          "field 'idle.%s': '%s' is not a duration (seconds, or e.g. \"90s\", "
-                          "\"30m\", \"2h\", \"00:30:00\")",
-                          key, jsonv_quote(text, json_string_length(v), q));
-    }
-    return errbuf_set(err, errlen, GPO_EINVAL,
-                      "field 'idle.%s': expected an integer of seconds or a duration string, "
-                      "got %s",
-                      key, jsonv_type_name(v));
-}
-
-static const char *const field_names[] = {"threshold_pct", "window_s", "action", "warning_s"};
-
-static int decode_field(const char *key, const json_t *v, struct model_idle *p, char *err,
-                        size_t errlen)
-{
-    char q[JSONV_QUOTE_MAX + 4];
-    if (strcmp(key, "threshold_pct") == 0) {
-        if (!json_is_integer(v))
-            return errbuf_set(err, errlen, GPO_EINVAL,
-                              "field 'idle.threshold_pct': expected an integer, got %s",
-                              jsonv_type_name(v));
-        json_int_t x = json_integer_value(v);
-        if (x < 0 || x > 100)
-            return errbuf_set(err, errlen, GPO_EINVAL,
-                              "field 'idle.threshold_pct': %lld is out of range 0..100 (percent)",
-                              (long long)x);
-        p->threshold_pct = (uint32_t)x;
-        return 0;
-    }
-    if (strcmp(key, "window_s") == 0)
-        return decode_seconds(key, v, &p->window_s, err, errlen);
-    if (strcmp(key, "warning_s") == 0)
-        return decode_seconds(key, v, &p->warning_s, err, errlen);
-    if (strcmp(key, "action") == 0) {
-        for (size_t k = 0; json_is_string(v) && action_names[k]; k++)
-            if (strcmp(json_string_value(v), action_names[k]) == 0) {
-                p->action = (enum model_idle_action)k;
-                return 0;
-            }
-        if (!json_is_string(v))
-            return errbuf_set(err, errlen, GPO_EINVAL,
-                              "field 'idle.action': expected a string, got %s", jsonv_type_name(v));
-        return errbuf_set(err, errlen, GPO_EINVAL,
-                          "field 'idle.action': '%s' is not one of 'report', 'requeue', 'cancel'",
-                          jsonv_quote(json_string_value(v), json_string_length(v), q));
-    }
-    return errbuf_set(err, errlen, GPO_EINVAL,
-                      "unknown field 'idle.%s' (expected threshold_pct, window_s, action, "
-                      "warning_s)",
-                      jsonv_quote(key, strlen(key), q));
-}
-
-int model_idle_decode(const json_t *v, struct model_idle *ret, char *err, size_t errlen)
-{
-    struct model_idle p;
-    model_idle_default(&p);
-    if (v && !json_is_null(v)) {
-        if (!json_is_object(v))
-            return errbuf_set(err, errlen, GPO_EINVAL, "field 'idle': expected an object, got %s",
-                              jsonv_type_name(v));
-        const char *key;
-        const json_t *x;
-        json_object_foreach((json_t *)v, key, x)
-        {
-            /* null: that field's default; an unknown key is refused even so */
-            bool known = false;
-            for (size_t k = 0; k < ARRAY_LEN(field_names); k++)
-                known |= strcmp(key, field_names[k]) == 0;
-            int rc = json_is_null(x) && known ? 0 : decode_field(key, x, &p, err, errlen);
-            if (rc)
-                return rc;
-        }
-    }
-    int rc = model_idle_check(&p, err, errlen);
-    if (rc == 0)
-        *ret = p;
-    return rc;
-}
-
-json_t *model_idle_to_json(const struct model_idle *p)
-{
-    const char *action = srv_idle_action_name(p->action);
-    return json_pack("{s:I, s:I, s:s, s:I}", "threshold_pct", (json_int_t)p->threshold_pct,
-                     "window_s", (json_int_t)p->window_s, "action", action ? action : "report",
-                     "warning_s", (json_int_t)p->warning_s);
-}
 
 /* ---- fresh samples ----------------------------------------------------- */
 
@@ -238,13 +94,13 @@ struct srv_idle_obs srv_idle_observe(const struct srv_attempt *a, const struct s
 
 /* ---- one attempt's decision -------------------------------------------- */
 
-static void warn(struct srv_idle_track *tr, const struct model_idle *p, int64_t now)
+static void warn(struct srv_idle_track *tr, const struct cluster_idle *p, int64_t now)
 {
     tr->warned_ms = now;
     tr->action_ms = now + p->warning_s * 1000;
 }
 
-enum srv_idle_event srv_idle_step(struct srv_idle_track *tr, const struct model_idle *p,
+enum srv_idle_event srv_idle_step(struct srv_idle_track *tr, const struct cluster_idle *p,
                                   const struct srv_idle_obs *obs, int64_t now)
 {
     if (!tr->active_ms) {
@@ -270,7 +126,7 @@ enum srv_idle_event srv_idle_step(struct srv_idle_track *tr, const struct model_
         tr->threshold_pct = p->threshold_pct;
         tr->window_s = p->window_s;
         tr->action = p->action;
-        if (p->action == MODEL_IDLE_REPORT)
+        if (p->action == CLUSTER_IDLE_REPORT)
             return SRV_IDLE_FLAGGED;
         warn(tr, p, now);
         return SRV_IDLE_WARNED;
@@ -279,7 +135,7 @@ enum srv_idle_event srv_idle_step(struct srv_idle_track *tr, const struct model_
     tr->threshold_pct = p->threshold_pct;
     tr->window_s = p->window_s;
     tr->action = p->action;
-    if (p->action == MODEL_IDLE_REPORT) {
+    if (p->action == CLUSTER_IDLE_REPORT) {
         tr->warned_ms = tr->action_ms = 0;
         return SRV_IDLE_NONE;
     }
@@ -305,7 +161,7 @@ json_t *srv_idle_job_json(const struct srv_job *j)
     const struct srv_idle_track *tr = &j->att.idle;
     if (!j->att.n || !tr->since_ms)
         return json_null();
-    const char *action = srv_idle_action_name(tr->action);
+    const char *action = cluster_idle_action_name(tr->action);
     return json_pack("{s:o, s:o, s:I, s:I, s:s, s:o, s:o}", "since", time_or_null(tr->since_ms),
                      "flagged_at", time_or_null(tr->flagged_ms), "threshold_pct",
                      (json_int_t)tr->threshold_pct, "window_s", (json_int_t)tr->window_s, "action",
@@ -331,8 +187,8 @@ static void window_text(int64_t s, char *buf, size_t len)
 /* An attempt to requeue or cancel. */
 struct idle_act {
     int64_t job, attempt;
-    enum model_idle_action action;
-    char team[MODEL_NAME_MAX + 1];
+    enum cluster_idle_action action;
+    char team[CLUSTER_NAME_MAX + 1];
     char reason[128]; /* the kill's reason, as stored and sent to the agent */
 };
 
@@ -390,12 +246,12 @@ static void act(struct server *s, const struct idle_act *acts, size_t n, int64_t
         for (size_t p = 0; p < j->att.nparts; p++)
             srv_node_changed(s, j->att.parts[p].node);
         struct srv_idle_count *c = count_of(s, acts[k].team);
-        if (c && acts[k].action == MODEL_IDLE_REQUEUE)
+        if (c && acts[k].action == CLUSTER_IDLE_REQUEUE)
             c->requeued++;
         else if (c)
             c->cancelled++;
         fprintf(stderr, "gpuorch server: job %" PRId64 " (team %s): %s: %s\n", j->id, j->team,
-                acts[k].action == MODEL_IDLE_REQUEUE ? "requeued" : "cancelled", acts[k].reason);
+                acts[k].action == CLUSTER_IDLE_REQUEUE ? "requeued" : "cancelled", acts[k].reason);
     }
 }
 
@@ -413,7 +269,7 @@ static void log_event(const struct srv_job *j, enum srv_idle_event ev)
                 "gpuorch server: job %" PRId64 " (team %s): idle: GPUs under %u%% for %s; "
                 "warning: %s at %s unless it gets busy\n",
                 j->id, j->team, tr->threshold_pct, win,
-                tr->action == MODEL_IDLE_REQUEUE ? "requeued" : "cancelled", at);
+                tr->action == CLUSTER_IDLE_REQUEUE ? "requeued" : "cancelled", at);
     } else if (ev == SRV_IDLE_CLEARED)
         fprintf(stderr, "gpuorch server: job %" PRId64 " (team %s): busy again, no longer idle\n",
                 j->id, j->team);
@@ -438,12 +294,12 @@ void srv_idle_tick(struct server *s, int64_t now)
         struct srv_job *j = s->jobs[k];
         if (!j->att.n || !j->att.running || j->att.kill)
             continue;
-        struct model_idle p;
-        const struct model_team *team = model_team_get(&s->model, j->team);
+        struct cluster_idle p;
+        const struct cluster_team *team = cluster_team_get(&s->cluster, j->team);
         if (team)
             p = team->idle;
         else
-            model_idle_default(&p);
+            cluster_idle_default(&p);
         struct srv_idle_obs obs = srv_idle_observe(&j->att, &t, p.threshold_pct);
         enum srv_idle_event ev = srv_idle_step(&j->att.idle, &p, &obs, now);
         log_event(j, ev);
@@ -461,7 +317,7 @@ void srv_idle_tick(struct server *s, int64_t now)
         /* The agent reports a kill whose reason says "preempted" as PREEMPTED
          * (requeued by srv_end_plan), any other as CANCELLED. */
         snprintf(a->reason, sizeof(a->reason), "%sidle: GPUs under %u%% for %s",
-                 p.action == MODEL_IDLE_REQUEUE ? "preempted: " : "", j->att.idle.threshold_pct,
+                 p.action == CLUSTER_IDLE_REQUEUE ? "preempted: " : "", j->att.idle.threshold_pct,
                  win);
     }
     srv_idle_samples_release(&t);
@@ -497,8 +353,8 @@ void srv_idle_metrics(struct server *s, struct prom *p, int64_t now_ms)
         prom_sample(p, "gpuorch_job_idle", labels, 1);
     }
     prom_family(p, "gpuorch_idle_jobs", PROM_GAUGE, "Running jobs flagged idle, per team");
-    for (size_t t = 0; t < s->model.nteams; t++) {
-        const char *name = s->model.teams[t].name;
+    for (size_t t = 0; t < s->cluster.nteams; t++) {
+        const char *name = s->cluster.teams[t].name;
         size_t n = 0;
         for (size_t k = 0; k < s->njobs; k++)
             n += s->jobs[k]->att.n && s->jobs[k]->att.idle.since_ms &&
@@ -509,8 +365,8 @@ void srv_idle_metrics(struct server *s, struct prom *p, int64_t now_ms)
     prom_family(p, "gpuorch_idle_actions_total", PROM_COUNTER,
                 "Idle jobs requeued or cancelled by their team's policy since the controller "
                 "started");
-    for (size_t t = 0; t < s->model.nteams; t++) {
-        const char *name = s->model.teams[t].name;
+    for (size_t t = 0; t < s->cluster.nteams; t++) {
+        const char *name = s->cluster.teams[t].name;
         const struct srv_idle_count *c = NULL;
         for (size_t k = 0; k < s->nidle_counts && !c; k++)
             if (strcmp(s->idle_counts[k].team, name) == 0)

@@ -1,6 +1,6 @@
 /*
  * idle.h - idle GPUs: running jobs whose GPUs all stay under their team's
- * utilization threshold for the team's window (struct model_idle, the team's
+ * utilization threshold for the team's window (struct cluster_idle, the team's
  * "idle" object) are flagged; by the team's policy they are only reported, or
  * warned and then requeued or cancelled (docs/idle.md).
  *
@@ -23,20 +23,9 @@
 
 #include <jansson.h>
 
-#include "server/model.h"
+#include "cluster/cluster.h"
 #include "server/prom.h"
 #include "server/srv.h"
-
-/* ---- the team's policy (JSON "idle"; model_idle_* are in model.h) ---- */
-
-#define IDLE_THRESHOLD_DEFAULT 5
-#define IDLE_WINDOW_DEFAULT_S  1800
-#define IDLE_WARNING_DEFAULT_S 600
-#define IDLE_WINDOW_MAX_S      (30 * 86400)
-#define IDLE_WARNING_MAX_S     86400
-
-/* "report", "requeue", "cancel" (static), or NULL when out of range. */
-const char *srv_idle_action_name(enum model_idle_action a);
 
 /* ---- one attempt's decision ---- */
 
@@ -89,7 +78,7 @@ enum srv_idle_event {
  * with a GPU not fresh (and none busy) changes nothing. ACT is returned once:
  * the caller kills the attempt, after which the tracker is not stepped again.
  */
-enum srv_idle_event srv_idle_step(struct srv_idle_track *tr, const struct model_idle *p,
+enum srv_idle_event srv_idle_step(struct srv_idle_track *tr, const struct cluster_idle *p,
                                   const struct srv_idle_obs *obs, int64_t now);
 
 /* ---- the server's tracker (under s->lock, loop thread) ---- */

@@ -102,7 +102,7 @@ static struct nodecache *node_get(struct srv_ingest *in, const char *name)
 
 static uint32_t team_idle_pct(const struct server *s, const char *team)
 {
-    const struct model_team *t = model_team_get(&s->model, team);
+    const struct cluster_team *t = cluster_team_get(&s->cluster, team);
     return t && t->idle.threshold_pct ? t->idle.threshold_pct : SRV_IDLE_DEFAULT_PCT;
 }
 
@@ -176,7 +176,7 @@ static void charge(struct server *s, const struct owner *o, int64_t t_ms,
     series_job_put(s->series, key, j->team, t_ms, v, o->idle_pct);
 }
 
-static const char *gpu_type_of(const struct model_node *n, const char *uuid)
+static const char *gpu_type_of(const struct cluster_node *n, const char *uuid)
 {
     for (size_t k = 0; n && k < n->ngpus; k++)
         if (strcmp(n->gpus[k].uuid, uuid) == 0)
@@ -202,7 +202,7 @@ void srv_ingest_heartbeat(struct server *s, const char *node, const json_t *samp
     struct nodecache *c = node_get(in, node);
     if (c && rt && (!c->built || c->rev != rt->rev) && owners_rebuild(s, c, rt->rev))
         c->built = false; /* out of memory: samples go uncharged until the next try */
-    const struct model_node *mn = model_node_get(&s->model, node);
+    const struct cluster_node *mn = cluster_node_get(&s->cluster, node);
     for (size_t k = 0; k < json_array_size(gpus); k++) {
         const json_t *g = json_array_get(gpus, k);
         const char *uuid = json_string_value(json_object_get(g, "uuid"));
@@ -235,37 +235,37 @@ void srv_ingest_heartbeat(struct server *s, const char *node, const json_t *samp
 static void queue_point(struct server *s, int64_t now_ms)
 {
     uint32_t total = 0;
-    uint32_t *teams = calloc(s->model.nteams + 1, sizeof(*teams));
-    uint32_t *classes = calloc(s->model.nclasses + 1, sizeof(*classes));
+    uint32_t *teams = calloc(s->cluster.nteams + 1, sizeof(*teams));
+    uint32_t *classes = calloc(s->cluster.nclasses + 1, sizeof(*classes));
     if (!teams || !classes) {
         free(teams);
         free(classes);
         return;
     }
-    const char *def = model_class_get(&s->model, "normal") ? "normal"
-                      : s->model.nclasses                  ? s->model.classes[0].name
-                                                           : "";
+    const char *def = cluster_class_get(&s->cluster, "normal") ? "normal"
+                      : s->cluster.nclasses                    ? s->cluster.classes[0].name
+                                                               : "";
     for (size_t k = 0; k < s->njobs; k++) {
         const struct srv_job *j = s->jobs[k];
         if (j->state != SRV_JOB_PENDING)
             continue;
         total++;
-        for (size_t i = 0; i < s->model.nteams; i++)
-            if (strcmp(s->model.teams[i].name, j->team) == 0)
+        for (size_t i = 0; i < s->cluster.nteams; i++)
+            if (strcmp(s->cluster.teams[i].name, j->team) == 0)
                 teams[i]++;
         const char *cls = j->spec.priority ? j->spec.priority : def;
-        for (size_t i = 0; i < s->model.nclasses; i++)
-            if (strcmp(s->model.classes[i].name, cls) == 0)
+        for (size_t i = 0; i < s->cluster.nclasses; i++)
+            if (strcmp(s->cluster.classes[i].name, cls) == 0)
                 classes[i]++;
     }
-    char key[MODEL_NAME_MAX + 16];
+    char key[CLUSTER_NAME_MAX + 16];
     series_queue_put(s->series, "total", total, now_ms);
-    for (size_t i = 0; i < s->model.nteams; i++) {
-        snprintf(key, sizeof(key), "team/%s", s->model.teams[i].name);
+    for (size_t i = 0; i < s->cluster.nteams; i++) {
+        snprintf(key, sizeof(key), "team/%s", s->cluster.teams[i].name);
         series_queue_put(s->series, key, teams[i], now_ms);
     }
-    for (size_t i = 0; i < s->model.nclasses; i++) {
-        snprintf(key, sizeof(key), "priority/%s", s->model.classes[i].name);
+    for (size_t i = 0; i < s->cluster.nclasses; i++) {
+        snprintf(key, sizeof(key), "priority/%s", s->cluster.classes[i].name);
         series_queue_put(s->series, key, classes[i], now_ms);
     }
     free(teams);

@@ -167,7 +167,7 @@ json_t *srv_job_to_json(const struct srv_job *j)
         e |= gpu_figures(o, &j->att);
     e |= json_object_set_new(o, "idle", srv_idle_job_json(j));
     /* What its attempts cost so far, the running one to now (ledger.h). */
-    e |= json_object_set_new(o, "cost", model_money_json(srv_ledger_job_cost(j, srv_now_ms())));
+    e |= json_object_set_new(o, "cost", cluster_money_json(srv_ledger_job_cost(j, srv_now_ms())));
     e |= json_object_set_new(o, "spec", spec);
     if (e) {
         json_decref(o);

@@ -49,7 +49,7 @@ int64_t srv_ledger_clip(int64_t cost_micro, int64_t start_ms, int64_t end_ms, in
  * be its slices' part of the GPU's price (milli already says its share). */
 static const char *share_type(const struct server *s, const struct srv_share *sh)
 {
-    const struct model_node *n = model_node_get(&s->model, sh->node);
+    const struct cluster_node *n = cluster_node_get(&s->cluster, sh->node);
     for (size_t g = 0; n && g < n->ngpus; g++)
         if (strcmp(n->gpus[g].uuid, sh->uuid) == 0)
             return n->gpus[g].gpu_type;
@@ -84,7 +84,7 @@ static size_t types_of(const struct server *s, const struct srv_attempt *a, stru
 
 static int64_t price_of(const struct server *s, const char *type)
 {
-    const struct model_price *p = model_price_get(&s->model, type);
+    const struct cluster_price *p = cluster_price_get(&s->cluster, type);
     return p ? p->per_gpu_hour_micro : 0;
 }
 
@@ -381,13 +381,13 @@ void srv_cost_metrics(struct server *s, struct prom *p, int64_t now_ms)
 {
     srv_budget_roll(s, now_ms);
     /* Teams that exist or have cost something. */
-    size_t nt = s->model.nteams + (s->cost ? s->cost->nteams : 0);
+    size_t nt = s->cluster.nteams + (s->cost ? s->cost->nteams : 0);
     const char **names = calloc(nt ? nt : 1, sizeof(*names));
     size_t n = 0;
-    for (size_t k = 0; names && k < s->model.nteams; k++)
-        names[n++] = s->model.teams[k].name;
+    for (size_t k = 0; names && k < s->cluster.nteams; k++)
+        names[n++] = s->cluster.teams[k].name;
     for (size_t k = 0; names && s->cost && k < s->cost->nteams; k++) {
-        if (!model_team_get(&s->model, s->cost->teams[k].name))
+        if (!cluster_team_get(&s->cluster, s->cost->teams[k].name))
             names[n++] = s->cost->teams[k].name;
     }
     if (!names)
@@ -426,8 +426,8 @@ void srv_cost_metrics(struct server *s, struct prom *p, int64_t now_ms)
         };
         for (size_t f = 0; f < 3; f++) {
             prom_family(p, fam[f][0], PROM_GAUGE, fam[f][1]);
-            for (size_t t = 0; t < s->model.nteams; t++) {
-                const struct model_team *mt = &s->model.teams[t];
+            for (size_t t = 0; t < s->cluster.nteams; t++) {
+                const struct cluster_team *mt = &s->cluster.teams[t];
                 if (!mt->budget.set)
                     continue;
                 int64_t spent = srv_budget_spent(s, mt->name, now_ms);

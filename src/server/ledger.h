@@ -66,7 +66,7 @@ struct srv_ledger_pending;
 int srv_ledger_price_plan(struct server *s, const char *gpu_type, int64_t now_ms,
                           struct store_batch *b, struct srv_ledger_pending **ret);
 /* After the commit (committed) or its failure: reopens the closed segments
- * at the new prices (the price in s->model must be applied first); frees p. */
+ * at the new prices (the price in s->cluster must be applied first); frees p. */
 void srv_ledger_price_apply(struct server *s, struct srv_ledger_pending *p, bool committed);
 
 /* Cost of j's open segment from `from_ms` (clipped to its start) to now_ms. */

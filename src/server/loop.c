@@ -179,15 +179,15 @@ static void node_timeouts(struct server *s, int64_t now)
     size_t nends = 0, cap = 0;
     char **down = NULL;
     size_t ndown = 0;
-    for (size_t k = 0; k < s->model.nnodes; k++) {
-        const struct model_node *node = &s->model.nodes[k];
+    for (size_t k = 0; k < s->cluster.nnodes; k++) {
+        const struct cluster_node *node = &s->cluster.nodes[k];
         const struct srv_node_rt *rt = srv_node_rt_find(s, node->name);
-        if (node->state == MODEL_NODE_DOWN || !rt ||
+        if (node->state == CLUSTER_NODE_DOWN || !rt ||
             now - rt->last_heartbeat_ms <= s->cfg.node_timeout_ms)
             continue;
         if (!b && !(b = store_batch_new()))
             return;
-        json_t *o = model_node_to_json(node, MODEL_STORED);
+        json_t *o = cluster_node_to_json(node, CLUSTER_STORED);
         char *text = o ? json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
         json_decref(o);
         char **v = realloc(down, (ndown + 1) * sizeof(*down));
@@ -211,7 +211,7 @@ static void node_timeouts(struct server *s, int64_t now)
                     goto out;
                 ends = e2;
             }
-            char why[MODEL_HOST_MAX + 64];
+            char why[CLUSTER_HOST_MAX + 64];
             snprintf(why, sizeof(why), "node %s stopped heartbeating", node->name);
             if (srv_end_plan(s, j, "NODE_FAIL", STORE_NULL, STORE_NULL, why, now, &ends[nends], b))
                 goto out;
@@ -224,9 +224,9 @@ static void node_timeouts(struct server *s, int64_t now)
         b = NULL;
         for (size_t k = 0; k < ndown; k++) {
             /* Only the state changes, and the model indexes nothing by state. */
-            for (size_t n = 0; n < s->model.nnodes; n++) {
-                if (strcmp(s->model.nodes[n].name, down[k]) == 0)
-                    s->model.nodes[n].state = MODEL_NODE_DOWN;
+            for (size_t n = 0; n < s->cluster.nnodes; n++) {
+                if (strcmp(s->cluster.nodes[n].name, down[k]) == 0)
+                    s->cluster.nodes[n].state = CLUSTER_NODE_DOWN;
             }
             fprintf(stderr,
                     "gpuorch server: node %s marked down (no heartbeat for %" PRId64 " s)\n",
@@ -266,7 +266,7 @@ static uint32_t find_index(const struct name_index *v, size_t n, const char *nam
 
 /* What a pass works on, built from memory under the lock. */
 struct pass_input {
-    struct model_cluster cl;
+    struct cluster_view cl;
     struct name_index *nodes, *gpus; /* by name / by UUID */
     struct sched_job *reqs;          /* queue first, then running */
     struct srv_job **jobs;           /* reqs[k]'s job */
@@ -282,7 +282,7 @@ struct pass_input {
 
 static void pass_input_release(struct pass_input *in)
 {
-    model_cluster_release(&in->cl);
+    cluster_view_release(&in->cl);
     free(in->nodes);
     free(in->gpus);
     free(in->reqs);
@@ -305,9 +305,9 @@ static void set_wait(struct srv_job *j, const char *text, int64_t est)
 /* The class of jobs that name none: "normal", else the first by name. */
 static const char *class_default(const struct server *s)
 {
-    if (model_class_get(&s->model, "normal"))
+    if (cluster_class_get(&s->cluster, "normal"))
         return "normal";
-    return s->model.nclasses ? s->model.classes[0].name : NULL;
+    return s->cluster.nclasses ? s->cluster.classes[0].name : NULL;
 }
 
 /* Are j's dependencies met? 1 yes, 0 not yet, -1 never (reason written). */
@@ -345,7 +345,7 @@ static size_t array_active(struct server *s, int64_t array_id)
 
 static int input_build(struct server *s, struct pass_input *in, char *err, size_t errlen)
 {
-    int rc = model_build_cluster(&s->model, &in->cl, err, errlen);
+    int rc = cluster_view_build(&s->cluster, &in->cl, err, errlen);
     if (rc)
         return rc;
     const struct sched_cluster *c = &in->cl.c;
@@ -358,7 +358,7 @@ static int input_build(struct server *s, struct pass_input *in, char *err, size_
     if (!in->nodes || !in->gpus || !in->reqs || !in->jobs || !in->dep_failed || !in->dep_reason)
         return -ENOMEM;
     for (uint32_t k = 0; k < c->nnodes; k++)
-        in->nodes[k] = (struct name_index){model_cluster_node_name(&in->cl, k), k};
+        in->nodes[k] = (struct name_index){cluster_view_node_name(&in->cl, k), k};
     for (uint32_t k = 0; k < c->ngpus; k++)
         in->gpus[k] = (struct name_index){in->cl.gpu_uuid[k], k};
     qsort(in->nodes, c->nnodes, sizeof(*in->nodes), cmp_name_index);
@@ -407,7 +407,7 @@ static int input_build(struct server *s, struct pass_input *in, char *err, size_
             array_room--;
         }
         struct sched_job *r = &in->reqs[in->nqueue];
-        if (model_job_request(&in->cl, &j->spec, j->team, default_class, r, why, sizeof(why))) {
+        if (cluster_job_request(&in->cl, &j->spec, j->team, default_class, r, why, sizeof(why))) {
             set_wait(j, why, -1);
             continue;
         }
@@ -436,7 +436,7 @@ static int input_build(struct server *s, struct pass_input *in, char *err, size_
             continue;
         struct sched_job *r = &in->reqs[in->nreqs];
         char why[200];
-        if (model_job_request(&in->cl, &j->spec, j->team, default_class, r, why, sizeof(why))) {
+        if (cluster_job_request(&in->cl, &j->spec, j->team, default_class, r, why, sizeof(why))) {
             /* Its team or class is gone: it still holds what it holds. */
             memset(r, 0, sizeof(*r));
             r->team = c->nteams ? 0 : SCHED_NONE;
@@ -482,9 +482,8 @@ static int start_names(const struct pass_input *in, const struct sched_alloc *a,
     if (!ret->parts || !ret->shares)
         return -ENOMEM;
     for (uint32_t k = 0; k < a->nnodes; k++) {
-        ret->parts[k] =
-            (struct srv_part){strdup(model_cluster_node_name(&in->cl, a->nodes[k].node)),
-                              a->nodes[k].cpus, a->nodes[k].mem_mib};
+        ret->parts[k] = (struct srv_part){strdup(cluster_view_node_name(&in->cl, a->nodes[k].node)),
+                                          a->nodes[k].cpus, a->nodes[k].mem_mib};
         ret->nparts++;
         if (!ret->parts[k].node)
             return -ENOMEM;
@@ -492,8 +491,8 @@ static int start_names(const struct pass_input *in, const struct sched_alloc *a,
     for (uint32_t k = 0; k < a->nshares; k++) {
         uint32_t g = a->shares[k].gpu;
         ret->shares[k] = (struct srv_share){
-            strdup(model_cluster_node_name(&in->cl, in->cl.gpu_node[g])),
-            strdup(in->cl.gpu_uuid[g]), a->shares[k].milli, a->shares[k].mem_mib};
+            strdup(cluster_view_node_name(&in->cl, in->cl.gpu_node[g])), strdup(in->cl.gpu_uuid[g]),
+            a->shares[k].milli, a->shares[k].mem_mib};
         ret->nshares++;
         if (!ret->shares[k].node || !ret->shares[k].uuid)
             return -ENOMEM;
@@ -592,8 +591,8 @@ static void charge_ended(struct server *s, const struct pass_input *in)
         struct sched_share *shares = calloc(ns, sizeof(*shares));
         struct sched_running run;
         if (j && parts && shares &&
-            model_job_request(&in->cl, &j->spec, j->team, default_class, &req, why, sizeof(why)) ==
-                0 &&
+            cluster_job_request(&in->cl, &j->spec, j->team, default_class, &req, why,
+                                sizeof(why)) == 0 &&
             ended_running(in, e, &req, parts, shares, &run)) {
             req.id = (uint64_t)j->id;
             (void)sched_state_charge_end(&s->sched, &in->cl.c, &s->policy, &run, e->end_ms);

@@ -359,7 +359,7 @@ static void stop(struct server *s)
     for (size_t k = 0; k < s->njobs; k++)
         srv_job_free(s->jobs[k]);
     free(s->jobs);
-    model_release(&s->model);
+    cluster_release(&s->cluster);
     pthread_cond_destroy(&s->loop_cv);
     pthread_mutex_destroy(&s->lock);
     config_release(&s->cfg);
@@ -383,7 +383,7 @@ int server_command(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     pthread_mutex_init(&s.lock, NULL);
     pthread_cond_init(&s.loop_cv, NULL);
-    model_init(&s.model);
+    cluster_init(&s.cluster);
     sched_state_init(&s.sched);
     sched_policy_default(&s.policy);
     char err[1024] = "";

@@ -29,8 +29,8 @@
 #include <jansson.h>
 
 #include "http/http.h"
-#include "server/jobspec.h"
-#include "server/model.h"
+#include "cluster/jobspec.h"
+#include "cluster/cluster.h"
 #include "core/sched.h"
 #include "store/store.h"
 
@@ -99,7 +99,7 @@ struct srv_idle_track {
     int64_t action_ms;      /* ... and when the action is due */
     uint32_t threshold_pct; /* the policy it was flagged under */
     int64_t window_s;
-    enum model_idle_action action;
+    enum cluster_idle_action action;
 };
 
 /* A job's current attempt, while it holds resources (assigned, running or
@@ -187,7 +187,7 @@ struct srv_ended {
  * agents' long-polls waiting for it to change. */
 struct srv_waiter;
 struct srv_node_rt {
-    char name[MODEL_HOST_MAX + 1];
+    char name[CLUSTER_HOST_MAX + 1];
     int64_t last_heartbeat_ms;
     uint64_t rev;
     struct srv_waiter *waiters;
@@ -217,8 +217,8 @@ struct server_config {
 #define SRV_PASS_BUCKETS   14   /* gpuorch_scheduling_pass_duration_seconds: 1 ms .. 10 s */
 #define SRV_WAIT_HISTS_MAX 4096 /* (team, class) pairs; later new pairs are not counted */
 struct srv_wait_hist {
-    char team[MODEL_NAME_MAX + 1];
-    char priority[MODEL_NAME_MAX + 1];
+    char team[CLUSTER_NAME_MAX + 1];
+    char priority[CLUSTER_NAME_MAX + 1];
     uint64_t counts[SRV_WAIT_BUCKETS]; /* per bucket, not cumulative */
     uint64_t count;                    /* all observations, those over the last bound too */
     double sum_s;
@@ -244,7 +244,7 @@ struct server {
 
     pthread_mutex_t lock;
     /* guarded by lock: */
-    struct model model;           /* teams, pools, classes, nodes (users: the store) */
+    struct cluster cluster;       /* teams, pools, classes, nodes (users: the store) */
     struct srv_node_rt *nodes_rt; /* sorted by name; one per model node */
     size_t nnodes_rt, nodes_rt_cap;
     struct sched_state sched; /* the core's carry-over */
@@ -424,7 +424,7 @@ void srv_metrics_release(struct server *s);
 /* Set once the first start has made the default priority class. */
 #define SRV_META_SEEDED "classes_seeded"
 
-/* Loads teams, pools and priority classes from the store into s->model. */
+/* Loads teams, pools and priority classes from the store into s->cluster. */
 int srv_config_load(struct server *s, char *err, size_t errlen);
 
 #endif

@@ -11,7 +11,7 @@
 
 #include <jansson.h>
 
-#include "server/jobspec.h"
+#include "cluster/jobspec.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -6,7 +6,7 @@
 #   fuzz_sim_policy.c any bytes as a policy file, what is written reading back;
 #   fuzz_jobspec.c    any bytes as the body of POST /v1/jobs (and Slurm's
 #                     array syntax), what the API shows decoding back;
-#   fuzz_model.c      any bytes as a pool, class, team, user, node or price,
+#   fuzz_cluster.c    any bytes as a pool, class, team, user, node or price,
 #                     what the API shows decoding back.
 # Not part of `make test` (its runs are random; `make test` runs each target
 # once over its seeds, through replay.c); a developer's check after changing
@@ -26,8 +26,8 @@ if [ ! -f "$build/build.ninja" ]; then
     -Db_lundef=false -Dwerror=false \
     -Dc_args='-fsanitize=fuzzer-no-link -fno-sanitize-recover=all -O1' >/dev/null
 fi
-libs="libgpuorch_sim.a libgpuorch_server.a libgpuorch_store.a libgpuorch_http.a libgpuorch_core.a
-  libgpuorch_util.a"
+lib() { echo "src/$1/libgpuorch_$1.a"; } # a folder's library, relative to the build
+libs="$(lib sim) $(lib cluster) $(lib core) $(lib util) $(lib base)"
 # shellcheck disable=SC2086
 if ! log=$(ninja -C "$build" $libs 2>&1); then
   echo "$log" >&2
@@ -37,28 +37,29 @@ fi
 out=$build/fuzz
 rm -rf "$out"
 mkdir -p "$out/corpus_sim_spec" "$out/corpus_sim_trace" "$out/corpus_sim_policy" \
-  "$out/corpus_jobspec" "$out/corpus_model"
+  "$out/corpus_jobspec" "$out/corpus_cluster"
 cp "$root"/sim/*.yaml "$root"/tests/sim/*.yaml "$out/corpus_sim_spec/"
 for f in "$root"/tests/sim/*.csv; do
   { printf '\003'; cat "$f"; } >"$out/corpus_sim_trace/$(basename "$f")" # replay, skip_bad off
 done
 cp "$root"/tests/fuzz/seeds/policy/* "$out/corpus_sim_policy/"
 cp "$root"/tests/fuzz/seeds/jobspec/* "$out/corpus_jobspec/"
-cp "$root"/tests/fuzz/seeds/model/* "$out/corpus_model/" # first byte: the kind
+cp "$root"/tests/fuzz/seeds/cluster/* "$out/corpus_cluster/" # first byte: the kind
 
 build_target() { # build_target NAME LIBS...
   local name=$1
   shift
+  local paths=()
+  for l in "$@"; do paths+=("$build/$(lib "$l")"); done
   clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -I"$root/src" \
-    "$root/tests/fuzz/fuzz_$name.c" "$@" -ljansson -lyaml -lz -lsqlite3 -lmicrohttpd -lsodium \
+    "$root/tests/fuzz/fuzz_$name.c" "${paths[@]}" -ljansson -lyaml -lz -lsqlite3 -lmicrohttpd -lsodium \
     -lcurl -lpthread -lm -o "$out/fuzz_$name"
 }
-build_target sim_spec "$build/libgpuorch_sim.a" "$build/libgpuorch_core.a" "$build/libgpuorch_util.a"
-build_target sim_trace "$build/libgpuorch_sim.a" "$build/libgpuorch_core.a" "$build/libgpuorch_util.a"
-build_target sim_policy "$build/libgpuorch_sim.a" "$build/libgpuorch_core.a" "$build/libgpuorch_util.a"
-build_target jobspec "$build/libgpuorch_server.a" "$build/libgpuorch_util.a"
-build_target model "$build/libgpuorch_server.a" "$build/libgpuorch_store.a" \
-  "$build/libgpuorch_http.a" "$build/libgpuorch_core.a" "$build/libgpuorch_util.a"
+build_target sim_spec sim core util base
+build_target sim_trace sim core util base
+build_target sim_policy sim core util base
+build_target jobspec cluster core util base
+build_target cluster cluster core util base
 
 run_target() { # run_target NAME: 0, or 1 on a crash
   if (cd "$out" && "./fuzz_$1" -max_total_time="$secs" -max_len=4096 -timeout=10 \
@@ -70,7 +71,7 @@ run_target() { # run_target NAME: 0, or 1 on a crash
   fi
 }
 rc=0
-for pair in "sim_spec sim_trace" "jobspec model" "sim_policy"; do
+for pair in "sim_spec sim_trace" "jobspec cluster" "sim_policy"; do
   read -r x y <<<"$pair"
   run_target "$x" &
   a=$!

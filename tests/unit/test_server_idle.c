@@ -18,7 +18,7 @@
 
 #include "base/err.h"
 #include "server/idle.h"
-#include "server/model.h"
+#include "cluster/cluster.h"
 #include "server/prom.h"
 #include "server/srv.h"
 #include "base/banned.h"
@@ -37,11 +37,11 @@ static json_t *parse(const char *text)
     return v;
 }
 
-static int decode_text(const char *text, struct model_idle *ret)
+static int decode_text(const char *text, struct cluster_idle *ret)
 {
     json_t *v = parse(text);
     err[0] = '\0';
-    int rc = model_idle_decode(v, ret, err, sizeof(err));
+    int rc = cluster_idle_decode(v, ret, err, sizeof(err));
     json_decref(v);
     return rc;
 }
@@ -51,11 +51,11 @@ static int decode_text(const char *text, struct model_idle *ret)
 static void policy_absent_or_empty_gives_the_defaults(void **state)
 {
     (void)state;
-    struct model_idle p = {.threshold_pct = 77};
-    assert_int_equal(model_idle_decode(NULL, &p, err, sizeof(err)), 0);
+    struct cluster_idle p = {.threshold_pct = 77};
+    assert_int_equal(cluster_idle_decode(NULL, &p, err, sizeof(err)), 0);
     assert_int_equal(p.threshold_pct, 5);
     assert_int_equal(p.window_s, 1800);
-    assert_int_equal(p.action, MODEL_IDLE_REPORT);
+    assert_int_equal(p.action, CLUSTER_IDLE_REPORT);
     assert_int_equal(p.warning_s, 600);
     assert_int_equal(decode_text("{}", &p), 0);
     assert_int_equal(p.window_s, 1800);
@@ -67,20 +67,20 @@ static void policy_absent_or_empty_gives_the_defaults(void **state)
 static void policy_takes_seconds_or_duration_strings(void **state)
 {
     (void)state;
-    struct model_idle p;
+    struct cluster_idle p;
     assert_int_equal(decode_text("{\"threshold_pct\": 10, \"window_s\": \"2h\", \"action\": "
                                  "\"requeue\", \"warning_s\": \"00:05:00\"}",
                                  &p),
                      0);
     assert_int_equal(p.threshold_pct, 10);
     assert_int_equal(p.window_s, 7200);
-    assert_int_equal(p.action, MODEL_IDLE_REQUEUE);
+    assert_int_equal(p.action, CLUSTER_IDLE_REQUEUE);
     assert_int_equal(p.warning_s, 300);
     assert_int_equal(decode_text("{\"window_s\": 1, \"warning_s\": 0, \"action\": \"cancel\"}", &p),
                      0);
     assert_int_equal(p.window_s, 1);
     assert_int_equal(p.warning_s, 0);
-    assert_int_equal(p.action, MODEL_IDLE_CANCEL);
+    assert_int_equal(p.action, CLUSTER_IDLE_CANCEL);
     assert_int_equal(decode_text("{\"threshold_pct\": 100, \"window_s\": \"30d\"}", &p), 0);
     assert_int_equal(p.window_s, 30 * 86400);
 }
@@ -110,7 +110,7 @@ static void policy_refuses_bad_values_naming_the_field(void **state)
         {"{\"window\": null}", "unknown field 'idle.window'"},
     };
     for (size_t k = 0; k < ARRAY_LEN(cases); k++) {
-        struct model_idle p = {.threshold_pct = 42};
+        struct cluster_idle p = {.threshold_pct = 42};
         assert_int_equal(decode_text(cases[k].body, &p), GPO_EINVAL);
         if (strncmp(err, cases[k].msg, strlen(cases[k].msg)) != 0)
             fail_msg("%s: got \"%s\", want \"%s...\"", cases[k].body, err, cases[k].msg);
@@ -123,33 +123,33 @@ static void team_carries_idle_through_json_round_trip(void **state)
     (void)state;
     json_t *in = parse("{\"name\": \"ml\", \"idle\": {\"threshold_pct\": 10, \"window_s\": "
                        "\"30m\", \"action\": \"cancel\", \"warning_s\": 60}}");
-    struct model_team t;
-    assert_int_equal(model_team_decode(in, 0, &t, err, sizeof(err)), 0);
-    json_t *out = model_team_to_json(&t, 0);
+    struct cluster_team t;
+    assert_int_equal(cluster_team_decode(in, 0, &t, err, sizeof(err)), 0);
+    json_t *out = cluster_team_to_json(&t, 0);
     json_t *want = parse("{\"threshold_pct\": 10, \"window_s\": 1800, \"action\": \"cancel\", "
                          "\"warning_s\": 60}");
     assert_true(json_equal(json_object_get(out, "idle"), want));
-    struct model_team back;
-    assert_int_equal(model_team_decode(out, 0, &back, err, sizeof(err)), 0);
+    struct cluster_team back;
+    assert_int_equal(cluster_team_decode(out, 0, &back, err, sizeof(err)), 0);
     assert_int_equal(back.idle.window_s, 1800);
-    assert_int_equal(back.idle.action, MODEL_IDLE_CANCEL);
-    model_team_release(&back);
-    model_team_release(&t);
+    assert_int_equal(back.idle.action, CLUSTER_IDLE_CANCEL);
+    cluster_team_release(&back);
+    cluster_team_release(&t);
     json_decref(want);
     json_decref(out);
     json_decref(in);
 
     /* A team without "idle" shows the defaults; a bad one is a 400's message. */
     in = parse("{\"name\": \"cv\"}");
-    assert_int_equal(model_team_decode(in, 0, &t, err, sizeof(err)), 0);
-    out = model_team_to_json(&t, 0);
+    assert_int_equal(cluster_team_decode(in, 0, &t, err, sizeof(err)), 0);
+    out = cluster_team_to_json(&t, 0);
     assert_int_equal(json_integer_value(json_object_get(json_object_get(out, "idle"), "window_s")),
                      1800);
-    model_team_release(&t);
+    cluster_team_release(&t);
     json_decref(out);
     json_decref(in);
     in = parse("{\"name\": \"cv\", \"idle\": {\"action\": \"nap\"}}");
-    assert_int_equal(model_team_decode(in, 0, &t, err, sizeof(err)), GPO_EINVAL);
+    assert_int_equal(cluster_team_decode(in, 0, &t, err, sizeof(err)), GPO_EINVAL);
     assert_non_null(strstr(err, "idle.action"));
     json_decref(in);
 }
@@ -164,10 +164,10 @@ static struct srv_idle_obs busy_at(int64_t ms)
     return (struct srv_idle_obs){.busy = true, .all_fresh = true, .busy_ms = ms};
 }
 
-static struct model_idle policy(enum model_idle_action a, int64_t window_s, int64_t warning_s)
+static struct cluster_idle policy(enum cluster_idle_action a, int64_t window_s, int64_t warning_s)
 {
-    struct model_idle p;
-    model_idle_default(&p);
+    struct cluster_idle p;
+    cluster_idle_default(&p);
     p.action = a;
     p.window_s = window_s;
     p.warning_s = warning_s;
@@ -178,7 +178,7 @@ static void first_tick_starts_the_clock_and_flags_only_after_a_full_window(void 
 {
     (void)state;
     struct srv_idle_track tr = {0};
-    struct model_idle p = policy(MODEL_IDLE_REPORT, 1800, 600);
+    struct cluster_idle p = policy(CLUSTER_IDLE_REPORT, 1800, 600);
     int64_t t0 = 1000000;
     /* Idle from the very first tick: the window counts from there. */
     assert_int_equal(srv_idle_step(&tr, &p, &IDLE_ALL, t0), SRV_IDLE_NONE);
@@ -201,7 +201,7 @@ static void busy_sample_restarts_the_window_and_clears_a_flag(void **state)
 {
     (void)state;
     struct srv_idle_track tr = {0};
-    struct model_idle p = policy(MODEL_IDLE_REPORT, 1800, 600);
+    struct cluster_idle p = policy(CLUSTER_IDLE_REPORT, 1800, 600);
     int64_t t0 = 1000000;
     srv_idle_step(&tr, &p, &IDLE_ALL, t0);
     struct srv_idle_obs busy = busy_at(t0 + 20 * MIN_MS);
@@ -224,7 +224,7 @@ static void stale_samples_neither_flag_nor_clear(void **state)
 {
     (void)state;
     struct srv_idle_track tr = {0};
-    struct model_idle p = policy(MODEL_IDLE_CANCEL, 1800, 600);
+    struct cluster_idle p = policy(CLUSTER_IDLE_CANCEL, 1800, 600);
     int64_t t0 = 1000000;
     srv_idle_step(&tr, &p, &IDLE_ALL, t0);
     /* Past the window, but a GPU was not heard from: no flag yet. */
@@ -241,14 +241,14 @@ static void stale_samples_neither_flag_nor_clear(void **state)
 static void warning_then_action_unless_busy_again(void **state)
 {
     (void)state;
-    struct model_idle p = policy(MODEL_IDLE_REQUEUE, 1800, 600);
+    struct cluster_idle p = policy(CLUSTER_IDLE_REQUEUE, 1800, 600);
     int64_t t0 = 1000000, flag = t0 + 30 * MIN_MS;
     struct srv_idle_track tr = {0};
     srv_idle_step(&tr, &p, &IDLE_ALL, t0);
     assert_int_equal(srv_idle_step(&tr, &p, &IDLE_ALL, flag), SRV_IDLE_WARNED);
     assert_int_equal(tr.warned_ms, flag);
     assert_int_equal(tr.action_ms, flag + 10 * MIN_MS);
-    assert_int_equal(tr.action, MODEL_IDLE_REQUEUE);
+    assert_int_equal(tr.action, CLUSTER_IDLE_REQUEUE);
     assert_int_equal(srv_idle_step(&tr, &p, &IDLE_ALL, flag + 10 * MIN_MS - 1), SRV_IDLE_NONE);
     assert_int_equal(srv_idle_step(&tr, &p, &IDLE_ALL, flag + 10 * MIN_MS), SRV_IDLE_ACT);
 
@@ -263,7 +263,7 @@ static void warning_then_action_unless_busy_again(void **state)
     assert_int_equal(srv_idle_step(&tr2, &p, &IDLE_ALL, flag + 11 * MIN_MS), SRV_IDLE_NONE);
 
     /* A zero warning acts at the next idle tick after the flag, not at it. */
-    struct model_idle now = policy(MODEL_IDLE_CANCEL, 60, 0);
+    struct cluster_idle now = policy(CLUSTER_IDLE_CANCEL, 60, 0);
     struct srv_idle_track tr3 = {0};
     srv_idle_step(&tr3, &now, &IDLE_ALL, t0);
     assert_int_equal(srv_idle_step(&tr3, &now, &IDLE_ALL, t0 + MIN_MS), SRV_IDLE_WARNED);
@@ -273,15 +273,15 @@ static void warning_then_action_unless_busy_again(void **state)
 static void policy_changed_while_flagged_applies_from_the_next_tick(void **state)
 {
     (void)state;
-    struct model_idle p = policy(MODEL_IDLE_REPORT, 60, 120);
+    struct cluster_idle p = policy(CLUSTER_IDLE_REPORT, 60, 120);
     struct srv_idle_track tr = {0};
     int64_t t0 = 1000000;
     srv_idle_step(&tr, &p, &IDLE_ALL, t0);
     assert_int_equal(srv_idle_step(&tr, &p, &IDLE_ALL, t0 + MIN_MS), SRV_IDLE_FLAGGED);
-    p.action = MODEL_IDLE_CANCEL; /* the team's policy becomes cancel */
+    p.action = CLUSTER_IDLE_CANCEL; /* the team's policy becomes cancel */
     assert_int_equal(srv_idle_step(&tr, &p, &IDLE_ALL, t0 + 2 * MIN_MS), SRV_IDLE_WARNED);
     assert_int_equal(tr.action_ms, t0 + 4 * MIN_MS);
-    p.action = MODEL_IDLE_REPORT; /* and back: the warning is withdrawn */
+    p.action = CLUSTER_IDLE_REPORT; /* and back: the warning is withdrawn */
     assert_int_equal(srv_idle_step(&tr, &p, &IDLE_ALL, t0 + 5 * MIN_MS), SRV_IDLE_NONE);
     assert_int_equal(tr.action_ms, 0);
     assert_int_not_equal(tr.since_ms, 0);
@@ -366,14 +366,14 @@ struct fixture {
 static void fixture_init(struct fixture *f, const char *team_idle)
 {
     memset(f, 0, sizeof(*f));
-    model_init(&f->s.model);
+    cluster_init(&f->s.cluster);
     char text[256];
     snprintf(text, sizeof(text), "{\"name\": \"ml\", \"idle\": %s}", team_idle);
     json_t *o = parse(text);
-    struct model_team t;
-    assert_int_equal(model_team_decode(o, 0, &t, err, sizeof(err)), 0);
+    struct cluster_team t;
+    assert_int_equal(cluster_team_decode(o, 0, &t, err, sizeof(err)), 0);
     t.id = 1;
-    assert_int_equal(model_team_add(&f->s.model, &t, err, sizeof(err)), 0);
+    assert_int_equal(cluster_team_add(&f->s.cluster, &t, err, sizeof(err)), 0);
     json_decref(o);
     f->job = (struct srv_job){.id = 7, .team = "ml", .state = SRV_JOB_RUNNING};
     f->job.spec.project = "llm";
@@ -398,7 +398,7 @@ static void fixture_release(struct fixture *f)
 {
     json_decref(f->rt[0].sample);
     srv_idle_release(&f->s);
-    model_release(&f->s.model);
+    cluster_release(&f->s.cluster);
 }
 
 static void tick_flags_a_job_on_fresh_idle_samples_and_shows_it(void **state)

@@ -118,13 +118,13 @@ struct env {
     struct server s;
 };
 
-static void put_price(struct model *m, const char *type, int64_t micro)
+static void put_price(struct cluster *m, const char *type, int64_t micro)
 {
-    struct model_price p = {.id = 9, .per_gpu_hour_micro = micro};
+    struct cluster_price p = {.id = 9, .per_gpu_hour_micro = micro};
     p.name = strdup(type);
     char err[256] = "";
-    int rc = model_price_get(m, type) ? model_price_replace(m, &p, err, sizeof(err))
-                                      : model_price_add(m, &p, err, sizeof(err));
+    int rc = cluster_price_get(m, type) ? cluster_price_replace(m, &p, err, sizeof(err))
+                                        : cluster_price_add(m, &p, err, sizeof(err));
     if (rc)
         print_error("price: %s\n", err);
     assert_int_equal(rc, 0);
@@ -140,19 +140,19 @@ static int setup(void **state)
     snprintf(path, sizeof(path), "%s/gpuorch.db", e->dir);
     if (store_open_sqlite(path, &e->s.store, err, sizeof(err)))
         return -1;
-    model_init(&e->s.model);
+    cluster_init(&e->s.cluster);
     json_t *node = json_loads(
         "{\"name\": \"n1\", \"pool\": \"main\", \"cpus\": 8, \"mem_mib\": 65536, \"gpus\": ["
         "{\"index\": 0, \"uuid\": \"" UUID0 "\", \"gpu_type\": \"H100-80GB\", \"mem_mib\": 81920},"
         "{\"index\": 1, \"uuid\": \"" UUID1
         "\", \"gpu_type\": \"H100-80GB\", \"mem_mib\": 81920}]}",
         0, NULL);
-    struct model_node n = {0};
-    if (!node || model_node_decode(node, 0, &n, err, sizeof(err)))
+    struct cluster_node n = {0};
+    if (!node || cluster_node_decode(node, 0, &n, err, sizeof(err)))
         return -1;
     json_decref(node);
     n.id = 1;
-    if (model_node_add(&e->s.model, &n, err, sizeof(err)))
+    if (cluster_node_add(&e->s.cluster, &n, err, sizeof(err)))
         return -1;
     *state = e;
     return srv_ledger_load(&e->s, err, sizeof(err)) ? -1 : 0;
@@ -166,7 +166,7 @@ static int teardown(void **state)
         srv_job_free(e->s.jobs[k]);
     free(e->s.jobs);
     srv_ledger_free(&e->s);
-    model_release(&e->s.model);
+    cluster_release(&e->s.cluster);
     tmptree_remove(e->dir);
     free(e);
     return 0;
@@ -205,7 +205,7 @@ static void price_change_mid_attempt_charges_each_part_at_its_price(void **state
 {
     struct env *e = *state;
     const int64_t t0 = at("2026-11-10T10:00:00Z");
-    put_price(&e->s.model, "H100-80GB", 3600000); /* 3.6 an hour: 1 micro per GPU-ms */
+    put_price(&e->s.cluster, "H100-80GB", 3600000); /* 3.6 an hour: 1 micro per GPU-ms */
     struct srv_job *j = running_job(e, t0);
     assert_int_equal(j->att.seg_rate_micro, 5400000); /* 1.5 GPUs */
     assert_int_equal(srv_ledger_accrued(j, INT64_MIN, t0 + 10000), 15000);
@@ -218,7 +218,7 @@ static void price_change_mid_attempt_charges_each_part_at_its_price(void **state
     struct srv_ledger_pending *p = NULL;
     assert_int_equal(srv_ledger_price_plan(&e->s, "H100-80GB", t0 + 10000, b, &p), 0);
     commit(e, b);
-    put_price(&e->s.model, "H100-80GB", 7200000);
+    put_price(&e->s.cluster, "H100-80GB", 7200000);
     srv_ledger_price_apply(&e->s, p, true);
     assert_int_equal(j->cost_micro, 15000);
     assert_int_equal(j->att.seg_seq, 1);
@@ -263,7 +263,7 @@ static void price_change_mid_attempt_charges_each_part_at_its_price(void **state
 static void end_during_price_change(struct env *e, bool end_commits_first)
 {
     const int64_t t0 = at("2026-11-10T10:00:00Z");
-    put_price(&e->s.model, "H100-80GB", 3600000);
+    put_price(&e->s.cluster, "H100-80GB", 3600000);
     struct srv_job *j = running_job(e, t0);
     /* The end updates the job's and the attempt's rows: the job is stored. */
     struct store_batch *jb = store_batch_new();
@@ -283,11 +283,11 @@ static void end_during_price_change(struct env *e, bool end_commits_first)
         commit(e, eb);
         srv_end_apply(&e->s, &end);
         commit(e, pb);
-        put_price(&e->s.model, "H100-80GB", 7200000);
+        put_price(&e->s.cluster, "H100-80GB", 7200000);
         srv_ledger_price_apply(&e->s, p, true);
     } else {
         commit(e, pb);
-        put_price(&e->s.model, "H100-80GB", 7200000);
+        put_price(&e->s.cluster, "H100-80GB", 7200000);
         srv_ledger_price_apply(&e->s, p, true);
         commit(e, eb);
         srv_end_apply(&e->s, &end);
@@ -351,21 +351,21 @@ static void over_budget_blocks_classes_below_the_floor_only(void **state)
 {
     struct env *e = *state;
     char err[256];
-    struct model_class low = {.id = 2, .order = 0}, normal = {.id = 3, .order = 10};
+    struct cluster_class low = {.id = 2, .order = 0}, normal = {.id = 3, .order = 10};
     low.name = strdup("low");
     normal.name = strdup("normal");
-    assert_int_equal(model_class_add(&e->s.model, &low, err, sizeof(err)), 0);
-    assert_int_equal(model_class_add(&e->s.model, &normal, err, sizeof(err)), 0);
-    struct model_team t = {.id = 4, .weight = 1, .borrow_limit_milli = -1};
+    assert_int_equal(cluster_class_add(&e->s.cluster, &low, err, sizeof(err)), 0);
+    assert_int_equal(cluster_class_add(&e->s.cluster, &normal, err, sizeof(err)), 0);
+    struct cluster_team t = {.id = 4, .weight = 1, .borrow_limit_milli = -1};
     t.name = strdup("ml");
-    model_idle_default(&t.idle);
-    t.budget = (struct model_budget){.set = true, .monthly_micro = 1000, .alert_permille = 800};
+    cluster_idle_default(&t.idle);
+    t.budget = (struct cluster_budget){.set = true, .monthly_micro = 1000, .alert_permille = 800};
     t.budget.block_below = strdup("normal");
-    int rc = model_team_add(&e->s.model, &t, err, sizeof(err));
+    int rc = cluster_team_add(&e->s.cluster, &t, err, sizeof(err));
     if (rc)
         print_error("team: %s\n", err);
     assert_int_equal(rc, 0);
-    put_price(&e->s.model, "H100-80GB", 3600000);
+    put_price(&e->s.cluster, "H100-80GB", 3600000);
     int64_t now = srv_now_ms();
     char msg[512] = "";
     assert_false(srv_budget_blocks(&e->s, "ml", "low", now, msg, sizeof(msg)));

@@ -1,4 +1,4 @@
-/* test_server_jobspec.c - job submissions: a minimal submission and its
+/* test_cluster_jobspec.c - job submissions: a minimal submission and its
  * defaults (and the exact JSON shown for it), every class of bad input with
  * its exact message and the destination left as it was, the size limits,
  * invalid UTF-8, fractions of a GPU, the exclusive fields, env order,
@@ -18,7 +18,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 
-#include "server/jobspec.h"
+#include "cluster/jobspec.h"
 #include "util/jsonv.h"
 #include "base/banned.h"
 

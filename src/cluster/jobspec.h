@@ -29,8 +29,8 @@
  * jobspec_release frees them. Errors: 0 or -EINVAL / -ENOMEM (negative errno
  * values), with one line naming the field in the caller's buffer.
  */
-#ifndef GPUORCH_SERVER_JOBSPEC_H
-#define GPUORCH_SERVER_JOBSPEC_H
+#ifndef GPUORCH_CLUSTER_JOBSPEC_H
+#define GPUORCH_CLUSTER_JOBSPEC_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -27,7 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/jobspec.h"
+#include "cluster/jobspec.h"
 #include "util/jsonv.h"
 #include "util/errbuf.h"
 #include "base/banned.h"

@@ -1,4 +1,4 @@
-/* fuzz_model.c - libFuzzer target: any bytes as a pool, priority class,
+/* fuzz_cluster.c - libFuzzer target: any bytes as a pool, priority class,
  * team, user, node or price object (the first byte picks the kind and the
  * API or the stored form), as `gpuorch apply` and the admin API send them
  * and the store keeps them. A refusal is one non-empty line; an object that
@@ -11,7 +11,7 @@
 
 #include <jansson.h>
 
-#include "server/model.h"
+#include "cluster/cluster.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -19,23 +19,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define ROUND_TRIP(kind)                                                                           \
     static void round_trip_##kind(const json_t *obj, unsigned flags)                               \
     {                                                                                              \
-        struct model_##kind x, y;                                                                  \
+        struct cluster_##kind x, y;                                                                \
         char err[512] = "";                                                                        \
-        if (model_##kind##_decode(obj, flags, &x, err, sizeof(err))) {                             \
+        if (cluster_##kind##_decode(obj, flags, &x, err, sizeof(err))) {                           \
             if (!err[0] || strchr(err, '\n'))                                                      \
                 abort();                                                                           \
             return;                                                                                \
         }                                                                                          \
-        json_t *shown = model_##kind##_to_json(&x, flags);                                         \
-        if (!shown || model_##kind##_decode(shown, flags, &y, err, sizeof(err)))                   \
+        json_t *shown = cluster_##kind##_to_json(&x, flags);                                       \
+        if (!shown || cluster_##kind##_decode(shown, flags, &y, err, sizeof(err)))                 \
             abort();                                                                               \
-        json_t *again = model_##kind##_to_json(&y, flags);                                         \
+        json_t *again = cluster_##kind##_to_json(&y, flags);                                       \
         if (!again || !json_equal(shown, again))                                                   \
             abort();                                                                               \
         json_decref(shown);                                                                        \
         json_decref(again);                                                                        \
-        model_##kind##_release(&x);                                                                \
-        model_##kind##_release(&y);                                                                \
+        cluster_##kind##_release(&x);                                                              \
+        cluster_##kind##_release(&y);                                                              \
     }
 
 ROUND_TRIP(pool)
@@ -55,7 +55,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     static void (*const round_trip[])(const json_t *, unsigned) = {
         round_trip_pool, round_trip_class, round_trip_team,
         round_trip_user, round_trip_node,  round_trip_price};
-    round_trip[(data[0] & 0x7f) % 6](obj, (data[0] & 0x80) ? MODEL_STORED : 0);
+    round_trip[(data[0] & 0x7f) % 6](obj, (data[0] & 0x80) ? CLUSTER_STORED : 0);
     json_decref(obj);
     return 0;
 }

@@ -1,4 +1,4 @@
-/* test_server_model.c - the configured cluster: each kind decoded with its
+/* test_cluster_config.c - the configured cluster: each kind decoded with its
  * defaults, every class of bad field with its exact message (table-driven),
  * the id flag, round trips through JSON text, hand-built objects checked, the
  * model's sets and references, the core cluster built from a two-pool,
@@ -18,7 +18,7 @@
 
 #include "base/err.h"
 #include "core/model.h"
-#include "server/model.h"
+#include "cluster/cluster.h"
 #include "base/banned.h"
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
@@ -26,11 +26,11 @@
 enum kind { POOL, CLASS, TEAM, USER, NODE };
 
 union object {
-    struct model_pool pool;
-    struct model_class cls;
-    struct model_team team;
-    struct model_user user;
-    struct model_node node;
+    struct cluster_pool pool;
+    struct cluster_class cls;
+    struct cluster_team team;
+    struct cluster_user user;
+    struct cluster_node node;
 };
 
 static char err[512];
@@ -39,19 +39,19 @@ static char err[512];
 #define OPS(T, member)                                                                             \
     static int T##_dec(const json_t *j, unsigned f, union object *o)                               \
     {                                                                                              \
-        return model_##T##_decode(j, f, &o->member, err, sizeof(err));                             \
+        return cluster_##T##_decode(j, f, &o->member, err, sizeof(err));                           \
     }                                                                                              \
     static json_t *T##_enc(const union object *o, unsigned f)                                      \
     {                                                                                              \
-        return model_##T##_to_json(&o->member, f);                                                 \
+        return cluster_##T##_to_json(&o->member, f);                                               \
     }                                                                                              \
     static void T##_rel(union object *o)                                                           \
     {                                                                                              \
-        model_##T##_release(&o->member);                                                           \
+        cluster_##T##_release(&o->member);                                                         \
     }                                                                                              \
-    static int T##_add(struct model *m, union object *o)                                           \
+    static int T##_add(struct cluster *m, union object *o)                                         \
     {                                                                                              \
-        return model_##T##_add(m, &o->member, err, sizeof(err));                                   \
+        return cluster_##T##_add(m, &o->member, err, sizeof(err));                                 \
     }
 OPS(pool, pool)
 OPS(class, cls)
@@ -63,7 +63,7 @@ static const struct {
     int (*decode)(const json_t *j, unsigned flags, union object *o);
     json_t *(*to_json)(const union object *o, unsigned flags);
     void (*release)(union object *o);
-    int (*add)(struct model *m, union object *o);
+    int (*add)(struct cluster *m, union object *o);
 } ops[] = {
     [POOL] = {pool_dec, pool_enc, pool_rel, pool_add},
     [CLASS] = {class_dec, class_enc, class_rel, class_add},
@@ -133,7 +133,7 @@ static bool equal(enum kind k, const union object *a, const union object *b)
                a->cls.order == b->cls.order && a->cls.may_preempt == b->cls.may_preempt &&
                str_eq(a->cls.description, b->cls.description);
     case TEAM: {
-        const struct model_team *x = &a->team, *y = &b->team;
+        const struct cluster_team *x = &a->team, *y = &b->team;
         bool eq = x->id == y->id && str_eq(x->name, y->name) && x->weight == y->weight &&
                   x->borrow_limit_milli == y->borrow_limit_milli && x->nquotas == y->nquotas;
         for (size_t i = 0; eq && i < x->nquotas; i++)
@@ -148,12 +148,12 @@ static bool equal(enum kind k, const union object *a, const union object *b)
                str_eq(a->user.unix_user, b->user.unix_user) && str_eq(a->user.team, b->user.team) &&
                a->user.role == b->user.role;
     case NODE: {
-        const struct model_node *x = &a->node, *y = &b->node;
+        const struct cluster_node *x = &a->node, *y = &b->node;
         bool eq = x->id == y->id && str_eq(x->name, y->name) && str_eq(x->pool, y->pool) &&
                   x->cpus == y->cpus && x->mem_mib == y->mem_mib && x->state == y->state &&
                   x->ngpus == y->ngpus;
         for (size_t i = 0; eq && i < x->ngpus; i++) {
-            const struct model_gpu *g = &x->gpus[i], *h = &y->gpus[i];
+            const struct cluster_gpu *g = &x->gpus[i], *h = &y->gpus[i];
             eq = g->index == h->index && str_eq(g->uuid, h->uuid) &&
                  str_eq(g->gpu_type, h->gpu_type) && g->mem_mib == h->mem_mib &&
                  g->nvlink_domain == h->nvlink_domain && g->mig_slices == h->mig_slices &&
@@ -172,7 +172,7 @@ static void expect_decoded(enum kind k, const char *text, const union object *wa
     if (decode_text(k, text, 0, &o) != 0)
         fail_msg("%s: %s", text, err);
     if (!equal(k, &o, want)) {
-        json_t *j = ops[k].to_json(&o, MODEL_STORED);
+        json_t *j = ops[k].to_json(&o, CLUSTER_STORED);
         char *got = json_dumps(j, JSON_COMPACT);
         fail_msg("%s decoded to %s", text, got);
     }
@@ -201,7 +201,7 @@ static void test_every_kind_decodes_with_its_defaults(void **state)
                    &(union object){.user = {.name = "ann",
                                             .unix_user = "ann_1",
                                             .team = "ml",
-                                            .role = MODEL_ROLE_MEMBER}});
+                                            .role = CLUSTER_ROLE_MEMBER}});
     expect_decoded(USER, "{'name': 'root', 'unix_user': '_adm', 'role': 'admin'}",
                    &(union object){.user = {.name = "root", .unix_user = "_adm"}});
     expect_decoded(NODE, NODE_JSON("cpu1", "a", ""),
@@ -209,10 +209,10 @@ static void test_every_kind_decodes_with_its_defaults(void **state)
                                             .pool = "a",
                                             .cpus = 64,
                                             .mem_mib = 524288,
-                                            .state = MODEL_NODE_UP}});
+                                            .state = CLUSTER_NODE_UP}});
     /* A GPU without nvlink_domain has none (-1); MIG instances have their own UUIDs. */
-    struct model_gpu gpus[] = {{0, UUID(01), "H100-80GB", 81920, -1, 0, false},
-                               {3, "MIG-GPU-abc/1/0", "H100-80GB", 81920, 2, 7, true}};
+    struct cluster_gpu gpus[] = {{0, UUID(01), "H100-80GB", 81920, -1, 0, false},
+                                 {3, "MIG-GPU-abc/1/0", "H100-80GB", 81920, 2, 7, true}};
     expect_decoded(
         NODE,
         "{'name': 'gpu-01.dc1.example.com', 'pool': 'a', 'cpus': 8, 'mem_mib': 65536, "
@@ -225,7 +225,7 @@ static void test_every_kind_decodes_with_its_defaults(void **state)
                                  .pool = "a",
                                  .cpus = 8,
                                  .mem_mib = 65536,
-                                 .state = MODEL_NODE_DRAINING,
+                                 .state = CLUSTER_NODE_DRAINING,
                                  .gpus = gpus,
                                  .ngpus = 2}});
 }
@@ -234,7 +234,7 @@ static void test_team_decodes_gpus_as_milli_with_defaults(void **state)
 {
     (void)state;
     /* GPUs with three decimals become milli-GPU; borrow limits default to -1. */
-    struct model_quota q[] = {
+    struct cluster_quota q[] = {
         {"a", NULL, 250, -1}, {"a", "H100-80GB", 8000, 1500}, {"b", NULL, 1, -1}};
     expect_decoded(
         TEAM,
@@ -277,8 +277,8 @@ static const struct bad_case bad_cases[] = {
     {POOL, 0, "{'name': 'a', 'descriptio': 'x'}",
      "unknown field 'descriptio' (did you mean 'description'?)"},
     {POOL, 0, "{'id': 3, 'name': 'a'}", "unknown field 'id'"},
-    {POOL, MODEL_STORED, "{'name': 'a'}", "missing required field 'id'"},
-    {POOL, MODEL_STORED, "{'id': 0, 'name': 'a'}", "field 'id': 0 is out of range 1..4294967295"},
+    {POOL, CLUSTER_STORED, "{'name': 'a'}", "missing required field 'id'"},
+    {POOL, CLUSTER_STORED, "{'id': 0, 'name': 'a'}", "field 'id': 0 is out of range 1..4294967295"},
     {CLASS, 0, "{'name': 'hi'}", "missing required field 'order'"},
     {CLASS, 0, "{'name': 'hi', 'order': 10001}",
      "field 'order': 10001 is out of range -10000..10000"},
@@ -434,13 +434,13 @@ static void test_to_json_round_trips_every_kind_in_both_forms(void **state)
         assert_int_equal(decode_text(k, samples[i].json, 0, &x), 0);
         /* The id flag: refused from users, required in the stored form. */
         json_t *with_id = parse(samples[i].json);
-        assert_int_equal(decode(k, with_id, MODEL_STORED, &y), GPO_EINVAL);
+        assert_int_equal(decode(k, with_id, CLUSTER_STORED, &y), GPO_EINVAL);
         assert_string_equal(err, "missing required field 'id'");
         json_object_set_new(with_id, "id", json_integer(5));
         assert_int_equal(decode(k, with_id, 0, &y), GPO_EINVAL);
         assert_string_equal(err, "unknown field 'id'");
         json_decref(with_id);
-        for (unsigned flags = 0; flags <= MODEL_STORED; flags += MODEL_STORED) {
+        for (unsigned flags = 0; flags <= CLUSTER_STORED; flags += CLUSTER_STORED) {
             set_id(k, &x, flags ? 77u + (uint32_t)i : 0);
             json_t *j = ops[k].to_json(&x, flags);
             assert_non_null(j);
@@ -460,33 +460,33 @@ static void test_to_json_round_trips_every_kind_in_both_forms(void **state)
 static void test_check_refuses_hand_built_objects(void **state)
 {
     (void)state;
-    struct model_quota q = {.pool = "a", .guaranteed_milli = -5, .borrow_limit_milli = -1};
-    struct model_team t = {
+    struct cluster_quota q = {.pool = "a", .guaranteed_milli = -5, .borrow_limit_milli = -1};
+    struct cluster_team t = {
         .name = "t", .weight = 1, .borrow_limit_milli = -1, .quotas = &q, .nquotas = 1};
-    assert_int_equal(model_team_check(&t, err, sizeof(err)), GPO_EINVAL);
+    assert_int_equal(cluster_team_check(&t, err, sizeof(err)), GPO_EINVAL);
     assert_string_equal(
         err, "field 'quotas[0].guaranteed': -5 milli-GPU is out of range (0..1000000 GPUs)");
     t.weight = 0;
-    assert_int_equal(model_team_check(&t, err, sizeof(err)), GPO_EINVAL);
+    assert_int_equal(cluster_team_check(&t, err, sizeof(err)), GPO_EINVAL);
     assert_string_equal(err, "field 'weight': 0 is out of range 1..1000");
-    struct model_node n = {.pool = "a", .cpus = 1, .mem_mib = 1};
-    assert_int_equal(model_node_check(&n, err, sizeof(err)), GPO_EINVAL);
+    struct cluster_node n = {.pool = "a", .cpus = 1, .mem_mib = 1};
+    assert_int_equal(cluster_node_check(&n, err, sizeof(err)), GPO_EINVAL);
     assert_string_equal(err, "missing required field 'name'");
-    struct model_user u = {.name = "u", .unix_user = "u", .role = (enum model_role)7};
-    assert_int_equal(model_user_check(&u, err, sizeof(err)), GPO_EINVAL);
+    struct cluster_user u = {.name = "u", .unix_user = "u", .role = (enum cluster_role)7};
+    assert_int_equal(cluster_user_check(&u, err, sizeof(err)), GPO_EINVAL);
     assert_string_equal(err, "field 'role': 7 is not a role");
-    struct model_pool p = {.name = "ok\x01"};
-    assert_int_equal(model_pool_check(&p, err, sizeof(err)), GPO_EINVAL);
+    struct cluster_pool p = {.name = "ok\x01"};
+    assert_int_equal(cluster_pool_check(&p, err, sizeof(err)), GPO_EINVAL);
     assert_string_equal(err, "field 'name': 'ok?' is not a valid name " NAME_RULE);
-    assert_true(model_host_valid("a-1.b"));
-    assert_false(model_host_valid("a-.b"));
-    assert_false(model_unix_user_valid("aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa")); /* 33 bytes */
+    assert_true(cluster_host_valid("a-1.b"));
+    assert_false(cluster_host_valid("a-.b"));
+    assert_false(cluster_unix_user_valid("aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa")); /* 33 bytes */
 }
 
 /* ---- the model ------------------------------------------------------------- */
 
 /* Decodes text (API form), gives it `id` and adds it to m. */
-static int add(struct model *m, enum kind k, uint32_t id, const char *text)
+static int add(struct cluster *m, enum kind k, uint32_t id, const char *text)
 {
     union object o = {0};
     int rc = decode_text(k, text, 0, &o);
@@ -538,9 +538,9 @@ static const struct {
     {USER, 40, "{'name': 'ann', 'unix_user': 'ann', 'team': 'ml'}"},
 };
 
-static void fixture(struct model *m)
+static void fixture(struct cluster *m)
 {
-    model_init(m);
+    cluster_init(m);
     for (size_t i = 0; i < ARRAY_LEN(fixture_objects); i++)
         if (add(m, fixture_objects[i].kind, fixture_objects[i].id, fixture_objects[i].json))
             fail_msg("fixture %zu: %s", i, err);
@@ -549,78 +549,78 @@ static void fixture(struct model *m)
 static void test_model_keeps_names_sorted_unique_and_ids_fixed(void **state)
 {
     (void)state;
-    struct model m;
+    struct cluster m;
     fixture(&m);
     assert_int_equal(m.npools, 2);
     assert_string_equal(m.pools[0].name, "a");
     assert_string_equal(m.nodes[0].name, "n1");
     assert_string_equal(m.nodes[2].name, "n3");
-    assert_int_equal(model_pool_get(&m, "b")->id, 1);
-    assert_null(model_pool_get(&m, "c"));
+    assert_int_equal(cluster_pool_get(&m, "b")->id, 1);
+    assert_null(cluster_pool_get(&m, "c"));
     assert_int_equal(add(&m, POOL, 3, "{'name': 'a'}"), GPO_EEXIST);
     assert_string_equal(err, "pool 'a' already exists");
     assert_int_equal(add(&m, POOL, 0, "{'name': 'c'}"), GPO_EINVAL);
     assert_string_equal(err, "pool 'c' has no id");
-    struct model_pool bad = {.id = 9, .name = "C"};
-    assert_int_equal(model_pool_add(&m, &bad, err, sizeof(err)), GPO_EINVAL);
+    struct cluster_pool bad = {.id = 9, .name = "C"};
+    assert_int_equal(cluster_pool_add(&m, &bad, err, sizeof(err)), GPO_EINVAL);
     assert_int_equal(m.npools, 2);
 
     union object o = {0};
     assert_int_equal(decode_text(POOL, "{'name': 'a', 'description': 'new'}", 0, &o), 0);
-    assert_int_equal(model_pool_replace(&m, &o.pool, err, sizeof(err)), 0);
+    assert_int_equal(cluster_pool_replace(&m, &o.pool, err, sizeof(err)), 0);
     assert_null(o.pool.name); /* taken */
-    assert_string_equal(model_pool_get(&m, "a")->description, "new");
-    assert_int_equal(model_pool_get(&m, "a")->id, 2); /* ids never change */
+    assert_string_equal(cluster_pool_get(&m, "a")->description, "new");
+    assert_int_equal(cluster_pool_get(&m, "a")->id, 2); /* ids never change */
     assert_int_equal(decode_text(POOL, "{'name': 'a'}", 0, &o), 0);
     o.pool.id = 5;
-    assert_int_equal(model_pool_replace(&m, &o.pool, err, sizeof(err)), GPO_EINVAL);
+    assert_int_equal(cluster_pool_replace(&m, &o.pool, err, sizeof(err)), GPO_EINVAL);
     assert_string_equal(err, "pool 'a': id 5 is not its id 2 (ids never change)");
-    model_pool_release(&o.pool);
+    cluster_pool_release(&o.pool);
     assert_int_equal(decode_text(POOL, "{'name': 'zz'}", 0, &o), 0);
-    assert_int_equal(model_pool_replace(&m, &o.pool, err, sizeof(err)), GPO_ENOENT);
+    assert_int_equal(cluster_pool_replace(&m, &o.pool, err, sizeof(err)), GPO_ENOENT);
     assert_string_equal(err, "no pool 'zz'");
-    model_pool_release(&o.pool);
+    cluster_pool_release(&o.pool);
 
-    assert_int_equal(model_user_remove(&m, "ann"), 0);
-    assert_int_equal(model_user_remove(&m, "ann"), GPO_ENOENT);
+    assert_int_equal(cluster_user_remove(&m, "ann"), 0);
+    assert_int_equal(cluster_user_remove(&m, "ann"), GPO_ENOENT);
     assert_int_equal(m.nusers, 0);
-    model_release(&m);
-    model_release(&m); /* twice is fine */
-    model_release(NULL);
+    cluster_release(&m);
+    cluster_release(&m); /* twice is fine */
+    cluster_release(NULL);
 }
 
 static void test_check_refs_reports_the_first_dangling_reference(void **state)
 {
     (void)state;
-    struct model m;
+    struct cluster m;
     fixture(&m);
-    assert_int_equal(model_check_refs(&m, err, sizeof(err)), 0);
+    assert_int_equal(cluster_check_refs(&m, err, sizeof(err)), 0);
     assert_int_equal(add(&m, USER, 41, "{'name': 'bob', 'unix_user': 'bob', 'team': 'nlp'}"), 0);
-    assert_int_equal(model_check_refs(&m, err, sizeof(err)), GPO_EINVAL);
+    assert_int_equal(cluster_check_refs(&m, err, sizeof(err)), GPO_EINVAL);
     assert_string_equal(err, "user 'bob': unknown team 'nlp'");
-    assert_int_equal(model_pool_remove(&m, "b"), 0);
-    assert_int_equal(model_check_refs(&m, err, sizeof(err)), GPO_EINVAL);
+    assert_int_equal(cluster_pool_remove(&m, "b"), 0);
+    assert_int_equal(cluster_check_refs(&m, err, sizeof(err)), GPO_EINVAL);
     assert_string_equal(err, "team 'ml': quotas[1]: unknown pool 'b'");
-    struct model_cluster cl = {0};
-    assert_int_equal(model_build_cluster(&m, &cl, err, sizeof(err)), GPO_EINVAL);
+    struct cluster_view cl = {0};
+    assert_int_equal(cluster_view_build(&m, &cl, err, sizeof(err)), GPO_EINVAL);
     assert_string_equal(err, "team 'ml': quotas[1]: unknown pool 'b'");
     assert_null(cl.nodes);
-    assert_int_equal(model_team_remove(&m, "ml"), 0);
-    assert_int_equal(model_team_remove(&m, "vision"), 0);
-    assert_int_equal(model_user_remove(&m, "bob"), 0);
-    assert_int_equal(model_user_remove(&m, "ann"), 0);
-    assert_int_equal(model_check_refs(&m, err, sizeof(err)), GPO_EINVAL);
+    assert_int_equal(cluster_team_remove(&m, "ml"), 0);
+    assert_int_equal(cluster_team_remove(&m, "vision"), 0);
+    assert_int_equal(cluster_user_remove(&m, "bob"), 0);
+    assert_int_equal(cluster_user_remove(&m, "ann"), 0);
+    assert_int_equal(cluster_check_refs(&m, err, sizeof(err)), GPO_EINVAL);
     assert_string_equal(err, "node 'n3': unknown pool 'b'");
-    model_release(&m);
+    cluster_release(&m);
 }
 
 static void test_build_cluster_translates_the_model_field_by_field(void **state)
 {
     (void)state;
-    struct model m;
+    struct cluster m;
     fixture(&m);
-    struct model_cluster cl;
-    assert_int_equal(model_build_cluster(&m, &cl, err, sizeof(err)), 0);
+    struct cluster_view cl;
+    assert_int_equal(cluster_view_build(&m, &cl, err, sizeof(err)), 0);
     const struct sched_cluster *c = &cl.c;
     const char *what = NULL;
     assert_int_equal(sched_cluster_check(c, &what), 0);
@@ -644,14 +644,14 @@ static void test_build_cluster_translates_the_model_field_by_field(void **state)
                  {"n3", 1, SCHED_NODE_UP, 64, 3, 4}};
     for (uint32_t n = 0; n < 3; n++) {
         assert_string_equal(c->nodes[n].name, nodes[n].name);
-        assert_string_equal(model_cluster_node_name(&cl, n), nodes[n].name);
+        assert_string_equal(cluster_view_node_name(&cl, n), nodes[n].name);
         assert_int_equal(c->nodes[n].pool, nodes[n].pool);
         assert_int_equal(c->nodes[n].state, nodes[n].state);
         assert_int_equal(c->nodes[n].cpus, nodes[n].cpus);
         assert_int_equal(c->nodes[n].gpu_first, nodes[n].gpu_first);
         assert_int_equal(c->nodes[n].ngpus, nodes[n].ngpus);
     }
-    assert_null(model_cluster_node_name(&cl, 3));
+    assert_null(cluster_view_node_name(&cl, 3));
     assert_int_equal(c->nodes[1].mem_mib, 262144);
     assert_int_equal(c->ngpus, 7);
     assert_int_equal(c->gpus[0].type, 1);
@@ -692,31 +692,31 @@ static void test_build_cluster_translates_the_model_field_by_field(void **state)
     assert_true(c->classes[0].may_preempt);
     assert_false(c->classes[1].may_preempt);
     /* The cluster owns its strings: the model may go. */
-    model_release(&m);
+    cluster_release(&m);
     assert_string_equal(c->teams[1].name, "vision");
-    model_cluster_release(&cl);
-    model_cluster_release(&cl);
-    model_cluster_release(NULL);
+    cluster_view_release(&cl);
+    cluster_view_release(&cl);
+    cluster_view_release(NULL);
 }
 
 static void test_type_ids_stay_when_a_type_goes_and_comes_back(void **state)
 {
     (void)state;
-    struct model m;
+    struct cluster m;
     fixture(&m);
-    struct model_cluster cl;
-    assert_int_equal(model_node_remove(&m, "n2"), 0); /* the only A100 node */
-    assert_int_equal(model_build_cluster(&m, &cl, err, sizeof(err)), 0);
+    struct cluster_view cl;
+    assert_int_equal(cluster_node_remove(&m, "n2"), 0); /* the only A100 node */
+    assert_int_equal(cluster_view_build(&m, &cl, err, sizeof(err)), 0);
     assert_int_equal(cl.c.ngpu_types, 1);
     assert_string_equal(cl.c.gpu_types[0].name, H100);
     assert_int_equal(cl.c.gpu_types[0].id, 1);
     assert_int_equal(cl.c.gpus[2].type, 0);
-    model_cluster_release(&cl);
-    assert_int_equal(model_type_id_get(&m, A100)->id, 2); /* remembered */
+    cluster_view_release(&cl);
+    assert_int_equal(cluster_type_id_get(&m, A100)->id, 2); /* remembered */
     assert_int_equal(add(&m, NODE, 13, NODE_JSON("n4", "b", GPU(0, UUID(40), "B200", 184320))), 0);
-    assert_int_equal(model_type_id_get(&m, "B200")->id, 3); /* never 2 again */
+    assert_int_equal(cluster_type_id_get(&m, "B200")->id, 3); /* never 2 again */
     assert_int_equal(add(&m, NODE, 14, NODE_JSON("n2", "a", GPU(0, UUID(20), A100, 40960))), 0);
-    assert_int_equal(model_build_cluster(&m, &cl, err, sizeof(err)), 0);
+    assert_int_equal(cluster_view_build(&m, &cl, err, sizeof(err)), 0);
     assert_int_equal(cl.c.ngpu_types, 3);
     const char *names[] = {A100, "B200", H100};
     const uint32_t ids[] = {2, 3, 1};
@@ -724,53 +724,53 @@ static void test_type_ids_stay_when_a_type_goes_and_comes_back(void **state)
         assert_string_equal(cl.c.gpu_types[t].name, names[t]);
         assert_int_equal(cl.c.gpu_types[t].id, ids[t]);
     }
-    model_cluster_release(&cl);
+    cluster_view_release(&cl);
     /* A replace that changes a node's type gives the new type its id. */
     union object o = {0};
     assert_int_equal(decode_text(NODE, NODE_JSON("n4", "b", GPU(0, UUID(40), "L4", 23034)), 0, &o),
                      0);
-    assert_int_equal(model_node_replace(&m, &o.node, err, sizeof(err)), 0);
-    assert_int_equal(model_type_id_get(&m, "L4")->id, 4);
-    assert_int_equal(model_node_get(&m, "n4")->id, 13);
+    assert_int_equal(cluster_node_replace(&m, &o.node, err, sizeof(err)), 0);
+    assert_int_equal(cluster_type_id_get(&m, "L4")->id, 4);
+    assert_int_equal(cluster_node_get(&m, "n4")->id, 13);
     assert_int_equal(m.ntype_ids, 4);
-    model_release(&m);
+    cluster_release(&m);
 }
 
 static void test_type_id_set_restores_the_table_and_refuses_clashes(void **state)
 {
     (void)state;
-    struct model m;
-    model_init(&m);
-    assert_int_equal(model_type_id_set(&m, H100, 7, err, sizeof(err)), 0);
-    assert_int_equal(model_type_id_set(&m, A100, 3, err, sizeof(err)), 0);
-    assert_int_equal(model_type_id_set(&m, H100, 7, err, sizeof(err)), 0); /* again: fine */
-    assert_int_equal(model_type_id_set(&m, H100, 8, err, sizeof(err)), GPO_EEXIST);
+    struct cluster m;
+    cluster_init(&m);
+    assert_int_equal(cluster_type_id_set(&m, H100, 7, err, sizeof(err)), 0);
+    assert_int_equal(cluster_type_id_set(&m, A100, 3, err, sizeof(err)), 0);
+    assert_int_equal(cluster_type_id_set(&m, H100, 7, err, sizeof(err)), 0); /* again: fine */
+    assert_int_equal(cluster_type_id_set(&m, H100, 8, err, sizeof(err)), GPO_EEXIST);
     assert_string_equal(err, "GPU type 'H100-80GB' has id 7, not 8");
-    assert_int_equal(model_type_id_set(&m, "L4", 3, err, sizeof(err)), GPO_EEXIST);
+    assert_int_equal(cluster_type_id_set(&m, "L4", 3, err, sizeof(err)), GPO_EEXIST);
     assert_string_equal(err, "GPU type id 3 is 'A100-40GB''s, not 'L4''s");
-    assert_int_equal(model_type_id_set(&m, "L 4", 9, err, sizeof(err)), GPO_EINVAL);
-    assert_int_equal(model_type_id_set(&m, "L4", 0, err, sizeof(err)), GPO_EINVAL);
+    assert_int_equal(cluster_type_id_set(&m, "L 4", 9, err, sizeof(err)), GPO_EINVAL);
+    assert_int_equal(cluster_type_id_set(&m, "L4", 0, err, sizeof(err)), GPO_EINVAL);
     assert_int_equal(m.ntype_ids, 2);
     assert_string_equal(m.type_ids[0].name, A100);
     assert_int_equal(add(&m, POOL, 1, "{'name': 'a'}"), 0);
     assert_int_equal(add(&m, NODE, 2, NODE_JSON("n", "a", GPU(0, UUID(01), "L4", 23034))), 0);
-    assert_int_equal(model_type_id_get(&m, "L4")->id, 8); /* after the highest restored */
+    assert_int_equal(cluster_type_id_get(&m, "L4")->id, 8); /* after the highest restored */
     assert_int_equal(add(&m, NODE, 3, NODE_JSON("h", "a", GPU(0, UUID(02), H100, 81920))), 0);
-    assert_int_equal(model_type_id_get(&m, H100)->id, 7);
+    assert_int_equal(cluster_type_id_get(&m, H100)->id, 7);
     assert_int_equal(m.ntype_ids, 3);
-    model_release(&m);
+    cluster_release(&m);
 }
 
 static void test_build_cluster_takes_an_empty_model_and_refuses_too_many_types(void **state)
 {
     (void)state;
-    struct model m;
-    model_init(&m);
-    struct model_cluster cl;
-    assert_int_equal(model_build_cluster(&m, &cl, err, sizeof(err)), 0);
+    struct cluster m;
+    cluster_init(&m);
+    struct cluster_view cl;
+    assert_int_equal(cluster_view_build(&m, &cl, err, sizeof(err)), 0);
     assert_int_equal(cl.c.nnodes + cl.c.ngpus + cl.c.npools + cl.c.nteams + cl.c.ngpu_types, 0);
     assert_int_equal(sched_cluster_check(&cl.c, NULL), 0);
-    model_cluster_release(&cl);
+    cluster_view_release(&cl);
     assert_int_equal(add(&m, POOL, 1, "{'name': 'a'}"), 0);
     for (int i = 0; i <= SCHED_MAX_GPU_TYPES; i++) {
         char text[512];
@@ -781,13 +781,13 @@ static void test_build_cluster_takes_an_empty_model_and_refuses_too_many_types(v
                  i, i);
         assert_int_equal(add(&m, NODE, 10 + (uint32_t)i, text), 0);
     }
-    assert_int_equal(model_build_cluster(&m, &cl, err, sizeof(err)), GPO_E2BIG);
+    assert_int_equal(cluster_view_build(&m, &cl, err, sizeof(err)), GPO_E2BIG);
     assert_string_equal(err, "257 GPU types, the scheduler takes at most 256");
-    assert_int_equal(model_node_remove(&m, "n0"), 0);
-    assert_int_equal(model_build_cluster(&m, &cl, err, sizeof(err)), 0);
+    assert_int_equal(cluster_node_remove(&m, "n0"), 0);
+    assert_int_equal(cluster_view_build(&m, &cl, err, sizeof(err)), 0);
     assert_int_equal(cl.c.ngpu_types, 256);
-    model_cluster_release(&cl);
-    model_release(&m);
+    cluster_view_release(&cl);
+    cluster_release(&m);
 }
 
 /* ---- jobs and allocations -------------------------------------------------- */
@@ -795,10 +795,10 @@ static void test_build_cluster_takes_an_empty_model_and_refuses_too_many_types(v
 static void test_job_request_resolves_names_to_core_indices(void **state)
 {
     (void)state;
-    struct model m;
+    struct cluster m;
     fixture(&m);
-    struct model_cluster cl;
-    assert_int_equal(model_build_cluster(&m, &cl, err, sizeof(err)), 0);
+    struct cluster_view cl;
+    assert_int_equal(cluster_view_build(&m, &cl, err, sizeof(err)), 0);
     struct jobspec spec = {.pool = "a",
                            .gpu_type = H100,
                            .gpus = 2,
@@ -809,7 +809,7 @@ static void test_job_request_resolves_names_to_core_indices(void **state)
                            .multi_node = true,
                            .checkpointable = true};
     struct sched_job j;
-    assert_int_equal(model_job_request(&cl, &spec, "ml", "normal", &j, err, sizeof(err)), 0);
+    assert_int_equal(cluster_job_request(&cl, &spec, "ml", "normal", &j, err, sizeof(err)), 0);
     assert_int_equal(j.team, 0);
     assert_int_equal(j.prio, 1);
     assert_int_equal(j.pool, 0);
@@ -824,23 +824,23 @@ static void test_job_request_resolves_names_to_core_indices(void **state)
     assert_int_equal(j.submit_ms, 0);
     /* The job's own team and class win; no pool or type means any. */
     struct jobspec own = {.team = "vision", .priority = "high", .gpu_milli = 250, .cpus = 1};
-    assert_int_equal(model_job_request(&cl, &own, "ml", "normal", &j, err, sizeof(err)), 0);
+    assert_int_equal(cluster_job_request(&cl, &own, "ml", "normal", &j, err, sizeof(err)), 0);
     assert_int_equal(j.team, 1);
     assert_int_equal(j.prio, 0);
     assert_int_equal(j.pool, SCHED_ANY);
     assert_int_equal(j.gpu_type, SCHED_ANY);
     assert_int_equal(j.gpu_milli, 250);
-    model_cluster_release(&cl);
-    model_release(&m);
+    cluster_view_release(&cl);
+    cluster_release(&m);
 }
 
 static void test_job_request_names_what_it_cannot_resolve(void **state)
 {
     (void)state;
-    struct model m;
+    struct cluster m;
     fixture(&m);
-    struct model_cluster cl;
-    assert_int_equal(model_build_cluster(&m, &cl, err, sizeof(err)), 0);
+    struct cluster_view cl;
+    assert_int_equal(cluster_view_build(&m, &cl, err, sizeof(err)), 0);
     static const struct {
         struct jobspec spec;
         const char *user_team, *default_class, *msg;
@@ -859,29 +859,29 @@ static void test_job_request_names_what_it_cannot_resolve(void **state)
     };
     for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
         struct sched_job j = {.id = 99};
-        int rc = model_job_request(&cl, &cases[i].spec, cases[i].user_team, cases[i].default_class,
-                                   &j, err, sizeof(err));
+        int rc = cluster_job_request(&cl, &cases[i].spec, cases[i].user_team,
+                                     cases[i].default_class, &j, err, sizeof(err));
         if (rc != GPO_EINVAL || strcmp(err, cases[i].msg) != 0)
             fail_msg("case %zu: rc %d '%s', want '%s'", i, rc, err, cases[i].msg);
         assert_int_equal(j.id, 99); /* untouched */
     }
-    model_cluster_release(&cl);
-    model_release(&m);
+    cluster_view_release(&cl);
+    cluster_release(&m);
 }
 
 static void test_alloc_gpus_gives_node_uuid_index_and_share(void **state)
 {
     (void)state;
-    struct model m;
+    struct cluster m;
     fixture(&m);
-    struct model_cluster cl;
-    assert_int_equal(model_build_cluster(&m, &cl, err, sizeof(err)), 0);
+    struct cluster_view cl;
+    assert_int_equal(cluster_view_build(&m, &cl, err, sizeof(err)), 0);
     struct sched_share shares[] = {{.gpu = 6, .milli = 1000, .mem_mib = 81920},
                                    {.gpu = 2, .milli = 250, .mem_mib = 10240}};
     struct sched_alloc alloc = {.shares = shares, .nshares = 2};
-    struct model_alloc_gpu *gpus = NULL;
+    struct cluster_alloc_gpu *gpus = NULL;
     size_t n = 0;
-    assert_int_equal(model_alloc_gpus(&cl, &alloc, &gpus, &n), 0);
+    assert_int_equal(cluster_view_alloc_gpus(&cl, &alloc, &gpus, &n), 0);
     assert_int_equal(n, 2);
     assert_string_equal(gpus[0].node, "n3");
     assert_string_equal(gpus[0].uuid, UUID(33));
@@ -895,15 +895,15 @@ static void test_alloc_gpus_gives_node_uuid_index_and_share(void **state)
     free(gpus);
     shares[1].gpu = 7;
     gpus = NULL;
-    assert_int_equal(model_alloc_gpus(&cl, &alloc, &gpus, &n), GPO_EINVAL);
+    assert_int_equal(cluster_view_alloc_gpus(&cl, &alloc, &gpus, &n), GPO_EINVAL);
     assert_null(gpus);
     alloc.nshares = 0;
-    assert_int_equal(model_alloc_gpus(&cl, &alloc, &gpus, &n), 0);
+    assert_int_equal(cluster_view_alloc_gpus(&cl, &alloc, &gpus, &n), 0);
     assert_non_null(gpus);
     assert_int_equal(n, 0);
     free(gpus);
-    model_cluster_release(&cl);
-    model_release(&m);
+    cluster_view_release(&cl);
+    cluster_release(&m);
 }
 
 int main(void)

@@ -1,0 +1,52 @@
+/*
+ * cluster_int.h - what the files of src/cluster share and nobody else uses:
+ * the rules names are checked against (their text goes into messages) and
+ * the field checks every kind's decoder makes. Each check returns 0, or
+ * GPO_EINVAL with a message naming `field` (a path, "quotas[1].pool").
+ */
+#ifndef GPUORCH_CLUSTER_CLUSTER_INT_H
+#define GPUORCH_CLUSTER_CLUSTER_INT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cluster/cluster.h"
+#include "util/jsonv.h"
+
+/* User text fit to quote in a message (see jsonv_quote). */
+const char *cluster_quote(const char *s, char buf[JSONV_QUOTE_MAX + 4]);
+
+#define MILLI_MAX ((int64_t)CLUSTER_GPUS_MAX * SCHED_MILLI)
+
+#define NAME_RULE "1 to 63 bytes of a-z, 0-9, '-', '_' and '.', starting with a letter or digit"
+#define TYPE_RULE                                                                                  \
+    "1 to 63 bytes of letters, digits, '-', '_' and '.', starting with a letter or digit"
+#define HOST_RULE                                                                                  \
+    "labels of 1 to 63 letters, digits and '-' (not at either end) joined by '.', at most 253 "    \
+    "bytes"
+#define LOGIN_RULE "[a-z_][a-z0-9_-]*, at most 32 bytes"
+#define UUID_RULE  "'GPU-' and 8-4-4-4-12 hex digits, or 'MIG-' and its instance id"
+#define ADDR_RULE  "a host name, or an IPv4 or IPv6 address literal"
+
+/* "GPU-" and 8-4-4-4-12 hex digits, or "MIG-" and its instance id. */
+bool cluster_uuid_valid(const char *s);
+/* A host name, or an IPv4 or IPv6 literal: where the controller reaches an agent. */
+bool cluster_addr_valid(const char *s);
+
+/* s is present and valid(s); what names the shape and rule explains it. */
+int cluster_check_shape(bool (*valid)(const char *), const char *rule, const char *what,
+                        const char *field, const char *s, char *err, size_t errlen);
+int cluster_check_name(const char *field, const char *s, char *err, size_t errlen);
+int cluster_check_type(const char *field, const char *s, char *err, size_t errlen);
+/* A description of at most CLUSTER_DESC_MAX bytes (NULL is fine). */
+int cluster_check_desc(const char *s, char *err, size_t errlen);
+int cluster_check_range(const char *field, int64_t v, int64_t lo, int64_t hi, char *err,
+                        size_t errlen);
+/* A milli-GPU amount built by hand: 0..MILLI_MAX, or -1 where none_ok. */
+int cluster_check_milli(const char *field, int64_t v, bool none_ok, char *err, size_t errlen);
+/* A JSON number of GPUs (at most 3 decimals) as milli-GPU; -1 where none_ok. */
+int cluster_gpus_to_milli(const char *field, double x, bool none_ok, int64_t *ret, char *err,
+                          size_t errlen);
+
+#endif
