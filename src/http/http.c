@@ -487,6 +487,11 @@ const struct http_route *http_request_route(const struct http_request *req)
     return req->route;
 }
 
+const void *http_request_route_arg(const struct http_request *req)
+{
+    return req->route ? req->route->arg : NULL;
+}
+
 const char *http_request_param(const struct http_request *req, const char *name)
 {
     size_t n = name ? strlen(name) : 0;

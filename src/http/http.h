@@ -104,12 +104,16 @@ struct http_access {
  * (or the thread in http_server_stop). Must not block. */
 typedef void (*http_access_log_fn)(const struct http_access *entry, void *ctx);
 
-/* One row of a route table: the server's routes are a static const array. */
+/* One row of a route table: the server's routes are a static const array.
+ * `arg` says what the row means to its handler (which of several kinds a
+ * shared handler serves, drain or resume): a handler reads it with
+ * http_request_route_arg and never re-parses its path. */
 struct http_route {
     const char *method;      /* "GET", "POST", "PUT", "DELETE", ... (case matters) */
     const char *pattern;     /* "/v1/nodes/{name}/assignments": literal or {name} segments */
     http_handler_fn handler; /* never NULL */
     unsigned flags;          /* enum http_route_flag | HTTP_ROUTE_USER_FLAG(n) */
+    const void *arg;         /* the handler's, borrowed; may be NULL */
 };
 
 struct http_config {
@@ -181,6 +185,8 @@ const char *http_request_method(const struct http_request *req);
 const char *http_request_path(const struct http_request *req);
 /* The matched route (the caller's table row). */
 const struct http_route *http_request_route(const struct http_request *req);
+/* The matched route's arg. */
+const void *http_request_route_arg(const struct http_request *req);
 /* A path parameter by its {name}, percent-decoded, UTF-8, at most
  * HTTP_PARAM_MAX bytes; NULL when the pattern has no such name. */
 const char *http_request_param(const struct http_request *req, const char *name);

@@ -1,3 +1,7 @@
+/*
+ * server.c - `gpuorch server`: its flags, and the controller started and
+ * stopped through a table of subsystems (server.h).
+ */
 #include <errno.h>
 #include <inttypes.h>
 #include <signal.h>
@@ -7,12 +11,12 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "server/budget.h"
-#include "server/idle.h"
-#include "server/ledger.h"
+#include "base/err.h"
+#include "server/api/api.h"
+#include "server/sched/sched.h"
 #include "server/server.h"
-#include "server/ingest.h"
 #include "server/srv.h"
+#include "util/errbuf.h"
 #include "util/token.h"
 #include "base/banned.h"
 
@@ -89,16 +93,10 @@ static bool parse_listen(const char *v, struct server_config *cfg)
 
 #define HELP_SHOWN 3 /* parse_args: --help printed */
 
-struct args {
-    const char *port_file;
-    bool access_log;
-};
-
-static int parse_args(int argc, char **argv, struct server_config *cfg, struct args *a)
+static int parse_args(int argc, char **argv, struct server_config *cfg)
 {
     *cfg = (struct server_config){
         .body_limit = HTTP_DEFAULT_BODY_LIMIT, .pass_interval_ms = 5000, .node_timeout_ms = 60000};
-    *a = (struct args){0};
     const char *data = DEFAULT_DATA, *listen = DEFAULT_LISTEN;
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i];
@@ -107,7 +105,7 @@ static int parse_args(int argc, char **argv, struct server_config *cfg, struct a
             return HELP_SHOWN;
         }
         if (strcmp(f, "--access-log") == 0) {
-            a->access_log = true;
+            cfg->access_log = true;
             continue;
         }
         if (strcmp(f, "--metrics-public") == 0) {
@@ -179,7 +177,8 @@ static int parse_args(int argc, char **argv, struct server_config *cfg, struct a
             *(strcmp(f, "--pass-interval") == 0 ? &cfg->pass_interval_ms : &cfg->node_timeout_ms) =
                 n * 1000;
         } else {
-            a->port_file = v;
+            free(cfg->port_file);
+            cfg->port_file = strdup(v);
         }
     }
     if (!*data)
@@ -191,7 +190,7 @@ static int parse_args(int argc, char **argv, struct server_config *cfg, struct a
                            "both --tls-cert and --tls-key, or neither");
     char tzerr[256];
     /* Here, before any thread: it sets the process's TZ. */
-    if (srv_budget_tz_set(cfg->cost_tz, tzerr, sizeof(tzerr)) != 0) {
+    if (cost_tz_set(cfg->cost_tz, tzerr, sizeof(tzerr)) != 0) {
         fprintf(stderr, "gpuorch server: %s\n", tzerr);
         return 2;
     }
@@ -206,6 +205,7 @@ static void config_release(struct server_config *cfg)
     free(cfg->tls_cert);
     free(cfg->tls_key);
     free(cfg->cost_tz);
+    free(cfg->port_file);
 }
 
 static void access_log(const struct http_access *e, void *ctx)
@@ -213,6 +213,53 @@ static void access_log(const struct http_access *e, void *ctx)
     (void)ctx;
     fprintf(stderr, "%s %s %s %u %.3fms\n", e->client, e->method, e->path, e->status,
             (double)e->duration_us / 1000.0);
+}
+
+/* ---- the subsystems' starts and stops ------------------------------------------ */
+
+static int data_start(struct server *s, char *err, size_t errlen)
+{
+    if (mkdir(s->cfg.data_dir, 0700) != 0 && errno != EEXIST) {
+        int e = errno;
+        return errbuf_set(err, errlen, -e, "--data %s: %s", s->cfg.data_dir, strerror(e));
+    }
+    int rc = token_lib_init();
+    return rc ? errbuf_set(err, errlen, rc, "libsodium: %s", gpo_strerror(rc)) : 0;
+}
+
+static int store_start(struct server *s, char *err, size_t errlen)
+{
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/gpuorch.db", s->cfg.data_dir);
+    char msg[512];
+    int rc = store_open_sqlite(path, &s->store, msg, sizeof(msg));
+    if (rc)
+        return errbuf_set(err, errlen, rc, "%.400s: %.500s", path, msg);
+    if ((rc = store_epoch_acquire(s->store, &s->epoch)) != 0)
+        return errbuf_set(err, errlen, rc, "%.900s: taking the leader epoch: %s", path,
+                          gpo_strerror(rc));
+    return 0;
+}
+
+static void store_stop(struct server *s)
+{
+    store_close(s->store); /* every queued commit completes */
+}
+
+static int wire_start(struct server *s, char *err, size_t errlen)
+{
+    int rc = srv_init(s);
+    return rc ? errbuf_set(err, errlen, rc, "out of memory") : 0;
+}
+
+static int auth_start_(struct server *s, char *err, size_t errlen)
+{
+    return auth_start(&s->auth, s->store, s->cfg.data_dir, srv_now_ms(s), err, errlen);
+}
+
+static int config_start(struct server *s, char *err, size_t errlen)
+{
+    return config_load(&s->config, srv_now_ms(s), err, errlen);
 }
 
 /* The user names of user ids, for loading jobs: a small cache over the store. */
@@ -242,8 +289,8 @@ static const char *user_name(struct server *s, int64_t id, struct name_cache *c)
     return c->name;
 }
 
-/* Reloads every job from the store, page by page. */
-static int load_jobs(struct server *s, char *err, size_t errlen)
+/* Every job from the store, page by page. */
+static int jobs_start(struct server *s, char *err, size_t errlen)
 {
     struct store_job_filter f = STORE_JOB_FILTER_INIT;
     struct name_cache cache = {.id = STORE_NULL};
@@ -251,20 +298,18 @@ static int load_jobs(struct server *s, char *err, size_t errlen)
         struct store_job *rows = NULL;
         size_t n = 0;
         int rc = store_job_list(s->store, &f, &rows, &n);
-        if (rc) {
-            snprintf(err, errlen, "loading jobs: %s", gpo_strerror(rc));
-            return rc;
-        }
+        if (rc)
+            return errbuf_set(err, errlen, rc, "loading jobs: %s", gpo_strerror(rc));
         for (size_t k = 0; k < n && !rc; k++) {
-            struct srv_job *j;
-            rc = srv_job_from_row(&rows[k], user_name(s, rows[k].user_id, &cache), &j, err, errlen);
+            struct job *j;
+            rc = job_from_row(&rows[k], user_name(s, rows[k].user_id, &cache), &j, err, errlen);
             if (!rc && cache.unix_user[0] && !(j->unix_user = strdup(cache.unix_user))) {
-                srv_job_free(j);
-                rc = -ENOMEM;
+                job_free(j);
+                rc = GPO_ENOMEM;
                 continue;
             }
-            if (!rc && (rc = srv_job_add(s, j)))
-                srv_job_free(j);
+            if (!rc && (rc = jobs_add(&s->jobs, j)))
+                job_free(j);
             f.after_id = rows[k].id;
         }
         store_jobs_free(rows, n);
@@ -275,101 +320,113 @@ static int load_jobs(struct server *s, char *err, size_t errlen)
     }
 }
 
-static int start(struct server *s, const struct args *a, char *err, size_t errlen)
+static int sched_load_(struct server *s, char *err, size_t errlen)
 {
-    if (mkdir(s->cfg.data_dir, 0700) != 0 && errno != EEXIST) {
-        snprintf(err, errlen, "--data %s: %s", s->cfg.data_dir, strerror(errno));
-        return -errno;
-    }
-    int rc = token_lib_init();
-    if (rc) {
-        snprintf(err, errlen, "libsodium: %s", gpo_strerror(rc));
-        return rc;
-    }
-    char path[4200];
-    snprintf(path, sizeof(path), "%s/gpuorch.db", s->cfg.data_dir);
-    char msg[512];
-    if ((rc = store_open_sqlite(path, &s->store, msg, sizeof(msg))) != 0) {
-        snprintf(err, errlen, "%.400s: %.500s", path, msg);
-        return rc;
-    }
-    if ((rc = store_epoch_acquire(s->store, &s->epoch)) != 0) {
-        snprintf(err, errlen, "%.900s: taking the leader epoch: %s", path, gpo_strerror(rc));
-        return rc;
-    }
-    if ((rc = srv_auth_bootstrap(s, err, errlen)) != 0 ||
-        (rc = srv_config_load(s, err, errlen)) != 0 || (rc = srv_nodes_load(s, err, errlen)) != 0 ||
-        (rc = load_jobs(s, err, errlen)) != 0 || (rc = srv_loop_load(s, err, errlen)) != 0 ||
-        (rc = srv_ledger_load(s, err, errlen)) != 0)
-        return rc;
-    if ((rc = srv_ingest_init(s, srv_now_ms())) != 0) {
-        snprintf(err, errlen, "metrics series: out of memory");
-        return rc;
-    }
+    return sched_load(s, err, errlen);
+}
+
+static int cost_start(struct server *s, char *err, size_t errlen)
+{
+    return cost_load(&s->cost, srv_now_ms(s), err, errlen);
+}
+
+static int monitor_start(struct server *s, char *err, size_t errlen)
+{
+    struct monitor_config mc = {.node_timeout_ms = s->cfg.node_timeout_ms,
+                                .retention_days = s->cfg.metrics_retention_days,
+                                .minute_ms = s->cfg.metrics_minute_ms,
+                                .mono_ns = s->clock.mono_ns};
+    int rc = monitor_init(&s->monitor, &mc, &s->lock, &s->cluster, &s->jobs, &s->nodes, s->store,
+                          srv_now_ms(s));
+    return rc ? errbuf_set(err, errlen, rc, "metrics series: out of memory") : 0;
+}
+
+static int loop_start(struct server *s, char *err, size_t errlen)
+{
+    int rc = sched_start(s);
+    return rc ? errbuf_set(err, errlen, rc, "starting the scheduling loop: %s", gpo_strerror(rc))
+              : 0;
+}
+
+static void loop_stop(struct server *s)
+{
+    sched_stop(s);
+}
+
+static int http_start(struct server *s, char *err, size_t errlen)
+{
+    size_t nroutes = 0;
+    if (!(s->routes = api_routes_build(&nroutes)))
+        return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
     struct http_config hc = {.bind_addr = s->cfg.bind,
                              .port = s->cfg.port,
                              .body_limit = s->cfg.body_limit,
                              .tls_cert_file = s->cfg.tls_cert,
                              .tls_key_file = s->cfg.tls_key,
-                             .routes = srv_routes,
-                             .nroutes = srv_nroutes,
-                             .authorize = srv_authorize,
-                             .access_log = a->access_log ? access_log : NULL,
+                             .routes = s->routes,
+                             .nroutes = nroutes,
+                             .authorize = api_authorize,
+                             .access_log = s->cfg.access_log ? access_log : NULL,
                              .ctx = s};
-    if ((rc = http_server_new(&hc, &s->http, err, errlen)) != 0 ||
-        (rc = http_server_start(s->http, err, errlen)) != 0)
+    int rc = http_server_new(&hc, &s->http, err, errlen);
+    if (rc || (rc = http_server_start(s->http, err, errlen)) != 0)
         return rc;
-    if ((rc = srv_loop_start(s)) != 0) {
-        snprintf(err, errlen, "starting the scheduling loop: %s", gpo_strerror(rc));
-        return rc;
-    }
-    if (a->port_file) {
-        FILE *pf = fopen(a->port_file, "w");
-        if (!pf || fprintf(pf, "%u\n", http_server_port(s->http)) < 0 || fclose(pf) != 0) {
-            snprintf(err, errlen, "--port-file %s: %s", a->port_file, strerror(errno));
-            return -EIO;
-        }
+    if (s->cfg.port_file) {
+        FILE *pf = fopen(s->cfg.port_file, "w");
+        if (!pf || fprintf(pf, "%u\n", http_server_port(s->http)) < 0 || fclose(pf) != 0)
+            return errbuf_set(err, errlen, GPO_EIO, "--port-file %s: %s", s->cfg.port_file,
+                              strerror(errno));
     }
     return 0;
 }
 
-static void stop(struct server *s)
+static void http_stop(struct server *s)
 {
-    http_server_stop(s->http);    /* no handler runs after this; suspended requests get 503 */
-    srv_nodes_release_waiters(s); /* our completions of the long-polls it answered */
+    http_server_stop(s->http);        /* no handler runs after this; suspended requests get 503 */
+    nodes_release_waiters(&s->nodes); /* our completions of the long-polls it answered */
     /* Log proxy workers see their streams closed within about a second (an
      * agent that does not answer: its timeout); none may outlive s. */
     atomic_store(&s->logs_stop, true);
     for (int k = 0; k < 3000 && atomic_load(&s->logs_workers); k++)
         nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
-    srv_loop_stop(s);
-    store_close(s->store); /* every queued commit completes */
+}
+
+/*
+ * Started in order; a failed start stops those started before it, in
+ * reverse. A stop only quiesces (threads, the HTTP server, the store's
+ * queue); memory is freed after every stop, so that the store's last
+ * completions still find what they apply to.
+ */
+static const struct subsystem {
+    const char *name;
+    int (*start)(struct server *s, char *err, size_t errlen);
+    void (*stop)(struct server *s);
+} subsystems[] = {
+    {"data directory", data_start, NULL},  {"store", store_start, store_stop},
+    {"state", wire_start, NULL},           {"auth", auth_start_, NULL},
+    {"configuration", config_start, NULL}, {"jobs", jobs_start, NULL},
+    {"attempts", sched_load_, NULL},       {"cost", cost_start, NULL},
+    {"monitor", monitor_start, NULL},      {"loop", loop_start, loop_stop},
+    {"http", http_start, http_stop},
+};
+#define NSUBSYSTEMS (sizeof(subsystems) / sizeof(subsystems[0]))
+
+/* Stops the first n subsystems, the last first, and frees the server. */
+static void stop(struct server *s, size_t n)
+{
+    while (n-- > 0)
+        if (subsystems[n].stop)
+            subsystems[n].stop(s);
     http_server_free(s->http);
-    sched_state_release(&s->sched);
-    for (size_t k = 0; k < s->nnodes_rt; k++)
-        json_decref(s->nodes_rt[k].sample), json_decref(s->nodes_rt[k].dirty);
-    free(s->nodes_rt);
-    for (size_t k = 0; k < s->nended; k++)
-        srv_attempt_release(&s->ended[k].att);
-    free(s->ended);
-    srv_idle_release(s);
-    srv_ledger_free(s);
-    srv_metrics_release(s);
-    srv_ingest_free(s); /* after store_close: flush completions count into it */
-    for (size_t k = 0; k < s->njobs; k++)
-        srv_job_free(s->jobs[k]);
-    free(s->jobs);
-    cluster_release(&s->cluster);
-    pthread_cond_destroy(&s->loop_cv);
-    pthread_mutex_destroy(&s->lock);
+    free(s->routes);
+    srv_release(s);
     config_release(&s->cfg);
 }
 
 int server_command(int argc, char **argv)
 {
     struct server s = {0};
-    struct args a;
-    int rc = parse_args(argc, argv, &s.cfg, &a);
+    int rc = parse_args(argc, argv, &s.cfg);
     if (rc) {
         config_release(&s.cfg);
         return rc == HELP_SHOWN ? 0 : rc;
@@ -381,25 +438,24 @@ int server_command(int argc, char **argv)
     sigaddset(&sigs, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
-    pthread_mutex_init(&s.lock, NULL);
-    pthread_cond_init(&s.loop_cv, NULL);
-    cluster_init(&s.cluster);
-    sched_state_init(&s.sched);
-    sched_policy_default(&s.policy);
+    s.clock = (struct srv_clock){srv_clock_realtime_ms, srv_clock_monotonic_ns, NULL};
     char err[1024] = "";
-    if ((rc = start(&s, &a, err, sizeof(err))) != 0) {
-        fprintf(stderr, "gpuorch server: %s\n", err);
-        stop(&s);
-        return 1;
+    size_t started = 0;
+    for (; started < NSUBSYSTEMS; started++) {
+        if (subsystems[started].start(&s, err, sizeof(err)) != 0) {
+            fprintf(stderr, "gpuorch server: %s\n", err);
+            stop(&s, started);
+            return 1;
+        }
     }
     printf("gpuorch server: listening on %s://%s%s%s:%u (epoch %" PRId64 ", %zu jobs)\n",
            s.cfg.tls_cert ? "https" : "http", strchr(s.cfg.bind, ':') ? "[" : "", s.cfg.bind,
-           strchr(s.cfg.bind, ':') ? "]" : "", http_server_port(s.http), s.epoch, s.njobs);
-    printf("gpuorch server: admin token in %s\n", s.admin_token_path);
+           strchr(s.cfg.bind, ':') ? "]" : "", http_server_port(s.http), s.epoch, s.jobs.n);
+    printf("gpuorch server: admin token in %s\n", s.auth.admin_token_path);
     fflush(stdout);
     int sig = 0;
     sigwait(&sigs, &sig);
     printf("gpuorch server: %s, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
-    stop(&s);
+    stop(&s, NSUBSYSTEMS);
     return 0;
 }

@@ -17,10 +17,9 @@
 #include <jansson.h>
 
 #include "base/err.h"
-#include "server/idle.h"
+#include "server/monitor/monitor.h"
 #include "cluster/cluster.h"
-#include "server/prom.h"
-#include "server/srv.h"
+#include "util/prom.h"
 #include "base/banned.h"
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
@@ -156,12 +155,12 @@ static void team_carries_idle_through_json_round_trip(void **state)
 
 /* ---- one attempt's decision -------------------------------------------- */
 
-static const struct srv_idle_obs IDLE_ALL = {.all_fresh = true};
-static const struct srv_idle_obs STALE = {.all_fresh = false};
+static const struct monitor_idle_obs IDLE_ALL = {.all_fresh = true};
+static const struct monitor_idle_obs STALE = {.all_fresh = false};
 
-static struct srv_idle_obs busy_at(int64_t ms)
+static struct monitor_idle_obs busy_at(int64_t ms)
 {
-    return (struct srv_idle_obs){.busy = true, .all_fresh = true, .busy_ms = ms};
+    return (struct monitor_idle_obs){.busy = true, .all_fresh = true, .busy_ms = ms};
 }
 
 static struct cluster_idle policy(enum cluster_idle_action a, int64_t window_s, int64_t warning_s)
@@ -177,22 +176,23 @@ static struct cluster_idle policy(enum cluster_idle_action a, int64_t window_s, 
 static void first_tick_starts_the_clock_and_flags_only_after_a_full_window(void **state)
 {
     (void)state;
-    struct srv_idle_track tr = {0};
+    struct attempt_idle tr = {0};
     struct cluster_idle p = policy(CLUSTER_IDLE_REPORT, 1800, 600);
     int64_t t0 = 1000000;
     /* Idle from the very first tick: the window counts from there. */
-    assert_int_equal(srv_idle_step(&tr, &p, &IDLE_ALL, t0), SRV_IDLE_NONE);
+    assert_int_equal(monitor_idle_step(&tr, &p, &IDLE_ALL, t0), MONITOR_IDLE_NONE);
     assert_int_equal(tr.active_ms, t0);
-    assert_int_equal(srv_idle_step(&tr, &p, &IDLE_ALL, t0 + 29 * MIN_MS), SRV_IDLE_NONE);
-    assert_int_equal(srv_idle_step(&tr, &p, &IDLE_ALL, t0 + 30 * MIN_MS - 1), SRV_IDLE_NONE);
+    assert_int_equal(monitor_idle_step(&tr, &p, &IDLE_ALL, t0 + 29 * MIN_MS), MONITOR_IDLE_NONE);
+    assert_int_equal(monitor_idle_step(&tr, &p, &IDLE_ALL, t0 + 30 * MIN_MS - 1),
+                     MONITOR_IDLE_NONE);
     assert_int_equal(tr.since_ms, 0);
-    assert_int_equal(srv_idle_step(&tr, &p, &IDLE_ALL, t0 + 30 * MIN_MS), SRV_IDLE_FLAGGED);
+    assert_int_equal(monitor_idle_step(&tr, &p, &IDLE_ALL, t0 + 30 * MIN_MS), MONITOR_IDLE_FLAGGED);
     assert_int_equal(tr.since_ms, t0);
     assert_int_equal(tr.flagged_ms, t0 + 30 * MIN_MS);
     assert_int_equal(tr.threshold_pct, 5);
     assert_int_equal(tr.window_s, 1800);
     /* report: flagged and nothing more, however long it stays idle. */
-    assert_int_equal(srv_idle_step(&tr, &p, &IDLE_ALL, t0 + 300 * MIN_MS), SRV_IDLE_NONE);
+    assert_int_equal(monitor_idle_step(&tr, &p, &IDLE_ALL, t0 + 300 * MIN_MS), MONITOR_IDLE_NONE);
     assert_int_equal(tr.warned_ms, 0);
     assert_int_equal(tr.action_ms, 0);
 }
@@ -200,42 +200,42 @@ static void first_tick_starts_the_clock_and_flags_only_after_a_full_window(void 
 static void busy_sample_restarts_the_window_and_clears_a_flag(void **state)
 {
     (void)state;
-    struct srv_idle_track tr = {0};
+    struct attempt_idle tr = {0};
     struct cluster_idle p = policy(CLUSTER_IDLE_REPORT, 1800, 600);
     int64_t t0 = 1000000;
-    srv_idle_step(&tr, &p, &IDLE_ALL, t0);
-    struct srv_idle_obs busy = busy_at(t0 + 20 * MIN_MS);
-    assert_int_equal(srv_idle_step(&tr, &p, &busy, t0 + 20 * MIN_MS + 500), SRV_IDLE_NONE);
+    monitor_idle_step(&tr, &p, &IDLE_ALL, t0);
+    struct monitor_idle_obs busy = busy_at(t0 + 20 * MIN_MS);
+    assert_int_equal(monitor_idle_step(&tr, &p, &busy, t0 + 20 * MIN_MS + 500), MONITOR_IDLE_NONE);
     assert_int_equal(tr.active_ms, t0 + 20 * MIN_MS);
-    assert_int_equal(srv_idle_step(&tr, &p, &IDLE_ALL, t0 + 40 * MIN_MS), SRV_IDLE_NONE);
-    assert_int_equal(srv_idle_step(&tr, &p, &IDLE_ALL, t0 + 50 * MIN_MS), SRV_IDLE_FLAGGED);
+    assert_int_equal(monitor_idle_step(&tr, &p, &IDLE_ALL, t0 + 40 * MIN_MS), MONITOR_IDLE_NONE);
+    assert_int_equal(monitor_idle_step(&tr, &p, &IDLE_ALL, t0 + 50 * MIN_MS), MONITOR_IDLE_FLAGGED);
     assert_int_equal(tr.since_ms, t0 + 20 * MIN_MS);
     busy = busy_at(t0 + 51 * MIN_MS);
-    assert_int_equal(srv_idle_step(&tr, &p, &busy, t0 + 51 * MIN_MS), SRV_IDLE_CLEARED);
+    assert_int_equal(monitor_idle_step(&tr, &p, &busy, t0 + 51 * MIN_MS), MONITOR_IDLE_CLEARED);
     assert_int_equal(tr.since_ms, 0);
     assert_int_equal(tr.flagged_ms, 0);
     assert_int_equal(tr.active_ms, t0 + 51 * MIN_MS);
     /* It takes a whole new window to be flagged again. */
-    assert_int_equal(srv_idle_step(&tr, &p, &IDLE_ALL, t0 + 80 * MIN_MS), SRV_IDLE_NONE);
-    assert_int_equal(srv_idle_step(&tr, &p, &IDLE_ALL, t0 + 81 * MIN_MS), SRV_IDLE_FLAGGED);
+    assert_int_equal(monitor_idle_step(&tr, &p, &IDLE_ALL, t0 + 80 * MIN_MS), MONITOR_IDLE_NONE);
+    assert_int_equal(monitor_idle_step(&tr, &p, &IDLE_ALL, t0 + 81 * MIN_MS), MONITOR_IDLE_FLAGGED);
 }
 
 static void stale_samples_neither_flag_nor_clear(void **state)
 {
     (void)state;
-    struct srv_idle_track tr = {0};
+    struct attempt_idle tr = {0};
     struct cluster_idle p = policy(CLUSTER_IDLE_CANCEL, 1800, 600);
     int64_t t0 = 1000000;
-    srv_idle_step(&tr, &p, &IDLE_ALL, t0);
+    monitor_idle_step(&tr, &p, &IDLE_ALL, t0);
     /* Past the window, but a GPU was not heard from: no flag yet. */
-    assert_int_equal(srv_idle_step(&tr, &p, &STALE, t0 + 31 * MIN_MS), SRV_IDLE_NONE);
+    assert_int_equal(monitor_idle_step(&tr, &p, &STALE, t0 + 31 * MIN_MS), MONITOR_IDLE_NONE);
     assert_int_equal(tr.since_ms, 0);
-    assert_int_equal(srv_idle_step(&tr, &p, &IDLE_ALL, t0 + 32 * MIN_MS), SRV_IDLE_WARNED);
+    assert_int_equal(monitor_idle_step(&tr, &p, &IDLE_ALL, t0 + 32 * MIN_MS), MONITOR_IDLE_WARNED);
     /* Flagged and warned: stale ticks keep the flag and never act. */
-    assert_int_equal(srv_idle_step(&tr, &p, &STALE, t0 + 45 * MIN_MS), SRV_IDLE_NONE);
+    assert_int_equal(monitor_idle_step(&tr, &p, &STALE, t0 + 45 * MIN_MS), MONITOR_IDLE_NONE);
     assert_int_not_equal(tr.since_ms, 0);
-    assert_int_equal(srv_idle_step(&tr, &p, &STALE, t0 + 90 * MIN_MS), SRV_IDLE_NONE);
-    assert_int_equal(srv_idle_step(&tr, &p, &IDLE_ALL, t0 + 91 * MIN_MS), SRV_IDLE_ACT);
+    assert_int_equal(monitor_idle_step(&tr, &p, &STALE, t0 + 90 * MIN_MS), MONITOR_IDLE_NONE);
+    assert_int_equal(monitor_idle_step(&tr, &p, &IDLE_ALL, t0 + 91 * MIN_MS), MONITOR_IDLE_ACT);
 }
 
 static void warning_then_action_unless_busy_again(void **state)
@@ -243,46 +243,47 @@ static void warning_then_action_unless_busy_again(void **state)
     (void)state;
     struct cluster_idle p = policy(CLUSTER_IDLE_REQUEUE, 1800, 600);
     int64_t t0 = 1000000, flag = t0 + 30 * MIN_MS;
-    struct srv_idle_track tr = {0};
-    srv_idle_step(&tr, &p, &IDLE_ALL, t0);
-    assert_int_equal(srv_idle_step(&tr, &p, &IDLE_ALL, flag), SRV_IDLE_WARNED);
+    struct attempt_idle tr = {0};
+    monitor_idle_step(&tr, &p, &IDLE_ALL, t0);
+    assert_int_equal(monitor_idle_step(&tr, &p, &IDLE_ALL, flag), MONITOR_IDLE_WARNED);
     assert_int_equal(tr.warned_ms, flag);
     assert_int_equal(tr.action_ms, flag + 10 * MIN_MS);
     assert_int_equal(tr.action, CLUSTER_IDLE_REQUEUE);
-    assert_int_equal(srv_idle_step(&tr, &p, &IDLE_ALL, flag + 10 * MIN_MS - 1), SRV_IDLE_NONE);
-    assert_int_equal(srv_idle_step(&tr, &p, &IDLE_ALL, flag + 10 * MIN_MS), SRV_IDLE_ACT);
+    assert_int_equal(monitor_idle_step(&tr, &p, &IDLE_ALL, flag + 10 * MIN_MS - 1),
+                     MONITOR_IDLE_NONE);
+    assert_int_equal(monitor_idle_step(&tr, &p, &IDLE_ALL, flag + 10 * MIN_MS), MONITOR_IDLE_ACT);
 
     /* The same, but a busy sample during the warning: no action, unflagged. */
-    struct srv_idle_track tr2 = {0};
-    srv_idle_step(&tr2, &p, &IDLE_ALL, t0);
-    assert_int_equal(srv_idle_step(&tr2, &p, &IDLE_ALL, flag), SRV_IDLE_WARNED);
-    struct srv_idle_obs busy = busy_at(flag + 5 * MIN_MS);
-    assert_int_equal(srv_idle_step(&tr2, &p, &busy, flag + 5 * MIN_MS), SRV_IDLE_CLEARED);
+    struct attempt_idle tr2 = {0};
+    monitor_idle_step(&tr2, &p, &IDLE_ALL, t0);
+    assert_int_equal(monitor_idle_step(&tr2, &p, &IDLE_ALL, flag), MONITOR_IDLE_WARNED);
+    struct monitor_idle_obs busy = busy_at(flag + 5 * MIN_MS);
+    assert_int_equal(monitor_idle_step(&tr2, &p, &busy, flag + 5 * MIN_MS), MONITOR_IDLE_CLEARED);
     assert_int_equal(tr2.warned_ms, 0);
     assert_int_equal(tr2.action_ms, 0);
-    assert_int_equal(srv_idle_step(&tr2, &p, &IDLE_ALL, flag + 11 * MIN_MS), SRV_IDLE_NONE);
+    assert_int_equal(monitor_idle_step(&tr2, &p, &IDLE_ALL, flag + 11 * MIN_MS), MONITOR_IDLE_NONE);
 
     /* A zero warning acts at the next idle tick after the flag, not at it. */
     struct cluster_idle now = policy(CLUSTER_IDLE_CANCEL, 60, 0);
-    struct srv_idle_track tr3 = {0};
-    srv_idle_step(&tr3, &now, &IDLE_ALL, t0);
-    assert_int_equal(srv_idle_step(&tr3, &now, &IDLE_ALL, t0 + MIN_MS), SRV_IDLE_WARNED);
-    assert_int_equal(srv_idle_step(&tr3, &now, &IDLE_ALL, t0 + MIN_MS + 1), SRV_IDLE_ACT);
+    struct attempt_idle tr3 = {0};
+    monitor_idle_step(&tr3, &now, &IDLE_ALL, t0);
+    assert_int_equal(monitor_idle_step(&tr3, &now, &IDLE_ALL, t0 + MIN_MS), MONITOR_IDLE_WARNED);
+    assert_int_equal(monitor_idle_step(&tr3, &now, &IDLE_ALL, t0 + MIN_MS + 1), MONITOR_IDLE_ACT);
 }
 
 static void policy_changed_while_flagged_applies_from_the_next_tick(void **state)
 {
     (void)state;
     struct cluster_idle p = policy(CLUSTER_IDLE_REPORT, 60, 120);
-    struct srv_idle_track tr = {0};
+    struct attempt_idle tr = {0};
     int64_t t0 = 1000000;
-    srv_idle_step(&tr, &p, &IDLE_ALL, t0);
-    assert_int_equal(srv_idle_step(&tr, &p, &IDLE_ALL, t0 + MIN_MS), SRV_IDLE_FLAGGED);
+    monitor_idle_step(&tr, &p, &IDLE_ALL, t0);
+    assert_int_equal(monitor_idle_step(&tr, &p, &IDLE_ALL, t0 + MIN_MS), MONITOR_IDLE_FLAGGED);
     p.action = CLUSTER_IDLE_CANCEL; /* the team's policy becomes cancel */
-    assert_int_equal(srv_idle_step(&tr, &p, &IDLE_ALL, t0 + 2 * MIN_MS), SRV_IDLE_WARNED);
+    assert_int_equal(monitor_idle_step(&tr, &p, &IDLE_ALL, t0 + 2 * MIN_MS), MONITOR_IDLE_WARNED);
     assert_int_equal(tr.action_ms, t0 + 4 * MIN_MS);
     p.action = CLUSTER_IDLE_REPORT; /* and back: the warning is withdrawn */
-    assert_int_equal(srv_idle_step(&tr, &p, &IDLE_ALL, t0 + 5 * MIN_MS), SRV_IDLE_NONE);
+    assert_int_equal(monitor_idle_step(&tr, &p, &IDLE_ALL, t0 + 5 * MIN_MS), MONITOR_IDLE_NONE);
     assert_int_equal(tr.action_ms, 0);
     assert_int_not_equal(tr.since_ms, 0);
 }
@@ -296,95 +297,97 @@ static json_t *sample2(json_int_t a, json_int_t b)
                      "GPU-cccccccc-0000-0000-0000-000000000000", "error", "lost");
 }
 
-static struct srv_share shares2[] = {{"n1", GPU_A, 1000, 0}, {"n1", GPU_B, 1000, 0}};
+static struct attempt_share shares2[] = {{"n1", GPU_A, 1000, 0}, {"n1", GPU_B, 1000, 0}};
 
 static void observe_needs_every_gpu_under_the_threshold(void **state)
 {
     (void)state;
-    struct srv_attempt a = {.n = 1, .shares = shares2, .nshares = 2};
-    struct srv_idle_samples t = {0};
+    struct attempt a = {.n = 1, .shares = shares2, .nshares = 2};
+    struct monitor_idle_samples t = {0};
     json_t *s = sample2(4, 90);
-    assert_int_equal(srv_idle_samples_add(&t, s, 5000), 0);
+    assert_int_equal(monitor_idle_samples_add(&t, s, 5000), 0);
     assert_int_equal(t.n, 2); /* the GPU with an error is left out */
-    srv_idle_samples_sort(&t);
-    struct srv_idle_obs o = srv_idle_observe(&a, &t, 5);
+    monitor_idle_samples_sort(&t);
+    struct monitor_idle_obs o = monitor_idle_observe(&a, &t, 5);
     assert_true(o.busy); /* one busy GPU of two keeps the job active */
     assert_int_equal(o.busy_ms, 5000);
-    srv_idle_samples_release(&t);
+    monitor_idle_samples_release(&t);
     json_decref(s);
 
     /* Threshold edges: at the threshold is busy, one under is idle. */
     s = sample2(4, 5);
-    srv_idle_samples_add(&t, s, 6000);
-    srv_idle_samples_sort(&t);
-    assert_true(srv_idle_observe(&a, &t, 5).busy);
-    o = srv_idle_observe(&a, &t, 6);
+    monitor_idle_samples_add(&t, s, 6000);
+    monitor_idle_samples_sort(&t);
+    assert_true(monitor_idle_observe(&a, &t, 5).busy);
+    o = monitor_idle_observe(&a, &t, 6);
     assert_false(o.busy);
     assert_true(o.all_fresh);
     /* Threshold 0: nothing is under it, never idle. */
-    assert_true(srv_idle_observe(&a, &t, 0).busy);
-    srv_idle_samples_release(&t);
+    assert_true(monitor_idle_observe(&a, &t, 0).busy);
+    monitor_idle_samples_release(&t);
     json_decref(s);
 
     /* A GPU with no fresh sample: not all fresh, and no evidence of use. */
     json_t *one =
         json_pack("{s:[{s:s, s:I}]}", "gpus", "uuid", GPU_B, "utilization_pct", (json_int_t)0);
-    srv_idle_samples_add(&t, one, 7000);
-    srv_idle_samples_sort(&t);
-    o = srv_idle_observe(&a, &t, 5);
+    monitor_idle_samples_add(&t, one, 7000);
+    monitor_idle_samples_sort(&t);
+    o = monitor_idle_observe(&a, &t, 5);
     assert_false(o.busy);
     assert_false(o.all_fresh);
-    srv_idle_samples_release(&t);
-    o = srv_idle_observe(&a, &t, 5); /* an empty table */
+    monitor_idle_samples_release(&t);
+    o = monitor_idle_observe(&a, &t, 5); /* an empty table */
     assert_false(o.busy);
     assert_false(o.all_fresh);
     json_decref(one);
 
     /* A quarter of a shared GPU is judged by the whole GPU's utilization. */
-    struct srv_share quarter = {"n1", GPU_A, 250, 0};
-    struct srv_attempt frac = {.n = 1, .shares = &quarter, .nshares = 1};
+    struct attempt_share quarter = {"n1", GPU_A, 250, 0};
+    struct attempt frac = {.n = 1, .shares = &quarter, .nshares = 1};
     s = sample2(40, 0);
-    srv_idle_samples_add(&t, s, 8000);
-    srv_idle_samples_sort(&t);
-    assert_true(srv_idle_observe(&frac, &t, 40).busy);
-    o = srv_idle_observe(&frac, &t, 41);
+    monitor_idle_samples_add(&t, s, 8000);
+    monitor_idle_samples_sort(&t);
+    assert_true(monitor_idle_observe(&frac, &t, 40).busy);
+    o = monitor_idle_observe(&frac, &t, 41);
     assert_false(o.busy);
     assert_true(o.all_fresh);
-    srv_idle_samples_release(&t);
+    monitor_idle_samples_release(&t);
     json_decref(s);
 }
 
 /* ---- a tick over a hand-built server ----------------------------------- */
 
 struct fixture {
-    struct server s;
-    struct srv_job job;
-    struct srv_job *jobs[1];
-    struct srv_node_rt rt[1];
+    struct monitor m;
+    struct cluster cluster;
+    struct jobs jobs;
+    struct nodes nodes;
+    struct job job;
+    struct job *v[1];
+    struct node_rt rt[1];
 };
 
 static void fixture_init(struct fixture *f, const char *team_idle)
 {
     memset(f, 0, sizeof(*f));
-    cluster_init(&f->s.cluster);
+    cluster_init(&f->cluster);
     char text[256];
     snprintf(text, sizeof(text), "{\"name\": \"ml\", \"idle\": %s}", team_idle);
     json_t *o = parse(text);
     struct cluster_team t;
     assert_int_equal(cluster_team_decode(o, 0, &t, err, sizeof(err)), 0);
     t.id = 1;
-    assert_int_equal(cluster_team_add(&f->s.cluster, &t, err, sizeof(err)), 0);
+    assert_int_equal(cluster_team_add(&f->cluster, &t, err, sizeof(err)), 0);
     json_decref(o);
-    f->job = (struct srv_job){.id = 7, .team = "ml", .state = SRV_JOB_RUNNING};
+    f->job = (struct job){.id = 7, .team = "ml", .state = JOB_RUNNING};
     f->job.spec.project = "llm";
-    f->job.att = (struct srv_attempt){
+    f->job.att = (struct attempt){
         .n = 1, .running = true, .start_ms = 1000, .shares = shares2, .nshares = 2};
-    f->jobs[0] = &f->job;
-    f->s.jobs = f->jobs;
-    f->s.njobs = 1;
+    f->v[0] = &f->job;
+    f->jobs = (struct jobs){.v = f->v, .n = 1};
     snprintf(f->rt[0].name, sizeof(f->rt[0].name), "n1");
-    f->s.nodes_rt = f->rt;
-    f->s.nnodes_rt = 1;
+    f->nodes = (struct nodes){.v = f->rt, .n = 1};
+    f->m = (struct monitor){.cluster = &f->cluster, .jobs = &f->jobs, .nodes = &f->nodes};
 }
 
 static void fixture_sample(struct fixture *f, json_int_t a, json_int_t b, int64_t ms)
@@ -397,8 +400,17 @@ static void fixture_sample(struct fixture *f, json_int_t a, json_int_t b, int64_
 static void fixture_release(struct fixture *f)
 {
     json_decref(f->rt[0].sample);
-    srv_idle_release(&f->s);
-    cluster_release(&f->s.cluster);
+    monitor_release(&f->m);
+    cluster_release(&f->cluster);
+}
+
+/* One tick of the tracker; the acts it orders are not needed here. */
+static void tick(struct fixture *f, int64_t now)
+{
+    struct monitor_idle_act *acts = NULL;
+    size_t n = 0;
+    assert_int_equal(monitor_idle_tick(&f->m, now, &acts, &n), 0);
+    free(acts);
 }
 
 static void tick_flags_a_job_on_fresh_idle_samples_and_shows_it(void **state)
@@ -408,17 +420,17 @@ static void tick_flags_a_job_on_fresh_idle_samples_and_shows_it(void **state)
     fixture_init(&f, "{\"threshold_pct\": 10, \"window_s\": 2}");
     int64_t t0 = 1800000000000;
     fixture_sample(&f, 0, 3, t0 - 100);
-    srv_idle_tick(&f.s, t0); /* first sight */
-    json_t *j = srv_idle_job_json(&f.job);
+    tick(&f, t0); /* first sight */
+    json_t *j = monitor_idle_job_json(&f.job);
     assert_true(json_is_null(j));
     json_decref(j);
     /* No new sample since the last tick: stale, so no flag however late. */
-    srv_idle_tick(&f.s, t0 + 5000);
+    tick(&f, t0 + 5000);
     assert_int_equal(f.job.att.idle.since_ms, 0);
     fixture_sample(&f, 0, 3, t0 + 5500);
-    srv_idle_tick(&f.s, t0 + 6000);
+    tick(&f, t0 + 6000);
     assert_int_equal(f.job.att.idle.since_ms, t0);
-    j = srv_idle_job_json(&f.job);
+    j = monitor_idle_job_json(&f.job);
     assert_string_equal(json_string_value(json_object_get(j, "since")), "2027-01-15T08:00:00Z");
     assert_int_equal(json_integer_value(json_object_get(j, "threshold_pct")), 10);
     assert_int_equal(json_integer_value(json_object_get(j, "window_s")), 2);
@@ -427,7 +439,7 @@ static void tick_flags_a_job_on_fresh_idle_samples_and_shows_it(void **state)
     json_decref(j);
 
     struct prom *p = prom_new();
-    srv_idle_metrics(&f.s, p, t0 + 6000);
+    monitor_idle_metrics(&f.m, p);
     size_t len;
     const char *text = prom_text(p, &len);
     assert_non_null(text);
@@ -439,9 +451,9 @@ static void tick_flags_a_job_on_fresh_idle_samples_and_shows_it(void **state)
 
     /* One GPU rises to 50 %: cleared at the next tick. */
     fixture_sample(&f, 0, 50, t0 + 7000);
-    srv_idle_tick(&f.s, t0 + 7100);
+    tick(&f, t0 + 7100);
     assert_int_equal(f.job.att.idle.since_ms, 0);
-    j = srv_idle_job_json(&f.job);
+    j = monitor_idle_job_json(&f.job);
     assert_true(json_is_null(j));
     json_decref(j);
     fixture_release(&f);
@@ -455,14 +467,14 @@ static void tick_skips_jobs_not_running_or_being_killed(void **state)
     int64_t t0 = 1800000000000;
     f.job.att.running = false; /* assigned, not started */
     fixture_sample(&f, 0, 0, t0);
-    srv_idle_tick(&f.s, t0);
+    tick(&f, t0);
     fixture_sample(&f, 0, 0, t0 + 5000);
-    srv_idle_tick(&f.s, t0 + 5000);
+    tick(&f, t0 + 5000);
     assert_int_equal(f.job.att.idle.active_ms, 0);
     f.job.att.running = true;
-    f.job.att.kill = true;
+    f.job.att.kill = KILL_CANCELLED;
     fixture_sample(&f, 0, 0, t0 + 9000);
-    srv_idle_tick(&f.s, t0 + 9000);
+    tick(&f, t0 + 9000);
     assert_int_equal(f.job.att.idle.active_ms, 0);
     fixture_release(&f);
 }

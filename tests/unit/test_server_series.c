@@ -16,7 +16,7 @@
 
 #include <cmocka.h>
 
-#include "server/series.h"
+#include "server/monitor/series.h"
 #include "base/banned.h"
 
 #define BASE INT64_C(1700000000000) /* a minute boundary: 1700000000000 % 60000 == 20000 */

@@ -1,0 +1,85 @@
+/*
+ * api.h - the controller's HTTP handlers: each decodes its request, calls
+ * the subsystem that owns what it touches, and renders the answer. Each
+ * file of src/server/api exports its own route table (a row's `arg` tells a
+ * shared handler what it serves); api_routes_build joins them for the HTTP
+ * server. Handlers get the server object as their context.
+ *
+ * A write is planned by its subsystem under the state lock, committed with
+ * the request suspended, and applied and answered in the store's completion
+ * (srv.h: write-through).
+ *
+ * Owns nothing but the log proxy's workers (struct server's logs_*).
+ */
+#ifndef GPUORCH_SERVER_API_API_H
+#define GPUORCH_SERVER_API_API_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "http/http.h"
+#include "server/auth/auth.h"
+#include "server/jobs/jobs.h"
+#include "server/nodes/nodes.h"
+
+struct server;
+
+/* Route flags: admins only; node agents (the join token) only. */
+#define API_ROUTE_ADMIN HTTP_ROUTE_USER_FLAG(0)
+#define API_ROUTE_AGENT HTTP_ROUTE_USER_FLAG(1)
+
+/* One file's routes. */
+struct api_routes {
+    const struct http_route *routes;
+    size_t n;
+};
+
+extern const struct api_routes api_web_routes, api_misc_routes, api_jobs_routes, api_logs_routes,
+    api_config_routes, api_users_routes, api_nodes_routes, api_cost_routes, api_metrics_routes;
+
+/* Every route, in the order they are matched: a new array (caller frees) of
+ * *ret_n rows, or NULL when out of memory. */
+struct http_route *api_routes_build(size_t *ret_n);
+
+/* http_authorize_fn (ctx: the server): a bearer token of a known user, and
+ * an admin for API_ROUTE_ADMIN routes, or the join token for
+ * API_ROUTE_AGENT; answers 401/403 itself otherwise. */
+bool api_authorize(struct http_request *req, unsigned route_flags, void *ctx);
+/* The user the request was authorized as (valid in the handler; NULL on an
+ * agent route). */
+const struct auth_user *api_request_user(struct http_request *req);
+
+/* nodes_answer_fn (ctx: the server): what the controller wants of node rt
+ * now, as its agent's long-poll reads it. */
+json_t *api_node_answer(void *ctx, const struct node_rt *rt);
+
+/* ---- shared by the handlers ------------------------------------------------- */
+
+/* The request's JSON body (a copy: caller json_decref's) with "name" set to
+ * the path's `name`; a body may repeat the name, not contradict it. NULL
+ * when it answered (400, 500) itself. */
+json_t *api_body_named(struct http_request *req, const char *name);
+
+/* Answers a subsystem's error code with its HTTP status: GPO_EINVAL 400
+ * invalid_field, GPO_ENOENT 404 not_found, GPO_ESTATE 409 conflict, GPO_EBUSY
+ * 409 conflict with Retry-After: 1, GPO_ENOMEM 500 internal, a store code 503;
+ * `msg` is the message. Returns 0 (a handler's return). */
+int api_error(struct http_request *req, int code, const char *msg);
+/* The same for a suspended request (from a store completion). */
+void api_complete_error(struct http_request *req, int code, const char *msg);
+
+/* Suspends req and commits b (taken) with `done` as its completion. When
+ * the request cannot be suspended (the server is stopping) or the store is
+ * closing, it answers 503 itself and calls abort(ctx) instead, on this
+ * thread and without the lock, so that exactly one of the two ends ctx. */
+void api_commit(struct server *s, struct http_request *req, struct store_batch *b,
+                store_done_fn done, void (*abort)(void *ctx), void *ctx);
+
+/* The job as the API shows it at now_ms: a new object, or NULL when out of
+ * memory. Under the state lock. */
+json_t *api_job_json(const struct job *j, int64_t now_ms);
+
+#endif

@@ -1,0 +1,102 @@
+/*
+ * cost.c - GET /v1/cost (what GPU time cost, grouped by team, project,
+ * model, user or job, clipped exactly to [since, until): cost/cost.h) and
+ * GET /v1/budgets. Members see their team's only.
+ */
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/err.h"
+#include "server/api/api.h"
+#include "server/srv.h"
+#include "util/timefmt.h"
+#include "base/banned.h"
+
+/*
+ * A time of the query: RFC 3339, YYYY-MM-DD (midnight in the cost time
+ * zone), "now", or "-N" and a unit (s, m, h, d) before now. 0 or GPO_EINVAL.
+ */
+static int parse_time(const char *s, int64_t now_ms, int64_t *ret)
+{
+    if (strcmp(s, "now") == 0) {
+        *ret = now_ms;
+        return 0;
+    }
+    if (s[0] == '-') {
+        int64_t sec;
+        if (timefmt_parse_duration(s + 1, &sec) || sec == TIMEFMT_UNLIMITED ||
+            !isdigit((unsigned char)s[1]) || sec > INT64_C(100) * 366 * 86400)
+            return GPO_EINVAL;
+        *ret = now_ms - sec * 1000;
+        return 0;
+    }
+    int y, m, d;
+    char tail;
+    if (strlen(s) == 10 && sscanf(s, "%4d-%2d-%2d%c", &y, &m, &d, &tail) == 3) {
+        if (m < 1 || m > 12 || d < 1 || d > 31 || y < 1970 || y > 9999)
+            return GPO_EINVAL;
+        struct tm tm = {.tm_year = y - 1900, .tm_mon = m - 1, .tm_mday = d, .tm_isdst = -1};
+        time_t t = mktime(&tm);
+        if (t == (time_t)-1 || tm.tm_mday != d)
+            return GPO_EINVAL;
+        *ret = (int64_t)t * 1000;
+        return 0;
+    }
+    return timefmt_parse_rfc3339(s, ret) ? -EINVAL : 0;
+}
+
+static int cost(struct http_request *req, void *ctx)
+{
+    struct server *s = ctx;
+    const struct auth_user *u = api_request_user(req);
+    int64_t now = srv_now_ms(s);
+    const char *by_s = http_request_query(req, "by"), *since_s = http_request_query(req, "since"),
+               *until_s = http_request_query(req, "until");
+    int by = by_s ? cost_by_parse(by_s) : COST_BY_TEAM;
+    if (by < 0)
+        return http_request_error(req, 400, "invalid_query",
+                                  "by: expected team, project, model, user or job");
+    pthread_mutex_lock(&s->lock);
+    cost_roll(&s->cost, now);
+    int64_t since = s->cost.month_start_ms, until = s->cost.month_end_ms;
+    pthread_mutex_unlock(&s->lock);
+    if (since_s && parse_time(since_s, now, &since))
+        return http_request_error(req, 400, "invalid_query",
+                                  "since: expected an RFC 3339 time, YYYY-MM-DD, 'now' or a "
+                                  "relative time like -7d");
+    if (until_s && parse_time(until_s, now, &until))
+        return http_request_error(req, 400, "invalid_query",
+                                  "until: expected an RFC 3339 time, YYYY-MM-DD, 'now' or a "
+                                  "relative time like -7d");
+    if (since >= until)
+        return http_request_error(req, 400, "invalid_query", "since: must be before until");
+    int err = 0;
+    json_t *out =
+        cost_report(&s->cost, auth_only_team(u), (enum cost_by)by, since, until, now, &err);
+    if (!out && err != GPO_ENOMEM)
+        return http_request_error(req, 503, "store", "the ledger: %s", gpo_strerror(err));
+    if (!out)
+        return http_request_error(req, 500, "internal", "out of memory");
+    return http_request_respond_json(req, 200, out);
+}
+
+static int budgets(struct http_request *req, void *ctx)
+{
+    struct server *s = ctx;
+    const struct auth_user *u = api_request_user(req);
+    pthread_mutex_lock(&s->lock);
+    json_t *o = cost_budgets_json(&s->cost, auth_only_team(u), srv_now_ms(s));
+    pthread_mutex_unlock(&s->lock);
+    if (!o)
+        return http_request_error(req, 500, "internal", "out of memory");
+    return http_request_respond_json(req, 200, o);
+}
+
+static const struct http_route routes[] = {
+    {"GET", "/v1/cost", cost, 0, NULL},
+    {"GET", "/v1/budgets", budgets, 0, NULL},
+};
+const struct api_routes api_cost_routes = {routes, sizeof(routes) / sizeof(routes[0])};

@@ -1,0 +1,171 @@
+/*
+ * metrics.c - GET /metrics (the cluster in Prometheus's text format:
+ * docs/prometheus.md lists every family) and GET /v1/metrics/series (GPU
+ * metrics and the queue length over time: docs/monitoring.md).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/err.h"
+#include "server/api/api.h"
+#include "server/sched/sched.h"
+#include "server/srv.h"
+#include "util/prom.h"
+#include "util/timefmt.h"
+#include "base/banned.h"
+
+#define CONTENT_TYPE    "text/plain; version=0.0.4; charset=utf-8"
+#define DEFAULT_SPAN_MS (15 * 60 * INT64_C(1000))
+#define MAX_STEPS       10000
+
+/* The text is built under the state lock (a few milliseconds at 10,000
+ * GPUs) and sent after it is released. */
+static int metrics(struct http_request *req, void *ctx)
+{
+    struct server *s = ctx;
+    /* The route is public to the HTTP layer so that --metrics-public can
+     * open it; otherwise a user's token is needed, as for the API. */
+    if (!s->cfg.metrics_public && !api_authorize(req, 0, s))
+        return 0;
+    struct prom *p = prom_new();
+    if (!p)
+        return http_request_error(req, 500, "internal", "out of memory");
+    pthread_mutex_lock(&s->lock);
+    int64_t now = srv_now_ms(s);
+    int rc = monitor_metrics(&s->monitor, p, now, s->sched->passes);
+    if (!rc) {
+        cost_metrics(&s->cost, p, now);
+        monitor_idle_metrics(&s->monitor, p);
+    }
+    pthread_mutex_unlock(&s->lock);
+    size_t len = 0;
+    const char *text = rc ? NULL : prom_text(p, &len);
+    if (!text) {
+        prom_free(p);
+        return http_request_error(req, 500, "internal", "metrics not rendered: out of memory");
+    }
+    rc = http_request_respond_bytes(req, 200, CONTENT_TYPE, text, len);
+    prom_free(p);
+    return rc;
+}
+
+/* "now", "-15m", "-1h", "-30s" (relative to now) or RFC 3339. */
+static bool parse_time(const char *v, int64_t now_ms, int64_t *ret)
+{
+    int64_t secs;
+    if (strcmp(v, "now") == 0) {
+        *ret = now_ms;
+        return true;
+    }
+    if (v[0] == '-' && timefmt_parse_duration(v + 1, &secs) == 0 && secs != TIMEFMT_UNLIMITED &&
+        secs <= 3650 * 86400) {
+        *ret = now_ms - secs * 1000;
+        return true;
+    }
+    return timefmt_parse_rfc3339(v, ret) == 0;
+}
+
+/* Seconds ("10", "10s", "1m", "1h"). */
+static bool parse_step(const char *v, int64_t *ret_ms)
+{
+    char *end;
+    long long n = strtoll(v, &end, 10);
+    int64_t secs;
+    if (v[0] >= '0' && v[0] <= '9' && !*end) {
+        secs = n;
+    } else if (!strchr(v, ':') && timefmt_parse_duration(v, &secs) == 0) {
+        /* units only: Slurm's bare minutes were taken as seconds above */
+    } else {
+        return false;
+    }
+    if (secs < 1 || secs > 366 * 86400)
+        return false;
+    *ret_ms = secs * 1000;
+    return true;
+}
+
+/* Fills q from the request; 0, or -1 once it answered 400. */
+static int parse_request(struct http_request *req, int64_t now, struct monitor_query *q)
+{
+    const char *metric = http_request_query(req, "metric");
+    const char *by = http_request_query(req, "by");
+    const char *since = http_request_query(req, "since");
+    const char *until = http_request_query(req, "until");
+    const char *step = http_request_query(req, "step");
+    *q = (struct monitor_query){.key = http_request_query(req, "key")};
+    int m = metric ? monitor_metric_parse(metric) : -1;
+    if (m < 0)
+        return http_request_error(req, 400, "invalid_query",
+                                  "metric: expected gpu_util, mem_used, power, temperature or "
+                                  "queue_length"),
+               -1;
+    q->metric = (enum monitor_metric)m;
+    bool queue = q->metric == MONITOR_QUEUE_LENGTH;
+    int b = by ? monitor_by_parse(by) : queue ? MONITOR_BY_TOTAL : MONITOR_BY_NODE;
+    if (b < 0 ||
+        (queue && b != MONITOR_BY_TEAM && b != MONITOR_BY_PRIORITY && b != MONITOR_BY_TOTAL) ||
+        (!queue && b > MONITOR_BY_JOB))
+        return http_request_error(req, 400, "invalid_query", "by: expected %s for %s",
+                                  queue ? "team, priority or total" : "node, team, gpu or job",
+                                  monitor_metric_name(q->metric)),
+               -1;
+    q->by = (enum monitor_by)b;
+    int64_t t0 = now - DEFAULT_SPAN_MS, t1 = now;
+    if (since && !parse_time(since, now, &t0))
+        return http_request_error(req, 400, "invalid_query",
+                                  "since: expected RFC 3339, \"now\" or a relative time such as "
+                                  "\"-15m\", got '%.64s'",
+                                  since),
+               -1;
+    if (until && !parse_time(until, now, &t1))
+        return http_request_error(req, 400, "invalid_query",
+                                  "until: expected RFC 3339, \"now\" or a relative time such as "
+                                  "\"-5m\", got '%.64s'",
+                                  until),
+               -1;
+    if (t0 > t1)
+        return http_request_error(req, 400, "invalid_query", "since: must not be after until"), -1;
+    int64_t span = t1 - t0 > 0 ? t1 - t0 : 1;
+    q->step_ms = span / 120 / 1000 * 1000;
+    if (q->step_ms < 1000)
+        q->step_ms = 1000;
+    if (step && !parse_step(step, &q->step_ms))
+        return http_request_error(req, 400, "invalid_query",
+                                  "step: expected seconds such as \"10s\", \"1m\" or \"30\", "
+                                  "from 1 s to 366 days, got '%.64s'",
+                                  step),
+               -1;
+    /* Steps on whole multiples of the step, so that refreshes line up. */
+    q->since_ms = t0 - ((t0 % q->step_ms) + q->step_ms) % q->step_ms;
+    q->nsteps = (size_t)((t1 - q->since_ms) / q->step_ms) + 1;
+    if (q->nsteps > MAX_STEPS)
+        return http_request_error(req, 400, "invalid_query",
+                                  "step: %lld s gives %zu points over that range; at most %d",
+                                  (long long)(q->step_ms / 1000), q->nsteps, MAX_STEPS),
+               -1;
+    q->until_ms = t1;
+    return 0;
+}
+
+static int series(struct http_request *req, void *ctx)
+{
+    struct server *s = ctx;
+    int64_t now = srv_now_ms(s);
+    struct monitor_query q;
+    if (parse_request(req, now, &q))
+        return 0;
+    int err = 0;
+    json_t *o = monitor_series_query(&s->monitor, &q, now, &err);
+    if (!o)
+        return http_request_error(req, 500, "internal", "reading the series: %s",
+                                  err == GPO_ENOMEM ? "out of memory" : gpo_strerror(err));
+    return http_request_respond_json(req, 200, o);
+}
+
+static const struct http_route routes[] = {
+    /* Public to the HTTP layer: the handler asks for a token unless --metrics-public. */
+    {"GET", "/metrics", metrics, HTTP_ROUTE_PUBLIC, NULL},
+    {"GET", "/v1/metrics/series", series, 0, NULL},
+};
+const struct api_routes api_metrics_routes = {routes, sizeof(routes) / sizeof(routes[0])};

@@ -1,0 +1,188 @@
+/*
+ * auth.c - tokens, the join token, the logs key, the first admin, and who
+ * may see which team (auth.h).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+#include <pwd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <sodium.h>
+
+#include "base/err.h"
+#include "server/auth/auth.h"
+#include "util/errbuf.h"
+#include "util/token.h"
+#include "base/banned.h"
+
+#define ADMIN_NAME "admin"
+
+bool auth_user_may(const struct auth_user *u, const char *team)
+{
+    return u && (u->admin || (team && u->team[0] && strcmp(u->team, team) == 0));
+}
+
+const char *auth_only_team(const struct auth_user *u)
+{
+    return u->admin ? NULL : u->team;
+}
+
+enum auth_result auth_check(const struct auth *a, const char *bearer, enum auth_need need,
+                            struct auth_user *ret_user)
+{
+    if (!bearer)
+        return AUTH_NO_TOKEN;
+    uint8_t hash[TOKEN_HASH_LEN];
+    struct store_user row = {0};
+    bool formed = token_check_format(bearer) == 0 && token_hash(bearer, hash) == 0;
+    if (need == AUTH_NEED_AGENT) {
+        if (formed && token_hash_equal(hash, a->join_hash))
+            return AUTH_OK;
+        bool user = formed && store_user_get_by_token(a->store, hash, &row) == 0;
+        store_user_release(&row);
+        return user ? AUTH_NOT_AGENT : AUTH_BAD_TOKEN;
+    }
+    if (!formed || store_user_get_by_token(a->store, hash, &row) != 0)
+        return AUTH_BAD_TOKEN;
+    struct auth_user u = {.id = row.id, .admin = row.role && strcmp(row.role, "admin") == 0};
+    snprintf(u.name, sizeof(u.name), "%s", row.name);
+    snprintf(u.team, sizeof(u.team), "%s", row.team ? row.team : "");
+    snprintf(u.unix_user, sizeof(u.unix_user), "%s", row.unix_user ? row.unix_user : "");
+    store_user_release(&row);
+    if (need == AUTH_NEED_ADMIN && !u.admin)
+        return AUTH_NOT_ADMIN;
+    *ret_user = u;
+    return AUTH_OK;
+}
+
+/* DATA/join.token: read it, or create it at first start. */
+static int join_token(struct auth *a, char *err, size_t errlen)
+{
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/join.token", a->data_dir);
+    char tok[TOKEN_STR_LEN + 1];
+    errno = 0;
+    int rc = token_read_file(path, tok, sizeof(tok));
+    if (rc == GPO_EIO && errno == ENOENT) {
+        if ((rc = token_generate(tok, sizeof(tok))) == 0)
+            rc = token_write_file(path, tok);
+    }
+    if (rc == 0)
+        rc = token_hash(tok, a->join_hash);
+    memset(tok, 0, sizeof(tok));
+    if (rc) {
+        snprintf(err, errlen, "%.4000s: %s%s%s", path, gpo_strerror(rc), errno ? ": " : "",
+                 errno ? strerror(errno) : "");
+        return GPO_EIO;
+    }
+    return 0;
+}
+
+/* DATA/logs.key: 32 random bytes, made at first start (mode 0600). */
+static int logs_key(struct auth *a, char *err, size_t errlen)
+{
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/logs.key", a->data_dir);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 && errno == ENOENT) {
+        char tmp[4300];
+        snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+        randombytes_buf(a->logs_key, sizeof(a->logs_key));
+        int w = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        bool ok = w >= 0 &&
+                  write(w, a->logs_key, sizeof(a->logs_key)) == (ssize_t)sizeof(a->logs_key) &&
+                  fsync(w) == 0;
+        if (w >= 0)
+            close(w);
+        if (!ok || rename(tmp, path) != 0) {
+            snprintf(err, errlen, "%.4000s: %s", tmp, strerror(errno));
+            return GPO_EIO;
+        }
+        return 0;
+    }
+    ssize_t n = fd < 0 ? -1 : read(fd, a->logs_key, sizeof(a->logs_key));
+    int e = errno;
+    if (fd >= 0)
+        close(fd);
+    if (n != (ssize_t)sizeof(a->logs_key)) {
+        snprintf(err, errlen, "%.4000s: %s", path,
+                 n < 0 ? strerror(e) : "shorter than 32 bytes (remove it to make a new key)");
+        return GPO_EIO;
+    }
+    return 0;
+}
+
+void auth_node_log_token(const struct auth *a, const char *name, char out[AUTH_LOG_TOKEN_LEN + 1])
+{
+    unsigned char mac[crypto_auth_hmacsha256_BYTES];
+    crypto_auth_hmacsha256(mac, (const unsigned char *)name, strlen(name), a->logs_key);
+    sodium_bin2hex(out, AUTH_LOG_TOKEN_LEN + 1, mac, sizeof(mac));
+}
+
+int auth_start(struct auth *a, struct store *store, const char *data_dir, int64_t now_ms, char *err,
+               size_t errlen)
+{
+    a->store = store;
+    int n = snprintf(a->data_dir, sizeof(a->data_dir), "%s", data_dir);
+    int m = snprintf(a->admin_token_path, sizeof(a->admin_token_path), "%s/admin.token", data_dir);
+    if (n < 0 || (size_t)n >= sizeof(a->data_dir) || m < 0 ||
+        (size_t)m >= sizeof(a->admin_token_path))
+        return errbuf_set(err, errlen, GPO_ENAMETOOLONG, "--data: path too long");
+    int jrc = join_token(a, err, errlen);
+    if (!jrc)
+        jrc = logs_key(a, err, errlen);
+    if (jrc)
+        return jrc;
+    struct store_user row = {0};
+    int rc = store_user_get_by_name(a->store, ADMIN_NAME, &row);
+    store_user_release(&row);
+    if (rc == 0)
+        return 0; /* not the first start */
+    if (rc != GPO_ENOENT) {
+        snprintf(err, errlen, "reading users: %s", gpo_strerror(rc));
+        return rc;
+    }
+    char tok[TOKEN_STR_LEN + 1];
+    uint8_t hash[TOKEN_HASH_LEN];
+    if ((rc = token_generate(tok, sizeof(tok))) != 0 || (rc = token_hash(tok, hash)) != 0) {
+        snprintf(err, errlen, "generating the admin token: %s", gpo_strerror(rc));
+        return GPO_EIO;
+    }
+    /* The file first: a token in the store that nobody can read would lock
+     * the admin out; a file whose commit failed is removed. A file left by a
+     * first start that crashed before its commit names no user: replace it. */
+    if (remove(a->admin_token_path) != 0 && errno != ENOENT) {
+        snprintf(err, errlen, "%s: %s", a->admin_token_path, strerror(errno));
+        return GPO_EIO;
+    }
+    errno = 0;
+    if ((rc = token_write_file(a->admin_token_path, tok)) != 0) {
+        snprintf(err, errlen, "%s: %s%s%s", a->admin_token_path, gpo_strerror(rc),
+                 errno ? ": " : "", errno ? strerror(errno) : "");
+        return GPO_EIO;
+    }
+    struct store_batch *b = store_batch_new();
+    int64_t now = now_ms;
+    char msg[256] = "";
+    /* The admin's jobs run as the account that runs the controller. */
+    const struct passwd *pw = getpwuid(geteuid());
+    rc = b ? store_batch_user_put(b, ADMIN_NAME, pw ? pw->pw_name : NULL, NULL, "admin", now)
+           : GPO_ENOMEM;
+    if (!rc)
+        rc = store_batch_token_put(b, ADMIN_NAME, hash, "bootstrap", now);
+    if (!rc)
+        rc = store_commit_wait(a->store, b, NULL, 0, msg, sizeof(msg));
+    else
+        store_batch_free(b);
+    if (rc) {
+        remove(a->admin_token_path);
+        snprintf(err, errlen, "creating the admin user: %s%s%s", gpo_strerror(rc),
+                 msg[0] ? ": " : "", msg);
+        return rc;
+    }
+    return 0;
+}

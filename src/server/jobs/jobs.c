@@ -1,0 +1,175 @@
+/*
+ * jobs.c - the job table and the jobs in it (jobs.h).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "base/err.h"
+#include "base/vec.h"
+#include "server/jobs/jobs.h"
+#include "util/errbuf.h"
+#include "base/banned.h"
+
+static const struct {
+    const char *name;
+    bool final;
+} job_states[] = {
+#define JOB_STATE_ROW(name, text, final) {text, final},
+    JOB_STATES(JOB_STATE_ROW)
+#undef JOB_STATE_ROW
+};
+
+const char *job_state_name(enum job_state s)
+{
+    return (unsigned)s < JOB_NSTATES ? job_states[s].name : "UNKNOWN";
+}
+
+int job_state_parse(const char *name)
+{
+    for (int k = 0; name && k < JOB_NSTATES; k++) {
+        if (strcmp(job_states[k].name, name) == 0)
+            return k;
+    }
+    return -1;
+}
+
+bool job_state_final(enum job_state s)
+{
+    return (unsigned)s < JOB_NSTATES && job_states[s].final;
+}
+
+void job_free(struct job *j)
+{
+    if (!j)
+        return;
+    free(j->user);
+    free(j->unix_user);
+    free(j->team);
+    free(j->reason);
+    free(j->wait);
+    jobspec_release(&j->spec);
+    attempt_release(&j->att);
+    free(j);
+}
+
+void job_set_wait(struct job *j, const char *text, int64_t est_start_ms)
+{
+    free(j->wait);
+    j->wait = text ? strdup(text) : NULL;
+    j->est_start_ms = est_start_ms;
+}
+
+int job_from_row(const struct store_job *row, const char *user, struct job **ret, char *err,
+                 size_t errlen)
+{
+    int st = job_state_parse(row->state);
+    if (st < 0)
+        return errbuf_set(err, errlen, GPO_EINVAL, "job %lld: unknown state '%s'",
+                          (long long)row->id, row->state);
+    json_error_t jerr;
+    json_t *spec = json_loads(row->spec, JSON_REJECT_DUPLICATES, &jerr);
+    if (!spec)
+        return errbuf_set(err, errlen, GPO_EINVAL, "job %lld: stored spec: %s", (long long)row->id,
+                          jerr.text);
+    struct job *j = calloc(1, sizeof(*j));
+    if (!j) {
+        json_decref(spec);
+        return GPO_ENOMEM;
+    }
+    char msg[256];
+    int rc = jobspec_decode(spec, &j->spec, msg, sizeof(msg));
+    json_decref(spec);
+    if (rc) {
+        free(j);
+        return errbuf_set(err, errlen, rc, "job %lld: stored spec: %s", (long long)row->id, msg);
+    }
+    j->id = row->id;
+    j->user_id = row->user_id;
+    j->user = strdup(user ? user : "");
+    j->team = strdup(row->team);
+    j->reason = row->reason ? strdup(row->reason) : NULL;
+    j->state = (enum job_state)st;
+    j->submit_ms = row->submit_ms;
+    j->updated_ms = row->updated_ms;
+    j->array_id = row->array_id;
+    j->array_index = row->array_index;
+    j->est_start_ms = -1;
+    j->queued_ms = row->updated_ms;
+    if (!j->user || !j->team || (row->reason && !j->reason)) {
+        job_free(j);
+        return GPO_ENOMEM;
+    }
+    *ret = j;
+    return 0;
+}
+
+/* ---- the table ------------------------------------------------------------ */
+
+void jobs_init(struct jobs *t)
+{
+    memset(t, 0, sizeof(*t));
+}
+
+void jobs_release(struct jobs *t)
+{
+    for (size_t k = 0; k < t->n; k++)
+        job_free(t->v[k]);
+    free(t->v);
+    memset(t, 0, sizeof(*t));
+}
+
+size_t jobs_index(const struct jobs *t, int64_t id)
+{
+    size_t lo = 0, hi = t->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (t->v[mid]->id < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+struct job *jobs_find(const struct jobs *t, int64_t id)
+{
+    size_t k = jobs_index(t, id);
+    return k < t->n && t->v[k]->id == id ? t->v[k] : NULL;
+}
+
+int jobs_add(struct jobs *t, struct job *j)
+{
+    if (t->n && t->v[t->n - 1]->id >= j->id)
+        return GPO_EINVAL;
+    if (vec_grow((void **)&t->v, &t->cap, t->n + 1, sizeof(*t->v)))
+        return GPO_ENOMEM;
+    t->v[t->n++] = j;
+    return 0;
+}
+
+const struct job *jobs_find_live(const struct jobs *t, const char *team, const char *cls)
+{
+    for (size_t k = 0; k < t->n; k++) {
+        const struct job *j = t->v[k];
+        if (job_state_final(j->state))
+            continue;
+        if (team && strcmp(j->team, team) == 0)
+            return j;
+        if (cls && j->spec.priority && strcmp(j->spec.priority, cls) == 0)
+            return j;
+    }
+    return NULL;
+}
+
+/* An array is inserted in one batch, so its tasks have consecutive ids from
+ * array_id on: only that run of the table is read. */
+size_t jobs_array_active(const struct jobs *t, int64_t array_id)
+{
+    size_t n = 0;
+    for (size_t k = jobs_index(t, array_id); k < t->n && t->v[k]->array_id == array_id; k++)
+        n += t->v[k]->att.n != 0;
+    return n;
+}

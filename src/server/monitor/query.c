@@ -1,0 +1,252 @@
+/*
+ * query.c - GET /v1/metrics/series's answer (monitor.h): GPU metrics and the
+ * queue length over time, per node, team, GPU, job or priority.
+ *
+ * Within the rings' reach (the last hour, since the controller started)
+ * values come from the raw samples; before it, from the stored one-minute
+ * aggregates (GPU rows for by=node|gpu, attempt rows for by=team|job). Each
+ * step's value is the mean of every sample of the group in it. The queue
+ * length is kept in memory only (the last hour).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/err.h"
+#include "server/monitor/monitor.h"
+#include "server/monitor/series.h"
+#include "base/banned.h"
+
+#define MAX_GROUPS 20000
+#define KEY_MAX    160
+
+static const char *const by_names[] = {"node", "team", "gpu", "job", "priority", "total"};
+static const char *const metric_names[] = {"gpu_util", "mem_used", "power", "temperature",
+                                           "queue_length"};
+
+struct group {
+    char key[KEY_MAX];
+    double *sum;
+    uint64_t *count;
+};
+
+struct grid {
+    struct monitor *m;
+    enum monitor_by by;
+    int metric; /* enum series_metric, or MONITOR_QUEUE_LENGTH */
+    const char *key;
+    int64_t since_ms, step_ms;
+    size_t nsteps;
+    struct group *groups;
+    size_t ngroups, cap;
+    bool oom;
+};
+
+static struct group *group_get(struct grid *g, const char *key)
+{
+    if (g->key && strcmp(g->key, key) != 0)
+        return NULL;
+    for (size_t k = g->ngroups; k-- > 0;) /* recent groups first: scans go GPU by GPU */
+        if (strcmp(g->groups[k].key, key) == 0)
+            return &g->groups[k];
+    if (g->ngroups >= MAX_GROUPS)
+        return NULL;
+    if (g->ngroups == g->cap) {
+        size_t cap = g->cap ? g->cap * 2 : 16;
+        struct group *v = realloc(g->groups, cap * sizeof(*v));
+        if (!v) {
+            g->oom = true;
+            return NULL;
+        }
+        g->groups = v;
+        g->cap = cap;
+    }
+    struct group *gr = &g->groups[g->ngroups];
+    snprintf(gr->key, sizeof(gr->key), "%s", key);
+    gr->sum = calloc(g->nsteps, sizeof(*gr->sum));
+    gr->count = calloc(g->nsteps, sizeof(*gr->count));
+    if (!gr->sum || !gr->count) {
+        free(gr->sum);
+        free(gr->count);
+        g->oom = true;
+        return NULL;
+    }
+    g->ngroups++;
+    return gr;
+}
+
+static void grid_add(struct grid *g, const char *key, int64_t t_ms, double sum, uint64_t n)
+{
+    if (t_ms < g->since_ms || isnan(sum) || !n)
+        return;
+    size_t k = (size_t)((t_ms - g->since_ms) / g->step_ms);
+    struct group *gr = k < g->nsteps ? group_get(g, key) : NULL;
+    if (gr) {
+        gr->sum[k] += sum;
+        gr->count[k] += n;
+    }
+}
+
+/* series_sample_fn: a raw sample into its group. */
+static void ring_sample(void *ctx, const struct series_gpu_info *gi, int64_t job, int64_t t_ms,
+                        const struct series_sample *v)
+{
+    struct grid *g = ctx;
+    char key[KEY_MAX];
+    const char *k = key;
+    if (g->by == MONITOR_BY_NODE) {
+        k = gi->node;
+    } else if (g->by == MONITOR_BY_GPU) {
+        k = gi->uuid;
+    } else if (!job) {
+        return;
+    } else if (g->by == MONITOR_BY_JOB) {
+        snprintf(key, sizeof(key), "%lld", (long long)job);
+    } else {
+        const struct job *j = jobs_find(g->m->jobs, job); /* the state lock is held */
+        if (!j)
+            return;
+        k = j->team;
+    }
+    grid_add(g, k, t_ms, series_value(v, (enum series_metric)g->metric), 1);
+}
+
+/* store_minute_fn: a stored minute into its group. */
+static int minute_row(void *ctx, const struct store_minute *m)
+{
+    struct grid *g = ctx;
+    char key[KEY_MAX];
+    const char *k = g->by == MONITOR_BY_NODE || g->by == MONITOR_BY_TEAM ? m->label : m->key;
+    if (g->by == MONITOR_BY_JOB) { /* "JOB.ATTEMPT": by job */
+        snprintf(key, sizeof(key), "%s", m->key);
+        char *dot = strchr(key, '.');
+        if (dot)
+            *dot = '\0';
+        k = key;
+    }
+    double sum = g->metric == SERIES_UTIL    ? (double)m->util_sum
+                 : g->metric == SERIES_MEM   ? (double)m->mem_sum_mib
+                 : g->metric == SERIES_POWER ? (double)m->power_sum_mw / 1000.0
+                                             : (double)m->temp_max_c * (double)m->samples;
+    grid_add(g, k, m->minute_ms, sum, (uint64_t)(m->samples > 0 ? m->samples : 0));
+    return g->oom ? GPO_ENOMEM : 0;
+}
+
+/* series_queue_fn */
+static void queue_point(void *ctx, const char *key, int64_t t_ms, uint32_t value)
+{
+    struct grid *g = ctx;
+    const char *prefix = g->by == MONITOR_BY_TEAM       ? "team/"
+                         : g->by == MONITOR_BY_PRIORITY ? "priority/"
+                                                        : NULL;
+    if (prefix && strncmp(key, prefix, strlen(prefix)) == 0)
+        grid_add(g, key + strlen(prefix), t_ms, value, 1);
+    else if (!prefix && strcmp(key, "total") == 0)
+        grid_add(g, "total", t_ms, value, 1);
+}
+
+const char *monitor_metric_name(enum monitor_metric m)
+{
+    return (unsigned)m < sizeof(metric_names) / sizeof(metric_names[0]) ? metric_names[m] : NULL;
+}
+
+const char *monitor_by_name(enum monitor_by by)
+{
+    return (unsigned)by < sizeof(by_names) / sizeof(by_names[0]) ? by_names[by] : NULL;
+}
+
+static int lookup(const char *v, const char *const *names, size_t n)
+{
+    for (size_t k = 0; v && k < n; k++)
+        if (strcmp(v, names[k]) == 0)
+            return (int)k;
+    return -1;
+}
+
+int monitor_metric_parse(const char *name)
+{
+    return lookup(name, metric_names, sizeof(metric_names) / sizeof(metric_names[0]));
+}
+
+int monitor_by_parse(const char *name)
+{
+    return lookup(name, by_names, sizeof(by_names) / sizeof(by_names[0]));
+}
+
+static int cmp_group(const void *a, const void *b)
+{
+    return strcmp(((const struct group *)a)->key, ((const struct group *)b)->key);
+}
+
+static json_t *answer(const struct grid *g)
+{
+    json_t *t = json_array(), *series = json_array();
+    for (size_t k = 0; t && k < g->nsteps; k++)
+        json_array_append_new(t, json_integer((g->since_ms + (int64_t)k * g->step_ms) / 1000));
+    for (size_t i = 0; series && i < g->ngroups; i++) {
+        const struct group *gr = &g->groups[i];
+        json_t *values = json_array();
+        for (size_t k = 0; values && k < g->nsteps; k++)
+            json_array_append_new(
+                values, gr->count[k] ? json_real(gr->sum[k] / (double)gr->count[k]) : json_null());
+        json_array_append_new(series, json_pack("{s:s, s:o*}", "key", gr->key, "values", values));
+    }
+    return t && series ? json_pack("{s:s, s:s, s:I, s:o, s:o}", "metric", metric_names[g->metric],
+                                   "by", by_names[g->by], "step_s", (json_int_t)(g->step_ms / 1000),
+                                   "t", t, "series", series)
+                       : NULL;
+}
+
+static void grid_release(struct grid *g)
+{
+    for (size_t k = 0; k < g->ngroups; k++) {
+        free(g->groups[k].sum);
+        free(g->groups[k].count);
+    }
+    free(g->groups);
+}
+
+json_t *monitor_series_query(struct monitor *m, const struct monitor_query *q, int64_t now_ms,
+                             int *ret_err)
+{
+    struct grid g = {.m = m,
+                     .by = q->by,
+                     .metric = (int)q->metric,
+                     .key = q->key,
+                     .since_ms = q->since_ms,
+                     .step_ms = q->step_ms,
+                     .nsteps = q->nsteps};
+    int64_t end = g.since_ms + (int64_t)g.nsteps * g.step_ms;
+    if (end > q->until_ms + 1)
+        end = q->until_ms + 1;
+    int rc = 0;
+    if (g.metric == MONITOR_QUEUE_LENGTH) {
+        series_queue_scan(m->series, g.since_ms, end, now_ms, queue_point, &g);
+    } else {
+        int64_t ring_start = series_ring_start(m->series, now_ms);
+        if (g.since_ms < ring_start) { /* older than the rings: stored minutes */
+            bool gpu_rows = g.by == MONITOR_BY_NODE || g.by == MONITOR_BY_GPU;
+            const char *key = g.by == MONITOR_BY_GPU ? g.key : NULL;
+            rc = store_minutes_get(m->store, gpu_rows ? STORE_MINUTE_GPU : STORE_MINUTE_JOB, key,
+                                   g.since_ms, end < ring_start ? end : ring_start, minute_row, &g);
+        }
+        if (rc == 0 && end > ring_start) {
+            pthread_mutex_lock(m->lock); /* jobs' teams; then the series' own lock */
+            series_scan(m->series, g.by == MONITOR_BY_GPU ? g.key : NULL,
+                        g.since_ms > ring_start ? g.since_ms : ring_start, end, now_ms, ring_sample,
+                        &g);
+            pthread_mutex_unlock(m->lock);
+        }
+    }
+    json_t *o = NULL;
+    if (!rc && !g.oom) {
+        if (g.ngroups)
+            qsort(g.groups, g.ngroups, sizeof(*g.groups), cmp_group);
+        o = answer(&g);
+    }
+    grid_release(&g);
+    if (!o)
+        *ret_err = rc ? rc : GPO_ENOMEM;
+    return o;
+}

@@ -1,0 +1,192 @@
+/*
+ * nodes.c - the nodes' runtimes and their long-polls (nodes.h).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/err.h"
+#include "base/vec.h"
+#include "server/nodes/nodes.h"
+#include "base/banned.h"
+
+/* An agent's long-poll, in its node's list until answered. */
+struct node_waiter {
+    struct http_request *req;
+    struct node_waiter *next;
+};
+
+void nodes_init(struct nodes *ns, pthread_mutex_t *lock, nodes_answer_fn answer, void *ctx)
+{
+    *ns = (struct nodes){.lock = lock, .answer = answer, .answer_ctx = ctx};
+}
+
+void nodes_release(struct nodes *ns)
+{
+    for (size_t k = 0; k < ns->n; k++) {
+        json_decref(ns->v[k].sample);
+        json_decref(ns->v[k].dirty);
+    }
+    free(ns->v);
+    ns->v = NULL;
+    ns->n = ns->cap = 0;
+}
+
+static size_t search(const struct nodes *ns, const char *name, bool *found)
+{
+    size_t lo = 0, hi = ns->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = strcmp(ns->v[mid].name, name);
+        if (c == 0) {
+            *found = true;
+            return mid;
+        }
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    *found = false;
+    return lo;
+}
+
+struct node_rt *nodes_find(const struct nodes *ns, const char *name)
+{
+    bool found;
+    size_t at = search(ns, name, &found);
+    return found ? &ns->v[at] : NULL;
+}
+
+int nodes_add(struct nodes *ns, const char *name, int64_t now_ms)
+{
+    bool found;
+    size_t at = search(ns, name, &found);
+    if (found) {
+        ns->v[at].last_heartbeat_ms = now_ms;
+        return 0;
+    }
+    if (strlen(name) > CLUSTER_HOST_MAX)
+        return GPO_EINVAL;
+    if (vec_grow((void **)&ns->v, &ns->cap, ns->n + 1, sizeof(*ns->v)))
+        return GPO_ENOMEM;
+    memmove(&ns->v[at + 1], &ns->v[at], (ns->n - at) * sizeof(*ns->v));
+    struct node_rt *rt = &ns->v[at];
+    memset(rt, 0, sizeof(*rt));
+    snprintf(rt->name, sizeof(rt->name), "%s", name);
+    rt->last_heartbeat_ms = now_ms;
+    rt->rev = 1;
+    ns->n++;
+    return 0;
+}
+
+static void answer(struct nodes *ns, struct node_waiter *w, const struct node_rt *rt)
+{
+    json_t *o = ns->answer(ns->answer_ctx, rt);
+    if (o)
+        http_request_complete(w->req, 200, o);
+    else
+        http_request_complete_error(w->req, 500, "internal", "out of memory");
+    free(w);
+}
+
+void nodes_changed(struct nodes *ns, const char *name)
+{
+    struct node_rt *rt = nodes_find(ns, name);
+    if (!rt)
+        return;
+    rt->rev++;
+    struct node_waiter *w = rt->waiters;
+    rt->waiters = NULL;
+    while (w) {
+        struct node_waiter *next = w->next;
+        answer(ns, w, rt);
+        w = next;
+    }
+}
+
+/* http_timeout_fn (ctx: the registry): the wait ran out with nothing new;
+ * answer the same revision, unless a change answered first. The waiter is
+ * found by its request, never through the callback's context: a change may
+ * have answered and freed it while the timer was on its way here. */
+static void waiter_timeout(struct http_request *req, void *ctx)
+{
+    struct nodes *ns = ctx;
+    pthread_mutex_lock(ns->lock);
+    for (size_t k = 0; k < ns->n; k++) {
+        for (struct node_waiter **p = &ns->v[k].waiters; *p; p = &(*p)->next) {
+            if ((*p)->req == req) {
+                struct node_waiter *w = *p;
+                *p = w->next;
+                answer(ns, w, &ns->v[k]);
+                pthread_mutex_unlock(ns->lock);
+                return;
+            }
+        }
+    }
+    pthread_mutex_unlock(ns->lock);
+}
+
+int nodes_wait(struct nodes *ns, struct node_rt *rt, struct http_request *req, unsigned wait_ms)
+{
+    struct node_waiter *w = calloc(1, sizeof(*w));
+    if (!w)
+        return GPO_ENOMEM;
+    int rc = http_request_suspend(req, wait_ms, waiter_timeout, ns);
+    if (rc) {
+        free(w);
+        return rc;
+    }
+    *w = (struct node_waiter){.req = req, .next = rt->waiters};
+    rt->waiters = w;
+    return 0;
+}
+
+void nodes_release_waiters(struct nodes *ns)
+{
+    pthread_mutex_lock(ns->lock);
+    for (size_t k = 0; k < ns->n; k++) {
+        struct node_waiter *w = ns->v[k].waiters;
+        ns->v[k].waiters = NULL;
+        while (w) {
+            struct node_waiter *next = w->next;
+            http_request_complete_error(w->req, 503, "unavailable", "the server is stopping");
+            free(w);
+            w = next;
+        }
+    }
+    pthread_mutex_unlock(ns->lock);
+}
+
+void nodes_heartbeat(struct node_rt *rt, json_t *sample, int64_t now_ms)
+{
+    rt->last_heartbeat_ms = now_ms;
+    if (!sample)
+        return;
+    json_t *dirty = json_object_get(sample, "dirty");
+    json_decref(rt->dirty);
+    rt->dirty = json_is_array(dirty) ? json_incref(dirty) : NULL;
+    json_decref(rt->sample);
+    rt->sample = sample;
+    rt->sample_ms = now_ms;
+}
+
+void nodes_dirty_add(struct node_rt *rt, char *const *uuids, size_t n)
+{
+    if (!rt->dirty && !(rt->dirty = json_array()))
+        return;
+    for (size_t k = 0; k < n; k++) {
+        if (!nodes_is_dirty(rt, uuids[k]))
+            json_array_append_new(rt->dirty, json_string(uuids[k]));
+    }
+}
+
+bool nodes_is_dirty(const struct node_rt *rt, const char *uuid)
+{
+    for (size_t k = 0; rt && k < json_array_size(rt->dirty); k++) {
+        const char *u = json_string_value(json_array_get(rt->dirty, k));
+        if (u && strcmp(u, uuid) == 0)
+            return true;
+    }
+    return false;
+}

@@ -1,0 +1,95 @@
+/*
+ * nodes.h - what the controller knows of each node's agent at run time: its
+ * last heartbeat and GPU sample, the GPUs an ended job's processes still
+ * occupy (dirty), the revision of what the controller wants of the node,
+ * and the agents' long-polls waiting for that revision to move.
+ *
+ * Owns: the runtimes (struct node_rt), one per node of the configuration,
+ * sorted by name, and the suspended long-polls. A node's record (pool, GPUs,
+ * state) is the configuration's (struct cluster); this is what changes
+ * every second.
+ *
+ * Lock: the controller's state lock guards everything here. The functions
+ * below are called with it held, except nodes_release_waiters and the
+ * long-poll timeout, which take it themselves (the lock is borrowed at
+ * nodes_init).
+ */
+#ifndef GPUORCH_SERVER_NODES_NODES_H
+#define GPUORCH_SERVER_NODES_NODES_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "cluster/cluster.h"
+#include "http/http.h"
+
+struct node_waiter;
+
+struct node_rt {
+    char name[CLUSTER_HOST_MAX + 1];
+    int64_t last_heartbeat_ms;
+    uint64_t rev;                /* of what the controller wants of the node */
+    struct node_waiter *waiters; /* long-polls waiting for rev to move */
+    json_t *sample;              /* owned, or NULL: the last heartbeat's body */
+    int64_t sample_ms;           /* when it arrived */
+    json_t *dirty;               /* owned, or NULL: UUIDs of GPUs an ended job's processes
+                                    still occupy; passes offer them no work */
+};
+
+/*
+ * The answer to a node's long-poll: what the controller wants of it now
+ * (a new reference, or NULL when out of memory). Called under the lock.
+ */
+typedef json_t *(*nodes_answer_fn)(void *ctx, const struct node_rt *rt);
+
+struct nodes {
+    pthread_mutex_t *lock; /* borrowed: the state lock */
+    nodes_answer_fn answer;
+    void *answer_ctx;
+    struct node_rt *v; /* sorted by name */
+    size_t n, cap;
+};
+
+/* An empty registry whose long-polls are answered by `answer`. */
+void nodes_init(struct nodes *ns, pthread_mutex_t *lock, nodes_answer_fn answer, void *ctx);
+/* Frees every runtime (waiters must have been released). */
+void nodes_release(struct nodes *ns);
+
+/* The runtime of node `name`, or NULL. */
+struct node_rt *nodes_find(const struct nodes *ns, const char *name);
+/* The runtime of node `name`, made (with revision 1) when new; its heartbeat
+ * is now_ms either way. 0 or GPO_ENOMEM. */
+int nodes_add(struct nodes *ns, const char *name, int64_t now_ms);
+
+/* What the controller wants of node `name` changed: its revision moves and
+ * its long-polls are answered. A node without a runtime is ignored. */
+void nodes_changed(struct nodes *ns, const char *name);
+
+/*
+ * Suspends an agent's long-poll `req` on node rt until its revision moves or
+ * wait_ms pass (then it is answered with the same revision). 0, or GPO_*
+ * (the server is stopping, out of memory) when it did not suspend; the
+ * caller answers then.
+ */
+int nodes_wait(struct nodes *ns, struct node_rt *rt, struct http_request *req, unsigned wait_ms);
+
+/* Answers every long-poll with 503 (the server is stopping). Takes the lock. */
+void nodes_release_waiters(struct nodes *ns);
+
+/* A heartbeat's body (taken; NULL for none) arrived at now_ms: the node's
+ * sample, and its dirty GPUs (the agent names them in every heartbeat until
+ * they clear). */
+void nodes_heartbeat(struct node_rt *rt, json_t *sample, int64_t now_ms);
+
+/* Adds UUIDs to the node's dirty set (no duplicates): held back from an
+ * attempt's final report on, not from the agent's next heartbeat. */
+void nodes_dirty_add(struct node_rt *rt, char *const *uuids, size_t n);
+
+/* Whether GPU `uuid` of the node is dirty. */
+bool nodes_is_dirty(const struct node_rt *rt, const char *uuid);
+
+#endif

@@ -1,0 +1,433 @@
+/*
+ * pass.c - one scheduling pass as four steps: input, decide, commit, apply
+ * (sched.h). What an agent runs is always on disk first: decisions reach
+ * memory and agents only once their commit is durable.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/err.h"
+#include "core/explain.h"
+#include "server/sched/sched_int.h"
+#include "util/errbuf.h"
+#include "base/banned.h"
+
+static int cmp_name_index(const void *a, const void *b)
+{
+    return strcmp(((const struct name_index *)a)->name, ((const struct name_index *)b)->name);
+}
+
+uint32_t sched_name_find(const struct name_index *v, size_t n, const char *name)
+{
+    struct name_index key = {name, 0};
+    const struct name_index *hit = bsearch(&key, v, n, sizeof(*v), cmp_name_index);
+    return hit ? hit->index : SCHED_NONE;
+}
+
+const char *sched_default_class(const struct cluster *cl)
+{
+    if (cluster_class_get(cl, "normal"))
+        return "normal";
+    return cl->nclasses ? cl->classes[0].name : NULL;
+}
+
+void sched_input_release(struct sched_input *in)
+{
+    cluster_view_release(&in->view);
+    free(in->node_index);
+    free(in->gpu_index);
+    free(in->reqs);
+    free(in->jobs);
+    free(in->running);
+    free(in->parts);
+    free(in->shares);
+    free(in->dep_failed);
+    free(in->dep_reason);
+    memset(in, 0, sizeof(*in));
+}
+
+void sched_plan_release(struct sched_plan *p)
+{
+    for (size_t k = 0; k < p->natts; k++)
+        attempt_release(&p->atts[k]);
+    free(p->atts);
+    memset(p, 0, sizeof(*p));
+}
+
+/* ---- step 1: input ---------------------------------------------------------- */
+
+/* Are j's dependencies met? 1 yes, 0 not yet, -1 never (reason written). */
+static int deps_met(const struct jobs *t, const struct job *j, char *reason, size_t len)
+{
+    for (size_t k = 0; k < j->spec.ndeps; k++) {
+        const struct jobspec_dep *d = &j->spec.deps[k];
+        const struct job *dj = jobs_find(t, d->job);
+        if (!dj) {
+            snprintf(reason, len, "dependency: job %" PRId64 " is gone", d->job);
+            return -1;
+        }
+        if (!job_state_final(dj->state) || dj->att.n)
+            return 0;
+        if (d->type == JOBSPEC_AFTEROK && dj->state != JOB_COMPLETED) {
+            snprintf(reason, len, "dependency: job %" PRId64 " ended %s, not COMPLETED", d->job,
+                     job_state_name(dj->state));
+            return -1;
+        }
+    }
+    return 1;
+}
+
+/* The view's nodes by name and GPUs by UUID, and the dirty GPUs held. */
+static int index_view(struct server *s, struct sched_input *in)
+{
+    const struct sched_cluster *c = &in->view.c;
+    in->node_index = malloc((c->nnodes ? c->nnodes : 1) * sizeof(*in->node_index));
+    in->gpu_index = malloc((c->ngpus ? c->ngpus : 1) * sizeof(*in->gpu_index));
+    if (!in->node_index || !in->gpu_index)
+        return GPO_ENOMEM;
+    for (uint32_t k = 0; k < c->nnodes; k++)
+        in->node_index[k] = (struct name_index){cluster_view_node_name(&in->view, k), k};
+    for (uint32_t k = 0; k < c->ngpus; k++)
+        in->gpu_index[k] = (struct name_index){in->view.gpu_uuid[k], k};
+    qsort(in->node_index, c->nnodes, sizeof(*in->node_index), cmp_name_index);
+    qsort(in->gpu_index, c->ngpus, sizeof(*in->gpu_index), cmp_name_index);
+    /* Dirty GPUs (an ended job's processes remain, as their agents say) get no work. */
+    for (size_t k = 0; k < s->nodes.n; k++) {
+        const json_t *dirty = s->nodes.v[k].dirty;
+        for (size_t i = 0; i < json_array_size(dirty); i++) {
+            uint32_t gi = sched_name_find(in->gpu_index, c->ngpus,
+                                          json_string_value(json_array_get(dirty, i)));
+            if (gi != SCHED_NONE)
+                in->view.gpus[gi].held = true;
+        }
+    }
+    return 0;
+}
+
+/* The queue: pending jobs whose dependencies are met, within their array's
+ * cap; by id, so passes are deterministic. */
+static void input_queue(struct server *s, struct sched_input *in)
+{
+    const char *default_class = sched_default_class(&s->cluster);
+    int64_t cur_array = STORE_NULL;
+    size_t array_room = 0;
+    for (size_t k = 0; k < s->jobs.n; k++) {
+        struct job *j = s->jobs.v[k];
+        if (j->state != JOB_PENDING || j->att.n)
+            continue;
+        char why[200];
+        int met = deps_met(&s->jobs, j, in->dep_reason[in->ndep_failed], sizeof(in->dep_reason[0]));
+        if (met < 0) {
+            in->dep_failed[in->ndep_failed++] = j;
+            continue;
+        }
+        if (!met) {
+            job_set_wait(j, "dependency: waiting for the jobs it depends on to end", -1);
+            continue;
+        }
+        if (j->array_id != STORE_NULL && j->spec.array.max_running) {
+            if (j->array_id != cur_array) {
+                cur_array = j->array_id;
+                size_t active = jobs_array_active(&s->jobs, j->array_id);
+                array_room =
+                    active < j->spec.array.max_running ? j->spec.array.max_running - active : 0;
+            }
+            if (!array_room) {
+                job_set_wait(j, "array_limit: the array has its maximum of tasks running", -1);
+                continue;
+            }
+            array_room--;
+        }
+        struct sched_job *r = &in->reqs[in->nqueue];
+        if (cluster_job_request(&in->view, &j->spec, j->team, default_class, r, why, sizeof(why))) {
+            job_set_wait(j, why, -1);
+            continue;
+        }
+        r->id = (uint64_t)j->id;
+        r->submit_ms = j->queued_ms;
+        in->jobs[in->nqueue++] = j;
+    }
+    in->nreqs = in->nqueue;
+}
+
+/* Attempt a of job j as a running job of the view: false when its node or
+ * GPUs left the cluster (it holds nothing there then). */
+static bool running_of(const struct sched_input *in, const struct attempt *a,
+                       struct sched_node_part *parts, struct sched_share *shares,
+                       struct sched_alloc *ret)
+{
+    const struct sched_cluster *c = &in->view.c;
+    *ret = (struct sched_alloc){parts, 0, shares, 0};
+    for (size_t p = 0; p < a->nparts; p++) {
+        uint32_t n = sched_name_find(in->node_index, c->nnodes, a->parts[p].node);
+        if (n == SCHED_NONE)
+            return false;
+        parts[ret->nnodes++] = (struct sched_node_part){n, a->parts[p].cpus, a->parts[p].mem_mib};
+    }
+    for (size_t g = 0; g < a->nshares; g++) {
+        uint32_t gi = sched_name_find(in->gpu_index, c->ngpus, a->shares[g].uuid);
+        if (gi == SCHED_NONE)
+            return false;
+        shares[ret->nshares++] = (struct sched_share){gi, a->shares[g].milli, a->shares[g].mem_mib};
+    }
+    return true;
+}
+
+/* The running set: every attempt that holds resources, whatever its job's
+ * state (a cancelled job's attempt holds its GPUs until it has exited). */
+static int input_running(struct server *s, struct sched_input *in)
+{
+    const struct sched_cluster *c = &in->view.c;
+    const char *default_class = sched_default_class(&s->cluster);
+    size_t nparts = 0, nshares = 0, nrun = 0;
+    for (size_t k = 0; k < s->jobs.n; k++) {
+        nparts += s->jobs.v[k]->att.nparts;
+        nshares += s->jobs.v[k]->att.nshares;
+        nrun += s->jobs.v[k]->att.n != 0;
+    }
+    in->running = calloc(nrun ? nrun : 1, sizeof(*in->running));
+    in->parts = calloc(nparts ? nparts : 1, sizeof(*in->parts));
+    in->shares = calloc(nshares ? nshares : 1, sizeof(*in->shares));
+    if (!in->running || !in->parts || !in->shares)
+        return GPO_ENOMEM;
+    size_t pi = 0, si = 0;
+    for (size_t k = 0; k < s->jobs.n; k++) {
+        struct job *j = s->jobs.v[k];
+        if (!j->att.n)
+            continue;
+        struct sched_job *r = &in->reqs[in->nreqs];
+        char why[200];
+        if (cluster_job_request(&in->view, &j->spec, j->team, default_class, r, why, sizeof(why))) {
+            /* Its team or class is gone: it still holds what it holds. */
+            memset(r, 0, sizeof(*r));
+            r->team = c->nteams ? 0 : SCHED_NONE;
+        }
+        r->id = (uint64_t)j->id;
+        r->submit_ms = j->queued_ms;
+        if (r->prio >= c->nclasses)
+            r->prio = 0;
+        struct sched_alloc a;
+        if (r->team == SCHED_NONE || !c->nclasses ||
+            !running_of(in, &j->att, &in->parts[pi], &in->shares[si], &a))
+            continue;
+        pi += a.nnodes;
+        si += a.nshares;
+        in->jobs[in->nreqs++] = j;
+        in->running[in->nrunning++] = (struct sched_running){.job = r,
+                                                             .alloc = a,
+                                                             .start_ms = j->att.start_ms,
+                                                             .borrowed = j->att.borrowed,
+                                                             .preempting = j->att.kill != 0};
+    }
+    return 0;
+}
+
+int sched_input(struct server *s, struct sched_input *in, char *err, size_t errlen)
+{
+    memset(in, 0, sizeof(*in));
+    int rc = cluster_view_build(&s->cluster, &in->view, err, errlen);
+    if (rc)
+        return rc;
+    size_t n = s->jobs.n ? s->jobs.n : 1;
+    in->reqs = calloc(n, sizeof(*in->reqs));
+    in->jobs = calloc(n, sizeof(*in->jobs));
+    in->dep_failed = calloc(n, sizeof(*in->dep_failed));
+    in->dep_reason = calloc(n, sizeof(*in->dep_reason));
+    if (!in->reqs || !in->jobs || !in->dep_failed || !in->dep_reason || index_view(s, in))
+        return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
+    input_queue(s, in);
+    if (input_running(s, in))
+        return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
+    sched_charge_ended(s, in);
+    return 0;
+}
+
+/* ---- step 2: decide ------------------------------------------------------- */
+
+int sched_decide(struct server *s, struct sched_input *in, int64_t now_ms)
+{
+    struct sched *sc = s->sched;
+    if (now_ms < sc->state.last_pass_ms)
+        now_ms = sc->state.last_pass_ms; /* the wall clock stepped back */
+    struct sched_queue q = {in->reqs, in->nqueue};
+    struct sched_running_set rs = {in->running, in->nrunning};
+    return sched_pass(&in->view.c, &q, &rs, &sc->policy, &sc->state, now_ms, &sc->result);
+}
+
+/* ---- step 3: commit ------------------------------------------------------- */
+
+/* The pass's start `a` as an attempt, by name: parts and shares into *ret. */
+static int start_names(const struct sched_input *in, const struct sched_alloc *a,
+                       struct attempt *ret)
+{
+    ret->parts = calloc(a->nnodes ? a->nnodes : 1, sizeof(*ret->parts));
+    ret->shares = calloc(a->nshares ? a->nshares : 1, sizeof(*ret->shares));
+    if (!ret->parts || !ret->shares)
+        return GPO_ENOMEM;
+    for (uint32_t k = 0; k < a->nnodes; k++) {
+        ret->parts[k] =
+            (struct attempt_part){strdup(cluster_view_node_name(&in->view, a->nodes[k].node)),
+                                  a->nodes[k].cpus, a->nodes[k].mem_mib};
+        ret->nparts++;
+        if (!ret->parts[k].node)
+            return GPO_ENOMEM;
+    }
+    for (uint32_t k = 0; k < a->nshares; k++) {
+        uint32_t g = a->shares[k].gpu;
+        ret->shares[k] = (struct attempt_share){
+            strdup(cluster_view_node_name(&in->view, in->view.gpu_node[g])),
+            strdup(in->view.gpu_uuid[g]), a->shares[k].milli, a->shares[k].mem_mib};
+        ret->nshares++;
+        if (!ret->shares[k].node || !ret->shares[k].uuid)
+            return GPO_ENOMEM;
+    }
+    return 0;
+}
+
+/* The rows of the pass's decisions into b; the new attempts into plan. */
+static int plan_rows(struct server *s, const struct sched_input *in, int64_t now_ms,
+                     struct sched_plan *plan, struct store_batch *b)
+{
+    const struct sched_result *res = &s->sched->result;
+    int rc = store_batch_set_decision(b, s->epoch);
+    for (size_t k = 0; !rc && k < res->nstarts; k++) {
+        struct job *j = jobs_find(&s->jobs, (int64_t)res->starts[k].job);
+        struct attempt *a = &plan->atts[k];
+        rc = start_names(in, &res->starts[k].alloc, a);
+        a->n = j->attempts + 1;
+        a->start_ms = now_ms;
+        a->borrowed = res->starts[k].borrowed;
+        rc = rc ? rc
+                : attempt_row(b, s->epoch, j->id, a, ATTEMPT_ASSIGNED, NULL, STORE_NULL, STORE_NULL,
+                              STORE_NULL);
+        rc = rc ? rc
+                : store_batch_job_update(b, j->id, job_state_name(JOB_RUNNING), NULL, now_ms, NULL);
+    }
+    for (size_t k = 0; !rc && k < res->npreempts; k++) {
+        const struct job *j = jobs_find(&s->jobs, (int64_t)res->preempts[k].job);
+        rc = sched_kill_row(s, b, j, KILL_PREEMPTED, NULL);
+    }
+    for (size_t k = 0; !rc && k < in->ndep_failed; k++)
+        rc = store_batch_job_update(b, in->dep_failed[k]->id, job_state_name(JOB_FAILED),
+                                    in->dep_reason[k], now_ms, NULL);
+    if (!rc && plan->save_state)
+        rc = sched_state_row(s, b, now_ms);
+    return rc ? GPO_ENOMEM : 0;
+}
+
+int sched_commit(struct server *s, const struct sched_input *in, int64_t now_ms,
+                 struct sched_plan *plan)
+{
+    struct sched *sc = s->sched;
+    const struct sched_result *res = &sc->result;
+    memset(plan, 0, sizeof(*plan));
+    bool decided = res->nstarts || res->npreempts || in->ndep_failed;
+    plan->save_state = now_ms - sc->state_saved_ms >= SCHED_STATE_SAVE_MS;
+    if (!decided && !plan->save_state)
+        return 0;
+    plan->atts = calloc(res->nstarts ? res->nstarts : 1, sizeof(*plan->atts));
+    plan->natts = plan->atts ? res->nstarts : 0;
+    struct store_batch *b = plan->atts ? store_batch_new() : NULL;
+    int rc = b ? plan_rows(s, in, now_ms, plan, b) : GPO_ENOMEM;
+    if (rc) {
+        store_batch_free(b);
+        fprintf(stderr, "gpuorch server: pass decisions not built: out of memory\n");
+        return rc;
+    }
+    rc = sched_commit_unlocked(s, b, "pass decisions");
+    if (!rc && plan->save_state)
+        sc->state_saved_ms = now_ms;
+    return rc;
+}
+
+/* ---- step 4: apply -------------------------------------------------------- */
+
+static void apply_start(struct server *s, struct job *j, struct attempt *a, int64_t now_ms)
+{
+    attempt_release(&j->att);
+    j->att = *a;
+    memset(a, 0, sizeof(*a));
+    cost_open(&s->cost, j, now_ms);
+    j->attempts = j->att.n;
+    job_set_wait(j, NULL, -1);
+    if (j->state != JOB_PENDING) {
+        /* Cancelled while the pass ran: the attempt is killed at once. */
+        sched_kill_apply(s, j, KILL_CANCELLED, NULL, s->sched->policy.preempt_grace_ms);
+        return;
+    }
+    const char *cls = j->spec.priority ? j->spec.priority : sched_default_class(&s->cluster);
+    monitor_observe_wait(&s->monitor, j->team, cls, now_ms - j->queued_ms);
+    j->state = JOB_RUNNING;
+    j->updated_ms = now_ms;
+    free(j->reason);
+    j->reason = NULL;
+    for (size_t p = 0; p < j->att.nparts; p++)
+        nodes_changed(&s->nodes, j->att.parts[p].node);
+}
+
+void sched_apply(struct server *s, const struct sched_input *in, struct sched_plan *plan,
+                 int64_t now_ms)
+{
+    const struct sched_result *res = &s->sched->result;
+    for (size_t k = 0; k < plan->natts; k++)
+        apply_start(s, jobs_find(&s->jobs, (int64_t)res->starts[k].job), &plan->atts[k], now_ms);
+    for (size_t k = 0; k < res->npreempts; k++) {
+        struct job *j = jobs_find(&s->jobs, (int64_t)res->preempts[k].job);
+        if (j)
+            sched_kill_apply(s, j, KILL_PREEMPTED, NULL, res->preempts[k].grace_ms);
+    }
+    for (size_t k = 0; k < in->ndep_failed; k++) {
+        struct job *j = in->dep_failed[k];
+        j->state = JOB_FAILED;
+        j->updated_ms = now_ms;
+        free(j->reason);
+        j->reason = strdup(in->dep_reason[k]);
+        job_set_wait(j, NULL, -1);
+    }
+    for (size_t k = 0; k < res->nwaits; k++) {
+        struct job *j = jobs_find(&s->jobs, (int64_t)res->waits[k].job);
+        char text[300];
+        int n = snprintf(text, sizeof(text), "%s: ", explain_code(res->waits[k].reason));
+        explain_format(&in->view.c, &res->waits[k], text + n, sizeof(text) - (size_t)n);
+        if (j && j->state == JOB_PENDING)
+            job_set_wait(j, text, res->waits[k].est_start_ms > 0 ? res->waits[k].est_start_ms : -1);
+    }
+}
+
+/* ---- the task ------------------------------------------------------------- */
+
+void sched_pass_task(struct server *s, int64_t now_ms)
+{
+    struct sched *sc = s->sched;
+    struct sched_input in;
+    char err[256] = "";
+    int64_t t0 = srv_mono_ns(s); /* the pass's duration for GET /metrics: view and decision */
+    int rc = sched_input(s, &in, err, sizeof(err));
+    if (!rc) {
+        /* The pass works on copies (the view, the requests, the allocations):
+         * submissions, reports and cancels go on meanwhile, and what they
+         * change is checked when the decisions are applied. Jobs are never
+         * freed while the server runs, so in.jobs stays valid. */
+        pthread_mutex_unlock(&s->lock);
+        rc = sched_decide(s, &in, now_ms);
+        pthread_mutex_lock(&s->lock);
+        monitor_observe_pass(&s->monitor, srv_mono_ns(s) - t0);
+        if (rc)
+            snprintf(err, sizeof(err), "sched_pass: %s", gpo_strerror(rc));
+    }
+    if (rc) {
+        fprintf(stderr, "gpuorch server: no pass: %s\n", err);
+    } else {
+        if (now_ms < sc->state.last_pass_ms)
+            now_ms = sc->state.last_pass_ms;
+        sc->passes++;
+        struct sched_plan plan;
+        if (sched_commit(s, &in, now_ms, &plan) == 0)
+            sched_apply(s, &in, &plan, now_ms);
+        sched_plan_release(&plan);
+    }
+    sched_input_release(&in);
+    sc->last_pass_ms = srv_now_ms(s);
+}

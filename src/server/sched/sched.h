@@ -1,0 +1,196 @@
+/*
+ * sched.h - the scheduling loop and what changes attempts: one thread that
+ * wakes on events (a submit, an attempt's end, a node change, a cancel) or
+ * on its timer, runs the periodic tasks (node timeouts, idle GPUs, budgets,
+ * a scheduling pass, the monitor's minute), and the transitions of an
+ * attempt that touch several subsystems at once: its start (a pass's
+ * decision), its kill (preemption, cancel, idle policy), and its end (an
+ * agent's report, a node that stopped heartbeating).
+ *
+ * A pass is four steps, each a function a unit test can drive without a
+ * daemon: input (the core's view built from memory under the lock), decide
+ * (sched_pass on copies, without the lock), commit (the decisions and the
+ * core's carry-over state in one store transaction under the leader epoch,
+ * the lock released while it waits) and apply (memory changes and agents are
+ * told, only once the commit is durable). Events that arrive during a pass
+ * mark the loop dirty and are served by the next one: one pass at a time,
+ * coalesced.
+ *
+ * Owns: struct sched: the core's carry-over state (decayed usage, attained
+ * service, claims), the policy, the loop thread, the attempts that ended
+ * since the last pass (their last stretch is charged to fair share then).
+ *
+ * Lock: the controller's state lock guards everything here but `state`,
+ * which only the loop thread touches (also while it runs a pass with the
+ * lock released). Functions taking a server are called with the lock held
+ * unless said otherwise.
+ */
+#ifndef GPUORCH_SERVER_SCHED_SCHED_H
+#define GPUORCH_SERVER_SCHED_SCHED_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cluster/cluster.h"
+#include "core/sched.h"
+#include "server/jobs/jobs.h"
+#include "store/store.h"
+
+struct server;
+struct name_index;
+
+/* An attempt that ended, waiting for the loop to charge its usage. */
+struct sched_ended {
+    int64_t job;
+    int64_t end_ms;
+    struct attempt att; /* owned */
+};
+
+struct sched {
+    struct sched_state state; /* the loop thread's only */
+    struct sched_policy policy;
+    int64_t pass_interval_ms; /* the timer */
+    int64_t node_timeout_ms;
+    bool dirty, stopping;
+    pthread_cond_t cv;
+    pthread_t thread;
+    bool started;
+    uint64_t passes;
+    int64_t state_saved_ms; /* when the loop last committed the core's state */
+    int64_t last_pass_ms;   /* when the last pass ended (0: none yet) */
+    struct sched_ended *ended;
+    size_t nended, ended_cap;
+    struct sched_result result; /* kept from pass to pass (its scratch memory) */
+};
+
+/* The loop's state with the default policy; 0 or GPO_* (a condition variable). */
+int sched_init(struct sched *sc, int64_t pass_interval_ms, int64_t node_timeout_ms);
+void sched_release(struct sched *sc);
+
+/* At start (after the jobs are loaded): the core's carry-over state and the
+ * attempts that hold resources, from the store; the failures each job has
+ * used of its retries. 0, or an error with a message. */
+int sched_load(struct server *s, char *err, size_t errlen);
+
+/* Starts the loop thread; 0 or GPO_*. Not under the lock. */
+int sched_start(struct server *s);
+/* Asks for a pass soon (an event). */
+void sched_wake(struct sched *sc);
+/* Stops the loop thread and waits for it; a clean stop flushes the
+ * monitor's open minutes and saves the core's state. Not under the lock. */
+void sched_stop(struct server *s);
+
+/* One turn of the loop at now_ms, as the thread runs it: the periodic tasks
+ * and a pass. For tests, which run the loop without its thread. */
+void sched_turn(struct server *s, int64_t now_ms);
+
+/* ---- a pass, step by step ------------------------------------------------ */
+
+/* What a pass works on, built from memory under the lock. */
+struct sched_input {
+    struct cluster_view view;
+    struct sched_job *reqs; /* the queue first, then the running set's */
+    struct job **jobs;      /* reqs[k]'s job */
+    size_t nqueue, nreqs;
+    struct sched_running *running; /* the attempts that hold resources */
+    size_t nrunning;
+    struct sched_node_part *parts; /* their allocations' parts and shares */
+    struct sched_share *shares;
+    struct name_index *node_index, *gpu_index; /* the view's nodes by name, GPUs by UUID */
+    struct job **dep_failed;                   /* pending jobs whose afterok dependency failed */
+    char (*dep_reason)[96];
+    size_t ndep_failed;
+};
+void sched_input_release(struct sched_input *in);
+
+/*
+ * Step 1: the core's view of the configuration (dirty GPUs held back), the
+ * queue (pending jobs whose dependencies are met, within their array's cap,
+ * by id), the running set (every attempt that holds resources, whatever its
+ * job's state), and the jobs failed by their dependencies. Wait reasons of
+ * jobs that cannot be queued are set here. Charges the attempts that ended
+ * since the last pass. 0, or an error with a message.
+ */
+int sched_input(struct server *s, struct sched_input *in, char *err, size_t errlen);
+
+/* Step 2: the core's decisions into s's pass result, at now_ms (never before
+ * the last pass's time). Not under the lock: it works on `in` only. */
+int sched_decide(struct server *s, struct sched_input *in, int64_t now_ms);
+
+/* What the commit of a pass carries into its apply: the new attempts. */
+struct sched_plan {
+    struct attempt *atts; /* one per start */
+    size_t natts;
+    bool save_state; /* the core's state goes to disk with it */
+};
+void sched_plan_release(struct sched_plan *p);
+
+/*
+ * Step 3: builds the decisions (attempts started, kills for preemption,
+ * jobs failed by their dependencies) and, when due, the core's state, and
+ * commits them in one transaction under the leader epoch, with the lock
+ * released meanwhile. 0 (also when there was nothing to commit), or the
+ * store's code (nothing is applied then).
+ */
+int sched_commit(struct server *s, const struct sched_input *in, int64_t now_ms,
+                 struct sched_plan *plan);
+
+/* Step 4: the committed decisions into memory; agents are told. A job
+ * cancelled while the commit ran still gets its attempt, to be killed at
+ * once. Wait reasons of the jobs that wait are set. */
+void sched_apply(struct server *s, const struct sched_input *in, struct sched_plan *plan,
+                 int64_t now_ms);
+
+/* ---- transitions of an attempt ------------------------------------------ */
+
+/* Adds to b the row that records job j's kill for `cause` (detail: an idle
+ * kill's words). 0 or GPO_ENOMEM. */
+int sched_kill_row(struct server *s, struct store_batch *b, const struct job *j,
+                   enum kill_cause cause, const char *detail);
+/* Marks job j's attempt killed (attempt_kill) and tells its nodes; the
+ * agents stop it and report its end. 0, or attempt_kill's code. */
+int sched_kill_apply(struct server *s, struct job *j, enum kill_cause cause, const char *detail,
+                     int64_t grace_ms);
+
+/*
+ * A user's cancel of job j (not ended, not being killed) at now_ms: a job
+ * that holds resources gets its attempt's KILLING row (the kill is applied
+ * after the commit; the agent reports CANCELLED and the end cancels the
+ * job); a pending job its CANCELLED row. *ret_attempt: the attempt to kill
+ * (0: none). 0 or GPO_ENOMEM.
+ */
+int sched_cancel_plan(struct server *s, const struct job *j, int64_t now_ms, struct store_batch *b,
+                      int64_t *ret_attempt);
+/* After the commit: the kill of `attempt` (when it is still the job's), or
+ * the pending job cancelled and the loop woken (its dependents may fail).
+ * The job, or NULL when it is gone. */
+struct job *sched_cancel_apply(struct server *s, int64_t job, int64_t attempt, int64_t now_ms);
+
+/* An attempt's end being committed: the job's decision and the ledger's. */
+struct sched_end {
+    struct job_end end;
+    int64_t cost_micro;  /* of the ledger rows planned with the end */
+    int64_t pending_seq; /* the segment's pending_seq when planned (0: none) */
+};
+
+/*
+ * Adds to b the rows of ending job j's current attempt in state `att`
+ * (exit_code and signal STORE_NULL when not known; reason may be NULL) at
+ * now_ms: the attempt's row, its ledger rows, the job's row; fills *ret
+ * without changing j. 0 or GPO_ENOMEM.
+ */
+int sched_end_plan(struct server *s, const struct job *j, enum attempt_state att, int64_t exit_code,
+                   int64_t signal, const char *reason, int64_t now_ms, struct sched_end *ret,
+                   struct store_batch *b);
+/* After the commit: the job's state, its cost, its nodes told, its last
+ * stretch kept for the next pass to charge, the loop woken. Nothing when
+ * the job's attempt is no longer e's. */
+void sched_end_apply(struct server *s, const struct sched_end *e);
+
+/* The class of jobs that name none: "normal", else the first by name (NULL
+ * when there is no class). */
+const char *sched_default_class(const struct cluster *cl);
+
+#endif

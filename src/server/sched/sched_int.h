@@ -1,0 +1,50 @@
+/*
+ * sched_int.h - what the files of src/server/sched share and nobody else
+ * uses.
+ */
+#ifndef GPUORCH_SERVER_SCHED_SCHED_INT_H
+#define GPUORCH_SERVER_SCHED_SCHED_INT_H
+
+#include "server/sched/sched.h"
+#include "server/srv.h"
+
+/* Passes run at most this often however many events arrive (they coalesce):
+ * a burst of submissions costs a few passes a second, not one each. The
+ * core's carry-over state (decayed usage, attained service: soft state that
+ * only orders the queue) goes to disk with the decisions at most this often,
+ * since it is rewritten whole: a crash loses at most that much accounting,
+ * never a decision. */
+#define SCHED_PASS_MIN_GAP_MS 200
+#define SCHED_STATE_SAVE_MS   30000
+
+/* A name and its index in the pass's view, sorted by name for bsearch. */
+struct name_index {
+    const char *name;
+    uint32_t index;
+};
+
+/* The index of `name` in v[0..n) (sorted), or SCHED_NONE. */
+uint32_t sched_name_find(const struct name_index *v, size_t n, const char *name);
+
+/* Commits b (taken) with the lock released meanwhile; logs a failure as
+ * "WHAT not committed". 0 or the store's code. */
+int sched_commit_unlocked(struct server *s, struct store_batch *b, const char *what);
+
+/* state.c: the core's carry-over as JSON text (caller frees), or NULL; and
+ * its commit with the decisions (or alone at a clean stop). */
+char *sched_state_encode(const struct sched_state *st);
+int sched_state_row(struct server *s, struct store_batch *b, int64_t now_ms);
+
+/* attempts.c: charges the attempts that ended since the last pass (their
+ * usage after it) to fair share and LAS, against the pass's view. */
+void sched_charge_ended(struct server *s, const struct sched_input *in);
+
+/* timeouts.c: ends the attempts of nodes whose heartbeats stopped, and marks
+ * the nodes down. */
+void sched_node_timeouts(struct server *s, int64_t now_ms);
+
+/* The periodic work of one turn (loop.c's table calls these). */
+void sched_idle_task(struct server *s, int64_t now_ms);
+void sched_pass_task(struct server *s, int64_t now_ms);
+
+#endif
