@@ -145,10 +145,7 @@ def submit(spec, user="alice"):
     """Submits SPEC as USER for the user's team, in pool main and the shared
     directory, a held() job of 1 GPU unless SPEC says otherwise; the answer."""
     spec = dict({"pool": "main", "workdir": SHARED, "gpus": 1, "command": held()}, **spec)
-    st, body, raw = call("POST", "/v1/jobs", spec, token=TOKENS[user])
-    if st != 201:
-        raise RuntimeError(f"submit {spec}: {st} {raw[:300]!r}")
-    return body
+    return SRV.api.expect("POST", "/v1/jobs", spec, want=(201,), token=TOKENS[user])
 
 
 def sub(spec=None, user="alice"):
@@ -263,16 +260,12 @@ def dump(jobs, *extra):
 
 
 def put(path, body):
-    st, _, raw = call("PUT", path, body, token=ADMIN)
-    if st not in (200, 201):
-        raise RuntimeError(f"PUT {path}: {st} {raw[:300]!r}")
+    SRV.api.expect("PUT", path, body, token=ADMIN)
 
 
 def new_token(user):
-    st, body, raw = call("POST", f"/v1/users/{user}/tokens?label=e2e", token=ADMIN)
-    if st != 201:
-        raise RuntimeError(f"{user}'s token: {st} {raw!r}")
-    return body["token"]
+    return SRV.api.expect("POST", f"/v1/users/{user}/tokens?label=e2e", want=(201,),
+                          token=ADMIN)["token"]
 
 
 # -- The CLI. ------------------------------------------------------------------------------

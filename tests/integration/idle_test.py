@@ -84,18 +84,13 @@ def cli(*args):
 
 
 def put(path, body):
-    st, _, raw = call("PUT", path, body, token=ADMIN)
-    if st not in (200, 201):
-        raise RuntimeError(f"PUT {path}: {st} {raw[:300]!r}")
+    SRV.api.expect("PUT", path, body, token=ADMIN)
 
 
 def submit(team, name):
     spec = {"name": name, "pool": "main", "workdir": SHARED, "gpus": 1,
             "command": ["sleep", "600"]}
-    st, body, raw = call("POST", "/v1/jobs", spec, token=TOKENS[team])
-    if st != 201:
-        raise RuntimeError(f"submit {spec}: {st} {raw[:300]!r}")
-    return body["id"]
+    return SRV.api.expect("POST", "/v1/jobs", spec, want=(201,), token=TOKENS[team])["id"]
 
 
 def get_job(jid):
@@ -168,10 +163,8 @@ def setup():
     for team in ("idle-rep", "idle-can", "idle-req"):
         user = "u-" + team
         put(f"/v1/users/{user}", {"unix_user": JOB_USER, "team": team, "role": "member"})
-        st, body, raw = call("POST", f"/v1/users/{user}/tokens?label=test", token=ADMIN)
-        if st != 201:
-            raise RuntimeError(f"{user}'s token: {st} {raw!r}")
-        TOKENS[team] = body["token"]
+        TOKENS[team] = SRV.api.expect("POST", f"/v1/users/{user}/tokens?label=test",
+                                      want=(201,), token=ADMIN)["token"]
 
     set_util(80)
     AGENT.start()
@@ -232,7 +225,7 @@ def report():
        and "idle" in listed.get(busy, {}) and listed[busy]["idle"] is None,
        "gpuorch queue --json carries the idle object (null for the busy job)", out[:1500])
 
-    st, _, raw = call("GET", "/metrics", token=ADMIN)
+    st, _, raw = SRV.api.scrape(ADMIN)
     if st == 200:
         text = raw.decode(errors="replace")
         want = f'gpuorch_job_idle{{hpc_job="{jid}",team="idle-rep"'
@@ -281,7 +274,7 @@ def requeued():
     ok(good and j["state"] in ("PENDING", "RUNNING") and "idle" in (first.get("reason") or ""),
        "action requeue: attempt 1 ends PREEMPTED for idleness and a second attempt is made",
        detail(j))
-    st, _, raw = call("GET", "/metrics", token=ADMIN)
+    st, _, raw = SRV.api.scrape(ADMIN)
     if st == 200:
         text = raw.decode(errors="replace")
         ok('gpuorch_idle_actions_total{team="idle-req",action="requeue"}' in text
