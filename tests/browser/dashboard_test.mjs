@@ -8,13 +8,19 @@
 // wait in the queue, which the test checks instead).
 //
 // The page: served without a token with its security headers; the sign-in
-// form; a wrong token refused with a message; the admin's token accepted; a
-// job submitted through the API appears (queue or running) without a reload;
-// a chart draws data from /v1/metrics/series; a second job appears by the
+// form; a wrong token refused with the page's message; the admin's token
+// accepted (the user named, status live). Then what the page shows, read from
+// its DOM and compared with the API: each job's row (id, name, team, user,
+// state, GPUs, nodes, utilization; a waiting job's reason badge and sentence);
+// both nodes with their 4 GPU cards, the fake NVML's scripted utilization and
+// the job on each busy GPU; the tiles (nodes up, GPUs in use, mean
+// utilization, running, pending, idle, cost rate); the cost panel's teams; the
+// utilization chart's series per node, whose latest points are the nodes'
+// scripted means, and the queue chart's. A second job gets its row by the
 // page's own polling (same document: no reload); a token the server no longer
-// accepts sends the page back to the form with a message. No CSP violation and
-// no script error along the way. A screenshot goes to
-// $MESON_BUILD_ROOT/meson-logs/dashboard.png (else the temporary directory,
+// accepts sends the page back to the form with the session-ended message. No
+// CSP violation and no script error along the way. A full-page screenshot goes
+// to $MESON_BUILD_ROOT/meson-logs/dashboard.png (else the temporary directory,
 // kept then); its path is printed. Prints TAP. Children are stopped by PID;
 // KEEP_TMP=1 keeps the temporary directory.
 
@@ -40,10 +46,6 @@ function ok(cond, name, detail) {
   console.log(`${cond ? 'ok' : 'not ok'} ${testNo} - ${name}`);
   if (!cond && detail) for (const l of String(detail).split('\n').slice(0, 40)) console.log('# ' + l);
   return cond;
-}
-function skip(name, why) {
-  testNo++;
-  console.log(`ok ${testNo} - ${name} # SKIP ${why}`);
 }
 const diag = (text) => console.log('# ' + text);
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -148,7 +150,16 @@ function gpuUuid(nodeNo, index) {
   return `GPU-${nodeNo.toString(16).padStart(8, '0')}-${pid}-4dab-8000-${index.toString(16).padStart(12, '0')}`;
 }
 
+// uuid -> the utilization the fake NVML reports for it; node name -> its GPUs' mean.
+const SCRIPTED_UTIL = {};
+const NODE_MEAN_UTIL = {};
+const meanOf = (node) => NODE_MEAN_UTIL[node];
+
 function startAgent(name, nodeNo, utils) {
+  utils.forEach((u, i) => {
+    SCRIPTED_UTIL[gpuUuid(nodeNo, i)] = u;
+  });
+  NODE_MEAN_UTIL[name] = utils.reduce((a, b) => a + b, 0) / utils.length;
   const gpuFile = path.join(TMP, name + '-gpus.json');
   fs.writeFileSync(gpuFile, JSON.stringify({gpus: utils.map((u, i) => ({
     uuid: gpuUuid(nodeNo, i), name: 'NVIDIA H100 80GB HBM3', utilization: u,
@@ -255,24 +266,132 @@ async function main() {
   // Jobs that run (or wait, without root), and one that cannot fit: the queue has a reason.
   const first = [await submit({name: 'train-llm', gpus: 2, project: 'llm', model: 'llama-8b'}),
     await submit({name: 'eval-sweep', gpus: 1, project: 'eval'})];
-  await submit({name: 'big-pretrain', gpus: 8, project: 'llm', model: 'llama-70b'});
+  const big = await submit({name: 'big-pretrain', gpus: 8, project: 'llm', model: 'llama-70b'});
 
   const browser = await chromium.launch({executablePath: CHROMIUM, headless: true,
     args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage']});
   try {
-    await browserChecks(browser, first, submit);
+    await browserChecks(browser, first, big, submit);
   } finally {
     await browser.close();
   }
 }
 
-async function browserChecks(browser, first, submit) {
+// -- What the page shows, read from its DOM, and what it should show, from the API. ---------
+
+// The page's number formats (web/app.js): what a user reads for a value.
+const fmtPct = (v) => (typeof v === 'number' ? v.toFixed(v < 10 && v > 0 ? 1 : 0) + '%' : '-');
+const fmtGiB = (mib) => (typeof mib === 'number' ? (mib / 1024).toFixed(mib < 10240 ? 1 : 0) : '-');
+const fmtMoney = (v) => (typeof v === 'number'
+  ? v.toLocaleString('en-US', {minimumFractionDigits: 2, maximumFractionDigits: 2}) : '-');
+
+// The rows of the table in panel ID: one object per row, keyed by column header,
+// with the cell's text (and, for a cell with a badge, KEY.badge: the badge's text).
+function tableRows(page, id) {
+  return page.evaluate((panel) => {
+    const t = document.querySelector(`#${panel} table`);
+    if (!t) return null;
+    const heads = [...t.querySelectorAll('thead th')].map((th) => th.textContent);
+    return [...t.querySelectorAll('tbody tr')].map((tr) => {
+      const row = {};
+      [...tr.cells].forEach((td, i) => {
+        row[heads[i]] = td.textContent;
+        const b = td.querySelector('.badge');
+        if (b) row[heads[i] + '.badge'] = b.textContent;
+      });
+      return row;
+    });
+  }, id);
+}
+
+// The nodes panel: per node its name, pool, state badge, heartbeat and GPU cards.
+function nodeRows(page) {
+  return page.evaluate(() => [...document.querySelectorAll('#nodes tbody tr')].map((tr) => ({
+    name: tr.cells[0].firstChild.firstChild.textContent,
+    pool: tr.cells[0].querySelector('.muted').textContent,
+    state: tr.cells[1].textContent,
+    heartbeat: tr.cells[3].textContent,
+    gpus: [...tr.querySelectorAll('.gpu')].map((g) => ({
+      uuid: g.title,
+      label: g.querySelector('.gpu-top span').textContent,
+      type: g.querySelector('.gpu-type').textContent,
+      util: g.querySelectorAll('.gpu-top')[1].firstChild.textContent,
+      job: (g.querySelector('.gpu-job') || g.querySelector('.gpu-free')).textContent,
+    })),
+  })));
+}
+
+// The text of each summary tile.
+function tiles(page) {
+  return page.evaluate(() => Object.fromEntries([...document.querySelectorAll('.tile-value')]
+    .map((t) => [t.id, t.textContent])));
+}
+
+// What uPlot holds for chart ID: the legend's series labels, the keys and values per series
+// (data[1..]) and data-points.
+function chartOf(page, id) {
+  return page.evaluate((cid) => {
+    const box = document.getElementById(cid);
+    const c = window.gpuorchDash.charts[cid];
+    if (!c || !box.querySelector('canvas')) return null;
+    return {
+      points: Number(box.dataset.points),
+      legend: [...box.querySelectorAll('.u-legend .u-series .u-label')].map((l) => l.textContent),
+      keys: c.keys,
+      values: c.plot.data.slice(1).map((v) => Array.from(v)),
+    };
+  }, id);
+}
+
+const lastValue = (vals) => {
+  const v = (vals || []).filter((x) => x !== null && x !== undefined);
+  return v.length ? v[v.length - 1] : null;
+};
+
+// Compares the fields of WANT with GOT; the differences as text ('' when none).
+function differences(want, got) {
+  if (!got) return 'not shown';
+  return Object.keys(want).filter((k) => want[k] !== got[k])
+    .map((k) => `${k}: shows ${JSON.stringify(got[k])}, want ${JSON.stringify(want[k])}`).join('; ');
+}
+
+// What the row of job J should read in the running or queue table.
+function jobRow(j) {
+  const spec = j.spec || {};
+  const row = {ID: String(j.id), Name: spec.name || '', Team: j.team, User: j.user,
+    GPUs: String(spec.gpus)};
+  if (j.state === 'PENDING') {
+    const m = /^([a-z_]+): (.*)$/s.exec(j.wait_reason || '');
+    return Object.assign(row, {Priority: spec.priority || '-'},
+      m ? {'Reason.badge': m[1], Reason: m[1] + m[2]} : {});
+  }
+  const a = j.current_attempt || {};
+  return Object.assign(row, {Project: spec.project || '-', Model: spec.model || '-',
+    State: a.state, 'State.badge': a.state, Nodes: (a.nodes || []).join(', '),
+    'GPU util': fmtPct(j.gpu_utilization_pct),
+    'GPU mem': typeof j.gpu_memory_used_mib === 'number' ? fmtGiB(j.gpu_memory_used_mib) + ' GiB' : '-'});
+}
+
+// Polls until the page's row of job ID matches the API's job, read afresh each
+// time (the page is at most a poll behind); [panel, row, differences].
+async function rowMatches(page, id) {
+  let last = ['', null, 'not read'];
+  await waitUntil(async () => {
+    const j = (await call('GET', `/v1/jobs/${id}`)).json;
+    const panel = j.state === 'PENDING' ? 'queue' : 'running';
+    const got = ((await tableRows(page, panel)) || []).find((r) => r.ID === String(id));
+    last = [panel, got, differences(jobRow(j), got)];
+    return !last[2];
+  });
+  return last;
+}
+
+async function browserChecks(browser, first, big, submit) {
   const page = await browser.newPage({viewport: {width: 1680, height: 1050}, deviceScaleFactor: 1});
   const errors = [];
   page.on('pageerror', (e) => errors.push('pageerror: ' + e.message));
   page.on('console', (m) => {
-    // A 404 of an API this build lacks, or the 401 of the wrong token, is the
-    // browser's own network note, not the page's error.
+    // The 401 of the wrong token is the browser's own network note, not the page's error.
     if (m.type() === 'error' && !/^Failed to load resource/.test(m.text())) errors.push('console: ' + m.text());
   });
   await page.addInitScript(() => {
@@ -289,85 +408,149 @@ async function browserChecks(browser, first, submit) {
   await page.click('#login-submit');
   const refused = await waitUntil(async () => (await page.isVisible('#login-error')) &&
     (await page.textContent('#login-error')));
-  ok(refused && refused.includes('401') && !(await page.isVisible('#dash')),
-    'a wrong token is refused with a message on the form', refused);
+  ok(refused === 'The server did not accept this token (401). Check it and try again.' &&
+     !(await page.isVisible('#dash')) && await page.isVisible('#login-form') &&
+     (await page.inputValue('#token')) === '',
+  'a wrong token is refused: the form says the server did not accept it (401), the field is cleared',
+  refused);
 
   await page.fill('#token', admin);
   await page.click('#login-submit');
   const loaded = await waitUntil(() => page.evaluate(() => document.documentElement.dataset.loaded === '1'));
-  const who = loaded ? await page.textContent('#who') : '';
-  ok(loaded && await page.isVisible('#dash') && who.includes('admin') &&
+  const who = loaded ? await page.evaluate(() => [document.getElementById('who').firstChild.textContent,
+    document.querySelector('#who .role').textContent]) : null;
+  ok(loaded && await page.isVisible('#dash') && who && who[0] === 'admin' && who[1] === '(admin)' &&
+     await page.isVisible('#logout') && (await page.textContent('#status')) === 'live' &&
      await page.evaluate(() => sessionStorage.getItem('gpuorch.token') !== null),
-  'the admin token signs in: the dashboard shows, the user named, the token in sessionStorage', who);
+  'the admin token signs in: the dashboard shows "admin (admin)", Sign out, status live, the token in sessionStorage',
+  JSON.stringify(who));
   await page.evaluate(() => {
     window.__sameDocument = 'yes'; // a reload would lose it
   });
 
-  const rowOf = (id) => page.evaluate((jid) => {
-    for (const panel of ['queue', 'running']) {
-      for (const tr of document.querySelectorAll(`#${panel} tbody tr`)) {
-        if (tr.cells[0] && tr.cells[0].textContent === String(jid)) return panel + ': ' + tr.textContent;
-      }
-    }
-    return null;
-  }, id);
-  const seen = await waitUntil(async () => (await rowOf(first[0])) && (await rowOf(first[1])));
-  ok(seen, 'the jobs submitted through the API appear in the page (queue or running)',
-    await page.textContent('#dash'));
-  diag('job ' + first[0] + ' -> ' + (await rowOf(first[0])));
-  const nodesText = await page.textContent('#nodes');
-  ok(nodesText.includes('gpu-a') && nodesText.includes('gpu-b') &&
-     (await page.locator('#nodes .gpu').count()) === 2 * NODE_GPUS && nodesText.includes('92%'),
-  'the nodes panel shows both nodes, their 8 GPUs and their sampled utilization', nodesText.slice(0, 600));
-  const queueText = await waitUntil(async () => {
-    const r = await page.$$eval('#queue tbody td.reason', (tds) => tds.map((td) =>
-      [td.querySelector('.badge') ? td.querySelector('.badge').textContent : '', td.textContent]));
-    return r.length && r.every(([code, text]) => /^[a-z_]+$/.test(code) && text.length > code.length + 5)
-      ? r : null;
-  });
-  ok(queueText, 'the queue shows the waiting job with its wait reason (code and sentence)',
-    await page.textContent('#queue'));
-  if (queueText) diag('reason: ' + queueText[0][1]);
-
-  // The charts: data from /v1/metrics/series, drawn by uPlot on a canvas.
-  const series = await call('GET', '/v1/metrics/series?metric=gpu_util&by=node&since=-15m');
-  if (series.status === 404) {
-    skip('a chart draws data from /v1/metrics/series', 'this build has no /v1/metrics/series yet');
-    const shown = await page.textContent('#chart-util-node');
-    ok(/not available/.test(shown), "without the series API the chart says 'not available'", shown);
-    // The page's chart code all the same, on an answer of the contracted shape.
-    const now = Math.floor(Date.now() / 1000);
-    const t = Array.from({length: 30}, (_, i) => now - 290 + 10 * i);
-    await page.route('**/v1/metrics/series?*', (route) => route.fulfill({json: {
-      metric: 'gpu_util', by: 'node', step_s: 10, t,
-      series: [{key: 'gpu-a', values: t.map((_, i) => (i === 3 ? null : 50 + (i % 7)))},
-        {key: 'gpu-b', values: t.map((_, i) => 40 + (i % 5))}]}}));
-    const drawn = await waitUntil(() => page.evaluate(() => {
-      const box = document.getElementById('chart-util-node');
-      return box.querySelector('canvas') && Number(box.dataset.points) === 59 ? 1 : null;
-    }), 15000);
-    await page.unroute('**/v1/metrics/series?*');
-    ok(drawn, 'the chart code draws a series answer with uPlot (59 points; the answer given by ' +
-      'the test, this build having no series API)', await page.textContent('#chart-util-node'));
-  } else {
-    const drawn = await waitUntil(() => page.evaluate(() => {
-      const box = document.getElementById('chart-util-node');
-      const plot = window.gpuorchDash.charts['chart-util-node'];
-      return Number(box.dataset.points) > 0 && box.querySelector('canvas') && plot &&
-        plot.plot.data[0].length > 0 ? box.dataset.points : null;
-    }), 45000);
-    ok(drawn, 'a chart draws data: GPU utilization by node, a uPlot canvas with points',
-      `series: ${series.status} ${series.text.slice(0, 300)}`);
-    diag(`utilization by node: ${drawn} points`);
+  // The jobs: each row reads what the API says of the job.
+  for (const id of first) {
+    const [panel, row, diff] = await rowMatches(page, id);
+    const j = (await call('GET', `/v1/jobs/${id}`)).json;
+    ok(!diff, `job ${id} (${j.spec.name}) has its row in the ${panel} table: id, name, team, user, ` +
+      (panel === 'running' ? 'project, model, state, GPUs, nodes, GPU util and memory' : 'GPUs'),
+    `${diff}\n${JSON.stringify(row)}`);
+    diag(`job ${id} -> ${panel}: ${JSON.stringify(row)}`);
   }
+  const [qpanel, qrow, qdiff] = await rowMatches(page, big);
+  ok(!qdiff && qpanel === 'queue' && /^[a-z_]+$/.test(qrow['Reason.badge']) &&
+     qrow.Reason.length > qrow['Reason.badge'].length + 5,
+  'the job that fits no node waits in the queue table with its wait reason (code badge and sentence)',
+  `${qpanel}: ${qdiff}\n${JSON.stringify(qrow)}`);
+  if (qrow) diag(`reason: ${qrow['Reason.badge']} / ${qrow.Reason}`);
+
+  // The nodes: both, each with its 4 GPU cards, their scripted utilization and
+  // the job on each busy GPU.
+  let nodeDiff = 'not read';
+  const shownNodes = await waitUntil(async () => {
+    const nodes = (await call('GET', '/v1/nodes')).json.nodes;
+    const jobs = (await call('GET', '/v1/jobs?state=RUNNING&limit=1000')).json.jobs;
+    const onGpu = new Map();
+    for (const j of jobs) for (const u of (j.current_attempt || {}).gpus || []) onGpu.set(u, j);
+    const got = await nodeRows(page);
+    const want = nodes.slice().sort((a, b) => (a.name < b.name ? -1 : 1)).map((n) => ({
+      name: n.name, pool: n.pool, state: n.state,
+      gpus: n.gpus.slice().sort((a, b) => a.index - b.index).map((g) => {
+        const j = onGpu.get(g.uuid);
+        return {uuid: g.uuid, label: 'GPU ' + g.index, type: g.gpu_type,
+          util: fmtPct(SCRIPTED_UTIL[g.uuid]), job: j ? `job ${j.id} ${j.spec.name}` : 'free'};
+      }),
+    }));
+    const strip = (rows) => JSON.stringify(rows.map((r) =>
+      ({name: r.name, pool: r.pool, state: r.state, gpus: r.gpus})));
+    nodeDiff = `shows ${strip(got)}\nwant  ${strip(want)}`;
+    return strip(got) === strip(want) && got.every((r) => /^\d+s ago$/.test(r.heartbeat)) ? got : null;
+  });
+  ok(shownNodes && shownNodes.length === 2 && shownNodes.every((n) => n.gpus.length === NODE_GPUS),
+    'the nodes panel shows gpu-a and gpu-b (pool main, up, a recent heartbeat), 4 GPU cards each ' +
+    'with type, the scripted utilization and the job on each busy GPU', nodeDiff);
+  const note = await page.textContent('#nodes-note');
+  ok(note === `2 nodes, ${2 * NODE_GPUS} GPUs`, 'the nodes panel note counts 2 nodes and 8 GPUs', note);
+
+  // The summary tiles against the API.
+  let tileDiff = 'not read';
+  const tileOk = await waitUntil(async () => {
+    const jobs = (await call('GET', '/v1/jobs?state=PENDING,RUNNING&limit=1000')).json.jobs;
+    const cost = (await call('GET', '/v1/cost?by=team')).json;
+    const running = jobs.filter((j) => j.state === 'RUNNING');
+    const busy = new Set(running.flatMap((j) => (j.current_attempt || {}).gpus || []));
+    const utils = Object.values(SCRIPTED_UTIL);
+    const want = {
+      't-nodes': '2 / 2', 't-gpus': `${busy.size} / ${2 * NODE_GPUS}`,
+      't-util': fmtPct(utils.reduce((a, b) => a + b, 0) / utils.length),
+      't-running': String(running.length), 't-pending': String(jobs.length - running.length),
+      't-idle': '0', 't-rate': fmtMoney(cost.rate_per_hour),
+    };
+    tileDiff = differences(want, await tiles(page));
+    return !tileDiff;
+  });
+  ok(tileOk, 'the tiles show nodes up, GPUs in use, the mean utilization, running, pending and ' +
+    'idle jobs and the cost rate the API gives', tileDiff);
+
+  // The cost panel (by team) and the panels with nothing to show.
+  let costKeys = [];
+  const costShown = await waitUntil(async () => {
+    const api = (await call('GET', '/v1/cost?by=team')).json;
+    costKeys = (api.rows || []).map((r) => (r.key === null || r.key === '' ? '(none)' : r.key)).sort();
+    if (!costKeys.length) return (await page.textContent('#cost')) === 'nothing charged in this period';
+    const rows = await tableRows(page, 'cost');
+    const foot = await page.evaluate(() => {
+      const f = document.querySelector('#cost tfoot tr');
+      return f ? f.cells[0].textContent : null;
+    });
+    return rows && JSON.stringify(rows.map((r) => r.team).sort()) === JSON.stringify(costKeys) &&
+      rows.every((r) => /^\d[\d,]*\.\d\d$/.test(r.Cost)) && foot === 'total';
+  });
+  ok(costShown, `the cost panel has a row per team the API charges (${costKeys.join(', ') || 'none'}), ` +
+    'with its cost, and a total row', await page.textContent('#cost'));
+  const budgets = await page.textContent('#budgets');
+  const idle = await page.textContent('#idle');
+  ok(budgets === 'no team has a budget' && idle === 'no job holds idle GPUs',
+    'the budgets and idle panels say there is nothing to show', `${budgets} / ${idle}`);
+
+  // The charts: data from /v1/metrics/series, drawn by uPlot.
+  const series = await call('GET', '/v1/metrics/series?metric=gpu_util&by=node&since=-15m');
+  ok(series.status === 200, 'GET /v1/metrics/series answers the charts\' query',
+    `${series.status} ${series.text.slice(0, 300)}`);
+  const wantNode = {'gpu-a': meanOf('gpu-a'), 'gpu-b': meanOf('gpu-b')};
+  let nodeChart = null;
+  const drawn = await waitUntil(async () => {
+    nodeChart = await chartOf(page, 'chart-util-node');
+    if (!nodeChart) return null;
+    const nonNull = nodeChart.values.flat().filter((v) => v !== null && v !== undefined).length;
+    const last = Object.fromEntries(nodeChart.keys.map((k, i) => [k, lastValue(nodeChart.values[i])]));
+    return nodeChart.points > 0 && nodeChart.points === nonNull &&
+      JSON.stringify(nodeChart.keys) === '["gpu-a","gpu-b"]' &&
+      ['gpu-a', 'gpu-b'].every((k) => nodeChart.legend.includes(k)) &&
+      Object.keys(wantNode).every((k) => last[k] !== null && Math.abs(last[k] - wantNode[k]) < 0.5)
+      ? nodeChart : null;
+  }, 45000);
+  ok(drawn, 'the utilization-by-node chart draws a series per node (legend gpu-a, gpu-b) whose ' +
+    `latest points are the nodes' mean scripted utilization (${wantNode['gpu-a']}, ${wantNode['gpu-b']})`,
+  JSON.stringify(nodeChart).slice(0, 600));
+  if (drawn) diag(`utilization by node: ${drawn.points} points`);
+  let queueChart = null;
+  const queued = await waitUntil(async () => {
+    queueChart = await chartOf(page, 'chart-queue');
+    const i = queueChart ? queueChart.keys.indexOf('research') : -1;
+    return i >= 0 && queueChart.points > 0 && queueChart.legend.includes('research') &&
+      lastValue(queueChart.values[i]) >= 1 ? queueChart : null;
+  }, 30000);
+  ok(queued, 'the queue-length chart has team research\'s series, its latest point at least the 1 waiting job',
+    JSON.stringify(queueChart).slice(0, 600));
 
   // Live: a second job shows up by the page's polling, in the same document.
   const polls = await page.evaluate(() => Number(document.documentElement.dataset.polls));
   const second = await submit({name: 'finetune-sft', gpus: 1, project: 'chat', model: 'llama-8b'});
-  const live = await waitUntil(() => rowOf(second), 20000);
-  ok(live && await page.evaluate(() => window.__sameDocument === 'yes' &&
+  const [lpanel, lrow, ldiff] = await rowMatches(page, second);
+  ok(!ldiff && await page.evaluate(() => window.__sameDocument === 'yes' &&
       Number(document.documentElement.dataset.polls)) > polls,
-  'a job submitted later appears without a reload (live polling)', live);
+  'a job submitted later gets its row without a reload (live polling)', `${lpanel}: ${ldiff}\n${JSON.stringify(lrow)}`);
 
   // Let the charts gather a few points for the picture (no check depends on it):
   // up to 8 s, or DASHBOARD_SETTLE_MS exactly (the picture in docs/ had 90 s).
@@ -378,8 +561,14 @@ async function browserChecks(browser, first, submit) {
   }
   const shot = screenshotPath();
   fs.mkdirSync(path.dirname(shot), {recursive: true});
+  const height = await page.evaluate(() => document.documentElement.scrollHeight);
   await page.screenshot({path: shot, fullPage: true});
-  ok(fs.statSync(shot).size > 10000, 'a screenshot of the dashboard is saved', shot);
+  const png = fs.readFileSync(shot);
+  const size = png.subarray(0, 8).equals(Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]))
+    ? [png.readUInt32BE(16), png.readUInt32BE(20)] : null;
+  ok(size && size[0] === 1680 && Math.abs(size[1] - height) <= 2,
+    'a screenshot of the whole dashboard is saved (a PNG as wide as the window, as tall as the page)',
+    `${shot}: ${JSON.stringify(size)}, page ${height} px`);
   diag('screenshot: ' + shot);
 
   const csp = await page.evaluate(() => window.__csp);
@@ -391,9 +580,10 @@ async function browserChecks(browser, first, submit) {
   await page.reload();
   const ended = await waitUntil(async () => (await page.isVisible('#login-error')) &&
     (await page.textContent('#login-error')));
-  ok(ended && /401/.test(ended) && !(await page.isVisible('#dash')) &&
+  ok(ended === 'Your session ended: the server no longer accepts this token (401). Sign in again.' &&
+     !(await page.isVisible('#dash')) && !(await page.isVisible('#who')) &&
      await page.evaluate(() => sessionStorage.getItem('gpuorch.token') === null),
-  'a token that gets 401 sends the page back to the form with a message, and is forgotten', ended);
+  'a token that gets 401 sends the page back to the form saying the session ended, and is forgotten', ended);
 }
 
 async function cleanup() {

@@ -56,12 +56,11 @@ def violation(category, detail):
 class Agent:
     """A node agent as the controller meets it: a heartbeat thread, a long-poll
     thread and a thread that sends the reports its attempts' commands call for.
-    CALL is the HTTP call of the harness's Server, JOIN the join token it sends."""
+    API is a harness.Client of the controller with the join token."""
 
-    def __init__(self, name, index, call, join):
+    def __init__(self, name, index, api):
         self.name = name
-        self.call = call
-        self.join = join
+        self.api = api
         self.uuids = [f"GPU-{index:08x}-{g:04x}-4{g:03x}-8000-{index * 16 + g:012x}"
                       for g in range(4)]
         self.held = {}  # (job, attempt) -> GPUs: started, no final report sent
@@ -87,7 +86,7 @@ class Agent:
                          for i, u in enumerate(self.uuids)]}
 
     def register(self):
-        return self.call("PUT", f"/v1/nodes/{self.name}", self.body(), token=self.join)
+        return self.api.call("PUT", f"/v1/nodes/{self.name}", self.body())
 
     def start(self, poll=True):
         self.polling = poll
@@ -113,8 +112,8 @@ class Agent:
         while not self.stopped:
             if not self.paused:
                 try:
-                    st, _, raw = self.call("POST", f"/v1/nodes/{self.name}/heartbeat",
-                                           token=self.join, timeout=10)
+                    st, _, raw = self.api.call("POST", f"/v1/nodes/{self.name}/heartbeat",
+                                               timeout=10)
                     if st not in (204, 503):
                         self.errors.append(f"heartbeat: {st} {raw[:200]!r}")
                 except OSError:  # the controller is down (kill -9): retry
@@ -128,11 +127,13 @@ class Agent:
                 since = None
                 time.sleep(0.05)
                 continue
-            query = f"?wait={POLL_WAIT_S}" + (f"&since={since}" if since is not None else "")
+            query = {"wait": POLL_WAIT_S}
+            if since is not None:
+                query["since"] = since
             req = next_seq()
             try:
-                st, ans, raw = self.call("GET", f"/v1/nodes/{self.name}/assignments{query}",
-                                         token=self.join, timeout=POLL_WAIT_S + 30)
+                st, ans, raw = self.api.call("GET", f"/v1/nodes/{self.name}/assignments",
+                                             query=query, timeout=POLL_WAIT_S + 30)
             except OSError:  # the controller is down: ask afresh once it is back
                 since = None
                 time.sleep(0.1)
@@ -165,7 +166,7 @@ class Agent:
             heapq.heappush(self.queue, (time.monotonic() + delay, next_seq(), key, body))
             self.cv.notify_all()
 
-    def report(self, job, attempt, body, auto=False, token="join"):
+    def report(self, job, attempt, body, auto=False):
         """Sends a report; a final one stops holding the attempt's GPUs before it
         is sent (so that nothing the controller does after it can look like an
         overlap). Returns (status, answer)."""
@@ -183,9 +184,8 @@ class Agent:
         deadline = time.monotonic() + 30
         while True:
             try:
-                st, ans, raw = self.call(
-                    "POST", f"/v1/nodes/{self.name}/attempts/{job}/{attempt}", body,
-                    token=self.join if token == "join" else token)
+                st, ans, raw = self.api.call(
+                    "POST", f"/v1/nodes/{self.name}/attempts/{job}/{attempt}", body)
                 break
             except OSError as e:
                 if time.monotonic() > deadline:

@@ -20,7 +20,6 @@ and gpuorch-test2 (scripts/setup.sh). The test directory is a mkdtemp of mode
 server are child processes stopped by PID; conditions are polled with
 deadlines, never timed. KEEP_TMP=1 keeps the directories."""
 
-import http.client
 import json
 import os
 import signal
@@ -110,10 +109,7 @@ def submit(spec, token=None):
     """Submits SPEC as alice (team research), in pool main and the shared
     directory unless SPEC says otherwise; returns the job's id."""
     spec = dict({"pool": "main", "workdir": SHARED, "gpus": 1}, **spec)
-    st, body, raw = call("POST", "/v1/jobs", spec, token=token or MEMBER)
-    if st != 201:
-        raise RuntimeError(f"submit {spec}: {st} {raw[:300]!r}")
-    return body["id"]
+    return SRV.api.expect("POST", "/v1/jobs", spec, want=(201,), token=token or MEMBER)["id"]
 
 
 def get_job(jid):
@@ -218,8 +214,7 @@ def env_file(path):
 
 def logs(jid, token=None, **query):
     """GET /v1/jobs/JID/logs with QUERY: (status, raw body bytes)."""
-    q = "&".join(f"{k}={v}" for k, v in query.items())
-    st, _, raw = call("GET", f"/v1/jobs/{jid}/logs{'?' + q if q else ''}", token=token or MEMBER)
+    st, _, raw = call("GET", f"/v1/jobs/{jid}/logs", token=token or MEMBER, query=query)
     return st, raw
 
 
@@ -245,17 +240,13 @@ def sample_of(name, uuid):
     return next((g for g in samples(name) if g.get("uuid") == uuid), None)
 
 
-def put(path, body, *ok_status):
-    st, _, raw = call("PUT", path, body, token=ADMIN)
-    if st not in (ok_status or (200, 201)):
-        raise RuntimeError(f"PUT {path}: {st} {raw[:300]!r}")
+def put(path, body):
+    SRV.api.expect("PUT", path, body, token=ADMIN)
 
 
 def new_token(user):
-    st, body, raw = call("POST", f"/v1/users/{user}/tokens?label=test", token=ADMIN)
-    if st != 201:
-        raise RuntimeError(f"{user}'s token: {st} {raw!r}")
-    return body["token"]
+    return SRV.api.expect("POST", f"/v1/users/{user}/tokens?label=test", want=(201,),
+                          token=ADMIN)["token"]
 
 
 # -- The steps. ----------------------------------------------------------------------------
@@ -571,25 +562,8 @@ def restart_after_kill9():
 
 
 def follow(jid):
-    """A follow request for JID's stdout: (status, body, how it ended: "end" when
-    the answer ended cleanly, else what broke it and when)."""
-    conn = http.client.HTTPConnection("127.0.0.1", SRV.port, timeout=30)
-    t0 = time.monotonic()
-    try:
-        conn.request("GET", f"/v1/jobs/{jid}/logs?stream=stdout&follow=1",
-                     headers={"Authorization": f"Bearer {MEMBER}"})
-        r = conn.getresponse()
-        body = b""
-        try:
-            while True:  # read1: what has come, so that a broken stream keeps its part
-                chunk = r.read1(65536)
-                if not chunk:
-                    return r.status, body, "end"
-                body += chunk
-        except (OSError, http.client.HTTPException) as e:
-            return r.status, body, f"{e!r} after {time.monotonic() - t0:.1f} s"
-    finally:
-        conn.close()
+    """A follow request for JID's stdout: (status, body, how it ended)."""
+    return SRV.api.follow(f"/v1/jobs/{jid}/logs?stream=stdout&follow=1", token=MEMBER)
 
 
 def logs_through_controller():

@@ -45,6 +45,7 @@ SHARED = os.path.join(TMP, "shared")
 os.mkdir(SHARED)
 os.chmod(SHARED, 0o777)
 ADMIN = ALICE = BOB = None
+API = SRV.client()  # the admin's token once the server made it (setup)
 AGENT = None
 GPU_TYPE = None
 
@@ -63,23 +64,17 @@ class Agent(FakeAgent):
                               "process_memory_mib": 512} for u in self.uuids])
 
 
-def put(path, body, token=None):
-    st, b, raw = call("PUT", path, body, token=token or ADMIN)
-    if st not in (200, 201):
-        raise RuntimeError(f"PUT {path}: {st} {raw[:300]!r}")
-    return b
+def put(path, body):
+    return API.expect("PUT", path, body)
 
 
 def get(path, token=None):
-    return call("GET", path, token=token or ADMIN)
+    return API.call("GET", path, token=token)
 
 
 def submit(spec, token=None):
     spec = dict({"pool": "main", "workdir": SHARED, "gpus": 1}, **spec)
-    st, body, raw = call("POST", "/v1/jobs", spec, token=token or ALICE)
-    if st != 201:
-        raise RuntimeError(f"submit {spec}: {st} {raw[:300]!r}")
-    return body["id"]
+    return API.expect("POST", "/v1/jobs", spec, want=(201,), token=token or ALICE)["id"]
 
 
 def job(jid):
@@ -124,10 +119,7 @@ def row(report, key):
 
 
 def new_token(user):
-    st, body, raw = call("POST", f"/v1/users/{user}/tokens?label=test", token=ADMIN)
-    if st != 201:
-        raise RuntimeError(f"{user}'s token: {st} {raw!r}")
-    return body["token"]
+    return API.expect("POST", f"/v1/users/{user}/tokens?label=test", want=(201,))["token"]
 
 
 # -- steps ------------------------------------------------------------------------------
@@ -137,6 +129,7 @@ def setup():
     global ADMIN, ALICE, BOB, AGENT, GPU_TYPE
     SRV.start()
     ADMIN = open(SRV.token_file("admin")).read().strip()
+    API.token = ADMIN
     put("/v1/pools/main", {})
     put("/v1/priority-classes/low", {"order": 0})
     put("/v1/teams/research", {"quotas": [{"pool": "main", "guaranteed": 2, "borrow_limit": -1}]})
@@ -278,7 +271,7 @@ def budget():
        r["monthly"] == 1 and len(r["month"]) == 7, "GET /v1/budgets shows research over", raw)
     ok(wait_until(lambda: "team research spent" in SRV.log_tail(), timeout=10),
        "the controller logs the budget alert", SRV.log_tail())
-    st, _, raw = get("/metrics")
+    st, _, raw = API.scrape()
     text = raw.decode(errors="replace")
     want = ['gpuorch_budget_over{team="research"} 1', 'gpuorch_budget_monthly{team="research"} 1',
             'gpuorch_cost_total{team="research"} ', 'gpuorch_cost_rate_per_hour{team="other"} ']

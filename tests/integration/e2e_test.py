@@ -3,12 +3,12 @@
 `gpuorch server`, two real `gpuorch agent`s on the fake NVML ($GPUORCH_FAKENVML,
 else BUILD/tests/libnvidia-ml.so.1) posing as nodes n1 and n2 of 4 GPUs each
 in pool main, jobs that really run (as gpuorch-test1 and gpuorch-test2), and
-the `gpuorch` CLI where the build has it. Prints TAP.
+the `gpuorch` CLI. Prints TAP.
 
-The configuration (applied with `gpuorch apply -f` when the CLI has it, else
-through the API): team-a guaranteed 4 GPUs of main and may borrow 4 more;
-team-b guaranteed 4 and may not borrow; classes low (0), normal (10) and high
-(20, may preempt). alice is in team-a, bob in team-b.
+The configuration (applied with `gpuorch apply -f`): team-a guaranteed 4 GPUs
+of main and may borrow 4 more; team-b guaranteed 4 and may not borrow; classes
+low (0), normal (10) and high (20, may preempt). alice is in team-a, bob in
+team-b.
 
 Every scenario starts on an empty cluster and is built so that the default
 policy (docs/scheduling.md: fair share between teams, LAS within a team,
@@ -31,14 +31,14 @@ one outcome:
 Jobs are shell loops that wait for a file the test writes (SHARED/go-ID), log
 their start, SIGTERM and end with timestamps (SHARED/log-ID), and exit 143 on
 SIGTERM, so the test decides when each job ends; conditions are polled with
-deadlines, never timed. Needs root (the agents switch to the job's user) and
-the users gpuorch-test1 and gpuorch-test2 (scripts/setup.sh); else SKIP.
+deadlines, never timed. Needs root (the agents switch to the job's user; else
+SKIP) and the users gpuorch-test1 and gpuorch-test2 (scripts/setup.sh; a
+missing one fails the test).
 Children are stopped by PID; KEEP_TMP=1 keeps the directories."""
 
 import datetime
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -46,8 +46,8 @@ import time
 
 sys.dont_write_bytecode = True  # leave no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import FakeAgent, fake_gpu_uuid, remove_tmp  # noqa: E402
-from harness import (DEADLINE_S, Server, agent_cgroups, diag, file_tail, ok, run, wait_until,  # noqa: E402
+from harness import FakeAgent, fake_gpu_uuid, remove_tmp, run_as_root  # noqa: E402
+from harness import (DEADLINE_S, Server, agent_cgroups, diag, file_tail, ok, wait_until,  # noqa: E402
                      remove_cgroups, write_atomic)
 
 BIN = os.path.abspath(sys.argv[1])
@@ -71,7 +71,6 @@ ADMIN = None
 TOKENS = {}  # user name -> token
 AGENTS = {}
 CGROUP_BASE = None
-HAVE_CLI = False
 
 
 # -- The agents (as tests/integration/agent_test.py runs them). ----------------------------
@@ -145,10 +144,7 @@ def submit(spec, user="alice"):
     """Submits SPEC as USER for the user's team, in pool main and the shared
     directory, a held() job of 1 GPU unless SPEC says otherwise; the answer."""
     spec = dict({"pool": "main", "workdir": SHARED, "gpus": 1, "command": held()}, **spec)
-    st, body, raw = call("POST", "/v1/jobs", spec, token=TOKENS[user])
-    if st != 201:
-        raise RuntimeError(f"submit {spec}: {st} {raw[:300]!r}")
-    return body
+    return SRV.api.expect("POST", "/v1/jobs", spec, want=(201,), token=TOKENS[user])
 
 
 def sub(spec=None, user="alice"):
@@ -157,10 +153,8 @@ def sub(spec=None, user="alice"):
 
 def submit_as(spec, flags, user="alice"):
     """Submits with `gpuorch submit --json FLAGS` (the job's own command unless
-    FLAGS give one after '--'), where the build has the CLI; else SPEC through the
-    API. The answer (an array's first task, with "array_jobs")."""
-    if not HAVE_CLI:
-        return submit(spec, user)
+    FLAGS give one after '--'); SPEC is what the flags say, for diagnostics. The
+    answer (an array's first task, with "array_jobs")."""
     if "--" not in flags:
         flags = flags + ["--"] + held()
     rc, out, err = cli("submit", "--json", "--pool", "main", *flags, user=user)
@@ -262,17 +256,9 @@ def dump(jobs, *extra):
     return "\n".join(lines)
 
 
-def put(path, body):
-    st, _, raw = call("PUT", path, body, token=ADMIN)
-    if st not in (200, 201):
-        raise RuntimeError(f"PUT {path}: {st} {raw[:300]!r}")
-
-
 def new_token(user):
-    st, body, raw = call("POST", f"/v1/users/{user}/tokens?label=e2e", token=ADMIN)
-    if st != 201:
-        raise RuntimeError(f"{user}'s token: {st} {raw!r}")
-    return body["token"]
+    return SRV.api.expect("POST", f"/v1/users/{user}/tokens?label=e2e", want=(201,),
+                          token=ADMIN)["token"]
 
 
 # -- The CLI. ------------------------------------------------------------------------------
@@ -287,10 +273,6 @@ def cli(*args, user="alice", timeout=30):
     r = subprocess.run([BIN, *args], capture_output=True, text=True, env=env, timeout=timeout,
                        cwd=SHARED, stdin=subprocess.DEVNULL)
     return r.returncode, r.stdout, r.stderr
-
-
-def skip(name, why):
-    ok(True, f"{name} # SKIP {why}")
 
 
 def cli_jobs(out):
@@ -323,39 +305,22 @@ users:
   - {name: alice, unix_user: gpuorch-test1, team: team-a, role: member}
   - {name: bob, unix_user: gpuorch-test2, team: team-b, role: member}
 """
-# The same, for a build without the CLI: (path, body) in the order apply uses.
-CONFIG_PUTS = [
-    ("/v1/pools/main", {"description": "two fake nodes of 4 H100-80GB"}),
-    ("/v1/priority-classes/low", {"order": 0, "may_preempt": False}),
-    ("/v1/priority-classes/normal", {"order": 10, "may_preempt": False}),
-    ("/v1/priority-classes/high", {"order": 20, "may_preempt": True}),
-    ("/v1/teams/team-a", {"quotas": [{"pool": "main", "guaranteed": 4, "borrow_limit": 4}]}),
-    ("/v1/teams/team-b", {"quotas": [{"pool": "main", "guaranteed": 4, "borrow_limit": 0}]}),
-] + [(f"/v1/users/{u}", {"unix_user": unix, "team": team, "role": "member"})
-     for u, (unix, team) in USERS.items()]
-
-
 def apply_config():
-    """Through `gpuorch apply -f` when the build has the CLI (applied twice: the
-    second run changes nothing), else PUT by PUT through the API."""
-    if HAVE_CLI:
-        path = os.path.join(TMP, "cluster.yaml")
-        with open(path, "w") as f:
-            f.write(CONFIG_YAML)
-        rc, out, err = cli("apply", "-f", path, user="admin")
-        lines = out.splitlines()
-        ok(rc == 0 and len(lines) == 8 and "team/team-a created" in lines
-           and "priority-class/high created" in lines and "user/bob created" in lines,
-           "gpuorch apply -f cluster.yaml creates the pool, 3 classes, 2 teams and 2 users, "
-           "one line each", f"{rc}\n{out}\n{err}")
-        rc, out, err = cli("apply", "-f", path, user="admin")
-        lines = out.splitlines()
-        ok(rc == 0 and len(lines) == 8 and all(x.endswith(" unchanged") for x in lines),
-           "applying the same file again changes nothing (8 lines 'unchanged')",
-           f"{rc}\n{out}\n{err}")
-    else:
-        for path, body in CONFIG_PUTS:
-            put(path, body)
+    """Through `gpuorch apply -f`, twice: the second run changes nothing."""
+    path = os.path.join(TMP, "cluster.yaml")
+    with open(path, "w") as f:
+        f.write(CONFIG_YAML)
+    rc, out, err = cli("apply", "-f", path, user="admin")
+    lines = out.splitlines()
+    ok(rc == 0 and len(lines) == 8 and "team/team-a created" in lines
+       and "priority-class/high created" in lines and "user/bob created" in lines,
+       "gpuorch apply -f cluster.yaml creates the pool, 3 classes, 2 teams and 2 users, "
+       "one line each", f"{rc}\n{out}\n{err}")
+    rc, out, err = cli("apply", "-f", path, user="admin")
+    lines = out.splitlines()
+    ok(rc == 0 and len(lines) == 8 and all(x.endswith(" unchanged") for x in lines),
+       "applying the same file again changes nothing (8 lines 'unchanged')",
+       f"{rc}\n{out}\n{err}")
     st, body, raw = call("GET", "/v1/teams", token=ADMIN)
     quotas = {t.get("name"): t.get("quotas") for t in (body or {}).get("teams") or []}
     ok(st == 200 and [(q[0].get("guaranteed"), q[0].get("borrow_limit"))
@@ -366,13 +331,9 @@ def apply_config():
 
 
 def setup():
-    global ADMIN, HAVE_CLI
+    global ADMIN
     SRV.start()
     ADMIN = open(SRV.token_file("admin")).read().strip()
-    HAVE_CLI = subprocess.run([BIN, "submit", "--help"], capture_output=True).returncode == 0
-    if not HAVE_CLI:
-        diag("this build has no `gpuorch submit`: the configuration goes through the API "
-             "and the CLI checks are skipped")
     apply_config()
     for u in USERS:
         TOKENS[u] = new_token(u)
@@ -467,7 +428,7 @@ def reasons():
        and specs[dep].get("dependencies") == [{"type": "afterok", "job": tasks[0]}]
        and all(specs[jid].get("gpus") == 1 for jid in (tasks[2], dep))
        and specs[big].get("gpus") == 4,
-       f"the waiting jobs are submitted {'with gpuorch submit' if HAVE_CLI else 'by the API'}: "
+       "the waiting jobs are submitted with gpuorch submit: "
        "an array of 4 one-GPU jobs at most 2 running, an afterok job, a 4-GPU job",
        json.dumps(specs))
     want = {tasks[2]: "array_limit", tasks[3]: "array_limit", dep: "dependency",
@@ -478,10 +439,7 @@ def reasons():
        "with team-b at its limit on n1 and 2 array tasks on n2, the API's wait_reason says "
        "array_limit for tasks 2-3 (%2), dependency for the afterok job, quota for team-b's "
        "5th job, resources for a 4-GPU job (2 GPUs free)", dump(jobs, f"want {want}"))
-    if HAVE_CLI:
-        cli_reasons(want, jobs)
-    else:
-        skip("gpuorch queue and gpuorch show give the same reasons", "no CLI in this build")
+    cli_reasons(want, jobs)
     finish(tasks + b + list(want))
 
 
@@ -683,9 +641,6 @@ def afterok():
 
 
 def sbatch_script():
-    if not HAVE_CLI:
-        skip("a #SBATCH script runs with its directives applied", "no CLI in this build")
-        return
     script = os.path.join(SHARED, "train.sh")
     with open(script, "w") as f:
         f.write("#!/bin/sh\n"
@@ -744,6 +699,9 @@ def cleanup_jobs():
 
 def main():
     print("TAP version 13")
+    why = missing()
+    if why:
+        raise RuntimeError(why)
     setup()
     for step in (borrow_and_reclaim, reasons, priority, backfill, array_cap, afterok,
                  sbatch_script):
@@ -775,22 +733,15 @@ def on_exit():
     remove_tmp(TMP)
 
 
-def can_run():
-    if os.geteuid() != 0:
-        return "the agents switch to the job's user: run as root"
+def missing():
+    """What the test needs and this machine lacks, or None."""
     for unix, _ in USERS.values():
         if subprocess.run(["id", unix], capture_output=True).returncode != 0:
             return f"no user {unix} (scripts/setup.sh makes it)"
     if not os.path.exists(FAKENVML):
-        return f"no fake NVML at {FAKENVML}"
+        return f"no fake NVML at {FAKENVML} (the build makes it)"
     return None
 
 
 if __name__ == "__main__":
-    why = can_run()
-    if why:
-        print(f"1..0 # SKIP {why}")
-        SRV.cleanup()
-        shutil.rmtree(TMP, ignore_errors=True)
-        sys.exit(0)
-    run(main, SRV, on_exit=on_exit)
+    run_as_root(main, SRV, TMP, on_exit=on_exit)

@@ -1,20 +1,25 @@
-"""What the integration tests share: TAP output, a `gpuorch server` child
-process on 127.0.0.1 with an ephemeral port and a temporary data directory
-(stopped by PID), HTTP calls to it, and polling with a deadline.
+"""What the integration tests share: TAP output, the one HTTP client of the
+API (Client), a `gpuorch server` child process on 127.0.0.1 with an ephemeral
+port and a temporary data directory (stopped by PID), polling with a deadline,
+cgroups and agents on the fake NVML.
 
-A test makes one Server, binds `call = srv.call`, and ends with
-run(main, srv), which prints the TAP plan and exits with the verdict."""
+A test makes one Server, binds `call = srv.call` (or makes a Client with a
+token of its own: srv.client(TOKEN)), and ends with run(main, srv), which
+prints the TAP plan and exits with the verdict."""
 
+import collections
+import http.client
 import json
 import os
+import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
+import urllib.parse
 
 DEADLINE_S = 20  # how long any polled condition may take to come true
 
@@ -41,6 +46,196 @@ def diag(text):
     sys.stdout.flush()
 
 
+# -- HTTP: the one client of the API. -------------------------------------------------------
+
+
+class TransportError(OSError):
+    """The connection broke inside an answer (a short body, a bad status line):
+    to a caller, the same as a refused or reset connection."""
+
+
+class Answer(collections.namedtuple("Answer", "status json raw")):
+    """An HTTP answer. It unpacks as (status, parsed JSON or None, raw body
+    bytes); .headers maps the header names, in lower case, to their values."""
+
+    headers = {}
+
+    @property
+    def text(self):
+        """The body as text (bytes that are not UTF-8 replaced)."""
+        return self.raw.decode(errors="replace")
+
+    @property
+    def content_type(self):
+        return self.headers.get("content-type")
+
+
+class APIError(RuntimeError):
+    """An answer with a status the caller did not expect (Client.expect)."""
+
+    def __init__(self, method, path, body, answer):
+        sent = f" {json.dumps(body)[:300]}" if body is not None else ""
+        super().__init__(f"{method} {path}{sent}: {answer.status} {answer.raw[:300]!r}")
+        self.answer = answer
+
+
+def _parse_json(payload):
+    try:
+        return json.loads(payload) if payload else None
+    except ValueError:
+        return None
+
+
+def _headers(response):
+    return {k.lower(): v for k, v in response.getheaders()}
+
+
+class Client:
+    """HTTP/1.1 requests to one server, one connection each ("Connection:
+    close"). BASE is "http://HOST:PORT", or a function that returns it (a
+    Server's, whose port changes at each start). TOKEN, when given, goes as
+    "Authorization: Bearer TOKEN" in every request unless the request names
+    another (token="" sends none). A refused, reset or broken connection and
+    a timeout raise OSError; an HTTP status is never an exception, but in
+    expect()."""
+
+    def __init__(self, base, token=None, timeout=30):
+        self._base = base
+        self.token = token
+        self.timeout = timeout
+
+    @property
+    def base(self):
+        return self._base() if callable(self._base) else self._base
+
+    def _connect(self, timeout):
+        u = urllib.parse.urlsplit(self.base)
+        return http.client.HTTPConnection(u.hostname, u.port or 80,
+                                          timeout=self.timeout if timeout is None else timeout)
+
+    def _head(self, token, headers, has_body):
+        token = self.token if token is None else token
+        out = {"Connection": "close"}
+        if token:
+            out["Authorization"] = f"Bearer {token}"
+        if has_body:
+            out["Content-Type"] = "application/json"
+        out.update(headers or {})
+        return out
+
+    @staticmethod
+    def _target(path, query):
+        if not query:
+            return path
+        return path + ("&" if "?" in path else "?") + urllib.parse.urlencode(query)
+
+    def call(self, method, path, body=None, token=None, headers=None, raw=None, query=None,
+             timeout=None):
+        """METHOD PATH (QUERY, a dict, appended urlencoded) with BODY as JSON,
+        or RAW bytes as they are (both as application/json; HEADERS added or
+        replacing). Returns an Answer: (status, parsed JSON or None, raw bytes)."""
+        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+        conn = self._connect(timeout)
+        try:
+            conn.request(method, self._target(path, query), body=data,
+                         headers=self._head(token, headers, data is not None))
+            r = conn.getresponse()
+            payload = r.read()
+            answer = Answer(r.status, _parse_json(payload), payload)
+            answer.headers = _headers(r)
+            return answer
+        except http.client.HTTPException as e:
+            raise TransportError(f"{method} {path}: {e!r}") from e
+        finally:
+            conn.close()
+
+    def expect(self, method, path, body=None, want=(200, 201), **kwargs):
+        """call(), for a request that must succeed: its parsed JSON when the
+        status is one of WANT, else APIError naming the request and the answer."""
+        answer = self.call(method, path, body, **kwargs)
+        if answer.status not in want:
+            raise APIError(method, path, body, answer)
+        return answer.json
+
+    def follow(self, path, token=None, headers=None, query=None, timeout=None):
+        """GET PATH, reading the answer as it comes until it ends (a `logs -f`
+        stream): (status, body bytes, how it ended: "end" when the answer ended
+        cleanly, else what broke it and after how long). The body keeps what
+        came before a break."""
+        conn = self._connect(timeout)
+        t0 = time.monotonic()
+        try:
+            conn.request("GET", self._target(path, query),
+                         headers=self._head(token, headers, False))
+            r = conn.getresponse()
+            body = b""
+            try:
+                while True:  # read1: what has come, so that a broken stream keeps its part
+                    chunk = r.read1(65536)
+                    if not chunk:
+                        return r.status, body, "end"
+                    body += chunk
+            except (OSError, http.client.HTTPException) as e:
+                return r.status, body, f"{e!r} after {time.monotonic() - t0:.1f} s"
+        except http.client.HTTPException as e:
+            raise TransportError(f"GET {path}: {e!r}") from e
+        finally:
+            conn.close()
+
+    def scrape(self, token=None, path="/metrics"):
+        """GET /metrics, the Prometheus text format: an Answer whose .text is
+        the exposition (parse it with prom_samples) and .content_type its type."""
+        return self.call("GET", path, token=token)
+
+    def status_before_body(self, method, path, length, token=None, headers=None, timeout=None):
+        """Sends only the head of METHOD PATH, announcing a body of LENGTH bytes
+        that never comes, and returns the status of the answer the server gives
+        before it (None when it closes without one): how a server refuses a body
+        over its limit before reading it."""
+        u = urllib.parse.urlsplit(self.base)
+        head = self._head(token, headers, True)
+        head.update({"Host": u.netloc, "Content-Length": str(length)})
+        lines = [f"{method} {path} HTTP/1.1"] + [f"{k}: {v}" for k, v in head.items()]
+        with socket.create_connection((u.hostname, u.port or 80),
+                                      timeout=self.timeout if timeout is None else timeout) as s:
+            s.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
+            data = b""
+            while b"\r\n" not in data:
+                chunk = s.recv(4096)
+                if not chunk:
+                    break
+                data += chunk
+        parts = data.split(b" ")
+        return int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else None
+
+
+_PROM_SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$')
+_PROM_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+def prom_samples(text):
+    """[(name, {label: value}, float)] of every sample line of a Prometheus
+    text exposition; ValueError on a line that is neither a sample nor a
+    comment."""
+    out = []
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = _PROM_SAMPLE.match(line)
+        if not m:
+            raise ValueError(f"not a sample line: {line!r}")
+        labels = dict(_PROM_LABEL.findall(m.group(2) or ""))
+        out.append((m.group(1), labels, float(m.group(3))))
+    return out
+
+
+def free_port():
+    """A loopback port nobody listens on (for a child to bind, or to be refused)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 class Server:
     """`gpuorch server` BIN as a child process, listening on 127.0.0.1 with an
     ephemeral port (read from --port-file), its data under a temporary directory
@@ -54,6 +249,18 @@ class Server:
         self.log_path = os.path.join(self.tmp, "server.log")
         self.proc = None
         self.port = None
+        self.api = Client(lambda: self.url)
+        self.call = self.api.call
+
+    @property
+    def url(self):
+        """http://127.0.0.1:PORT of the running server (the port changes at each start)."""
+        return f"http://127.0.0.1:{self.port}"
+
+    def client(self, token=None):
+        """A Client of this server that follows it across restarts and sends
+        TOKEN unless a call names another."""
+        return Client(lambda: self.url, token)
 
     def start(self):
         port_file = os.path.join(self.tmp, "port")
@@ -104,30 +311,6 @@ class Server:
     def token_file(self, name):
         """The path of the NAME.token file in the data directory."""
         return os.path.join(self.data, f"{name}.token")
-
-    def call(self, method, path, body=None, token=None, headers=None, raw=None, timeout=30):
-        """Returns (status, parsed JSON or None, raw body bytes)."""
-        url = f"http://127.0.0.1:{self.port}{path}"
-        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-        req = urllib.request.Request(url, data=data, method=method)
-        if token:
-            req.add_header("Authorization", f"Bearer {token}")
-        if data is not None:
-            req.add_header("Content-Type", "application/json")
-        for k, v in (headers or {}).items():
-            req.add_header(k, v)
-        try:
-            with urllib.request.urlopen(req, timeout=timeout) as r:
-                payload = r.read()
-                status = r.status
-        except urllib.error.HTTPError as e:
-            payload = e.read()
-            status = e.code
-        try:
-            parsed = json.loads(payload) if payload else None
-        except ValueError:
-            parsed = None
-        return status, parsed, payload
 
     def cleanup(self):
         """Kills the server if it still runs and removes the temporary

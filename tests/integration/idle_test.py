@@ -8,11 +8,11 @@ What it checks: teams with an "idle" policy go in with `gpuorch apply -f`
 (durations as "2s") and a second apply changes nothing; a bad policy is a 400
 naming the field and stores nothing; with threshold 10 %, window 2 s and action
 report, a job on GPUs at 0 % is flagged in the job's JSON, in `gpuorch queue`
-(IDLE in REASON), in `gpuorch show` and in /metrics (skipped while GET
-/metrics is not served), and raising its GPU to 50 % clears the flag; a job at
-80 % is never flagged while an idle one beside it is; with action cancel and a
-1 s warning the job is cancelled with the idle reason; with action requeue its
-attempt is preempted, the job goes back to the queue and a second attempt runs.
+(IDLE in REASON), in `gpuorch show` and in /metrics, and raising its GPU to
+50 % clears the flag; a job at 80 % is never flagged while an idle one beside
+it is; with action cancel and a 1 s warning the job is cancelled with the idle
+reason; with action requeue its attempt is preempted, the job goes back to the
+queue and a second attempt runs (and /metrics counts it).
 
 Needs root (the agent switches to the job's user) and the user gpuorch-test1
 (scripts/setup.sh). The agent and server are child processes stopped by PID;
@@ -84,18 +84,13 @@ def cli(*args):
 
 
 def put(path, body):
-    st, _, raw = call("PUT", path, body, token=ADMIN)
-    if st not in (200, 201):
-        raise RuntimeError(f"PUT {path}: {st} {raw[:300]!r}")
+    SRV.api.expect("PUT", path, body, token=ADMIN)
 
 
 def submit(team, name):
     spec = {"name": name, "pool": "main", "workdir": SHARED, "gpus": 1,
             "command": ["sleep", "600"]}
-    st, body, raw = call("POST", "/v1/jobs", spec, token=TOKENS[team])
-    if st != 201:
-        raise RuntimeError(f"submit {spec}: {st} {raw[:300]!r}")
-    return body["id"]
+    return SRV.api.expect("POST", "/v1/jobs", spec, want=(201,), token=TOKENS[team])["id"]
 
 
 def get_job(jid):
@@ -168,10 +163,8 @@ def setup():
     for team in ("idle-rep", "idle-can", "idle-req"):
         user = "u-" + team
         put(f"/v1/users/{user}", {"unix_user": JOB_USER, "team": team, "role": "member"})
-        st, body, raw = call("POST", f"/v1/users/{user}/tokens?label=test", token=ADMIN)
-        if st != 201:
-            raise RuntimeError(f"{user}'s token: {st} {raw!r}")
-        TOKENS[team] = body["token"]
+        TOKENS[team] = SRV.api.expect("POST", f"/v1/users/{user}/tokens?label=test",
+                                      want=(201,), token=ADMIN)["token"]
 
     set_util(80)
     AGENT.start()
@@ -232,16 +225,13 @@ def report():
        and "idle" in listed.get(busy, {}) and listed[busy]["idle"] is None,
        "gpuorch queue --json carries the idle object (null for the busy job)", out[:1500])
 
-    st, _, raw = call("GET", "/metrics", token=ADMIN)
-    if st == 200:
-        text = raw.decode(errors="replace")
-        want = f'gpuorch_job_idle{{hpc_job="{jid}",team="idle-rep"'
-        ok(want in text and f'hpc_job="{busy}"' not in "\n".join(
-            x for x in text.splitlines() if x.startswith("gpuorch_job_idle{")),
-           "GET /metrics has gpuorch_job_idle for the idle job only",
-           "\n".join(x for x in text.splitlines() if "idle" in x)[:1500])
-    else:
-        ok(True, f"GET /metrics has gpuorch_job_idle # SKIP GET /metrics answers {st}")
+    st, _, raw = SRV.api.scrape(ADMIN)
+    text = raw.decode(errors="replace")
+    want = f'gpuorch_job_idle{{hpc_job="{jid}",team="idle-rep"'
+    ok(st == 200 and want in text and f'hpc_job="{busy}"' not in "\n".join(
+        x for x in text.splitlines() if x.startswith("gpuorch_job_idle{")),
+       "GET /metrics has gpuorch_job_idle for the idle job only",
+       f"GET /metrics: {st}\n" + "\n".join(x for x in text.splitlines() if "idle" in x)[:1500])
 
     set_util(0, {busy_gpu: 80, gpu_of(j): 50})
     good, j = wait_job(jid, lambda j: j["state"] == "RUNNING" and j.get("idle") is None)
@@ -281,15 +271,12 @@ def requeued():
     ok(good and j["state"] in ("PENDING", "RUNNING") and "idle" in (first.get("reason") or ""),
        "action requeue: attempt 1 ends PREEMPTED for idleness and a second attempt is made",
        detail(j))
-    st, _, raw = call("GET", "/metrics", token=ADMIN)
-    if st == 200:
-        text = raw.decode(errors="replace")
-        ok('gpuorch_idle_actions_total{team="idle-req",action="requeue"}' in text
-           and 'gpuorch_idle_actions_total{team="idle-req",action="requeue"} 0' not in text,
-           "GET /metrics counts the requeue in gpuorch_idle_actions_total",
-           "\n".join(x for x in text.splitlines() if "idle_actions" in x))
-    else:
-        ok(True, f"GET /metrics counts the requeue # SKIP GET /metrics answers {st}")
+    st, _, raw = SRV.api.scrape(ADMIN)
+    text = raw.decode(errors="replace")
+    ok(st == 200 and 'gpuorch_idle_actions_total{team="idle-req",action="requeue"}' in text
+       and 'gpuorch_idle_actions_total{team="idle-req",action="requeue"} 0' not in text,
+       "GET /metrics counts the requeue in gpuorch_idle_actions_total",
+       f"GET /metrics: {st}\n" + "\n".join(x for x in text.splitlines() if "idle_actions" in x))
     set_util(80)
     cancel(jid)
 

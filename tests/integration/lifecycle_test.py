@@ -45,10 +45,7 @@ def submit(spec, token=None):
     """Submits SPEC (as admin, for team research, unless told otherwise)."""
     if token is None:
         token, spec = ADMIN, dict({"team": "research"}, **spec)
-    st, body, raw = call("POST", "/v1/jobs", spec, token=token)
-    if st != 201:
-        raise RuntimeError(f"submit {spec}: {st} {raw[:300]!r}")
-    return body
+    return SRV.api.expect("POST", "/v1/jobs", spec, want=(201,), token=token)
 
 
 def get_job(jid):
@@ -161,7 +158,7 @@ def setup():
 def long_poll_and_first_job():
     """Registration, the long-poll's answers, and step 1: a job from submit to
     COMPLETED. Only n1 exists while the long-poll is checked, so the job goes there."""
-    n1 = Agent("n1", 1, call, JOIN)
+    n1 = Agent("n1", 1, SRV.client(JOIN))
     AGENTS.append(n1)
     st, body, raw = n1.register()
     ok(st == 201 and body and body.get("name") == "n1" and body.get("state") == "up"
@@ -570,7 +567,7 @@ def main():
     for ag in AGENTS:  # n1's long-poll thread, if the step stopped before it
         if not ag.polling:
             ag.start_polling()
-    n2 = Agent("n2", 2, call, JOIN)
+    n2 = Agent("n2", 2, SRV.client(JOIN))
     AGENTS.append(n2)
     st, body, raw = n2.register()
     ok(st == 201, "a second node registers: 201", f"{st} {raw[:300]!r}")

@@ -30,19 +30,15 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import urllib.error
-import urllib.parse
-import urllib.request
 
 sys.dont_write_bytecode = True  # leave no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import FakeAgent, fake_gpu_uuid, remove_tmp, run_as_root  # noqa: E402
-from harness import (DEADLINE_S, Server, agent_cgroups, diag, file_tail, ok, remove_cgroups,  # noqa: E402
-                     wait_until)
+from harness import FakeAgent, fake_gpu_uuid, free_port, prom_samples, remove_tmp  # noqa: E402
+from harness import (DEADLINE_S, Client, Server, agent_cgroups, diag, file_tail, ok,  # noqa: E402
+                     remove_cgroups, run_as_root, wait_until)
 
 BIN = os.path.abspath(sys.argv[1])
 FAKENVML = os.environ.get("GPUORCH_FAKENVML") or os.path.join(
@@ -91,24 +87,6 @@ class Agent(FakeAgent):
 
 # -- The exposition. -----------------------------------------------------------------------
 
-SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$')
-LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
-
-
-def parse(text):
-    """[(name, {label: value}, float)] of every sample line."""
-    out = []
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        m = SAMPLE.match(line)
-        if not m:
-            raise ValueError(f"not a sample line: {line!r}")
-        labels = dict(LABEL.findall(m.group(2) or ""))
-        out.append((m.group(1), labels, float(m.group(3))))
-    return out
-
-
 def find(samples, name, **labels):
     return [s for s in samples if s[0] == name and all(s[1].get(k) == v for k, v in labels.items())]
 
@@ -120,19 +98,15 @@ def value(samples, name, **labels):
 
 def scrape(token=None):
     """(status, content type, text) of GET /metrics."""
-    req = urllib.request.Request(f"http://127.0.0.1:{SRV.port}/metrics")
-    if token:
-        req.add_header("Authorization", f"Bearer {token}")
-    try:
-        with urllib.request.urlopen(req, timeout=30) as r:
-            return r.status, r.headers.get("Content-Type"), r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.headers.get("Content-Type"), e.read().decode(errors="replace")
+    answer = SRV.api.scrape(token)
+    # The exposition must be UTF-8: decoded strictly, so that a bad byte fails the step.
+    return answer.status, answer.content_type, (answer.raw.decode() if answer.status == 200
+                                                else answer.text)
 
 
 def metrics():
     st, _, text = scrape(MEMBER)
-    return parse(text) if st == 200 else []
+    return prom_samples(text) if st == 200 else []
 
 
 def promtool(text):
@@ -168,12 +142,6 @@ def job_gpu(j):
     gpus = cur.get("gpus") or []
     g = gpus[0] if gpus else None
     return (g.get("uuid") if isinstance(g, dict) else g), (cur.get("nodes") or [None])[0]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # -- The steps. ----------------------------------------------------------------------------
@@ -241,7 +209,7 @@ def exposition(jid, pending, uuid, node):
     ok(rc2 == 0, "promtool check metrics: exit 0 once modelName is renamed (no other problem)",
        f"rc {rc2}\n{out2}")
     diag(f"promtool on the exposition: exit {rc}; {' / '.join(sorted(set(lint))) or 'no lint'}")
-    s = parse(text)
+    s = prom_samples(text)
     mine = find(s, "DCGM_FI_DEV_GPU_UTIL", UUID=uuid)
     st, body, _ = call("GET", "/v1/nodes", token=ADMIN)
     gpu_type = next((g.get("gpu_type") for n in (body or {}).get("nodes") or []
@@ -304,7 +272,8 @@ def follows_file(uuid, node):
 def prometheus(jid, uuid):
     global PROM
     if not os.path.exists(PROMETHEUS):
-        ok(True, f"# SKIP {PROMETHEUS} is missing (Debian package prometheus)")
+        ok(False, "a real Prometheus scrapes the server",
+           f"{PROMETHEUS} is missing: the Debian package prometheus (scripts/setup.sh installs it)")
         return
     pdir = os.path.join(TMP, "prometheus")
     os.mkdir(pdir)
@@ -334,15 +303,17 @@ scrape_configs:
                                  f"--web.listen-address=127.0.0.1:{port}"],
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=pdir)
     query = f'DCGM_FI_DEV_GPU_UTIL{{UUID="{uuid}"}}'
-    url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": query})
+    prom = Client(f"http://127.0.0.1:{port}", timeout=5)
     last = [None]
 
     def answered():
         try:
-            with urllib.request.urlopen(url, timeout=5) as r:
-                last[0] = json.loads(r.read())
-        except (OSError, ValueError) as e:
+            st, last[0], raw = prom.call("GET", "/api/v1/query", query={"query": query})
+        except OSError as e:
             last[0] = repr(e)
+            return False
+        if not isinstance(last[0], dict):
+            last[0] = f"{st} {raw[:300]!r}"
             return False
         res = (last[0].get("data") or {}).get("result") or []
         return len(res) == 1 and res[0]["value"][1] == "77" and res[0]["metric"].get(

@@ -16,7 +16,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import urllib.parse
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -32,7 +31,8 @@ os.chmod(TMP, 0o755)
 UUIDS = [fake_gpu_uuid(0x5e51e5, i) for i in range(2)]
 AGENT = FakeAgent(BIN, SRV, TMP, FAKENVML, "s1", UUIDS, kill_grace=None, dirty_wait=None)
 GPU_FILE = AGENT.gpu_file
-ADMIN = MEMBER = None
+MEMBER = None
+API = None  # SRV's client with the admin's token
 
 
 def write_gpus(util):
@@ -41,19 +41,8 @@ def write_gpus(util):
     write_atomic(GPU_FILE, json.dumps({"gpus": gpus}))
 
 
-def call(method, path, body=None, token=None):
-    return SRV.call(method, path, body, token=token or ADMIN)
-
-
-def put(path, body):
-    st, _, raw = call("PUT", path, body)
-    if st not in (200, 201):
-        raise RuntimeError(f"PUT {path}: {st} {raw[:300]!r}")
-
-
 def series(**q):
-    st, body, raw = call("GET", "/v1/metrics/series?" + urllib.parse.urlencode(q))
-    return st, body, raw
+    return API.call("GET", "/v1/metrics/series", query=q)
 
 
 def latest(body, key):
@@ -70,15 +59,16 @@ def near(v, want, tol=0.01):
 
 
 def main():
-    global ADMIN, MEMBER
+    global API, MEMBER
     print("TAP version 13")
     SRV.start()
-    ADMIN = open(SRV.token_file("admin")).read().strip()
-    put("/v1/pools/main", {"description": "series test"})
-    put("/v1/priority-classes/normal", {"order": 0})
-    put("/v1/teams/research", {"quotas": [{"pool": "main", "guaranteed": 2}]})
-    put("/v1/users/alice", {"unix_user": "gpuorch-test1", "team": "research", "role": "member"})
-    st, body, _ = call("POST", "/v1/users/alice/tokens")
+    API = SRV.client(open(SRV.token_file("admin")).read().strip())
+    API.expect("PUT", "/v1/pools/main", {"description": "series test"})
+    API.expect("PUT", "/v1/priority-classes/normal", {"order": 0})
+    API.expect("PUT", "/v1/teams/research", {"quotas": [{"pool": "main", "guaranteed": 2}]})
+    API.expect("PUT", "/v1/users/alice",
+               {"unix_user": "gpuorch-test1", "team": "research", "role": "member"})
+    st, body, _ = API.call("POST", "/v1/users/alice/tokens")
     MEMBER = body.get("token") if isinstance(body, dict) else None
     write_gpus([73, 20])
     AGENT.start()
@@ -109,13 +99,13 @@ def main():
            f"{st} {raw[:200]!r}")
 
     # A job: its figures follow its GPU.
-    st, body, raw = call("POST", "/v1/jobs", {"command": ["sleep", "300"], "gpus": 1,
-                                              "pool": "main", "workdir": TMP}, token=MEMBER)
+    st, body, raw = API.call("POST", "/v1/jobs", {"command": ["sleep", "300"], "gpus": 1,
+                                                  "pool": "main", "workdir": TMP}, token=MEMBER)
     jid = body.get("id") if st == 201 else None
     ok(jid is not None, "a one-GPU job is accepted", f"{st} {raw[:200]!r}")
 
     def running():
-        st, j, _ = call("GET", f"/v1/jobs/{jid}")
+        st, j, _ = API.call("GET", f"/v1/jobs/{jid}")
         return j if st == 200 and j.get("state") == "RUNNING" and \
             j.get("gpu_utilization_pct") is not None else None
     job = wait_until(running, timeout=60)
@@ -132,7 +122,7 @@ def main():
     write_gpus(util)
 
     def follows():
-        st, j, _ = call("GET", f"/v1/jobs/{jid}")
+        st, j, _ = API.call("GET", f"/v1/jobs/{jid}")
         return st == 200 and near(j.get("gpu_utilization_pct"), 55)
     ok(wait_until(follows, timeout=30), "gpu_utilization_pct follows the GPU to 55")
     # The step that saw the change mixes 73 and 55: wait for a whole step at 55.
@@ -158,8 +148,9 @@ def main():
     got = wait_until(rows, timeout=30)
     ok(got is not None, "metric_minutes rows of kind gpu and job are in the sqlite file", got)
 
-    call("POST", f"/v1/jobs/{jid}/cancel")
-    wait_until(lambda: call("GET", f"/v1/jobs/{jid}")[1].get("state") == "CANCELLED", timeout=30)
+    API.call("POST", f"/v1/jobs/{jid}/cancel")
+    wait_until(lambda: API.call("GET", f"/v1/jobs/{jid}").json.get("state") == "CANCELLED",
+               timeout=30)
     AGENT.stop()
     rc = SRV.stop()
     ok(rc == 0, "the server stops cleanly", SRV.log_tail())

@@ -8,11 +8,9 @@ The server runs as a child process on 127.0.0.1 with an ephemeral port and a
 temporary data directory; it is stopped by PID."""
 
 import os
-import socket
 import sqlite3
 import sys
 import threading
-import urllib.error
 
 sys.dont_write_bytecode = True  # leave no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -20,23 +18,6 @@ from harness import Server, message, ok, run  # noqa: E402
 
 SRV = Server(sys.argv[1], "gpuorch-server-test-")
 call = SRV.call
-
-
-def over_limit(token):
-    """A POST announcing a 2 MiB body: the status line the server answers with
-    before any of the body is sent."""
-    with socket.create_connection(("127.0.0.1", SRV.port), timeout=30) as sock:
-        sock.sendall(b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
-                     + token.encode() + b"\r\nContent-Type: application/json\r\n"
-                     b"Content-Length: 2097152\r\n\r\n")
-        data = b""
-        while b"\r\n" not in data:
-            chunk = sock.recv(4096)
-            if not chunk:
-                break
-            data += chunk
-    parts = data.split(b" ")
-    return int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else None
 
 
 def dump_store():
@@ -122,10 +103,10 @@ def main():
     for name, raw_in, want in raw_cases:
         try:
             st, body, raw = call("POST", "/v1/jobs", token=admin, raw=raw_in)
-        except (ConnectionError, urllib.error.URLError) as e:
+        except OSError as e:
             st, raw = None, repr(e)
         ok(st == want, f"bad input ({name}): {want}", f"{st} {raw!r}"[:300])
-    st = over_limit(admin)
+    st = SRV.api.status_before_body("POST", "/v1/jobs", 2 * 1024 * 1024, token=admin)
     ok(st == 413, "bad input (body over the limit): 413, answered before the body is read", st)
     st, body, _ = call("POST", "/v1/jobs", job, token=admin, headers={"Idempotency-Key": " "})
     ok(st == 400, "bad Idempotency-Key: 400", body)

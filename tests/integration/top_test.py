@@ -26,7 +26,6 @@ import pty
 import re
 import select
 import signal
-import socket
 import struct
 import subprocess
 import sys
@@ -35,7 +34,7 @@ import termios
 
 sys.dont_write_bytecode = True  # leave no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import FakeAgent, fake_gpu_uuid, remove_tmp, run_as_root  # noqa: E402
+from harness import FakeAgent, fake_gpu_uuid, free_port, remove_tmp, run_as_root  # noqa: E402
 from harness import (DEADLINE_S, Server, agent_cgroups, diag, ok,  # noqa: E402
                      remove_cgroups, wait_until)
 
@@ -76,17 +75,12 @@ class AgentProc(FakeAgent):
 
 
 def put(path, body):
-    st, _, raw = call("PUT", path, body, token=ADMIN)
-    if st not in (200, 201):
-        raise RuntimeError(f"PUT {path}: {st} {raw[:300]!r}")
+    SRV.api.expect("PUT", path, body, token=ADMIN)
 
 
 def submit(spec):
     spec = dict({"pool": "main", "workdir": SHARED, "team": "research"}, **spec)
-    st, body, raw = call("POST", "/v1/jobs", spec, token=MEMBER)
-    if st != 201:
-        raise RuntimeError(f"submit {spec}: {st} {raw[:300]!r}")
-    return body["id"]
+    return SRV.api.expect("POST", "/v1/jobs", spec, want=(201,), token=MEMBER)["id"]
 
 
 def get_job(jid):
@@ -138,10 +132,8 @@ def setup():
     put("/v1/teams/research", {"quotas": [{"pool": "main", "guaranteed": NGPUS,
                                            "borrow_limit": -1}]})
     put("/v1/users/alice", {"unix_user": JOB_USER, "team": "research", "role": "member"})
-    st, body, raw = call("POST", "/v1/users/alice/tokens?label=test", token=ADMIN)
-    if st != 201:
-        raise RuntimeError(f"alice's token: {st} {raw!r}")
-    MEMBER = body["token"]
+    MEMBER = SRV.api.expect("POST", "/v1/users/alice/tokens?label=test", want=(201,),
+                            token=ADMIN)["token"]
     AGENT = AgentProc()
     CGROUP_BASE, roots = agent_cgroups("gpuorch-top-test", ["n1"])
     AGENT.cgroup = roots.get("n1")
@@ -245,9 +237,7 @@ def bad_input():
     rc, out, err = top_run("--help")
     ok(rc == 0 and b"usage: gpuorch top" in out and b"--interval" in out,
        "--help prints the usage and exits 0", f"{rc} {out[:300]!r}")
-    with socket.socket() as s:  # a port nobody listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # nobody listens on it
     rc, out, err = top_run(args=[BIN, "top", "--once", "--server", f"http://127.0.0.1:{port}",
                                  "--token", "x"])
     ok(rc == 1 and err.startswith(b"gpuorch top: ") and not out,
