@@ -253,6 +253,15 @@ def drain_and_resume(admin):
        and body["nodes"][0]["last_heartbeat"].endswith("Z"), "anyone lists nodes", body)
     st, body, _ = call("POST", "/v1/nodes/nope/drain", token=admin)
     ok(st == 404, "draining an unknown node: 404", body)
+    # The route says drain or resume, not the path's text: a node whose name
+    # holds "drain" is resumed by /resume.
+    node["gpus"][0]["uuid"] = "GPU-11111111-2222-3333-4444-666666666666"
+    st, body, _ = call("PUT", "/v1/nodes/drainer", node, token=join)
+    ok(st == 201 and body["state"] == "up", "an agent registers node 'drainer'", body)
+    st, body, _ = call("POST", "/v1/nodes/drainer/drain", token=admin)
+    ok(st == 200 and body["state"] == "draining", "an admin drains 'drainer'", body)
+    st, body, _ = call("POST", "/v1/nodes/drainer/resume", token=admin)
+    ok(st == 200 and body["state"] == "up", "resume of 'drainer' resumes it (not drains)", body)
 
 
 def kill9_under_load(admin):
