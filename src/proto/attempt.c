@@ -15,8 +15,8 @@
 _Static_assert(sizeof(enum proto_action) == sizeof(int), "jsonv stores an enum as an int");
 _Static_assert(sizeof(enum proto_kill_cause) == sizeof(int), "jsonv stores an enum as an int");
 
-static const char *const actions[] = {[PROTO_ACTION_RUN] = "run", [PROTO_ACTION_KILL] = "kill",
-                                      NULL};
+static const char *const actions[] = {
+    [PROTO_ACTION_RUN] = "run", [PROTO_ACTION_KILL] = "kill", NULL};
 
 static const char *const causes[] = {
 #define CAUSE_NAME(name, text) [PROTO_KILL_##name] = text,
@@ -71,9 +71,8 @@ enum key {
     K_REASON,
     K_AS,
 };
-static const char *const key_names[] = {"gpus",     "user",        "unix_user", "spec",
-                                        "gang",     "array_id",    "array_index", "grace_s",
-                                        "reason",   "as"};
+static const char *const key_names[] = {"gpus",     "user",        "unix_user", "spec",   "gang",
+                                        "array_id", "array_index", "grace_s",   "reason", "as"};
 _Static_assert(ARRAY_LEN(key_names) == K_AS + 1, "a name per key");
 
 #define PRES(k) .presence_offset = offsetof(struct attempt_wire, p[k])
@@ -97,8 +96,8 @@ static const struct jsonv_field attempt_fields[] = {
              PRES(K_GANG), .sub = gang_fields, .nsub = ARRAY_LEN(gang_fields)),
     WIRE_OPT("array_id", JSONV_INT64, struct attempt_wire, array_id, 1, INT64_MAX,
              .flags = JSONV_PRESENCE, PRES(K_ARRAY_ID)),
-    WIRE_OPT("array_index", JSONV_INT64, struct attempt_wire, array_index, 0,
-             PROTO_ARRAY_INDEX_MAX, .flags = JSONV_PRESENCE, PRES(K_ARRAY_INDEX)),
+    WIRE_OPT("array_index", JSONV_INT64, struct attempt_wire, array_index, 0, PROTO_ARRAY_INDEX_MAX,
+             .flags = JSONV_PRESENCE, PRES(K_ARRAY_INDEX)),
     WIRE_OPT("grace_s", JSONV_INT64, struct attempt_wire, grace_s, 0, INT32_MAX,
              .flags = JSONV_PRESENCE, PRES(K_GRACE)),
     WIRE_OPT("reason", JSONV_STRING, struct attempt_wire, reason, 0, PROTO_KILL_REASON_MAX,
@@ -145,9 +144,8 @@ static int attempt_check(const struct attempt_wire *w, const char *at, char *err
                               "missing required field '%s%s' (action '%s' needs it)", at,
                               key_names[k], actions[w->action]);
         if (given && !(allowed & 1u << k))
-            return errbuf_set(err, errlen, GPO_EINVAL,
-                              "field '%s%s': not allowed with action '%s'", at, key_names[k],
-                              actions[w->action]);
+            return errbuf_set(err, errlen, GPO_EINVAL, "field '%s%s': not allowed with action '%s'",
+                              at, key_names[k], actions[w->action]);
     }
     if ((w->p[K_ARRAY_ID] == JSONV_ABSENT) != (w->p[K_ARRAY_INDEX] == JSONV_ABSENT))
         return errbuf_set(err, errlen, GPO_EINVAL,
@@ -157,8 +155,8 @@ static int attempt_check(const struct attempt_wire *w, const char *at, char *err
         return 0;
     if (w->gang.rank >= w->gang.nnodes)
         return errbuf_set(err, errlen, GPO_ERANGE,
-                          "field '%sgang.rank': %u, but the gang has %zu node(s)", at,
-                          w->gang.rank, w->gang.nnodes);
+                          "field '%sgang.rank': %u, but the gang has %zu node(s)", at, w->gang.rank,
+                          w->gang.nnodes);
     char path[64];
     snprintf(path, sizeof(path), "%sspec", at);
     return wire_spec_check(&w->spec, path, err, errlen);

@@ -72,16 +72,16 @@ static const struct jsonv_field sample_fields[] = {
     WIRE_REQ("index", JSONV_UINT32, struct sample_wire, index, 0, PROTO_GPUS_MAX - 1),
     WIRE_OPT("uuid", JSONV_STRING, struct sample_wire, uuid, 1, PROTO_UUID_MAX),
     WIRE_OPT("error", JSONV_STRING, struct sample_wire, error, 1, PROTO_ERROR_MAX),
-#define FIGURE_FIELD(m) WIRE_OPT(#m, JSONV_RAW, struct sample_wire, fig[FIG_##m], 0, 0,       \
-                                        .flags = JSONV_NULLABLE),
+#define FIGURE_FIELD(m)                                                                            \
+    WIRE_OPT(#m, JSONV_RAW, struct sample_wire, fig[FIG_##m], 0, 0, .flags = JSONV_NULLABLE),
     FIGURES(FIGURE_FIELD)
 #undef FIGURE_FIELD
-    WIRE_OPT("processes", JSONV_OBJECTS, struct sample_wire, procs, 0, 0,
-             .flags = JSONV_NULLABLE | JSONV_PRESENCE, .max_items = PROTO_PROCS_MAX,
-             .count_offset = offsetof(struct sample_wire, nprocs),
-             .elem_size = sizeof(struct proc_wire), .sub = proc_fields,
-             .nsub = ARRAY_LEN(proc_fields),
-             .presence_offset = offsetof(struct sample_wire, procs_p)),
+        WIRE_OPT("processes", JSONV_OBJECTS, struct sample_wire, procs, 0, 0,
+                 .flags = JSONV_NULLABLE | JSONV_PRESENCE, .max_items = PROTO_PROCS_MAX,
+                 .count_offset = offsetof(struct sample_wire, nprocs),
+                 .elem_size = sizeof(struct proc_wire), .sub = proc_fields,
+                 .nsub = ARRAY_LEN(proc_fields),
+                 .presence_offset = offsetof(struct sample_wire, procs_p)),
 };
 
 struct heartbeat_wire {
@@ -93,13 +93,12 @@ struct heartbeat_wire {
 };
 
 static const struct jsonv_field heartbeat_fields[] = {
-    WIRE_REQ("gpus", JSONV_OBJECTS, struct heartbeat_wire, gpus, 0, 0,
-             .max_items = PROTO_GPUS_MAX, .count_offset = offsetof(struct heartbeat_wire, ngpus),
+    WIRE_REQ("gpus", JSONV_OBJECTS, struct heartbeat_wire, gpus, 0, 0, .max_items = PROTO_GPUS_MAX,
+             .count_offset = offsetof(struct heartbeat_wire, ngpus),
              .elem_size = sizeof(struct sample_wire), .sub = sample_fields,
              .nsub = ARRAY_LEN(sample_fields)),
     WIRE_OPT("dirty", JSONV_STRINGS, struct heartbeat_wire, dirty, 1, PROTO_UUID_MAX,
-             .max_items = PROTO_DIRTY_MAX,
-             .count_offset = offsetof(struct heartbeat_wire, ndirty)),
+             .max_items = PROTO_DIRTY_MAX, .count_offset = offsetof(struct heartbeat_wire, ndirty)),
     WIRE_OPT("sampled_at_ms", JSONV_INT64, struct heartbeat_wire, at, 0, INT64_MAX),
 };
 
@@ -164,8 +163,7 @@ static int samples_read(struct heartbeat_wire *w, struct proto_gpu_sample **ret,
     for (size_t i = 0; i < w->ngpus; i++) {
         const struct sample_wire *s = &w->gpus[i];
         int rc = sample_check(s, i, err, errlen);
-        struct proto_process *procs =
-            !rc && s->nprocs ? calloc(s->nprocs, sizeof(*procs)) : NULL;
+        struct proto_process *procs = !rc && s->nprocs ? calloc(s->nprocs, sizeof(*procs)) : NULL;
         if (!rc && s->nprocs && !procs)
             rc = errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
         if (rc) {
@@ -190,8 +188,7 @@ static int samples_read(struct heartbeat_wire *w, struct proto_gpu_sample **ret,
     return 0;
 }
 
-int proto_heartbeat_decode(const json_t *obj, struct proto_heartbeat *ret, char *err,
-                           size_t errlen)
+int proto_heartbeat_decode(const json_t *obj, struct proto_heartbeat *ret, char *err, size_t errlen)
 {
     struct heartbeat_wire w = {.at = PROTO_NONE};
     int rc = jsonv_decode(obj, heartbeat_fields, ARRAY_LEN(heartbeat_fields), &w, err, errlen);

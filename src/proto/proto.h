@@ -62,41 +62,41 @@
 /* Limits. Where the controller accepts a thing from users (server/jobspec.h,
  * server/model.h), the limit here is the same, so that whatever the
  * controller stored reaches the agent; tests/unit/test_proto.c checks it. */
-#define PROTO_HOST_MAX       253     /* node names, addresses */
-#define PROTO_NAME_MAX       63      /* pools, GPU types, users */
-#define PROTO_UNIX_USER_MAX  32      /* a Unix login name */
-#define PROTO_UUID_MAX       96      /* NVML's UUID buffer */
-#define PROTO_GPUS_MAX       64      /* GPUs of one node (the core's SCHED_MAX_GPUS_PER_NODE) */
-#define PROTO_GPU_MEM_MAX    (1u << 22) /* MiB of one GPU */
-#define PROTO_NODE_CPUS_MAX  (1u << 20)
-#define PROTO_NODE_MEM_MAX   (INT64_C(1) << 40) /* MiB */
-#define PROTO_MIG_SLICES_MAX 7
-#define PROTO_TOKEN_MAX      256     /* the log token */
-#define PROTO_ERROR_MAX      512     /* a GPU's sampling error */
-#define PROTO_PROCS_MAX      4096    /* processes on one GPU (gpu.h's GPU_MAX_PROCS) */
-#define PROTO_DIRTY_MAX      PROTO_GPUS_MAX
-#define PROTO_ATTEMPTS_MAX   65536   /* attempts in one answer: 64 GPUs in thousandths, and more */
-#define PROTO_GANG_MAX       1024    /* nodes of one gang */
+#define PROTO_HOST_MAX        253        /* node names, addresses */
+#define PROTO_NAME_MAX        63         /* pools, GPU types, users */
+#define PROTO_UNIX_USER_MAX   32         /* a Unix login name */
+#define PROTO_UUID_MAX        96         /* NVML's UUID buffer */
+#define PROTO_GPUS_MAX        64         /* GPUs of one node (the core's SCHED_MAX_GPUS_PER_NODE) */
+#define PROTO_GPU_MEM_MAX     (1u << 22) /* MiB of one GPU */
+#define PROTO_NODE_CPUS_MAX   (1u << 20)
+#define PROTO_NODE_MEM_MAX    (INT64_C(1) << 40) /* MiB */
+#define PROTO_MIG_SLICES_MAX  7
+#define PROTO_TOKEN_MAX       256  /* the log token */
+#define PROTO_ERROR_MAX       512  /* a GPU's sampling error */
+#define PROTO_PROCS_MAX       4096 /* processes on one GPU (gpu.h's GPU_MAX_PROCS) */
+#define PROTO_DIRTY_MAX       PROTO_GPUS_MAX
+#define PROTO_ATTEMPTS_MAX    65536 /* attempts in one answer: 64 GPUs in thousandths, and more */
+#define PROTO_GANG_MAX        1024  /* nodes of one gang */
 #define PROTO_KILL_REASON_MAX 1024
-#define PROTO_REASON_MAX     120     /* a report's reason */
-#define PROTO_SIGNAL_MAX     64
+#define PROTO_REASON_MAX      120 /* a report's reason */
+#define PROTO_SIGNAL_MAX      64
 /* A job's spec, as server/jobspec.h bounds it. */
-#define PROTO_SPEC_NAME_MAX  128     /* name, team, project, model, priority, pool, gpu_type */
-#define PROTO_ARGV_MAX       1024
-#define PROTO_ARG_MAX        4096
-#define PROTO_SCRIPT_MAX     (1u << 20)
-#define PROTO_PATH_MAX       4096
-#define PROTO_ENV_MAX        256
-#define PROTO_ENV_VALUE_MAX  32768
-#define PROTO_DEPS_MAX       64
-#define PROTO_ARRAY_TEXT_MAX (1 << 17)
-#define PROTO_ARRAY_INDEX_MAX 4000000u
-#define PROTO_SPEC_GPUS_MAX  1024
-#define PROTO_SPEC_CPUS_MAX  4096
-#define PROTO_SPEC_MEM_MAX   (INT64_C(64) << 20) /* MiB */
-#define PROTO_SPEC_GPU_MEM_MAX (INT64_C(1) << 20) /* MiB */
-#define PROTO_TIME_LIMIT_MAX (INT64_C(365) * 86400)
-#define PROTO_RETRIES_MAX    100
+#define PROTO_SPEC_NAME_MAX    128 /* name, team, project, model, priority, pool, gpu_type */
+#define PROTO_ARGV_MAX         1024
+#define PROTO_ARG_MAX          4096
+#define PROTO_SCRIPT_MAX       (1u << 20)
+#define PROTO_PATH_MAX         4096
+#define PROTO_ENV_MAX          256
+#define PROTO_ENV_VALUE_MAX    32768
+#define PROTO_DEPS_MAX         64
+#define PROTO_ARRAY_TEXT_MAX   (1 << 17)
+#define PROTO_ARRAY_INDEX_MAX  4000000u
+#define PROTO_SPEC_GPUS_MAX    1024
+#define PROTO_SPEC_CPUS_MAX    4096
+#define PROTO_SPEC_MEM_MAX     (INT64_C(64) << 20) /* MiB */
+#define PROTO_SPEC_GPU_MEM_MAX (INT64_C(1) << 20)  /* MiB */
+#define PROTO_TIME_LIMIT_MAX   (INT64_C(365) * 86400)
+#define PROTO_RETRIES_MAX      100
 
 /* ---- registration: PUT /v1/nodes/NAME --------------------------------- */
 
@@ -123,8 +123,7 @@ struct proto_register {
 };
 
 int proto_register_encode(const struct proto_register *m, json_t **ret);
-int proto_register_decode(const json_t *obj, struct proto_register *ret, char *err,
-                          size_t errlen);
+int proto_register_decode(const json_t *obj, struct proto_register *ret, char *err, size_t errlen);
 void proto_register_release(struct proto_register *m);
 
 /* The node as the controller stored it, and the token the agent's log
@@ -165,8 +164,8 @@ struct proto_gpu_sample {
     char *uuid;     /* NULL exactly when error is set */
     char *error;    /* 1..PROTO_ERROR_MAX bytes, or NULL */
     /* Figures, PROTO_NONE when not reported (null on the wire). */
-    int64_t utilization_pct, memory_utilization_pct, memory_used_mib, memory_total_mib,
-        power_mw, temperature_c;
+    int64_t utilization_pct, memory_utilization_pct, memory_used_mib, memory_total_mib, power_mw,
+        temperature_c;
     bool procs_known; /* false: "processes": null (NVML could not list them) */
     struct proto_process *procs;
     size_t nprocs; /* 0..PROTO_PROCS_MAX */
@@ -174,9 +173,9 @@ struct proto_gpu_sample {
 
 struct proto_heartbeat {
     struct proto_gpu_sample *gpus;
-    size_t ngpus; /* 0..PROTO_GPUS_MAX */
-    char **dirty; /* UUIDs of GPUs ended attempts' processes still occupy */
-    size_t ndirty; /* 0..PROTO_DIRTY_MAX */
+    size_t ngpus;          /* 0..PROTO_GPUS_MAX */
+    char **dirty;          /* UUIDs of GPUs ended attempts' processes still occupy */
+    size_t ndirty;         /* 0..PROTO_DIRTY_MAX */
     int64_t sampled_at_ms; /* when the agent sampled (Unix ms, >= 0); PROTO_NONE: absent */
 };
 
@@ -234,11 +233,11 @@ struct proto_dep {
  */
 struct proto_spec {
     /* what runs, and how */
-    char *name;         /* 1..PROTO_SPEC_NAME_MAX bytes, or NULL */
-    char **argv;        /* "command": NULL-terminated; NULL when null (a script job) */
-    size_t argc;        /* 0..PROTO_ARGV_MAX, each 0..PROTO_ARG_MAX bytes */
-    char *script;       /* 1..PROTO_SCRIPT_MAX bytes, or NULL */
-    char *workdir;      /* 1..PROTO_PATH_MAX bytes, or NULL: the user's home */
+    char *name;            /* 1..PROTO_SPEC_NAME_MAX bytes, or NULL */
+    char **argv;           /* "command": NULL-terminated; NULL when null (a script job) */
+    size_t argc;           /* 0..PROTO_ARGV_MAX, each 0..PROTO_ARG_MAX bytes */
+    char *script;          /* 1..PROTO_SCRIPT_MAX bytes, or NULL */
+    char *workdir;         /* 1..PROTO_PATH_MAX bytes, or NULL: the user's home */
     struct proto_env *env; /* "env": {NAME: VALUE}, in the object's order */
     size_t nenv;           /* 0..PROTO_ENV_MAX */
     char *output, *error;  /* log paths (sbatch's %j patterns), or NULL */
@@ -251,7 +250,7 @@ struct proto_spec {
                            thousandths: 0..PROTO_SPEC_GPUS_MAX * 1000 */
     int64_t gpu_mem_mib, min_gpu_mem_mib; /* 0..PROTO_SPEC_GPU_MEM_MAX */
     bool multi_node, checkpointable, requeue;
-    uint32_t max_retries; /* 0..PROTO_RETRIES_MAX */
+    uint32_t max_retries;   /* 0..PROTO_RETRIES_MAX */
     struct proto_dep *deps; /* "dependencies" */
     size_t ndeps;           /* 0..PROTO_DEPS_MAX */
     char *array;            /* Slurm's array text, 1..PROTO_ARRAY_TEXT_MAX bytes, or NULL */
@@ -260,10 +259,10 @@ struct proto_spec {
 /* Where a gang's ranks meet: every node in rank order, this node's rank,
  * rank 0's address and port. */
 struct proto_gang {
-    char **nodes; /* NULL-terminated */
-    size_t nnodes; /* 1..PROTO_GANG_MAX, each 1..PROTO_HOST_MAX bytes */
-    uint32_t rank; /* < nnodes */
-    char *master_addr; /* 1..PROTO_HOST_MAX bytes */
+    char **nodes;         /* NULL-terminated */
+    size_t nnodes;        /* 1..PROTO_GANG_MAX, each 1..PROTO_HOST_MAX bytes */
+    uint32_t rank;        /* < nnodes */
+    char *master_addr;    /* 1..PROTO_HOST_MAX bytes */
     uint32_t master_port; /* 1..65535 */
 };
 
@@ -273,17 +272,17 @@ struct proto_attempt {
     enum proto_action action;
     /* action run (all but the array pair required; absent in a kill) */
     struct proto_share *gpus;
-    size_t ngpus;     /* 0..PROTO_GPUS_MAX */
-    char *user;       /* who submitted it: 1..PROTO_NAME_MAX bytes */
-    char *unix_user;  /* 1..PROTO_UNIX_USER_MAX bytes; NULL: JSON null (none) */
+    size_t ngpus;    /* 0..PROTO_GPUS_MAX */
+    char *user;      /* who submitted it: 1..PROTO_NAME_MAX bytes */
+    char *unix_user; /* 1..PROTO_UNIX_USER_MAX bytes; NULL: JSON null (none) */
     struct proto_spec spec;
     struct proto_gang gang;
-    int64_t array_id;  /* an array task's array (>= 1); PROTO_NONE: not one */
+    int64_t array_id;    /* an array task's array (>= 1); PROTO_NONE: not one */
     int64_t array_index; /* 0..PROTO_ARRAY_INDEX_MAX; PROTO_NONE with array_id */
     /* action kill */
-    int64_t grace_s;   /* SIGTERM to SIGKILL, 0..INT32_MAX; PROTO_NONE: absent (the agent's
-                          --kill-grace) */
-    char *reason;      /* 0..PROTO_KILL_REASON_MAX bytes, for people; NULL: absent */
+    int64_t grace_s; /* SIGTERM to SIGKILL, 0..INT32_MAX; PROTO_NONE: absent (the agent's
+                        --kill-grace) */
+    char *reason;    /* 0..PROTO_KILL_REASON_MAX bytes, for people; NULL: absent */
     enum proto_kill_cause cause; /* "as" */
 };
 

@@ -23,9 +23,8 @@ static const struct jsonv_field gpu_fields[] = {
     WIRE_REQ("uuid", JSONV_STRING, struct gpu_wire, g.uuid, 1, PROTO_UUID_MAX),
     WIRE_REQ("gpu_type", JSONV_STRING, struct gpu_wire, g.gpu_type, 1, PROTO_NAME_MAX),
     WIRE_REQ("mem_mib", JSONV_UINT32, struct gpu_wire, g.mem_mib, 1, PROTO_GPU_MEM_MAX),
-    WIRE_OPT("nvlink_domain", JSONV_INT64, struct gpu_wire, g.nvlink_domain, -1,
-             PROTO_GPUS_MAX - 1, .flags = JSONV_PRESENCE,
-             .presence_offset = offsetof(struct gpu_wire, nvlink_p)),
+    WIRE_OPT("nvlink_domain", JSONV_INT64, struct gpu_wire, g.nvlink_domain, -1, PROTO_GPUS_MAX - 1,
+             .flags = JSONV_PRESENCE, .presence_offset = offsetof(struct gpu_wire, nvlink_p)),
     WIRE_OPT("mig_slices", JSONV_UINT32, struct gpu_wire, g.mig_slices, 0, PROTO_MIG_SLICES_MAX),
     WIRE_OPT("mig_enabled", JSONV_BOOL, struct gpu_wire, g.mig_enabled, 0, 0),
 };
@@ -51,16 +50,15 @@ struct node_wire {
         WIRE_REQ("mem_mib", JSONV_INT64, struct node_wire, n.mem_mib, 1, PROTO_NODE_MEM_MAX),      \
         WIRE_OPT("addr", JSONV_STRING, struct node_wire, n.addr, 1, PROTO_HOST_MAX),               \
         WIRE_OPT("log_port", JSONV_UINT32, struct node_wire, n.log_port, 0, 65535),                \
-        WIRE_OPT("gpus", JSONV_OBJECTS, struct node_wire, gpus, 0, 0,                              \
-                 .max_items = PROTO_GPUS_MAX, .count_offset = offsetof(struct node_wire, ngpus),   \
+        WIRE_OPT("gpus", JSONV_OBJECTS, struct node_wire, gpus, 0, 0, .max_items = PROTO_GPUS_MAX, \
+                 .count_offset = offsetof(struct node_wire, ngpus),                                \
                  .elem_size = sizeof(struct gpu_wire), .sub = gpu_fields,                          \
                  .nsub = ARRAY_LEN(gpu_fields))
 
 static const struct jsonv_field register_fields[] = {NODE_FIELDS(0)};
 
-static const char *const state_names[] = {[PROTO_NODE_UP] = "up",
-                                          [PROTO_NODE_DRAINING] = "draining",
-                                          [PROTO_NODE_DOWN] = "down", NULL};
+static const char *const state_names[] = {
+    [PROTO_NODE_UP] = "up", [PROTO_NODE_DRAINING] = "draining", [PROTO_NODE_DOWN] = "down", NULL};
 
 static const struct jsonv_field registered_fields[] = {
     NODE_FIELDS(JSONV_REQUIRED),
@@ -84,8 +82,8 @@ static int gpus_check(const struct proto_gpu *g, size_t n, char *err, size_t err
         for (size_t j = 0; j < i; j++) {
             if (g[j].index == g[i].index)
                 return errbuf_set(err, errlen, GPO_EINVAL,
-                                  "field 'gpus[%zu].index': %u is also gpus[%zu]'s", i,
-                                  g[i].index, j);
+                                  "field 'gpus[%zu].index': %u is also gpus[%zu]'s", i, g[i].index,
+                                  j);
             if (strcmp(g[j].uuid, g[i].uuid) == 0) {
                 char q[JSONV_QUOTE_MAX + 4];
                 return errbuf_set(err, errlen, GPO_EINVAL,
@@ -127,8 +125,7 @@ static int node_decode(const json_t *obj, const struct jsonv_field *fields, size
     return rc;
 }
 
-int proto_register_decode(const json_t *obj, struct proto_register *ret, char *err,
-                          size_t errlen)
+int proto_register_decode(const json_t *obj, struct proto_register *ret, char *err, size_t errlen)
 {
     struct node_wire w = {0};
     int rc = node_decode(obj, register_fields, ARRAY_LEN(register_fields), &w, err, errlen);

@@ -14,8 +14,8 @@
 
 _Static_assert(sizeof(enum proto_dep_type) == sizeof(int), "jsonv stores an enum as an int");
 
-static const char *const dep_types[] = {[PROTO_DEP_AFTEROK] = "afterok",
-                                        [PROTO_DEP_AFTERANY] = "afterany", NULL};
+static const char *const dep_types[] = {
+    [PROTO_DEP_AFTEROK] = "afterok", [PROTO_DEP_AFTERANY] = "afterany", NULL};
 
 static const struct jsonv_field dep_fields[] = {
     WIRE_REQ("type", JSONV_ENUM, struct proto_dep, type, 0, 0, .choices = dep_types),
@@ -54,9 +54,8 @@ const struct jsonv_field wire_spec_fields[WIRE_NSPEC_FIELDS] = {
     WIRE_OPT("env", JSONV_RAW, struct wire_spec, env, 0, 0, .flags = JSONV_NULLABLE),
     WIRE_OPT("max_retries", JSONV_UINT32, struct wire_spec, s.max_retries, 0, PROTO_RETRIES_MAX),
     BOOL("requeue", requeue),
-    WIRE_OPT("dependencies", JSONV_OBJECTS, struct wire_spec, s.deps, 0, 0,
-             .flags = JSONV_NULLABLE, .max_items = PROTO_DEPS_MAX,
-             .count_offset = offsetof(struct wire_spec, s.ndeps),
+    WIRE_OPT("dependencies", JSONV_OBJECTS, struct wire_spec, s.deps, 0, 0, .flags = JSONV_NULLABLE,
+             .max_items = PROTO_DEPS_MAX, .count_offset = offsetof(struct wire_spec, s.ndeps),
              .elem_size = sizeof(struct proto_dep), .sub = dep_fields,
              .nsub = ARRAY_LEN(dep_fields)),
     TEXT("array", array, PROTO_ARRAY_TEXT_MAX),
@@ -128,9 +127,8 @@ int wire_spec_check(const struct wire_spec *w, const char *path, char *err, size
             return errbuf_set(err, errlen, GPO_EINVAL, "field '%s.env.%s': holds a NUL", path,
                               shown);
         if (vlen > PROTO_ENV_VALUE_MAX)
-            return errbuf_set(err, errlen, GPO_ERANGE,
-                              "field '%s.env.%s': %zu bytes, at most %d", path, shown, vlen,
-                              PROTO_ENV_VALUE_MAX);
+            return errbuf_set(err, errlen, GPO_ERANGE, "field '%s.env.%s': %zu bytes, at most %d",
+                              path, shown, vlen, PROTO_ENV_VALUE_MAX);
     }
     return 0;
 }
@@ -179,9 +177,8 @@ void wire_spec_release(struct proto_spec *s)
 {
     if (!s)
         return;
-    char *texts[] = {s->name,    s->script,  s->workdir, s->output, s->error,
-                     s->team,    s->project, s->model,   s->priority, s->pool,
-                     s->gpu_type, s->array};
+    char *texts[] = {s->name,    s->script, s->workdir,  s->output, s->error,    s->team,
+                     s->project, s->model,  s->priority, s->pool,   s->gpu_type, s->array};
     for (size_t k = 0; k < ARRAY_LEN(texts); k++)
         free(texts[k]);
     wire_free_strs(s->argv, s->argc);
@@ -205,8 +202,8 @@ static json_t *env_json(struct wire_enc *e, const struct proto_spec *s)
     json_t *o = wire_object(e);
     for (size_t k = 0; o && !e->rc && k < s->nenv; k++) {
         json_t *v = wire_str(e, s->env[k].value);
-        if (!e->rc && (!s->env[k].name || jsonv_check_utf8(s->env[k].name,
-                                                           strlen(s->env[k].name)) != 0)) {
+        if (!e->rc &&
+            (!s->env[k].name || jsonv_check_utf8(s->env[k].name, strlen(s->env[k].name)) != 0)) {
             json_decref(v);
             wire_fail(e, GPO_EINVAL);
         } else if (v && json_object_set_new(o, s->env[k].name, v) != 0) {
@@ -247,8 +244,8 @@ json_t *wire_spec_json(struct wire_enc *e, const struct proto_spec *s)
     const struct {
         const char *key;
         const char *v;
-    } labels[] = {{"name", s->name}, {"team", s->team},         {"project", s->project},
-                  {"model", s->model}, {"priority", s->priority}, {"pool", s->pool},
+    } labels[] = {{"name", s->name},        {"team", s->team},         {"project", s->project},
+                  {"model", s->model},      {"priority", s->priority}, {"pool", s->pool},
                   {"gpu_type", s->gpu_type}};
     for (size_t k = 0; k < ARRAY_LEN(labels); k++)
         wire_set(e, o, labels[k].key, wire_str_or_null(e, labels[k].v));
