@@ -255,15 +255,32 @@ static json_t *sample_json(struct wire_enc *e, const struct proto_gpu_sample *s)
     return o;
 }
 
+static json_t *samples_json(struct wire_enc *e, const struct proto_gpu_sample *v, size_t n)
+{
+    json_t *gpus = e->rc ? NULL : json_array();
+    if (!gpus)
+        wire_fail(e, GPO_ENOMEM);
+    for (size_t k = 0; gpus && !e->rc && k < n; k++)
+        wire_append(e, gpus, sample_json(e, &v[k]));
+    if (e->rc) {
+        json_decref(gpus);
+        return NULL;
+    }
+    return gpus;
+}
+
+int proto_gpu_samples_encode(const struct proto_gpu_sample *gpus, size_t n, json_t **ret)
+{
+    struct wire_enc e = {0};
+    json_t *list = samples_json(&e, gpus, n);
+    return wire_done(&e, list, ret);
+}
+
 int proto_heartbeat_encode(const struct proto_heartbeat *m, json_t **ret)
 {
     struct wire_enc e = {0};
-    json_t *o = wire_object(&e), *gpus = e.rc ? NULL : json_array();
-    if (!gpus)
-        wire_fail(&e, GPO_ENOMEM);
-    for (size_t k = 0; gpus && !e.rc && k < m->ngpus; k++)
-        wire_append(&e, gpus, sample_json(&e, &m->gpus[k]));
-    wire_set(&e, o, "gpus", gpus);
+    json_t *o = wire_object(&e);
+    wire_set(&e, o, "gpus", samples_json(&e, m->gpus, m->ngpus));
     wire_set(&e, o, "dirty", wire_strs(&e, m->dirty, m->ndirty));
     if (m->sampled_at_ms != PROTO_NONE)
         wire_set(&e, o, "sampled_at_ms", wire_int(&e, m->sampled_at_ms));

@@ -125,6 +125,8 @@ struct proto_register {
 int proto_register_encode(const struct proto_register *m, json_t **ret);
 int proto_register_decode(const json_t *obj, struct proto_register *ret, char *err, size_t errlen);
 void proto_register_release(struct proto_register *m);
+/* Its "gpus" list alone (`gpuorch agent --probe` shows it). */
+int proto_gpus_encode(const struct proto_gpu *gpus, size_t n, json_t **ret);
 
 /* The node as the controller stored it, and the token the agent's log
  * server asks of the controller. "name" is required here; "log_port" is
@@ -183,6 +185,8 @@ int proto_heartbeat_encode(const struct proto_heartbeat *m, json_t **ret);
 int proto_heartbeat_decode(const json_t *obj, struct proto_heartbeat *ret, char *err,
                            size_t errlen);
 void proto_heartbeat_release(struct proto_heartbeat *m);
+/* Its "gpus" list alone (`gpuorch agent --probe` shows it). */
+int proto_gpu_samples_encode(const struct proto_gpu_sample *gpus, size_t n, json_t **ret);
 
 /* ---- assignments: GET /v1/nodes/NAME/assignments ---------------------- */
 

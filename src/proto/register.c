@@ -146,14 +146,13 @@ int proto_registered_decode(const json_t *obj, struct proto_registered *ret, cha
     return 0;
 }
 
-static void node_put(struct wire_enc *e, json_t *o, const struct proto_register *m,
-                     bool log_port_always)
+static json_t *gpus_json(struct wire_enc *e, const struct proto_gpu *gpus, size_t n)
 {
-    json_t *gpus = e->rc ? NULL : json_array();
-    if (!gpus)
+    json_t *list = e->rc ? NULL : json_array();
+    if (!list)
         wire_fail(e, GPO_ENOMEM);
-    for (size_t k = 0; !e->rc && k < m->ngpus; k++) {
-        const struct proto_gpu *g = &m->gpus[k];
+    for (size_t k = 0; !e->rc && k < n; k++) {
+        const struct proto_gpu *g = &gpus[k];
         json_t *go = wire_object(e);
         wire_set(e, go, "index", wire_int(e, g->index));
         wire_set(e, go, "uuid", wire_str(e, g->uuid));
@@ -162,12 +161,29 @@ static void node_put(struct wire_enc *e, json_t *o, const struct proto_register 
         wire_set(e, go, "nvlink_domain", wire_int(e, g->nvlink_domain));
         wire_set(e, go, "mig_slices", wire_int(e, g->mig_slices));
         wire_set(e, go, "mig_enabled", json_boolean(g->mig_enabled));
-        wire_append(e, gpus, go);
+        wire_append(e, list, go);
     }
+    if (e->rc) {
+        json_decref(list);
+        return NULL;
+    }
+    return list;
+}
+
+int proto_gpus_encode(const struct proto_gpu *gpus, size_t n, json_t **ret)
+{
+    struct wire_enc e = {0};
+    json_t *list = gpus_json(&e, gpus, n);
+    return wire_done(&e, list, ret);
+}
+
+static void node_put(struct wire_enc *e, json_t *o, const struct proto_register *m,
+                     bool log_port_always)
+{
     wire_set(e, o, "pool", wire_str(e, m->pool));
     wire_set(e, o, "cpus", wire_int(e, m->cpus));
     wire_set(e, o, "mem_mib", wire_int(e, m->mem_mib));
-    wire_set(e, o, "gpus", gpus);
+    wire_set(e, o, "gpus", gpus_json(e, m->gpus, m->ngpus));
     if (log_port_always || m->log_port)
         wire_set(e, o, "log_port", wire_int(e, m->log_port));
     if (m->addr)

@@ -7,7 +7,11 @@
 #   fuzz_jobspec.c    any bytes as the body of POST /v1/jobs (and Slurm's
 #                     array syntax), what the API shows decoding back;
 #   fuzz_model.c      any bytes as a pool, class, team, user, node or price,
-#                     what the API shows decoding back.
+#                     what the API shows decoding back;
+#   fuzz_proto.c      any bytes as a controller-agent message, what is
+#                     encoded decoding back;
+#   fuzz_privsrv_check.c any bytes as a request to the agent's privileged
+#                     process, through its checks.
 # Not part of `make test` (its runs are random; `make test` runs each target
 # once over its seeds, through replay.c); a developer's check after changing
 # one of those readers or the engine. Needs clang (scripts/setup.sh
@@ -26,8 +30,10 @@ if [ ! -f "$build/build.ninja" ]; then
     -Db_lundef=false -Dwerror=false \
     -Dc_args='-fsanitize=fuzzer-no-link -fno-sanitize-recover=all -O1' >/dev/null
 fi
-libs="libgpuorch_sim.a libgpuorch_server.a libgpuorch_store.a libgpuorch_http.a libgpuorch_core.a
-  libgpuorch_util.a"
+libs="src/sim/libgpuorch_sim.a src/server/libgpuorch_server.a src/store/libgpuorch_store.a
+  src/http/libgpuorch_http.a src/core/libgpuorch_core.a src/util/libgpuorch_util.a
+  src/base/libgpuorch_base.a src/proto/libgpuorch_proto.a src/agent/libgpuorch_agent.a
+  src/gpu/libgpuorch_gpu.a"
 # shellcheck disable=SC2086
 if ! log=$(ninja -C "$build" $libs 2>&1); then
   echo "$log" >&2
@@ -37,7 +43,7 @@ fi
 out=$build/fuzz
 rm -rf "$out"
 mkdir -p "$out/corpus_sim_spec" "$out/corpus_sim_trace" "$out/corpus_sim_policy" \
-  "$out/corpus_jobspec" "$out/corpus_model"
+  "$out/corpus_jobspec" "$out/corpus_model" "$out/corpus_proto" "$out/corpus_privsrv_check"
 cp "$root"/sim/*.yaml "$root"/tests/sim/*.yaml "$out/corpus_sim_spec/"
 for f in "$root"/tests/sim/*.csv; do
   { printf '\003'; cat "$f"; } >"$out/corpus_sim_trace/$(basename "$f")" # replay, skip_bad off
@@ -45,6 +51,8 @@ done
 cp "$root"/tests/fuzz/seeds/policy/* "$out/corpus_sim_policy/"
 cp "$root"/tests/fuzz/seeds/jobspec/* "$out/corpus_jobspec/"
 cp "$root"/tests/fuzz/seeds/model/* "$out/corpus_model/" # first byte: the kind
+cp "$root"/tests/fuzz/seeds/proto/* "$out/corpus_proto/"  # first byte: the message
+cp "$root"/tests/fuzz/seeds/privsrv_check/* "$out/corpus_privsrv_check/"
 
 build_target() { # build_target NAME LIBS...
   local name=$1
@@ -53,12 +61,19 @@ build_target() { # build_target NAME LIBS...
     "$root/tests/fuzz/fuzz_$name.c" "$@" -ljansson -lyaml -lz -lsqlite3 -lmicrohttpd -lsodium \
     -lcurl -lpthread -lm -o "$out/fuzz_$name"
 }
-build_target sim_spec "$build/libgpuorch_sim.a" "$build/libgpuorch_core.a" "$build/libgpuorch_util.a"
-build_target sim_trace "$build/libgpuorch_sim.a" "$build/libgpuorch_core.a" "$build/libgpuorch_util.a"
-build_target sim_policy "$build/libgpuorch_sim.a" "$build/libgpuorch_core.a" "$build/libgpuorch_util.a"
-build_target jobspec "$build/libgpuorch_server.a" "$build/libgpuorch_util.a"
-build_target model "$build/libgpuorch_server.a" "$build/libgpuorch_store.a" \
-  "$build/libgpuorch_http.a" "$build/libgpuorch_core.a" "$build/libgpuorch_util.a"
+lib() { # lib NAME...: the static libraries' paths
+  for n in "$@"; do printf '%s ' "$build/src/$n/libgpuorch_$n.a"; done
+}
+# shellcheck disable=SC2046
+{
+  build_target sim_spec $(lib sim core util base)
+  build_target sim_trace $(lib sim core util base)
+  build_target sim_policy $(lib sim core util base)
+  build_target jobspec $(lib server util base)
+  build_target model $(lib server store http core util base)
+  build_target proto $(lib proto util base)
+  build_target privsrv_check $(lib agent proto gpu http util base) -ldl
+}
 
 run_target() { # run_target NAME: 0, or 1 on a crash
   if (cd "$out" && "./fuzz_$1" -max_total_time="$secs" -max_len=4096 -timeout=10 \
@@ -70,7 +85,7 @@ run_target() { # run_target NAME: 0, or 1 on a crash
   fi
 }
 rc=0
-for pair in "sim_spec sim_trace" "jobspec model" "sim_policy"; do
+for pair in "sim_spec sim_trace" "jobspec model" "sim_policy proto" "privsrv_check"; do
   read -r x y <<<"$pair"
   run_target "$x" &
   a=$!
