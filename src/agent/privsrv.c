@@ -317,7 +317,7 @@ static void exec_shim(const struct privsrv *s, const char *dir, const char **arg
 
 /* Waits for end-of-file (the shim wrote its pid file, or gave up) or a
  * message (exec failed) on the ready pipe. Returns the message's length, 0
- * at end-of-file, -1 on timeout. */
+ * at end-of-file, GPO_ETIMEDOUT (or poll's -errno) when none came. */
 static ssize_t wait_ready(int fd, char *buf, size_t len)
 {
     struct timespec t0, t;
@@ -327,11 +327,11 @@ static ssize_t wait_ready(int fd, char *buf, size_t len)
         int64_t left = READY_TIMEOUT_MS - ((int64_t)(t.tv_sec - t0.tv_sec) * 1000 +
                                            (t.tv_nsec - t0.tv_nsec) / 1000000);
         if (left <= 0)
-            return -1;
+            return GPO_ETIMEDOUT;
         struct pollfd pfd = {.fd = fd, .events = POLLIN};
         int r = poll(&pfd, 1, (int)left);
         if (r < 0 && errno != EINTR)
-            return -1;
+            return -errno;
         if (r <= 0)
             continue;
         ssize_t n = read(fd, buf, len - 1);
