@@ -12,6 +12,7 @@
 
 #include "agent/cgroup.h"
 #include "util/errbuf.h"
+#include "util/jsonv.h"
 #include "base/banned.h"
 
 /* Upper bound of cpu_milli: a thousand CPUs. */
@@ -44,6 +45,13 @@ int privsrv_check_request(const void *buf, size_t n, uint32_t *ret_type, char *m
         return 0;
     }
     return errbuf_set(msg, len, GPO_EINVAL, "type: %" PRIu32 " is not a request", type);
+}
+
+/* Text from a request, fit for a one-line message: control characters and
+ * bytes of invalid UTF-8 as '?', long text cut. */
+static const char *shown(const char *s, char out[JSONV_QUOTE_MAX + 4])
+{
+    return jsonv_quote(s, strlen(s), out);
 }
 
 static bool valid_user_name(const char *s)
@@ -95,11 +103,14 @@ static int check_path(const char *field, uint8_t has, const char *s, char *msg, 
         return errbuf_set(msg, len, GPO_EINVAL, "has_%s: %u, expected 0 or 1", field, has);
     if (!has)
         return 0;
+    char q[JSONV_QUOTE_MAX + 4];
     if (s[0] != '/')
-        return errbuf_set(msg, len, GPO_EINVAL, "%s: \"%s\" is not an absolute path", field, s);
+        return errbuf_set(msg, len, GPO_EINVAL, "%s: \"%s\" is not an absolute path", field,
+                          shown(s, q));
     for (const char *p = s; (p = strstr(p, "..")); p += 2)
         if (p[-1] == '/' && (p[2] == '/' || p[2] == '\0'))
-            return errbuf_set(msg, len, GPO_EINVAL, "%s: \"%s\" contains \"..\"", field, s);
+            return errbuf_set(msg, len, GPO_EINVAL, "%s: \"%s\" contains \"..\"", field,
+                              shown(s, q));
     return 0;
 }
 
@@ -121,9 +132,10 @@ static int check_user(const struct priv_req_launch *q, char *msg, size_t len)
         return rc;
     if (q->has_user > 1)
         return errbuf_set(msg, len, GPO_EINVAL, "has_user: %u, expected 0 or 1", q->has_user);
+    char shown_user[JSONV_QUOTE_MAX + 4];
     if (q->has_user && !valid_user_name(q->unix_user))
         return errbuf_set(msg, len, GPO_EINVAL, "unix_user: \"%s\" is not a valid user name",
-                          q->unix_user);
+                          shown(q->unix_user, shown_user));
     return 0;
 }
 
@@ -162,10 +174,12 @@ static int check_strings(const struct priv_req_launch *q, char ***ret_cmd, char 
     for (size_t i = 0; !rc && i < q->nenv; i++) {
         const char *e = v[q->argc + 1 + i];
         const char *eq = strchr(e, '=');
+        char q2[JSONV_QUOTE_MAX + 4];
         if (!eq)
-            rc = errbuf_set(msg, len, GPO_EINVAL, "env[%zu]: \"%.64s\" has no '='", i, e);
+            rc = errbuf_set(msg, len, GPO_EINVAL, "env[%zu]: \"%s\" has no '='", i, shown(e, q2));
         else if (!valid_env_name(e, (size_t)(eq - e)))
-            rc = errbuf_set(msg, len, GPO_EINVAL, "env[%zu]: \"%.64s\": bad variable name", i, e);
+            rc = errbuf_set(msg, len, GPO_EINVAL, "env[%zu]: \"%s\": bad variable name", i,
+                            shown(e, q2));
     }
     if (rc) {
         free(v);
@@ -197,15 +211,16 @@ int privsrv_check_launch(const struct priv_req_launch *q, char ***ret_cmd, char 
 int privsrv_check_runas(const struct privsrv_self *self, const char *named, uid_t uid, char *msg,
                         size_t len)
 {
+    char q[JSONV_QUOTE_MAX + 4];
+    const char *who = named ? shown(named, q) : "(the agent's own user)";
     if (uid == 0 && !self->allow_root)
         return errbuf_set(msg, len, GPO_EINVAL,
-                          "unix_user: %s has uid 0, refused (allow_root is off)",
-                          named ? named : "(the agent's own user)");
+                          "unix_user: %s has uid 0, refused (allow_root is off)", who);
     if (self->uid != 0 && uid != self->uid)
         return errbuf_set(msg, len, GPO_EINVAL,
                           "unix_user: %s: the agent does not run as root, so jobs run as its own "
                           "user (uid %ld)",
-                          named ? named : "(the agent's own user)", (long)self->uid);
+                          who, (long)self->uid);
     return 0;
 }
 

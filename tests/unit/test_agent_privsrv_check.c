@@ -258,6 +258,26 @@ static void privsrv_check_runas_keeps_root_and_other_users_out(void **state)
     assert_int_equal(privsrv_check_runas(&user, NULL, 1000, msg, sizeof(msg)), 0);
     assert_int_equal(privsrv_check_runas(&user, "bob", 1002, msg, sizeof(msg)), GPO_EINVAL);
     assert_non_null(strstr(msg, "does not run as root"));
+    /* A name from a request stays on one line. */
+    assert_int_equal(privsrv_check_runas(&user, "bob\nroot", 1002, msg, sizeof(msg)), GPO_EINVAL);
+    assert_null(strchr(msg, '\n'));
+}
+
+static void privsrv_check_messages_keep_request_text_on_one_line(void **state)
+{
+    (void)state;
+    struct priv_req_launch *q = good_launch();
+    snprintf(q->unix_user, sizeof(q->unix_user), "al\nice");
+    char **cmd = NULL;
+    char msg[PRIV_MSG_MAX] = "";
+    assert_int_equal(privsrv_check_launch(q, &cmd, msg, sizeof(msg)), GPO_EINVAL);
+    assert_string_equal(msg, "unix_user: \"al?ice\" is not a valid user name");
+    free(q);
+    q = good_launch();
+    snprintf(q->workdir, sizeof(q->workdir), "tmp\n/x");
+    assert_int_equal(privsrv_check_launch(q, &cmd, msg, sizeof(msg)), GPO_EINVAL);
+    assert_string_equal(msg, "workdir: \"tmp?/x\" is not an absolute path");
+    free(q);
 }
 
 static void privsrv_check_attempt_takes_only_its_signals_and_ids(void **state)
@@ -332,6 +352,7 @@ int main(void)
         cmocka_unit_test(privsrv_check_launch_hands_back_argv_and_env),
         cmocka_unit_test(privsrv_check_launch_refuses_each_bad_field_by_name),
         cmocka_unit_test(privsrv_check_runas_keeps_root_and_other_users_out),
+        cmocka_unit_test(privsrv_check_messages_keep_request_text_on_one_line),
         cmocka_unit_test(privsrv_check_attempt_takes_only_its_signals_and_ids),
         cmocka_unit_test(privsrv_check_cgroup_knows_only_the_attempts_own),
         cmocka_unit_test(privsrv_check_pgid_reads_a_pid_and_nothing_else),
