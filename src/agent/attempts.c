@@ -5,10 +5,8 @@
 #include "agent/attempts.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
-#include <pwd.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -21,7 +19,6 @@
 #include "agent/launch.h"
 #include "agent/sampler.h"
 #include "agent/shim.h"
-#include "util/errbuf.h"
 #include "util/jsonv.h"
 #include "base/banned.h"
 
