@@ -29,6 +29,7 @@
 #include "agent/priv.h"
 #include "agent/sampler.h"
 #include "gpu/gpu.h"
+#include "proto/proto.h"
 #include "util/httpc.h"
 #include "util/timefmt.h"
 #include "util/errbuf.h"
@@ -225,19 +226,11 @@ static int parse_args(int argc, char **argv, struct agent_args *a)
     return 0;
 }
 
-/* `gpuorch agent --probe`: what NVML says, as JSON on stdout. */
-static int probe(const struct agent_args *a)
+/* What NVML says of each device, beyond what the inventory registers. */
+static json_t *devices_json(const struct gpu_backend *b)
 {
-    struct gpu_backend *b = NULL;
-    char err[1024];
-    if (gpu_backend_open(a->nvml, &b, err, sizeof(err))) {
-        fprintf(stderr, "gpuorch agent --probe: %s\n", err);
-        return 1;
-    }
-    json_t *inv = sampler_inventory(b, err, sizeof(err));
-    json_t *sample = inv ? sampler_sample(b) : NULL;
     json_t *info = json_array();
-    for (unsigned i = 0; inv && info && i < gpu_count(b); i++) {
+    for (unsigned i = 0; info && i < gpu_count(b); i++) {
         struct gpu_info g;
         if (gpu_info(b, i, &g, NULL, 0) == 0)
             json_array_append_new(info, json_pack("{s:I, s:s, s:s, s:s, s:I, s:b, s:b, s:b}",
@@ -247,15 +240,38 @@ static int probe(const struct agent_args *a)
                                                   "mig_capable", g.mig_capable, "mig_enabled",
                                                   g.mig_enabled, "mig_pending", g.mig_pending));
     }
-    json_t *out = inv && sample
-                      ? json_pack("{s:s, s:I, s:o, s:o, s:O}", "backend", gpu_backend_name(b),
-                                  "gpus", (json_int_t)gpu_count(b), "devices", info, "inventory",
-                                  inv, "sample", json_object_get(sample, "gpus"))
-                      : NULL;
-    json_decref(sample);
+    return info;
+}
+
+/* `gpuorch agent --probe`: what NVML says, as JSON on stdout. */
+static int probe(const struct agent_args *a)
+{
+    struct gpu_backend *b = NULL;
+    char err[1024] = "out of memory";
+    if (gpu_backend_open(a->nvml, &b, err, sizeof(err))) {
+        fprintf(stderr, "gpuorch agent --probe: %s\n", err);
+        return 1;
+    }
+    struct proto_register reg = {0};
+    struct proto_heartbeat hb = {.sampled_at_ms = PROTO_NONE};
+    json_t *inv = NULL, *sample = NULL;
+    int rc = sampler_inventory(b, &reg, err, sizeof(err));
+    rc = rc ? rc : sampler_sample(b, &hb);
+    rc = rc ? rc : proto_gpus_encode(reg.gpus, reg.ngpus, &inv);
+    rc = rc ? rc : proto_gpu_samples_encode(hb.gpus, hb.ngpus, &sample);
+    json_t *out = rc ? NULL
+                     : json_pack("{s:s, s:I, s:o, s:o, s:o}", "backend", gpu_backend_name(b),
+                                 "gpus", (json_int_t)gpu_count(b), "devices", devices_json(b),
+                                 "inventory", inv, "sample", sample);
+    if (rc) { /* else json_pack took them, also when it failed */
+        json_decref(inv);
+        json_decref(sample);
+    }
+    proto_register_release(&reg);
+    proto_heartbeat_release(&hb);
     gpu_backend_close(b);
     if (!out) {
-        fprintf(stderr, "gpuorch agent --probe: %s\n", inv ? "out of memory" : err);
+        fprintf(stderr, "gpuorch agent --probe: %s\n", rc == GPO_ENOMEM ? "out of memory" : err);
         return 1;
     }
     char *text = json_dumps(out, JSON_INDENT(2));
@@ -274,47 +290,66 @@ static void node_path(const struct agent *ag, const char *suffix, char *buf, siz
     snprintf(buf, len, "/v1/nodes/%s%s", esc, suffix);
 }
 
-/* PUT /v1/nodes/NAME with the GPUs; keeps the log token the answer carries.
- * 0, or -1 with a message in err. */
-static int register_node(struct agent *ag, struct httpc *c, char *err, size_t errlen)
+/* The registration's body, as JSON text (caller frees), or NULL with err. */
+static char *register_body(struct agent *ag, char *err, size_t errlen)
 {
-    json_t *gpus = sampler_inventory(ag->gpus, err, errlen);
-    if (!gpus)
-        return -1;
     struct sysinfo si;
     int64_t mem = ag->a.mem_mib;
     if (!mem)
         mem = sysinfo(&si) == 0 ? (int64_t)((uint64_t)si.totalram * si.mem_unit >> 20) : 1024;
     int64_t cpus = ag->a.cpus ? ag->a.cpus : sysconf(_SC_NPROCESSORS_ONLN);
-    json_t *body = json_pack("{s:s, s:I, s:I, s:o, s:I}", "pool", ag->a.pool, "cpus",
-                             (json_int_t)(cpus > 0 ? cpus : 1), "mem_mib", (json_int_t)mem, "gpus",
-                             gpus, "log_port", (json_int_t)logsrv_port(ag->logs));
-    if (body && ag->a.addr)
-        json_object_set_new(body, "addr", json_string(ag->a.addr));
+    /* Encoders only read: the strings are borrowed, the GPUs are ours. */
+    struct proto_register reg = {.pool = (char *)ag->a.pool,
+                                 .cpus = (uint32_t)(cpus > 0 ? cpus : 1),
+                                 .mem_mib = mem,
+                                 .addr = (char *)ag->a.addr,
+                                 .log_port = logsrv_port(ag->logs)};
+    json_t *body = NULL;
+    int rc = sampler_inventory(ag->gpus, &reg, err, errlen);
+    if (!rc && (rc = proto_register_encode(&reg, &body)) != 0)
+        errbuf_set(err, errlen, rc, "registration: %s", gpo_strerror(rc));
+    reg.pool = reg.addr = NULL;
+    proto_register_release(&reg);
     char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
     json_decref(body);
+    if (!rc && !text)
+        errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
+    return text;
+}
+
+/* PUT /v1/nodes/NAME with the GPUs; keeps the log token the answer carries.
+ * 0, or a GPO_* code with a message in err (GPO_EAPI: the controller
+ * refused it). */
+static int register_node(struct agent *ag, struct httpc *c, char *err, size_t errlen)
+{
+    char *text = register_body(ag, err, errlen);
     if (!text)
-        return errbuf_set(err, errlen, -1, "out of memory");
+        return GPO_ENOMEM;
     char path[1024];
     node_path(ag, "", path, sizeof(path));
     struct httpc_response r = {0};
     pthread_mutex_lock(&ag->reg_lock);
     int rc = httpc_request(c, "PUT", path, text, strlen(text), 15000, &r, err, errlen);
     free(text);
-    json_t *ans = rc ? NULL : json_loadb(r.body, r.len, 0, NULL);
-    const char *tok = json_string_value(json_object_get(ans, "log_token"));
-    if (!rc && (r.status == 200 || r.status == 201) && tok) {
-        logsrv_set_token(ag->logs, tok);
+    json_t *ans = rc ? NULL : json_loadb(r.body, r.len, JSON_REJECT_DUPLICATES, NULL);
+    struct proto_registered reg;
+    char why[512] = "not JSON";
+    if (!rc && (r.status == 200 || r.status == 201) && ans &&
+        proto_registered_decode(ans, &reg, why, sizeof(why)) == 0) {
+        logsrv_set_token(ag->logs, reg.log_token);
+        proto_registered_release(&reg);
         agent_log("registered node '%s' (%u GPU(s), pool %s, log port %u)", ag->name,
                   gpu_count(ag->gpus), ag->a.pool, logsrv_port(ag->logs));
+    } else if (!rc && (r.status == 200 || r.status == 201)) {
+        rc = errbuf_set(err, errlen, GPO_EAPI, "PUT %s: %ld, an answer we cannot read: %s", path,
+                        r.status, why);
     } else if (!rc) {
-        errbuf_set(err, errlen, -1, "PUT %s: %ld %.300s", path, r.status, r.body);
-        rc = -1;
+        rc = errbuf_set(err, errlen, GPO_EAPI, "PUT %s: %ld %.300s", path, r.status, r.body);
     }
     pthread_mutex_unlock(&ag->reg_lock);
     json_decref(ans);
     httpc_response_release(&r);
-    return rc ? -1 : 0;
+    return rc;
 }
 
 /* Registers, retrying (with a growing pause) until it works or we stop. */
@@ -328,6 +363,22 @@ static void register_until(struct agent *ag, struct httpc *c)
         nanosleep(&ts, NULL);
         pause = pause * 2 > 10000 ? 10000 : pause * 2;
     }
+}
+
+/* A heartbeat's body as JSON text (caller frees), or NULL out of memory. */
+static char *heartbeat_body(struct agent *ag)
+{
+    struct timespec at;
+    clock_gettime(CLOCK_REALTIME, &at); /* the controller's ingest lag is measured from it */
+    struct proto_heartbeat hb = {.sampled_at_ms = (int64_t)at.tv_sec * 1000 + at.tv_nsec / 1000000};
+    json_t *body = NULL;
+    int rc = sampler_sample(ag->gpus, &hb);
+    rc = rc ? rc : attempts_dirty(ag->att, &hb.dirty, &hb.ndirty);
+    rc = rc ? rc : proto_heartbeat_encode(&hb, &body);
+    proto_heartbeat_release(&hb);
+    char *text = rc ? NULL : json_dumps(body, JSON_COMPACT);
+    json_decref(body);
+    return text;
 }
 
 /* Heartbeats, each with a sample of every GPU and the dirty GPUs. */
@@ -345,20 +396,11 @@ static void *heartbeat_main(void *arg)
     int64_t next = mono_ms();
     bool failing = false;
     while (!atomic_load(&ag->stop)) {
-        struct timespec at;
-        clock_gettime(CLOCK_REALTIME, &at); /* the controller's ingest lag is measured from it */
-        json_t *body = sampler_sample(ag->gpus);
-        if (body) {
-            json_object_set_new(body, "dirty", attempts_dirty(ag->att));
-            json_object_set_new(body, "sampled_at_ms",
-                                json_integer((json_int_t)at.tv_sec * 1000 + at.tv_nsec / 1000000));
-        }
-        char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
-        json_decref(body);
+        char *text = heartbeat_body(ag);
         struct httpc_response r = {0};
         int rc =
             text ? httpc_request(c, "POST", path, text, strlen(text), 10000, &r, err, sizeof(err))
-                 : -1;
+                 : errbuf_set(err, sizeof(err), GPO_ENOMEM, "out of memory");
         free(text);
         if (!rc && r.status == 404) {
             agent_log("heartbeat: the controller does not know this node; registering again");
@@ -418,17 +460,24 @@ static void poll_loop(struct agent *ag, struct httpc *c)
         struct httpc_response r = {0};
         int rc = httpc_request(c, "GET", path, NULL, 0, (ag->a.poll_wait_s + 30) * 1000, &r, err,
                                sizeof(err));
-        json_t *ans = !rc && r.status == 200 ? json_loadb(r.body, r.len, 0, NULL) : NULL;
-        json_t *rev = json_object_get(ans, "rev");
-        if (json_is_integer(rev)) {
+        struct proto_assignments ans;
+        char why[512] = "not JSON";
+        json_t *o =
+            !rc && r.status == 200 ? json_loadb(r.body, r.len, JSON_REJECT_DUPLICATES, NULL) : NULL;
+        bool good = o && proto_assignments_decode(o, &ans, why, sizeof(why)) == 0;
+        json_decref(o);
+        if (good) {
             if (failing)
                 agent_log("assignments: the controller answers again");
             failing = false;
-            since = json_integer_value(rev);
-            attempts_apply(ag->att, ans, mono_ms());
+            since = ans.rev;
+            attempts_apply(ag->att, &ans, mono_ms());
+            proto_assignments_release(&ans);
         } else {
             if (!failing)
-                agent_log("assignments: %s", rc ? err : r.body ? r.body : "bad answer");
+                agent_log("assignments: %s", rc                ? err
+                                             : r.status != 200 ? (r.body ? r.body : "no body")
+                                                               : why);
             failing = true;
             since = -1;
             if (!rc && r.status == 404)
@@ -436,7 +485,6 @@ static void poll_loop(struct agent *ag, struct httpc *c)
             struct timespec ts = {0, 500 * 1000000};
             nanosleep(&ts, NULL);
         }
-        json_decref(ans);
         httpc_response_release(&r);
     }
 }
@@ -468,26 +516,25 @@ static int read_token(const char *path, char *buf, size_t len, char *err, size_t
 {
     FILE *f = fopen(path, "re");
     if (!f)
-        return errbuf_set(err, errlen, -1, "--join-token %s: %s", path, strerror(errno));
+        return errbuf_set(err, errlen, -errno, "--join-token %s: %s", path, strerror(errno));
     size_t n = fread(buf, 1, len - 1, f);
     fclose(f);
     buf[n] = '\0';
     while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' '))
         buf[--n] = '\0';
     if (!n || strpbrk(buf, " \t\r\n"))
-        return errbuf_set(err, errlen, -1, "--join-token %s: expected one token on one line", path);
+        return errbuf_set(err, errlen, GPO_ESYNTAX,
+                          "--join-token %s: expected one token on one line", path);
     return 0;
 }
 
-static int start(struct agent *ag, char *err, size_t errlen)
+/* The node's name: --name, else the host name's first label in lower case. */
+static int node_name(struct agent *ag, char *err, size_t errlen)
 {
-    const struct agent_args *a = &ag->a;
-    if (read_token(a->join_file, ag->token, sizeof(ag->token), err, errlen))
-        return -1;
-    if (a->name) {
-        snprintf(ag->name, sizeof(ag->name), "%s", a->name);
+    if (ag->a.name) {
+        snprintf(ag->name, sizeof(ag->name), "%s", ag->a.name);
     } else if (gethostname(ag->name, sizeof(ag->name) - 1) != 0) {
-        return errbuf_set(err, errlen, -1, "gethostname: %s (use --name)", strerror(errno));
+        return errbuf_set(err, errlen, -errno, "gethostname: %s (use --name)", strerror(errno));
     } else {
         ag->name[strcspn(ag->name, ".")] = '\0';
         for (char *c = ag->name; *c; c++) /* host names are case-blind; ours are lower */
@@ -497,32 +544,43 @@ static int start(struct agent *ag, char *err, size_t errlen)
     for (const char *c = ag->name; *c && name_ok; c++)
         name_ok = (*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '-' || *c == '.';
     if (!name_ok)
-        return errbuf_set(err, errlen, -1,
+        return errbuf_set(err, errlen, GPO_EINVAL,
                           "node name '%.100s': expected lower-case letters, digits, '-' and '.' "
                           "(a host name; set one with --name)",
                           ag->name);
+    return 0;
+}
+
+/* The state directory, made and resolved into abs (PATH_MAX bytes), and its
+ * attempts/ directory. */
+static int state_dir(const struct agent_args *a, char *abs, char *err, size_t errlen)
+{
     const char *state = a->state_dir     ? a->state_dir
                         : geteuid() == 0 ? "/var/lib/gpuorch/agent"
                                          : "gpuorch-agent";
-    char abs_state[PATH_MAX];
     if (mkdir(state, 0755) != 0 && errno != EEXIST)
-        return errbuf_set(err, errlen, -1, "--state-dir %s: %s", state, strerror(errno));
-    if (!realpath(state, abs_state))
-        return errbuf_set(err, errlen, -1, "--state-dir %s: %s", state, strerror(errno));
+        return errbuf_set(err, errlen, -errno, "--state-dir %s: %s", state, strerror(errno));
+    if (!realpath(state, abs))
+        return errbuf_set(err, errlen, -errno, "--state-dir %s: %s", state, strerror(errno));
     char sub[PATH_MAX + 16];
-    snprintf(sub, sizeof(sub), "%s/attempts", abs_state);
+    snprintf(sub, sizeof(sub), "%s/attempts", abs);
     if (mkdir(sub, 0755) != 0 && errno != EEXIST)
-        return errbuf_set(err, errlen, -1, "%s: %s", sub, strerror(errno));
-    /* The journal's lock first: a second agent on this state stops here. */
-    if (journal_open(abs_state, &ag->journal, err, errlen))
-        return -1;
+        return errbuf_set(err, errlen, -errno, "%s: %s", sub, strerror(errno));
+    return 0;
+}
+
+/* Forks the privileged half (priv.h) with the cgroup root: auto is
+ * CGROUP2_MOUNT/gpuorch/NODE, so that agents posing as several nodes on one
+ * machine (tests, dev clusters) never name the same cgroup. */
+static int start_priv(struct agent *ag, const char *abs_state, char *err, size_t errlen)
+{
+    const struct agent_args *a = &ag->a;
     char self[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
     if (n <= 0)
-        return errbuf_set(err, errlen, -1, "readlink /proc/self/exe: %s", strerror(errno));
+        return errbuf_set(err, errlen, n < 0 ? -errno : GPO_EIO, "readlink /proc/self/exe: %s",
+                          n < 0 ? strerror(errno) : "empty");
     self[n] = '\0';
-    /* auto: CGROUP2_MOUNT/gpuorch/NODE, so that agents posing as several nodes
-     * on one machine (tests, dev clusters) never name the same cgroup. */
     char cg[PATH_MAX] = "";
     const char *cg_root = strcmp(a->cgroup_root, "none") == 0 ? NULL : a->cgroup_root;
     struct cgroup_root *auto_root = NULL;
@@ -542,29 +600,45 @@ static int start(struct agent *ag, char *err, size_t errlen)
         .allow_root = a->allow_root,
         .agent_gid = getgid(),
     };
-    /* First, before anything starts a thread (NVML may, libcurl and the log
-     * server do): the privileged half is a plain fork of this process. */
     int rc = priv_start(&pc, &ag->priv, err, errlen);
-    if (rc)
-        return -1;
-    if (!priv_has_cgroups(ag->priv))
+    if (!rc && !priv_has_cgroups(ag->priv))
         agent_log("no cgroups: %s; kills go to process groups, and CPU and memory limits are "
                   "not enforced",
                   priv_cgroup_note(ag->priv));
-    rc = gpu_backend_open(a->nvml, &ag->gpus, err, errlen);
-    if (rc)
-        return -1;
+    return rc;
+}
+
+static int start_logs(struct agent *ag, const char *abs_state, char *err, size_t errlen)
+{
+    const char *listen = ag->a.log_listen;
     char laddr[256] = "";
-    const char *colon = strrchr(a->log_listen, ':');
+    const char *colon = strrchr(listen, ':');
     int64_t lport = 0;
-    if (!colon || (size_t)(colon - a->log_listen) >= sizeof(laddr) ||
+    if (!colon || (size_t)(colon - listen) >= sizeof(laddr) ||
         !parse_int(colon + 1, 0, 65535, &lport))
-        return errbuf_set(err, errlen, -1, "--log-listen %s: expected ADDR:PORT", a->log_listen);
-    memcpy(laddr, a->log_listen, (size_t)(colon - a->log_listen));
+        return errbuf_set(err, errlen, GPO_EUSAGE, "--log-listen %s: expected ADDR:PORT", listen);
+    memcpy(laddr, listen, (size_t)(colon - listen));
     struct logsrv_config lc = {
         .bind_addr = laddr, .port = (uint16_t)lport, .state_dir = abs_state, .token = NULL};
-    if ((rc = logsrv_new(&lc, &ag->logs, err, errlen)))
-        return -1;
+    return logsrv_new(&lc, &ag->logs, err, errlen);
+}
+
+static int start(struct agent *ag, char *err, size_t errlen)
+{
+    const struct agent_args *a = &ag->a;
+    char abs_state[PATH_MAX];
+    int rc = read_token(a->join_file, ag->token, sizeof(ag->token), err, errlen);
+    rc = rc ? rc : node_name(ag, err, errlen);
+    rc = rc ? rc : state_dir(a, abs_state, err, errlen);
+    /* The journal's lock first: a second agent on this state stops here. */
+    rc = rc ? rc : journal_open(abs_state, &ag->journal, err, errlen);
+    /* Then, before anything starts a thread (NVML may, libcurl and the log
+     * server do), the privileged half: it is a plain fork of this process. */
+    rc = rc ? rc : start_priv(ag, abs_state, err, errlen);
+    rc = rc ? rc : gpu_backend_open(a->nvml, &ag->gpus, err, errlen);
+    rc = rc ? rc : start_logs(ag, abs_state, err, errlen);
+    if (rc)
+        return rc;
     struct attempts_config ac = {.node = ag->name,
                                  .state_dir = abs_state,
                                  .journal = ag->journal,
@@ -573,8 +647,8 @@ static int start(struct agent *ag, char *err, size_t errlen)
                                  .kill_grace_ms = a->kill_grace_ms,
                                  .dirty_wait_ms = a->dirty_wait_ms,
                                  .log = agent_log};
-    if (attempts_new(&ac, &ag->att))
-        return errbuf_set(err, errlen, -1, "out of memory");
+    if ((rc = attempts_new(&ac, &ag->att)) != 0)
+        return errbuf_set(err, errlen, rc, "out of memory");
     size_t taken = attempts_recover(ag->att, mono_ms());
     agent_log("node '%s': %u GPU(s) via %s, state in %s, %zu attempt(s) taken up from the "
               "journal",

@@ -5,10 +5,8 @@
 #include "agent/attempts.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
-#include <pwd.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -18,12 +16,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "agent/launch.h"
 #include "agent/sampler.h"
 #include "agent/shim.h"
-#include "util/errbuf.h"
+#include "util/jsonv.h"
 #include "base/banned.h"
-
-#define REASON_MAX 120 /* the controller's limit on a report's reason */
 
 enum phase {
     PH_RUNNING, /* launched; no outcome yet */
@@ -42,16 +39,17 @@ struct att {
     char **uuids;
     size_t nuuids;
     bool *dirty;
-    int64_t limit_ms;     /* time limit deadline; 0: none */
-    bool running_owed;    /* the RUNNING report is still to be acknowledged */
-    const char *kill_as;  /* NULL; "CANCELLED", "PREEMPTED", "TIMEOUT" */
-    int64_t sigkill_ms;   /* when SIGTERM turns into SIGKILL; 0: sent */
-    int64_t dirty_until;  /* PH_ENDING: give up waiting for the GPUs then */
-    json_t *final;        /* the final report's body, once known */
-    bool listed;          /* in the latest assignments answer */
-    bool gone;            /* to be dropped from the table */
-    int64_t report_after; /* a refused or failed report is sent again from then */
-    bool recovered;       /* taken up from the journal: GPUs and limit from the next answer */
+    int64_t limit_ms;          /* time limit deadline; 0: none */
+    bool running_owed;         /* the RUNNING report is still to be acknowledged */
+    bool killing;              /* a kill started: kill_as says what it ends as */
+    enum proto_state kill_as;  /* CANCELLED, PREEMPTED, TIMEOUT */
+    int64_t sigkill_ms;        /* when SIGTERM turns into SIGKILL; 0: sent */
+    int64_t dirty_until;       /* PH_ENDING: give up waiting for the GPUs then */
+    struct proto_report final; /* the final report, once known (from PH_ENDING on) */
+    bool listed;               /* in the latest assignments answer */
+    bool gone;                 /* to be dropped from the table */
+    int64_t report_after;      /* a refused or failed report is sent again from then */
+    bool recovered;            /* taken up from the journal: GPUs and limit from the next answer */
 };
 
 struct attempts {
@@ -89,6 +87,13 @@ int attempts_new(const struct attempts_config *cfg, struct attempts **ret)
     return 0;
 }
 
+static void strs_free(char **v, size_t n)
+{
+    for (size_t k = 0; v && k < n; k++)
+        free(v[k]);
+    free(v);
+}
+
 static void att_free(struct att *a)
 {
     if (!a)
@@ -97,7 +102,7 @@ static void att_free(struct att *a)
         free(a->uuids[k]);
     free(a->uuids);
     free(a->dirty);
-    json_decref(a->final);
+    proto_report_release(&a->final);
     free(a);
 }
 
@@ -147,304 +152,102 @@ static struct att *add(struct attempts *t, uint64_t job, uint32_t attempt)
     return a;
 }
 
-/* Ends an attempt with a known outcome: next, its leftovers and GPUs. */
-static void set_outcome(struct attempts *t, struct att *a, json_t *final, int64_t now)
+/* Ends an attempt with a known outcome (taken): next, its leftovers and GPUs. */
+static void set_outcome(struct attempts *t, struct att *a, struct proto_report final, int64_t now)
 {
-    json_decref(a->final);
+    proto_report_release(&a->final);
     a->final = final;
     a->phase = PH_ENDING;
     a->dirty_until = now + t->cfg.dirty_wait_ms;
 }
 
-static json_t *failed(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static json_t *failed(const char *fmt, ...)
+/* A report's reason from any text: at most PROTO_REASON_MAX bytes, cut
+ * between characters, and UTF-8 (other bytes shown as '?'). NULL when out
+ * of memory. */
+static char *reason_dup(const char *text)
 {
-    char reason[REASON_MAX + 1];
+    size_t len = strlen(text);
+    char *r = malloc(len + 1);
+    if (!r)
+        return NULL;
+    memcpy(r, text, len + 1);
+    if (jsonv_check_utf8(r, len) != 0) {
+        for (char *p = r; *p; p++)
+            *p = (unsigned char)*p >= 0x80 ? '?' : *p;
+    }
+    r[len > PROTO_REASON_MAX ? jsonv_utf8_cut(r, PROTO_REASON_MAX) : len] = '\0';
+    return r;
+}
+
+static struct proto_report report_of(enum proto_state state)
+{
+    return (struct proto_report){.state = state, .exit_code = PROTO_NONE, .signal = PROTO_NONE};
+}
+
+static struct proto_report failed(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static struct proto_report failed(const char *fmt, ...)
+{
+    char reason[512];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(reason, sizeof(reason), fmt, ap);
     va_end(ap);
-    return json_pack("{s:s, s:s}", "state", "FAILED", "reason", reason);
+    struct proto_report r = report_of(PROTO_STATE_FAILED);
+    r.reason = reason_dup(reason); /* NULL when out of memory: reported without one */
+    return r;
 }
 
 /* The final report of an attempt whose shim wrote its status. */
-static json_t *outcome_of(const struct att *a, const struct shim_status *st)
+static struct proto_report outcome_of(const struct att *a, const struct shim_status *st)
 {
-    if (st->error[0])
-        return json_pack("{s:s, s:i, s:s%}", "state", "FAILED", "exit_code", st->exit_code,
-                         "reason", st->error, strnlen(st->error, REASON_MAX));
-    if (a->kill_as && (st->signaled || st->exit_code != 0))
-        return st->signaled
-                   ? json_pack("{s:s, s:i}", "state", a->kill_as, "signal", st->signal)
-                   : json_pack("{s:s, s:i}", "state", a->kill_as, "exit_code", st->exit_code);
-    if (st->signaled)
-        return json_pack("{s:s, s:i, s:s}", "state", "FAILED", "signal", st->signal, "reason",
-                         "killed by a signal");
-    if (st->exit_code == 0)
-        return json_pack("{s:s, s:i}", "state", "COMPLETED", "exit_code", 0);
-    return json_pack("{s:s, s:i}", "state", "FAILED", "exit_code", st->exit_code);
+    char error[SHIM_ERROR_MAX + 1];
+    snprintf(error, sizeof(error), "%.*s", (int)strnlen(st->error, sizeof(st->error)), st->error);
+    struct proto_report r = report_of(PROTO_STATE_FAILED);
+    if (error[0]) {
+        r.exit_code = st->exit_code;
+        r.reason = reason_dup(error);
+    } else if (a->killing && (st->signaled || st->exit_code != 0)) {
+        r.state = a->kill_as;
+        *(st->signaled ? &r.signal : &r.exit_code) = st->signaled ? st->signal : st->exit_code;
+    } else if (st->signaled) {
+        r.signal = st->signal;
+        r.reason = reason_dup("killed by a signal");
+    } else {
+        r.state = st->exit_code == 0 ? PROTO_STATE_COMPLETED : PROTO_STATE_FAILED;
+        r.exit_code = st->exit_code;
+    }
+    return r;
 }
 
 /* ---- launching --------------------------------------------------------- */
 
-struct strv {
-    char **v;
-    size_t n, cap;
-    bool oom;
-};
-
-static void strv_add(struct strv *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void strv_add(struct strv *s, const char *fmt, ...)
+/* The attempt's GPUs, from its assignment: 0 or GPO_ENOMEM (none kept). */
+static int set_gpus(struct att *a, const struct proto_attempt *asg)
 {
-    if (s->oom)
-        return;
-    if (s->n + 1 >= s->cap) {
-        size_t cap = s->cap ? 2 * s->cap : 32;
-        char **v = realloc(s->v, cap * sizeof(*v));
-        if (!v) {
-            s->oom = true;
-            return;
-        }
-        s->v = v;
-        s->cap = cap;
-    }
-    va_list ap;
-    va_start(ap, fmt);
-    int k = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    char *str = k >= 0 ? malloc((size_t)k + 1) : NULL;
-    if (!str) {
-        s->oom = true;
-        return;
-    }
-    va_start(ap, fmt);
-    vsnprintf(str, (size_t)k + 1, fmt, ap);
-    va_end(ap);
-    s->v[s->n++] = str;
-    s->v[s->n] = NULL;
-}
-
-static void strv_free(struct strv *s)
-{
-    for (size_t k = 0; k < s->n; k++)
-        free(s->v[k]);
-    free(s->v);
-}
-
-static bool env_has(const struct strv *env, const char *name)
-{
-    size_t len = strlen(name);
-    for (size_t k = 0; k < env->n; k++) {
-        if (strncmp(env->v[k], name, len) == 0 && env->v[k][len] == '=')
-            return true;
-    }
-    return false;
-}
-
-/* The command's environment: the job's own, then what gpuorch sets (which wins). */
-static void build_env(struct attempts *t, const struct att *a, const json_t *asg, struct strv *env)
-{
-    const json_t *spec = json_object_get(asg, "spec");
-    const char *name;
-    json_t *v;
-    /* Ours first, so that a process's /proc/PID/environ names its attempt early. */
-    strv_add(env, "GPUORCH_JOB_ID=%" PRIu64, a->job);
-    strv_add(env, "GPUORCH_ATTEMPT=%" PRIu32, a->attempt);
-    strv_add(env, "GPUORCH_NODE=%s", t->node);
-    json_object_foreach((json_t *)json_object_get(spec, "env"), name, v)
-    {
-        if (json_is_string(v) && strncmp(name, "GPUORCH_", 8) != 0 &&
-            strcmp(name, "CUDA_VISIBLE_DEVICES") != 0 && strcmp(name, "NVIDIA_VISIBLE_DEVICES"))
-            strv_add(env, "%s=%s", name, json_string_value(v));
-    }
-    if (!env_has(env, "PATH"))
-        strv_add(env, "PATH=/usr/local/bin:/usr/bin:/bin");
-    /* GPUs by UUID: CUDA's own numbering need not follow NVML's. */
-    size_t len = 1;
-    for (size_t k = 0; k < a->nuuids; k++)
-        len += strlen(a->uuids[k]) + 1;
-    char *list = calloc(1, len);
-    if (!list) {
-        env->oom = true;
-        return;
-    }
-    size_t at = 0;
-    for (size_t k = 0; k < a->nuuids; k++)
-        at += (size_t)snprintf(list + at, len - at, "%s%s", k ? "," : "", a->uuids[k]);
-    strv_add(env, "CUDA_VISIBLE_DEVICES=%s", a->nuuids ? list : "");
-    strv_add(env, "NVIDIA_VISIBLE_DEVICES=%s", a->nuuids ? list : "void");
-    strv_add(env, "GPUORCH_GPUS=%s", list);
-    free(list);
-    const json_t *gpus = json_object_get(asg, "gpus");
-    const json_t *g0 = json_array_get(gpus, 0);
-    if (json_is_object(g0) && json_integer_value(json_object_get(g0, "milli")) < 1000)
-        strv_add(env, "GPUORCH_GPU_MILLI=%" JSON_INTEGER_FORMAT,
-                 json_integer_value(json_object_get(g0, "milli")));
-    /* An array task knows its index, under Slurm's names too: #SBATCH scripts
-     * read $SLURM_ARRAY_TASK_ID. */
-    const json_t *arr = json_object_get(asg, "array_id");
-    if (json_is_integer(arr)) {
-        json_int_t idx = json_integer_value(json_object_get(asg, "array_index"));
-        strv_add(env, "GPUORCH_ARRAY_JOB_ID=%" JSON_INTEGER_FORMAT, json_integer_value(arr));
-        strv_add(env, "GPUORCH_ARRAY_TASK_ID=%" JSON_INTEGER_FORMAT, idx);
-        strv_add(env, "SLURM_ARRAY_JOB_ID=%" JSON_INTEGER_FORMAT, json_integer_value(arr));
-        strv_add(env, "SLURM_ARRAY_TASK_ID=%" JSON_INTEGER_FORMAT, idx);
-    }
-    /* The gang: every rank starts with the same node list and rank 0's address. */
-    const json_t *gang = json_object_get(asg, "gang");
-    const json_t *nodes = json_object_get(gang, "nodes");
-    size_t nn = json_array_size(nodes);
-    json_int_t rank = json_integer_value(json_object_get(gang, "rank"));
-    char nl[8192] = "";
-    size_t used = 0;
-    for (size_t k = 0; k < nn && used < sizeof(nl); k++)
-        used += (size_t)snprintf(nl + used, sizeof(nl) - used, "%s%s", k ? "," : "",
-                                 json_string_value(json_array_get(nodes, k)));
-    strv_add(env, "GPUORCH_NODELIST=%s", nn ? nl : t->node);
-    strv_add(env, "GPUORCH_NUM_NODES=%zu", nn ? nn : 1);
-    strv_add(env, "GPUORCH_NODE_RANK=%" JSON_INTEGER_FORMAT, rank);
-    strv_add(env, "WORLD_SIZE=%zu", nn ? nn : 1);
-    strv_add(env, "RANK=%" JSON_INTEGER_FORMAT, rank);
-    const char *master = json_string_value(json_object_get(gang, "master_addr"));
-    strv_add(env, "MASTER_ADDR=%s", master ? master : "127.0.0.1");
-    strv_add(env, "MASTER_PORT=%" JSON_INTEGER_FORMAT,
-             json_integer_value(json_object_get(gang, "master_port")));
-}
-
-/*
- * A job's output path with sbatch's patterns filled in: %j and %J the job id,
- * %A the array's id (else the job's), %a the array index (else 0), %x the
- * job's name, %u its user, %N this node, %% a '%'; other % sequences stay as
- * written. NULL in, NULL out; a path that would not fit is kept unexpanded.
- */
-static const char *expand_path(const struct attempts *t, const struct att *a, const json_t *asg,
-                               const char *path, char *buf, size_t len)
-{
-    if (!path || !strchr(path, '%'))
-        return path;
-    const json_t *spec = json_object_get(asg, "spec");
-    const json_t *arr = json_object_get(asg, "array_id");
-    const char *name = json_string_value(json_object_get(spec, "name"));
-    const char *user = json_string_value(json_object_get(asg, "user"));
-    size_t o = 0;
-    for (const char *p = path; *p && o < len; p++) {
-        char num[32];
-        const char *put = NULL;
-        if (*p != '%' || !p[1]) {
-            buf[o++] = *p;
-            continue;
-        }
-        switch (*++p) {
-        case 'j':
-        case 'J':
-            snprintf(num, sizeof(num), "%" PRIu64, a->job), put = num;
-            break;
-        case 'A':
-            snprintf(num, sizeof(num), "%" PRIu64,
-                     json_is_integer(arr) ? (uint64_t)json_integer_value(arr) : a->job);
-            put = num;
-            break;
-        case 'a':
-            snprintf(num, sizeof(num), "%" JSON_INTEGER_FORMAT,
-                     json_integer_value(json_object_get(asg, "array_index")));
-            put = num;
-            break;
-        case 'x':
-            put = name ? name : "job";
-            break;
-        case 'u':
-            put = user ? user : "";
-            break;
-        case 'N':
-            put = t->node;
-            break;
-        case '%':
-            put = "%";
-            break;
-        default:
-            if (o + 2 <= len)
-                buf[o++] = '%', buf[o++] = *p;
-            continue;
-        }
-        size_t n = strlen(put);
-        if (o + n >= len)
-            return path;
-        memcpy(buf + o, put, n);
-        o += n;
-    }
-    if (o >= len)
-        return path;
-    buf[o] = '\0';
-    return buf;
-}
-
-/* A script job's file: STATE/scripts/JOB.ATTEMPT, mode 0700, owned by the
- * job's user, so that its #! line picks the interpreter (a file without one
- * runs under /bin/sh, as execvp does). 0 or a message in err. */
-static int write_script(struct attempts *t, const struct att *a, const char *text,
-                        const char *unix_user, char *path, size_t pathlen, char *err, size_t errlen)
-{
-    char dir[JOURNAL_PATH_MAX];
-    snprintf(dir, sizeof(dir), "%s/scripts", t->state_dir);
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
-        return errbuf_set(err, errlen, -1, "mkdir %s: %s", dir, strerror(errno));
-    int n = snprintf(path, pathlen, "%s/%" PRIu64 ".%" PRIu32, dir, a->job, a->attempt);
-    if (n < 0 || (size_t)n >= pathlen)
-        return errbuf_set(err, errlen, -1, "%s: path too long", dir);
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0700);
-    if (fd < 0)
-        return errbuf_set(err, errlen, -1, "%s: %s", path, strerror(errno));
-    size_t len = strlen(text), off = 0;
-    while (off < len) {
-        ssize_t w = write(fd, text + off, len - off);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0) {
-            errbuf_set(err, errlen, -1, "writing %s: %s", path, strerror(errno));
-            close(fd);
-            return -1;
-        }
-        off += (size_t)w;
-    }
-    if (unix_user && geteuid() == 0) {
-        struct passwd *pw = getpwnam(unix_user);
-        if (pw && fchown(fd, pw->pw_uid, pw->pw_gid) != 0) {
-            errbuf_set(err, errlen, -1, "chown %s: %s", path, strerror(errno));
-            close(fd);
-            return -1;
-        }
-    }
-    close(fd);
-    return 0;
-}
-
-/* The attempt's GPUs, from its assignment. */
-static void set_gpus(struct att *a, const json_t *asg)
-{
-    const json_t *gpus = json_object_get(asg, "gpus");
     for (size_t k = 0; k < a->nuuids; k++)
         free(a->uuids[k]);
     free(a->uuids);
     free(a->dirty);
     a->nuuids = 0;
-    a->uuids = calloc(json_array_size(gpus) + 1, sizeof(*a->uuids));
-    a->dirty = calloc(json_array_size(gpus) + 1, sizeof(*a->dirty));
-    for (size_t k = 0; a->uuids && a->dirty && k < json_array_size(gpus); k++) {
-        const json_t *g = json_array_get(gpus, k);
-        const char *u = json_string_value(json_is_object(g) ? json_object_get(g, "uuid") : g);
-        if (u && (a->uuids[a->nuuids] = strdup(u)))
-            a->nuuids++;
+    a->uuids = calloc(asg->ngpus + 1, sizeof(*a->uuids));
+    a->dirty = calloc(asg->ngpus + 1, sizeof(*a->dirty));
+    for (size_t k = 0; a->uuids && a->dirty && k < asg->ngpus; k++) {
+        if (!(a->uuids[k] = strdup(asg->gpus[k].uuid)))
+            return GPO_ENOMEM;
+        a->nuuids++;
     }
+    return a->uuids && a->dirty ? 0 : GPO_ENOMEM;
 }
 
 /* A recovered attempt learns its GPUs and time limit from the first answer
  * that lists it; the limit counts from when its shim wrote ATTEMPT_DIR/pid. */
-static void adopt(struct att *a, const json_t *asg, int64_t now)
+static void adopt(struct attempts *t, struct att *a, const struct proto_attempt *asg, int64_t now)
 {
     a->recovered = false;
-    set_gpus(a, asg);
-    json_int_t limit =
-        json_integer_value(json_object_get(json_object_get(asg, "spec"), "time_limit_s"));
+    if (set_gpus(a, asg))
+        t->cfg.log("job %" PRIu64 ".%" PRIu32 ": out of memory: its GPUs go unchecked", a->job,
+                   a->attempt);
+    int64_t limit = asg->spec.time_limit_s;
     char path[JOURNAL_PATH_MAX + 8];
     snprintf(path, sizeof(path), "%s/pid", a->dir);
     struct stat st;
@@ -458,76 +261,42 @@ static void adopt(struct att *a, const json_t *asg, int64_t now)
 
 /* Launches a new attempt of assignment `asg`: journal first, then the fork.
  * Under the lock. */
-static void launch(struct attempts *t, uint64_t job, uint32_t attempt, const json_t *asg,
-                   int64_t now)
+static void launch(struct attempts *t, const struct proto_attempt *asg, int64_t now)
 {
+    uint64_t job = asg->job;
+    uint32_t attempt = asg->attempt;
     struct att *a = add(t, job, attempt);
     if (!a) {
         t->cfg.log("job %" PRIu64 ".%" PRIu32 ": out of memory; not launched", job, attempt);
         return;
     }
     a->listed = true;
-    set_gpus(a, asg);
     struct journal_attempt ja = {.job = job, .attempt = attempt};
     snprintf(ja.dir, sizeof(ja.dir), "%s", a->dir);
     char err[512] = "";
-    int rc = journal_begin(t->cfg.journal, &ja, err, sizeof(err));
+    int rc = set_gpus(a, asg);
+    rc = rc ? rc : journal_begin(t->cfg.journal, &ja, err, sizeof(err));
     if (rc) {
         /* Not journaled: nothing is launched. An attempt begun before (by an
          * earlier agent) was taken up by attempts_recover or has ended. */
         t->cfg.log("job %" PRIu64 ".%" PRIu32 ": not launched: %s", job, attempt,
-                   rc == GPO_EEXIST ? "launched before" : err);
+                   rc == GPO_EEXIST ? "launched before"
+                   : err[0]         ? err
+                                    : gpo_strerror(rc));
         t->v[--t->n] = NULL;
         att_free(a);
         return;
     }
-    const json_t *spec = json_object_get(asg, "spec");
-    /* A non-root agent runs every job as its own user (a laptop, a dev cluster). */
-    const char *unix_user =
-        geteuid() == 0 ? json_string_value(json_object_get(asg, "unix_user")) : NULL;
-    const char *script = json_string_value(json_object_get(spec, "script"));
-    struct strv argv = {0}, env = {0};
-    char script_path[JOURNAL_PATH_MAX], out_path[JOURNAL_PATH_MAX], err_path[JOURNAL_PATH_MAX];
-    if (script) {
-        if (write_script(t, a, script, unix_user, script_path, sizeof(script_path), err,
-                         sizeof(err)) == 0)
-            strv_add(&argv, "%s", script_path);
-    } else {
-        const json_t *cmd = json_object_get(spec, "command");
-        for (size_t k = 0; k < json_array_size(cmd); k++)
-            strv_add(&argv, "%s",
-                     json_string_value(json_array_get(cmd, k))
-                         ? json_string_value(json_array_get(cmd, k))
-                         : "");
+    struct launch_config lc = {
+        .node = t->node, .state_dir = t->state_dir, .as_root = geteuid() == 0};
+    struct launch l;
+    rc = launch_prepare(&lc, asg, &l, err, sizeof(err));
+    if (!rc) {
+        rc = priv_launch(t->cfg.priv, &l.req, &a->pid, &a->start_time, err, sizeof(err));
+        launch_release(&l);
     }
-    build_env(t, a, asg, &env);
-    json_int_t limit = json_integer_value(json_object_get(spec, "time_limit_s"));
-    struct priv_launch req = {
-        .job = job,
-        .attempt = attempt,
-        .unix_user = unix_user,
-        .workdir = json_string_value(json_object_get(spec, "workdir")),
-        .argv = (const char *const *)argv.v,
-        .argc = argv.n,
-        .env = (const char *const *)env.v,
-        .nenv = env.n,
-        .stdout_path = expand_path(t, a, asg, json_string_value(json_object_get(spec, "output")),
-                                   out_path, sizeof(out_path)),
-        .stderr_path = expand_path(t, a, asg, json_string_value(json_object_get(spec, "error")),
-                                   err_path, sizeof(err_path)),
-        .cpu_milli = (uint32_t)(json_integer_value(json_object_get(spec, "cpus")) * 1000),
-        .mem_mib = json_integer_value(json_object_get(spec, "mem_mib")),
-    };
-    if (argv.oom || env.oom)
-        snprintf(err, sizeof(err), "out of memory");
-    else if (!argv.n && !err[0])
-        snprintf(err, sizeof(err), "the assignment has no command");
-    if (!err[0])
-        rc = priv_launch(t->cfg.priv, &req, &a->pid, &a->start_time, err, sizeof(err));
-    strv_free(&argv);
-    strv_free(&env);
     a->running_owed = true;
-    if (err[0] || rc) {
+    if (rc) {
         t->cfg.log("job %" PRIu64 ".%" PRIu32 ": launch failed: %s", job, attempt, err);
         set_outcome(t, a, failed("launch failed: %s", err), now);
         return;
@@ -535,18 +304,20 @@ static void launch(struct attempts *t, uint64_t job, uint32_t attempt, const jso
     rc = journal_started(t->cfg.journal, job, attempt, a->pid, a->start_time, err, sizeof(err));
     if (rc) /* the shim runs; a restart finds it by its directory (see recover) */
         t->cfg.log("job %" PRIu64 ".%" PRIu32 ": journal: %s", job, attempt, err);
-    if (limit > 0)
-        a->limit_ms = now + limit * 1000;
+    if (asg->spec.time_limit_s > 0)
+        a->limit_ms = now + asg->spec.time_limit_s * 1000;
     t->cfg.log("job %" PRIu64 ".%" PRIu32 ": started, shim pid %d, %zu GPU(s)", job, attempt,
                (int)a->pid, a->nuuids);
 }
 
-/* SIGTERM now, SIGKILL after grace_ms. Under the lock. */
-static void start_kill(struct attempts *t, struct att *a, const char *as, int64_t grace_ms,
+/* SIGTERM now, SIGKILL after grace_ms; the attempt then ends as `as`.
+ * Under the lock. */
+static void start_kill(struct attempts *t, struct att *a, enum proto_state as, int64_t grace_ms,
                        int64_t now)
 {
-    if (a->phase != PH_RUNNING || a->kill_as)
+    if (a->phase != PH_RUNNING || a->killing)
         return;
+    a->killing = true;
     a->kill_as = as;
     char err[256] = "";
     if (priv_signal(t->cfg.priv, a->job, a->attempt, SIGTERM, err, sizeof(err)))
@@ -555,41 +326,38 @@ static void start_kill(struct attempts *t, struct att *a, const char *as, int64_
     if (a->sigkill_ms == 0)
         a->sigkill_ms = 1;
     t->cfg.log("job %" PRIu64 ".%" PRIu32 ": stopping (%s): SIGTERM, SIGKILL in %" PRId64 " ms",
-               a->job, a->attempt, as, grace_ms);
+               a->job, a->attempt, proto_state_name(as), grace_ms);
 }
 
-void attempts_apply(struct attempts *t, const json_t *answer, int64_t now_ms)
+/* What a kill's cause ends an attempt as. */
+static const enum proto_state kill_states[] = {
+    [PROTO_KILL_CANCELLED] = PROTO_STATE_CANCELLED,
+    [PROTO_KILL_PREEMPTED] = PROTO_STATE_PREEMPTED,
+};
+
+void attempts_apply(struct attempts *t, const struct proto_assignments *answer, int64_t now_ms)
 {
-    const json_t *list = json_object_get(answer, "attempts");
     pthread_mutex_lock(&t->lock);
     for (size_t k = 0; k < t->n; k++)
         t->v[k]->listed = false;
-    for (size_t i = 0; i < json_array_size(list); i++) {
-        const json_t *e = json_array_get(list, i);
-        json_int_t job = json_integer_value(json_object_get(e, "job"));
-        json_int_t att = json_integer_value(json_object_get(e, "attempt"));
-        const char *action = json_string_value(json_object_get(e, "action"));
-        if (job <= 0 || att <= 0 || att > UINT32_MAX || !action)
-            continue;
-        struct att *a = find(t, (uint64_t)job, (uint32_t)att);
+    for (size_t i = 0; i < answer->nattempts; i++) {
+        const struct proto_attempt *e = &answer->attempts[i];
+        struct att *a = find(t, e->job, e->attempt);
         if (a)
             a->listed = true;
-        if (a && a->recovered && strcmp(action, "run") == 0)
-            adopt(a, e, now_ms);
-        if (strcmp(action, "run") == 0 && !a) {
-            launch(t, (uint64_t)job, (uint32_t)att, e, now_ms);
-        } else if (strcmp(action, "kill") == 0 && a) {
-            const char *why = json_string_value(json_object_get(e, "reason"));
-            json_int_t grace = json_integer_value(json_object_get(e, "grace_s"));
-            start_kill(t, a, why && strstr(why, "preempt") ? "PREEMPTED" : "CANCELLED",
-                       json_object_get(e, "grace_s") ? grace * 1000 : t->cfg.kill_grace_ms, now_ms);
-        }
+        if (a && a->recovered && e->action == PROTO_ACTION_RUN)
+            adopt(t, a, e, now_ms);
+        if (e->action == PROTO_ACTION_RUN && !a)
+            launch(t, e, now_ms);
+        else if (e->action == PROTO_ACTION_KILL && a)
+            start_kill(t, a, kill_states[e->cause],
+                       e->grace_s != PROTO_NONE ? e->grace_s * 1000 : t->cfg.kill_grace_ms, now_ms);
     }
     /* Running attempts the controller no longer lists ended there (a node
      * timeout, say): stop them; their report will be refused, which is fine. */
     for (size_t k = 0; k < t->n; k++) {
         if (!t->v[k]->listed && t->v[k]->phase == PH_RUNNING)
-            start_kill(t, t->v[k], "CANCELLED", t->cfg.kill_grace_ms, now_ms);
+            start_kill(t, t->v[k], PROTO_STATE_CANCELLED, t->cfg.kill_grace_ms, now_ms);
     }
     t->woken = true;
     pthread_cond_broadcast(&t->cond);
@@ -644,40 +412,87 @@ size_t attempts_recover(struct attempts *t, int64_t now_ms)
 
 /* ---- the monitor ------------------------------------------------------- */
 
+/* PH_RUNNING: the shim's outcome, the time limit, SIGKILL after grace.
+ * Returns ms until its next deadline (at most `next`). */
+static int64_t watch(struct attempts *t, struct att *a, int64_t now, int64_t next)
+{
+    struct shim_status st;
+    struct journal_attempt ja = {.pid = a->pid, .start_time = a->start_time};
+    if (shim_read_status(a->dir, &st, NULL, 0) == 0) {
+        set_outcome(t, a, outcome_of(a, &st), now);
+        return next;
+    }
+    if (!journal_attempt_alive(&ja)) {
+        /* The shim may have written its status just before it exited. */
+        struct proto_report r = report_of(a->kill_as);
+        r.signal = SIGKILL;
+        if (shim_read_status(a->dir, &st, NULL, 0) == 0)
+            r = outcome_of(a, &st);
+        else if (!a->killing)
+            r = failed("the shim (pid %d) ended without a status", (int)a->pid);
+        set_outcome(t, a, r, now);
+        return next;
+    }
+    if (a->limit_ms && now >= a->limit_ms && !a->killing)
+        start_kill(t, a, PROTO_STATE_TIMEOUT, t->cfg.kill_grace_ms, now);
+    if (a->killing && a->sigkill_ms && now >= a->sigkill_ms) {
+        char err[256] = "";
+        if (priv_signal(t->cfg.priv, a->job, a->attempt, SIGKILL, err, sizeof(err)))
+            t->cfg.log("job %" PRIu64 ".%" PRIu32 ": SIGKILL: %s", a->job, a->attempt, err);
+        a->sigkill_ms = 0;
+    }
+    if (a->limit_ms && !a->killing && a->limit_ms - now < next)
+        next = a->limit_ms - now;
+    if (a->killing && a->sigkill_ms && a->sigkill_ms - now < next)
+        next = a->sigkill_ms - now;
+    return next;
+}
+
+/* PH_ENDING: its leftovers killed, its GPUs checked; the final report then
+ * names the GPUs still running its processes. Returns ms to the next look. */
+static int64_t finish(struct attempts *t, struct att *a, int64_t now, int64_t next)
+{
+    /* Whatever the command left behind (daemons, setsid children) goes
+     * with it, as Slurm's proctrack does; then its GPUs must be clear. */
+    char err[256] = "";
+    if (a->pid)
+        priv_signal(t->cfg.priv, a->job, a->attempt, SIGKILL, err, sizeof(err));
+    memset(a->dirty, 0, a->nuuids * sizeof(*a->dirty));
+    int nd = a->nuuids ? sampler_attempt_dirty(t->cfg.gpus, (const char *const *)a->uuids,
+                                               a->nuuids, a->job, a->attempt, a->dirty)
+                       : 0;
+    if (nd != 0 && now < a->dirty_until)
+        return 100 < next ? 100 : next;
+    bool empty = true;
+    if (a->pid)
+        priv_cleanup(t->cfg.priv, a->job, a->attempt, &empty, err, sizeof(err));
+    if (nd != 0) {
+        t->cfg.log("job %" PRIu64 ".%" PRIu32 ": %d GPU(s) still run its processes: held "
+                   "back as dirty",
+                   a->job, a->attempt, nd);
+        /* The controller holds them back from this report on. */
+        char **list = calloc(a->nuuids + 1, sizeof(*list));
+        size_t n = 0;
+        for (size_t k = 0; list && k < a->nuuids; k++) {
+            if ((a->dirty[k] || nd < 0) && (list[n] = strdup(a->uuids[k])))
+                n++;
+        }
+        if (!list)
+            t->cfg.log("job %" PRIu64 ".%" PRIu32 ": out of memory", a->job, a->attempt);
+        strs_free(a->final.dirty_gpus, a->final.ndirty);
+        a->final.dirty_gpus = list;
+        a->final.ndirty = n;
+    }
+    a->phase = PH_FINAL;
+    return next;
+}
+
 /* Moves one attempt on; under the lock. Returns ms until its next deadline. */
 static int64_t advance(struct attempts *t, struct att *a, int64_t now)
 {
     int64_t next = 1000;
-    if (a->phase == PH_RUNNING) {
-        struct shim_status st;
-        struct journal_attempt ja = {.pid = a->pid, .start_time = a->start_time};
-        if (shim_read_status(a->dir, &st, NULL, 0) == 0) {
-            set_outcome(t, a, outcome_of(a, &st), now);
-        } else if (!journal_attempt_alive(&ja)) {
-            /* The shim may have written its status just before it exited. */
-            if (shim_read_status(a->dir, &st, NULL, 0) == 0)
-                set_outcome(t, a, outcome_of(a, &st), now);
-            else
-                set_outcome(t, a,
-                            a->kill_as
-                                ? json_pack("{s:s, s:i}", "state", a->kill_as, "signal", SIGKILL)
-                                : failed("the shim (pid %d) ended without a status", (int)a->pid),
-                            now);
-        } else {
-            if (a->limit_ms && now >= a->limit_ms && !a->kill_as)
-                start_kill(t, a, "TIMEOUT", t->cfg.kill_grace_ms, now);
-            if (a->kill_as && a->sigkill_ms && now >= a->sigkill_ms) {
-                char err[256] = "";
-                if (priv_signal(t->cfg.priv, a->job, a->attempt, SIGKILL, err, sizeof(err)))
-                    t->cfg.log("job %" PRIu64 ".%" PRIu32 ": SIGKILL: %s", a->job, a->attempt, err);
-                a->sigkill_ms = 0;
-            }
-            if (a->limit_ms && !a->kill_as && a->limit_ms - now < next)
-                next = a->limit_ms - now;
-            if (a->kill_as && a->sigkill_ms && a->sigkill_ms - now < next)
-                next = a->sigkill_ms - now;
-        }
-    }
+    if (a->phase == PH_RUNNING)
+        next = watch(t, a, now, next);
     if (a->phase == PH_HELD) {
         /* Reported already: the GPUs stay named in heartbeats until clear. */
         memset(a->dirty, 0, a->nuuids * sizeof(*a->dirty));
@@ -688,46 +503,27 @@ static int64_t advance(struct attempts *t, struct att *a, int64_t now)
         }
         return next;
     }
-    if (a->phase == PH_ENDING) {
-        /* Whatever the command left behind (daemons, setsid children) goes
-         * with it, as Slurm's proctrack does; then its GPUs must be clear. */
-        char err[256] = "";
-        if (a->pid)
-            priv_signal(t->cfg.priv, a->job, a->attempt, SIGKILL, err, sizeof(err));
-        memset(a->dirty, 0, a->nuuids * sizeof(*a->dirty));
-        int nd = a->nuuids ? sampler_attempt_dirty(t->cfg.gpus, (const char *const *)a->uuids,
-                                                   a->nuuids, a->job, a->attempt, a->dirty)
-                           : 0;
-        if (nd != 0 && now < a->dirty_until)
-            return 100 < next ? 100 : next;
-        bool empty = true;
-        if (a->pid)
-            priv_cleanup(t->cfg.priv, a->job, a->attempt, &empty, err, sizeof(err));
-        if (nd != 0) {
-            json_t *list = json_array();
-            for (size_t k = 0; k < a->nuuids; k++) {
-                if (a->dirty[k] || nd < 0)
-                    json_array_append_new(list, json_string(a->uuids[k]));
-            }
-            t->cfg.log("job %" PRIu64 ".%" PRIu32 ": %d GPU(s) still run its processes: held "
-                       "back as dirty",
-                       a->job, a->attempt, nd);
-            /* The controller holds them back from this report on. */
-            if (list && json_object_set_new(a->final, "dirty_gpus", list) != 0)
-                t->cfg.log("job %" PRIu64 ".%" PRIu32 ": out of memory", a->job, a->attempt);
-        }
-        a->phase = PH_FINAL;
-    }
+    if (a->phase == PH_ENDING)
+        next = finish(t, a, now, next);
     return next;
 }
 
-/* A report to send, copied out of the table so that HTTP runs unlocked. */
+/* A report to send, encoded under the table's lock so that HTTP runs unlocked. */
 struct owed {
     uint64_t job;
     uint32_t attempt;
-    json_t *body;
+    enum proto_state state;
+    char *body; /* NULL: it could not be encoded (out of memory) */
     bool final;
 };
+
+static struct owed owe(const struct att *a, const struct proto_report *r, bool final)
+{
+    json_t *o = NULL;
+    char *text = proto_report_encode(r, &o) == 0 ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    return (struct owed){a->job, a->attempt, r->state, text, final};
+}
 
 static bool post_report(struct attempts *t, struct httpc *c, const struct owed *o)
 {
@@ -736,12 +532,9 @@ static bool post_report(struct attempts *t, struct httpc *c, const struct owed *
     httpc_escape(t->node, node, sizeof(node));
     snprintf(path, sizeof(path), "/v1/nodes/%.180s/attempts/%" PRIu64 "/%" PRIu32, node, o->job,
              o->attempt);
-    char *text = json_dumps(o->body, JSON_COMPACT);
     struct httpc_response r = {0};
     char err[512] = "";
-    int rc = text ? httpc_request(c, "POST", path, text, strlen(text), 10000, &r, err, sizeof(err))
-                  : GPO_ENOMEM;
-    free(text);
+    int rc = httpc_request(c, "POST", path, o->body, strlen(o->body), 10000, &r, err, sizeof(err));
     bool done = false;
     if (rc)
         t->cfg.log("report job %" PRIu64 ".%" PRIu32 ": %s (will retry)", o->job, o->attempt, err);
@@ -750,11 +543,9 @@ static bool post_report(struct attempts *t, struct httpc *c, const struct owed *
     else if (r.status == 202) /* a gang rank's COMPLETED, noted until the others end */
         done = false;
     else if (r.status == 409 || r.status == 404)
-        done = true,
-        t->cfg.log("report job %" PRIu64 ".%" PRIu32 " %s: controller answered %ld "
-                   "(it ended the attempt already): %.200s",
-                   o->job, o->attempt, json_string_value(json_object_get(o->body, "state")),
-                   r.status, r.body);
+        done = true, t->cfg.log("report job %" PRIu64 ".%" PRIu32 " %s: controller answered %ld "
+                                "(it ended the attempt already): %.200s",
+                                o->job, o->attempt, proto_state_name(o->state), r.status, r.body);
     else
         t->cfg.log("report job %" PRIu64 ".%" PRIu32 ": controller answered %ld (will retry): "
                    "%.200s",
@@ -763,13 +554,42 @@ static bool post_report(struct attempts *t, struct httpc *c, const struct owed *
     return done;
 }
 
+/* After a report was sent (done: acknowledged). Under the lock. */
+static void reported(struct attempts *t, const struct owed *o, bool done, int64_t now,
+                     int64_t *next)
+{
+    struct att *a = find(t, o->job, o->attempt);
+    if (!a)
+        return;
+    if (!done) {
+        a->report_after = now + 1000;
+        return;
+    }
+    if (!o->final) {
+        a->running_owed = false;
+        if (a->phase == PH_FINAL)
+            *next = 0; /* its final report right after */
+        return;
+    }
+    char err[256];
+    if (journal_ended(t->cfg.journal, a->job, a->attempt, err, sizeof(err)))
+        t->cfg.log("job %" PRIu64 ".%" PRIu32 ": journal: %s", a->job, a->attempt, err);
+    t->cfg.log("job %" PRIu64 ".%" PRIu32 ": reported %s", a->job, a->attempt,
+               proto_state_name(a->final.state));
+    bool held = false;
+    for (size_t g = 0; g < a->nuuids; g++)
+        held |= a->dirty[g];
+    a->phase = PH_HELD;
+    a->gone = !held;
+}
+
 int64_t attempts_tick(struct attempts *t, struct httpc *c, int64_t now_ms)
 {
     int64_t next = 1000;
-    struct owed *owed = NULL;
     size_t nowed = 0;
+    const struct proto_report running = report_of(PROTO_STATE_RUNNING);
     pthread_mutex_lock(&t->lock);
-    owed = calloc(2 * t->n + 1, sizeof(*owed));
+    struct owed *owed = calloc(2 * t->n + 1, sizeof(*owed));
     for (size_t k = 0; owed && k < t->n; k++) {
         struct att *a = t->v[k];
         int64_t d = advance(t, a, now_ms);
@@ -778,38 +598,19 @@ int64_t attempts_tick(struct attempts *t, struct httpc *c, int64_t now_ms)
         if (now_ms < a->report_after)
             continue;
         if (a->running_owed && a->pid)
-            owed[nowed++] =
-                (struct owed){a->job, a->attempt, json_pack("{s:s}", "state", "RUNNING"), false};
+            owed[nowed++] = owe(a, &running, false);
         else if (a->running_owed)
             a->running_owed = false; /* never started: the final report says so */
         if (a->phase == PH_FINAL && !a->running_owed)
-            owed[nowed++] = (struct owed){a->job, a->attempt, json_incref(a->final), true};
+            owed[nowed++] = owe(a, &a->final, true);
     }
     pthread_mutex_unlock(&t->lock);
     for (size_t k = 0; k < nowed; k++) {
         bool done = owed[k].body && post_report(t, c, &owed[k]);
         pthread_mutex_lock(&t->lock);
-        struct att *a = find(t, owed[k].job, owed[k].attempt);
-        if (a && !done)
-            a->report_after = now_ms + 1000;
-        if (a && done && !owed[k].final) {
-            a->running_owed = false;
-            if (a->phase == PH_FINAL)
-                next = 0; /* its final report right after */
-        } else if (a && done) {
-            char err[256];
-            if (journal_ended(t->cfg.journal, a->job, a->attempt, err, sizeof(err)))
-                t->cfg.log("job %" PRIu64 ".%" PRIu32 ": journal: %s", a->job, a->attempt, err);
-            t->cfg.log("job %" PRIu64 ".%" PRIu32 ": reported %s", a->job, a->attempt,
-                       json_string_value(json_object_get(a->final, "state")));
-            bool held = false;
-            for (size_t g = 0; g < a->nuuids; g++)
-                held |= a->dirty[g];
-            a->phase = PH_HELD;
-            a->gone = !held;
-        }
+        reported(t, &owed[k], done, now_ms, &next);
         pthread_mutex_unlock(&t->lock);
-        json_decref(owed[k].body);
+        free(owed[k].body);
     }
     free(owed);
     pthread_mutex_lock(&t->lock);
@@ -825,19 +626,44 @@ int64_t attempts_tick(struct attempts *t, struct httpc *c, int64_t now_ms)
     return next < 0 ? 0 : next;
 }
 
-json_t *attempts_dirty(struct attempts *t)
+/* Whether uuid is among v[0..n). */
+static bool listed(char *const *v, size_t n, const char *uuid)
 {
-    json_t *list = json_array();
+    for (size_t k = 0; k < n; k++) {
+        if (strcmp(v[k], uuid) == 0)
+            return true;
+    }
+    return false;
+}
+
+int attempts_dirty(struct attempts *t, char ***ret, size_t *ret_n)
+{
     pthread_mutex_lock(&t->lock);
-    for (size_t k = 0; list && k < t->n; k++) {
+    size_t cap = 1, n = 0;
+    for (size_t k = 0; k < t->n; k++)
+        cap += t->v[k]->nuuids;
+    char **list = calloc(cap, sizeof(*list));
+    int rc = list ? 0 : GPO_ENOMEM;
+    for (size_t k = 0; !rc && k < t->n; k++) {
         const struct att *a = t->v[k];
-        for (size_t g = 0; (a->phase == PH_FINAL || a->phase == PH_HELD) && g < a->nuuids; g++) {
-            if (a->dirty[g])
-                json_array_append_new(list, json_string(a->uuids[g]));
+        for (size_t g = 0; !rc && (a->phase == PH_FINAL || a->phase == PH_HELD) && g < a->nuuids;
+             g++) {
+            if (!a->dirty[g] || listed(list, n, a->uuids[g]))
+                continue;
+            if (!(list[n] = strdup(a->uuids[g])))
+                rc = GPO_ENOMEM;
+            else
+                n++;
         }
     }
     pthread_mutex_unlock(&t->lock);
-    return list;
+    if (rc) {
+        strs_free(list, n);
+        return rc;
+    }
+    *ret = list;
+    *ret_n = n;
+    return 0;
 }
 
 size_t attempts_active(struct attempts *t)

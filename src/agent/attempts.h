@@ -15,7 +15,7 @@
  * assignment "kill", the controller dropping the attempt, or the job's time
  * limit) sends SIGTERM, then SIGKILL after the grace period. The final state:
  * COMPLETED (exit 0), FAILED (another exit, a signal, or a launch that failed),
- * TIMEOUT, CANCELLED or PREEMPTED (the kill's reason).
+ * TIMEOUT, CANCELLED or PREEMPTED (the kill's cause: "as" in the assignment).
  *
  * Before the final report the attempt's GPUs are checked: a GPU on which NVML
  * still lists a process of the attempt is dirty. The agent waits up to
@@ -33,11 +33,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include <jansson.h>
-
 #include "agent/journal.h"
 #include "agent/priv.h"
 #include "gpu/gpu.h"
+#include "proto/proto.h"
 #include "util/httpc.h"
 
 struct attempts_config {
@@ -71,7 +70,7 @@ size_t attempts_recover(struct attempts *t, int64_t now_ms);
  * seen before, starts each "kill", and kills attempts the answer no longer
  * lists (the controller ended them: a lost node, say).
  */
-void attempts_apply(struct attempts *t, const json_t *answer, int64_t now_ms);
+void attempts_apply(struct attempts *t, const struct proto_assignments *answer, int64_t now_ms);
 
 /*
  * One round of the monitor: ended shims, deadlines (time limit, SIGKILL after
@@ -81,8 +80,9 @@ void attempts_apply(struct attempts *t, const json_t *answer, int64_t now_ms);
  */
 int64_t attempts_tick(struct attempts *t, struct httpc *c, int64_t now_ms);
 
-/* The UUIDs of GPUs held back as dirty: a new JSON array. */
-json_t *attempts_dirty(struct attempts *t);
+/* The UUIDs of GPUs held back as dirty, each once: *ret (NULL-terminated;
+ * caller frees the strings and the array) and *ret_n. 0 or GPO_ENOMEM. */
+int attempts_dirty(struct attempts *t, char ***ret, size_t *ret_n);
 
 /* Attempts not yet reported final (for the log and tests). */
 size_t attempts_active(struct attempts *t);

@@ -60,12 +60,12 @@ static bool join(char *buf, size_t len, const char *dir, const char *name)
 }
 
 /* Writes `text` to an existing file in one write(), as the cgroup files want
- * it. Returns 0 or -1 with errno. */
+ * it. Returns 0 or -errno (errno set too). */
 static int write_text(const char *path, const char *text)
 {
     int fd = open(path, O_WRONLY | O_CLOEXEC);
     if (fd < 0)
-        return -1;
+        return -errno;
     size_t len = strlen(text);
     ssize_t w;
     while ((w = write(fd, text, len)) < 0 && errno == EINTR)
@@ -74,18 +74,18 @@ static int write_text(const char *path, const char *text)
     close(fd);
     if (w < 0 || (size_t)w != len) {
         errno = w < 0 ? e : EIO;
-        return -1;
+        return -errno;
     }
     return 0;
 }
 
 /* Reads a whole file into a NUL-terminated heap buffer (*ret, caller frees).
- * Returns 0, or -1 with errno (EFBIG over READ_MAX_BYTES). */
+ * Returns 0, or -errno with errno set too (EFBIG over READ_MAX_BYTES). */
 static int read_text(const char *path, char **ret)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return -1;
+        return -errno;
     size_t len = 0, cap = 4096;
     char *buf = malloc(cap);
     int e = buf ? 0 : ENOMEM;
@@ -113,7 +113,7 @@ static int read_text(const char *path, char **ret)
     if (e) {
         free(buf);
         errno = e;
-        return -1;
+        return -e;
     }
     buf[len] = '\0';
     *ret = buf;

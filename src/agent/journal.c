@@ -68,16 +68,17 @@ static char *path_join(const char *dir, const char *name)
     return p;
 }
 
+/* 0 or -errno (errno set too). */
 static int fsync_dir(const char *dir)
 {
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)
-        return -1;
+        return -errno;
     int rc = fsync(fd);
     int e = errno;
     close(fd);
     errno = e;
-    return rc;
+    return rc < 0 ? -e : 0;
 }
 
 static struct entry *find(struct journal *j, uint64_t job, uint32_t attempt)
@@ -110,7 +111,7 @@ static int get_uint(const json_t *o, const char *key, uint64_t max, uint64_t *re
 {
     const json_t *v = json_object_get(o, key);
     if (!json_is_integer(v) || json_integer_value(v) < 0 || (uint64_t)json_integer_value(v) > max)
-        return -1;
+        return GPO_ECORRUPT;
     *ret = (uint64_t)json_integer_value(v);
     return 0;
 }
@@ -289,7 +290,7 @@ static int write_all(int fd, const char *buf, size_t len)
         if (w < 0 && errno == EINTR)
             continue;
         if (w < 0)
-            return -1;
+            return -errno;
         buf += w;
         len -= (size_t)w;
     }
@@ -487,20 +488,20 @@ static int write_compacted(struct journal *j, int fd)
             /* Two lines, so that compacted output reads back like the original. */
             size_t len;
             char *line = to_line(o, &len);
-            int rc = line ? write_all(fd, line, len) : -1;
+            int rc = line ? write_all(fd, line, len) : GPO_ENOMEM;
             free(line);
             if (rc < 0)
-                return -1;
+                return rc;
             o = json_pack("{s:s, s:I, s:I, s:I, s:I}", "op", "started", "job", (json_int_t)e->job,
                           "attempt", (json_int_t)e->attempt, "pid", (json_int_t)e->pid,
                           "start_time", (json_int_t)e->start_time);
         }
         size_t len;
         char *line = to_line(o, &len);
-        int rc = line ? write_all(fd, line, len) : -1;
+        int rc = line ? write_all(fd, line, len) : GPO_ENOMEM;
         free(line);
         if (rc < 0)
-            return -1;
+            return rc;
     }
     return 0;
 }
@@ -514,9 +515,9 @@ static int compact_locked(struct journal *j, char *err, size_t errlen)
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0) {
         rc = fail_sys(err, errlen, "open", tmp);
-    } else if (write_compacted(j, fd) < 0 || fsync(fd) < 0) {
-        rc = errno == ENOMEM ? errbuf_set(err, errlen, GPO_ENOMEM, "out of memory")
-                             : fail_sys(err, errlen, "write", tmp);
+    } else if ((rc = write_compacted(j, fd)) < 0 || fsync(fd) < 0) {
+        rc = rc == GPO_ENOMEM ? errbuf_set(err, errlen, GPO_ENOMEM, "out of memory")
+                              : fail_sys(err, errlen, "write", tmp);
     } else if (rename(tmp, j->path) < 0) {
         rc = fail_sys(err, errlen, "rename", tmp);
     }

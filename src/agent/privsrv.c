@@ -31,14 +31,13 @@
 #include "agent/journal.h"
 #include "agent/priv.h"
 #include "agent/privsrv.h"
+#include "agent/privsrv_check.h"
 #include "util/errbuf.h"
 #include "base/banned.h"
 
 /* How long a launch waits for the shim to write its pid file. Only a hung
  * shim takes this long; the launch then succeeds anyway. */
 #define READY_TIMEOUT_MS 30000
-/* Upper bound of cpu_milli: a thousand CPUs. */
-#define CPU_MILLI_MAX 1000000u
 
 /* The privileged process's state: a copy of the configuration. */
 struct privsrv {
@@ -53,74 +52,7 @@ struct privsrv {
     char name[PRIV_USER_MAX]; /* its own user's name; "" without a passwd entry */
 };
 
-/* ==== the privileged side: checks ==== */
-
-static bool valid_user_name(const char *s)
-{
-    size_t n = strlen(s);
-    if (n == 0 || n >= PRIV_USER_MAX)
-        return false;
-    for (size_t i = 0; i < n; i++) {
-        char c = s[i];
-        bool alpha = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
-        bool ok = i == 0 ? alpha
-                         : alpha || (c >= '0' && c <= '9') || c == '-' || c == '.' ||
-                               (c == '$' && i == n - 1);
-        if (!ok)
-            return false;
-    }
-    return true;
-}
-
-static bool valid_env_name(const char *s, size_t n)
-{
-    if (n == 0 || (s[0] >= '0' && s[0] <= '9'))
-        return false;
-    for (size_t i = 0; i < n; i++) {
-        char c = s[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '_'))
-            return false;
-    }
-    return true;
-}
-
-/* A fixed array must hold its NUL. */
-static int check_terminated(const char *field, const char *s, size_t size, char *msg, size_t len)
-{
-    if (!memchr(s, '\0', size))
-        return errbuf_set(msg, len, GPO_EINVAL, "%s: not NUL-terminated within %zu bytes", field,
-                          size);
-    return 0;
-}
-
-/* An optional path: absolute, no ".." component. */
-static int check_path(const char *field, uint8_t has, const char *s, char *msg, size_t len)
-{
-    int rc = check_terminated(field, s, PRIV_PATH_MAX, msg, len);
-    if (rc)
-        return rc;
-    if (has > 1)
-        return errbuf_set(msg, len, GPO_EINVAL, "has_%s: %u, expected 0 or 1", field, has);
-    if (!has)
-        return 0;
-    if (s[0] != '/')
-        return errbuf_set(msg, len, GPO_EINVAL, "%s: \"%s\" is not an absolute path", field, s);
-    for (const char *p = s; (p = strstr(p, "..")); p += 2)
-        if (p[-1] == '/' && (p[2] == '/' || p[2] == '\0'))
-            return errbuf_set(msg, len, GPO_EINVAL, "%s: \"%s\" contains \"..\"", field, s);
-    return 0;
-}
-
-static int check_ids(uint64_t job, uint32_t attempt, char *msg, size_t len)
-{
-    if (job < 1 || job > INT64_MAX)
-        return errbuf_set(msg, len, GPO_EINVAL, "job: %" PRIu64 " is out of range 1..%" PRId64, job,
-                          INT64_MAX);
-    if (attempt < 1)
-        return errbuf_set(msg, len, GPO_EINVAL, "attempt: 0, attempts start at 1");
-    return 0;
-}
+/* ==== the privileged side: checks that need the system ==== */
 
 /* Who the command runs as: the named user, or the privileged process's own. */
 struct runas {
@@ -129,21 +61,14 @@ struct runas {
     gid_t gid;
 };
 
+/* The launch's user, looked up, then checked (privsrv_check_runas). */
 static int check_user(const struct privsrv *s, const struct priv_req_launch *q, struct runas *ra,
                       char *msg, size_t len)
 {
-    int rc = check_terminated("unix_user", q->unix_user, sizeof(q->unix_user), msg, len);
-    if (rc)
-        return rc;
-    if (q->has_user > 1)
-        return errbuf_set(msg, len, GPO_EINVAL, "has_user: %u, expected 0 or 1", q->has_user);
     *ra = (struct runas){.uid = s->uid, .gid = s->gid};
     /* Named even when it is our own, so that the shim sets HOME and friends. */
     memcpy(ra->name, q->has_user ? q->unix_user : s->name, sizeof(ra->name));
     if (q->has_user) {
-        if (!valid_user_name(q->unix_user))
-            return errbuf_set(msg, len, GPO_EINVAL, "unix_user: \"%s\" is not a valid user name",
-                              q->unix_user);
         struct passwd pw, *res = NULL;
         char buf[16384];
         int e = getpwnam_r(q->unix_user, &pw, buf, sizeof(buf), &res);
@@ -153,93 +78,13 @@ static int check_user(const struct privsrv *s, const struct priv_req_launch *q, 
         ra->uid = pw.pw_uid;
         ra->gid = pw.pw_gid;
     }
-    if (ra->uid == 0 && !s->allow_root)
-        return errbuf_set(msg, len, GPO_EINVAL,
-                          "unix_user: %s has uid 0, refused (allow_root is off)",
-                          q->has_user ? q->unix_user : "(the agent's own user)");
-    if (s->uid != 0 && ra->uid != s->uid)
-        return errbuf_set(msg, len, GPO_EINVAL,
-                          "unix_user: %s: the agent does not run as root, so jobs run as its own "
-                          "user (uid %ld)",
-                          q->unix_user, (long)s->uid);
-    return 0;
-}
-
-/* argv then env, packed in q->strings: pointers into it, NULL-terminated.
- * *ret_argv (caller frees with free()) holds both lists; env starts at
- * index argc + 1. */
-static int check_strings(const struct priv_req_launch *q, char ***ret_argv, char *msg, size_t len)
-{
-    if (q->argc < 1)
-        return errbuf_set(msg, len, GPO_EINVAL, "argc: 0, the command needs a program");
-    if ((uint64_t)q->argc + q->nenv > PRIV_STRINGS_N)
-        return errbuf_set(msg, len, GPO_EINVAL, "argc + nenv: %" PRIu64 " strings, over %d",
-                          (uint64_t)q->argc + q->nenv, PRIV_STRINGS_N);
-    if (q->strings_len < 1 || q->strings_len > PRIV_STRINGS_MAX ||
-        q->strings[q->strings_len - 1] != '\0')
-        return errbuf_set(msg, len, GPO_EINVAL,
-                          "strings_len: %" PRIu32 " does not end a string "
-                          "within %d bytes",
-                          q->strings_len, PRIV_STRINGS_MAX);
-    size_t n = (size_t)q->argc + q->nenv;
-    char **v = calloc(n + 2, sizeof(*v));
-    if (!v)
-        return errbuf_set(msg, len, GPO_ENOMEM, "out of memory");
-    size_t k = 0, off = 0;
-    while (off < q->strings_len && k < n) {
-        const char *str = q->strings + off;
-        size_t sl = strlen(str);
-        /* argv[0..argc-1], NULL, env[0..nenv-1], NULL */
-        v[k < q->argc ? k : k + 1] = (char *)str;
-        k++;
-        off += sl + 1;
-    }
-    int rc = 0;
-    if (k != n || off != q->strings_len)
-        rc = errbuf_set(msg, len, GPO_EINVAL,
-                        "strings: %" PRIu32 " bytes do not hold argc + nenv = %zu strings",
-                        q->strings_len, n);
-    else if (v[0][0] == '\0')
-        rc = errbuf_set(msg, len, GPO_EINVAL, "argv[0]: empty");
-    for (size_t i = 0; !rc && i < q->nenv; i++) {
-        const char *e = v[q->argc + 1 + i];
-        const char *eq = strchr(e, '=');
-        if (!eq)
-            rc = errbuf_set(msg, len, GPO_EINVAL, "env[%zu]: \"%.64s\" has no '='", i, e);
-        else if (!valid_env_name(e, (size_t)(eq - e)))
-            rc = errbuf_set(msg, len, GPO_EINVAL, "env[%zu]: \"%.64s\": bad variable name", i, e);
-    }
-    if (rc) {
-        free(v);
-        return rc;
-    }
-    *ret_argv = v;
-    return 0;
-}
-
-/* Every field of a launch request, before anything is done. */
-static int check_launch(const struct privsrv *s, const struct priv_req_launch *q, struct runas *ra,
-                        char ***ret_argv, char *msg, size_t len)
-{
-    int rc = check_ids(q->job, q->attempt, msg, len);
-    if (rc)
-        return rc;
-    if (q->mem_mib < 0 || q->mem_mib > CGROUP_MEM_MIB_MAX)
-        return errbuf_set(msg, len, GPO_EINVAL, "mem_mib: %" PRId64 " is out of range 0..%" PRId64,
-                          q->mem_mib, CGROUP_MEM_MIB_MAX);
-    if (q->cpu_milli > CPU_MILLI_MAX)
-        return errbuf_set(msg, len, GPO_EINVAL, "cpu_milli: %" PRIu32 " is out of range 0..%u",
-                          q->cpu_milli, CPU_MILLI_MAX);
-    if ((rc = check_user(s, q, ra, msg, len)) ||
-        (rc = check_path("workdir", q->has_workdir, q->workdir, msg, len)) ||
-        (rc = check_path("stdout_path", q->has_stdout, q->stdout_path, msg, len)) ||
-        (rc = check_path("stderr_path", q->has_stderr, q->stderr_path, msg, len)))
-        return rc;
-    return check_strings(q, ret_argv, msg, len);
+    struct privsrv_self self = {.uid = s->uid, .allow_root = s->allow_root};
+    return privsrv_check_runas(&self, q->has_user ? q->unix_user : NULL, ra->uid, msg, len);
 }
 
 /* ==== the privileged side: files ==== */
 
+/* 0 or -errno. */
 static int write_all(int fd, const char *buf, size_t len)
 {
     while (len > 0) {
@@ -247,7 +92,7 @@ static int write_all(int fd, const char *buf, size_t len)
         if (w < 0 && errno == EINTR)
             continue;
         if (w < 0)
-            return -1;
+            return -errno;
         buf += w;
         len -= (size_t)w;
     }
@@ -378,22 +223,7 @@ static pid_t read_pgid(const char *dir)
         return 0;
     ssize_t n = read(fd, buf, sizeof(buf) - 1);
     close(fd);
-    buf[n > 0 ? n : 0] = '\0';
-    char *end;
-    long pid = strtol(buf, &end, 10);
-    return pid > 1 && pid <= INT32_MAX && (*end == '\n' || *end == '\0') ? (pid_t)pid : 0;
-}
-
-/* True when attempt.json's cgroup is this attempt's: absolute, ending in
- * /job-J.A, no "..". The file sits in a directory only we write; this is a
- * second guard, not the first. */
-static bool cgroup_is_attempts(const char *cg, uint64_t job, uint32_t attempt)
-{
-    char tail[64];
-    int n = snprintf(tail, sizeof(tail), "/job-%" PRIu64 ".%" PRIu32, job, attempt);
-    size_t len = strlen(cg);
-    return cg[0] == '/' && !strstr(cg, "/../") && len > (size_t)n &&
-           strcmp(cg + len - (size_t)n, tail) == 0;
+    return privsrv_check_pgid(buf, n > 0 ? (size_t)n : 0);
 }
 
 /* ==== the privileged side: actions ==== */
@@ -487,7 +317,7 @@ static void exec_shim(const struct privsrv *s, const char *dir, const char **arg
 
 /* Waits for end-of-file (the shim wrote its pid file, or gave up) or a
  * message (exec failed) on the ready pipe. Returns the message's length, 0
- * at end-of-file, -1 on timeout. */
+ * at end-of-file, GPO_ETIMEDOUT (or poll's -errno) when none came. */
 static ssize_t wait_ready(int fd, char *buf, size_t len)
 {
     struct timespec t0, t;
@@ -497,11 +327,11 @@ static ssize_t wait_ready(int fd, char *buf, size_t len)
         int64_t left = READY_TIMEOUT_MS - ((int64_t)(t.tv_sec - t0.tv_sec) * 1000 +
                                            (t.tv_nsec - t0.tv_nsec) / 1000000);
         if (left <= 0)
-            return -1;
+            return GPO_ETIMEDOUT;
         struct pollfd pfd = {.fd = fd, .events = POLLIN};
         int r = poll(&pfd, 1, (int)left);
         if (r < 0 && errno != EINTR)
-            return -1;
+            return -errno;
         if (r <= 0)
             continue;
         ssize_t n = read(fd, buf, len - 1);
@@ -581,8 +411,10 @@ static void do_launch(struct privsrv *s, const void *req, struct priv_reply *rep
     size_t len = sizeof(rep->msg);
     struct runas ra;
     char **cmd = NULL;
-    if ((rep->rc = check_launch(s, q, &ra, &cmd, msg, len)))
+    if ((rep->rc = privsrv_check_launch(q, &cmd, msg, len)))
         return;
+    if ((rep->rc = check_user(s, q, &ra, msg, len)))
+        goto out;
     char dir[PRIV_PATH_MAX + 32], cg[CGROUP_PATH_MAX] = "", why[PRIV_MSG_MAX];
     attempt_dir(s, q->job, q->attempt, dir, sizeof(dir));
     if ((rep->rc = make_attempt_dir(s, dir, msg, len)))
@@ -606,15 +438,13 @@ out:
 static int check_attempt(const struct privsrv *s, const struct priv_req_attempt *q, char *dir,
                          size_t dirlen, char *cg, size_t cglen, char *msg, size_t len)
 {
-    int rc = check_ids(q->job, q->attempt, msg, len);
+    int rc = privsrv_check_attempt(q, msg, len);
     if (rc)
         return rc;
-    if (q->pad != 0)
-        return errbuf_set(msg, len, GPO_EINVAL, "pad: %" PRIu32 ", must be 0", q->pad);
     attempt_dir(s, q->job, q->attempt, dir, dirlen);
     if ((rc = read_attempt_cgroup(dir, cg, cglen, msg, len)))
         return rc;
-    if (cg[0] && !cgroup_is_attempts(cg, q->job, q->attempt))
+    if (cg[0] && !privsrv_check_cgroup(cg, q->job, q->attempt))
         return errbuf_set(msg, len, GPO_EIO, "%s/attempt.json: cgroup %s is not this attempt's",
                           dir, cg);
     return 0;
@@ -624,12 +454,6 @@ static void do_signal(struct privsrv *s, const void *req, struct priv_reply *rep
 {
     const struct priv_req_attempt *q = req;
     char dir[PRIV_PATH_MAX + 32], cg[CGROUP_PATH_MAX], why[PRIV_MSG_MAX];
-    if (q->sig != SIGTERM && q->sig != SIGKILL) {
-        rep->rc = errbuf_set(rep->msg, sizeof(rep->msg), GPO_EINVAL,
-                             "sig: %" PRId32 ", only SIGTERM (%d) or SIGKILL (%d)", q->sig, SIGTERM,
-                             SIGKILL);
-        return;
-    }
     if ((rep->rc =
              check_attempt(s, q, dir, sizeof(dir), cg, sizeof(cg), rep->msg, sizeof(rep->msg))))
         return;
@@ -650,11 +474,6 @@ static void do_cleanup(struct privsrv *s, const void *req, struct priv_reply *re
 {
     const struct priv_req_attempt *q = req;
     char dir[PRIV_PATH_MAX + 32], cg[CGROUP_PATH_MAX], why[PRIV_MSG_MAX];
-    if (q->sig != 0) {
-        rep->rc = errbuf_set(rep->msg, sizeof(rep->msg), GPO_EINVAL,
-                             "sig: %" PRId32 ", must be 0 in a cleanup", q->sig);
-        return;
-    }
     if ((rep->rc =
              check_attempt(s, q, dir, sizeof(dir), cg, sizeof(cg), rep->msg, sizeof(rep->msg))))
         return;
@@ -677,40 +496,30 @@ static void do_cleanup(struct privsrv *s, const void *req, struct priv_reply *re
         rep->empty = 0;
 }
 
-/* The table of requests: type, exact size, handler. Nothing else is done. */
+/* The table of requests: type and handler (privsrv_check_request checks the
+ * size). Nothing else is done. */
 static const struct handler {
     uint32_t type;
-    const char *name;
-    size_t size;
     void (*fn)(struct privsrv *s, const void *req, struct priv_reply *rep);
 } handlers[] = {
-    {PRIV_REQ_LAUNCH, "launch", sizeof(struct priv_req_launch), do_launch},
-    {PRIV_REQ_SIGNAL, "signal", sizeof(struct priv_req_attempt), do_signal},
-    {PRIV_REQ_CLEANUP, "cleanup", sizeof(struct priv_req_attempt), do_cleanup},
+    {PRIV_REQ_LAUNCH, do_launch},
+    {PRIV_REQ_SIGNAL, do_signal},
+    {PRIV_REQ_CLEANUP, do_cleanup},
 };
 
 static void dispatch(struct privsrv *s, const void *buf, size_t n, struct priv_reply *rep)
 {
     uint32_t type;
-    if (n < sizeof(type)) {
-        rep->rc = errbuf_set(rep->msg, sizeof(rep->msg), GPO_EINVAL,
-                             "request: %zu bytes, too short for a type", n);
+    if ((rep->rc = privsrv_check_request(buf, n, &type, rep->msg, sizeof(rep->msg))))
         return;
-    }
-    memcpy(&type, buf, sizeof(type));
     for (size_t i = 0; i < sizeof(handlers) / sizeof(handlers[0]); i++) {
-        if (handlers[i].type != type)
-            continue;
-        if (n != handlers[i].size)
-            rep->rc = errbuf_set(rep->msg, sizeof(rep->msg), GPO_EINVAL,
-                                 "request: %s is %zu bytes, got %zu", handlers[i].name,
-                                 handlers[i].size, n);
-        else
+        if (handlers[i].type == type) {
             handlers[i].fn(s, buf, rep);
-        return;
+            return;
+        }
     }
-    rep->rc = errbuf_set(rep->msg, sizeof(rep->msg), GPO_EINVAL,
-                         "type: %" PRIu32 " is not a request", type);
+    rep->rc = errbuf_set(rep->msg, sizeof(rep->msg), GPO_EINVAL, "type: %" PRIu32 " has no handler",
+                         type);
 }
 
 /* Wakes ppoll; the loop reaps. */

@@ -42,38 +42,37 @@ static int nvlink_domain(const struct gpu_info *info, unsigned n, unsigned start
     return (int)low;
 }
 
-json_t *sampler_inventory(const struct gpu_backend *b, char *err, size_t errlen)
+int sampler_inventory(const struct gpu_backend *b, struct proto_register *reg, char *err,
+                      size_t errlen)
 {
     unsigned n = gpu_count(b);
     struct gpu_info *info = calloc(n ? n : 1, sizeof(*info));
-    json_t *list = json_array();
-    if (!info || !list)
-        goto oom;
-    for (unsigned i = 0; i < n; i++) {
-        int rc = gpu_info(b, i, &info[i], err, errlen);
-        if (rc) {
-            free(info);
-            json_decref(list);
-            return NULL;
-        }
-    }
-    for (unsigned i = 0; i < n; i++) {
+    struct proto_gpu *gpus = calloc(n ? n : 1, sizeof(*gpus));
+    int rc = info && gpus ? 0 : errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
+    for (unsigned i = 0; !rc && i < n; i++)
+        rc = gpu_info(b, i, &info[i], err, errlen);
+    size_t made = 0;
+    for (unsigned i = 0; !rc && i < n; i++, made++) {
         const struct gpu_info *g = &info[i];
-        json_t *o = json_pack("{s:I, s:s, s:s, s:I, s:i, s:i, s:b}", "index", (json_int_t)g->index,
-                              "uuid", g->uuid, "gpu_type", g->gpu_type, "mem_mib",
-                              (json_int_t)g->memory_mib, "nvlink_domain", nvlink_domain(info, n, i),
-                              "mig_slices", g->mig_capable ? SAMPLER_MIG_SLICES : 0, "mig_enabled",
-                              g->mig_capable && g->mig_enabled);
-        if (!o || json_array_append_new(list, o))
-            goto oom;
+        gpus[i] = (struct proto_gpu){.index = g->index,
+                                     .uuid = strdup(g->uuid),
+                                     .gpu_type = strdup(g->gpu_type),
+                                     .mem_mib = (uint32_t)g->memory_mib,
+                                     .nvlink_domain = nvlink_domain(info, n, i),
+                                     .mig_slices = g->mig_capable ? SAMPLER_MIG_SLICES : 0,
+                                     .mig_enabled = g->mig_capable && g->mig_enabled};
+        if (!gpus[i].uuid || !gpus[i].gpu_type)
+            rc = errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
     }
     free(info);
-    return list;
-oom:
-    free(info);
-    json_decref(list);
-    errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
-    return NULL;
+    if (rc) {
+        struct proto_register tmp = {.gpus = gpus, .ngpus = made};
+        proto_register_release(&tmp);
+        return rc;
+    }
+    reg->gpus = gpus;
+    reg->ngpus = n;
+    return 0;
 }
 
 bool sampler_proc_attempt(pid_t pid, uint64_t *job, uint32_t *attempt)
@@ -119,12 +118,13 @@ bool sampler_proc_attempt(pid_t pid, uint64_t *job, uint32_t *attempt)
     return true;
 }
 
-static json_t *figure(int64_t v)
+static int64_t figure(int64_t v)
 {
-    return v == GPU_UNKNOWN ? json_null() : json_integer((json_int_t)v);
+    return v == GPU_UNKNOWN ? PROTO_NONE : v;
 }
 
-static json_t *sample_one(const struct gpu_backend *b, unsigned i)
+/* GPU i's sample into *ret (its strings and processes owned by it). */
+static int sample_one(const struct gpu_backend *b, unsigned i, struct proto_gpu_sample *ret)
 {
     struct gpu_info info;
     struct gpu_sample s = {0};
@@ -132,41 +132,53 @@ static json_t *sample_one(const struct gpu_backend *b, unsigned i)
     int rc = gpu_info(b, i, &info, err, sizeof(err));
     if (!rc)
         rc = gpu_sample(b, i, &s, err, sizeof(err));
-    if (rc)
-        return json_pack("{s:I, s:s}", "index", (json_int_t)i, "error", err);
-    json_t *procs = s.procs_known ? json_array() : json_null();
-    for (size_t k = 0; procs && s.procs_known && k < s.nprocs; k++) {
+    if (rc) {
+        *ret = (struct proto_gpu_sample){.index = i, .error = strdup(err[0] ? err : "failed")};
+        return ret->error ? 0 : GPO_ENOMEM;
+    }
+    struct proto_process *procs = s.nprocs ? calloc(s.nprocs, sizeof(*procs)) : NULL;
+    *ret = (struct proto_gpu_sample){
+        .index = i,
+        .uuid = strdup(info.uuid),
+        .utilization_pct = figure(s.utilization_pct),
+        .memory_utilization_pct = figure(s.memory_utilization_pct),
+        .memory_used_mib = figure(s.memory_used_mib),
+        .memory_total_mib = figure(s.memory_total_mib),
+        .power_mw = figure(s.power_mw),
+        .temperature_c = figure(s.temperature_c),
+        .procs_known = s.procs_known,
+        .procs = procs,
+        .nprocs = procs && s.procs_known ? s.nprocs : 0,
+    };
+    for (size_t k = 0; k < ret->nprocs; k++) {
         uint64_t job;
         uint32_t att;
         bool mine = sampler_proc_attempt((pid_t)s.procs[k].pid, &job, &att);
-        json_t *p = json_pack("{s:I, s:o, s:o, s:o}", "pid", (json_int_t)s.procs[k].pid,
-                              "memory_mib", figure(s.procs[k].memory_mib), "job",
-                              mine ? json_integer((json_int_t)job) : json_null(), "attempt",
-                              mine ? json_integer(att) : json_null());
-        if (!p || json_array_append_new(procs, p))
-            json_decref(procs), procs = NULL;
+        procs[k] = (struct proto_process){.pid = s.procs[k].pid,
+                                          .memory_mib = figure(s.procs[k].memory_mib),
+                                          .job = mine ? (int64_t)job : PROTO_NONE,
+                                          .attempt = mine ? att : PROTO_NONE};
     }
-    json_t *o =
-        procs ? json_pack("{s:I, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "index", (json_int_t)i,
-                          "uuid", info.uuid, "utilization_pct", figure(s.utilization_pct),
-                          "memory_utilization_pct", figure(s.memory_utilization_pct),
-                          "memory_used_mib", figure(s.memory_used_mib), "memory_total_mib",
-                          figure(s.memory_total_mib), "power_mw", figure(s.power_mw),
-                          "temperature_c", figure(s.temperature_c), "processes", procs)
-              : NULL;
     gpu_sample_release(&s);
-    return o;
+    return ret->uuid && (procs || !s.nprocs) ? 0 : GPO_ENOMEM;
 }
 
-json_t *sampler_sample(const struct gpu_backend *b)
+int sampler_sample(const struct gpu_backend *b, struct proto_heartbeat *hb)
 {
-    json_t *list = json_array();
-    for (unsigned i = 0; list && i < gpu_count(b); i++) {
-        json_t *o = sample_one(b, i);
-        if (!o || json_array_append_new(list, o))
-            json_decref(list), list = NULL;
+    unsigned n = gpu_count(b);
+    struct proto_heartbeat h = {.gpus = calloc(n ? n : 1, sizeof(*h.gpus))};
+    int rc = h.gpus ? 0 : GPO_ENOMEM;
+    for (unsigned i = 0; !rc && i < n; i++) {
+        rc = sample_one(b, i, &h.gpus[i]);
+        h.ngpus++; /* released with the rest, also when it failed part way */
     }
-    return list ? json_pack("{s:o}", "gpus", list) : NULL;
+    if (rc) {
+        proto_heartbeat_release(&h);
+        return rc;
+    }
+    hb->gpus = h.gpus;
+    hb->ngpus = h.ngpus;
+    return 0;
 }
 
 int sampler_attempt_dirty(const struct gpu_backend *b, const char *const *uuids, size_t n,

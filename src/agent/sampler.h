@@ -9,8 +9,9 @@
  * and by the agent's own user for jobs that run as it). A process whose
  * environment cannot be read counts as no attempt's.
  *
- * Functions return new jansson objects (caller json_decref's) or NULL with a
- * message in err; nothing here logs or exits.
+ * The inventory and the samples are the protocol's own messages (proto.h),
+ * filled here and encoded by the caller. Errors are 0 or a GPO_* code with
+ * a message in err; nothing here logs or exits.
  */
 #ifndef GPUORCH_AGENT_SAMPLER_H
 #define GPUORCH_AGENT_SAMPLER_H
@@ -20,31 +21,31 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include <jansson.h>
-
 #include "gpu/gpu.h"
+#include "proto/proto.h"
 
 /* Slices of a MIG-capable GPU (A100, H100, H200: seven compute slices). */
 #define SAMPLER_MIG_SLICES 7
 
 /*
- * The node's GPUs as PUT /v1/nodes/{name} takes them: [{"index", "uuid",
- * "gpu_type", "mem_mib", "nvlink_domain", "mig_slices", "mig_enabled"}].
- * nvlink_domain is the lowest index of the GPUs its NVLinks reach (directly
- * or through others), -1 for a GPU without NVLink. NULL on error.
+ * The node's GPUs as PUT /v1/nodes/{name} takes them, into reg->gpus and
+ * reg->ngpus (whatever they held is not freed; reg owns the new ones, and
+ * proto_register_release frees them): index, UUID, GPU type, memory, MIG
+ * slices and mode, and nvlink_domain, the lowest index of the GPUs its
+ * NVLinks reach (directly or through others), -1 for a GPU without NVLink.
+ * 0, the GPU layer's code, or GPO_ENOMEM, with err.
  */
-json_t *sampler_inventory(const struct gpu_backend *b, char *err, size_t errlen);
+int sampler_inventory(const struct gpu_backend *b, struct proto_register *reg, char *err,
+                      size_t errlen);
 
 /*
- * One sample of every GPU, as the heartbeat carries it: {"gpus": [{"index",
- * "uuid", "utilization_pct", "memory_utilization_pct", "memory_used_mib",
- * "memory_total_mib", "power_mw", "temperature_c", "processes": [{"pid",
- * "memory_mib", "job", "attempt"}]}]}; figures the GPU does not report are
- * null, and so are job and attempt of a process that is no attempt's. A GPU
- * that fails to sample gets "error": "..." instead of figures. NULL only
- * when out of memory.
+ * One sample of every GPU, as the heartbeat carries it, into hb->gpus and
+ * hb->ngpus (owned by hb as above): the figures, PROTO_NONE where the GPU
+ * reports none, and each process with its memory and, when it is an
+ * attempt's, the job and attempt. A GPU that fails to sample gets its
+ * error instead of figures. 0 or GPO_ENOMEM.
  */
-json_t *sampler_sample(const struct gpu_backend *b);
+int sampler_sample(const struct gpu_backend *b, struct proto_heartbeat *hb);
 
 /* The attempt a process belongs to, from its environment: true with *job and
  * *attempt, false when it is no attempt's or cannot be read. */

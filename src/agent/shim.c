@@ -70,7 +70,7 @@ static int write_all(int fd, const char *buf, size_t len)
         if (w < 0 && errno == EINTR)
             continue;
         if (w < 0)
-            return -1;
+            return -errno;
         buf += w;
         len -= (size_t)w;
     }
@@ -181,16 +181,14 @@ static int open_default_log(const struct opts *o, const struct account *a, const
     char path[4096];
     snprintf(path, sizeof(path), "%s/%s", o->dir, name);
     int fd = open_high(path, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW, 0640);
-    if (fd < 0) {
-        errbuf_set(msg, len, -1, "open %s: %s", path, strerror(errno));
-        return -1;
-    }
+    if (fd < 0)
+        return errbuf_set(msg, len, -errno, "open %s: %s", path, strerror(errno));
     struct stat st;
     if (a->set && (stat(o->dir, &st) < 0 || fchown(fd, a->pw.pw_uid, st.st_gid) < 0 ||
                    fchmod(fd, 0640) < 0)) {
-        errbuf_set(msg, len, -1, "chown %s to %s: %s", path, a->pw.pw_name, strerror(errno));
+        int e = errno;
         close(fd);
-        return -1;
+        return errbuf_set(msg, len, -e, "chown %s to %s: %s", path, a->pw.pw_name, strerror(e));
     }
     return fd;
 }
@@ -209,14 +207,12 @@ static int switch_user(const struct account *a, char *msg, size_t len)
                        : setgid(gid) < 0         ? "setgid"
                        : setuid(uid) < 0         ? "setuid"
                                                  : NULL;
-    if (call) {
-        errbuf_set(msg, len, -1, "user %s: %s: %s", name, call, strerror(errno));
-        return -1;
-    }
+    if (call)
+        return errbuf_set(msg, len, -errno, "user %s: %s: %s", name, call, strerror(errno));
     if (getuid() != uid || geteuid() != uid || getgid() != gid || getegid() != gid ||
         (uid != 0 && setuid(0) == 0)) {
-        errbuf_set(msg, len, -1, "user %s: the switch to uid %ld did not stick", name, (long)uid);
-        return -1;
+        return errbuf_set(msg, len, GPO_EPERM, "user %s: the switch to uid %ld did not stick", name,
+                          (long)uid);
     }
     return 0;
 }
@@ -231,22 +227,16 @@ static int enter_session(const struct opts *o, const struct account *a, char *ms
                                  {"LOGNAME", a->pw.pw_name},
                                  {"SHELL", a->pw.pw_shell}};
         for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
-            if (vars[i][1] && vars[i][1][0] && setenv(vars[i][0], vars[i][1], 0) < 0) {
-                errbuf_set(msg, len, -1, "setenv %s: %s", vars[i][0], strerror(errno));
-                return -1;
-            }
+            if (vars[i][1] && vars[i][1][0] && setenv(vars[i][0], vars[i][1], 0) < 0)
+                return errbuf_set(msg, len, -errno, "setenv %s: %s", vars[i][0], strerror(errno));
     }
     if (o->workdir) {
-        if (chdir(o->workdir) < 0) {
-            errbuf_set(msg, len, -1, "chdir %s: %s", o->workdir, strerror(errno));
-            return -1;
-        }
+        if (chdir(o->workdir) < 0)
+            return errbuf_set(msg, len, -errno, "chdir %s: %s", o->workdir, strerror(errno));
     } else if (a->set) {
         /* As login(1) does: the home directory, else the root. */
-        if ((!a->pw.pw_dir || chdir(a->pw.pw_dir) < 0) && chdir("/") < 0) {
-            errbuf_set(msg, len, -1, "chdir /: %s", strerror(errno));
-            return -1;
-        }
+        if ((!a->pw.pw_dir || chdir(a->pw.pw_dir) < 0) && chdir("/") < 0)
+            return errbuf_set(msg, len, -errno, "chdir /: %s", strerror(errno));
     }
     return 0;
 }
@@ -259,37 +249,31 @@ static int prepare_child(const struct opts *o, const struct account *a, int fds[
                          size_t len)
 {
     char why[SHIM_ERROR_MAX];
-    if (o->cgroup && cgroup_attach(o->cgroup, 0, why, sizeof(why)) < 0) {
-        errbuf_set(msg, len, -1, "cgroup: %s", why);
-        return -1;
-    }
-    if ((fds[0] = open_high("/dev/null", O_RDONLY, 0)) < 0) {
-        errbuf_set(msg, len, -1, "open /dev/null: %s", strerror(errno));
-        return -1;
-    }
-    if ((!o->out && (fds[1] = open_default_log(o, a, "stdout", msg, len)) < 0) ||
-        (!o->errpath && (fds[2] = open_default_log(o, a, "stderr", msg, len)) < 0))
-        return -1;
-    if (a->set && switch_user(a, msg, len) < 0)
-        return -1;
+    int rc;
+    if (o->cgroup && (rc = cgroup_attach(o->cgroup, 0, why, sizeof(why))) < 0)
+        return errbuf_set(msg, len, rc, "cgroup: %s", why);
+    if ((fds[0] = open_high("/dev/null", O_RDONLY, 0)) < 0)
+        return errbuf_set(msg, len, -errno, "open /dev/null: %s", strerror(errno));
+    if (!o->out && (rc = fds[1] = open_default_log(o, a, "stdout", msg, len)) < 0)
+        return rc;
+    if (!o->errpath && (rc = fds[2] = open_default_log(o, a, "stderr", msg, len)) < 0)
+        return rc;
+    if (a->set && (rc = switch_user(a, msg, len)) < 0)
+        return rc;
     /* Only now, as the user: nothing in it reached a root process. */
     if (o->envv) {
         clearenv();
         for (char **v = o->envv; *v; v++)
-            if (putenv(*v) != 0) {
-                errbuf_set(msg, len, -1, "putenv: %s", strerror(errno));
-                return -1;
-            }
+            if (putenv(*v) != 0)
+                return errbuf_set(msg, len, -errno, "putenv: %s", strerror(errno));
     }
     const char *custom[3] = {NULL, o->out, o->errpath};
     for (int i = 1; i < 3; i++) {
         if (!custom[i])
             continue;
         fds[i] = open_high(custom[i], O_WRONLY | O_CREAT | O_APPEND, 0640);
-        if (fds[i] < 0) {
-            errbuf_set(msg, len, -1, "open %s: %s", custom[i], strerror(errno));
-            return -1;
-        }
+        if (fds[i] < 0)
+            return errbuf_set(msg, len, -errno, "open %s: %s", custom[i], strerror(errno));
     }
     return enter_session(o, a, msg, len);
 }
@@ -322,7 +306,7 @@ static void run_child(const struct opts *o, const struct account *a, int report)
             execvp(o->cmd[0], o->cmd);
             e = errno;
         }
-        errbuf_set(msg, sizeof(msg), -1, "execvp %s: %s", o->cmd[0], strerror(e));
+        errbuf_set(msg, sizeof(msg), -e, "execvp %s: %s", o->cmd[0], strerror(e));
     }
     /* One write under PIPE_BUF: the parent reads it whole. */
     while (write(report, msg, strlen(msg)) < 0 && errno == EINTR)
@@ -351,7 +335,7 @@ static int wait_child(pid_t pid, const sigset_t *wait_mask, int *ret_status)
             return 0;
         }
         if (r < 0 && errno != EINTR)
-            return -1;
+            return -errno;
         if (r == 0)
             sigsuspend(wait_mask);
     }
@@ -463,12 +447,12 @@ static int resolve_user(const struct opts *o, struct account *a, struct run *r)
     if (!res) {
         snprintf(r->error, sizeof(r->error), "user %s: %s", o->user,
                  e ? strerror(e) : "no such user");
-        return -1;
+        return e ? -e : GPO_ENOENT;
     }
     if (a->pw.pw_uid == 0 && !o->allow_root) {
         snprintf(r->error, sizeof(r->error), "user %s: uid 0 refused without --allow-root",
                  o->user);
-        return -1;
+        return GPO_EPERM;
     }
     a->set = true;
     return 0;
@@ -513,7 +497,7 @@ static int parse_fd(const char *text, int *ret)
     char *end;
     long fd = strtol(text, &end, 10);
     if (*end || fd < 3 || fd > INT32_MAX || fcntl((int)fd, F_SETFD, FD_CLOEXEC) < 0)
-        return -1;
+        return GPO_EINVAL;
     *ret = (int)fd;
     return 0;
 }

@@ -7,7 +7,11 @@
 #   fuzz_jobspec.c    any bytes as the body of POST /v1/jobs (and Slurm's
 #                     array syntax), what the API shows decoding back;
 #   fuzz_cluster.c    any bytes as a pool, class, team, user, node or price,
-#                     what the API shows decoding back.
+#                     what the API shows decoding back;
+#   fuzz_proto.c      any bytes as a controller-agent message, what is
+#                     encoded decoding back;
+#   fuzz_privsrv_check.c any bytes as a request to the agent's privileged
+#                     process, through its checks.
 # Not part of `make test` (its runs are random; `make test` runs each target
 # once over its seeds, through replay.c); a developer's check after changing
 # one of those readers or the engine. Needs clang (scripts/setup.sh
@@ -27,7 +31,8 @@ if [ ! -f "$build/build.ninja" ]; then
     -Dc_args='-fsanitize=fuzzer-no-link -fno-sanitize-recover=all -O1' >/dev/null
 fi
 lib() { echo "src/$1/libgpuorch_$1.a"; } # a folder's library, relative to the build
-libs="$(lib sim) $(lib cluster) $(lib core) $(lib util) $(lib base)"
+libs="$(lib sim) $(lib cluster) $(lib core) $(lib util) $(lib base) $(lib proto) $(lib agent)
+  $(lib gpu) $(lib http)"
 # shellcheck disable=SC2086
 if ! log=$(ninja -C "$build" $libs 2>&1); then
   echo "$log" >&2
@@ -37,7 +42,7 @@ fi
 out=$build/fuzz
 rm -rf "$out"
 mkdir -p "$out/corpus_sim_spec" "$out/corpus_sim_trace" "$out/corpus_sim_policy" \
-  "$out/corpus_jobspec" "$out/corpus_cluster"
+  "$out/corpus_jobspec" "$out/corpus_cluster" "$out/corpus_proto" "$out/corpus_privsrv_check"
 cp "$root"/sim/*.yaml "$root"/tests/sim/*.yaml "$out/corpus_sim_spec/"
 for f in "$root"/tests/sim/*.csv; do
   { printf '\003'; cat "$f"; } >"$out/corpus_sim_trace/$(basename "$f")" # replay, skip_bad off
@@ -45,12 +50,16 @@ done
 cp "$root"/tests/fuzz/seeds/policy/* "$out/corpus_sim_policy/"
 cp "$root"/tests/fuzz/seeds/jobspec/* "$out/corpus_jobspec/"
 cp "$root"/tests/fuzz/seeds/cluster/* "$out/corpus_cluster/" # first byte: the kind
+cp "$root"/tests/fuzz/seeds/proto/* "$out/corpus_proto/"     # first byte: the message
+cp "$root"/tests/fuzz/seeds/privsrv_check/* "$out/corpus_privsrv_check/"
 
 build_target() { # build_target NAME LIBS...
   local name=$1
   shift
   local paths=()
-  for l in "$@"; do paths+=("$build/$(lib "$l")"); done
+  for l in "$@"; do
+    case $l in -*) paths+=("$l") ;; *) paths+=("$build/$(lib "$l")") ;; esac
+  done
   clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -I"$root/src" \
     "$root/tests/fuzz/fuzz_$name.c" "${paths[@]}" -ljansson -lyaml -lz -lsqlite3 -lmicrohttpd -lsodium \
     -lcurl -lpthread -lm -o "$out/fuzz_$name"
@@ -60,6 +69,8 @@ build_target sim_trace sim core util base
 build_target sim_policy sim core util base
 build_target jobspec cluster core util base
 build_target cluster cluster core util base
+build_target proto proto util base
+build_target privsrv_check agent proto gpu http util base -ldl
 
 run_target() { # run_target NAME: 0, or 1 on a crash
   if (cd "$out" && "./fuzz_$1" -max_total_time="$secs" -max_len=4096 -timeout=10 \
@@ -71,7 +82,7 @@ run_target() { # run_target NAME: 0, or 1 on a crash
   fi
 }
 rc=0
-for pair in "sim_spec sim_trace" "jobspec cluster" "sim_policy"; do
+for pair in "sim_spec sim_trace" "jobspec cluster" "sim_policy proto" "privsrv_check"; do
   read -r x y <<<"$pair"
   run_target "$x" &
   a=$!

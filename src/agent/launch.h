@@ -1,0 +1,65 @@
+/*
+ * launch.h - what one attempt runs with: its command (argv, or a script
+ * written to a file), its environment, its GPUs' visibility, its output
+ * paths and limits, as the request priv_launch takes.
+ *
+ * The environment is the job's own "env" and then what gpuorch sets, which
+ * wins: GPUORCH_JOB_ID, GPUORCH_ATTEMPT and GPUORCH_NODE first (so that a
+ * process's /proc/PID/environ names its attempt early, for sampler.h), the
+ * GPUs (CUDA_VISIBLE_DEVICES, NVIDIA_VISIBLE_DEVICES, GPUORCH_GPUS by UUID,
+ * GPUORCH_GPU_MILLI for a share of one GPU), an array task's ids (also
+ * under Slurm's names), and the gang's (GPUORCH_NODELIST, WORLD_SIZE, RANK,
+ * MASTER_ADDR, MASTER_PORT, ...). The job cannot set GPUORCH_* or the two
+ * *_VISIBLE_DEVICES itself. GPU visibility is one function here
+ * (launch.c's gpu_env): it is where MIG instances and MPS limits go.
+ *
+ * Output paths get sbatch's patterns filled in: %j and %J the job id, %A
+ * the array's id (else the job's), %a the array index (else 0), %x the
+ * job's name, %u its user, %N this node, %% a '%'; other % sequences stay
+ * as written, and a path that would not fit is kept unexpanded.
+ *
+ * Nothing here logs; errors are 0 or a GPO_* code with one line in err.
+ */
+#ifndef GPUORCH_AGENT_LAUNCH_H
+#define GPUORCH_AGENT_LAUNCH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "agent/journal.h"
+#include "agent/priv.h"
+#include "proto/proto.h"
+
+struct launch_config {
+    const char *node;      /* this node's name (borrowed) */
+    const char *state_dir; /* the agent's state directory (borrowed) */
+    bool as_root;          /* the agent runs as root: jobs run as their unix_user */
+};
+
+/* A growing list of strings, NULL-terminated. */
+struct launch_strv {
+    char **v;
+    size_t n, cap;
+};
+
+/* A launch request and the memory it points into. */
+struct launch {
+    struct priv_launch req; /* pointers into the members below and into the attempt */
+    struct launch_strv argv, env;
+    char script_path[JOURNAL_PATH_MAX];
+    char out_path[JOURNAL_PATH_MAX], err_path[JOURNAL_PATH_MAX];
+};
+
+/*
+ * Fills *ret for run attempt `a` (borrowed: ret->req points into it, so it
+ * must outlive ret). A script job's script is written first to
+ * STATE/scripts/JOB.ATTEMPT (mode 0700, owned by the job's user when the
+ * agent is root), so that its #! line picks the interpreter. Returns 0
+ * (release *ret with launch_release), GPO_EINVAL (no command and no
+ * script), GPO_ENOMEM, or the failed call's -errno (the script's file).
+ */
+int launch_prepare(const struct launch_config *cfg, const struct proto_attempt *a,
+                   struct launch *ret, char *err, size_t errlen);
+void launch_release(struct launch *l);
+
+#endif

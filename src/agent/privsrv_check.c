@@ -1,0 +1,268 @@
+/*
+ * privsrv_check.c - the privileged process's request checks
+ * (privsrv_check.h). Nothing here calls the system.
+ */
+#include "agent/privsrv_check.h"
+
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agent/cgroup.h"
+#include "util/errbuf.h"
+#include "util/jsonv.h"
+#include "base/banned.h"
+
+/* Upper bound of cpu_milli: a thousand CPUs. */
+#define CPU_MILLI_MAX 1000000u
+
+/* The requests: type, name, exact size. */
+static const struct {
+    uint32_t type;
+    const char *name;
+    size_t size;
+} requests[] = {
+    {PRIV_REQ_LAUNCH, "launch", sizeof(struct priv_req_launch)},
+    {PRIV_REQ_SIGNAL, "signal", sizeof(struct priv_req_attempt)},
+    {PRIV_REQ_CLEANUP, "cleanup", sizeof(struct priv_req_attempt)},
+};
+
+int privsrv_check_request(const void *buf, size_t n, uint32_t *ret_type, char *msg, size_t len)
+{
+    uint32_t type;
+    if (n < sizeof(type))
+        return errbuf_set(msg, len, GPO_EINVAL, "request: %zu bytes, too short for a type", n);
+    memcpy(&type, buf, sizeof(type));
+    for (size_t i = 0; i < sizeof(requests) / sizeof(requests[0]); i++) {
+        if (requests[i].type != type)
+            continue;
+        if (n != requests[i].size)
+            return errbuf_set(msg, len, GPO_EINVAL, "request: %s is %zu bytes, got %zu",
+                              requests[i].name, requests[i].size, n);
+        *ret_type = type;
+        return 0;
+    }
+    return errbuf_set(msg, len, GPO_EINVAL, "type: %" PRIu32 " is not a request", type);
+}
+
+/* Text from a request, fit for a one-line message: control characters and
+ * bytes of invalid UTF-8 as '?', long text cut. */
+static const char *shown(const char *s, char out[JSONV_QUOTE_MAX + 4])
+{
+    return jsonv_quote(s, strlen(s), out);
+}
+
+static bool valid_user_name(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n >= PRIV_USER_MAX)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        bool alpha = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+        bool ok = i == 0 ? alpha
+                         : alpha || (c >= '0' && c <= '9') || c == '-' || c == '.' ||
+                               (c == '$' && i == n - 1);
+        if (!ok)
+            return false;
+    }
+    return true;
+}
+
+static bool valid_env_name(const char *s, size_t n)
+{
+    if (n == 0 || (s[0] >= '0' && s[0] <= '9'))
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_'))
+            return false;
+    }
+    return true;
+}
+
+/* A fixed array must hold its NUL. */
+static int check_terminated(const char *field, const char *s, size_t size, char *msg, size_t len)
+{
+    if (!memchr(s, '\0', size))
+        return errbuf_set(msg, len, GPO_EINVAL, "%s: not NUL-terminated within %zu bytes", field,
+                          size);
+    return 0;
+}
+
+/* An optional path: absolute, no ".." component. */
+static int check_path(const char *field, uint8_t has, const char *s, char *msg, size_t len)
+{
+    int rc = check_terminated(field, s, PRIV_PATH_MAX, msg, len);
+    if (rc)
+        return rc;
+    if (has > 1)
+        return errbuf_set(msg, len, GPO_EINVAL, "has_%s: %u, expected 0 or 1", field, has);
+    if (!has)
+        return 0;
+    char q[JSONV_QUOTE_MAX + 4];
+    if (s[0] != '/')
+        return errbuf_set(msg, len, GPO_EINVAL, "%s: \"%s\" is not an absolute path", field,
+                          shown(s, q));
+    for (const char *p = s; (p = strstr(p, "..")); p += 2)
+        if (p[-1] == '/' && (p[2] == '/' || p[2] == '\0'))
+            return errbuf_set(msg, len, GPO_EINVAL, "%s: \"%s\" contains \"..\"", field,
+                              shown(s, q));
+    return 0;
+}
+
+static int check_ids(uint64_t job, uint32_t attempt, char *msg, size_t len)
+{
+    if (job < 1 || job > INT64_MAX)
+        return errbuf_set(msg, len, GPO_EINVAL, "job: %" PRIu64 " is out of range 1..%" PRId64, job,
+                          INT64_MAX);
+    if (attempt < 1)
+        return errbuf_set(msg, len, GPO_EINVAL, "attempt: 0, attempts start at 1");
+    return 0;
+}
+
+/* The user's fields: terminated, a flag of 0 or 1, a valid name. */
+static int check_user(const struct priv_req_launch *q, char *msg, size_t len)
+{
+    int rc = check_terminated("unix_user", q->unix_user, sizeof(q->unix_user), msg, len);
+    if (rc)
+        return rc;
+    if (q->has_user > 1)
+        return errbuf_set(msg, len, GPO_EINVAL, "has_user: %u, expected 0 or 1", q->has_user);
+    char shown_user[JSONV_QUOTE_MAX + 4];
+    if (q->has_user && !valid_user_name(q->unix_user))
+        return errbuf_set(msg, len, GPO_EINVAL, "unix_user: \"%s\" is not a valid user name",
+                          shown(q->unix_user, shown_user));
+    return 0;
+}
+
+/* argv then env, packed in q->strings: pointers into it (privsrv_check.h). */
+static int check_strings(const struct priv_req_launch *q, char ***ret_cmd, char *msg, size_t len)
+{
+    if (q->argc < 1)
+        return errbuf_set(msg, len, GPO_EINVAL, "argc: 0, the command needs a program");
+    if ((uint64_t)q->argc + q->nenv > PRIV_STRINGS_N)
+        return errbuf_set(msg, len, GPO_EINVAL, "argc + nenv: %" PRIu64 " strings, over %d",
+                          (uint64_t)q->argc + q->nenv, PRIV_STRINGS_N);
+    if (q->strings_len < 1 || q->strings_len > PRIV_STRINGS_MAX ||
+        q->strings[q->strings_len - 1] != '\0')
+        return errbuf_set(msg, len, GPO_EINVAL,
+                          "strings_len: %" PRIu32 " does not end a string within %d bytes",
+                          q->strings_len, PRIV_STRINGS_MAX);
+    size_t n = (size_t)q->argc + q->nenv;
+    char **v = calloc(n + 2, sizeof(*v));
+    if (!v)
+        return errbuf_set(msg, len, GPO_ENOMEM, "out of memory");
+    size_t k = 0, off = 0;
+    while (off < q->strings_len && k < n) {
+        const char *str = q->strings + off;
+        /* argv[0..argc-1], NULL, env[0..nenv-1], NULL */
+        v[k < q->argc ? k : k + 1] = (char *)str;
+        k++;
+        off += strlen(str) + 1;
+    }
+    int rc = 0;
+    if (k != n || off != q->strings_len)
+        rc = errbuf_set(msg, len, GPO_EINVAL,
+                        "strings: %" PRIu32 " bytes do not hold argc + nenv = %zu strings",
+                        q->strings_len, n);
+    else if (v[0][0] == '\0')
+        rc = errbuf_set(msg, len, GPO_EINVAL, "argv[0]: empty");
+    for (size_t i = 0; !rc && i < q->nenv; i++) {
+        const char *e = v[q->argc + 1 + i];
+        const char *eq = strchr(e, '=');
+        char q2[JSONV_QUOTE_MAX + 4];
+        if (!eq)
+            rc = errbuf_set(msg, len, GPO_EINVAL, "env[%zu]: \"%s\" has no '='", i, shown(e, q2));
+        else if (!valid_env_name(e, (size_t)(eq - e)))
+            rc = errbuf_set(msg, len, GPO_EINVAL, "env[%zu]: \"%s\": bad variable name", i,
+                            shown(e, q2));
+    }
+    if (rc) {
+        free(v);
+        return rc;
+    }
+    *ret_cmd = v;
+    return 0;
+}
+
+int privsrv_check_launch(const struct priv_req_launch *q, char ***ret_cmd, char *msg, size_t len)
+{
+    int rc = check_ids(q->job, q->attempt, msg, len);
+    if (rc)
+        return rc;
+    if (q->mem_mib < 0 || q->mem_mib > CGROUP_MEM_MIB_MAX)
+        return errbuf_set(msg, len, GPO_EINVAL, "mem_mib: %" PRId64 " is out of range 0..%" PRId64,
+                          q->mem_mib, CGROUP_MEM_MIB_MAX);
+    if (q->cpu_milli > CPU_MILLI_MAX)
+        return errbuf_set(msg, len, GPO_EINVAL, "cpu_milli: %" PRIu32 " is out of range 0..%u",
+                          q->cpu_milli, CPU_MILLI_MAX);
+    if ((rc = check_user(q, msg, len)) ||
+        (rc = check_path("workdir", q->has_workdir, q->workdir, msg, len)) ||
+        (rc = check_path("stdout_path", q->has_stdout, q->stdout_path, msg, len)) ||
+        (rc = check_path("stderr_path", q->has_stderr, q->stderr_path, msg, len)))
+        return rc;
+    return check_strings(q, ret_cmd, msg, len);
+}
+
+int privsrv_check_runas(const struct privsrv_self *self, const char *named, uid_t uid, char *msg,
+                        size_t len)
+{
+    char q[JSONV_QUOTE_MAX + 4];
+    const char *who = named ? shown(named, q) : "(the agent's own user)";
+    if (uid == 0 && !self->allow_root)
+        return errbuf_set(msg, len, GPO_EINVAL,
+                          "unix_user: %s has uid 0, refused (allow_root is off)", who);
+    if (self->uid != 0 && uid != self->uid)
+        return errbuf_set(msg, len, GPO_EINVAL,
+                          "unix_user: %s: the agent does not run as root, so jobs run as its own "
+                          "user (uid %ld)",
+                          who, (long)self->uid);
+    return 0;
+}
+
+int privsrv_check_attempt(const struct priv_req_attempt *q, char *msg, size_t len)
+{
+    if (q->type == PRIV_REQ_SIGNAL && q->sig != SIGTERM && q->sig != SIGKILL)
+        return errbuf_set(msg, len, GPO_EINVAL,
+                          "sig: %" PRId32 ", only SIGTERM (%d) or SIGKILL (%d)", q->sig, SIGTERM,
+                          SIGKILL);
+    if (q->type == PRIV_REQ_CLEANUP && q->sig != 0)
+        return errbuf_set(msg, len, GPO_EINVAL, "sig: %" PRId32 ", must be 0 in a cleanup", q->sig);
+    if (q->type != PRIV_REQ_SIGNAL && q->type != PRIV_REQ_CLEANUP)
+        return errbuf_set(msg, len, GPO_EINVAL, "type: %" PRIu32 " is not a signal or cleanup",
+                          q->type);
+    int rc = check_ids(q->job, q->attempt, msg, len);
+    if (rc)
+        return rc;
+    if (q->pad != 0)
+        return errbuf_set(msg, len, GPO_EINVAL, "pad: %" PRIu32 ", must be 0", q->pad);
+    return 0;
+}
+
+bool privsrv_check_cgroup(const char *cg, uint64_t job, uint32_t attempt)
+{
+    char tail[64];
+    int n = snprintf(tail, sizeof(tail), "/job-%" PRIu64 ".%" PRIu32, job, attempt);
+    size_t len = strlen(cg);
+    return cg[0] == '/' && !strstr(cg, "/../") && len > (size_t)n &&
+           strcmp(cg + len - (size_t)n, tail) == 0;
+}
+
+pid_t privsrv_check_pgid(const char *text, size_t n)
+{
+    char buf[32];
+    if (n >= sizeof(buf))
+        return 0;
+    memcpy(buf, text, n);
+    buf[n] = '\0';
+    char *end;
+    long pid = strtol(buf, &end, 10);
+    return pid > 1 && pid <= INT32_MAX && end != buf && (*end == '\n' || *end == '\0') &&
+                   (*end == '\0' || end[1] == '\0')
+               ? (pid_t)pid
+               : 0;
+}

@@ -1,0 +1,70 @@
+/*
+ * privsrv_check.h - the privileged process's checks of a request (priv.h's
+ * wire format), as pure functions: no I/O, no system call, no state; each
+ * refusal is one line in the caller's buffer (msg, len bytes) that starts
+ * with the field it names ("workdir: ...", "request: ..."). privsrv.c calls
+ * them before it does anything; tests/fuzz/fuzz_privsrv_check.c drives them
+ * with any bytes.
+ *
+ * What needs the system stays in privsrv.c: looking the user up in the
+ * password database (the result then goes through privsrv_check_runas),
+ * and reading attempt.json and the pid file (their contents then go
+ * through privsrv_check_cgroup and privsrv_check_pgid).
+ *
+ * Errors: 0 or GPO_EINVAL (GPO_ENOMEM for privsrv_check_launch's array).
+ */
+#ifndef GPUORCH_AGENT_PRIVSRV_CHECK_H
+#define GPUORCH_AGENT_PRIVSRV_CHECK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "agent/priv.h"
+
+/*
+ * A request's type, from its first bytes (n of them, borrowed): the type
+ * must be in the table and n exactly its struct's size. 0 and *ret_type.
+ */
+int privsrv_check_request(const void *buf, size_t n, uint32_t *ret_type, char *msg, size_t len);
+
+/*
+ * Every field of a launch that needs no system call: job and attempt, the
+ * limits, the has_* flags, every fixed array NUL-terminated, the user
+ * name's shape, the paths (absolute, no ".." component), and the packed
+ * strings (argc + nenv of them, argv[0] not empty, each env entry NAME=...
+ * with a valid name). 0 and *ret_cmd: argv[0..argc), NULL, env[0..nenv),
+ * NULL, pointing into q->strings (caller frees the array with free()).
+ */
+int privsrv_check_launch(const struct priv_req_launch *q, char ***ret_cmd, char *msg, size_t len);
+
+/* What privsrv_check_runas compares a launch's user with. */
+struct privsrv_self {
+    uid_t uid;       /* the privileged process's effective uid */
+    bool allow_root; /* jobs may run as uid 0 */
+};
+
+/*
+ * Who a launch runs as, once looked up: `named` the request's user, NULL
+ * for the privileged process's own; uid what it resolved to. Refuses uid 0
+ * without allow_root, and any other user than its own when the privileged
+ * process is not root.
+ */
+int privsrv_check_runas(const struct privsrv_self *self, const char *named, uid_t uid, char *msg,
+                        size_t len);
+
+/* A signal (sig SIGTERM or SIGKILL) or cleanup (sig 0) request, by its type:
+ * the signal, job and attempt, pad 0. */
+int privsrv_check_attempt(const struct priv_req_attempt *q, char *msg, size_t len);
+
+/* Whether attempt.json's cgroup path is attempt (job, attempt)'s: absolute,
+ * ending in /job-J.A, no "/../". A second guard: the file sits in a
+ * directory only the privileged process writes. */
+bool privsrv_check_cgroup(const char *cg, uint64_t job, uint32_t attempt);
+
+/* The process group in a pid file's text (text, n bytes; a pid and an
+ * optional newline), or 0 when it holds none (pid 1 and below included). */
+pid_t privsrv_check_pgid(const char *text, size_t n);
+
+#endif

@@ -1,0 +1,343 @@
+/*
+ * proto.h - the messages the controller and the node agent exchange, typed
+ * once: one encoder and one decoder per message, and both sides use them.
+ *
+ *   PUT  /v1/nodes/NAME                        body: proto_register
+ *        its 200/201 answer                    proto_registered (the node and its log token)
+ *   POST /v1/nodes/NAME/heartbeat              body: proto_heartbeat
+ *   GET  /v1/nodes/NAME/assignments            answer: proto_assignments (of proto_attempt)
+ *   POST /v1/nodes/NAME/attempts/JOB/ATTEMPT   body: proto_report
+ *
+ * Every message X has the same three functions:
+ *
+ *   int proto_X_encode(const struct proto_X *m, json_t **ret);
+ *     *ret: a new object (caller json_decref's). Encoders only read `m`, so a
+ *     struct filled by hand for an encode may borrow its strings (and is then
+ *     not released). They do not check the limits below: the decoder on the
+ *     other side does, and what a decoder filled encodes to an object that
+ *     decodes to the same struct. 0, GPO_EINVAL (a required string NULL,
+ *     text that is not UTF-8, an enum out of range), GPO_ENOMEM.
+ *
+ *   int proto_X_decode(const json_t *obj, struct proto_X *ret, char *err, size_t errlen);
+ *     Strict: an unknown key, a wrong type, a value out of range, a string,
+ *     list or count over its limit is refused with one line that names the
+ *     field by its path, in util/jsonv's words:
+ *         field 'attempts[3].gpus[0].milli': 5000 is out of range 1..1000
+ *         missing required field 'attempts[0].spec' (action 'run' needs it)
+ *     The one leniency: a heartbeat's figures (utilization, memory, power,
+ *     temperature, and a process's pid, memory, job and attempt) of the
+ *     wrong JSON type read as not reported (PROTO_NONE). On success *ret is
+ *     overwritten (not freed) and owns all its memory; release it with
+ *     proto_X_release. On failure *ret is untouched. 0, GPO_EINVAL,
+ *     GPO_ERANGE (a number, length or count out of its bounds), GPO_ENOMEM.
+ *     `obj` is borrowed. Parse the text with JSON_REJECT_DUPLICATES: a
+ *     json_t cannot tell a repeated key.
+ *
+ *   void proto_X_release(struct proto_X *m);
+ *     Frees every string and array m holds (counts say how many) and zeroes
+ *     it; NULL is fine.
+ *
+ * What the decoders check is the shape of a message; rules of the model (a
+ * pool that exists, a UUID's form, a host name's form) stay with the side
+ * that knows them. A decoded message holds no GPU index and no GPU UUID
+ * twice where it lists a node's GPUs (registration).
+ *
+ * Dependencies: util (jsonv, errbuf) and base only.
+ */
+#ifndef GPUORCH_PROTO_PROTO_H
+#define GPUORCH_PROTO_PROTO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "base/err.h"
+
+/* An integer member that is absent, null, or (a heartbeat's figures) not
+ * reported. The store's STORE_NULL has the same value. */
+#define PROTO_NONE INT64_MIN
+
+/* Limits. Where the controller accepts a thing from users (cluster/jobspec.h,
+ * cluster/cluster.h), the limit here is the same, so that whatever the
+ * controller stored reaches the agent; tests/unit/test_proto.c checks it. */
+#define PROTO_HOST_MAX        253        /* node names, addresses */
+#define PROTO_NAME_MAX        63         /* pools, GPU types, users */
+#define PROTO_UNIX_USER_MAX   32         /* a Unix login name */
+#define PROTO_UUID_MAX        96         /* NVML's UUID buffer */
+#define PROTO_GPUS_MAX        64         /* GPUs of one node (the core's SCHED_MAX_GPUS_PER_NODE) */
+#define PROTO_GPU_MEM_MAX     (1u << 22) /* MiB of one GPU */
+#define PROTO_NODE_CPUS_MAX   (1u << 20)
+#define PROTO_NODE_MEM_MAX    (INT64_C(1) << 40) /* MiB */
+#define PROTO_MIG_SLICES_MAX  7
+#define PROTO_TOKEN_MAX       256  /* the log token */
+#define PROTO_ERROR_MAX       512  /* a GPU's sampling error */
+#define PROTO_PROCS_MAX       4096 /* processes on one GPU (gpu.h's GPU_MAX_PROCS) */
+#define PROTO_DIRTY_MAX       PROTO_GPUS_MAX
+#define PROTO_ATTEMPTS_MAX    65536 /* attempts in one answer: 64 GPUs in thousandths, and more */
+#define PROTO_GANG_MAX        1024  /* nodes of one gang */
+#define PROTO_KILL_REASON_MAX 1024
+#define PROTO_REASON_MAX      120 /* a report's reason */
+#define PROTO_SIGNAL_MAX      64
+/* A job's spec, as cluster/jobspec.h bounds it. */
+#define PROTO_SPEC_NAME_MAX    128 /* name, team, project, model, priority, pool, gpu_type */
+#define PROTO_ARGV_MAX         1024
+#define PROTO_ARG_MAX          4096
+#define PROTO_SCRIPT_MAX       (1u << 20)
+#define PROTO_PATH_MAX         4096
+#define PROTO_ENV_MAX          256
+#define PROTO_ENV_VALUE_MAX    32768
+#define PROTO_DEPS_MAX         64
+#define PROTO_ARRAY_TEXT_MAX   (1 << 17)
+#define PROTO_ARRAY_INDEX_MAX  4000000u
+#define PROTO_SPEC_GPUS_MAX    1024
+#define PROTO_SPEC_CPUS_MAX    4096
+#define PROTO_SPEC_MEM_MAX     (INT64_C(64) << 20) /* MiB */
+#define PROTO_SPEC_GPU_MEM_MAX (INT64_C(1) << 20)  /* MiB */
+#define PROTO_TIME_LIMIT_MAX   (INT64_C(365) * 86400)
+#define PROTO_RETRIES_MAX      100
+
+/* ---- registration: PUT /v1/nodes/NAME --------------------------------- */
+
+/* One GPU of the node's inventory. */
+struct proto_gpu {
+    uint32_t index;        /* 0..PROTO_GPUS_MAX-1, unique on the node */
+    char *uuid;            /* 1..PROTO_UUID_MAX bytes, unique on the node */
+    char *gpu_type;        /* "H100-80GB": 1..PROTO_NAME_MAX bytes */
+    uint32_t mem_mib;      /* 1..PROTO_GPU_MEM_MAX */
+    int64_t nvlink_domain; /* the lowest index its NVLinks reach; -1: none (also when absent) */
+    uint32_t mig_slices;   /* 0..PROTO_MIG_SLICES_MAX */
+    bool mig_enabled;
+};
+
+struct proto_register {
+    char *name;        /* NULL: absent (the path names the node; the agent sends none) */
+    char *pool;        /* 1..PROTO_NAME_MAX bytes */
+    uint32_t cpus;     /* 1..PROTO_NODE_CPUS_MAX */
+    int64_t mem_mib;   /* 1..PROTO_NODE_MEM_MAX */
+    char *addr;        /* where the controller reaches the agent; NULL: absent */
+    uint32_t log_port; /* the agent's log server, 0..65535 (0: none) */
+    struct proto_gpu *gpus;
+    size_t ngpus; /* 0..PROTO_GPUS_MAX */
+};
+
+int proto_register_encode(const struct proto_register *m, json_t **ret);
+int proto_register_decode(const json_t *obj, struct proto_register *ret, char *err, size_t errlen);
+void proto_register_release(struct proto_register *m);
+/* Its "gpus" list alone (`gpuorch agent --probe` shows it). */
+int proto_gpus_encode(const struct proto_gpu *gpus, size_t n, json_t **ret);
+
+/* The node as the controller stored it, and the token the agent's log
+ * server asks of the controller. "name" is required here; "log_port" is
+ * written only when not 0. */
+enum proto_node_state {
+    PROTO_NODE_UP = 0,
+    PROTO_NODE_DRAINING,
+    PROTO_NODE_DOWN,
+};
+
+struct proto_registered {
+    struct proto_register node;
+    enum proto_node_state state; /* "up", "draining", "down" */
+    char *log_token;             /* 1..PROTO_TOKEN_MAX bytes */
+};
+
+int proto_registered_encode(const struct proto_registered *m, json_t **ret);
+int proto_registered_decode(const json_t *obj, struct proto_registered *ret, char *err,
+                            size_t errlen);
+void proto_registered_release(struct proto_registered *m);
+
+/* ---- heartbeat: POST /v1/nodes/NAME/heartbeat -------------------------- */
+
+/* A process NVML lists on a GPU. job and attempt are PROTO_NONE (JSON null)
+ * together for a process that is no attempt's. */
+struct proto_process {
+    int64_t pid;
+    int64_t memory_mib; /* PROTO_NONE: not reported */
+    int64_t job;        /* >= 1, or PROTO_NONE */
+    int64_t attempt;    /* 1..UINT32_MAX, or PROTO_NONE */
+};
+
+/* One GPU's sample. A GPU that failed to sample has `error` (and on the wire
+ * only "index" and "error"); every other has `uuid` and figures. */
+struct proto_gpu_sample {
+    uint32_t index; /* 0..PROTO_GPUS_MAX-1 */
+    char *uuid;     /* NULL exactly when error is set */
+    char *error;    /* 1..PROTO_ERROR_MAX bytes, or NULL */
+    /* Figures, PROTO_NONE when not reported (null on the wire). */
+    int64_t utilization_pct, memory_utilization_pct, memory_used_mib, memory_total_mib, power_mw,
+        temperature_c;
+    bool procs_known; /* false: "processes": null (NVML could not list them) */
+    struct proto_process *procs;
+    size_t nprocs; /* 0..PROTO_PROCS_MAX */
+};
+
+struct proto_heartbeat {
+    struct proto_gpu_sample *gpus;
+    size_t ngpus;          /* 0..PROTO_GPUS_MAX */
+    char **dirty;          /* UUIDs of GPUs ended attempts' processes still occupy */
+    size_t ndirty;         /* 0..PROTO_DIRTY_MAX */
+    int64_t sampled_at_ms; /* when the agent sampled (Unix ms, >= 0); PROTO_NONE: absent */
+};
+
+int proto_heartbeat_encode(const struct proto_heartbeat *m, json_t **ret);
+int proto_heartbeat_decode(const json_t *obj, struct proto_heartbeat *ret, char *err,
+                           size_t errlen);
+void proto_heartbeat_release(struct proto_heartbeat *m);
+/* Its "gpus" list alone (`gpuorch agent --probe` shows it). */
+int proto_gpu_samples_encode(const struct proto_gpu_sample *gpus, size_t n, json_t **ret);
+
+/* ---- assignments: GET /v1/nodes/NAME/assignments ---------------------- */
+
+enum proto_action {
+    PROTO_ACTION_RUN = 0, /* "run": launch it (once) */
+    PROTO_ACTION_KILL,    /* "kill": stop it */
+};
+
+/* Why a kill: the final state the agent reports for it ("as" on the wire). */
+#define PROTO_KILL_MAP(X)                                                                          \
+    X(CANCELLED, "CANCELLED")                                                                      \
+    X(PREEMPTED, "PREEMPTED")
+enum proto_kill_cause {
+#define PROTO_KILL_ENUM(name, text) PROTO_KILL_##name,
+    PROTO_KILL_MAP(PROTO_KILL_ENUM)
+#undef PROTO_KILL_ENUM
+};
+/* "CANCELLED", ...; "unknown" out of range. */
+const char *proto_kill_cause_name(enum proto_kill_cause cause);
+
+/* A GPU an attempt runs on: the whole GPU (milli 1000) or a share of it. */
+struct proto_share {
+    char *uuid;      /* 1..PROTO_UUID_MAX bytes */
+    uint32_t milli;  /* 1..1000 */
+    int64_t mem_mib; /* 0..PROTO_GPU_MEM_MAX: its share of the GPU's memory */
+};
+
+struct proto_env {
+    char *name;  /* 1..PROTO_SPEC_NAME_MAX bytes */
+    char *value; /* 0..PROTO_ENV_VALUE_MAX bytes */
+};
+
+enum proto_dep_type {
+    PROTO_DEP_AFTEROK = 0,
+    PROTO_DEP_AFTERANY,
+};
+
+struct proto_dep {
+    enum proto_dep_type type; /* "afterok", "afterany" */
+    int64_t job;              /* >= 1 */
+};
+
+/*
+ * The job's spec, every key the controller's API shows (cluster/jobspec.h).
+ * The agent uses what to launch and its limits; the scheduling fields below
+ * them travel so that the spec reads the same everywhere. Strings are NULL
+ * for JSON null (or absent); absent numbers are 0, absent booleans false.
+ */
+struct proto_spec {
+    /* what runs, and how */
+    char *name;            /* 1..PROTO_SPEC_NAME_MAX bytes, or NULL */
+    char **argv;           /* "command": NULL-terminated; NULL when null (a script job) */
+    size_t argc;           /* 0..PROTO_ARGV_MAX, each 0..PROTO_ARG_MAX bytes */
+    char *script;          /* 1..PROTO_SCRIPT_MAX bytes, or NULL */
+    char *workdir;         /* 1..PROTO_PATH_MAX bytes, or NULL: the user's home */
+    struct proto_env *env; /* "env": {NAME: VALUE}, in the object's order */
+    size_t nenv;           /* 0..PROTO_ENV_MAX */
+    char *output, *error;  /* log paths (sbatch's %j patterns), or NULL */
+    int64_t time_limit_s;  /* 0..PROTO_TIME_LIMIT_MAX; 0: none */
+    uint32_t cpus;         /* 0..PROTO_SPEC_CPUS_MAX */
+    int64_t mem_mib;       /* 0..PROTO_SPEC_MEM_MAX */
+    /* what the scheduler read */
+    char *team, *project, *model, *priority, *pool, *gpu_type; /* as name */
+    int64_t gpus_milli; /* "gpus": whole GPUs (an integer) or a fraction below 1, in
+                           thousandths: 0..PROTO_SPEC_GPUS_MAX * 1000 */
+    int64_t gpu_mem_mib, min_gpu_mem_mib; /* 0..PROTO_SPEC_GPU_MEM_MAX */
+    bool multi_node, checkpointable, requeue;
+    uint32_t max_retries;   /* 0..PROTO_RETRIES_MAX */
+    struct proto_dep *deps; /* "dependencies" */
+    size_t ndeps;           /* 0..PROTO_DEPS_MAX */
+    char *array;            /* Slurm's array text, 1..PROTO_ARRAY_TEXT_MAX bytes, or NULL */
+};
+
+/* Where a gang's ranks meet: every node in rank order, this node's rank,
+ * rank 0's address and port. */
+struct proto_gang {
+    char **nodes;         /* NULL-terminated */
+    size_t nnodes;        /* 1..PROTO_GANG_MAX, each 1..PROTO_HOST_MAX bytes */
+    uint32_t rank;        /* < nnodes */
+    char *master_addr;    /* 1..PROTO_HOST_MAX bytes */
+    uint32_t master_port; /* 1..65535 */
+};
+
+struct proto_attempt {
+    uint64_t job;     /* 1..INT64_MAX */
+    uint32_t attempt; /* >= 1 */
+    enum proto_action action;
+    /* action run (all but the array pair required; absent in a kill) */
+    struct proto_share *gpus;
+    size_t ngpus;    /* 0..PROTO_GPUS_MAX */
+    char *user;      /* who submitted it: 1..PROTO_NAME_MAX bytes */
+    char *unix_user; /* 1..PROTO_UNIX_USER_MAX bytes; NULL: JSON null (none) */
+    struct proto_spec spec;
+    struct proto_gang gang;
+    int64_t array_id;    /* an array task's array (>= 1); PROTO_NONE: not one */
+    int64_t array_index; /* 0..PROTO_ARRAY_INDEX_MAX; PROTO_NONE with array_id */
+    /* action kill */
+    int64_t grace_s; /* SIGTERM to SIGKILL, 0..INT32_MAX; PROTO_NONE: absent (the agent's
+                        --kill-grace) */
+    char *reason;    /* 0..PROTO_KILL_REASON_MAX bytes, for people; NULL: absent */
+    enum proto_kill_cause cause; /* "as" */
+};
+
+struct proto_assignments {
+    int64_t rev; /* the node's revision, >= 0: the next poll's since= */
+    char *node;  /* 1..PROTO_HOST_MAX bytes */
+    struct proto_attempt *attempts;
+    size_t nattempts; /* 0..PROTO_ATTEMPTS_MAX */
+};
+
+int proto_assignments_encode(const struct proto_assignments *m, json_t **ret);
+int proto_assignments_decode(const json_t *obj, struct proto_assignments *ret, char *err,
+                             size_t errlen);
+void proto_assignments_release(struct proto_assignments *m);
+
+/* One attempt alone (an element of "attempts"), for a controller that
+ * builds its answer attempt by attempt; errors name fields without the
+ * "attempts[i]." prefix. */
+int proto_attempt_encode(const struct proto_attempt *m, json_t **ret);
+int proto_attempt_decode(const json_t *obj, struct proto_attempt *ret, char *err, size_t errlen);
+void proto_attempt_release(struct proto_attempt *m);
+
+/* ---- reports: POST /v1/nodes/NAME/attempts/JOB/ATTEMPT ----------------- */
+
+#define PROTO_STATE_MAP(X)                                                                         \
+    X(RUNNING, "RUNNING")                                                                          \
+    X(COMPLETED, "COMPLETED")                                                                      \
+    X(FAILED, "FAILED")                                                                            \
+    X(TIMEOUT, "TIMEOUT")                                                                          \
+    X(CANCELLED, "CANCELLED")                                                                      \
+    X(PREEMPTED, "PREEMPTED")
+enum proto_state {
+#define PROTO_STATE_ENUM(name, text) PROTO_STATE_##name,
+    PROTO_STATE_MAP(PROTO_STATE_ENUM)
+#undef PROTO_STATE_ENUM
+};
+/* "RUNNING", ...; "unknown" out of range. */
+const char *proto_state_name(enum proto_state state);
+
+struct proto_report {
+    enum proto_state state;
+    int64_t exit_code; /* 0..255; PROTO_NONE: absent */
+    int64_t signal;    /* 0..PROTO_SIGNAL_MAX; PROTO_NONE: absent */
+    char *reason;      /* 0..PROTO_REASON_MAX bytes; NULL: absent */
+    char **dirty_gpus; /* UUIDs still running its processes ("dirty_gpus", written only
+                          when not empty) */
+    size_t ndirty;     /* 0..PROTO_DIRTY_MAX */
+};
+
+int proto_report_encode(const struct proto_report *m, json_t **ret);
+int proto_report_decode(const json_t *obj, struct proto_report *ret, char *err, size_t errlen);
+void proto_report_release(struct proto_report *m);
+
+#endif

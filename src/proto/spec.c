@@ -1,0 +1,275 @@
+/*
+ * spec.c - the job's spec inside a run attempt (wire.h): the keys of the
+ * controller's jobspec_to_json, with its bounds.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "proto/proto.h"
+#include "proto/wire.h"
+#include "util/errbuf.h"
+#include "base/banned.h"
+
+_Static_assert(sizeof(enum proto_dep_type) == sizeof(int), "jsonv stores an enum as an int");
+
+static const char *const dep_types[] = {
+    [PROTO_DEP_AFTEROK] = "afterok", [PROTO_DEP_AFTERANY] = "afterany", NULL};
+
+static const struct jsonv_field dep_fields[] = {
+    WIRE_REQ("type", JSONV_ENUM, struct proto_dep, type, 0, 0, .choices = dep_types),
+    WIRE_REQ("job", JSONV_INT64, struct proto_dep, job, 1, INT64_MAX),
+};
+
+#define TEXT(key, m, hi)                                                                           \
+    WIRE_OPT(key, JSONV_STRING, struct wire_spec, s.m, 1, hi, .flags = JSONV_NULLABLE)
+#define INT(key, m, hi) WIRE_OPT(key, JSONV_INT64, struct wire_spec, s.m, 0, hi)
+#define BOOL(key, m)    WIRE_OPT(key, JSONV_BOOL, struct wire_spec, s.m, 0, 0)
+
+/* In the order the controller writes them. */
+const struct jsonv_field wire_spec_fields[WIRE_NSPEC_FIELDS] = {
+    TEXT("name", name, PROTO_SPEC_NAME_MAX),
+    TEXT("team", team, PROTO_SPEC_NAME_MAX),
+    TEXT("project", project, PROTO_SPEC_NAME_MAX),
+    TEXT("model", model, PROTO_SPEC_NAME_MAX),
+    TEXT("priority", priority, PROTO_SPEC_NAME_MAX),
+    TEXT("pool", pool, PROTO_SPEC_NAME_MAX),
+    TEXT("gpu_type", gpu_type, PROTO_SPEC_NAME_MAX),
+    WIRE_OPT("gpus", JSONV_RAW, struct wire_spec, gpus, 0, 0,
+             .flags = JSONV_NULLABLE | JSONV_PRESENCE,
+             .presence_offset = offsetof(struct wire_spec, gpus_p)),
+    INT("gpu_mem_mib", gpu_mem_mib, PROTO_SPEC_GPU_MEM_MAX),
+    INT("min_gpu_mem_mib", min_gpu_mem_mib, PROTO_SPEC_GPU_MEM_MAX),
+    WIRE_OPT("cpus", JSONV_UINT32, struct wire_spec, s.cpus, 0, PROTO_SPEC_CPUS_MAX),
+    INT("mem_mib", mem_mib, PROTO_SPEC_MEM_MAX),
+    INT("time_limit_s", time_limit_s, PROTO_TIME_LIMIT_MAX),
+    BOOL("multi_node", multi_node),
+    BOOL("checkpointable", checkpointable),
+    WIRE_OPT("command", JSONV_STRINGS, struct wire_spec, s.argv, 0, PROTO_ARG_MAX,
+             .flags = JSONV_NULLABLE, .max_items = PROTO_ARGV_MAX,
+             .count_offset = offsetof(struct wire_spec, s.argc)),
+    TEXT("script", script, PROTO_SCRIPT_MAX),
+    TEXT("workdir", workdir, PROTO_PATH_MAX),
+    WIRE_OPT("env", JSONV_RAW, struct wire_spec, env, 0, 0, .flags = JSONV_NULLABLE),
+    WIRE_OPT("max_retries", JSONV_UINT32, struct wire_spec, s.max_retries, 0, PROTO_RETRIES_MAX),
+    BOOL("requeue", requeue),
+    WIRE_OPT("dependencies", JSONV_OBJECTS, struct wire_spec, s.deps, 0, 0, .flags = JSONV_NULLABLE,
+             .max_items = PROTO_DEPS_MAX, .count_offset = offsetof(struct wire_spec, s.ndeps),
+             .elem_size = sizeof(struct proto_dep), .sub = dep_fields,
+             .nsub = ARRAY_LEN(dep_fields)),
+    TEXT("array", array, PROTO_ARRAY_TEXT_MAX),
+    TEXT("output", output, PROTO_PATH_MAX),
+    TEXT("error", error, PROTO_PATH_MAX),
+};
+
+/* "gpus": whole GPUs as an integer (or a whole real), or a fraction below 1
+ * with at most three decimals; in thousandths. */
+static int gpus_read(const json_t *v, int64_t *ret)
+{
+    if (!v) {
+        *ret = 0;
+        return 0;
+    }
+    if (json_is_integer(v)) {
+        json_int_t n = json_integer_value(v);
+        if (n < 0 || n > PROTO_SPEC_GPUS_MAX)
+            return GPO_ERANGE;
+        *ret = (int64_t)n * 1000;
+        return 0;
+    }
+    double x = json_is_real(v) ? json_real_value(v) : NAN;
+    if (!isfinite(x))
+        return GPO_EINVAL;
+    if (x < 0 || x > PROTO_SPEC_GPUS_MAX)
+        return GPO_ERANGE;
+    double milli = round(x * 1000);
+    if ((x >= 1 && x != floor(x)) || fabs(x * 1000 - milli) > 1e-9)
+        return GPO_EINVAL;
+    *ret = (int64_t)milli;
+    return 0;
+}
+
+int wire_spec_check(const struct wire_spec *w, const char *path, char *err, size_t errlen)
+{
+    int64_t milli;
+    int rc = gpus_read(w->gpus, &milli);
+    if (rc)
+        return errbuf_set(err, errlen, rc,
+                          "field '%s.gpus': expected whole GPUs (0..%d) or a fraction below 1 "
+                          "with at most three decimals",
+                          path, PROTO_SPEC_GPUS_MAX);
+    if (!w->env)
+        return 0;
+    if (!json_is_object(w->env))
+        return errbuf_set(err, errlen, GPO_EINVAL, "field '%s.env': expected an object, got %s",
+                          path, jsonv_type_name(w->env));
+    if (json_object_size(w->env) > PROTO_ENV_MAX)
+        return errbuf_set(err, errlen, GPO_ERANGE, "field '%s.env': %zu variables, at most %d",
+                          path, json_object_size(w->env), PROTO_ENV_MAX);
+    const char *name;
+    json_t *v;
+    json_object_foreach(w->env, name, v)
+    {
+        char q[JSONV_QUOTE_MAX + 4];
+        size_t len = strlen(name);
+        const char *shown = jsonv_quote(name, len, q);
+        if (len < 1 || len > PROTO_SPEC_NAME_MAX)
+            return errbuf_set(err, errlen, GPO_ERANGE,
+                              "field '%s.env': the name '%s' is not 1 to %d bytes", path, shown,
+                              PROTO_SPEC_NAME_MAX);
+        if (!json_is_string(v))
+            return errbuf_set(err, errlen, GPO_EINVAL,
+                              "field '%s.env.%s': expected a string, got %s", path, shown,
+                              jsonv_type_name(v));
+        size_t vlen = json_string_length(v);
+        if (strlen(json_string_value(v)) != vlen)
+            return errbuf_set(err, errlen, GPO_EINVAL, "field '%s.env.%s': holds a NUL", path,
+                              shown);
+        if (vlen > PROTO_ENV_VALUE_MAX)
+            return errbuf_set(err, errlen, GPO_ERANGE, "field '%s.env.%s': %zu bytes, at most %d",
+                              path, shown, vlen, PROTO_ENV_VALUE_MAX);
+    }
+    return 0;
+}
+
+static void env_free(struct proto_env *env, size_t n)
+{
+    for (size_t k = 0; env && k < n; k++) {
+        free(env[k].name);
+        free(env[k].value);
+    }
+    free(env);
+}
+
+int wire_spec_take(struct wire_spec *w, struct proto_spec *ret)
+{
+    size_t n = w->env ? json_object_size(w->env) : 0, k = 0;
+    struct proto_env *env = n ? calloc(n, sizeof(*env)) : NULL;
+    if (n && !env)
+        return GPO_ENOMEM;
+    const char *name;
+    json_t *v;
+    json_object_foreach(w->env, name, v)
+    {
+        if (k == n)
+            break;
+        struct proto_env *at = &env[k++];
+        at->name = strdup(name);
+        at->value = strdup(json_string_value(v));
+        if (!at->name || !at->value) {
+            env_free(env, k);
+            return GPO_ENOMEM;
+        }
+    }
+    int64_t milli = 0;
+    gpus_read(w->gpus, &milli);
+    *ret = w->s;
+    ret->gpus_milli = milli;
+    ret->env = env;
+    ret->nenv = k;
+    memset(&w->s, 0, sizeof(w->s));
+    w->gpus = w->env = NULL;
+    return 0;
+}
+
+void wire_spec_release(struct proto_spec *s)
+{
+    if (!s)
+        return;
+    char *texts[] = {s->name,    s->script, s->workdir,  s->output, s->error,    s->team,
+                     s->project, s->model,  s->priority, s->pool,   s->gpu_type, s->array};
+    for (size_t k = 0; k < ARRAY_LEN(texts); k++)
+        free(texts[k]);
+    wire_free_strs(s->argv, s->argc);
+    env_free(s->env, s->nenv);
+    free(s->deps);
+    memset(s, 0, sizeof(*s));
+}
+
+static json_t *gpus_json(struct wire_enc *e, int64_t milli)
+{
+    if (milli % 1000 == 0)
+        return wire_int(e, milli / 1000);
+    json_t *v = e->rc ? NULL : json_real((double)milli / 1000.0);
+    if (!v)
+        wire_fail(e, GPO_ENOMEM);
+    return v;
+}
+
+static json_t *env_json(struct wire_enc *e, const struct proto_spec *s)
+{
+    json_t *o = wire_object(e);
+    for (size_t k = 0; o && !e->rc && k < s->nenv; k++) {
+        json_t *v = wire_str(e, s->env[k].value);
+        if (!e->rc &&
+            (!s->env[k].name || jsonv_check_utf8(s->env[k].name, strlen(s->env[k].name)) != 0)) {
+            json_decref(v);
+            wire_fail(e, GPO_EINVAL);
+        } else if (v && json_object_set_new(o, s->env[k].name, v) != 0) {
+            wire_fail(e, GPO_ENOMEM);
+        }
+    }
+    if (e->rc) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
+static json_t *deps_json(struct wire_enc *e, const struct proto_spec *s)
+{
+    json_t *a = e->rc ? NULL : json_array();
+    if (!a)
+        wire_fail(e, GPO_ENOMEM);
+    for (size_t k = 0; a && !e->rc && k < s->ndeps; k++) {
+        json_t *o = wire_object(e);
+        if ((unsigned)s->deps[k].type > PROTO_DEP_AFTERANY)
+            wire_fail(e, GPO_EINVAL);
+        else
+            wire_set(e, o, "type", wire_str(e, dep_types[s->deps[k].type]));
+        wire_set(e, o, "job", wire_int(e, s->deps[k].job));
+        wire_append(e, a, o);
+    }
+    if (e->rc) {
+        json_decref(a);
+        return NULL;
+    }
+    return a;
+}
+
+json_t *wire_spec_json(struct wire_enc *e, const struct proto_spec *s)
+{
+    json_t *o = wire_object(e);
+    const struct {
+        const char *key;
+        const char *v;
+    } labels[] = {{"name", s->name},        {"team", s->team},         {"project", s->project},
+                  {"model", s->model},      {"priority", s->priority}, {"pool", s->pool},
+                  {"gpu_type", s->gpu_type}};
+    for (size_t k = 0; k < ARRAY_LEN(labels); k++)
+        wire_set(e, o, labels[k].key, wire_str_or_null(e, labels[k].v));
+    wire_set(e, o, "gpus", gpus_json(e, s->gpus_milli));
+    wire_set(e, o, "gpu_mem_mib", wire_int(e, s->gpu_mem_mib));
+    wire_set(e, o, "min_gpu_mem_mib", wire_int(e, s->min_gpu_mem_mib));
+    wire_set(e, o, "cpus", wire_int(e, s->cpus));
+    wire_set(e, o, "mem_mib", wire_int(e, s->mem_mib));
+    wire_set(e, o, "time_limit_s", wire_int(e, s->time_limit_s));
+    wire_set(e, o, "multi_node", json_boolean(s->multi_node));
+    wire_set(e, o, "checkpointable", json_boolean(s->checkpointable));
+    wire_set(e, o, "command", s->argv ? wire_strs(e, s->argv, s->argc) : json_null());
+    wire_set(e, o, "script", wire_str_or_null(e, s->script));
+    wire_set(e, o, "workdir", wire_str_or_null(e, s->workdir));
+    wire_set(e, o, "env", env_json(e, s));
+    wire_set(e, o, "max_retries", wire_int(e, s->max_retries));
+    wire_set(e, o, "requeue", json_boolean(s->requeue));
+    wire_set(e, o, "dependencies", deps_json(e, s));
+    wire_set(e, o, "array", wire_str_or_null(e, s->array));
+    wire_set(e, o, "output", wire_str_or_null(e, s->output));
+    wire_set(e, o, "error", wire_str_or_null(e, s->error));
+    if (e->rc) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}

@@ -1,0 +1,115 @@
+/*
+ * wire.c - what the message files share (wire.h).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "proto/wire.h"
+#include "base/banned.h"
+
+void wire_fail(struct wire_enc *e, int rc)
+{
+    if (!e->rc)
+        e->rc = rc;
+}
+
+json_t *wire_object(struct wire_enc *e)
+{
+    json_t *o = e->rc ? NULL : json_object();
+    if (!o)
+        wire_fail(e, GPO_ENOMEM);
+    return o;
+}
+
+void wire_set(struct wire_enc *e, json_t *o, const char *key, json_t *v)
+{
+    if (!v) {
+        wire_fail(e, GPO_ENOMEM);
+        return;
+    }
+    if (e->rc || !o) {
+        json_decref(v);
+        wire_fail(e, GPO_ENOMEM);
+        return;
+    }
+    if (json_object_set_new(o, key, v) != 0) /* it took v */
+        wire_fail(e, GPO_ENOMEM);
+}
+
+void wire_append(struct wire_enc *e, json_t *a, json_t *v)
+{
+    if (!v) {
+        wire_fail(e, GPO_ENOMEM);
+        return;
+    }
+    if (e->rc || !a) {
+        json_decref(v);
+        wire_fail(e, GPO_ENOMEM);
+        return;
+    }
+    if (json_array_append_new(a, v) != 0)
+        wire_fail(e, GPO_ENOMEM);
+}
+
+json_t *wire_str(struct wire_enc *e, const char *s)
+{
+    if (e->rc)
+        return NULL;
+    if (!s || jsonv_check_utf8(s, strlen(s)) != 0) {
+        wire_fail(e, GPO_EINVAL);
+        return NULL;
+    }
+    json_t *v = json_string(s);
+    if (!v)
+        wire_fail(e, GPO_ENOMEM);
+    return v;
+}
+
+json_t *wire_str_or_null(struct wire_enc *e, const char *s)
+{
+    return s ? wire_str(e, s) : json_null();
+}
+
+json_t *wire_int(struct wire_enc *e, int64_t v)
+{
+    json_t *j = e->rc ? NULL : json_integer((json_int_t)v);
+    if (!j)
+        wire_fail(e, GPO_ENOMEM);
+    return j;
+}
+
+json_t *wire_strs(struct wire_enc *e, char *const *v, size_t n)
+{
+    json_t *a = e->rc ? NULL : json_array();
+    if (!a)
+        wire_fail(e, GPO_ENOMEM);
+    for (size_t k = 0; a && k < n; k++)
+        wire_append(e, a, wire_str(e, v[k]));
+    if (e->rc) {
+        json_decref(a);
+        return NULL;
+    }
+    return a;
+}
+
+int wire_done(struct wire_enc *e, json_t *o, json_t **ret)
+{
+    if (e->rc || !o) {
+        json_decref(o);
+        return e->rc ? e->rc : GPO_ENOMEM;
+    }
+    *ret = o;
+    return 0;
+}
+
+void wire_free_strs(char **v, size_t n)
+{
+    for (size_t k = 0; v && k < n; k++)
+        free(v[k]);
+    free(v);
+}
+
+int64_t wire_figure(const json_t *v)
+{
+    return json_is_integer(v) ? (int64_t)json_integer_value(v) : PROTO_NONE;
+}

@@ -1,0 +1,88 @@
+/*
+ * wire.h - (private to src/proto) what the message files share: building
+ * objects without checking every call, the field-table shorthands, and
+ * freeing string lists by count.
+ */
+#ifndef GPUORCH_PROTO_WIRE_H
+#define GPUORCH_PROTO_WIRE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "proto/proto.h"
+#include "util/jsonv.h"
+
+#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+/*
+ * An encode in progress: the first failure is kept in rc and every later
+ * call does nothing, so an encoder reads as the list of its keys. Values
+ * passed in are taken (json_decref'd on failure); NULL means a failed
+ * allocation, or a string wire_str refused (rc then says which).
+ */
+struct wire_enc {
+    int rc; /* 0, GPO_EINVAL or GPO_ENOMEM */
+};
+
+void wire_fail(struct wire_enc *e, int rc);
+/* A new object, or NULL (rc set). */
+json_t *wire_object(struct wire_enc *e);
+/* Sets key (a literal) in o. */
+void wire_set(struct wire_enc *e, json_t *o, const char *key, json_t *v);
+/* Appends to the array a. */
+void wire_append(struct wire_enc *e, json_t *a, json_t *v);
+/* A JSON string of s: NULL or text that is not UTF-8 is GPO_EINVAL. */
+json_t *wire_str(struct wire_enc *e, const char *s);
+/* s, or JSON null for NULL. */
+json_t *wire_str_or_null(struct wire_enc *e, const char *s);
+json_t *wire_int(struct wire_enc *e, int64_t v);
+/* A list of n strings. */
+json_t *wire_strs(struct wire_enc *e, char *const *v, size_t n);
+/* Finishes: 0 and *ret = o, or rc (o freed). */
+int wire_done(struct wire_enc *e, json_t *o, json_t **ret);
+
+/* Frees n strings and the array (NULL fine). */
+void wire_free_strs(char **v, size_t n);
+
+/* A figure: an integer, or PROTO_NONE for anything else. */
+int64_t wire_figure(const json_t *v);
+
+/* Field-table entries (util/jsonv.h); more designators may follow (never
+ * .flags in WIRE_REQ). */
+#define WIRE_REQ(key, kind_, type, m, lo, hi, ...)                                                 \
+    {                                                                                              \
+        .name = key, .kind = kind_, .flags = JSONV_REQUIRED, .offset = offsetof(type, m),          \
+        .min = lo, .max = hi, __VA_ARGS__                                                          \
+    }
+#define WIRE_OPT(key, kind_, type, m, lo, hi, ...)                                                 \
+    {                                                                                              \
+        .name = key, .kind = kind_, .offset = offsetof(type, m), .min = lo, .max = hi, __VA_ARGS__ \
+    }
+
+/* ---- the spec of a run attempt (spec.c) ---- */
+
+/* What jsonv fills: the spec, and the two members read by hand. */
+struct wire_spec {
+    struct proto_spec s; /* all but gpus_milli and env */
+    json_t *gpus;        /* borrowed: an integer, or a real below 1 */
+    enum jsonv_presence gpus_p;
+    json_t *env; /* borrowed: {NAME: VALUE} */
+};
+
+#define WIRE_NSPEC_FIELDS 25
+extern const struct jsonv_field wire_spec_fields[WIRE_NSPEC_FIELDS];
+
+/* Checks "gpus" and "env"; `path` names the spec in messages
+ * ("attempts[2].spec"). 0, GPO_EINVAL, GPO_ERANGE. */
+int wire_spec_check(const struct wire_spec *w, const char *path, char *err, size_t errlen);
+/* Moves w's members into *ret (overwritten) and reads gpus and env: 0, or
+ * GPO_ENOMEM with w unchanged. Call after wire_spec_check. */
+int wire_spec_take(struct wire_spec *w, struct proto_spec *ret);
+/* The spec as the controller's API shows a job's (every key). */
+json_t *wire_spec_json(struct wire_enc *e, const struct proto_spec *s);
+void wire_spec_release(struct proto_spec *s);
+
+#endif

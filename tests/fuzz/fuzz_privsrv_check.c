@@ -1,0 +1,153 @@
+/* fuzz_privsrv_check.c - libFuzzer target: any bytes as a request to the
+ * agent's privileged process, through its checks (privsrv_check.h). The
+ * first byte picks what the rest is: 0 a whole message (its type and size
+ * checked, then its fields when it is a signal or cleanup); 1 a launch,
+ * its fixed fields first and then its user, workdir, stdout, stderr and
+ * packed strings, separated by 0xff bytes; 2 a signal or cleanup; 3 a
+ * cgroup path after a job and an attempt; 4 a pid file. A refusal is one
+ * non-empty line; a launch that passes yields argv and env within its
+ * strings, argv[0] not empty, every env entry NAME=VALUE. tests/fuzz/run.sh
+ * builds and runs it. */
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agent/privsrv_check.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static struct priv_req_launch launch_req; /* too big for the stack of a fuzzer */
+
+static void one_line(const char *msg)
+{
+    if (!msg[0] || strchr(msg, '\n'))
+        abort(); /* every refusal says why, on one line */
+}
+
+static bool within(const char *p, const struct priv_req_launch *q)
+{
+    return p >= q->strings && p < q->strings + q->strings_len;
+}
+
+/* What a launch that passed promises. */
+static void launch_ok(const struct priv_req_launch *q, char **cmd)
+{
+    for (uint32_t i = 0; i < q->argc; i++) {
+        if (!cmd[i] || !within(cmd[i], q))
+            abort();
+    }
+    if (!cmd[0][0] || cmd[q->argc] || cmd[q->argc + 1 + q->nenv])
+        abort();
+    for (uint32_t i = 0; i < q->nenv; i++) {
+        const char *e = cmd[q->argc + 1 + i];
+        if (!e || !within(e, q) || !strchr(e, '=') || e[0] == '=')
+            abort();
+    }
+}
+
+/* Fixed fields, then the arrays separated by 0xff. */
+static void fuzz_launch(const uint8_t *data, size_t size)
+{
+    struct priv_req_launch *q = &launch_req;
+    memset(q, 0, sizeof(*q));
+    size_t fixed = offsetof(struct priv_req_launch, unix_user);
+    size_t n = size < fixed ? size : fixed;
+    memcpy(q, data, n);
+    q->type = PRIV_REQ_LAUNCH;
+    char *arrays[] = {q->unix_user, q->workdir, q->stdout_path, q->stderr_path, q->strings};
+    size_t sizes[] = {sizeof(q->unix_user), sizeof(q->workdir), sizeof(q->stdout_path),
+                      sizeof(q->stderr_path), sizeof(q->strings)};
+    size_t at = n;
+    for (size_t k = 0; k < 5 && at < size; k++) {
+        const uint8_t *end = memchr(data + at, 0xff, size - at);
+        size_t len = end ? (size_t)(end - (data + at)) : size - at;
+        memcpy(arrays[k], data + at, len < sizes[k] ? len : sizes[k]);
+        at += len + 1;
+    }
+    char **cmd = NULL;
+    char msg[PRIV_MSG_MAX] = "";
+    if (privsrv_check_launch(q, &cmd, msg, sizeof(msg)) == 0) {
+        launch_ok(q, cmd);
+        free(cmd);
+    } else {
+        one_line(msg);
+    }
+    struct privsrv_self self = {.uid = q->mem_mib & 1 ? 0 : 1000, .allow_root = q->mem_mib & 2};
+    uid_t uid = (uid_t)q->cpu_milli;
+    msg[0] = '\0';
+    int rc = privsrv_check_runas(&self, q->has_user ? q->unix_user : NULL, uid, msg, sizeof(msg));
+    if (rc)
+        one_line(msg);
+    else if ((uid == 0 && !self.allow_root) || (self.uid != 0 && uid != self.uid))
+        abort();
+}
+
+static void fuzz_attempt(const uint8_t *data, size_t size)
+{
+    struct priv_req_attempt q = {0};
+    memcpy(&q, data, size < sizeof(q) ? size : sizeof(q));
+    char msg[PRIV_MSG_MAX] = "";
+    if (privsrv_check_attempt(&q, msg, sizeof(msg)) != 0)
+        one_line(msg);
+    else if (!q.job || !q.attempt || q.pad)
+        abort();
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size < 1)
+        return 0;
+    const uint8_t *rest = data + 1;
+    size_t n = size - 1;
+    char msg[PRIV_MSG_MAX] = "";
+    switch (data[0] % 5) {
+    case 0: {
+        uint32_t type;
+        if (privsrv_check_request(rest, n, &type, msg, sizeof(msg)) != 0) {
+            one_line(msg);
+        } else if (type == PRIV_REQ_LAUNCH) {
+            char **cmd = NULL;
+            memcpy(&launch_req, rest, sizeof(launch_req));
+            if (privsrv_check_launch(&launch_req, &cmd, msg, sizeof(msg)) == 0)
+                launch_ok(&launch_req, cmd);
+            else
+                one_line(msg);
+            free(cmd);
+        } else {
+            fuzz_attempt(rest, n);
+        }
+        break;
+    }
+    case 1:
+        fuzz_launch(rest, n);
+        break;
+    case 2:
+        fuzz_attempt(rest, n);
+        break;
+    case 3: {
+        uint64_t job = 0;
+        uint32_t attempt = 0;
+        if (n < 12)
+            return 0;
+        memcpy(&job, rest, 8);
+        memcpy(&attempt, rest + 8, 4);
+        char *cg = malloc(n - 12 + 1);
+        if (!cg)
+            return 0;
+        memcpy(cg, rest + 12, n - 12);
+        cg[n - 12] = '\0';
+        if (privsrv_check_cgroup(cg, job, attempt) && (cg[0] != '/' || strstr(cg, "/../")))
+            abort();
+        free(cg);
+        break;
+    }
+    case 4: {
+        pid_t pg = privsrv_check_pgid((const char *)rest, n);
+        if (pg != 0 && pg < 2)
+            abort();
+        break;
+    }
+    }
+    return 0;
+}

@@ -1,0 +1,361 @@
+/* test_agent_privsrv_check.c - the privileged process's request checks as
+ * plain functions: a message's type and size, every field of a launch
+ * refused by name, the packed argv and env handed back, the user's uid
+ * against root and the process's own, a signal's and a cleanup's fields,
+ * an attempt's cgroup path, and a pid file's text. No process is forked. */
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "agent/privsrv_check.h"
+#include "base/banned.h"
+
+#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+/* A launch of `/bin/echo hi` with PATH and HOME, as alice, in /tmp. */
+static struct priv_req_launch *good_launch(void)
+{
+    static const char strings[] = "/bin/echo\0hi\0PATH=/bin\0HOME=/root";
+    struct priv_req_launch *q = calloc(1, sizeof(*q));
+    assert_non_null(q);
+    *q = (struct priv_req_launch){.type = PRIV_REQ_LAUNCH,
+                                  .job = 7,
+                                  .attempt = 1,
+                                  .mem_mib = 1024,
+                                  .cpu_milli = 2000,
+                                  .argc = 2,
+                                  .nenv = 2,
+                                  .strings_len = sizeof(strings),
+                                  .has_user = 1,
+                                  .has_workdir = 1,
+                                  .has_stdout = 1};
+    memcpy(q->strings, strings, sizeof(strings));
+    snprintf(q->unix_user, sizeof(q->unix_user), "alice");
+    snprintf(q->workdir, sizeof(q->workdir), "/tmp");
+    snprintf(q->stdout_path, sizeof(q->stdout_path), "/tmp/7.out");
+    return q;
+}
+
+static void privsrv_check_request_takes_each_type_at_its_size_only(void **state)
+{
+    (void)state;
+    char msg[PRIV_MSG_MAX];
+    uint32_t type = 0;
+    struct priv_req_attempt a = {.type = PRIV_REQ_SIGNAL};
+    assert_int_equal(privsrv_check_request(&a, sizeof(a), &type, msg, sizeof(msg)), 0);
+    assert_int_equal(type, PRIV_REQ_SIGNAL);
+    a.type = PRIV_REQ_CLEANUP;
+    assert_int_equal(privsrv_check_request(&a, sizeof(a), &type, msg, sizeof(msg)), 0);
+    assert_int_equal(type, PRIV_REQ_CLEANUP);
+    struct priv_req_launch *q = good_launch();
+    assert_int_equal(privsrv_check_request(q, sizeof(*q), &type, msg, sizeof(msg)), 0);
+    assert_int_equal(type, PRIV_REQ_LAUNCH);
+    type = 99;
+    assert_int_equal(privsrv_check_request(q, sizeof(a), &type, msg, sizeof(msg)), GPO_EINVAL);
+    char want[128];
+    snprintf(want, sizeof(want), "request: launch is %zu bytes, got %zu", sizeof(*q), sizeof(a));
+    assert_string_equal(msg, want);
+    assert_int_equal(type, 99); /* untouched */
+    assert_int_equal(privsrv_check_request(&a, 3, &type, msg, sizeof(msg)), GPO_EINVAL);
+    assert_string_equal(msg, "request: 3 bytes, too short for a type");
+    a.type = 42;
+    assert_int_equal(privsrv_check_request(&a, sizeof(a), &type, msg, sizeof(msg)), GPO_EINVAL);
+    assert_string_equal(msg, "type: 42 is not a request");
+    free(q);
+}
+
+static void privsrv_check_launch_hands_back_argv_and_env(void **state)
+{
+    (void)state;
+    struct priv_req_launch *q = good_launch();
+    char **cmd = NULL;
+    char msg[PRIV_MSG_MAX] = "";
+    assert_int_equal(privsrv_check_launch(q, &cmd, msg, sizeof(msg)), 0);
+    assert_string_equal(cmd[0], "/bin/echo");
+    assert_string_equal(cmd[1], "hi");
+    assert_null(cmd[2]);
+    assert_string_equal(cmd[3], "PATH=/bin");
+    assert_string_equal(cmd[4], "HOME=/root");
+    assert_null(cmd[5]);
+    assert_ptr_equal(cmd[0], q->strings); /* pointers into the request */
+    free(cmd);
+    free(q);
+}
+
+enum breakage {
+    JOB_ZERO,
+    JOB_HUGE,
+    ATTEMPT_ZERO,
+    MEM_NEGATIVE,
+    MEM_HUGE,
+    CPU_HUGE,
+    USER_UNTERMINATED,
+    HAS_USER_2,
+    USER_BAD_NAME,
+    WORKDIR_RELATIVE,
+    WORKDIR_DOTDOT,
+    WORKDIR_UNTERMINATED,
+    HAS_STDOUT_2,
+    STDERR_DOTDOT,
+    ARGC_ZERO,
+    TOO_MANY_STRINGS,
+    STRINGS_LEN_ZERO,
+    STRINGS_LEN_HUGE,
+    STRINGS_UNENDED,
+    STRINGS_SHORT,
+    ARGV0_EMPTY,
+    ENV_NO_EQUALS,
+    ENV_BAD_NAME,
+};
+
+static const struct {
+    enum breakage what;
+    const char *field; /* the message starts with it and ':' */
+} launch_cases[] = {
+    {JOB_ZERO, "job"},
+    {JOB_HUGE, "job"},
+    {ATTEMPT_ZERO, "attempt"},
+    {MEM_NEGATIVE, "mem_mib"},
+    {MEM_HUGE, "mem_mib"},
+    {CPU_HUGE, "cpu_milli"},
+    {USER_UNTERMINATED, "unix_user"},
+    {HAS_USER_2, "has_user"},
+    {USER_BAD_NAME, "unix_user"},
+    {WORKDIR_RELATIVE, "workdir"},
+    {WORKDIR_DOTDOT, "workdir"},
+    {WORKDIR_UNTERMINATED, "workdir"},
+    {HAS_STDOUT_2, "has_stdout_path"},
+    {STDERR_DOTDOT, "stderr_path"},
+    {ARGC_ZERO, "argc"},
+    {TOO_MANY_STRINGS, "argc + nenv"},
+    {STRINGS_LEN_ZERO, "strings_len"},
+    {STRINGS_LEN_HUGE, "strings_len"},
+    {STRINGS_UNENDED, "strings_len"},
+    {STRINGS_SHORT, "strings"},
+    {ARGV0_EMPTY, "argv[0]"},
+    {ENV_NO_EQUALS, "env[1]"},
+    {ENV_BAD_NAME, "env[0]"},
+};
+
+static void breaks(struct priv_req_launch *q, enum breakage what)
+{
+    switch (what) {
+    case JOB_ZERO:
+        q->job = 0;
+        break;
+    case JOB_HUGE:
+        q->job = (uint64_t)INT64_MAX + 1;
+        break;
+    case ATTEMPT_ZERO:
+        q->attempt = 0;
+        break;
+    case MEM_NEGATIVE:
+        q->mem_mib = -1;
+        break;
+    case MEM_HUGE:
+        q->mem_mib = INT64_MAX;
+        break;
+    case CPU_HUGE:
+        q->cpu_milli = 1000001;
+        break;
+    case USER_UNTERMINATED:
+        memset(q->unix_user, 'a', sizeof(q->unix_user));
+        break;
+    case HAS_USER_2:
+        q->has_user = 2;
+        break;
+    case USER_BAD_NAME:
+        snprintf(q->unix_user, sizeof(q->unix_user), "-rf");
+        break;
+    case WORKDIR_RELATIVE:
+        snprintf(q->workdir, sizeof(q->workdir), "tmp");
+        break;
+    case WORKDIR_DOTDOT:
+        snprintf(q->workdir, sizeof(q->workdir), "/tmp/../etc");
+        break;
+    case WORKDIR_UNTERMINATED:
+        memset(q->workdir, '/', sizeof(q->workdir));
+        break;
+    case HAS_STDOUT_2:
+        q->has_stdout = 2;
+        break;
+    case STDERR_DOTDOT:
+        q->has_stderr = 1;
+        snprintf(q->stderr_path, sizeof(q->stderr_path), "/..");
+        break;
+    case ARGC_ZERO:
+        q->argc = 0;
+        break;
+    case TOO_MANY_STRINGS:
+        q->nenv = PRIV_STRINGS_N;
+        break;
+    case STRINGS_LEN_ZERO:
+        q->strings_len = 0;
+        break;
+    case STRINGS_LEN_HUGE:
+        q->strings_len = PRIV_STRINGS_MAX + 1;
+        break;
+    case STRINGS_UNENDED:
+        q->strings_len--; /* the last string's NUL left out */
+        break;
+    case STRINGS_SHORT:
+        q->nenv = 3;
+        break;
+    case ARGV0_EMPTY:
+        q->strings[0] = '\0';
+        q->argc = 1;
+        q->nenv = 0;
+        q->strings_len = 1;
+        break;
+    case ENV_NO_EQUALS:
+        memcpy(q->strings + 27, "_", 1); /* "HOME=/root" at 23 becomes "HOME_/root" */
+        break;
+    case ENV_BAD_NAME:
+        memcpy(q->strings + 13, "1ATH", 4); /* "1ATH=/bin" */
+        break;
+    }
+}
+
+static void privsrv_check_launch_refuses_each_bad_field_by_name(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < ARRAY_LEN(launch_cases); i++) {
+        struct priv_req_launch *q = good_launch();
+        breaks(q, launch_cases[i].what);
+        char **cmd = (char **)(uintptr_t)0x1;
+        char msg[PRIV_MSG_MAX] = "";
+        int rc = privsrv_check_launch(q, &cmd, msg, sizeof(msg));
+        print_message("# case %zu: %s\n", i, msg);
+        assert_int_equal(rc, GPO_EINVAL);
+        size_t fl = strlen(launch_cases[i].field);
+        if (strncmp(msg, launch_cases[i].field, fl) != 0 || msg[fl] != ':')
+            fail_msg("case %zu: '%s' does not start with '%s:'", i, msg, launch_cases[i].field);
+        assert_ptr_equal(cmd, (char **)(uintptr_t)0x1); /* untouched */
+        free(q);
+    }
+}
+
+static void privsrv_check_runas_keeps_root_and_other_users_out(void **state)
+{
+    (void)state;
+    char msg[PRIV_MSG_MAX] = "";
+    const struct privsrv_self root = {.uid = 0, .allow_root = false};
+    const struct privsrv_self root_allowed = {.uid = 0, .allow_root = true};
+    const struct privsrv_self user = {.uid = 1000, .allow_root = false};
+    assert_int_equal(privsrv_check_runas(&root, "alice", 1001, msg, sizeof(msg)), 0);
+    assert_int_equal(privsrv_check_runas(&root, "root", 0, msg, sizeof(msg)), GPO_EINVAL);
+    assert_string_equal(msg, "unix_user: root has uid 0, refused (allow_root is off)");
+    assert_int_equal(privsrv_check_runas(&root, NULL, 0, msg, sizeof(msg)), GPO_EINVAL);
+    assert_non_null(strstr(msg, "the agent's own user"));
+    assert_int_equal(privsrv_check_runas(&root_allowed, NULL, 0, msg, sizeof(msg)), 0);
+    assert_int_equal(privsrv_check_runas(&user, NULL, 1000, msg, sizeof(msg)), 0);
+    assert_int_equal(privsrv_check_runas(&user, "bob", 1002, msg, sizeof(msg)), GPO_EINVAL);
+    assert_non_null(strstr(msg, "does not run as root"));
+    /* A name from a request stays on one line. */
+    assert_int_equal(privsrv_check_runas(&user, "bob\nroot", 1002, msg, sizeof(msg)), GPO_EINVAL);
+    assert_null(strchr(msg, '\n'));
+}
+
+static void privsrv_check_messages_keep_request_text_on_one_line(void **state)
+{
+    (void)state;
+    struct priv_req_launch *q = good_launch();
+    snprintf(q->unix_user, sizeof(q->unix_user), "al\nice");
+    char **cmd = NULL;
+    char msg[PRIV_MSG_MAX] = "";
+    assert_int_equal(privsrv_check_launch(q, &cmd, msg, sizeof(msg)), GPO_EINVAL);
+    assert_string_equal(msg, "unix_user: \"al?ice\" is not a valid user name");
+    free(q);
+    q = good_launch();
+    snprintf(q->workdir, sizeof(q->workdir), "tmp\n/x");
+    assert_int_equal(privsrv_check_launch(q, &cmd, msg, sizeof(msg)), GPO_EINVAL);
+    assert_string_equal(msg, "workdir: \"tmp?/x\" is not an absolute path");
+    free(q);
+}
+
+static void privsrv_check_attempt_takes_only_its_signals_and_ids(void **state)
+{
+    (void)state;
+    static const struct {
+        struct priv_req_attempt q;
+        const char *field; /* NULL: accepted */
+    } cases[] = {
+        {{.type = PRIV_REQ_SIGNAL, .job = 1, .attempt = 1, .sig = SIGTERM}, NULL},
+        {{.type = PRIV_REQ_SIGNAL, .job = 1, .attempt = 1, .sig = SIGKILL}, NULL},
+        {{.type = PRIV_REQ_CLEANUP, .job = 1, .attempt = 1}, NULL},
+        {{.type = PRIV_REQ_SIGNAL, .job = 1, .attempt = 1, .sig = SIGHUP}, "sig"},
+        {{.type = PRIV_REQ_SIGNAL, .job = 1, .attempt = 1}, "sig"},
+        {{.type = PRIV_REQ_CLEANUP, .job = 1, .attempt = 1, .sig = SIGKILL}, "sig"},
+        {{.type = PRIV_REQ_SIGNAL, .job = 0, .attempt = 1, .sig = SIGKILL}, "job"},
+        {{.type = PRIV_REQ_CLEANUP, .job = 1, .attempt = 0}, "attempt"},
+        {{.type = PRIV_REQ_CLEANUP, .job = 1, .attempt = 1, .pad = 7}, "pad"},
+        {{.type = PRIV_REQ_LAUNCH, .job = 1, .attempt = 1}, "type"},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+        char msg[PRIV_MSG_MAX] = "";
+        int rc = privsrv_check_attempt(&cases[i].q, msg, sizeof(msg));
+        if (!cases[i].field) {
+            assert_int_equal(rc, 0);
+            continue;
+        }
+        assert_int_equal(rc, GPO_EINVAL);
+        size_t fl = strlen(cases[i].field);
+        if (strncmp(msg, cases[i].field, fl) != 0 || msg[fl] != ':')
+            fail_msg("case %zu: '%s' does not start with '%s:'", i, msg, cases[i].field);
+    }
+}
+
+static void privsrv_check_cgroup_knows_only_the_attempts_own(void **state)
+{
+    (void)state;
+    assert_true(privsrv_check_cgroup("/sys/fs/cgroup/gpuorch/n1/job-7.1", 7, 1));
+    assert_false(privsrv_check_cgroup("/sys/fs/cgroup/gpuorch/n1/job-7.2", 7, 1));
+    assert_false(privsrv_check_cgroup("/sys/fs/cgroup/gpuorch/n1/job-17.1", 7, 1));
+    assert_false(privsrv_check_cgroup("sys/fs/cgroup/job-7.1", 7, 1));
+    assert_false(privsrv_check_cgroup("/sys/fs/cgroup/../../tmp/job-7.1", 7, 1));
+    assert_false(privsrv_check_cgroup("/job-7.1", 7, 1)); /* not below a root */
+    assert_false(privsrv_check_cgroup("", 7, 1));
+}
+
+static void privsrv_check_pgid_reads_a_pid_and_nothing_else(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *text;
+        pid_t pg;
+    } cases[] = {
+        {"12345\n", 12345}, {"12345", 12345}, {"2\n", 2},         {"1\n", 0},
+        {"0\n", 0},         {"-5\n", 0},      {"abc\n", 0},       {"", 0},
+        {"12 3\n", 0},      {"123\nx", 0},    {"99999999999", 0}, {"2147483647", 2147483647},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+        pid_t pg = privsrv_check_pgid(cases[i].text, strlen(cases[i].text));
+        if (pg != cases[i].pg)
+            fail_msg("'%s': %ld, expected %ld", cases[i].text, (long)pg, (long)cases[i].pg);
+    }
+    char many[64];
+    memset(many, '1', sizeof(many));
+    assert_int_equal(privsrv_check_pgid(many, sizeof(many)), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(privsrv_check_request_takes_each_type_at_its_size_only),
+        cmocka_unit_test(privsrv_check_launch_hands_back_argv_and_env),
+        cmocka_unit_test(privsrv_check_launch_refuses_each_bad_field_by_name),
+        cmocka_unit_test(privsrv_check_runas_keeps_root_and_other_users_out),
+        cmocka_unit_test(privsrv_check_messages_keep_request_text_on_one_line),
+        cmocka_unit_test(privsrv_check_attempt_takes_only_its_signals_and_ids),
+        cmocka_unit_test(privsrv_check_cgroup_knows_only_the_attempts_own),
+        cmocka_unit_test(privsrv_check_pgid_reads_a_pid_and_nothing_else),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
