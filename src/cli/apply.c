@@ -9,8 +9,10 @@
 #include <time.h>
 
 #include "cli/cli.h"
+#include "client/client.h"
 #include "util/errbuf.h"
 #include "util/jsonv.h"
+#include "util/opts.h"
 #include "util/timefmt.h"
 #include "base/banned.h"
 

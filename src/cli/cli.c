@@ -15,8 +15,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "client/client.h"
 #include "util/errbuf.h"
 #include "util/jsonv.h"
+#include "util/opts.h"
 #include "util/timefmt.h"
 #include "base/banned.h"
 

@@ -10,6 +10,8 @@
 #include <string.h>
 
 #include "cli/table.h"
+#include "client/client.h"
+#include "util/opts.h"
 #include "util/timefmt.h"
 #include "base/banned.h"
 

@@ -12,6 +12,8 @@
 
 #include "cli/cli.h"
 #include "cli/table.h"
+#include "client/client.h"
+#include "util/opts.h"
 #include "util/timefmt.h"
 #include "base/banned.h"
 

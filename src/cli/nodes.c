@@ -9,6 +9,8 @@
 
 #include "cli/cli.h"
 #include "cli/table.h"
+#include "client/client.h"
+#include "util/opts.h"
 #include "base/banned.h"
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))

@@ -23,8 +23,10 @@
 
 #include "cli/sbatch.h"
 #include "cli/script.h"
+#include "client/client.h"
 #include "util/errbuf.h"
 #include "util/jsonv.h"
+#include "util/opts.h"
 #include "base/banned.h"
 
 extern char **environ;

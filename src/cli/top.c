@@ -18,7 +18,9 @@
 
 #include "cli/cli.h"
 #include "cli/topview.h"
+#include "client/client.h"
 #include "util/fsutil.h"
+#include "util/opts.h"
 #include "base/banned.h"
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))

@@ -62,7 +62,7 @@ enum opts_type {
     OPTS_STRING,  /* const char *, borrowed from argv (OPTS_NONEMPTY: not "") */
     OPTS_INT,     /* int64_t: a whole decimal number in min..max, stored times scale */
     OPTS_SECONDS, /* int64_t: whole seconds in min..max, stored times scale (1000: ms) */
-    OPTS_SIZE,    /* int64_t: bytes in min..max: digits, then K, M, G or T (powers of 1024) */
+    OPTS_SIZE,    /* int64_t: bytes in min..max: digits, and K, M, G or T (powers of 1024) */
     OPTS_DOUBLE,  /* double: a finite decimal number in dmin..dmax (OPTS_OPEN_MIN: > dmin) */
 };
 
