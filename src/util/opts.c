@@ -80,6 +80,9 @@ static int read_long(struct opts *p, const char *w, const struct opts_opt **ret_
     const char *name = w + 2, *eq = strchr(name, '=');
     size_t len = eq ? (size_t)(eq - name) : strlen(name);
     const struct opts_opt *o = find_long(p, name, len);
+    p->fault = !o                      ? OPTS_FAULT_UNKNOWN
+               : eq && !takes_value(o) ? OPTS_FAULT_EXTRA_VALUE
+                                       : OPTS_FAULT_NONE;
     if (!o)
         return errbuf_set(err, errlen, GPO_ENOENT, "unknown option '--%s'",
                           jsonv_quote(name, len, q));
@@ -97,6 +100,9 @@ static int read_short(struct opts *p, const char *w, const struct opts_opt **ret
 {
     char q[JSONV_QUOTE_MAX + 4];
     const struct opts_opt *o = find_short(p, w[1]);
+    p->fault = !o                        ? OPTS_FAULT_UNKNOWN
+               : w[2] && !takes_value(o) ? OPTS_FAULT_EXTRA_VALUE
+                                         : OPTS_FAULT_NONE;
     if (!o)
         return errbuf_set(err, errlen, GPO_ENOENT, "unknown option '-%s'",
                           jsonv_quote(w + 1, 1, q));
@@ -114,6 +120,7 @@ int opts_next(struct opts *p, const struct opts_opt **ret_opt, const char **ret_
     if (p->i >= p->argc)
         return OPTS_END;
     const char *w = p->word = p->argv[p->i++];
+    p->fault = OPTS_FAULT_NONE;
     if (p->rest || w[0] != '-' || w[1] == '\0') {
         *ret_value = w;
         return OPTS_ARG;
@@ -134,8 +141,10 @@ int opts_next(struct opts *p, const struct opts_opt **ret_opt, const char **ret_
             snprintf(shown, sizeof(shown), "--%s", o->name);
         else
             snprintf(shown, sizeof(shown), "-%c", w[1]);
-        if (p->i >= p->argc)
+        if (p->i >= p->argc) {
+            p->fault = OPTS_FAULT_MISSING_VALUE;
             return errbuf_set(err, errlen, GPO_EUSAGE, "option '%s' needs a value", shown);
+        }
         value = p->argv[p->i++];
     }
     *ret_opt = o;
@@ -306,6 +315,7 @@ static int check_form(struct opts *p, const char **pos, size_t *ret_npos,
         if (k < 0) {
             p->word = walk.word;
             p->i = walk.i;
+            p->fault = walk.fault;
             return k;
         }
         if (k == OPTS_END)
@@ -341,6 +351,7 @@ int opts_parse(struct opts *p, void *args, const char **pos, size_t *ret_npos, c
             break;
         if (k == OPTS_OPTION && (rc = opts_store(o, v, args, err, errlen)) != 0) {
             p->bad = o;
+            p->fault = OPTS_FAULT_BAD_VALUE;
             return rc;
         }
     }

@@ -88,6 +88,16 @@ struct opts_opt {
 /* A table as opts_init takes it: the array, its length and its stride. */
 #define OPTS_TABLE(t) (t), sizeof(t) / sizeof((t)[0]), sizeof((t)[0])
 
+/* What was wrong with the word opts_next or opts_parse last refused, for
+ * callers that word their own messages. */
+enum opts_fault {
+    OPTS_FAULT_NONE = 0,
+    OPTS_FAULT_UNKNOWN,       /* no such option (GPO_ENOENT) */
+    OPTS_FAULT_MISSING_VALUE, /* the option's value is not there (GPO_EUSAGE) */
+    OPTS_FAULT_EXTRA_VALUE,   /* a value given to an option that takes none (GPO_EUSAGE) */
+    OPTS_FAULT_BAD_VALUE,     /* opts_parse: a value its type refuses (GPO_EUSAGE) */
+};
+
 /* A walk over words argv[0..argc) (borrowed; pass argc - 1, argv + 1 for a
  * command's own argv). Read `i` and `word`; set the rest with opts_init. */
 struct opts {
@@ -101,6 +111,7 @@ struct opts {
     const char *word;           /* the word last read: after an error, the one at fault */
     const struct opts_opt *bad; /* opts_parse: the entry whose value was refused; NULL
                                    when the error was in the words themselves */
+    enum opts_fault fault;      /* after an error: which kind */
 };
 
 void opts_init(struct opts *p, int argc, char **argv, const void *table, size_t n, size_t stride,

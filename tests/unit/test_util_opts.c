@@ -130,21 +130,22 @@ static void the_walk_reports_each_word_and_where_it_stopped(void **state)
 static void errors_of_form_name_the_option(void **state)
 {
     (void)state;
+    enum { U = OPTS_FAULT_UNKNOWN, M = OPTS_FAULT_MISSING_VALUE, E = OPTS_FAULT_EXTRA_VALUE };
     static const struct {
         int argc;
         char *argv[3];
-        int rc;
+        int rc, fault;
         const char *want, *word;
     } cases[] = {
-        {1, {"--jobname"}, GPO_ENOENT, "unknown option '--jobname'", "--jobname"},
-        {1, {"--jobname=x"}, GPO_ENOENT, "unknown option '--jobname'", "--jobname=x"},
-        {1, {"-z"}, GPO_ENOENT, "unknown option '-z'", "-z"},
-        {1, {"-x"}, GPO_ENOENT, "unknown option '-x'", "-x"}, /* not under this mask */
-        {1, {"--time"}, GPO_EUSAGE, "option '--time' needs a value", "--time"},
-        {2, {"x", "-t"}, GPO_EUSAGE, "option '-t' needs a value", "-t"},
-        {1, {"--quiet=yes"}, GPO_EUSAGE, "option '--quiet' takes no value", "--quiet=yes"},
-        {1, {"-qx"}, GPO_EUSAGE, "option '-q' takes no value (in '-qx')", "-qx"},
-        {1, {"--help=me"}, GPO_EUSAGE, "option '--help' takes no value", "--help=me"},
+        {1, {"--jobname"}, GPO_ENOENT, U, "unknown option '--jobname'", "--jobname"},
+        {1, {"--jobname=x"}, GPO_ENOENT, U, "unknown option '--jobname'", "--jobname=x"},
+        {1, {"-z"}, GPO_ENOENT, U, "unknown option '-z'", "-z"},
+        {1, {"-x"}, GPO_ENOENT, U, "unknown option '-x'", "-x"}, /* not under this mask */
+        {1, {"--time"}, GPO_EUSAGE, M, "option '--time' needs a value", "--time"},
+        {2, {"x", "-t"}, GPO_EUSAGE, M, "option '-t' needs a value", "-t"},
+        {1, {"--quiet=yes"}, GPO_EUSAGE, E, "option '--quiet' takes no value", "--quiet=yes"},
+        {1, {"-qx"}, GPO_EUSAGE, E, "option '-q' takes no value (in '-qx')", "-qx"},
+        {1, {"--help=me"}, GPO_EUSAGE, E, "option '--help' takes no value", "--help=me"},
     };
     for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
         struct args a = {0};
@@ -153,7 +154,7 @@ static void errors_of_form_name_the_option(void **state)
         int rc = parse(cases[k].argc, (char **)cases[k].argv, WHERE_CLI, &a, pos, sizeof(pos), err,
                        sizeof(err), &p);
         if (rc != cases[k].rc || strcmp(err, cases[k].want) != 0 ||
-            strcmp(p.word, cases[k].word) != 0 || p.bad)
+            strcmp(p.word, cases[k].word) != 0 || p.bad || (int)p.fault != cases[k].fault)
             fail_msg("case %zu: rc %d, '%s', word '%s'", k, rc, err, p.word);
     }
 }
@@ -237,7 +238,7 @@ static void refused_values_say_what_was_expected(void **state)
         char pos[64], err[256] = "";
         int rc = parse(3, argv, 0, &a, pos, sizeof(pos), err, sizeof(err), &p);
         if (rc != GPO_EUSAGE || strcmp(err, cases[k].want) != 0 || !p.bad ||
-            strcmp(p.bad->name, cases[k].flag + 2) != 0)
+            strcmp(p.bad->name, cases[k].flag + 2) != 0 || p.fault != OPTS_FAULT_BAD_VALUE)
             fail_msg("case %zu: rc %d, '%s'", k, rc, err);
         assert_int_equal(a.retries, 7); /* a refused value leaves its member alone */
     }
