@@ -1,10 +1,10 @@
 /*
  * gpuorch - one binary: controller, node agent, CLI and trace simulator.
  *
- * Commands are a table (name, handler, summary). This issue brings the
- * scheduler core; the server, agent, CLI and simulator arrive with their own
- * issues and add rows here.
+ * Commands are a table (name, handler, summary); each command reads its
+ * own flags with util/opts.
  */
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -21,6 +21,7 @@
 #include "server/server.h"
 #include "sim/command.h"
 #include "sim/policy.h"
+#include "util/opts.h"
 #include "version.h"
 #include "base/banned.h"
 
@@ -68,13 +69,15 @@ static void usage(FILE *out)
                  "Run 'gpuorch COMMAND --help' for a command's options.\n");
 }
 
-static int want_help(int argc, char **argv)
+/* version and policy take no flags but --help, which wins wherever it is;
+ * any other word is an argument (a policy file may begin with '-'). */
+static const struct opts_opt help_only[] = {
+    {.name = "help", .short_name = 'h', .type = OPTS_HELP},
+};
+
+static bool want_help(int argc, char **argv)
 {
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)
-            return 1;
-    }
-    return 0;
+    return opts_help_asked(argc - 1, argv + 1, OPTS_TABLE(help_only));
 }
 
 static int cmd_version(int argc, char **argv)

@@ -9,8 +9,10 @@
 #include <time.h>
 
 #include "cli/cli.h"
+#include "client/client.h"
 #include "util/errbuf.h"
 #include "util/jsonv.h"
+#include "util/opts.h"
 #include "util/timefmt.h"
 #include "base/banned.h"
 
@@ -22,16 +24,18 @@
 
 static const char *const user_readonly[] = {"created_at", NULL};
 
-/* A list of the document, its API route, and its name in output. */
+/* A list of the document, its kind in the API, and its name in output. */
 static const struct kind {
-    const char *section, *path, *label;
+    const char *section;
+    enum client_kind kind;
+    const char *label;
     const char *const *readonly; /* keys GET shows and PUT refuses */
 } kinds[] = {
-    {"pools", "pools", "pool", NULL},
-    {"priority_classes", "priority-classes", "priority-class", NULL},
-    {"teams", "teams", "team", NULL},
-    {"users", "users", "user", user_readonly},
-    {"prices", "prices", "price", NULL}, /* named by GPU type: nodes must have registered */
+    {"pools", CLIENT_KIND_POOLS, "pool", NULL},
+    {"priority_classes", CLIENT_KIND_PRIORITY_CLASSES, "priority-class", NULL},
+    {"teams", CLIENT_KIND_TEAMS, "team", NULL},
+    {"users", CLIENT_KIND_USERS, "user", user_readonly},
+    {"prices", CLIENT_KIND_PRICES, "price", NULL}, /* by GPU type: nodes must have registered */
 };
 
 /* ---- the document ------------------------------------------------------ */
@@ -264,9 +268,12 @@ struct apply_args {
     bool dry_run;
 };
 
-static const struct cli_opt opts[] = {
-    {"filename", 'f', true, 1, offsetof(struct apply_args, file)},
-    {"dry-run", 0, false, 1, offsetof(struct apply_args, dry_run)},
+static const struct opts_opt opts[] = {
+    {.name = "filename",
+     .short_name = 'f',
+     .type = OPTS_STRING,
+     .offset = offsetof(struct apply_args, file)},
+    {.name = "dry-run", .type = OPTS_FLAG, .offset = offsetof(struct apply_args, dry_run)},
     CLI_OPTS_COMMON(struct apply_args, co),
 };
 
@@ -307,12 +314,12 @@ static void sleep_ms(long ms)
 }
 
 /* PUT, again while another configuration change is being stored (409). */
-static int put(struct cli *c, const char *path, const json_t *body, char *err, size_t errlen)
+static int put(struct cli *c, const struct kind *k, const char *name, const json_t *body, char *err,
+               size_t errlen)
 {
-    for (int k = 0;; k++) {
-        long status = 0;
-        int rc = cli_call(c, "PUT", path, body, &status, NULL, err, errlen);
-        if (rc != GPO_EAPI || status != 409 || k == BUSY_RETRIES)
+    for (int n = 0;; n++) {
+        int rc = client_config_put(&c->client, k->kind, name, body, NULL, err, errlen);
+        if (rc != GPO_EAPI || c->client.status != 409 || n == BUSY_RETRIES)
             return rc;
         sleep_ms(BUSY_WAIT_MS);
     }
@@ -324,16 +331,14 @@ static int apply_one(struct cli *c, const struct kind *k, const json_t *obj, con
                      bool dry)
 {
     const char *name = cli_json_str(obj, "name");
-    char esc[1024], path[1200], err[CLI_ERR_MAX], shown[NAME_SHOWN_MAX + 4];
+    char err[CLI_ERR_MAX], shown[NAME_SHOWN_MAX + 4];
     snprintf(shown, sizeof(shown), "%s", name);
-    if (httpc_escape(name, esc, sizeof(esc)) != 0)
-        return cli_fail("apply", "%s: %s/%s: the name is too long", at, k->label, shown);
-    snprintf(path, sizeof(path), "/v1/%s/%s", k->path, esc);
     json_t *cur = NULL, *body = NULL;
-    long status = 0;
     const char *done = "unchanged";
-    int rc = cli_call(c, "GET", path, NULL, &status, &cur, err, sizeof(err));
-    if (rc == GPO_EAPI && status == 404) {
+    int rc = client_config_get(&c->client, k->kind, name, &cur, err, sizeof(err));
+    if (rc == GPO_ENAMETOOLONG)
+        return cli_fail("apply", "%s: %s/%s: the name is too long", at, k->label, shown);
+    if (rc == GPO_EAPI && c->client.status == 404) {
         done = "created";
         rc = (body = apply_merge(NULL, obj)) ? 0 : GPO_ENOMEM;
     } else if (rc == 0) {
@@ -344,7 +349,7 @@ static int apply_one(struct cli *c, const struct kind *k, const json_t *obj, con
         }
     }
     if (rc == 0 && body && !dry)
-        rc = put(c, path, body, err, sizeof(err));
+        rc = put(c, k, name, body, err, sizeof(err));
     json_decref(cur);
     json_decref(body);
     if (rc == GPO_ENOMEM)
@@ -374,10 +379,9 @@ static int apply_doc(struct cli *c, const struct apply_doc *d, const char *name,
 int apply_command(int argc, char **argv)
 {
     struct apply_args a = {0};
-    const char **pos = calloc((size_t)argc + 1, sizeof(*pos));
+    const char **pos = NULL;
     size_t npos = 0;
-    int rc = pos ? cli_parse_args("apply", argc, argv, opts, ARRAY_LEN(opts), &a, pos, &npos)
-                 : cli_fail("apply", "out of memory");
+    int rc = cli_parse_args("apply", argc, argv, CLI_OPTS(opts), &a, &pos, &npos);
     if (rc == 0 && a.co.help)
         usage(stdout);
     else if (rc == 0 && npos)

@@ -1,7 +1,7 @@
 /*
- * cli.c - what the user commands share (cli.h): the flag reader, the
- * configuration file and the resolution of server and token, API calls with
- * their errors as one line, and small helpers for output.
+ * cli.c - what the user commands share (cli.h): flags through util/opts,
+ * the configuration file and the resolution of server and token, the link
+ * to the server, and small helpers for output.
  */
 #include "cli/cli.h"
 
@@ -15,126 +15,37 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "client/client.h"
 #include "util/errbuf.h"
 #include "util/jsonv.h"
+#include "util/opts.h"
 #include "util/timefmt.h"
 #include "base/banned.h"
 
-#define TOKEN_FILE_MAX 4096   /* bytes of a token file */
-#define LIST_PAGE      1000   /* jobs per GET /v1/jobs */
-#define LIST_PAGES_MAX 100000 /* a guard against a server that pages forever */
+#define TOKEN_FILE_MAX 4096 /* bytes of a token file */
 #define PATH_LEN       4096
 
 extern char **environ;
 
 /* ---- flags ------------------------------------------------------------- */
 
-static const struct cli_opt *entry_at(const void *table, size_t stride, size_t k)
+int cli_parse_args(const char *cmd, int argc, char **argv, const struct opts_opt *opts, size_t n,
+                   void *args, const char ***ret_pos, size_t *ret_npos)
 {
-    return (const struct cli_opt *)(const void *)((const char *)table + k * stride);
-}
-
-static const struct cli_opt *find_long(const void *table, size_t n, size_t stride, unsigned mask,
-                                       const char *name, size_t len)
-{
-    for (size_t k = 0; k < n; k++) {
-        const struct cli_opt *o = entry_at(table, stride, k);
-        if ((o->where & mask) && o->name && strlen(o->name) == len &&
-            memcmp(o->name, name, len) == 0)
-            return o;
-    }
-    return NULL;
-}
-
-static const struct cli_opt *find_short(const void *table, size_t n, size_t stride, unsigned mask,
-                                        char c)
-{
-    for (size_t k = 0; k < n; k++) {
-        const struct cli_opt *o = entry_at(table, stride, k);
-        if ((o->where & mask) && o->short_name && o->short_name == c)
-            return o;
-    }
-    return NULL;
-}
-
-int cli_getopt_next(struct cli_getopt *g, const void *table, size_t n, size_t stride, unsigned mask,
-                    const void **ret_entry, const char **ret_value, char *err, size_t errlen)
-{
-    char q[JSONV_QUOTE_MAX + 4];
-    if (g->i >= g->argc)
-        return CLI_GETOPT_END;
-    const char *w = g->argv[g->i++];
-    if (strcmp(w, "--") == 0)
-        return CLI_GETOPT_DASHDASH;
-    if (w[0] != '-' || w[1] == '\0') {
-        *ret_value = w;
-        return CLI_GETOPT_ARG;
-    }
-    const struct cli_opt *o;
-    const char *value = NULL;
-    char shown[64];
-    if (w[1] == '-') {
-        const char *name = w + 2, *eq = strchr(name, '=');
-        size_t len = eq ? (size_t)(eq - name) : strlen(name);
-        if (!(o = find_long(table, n, stride, mask, name, len)))
-            return errbuf_set(err, errlen, GPO_ENOENT, "unknown option '--%s'",
-                              jsonv_quote(name, len, q));
-        snprintf(shown, sizeof(shown), "--%s", o->name);
-        if (eq && !o->value)
-            return errbuf_set(err, errlen, GPO_EUSAGE, "option '%s' takes no value", shown);
-        value = eq ? eq + 1 : NULL;
-    } else {
-        if (!(o = find_short(table, n, stride, mask, w[1])))
-            return errbuf_set(err, errlen, GPO_ENOENT, "unknown option '-%s'",
-                              jsonv_quote(w + 1, 1, q));
-        snprintf(shown, sizeof(shown), "-%c", w[1]);
-        if (w[2] && !o->value)
-            return errbuf_set(err, errlen, GPO_EUSAGE, "option '%s' takes no value (in '%s')",
-                              shown, jsonv_quote(w, strlen(w), q));
-        value = w[2] ? w + 2 : NULL;
-    }
-    if (o->value && !value) {
-        if (g->i >= g->argc)
-            return errbuf_set(err, errlen, GPO_EUSAGE, "option '%s' needs a value", shown);
-        value = g->argv[g->i++];
-    }
-    *ret_entry = o;
-    *ret_value = value;
-    return CLI_GETOPT_OPTION;
-}
-
-void cli_opt_store(void *args, const struct cli_opt *opt, const char *value)
-{
-    char *at = (char *)args + opt->offset;
-    if (opt->value)
-        memcpy(at, &value, sizeof(value));
-    else
-        *(bool *)(void *)at = true;
-}
-
-int cli_parse_args(const char *cmd, int argc, char **argv, const struct cli_opt *opts, size_t n,
-                   void *args, const char **pos, size_t *ret_npos)
-{
-    struct cli_getopt g = {.argc = argc, .argv = argv, .i = 1};
+    const char **pos = calloc(argc > 0 ? (size_t)argc : 1, sizeof(*pos));
+    if (!pos)
+        return cli_fail(cmd, "out of memory");
+    struct opts p;
+    char err[CLI_ERR_MAX];
     size_t np = 0;
-    for (;;) {
-        const void *e = NULL;
-        const char *v = NULL;
-        char err[256];
-        int k = cli_getopt_next(&g, opts, n, sizeof(*opts), 1, &e, &v, err, sizeof(err));
-        if (k < 0)
-            return cli_usage_error(cmd, "%s (see 'gpuorch %s --help')", err, cmd);
-        if (k == CLI_GETOPT_END)
-            break;
-        if (k == CLI_GETOPT_OPTION) {
-            cli_opt_store(args, e, v);
-        } else if (k == CLI_GETOPT_ARG) {
-            pos[np++] = v;
-        } else {
-            while (g.i < argc)
-                pos[np++] = argv[g.i++];
-        }
+    opts_init(&p, argc - 1, argv + 1, opts, n, sizeof(*opts), 0);
+    int rc = opts_parse(&p, args, pos, &np, err, sizeof(err));
+    if (rc < 0) {
+        free(pos);
+        return p.bad ? cli_usage_error(cmd, "%s", err)
+                     : cli_usage_error(cmd, "%s (see 'gpuorch %s --help')", err, cmd);
     }
+    *ret_pos = pos;
     *ret_npos = np;
     return 0;
 }
@@ -499,7 +410,7 @@ int cli_conn_resolve(const struct cli_common *flags, char *const *envp, struct c
     return 0;
 }
 
-/* ---- API calls ---------------------------------------------------------- */
+/* ---- the link to the server ---------------------------------------------- */
 
 int cli_connect(struct cli *c, const char *cmd, const struct cli_common *flags)
 {
@@ -511,7 +422,7 @@ int cli_connect(struct cli *c, const char *cmd, const struct cli_common *flags)
         return cli_fail(cmd, "out of memory");
     if (rc)
         return cli_usage_error(cmd, "%s", err);
-    rc = httpc_new(c->conn.server, c->conn.token, &c->http, err, sizeof(err));
+    rc = client_init(&c->client, c->conn.server, c->conn.token, err, sizeof(err));
     if (rc)
         return rc == GPO_EINVAL ? cli_usage_error(cmd, "%s", err) : cli_fail(cmd, "%s", err);
     return 0;
@@ -521,100 +432,13 @@ void cli_disconnect(struct cli *c)
 {
     if (!c)
         return;
-    httpc_free(c->http);
-    c->http = NULL;
+    client_release(&c->client);
     memset(c->conn.token, 0, sizeof(c->conn.token));
 }
 
-/* Copies text into out as one line: control characters become spaces. */
-static void one_line(const char *text, size_t len, char *out, size_t outlen)
+int cli_fail_call(const char *cmd, int rc, const char *err)
 {
-    size_t n = len < outlen - 1 ? len : outlen - 1;
-    n = jsonv_utf8_cut(text, n);
-    for (size_t i = 0; i < n; i++)
-        out[i] = (unsigned char)text[i] < 0x20 || text[i] == 0x7f ? ' ' : text[i];
-    out[n] = '\0';
-}
-
-void cli_api_error(long status, const char *body, size_t len, char *err, size_t errlen)
-{
-    json_t *o = body && len ? json_loadb(body, len, 0, NULL) : NULL;
-    json_t *e = json_object_get(o, "error");
-    const char *code = cli_json_str(e, "code"), *msg = cli_json_str(e, "message");
-    char line[CLI_ERR_MAX];
-    if (code && msg) {
-        one_line(msg, strlen(msg), line, sizeof(line));
-        errbuf_set(err, errlen, GPO_EAPI, "%ld %s: %s", status, code, line);
-    } else if (len) {
-        const char *nl = memchr(body, '\n', len);
-        one_line(body, nl ? (size_t)(nl - body) : len, line, 201);
-        errbuf_set(err, errlen, GPO_EAPI, "%ld: %s", status, line);
-    } else {
-        errbuf_set(err, errlen, GPO_EAPI, "%ld: (an empty answer)", status);
-    }
-    json_decref(o);
-}
-
-int cli_call(struct cli *c, const char *method, const char *path, const json_t *body,
-             long *ret_status, json_t **ret, char *err, size_t errlen)
-{
-    char *text = NULL, herr[CLI_ERR_MAX];
-    if (body && !(text = json_dumps(body, JSON_COMPACT | JSON_REAL_PRECISION(15))))
-        return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
-    struct httpc_response r = {0};
-    int rc = httpc_request(c->http, method, path, text, text ? strlen(text) : 0,
-                           CLI_CALL_TIMEOUT_MS, &r, herr, sizeof(herr));
-    free(text);
-    if (rc == GPO_ENOMEM)
-        return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
-    if (rc)
-        return errbuf_set(err, errlen, GPO_ECONNREFUSED, "no answer: %s", herr);
-    json_t *v = NULL;
-    if (r.status < 200 || r.status > 299) {
-        cli_api_error(r.status, r.body, r.len, err, errlen);
-        rc = GPO_EAPI;
-    } else if (r.len) {
-        json_error_t je;
-        if (!(v = json_loadb(r.body, r.len, 0, &je)))
-            rc = errbuf_set(err, errlen, GPO_EAPI, "%ld: the answer is not JSON: %s", r.status,
-                            je.text);
-    }
-    if (ret_status)
-        *ret_status = r.status;
-    httpc_response_release(&r);
-    if (rc)
-        return rc;
-    if (ret)
-        *ret = v;
-    else
-        json_decref(v);
-    return 0;
-}
-
-int cli_jobs_list(struct cli *c, const char *query, json_t *all, char *err, size_t errlen)
-{
-    char path[4096];
-    json_int_t after = 0;
-    for (int page = 0; page < LIST_PAGES_MAX; page++) {
-        json_t *body = NULL;
-        snprintf(path, sizeof(path), "/v1/jobs?%s%slimit=%d&after=%" JSON_INTEGER_FORMAT, query,
-                 query[0] ? "&" : "", LIST_PAGE, after);
-        int rc = cli_call(c, "GET", path, NULL, NULL, &body, err, errlen);
-        if (rc)
-            return rc;
-        json_t *jobs = json_object_get(body, "jobs"), *next = json_object_get(body, "next_after");
-        if (json_array_extend(all, jobs) != 0) {
-            json_decref(body);
-            return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
-        }
-        /* Keyset paging moves forward, or it is over. */
-        bool more = json_is_integer(next) && json_integer_value(next) > after;
-        after = json_integer_value(next);
-        json_decref(body);
-        if (!more)
-            return 0;
-    }
-    return errbuf_set(err, errlen, GPO_EAPI, "more than %d pages of jobs", LIST_PAGES_MAX);
+    return cli_fail(cmd, "%s", rc == GPO_ENOMEM ? "out of memory" : err);
 }
 
 int cli_fail(const char *cmd, const char *fmt, ...)
@@ -657,19 +481,6 @@ bool cli_print_json(const json_t *v)
 const char *cli_json_str(const json_t *obj, const char *key)
 {
     return json_string_value(json_object_get(obj, key));
-}
-
-int cli_parse_int(const char *s, int64_t lo, int64_t hi, int64_t *ret)
-{
-    if (!s || !*s || s[0] == '+' || is_space(s[0]))
-        return GPO_EUSAGE;
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || *end || v < lo || v > hi)
-        return GPO_EUSAGE;
-    *ret = v;
-    return 0;
 }
 
 const char *cli_size_text(int64_t mib, char *buf, size_t len)

@@ -1,7 +1,8 @@
 /*
  * cli.h - what every `gpuorch` user command shares: its flags read from a
- * table, where the server is and the token, one API call with its error as
- * one line, and small helpers for output (aligned tables: table.h).
+ * table (util/opts.h), where the server is and the token, the link to the
+ * server (client/client.h), and small helpers for output (aligned tables:
+ * table.h).
  *
  * Exit codes, the same for every command: 0 done; 1 failed (the API answered
  * an error, the server could not be reached, an input file such as a batch
@@ -20,10 +21,11 @@
  * Each of the two is taken from the first place that gives it; the server
  * defaults to CLI_DEFAULT_SERVER, the token has no default.
  *
- * Errors: functions return 0 or a negative CLI_* code and, where a caller
+ * Errors: functions return 0 or a negative GPO_* code and, where a caller
  * buffer is passed, one line that names the problem. The functions that
- * print (cli_fail, cli_usage_error, cli_connect, cli_parse_args,
- * cli_help_common, cli_print_json) say so; the rest print nothing.
+ * print (cli_fail, cli_fail_call, cli_usage_error, cli_connect,
+ * cli_parse_args, cli_help_common, cli_print_json) say so and return an
+ * exit code; the rest print nothing. The API calls are client.h's.
  */
 #ifndef GPUORCH_CLI_CLI_H
 #define GPUORCH_CLI_CLI_H
@@ -35,7 +37,9 @@
 
 #include <jansson.h>
 
+#include "client/client.h"
 #include "util/httpc.h"
+#include "util/opts.h"
 #include "base/err.h"
 
 enum cli_exit {
@@ -44,57 +48,11 @@ enum cli_exit {
     CLI_EXIT_USAGE = 2,
 };
 
-#define CLI_DEFAULT_SERVER  "http://127.0.0.1:8080"
-#define CLI_ERR_MAX         1024        /* a buffer that holds any one-line message here */
-#define CLI_CONFIG_MAX      (64 * 1024) /* bytes of a configuration file */
-#define CLI_CALL_TIMEOUT_MS 30000L
+#define CLI_DEFAULT_SERVER "http://127.0.0.1:8080"
+#define CLI_ERR_MAX        CLIENT_ERR_MAX /* a buffer that holds any one-line message here */
+#define CLI_CONFIG_MAX     (64 * 1024)    /* bytes of a configuration file */
 
 /* ---- flags ----------------------------------------------------------- */
-
-/*
- * One flag of a command, as the first member of a table entry (a command
- * with more to say per flag embeds it in a larger struct). `where` holds
- * bits the caller gives meaning to: cli_getopt_next sees only the entries
- * that share a bit with its mask (submit uses them for "command line",
- * "#SBATCH" and "#GPUORCH"). `offset` is for cli_opt_store: a `const char *`
- * member for a flag with a value, a `bool` for one without.
- */
-struct cli_opt {
-    const char *name; /* long name without "--" ("job-name"); NULL: short only */
-    char short_name;  /* 'J'; 0: long only */
-    bool value;       /* takes a value: --name VALUE, --name=VALUE, -J VALUE, -JVALUE */
-    unsigned where;
-    size_t offset;
-};
-
-/* Walks argv[i..argc); argv is borrowed. */
-struct cli_getopt {
-    int argc;
-    char **argv;
-    int i;
-};
-
-enum cli_getopt_kind {
-    CLI_GETOPT_END = 0,  /* no words left */
-    CLI_GETOPT_OPTION,   /* *ret_entry and *ret_value (NULL for a flag without one) */
-    CLI_GETOPT_ARG,      /* a positional word in *ret_value ("-" is one) */
-    CLI_GETOPT_DASHDASH, /* "--": the words after it are argv[g->i..argc) */
-};
-
-/*
- * Reads the next word (and an option's value) of g. `table` holds n entries
- * of `stride` bytes, each beginning with a struct cli_opt. Returns one of
- * enum cli_getopt_kind, with *ret_entry (the table entry) and *ret_value set
- * as it says; or GPO_ENOENT (no such option among those `mask` selects),
- * GPO_EUSAGE (a value missing, or given to a flag that takes none), with
- * the message in err. Either way g moves past the word.
- */
-int cli_getopt_next(struct cli_getopt *g, const void *table, size_t n, size_t stride, unsigned mask,
-                    const void **ret_entry, const char **ret_value, char *err, size_t errlen);
-
-/* Stores an option into the struct `args` at opt->offset (see struct cli_opt):
- * value (borrowed) into a `const char *`, or true into a `bool`. */
-void cli_opt_store(void *args, const struct cli_opt *opt, const char *value);
 
 /* What every command accepts: where the server is, the token, --help, and
  * (read commands) --json. Pointers are borrowed from argv. */
@@ -103,30 +61,39 @@ struct cli_common {
     bool json, help;
 };
 
-#define CLI_OPTS_COMMON(type, member)                                                              \
-    {"server", 0, true, 1, offsetof(type, member.server)},                                         \
-        {"token", 0, true, 1, offsetof(type, member.token)},                                       \
-        {"token-file", 0, true, 1, offsetof(type, member.token_file)},                             \
+/* The table entries of the common flags, for a command whose args struct
+ * `args` (a struct type) holds a struct cli_common `member` (util/opts.h). */
+#define CLI_OPTS_COMMON(args, member)                                                              \
+    {.name = "server", .type = OPTS_STRING, .offset = offsetof(args, member.server)},              \
+        {.name = "token", .type = OPTS_STRING, .offset = offsetof(args, member.token)},            \
+        {.name = "token-file", .type = OPTS_STRING, .offset = offsetof(args, member.token_file)},  \
     {                                                                                              \
-        "help", 'h', false, 1, offsetof(type, member.help)                                         \
+        .name = "help", .short_name = 'h', .type = OPTS_HELP,                                      \
+        .offset = offsetof(args, member.help)                                                      \
     }
-#define CLI_OPT_JSON(type, member)                                                                 \
+#define CLI_OPT_JSON(args, member)                                                                 \
     {                                                                                              \
-        "json", 0, false, 1, offsetof(type, member.json)                                           \
+        .name = "json", .type = OPTS_FLAG, .offset = offsetof(args, member.json)                   \
     }
+
+/* A table as cli_parse_args takes it: the array and its length. */
+#define CLI_OPTS(t) (t), sizeof(t) / sizeof((t)[0])
 
 /* The lines of --help that every command shares (connection flags, the
  * environment, the configuration file, exit codes). */
 void cli_help_common(FILE *out, bool json);
 
 /*
- * Parses a simple command's argv (argv[0] is the command's name) against a
- * table of struct cli_opt (mask 1) into `args`, and its positional words
- * into pos[0..*ret_npos) (borrowed from argv; pos has room for argc). Prints
- * a usage error and returns CLI_EXIT_USAGE on a problem; else returns 0.
+ * Parses a simple command's argv (argv[0] is the command's name) with
+ * opts_parse against a table of n options into `args`, and its positional
+ * words into a new array *ret_pos[0..*ret_npos) (caller frees; the words
+ * are borrowed from argv). With --help the help member is set and no
+ * value is converted. Prints the problem as one line and returns
+ * CLI_EXIT_USAGE (a word in error is followed by "(see 'gpuorch CMD
+ * --help')"), or CLI_EXIT_FAIL when out of memory; else returns 0.
  */
-int cli_parse_args(const char *cmd, int argc, char **argv, const struct cli_opt *opts, size_t n,
-                   void *args, const char **pos, size_t *ret_npos);
+int cli_parse_args(const char *cmd, int argc, char **argv, const struct opts_opt *opts, size_t n,
+                   void *args, const char ***ret_pos, size_t *ret_npos);
 
 /* ---- where the server is ---------------------------------------------- */
 
@@ -167,43 +134,27 @@ struct cli_conn {
 int cli_conn_resolve(const struct cli_common *flags, char *const *envp, struct cli_conn *ret,
                      char *err, size_t errlen);
 
-/* ---- API calls ---------------------------------------------------------- */
+/* ---- the link to the server ----------------------------------------------- */
 
 /* A command's link to the server. */
 struct cli {
     const char *cmd; /* "submit": messages begin "gpuorch submit: " */
     struct cli_conn conn;
-    struct httpc *http;
+    struct client client;
 };
 
 /*
  * Resolves the connection (cli_conn_resolve with environ) and makes the
- * HTTP client. Returns 0, or prints the problem as one line and returns
+ * client. Returns 0, or prints the problem as one line and returns
  * CLI_EXIT_USAGE (no token found included). cmd is borrowed; release with
  * cli_disconnect, also after a failure.
  */
 int cli_connect(struct cli *c, const char *cmd, const struct cli_common *flags);
 void cli_disconnect(struct cli *c);
 
-/*
- * METHOD path (query included) with `body` (borrowed; NULL: none) as JSON.
- * A 2xx answer: 0 and *ret (its JSON, caller json_decref's; NULL for an
- * empty body; ret may be NULL). Otherwise GPO_EAPI with "STATUS CODE:
- * MESSAGE" from the API's error object in err (the status and the start of
- * the body if it is not one), GPO_ECONNREFUSED with the HTTP client's line (the
- * server could not be reached, or timed out), GPO_ENOMEM. *ret_status (may
- * be NULL) is set whenever the server answered, GPO_EAPI included.
- */
-int cli_call(struct cli *c, const char *method, const char *path, const json_t *body,
-             long *ret_status, json_t **ret, char *err, size_t errlen);
-
-/* Every job GET /v1/jobs?QUERY selects (query: "state=RUNNING&team=a", ""
- * for all), page after page, appended to the array `all` (borrowed). 0, or
- * cli_call's codes. */
-int cli_jobs_list(struct cli *c, const char *query, json_t *all, char *err, size_t errlen);
-
-/* "STATUS CODE: MESSAGE" for an error answer (body of len bytes; borrowed). */
-void cli_api_error(long status, const char *body, size_t len, char *err, size_t errlen);
+/* Prints a client call's failure (client.h's code and line in err) as
+ * cli_fail does: "out of memory" for GPO_ENOMEM, else err. */
+int cli_fail_call(const char *cmd, int rc, const char *err);
 
 /* Prints "gpuorch CMD: " and the message to stderr as one line, and returns
  * CLI_EXIT_FAIL (cli_fail) or CLI_EXIT_USAGE (cli_usage_error). */
@@ -226,9 +177,6 @@ int cli_read_file(const char *path, size_t max, char **ret, size_t *ret_len, cha
 
 /* obj[key] as a string, or NULL when absent or not a string (obj borrowed). */
 const char *cli_json_str(const json_t *obj, const char *key);
-
-/* Parses a whole decimal number in lo..hi. 0 and *ret; GPO_EUSAGE. */
-int cli_parse_int(const char *s, int64_t lo, int64_t hi, int64_t *ret);
 
 /* MiB as people read them: "64G" when whole GiB, else "1536M". Writes into
  * buf (len bytes) and returns it. */

@@ -10,18 +10,18 @@
 #include <string.h>
 
 #include "cli/table.h"
+#include "client/client.h"
+#include "util/opts.h"
 #include "util/timefmt.h"
 #include "base/banned.h"
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
-static const char *const bys[] = {"team", "project", "model", "user", "job"};
-
-static const struct cli_opt cost_opts[] = {
-    {"by", 0, true, 1, offsetof(struct cost_args, by)},
-    {"since", 0, true, 1, offsetof(struct cost_args, since)},
-    {"until", 0, true, 1, offsetof(struct cost_args, until)},
-    {"csv", 0, false, 1, offsetof(struct cost_args, csv)},
+static const struct opts_opt cost_opts[] = {
+    {.name = "by", .type = OPTS_STRING, .offset = offsetof(struct cost_args, by)},
+    {.name = "since", .type = OPTS_STRING, .offset = offsetof(struct cost_args, since)},
+    {.name = "until", .type = OPTS_STRING, .offset = offsetof(struct cost_args, until)},
+    {.name = "csv", .type = OPTS_FLAG, .offset = offsetof(struct cost_args, csv)},
     CLI_OPT_JSON(struct cost_args, co),
     CLI_OPTS_COMMON(struct cost_args, co),
 };
@@ -72,21 +72,17 @@ int cost_time_check(const char *s)
 int cost_args_parse(int argc, char **argv, struct cost_args *ret)
 {
     struct cost_args a = {0};
-    const char **pos = calloc((size_t)argc + 1, sizeof(*pos));
+    const char **pos = NULL;
     size_t npos = 0;
-    if (!pos)
-        return cli_fail("cost", "out of memory");
-    int rc = cli_parse_args("cost", argc, argv, cost_opts, ARRAY_LEN(cost_opts), &a, pos, &npos);
+    int rc = cli_parse_args("cost", argc, argv, CLI_OPTS(cost_opts), &a, &pos, &npos);
     if (rc == 0 && npos)
         rc =
             cli_usage_error("cost", "unexpected argument '%s' (see 'gpuorch cost --help')", pos[0]);
     free(pos);
     if (rc)
         return rc;
-    bool by_ok = !a.by;
-    for (size_t k = 0; !by_ok && k < ARRAY_LEN(bys); k++)
-        by_ok = strcmp(a.by, bys[k]) == 0;
-    if (!by_ok)
+    a.group = CLIENT_COST_BY_TEAM;
+    if (a.by && client_cost_by_parse(a.by, &a.group) != 0)
         return cli_usage_error("cost", "--by '%s': expected team, project, model, user or job",
                                a.by);
     const char *names[] = {"--since", "--until"}, *vals[] = {a.since, a.until};
@@ -233,24 +229,6 @@ int cost_render(FILE *out, const json_t *report, const json_t *budgets, enum cos
     return rc ? rc : budgets ? budgets_render(out, budgets) : 0;
 }
 
-/* Appends &name=value to q, value percent-encoded. False when it does not fit. */
-static bool query_add(char *q, size_t len, const char *name, const char *value)
-{
-    size_t o = strlen(q);
-    int n = snprintf(q + o, len - o, "%s%s=", o ? "&" : "", name);
-    if (n < 0 || (size_t)n >= len - o)
-        return false;
-    o += (size_t)n;
-    for (const unsigned char *p = (const unsigned char *)value; *p; p++) {
-        bool plain = isalnum(*p) || strchr("-._~:", *p);
-        n = plain ? snprintf(q + o, len - o, "%c", *p) : snprintf(q + o, len - o, "%%%02X", *p);
-        if (n < 0 || (size_t)n >= len - o)
-            return false;
-        o += (size_t)n;
-    }
-    return true;
-}
-
 int cost_command(int argc, char **argv)
 {
     struct cost_args a;
@@ -261,14 +239,7 @@ int cost_command(int argc, char **argv)
         usage(stdout);
         return 0;
     }
-    char path[1024] = "";
-    bool fits = query_add(path, sizeof(path), "by", a.by ? a.by : "team") &&
-                (!a.since || query_add(path, sizeof(path), "since", a.since)) &&
-                (!a.until || query_add(path, sizeof(path), "until", a.until));
-    if (!fits)
-        return cli_usage_error("cost", "--since or --until is too long");
-    char url[1100];
-    snprintf(url, sizeof(url), "/v1/cost?%s", path);
+    struct client_cost_query q = {.by = a.group, .since = a.since, .until = a.until};
     struct cli c;
     json_t *report = NULL, *budgets = NULL;
     char err[CLI_ERR_MAX];
@@ -276,13 +247,14 @@ int cost_command(int argc, char **argv)
         cli_disconnect(&c);
         return rc;
     }
-    rc = cli_call(&c, "GET", url, NULL, NULL, &report, err, sizeof(err));
-    bool by_team = !a.by || strcmp(a.by, "team") == 0;
-    if (rc == 0 && by_team && a.format == COST_TABLE)
-        rc = cli_call(&c, "GET", "/v1/budgets", NULL, NULL, &budgets, err, sizeof(err));
+    rc = client_cost(&c.client, &q, &report, err, sizeof(err));
+    if (rc == 0 && a.group == CLIENT_COST_BY_TEAM && a.format == COST_TABLE)
+        rc = client_budgets(&c.client, &budgets, err, sizeof(err));
     cli_disconnect(&c);
-    if (rc)
-        rc = cli_fail("cost", "%s", rc == GPO_ENOMEM ? "out of memory" : err);
+    if (rc == GPO_ENAMETOOLONG)
+        rc = cli_usage_error("cost", "--since or --until is too long");
+    else if (rc)
+        rc = cli_fail_call("cost", rc, err);
     else if (a.format == COST_JSON)
         rc = cli_print_json(report) ? 0 : cli_fail("cost", "out of memory");
     else if (cost_render(stdout, report, budgets, a.format))

@@ -25,8 +25,9 @@ enum cost_format { COST_TABLE = 0, COST_JSON, COST_CSV };
 
 struct cost_args {
     struct cli_common co;
-    const char *by;    /* NULL: team */
-    const char *since; /* NULL: the server's default (this month) */
+    const char *by;            /* NULL: team */
+    enum client_cost_by group; /* --by, read */
+    const char *since;         /* NULL: the server's default (this month) */
     const char *until;
     bool csv;
     enum cost_format format; /* from --json / --csv */

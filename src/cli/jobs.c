@@ -12,41 +12,22 @@
 
 #include "cli/cli.h"
 #include "cli/table.h"
+#include "client/client.h"
+#include "util/opts.h"
 #include "util/timefmt.h"
 #include "base/banned.h"
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 #define TEXT_LEN     256
 
-/* Job states, with squeue's short codes. */
-static const struct {
-    const char *name, *code;
-} states[] = {
-    {"PENDING", "PD"},   {"RUNNING", "R"},  {"COMPLETED", "CD"}, {"FAILED", "F"},
-    {"CANCELLED", "CA"}, {"TIMEOUT", "TO"}, {"PREEMPTED", "PR"}, {"NODE_FAIL", "NF"},
-};
+/* squeue's short codes of the job states, in enum client_job_state order. */
+static const char *const state_codes[CLIENT_JOB_STATE_COUNT] = {"PD", "R",  "CD", "F",
+                                                                "CA", "TO", "PR", "NF"};
 
 static int job_id(const char *cmd, const char *s, int64_t *ret)
 {
-    if (cli_parse_int(s, 1, INT64_MAX, ret) != 0)
+    if (opts_parse_int(s, 1, INT64_MAX, ret) != 0)
         return cli_usage_error(cmd, "'%s' is not a job id (a positive whole number)", s);
-    return 0;
-}
-
-/* Parses a command's flags into args, its positional words into a new array
- * *ret_pos (caller frees; borrowed from argv). CLI_EXIT_USAGE, printed. */
-static int parse(const char *cmd, int argc, char **argv, const struct cli_opt *opts, size_t n,
-                 void *args, const char ***ret_pos, size_t *ret_n)
-{
-    const char **pos = calloc((size_t)argc + 1, sizeof(*pos));
-    if (!pos)
-        return cli_fail(cmd, "out of memory");
-    int rc = cli_parse_args(cmd, argc, argv, opts, n, args, pos, ret_n);
-    if (rc) {
-        free(pos);
-        return rc;
-    }
-    *ret_pos = pos;
     return 0;
 }
 
@@ -89,12 +70,24 @@ struct queue_args {
     bool all, me;
 };
 
-static const struct cli_opt queue_opts[] = {
-    {"state", 't', true, 1, offsetof(struct queue_args, state)},
-    {"team", 'A', true, 1, offsetof(struct queue_args, team)},
-    {"user", 'u', true, 1, offsetof(struct queue_args, user)},
-    {"all", 'a', false, 1, offsetof(struct queue_args, all)},
-    {"me", 0, false, 1, offsetof(struct queue_args, me)},
+static const struct opts_opt queue_opts[] = {
+    {.name = "state",
+     .short_name = 't',
+     .type = OPTS_STRING,
+     .offset = offsetof(struct queue_args, state)},
+    {.name = "team",
+     .short_name = 'A',
+     .type = OPTS_STRING,
+     .offset = offsetof(struct queue_args, team)},
+    {.name = "user",
+     .short_name = 'u',
+     .type = OPTS_STRING,
+     .offset = offsetof(struct queue_args, user)},
+    {.name = "all",
+     .short_name = 'a',
+     .type = OPTS_FLAG,
+     .offset = offsetof(struct queue_args, all)},
+    {.name = "me", .type = OPTS_FLAG, .offset = offsetof(struct queue_args, me)},
     CLI_OPT_JSON(struct queue_args, co),
     CLI_OPTS_COMMON(struct queue_args, co),
 };
@@ -119,44 +112,34 @@ static void queue_usage(FILE *out)
     cli_help_common(out, true);
 }
 
-/* "pd,running" -> "PENDING,RUNNING" into buf; CLI_EXIT_USAGE, printed, for
- * a word that is no state. */
-static int states_param(const char *given, char *buf, size_t len)
+/* "pd,running" -> the PENDING and RUNNING bits into *ret; CLI_EXIT_USAGE,
+ * printed, for a word that is no state. */
+static int states_param(const char *given, unsigned *ret)
 {
-    size_t at = 0;
-    buf[0] = '\0';
+    unsigned bits = 0;
     for (const char *p = given;;) {
         const char *end = strchr(p, ',');
         size_t n = end ? (size_t)(end - p) : strlen(p);
         char word[32] = "";
         for (size_t i = 0; i < n && i + 1 < sizeof(word); i++)
             word[i] = (char)toupper((unsigned char)p[i]);
-        const char *name = NULL;
-        for (size_t k = 0; k < ARRAY_LEN(states) && !name && n < sizeof(word); k++)
-            if (strcmp(word, states[k].name) == 0 || strcmp(word, states[k].code) == 0)
-                name = states[k].name;
-        if (!name)
+        int found = -1;
+        for (int k = 0; k < CLIENT_JOB_STATE_COUNT && found < 0 && n < sizeof(word); k++)
+            if (strcmp(word, client_job_state_name((enum client_job_state)k)) == 0 ||
+                strcmp(word, state_codes[k]) == 0)
+                found = k;
+        if (found < 0)
             return cli_usage_error("queue",
                                    "--state: '%.*s' is not a job state (PENDING, RUNNING, "
                                    "COMPLETED, FAILED, CANCELLED, TIMEOUT, PREEMPTED, NODE_FAIL)",
                                    (int)(n < 40 ? n : 40), p);
-        at += (size_t)snprintf(buf + at, at < len ? len - at : 0, "%s%s", at ? "," : "", name);
+        bits |= 1u << found;
         if (!end)
             break;
         p = end + 1;
     }
-    return at < len ? 0 : cli_usage_error("queue", "--state: too many states");
-}
-
-/* Appends "&key=escaped value" to the query q (len bytes). */
-static bool query_add(char *q, size_t len, const char *key, const char *value)
-{
-    char esc[1024];
-    size_t at = strlen(q);
-    if (httpc_escape(value, esc, sizeof(esc)) != 0)
-        return false;
-    int n = snprintf(q + at, len - at, "%s%s=%s", at ? "&" : "", key, esc);
-    return n > 0 && (size_t)n < len - at;
+    *ret = bits;
+    return 0;
 }
 
 /* "35m", "2h", "40s", "3d": an idle stretch, for a column. */
@@ -247,12 +230,39 @@ static int whoami_name(struct cli *c, char *buf, size_t len)
 {
     json_t *me = NULL;
     char err[CLI_ERR_MAX];
-    int rc = cli_call(c, "GET", "/v1/whoami", NULL, NULL, &me, err, sizeof(err));
+    int rc = client_whoami(&c->client, &me, err, sizeof(err));
     if (rc)
-        return cli_fail(c->cmd, "%s", rc == GPO_ENOMEM ? "out of memory" : err);
+        return cli_fail_call(c->cmd, rc, err);
     const char *name = cli_json_str(me, "name");
     snprintf(buf, len, "%s", name ? name : "");
     json_decref(me);
+    return 0;
+}
+
+/* The jobs the flags select, every page, into a new array *ret. */
+static int queue_fetch(struct queue_args *a, unsigned states, json_t **ret)
+{
+    struct cli c;
+    char me[256], err[CLI_ERR_MAX];
+    int rc = cli_connect(&c, "queue", &a->co);
+    if (rc == 0 && a->me && (rc = whoami_name(&c, me, sizeof(me))) == 0)
+        a->user = me;
+    struct client_jobs_filter f = {.states = states, .team = a->team, .user = a->user};
+    json_t *all = rc ? NULL : json_array();
+    if (rc == 0 && !all)
+        rc = cli_fail("queue", "out of memory");
+    int r = rc ? 0 : client_jobs_list(&c.client, &f, all, err, sizeof(err));
+    if (r == GPO_ENAMETOOLONG)
+        rc = cli_usage_error("queue", "--team or --user is too long");
+    else if (r)
+        rc = cli_fail_call("queue", r, err);
+    cli_disconnect(&c);
+    a->user = NULL; /* not to point at me[] */
+    if (rc) {
+        json_decref(all);
+        return rc;
+    }
+    *ret = all;
     return 0;
 }
 
@@ -261,7 +271,8 @@ int jobs_queue_command(int argc, char **argv)
     struct queue_args a = {0};
     const char **pos = NULL;
     size_t npos = 0;
-    int rc = parse("queue", argc, argv, queue_opts, ARRAY_LEN(queue_opts), &a, &pos, &npos);
+    unsigned states = 0;
+    int rc = cli_parse_args("queue", argc, argv, CLI_OPTS(queue_opts), &a, &pos, &npos);
     if (rc == 0 && a.co.help)
         queue_usage(stdout);
     else if (rc == 0 && npos)
@@ -272,32 +283,17 @@ int jobs_queue_command(int argc, char **argv)
     free(pos);
     if (rc || a.co.help)
         return rc;
-    char query[2048] = "", states_buf[256], me[256];
     if (!a.state && !a.all)
         a.state = "PENDING,RUNNING";
-    if (a.state && (rc = states_param(a.state, states_buf, sizeof(states_buf))) != 0)
+    json_t *all = NULL;
+    if ((a.state && (rc = states_param(a.state, &states)) != 0) ||
+        (rc = queue_fetch(&a, states, &all)) != 0)
         return rc;
-    struct cli c;
-    if ((rc = cli_connect(&c, "queue", &a.co)) == 0 && a.me &&
-        (rc = whoami_name(&c, me, sizeof(me))) == 0)
-        a.user = me;
-    bool ok = rc || ((!a.state || query_add(query, sizeof(query), "state", states_buf)) &&
-                     (!a.team || query_add(query, sizeof(query), "team", a.team)) &&
-                     (!a.user || query_add(query, sizeof(query), "user", a.user)));
-    json_t *all = json_array();
-    if (rc == 0 && !ok)
-        rc = cli_usage_error("queue", "--team or --user is too long");
-    else if (rc == 0 && !all)
-        rc = cli_fail("queue", "out of memory");
-    char err[CLI_ERR_MAX];
-    if (rc == 0 && (rc = cli_jobs_list(&c, query, all, err, sizeof(err))) != 0)
-        rc = cli_fail("queue", "%s", rc == GPO_ENOMEM ? "out of memory" : err);
-    cli_disconnect(&c);
-    if (rc == 0 && a.co.json) {
+    if (a.co.json) {
         json_t *out = json_pack("{s:O}", "jobs", all);
         rc = out && cli_print_json(out) ? 0 : cli_fail("queue", "out of memory");
         json_decref(out);
-    } else if (rc == 0) {
+    } else {
         rc = queue_print(all);
     }
     json_decref(all);
@@ -310,7 +306,7 @@ struct one_job_args {
     struct cli_common co;
 };
 
-static const struct cli_opt show_opts[] = {
+static const struct opts_opt show_opts[] = {
     CLI_OPT_JSON(struct one_job_args, co),
     CLI_OPTS_COMMON(struct one_job_args, co),
 };
@@ -531,7 +527,7 @@ int jobs_show_command(int argc, char **argv)
     const char **pos = NULL;
     size_t npos = 0;
     int64_t id = 0;
-    int rc = parse("show", argc, argv, show_opts, ARRAY_LEN(show_opts), &a, &pos, &npos);
+    int rc = cli_parse_args("show", argc, argv, CLI_OPTS(show_opts), &a, &pos, &npos);
     if (rc == 0 && a.co.help)
         show_usage(stdout);
     else if (rc == 0 && npos != 1)
@@ -543,11 +539,10 @@ int jobs_show_command(int argc, char **argv)
         return rc;
     struct cli c;
     json_t *job = NULL;
-    char path[64], err[CLI_ERR_MAX];
-    snprintf(path, sizeof(path), "/v1/jobs/%" PRId64, id);
+    char err[CLI_ERR_MAX];
     if ((rc = cli_connect(&c, "show", &a.co)) == 0 &&
-        (rc = cli_call(&c, "GET", path, NULL, NULL, &job, err, sizeof(err))) != 0)
-        rc = cli_fail("show", "%s", rc == GPO_ENOMEM ? "out of memory" : err);
+        (rc = client_jobs_get(&c.client, id, &job, err, sizeof(err))) != 0)
+        rc = cli_fail_call("show", rc, err);
     cli_disconnect(&c);
     if (rc == 0 && a.co.json)
         rc = cli_print_json(job) ? 0 : cli_fail("show", "out of memory");
@@ -559,7 +554,7 @@ int jobs_show_command(int argc, char **argv)
 
 /* ---- cancel ------------------------------------------------------------------ */
 
-static const struct cli_opt cancel_opts[] = {
+static const struct opts_opt cancel_opts[] = {
     CLI_OPTS_COMMON(struct one_job_args, co),
 };
 
@@ -575,12 +570,12 @@ static void cancel_usage(FILE *out)
 
 /* Reads the flags and the JOB... words of a command into a new array *ret
  * (caller frees). CLI_EXIT_USAGE, printed. */
-static int job_ids(const char *cmd, int argc, char **argv, const struct cli_opt *opts, size_t n,
+static int job_ids(const char *cmd, int argc, char **argv, const struct opts_opt *opts, size_t n,
                    void *args, int64_t **ret, size_t *ret_n)
 {
     const char **pos = NULL;
     size_t npos = 0;
-    int rc = parse(cmd, argc, argv, opts, n, args, &pos, &npos);
+    int rc = cli_parse_args(cmd, argc, argv, opts, n, args, &pos, &npos);
     int64_t *ids = rc ? NULL : calloc(npos + 1, sizeof(*ids));
     if (rc == 0 && !ids)
         rc = cli_fail(cmd, "out of memory");
@@ -601,7 +596,7 @@ int jobs_cancel_command(int argc, char **argv)
     struct one_job_args a = {0};
     int64_t *ids = NULL;
     size_t n = 0;
-    int rc = job_ids("cancel", argc, argv, cancel_opts, ARRAY_LEN(cancel_opts), &a, &ids, &n);
+    int rc = job_ids("cancel", argc, argv, CLI_OPTS(cancel_opts), &a, &ids, &n);
     if (rc == 0 && a.co.help)
         cancel_usage(stdout);
     else if (rc == 0 && n == 0)
@@ -613,13 +608,12 @@ int jobs_cancel_command(int argc, char **argv)
         return rc;
     }
     for (size_t k = 0; k < n; k++) {
-        char path[64], err[CLI_ERR_MAX];
-        long status = 0;
-        snprintf(path, sizeof(path), "/v1/jobs/%" PRId64 "/cancel", ids[k]);
-        int r = cli_call(&c, "POST", path, NULL, &status, NULL, err, sizeof(err));
+        char err[CLI_ERR_MAX];
+        bool stopping = false;
+        int r = client_jobs_cancel(&c.client, ids[k], &stopping, err, sizeof(err));
         if (r)
-            rc = cli_fail("cancel", "%s", r == GPO_ENOMEM ? "out of memory" : err);
-        else if (status == 202)
+            rc = cli_fail_call("cancel", r, err);
+        else if (stopping)
             printf("Cancelling job %" PRId64 ": its agent is stopping it\n", ids[k]);
         else
             printf("Cancelled job %" PRId64 "\n", ids[k]);
@@ -633,15 +627,28 @@ int jobs_cancel_command(int argc, char **argv)
 
 struct logs_args {
     struct cli_common co;
-    const char *attempt, *rank;
+    int64_t attempt, rank;
     bool follow, stderr_stream;
 };
 
-static const struct cli_opt logs_opts[] = {
-    {"follow", 'f', false, 1, offsetof(struct logs_args, follow)},
-    {"stderr", 0, false, 1, offsetof(struct logs_args, stderr_stream)},
-    {"attempt", 0, true, 1, offsetof(struct logs_args, attempt)},
-    {"rank", 0, true, 1, offsetof(struct logs_args, rank)},
+static const struct opts_opt logs_opts[] = {
+    {.name = "follow",
+     .short_name = 'f',
+     .type = OPTS_FLAG,
+     .offset = offsetof(struct logs_args, follow)},
+    {.name = "stderr", .type = OPTS_FLAG, .offset = offsetof(struct logs_args, stderr_stream)},
+    {.name = "attempt",
+     .type = OPTS_INT,
+     .min = 1,
+     .max = INT32_MAX,
+     .expect = "a number from 1",
+     .offset = offsetof(struct logs_args, attempt)},
+    {.name = "rank",
+     .type = OPTS_INT,
+     .min = 0,
+     .max = 65535,
+     .expect = "a number from 0 to 65535",
+     .offset = offsetof(struct logs_args, rank)},
     CLI_OPTS_COMMON(struct logs_args, co),
 };
 
@@ -660,82 +667,34 @@ static void logs_usage(FILE *out)
     cli_help_common(out, false);
 }
 
-/* The answer's body as it streams: passed to stdout, but for a body that
- * begins as the API's error object, which is kept to be read at the end
- * (httpc_stream tells the status only then). */
-#define ERROR_PREFIX     "{\"error\":"
-#define ERROR_PREFIX_LEN (sizeof(ERROR_PREFIX) - 1)
-#define ERROR_BODY_MAX   (64u * 1024)
-
-struct sink {
-    char *kept; /* the start of the body, while it may be an error object */
-    size_t nkept;
-    bool passing;   /* it is not one: everything goes to stdout */
-    bool write_err; /* stdout failed (a closed pipe): stop */
-};
-
-static bool sink_write(struct sink *s, const void *data, size_t len)
+/* Log text to stdout as it comes; non-zero once stdout is gone (a closed
+ * pipe), which ends the stream. */
+static int write_stdout(const void *data, size_t len, void *ctx)
 {
-    if (len && fwrite(data, 1, len, stdout) != len)
-        s->write_err = true;
-    return !s->write_err;
+    (void)ctx;
+    if (fwrite(data, 1, len, stdout) != len || fflush(stdout) != 0)
+        return 1;
+    return 0;
 }
 
-static int sink_data(const void *data, size_t len, void *ctx)
+static int logs_stream(struct cli *c, int64_t id, const struct client_logs_query *q)
 {
-    struct sink *s = ctx;
-    const char *p = data;
-    if (len == 0)
-        return s->write_err;
-    if (!s->passing) {
-        size_t n = s->nkept + len > ERROR_BODY_MAX ? ERROR_BODY_MAX - s->nkept : len;
-        memcpy(s->kept + s->nkept, p, n);
-        s->nkept += n;
-        p += n;
-        len -= n;
-        size_t cmp = s->nkept < ERROR_PREFIX_LEN ? s->nkept : ERROR_PREFIX_LEN;
-        if (memcmp(s->kept, ERROR_PREFIX, cmp) != 0 || s->nkept == ERROR_BODY_MAX) {
-            s->passing = true;
-            sink_write(s, s->kept, s->nkept);
-            s->nkept = 0;
-        }
-    }
-    if (s->passing && sink_write(s, p, len))
-        fflush(stdout);
-    return s->write_err;
-}
-
-static int logs_stream(struct cli *c, const char *path)
-{
-    struct sink s = {.kept = malloc(ERROR_BODY_MAX)};
     char err[CLI_ERR_MAX];
-    long status = 0;
-    if (!s.kept)
-        return cli_fail("logs", "out of memory");
-    int rc = httpc_stream(c->http, path, 0, sink_data, &s, &status, err, sizeof(err));
-    if (rc == 0 && status != 200) {
-        cli_api_error(status, s.kept, s.nkept, err, sizeof(err));
-        rc = cli_fail("logs", "%s", err);
-    } else if (rc == 0 || s.write_err) {
-        sink_write(&s, s.kept, s.nkept); /* a short body, or log text after all */
-        fflush(stdout);
+    int rc = client_jobs_logs(&c->client, id, q, write_stdout, NULL, err, sizeof(err));
+    if (rc == GPO_ECANCELED) /* stdout went away: nobody is left to tell */
         rc = 0;
-    } else {
-        rc = cli_fail("logs", "%s", rc == GPO_ENOMEM ? "out of memory" : err);
-    }
-    free(s.kept);
-    return rc;
+    fflush(stdout);
+    return rc ? cli_fail_call("logs", rc, err) : 0;
 }
 
 /* logs -f of a job that has not run yet waits for it to start, as tail -F
  * waits for a file: one line on stderr, then a look each second. */
 static int wait_started(struct cli *c, int64_t id)
 {
-    char path[64], err[CLI_ERR_MAX];
-    snprintf(path, sizeof(path), "/v1/jobs/%" PRId64, id);
+    char err[CLI_ERR_MAX];
     for (bool said = false;; said = true) {
         json_t *j = NULL;
-        if (cli_call(c, "GET", path, NULL, NULL, &j, err, sizeof(err)) != 0)
+        if (client_jobs_get(&c->client, id, &j, err, sizeof(err)) != 0)
             return cli_fail("logs", "%s", err);
         const char *state = cli_json_str(j, "state");
         bool waiting = state && strcmp(state, "PENDING") == 0 &&
@@ -751,10 +710,10 @@ static int wait_started(struct cli *c, int64_t id)
 
 int jobs_logs_command(int argc, char **argv)
 {
-    struct logs_args a = {0};
-    int64_t *ids = NULL, attempt = 0, rank = 0;
+    struct logs_args a = {.rank = -1};
+    int64_t *ids = NULL;
     size_t n = 0;
-    int rc = job_ids("logs", argc, argv, logs_opts, ARRAY_LEN(logs_opts), &a, &ids, &n);
+    int rc = job_ids("logs", argc, argv, CLI_OPTS(logs_opts), &a, &ids, &n);
     int64_t id = n ? ids[0] : 0;
     free(ids);
     if (rc == 0 && a.co.help) {
@@ -763,33 +722,22 @@ int jobs_logs_command(int argc, char **argv)
     }
     if (rc == 0 && n != 1)
         rc = cli_usage_error("logs", "expected one JOB (see 'gpuorch logs --help')");
-    if (rc == 0 && a.attempt && cli_parse_int(a.attempt, 1, INT32_MAX, &attempt) != 0)
-        rc = cli_usage_error("logs", "--attempt: expected a number from 1, got '%s'", a.attempt);
-    if (rc == 0 && a.rank && cli_parse_int(a.rank, 0, 65535, &rank) != 0)
-        rc = cli_usage_error("logs", "--rank: expected a number from 0 to 65535, got '%s'", a.rank);
     if (rc)
         return rc;
-    char path[256];
-    int k = snprintf(path, sizeof(path), "/v1/jobs/%" PRId64 "/logs?stream=%s", id,
-                     a.stderr_stream ? "stderr" : "stdout");
-    if (attempt)
-        k += snprintf(path + k, sizeof(path) - (size_t)k, "&attempt=%" PRId64, attempt);
-    if (a.rank)
-        k += snprintf(path + k, sizeof(path) - (size_t)k, "&rank=%" PRId64, rank);
-    if (a.follow)
-        snprintf(path + k, sizeof(path) - (size_t)k, "&follow=1");
+    struct client_logs_query q = {
+        .attempt = a.attempt, .rank = a.rank, .stderr_stream = a.stderr_stream, .follow = a.follow};
     struct cli c;
-    if ((rc = cli_connect(&c, "logs", &a.co)) == 0 && a.follow && !attempt)
+    if ((rc = cli_connect(&c, "logs", &a.co)) == 0 && a.follow && !a.attempt)
         rc = wait_started(&c, id);
     if (rc == 0)
-        rc = logs_stream(&c, path);
+        rc = logs_stream(&c, id, &q);
     cli_disconnect(&c);
     return rc;
 }
 
 /* ---- whoami ----------------------------------------------------------------- */
 
-static const struct cli_opt whoami_opts[] = {
+static const struct opts_opt whoami_opts[] = {
     CLI_OPT_JSON(struct one_job_args, co),
     CLI_OPTS_COMMON(struct one_job_args, co),
 };
@@ -799,7 +747,7 @@ int jobs_whoami_command(int argc, char **argv)
     struct one_job_args a = {0};
     const char **pos = NULL;
     size_t n = 0;
-    int rc = parse("whoami", argc, argv, whoami_opts, ARRAY_LEN(whoami_opts), &a, &pos, &n);
+    int rc = cli_parse_args("whoami", argc, argv, CLI_OPTS(whoami_opts), &a, &pos, &n);
     free(pos);
     if (rc == 0 && a.co.help) {
         printf("usage: gpuorch whoami [--json]\n\n"
@@ -814,8 +762,8 @@ int jobs_whoami_command(int argc, char **argv)
     char err[CLI_ERR_MAX];
     if (rc || (rc = cli_connect(&c, "whoami", &a.co)) != 0)
         return rc;
-    if ((rc = cli_call(&c, "GET", "/v1/whoami", NULL, NULL, &me, err, sizeof(err))) != 0)
-        rc = cli_fail("whoami", "%s", rc == GPO_ENOMEM ? "out of memory" : err);
+    if ((rc = client_whoami(&c.client, &me, err, sizeof(err))) != 0)
+        rc = cli_fail_call("whoami", rc, err);
     if (rc == 0 && a.co.json) {
         rc = cli_print_json(me) ? 0 : cli_fail("whoami", "out of memory");
     } else if (rc == 0) {

@@ -9,6 +9,8 @@
 
 #include "cli/cli.h"
 #include "cli/table.h"
+#include "client/client.h"
+#include "util/opts.h"
 #include "base/banned.h"
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
@@ -17,12 +19,12 @@ struct nodes_args {
     struct cli_common co;
 };
 
-static const struct cli_opt list_opts[] = {
+static const struct opts_opt list_opts[] = {
     CLI_OPT_JSON(struct nodes_args, co),
     CLI_OPTS_COMMON(struct nodes_args, co),
 };
 
-static const struct cli_opt change_opts[] = {
+static const struct opts_opt change_opts[] = {
     CLI_OPTS_COMMON(struct nodes_args, co),
 };
 
@@ -42,12 +44,12 @@ static void list_usage(FILE *out)
 static json_t *held_gpus(struct cli *c, int *ret_rc, char *err, size_t errlen)
 {
     json_t *me = NULL, *jobs = json_array(), *held = json_object();
-    *ret_rc =
-        jobs && held ? cli_call(c, "GET", "/v1/whoami", NULL, NULL, &me, err, errlen) : GPO_ENOMEM;
+    *ret_rc = jobs && held ? client_whoami(&c->client, &me, err, errlen) : GPO_ENOMEM;
     const char *role = cli_json_str(me, "role");
     bool admin = *ret_rc == 0 && role && strcmp(role, "admin") == 0;
+    struct client_jobs_filter running = {.states = 1u << CLIENT_JOB_RUNNING};
     if (admin)
-        *ret_rc = cli_jobs_list(c, "state=RUNNING", jobs, err, errlen);
+        *ret_rc = client_jobs_list(&c->client, &running, jobs, err, errlen);
     for (size_t k = 0; admin && *ret_rc == 0 && k < json_array_size(jobs); k++) {
         json_t *cur = json_object_get(json_array_get(jobs, k), "current_attempt");
         json_t *gpus = json_object_get(cur, "gpus");
@@ -118,29 +120,12 @@ static int list_print(const json_t *nodes, const json_t *held)
     return rc ? cli_fail("nodes", "out of memory") : 0;
 }
 
-/* Parses flags into args and the positional words into *ret_pos (a new
- * array: caller frees). CLI_EXIT_USAGE, printed. */
-static int parse(const char *cmd, int argc, char **argv, const struct cli_opt *opts, size_t n,
-                 struct nodes_args *a, const char ***ret_pos, size_t *ret_n)
-{
-    const char **pos = calloc((size_t)argc + 1, sizeof(*pos));
-    if (!pos)
-        return cli_fail(cmd, "out of memory");
-    int rc = cli_parse_args(cmd, argc, argv, opts, n, a, pos, ret_n);
-    if (rc) {
-        free(pos);
-        return rc;
-    }
-    *ret_pos = pos;
-    return 0;
-}
-
 int nodes_list_command(int argc, char **argv)
 {
     struct nodes_args a = {0};
     const char **pos = NULL;
     size_t npos = 0;
-    int rc = parse("nodes", argc, argv, list_opts, ARRAY_LEN(list_opts), &a, &pos, &npos);
+    int rc = cli_parse_args("nodes", argc, argv, CLI_OPTS(list_opts), &a, &pos, &npos);
     if (rc == 0 && a.co.help)
         list_usage(stdout);
     else if (rc == 0 && npos)
@@ -153,11 +138,11 @@ int nodes_list_command(int argc, char **argv)
     json_t *body = NULL, *held = NULL;
     char err[CLI_ERR_MAX];
     if ((rc = cli_connect(&c, "nodes", &a.co)) == 0)
-        rc = cli_call(&c, "GET", "/v1/nodes", NULL, NULL, &body, err, sizeof(err));
+        rc = client_nodes_list(&c.client, &body, err, sizeof(err));
     if (rc == 0 && !a.co.json)
         held = held_gpus(&c, &rc, err, sizeof(err));
     if (rc < 0)
-        rc = cli_fail("nodes", "%s", rc == GPO_ENOMEM ? "out of memory" : err);
+        rc = cli_fail_call("nodes", rc, err);
     cli_disconnect(&c);
     if (rc == 0 && a.co.json)
         rc = cli_print_json(body) ? 0 : cli_fail("nodes", "out of memory");
@@ -170,12 +155,12 @@ int nodes_list_command(int argc, char **argv)
 
 /* drain or resume: POST /v1/nodes/NODE/ACTION for each NODE; one line each,
  * and 1 when any failed. */
-static int change(const char *cmd, int argc, char **argv, void (*usage)(FILE *out))
+static int change(const char *cmd, bool drain, int argc, char **argv, void (*usage)(FILE *out))
 {
     struct nodes_args a = {0};
     const char **pos = NULL;
     size_t npos = 0;
-    int rc = parse(cmd, argc, argv, change_opts, ARRAY_LEN(change_opts), &a, &pos, &npos);
+    int rc = cli_parse_args(cmd, argc, argv, CLI_OPTS(change_opts), &a, &pos, &npos);
     if (rc == 0 && a.co.help)
         usage(stdout);
     else if (rc == 0 && npos == 0)
@@ -185,16 +170,14 @@ static int change(const char *cmd, int argc, char **argv, void (*usage)(FILE *ou
         rc = cli_connect(&c, cmd, &a.co);
     bool failed = false;
     for (size_t k = 0; rc == 0 && !a.co.help && k < npos; k++) {
-        char esc[1024], path[1100], err[CLI_ERR_MAX];
+        char err[CLI_ERR_MAX];
         json_t *node = NULL;
-        if (httpc_escape(pos[k], esc, sizeof(esc)) != 0) {
+        int r = drain ? client_nodes_drain(&c.client, pos[k], &node, err, sizeof(err))
+                      : client_nodes_resume(&c.client, pos[k], &node, err, sizeof(err));
+        if (r == GPO_ENAMETOOLONG)
             failed = cli_usage_error(cmd, "node name '%.40s...' is too long", pos[k]);
-            continue;
-        }
-        snprintf(path, sizeof(path), "/v1/nodes/%s/%s", esc, cmd);
-        int r = cli_call(&c, "POST", path, NULL, NULL, &node, err, sizeof(err));
-        if (r) /* say so and go on with the others */
-            failed = cli_fail(cmd, "%s", r == GPO_ENOMEM ? "out of memory" : err);
+        else if (r) /* say so and go on with the others */
+            failed = cli_fail_call(cmd, r, err);
         else
             printf("node/%s %s\n", pos[k],
                    cli_json_str(node, "state") ? cli_json_str(node, "state") : "?");
@@ -225,10 +208,10 @@ static void resume_usage(FILE *out)
 
 int nodes_drain_command(int argc, char **argv)
 {
-    return change("drain", argc, argv, drain_usage);
+    return change("drain", true, argc, argv, drain_usage);
 }
 
 int nodes_resume_command(int argc, char **argv)
 {
-    return change("resume", argc, argv, resume_usage);
+    return change("resume", false, argc, argv, resume_usage);
 }

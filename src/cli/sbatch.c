@@ -10,6 +10,7 @@
 
 #include "util/errbuf.h"
 #include "util/jsonv.h"
+#include "util/opts.h"
 #include "util/timefmt.h"
 #include "base/banned.h"
 
@@ -108,7 +109,7 @@ int sbatch_parse_dependency(const char *s, json_t **ret, char *err, size_t errle
             char buf[24];
             int64_t job;
             snprintf(buf, sizeof(buf), "%.*s", (int)(ilen < 23 ? ilen : 23), id);
-            if (ilen > 20 || cli_parse_int(buf, 1, INT64_MAX, &job) != 0)
+            if (ilen > 20 || opts_parse_int(buf, 1, INT64_MAX, &job) != 0)
                 rc = errbuf_set(err, errlen, GPO_EUSAGE, "'%s' is not a job id",
                                 jsonv_quote(id, ilen, q));
             else if (json_array_append_new(

@@ -23,11 +23,11 @@
 
 #include "cli/sbatch.h"
 #include "cli/script.h"
+#include "client/client.h"
 #include "util/errbuf.h"
 #include "util/jsonv.h"
+#include "util/opts.h"
 #include "base/banned.h"
-
-#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
 extern char **environ;
 
@@ -46,11 +46,11 @@ typedef int (*setter_fn)(struct build *b, const struct submit_flag *f, const cha
                          size_t errlen);
 
 struct submit_flag {
-    struct cli_opt opt; /* first: cli_getopt_next walks the table */
-    setter_fn set;      /* NULL: a connection flag, stored in struct submit_args */
-    const char *key;    /* the body's key */
-    int64_t lo, hi;     /* set_int's range */
-    const char *expect; /* what the value should look like, for messages */
+    struct opts_opt opt; /* first: opts_next walks the table; min, max and expect are
+                            set_int's range and what a value should look like */
+    setter_fn set;       /* NULL: a connection flag, stored in struct submit_args */
+    const char *key;     /* the body's key */
+    bool on;             /* set_bool: the value it sets */
 };
 
 /* Sets key to v (taken; NULL means out of memory). */
@@ -64,7 +64,7 @@ static int put(struct build *b, const char *key, json_t *v, char *err, size_t er
 static int bad_value(const struct submit_flag *f, const char *v, char *err, size_t errlen)
 {
     char q[JSONV_QUOTE_MAX + 4];
-    return errbuf_set(err, errlen, GPO_EUSAGE, "expected %s, got '%s'", f->expect,
+    return errbuf_set(err, errlen, GPO_EUSAGE, "expected %s, got '%s'", f->opt.expect,
                       jsonv_quote(v, strlen(v), q));
 }
 
@@ -88,17 +88,17 @@ static int set_int(struct build *b, const struct submit_flag *f, const char *v, 
                    size_t errlen)
 {
     int64_t n;
-    if (cli_parse_int(v, f->lo, f->hi, &n) != 0)
+    if (opts_parse_int(v, f->opt.min, f->opt.max, &n) != 0)
         return bad_value(f, v, err, errlen);
     return put(b, f->key, json_integer(n), err, errlen);
 }
 
-/* A flag without a value: `lo` is the boolean it sets (--no-requeue: 0). */
+/* A flag without a value: `on` is the boolean it sets (--no-requeue: false). */
 static int set_bool(struct build *b, const struct submit_flag *f, const char *v, char *err,
                     size_t errlen)
 {
     (void)v;
-    return put(b, f->key, json_boolean(f->lo != 0), err, errlen);
+    return put(b, f->key, json_boolean(f->on), err, errlen);
 }
 
 static int set_size(struct build *b, const struct submit_flag *f, const char *v, char *err,
@@ -200,8 +200,8 @@ static int set_nodes(struct build *b, const struct submit_flag *f, const char *v
     char lo[24] = "", *dash = strchr(v, '-');
     int64_t min, max;
     snprintf(lo, sizeof(lo), "%.*s", (int)(dash ? (size_t)(dash - v) : strlen(v)), v);
-    if (cli_parse_int(lo, 1, 100000, &min) != 0 ||
-        cli_parse_int(dash ? dash + 1 : lo, min, 100000, &max) != 0)
+    if (opts_parse_int(lo, 1, 100000, &min) != 0 ||
+        opts_parse_int(dash ? dash + 1 : lo, min, 100000, &max) != 0)
         return bad_value(f, v, err, errlen);
     return put(b, "multi_node", json_boolean(max > 1), err, errlen);
 }
@@ -269,104 +269,115 @@ static int set_wrap(struct build *b, const struct submit_flag *f, const char *v,
 #define W_OURS  (SUBMIT_WHERE_CLI | SUBMIT_WHERE_GPUORCH)
 #define W_ALL   (SUBMIT_WHERE_CLI | SUBMIT_WHERE_GPUORCH | SUBMIT_WHERE_SBATCH)
 #define NAME_RE "a name ([A-Za-z0-9._-])"
-#define FLAG(name_, short_, value_, where_, set_, key_, lo_, hi_, expect_)                         \
+/* A flag with a value (VALUE) or without (BOOL), its setter and what it
+ * writes; CONN: a connection flag, stored into struct submit_args. */
+#define VALUE(name_, short_, where_, set_, key_, lo_, hi_, expect_)                                \
     {                                                                                              \
-        {name_, short_, value_, where_, 0}, set_, key_, lo_, hi_, expect_                          \
+        .opt = {.name = name_,                                                                     \
+                .short_name = short_,                                                              \
+                .type = OPTS_STRING,                                                               \
+                .where = where_,                                                                   \
+                .min = lo_,                                                                        \
+                .max = hi_,                                                                        \
+                .expect = expect_},                                                                \
+        .set = set_, .key = key_                                                                   \
     }
-#define CONN(name_, member)                                                                        \
+#define BOOL(name_, where_, set_, key_, on_)                                                       \
     {                                                                                              \
-        {name_, 0, true, W_CLI, offsetof(struct submit_args, co.member)}, NULL, NULL, 0, 0, NULL   \
+        .opt = {.name = name_, .type = OPTS_FLAG, .where = where_}, .set = set_, .key = key_,      \
+        .on = on_                                                                                  \
+    }
+#define CONN(name_, short_, type_, member)                                                         \
+    {                                                                                              \
+        .opt = {                                                                                   \
+            .name = name_,                                                                         \
+            .short_name = short_,                                                                  \
+            .type = type_,                                                                         \
+            .where = W_CLI,                                                                        \
+            .offset = offsetof(struct submit_args, co.member)                                      \
+        }                                                                                          \
     }
 
 static const struct submit_flag flags[] = {
-    FLAG("job-name", 'J', true, W_ALL, set_text, "name", 0, 0, "a job name"),
-    FLAG("output", 'o', true, W_ALL, set_text, "output", 0, 0, "a file"),
-    FLAG("error", 'e', true, W_ALL, set_text, "error", 0, 0, "a file"),
-    FLAG("time", 't', true, W_ALL, set_time, NULL, 0, 0,
-         "a time limit (MM, HH:MM:SS, D-HH, D-HH:MM:SS, 90m, UNLIMITED)"),
-    FLAG("gpus", 'G', true, W_ALL, set_gpus, NULL, 0, 0,
-         "[TYPE:]N: whole GPUs, or a fraction below 1 (0.25)"),
-    FLAG("gpus-per-node", 0, true, W_ALL, set_gpus, NULL, 0, 0, "[TYPE:]N GPUs"),
-    FLAG("gres", 0, true, W_ALL, set_gres, NULL, 0, 0, "gpu:N or gpu:TYPE:N"),
-    FLAG("gpu-mem", 0, true, W_OURS, set_size, NULL, 0, 0, "MiB, or a size such as 40G"),
-    FLAG("gpu-type", 0, true, W_OURS, set_text, "gpu_type", 0, 0, "a GPU type (H100-80GB)"),
-    FLAG("cpus", 0, true, W_OURS, set_int, "cpus", 1, 4096, "a number of CPUs (1-4096)"),
-    FLAG("cpus-per-task", 'c', true, W_ALL, set_int, "cpus", 1, 4096, "a number of CPUs (1-4096)"),
-    FLAG("mem", 0, true, W_ALL, set_size, "mem_mib", 0, 0, "MiB, or a size such as 4G"),
-    FLAG("array", 'a', true, W_ALL, set_text, "array", 0, 0, "indices such as 0-9%2"),
-    FLAG("dependency", 'd', true, W_ALL, set_dependency, NULL, 0, 0, "afterok:ID"),
-    FLAG("pool", 0, true, W_OURS, set_text, "pool", 0, 0, NAME_RE),
-    FLAG("partition", 'p', true, W_ALL, set_text, "pool", 0, 0, NAME_RE),
-    FLAG("priority", 0, true, W_OURS, set_text, "priority", 0, 0, "a priority class"),
-    FLAG("qos", 0, true, W_ALL, set_text, "priority", 0, 0, "a priority class"),
-    FLAG("team", 0, true, W_OURS, set_text, "team", 0, 0, NAME_RE),
-    FLAG("account", 'A', true, W_ALL, set_text, "team", 0, 0, NAME_RE),
-    FLAG("project", 0, true, W_OURS, set_text, "project", 0, 0, NAME_RE),
-    FLAG("model", 0, true, W_OURS, set_text, "model", 0, 0, NAME_RE),
-    FLAG("workdir", 0, true, W_OURS, set_workdir, NULL, 0, 0, "a directory"),
-    FLAG("chdir", 'D', true, W_ALL, set_workdir, NULL, 0, 0, "a directory"),
-    FLAG("export", 0, true, W_ALL, set_export, NULL, 0, 0, "ALL, NONE or NAME[=VALUE],..."),
-    FLAG("nodes", 'N', true, W_ALL, set_nodes, NULL, 0, 0, "a node count N or N-M"),
-    FLAG("multi-node", 0, false, W_OURS, set_bool, "multi_node", 1, 0, NULL),
-    FLAG("checkpointable", 0, false, W_OURS, set_bool, "checkpointable", 1, 0, NULL),
-    FLAG("requeue", 0, false, W_ALL, set_bool, "requeue", 1, 0, NULL),
-    FLAG("no-requeue", 0, false, W_ALL, set_bool, "requeue", 0, 0, NULL),
-    FLAG("max-retries", 0, true, W_OURS, set_int, "max_retries", 0, 100, "a number (0-100)"),
-    FLAG("comment", 0, true, W_ALL, set_ignore, NULL, 0, 0, NULL),
-    FLAG("parsable", 0, false, W_ALL, set_parsable, NULL, 0, 0, NULL),
-    FLAG("idempotency-key", 0, true, W_CLI, set_key, NULL, 0, 0, "1-255 printable characters"),
-    FLAG("wrap", 0, true, W_CLI, set_wrap, NULL, 0, 0, "a shell command"),
-    CONN("server", server),
-    CONN("token", token),
-    CONN("token-file", token_file),
-    {{"json", 0, false, W_CLI, offsetof(struct submit_args, co.json)}, NULL, NULL, 0, 0, NULL},
-    {{"help", 'h', false, W_CLI, offsetof(struct submit_args, co.help)}, NULL, NULL, 0, 0, NULL},
+    VALUE("job-name", 'J', W_ALL, set_text, "name", 0, 0, "a job name"),
+    VALUE("output", 'o', W_ALL, set_text, "output", 0, 0, "a file"),
+    VALUE("error", 'e', W_ALL, set_text, "error", 0, 0, "a file"),
+    VALUE("time", 't', W_ALL, set_time, NULL, 0, 0,
+          "a time limit (MM, HH:MM:SS, D-HH, D-HH:MM:SS, 90m, UNLIMITED)"),
+    VALUE("gpus", 'G', W_ALL, set_gpus, NULL, 0, 0,
+          "[TYPE:]N: whole GPUs, or a fraction below 1 (0.25)"),
+    VALUE("gpus-per-node", 0, W_ALL, set_gpus, NULL, 0, 0, "[TYPE:]N GPUs"),
+    VALUE("gres", 0, W_ALL, set_gres, NULL, 0, 0, "gpu:N or gpu:TYPE:N"),
+    VALUE("gpu-mem", 0, W_OURS, set_size, NULL, 0, 0, "MiB, or a size such as 40G"),
+    VALUE("gpu-type", 0, W_OURS, set_text, "gpu_type", 0, 0, "a GPU type (H100-80GB)"),
+    VALUE("cpus", 0, W_OURS, set_int, "cpus", 1, 4096, "a number of CPUs (1-4096)"),
+    VALUE("cpus-per-task", 'c', W_ALL, set_int, "cpus", 1, 4096, "a number of CPUs (1-4096)"),
+    VALUE("mem", 0, W_ALL, set_size, "mem_mib", 0, 0, "MiB, or a size such as 4G"),
+    VALUE("array", 'a', W_ALL, set_text, "array", 0, 0, "indices such as 0-9%2"),
+    VALUE("dependency", 'd', W_ALL, set_dependency, NULL, 0, 0, "afterok:ID"),
+    VALUE("pool", 0, W_OURS, set_text, "pool", 0, 0, NAME_RE),
+    VALUE("partition", 'p', W_ALL, set_text, "pool", 0, 0, NAME_RE),
+    VALUE("priority", 0, W_OURS, set_text, "priority", 0, 0, "a priority class"),
+    VALUE("qos", 0, W_ALL, set_text, "priority", 0, 0, "a priority class"),
+    VALUE("team", 0, W_OURS, set_text, "team", 0, 0, NAME_RE),
+    VALUE("account", 'A', W_ALL, set_text, "team", 0, 0, NAME_RE),
+    VALUE("project", 0, W_OURS, set_text, "project", 0, 0, NAME_RE),
+    VALUE("model", 0, W_OURS, set_text, "model", 0, 0, NAME_RE),
+    VALUE("workdir", 0, W_OURS, set_workdir, NULL, 0, 0, "a directory"),
+    VALUE("chdir", 'D', W_ALL, set_workdir, NULL, 0, 0, "a directory"),
+    VALUE("export", 0, W_ALL, set_export, NULL, 0, 0, "ALL, NONE or NAME[=VALUE],..."),
+    VALUE("nodes", 'N', W_ALL, set_nodes, NULL, 0, 0, "a node count N or N-M"),
+    BOOL("multi-node", W_OURS, set_bool, "multi_node", true),
+    BOOL("checkpointable", W_OURS, set_bool, "checkpointable", true),
+    BOOL("requeue", W_ALL, set_bool, "requeue", true),
+    BOOL("no-requeue", W_ALL, set_bool, "requeue", false),
+    VALUE("max-retries", 0, W_OURS, set_int, "max_retries", 0, 100, "a number (0-100)"),
+    VALUE("comment", 0, W_ALL, set_ignore, NULL, 0, 0, NULL),
+    BOOL("parsable", W_ALL, set_parsable, NULL, false),
+    VALUE("idempotency-key", 0, W_CLI, set_key, NULL, 0, 0, "1-255 printable characters"),
+    VALUE("wrap", 0, W_CLI, set_wrap, NULL, 0, 0, "a shell command"),
+    CONN("server", 0, OPTS_STRING, server),
+    CONN("token", 0, OPTS_STRING, token),
+    CONN("token-file", 0, OPTS_STRING, token_file),
+    CONN("json", 0, OPTS_FLAG, json),
+    CONN("help", 'h', OPTS_HELP, help),
 };
 
 /* ---- the command line ----------------------------------------------------- */
 
-static const char *flag_name(const struct submit_flag *f, char *buf, size_t len)
-{
-    if (f->opt.name)
-        snprintf(buf, len, "--%s", f->opt.name);
-    else
-        snprintf(buf, len, "-%c", f->opt.short_name);
-    return buf;
-}
-
 int submit_args_parse(int argc, char **argv, struct submit_args *ret, char *err, size_t errlen)
 {
     struct submit_args a = {0};
-    struct cli_getopt g = {.argc = argc, .argv = argv, .i = 1};
+    struct opts g;
     if (!(a.pairs = calloc(argc > 0 ? (size_t)argc : 1, sizeof(*a.pairs))))
         return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
+    opts_init(&g, argc - 1, argv + 1, OPTS_TABLE(flags), W_CLI);
     for (;;) {
-        const void *e = NULL;
+        const struct opts_opt *o = NULL;
         const char *v = NULL;
-        int k = cli_getopt_next(&g, flags, ARRAY_LEN(flags), sizeof(flags[0]), W_CLI, &e, &v, err,
-                                errlen);
+        int k = opts_next(&g, &o, &v, err, errlen);
         if (k < 0) {
             free(a.pairs);
             return GPO_EUSAGE;
         }
-        if (k == CLI_GETOPT_END)
+        if (k == OPTS_END)
             break;
-        if (k == CLI_GETOPT_DASHDASH) {
-            a.command = argv + g.i;
-            a.ncommand = (size_t)(argc - g.i);
+        if (k == OPTS_DASHDASH) {
+            a.command = g.argv + g.i;
+            a.ncommand = (size_t)(g.argc - g.i);
             break;
         }
-        if (k == CLI_GETOPT_ARG) { /* the script: what follows is its own */
+        if (k == OPTS_ARG) { /* the script: what follows is its own */
             a.script = v;
-            a.script_args = argv + g.i;
-            a.nscript_args = (size_t)(argc - g.i);
+            a.script_args = g.argv + g.i;
+            a.nscript_args = (size_t)(g.argc - g.i);
             break;
         }
-        const struct submit_flag *f = e;
+        const struct submit_flag *f = (const struct submit_flag *)(const void *)o;
         if (f->set)
             a.pairs[a.npairs++] = (struct submit_pair){.flag = f, .value = v};
         else
-            cli_opt_store(&a, &f->opt, v);
+            opts_store(o, v, &a, NULL, 0); /* strings and flags: nothing to refuse */
     }
     *ret = a;
     return 0;
@@ -408,8 +419,8 @@ static int apply(struct build *b, const struct submit_flag *f, const char *v, co
     if (rc == GPO_ENOMEM)
         return errbuf_set(err, errlen, rc, "out of memory");
     if (rc)
-        return errbuf_set(err, errlen, rc, "%s%s: %s", where, flag_name(f, name, sizeof(name)),
-                          msg);
+        return errbuf_set(err, errlen, rc, "%s%s: %s", where,
+                          opts_name(&f->opt, name, sizeof(name)), msg);
     return 0;
 }
 
@@ -423,11 +434,11 @@ static int warn_unknown(struct build *b, const struct script_directive *d, const
     jsonv_quote(word, len, q);
     if (d->prefix == SCRIPT_SBATCH) {
         /* One of ours? Then say how to write it. */
-        struct cli_getopt g = {.argc = 1, .argv = (char **)&word, .i = 0};
-        const void *e;
+        struct opts g;
+        const struct opts_opt *o;
         const char *v;
-        if (cli_getopt_next(&g, flags, ARRAY_LEN(flags), sizeof(flags[0]), SUBMIT_WHERE_GPUORCH, &e,
-                            &v, NULL, 0) != GPO_ENOENT)
+        opts_init(&g, 1, (char **)&word, OPTS_TABLE(flags), SUBMIT_WHERE_GPUORCH);
+        if (opts_next(&g, &o, &v, NULL, 0) != GPO_ENOENT)
             return warn(b->plan,
                         "%s:%ld: '%s' is a gpuorch flag, not an sbatch one: write it "
                         "as '#GPUORCH %s' (ignored)",
@@ -441,19 +452,19 @@ static int apply_directive(struct build *b, const struct script_directive *d, co
                            char *err, size_t errlen)
 {
     unsigned mask = d->prefix == SCRIPT_SBATCH ? SUBMIT_WHERE_SBATCH : SUBMIT_WHERE_GPUORCH;
-    struct cli_getopt g = {.argc = (int)d->nwords, .argv = d->words, .i = 0};
+    struct opts g;
     char where[PATH_MAX + 64], q[JSONV_QUOTE_MAX + 4];
+    opts_init(&g, (int)d->nwords, d->words, OPTS_TABLE(flags), mask);
     snprintf(where, sizeof(where), "%s:%ld: %s ", script, d->line, script_prefix_name(d->prefix));
     for (int rc = 0;;) {
-        const void *e = NULL;
+        const struct opts_opt *o = NULL;
         const char *v = NULL;
         char msg[256];
-        int k = cli_getopt_next(&g, flags, ARRAY_LEN(flags), sizeof(flags[0]), mask, &e, &v, msg,
-                                sizeof(msg));
-        if (k == CLI_GETOPT_END)
+        int k = opts_next(&g, &o, &v, msg, sizeof(msg));
+        if (k == OPTS_END)
             return 0;
         if (k == GPO_ENOENT) {
-            const char *w = d->words[g.i - 1];
+            const char *w = g.word;
             rc = warn_unknown(b, d, script, w);
             /* Its value, if it has one as a separate word, goes with it. */
             if (!strchr(w, '=') && (w[1] == '-' || w[2] == '\0') && g.i < g.argc &&
@@ -461,12 +472,13 @@ static int apply_directive(struct build *b, const struct script_directive *d, co
                 g.i++;
         } else if (k < 0) {
             return errbuf_set(err, errlen, GPO_EUSAGE, "%s%s", where, msg);
-        } else if (k == CLI_GETOPT_ARG || k == CLI_GETOPT_DASHDASH) {
-            const char *w = d->words[g.i - 1];
+        } else if (k == OPTS_ARG || k == OPTS_DASHDASH) {
+            const char *w = g.word;
+            g.rest = false; /* a directive's "--" is a stray word: options may follow */
             rc = warn(b->plan, "%s:%ld: %s: unexpected word '%s' (ignored)", script, d->line,
                       script_prefix_name(d->prefix), jsonv_quote(w, strlen(w), q));
         } else {
-            rc = apply(b, e, v, where, err, errlen);
+            rc = apply(b, (const struct submit_flag *)(const void *)o, v, where, err, errlen);
         }
         if (rc == GPO_ENOMEM)
             return errbuf_set(err, errlen, rc, "out of memory");
@@ -693,12 +705,12 @@ static int submit_run(struct submit_args *a, const struct submit_plan *plan)
     char err[CLI_ERR_MAX];
     json_t *job = NULL;
     int rc = cli_connect(&c, "submit", &a->co);
-    if (rc == 0 && plan->idempotency_key &&
-        httpc_set_header(c.http, "Idempotency-Key", plan->idempotency_key) != 0)
-        rc = cli_usage_error("submit", "--idempotency-key: expected 1-255 printable characters");
-    if (rc == 0 &&
-        (rc = cli_call(&c, "POST", "/v1/jobs", plan->body, NULL, &job, err, sizeof(err))) != 0)
-        rc = cli_fail("submit", "%s", rc == GPO_ENOMEM ? "out of memory" : err);
+    if (rc == 0 && (rc = client_jobs_submit(&c.client, plan->body, plan->idempotency_key, &job, err,
+                                            sizeof(err))) != 0)
+        rc = rc == GPO_EINVAL
+                 ? cli_usage_error("submit",
+                                   "--idempotency-key: expected 1-255 printable characters")
+                 : cli_fail_call("submit", rc, err);
     cli_disconnect(&c);
     if (rc)
         return rc;

@@ -41,7 +41,7 @@
 #define SUBMIT_ENV_VALUE_MAX 32768 /* bytes of one value the API takes */
 #define SUBMIT_SCRIPT_MAX    (1u << 20)
 
-/* Where a flag may be given (struct cli_opt's `where` bits). */
+/* Where a flag may be given (struct opts_opt's `where` bits). */
 enum submit_where {
     SUBMIT_WHERE_CLI = 1 << 0,     /* the command line */
     SUBMIT_WHERE_GPUORCH = 1 << 1, /* a #GPUORCH line */

@@ -6,7 +6,6 @@
 #include "cli/top.h"
 
 #include <errno.h>
-#include <math.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -19,6 +18,9 @@
 
 #include "cli/cli.h"
 #include "cli/topview.h"
+#include "client/client.h"
+#include "util/fsutil.h"
+#include "util/opts.h"
 #include "base/banned.h"
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
@@ -43,10 +45,13 @@ struct top_args {
     bool once;
 };
 
-static const struct cli_opt opts[] = {
-    {"interval", 'n', true, 1, offsetof(struct top_args, interval)},
-    {"sort", 0, true, 1, offsetof(struct top_args, sort)},
-    {"once", 0, false, 1, offsetof(struct top_args, once)},
+static const struct opts_opt opts[] = {
+    {.name = "interval",
+     .short_name = 'n',
+     .type = OPTS_STRING,
+     .offset = offsetof(struct top_args, interval)},
+    {.name = "sort", .type = OPTS_STRING, .offset = offsetof(struct top_args, sort)},
+    {.name = "once", .type = OPTS_FLAG, .offset = offsetof(struct top_args, once)},
     CLI_OPT_JSON(struct top_args, co),
     CLI_OPTS_COMMON(struct top_args, co),
 };
@@ -83,16 +88,46 @@ static int64_t mono_ms(void)
 /* Writes all of buf to fd; false when the terminal is gone. */
 static bool write_all(int fd, const char *buf, size_t len)
 {
-    while (len) {
-        ssize_t n = write(fd, buf, len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return false;
-        buf += n;
-        len -= (size_t)n;
+    return fsutil_write_all(fd, buf, len) == 0;
+}
+
+/* ---- the snapshot ------------------------------------------------------------ */
+
+/* Reads a snapshot through c. 0 and *ret (release with top_snapshot_release);
+ * else the client's codes with the message in err. A failed cost call (no
+ * such route, not allowed) is no error: cost is NULL. */
+static int snapshot_fetch(struct cli *c, struct top_snapshot *ret, char *err, size_t errlen)
+{
+    struct top_snapshot s = {.jobs = json_array()};
+    struct client_jobs_filter live = {.states =
+                                          1u << CLIENT_JOB_PENDING | 1u << CLIENT_JOB_RUNNING};
+    json_t *body = NULL;
+    int rc = s.jobs ? client_nodes_list(&c->client, &body, err, errlen) : GPO_ENOMEM;
+    if (rc == 0) {
+        s.nodes = json_incref(json_object_get(body, "nodes"));
+        rc = s.nodes ? 0 : GPO_ENOMEM;
     }
-    return true;
+    json_decref(body);
+    if (rc == 0)
+        rc = client_jobs_list(&c->client, &live, s.jobs, err, errlen);
+    if (rc == 0) {
+        /* A server without the cost routes, or a user they refuse, shows "-". */
+        char ignored[CLI_ERR_MAX];
+        struct client_cost_query q = {.by = CLIENT_COST_BY_TEAM};
+        int r = client_cost(&c->client, &q, &s.cost, ignored, sizeof(ignored));
+        rc = r == GPO_ENOMEM ? r : 0;
+        if (r)
+            s.cost = NULL;
+    }
+    if (rc) {
+        if (rc == GPO_ENOMEM)
+            snprintf(err, errlen, "out of memory");
+        top_snapshot_release(&s);
+        return rc;
+    }
+    s.taken_ms = cli_now_ms();
+    *ret = s;
+    return 0;
 }
 
 /* ---- the terminal --------------------------------------------------------- */
@@ -193,7 +228,7 @@ static int refresh(struct live *L)
 {
     struct top_snapshot s;
     char err[CLI_ERR_MAX];
-    int rc = top_snapshot_fetch(L->c, &s, err, sizeof(err));
+    int rc = snapshot_fetch(L->c, &s, err, sizeof(err));
     if (rc == GPO_ENOMEM)
         return rc;
     if (rc) {
@@ -270,11 +305,8 @@ static int live_loop(struct live *L, int64_t interval_ms)
 
 static int parse_interval(const char *s, int64_t *ret_ms)
 {
-    char *end = NULL;
-    errno = 0;
-    double v = s ? strtod(s, &end) : INTERVAL_DEFAULT_S;
-    if (s &&
-        (errno || end == s || *end || !isfinite(v) || v < INTERVAL_MIN_S || v > INTERVAL_MAX_S))
+    double v = INTERVAL_DEFAULT_S;
+    if (s && (opts_parse_double(s, &v) != 0 || v < INTERVAL_MIN_S || v > INTERVAL_MAX_S))
         return cli_usage_error("top",
                                "--interval: '%s' is not a number of seconds from 0.1 to "
                                "86400",
@@ -287,11 +319,9 @@ static int parse_interval(const char *s, int64_t *ret_ms)
 static int parse(int argc, char **argv, struct top_args *a, int64_t *ret_ms,
                  enum top_sort *ret_sort)
 {
-    const char **pos = calloc((size_t)argc + 1, sizeof(*pos));
+    const char **pos = NULL;
     size_t npos = 0;
-    if (!pos)
-        return cli_fail("top", "out of memory");
-    int rc = cli_parse_args("top", argc, argv, opts, ARRAY_LEN(opts), a, pos, &npos);
+    int rc = cli_parse_args("top", argc, argv, CLI_OPTS(opts), a, &pos, &npos);
     if (rc == 0 && !a->co.help && npos)
         rc = cli_usage_error("top", "unexpected argument '%s' (see 'gpuorch top --help')", pos[0]);
     free(pos);
@@ -339,7 +369,7 @@ int top_command(int argc, char **argv)
     struct live L = {.c = &c, .sort = sort};
     char err[CLI_ERR_MAX];
     if ((rc = cli_connect(&c, "top", &a.co)) == 0 &&
-        (rc = top_snapshot_fetch(&c, &L.snap, err, sizeof(err))) != 0)
+        (rc = snapshot_fetch(&c, &L.snap, err, sizeof(err))) != 0)
         rc = cli_fail("top", "%s", err);
     if (rc == 0 && !(L.view = top_view_build(&L.snap)))
         rc = cli_fail("top", "out of memory");

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/cli.h"
 #include "cli/table.h"
 #include "util/timefmt.h"
 #include "base/banned.h"
@@ -54,38 +55,6 @@ void top_snapshot_release(struct top_snapshot *s)
     json_decref(s->jobs);
     json_decref(s->cost);
     *s = (struct top_snapshot){0};
-}
-
-int top_snapshot_fetch(struct cli *c, struct top_snapshot *ret, char *err, size_t errlen)
-{
-    struct top_snapshot s = {.jobs = json_array()};
-    json_t *body = NULL;
-    int rc = s.jobs ? cli_call(c, "GET", "/v1/nodes", NULL, NULL, &body, err, errlen) : GPO_ENOMEM;
-    if (rc == 0) {
-        s.nodes = json_incref(json_object_get(body, "nodes"));
-        rc = s.nodes ? 0 : GPO_ENOMEM;
-    }
-    json_decref(body);
-    if (rc == 0)
-        rc = cli_jobs_list(c, "state=PENDING,RUNNING", s.jobs, err, errlen);
-    if (rc == 0) {
-        /* A server without the cost routes, or a user they refuse, shows "-". */
-        char ignored[CLI_ERR_MAX];
-        int r =
-            cli_call(c, "GET", "/v1/cost?by=team", NULL, NULL, &s.cost, ignored, sizeof(ignored));
-        rc = r == GPO_ENOMEM ? r : 0;
-        if (r)
-            s.cost = NULL;
-    }
-    if (rc) {
-        if (rc == GPO_ENOMEM)
-            snprintf(err, errlen, "out of memory");
-        top_snapshot_release(&s);
-        return rc;
-    }
-    s.taken_ms = cli_now_ms();
-    *ret = s;
-    return 0;
 }
 
 /* ---- the view ----------------------------------------------------------- */

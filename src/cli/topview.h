@@ -1,7 +1,7 @@
 /*
  * topview.h - what `gpuorch top` (top.h) shows, apart from the terminal, so
  * that tests need neither a server nor a terminal: a snapshot is what the
- * API answered (top_snapshot_fetch), the view is what top derives from it
+ * API answered (top.c reads it), the view is what top derives from it
  * (top_view_build: which job holds which GPU, sums, fallbacks; also the
  * --json output), and top_render lays a view out as the text of a screen.
  */
@@ -13,8 +13,6 @@
 #include <stdint.h>
 
 #include <jansson.h>
-
-#include "cli/cli.h"
 
 /* How the jobs table is ordered; 's' cycles through them in this order. */
 #define TOP_SORT_MAP(X)                                                                            \
@@ -44,12 +42,6 @@ struct top_snapshot {
     int64_t taken_ms; /* when it was read */
 };
 
-/*
- * Reads a snapshot through c (borrowed). 0 and *ret (release with
- * top_snapshot_release); else cli_call's codes with the message in err. A
- * failed cost call (no such route, not allowed) is no error: cost is NULL.
- */
-int top_snapshot_fetch(struct cli *c, struct top_snapshot *ret, char *err, size_t errlen);
 /* Releases what s holds and zeroes it; NULL and a zeroed snapshot are fine. */
 void top_snapshot_release(struct top_snapshot *s);
 

@@ -1,6 +1,6 @@
 #include <errno.h>
-#include <math.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,17 +14,46 @@
 #include "sim/spec.h"
 #include "sim/stats.h"
 #include "sim/trace.h"
+#include "util/opts.h"
 #include "base/banned.h"
 
 #define MAX_POLICIES 16
 
 struct args {
-    const char *trace, *cluster, *jobs_out, *report;
+    const char *trace, *cluster, *jobs_out, *report, *policy;
     struct sim_policy policies[MAX_POLICIES]; /* presets and policy files, in order */
     size_t npolicies;
     double load; /* 0: as the spec says */
-    bool json, skip_bad, no_migrate;
+    bool json, skip_bad, no_migrate, help;
     int64_t restart_penalty_s, from_s, until_s;
+};
+
+#define SECONDS_FROM_0(name_, member)                                                              \
+    {                                                                                              \
+        .name = name_, .type = OPTS_INT, .min = 0, .max = INT64_MAX,                               \
+        .expect = "a whole number of seconds >= 0", .offset = offsetof(struct args, member)        \
+    }
+
+static const struct opts_opt flags[] = {
+    {.name = "trace", .type = OPTS_STRING, .offset = offsetof(struct args, trace)},
+    {.name = "cluster", .type = OPTS_STRING, .offset = offsetof(struct args, cluster)},
+    {.name = "policy", .type = OPTS_STRING, .offset = offsetof(struct args, policy)},
+    {.name = "load",
+     .type = OPTS_DOUBLE,
+     .flags = OPTS_OPEN_MIN,
+     .dmin = 0,
+     .dmax = 100,
+     .expect = "a number in (0, 100]",
+     .offset = offsetof(struct args, load)},
+    {.name = "json", .type = OPTS_FLAG, .offset = offsetof(struct args, json)},
+    {.name = "jobs-out", .type = OPTS_STRING, .offset = offsetof(struct args, jobs_out)},
+    {.name = "report", .type = OPTS_STRING, .offset = offsetof(struct args, report)},
+    SECONDS_FROM_0("restart-penalty", restart_penalty_s),
+    SECONDS_FROM_0("from", from_s),
+    SECONDS_FROM_0("until", until_s),
+    {.name = "skip-bad", .type = OPTS_FLAG, .offset = offsetof(struct args, skip_bad)},
+    {.name = "no-migrate", .type = OPTS_FLAG, .offset = offsetof(struct args, no_migrate)},
+    {.name = "help", .short_name = 'h', .type = OPTS_HELP, .offset = offsetof(struct args, help)},
 };
 
 static void usage(FILE *out)
@@ -74,17 +103,6 @@ static int bad_value(const char *flag, const char *value, const char *expected)
     return 2;
 }
 
-static int parse_i64(const char *flag, const char *v, int64_t min, int64_t *ret)
-{
-    char *end;
-    errno = 0;
-    long long x = strtoll(v, &end, 10);
-    if (errno || end == v || *end || x < min)
-        return bad_value(flag, v, min == 0 ? "a whole number of seconds >= 0" : "a whole number");
-    *ret = x;
-    return 0;
-}
-
 static int parse_policies(struct args *a, const char *v)
 {
     char buf[4096];
@@ -118,56 +136,30 @@ static int parse_policies(struct args *a, const char *v)
     return 0;
 }
 
-/* A flag and its value (--flag VALUE or --flag=VALUE). */
-static const char *flag_value(int argc, char **argv, int *i, const char *flag)
-{
-    size_t n = strlen(flag);
-    if (strncmp(argv[*i], flag, n) == 0 && argv[*i][n] == '=')
-        return argv[*i] + n + 1;
-    if (strcmp(argv[*i], flag) == 0 && *i + 1 < argc)
-        return argv[++*i];
-    return NULL;
-}
-
+/* The flags in order: each value checked as it comes (--policy's files
+ * read), the first problem printed. */
 static int parse_args(int argc, char **argv, struct args *a)
 {
+    struct opts p;
     *a = (struct args){.until_s = -1};
-    for (int i = 1; i < argc; i++) {
-        const char *v;
-        int e = 0;
-        if (strcmp(argv[i], "--json") == 0)
-            a->json = true;
-        else if (strcmp(argv[i], "--skip-bad") == 0)
-            a->skip_bad = true;
-        else if (strcmp(argv[i], "--no-migrate") == 0)
-            a->no_migrate = true;
-        else if ((v = flag_value(argc, argv, &i, "--trace")))
-            a->trace = v;
-        else if ((v = flag_value(argc, argv, &i, "--cluster")))
-            a->cluster = v;
-        else if ((v = flag_value(argc, argv, &i, "--jobs-out")))
-            a->jobs_out = v;
-        else if ((v = flag_value(argc, argv, &i, "--report")))
-            a->report = v;
-        else if ((v = flag_value(argc, argv, &i, "--policy")))
-            e = parse_policies(a, v);
-        else if ((v = flag_value(argc, argv, &i, "--restart-penalty")))
-            e = parse_i64("--restart-penalty", v, 0, &a->restart_penalty_s);
-        else if ((v = flag_value(argc, argv, &i, "--from")))
-            e = parse_i64("--from", v, 0, &a->from_s);
-        else if ((v = flag_value(argc, argv, &i, "--until")))
-            e = parse_i64("--until", v, 0, &a->until_s);
-        else if ((v = flag_value(argc, argv, &i, "--load"))) {
-            char *end;
-            errno = 0;
-            a->load = strtod(v, &end);
-            if (errno || end == v || *end || !(a->load > 0 && a->load <= 100))
-                e = bad_value("--load", v, "a number in (0, 100]");
-        } else {
+    opts_init(&p, argc - 1, argv + 1, OPTS_TABLE(flags), 0);
+    for (;;) {
+        const struct opts_opt *o = NULL;
+        const char *v = NULL;
+        char err[256];
+        int k = opts_next(&p, &o, &v, err, sizeof(err));
+        if (k == OPTS_END)
+            break;
+        if (k != OPTS_OPTION) {
             fprintf(stderr, "gpuorch sim: unknown argument '%s' (or a flag without its value)\n",
-                    argv[i]);
-            e = 2;
+                    p.word);
+            return 2;
         }
+        if (opts_store(o, v, a, err, sizeof(err)) != 0) {
+            fprintf(stderr, "gpuorch sim: %s\n", err);
+            return 2;
+        }
+        int e = o->offset == offsetof(struct args, policy) ? parse_policies(a, v) : 0;
         if (e)
             return e;
     }
@@ -301,11 +293,9 @@ static int load_inputs(const struct args *a, struct sim_trace *t, struct sim_spe
 
 int sim_command(int argc, char **argv)
 {
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            usage(stdout);
-            return 0;
-        }
+    if (opts_help_asked(argc - 1, argv + 1, OPTS_TABLE(flags))) { /* wherever it is */
+        usage(stdout);
+        return 0;
     }
     struct args a;
     int rc = parse_args(argc, argv, &a);

@@ -6,13 +6,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "base/err.h"
 #include "base/sort.h"
 #include "sim/assets.h"
 #include "sim/report.h"
+#include "util/fsutil.h"
 #include "base/banned.h"
 
 /* Points drawn per policy: enough for a full-width chart, small for the page. */
@@ -654,51 +653,24 @@ int sim_report_write(const char *path, const char *title, const struct sim_repor
     struct teams t = {0};
     if (teams_collect(&t, runs, nruns))
         return fail(err, errlen, GPO_ENOMEM, path, ENOMEM);
-    size_t tmplen = strlen(path) + sizeof(".tmp.XXXXXX");
-    char *tmp = malloc(tmplen);
-    if (!tmp) {
+    /* Written whole or not at all; 0644: a report is for sharing, like any
+     * file fopen makes. */
+    struct fsutil_atomic a;
+    int rc = fsutil_atomic_begin(&a, path, 0644, 0, NULL, 0);
+    FILE *f = rc ? NULL : fsutil_atomic_stream(&a);
+    if (rc || !f) {
+        fsutil_atomic_abort(&a);
         free(t.names);
-        return fail(err, errlen, GPO_ENOMEM, path, ENOMEM);
-    }
-    snprintf(tmp, tmplen, "%s.tmp.XXXXXX", path);
-
-    int rc = 0, errnum = 0;
-    FILE *f = NULL;
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        rc = fail(err, errlen, GPO_EINVAL, path, errno);
-        goto out;
-    }
-    /* mkstemp makes it 0600; a report is for sharing, like any file fopen makes */
-    if (fchmod(fd, 0644) < 0 || !(f = fdopen(fd, "w"))) {
-        errnum = errno;
-        close(fd);
-        goto io_error;
+        return rc == GPO_ENOMEM || !rc ? fail(err, errlen, GPO_ENOMEM, path, ENOMEM)
+                                       : fail(err, errlen, GPO_EINVAL, path, -rc);
     }
     rc = put_page(f, title ? title : "", runs, nruns, &t);
     if (rc) {
-        fclose(f);
-        unlink(tmp);
+        fsutil_atomic_abort(&a);
         rc = fail(err, errlen, rc, path, ENOMEM);
-        goto out;
+    } else if ((rc = fsutil_atomic_commit(&a, NULL, 0)) != 0) {
+        rc = fail(err, errlen, GPO_EINVAL, path, rc == GPO_ENOMEM ? ENOMEM : -rc);
     }
-    errno = 0;
-    if (fflush(f) != 0 || ferror(f) || fsync(fileno(f)) < 0) {
-        errnum = errno ? errno : EIO;
-        fclose(f);
-        goto io_error;
-    }
-    if (fclose(f) != 0 || rename(tmp, path) < 0) {
-        errnum = errno;
-        goto io_error;
-    }
-    goto out;
-
-io_error:
-    unlink(tmp);
-    rc = fail(err, errlen, GPO_EINVAL, path, errnum);
-out:
-    free(tmp);
     free(t.names);
     return rc;
 }

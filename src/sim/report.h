@@ -25,9 +25,9 @@ struct sim_report_run {
 
 /*
  * Writes the page for `nruns` replays of the trace named `title` to `path`
- * (replacing it atomically: a temporary file next to it, then rename; mode
- * 0644). Every run's summary and result are read, never kept. Names (title,
- * policies, teams) are escaped for HTML, and for the <script> element that
+ * (replacing it atomically with util/fsutil: a temporary file next to it,
+ * fsync, rename, fsync of the directory; mode 0644). Every run's summary and result are read, never
+ * kept. Names (title, policies, teams) are escaped for HTML, and for the <script> element that
  * holds the data as JSON. The same input gives the same bytes.
  * Long series are thinned, so the page stays small (a few hundred kB beyond
  * uPlot's ~53 kB) whatever the trace: at most 2,000 points per policy over

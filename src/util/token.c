@@ -15,6 +15,7 @@
 
 #include <sodium.h>
 
+#include "util/fsutil.h"
 #include "util/token.h"
 #include "base/banned.h"
 
@@ -103,94 +104,24 @@ bool token_hash_equal(const uint8_t *a, const uint8_t *b)
     return sodium_memcmp(a, b, TOKEN_HASH_LEN) == 0;
 }
 
-/* write(2) until done; 0 or -1 with errno. */
-static int write_all(int fd, const char *p, size_t n)
-{
-    while (n > 0) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return -1;
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
-/* fsync of the directory holding `path`, so that a new name in it is durable. */
-static int fsync_parent(const char *path)
-{
-    char dir[PATH_MAX];
-    const char *slash = strrchr(path, '/');
-    if (!slash)
-        snprintf(dir, sizeof(dir), ".");
-    else if (slash == path)
-        snprintf(dir, sizeof(dir), "/");
-    else
-        snprintf(dir, sizeof(dir), "%.*s", (int)(slash - path), path);
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0)
-        return -1;
-    int rc = fsync(fd);
-    int saved = errno;
-    close(fd);
-    errno = saved;
-    return rc;
-}
-
-/* The token and its newline into a new temporary file named from `tmp`. */
-static int write_temp(char *tmp, const char *token)
-{
-    int fd = mkstemp(tmp);
-    if (fd < 0)
-        return -1;
-    (void)fcntl(fd, F_SETFD, FD_CLOEXEC); /* best effort: the fd lives for a moment */
-    char line[TOKEN_STR_LEN + 1];
-    memcpy(line, token, TOKEN_STR_LEN);
-    line[TOKEN_STR_LEN] = '\n';
-    /* mkstemp already uses 0600; fchmod says so whatever the libc does. */
-    int rc = fchmod(fd, S_IRUSR | S_IWUSR);
-    if (rc == 0)
-        rc = write_all(fd, line, sizeof(line));
-    if (rc == 0)
-        rc = fsync(fd);
-    sodium_memzero(line, sizeof(line));
-    int saved = errno;
-    if (close(fd) < 0 && rc == 0) {
-        rc = -1;
-        saved = errno;
-    }
-    if (rc < 0)
-        unlink(tmp);
-    errno = saved;
-    return rc;
-}
-
 int token_write_file(const char *path, const char *token)
 {
     if (!path || !token)
         return GPO_EINVAL;
     if (token_check_format(token) < 0)
         return GPO_ESYNTAX;
-    char tmp[PATH_MAX];
-    int n = snprintf(tmp, sizeof(tmp), "%s.tmp.XXXXXX", path);
-    if (n < 0 || (size_t)n >= sizeof(tmp))
+    if (strlen(path) + sizeof(".tmp.XXXXXX") > PATH_MAX)
         return GPO_EINVAL;
-    if (write_temp(tmp, token) < 0)
-        return GPO_EIO;
-    int rc = 0;
-    if (link(tmp, path) < 0)
-        rc = errno == EEXIST ? GPO_EEXIST : GPO_EIO;
-    int saved = errno;
-    unlink(tmp);
-    if (rc == 0 && fsync_parent(path) < 0) {
-        saved = errno;
-        unlink(path);
-        rc = GPO_EIO;
-    }
-    errno = saved;
-    return rc;
+    char line[TOKEN_STR_LEN + 1];
+    memcpy(line, token, TOKEN_STR_LEN);
+    line[TOKEN_STR_LEN] = '\n';
+    /* link, not rename: an existing token file is never replaced. */
+    int rc = fsutil_write_atomic(path, line, sizeof(line), S_IRUSR | S_IWUSR, FSUTIL_EXCL, NULL, 0);
+    sodium_memzero(line, sizeof(line));
+    if (rc == 0 || rc == GPO_EINVAL)
+        return rc;
+    errno = rc == GPO_ENOMEM ? ENOMEM : -rc; /* why, for the caller's message */
+    return rc == GPO_EEXIST ? rc : GPO_EIO;
 }
 
 /* Up to `cap` bytes of fd into p; the count, or -1 with errno. */

@@ -1,9 +1,8 @@
-/* test_cli_cli.c - what the user commands share: the flag reader (long,
- * short, attached and separate values, "--", unknown flags), the
- * configuration file (every error named by file and line), where the server
- * and token come from (flags, then environment, then the file), API errors
- * as one line against a loopback server, paging through GET /v1/jobs, and
- * times and sizes as people read them. */
+/* test_cli_cli.c - what the user commands share: their flags with the
+ * common ones (util/opts.h does the reading), the configuration file (every
+ * error named by file and line), where the server and token come from
+ * (flags, then environment, then the file), and times and sizes as people
+ * read them. The API calls are tested in test_client_client.c. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -17,88 +16,63 @@
 #include <jansson.h>
 
 #include "cli/cli.h"
-#include "http/http.h"
 #include "tmptree.h"
 #include "base/banned.h"
 
 /* ---- flags ---- */
 
 struct args {
-    const char *name, *time;
-    bool quiet;
+    struct cli_common co;
+    int64_t rank;
+    bool all;
 };
 
-static const struct cli_opt opts[] = {
-    {"job-name", 'J', true, 1, offsetof(struct args, name)},
-    {"time", 't', true, 1, offsetof(struct args, time)},
-    {"quiet", 'q', false, 1, offsetof(struct args, quiet)},
-    {"hidden", 0, false, 2, 0},
+static const struct opts_opt opts[] = {
+    {.name = "rank", .type = OPTS_INT, .min = 0, .max = 9, .offset = offsetof(struct args, rank)},
+    {.name = "all", .short_name = 'a', .type = OPTS_FLAG, .offset = offsetof(struct args, all)},
+    CLI_OPT_JSON(struct args, co),
+    CLI_OPTS_COMMON(struct args, co),
 };
 
-/* Reads argv into a and the positional words (joined by '|') into pos. */
-static int read_all(int argc, char **argv, struct args *a, char *pos, size_t len, char *err,
-                    size_t errlen)
+static int parse(struct args *a, const char ***pos, size_t *npos, int n, ...)
 {
-    struct cli_getopt g = {.argc = argc, .argv = argv, .i = 0};
-    pos[0] = '\0';
-    for (;;) {
-        const void *e;
-        const char *v;
-        int k = cli_getopt_next(&g, opts, 4, sizeof(opts[0]), 1, &e, &v, err, errlen);
-        if (k < 0 || k == CLI_GETOPT_END)
-            return k;
-        if (k == CLI_GETOPT_OPTION)
-            cli_opt_store(a, e, v);
-        else if (k == CLI_GETOPT_ARG)
-            snprintf(pos + strlen(pos), len - strlen(pos), "%s|", v);
-        else
-            for (; g.i < argc; g.i++)
-                snprintf(pos + strlen(pos), len - strlen(pos), "%s|", argv[g.i]);
-    }
+    char *argv[16] = {"test"};
+    va_list ap;
+    va_start(ap, n);
+    for (int k = 0; k < n; k++)
+        argv[k + 1] = va_arg(ap, char *);
+    va_end(ap);
+    *a = (struct args){0};
+    *pos = NULL;
+    return cli_parse_args("test", n + 1, argv, CLI_OPTS(opts), a, pos, npos);
 }
 
-static void flags_take_every_spelling_of_a_value(void **state)
+static void commands_read_their_flags_and_the_common_ones(void **state)
 {
     (void)state;
-    char *argv[] = {"-J", "a", "--time=5", "x", "-q", "-Jb", "--", "--time", "y"};
-    struct args a = {0};
-    char pos[256], err[256];
-    assert_int_equal(read_all(9, argv, &a, pos, sizeof(pos), err, sizeof(err)), CLI_GETOPT_END);
-    assert_string_equal(a.name, "b"); /* the last one wins */
-    assert_string_equal(a.time, "5");
-    assert_true(a.quiet);
-    assert_string_equal(pos, "x|--time|y|"); /* after "--", words are not flags */
-
-    char *argv2[] = {"--job-name", "c", "--time", "-1", "-"};
-    struct args b = {0};
-    assert_int_equal(read_all(5, argv2, &b, pos, sizeof(pos), err, sizeof(err)), CLI_GETOPT_END);
-    assert_string_equal(b.name, "c");
-    assert_string_equal(b.time, "-1"); /* a value may start with '-' */
-    assert_string_equal(pos, "-|");    /* "-" alone is a word (stdin) */
-}
-
-static void flags_refuse_unknown_missing_and_extra_values_with_the_flag_named(void **state)
-{
-    (void)state;
-    struct args a = {0};
-    char pos[256], err[256];
-    char *unknown[] = {"--jobname", "x"};
-    assert_int_equal(read_all(2, unknown, &a, pos, sizeof(pos), err, sizeof(err)), GPO_ENOENT);
-    assert_string_equal(err, "unknown option '--jobname'");
-    char *hidden[] = {"--hidden"}; /* in the table, not in the mask */
-    assert_int_equal(read_all(1, hidden, &a, pos, sizeof(pos), err, sizeof(err)), GPO_ENOENT);
-    char *short_unknown[] = {"-z"};
-    assert_int_equal(read_all(1, short_unknown, &a, pos, sizeof(pos), err, sizeof(err)),
-                     GPO_ENOENT);
-    assert_string_equal(err, "unknown option '-z'");
-    char *missing[] = {"--time"};
-    assert_int_equal(read_all(1, missing, &a, pos, sizeof(pos), err, sizeof(err)), GPO_EUSAGE);
-    assert_string_equal(err, "option '--time' needs a value");
-    char *extra[] = {"--quiet=yes"};
-    assert_int_equal(read_all(1, extra, &a, pos, sizeof(pos), err, sizeof(err)), GPO_EUSAGE);
-    assert_string_equal(err, "option '--quiet' takes no value");
-    char *attached[] = {"-qx"};
-    assert_int_equal(read_all(1, attached, &a, pos, sizeof(pos), err, sizeof(err)), GPO_EUSAGE);
+    struct args a;
+    const char **pos;
+    size_t n;
+    assert_int_equal(parse(&a, &pos, &n, 8, "--server", "http://s:1", "-a", "JOB", "--json",
+                           "--rank=3", "--token-file", "f"),
+                     0);
+    assert_string_equal(a.co.server, "http://s:1");
+    assert_string_equal(a.co.token_file, "f");
+    assert_true(a.all && a.co.json);
+    assert_int_equal(a.rank, 3);
+    assert_int_equal(n, 1);
+    assert_string_equal(pos[0], "JOB");
+    free(pos);
+    assert_int_equal(parse(&a, &pos, &n, 3, "x", "--rank", "42"), CLI_EXIT_USAGE);
+    assert_null(pos);
+    assert_int_equal(parse(&a, &pos, &n, 1, "--bogus"), CLI_EXIT_USAGE);
+    /* --help wins over a bad value, not over an unknown flag. */
+    assert_int_equal(parse(&a, &pos, &n, 3, "--rank", "42", "-h"), 0);
+    assert_true(a.co.help);
+    assert_int_equal(a.rank, 0);
+    assert_int_equal(n, 0);
+    free(pos);
+    assert_int_equal(parse(&a, &pos, &n, 2, "-h", "--bogus"), CLI_EXIT_USAGE);
 }
 
 /* ---- the configuration file ---- */
@@ -282,114 +256,6 @@ static void resolution_errors_say_where_the_bad_value_came_from(void **state)
     assert_non_null(strstr(err, "the token from --token is not a token"));
 }
 
-/* ---- API calls against a loopback server ---- */
-
-static int h_error(struct http_request *req, void *ctx)
-{
-    (void)ctx;
-    return http_request_error(req, 400, "invalid_field", "field 'gpus': 5000 is out of range");
-}
-
-static int h_text(struct http_request *req, void *ctx)
-{
-    (void)ctx;
-    static const char text[] = "<html>\nbad gateway\n</html>";
-    return http_request_respond_static(req, 502, "text/html", text, sizeof(text) - 1);
-}
-
-/* Three pages of jobs: ids 1..5, two per page, keyset paging on after=. */
-static int h_jobs(struct http_request *req, void *ctx)
-{
-    (void)ctx;
-    const char *after = http_request_query(req, "after"), *state = http_request_query(req, "state");
-    long a = after ? strtol(after, NULL, 10) : 0;
-    json_t *jobs = json_array();
-    for (long id = a + 1; id <= 5 && id <= a + 2; id++)
-        json_array_append_new(jobs, json_pack("{s:i, s:s}", "id", (int)id, "state", state));
-    json_t *next = a + 2 < 5 ? json_integer(a + 2) : json_null();
-    return http_request_respond_json(req, 200,
-                                     json_pack("{s:o, s:o}", "jobs", jobs, "next_after", next));
-}
-
-static const struct http_route routes[] = {
-    {"GET", "/error", h_error, 0},
-    {"GET", "/text", h_text, 0},
-    {"GET", "/v1/jobs", h_jobs, 0},
-};
-
-struct srv {
-    struct http_server *srv;
-    struct cli c;
-};
-
-static int srv_setup(void **state)
-{
-    struct srv *s = calloc(1, sizeof(*s));
-    struct http_config cfg = {.bind_addr = "127.0.0.1", .routes = routes, .nroutes = 3};
-    char err[256], url[64];
-    if (!s || http_server_new(&cfg, &s->srv, err, sizeof(err)) ||
-        http_server_start(s->srv, err, sizeof(err)))
-        return -1;
-    snprintf(url, sizeof(url), "http://127.0.0.1:%u", http_server_port(s->srv));
-    s->c.cmd = "test";
-    if (httpc_new(url, "tok", &s->c.http, err, sizeof(err)))
-        return -1;
-    *state = s;
-    return 0;
-}
-
-static int srv_teardown(void **state)
-{
-    struct srv *s = *state;
-    cli_disconnect(&s->c);
-    http_server_free(s->srv);
-    free(s);
-    return 0;
-}
-
-static void api_errors_become_one_line_with_status_and_code(void **state)
-{
-    struct srv *s = *state;
-    char err[CLI_ERR_MAX];
-    long status = 0;
-    json_t *v = (json_t *)1;
-    assert_int_equal(cli_call(&s->c, "GET", "/error", NULL, &status, &v, err, sizeof(err)),
-                     GPO_EAPI);
-    assert_int_equal(status, 400);
-    assert_string_equal(err, "400 invalid_field: field 'gpus': 5000 is out of range");
-    assert_ptr_equal(v, (json_t *)1); /* untouched */
-    assert_int_equal(cli_call(&s->c, "GET", "/text", NULL, &status, NULL, err, sizeof(err)),
-                     GPO_EAPI);
-    assert_string_equal(err, "502: <html>"); /* the first line of what came */
-    assert_int_equal(cli_call(&s->c, "GET", "/nowhere", NULL, &status, NULL, err, sizeof(err)),
-                     GPO_EAPI);
-    assert_int_equal(status, 404);
-    assert_null(strchr(err, '\n'));
-
-    /* A server that is not there: the client's line, marked as no answer. */
-    struct cli gone = {.cmd = "test"};
-    assert_int_equal(httpc_new("http://127.0.0.1:1", "t", &gone.http, NULL, 0), 0);
-    assert_int_equal(cli_call(&gone, "GET", "/v1/jobs", NULL, NULL, NULL, err, sizeof(err)),
-                     GPO_ECONNREFUSED);
-    assert_non_null(strstr(err, "no answer: GET http://127.0.0.1:1/v1/jobs"));
-    cli_disconnect(&gone);
-}
-
-static void job_lists_are_read_page_after_page(void **state)
-{
-    struct srv *s = *state;
-    char err[CLI_ERR_MAX];
-    json_t *all = json_array();
-    assert_int_equal(cli_jobs_list(&s->c, "state=RUNNING", all, err, sizeof(err)), 0);
-    assert_int_equal(json_array_size(all), 5);
-    for (size_t k = 0; k < 5; k++) {
-        assert_int_equal(json_integer_value(json_object_get(json_array_get(all, k), "id")), k + 1);
-        assert_string_equal(json_string_value(json_object_get(json_array_get(all, k), "state")),
-                            "RUNNING");
-    }
-    json_decref(all);
-}
-
 /* ---- output ---- */
 
 static void ages_and_sizes_read_as_people_say_them(void **state)
@@ -407,29 +273,18 @@ static void ages_and_sizes_read_as_people_say_them(void **state)
     assert_string_equal(cli_size_text(65536, buf, sizeof(buf)), "64G");
     assert_string_equal(cli_size_text(1536, buf, sizeof(buf)), "1536M");
     assert_string_equal(cli_size_text(2 << 20, buf, sizeof(buf)), "2T");
-    int64_t n;
-    assert_int_equal(cli_parse_int("42", 1, 100, &n), 0);
-    assert_int_equal(n, 42);
-    assert_int_equal(cli_parse_int("+42", 1, 100, &n), GPO_EUSAGE);
-    assert_int_equal(cli_parse_int("0", 1, 100, &n), GPO_EUSAGE);
-    assert_int_equal(cli_parse_int("4x", 1, 100, &n), GPO_EUSAGE);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(flags_take_every_spelling_of_a_value),
-        cmocka_unit_test(flags_refuse_unknown_missing_and_extra_values_with_the_flag_named),
+        cmocka_unit_test(commands_read_their_flags_and_the_common_ones),
         cmocka_unit_test(config_reads_keys_comments_and_blank_lines),
         cmocka_unit_test(config_errors_name_the_file_and_line),
         cmocka_unit_test_setup_teardown(server_and_token_come_from_flags_then_env_then_config,
                                         tmp_setup, tmp_teardown),
         cmocka_unit_test_setup_teardown(resolution_errors_say_where_the_bad_value_came_from,
                                         tmp_setup, tmp_teardown),
-        cmocka_unit_test_setup_teardown(api_errors_become_one_line_with_status_and_code, srv_setup,
-                                        srv_teardown),
-        cmocka_unit_test_setup_teardown(job_lists_are_read_page_after_page, srv_setup,
-                                        srv_teardown),
         cmocka_unit_test(ages_and_sizes_read_as_people_say_them),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
