@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/alloc.h"
 #include "base/err.h"
 #include "core/pass.h"
 #include "base/vec.h"
@@ -197,7 +198,7 @@ int pass_alloc(struct pass *p)
     if (!p->guar_left || !p->rank)
         return GPO_ENOMEM;
     /* Rank classes by order; equal orders share a rank. */
-    uint32_t *idx = malloc((p->c->nclasses ? p->c->nclasses : 1) * sizeof(*idx));
+    uint32_t *idx = gpo_malloc((p->c->nclasses ? p->c->nclasses : 1) * sizeof(*idx));
     if (!idx)
         return GPO_ENOMEM;
     for (uint32_t k = 0; k < p->c->nclasses; k++)
@@ -252,7 +253,7 @@ int pass_alloc(struct pass *p)
     }
     for (uint32_t t = 0; t < p->c->nteams; t++)
         pass_update_guar_left(p, t);
-    if (!p->res->scratch && !(p->res->scratch = calloc(1, sizeof(*p->res->scratch))))
+    if (!p->res->scratch && !(p->res->scratch = gpo_calloc(1, sizeof(*p->res->scratch))))
         return GPO_ENOMEM;
     p->shapes_of = p->res->scratch->shapes;
     p->shapes_cap = p->res->scratch->shapes_cap;
@@ -331,11 +332,15 @@ void pass_free(struct pass *p)
 
 void *pass_arena_alloc(struct sched_result *r, size_t bytes)
 {
+    /* A carve is an allocation the fault hook may fail, as a malloc is: every
+     * caller's check is then one a test can reach. */
+    if (gpo_alloc_fault())
+        return NULL;
     bytes = (bytes + 15) & ~(size_t)15;
     struct sched_arena_chunk *c = r->arena;
     if (!c || c->size - c->used < bytes) {
         size_t size = bytes > 65536 ? bytes : 65536;
-        struct sched_arena_chunk *n = malloc(sizeof(*n) + size);
+        struct sched_arena_chunk *n = gpo_malloc(sizeof(*n) + size);
         if (!n)
             return NULL;
         n->next = c;
@@ -359,7 +364,7 @@ void pass_arena_reset(struct sched_result *r)
         size_t total = 0;
         for (struct sched_arena_chunk *k = c; k; k = k->next)
             total += k->size;
-        struct sched_arena_chunk *one = malloc(sizeof(*one) + total);
+        struct sched_arena_chunk *one = gpo_malloc(sizeof(*one) + total);
         struct sched_arena_chunk *rest = one ? c : c->next;
         while (rest) {
             struct sched_arena_chunk *next = rest->next;

@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/alloc.h"
 #include "core/admit.h"
 #include "core/backfill.h"
 #include "base/err.h"
@@ -96,8 +97,8 @@ static int running_attained(struct pass *p)
 {
     const struct sched_state *st = p->st;
     size_t nr = p->run->njobs;
-    p->rby_id = malloc((nr ? nr : 1) * sizeof(*p->rby_id));
-    p->rattained = malloc((nr ? nr : 1) * sizeof(*p->rattained));
+    p->rby_id = gpo_malloc((nr ? nr : 1) * sizeof(*p->rby_id));
+    p->rattained = gpo_malloc((nr ? nr : 1) * sizeof(*p->rattained));
     if (!p->rby_id || !p->rattained)
         return GPO_ENOMEM;
     for (size_t r = 0; r < nr; r++)
@@ -164,7 +165,7 @@ static int compute_attained(struct pass *p)
 {
     const struct sched_state *st = p->st;
     size_t nr = p->run->njobs, n = 0, a = 0;
-    p->attained = malloc((st->nattained + nr + 1) * sizeof(*p->attained));
+    p->attained = gpo_malloc((st->nattained + nr + 1) * sizeof(*p->attained));
     if (!p->attained)
         return GPO_ENOMEM;
     for (size_t k = 0; k <= nr; k++) {
@@ -293,7 +294,7 @@ static int collect_reserves(struct pass *p)
     /* count[k]: nodes of view reservation k; at[k]: its index in the result.
      * A moved job's hold on its new place (migrate.h) is not a reservation
      * of a waiting job: it stays out. */
-    uint32_t *count = calloc(2 * (size_t)v->nresvs, sizeof(*count)), *at = count + v->nresvs;
+    uint32_t *count = gpo_calloc(2 * (size_t)v->nresvs, sizeof(*count)), *at = count + v->nresvs;
     if (!count)
         return GPO_ENOMEM;
     for (uint32_t n = 0; n < p->c->nnodes; n++) {
@@ -446,7 +447,9 @@ static int add_firsts(struct pass *p, uint32_t *cands, size_t *ret_ncands)
     const struct sched_cluster *c = p->c;
     size_t nq = p->q->njobs, ncands = *ret_ncands;
     size_t nkey = (size_t)c->nteams * c->nclasses * (c->npools + 1);
-    uint32_t *first = nkey <= (1u << 20) ? pass_scratch(p, nkey * sizeof(*first), false) : NULL;
+    uint32_t *first = NULL;
+    if (nkey <= (1u << 20) && !(first = pass_scratch(p, nkey * sizeof(*first), false)))
+        return GPO_ENOMEM;
     if (!first) {
         /* Too many keys to keep: every job is ranked. */
         ncands = 0;
@@ -550,7 +553,7 @@ static int run_pass(struct pass *p)
 
     if ((err = view_init(&p->view, p->c, run, p->pol->packing, &bad_job)))
         return err;
-    if (!p->res->ids && !(p->res->ids = calloc(1, sizeof(*p->res->ids))))
+    if (!p->res->ids && !(p->res->ids = gpo_calloc(1, sizeof(*p->res->ids))))
         return GPO_ENOMEM;
     p->ids = p->res->ids;
     if ((err = idmap_init(p->ids, nq + nr)))

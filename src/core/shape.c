@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/alloc.h"
 #include "base/err.h"
 #include "core/evict.h"
 #include "core/shape.h"
@@ -57,7 +58,7 @@ struct slot {
 
 static struct slot *table_new(size_t size)
 {
-    struct slot *t = malloc(size * sizeof(*t));
+    struct slot *t = gpo_malloc(size * sizeof(*t));
     for (size_t k = 0; t && k < size; k++)
         t[k] = (struct slot){0, SCHED_NONE};
     return t;
@@ -176,8 +177,8 @@ int shape_find(struct pass *p, uint32_t *cands, size_t *ret_ncands)
     }
     free(table);
     *ret_ncands = ncands;
-    p->place.nodes = malloc(maxg * sizeof(*p->place.nodes));
-    p->place.shares = malloc(maxg * sizeof(*p->place.shares));
+    p->place.nodes = gpo_malloc(maxg * sizeof(*p->place.nodes));
+    p->place.shares = gpo_malloc(maxg * sizeof(*p->place.shares));
     return p->place.nodes && p->place.shares ? 0 : GPO_ENOMEM;
 }
 

@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/alloc.h"
 #include "base/err.h"
 #include "core/view.h"
 #include "base/banned.h"
@@ -45,11 +46,11 @@ int view_init(struct view *view, const struct sched_cluster *c,
     view->cluster = c;
     view->packing = packing;
     size_t slots = (size_t)c->npools * (c->ngpu_types + 1);
-    view->gpus = calloc(c->ngpus ? c->ngpus : 1, sizeof(*view->gpus));
-    view->gpu_node = calloc(c->ngpus ? c->ngpus : 1, sizeof(*view->gpu_node));
-    view->nodes = calloc(c->nnodes ? c->nnodes : 1, sizeof(*view->nodes));
-    view->node_scratch = calloc(c->nnodes ? c->nnodes : 1, sizeof(*view->node_scratch));
-    view->group_index = malloc((slots ? slots : 1) * sizeof(*view->group_index));
+    view->gpus = gpo_calloc(c->ngpus ? c->ngpus : 1, sizeof(*view->gpus));
+    view->gpu_node = gpo_calloc(c->ngpus ? c->ngpus : 1, sizeof(*view->gpu_node));
+    view->nodes = gpo_calloc(c->nnodes ? c->nnodes : 1, sizeof(*view->nodes));
+    view->node_scratch = gpo_calloc(c->nnodes ? c->nnodes : 1, sizeof(*view->node_scratch));
+    view->group_index = gpo_malloc((slots ? slots : 1) * sizeof(*view->group_index));
     if (!view->gpus || !view->gpu_node || !view->nodes || !view->node_scratch || !view->group_index)
         goto nomem;
     for (size_t i = 0; i < slots; i++)
@@ -63,9 +64,9 @@ int view_init(struct view *view, const struct sched_cluster *c,
         if (view->group_index[slot] == SCHED_NONE)
             view->group_index[slot] = view->ngroups++;
     }
-    view->groups = calloc(view->ngroups ? view->ngroups : 1, sizeof(*view->groups));
-    view->group_nodes = malloc((c->nnodes ? c->nnodes : 1) * sizeof(*view->group_nodes));
-    counts = calloc(view->ngroups ? view->ngroups : 1, sizeof(*counts));
+    view->groups = gpo_calloc(view->ngroups ? view->ngroups : 1, sizeof(*view->groups));
+    view->group_nodes = gpo_malloc((c->nnodes ? c->nnodes : 1) * sizeof(*view->group_nodes));
+    counts = gpo_calloc(view->ngroups ? view->ngroups : 1, sizeof(*counts));
     if (!view->groups || !view->group_nodes || !counts) {
         free(counts);
         goto nomem;
@@ -145,7 +146,7 @@ int view_init(struct view *view, const struct sched_cluster *c,
         }
         if (apply_fresh(view, a)) {
             if (!view->overcommitted) {
-                view->overcommitted = malloc(running->njobs * sizeof(*view->overcommitted));
+                view->overcommitted = gpo_malloc(running->njobs * sizeof(*view->overcommitted));
                 if (!view->overcommitted)
                     goto nomem;
             }
@@ -190,12 +191,12 @@ int view_clone(struct view *dst, const struct view *src)
     dst->headroom = src->headroom;
     dst->group_index = src->group_index;
     dst->group_nodes = src->group_nodes;
-    dst->gpus = malloc((c->ngpus ? c->ngpus : 1) * sizeof(*dst->gpus));
-    dst->nodes = malloc((c->nnodes ? c->nnodes : 1) * sizeof(*dst->nodes));
-    dst->groups = malloc((src->ngroups ? src->ngroups : 1) * sizeof(*dst->groups));
-    dst->node_scratch = malloc((c->nnodes ? c->nnodes : 1) * sizeof(*dst->node_scratch));
+    dst->gpus = gpo_malloc((c->ngpus ? c->ngpus : 1) * sizeof(*dst->gpus));
+    dst->nodes = gpo_malloc((c->nnodes ? c->nnodes : 1) * sizeof(*dst->nodes));
+    dst->groups = gpo_malloc((src->ngroups ? src->ngroups : 1) * sizeof(*dst->groups));
+    dst->node_scratch = gpo_malloc((c->nnodes ? c->nnodes : 1) * sizeof(*dst->node_scratch));
     if (src->nresvs)
-        dst->resvs = malloc(src->nresvs * sizeof(*dst->resvs));
+        dst->resvs = gpo_malloc(src->nresvs * sizeof(*dst->resvs));
     if (!dst->gpus || !dst->nodes || !dst->groups || !dst->node_scratch ||
         (src->nresvs && !dst->resvs)) {
         view_release(dst);
@@ -436,11 +437,11 @@ static int undo_reserve(void **a, void **b, size_t *cap, size_t need, size_t ea,
     size_t n = *cap ? *cap * 2 : 64;
     while (n < need)
         n *= 2;
-    void *na = realloc(*a, n * ea);
+    void *na = gpo_realloc(*a, n * ea);
     if (!na)
         return GPO_ENOMEM;
     *a = na;
-    void *nb = realloc(*b, n * eb);
+    void *nb = gpo_realloc(*b, n * eb);
     if (!nb)
         return GPO_ENOMEM;
     *b = nb;
@@ -503,7 +504,7 @@ int view_resv_add(struct view *view, uint64_t job, int64_t start_ms)
 {
     if (view->nresvs == view->resvs_cap) {
         uint32_t cap = view->resvs_cap ? view->resvs_cap * 2 : 8;
-        struct view_resv *r = realloc(view->resvs, cap * sizeof(*r));
+        struct view_resv *r = gpo_realloc(view->resvs, cap * sizeof(*r));
         if (!r)
             return GPO_ENOMEM;
         view->resvs = r;
