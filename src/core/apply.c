@@ -196,7 +196,7 @@ static int starts_build(const struct sched_run_table *t, const struct sched_resu
 {
     int err = 0;
     size_t n = 0;
-    for (; n < r->nstarts && !err; n++) {
+    for (; n < r->nstarts; n++) {
         const struct sched_start *s = &r->starts[n];
         const struct sched_job *req = lookup(ctx, s->job);
         if (!req || req->id != s->job || !alloc_ok(&s->alloc))
@@ -206,16 +206,17 @@ static int starts_build(const struct sched_run_table *t, const struct sched_resu
         if (err)
             break;
         add[n] = start_entry(req, s, now_ms);
-        err = alloc_copy(&add[n].alloc, &s->alloc);
-        if (err)
+        if ((err = alloc_copy(&add[n].alloc, &s->alloc)))
             break;
     }
-    if (!err && (err = sort_runs(add, n)) == 0) {
-        for (size_t k = 1; k < n && !err; k++)
-            err = add[k].job->id == add[k - 1].job->id ? GPO_EINVAL : 0;
-    }
     *ret_n = n;
-    return err;
+    if (err || (err = sort_runs(add, n)))
+        return err;
+    for (size_t k = 1; k < n; k++) {
+        if (add[k].job->id == add[k - 1].job->id)
+            return GPO_EINVAL; /* one job started twice */
+    }
+    return 0;
 }
 
 int sched_apply_result(struct sched_run_table *table, const struct sched_result *result,
