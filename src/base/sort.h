@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/alloc.h"
 #include "base/err.h"
 
 #define SORT_RUN 16 /* insertion-sorted runs the merges start from */
@@ -46,7 +47,7 @@
             sorted++;                                                                              \
         if (sorted >= n)                                                                           \
             return 0;                                                                              \
-        type *tmp = malloc(n * sizeof(*tmp));                                                      \
+        type *tmp = gpo_malloc(n * sizeof(*tmp));                                                  \
         if (!tmp)                                                                                  \
             return GPO_ENOMEM;                                                                     \
         for (size_t i = 0; i < n; i += SORT_RUN)                                                   \

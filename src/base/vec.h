@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 
+#include "base/alloc.h"
 #include "base/err.h"
 
 /* Makes *array hold at least `need` elements of `elem` bytes (doubling).
@@ -18,7 +19,7 @@ static inline int vec_grow(void **array, size_t *cap, size_t need, size_t elem)
     size_t n = *cap ? *cap : 8;
     while (n < need)
         n *= 2;
-    void *p = realloc(*array, n * elem);
+    void *p = gpo_realloc(*array, n * elem);
     if (!p)
         return GPO_ENOMEM;
     *array = p;

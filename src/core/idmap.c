@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/alloc.h"
 #include "base/err.h"
 #include "core/idmap.h"
 #include "base/banned.h"
@@ -48,7 +49,7 @@ int idmap_init(struct idmap *m, size_t n)
      * big, so that a queue that once was long does not spread the probes of
      * every later pass over megabytes. */
     if (!m->slots || size > m->mask + 1 || 4 * size < m->mask + 1) {
-        struct idmap_slot *slots = calloc(size, sizeof(*slots));
+        struct idmap_slot *slots = gpo_calloc(size, sizeof(*slots));
         if (!slots)
             return GPO_ENOMEM;
         free(m->slots);
@@ -60,14 +61,12 @@ int idmap_init(struct idmap *m, size_t n)
     choose_window(m, n, &base, &nwin);
     if (nwin > m->win_cap) {
         size_t cap = nwin + nwin / 4;
-        struct idmap_cell *win = calloc(cap, sizeof(*win));
-        if (!win) {
-            nwin = 0; /* the hash table alone will do */
-        } else {
-            free(m->win);
-            m->win = win;
-            m->win_cap = cap;
-        }
+        struct idmap_cell *win = gpo_calloc(cap, sizeof(*win));
+        if (!win)
+            return GPO_ENOMEM;
+        free(m->win);
+        m->win = win;
+        m->win_cap = cap;
     }
     m->base = base;
     m->nwin = nwin;

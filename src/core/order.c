@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/alloc.h"
 #include "base/err.h"
 #include "core/order.h"
 #include "base/sort.h"
@@ -67,11 +68,11 @@ int order_init(struct order *o, const struct sched_cluster *c, const struct view
     o->policy = policy;
     o->pending_seg = -1;
     size_t ntypes = c->ngpu_types, n = (size_t)c->nteams * ntypes;
-    o->usage = calloc(n ? n : 1, sizeof(*o->usage));
-    o->alloc = calloc(n ? n : 1, sizeof(*o->alloc));
-    o->cap = calloc(ntypes ? ntypes : 1, sizeof(*o->cap));
-    struct id_index *teams = malloc((c->nteams ? c->nteams : 1) * sizeof(*teams));
-    struct id_index *types = malloc((ntypes ? ntypes : 1) * sizeof(*types));
+    o->usage = gpo_calloc(n ? n : 1, sizeof(*o->usage));
+    o->alloc = gpo_calloc(n ? n : 1, sizeof(*o->alloc));
+    o->cap = gpo_calloc(ntypes ? ntypes : 1, sizeof(*o->cap));
+    struct id_index *teams = gpo_malloc((c->nteams ? c->nteams : 1) * sizeof(*teams));
+    struct id_index *types = gpo_malloc((ntypes ? ntypes : 1) * sizeof(*types));
     if (!o->usage || !o->alloc || !o->cap || !teams || !types) {
         free(teams);
         free(types);
@@ -145,7 +146,7 @@ int order_commit(const struct order *o, struct sched_state *state)
     for (size_t i = 0; i < (size_t)c->nteams * ntypes; i++)
         n += o->usage[i] > 0.0;
     if (n > state->usage_cap) {
-        struct sched_usage *u = realloc(state->usage, n * sizeof(*u));
+        struct sched_usage *u = gpo_realloc(state->usage, n * sizeof(*u));
         if (!u)
             return GPO_ENOMEM;
         state->usage = u;
@@ -238,7 +239,7 @@ static int las_bucket_sort(struct order_key *k, size_t n)
     }
     if (!mixed)
         return 0;
-    struct order_key *tmp = malloc(n * sizeof(*tmp));
+    struct order_key *tmp = gpo_malloc(n * sizeof(*tmp));
     if (!tmp)
         return GPO_ENOMEM;
     for (size_t q = 1; q <= SCHED_LAS_MAX_QUEUES; q++)
@@ -257,7 +258,7 @@ int order_begin(struct order *o, const struct order_job *jobs, const uint32_t *c
     free(o->keys);
     free(o->segs);
     free(o->heap);
-    o->keys = malloc((n ? n : 1) * sizeof(*o->keys));
+    o->keys = gpo_malloc((n ? n : 1) * sizeof(*o->keys));
     o->segs = NULL;
     o->heap = NULL;
     o->nsegs = o->seg_pos = o->nheap = 0;
@@ -271,8 +272,8 @@ int order_begin(struct order *o, const struct order_job *jobs, const uint32_t *c
      * class first; each bucket keeps the caller's order and becomes a heap. */
     uint32_t ncls = ord == SCHED_ORDER_FIFO ? 1 : c->nclasses;
     size_t nb = (size_t)ncls * c->nteams;
-    uint32_t *rank = malloc((c->nclasses ? c->nclasses : 1) * sizeof(*rank));
-    size_t *start = calloc(nb + 1, sizeof(*start));
+    uint32_t *rank = gpo_malloc((c->nclasses ? c->nclasses : 1) * sizeof(*rank));
+    size_t *start = gpo_calloc(nb + 1, sizeof(*start));
     if (!rank || !start) {
         free(rank);
         free(start);
@@ -303,8 +304,8 @@ int order_begin(struct order *o, const struct order_job *jobs, const uint32_t *c
         o->keys[start[b]++] = (struct order_key){j->submit_ms, j->id, q, cands[i]};
     }
     free(rank);
-    o->segs = malloc((nsegs ? nsegs : 1) * sizeof(*o->segs));
-    o->heap = malloc((nsegs ? nsegs : 1) * sizeof(*o->heap));
+    o->segs = gpo_malloc((nsegs ? nsegs : 1) * sizeof(*o->segs));
+    o->heap = gpo_malloc((nsegs ? nsegs : 1) * sizeof(*o->heap));
     if (!o->segs || !o->heap) {
         free(start);
         return GPO_ENOMEM;

@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/alloc.h"
 #include "base/err.h"
 #include "core/pass.h"
 #include "base/vec.h"
@@ -169,35 +170,43 @@ void *pass_scratch(struct pass *p, size_t bytes, bool zero)
     return m;
 }
 
-int pass_alloc(struct pass *p)
+/* Points `ptr` at n elements of the pass's scratch (zeroed when asked);
+ * false if out of memory. */
+#define PASS_ARRAY(p, ptr, n, zero)                                                                \
+    (((ptr) = pass_scratch((p), (size_t)(n) * sizeof(*(ptr)), (zero))) != NULL)
+
+/* The arrays per pending job, per running job, per pool, group and team. */
+static int alloc_arrays(struct pass *p)
 {
     size_t nq = p->q->njobs, nr = p->run->njobs;
-    p->jflag = pass_scratch(p, nq, true);
+    uint32_t ng = p->view.ngroups ? p->view.ngroups : 1;
+    if (!PASS_ARRAY(p, p->jflag, nq, true))
+        return GPO_ENOMEM;
     /* Waits are written straight into the result (one per queued job, in queue
      * order), which keeps its memory from pass to pass; started jobs are
      * squeezed out at the end. */
     if (vec_grow((void **)&p->res->waits, &p->res->waits_cap, nq ? nq : 1, sizeof(*p->res->waits)))
         return GPO_ENOMEM;
     p->jwait = p->res->waits;
-    p->rflag = pass_scratch(p, nr, true);
-    p->rank = pass_scratch(p, p->c->nclasses * sizeof(*p->rank), false);
-    p->allowed = pass_scratch(p, p->view.ngroups * sizeof(*p->allowed), false);
-    p->eligible = pass_scratch(p, p->view.ngroups * sizeof(*p->eligible), false);
-    p->pcand = pass_scratch(p, nr * sizeof(*p->pcand), false);
-    p->pbuf = pass_scratch(p, nr * sizeof(*p->pbuf), false);
-    p->victims = pass_scratch(p, nr * sizeof(*p->victims), false);
-    p->leaving = pass_scratch(p, nr * sizeof(*p->leaving), false);
-    p->pool_resv = pass_scratch(p, p->c->npools * sizeof(*p->pool_resv), false);
-    p->pool_block = pass_scratch(p, p->c->npools * sizeof(*p->pool_block), true);
-    uint32_t ng = p->view.ngroups ? p->view.ngroups : 1;
-    p->headroom = pass_scratch(p, ng * sizeof(*p->headroom), false);
-    p->group_starts = pass_scratch(p, ng * sizeof(*p->group_starts), true);
-    p->team_starts = pass_scratch(p, p->c->nteams * sizeof(*p->team_starts), true);
-    p->guar_left = pass_scratch(p, p->c->nteams * sizeof(*p->guar_left), true);
-    if (!p->guar_left || !p->rank)
+    if (!PASS_ARRAY(p, p->rflag, nr, true) || !PASS_ARRAY(p, p->rank, p->c->nclasses, false) ||
+        !PASS_ARRAY(p, p->allowed, p->view.ngroups, false) ||
+        !PASS_ARRAY(p, p->eligible, p->view.ngroups, false) ||
+        !PASS_ARRAY(p, p->pcand, nr, false) || !PASS_ARRAY(p, p->pbuf, nr, false) ||
+        !PASS_ARRAY(p, p->victims, nr, false) || !PASS_ARRAY(p, p->leaving, nr, false) ||
+        !PASS_ARRAY(p, p->pool_resv, p->c->npools, false) ||
+        !PASS_ARRAY(p, p->pool_block, p->c->npools, true) ||
+        !PASS_ARRAY(p, p->headroom, ng, false) || !PASS_ARRAY(p, p->group_starts, ng, true) ||
+        !PASS_ARRAY(p, p->team_starts, p->c->nteams, true) ||
+        !PASS_ARRAY(p, p->guar_left, p->c->nteams, true))
         return GPO_ENOMEM;
-    /* Rank classes by order; equal orders share a rank. */
-    uint32_t *idx = malloc((p->c->nclasses ? p->c->nclasses : 1) * sizeof(*idx));
+    return 0;
+}
+
+/* Ranks classes by order into p->rank (equal orders share a rank) and sets
+ * p->nranks. */
+static int rank_classes(struct pass *p)
+{
+    uint32_t *idx = gpo_malloc((p->c->nclasses ? p->c->nclasses : 1) * sizeof(*idx));
     if (!idx)
         return GPO_ENOMEM;
     for (uint32_t k = 0; k < p->c->nclasses; k++)
@@ -218,20 +227,21 @@ int pass_alloc(struct pass *p)
     }
     free(idx);
     p->nranks = (uint32_t)rank + 1;
-    p->rgroup = pass_scratch(p, nr * sizeof(*p->rgroup), false);
-    p->rmilli = pass_scratch(p, nr * sizeof(*p->rmilli), false);
-    p->rorder = pass_scratch(p, nr * sizeof(*p->rorder), false);
-    p->rteam = pass_scratch(p, nr * sizeof(*p->rteam), false);
-    p->rbits = pass_scratch(p, nr * sizeof(*p->rbits), false);
-    p->pwhy = pass_scratch(p, nr * sizeof(*p->pwhy), false);
-    p->within_g = pass_scratch(p, ng * sizeof(*p->within_g), false);
-    if (!p->rorder || !p->rteam || !p->rbits || !p->pwhy || !p->within_g)
+    return 0;
+}
+
+/* The running set, read once: each job's group and GPUs, which are also the
+ * teams' quota usage (before guar_left and excess read it). */
+static int read_running(struct pass *p)
+{
+    size_t nr = p->run->njobs;
+    uint32_t ng = p->view.ngroups ? p->view.ngroups : 1;
+    if (!PASS_ARRAY(p, p->rgroup, nr, false) || !PASS_ARRAY(p, p->rmilli, nr, false) ||
+        !PASS_ARRAY(p, p->rorder, nr, false) || !PASS_ARRAY(p, p->rteam, nr, false) ||
+        !PASS_ARRAY(p, p->rbits, nr, false) || !PASS_ARRAY(p, p->pwhy, nr, false) ||
+        !PASS_ARRAY(p, p->within_g, ng, false) ||
+        !PASS_ARRAY(p, p->rank_milli, (size_t)ng * p->nranks, true))
         return GPO_ENOMEM;
-    p->rank_milli = pass_scratch(p, (size_t)ng * p->nranks * sizeof(*p->rank_milli), true);
-    if (!p->rgroup || !p->rmilli || !p->rank_milli)
-        return GPO_ENOMEM;
-    /* The running set, read once: each job's group and GPUs, which are also
-     * the teams' quota usage (before guar_left and excess below read it). */
     for (size_t k = 0; k < nr; k++) {
         const struct sched_running *run = &p->run->jobs[k];
         quota_alloc_usage(&p->view, &run->alloc, &p->rgroup[k], &p->rmilli[k]);
@@ -252,22 +262,34 @@ int pass_alloc(struct pass *p)
     }
     for (uint32_t t = 0; t < p->c->nteams; t++)
         pass_update_guar_left(p, t);
-    if (!p->res->scratch && !(p->res->scratch = calloc(1, sizeof(*p->res->scratch))))
+    return 0;
+}
+
+/* The shape tables the result keeps from pass to pass, and the per-job
+ * arrays shape_find fills. */
+static int take_shapes(struct pass *p)
+{
+    size_t nq = p->q->njobs;
+    if (!p->res->scratch && !(p->res->scratch = gpo_calloc(1, sizeof(*p->res->scratch))))
         return GPO_ENOMEM;
     p->shapes_of = p->res->scratch->shapes;
     p->shapes_cap = p->res->scratch->shapes_cap;
     p->skeys = p->res->scratch->skeys;
     p->skeys_cap = p->res->scratch->skeys_cap;
     p->scratch_taken = true;
-    p->jshape = pass_scratch(p, nq * sizeof(*p->jshape), false);
-    p->ojob = pass_scratch(p, nq * sizeof(*p->ojob), false);
-    if (!p->headroom || !p->group_starts || !p->team_starts || !p->jshape || !p->ojob)
+    if (!PASS_ARRAY(p, p->jshape, nq, false) || !PASS_ARRAY(p, p->ojob, nq, false))
         return GPO_ENOMEM;
+    return 0;
+}
+
+/* The free capacity the pass began with: a copy of the view, the nodes that
+ * had a GPU free, and each team's milli over its guarantee per group. */
+static int keep_pristine(struct pass *p)
+{
     int err = view_clone(&p->pristine, &p->view);
     if (err)
         return err;
-    p->free0 = pass_scratch(p, p->c->nnodes * sizeof(*p->free0), false);
-    if (!p->free0)
+    if (!PASS_ARRAY(p, p->free0, p->c->nnodes, false))
         return GPO_ENOMEM;
     for (uint32_t n = 0; n < p->c->nnodes; n++) {
         const struct view_node *vn = &p->view.nodes[n];
@@ -275,31 +297,36 @@ int pass_alloc(struct pass *p)
             p->free0[p->nfree0++] = n;
     }
     size_t nq_cells = (size_t)p->c->nteams * p->view.ngroups;
-    p->excess = pass_scratch(p, nq_cells * sizeof(*p->excess), false);
-    if (!p->excess)
+    if (!PASS_ARRAY(p, p->excess, nq_cells, false))
         return GPO_ENOMEM;
     for (size_t k = 0; k < nq_cells; k++) {
         int64_t over = p->quota.used[k] - p->quota.guar[k];
         p->excess[k] = over > 0 ? over : 0;
     }
-    if (!p->jflag || !p->jwait || !p->rflag || !p->rank || !p->allowed || !p->eligible ||
-        !p->pcand || !p->pbuf || !p->victims || !p->leaving || !p->pool_resv || !p->pool_block)
+    return 0;
+}
+
+/* LAS's arrays, per pending and running job and per team, group and queue. */
+static int alloc_las(struct pass *p)
+{
+    size_t nq = p->q->njobs, nr = p->run->njobs, nt = p->c->nteams;
+    if (!PASS_ARRAY(p, p->lasq, nq, true) || !PASS_ARRAY(p, p->rlasq, nr, true) ||
+        !PASS_ARRAY(p, p->las_milli, nt * p->view.ngroups * SCHED_LAS_MAX_QUEUES, true) ||
+        !PASS_ARRAY(p, p->las_min_victim, (nt + 1) * SCHED_LAS_MAX_QUEUES, false))
         return GPO_ENOMEM;
-    if (order_uses_las(p->pol)) {
-        p->lasq = pass_scratch(p, nq, true);
-        p->rlasq = pass_scratch(p, nr, true);
-        p->las_milli = pass_scratch(p,
-                                    (size_t)p->c->nteams * p->view.ngroups * SCHED_LAS_MAX_QUEUES *
-                                        sizeof(*p->las_milli),
-                                    true);
-        p->las_min_victim = pass_scratch(
-            p, ((size_t)p->c->nteams + 1) * SCHED_LAS_MAX_QUEUES * sizeof(*p->las_min_victim),
-            false);
-        if (!p->lasq || !p->rlasq || !p->las_milli || !p->las_min_victim)
-            return GPO_ENOMEM;
-        for (size_t t = 0; t < ((size_t)p->c->nteams + 1) * SCHED_LAS_MAX_QUEUES; t++)
-            p->las_min_victim[t] = INT64_MAX;
-    }
+    for (size_t t = 0; t < (nt + 1) * SCHED_LAS_MAX_QUEUES; t++)
+        p->las_min_victim[t] = INT64_MAX;
+    return 0;
+}
+
+int pass_alloc(struct pass *p)
+{
+    int err;
+    if ((err = alloc_arrays(p)) || (err = rank_classes(p)) || (err = read_running(p)) ||
+        (err = take_shapes(p)) || (err = keep_pristine(p)))
+        return err;
+    if (order_uses_las(p->pol) && (err = alloc_las(p)))
+        return err;
     for (uint32_t k = 0; k < p->c->npools; k++)
         p->pool_resv[k] = -1;
     return 0;
@@ -331,11 +358,15 @@ void pass_free(struct pass *p)
 
 void *pass_arena_alloc(struct sched_result *r, size_t bytes)
 {
+    /* A carve is an allocation the fault hook may fail, as a malloc is: every
+     * caller's check is then one a test can reach. */
+    if (gpo_alloc_fault())
+        return NULL;
     bytes = (bytes + 15) & ~(size_t)15;
     struct sched_arena_chunk *c = r->arena;
     if (!c || c->size - c->used < bytes) {
         size_t size = bytes > 65536 ? bytes : 65536;
-        struct sched_arena_chunk *n = malloc(sizeof(*n) + size);
+        struct sched_arena_chunk *n = gpo_malloc(sizeof(*n) + size);
         if (!n)
             return NULL;
         n->next = c;
@@ -359,7 +390,7 @@ void pass_arena_reset(struct sched_result *r)
         size_t total = 0;
         for (struct sched_arena_chunk *k = c; k; k = k->next)
             total += k->size;
-        struct sched_arena_chunk *one = malloc(sizeof(*one) + total);
+        struct sched_arena_chunk *one = gpo_malloc(sizeof(*one) + total);
         struct sched_arena_chunk *rest = one ? c : c->next;
         while (rest) {
             struct sched_arena_chunk *next = rest->next;

@@ -1,6 +1,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "base/alloc.h"
 #include "base/err.h"
 #include "core/preempt.h"
 #include "base/sort.h"
@@ -82,7 +83,7 @@ int preempt_plan(struct view *view, const struct sched_running_set *running,
             const struct sched_alloc *a = &running->jobs[cand.run].alloc;
             if (given == taken_cap) {
                 size_t cap = taken_cap ? 2 * taken_cap : 64;
-                const struct sched_alloc **t = realloc(taken, cap * sizeof(*t));
+                const struct sched_alloc **t = gpo_realloc(taken, cap * sizeof(*t));
                 if (!t) {
                     err = GPO_ENOMEM;
                     break;

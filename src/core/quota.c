@@ -1,6 +1,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "base/alloc.h"
 #include "base/err.h"
 #include "core/quota.h"
 #include "base/banned.h"
@@ -10,9 +11,9 @@ int quota_init(struct quota *q, const struct sched_cluster *c, const struct view
     size_t n = (size_t)c->nteams * view->ngroups;
     q->nteams = c->nteams;
     q->ngroups = view->ngroups;
-    q->used = calloc(n ? n : 1, sizeof(*q->used));
-    q->guar = calloc(n ? n : 1, sizeof(*q->guar));
-    q->limit = calloc(n ? n : 1, sizeof(*q->limit));
+    q->used = gpo_calloc(n ? n : 1, sizeof(*q->used));
+    q->guar = gpo_calloc(n ? n : 1, sizeof(*q->guar));
+    q->limit = gpo_calloc(n ? n : 1, sizeof(*q->limit));
     if (!q->used || !q->guar || !q->limit) {
         quota_release(q);
         return GPO_ENOMEM;

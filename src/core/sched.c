@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/alloc.h"
 #include "core/admit.h"
 #include "core/backfill.h"
 #include "base/err.h"
@@ -96,8 +97,8 @@ static int running_attained(struct pass *p)
 {
     const struct sched_state *st = p->st;
     size_t nr = p->run->njobs;
-    p->rby_id = malloc((nr ? nr : 1) * sizeof(*p->rby_id));
-    p->rattained = malloc((nr ? nr : 1) * sizeof(*p->rattained));
+    p->rby_id = gpo_malloc((nr ? nr : 1) * sizeof(*p->rby_id));
+    p->rattained = gpo_malloc((nr ? nr : 1) * sizeof(*p->rattained));
     if (!p->rby_id || !p->rattained)
         return GPO_ENOMEM;
     for (size_t r = 0; r < nr; r++)
@@ -164,7 +165,7 @@ static int compute_attained(struct pass *p)
 {
     const struct sched_state *st = p->st;
     size_t nr = p->run->njobs, n = 0, a = 0;
-    p->attained = malloc((st->nattained + nr + 1) * sizeof(*p->attained));
+    p->attained = gpo_malloc((st->nattained + nr + 1) * sizeof(*p->attained));
     if (!p->attained)
         return GPO_ENOMEM;
     for (size_t k = 0; k <= nr; k++) {
@@ -293,7 +294,7 @@ static int collect_reserves(struct pass *p)
     /* count[k]: nodes of view reservation k; at[k]: its index in the result.
      * A moved job's hold on its new place (migrate.h) is not a reservation
      * of a waiting job: it stays out. */
-    uint32_t *count = calloc(2 * (size_t)v->nresvs, sizeof(*count)), *at = count + v->nresvs;
+    uint32_t *count = gpo_calloc(2 * (size_t)v->nresvs, sizeof(*count)), *at = count + v->nresvs;
     if (!count)
         return GPO_ENOMEM;
     for (uint32_t n = 0; n < p->c->nnodes; n++) {
@@ -446,7 +447,9 @@ static int add_firsts(struct pass *p, uint32_t *cands, size_t *ret_ncands)
     const struct sched_cluster *c = p->c;
     size_t nq = p->q->njobs, ncands = *ret_ncands;
     size_t nkey = (size_t)c->nteams * c->nclasses * (c->npools + 1);
-    uint32_t *first = nkey <= (1u << 20) ? pass_scratch(p, nkey * sizeof(*first), false) : NULL;
+    uint32_t *first = NULL;
+    if (nkey <= (1u << 20) && !(first = pass_scratch(p, nkey * sizeof(*first), false)))
+        return GPO_ENOMEM;
     if (!first) {
         /* Too many keys to keep: every job is ranked. */
         ncands = 0;
@@ -540,20 +543,22 @@ static inline void wait_copy(struct sched_wait *dst, const struct sched_wait *sr
     dst->field = src->field;
 }
 
-static int run_pass(struct pass *p)
+/* The pass's tables: the view of free capacity, the id map (running jobs
+ * first: a queued job with a running job's id is then a duplicate), quotas,
+ * the order's usage, the per-pass arrays and the running set's attained
+ * service. */
+static int pass_begin(struct pass *p)
 {
-    const struct sched_queue *q = p->q;
     const struct sched_running_set *run = p->run;
-    size_t nq = q->njobs, nr = run->njobs;
-    int err;
+    size_t nr = run->njobs;
     uint64_t bad_job = 0;
-
+    int err;
     if ((err = view_init(&p->view, p->c, run, p->pol->packing, &bad_job)))
         return err;
-    if (!p->res->ids && !(p->res->ids = calloc(1, sizeof(*p->res->ids))))
+    if (!p->res->ids && !(p->res->ids = gpo_calloc(1, sizeof(*p->res->ids))))
         return GPO_ENOMEM;
     p->ids = p->res->ids;
-    if ((err = idmap_init(p->ids, nq + nr)))
+    if ((err = idmap_init(p->ids, p->q->njobs + nr)))
         return err;
     for (size_t r = 0; r < nr; r++) {
         if (idmap_put(p->ids, run->jobs[r].job->id, (uint32_t)r | IDMAP_RUNNING))
@@ -563,21 +568,18 @@ static int run_pass(struct pass *p)
         (err = order_init(&p->order, p->c, &p->view, run, p->pol, p->st, p->now)) ||
         (err = pass_alloc(p)))
         return err;
-    if ((err = running_attained(p)))
-        return err;
-    uint32_t *cands = pass_scratch(p, nq * sizeof(*cands), false);
-    uint32_t *ready = pass_scratch(p, p->st->nclaims * sizeof(*ready), false);
-    size_t ncands = 0, nready = 0;
-    if (!cands || !ready)
-        return GPO_ENOMEM;
-    /* The queue, read once: shapes, validation, candidates (see shape_find). */
-    if ((err = shape_find(p, cands, &ncands)) || (err = compute_attained(p)))
-        return err;
-    uint32_t *cshapes = pass_scratch(p, p->nshapes * sizeof(*cshapes), false);
-    if (!cshapes)
-        return GPO_ENOMEM;
+    return running_attained(p);
+}
 
-    if ((err = backfill_releases_reserve(&p->rels, nr + 16)))
+/* What the running set brings to the pass: the releases backfill plans with
+ * (a leaving job's at the end of its grace), the list of leaving jobs, and
+ * under LAS the milli each team holds per group and queue. */
+static int running_releases(struct pass *p)
+{
+    const struct sched_running_set *run = p->run;
+    size_t nr = run->njobs;
+    int err = backfill_releases_reserve(&p->rels, nr + 16);
+    if (err)
         return err;
     for (size_t r = 0; r < nr; r++) {
         const struct sched_running *rj = &run->jobs[r];
@@ -591,23 +593,38 @@ static int run_pass(struct pass *p)
         if ((err = backfill_releases_add(&p->rels, &rel)))
             return err;
     }
-    if (p->rlasq) {
-        for (size_t r = 0; r < nr; r++) {
-            if (p->rgroup[r] != SCHED_NONE && !run->jobs[r].preempting && (p->rbits[r] & R_CKPT))
-                p->las_milli[((size_t)p->rteam[r] * p->view.ngroups + p->rgroup[r]) *
-                                 SCHED_LAS_MAX_QUEUES +
-                             p->rlasq[r]] += p->rmilli[r];
-        }
+    if (!p->rlasq)
+        return 0;
+    for (size_t r = 0; r < nr; r++) {
+        if (p->rgroup[r] != SCHED_NONE && !run->jobs[r].preempting && (p->rbits[r] & R_CKPT))
+            p->las_milli[((size_t)p->rteam[r] * p->view.ngroups + p->rgroup[r]) *
+                             SCHED_LAS_MAX_QUEUES +
+                         p->rlasq[r]] += p->rmilli[r];
     }
+    return 0;
+}
+
+/* pass_allowed's cache, per shape and group (none when that is too many cells). */
+static int shape_caches(struct pass *p)
+{
     size_t cells = (size_t)p->nshapes * p->view.ngroups;
-    if (cells && cells <= (1u << 22)) {
-        p->shape_allowed = pass_scratch(p, cells * sizeof(*p->shape_allowed), false);
-        p->shape_eligible = pass_scratch(p, cells * sizeof(*p->shape_eligible), false);
-        p->shape_headroom = pass_scratch(p, cells * sizeof(*p->shape_headroom), false);
-        if (!p->shape_allowed || !p->shape_eligible || !p->shape_headroom)
-            return GPO_ENOMEM;
-    }
-    if ((err = carry_claims(p, ready, &nready)))
+    if (!cells || cells > (1u << 22))
+        return 0;
+    p->shape_allowed = pass_scratch(p, cells * sizeof(*p->shape_allowed), false);
+    p->shape_eligible = pass_scratch(p, cells * sizeof(*p->shape_eligible), false);
+    p->shape_headroom = pass_scratch(p, cells * sizeof(*p->shape_headroom), false);
+    return p->shape_allowed && p->shape_eligible && p->shape_headroom ? 0 : GPO_ENOMEM;
+}
+
+/* The candidates of the ordered loop, in queue order: the claims carried
+ * over (their ready preemptors into `ready`), less those decided by them and
+ * LAS's hopeless ones, plus the first job of each key (add_firsts). */
+static int candidates_settle(struct pass *p, uint32_t *cands, size_t *ret_ncands, uint32_t *ready,
+                             size_t *ret_nready)
+{
+    size_t ncands = *ret_ncands;
+    int err = carry_claims(p, ready, ret_nready);
+    if (err)
         return err;
     if (p->nclaims) {
         /* Preemptors still waiting for their victims are decided already. */
@@ -620,30 +637,32 @@ static int run_pass(struct pass *p)
     }
     if (p->lasq)
         drop_las_hopeless(p, cands, &ncands);
-    if ((err = add_firsts(p, cands, &ncands)))
-        return err;
+    *ret_ncands = ncands;
+    return add_firsts(p, cands, ret_ncands);
+}
 
-    /* Preemptors whose victims have left go first: the room is theirs. */
-    for (size_t k = 0; k < nready; k++) {
-        uint32_t i = ready[k];
-        if (p->jflag[i] & J_DONE)
-            continue;
-        p->jflag[i] |= J_CAND;
-        if ((err = admit_job(p, i)))
-            return err;
-    }
-    if ((err = order_begin(&p->order, p->ojob, cands, ncands, p->lasq, admit_within_guarantee, p)))
+/*
+ * The ordered loop: candidates ranked one at a time, each admitted (started,
+ * or given its wait, a preemption or a reservation). Now and then it asks
+ * whether what is left is frozen (see shape_inert), and if so leaves the rest
+ * to the sweep in result_finish: on a full cluster that is most of the queue.
+ * cshapes: room for one entry per shape.
+ */
+static int rank_candidates(struct pass *p, const uint32_t *cands, size_t ncands, uint32_t *cshapes)
+{
+    int err = order_begin(&p->order, p->ojob, cands, ncands, p->lasq, admit_within_guarantee, p);
+    if (err)
         return err;
-    /* Rank candidates one at a time; now and then, ask whether what is left
-     * is frozen (see shape_inert), and if so settle it in one sweep: on a full
-     * cluster that is most of the queue. */
     size_t ncshapes = 0, since_check = 0, check_every;
+    struct jshape *shapes = p->shapes_of;
+    const uint32_t *jshape = p->jshape;
+    const uint8_t *lasq = p->lasq;
     for (size_t k = 0; k < ncands; k++) {
-        struct jshape *sh = &p->shapes_of[p->jshape[cands[k]]];
+        struct jshape *sh = &shapes[jshape[cands[k]]];
         if (!sh->remaining++) {
-            cshapes[ncshapes++] = p->jshape[cands[k]];
+            cshapes[ncshapes++] = jshape[cands[k]];
             sh->rep = cands[k];
-        } else if (p->lasq && p->lasq[cands[k]] < p->lasq[sh->rep]) {
+        } else if (lasq && lasq[cands[k]] < lasq[sh->rep]) {
             sh->rep = cands[k];
         }
     }
@@ -659,25 +678,28 @@ static int run_pass(struct pass *p)
         if (++since_check >= check_every) {
             since_check = 0;
             if (admit_frozen(p, cshapes, ncshapes))
-                break; /* the rest get their shape's wait in the sweep below */
+                break; /* the rest get their shape's wait in the sweep */
         }
     }
+    return 0;
+}
 
-    if ((err = migrate_pass_end(p)))
-        return err;
-
+/* The result's last parts: the overcommitted running jobs, every waiting
+ * job's wait (one sweep in queue order: the waits of jobs the ordered loop
+ * did not reach, and the waits squeezed together over started jobs), the
+ * reservations and the next LAS crossing. */
+static int result_finish(struct pass *p)
+{
     struct sched_result *r = p->res;
+    size_t nq = p->q->njobs;
     if (p->view.novercommitted) {
         r->overcommitted = pass_arena_alloc(r, p->view.novercommitted * sizeof(*r->overcommitted));
         if (!r->overcommitted)
             return GPO_ENOMEM;
-
         for (uint32_t k = 0; k < p->view.novercommitted; k++)
-            r->overcommitted[k] = run->jobs[p->view.overcommitted[k]].job->id;
+            r->overcommitted[k] = p->run->jobs[p->view.overcommitted[k]].job->id;
         r->novercommitted = p->view.novercommitted;
     }
-    /* One sweep in queue order: the waits of jobs not reached by the ordered
-     * loop, and the waits squeezed together over started jobs. */
     for (size_t i = 0; i < nq; i++) {
         if (p->jflag[i] & J_STARTED)
             continue;
@@ -690,9 +712,41 @@ static int run_pass(struct pass *p)
         }
         r->nwaits++;
     }
-    if ((err = collect_reserves(p)))
+    int err = collect_reserves(p);
+    return err ? err : las_crossing(p);
+}
+
+static int run_pass(struct pass *p)
+{
+    size_t nq = p->q->njobs, ncands = 0, nready = 0;
+    int err = pass_begin(p);
+    if (err)
         return err;
-    return las_crossing(p);
+    uint32_t *cands = pass_scratch(p, nq * sizeof(*cands), false);
+    uint32_t *ready = pass_scratch(p, p->st->nclaims * sizeof(*ready), false);
+    if (!cands || !ready)
+        return GPO_ENOMEM;
+    /* The queue, read once: shapes, validation, candidates (see shape_find). */
+    if ((err = shape_find(p, cands, &ncands)) || (err = compute_attained(p)))
+        return err;
+    uint32_t *cshapes = pass_scratch(p, p->nshapes * sizeof(*cshapes), false);
+    if (!cshapes)
+        return GPO_ENOMEM;
+    if ((err = running_releases(p)) || (err = shape_caches(p)) ||
+        (err = candidates_settle(p, cands, &ncands, ready, &nready)))
+        return err;
+    /* Preemptors whose victims have left go first: the room is theirs. */
+    for (size_t k = 0; k < nready; k++) {
+        uint32_t i = ready[k];
+        if (p->jflag[i] & J_DONE)
+            continue;
+        p->jflag[i] |= J_CAND;
+        if ((err = admit_job(p, i)))
+            return err;
+    }
+    if ((err = rank_candidates(p, cands, ncands, cshapes)) || (err = migrate_pass_end(p)))
+        return err;
+    return result_finish(p);
 }
 
 int sched_pass(const struct sched_cluster *cluster, const struct sched_queue *queue,

@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/alloc.h"
 #include "base/err.h"
 #include "core/evict.h"
 #include "core/shape.h"
@@ -57,10 +58,84 @@ struct slot {
 
 static struct slot *table_new(size_t size)
 {
-    struct slot *t = malloc(size * sizeof(*t));
+    struct slot *t = gpo_malloc(size * sizeof(*t));
     for (size_t k = 0; t && k < size; k++)
         t[k] = (struct slot){0, SCHED_NONE};
     return t;
+}
+
+/* Doubles the shape table (it is kept at most half full) and re-inserts
+ * the shapes. 0 or GPO_ENOMEM (the table as it was). */
+static int table_grow(const struct pass *p, struct slot **table, size_t *size)
+{
+    size_t n = 2 * *size;
+    struct slot *bigger = table_new(n);
+    if (!bigger)
+        return GPO_ENOMEM;
+    for (uint32_t t = 0; t < p->nshapes; t++) {
+        size_t b = p->shapes_of[t].hash & (n - 1);
+        while (bigger[b].shape != SCHED_NONE)
+            b = (b + 1) & (n - 1);
+        bigger[b] = (struct slot){(uint32_t)(p->shapes_of[t].hash >> 32), t};
+    }
+    free(*table);
+    *table = bigger;
+    *size = n;
+    return 0;
+}
+
+/* Pending job i, of request `key`, starts a new shape: validated once, on
+ * this first job; it and the shape's later jobs are candidates of the
+ * ordered loop when it fits the free capacity now or may preempt. Returns
+ * the shape, or SCHED_NONE when out of memory. */
+static uint32_t shape_new(struct pass *p, uint32_t i, const struct shape_key *key, uint64_t hash)
+{
+    const struct sched_job *j = &p->q->jobs[i];
+    if (vec_grow((void **)&p->shapes_of, &p->shapes_cap, p->nshapes + 1, sizeof(*p->shapes_of)) ||
+        vec_grow((void **)&p->skeys, &p->skeys_cap, p->nshapes + 1, sizeof(*p->skeys)))
+        return SCHED_NONE;
+    uint32_t s = p->nshapes++;
+    p->jshape[i] = s;
+    p->skeys[s] = *key;
+    struct jshape *sh = &p->shapes_of[s];
+    memset(sh, 0, sizeof(*sh));
+    sh->hash = hash;
+    sh->team = j->team;
+    sh->first = sh->best = i;
+    sh->best_submit_ms = j->submit_ms;
+    sh->best_id = j->id;
+    sh->valid = shape_validate(p, i);
+    sh->fit0 = (p->jflag[i] & J_FIT0) != 0;
+    /* Under LAS the job's queue is not known yet: queue 0, the one that may
+     * evict the most, stands for all (see drop_las_hopeless). */
+    sh->pot_other = sh->valid && p->pol->preemption && evict_may_preempt_other(p, j);
+    sh->pot = sh->pot_other || (sh->valid && p->pol->preemption && evict_may_preempt_las(p, j, 0));
+    sh->cand_bits = !sh->valid ? 0
+                               : (uint8_t)((sh->fit0 ? J_FIT0 : 0) | (sh->pot ? J_POT : 0) |
+                                           (sh->fit0 || sh->pot ? J_CAND : 0));
+    return s;
+}
+
+/* Job i joins shape s, found already: it may be the shape's earliest, and
+ * takes the shape's verdict. */
+static void shape_join(struct pass *p, uint32_t i, uint32_t s, uint32_t *cands, size_t *ncands)
+{
+    const struct sched_job *j = &p->q->jobs[i];
+    struct jshape *sh = &p->shapes_of[s];
+    if (j->submit_ms < sh->best_submit_ms ||
+        (j->submit_ms == sh->best_submit_ms && j->id < sh->best_id)) {
+        sh->best = i;
+        sh->best_submit_ms = j->submit_ms;
+        sh->best_id = j->id;
+    }
+    if (!sh->valid) {
+        p->jwait[i] = p->jwait[sh->first];
+        p->jwait[i].job = j->id;
+        p->jflag[i] |= J_DONE;
+    } else if (sh->cand_bits) {
+        p->jflag[i] |= sh->cand_bits;
+        cands[(*ncands)++] = i;
+    }
 }
 
 /*
@@ -80,13 +155,20 @@ int shape_find(struct pass *p, uint32_t *cands, size_t *ret_ncands)
     if (!table)
         return GPO_ENOMEM;
     p->nshapes = 0;
+    int err = 0;
+    /* Loaded once: the calls in the loop could otherwise, for all the
+     * compiler knows, change them. */
+    const struct sched_job *jobs = p->q->jobs;
+    struct idmap *ids = p->ids;
+    struct order_job *ojob = p->ojob;
+    uint32_t *jshape = p->jshape;
     for (size_t i = 0; i < nq; i++) {
-        const struct sched_job *j = &p->q->jobs[i];
-        if (idmap_put(p->ids, j->id, (uint32_t)i)) {
-            free(table);
-            return GPO_EINVAL;
+        const struct sched_job *j = &jobs[i];
+        if (idmap_put(ids, j->id, (uint32_t)i)) {
+            err = GPO_EINVAL;
+            break;
         }
-        p->ojob[i] = (struct order_job){j->id, j->submit_ms, j->team, j->prio};
+        ojob[i] = (struct order_job){j->id, j->submit_ms, j->team, j->prio};
         struct shape_key key = key_of(j);
         const uint64_t *w = key.w;
         uint64_t hash = key_hash(w);
@@ -99,85 +181,32 @@ int shape_find(struct pass *p, uint32_t *cands, size_t *ret_ncands)
             if (table[h].tag == tag && key_same(p->skeys[s].w, w))
                 break;
         }
-        p->jshape[i] = s;
+        jshape[i] = s;
         if (s != SCHED_NONE) {
-            struct jshape *sh = &p->shapes_of[s];
-            if (j->submit_ms < sh->best_submit_ms ||
-                (j->submit_ms == sh->best_submit_ms && j->id < sh->best_id)) {
-                sh->best = (uint32_t)i;
-                sh->best_submit_ms = j->submit_ms;
-                sh->best_id = j->id;
-            }
-            /* The job takes its shape's verdict. */
-            if (!sh->valid) {
-                p->jwait[i] = p->jwait[sh->first];
-                p->jwait[i].job = j->id;
-                p->jflag[i] |= J_DONE;
-            } else if (sh->cand_bits) {
-                p->jflag[i] |= sh->cand_bits;
-                cands[ncands++] = (uint32_t)i;
-            }
+            shape_join(p, (uint32_t)i, s, cands, &ncands);
             continue;
         }
-        /* A new shape. */
-        if (vec_grow((void **)&p->shapes_of, &p->shapes_cap, p->nshapes + 1,
-                     sizeof(*p->shapes_of)) ||
-            vec_grow((void **)&p->skeys, &p->skeys_cap, p->nshapes + 1, sizeof(*p->skeys))) {
-            free(table);
-            return GPO_ENOMEM;
+        if ((s = shape_new(p, (uint32_t)i, &key, hash)) == SCHED_NONE) {
+            err = GPO_ENOMEM;
+            break;
         }
-        s = p->nshapes++;
-        p->jshape[i] = s;
         table[h] = (struct slot){tag, s};
-        p->skeys[s] = key;
-        struct jshape *sh = &p->shapes_of[s];
-        memset(sh, 0, sizeof(*sh));
-        sh->hash = hash;
-        sh->team = j->team;
-        sh->first = sh->best = (uint32_t)i;
-        sh->best_submit_ms = j->submit_ms;
-        sh->best_id = j->id;
-        /* Validated once, on its first job: fits the free capacity now, or may
-         * preempt, and all its jobs are candidates of the ordered loop. */
-        sh->valid = shape_validate(p, (uint32_t)i);
-        sh->fit0 = (p->jflag[i] & J_FIT0) != 0;
-        /* Under LAS the job's queue is not known yet: queue 0, the one that
-         * may evict the most, stands for all (see drop_las_hopeless). */
-        sh->pot_other = sh->valid && p->pol->preemption && evict_may_preempt_other(p, j);
-        sh->pot =
-            sh->pot_other || (sh->valid && p->pol->preemption && evict_may_preempt_las(p, j, 0));
-        sh->cand_bits = !sh->valid ? 0
-                                   : (uint8_t)((sh->fit0 ? J_FIT0 : 0) | (sh->pot ? J_POT : 0) |
-                                               (sh->fit0 || sh->pot ? J_CAND : 0));
-        if (sh->cand_bits) {
-            p->jflag[i] |= sh->cand_bits;
+        if (p->shapes_of[s].cand_bits) {
+            p->jflag[i] |= p->shapes_of[s].cand_bits;
             cands[ncands++] = (uint32_t)i;
         }
         int32_t g = j->gpus; /* the placement scratch must hold it */
         if (g > 0 && (uint32_t)g > maxg && g <= (int32_t)SCHED_MAX_GPUS_PER_NODE * 1024)
             maxg = (uint32_t)g;
-        if (2 * p->nshapes > size) {
-            /* Keep the table at most half full: double it and re-insert. */
-            struct slot *bigger = table_new(2 * size);
-            if (!bigger) {
-                free(table);
-                return GPO_ENOMEM;
-            }
-            size *= 2;
-            for (uint32_t t = 0; t < p->nshapes; t++) {
-                size_t b = p->shapes_of[t].hash & (size - 1);
-                while (bigger[b].shape != SCHED_NONE)
-                    b = (b + 1) & (size - 1);
-                bigger[b] = (struct slot){(uint32_t)(p->shapes_of[t].hash >> 32), t};
-            }
-            free(table);
-            table = bigger;
-        }
+        if (2 * p->nshapes > size && (err = table_grow(p, &table, &size)))
+            break;
     }
     free(table);
+    if (err)
+        return err;
     *ret_ncands = ncands;
-    p->place.nodes = malloc(maxg * sizeof(*p->place.nodes));
-    p->place.shares = malloc(maxg * sizeof(*p->place.shares));
+    p->place.nodes = gpo_malloc(maxg * sizeof(*p->place.nodes));
+    p->place.shares = gpo_malloc(maxg * sizeof(*p->place.shares));
     return p->place.nodes && p->place.shares ? 0 : GPO_ENOMEM;
 }
 

@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/alloc.h"
 #include "base/err.h"
 #include "core/view.h"
 #include "base/banned.h"
@@ -37,38 +38,23 @@ static bool apply_fresh(struct view *view, const struct sched_alloc *alloc)
     return over;
 }
 
-int view_init(struct view *view, const struct sched_cluster *c,
-              const struct sched_running_set *running, enum sched_packing packing,
-              uint64_t *ret_bad_job)
+/* The groups of (pool, GPU type), in order of their first node, and each
+ * one's slice of view->group_nodes (filled by add_nodes). */
+static int make_groups(struct view *view)
 {
-    memset(view, 0, sizeof(*view));
-    view->cluster = c;
-    view->packing = packing;
-    size_t slots = (size_t)c->npools * (c->ngpu_types + 1);
-    view->gpus = calloc(c->ngpus ? c->ngpus : 1, sizeof(*view->gpus));
-    view->gpu_node = calloc(c->ngpus ? c->ngpus : 1, sizeof(*view->gpu_node));
-    view->nodes = calloc(c->nnodes ? c->nnodes : 1, sizeof(*view->nodes));
-    view->node_scratch = calloc(c->nnodes ? c->nnodes : 1, sizeof(*view->node_scratch));
-    view->group_index = malloc((slots ? slots : 1) * sizeof(*view->group_index));
-    if (!view->gpus || !view->gpu_node || !view->nodes || !view->node_scratch || !view->group_index)
-        goto nomem;
-    for (size_t i = 0; i < slots; i++)
-        view->group_index[i] = SCHED_NONE;
-
-    /* Groups: count nodes per (pool, type), then lay their node lists out in one array. */
-    uint32_t *counts = NULL;
+    const struct sched_cluster *c = view->cluster;
     for (uint32_t n = 0; n < c->nnodes; n++) {
         const struct sched_node *node = &c->nodes[n];
         size_t slot = (size_t)node->pool * (c->ngpu_types + 1) + node_type_slot(c, node);
         if (view->group_index[slot] == SCHED_NONE)
             view->group_index[slot] = view->ngroups++;
     }
-    view->groups = calloc(view->ngroups ? view->ngroups : 1, sizeof(*view->groups));
-    view->group_nodes = malloc((c->nnodes ? c->nnodes : 1) * sizeof(*view->group_nodes));
-    counts = calloc(view->ngroups ? view->ngroups : 1, sizeof(*counts));
+    view->groups = gpo_calloc(view->ngroups ? view->ngroups : 1, sizeof(*view->groups));
+    view->group_nodes = gpo_malloc((c->nnodes ? c->nnodes : 1) * sizeof(*view->group_nodes));
+    uint32_t *counts = gpo_calloc(view->ngroups ? view->ngroups : 1, sizeof(*counts));
     if (!view->groups || !view->group_nodes || !counts) {
         free(counts);
-        goto nomem;
+        return GPO_ENOMEM;
     }
     for (uint32_t n = 0; n < c->nnodes; n++) {
         const struct sched_node *node = &c->nodes[n];
@@ -84,52 +70,63 @@ int view_init(struct view *view, const struct sched_cluster *c,
         off += counts[g];
     }
     free(counts);
+    return 0;
+}
 
-    for (uint32_t n = 0; n < c->nnodes; n++) {
-        const struct sched_node *node = &c->nodes[n];
-        uint32_t type = node_type_slot(c, node);
-        uint32_t g = view->group_index[(size_t)node->pool * (c->ngpu_types + 1) + type];
-        struct view_group *grp = &view->groups[g];
-        struct view_node *vn = &view->nodes[n];
-        grp->nodes[grp->nnodes++] = n;
-        vn->group = g;
-        vn->free_cpus = node->cpus;
-        vn->free_mem_mib = node->mem_mib;
-        vn->usable = node->state == SCHED_NODE_UP;
-        vn->resv = -1;
-        if (grp->nnodes == 1) {
-            grp->uniform = true;
-        } else {
-            const struct sched_node *first = &c->nodes[grp->nodes[0]];
-            grp->uniform = grp->uniform && first->ngpus == node->ngpus &&
-                           first->cpus == node->cpus && first->mem_mib == node->mem_mib;
-        }
-        if (node->ngpus > grp->max_node_gpus)
-            grp->max_node_gpus = node->ngpus;
-        if (node->cpus > grp->max_node_cpus)
-            grp->max_node_cpus = node->cpus;
-        if (node->mem_mib > grp->max_node_mem_mib)
-            grp->max_node_mem_mib = node->mem_mib;
-        grp->total_gpus += node->ngpus;
-        for (uint32_t i = 0; i < node->ngpus; i++) {
-            uint32_t gi = node->gpu_first + i;
-            const struct sched_gpu *gpu = &c->gpus[gi];
-            view->gpu_node[gi] = n;
-            if (grp->gpu_mem_mib && gpu->mem_mib != grp->gpu_mem_mib)
-                grp->uniform = false;
-            if (gpu->mem_mib > grp->gpu_mem_mib)
-                grp->gpu_mem_mib = gpu->mem_mib;
-            if (!sched_gpu_offered(gpu))
-                continue;
-            view->gpus[gi].free_milli = SCHED_MILLI;
-            view->gpus[gi].free_mem_mib = gpu->mem_mib;
-            vn->free_whole++;
-            if (vn->usable)
-                grp->cap_milli += SCHED_MILLI;
-        }
-        grp->dirty = true;
+/* Node n into its group: its free capacity (all of it), and the group's
+ * largest node, memory and whether its nodes are alike. */
+static void add_node(struct view *view, uint32_t n)
+{
+    const struct sched_cluster *c = view->cluster;
+    const struct sched_node *node = &c->nodes[n];
+    uint32_t type = node_type_slot(c, node);
+    uint32_t g = view->group_index[(size_t)node->pool * (c->ngpu_types + 1) + type];
+    struct view_group *grp = &view->groups[g];
+    struct view_node *vn = &view->nodes[n];
+    grp->nodes[grp->nnodes++] = n;
+    vn->group = g;
+    vn->free_cpus = node->cpus;
+    vn->free_mem_mib = node->mem_mib;
+    vn->usable = node->state == SCHED_NODE_UP;
+    vn->resv = -1;
+    if (grp->nnodes == 1) {
+        grp->uniform = true;
+    } else {
+        const struct sched_node *first = &c->nodes[grp->nodes[0]];
+        grp->uniform = grp->uniform && first->ngpus == node->ngpus && first->cpus == node->cpus &&
+                       first->mem_mib == node->mem_mib;
     }
+    if (node->ngpus > grp->max_node_gpus)
+        grp->max_node_gpus = node->ngpus;
+    if (node->cpus > grp->max_node_cpus)
+        grp->max_node_cpus = node->cpus;
+    if (node->mem_mib > grp->max_node_mem_mib)
+        grp->max_node_mem_mib = node->mem_mib;
+    grp->total_gpus += node->ngpus;
+    for (uint32_t i = 0; i < node->ngpus; i++) {
+        uint32_t gi = node->gpu_first + i;
+        const struct sched_gpu *gpu = &c->gpus[gi];
+        view->gpu_node[gi] = n;
+        if (grp->gpu_mem_mib && gpu->mem_mib != grp->gpu_mem_mib)
+            grp->uniform = false;
+        if (gpu->mem_mib > grp->gpu_mem_mib)
+            grp->gpu_mem_mib = gpu->mem_mib;
+        if (!sched_gpu_offered(gpu))
+            continue;
+        view->gpus[gi].free_milli = SCHED_MILLI;
+        view->gpus[gi].free_mem_mib = gpu->mem_mib;
+        vn->free_whole++;
+        if (vn->usable)
+            grp->cap_milli += SCHED_MILLI;
+    }
+    grp->dirty = true;
+}
 
+/* Subtracts every running allocation (see view_init). */
+static int take_running(struct view *view, const struct sched_running_set *running,
+                        uint64_t *ret_bad_job)
+{
+    const struct sched_cluster *c = view->cluster;
     for (size_t r = 0; running && r < running->njobs; r++) {
         const struct sched_alloc *a = &running->jobs[r].alloc;
         bool bad = (a->nnodes && !a->nodes) || (a->nshares && !a->shares);
@@ -140,23 +137,46 @@ int view_init(struct view *view, const struct sched_cluster *c,
         if (bad) {
             if (ret_bad_job)
                 *ret_bad_job = running->jobs[r].job ? running->jobs[r].job->id : 0;
-            view_release(view);
             return GPO_EINVAL;
         }
         if (apply_fresh(view, a)) {
             if (!view->overcommitted) {
-                view->overcommitted = malloc(running->njobs * sizeof(*view->overcommitted));
+                view->overcommitted = gpo_malloc(running->njobs * sizeof(*view->overcommitted));
                 if (!view->overcommitted)
-                    goto nomem;
+                    return GPO_ENOMEM;
             }
             view->overcommitted[view->novercommitted++] = (uint32_t)r;
         }
     }
     return 0;
+}
 
-nomem:
-    view_release(view);
-    return GPO_ENOMEM;
+int view_init(struct view *view, const struct sched_cluster *c,
+              const struct sched_running_set *running, enum sched_packing packing,
+              uint64_t *ret_bad_job)
+{
+    memset(view, 0, sizeof(*view));
+    view->cluster = c;
+    view->packing = packing;
+    size_t slots = (size_t)c->npools * (c->ngpu_types + 1);
+    view->gpus = gpo_calloc(c->ngpus ? c->ngpus : 1, sizeof(*view->gpus));
+    view->gpu_node = gpo_calloc(c->ngpus ? c->ngpus : 1, sizeof(*view->gpu_node));
+    view->nodes = gpo_calloc(c->nnodes ? c->nnodes : 1, sizeof(*view->nodes));
+    view->node_scratch = gpo_calloc(c->nnodes ? c->nnodes : 1, sizeof(*view->node_scratch));
+    view->group_index = gpo_malloc((slots ? slots : 1) * sizeof(*view->group_index));
+    int err = GPO_ENOMEM;
+    if (view->gpus && view->gpu_node && view->nodes && view->node_scratch && view->group_index) {
+        for (size_t i = 0; i < slots; i++)
+            view->group_index[i] = SCHED_NONE;
+        err = make_groups(view);
+    }
+    for (uint32_t n = 0; !err && n < c->nnodes; n++)
+        add_node(view, n);
+    if (!err)
+        err = take_running(view, running, ret_bad_job);
+    if (err)
+        view_release(view);
+    return err;
 }
 
 void view_release(struct view *view)
@@ -190,12 +210,12 @@ int view_clone(struct view *dst, const struct view *src)
     dst->headroom = src->headroom;
     dst->group_index = src->group_index;
     dst->group_nodes = src->group_nodes;
-    dst->gpus = malloc((c->ngpus ? c->ngpus : 1) * sizeof(*dst->gpus));
-    dst->nodes = malloc((c->nnodes ? c->nnodes : 1) * sizeof(*dst->nodes));
-    dst->groups = malloc((src->ngroups ? src->ngroups : 1) * sizeof(*dst->groups));
-    dst->node_scratch = malloc((c->nnodes ? c->nnodes : 1) * sizeof(*dst->node_scratch));
+    dst->gpus = gpo_malloc((c->ngpus ? c->ngpus : 1) * sizeof(*dst->gpus));
+    dst->nodes = gpo_malloc((c->nnodes ? c->nnodes : 1) * sizeof(*dst->nodes));
+    dst->groups = gpo_malloc((src->ngroups ? src->ngroups : 1) * sizeof(*dst->groups));
+    dst->node_scratch = gpo_malloc((c->nnodes ? c->nnodes : 1) * sizeof(*dst->node_scratch));
     if (src->nresvs)
-        dst->resvs = malloc(src->nresvs * sizeof(*dst->resvs));
+        dst->resvs = gpo_malloc(src->nresvs * sizeof(*dst->resvs));
     if (!dst->gpus || !dst->nodes || !dst->groups || !dst->node_scratch ||
         (src->nresvs && !dst->resvs)) {
         view_release(dst);
@@ -436,11 +456,11 @@ static int undo_reserve(void **a, void **b, size_t *cap, size_t need, size_t ea,
     size_t n = *cap ? *cap * 2 : 64;
     while (n < need)
         n *= 2;
-    void *na = realloc(*a, n * ea);
+    void *na = gpo_realloc(*a, n * ea);
     if (!na)
         return GPO_ENOMEM;
     *a = na;
-    void *nb = realloc(*b, n * eb);
+    void *nb = gpo_realloc(*b, n * eb);
     if (!nb)
         return GPO_ENOMEM;
     *b = nb;
@@ -503,7 +523,7 @@ int view_resv_add(struct view *view, uint64_t job, int64_t start_ms)
 {
     if (view->nresvs == view->resvs_cap) {
         uint32_t cap = view->resvs_cap ? view->resvs_cap * 2 : 8;
-        struct view_resv *r = realloc(view->resvs, cap * sizeof(*r));
+        struct view_resv *r = gpo_realloc(view->resvs, cap * sizeof(*r));
         if (!r)
             return GPO_ENOMEM;
         view->resvs = r;

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/err.h"
+#include "core/apply.h"
 #include "core/sched.h"
 #include "core/state.h"
 #include "base/vec.h"
@@ -85,12 +86,10 @@ enum job_status { JS_FUTURE = 0, JS_PENDING, JS_RUNNING, JS_LEAVING, JS_DONE, JS
 struct job {
     struct sched_job req;
     int64_t duration_ms;
-    int64_t remaining_ms;     /* work left */
-    int64_t attempt_ms;       /* this attempt's start */
-    int64_t penalty_ms;       /* this attempt's restart penalty */
-    int64_t milli;            /* GPU milli it holds while running */
-    struct sched_alloc alloc; /* this attempt's, owned */
-    uint32_t slot;            /* in the running set */
+    int64_t remaining_ms; /* work left */
+    int64_t attempt_ms;   /* this attempt's start */
+    int64_t penalty_ms;   /* this attempt's restart penalty */
+    int64_t milli;        /* GPU milli it holds while running */
     uint32_t gen;
     uint32_t attempts;
     uint8_t status;
@@ -106,10 +105,8 @@ struct sim {
     struct sim_cluster cl;
     struct job *jobs; /* parallel to out->jobs */
     size_t njobs;
-    struct sim_queue q; /* pending jobs, as sched_pass reads them */
-    struct sched_running *run;
-    uint32_t *run_job; /* per running slot: job index */
-    size_t nrun;
+    struct sim_queue q;         /* pending jobs, as sched_pass reads them */
+    struct sched_run_table run; /* running jobs, as sched_pass reads them */
     struct heap heap;
     struct sched_state st;
     struct sched_result res;
@@ -226,11 +223,18 @@ static int pending_add(struct sim *sm, uint32_t ji)
     return sim_queue_push(&sm->q, ji, &req);
 }
 
+/* The job of running entry r (ids are job index + 1): the table borrows its
+ * request, which srtf re-keys. */
+static struct job *running_job(struct sim *sm, size_t r)
+{
+    return &sm->jobs[sm->run.runs[r].job->id - 1];
+}
+
 /* srtf: a running job's key and class follow its remaining time. */
 static void srtf_running_keys(struct sim *sm, int64_t now)
 {
-    for (size_t r = 0; sm->pol->oracle == SIM_ORACLE_SRTF && r < sm->nrun; r++) {
-        struct job *j = &sm->jobs[sm->run_job[r]];
+    for (size_t r = 0; sm->pol->oracle == SIM_ORACLE_SRTF && r < sm->run.n; r++) {
+        struct job *j = running_job(sm, r);
         int64_t left = remaining_at(j, now);
         j->req.submit_ms = left;
         j->req.prio = srtf_class(left);
@@ -262,22 +266,6 @@ static char *placement_of(const struct sim_cluster *cl, const struct sched_alloc
     return s;
 }
 
-static int alloc_copy(struct sched_alloc *dst, const struct sched_alloc *src)
-{
-    struct sched_alloc a = {.nnodes = src->nnodes, .nshares = src->nshares};
-    a.nodes = malloc((src->nnodes ? src->nnodes : 1) * sizeof(*a.nodes));
-    a.shares = malloc((src->nshares ? src->nshares : 1) * sizeof(*a.shares));
-    if (!a.nodes || !a.shares) {
-        free(a.nodes);
-        free(a.shares);
-        return GPO_ENOMEM;
-    }
-    memcpy(a.nodes, src->nodes, src->nnodes * sizeof(*a.nodes));
-    memcpy(a.shares, src->shares, src->nshares * sizeof(*a.shares));
-    *dst = a;
-    return 0;
-}
-
 /* Takes (or with a negative `milli`, gives back) part of GPU g, keeping the
  * count of GPUs that are partly used: fragmented, for fractional jobs. */
 static void use_gpu(struct sim *sm, uint32_t g, int64_t milli)
@@ -288,13 +276,13 @@ static void use_gpu(struct sim *sm, uint32_t g, int64_t milli)
     sm->gpu_used[g] = after;
 }
 
+/* The simulator's side of a start the run table has applied: the job's
+ * attempt, its placement, the GPUs it takes and its end. */
 static int start_job(struct sim *sm, const struct sched_start *s, int64_t now)
 {
     uint32_t ji = (uint32_t)(s->job - 1);
     struct job *j = &sm->jobs[ji];
     struct sim_job_result *o = &sm->out->jobs[ji];
-    if (alloc_copy(&j->alloc, &s->alloc))
-        return GPO_ENOMEM;
     free(o->placement);
     if (!(o->placement = placement_of(&sm->cl, &s->alloc)))
         return GPO_ENOMEM;
@@ -308,29 +296,6 @@ static int start_job(struct sim *sm, const struct sched_start *s, int64_t now)
     j->gen++;
     if (o->first_start_s < 0)
         o->first_start_s = now / MS_PER_S;
-    /* The running set stays in job order (ids are job index + 1), which is
-     * the order sched_pass sorts it into: sorted already, that costs it one
-     * compare per job instead of a sort every pass. */
-    size_t lo = 0, hi = sm->nrun;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (sm->run_job[mid] < ji)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    memmove(&sm->run[lo + 1], &sm->run[lo], (sm->nrun - lo) * sizeof(*sm->run));
-    memmove(&sm->run_job[lo + 1], &sm->run_job[lo], (sm->nrun - lo) * sizeof(*sm->run_job));
-    sm->nrun++;
-    for (size_t k = lo + 1; k < sm->nrun; k++)
-        sm->jobs[sm->run_job[k]].slot = (uint32_t)k;
-    j->slot = (uint32_t)lo;
-    sm->run[lo] = (struct sched_running){.job = &j->req,
-                                         .alloc = j->alloc,
-                                         .start_ms = now,
-                                         .checkpoint_ms = now,
-                                         .borrowed = s->borrowed};
-    sm->run_job[lo] = ji;
     sm->busy_milli += j->milli;
     for (uint32_t i = 0; i < s->alloc.nshares; i++)
         use_gpu(sm, s->alloc.shares[i].gpu, s->alloc.shares[i].milli);
@@ -360,24 +325,22 @@ static int64_t account_attempt(struct sim *sm, struct job *j, int64_t end)
     return done;
 }
 
-/* Takes job j out of the running set at `end`, charging its last stretch. */
+/* Takes job j out of the running set at `end`, charging its last stretch.
+ * The GPUs it held are given back first, while the table still has its
+ * allocation (an error ends the replay). */
 static int leave_running(struct sim *sm, struct job *j, int64_t end)
 {
-    int err = sched_state_charge_end(&sm->st, &sm->cl.c, &sm->core_pol, &sm->run[j->slot], end);
+    const struct sched_running *run = sched_run_table_find(&sm->run, j->req.id);
+    if (!run)
+        return GPO_ENOENT;
+    bool borrowed = run->borrowed;
+    for (uint32_t i = 0; i < run->alloc.nshares; i++)
+        use_gpu(sm, run->alloc.shares[i].gpu, -(int64_t)run->alloc.shares[i].milli);
+    int err = sched_apply_end(&sm->run, &sm->st, &sm->cl.c, &sm->core_pol, j->req.id, end);
     if (err)
         return err;
-    sm->nborrowed -= sm->run[j->slot].borrowed;
-    size_t at = j->slot, left = --sm->nrun - at;
-    memmove(&sm->run[at], &sm->run[at + 1], left * sizeof(*sm->run));
-    memmove(&sm->run_job[at], &sm->run_job[at + 1], left * sizeof(*sm->run_job));
-    for (size_t k = at; k < sm->nrun; k++)
-        sm->jobs[sm->run_job[k]].slot = (uint32_t)k;
+    sm->nborrowed -= borrowed;
     sm->busy_milli -= j->milli;
-    for (uint32_t i = 0; i < j->alloc.nshares; i++)
-        use_gpu(sm, j->alloc.shares[i].gpu, -(int64_t)j->alloc.shares[i].milli);
-    free(j->alloc.nodes);
-    free(j->alloc.shares);
-    j->alloc = (struct sched_alloc){0};
     j->gen++;
     return 0;
 }
@@ -414,7 +377,7 @@ static int sample(struct sim *sm, int64_t now)
     struct sim_result *o = sm->out;
     if (vec_grow((void **)&o->samples, &o->samples_cap, o->nsamples + 1, sizeof(*o->samples)))
         return GPO_ENOMEM;
-    struct sim_sample s = {now / MS_PER_S, sm->busy_milli, (uint32_t)sm->q.n, (uint32_t)sm->nrun,
+    struct sim_sample s = {now / MS_PER_S, sm->busy_milli, (uint32_t)sm->q.n, (uint32_t)sm->run.n,
                            sm->npartial};
     if (o->nsamples && o->samples[o->nsamples - 1].t_s == s.t_s)
         o->samples[o->nsamples - 1] = s; /* the last state at a time is the one that holds */
@@ -452,6 +415,13 @@ static void settle_waits(struct sim *sm, const struct sched_result *r)
         sim_queue_compact(q, last_gone);
 }
 
+/* sched_job_lookup_fn for the run table: ids are job index + 1. */
+static const struct sched_job *job_request(void *ctx, uint64_t id)
+{
+    struct sim *sm = ctx;
+    return id >= 1 && id <= sm->njobs ? &sm->jobs[id - 1].req : NULL;
+}
+
 /* One scheduling pass at `now`, its decisions applied. */
 static int pass(struct sim *sm, int64_t now, char *err, size_t errlen)
 {
@@ -460,7 +430,7 @@ static int pass(struct sim *sm, int64_t now, char *err, size_t errlen)
         return e;
     srtf_running_keys(sm, now);
     struct sched_queue q = {sm->q.req + sm->q.head, sm->q.n};
-    struct sched_running_set rs = {sm->run, sm->nrun};
+    struct sched_running_set rs = sched_run_table_view(&sm->run);
     e = sched_pass(&sm->cl.c, &q, &rs, &sm->core_pol, &sm->st, now, &sm->res);
     if (e) {
         snprintf(err, errlen, "scheduling pass at t=%llds failed: %s", (long long)(now / MS_PER_S),
@@ -470,6 +440,8 @@ static int pass(struct sim *sm, int64_t now, char *err, size_t errlen)
     sm->out->passes++;
     const struct sched_result *r = &sm->res;
     sm->las_wake_ms = r->las_crossing_ms;
+    if ((e = sched_apply_result(&sm->run, r, job_request, sm, now)))
+        return e;
     for (size_t k = 0; k < r->nstarts; k++) {
         if ((e = start_job(sm, &r->starts[k], now)))
             return e;
@@ -480,7 +452,6 @@ static int pass(struct sim *sm, int64_t now, char *err, size_t errlen)
         if (j->status != JS_RUNNING)
             continue;
         j->status = JS_LEAVING;
-        sm->run[j->slot].preempting = true;
         sm->out->preemptions++;
         e = heap_push(&sm->heap,
                       (struct event){now + r->preempts[k].grace_ms, ji, j->gen, EV_KILL});
@@ -519,10 +490,6 @@ static int sim_setup(struct sim *sm, char *err, size_t errlen)
     }
     if ((e = jobs_build(sm)))
         return e;
-    sm->run = malloc((sm->njobs ? sm->njobs : 1) * sizeof(*sm->run));
-    sm->run_job = malloc((sm->njobs ? sm->njobs : 1) * sizeof(*sm->run_job));
-    if (!sm->run || !sm->run_job)
-        return GPO_ENOMEM;
     if (sm->njobs) {
         o->first_submit_s = o->jobs[0].submit_s;
         o->last_submit_s = o->jobs[sm->njobs - 1].submit_s;
@@ -540,14 +507,9 @@ static int sim_setup(struct sim *sm, char *err, size_t errlen)
 
 static void sim_free(struct sim *sm)
 {
-    for (size_t i = 0; sm->jobs && i < sm->njobs; i++) {
-        free(sm->jobs[i].alloc.nodes);
-        free(sm->jobs[i].alloc.shares);
-    }
     free(sm->jobs);
     sim_queue_release(&sm->q);
-    free(sm->run);
-    free(sm->run_job);
+    sched_run_table_release(&sm->run);
     free(sm->heap.ev);
     sim_estimate_release(&sm->est);
     free(sm->gpu_used);
@@ -651,7 +613,7 @@ static int sim_loop(struct sim *sm, char *err, size_t errlen)
             now = sm->jobs[next].req.submit_ms;
         if (sm->heap.n && sm->heap.ev[0].t_ms < now)
             now = sm->heap.ev[0].t_ms;
-        if (sm->las_wake_ms < now && sm->nrun)
+        if (sm->las_wake_ms < now && sm->run.n)
             now = sm->las_wake_ms;
         int e;
         if (now == INT64_MAX) {
@@ -730,6 +692,7 @@ int sim_run(const struct sim_trace *trace, const struct sim_spec *spec,
                      .las_wake_ms = INT64_MAX};
     sched_state_init(&sm.st);
     sim_queue_init(&sm.q);
+    sched_run_table_init(&sm.run);
     sched_result_init(&sm.res);
     const char *field = NULL;
     int e = sched_policy_check(&sm.core_pol, &field);

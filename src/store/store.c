@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "store/schema.h"
+#include "store/backend.h"
 #include "store/store.h"
 #include "util/errbuf.h"
 #include "base/banned.h"

@@ -21,9 +21,10 @@
  * decision with a lower one is refused (GPO_EFENCED) and changes nothing,
  * so a stale controller cannot overwrite its successor's decisions.
  *
- * Backends: SQLite now (store_open_sqlite), PostgreSQL later. Every backend
- * fills a `struct store_ops`; the functions below check their arguments and
- * dispatch through it, so the checks and limits are the same everywhere.
+ * Backends: SQLite now (store_open_sqlite, in src/store/sqlite/), PostgreSQL
+ * later. Every backend fills a `struct store_ops` (src/store/backend.h, the
+ * private half); the functions below check their arguments and dispatch
+ * through it, so the checks and limits are the same everywhere.
  *
  * Conventions: functions return 0 or a negative STORE_E* code; out-parameters
  * (ret_*) are set only on success. Nullable integer columns read and write
@@ -460,43 +461,5 @@ int store_open_sqlite(const char *path, struct store **ret_store, char *err, siz
  * closes the store. NULL is fine. Not from a completion callback.
  */
 void store_close(struct store *s);
-
-/* ---- for backends ------------------------------------------------------- */
-
-/* What each backend implements. The public functions above check their
- * arguments (non-NULL, limits) before they call these. */
-struct store_ops {
-    int (*commit)(struct store *s, struct store_batch *b, store_done_fn done, void *ctx);
-    void (*get_stats)(struct store *s, struct store_stats *ret);
-    void (*pause_writer)(struct store *s);
-    void (*resume_writer)(struct store *s);
-    void (*last_error)(struct store *s, char *buf, size_t len);
-    int (*meta_get)(struct store *s, const char *key, char **ret_value);
-    int (*user_get_by_name)(struct store *s, const char *name, struct store_user *ret);
-    int (*user_get_by_id)(struct store *s, int64_t id, struct store_user *ret);
-    int (*user_get_by_token)(struct store *s, const uint8_t *hash, struct store_user *ret);
-    int (*user_list)(struct store *s, struct store_user **ret_users, size_t *ret_n);
-    int (*config_get)(struct store *s, enum store_config_kind kind, const char *name,
-                      struct store_config *ret);
-    int (*config_list)(struct store *s, enum store_config_kind kind,
-                       struct store_config **ret_configs, size_t *ret_n);
-    int (*node_list)(struct store *s, struct store_node **ret_nodes, size_t *ret_n);
-    int (*job_get)(struct store *s, int64_t id, struct store_job *ret);
-    int (*job_list)(struct store *s, const struct store_job_filter *f, struct store_job **ret_jobs,
-                    size_t *ret_n);
-    int (*job_scan_active)(struct store *s, store_job_fn fn, void *ctx);
-    int (*sched_state_get)(struct store *s, struct store_sched_state *ret);
-    int (*idempotency_get)(struct store *s, int64_t user_id, const char *key, int64_t *ret_job_id);
-    void (*close)(struct store *s);
-    int (*ledger_range)(struct store *s, int64_t since_ms, int64_t until_ms,
-                        struct store_ledger_row **ret_rows, size_t *ret_n);
-    int (*minutes_get)(struct store *s, enum store_minute_kind kind, const char *key,
-                       int64_t since_ms, int64_t until_ms, store_minute_fn fn, void *ctx);
-};
-
-/* A backend's store object starts with this. */
-struct store {
-    const struct store_ops *ops;
-};
 
 #endif

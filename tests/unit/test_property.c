@@ -22,6 +22,15 @@
  * every pass, as after a restart, or with the queue and running arrays
  * shuffled) must give the same hash of every result.
  *
+ * Out of memory: for a sample of the passes of a sample of the workloads,
+ * every allocation the pass makes (N of them, counted with base/alloc.h's
+ * hook) is failed in turn, the 1st, the 2nd, ... the Nth, on a copy of the
+ * state, with a fresh result and with one warmed by an undisturbed run of the
+ * same pass (its id map, arena and arrays then carried, as from pass to
+ * pass). Each such pass must return GPO_ENOMEM with the state unchanged and
+ * the result emptied, and the same pass retried without a fault must decide
+ * what the undisturbed pass decided and leave the same state.
+ *
  * All workloads run once in the group setup; each test case then reports the
  * violations of its invariant, with the seed of each failing workload. To
  * replay one seed with a trace of every pass: PROPERTY_SEED=0x... test_property.
@@ -36,6 +45,8 @@
 
 #include <cmocka.h>
 
+#include "base/alloc.h"
+#include "base/err.h"
 #include "core/explain.h"
 #include "core/model.h"
 #include "core/sched.h"
@@ -105,7 +116,8 @@ static bool rng_chance(struct rng *r, uint32_t percent)
     X(PREEMPT, "preemptions evict running jobs for an allowed reason")                             \
     X(SAME_SEED, "the same seed gives the same decisions")                                         \
     X(RESTART, "a state rebuilt from its arrays gives the same decisions")                         \
-    X(QUEUE_ORDER, "the order of the queue and running arrays changes no decision")
+    X(QUEUE_ORDER, "the order of the queue and running arrays changes no decision")                \
+    X(ENOMEM, "a pass whose allocation fails returns GPO_ENOMEM and changes nothing")
 
 enum inv {
 #define INV_ENUM(name, text) INV_##name,
@@ -166,6 +178,9 @@ struct report {
     unsigned nkept[INV_COUNT];
     char kept[INV_COUNT][REPORT_KEEP][400];
     struct coverage cov;
+    unsigned long fault_passes;   /* passes whose every allocation was failed in turn */
+    unsigned long fault_allocs;   /* allocations failed so */
+    unsigned long fault_absorbed; /* failed, and the pass did without it */
 };
 
 /* ---- the simulated world ---- */
@@ -197,6 +212,7 @@ enum mode {
     MODE_RERUN,     /* same seed again, without the per-pass checks */
     MODE_RESTART,   /* same seed, state rebuilt from its arrays before every pass */
     MODE_SHUFFLE,   /* same seed, queue and running arrays in a random order */
+    MODE_FAULT,     /* same seed, every allocation of sampled passes failed in turn */
 };
 
 struct world {
@@ -242,6 +258,8 @@ struct world {
     int64_t held, useful, saved, lost;
 
     uint64_t pass_hash[MAX_STEPS];
+    uint8_t pass_kind[MAX_STEPS]; /* pass_kind() of each pass */
+    uint64_t fault_steps;         /* MODE_FAULT: bit s, fail the allocations of pass s */
     struct sched_state st;
     struct sched_result res;
 };
@@ -1419,6 +1437,154 @@ static void trace_pass(const struct world *w)
     }
 }
 
+/* ---- out of memory: every allocation of a pass failed in turn ---- */
+
+static void state_copy(struct sched_state *dst, const struct sched_state *src)
+{
+    sched_state_init(dst);
+    dst->last_pass_ms = src->last_pass_ms;
+    dst->usage = malloc((src->nusage + 1) * sizeof(*dst->usage));
+    dst->attained = malloc((src->nattained + 1) * sizeof(*dst->attained));
+    dst->claims = malloc((src->nclaims + 1) * sizeof(*dst->claims));
+    assert_true(dst->usage && dst->attained && dst->claims);
+    if (src->nusage)
+        memcpy(dst->usage, src->usage, src->nusage * sizeof(*dst->usage));
+    if (src->nattained)
+        memcpy(dst->attained, src->attained, src->nattained * sizeof(*dst->attained));
+    if (src->nclaims)
+        memcpy(dst->claims, src->claims, src->nclaims * sizeof(*dst->claims));
+    dst->nusage = dst->usage_cap = src->nusage;
+    dst->nattained = dst->attained_cap = src->nattained;
+    dst->nclaims = dst->claims_cap = src->nclaims;
+}
+
+static bool bytes_equal(const void *a, const void *b, size_t n)
+{
+    return !n || !memcmp(a, b, n);
+}
+
+/* Every field a caller persists, compared (capacities are not). */
+static bool state_equal(const struct sched_state *a, const struct sched_state *b)
+{
+    return a->last_pass_ms == b->last_pass_ms && a->nusage == b->nusage &&
+           a->nattained == b->nattained && a->nclaims == b->nclaims &&
+           bytes_equal(a->usage, b->usage, a->nusage * sizeof(*a->usage)) &&
+           bytes_equal(a->attained, b->attained, a->nattained * sizeof(*a->attained)) &&
+           bytes_equal(a->claims, b->claims, a->nclaims * sizeof(*a->claims));
+}
+
+static bool result_empty(const struct sched_result *r)
+{
+    return !r->nstarts && !r->npreempts && !r->nreserves && !r->nwaits && !r->novercommitted;
+}
+
+/* What a pass did, as bits (for choosing passes to fail allocations in):
+ * a preemption for each enum sched_preempt_why, a reservation, a claim
+ * carried in, a LAS crossing. */
+enum {
+    PK_RESERVE = 1 << 4,
+    PK_CLAIM = 1 << 5,
+    PK_LAS_CROSSING = 1 << 6,
+    PK_KINDS = 7,
+};
+
+static uint8_t pass_kind(const struct sched_result *res, size_t nclaims)
+{
+    uint8_t k = 0;
+    for (size_t p = 0; p < res->npreempts; p++)
+        k |= (uint8_t)(1u << (res->preempts[p].why & 3));
+    k |= res->nreserves ? PK_RESERVE : 0;
+    k |= nclaims ? PK_CLAIM : 0;
+    k |= res->las_crossing_ms != INT64_MAX ? PK_LAS_CROSSING : 0;
+    return k;
+}
+
+/* The passes MODE_FAULT fails allocations in, without and with a warm result. */
+static uint64_t fault_sample(void)
+{
+    uint64_t mask = 0;
+    for (uint32_t s = 2; s < MAX_STEPS; s += 5)
+        mask |= 1ull << s;
+    return mask;
+}
+
+static bool fault_warm(uint32_t step)
+{
+    return step / 5 % 2 == 1;
+}
+
+/* This step's pass on `st` into `res`. */
+static int pass_into(struct world *w, struct sched_state *st, struct sched_result *res)
+{
+    struct sched_queue q = {w->queue, w->nqueue};
+    struct sched_running_set rs = {w->running, w->nrunning};
+    return sched_pass(&w->c, &q, &rs, &w->pol, st, w->now, res);
+}
+
+/* A fresh result, warmed when `warm` by an undisturbed run of this step's
+ * pass (on a copy of the state), as a result is from one pass to the next. */
+static void result_fresh(struct world *w, struct sched_result *res, bool warm)
+{
+    sched_result_init(res);
+    if (!warm)
+        return;
+    struct sched_state tmp;
+    state_copy(&tmp, &w->st);
+    int rc = pass_into(w, &tmp, res);
+    CHECK(w, ENOMEM, rc == 0, "the warm-up pass returned %d", rc);
+    sched_state_release(&tmp);
+}
+
+/*
+ * Fails each allocation of this step's pass in turn (on copies: the world's
+ * state and result are left alone). Returns the hash of the undisturbed
+ * pass's decisions, for the caller to compare with the world's own pass.
+ */
+static uint64_t fault_pass(struct world *w, bool warm)
+{
+    const char *how = warm ? "warm" : "fresh";
+    struct sched_state ref_st, st;
+    struct sched_result ref, res;
+    state_copy(&ref_st, &w->st);
+    result_fresh(w, &ref, warm);
+    uint64_t before = gpo_alloc_count();
+    int rc0 = pass_into(w, &ref_st, &ref);
+    uint64_t n = gpo_alloc_count() - before;
+    uint64_t h0 = rc0 ? (uint64_t)rc0 : hash_result(&ref);
+    w->rep->fault_passes++;
+    for (uint64_t at = 1; at <= n; at++) {
+        state_copy(&st, &w->st);
+        result_fresh(w, &res, warm);
+        gpo_alloc_fail_at(at);
+        int rc = pass_into(w, &st, &res);
+        gpo_alloc_fail_at(0);
+        w->rep->fault_allocs++;
+        bool absorbed = rc != GPO_ENOMEM;
+        if (!absorbed) {
+            CHECK(w, ENOMEM, state_equal(&st, &w->st),
+                  "allocation %llu of %llu (%s result) failed: the pass changed the state",
+                  (unsigned long long)at, (unsigned long long)n, how);
+            CHECK(w, ENOMEM, result_empty(&res),
+                  "allocation %llu of %llu (%s result) failed: the result was not emptied",
+                  (unsigned long long)at, (unsigned long long)n, how);
+            rc = pass_into(w, &st, &res);
+        } else {
+            w->rep->fault_absorbed++; /* it must then be as if nothing failed */
+        }
+        uint64_t h = rc ? (uint64_t)rc : hash_result(&res);
+        CHECK(w, ENOMEM, rc == rc0 && h == h0 && state_equal(&st, &ref_st),
+              "allocation %llu of %llu (%s result) failed: the pass %s returned %d and decides "
+              "otherwise than undisturbed",
+              (unsigned long long)at, (unsigned long long)n, how,
+              absorbed ? "that did without it" : "retried", rc);
+        sched_state_release(&st);
+        sched_result_release(&res);
+    }
+    sched_state_release(&ref_st);
+    sched_result_release(&ref);
+    return h0;
+}
+
 /* ---- one step: exits, arrivals, the pass, its checks, and applying it ---- */
 
 static void world_step(struct world *w, uint32_t step)
@@ -1454,6 +1620,9 @@ static void world_step(struct world *w, uint32_t step)
     for (uint32_t k = 0; k < w->njobs; k++)
         in_pass[k] = w->jobs[k].state == PJ_PENDING || w->jobs[k].state == PJ_RUNNING;
 
+    bool fault = w->mode == MODE_FAULT && (w->fault_steps >> step & 1);
+    uint64_t fault_hash = fault ? fault_pass(w, fault_warm(step)) : 0;
+    size_t nclaims = w->st.nclaims;
     struct sched_queue q = {w->queue, w->nqueue};
     struct sched_running_set rs = {w->running, w->nrunning};
     int rc = sched_pass(&w->c, &q, &rs, &w->pol, &w->st, w->now, &w->res);
@@ -1464,6 +1633,9 @@ static void world_step(struct world *w, uint32_t step)
         return;
     }
     w->pass_hash[step] = hash_result(&w->res);
+    w->pass_kind[step] = pass_kind(&w->res, nclaims);
+    CHECK(w, ENOMEM, !fault || fault_hash == w->pass_hash[step],
+          "a pass on a copy of the state decides otherwise than the world's");
     if (w->trace)
         trace_pass(w);
     struct held before, after;
@@ -1592,6 +1764,7 @@ struct suite {
     struct report rep;
     uint64_t seeds[NSEEDS];
     uint64_t hashes[NSEEDS][MAX_STEPS];
+    uint8_t kinds[NSEEDS][MAX_STEPS];
     size_t nseeds;
 };
 
@@ -1635,6 +1808,7 @@ static int suite_setup(void **state)
             trace_world(s->w);
         world_run(s->w);
         memcpy(s->hashes[k], s->w->pass_hash, sizeof(s->hashes[k]));
+        memcpy(s->kinds[k], s->w->pass_kind, sizeof(s->kinds[k]));
     }
     *state = s;
     return 0;
@@ -1788,6 +1962,62 @@ static void queue_and_running_order_change_no_decision(void **state)
     rerun_and_compare(state, MODE_SHUFFLE, 4, INV_QUEUE_ORDER);
 }
 
+/* Sampled passes with each of their allocations failed in turn (see the top
+ * of the file); the world's own passes must decide as in the first run. */
+static void failed_allocation_fails_the_pass_and_changes_nothing(void **state)
+{
+    struct suite *s = *state;
+    assert_non_null(s);
+    struct report *scratch = calloc(1, sizeof(*scratch));
+    uint64_t *steps = calloc(s->nseeds, sizeof(*steps));
+    assert_true(scratch && steps);
+    /* Every 32nd workload's sample of passes, and the first few passes of
+     * each kind (what they did decides what they allocate). */
+    size_t stride = s->nseeds < NSEEDS ? 1 : 32;
+    unsigned taken[PK_KINDS] = {0};
+    for (size_t i = 0; i < s->nseeds; i++) {
+        if (i % stride == 0)
+            steps[i] = fault_sample();
+        for (uint32_t p = 0; p < MAX_STEPS; p++) {
+            for (unsigned b = 0; b < PK_KINDS; b++) {
+                if ((s->kinds[i][p] >> b & 1) && taken[b] < 4) {
+                    taken[b]++;
+                    steps[i] |= 1ull << p;
+                }
+            }
+        }
+    }
+    for (size_t i = 0; i < s->nseeds; i++) {
+        if (!steps[i])
+            continue;
+        world_generate(s->w, s->seeds[i], MODE_FAULT, scratch);
+        s->w->fault_steps = steps[i];
+        world_run(s->w);
+        for (uint32_t p = 0; p < s->w->nsteps; p++) {
+            if (s->w->pass_hash[p] != s->hashes[i][p]) {
+                s->w->now = (int64_t)(p + 1) * STEP_MS;
+                violation(s->w, INV_ENOMEM, "pass %u: decisions differ from the first run", p);
+                break;
+            }
+        }
+    }
+    print_message("# %lu passes with each of their allocations failed: %lu allocations, %lu of "
+                  "them done without\n",
+                  scratch->fault_passes, scratch->fault_allocs, scratch->fault_absorbed);
+    struct report *rep = &s->rep;
+    rep->count[INV_ENOMEM] += scratch->count[INV_ENOMEM];
+    for (unsigned k = 0; k < scratch->nkept[INV_ENOMEM] && rep->nkept[INV_ENOMEM] < REPORT_KEEP;
+         k++)
+        memcpy(rep->kept[INV_ENOMEM][rep->nkept[INV_ENOMEM]++], scratch->kept[INV_ENOMEM][k],
+               sizeof(rep->kept[0][0]));
+    bool none = scratch->fault_allocs == 0;
+    free(scratch);
+    free(steps);
+    if (none)
+        fail_msg("no allocation was failed: the sample is empty");
+    expect_no_violation(state, INV_ENOMEM);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1809,6 +2039,7 @@ int main(void)
         cmocka_unit_test(same_seed_gives_same_decisions),
         cmocka_unit_test(state_rebuilt_from_its_arrays_gives_same_decisions),
         cmocka_unit_test(queue_and_running_order_change_no_decision),
+        cmocka_unit_test(failed_allocation_fails_the_pass_and_changes_nothing),
     };
     return cmocka_run_group_tests(tests, suite_setup, suite_teardown);
 }

@@ -23,7 +23,7 @@
 #include <cmocka.h>
 #include <sqlite3.h>
 
-#include "store/schema.h"
+#include "store/sqlite/schema.h"
 #include "store/store.h"
 #include "tmptree.h"
 #include "base/banned.h"

@@ -12,7 +12,8 @@
 
 #include <sqlite3.h>
 
-#include "store/schema.h"
+#include "store/backend.h"
+#include "store/sqlite/schema.h"
 #include "store/store.h"
 #include "util/errbuf.h"
 #include "base/banned.h"

@@ -14,8 +14,9 @@
 
 #include <sqlite3.h>
 
-#include "store/schema.h"
-#include "store/sqlite.h"
+#include "store/backend.h"
+#include "store/sqlite/schema.h"
+#include "store/sqlite/sqlite.h"
 #include "store/store.h"
 #include "base/banned.h"
 

@@ -1,14 +1,15 @@
 /*
- * sqlite.h - private to sqlite.c and sqlite_read.c: what the SQLite
- * backend's two files share. store.h stays the public interface; nothing
- * else includes this.
+ * sqlite.h - private to the SQLite backend (sqlite.c, sqlite_read.c): the
+ * backend's store object and its read statements. store.h stays the public
+ * interface; backend.h is what every backend shares; nothing outside
+ * src/store/sqlite includes this.
  *
- * sqlite.c holds the writer thread, its group commit and the opening and
- * closing of the store; sqlite_read.c the synchronous reads on the read
- * connection.
+ * sqlite.c holds the write connection, the group transaction the writer
+ * (backend.h) runs on it, and the opening and closing of the store;
+ * sqlite_read.c the synchronous reads on the read connection.
  */
-#ifndef GPUORCH_STORE_SQLITE_H
-#define GPUORCH_STORE_SQLITE_H
+#ifndef GPUORCH_STORE_SQLITE_SQLITE_H
+#define GPUORCH_STORE_SQLITE_SQLITE_H
 
 #include <pthread.h>
 #include <stdbool.h>
@@ -17,7 +18,8 @@
 
 #include <sqlite3.h>
 
-#include "store/schema.h"
+#include "store/backend.h"
+#include "store/sqlite/schema.h"
 #include "store/store.h"
 
 /* The SQLite store: what store_open_sqlite returns behind its struct store. */
@@ -27,18 +29,10 @@ struct sq {
     sqlite3 *rdb; /* reads, under rlock */
     sqlite3_stmt *wst[STORE_OP_COUNT][SCHEMA_OP_MAXSQL];
     sqlite3_stmt *epoch_st;
-    sqlite3_stmt **rst; /* [RQ_COUNT] */
-    /* lock guards the queue, the flags and the stats */
-    pthread_mutex_t lock;
-    pthread_cond_t wake; /* the writer waits for work or close */
-    pthread_cond_t idle; /* pausers wait for the writer's group to end */
+    sqlite3_stmt **rst;         /* [RQ_COUNT] */
+    struct store_writer writer; /* its own lock guards its queue, flags and stats */
     pthread_mutex_t rlock;
-    bool sync_ready, writer_started;
-    pthread_t writer;
-    struct store_batch *head, **tail;
-    bool closing, busy;
-    unsigned pauses;
-    struct store_stats stats;
+    bool rlock_ready;
     char rerr[256]; /* the latest read error, under rlock */
 };
 

@@ -1,20 +1,17 @@
 /*
  * sqlite.c - the SQLite backend: two connections to one WAL database (one
- * the writer thread's, one for reads under a mutex), the writer's group
- * commit running the statements of schema.c; the reads are in
- * sqlite_read.c, what the two share in sqlite.h.
+ * the writer thread's, one for reads under a mutex), the group transaction
+ * the writer (backend.h) runs with the statements of schema.c; the reads are
+ * in sqlite_read.c, what the two share in sqlite.h.
  *
  * Decisions the header leaves open:
- *  - The writer takes everything queued at once: BEGIN IMMEDIATE, one
- *    SAVEPOINT per batch (ROLLBACK TO on the batch's first error), COMMIT.
+ *  - A group (everything the writer took at once) runs as BEGIN IMMEDIATE,
+ *    one SAVEPOINT per batch (ROLLBACK TO on the batch's first error), COMMIT.
  *    When BEGIN or COMMIT fails, or SQLite abandons the whole transaction
  *    after an I/O error, every batch of the group fails with GPO_EIO, even
  *    one that had failed on its own: nothing of the group was written, and
  *    a verdict such as "key already used by job N" may name a job that was
  *    in the lost transaction.
- *  - Completions run after COMMIT, in queue order, without any lock held.
- *  - Close commits what is queued (a normal group) rather than failing it:
- *    that is what its callers asked for, and it costs one transaction.
  *  - The schema version is read before anything else touches the file, so a
  *    database from a newer program is refused unchanged (not even switched
  *    to WAL).
@@ -29,8 +26,9 @@
 
 #include <sqlite3.h>
 
-#include "store/schema.h"
-#include "store/sqlite.h"
+#include "store/backend.h"
+#include "store/sqlite/schema.h"
+#include "store/sqlite/sqlite.h"
 #include "store/store.h"
 #include "util/errbuf.h"
 #include "base/banned.h"
@@ -226,9 +224,10 @@ static void run_batch(struct sq *s, struct store_batch *b)
     }
 }
 
-/* One transaction for the whole group, then every completion. */
-static void run_group(struct sq *s, struct store_batch *group)
+/* store_group_fn: one transaction for the whole group. */
+static void run_group(void *backend, struct store_batch *group)
 {
+    struct sq *s = backend;
     char txmsg[sizeof(group->msg)] = "";
     int rc = sqlite3_exec(s->wdb, "BEGIN IMMEDIATE", NULL, NULL, NULL);
     if (rc != SQLITE_OK)
@@ -245,100 +244,39 @@ static void run_group(struct sq *s, struct store_batch *group)
         if (!sqlite3_get_autocommit(s->wdb))
             sqlite3_exec(s->wdb, "ROLLBACK", NULL, NULL, NULL);
     }
-    uint64_t n = 0, nfailed = 0;
-    for (struct store_batch *b = group; b; b = b->next, n++) {
-        if (rc != SQLITE_OK) {
-            b->existing_job_id = 0;
-            store_batch_fail(b, GPO_EIO, "%s", txmsg);
-        }
-        nfailed += b->err != 0;
+    for (struct store_batch *b = group; rc != SQLITE_OK && b; b = b->next) {
+        b->existing_job_id = 0;
+        store_batch_fail(b, GPO_EIO, "%s", txmsg);
     }
-    pthread_mutex_lock(&s->lock);
-    s->stats.transactions++;
-    s->stats.batches += n;
-    s->stats.batches_failed += nfailed;
-    pthread_mutex_unlock(&s->lock);
-    for (struct store_batch *b = group, *next; b; b = next) {
-        next = b->next;
-        store_batch_complete(b);
-    }
-}
-
-static void *writer_main(void *arg)
-{
-    struct sq *s = arg;
-    pthread_mutex_lock(&s->lock);
-    for (;;) {
-        while (!s->closing && (s->pauses > 0 || !s->head))
-            pthread_cond_wait(&s->wake, &s->lock);
-        if (!s->head)
-            break; /* closing, and nothing left */
-        struct store_batch *group = s->head;
-        s->head = NULL;
-        s->tail = &s->head;
-        s->stats.queued = 0;
-        s->busy = true;
-        pthread_mutex_unlock(&s->lock);
-        run_group(s, group);
-        pthread_mutex_lock(&s->lock);
-        s->busy = false;
-        pthread_cond_broadcast(&s->idle);
-    }
-    pthread_mutex_unlock(&s->lock);
-    return NULL;
 }
 
 static int sq_commit(struct store *base, struct store_batch *b, store_done_fn done, void *ctx)
 {
-    struct sq *s = to_sq(base);
-    pthread_mutex_lock(&s->lock);
-    if (s->closing) {
-        pthread_mutex_unlock(&s->lock);
-        return GPO_ESHUTDOWN;
-    }
-    b->next = NULL;
-    b->done = done;
-    b->ctx = ctx;
-    *s->tail = b;
-    s->tail = &b->next;
-    s->stats.queued++;
-    pthread_cond_signal(&s->wake);
-    pthread_mutex_unlock(&s->lock);
-    return 0;
+    return store_writer_commit(&to_sq(base)->writer, b, done, ctx);
 }
 
 static void sq_get_stats(struct store *base, struct store_stats *ret)
 {
-    struct sq *s = to_sq(base);
-    pthread_mutex_lock(&s->lock);
-    *ret = s->stats;
-    pthread_mutex_unlock(&s->lock);
+    store_writer_stats(&to_sq(base)->writer, ret);
 }
 
 static void sq_pause_writer(struct store *base)
 {
-    struct sq *s = to_sq(base);
-    pthread_mutex_lock(&s->lock);
-    s->pauses++;
-    while (s->busy)
-        pthread_cond_wait(&s->idle, &s->lock);
-    pthread_mutex_unlock(&s->lock);
+    store_writer_pause(&to_sq(base)->writer);
 }
 
 static void sq_resume_writer(struct store *base)
 {
-    struct sq *s = to_sq(base);
-    pthread_mutex_lock(&s->lock);
-    if (s->pauses > 0)
-        s->pauses--;
-    pthread_cond_signal(&s->wake);
-    pthread_mutex_unlock(&s->lock);
+    store_writer_resume(&to_sq(base)->writer);
 }
 
 /* ---- opening and closing ---------------------------------------------------- */
 
+/* Also a half-opened store: the writer (its thread, if started, commits what
+ * is queued and is joined) goes before the connections it writes on. */
 static void sq_free(struct sq *s)
 {
+    store_writer_release(&s->writer);
     for (size_t k = 0; k < STORE_OP_COUNT; k++)
         for (size_t i = 0; i < SCHEMA_OP_MAXSQL; i++)
             sqlite3_finalize(s->wst[k][i]);
@@ -348,26 +286,14 @@ static void sq_free(struct sq *s)
     free(s->rst);
     sqlite3_close(s->rdb); /* the last to close checkpoints and removes the WAL */
     sqlite3_close(s->wdb);
-    if (s->sync_ready) {
-        pthread_cond_destroy(&s->idle);
-        pthread_cond_destroy(&s->wake);
+    if (s->rlock_ready)
         pthread_mutex_destroy(&s->rlock);
-        pthread_mutex_destroy(&s->lock);
-    }
     free(s);
 }
 
 static void sq_close(struct store *base)
 {
-    struct sq *s = to_sq(base);
-    if (s->writer_started) {
-        pthread_mutex_lock(&s->lock);
-        s->closing = true;
-        pthread_cond_signal(&s->wake);
-        pthread_mutex_unlock(&s->lock);
-        pthread_join(s->writer, NULL);
-    }
-    sq_free(s);
+    sq_free(to_sq(base));
 }
 
 static const struct store_ops sqlite_ops = {
@@ -463,24 +389,12 @@ static int open_reader(struct sq *s, const char *path, char *err, size_t errlen)
 
 static int init_sync(struct sq *s)
 {
-    if (pthread_mutex_init(&s->lock, NULL))
+    int rc = store_writer_init(&s->writer, run_group, s);
+    if (rc)
+        return rc;
+    if (pthread_mutex_init(&s->rlock, NULL))
         return GPO_ENOMEM;
-    if (pthread_mutex_init(&s->rlock, NULL)) {
-        pthread_mutex_destroy(&s->lock);
-        return GPO_ENOMEM;
-    }
-    if (pthread_cond_init(&s->wake, NULL)) {
-        pthread_mutex_destroy(&s->rlock);
-        pthread_mutex_destroy(&s->lock);
-        return GPO_ENOMEM;
-    }
-    if (pthread_cond_init(&s->idle, NULL)) {
-        pthread_cond_destroy(&s->wake);
-        pthread_mutex_destroy(&s->rlock);
-        pthread_mutex_destroy(&s->lock);
-        return GPO_ENOMEM;
-    }
-    s->sync_ready = true;
+    s->rlock_ready = true;
     return 0;
 }
 
@@ -494,7 +408,6 @@ int store_open_sqlite(const char *path, struct store **ret_store, char *err, siz
     if (!s)
         return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
     s->base.ops = &sqlite_ops;
-    s->tail = &s->head;
     int rc = init_sync(s);
     if (rc)
         errbuf_set(err, errlen, rc, "cannot create the store's locks");
@@ -502,13 +415,12 @@ int store_open_sqlite(const char *path, struct store **ret_store, char *err, siz
         rc = open_writer(s, path, err, errlen);
     if (rc == 0)
         rc = open_reader(s, path, err, errlen);
-    if (rc == 0 && pthread_create(&s->writer, NULL, writer_main, s) != 0)
+    if (rc == 0 && store_writer_start(&s->writer) != 0)
         rc = errbuf_set(err, errlen, GPO_ENOMEM, "cannot start the writer thread");
     if (rc) {
         sq_free(s);
         return rc;
     }
-    s->writer_started = true;
     *ret_store = &s->base;
     return 0;
 }
