@@ -130,7 +130,7 @@ static const struct {
     [PROTO_ACTION_RUN] = {1u << K_GPUS | 1u << K_USER | 1u << K_SPEC | 1u << K_GANG,
                           1u << K_GPUS | 1u << K_USER | 1u << K_UNIX_USER | 1u << K_SPEC |
                               1u << K_GANG | 1u << K_ARRAY_ID | 1u << K_ARRAY_INDEX},
-    [PROTO_ACTION_KILL] = {0, 1u << K_GRACE | 1u << K_REASON | 1u << K_AS},
+    [PROTO_ACTION_KILL] = {1u << K_AS, 1u << K_GRACE | 1u << K_REASON | 1u << K_AS},
 };
 
 /* The rules between fields; `at` is "attempts[3]." or "". */
@@ -162,17 +162,6 @@ static int attempt_check(const struct attempt_wire *w, const char *at, char *err
     return wire_spec_check(&w->spec, path, err, errlen);
 }
 
-/*
- * FALLBACK_KILL_CAUSE: a kill without "as" comes from a controller that
- * means the cause by its reason's words ("preempted", "preempted: idle:
- * ..." requeue; "cancelled" and the rest cancel). This block, and with it
- * the optional "as", goes once every controller sends "as".
- */
-static enum proto_kill_cause cause_from_reason(const char *reason)
-{
-    return reason && strstr(reason, "preempt") ? PROTO_KILL_PREEMPTED : PROTO_KILL_CANCELLED;
-}
-
 /* Moves w into *ret (overwritten). 0, or GPO_ENOMEM with w unchanged. */
 static int attempt_take(struct attempt_wire *w, struct proto_attempt *ret)
 {
@@ -189,8 +178,6 @@ static int attempt_take(struct attempt_wire *w, struct proto_attempt *ret)
                               .grace_s = w->p[K_GRACE] ? w->grace_s : PROTO_NONE,
                               .reason = w->reason,
                               .cause = w->cause};
-    if (w->action == PROTO_ACTION_KILL && w->p[K_AS] == JSONV_ABSENT)
-        a.cause = cause_from_reason(w->reason);
     if (wire_spec_take(&w->spec, &a.spec) != 0)
         return GPO_ENOMEM;
     *ret = a;

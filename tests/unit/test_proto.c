@@ -84,7 +84,7 @@ static const char assignments_text[] =
     " \"gang\": {\"nodes\": [\"n1\"], \"rank\": 0, \"master_addr\": \"10.0.0.5\","
     " \"master_port\": 20007}, \"array_id\": 4, \"array_index\": 3},"
     " {\"job\": 8, \"attempt\": 2, \"action\": \"kill\", \"grace_s\": 30,"
-    " \"reason\": \"preempted\"}]}";
+    " \"reason\": \"preempted\", \"as\": \"PREEMPTED\"}]}";
 
 static const char report_text[] = "{\"state\": \"FAILED\", \"exit_code\": 3, \"reason\": \"x\","
                                   " \"dirty_gpus\": [\"" UUID0 "\"]}";
@@ -346,12 +346,12 @@ static void test_absent_members_decode_as_none(void **state)
     assert_int_equal(r.ndirty, 0);
     proto_report_release(&r);
     json_decref(o);
-    o = parse("{\"job\": 1, \"attempt\": 1, \"action\": \"kill\"}");
+    o = parse("{\"job\": 1, \"attempt\": 1, \"action\": \"kill\", \"as\": \"PREEMPTED\"}");
     struct proto_attempt a;
     assert_int_equal(proto_attempt_decode(o, &a, NULL, 0), 0);
     assert_int_equal(a.grace_s, PROTO_NONE);
     assert_null(a.reason);
-    assert_int_equal(a.cause, PROTO_KILL_CANCELLED);
+    assert_int_equal(a.cause, PROTO_KILL_PREEMPTED);
     proto_attempt_release(&a);
     json_decref(o);
     o = parse("{\"pool\": \"main\", \"cpus\": 1, \"mem_mib\": 1, \"gpus\": [{\"index\": 0, "
@@ -447,21 +447,18 @@ static void test_registration_meets_the_controllers_model(void **state)
 
 /* ---- the kill's cause --------------------------------------------------- */
 
-static void test_a_kill_without_as_is_read_from_its_reason(void **state)
+static void test_a_kill_says_its_cause_not_its_reason(void **state)
 {
     (void)state;
     static const struct {
         const char *kill;
         enum proto_kill_cause cause;
     } cases[] = {
-        {"\"reason\": \"preempted\"", PROTO_KILL_PREEMPTED},
-        {"\"reason\": \"preempted: idle: GPUs under 5% for 30m\"", PROTO_KILL_PREEMPTED},
-        {"\"reason\": \"cancelled\"", PROTO_KILL_CANCELLED},
-        {"\"reason\": \"idle: GPUs under 5% for 30m\"", PROTO_KILL_CANCELLED},
-        {"\"reason\": \"\"", PROTO_KILL_CANCELLED},
-        {"\"grace_s\": 0", PROTO_KILL_CANCELLED},
         {"\"reason\": \"preempted\", \"as\": \"CANCELLED\"", PROTO_KILL_CANCELLED},
         {"\"reason\": \"cancelled\", \"as\": \"PREEMPTED\"", PROTO_KILL_PREEMPTED},
+        {"\"reason\": \"preempted: idle: GPUs under 5% for 30m\", \"as\": \"PREEMPTED\"",
+         PROTO_KILL_PREEMPTED},
+        {"\"grace_s\": 0, \"as\": \"CANCELLED\"", PROTO_KILL_CANCELLED},
     };
     for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
         char text[256];
@@ -475,6 +472,14 @@ static void test_a_kill_without_as_is_read_from_its_reason(void **state)
         proto_attempt_release(&a);
         json_decref(o);
     }
+    /* Without "as" a kill is refused: its reason's words are for people. */
+    json_t *o = parse("{\"job\": 1, \"attempt\": 1, \"action\": \"kill\", \"reason\": "
+                      "\"preempted\"}");
+    struct proto_attempt a;
+    char err[256];
+    assert_int_equal(proto_attempt_decode(o, &a, err, sizeof(err)), GPO_EINVAL);
+    assert_string_equal(err, "missing required field 'as' (action 'kill' needs it)");
+    json_decref(o);
     assert_string_equal(proto_kill_cause_name(PROTO_KILL_PREEMPTED), "PREEMPTED");
     assert_string_equal(proto_kill_cause_name((enum proto_kill_cause)7), "unknown");
     assert_string_equal(proto_state_name(PROTO_STATE_TIMEOUT), "TIMEOUT");
@@ -764,7 +769,7 @@ int main(void)
         cmocka_unit_test(test_absent_members_decode_as_none),
         cmocka_unit_test(test_a_run_with_the_controllers_spec_decodes),
         cmocka_unit_test(test_registration_meets_the_controllers_model),
-        cmocka_unit_test(test_a_kill_without_as_is_read_from_its_reason),
+        cmocka_unit_test(test_a_kill_says_its_cause_not_its_reason),
         cmocka_unit_test(test_heartbeat_figures_of_the_wrong_type_read_as_not_reported),
         cmocka_unit_test(test_a_process_of_no_attempt_has_neither_id),
         cmocka_unit_test(test_every_bad_field_is_refused_by_name),

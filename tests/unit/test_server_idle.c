@@ -290,11 +290,26 @@ static void policy_changed_while_flagged_applies_from_the_next_tick(void **state
 
 /* ---- observations from samples ----------------------------------------- */
 
-static json_t *sample2(json_int_t a, json_int_t b)
+/* A GPU's sample with only a utilization (PROTO_NONE: not reported). */
+static struct proto_gpu_sample gpu_sample(uint32_t index, const char *uuid, int64_t util)
 {
-    return json_pack("{s:[{s:s, s:I}, {s:s, s:I}, {s:s, s:s}]}", "gpus", "uuid", GPU_A,
-                     "utilization_pct", a, "uuid", GPU_B, "utilization_pct", b, "uuid",
-                     "GPU-cccccccc-0000-0000-0000-000000000000", "error", "lost");
+    struct proto_gpu_sample g = {.index = index, .uuid = strdup(uuid)};
+    g.utilization_pct = util;
+    g.memory_utilization_pct = g.memory_used_mib = g.memory_total_mib = g.power_mw =
+        g.temperature_c = PROTO_NONE;
+    return g;
+}
+
+/* A heartbeat of GPUs A and B at utilizations a and b, and a third GPU that
+ * failed to sample. */
+static struct proto_heartbeat sample2(int64_t a, int64_t b)
+{
+    struct proto_heartbeat hb = {.sampled_at_ms = PROTO_NONE, .ngpus = 3};
+    hb.gpus = calloc(3, sizeof(*hb.gpus));
+    hb.gpus[0] = gpu_sample(0, GPU_A, a);
+    hb.gpus[1] = gpu_sample(1, GPU_B, b);
+    hb.gpus[2] = (struct proto_gpu_sample){.index = 2, .error = strdup("lost")};
+    return hb;
 }
 
 static struct attempt_share shares2[] = {{"n1", GPU_A, 1000, 0}, {"n1", GPU_B, 1000, 0}};
@@ -304,19 +319,19 @@ static void observe_needs_every_gpu_under_the_threshold(void **state)
     (void)state;
     struct attempt a = {.n = 1, .shares = shares2, .nshares = 2};
     struct monitor_idle_samples t = {0};
-    json_t *s = sample2(4, 90);
-    assert_int_equal(monitor_idle_samples_add(&t, s, 5000), 0);
+    struct proto_heartbeat s = sample2(4, 90);
+    assert_int_equal(monitor_idle_samples_add(&t, &s, 5000), 0);
     assert_int_equal(t.n, 2); /* the GPU with an error is left out */
     monitor_idle_samples_sort(&t);
     struct monitor_idle_obs o = monitor_idle_observe(&a, &t, 5);
     assert_true(o.busy); /* one busy GPU of two keeps the job active */
     assert_int_equal(o.busy_ms, 5000);
     monitor_idle_samples_release(&t);
-    json_decref(s);
+    proto_heartbeat_release(&s);
 
     /* Threshold edges: at the threshold is busy, one under is idle. */
     s = sample2(4, 5);
-    monitor_idle_samples_add(&t, s, 6000);
+    monitor_idle_samples_add(&t, &s, 6000);
     monitor_idle_samples_sort(&t);
     assert_true(monitor_idle_observe(&a, &t, 5).busy);
     o = monitor_idle_observe(&a, &t, 6);
@@ -325,12 +340,13 @@ static void observe_needs_every_gpu_under_the_threshold(void **state)
     /* Threshold 0: nothing is under it, never idle. */
     assert_true(monitor_idle_observe(&a, &t, 0).busy);
     monitor_idle_samples_release(&t);
-    json_decref(s);
+    proto_heartbeat_release(&s);
 
     /* A GPU with no fresh sample: not all fresh, and no evidence of use. */
-    json_t *one =
-        json_pack("{s:[{s:s, s:I}]}", "gpus", "uuid", GPU_B, "utilization_pct", (json_int_t)0);
-    monitor_idle_samples_add(&t, one, 7000);
+    struct proto_heartbeat one = {.sampled_at_ms = PROTO_NONE, .ngpus = 1};
+    one.gpus = calloc(1, sizeof(*one.gpus));
+    one.gpus[0] = gpu_sample(1, GPU_B, 0);
+    monitor_idle_samples_add(&t, &one, 7000);
     monitor_idle_samples_sort(&t);
     o = monitor_idle_observe(&a, &t, 5);
     assert_false(o.busy);
@@ -339,20 +355,20 @@ static void observe_needs_every_gpu_under_the_threshold(void **state)
     o = monitor_idle_observe(&a, &t, 5); /* an empty table */
     assert_false(o.busy);
     assert_false(o.all_fresh);
-    json_decref(one);
+    proto_heartbeat_release(&one);
 
     /* A quarter of a shared GPU is judged by the whole GPU's utilization. */
     struct attempt_share quarter = {"n1", GPU_A, 250, 0};
     struct attempt frac = {.n = 1, .shares = &quarter, .nshares = 1};
     s = sample2(40, 0);
-    monitor_idle_samples_add(&t, s, 8000);
+    monitor_idle_samples_add(&t, &s, 8000);
     monitor_idle_samples_sort(&t);
     assert_true(monitor_idle_observe(&frac, &t, 40).busy);
     o = monitor_idle_observe(&frac, &t, 41);
     assert_false(o.busy);
     assert_true(o.all_fresh);
     monitor_idle_samples_release(&t);
-    json_decref(s);
+    proto_heartbeat_release(&s);
 }
 
 /* ---- a tick over a hand-built server ----------------------------------- */
@@ -390,16 +406,17 @@ static void fixture_init(struct fixture *f, const char *team_idle)
     f->m = (struct monitor){.cluster = &f->cluster, .jobs = &f->jobs, .nodes = &f->nodes};
 }
 
-static void fixture_sample(struct fixture *f, json_int_t a, json_int_t b, int64_t ms)
+static void fixture_sample(struct fixture *f, int64_t a, int64_t b, int64_t ms)
 {
-    json_decref(f->rt[0].sample);
+    proto_heartbeat_release(&f->rt[0].sample);
     f->rt[0].sample = sample2(a, b);
+    f->rt[0].has_sample = true;
     f->rt[0].sample_ms = ms;
 }
 
 static void fixture_release(struct fixture *f)
 {
-    json_decref(f->rt[0].sample);
+    proto_heartbeat_release(&f->rt[0].sample);
     monitor_release(&f->m);
     cluster_release(&f->cluster);
 }

@@ -111,6 +111,8 @@ static unsigned status_of(int code, const char **ret_name)
 {
     switch (code) {
     case GPO_EINVAL:
+    case GPO_ERANGE:
+    case GPO_E2BIG:
         *ret_name = "invalid_field";
         return 400;
     case GPO_ENOENT:

@@ -63,10 +63,10 @@ json_t *api_node_answer(void *ctx, const struct node_rt *rt);
  * when it answered (400, 500) itself. */
 json_t *api_body_named(struct http_request *req, const char *name);
 
-/* Answers a subsystem's error code with its HTTP status: GPO_EINVAL 400
- * invalid_field, GPO_ENOENT 404 not_found, GPO_ESTATE 409 conflict, GPO_EBUSY
- * 409 conflict with Retry-After: 1, GPO_ENOMEM 500 internal, a store code 503;
- * `msg` is the message. Returns 0 (a handler's return). */
+/* Answers a subsystem's error code with its HTTP status: GPO_EINVAL,
+ * GPO_ERANGE and GPO_E2BIG 400 invalid_field, GPO_ENOENT 404 not_found, GPO_ESTATE 409 conflict,
+ * GPO_EBUSY 409 conflict with Retry-After: 1, GPO_ENOMEM 500 internal, a store code 503; `msg` is
+ * the message. Returns 0 (a handler's return). */
 int api_error(struct http_request *req, int code, const char *msg);
 /* The same for a suspended request (from a store completion). */
 void api_complete_error(struct http_request *req, int code, const char *msg);

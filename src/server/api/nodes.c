@@ -17,10 +17,11 @@
 #include <sodium.h>
 
 #include "base/err.h"
+#include "proto/proto.h"
 #include "server/api/api.h"
 #include "server/sched/sched.h"
 #include "server/srv.h"
-#include "util/jsonv.h"
+#include "util/errbuf.h"
 #include "util/timefmt.h"
 #include "base/banned.h"
 
@@ -52,124 +53,196 @@ static bool parse_u64(const char *v, uint64_t *ret)
 
 /* ---- what the controller wants of a node ---------------------------------- */
 
-/* Where an attempt runs, for its processes' environment: every node in rank
- * order, this node's rank, and rank 0's address. 0 or GPO_ENOMEM. */
-static int add_gang(struct server *s, json_t *a, const struct job *j, const char *node)
+/* The job's spec as the agent reads it (strings borrowed from spec; env and
+ * dependencies into arrays *ret owns: free with spec_free). */
+static int spec_of(const struct jobspec *js, struct proto_spec *ret)
 {
-    json_t *nodes = json_array();
-    size_t rank = 0;
-    for (size_t k = 0; nodes && k < j->att.nparts; k++) {
+    struct proto_spec p = {
+        .name = js->name,
+        .argv = js->argv,
+        .argc = js->argc,
+        .script = js->script,
+        .workdir = js->workdir,
+        .nenv = js->nenv,
+        .output = js->output,
+        .error = js->error,
+        .time_limit_s = js->time_limit_s,
+        .cpus = (uint32_t)js->cpus,
+        .mem_mib = js->mem_mib,
+        .team = js->team,
+        .project = js->project,
+        .model = js->model,
+        .priority = js->priority,
+        .pool = js->pool,
+        .gpu_type = js->gpu_type,
+        .gpus_milli = (int64_t)js->gpus * SCHED_MILLI + js->gpu_milli,
+        .gpu_mem_mib = js->gpu_mem_mib,
+        .min_gpu_mem_mib = js->min_gpu_mem_mib,
+        .multi_node = js->multi_node,
+        .checkpointable = js->checkpointable,
+        .requeue = js->requeue,
+        .max_retries = js->max_retries,
+        .ndeps = js->ndeps,
+        .array = js->array_text,
+    };
+    p.env = calloc(js->nenv ? js->nenv : 1, sizeof(*p.env));
+    p.deps = calloc(js->ndeps ? js->ndeps : 1, sizeof(*p.deps));
+    if (!p.env || !p.deps) {
+        free(p.env);
+        free(p.deps);
+        return GPO_ENOMEM;
+    }
+    for (size_t k = 0; k < js->nenv; k++)
+        p.env[k] = (struct proto_env){js->env[k].name, js->env[k].value};
+    for (size_t k = 0; k < js->ndeps; k++)
+        p.deps[k] = (struct proto_dep){js->deps[k].type == JOBSPEC_AFTERANY ? PROTO_DEP_AFTERANY
+                                                                            : PROTO_DEP_AFTEROK,
+                                       js->deps[k].job};
+    *ret = p;
+    return 0;
+}
+
+/* The arrays an attempt built by `assignment` holds (its strings are borrowed). */
+static void assignment_free(struct proto_attempt *a)
+{
+    free(a->gpus);
+    free(a->spec.env);
+    free(a->spec.deps);
+    free(a->gang.nodes);
+}
+
+/* Where an attempt runs, for its processes' environment: every node in rank
+ * order, this node's rank, and rank 0's address and port. */
+static int gang_of(struct server *s, const struct job *j, const char *node, struct proto_gang *g)
+{
+    g->nodes = calloc(j->att.nparts + 1, sizeof(*g->nodes));
+    if (!g->nodes)
+        return GPO_ENOMEM;
+    for (size_t k = 0; k < j->att.nparts; k++) {
         if (strcmp(j->att.parts[k].node, node) == 0)
-            rank = k;
-        if (json_array_append_new(nodes, json_string(j->att.parts[k].node)))
-            json_decref(nodes), nodes = NULL;
+            g->rank = (uint32_t)k;
+        g->nodes[g->nnodes++] = j->att.parts[k].node;
     }
     const struct cluster_node *n0 =
         j->att.nparts ? cluster_node_get(&s->cluster, j->att.parts[0].node) : NULL;
-    const char *master = n0 && n0->addr ? n0->addr : (j->att.nparts ? j->att.parts[0].node : "");
-    json_t *g = nodes ? json_pack("{s:o, s:I, s:s, s:I}", "nodes", nodes, "rank", (json_int_t)rank,
-                                  "master_addr", master, "master_port",
-                                  (json_int_t)(GANG_PORT_BASE + j->id % GANG_PORT_RANGE))
-                      : NULL;
-    return g && json_object_set_new(a, "gang", g) == 0 ? 0 : GPO_ENOMEM;
+    g->master_addr = n0 && n0->addr ? n0->addr : (j->att.nparts ? j->att.parts[0].node : "");
+    g->master_port = (uint32_t)(GANG_PORT_BASE + j->id % GANG_PORT_RANGE);
+    return 0;
 }
 
-/* One attempt as node `node`'s agent reads it: run it, or kill it. */
-static json_t *assignment(struct server *s, const struct job *j, const char *node)
+/* One attempt as node `node`'s agent reads it: run it, or kill it (its
+ * strings borrowed from j; release with assignment_free). */
+static int assignment(struct server *s, const struct job *j, const char *node, char *reason,
+                      size_t reason_len, struct proto_attempt *ret)
 {
+    struct proto_attempt a = {.job = (uint64_t)j->id,
+                              .attempt = (uint32_t)j->att.n,
+                              .array_id = PROTO_NONE,
+                              .array_index = PROTO_NONE,
+                              .grace_s = PROTO_NONE};
     if (j->att.kill) {
-        char reason[160];
-        attempt_kill_reason(&j->att, reason, sizeof(reason));
-        return json_pack("{s:I, s:I, s:s, s:I, s:s}", "job", (json_int_t)j->id, "attempt",
-                         (json_int_t)j->att.n, "action", "kill", "grace_s",
-                         (json_int_t)(j->att.grace_ms / 1000), "reason", reason);
+        a.action = PROTO_ACTION_KILL;
+        a.grace_s = j->att.grace_ms / 1000;
+        a.reason = (char *)attempt_kill_reason(&j->att, reason, reason_len);
+        a.cause = kill_cause_preempts(j->att.kill) ? PROTO_KILL_PREEMPTED : PROTO_KILL_CANCELLED;
+        *ret = a;
+        return 0;
     }
-    json_t *gpus = json_array();
-    for (size_t g = 0; gpus && g < j->att.nshares; g++) {
-        if (strcmp(j->att.shares[g].node, node) == 0)
-            json_array_append_new(gpus, json_pack("{s:s, s:I, s:I}", "uuid", j->att.shares[g].uuid,
-                                                  "milli", (json_int_t)j->att.shares[g].milli,
-                                                  "mem_mib", (json_int_t)j->att.shares[g].mem_mib));
+    a.action = PROTO_ACTION_RUN;
+    a.user = j->user;
+    a.unix_user = j->unix_user;
+    a.gpus = calloc(j->att.nshares ? j->att.nshares : 1, sizeof(*a.gpus));
+    int rc = a.gpus ? spec_of(&j->spec, &a.spec) : GPO_ENOMEM;
+    rc = rc ? rc : gang_of(s, j, node, &a.gang);
+    for (size_t g = 0; !rc && g < j->att.nshares; g++) {
+        const struct attempt_share *sh = &j->att.shares[g];
+        if (strcmp(sh->node, node) == 0)
+            a.gpus[a.ngpus++] = (struct proto_share){sh->uuid, sh->milli, sh->mem_mib};
     }
-    json_t *a = json_pack("{s:I, s:I, s:s, s:o*, s:s, s:s?, s:o*}", "job", (json_int_t)j->id,
-                          "attempt", (json_int_t)j->att.n, "action", "run", "gpus", gpus, "user",
-                          j->user, "unix_user", j->unix_user, "spec", jobspec_to_json(&j->spec));
-    if (a && add_gang(s, a, j, node))
-        json_decref(a), a = NULL;
-    if (a && j->array_id != STORE_NULL &&
-        (json_object_set_new(a, "array_id", json_integer((json_int_t)j->array_id)) ||
-         json_object_set_new(a, "array_index", json_integer((json_int_t)j->array_index))))
-        json_decref(a), a = NULL;
-    return a;
+    if (j->array_id != STORE_NULL) {
+        a.array_id = j->array_id;
+        a.array_index = j->array_index;
+    }
+    if (rc) {
+        assignment_free(&a);
+        return rc;
+    }
+    *ret = a;
+    return 0;
 }
 
 json_t *api_node_answer(void *ctx, const struct node_rt *rt)
 {
     struct server *s = ctx;
-    json_t *list = json_array();
-    for (size_t k = 0; list && k < s->jobs.n; k++) {
+    size_t n = 0;
+    for (size_t k = 0; k < s->jobs.n; k++)
+        n += s->jobs.v[k]->att.n && attempt_on_node(&s->jobs.v[k]->att, rt->name);
+    struct proto_assignments m = {.rev = (int64_t)rt->rev, .node = (char *)rt->name};
+    m.attempts = calloc(n ? n : 1, sizeof(*m.attempts));
+    char(*reasons)[160] = calloc(n ? n : 1, sizeof(*reasons));
+    int rc = m.attempts && reasons ? 0 : GPO_ENOMEM;
+    for (size_t k = 0; !rc && k < s->jobs.n; k++) {
         const struct job *j = s->jobs.v[k];
-        if (!j->att.n || !attempt_on_node(&j->att, rt->name))
-            continue;
-        json_t *a = assignment(s, j, rt->name);
-        if (!a || json_array_append_new(list, a)) {
-            json_decref(list);
-            list = NULL;
+        if (j->att.n && attempt_on_node(&j->att, rt->name)) {
+            rc = assignment(s, j, rt->name, reasons[m.nattempts], sizeof(reasons[0]),
+                            &m.attempts[m.nattempts]);
+            m.nattempts += rc == 0;
         }
     }
-    return list ? json_pack("{s:I, s:s, s:o}", "rev", (json_int_t)rt->rev, "node", rt->name,
-                            "attempts", list)
-                : NULL;
+    json_t *o = NULL;
+    if (!rc && proto_assignments_encode(&m, &o))
+        o = NULL;
+    for (size_t k = 0; k < m.nattempts; k++)
+        assignment_free(&m.attempts[k]);
+    free(m.attempts);
+    free(reasons);
+    return o;
 }
 
 /* ---- agent routes: heartbeats and long-polls -------------------------------- */
 
-/* A heartbeat's body, when it has one: {"gpus": [per-GPU figures], "dirty":
- * [UUID, ...], "sampled_at_ms": T}. 0 with *ret (NULL without a body), or
- * -1 once it answered 400. */
-static int sample_parse(struct http_request *req, json_t **ret)
+/* A heartbeat's body, when it has one (proto_heartbeat). 0 with *ret and
+ * *has (false without a body), or -1 once it answered 400. */
+static int sample_parse(struct http_request *req, struct proto_heartbeat *ret, bool *has)
 {
     size_t len = 0;
     const char *body = http_request_body(req, &len);
-    *ret = NULL;
+    *has = false;
     if (!len)
         return 0;
     json_error_t e;
     json_t *o = json_loadb(body, len, JSON_REJECT_DUPLICATES, &e);
-    json_t *gpus = o ? json_object_get(o, "gpus") : NULL;
-    json_t *dirty = o ? json_object_get(o, "dirty") : NULL;
-    json_t *at = o ? json_object_get(o, "sampled_at_ms") : NULL; /* the monitor's lag */
-    bool dirty_ok = (!dirty || json_is_array(dirty)) && (!at || json_is_integer(at));
-    for (size_t k = 0; dirty_ok && k < json_array_size(dirty); k++)
-        dirty_ok = json_is_string(json_array_get(dirty, k));
-    if (!json_is_object(o) || !json_is_array(gpus) || !dirty_ok || json_object_size(o) > 4) {
-        json_decref(o);
-        http_request_error(req, 400, "invalid_field",
-                           "heartbeat body: expected {\"gpus\": [...], \"dirty\": [UUID, ...],"
-                           " \"sampled_at_ms\": integer}%s%s",
-                           o ? "" : ": ", o ? "" : e.text);
+    char err[512];
+    int rc = o ? proto_heartbeat_decode(o, ret, err, sizeof(err)) : GPO_EINVAL;
+    json_decref(o);
+    if (rc == GPO_ENOMEM) {
+        http_request_error(req, 500, "internal", "out of memory");
         return -1;
     }
-    *ret = o;
+    if (rc) {
+        http_request_error(req, 400, "invalid_field", "heartbeat body: %s", o ? err : e.text);
+        return -1;
+    }
+    *has = true;
     return 0;
 }
 
 static int node_heartbeat(struct http_request *req, void *ctx)
 {
     struct server *s = ctx;
-    json_t *sample = NULL;
-    if (sample_parse(req, &sample))
+    struct proto_heartbeat hb = {0};
+    bool has = false;
+    if (sample_parse(req, &hb, &has))
         return 0;
     pthread_mutex_lock(&s->lock);
     struct node_rt *rt = nodes_find(&s->nodes, node_param(req));
     if (rt) {
-        nodes_heartbeat(rt, sample, srv_now_ms(s));
-        if (sample)
-            monitor_heartbeat(&s->monitor, rt->name, rt->sample, rt->sample_ms);
-        sample = NULL; /* the node's now */
+        nodes_heartbeat(rt, has ? &hb : NULL, srv_now_ms(s));
+        if (has)
+            monitor_heartbeat(&s->monitor, rt->name, &rt->sample, rt->sample_ms);
     }
     pthread_mutex_unlock(&s->lock);
-    json_decref(sample);
+    proto_heartbeat_release(&hb);
     if (!rt)
         return http_request_error(req, 404, "not_found", "no node '%s' (register it first)",
                                   node_param(req));
@@ -258,48 +331,16 @@ static void report_done(void *ctx, const struct store_result *r)
     free(rp);
 }
 
-struct report_body {
-    int state;
-    int64_t exit_code, signal;
-    char *reason;
-    char **dirty; /* GPUs the attempt's processes still occupy */
-    size_t ndirty;
-};
-
-/* What an agent reports an attempt as: running, or how it ended. */
-static const char *const report_states[] = {"RUNNING",   "COMPLETED", "FAILED", "TIMEOUT",
-                                            "CANCELLED", "PREEMPTED", NULL};
-
-static const struct jsonv_field report_fields[] = {
-    {.name = "state",
-     .kind = JSONV_ENUM,
-     .flags = JSONV_REQUIRED,
-     .offset = offsetof(struct report_body, state),
-     .choices = report_states},
-    {.name = "exit_code",
-     .kind = JSONV_INT64,
-     .offset = offsetof(struct report_body, exit_code),
-     .min = 0,
-     .max = 255},
-    {.name = "signal",
-     .kind = JSONV_INT64,
-     .offset = offsetof(struct report_body, signal),
-     .min = 0,
-     .max = 64},
-    {.name = "reason",
-     .kind = JSONV_STRING,
-     .offset = offsetof(struct report_body, reason),
-     .min = 0,
-     .max = 120},
-    {.name = "dirty_gpus",
-     .kind = JSONV_STRINGS,
-     .offset = offsetof(struct report_body, dirty),
-     .count_offset = offsetof(struct report_body, ndirty),
-     .min = 1,
-     .max = CLUSTER_UUID_MAX,
-     .max_items = SCHED_MAX_GPUS_PER_NODE},
-};
-#define NREPORT_FIELDS (sizeof(report_fields) / sizeof(report_fields[0]))
+/* The attempt states a report names, by proto_state. */
+static enum attempt_state state_of(enum proto_state st)
+{
+    static const enum attempt_state map[] = {
+        [PROTO_STATE_RUNNING] = ATTEMPT_RUNNING,     [PROTO_STATE_COMPLETED] = ATTEMPT_COMPLETED,
+        [PROTO_STATE_FAILED] = ATTEMPT_FAILED,       [PROTO_STATE_TIMEOUT] = ATTEMPT_TIMEOUT,
+        [PROTO_STATE_CANCELLED] = ATTEMPT_CANCELLED, [PROTO_STATE_PREEMPTED] = ATTEMPT_PREEMPTED,
+    };
+    return map[st];
+}
 
 /* A gang completes when every rank has: until then a rank's COMPLETED is
  * noted and answered 202, and its agent repeats it (so a controller restart
@@ -319,22 +360,22 @@ static size_t gang_ranks_left(struct job *j, const char *node)
 /* Plans the rows of a report on job j's attempt from `node` into b; under
  * the lock. 0 or GPO_ENOMEM. */
 static int report_plan(struct server *s, struct job *j, const char *node,
-                       const struct report_body *body, int64_t now_ms, struct report *rp,
+                       const struct proto_report *body, int64_t now_ms, struct report *rp,
                        struct store_batch *b)
 {
     nodes_find(&s->nodes, node)->last_heartbeat_ms = now_ms;
     rp->end.end.job = j->id;
     rp->end.end.attempt = j->att.n;
-    if (body->state == 0) {
+    if (body->state == PROTO_STATE_RUNNING) {
         rp->started = true;
         return attempt_row(b, s->epoch, j->id, &j->att, ATTEMPT_RUNNING, NULL, STORE_NULL,
                            STORE_NULL, STORE_NULL);
     }
-    int st = attempt_state_parse(report_states[body->state]);
-    int rc = sched_end_plan(s, j, (enum attempt_state)st, body->exit_code, body->signal,
+    /* PROTO_NONE, absent, is STORE_NULL. */
+    int rc = sched_end_plan(s, j, state_of(body->state), body->exit_code, body->signal,
                             body->reason, now_ms, &rp->end, b);
     /* Held back from now on, not from the agent's next heartbeat. */
-    nodes_dirty_add(nodes_find(&s->nodes, node), body->dirty, body->ndirty);
+    nodes_dirty_add(nodes_find(&s->nodes, node), body->dirty_gpus, body->ndirty);
     return rc;
 }
 
@@ -358,16 +399,17 @@ static int node_report(struct http_request *req, void *ctx)
         !parse_u64(http_request_param(req, "attempt"), &attempt) || !job || !attempt)
         return http_request_error(req, 400, "invalid_path",
                                   "expected /v1/nodes/NODE/attempts/JOB/ATTEMPT with positive ids");
-    struct report_body body = {.exit_code = STORE_NULL, .signal = STORE_NULL};
+    struct proto_report body = {0};
     char err[256];
-    if (jsonv_decode(http_request_json(req), report_fields, NREPORT_FIELDS, &body, err,
-                     sizeof(err)))
-        return http_request_error(req, 400, "invalid_field", "%s", err);
+    int rc = proto_report_decode(http_request_json(req), &body, err, sizeof(err));
+    if (rc)
+        return rc == GPO_ENOMEM ? http_request_error(req, 500, "internal", "out of memory")
+                                : http_request_error(req, 400, "invalid_field", "%s", err);
     struct report *rp = calloc(1, sizeof(*rp));
     struct store_batch *b = rp ? store_batch_new() : NULL;
     if (!b) {
         free(rp);
-        jsonv_release(report_fields, NREPORT_FIELDS, &body);
+        proto_report_release(&body);
         return http_request_error(req, 500, "internal", "out of memory");
     }
     rp->s = s;
@@ -381,15 +423,15 @@ static int node_report(struct http_request *req, void *ctx)
                           : j->att.n != (int64_t)attempt || !attempt_on_node(&j->att, node)
                               ? "attempt"
                               : NULL;
-    size_t waiting =
-        !problem && body.state == 1 && j->att.nparts > 1 ? gang_ranks_left(j, node) : 0;
-    int rc = 0;
+    size_t waiting = !problem && body.state == PROTO_STATE_COMPLETED && j->att.nparts > 1
+                         ? gang_ranks_left(j, node)
+                         : 0;
     if (waiting)
         nodes_find(&s->nodes, node)->last_heartbeat_ms = now;
     else if (!problem)
         rc = report_plan(s, j, node, &body, now, rp, b);
     pthread_mutex_unlock(&s->lock);
-    jsonv_release(report_fields, NREPORT_FIELDS, &body);
+    proto_report_release(&body);
     if (waiting || problem || rc) {
         store_batch_free(b);
         free(rp);
@@ -407,6 +449,70 @@ static int node_report(struct http_request *req, void *ctx)
 }
 
 /* ---- registration, drain and resume: node writes ------------------------------- */
+
+/* A registration's node, as the configuration keeps it (name from the path). */
+static int node_from_register(const struct proto_register *r, const char *name,
+                              struct cluster_node *ret)
+{
+    struct cluster_node n = {.cpus = r->cpus, .mem_mib = r->mem_mib, .log_port = r->log_port};
+    n.name = strdup(name);
+    n.pool = strdup(r->pool);
+    n.addr = r->addr ? strdup(r->addr) : NULL;
+    n.gpus = calloc(r->ngpus ? r->ngpus : 1, sizeof(*n.gpus));
+    int rc = n.name && n.pool && (n.addr || !r->addr) && n.gpus ? 0 : GPO_ENOMEM;
+    for (size_t k = 0; !rc && k < r->ngpus; k++) {
+        const struct proto_gpu *g = &r->gpus[k];
+        n.gpus[k] = (struct cluster_gpu){.index = g->index,
+                                         .uuid = strdup(g->uuid),
+                                         .gpu_type = strdup(g->gpu_type),
+                                         .mem_mib = g->mem_mib,
+                                         .nvlink_domain = g->nvlink_domain,
+                                         .mig_slices = g->mig_slices,
+                                         .mig_enabled = g->mig_enabled};
+        n.ngpus++;
+        if (!n.gpus[k].uuid || !n.gpus[k].gpu_type)
+            rc = GPO_ENOMEM;
+    }
+    if (rc) {
+        cluster_node_release(&n);
+        return rc;
+    }
+    *ret = n;
+    return 0;
+}
+
+/* The answer to a registration: node n as stored, with its state and the
+ * log token of its log server, through the protocol's encoder. A new
+ * object, or NULL when out of memory. */
+static json_t *registered_json(const struct cluster_node *n, const char *token)
+{
+    static const enum proto_node_state states[] = {[CLUSTER_NODE_UP] = PROTO_NODE_UP,
+                                                   [CLUSTER_NODE_DRAINING] = PROTO_NODE_DRAINING,
+                                                   [CLUSTER_NODE_DOWN] = PROTO_NODE_DOWN};
+    struct proto_registered m = {.node = {.name = n->name,
+                                          .pool = n->pool,
+                                          .cpus = n->cpus,
+                                          .mem_mib = n->mem_mib,
+                                          .addr = n->addr,
+                                          .log_port = n->log_port,
+                                          .ngpus = n->ngpus},
+                                 .state = states[n->state],
+                                 .log_token = (char *)token};
+    struct proto_gpu *gpus = calloc(n->ngpus ? n->ngpus : 1, sizeof(*gpus));
+    if (!gpus)
+        return NULL;
+    for (size_t k = 0; k < n->ngpus; k++) {
+        const struct cluster_gpu *g = &n->gpus[k];
+        gpus[k] = (struct proto_gpu){g->index,         g->uuid,       g->gpu_type,   g->mem_mib,
+                                     g->nvlink_domain, g->mig_slices, g->mig_enabled};
+    }
+    m.node.gpus = gpus;
+    json_t *out = NULL;
+    if (proto_registered_encode(&m, &out))
+        out = NULL;
+    free(gpus);
+    return out;
+}
 
 struct node_write {
     struct server *s;
@@ -435,16 +541,19 @@ static void node_write_done(void *ctx, const struct store_result *r)
     snprintf(name, sizeof(name), "%s", config_write_name(nw->w));
     enum config_outcome out = CONFIG_CREATED;
     json_t *o = NULL;
+    char tok[AUTH_LOG_TOKEN_LEN + 1];
+    auth_node_log_token(&s->auth, name, tok);
     pthread_mutex_lock(&s->lock);
     int rc =
         config_write_done(&s->config, nw->w, r->err, srv_now_ms(s), &out, &o, err, sizeof(err));
+    json_decref(o); /* the API's form: the agent reads the protocol's */
+    o = NULL;
+    const struct cluster_node *n = rc ? NULL : cluster_node_get(&s->cluster, name);
+    if (n)
+        o = registered_json(n, tok);
     if (!rc)
         sched_wake(s->sched);
     pthread_mutex_unlock(&s->lock);
-    char tok[AUTH_LOG_TOKEN_LEN + 1];
-    auth_node_log_token(&s->auth, name, tok);
-    if (o && json_object_set_new(o, "log_token", json_string(tok)))
-        json_decref(o), o = NULL;
     sodium_memzero(tok, sizeof(tok));
     if (r->err)
         http_request_complete_error(nw->req, 503, "store", "the node was not stored: %s",
@@ -481,17 +590,25 @@ static int node_put(struct http_request *req, void *ctx)
 {
     struct server *s = ctx;
     const char *name = node_param(req);
-    json_t *body = api_body_named(req, name);
-    if (!body)
-        return 0;
+    struct proto_register r = {0};
+    struct cluster_node node = {0};
+    char err[512];
+    int rc = proto_register_decode(http_request_json(req), &r, err, sizeof(err));
+    if (!rc && r.name && strcmp(r.name, name) != 0)
+        rc = errbuf_set(err, sizeof(err), GPO_EINVAL, "field 'name': must be '%s', as in the path",
+                        name);
+    if (!rc && (rc = node_from_register(&r, name, &node)) != 0)
+        errbuf_set(err, sizeof(err), rc, "out of memory");
+    proto_register_release(&r);
+    if (rc)
+        return api_error(req, rc, err);
     struct config_write *w = NULL;
     struct store_batch *b = NULL;
-    char err[512];
     pthread_mutex_lock(&s->lock);
-    int rc = config_node_put_plan(&s->config, name, body, http_request_client(req), srv_now_ms(s),
-                                  &w, &b, err, sizeof(err));
+    rc = config_node_put_plan(&s->config, &node, http_request_client(req), srv_now_ms(s), &w, &b,
+                              err, sizeof(err));
     pthread_mutex_unlock(&s->lock);
-    json_decref(body);
+    cluster_node_release(&node);
     return node_write_commit(s, req, rc, w, b, err);
 }
 
@@ -523,14 +640,21 @@ static int node_list(struct http_request *req, void *ctx)
             timefmt_rfc3339(rt->last_heartbeat_ms, at, sizeof(at));
         if (o)
             json_object_set_new(o, "last_heartbeat", at[0] ? json_string(at) : json_null());
-        if (o && rt && rt->sample) {
+        if (o && rt && rt->has_sample) {
             char st[TIMEFMT_RFC3339_LEN] = "";
             timefmt_rfc3339(rt->sample_ms, st, sizeof(st));
+            json_t *samples = NULL;
+            if (proto_gpu_samples_encode(rt->sample.gpus, rt->sample.ngpus, &samples))
+                samples = NULL;
             json_object_set_new(o, "sampled_at", json_string(st));
-            json_object_set(o, "gpu_samples", json_object_get(rt->sample, "gpus"));
+            json_object_set_new(o, "gpu_samples", samples ? samples : json_null());
         }
-        if (o && rt)
-            json_object_set_new(o, "dirty_gpus", rt->dirty ? json_copy(rt->dirty) : json_array());
+        if (o && rt) {
+            json_t *dirty = json_array();
+            for (size_t d = 0; dirty && d < rt->ndirty; d++)
+                json_array_append_new(dirty, json_string(rt->dirty[d]));
+            json_object_set_new(o, "dirty_gpus", dirty ? dirty : json_null());
+        }
         if (!o || json_array_append_new(list, o)) {
             json_decref(list);
             list = NULL;

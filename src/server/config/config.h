@@ -102,13 +102,14 @@ int config_delete_plan(struct config *c, enum config_kind k, const char *name, i
                        size_t errlen);
 
 /*
- * A node's record from its agent's registration (`body` borrowed, the API
- * form of struct cluster_node; `client_addr` is where the agent connected
- * from, used when the body names no "addr"). A drained node stays drained, a
- * node marked down comes back up. Like config_put_plan.
+ * A node's record from its agent's registration (`node` taken on success:
+ * zeroed; its state and id are decided here; `client_addr` is where the
+ * agent connected from, used when the node names no addr). It must pass
+ * cluster_node_check. A drained node stays drained, a node marked down
+ * comes back up. Like config_put_plan.
  */
-int config_node_put_plan(struct config *c, const char *name, const json_t *body,
-                         const char *client_addr, int64_t now_ms, struct config_write **ret_w,
+int config_node_put_plan(struct config *c, struct cluster_node *node, const char *client_addr,
+                         int64_t now_ms, struct config_write **ret_w,
                          struct store_batch **ret_batch, char *err, size_t errlen);
 /* Drain (CLUSTER_NODE_DRAINING) or resume (CLUSTER_NODE_UP) node `name`. */
 int config_node_state_plan(struct config *c, const char *name, enum cluster_node_state state,

@@ -157,21 +157,22 @@ static int node_plan(struct config *c, struct config_write *w, int64_t now_ms,
     return 0;
 }
 
-int config_node_put_plan(struct config *c, const char *name, const json_t *body,
-                         const char *client_addr, int64_t now_ms, struct config_write **ret_w,
+int config_node_put_plan(struct config *c, struct cluster_node *item, const char *client_addr,
+                         int64_t now_ms, struct config_write **ret_w,
                          struct store_batch **ret_batch, char *err, size_t errlen)
 {
+    int rc = cluster_node_check(item, err, errlen);
+    if (rc)
+        return rc;
     struct config_write *w = calloc(1, sizeof(*w));
     if (!w)
         return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
     w->kind = CONFIG_WRITE_NODE;
-    snprintf(w->name, sizeof(w->name), "%s", name);
+    snprintf(w->name, sizeof(w->name), "%s", item->name);
+    const char *name = w->name;
     struct cluster_node *node = &w->item.node;
-    int rc = cluster_node_decode(body, 0, node, err, errlen);
-    if (rc) {
-        free(w);
-        return rc;
-    }
+    *node = *item;
+    memset(item, 0, sizeof(*item));
     rc = c->busy ? errbuf_set(err, errlen, GPO_EBUSY,
                               "another configuration change is being stored; retry")
                  : 0;

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "base/err.h"
+#include "base/vec.h"
 #include "server/monitor/monitor.h"
 #include "util/errbuf.h"
 #include "util/timefmt.h"
@@ -24,29 +25,20 @@ struct monitor_idle_count {
 
 /* ---- fresh samples ----------------------------------------------------- */
 
-int monitor_idle_samples_add(struct monitor_idle_samples *t, const json_t *sample,
+int monitor_idle_samples_add(struct monitor_idle_samples *t, const struct proto_heartbeat *hb,
                              int64_t sample_ms)
 {
-    const json_t *gpus = json_object_get(sample, "gpus");
-    for (size_t k = 0; k < json_array_size(gpus); k++) {
-        const json_t *g = json_array_get(gpus, k);
-        const char *uuid = json_string_value(json_object_get(g, "uuid"));
-        const json_t *u = json_object_get(g, "utilization_pct");
-        if (!uuid || !json_is_number(u))
+    for (size_t k = 0; k < hb->ngpus; k++) {
+        const struct proto_gpu_sample *g = &hb->gpus[k];
+        if (!g->uuid || g->utilization_pct == PROTO_NONE)
             continue;
-        double pct = json_number_value(u);
-        if (t->n == t->cap) {
-            size_t cap = t->cap ? 2 * t->cap : 64;
-            struct monitor_idle_gpu *v = realloc(t->gpus, cap * sizeof(*v));
-            if (!v)
-                return -ENOMEM;
-            t->gpus = v;
-            t->cap = cap;
-        }
-        t->gpus[t->n++] = (struct monitor_idle_gpu){uuid,
+        int64_t pct = g->utilization_pct;
+        if (vec_grow((void **)&t->gpus, &t->cap, t->n + 1, sizeof(*t->gpus)))
+            return GPO_ENOMEM;
+        t->gpus[t->n++] = (struct monitor_idle_gpu){g->uuid,
                                                     pct <= 0     ? 0
                                                     : pct >= 100 ? 100
-                                                                 : (uint32_t)(pct + 0.5),
+                                                                 : (uint32_t)pct,
                                                     sample_ms};
     }
     return 0;
@@ -226,8 +218,8 @@ static int fresh_samples(struct monitor *m, struct monitor_idle_samples *t)
 {
     for (size_t k = 0; k < m->nodes->n; k++) {
         const struct node_rt *rt = &m->nodes->v[k];
-        if (rt->sample && rt->sample_ms > m->idle_tick_ms &&
-            monitor_idle_samples_add(t, rt->sample, rt->sample_ms) != 0) {
+        if (rt->has_sample && rt->sample_ms > m->idle_tick_ms &&
+            monitor_idle_samples_add(t, &rt->sample, rt->sample_ms) != 0) {
             monitor_idle_samples_release(t);
             return GPO_ENOMEM;
         }

@@ -137,12 +137,6 @@ static int owners_rebuild(struct monitor *m, struct nodecache *c, uint64_t rev)
 
 /* ---- heartbeats ----------------------------------------------------------- */
 
-static int64_t figure(const json_t *o, const char *key)
-{
-    const json_t *v = json_object_get(o, key);
-    return json_is_integer(v) ? (int64_t)json_integer_value(v) : SERIES_UNKNOWN;
-}
-
 static void lag_note(struct monitor_ingest *in, int64_t lag)
 {
     in->lags[in->lag_head] = lag;
@@ -183,14 +177,15 @@ static const char *gpu_type_of(const struct cluster_node *n, const char *uuid)
     return "";
 }
 
-void monitor_heartbeat(struct monitor *m, const char *node, const json_t *sample, int64_t now_ms)
+void monitor_heartbeat(struct monitor *m, const char *node, const struct proto_heartbeat *hb,
+                       int64_t now_ms)
 {
     struct monitor_ingest *in = m->ingest;
-    const json_t *gpus = json_object_get(sample, "gpus");
-    if (!in || !json_is_array(gpus))
+    if (!in)
         return;
     int64_t t0 = m->cfg.mono_ns ? m->cfg.mono_ns() : 0;
-    int64_t t = now_ms, at = figure(sample, "sampled_at_ms");
+    /* PROTO_NONE, a figure not reported, is SERIES_UNKNOWN. */
+    int64_t t = now_ms, at = hb->sampled_at_ms;
     if (at != SERIES_UNKNOWN && at > 0) {
         lag_note(in, now_ms - at);
         if (at <= now_ms + FUTURE_SLACK_MS)
@@ -201,14 +196,14 @@ void monitor_heartbeat(struct monitor *m, const char *node, const json_t *sample
     if (c && rt && (!c->built || c->rev != rt->rev) && owners_rebuild(m, c, rt->rev))
         c->built = false; /* out of memory: samples go uncharged until the next try */
     const struct cluster_node *mn = cluster_node_get(m->cluster, node);
-    for (size_t k = 0; k < json_array_size(gpus); k++) {
-        const json_t *g = json_array_get(gpus, k);
-        const char *uuid = json_string_value(json_object_get(g, "uuid"));
-        int64_t index = figure(g, "index");
+    for (size_t k = 0; k < hb->ngpus; k++) {
+        const struct proto_gpu_sample *g = &hb->gpus[k];
+        const char *uuid = g->uuid;
+        int64_t index = g->index;
         if (!uuid)
             continue; /* a GPU the agent could not read ({"index", "error"}) */
-        struct series_sample v = {figure(g, "utilization_pct"), figure(g, "memory_used_mib"),
-                                  figure(g, "power_mw"), figure(g, "temperature_c")};
+        struct series_sample v = {g->utilization_pct, g->memory_used_mib, g->power_mw,
+                                  g->temperature_c};
         const struct owner *first = NULL;
         for (size_t i = 0; c && c->built && i < c->nowners; i++) {
             if (strcmp(c->owners[i].uuid, uuid) != 0)

@@ -182,10 +182,10 @@ struct gpu_row {
     size_t lo, hi; /* holders */
 };
 
-static double number(const json_t *o, const char *key)
+/* A figure as a number, NAN when not reported. */
+static double number(int64_t v)
 {
-    const json_t *v = json_object_get(o, key);
-    return json_is_number(v) ? json_number_value(v) : NAN;
+    return v == PROTO_NONE ? NAN : (double)v;
 }
 
 /* The configured GPU type of GPU `uuid` of node n ("" when unknown). */
@@ -206,14 +206,12 @@ static int gpu_rows(struct monitor *m, int64_t now, const struct holder *hv, siz
     for (size_t k = 0; k < m->cluster->nnodes; k++) {
         const struct cluster_node *node = &m->cluster->nodes[k];
         const struct node_rt *rt = nodes_find(m->nodes, node->name);
-        if (!rt || !rt->sample || now - rt->sample_ms > m->cfg.node_timeout_ms)
+        if (!rt || !rt->has_sample || now - rt->sample_ms > m->cfg.node_timeout_ms)
             continue;
-        const json_t *gpus = json_object_get(rt->sample, "gpus");
-        for (size_t g = 0; g < json_array_size(gpus); g++) {
-            const json_t *o = json_array_get(gpus, g);
-            const char *uuid = json_string_value(json_object_get(o, "uuid"));
-            const json_t *index = json_object_get(o, "index");
-            if (!uuid || !json_is_integer(index) || json_object_get(o, "error"))
+        for (size_t g = 0; g < rt->sample.ngpus; g++) {
+            const struct proto_gpu_sample *o = &rt->sample.gpus[g];
+            const char *uuid = o->uuid;
+            if (!uuid || o->error)
                 continue;
             if (n == cap) {
                 cap = cap ? 2 * cap : 256;
@@ -228,14 +226,14 @@ static int gpu_rows(struct monitor *m, int64_t now, const struct holder *hv, siz
             r->node = node->name;
             r->uuid = uuid;
             r->model = gpu_model(node, uuid);
-            snprintf(r->gpu, sizeof(r->gpu), "%" JSON_INTEGER_FORMAT, json_integer_value(index));
+            snprintf(r->gpu, sizeof(r->gpu), "%" PRIu32, o->index);
             snprintf(r->device, sizeof(r->device), "nvidia%s", r->gpu);
-            double used = number(o, "memory_used_mib"), total = number(o, "memory_total_mib");
-            r->v[F_UTIL] = number(o, "utilization_pct");
+            double used = number(o->memory_used_mib), total = number(o->memory_total_mib);
+            r->v[F_UTIL] = number(o->utilization_pct);
             r->v[F_USED] = used;
             r->v[F_FREE] = total - used; /* NAN when either is */
-            r->v[F_POWER] = number(o, "power_mw") / 1000.0;
-            r->v[F_TEMP] = number(o, "temperature_c");
+            r->v[F_POWER] = number(o->power_mw) / 1000.0;
+            r->v[F_TEMP] = number(o->temperature_c);
             holders_of(hv, nh, node->name, uuid, &r->lo, &r->hi);
         }
     }

@@ -26,6 +26,7 @@
 
 #include "cluster/cluster.h"
 #include "server/jobs/jobs.h"
+#include "proto/proto.h"
 #include "server/nodes/nodes.h"
 #include "store/store.h"
 #include "util/prom.h"
@@ -87,13 +88,14 @@ void monitor_release(struct monitor *m);
 /* ---- samples ------------------------------------------------------------- */
 
 /*
- * One heartbeat's sample from node `node` (borrowed: {"gpus": [...],
- * "sampled_at_ms": T}) that arrived at now_ms: each GPU into the series, and
+ * One heartbeat's sample from node `node` (borrowed) that arrived at
+ * now_ms: each GPU into the series, and
  * into every attempt holding it (utilization accumulators, latest figures
  * on its share, the attempt's open minute). Who holds a GPU is looked up in
  * a per-node table rebuilt only when the node's revision moves.
  */
-void monitor_heartbeat(struct monitor *m, const char *node, const json_t *sample, int64_t now_ms);
+void monitor_heartbeat(struct monitor *m, const char *node, const struct proto_heartbeat *hb,
+                       int64_t now_ms);
 
 /*
  * The loop's timer (at least every pass interval): a queue-length point (at
@@ -203,7 +205,7 @@ struct monitor_idle_obs {
 
 /* Fresh samples of one tick: GPU UUID -> utilization, sorted by UUID. */
 struct monitor_idle_gpu {
-    const char *uuid; /* borrowed from the node's sample */
+    const char *uuid; /* borrowed from the node's heartbeat */
     uint32_t util_pct;
     int64_t sample_ms;
 };
@@ -212,11 +214,10 @@ struct monitor_idle_samples {
     size_t n, cap;
 };
 
-/* Adds the GPUs of one node's heartbeat sample ({"gpus": [{"uuid",
- * "utilization_pct", ...}]}, borrowed: it must outlive *t) taken at
- * sample_ms; GPUs without a numeric utilization are left out. Call
+/* Adds the GPUs of one node's heartbeat (borrowed: it must outlive *t)
+ * taken at sample_ms; GPUs without a utilization are left out. Call
  * monitor_idle_samples_sort once all are in. 0 or GPO_ENOMEM. */
-int monitor_idle_samples_add(struct monitor_idle_samples *t, const json_t *sample,
+int monitor_idle_samples_add(struct monitor_idle_samples *t, const struct proto_heartbeat *hb,
                              int64_t sample_ms);
 void monitor_idle_samples_sort(struct monitor_idle_samples *t);
 /* Frees the table (not the samples); zeroes it. */

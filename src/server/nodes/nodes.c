@@ -21,11 +21,19 @@ void nodes_init(struct nodes *ns, pthread_mutex_t *lock, nodes_answer_fn answer,
     *ns = (struct nodes){.lock = lock, .answer = answer, .answer_ctx = ctx};
 }
 
+static void dirty_clear(struct node_rt *rt)
+{
+    for (size_t k = 0; k < rt->ndirty; k++)
+        free(rt->dirty[k]);
+    rt->ndirty = 0;
+}
+
 void nodes_release(struct nodes *ns)
 {
     for (size_t k = 0; k < ns->n; k++) {
-        json_decref(ns->v[k].sample);
-        json_decref(ns->v[k].dirty);
+        proto_heartbeat_release(&ns->v[k].sample);
+        dirty_clear(&ns->v[k]);
+        free(ns->v[k].dirty);
     }
     free(ns->v);
     ns->v = NULL;
@@ -158,34 +166,36 @@ void nodes_release_waiters(struct nodes *ns)
     pthread_mutex_unlock(ns->lock);
 }
 
-void nodes_heartbeat(struct node_rt *rt, json_t *sample, int64_t now_ms)
+void nodes_heartbeat(struct node_rt *rt, struct proto_heartbeat *hb, int64_t now_ms)
 {
     rt->last_heartbeat_ms = now_ms;
-    if (!sample)
+    if (!hb)
         return;
-    json_t *dirty = json_object_get(sample, "dirty");
-    json_decref(rt->dirty);
-    rt->dirty = json_is_array(dirty) ? json_incref(dirty) : NULL;
-    json_decref(rt->sample);
-    rt->sample = sample;
+    dirty_clear(rt);
+    nodes_dirty_add(rt, hb->dirty, hb->ndirty);
+    proto_heartbeat_release(&rt->sample);
+    rt->sample = *hb;
+    memset(hb, 0, sizeof(*hb));
+    rt->has_sample = true;
     rt->sample_ms = now_ms;
 }
 
 void nodes_dirty_add(struct node_rt *rt, char *const *uuids, size_t n)
 {
-    if (!rt->dirty && !(rt->dirty = json_array()))
-        return;
     for (size_t k = 0; k < n; k++) {
-        if (!nodes_is_dirty(rt, uuids[k]))
-            json_array_append_new(rt->dirty, json_string(uuids[k]));
+        if (nodes_is_dirty(rt, uuids[k]) ||
+            vec_grow((void **)&rt->dirty, &rt->dirty_cap, rt->ndirty + 1, sizeof(*rt->dirty)))
+            continue;
+        char *u = strdup(uuids[k]);
+        if (u)
+            rt->dirty[rt->ndirty++] = u;
     }
 }
 
 bool nodes_is_dirty(const struct node_rt *rt, const char *uuid)
 {
-    for (size_t k = 0; rt && k < json_array_size(rt->dirty); k++) {
-        const char *u = json_string_value(json_array_get(rt->dirty, k));
-        if (u && strcmp(u, uuid) == 0)
+    for (size_t k = 0; rt && k < rt->ndirty; k++) {
+        if (strcmp(rt->dirty[k], uuid) == 0)
             return true;
     }
     return false;

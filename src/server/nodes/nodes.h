@@ -26,18 +26,21 @@
 
 #include "cluster/cluster.h"
 #include "http/http.h"
+#include "proto/proto.h"
 
 struct node_waiter;
 
 struct node_rt {
     char name[CLUSTER_HOST_MAX + 1];
     int64_t last_heartbeat_ms;
-    uint64_t rev;                /* of what the controller wants of the node */
-    struct node_waiter *waiters; /* long-polls waiting for rev to move */
-    json_t *sample;              /* owned, or NULL: the last heartbeat's body */
-    int64_t sample_ms;           /* when it arrived */
-    json_t *dirty;               /* owned, or NULL: UUIDs of GPUs an ended job's processes
-                                    still occupy; passes offer them no work */
+    uint64_t rev;                  /* of what the controller wants of the node */
+    struct node_waiter *waiters;   /* long-polls waiting for rev to move */
+    bool has_sample;               /* a heartbeat brought GPU figures */
+    struct proto_heartbeat sample; /* the last one's (owned) */
+    int64_t sample_ms;             /* when it arrived */
+    char **dirty;                  /* UUIDs of GPUs an ended job's processes still occupy
+                                      (owned); passes offer them no work */
+    size_t ndirty, dirty_cap;
 };
 
 /*
@@ -80,13 +83,14 @@ int nodes_wait(struct nodes *ns, struct node_rt *rt, struct http_request *req, u
 /* Answers every long-poll with 503 (the server is stopping). Takes the lock. */
 void nodes_release_waiters(struct nodes *ns);
 
-/* A heartbeat's body (taken; NULL for none) arrived at now_ms: the node's
- * sample, and its dirty GPUs (the agent names them in every heartbeat until
- * they clear). */
-void nodes_heartbeat(struct node_rt *rt, json_t *sample, int64_t now_ms);
+/* A heartbeat arrived at now_ms, with its body (its contents taken and *hb
+ * zeroed; NULL for none): the node's sample, and its dirty GPUs (the agent
+ * names them in every heartbeat until they clear). */
+void nodes_heartbeat(struct node_rt *rt, struct proto_heartbeat *hb, int64_t now_ms);
 
 /* Adds UUIDs to the node's dirty set (no duplicates): held back from an
- * attempt's final report on, not from the agent's next heartbeat. */
+ * attempt's final report on, not from the agent's next heartbeat. Out of
+ * memory leaves some out (the next heartbeat names them again). */
 void nodes_dirty_add(struct node_rt *rt, char *const *uuids, size_t n);
 
 /* Whether GPU `uuid` of the node is dirty. */

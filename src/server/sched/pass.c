@@ -95,10 +95,9 @@ static int index_view(struct server *s, struct sched_input *in)
     qsort(in->gpu_index, c->ngpus, sizeof(*in->gpu_index), cmp_name_index);
     /* Dirty GPUs (an ended job's processes remain, as their agents say) get no work. */
     for (size_t k = 0; k < s->nodes.n; k++) {
-        const json_t *dirty = s->nodes.v[k].dirty;
-        for (size_t i = 0; i < json_array_size(dirty); i++) {
-            uint32_t gi = sched_name_find(in->gpu_index, c->ngpus,
-                                          json_string_value(json_array_get(dirty, i)));
+        const struct node_rt *rt = &s->nodes.v[k];
+        for (size_t i = 0; i < rt->ndirty; i++) {
+            uint32_t gi = sched_name_find(in->gpu_index, c->ngpus, rt->dirty[i]);
             if (gi != SCHED_NONE)
                 in->view.gpus[gi].held = true;
         }
