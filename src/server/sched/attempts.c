@@ -127,24 +127,15 @@ void sched_charge_ended(struct server *s, const struct sched_input *in)
         struct sched_node_part *parts = calloc(np, sizeof(*parts));
         struct sched_share *shares = calloc(ns, sizeof(*shares));
         struct sched_running run = {.job = &req, .start_ms = e->att.start_ms};
-        bool ok = j && parts && shares &&
-                  cluster_job_request(&in->view, &j->spec, j->team, default_class, &req, why,
-                                      sizeof(why)) == 0;
-        for (size_t p = 0; ok && p < e->att.nparts; p++) {
-            uint32_t n = sched_name_find(in->node_index, in->view.c.nnodes, e->att.parts[p].node);
-            ok = n != SCHED_NONE;
-            parts[p] = (struct sched_node_part){n, e->att.parts[p].cpus, e->att.parts[p].mem_mib};
-        }
-        for (size_t g = 0; ok && g < e->att.nshares; g++) {
-            uint32_t gi = sched_name_find(in->gpu_index, in->view.c.ngpus, e->att.shares[g].uuid);
-            ok = gi != SCHED_NONE;
-            shares[g] = (struct sched_share){gi, e->att.shares[g].milli, e->att.shares[g].mem_mib};
-        }
-        if (ok) {
+        /* Through the run table, as the simulator charges its jobs' ends. */
+        if (j && parts && shares &&
+            cluster_job_request(&in->view, &j->spec, j->team, default_class, &req, why,
+                                sizeof(why)) == 0 &&
+            sched_alloc_of(in, &e->att, parts, shares, &run.alloc)) {
             req.id = (uint64_t)j->id;
-            run.alloc = (struct sched_alloc){parts, (uint32_t)e->att.nparts, shares,
-                                             (uint32_t)e->att.nshares};
-            (void)sched_state_charge_end(&sc->state, &in->view.c, &sc->policy, &run, e->end_ms);
+            if (sched_run_table_add(&sc->running, &run) == 0)
+                (void)sched_apply_end(&sc->running, &sc->state, &in->view.c, &sc->policy, req.id,
+                                      e->end_ms);
         }
         free(parts);
         free(shares);

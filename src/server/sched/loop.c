@@ -20,6 +20,7 @@ int sched_init(struct sched *sc, int64_t pass_interval_ms, int64_t node_timeout_
     sched_state_init(&sc->state);
     sched_policy_default(&sc->policy);
     sched_result_init(&sc->result);
+    sched_run_table_init(&sc->running);
     int rc = pthread_cond_init(&sc->cv, NULL);
     return rc ? -rc : 0;
 }
@@ -28,6 +29,7 @@ void sched_release(struct sched *sc)
 {
     sched_state_release(&sc->state);
     sched_result_release(&sc->result);
+    sched_run_table_release(&sc->running);
     for (size_t k = 0; k < sc->nended; k++)
         attempt_release(&sc->ended[k].att);
     free(sc->ended);

@@ -40,9 +40,6 @@ void sched_input_release(struct sched_input *in)
     free(in->gpu_index);
     free(in->reqs);
     free(in->jobs);
-    free(in->running);
-    free(in->parts);
-    free(in->shares);
     free(in->dep_failed);
     free(in->dep_reason);
     memset(in, 0, sizeof(*in));
@@ -151,11 +148,9 @@ static void input_queue(struct server *s, struct sched_input *in)
     in->nreqs = in->nqueue;
 }
 
-/* Attempt a of job j as a running job of the view: false when its node or
- * GPUs left the cluster (it holds nothing there then). */
-static bool running_of(const struct sched_input *in, const struct attempt *a,
-                       struct sched_node_part *parts, struct sched_share *shares,
-                       struct sched_alloc *ret)
+bool sched_alloc_of(const struct sched_input *in, const struct attempt *a,
+                    struct sched_node_part *parts, struct sched_share *shares,
+                    struct sched_alloc *ret)
 {
     const struct sched_cluster *c = &in->view.c;
     *ret = (struct sched_alloc){parts, 0, shares, 0};
@@ -175,24 +170,23 @@ static bool running_of(const struct sched_input *in, const struct attempt *a,
 }
 
 /* The running set: every attempt that holds resources, whatever its job's
- * state (a cancelled job's attempt holds its GPUs until it has exited). */
+ * state (a cancelled job's attempt holds its GPUs until it has exited), in
+ * job-id order into the run table. */
 static int input_running(struct server *s, struct sched_input *in)
 {
+    struct sched *sc = s->sched;
     const struct sched_cluster *c = &in->view.c;
     const char *default_class = sched_default_class(&s->cluster);
-    size_t nparts = 0, nshares = 0, nrun = 0;
+    size_t maxp = 1, maxs = 1;
     for (size_t k = 0; k < s->jobs.n; k++) {
-        nparts += s->jobs.v[k]->att.nparts;
-        nshares += s->jobs.v[k]->att.nshares;
-        nrun += s->jobs.v[k]->att.n != 0;
+        maxp = s->jobs.v[k]->att.nparts > maxp ? s->jobs.v[k]->att.nparts : maxp;
+        maxs = s->jobs.v[k]->att.nshares > maxs ? s->jobs.v[k]->att.nshares : maxs;
     }
-    in->running = calloc(nrun ? nrun : 1, sizeof(*in->running));
-    in->parts = calloc(nparts ? nparts : 1, sizeof(*in->parts));
-    in->shares = calloc(nshares ? nshares : 1, sizeof(*in->shares));
-    if (!in->running || !in->parts || !in->shares)
-        return GPO_ENOMEM;
-    size_t pi = 0, si = 0;
-    for (size_t k = 0; k < s->jobs.n; k++) {
+    /* One attempt's allocation at a time: the table copies it. */
+    struct sched_node_part *parts = calloc(maxp, sizeof(*parts));
+    struct sched_share *shares = calloc(maxs, sizeof(*shares));
+    int rc = parts && shares ? 0 : GPO_ENOMEM;
+    for (size_t k = 0; !rc && k < s->jobs.n; k++) {
         struct job *j = s->jobs.v[k];
         if (!j->att.n)
             continue;
@@ -209,18 +203,20 @@ static int input_running(struct server *s, struct sched_input *in)
             r->prio = 0;
         struct sched_alloc a;
         if (r->team == SCHED_NONE || !c->nclasses ||
-            !running_of(in, &j->att, &in->parts[pi], &in->shares[si], &a))
-            continue;
-        pi += a.nnodes;
-        si += a.nshares;
-        in->jobs[in->nreqs++] = j;
-        in->running[in->nrunning++] = (struct sched_running){.job = r,
-                                                             .alloc = a,
-                                                             .start_ms = j->att.start_ms,
-                                                             .borrowed = j->att.borrowed,
-                                                             .preempting = j->att.kill != 0};
+            !sched_alloc_of(in, &j->att, parts, shares, &a))
+            continue; /* its node or GPUs left the cluster: nothing to hold there */
+        struct sched_running run = {.job = r,
+                                    .alloc = a,
+                                    .start_ms = j->att.start_ms,
+                                    .borrowed = j->att.borrowed,
+                                    .preempting = j->att.kill != KILL_NONE};
+        rc = sched_run_table_add(&sc->running, &run);
+        if (!rc)
+            in->jobs[in->nreqs++] = j;
     }
-    return 0;
+    free(parts);
+    free(shares);
+    return rc;
 }
 
 int sched_input(struct server *s, struct sched_input *in, char *err, size_t errlen)
@@ -237,9 +233,12 @@ int sched_input(struct server *s, struct sched_input *in, char *err, size_t errl
     if (!in->reqs || !in->jobs || !in->dep_failed || !in->dep_reason || index_view(s, in))
         return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
     input_queue(s, in);
-    if (input_running(s, in))
-        return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
+    /* The attempts that ended first, in an empty table, then the live ones. */
+    sched_run_table_clear(&s->sched->running);
     sched_charge_ended(s, in);
+    sched_run_table_clear(&s->sched->running);
+    if ((rc = input_running(s, in)) != 0)
+        return errbuf_set(err, errlen, rc, "the running set: %s", gpo_strerror(rc));
     return 0;
 }
 
@@ -251,7 +250,7 @@ int sched_decide(struct server *s, struct sched_input *in, int64_t now_ms)
     if (now_ms < sc->state.last_pass_ms)
         now_ms = sc->state.last_pass_ms; /* the wall clock stepped back */
     struct sched_queue q = {in->reqs, in->nqueue};
-    struct sched_running_set rs = {in->running, in->nrunning};
+    struct sched_running_set rs = sched_run_table_view(&sc->running);
     return sched_pass(&in->view.c, &q, &rs, &sc->policy, &sc->state, now_ms, &sc->result);
 }
 
@@ -366,10 +365,31 @@ static void apply_start(struct server *s, struct job *j, struct attempt *a, int6
         nodes_changed(&s->nodes, j->att.parts[p].node);
 }
 
+/* sched_job_lookup_fn over the pass's queue (in id order). */
+static const struct sched_job *queued(void *ctx, uint64_t id)
+{
+    const struct sched_input *in = ctx;
+    size_t lo = 0, hi = in->nqueue;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (in->reqs[mid].id < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < in->nqueue && in->reqs[lo].id == id ? &in->reqs[lo] : NULL;
+}
+
 void sched_apply(struct server *s, const struct sched_input *in, struct sched_plan *plan,
                  int64_t now_ms)
 {
     const struct sched_result *res = &s->sched->result;
+    /* The running set the decisions leave: the core's own check that they
+     * fit it (a start of a job that runs, a preemption of one that does not). */
+    int rc = sched_apply_result(&s->sched->running, res, queued, (void *)in, now_ms);
+    if (rc)
+        fprintf(stderr, "gpuorch server: the pass's decisions do not fit its running set: %s\n",
+                gpo_strerror(rc));
     for (size_t k = 0; k < plan->natts; k++)
         apply_start(s, jobs_find(&s->jobs, (int64_t)res->starts[k].job), &plan->atts[k], now_ms);
     for (size_t k = 0; k < res->npreempts; k++) {
@@ -427,6 +447,8 @@ void sched_pass_task(struct server *s, int64_t now_ms)
             sched_apply(s, &in, &plan, now_ms);
         sched_plan_release(&plan);
     }
+    /* Its entries borrow the pass's requests: emptied with them. */
+    sched_run_table_clear(&sc->running);
     sched_input_release(&in);
     sc->last_pass_ms = srv_now_ms(s);
 }

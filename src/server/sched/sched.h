@@ -34,6 +34,7 @@
 #include <stdint.h>
 
 #include "cluster/cluster.h"
+#include "core/apply.h"
 #include "core/sched.h"
 #include "server/jobs/jobs.h"
 #include "store/store.h"
@@ -62,7 +63,9 @@ struct sched {
     int64_t last_pass_ms;   /* when the last pass ended (0: none yet) */
     struct sched_ended *ended;
     size_t nended, ended_cap;
-    struct sched_result result; /* kept from pass to pass (its scratch memory) */
+    struct sched_result result;     /* kept from pass to pass (its scratch memory) */
+    struct sched_run_table running; /* the pass's running set, from its input to its apply
+                                       (the entries borrow the input's requests) */
 };
 
 /* The loop's state with the default policy; 0 or GPO_* (a condition variable). */
@@ -109,9 +112,10 @@ void sched_input_release(struct sched_input *in);
  * Step 1: the core's view of the configuration (dirty GPUs held back), the
  * queue (pending jobs whose dependencies are met, within their array's cap,
  * by id), the running set (every attempt that holds resources, whatever its
- * job's state), and the jobs failed by their dependencies. Wait reasons of
- * jobs that cannot be queued are set here. Charges the attempts that ended
- * since the last pass. 0, or an error with a message.
+ * job's state: the run table of core/apply.h, struct sched's `running`), and
+ * the jobs failed by their dependencies. Wait reasons of jobs that cannot be
+ * queued are set here. The attempts that ended since the last pass are
+ * charged first (sched_apply_end). 0, or an error with a message.
  */
 int sched_input(struct server *s, struct sched_input *in, char *err, size_t errlen);
 
@@ -137,9 +141,11 @@ void sched_plan_release(struct sched_plan *p);
 int sched_commit(struct server *s, const struct sched_input *in, int64_t now_ms,
                  struct sched_plan *plan);
 
-/* Step 4: the committed decisions into memory; agents are told. A job
- * cancelled while the commit ran still gets its attempt, to be killed at
- * once. Wait reasons of the jobs that wait are set. */
+/* Step 4: the committed decisions into memory and into the run table
+ * (sched_apply_result: a decision the running set contradicts is logged);
+ * agents are told. A job cancelled while the commit ran still gets its
+ * attempt, to be killed at once. Wait reasons of the jobs that wait are
+ * set. */
 void sched_apply(struct server *s, const struct sched_input *in, struct sched_plan *plan,
                  int64_t now_ms);
 

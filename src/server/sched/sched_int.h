@@ -26,6 +26,12 @@ struct name_index {
 /* The index of `name` in v[0..n) (sorted), or SCHED_NONE. */
 uint32_t sched_name_find(const struct name_index *v, size_t n, const char *name);
 
+/* Attempt a as an allocation of the pass's view, into parts and shares (room
+ * for a's): false when its node or a GPU left the cluster. */
+bool sched_alloc_of(const struct sched_input *in, const struct attempt *a,
+                    struct sched_node_part *parts, struct sched_share *shares,
+                    struct sched_alloc *ret);
+
 /* Commits b (taken) with the lock released meanwhile; logs a failure as
  * "WHAT not committed". 0 or the store's code. */
 int sched_commit_unlocked(struct server *s, struct store_batch *b, const char *what);

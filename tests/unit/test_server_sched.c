@@ -1,0 +1,334 @@
+/* test_server_sched.c - the scheduling loop's steps without a daemon: a
+ * server object around a real store in a directory of its own, a clock the
+ * test sets, no HTTP server and no loop thread. A pass's input, decision,
+ * commit and apply one by one (nothing reaches memory before its commit is
+ * on disk; a job cancelled meanwhile gets its attempt killed), a failed
+ * dependency, an attempt's end charged at the next pass, node timeouts,
+ * and a whole turn of the loop. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "base/err.h"
+#include "server/sched/sched.h"
+#include "server/sched/sched_int.h"
+#include "server/srv.h"
+#include "tmptree.h"
+#include "base/banned.h"
+
+#define T0   1800000000000
+#define UUID "GPU-11111111-2222-3333-4444-555555555555"
+
+struct env {
+    char dir[64];
+    int64_t now; /* the server's clock */
+    struct server s;
+};
+
+static int64_t test_now(void *ctx)
+{
+    return ((struct env *)ctx)->now;
+}
+
+static int64_t test_mono(void)
+{
+    return 0;
+}
+
+static void check(int rc, const char *what, const char *err)
+{
+    if (rc)
+        print_error("%s: %s (%s)\n", what, gpo_strerror(rc), err);
+    assert_int_equal(rc, 0);
+}
+
+/* Pool main, team ml, node n1 with one GPU, and the class "normal". */
+static void configure(struct env *e)
+{
+    struct server *s = &e->s;
+    char err[256] = "";
+    check(config_load(&s->config, e->now, err, sizeof(err)), "config_load", err);
+    struct cluster_pool pool = {.id = 100};
+    pool.name = strdup("main");
+    check(cluster_pool_add(&s->cluster, &pool, err, sizeof(err)), "pool", err);
+    struct cluster_team team = {.id = 101, .weight = 1, .borrow_limit_milli = -1};
+    team.name = strdup("ml");
+    cluster_idle_default(&team.idle);
+    check(cluster_team_add(&s->cluster, &team, err, sizeof(err)), "team", err);
+    json_t *o = json_pack("{s:s, s:s, s:i, s:i, s:[{s:i, s:s, s:s, s:i}]}", "name", "n1", "pool",
+                          "main", "cpus", 8, "mem_mib", 65536, "gpus", "index", 0, "uuid", UUID,
+                          "gpu_type", "H100-80GB", "mem_mib", 81920);
+    struct cluster_node node = {0};
+    check(cluster_node_decode(o, 0, &node, err, sizeof(err)), "node", err);
+    json_decref(o);
+    node.id = 102;
+    check(cluster_node_add(&s->cluster, &node, err, sizeof(err)), "node add", err);
+    check(nodes_add(&s->nodes, "n1", e->now), "runtime", "");
+}
+
+static int setup(void **state)
+{
+    struct env *e = calloc(1, sizeof(*e));
+    snprintf(e->dir, sizeof(e->dir), "/tmp/test_server_sched.XXXXXX");
+    if (!e || !mkdtemp(e->dir))
+        return -1;
+    e->now = T0;
+    e->s.clock = (struct srv_clock){test_now, test_mono, e};
+    e->s.cfg.pass_interval_ms = 5000;
+    e->s.cfg.node_timeout_ms = 60000;
+    char path[128], err[256];
+    snprintf(path, sizeof(path), "%s/gpuorch.db", e->dir);
+    if (store_open_sqlite(path, &e->s.store, err, sizeof(err)) ||
+        store_epoch_acquire(e->s.store, &e->s.epoch) || srv_init(&e->s))
+        return -1;
+    configure(e);
+    check(cost_load(&e->s.cost, e->now, err, sizeof(err)), "cost_load", err);
+    *state = e;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct env *e = *state;
+    store_close(e->s.store);
+    srv_release(&e->s);
+    tmptree_remove(e->dir);
+    free(e);
+    return 0;
+}
+
+/* A stored job of team ml asking for `gpus` whole GPUs (deps: afterok on
+ * `after`, 0 for none), in memory too. */
+static struct job *submit(struct env *e, int gpus, int64_t after)
+{
+    struct job_submit sub = {.user_id = STORE_NULL, .submit_ms = e->now, .ntasks = 1};
+    snprintf(sub.user, sizeof(sub.user), "alice");
+    json_t *spec =
+        json_pack("{s:[s], s:i, s:s}", "command", "/bin/true", "gpus", gpus, "team", "ml");
+    if (after)
+        json_object_set_new(spec, "dependencies",
+                            json_pack("[{s:s, s:I}]", "type", "afterok", "job", after));
+    char err[256] = "";
+    check(jobspec_decode(spec, &sub.spec, err, sizeof(err)), "jobspec", err);
+    json_decref(spec);
+    struct store_batch *b = store_batch_new();
+    check(job_submit_rows(&sub, NULL, b), "rows", "");
+    int64_t id = 0;
+    char msg[256] = "";
+    check(store_commit_wait(e->s.store, b, &id, 1, msg, sizeof(msg)), "commit", msg);
+    struct job *j = NULL;
+    check(job_submit_apply(&e->s.jobs, &sub, &id, 1, &j), "apply", "");
+    job_submit_release(&sub);
+    return j;
+}
+
+/* The state of job `id`'s row and of its last attempt's, from the store. */
+static void stored(struct env *e, int64_t id, char *job_state, char *att_state, size_t len)
+{
+    struct store_job row = {0};
+    assert_int_equal(store_job_get(e->s.store, id, &row), 0);
+    snprintf(job_state, len, "%s", row.state);
+    snprintf(att_state, len, "%s",
+             row.nattempts ? row.attempts[row.nattempts - 1].state : "(none)");
+    store_job_release(&row);
+}
+
+/* One pass through its four steps, the lock held as the loop holds it. */
+static void pass(struct env *e, bool cancel_between)
+{
+    struct server *s = &e->s;
+    struct sched_input in;
+    char err[256] = "";
+    pthread_mutex_lock(&s->lock);
+    check(sched_input(s, &in, err, sizeof(err)), "input", err);
+    check(sched_decide(s, &in, e->now), "decide", "");
+    if (cancel_between)
+        for (size_t k = 0; k < in.nqueue; k++)
+            in.jobs[k]->state = JOB_CANCELLED;
+    struct sched_plan plan;
+    check(sched_commit(s, &in, e->now, &plan), "commit", "");
+    sched_apply(s, &in, &plan, e->now);
+    sched_plan_release(&plan);
+    sched_run_table_clear(&s->sched->running);
+    sched_input_release(&in);
+    pthread_mutex_unlock(&s->lock);
+}
+
+static void decisions_reach_memory_only_after_their_commit(void **state)
+{
+    struct env *e = *state;
+    struct server *s = &e->s;
+    struct job *j = submit(e, 1, 0);
+    uint64_t rev = nodes_find(&s->nodes, "n1")->rev;
+    struct sched_input in;
+    char err[256] = "", js[32], as[32];
+    pthread_mutex_lock(&s->lock);
+    check(sched_input(s, &in, err, sizeof(err)), "input", err);
+    assert_int_equal(in.nqueue, 1);
+    assert_int_equal(s->sched->running.n, 0);
+    check(sched_decide(s, &in, e->now), "decide", "");
+    assert_int_equal(s->sched->result.nstarts, 1);
+    assert_int_equal(s->sched->result.starts[0].job, (uint64_t)j->id);
+    /* Decided, not committed: nothing changed, nothing stored. */
+    assert_int_equal(j->state, JOB_PENDING);
+    assert_int_equal(j->att.n, 0);
+    stored(e, j->id, js, as, sizeof(js));
+    assert_string_equal(js, "PENDING");
+    assert_string_equal(as, "(none)");
+    struct sched_plan plan;
+    check(sched_commit(s, &in, e->now, &plan), "commit", "");
+    /* Committed: on disk, not yet in memory or told to the agent. */
+    stored(e, j->id, js, as, sizeof(js));
+    assert_string_equal(js, "RUNNING");
+    assert_string_equal(as, "ASSIGNED");
+    assert_int_equal(j->att.n, 0);
+    assert_int_equal(nodes_find(&s->nodes, "n1")->rev, rev);
+    sched_apply(s, &in, &plan, e->now);
+    assert_int_equal(j->state, JOB_RUNNING);
+    assert_int_equal(j->att.n, 1);
+    assert_string_equal(j->att.shares[0].uuid, UUID);
+    assert_int_equal(j->att.start_ms, T0);
+    assert_true(nodes_find(&s->nodes, "n1")->rev > rev);
+    /* The run table holds what the decisions leave. */
+    assert_non_null(sched_run_table_find(&s->sched->running, (uint64_t)j->id));
+    sched_plan_release(&plan);
+    sched_run_table_clear(&s->sched->running);
+    sched_input_release(&in);
+    pthread_mutex_unlock(&s->lock);
+
+    /* The next pass sees it running and starts nothing new. */
+    struct job *k = submit(e, 1, 0);
+    e->now += 1000;
+    pass(e, false);
+    assert_int_equal(k->state, JOB_PENDING);
+    assert_non_null(k->wait);
+}
+
+static void a_job_cancelled_while_the_commit_runs_gets_its_attempt_killed(void **state)
+{
+    struct env *e = *state;
+    struct job *j = submit(e, 1, 0);
+    pass(e, true);
+    assert_int_equal(j->att.n, 1);
+    assert_int_equal(j->att.kill, KILL_CANCELLED);
+    assert_int_equal(j->att.grace_ms, e->s.sched->policy.preempt_grace_ms);
+}
+
+static void a_failed_dependency_fails_the_job_at_the_next_pass(void **state)
+{
+    struct env *e = *state;
+    struct job *a = submit(e, 0, 0);
+    struct job *b = submit(e, 0, a->id);
+    a->state = JOB_FAILED; /* as its end would leave it */
+    pass(e, false);
+    char js[32], as[32];
+    assert_int_equal(b->state, JOB_FAILED);
+    assert_non_null(strstr(b->reason, "ended FAILED, not COMPLETED"));
+    stored(e, b->id, js, as, sizeof(js));
+    assert_string_equal(js, "FAILED");
+}
+
+static void an_end_is_committed_then_charged_by_the_next_pass(void **state)
+{
+    struct env *e = *state;
+    struct server *s = &e->s;
+    struct job *j = submit(e, 1, 0);
+    pass(e, false);
+    assert_int_equal(j->att.n, 1);
+    e->now += 60000;
+    struct store_batch *b = store_batch_new();
+    struct sched_end end;
+    pthread_mutex_lock(&s->lock);
+    check(sched_end_plan(s, j, ATTEMPT_COMPLETED, 0, STORE_NULL, NULL, e->now, &end, b), "plan",
+          "");
+    assert_int_equal(j->att.n, 1); /* planned only */
+    pthread_mutex_unlock(&s->lock);
+    char msg[256] = "", js[32], as[32];
+    check(store_commit_wait(s->store, b, NULL, 0, msg, sizeof(msg)), "commit", msg);
+    pthread_mutex_lock(&s->lock);
+    sched_end_apply(s, &end);
+    assert_int_equal(j->state, JOB_COMPLETED);
+    assert_int_equal(j->att.n, 0);
+    assert_int_equal(s->sched->nended, 1);
+    assert_true(s->sched->dirty);
+    pthread_mutex_unlock(&s->lock);
+    stored(e, j->id, js, as, sizeof(js));
+    assert_string_equal(js, "COMPLETED");
+    assert_string_equal(as, "COMPLETED");
+    /* Its minute of GPU-time reaches fair share at the next pass. */
+    pass(e, false);
+    assert_int_equal(s->sched->nended, 0);
+    double used = 0;
+    for (size_t k = 0; k < s->sched->state.nusage; k++)
+        used += s->sched->state.usage[k].gpu_ms;
+    assert_true(used > 0);
+}
+
+static void a_silent_node_is_marked_down_and_its_attempts_end_node_fail(void **state)
+{
+    struct env *e = *state;
+    struct server *s = &e->s;
+    struct job *j = submit(e, 1, 0);
+    pass(e, false);
+    assert_int_equal(j->att.n, 1);
+    e->now += 30000; /* within the timeout: nothing */
+    pthread_mutex_lock(&s->lock);
+    sched_node_timeouts(s, e->now);
+    assert_int_equal(cluster_node_get(&s->cluster, "n1")->state, CLUSTER_NODE_UP);
+    e->now += 31000;
+    sched_node_timeouts(s, e->now);
+    assert_int_equal(cluster_node_get(&s->cluster, "n1")->state, CLUSTER_NODE_DOWN);
+    assert_int_equal(j->state, JOB_NODE_FAIL);
+    assert_string_equal(j->reason, "attempt 1 NODE_FAIL: node n1 stopped heartbeating");
+    pthread_mutex_unlock(&s->lock);
+    char js[32], as[32];
+    stored(e, j->id, js, as, sizeof(js));
+    assert_string_equal(js, "NODE_FAIL");
+    assert_string_equal(as, "NODE_FAIL");
+}
+
+static void a_turn_runs_every_task_at_the_servers_time(void **state)
+{
+    struct env *e = *state;
+    struct server *s = &e->s;
+    char err[256];
+    struct monitor_config mc = {.node_timeout_ms = 60000, .mono_ns = test_mono};
+    check(monitor_init(&s->monitor, &mc, &s->lock, &s->cluster, &s->jobs, &s->nodes, s->store,
+                       e->now),
+          "monitor", "");
+    struct job *j = submit(e, 1, 0);
+    pthread_mutex_lock(&s->lock);
+    s->sched->dirty = true;
+    sched_turn(s, e->now);
+    assert_false(s->sched->dirty);
+    assert_int_equal(s->sched->passes, 1);
+    assert_int_equal(s->sched->last_pass_ms, T0); /* the server's clock, not the wall's */
+    assert_int_equal(j->state, JOB_RUNNING);
+    pthread_mutex_unlock(&s->lock);
+    (void)err;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(decisions_reach_memory_only_after_their_commit, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(
+            a_job_cancelled_while_the_commit_runs_gets_its_attempt_killed, setup, teardown),
+        cmocka_unit_test_setup_teardown(a_failed_dependency_fails_the_job_at_the_next_pass, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(an_end_is_committed_then_charged_by_the_next_pass, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(a_silent_node_is_marked_down_and_its_attempts_end_node_fail,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(a_turn_runs_every_task_at_the_servers_time, setup,
+                                        teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
