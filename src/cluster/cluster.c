@@ -225,6 +225,13 @@ KIND_API(user, users, "user", CLUSTER_USERS_MAX, NULL)
 KIND_API(node, nodes, "node", SCHED_MAX_NODES, node_prepare)
 KIND_API(price, prices, "price", CLUSTER_TYPE_IDS_MAX, NULL)
 
+const char *cluster_class_default(const struct cluster *m)
+{
+    if (cluster_class_get(m, "normal"))
+        return "normal";
+    return m->nclasses ? m->classes[0].name : NULL;
+}
+
 void cluster_init(struct cluster *m)
 {
     memset(m, 0, sizeof(*m));

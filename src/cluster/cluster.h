@@ -371,6 +371,9 @@ int cluster_class_add(struct cluster *m, struct cluster_class *item, char *err, 
 int cluster_class_replace(struct cluster *m, struct cluster_class *item, char *err, size_t errlen);
 int cluster_class_remove(struct cluster *m, const char *name);
 const struct cluster_class *cluster_class_get(const struct cluster *m, const char *name);
+/* The class of jobs that name none: "normal", else the first by name (NULL
+ * when there is no class). */
+const char *cluster_class_default(const struct cluster *m);
 
 int cluster_team_add(struct cluster *m, struct cluster_team *item, char *err, size_t errlen);
 int cluster_team_replace(struct cluster *m, struct cluster_team *item, char *err, size_t errlen);

@@ -581,6 +581,14 @@ static void test_model_keeps_names_sorted_unique_and_ids_fixed(void **state)
     assert_string_equal(err, "no pool 'zz'");
     cluster_pool_release(&o.pool);
 
+    /* Jobs that name no class get "normal" while it exists, else the first
+     * class by name, else none. */
+    assert_string_equal(cluster_class_default(&m), "normal");
+    assert_int_equal(cluster_class_remove(&m, "normal"), 0);
+    assert_string_equal(cluster_class_default(&m), "high");
+    assert_int_equal(cluster_class_remove(&m, "high"), 0);
+    assert_null(cluster_class_default(&m));
+
     assert_int_equal(cluster_user_remove(&m, "ann"), 0);
     assert_int_equal(cluster_user_remove(&m, "ann"), GPO_ENOENT);
     assert_int_equal(m.nusers, 0);

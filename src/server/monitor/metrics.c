@@ -272,17 +272,10 @@ static void dcgm_families(struct prom *p, const struct gpu_row *rows, size_t n,
 
 /* ---- gpuorch families ---- */
 
-/* The class of jobs that name none, as loop.c's class_default picks it. */
-static const char *class_default(const struct monitor *m)
-{
-    if (cluster_class_get(m->cluster, "normal"))
-        return "normal";
-    return m->cluster->nclasses ? m->cluster->classes[0].name : "";
-}
-
 static const char *job_priority(const struct monitor *m, const struct job *j)
 {
-    return j->spec.priority ? j->spec.priority : class_default(m);
+    const char *cls = j->spec.priority ? j->spec.priority : cluster_class_default(m->cluster);
+    return cls ? cls : "";
 }
 
 /* Pending jobs per (team, class): every configured pair (0 included), then

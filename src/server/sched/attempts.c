@@ -117,7 +117,7 @@ void sched_end_apply(struct server *s, const struct sched_end *e)
 void sched_charge_ended(struct server *s, const struct sched_input *in)
 {
     struct sched *sc = s->sched;
-    const char *default_class = sched_default_class(&s->cluster);
+    const char *default_class = cluster_class_default(&s->cluster);
     for (size_t k = 0; k < sc->nended; k++) {
         struct sched_ended *e = &sc->ended[k];
         const struct job *j = jobs_find(&s->jobs, e->job);

@@ -26,13 +26,6 @@ uint32_t sched_name_find(const struct name_index *v, size_t n, const char *name)
     return hit ? hit->index : SCHED_NONE;
 }
 
-const char *sched_default_class(const struct cluster *cl)
-{
-    if (cluster_class_get(cl, "normal"))
-        return "normal";
-    return cl->nclasses ? cl->classes[0].name : NULL;
-}
-
 void sched_input_release(struct sched_input *in)
 {
     cluster_view_release(&in->view);
@@ -106,7 +99,7 @@ static int index_view(struct server *s, struct sched_input *in)
  * cap; by id, so passes are deterministic. */
 static void input_queue(struct server *s, struct sched_input *in)
 {
-    const char *default_class = sched_default_class(&s->cluster);
+    const char *default_class = cluster_class_default(&s->cluster);
     int64_t cur_array = STORE_NULL;
     size_t array_room = 0;
     for (size_t k = 0; k < s->jobs.n; k++) {
@@ -176,7 +169,7 @@ static int input_running(struct server *s, struct sched_input *in)
 {
     struct sched *sc = s->sched;
     const struct sched_cluster *c = &in->view.c;
-    const char *default_class = sched_default_class(&s->cluster);
+    const char *default_class = cluster_class_default(&s->cluster);
     size_t maxp = 1, maxs = 1;
     for (size_t k = 0; k < s->jobs.n; k++) {
         maxp = s->jobs.v[k]->att.nparts > maxp ? s->jobs.v[k]->att.nparts : maxp;
@@ -355,7 +348,7 @@ static void apply_start(struct server *s, struct job *j, struct attempt *a, int6
         sched_kill_apply(s, j, KILL_CANCELLED, NULL, s->sched->policy.preempt_grace_ms);
         return;
     }
-    const char *cls = j->spec.priority ? j->spec.priority : sched_default_class(&s->cluster);
+    const char *cls = j->spec.priority ? j->spec.priority : cluster_class_default(&s->cluster);
     monitor_observe_wait(&s->monitor, j->team, cls, now_ms - j->queued_ms);
     j->state = JOB_RUNNING;
     j->updated_ms = now_ms;

@@ -195,8 +195,4 @@ int sched_end_plan(struct server *s, const struct job *j, enum attempt_state att
  * the job's attempt is no longer e's. */
 void sched_end_apply(struct server *s, const struct sched_end *e);
 
-/* The class of jobs that name none: "normal", else the first by name (NULL
- * when there is no class). */
-const char *sched_default_class(const struct cluster *cl);
-
 #endif
