@@ -297,13 +297,13 @@ static uint32_t gang_cap(const struct view *view, const struct sched_job *job, u
     return t;
 }
 
-/* A gang across the fewest nodes of one group: the nodes with the most free
- * GPUs first; the last piece on the tightest node that holds it (binpack). */
-static bool place_gang(struct ctx *x, const bool *allowed, struct view_place *out)
+/* The group where a gang of k GPUs needs the fewest nodes (the first of
+ * equals), counted from a histogram of its nodes' free counts; SCHED_NONE
+ * when none holds it, with x->miss saying why. */
+static uint32_t gang_group(struct ctx *x, const bool *allowed, uint32_t k)
 {
     struct view *view = x->view;
     const struct sched_job *job = x->job;
-    uint32_t k = (uint32_t)job->gpus;
     uint32_t best_group = SCHED_NONE, best_count = UINT32_MAX;
     for (uint32_t g = 0; g < view->ngroups; g++) {
         if ((allowed && !allowed[g]) || !view_group_eligible(view, job, g))
@@ -343,6 +343,17 @@ static bool place_gang(struct ctx *x, const bool *allowed, struct view_place *ou
             best_group = g;
         }
     }
+    return best_group;
+}
+
+/* A gang across the fewest nodes of one group: the nodes with the most free
+ * GPUs first; the last piece on the tightest node that holds it (binpack). */
+static bool place_gang(struct ctx *x, const bool *allowed, struct view_place *out)
+{
+    struct view *view = x->view;
+    const struct sched_job *job = x->job;
+    uint32_t k = (uint32_t)job->gpus;
+    uint32_t best_group = gang_group(x, allowed, k);
     if (best_group == SCHED_NONE)
         return false;
 
