@@ -26,7 +26,7 @@
  * private half); the functions below check their arguments and dispatch
  * through it, so the checks and limits are the same everywhere.
  *
- * Conventions: functions return 0 or a negative STORE_E* code; out-parameters
+ * Conventions: functions return 0 or a negative GPO_* code; out-parameters
  * (ret_*) are set only on success. Nullable integer columns read and write
  * STORE_NULL. Strings are NUL-terminated; JSON texts (specs) are stored as
  * given, never parsed. Out of memory: GPO_ENOMEM, inputs unchanged.
@@ -251,7 +251,7 @@ int store_batch_sched_state_put(struct store_batch *b, int64_t epoch, const void
 /* What a committed (or failed) batch reports. Everything it points to is
  * valid only during the completion call. */
 struct store_result {
-    int err;                 /* 0 or a negative STORE_E* code */
+    int err;                 /* 0 or a negative GPO_* code */
     const char *msg;         /* never NULL: details of err ("" if none) */
     const int64_t *job_ids;  /* on success: the id of each job_insert, in order */
     size_t njob_ids;         /* 0 on failure */

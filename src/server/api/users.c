@@ -1,5 +1,5 @@
 /*
- * api_users.c - users and their tokens. Admins create, replace and delete
+ * users.c - users and their tokens. Admins create, replace and delete
  * users (name, Unix account, team, role) and issue their tokens; a user may
  * read their own record. The store is the one copy: auth reads it too.
  */
