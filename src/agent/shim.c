@@ -30,6 +30,7 @@
 
 #include "agent/cgroup.h"
 #include "agent/shim.h"
+#include "util/fsutil.h"
 #include "util/jsonv.h"
 #include "util/opts.h"
 #include "util/errbuf.h"
@@ -64,61 +65,16 @@ static int64_t now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static int write_all(int fd, const char *buf, size_t len)
-{
-    while (len > 0) {
-        ssize_t w = write(fd, buf, len);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w < 0)
-            return -errno;
-        buf += w;
-        len -= (size_t)w;
-    }
-    return 0;
-}
-
-/* Writes DIR/NAME as a whole or not at all: NAME.tmp, fsync, rename, fsync of
- * the directory. On failure a message in err. */
+/* Writes DIR/NAME as a whole or not at all (fsutil_write_atomic), mode
+ * 0640: the agent reads it through the attempt directory's group. On
+ * failure a message in err. */
 static int write_atomic(const char *dir, const char *name, const char *data, char *err,
                         size_t errlen)
 {
-    char tmp[4096], path[4096];
-    if ((size_t)snprintf(path, sizeof(path), "%s/%s", dir, name) >= sizeof(path) ||
-        (size_t)snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= sizeof(tmp))
+    char path[4096];
+    if ((size_t)snprintf(path, sizeof(path), "%s/%s", dir, name) >= sizeof(path))
         return errbuf_set(err, errlen, GPO_EINVAL, "%s: path too long", dir);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
-    if (fd < 0)
-        return errbuf_set(err, errlen, GPO_EIO, "open %s: %s", tmp, strerror(errno));
-    const char *call = NULL;
-    if (write_all(fd, data, strlen(data)) < 0)
-        call = "write";
-    else if (fsync(fd) < 0)
-        call = "fsync";
-    int e = errno;
-    /* Closed before the rename: nothing touches the file once it has its name. */
-    if (close(fd) < 0 && !call) {
-        call = "close";
-        e = errno;
-    }
-    if (!call && rename(tmp, path) < 0) {
-        call = "rename";
-        e = errno;
-    }
-    if (call) {
-        unlink(tmp);
-        return errbuf_set(err, errlen, GPO_EIO, "%s %s: %s", call, tmp, strerror(e));
-    }
-    /* The rename is durable only once the directory is. */
-    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd < 0 || fsync(dfd) < 0) {
-        e = errno;
-        if (dfd >= 0)
-            close(dfd);
-        return errbuf_set(err, errlen, GPO_EIO, "fsync %s: %s", dir, strerror(e));
-    }
-    close(dfd);
-    return 0;
+    return fsutil_write_atomic(path, data, strlen(data), 0640, 0, err, errlen);
 }
 
 /* ---- options ---- */
