@@ -167,8 +167,8 @@ static const struct opts_opt agent_opts[] = {
     {.name = "help", .short_name = 'h', .type = OPTS_HELP, .offset = ARG(help)},
 };
 
-/* The words of argv by the table: 0, HELP_SHOWN, or 2 with the message
- * printed. */
+/* The words of argv by the table: 0, HELP_SHOWN, 1 (out of memory) or 2,
+ * with the message printed. */
 static int read_flags(int argc, char **argv, struct agent_args *a)
 {
     const char **pos = calloc(argc > 0 ? (size_t)argc : 1, sizeof(*pos));

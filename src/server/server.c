@@ -146,8 +146,8 @@ static const struct opts_opt server_opts[] = {
 
 #define HELP_SHOWN 3 /* parse_args: --help printed */
 
-/* The words of argv by the table: 0, HELP_SHOWN, or 2 with the message
- * printed. */
+/* The words of argv by the table: 0, HELP_SHOWN, 1 (out of memory) or 2,
+ * with the message printed. */
 static int read_flags(int argc, char **argv, struct server_args *a)
 {
     const char **pos = calloc(argc > 0 ? (size_t)argc : 1, sizeof(*pos));
