@@ -12,6 +12,7 @@
 #include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +32,7 @@
 #include "gpu/gpu.h"
 #include "proto/proto.h"
 #include "util/httpc.h"
+#include "util/opts.h"
 #include "util/timefmt.h"
 #include "util/errbuf.h"
 #include "base/banned.h"
@@ -40,7 +42,7 @@
 struct agent_args {
     const char *server, *join_file, *name, *pool, *state_dir, *nvml, *addr, *log_listen;
     const char *cgroup_root;
-    bool allow_root, probe;
+    bool allow_root, probe, help;
     int64_t kill_grace_ms, sample_ms, poll_wait_s, dirty_wait_ms;
     int64_t cpus, mem_mib;
 };
@@ -131,15 +133,75 @@ static int64_t mono_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static bool parse_int(const char *v, int64_t lo, int64_t hi, int64_t *ret)
+#define ARG(member) offsetof(struct agent_args, member)
+/* A string flag: "" is refused ("--name: expected a value"). */
+#define STRING(name_, member)                                                                      \
+    {                                                                                              \
+        .name = name_, .type = OPTS_STRING, .flags = OPTS_NONEMPTY, .offset = ARG(member)          \
+    }
+/* A whole number in lo..hi, stored times scale (1000: seconds as ms). */
+#define NUMBER(name_, lo, hi, scale_, member)                                                      \
+    {                                                                                              \
+        .name = name_, .type = OPTS_INT, .min = lo, .max = hi, .scale = scale_,                    \
+        .offset = ARG(member)                                                                      \
+    }
+
+static const struct opts_opt agent_opts[] = {
+    STRING("server", server),
+    STRING("join-token", join_file),
+    STRING("name", name),
+    STRING("pool", pool),
+    STRING("state-dir", state_dir),
+    STRING("nvml", nvml),
+    STRING("addr", addr),
+    STRING("log-listen", log_listen),
+    STRING("cgroup-root", cgroup_root),
+    NUMBER("kill-grace", 0, 3600, 1000, kill_grace_ms),
+    NUMBER("sample-interval", 100, 60000, 1, sample_ms),
+    NUMBER("poll-wait", 1, 300, 1, poll_wait_s),
+    NUMBER("dirty-wait", 0, 3600, 1000, dirty_wait_ms),
+    NUMBER("cpus", 1, 1 << 20, 1, cpus),
+    NUMBER("mem-mib", 1, INT64_C(1) << 40, 1, mem_mib),
+    {.name = "allow-root", .type = OPTS_FLAG, .offset = ARG(allow_root)},
+    {.name = "probe", .type = OPTS_FLAG, .offset = ARG(probe)},
+    {.name = "help", .short_name = 'h', .type = OPTS_HELP, .offset = ARG(help)},
+};
+
+/* The words of argv by the table: 0, HELP_SHOWN, 1 (out of memory) or 2,
+ * with the message printed. */
+static int read_flags(int argc, char **argv, struct agent_args *a)
 {
-    char *end;
-    errno = 0;
-    long long n = strtoll(v, &end, 10);
-    if (errno || *end || end == v || n < lo || n > hi)
-        return false;
-    *ret = n;
-    return true;
+    const char **pos = calloc(argc > 0 ? (size_t)argc : 1, sizeof(*pos));
+    if (!pos) {
+        fprintf(stderr, "gpuorch agent: out of memory\n");
+        return 1;
+    }
+    struct opts p;
+    char err[512], name[64];
+    size_t npos = 0;
+    opts_init(&p, argc - 1, argv + 1, OPTS_TABLE(agent_opts), 0);
+    int rc = opts_parse(&p, a, pos, &npos, err, sizeof(err));
+    const char *stray = rc >= 0 && npos ? pos[0] : NULL;
+    free(pos);
+    if (rc == OPTS_HELP_GIVEN) {
+        usage(stdout);
+        return HELP_SHOWN;
+    }
+    if (rc < 0 && p.fault == OPTS_FAULT_MISSING_VALUE)
+        return usage_error(p.word, NULL, "a value");
+    if (rc < 0 && p.fault == OPTS_FAULT_BAD_VALUE && p.bad->type == OPTS_STRING)
+        return usage_error(opts_name(p.bad, name, sizeof(name)), NULL, "a value");
+    if (rc < 0 && p.fault == OPTS_FAULT_BAD_VALUE) {
+        fprintf(stderr, "gpuorch agent: %s\n", err);
+        return 2;
+    }
+    /* Unknown, a value given to a flag, or a word that is no option. */
+    if (rc < 0 || stray) {
+        fprintf(stderr, "gpuorch agent: unknown flag '%s' (see gpuorch agent --help)\n",
+                rc < 0 ? p.word : stray);
+        return 2;
+    }
+    return 0;
 }
 
 static int parse_args(int argc, char **argv, struct agent_args *a)
@@ -151,70 +213,9 @@ static int parse_args(int argc, char **argv, struct agent_args *a)
                              .sample_ms = 1000,
                              .poll_wait_s = 30,
                              .dirty_wait_ms = 10000};
-    static const struct {
-        const char *flag;
-        int64_t lo, hi, scale;
-        size_t off;
-    } ints[] = {
-        {"--kill-grace", 0, 3600, 1000, offsetof(struct agent_args, kill_grace_ms)},
-        {"--sample-interval", 100, 60000, 1, offsetof(struct agent_args, sample_ms)},
-        {"--poll-wait", 1, 300, 1, offsetof(struct agent_args, poll_wait_s)},
-        {"--dirty-wait", 0, 3600, 1000, offsetof(struct agent_args, dirty_wait_ms)},
-        {"--cpus", 1, 1 << 20, 1, offsetof(struct agent_args, cpus)},
-        {"--mem-mib", 1, INT64_C(1) << 40, 1, offsetof(struct agent_args, mem_mib)},
-    };
-    static const struct {
-        const char *flag;
-        size_t off;
-    } strs[] = {
-        {"--server", offsetof(struct agent_args, server)},
-        {"--join-token", offsetof(struct agent_args, join_file)},
-        {"--name", offsetof(struct agent_args, name)},
-        {"--pool", offsetof(struct agent_args, pool)},
-        {"--state-dir", offsetof(struct agent_args, state_dir)},
-        {"--nvml", offsetof(struct agent_args, nvml)},
-        {"--addr", offsetof(struct agent_args, addr)},
-        {"--log-listen", offsetof(struct agent_args, log_listen)},
-        {"--cgroup-root", offsetof(struct agent_args, cgroup_root)},
-    };
-    for (int i = 1; i < argc; i++) {
-        const char *f = argv[i];
-        if (strcmp(f, "--help") == 0 || strcmp(f, "-h") == 0) {
-            usage(stdout);
-            return HELP_SHOWN;
-        }
-        if (strcmp(f, "--allow-root") == 0 || strcmp(f, "--probe") == 0) {
-            *(strcmp(f, "--probe") == 0 ? &a->probe : &a->allow_root) = true;
-            continue;
-        }
-        bool done = false;
-        for (size_t k = 0; k < sizeof(strs) / sizeof(strs[0]) && !done; k++) {
-            if (strcmp(f, strs[k].flag) != 0)
-                continue;
-            if (i + 1 >= argc || argv[i + 1][0] == '\0')
-                return usage_error(f, NULL, "a value");
-            *(const char **)((char *)a + strs[k].off) = argv[++i];
-            done = true;
-        }
-        for (size_t k = 0; k < sizeof(ints) / sizeof(ints[0]) && !done; k++) {
-            if (strcmp(f, ints[k].flag) != 0)
-                continue;
-            if (i + 1 >= argc)
-                return usage_error(f, NULL, "a value");
-            int64_t v;
-            char what[96];
-            snprintf(what, sizeof(what), "a whole number from %" PRId64 " to %" PRId64, ints[k].lo,
-                     ints[k].hi);
-            if (!parse_int(argv[++i], ints[k].lo, ints[k].hi, &v))
-                return usage_error(f, argv[i], what);
-            *(int64_t *)((char *)a + ints[k].off) = v * ints[k].scale;
-            done = true;
-        }
-        if (!done) {
-            fprintf(stderr, "gpuorch agent: unknown flag '%s' (see gpuorch agent --help)\n", f);
-            return 2;
-        }
-    }
+    int rc = read_flags(argc, argv, a);
+    if (rc)
+        return rc;
     if (a->probe)
         return 0;
     if (!a->server)
@@ -615,7 +616,7 @@ static int start_logs(struct agent *ag, const char *abs_state, char *err, size_t
     const char *colon = strrchr(listen, ':');
     int64_t lport = 0;
     if (!colon || (size_t)(colon - listen) >= sizeof(laddr) ||
-        !parse_int(colon + 1, 0, 65535, &lport))
+        opts_parse_int(colon + 1, 0, 65535, &lport) != 0)
         return errbuf_set(err, errlen, GPO_EUSAGE, "--log-listen %s: expected ADDR:PORT", listen);
     memcpy(laddr, listen, (size_t)(colon - listen));
     struct logsrv_config lc = {

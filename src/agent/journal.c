@@ -26,6 +26,7 @@
 
 #include "agent/journal.h"
 #include "util/errbuf.h"
+#include "util/fsutil.h"
 #include "base/banned.h"
 
 /* A line holds at most a path and a few numbers; anything longer is not ours. */
@@ -52,11 +53,16 @@ struct journal {
     size_t n, cap;
 };
 
-static int fail_sys(char *err, size_t errlen, const char *call, const char *path)
+/* GPO_EIO (GPO_ENOMEM for ENOMEM) with "CALL PATH: reason" for errno e. */
+static int fail_errno(char *err, size_t errlen, const char *call, const char *path, int e)
 {
-    int e = errno;
     return errbuf_set(err, errlen, e == ENOMEM ? GPO_ENOMEM : GPO_EIO, "%s %s: %s", call, path,
                       strerror(e));
+}
+
+static int fail_sys(char *err, size_t errlen, const char *call, const char *path)
+{
+    return fail_errno(err, errlen, call, path, errno);
 }
 
 static char *path_join(const char *dir, const char *name)
@@ -66,19 +72,6 @@ static char *path_join(const char *dir, const char *name)
     if (p)
         snprintf(p, len, "%s/%s", dir, name);
     return p;
-}
-
-/* 0 or -errno (errno set too). */
-static int fsync_dir(const char *dir)
-{
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0)
-        return -errno;
-    int rc = fsync(fd);
-    int e = errno;
-    close(fd);
-    errno = e;
-    return rc < 0 ? -e : 0;
 }
 
 static struct entry *find(struct journal *j, uint64_t job, uint32_t attempt)
@@ -225,9 +218,8 @@ static int open_files(struct journal *j, char *err, size_t errlen)
     if (j->fd < 0)
         return fail_sys(err, errlen, "open", j->path);
     /* The file may be new: make its name durable before anything relies on it. */
-    if (fsync_dir(j->dir) < 0)
-        return fail_sys(err, errlen, "fsync", j->dir);
-    return 0;
+    int e = fsutil_fsync_dir(j->path);
+    return e ? fail_errno(err, errlen, "fsync", j->dir, -e) : 0;
 }
 
 int journal_open(const char *dir, struct journal **ret, char *err, size_t errlen)
@@ -283,20 +275,6 @@ void journal_close(struct journal *j)
 
 /* ---- appending ---- */
 
-static int write_all(int fd, const char *buf, size_t len)
-{
-    while (len > 0) {
-        ssize_t w = write(fd, buf, len);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w < 0)
-            return -errno;
-        buf += w;
-        len -= (size_t)w;
-    }
-    return 0;
-}
-
 /* Serializes `o` as one line (taken: freed here). */
 static char *to_line(json_t *o, size_t *ret_len)
 {
@@ -326,9 +304,9 @@ static int append(struct journal *j, json_t *o, char *err, size_t errlen)
     char *line = to_line(o, &len);
     if (!line)
         return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
-    int rc = 0;
-    if (write_all(j->fd, line, len) < 0)
-        rc = fail_sys(err, errlen, "write", j->path);
+    int rc = fsutil_write_all(j->fd, line, len);
+    if (rc)
+        rc = fail_errno(err, errlen, "write", j->path, -rc);
     else if (fdatasync(j->fd) < 0)
         rc = fail_sys(err, errlen, "fdatasync", j->path);
     free(line);
@@ -488,7 +466,7 @@ static int write_compacted(struct journal *j, int fd)
             /* Two lines, so that compacted output reads back like the original. */
             size_t len;
             char *line = to_line(o, &len);
-            int rc = line ? write_all(fd, line, len) : GPO_ENOMEM;
+            int rc = line ? fsutil_write_all(fd, line, len) : GPO_ENOMEM;
             free(line);
             if (rc < 0)
                 return rc;
@@ -498,7 +476,7 @@ static int write_compacted(struct journal *j, int fd)
         }
         size_t len;
         char *line = to_line(o, &len);
-        int rc = line ? write_all(fd, line, len) : GPO_ENOMEM;
+        int rc = line ? fsutil_write_all(fd, line, len) : GPO_ENOMEM;
         free(line);
         if (rc < 0)
             return rc;
@@ -506,42 +484,46 @@ static int write_compacted(struct journal *j, int fd)
     return 0;
 }
 
+/* Whether fd is the file that path names now. */
+static bool names_fd(const char *path, int fd)
+{
+    struct stat held, named;
+    return fstat(fd, &held) == 0 && stat(path, &named) == 0 && held.st_dev == named.st_dev &&
+           held.st_ino == named.st_ino;
+}
+
 static int compact_locked(struct journal *j, char *err, size_t errlen)
 {
-    char *tmp = path_join(j->dir, "journal.tmp");
-    if (!tmp)
-        return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
-    int rc = 0;
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd < 0) {
-        rc = fail_sys(err, errlen, "open", tmp);
-    } else if ((rc = write_compacted(j, fd)) < 0 || fsync(fd) < 0) {
-        rc = rc == GPO_ENOMEM ? errbuf_set(err, errlen, GPO_ENOMEM, "out of memory")
-                              : fail_sys(err, errlen, "write", tmp);
-    } else if (rename(tmp, j->path) < 0) {
-        rc = fail_sys(err, errlen, "rename", tmp);
+    struct fsutil_atomic a;
+    int rc = fsutil_atomic_begin(&a, j->path, 0600, 0, err, errlen);
+    if (rc == 0 && (rc = write_compacted(j, a.fd)) < 0) {
+        if (rc == GPO_ENOMEM)
+            errbuf_set(err, errlen, rc, "out of memory");
+        else
+            fail_errno(err, errlen, "write", a.tmp, -rc);
+        fsutil_atomic_abort(&a);
     }
-    if (rc) {
-        if (fd >= 0)
-            close(fd);
-        unlink(tmp);
-        free(tmp);
-        return rc;
+    int fd = -1;
+    if (rc == 0 && (rc = fsutil_atomic_commit_keep(&a, &fd, err, errlen)) != 0) {
+        /* When only the directory's fsync failed, the name holds the new
+         * file already, and appends to the old one would be lost. */
+        if (!names_fd(j->path, j->fd))
+            j->broken = true;
     }
-    free(tmp);
-    /* The rename is done: from now on appends must go to the new file. */
-    struct stat st;
-    if (fsync_dir(j->dir) < 0 || fstat(fd, &st) < 0 ||
-        fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_APPEND) < 0) {
-        rc = fail_sys(err, errlen, "fsync", j->dir);
-        j->broken = true;
-    } else {
-        j->size = st.st_size;
-        j->broken = false;
-    }
+    if (rc)
+        return rc == GPO_ENOMEM ? rc : GPO_EIO;
+    /* The new file has the name: from now on appends go to it. */
     close(j->fd);
     j->fd = fd;
-    return rc;
+    struct stat st;
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_APPEND) < 0 || fstat(fd, &st) < 0) {
+        j->broken = true;
+        return fail_sys(err, errlen, "fcntl", j->path);
+    }
+    j->size = st.st_size;
+    j->broken = false;
+    return 0;
 }
 
 int journal_compact(struct journal *j, char *err, size_t errlen)

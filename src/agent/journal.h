@@ -111,8 +111,10 @@ int journal_list(struct journal *j, struct journal_attempt **ret_list, size_t *r
  * Rewrites the journal as one line per attempt: begun ones with their
  * details, ended ones as a bare key (so that journal_begin still refuses
  * them). Written to a temp file, fsync'd, renamed over the journal and the
- * directory fsync'd, so a crash leaves the old file or the new one. Returns
- * 0, GPO_EIO (the old file is kept) or GPO_ENOMEM.
+ * directory fsync'd (fsutil_atomic_commit_keep), so a crash leaves the old
+ * file or the new one. Returns 0, GPO_EIO (the old file is kept; or, when
+ * only the directory's fsync failed, the new one has the name and appends
+ * are refused until a compaction succeeds) or GPO_ENOMEM.
  */
 int journal_compact(struct journal *j, char *err, size_t errlen);
 

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "util/errbuf.h"
+#include "util/fsutil.h"
 #include "base/banned.h"
 
 /* Appends one formatted string: 0 or GPO_ENOMEM (the list unchanged). */
@@ -196,19 +197,6 @@ static const char *expand_path(const struct launch_config *cfg, const struct pro
     return buf;
 }
 
-static int write_all(int fd, const char *text, size_t len)
-{
-    for (size_t off = 0; off < len;) {
-        ssize_t w = write(fd, text + off, len - off);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return w < 0 ? -errno : GPO_EIO;
-        off += (size_t)w;
-    }
-    return 0;
-}
-
 /* A script job's file (launch.h), into path (pathlen bytes). */
 static int write_script(const struct launch_config *cfg, const struct proto_attempt *a,
                         const char *unix_user, char *path, size_t pathlen, char *err, size_t errlen)
@@ -223,7 +211,7 @@ static int write_script(const struct launch_config *cfg, const struct proto_atte
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0700);
     if (fd < 0)
         return errbuf_set(err, errlen, -errno, "%s: %s", path, strerror(errno));
-    int rc = write_all(fd, a->spec.script, strlen(a->spec.script));
+    int rc = fsutil_write_all(fd, a->spec.script, strlen(a->spec.script));
     if (rc)
         errbuf_set(err, errlen, rc, "writing %s: %s", path, gpo_strerror(rc));
     struct passwd *pw = !rc && unix_user && cfg->as_root ? getpwnam(unix_user) : NULL;

@@ -33,6 +33,7 @@
 #include "agent/privsrv.h"
 #include "agent/privsrv_check.h"
 #include "util/errbuf.h"
+#include "util/fsutil.h"
 #include "base/banned.h"
 
 /* How long a launch waits for the shim to write its pid file. Only a hung
@@ -84,50 +85,13 @@ static int check_user(const struct privsrv *s, const struct priv_req_launch *q, 
 
 /* ==== the privileged side: files ==== */
 
-/* 0 or -errno. */
-static int write_all(int fd, const char *buf, size_t len)
-{
-    while (len > 0) {
-        ssize_t w = write(fd, buf, len);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w < 0)
-            return -errno;
-        buf += w;
-        len -= (size_t)w;
-    }
-    return 0;
-}
-
-/* DIR/NAME written whole or not at all (temp file, fsync, rename, fsync of
- * the directory), mode 0640. */
+/* DIR/NAME written whole or not at all (fsutil_write_atomic), mode 0640:
+ * the agent reads it through the attempt directory's group. */
 static int write_atomic(const char *dir, const char *name, const char *data, char *msg, size_t len)
 {
-    char path[PRIV_PATH_MAX + 64], tmp[PRIV_PATH_MAX + 68];
+    char path[PRIV_PATH_MAX + 64];
     snprintf(path, sizeof(path), "%s/%s", dir, name);
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0640);
-    if (fd < 0)
-        return errbuf_set(msg, len, GPO_EIO, "open %s: %s", tmp, strerror(errno));
-    const char *call = write_all(fd, data, strlen(data)) < 0 ? "write"
-                       : fsync(fd) < 0                       ? "fsync"
-                                                             : NULL;
-    int e = errno;
-    close(fd);
-    if (!call && rename(tmp, path) < 0) {
-        call = "rename";
-        e = errno;
-    }
-    if (call) {
-        unlink(tmp);
-        return errbuf_set(msg, len, GPO_EIO, "%s %s: %s", call, tmp, strerror(e));
-    }
-    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-        fsync(dfd);
-        close(dfd);
-    }
-    return 0;
+    return fsutil_write_atomic(path, data, strlen(data), 0640, 0, msg, len);
 }
 
 static bool exists_in(const char *dir, const char *name)
@@ -374,7 +338,7 @@ static int spawn(const struct privsrv *s, const struct priv_req_launch *q, const
     /* A shim that died meanwhile (EPIPE) shows in the ready pipe below. */
     for (uint32_t i = 0; pid > 0 && i < q->nenv; i++) {
         const char *kv = cmd[q->argc + 1 + i];
-        if (write_all(env[1], kv, strlen(kv) + 1) < 0)
+        if (fsutil_write_all(env[1], kv, strlen(kv) + 1) < 0)
             break;
     }
     close(env[1]);
@@ -602,7 +566,7 @@ static int check_config(const struct priv_config *cfg, struct privsrv *s, char *
         return errbuf_set(err, errlen, GPO_EINVAL, "state_dir: not an absolute path");
     if (!cfg->self_exe || cfg->self_exe[0] != '/')
         return errbuf_set(err, errlen, GPO_EINVAL, "self_exe: not an absolute path");
-    /* Room for "/J.A/attempt.json.tmp" in the privileged side's buffers. */
+    /* Room for "/J.A/attempt.json" in the privileged side's buffers. */
     if ((size_t)snprintf(s->attempts, sizeof(s->attempts), "%s/attempts", cfg->state_dir) >=
         sizeof(s->attempts) - 64)
         return errbuf_set(err, errlen, GPO_EINVAL, "state_dir: longer than %d bytes",

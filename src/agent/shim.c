@@ -30,7 +30,9 @@
 
 #include "agent/cgroup.h"
 #include "agent/shim.h"
+#include "util/fsutil.h"
 #include "util/jsonv.h"
+#include "util/opts.h"
 #include "util/errbuf.h"
 #include "base/banned.h"
 
@@ -63,61 +65,16 @@ static int64_t now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static int write_all(int fd, const char *buf, size_t len)
-{
-    while (len > 0) {
-        ssize_t w = write(fd, buf, len);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w < 0)
-            return -errno;
-        buf += w;
-        len -= (size_t)w;
-    }
-    return 0;
-}
-
-/* Writes DIR/NAME as a whole or not at all: NAME.tmp, fsync, rename, fsync of
- * the directory. On failure a message in err. */
+/* Writes DIR/NAME as a whole or not at all (fsutil_write_atomic), mode
+ * 0640: the agent reads it through the attempt directory's group. On
+ * failure a message in err. */
 static int write_atomic(const char *dir, const char *name, const char *data, char *err,
                         size_t errlen)
 {
-    char tmp[4096], path[4096];
-    if ((size_t)snprintf(path, sizeof(path), "%s/%s", dir, name) >= sizeof(path) ||
-        (size_t)snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= sizeof(tmp))
+    char path[4096];
+    if ((size_t)snprintf(path, sizeof(path), "%s/%s", dir, name) >= sizeof(path))
         return errbuf_set(err, errlen, GPO_EINVAL, "%s: path too long", dir);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
-    if (fd < 0)
-        return errbuf_set(err, errlen, GPO_EIO, "open %s: %s", tmp, strerror(errno));
-    const char *call = NULL;
-    if (write_all(fd, data, strlen(data)) < 0)
-        call = "write";
-    else if (fsync(fd) < 0)
-        call = "fsync";
-    int e = errno;
-    /* Closed before the rename: nothing touches the file once it has its name. */
-    if (close(fd) < 0 && !call) {
-        call = "close";
-        e = errno;
-    }
-    if (!call && rename(tmp, path) < 0) {
-        call = "rename";
-        e = errno;
-    }
-    if (call) {
-        unlink(tmp);
-        return errbuf_set(err, errlen, GPO_EIO, "%s %s: %s", call, tmp, strerror(e));
-    }
-    /* The rename is durable only once the directory is. */
-    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd < 0 || fsync(dfd) < 0) {
-        e = errno;
-        if (dfd >= 0)
-            close(dfd);
-        return errbuf_set(err, errlen, GPO_EIO, "fsync %s: %s", dir, strerror(e));
-    }
-    close(dfd);
-    return 0;
+    return fsutil_write_atomic(path, data, strlen(data), 0640, 0, err, errlen);
 }
 
 /* ---- options ---- */
@@ -125,13 +82,14 @@ static int write_atomic(const char *dir, const char *name, const char *data, cha
 /* The command's environment from --env-fd; more is not a job's. */
 #define ENV_MAX_BYTES (1 << 20)
 
-struct opts {
+struct shim_args {
     const char *dir, *out, *errpath; /* attempt directory; custom output files */
     const char *user, *cgroup, *workdir;
-    bool allow_root;
-    int ready_fd, env_fd; /* -1: none */
-    char *envbuf;         /* --env-fd's strings, NUL-separated */
-    char **envv;          /* pointers into envbuf; NULL: the shim's own environment */
+    bool allow_root, help;
+    int64_t ready_arg, env_arg; /* --ready-fd, --env-fd as given; 0: not given */
+    int ready_fd, env_fd;       /* -1: none */
+    char *envbuf;               /* --env-fd's strings, NUL-separated */
+    char **envv;                /* pointers into envbuf; NULL: the shim's own environment */
     char **cmd;
 };
 
@@ -175,7 +133,7 @@ static void cloexec_above_stdio(void)
 /* Opens ATTEMPT_DIR/NAME for appending, as root where the shim is root: the
  * file then belongs to the job's user and the attempt directory's group
  * (which the agent reads through), mode 0640. */
-static int open_default_log(const struct opts *o, const struct account *a, const char *name,
+static int open_default_log(const struct shim_args *o, const struct account *a, const char *name,
                             char *msg, size_t len)
 {
     char path[4096];
@@ -219,7 +177,7 @@ static int switch_user(const struct account *a, char *msg, size_t len)
 
 /* HOME, USER, LOGNAME, SHELL from passwd, where the environment lacks them;
  * then the working directory, entered with the user's permissions. */
-static int enter_session(const struct opts *o, const struct account *a, char *msg, size_t len)
+static int enter_session(const struct shim_args *o, const struct account *a, char *msg, size_t len)
 {
     if (a->set) {
         const char *vars[][2] = {{"HOME", a->pw.pw_dir},
@@ -245,7 +203,7 @@ static int enter_session(const struct opts *o, const struct account *a, char *ms
  * root's powers away from the user's choices: into the cgroup, the default
  * log files, drop privileges, then the user's own output files and working
  * directory. Fills fds (stdin, stdout, stderr). */
-static int prepare_child(const struct opts *o, const struct account *a, int fds[3], char *msg,
+static int prepare_child(const struct shim_args *o, const struct account *a, int fds[3], char *msg,
                          size_t len)
 {
     char why[SHIM_ERROR_MAX];
@@ -281,7 +239,7 @@ static int prepare_child(const struct opts *o, const struct account *a, int fds[
 /* In the forked child: never returns. Reports why the command did not start
  * on `report` (close-on-exec, so a successful exec closes it with nothing
  * sent). */
-static void run_child(const struct opts *o, const struct account *a, int report)
+static void run_child(const struct shim_args *o, const struct account *a, int report)
 {
     if (o->ready_fd >= 0)
         close(o->ready_fd);
@@ -397,7 +355,7 @@ static void write_pid(const char *dir, pid_t pid)
 }
 
 /* Forks and execs the command, then waits for it; fills r. */
-static void run_command(struct run *r, const struct opts *o, const struct account *a,
+static void run_command(struct run *r, const struct shim_args *o, const struct account *a,
                         const sigset_t *wait_mask)
 {
     int report[2];
@@ -438,7 +396,7 @@ static void run_command(struct run *r, const struct opts *o, const struct accoun
 
 /* Looks up --user before anything forks; refuses uid 0 without
  * --allow-root. A message in r->error if not. */
-static int resolve_user(const struct opts *o, struct account *a, struct run *r)
+static int resolve_user(const struct shim_args *o, struct account *a, struct run *r)
 {
     if (!o->user)
         return 0;
@@ -490,20 +448,18 @@ static void help(void)
            "when the status cannot be written.\n");
 }
 
-/* A descriptor option's value: an open descriptor above 2, made
- * close-on-exec so the command never inherits it. */
-static int parse_fd(const char *text, int *ret)
+/* A descriptor option's value: an open descriptor (above 2, as the table
+ * says), made close-on-exec so the command never inherits it. */
+static int take_fd(int64_t fd, int *ret)
 {
-    char *end;
-    long fd = strtol(text, &end, 10);
-    if (*end || fd < 3 || fd > INT32_MAX || fcntl((int)fd, F_SETFD, FD_CLOEXEC) < 0)
+    if (fcntl((int)fd, F_SETFD, FD_CLOEXEC) < 0)
         return GPO_EINVAL;
     *ret = (int)fd;
     return 0;
 }
 
 /* Reads --env-fd to its end: NUL-terminated NAME=VALUE strings. */
-static int read_env(struct opts *o)
+static int read_env(struct shim_args *o)
 {
     size_t len = 0, cap = 4096, n = 0;
     char *buf = malloc(cap);
@@ -537,52 +493,88 @@ static int read_env(struct opts *o)
     return 0;
 }
 
-/* Fills o from argv; returns 0, 1 after --help, or SHIM_EXIT_FAILURE. */
-static int parse_args(int argc, char **argv, struct opts *o)
+#define ARG(member) offsetof(struct shim_args, member)
+#define STRING(name_, member)                                                                      \
+    {                                                                                              \
+        .name = name_, .type = OPTS_STRING, .flags = OPTS_NONEMPTY, .offset = ARG(member)          \
+    }
+#define DESCRIPTOR(name_, member)                                                                  \
+    {                                                                                              \
+        .name = name_, .type = OPTS_INT, .min = 3, .max = INT32_MAX, .offset = ARG(member)         \
+    }
+
+static const struct opts_opt shim_opts[] = {
+    STRING("dir", dir),
+    STRING("stdout", out),
+    STRING("stderr", errpath),
+    STRING("user", user),
+    STRING("cgroup", cgroup),
+    STRING("workdir", workdir),
+    DESCRIPTOR("ready-fd", ready_arg),
+    DESCRIPTOR("env-fd", env_arg),
+    {.name = "allow-root", .type = OPTS_FLAG, .offset = ARG(allow_root)},
+    {.name = "help", .short_name = 'h', .type = OPTS_HELP, .offset = ARG(help)},
+};
+
+/* The options before "--", in order (the first mistake is the one told);
+ * *ret_cmd: the index in argv of the word after "--", or 0 when there is
+ * no "--". 0, 1 after --help, or SHIM_EXIT_FAILURE. */
+static int read_flags(int argc, char **argv, struct shim_args *o, int *ret_cmd)
 {
-    const char *ready = NULL, *env = NULL;
-    struct {
-        const char *name;
-        const char **slot;
-    } valued[] = {
-        {"--dir", &o->dir},     {"--stdout", &o->out},    {"--stderr", &o->errpath},
-        {"--user", &o->user},   {"--cgroup", &o->cgroup}, {"--workdir", &o->workdir},
-        {"--ready-fd", &ready}, {"--env-fd", &env},
-    };
-    *o = (struct opts){.ready_fd = -1, .env_fd = -1};
-    int i = 1;
-    for (; i < argc && strcmp(argv[i], "--") != 0; i++) {
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+    struct opts p;
+    opts_init(&p, argc - 1, argv + 1, OPTS_TABLE(shim_opts), 0);
+    *ret_cmd = 0;
+    for (;;) {
+        const struct opts_opt *opt = NULL;
+        const char *v = NULL;
+        char err[256];
+        int k = opts_next(&p, &opt, &v, err, sizeof(err));
+        if (k == OPTS_END)
+            return 0;
+        if (k == OPTS_DASHDASH) {
+            *ret_cmd = p.i + 1;
+            return 0;
+        }
+        if (k == OPTS_ARG || p.fault == OPTS_FAULT_UNKNOWN || p.fault == OPTS_FAULT_EXTRA_VALUE)
+            return usage("unknown option");
+        if (k < 0 || (v && !*v))
+            return usage("an option lacks its value");
+        if (opt->type == OPTS_HELP) {
             help();
             return 1;
         }
-        if (strcmp(argv[i], "--allow-root") == 0) {
-            o->allow_root = true;
-            continue;
+        if (opts_store(opt, v, o, err, sizeof(err)) != 0) {
+            char name[32], msg[64];
+            snprintf(msg, sizeof(msg), "%s: not an open descriptor above 2",
+                     opts_name(opt, name, sizeof(name)));
+            return usage(msg);
         }
-        const char **slot = NULL;
-        for (size_t k = 0; k < sizeof(valued) / sizeof(valued[0]) && !slot; k++)
-            if (strcmp(argv[i], valued[k].name) == 0)
-                slot = valued[k].slot;
-        if (!slot || i + 1 >= argc || !*argv[i + 1])
-            return usage(slot ? "an option lacks its value" : "unknown option");
-        *slot = argv[++i];
     }
+}
+
+/* Fills o from argv; returns 0, 1 after --help, or SHIM_EXIT_FAILURE. */
+static int parse_args(int argc, char **argv, struct shim_args *o)
+{
+    *o = (struct shim_args){.ready_fd = -1, .env_fd = -1};
+    int cmd = 0;
+    int rc = read_flags(argc, argv, o, &cmd);
+    if (rc)
+        return rc;
     if (!o->dir)
         return usage("--dir is required");
-    if (i + 1 >= argc)
+    if (!cmd || cmd >= argc)
         return usage("no command after --");
-    if (ready && parse_fd(ready, &o->ready_fd) < 0)
+    if (o->ready_arg && take_fd(o->ready_arg, &o->ready_fd) < 0)
         return usage("--ready-fd: not an open descriptor above 2");
-    if (env && parse_fd(env, &o->env_fd) < 0)
+    if (o->env_arg && take_fd(o->env_arg, &o->env_fd) < 0)
         return usage("--env-fd: not an open descriptor above 2");
-    o->cmd = argv + i + 1;
+    o->cmd = argv + cmd;
     return o->env_fd >= 0 ? read_env(o) : 0;
 }
 
 int shim_main(int argc, char **argv)
 {
-    struct opts o;
+    struct shim_args o;
     int rc = parse_args(argc, argv, &o);
     if (rc) {
         free(o.envv);

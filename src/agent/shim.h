@@ -20,8 +20,9 @@
  * an output file could not be opened, privileges could not be dropped, the
  * working directory could not be entered, or exec failed; "pid" is then the
  * forked child's, or 0 when none was forked, as for an unknown user). Both
- * files are written to NAME.tmp, fsync'd, renamed, and the directory fsync'd:
- * a reader sees no file or a whole one.
+ * files are written as fsutil_write_atomic does (NAME.tmp.XXXXXX, fsync,
+ * rename, fsync of the directory), mode 0640: a reader sees no file or a
+ * whole one.
  *
  * The command runs with the shim's environment (or --env-fd's), stdin from
  * /dev/null, stdout and stderr appended to ATTEMPT_DIR/stdout and

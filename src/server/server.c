@@ -4,6 +4,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <stddef.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +18,7 @@
 #include "server/server.h"
 #include "server/srv.h"
 #include "util/errbuf.h"
+#include "util/opts.h"
 #include "util/token.h"
 #include "base/banned.h"
 
@@ -80,10 +82,8 @@ static bool parse_listen(const char *v, struct server_config *cfg)
         a = v + 1;
         alen -= 2;
     }
-    char *end;
-    errno = 0;
-    long port = strtol(colon + 1, &end, 10);
-    if (errno || *end || colon[1] == '\0' || port < 0 || port > 65535)
+    int64_t port;
+    if (opts_parse_int(colon + 1, 0, 65535, &port) != 0)
         return false;
     free(cfg->bind);
     cfg->bind = strndup(a, alen);
@@ -91,111 +91,139 @@ static bool parse_listen(const char *v, struct server_config *cfg)
     return cfg->bind != NULL;
 }
 
+/* The flags as the table reads them; parse_args copies them into the
+ * configuration. The strings point into argv. */
+struct server_args {
+    const char *data, *listen, *tls_cert, *tls_key, *cost_tz, *port_file;
+    int64_t body_limit, pass_interval_ms, node_timeout_ms, retention_days, minute_ms;
+    bool access_log, metrics_public, help;
+};
+
+#define ARG(member) offsetof(struct server_args, member)
+#define SECONDS_1_TO_86400(name_, member)                                                          \
+    {                                                                                              \
+        .name = name_, .type = OPTS_SECONDS, .min = 1, .max = 86400, .scale = 1000,                \
+        .offset = ARG(member)                                                                      \
+    }
+
+static const struct opts_opt server_opts[] = {
+    {.name = "data",
+     .type = OPTS_STRING,
+     .flags = OPTS_NONEMPTY,
+     .expect = "a directory",
+     .offset = ARG(data)},
+    {.name = "listen", .type = OPTS_STRING, .offset = ARG(listen)},
+    {.name = "tls-cert", .type = OPTS_STRING, .offset = ARG(tls_cert)},
+    {.name = "tls-key", .type = OPTS_STRING, .offset = ARG(tls_key)},
+    {.name = "cost-timezone", .type = OPTS_STRING, .offset = ARG(cost_tz)},
+    {.name = "port-file", .type = OPTS_STRING, .offset = ARG(port_file)},
+    /* Plain bytes: a suffix (64M) is refused, as the help says BYTES. */
+    {.name = "body-limit",
+     .type = OPTS_INT,
+     .min = 1024,
+     .max = 64 << 20,
+     .expect = "a size in bytes from 1024 to 67108864",
+     .offset = ARG(body_limit)},
+    SECONDS_1_TO_86400("pass-interval", pass_interval_ms),
+    SECONDS_1_TO_86400("node-timeout", node_timeout_ms),
+    {.name = "metrics-retention-days",
+     .type = OPTS_INT,
+     .min = 1,
+     .max = 3650,
+     .expect = "whole days from 1 to 3650",
+     .offset = ARG(retention_days)},
+    /* Not in --help, for tests: the length of a metrics "minute". */
+    {.name = "metrics-minute-ms",
+     .type = OPTS_INT,
+     .min = 100,
+     .max = 3600000,
+     .expect = "milliseconds from 100 to 3600000",
+     .offset = ARG(minute_ms)},
+    {.name = "access-log", .type = OPTS_FLAG, .offset = ARG(access_log)},
+    {.name = "metrics-public", .type = OPTS_FLAG, .offset = ARG(metrics_public)},
+    {.name = "help", .short_name = 'h', .type = OPTS_HELP, .offset = ARG(help)},
+};
+
 #define HELP_SHOWN 3 /* parse_args: --help printed */
+
+/* The words of argv by the table: 0, HELP_SHOWN, 1 (out of memory) or 2,
+ * with the message printed. */
+static int read_flags(int argc, char **argv, struct server_args *a)
+{
+    const char **pos = calloc(argc > 0 ? (size_t)argc : 1, sizeof(*pos));
+    if (!pos) {
+        fprintf(stderr, "gpuorch server: out of memory\n");
+        return 1;
+    }
+    struct opts p;
+    char err[512];
+    size_t npos = 0;
+    opts_init(&p, argc - 1, argv + 1, OPTS_TABLE(server_opts), 0);
+    int rc = opts_parse(&p, a, pos, &npos, err, sizeof(err));
+    const char *stray = rc >= 0 && npos ? pos[0] : NULL;
+    free(pos);
+    if (rc == OPTS_HELP_GIVEN) {
+        usage(stdout);
+        return HELP_SHOWN;
+    }
+    if (rc < 0 && p.fault == OPTS_FAULT_MISSING_VALUE)
+        return usage_error(p.word, NULL, "a value");
+    if (rc < 0 && p.fault == OPTS_FAULT_BAD_VALUE) {
+        fprintf(stderr, "gpuorch server: %s\n", err);
+        return 2;
+    }
+    /* Unknown, a value given to a flag, or a word that is no option. */
+    if (rc < 0 || stray) {
+        fprintf(stderr, "gpuorch server: unknown flag '%s' (see gpuorch server --help)\n",
+                rc < 0 ? p.word : stray);
+        return 2;
+    }
+    return 0;
+}
+
+/* *dst = a copy of src (NULL stays NULL); false when out of memory. */
+static bool copy_string(char **dst, const char *src)
+{
+    *dst = src ? strdup(src) : NULL;
+    return !src || *dst;
+}
 
 static int parse_args(int argc, char **argv, struct server_config *cfg)
 {
-    *cfg = (struct server_config){
-        .body_limit = HTTP_DEFAULT_BODY_LIMIT, .pass_interval_ms = 5000, .node_timeout_ms = 60000};
-    const char *data = DEFAULT_DATA, *listen = DEFAULT_LISTEN;
-    for (int i = 1; i < argc; i++) {
-        const char *f = argv[i];
-        if (strcmp(f, "--help") == 0 || strcmp(f, "-h") == 0) {
-            usage(stdout);
-            return HELP_SHOWN;
-        }
-        if (strcmp(f, "--access-log") == 0) {
-            cfg->access_log = true;
-            continue;
-        }
-        if (strcmp(f, "--metrics-public") == 0) {
-            cfg->metrics_public = true;
-            continue;
-        }
-        static const char *const with_value[] = {"--data",
-                                                 "--listen",
-                                                 "--tls-cert",
-                                                 "--tls-key",
-                                                 "--body-limit",
-                                                 "--port-file",
-                                                 "--pass-interval",
-                                                 "--node-timeout",
-                                                 "--cost-timezone",
-                                                 "--metrics-retention-days",
-                                                 "--metrics-minute-ms"};
-        bool known = false;
-        for (size_t k = 0; k < sizeof(with_value) / sizeof(with_value[0]); k++)
-            known |= strcmp(f, with_value[k]) == 0;
-        if (!known) {
-            fprintf(stderr, "gpuorch server: unknown flag '%s' (see gpuorch server --help)\n", f);
-            return 2;
-        }
-        if (i + 1 >= argc)
-            return usage_error(f, NULL, "a value");
-        const char *v = argv[++i];
-        if (strcmp(f, "--data") == 0) {
-            data = v;
-        } else if (strcmp(f, "--listen") == 0) {
-            listen = v;
-        } else if (strcmp(f, "--metrics-retention-days") == 0) {
-            char *end;
-            errno = 0;
-            long long n = strtoll(v, &end, 10);
-            if (errno || *end || n < 1 || n > 3650)
-                return usage_error(f, v, "whole days from 1 to 3650");
-            cfg->metrics_retention_days = n;
-        } else if (strcmp(f, "--metrics-minute-ms") == 0) {
-            /* Hidden, for tests: the length of a metrics "minute". */
-            char *end;
-            errno = 0;
-            long long n = strtoll(v, &end, 10);
-            if (errno || *end || n < 100 || n > 3600000)
-                return usage_error(f, v, "milliseconds from 100 to 3600000");
-            cfg->metrics_minute_ms = n;
-        } else if (strcmp(f, "--cost-timezone") == 0) {
-            free(cfg->cost_tz);
-            cfg->cost_tz = strdup(v);
-        } else if (strcmp(f, "--tls-cert") == 0) {
-            free(cfg->tls_cert);
-            cfg->tls_cert = strdup(v);
-        } else if (strcmp(f, "--tls-key") == 0) {
-            free(cfg->tls_key);
-            cfg->tls_key = strdup(v);
-        } else if (strcmp(f, "--body-limit") == 0) {
-            char *end;
-            errno = 0;
-            long long n = strtoll(v, &end, 10);
-            if (errno || *end || n < 1024 || n > (64LL << 20))
-                return usage_error(f, v, "a size in bytes from 1024 to 67108864");
-            cfg->body_limit = (size_t)n;
-        } else if (strcmp(f, "--pass-interval") == 0 || strcmp(f, "--node-timeout") == 0) {
-            char *end;
-            errno = 0;
-            long long n = strtoll(v, &end, 10);
-            if (errno || *end || n < 1 || n > 86400)
-                return usage_error(f, v, "whole seconds from 1 to 86400");
-            *(strcmp(f, "--pass-interval") == 0 ? &cfg->pass_interval_ms : &cfg->node_timeout_ms) =
-                n * 1000;
-        } else {
-            free(cfg->port_file);
-            cfg->port_file = strdup(v);
-        }
-    }
-    if (!*data)
-        return usage_error("--data", data, "a directory");
-    if (!parse_listen(listen, cfg))
-        return usage_error("--listen", listen, "ADDR:PORT, e.g. 127.0.0.1:8080 or [::1]:8080");
-    if (!cfg->tls_cert != !cfg->tls_key)
-        return usage_error(cfg->tls_cert ? "--tls-key" : "--tls-cert", NULL,
+    struct server_args a = {.data = DEFAULT_DATA,
+                            .listen = DEFAULT_LISTEN,
+                            .body_limit = HTTP_DEFAULT_BODY_LIMIT,
+                            .pass_interval_ms = 5000,
+                            .node_timeout_ms = 60000};
+    *cfg = (struct server_config){0};
+    int rc = read_flags(argc, argv, &a);
+    if (rc)
+        return rc;
+    if (!parse_listen(a.listen, cfg))
+        return usage_error("--listen", a.listen, "ADDR:PORT, e.g. 127.0.0.1:8080 or [::1]:8080");
+    if (!a.tls_cert != !a.tls_key)
+        return usage_error(a.tls_cert ? "--tls-key" : "--tls-cert", NULL,
                            "both --tls-cert and --tls-key, or neither");
     char tzerr[256];
     /* Here, before any thread: it sets the process's TZ. */
-    if (cost_tz_set(cfg->cost_tz, tzerr, sizeof(tzerr)) != 0) {
+    if (cost_tz_set(a.cost_tz, tzerr, sizeof(tzerr)) != 0) {
         fprintf(stderr, "gpuorch server: %s\n", tzerr);
         return 2;
     }
-    cfg->data_dir = strdup(data);
-    return cfg->data_dir ? 0 : 1;
+    cfg->body_limit = (size_t)a.body_limit;
+    cfg->pass_interval_ms = a.pass_interval_ms;
+    cfg->node_timeout_ms = a.node_timeout_ms;
+    cfg->metrics_retention_days = a.retention_days;
+    cfg->metrics_minute_ms = a.minute_ms;
+    cfg->access_log = a.access_log;
+    cfg->metrics_public = a.metrics_public;
+    if (!copy_string(&cfg->data_dir, a.data) || !copy_string(&cfg->tls_cert, a.tls_cert) ||
+        !copy_string(&cfg->tls_key, a.tls_key) || !copy_string(&cfg->cost_tz, a.cost_tz) ||
+        !copy_string(&cfg->port_file, a.port_file)) {
+        fprintf(stderr, "gpuorch server: out of memory\n");
+        return 1;
+    }
+    return 0;
 }
 
 static void config_release(struct server_config *cfg)

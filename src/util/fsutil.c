@@ -1,6 +1,9 @@
 /*
  * fsutil.c - write_all and the atomic write (fsutil.h).
  */
+/* mkostemp: the temporary file close-on-exec from the start, so that no
+ * fork in another thread inherits it (a kept one lives on). */
+#define _GNU_SOURCE
 #include "util/fsutil.h"
 
 #include <errno.h>
@@ -81,13 +84,12 @@ int fsutil_atomic_begin(struct fsutil_atomic *a, const char *path, mode_t mode, 
         return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
     }
     snprintf(a->tmp, n, "%s" TMP_SUFFIX, path);
-    int fd = mkstemp(a->tmp);
+    int fd = mkostemp(a->tmp, O_CLOEXEC);
     if (fd < 0) {
         int rc = sys_fail(err, errlen, "create", a->tmp, errno);
         release(a);
         return rc;
     }
-    (void)fcntl(fd, F_SETFD, FD_CLOEXEC); /* best effort: the fd lives for a moment */
     a->fd = fd;
     if (fchmod(fd, mode) < 0) {
         int rc = sys_fail(err, errlen, "chmod", a->tmp, errno);
@@ -104,28 +106,42 @@ FILE *fsutil_atomic_stream(struct fsutil_atomic *a)
     return a->stream;
 }
 
-/* Everything written is on disk, and the file closed. */
-static int flush_close(struct fsutil_atomic *a, char *err, size_t errlen)
+/* Everything written is on disk, and the file closed; with ret_keep, a
+ * descriptor of it stays open in *ret_keep (on success only). */
+static int flush_close(struct fsutil_atomic *a, int *ret_keep, char *err, size_t errlen)
 {
-    int rc = 0;
+    int rc = 0, keep = -1;
     errno = 0;
     if (a->stream && (fflush(a->stream) != 0 || ferror(a->stream)))
         rc = sys_fail(err, errlen, "write", a->tmp, errno);
     if (rc == 0 && fsync(a->fd) < 0)
         rc = sys_fail(err, errlen, "fsync", a->tmp, errno);
-    int closed = a->stream ? fclose(a->stream) : close(a->fd);
+    /* A stream's descriptor goes with it: a duplicate stays. */
+    if (rc == 0 && ret_keep && (keep = a->stream ? fcntl(a->fd, F_DUPFD_CLOEXEC, 0) : a->fd) < 0)
+        rc = sys_fail(err, errlen, "dup", a->tmp, errno);
+    int closed = 0;
+    if (a->stream)
+        closed = fclose(a->stream);
+    else if (keep != a->fd)
+        closed = close(a->fd);
     if (closed != 0 && rc == 0)
         rc = sys_fail(err, errlen, "close", a->tmp, errno);
+    if (rc != 0 && keep >= 0)
+        close(keep);
     a->stream = NULL;
     a->fd = -1;
+    if (rc == 0 && ret_keep)
+        *ret_keep = keep;
     return rc;
 }
 
-int fsutil_atomic_commit(struct fsutil_atomic *a, char *err, size_t errlen)
+/* fsutil_atomic_commit, and with ret_fd fsutil_atomic_commit_keep. */
+static int commit(struct fsutil_atomic *a, int *ret_fd, char *err, size_t errlen)
 {
     if (!a->tmp)
         return errbuf_set(err, errlen, GPO_EINVAL, "no file being written");
-    int rc = flush_close(a, err, errlen);
+    int keep = -1;
+    int rc = flush_close(a, ret_fd ? &keep : NULL, err, errlen);
     bool excl = (a->flags & FSUTIL_EXCL) != 0;
     if (rc == 0 && (excl ? link(a->tmp, a->path) : rename(a->tmp, a->path)) < 0)
         rc = sys_fail(err, errlen, excl ? "link" : "rename", a->path, errno);
@@ -136,8 +152,22 @@ int fsutil_atomic_commit(struct fsutil_atomic *a, char *err, size_t errlen)
         if (excl)
             unlink(a->path); /* we made it, and cannot promise it */
     }
+    if (rc == 0 && ret_fd)
+        *ret_fd = keep;
+    else if (keep >= 0)
+        close(keep);
     release(a);
     return rc;
+}
+
+int fsutil_atomic_commit(struct fsutil_atomic *a, char *err, size_t errlen)
+{
+    return commit(a, NULL, err, errlen);
+}
+
+int fsutil_atomic_commit_keep(struct fsutil_atomic *a, int *ret_fd, char *err, size_t errlen)
+{
+    return commit(a, ret_fd, err, errlen);
 }
 
 void fsutil_atomic_abort(struct fsutil_atomic *a)

@@ -71,6 +71,17 @@ FILE *fsutil_atomic_stream(struct fsutil_atomic *a);
  */
 int fsutil_atomic_commit(struct fsutil_atomic *a, char *err, size_t errlen);
 
+/*
+ * fsutil_atomic_commit for a file that is written on once it has its name
+ * (the agent's journal after compaction): the same steps, but the file
+ * stays open. 0 and *ret_fd, a close-on-exec descriptor of the file now
+ * under the name, its offset at the end of what was written (the caller
+ * closes it; O_APPEND is the caller's to set). Else commit's error, and
+ * nothing stays open: the name holds the old file, or (when only the
+ * directory's fsync failed) the new one. Releases *a either way.
+ */
+int fsutil_atomic_commit_keep(struct fsutil_atomic *a, int *ret_fd, char *err, size_t errlen);
+
 /* Closes and removes the temporary file and releases *a; a zeroed or
  * already released *a, and NULL, are fine. */
 void fsutil_atomic_abort(struct fsutil_atomic *a);

@@ -1,7 +1,8 @@
 /* test_agent_journal.c - the attempt journal: an attempt is begun at most
- * once, across close/reopen and compaction; started and ended are recorded
- * and read back; a torn last line (a crash mid-append) is dropped and cut off,
- * any other malformed line names the file and line; a second opener is
+ * once, across close/reopen and compaction (which leaves only the journal,
+ * mode 0600, behind); started and ended are recorded and read back; a torn
+ * last line (a crash mid-append) is dropped and cut off, any other
+ * malformed line names the file and line; a second opener is
  * refused; process liveness by pid and start time, with pid reuse, zombies
  * and a comm holding parentheses. Journals live in a mkdtemp directory
  * removed at the end. */
@@ -205,6 +206,36 @@ static void journal_compaction_keeps_live_details_and_refuses_ended(void **state
     journal_close(j);
 }
 
+static void journal_compaction_leaves_only_the_private_journal(void **state)
+{
+    struct env *e = *state;
+    struct journal *j = open_ok(e);
+    char err[256];
+    begin_ok(j, 8, 1);
+    assert_int_equal(journal_ended(j, 8, 1, err, sizeof(err)), 0);
+    mode_t old = umask(0);
+    assert_int_equal(journal_compact(j, err, sizeof(err)), 0);
+    umask(old);
+    char path[256];
+    journal_path(e, path, sizeof(path));
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(st.st_mode & 07777, 0600);
+    /* No temporary file stays: the journal and its lock only. */
+    DIR *d = opendir(e->dir);
+    assert_non_null(d);
+    size_t n = 0;
+    for (struct dirent *de; (de = readdir(d));) {
+        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+            continue;
+        assert_true(strcmp(de->d_name, "journal") == 0 || strcmp(de->d_name, "journal.lock") == 0);
+        n++;
+    }
+    closedir(d);
+    assert_int_equal(n, 2);
+    journal_close(j);
+}
+
 static void journal_list_after_crash_ignores_torn_last_line(void **state)
 {
     struct env *e = *state;
@@ -376,6 +407,7 @@ int main(void)
         cmocka_unit_test_setup(journal_begin_refuses_empty_and_overlong_dirs, test_setup),
         cmocka_unit_test_setup(journal_started_and_ended_are_listed_after_reopen, test_setup),
         cmocka_unit_test_setup(journal_compaction_keeps_live_details_and_refuses_ended, test_setup),
+        cmocka_unit_test_setup(journal_compaction_leaves_only_the_private_journal, test_setup),
         cmocka_unit_test_setup(journal_list_after_crash_ignores_torn_last_line, test_setup),
         cmocka_unit_test_setup(journal_malformed_line_names_file_and_line, test_setup),
         cmocka_unit_test_setup(journal_second_open_is_refused_while_held, test_setup),

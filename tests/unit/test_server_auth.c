@@ -1,7 +1,8 @@
 /* test_server_auth.c - who may do what, without a daemon: the first start
- * makes the admin and its token file (0600), a restart reuses the secrets,
- * every kind of token against every kind of route, teams' visibility, and
- * nodes' log tokens. A store in a directory of its own under /tmp. */
+ * makes the admin and its token file (0600) and the logs key (0600, 32
+ * bytes), a restart reuses the secrets, every kind of token against every
+ * kind of route, teams' visibility, and nodes' log tokens. A store in a
+ * directory of its own under /tmp. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -98,6 +99,11 @@ static void first_start_makes_the_admin_and_a_private_token_file(void **state)
     assert_string_equal(e->auth.admin_token_path, path);
     assert_int_equal(stat(path, &st), 0);
     assert_int_equal(st.st_mode & 0777, 0600);
+    /* The logs key: its 32 bytes, as private as the tokens. */
+    snprintf(path, sizeof(path), "%s/logs.key", e->dir);
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(st.st_mode & 0777, 0600);
+    assert_int_equal(st.st_size, 32);
     struct auth_user u;
     assert_int_equal(auth_check(&e->auth, e->admin, AUTH_NEED_ADMIN, &u), AUTH_OK);
     assert_string_equal(u.name, "admin");

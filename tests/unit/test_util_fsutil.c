@@ -1,6 +1,7 @@
 /* test_util_fsutil.c - writing files whole: write_all through short writes
  * and signals, and the atomic write (mode, content, no temporary file left,
- * replace or refuse an existing name, failures named). */
+ * replace or refuse an existing name, failures named), also the one whose
+ * file stays open. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -234,6 +235,73 @@ static void a_stream_is_committed_or_aborted_whole(void **state)
     fsutil_atomic_abort(NULL);
 }
 
+static size_t open_fds(void)
+{
+    return count_entries("/proc/self/fd");
+}
+
+static void commit_keep_leaves_the_named_file_open_at_its_end(void **state)
+{
+    struct env *e = *state;
+    char path[128], buf[64], err[256];
+    snprintf(path, sizeof(path), "%s/journal", e->dir);
+    struct fsutil_atomic a;
+    assert_int_equal(fsutil_atomic_begin(&a, path, 0600, 0, err, sizeof(err)), 0);
+    assert_int_equal(fsutil_write_all(a.fd, "one\n", 4), 0);
+    int fd = -2;
+    assert_int_equal(fsutil_atomic_commit_keep(&a, &fd, err, sizeof(err)), 0);
+    assert_true(fd >= 0);
+    assert_null(a.tmp);
+    read_back(path, buf, sizeof(buf));
+    assert_string_equal(buf, "one\n");
+    /* The descriptor is the file under the name, close-on-exec, at its end. */
+    struct stat named, held;
+    assert_int_equal(stat(path, &named), 0);
+    assert_int_equal(fstat(fd, &held), 0);
+    assert_true(named.st_ino == held.st_ino && named.st_dev == held.st_dev);
+    assert_int_equal(named.st_mode & 07777, 0600);
+    assert_true(fcntl(fd, F_GETFD) & FD_CLOEXEC);
+    assert_int_equal(fsutil_write_all(fd, "two\n", 4), 0);
+    close(fd);
+    read_back(path, buf, sizeof(buf));
+    assert_string_equal(buf, "one\ntwo\n");
+    assert_int_equal(count_entries(e->dir), 1);
+
+    /* Through a stream: what it buffered is in, and the descriptor outlives it. */
+    assert_int_equal(fsutil_atomic_begin(&a, path, 0600, 0, err, sizeof(err)), 0);
+    fputs("three\n", fsutil_atomic_stream(&a));
+    assert_int_equal(fsutil_atomic_commit_keep(&a, &fd, err, sizeof(err)), 0);
+    assert_int_equal(fsutil_write_all(fd, "four\n", 5), 0);
+    close(fd);
+    read_back(path, buf, sizeof(buf));
+    assert_string_equal(buf, "three\nfour\n");
+    assert_int_equal(count_entries(e->dir), 1);
+}
+
+static void commit_keep_that_fails_keeps_nothing_open(void **state)
+{
+    struct env *e = *state;
+    char path[128], inside[160], err[256] = "";
+    snprintf(path, sizeof(path), "%s/taken", e->dir);
+    assert_int_equal(mkdir(path, 0700), 0);
+    snprintf(inside, sizeof(inside), "%s/taken/x", e->dir);
+    FILE *f = fopen(inside, "w");
+    assert_non_null(f);
+    fclose(f);
+    size_t before = open_fds();
+    struct fsutil_atomic a;
+    assert_int_equal(fsutil_atomic_begin(&a, path, 0600, 0, err, sizeof(err)), 0);
+    assert_int_equal(fsutil_write_all(a.fd, "x", 1), 0);
+    int fd = -2;
+    assert_true(fsutil_atomic_commit_keep(&a, &fd, err, sizeof(err)) < 0);
+    assert_non_null(strstr(err, "rename "));
+    assert_int_equal(fd, -2); /* untouched */
+    assert_int_equal(open_fds(), before);
+    assert_int_equal(count_entries(e->dir), 1);
+    assert_int_equal(fsutil_atomic_commit_keep(&a, &fd, err, sizeof(err)), GPO_EINVAL);
+    assert_int_equal(fd, -2);
+}
+
 static void fsync_dir_finds_the_directory_of_a_path(void **state)
 {
     struct env *e = *state;
@@ -258,6 +326,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(write_atomic_failures_name_the_path_and_leave_nothing,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(a_stream_is_committed_or_aborted_whole, setup, teardown),
+        cmocka_unit_test_setup_teardown(commit_keep_leaves_the_named_file_open_at_its_end, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(commit_keep_that_fails_keeps_nothing_open, setup, teardown),
         cmocka_unit_test_setup_teardown(fsync_dir_finds_the_directory_of_a_path, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

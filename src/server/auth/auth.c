@@ -16,6 +16,7 @@
 #include "base/err.h"
 #include "server/auth/auth.h"
 #include "util/errbuf.h"
+#include "util/fsutil.h"
 #include "util/token.h"
 #include "base/banned.h"
 
@@ -89,20 +90,9 @@ static int logs_key(struct auth *a, char *err, size_t errlen)
     snprintf(path, sizeof(path), "%s/logs.key", a->data_dir);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0 && errno == ENOENT) {
-        char tmp[4300];
-        snprintf(tmp, sizeof(tmp), "%s.tmp", path);
         randombytes_buf(a->logs_key, sizeof(a->logs_key));
-        int w = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-        bool ok = w >= 0 &&
-                  write(w, a->logs_key, sizeof(a->logs_key)) == (ssize_t)sizeof(a->logs_key) &&
-                  fsync(w) == 0;
-        if (w >= 0)
-            close(w);
-        if (!ok || rename(tmp, path) != 0) {
-            snprintf(err, errlen, "%.4000s: %s", tmp, strerror(errno));
-            return GPO_EIO;
-        }
-        return 0;
+        int rc = fsutil_write_atomic(path, a->logs_key, sizeof(a->logs_key), 0600, 0, err, errlen);
+        return rc ? GPO_EIO : 0;
     }
     ssize_t n = fd < 0 ? -1 : read(fd, a->logs_key, sizeof(a->logs_key));
     int e = errno;
