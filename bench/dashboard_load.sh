@@ -10,7 +10,7 @@
 # fresh browser context (no cache; the token preset in sessionStorage, as after
 # a sign-in), and prints each time from navigation start to the page's
 # "loaded" mark (DOMContentLoaded, every API answer in, the first data
-# painted) and their median. Goal: under 1 s on loopback (issue 7, section 6).
+# painted) and their median. Goal: under 1 s on loopback.
 # Stops the server by PID. Usage: bench/dashboard_load.sh build-bench
 set -euo pipefail
 build=${1:?usage: bench/dashboard_load.sh BUILD_DIR}

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# ingest.sh BUILD_DIR - controller ingest of GPU samples (docs/monitoring.md,
-# issue 7 §6): a release-build controller on loopback, NODES simulated nodes
+# ingest.sh BUILD_DIR - controller ingest of GPU samples (docs/monitoring.md):
+# a release-build controller on loopback, NODES simulated nodes
 # (default 1000) x 8 GPUs registered with the join token, each sending a
 # heartbeat with its 8 samples (and sampled_at_ms) at 1 Hz for SECONDS
 # (default 60; DURATION=S) over one keep-alive connection per node, from a Python asyncio

@@ -42,7 +42,7 @@ PACKAGES=(
   prometheus         # metrics test: a real Prometheus scrapes GET /metrics; promtool checks it
 )
 
-# Accounts that tests run jobs as (later issues); created idempotently.
+# Accounts that tests run jobs as; created idempotently.
 TEST_USERS=(gpuorch-test1 gpuorch-test2)
 
 check_only=0

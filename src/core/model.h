@@ -43,7 +43,7 @@ enum sched_node_state {
  * One physical GPU. MIG: `mig_slices` is the number of compute slices the GPU
  * can be cut into (7 on A100/H100/H200, 0 where MIG is not supported) and
  * `mig_enabled` says MIG mode is on. MIG instances are profiles at fixed slice
- * positions; their placement is a later issue. Until then a GPU in MIG mode is
+ * positions, not placed by the core yet: a GPU in MIG mode is
  * not offered to whole-GPU or fractional requests (its capacity belongs to its
  * instances), which is the behaviour that placement will refine, not replace.
  */

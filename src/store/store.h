@@ -64,7 +64,7 @@ enum store_config_kind {
     STORE_CONFIG_TEAMS,
     STORE_CONFIG_POOLS,
     STORE_CONFIG_PRIORITY_CLASSES,
-    STORE_CONFIG_PRICES, /* per GPU type (cost, issue 7) */
+    STORE_CONFIG_PRICES, /* per GPU type (cost) */
     STORE_CONFIG_COUNT
 };
 
@@ -405,7 +405,7 @@ int store_batch_ledger_add(struct store_batch *b, const struct store_ledger_row 
 int store_ledger_range(struct store *s, int64_t since_ms, int64_t until_ms,
                        struct store_ledger_row **ret_rows, size_t *ret_n);
 
-/* ---- metric minutes (issue 7: one-minute aggregates of GPU samples) ---- */
+/* ---- metric minutes (one-minute aggregates of GPU samples) ---- */
 
 enum store_minute_kind {
     STORE_MINUTE_GPU, /* key: the GPU's UUID, label: its node */

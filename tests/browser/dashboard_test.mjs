@@ -251,7 +251,7 @@ async function main() {
   });
   if (!ok(up, 'two agents on the fake NVML register (4 GPUs each) and send samples',
     logTail('server') + logTail('gpu-a'))) throw new Error('no agents');
-  // A price, where this controller has them (issue 7's cost API), so the cost panel has rows.
+  // A price, where this controller has them, so the cost panel has rows.
   const gpuType = up[0].gpus[0].gpu_type;
   const price = await call('PUT', '/v1/prices/' + encodeURIComponent(gpuType), {per_gpu_hour: 2.49});
   diag(`PUT /v1/prices/${gpuType}: ${price.status}`);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# make_run_test.sh [SRC_ROOT] - `make run` as a new user meets it (issue 6): on
+# make_run_test.sh [SRC_ROOT] - `make run` as a new user meets it: on
 # a machine as root, scripts/setup.sh twice (the second run must change
 # nothing and print nothing), then `make run` from a clean build directory in
 # the background with its own run directory and any free port; once it says it

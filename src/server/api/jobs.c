@@ -232,8 +232,7 @@ static struct job *job_of_request(struct server *s, struct http_request *req)
     return j;
 }
 
-/* Every attempt of a job, from the store (the cost ledger of a later issue
- * reads the same rows). */
+/* Every attempt of a job, from the store's attempt rows. */
 static json_t *attempts_json(struct server *s, int64_t id)
 {
     struct store_job row = {0};
