@@ -9,7 +9,10 @@
  * the request suspended, and applied and answered in the store's completion
  * (srv.h: write-through).
  *
- * Owns nothing but the log proxy's workers (struct server's logs_*).
+ * Owns nothing but the log proxy's workers (struct server's logs_*,
+ * atomics; each proxy's buffer has its own mutex). Lock: a handler takes
+ * the state lock for what it reads or plans and releases it before it
+ * answers or commits; handlers run on the HTTP polling thread.
  */
 #ifndef GPUORCH_SERVER_API_API_H
 #define GPUORCH_SERVER_API_API_H
