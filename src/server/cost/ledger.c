@@ -307,20 +307,6 @@ void cost_price_apply(struct cost *c, struct cost_pending *p, bool committed)
     free(p);
 }
 
-/* ---- totals ---- */
-
-int64_t cost_team_total(const struct cost *c, const char *team)
-{
-    struct cost_team *t = cost_team_get((struct cost *)c, team, false);
-    return t ? t->total_micro : 0;
-}
-
-int64_t cost_team_month(const struct cost *c, const char *team)
-{
-    struct cost_team *t = cost_team_get((struct cost *)c, team, false);
-    return t ? t->month_micro : 0;
-}
-
 void cost_init(struct cost *c, pthread_mutex_t *lock, struct jobs *jobs,
                const struct cluster *cluster, struct store *store)
 {
@@ -380,73 +366,4 @@ void cost_end_charged(struct cost *c, const struct job *j, const struct attempt 
         start = a->seg.start_ms; /* the price change was applied: its end is our start */
     }
     cost_charged(c, j->id, j->team, start, end_ms, cost_micro);
-}
-
-/* ---- metrics ---- */
-
-void cost_metrics(struct cost *c, struct prom *p, int64_t now_ms)
-{
-    cost_roll(c, now_ms);
-    /* Teams that exist or have cost something. */
-    size_t nt = c->cluster->nteams + c->nteams;
-    const char **names = calloc(nt ? nt : 1, sizeof(*names));
-    size_t n = 0;
-    for (size_t k = 0; names && k < c->cluster->nteams; k++)
-        names[n++] = c->cluster->teams[k].name;
-    for (size_t k = 0; names && k < c->nteams; k++) {
-        if (!cluster_team_get(c->cluster, c->teams[k].name))
-            names[n++] = c->teams[k].name;
-    }
-    if (!names)
-        return;
-    int64_t *accr = calloc(n ? n : 1, sizeof(*accr)), *rate = calloc(n ? n : 1, sizeof(*rate));
-    for (size_t k = 0; accr && rate && k < c->jobs->n; k++) {
-        const struct job *j = c->jobs->v[k];
-        if (!j->att.n)
-            continue;
-        for (size_t t = 0; t < n; t++) {
-            if (strcmp(names[t], j->team) == 0) {
-                accr[t] += cost_accrued(j, INT64_MIN, now_ms);
-                rate[t] += j->att.seg.rate_micro;
-                break;
-            }
-        }
-    }
-    if (accr && rate) {
-        prom_family(p, "gpuorch_cost", PROM_COUNTER,
-                    "Cost of GPU time charged to the team, all time (ledger and accrual)");
-        for (size_t t = 0; t < n; t++) {
-            const char *lab[] = {"team", names[t], NULL};
-            prom_sample(p, "gpuorch_cost_total", lab,
-                        (double)(cost_team_total(c, names[t]) + accr[t]) / 1e6);
-        }
-        prom_family(p, "gpuorch_cost_rate_per_hour", PROM_GAUGE,
-                    "Cost per hour of what the team runs now");
-        for (size_t t = 0; t < n; t++) {
-            const char *lab[] = {"team", names[t], NULL};
-            prom_sample(p, "gpuorch_cost_rate_per_hour", lab, (double)rate[t] / 1e6);
-        }
-        static const char *const fam[][2] = {
-            {"gpuorch_budget_spent", "What the team spent this month (cost time zone)"},
-            {"gpuorch_budget_monthly", "The team's monthly budget"},
-            {"gpuorch_budget_over", "1 when the team spent its monthly budget"},
-        };
-        for (size_t f = 0; f < 3; f++) {
-            prom_family(p, fam[f][0], PROM_GAUGE, fam[f][1]);
-            for (size_t t = 0; t < c->cluster->nteams; t++) {
-                const struct cluster_team *mt = &c->cluster->teams[t];
-                if (!mt->budget.set)
-                    continue;
-                int64_t spent = cost_spent(c, mt->name, now_ms);
-                double v = f == 0   ? (double)spent / 1e6
-                           : f == 1 ? (double)mt->budget.monthly_micro / 1e6
-                                    : (spent >= mt->budget.monthly_micro ? 1.0 : 0.0);
-                const char *lab[] = {"team", mt->name, NULL};
-                prom_sample(p, fam[f][0], lab, v);
-            }
-        }
-    }
-    free(accr);
-    free(rate);
-    free(names);
 }
