@@ -22,6 +22,10 @@
 #include "util/timefmt.h"
 #include "base/banned.h"
 
+/* The analyzer's stand-ins (cli.h): here are the functions. */
+#undef cli_fail
+#undef cli_usage_error
+
 #define TOKEN_FILE_MAX 4096 /* bytes of a token file */
 #define PATH_LEN       4096
 

@@ -167,6 +167,15 @@ __attribute__((format(printf, 3, 4))) static int fail(struct loader *L, int code
             *p = '?';
     return code;
 }
+#ifdef __clang_analyzer__
+/* clang's static analyzer (make lint) does not follow calls into variadic
+ * functions: for the analysis only, fail says that it returns its code. */
+#define fail(L, code, ...)                                                                         \
+    __extension__({                                                                                \
+        int fail_code_ = (code);                                                                   \
+        (void)fail(L, fail_code_, __VA_ARGS__), fail_code_;                                        \
+    })
+#endif
 
 /* s[0, n) for a message: at most QUOTE_MAX bytes, not cutting a UTF-8
  * sequence in two, control bytes shown as '?', "..." when cut. */

@@ -104,6 +104,15 @@ static int conv_fail(struct conv *c, int rc, long line, const char *fmt, ...)
     c->e->path = c->path;
     return rc;
 }
+#ifdef __clang_analyzer__
+/* clang's static analyzer (make lint) does not follow calls into variadic
+ * functions: for the analysis only, conv_fail says that it returns rc. */
+#define conv_fail(c, rc, ...)                                                                      \
+    __extension__({                                                                                \
+        int conv_rc_ = (rc);                                                                       \
+        (void)conv_fail(c, conv_rc_, __VA_ARGS__), conv_rc_;                                       \
+    })
+#endif
 
 static int next_event(struct conv *c, yaml_event_t *ev)
 {
