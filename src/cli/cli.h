@@ -49,8 +49,8 @@ enum cli_exit {
 };
 
 #define CLI_DEFAULT_SERVER "http://127.0.0.1:8080"
-#define CLI_ERR_MAX        CLIENT_ERR_MAX /* a buffer that holds any one-line message here */
-#define CLI_CONFIG_MAX     (64 * 1024)    /* bytes of a configuration file */
+#define CLI_ERR_MAX        CLIENT_ERR_MAX      /* a buffer that holds any one-line message here */
+#define CLI_CONFIG_MAX     ((size_t)64 * 1024) /* bytes of a configuration file */
 
 /* ---- flags ----------------------------------------------------------- */
 
