@@ -71,17 +71,19 @@ start=$(date +%s)
 
 # clang-tidy, one process per source; each writes its findings and exit status.
 export clang_tidy build header_re tmp
+# shellcheck disable=SC2016 # the worker's variables expand in its own shell
 printf '%s\n' "${files[@]}" | xargs -P "$jobs" -I{} bash -c '
   f=$1
   out=$tmp/tidy.$(printf "%s" "$f" | tr / _)
   "$clang_tidy" -p "$build" --quiet --header-filter="$header_re" "$f" >"$out.txt" 2>"$out.err"
-  echo $? >"$out.rc"' _ {}
+  echo $? >"$out.rc"
+  printf "%s\n" "$f" >"$out.name"' _ {}
 
 # One block per finding: its line and the notes and source lines under it,
 # paths relative to the repository; a header's finding, seen from every source
 # that includes it, is printed once.
 cat "$tmp"/tidy.*.txt |
-  sed -E "s#^$root/$build/\.\./##; s#^\.\./##; s#^$root/##; s#,-warnings-as-errors\]#]#" |
+  sed -E "s#^([^ :]*/)?(\.\./)+src/#src/#; s#^$root/##; s#,-warnings-as-errors\]#]#" |
   awk -v out="$tmp/tidy.count" '
     /^[^ :]+:[0-9]+:[0-9]+: (warning|error): / {
       key = $0
@@ -99,7 +101,7 @@ for rc in "$tmp"/tidy.*.rc; do
   # clang-tidy that could not check the file.
   txt=${rc%.rc}.txt
   if ! grep -qE '^[^ :]+:[0-9]+:[0-9]+: (warning|error): ' "$txt"; then
-    echo "lint: clang-tidy failed on $(basename "${rc%.rc}" | sed 's/^tidy\.//; s#_#/#g'):"
+    echo "lint: clang-tidy failed on $(cat "${rc%.rc}.name"):"
     sed 's/^/  /' "${rc%.rc}.err"
     tidy_failed=$((tidy_failed + 1))
   fi
