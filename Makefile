@@ -1,14 +1,16 @@
 # The README's two commands:
 #   make run    build and run gpuorch on this machine with the embedded defaults
 #   make test   build with sanitizers and run every test; ends with "N passed, N failed"
-# Both first run scripts/setup.sh, which installs the Debian packages as root
+# and the developers' third:
+#   make lint   clang-tidy and cppcheck over src/; any finding fails
+# All first run scripts/setup.sh, which installs the Debian packages as root
 # (or names what is missing otherwise).
 
 BUILD      ?= build
 TEST_BUILD ?= build-test
 BENCH_BUILD ?= build-bench
 
-.PHONY: all run test setup build bench format clean
+.PHONY: all run test setup build bench lint format clean
 
 all: build
 
@@ -44,6 +46,15 @@ $(BENCH_BUILD)/build.ninja:
 bench: setup $(BENCH_BUILD)/build.ninja
 	ninja -C $(BENCH_BUILD)
 	bench/run.sh $(BENCH_BUILD)
+
+# clang-tidy (.clang-tidy: which checks, and why some are off) and cppcheck
+# (tools/lint/) over the C sources of src/, clang-tidy with $(BUILD)'s
+# compile_commands.json; each finding is printed once and any fails the target.
+# LINT_DIRS narrows it to folders or files of src/:
+#   make lint LINT_DIRS="src/core src/util"
+LINT_DIRS ?= src
+lint: setup $(BUILD)/build.ninja
+	@BUILD=$(BUILD) scripts/lint.sh $(LINT_DIRS)
 
 format:
 	clang-format -i $$(git ls-files 'src/*.c' 'src/*.h' 'tests/*.c' 'tests/*.h' 'bench/*.c')

@@ -5,7 +5,7 @@
 #   scripts/setup.sh --check   only check; exit 1 and name what is missing
 #
 # Idempotent: a second run changes nothing. The Makefile runs it before
-# 'make run' and 'make test'.
+# 'make run', 'make test' and 'make lint'.
 #
 # It also installs the npm packages that package-lock.json pins (uPlot, which
 # the build inlines into the simulator's HTML report and the dashboard;
@@ -24,6 +24,8 @@ PACKAGES=(
   binutils           # nm: the core purity test
   patch              # bench/gittins_bound.sh (and a test that its patch applies)
   clang-format       # the formatting check
+  clang-tidy         # make lint: clang-tidy 14 and its static analyzer
+  cppcheck           # make lint
   clang              # tests/fuzz/run.sh: libFuzzer harnesses (a developer's check)
   libcmocka-dev      # unit tests
   valgrind           # bench: callgrind instruction counts

@@ -164,6 +164,7 @@ void apply_doc_release(struct apply_doc *d)
 /* ---- merge and compare -------------------------------------------------- */
 
 /* The file's value with the keys it sets to null left out, at any depth. */
+// NOLINTNEXTLINE(misc-no-recursion): as deep as the file, which yamljson caps at 16 levels
 static json_t *without_nulls(const json_t *v)
 {
     if (json_is_object(v))
@@ -181,6 +182,7 @@ static json_t *without_nulls(const json_t *v)
     return out;
 }
 
+// NOLINTNEXTLINE(misc-no-recursion): as deep as the file, which yamljson caps at 16 levels
 json_t *apply_merge(const json_t *current, const json_t *file)
 {
     json_t *out = json_is_object(current) ? json_deep_copy(current) : json_object();
@@ -216,6 +218,7 @@ static bool same_duration(const char *key, const json_t *file, const json_t *cur
            s == json_integer_value(current);
 }
 
+// NOLINTNEXTLINE(misc-no-recursion): as deep as the file, which yamljson caps at 16 levels
 bool apply_subset(const json_t *file, const json_t *current)
 {
     if (json_is_number(file) && json_is_number(current))

@@ -22,6 +22,10 @@
 #include "util/timefmt.h"
 #include "base/banned.h"
 
+/* The analyzer's stand-ins (cli.h): here are the functions. */
+#undef cli_fail
+#undef cli_usage_error
+
 #define TOKEN_FILE_MAX 4096 /* bytes of a token file */
 #define PATH_LEN       4096
 
@@ -317,25 +321,24 @@ static void config_relative(const char *cfg_path, const char *value, char *const
 {
     const char *home = env_get(envp, "HOME");
     const char *slash = strrchr(cfg_path, '/');
-    if (value[0] == '/')
-        snprintf(buf, len, "%s", value);
-    else if (value[0] == '~' && value[1] == '/' && home)
+    if (value[0] == '~' && value[1] == '/' && home)
         snprintf(buf, len, "%s/%s", home, value + 2);
-    else if (slash)
+    else if (value[0] != '/' && slash)
         snprintf(buf, len, "%.*s/%s", (int)(slash - cfg_path), cfg_path, value);
-    else
+    else /* absolute, or no directory to start from */
         snprintf(buf, len, "%s", value);
 }
 
 static int check_server(const char *url, const char *from, char *err, size_t errlen)
 {
-    char q[JSONV_QUOTE_MAX + 4];
     bool ok =
         (strncmp(url, "http://", 7) == 0 && url[7]) || (strncmp(url, "https://", 8) == 0 && url[8]);
-    if (!ok || strlen(url) >= HTTPC_URL_MAX || strpbrk(url, " \t\r\n"))
+    if (!ok || strlen(url) >= HTTPC_URL_MAX || strpbrk(url, " \t\r\n")) {
+        char q[JSONV_QUOTE_MAX + 4];
         return errbuf_set(err, errlen, GPO_EUSAGE,
                           "server '%s' (from %s): expected http://HOST:PORT or https://HOST:PORT",
                           jsonv_quote(url, strlen(url), q), from);
+    }
     return 0;
 }
 
@@ -346,7 +349,7 @@ static int resolve_token(const struct cli_common *flags, char *const *envp,
 {
     const char *env_token = env_get(envp, "GPUORCH_TOKEN");
     const char *env_file = env_get(envp, "GPUORCH_TOKEN_FILE");
-    char from[PATH_LEN + 32], file[PATH_LEN];
+    char from[PATH_LEN + 32];
     if (flags->token)
         return set_token(c, flags->token, strlen(flags->token), "--token", err, errlen);
     if (flags->token_file)
@@ -360,6 +363,7 @@ static int resolve_token(const struct cli_common *flags, char *const *envp,
         return set_token(c, cfg->token, strlen(cfg->token), from, err, errlen);
     }
     if (cfg->token_file) {
+        char file[PATH_LEN];
         snprintf(from, sizeof(from), "%s:%ld", path, cfg->token_file_line);
         config_relative(path, cfg->token_file, envp, file, sizeof(file));
         return token_from_file(c, file, from, err, errlen);
@@ -485,8 +489,8 @@ const char *cli_json_str(const json_t *obj, const char *key)
 
 const char *cli_size_text(int64_t mib, char *buf, size_t len)
 {
-    if (mib > 0 && mib % (1024 * 1024) == 0)
-        snprintf(buf, len, "%" PRId64 "T", mib / (1024 * 1024));
+    if (mib > 0 && mib % (INT64_C(1024) * 1024) == 0)
+        snprintf(buf, len, "%" PRId64 "T", mib / (INT64_C(1024) * 1024));
     else if (mib > 0 && mib % 1024 == 0)
         snprintf(buf, len, "%" PRId64 "G", mib / 1024);
     else

@@ -146,9 +146,9 @@ static int states_param(const char *given, unsigned *ret)
 static void span_text(int64_t ms, char *buf, size_t len)
 {
     int64_t s = ms > 0 ? ms / 1000 : 0;
-    if (s >= 2 * 86400)
+    if (s >= 2 * INT64_C(86400))
         snprintf(buf, len, "%" PRId64 "d", s / 86400);
-    else if (s >= 2 * 3600)
+    else if (s >= 2 * INT64_C(3600))
         snprintf(buf, len, "%" PRId64 "h", s / 3600);
     else if (s >= 120)
         snprintf(buf, len, "%" PRId64 "m", s / 60);
@@ -165,11 +165,12 @@ static const char *running_reason(const json_t *job, const char *nodes, int64_t 
     int64_t since, at;
     if (!json_is_object(idle) || timefmt_parse_rfc3339(cli_json_str(idle, "since"), &since))
         return nodes;
-    char span[32], left[32] = "", what[64] = "";
+    char span[32], what[64] = "";
     span_text(now - since, span, sizeof(span));
     const char *action = cli_json_str(idle, "action");
     if (action && strcmp(action, "report") != 0 &&
         timefmt_parse_rfc3339(cli_json_str(idle, "action_at"), &at) == 0) {
+        char left[32];
         span_text(at - now, left, sizeof(left));
         snprintf(what, sizeof(what), "; %s in %s", action, left);
     }
@@ -418,9 +419,10 @@ static void show_relations(const json_t *job, const json_t *spec)
 static void show_attempts(const json_t *job)
 {
     const json_t *cur = json_object_get(job, "current_attempt");
-    char buf[TEXT_LEN * 4], nodes[TEXT_LEN * 4];
+    char nodes[TEXT_LEN * 4];
     size_t nn;
     if (cur) {
+        char buf[TEXT_LEN * 4];
         snprintf(buf, sizeof(buf), "%" JSON_INTEGER_FORMAT " %s on %s (%zu GPU%s%s)",
                  json_integer_value(json_object_get(cur, "attempt")), cli_json_str(cur, "state"),
                  nodes_text(job, nodes, sizeof(nodes), &nn),
@@ -683,7 +685,7 @@ static int logs_stream(struct cli *c, int64_t id, const struct client_logs_query
     int rc = client_jobs_logs(&c->client, id, q, write_stdout, NULL, err, sizeof(err));
     if (rc == GPO_ECANCELED) /* stdout went away: nobody is left to tell */
         rc = 0;
-    fflush(stdout);
+    (void)fflush(stdout); /* write_stdout flushed each piece; nobody is left to tell either */
     return rc ? cli_fail_call("logs", rc, err) : 0;
 }
 

@@ -224,6 +224,7 @@ static int set_workdir(struct build *b, const struct submit_flag *f, const char 
     return put_text(b, "workdir", path, err, errlen);
 }
 
+// NOLINTNEXTLINE(readability-non-const-parameter): the signature of submit_flag's set
 static int set_ignore(struct build *b, const struct submit_flag *f, const char *v, char *err,
                       size_t errlen)
 {
@@ -231,6 +232,7 @@ static int set_ignore(struct build *b, const struct submit_flag *f, const char *
     return 0;
 }
 
+// NOLINTNEXTLINE(readability-non-const-parameter): the signature of submit_flag's set
 static int set_parsable(struct build *b, const struct submit_flag *f, const char *v, char *err,
                         size_t errlen)
 {
@@ -414,13 +416,15 @@ __attribute__((format(printf, 2, 3))) static int warn(struct submit_plan *p, con
 static int apply(struct build *b, const struct submit_flag *f, const char *v, const char *where,
                  char *err, size_t errlen)
 {
-    char msg[CLI_ERR_MAX], name[64];
+    char msg[CLI_ERR_MAX];
     int rc = f->set(b, f, v, msg, sizeof(msg));
     if (rc == GPO_ENOMEM)
         return errbuf_set(err, errlen, rc, "out of memory");
-    if (rc)
+    if (rc) {
+        char name[64];
         return errbuf_set(err, errlen, rc, "%s%s: %s", where,
                           opts_name(&f->opt, name, sizeof(name)), msg);
+    }
     return 0;
 }
 
@@ -488,31 +492,30 @@ static int apply_directive(struct build *b, const struct script_directive *d, co
 }
 
 /* The script's directives, then its warnings for directives out of place. */
-static int apply_script(struct build *b, const char *text, size_t len, const char *script,
-                        char *err, size_t errlen)
+static int apply_script(struct build *b, const char *text, size_t len, const char *name, char *err,
+                        size_t errlen)
 {
     struct script_header h;
     char msg[CLI_ERR_MAX];
     int rc = script_header_parse(text, len, &h, msg, sizeof(msg));
     if (rc)
         return rc == GPO_ENOMEM ? errbuf_set(err, errlen, rc, "out of memory")
-                                : errbuf_set(err, errlen, rc, "%s: %s", script, msg);
+                                : errbuf_set(err, errlen, rc, "%s: %s", name, msg);
     for (size_t k = 0; k < h.n && rc == 0; k++)
-        rc = apply_directive(b, &h.directives[k], script, err, errlen);
+        rc = apply_directive(b, &h.directives[k], name, err, errlen);
     for (size_t k = 0; k < h.nlate && rc == 0; k++)
         rc = warn(b->plan,
                   "%s:%ld: a directive after the first command (line %ld) is ignored, as sbatch "
                   "does",
-                  script, h.late[k], h.first_command);
+                  name, h.late[k], h.first_command);
     script_header_release(&h);
     return rc == GPO_ENOMEM ? errbuf_set(err, errlen, rc, "out of memory") : rc;
 }
 
 /* What runs: the script, the command after "--", or --wrap. */
 static int put_program(struct build *b, const struct submit_args *a, const char *text, size_t len,
-                       const char *script, char *err, size_t errlen)
+                       const char *name, char *err, size_t errlen)
 {
-    char q[JSONV_QUOTE_MAX + 4];
     int given = (a->script != NULL) + (a->command != NULL) + (b->wrap != NULL);
     if (given == 0)
         return errbuf_set(err, errlen, GPO_EUSAGE,
@@ -521,11 +524,13 @@ static int put_program(struct build *b, const struct submit_args *a, const char 
     if (given > 1)
         return errbuf_set(err, errlen, GPO_EUSAGE,
                           "give one of a batch script, --wrap COMMAND and -- COMMAND [ARGS...]");
-    if (a->nscript_args)
+    if (a->nscript_args) {
+        char q[JSONV_QUOTE_MAX + 4];
         return errbuf_set(err, errlen, GPO_EUSAGE,
                           "arguments after the script ('%s'...) are not supported: the job runs "
                           "its script without arguments (pass values with --export)",
                           jsonv_quote(a->script_args[0], strlen(a->script_args[0]), q));
+    }
     if (a->command) {
         if (a->ncommand == 0)
             return errbuf_set(err, errlen, GPO_EUSAGE, "no command after '--'");
@@ -546,16 +551,16 @@ static int put_program(struct build *b, const struct submit_args *a, const char 
             return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
         len = (size_t)snprintf(wrapped, n, "#!/bin/sh\n%s\n", b->wrap);
         text = wrapped;
-        script = "--wrap";
+        name = "--wrap";
     }
     int rc = 0;
     if (len == 0)
-        rc = errbuf_set(err, errlen, GPO_EUSAGE, "%s is empty", script);
+        rc = errbuf_set(err, errlen, GPO_EUSAGE, "%s is empty", name);
     else if (len > SUBMIT_SCRIPT_MAX)
-        rc = errbuf_set(err, errlen, GPO_EUSAGE, "%s is larger than %u bytes", script,
+        rc = errbuf_set(err, errlen, GPO_EUSAGE, "%s is larger than %u bytes", name,
                         SUBMIT_SCRIPT_MAX);
     else if (memchr(text, '\0', len) || jsonv_check_utf8(text, len) != 0)
-        rc = errbuf_set(err, errlen, GPO_EUSAGE, "%s is not UTF-8 text", script);
+        rc = errbuf_set(err, errlen, GPO_EUSAGE, "%s is not UTF-8 text", name);
     else
         rc = put(b, "script", json_stringn(text, len), err, errlen);
     free(wrapped);
@@ -563,7 +568,7 @@ static int put_program(struct build *b, const struct submit_args *a, const char 
 }
 
 static int finish(struct build *b, const struct submit_args *a, const char *text, size_t len,
-                  const char *script, char *err, size_t errlen)
+                  const char *name, char *err, size_t errlen)
 {
     int rc = 0;
     if (b->gpu_mem_mib >= 0) {
@@ -591,7 +596,7 @@ static int finish(struct build *b, const struct submit_args *a, const char *text
         else
             rc = put_text(b, key, path, err, errlen);
     }
-    return rc ? rc : put_program(b, a, text, len, script, err, errlen);
+    return rc ? rc : put_program(b, a, text, len, name, err, errlen);
 }
 
 int submit_plan_build(const struct submit_args *a, const char *script, size_t len,
@@ -747,8 +752,9 @@ int submit_command(int argc, char **argv)
         return rc;
     }
     struct submit_env env = {.cwd = getcwd(cwd, sizeof(cwd)), .envp = environ};
-    rc = submit_plan_build(&a, text, len, a.script && strcmp(a.script, "-") ? a.script : "stdin",
-                           &env, &plan, err, sizeof(err));
+    rc = submit_plan_build(&a, text, len,
+                           a.script && strcmp(a.script, "-") != 0 ? a.script : "stdin", &env, &plan,
+                           err, sizeof(err));
     free(text);
     if (rc) {
         submit_args_release(&a);

@@ -392,8 +392,8 @@ int top_command(int argc, char **argv)
     if (sig) {
         /* Ended by a signal: end the way it asks, now that the terminal is
          * back, so that a shell sees what ended us. */
-        signal(sig, SIG_DFL);
-        raise(sig);
+        (void)signal(sig, SIG_DFL); /* sig is one top caught: it can be reset */
+        (void)raise(sig);
     }
     return rc;
 }

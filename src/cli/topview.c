@@ -412,9 +412,9 @@ static const char *mib_text(int64_t mib, char *buf, size_t len)
 {
     if (mib < 1024)
         snprintf(buf, len, "%" PRId64 "M", mib);
-    else if (mib < 1024 * 1024 && mib % 1024 == 0)
+    else if (mib < INT64_C(1024) * 1024 && mib % 1024 == 0)
         snprintf(buf, len, "%" PRId64 "G", mib / 1024);
-    else if (mib < 1024 * 1024)
+    else if (mib < INT64_C(1024) * 1024)
         snprintf(buf, len, "%.1fG", (double)mib / 1024.0);
     else
         snprintf(buf, len, "%.1fT", (double)mib / (1024.0 * 1024.0));
@@ -554,20 +554,22 @@ static void add_gpus(struct lines *L, const json_t *view, const struct top_scree
             if (!gnode || strcmp(gnode, name) != 0)
                 continue;
             const json_t *t = json_object_get(gpu, "temperature_c");
-            char idx[24], bar[BAR_MAX + 8], temp[24] = "-", jobs[512];
+            char idx[24], temp[24] = "-";
             snprintf(idx, sizeof(idx), "%" JSON_INTEGER_FORMAT,
                      json_integer_value(json_object_get(gpu, "index")));
             if (json_is_integer(t))
                 snprintf(temp, sizeof(temp), "%" JSON_INTEGER_FORMAT "C", json_integer_value(t));
-            if (error)
+            if (error) {
                 lines_add(L, STYLE_NONE, "  %3s error: %s", idx, error);
-            else
-                lines_add(L, STYLE_NONE, "  %3s %s %4s  %-13s %6s %4s  %s", idx,
-                          bar_text(json_object_get(gpu, "utilization_pct"), w, bar, sizeof(bar)),
-                          pct_text(json_object_get(gpu, "utilization_pct"), util, sizeof(util)),
-                          mem_text(gpu, mem, sizeof(mem)),
-                          power_text(json_object_get(gpu, "power_w"), power, sizeof(power)), temp,
-                          jobs_text(json_object_get(gpu, "jobs"), jobs, sizeof(jobs)));
+                continue;
+            }
+            char bar[BAR_MAX + 8], jobs[512];
+            lines_add(L, STYLE_NONE, "  %3s %s %4s  %-13s %6s %4s  %s", idx,
+                      bar_text(json_object_get(gpu, "utilization_pct"), w, bar, sizeof(bar)),
+                      pct_text(json_object_get(gpu, "utilization_pct"), util, sizeof(util)),
+                      mem_text(gpu, mem, sizeof(mem)),
+                      power_text(json_object_get(gpu, "power_w"), power, sizeof(power)), temp,
+                      jobs_text(json_object_get(gpu, "jobs"), jobs, sizeof(jobs)));
         }
     }
 }
@@ -597,7 +599,7 @@ static int job_row(struct table *t, const json_t *j, int64_t now)
 {
     const json_t *idle = json_object_get(j, "idle"), *rs = json_object_get(j, "running_s");
     char id[24], gpus[24], util[16], mem[32] = "-", time[TIMEFMT_DURATION_LEN] = "-", cost[48],
-                                     idletext[64] = "-", age[32];
+                                     idletext[64] = "-";
     snprintf(id, sizeof(id), "%" JSON_INTEGER_FORMAT, json_integer_value(json_object_get(j, "id")));
     snprintf(gpus, sizeof(gpus), "%" JSON_INTEGER_FORMAT,
              json_integer_value(json_object_get(j, "gpus")));
@@ -608,13 +610,14 @@ static int job_row(struct table *t, const json_t *j, int64_t now)
     if (json_is_object(idle)) {
         /* How long it has been idle, and what will happen when not "report". */
         const char *action = cli_json_str(idle, "action");
+        char age[32];
         cli_age(cli_json_str(idle, "since"), now, age, sizeof(age));
         char *ago = strstr(age, " ago");
         if (ago)
             *ago = '\0';
-        snprintf(idletext, sizeof(idletext), "idle %s%s%s", strcmp(age, "-") ? age : "",
-                 action && strcmp(action, "report") ? " " : "",
-                 action && strcmp(action, "report") ? action : "");
+        snprintf(idletext, sizeof(idletext), "idle %s%s%s", strcmp(age, "-") != 0 ? age : "",
+                 action && strcmp(action, "report") != 0 ? " " : "",
+                 action && strcmp(action, "report") != 0 ? action : "");
     }
     const char *cells[] = {id,
                            cli_json_str(j, "user"),
@@ -639,6 +642,7 @@ static void add_jobs(struct lines *L, const json_t *view, const struct top_scree
     lines_add(L, STYLE_NONE, "jobs: %zu running, sorted by %s", n, top_sort_name(scr->sort));
     if (n == 0)
         return;
+    // NOLINTNEXTLINE(bugprone-sizeof-expression): *p is a pointer (an array of them)
     const json_t **order = calloc(n, sizeof(*order));
     struct table *t = table_new(ARRAY_LEN(head), head);
     char *text = NULL;
@@ -649,6 +653,7 @@ static void add_jobs(struct lines *L, const json_t *view, const struct top_scree
         order[k] = json_array_get(jobs, k);
     enum top_sort sort = scr->sort;
     if (order)
+        // NOLINTNEXTLINE(bugprone-sizeof-expression): *p is a pointer (an array of them)
         qsort_r(order, n, sizeof(*order), job_cmp, &sort);
     for (size_t k = 0; rc == 0 && k < n; k++)
         rc = job_row(t, order[k], now);

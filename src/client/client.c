@@ -40,7 +40,7 @@ static void one_line(const char *text, size_t len, char *out, size_t outlen)
     size_t n = len < outlen - 1 ? len : outlen - 1;
     n = jsonv_utf8_cut(text, n);
     for (size_t i = 0; i < n; i++)
-        out[i] = (unsigned char)text[i] < 0x20 || text[i] == 0x7f ? ' ' : text[i];
+        out[i] = (char)((unsigned char)text[i] < 0x20 || text[i] == 0x7f ? ' ' : text[i]);
     out[n] = '\0';
 }
 
@@ -54,7 +54,7 @@ int client_api_error(long status, const char *body, size_t len, char *err, size_
     if (code && msg) {
         one_line(msg, strlen(msg), line, sizeof(line));
         errbuf_set(err, errlen, GPO_EAPI, "%ld %s: %s", status, code, line);
-    } else if (len) {
+    } else if (body && len) {
         const char *nl = memchr(body, '\n', len);
         one_line(body, nl ? (size_t)(nl - body) : len, line, BODY_LINE_SHOWN + 1);
         errbuf_set(err, errlen, GPO_EAPI, "%ld: %s", status, line);

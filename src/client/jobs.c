@@ -121,7 +121,7 @@ int client_jobs_cancel(struct client *c, int64_t id, bool *ret_stopping, char *e
  * tells the status only then). */
 #define ERROR_PREFIX     "{\"error\":"
 #define ERROR_PREFIX_LEN (sizeof(ERROR_PREFIX) - 1)
-#define ERROR_BODY_MAX   (64u * 1024)
+#define ERROR_BODY_MAX   ((size_t)64 * 1024)
 
 struct sink {
     client_write_fn write;
@@ -181,7 +181,7 @@ int client_jobs_logs(struct client *c, int64_t id, const struct client_logs_quer
     c->status = 0;
     int rc = httpc_stream(c->http, path, 0, sink_data, &s, &c->status, err, errlen);
     if (s.stopped)
-        rc = GPO_ECANCELED;
+        rc = GPO_ECANCELED; // NOLINT(bugprone-branch-clone): two causes, one code, in this order
     else if (rc == 0 && c->status != 200)
         rc = client_api_error(c->status, s.kept, s.nkept, err, errlen);
     else if (rc == 0 && !sink_pass(&s, s.kept, s.nkept)) /* a short body: log text after all */

@@ -287,6 +287,7 @@ static size_t type_search(const struct cluster *m, const char *name, bool *found
 }
 
 /* Inserts (name, id) at `at` in the table, which has room; takes name. */
+// NOLINTNEXTLINE(readability-non-const-parameter): the table takes name and frees it
 static void type_insert(struct cluster *m, size_t at, char *name, uint32_t id)
 {
     memmove(&m->type_ids[at + 1], &m->type_ids[at], (m->ntype_ids - at) * sizeof(*m->type_ids));
@@ -359,6 +360,9 @@ static int type_entry_ok(const struct cluster *m, const char *pre, const char *n
         return errbuf_set(err, errlen, GPO_EEXIST, "%sGPU type '%s' has id %u, not %u", pre,
                           cluster_quote(name, q), e->id, id);
     for (size_t i = 0; i < m->ntype_ids; i++)
+        /* type_ids holds ntype_ids entries: the analyzer supposes that &type_ids[at],
+         * found above, may be NULL. */
+        // NOLINTNEXTLINE(clang-analyzer-core.NullDereference): type_ids is not NULL here
         if (m->type_ids[i].id == id)
             return errbuf_set(err, errlen, GPO_EEXIST, "%sGPU type id %u is '%s''s, not '%s''s",
                               pre, id, cluster_quote(m->type_ids[i].name, q),

@@ -110,7 +110,7 @@ enum cluster_idle_action {
 #define CLUSTER_IDLE_THRESHOLD_DEFAULT 5
 #define CLUSTER_IDLE_WINDOW_DEFAULT_S  1800
 #define CLUSTER_IDLE_WARNING_DEFAULT_S 600
-#define CLUSTER_IDLE_WINDOW_MAX_S      (30 * 86400)
+#define CLUSTER_IDLE_WINDOW_MAX_S      ((int64_t)30 * 86400)
 #define CLUSTER_IDLE_WARNING_MAX_S     86400
 struct cluster_idle {
     uint32_t threshold_pct; /* 0..100, default 5 */
@@ -251,9 +251,9 @@ void cluster_team_release(struct cluster_team *team);
 void cluster_idle_default(struct cluster_idle *ret);
 /* "report", "requeue", "cancel" (static), or NULL when out of range. */
 const char *cluster_idle_action_name(enum cluster_idle_action a);
-int cluster_idle_decode(const json_t *obj, struct cluster_idle *ret, char *err, size_t errlen);
-int cluster_idle_check(const struct cluster_idle *idle, char *err, size_t errlen);
-json_t *cluster_idle_to_json(const struct cluster_idle *idle);
+int cluster_idle_decode(const json_t *v, struct cluster_idle *ret, char *err, size_t errlen);
+int cluster_idle_check(const struct cluster_idle *p, char *err, size_t errlen);
+json_t *cluster_idle_to_json(const struct cluster_idle *p);
 
 int cluster_user_decode(const json_t *obj, unsigned flags, struct cluster_user *ret, char *err,
                         size_t errlen);
@@ -388,7 +388,8 @@ const struct cluster_user *cluster_user_get(const struct cluster *m, const char 
 int cluster_price_add(struct cluster *m, struct cluster_price *item, char *err, size_t errlen);
 int cluster_price_replace(struct cluster *m, struct cluster_price *item, char *err, size_t errlen);
 int cluster_price_remove(struct cluster *m, const char *name);
-const struct cluster_price *cluster_price_get(const struct cluster *m, const char *gpu_type);
+/* A price's name is the GPU type it prices. */
+const struct cluster_price *cluster_price_get(const struct cluster *m, const char *name);
 
 int cluster_node_add(struct cluster *m, struct cluster_node *item, char *err, size_t errlen);
 int cluster_node_replace(struct cluster *m, struct cluster_node *item, char *err, size_t errlen);

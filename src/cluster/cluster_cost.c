@@ -187,7 +187,8 @@ int cluster_budget_decode(const json_t *obj, struct cluster_budget *ret, char *e
     json_t *v;
     json_object_foreach((json_t *)obj, key, v)
     {
-        if (strcmp(key, "monthly") && strcmp(key, "alert_at") && strcmp(key, "block_below")) {
+        if (strcmp(key, "monthly") != 0 && strcmp(key, "alert_at") != 0 &&
+            strcmp(key, "block_below") != 0) {
             char q[JSONV_QUOTE_MAX + 4];
             return errbuf_set(err, errlen, GPO_EINVAL,
                               "field 'budget': unknown field '%s' (known: monthly, alert_at, "

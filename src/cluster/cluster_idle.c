@@ -58,12 +58,12 @@ int cluster_idle_check(const struct cluster_idle *p, char *err, size_t errlen)
 /* A duration field: whole seconds, or a duration string ("30m", "00:30:00"). */
 static int decode_seconds(const char *key, const json_t *v, int64_t *ret, char *err, size_t errlen)
 {
-    char q[JSONV_QUOTE_MAX + 4];
     if (json_is_integer(v)) {
         *ret = json_integer_value(v);
         return 0;
     }
     if (json_is_string(v)) {
+        char q[JSONV_QUOTE_MAX + 4];
         int64_t sec;
         const char *text = json_string_value(v);
         if (timefmt_parse_duration(text, &sec) == 0 && sec != TIMEFMT_UNLIMITED) {

@@ -499,7 +499,7 @@ const char *cluster_node_state_name(enum cluster_node_state state)
 static int check_gpu(const struct cluster_node *n, size_t i, char *err, size_t errlen)
 {
     const struct cluster_gpu *g = &n->gpus[i];
-    char f[64], q[JSONV_QUOTE_MAX + 4], q2[JSONV_QUOTE_MAX + 4];
+    char f[64], q[JSONV_QUOTE_MAX + 4];
     int rc;
     snprintf(f, sizeof(f), "gpus[%zu].index", i);
     if ((rc = cluster_check_range(f, g->index, 0, SCHED_MAX_GPUS_PER_NODE - 1, err, errlen)))
@@ -511,11 +511,13 @@ static int check_gpu(const struct cluster_node *n, size_t i, char *err, size_t e
     snprintf(f, sizeof(f), "gpus[%zu].gpu_type", i);
     if ((rc = cluster_check_type(f, g->gpu_type, err, errlen)))
         return rc;
-    if (i > 0 && strcmp(g->gpu_type, n->gpus[0].gpu_type) != 0)
+    if (i > 0 && strcmp(g->gpu_type, n->gpus[0].gpu_type) != 0) {
+        char q2[JSONV_QUOTE_MAX + 4];
         return errbuf_set(
             err, errlen, GPO_EINVAL,
             "field '%s': '%s' differs from gpus[0]'s '%s' (a node's GPUs are of one type)", f,
             cluster_quote(g->gpu_type, q), cluster_quote(n->gpus[0].gpu_type, q2));
+    }
     snprintf(f, sizeof(f), "gpus[%zu].mem_mib", i);
     if ((rc = cluster_check_range(f, g->mem_mib, 1, CLUSTER_GPU_MEM_MAX, err, errlen)))
         return rc;

@@ -115,12 +115,13 @@ bool cluster_addr_valid(const char *s)
 int cluster_check_shape(bool (*valid)(const char *), const char *rule, const char *what,
                         const char *field, const char *s, char *err, size_t errlen)
 {
-    char q[JSONV_QUOTE_MAX + 4];
     if (!s)
         return errbuf_set(err, errlen, GPO_EINVAL, "missing required field '%s'", field);
-    if (!valid(s))
+    if (!valid(s)) {
+        char q[JSONV_QUOTE_MAX + 4];
         return errbuf_set(err, errlen, GPO_EINVAL, "field '%s': '%s' is not a valid %s (%s)", field,
                           cluster_quote(s, q), what, rule);
+    }
     return 0;
 }
 

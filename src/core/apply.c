@@ -83,11 +83,15 @@ static int alloc_copy(struct sched_alloc *dst, const struct sched_alloc *src)
 {
     size_t parts = (size_t)src->nnodes * sizeof(*src->nodes);
     size_t shares = (size_t)src->nshares * sizeof(*src->shares);
-    unsigned char *block = gpo_malloc(parts + shares ? parts + shares : 1);
+    unsigned char *block = gpo_malloc(parts + shares > 0 ? parts + shares : 1);
     if (!block)
         return GPO_ENOMEM;
-    struct sched_alloc a = {(struct sched_node_part *)block, src->nnodes,
-                            (struct sched_share *)(block + parts), src->nshares};
+    /* block has malloc's alignment; the shares start after whole node parts,
+     * so at a multiple of the parts' alignment, which suits them. */
+    _Static_assert(_Alignof(struct sched_node_part) % _Alignof(struct sched_share) == 0,
+                   "the shares follow the node parts in one block");
+    struct sched_alloc a = {(struct sched_node_part *)(void *)block, src->nnodes,
+                            (struct sched_share *)(void *)(block + parts), src->nshares};
     if (parts)
         memcpy(a.nodes, src->nodes, parts);
     if (shares)

@@ -164,13 +164,14 @@ static size_t pick_moves(struct pass *p, uint32_t n, int32_t order, uint32_t mov
 {
     struct move all[MAX_MOVES * 4];
     size_t nall = 0;
-    for (uint32_t m = p->mv_start[n]; m < p->mv_start[n + 1] && nall < MAX_MOVES * 4; m++) {
+    for (uint32_t m = p->mv_start[n]; m < p->mv_start[n + 1] && nall < (size_t)MAX_MOVES * 4; m++) {
         uint32_t r = p->mv_runs[m];
         if (may_move(p, r, order))
             all[nall++] =
                 (struct move){r, (uint32_t)p->run->jobs[r].job->gpus, p->run->jobs[r].job->id,
                               preempt_lost_gpu_ms(&p->run->jobs[r], p->now), 0};
     }
+    // cppcheck-suppress uninitvar ; qsort reads all[0, nall), which the loop above wrote
     qsort(all, nall, sizeof(*all), cmp_move);
     size_t k = 0;
     uint32_t sum = 0;

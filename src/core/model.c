@@ -5,7 +5,9 @@
 #include "core/model.h"
 #include "base/banned.h"
 
-#define HOUR_MS (3600LL * 1000)
+#define SECOND_MS 1000LL
+#define HOUR_MS   (3600 * SECOND_MS)
+#define DAY_MS    (24 * HOUR_MS)
 
 void sched_policy_default(struct sched_policy *ret)
 {
@@ -16,13 +18,13 @@ void sched_policy_default(struct sched_policy *ret)
     ret->backfill = true;
     ret->preemption = true;
     ret->migrate = true;
-    ret->fairshare_half_life_ms = 7 * 24 * HOUR_MS;
+    ret->fairshare_half_life_ms = 7 * DAY_MS;
     ret->nlas_thresholds = 3;
     ret->las_thresholds_gpu_ms[0] = 4 * HOUR_MS;
     ret->las_thresholds_gpu_ms[1] = 40 * HOUR_MS;
     ret->las_thresholds_gpu_ms[2] = 400 * HOUR_MS;
-    ret->preempt_grace_ms = 30 * 1000;
-    ret->default_time_limit_ms = 24 * HOUR_MS;
+    ret->preempt_grace_ms = 30 * SECOND_MS;
+    ret->default_time_limit_ms = DAY_MS;
 }
 
 static const char *const order_names[] = {

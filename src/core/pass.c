@@ -66,9 +66,6 @@ uint32_t pass_allowed_count(struct pass *p, uint32_t i)
 /* Groups the job may use now: eligible, and with quota headroom. Returns how
  * many are eligible (*ret_nallowed: how many also have headroom). */
 static uint32_t compute_allowed_now(struct pass *p, const struct sched_job *j,
-                                    uint32_t *ret_nallowed);
-
-static uint32_t compute_allowed_now(struct pass *p, const struct sched_job *j,
                                     uint32_t *ret_nallowed)
 {
     struct view *v = &p->view;

@@ -83,6 +83,7 @@ int preempt_plan(struct view *view, const struct sched_running_set *running,
             const struct sched_alloc *a = &running->jobs[cand.run].alloc;
             if (given == taken_cap) {
                 size_t cap = taken_cap ? 2 * taken_cap : 64;
+                // NOLINTNEXTLINE(bugprone-sizeof-expression): *p is a pointer (an array of them)
                 const struct sched_alloc **t = gpo_realloc(taken, cap * sizeof(*t));
                 if (!t) {
                     err = GPO_ENOMEM;

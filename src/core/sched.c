@@ -294,9 +294,10 @@ static int collect_reserves(struct pass *p)
     /* count[k]: nodes of view reservation k; at[k]: its index in the result.
      * A moved job's hold on its new place (migrate.h) is not a reservation
      * of a waiting job: it stays out. */
-    uint32_t *count = gpo_calloc(2 * (size_t)v->nresvs, sizeof(*count)), *at = count + v->nresvs;
+    uint32_t *count = gpo_calloc(2 * (size_t)v->nresvs, sizeof(*count));
     if (!count)
         return GPO_ENOMEM;
+    uint32_t *at = count + v->nresvs;
     for (uint32_t n = 0; n < p->c->nnodes; n++) {
         if (v->nodes[n].resv >= 0)
             count[v->nodes[n].resv]++;

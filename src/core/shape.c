@@ -198,7 +198,7 @@ int shape_find(struct pass *p, uint32_t *cands, size_t *ret_ncands)
         int32_t g = j->gpus; /* the placement scratch must hold it */
         if (g > 0 && (uint32_t)g > maxg && g <= (int32_t)SCHED_MAX_GPUS_PER_NODE * 1024)
             maxg = (uint32_t)g;
-        if (2 * p->nshapes > size && (err = table_grow(p, &table, &size)))
+        if (2 * (size_t)p->nshapes > size && (err = table_grow(p, &table, &size)))
             break;
     }
     free(table);

@@ -243,6 +243,7 @@ static int map_return(enum nvmlReturn_enum r)
 #define NVML_RETURN_CASE(name, value, code)                                                        \
     case name:                                                                                     \
         return code;
+        // NOLINTNEXTLINE(bugprone-branch-clone): several NVML codes map to one GPO code
         NVML_RETURN_MAP(NVML_RETURN_CASE)
 #undef NVML_RETURN_CASE
     }
@@ -292,6 +293,9 @@ static struct pci_key pci_key_of(const struct nvmlPciInfo_st *pci)
     char text[sizeof(pci->busId) + 1];
     copy_text(text, sizeof(text), pci->busId, sizeof(pci->busId));
     struct pci_key k;
+    /* busId is NVML's "DOMAIN:BUS:DEVICE.FUNCTION" in short hex fields: the count is the
+     * check sscanf needs, and a text that does not parse falls back to the numbers below. */
+    // NOLINTNEXTLINE(cert-err34-c): NVML's own short hex fields, see above
     if (sscanf(text, "%x:%x:%x", &k.domain, &k.bus, &k.device) == 3)
         return k;
     return (struct pci_key){pci->domain, pci->bus, pci->device};
@@ -517,12 +521,11 @@ static int read_procs(const struct nvml_backend *nb, unsigned index, struct gpu_
     struct nvmlDevice_st *dev = nb->gpus[index].dev;
     struct nvmlProcessInfo_v2_st *buf = NULL;
     unsigned cap = 0;
-    int rc = 0;
     for (int attempt = 0; attempt < PROC_ATTEMPTS; attempt++) {
         unsigned n = cap;
         enum nvmlReturn_enum r = nb->fn.get_procs(dev, &n, buf);
         if (r == NVML_SUCCESS && n <= cap) {
-            rc = copy_procs(buf, n, s, err, errlen);
+            int rc = copy_procs(buf, n, s, err, errlen);
             free(buf);
             return rc;
         }

@@ -494,7 +494,9 @@ const void *http_request_route_arg(const struct http_request *req)
 
 const char *http_request_param(const struct http_request *req, const char *name)
 {
-    size_t n = name ? strlen(name) : 0;
+    if (!name)
+        return NULL;
+    size_t n = strlen(name);
     const struct route_target *t = &req->target;
     for (size_t i = 0; i < t->nparam; i++)
         if (t->param[i].name_len == n && memcmp(t->param[i].name, name, n) == 0)

@@ -46,7 +46,7 @@
 #include "base/err.h"
 
 #define HTTP_DEFAULT_BIND           "127.0.0.1"
-#define HTTP_DEFAULT_BODY_LIMIT     (1024u * 1024u) /* bytes */
+#define HTTP_DEFAULT_BODY_LIMIT     ((size_t)1024 * 1024) /* bytes */
 #define HTTP_DEFAULT_CONN_LIMIT     1024u
 #define HTTP_DEFAULT_CONN_TIMEOUT_S 60u  /* idle connections; suspended ones never time out */
 #define HTTP_MAX_SEGMENTS           32u  /* '/'-separated segments in a path or pattern */
@@ -58,7 +58,7 @@
 #define HTTP_TOKEN_MAX              512u /* bytes of a bearer token */
 #define HTTP_MAX_TIMEOUT_MS         (24u * 3600u * 1000u)
 #define HTTP_STOP_GRACE_MS          2000u /* stop waits this long for answers in flight */
-#define HTTP_TLS_FILE_MAX           (1024u * 1024u)
+#define HTTP_TLS_FILE_MAX           ((size_t)1024 * 1024)
 #define HTTP_APP_DATA_SIZE          256u /* bytes of per-request room for the server */
 
 /* Route flags. The bits from HTTP_ROUTE_USER_FLAG(0) up are the server's
@@ -188,7 +188,8 @@ const struct http_route *http_request_route(const struct http_request *req);
 /* The matched route's arg. */
 const void *http_request_route_arg(const struct http_request *req);
 /* A path parameter by its {name}, percent-decoded, UTF-8, at most
- * HTTP_PARAM_MAX bytes; NULL when the pattern has no such name. */
+ * HTTP_PARAM_MAX bytes; NULL when name is NULL or the pattern has no such
+ * name. */
 const char *http_request_param(const struct http_request *req, const char *name);
 /* The first query parameter called `name`, decoded ('+' is a space); NULL when
  * absent. A parameter without '=' has the value "". */

@@ -167,6 +167,7 @@ static int respond_mem(struct http_request *req, unsigned status, const char *ct
         if (!copy)
             return GPO_ENOMEM;
         data = memcpy(copy, data, len);
+        // cppcheck-suppress memleak ; data holds copy: build_bytes takes it (MUST_FREE)
     }
     int rc = build_bytes(req, ctype, data, len, mode, &r);
     return answer(req, rc, r, status);

@@ -109,7 +109,7 @@ static bool pct_decode(const char *s, size_t n, char **dst, bool plus)
             *d++ = (char)(hi << 4 | lo);
             i += 2;
         } else {
-            *d++ = plus && s[i] == '+' ? ' ' : s[i];
+            *d++ = (char)(plus && s[i] == '+' ? ' ' : s[i]);
         }
     }
     *d++ = '\0';

@@ -81,11 +81,12 @@ static int read_pem(const char *what, const char *path, char **ret, char *err, s
     else if (n > HTTP_TLS_FILE_MAX || n == 0)
         seterr(err, errlen, "%s %s: %s", what, path, n ? "over 1 MiB" : "empty"), rc = GPO_EINVAL;
     if (f)
-        fclose(f);
+        (void)fclose(f); /* read only: what was read is checked above */
     if (rc) {
         free(buf);
         return rc;
     }
+    // cppcheck-suppress nullPointerRedundantCheck ; buf is NULL only where rc is set above
     buf[n] = '\0';
     *ret = buf;
     return 0;

@@ -189,6 +189,9 @@ static int64_t estimate_limit_ms(const struct sim *sm, const struct job *j)
 /* SRTF's class for a remaining time: shorter is higher. */
 static uint32_t srtf_class(int64_t remaining_ms)
 {
+    /* Whole seconds on purpose: traces are in seconds, and the replays' golden
+     * outputs rest on these class boundaries. */
+    // NOLINTNEXTLINE(bugprone-integer-division): whole seconds, see above
     double b = 2.0 * log2((double)(remaining_ms / MS_PER_S) + 1.0);
     uint32_t k = b >= SRTF_CLASSES - 1 ? SRTF_CLASSES - 1 : (uint32_t)b;
     return SRTF_CLASSES - 1 - k;

@@ -29,22 +29,23 @@ enum col_kind { COL_COUNT, COL_SECONDS, COL_RATIO, COL_WHOLE };
 
 struct col {
     const char *label;
-    enum col_kind kind;
     size_t offset; /* of a double, or of a size_t / uint64_t for COL_COUNT */
+    enum col_kind kind;
     bool u64;
 };
 
-#define COL_D(label, kind, field)                                                                  \
+#define COL_D(label_, kind_, field)                                                                \
     {                                                                                              \
-        label, kind, offsetof(struct sim_summary, field), false                                    \
+        .label = label_, .offset = offsetof(struct sim_summary, field), .kind = kind_              \
     }
-#define COL_Z(label, field)                                                                        \
+#define COL_Z(label_, field)                                                                       \
     {                                                                                              \
-        label, COL_COUNT, offsetof(struct sim_summary, field), false                               \
+        .label = label_, .offset = offsetof(struct sim_summary, field), .kind = COL_COUNT          \
     }
-#define COL_U(label, field)                                                                        \
+#define COL_U(label_, field)                                                                       \
     {                                                                                              \
-        label, COL_COUNT, offsetof(struct sim_summary, field), true                                \
+        .label = label_, .offset = offsetof(struct sim_summary, field), .kind = COL_COUNT,         \
+        .u64 = true                                                                                \
     }
 
 static const struct col cols[] = {
@@ -64,6 +65,26 @@ static const struct col cols[] = {
     COL_U("preemptions", preemptions),
 };
 
+/* A column's member of s, read through memcpy: the table knows its offset only. */
+static double col_double(const struct sim_summary *s, const struct col *c)
+{
+    double v;
+    memcpy(&v, (const char *)s + c->offset, sizeof(v));
+    return v;
+}
+
+static unsigned long long col_count(const struct sim_summary *s, const struct col *c)
+{
+    if (c->u64) {
+        uint64_t v;
+        memcpy(&v, (const char *)s + c->offset, sizeof(v));
+        return v;
+    }
+    size_t v;
+    memcpy(&v, (const char *)s + c->offset, sizeof(v));
+    return v;
+}
+
 void sim_output_table(FILE *out, const struct sim_summary *s, size_t n)
 {
     fprintf(out, "%-18s", "");
@@ -73,17 +94,14 @@ void sim_output_table(FILE *out, const struct sim_summary *s, size_t n)
     for (size_t c = 0; c < sizeof(cols) / sizeof(cols[0]); c++) {
         fprintf(out, "%-18s", cols[c].label);
         for (size_t p = 0; p < n; p++) {
-            const char *base = (const char *)&s[p];
             if (cols[c].kind == COL_COUNT)
-                fprintf(out, " %16llu",
-                        cols[c].u64 ? (unsigned long long)*(const uint64_t *)(base + cols[c].offset)
-                                    : (unsigned long long)*(const size_t *)(base + cols[c].offset));
+                fprintf(out, " %16llu", col_count(&s[p], &cols[c]));
             else if (cols[c].kind == COL_WHOLE)
-                fprintf(out, " %16.0f", *(const double *)(base + cols[c].offset));
+                fprintf(out, " %16.0f", col_double(&s[p], &cols[c]));
             else if (cols[c].kind == COL_RATIO)
-                fprintf(out, " %16.3f", *(const double *)(base + cols[c].offset));
+                fprintf(out, " %16.3f", col_double(&s[p], &cols[c]));
             else
-                print_duration(out, *(const double *)(base + cols[c].offset));
+                print_duration(out, col_double(&s[p], &cols[c]));
         }
         fputc('\n', out);
     }

@@ -386,6 +386,8 @@ static int put_cdf(FILE *f, const struct sim_result *r)
     size_t m = d < MAX_CDF_POINTS ? d : MAX_CDF_POINTS;
     for (int pass = 0; pass < 2; pass++) {
         fputs(pass ? ",\"cdf\":[" : "\"jct\":[", f);
+        // cppcheck-suppress knownConditionTrueFalse ; m is min(d, MAX_CDF_POINTS), d is not always
+        // 0
         for (size_t k = 0; k < m; k++) {
             /* first and last always; evenly between */
             size_t i = m == d ? k : (size_t)((double)k * (double)(d - 1) / (double)(m - 1) + 0.5);
@@ -577,7 +579,8 @@ static int put_page(FILE *f, const char *title, const struct sim_report_run *run
           f);
     put_html(f, title);
     fputs("</title>\n<style>\n", f);
-    fwrite(sim_asset_uplot_css, 1, sim_asset_uplot_css_len, f);
+    /* A failed write stays in f's error flag, which fsutil_atomic_commit reports. */
+    (void)fwrite(sim_asset_uplot_css, 1, sim_asset_uplot_css_len, f);
     fputs("\n</style>\n<style>\n", f);
     fputs(page_css, f);
     fputs("</style>\n</head>\n<body>\n<h1>gpuorch sim: ", f);
@@ -618,7 +621,7 @@ static int put_page(FILE *f, const char *title, const struct sim_report_run *run
           f);
     put_html_n(f, (const char *)sim_asset_uplot_license, sim_asset_uplot_license_len);
     fputs("</pre>\n</details>\n</footer>\n<script>\n", f);
-    fwrite(sim_asset_uplot_js, 1, sim_asset_uplot_js_len, f);
+    (void)fwrite(sim_asset_uplot_js, 1, sim_asset_uplot_js_len, f); /* as the CSS above */
     fputs("\n</script>\n<script id=\"gpo-data\" type=\"application/json\">\n", f);
     e = put_data(f, title, runs, nruns, t);
     if (e)

@@ -76,9 +76,12 @@ static int decode_pool_hw(struct dec *d, json_t *o, struct sim_spec_pool *p)
     int rc = sim_doc_get_num(&d->doc, o, "gpus_per_node", &R_GPN, SIM_DOC_REQUIRED, &gpn);
     rc = rc ? rc : sim_doc_get_str(&d->doc, o, "gpu_type", false, true, &type);
     rc = rc ? rc : dup_str(d, type ? type : "GPU", &p->gpu_type);
-    rc = rc ? rc : sim_doc_get_num(&d->doc, o, "gpu_mem_gib", &R_GPU_GIB, 80 * 1024, &gpu_mib);
+    rc = rc ? rc
+            : sim_doc_get_num(&d->doc, o, "gpu_mem_gib", &R_GPU_GIB, INT64_C(80) * 1024, &gpu_mib);
     rc = rc ? rc : sim_doc_get_num(&d->doc, o, "cpus", &R_CPUS, 8 * gpn, &cpus);
-    rc = rc ? rc : sim_doc_get_num(&d->doc, o, "mem_gib", &R_MEM_GIB, 64 * 1024 * gpn, &mem_mib);
+    rc =
+        rc ? rc
+           : sim_doc_get_num(&d->doc, o, "mem_gib", &R_MEM_GIB, INT64_C(64) * 1024 * gpn, &mem_mib);
     if (rc != 0)
         return rc;
     p->gpus_per_node = (uint32_t)gpn;
@@ -90,7 +93,7 @@ static int decode_pool_hw(struct dec *d, json_t *o, struct sim_spec_pool *p)
 
 static int decode_pool(struct dec *d, json_t *o, struct sim_spec_pool *p, size_t i)
 {
-    const char *name;
+    const char *name = NULL;
     int64_t nodes;
     int rc = sim_doc_check_object(&d->doc, o, pool_keys);
     rc = rc ? rc : sim_doc_get_str(&d->doc, o, "name", true, true, &name);
@@ -137,13 +140,14 @@ static int decode_pools(struct dec *d, json_t *root)
 /* A queue name: a string, or for YAML the text of any plain scalar. */
 static int decode_queue(struct dec *d, json_t *v, size_t team, char **ret)
 {
-    char got[128];
     const char *q =
         json_is_string(v) ? json_string_value(v) : yamljson_text(d->doc.yaml, d->doc.path.s);
-    if (!q || strlen(q) > QUEUE_MAX_LEN)
+    if (!q || strlen(q) > QUEUE_MAX_LEN) {
+        char got[128];
         return sim_doc_fail(&d->doc, GPO_EINVAL,
                             "expected a queue name (a string of at most %d bytes), got %s",
                             QUEUE_MAX_LEN, sim_doc_shown(&d->doc, v, got, sizeof(got)));
+    }
     if (++d->nqueues > SIM_SPEC_MAX_QUEUES)
         return sim_doc_fail(&d->doc, GPO_E2BIG, "more than %u queues in all teams",
                             SIM_SPEC_MAX_QUEUES);

@@ -108,7 +108,7 @@ int sim_spec_from_trace(struct sim_spec *s, const struct sim_trace *t, char *err
                                     .gpus_per_node = 8,
                                     .gpu_mem_mib = 80 * 1024,
                                     .cpus = 64,
-                                    .mem_mib = 512 * 1024,
+                                    .mem_mib = UINT64_C(512) * 1024,
                                     .nvlink = true};
         p->name = strdup("default");
         p->gpu_type = strdup("GPU");
@@ -134,7 +134,7 @@ static int64_t scaled_quota(int64_t milli, uint32_t was, uint32_t now)
     if (milli < 0 || was == 0)
         return milli;
     __int128 x = ((__int128)milli * now * 2 + was) / ((__int128)was * 2);
-    return x > SIM_SPEC_MAX_MILLI ? SIM_SPEC_MAX_MILLI + 1 : (int64_t)x;
+    return x > (__int128)SIM_SPEC_MAX_MILLI ? SIM_SPEC_MAX_MILLI + 1 : (int64_t)x;
 }
 
 static int64_t scaled_limit(int64_t milli, double factor)

@@ -175,7 +175,7 @@ void fsutil_atomic_abort(struct fsutil_atomic *a)
     if (!a || !a->tmp)
         return;
     if (a->stream)
-        fclose(a->stream);
+        (void)fclose(a->stream); /* the file is discarded: its errors do not matter */
     else if (a->fd >= 0)
         close(a->fd);
     unlink(a->tmp);

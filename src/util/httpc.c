@@ -243,7 +243,7 @@ int httpc_request(struct httpc *c, const char *method, const char *path, const c
     if (rc != CURLE_OK) {
         free(s.buf);
         if (s.over)
-            return errbuf_set(err, errlen, GPO_E2BIG, "%s %s: answer over %u bytes", method, url,
+            return errbuf_set(err, errlen, GPO_E2BIG, "%s %s: answer over %zu bytes", method, url,
                               HTTPC_BODY_MAX);
         return errbuf_set(err, errlen, map_curl(rc), "%s %s: %s", method, url,
                           curl_easy_strerror(rc));

@@ -22,7 +22,7 @@
 #include "base/err.h"
 
 /* Largest answer body httpc_request keeps (httpc_stream has no limit). */
-#define HTTPC_BODY_MAX (64u * 1024u * 1024u)
+#define HTTPC_BODY_MAX ((size_t)64 * 1024 * 1024)
 /* Longest base URL and token, NUL included. */
 #define HTTPC_URL_MAX   1024u
 #define HTTPC_TOKEN_MAX 512u

@@ -76,16 +76,17 @@ const char *opts_name(const struct opts_opt *o, char *buf, size_t len)
 static int read_long(struct opts *p, const char *w, const struct opts_opt **ret_opt,
                      const char **ret_value, char *err, size_t errlen)
 {
-    char q[JSONV_QUOTE_MAX + 4];
     const char *name = w + 2, *eq = strchr(name, '=');
     size_t len = eq ? (size_t)(eq - name) : strlen(name);
     const struct opts_opt *o = find_long(p, name, len);
     p->fault = !o                      ? OPTS_FAULT_UNKNOWN
                : eq && !takes_value(o) ? OPTS_FAULT_EXTRA_VALUE
                                        : OPTS_FAULT_NONE;
-    if (!o)
+    if (!o) {
+        char q[JSONV_QUOTE_MAX + 4];
         return errbuf_set(err, errlen, GPO_ENOENT, "unknown option '--%s'",
                           jsonv_quote(name, len, q));
+    }
     if (eq && !takes_value(o))
         return errbuf_set(err, errlen, GPO_EUSAGE, "option '--%s' takes no value", o->name);
     *ret_opt = o;

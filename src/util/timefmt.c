@@ -173,7 +173,7 @@ static int parse_number(const char **p, int64_t *ret)
 static bool equal_nocase(const char *a, const char *b)
 {
     for (; *a && *b; a++, b++) {
-        char ca = *a >= 'A' && *a <= 'Z' ? (char)(*a - 'A' + 'a') : *a;
+        char ca = (char)(*a >= 'A' && *a <= 'Z' ? *a - 'A' + 'a' : *a);
         if (ca != *b)
             return false;
     }

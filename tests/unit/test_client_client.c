@@ -178,6 +178,9 @@ static void api_errors_become_one_line_with_status_and_code(void **state)
     assert_null(strchr(err, '\n'));
     assert_int_equal(client_api_error(500, "", 0, err, sizeof(err)), GPO_EAPI);
     assert_string_equal(err, "500: (an empty answer)");
+    /* No body at all, whatever length comes with it: nothing is read. */
+    assert_int_equal(client_api_error(500, NULL, 5, err, sizeof(err)), GPO_EAPI);
+    assert_string_equal(err, "500: (an empty answer)");
 
     /* A server that is not there: the client's line, marked as no answer. */
     struct client gone;

@@ -60,6 +60,6 @@ extern const char schema_epoch_sql[];
 /* Test hook: the value of `PRAGMA name` (lowercase letters and '_') on the
  * store's WRITE connection, into buf (len bytes, terminated). Pauses the
  * writer around the query. 0, GPO_EINVAL, GPO_EIO. */
-int store_sqlite_pragma(struct store *s, const char *name, char *buf, size_t len);
+int store_sqlite_pragma(struct store *base, const char *name, char *buf, size_t len);
 
 #endif

@@ -216,7 +216,7 @@ static void run_batch(struct sq *s, struct store_batch *b)
     int err = b->epoch ? check_epoch(&r) : 0;
     for (size_t k = 0; err == 0 && k < b->nops; k++)
         err = run_op(&r, k);
-    if (err == 0 && (rc = sqlite3_exec(s->wdb, "RELEASE batch", NULL, NULL, NULL)) != SQLITE_OK)
+    if (err == 0 && sqlite3_exec(s->wdb, "RELEASE batch", NULL, NULL, NULL) != SQLITE_OK)
         err = store_batch_fail(b, GPO_EIO, "release: %s", sqlite3_errmsg(s->wdb));
     if (err && !sqlite3_get_autocommit(s->wdb)) {
         sqlite3_exec(s->wdb, "ROLLBACK TO batch", NULL, NULL, NULL);
@@ -380,6 +380,7 @@ static int open_reader(struct sq *s, const char *path, char *err, size_t errlen)
     int rc = open_db(&s->rdb, path, SQLITE_OPEN_READWRITE, err, errlen);
     if (rc == 0 && sqlite3_exec(s->rdb, "PRAGMA query_only = ON", NULL, NULL, NULL) != SQLITE_OK)
         rc = errbuf_set(err, errlen, GPO_EIO, "%s: %s", path, sqlite3_errmsg(s->rdb));
+    // NOLINTNEXTLINE(bugprone-sizeof-expression): *p is a pointer (an array of them)
     if (rc == 0 && !(s->rst = calloc(RQ_COUNT, sizeof(*s->rst))))
         rc = errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
     for (size_t k = 0; rc == 0 && k < RQ_COUNT; k++)
