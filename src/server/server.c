@@ -96,6 +96,7 @@ static bool parse_listen(const char *v, struct server_config *cfg)
 struct server_args {
     const char *data, *listen, *tls_cert, *tls_key, *cost_tz, *port_file;
     int64_t body_limit, pass_interval_ms, node_timeout_ms, retention_days, minute_ms;
+    // cppcheck-suppress unusedStructMember ; util/opts writes it through its offset
     bool access_log, metrics_public, help;
 };
 
@@ -452,7 +453,7 @@ static void http_stop(struct server *s)
      * agent that does not answer: its timeout); none may outlive s. */
     atomic_store(&s->logs_stop, true);
     for (int k = 0; k < 3000 && atomic_load(&s->logs_workers); k++)
-        nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+        nanosleep(&(struct timespec){0, 10L * 1000 * 1000}, NULL);
 }
 
 /*
@@ -462,16 +463,20 @@ static void http_stop(struct server *s)
  * completions still find what they apply to.
  */
 static const struct subsystem {
-    const char *name;
     int (*start)(struct server *s, char *err, size_t errlen);
     void (*stop)(struct server *s);
 } subsystems[] = {
-    {"data directory", data_start, NULL},  {"store", store_start, store_stop},
-    {"state", wire_start, NULL},           {"auth", auth_start_, NULL},
-    {"configuration", config_start, NULL}, {"jobs", jobs_start, NULL},
-    {"attempts", sched_load_, NULL},       {"cost", cost_start, NULL},
-    {"monitor", monitor_start, NULL},      {"loop", loop_start, loop_stop},
-    {"http", http_start, http_stop},
+    {data_start, NULL},        /* the data directory */
+    {store_start, store_stop}, /* the store, its leader epoch */
+    {wire_start, NULL},        /* the server object's subsystems wired up */
+    {auth_start_, NULL},       /* tokens, the first admin */
+    {config_start, NULL},      /* the configuration and the nodes' records */
+    {jobs_start, NULL},        /* the jobs */
+    {sched_load_, NULL},       /* the attempts and the core's carry-over state */
+    {cost_start, NULL},        /* the ledger's sums, the open segments */
+    {monitor_start, NULL},     /* the series */
+    {loop_start, loop_stop},   /* the scheduling loop's thread */
+    {http_start, http_stop},   /* the API */
 };
 #define NSUBSYSTEMS (sizeof(subsystems) / sizeof(subsystems[0]))
 
@@ -501,7 +506,7 @@ int server_command(int argc, char **argv)
     sigaddset(&sigs, SIGINT);
     sigaddset(&sigs, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
-    signal(SIGPIPE, SIG_IGN);
+    sigaction(SIGPIPE, &(struct sigaction){.sa_handler = SIG_IGN}, NULL);
     s.clock = (struct srv_clock){srv_clock_realtime_ms, srv_clock_monotonic_ns, NULL};
     char err[1024] = "";
     size_t started = 0;
@@ -516,7 +521,7 @@ int server_command(int argc, char **argv)
            s.cfg.tls_cert ? "https" : "http", strchr(s.cfg.bind, ':') ? "[" : "", s.cfg.bind,
            strchr(s.cfg.bind, ':') ? "]" : "", http_server_port(s.http), s.epoch, s.jobs.n);
     printf("gpuorch server: admin token in %s\n", s.auth.admin_token_path);
-    fflush(stdout);
+    (void)fflush(stdout); /* lines for the operator: a closed stdout must not stop the controller */
     int sig = 0;
     sigwait(&sigs, &sig);
     printf("gpuorch server: %s, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");

@@ -184,7 +184,8 @@ def bad_input():
     ok(get("/v1/teams/research")[2] == team_before, "refused budgets change nothing stored")
     for q, name in (("since=2026-01-02&until=2026-01-01", "since"), ("by=colour", "by"),
                     ("since=yesterday", "since"), ("until=2026-13-01", "until"),
-                    ("since=now&until=now", "since")):
+                    ("since=now&until=now", "since"), ("since=2026-%2B1-01", "since"),
+                    ("until=2026-01-%201", "until")):
         st, b, raw = get(f"/v1/cost?{q}")
         ok(st == 400 and message(b, raw).startswith(name), f"GET /v1/cost?{q}: 400 naming {name}",
            f"{st} {raw!r}")

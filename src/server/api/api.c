@@ -53,9 +53,9 @@ const struct auth_user *api_request_user(struct http_request *req)
 bool api_authorize(struct http_request *req, unsigned route_flags, void *ctx)
 {
     struct server *s = ctx;
-    enum auth_need need = route_flags & API_ROUTE_AGENT   ? AUTH_NEED_AGENT
-                          : route_flags & API_ROUTE_ADMIN ? AUTH_NEED_ADMIN
-                                                          : AUTH_NEED_USER;
+    enum auth_need need = (route_flags & API_ROUTE_AGENT)   ? AUTH_NEED_AGENT
+                          : (route_flags & API_ROUTE_ADMIN) ? AUTH_NEED_ADMIN
+                                                            : AUTH_NEED_USER;
     struct request_user *u = http_request_app_data(req);
     switch (auth_check(&s->auth, http_request_bearer(req), need, &u->user)) {
     case AUTH_OK:

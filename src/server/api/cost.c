@@ -4,7 +4,7 @@
  * GET /v1/budgets. Members see their team's only.
  */
 #include <ctype.h>
-#include <stdio.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -14,6 +14,32 @@
 #include "server/srv.h"
 #include "util/timefmt.h"
 #include "base/banned.h"
+
+/* The digits of s[from..to) as a number. */
+static int digits_value(const char *s, int from, int to)
+{
+    int v = 0;
+    for (int i = from; i < to; i++)
+        v = v * 10 + (s[i] - '0');
+    return v;
+}
+
+/* "YYYY-MM-DD", digits exactly there (no sign, no space). */
+static bool date_parse(const char *s, int *ret_y, int *ret_m, int *ret_d)
+{
+    static const char shape[] = "dddd-dd-dd";
+    if (strlen(s) != sizeof(shape) - 1)
+        return false;
+    for (size_t i = 0; shape[i]; i++) {
+        bool ok = shape[i] == 'd' ? isdigit((unsigned char)s[i]) != 0 : s[i] == shape[i];
+        if (!ok)
+            return false;
+    }
+    *ret_y = digits_value(s, 0, 4);
+    *ret_m = digits_value(s, 5, 7);
+    *ret_d = digits_value(s, 8, 10);
+    return true;
+}
 
 /*
  * A time of the query: RFC 3339, YYYY-MM-DD (midnight in the cost time
@@ -34,9 +60,8 @@ static int parse_time(const char *s, int64_t now_ms, int64_t *ret)
         return 0;
     }
     int y, m, d;
-    char tail;
-    if (strlen(s) == 10 && sscanf(s, "%4d-%2d-%2d%c", &y, &m, &d, &tail) == 3) {
-        if (m < 1 || m > 12 || d < 1 || d > 31 || y < 1970 || y > 9999)
+    if (date_parse(s, &y, &m, &d)) {
+        if (m < 1 || m > 12 || d < 1 || d > 31 || y < 1970)
             return GPO_EINVAL;
         struct tm tm = {.tm_year = y - 1900, .tm_mon = m - 1, .tm_mday = d, .tm_isdst = -1};
         time_t t = mktime(&tm);
@@ -45,7 +70,7 @@ static int parse_time(const char *s, int64_t now_ms, int64_t *ret)
         *ret = (int64_t)t * 1000;
         return 0;
     }
-    return timefmt_parse_rfc3339(s, ret) ? -EINVAL : 0;
+    return timefmt_parse_rfc3339(s, ret) ? GPO_EINVAL : 0;
 }
 
 static int cost(struct http_request *req, void *ctx)

@@ -32,9 +32,9 @@
 #include "util/httpc.h"
 #include "base/banned.h"
 
-#define PROXY_MAX       64u          /* proxied requests at once */
-#define PROXY_BUF       (64u * 1024) /* bytes between the agent and a slow client */
-#define HEAD_TIMEOUT_MS 10000L       /* the agent's HEAD and error answers */
+#define PROXY_MAX       64u                 /* proxied requests at once */
+#define PROXY_BUF       ((size_t)64 * 1024) /* bytes between the agent and a slow client */
+#define HEAD_TIMEOUT_MS 10000L              /* the agent's HEAD and error answers */
 #define NODE_HEADER     "X-Gpuorch-Node"
 #define LAUNCH_WAIT_MS  30000 /* a follow waits this long for its attempt to be launched */
 #define LAUNCH_POLL_MS  200
@@ -457,7 +457,7 @@ static int job_logs(struct http_request *req, void *ctx)
     pthread_attr_t attr;
     pthread_t t;
     bool attr_ok = pthread_attr_init(&attr) == 0;
-    if (!attr_ok || (rc = http_request_suspend(req, 0, NULL, NULL)) != 0) {
+    if (!attr_ok || http_request_suspend(req, 0, NULL, NULL) != 0) {
         if (attr_ok)
             pthread_attr_destroy(&attr);
         atomic_fetch_sub(&s->logs_workers, 1);

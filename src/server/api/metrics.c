@@ -16,7 +16,7 @@
 #include "base/banned.h"
 
 #define CONTENT_TYPE    "text/plain; version=0.0.4; charset=utf-8"
-#define DEFAULT_SPAN_MS (15 * 60 * INT64_C(1000))
+#define DEFAULT_SPAN_MS (INT64_C(15) * 60 * 1000)
 #define MAX_STEPS       10000
 
 /* The text is built under the state lock (a few milliseconds at 10,000
@@ -59,7 +59,7 @@ static bool parse_time(const char *v, int64_t now_ms, int64_t *ret)
         return true;
     }
     if (v[0] == '-' && timefmt_parse_duration(v + 1, &secs) == 0 && secs != TIMEFMT_UNLIMITED &&
-        secs <= 3650 * 86400) {
+        secs <= INT64_C(3650) * 86400) {
         *ret = now_ms - secs * 1000;
         return true;
     }
@@ -79,7 +79,7 @@ static bool parse_step(const char *v, int64_t *ret_ms)
     } else {
         return false;
     }
-    if (secs < 1 || secs > 366 * 86400)
+    if (secs < 1 || secs > INT64_C(366) * 86400)
         return false;
     *ret_ms = secs * 1000;
     return true;

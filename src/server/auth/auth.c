@@ -159,7 +159,10 @@ int auth_start(struct auth *a, struct store *store, const char *data_dir, int64_
     int64_t now = now_ms;
     char msg[256] = "";
     /* The admin's jobs run as the account that runs the controller. */
-    const struct passwd *pw = getpwuid(geteuid());
+    char pwbuf[16384];
+    struct passwd pwd, *pw = NULL;
+    if (getpwuid_r(geteuid(), &pwd, pwbuf, sizeof(pwbuf), &pw) != 0)
+        pw = NULL; /* no account name: the admin's jobs name none */
     rc = b ? store_batch_user_put(b, ADMIN_NAME, pw ? pw->pw_name : NULL, NULL, "admin", now)
            : GPO_ENOMEM;
     if (!rc)
@@ -169,9 +172,11 @@ int auth_start(struct auth *a, struct store *store, const char *data_dir, int64_
     else
         store_batch_free(b);
     if (rc) {
-        remove(a->admin_token_path);
-        snprintf(err, errlen, "creating the admin user: %s%s%s", gpo_strerror(rc),
-                 msg[0] ? ": " : "", msg);
+        /* The next start makes a new file; say so when this one stays. */
+        bool kept = remove(a->admin_token_path) != 0 && errno != ENOENT;
+        snprintf(err, errlen, "creating the admin user: %s%s%s%s%s", gpo_strerror(rc),
+                 msg[0] ? ": " : "", msg, kept ? "; and could not remove " : "",
+                 kept ? a->admin_token_path : "");
         return rc;
     }
     return 0;

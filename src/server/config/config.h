@@ -102,13 +102,13 @@ int config_delete_plan(struct config *c, enum config_kind k, const char *name, i
                        size_t errlen);
 
 /*
- * A node's record from its agent's registration (`node` taken on success:
- * zeroed; its state and id are decided here; `client_addr` is where the
- * agent connected from, used when the node names no addr). It must pass
- * cluster_node_check. A drained node stays drained, a node marked down
- * comes back up. Like config_put_plan.
+ * A node's record from its agent's registration (`item` taken, and zeroed,
+ * once it passes cluster_node_check, so the caller releases it either way;
+ * its state and id are decided here; `client_addr` is where the agent
+ * connected from, used when the node names no addr). A drained node stays
+ * drained, a node marked down comes back up. Like config_put_plan.
  */
-int config_node_put_plan(struct config *c, struct cluster_node *node, const char *client_addr,
+int config_node_put_plan(struct config *c, struct cluster_node *item, const char *client_addr,
                          int64_t now_ms, struct config_write **ret_w,
                          struct store_batch **ret_batch, char *err, size_t errlen);
 /* Drain (CLUSTER_NODE_DRAINING) or resume (CLUSTER_NODE_UP) node `name`. */

@@ -144,6 +144,7 @@ int jobs_add(struct jobs *t, struct job *j)
 {
     if (t->n && t->v[t->n - 1]->id >= j->id)
         return GPO_EINVAL;
+    // NOLINTNEXTLINE(bugprone-sizeof-expression): *p is a pointer (an array of them)
     if (vec_grow((void **)&t->v, &t->cap, t->n + 1, sizeof(*t->v)))
         return GPO_ENOMEM;
     t->v[t->n++] = j;

@@ -209,10 +209,10 @@ enum kill_cause attempt_kill_parse(const char *reason, const char **ret_detail);
 /* The attempt's nodes and GPUs as stored (attempts.nodes and .gpus): new
  * JSON texts (caller frees), or GPO_ENOMEM. */
 int attempt_encode(const struct attempt *a, char **ret_nodes, char **ret_gpus);
-/* Reads the stored nodes text back into *a (parts and shares only); 0,
+/* Reads the stored nodes `text` back into *a (parts and shares only); 0,
  * GPO_EINVAL (malformed), GPO_ENOMEM. On failure *a may hold part of it:
  * release it. */
-int attempt_decode(const char *nodes, struct attempt *a);
+int attempt_decode(const char *text, struct attempt *a);
 
 /*
  * Adds attempt a of job `job`, made under `epoch`, to b as its row in

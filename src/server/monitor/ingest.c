@@ -76,6 +76,7 @@ static struct nodecache *node_get(struct monitor_ingest *in, const char *name)
 {
     if ((in->n + 1) * 2 > in->cap) {
         size_t cap = in->cap ? in->cap * 2 : 64;
+        // NOLINTNEXTLINE(bugprone-sizeof-expression): *p is a pointer (an array of them)
         struct monitor_ingest grown = {.slots = calloc(cap, sizeof(*grown.slots)), .cap = cap};
         if (!grown.slots)
             return NULL;

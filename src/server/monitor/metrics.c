@@ -119,7 +119,7 @@ static int cmp_holder(const void *a, const void *b)
 }
 
 /* Every share of every attempt that holds resources, sorted by (node, UUID,
- * job). 0 or -ENOMEM. */
+ * job). 0 or GPO_ENOMEM. */
 static int holders_build(const struct monitor *m, struct holder **ret, size_t *ret_n)
 {
     size_t n = 0;
@@ -197,7 +197,7 @@ static const char *gpu_model(const struct cluster_node *n, const char *uuid)
     return n && n->ngpus ? n->gpus[0].gpu_type : "";
 }
 
-/* The rows of every GPU in a fresh sample; 0 or -ENOMEM. */
+/* The rows of every GPU in a fresh sample; 0 or GPO_ENOMEM. */
 static int gpu_rows(struct monitor *m, int64_t now, const struct holder *hv, size_t nh,
                     struct gpu_row **ret, size_t *ret_n)
 {
@@ -319,8 +319,8 @@ static int queue_family(struct prom *p, const struct monitor *m)
         uint64_t n = 0;
         for (size_t i = 0; i < m->jobs->n && first; i++) {
             const struct job *o = m->jobs->v[i];
-            if (o->state != JOB_PENDING || strcmp(o->team ? o->team : "", team) ||
-                strcmp(job_priority(m, o), prio))
+            if (o->state != JOB_PENDING || strcmp(o->team ? o->team : "", team) != 0 ||
+                strcmp(job_priority(m, o), prio) != 0)
                 continue;
             first = i == k;
             n++;
@@ -391,7 +391,7 @@ static bool team_names_type(const struct cluster_team *t, const char *pool, cons
 
 /* Guarantees per (team, pool) in milli-GPU, summed over the types present in
  * the pool as cluster_view_build expands them; has[] marks pairs with a
- * quota entry. 0 or -ENOMEM. */
+ * quota entry. 0 or GPO_ENOMEM. */
 static int quota_guarantees(const struct cluster *m, int64_t *guar, bool *has)
 {
     struct pool_type *pt = calloc(m->nnodes + 1, sizeof(*pt));

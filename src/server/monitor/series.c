@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/err.h"
 #include "server/monitor/series.h"
 #include "base/banned.h"
 
@@ -126,7 +127,7 @@ static int table_put(struct table *t, void *e)
         size_t cap = t->cap ? t->cap * 2 : 64;
         struct table nt = {calloc(cap, sizeof(void *)), cap, 0};
         if (!nt.slots)
-            return -ENOMEM;
+            return GPO_ENOMEM;
         for (size_t k = 0; k < t->cap; k++)
             if (t->slots[k])
                 *table_slot(&nt, entry_key(t->slots[k])) = t->slots[k], nt.n++;
@@ -313,7 +314,7 @@ static void agg_add(struct agg *a, const struct series_sample *v, uint32_t idle_
 }
 
 /* Moves an open minute with samples to the pending list; the entry is then
- * closed either way. 0 or -ENOMEM (the minute is kept open). */
+ * closed either way. 0 or GPO_ENOMEM (the minute is kept open). */
 static int agg_close(struct series *s, struct agg *a, enum series_kind kind, const char *key,
                      const char *label)
 {
@@ -330,7 +331,7 @@ static int agg_close(struct series *s, struct agg *a, enum series_kind kind, con
         size_t cap = s->pending_cap ? s->pending_cap * 2 : 256;
         struct series_minute *p = realloc(s->pending, cap * sizeof(*p));
         if (!p)
-            return -ENOMEM;
+            return GPO_ENOMEM;
         s->pending = p;
         s->pending_cap = cap;
     }
@@ -350,7 +351,7 @@ static int agg_close(struct series *s, struct agg *a, enum series_kind kind, con
     };
     if (!m.key || !m.label) {
         minute_release(&m);
-        return -ENOMEM;
+        return GPO_ENOMEM;
     }
     s->pending[s->npending++] = m;
     *a = (struct agg){.minute_ms = INT64_MIN};
@@ -420,7 +421,7 @@ static int set_str(char **dst, const char *v)
         return 0;
     char *c = strdup(v);
     if (!c)
-        return -ENOMEM;
+        return GPO_ENOMEM;
     free(*dst);
     *dst = c;
     return 0;
@@ -435,6 +436,7 @@ static struct gpu *gpu_get(struct series *s, const struct series_gpu_info *info)
     }
     if (s->ngpus == s->gpus_cap) {
         size_t cap = s->gpus_cap ? s->gpus_cap * 2 : 64;
+        // NOLINTNEXTLINE(bugprone-sizeof-expression): *p is a pointer (an array of them)
         struct gpu **v = realloc(s->gpus, cap * sizeof(*v));
         if (!v)
             return NULL;
@@ -471,9 +473,9 @@ int series_gpu_put(struct series *s, const struct series_gpu_info *info, int64_t
                    const struct series_sample *v, int64_t job, uint32_t idle_pct)
 {
     if (!info || !info->uuid || !info->uuid[0] || !v)
-        return -EINVAL;
+        return GPO_EINVAL;
     pthread_mutex_lock(&s->lock);
-    int rc = -ENOMEM;
+    int rc = GPO_ENOMEM;
     struct gpu *g = gpu_get(s, info);
     struct point p = to_point(s, t_ms, v);
     if (g && g->n && ring_at(g, s->ring_cap, g->n - 1)->t_ds > p.t_ds) {
@@ -499,9 +501,8 @@ int series_job_put(struct series *s, const char *key, const char *label, int64_t
                    const struct series_sample *v, uint32_t idle_pct)
 {
     if (!key || !key[0] || !v)
-        return -EINVAL;
+        return GPO_EINVAL;
     pthread_mutex_lock(&s->lock);
-    int rc = 0;
     struct jobagg *j = table_get(&s->job_ix, key);
     if (!j) {
         j = calloc(1, sizeof(*j));
@@ -516,11 +517,12 @@ int series_job_put(struct series *s, const char *key, const char *label, int64_t
                 free(j->label);
             }
             free(j);
-            j = NULL;
-            rc = -ENOMEM;
+            pthread_mutex_unlock(&s->lock);
+            return GPO_ENOMEM;
         }
     }
-    if (j && (rc = agg_roll(s, &j->cur, t_ms, SERIES_KIND_JOB, j->key, j->label)) == 0)
+    int rc = agg_roll(s, &j->cur, t_ms, SERIES_KIND_JOB, j->key, j->label);
+    if (rc == 0)
         agg_add(&j->cur, v, idle_pct);
     pthread_mutex_unlock(&s->lock);
     return rc;
@@ -531,7 +533,7 @@ int series_gpu_latest(struct series *s, const char *uuid, int64_t now_ms, struct
 {
     pthread_mutex_lock(&s->lock);
     const struct gpu *g = uuid ? table_get(&s->gpu_ix, uuid) : NULL;
-    int rc = -ENOENT;
+    int rc = GPO_ENOENT;
     if (g && g->n) {
         const struct point *p = ring_at(g, s->ring_cap, g->n - 1);
         int64_t t = from_ds(s, p->t_ds);
@@ -635,10 +637,10 @@ int series_points(struct series *s, const char *const *uuids, size_t n, enum ser
                   double *ret_means)
 {
     if (step_ms < 1 || !nsteps || nsteps > 1000000 || !ret_means || (n && !uuids))
-        return -EINVAL;
+        return GPO_EINVAL;
     uint64_t *count = calloc(nsteps, sizeof(*count));
     if (!count)
-        return -ENOMEM;
+        return GPO_ENOMEM;
     for (size_t k = 0; k < nsteps; k++)
         ret_means[k] = 0;
     struct points_ctx c = {m, since_ms, step_ms, nsteps, ret_means, count};
@@ -658,7 +660,7 @@ int series_points(struct series *s, const char *const *uuids, size_t n, enum ser
 int series_queue_put(struct series *s, const char *key, uint32_t value, int64_t t_ms)
 {
     if (!key || !key[0])
-        return -EINVAL;
+        return GPO_EINVAL;
     pthread_mutex_lock(&s->lock);
     int rc = 0;
     struct qring *q = NULL;
@@ -666,7 +668,7 @@ int series_queue_put(struct series *s, const char *key, uint32_t value, int64_t 
         if (strcmp(s->queues[k].key, key) == 0)
             q = &s->queues[k];
     if (!q && s->nqueues >= SERIES_QUEUE_KEYS_MAX) {
-        rc = -EINVAL;
+        rc = GPO_EINVAL;
     } else if (!q) {
         if (s->nqueues == s->queues_cap) {
             size_t cap = s->queues_cap ? s->queues_cap * 2 : 16;
@@ -678,7 +680,7 @@ int series_queue_put(struct series *s, const char *key, uint32_t value, int64_t 
         if (s->nqueues == s->queues_cap || !nq.key || !nq.ring) {
             free(nq.key);
             free(nq.ring);
-            rc = -ENOMEM;
+            rc = GPO_ENOMEM;
         } else {
             s->queues[s->nqueues] = nq;
             q = &s->queues[s->nqueues++];

@@ -106,24 +106,24 @@ int64_t series_minute_ms(const struct series *s);
 int64_t series_ring_start(const struct series *s, int64_t now_ms);
 
 /*
- * Records sample v of GPU `g` (strings copied; a GPU is added at its first
+ * Records sample v of GPU `info` (strings copied; a GPU is added at its first
  * sample; its node, index and type are updated when they change) taken at
  * t_ms, held by job `job` (0: none), into its ring and open minute; idle_pct:
  * utilization below this counts as idle. Samples older than the GPU's latest
- * are dropped. 0, -EINVAL (no UUID), -ENOMEM (nothing recorded).
+ * are dropped. 0, GPO_EINVAL (no UUID), GPO_ENOMEM (nothing recorded).
  */
-int series_gpu_put(struct series *s, const struct series_gpu_info *g, int64_t t_ms,
+int series_gpu_put(struct series *s, const struct series_gpu_info *info, int64_t t_ms,
                    const struct series_sample *v, int64_t job, uint32_t idle_pct);
 
 /*
  * Adds one GPU sample v taken at t_ms to the open minute of attempt `key`
- * ("JOB.ATTEMPT"), whose team is `label` (both copied). 0, -EINVAL, -ENOMEM.
+ * ("JOB.ATTEMPT"), whose team is `label` (both copied). 0, GPO_EINVAL, GPO_ENOMEM.
  */
 int series_job_put(struct series *s, const char *key, const char *label, int64_t t_ms,
                    const struct series_sample *v, uint32_t idle_pct);
 
 /* The latest sample of GPU `uuid` and its time, if it is within the horizon
- * of now_ms: 0, or -ENOENT. */
+ * of now_ms: 0, or GPO_ENOENT. */
 int series_gpu_latest(struct series *s, const char *uuid, int64_t now_ms, struct series_sample *ret,
                       int64_t *ret_t_ms);
 
@@ -141,7 +141,7 @@ void series_scan(struct series *s, const char *uuid, int64_t since_ms, int64_t u
 /*
  * The mean of metric m over the samples of the GPUs uuids[0, n) (every GPU
  * when uuids is NULL) in each step of the grid since_ms + k * step_ms,
- * k < nsteps: ret_means[k], NaN where a step has no sample. 0 or -EINVAL.
+ * k < nsteps: ret_means[k], NaN where a step has no sample. 0 or GPO_EINVAL.
  */
 int series_points(struct series *s, const char *const *uuids, size_t n, enum series_metric m,
                   int64_t since_ms, int64_t step_ms, size_t nsteps, int64_t now_ms,
@@ -153,7 +153,7 @@ double series_value(const struct series_sample *v, enum series_metric m);
 /*
  * Closes every open minute that ended by now_ms and hands out every closed
  * minute: *ret (caller frees with series_minutes_free) and *ret_n, oldest
- * first. 0 or -ENOMEM (nothing taken).
+ * first. 0 or GPO_ENOMEM (nothing taken).
  */
 int series_minutes_take(struct series *s, int64_t now_ms, struct series_minute **ret,
                         size_t *ret_n);
@@ -168,7 +168,7 @@ size_t series_gpu_count(struct series *s);
 /*
  * The queue length: one point of `key` ("total", "team/NAME",
  * "priority/NAME") with value at t_ms. A point closer than 1 s to the key's
- * latest replaces it. 0, -EINVAL, -ENOMEM.
+ * latest replaces it. 0, GPO_EINVAL, GPO_ENOMEM.
  */
 int series_queue_put(struct series *s, const char *key, uint32_t value, int64_t t_ms);
 

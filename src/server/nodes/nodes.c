@@ -117,6 +117,7 @@ void nodes_changed(struct nodes *ns, const char *name)
  * answer the same revision, unless a change answered first. The waiter is
  * found by its request, never through the callback's context: a change may
  * have answered and freed it while the timer was on its way here. */
+// cppcheck-suppress constParameter ; an http_timeout_fn: the signature is the callback's
 static void waiter_timeout(struct http_request *req, void *ctx)
 {
     struct nodes *ns = ctx;

@@ -65,22 +65,19 @@ static void monitor_task(struct server *s, int64_t now_ms)
 
 /* In order, every turn. Each runs under the lock; those that commit
  * release it while the store works. */
-static const struct {
-    const char *name;
-    void (*run)(struct server *s, int64_t now_ms);
-} tasks[] = {
-    {"node timeouts", timeouts_task}, /* lost nodes' attempts end before the pass */
-    {"idle GPUs", sched_idle_task},   /* requeues and cancels by teams' idle policies */
-    {"budgets", budget_task},         /* alert lines */
-    {"pass", sched_pass_task},        /* the scheduling pass */
-    {"monitor", monitor_task},        /* queue length; minute aggregates to the store */
+static void (*const tasks[])(struct server *s, int64_t now_ms) = {
+    timeouts_task,   /* lost nodes' attempts end before the pass */
+    sched_idle_task, /* requeues and cancels by teams' idle policies */
+    budget_task,     /* alert lines */
+    sched_pass_task, /* the scheduling pass */
+    monitor_task,    /* queue length; minute aggregates to the store */
 };
 
 void sched_turn(struct server *s, int64_t now_ms)
 {
     s->sched->dirty = false;
     for (size_t k = 0; k < sizeof(tasks) / sizeof(tasks[0]); k++)
-        tasks[k].run(s, now_ms);
+        tasks[k](s, now_ms);
 }
 
 /* ---- the thread --------------------------------------------------------- */

@@ -220,7 +220,9 @@ int sched_input(struct server *s, struct sched_input *in, char *err, size_t errl
         return rc;
     size_t n = s->jobs.n ? s->jobs.n : 1;
     in->reqs = calloc(n, sizeof(*in->reqs));
+    // NOLINTNEXTLINE(bugprone-sizeof-expression): *p is a pointer (an array of them)
     in->jobs = calloc(n, sizeof(*in->jobs));
+    // NOLINTNEXTLINE(bugprone-sizeof-expression): *p is a pointer (an array of them)
     in->dep_failed = calloc(n, sizeof(*in->dep_failed));
     in->dep_reason = calloc(n, sizeof(*in->dep_reason));
     if (!in->reqs || !in->jobs || !in->dep_failed || !in->dep_reason || index_view(s, in))

@@ -172,7 +172,7 @@ int sched_cancel_plan(struct server *s, const struct job *j, int64_t now_ms, str
 /* After the commit: the kill of `attempt` (when it is still the job's), or
  * the pending job cancelled and the loop woken (its dependents may fail).
  * The job, or NULL when it is gone. */
-struct job *sched_cancel_apply(struct server *s, int64_t job, int64_t attempt, int64_t now_ms);
+struct job *sched_cancel_apply(struct server *s, int64_t id, int64_t attempt, int64_t now_ms);
 
 /* An attempt's end being committed: the job's decision and the ledger's. */
 struct sched_end {
