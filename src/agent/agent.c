@@ -483,7 +483,7 @@ static void poll_loop(struct agent *ag, struct httpc *c)
             since = -1;
             if (!rc && r.status == 404)
                 register_until(ag, c);
-            struct timespec ts = {0, 500 * 1000000};
+            struct timespec ts = {0, 500L * 1000000};
             nanosleep(&ts, NULL);
         }
         httpc_response_release(&r);

@@ -172,8 +172,10 @@ static char *reason_dup(const char *text)
         return NULL;
     memcpy(r, text, len + 1);
     if (jsonv_check_utf8(r, len) != 0) {
-        for (char *p = r; *p; p++)
-            *p = (unsigned char)*p >= 0x80 ? '?' : *p;
+        for (char *p = r; *p; p++) {
+            if ((unsigned char)*p >= 0x80)
+                *p = '?';
+        }
     }
     r[len > PROTO_REASON_MAX ? jsonv_utf8_cut(r, PROTO_REASON_MAX) : len] = '\0';
     return r;
