@@ -135,6 +135,7 @@ static struct att *add(struct attempts *t, uint64_t job, uint32_t attempt)
 {
     if (t->n == t->cap) {
         size_t cap = t->cap ? 2 * t->cap : 16;
+        // NOLINTNEXTLINE(bugprone-sizeof-expression): *v is a pointer (an array of them)
         struct att **v = realloc(t->v, cap * sizeof(*v));
         if (!v)
             return NULL;
