@@ -509,7 +509,7 @@ static void *signal_main(void *arg)
      * (rmdir refuses while one is: running jobs keep theirs). */
     if (ag->cgroup_dir[0])
         rmdir(ag->cgroup_dir);
-    fflush(stderr);
+    (void)fflush(stderr); /* the process ends here: a failed flush has nowhere to go */
     _exit(0);
 }
 
@@ -670,7 +670,12 @@ int agent_command(int argc, char **argv)
     sigaddset(&sigs, SIGINT);
     sigaddset(&sigs, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
-    signal(SIGPIPE, SIG_IGN);
+    /* A peer that goes away makes its write fail with EPIPE instead of
+     * ending the agent. */
+    if (signal(SIGPIPE, SIG_IGN) == SIG_ERR) {
+        fprintf(stderr, "gpuorch agent: signal(SIGPIPE): %s\n", strerror(errno));
+        return 1;
+    }
     pthread_mutex_init(&ag.reg_lock, NULL);
     char err[1024] = "";
     struct httpc *c = NULL;

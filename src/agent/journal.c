@@ -187,7 +187,7 @@ static int load(struct journal *j, char *err, size_t errlen)
     if (rc == 0 && ferror(f))
         rc = fail_sys(err, errlen, "read", j->path);
     free(line);
-    fclose(f);
+    (void)fclose(f); /* read only: ferror above checked the reads */
     if (rc == 0)
         j->size = off;
     return rc;
