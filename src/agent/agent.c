@@ -519,7 +519,10 @@ static int read_token(const char *path, char *buf, size_t len, char *err, size_t
     if (!f)
         return errbuf_set(err, errlen, -errno, "--join-token %s: %s", path, strerror(errno));
     size_t n = fread(buf, 1, len - 1, f);
-    fclose(f);
+    bool failed = ferror(f);
+    (void)fclose(f); /* read only: the read itself is checked here */
+    if (failed)
+        return errbuf_set(err, errlen, GPO_EIO, "--join-token %s: read failed", path);
     buf[n] = '\0';
     while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' '))
         buf[--n] = '\0';
