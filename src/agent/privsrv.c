@@ -505,9 +505,11 @@ static void become_server(struct privsrv *s, sigset_t *ret_waitmask)
         _exit(1);
     umask(027); /* what it writes is for the agent's group, read-only */
     int nul = open("/dev/null", O_RDWR | O_CLOEXEC);
-    for (int i = 0; i < 3 && nul >= 0; i++)
-        if (nul != i)
-            dup2(nul, i);
+    if (nul < 0)
+        _exit(1);
+    for (int i = 0; i < 3; i++)
+        if (nul != i && dup2(nul, i) < 0)
+            _exit(1);
     if (nul > 3)
         close(nul);
     struct sigaction sa = {.sa_handler = on_child};
