@@ -552,7 +552,15 @@ static int read_flags(int argc, char **argv, struct shim_args *o, int *ret_cmd)
     }
 }
 
-/* Fills o from argv; returns 0, 1 after --help, or SHIM_EXIT_FAILURE. */
+/* Frees what parse_args allocated, also after it failed. */
+static void args_release(struct shim_args *o)
+{
+    free(o->envv);
+    free(o->envbuf);
+}
+
+/* Fills o from argv; returns 0, 1 after --help, or SHIM_EXIT_FAILURE; o is
+ * released with args_release either way. */
 static int parse_args(int argc, char **argv, struct shim_args *o)
 {
     *o = (struct shim_args){.ready_fd = -1, .env_fd = -1};
@@ -577,8 +585,7 @@ int shim_main(int argc, char **argv)
     struct shim_args o;
     int rc = parse_args(argc, argv, &o);
     if (rc) {
-        free(o.envv);
-        free(o.envbuf);
+        args_release(&o);
         return rc == 1 ? 0 : rc;
     }
 
@@ -586,6 +593,7 @@ int shim_main(int argc, char **argv)
      * by a shell with job control and already has a group of its own. */
     if (setsid() < 0 && errno != EPERM) {
         fprintf(stderr, "gpuorch shim: setsid: %s\n", strerror(errno));
+        args_release(&o);
         return SHIM_EXIT_FAILURE;
     }
     sigset_t block, old;
@@ -613,8 +621,7 @@ int shim_main(int argc, char **argv)
     else
         r.started_ms = r.ended_ms = now_ms();
     free(a);
-    free(o.envv);
-    free(o.envbuf);
+    args_release(&o);
     return finish(&r);
 }
 
