@@ -463,8 +463,12 @@ static int read_env(struct shim_args *o)
 {
     size_t len = 0, cap = 4096, n = 0;
     char *buf = malloc(cap);
+    if (!buf) {
+        close(o->env_fd);
+        return usage("out of memory");
+    }
     ssize_t got = 1;
-    while (buf && got != 0) {
+    while (got != 0) {
         if (len + 1 >= cap) {
             char *nb = cap < ENV_MAX_BYTES ? realloc(buf, cap * 2) : NULL;
             if (!nb)
@@ -479,7 +483,7 @@ static int read_env(struct shim_args *o)
     }
     close(o->env_fd);
     o->envbuf = buf;
-    if (!buf || got != 0 || (len > 0 && buf[len - 1] != '\0'))
+    if (got != 0 || (len > 0 && buf[len - 1] != '\0'))
         return usage("--env-fd: unreadable, over 1 MiB, or not NUL-terminated strings");
     for (size_t i = 0; i < len; i++)
         n += buf[i] == '\0';
