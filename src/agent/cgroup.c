@@ -53,10 +53,10 @@ static void nap_ms(long ms)
         ;
 }
 
-/* DIR/NAME into buf; false when it does not fit. */
-static bool join(char *buf, size_t len, const char *dir, const char *name)
+/* PARENT/NAME into out (outlen bytes); false when it does not fit. */
+static bool join(char *out, size_t outlen, const char *parent, const char *name)
 {
-    return (size_t)snprintf(buf, len, "%s/%s", dir, name) < len;
+    return (size_t)snprintf(out, outlen, "%s/%s", parent, name) < outlen;
 }
 
 /* Writes `text` to an existing file in one write(), as the cgroup files want
