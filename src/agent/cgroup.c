@@ -537,6 +537,7 @@ int cgroup_populated(const char *path, bool *ret_populated, char *err, size_t er
     if (read_text(file, &text) < 0)
         return fail(err, errlen, "read", file);
     int rc = errbuf_set(err, errlen, GPO_EIO, "%s: no \"populated\" line", file);
+    // NOLINTNEXTLINE(clang-analyzer-core.uninitialized.Assign): read_text set text (its -errno < 0)
     for (const char *p = text; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL) {
         if (strncmp(p, "populated ", 10) == 0 && (p[10] == '0' || p[10] == '1')) {
             *ret_populated = p[10] == '1';

@@ -84,6 +84,7 @@ static struct entry *find(struct journal *j, uint64_t job, uint32_t attempt)
 }
 
 /* Appends an entry; takes `dir` (may be NULL) only on success. */
+// NOLINTNEXTLINE(readability-non-const-parameter): the entry takes dir and frees it
 static int push(struct journal *j, uint64_t job, uint32_t attempt, char *dir)
 {
     if (j->n == j->cap) {
