@@ -177,7 +177,7 @@ static int read_flags(int argc, char **argv, struct agent_args *a)
         return 1;
     }
     struct opts p;
-    char err[512], name[64];
+    char err[512];
     size_t npos = 0;
     opts_init(&p, argc - 1, argv + 1, OPTS_TABLE(agent_opts), 0);
     int rc = opts_parse(&p, a, pos, &npos, err, sizeof(err));
@@ -189,8 +189,10 @@ static int read_flags(int argc, char **argv, struct agent_args *a)
     }
     if (rc < 0 && p.fault == OPTS_FAULT_MISSING_VALUE)
         return usage_error(p.word, NULL, "a value");
-    if (rc < 0 && p.fault == OPTS_FAULT_BAD_VALUE && p.bad->type == OPTS_STRING)
+    if (rc < 0 && p.fault == OPTS_FAULT_BAD_VALUE && p.bad->type == OPTS_STRING) {
+        char name[64];
         return usage_error(opts_name(p.bad, name, sizeof(name)), NULL, "a value");
+    }
     if (rc < 0 && p.fault == OPTS_FAULT_BAD_VALUE) {
         fprintf(stderr, "gpuorch agent: %s\n", err);
         return 2;
