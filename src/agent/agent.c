@@ -177,7 +177,7 @@ static int read_flags(int argc, char **argv, struct agent_args *a)
         return 1;
     }
     struct opts p;
-    char err[512], name[64];
+    char err[512];
     size_t npos = 0;
     opts_init(&p, argc - 1, argv + 1, OPTS_TABLE(agent_opts), 0);
     int rc = opts_parse(&p, a, pos, &npos, err, sizeof(err));
@@ -189,8 +189,10 @@ static int read_flags(int argc, char **argv, struct agent_args *a)
     }
     if (rc < 0 && p.fault == OPTS_FAULT_MISSING_VALUE)
         return usage_error(p.word, NULL, "a value");
-    if (rc < 0 && p.fault == OPTS_FAULT_BAD_VALUE && p.bad->type == OPTS_STRING)
+    if (rc < 0 && p.fault == OPTS_FAULT_BAD_VALUE && p.bad->type == OPTS_STRING) {
+        char name[64];
         return usage_error(opts_name(p.bad, name, sizeof(name)), NULL, "a value");
+    }
     if (rc < 0 && p.fault == OPTS_FAULT_BAD_VALUE) {
         fprintf(stderr, "gpuorch agent: %s\n", err);
         return 2;
@@ -483,7 +485,7 @@ static void poll_loop(struct agent *ag, struct httpc *c)
             since = -1;
             if (!rc && r.status == 404)
                 register_until(ag, c);
-            struct timespec ts = {0, 500 * 1000000};
+            struct timespec ts = {0, 500L * 1000000};
             nanosleep(&ts, NULL);
         }
         httpc_response_release(&r);
@@ -509,7 +511,7 @@ static void *signal_main(void *arg)
      * (rmdir refuses while one is: running jobs keep theirs). */
     if (ag->cgroup_dir[0])
         rmdir(ag->cgroup_dir);
-    fflush(stderr);
+    (void)fflush(stderr); /* the process ends here: a failed flush has nowhere to go */
     _exit(0);
 }
 
@@ -519,7 +521,10 @@ static int read_token(const char *path, char *buf, size_t len, char *err, size_t
     if (!f)
         return errbuf_set(err, errlen, -errno, "--join-token %s: %s", path, strerror(errno));
     size_t n = fread(buf, 1, len - 1, f);
-    fclose(f);
+    bool failed = ferror(f);
+    (void)fclose(f); /* read only: the read itself is checked here */
+    if (failed)
+        return errbuf_set(err, errlen, GPO_EIO, "--join-token %s: read failed", path);
     buf[n] = '\0';
     while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' '))
         buf[--n] = '\0';
@@ -670,7 +675,12 @@ int agent_command(int argc, char **argv)
     sigaddset(&sigs, SIGINT);
     sigaddset(&sigs, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
-    signal(SIGPIPE, SIG_IGN);
+    /* A peer that goes away makes its write fail with EPIPE instead of
+     * ending the agent. */
+    if (signal(SIGPIPE, SIG_IGN) == SIG_ERR) {
+        fprintf(stderr, "gpuorch agent: signal(SIGPIPE): %s\n", strerror(errno));
+        return 1;
+    }
     pthread_mutex_init(&ag.reg_lock, NULL);
     char err[1024] = "";
     struct httpc *c = NULL;

@@ -135,6 +135,7 @@ static struct att *add(struct attempts *t, uint64_t job, uint32_t attempt)
 {
     if (t->n == t->cap) {
         size_t cap = t->cap ? 2 * t->cap : 16;
+        // NOLINTNEXTLINE(bugprone-sizeof-expression): *v is a pointer (an array of them)
         struct att **v = realloc(t->v, cap * sizeof(*v));
         if (!v)
             return NULL;
@@ -172,8 +173,10 @@ static char *reason_dup(const char *text)
         return NULL;
     memcpy(r, text, len + 1);
     if (jsonv_check_utf8(r, len) != 0) {
-        for (char *p = r; *p; p++)
-            *p = (unsigned char)*p >= 0x80 ? '?' : *p;
+        for (char *p = r; *p; p++) {
+            if ((unsigned char)*p >= 0x80)
+                *p = '?';
+        }
     }
     r[len > PROTO_REASON_MAX ? jsonv_utf8_cut(r, PROTO_REASON_MAX) : len] = '\0';
     return r;

@@ -53,10 +53,10 @@ static void nap_ms(long ms)
         ;
 }
 
-/* DIR/NAME into buf; false when it does not fit. */
-static bool join(char *buf, size_t len, const char *dir, const char *name)
+/* PARENT/NAME into out (outlen bytes); false when it does not fit. */
+static bool join(char *out, size_t outlen, const char *parent, const char *name)
 {
-    return (size_t)snprintf(buf, len, "%s/%s", dir, name) < len;
+    return (size_t)snprintf(out, outlen, "%s/%s", parent, name) < outlen;
 }
 
 /* Writes `text` to an existing file in one write(), as the cgroup files want
@@ -537,6 +537,7 @@ int cgroup_populated(const char *path, bool *ret_populated, char *err, size_t er
     if (read_text(file, &text) < 0)
         return fail(err, errlen, "read", file);
     int rc = errbuf_set(err, errlen, GPO_EIO, "%s: no \"populated\" line", file);
+    // NOLINTNEXTLINE(clang-analyzer-core.uninitialized.Assign): read_text set text (its -errno < 0)
     for (const char *p = text; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL) {
         if (strncmp(p, "populated ", 10) == 0 && (p[10] == '0' || p[10] == '1')) {
             *ret_populated = p[10] == '1';

@@ -84,6 +84,7 @@ static struct entry *find(struct journal *j, uint64_t job, uint32_t attempt)
 }
 
 /* Appends an entry; takes `dir` (may be NULL) only on success. */
+// NOLINTNEXTLINE(readability-non-const-parameter): the entry takes dir and frees it
 static int push(struct journal *j, uint64_t job, uint32_t attempt, char *dir)
 {
     if (j->n == j->cap) {
@@ -187,7 +188,7 @@ static int load(struct journal *j, char *err, size_t errlen)
     if (rc == 0 && ferror(f))
         rc = fail_sys(err, errlen, "read", j->path);
     free(line);
-    fclose(f);
+    (void)fclose(f); /* read only: ferror above checked the reads */
     if (rc == 0)
         j->size = off;
     return rc;

@@ -197,6 +197,40 @@ static const char *expand_path(const struct launch_config *cfg, const struct pro
     return buf;
 }
 
+/* getpwnam_r's buffer grows on ERANGE up to this. */
+#define PW_BUF_MAX ((size_t)1024 * 1024)
+
+/* Gives the open file fd (at path) to user `name`, looked up by getpwnam_r:
+ * launches run beside the agent's other threads. 0; GPO_ENOENT when there
+ * is no such user, the file left as it is; or another code with the
+ * message in err. */
+static int give_to_user(int fd, const char *path, const char *name, char *err, size_t errlen)
+{
+    long hint = sysconf(_SC_GETPW_R_SIZE_MAX);
+    size_t len = hint > 0 && (size_t)hint <= PW_BUF_MAX ? (size_t)hint : 1024;
+    for (;;) {
+        char *buf = malloc(len);
+        if (!buf)
+            return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
+        struct passwd pw, *res = NULL;
+        int e = getpwnam_r(name, &pw, buf, len, &res);
+        int rc = 0;
+        if (res && fchown(fd, pw.pw_uid, pw.pw_gid) != 0)
+            rc = errbuf_set(err, errlen, -errno, "chown %s: %s", path, strerror(errno));
+        free(buf);
+        if (res)
+            return rc;
+        if (e == ERANGE && len < PW_BUF_MAX) {
+            len *= 2;
+            continue;
+        }
+        if (e == 0 || e == ENOENT)
+            return GPO_ENOENT;
+        return errbuf_set(err, errlen, e == ENOMEM ? GPO_ENOMEM : GPO_EIO, "user %s: %s", name,
+                          strerror(e));
+    }
+}
+
 /* A script job's file (launch.h), into path (pathlen bytes). */
 static int write_script(const struct launch_config *cfg, const struct proto_attempt *a,
                         const char *unix_user, char *path, size_t pathlen, char *err, size_t errlen)
@@ -214,9 +248,12 @@ static int write_script(const struct launch_config *cfg, const struct proto_atte
     int rc = fsutil_write_all(fd, a->spec.script, strlen(a->spec.script));
     if (rc)
         errbuf_set(err, errlen, rc, "writing %s: %s", path, gpo_strerror(rc));
-    struct passwd *pw = !rc && unix_user && cfg->as_root ? getpwnam(unix_user) : NULL;
-    if (pw && fchown(fd, pw->pw_uid, pw->pw_gid) != 0)
-        rc = errbuf_set(err, errlen, -errno, "chown %s: %s", path, strerror(errno));
+    if (!rc && unix_user && cfg->as_root) {
+        /* An unknown user is no error here: the launch itself refuses that
+         * user, and says why. */
+        rc = give_to_user(fd, path, unix_user, err, errlen);
+        rc = rc == GPO_ENOENT ? 0 : rc;
+    }
     close(fd);
     return rc;
 }

@@ -128,13 +128,14 @@ static bool known_code(int rc)
 static int call(struct priv *p, const void *req, size_t len, struct priv_reply *rep, char *err,
                 size_t errlen)
 {
-    ssize_t n = -1;
+    ssize_t n = -1; /* the reply's length; stays -1 when no reply was read */
     if (!p->dead) {
-        while ((n = send(p->fd, req, len, MSG_NOSIGNAL)) < 0 && errno == EINTR)
+        ssize_t sent;
+        while ((sent = send(p->fd, req, len, MSG_NOSIGNAL)) < 0 && errno == EINTR)
             ;
-        if (n < 0 && errno == EMSGSIZE)
+        if (sent < 0 && errno == EMSGSIZE)
             return errbuf_set(err, errlen, GPO_EINVAL, "request: %zu bytes, too large", len);
-        if (n == (ssize_t)len)
+        if (sent == (ssize_t)len)
             while ((n = recv(p->fd, rep, sizeof(*rep), MSG_TRUNC)) < 0 && errno == EINTR)
                 ;
     }

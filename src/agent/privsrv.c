@@ -417,11 +417,12 @@ static int check_attempt(const struct privsrv *s, const struct priv_req_attempt 
 static void do_signal(struct privsrv *s, const void *req, struct priv_reply *rep)
 {
     const struct priv_req_attempt *q = req;
-    char dir[PRIV_PATH_MAX + 32], cg[CGROUP_PATH_MAX], why[PRIV_MSG_MAX];
+    char dir[PRIV_PATH_MAX + 32], cg[CGROUP_PATH_MAX];
     if ((rep->rc =
              check_attempt(s, q, dir, sizeof(dir), cg, sizeof(cg), rep->msg, sizeof(rep->msg))))
         return;
     if (cg[0]) {
+        char why[PRIV_MSG_MAX];
         int rc = q->sig == SIGKILL ? cgroup_kill(cg, why, sizeof(why))
                                    : cgroup_signal(cg, q->sig, why, sizeof(why));
         if (rc && rc != GPO_ENOENT)
@@ -437,12 +438,13 @@ static void do_signal(struct privsrv *s, const void *req, struct priv_reply *rep
 static void do_cleanup(struct privsrv *s, const void *req, struct priv_reply *rep)
 {
     const struct priv_req_attempt *q = req;
-    char dir[PRIV_PATH_MAX + 32], cg[CGROUP_PATH_MAX], why[PRIV_MSG_MAX];
+    char dir[PRIV_PATH_MAX + 32], cg[CGROUP_PATH_MAX];
     if ((rep->rc =
              check_attempt(s, q, dir, sizeof(dir), cg, sizeof(cg), rep->msg, sizeof(rep->msg))))
         return;
     rep->empty = 1;
     if (cg[0]) {
+        char why[PRIV_MSG_MAX];
         bool populated = false;
         int rc = cgroup_populated(cg, &populated, why, sizeof(why));
         if (rc == 0 && !populated)
@@ -505,9 +507,11 @@ static void become_server(struct privsrv *s, sigset_t *ret_waitmask)
         _exit(1);
     umask(027); /* what it writes is for the agent's group, read-only */
     int nul = open("/dev/null", O_RDWR | O_CLOEXEC);
-    for (int i = 0; i < 3 && nul >= 0; i++)
-        if (nul != i)
-            dup2(nul, i);
+    if (nul < 0)
+        _exit(1);
+    for (int i = 0; i < 3; i++)
+        if (nul != i && dup2(nul, i) < 0)
+            _exit(1);
     if (nul > 3)
         close(nul);
     struct sigaction sa = {.sa_handler = on_child};

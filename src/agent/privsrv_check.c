@@ -132,10 +132,11 @@ static int check_user(const struct priv_req_launch *q, char *msg, size_t len)
         return rc;
     if (q->has_user > 1)
         return errbuf_set(msg, len, GPO_EINVAL, "has_user: %u, expected 0 or 1", q->has_user);
-    char shown_user[JSONV_QUOTE_MAX + 4];
-    if (q->has_user && !valid_user_name(q->unix_user))
+    if (q->has_user && !valid_user_name(q->unix_user)) {
+        char shown_user[JSONV_QUOTE_MAX + 4];
         return errbuf_set(msg, len, GPO_EINVAL, "unix_user: \"%s\" is not a valid user name",
                           shown(q->unix_user, shown_user));
+    }
     return 0;
 }
 

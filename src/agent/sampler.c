@@ -16,7 +16,7 @@
 
 /* Largest /proc/PID/environ read; the variables we look for come early in
  * practice (the agent puts them first), but a big environment is fine. */
-#define ENVIRON_MAX (256u * 1024u)
+#define ENVIRON_MAX ((size_t)256 * 1024)
 
 /* Lowest index reachable from `start` over NVLink (the GPU's domain). */
 static int nvlink_domain(const struct gpu_info *info, unsigned n, unsigned start)

@@ -463,8 +463,12 @@ static int read_env(struct shim_args *o)
 {
     size_t len = 0, cap = 4096, n = 0;
     char *buf = malloc(cap);
+    if (!buf) {
+        close(o->env_fd);
+        return usage("out of memory");
+    }
     ssize_t got = 1;
-    while (buf && got != 0) {
+    while (got != 0) {
         if (len + 1 >= cap) {
             char *nb = cap < ENV_MAX_BYTES ? realloc(buf, cap * 2) : NULL;
             if (!nb)
@@ -479,7 +483,7 @@ static int read_env(struct shim_args *o)
     }
     close(o->env_fd);
     o->envbuf = buf;
-    if (!buf || got != 0 || (len > 0 && buf[len - 1] != '\0'))
+    if (got != 0 || (len > 0 && buf[len - 1] != '\0'))
         return usage("--env-fd: unreadable, over 1 MiB, or not NUL-terminated strings");
     for (size_t i = 0; i < len; i++)
         n += buf[i] == '\0';
@@ -552,7 +556,15 @@ static int read_flags(int argc, char **argv, struct shim_args *o, int *ret_cmd)
     }
 }
 
-/* Fills o from argv; returns 0, 1 after --help, or SHIM_EXIT_FAILURE. */
+/* Frees what parse_args allocated, also after it failed. */
+static void args_release(struct shim_args *o)
+{
+    free(o->envv);
+    free(o->envbuf);
+}
+
+/* Fills o from argv; returns 0, 1 after --help, or SHIM_EXIT_FAILURE; o is
+ * released with args_release either way. */
 static int parse_args(int argc, char **argv, struct shim_args *o)
 {
     *o = (struct shim_args){.ready_fd = -1, .env_fd = -1};
@@ -577,8 +589,7 @@ int shim_main(int argc, char **argv)
     struct shim_args o;
     int rc = parse_args(argc, argv, &o);
     if (rc) {
-        free(o.envv);
-        free(o.envbuf);
+        args_release(&o);
         return rc == 1 ? 0 : rc;
     }
 
@@ -586,6 +597,7 @@ int shim_main(int argc, char **argv)
      * by a shell with job control and already has a group of its own. */
     if (setsid() < 0 && errno != EPERM) {
         fprintf(stderr, "gpuorch shim: setsid: %s\n", strerror(errno));
+        args_release(&o);
         return SHIM_EXIT_FAILURE;
     }
     sigset_t block, old;
@@ -613,8 +625,7 @@ int shim_main(int argc, char **argv)
     else
         r.started_ms = r.ended_ms = now_ms();
     free(a);
-    free(o.envv);
-    free(o.envbuf);
+    args_release(&o);
     return finish(&r);
 }
 
