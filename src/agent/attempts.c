@@ -71,7 +71,7 @@ int attempts_new(const struct attempts_config *cfg, struct attempts **ret)
 {
     struct attempts *t = calloc(1, sizeof(*t));
     if (!t)
-        return -ENOMEM;
+        return GPO_ENOMEM;
     t->cfg = *cfg;
     if (!t->cfg.log)
         t->cfg.log = nolog;
@@ -79,7 +79,7 @@ int attempts_new(const struct attempts_config *cfg, struct attempts **ret)
     t->state_dir = strdup(cfg->state_dir);
     if (!t->node || !t->state_dir) {
         attempts_free(t);
-        return -ENOMEM;
+        return GPO_ENOMEM;
     }
     pthread_mutex_init(&t->lock, NULL);
     pthread_cond_init(&t->cond, NULL);

@@ -52,7 +52,7 @@ struct attempts_config {
 
 struct attempts;
 
-/* 0 and *ret (caller frees with attempts_free), or -ENOMEM. */
+/* 0 and *ret (caller frees with attempts_free), or GPO_ENOMEM. */
 int attempts_new(const struct attempts_config *cfg, struct attempts **ret);
 void attempts_free(struct attempts *t);
 

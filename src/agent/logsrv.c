@@ -149,7 +149,7 @@ static bool parse_request(struct http_request *req, struct logq *q)
 }
 
 /* The whole of a small file (NUL-terminated) into *ret (caller frees), and
- * its owner. 0, -ENOENT, -EFBIG, -errno. */
+ * its owner. 0, GPO_ENOENT, -EFBIG, -errno. */
 static int read_small(const char *path, size_t max, char **ret, size_t *ret_len, uid_t *ret_owner)
 {
     int fd = open(path, O_RDONLY | O_NOCTTY | O_NOFOLLOW | O_CLOEXEC);
@@ -158,7 +158,7 @@ static int read_small(const char *path, size_t max, char **ret, size_t *ret_len,
     struct stat st;
     char *buf = malloc(max + 1);
     size_t len = 0;
-    int rc = !buf ? -ENOMEM : fstat(fd, &st) != 0 ? -errno : 0;
+    int rc = !buf ? GPO_ENOMEM : fstat(fd, &st) != 0 ? -errno : 0;
     while (rc == 0 && len <= max) {
         ssize_t n = read(fd, buf + len, max + 1 - len);
         if (n < 0 && errno != EINTR)
@@ -183,7 +183,7 @@ static int read_small(const char *path, size_t max, char **ret, size_t *ret_len,
 }
 
 /* From dir/attempt.json: the attempt's uid and the path of `stream`. 0;
- * -ENOENT (no such attempt); -EINVAL with a message (a malformed file, or
+ * GPO_ENOENT (no such attempt); GPO_EINVAL with a message (a malformed file, or
  * one the launcher did not write: only root or the agent's own user may own
  * it, since the uid in it decides which files may be read). */
 static int attempt_load(const char *dir, const char *stream, uid_t *ret_uid, char *path,
@@ -194,13 +194,13 @@ static int attempt_load(const char *dir, const char *stream, uid_t *ret_uid, cha
     uid_t owner = 0;
     snprintf(file, sizeof(file), "%s/%s", dir, LOGSRV_ATTEMPT_FILE);
     int rc = read_small(file, LOGSRV_ATTEMPT_MAX, &text, &len, &owner);
-    if (rc == -ENOENT || rc == -ENOTDIR)
-        return -ENOENT;
+    if (rc == GPO_ENOENT || rc == -ENOTDIR)
+        return GPO_ENOENT;
     if (rc)
-        return errbuf_set(err, errlen, -EINVAL, "%s: %s", file, gpo_strerror(rc));
+        return errbuf_set(err, errlen, GPO_EINVAL, "%s: %s", file, gpo_strerror(rc));
     if (owner != 0 && owner != geteuid()) {
         free(text);
-        return errbuf_set(err, errlen, -EINVAL, "%s: owned by uid %u, not by root or the agent",
+        return errbuf_set(err, errlen, GPO_EINVAL, "%s: owned by uid %u, not by root or the agent",
                           file, (unsigned)owner);
     }
     json_error_t je;
@@ -209,14 +209,14 @@ static int attempt_load(const char *dir, const char *stream, uid_t *ret_uid, cha
     json_t *uid = json_object_get(o, "uid"), *p = json_object_get(o, stream);
     rc = 0;
     if (!json_is_object(o))
-        rc = errbuf_set(err, errlen, -EINVAL, "%s: not a JSON object", file);
+        rc = errbuf_set(err, errlen, GPO_EINVAL, "%s: not a JSON object", file);
     else if (!json_is_integer(uid) || json_integer_value(uid) < 0 ||
              json_integer_value(uid) >= (json_int_t)UINT32_MAX)
-        rc = errbuf_set(err, errlen, -EINVAL, "%s: uid: expected an integer", file);
+        rc = errbuf_set(err, errlen, GPO_EINVAL, "%s: uid: expected an integer", file);
     else if (p && (!json_is_string(p) || json_string_value(p)[0] != '/' ||
                    strlen(json_string_value(p)) != json_string_length(p) ||
                    json_string_length(p) >= pathlen))
-        rc = errbuf_set(err, errlen, -EINVAL, "%s: %s: expected an absolute path", file, stream);
+        rc = errbuf_set(err, errlen, GPO_EINVAL, "%s: %s: expected an absolute path", file, stream);
     if (rc == 0) {
         *ret_uid = (uid_t)json_integer_value(uid);
         if (p)
@@ -229,15 +229,17 @@ static int attempt_load(const char *dir, const char *stream, uid_t *ret_uid, cha
 }
 
 /* Opens a log file for reading and checks it after the open. 0 and *ret_fd,
- * *ret_size; -ENOENT (not there yet); -EPERM (not a regular file owned by
+ * *ret_size; GPO_ENOENT (not there yet); GPO_EPERM (not a regular file owned by
  * uid); -errno. */
 static int log_open(const char *path, uid_t uid, int *ret_fd, off_t *ret_size)
 {
     int fd = open(path, O_RDONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0)
-        return errno == ENOTDIR ? -ENOENT : -errno;
+        return errno == ENOTDIR ? GPO_ENOENT : -errno;
     struct stat st;
-    int rc = fstat(fd, &st) != 0 ? -errno : !S_ISREG(st.st_mode) || st.st_uid != uid ? -EPERM : 0;
+    int rc = fstat(fd, &st) != 0                        ? -errno
+             : !S_ISREG(st.st_mode) || st.st_uid != uid ? GPO_EPERM
+                                                        : 0;
     if (rc) {
         close(fd);
         return rc;
@@ -356,7 +358,7 @@ static ssize_t follow_read(void *ctx, char *buf, size_t max)
             int fd;
             off_t size;
             int rc = log_open(f->path, f->uid, &fd, &size);
-            if (rc == -EPERM) {
+            if (rc == GPO_EPERM) {
                 /* Still root's while the shim creates it: wait for the hand-over
                  * (the next write or tick). Else it may have been handed over
                  * since the open (a file never goes back to root): look again. */
@@ -366,7 +368,7 @@ static ssize_t follow_read(void *ctx, char *buf, size_t max)
             }
             if (rc == 0)
                 follow_opened(f, fd);
-            else if (rc != -ENOENT)
+            else if (rc != GPO_ENOENT)
                 return HTTP_STREAM_ERROR; /* not a file of the job's own */
         }
         ssize_t n = 0;
@@ -454,7 +456,7 @@ static int h_logs(struct http_request *req, void *ctx)
              q.job, q.attempt);
     uid_t uid = 0;
     int rc = attempt_load(dir, q.stream, &uid, path, sizeof(path), msg, sizeof(msg));
-    if (rc == -ENOENT)
+    if (rc == GPO_ENOENT)
         return http_request_error(req, 404, "not_found",
                                   "no attempt %" PRId64 ".%" PRId64 " on this node", q.job,
                                   q.attempt);
@@ -463,21 +465,21 @@ static int h_logs(struct http_request *req, void *ctx)
     int fd = -1;
     off_t size = 0;
     rc = log_open(path, uid, &fd, &size);
-    if (rc == -EPERM && q.follow && being_created(path, dir))
-        rc = -ENOENT; /* not handed to the job's user yet: the follow waits for it (and its
-                       * HEAD says so: 200, nothing yet) */
-    else if (rc == -EPERM)
+    if (rc == GPO_EPERM && q.follow && being_created(path, dir))
+        rc = GPO_ENOENT; /* not handed to the job's user yet: the follow waits for it (and its
+                          * HEAD says so: 200, nothing yet) */
+    else if (rc == GPO_EPERM)
         rc = log_open(path, uid, &fd, &size); /* handed over since the open? */
-    if (rc == -EPERM)
+    if (rc == GPO_EPERM)
         return http_request_error(req, 403, "forbidden",
                                   "%s of attempt %" PRId64 ".%" PRId64
                                   ": %s is not a regular file owned by uid %u",
                                   q.stream, q.job, q.attempt, path, (unsigned)uid);
-    if (rc == -EACCES || rc == -ELOOP)
+    if (rc == GPO_EACCES || rc == -ELOOP)
         return http_request_error(req, 403, "forbidden",
                                   "%s of attempt %" PRId64 ".%" PRId64 ": %s: %s", q.stream, q.job,
                                   q.attempt, path, gpo_strerror(rc));
-    if (rc && rc != -ENOENT)
+    if (rc && rc != GPO_ENOENT)
         return http_request_error(req, 500, "internal", "%s: %s", path, gpo_strerror(rc));
     off_t start = q.offset >= 0 ? q.offset : size + q.offset > 0 ? size + q.offset : 0;
     if (q.follow && !q.head)

@@ -59,21 +59,21 @@ __attribute__((format(printf, 3, 4))) static int fail(char *err, size_t errlen, 
 {
     va_list ap;
     va_start(ap, fmt);
-    errbuf_vset(err, errlen, -EINVAL, fmt, ap);
+    errbuf_vset(err, errlen, GPO_EINVAL, fmt, ap);
     va_end(ap);
-    return -EINVAL;
+    return GPO_EINVAL;
 }
 #ifdef __clang_analyzer__
 /* clang's static analyzer (make lint) does not follow calls into variadic
  * functions: for the analysis only, fail says what it returns. */
-#define fail(...) __extension__({ (void)fail(__VA_ARGS__), -EINVAL; })
+#define fail(...) __extension__({ (void)fail(__VA_ARGS__), GPO_EINVAL; })
 #endif
 
 static int out_of_memory(char *err, size_t errlen)
 {
     if (err && errlen)
         snprintf(err, errlen, "out of memory");
-    return -ENOMEM;
+    return GPO_ENOMEM;
 }
 
 static char *copy_text(const char *s, size_t len)
@@ -545,7 +545,7 @@ static int check_array(struct wire *w, char *err, size_t errlen)
     if (!w->spec.array_text)
         return 0;
     int rc = jobspec_array_parse(w->spec.array_text, &w->spec.array, msg, sizeof(msg));
-    if (rc == -ENOMEM)
+    if (rc == GPO_ENOMEM)
         return out_of_memory(err, errlen);
     return rc < 0 ? fail(err, errlen, "field 'array': %s", msg) : 0;
 }
@@ -571,7 +571,7 @@ int jobspec_decode(const json_t *body, struct jobspec *ret, char *err, size_t er
     struct wire w = {.spec = {.mem_mib = 1024, .requeue = true}, .cpus = 1};
     int rc = jsonv_decode(body, fields, ARRAY_LEN(fields), &w, err, errlen);
     if (rc < 0)
-        return rc == GPO_ENOMEM ? -ENOMEM : -EINVAL;
+        return rc == GPO_ENOMEM ? GPO_ENOMEM : GPO_EINVAL;
     w.spec.cpus = (int32_t)w.cpus;
     for (size_t i = 0; i < ARRAY_LEN(steps) && rc == 0; i++)
         rc = steps[i](&w, err, errlen);
@@ -710,7 +710,7 @@ int jobspec_copy(const struct jobspec *spec, struct jobspec *ret)
              NULL;
     if (!ok) {
         jobspec_release(&c);
-        return -ENOMEM;
+        return GPO_ENOMEM;
     }
     *ret = c;
     return 0;

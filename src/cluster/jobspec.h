@@ -26,7 +26,7 @@
  * "priority" (a class name), "output"/"error" (log paths on the node).
  *
  * Ownership: every pointer in a struct jobspec is owned by it;
- * jobspec_release frees them. Errors: 0 or -EINVAL / -ENOMEM (negative errno
+ * jobspec_release frees them. Errors: 0 or GPO_EINVAL / GPO_ENOMEM (negative errno
  * values), with one line naming the field in the caller's buffer.
  */
 #ifndef GPUORCH_CLUSTER_JOBSPEC_H
@@ -117,7 +117,7 @@ int jobspec_array_parse(const char *text, struct jobspec_array *ret, char *err, 
  * NULL when out of memory. */
 json_t *jobspec_to_json(const struct jobspec *spec);
 
-/* A deep copy; 0 or -ENOMEM (*ret untouched). */
+/* A deep copy; 0 or GPO_ENOMEM (*ret untouched). */
 int jobspec_copy(const struct jobspec *spec, struct jobspec *ret);
 
 void jobspec_release(struct jobspec *spec);
