@@ -171,18 +171,15 @@ static const struct opts_opt agent_opts[] = {
  * with the message printed. */
 static int read_flags(int argc, char **argv, struct agent_args *a)
 {
-    const char **pos = calloc(argc > 0 ? (size_t)argc : 1, sizeof(*pos));
-    if (!pos) {
+    struct opts p;
+    char err[512];
+    const char *stray = NULL;
+    opts_init(&p, argc - 1, argv + 1, OPTS_TABLE(agent_opts), 0);
+    int rc = opts_parse_flags(&p, a, &stray, err, sizeof(err));
+    if (rc == GPO_ENOMEM) {
         fprintf(stderr, "gpuorch agent: out of memory\n");
         return 1;
     }
-    struct opts p;
-    char err[512];
-    size_t npos = 0;
-    opts_init(&p, argc - 1, argv + 1, OPTS_TABLE(agent_opts), 0);
-    int rc = opts_parse(&p, a, pos, &npos, err, sizeof(err));
-    const char *stray = rc >= 0 && npos ? pos[0] : NULL;
-    free(pos);
     if (rc == OPTS_HELP_GIVEN) {
         usage(stdout);
         return HELP_SHOWN;

@@ -360,6 +360,20 @@ int opts_parse(struct opts *p, void *args, const char **pos, size_t *ret_npos, c
     return 0;
 }
 
+int opts_parse_flags(struct opts *p, void *args, const char **ret_stray, char *err, size_t errlen)
+{
+    *ret_stray = NULL;
+    const char **pos = calloc(p->argc > 0 ? (size_t)p->argc : 1, sizeof(*pos));
+    if (!pos)
+        return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
+    size_t npos = 0;
+    int rc = opts_parse(p, args, pos, &npos, err, errlen);
+    if (rc == 0 && npos)
+        *ret_stray = pos[0];
+    free(pos);
+    return rc;
+}
+
 bool opts_help_asked(int argc, char **argv, const void *table, size_t n, size_t stride)
 {
     for (size_t k = 0; k < n; k++) {

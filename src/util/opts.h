@@ -160,6 +160,14 @@ int opts_convert(const struct opts_opt *o, const char *value, void *dst, char *e
 int opts_parse(struct opts *p, void *args, const char **pos, size_t *ret_npos, char *err,
                size_t errlen);
 
+/*
+ * opts_parse for a command that takes no positional word (a daemon's
+ * flags): the same returns, and *ret_stray the first positional word when
+ * it returned 0 (NULL: none, or help given), for the caller to refuse. GPO_ENOMEM
+ * when there is no room for the words (p untouched).
+ */
+int opts_parse_flags(struct opts *p, void *args, const char **ret_stray, char *err, size_t errlen);
+
 /* Whether any word of argv[0..argc) spells an OPTS_HELP entry of the table
  * ("--help", "-h"), wherever it is: for commands whose help wins over every
  * other word, values and mistakes included. */

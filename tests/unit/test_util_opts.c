@@ -273,6 +273,35 @@ static void help_wins_over_values_but_not_over_mistakes_of_form(void **state)
     assert_false(opts_help_asked(3, none, OPTS_TABLE(table)));
 }
 
+static void a_command_without_positional_words_gets_the_first_stray(void **state)
+{
+    (void)state;
+    char err[256];
+    const char *stray = (const char *)1;
+    struct args a = {0};
+    struct opts p;
+    char *argv[] = {"-q", "one", "--retries", "3", "two"};
+    opts_init(&p, 5, argv, OPTS_TABLE(table), 0);
+    assert_int_equal(opts_parse_flags(&p, &a, &stray, err, sizeof(err)), 0);
+    assert_string_equal(stray, "one");
+    assert_int_equal(a.retries, 3); /* the options are still read */
+    char *clean[] = {"--quiet"};
+    opts_init(&p, 1, clean, OPTS_TABLE(table), 0);
+    assert_int_equal(opts_parse_flags(&p, &a, &stray, err, sizeof(err)), 0);
+    assert_null(stray);
+    /* An error of form comes first, and leaves no stray. */
+    char *bad[] = {"word", "--bogus"};
+    opts_init(&p, 2, bad, OPTS_TABLE(table), 0);
+    assert_int_equal(opts_parse_flags(&p, &a, &stray, err, sizeof(err)), GPO_ENOENT);
+    assert_null(stray);
+    assert_string_equal(p.word, "--bogus");
+    /* Help wins over a stray word. */
+    char *help[] = {"word", "-h"};
+    opts_init(&p, 2, help, OPTS_TABLE(table), 0);
+    assert_int_equal(opts_parse_flags(&p, &a, &stray, err, sizeof(err)), OPTS_HELP_GIVEN);
+    assert_null(stray);
+}
+
 /* A table of larger entries that begin with a struct opts_opt. */
 struct wide {
     struct opts_opt opt;
@@ -335,6 +364,7 @@ int main(void)
         cmocka_unit_test(typed_values_are_converted_within_their_range),
         cmocka_unit_test(refused_values_say_what_was_expected),
         cmocka_unit_test(help_wins_over_values_but_not_over_mistakes_of_form),
+        cmocka_unit_test(a_command_without_positional_words_gets_the_first_stray),
         cmocka_unit_test(tables_of_larger_entries_are_walked_by_their_stride),
         cmocka_unit_test(converters_read_values_from_anywhere),
     };

@@ -163,6 +163,14 @@ void api_commit(struct server *s, struct http_request *req, struct store_batch *
     }
 }
 
+void api_config_write_drop(struct server *s, struct config_write *w, struct store_batch *b)
+{
+    store_batch_free(b);
+    pthread_mutex_lock(&s->lock);
+    config_write_drop(&s->config, w);
+    pthread_mutex_unlock(&s->lock);
+}
+
 /* ---- the job as the API shows it ------------------------------------------------ */
 
 /* Sets key to an RFC 3339 time, or null for a negative or absent one. */

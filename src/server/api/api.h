@@ -29,6 +29,7 @@
 #include "server/nodes/nodes.h"
 
 struct server;
+struct config_write;
 
 /* Route flags: admins only; node agents (the join token) only. */
 #define API_ROUTE_ADMIN HTTP_ROUTE_USER_FLAG(0)
@@ -80,6 +81,10 @@ void api_complete_error(struct http_request *req, int code, const char *msg);
  * thread and without the lock, so that exactly one of the two ends ctx. */
 void api_commit(struct server *s, struct http_request *req, struct store_batch *b,
                 store_done_fn done, void (*abort)(void *ctx), void *ctx);
+
+/* A planned configuration write that will not be committed: dropped under
+ * the state lock (taken here), b (may be NULL) freed. */
+void api_config_write_drop(struct server *s, struct config_write *w, struct store_batch *b);
 
 /* The job as the API shows it at now_ms: a new object, or NULL when out of
  * memory. Under the state lock. */

@@ -58,12 +58,7 @@ struct write {
 static void write_abort(void *ctx)
 {
     struct write *wr = ctx;
-    struct server *s = wr->s;
-    enum config_outcome out;
-    json_t *body = NULL;
-    pthread_mutex_lock(&s->lock);
-    config_write_done(&s->config, wr->w, GPO_ESHUTDOWN, srv_now_ms(s), &out, &body, NULL, 0);
-    pthread_mutex_unlock(&s->lock);
+    api_config_write_drop(wr->s, wr->w, NULL);
     free(wr);
 }
 
@@ -99,12 +94,7 @@ static int write_commit(struct server *s, struct http_request *req, enum config_
         return api_error(req, rc, err);
     struct write *wr = calloc(1, sizeof(*wr));
     if (!wr) {
-        store_batch_free(b);
-        enum config_outcome out;
-        json_t *body = NULL;
-        pthread_mutex_lock(&s->lock);
-        config_write_done(&s->config, w, GPO_ENOMEM, srv_now_ms(s), &out, &body, NULL, 0);
-        pthread_mutex_unlock(&s->lock);
+        api_config_write_drop(s, w, b);
         return http_request_error(req, 500, "internal", "out of memory");
     }
     *wr = (struct write){.s = s, .req = req, .w = w, .label = config_kind_label(k)};

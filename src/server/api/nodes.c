@@ -523,12 +523,7 @@ struct node_write {
 static void node_write_abort(void *ctx)
 {
     struct node_write *nw = ctx;
-    struct server *s = nw->s;
-    enum config_outcome out;
-    json_t *body = NULL;
-    pthread_mutex_lock(&s->lock);
-    config_write_done(&s->config, nw->w, GPO_ESHUTDOWN, srv_now_ms(s), &out, &body, NULL, 0);
-    pthread_mutex_unlock(&s->lock);
+    api_config_write_drop(nw->s, nw->w, NULL);
     free(nw);
 }
 
@@ -573,12 +568,7 @@ static int node_write_commit(struct server *s, struct http_request *req, int rc,
         return api_error(req, rc, err);
     struct node_write *nw = calloc(1, sizeof(*nw));
     if (!nw) {
-        store_batch_free(b);
-        enum config_outcome out;
-        json_t *body = NULL;
-        pthread_mutex_lock(&s->lock);
-        config_write_done(&s->config, w, GPO_ENOMEM, srv_now_ms(s), &out, &body, NULL, 0);
-        pthread_mutex_unlock(&s->lock);
+        api_config_write_drop(s, w, b);
         return http_request_error(req, 500, "internal", "out of memory");
     }
     *nw = (struct node_write){.s = s, .req = req, .w = w};

@@ -357,17 +357,25 @@ static int kind_done(struct config *c, struct config_write *w, enum config_outco
     return 0;
 }
 
+void config_write_drop(struct config *c, struct config_write *w)
+{
+    c->busy = false;
+    cost_price_apply(c->cost, w->closing, false);
+    w->closing = NULL;
+    config_write_free(w);
+}
+
 int config_write_done(struct config *c, struct config_write *w, int store_err, int64_t now_ms,
                       enum config_outcome *ret_outcome, json_t **ret_body, char *err, size_t errlen)
 {
+    if (store_err) {
+        config_write_drop(c, w);
+        return store_err;
+    }
     c->busy = false;
-    int rc = store_err;
-    if (store_err)
-        cost_price_apply(c->cost, w->closing, false);
-    else if (w->kind == CONFIG_WRITE_NODE)
-        rc = config_node_done(c, w, now_ms, ret_outcome, ret_body, err, errlen);
-    else
-        rc = kind_done(c, w, ret_outcome, ret_body, err, errlen);
+    int rc = w->kind == CONFIG_WRITE_NODE
+                 ? config_node_done(c, w, now_ms, ret_outcome, ret_body, err, errlen)
+                 : kind_done(c, w, ret_outcome, ret_body, err, errlen);
     w->closing = NULL;
     config_write_free(w);
     return rc;

@@ -135,6 +135,11 @@ int config_write_done(struct config *c, struct config_write *w, int store_err, i
                       enum config_outcome *ret_outcome, json_t **ret_body, char *err,
                       size_t errlen);
 
+/* Ends write w (freed here) that will not be committed (the request could
+ * not be suspended, or out of memory): nothing changes, and the next write
+ * may start. */
+void config_write_drop(struct config *c, struct config_write *w);
+
 /* The name of the object write w changes (borrowed from w). */
 const char *config_write_name(const struct config_write *w);
 
