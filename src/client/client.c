@@ -172,8 +172,3 @@ int client_whoami(struct client *c, json_t **ret, char *err, size_t errlen)
 {
     return client_call(c, "GET", "/v1/whoami", NULL, ret, err, errlen);
 }
-
-int client_health(struct client *c, json_t **ret, char *err, size_t errlen)
-{
-    return client_call(c, "GET", "/v1/health", NULL, ret, err, errlen);
-}

@@ -167,9 +167,6 @@ enum client_kind {
 /* The kind's path segment ("priority-classes"); "?" out of range. */
 const char *client_kind_path(enum client_kind k);
 
-/* GET /v1/KIND: the answer. */
-int client_config_list(struct client *c, enum client_kind k, json_t **ret, char *err,
-                       size_t errlen);
 /* GET /v1/KIND/NAME: the object (GPO_EAPI with c->status 404 when absent). */
 int client_config_get(struct client *c, enum client_kind k, const char *name, json_t **ret,
                       char *err, size_t errlen);
@@ -187,8 +184,6 @@ int client_users_token_issue(struct client *c, const char *user, const char *lab
 
 /* GET /v1/whoami: the token's user. */
 int client_whoami(struct client *c, json_t **ret, char *err, size_t errlen);
-/* GET /v1/health (no token needed). */
-int client_health(struct client *c, json_t **ret, char *err, size_t errlen);
 
 /* ---- cost and metrics ------------------------------------------------------------- */
 

@@ -33,11 +33,6 @@ static int kind_call(struct client *c, const char *method, enum client_kind k, c
     return path ? client_call(c, method, path, body, ret, err, errlen) : rc;
 }
 
-int client_config_list(struct client *c, enum client_kind k, json_t **ret, char *err, size_t errlen)
-{
-    return kind_call(c, "GET", k, NULL, NULL, ret, err, errlen);
-}
-
 int client_config_get(struct client *c, enum client_kind k, const char *name, json_t **ret,
                       char *err, size_t errlen)
 {

@@ -140,13 +140,6 @@ int api_error(struct http_request *req, int code, const char *msg)
     return http_request_error(req, status, name, "%s", code == GPO_ENOMEM ? "out of memory" : msg);
 }
 
-void api_complete_error(struct http_request *req, int code, const char *msg)
-{
-    const char *name;
-    unsigned status = status_of(code, &name);
-    http_request_complete_error(req, status, name, "%s", msg);
-}
-
 void api_commit(struct server *s, struct http_request *req, struct store_batch *b,
                 store_done_fn done, void (*abort)(void *ctx), void *ctx)
 {

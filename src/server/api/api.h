@@ -72,8 +72,6 @@ json_t *api_body_named(struct http_request *req, const char *name);
  * GPO_EBUSY 409 conflict with Retry-After: 1, GPO_ENOMEM 500 internal, a store code 503; `msg` is
  * the message. Returns 0 (a handler's return). */
 int api_error(struct http_request *req, int code, const char *msg);
-/* The same for a suspended request (from a store completion). */
-void api_complete_error(struct http_request *req, int code, const char *msg);
 
 /* Suspends req and commits b (taken) with `done` as its completion. When
  * the request cannot be suspended (the server is stopping) or the store is

@@ -171,11 +171,6 @@ static const struct kind kinds[CONFIG_NKINDS] = {
     [CONFIG_PRICES] = KIND("prices", "price", STORE_CONFIG_PRICES, price, price_refs),
 };
 
-const char *config_kind_path(enum config_kind k)
-{
-    return (unsigned)k < CONFIG_NKINDS ? kinds[k].path : NULL;
-}
-
 const char *config_kind_label(enum config_kind k)
 {
     return (unsigned)k < CONFIG_NKINDS ? kinds[k].label : NULL;

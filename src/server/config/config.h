@@ -48,9 +48,6 @@ enum config_kind {
     CONFIG_PRICES,
     CONFIG_NKINDS,
 };
-
-/* "teams", "pools", "priority-classes", "prices": the path and the list's key. */
-const char *config_kind_path(enum config_kind k);
 /* "team", ...: for messages. */
 const char *config_kind_label(enum config_kind k);
 

@@ -174,8 +174,6 @@ json_t *cost_budgets_json(struct cost *c, const char *only_team, int64_t now_ms)
 
 /* What GET /v1/cost groups by. */
 enum cost_by { COST_BY_TEAM, COST_BY_PROJECT, COST_BY_MODEL, COST_BY_USER, COST_BY_JOB };
-/* "team", ...; NULL out of range. */
-const char *cost_by_name(enum cost_by by);
 /* The grouping named `name`, or -1. */
 int cost_by_parse(const char *name);
 

@@ -21,11 +21,6 @@
 
 static const char *const bys[] = {"team", "project", "model", "user", "job", NULL};
 
-const char *cost_by_name(enum cost_by by)
-{
-    return (unsigned)by < sizeof(bys) / sizeof(bys[0]) - 1 ? bys[by] : NULL;
-}
-
 int cost_by_parse(const char *name)
 {
     for (int k = 0; name && bys[k]; k++)

@@ -155,9 +155,8 @@ struct monitor_query {
     size_t nsteps;
 };
 
-/* "gpu_util", ...; "node", ...: the names the query uses; NULL out of range. */
+/* "gpu_util", ...: the names the query uses; NULL out of range. */
 const char *monitor_metric_name(enum monitor_metric m);
-const char *monitor_by_name(enum monitor_by by);
 /* Parse a name; -1 when it is none. */
 int monitor_metric_parse(const char *name);
 int monitor_by_parse(const char *name);

@@ -151,11 +151,6 @@ const char *monitor_metric_name(enum monitor_metric m)
     return (unsigned)m < sizeof(metric_names) / sizeof(metric_names[0]) ? metric_names[m] : NULL;
 }
 
-const char *monitor_by_name(enum monitor_by by)
-{
-    return (unsigned)by < sizeof(by_names) / sizeof(by_names[0]) ? by_names[by] : NULL;
-}
-
 static int lookup(const char *v, const char *const *names, size_t n)
 {
     for (size_t k = 0; v && k < n; k++)
