@@ -37,6 +37,8 @@ static const struct kind {
     {"users", CLIENT_KIND_USERS, "user", user_readonly},
     {"prices", CLIENT_KIND_PRICES, "price", NULL}, /* by GPU type: nodes must have registered */
 };
+/* The cluster's settings: one object, not a list. */
+static const struct kind settings_kind = {"settings", CLIENT_KIND_SETTINGS, "settings", NULL};
 
 /* ---- the document ------------------------------------------------------ */
 
@@ -59,6 +61,8 @@ static const char *where(const struct apply_doc *d, const char *name, const char
 
 static const struct kind *kind_of(const char *section)
 {
+    if (strcmp(section, settings_kind.section) == 0)
+        return &settings_kind;
     for (size_t k = 0; k < ARRAY_LEN(kinds); k++)
         if (strcmp(kinds[k].section, section) == 0)
             return &kinds[k];
@@ -99,17 +103,23 @@ static int check_doc(const struct apply_doc *d, const char *name, char *err, siz
     size_t total = 0;
     if (!json_is_object(d->root))
         return errbuf_set(err, errlen, GPO_EUSAGE,
-                          "%s: expected an object with pools, priority_classes, teams, users or "
-                          "prices",
+                          "%s: expected an object with settings, pools, priority_classes, teams, "
+                          "users or prices",
                           name);
     json_object_foreach((json_t *)d->root, key, v)
     {
         if (!kind_of(key))
             return errbuf_set(err, errlen, GPO_EUSAGE,
-                              "%s: unknown list '%s' (expected pools, priority_classes, teams, "
-                              "users or prices)",
+                              "%s: unknown list '%s' (expected settings, pools, priority_classes, "
+                              "teams, users or prices)",
                               where(d, name, key, at, sizeof(at)),
                               jsonv_quote(key, strlen(key), q));
+        if (kind_of(key) == &settings_kind) {
+            if (!json_is_object(v) && !json_is_null(v))
+                return errbuf_set(err, errlen, GPO_EUSAGE, "%s: 'settings' must be an object",
+                                  where(d, name, key, at, sizeof(at)));
+            continue;
+        }
         int rc = check_list(d, name, key, v, err, errlen);
         if (rc)
             return rc;
@@ -284,11 +294,12 @@ static void usage(FILE *out)
 {
     fprintf(out, "usage: gpuorch apply -f FILE [--dry-run]\n"
                  "\n"
-                 "Creates or updates pools, priority classes, teams, users and prices from a\n"
-                 "YAML or JSON file ('-': stdin), in that order, and prints what changed, one\n"
-                 "line per object:\n"
+                 "Creates or updates the cluster's settings, pools, priority classes, teams,\n"
+                 "users and prices from a YAML or JSON file ('-': stdin), in that order, and\n"
+                 "prints what changed, one line per object:\n"
                  "'pool/main created', 'team/research configured', 'user/alice unchanged'.\n"
                  "\n"
+                 "  settings:          {private_data: true | false | [jobs, usage, nodes, teams]}\n"
                  "  pools:             [{name, description}]\n"
                  "  priority_classes:  [{name, order, may_preempt, description}]\n"
                  "  teams:             [{name, weight, borrow_limit,\n"
@@ -333,9 +344,10 @@ static int put(struct cli *c, const struct kind *k, const char *name, const json
 static int apply_one(struct cli *c, const struct kind *k, const json_t *obj, const char *at,
                      bool dry)
 {
-    const char *name = cli_json_str(obj, "name");
+    bool one = k == &settings_kind; /* a single object, named by its kind */
+    const char *name = one ? NULL : cli_json_str(obj, "name");
     char err[CLI_ERR_MAX], shown[NAME_SHOWN_MAX + 4];
-    snprintf(shown, sizeof(shown), "%s", name);
+    snprintf(shown, sizeof(shown), "%s", one ? "cluster" : name);
     json_t *cur = NULL, *body = NULL;
     const char *done = "unchanged";
     int rc = client_config_get(&c->client, k->kind, name, &cur, err, sizeof(err));
@@ -366,6 +378,14 @@ static int apply_one(struct cli *c, const struct kind *k, const json_t *obj, con
 static int apply_doc(struct cli *c, const struct apply_doc *d, const char *name, bool dry)
 {
     int rc = 0;
+    const json_t *set = json_object_get(d->root, settings_kind.section);
+    if (json_is_object(set)) {
+        char at[4200];
+        rc = apply_one(c, &settings_kind, set,
+                       where(d, name, settings_kind.section, at, sizeof(at)), dry)
+                 ? CLI_EXIT_FAIL
+                 : 0;
+    }
     for (size_t k = 0; k < ARRAY_LEN(kinds); k++) {
         const json_t *list = json_object_get(d->root, kinds[k].section);
         for (size_t i = 0; i < json_array_size(list); i++) {

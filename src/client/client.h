@@ -154,9 +154,11 @@ int client_nodes_resume(struct client *c, const char *name, json_t **ret, char *
     X(PRIORITY_CLASSES, "priority-classes")                                                        \
     X(TEAMS, "teams")                                                                              \
     X(PRICES, "prices")                                                                            \
-    X(USERS, "users")
+    X(USERS, "users")                                                                              \
+    X(SETTINGS, "settings")
 
-/* What configuration an object is; users have the same four routes. */
+/* What configuration an object is; users have the same four routes; the
+ * cluster's settings are one object (GET and PUT /v1/settings: name NULL). */
 enum client_kind {
 #define CLIENT_KIND_ENUM(name, path) CLIENT_KIND_##name,
     CLIENT_KIND_MAP(CLIENT_KIND_ENUM)
@@ -167,7 +169,8 @@ enum client_kind {
 /* The kind's path segment ("priority-classes"); "?" out of range. */
 const char *client_kind_path(enum client_kind k);
 
-/* GET /v1/KIND/NAME: the object (GPO_EAPI with c->status 404 when absent). */
+/* GET /v1/KIND/NAME (NAME NULL: /v1/KIND): the object (GPO_EAPI with
+ * c->status 404 when absent). */
 int client_config_get(struct client *c, enum client_kind k, const char *name, json_t **ret,
                       char *err, size_t errlen);
 /* PUT /v1/KIND/NAME with `obj`; *ret (may be NULL) the stored object. */

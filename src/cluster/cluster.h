@@ -151,9 +151,56 @@ struct cluster_team {
     struct cluster_budget budget;
 };
 
+/*
+ * What members may not see of other teams (the cluster's "private_data",
+ * after Slurm's PrivateData). Admins see everything; a member always sees
+ * its own team's. Each bit names one kind of other teams' data:
+ *   jobs   their jobs (list, detail, attempts), and their job ids in wait
+ *          reasons;
+ *   usage  their utilization, costs, budgets and idle flags: series by team
+ *          or job, the queue by team, cost reports, budgets;
+ *   nodes  which of a node's GPUs their jobs hold, and those GPUs' samples
+ *          and processes (a node still shows how many GPUs are in use);
+ *   teams  their definitions (quotas, weights, budgets, idle policies).
+ */
+enum cluster_private {
+    CLUSTER_PRIVATE_JOBS = 1 << 0,
+    CLUSTER_PRIVATE_USAGE = 1 << 1,
+    CLUSTER_PRIVATE_NODES = 1 << 2,
+    CLUSTER_PRIVATE_TEAMS = 1 << 3,
+};
+#define CLUSTER_PRIVATE_ALL                                                                        \
+    (CLUSTER_PRIVATE_JOBS | CLUSTER_PRIVATE_USAGE | CLUSTER_PRIVATE_NODES | CLUSTER_PRIVATE_TEAMS)
+
+/* Cluster-wide settings (GET/PUT /v1/settings, `apply -f`'s "settings").
+ * Zeroed is the default: everything private. */
+struct cluster_settings {
+    unsigned open; /* enum cluster_private bits members DO see of other teams */
+};
+
+/* "jobs", ... for one bit (static), or NULL for anything else. */
+const char *cluster_private_name(enum cluster_private bit);
+/* Whether members are kept from data `what` (one bit) of other teams. */
+bool cluster_settings_private(const struct cluster_settings *s, enum cluster_private what);
+/*
+ * {"private_data": true | false | ["jobs", "usage", "nodes", "teams"]}
+ * (borrowed): true keeps everything private, false opens everything, a list
+ * keeps those kinds private and opens the rest; an absent member keeps its
+ * default (everything private). Unknown fields, unknown or repeated names
+ * are refused with the field ("field 'private_data[1]': ..."). 0 and *ret,
+ * or GPO_EINVAL.
+ */
+int cluster_settings_decode(const json_t *obj, struct cluster_settings *ret, char *err,
+                            size_t errlen);
+/* The settings as decode reads them: "private_data" true when all is
+ * private, false when nothing is, else the list in the order above. A new
+ * object, or NULL when out of memory. */
+json_t *cluster_settings_to_json(const struct cluster_settings *s);
+
 enum cluster_role {
     CLUSTER_ROLE_ADMIN = 0,
-    CLUSTER_ROLE_MEMBER, /* the default */
+    CLUSTER_ROLE_MEMBER,  /* the default */
+    CLUSTER_ROLE_METRICS, /* a scraper's account: GET /metrics only, every team's figures */
 };
 
 struct cluster_user {
@@ -297,7 +344,8 @@ int cluster_money_micro(double x, const char *field, int64_t max_micro, int64_t 
 /* micro as a JSON real (2.5 for 2500000). */
 json_t *cluster_money_json(int64_t micro);
 
-/* "up", "draining", "down"; "admin", "member" ("unknown" out of range). */
+/* "up", "draining", "down"; "admin", "member", "metrics" ("unknown" out of
+ * range). */
 const char *cluster_node_state_name(enum cluster_node_state state);
 const char *cluster_role_name(enum cluster_role role);
 
@@ -335,6 +383,7 @@ struct cluster {
     size_t ntype_ids, type_ids_cap;
     struct cluster_price *prices; /* by GPU type name */
     size_t nprices, prices_cap;
+    struct cluster_settings settings;
 };
 
 void cluster_init(struct cluster *m);

@@ -376,8 +376,10 @@ void cluster_team_release(struct cluster_team *t)
 
 /* ---- users ------------------------------------------------------------- */
 
-static const char *const role_names[] = {
-    [CLUSTER_ROLE_ADMIN] = "admin", [CLUSTER_ROLE_MEMBER] = "member", NULL};
+static const char *const role_names[] = {[CLUSTER_ROLE_ADMIN] = "admin",
+                                         [CLUSTER_ROLE_MEMBER] = "member",
+                                         [CLUSTER_ROLE_METRICS] = "metrics",
+                                         NULL};
 
 static const struct jsonv_field user_fields[] = {
     ID_FIELD(struct cluster_user),
@@ -392,7 +394,7 @@ _Static_assert(sizeof(enum cluster_node_state) == sizeof(int), "jsonv stores an 
 
 const char *cluster_role_name(enum cluster_role role)
 {
-    return (unsigned)role <= CLUSTER_ROLE_MEMBER ? role_names[role] : "unknown";
+    return (unsigned)role <= CLUSTER_ROLE_METRICS ? role_names[role] : "unknown";
 }
 
 int cluster_user_check(const struct cluster_user *u, char *err, size_t errlen)
@@ -406,7 +408,7 @@ int cluster_user_check(const struct cluster_user *u, char *err, size_t errlen)
     rc = rc || !u->team ? rc : cluster_check_name("team", u->team, err, errlen);
     if (rc)
         return rc;
-    if ((unsigned)u->role > CLUSTER_ROLE_MEMBER)
+    if ((unsigned)u->role > CLUSTER_ROLE_METRICS)
         return errbuf_set(err, errlen, GPO_EINVAL, "field 'role': %d is not a role", (int)u->role);
     if (u->role == CLUSTER_ROLE_MEMBER && !u->team)
         return errbuf_set(err, errlen, GPO_EINVAL,

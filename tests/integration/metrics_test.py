@@ -5,14 +5,16 @@ fake NVML ($GPUORCH_FAKENVML, else BUILD/tests/libnvidia-ml.so.1), then
 scraped by a real Prometheus server (Debian's /usr/bin/prometheus) started
 on loopback by the test. Prints TAP.
 
-What it checks: 401 without a token; the text passes `promtool check
+What it checks: 401 without a token; 403 with a member's token (the labels
+name every team's jobs); a token of a user with role "metrics" reads it, and
+nothing else (403 on /v1/jobs); the text passes `promtool check
 metrics` (see below); the DCGM series carry each GPU's UUID, Hostname,
 modelName, and the running job's hpc_job, team and project (a free GPU no
 job labels); their values follow the fake NVML file when it is rewritten;
 the gpuorch_* families count the running and the pending job, the quota
 used, the allocated GPU, the wait observed when the job started and the
-passes; a Prometheus server scraping it with the bearer token (from a
-credentials file) answers a PromQL query with the scripted value; with
+passes; a Prometheus server scraping it with the metrics user's bearer token
+(from a credentials file) answers a PromQL query with the scripted value; with
 --metrics-public no token is needed.
 
 promtool (2.42) exits 3 when the format is valid but its naming lint has
@@ -55,7 +57,7 @@ os.chmod(TMP, 0o755)
 SHARED = os.path.join(TMP, "shared")
 os.mkdir(SHARED)
 os.chmod(SHARED, 0o777)
-ADMIN = MEMBER = None
+ADMIN = MEMBER = SCRAPER = None
 AGENTS = {}
 CGROUP_BASE = None
 PROM = None  # the Prometheus child process
@@ -105,7 +107,7 @@ def scrape(token=None):
 
 
 def metrics():
-    st, _, text = scrape(MEMBER)
+    st, _, text = scrape(SCRAPER)
     return prom_samples(text) if st == 200 else []
 
 
@@ -148,7 +150,7 @@ def job_gpu(j):
 
 
 def setup():
-    global ADMIN, MEMBER, CGROUP_BASE
+    global ADMIN, MEMBER, SCRAPER, CGROUP_BASE
     SRV.start()
     ADMIN = open(SRV.token_file("admin")).read().strip()
     put("/v1/pools/main", {"description": "2-GPU nodes"})
@@ -159,6 +161,11 @@ def setup():
     if st != 201:
         raise RuntimeError(f"alice's token: {st} {raw!r}")
     MEMBER = body["token"]
+    put("/v1/users/prometheus", {"unix_user": "nobody", "role": "metrics"})
+    st, body, raw = call("POST", "/v1/users/prometheus/tokens?label=scraper", token=ADMIN)
+    if st != 201:
+        raise RuntimeError(f"prometheus's token: {st} {raw!r}")
+    SCRAPER = body["token"]
     for name, no in (("m1", 1), ("m2", 2)):
         AGENTS[name] = Agent(name, no, 2)
     CGROUP_BASE, roots = agent_cgroups("gpuorch-metrics-test", list(AGENTS))
@@ -179,6 +186,12 @@ def unauthorized():
     ok(st == 401, "GET /metrics without a token: 401", f"{st} {text[:300]}")
     st, _, text = scrape("not-a-token")
     ok(st == 401, "GET /metrics with a bad token: 401", f"{st} {text[:300]}")
+    st, _, text = scrape(MEMBER)
+    ok(st == 403 and "metrics" in text, "GET /metrics with a member's token: 403 naming the role",
+       f"{st} {text[:300]}")
+    st, _, raw = call("GET", "/v1/jobs", token=SCRAPER)
+    ok(st == 403, "a metrics user's token reads nothing but /metrics: GET /v1/jobs 403",
+       f"{st} {raw[:300]!r}")
 
 
 def running_job():
@@ -195,9 +208,9 @@ def running_job():
 
 
 def exposition(jid, pending, uuid, node):
-    st, ctype, text = scrape(MEMBER)
+    st, ctype, text = scrape(SCRAPER)
     ok(st == 200 and ctype == "text/plain; version=0.0.4; charset=utf-8",
-       "GET /metrics with a member's token: 200, text format 0.0.4", f"{st} {ctype}")
+       "GET /metrics with a metrics user's token: 200, text format 0.0.4", f"{st} {ctype}")
     rc, out = promtool(text)
     lint = [ln for ln in out.splitlines() if ln.strip()]
     only_model_name = all(re.match(r"^DCGM_FI_DEV_\w+ label names should be written in "
@@ -279,7 +292,7 @@ def prometheus(jid, uuid):
     os.mkdir(pdir)
     cred = os.path.join(pdir, "token")
     with open(cred, "w") as f:
-        f.write(MEMBER)
+        f.write(SCRAPER)
     os.chmod(cred, 0o600)
     cfg = os.path.join(pdir, "prometheus.yml")
     with open(cfg, "w") as f:

@@ -325,7 +325,7 @@ static const struct bad_case bad_cases[] = {
     {USER, 0, "{'name': 'bob', 'unix_user': 'bob'}",
      "missing required field 'team' (role 'member' needs a team)"},
     {USER, 0, "{'name': 'bob', 'unix_user': 'bob', 'role': 'root'}",
-     "field 'role': 'root' is not one of admin, member"},
+     "field 'role': 'root' is not one of admin, member, metrics"},
     {USER, 0, "{'name': 'bob', 'team': 'ml'}", "missing required field 'unix_user'"},
     {USER, 0, "{'name': 'bob', 'unix_user': 'bob', 'team': 'M L'}",
      "field 'team': 'M L' is not a valid name " NAME_RULE},
@@ -914,6 +914,98 @@ static void test_alloc_gpus_gives_node_uuid_index_and_share(void **state)
     cluster_release(&m);
 }
 
+/* settings: {"private_data": ...} decoded, as the server keeps it. */
+static int settings_of(const char *text, struct cluster_settings *ret, char *msg, size_t errlen)
+{
+    json_t *o = json_loads(text, 0, NULL);
+    assert_non_null(o);
+    int rc = cluster_settings_decode(o, ret, msg, errlen);
+    json_decref(o);
+    return rc;
+}
+
+/* The settings' JSON, compact. */
+static void assert_settings_json(const struct cluster_settings *set, const char *want)
+{
+    json_t *o = cluster_settings_to_json(set);
+    char *text = json_dumps(o, JSON_COMPACT);
+    assert_string_equal(text, want);
+    free(text);
+    json_decref(o);
+}
+
+static void test_settings_keep_everything_private_unless_opened(void **state)
+{
+    (void)state;
+    struct cluster_settings zero = {0}, set;
+    char msg[256];
+    for (unsigned bit = 1; bit <= CLUSTER_PRIVATE_TEAMS; bit <<= 1) {
+        assert_true(cluster_settings_private(&zero, (enum cluster_private)bit));
+        assert_non_null(cluster_private_name((enum cluster_private)bit));
+    }
+    assert_null(cluster_private_name((enum cluster_private)(1u << 9)));
+    assert_settings_json(&zero, "{\"private_data\":true}");
+    assert_int_equal(settings_of("{}", &set, msg, sizeof(msg)), 0);
+    assert_int_equal(set.open, 0);
+    assert_int_equal(settings_of("{\"private_data\": false}", &set, msg, sizeof(msg)), 0);
+    assert_int_equal(set.open, CLUSTER_PRIVATE_ALL);
+    assert_settings_json(&set, "{\"private_data\":false}");
+    assert_int_equal(settings_of("{\"private_data\": []}", &set, msg, sizeof(msg)), 0);
+    assert_int_equal(set.open, CLUSTER_PRIVATE_ALL);
+    /* A list keeps those private and opens the rest, listed in table order. */
+    assert_int_equal(
+        settings_of("{\"private_data\": [\"teams\", \"jobs\"]}", &set, msg, sizeof(msg)), 0);
+    assert_true(cluster_settings_private(&set, CLUSTER_PRIVATE_JOBS));
+    assert_true(cluster_settings_private(&set, CLUSTER_PRIVATE_TEAMS));
+    assert_false(cluster_settings_private(&set, CLUSTER_PRIVATE_USAGE));
+    assert_false(cluster_settings_private(&set, CLUSTER_PRIVATE_NODES));
+    assert_settings_json(&set, "{\"private_data\":[\"jobs\",\"teams\"]}");
+    struct cluster_settings back;
+    json_t *o = cluster_settings_to_json(&set);
+    assert_int_equal(cluster_settings_decode(o, &back, msg, sizeof(msg)), 0);
+    json_decref(o);
+    assert_int_equal(back.open, set.open);
+}
+
+static void test_settings_refuse_what_they_do_not_know(void **state)
+{
+    (void)state;
+    struct cluster_settings set = {.open = 5};
+    char msg[256];
+    static const struct {
+        const char *text, *message;
+    } bad[] = {
+        {"{\"private_data\": \"jobs\"}", "field 'private_data': expected true, false, or a list"},
+        {"{\"private_data\": [\"jobs\", \"gpus\"]}", "field 'private_data[1]': expected jobs"},
+        {"{\"private_data\": [\"jobs\", \"jobs\"]}", "field 'private_data[1]': 'jobs' twice"},
+        {"{\"private_data\": [3]}", "field 'private_data[0]'"},
+        {"{\"privatedata\": true}", "unknown field 'privatedata'"},
+        {"[]", "expected an object"},
+    };
+    for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
+        msg[0] = '\0';
+        assert_int_equal(settings_of(bad[k].text, &set, msg, sizeof(msg)), GPO_EINVAL);
+        if (!strstr(msg, bad[k].message))
+            fail_msg("%s: got '%s'", bad[k].text, msg);
+        assert_int_equal(set.open, 5); /* untouched */
+    }
+}
+
+static void test_metrics_is_a_role_that_needs_no_team(void **state)
+{
+    (void)state;
+    json_t *o = json_loads(
+        "{\"name\": \"prometheus\", \"unix_user\": \"nobody\", \"role\": \"metrics\"}", 0, NULL);
+    struct cluster_user u = {0};
+    char msg[256] = "";
+    assert_int_equal(cluster_user_decode(o, 0, &u, msg, sizeof(msg)), 0);
+    json_decref(o);
+    assert_int_equal(u.role, CLUSTER_ROLE_METRICS);
+    assert_null(u.team);
+    assert_string_equal(cluster_role_name(u.role), "metrics");
+    cluster_user_release(&u);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -932,6 +1024,9 @@ int main(void)
         cmocka_unit_test(test_job_request_resolves_names_to_core_indices),
         cmocka_unit_test(test_job_request_names_what_it_cannot_resolve),
         cmocka_unit_test(test_alloc_gpus_gives_node_uuid_index_and_share),
+        cmocka_unit_test(test_settings_keep_everything_private_unless_opened),
+        cmocka_unit_test(test_settings_refuse_what_they_do_not_know),
+        cmocka_unit_test(test_metrics_is_a_role_that_needs_no_team),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

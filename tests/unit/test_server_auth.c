@@ -77,17 +77,23 @@ static int teardown(void **state)
     return 0;
 }
 
-/* A member `name` of team `team` (NULL: none) with a token into out. */
-static void add_member(struct env *e, const char *name, const char *team, char *out)
+/* A user `name` of team `team` (NULL: none) and role `role` with a token
+ * into out. */
+static void add_user(struct env *e, const char *name, const char *team, const char *role, char *out)
 {
     uint8_t hash[TOKEN_HASH_LEN];
     assert_int_equal(token_generate(out, TOKEN_STR_LEN + 1), 0);
     assert_int_equal(token_hash(out, hash), 0);
     struct store_batch *b = store_batch_new();
-    assert_int_equal(store_batch_user_put(b, name, NULL, team, "member", T0), 0);
+    assert_int_equal(store_batch_user_put(b, name, NULL, team, role, T0), 0);
     assert_int_equal(store_batch_token_put(b, name, hash, "test", T0), 0);
     char msg[256] = "";
     assert_int_equal(store_commit_wait(e->store, b, NULL, 0, msg, sizeof(msg)), 0);
+}
+
+static void add_member(struct env *e, const char *name, const char *team, char *out)
+{
+    add_user(e, name, team, "member", out);
 }
 
 static void first_start_makes_the_admin_and_a_private_token_file(void **state)
@@ -172,6 +178,41 @@ static void members_see_their_team_only(void **state)
     assert_string_equal(auth_only_team(&lost), "");
 }
 
+static void metrics_route_takes_an_admin_or_a_metrics_user_only(void **state)
+{
+    struct env *e = *state;
+    char alice[TOKEN_STR_LEN + 1], prom[TOKEN_STR_LEN + 1];
+    add_member(e, "alice", "ml", alice);
+    add_user(e, "prometheus", NULL, "metrics", prom);
+    struct auth_user u = {0};
+    assert_int_equal(auth_check(&e->auth, e->admin, AUTH_NEED_METRICS, &u), AUTH_OK);
+    assert_int_equal(auth_check(&e->auth, prom, AUTH_NEED_METRICS, &u), AUTH_OK);
+    assert_true(u.metrics);
+    assert_false(u.admin);
+    assert_int_equal(auth_check(&e->auth, alice, AUTH_NEED_METRICS, &u), AUTH_NOT_METRICS);
+    /* A scraper's token opens nothing else. */
+    assert_int_equal(auth_check(&e->auth, prom, AUTH_NEED_USER, &u), AUTH_ONLY_METRICS);
+    assert_int_equal(auth_check(&e->auth, prom, AUTH_NEED_ADMIN, &u), AUTH_ONLY_METRICS);
+    assert_int_equal(auth_check(&e->auth, prom, AUTH_NEED_AGENT, &u), AUTH_NOT_AGENT);
+}
+
+static void private_kinds_show_members_their_team_and_open_kinds_every_team(void **state)
+{
+    (void)state;
+    struct auth_user admin = {.admin = true}, alice = {.admin = false}, lost = {.admin = false};
+    snprintf(alice.team, sizeof(alice.team), "ml");
+    assert_string_equal(auth_visible_team(&alice, true), "ml");
+    assert_null(auth_visible_team(&alice, false));
+    assert_null(auth_visible_team(&admin, true));
+    assert_true(auth_user_sees(&alice, true, "ml"));
+    assert_false(auth_user_sees(&alice, true, "cv"));
+    assert_false(auth_user_sees(&alice, true, NULL));
+    assert_true(auth_user_sees(&alice, false, "cv"));
+    assert_true(auth_user_sees(&admin, true, "cv"));
+    assert_false(auth_user_sees(&lost, true, "ml"));
+    assert_false(auth_user_sees(&lost, true, ""));
+}
+
 static void log_tokens_differ_per_node(void **state)
 {
     struct env *e = *state;
@@ -192,6 +233,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(a_restart_keeps_every_secret, setup, teardown),
         cmocka_unit_test_setup_teardown(tokens_meet_routes, setup, teardown),
         cmocka_unit_test(members_see_their_team_only),
+        cmocka_unit_test_setup_teardown(metrics_route_takes_an_admin_or_a_metrics_user_only, setup,
+                                        teardown),
+        cmocka_unit_test(private_kinds_show_members_their_team_and_open_kinds_every_team),
         cmocka_unit_test_setup_teardown(log_tokens_differ_per_node, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -15,8 +15,9 @@
 
 /* In the order they are matched. */
 static const struct api_routes *const tables[] = {
-    &api_web_routes,    &api_misc_routes,  &api_metrics_routes, &api_jobs_routes, &api_logs_routes,
-    &api_config_routes, &api_users_routes, &api_nodes_routes,   &api_cost_routes,
+    &api_web_routes,   &api_misc_routes,   &api_metrics_routes, &api_jobs_routes,
+    &api_logs_routes,  &api_config_routes, &api_users_routes,   &api_node_list_routes,
+    &api_nodes_routes, &api_cost_routes,
 };
 
 struct http_route *api_routes_build(size_t *ret_n)
@@ -53,9 +54,10 @@ const struct auth_user *api_request_user(struct http_request *req)
 bool api_authorize(struct http_request *req, unsigned route_flags, void *ctx)
 {
     struct server *s = ctx;
-    enum auth_need need = (route_flags & API_ROUTE_AGENT)   ? AUTH_NEED_AGENT
-                          : (route_flags & API_ROUTE_ADMIN) ? AUTH_NEED_ADMIN
-                                                            : AUTH_NEED_USER;
+    enum auth_need need = (route_flags & API_ROUTE_AGENT)     ? AUTH_NEED_AGENT
+                          : (route_flags & API_ROUTE_ADMIN)   ? AUTH_NEED_ADMIN
+                          : (route_flags & API_ROUTE_METRICS) ? AUTH_NEED_METRICS
+                                                              : AUTH_NEED_USER;
     struct request_user *u = http_request_app_data(req);
     switch (auth_check(&s->auth, http_request_bearer(req), need, &u->user)) {
     case AUTH_OK:
@@ -78,8 +80,34 @@ bool api_authorize(struct http_request *req, unsigned route_flags, void *ctx)
     case AUTH_NOT_ADMIN:
         http_request_error(req, 403, "forbidden", "only admins may do this");
         return false;
+    case AUTH_NOT_METRICS:
+        http_request_error(req, 403, "forbidden",
+                           "GET /metrics needs an admin's token or a token of a user with role "
+                           "'metrics'");
+        return false;
+    case AUTH_ONLY_METRICS:
+        http_request_error(req, 403, "forbidden",
+                           "a 'metrics' user's token reads GET /metrics only");
+        return false;
     }
     return false;
+}
+
+bool api_private(const struct server *s, enum cluster_private what)
+{
+    return cluster_settings_private(&s->cluster.settings, what);
+}
+
+const char *api_visible_team(const struct server *s, struct http_request *req,
+                             enum cluster_private what)
+{
+    return auth_visible_team(api_request_user(req), api_private(s, what));
+}
+
+bool api_user_sees(const struct server *s, struct http_request *req, enum cluster_private what,
+                   const char *team)
+{
+    return auth_user_sees(api_request_user(req), api_private(s, what), team);
 }
 
 /* ---- requests and answers ------------------------------------------------------ */

@@ -31,9 +31,11 @@
 struct server;
 struct config_write;
 
-/* Route flags: admins only; node agents (the join token) only. */
-#define API_ROUTE_ADMIN HTTP_ROUTE_USER_FLAG(0)
-#define API_ROUTE_AGENT HTTP_ROUTE_USER_FLAG(1)
+/* Route flags: admins only; node agents (the join token) only; admins and
+ * users of role "metrics" only (every other route refuses a metrics user). */
+#define API_ROUTE_ADMIN   HTTP_ROUTE_USER_FLAG(0)
+#define API_ROUTE_AGENT   HTTP_ROUTE_USER_FLAG(1)
+#define API_ROUTE_METRICS HTTP_ROUTE_USER_FLAG(2)
 
 /* One file's routes. */
 struct api_routes {
@@ -42,7 +44,8 @@ struct api_routes {
 };
 
 extern const struct api_routes api_web_routes, api_misc_routes, api_jobs_routes, api_logs_routes,
-    api_config_routes, api_users_routes, api_nodes_routes, api_cost_routes, api_metrics_routes;
+    api_config_routes, api_users_routes, api_nodes_routes, api_node_list_routes, api_cost_routes,
+    api_metrics_routes;
 
 /* Every route, in the order they are matched: a new array (caller frees) of
  * *ret_n rows, or NULL when out of memory. */
@@ -55,6 +58,21 @@ bool api_authorize(struct http_request *req, unsigned route_flags, void *ctx);
 /* The user the request was authorized as (valid in the handler; NULL on an
  * agent route). */
 const struct auth_user *api_request_user(struct http_request *req);
+
+/*
+ * Private data (cluster.h: private_data). Under the state lock (the
+ * settings are the configuration's); for a request that was authorized as a
+ * user. api_private: whether the cluster keeps `what` (one enum
+ * cluster_private bit) of other teams from members. api_visible_team: the
+ * one team whose `what` the request's user sees, NULL for every team (an
+ * admin, or `what` open). api_user_sees: whether it sees `what` of `team`
+ * (NULL: of no team).
+ */
+bool api_private(const struct server *s, enum cluster_private what);
+const char *api_visible_team(const struct server *s, struct http_request *req,
+                             enum cluster_private what);
+bool api_user_sees(const struct server *s, struct http_request *req, enum cluster_private what,
+                   const char *team);
 
 /* nodes_answer_fn (ctx: the server): what the controller wants of node rt
  * now, as its agent's long-poll reads it. */

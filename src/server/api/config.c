@@ -1,7 +1,10 @@
 /*
  * config.c - teams, pools, priority classes and prices: list, read, create
- * or replace (PUT, idempotent as `apply -f` needs), delete. Reads are open
- * to every user; writes are admin routes. The rules are config.h's.
+ * or replace (PUT, idempotent as `apply -f` needs), delete; and the
+ * cluster-wide settings (GET and PUT /v1/settings). Reads are open to every
+ * user, but for other teams' definitions while private_data keeps "teams"
+ * (a member sees its own team); writes are admin routes. The rules are
+ * config.h's.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,11 +22,24 @@ static enum config_kind kind_of(struct http_request *req)
     return *(const enum config_kind *)http_request_route_arg(req);
 }
 
+/* Leaves out of a team listing the teams the request's user does not see. */
+static void teams_filter(struct server *s, struct http_request *req, json_t *out)
+{
+    json_t *list = json_object_get(out, "teams");
+    for (size_t k = json_array_size(list); k-- > 0;) {
+        const char *name = json_string_value(json_object_get(json_array_get(list, k), "name"));
+        if (!api_user_sees(s, req, CLUSTER_PRIVATE_TEAMS, name))
+            json_array_remove(list, k);
+    }
+}
+
 static int config_list(struct http_request *req, void *ctx)
 {
     struct server *s = ctx;
     pthread_mutex_lock(&s->lock);
     json_t *out = config_list_json(&s->config, kind_of(req));
+    if (out && kind_of(req) == CONFIG_TEAMS)
+        teams_filter(s, req, out);
     pthread_mutex_unlock(&s->lock);
     if (!out)
         return http_request_error(req, 500, "internal", "out of memory");
@@ -37,7 +53,10 @@ static int config_get(struct http_request *req, void *ctx)
     const char *name = http_request_param(req, "name");
     json_t *o = NULL;
     pthread_mutex_lock(&s->lock);
-    int rc = config_get_json(&s->config, k, name, &o);
+    /* Another team's definition is not there for a member who may not see it. */
+    int rc = k == CONFIG_TEAMS && !api_user_sees(s, req, CLUSTER_PRIVATE_TEAMS, name)
+                 ? GPO_ENOENT
+                 : config_get_json(&s->config, k, name, &o);
     pthread_mutex_unlock(&s->lock);
     if (rc == GPO_ENOENT)
         return http_request_error(req, 404, "not_found", "no %s '%s'", config_kind_label(k), name);
@@ -87,7 +106,7 @@ static void write_done(void *ctx, const struct store_result *r)
 }
 
 /* Commits a planned write (or answers its error). */
-static int write_commit(struct server *s, struct http_request *req, enum config_kind k, int rc,
+static int write_commit(struct server *s, struct http_request *req, const char *label, int rc,
                         struct config_write *w, struct store_batch *b, const char *err)
 {
     if (rc)
@@ -97,7 +116,7 @@ static int write_commit(struct server *s, struct http_request *req, enum config_
         api_config_write_drop(s, w, b);
         return http_request_error(req, 500, "internal", "out of memory");
     }
-    *wr = (struct write){.s = s, .req = req, .w = w, .label = config_kind_label(k)};
+    *wr = (struct write){.s = s, .req = req, .w = w, .label = label};
     api_commit(s, req, b, write_done, write_abort, wr);
     return 0;
 }
@@ -117,7 +136,7 @@ static int config_put(struct http_request *req, void *ctx)
     int rc = config_put_plan(&s->config, k, name, body, srv_now_ms(s), &w, &b, err, sizeof(err));
     pthread_mutex_unlock(&s->lock);
     json_decref(body);
-    return write_commit(s, req, k, rc, w, b, err);
+    return write_commit(s, req, config_kind_label(k), rc, w, b, err);
 }
 
 static int config_delete(struct http_request *req, void *ctx)
@@ -131,7 +150,30 @@ static int config_delete(struct http_request *req, void *ctx)
     int rc = config_delete_plan(&s->config, k, http_request_param(req, "name"), srv_now_ms(s), &w,
                                 &b, err, sizeof(err));
     pthread_mutex_unlock(&s->lock);
-    return write_commit(s, req, k, rc, w, b, err);
+    return write_commit(s, req, config_kind_label(k), rc, w, b, err);
+}
+
+static int settings_get(struct http_request *req, void *ctx)
+{
+    struct server *s = ctx;
+    pthread_mutex_lock(&s->lock);
+    json_t *o = config_settings_json(&s->config);
+    pthread_mutex_unlock(&s->lock);
+    if (!o)
+        return http_request_error(req, 500, "internal", "out of memory");
+    return http_request_respond_json(req, 200, o);
+}
+
+static int settings_put(struct http_request *req, void *ctx)
+{
+    struct server *s = ctx;
+    struct config_write *w = NULL;
+    struct store_batch *b = NULL;
+    char err[512];
+    pthread_mutex_lock(&s->lock);
+    int rc = config_settings_plan(&s->config, http_request_json(req), &w, &b, err, sizeof(err));
+    pthread_mutex_unlock(&s->lock);
+    return write_commit(s, req, "settings", rc, w, b, err);
 }
 
 static const enum config_kind teams = CONFIG_TEAMS, pools = CONFIG_POOLS, classes = CONFIG_CLASSES,
@@ -150,5 +192,7 @@ static const struct http_route routes[] = {
     KIND_ROUTES("pools", pools),
     KIND_ROUTES("priority-classes", classes),
     KIND_ROUTES("prices", prices),
+    {"GET", "/v1/settings", settings_get, 0, NULL},
+    {"PUT", "/v1/settings", settings_put, API_ROUTE_ADMIN | HTTP_ROUTE_JSON_BODY, NULL},
 };
 const struct api_routes api_config_routes = {routes, sizeof(routes) / sizeof(routes[0])};

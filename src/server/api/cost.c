@@ -1,7 +1,8 @@
 /*
  * cost.c - GET /v1/cost (what GPU time cost, grouped by team, project,
  * model, user or job, clipped exactly to [since, until): cost/cost.h) and
- * GET /v1/budgets. Members see their team's only.
+ * GET /v1/budgets. Members see their team's only, unless private_data
+ * opens "usage".
  */
 #include <ctype.h>
 #include <stdbool.h>
@@ -76,7 +77,6 @@ static int parse_time(const char *s, int64_t now_ms, int64_t *ret)
 static int cost(struct http_request *req, void *ctx)
 {
     struct server *s = ctx;
-    const struct auth_user *u = api_request_user(req);
     int64_t now = srv_now_ms(s);
     const char *by_s = http_request_query(req, "by"), *since_s = http_request_query(req, "since"),
                *until_s = http_request_query(req, "until");
@@ -87,6 +87,7 @@ static int cost(struct http_request *req, void *ctx)
     pthread_mutex_lock(&s->lock);
     cost_roll(&s->cost, now);
     int64_t since = s->cost.month_start_ms, until = s->cost.month_end_ms;
+    const char *only = api_visible_team(s, req, CLUSTER_PRIVATE_USAGE);
     pthread_mutex_unlock(&s->lock);
     if (since_s && parse_time(since_s, now, &since))
         return http_request_error(req, 400, "invalid_query",
@@ -99,8 +100,7 @@ static int cost(struct http_request *req, void *ctx)
     if (since >= until)
         return http_request_error(req, 400, "invalid_query", "since: must be before until");
     int err = 0;
-    json_t *out =
-        cost_report(&s->cost, auth_only_team(u), (enum cost_by)by, since, until, now, &err);
+    json_t *out = cost_report(&s->cost, only, (enum cost_by)by, since, until, now, &err);
     if (!out && err != GPO_ENOMEM)
         return http_request_error(req, 503, "store", "the ledger: %s", gpo_strerror(err));
     if (!out)
@@ -111,9 +111,9 @@ static int cost(struct http_request *req, void *ctx)
 static int budgets(struct http_request *req, void *ctx)
 {
     struct server *s = ctx;
-    const struct auth_user *u = api_request_user(req);
     pthread_mutex_lock(&s->lock);
-    json_t *o = cost_budgets_json(&s->cost, auth_only_team(u), srv_now_ms(s));
+    json_t *o =
+        cost_budgets_json(&s->cost, api_visible_team(s, req, CLUSTER_PRIVATE_USAGE), srv_now_ms(s));
     pthread_mutex_unlock(&s->lock);
     if (!o)
         return http_request_error(req, 500, "internal", "out of memory");

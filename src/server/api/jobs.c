@@ -144,8 +144,8 @@ static bool submit_check(struct server *s, struct http_request *req, const struc
         return false;
     }
     if (!auth_user_may(u, spec->team)) {
-        http_request_error(req, 403, "forbidden", "user '%s' may not submit for team '%s'", u->name,
-                           spec->team);
+        http_request_error(req, 403, "forbidden", "user '%s' may not submit for another team",
+                           u->name);
         return false;
     }
     char why[512];
@@ -210,8 +210,10 @@ static int job_submit(struct http_request *req, void *ctx)
     return 0;
 }
 
-/* The job named by the path, visible to the user; answers 404/403 itself. */
-static struct job *job_of_request(struct server *s, struct http_request *req)
+/* The job named by the path, that the user may read (`act` false: its team's,
+ * or any under private_data without "jobs") or act on (`act`: its team's);
+ * answers 404/403 itself. Under the lock. */
+static struct job *job_of_request(struct server *s, struct http_request *req, bool act)
 {
     int64_t id;
     if (!parse_id(http_request_param(req, "id"), &id)) {
@@ -224,12 +226,27 @@ static struct job *job_of_request(struct server *s, struct http_request *req)
         return NULL;
     }
     const struct auth_user *u = api_request_user(req);
-    if (!auth_user_may(u, j->team)) {
-        http_request_error(req, 403, "forbidden", "job %" PRId64 " belongs to team '%s'", id,
-                           j->team);
+    if (act ? !auth_user_may(u, j->team) : !api_user_sees(s, req, CLUSTER_PRIVATE_JOBS, j->team)) {
+        http_request_error(req, 403, "forbidden", "job %" PRId64 " belongs to another team", id);
         return NULL;
     }
     return j;
+}
+
+/* The job as the request's user sees it: another team's job (readable under
+ * private_data without "jobs") without its utilization, idle flag and cost
+ * while "usage" stays private. A new object, or NULL; under the lock. */
+static json_t *job_shown(struct server *s, struct http_request *req, const struct job *j,
+                         int64_t now_ms)
+{
+    json_t *o = api_job_json(j, now_ms);
+    if (o && !api_user_sees(s, req, CLUSTER_PRIVATE_USAGE, j->team)) {
+        static const char *const usage[] = {"gpu_utilization_pct", "gpu_memory_used_mib", "idle",
+                                            "cost"};
+        for (size_t k = 0; k < sizeof(usage) / sizeof(usage[0]); k++)
+            json_object_del(o, usage[k]);
+    }
+    return o;
 }
 
 /* Every attempt of a job, from the store's attempt rows. */
@@ -273,8 +290,8 @@ static int job_get(struct http_request *req, void *ctx)
 {
     struct server *s = ctx;
     pthread_mutex_lock(&s->lock);
-    struct job *j = job_of_request(s, req);
-    json_t *o = j ? api_job_json(j, srv_now_ms(s)) : NULL;
+    struct job *j = job_of_request(s, req, false);
+    json_t *o = j ? job_shown(s, req, j, srv_now_ms(s)) : NULL;
     int64_t id = j ? j->id : 0;
     pthread_mutex_unlock(&s->lock);
     if (!j)
@@ -353,9 +370,12 @@ static int job_list(struct http_request *req, void *ctx)
     struct list_query q;
     if (!list_query_parse(req, &q))
         return 0;
-    if (q.team && !auth_user_may(u, q.team))
-        return http_request_error(req, 403, "forbidden", "user '%s' may not list team '%s'",
-                                  u->name, q.team);
+    pthread_mutex_lock(&s->lock);
+    bool may = !q.team || api_user_sees(s, req, CLUSTER_PRIVATE_JOBS, q.team);
+    pthread_mutex_unlock(&s->lock);
+    if (!may)
+        return http_request_error(req, 403, "forbidden", "user '%s' may not list another team",
+                                  u->name);
     json_t *list = json_array();
     json_t *out = json_object();
     if (!list || !out) {
@@ -370,14 +390,15 @@ static int job_list(struct http_request *req, void *ctx)
     int64_t now = srv_now_ms(s);
     for (size_t k = jobs_index(&s->jobs, q.after + 1); k < s->jobs.n; k++) {
         const struct job *j = s->jobs.v[k];
-        if (!auth_user_may(u, j->team) || (q.team && strcmp(q.team, j->team) != 0) ||
-            (q.user && strcmp(q.user, j->user) != 0) || (!q.any_state && !q.states[j->state]))
+        if (!api_user_sees(s, req, CLUSTER_PRIVATE_JOBS, j->team) ||
+            (q.team && strcmp(q.team, j->team) != 0) || (q.user && strcmp(q.user, j->user) != 0) ||
+            (!q.any_state && !q.states[j->state]))
             continue;
         if ((int64_t)json_array_size(list) == q.limit) {
             more = true;
             break;
         }
-        json_t *o = api_job_json(j, now);
+        json_t *o = job_shown(s, req, j, now);
         if (!o || json_array_append_new(list, o)) {
             pthread_mutex_unlock(&s->lock);
             json_decref(list);
@@ -430,7 +451,7 @@ static int job_cancel(struct http_request *req, void *ctx)
 {
     struct server *s = ctx;
     pthread_mutex_lock(&s->lock);
-    struct job *j = job_of_request(s, req);
+    struct job *j = job_of_request(s, req, true);
     if (!j) {
         pthread_mutex_unlock(&s->lock);
         return 0;

@@ -355,9 +355,6 @@ static bool attempt_node(struct server *s, struct http_request *req, struct logs
     pthread_mutex_lock(&s->lock);
     const struct job *j = jobs_find(&s->jobs, id);
     bool found = j != NULL, may = j && auth_user_may(api_request_user(req), j->team);
-    char team[64] = "";
-    if (j)
-        snprintf(team, sizeof(team), "%s", j->team);
     int64_t current = j ? j->att.n : 0, last = j ? j->attempts : 0;
     size_t nparts = j && current ? j->att.nparts : 0;
     if (may && !q->attempt)
@@ -373,7 +370,7 @@ static bool attempt_node(struct server *s, struct http_request *req, struct logs
         return false;
     }
     if (!may) {
-        http_request_error(req, 403, "forbidden", "job %" PRId64 " belongs to team '%s'", id, team);
+        http_request_error(req, 403, "forbidden", "job %" PRId64 " belongs to another team", id);
         return false;
     }
     if (!q->attempt) {

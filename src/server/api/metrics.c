@@ -25,8 +25,9 @@ static int metrics(struct http_request *req, void *ctx)
 {
     struct server *s = ctx;
     /* The route is public to the HTTP layer so that --metrics-public can
-     * open it; otherwise a user's token is needed, as for the API. */
-    if (!s->cfg.metrics_public && !api_authorize(req, 0, s))
+     * open it; otherwise it takes an admin's token or a metrics user's:
+     * its labels name every team's jobs. */
+    if (!s->cfg.metrics_public && !api_authorize(req, API_ROUTE_METRICS, s))
         return 0;
     struct prom *p = prom_new();
     if (!p)
@@ -155,6 +156,9 @@ static int series(struct http_request *req, void *ctx)
     struct monitor_query q;
     if (parse_request(req, now, &q))
         return 0;
+    pthread_mutex_lock(&s->lock);
+    q.only_team = api_visible_team(s, req, CLUSTER_PRIVATE_USAGE);
+    pthread_mutex_unlock(&s->lock);
     int err = 0;
     json_t *o = monitor_series_query(&s->monitor, &q, now, &err);
     if (!o)

@@ -1,6 +1,7 @@
 /*
  * nodes.c - nodes and their agents: registration, heartbeats, the
- * long-polled assignments, attempt reports; listing, drain and resume.
+ * long-polled assignments, attempt reports; drain and resume (the listing
+ * is nodes_list.c's).
  *
  * Each node has a revision of its assignments, bumped whenever what the
  * controller wants of it changes (an attempt assigned, to be killed, or
@@ -617,50 +618,9 @@ static int node_state(struct http_request *req, void *ctx)
     return node_write_commit(s, req, rc, w, b, err);
 }
 
-static int node_list(struct http_request *req, void *ctx)
-{
-    struct server *s = ctx;
-    json_t *list = json_array();
-    pthread_mutex_lock(&s->lock);
-    for (size_t k = 0; list && k < s->cluster.nnodes; k++) {
-        json_t *o = cluster_node_to_json(&s->cluster.nodes[k], 0);
-        const struct node_rt *rt = nodes_find(&s->nodes, s->cluster.nodes[k].name);
-        char at[TIMEFMT_RFC3339_LEN] = "";
-        if (rt)
-            timefmt_rfc3339(rt->last_heartbeat_ms, at, sizeof(at));
-        if (o)
-            json_object_set_new(o, "last_heartbeat", at[0] ? json_string(at) : json_null());
-        if (o && rt && rt->has_sample) {
-            char st[TIMEFMT_RFC3339_LEN] = "";
-            timefmt_rfc3339(rt->sample_ms, st, sizeof(st));
-            json_t *samples = NULL;
-            if (proto_gpu_samples_encode(rt->sample.gpus, rt->sample.ngpus, &samples))
-                samples = NULL;
-            json_object_set_new(o, "sampled_at", json_string(st));
-            json_object_set_new(o, "gpu_samples", samples ? samples : json_null());
-        }
-        if (o && rt) {
-            json_t *dirty = json_array();
-            for (size_t d = 0; dirty && d < rt->ndirty; d++)
-                json_array_append_new(dirty, json_string(rt->dirty[d]));
-            json_object_set_new(o, "dirty_gpus", dirty ? dirty : json_null());
-        }
-        if (!o || json_array_append_new(list, o)) {
-            json_decref(list);
-            list = NULL;
-        }
-    }
-    pthread_mutex_unlock(&s->lock);
-    json_t *out = list ? json_pack("{s:o}", "nodes", list) : NULL;
-    if (!out)
-        return http_request_error(req, 500, "internal", "out of memory");
-    return http_request_respond_json(req, 200, out);
-}
-
 static const enum cluster_node_state draining = CLUSTER_NODE_DRAINING, up = CLUSTER_NODE_UP;
 
 static const struct http_route routes[] = {
-    {"GET", "/v1/nodes", node_list, 0, NULL},
     {"PUT", "/v1/nodes/{name}", node_put, API_ROUTE_AGENT | HTTP_ROUTE_JSON_BODY, NULL},
     {"POST", "/v1/nodes/{name}/heartbeat", node_heartbeat, API_ROUTE_AGENT | HTTP_ROUTE_RAW_BODY,
      NULL},

@@ -32,6 +32,17 @@ const char *auth_only_team(const struct auth_user *u)
     return u->admin ? NULL : u->team;
 }
 
+const char *auth_visible_team(const struct auth_user *u, bool kept_private)
+{
+    return u->admin || !kept_private ? NULL : u->team;
+}
+
+bool auth_user_sees(const struct auth_user *u, bool kept_private, const char *team)
+{
+    const char *only = auth_visible_team(u, kept_private);
+    return !only || (team && only[0] && strcmp(only, team) == 0);
+}
+
 enum auth_result auth_check(const struct auth *a, const char *bearer, enum auth_need need,
                             struct auth_user *ret_user)
 {
@@ -49,11 +60,17 @@ enum auth_result auth_check(const struct auth *a, const char *bearer, enum auth_
     }
     if (!formed || store_user_get_by_token(a->store, hash, &row) != 0)
         return AUTH_BAD_TOKEN;
-    struct auth_user u = {.id = row.id, .admin = row.role && strcmp(row.role, "admin") == 0};
+    struct auth_user u = {.id = row.id,
+                          .admin = row.role && strcmp(row.role, "admin") == 0,
+                          .metrics = row.role && strcmp(row.role, "metrics") == 0};
     snprintf(u.name, sizeof(u.name), "%s", row.name);
     snprintf(u.team, sizeof(u.team), "%s", row.team ? row.team : "");
     snprintf(u.unix_user, sizeof(u.unix_user), "%s", row.unix_user ? row.unix_user : "");
     store_user_release(&row);
+    if (need == AUTH_NEED_METRICS && !u.admin && !u.metrics)
+        return AUTH_NOT_METRICS;
+    if (need != AUTH_NEED_METRICS && u.metrics)
+        return AUTH_ONLY_METRICS;
     if (need == AUTH_NEED_ADMIN && !u.admin)
         return AUTH_NOT_ADMIN;
     *ret_user = u;

@@ -1,7 +1,8 @@
 /*
  * auth.h - who may do what: API tokens (looked up in the store by their
  * SHA-256), the agents' join token, the key of the nodes' log tokens, the
- * admin bootstrapped at first start, and which teams' jobs a user may see.
+ * admin bootstrapped at first start, and which teams' data a user may see
+ * (the cluster's private_data setting).
  *
  * Owns: struct auth (its secrets, read or made at start; immutable after).
  * No lock: nothing here changes after auth_start, and the store's reads are
@@ -24,22 +25,26 @@ struct auth_user {
     char team[64];      /* "" when none */
     char unix_user[33]; /* "" when none */
     bool admin;
+    bool metrics; /* role "metrics": GET /metrics and nothing else */
 };
 
 /* What a route needs. */
 enum auth_need {
-    AUTH_NEED_USER,  /* any user's token */
-    AUTH_NEED_ADMIN, /* an admin's token */
-    AUTH_NEED_AGENT, /* the join token, and only it */
+    AUTH_NEED_USER,    /* any user's token */
+    AUTH_NEED_ADMIN,   /* an admin's token */
+    AUTH_NEED_AGENT,   /* the join token, and only it */
+    AUTH_NEED_METRICS, /* an admin's token, or one of a user with role "metrics" */
 };
 
 /* How a check came out. */
 enum auth_result {
     AUTH_OK,
-    AUTH_NO_TOKEN,  /* no bearer token: 401 */
-    AUTH_BAD_TOKEN, /* malformed, unknown or revoked (or not the join token): 401 */
-    AUTH_NOT_AGENT, /* a user's valid token on an agent route: 403 */
-    AUTH_NOT_ADMIN, /* a member's token on an admin route: 403 */
+    AUTH_NO_TOKEN,     /* no bearer token: 401 */
+    AUTH_BAD_TOKEN,    /* malformed, unknown or revoked (or not the join token): 401 */
+    AUTH_NOT_AGENT,    /* a user's valid token on an agent route: 403 */
+    AUTH_NOT_ADMIN,    /* a member's token on an admin route: 403 */
+    AUTH_NOT_METRICS,  /* a member's token on GET /metrics: 403 */
+    AUTH_ONLY_METRICS, /* a metrics user's token on any other route: 403 */
 };
 
 /* The bearer token nodes' log servers accept: HMAC-SHA-256 of the node's
@@ -75,11 +80,18 @@ int auth_start(struct auth *a, struct store *store, const char *data_dir, int64_
 enum auth_result auth_check(const struct auth *a, const char *bearer, enum auth_need need,
                             struct auth_user *ret_user);
 
-/* May `u` see and act on jobs of `team`? Admins: all; members: their team. */
+/* May `u` act on jobs of `team` (cancel, read logs, submit)? Admins: all;
+ * members: their team. */
 bool auth_user_may(const struct auth_user *u, const char *team);
 /* The one team `u` sees: NULL for an admin (every team), else the member's
  * team ("" when it has none, which matches no team). */
 const char *auth_only_team(const struct auth_user *u);
+/* The one team whose data of a kind `u` sees, where `kept_private` says
+ * whether the cluster keeps that kind private (cluster.h: private_data):
+ * NULL (every team) for an admin or an open kind, else as auth_only_team. */
+const char *auth_visible_team(const struct auth_user *u, bool kept_private);
+/* Whether `u` sees data of `team` (NULL: of no team) of such a kind. */
+bool auth_user_sees(const struct auth_user *u, bool kept_private, const char *team);
 
 /* Node `name`'s log token (AUTH_LOG_TOKEN_LEN hex digits and a NUL): a
  * restart issues the same tokens, and one node's token opens no other node. */

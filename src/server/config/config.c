@@ -370,6 +370,8 @@ int config_write_done(struct config *c, struct config_write *w, int store_err, i
     c->busy = false;
     int rc = w->kind == CONFIG_WRITE_NODE
                  ? config_node_done(c, w, now_ms, ret_outcome, ret_body, err, errlen)
+             : w->kind == CONFIG_WRITE_SETTINGS
+                 ? config_settings_done(c, w, ret_outcome, ret_body, err, errlen)
                  : kind_done(c, w, ret_outcome, ret_body, err, errlen);
     w->closing = NULL;
     config_write_free(w);
@@ -477,5 +479,6 @@ int config_load(struct config *c, int64_t now_ms, char *err, size_t errlen)
     for (size_t o = 0; !rc && o < sizeof(order) / sizeof(order[0]); o++)
         rc = load_kind(c, &kinds[order[o]], err, errlen);
     rc = rc ? rc : seed_class(c, now_ms, err, errlen);
+    rc = rc ? rc : config_settings_load(c, err, errlen);
     return rc ? rc : config_nodes_load(c, now_ms, err, errlen);
 }

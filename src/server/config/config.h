@@ -113,6 +113,17 @@ int config_node_state_plan(struct config *c, const char *name, enum cluster_node
                            int64_t now_ms, struct config_write **ret_w,
                            struct store_batch **ret_batch, char *err, size_t errlen);
 
+/*
+ * The cluster-wide settings (cluster.h: struct cluster_settings) from
+ * `body` (borrowed; every setting it leaves out takes its default), kept in
+ * the store's meta row "settings". Like config_put_plan; it ends with
+ * CONFIG_REPLACED and the settings as the API shows them.
+ */
+int config_settings_plan(struct config *c, const json_t *body, struct config_write **ret_w,
+                         struct store_batch **ret_batch, char *err, size_t errlen);
+/* The settings as the API shows them: a new object, or NULL when out of memory. */
+json_t *config_settings_json(const struct config *c);
+
 /* What a completed write did. */
 enum config_outcome {
     CONFIG_CREATED,

@@ -12,9 +12,11 @@
 #define CONFIG_META_NEXT_ID  "config_next_id"
 #define CONFIG_META_SEEDED   "classes_seeded"
 #define CONFIG_META_TYPE_IDS "gpu_type_ids"
+#define CONFIG_META_SETTINGS "settings"
 
 /* struct config_write.kind of a node's record. */
-#define CONFIG_WRITE_NODE (-1)
+#define CONFIG_WRITE_NODE     (-1)
+#define CONFIG_WRITE_SETTINGS (-2)
 
 union config_item {
     struct cluster_team team;
@@ -22,6 +24,7 @@ union config_item {
     struct cluster_class cls;
     struct cluster_price price;
     struct cluster_node node;
+    struct cluster_settings settings;
 };
 
 struct config_write {
@@ -46,5 +49,10 @@ int config_next_id_row(struct store_batch *b, uint32_t next_id);
 int config_nodes_load(struct config *c, int64_t now_ms, char *err, size_t errlen);
 int config_node_done(struct config *c, struct config_write *w, int64_t now_ms,
                      enum config_outcome *ret_outcome, json_t **ret_body, char *err, size_t errlen);
+
+/* config_settings.c: the settings at start, and the end of their write. */
+int config_settings_load(struct config *c, char *err, size_t errlen);
+int config_settings_done(struct config *c, struct config_write *w, enum config_outcome *ret_outcome,
+                         json_t **ret_body, char *err, size_t errlen);
 
 #endif

@@ -151,6 +151,9 @@ struct monitor_query {
     enum monitor_metric metric;
     enum monitor_by by;
     const char *key; /* only this group (borrowed), or NULL */
+    /* by team or job (and the queue by team): only this team's groups
+     * (borrowed), or NULL for every team's */
+    const char *only_team;
     int64_t since_ms, step_ms, until_ms;
     size_t nsteps;
 };

@@ -36,6 +36,7 @@ struct grid {
     enum monitor_by by;
     int metric; /* enum series_metric, or MONITOR_QUEUE_LENGTH */
     const char *key;
+    const char *only_team; /* by team or job: this team's groups only, or NULL */
     int64_t since_ms, step_ms;
     size_t nsteps;
     struct group *groups;
@@ -88,6 +89,12 @@ static void grid_add(struct grid *g, const char *key, int64_t t_ms, double sum, 
     }
 }
 
+/* Whether the query shows groups of `team`. */
+static bool team_shown(const struct grid *g, const char *team)
+{
+    return !g->only_team || (g->only_team[0] && strcmp(g->only_team, team) == 0);
+}
+
 /* series_sample_fn: a raw sample into its group. */
 static void ring_sample(void *ctx, const struct series_gpu_info *gi, int64_t job, int64_t t_ms,
                         const struct series_sample *v)
@@ -99,15 +106,14 @@ static void ring_sample(void *ctx, const struct series_gpu_info *gi, int64_t job
         k = gi->node;
     } else if (g->by == MONITOR_BY_GPU) {
         k = gi->uuid;
-    } else if (!job) {
-        return;
-    } else if (g->by == MONITOR_BY_JOB) {
-        snprintf(key, sizeof(key), "%lld", (long long)job);
     } else {
-        const struct job *j = jobs_find(g->m->jobs, job); /* the state lock is held */
-        if (!j)
+        const struct job *j = job ? jobs_find(g->m->jobs, job) : NULL; /* the state lock is held */
+        if (!j || !team_shown(g, j->team))
             return;
-        k = j->team;
+        if (g->by == MONITOR_BY_JOB)
+            snprintf(key, sizeof(key), "%lld", (long long)job);
+        else
+            k = j->team;
     }
     grid_add(g, k, t_ms, series_value(v, (enum series_metric)g->metric), 1);
 }
@@ -118,6 +124,9 @@ static int minute_row(void *ctx, const struct store_minute *m)
     struct grid *g = ctx;
     char key[KEY_MAX];
     const char *k = g->by == MONITOR_BY_NODE || g->by == MONITOR_BY_TEAM ? m->label : m->key;
+    /* An attempt's minute is labelled with its team. */
+    if ((g->by == MONITOR_BY_TEAM || g->by == MONITOR_BY_JOB) && !team_shown(g, m->label))
+        return 0;
     if (g->by == MONITOR_BY_JOB) { /* "JOB.ATTEMPT": by job */
         snprintf(key, sizeof(key), "%s", m->key);
         char *dot = strchr(key, '.');
@@ -140,7 +149,8 @@ static void queue_point(void *ctx, const char *key, int64_t t_ms, uint32_t value
     const char *prefix = g->by == MONITOR_BY_TEAM       ? "team/"
                          : g->by == MONITOR_BY_PRIORITY ? "priority/"
                                                         : NULL;
-    if (prefix && strncmp(key, prefix, strlen(prefix)) == 0)
+    if (prefix && strncmp(key, prefix, strlen(prefix)) == 0 &&
+        (g->by != MONITOR_BY_TEAM || team_shown(g, key + strlen(prefix))))
         grid_add(g, key + strlen(prefix), t_ms, value, 1);
     else if (!prefix && strcmp(key, "total") == 0)
         grid_add(g, "total", t_ms, value, 1);
@@ -209,6 +219,7 @@ json_t *monitor_series_query(struct monitor *m, const struct monitor_query *q, i
                      .by = q->by,
                      .metric = (int)q->metric,
                      .key = q->key,
+                     .only_team = q->only_team,
                      .since_ms = q->since_ms,
                      .step_ms = q->step_ms,
                      .nsteps = q->nsteps};

@@ -375,6 +375,25 @@ static const struct sched_job *queued(void *ctx, uint64_t id)
     return lo < in->nqueue && in->reqs[lo].id == id ? &in->reqs[lo] : NULL;
 }
 
+/* Under private_data "jobs", j's wait reason names no job of another team
+ * (everyone who reads j may read it): "job 12" becomes "another team's job". */
+static void wait_unname(const struct server *s, const struct job *j, uint64_t other, char *text,
+                        size_t len)
+{
+    const struct job *o = other ? jobs_find(&s->jobs, (int64_t)other) : NULL;
+    if (!o || strcmp(o->team, j->team) == 0 ||
+        !cluster_settings_private(&s->cluster.settings, CLUSTER_PRIVATE_JOBS))
+        return;
+    char named[32];
+    snprintf(named, sizeof(named), "job %" PRIu64, other);
+    char *at = strstr(text, named);
+    if (!at)
+        return;
+    char rest[300];
+    snprintf(rest, sizeof(rest), "%s", at + strlen(named));
+    snprintf(at, len - (size_t)(at - text), "another team's job%s", rest);
+}
+
 void sched_apply(struct server *s, const struct sched_input *in, struct sched_plan *plan,
                  int64_t now_ms)
 {
@@ -405,6 +424,8 @@ void sched_apply(struct server *s, const struct sched_input *in, struct sched_pl
         char text[300];
         int n = snprintf(text, sizeof(text), "%s: ", explain_code(res->waits[k].reason));
         explain_format(&in->view.c, &res->waits[k], text + n, sizeof(text) - (size_t)n);
+        if (j)
+            wait_unname(s, j, res->waits[k].other_job, text, sizeof(text));
         if (j && j->state == JOB_PENDING)
             job_set_wait(j, text, res->waits[k].est_start_ms > 0 ? res->waits[k].est_start_ms : -1);
     }

@@ -1,0 +1,153 @@
+/*
+ * nodes_list.c - GET /v1/nodes: every node with its runtime (heartbeat,
+ * last GPU sample, dirty GPUs) and how many of its GPUs are in use. Under
+ * private_data "nodes" a member sees the processes of its own team's jobs
+ * only: how busy a node is, not whose work is on it.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/err.h"
+#include "proto/proto.h"
+#include "server/api/api.h"
+#include "server/srv.h"
+#include "util/timefmt.h"
+#include "base/banned.h"
+
+/* A GPU some attempt holds: node and UUID, borrowed from the attempt. */
+struct held_gpu {
+    const char *node, *uuid;
+};
+
+static int held_cmp(const void *a, const void *b)
+{
+    const struct held_gpu *x = a, *y = b;
+    int c = strcmp(x->node, y->node);
+    return c ? c : strcmp(x->uuid, y->uuid);
+}
+
+/* Every GPU the live attempts hold, sorted by node and UUID (duplicates:
+ * shares of one GPU), into *ret (caller frees); under the lock. */
+static int held_gpus(const struct server *s, struct held_gpu **ret, size_t *ret_n)
+{
+    size_t n = 0, cap = 0;
+    struct held_gpu *v = NULL;
+    for (size_t k = 0; k < s->jobs.n; k++) {
+        const struct attempt *a = &s->jobs.v[k]->att;
+        for (size_t g = 0; a->n && g < a->nshares; g++) {
+            if (n == cap) {
+                size_t c = cap ? cap * 2 : 64;
+                struct held_gpu *w = realloc(v, c * sizeof(*w));
+                if (!w) {
+                    free(v);
+                    return GPO_ENOMEM;
+                }
+                v = w;
+                cap = c;
+            }
+            v[n++] = (struct held_gpu){a->shares[g].node, a->shares[g].uuid};
+        }
+    }
+    if (n)
+        qsort(v, n, sizeof(*v), held_cmp);
+    *ret = v;
+    *ret_n = n;
+    return 0;
+}
+
+/* How many of node's GPUs are held: an aggregate every user may see. */
+static json_int_t gpus_in_use(const struct cluster_node *node, const struct held_gpu *held,
+                              size_t nheld)
+{
+    json_int_t in_use = 0;
+    for (size_t g = 0; g < node->ngpus; g++) {
+        struct held_gpu key = {node->name, node->gpus[g].uuid};
+        in_use += bsearch(&key, held, nheld, sizeof(*held), held_cmp) != NULL;
+    }
+    return in_use;
+}
+
+/* A member's view of a node's GPU samples while the cluster keeps "nodes"
+ * private: the processes of other teams' jobs (and of no job) left out. */
+static void samples_filter(struct server *s, struct http_request *req, json_t *samples)
+{
+    if (!api_visible_team(s, req, CLUSTER_PRIVATE_NODES))
+        return;
+    size_t i;
+    json_t *gpu;
+    json_array_foreach(samples, i, gpu)
+    {
+        json_t *procs = json_object_get(gpu, "processes");
+        for (size_t k = json_array_size(procs); k-- > 0;) {
+            json_t *id = json_object_get(json_array_get(procs, k), "job");
+            const struct job *j =
+                json_is_integer(id) ? jobs_find(&s->jobs, json_integer_value(id)) : NULL;
+            if (!j || !api_user_sees(s, req, CLUSTER_PRIVATE_NODES, j->team))
+                json_array_remove(procs, k);
+        }
+    }
+}
+
+/* One node as GET /v1/nodes shows it to the request's user; under the lock. */
+static json_t *node_listed(struct server *s, struct http_request *req,
+                           const struct cluster_node *node, const struct held_gpu *held,
+                           size_t nheld)
+{
+    json_t *o = cluster_node_to_json(node, 0);
+    const struct node_rt *rt = nodes_find(&s->nodes, node->name);
+    char at[TIMEFMT_RFC3339_LEN] = "";
+    if (rt)
+        timefmt_rfc3339(rt->last_heartbeat_ms, at, sizeof(at));
+    if (o) {
+        json_object_set_new(o, "last_heartbeat", at[0] ? json_string(at) : json_null());
+        json_object_set_new(o, "gpus_in_use", json_integer(gpus_in_use(node, held, nheld)));
+    }
+    if (o && rt && rt->has_sample) {
+        char st[TIMEFMT_RFC3339_LEN] = "";
+        timefmt_rfc3339(rt->sample_ms, st, sizeof(st));
+        json_t *samples = NULL;
+        if (proto_gpu_samples_encode(rt->sample.gpus, rt->sample.ngpus, &samples))
+            samples = NULL;
+        samples_filter(s, req, samples);
+        json_object_set_new(o, "sampled_at", json_string(st));
+        json_object_set_new(o, "gpu_samples", samples ? samples : json_null());
+    }
+    if (o && rt) {
+        json_t *dirty = json_array();
+        for (size_t d = 0; dirty && d < rt->ndirty; d++)
+            json_array_append_new(dirty, json_string(rt->dirty[d]));
+        json_object_set_new(o, "dirty_gpus", dirty ? dirty : json_null());
+    }
+    return o;
+}
+
+static int node_list(struct http_request *req, void *ctx)
+{
+    struct server *s = ctx;
+    json_t *list = json_array();
+    struct held_gpu *held = NULL;
+    size_t nheld = 0;
+    pthread_mutex_lock(&s->lock);
+    if (held_gpus(s, &held, &nheld) != 0) {
+        json_decref(list);
+        list = NULL;
+    }
+    for (size_t k = 0; list && k < s->cluster.nnodes; k++) {
+        json_t *o = node_listed(s, req, &s->cluster.nodes[k], held, nheld);
+        if (!o || json_array_append_new(list, o)) {
+            json_decref(list);
+            list = NULL;
+        }
+    }
+    pthread_mutex_unlock(&s->lock);
+    free(held);
+    json_t *out = list ? json_pack("{s:o}", "nodes", list) : NULL;
+    if (!out)
+        return http_request_error(req, 500, "internal", "out of memory");
+    return http_request_respond_json(req, 200, out);
+}
+
+static const struct http_route routes[] = {
+    {"GET", "/v1/nodes", node_list, 0, NULL},
+};
+const struct api_routes api_node_list_routes = {routes, sizeof(routes) / sizeof(routes[0])};
