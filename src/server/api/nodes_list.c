@@ -60,7 +60,7 @@ static json_int_t gpus_in_use(const struct cluster_node *node, const struct held
                               size_t nheld)
 {
     json_int_t in_use = 0;
-    for (size_t g = 0; g < node->ngpus; g++) {
+    for (size_t g = 0; nheld && g < node->ngpus; g++) {
         struct held_gpu key = {node->name, node->gpus[g].uuid};
         in_use += bsearch(&key, held, nheld, sizeof(*held), held_cmp) != NULL;
     }
