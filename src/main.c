@@ -17,6 +17,7 @@
 #include "cli/jobs.h"
 #include "cli/nodes.h"
 #include "cli/submit.h"
+#include "cli/token.h"
 #include "cli/top.h"
 #include "server/server.h"
 #include "sim/command.h"
@@ -47,6 +48,7 @@ static const struct command commands[] = {
     {"cost", cost_command, "what GPU time cost per team, project, model, user or job"},
     {"apply", apply_command, "create or update pools, classes, teams, users from a file"},
     {"whoami", jobs_whoami_command, "show whom the token belongs to"},
+    {"token", token_command, "issue an API token for a user (admins)"},
     {"version", cmd_version, "print the version"},
     {"policy", cmd_policy, "print a scheduling policy as a policy file"},
     {"server", server_command, "run the controller: REST API, durable job store"},

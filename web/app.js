@@ -212,7 +212,10 @@
           }
         }
       }
-      const busy = jobs ? busyGpus(jobs).size : null;
+      // The server counts GPUs in use for everyone; a member's jobs list has its own team's only.
+      const counted = nodes.every((n) => isNum(n.gpus_in_use));
+      const busy = counted ? nodes.reduce((s, n) => s + n.gpus_in_use, 0)
+        : jobs ? busyGpus(jobs).size : null;
       setTile('t-gpus', busy === null ? '-' : String(busy), '/ ' + total);
       setTile('t-util', count ? fmtPct(sum / count) : '-');
     }
@@ -250,7 +253,7 @@
   }
 
   function gpuCard(g, sample, jobsOn, dirty) {
-    const card = el('div', 'gpu' + (jobsOn.length ? ' busy' : '') + (dirty ? ' dirty' : ''));
+    const card = el('div', 'gpu' + (jobsOn.length || g.in_use ? ' busy' : '') + (dirty ? ' dirty' : ''));
     const top = card.appendChild(el('div', 'gpu-top'));
     top.appendChild(el('span', '', 'GPU ' + g.index));
     top.appendChild(el('span', 'gpu-type', g.gpu_type));
@@ -265,6 +268,9 @@
     if (jobsOn.length) {
       card.appendChild(el('div', 'gpu-job', jobsOn.map((j) => 'job ' + j.id + ' ' +
         (j.spec && j.spec.name ? j.spec.name : '')).join(', ')));
+    } else if (g.in_use) {
+      // Held by a job this token may not see (another team's, while private_data keeps jobs).
+      card.appendChild(el('div', 'gpu-job', 'in use'));
     } else {
       card.appendChild(el('div', 'gpu-free', dirty ? 'held: stray processes' : 'free'));
     }

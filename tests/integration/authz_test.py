@@ -27,6 +27,7 @@ deadlines."""
 import json
 import os
 import re
+import subprocess
 import sys
 import urllib.parse
 
@@ -305,6 +306,13 @@ def member_a_sees_nothing_of_b():
     j = as_user("admin", "GET", f"/v1/jobs/{B_JOBS[0]}").json or {}
     ok(j.get("state") == "RUNNING", "B's job still runs after A's cancel and report attempts",
        json.dumps(j)[:500])
+    nodes = (as_user("a", "GET", "/v1/nodes").json or {}).get("nodes") or [{}]
+    n = nodes[0]
+    procs = [p for g in n.get("gpu_samples") or [] for p in g.get("processes") or []]
+    ok(n.get("gpus_in_use") == 2 and all(g.get("in_use") for g in n.get("gpus") or [])
+       and [p.get("job") for p in procs] == [A_JOB[0]],
+       "member A sees both GPUs in use (an aggregate) and only its own job's process",
+       json.dumps(n)[:800])
 
 
 # Reads where B's data shows when it may: (label, route query) as (method, path, query).
@@ -392,6 +400,43 @@ def survives_restart():
        "an unknown kind is refused with 400 naming the element", f"{ans.status} {ans.text}")
 
 
+def cli(*args, stdin=None):
+    env = dict(os.environ, GPUORCH_SERVER=SRV.url, GPUORCH_TOKEN=TOK["admin"])
+    p = subprocess.run([BIN] + list(args), input=stdin, capture_output=True, text=True,
+                       env=env, timeout=60)
+    return p.returncode, p.stdout, p.stderr
+
+
+def cli_settings_and_scraper():
+    doc = "settings:\n  private_data: [jobs, usage]\n"
+    rc, out, err = cli("apply", "-f", "-", stdin=doc)
+    ok(rc == 0 and out == "settings/cluster configured\n",
+       "gpuorch apply -f with settings: 'settings/cluster configured'", f"{rc} {out!r} {err!r}")
+    rc, out, err = cli("apply", "-f", "-", stdin=doc)
+    ok(rc == 0 and out == "settings/cluster unchanged\n", "applied again: 'unchanged'",
+       f"{rc} {out!r} {err!r}")
+    ans = as_user("a", "GET", "/v1/settings")
+    ok(ans.json == {"private_data": ["jobs", "usage"]}, "the file's list is the setting", ans.text)
+    rc, out, err = cli("apply", "-f", "-", stdin="settings:\n  private_data: [gpus]\n")
+    ok(rc == 1 and "private_data[0]" in err, "a bad settings file: exit 1 naming the element",
+       f"{rc} {out!r} {err!r}")
+    rc, out, err = cli("apply", "-f", "-", stdin="users:\n  - {name: scraper, unix_user: nobody, "
+                       "role: metrics}\n")
+    ok(rc == 0, "apply makes a user of role metrics", f"{rc} {out!r} {err!r}")
+    rc, out, err = cli("token", "scraper", "--label", "prometheus")
+    tok = out.strip()
+    ok(rc == 0 and tok.startswith("gpo_") and len(out.splitlines()) == 1,
+       "gpuorch token prints one token alone on a line", f"{rc} {out!r} {err!r}")
+    ans = call("GET", "/metrics", token=tok)
+    ok(ans.status == 200 and TEAM_B in ans.text, "the metrics user's token reads GET /metrics",
+       ans.status)
+    ans = call("GET", "/v1/nodes", token=tok)
+    ok(ans.status == 403, "and nothing else: GET /v1/nodes 403", ans.status)
+    rc, out, err = cli("token", "scraper", "--token", TOK["a"])
+    ok(rc == 1 and "admin" in err, "gpuorch token with a member's token: exit 1, admins only",
+       f"{rc} {out!r} {err!r}")
+
+
 def main():
     print("TAP version 13")
     every_route_has_a_case()
@@ -401,6 +446,7 @@ def main():
     opened_shows_b_again()
     partly_open()
     survives_restart()
+    cli_settings_and_scraper()
     rc = SRV.stop()
     ok(rc == 0, "the server stops cleanly", f"{rc}\n{SRV.log_tail()}")
     with open(SRV.log_path) as f:

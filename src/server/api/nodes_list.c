@@ -55,16 +55,20 @@ static int held_gpus(const struct server *s, struct held_gpu **ret, size_t *ret_
     return 0;
 }
 
-/* How many of node's GPUs are held: an aggregate every user may see. */
-static json_int_t gpus_in_use(const struct cluster_node *node, const struct held_gpu *held,
-                              size_t nheld)
+/* Marks each GPU of the node's JSON "in_use" (some attempt holds it) and
+ * sets the node's "gpus_in_use": aggregates every user may see. */
+static void mark_in_use(json_t *o, const struct cluster_node *node, const struct held_gpu *held,
+                        size_t nheld)
 {
+    json_t *gpus = json_object_get(o, "gpus");
     json_int_t in_use = 0;
-    for (size_t g = 0; nheld && g < node->ngpus; g++) {
+    for (size_t g = 0; g < node->ngpus; g++) {
         struct held_gpu key = {node->name, node->gpus[g].uuid};
-        in_use += bsearch(&key, held, nheld, sizeof(*held), held_cmp) != NULL;
+        bool used = nheld && bsearch(&key, held, nheld, sizeof(*held), held_cmp) != NULL;
+        in_use += used;
+        json_object_set_new(json_array_get(gpus, g), "in_use", json_boolean(used));
     }
-    return in_use;
+    json_object_set_new(o, "gpus_in_use", json_integer(in_use));
 }
 
 /* A member's view of a node's GPU samples while the cluster keeps "nodes"
@@ -100,7 +104,7 @@ static json_t *node_listed(struct server *s, struct http_request *req,
         timefmt_rfc3339(rt->last_heartbeat_ms, at, sizeof(at));
     if (o) {
         json_object_set_new(o, "last_heartbeat", at[0] ? json_string(at) : json_null());
-        json_object_set_new(o, "gpus_in_use", json_integer(gpus_in_use(node, held, nheld)));
+        mark_in_use(o, node, held, nheld);
     }
     if (o && rt && rt->has_sample) {
         char st[TIMEFMT_RFC3339_LEN] = "";
