@@ -207,7 +207,8 @@ static json_t *gpu_entry(const json_t *node, const json_t *inv, const json_t *jo
                          "temperature_c", int_or_null(json_object_get(sample, "temperature_c")),
                          "error", str_or_null(cli_json_str(sample, "error")), "jobs", list)
              : NULL;
-    bool used = json_array_size(list) > 0;
+    /* "in_use": held, maybe by a job this token may not see (another team's). */
+    bool used = json_array_size(list) > 0 || json_is_true(json_object_get(inv, "in_use"));
     sums_add(node_sums, sample, total_mib, used);
     sums_add(all, sample, total_mib, used);
     return g;

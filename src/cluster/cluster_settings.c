@@ -92,13 +92,15 @@ int cluster_settings_decode(const json_t *obj, struct cluster_settings *ret, cha
 json_t *cluster_settings_to_json(const struct cluster_settings *s)
 {
     unsigned priv = CLUSTER_PRIVATE_ALL & ~s->open;
-    json_t *v = priv == CLUSTER_PRIVATE_ALL ? json_true() : priv == 0 ? json_false() : json_array();
-    for (size_t k = 0; v && json_is_array(v) && k < ARRAY_LEN(kinds); k++) {
+    if (priv == CLUSTER_PRIVATE_ALL || priv == 0)
+        return json_pack("{s:b}", "private_data", priv != 0);
+    json_t *list = json_array();
+    for (size_t k = 0; list && k < ARRAY_LEN(kinds); k++) {
         if ((priv & (unsigned)kinds[k].bit) &&
-            json_array_append_new(v, json_string(kinds[k].name)) != 0) {
-            json_decref(v);
-            v = NULL;
+            json_array_append_new(list, json_string(kinds[k].name)) != 0) {
+            json_decref(list);
+            list = NULL;
         }
     }
-    return v ? json_pack("{s:o}", "private_data", v) : NULL;
+    return list ? json_pack("{s:o}", "private_data", list) : NULL;
 }
