@@ -15,7 +15,10 @@ team, user, project, model and job names anywhere in the body's text, and its
 job ids wherever the body names a job (an "id", "job" or "key" member, a
 "job N" in a sentence).
 
-Then the same reads as the admin (the markers are there: the scan can fail),
+A's job queued behind the reservation of B's names no job of B in its wait
+reason ("behind the reservation for another team's job"), until private_data
+opens jobs. Then the same reads as the admin (the markers are there: the scan
+can fail),
 with private_data opened (`PUT /v1/settings {"private_data": false}`: B's
 jobs, series, costs, teams and processes show again), and with it partly
 open (["usage"]: B's job is readable, without its cost and figures; its
@@ -258,12 +261,14 @@ def setup():
     admin("PUT", f"/v1/prices/{GPU_TYPE}", {"per_gpu_hour": 3.5})
     for team in (TEAM_A, TEAM_B):
         admin("PUT", f"/v1/teams/{team}", {
-            "quotas": [{"pool": "main", "guaranteed": 1, "borrow_limit": 1}],
+            "quotas": [{"pool": "main", "guaranteed": 1, "borrow_limit": -1}],
             "budget": {"monthly": 1000}, "idle": {"threshold_pct": 50, "window_s": 1}})
     for user, team, unix in ((USER_A, TEAM_A, "gpuorch-test1"), (USER_B, TEAM_B, "gpuorch-test2")):
         admin("PUT", f"/v1/users/{user}", {"unix_user": unix, "team": team, "role": "member"})
         TOK["a" if team == TEAM_A else "b"] = admin("POST", f"/v1/users/{user}/tokens")["token"]
-    spec = {"command": ["/bin/sleep", "3600"], "workdir": "/tmp", "gpus": 1, "pool": "main"}
+    admin("PUT", "/v1/priority-classes/high", {"order": 20})
+    spec = {"command": ["/bin/sleep", "3600"], "workdir": "/tmp", "gpus": 1, "pool": "main",
+            "time_limit_s": 3600}
     B_JOBS.append(as_user("b", "POST", "/v1/jobs", dict(spec, name="bravo-secret-run",
                                                         project="bravo-proj",
                                                         model="bravo-model")).json["id"])
@@ -344,6 +349,39 @@ def admins_see_everything():
     ans = read("admin", "GET", "/metrics", None)
     ok(ans.status == 200 and TEAM_B in ans.text and f'hpc_job="{B_JOBS[0]}"' in ans.text,
        "the admin's GET /metrics names team B and its job", ans.text[:300])
+
+
+def wait_reason_names_no_job_of_b():
+    """A's job queued behind the reservation of B's: the reason says whose it is not."""
+    call("POST", f"/v1/nodes/{NODE}/attempts/{A_JOB[0]}/1", {"state": "COMPLETED", "exit_code": 0},
+         token=TOK["join"])
+    spec = {"command": ["/bin/sleep", "3600"], "workdir": "/tmp", "pool": "main"}
+    big = as_user("b", "POST", "/v1/jobs", dict(spec, gpus=2, priority="high", time_limit_s=600,
+                                                name="bravo-big-run")).json["id"]
+    B_JOBS.append(big)
+    mine = as_user("a", "POST", "/v1/jobs", dict(spec, gpus=1, time_limit_s=7200,
+                                                 name="alpha-long-run")).json["id"]
+    last = [None]
+
+    def reserved():
+        agent_pump()
+        last[0] = as_user("a", "GET", f"/v1/jobs/{mine}").json or {}
+        return (last[0].get("wait_reason") or "").startswith("reservation:")
+    ok(wait_until(reserved) and "another team's job" in last[0]["wait_reason"]
+       and not leaks(as_user("a", "GET", f"/v1/jobs/{mine}")),
+       "A's job waits behind B's reservation: 'behind the reservation for another team's job'",
+       json.dumps(last[0])[:600])
+    ans = as_user("a", "GET", "/v1/jobs", query={"state": "PENDING"})
+    ok(ans.status == 200 and not leaks(ans), "A's queue names no job of B", ans.text[:600])
+    settings(["usage", "nodes", "teams"])
+
+    def named():
+        last[0] = as_user("a", "GET", f"/v1/jobs/{mine}").json or {}
+        return f"job {big}" in (last[0].get("wait_reason") or "")
+    ok(wait_until(named), "with jobs open, the next pass's reason names B's job",
+       json.dumps(last[0])[:600])
+    settings(True)
+    as_user("admin", "POST", f"/v1/jobs/{mine}/cancel")
 
 
 def settings(value):
@@ -443,6 +481,7 @@ def main():
     setup()
     member_a_sees_nothing_of_b()
     admins_see_everything()
+    wait_reason_names_no_job_of_b()
     opened_shows_b_again()
     partly_open()
     survives_restart()
