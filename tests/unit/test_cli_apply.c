@@ -52,6 +52,13 @@ static void documents_are_yaml_or_json_with_lines_for_messages(void **state)
             json_array_get(json_object_get(d.root, "priority_classes"), 0), "name")),
         "high");
     apply_doc_release(&d);
+
+    /* The cluster's settings: one object, not a list. */
+    const char *set = "settings:\n  private_data: [jobs, usage]\npools: []\n";
+    assert_int_equal(apply_doc_parse(set, strlen(set), "s.yaml", &d, err, sizeof(err)), 0);
+    assert_int_equal(
+        json_array_size(json_object_get(json_object_get(d.root, "settings"), "private_data")), 2);
+    apply_doc_release(&d);
     apply_doc_release(NULL);
 }
 
@@ -61,11 +68,12 @@ static void a_document_of_the_wrong_shape_is_refused_with_its_line(void **state)
     static const struct {
         const char *text, *want;
     } cases[] = {
-        {"- name: main\n", "f.yaml: expected an object with pools, priority_classes, teams, "
-                           "users or prices"},
+        {"- name: main\n", "f.yaml: expected an object with settings, pools, priority_classes, "
+                           "teams, users or prices"},
         {"pools: []\nteam:\n  - name: a\n",
-         "f.yaml:2: unknown list 'team' (expected pools, priority_classes, teams, users or "
-         "prices)"},
+         "f.yaml:2: unknown list 'team' (expected settings, pools, priority_classes, teams, "
+         "users or prices)"},
+        {"settings:\n  - private_data: true\n", "f.yaml:1: 'settings' must be an object"},
         {"teams:\n  name: a\n", "f.yaml:1: 'teams' must be a list of objects"},
         {"teams:\n  - weight: 2\n", "f.yaml:2: teams[0]: expected an object with a 'name'"},
         {"teams:\n  - name: ''\n", "f.yaml:2: teams[0]: expected an object with a 'name'"},
