@@ -427,12 +427,22 @@ def partly_open():
 
 
 def survives_restart():
-    settings(["jobs", "teams"])
+    """After a restart the series before it come from the stored minutes:
+    filtered the same way."""
+    settings(["jobs", "usage"])
     SRV.stop()
     SRV.start()
     ans = as_user("a", "GET", "/v1/settings")
-    ok(ans.status == 200 and ans.json == {"private_data": ["jobs", "teams"]},
+    ok(ans.status == 200 and ans.json == {"private_data": ["jobs", "usage"]},
        "the setting survives a restart", f"{ans.status} {ans.text}")
+    for by in ("team", "job"):
+        q = {"metric": "gpu_util", "by": by, "since": "-10m"}
+        ans = as_user("admin", "GET", "/v1/metrics/series", query=q)
+        ok(ans.status == 200 and leaks(ans), f"after the restart the admin's series by {by} "
+           "(stored minutes) name team B", ans.text[:400])
+        ans = as_user("a", "GET", "/v1/metrics/series", query=q)
+        ok(ans.status == 200 and not leaks(ans) and ans.json.get("series"),
+           f"and member A's series by {by} hold its own team's only", ans.text[:400])
     ans = as_user("admin", "PUT", "/v1/settings", {"private_data": ["jobs", "gpus"]})
     ok(ans.status == 400 and "private_data[1]" in ans.text,
        "an unknown kind is refused with 400 naming the element", f"{ans.status} {ans.text}")
@@ -446,7 +456,7 @@ def cli(*args, stdin=None):
 
 
 def cli_settings_and_scraper():
-    doc = "settings:\n  private_data: [jobs, usage]\n"
+    doc = "settings:\n  private_data: [jobs, teams]\n"
     rc, out, err = cli("apply", "-f", "-", stdin=doc)
     ok(rc == 0 and out == "settings/cluster configured\n",
        "gpuorch apply -f with settings: 'settings/cluster configured'", f"{rc} {out!r} {err!r}")
@@ -454,7 +464,7 @@ def cli_settings_and_scraper():
     ok(rc == 0 and out == "settings/cluster unchanged\n", "applied again: 'unchanged'",
        f"{rc} {out!r} {err!r}")
     ans = as_user("a", "GET", "/v1/settings")
-    ok(ans.json == {"private_data": ["jobs", "usage"]}, "the file's list is the setting", ans.text)
+    ok(ans.json == {"private_data": ["jobs", "teams"]}, "the file's list is the setting", ans.text)
     rc, out, err = cli("apply", "-f", "-", stdin="settings:\n  private_data: [gpus]\n")
     ok(rc == 1 and "private_data[0]" in err, "a bad settings file: exit 1 naming the element",
        f"{rc} {out!r} {err!r}")

@@ -114,7 +114,7 @@ static void first_start_makes_the_admin_and_a_private_token_file(void **state)
     assert_int_equal(auth_check(&e->auth, e->admin, AUTH_NEED_ADMIN, &u), AUTH_OK);
     assert_string_equal(u.name, "admin");
     assert_true(u.admin);
-    assert_null(auth_only_team(&u));
+    assert_null(auth_visible_team(&u, true));
 }
 
 static void a_restart_keeps_every_secret(void **state)
@@ -174,8 +174,8 @@ static void members_see_their_team_only(void **state)
     assert_false(auth_user_may(&alice, NULL));
     assert_false(auth_user_may(&lost, "ml")); /* a member without a team sees none */
     assert_false(auth_user_may(NULL, "ml"));
-    assert_string_equal(auth_only_team(&alice), "ml");
-    assert_string_equal(auth_only_team(&lost), "");
+    assert_string_equal(auth_visible_team(&alice, true), "ml");
+    assert_string_equal(auth_visible_team(&lost, true), "");
 }
 
 static void metrics_route_takes_an_admin_or_a_metrics_user_only(void **state)

@@ -27,11 +27,6 @@ bool auth_user_may(const struct auth_user *u, const char *team)
     return u && (u->admin || (team && u->team[0] && strcmp(u->team, team) == 0));
 }
 
-const char *auth_only_team(const struct auth_user *u)
-{
-    return u->admin ? NULL : u->team;
-}
-
 const char *auth_visible_team(const struct auth_user *u, bool kept_private)
 {
     return u->admin || !kept_private ? NULL : u->team;

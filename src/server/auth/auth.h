@@ -83,12 +83,10 @@ enum auth_result auth_check(const struct auth *a, const char *bearer, enum auth_
 /* May `u` act on jobs of `team` (cancel, read logs, submit)? Admins: all;
  * members: their team. */
 bool auth_user_may(const struct auth_user *u, const char *team);
-/* The one team `u` sees: NULL for an admin (every team), else the member's
- * team ("" when it has none, which matches no team). */
-const char *auth_only_team(const struct auth_user *u);
 /* The one team whose data of a kind `u` sees, where `kept_private` says
  * whether the cluster keeps that kind private (cluster.h: private_data):
- * NULL (every team) for an admin or an open kind, else as auth_only_team. */
+ * NULL (every team) for an admin or an open kind, else the member's team
+ * ("" when it has none, which matches no team). */
 const char *auth_visible_team(const struct auth_user *u, bool kept_private);
 /* Whether `u` sees data of `team` (NULL: of no team) of such a kind. */
 bool auth_user_sees(const struct auth_user *u, bool kept_private, const char *team);
