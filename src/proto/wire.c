@@ -108,8 +108,3 @@ void wire_free_strs(char **v, size_t n)
         free(v[k]);
     free(v);
 }
-
-int64_t wire_figure(const json_t *v)
-{
-    return json_is_integer(v) ? (int64_t)json_integer_value(v) : PROTO_NONE;
-}

@@ -47,9 +47,6 @@ int wire_done(struct wire_enc *e, json_t *o, json_t **ret);
 /* Frees n strings and the array (NULL fine). */
 void wire_free_strs(char **v, size_t n);
 
-/* A figure: an integer, or PROTO_NONE for anything else. */
-int64_t wire_figure(const json_t *v);
-
 /* Field-table entries (util/jsonv.h); more designators may follow (never
  * .flags in WIRE_REQ). */
 #define WIRE_REQ(key, kind_, type, m, lo, hi, ...)                                                 \
@@ -61,6 +58,16 @@ int64_t wire_figure(const json_t *v);
     {                                                                                              \
         .name = key, .kind = kind_, .offset = offsetof(type, m), .min = lo, .max = hi, __VA_ARGS__ \
     }
+
+/* A string that is one line of text (no control character: util/text.h),
+ * required or optional; for names, UUIDs, addresses and messages. */
+#define WIRE_REQ_LINE(key, type, m, lo, hi)                                                        \
+    {                                                                                              \
+        .name = key, .kind = JSONV_STRING, .flags = JSONV_REQUIRED | JSONV_TEXT,                   \
+        .offset = offsetof(type, m), .min = lo, .max = hi                                          \
+    }
+#define WIRE_OPT_LINE(key, type, m, lo, hi)                                                        \
+    WIRE_OPT(key, JSONV_STRING, type, m, lo, hi, .flags = JSONV_TEXT)
 
 /* ---- the spec of a run attempt (spec.c) ---- */
 
