@@ -179,26 +179,6 @@ static int proc_check(const struct proc_wire *w, size_t i, size_t k, char *err, 
                       i, k, given(w->p[P_JOB]) ? "attempt" : "job");
 }
 
-/* No GPU sampled twice: an index or a UUID names one GPU. */
-static int samples_unique(const struct sample_wire *g, size_t n, char *err, size_t errlen)
-{
-    for (size_t i = 0; i < n; i++) {
-        for (size_t j = 0; j < i; j++) {
-            if (g[j].index == g[i].index)
-                return errbuf_set(err, errlen, GPO_EINVAL,
-                                  "field 'gpus[%zu].index': %u is also gpus[%zu]'s", i, g[i].index,
-                                  j);
-            if (g[i].uuid && g[j].uuid && strcmp(g[j].uuid, g[i].uuid) == 0) {
-                char q[JSONV_QUOTE_MAX + 4];
-                return errbuf_set(err, errlen, GPO_EINVAL,
-                                  "field 'gpus[%zu].uuid': '%s' is also gpus[%zu]'s", i,
-                                  jsonv_quote(g[i].uuid, strlen(g[i].uuid), q), j);
-            }
-        }
-    }
-    return 0;
-}
-
 static int64_t value_of(const int64_t *v, const enum jsonv_presence *p, size_t k)
 {
     return given(p[k]) ? v[k] : PROTO_NONE;
@@ -235,7 +215,10 @@ static int sample_read(const struct sample_wire *s, size_t i, struct proto_gpu_s
 static int samples_read(struct heartbeat_wire *w, struct proto_gpu_sample **ret, char *err,
                         size_t errlen)
 {
-    int rc = samples_unique(w->gpus, w->ngpus, err, errlen);
+    /* No GPU sampled twice: an index or a UUID names one GPU. */
+    int rc =
+        wire_gpus_unique(w->gpus, w->ngpus, sizeof(*w->gpus), offsetof(struct sample_wire, index),
+                         offsetof(struct sample_wire, uuid), err, errlen);
     if (rc)
         return rc;
     struct proto_gpu_sample *v = w->ngpus ? calloc(w->ngpus, sizeof(*v)) : NULL;

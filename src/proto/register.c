@@ -75,26 +75,6 @@ static void gpus_free(struct proto_gpu *gpus, size_t n)
     free(gpus);
 }
 
-/* No index and no UUID twice: a GPU is one GPU. */
-static int gpus_check(const struct proto_gpu *g, size_t n, char *err, size_t errlen)
-{
-    for (size_t i = 0; i < n; i++) {
-        for (size_t j = 0; j < i; j++) {
-            if (g[j].index == g[i].index)
-                return errbuf_set(err, errlen, GPO_EINVAL,
-                                  "field 'gpus[%zu].index': %u is also gpus[%zu]'s", i, g[i].index,
-                                  j);
-            if (strcmp(g[j].uuid, g[i].uuid) == 0) {
-                char q[JSONV_QUOTE_MAX + 4];
-                return errbuf_set(err, errlen, GPO_EINVAL,
-                                  "field 'gpus[%zu].uuid': '%s' is also gpus[%zu]'s", i,
-                                  jsonv_quote(g[i].uuid, strlen(g[i].uuid), q), j);
-            }
-        }
-    }
-    return 0;
-}
-
 /* jsonv into w, then the GPUs moved into w->n. On failure w holds nothing. */
 static int node_decode(const json_t *obj, const struct jsonv_field *fields, size_t nfields,
                        struct node_wire *w, char *err, size_t errlen)
@@ -117,7 +97,9 @@ static int node_decode(const json_t *obj, const struct jsonv_field *fields, size
     free(w->gpus); /* its strings now belong to w->n */
     w->gpus = NULL;
     w->ngpus = 0;
-    rc = gpus_check(w->n.gpus, w->n.ngpus, err, errlen);
+    rc = wire_gpus_unique(w->n.gpus, w->n.ngpus, sizeof(*w->n.gpus),
+                          offsetof(struct proto_gpu, index), offsetof(struct proto_gpu, uuid), err,
+                          errlen);
     if (rc) {
         proto_register_release(&w->n);
         free(w->log_token);

@@ -44,6 +44,13 @@ json_t *wire_strs(struct wire_enc *e, char *const *v, size_t n);
 /* Finishes: 0 and *ret = o, or rc (o freed). */
 int wire_done(struct wire_enc *e, json_t *o, json_t **ret);
 
+/* No index and no UUID twice in a list of n GPUs (elements of `size` bytes,
+ * a uint32_t index and a char * UUID, NULL for none, at the offsets): 0, or
+ * GPO_EINVAL naming the later one ("field 'gpus[1].index': 0 is also
+ * gpus[0]'s"). */
+int wire_gpus_unique(const void *v, size_t n, size_t size, size_t index_offset, size_t uuid_offset,
+                     char *err, size_t errlen);
+
 /* Frees n strings and the array (NULL fine). */
 void wire_free_strs(char **v, size_t n);
 
