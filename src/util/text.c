@@ -33,8 +33,9 @@ unsigned text_control_code(const char *s, size_t at)
 
 int text_check_line(const char *field, const char *s, char *err, size_t errlen)
 {
-    size_t len = s ? strlen(s) : 0;
-    size_t at = text_control_at(s, len);
+    if (!s)
+        return 0;
+    size_t len = strlen(s), at = text_control_at(s, len);
     if (at == len)
         return 0;
     return errbuf_set(err, errlen, GPO_EINVAL, TEXT_CONTROL_FMT, field, text_control_code(s, at),

@@ -261,11 +261,12 @@ static int sample_check_gpus(const struct cluster_node *n, const struct proto_he
         const struct proto_gpu_sample *g = &hb->gpus[i];
         if (node_has_gpu(n, g->uuid, g->index))
             continue;
-        char q[JSONV_QUOTE_MAX + 4];
-        if (g->uuid)
+        if (g->uuid) {
+            char q[JSONV_QUOTE_MAX + 4];
             return errbuf_set(err, errlen, GPO_EINVAL,
                               "field 'gpus[%zu].uuid': node '%s' has no GPU '%s'", i, n->name,
                               jsonv_quote(g->uuid, strlen(g->uuid), q));
+        }
         return errbuf_set(err, errlen, GPO_EINVAL,
                           "field 'gpus[%zu].index': node '%s' has no GPU %u", i, n->name, g->index);
     }
