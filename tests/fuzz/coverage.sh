@@ -17,6 +17,8 @@ if [ ! -f "$build/build.ninja" ]; then
     -Dc_args="$flags" -Dc_link_args="$flags" >/dev/null
 fi
 targets=${*:-"jobspec cluster proto api privsrv_check"}
+# What the build runs of its own (generators) leaves its profile here, not in the tree.
+export LLVM_PROFILE_FILE="$build/build-%p.profraw"
 # shellcheck disable=SC2046 # a list of targets
 ninja -C "$build" $(for t in $targets; do echo "tests/fuzz_replay_$t"; done) >/dev/null || exit 2
 files_of() { # the decoder files of a boundary
