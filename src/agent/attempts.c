@@ -19,7 +19,7 @@
 #include "agent/launch.h"
 #include "agent/sampler.h"
 #include "agent/shim.h"
-#include "util/jsonv.h"
+#include "util/text.h"
 #include "base/banned.h"
 
 enum phase {
@@ -163,8 +163,8 @@ static void set_outcome(struct attempts *t, struct att *a, struct proto_report f
 }
 
 /* A report's reason from any text: at most PROTO_REASON_MAX bytes, cut
- * between characters, and UTF-8 (other bytes shown as '?'). NULL when out
- * of memory. */
+ * between characters, one line of UTF-8 (control characters and other
+ * bytes shown as '?'). NULL when out of memory. */
 static char *reason_dup(const char *text)
 {
     size_t len = strlen(text);
@@ -172,14 +172,7 @@ static char *reason_dup(const char *text)
     if (!r)
         return NULL;
     memcpy(r, text, len + 1);
-    if (jsonv_check_utf8(r, len) != 0) {
-        for (char *p = r; *p; p++) {
-            if ((unsigned char)*p >= 0x80)
-                *p = '?';
-        }
-    }
-    r[len > PROTO_REASON_MAX ? jsonv_utf8_cut(r, PROTO_REASON_MAX) : len] = '\0';
-    return r;
+    return text_fit_line(r, PROTO_REASON_MAX); /* as the controller reads a reason */
 }
 
 static struct proto_report report_of(enum proto_state state)

@@ -134,6 +134,7 @@ static int sample_one(const struct gpu_backend *b, unsigned i, struct proto_gpu_
         rc = gpu_sample(b, i, &s, err, sizeof(err));
     if (rc) {
         *ret = (struct proto_gpu_sample){.index = i, .error = strdup(err[0] ? err : "failed")};
+        proto_gpu_sample_fit(ret);
         return ret->error ? 0 : GPO_ENOMEM;
     }
     struct proto_process *procs = s.nprocs ? calloc(s.nprocs, sizeof(*procs)) : NULL;
@@ -160,6 +161,7 @@ static int sample_one(const struct gpu_backend *b, unsigned i, struct proto_gpu_
                                           .attempt = mine ? att : PROTO_NONE};
     }
     gpu_sample_release(&s);
+    proto_gpu_sample_fit(ret); /* what a GPU reports out of range is not reported */
     return ret->uuid && (procs || !s.nprocs) ? 0 : GPO_ENOMEM;
 }
 

@@ -29,6 +29,7 @@
 
 #include "cluster/jobspec.h"
 #include "util/jsonv.h"
+#include "util/text.h"
 #include "util/errbuf.h"
 #include "base/banned.h"
 
@@ -48,6 +49,7 @@ _Static_assert(sizeof(enum jobspec_dep_type) == sizeof(int), "dep type is stored
  * types differ, converted by the steps below. */
 struct wire {
     struct jobspec spec;
+    bool stored; /* jobspec_decode_stored: what an earlier version accepted */
     int64_t cpus;
     json_t *gpus; /* borrowed from the body */
     enum jsonv_presence gpus_p;
@@ -366,13 +368,9 @@ static bool is_label_char(unsigned char c)
 
 static int check_names(struct wire *w, char *err, size_t errlen)
 {
-    const char *name = w->spec.name;
-    for (size_t i = 0; name && name[i]; i++) {
-        unsigned char c = (unsigned char)name[i], next = (unsigned char)name[i + 1];
-        /* C0 controls and DEL; C1 controls (U+0080..U+009F) are 0xC2 0x80..0x9F. */
-        if (c < 0x20 || c == 0x7F || (c == 0xC2 && next >= 0x80 && next <= 0x9F))
-            return fail(err, errlen, "field 'name': control characters are not allowed");
-    }
+    int rc = text_check_line("name", w->spec.name, err, errlen);
+    if (rc)
+        return rc;
     for (size_t k = 0; k < ARRAY_LEN(labels); k++) {
         const char *s = str_get(&w->spec, labels[k].offset);
         for (size_t i = 0; s && s[i]; i++) {
@@ -557,18 +555,40 @@ static int fill_defaults(struct wire *w, char *err, size_t errlen)
     return 0;
 }
 
+/* A job runs on at least one CPU, and with some memory: Slurm's --mem=0
+ * (the whole node's memory) has no meaning here, so 0 is refused rather
+ * than read as "no reservation". A stored spec (jobspec_decode_stored) may
+ * hold 0, which reserves nothing. */
+static int check_resources(struct wire *w, char *err, size_t errlen)
+{
+    if (w->stored)
+        return 0;
+    if (w->cpus == 0)
+        return fail(err, errlen,
+                    "field 'cpus': 0 is out of range 1..%d (a job runs on at least one "
+                    "CPU; leave it out for 1)",
+                    CPUS_MAX);
+    if (w->spec.mem_mib == 0)
+        return fail(err, errlen,
+                    "field 'mem_mib': 0 is out of range 1..%lld (not Slurm's "
+                    "--mem=0: give the MiB the job needs, or leave it out for 1024)",
+                    (long long)HOST_MEM_MAX_MIB);
+    return 0;
+}
+
 /* The rules between fields, in the order their fields come in the table. */
 static int (*const steps[])(struct wire *w, char *err, size_t errlen) = {
-    check_names, check_gpus, check_program, check_env, check_deps, check_array, fill_defaults,
+    check_names, check_resources, check_gpus,  check_program,
+    check_env,   check_deps,      check_array, fill_defaults,
 };
 
-int jobspec_decode(const json_t *body, struct jobspec *ret, char *err, size_t errlen)
+static int decode(const json_t *body, bool stored, struct jobspec *ret, char *err, size_t errlen)
 {
     if (err && errlen)
         err[0] = '\0';
     if (!ret)
         return fail(err, errlen, "no destination");
-    struct wire w = {.spec = {.mem_mib = 1024, .requeue = true}, .cpus = 1};
+    struct wire w = {.spec = {.mem_mib = 1024, .requeue = true}, .stored = stored, .cpus = 1};
     int rc = jsonv_decode(body, fields, ARRAY_LEN(fields), &w, err, errlen);
     if (rc < 0)
         return rc == GPO_ENOMEM ? GPO_ENOMEM : GPO_EINVAL;
@@ -581,6 +601,16 @@ int jobspec_decode(const json_t *body, struct jobspec *ret, char *err, size_t er
     }
     *ret = w.spec;
     return 0;
+}
+
+int jobspec_decode(const json_t *body, struct jobspec *ret, char *err, size_t errlen)
+{
+    return decode(body, false, ret, err, errlen);
+}
+
+int jobspec_decode_stored(const json_t *body, struct jobspec *ret, char *err, size_t errlen)
+{
+    return decode(body, true, ret, err, errlen);
 }
 
 /* ---- encoding ---------------------------------------------------------- */

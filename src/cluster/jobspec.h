@@ -104,8 +104,13 @@ struct jobspec {
 };
 
 /* Fills *ret from a submission object (borrowed). On error *ret is untouched
- * and err names the field. */
+ * and err names the field. "cpus" and "mem_mib" are at least 1 (0 is
+ * refused: it is not Slurm's "the whole node" here). */
 int jobspec_decode(const json_t *body, struct jobspec *ret, char *err, size_t errlen);
+/* The same for a spec the store holds (jobspec_to_json's), which an earlier
+ * version may have accepted with "cpus" or "mem_mib" 0: those load, and
+ * reserve nothing. */
+int jobspec_decode_stored(const json_t *body, struct jobspec *ret, char *err, size_t errlen);
 
 /* Parses Slurm's array syntax: "0-15", "0,6,16-32", "0-15:4" (step), each
  * optionally followed by "%N" (at most N tasks running). Indices are 0..

@@ -30,16 +30,22 @@ const char *proto_kill_cause_name(enum proto_kill_cause cause)
 }
 
 static const struct jsonv_field share_fields[] = {
-    WIRE_REQ("uuid", JSONV_STRING, struct proto_share, uuid, 1, PROTO_UUID_MAX),
+    WIRE_REQ_LINE("uuid", struct proto_share, uuid, 1, PROTO_UUID_MAX),
     WIRE_REQ("milli", JSONV_UINT32, struct proto_share, milli, 1, 1000),
     WIRE_REQ("mem_mib", JSONV_INT64, struct proto_share, mem_mib, 0, PROTO_GPU_MEM_MAX),
 };
 
 static const struct jsonv_field gang_fields[] = {
-    WIRE_REQ("nodes", JSONV_STRINGS, struct proto_gang, nodes, 1, PROTO_HOST_MAX,
-             .max_items = PROTO_GANG_MAX, .count_offset = offsetof(struct proto_gang, nnodes)),
+    {.name = "nodes",
+     .kind = JSONV_STRINGS,
+     .flags = JSONV_REQUIRED | JSONV_TEXT,
+     .offset = offsetof(struct proto_gang, nodes),
+     .min = 1,
+     .max = PROTO_HOST_MAX,
+     .max_items = PROTO_GANG_MAX,
+     .count_offset = offsetof(struct proto_gang, nnodes)},
     WIRE_REQ("rank", JSONV_UINT32, struct proto_gang, rank, 0, PROTO_GANG_MAX - 1),
-    WIRE_REQ("master_addr", JSONV_STRING, struct proto_gang, master_addr, 1, PROTO_HOST_MAX),
+    WIRE_REQ_LINE("master_addr", struct proto_gang, master_addr, 1, PROTO_HOST_MAX),
     WIRE_REQ("master_port", JSONV_UINT32, struct proto_gang, master_port, 1, 65535),
 };
 
@@ -87,9 +93,9 @@ static const struct jsonv_field attempt_fields[] = {
              .elem_size = sizeof(struct proto_share), .sub = share_fields,
              .nsub = ARRAY_LEN(share_fields)),
     WIRE_OPT("user", JSONV_STRING, struct attempt_wire, user, 1, PROTO_NAME_MAX,
-             .flags = JSONV_PRESENCE, PRES(K_USER)),
+             .flags = JSONV_PRESENCE | JSONV_TEXT, PRES(K_USER)),
     WIRE_OPT("unix_user", JSONV_STRING, struct attempt_wire, unix_user, 1, PROTO_UNIX_USER_MAX,
-             .flags = JSONV_NULLABLE | JSONV_PRESENCE, PRES(K_UNIX_USER)),
+             .flags = JSONV_NULLABLE | JSONV_PRESENCE | JSONV_TEXT, PRES(K_UNIX_USER)),
     WIRE_OPT("spec", JSONV_OBJECT, struct attempt_wire, spec, 0, 0, .flags = JSONV_PRESENCE,
              PRES(K_SPEC), .sub = wire_spec_fields, .nsub = WIRE_NSPEC_FIELDS),
     WIRE_OPT("gang", JSONV_OBJECT, struct attempt_wire, gang, 0, 0, .flags = JSONV_PRESENCE,
@@ -115,7 +121,7 @@ struct assignments_wire {
 
 static const struct jsonv_field assignments_fields[] = {
     WIRE_REQ("rev", JSONV_INT64, struct assignments_wire, rev, 0, INT64_MAX),
-    WIRE_REQ("node", JSONV_STRING, struct assignments_wire, node, 1, PROTO_HOST_MAX),
+    WIRE_REQ_LINE("node", struct assignments_wire, node, 1, PROTO_HOST_MAX),
     WIRE_REQ("attempts", JSONV_OBJECTS, struct assignments_wire, attempts, 0, 0,
              .max_items = PROTO_ATTEMPTS_MAX,
              .count_offset = offsetof(struct assignments_wire, nattempts),

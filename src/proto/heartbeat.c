@@ -1,7 +1,7 @@
 /*
  * heartbeat.c - a heartbeat: every GPU's sample, the dirty GPUs, when
- * (proto.h). Figures arrive as raw JSON values and are read by type: an
- * integer is a figure, anything else is "not reported".
+ * (proto.h). A figure is an integer in its range, or null (absent) when
+ * not reported.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,27 +10,35 @@
 #include "proto/proto.h"
 #include "proto/wire.h"
 #include "util/errbuf.h"
+#include "util/text.h"
 #include "base/banned.h"
 
 /* The figures of one sample, in wire order: each a member of struct
- * proto_gpu_sample and its key. */
+ * proto_gpu_sample (its key) and the range a real GPU's value lies in. */
 #define FIGURES(X)                                                                                 \
-    X(utilization_pct)                                                                             \
-    X(memory_utilization_pct)                                                                      \
-    X(memory_used_mib)                                                                             \
-    X(memory_total_mib)                                                                            \
-    X(power_mw)                                                                                    \
-    X(temperature_c)
+    X(utilization_pct, 0, PROTO_PCT_MAX)                                                           \
+    X(memory_utilization_pct, 0, PROTO_PCT_MAX)                                                    \
+    X(memory_used_mib, 0, PROTO_GPU_MEM_MAX)                                                       \
+    X(memory_total_mib, 0, PROTO_GPU_MEM_MAX)                                                      \
+    X(power_mw, 0, PROTO_POWER_MW_MAX)                                                             \
+    X(temperature_c, PROTO_TEMP_MIN_C, PROTO_TEMP_MAX_C)
 
 static const struct figure {
     const char *key;
     size_t offset; /* in struct proto_gpu_sample */
+    int64_t lo, hi;
 } figures[] = {
-#define FIGURE_ROW(m) {#m, offsetof(struct proto_gpu_sample, m)},
+#define FIGURE_ROW(m, lo, hi) {#m, offsetof(struct proto_gpu_sample, m), lo, hi},
     FIGURES(FIGURE_ROW)
 #undef FIGURE_ROW
 };
 #define NFIGURES ARRAY_LEN(figures)
+
+enum {
+#define FIGURE_ENUM(m, lo, hi) FIG_##m,
+    FIGURES(FIGURE_ENUM)
+#undef FIGURE_ENUM
+};
 
 static int64_t *figure_at(struct proto_gpu_sample *s, size_t k)
 {
@@ -42,27 +50,31 @@ static int64_t figure_get(const struct proto_gpu_sample *s, size_t k)
     return *(const int64_t *)(const void *)((const char *)s + figures[k].offset);
 }
 
+/* A process's members, in wire order, and their ranges. */
+enum { P_PID, P_MEMORY, P_JOB, P_ATTEMPT, NPROC };
+
+/* Integers with their presence: null and absent are "not reported". */
 struct proc_wire {
-    json_t *pid, *memory_mib, *job, *attempt;
+    int64_t v[NPROC];
+    enum jsonv_presence p[NPROC];
 };
+
+#define NUMBER(key, type, k, lo, hi)                                                               \
+    WIRE_OPT(key, JSONV_INT64, type, v[k], lo, hi, .flags = JSONV_NULLABLE | JSONV_PRESENCE,       \
+             .presence_offset = offsetof(type, p[k]))
 
 static const struct jsonv_field proc_fields[] = {
-    WIRE_OPT("pid", JSONV_RAW, struct proc_wire, pid, 0, 0, .flags = JSONV_NULLABLE),
-    WIRE_OPT("memory_mib", JSONV_RAW, struct proc_wire, memory_mib, 0, 0, .flags = JSONV_NULLABLE),
-    WIRE_OPT("job", JSONV_RAW, struct proc_wire, job, 0, 0, .flags = JSONV_NULLABLE),
-    WIRE_OPT("attempt", JSONV_RAW, struct proc_wire, attempt, 0, 0, .flags = JSONV_NULLABLE),
-};
-
-enum {
-#define FIGURE_ENUM(m) FIG_##m,
-    FIGURES(FIGURE_ENUM)
-#undef FIGURE_ENUM
+    NUMBER("pid", struct proc_wire, P_PID, 1, PROTO_PID_MAX),
+    NUMBER("memory_mib", struct proc_wire, P_MEMORY, 0, PROTO_GPU_MEM_MAX),
+    NUMBER("job", struct proc_wire, P_JOB, 1, INT64_MAX),
+    NUMBER("attempt", struct proc_wire, P_ATTEMPT, 1, UINT32_MAX),
 };
 
 struct sample_wire {
     uint32_t index;
     char *uuid, *error;
-    json_t *fig[NFIGURES]; /* by the order of FIGURES */
+    int64_t v[NFIGURES]; /* by the order of FIGURES */
+    enum jsonv_presence p[NFIGURES];
     struct proc_wire *procs;
     size_t nprocs;
     enum jsonv_presence procs_p;
@@ -70,10 +82,9 @@ struct sample_wire {
 
 static const struct jsonv_field sample_fields[] = {
     WIRE_REQ("index", JSONV_UINT32, struct sample_wire, index, 0, PROTO_GPUS_MAX - 1),
-    WIRE_OPT("uuid", JSONV_STRING, struct sample_wire, uuid, 1, PROTO_UUID_MAX),
-    WIRE_OPT("error", JSONV_STRING, struct sample_wire, error, 1, PROTO_ERROR_MAX),
-#define FIGURE_FIELD(m)                                                                            \
-    WIRE_OPT(#m, JSONV_RAW, struct sample_wire, fig[FIG_##m], 0, 0, .flags = JSONV_NULLABLE),
+    WIRE_OPT_LINE("uuid", struct sample_wire, uuid, 1, PROTO_UUID_MAX),
+    WIRE_OPT_LINE("error", struct sample_wire, error, 1, PROTO_ERROR_MAX),
+#define FIGURE_FIELD(m, lo, hi) NUMBER(#m, struct sample_wire, FIG_##m, lo, hi),
     FIGURES(FIGURE_FIELD)
 #undef FIGURE_FIELD
         WIRE_OPT("processes", JSONV_OBJECTS, struct sample_wire, procs, 0, 0,
@@ -98,7 +109,8 @@ static const struct jsonv_field heartbeat_fields[] = {
              .elem_size = sizeof(struct sample_wire), .sub = sample_fields,
              .nsub = ARRAY_LEN(sample_fields)),
     WIRE_OPT("dirty", JSONV_STRINGS, struct heartbeat_wire, dirty, 1, PROTO_UUID_MAX,
-             .max_items = PROTO_DIRTY_MAX, .count_offset = offsetof(struct heartbeat_wire, ndirty)),
+             .flags = JSONV_TEXT, .max_items = PROTO_DIRTY_MAX,
+             .count_offset = offsetof(struct heartbeat_wire, ndirty)),
     WIRE_OPT("sampled_at_ms", JSONV_INT64, struct heartbeat_wire, at, 0, INT64_MAX),
 };
 
@@ -121,7 +133,13 @@ void proto_heartbeat_release(struct proto_heartbeat *m)
     memset(m, 0, sizeof(*m));
 }
 
-/* An error entry has only its index and error; any other has a uuid. */
+static bool given(enum jsonv_presence p)
+{
+    return p == JSONV_GIVEN;
+}
+
+/* An error entry has only its index and error; any other has a uuid, and
+ * no more memory used than it has. */
 static int sample_check(const struct sample_wire *s, size_t i, char *err, size_t errlen)
 {
     if (!s->error && !s->uuid)
@@ -129,11 +147,19 @@ static int sample_check(const struct sample_wire *s, size_t i, char *err, size_t
                           "missing required field 'gpus[%zu].uuid' (or 'error', for a GPU that "
                           "failed to sample)",
                           i);
-    if (!s->error)
+    if (!s->error) {
+        if (given(s->p[FIG_memory_used_mib]) && given(s->p[FIG_memory_total_mib]) &&
+            s->v[FIG_memory_used_mib] > s->v[FIG_memory_total_mib])
+            return errbuf_set(err, errlen, GPO_ERANGE,
+                              "field 'gpus[%zu].memory_used_mib': %lld is more than "
+                              "memory_total_mib (%lld)",
+                              i, (long long)s->v[FIG_memory_used_mib],
+                              (long long)s->v[FIG_memory_total_mib]);
         return 0;
+    }
     const char *other = s->uuid ? "uuid" : s->procs_p != JSONV_ABSENT ? "processes" : NULL;
     for (size_t k = 0; !other && k < NFIGURES; k++)
-        other = s->fig[k] ? figures[k].key : NULL;
+        other = s->p[k] != JSONV_ABSENT ? figures[k].key : NULL;
     if (other)
         return errbuf_set(err, errlen, GPO_EINVAL,
                           "field 'gpus[%zu].%s': not allowed next to 'error' (a GPU that failed "
@@ -142,42 +168,68 @@ static int sample_check(const struct sample_wire *s, size_t i, char *err, size_t
     return 0;
 }
 
-/* A process's attempt: both ids in range, or neither. */
-static void proc_read(const struct proc_wire *w, struct proto_process *p)
+/* A process of an attempt names both ids; any other process neither. */
+static int proc_check(const struct proc_wire *w, size_t i, size_t k, char *err, size_t errlen)
 {
-    int64_t job = wire_figure(w->job), att = wire_figure(w->attempt);
-    bool mine = job >= 1 && att >= 1 && att <= UINT32_MAX;
-    *p = (struct proto_process){.pid = wire_figure(w->pid),
-                                .memory_mib = wire_figure(w->memory_mib),
-                                .job = mine ? job : PROTO_NONE,
-                                .attempt = mine ? att : PROTO_NONE};
+    if (given(w->p[P_JOB]) == given(w->p[P_ATTEMPT]))
+        return 0;
+    return errbuf_set(err, errlen, GPO_EINVAL,
+                      "field 'gpus[%zu].processes[%zu].%s': a process of an attempt has both "
+                      "'job' and 'attempt', any other has neither",
+                      i, k, given(w->p[P_JOB]) ? "attempt" : "job");
+}
+
+static int64_t value_of(const int64_t *v, const enum jsonv_presence *p, size_t k)
+{
+    return given(p[k]) ? v[k] : PROTO_NONE;
+}
+
+static int sample_read(const struct sample_wire *s, size_t i, struct proto_gpu_sample *ret,
+                       char *err, size_t errlen)
+{
+    int rc = sample_check(s, i, err, errlen);
+    for (size_t k = 0; !rc && k < s->nprocs; k++)
+        rc = proc_check(&s->procs[k], i, k, err, errlen);
+    if (rc)
+        return rc;
+    struct proto_process *procs = s->nprocs ? calloc(s->nprocs, sizeof(*procs)) : NULL;
+    if (s->nprocs && !procs)
+        return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
+    *ret = (struct proto_gpu_sample){.index = s->index,
+                                     .procs_known = s->procs_p == JSONV_GIVEN,
+                                     .procs = procs,
+                                     .nprocs = s->nprocs};
+    for (size_t k = 0; k < NFIGURES; k++)
+        *figure_at(ret, k) = value_of(s->v, s->p, k);
+    for (size_t k = 0; k < s->nprocs; k++) {
+        const struct proc_wire *w = &s->procs[k];
+        procs[k] = (struct proto_process){.pid = value_of(w->v, w->p, P_PID),
+                                          .memory_mib = value_of(w->v, w->p, P_MEMORY),
+                                          .job = value_of(w->v, w->p, P_JOB),
+                                          .attempt = value_of(w->v, w->p, P_ATTEMPT)};
+    }
+    return 0;
 }
 
 /* The samples of w, checked and read; w's strings move into *ret. */
 static int samples_read(struct heartbeat_wire *w, struct proto_gpu_sample **ret, char *err,
                         size_t errlen)
 {
+    /* No GPU sampled twice: an index or a UUID names one GPU. */
+    int rc =
+        wire_gpus_unique(w->gpus, w->ngpus, sizeof(*w->gpus), offsetof(struct sample_wire, index),
+                         offsetof(struct sample_wire, uuid), err, errlen);
+    if (rc)
+        return rc;
     struct proto_gpu_sample *v = w->ngpus ? calloc(w->ngpus, sizeof(*v)) : NULL;
     if (w->ngpus && !v)
         return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
     for (size_t i = 0; i < w->ngpus; i++) {
-        const struct sample_wire *s = &w->gpus[i];
-        int rc = sample_check(s, i, err, errlen);
-        struct proto_process *procs = !rc && s->nprocs ? calloc(s->nprocs, sizeof(*procs)) : NULL;
-        if (!rc && s->nprocs && !procs)
-            rc = errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
+        rc = sample_read(&w->gpus[i], i, &v[i], err, errlen);
         if (rc) {
             samples_free(v, i); /* the strings stay w's until all is read */
             return rc;
         }
-        v[i] = (struct proto_gpu_sample){.index = s->index,
-                                         .procs_known = s->procs_p == JSONV_GIVEN,
-                                         .procs = procs,
-                                         .nprocs = s->nprocs};
-        for (size_t k = 0; k < NFIGURES; k++)
-            *figure_at(&v[i], k) = s->error ? PROTO_NONE : wire_figure(s->fig[k]);
-        for (size_t p = 0; p < s->nprocs; p++)
-            proc_read(&s->procs[p], &procs[p]);
     }
     for (size_t i = 0; i < w->ngpus; i++) {
         v[i].uuid = w->gpus[i].uuid;
@@ -209,6 +261,31 @@ int proto_heartbeat_decode(const json_t *obj, struct proto_heartbeat *ret, char 
     w.ndirty = 0;
     jsonv_release(heartbeat_fields, ARRAY_LEN(heartbeat_fields), &w);
     return 0;
+}
+
+static int64_t fit(int64_t v, int64_t lo, int64_t hi)
+{
+    return v != PROTO_NONE && (v < lo || v > hi) ? PROTO_NONE : v;
+}
+
+void proto_gpu_sample_fit(struct proto_gpu_sample *s)
+{
+    if (!s)
+        return;
+    text_fit_line(s->error, PROTO_ERROR_MAX);
+    for (size_t k = 0; k < NFIGURES; k++)
+        *figure_at(s, k) = fit(figure_get(s, k), figures[k].lo, figures[k].hi);
+    if (s->memory_used_mib != PROTO_NONE && s->memory_total_mib != PROTO_NONE &&
+        s->memory_used_mib > s->memory_total_mib)
+        s->memory_used_mib = PROTO_NONE;
+    for (size_t k = 0; k < s->nprocs; k++) {
+        struct proto_process *p = &s->procs[k];
+        p->pid = fit(p->pid, 1, PROTO_PID_MAX);
+        p->memory_mib = fit(p->memory_mib, 0, PROTO_GPU_MEM_MAX);
+        if (p->job == PROTO_NONE || p->attempt == PROTO_NONE || p->job < 1 || p->attempt < 1 ||
+            p->attempt > UINT32_MAX)
+            p->job = p->attempt = PROTO_NONE;
+    }
 }
 
 static json_t *figure_json(struct wire_enc *e, int64_t v)

@@ -20,13 +20,16 @@
  *
  *   int proto_X_decode(const json_t *obj, struct proto_X *ret, char *err, size_t errlen);
  *     Strict: an unknown key, a wrong type, a value out of range, a string,
- *     list or count over its limit is refused with one line that names the
- *     field by its path, in util/jsonv's words:
+ *     list or count over its limit, a control character in a name, UUID,
+ *     address or message (util/text.h; a job's command, script, paths and
+ *     environment, and a kill's reason, may hold any text) is refused with
+ *     one line that names the field by its path, in util/jsonv's words:
  *         field 'attempts[3].gpus[0].milli': 5000 is out of range 1..1000
+ *         field 'gpus[1].utilization_pct': expected an integer, got a string
  *         missing required field 'attempts[0].spec' (action 'run' needs it)
- *     The one leniency: a heartbeat's figures (utilization, memory, power,
- *     temperature, and a process's pid, memory, job and attempt) of the
- *     wrong JSON type read as not reported (PROTO_NONE). On success *ret is
+ *     A heartbeat's figure not reported is null (or absent), never a value
+ *     of another type; the side that samples makes its figures fit with
+ *     proto_gpu_sample_fit. On success *ret is
  *     overwritten (not freed) and owns all its memory; release it with
  *     proto_X_release. On failure *ret is untouched. 0, GPO_EINVAL,
  *     GPO_ERANGE (a number, length or count out of its bounds), GPO_ENOMEM.
@@ -42,7 +45,7 @@
  * that knows them. A decoded message holds no GPU index and no GPU UUID
  * twice where it lists a node's GPUs (registration).
  *
- * Dependencies: util (jsonv, errbuf) and base only.
+ * Dependencies: util (jsonv, errbuf, text) and base only.
  */
 #ifndef GPUORCH_PROTO_PROTO_H
 #define GPUORCH_PROTO_PROTO_H
@@ -80,6 +83,12 @@
 #define PROTO_KILL_REASON_MAX 1024
 #define PROTO_REASON_MAX      120 /* a report's reason */
 #define PROTO_SIGNAL_MAX      64
+/* What a GPU's sample may report: the bounds of a real board's figures. */
+#define PROTO_PCT_MAX      100
+#define PROTO_POWER_MW_MAX 5000000 /* 5 kW: above any one board's draw */
+#define PROTO_TEMP_MIN_C   (-40)
+#define PROTO_TEMP_MAX_C   150
+#define PROTO_PID_MAX      4194304 /* Linux's PID_MAX_LIMIT */
 /* A job's spec, as cluster/jobspec.h bounds it. */
 #define PROTO_SPEC_NAME_MAX    128 /* name, team, project, model, priority, pool, gpu_type */
 #define PROTO_ARGV_MAX         1024
@@ -151,21 +160,26 @@ void proto_registered_release(struct proto_registered *m);
 /* ---- heartbeat: POST /v1/nodes/NAME/heartbeat -------------------------- */
 
 /* A process NVML lists on a GPU. job and attempt are PROTO_NONE (JSON null)
- * together for a process that is no attempt's. */
+ * together for a process that is no attempt's; one without the other is
+ * refused. */
 struct proto_process {
-    int64_t pid;
-    int64_t memory_mib; /* PROTO_NONE: not reported */
+    int64_t pid;        /* 1..PROTO_PID_MAX, or PROTO_NONE: not reported */
+    int64_t memory_mib; /* 0..PROTO_GPU_MEM_MAX, or PROTO_NONE */
     int64_t job;        /* >= 1, or PROTO_NONE */
     int64_t attempt;    /* 1..UINT32_MAX, or PROTO_NONE */
 };
 
 /* One GPU's sample. A GPU that failed to sample has `error` (and on the wire
- * only "index" and "error"); every other has `uuid` and figures. */
+ * only "index" and "error"); every other has `uuid` and figures. A
+ * heartbeat samples each GPU once: no index and no UUID twice. */
 struct proto_gpu_sample {
     uint32_t index; /* 0..PROTO_GPUS_MAX-1 */
     char *uuid;     /* NULL exactly when error is set */
     char *error;    /* 1..PROTO_ERROR_MAX bytes, or NULL */
-    /* Figures, PROTO_NONE when not reported (null on the wire). */
+    /* Figures, PROTO_NONE when not reported (null on the wire); else
+     * utilization_pct and memory_utilization_pct 0..PROTO_PCT_MAX, memory_*
+     * 0..PROTO_GPU_MEM_MAX (used <= total when both are reported), power_mw
+     * 0..PROTO_POWER_MW_MAX, temperature_c PROTO_TEMP_MIN_C..PROTO_TEMP_MAX_C. */
     int64_t utilization_pct, memory_utilization_pct, memory_used_mib, memory_total_mib, power_mw,
         temperature_c;
     bool procs_known; /* false: "processes": null (NVML could not list them) */
@@ -185,6 +199,13 @@ int proto_heartbeat_encode(const struct proto_heartbeat *m, json_t **ret);
 int proto_heartbeat_decode(const json_t *obj, struct proto_heartbeat *ret, char *err,
                            size_t errlen);
 void proto_heartbeat_release(struct proto_heartbeat *m);
+/* Makes a sample fit to send, in place: a figure out of its range (or a
+ * memory used above the total) becomes PROTO_NONE, so does a pid out of
+ * range; a process with one id but not the other has neither; the error
+ * text loses its control characters and is cut to PROTO_ERROR_MAX
+ * (util/text.h's text_fit_line). What a GPU reports wrongly is then not
+ * reported, rather than the whole heartbeat refused. NULL is fine. */
+void proto_gpu_sample_fit(struct proto_gpu_sample *s);
 /* Its "gpus" list alone (`gpuorch agent --probe` shows it). */
 int proto_gpu_samples_encode(const struct proto_gpu_sample *gpus, size_t n, json_t **ret);
 

@@ -20,8 +20,8 @@ struct gpu_wire {
 
 static const struct jsonv_field gpu_fields[] = {
     WIRE_REQ("index", JSONV_UINT32, struct gpu_wire, g.index, 0, PROTO_GPUS_MAX - 1),
-    WIRE_REQ("uuid", JSONV_STRING, struct gpu_wire, g.uuid, 1, PROTO_UUID_MAX),
-    WIRE_REQ("gpu_type", JSONV_STRING, struct gpu_wire, g.gpu_type, 1, PROTO_NAME_MAX),
+    WIRE_REQ_LINE("uuid", struct gpu_wire, g.uuid, 1, PROTO_UUID_MAX),
+    WIRE_REQ_LINE("gpu_type", struct gpu_wire, g.gpu_type, 1, PROTO_NAME_MAX),
     WIRE_REQ("mem_mib", JSONV_UINT32, struct gpu_wire, g.mem_mib, 1, PROTO_GPU_MEM_MAX),
     WIRE_OPT("nvlink_domain", JSONV_INT64, struct gpu_wire, g.nvlink_domain, -1, PROTO_GPUS_MAX - 1,
              .flags = JSONV_PRESENCE, .presence_offset = offsetof(struct gpu_wire, nvlink_p)),
@@ -41,14 +41,14 @@ struct node_wire {
 #define NODE_FIELDS(name_flags)                                                                    \
     {.name = "name",                                                                               \
      .kind = JSONV_STRING,                                                                         \
-     .flags = name_flags,                                                                          \
+     .flags = (name_flags) | JSONV_TEXT,                                                           \
      .offset = offsetof(struct node_wire, n.name),                                                 \
      .min = 1,                                                                                     \
      .max = PROTO_HOST_MAX},                                                                       \
-        WIRE_REQ("pool", JSONV_STRING, struct node_wire, n.pool, 1, PROTO_NAME_MAX),               \
+        WIRE_REQ_LINE("pool", struct node_wire, n.pool, 1, PROTO_NAME_MAX),                        \
         WIRE_REQ("cpus", JSONV_UINT32, struct node_wire, n.cpus, 1, PROTO_NODE_CPUS_MAX),          \
         WIRE_REQ("mem_mib", JSONV_INT64, struct node_wire, n.mem_mib, 1, PROTO_NODE_MEM_MAX),      \
-        WIRE_OPT("addr", JSONV_STRING, struct node_wire, n.addr, 1, PROTO_HOST_MAX),               \
+        WIRE_OPT_LINE("addr", struct node_wire, n.addr, 1, PROTO_HOST_MAX),                        \
         WIRE_OPT("log_port", JSONV_UINT32, struct node_wire, n.log_port, 0, 65535),                \
         WIRE_OPT("gpus", JSONV_OBJECTS, struct node_wire, gpus, 0, 0, .max_items = PROTO_GPUS_MAX, \
                  .count_offset = offsetof(struct node_wire, ngpus),                                \
@@ -63,7 +63,7 @@ static const char *const state_names[] = {
 static const struct jsonv_field registered_fields[] = {
     NODE_FIELDS(JSONV_REQUIRED),
     WIRE_REQ("state", JSONV_ENUM, struct node_wire, state, 0, 0, .choices = state_names),
-    WIRE_REQ("log_token", JSONV_STRING, struct node_wire, log_token, 1, PROTO_TOKEN_MAX),
+    WIRE_REQ_LINE("log_token", struct node_wire, log_token, 1, PROTO_TOKEN_MAX),
 };
 
 static void gpus_free(struct proto_gpu *gpus, size_t n)
@@ -73,26 +73,6 @@ static void gpus_free(struct proto_gpu *gpus, size_t n)
         free(gpus[k].gpu_type);
     }
     free(gpus);
-}
-
-/* No index and no UUID twice: a GPU is one GPU. */
-static int gpus_check(const struct proto_gpu *g, size_t n, char *err, size_t errlen)
-{
-    for (size_t i = 0; i < n; i++) {
-        for (size_t j = 0; j < i; j++) {
-            if (g[j].index == g[i].index)
-                return errbuf_set(err, errlen, GPO_EINVAL,
-                                  "field 'gpus[%zu].index': %u is also gpus[%zu]'s", i, g[i].index,
-                                  j);
-            if (strcmp(g[j].uuid, g[i].uuid) == 0) {
-                char q[JSONV_QUOTE_MAX + 4];
-                return errbuf_set(err, errlen, GPO_EINVAL,
-                                  "field 'gpus[%zu].uuid': '%s' is also gpus[%zu]'s", i,
-                                  jsonv_quote(g[i].uuid, strlen(g[i].uuid), q), j);
-            }
-        }
-    }
-    return 0;
 }
 
 /* jsonv into w, then the GPUs moved into w->n. On failure w holds nothing. */
@@ -117,7 +97,9 @@ static int node_decode(const json_t *obj, const struct jsonv_field *fields, size
     free(w->gpus); /* its strings now belong to w->n */
     w->gpus = NULL;
     w->ngpus = 0;
-    rc = gpus_check(w->n.gpus, w->n.ngpus, err, errlen);
+    rc = wire_gpus_unique(w->n.gpus, w->n.ngpus, sizeof(*w->n.gpus),
+                          offsetof(struct proto_gpu, index), offsetof(struct proto_gpu, uuid), err,
+                          errlen);
     if (rc) {
         proto_register_release(&w->n);
         free(w->log_token);

@@ -26,9 +26,10 @@ static const struct jsonv_field report_fields[] = {
     WIRE_REQ("state", JSONV_ENUM, struct proto_report, state, 0, 0, .choices = states),
     WIRE_OPT("exit_code", JSONV_INT64, struct proto_report, exit_code, 0, 255),
     WIRE_OPT("signal", JSONV_INT64, struct proto_report, signal, 0, PROTO_SIGNAL_MAX),
-    WIRE_OPT("reason", JSONV_STRING, struct proto_report, reason, 0, PROTO_REASON_MAX),
+    WIRE_OPT_LINE("reason", struct proto_report, reason, 0, PROTO_REASON_MAX),
     WIRE_OPT("dirty_gpus", JSONV_STRINGS, struct proto_report, dirty_gpus, 1, PROTO_UUID_MAX,
-             .max_items = PROTO_DIRTY_MAX, .count_offset = offsetof(struct proto_report, ndirty)),
+             .flags = JSONV_TEXT, .max_items = PROTO_DIRTY_MAX,
+             .count_offset = offsetof(struct proto_report, ndirty)),
 };
 
 int proto_report_decode(const json_t *obj, struct proto_report *ret, char *err, size_t errlen)

@@ -24,18 +24,22 @@ static const struct jsonv_field dep_fields[] = {
 
 #define TEXT(key, m, hi)                                                                           \
     WIRE_OPT(key, JSONV_STRING, struct wire_spec, s.m, 1, hi, .flags = JSONV_NULLABLE)
+/* A name: one line of text (util/text.h), as the controller's jobspec checks it. */
+#define NAME(key, m)                                                                               \
+    WIRE_OPT(key, JSONV_STRING, struct wire_spec, s.m, 1, PROTO_SPEC_NAME_MAX,                     \
+             .flags = JSONV_NULLABLE | JSONV_TEXT)
 #define INT(key, m, hi) WIRE_OPT(key, JSONV_INT64, struct wire_spec, s.m, 0, hi)
 #define BOOL(key, m)    WIRE_OPT(key, JSONV_BOOL, struct wire_spec, s.m, 0, 0)
 
 /* In the order the controller writes them. */
 const struct jsonv_field wire_spec_fields[WIRE_NSPEC_FIELDS] = {
-    TEXT("name", name, PROTO_SPEC_NAME_MAX),
-    TEXT("team", team, PROTO_SPEC_NAME_MAX),
-    TEXT("project", project, PROTO_SPEC_NAME_MAX),
-    TEXT("model", model, PROTO_SPEC_NAME_MAX),
-    TEXT("priority", priority, PROTO_SPEC_NAME_MAX),
-    TEXT("pool", pool, PROTO_SPEC_NAME_MAX),
-    TEXT("gpu_type", gpu_type, PROTO_SPEC_NAME_MAX),
+    NAME("name", name),
+    NAME("team", team),
+    NAME("project", project),
+    NAME("model", model),
+    NAME("priority", priority),
+    NAME("pool", pool),
+    NAME("gpu_type", gpu_type),
     WIRE_OPT("gpus", JSONV_RAW, struct wire_spec, gpus, 0, 0,
              .flags = JSONV_NULLABLE | JSONV_PRESENCE,
              .presence_offset = offsetof(struct wire_spec, gpus_p)),

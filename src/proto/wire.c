@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "proto/wire.h"
+#include "util/errbuf.h"
 #include "base/banned.h"
 
 void wire_fail(struct wire_enc *e, int rc)
@@ -102,14 +103,45 @@ int wire_done(struct wire_enc *e, json_t *o, json_t **ret)
     return 0;
 }
 
+static uint32_t index_at(const void *v, size_t k, size_t size, size_t offset)
+{
+    uint32_t x;
+    memcpy(&x, (const char *)v + k * size + offset, sizeof(x));
+    return x;
+}
+
+static const char *uuid_at(const void *v, size_t k, size_t size, size_t offset)
+{
+    const char *s;
+    memcpy(&s, (const char *)v + k * size + offset, sizeof(s));
+    return s;
+}
+
+int wire_gpus_unique(const void *v, size_t n, size_t size, size_t index_offset, size_t uuid_offset,
+                     char *err, size_t errlen)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint32_t index = index_at(v, i, size, index_offset);
+        const char *uuid = uuid_at(v, i, size, uuid_offset);
+        for (size_t j = 0; j < i; j++) {
+            const char *other = uuid_at(v, j, size, uuid_offset);
+            if (index_at(v, j, size, index_offset) == index)
+                return errbuf_set(err, errlen, GPO_EINVAL,
+                                  "field 'gpus[%zu].index': %u is also gpus[%zu]'s", i, index, j);
+            if (uuid && other && strcmp(uuid, other) == 0) {
+                char q[JSONV_QUOTE_MAX + 4];
+                return errbuf_set(err, errlen, GPO_EINVAL,
+                                  "field 'gpus[%zu].uuid': '%s' is also gpus[%zu]'s", i,
+                                  jsonv_quote(uuid, strlen(uuid), q), j);
+            }
+        }
+    }
+    return 0;
+}
+
 void wire_free_strs(char **v, size_t n)
 {
     for (size_t k = 0; v && k < n; k++)
         free(v[k]);
     free(v);
-}
-
-int64_t wire_figure(const json_t *v)
-{
-    return json_is_integer(v) ? (int64_t)json_integer_value(v) : PROTO_NONE;
 }

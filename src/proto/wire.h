@@ -44,11 +44,15 @@ json_t *wire_strs(struct wire_enc *e, char *const *v, size_t n);
 /* Finishes: 0 and *ret = o, or rc (o freed). */
 int wire_done(struct wire_enc *e, json_t *o, json_t **ret);
 
+/* No index and no UUID twice in a list of n GPUs (elements of `size` bytes,
+ * a uint32_t index and a char * UUID, NULL for none, at the offsets): 0, or
+ * GPO_EINVAL naming the later one ("field 'gpus[1].index': 0 is also
+ * gpus[0]'s"). */
+int wire_gpus_unique(const void *v, size_t n, size_t size, size_t index_offset, size_t uuid_offset,
+                     char *err, size_t errlen);
+
 /* Frees n strings and the array (NULL fine). */
 void wire_free_strs(char **v, size_t n);
-
-/* A figure: an integer, or PROTO_NONE for anything else. */
-int64_t wire_figure(const json_t *v);
 
 /* Field-table entries (util/jsonv.h); more designators may follow (never
  * .flags in WIRE_REQ). */
@@ -61,6 +65,16 @@ int64_t wire_figure(const json_t *v);
     {                                                                                              \
         .name = key, .kind = kind_, .offset = offsetof(type, m), .min = lo, .max = hi, __VA_ARGS__ \
     }
+
+/* A string that is one line of text (no control character: util/text.h),
+ * required or optional; for names, UUIDs, addresses and messages. */
+#define WIRE_REQ_LINE(key, type, m, lo, hi)                                                        \
+    {                                                                                              \
+        .name = key, .kind = JSONV_STRING, .flags = JSONV_REQUIRED | JSONV_TEXT,                   \
+        .offset = offsetof(type, m), .min = lo, .max = hi                                          \
+    }
+#define WIRE_OPT_LINE(key, type, m, lo, hi)                                                        \
+    WIRE_OPT(key, JSONV_STRING, type, m, lo, hi, .flags = JSONV_TEXT)
 
 /* ---- the spec of a run attempt (spec.c) ---- */
 

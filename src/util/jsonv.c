@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "util/jsonv.h"
+#include "util/text.h"
 #include "base/banned.h"
 
 #define PATH_MAX_LEN 160 /* bytes of a field path in a message */
@@ -341,6 +342,9 @@ static int check_string(struct ctx *c, const struct jsonv_field *f, const char *
     if ((int64_t)len < lo || (int64_t)len > hi)
         return fail(c, GPO_ERANGE, "field '%s': length %zu is out of range %lld..%lld bytes",
                     c->path, len, (long long)lo, (long long)hi);
+    size_t at = f->flags & JSONV_TEXT ? text_control_at(s, len) : len;
+    if (at < len)
+        return fail(c, GPO_EINVAL, TEXT_CONTROL_FMT, c->path, text_control_code(s, at), at);
     return 0;
 }
 

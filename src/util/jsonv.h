@@ -87,6 +87,7 @@ enum jsonv_flag {
     JSONV_REQUIRED = 1 << 0, /* the key must be there */
     JSONV_NULLABLE = 1 << 1, /* null is accepted (see jsonv_decode) */
     JSONV_PRESENCE = 1 << 2, /* record absent/given/null at presence_offset */
+    JSONV_TEXT = 1 << 3,     /* STRING/STRINGS: one line, no control character (util/text.h) */
 };
 
 /* What JSONV_PRESENCE records, in an enum jsonv_presence member: lets a PATCH
@@ -139,7 +140,8 @@ struct jsonv_field {
  *               in the table, with the nearest name when one is close
  *               ("unknown field 'gpu' (did you mean 'gpus'?)"); a
  *               JSONV_REQUIRED key is absent; an enum string is not one of
- *               the choices; a string (or key) holds "\u0000" or is not
+ *               the choices; a JSONV_TEXT string holds a control
+ *               character; a string (or key) holds "\u0000" or is not
  *               valid UTF-8 (possible only for json_t built with jansson's
  *               _nocheck functions); a NULL argument or a bad table entry (a
  *               programmer error);

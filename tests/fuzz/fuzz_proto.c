@@ -3,8 +3,11 @@
  * heartbeat, assignments, one attempt, report), as either side may receive
  * it from the other. A refusal is one non-empty line; a message that
  * decodes must encode, and what is encoded must decode and encode again to
- * the same object, as proto.h promises. tests/fuzz/run.sh builds and runs
- * it. */
+ * the same object, as proto.h promises; a registration's and a heartbeat's
+ * "gpus" list encodes alone as it does in the message (agent --probe), and
+ * a decoded heartbeat's samples are ones proto_gpu_sample_fit leaves alone.
+ * tests/fuzz/run.sh builds and runs it. */
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -45,6 +48,45 @@ ROUND_TRIP(assignments)
 ROUND_TRIP(attempt)
 ROUND_TRIP(report)
 
+/* The "gpus" list encoded alone equals the message's. */
+static void lists_agree(const json_t *obj, bool heartbeat)
+{
+    struct proto_register r;
+    struct proto_heartbeat h;
+    json_t *whole = NULL, *list = NULL;
+    if (heartbeat) {
+        if (proto_heartbeat_decode(obj, &h, NULL, 0))
+            return;
+        for (size_t k = 0; k < h.ngpus; k++) {
+            struct proto_gpu_sample fitted = h.gpus[k];
+            fitted.procs = NULL;
+            fitted.nprocs = 0;
+            fitted.error = NULL; /* fitted in place, and already one line */
+            proto_gpu_sample_fit(&fitted);
+            const struct proto_gpu_sample *g = &h.gpus[k];
+            if (fitted.utilization_pct != g->utilization_pct ||
+                fitted.memory_utilization_pct != g->memory_utilization_pct ||
+                fitted.memory_used_mib != g->memory_used_mib ||
+                fitted.memory_total_mib != g->memory_total_mib || fitted.power_mw != g->power_mw ||
+                fitted.temperature_c != g->temperature_c)
+                abort();
+        }
+        if (proto_heartbeat_encode(&h, &whole) || proto_gpu_samples_encode(h.gpus, h.ngpus, &list))
+            abort();
+        proto_heartbeat_release(&h);
+    } else {
+        if (proto_register_decode(obj, &r, NULL, 0))
+            return;
+        if (proto_register_encode(&r, &whole) || proto_gpus_encode(r.gpus, r.ngpus, &list))
+            abort();
+        proto_register_release(&r);
+    }
+    if (!json_equal(json_object_get(whole, "gpus"), list))
+        abort();
+    json_decref(whole);
+    json_decref(list);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1)
@@ -57,6 +99,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         round_trip_register,    round_trip_registered, round_trip_heartbeat,
         round_trip_assignments, round_trip_attempt,    round_trip_report};
     round_trip[data[0] % 6](obj);
+    if (data[0] % 6 == 0 || data[0] % 6 == 2)
+        lists_agree(obj, data[0] % 6 == 2);
     json_decref(obj);
     return 0;
 }

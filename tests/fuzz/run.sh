@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# run.sh [SECONDS] - fuzzes what gpuorch reads from others with libFuzzer,
-# SECONDS (60) per target, two at a time:
+# run.sh [SECONDS [TARGET...]] - fuzzes what gpuorch reads from others with
+# libFuzzer, SECONDS (60) per target (every target, or those named), two at
+# a time:
 #   fuzz_sim_spec.c   any bytes as a cluster spec;
 #   fuzz_sim_trace.c  any bytes as a trace CSV, small ones replayed;
 #   fuzz_sim_policy.c any bytes as a policy file, what is written reading back;
@@ -10,6 +11,10 @@
 #                     what the API shows decoding back;
 #   fuzz_proto.c      any bytes as a controller-agent message, what is
 #                     encoded decoding back;
+#   fuzz_api.c        any bytes as the body of a controller route (submit,
+#                     register, heartbeat, report, users, tokens, teams,
+#                     pools, classes, prices), what is accepted holding what
+#                     the docs promise;
 #   fuzz_privsrv_check.c any bytes as a request to the agent's privileged
 #                     process, through its checks.
 # Not part of `make test` (its runs are random; `make test` runs each target
@@ -17,11 +22,20 @@
 # one of those readers or the engine. Needs clang (scripts/setup.sh
 # installs it). Builds the libraries with clang, ASan, UBSan and fuzzer
 # coverage in build-fuzz (warnings not fatal: clang warns where gcc does
-# not), seeds from tests/sim, sim/ and tests/fuzz/seeds, and writes any
-# crash input to build-fuzz/fuzz/. Undefined behaviour is a crash too.
+# not), seeds from tests/sim, sim/ and tests/fuzz/seeds plus the corpora of
+# tests/fuzz/corpus, and writes any crash input to build-fuzz/fuzz/.
+# Undefined behaviour is a crash too. Each target's figures at the end of
+# its run (exec/s, libFuzzer's cov: and ft:, the corpus) go to
+# build-fuzz/fuzz/figures.md, one table row each (docs/fuzzing.md).
+# FUZZ_UPDATE=1: each grown corpus, minimised with -merge=1 -use_counters=0
+# (every edge kept, not every hit-count bucket: a small corpus), replaces
+# tests/fuzz/corpus/NAME (what `make test` replays).
 # Exit 0: no crash; 1: a crash; 2: no clang, or the build failed.
 set -euo pipefail
 secs=${1:-60}
+shift || true
+all="sim_spec sim_trace sim_policy jobspec cluster proto api privsrv_check"
+targets=${*:-$all}
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=$root/build-fuzz
 command -v clang >/dev/null || { echo "run.sh: clang not found (scripts/setup.sh installs it)" >&2; exit 2; }
@@ -41,8 +55,7 @@ if ! log=$(ninja -C "$build" $libs 2>&1); then
 fi
 out=$build/fuzz
 rm -rf "$out"
-mkdir -p "$out/corpus_sim_spec" "$out/corpus_sim_trace" "$out/corpus_sim_policy" \
-  "$out/corpus_jobspec" "$out/corpus_cluster" "$out/corpus_proto" "$out/corpus_privsrv_check"
+for t in $all; do mkdir -p "$out/corpus_$t"; done
 cp "$root"/sim/*.yaml "$root"/tests/sim/*.yaml "$out/corpus_sim_spec/"
 for f in "$root"/tests/sim/*.csv; do
   { printf '\003'; cat "$f"; } >"$out/corpus_sim_trace/$(basename "$f")" # replay, skip_bad off
@@ -52,6 +65,37 @@ cp "$root"/tests/fuzz/seeds/jobspec/* "$out/corpus_jobspec/"
 cp "$root"/tests/fuzz/seeds/cluster/* "$out/corpus_cluster/" # first byte: the kind
 cp "$root"/tests/fuzz/seeds/proto/* "$out/corpus_proto/"     # first byte: the message
 cp "$root"/tests/fuzz/seeds/privsrv_check/* "$out/corpus_privsrv_check/"
+cp "$root"/tests/fuzz/seeds/api/* "$out/corpus_api/" # first byte: the route
+for t in $all; do                                    # what earlier runs grew
+  if [ -d "$root/tests/fuzz/corpus/$t" ]; then cp "$root/tests/fuzz/corpus/$t"/* "$out/corpus_$t/"; fi
+done
+# fuzz_api also starts from what the narrower targets were given and grew
+# (jobspec, cluster, proto), each input re-addressed to the route that
+# decodes it: fuzz_api.c's first byte.
+python3 - "$out/corpus_api" "$root/tests/fuzz/seeds" "$root/tests/fuzz/corpus" <<'PY'
+import os, sys
+dst, roots = sys.argv[1], sys.argv[2:]
+# A narrower target's first byte (its message or kind) -> fuzz_api's route.
+routes = {"jobspec": None,  # the whole input is a body; route 0
+          "cluster": {0: 6, 1: 7, 2: 5, 3: 4, 5: 8},  # pool, class, team, user, price
+          "proto": {0: 1, 2: 2, 5: 3}}  # register, heartbeat, report
+for root in roots:
+    for name, table in routes.items():
+        d = os.path.join(root, name)
+        for f in sorted(os.listdir(d)) if os.path.isdir(d) else []:
+            data = open(os.path.join(d, f), "rb").read()
+            if table is None:
+                out = b"\0" + data
+            elif data and not (name == "cluster" and data[0] & 0x80):  # not the stored form
+                route = table.get((data[0] & 0x7f if name == "cluster" else data[0]) % 6)
+                if route is None:
+                    continue
+                out = bytes([route]) + data[1:]
+            else:
+                continue
+            with open(os.path.join(dst, f"{name}-{os.path.basename(root)}-{f}"), "wb") as o:
+                o.write(out)
+PY
 
 build_target() { # build_target NAME LIBS...
   local name=$1
@@ -70,26 +114,54 @@ build_target sim_policy sim core util base
 build_target jobspec cluster core util base
 build_target cluster cluster core util base
 build_target proto proto util base
+build_target api proto cluster core util base
 build_target privsrv_check agent proto gpu http util base -ldl
 
 run_target() { # run_target NAME: 0, or 1 on a crash
-  if (cd "$out" && "./fuzz_$1" -max_total_time="$secs" -max_len=4096 -timeout=10 \
-    "corpus_$1" >"fuzz_$1.log" 2>&1); then
-    echo "fuzz_$1: $(grep -o 'Done [0-9]* runs' "$out/fuzz_$1.log" | tail -n 1), no crash"
+  local log=$out/fuzz_$1.log
+  if (cd "$out" && nice "./fuzz_$1" -max_total_time="$secs" -max_len=4096 -timeout=10 \
+    "corpus_$1" >"$log" 2>&1); then
+    # The last status line: "#N DONE cov: C ft: F corp: K/S ... exec/s: E ..."
+    local last execs cov ft corp
+    last=$(grep -E '^#[0-9]+' "$log" | tail -n 1)
+    execs=$(sed -n 's/.*exec\/s: \([0-9]*\).*/\1/p' <<<"$last")
+    cov=$(sed -n 's/.* cov: \([0-9]*\).*/\1/p' <<<"$last")
+    ft=$(sed -n 's/.* ft: \([0-9]*\).*/\1/p' <<<"$last")
+    corp=$(sed -n 's/.* corp: \([^ ]*\).*/\1/p' <<<"$last")
+    mkdir -p "$out/merged_$1"
+    (cd "$out" && "./fuzz_$1" -merge=1 -use_counters=0 -max_len=4096 "merged_$1" "corpus_$1" >"$out/merge_$1.log" 2>&1)
+    local kept
+    kept=$(find "$out/merged_$1" -type f | wc -l)
+    echo "| fuzz_$1 | ${secs} s | $(grep -o 'Done [0-9]* runs' "$log" | tail -n 1 | tr -dc 0-9) | $execs | $cov | $ft | $corp | $kept |" \
+      >"$out/row_$1"
+    if [ "${FUZZ_UPDATE:-0}" = 1 ]; then
+      rm -rf "$root/tests/fuzz/corpus/$1"
+      mkdir -p "$root/tests/fuzz/corpus/$1"
+      cp "$out/merged_$1"/* "$root/tests/fuzz/corpus/$1/"
+    fi
+    echo "fuzz_$1: $(grep -o 'Done [0-9]* runs' "$log" | tail -n 1), no crash; exec/s $execs, cov $cov, ft $ft, $kept inputs after merging"
   else
-    echo "fuzz_$1: CRASH, see $out/fuzz_$1.log and $out/crash-*" >&2
+    echo "fuzz_$1: CRASH, see $log and $out/crash-*" >&2
     return 1
   fi
 }
 rc=0
-for pair in "sim_spec sim_trace" "jobspec cluster" "sim_policy proto" "privsrv_check"; do
-  read -r x y <<<"$pair"
-  run_target "$x" &
+# shellcheck disable=SC2086 # a list of names
+set -- $targets
+while [ $# -gt 0 ]; do
+  run_target "$1" &
   a=$!
-  if [ -n "${y:-}" ]; then
-    run_target "$y" &
-    wait $! || rc=1
+  if [ $# -gt 1 ]; then
+    run_target "$2" || rc=1
+    shift
   fi
+  shift
   wait $a || rc=1
 done
+{
+  echo "| target | time | runs | exec/s | cov | ft | corpus (inputs/bytes) | kept after -merge=1 |"
+  echo "|---|---|---|---|---|---|---|---|"
+  for t in $targets; do if [ -f "$out/row_$t" ]; then cat "$out/row_$t"; fi; done
+} >"$out/figures.md"
+cat "$out/figures.md"
 exit $rc

@@ -88,6 +88,9 @@ def main():
         ("unknown dependency", dict(job, dependencies=[{"type": "afterok", "job": 999999}]), 400,
          "dependencies"),
         ("bad env name", dict(job, env={"1X": "y"}), 400, "env"),
+        ("zero CPUs", dict(job, cpus=0), 400, "cpus"),
+        ("zero memory (not Slurm's whole node)", dict(job, mem_mib=0), 400, "mem_mib"),
+        ("a control character in the name", dict(job, name="a\nb"), 400, "name"),
     ]
     for name, body_in, want, needle in cases:
         st, body, raw = call("POST", "/v1/jobs", body_in, token=admin)
@@ -140,6 +143,7 @@ def main():
 
     isolation(admin, jid)
     drain_and_resume(admin)
+    agent_input(admin)
     kill9_under_load(admin)
 
     rc = SRV.stop()
@@ -262,6 +266,69 @@ def drain_and_resume(admin):
     ok(st == 200 and body["state"] == "draining", "an admin drains 'drainer'", body)
     st, body, _ = call("POST", "/v1/nodes/drainer/resume", token=admin)
     ok(st == 200 and body["state"] == "up", "resume of 'drainer' resumes it (not drains)", body)
+
+
+def agent_input(admin):
+    """What an agent sends is checked field by field: a heartbeat with garbage
+    samples, a long dirty name, a sample of a GPU the node does not have, a
+    registration of 0 CPUs, and a token label with a newline each get a 400
+    naming the field, and change nothing (the node as listed, the store)."""
+    join = open(SRV.token_file("join")).read().strip()
+    uuid = "GPU-11111111-2222-3333-4444-555555555555"  # gpu-01's one GPU
+    good = {"gpus": [{"index": 0, "uuid": uuid, "utilization_pct": 50, "memory_used_mib": 10,
+                      "memory_total_mib": 81559, "power_mw": 300000, "temperature_c": 60,
+                      "processes": []}], "dirty": []}
+    st, body, _ = call("POST", "/v1/nodes/gpu-01/heartbeat", good, token=join)
+    ok(st == 204, "a heartbeat of the node's own GPU: 204", body)
+
+    def node_and_store():
+        _, lst, _ = call("GET", "/v1/nodes", token=admin)
+        return [n for n in lst["nodes"] if n["name"] == "gpu-01"], dump_store()
+    before = node_and_store()
+    sample = good["gpus"][0]
+    other = "GPU-99999999-2222-3333-4444-555555555555"
+    cases = [
+        ("garbage samples", {"gpus": [{"uuid": 5, "utilization": "high"}]}, "gpus[0]"),
+        ("a figure of the wrong type", {"gpus": [dict(sample, utilization_pct="high")]},
+         "gpus[0].utilization_pct"),
+        ("utilization over 100", {"gpus": [dict(sample, utilization_pct=101)]},
+         "gpus[0].utilization_pct"),
+        ("more memory used than there is", {"gpus": [dict(sample, memory_used_mib=90000)]},
+         "gpus[0].memory_used_mib"),
+        ("a 3,000-character dirty GPU name", {"gpus": [], "dirty": ["\x1b[2J" + "A" * 2996]},
+         "dirty[0]"),
+        ("a 3,000-character GPU UUID", {"gpus": [dict(sample, uuid="G" * 3000)]},
+         "gpus[0].uuid"),
+        ("a newline in a UUID", {"gpus": [dict(sample, uuid="GPU-1\n")]}, "gpus[0].uuid"),
+        ("a sample of a GPU the node does not have", {"gpus": [dict(sample, uuid=other)]},
+         other),
+        ("a dirty GPU the node does not have", {"gpus": [], "dirty": [other]}, other),
+        ("the same GPU twice", {"gpus": [sample, dict(sample, index=1)]}, "gpus[1].uuid"),
+    ]
+    for name, hb, needle in cases:
+        st, body, raw = call("POST", "/v1/nodes/gpu-01/heartbeat", hb, token=join)
+        ok(st == 400 and needle in message(body, raw),
+           f"heartbeat ({name}): 400 naming '{needle}'", f"{st} {raw[:300]!r}")
+    node = {"pool": "main", "cpus": 8, "mem_mib": 65536,
+            "gpus": [{"index": 0, "uuid": uuid, "gpu_type": "H100-80GB", "mem_mib": 81559}]}
+    for field in ("cpus", "mem_mib"):
+        st, body, raw = call("PUT", "/v1/nodes/gpu-01", dict(node, **{field: 0}),
+                             token=join)
+        ok(st == 400 and f"'{field}'" in message(body, raw),
+           f"a registration of 0 {field}: 400 naming it", f"{st} {raw[:300]!r}")
+    st, body, raw = call("PUT", "/v1/nodes/gpu-01", dict(node, pool="ma\nin"), token=join)
+    ok(st == 400 and "'pool'" in message(body, raw),
+       "a registration with a newline in its pool: 400 naming it", f"{st} {raw[:300]!r}")
+    for label in ("a\nb", "\x1b[31mred", "x\x7f"):
+        st, body, raw = call("POST", "/v1/users/alice/tokens", token=admin,
+                             query={"label": label})
+        ok(st == 400 and "'label'" in message(body, raw),
+           f"a token label {label!r}: 400 naming 'label'", f"{st} {raw[:300]!r}")
+    after = node_and_store()
+    ok(before[0] == after[0], "the node reads as before every refused message", after[0])
+    ok(before[1] == after[1], "and the store is unchanged (same SQL dump)")
+    st, body, _ = call("POST", "/v1/nodes/gpu-01/heartbeat", good, token=join)
+    ok(st == 204, "the node's next good heartbeat is taken: 204", body)
 
 
 def kill9_under_load(admin):

@@ -286,9 +286,18 @@ static void test_bad_submissions_are_refused_with_one_exact_line(void **state)
         {"{" CMD ", \"priority\": \"\\u00e9!\"}",
          "field 'priority': '\xc3\xa9!' may hold only letters, digits, '.', '_' and '-'"},
         {"{" CMD ", \"model\": 7}", "field 'model': expected a string, got an integer"},
-        {"{" CMD ", \"name\": \"a\\nb\"}", "field 'name': control characters are not allowed"},
-        {"{" CMD ", \"name\": \"a\\u0085b\"}", "field 'name': control characters are not allowed"},
-        {"{" CMD ", \"name\": \"\\u007f\"}", "field 'name': control characters are not allowed"},
+        {"{" CMD ", \"name\": \"a\\nb\"}", "field 'name': a control character (U+000A) at byte 1 "
+                                           "(one line of printable text is expected)"},
+        {"{" CMD ", \"name\": \"a\\u0085b\"}", "field 'name': a control character (U+0085) at "
+                                               "byte 1 (one line of printable text is expected)"},
+        {"{" CMD ", \"name\": \"\\u007f\"}", "field 'name': a control character (U+007F) at byte 0 "
+                                             "(one line of printable text is expected)"},
+        {"{" CMD ", \"cpus\": 0}",
+         "field 'cpus': 0 is out of range 1..4096 (a job runs on at least "
+         "one CPU; leave it out for 1)"},
+        {"{" CMD ", \"mem_mib\": 0}",
+         "field 'mem_mib': 0 is out of range 1..67108864 (not Slurm's "
+         "--mem=0: give the MiB the job needs, or leave it out for 1024)"},
         {"{" CMD ", \"env\": []}", "field 'env': expected an object, got an array"},
         {"{" CMD ", \"env\": {\"1A\": \"x\"}}",
          "field 'env': '1A' is not a variable name ([A-Za-z_][A-Za-z0-9_]*)"},
@@ -700,7 +709,7 @@ static void test_round_trip_through_json_keeps_every_field(void **state)
         "{\"script\": \"#!/bin/sh\\necho \\\"hi\\\"\\n\"}",
         "{" CMD ", \"gpus\": 0.25}",
         "{" CMD ", \"gpus\": 0.3}",
-        "{" CMD ", \"gpus\": 0.001, \"cpus\": 0, \"mem_mib\": 0}",
+        "{" CMD ", \"gpus\": 0.001, \"cpus\": 1, \"mem_mib\": 1}",
         "{" CMD ", \"gpus\": 0.999}",
         "{" CMD ", \"gpus\": 1024, \"multi_node\": true}",
         "{" CMD ", \"gpus\": 4.0}",
@@ -751,6 +760,23 @@ static void test_round_trip_through_json_keeps_every_field(void **state)
         jobspec_release(&c);
         jobspec_release(&d);
     }
+}
+
+/* A submission with 0 CPUs or 0 MiB is refused; a stored spec that holds
+ * them (accepted before) still loads, reserving nothing. */
+static void test_zero_cpus_or_memory_load_only_from_the_store(void **state)
+{
+    (void)state;
+    json_t *body = parse("{" CMD ", \"cpus\": 0, \"mem_mib\": 0}");
+    struct jobspec s;
+    char err[256];
+    assert_int_equal(jobspec_decode(body, &s, err, sizeof(err)), -EINVAL);
+    assert_non_null(strstr(err, "field 'cpus'"));
+    assert_int_equal(jobspec_decode_stored(body, &s, err, sizeof(err)), 0);
+    assert_int_equal(s.cpus, 0);
+    assert_int_equal(s.mem_mib, 0);
+    jobspec_release(&s);
+    json_decref(body);
 }
 
 static void test_copy_is_deep(void **state)
@@ -842,6 +868,7 @@ int main(void)
         cmocka_unit_test(test_array_syntax_gives_sorted_indices),
         cmocka_unit_test(test_bad_array_syntax_is_refused_with_its_reason),
         cmocka_unit_test(test_round_trip_through_json_keeps_every_field),
+        cmocka_unit_test(test_zero_cpus_or_memory_load_only_from_the_store),
         cmocka_unit_test(test_copy_is_deep),
         cmocka_unit_test(test_release_frees_everything_and_leaves_an_empty_spec),
         cmocka_unit_test(test_error_buffer_may_be_short_or_absent),

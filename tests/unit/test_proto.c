@@ -3,8 +3,9 @@
  * the wire decodes (a run assignment with the controller's own jobspec, a
  * node the controller's model reads back); every bad field is refused with
  * a message naming it; a kill without "as" is read from its reason; a
- * heartbeat's figures of the wrong type read as not reported; encoders
- * refuse what cannot be written; the limits are the controller's. */
+ * heartbeat's figures of the wrong type are refused, null ones not
+ * reported; encoders refuse what cannot be written; the limits are the
+ * controller's. test_proto_checks.c has the checks on values. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -488,33 +489,45 @@ static void test_a_kill_says_its_cause_not_its_reason(void **state)
 
 /* ---- heartbeat figures -------------------------------------------------- */
 
-static void test_heartbeat_figures_of_the_wrong_type_read_as_not_reported(void **state)
+static void test_heartbeat_figures_of_the_wrong_type_are_refused_by_name(void **state)
 {
     (void)state;
-    static const char *const values[] = {"\"50\"", "50.5", "true", "null", "{}", "[1]"};
+    static const char *const values[] = {"\"50\"", "50.5", "true", "{}", "[1]"};
     static const char *const paths[] = {
         "gpus.0.utilization_pct", "gpus.0.memory_utilization_pct",
         "gpus.0.memory_used_mib", "gpus.0.memory_total_mib",
         "gpus.0.power_mw",        "gpus.0.temperature_c",
         "gpus.0.processes.0.pid", "gpus.0.processes.0.memory_mib",
     };
+    static const char *const names[] = {
+        "'gpus[0].utilization_pct'",  "'gpus[0].memory_utilization_pct'",
+        "'gpus[0].memory_used_mib'",  "'gpus[0].memory_total_mib'",
+        "'gpus[0].power_mw'",         "'gpus[0].temperature_c'",
+        "'gpus[0].processes[0].pid'", "'gpus[0].processes[0].memory_mib'",
+    };
     for (size_t p = 0; p < ARRAY_LEN(paths); p++) {
         for (size_t v = 0; v < ARRAY_LEN(values); v++) {
             json_t *o = base(HEARTBEAT);
             patch(o, paths[p], values[v]);
             struct proto_heartbeat h;
-            char err[256];
-            if (proto_heartbeat_decode(o, &h, err, sizeof(err)) != 0)
-                fail_msg("%s = %s: %s", paths[p], values[v], err);
-            const struct proto_gpu_sample *g = &h.gpus[0];
-            const int64_t got[] = {g->utilization_pct, g->memory_utilization_pct,
-                                   g->memory_used_mib, g->memory_total_mib,
-                                   g->power_mw,        g->temperature_c,
-                                   g->procs[0].pid,    g->procs[0].memory_mib};
-            assert_int_equal(got[p], PROTO_NONE);
-            proto_heartbeat_release(&h);
+            char err[256] = "";
+            int rc = proto_heartbeat_decode(o, &h, err, sizeof(err));
+            if (rc != GPO_EINVAL || !strstr(err, names[p]) || !strstr(err, "expected an integer"))
+                fail_msg("%s = %s: rc %d, '%s'", paths[p], values[v], rc, err);
             json_decref(o);
         }
+        json_t *o = base(HEARTBEAT); /* null: not reported */
+        patch(o, paths[p], "null");
+        struct proto_heartbeat h;
+        assert_int_equal(proto_heartbeat_decode(o, &h, NULL, 0), 0);
+        const struct proto_gpu_sample *g = &h.gpus[0];
+        const int64_t got[] = {g->utilization_pct, g->memory_utilization_pct,
+                               g->memory_used_mib, g->memory_total_mib,
+                               g->power_mw,        g->temperature_c,
+                               g->procs[0].pid,    g->procs[0].memory_mib};
+        assert_int_equal(got[p], PROTO_NONE);
+        proto_heartbeat_release(&h);
+        json_decref(o);
     }
 }
 
@@ -522,15 +535,14 @@ static void test_a_process_of_no_attempt_has_neither_id(void **state)
 {
     (void)state;
     static const char *const jobs[] = {"\"3\"", "0", "-1", "null"};
-    for (size_t k = 0; k < ARRAY_LEN(jobs); k++) {
+    static const int want[] = {GPO_EINVAL, GPO_ERANGE, GPO_ERANGE, GPO_EINVAL};
+    for (size_t k = 0; k < ARRAY_LEN(jobs); k++) { /* one id without the other is refused */
         json_t *o = base(HEARTBEAT);
         patch(o, "gpus.0.processes.0.job", jobs[k]);
         struct proto_heartbeat h;
-        assert_int_equal(proto_heartbeat_decode(o, &h, NULL, 0), 0);
-        assert_int_equal(h.gpus[0].procs[0].job, PROTO_NONE);
-        assert_int_equal(h.gpus[0].procs[0].attempt, PROTO_NONE);
-        assert_int_equal(h.gpus[0].procs[1].job, PROTO_NONE);
-        proto_heartbeat_release(&h);
+        char err[256] = "";
+        assert_int_equal(proto_heartbeat_decode(o, &h, err, sizeof(err)), want[k]);
+        assert_non_null(strstr(err, "'gpus[0].processes[0]."));
         json_decref(o);
     }
     json_t *o = base(HEARTBEAT);
@@ -541,6 +553,12 @@ static void test_a_process_of_no_attempt_has_neither_id(void **state)
     assert_true(h.gpus[1].error != NULL);
     assert_null(h.gpus[1].uuid);
     assert_int_equal(h.sampled_at_ms, INT64_C(1700000000000));
+    proto_heartbeat_release(&h);
+    json_decref(o);
+    o = base(HEARTBEAT);
+    assert_int_equal(proto_heartbeat_decode(o, &h, NULL, 0), 0);
+    assert_int_equal(h.gpus[0].procs[1].job, PROTO_NONE);
+    assert_int_equal(h.gpus[0].procs[1].attempt, PROTO_NONE);
     proto_heartbeat_release(&h);
     json_decref(o);
 }
@@ -770,7 +788,7 @@ int main(void)
         cmocka_unit_test(test_a_run_with_the_controllers_spec_decodes),
         cmocka_unit_test(test_registration_meets_the_controllers_model),
         cmocka_unit_test(test_a_kill_says_its_cause_not_its_reason),
-        cmocka_unit_test(test_heartbeat_figures_of_the_wrong_type_read_as_not_reported),
+        cmocka_unit_test(test_heartbeat_figures_of_the_wrong_type_are_refused_by_name),
         cmocka_unit_test(test_a_process_of_no_attempt_has_neither_id),
         cmocka_unit_test(test_every_bad_field_is_refused_by_name),
         cmocka_unit_test(test_counts_over_their_limits_are_refused),

@@ -23,6 +23,7 @@
 #include "server/sched/sched.h"
 #include "server/srv.h"
 #include "util/errbuf.h"
+#include "util/jsonv.h"
 #include "util/timefmt.h"
 #include "base/banned.h"
 
@@ -228,6 +229,51 @@ static int sample_parse(struct http_request *req, struct proto_heartbeat *ret, b
     return 0;
 }
 
+/* Whether node n has a GPU of this UUID (uuid) or index (uuid NULL). */
+static bool node_has_gpu(const struct cluster_node *n, const char *uuid, uint32_t index)
+{
+    for (size_t k = 0; k < n->ngpus; k++) {
+        if (uuid ? strcmp(n->gpus[k].uuid, uuid) == 0 : n->gpus[k].index == index)
+            return true;
+    }
+    return false;
+}
+
+/* The first of `uuids` that node n does not have: 0, or GPO_EINVAL with the
+ * field (`key`[i]) in err. */
+static int node_check_uuids(const struct cluster_node *n, const char *key, char *const *uuids,
+                            size_t count, char *err, size_t errlen)
+{
+    for (size_t i = 0; i < count; i++) {
+        if (!node_has_gpu(n, uuids[i], 0)) {
+            char q[JSONV_QUOTE_MAX + 4];
+            return errbuf_set(err, errlen, GPO_EINVAL, "field '%s[%zu]': node '%s' has no GPU '%s'",
+                              key, i, n->name, jsonv_quote(uuids[i], strlen(uuids[i]), q));
+        }
+    }
+    return 0;
+}
+
+/* A heartbeat samples only the node's own GPUs, as registered. */
+static int sample_check_gpus(const struct cluster_node *n, const struct proto_heartbeat *hb,
+                             char *err, size_t errlen)
+{
+    for (size_t i = 0; i < hb->ngpus; i++) {
+        const struct proto_gpu_sample *g = &hb->gpus[i];
+        if (node_has_gpu(n, g->uuid, g->index))
+            continue;
+        if (g->uuid) {
+            char q[JSONV_QUOTE_MAX + 4];
+            return errbuf_set(err, errlen, GPO_EINVAL,
+                              "field 'gpus[%zu].uuid': node '%s' has no GPU '%s'", i, n->name,
+                              jsonv_quote(g->uuid, strlen(g->uuid), q));
+        }
+        return errbuf_set(err, errlen, GPO_EINVAL,
+                          "field 'gpus[%zu].index': node '%s' has no GPU %u", i, n->name, g->index);
+    }
+    return node_check_uuids(n, "dirty", hb->dirty, hb->ndirty, err, errlen);
+}
+
 static int node_heartbeat(struct http_request *req, void *ctx)
 {
     struct server *s = ctx;
@@ -235,9 +281,14 @@ static int node_heartbeat(struct http_request *req, void *ctx)
     bool has = false;
     if (sample_parse(req, &hb, &has))
         return 0;
+    char err[512] = "";
+    int rc = 0;
     pthread_mutex_lock(&s->lock);
     struct node_rt *rt = nodes_find(&s->nodes, node_param(req));
-    if (rt) {
+    const struct cluster_node *n = rt ? cluster_node_get(&s->cluster, rt->name) : NULL;
+    if (rt && has && n)
+        rc = sample_check_gpus(n, &hb, err, sizeof(err));
+    if (rt && !rc) {
         nodes_heartbeat(rt, has ? &hb : NULL, srv_now_ms(s));
         if (has)
             monitor_heartbeat(&s->monitor, rt->name, &rt->sample, rt->sample_ms);
@@ -247,6 +298,8 @@ static int node_heartbeat(struct http_request *req, void *ctx)
     if (!rt)
         return http_request_error(req, 404, "not_found", "no node '%s' (register it first)",
                                   node_param(req));
+    if (rc) /* nothing of it kept: not even as a sign of life */
+        return http_request_error(req, 400, "invalid_field", "heartbeat body: %s", err);
     return http_request_respond_json(req, 204, NULL);
 }
 
@@ -424,18 +477,24 @@ static int node_report(struct http_request *req, void *ctx)
                           : j->att.n != (int64_t)attempt || !attempt_on_node(&j->att, node)
                               ? "attempt"
                               : NULL;
-    size_t waiting = !problem && body.state == PROTO_STATE_COMPLETED && j->att.nparts > 1
-                         ? gang_ranks_left(j, node)
-                         : 0;
+    const struct cluster_node *cn = problem ? NULL : cluster_node_get(&s->cluster, node);
+    bool refused = cn && node_check_uuids(cn, "dirty_gpus", body.dirty_gpus, body.ndirty, err,
+                                          sizeof(err)) != 0;
+    size_t waiting =
+        !problem && !refused && body.state == PROTO_STATE_COMPLETED && j->att.nparts > 1
+            ? gang_ranks_left(j, node)
+            : 0;
     if (waiting)
         nodes_find(&s->nodes, node)->last_heartbeat_ms = now;
-    else if (!problem)
+    else if (!problem && !refused)
         rc = report_plan(s, j, node, &body, now, rp, b);
     pthread_mutex_unlock(&s->lock);
     proto_report_release(&body);
-    if (waiting || problem || rc) {
+    if (waiting || problem || refused || rc) {
         store_batch_free(b);
         free(rp);
+        if (refused)
+            return http_request_error(req, 400, "invalid_field", "%s", err);
         if (waiting)
             return http_request_respond_json(req, 202,
                                              json_pack("{s:s, s:I}", "status",

@@ -10,6 +10,8 @@
 #include "base/err.h"
 #include "server/api/api.h"
 #include "server/srv.h"
+#include "util/jsonv.h"
+#include "util/text.h"
 #include "util/timefmt.h"
 #include "util/token.h"
 #include "base/banned.h"
@@ -195,6 +197,11 @@ static int token_issue(struct http_request *req, void *ctx)
         if (strcmp(k, "label") != 0 || !v || strlen(v) > LABEL_MAX)
             return http_request_error(req, 400, "invalid_query",
                                       "expected only 'label' (at most %d bytes)", LABEL_MAX);
+        char err[160];
+        if (jsonv_check_utf8(v, strlen(v)) != 0)
+            return http_request_error(req, 400, "invalid_query", "field 'label': not valid UTF-8");
+        if (text_check_line("label", v, err, sizeof(err)) != 0)
+            return http_request_error(req, 400, "invalid_query", "%s", err);
         label = v;
     }
     struct user_write *w = user_write_new(s, req, name, 201);

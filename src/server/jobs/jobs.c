@@ -80,7 +80,7 @@ int job_from_row(const struct store_job *row, const char *user, struct job **ret
         return GPO_ENOMEM;
     }
     char msg[256];
-    int rc = jobspec_decode(spec, &j->spec, msg, sizeof(msg));
+    int rc = jobspec_decode_stored(spec, &j->spec, msg, sizeof(msg));
     json_decref(spec);
     if (rc) {
         free(j);
