@@ -193,69 +193,71 @@ static int copy_file(const char *from, const char *to, char *err, size_t errlen)
 /* ---- copying what can be read ------------------------------------------------ */
 
 struct salvage {
-    sqlite3 *db; /* the new database; the damaged copy attached as "old" */
+    sqlite3 *db;  /* the new database */
+    sqlite3 *old; /* the copy of the damaged one: its errors never touch db's transaction */
     char notes[1024];
     size_t used;
 };
 
 __attribute__((format(printf, 2, 3))) static void note(struct salvage *sv, const char *fmt, ...)
 {
+    if (sv->used + 3 >= sizeof(sv->notes))
+        return;
+    if (sv->used)
+        sv->used += (size_t)snprintf(sv->notes + sv->used, sizeof(sv->notes) - sv->used, "; ");
     va_list ap;
     va_start(ap, fmt);
-    if (sv->used + 3 < sizeof(sv->notes)) {
-        if (sv->used)
-            sv->used += (size_t)snprintf(sv->notes + sv->used, sizeof(sv->notes) - sv->used, "; ");
-        int n = vsnprintf(sv->notes + sv->used, sizeof(sv->notes) - sv->used, fmt, ap);
-        if (n > 0)
-            sv->used = sv->used + (size_t)n < sizeof(sv->notes) ? sv->used + (size_t)n
-                                                                : sizeof(sv->notes) - 1;
-    }
+    int n = vsnprintf(sv->notes + sv->used, sizeof(sv->notes) - sv->used, fmt, ap);
     va_end(ap);
+    if (n > 0)
+        sv->used =
+            sv->used + (size_t)n < sizeof(sv->notes) ? sv->used + (size_t)n : sizeof(sv->notes) - 1;
 }
 
-/* The columns of old.table, quoted and comma-separated; "" when the table
- * is not there or cannot be read. */
-static void old_columns(sqlite3 *db, const char *table, char *cols, size_t len)
+/* The columns of the damaged table, quoted and comma-separated, and their
+ * number; 0 when the table is not there or cannot be read. */
+static int old_columns(sqlite3 *old, const char *table, char *cols, size_t len)
 {
     char sql[256];
-    snprintf(sql, sizeof(sql), "PRAGMA old.table_info(\"%s\")", table);
+    snprintf(sql, sizeof(sql), "PRAGMA table_info(\"%s\")", table);
     sqlite3_stmt *st = NULL;
     size_t used = 0;
+    int n = 0;
     cols[0] = '\0';
-    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK)
+    if (sqlite3_prepare_v2(old, sql, -1, &st, NULL) == SQLITE_OK)
         while (sqlite3_step(st) == SQLITE_ROW) {
             const char *c = (const char *)sqlite3_column_text(st, 1);
-            int n = snprintf(cols + used, len - used, "%s\"%s\"", used ? ", " : "", c ? c : "");
-            if (n < 0 || used + (size_t)n >= len) {
-                cols[0] = '\0';
+            int w = snprintf(cols + used, len - used, "%s\"%s\"", used ? ", " : "", c ? c : "");
+            if (w < 0 || used + (size_t)w >= len) {
+                n = 0;
                 break;
             }
-            used += (size_t)n;
+            used += (size_t)w;
+            n++;
         }
     sqlite3_finalize(st);
+    return n;
 }
 
 enum next { NEXT_ROW, NEXT_DONE, NEXT_ERROR };
 
-/* The first rowid above p in old.table (sel prepared for it). */
-static enum next next_rowid(sqlite3_stmt *sel, int64_t p, int64_t *ret)
+/* The first rowid above p (probe: SELECT rowid ... WHERE rowid > ?1 LIMIT 1). */
+static enum next next_rowid(sqlite3_stmt *probe, int64_t p)
 {
-    sqlite3_reset(sel);
-    sqlite3_bind_int64(sel, 1, p);
-    int rc = sqlite3_step(sel);
-    if (rc == SQLITE_ROW)
-        *ret = sqlite3_column_int64(sel, 0);
+    sqlite3_reset(probe);
+    sqlite3_bind_int64(probe, 1, p);
+    int rc = sqlite3_step(probe);
     return rc == SQLITE_ROW ? NEXT_ROW : rc == SQLITE_DONE ? NEXT_DONE : NEXT_ERROR;
 }
 
 /* The smallest q > p from which the rowids read again; false when none. */
-static bool step_over(sqlite3_stmt *sel, int64_t p, int64_t *ret_q)
+static bool step_over(sqlite3_stmt *probe, int64_t p, int64_t *ret_q)
 {
-    int64_t bad = p, good = 0, d = 1, id;
+    int64_t bad = p, good = 0, d = 1;
     for (;;) {
         if (p > INT64_MAX - d)
             return false;
-        if (next_rowid(sel, p + d, &id) != NEXT_ERROR) {
+        if (next_rowid(probe, p + d) != NEXT_ERROR) {
             good = p + d;
             break;
         }
@@ -266,7 +268,7 @@ static bool step_over(sqlite3_stmt *sel, int64_t p, int64_t *ret_q)
     }
     while (good - bad > 1) {
         int64_t mid = bad + (good - bad) / 2;
-        if (next_rowid(sel, mid, &id) != NEXT_ERROR)
+        if (next_rowid(probe, mid) != NEXT_ERROR)
             good = mid;
         else
             bad = mid;
@@ -275,69 +277,80 @@ static bool step_over(sqlite3_stmt *sel, int64_t p, int64_t *ret_q)
     return true;
 }
 
-/* Row by row, stepping over what cannot be read. */
-static void copy_rows(struct salvage *sv, const char *table, const char *cols)
+/* The statements of one table's copy. */
+struct table_copy {
+    sqlite3_stmt *sel;   /* rowid (or 0), then the columns, from rowid > ?1 */
+    sqlite3_stmt *probe; /* NULL for a table without rowids */
+    sqlite3_stmt *ins;
+    int ncols;
+};
+
+/* Copies the rows from rowid > p until the end (0) or a row that cannot be
+ * read (1, *p the last rowid copied). */
+static int copy_from(struct table_copy *c, int64_t *p, int64_t *unwritten)
 {
-    char sql[2048];
-    sqlite3_stmt *sel = NULL, *ins = NULL;
-    snprintf(sql, sizeof(sql),
-             "SELECT rowid FROM old.\"%s\" WHERE rowid > ?1 ORDER BY rowid LIMIT 1", table);
-    bool ready = sqlite3_prepare_v2(sv->db, sql, -1, &sel, NULL) == SQLITE_OK;
-    snprintf(sql, sizeof(sql),
-             "INSERT OR IGNORE INTO main.\"%s\"(%s) SELECT %s FROM old.\"%s\" WHERE rowid = ?1",
-             table, cols, cols, table);
-    ready = ready && sqlite3_prepare_v2(sv->db, sql, -1, &ins, NULL) == SQLITE_OK;
-    if (!ready)
+    sqlite3_reset(c->sel);
+    sqlite3_bind_int64(c->sel, 1, *p);
+    int rc;
+    while ((rc = sqlite3_step(c->sel)) == SQLITE_ROW) {
+        sqlite3_reset(c->ins);
+        for (int k = 0; k < c->ncols; k++)
+            sqlite3_bind_value(c->ins, k + 1, sqlite3_column_value(c->sel, k + 1));
+        *unwritten += sqlite3_step(c->ins) != SQLITE_DONE;
+        *p = sqlite3_column_int64(c->sel, 0);
+    }
+    return rc == SQLITE_DONE ? 0 : 1;
+}
+
+static int prepare_copy(struct salvage *sv, const char *table, struct table_copy *c)
+{
+    char cols[1536], sql[4096], marks[512] = "";
+    if ((c->ncols = old_columns(sv->old, table, cols, sizeof(cols))) == 0)
+        return GPO_ENOENT;
+    for (int k = 0; k < c->ncols && (size_t)k * 5 + 6 < sizeof(marks); k++)
+        snprintf(marks + strlen(marks), sizeof(marks) - strlen(marks), "%s?%d", k ? "," : "",
+                 k + 1);
+    snprintf(sql, sizeof(sql), "SELECT rowid FROM \"%s\" WHERE rowid > ?1 ORDER BY rowid LIMIT 1",
+             table);
+    if (sqlite3_prepare_v2(sv->old, sql, -1, &c->probe, NULL) == SQLITE_OK)
+        snprintf(sql, sizeof(sql), "SELECT rowid, %s FROM \"%s\" WHERE rowid > ?1 ORDER BY rowid",
+                 cols, table);
+    else
+        snprintf(sql, sizeof(sql), "SELECT ?1, %s FROM \"%s\"", cols, table);
+    if (sqlite3_prepare_v2(sv->old, sql, -1, &c->sel, NULL) != SQLITE_OK)
+        return GPO_EIO;
+    snprintf(sql, sizeof(sql), "INSERT OR IGNORE INTO \"%s\"(%s) VALUES (%s)", table, cols, marks);
+    return sqlite3_prepare_v2(sv->db, sql, -1, &c->ins, NULL) == SQLITE_OK ? 0 : GPO_EIO;
+}
+
+/* Copies every readable row of the damaged table into the new one, in
+ * rowid order, stepping over what cannot be read. */
+static void copy_table(struct salvage *sv, const char *table)
+{
+    struct table_copy c = {0};
+    int rc = prepare_copy(sv, table, &c);
+    if (rc == GPO_ENOENT)
+        note(sv, "%s: not found in the damaged database", table);
+    else if (rc)
         note(sv, "%s: unreadable", table);
-    int64_t p = 0, id = 0, unreadable = 0;
-    for (enum next n; ready && (n = next_rowid(sel, p, &id)) != NEXT_DONE;) {
-        if (n == NEXT_ROW) {
-            sqlite3_reset(ins);
-            sqlite3_bind_int64(ins, 1, id);
-            unreadable += sqlite3_step(ins) != SQLITE_DONE;
-            p = id;
-            continue;
+    int64_t p = 0, unwritten = 0, q;
+    while (rc == 0 && copy_from(&c, &p, &unwritten)) {
+        if (!c.probe) {
+            note(sv, "%s: rows unreadable after the first ones", table);
+            break;
         }
-        int64_t q;
-        bool more = step_over(sel, p, &q);
-        if (!more) {
+        if (!step_over(c.probe, p, &q)) {
             note(sv, "%s: rowids from %" PRId64 " unreadable", table, p + 1);
             break;
         }
         note(sv, "%s: rowids %" PRId64 "-%" PRId64 " unreadable", table, p + 1, q);
         p = q;
     }
-    if (unreadable)
-        note(sv, "%s: %" PRId64 " rows unreadable", table, unreadable);
-    sqlite3_finalize(sel);
-    sqlite3_finalize(ins);
-}
-
-/* Copies old.table into main.table: whole if it reads whole, else row by row. */
-static void copy_table(struct salvage *sv, const char *table)
-{
-    char cols[1536];
-    old_columns(sv->db, table, cols, sizeof(cols));
-    if (!cols[0]) {
-        note(sv, "%s: not found in the damaged database", table);
-        return;
-    }
-    char sql[4096];
-    snprintf(sql, sizeof(sql),
-             "SAVEPOINT t; INSERT INTO main.\"%s\"(%s) SELECT %s FROM old.\"%s\";"
-             " RELEASE t",
-             table, cols, cols, table);
-    if (sqlite3_exec(sv->db, sql, NULL, NULL, NULL) == SQLITE_OK)
-        return;
-    sqlite3_exec(sv->db, "ROLLBACK TO t; RELEASE t", NULL, NULL, NULL);
-    snprintf(sql, sizeof(sql), "SELECT rowid FROM old.\"%s\" LIMIT 0", table);
-    sqlite3_stmt *st = NULL;
-    bool rowid = sqlite3_prepare_v2(sv->db, sql, -1, &st, NULL) == SQLITE_OK;
-    sqlite3_finalize(st);
-    if (rowid)
-        copy_rows(sv, table, cols);
-    else
-        note(sv, "%s: unreadable, left empty", table);
+    if (unwritten)
+        note(sv, "%s: %" PRId64 " rows could not be written", table, unwritten);
+    sqlite3_finalize(c.sel);
+    sqlite3_finalize(c.probe);
+    sqlite3_finalize(c.ins);
 }
 
 /* ---- the recovery ---------------------------------------------------------- */
@@ -447,17 +460,11 @@ static int rebuild(const char *path, const char *scratch, const struct sq_mark *
         return rc;
     }
     rc = schema_migrate(sv.db, STORE_SCHEMA_VERSION, err, errlen);
-    sqlite3_stmt *st = NULL;
-    if (rc == 0 && sqlite3_prepare_v2(sv.db, "ATTACH ?1 AS old", -1, &st, NULL) == SQLITE_OK) {
-        sqlite3_bind_text(st, 1, scratch, -1, SQLITE_STATIC);
-        if (sqlite3_step(st) != SQLITE_DONE)
-            note(&sv, "the damaged database cannot be read: %s", sqlite3_errmsg(sv.db));
-    }
-    sqlite3_finalize(st);
-    int64_t old_epoch = sq_query_int(sv.db, "SELECT CAST(value AS INTEGER) FROM old.meta"
-                                            " WHERE key = 'epoch'");
-    int64_t old_seq =
-        sq_query_int(sv.db, "SELECT seq FROM old.sqlite_sequence WHERE name = 'jobs'");
+    if (sqlite3_open_v2(scratch, &sv.old, SQLITE_OPEN_READWRITE, NULL) != SQLITE_OK)
+        note(&sv, "the damaged database cannot be opened: %s",
+             sv.old ? sqlite3_errmsg(sv.old) : "out of memory");
+    int64_t old_epoch = sq_query_int(sv.old, schema_epoch_sql);
+    int64_t old_seq = sq_query_int(sv.old, "SELECT seq FROM sqlite_sequence WHERE name = 'jobs'");
     char **names = NULL;
     size_t n = 0;
     if (rc == 0 && sqlite3_exec(sv.db, "BEGIN", NULL, NULL, NULL) != SQLITE_OK)
@@ -490,7 +497,7 @@ static int rebuild(const char *path, const char *scratch, const struct sq_mark *
         errbuf_set(err, errlen, rc, "%s: listing the lost jobs", path);
     if (rc == 0 && sqlite3_exec(sv.db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK)
         rc = errbuf_set(err, errlen, GPO_EIO, "%s: commit: %s", path, sqlite3_errmsg(sv.db));
-    sqlite3_exec(sv.db, "DETACH old", NULL, NULL, NULL);
+    sqlite3_close(sv.old);
     if (sqlite3_close(sv.db) != SQLITE_OK && rc == 0)
         rc = errbuf_set(err, errlen, GPO_EIO, "%s: closing", path);
     snprintf(rec->notes, sizeof(rec->notes), "%s", sv.notes);
