@@ -151,7 +151,7 @@ static const struct opts_opt server_opts[] = {
     {.name = "idempotency-ttl",
      .type = OPTS_SECONDS,
      .min = 1,
-     .max = 30 * 86400,
+     .max = 2592000, /* 30 days */
      .scale = 1000,
      .offset = ARG(idem_ttl_ms)},
     {.name = "recover", .type = OPTS_FLAG, .offset = ARG(recover)},

@@ -52,7 +52,7 @@
 #define STORE_TOKEN_HASH_LEN 32           /* SHA-256 */
 
 /* How long an idempotency key names its job by default: 24 hours. */
-#define STORE_IDEMPOTENCY_TTL_MS (24 * 3600 * 1000LL)
+#define STORE_IDEMPOTENCY_TTL_MS 86400000LL
 
 /* The meta key holding the leader epoch: written only by store_epoch_acquire. */
 #define STORE_META_EPOCH "epoch"

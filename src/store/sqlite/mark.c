@@ -4,6 +4,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -13,10 +15,6 @@
 #include "util/errbuf.h"
 #include "util/fsutil.h"
 #include "base/banned.h"
-
-#define MARK_FORMAT                                                                                \
-    "gpuorch-store-mark 1\nepoch %" SCNd64 "\njob_id %" SCNd64 "\nreserved %" SCNd64               \
-    "\nwal %" SCNu32 " %" SCNu32 " %" SCNu32 "\n"
 
 static size_t mark_format(const struct sq_mark *m, char buf[SQ_MARK_SIZE])
 {
@@ -29,6 +27,33 @@ static size_t mark_format(const struct sq_mark *m, char buf[SQ_MARK_SIZE])
     memset(buf + used, ' ', SQ_MARK_SIZE - used - 1);
     buf[SQ_MARK_SIZE - 1] = '\n';
     return SQ_MARK_SIZE;
+}
+
+/* Parsing: the exact text `w` at *p, then past it. */
+static bool word(const char **p, const char *w)
+{
+    size_t n = strlen(w);
+    if (strncmp(*p, w, n) != 0)
+        return false;
+    *p += n;
+    return true;
+}
+
+/* Decimal digits at *p, 0..max, ended by `end` (then past it). */
+static bool number(const char **p, char end, int64_t max, int64_t *ret)
+{
+    int64_t v = 0;
+    const char *q = *p;
+    for (; *q >= '0' && *q <= '9'; q++) {
+        if (v > (max - (*q - '0')) / 10)
+            return false;
+        v = v * 10 + (*q - '0');
+    }
+    if (q == *p || *q != end)
+        return false;
+    *p = q + 1;
+    *ret = v;
+    return true;
 }
 
 int sq_mark_read(const char *path, struct sq_mark *ret, char *err, size_t errlen)
@@ -46,11 +71,16 @@ int sq_mark_read(const char *path, struct sq_mark *ret, char *err, size_t errlen
         return errbuf_set(err, errlen, -e, "%s: %s", path, strerror(e));
     buf[n] = '\0';
     struct sq_mark m = {0};
-    int consumed = 0;
-    int got = sscanf(buf, MARK_FORMAT "%n", &m.epoch, &m.job_id, &m.reserved, &m.wal.salt1,
-                     &m.wal.salt2, &m.wal.frame, &consumed);
-    if (got != 6 || consumed == 0 || strspn(buf + consumed, " \n") != strlen(buf + consumed) ||
-        m.epoch < 0 || m.job_id < 0 || m.reserved < 0)
+    int64_t salt1 = 0, salt2 = 0, frame = 0;
+    const char *p = buf;
+    bool good = word(&p, "gpuorch-store-mark 1\n") && word(&p, "epoch ") &&
+                number(&p, '\n', INT64_MAX, &m.epoch) && word(&p, "job_id ") &&
+                number(&p, '\n', INT64_MAX, &m.job_id) && word(&p, "reserved ") &&
+                number(&p, '\n', INT64_MAX, &m.reserved) && word(&p, "wal ") &&
+                number(&p, ' ', UINT32_MAX, &salt1) && number(&p, ' ', UINT32_MAX, &salt2) &&
+                number(&p, '\n', UINT32_MAX, &frame) && strspn(p, " \n") == strlen(p);
+    m.wal = (struct sq_wal_pos){(uint32_t)salt1, (uint32_t)salt2, (uint32_t)frame};
+    if (!good)
         return errbuf_set(err, errlen, GPO_ECORRUPT,
                           "%s: not a store mark (%zd bytes; expected the lines gpuorch-store-mark "
                           "1, epoch, job_id, reserved, wal)",

@@ -130,7 +130,8 @@ static int make_folder(const char *path, char *out, size_t outlen, char *err, si
     time_t now = time(NULL);
     struct tm tm;
     gmtime_r(&now, &tm);
-    strftime(stamp, sizeof(stamp), "%Y%m%dT%H%M%SZ", &tm);
+    if (strftime(stamp, sizeof(stamp), "%Y%m%dT%H%M%SZ", &tm) == 0)
+        snprintf(stamp, sizeof(stamp), "%lld", (long long)now);
     for (int k = 1; k < 100; k++) {
         int n = k == 1 ? snprintf(out, outlen, "%s/damaged-%s", dir, stamp)
                        : snprintf(out, outlen, "%s/damaged-%s-%d", dir, stamp, k);
@@ -221,11 +222,10 @@ static int old_columns(sqlite3 *old, const char *table, char *cols, size_t len)
     char sql[256];
     snprintf(sql, sizeof(sql), "PRAGMA table_info(\"%s\")", table);
     sqlite3_stmt *st = NULL;
-    size_t used = 0;
     int n = 0;
     cols[0] = '\0';
     if (sqlite3_prepare_v2(old, sql, -1, &st, NULL) == SQLITE_OK)
-        while (sqlite3_step(st) == SQLITE_ROW) {
+        for (size_t used = 0; sqlite3_step(st) == SQLITE_ROW;) {
             const char *c = (const char *)sqlite3_column_text(st, 1);
             int w = snprintf(cols + used, len - used, "%s\"%s\"", used ? ", " : "", c ? c : "");
             if (w < 0 || used + (size_t)w >= len) {

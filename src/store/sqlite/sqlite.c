@@ -521,8 +521,9 @@ static int check_files(const char *path, const char *mark_path, struct sq_mark *
     struct stat st;
     bool db_exists = stat(path, &st) == 0;
     if (!damage[0] && !db_exists && *have_mark)
-        snprintf(damage, dlen, "%s: missing, but %s records a store (epoch %lld, jobs up to %lld)",
-                 path, mark_path, (long long)mark->epoch, (long long)mark->job_id);
+        (void)errbuf_set(damage, dlen, GPO_ECORRUPT,
+                         "%s: missing, but %s records a store (epoch %lld, jobs up to %lld)", path,
+                         mark_path, (long long)mark->epoch, (long long)mark->job_id);
     if (damage[0] || !db_exists)
         return 0;
     char wal_path[4200];
