@@ -21,6 +21,7 @@
 #include <cmocka.h>
 
 #include "base/err.h"
+#include "store/sqlite/wal.h"
 #include "store/store.h"
 #include "tmptree.h"
 #include "base/banned.h"
@@ -264,6 +265,25 @@ static void torn_unacknowledged_tail_is_accepted(void **state)
     store_close(s);
 }
 
+static void wal_restarted_by_a_checkpoint_opens_after_a_crash(void **state)
+{
+    struct env *e = *state;
+    /* Enough commits for the writer's checkpoint (at 1000 frames) and a
+     * restart of the WAL: the log then holds the new generation's frames
+     * and, behind them, the earlier one's. */
+    crash_after_jobs(e, 250);
+    struct sq_wal_info info;
+    char err[512] = "";
+    assert_int_equal(sq_wal_check(e->wal, NULL, &info, err, sizeof(err)), 0);
+    assert_true(info.valid < info.frames);
+    assert_int_equal(info.last_commit, info.valid);
+    struct store *s = open_store(e);
+    assert_true(has_job(s, 1));
+    assert_true(has_job(s, 250));
+    assert_int_equal(add_job(s, "next"), 251);
+    store_close(s);
+}
+
 /* The offset of the page (size psz) of path holding needle. */
 static long page_holding(const char *path, const char *needle, long psz)
 {
@@ -399,6 +419,7 @@ int main(void)
         T(damaged_wal_end_is_refused_then_recovered_without_reusing_ids),
         T(wal_cut_short_is_refused_then_recovered),
         T(torn_unacknowledged_tail_is_accepted),
+        T(wal_restarted_by_a_checkpoint_opens_after_a_crash),
         T(damaged_database_page_is_refused_then_recovered),
         T(missing_database_beside_its_mark_is_refused),
         T(database_older_or_emptier_than_its_mark_is_refused),
