@@ -366,8 +366,16 @@ static int first_start_check(struct server *s, const char *path, char *err, size
     snprintf(token, sizeof(token), "%s/admin.token", s->cfg.data_dir);
     snprintf(mark, sizeof(mark), "%s.mark", path);
     struct stat st;
-    if (s->cfg.recover || stat(path, &st) == 0 || stat(mark, &st) == 0 || stat(token, &st) != 0)
+    if (stat(path, &st) == 0 || stat(mark, &st) == 0 || stat(token, &st) != 0)
         return 0;
+    if (s->cfg.recover) {
+        fprintf(stderr,
+                "gpuorch server: --recover: %s is missing: starting an empty store that keeps "
+                "the admin token; the earlier store's jobs, users and settings are gone, and "
+                "without its mark their ids are not known\n",
+                path);
+        return 0;
+    }
     return errbuf_set(err, errlen, GPO_ECORRUPT,
                       "the store is damaged, nothing was changed: %.1000s is missing, but %.1000s "
                       "is there from an earlier start; `gpuorch server --recover` starts an empty "

@@ -462,7 +462,8 @@ int store_minutes_get(struct store *s, enum store_minute_kind kind, const char *
  * Returns 0; GPO_ETOONEW when the database's schema is newer than this
  * program knows (the file is left as it was); GPO_EIO; GPO_EINVAL;
  * GPO_ENOMEM. On error `err` (errlen bytes, always terminated; may be
- * NULL) says why, naming both versions for GPO_ETOONEW.
+ * NULL) says why, naming both versions for GPO_ETOONEW. The checks of
+ * store_open_sqlite_opts run first: GPO_ECORRUPT on damage.
  */
 int store_open_sqlite(const char *path, struct store **ret_store, char *err, size_t errlen);
 

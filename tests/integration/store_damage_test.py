@@ -169,6 +169,15 @@ def missing_database():
     ok(rc == 1 and "gpuorch.db is missing" in err and "admin.token" in err,
        "a missing database beside an earlier start's admin token is refused", err)
     ok(not os.path.exists(os.path.join(srv.data, "gpuorch.db")), "and no empty store is made")
+    admin = open(srv.token_file("admin")).read().strip()
+    srv.extra_args = ["--recover"]
+    srv.start()
+    srv.extra_args = []
+    ok("is missing: starting an empty store" in open(srv.log_path).read()
+       and srv.api.call("GET", "/v1/whoami", token=admin).status == 200,
+       "--recover starts an empty store that says so and keeps the admin token",
+       srv.log_tail())
+    srv.stop()
 
 
 def main():

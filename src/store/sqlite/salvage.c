@@ -512,8 +512,7 @@ int sq_salvage(const char *path, const struct sq_mark *mark, const char *damage,
     *rec = (struct store_recovery){0};
     snprintf(rec->damage, sizeof(rec->damage), "%s", damage);
     int rc = make_folder(path, rec->moved_to, sizeof(rec->moved_to), err, errlen);
-    if (rc == 0)
-        rc = move_aside(path, rec->moved_to, err, errlen);
+    bool moved = rc == 0 && (rc = move_aside(path, rec->moved_to, err, errlen)) == 0;
     char scratch[PATH_MAX_ * 2], from[PATH_MAX_ * 2], to[PATH_MAX_ * 3];
     snprintf(scratch, sizeof(scratch), "%s/salvage.db", rec->moved_to);
     for (size_t k = 0; rc == 0 && k < 2; k++) {
@@ -521,11 +520,23 @@ int sq_salvage(const char *path, const struct sq_mark *mark, const char *damage,
         snprintf(to, sizeof(to), "%s%s", scratch, suffixes[k]);
         rc = copy_file(from, to, err, errlen);
     }
+    /* Built beside the damaged files and renamed into place whole (its close
+     * checkpoints it into one file), so that a crash in the middle never
+     * leaves half a store under the database's name; the floors are in the
+     * database itself before the mark is made. */
+    char rebuilt[PATH_MAX_ * 2];
+    snprintf(rebuilt, sizeof(rebuilt), "%s/rebuilt.db", rec->moved_to);
     struct sq_mark m = {0};
     if (rc == 0)
-        rc = rebuild(path, scratch, mark, rec, &m, err, errlen);
+        rc = rebuild(rebuilt, scratch, mark, rec, &m, err, errlen);
+    if (rc == 0 && rename(rebuilt, path) != 0)
+        rc = errbuf_set(err, errlen, -errno, "rename %s to %s: %s", rebuilt, path, strerror(errno));
+    if (rc == 0 && (rc = fsutil_fsync_dir(path)) != 0)
+        errbuf_set(err, errlen, rc, "fsync of %s's folder: %s", path, strerror(-rc));
     for (size_t k = 0; k < 3; k++) {
         snprintf(to, sizeof(to), "%s%s", scratch, suffixes[k]);
+        (void)unlink(to);
+        snprintf(to, sizeof(to), "%s%s", rebuilt, suffixes[k]);
         (void)unlink(to);
     }
     char mark_path[PATH_MAX_ + 8];
@@ -534,6 +545,9 @@ int sq_salvage(const char *path, const struct sq_mark *mark, const char *damage,
     if (rc == 0 && (rc = sq_mark_create(mark_path, &m, &fd, err, errlen)) == 0)
         close(fd);
     if (rc) {
+        size_t n = err ? strlen(err) : 0;
+        if (moved && n + 1 < errlen)
+            snprintf(err + n, errlen - n, " (the damaged files are in %s)", rec->moved_to);
         store_recovery_release(rec);
         return rc;
     }
