@@ -7,8 +7,9 @@ checkpointed database file overwritten): the server refuses to start,
 naming the damaged file; `--recover` starts, names the job ids whose rows are
 gone (exactly the acknowledged jobs that are no longer there), keeps the
 damaged files, keeps the admin token; the next job's id is above every id
-given before; a plain restart afterwards is clean. Then a missing database
-beside the admin token of an earlier start is refused too. Prints TAP."""
+given before and the leader epoch goes on; a plain restart afterwards is
+clean. Then a missing database beside the admin token of an earlier start is
+refused too, and --idempotency-ttl expires a key. Prints TAP."""
 
 import os
 import re
@@ -17,7 +18,7 @@ import sys
 
 sys.dont_write_bytecode = True  # leave no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Server, diag, ok, run  # noqa: E402
+from harness import Server, diag, ok, run, wait_until  # noqa: E402
 
 BIN = sys.argv[1]
 SERVERS = []
@@ -94,6 +95,11 @@ CASES = [
 ]
 
 
+def epochs(log):
+    """The leader epochs of the starts a server log shows, in order."""
+    return [int(e) for e in re.findall(r"listening on \S+ \(epoch (\d+),", log)]
+
+
 def lost_ids(log):
     """The ids of the --recover line naming the lost jobs (None: no such line)."""
     if "--recover: no job was lost" in log:
@@ -115,6 +121,7 @@ def one_case(name, damage, file_name, njobs):
     token_path = srv.token_file("admin")
     admin = open(token_path).read().strip()
     srv.api.expect("PUT", "/v1/teams/t", {}, token=admin, want=(200, 201))
+    epoch0 = epochs(open(srv.log_path).read())[-1]
     tag = "page" if file_name == "gpuorch.db" else "job"
     ids = submit(srv, admin, njobs, tag)
     if file_name == "gpuorch.db":
@@ -148,6 +155,8 @@ def one_case(name, damage, file_name, njobs):
     diag(f"{name}: lost {sorted(gone)} of {len(ids)}")
     ok(lost is not None and lost == gone and (gone or "header" not in name),
        f"{name}: --recover names exactly the lost job ids", f"named {lost}, gone {gone}\n{log}")
+    got = epochs(log)
+    ok(got and got[-1] > epoch0, f"{name}: the leader epoch goes on above {epoch0}", got)
     new = submit(srv, admin, 1, "after")[0]
     ok(new > max(ids), f"{name}: the next job's id ({new}) is above every id given before",
        max(ids))
@@ -180,11 +189,35 @@ def missing_database():
     srv.stop()
 
 
+def key_expiry():
+    """--idempotency-ttl: a retry inside the time answers the first job; once
+    the key is older, the same key makes a new job."""
+    srv = Server(BIN, "gpuorch-store-damage-", ["--idempotency-ttl", "3"])
+    SERVERS.append(srv)
+    srv.start()
+    admin = open(srv.token_file("admin")).read().strip()
+    srv.api.expect("PUT", "/v1/teams/t", {}, token=admin, want=(200, 201))
+    job = {"command": ["/bin/true"], "gpus": 1, "team": "t"}
+    key = {"Idempotency-Key": "expiring"}
+    st1, b1, _ = srv.call("POST", "/v1/jobs", job, token=admin, headers=key)
+    st2, b2, _ = srv.call("POST", "/v1/jobs", job, token=admin, headers=key)
+    ok(st1 == 201 and st2 == 200 and b1["id"] == b2["id"],
+       "inside --idempotency-ttl a retry answers with the first job", f"{b1} {b2}")
+
+    def fresh():
+        st, body, _ = srv.call("POST", "/v1/jobs", job, token=admin, headers=key)
+        return body["id"] if st == 201 else None
+    new = wait_until(fresh, step=0.2)
+    ok(new and new != b1["id"], "after it, the same key makes a new job", new)
+    srv.stop()
+
+
 def main():
     print("TAP version 13")
     for name, damage, file_name, njobs in CASES:
         one_case(name, damage, file_name, njobs)
     missing_database()
+    key_expiry()
 
 
 class _All:
