@@ -4,6 +4,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <pwd.h>
 #include <stddef.h>
 #include <signal.h>
 #include <stdio.h>
@@ -11,6 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "base/err.h"
 #include "server/api/api.h"
@@ -33,7 +35,8 @@ static void usage(FILE *out)
             "                      [--body-limit BYTES] [--port-file FILE] [--access-log]\n"
             "                      [--pass-interval S] [--node-timeout S]\n"
             "                      [--metrics-public] [--cost-timezone TZ]\n"
-            "                      [--metrics-retention-days N]\n"
+            "                      [--metrics-retention-days N] [--idempotency-ttl S]\n"
+            "                      [--recover]\n"
             "\n"
             "Runs the controller: the REST API under /v1 (docs/api.md) over a durable job\n"
             "store (SQLite, WAL, synchronous=FULL) in DIR. A job is acknowledged (201) only\n"
@@ -57,6 +60,11 @@ static void usage(FILE *out)
             "                      (default UTC)\n"
             "  --metrics-retention-days N  keep one-minute GPU and job metrics N days\n"
             "                      (1..3650, default 30; the raw samples: the last hour)\n"
+            "  --idempotency-ttl S an Idempotency-Key names its job for S seconds (default\n"
+            "                      86400); a key reused later makes a new job\n"
+            "  --recover           start on a damaged store: move its files aside (kept),\n"
+            "                      copy what can be read, name the jobs lost; without it a\n"
+            "                      damaged store stops the start\n"
             "\n"
             "Exit status: 0 stopped cleanly, 1 could not start, 2 usage error.\n");
 }
@@ -95,9 +103,9 @@ static bool parse_listen(const char *v, struct server_config *cfg)
  * configuration. The strings point into argv. */
 struct server_args {
     const char *data, *listen, *tls_cert, *tls_key, *cost_tz, *port_file;
-    int64_t body_limit, pass_interval_ms, node_timeout_ms, retention_days, minute_ms;
+    int64_t body_limit, pass_interval_ms, node_timeout_ms, retention_days, minute_ms, idem_ttl_ms;
     // cppcheck-suppress unusedStructMember ; util/opts writes it through its offset
-    bool access_log, metrics_public, help;
+    bool access_log, metrics_public, recover, help;
 };
 
 #define ARG(member) offsetof(struct server_args, member)
@@ -140,6 +148,13 @@ static const struct opts_opt server_opts[] = {
      .max = 3600000,
      .expect = "milliseconds from 100 to 3600000",
      .offset = ARG(minute_ms)},
+    {.name = "idempotency-ttl",
+     .type = OPTS_SECONDS,
+     .min = 1,
+     .max = 2592000, /* 30 days */
+     .scale = 1000,
+     .offset = ARG(idem_ttl_ms)},
+    {.name = "recover", .type = OPTS_FLAG, .offset = ARG(recover)},
     {.name = "access-log", .type = OPTS_FLAG, .offset = ARG(access_log)},
     {.name = "metrics-public", .type = OPTS_FLAG, .offset = ARG(metrics_public)},
     {.name = "help", .short_name = 'h', .type = OPTS_HELP, .offset = ARG(help)},
@@ -192,7 +207,8 @@ static int parse_args(int argc, char **argv, struct server_config *cfg)
                             .listen = DEFAULT_LISTEN,
                             .body_limit = HTTP_DEFAULT_BODY_LIMIT,
                             .pass_interval_ms = 5000,
-                            .node_timeout_ms = 60000};
+                            .node_timeout_ms = 60000,
+                            .idem_ttl_ms = STORE_IDEMPOTENCY_TTL_MS};
     *cfg = (struct server_config){0};
     int rc = read_flags(argc, argv, &a);
     if (rc)
@@ -215,6 +231,8 @@ static int parse_args(int argc, char **argv, struct server_config *cfg)
     cfg->metrics_minute_ms = a.minute_ms;
     cfg->access_log = a.access_log;
     cfg->metrics_public = a.metrics_public;
+    cfg->recover = a.recover;
+    cfg->idempotency_ttl_ms = a.idem_ttl_ms;
     if (!copy_string(&cfg->data_dir, a.data) || !copy_string(&cfg->tls_cert, a.tls_cert) ||
         !copy_string(&cfg->tls_key, a.tls_key) || !copy_string(&cfg->cost_tz, a.cost_tz) ||
         !copy_string(&cfg->port_file, a.port_file)) {
@@ -253,18 +271,146 @@ static int data_start(struct server *s, char *err, size_t errlen)
     return rc ? errbuf_set(err, errlen, rc, "libsodium: %s", gpo_strerror(rc)) : 0;
 }
 
+/* The lost job ids of a recovery, as "3, 7-9" (cut to fit). */
+static void lost_list(const struct store_recovery *rec, char *buf, size_t len)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (size_t k = 0; k < rec->nlost && used + 32 < len; k++) {
+        const struct store_id_range *r = &rec->lost[k];
+        int n = r->first == r->last
+                    ? snprintf(buf + used, len - used, "%s%" PRId64, k ? ", " : "", r->first)
+                    : snprintf(buf + used, len - used, "%s%" PRId64 "-%" PRId64, k ? ", " : "",
+                               r->first, r->last);
+        used += n > 0 ? (size_t)n : 0;
+    }
+    if (used + 32 >= len)
+        snprintf(buf + used, len - used, ", ...");
+}
+
+/*
+ * After a recovery: an admin user lost with the database is made again with
+ * the token the operator holds (DATA/admin.token), never a new one. Other
+ * users and their tokens are what was recovered.
+ */
+static int admin_restore(struct server *s, char *err, size_t errlen)
+{
+    struct store_user u = {0};
+    int rc = store_user_get_by_name(s->store, "admin", &u); /* auth.c's first admin */
+    store_user_release(&u);
+    if (rc != GPO_ENOENT)
+        return 0;
+    char path[4200], tok[TOKEN_STR_LEN + 1];
+    snprintf(path, sizeof(path), "%s/admin.token", s->cfg.data_dir);
+    uint8_t hash[TOKEN_HASH_LEN];
+    if (token_read_file(path, tok, sizeof(tok)) != 0 || token_hash(tok, hash) != 0)
+        return 0; /* no token to keep: auth makes the first admin */
+    memset(tok, 0, sizeof(tok));
+    char pwbuf[16384];
+    struct passwd pwd, *pw = NULL;
+    if (getpwuid_r(geteuid(), &pwd, pwbuf, sizeof(pwbuf), &pw) != 0)
+        pw = NULL;
+    int64_t now = srv_now_ms(s);
+    struct store_batch *b = store_batch_new();
+    rc = b ? store_batch_user_put(b, "admin", pw ? pw->pw_name : NULL, NULL, "admin", now)
+           : GPO_ENOMEM;
+    if (!rc)
+        rc = store_batch_token_put(b, "admin", hash, "bootstrap", now);
+    char msg[256] = "";
+    rc = rc ? (store_batch_free(b), rc) : store_commit_wait(s->store, b, NULL, 0, msg, sizeof(msg));
+    if (rc)
+        return errbuf_set(err, errlen, rc, "--recover: restoring the admin user: %s",
+                          msg[0] ? msg : gpo_strerror(rc));
+    fprintf(stderr,
+            "gpuorch server: --recover: the admin user was lost; restored with the token "
+            "in %s\n",
+            path);
+    return 0;
+}
+
+/* What a recovery did, for the operator. */
+static void recovery_report(const struct store_recovery *rec)
+{
+    static char lost[8192];
+    lost_list(rec, lost, sizeof(lost));
+    fprintf(stderr, "gpuorch server: --recover: the store was damaged: %s\n", rec->damage);
+    fprintf(stderr, "gpuorch server: --recover: the damaged files are kept in %s\n", rec->moved_to);
+    if (rec->nlost)
+        fprintf(stderr, "gpuorch server: --recover: lost jobs (their rows are gone): %s\n", lost);
+    else
+        fprintf(stderr, "gpuorch server: --recover: no job was lost\n");
+    if (rec->notes[0])
+        fprintf(stderr, "gpuorch server: --recover: also unreadable: %s\n", rec->notes);
+    fprintf(stderr, "gpuorch server: --recover: new jobs get ids above %" PRId64 "\n",
+            rec->job_id_floor);
+}
+
+/* Expired idempotency keys go at every start (and with every keyed submission). */
+static int keys_prune(struct server *s, char *err, size_t errlen)
+{
+    struct store_batch *b = store_batch_new();
+    int rc = b ? store_batch_idempotency_prune(b, srv_now_ms(s) - s->cfg.idempotency_ttl_ms)
+               : GPO_ENOMEM;
+    char msg[256] = "";
+    rc = rc ? (store_batch_free(b), rc) : store_commit_wait(s->store, b, NULL, 0, msg, sizeof(msg));
+    return rc ? errbuf_set(err, errlen, rc, "pruning expired idempotency keys: %s",
+                           msg[0] ? msg : gpo_strerror(rc))
+              : 0;
+}
+
+/* A first start has neither a database nor the admin token of an earlier
+ * one (the store's mark, which it checks itself, aside). */
+static int first_start_check(struct server *s, const char *path, char *err, size_t errlen)
+{
+    char token[4200], mark[4300];
+    snprintf(token, sizeof(token), "%s/admin.token", s->cfg.data_dir);
+    snprintf(mark, sizeof(mark), "%s.mark", path);
+    struct stat st;
+    if (stat(path, &st) == 0 || stat(mark, &st) == 0 || stat(token, &st) != 0)
+        return 0;
+    if (s->cfg.recover) {
+        fprintf(stderr,
+                "gpuorch server: --recover: %s is missing: starting an empty store that keeps "
+                "the admin token; the earlier store's jobs, users and settings are gone, and "
+                "without its mark their ids are not known\n",
+                path);
+        return 0;
+    }
+    return errbuf_set(err, errlen, GPO_ECORRUPT,
+                      "the store is damaged, nothing was changed: %.1000s is missing, but %.1000s "
+                      "is there from an earlier start; `gpuorch server --recover` starts an empty "
+                      "store that keeps the admin token (docs/admin-guide.md)",
+                      path, token);
+}
+
 static int store_start(struct server *s, char *err, size_t errlen)
 {
     char path[4200];
     snprintf(path, sizeof(path), "%s/gpuorch.db", s->cfg.data_dir);
-    char msg[512];
-    int rc = store_open_sqlite(path, &s->store, msg, sizeof(msg));
+    int rc = first_start_check(s, path, err, errlen);
     if (rc)
-        return errbuf_set(err, errlen, rc, "%.400s: %.500s", path, msg);
+        return rc;
+    char msg[1536];
+    struct store_recovery rec = {0};
+    rc = store_open_sqlite_opts(path, s->cfg.recover ? STORE_OPEN_RECOVER : 0, &rec, &s->store, msg,
+                                sizeof(msg));
+    if (rc == GPO_ECORRUPT)
+        return errbuf_set(err, errlen, rc,
+                          "the store is damaged, nothing was changed: %.1400s; `gpuorch server "
+                          "--recover` moves the damaged files aside and starts on what can be "
+                          "read (docs/admin-guide.md)",
+                          msg);
+    if (rc)
+        return errbuf_set(err, errlen, rc, "%.400s: %.1000s", path, msg);
+    if (rec.recovered)
+        recovery_report(&rec);
+    store_recovery_release(&rec);
     if ((rc = store_epoch_acquire(s->store, &s->epoch)) != 0)
         return errbuf_set(err, errlen, rc, "%.900s: taking the leader epoch: %s", path,
                           gpo_strerror(rc));
-    return 0;
+    if (s->cfg.recover && (rc = admin_restore(s, err, errlen)) != 0)
+        return rc;
+    return keys_prune(s, err, errlen);
 }
 
 static void store_stop(struct server *s)
@@ -505,7 +651,7 @@ int server_command(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     sigaction(SIGPIPE, &(struct sigaction){.sa_handler = SIG_IGN}, NULL);
     s.clock = (struct srv_clock){srv_clock_realtime_ms, srv_clock_monotonic_ns, NULL};
-    char err[1024] = "";
+    char err[2048] = "";
     size_t started = 0;
     for (; started < NSUBSYSTEMS; started++) {
         if (subsystems[started].start(&s, err, sizeof(err)) != 0) {

@@ -57,6 +57,8 @@ struct server_config {
     bool metrics_public;            /* --metrics-public: GET /metrics without a token */
     int64_t metrics_retention_days; /* --metrics-retention-days (default 30) */
     int64_t metrics_minute_ms;      /* --metrics-minute-ms: for tests only (default 60000) */
+    bool recover;                   /* --recover: a damaged store is recovered, not refused */
+    int64_t idempotency_ttl_ms;     /* --idempotency-ttl: how long a key names its job */
 };
 
 /* The server's clock: wall time (ms since the epoch, UTC) and a monotonic

@@ -83,6 +83,7 @@ enum store_op_kind {
     STORE_OP_LEDGER_ADD,
     STORE_OP_MINUTE_PUT, /* metric_minutes */
     STORE_OP_MINUTES_PRUNE,
+    STORE_OP_IDEMPOTENCY_PRUNE,
     STORE_OP_COUNT
 };
 
@@ -113,6 +114,7 @@ enum {
     STORE_JOB_V_REASON,
     STORE_JOB_V_SPEC,
     STORE_JOB_V_IDEM_KEY,
+    STORE_JOB_V_IDEM_TTL,
 };
 
 struct store_batch {

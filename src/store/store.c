@@ -270,11 +270,21 @@ int store_batch_job_insert(struct store_batch *b, const struct store_job_insert 
         return GPO_EINVAL;
     if (j->array_id != STORE_NULL && j->array_id != STORE_ARRAY_FIRST && j->array_id <= 0)
         return GPO_EINVAL;
+    if (j->idempotency_ttl_ms < 0)
+        return GPO_EINVAL;
+    int64_t ttl = j->idempotency_ttl_ms ? j->idempotency_ttl_ms : STORE_IDEMPOTENCY_TTL_MS;
     /* In the order of enum STORE_JOB_V_*. */
     const struct arg args[] = {
-        A_INT(j->user_id),     A_NAME(j->team),    A_NAME(j->state),
-        A_INT(j->submit_ms),   A_INT(j->array_id), A_INT(j->array_index),
-        A_TEXT_OPT(j->reason), A_TEXT(j->spec),    A_NAME_OPT(j->idempotency_key),
+        A_INT(j->user_id),
+        A_NAME(j->team),
+        A_NAME(j->state),
+        A_INT(j->submit_ms),
+        A_INT(j->array_id),
+        A_INT(j->array_index),
+        A_TEXT_OPT(j->reason),
+        A_TEXT(j->spec),
+        A_NAME_OPT(j->idempotency_key),
+        A_INT(ttl),
     };
     return batch_add(b, STORE_OP_JOB_INSERT, args, ARRAY_LEN(args));
 }
@@ -285,6 +295,12 @@ int store_batch_job_update(struct store_batch *b, int64_t id, const char *state,
     const struct arg args[] = {A_INT(id), A_NAME(state), A_TEXT_OPT(reason), A_INT(updated_ms),
                                A_TEXT_OPT(spec)};
     return batch_add(b, STORE_OP_JOB_UPDATE, args, ARRAY_LEN(args));
+}
+
+int store_batch_idempotency_prune(struct store_batch *b, int64_t before_ms)
+{
+    const struct arg args[] = {A_INT(before_ms)};
+    return batch_add(b, STORE_OP_IDEMPOTENCY_PRUNE, args, ARRAY_LEN(args));
 }
 
 int store_batch_job_delete(struct store_batch *b, int64_t id)
@@ -382,6 +398,14 @@ int store_batch_sched_state_put(struct store_batch *b, int64_t epoch, const void
 {
     const struct arg args[] = {A_INT(epoch), A_BLOB(blob, len), A_INT(updated_ms)};
     return batch_add(b, STORE_OP_SCHED_STATE_PUT, args, ARRAY_LEN(args));
+}
+
+void store_recovery_release(struct store_recovery *r)
+{
+    if (!r)
+        return;
+    free(r->lost);
+    *r = (struct store_recovery){0};
 }
 
 void store_batch_complete(struct store_batch *b)

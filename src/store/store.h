@@ -51,6 +51,9 @@
 #define STORE_MAX_STATES     16           /* states in one job filter */
 #define STORE_TOKEN_HASH_LEN 32           /* SHA-256 */
 
+/* How long an idempotency key names its job by default: 24 hours. */
+#define STORE_IDEMPOTENCY_TTL_MS 86400000LL
+
 /* The meta key holding the leader epoch: written only by store_epoch_acquire. */
 #define STORE_META_EPOCH "epoch"
 
@@ -174,9 +177,12 @@ struct store_job_insert {
     const char *reason; /* NULL: none */
     const char *spec;   /* required, JSON text */
     /* NULL: none. With one, the insert needs a user_id, and when (user_id,
-     * key) was seen before the batch fails with GPO_EEXIST and names the
-     * job that key created (store_result.existing_job_id). */
+     * key) was used within idempotency_ttl_ms before submit_ms the batch
+     * fails with GPO_EEXIST and names the job that key created
+     * (store_result.existing_job_id); a key older than that makes a new job
+     * and from then on names it. */
     const char *idempotency_key;
+    int64_t idempotency_ttl_ms; /* 0: STORE_IDEMPOTENCY_TTL_MS */
 };
 #define STORE_JOB_INSERT_INIT                                                                      \
     {                                                                                              \
@@ -191,6 +197,10 @@ int store_batch_job_insert(struct store_batch *b, const struct store_job_insert 
  * that id. */
 int store_batch_job_update(struct store_batch *b, int64_t id, const char *state, const char *reason,
                            int64_t updated_ms, const char *spec);
+
+/* Deletes every idempotency key used before before_ms (expired keys: a
+ * job insert already ignores them; this frees their rows). */
+int store_batch_idempotency_prune(struct store_batch *b, int64_t before_ms);
 
 /* Deletes a job, its attempts and its idempotency keys (ENOTFOUND if none).
  * Its id is never given out again. */
@@ -366,7 +376,8 @@ int store_job_scan_active(struct store *s, store_job_fn fn, void *ctx);
 /* Caller releases with store_sched_state_release. ENOTFOUND if never put. */
 int store_sched_state_get(struct store *s, struct store_sched_state *ret);
 
-/* The job that (user_id, key) created; ENOTFOUND if none. */
+/* The job that (user_id, key) last created, however long ago (expiry is
+ * the job insert's: store_job_insert); ENOTFOUND if none. */
 int store_idempotency_get(struct store *s, int64_t user_id, const char *key, int64_t *ret_job_id);
 
 /* ---- the cost ledger ----------------------------------------------------- */
@@ -451,9 +462,51 @@ int store_minutes_get(struct store *s, enum store_minute_kind kind, const char *
  * Returns 0; GPO_ETOONEW when the database's schema is newer than this
  * program knows (the file is left as it was); GPO_EIO; GPO_EINVAL;
  * GPO_ENOMEM. On error `err` (errlen bytes, always terminated; may be
- * NULL) says why, naming both versions for GPO_ETOONEW.
+ * NULL) says why, naming both versions for GPO_ETOONEW. The checks of
+ * store_open_sqlite_opts run first: GPO_ECORRUPT on damage.
  */
 int store_open_sqlite(const char *path, struct store **ret_store, char *err, size_t errlen);
+
+/* Options of store_open_sqlite_opts. */
+enum store_open_flag {
+    /* Damage found at open is recovered rather than refused. */
+    STORE_OPEN_RECOVER = 1 << 0,
+};
+
+/* A range of job ids, both ends included. */
+struct store_id_range {
+    int64_t first, last;
+};
+
+/* What an open with STORE_OPEN_RECOVER did; zeroed when nothing was damaged. */
+struct store_recovery {
+    bool recovered;      /* damage was found, and the store rebuilt from what was readable */
+    char damage[1024];   /* what the checks found */
+    char moved_to[4200]; /* the folder the damaged files were moved into (kept) */
+    char notes[1024];    /* rows of other tables that could not be read, "" if none */
+    struct store_id_range *lost; /* job ids whose rows are gone, increasing; owned */
+    size_t nlost;
+    int64_t job_id_floor; /* new jobs get ids above this */
+};
+/* Frees what *r holds and zeroes it; NULL is fine. */
+void store_recovery_release(struct store_recovery *r);
+
+/*
+ * store_open_sqlite, checking the store first. Before SQLite opens the
+ * database (which runs its WAL recovery), the WAL is checked against
+ * SQLite's file format and the last acknowledged commit (recorded in the
+ * mark file PATH.mark); then PRAGMA quick_check, and the database's epoch
+ * and highest job id against the mark's. A store is new only when neither
+ * PATH nor PATH.mark exists: a database missing beside a mark, or one that
+ * reads older than its mark, is damage. On damage: GPO_ECORRUPT, err
+ * naming the file and what was found (offset, frame, SQLite's messages),
+ * nothing changed; with STORE_OPEN_RECOVER, the damaged files are moved
+ * aside, what can be read is copied into a new database, and *rec (may be
+ * NULL; release it with store_recovery_release) says what was lost. Epochs
+ * and job ids never go back: a recovered store continues above the mark's.
+ */
+int store_open_sqlite_opts(const char *path, unsigned flags, struct store_recovery *rec,
+                           struct store **ret_store, char *err, size_t errlen);
 
 /*
  * Refuses new batches (GPO_ESHUTDOWN), lets the writer commit every batch

@@ -208,7 +208,7 @@ static void open_creates_wal_database_with_full_sync(void **state)
     expect_pragma(s, "synchronous", "2"); /* FULL */
     expect_pragma(s, "foreign_keys", "1");
     expect_pragma(s, "busy_timeout", "5000");
-    expect_pragma(s, "user_version", "4");
+    expect_pragma(s, "user_version", "5");
     add_job(s, "ml", "PENDING", 1);
     store_close(s);
 
@@ -234,7 +234,7 @@ static void v1_database_migrates_to_current(void **state)
     sqlite3_close(db);
 
     struct store *s = open_store(e);
-    expect_pragma(s, "user_version", "4");
+    expect_pragma(s, "user_version", "5");
     struct store_job j;
     assert_int_equal(store_job_get(s, 1, &j), 0);
     assert_string_equal(j.team, "ml");
@@ -266,7 +266,7 @@ static void newer_schema_is_refused_and_left_unchanged(void **state)
     assert_int_equal(store_open_sqlite(e->path, &s, err, sizeof(err)), GPO_ETOONEW);
     assert_null(s);
     assert_non_null(strstr(err, "99"));
-    assert_non_null(strstr(err, "4"));
+    assert_non_null(strstr(err, "5"));
     size_t n2 = slurp(e->path, after, sizeof(after));
     assert_int_equal(n1, n2);
     assert_memory_equal(before, after, n1);

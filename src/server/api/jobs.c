@@ -197,6 +197,7 @@ static int job_submit(struct http_request *req, void *ctx)
         return 0;
     }
     sub->job.submit_ms = srv_now_ms(s);
+    sub->job.idempotency_ttl_ms = s->cfg.idempotency_ttl_ms;
     sub->job.ntasks = sub->job.spec.array.n ? sub->job.spec.array.n : 1;
     struct store_batch *b = store_batch_new();
     rc = b ? job_submit_rows(&sub->job, key, b) : GPO_ENOMEM;

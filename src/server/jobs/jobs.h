@@ -296,14 +296,16 @@ struct job_submit {
     char user[64];
     char unix_user[33]; /* "" when none */
     int64_t submit_ms;
-    size_t ntasks; /* jobs it makes: 1, or the array's tasks */
+    size_t ntasks;              /* jobs it makes: 1, or the array's tasks */
+    int64_t idempotency_ttl_ms; /* how long the key names the job (0: the store's default) */
 };
 
 /* Frees what sub holds (not sub). */
 void job_submit_release(struct job_submit *sub);
 
 /* Adds to b the rows of sub's jobs (the first carrying the Idempotency-Key
- * `key`, or NULL). 0 or GPO_ENOMEM. */
+ * `key`, or NULL; with a key, the expired keys are pruned in the same batch).
+ * 0 or GPO_ENOMEM. */
 int job_submit_rows(const struct job_submit *sub, const char *key, struct store_batch *b);
 
 /* After the commit gave the jobs ids[0..n): adds them to the table, the

@@ -34,8 +34,13 @@ int job_submit_rows(const struct job_submit *sub, const char *key, struct store_
             ins.array_index = sub->spec.array.index[k];
         }
         ins.idempotency_key = k == 0 ? key : NULL;
+        ins.idempotency_ttl_ms = sub->idempotency_ttl_ms;
         rc = store_batch_job_insert(b, &ins) ? GPO_ENOMEM : 0;
     }
+    /* Expired keys go as keys come: one indexed delete, usually of nothing. */
+    int64_t ttl = sub->idempotency_ttl_ms ? sub->idempotency_ttl_ms : STORE_IDEMPOTENCY_TTL_MS;
+    if (!rc && key && store_batch_idempotency_prune(b, sub->submit_ms - ttl))
+        rc = GPO_ENOMEM;
     free(text);
     return rc;
 }

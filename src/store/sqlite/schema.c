@@ -108,6 +108,9 @@ static const char *const migrations[] = {
     " power_sum_mw INTEGER NOT NULL, temp_max_c INTEGER NOT NULL,"
     " PRIMARY KEY(kind, key, minute_ms)) WITHOUT ROWID;"
     "CREATE INDEX metric_minutes_time ON metric_minutes(minute_ms);",
+    /* 5: idempotency keys expire (a job insert ignores a key older than its
+     * time to live; the expired rows are pruned by their time). */
+    "CREATE INDEX idempotency_created ON idempotency(created_ms);",
 };
 
 _Static_assert(ARRAY_LEN(migrations) == STORE_SCHEMA_VERSION,
@@ -191,13 +194,15 @@ const struct schema_op schema_ops[STORE_OP_COUNT] = {
      * key), the insert, naming an array after its first job (?1: the new id),
      * the key's row (?1 user, ?2 key, ?3 the new id, ?4 submit_ms). */
     [STORE_OP_JOB_INSERT] = {"job_insert",
-                             {"SELECT job_id FROM idempotency WHERE user_id = ?1 AND key = ?9",
+                             {"SELECT job_id FROM idempotency WHERE user_id = ?1 AND key = ?9"
+                              " AND created_ms > ?4 - ?10",
                               "INSERT INTO jobs(user_id, team, state, submit_ms, updated_ms,"
                               " array_id, array_index, reason, spec)"
                               " VALUES (?1, ?2, ?3, ?4, ?4, ?5, ?6, ?7, ?8)",
                               "UPDATE jobs SET array_id = ?1 WHERE id = ?1",
                               "INSERT INTO idempotency(user_id, key, job_id, created_ms)"
-                              " VALUES (?1, ?2, ?3, ?4)"},
+                              " VALUES (?1, ?2, ?3, ?4) ON CONFLICT(user_id, key) DO UPDATE"
+                              " SET job_id = excluded.job_id, created_ms = excluded.created_ms"},
                              0},
     [STORE_OP_JOB_UPDATE] = {"job_update",
                              {"UPDATE jobs SET state = ?2, reason = ?3, updated_ms = ?4,"
@@ -301,6 +306,9 @@ const struct schema_op schema_ops[STORE_OP_COUNT] = {
     [STORE_OP_MINUTES_PRUNE] = {"minutes_prune",
                                 {"DELETE FROM metric_minutes WHERE minute_ms < ?1"},
                                 0},
+    [STORE_OP_IDEMPOTENCY_PRUNE] = {"idempotency_prune",
+                                    {"DELETE FROM idempotency WHERE created_ms < ?1"},
+                                    0},
 };
 
 const char schema_epoch_sql[] =

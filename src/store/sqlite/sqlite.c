@@ -19,21 +19,28 @@
  *    query_only set: a read-only one could not rebuild the WAL index after
  *    a crash.
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <sqlite3.h>
 
 #include "store/backend.h"
+#include "store/sqlite/mark.h"
 #include "store/sqlite/schema.h"
 #include "store/sqlite/sqlite.h"
+#include "store/sqlite/wal.h"
 #include "store/store.h"
 #include "util/errbuf.h"
 #include "base/banned.h"
 
-#define BUSY_TIMEOUT_MS 5000
+#define BUSY_TIMEOUT_MS   5000
+#define CHECKPOINT_FRAMES 1000 /* SQLite's automatic checkpoint, which the WAL hook replaces */
 
 /* ---- the write operations ---------------------------------------------- */
 
@@ -224,6 +231,67 @@ static void run_batch(struct sq *s, struct store_batch *b)
     }
 }
 
+/* The WAL's salts, read from its header (the file SQLite appends to). */
+static bool wal_salts(struct sq *s, struct sq_wal_pos *pos)
+{
+    if (s->wal_fd < 0)
+        s->wal_fd = open(s->wal_path, O_RDONLY | O_CLOEXEC);
+    uint8_t h[SQ_WAL_HEADER];
+    if (s->wal_fd < 0 || pread(s->wal_fd, h, sizeof(h), 0) != (ssize_t)sizeof(h))
+        return false;
+    pos->salt1 = (uint32_t)h[16] << 24 | (uint32_t)h[17] << 16 | (uint32_t)h[18] << 8 | h[19];
+    pos->salt2 = (uint32_t)h[20] << 24 | (uint32_t)h[21] << 16 | (uint32_t)h[22] << 8 | h[23];
+    return true;
+}
+
+/*
+ * After a group's commit, before any of its completions: the mark learns
+ * the highest job id, the epoch and the commit's WAL frame. A new epoch and
+ * ids past the reservation are fsynced; the rest is a pwrite. A write that
+ * fails leaves the mark older, which only weakens the next start's checks;
+ * the next commit writes it again.
+ */
+static void mark_commit(struct sq *s, const struct store_batch *group)
+{
+    if (s->mark_fd < 0)
+        return;
+    struct sq_mark m = s->mark;
+    bool sync = false;
+    for (const struct store_batch *b = group; b; b = b->next) {
+        for (size_t k = 0; b->err == 0 && k < b->njobs; k++)
+            m.job_id = b->job_ids[k] > m.job_id ? b->job_ids[k] : m.job_id;
+        if (b->err == 0 && b->new_epoch > m.epoch) {
+            m.epoch = b->new_epoch;
+            sync = true;
+        }
+    }
+    if (m.job_id > m.reserved) {
+        m.reserved = (m.job_id / SQ_MARK_RESERVE + 1) * SQ_MARK_RESERVE;
+        sync = true;
+    }
+    if (wal_salts(s, &m.wal))
+        m.wal.frame = s->wal_frame;
+    else
+        m.wal = (struct sq_wal_pos){0};
+    if (sq_mark_write(s->mark_fd, &m, sync || s->mark_dirty) == 0) {
+        s->mark = m;
+        s->mark_dirty = false;
+    } else {
+        s->mark_dirty = true;
+    }
+}
+
+/* sqlite3_wal_hook: after each commit on the write connection, with the
+ * WAL's frame count (the commit's frame); checkpoints as SQLite would. */
+static int wal_hook(void *ctx, sqlite3 *db, const char *name, int frames)
+{
+    struct sq *s = ctx;
+    s->wal_frame = frames > 0 ? (uint32_t)frames : 0;
+    if (frames >= CHECKPOINT_FRAMES)
+        (void)sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+    return SQLITE_OK;
+}
+
 /* store_group_fn: one transaction for the whole group. */
 static void run_group(void *backend, struct store_batch *group)
 {
@@ -248,6 +316,8 @@ static void run_group(void *backend, struct store_batch *group)
         b->existing_job_id = 0;
         store_batch_fail(b, GPO_EIO, "%s", txmsg);
     }
+    if (rc == SQLITE_OK)
+        mark_commit(s, group);
 }
 
 static int sq_commit(struct store *base, struct store_batch *b, store_done_fn done, void *ctx)
@@ -277,6 +347,17 @@ static void sq_resume_writer(struct store *base)
 static void sq_free(struct sq *s)
 {
     store_writer_release(&s->writer);
+    if (s->mark_fd >= 0) {
+        /* Clean: the close checkpoints and removes the WAL, so no commit in
+         * it is to be expected; synced first, or a power loss could leave a
+         * mark that asks for a WAL that is gone. */
+        struct sq_mark m = s->mark;
+        m.wal = (struct sq_wal_pos){0};
+        (void)sq_mark_write(s->mark_fd, &m, true);
+        close(s->mark_fd);
+    }
+    if (s->wal_fd >= 0)
+        close(s->wal_fd);
     for (size_t k = 0; k < STORE_OP_COUNT; k++)
         for (size_t i = 0; i < SCHEMA_OP_MAXSQL; i++)
             sqlite3_finalize(s->wst[k][i]);
@@ -340,12 +421,11 @@ static int open_db(sqlite3 **db, const char *path, int flags, char *err, size_t 
     return 0;
 }
 
+/* On the write connection sq_alloc opened. */
 static int open_writer(struct sq *s, const char *path, char *err, size_t errlen)
 {
     int64_t version = 0;
-    int rc = open_db(&s->wdb, path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, err, errlen);
-    if (rc == 0)
-        rc = schema_version_get(s->wdb, &version, err, errlen);
+    int rc = schema_version_get(s->wdb, &version, err, errlen);
     if (rc == 0 && version > STORE_SCHEMA_VERSION)
         return errbuf_set(err, errlen, GPO_ETOONEW,
                           "%s: database schema version %lld is newer than this program's %d", path,
@@ -399,31 +479,149 @@ static int init_sync(struct sq *s)
     return 0;
 }
 
-int store_open_sqlite(const char *path, struct store **ret_store, char *err, size_t errlen)
+/* A store object with the write connection open, checkpoint on close off:
+ * a store refused for damage leaves its files as they were. */
+static int sq_alloc(const char *path, struct sq **ret, char *err, size_t errlen)
 {
-    if (err && errlen)
-        err[0] = '\0';
-    if (!path || !*path || !ret_store)
-        return errbuf_set(err, errlen, GPO_EINVAL, "no database path");
     struct sq *s = calloc(1, sizeof(*s));
     if (!s)
         return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
     s->base.ops = &sqlite_ops;
+    s->mark_fd = s->wal_fd = -1;
+    snprintf(s->wal_path, sizeof(s->wal_path), "%s-wal", path);
     int rc = init_sync(s);
     if (rc)
         errbuf_set(err, errlen, rc, "cannot create the store's locks");
     if (rc == 0)
-        rc = open_writer(s, path, err, errlen);
+        rc = open_db(&s->wdb, path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, err, errlen);
     if (rc == 0)
-        rc = open_reader(s, path, err, errlen);
-    if (rc == 0 && store_writer_start(&s->writer) != 0)
-        rc = errbuf_set(err, errlen, GPO_ENOMEM, "cannot start the writer thread");
+        sqlite3_db_config(s->wdb, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, NULL);
     if (rc) {
         sq_free(s);
         return rc;
     }
+    *ret = s;
+    return 0;
+}
+
+/*
+ * Before SQLite opens the database: the mark, and the WAL against the
+ * mark's last acknowledged commit. Damage goes into `damage` (rc 0); an
+ * error reading them is returned.
+ */
+static int check_files(const char *path, const char *mark_path, struct sq_mark *mark,
+                       bool *have_mark, char *damage, size_t dlen, char *err, size_t errlen)
+{
+    int rc = sq_mark_read(mark_path, mark, damage, dlen);
+    *have_mark = rc == 0;
+    if (rc != 0 && rc != GPO_ENOENT && rc != GPO_ECORRUPT)
+        return errbuf_set(err, errlen, rc, "%s", damage);
+    if (rc == GPO_ENOENT)
+        damage[0] = '\0';
+    struct stat st;
+    bool db_exists = stat(path, &st) == 0;
+    if (!damage[0] && !db_exists && *have_mark)
+        (void)errbuf_set(damage, dlen, GPO_ECORRUPT,
+                         "%s: missing, but %s records a store (epoch %lld, jobs up to %lld)", path,
+                         mark_path, (long long)mark->epoch, (long long)mark->job_id);
+    if (damage[0] || !db_exists)
+        return 0;
+    char wal_path[4200];
+    snprintf(wal_path, sizeof(wal_path), "%s-wal", path);
+    struct sq_wal_info info;
+    rc = sq_wal_check(wal_path, *have_mark ? &mark->wal : NULL, &info, damage, dlen);
+    if (rc != 0 && rc != GPO_ECORRUPT)
+        return errbuf_set(err, errlen, rc, "%s", damage);
+    return 0;
+}
+
+/* The rest of the open, past the checks: schema, connections, mark, writer. */
+static int finish_open(struct sq *s, const char *path, const char *mark_path, bool have_mark,
+                       const struct sq_mark *mark, char *err, size_t errlen)
+{
+    int rc = open_writer(s, path, err, errlen);
+    if (rc == 0)
+        rc = open_reader(s, path, err, errlen);
+    struct sq_mark m = have_mark ? *mark : (struct sq_mark){0};
+    int fd = -1;
+    if (rc == 0 && !have_mark) {
+        /* A new store, or one older than its mark: the mark starts from it. */
+        m.epoch = sq_query_int(s->wdb, schema_epoch_sql);
+        m.job_id = m.reserved =
+            sq_query_int(s->wdb, "SELECT seq FROM sqlite_sequence WHERE name = 'jobs'");
+        rc = sq_mark_create(mark_path, &m, &fd, err, errlen);
+    } else if (rc == 0 && (rc = sq_mark_open(mark_path, &fd)) != 0) {
+        errbuf_set(err, errlen, rc, "%s: %s", mark_path, strerror(-rc));
+    }
+    if (rc == 0) {
+        s->mark = m;
+        sqlite3_wal_hook(s->wdb, wal_hook, s);
+        sqlite3_db_config(s->wdb, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 0, NULL);
+    }
+    if (rc == 0 && store_writer_start(&s->writer) != 0)
+        rc = errbuf_set(err, errlen, GPO_ENOMEM, "cannot start the writer thread");
+    if (rc && fd >= 0)
+        close(fd);
+    if (rc == 0)
+        s->mark_fd = fd; /* only a store that opened writes its mark on close */
+    return rc;
+}
+
+int store_open_sqlite_opts(const char *path, unsigned flags, struct store_recovery *rec,
+                           struct store **ret_store, char *err, size_t errlen)
+{
+    if (err && errlen)
+        err[0] = '\0';
+    if (rec)
+        *rec = (struct store_recovery){0};
+    if (!path || !*path || !ret_store || strlen(path) > 4000)
+        return errbuf_set(err, errlen, GPO_EINVAL, "no database path, or one too long");
+    char mark_path[4200], damage[1024] = "";
+    snprintf(mark_path, sizeof(mark_path), "%s.mark", path);
+    struct sq_mark mark = {0};
+    bool have_mark = false;
+    struct sq *s = NULL;
+    int rc = check_files(path, mark_path, &mark, &have_mark, damage, sizeof(damage), err, errlen);
+    if (rc == 0 && !damage[0] && (rc = sq_alloc(path, &s, err, errlen)) == 0) {
+        rc = sq_check_db(s->wdb, path, have_mark ? &mark : NULL, damage, sizeof(damage));
+        if (rc == GPO_ECORRUPT)
+            rc = 0;
+        else if (rc)
+            errbuf_set(err, errlen, rc, "%s", damage);
+    }
+    if (rc == 0 && damage[0]) {
+        if (s)
+            sq_free(s);
+        s = NULL;
+        if (!(flags & STORE_OPEN_RECOVER))
+            return errbuf_set(err, errlen, GPO_ECORRUPT, "%s", damage);
+        struct store_recovery r;
+        rc = sq_salvage(path, have_mark ? &mark : NULL, damage, &r, &mark, err, errlen);
+        if (rc)
+            return rc;
+        have_mark = true;
+        if (rec)
+            *rec = r;
+        else
+            store_recovery_release(&r);
+        rc = sq_alloc(path, &s, err, errlen);
+    }
+    if (rc == 0)
+        rc = finish_open(s, path, mark_path, have_mark, &mark, err, errlen);
+    if (rc) {
+        if (s)
+            sq_free(s);
+        if (rec)
+            store_recovery_release(rec);
+        return rc;
+    }
     *ret_store = &s->base;
     return 0;
+}
+
+int store_open_sqlite(const char *path, struct store **ret_store, char *err, size_t errlen)
+{
+    return store_open_sqlite_opts(path, 0, NULL, ret_store, err, errlen);
 }
 
 int store_sqlite_pragma(struct store *base, const char *name, char *buf, size_t len)

@@ -19,6 +19,7 @@
 #include <sqlite3.h>
 
 #include "store/backend.h"
+#include "store/sqlite/mark.h"
 #include "store/sqlite/schema.h"
 #include "store/store.h"
 
@@ -34,6 +35,14 @@ struct sq {
     pthread_mutex_t rlock;
     bool rlock_ready;
     char rerr[256]; /* the latest read error, under rlock */
+    /* The mark (mark.h) and the WAL's position, the writer thread's once it
+     * runs: the hook records each commit's frame, run_group the mark. */
+    struct sq_mark mark;
+    int mark_fd; /* -1: none */
+    int wal_fd;  /* the WAL, read for its salts; -1 until the first commit */
+    char wal_path[4200];
+    uint32_t wal_frame; /* the frame of the latest commit, from the WAL hook */
+    bool mark_dirty;    /* a mark write failed: the next commit retries it */
 };
 
 /* The struct sq behind a store of this backend. */
@@ -68,6 +77,33 @@ enum rq {
 /* The SQL text of each read statement (sqlite_read.c); sqlite.c prepares them
  * when it opens the read connection. */
 extern const char *const sq_rq_sql[RQ_COUNT];
+
+/* ---- the checks at open and the recovery: salvage.c --------------------- */
+
+/* The first column of sql's first row as an integer; 0 when there is no row
+ * or the statement fails (a table missing from an empty store). */
+int64_t sq_query_int(sqlite3 *db, const char *sql);
+
+/*
+ * The database as opened on db (before anything writes to it): PRAGMA
+ * quick_check, then its leader epoch and highest job id against the mark's
+ * (NULL: no mark). 0, or GPO_ECORRUPT with err naming `path` and what was
+ * found (SQLite's first messages), or GPO_EIO.
+ */
+int sq_check_db(sqlite3 *db, const char *path, const struct sq_mark *mark, char *err,
+                size_t errlen);
+
+/*
+ * Recovers a damaged store at `path` (damage: what the checks found): moves
+ * the database, its WAL and shared-memory file into a new folder beside it
+ * (rec->moved_to), copies every row SQLite can still read into a new
+ * database at `path` with the current schema, raises its epoch and its job
+ * id sequence to the mark's (NULL: none) and lists in rec the job ids whose
+ * rows are gone. *ret_mark: the new database's mark. 0, or the error (err
+ * says why; the files stay where the message says).
+ */
+int sq_salvage(const char *path, const struct sq_mark *mark, const char *damage,
+               struct store_recovery *rec, struct sq_mark *ret_mark, char *err, size_t errlen);
 
 /* ---- the reads: sqlite_read.c, called through the store's ops ----------- */
 
