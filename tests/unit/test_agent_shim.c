@@ -109,7 +109,7 @@ static void env_release(struct env *e)
     tmptree_remove(e->base);
     cgroup_root_close(e->cg);
     if (e->cg_dir[0])
-        rmdir(e->cg_dir);
+        cgroup_remove(e->cg_dir, NULL, 0); /* with its v1 directories */
 }
 
 static int test_setup(void **state)
@@ -741,6 +741,55 @@ static void shim_cgroup_holds_command_and_setsid_grandchild_not_shim(void **stat
     e->cg_test[0] = '\0';
 }
 
+static void shim_records_oom_kills_of_command_over_memory_limit(void **state)
+{
+    struct env *e = *state;
+    char cg[CGROUP_PATH_MAX], err[512] = "", dir2[sizeof(e->dir) + 4];
+    if (!cgroup_root_has(e->cg, "memory")) {
+        print_error("%s has no memory controller (cgroup v2 or v1)\n", cgroup_root_path(e->cg));
+        fail();
+    }
+    assert_int_equal(
+        cgroup_create(e->cg, 101, (uint32_t)e->seq, 0, 32, cg, sizeof(cg), err, sizeof(err)), 0);
+    snprintf(e->cg_test, sizeof(e->cg_test), "%s", cg);
+    /* 96 MiB written under a 32 MiB limit: the kernel kills it. */
+    const char *cmd[] = {"python3", "-c", "b = b'x' * (96 << 20)", NULL};
+    const char *extra[] = {"--user", "gpuorch-test1", "--cgroup", cg, NULL};
+    int st = wait_for(spawn_shim(e->dir, extra, cmd));
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 128 + SIGKILL);
+    struct shim_status s;
+    read_status_ok(e->dir, &s);
+    assert_true(s.signaled);
+    assert_int_equal(s.signal, SIGKILL);
+    assert_int_equal(s.oom_kills, 1);
+    time_t end = deadline();
+    while (cgroup_remove(cg, err, sizeof(err)) == GPO_EBUSY && time(NULL) < end)
+        tmptree_pause();
+    e->cg_test[0] = '\0';
+
+    /* A command within its limit, in a cgroup: no "oom_kills". */
+    snprintf(dir2, sizeof(dir2), "%s-b", e->dir);
+    assert_int_equal(mkdir(dir2, 0700), 0);
+    assert_int_equal(
+        cgroup_create(e->cg, 102, (uint32_t)e->seq, 0, 32, cg, sizeof(cg), err, sizeof(err)), 0);
+    snprintf(e->cg_test, sizeof(e->cg_test), "%s", cg);
+    const char *small[] = {"true", NULL};
+    st = wait_for(spawn_shim(dir2, extra, small));
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    read_status_ok(dir2, &s);
+    assert_int_equal(s.oom_kills, 0);
+    char text[512];
+    char path[sizeof(dir2) + 16];
+    join(path, sizeof(path), dir2, "status");
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    size_t n = fread(text, 1, sizeof(text) - 1, f);
+    text[n] = '\0';
+    fclose(f);
+    assert_null(strstr(text, "oom_kills"));
+}
+
 static void shim_ready_fd_closes_once_pid_file_is_written(void **state)
 {
     struct env *e = *state;
@@ -837,6 +886,7 @@ int main(void)
         T(shim_reports_unknown_user_in_status, 0),
         T(shim_opens_custom_output_files_as_the_user, NEED_USERS),
         T(shim_cgroup_holds_command_and_setsid_grandchild_not_shim, NEED_USERS | NEED_CGROUP),
+        T(shim_records_oom_kills_of_command_over_memory_limit, NEED_USERS | NEED_CGROUP),
     };
 #undef T
     /* cmocka 1.1's skip() prints "not ok ... # SKIP", which meson counts as a
