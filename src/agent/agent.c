@@ -633,6 +633,8 @@ static int start_priv(struct agent *ag, const char *abs_state, char *err, size_t
         agent_log("no cgroups: %s; kills go to process groups, and CPU and memory limits are "
                   "not enforced",
                   priv_cgroup_note(ag->priv));
+    else if (!rc)
+        agent_log("%s", priv_cgroup_note(ag->priv));
     return rc;
 }
 

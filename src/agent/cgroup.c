@@ -274,6 +274,19 @@ static int limit_index(const char *controller)
     return -1;
 }
 
+const char *cgroup_kind_name(enum cgroup_kind kind)
+{
+    switch (kind) {
+    case CGROUP_NONE:
+        return "no";
+    case CGROUP_V1:
+        return "cgroup v1";
+    case CGROUP_V2:
+        return "cgroup v2";
+    }
+    return "unknown";
+}
+
 enum cgroup_kind cgroup_root_kind(const struct cgroup_root *root, const char *controller)
 {
     int c = limit_index(controller);

@@ -92,6 +92,9 @@ enum cgroup_kind {
     CGROUP_V2,   /* on cgroup v2 */
 };
 
+/* "no", "cgroup v1", "cgroup v2"; "unknown" out of range. */
+const char *cgroup_kind_name(enum cgroup_kind kind);
+
 /* How the root's children get `controller` ("cpu", "memory"; any other
  * name: CGROUP_NONE), so that cgroup_create writes its limits. */
 enum cgroup_kind cgroup_root_kind(const struct cgroup_root *root, const char *controller);

@@ -165,6 +165,11 @@ def setup():
     ok(wait_until(registered, timeout=30, step=0.1), "the agent registers", AGENT.tail())
     ok("no cgroups" not in AGENT.log(), "the agent uses cgroups (its log says no 'no cgroups')",
        AGENT.tail())
+    kinds = layout()
+    want = (f"cgroups under {AGENT.cgroup} (CPU limits: cgroup {kinds['cpu'][0]}, memory limits: "
+            f"cgroup {kinds['memory'][0]})")
+    ok(wait_until(lambda: want in AGENT.log(), timeout=DEADLINE_S), f"its log says '{want}'",
+       AGENT.tail())
 
 
 def controllers_available():
