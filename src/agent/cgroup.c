@@ -11,7 +11,6 @@
  * trusting stat.
  */
 #define _GNU_SOURCE
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -329,9 +328,10 @@ static int put(const char *dir, const char *name, const char *value, char *err, 
 static int v2_limits(const char *dir, bool cpu, bool mem, uint32_t cpu_milli, int64_t mem_mib,
                      char *err, size_t errlen)
 {
-    char value[64], swap[CGROUP_PATH_MAX];
+    char value[64];
     int rc = 0;
     if (mem) {
+        char swap[CGROUP_PATH_MAX];
         if (mem_mib > 0)
             snprintf(value, sizeof(value), "%" PRId64, mem_mib * 1024 * 1024);
         else
@@ -532,23 +532,17 @@ int cgroup_kill(const char *path, char *err, size_t errlen)
 }
 
 /* A v1 cgroup has no cgroup.events: it is populated while it lists a
- * process, or has a child cgroup (which the job made). */
+ * process. (A child cgroup that a job running as root made keeps it from
+ * being removed: cgroup_remove says GPO_EBUSY.) */
 static int populated_v1(const char *path, bool *ret_populated, char *err, size_t errlen)
 {
-    pid_t *pids;
-    size_t n;
+    pid_t *pids = NULL;
+    size_t n = 0;
     int rc = cgroup_pids(path, &pids, &n, err, errlen);
     if (rc)
         return rc;
     free(pids);
-    bool child = false;
-    DIR *d = n ? NULL : opendir(path);
-    for (struct dirent *de; d && !child && (de = readdir(d));)
-        child =
-            de->d_type == DT_DIR && strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0;
-    if (d)
-        closedir(d);
-    *ret_populated = n > 0 || child;
+    *ret_populated = n > 0;
     return 0;
 }
 

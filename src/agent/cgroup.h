@@ -173,7 +173,7 @@ int cgroup_kill(const char *path, char *err, size_t errlen);
 int cgroup_signal(const char *path, int sig, char *err, size_t errlen);
 
 /* Whether any process is left in the cgroup or below it ("populated" in
- * cgroup.events; on v1, a process in cgroup.procs or a child cgroup).
+ * cgroup.events; on a v1 root, a process in its cgroup.procs).
  * Returns 0 and *ret_populated, GPO_ENOENT, GPO_EIO. */
 int cgroup_populated(const char *path, bool *ret_populated, char *err, size_t errlen);
 

@@ -64,11 +64,19 @@ int cg_write(const char *path, const char *text)
 
 /* Reads a whole file into a NUL-terminated heap buffer (*ret, caller frees).
  * Returns 0, or -errno with errno set too (EFBIG over READ_MAX_BYTES). */
+/* -errno, never 0 (an errno of 0 reads as EIO). */
+static int neg_errno(void)
+{
+    int e = errno > 0 ? errno : EIO;
+    errno = e;
+    return -e;
+}
+
 int cg_read(const char *path, char **ret)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return -errno;
+        return neg_errno();
     size_t len = 0, cap = 4096;
     char *buf = malloc(cap);
     int e = buf ? 0 : ENOMEM;
@@ -215,6 +223,7 @@ int cg_mounts_read(const char *path, struct cg_mounts *m, char *err, size_t errl
                           strerror(errno));
     size_t best = 0;
     char *save = NULL;
+    // NOLINTNEXTLINE(clang-analyzer-core.CallAndMessage): cg_read set text (its -errno < 0)
     for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
         char *point, *opts;
         int kind = parse_line(line, &point, &opts);
@@ -350,7 +359,7 @@ static void freeze(const char *file, bool v1)
         return;
     for (int i = 0; i < FREEZE_WAIT_MS; i++) {
         char *state = NULL;
-        bool frozen = cg_read(file, &state) == 0 && strncmp(state, "FROZEN", 6) == 0;
+        bool frozen = cg_read(file, &state) == 0 && state && strncmp(state, "FROZEN", 6) == 0;
         free(state);
         if (frozen)
             return;
