@@ -459,6 +459,20 @@ static void spawn_pair(const char *path, pid_t *ret_child, pid_t *ret_grandchild
     *ret_grandchild = g;
 }
 
+/* cgroup_kill of spawn_pair's cgroup: both die of SIGKILL, the cgroup
+ * empties. */
+static void kill_pair_ok(const char *path, pid_t child, pid_t grandchild)
+{
+    char err[512] = "";
+    assert_int_equal(cgroup_kill(path, err, sizeof(err)), 0);
+    int st = wait_for(child);
+    assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+    /* Orphaned by the child's death, reparented to this subreaper. */
+    st = wait_for(grandchild);
+    assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+    wait_unpopulated(path);
+}
+
 static void cgroup_kill_ends_every_process_including_setsid_child(void **state)
 {
     struct env *e = *state;
@@ -473,13 +487,7 @@ static void cgroup_kill_ends_every_process_including_setsid_child(void **state)
     assert_true(has_pid(pids, n, child) && has_pid(pids, n, grandchild));
     free(pids);
 
-    assert_int_equal(cgroup_kill(path, err, sizeof(err)), 0);
-    int st = wait_for(child);
-    assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
-    /* Orphaned by the child's death, reparented to this subreaper. */
-    st = wait_for(grandchild);
-    assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
-    wait_unpopulated(path);
+    kill_pair_ok(path, child, grandchild);
     assert_int_equal(cgroup_kill(path, err, sizeof(err)), 0); /* empty: nothing to do */
     assert_int_equal(cgroup_remove(path, err, sizeof(err)), 0);
     assert_int_equal(cgroup_kill(path, err, sizeof(err)), GPO_ENOENT);
@@ -564,16 +572,11 @@ static void cgroup_root_on_v1_hierarchy_limits_and_kills(void **state)
     bool populated = false;
     assert_int_equal(cgroup_populated(path, &populated, err, sizeof(err)), 0);
     assert_true(populated);
-    assert_int_equal(cgroup_kill(path, err, sizeof(err)), 0);
-    int st = wait_for(child);
-    assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
-    st = wait_for(grandchild);
-    assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
-    wait_unpopulated(path);
+    kill_pair_ok(path, child, grandchild);
     uint64_t kills = 9;
     assert_int_equal(cgroup_oom_kills(path, &kills, err, sizeof(err)), 0);
     assert_int_equal(kills, 0);
-    st = run_allocation(path, 48);
+    int st = run_allocation(path, 48);
     assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
     assert_int_equal(cgroup_oom_kills(path, &kills, err, sizeof(err)), 0);
     assert_int_equal(kills, 1);

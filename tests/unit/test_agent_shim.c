@@ -243,6 +243,18 @@ static void join(char *buf, size_t len, const char *dir, const char *name)
     snprintf(buf, len, "%s/%s", dir, name);
 }
 
+/* Waits for `shim`, whose command `sig` ended: the shim exits 128 + sig
+ * and its status says so (*s). */
+static void wait_signaled(pid_t shim, const char *dir, int sig, struct shim_status *s)
+{
+    int st = wait_for(shim);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 128 + sig);
+    read_status_ok(dir, s);
+    assert_true(s->signaled);
+    assert_int_equal(s->signal, sig);
+}
+
 static void shim_records_exit_codes_zero_and_three(void **state)
 {
     struct env *e = *state;
@@ -302,13 +314,9 @@ static void shim_forwards_sigterm_to_command_group(void **state)
     tmptree_wait_file(bgpid);
     pid_t bg = (pid_t)tmptree_read_number(bgpid);
     assert_int_equal(kill(shim, SIGTERM), 0);
-    int st = wait_for(shim);
-    assert_true(WIFEXITED(st));
-    assert_int_equal(WEXITSTATUS(st), 128 + SIGTERM);
     struct shim_status s;
-    read_status_ok(e->dir, &s);
-    assert_true(s.signaled);
-    assert_int_equal(s.signal, SIGTERM);
+    wait_signaled(shim, e->dir, SIGTERM, &s);
+    int st;
     /* The sleep is gone: reaped here (orphaned, reparented to this
      * subreaper) or by sh's `wait` just before sh itself ended. */
     if (wait_gone(bg, &st)) {
@@ -725,13 +733,9 @@ static void shim_cgroup_holds_command_and_setsid_grandchild_not_shim(void **stat
     free(pids);
 
     assert_int_equal(cgroup_kill(cg, err, sizeof(err)), 0);
-    int st = wait_for(shim); /* outside the cgroup: it survives and reports */
-    assert_true(WIFEXITED(st));
-    assert_int_equal(WEXITSTATUS(st), 128 + SIGKILL);
     struct shim_status s;
-    read_status_ok(e->dir, &s);
-    assert_true(s.signaled);
-    assert_int_equal(s.signal, SIGKILL);
+    wait_signaled(shim, e->dir, SIGKILL, &s); /* outside the cgroup: it survives and reports */
+    int st;
     if (wait_gone(gc, &st)) /* orphaned, reparented to this subreaper */
         assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
     time_t end = deadline();
@@ -755,13 +759,8 @@ static void shim_records_oom_kills_of_command_over_memory_limit(void **state)
     /* 96 MiB written under a 32 MiB limit: the kernel kills it. */
     const char *cmd[] = {"python3", "-c", "b = b'x' * (96 << 20)", NULL};
     const char *extra[] = {"--user", "gpuorch-test1", "--cgroup", cg, NULL};
-    int st = wait_for(spawn_shim(e->dir, extra, cmd));
-    assert_true(WIFEXITED(st));
-    assert_int_equal(WEXITSTATUS(st), 128 + SIGKILL);
     struct shim_status s;
-    read_status_ok(e->dir, &s);
-    assert_true(s.signaled);
-    assert_int_equal(s.signal, SIGKILL);
+    wait_signaled(spawn_shim(e->dir, extra, cmd), e->dir, SIGKILL, &s);
     assert_int_equal(s.oom_kills, 1);
     time_t end = deadline();
     while (cgroup_remove(cg, err, sizeof(err)) == GPO_EBUSY && time(NULL) < end)
@@ -775,7 +774,7 @@ static void shim_records_oom_kills_of_command_over_memory_limit(void **state)
         cgroup_create(e->cg, 102, (uint32_t)e->seq, 0, 32, cg, sizeof(cg), err, sizeof(err)), 0);
     snprintf(e->cg_test, sizeof(e->cg_test), "%s", cg);
     const char *small[] = {"true", NULL};
-    st = wait_for(spawn_shim(dir2, extra, small));
+    int st = wait_for(spawn_shim(dir2, extra, small));
     assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
     read_status_ok(dir2, &s);
     assert_int_equal(s.oom_kills, 0);
