@@ -124,7 +124,7 @@ static void wait_unpopulated(const char *path)
 
 static void read_file(const char *dir, const char *name, char *buf, size_t len)
 {
-    char path[CGROUP_PATH_MAX + 64];
+    char path[2 * CGROUP_PATH_MAX];
     snprintf(path, sizeof(path), "%s/%s", dir, name);
     FILE *f = fopen(path, "r");
     assert_non_null(f);
