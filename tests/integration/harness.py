@@ -409,6 +409,7 @@ def agent_cgroups(prefix, names):
     roots = {}
     try:
         os.mkdir(base)
+        delegate_controllers(base)
         for name in names:
             roots[name] = os.path.join(base, name)
             os.mkdir(roots[name])
@@ -417,6 +418,24 @@ def agent_cgroups(prefix, names):
         remove_cgroups(base)
         return None, {}
     return base, roots
+
+
+def delegate_controllers(base):
+    """On cgroup v2, passes cpu and memory on to BASE's children where BASE
+    has them, so that each agent's root can enable them for its attempts (a
+    cgroup has only what its parent's cgroup.subtree_control enables)."""
+    try:
+        with open(os.path.join(base, "cgroup.controllers")) as f:
+            offered = f.read().split()
+    except OSError:
+        return  # a v1 hierarchy: nothing to delegate
+    for ctrl in ("cpu", "memory"):
+        if ctrl in offered:
+            try:
+                with open(os.path.join(base, "cgroup.subtree_control"), "w") as f:
+                    f.write(f"+{ctrl}")
+            except OSError as e:
+                diag(f"cannot enable {ctrl} in {base}/cgroup.subtree_control: {e}")
 
 
 def cgroup_mounts():
