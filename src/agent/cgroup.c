@@ -371,6 +371,10 @@ static int make_dirs(const struct att_dirs *d, bool *ret_made, char *err, size_t
         if (!dir[0])
             continue;
         made[c] = mkdir(dir, 0755) == 0;
+        /* A v1 directory of the root that went (its parents hold no
+         * setting) is made again. */
+        if (!made[c] && errno == ENOENT && c < CG_NCTRL && cg_mkdir_parents(dir) == 0)
+            made[c] = true;
         if (!made[c] && errno != EEXIST)
             rc = cg_fail(err, errlen, "mkdir", dir);
     }

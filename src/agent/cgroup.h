@@ -129,13 +129,14 @@ int cgroup_layout_read(struct cgroup_layout *ret, char *err, size_t errlen);
 /*
  * Creates ROOT/job-J.A for attempt A of job J (an existing one, left by an
  * earlier launch of the same attempt, is reused), and its directories in the
- * v1 hierarchies the root uses, and writes its path into path_out (len
- * bytes). With the memory controller: a limit of mem_mib MiB (0: none) that
- * swap does not stretch; on v2 memory.max (and memory.swap.max 0 where the
- * kernel has swap accounting), on v1 memory.limit_in_bytes (and
- * memory.memsw.limit_in_bytes the same). With cpu: a weight proportional to
- * cpu_milli (v2 cpu.weight = cpu_milli / 10, so one CPU gets the kernel's
- * default 100, in 1..10000; v1 cpu.shares = cpu_milli * 1024 / 1000, in
+ * v1 hierarchies the root uses (with the root's own there, should it have
+ * gone), and writes its path into path_out (len bytes). With the memory
+ * controller: a limit of mem_mib MiB (0: none) that swap does not stretch;
+ * on v2 memory.max (and memory.swap.max 0 where the kernel has swap
+ * accounting), on v1 memory.limit_in_bytes (and memory.memsw.limit_in_bytes
+ * the same). With cpu: a weight proportional to cpu_milli (v2 cpu.weight =
+ * cpu_milli / 10, so one CPU gets the kernel's default 100, in 1..10000; v1
+ * cpu.shares = cpu_milli * 1024 / 1000, in
  * 2..262144; 0 gets the default) and a cap of cpu_milli * 100 microseconds
  * per 100 ms period, at least the kernel's 1000 (v2 cpu.max "QUOTA 100000",
  * v1 cpu.cfs_quota_us; none for 0). A limit the root cannot enforce is

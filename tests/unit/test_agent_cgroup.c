@@ -3,7 +3,8 @@
  * with its path, the automatic root is found (and is what the layout says),
  * the root gets both the cpu and the memory controller (on cgroup v2, or
  * from their v1 hierarchies on a hybrid machine), an attempt's cgroup is made
- * (and reused), its limits written, its CPU weight proportional to its CPUs,
+ * (and reused, and its v1 directory made again should the root's have gone),
+ * its limits written, its CPU weight proportional to its CPUs,
  * a process over its memory limit is killed by the kernel and counted, a
  * process moved in shows up in its pids, cgroup_kill ends every process (a
  * child that called setsid included; also on a root on a v1 hierarchy,
@@ -317,6 +318,19 @@ static void cgroup_create_writes_memory_limit_and_cpu_cap(void **state)
     assert_int_equal(access(mem_dir, F_OK), -1); /* its v1 directories went with it */
 }
 
+static void cgroup_create_makes_vanished_v1_directory_again(void **state)
+{
+    struct env *e = *state;
+    const char *mem = cgroup_root_dir(e->root, "memory");
+    char path[CGROUP_PATH_MAX], text[64], err[512] = "";
+    /* Another agent of the same name that stopped took it away. */
+    assert_int_equal(rmdir(mem), 0);
+    create_ok(e, 24, 1, 0, 48, path, sizeof(path));
+    read_limit(e, "memory", "job-24.1", "memory.limit_in_bytes", text, sizeof(text));
+    assert_string_equal(text, "50331648\n");
+    assert_int_equal(cgroup_remove(path, err, sizeof(err)), 0);
+}
+
 /* An attempt's CPU weight: cpu.weight (v2) or cpu.shares (v1). */
 static long cpu_weight(const struct env *e, const char *leaf)
 {
@@ -594,7 +608,7 @@ static void cgroup_root_on_v1_hierarchy_limits_and_kills(void **state)
 /* NEED_ROOT: runs as root (and fails where root has no cgroup); the
  * others are left out where what they need is missing, which as root the
  * NEED_ROOT test reports as a failure. */
-enum { NEED_CGROUP = 1 << 0, NEED_LIMITS = 1 << 1, NEED_ROOT = 1 << 2 };
+enum { NEED_CGROUP = 1 << 0, NEED_LIMITS = 1 << 1, NEED_ROOT = 1 << 2, NEED_V1_SIBLING = 1 << 3 };
 
 int main(void)
 {
@@ -603,6 +617,8 @@ int main(void)
         return 1;
     env_init(&e);
     bool limits = e.root && cgroup_root_has(e.root, "cpu") && cgroup_root_has(e.root, "memory");
+    bool v1_sibling = limits && cgroup_root_kind(e.root, "memory") == CGROUP_V1 &&
+                      strcmp(cgroup_root_dir(e.root, "memory"), cgroup_root_path(e.root)) != 0;
     const struct {
         struct CMUnitTest t;
         unsigned needs;
@@ -616,6 +632,8 @@ int main(void)
          NEED_CGROUP | NEED_LIMITS},
         {cmocka_unit_test_prestate(cgroup_create_sets_cpu_weight_proportional_to_cpus, &e),
          NEED_CGROUP | NEED_LIMITS},
+        {cmocka_unit_test_prestate(cgroup_create_makes_vanished_v1_directory_again, &e),
+         NEED_CGROUP | NEED_LIMITS | NEED_V1_SIBLING},
         {cmocka_unit_test_prestate(cgroup_process_over_memory_limit_is_killed_and_counted, &e),
          NEED_CGROUP | NEED_LIMITS},
         {cmocka_unit_test_prestate(cgroup_attached_process_shows_in_pids_and_blocks_remove, &e),
@@ -636,6 +654,8 @@ int main(void)
         else if ((all[i].needs & NEED_CGROUP) && !e.root)
             printf("# %s %s: no writable cgroup: %s\n", root_user ? "left out" : "SKIP",
                    all[i].t.name, e.why);
+        else if ((all[i].needs & NEED_V1_SIBLING) && limits && !v1_sibling)
+            printf("# SKIP %s: memory is on cgroup v2 here, in %s itself\n", all[i].t.name, e.dir);
         else if ((all[i].needs & NEED_LIMITS) && !limits)
             printf("# left out %s: %s lacks the cpu or memory controller (the test "
                    "cgroup_root_gets_cpu_and_memory_controllers fails on it)\n",
