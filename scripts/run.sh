@@ -85,6 +85,7 @@ server_pid=
 agent_pids=()
 agent_names=()
 cgroup_dir=
+cgroup_mnt=
 hurry=0
 
 alive() { [ -n "$1" ] && kill -0 "$1" 2>/dev/null; }
@@ -207,6 +208,13 @@ cleanup() {
             rmdir "$cgroup_dir"/*/job-* "$cgroup_dir"/* "$cgroup_dir" 2>/dev/null || sleep 0.1
             n=$((n - 1))
         done
+        # Its twins in the cpu and memory v1 hierarchies, where the agents put
+        # the limits cgroup2 lacks (docs/agent.md), at the same path there.
+        local v1 rel=${cgroup_dir#"$cgroup_mnt"}
+        while read -r v1; do
+            if [ -d "$v1$rel" ]; then rmdir "$v1$rel"/*/job-* "$v1$rel"/* "$v1$rel" 2>/dev/null || true; fi
+        done < <(awk '{ for (i = 7; i <= NF; i++) if ($i == "-") { if ($(i + 1) == "cgroup") print $5; break } }' \
+            /proc/self/mountinfo)
     fi
     if [ -n "$server_pid" ]; then
         say "stopped (agents, then the server); the store and the logs stay in $run_dir"
@@ -353,6 +361,7 @@ print(" ".join(sorted(n["name"] for n in nodes if n["state"] == "up")))' 2>/dev/
 }
 
 cgroup_dir=$(make_cgroup_dir)
+cgroup_mnt=${cgroup_dir%/gpuorch/run-"$tag"}
 start_server
 write_config
 # Prices name GPU types the nodes register: that last section waits for them.

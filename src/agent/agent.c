@@ -89,7 +89,9 @@ static void usage(FILE *out)
             "  --addr ADDR           where the controller reaches this node (default: the\n"
             "                        address the controller sees it connect from)\n"
             "  --log-listen A:PORT   the log server's address (default 0.0.0.0:0, any port)\n"
-            "  --cgroup-root PATH    cgroup v2 directory for attempts' cgroups; auto (the\n"
+            "  --cgroup-root PATH    cgroup directory for attempts' cgroups (cgroup2, or a\n"
+            "                        v1 hierarchy; limits the cgroup2 mount lacks go to\n"
+            "                        the cpu and memory v1 hierarchies); auto (the\n"
             "                        default) uses CGROUP2_MOUNT/gpuorch/NAME, none turns\n"
             "                        them off (kills then go to process groups)\n"
             "  --allow-root          let jobs run as root (refused by default)\n"
@@ -99,7 +101,8 @@ static void usage(FILE *out)
             "  --dirty-wait S        how long an ended job's GPU processes may take to go\n"
             "                        before the GPU is reported dirty (default 10)\n"
             "  --cpus N, --mem-mib N what the node offers (default: the machine's)\n"
-            "  --probe               print the GPUs and one sample as JSON, and exit\n"
+            "  --probe               print the GPUs, one sample and where cgroups and\n"
+            "                        their limits would go as JSON, and exit\n"
             "\n"
             "Exit status: 0 stopped by SIGTERM or SIGINT, 1 could not start, 2 usage error.\n");
 }
@@ -243,7 +246,29 @@ static json_t *devices_json(const struct gpu_backend *b)
     return info;
 }
 
-/* `gpuorch agent --probe`: what NVML says, as JSON on stdout. */
+/* One limit of the layout: {"cgroup": "v1"|"v2", "dir": D}, or null. */
+static json_t *limit_json(const struct cgroup_limit *l)
+{
+    if (l->kind == CGROUP_NONE)
+        return json_null();
+    return json_pack("{s:s, s:s}", "cgroup", l->kind == CGROUP_V2 ? "v2" : "v1", "dir", l->dir);
+}
+
+/* Where --cgroup-root auto puts attempts' cgroups and their limits, or
+ * {"error": ...} where there is no cgroup filesystem. */
+static json_t *cgroups_json(void)
+{
+    struct cgroup_layout l;
+    char err[512] = "out of memory";
+    if (cgroup_layout_read(&l, err, sizeof(err)) != 0)
+        return json_pack("{s:s}", "error", err);
+    return json_pack("{s:s, s:s, s:o, s:o}", "root", l.root, "root_cgroup",
+                     l.root_kind == CGROUP_V2 ? "v2" : "v1", "cpu", limit_json(&l.cpu), "memory",
+                     limit_json(&l.memory));
+}
+
+/* `gpuorch agent --probe`: what NVML says, and where cgroups would go, as
+ * JSON on stdout. */
 static int probe(const struct agent_args *a)
 {
     struct gpu_backend *b = NULL;
@@ -260,9 +285,9 @@ static int probe(const struct agent_args *a)
     rc = rc ? rc : proto_gpus_encode(reg.gpus, reg.ngpus, &inv);
     rc = rc ? rc : proto_gpu_samples_encode(hb.gpus, hb.ngpus, &sample);
     json_t *out = rc ? NULL
-                     : json_pack("{s:s, s:I, s:o, s:o, s:o}", "backend", gpu_backend_name(b),
+                     : json_pack("{s:s, s:I, s:o, s:o, s:o, s:o}", "backend", gpu_backend_name(b),
                                  "gpus", (json_int_t)gpu_count(b), "devices", devices_json(b),
-                                 "inventory", inv, "sample", sample);
+                                 "inventory", inv, "sample", sample, "cgroups", cgroups_json());
     if (rc) { /* else json_pack took them, also when it failed */
         json_decref(inv);
         json_decref(sample);
@@ -507,7 +532,7 @@ static void *signal_main(void *arg)
     /* The node's cgroup directory goes once no attempt's cgroup is left in it
      * (rmdir refuses while one is: running jobs keep theirs). */
     if (ag->cgroup_dir[0])
-        rmdir(ag->cgroup_dir);
+        cgroup_remove(ag->cgroup_dir, NULL, 0); /* with its v1 directories */
     (void)fflush(stderr); /* the process ends here: a failed flush has nowhere to go */
     _exit(0);
 }
@@ -608,6 +633,8 @@ static int start_priv(struct agent *ag, const char *abs_state, char *err, size_t
         agent_log("no cgroups: %s; kills go to process groups, and CPU and memory limits are "
                   "not enforced",
                   priv_cgroup_note(ag->priv));
+    else if (!rc)
+        agent_log("%s", priv_cgroup_note(ag->priv));
     return rc;
 }
 

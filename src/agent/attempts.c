@@ -205,6 +205,15 @@ static struct proto_report outcome_of(const struct att *a, const struct shim_sta
     } else if (a->killing && (st->signaled || st->exit_code != 0)) {
         r.state = a->kill_as;
         *(st->signaled ? &r.signal : &r.exit_code) = st->signaled ? st->signal : st->exit_code;
+    } else if (st->oom_kills > 0) {
+        /* Over its memory limit, whatever the command made of the kill. */
+        char why[160];
+        snprintf(why, sizeof(why),
+                 "out of memory: the kernel killed %" PRIu64 " process%s of the job at its "
+                 "memory limit",
+                 st->oom_kills, st->oom_kills == 1 ? "" : "es");
+        *(st->signaled ? &r.signal : &r.exit_code) = st->signaled ? st->signal : st->exit_code;
+        r.reason = reason_dup(why);
     } else if (st->signaled) {
         r.signal = st->signal;
         r.reason = reason_dup("killed by a signal");

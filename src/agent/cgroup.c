@@ -1,10 +1,14 @@
 /*
- * cgroup.c - cgroup v2 for the node agent (see cgroup.h).
+ * cgroup.c - cgroups for the node agent (see cgroup.h): the root, an
+ * attempt's cgroup and its processes; cgroup_fs.c has the files, the mount
+ * table and the v1 side.
  *
- * Everything goes through the cgroup filesystem's files: a small write to
- * cgroup.procs, cgroup.kill, memory.max, cpu.max, cgroup.subtree_control, a
- * read of cgroup.procs, cgroup.events, cgroup.controllers. Those files report
- * a size of 0, so reads grow their buffer instead of trusting stat.
+ * Everything goes through the cgroup filesystems' files: a small write to
+ * cgroup.procs, cgroup.kill, memory.max, cpu.weight, cpu.max,
+ * cgroup.subtree_control (v1: memory.limit_in_bytes, cpu.shares, ...), a
+ * read of cgroup.procs, cgroup.events, cgroup.controllers, memory.events.
+ * Those files report a size of 0, so reads grow their buffer instead of
+ * trusting stat.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -22,177 +26,36 @@
 #include <unistd.h>
 
 #include "agent/cgroup.h"
+#include "agent/cgroup_int.h"
 #include "util/errbuf.h"
 #include "base/banned.h"
 
-/* cgroup.procs of a cgroup with very many processes; more is not an attempt. */
-#define READ_MAX_BYTES (4 << 20)
-/* The fallback kill without cgroup.kill: rounds of SIGKILL, 1 ms apart. */
-#define KILL_ROUNDS 1000
-
-enum { HAS_CPU = 1 << 0, HAS_MEMORY = 1 << 1 };
-
-static const struct {
-    const char *name;
-    unsigned flag;
-} controllers[] = {
-    {"cpu", HAS_CPU},
-    {"memory", HAS_MEMORY},
-};
-#define NCONTROLLERS (sizeof(controllers) / sizeof(controllers[0]))
+/* The limits' controllers, in cg_ctrl's order: a root has each on cgroup v2
+ * (enabled in its cgroup.subtree_control), in a v1 hierarchy, or not. */
+#define NLIMITS 2 /* CG_CPU, CG_MEMORY */
 
 struct cgroup_root {
     char *path;
-    unsigned has; /* HAS_* the root's children get */
+    enum cgroup_kind kind[NLIMITS]; /* where each limit is enforced */
+    char *dir[CG_NCTRL];            /* the root's v1 siblings (cgroup_int.h); NULL: none */
 };
-
-static void nap_ms(long ms)
-{
-    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-        ;
-}
-
-/* PARENT/NAME into out (outlen bytes); false when it does not fit. */
-static bool join(char *out, size_t outlen, const char *parent, const char *name)
-{
-    return (size_t)snprintf(out, outlen, "%s/%s", parent, name) < outlen;
-}
-
-/* Writes `text` to an existing file in one write(), as the cgroup files want
- * it. Returns 0 or -errno (errno set too). */
-static int write_text(const char *path, const char *text)
-{
-    int fd = open(path, O_WRONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -errno;
-    size_t len = strlen(text);
-    ssize_t w;
-    while ((w = write(fd, text, len)) < 0 && errno == EINTR)
-        ;
-    int e = errno;
-    close(fd);
-    if (w < 0 || (size_t)w != len) {
-        errno = w < 0 ? e : EIO;
-        return -errno;
-    }
-    return 0;
-}
-
-/* Reads a whole file into a NUL-terminated heap buffer (*ret, caller frees).
- * Returns 0, or -errno with errno set too (EFBIG over READ_MAX_BYTES). */
-static int read_text(const char *path, char **ret)
-{
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -errno;
-    size_t len = 0, cap = 4096;
-    char *buf = malloc(cap);
-    int e = buf ? 0 : ENOMEM;
-    while (!e) {
-        if (cap - len < 2) {
-            char *nb = cap < READ_MAX_BYTES ? realloc(buf, cap * 2) : NULL;
-            if (!nb) {
-                e = cap < READ_MAX_BYTES ? ENOMEM : EFBIG;
-                break;
-            }
-            buf = nb;
-            cap *= 2;
-        }
-        ssize_t n = read(fd, buf + len, cap - len - 1);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            e = errno;
-        else if (n == 0)
-            break;
-        else
-            len += (size_t)n;
-    }
-    close(fd);
-    if (e) {
-        free(buf);
-        errno = e;
-        return -e;
-    }
-    buf[len] = '\0';
-    *ret = buf;
-    return 0;
-}
-
-/* The code for a failed call on a cgroup file, with its message. */
-static int fail(char *err, size_t errlen, const char *call, const char *path)
-{
-    int e = errno;
-    int code = e == ENOENT ? GPO_ENOENT : e == ENOMEM ? GPO_ENOMEM : GPO_EIO;
-    return errbuf_set(err, errlen, code, "%s %s: %s", call, path, strerror(e));
-}
-
-/* True when whitespace-separated `list` holds `word`. */
-static bool has_word(const char *list, const char *word)
-{
-    size_t wl = strlen(word);
-    for (const char *p = list; *p;) {
-        while (*p == ' ' || *p == '\n' || *p == '\t')
-            p++;
-        size_t n = strcspn(p, " \n\t");
-        if (n == wl && memcmp(p, word, n) == 0)
-            return true;
-        p += n;
-    }
-    return false;
-}
-
-/* Undoes mountinfo's octal escapes (\040 for a space, ...) in place. */
-static void unescape_octal(char *s)
-{
-    char *w = s;
-    for (const char *r = s; *r;) {
-        if (r[0] == '\\' && r[1] >= '0' && r[1] <= '3' && r[2] >= '0' && r[2] <= '7' &&
-            r[3] >= '0' && r[3] <= '7') {
-            *w++ = (char)((r[1] - '0') * 64 + (r[2] - '0') * 8 + (r[3] - '0'));
-            r += 4;
-        } else {
-            *w++ = *r++;
-        }
-    }
-    *w = '\0';
-}
 
 int cgroup_mount_find(char *ret_path, size_t len, char *err, size_t errlen)
 {
-    static const char file[] = "/proc/self/mountinfo";
     if (!ret_path || len == 0)
         return errbuf_set(err, errlen, GPO_EINVAL, "cgroup_mount_find: no buffer");
-    char *text;
-    if (read_text(file, &text) < 0)
-        return errbuf_set(err, errlen, errno == ENOMEM ? GPO_ENOMEM : GPO_EIO, "read %s: %s", file,
-                          strerror(errno));
-    int rc = errbuf_set(err, errlen, GPO_ENOTSUP, "no cgroup2 filesystem in %s", file);
-    char *save = NULL;
-    for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
-        /* ID PARENT MAJ:MIN ROOT MOUNT_POINT OPTIONS [OPTIONAL...] - FSTYPE ... */
-        char *sep = strstr(line, " - ");
-        if (!sep || strncmp(sep + 3, "cgroup2 ", 8) != 0)
-            continue;
-        *sep = '\0';
-        char *f[5], *fs = NULL;
-        int nf = 0;
-        for (char *tok = strtok_r(line, " ", &fs); tok && nf < 5; tok = strtok_r(NULL, " ", &fs))
-            f[nf++] = tok;
-        if (nf < 5)
-            continue;
-        unescape_octal(f[4]);
-        size_t n = strlen(f[4]);
-        if (n >= len) {
-            rc = errbuf_set(err, errlen, GPO_EINVAL, "%s: cgroup2 mount point too long", file);
-            break;
-        }
-        memcpy(ret_path, f[4], n + 1);
-        rc = 0;
-        break;
-    }
-    free(text);
+    struct cg_mounts *m = malloc(sizeof(*m));
+    if (!m)
+        return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
+    int rc = cg_mounts_read(NULL, m, err, errlen);
+    size_t n = strlen(m->v2);
+    if (!rc && !n)
+        rc = errbuf_set(err, errlen, GPO_ENOTSUP, "no cgroup2 filesystem in /proc/self/mountinfo");
+    else if (!rc && n >= len)
+        rc = errbuf_set(err, errlen, GPO_EINVAL, "%s: cgroup2 mount point too long", m->v2);
+    else if (!rc)
+        memcpy(ret_path, m->v2, n + 1);
+    free(m);
     return rc;
 }
 
@@ -202,7 +65,7 @@ static int probe(const char *dir, char *err, size_t errlen)
 {
     char child[CGROUP_PATH_MAX], name[64];
     snprintf(name, sizeof(name), "gpuorch-probe.%ld", (long)getpid());
-    if (!join(child, sizeof(child), dir, name))
+    if (!cg_join(child, sizeof(child), dir, name))
         return errbuf_set(err, errlen, GPO_EINVAL, "%s: path too long", dir);
     rmdir(child); /* left by a crashed earlier probe of a process with our pid */
     if (mkdir(child, 0755) < 0)
@@ -241,33 +104,87 @@ static int probe(const char *dir, char *err, size_t errlen)
     /* The reaped child leaves the cgroup; give the kernel a moment if not yet. */
     int tries = 0;
     while (rmdir(child) < 0 && errno == EBUSY && tries++ < 1000)
-        nap_ms(1);
+        cg_nap_ms(1);
     return rc;
 }
 
-/* Turns on cpu and memory for the root's children where offered, then
- * records what they get. */
-static void enable_controllers(struct cgroup_root *r)
+/* Turns on cpu and memory for the root's children where its
+ * cgroup.controllers offers them, then records what they get. */
+static void enable_v2(struct cgroup_root *r)
 {
     char path[CGROUP_PATH_MAX], ctl[CGROUP_PATH_MAX], *offered = NULL, *enabled = NULL;
-    if (!join(path, sizeof(path), r->path, "cgroup.controllers") ||
-        !join(ctl, sizeof(ctl), r->path, "cgroup.subtree_control") || read_text(path, &offered))
+    if (!cg_join(path, sizeof(path), r->path, "cgroup.controllers") ||
+        !cg_join(ctl, sizeof(ctl), r->path, "cgroup.subtree_control") || cg_read(path, &offered))
         return;
-    for (size_t i = 0; i < NCONTROLLERS; i++) {
+    for (int c = 0; c < NLIMITS; c++) {
         char word[32];
-        snprintf(word, sizeof(word), "+%s", controllers[i].name);
+        snprintf(word, sizeof(word), "+%s", cg_ctrl_names[c]);
         /* One at a time: a write of several fails as a whole. Failure is
          * not fatal: the limit is then not enforced, and has() says so. */
-        if (has_word(offered, controllers[i].name))
-            write_text(ctl, word);
+        if (cg_has_word(offered, cg_ctrl_names[c]))
+            cg_write(ctl, word);
     }
     free(offered);
-    if (read_text(ctl, &enabled) < 0)
+    if (cg_read(ctl, &enabled) < 0)
         return;
-    for (size_t i = 0; i < NCONTROLLERS; i++)
-        if (has_word(enabled, controllers[i].name))
-            r->has |= controllers[i].flag;
+    for (int c = 0; c < NLIMITS; c++)
+        if (cg_has_word(enabled, cg_ctrl_names[c]))
+            r->kind[c] = CGROUP_V2;
     free(enabled);
+}
+
+/* For each limit v2 does not give the root, and (on a v1 root) for the
+ * freezer: the v1 hierarchy of that controller, at the root's path below
+ * its own mount, made where missing. What cannot be made is left out. */
+static int enable_v1(struct cgroup_root *r, char *err, size_t errlen)
+{
+    struct cg_mounts *m = malloc(sizeof(*m));
+    if (!m)
+        return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
+    int rc = cg_mounts_read(r->path, m, err, errlen);
+    for (int c = 0; !rc && m->rel && c < CG_NCTRL; c++) {
+        char dir[CGROUP_PATH_MAX];
+        bool wanted = c < NLIMITS ? r->kind[c] == CGROUP_NONE : m->at_v1;
+        if (!wanted || !m->v1[c][0])
+            continue;
+        if (strcmp(m->v1[c], m->at) == 0) { /* the root's own hierarchy */
+            if (c < NLIMITS)
+                r->kind[c] = CGROUP_V1;
+            continue;
+        }
+        int n = snprintf(dir, sizeof(dir), "%s%s", m->v1[c], m->rel);
+        if (n < 0 || (size_t)n >= sizeof(dir) - 32 || cg_mkdir_parents(dir) < 0)
+            continue;
+        if (!(r->dir[c] = strdup(dir))) {
+            rc = errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
+            break;
+        }
+        if (c < NLIMITS)
+            r->kind[c] = CGROUP_V1;
+    }
+    free(m);
+    return rc;
+}
+
+/* The automatic root: the cgroup2 mount + "/gpuorch", or without one, that
+ * of a v1 hierarchy (the freezer's, else memory's, else cpu's). */
+static int auto_dir(char *dir, size_t len, char *err, size_t errlen)
+{
+    struct cg_mounts *m = malloc(sizeof(*m));
+    if (!m)
+        return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
+    int rc = cg_mounts_read(NULL, m, err, errlen);
+    const char *mnt = m->v2[0]               ? m->v2
+                      : m->v1[CG_FREEZER][0] ? m->v1[CG_FREEZER]
+                      : m->v1[CG_MEMORY][0]  ? m->v1[CG_MEMORY]
+                                             : m->v1[CG_CPU];
+    if (!rc && !mnt[0])
+        rc = errbuf_set(err, errlen, GPO_ENOTSUP,
+                        "no cgroup2 filesystem and no cgroup v1 hierarchy in /proc/self/mountinfo");
+    else if (!rc && !cg_join(dir, len, mnt, "gpuorch"))
+        rc = errbuf_set(err, errlen, GPO_EINVAL, "%s: path too long", mnt);
+    free(m);
+    return rc;
 }
 
 /* Resolves `path` (NULL/"auto" or an absolute directory) into dir, creating
@@ -275,12 +192,9 @@ static void enable_controllers(struct cgroup_root *r)
 static int root_dir(const char *path, char *dir, size_t len, char *err, size_t errlen)
 {
     if (!path || strcmp(path, "auto") == 0) {
-        char mnt[CGROUP_PATH_MAX];
-        int rc = cgroup_mount_find(mnt, sizeof(mnt), err, errlen);
+        int rc = auto_dir(dir, len, err, errlen);
         if (rc)
             return rc;
-        if (!join(dir, len, mnt, "gpuorch"))
-            return errbuf_set(err, errlen, GPO_EINVAL, "%s: path too long", mnt);
         if (mkdir(dir, 0755) < 0 && errno != EEXIST)
             return errbuf_set(err, errlen, GPO_ENOTSUP, "%s: not writable: mkdir: %s", dir,
                               strerror(errno));
@@ -314,8 +228,9 @@ int cgroup_root_open(const char *path, struct cgroup_root **ret, char *err, size
         return errbuf_set(err, errlen, GPO_ENOTSUP, "%s: not a directory", dir);
     if (statfs(dir, &sf) < 0)
         return errbuf_set(err, errlen, GPO_ENOTSUP, "statfs %s: %s", dir, strerror(errno));
-    if (sf.f_type != CGROUP2_SUPER_MAGIC)
-        return errbuf_set(err, errlen, GPO_ENOTSUP, "%s: not on a cgroup v2 filesystem", dir);
+    if (sf.f_type != CGROUP2_SUPER_MAGIC && sf.f_type != CGROUP_SUPER_MAGIC)
+        return errbuf_set(err, errlen, GPO_ENOTSUP,
+                          "%s: not on a cgroup filesystem (cgroup2 or a v1 hierarchy)", dir);
     rc = probe(dir, err, errlen);
     if (rc)
         return rc;
@@ -324,7 +239,12 @@ int cgroup_root_open(const char *path, struct cgroup_root **ret, char *err, size
         free(r);
         return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
     }
-    enable_controllers(r);
+    if (sf.f_type == CGROUP2_SUPER_MAGIC)
+        enable_v2(r);
+    if ((rc = enable_v1(r, err, errlen))) {
+        cgroup_root_close(r);
+        return rc;
+    }
     *ret = r;
     return 0;
 }
@@ -333,6 +253,8 @@ void cgroup_root_close(struct cgroup_root *root)
 {
     if (!root)
         return;
+    for (int c = 0; c < CG_NCTRL; c++)
+        free(root->dir[c]);
     free(root->path);
     free(root);
 }
@@ -342,40 +264,125 @@ const char *cgroup_root_path(const struct cgroup_root *root)
     return root->path;
 }
 
-bool cgroup_root_has(const struct cgroup_root *root, const char *controller)
+/* The index of a limit's controller by name; -1 for another. */
+static int limit_index(const char *controller)
 {
-    for (size_t i = 0; root && controller && i < NCONTROLLERS; i++)
-        if (strcmp(controllers[i].name, controller) == 0)
-            return (root->has & controllers[i].flag) != 0;
-    return false;
+    for (int c = 0; controller && c < NLIMITS; c++)
+        if (strcmp(cg_ctrl_names[c], controller) == 0)
+            return c;
+    return -1;
 }
 
-/* Writes the attempt's limits where the root can enforce them. */
-static int write_limits(const struct cgroup_root *root, const char *dir, uint32_t cpu_milli,
-                        int64_t mem_mib, char *err, size_t errlen)
+const char *cgroup_kind_name(enum cgroup_kind kind)
 {
-    char path[CGROUP_PATH_MAX], value[64];
-    if (root->has & HAS_MEMORY) {
+    switch (kind) {
+    case CGROUP_NONE:
+        return "no";
+    case CGROUP_V1:
+        return "cgroup v1";
+    case CGROUP_V2:
+        return "cgroup v2";
+    }
+    return "unknown";
+}
+
+enum cgroup_kind cgroup_root_kind(const struct cgroup_root *root, const char *controller)
+{
+    int c = limit_index(controller);
+    return root && c >= 0 ? root->kind[c] : CGROUP_NONE;
+}
+
+bool cgroup_root_has(const struct cgroup_root *root, const char *controller)
+{
+    return cgroup_root_kind(root, controller) != CGROUP_NONE;
+}
+
+const char *cgroup_root_dir(const struct cgroup_root *root, const char *controller)
+{
+    int c = limit_index(controller);
+    if (!root || c < 0 || root->kind[c] == CGROUP_NONE)
+        return NULL;
+    return root->dir[c] ? root->dir[c] : root->path;
+}
+
+/* cpu.weight for cpu_milli: 100 (the kernel's default) per CPU, in its
+ * range 1..10000. */
+static uint64_t v2_weight(uint32_t cpu_milli)
+{
+    uint64_t w = cpu_milli ? cpu_milli / 10 : 100;
+    return w < 1 ? 1 : w > 10000 ? 10000 : w;
+}
+
+/* Writes value into DIR/NAME, with a message naming both on failure. */
+static int put(const char *dir, const char *name, const char *value, char *err, size_t errlen)
+{
+    char path[CGROUP_PATH_MAX];
+    if (!cg_join(path, sizeof(path), dir, name) || cg_write(path, value) < 0)
+        return errbuf_set(err, errlen, GPO_EIO, "write %s to %s/%s: %s", value, dir, name,
+                          strerror(errno));
+    return 0;
+}
+
+/* Writes the v2 limits in `dir`: memory.max (and memory.swap.max 0 where
+ * there is one, so swap does not stretch the limit), cpu.weight, cpu.max. */
+static int v2_limits(const char *dir, bool cpu, bool mem, uint32_t cpu_milli, int64_t mem_mib,
+                     char *err, size_t errlen)
+{
+    char value[64];
+    int rc = 0;
+    if (mem) {
+        char swap[CGROUP_PATH_MAX];
         if (mem_mib > 0)
             snprintf(value, sizeof(value), "%" PRId64, mem_mib * 1024 * 1024);
         else
             snprintf(value, sizeof(value), "max");
-        if (!join(path, sizeof(path), dir, "memory.max") || write_text(path, value) < 0)
-            return errbuf_set(err, errlen, GPO_EIO, "write %s to %s/memory.max: %s", value, dir,
-                              strerror(errno));
+        rc = put(dir, "memory.max", value, err, errlen);
+        if (!rc && cg_join(swap, sizeof(swap), dir, "memory.swap.max") && access(swap, F_OK) == 0)
+            rc = put(dir, "memory.swap.max", mem_mib > 0 ? "0" : "max", err, errlen);
     }
-    if (root->has & HAS_CPU) {
+    if (cpu && !rc) {
+        snprintf(value, sizeof(value), "%" PRIu64, v2_weight(cpu_milli));
+        rc = put(dir, "cpu.weight", value, err, errlen);
         /* The kernel refuses a quota under 1 ms per period. */
         uint64_t quota = (uint64_t)cpu_milli * 100;
         if (cpu_milli > 0)
             snprintf(value, sizeof(value), "%" PRIu64 " 100000", quota < 1000 ? 1000 : quota);
         else
             snprintf(value, sizeof(value), "max 100000");
-        if (!join(path, sizeof(path), dir, "cpu.max") || write_text(path, value) < 0)
-            return errbuf_set(err, errlen, GPO_EIO, "write %s to %s/cpu.max: %s", value, dir,
-                              strerror(errno));
+        rc = rc ? rc : put(dir, "cpu.max", value, err, errlen);
     }
-    return 0;
+    return rc;
+}
+
+/* An attempt's directories: the primary one and its v1 siblings. */
+struct att_dirs {
+    char path[CGROUP_PATH_MAX];
+    char sib[CG_NCTRL][CGROUP_PATH_MAX]; /* "" where the root has none */
+};
+
+/* Makes the attempt's directories (existing ones are reused); on failure,
+ * removes those it made. */
+static int make_dirs(const struct att_dirs *d, bool *ret_made, char *err, size_t errlen)
+{
+    bool made[CG_NCTRL + 1] = {false};
+    int rc = 0;
+    for (int c = 0; c <= CG_NCTRL && !rc; c++) {
+        const char *dir = c < CG_NCTRL ? d->sib[c] : d->path;
+        if (!dir[0])
+            continue;
+        made[c] = mkdir(dir, 0755) == 0;
+        /* A v1 directory of the root that went (its parents hold no
+         * setting) is made again. */
+        if (!made[c] && errno == ENOENT && c < CG_NCTRL && cg_mkdir_parents(dir) == 0)
+            made[c] = true;
+        if (!made[c] && errno != EEXIST)
+            rc = cg_fail(err, errlen, "mkdir", dir);
+    }
+    for (int c = 0; rc && c <= CG_NCTRL; c++)
+        if (made[c])
+            rmdir(c < CG_NCTRL ? d->sib[c] : d->path);
+    *ret_made = made[CG_NCTRL];
+    return rc;
 }
 
 int cgroup_create(const struct cgroup_root *root, uint64_t job, uint32_t attempt,
@@ -389,35 +396,61 @@ int cgroup_create(const struct cgroup_root *root, uint64_t job, uint32_t attempt
     if (mem_mib < 0 || mem_mib > CGROUP_MEM_MIB_MAX)
         return errbuf_set(err, errlen, GPO_EINVAL,
                           "cgroup_create: mem_mib %" PRId64 " out of range", mem_mib);
-    char dir[CGROUP_PATH_MAX];
-    int n = snprintf(dir, sizeof(dir), "%s/job-%" PRIu64 ".%" PRIu32, root->path, job, attempt);
-    if ((size_t)n >= sizeof(dir) || (size_t)n >= len)
-        return errbuf_set(err, errlen, GPO_EINVAL, "%s/job-%" PRIu64 ".%" PRIu32 ": too long",
-                          root->path, job, attempt);
-    bool made = mkdir(dir, 0755) == 0;
-    if (!made && errno != EEXIST)
-        return fail(err, errlen, "mkdir", dir);
-    int rc = write_limits(root, dir, cpu_milli, mem_mib, err, errlen);
-    if (rc) {
-        if (made)
-            rmdir(dir);
-        return rc;
+    struct att_dirs *d = calloc(1, sizeof(*d));
+    if (!d)
+        return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
+    char name[64];
+    snprintf(name, sizeof(name), "job-%" PRIu64 ".%" PRIu32, job, attempt);
+    bool fits = cg_join(d->path, sizeof(d->path), root->path, name) && strlen(d->path) < len;
+    for (int c = 0; c < CG_NCTRL; c++)
+        fits = fits && (!root->dir[c] || cg_join(d->sib[c], sizeof(d->sib[c]), root->dir[c], name));
+    bool made = false;
+    int rc = fits ? make_dirs(d, &made, err, errlen)
+                  : errbuf_set(err, errlen, GPO_EINVAL, "%s/%s: too long", root->path, name);
+    if (!rc) {
+        const char *cpu = d->sib[CG_CPU][0] ? d->sib[CG_CPU] : d->path;
+        const char *mem = d->sib[CG_MEMORY][0] ? d->sib[CG_MEMORY] : d->path;
+        rc = v2_limits(d->path, root->kind[CG_CPU] == CGROUP_V2, root->kind[CG_MEMORY] == CGROUP_V2,
+                       cpu_milli, mem_mib, err, errlen);
+        rc = rc ? rc
+                : cg_v1_limits(root->kind[CG_CPU] == CGROUP_V1 ? cpu : NULL,
+                               root->kind[CG_MEMORY] == CGROUP_V1 ? mem : NULL, cpu_milli, mem_mib,
+                               err, errlen);
+        if (rc && made)
+            cgroup_remove(d->path, NULL, 0);
     }
-    memcpy(path_out, dir, (size_t)n + 1);
+    if (!rc)
+        memcpy(path_out, d->path, strlen(d->path) + 1);
+    free(d);
+    return rc;
+}
+
+/* Writes pid's text into DIR/cgroup.procs. */
+static int attach_one(const char *dir, const char *value, char *err, size_t errlen)
+{
+    char file[CGROUP_PATH_MAX];
+    if (!cg_join(file, sizeof(file), dir, "cgroup.procs"))
+        return errbuf_set(err, errlen, GPO_EINVAL, "%s: path too long", dir);
+    if (cg_write(file, value) < 0)
+        return cg_fail(err, errlen, "write to", file);
     return 0;
 }
 
 int cgroup_attach(const char *path, pid_t pid, char *err, size_t errlen)
 {
-    char file[CGROUP_PATH_MAX], value[32];
-    if (!path || pid < 0)
-        return errbuf_set(err, errlen, GPO_EINVAL, "cgroup_attach: bad argument");
-    if (!join(file, sizeof(file), path, "cgroup.procs"))
-        return errbuf_set(err, errlen, GPO_EINVAL, "%s: path too long", path);
+    char value[32], (*sib)[CGROUP_PATH_MAX] = malloc(CG_NCTRL * sizeof(*sib));
+    if (!path || pid < 0 || !sib) {
+        free(sib);
+        return errbuf_set(err, errlen, !sib ? GPO_ENOMEM : GPO_EINVAL, "cgroup_attach: %s",
+                          !sib ? "out of memory" : "bad argument");
+    }
     snprintf(value, sizeof(value), "%ld", (long)pid);
-    if (write_text(file, value) < 0)
-        return fail(err, errlen, "write to", file);
-    return 0;
+    int rc = cg_siblings(path, sib, err, errlen);
+    for (int c = 0; !rc && c < CG_NCTRL; c++)
+        if (sib[c][0])
+            rc = attach_one(sib[c], value, err, errlen);
+    free(sib);
+    return rc ? rc : attach_one(path, value, err, errlen);
 }
 
 int cgroup_pids(const char *path, pid_t **ret_pids, size_t *ret_n, char *err, size_t errlen)
@@ -425,10 +458,10 @@ int cgroup_pids(const char *path, pid_t **ret_pids, size_t *ret_n, char *err, si
     char file[CGROUP_PATH_MAX], *text;
     if (!path || !ret_pids || !ret_n)
         return errbuf_set(err, errlen, GPO_EINVAL, "cgroup_pids: NULL argument");
-    if (!join(file, sizeof(file), path, "cgroup.procs"))
+    if (!cg_join(file, sizeof(file), path, "cgroup.procs"))
         return errbuf_set(err, errlen, GPO_EINVAL, "%s: path too long", path);
-    if (read_text(file, &text) < 0)
-        return fail(err, errlen, "read", file);
+    if (cg_read(file, &text) < 0)
+        return cg_fail(err, errlen, "read", file);
     size_t n = 0, cap = 0;
     pid_t *v = NULL;
     int rc = 0;
@@ -485,57 +518,50 @@ int cgroup_signal(const char *path, int sig, char *err, size_t errlen)
     return rc;
 }
 
-/* Without cgroup.kill: freeze (so that nothing forks meanwhile), SIGKILL
- * each listed process until none is listed, thaw. A frozen process still
- * dies of SIGKILL. */
-static int kill_each(const char *path, char *err, size_t errlen)
-{
-    char freeze[CGROUP_PATH_MAX];
-    bool frozen =
-        join(freeze, sizeof(freeze), path, "cgroup.freeze") && write_text(freeze, "1") == 0;
-    int rc = 0;
-    for (int round = 0; round < KILL_ROUNDS; round++) {
-        pid_t *pids;
-        size_t n;
-        rc = cgroup_pids(path, &pids, &n, err, errlen);
-        if (rc || n == 0)
-            break;
-        for (size_t i = 0; i < n; i++)
-            kill(pids[i], SIGKILL);
-        free(pids);
-        nap_ms(1);
-    }
-    if (frozen)
-        write_text(freeze, "0");
-    return rc;
-}
-
 int cgroup_kill(const char *path, char *err, size_t errlen)
 {
     char file[CGROUP_PATH_MAX];
     struct stat st;
     if (!path)
         return errbuf_set(err, errlen, GPO_EINVAL, "cgroup_kill: NULL argument");
-    if (!join(file, sizeof(file), path, "cgroup.kill"))
+    if (!cg_join(file, sizeof(file), path, "cgroup.kill"))
         return errbuf_set(err, errlen, GPO_EINVAL, "%s: path too long", path);
-    if (write_text(file, "1") == 0)
+    if (cg_write(file, "1") == 0)
         return 0;
     if (errno != ENOENT)
-        return fail(err, errlen, "write to", file);
+        return cg_fail(err, errlen, "write to", file);
     if (stat(path, &st) < 0)
-        return fail(err, errlen, "stat", path);
-    return kill_each(path, err, errlen);
+        return cg_fail(err, errlen, "stat", path);
+    return cg_kill_each(path, err, errlen);
+}
+
+/* A v1 cgroup has no cgroup.events: it is populated while it lists a
+ * process. (A child cgroup that a job running as root made keeps it from
+ * being removed: cgroup_remove says GPO_EBUSY.) */
+static int populated_v1(const char *path, bool *ret_populated, char *err, size_t errlen)
+{
+    pid_t *pids = NULL;
+    size_t n = 0;
+    int rc = cgroup_pids(path, &pids, &n, err, errlen);
+    if (rc)
+        return rc;
+    free(pids);
+    *ret_populated = n > 0;
+    return 0;
 }
 
 int cgroup_populated(const char *path, bool *ret_populated, char *err, size_t errlen)
 {
-    char file[CGROUP_PATH_MAX], *text;
+    char file[CGROUP_PATH_MAX], *text = NULL;
     if (!path || !ret_populated)
         return errbuf_set(err, errlen, GPO_EINVAL, "cgroup_populated: NULL argument");
-    if (!join(file, sizeof(file), path, "cgroup.events"))
+    if (!cg_join(file, sizeof(file), path, "cgroup.events"))
         return errbuf_set(err, errlen, GPO_EINVAL, "%s: path too long", path);
-    if (read_text(file, &text) < 0)
-        return fail(err, errlen, "read", file);
+    int r = cg_read(file, &text);
+    if (r < 0 && errno == ENOENT && access(path, F_OK) == 0)
+        return populated_v1(path, ret_populated, err, errlen);
+    if (r < 0)
+        return cg_fail(err, errlen, "read", file);
     int rc = errbuf_set(err, errlen, GPO_EIO, "%s: no \"populated\" line", file);
     // NOLINTNEXTLINE(clang-analyzer-core.uninitialized.Assign): read_text set text (its -errno < 0)
     for (const char *p = text; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL) {
@@ -549,13 +575,120 @@ int cgroup_populated(const char *path, bool *ret_populated, char *err, size_t er
     return rc;
 }
 
+/* rmdir of one of cgroup `path`'s directories: 0 (also when gone),
+ * GPO_EBUSY, GPO_EIO. */
+static int remove_one(const char *path, const char *dir, char *err, size_t errlen)
+{
+    if (rmdir(dir) == 0 || errno == ENOENT)
+        return 0;
+    bool busy = errno == EBUSY;
+    if (strcmp(path, dir) != 0)
+        return errbuf_set(err, errlen, busy ? GPO_EBUSY : GPO_EIO, "cgroup %s: rmdir %s: %s", path,
+                          dir, busy ? "processes remain" : strerror(errno));
+    if (busy)
+        return errbuf_set(err, errlen, GPO_EBUSY, "rmdir %s: processes remain", path);
+    return cg_fail(err, errlen, "rmdir", path);
+}
+
 int cgroup_remove(const char *path, char *err, size_t errlen)
 {
     if (!path)
         return errbuf_set(err, errlen, GPO_EINVAL, "cgroup_remove: NULL argument");
-    if (rmdir(path) == 0 || errno == ENOENT)
-        return 0;
-    if (errno == EBUSY)
-        return errbuf_set(err, errlen, GPO_EBUSY, "rmdir %s: processes remain", path);
-    return fail(err, errlen, "rmdir", path);
+    char(*sib)[CGROUP_PATH_MAX] = malloc(CG_NCTRL * sizeof(*sib));
+    if (!sib)
+        return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
+    /* The siblings first: the primary directory stays until they are gone,
+     * so that a retry finds them again. */
+    int rc = cg_siblings(path, sib, err, errlen);
+    for (int c = 0; !rc && c < CG_NCTRL; c++)
+        if (sib[c][0])
+            rc = remove_one(path, sib[c], err, errlen);
+    free(sib);
+    return rc ? rc : remove_one(path, path, err, errlen);
+}
+
+/* The number after `key ` on a line of DIR/NAME. 0, -ENOENT (no such
+ * file), GPO_EIO. */
+static int read_counter(const char *dir, const char *name, const char *key, uint64_t *ret,
+                        char *err, size_t errlen)
+{
+    char file[CGROUP_PATH_MAX], *text = NULL;
+    if (!cg_join(file, sizeof(file), dir, name))
+        return errbuf_set(err, errlen, GPO_EINVAL, "%s: path too long", dir);
+    if (cg_read(file, &text) < 0)
+        return errno == ENOENT ? -ENOENT : cg_fail(err, errlen, "read", file);
+    size_t kl = strlen(key);
+    int rc = errbuf_set(err, errlen, GPO_EIO, "%s: no \"%s\" line", file, key);
+    // NOLINTNEXTLINE(clang-analyzer-core.uninitialized.Assign): cg_read set text (its -errno < 0)
+    for (const char *p = text; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL) {
+        char *end;
+        if (strncmp(p, key, kl) != 0 || p[kl] != ' ')
+            continue;
+        unsigned long long v = strtoull(p + kl + 1, &end, 10);
+        if (end != p + kl + 1 && (*end == '\n' || *end == '\0')) {
+            *ret = v;
+            rc = 0;
+        }
+        break;
+    }
+    free(text);
+    return rc;
+}
+
+int cgroup_oom_kills(const char *path, uint64_t *ret_kills, char *err, size_t errlen)
+{
+    if (!path || !ret_kills)
+        return errbuf_set(err, errlen, GPO_EINVAL, "cgroup_oom_kills: NULL argument");
+    if (access(path, F_OK) < 0)
+        return cg_fail(err, errlen, "access", path);
+    uint64_t n = 0;
+    int rc = read_counter(path, "memory.events", "oom_kill", &n, err, errlen);
+    if (rc == -ENOENT)
+        rc = read_counter(path, "memory.oom_control", "oom_kill", &n, err, errlen);
+    if (rc == -ENOENT) {
+        char(*sib)[CGROUP_PATH_MAX] = malloc(CG_NCTRL * sizeof(*sib));
+        rc = !sib ? errbuf_set(err, errlen, GPO_ENOMEM, "out of memory")
+                  : cg_siblings(path, sib, err, errlen);
+        if (!rc && sib[CG_MEMORY][0])
+            rc = read_counter(sib[CG_MEMORY], "memory.oom_control", "oom_kill", &n, err, errlen);
+        else if (!rc)
+            rc = -ENOENT;
+        free(sib);
+    }
+    if (rc == -ENOENT)
+        return errbuf_set(err, errlen, GPO_ENOTSUP, "%s: no memory controller", path);
+    if (!rc)
+        *ret_kills = n;
+    return rc;
+}
+
+int cgroup_layout_read(struct cgroup_layout *ret, char *err, size_t errlen)
+{
+    struct cg_mounts *m = malloc(sizeof(*m));
+    struct cgroup_layout *l = calloc(1, sizeof(*l));
+    int rc = !m || !l ? errbuf_set(err, errlen, GPO_ENOMEM, "out of memory")
+                      : auto_dir(l->root, sizeof(l->root), err, errlen);
+    rc = rc ? rc : cg_mounts_read(l->root, m, err, errlen);
+    if (!rc) {
+        /* A child of the v2 mount gets what its cgroup.subtree_control enables. */
+        char ctl[CGROUP_PATH_MAX], *enabled = NULL;
+        if (m->v2[0] && !m->at_v1 && cg_join(ctl, sizeof(ctl), m->v2, "cgroup.subtree_control"))
+            cg_read(ctl, &enabled);
+        l->root_kind = m->at_v1 ? CGROUP_V1 : CGROUP_V2;
+        for (int c = 0; c < NLIMITS; c++) {
+            struct cgroup_limit *lim = c == CG_CPU ? &l->cpu : &l->memory;
+            if (enabled && cg_has_word(enabled, cg_ctrl_names[c])) {
+                lim->kind = CGROUP_V2;
+                snprintf(lim->dir, sizeof(lim->dir), "%s", l->root);
+            } else if (m->v1[c][0] && m->rel) {
+                lim->kind = CGROUP_V1;
+                snprintf(lim->dir, sizeof(lim->dir), "%s%s", m->v1[c], m->rel);
+            }
+        }
+        free(enabled);
+        *ret = *l;
+    }
+    free(m);
+    free(l);
+    return rc;
 }

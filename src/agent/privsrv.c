@@ -615,8 +615,8 @@ static void open_cgroups(const struct priv_config *cfg, struct privsrv *s, char 
         return;
     }
     errbuf_set(note, notelen, 0, "cgroups under %s (CPU limits: %s, memory limits: %s)",
-               cgroup_root_path(s->cg), cgroup_root_has(s->cg, "cpu") ? "yes" : "no",
-               cgroup_root_has(s->cg, "memory") ? "yes" : "no");
+               cgroup_root_path(s->cg), cgroup_kind_name(cgroup_root_kind(s->cg, "cpu")),
+               cgroup_kind_name(cgroup_root_kind(s->cg, "memory")));
 }
 
 int privsrv_new(const struct priv_config *cfg, struct privsrv **ret, char *note, size_t notelen,

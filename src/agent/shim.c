@@ -306,6 +306,7 @@ struct run {
     int64_t started_ms, ended_ms;
     pid_t pid;
     int wait_status;
+    uint64_t oom_kills; /* in the command's cgroup when it ended */
     char error[SHIM_ERROR_MAX];
 };
 
@@ -327,6 +328,8 @@ static int finish(const struct run *r)
     json_object_set_new(o, "started_ms", json_integer(r->started_ms));
     json_object_set_new(o, "ended_ms", json_integer(r->ended_ms));
     json_object_set_new(o, "pid", json_integer(r->pid));
+    if (r->oom_kills > 0)
+        json_object_set_new(o, "oom_kills", json_integer((json_int_t)r->oom_kills));
     char *s = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
     json_decref(o);
     char err[512] = "out of memory";
@@ -392,6 +395,11 @@ static void run_command(struct run *r, const struct shim_args *o, const struct a
     if (wait_child(pid, wait_mask, &r->wait_status) < 0 && !r->error[0])
         snprintf(r->error, sizeof(r->error), "waitpid: %s", strerror(errno));
     r->ended_ms = now_ms();
+    /* The kernel counts its kills at the memory limit in the cgroup; the
+     * count is there once the command is reaped. */
+    uint64_t kills = 0;
+    if (o->cgroup && cgroup_oom_kills(o->cgroup, &kills, NULL, 0) == 0)
+        r->oom_kills = kills > INT64_MAX ? INT64_MAX : kills;
 }
 
 /* Looks up --user before anything forks; refuses uid 0 without
@@ -632,7 +640,7 @@ int shim_main(int argc, char **argv)
 /* ---- reading the outcome ---- */
 
 struct status_doc {
-    int64_t exit_code, signal, started_ms, ended_ms, pid;
+    int64_t exit_code, signal, started_ms, ended_ms, pid, oom_kills;
     char *error;
     enum jsonv_presence has_exit, has_signal;
 };
@@ -674,6 +682,11 @@ static const struct jsonv_field status_fields[] = {
      .offset = offsetof(struct status_doc, pid),
      .min = 0,
      .max = INT32_MAX},
+    {.name = "oom_kills",
+     .kind = JSONV_INT64,
+     .offset = offsetof(struct status_doc, oom_kills),
+     .min = 0,
+     .max = INT64_MAX},
 };
 #define NSTATUS_FIELDS (sizeof(status_fields) / sizeof(status_fields[0]))
 
@@ -702,7 +715,8 @@ static int decode_status(const char *path, const char *buf, size_t len, struct s
                                 .signal = (int)d.signal,
                                 .started_ms = d.started_ms,
                                 .ended_ms = d.ended_ms,
-                                .pid = (pid_t)d.pid};
+                                .pid = (pid_t)d.pid,
+                                .oom_kills = (uint64_t)d.oom_kills};
     snprintf(ret->error, sizeof(ret->error), "%s", d.error ? d.error : "");
     jsonv_release(status_fields, NSTATUS_FIELDS, &d);
     return 0;

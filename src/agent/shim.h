@@ -15,6 +15,9 @@
  *   {"exit_code": N, "started_ms": T0, "ended_ms": T1, "pid": P}
  *   {"signal": N, "started_ms": T0, "ended_ms": T1, "pid": P}
  *   {"exit_code": 127, "error": "execvp ARG0: No such file or directory", ...}
+ * plus "oom_kills": N when, with --cgroup, the kernel's OOM killer ended N of
+ * the cgroup's processes at its memory limit (cgroup_oom_kills, read once
+ * the command is reaped)
  * (times are CLOCK_REALTIME milliseconds; "error" only when the command did
  * not start: the user is unknown or refused, the cgroup could not be joined,
  * an output file could not be opened, privileges could not be dropped, the
@@ -82,6 +85,7 @@ struct shim_status {
     int64_t started_ms;         /* CLOCK_REALTIME, when the command was forked */
     int64_t ended_ms;           /* CLOCK_REALTIME, when it was reaped */
     pid_t pid;                  /* the command's; 0 if it was never forked */
+    uint64_t oom_kills;         /* processes the OOM killer ended in its cgroup; 0: none */
     char error[SHIM_ERROR_MAX]; /* why the command did not start; "" when it did */
 };
 

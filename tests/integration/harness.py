@@ -392,38 +392,92 @@ def file_tail(path, size=2000):
 def agent_cgroups(prefix, names):
     """Agents posing as several nodes on one machine must not share a cgroup
     root: both would make ROOT/job-J.A for the ranks of one gang, and one
-    rank's end would kill the other. Where cgroup v2 is writable, makes
-    MOUNT/PREFIX-PID/NAME for each of NAMES and returns (base, {name: root});
-    elsewhere says why and returns (None, {}): the agents fall back to
-    process groups."""
-    mount = None
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            left, _, right = line.partition(" - ")
-            if right.split(" ")[:1] == ["cgroup2"]:
-                mount = left.split(" ")[4]
-                break
+    rank's end would kill the other. Where a cgroup filesystem is writable
+    (the cgroup2 mount, else a v1 hierarchy, as the agent's auto root),
+    makes MOUNT/PREFIX-PID/NAME for each of NAMES and returns (base, {name:
+    root}); elsewhere says why and returns (None, {}): the agents fall back
+    to process groups. The agents make the roots' directories in the v1
+    hierarchies themselves; remove_cgroups(base) removes those too."""
+    mounts = cgroup_mounts()
+    mount = next((m[0] for m in mounts if m[1] == "cgroup2"), None)
+    for ctrl in ("freezer", "memory", "cpu"):
+        mount = mount or next((m[0] for m in mounts if m[1] == "cgroup" and ctrl in m[2]), None)
     if not mount:
-        diag("no cgroup v2 mount: the agents fall back to process groups")
+        diag("no cgroup filesystem mounted: the agents fall back to process groups")
         return None, {}
     base = os.path.join(mount, f"{prefix}-{os.getpid()}")
     roots = {}
     try:
         os.mkdir(base)
+        delegate_controllers(base)
         for name in names:
             roots[name] = os.path.join(base, name)
             os.mkdir(roots[name])
     except OSError as e:
-        diag(f"cgroup v2 at {mount} is not writable ({e}): the agents fall back")
+        diag(f"the cgroup filesystem at {mount} is not writable ({e}): the agents fall back")
         remove_cgroups(base)
         return None, {}
     return base, roots
 
 
+def delegate_controllers(base):
+    """On cgroup v2, passes cpu and memory on to BASE's children where BASE
+    has them, so that each agent's root can enable them for its attempts (a
+    cgroup has only what its parent's cgroup.subtree_control enables)."""
+    try:
+        with open(os.path.join(base, "cgroup.controllers")) as f:
+            offered = f.read().split()
+    except OSError:
+        return  # a v1 hierarchy: nothing to delegate
+    for ctrl in ("cpu", "memory"):
+        if ctrl in offered:
+            try:
+                with open(os.path.join(base, "cgroup.subtree_control"), "w") as f:
+                    f.write(f"+{ctrl}")
+            except OSError as e:
+                diag(f"cannot enable {ctrl} in {base}/cgroup.subtree_control: {e}")
+
+
+def cgroup_mounts():
+    """The cgroup filesystems here: [(mount point, "cgroup2" or "cgroup",
+    super options)] from /proc/self/mountinfo."""
+    mounts = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            left, _, right = line.partition(" - ")
+            words = right.split()
+            if words[:1] in (["cgroup2"], ["cgroup"]):
+                point = left.split(" ")[4].encode().decode("unicode_escape")
+                mounts.append((point, words[0], words[2].split(",") if len(words) > 2 else []))
+    return mounts
+
+
+def cgroup_v1_twins(base):
+    """BASE's directories in the v1 hierarchies (the agent puts limits the
+    cgroup2 mount lacks there, at the same path below each mount point)."""
+    mounts = cgroup_mounts()
+    holder = max((m for m in mounts if base == m[0] or base.startswith(m[0].rstrip("/") + "/")),
+                 key=lambda m: len(m[0]), default=None)
+    if not holder:
+        return []
+    rel = base[len(holder[0].rstrip("/")):]
+    return [m[0].rstrip("/") + rel for m in mounts
+            if m[1] == "cgroup" and m[0] != holder[0] and os.path.isdir(m[0].rstrip("/") + rel)]
+
+
 def remove_cgroups(base):
     """Removes BASE and the cgroups under it, deepest first, after killing by
-    pid whatever jobs of this test are still in them."""
-    if not base or not os.path.isdir(base):
+    pid whatever jobs of this test are still in them; the same for BASE's
+    directories in the v1 hierarchies."""
+    if not base:
+        return
+    for twin in cgroup_v1_twins(base):
+        remove_cgroup_tree(twin)
+    remove_cgroup_tree(base)
+
+
+def remove_cgroup_tree(base):
+    if not os.path.isdir(base):
         return
     walk = sorted(os.walk(base), key=lambda w: -w[0].count("/"))
     for d, _, _ in walk:

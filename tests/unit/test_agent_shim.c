@@ -109,7 +109,7 @@ static void env_release(struct env *e)
     tmptree_remove(e->base);
     cgroup_root_close(e->cg);
     if (e->cg_dir[0])
-        rmdir(e->cg_dir);
+        cgroup_remove(e->cg_dir, NULL, 0); /* with its v1 directories */
 }
 
 static int test_setup(void **state)
@@ -243,6 +243,18 @@ static void join(char *buf, size_t len, const char *dir, const char *name)
     snprintf(buf, len, "%s/%s", dir, name);
 }
 
+/* Waits for `shim`, whose command `sig` ended: the shim exits 128 + sig
+ * and its status says so (*s). */
+static void wait_signaled(pid_t shim, const char *dir, int sig, struct shim_status *s)
+{
+    int st = wait_for(shim);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 128 + sig);
+    read_status_ok(dir, s);
+    assert_true(s->signaled);
+    assert_int_equal(s->signal, sig);
+}
+
 static void shim_records_exit_codes_zero_and_three(void **state)
 {
     struct env *e = *state;
@@ -302,13 +314,9 @@ static void shim_forwards_sigterm_to_command_group(void **state)
     tmptree_wait_file(bgpid);
     pid_t bg = (pid_t)tmptree_read_number(bgpid);
     assert_int_equal(kill(shim, SIGTERM), 0);
-    int st = wait_for(shim);
-    assert_true(WIFEXITED(st));
-    assert_int_equal(WEXITSTATUS(st), 128 + SIGTERM);
     struct shim_status s;
-    read_status_ok(e->dir, &s);
-    assert_true(s.signaled);
-    assert_int_equal(s.signal, SIGTERM);
+    wait_signaled(shim, e->dir, SIGTERM, &s);
+    int st;
     /* The sleep is gone: reaped here (orphaned, reparented to this
      * subreaper) or by sh's `wait` just before sh itself ended. */
     if (wait_gone(bg, &st)) {
@@ -725,13 +733,9 @@ static void shim_cgroup_holds_command_and_setsid_grandchild_not_shim(void **stat
     free(pids);
 
     assert_int_equal(cgroup_kill(cg, err, sizeof(err)), 0);
-    int st = wait_for(shim); /* outside the cgroup: it survives and reports */
-    assert_true(WIFEXITED(st));
-    assert_int_equal(WEXITSTATUS(st), 128 + SIGKILL);
     struct shim_status s;
-    read_status_ok(e->dir, &s);
-    assert_true(s.signaled);
-    assert_int_equal(s.signal, SIGKILL);
+    wait_signaled(shim, e->dir, SIGKILL, &s); /* outside the cgroup: it survives and reports */
+    int st;
     if (wait_gone(gc, &st)) /* orphaned, reparented to this subreaper */
         assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
     time_t end = deadline();
@@ -739,6 +743,50 @@ static void shim_cgroup_holds_command_and_setsid_grandchild_not_shim(void **stat
         tmptree_pause();
     assert_int_equal(access(cg, F_OK), -1);
     e->cg_test[0] = '\0';
+}
+
+static void shim_records_oom_kills_of_command_over_memory_limit(void **state)
+{
+    struct env *e = *state;
+    char cg[CGROUP_PATH_MAX], err[512] = "", dir2[sizeof(e->dir) + 4];
+    if (!cgroup_root_has(e->cg, "memory")) {
+        print_error("%s has no memory controller (cgroup v2 or v1)\n", cgroup_root_path(e->cg));
+        fail();
+    }
+    assert_int_equal(
+        cgroup_create(e->cg, 101, (uint32_t)e->seq, 0, 32, cg, sizeof(cg), err, sizeof(err)), 0);
+    snprintf(e->cg_test, sizeof(e->cg_test), "%s", cg);
+    /* 96 MiB written under a 32 MiB limit: the kernel kills it. */
+    const char *cmd[] = {"python3", "-c", "b = b'x' * (96 << 20)", NULL};
+    const char *extra[] = {"--user", "gpuorch-test1", "--cgroup", cg, NULL};
+    struct shim_status s;
+    wait_signaled(spawn_shim(e->dir, extra, cmd), e->dir, SIGKILL, &s);
+    assert_int_equal(s.oom_kills, 1);
+    time_t end = deadline();
+    while (cgroup_remove(cg, err, sizeof(err)) == GPO_EBUSY && time(NULL) < end)
+        tmptree_pause();
+    e->cg_test[0] = '\0';
+
+    /* A command within its limit, in a cgroup: no "oom_kills". */
+    snprintf(dir2, sizeof(dir2), "%s-b", e->dir);
+    assert_int_equal(mkdir(dir2, 0700), 0);
+    assert_int_equal(
+        cgroup_create(e->cg, 102, (uint32_t)e->seq, 0, 32, cg, sizeof(cg), err, sizeof(err)), 0);
+    snprintf(e->cg_test, sizeof(e->cg_test), "%s", cg);
+    const char *small[] = {"true", NULL};
+    int st = wait_for(spawn_shim(dir2, extra, small));
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    read_status_ok(dir2, &s);
+    assert_int_equal(s.oom_kills, 0);
+    char text[512];
+    char path[sizeof(dir2) + 16];
+    join(path, sizeof(path), dir2, "status");
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    size_t n = fread(text, 1, sizeof(text) - 1, f);
+    text[n] = '\0';
+    fclose(f);
+    assert_null(strstr(text, "oom_kills"));
 }
 
 static void shim_ready_fd_closes_once_pid_file_is_written(void **state)
@@ -837,6 +885,7 @@ int main(void)
         T(shim_reports_unknown_user_in_status, 0),
         T(shim_opens_custom_output_files_as_the_user, NEED_USERS),
         T(shim_cgroup_holds_command_and_setsid_grandchild_not_shim, NEED_USERS | NEED_CGROUP),
+        T(shim_records_oom_kills_of_command_over_memory_limit, NEED_USERS | NEED_CGROUP),
     };
 #undef T
     /* cmocka 1.1's skip() prints "not ok ... # SKIP", which meson counts as a
