@@ -451,10 +451,31 @@ static int64_t watch(struct attempts *t, struct att *a, int64_t now, int64_t nex
     return next;
 }
 
+/* Every GPU of the node, as an attempt's GPUs: one the controller stopped
+ * listing before it learned its own (taken up from the journal) is checked
+ * on all of them. Out of memory leaves it as it was. */
+static void every_gpu(struct attempts *t, struct att *a)
+{
+    unsigned n = gpu_count(t->cfg.gpus);
+    struct proto_attempt all = {.gpus = calloc(n ? n : 1, sizeof(*all.gpus))};
+    struct gpu_info *info = calloc(n ? n : 1, sizeof(*info));
+    for (unsigned i = 0; all.gpus && info && i < n; i++) {
+        if (gpu_info(t->cfg.gpus, i, &info[i], NULL, 0) == 0)
+            all.gpus[all.ngpus++].uuid = info[i].uuid;
+    }
+    if (all.gpus && info && set_gpus(a, &all))
+        t->cfg.log("job %" PRIu64 ".%" PRIu32 ": out of memory: some GPUs go unchecked", a->job,
+                   a->attempt);
+    free(all.gpus);
+    free(info);
+}
+
 /* PH_ENDING: its leftovers killed, its GPUs checked; the final report then
  * names the GPUs still running its processes. Returns ms to the next look. */
 static int64_t finish(struct attempts *t, struct att *a, int64_t now, int64_t next)
 {
+    if (!a->nuuids && !a->listed && a->recovered)
+        every_gpu(t, a);
     /* Whatever the command left behind (daemons, setsid children) goes
      * with it, as Slurm's proctrack does; then its GPUs must be clear. */
     char err[256] = "";
