@@ -343,6 +343,26 @@ def wait_until(fn, timeout=DEADLINE_S, step=0.05):
         time.sleep(step)
 
 
+def job_of(api, jid, token):
+    """GET /v1/jobs/JID through the Client API, or None."""
+    st, body, _ = api.call("GET", f"/v1/jobs/{jid}", token=token)
+    return body if st == 200 else None
+
+
+def wait_job_until(api, jid, pred, token, timeout=DEADLINE_S):
+    """Polls job JID until pred(job) holds; returns (held, the last job read)."""
+    last = [None]
+
+    def check():
+        last[0] = job_of(api, jid, token)
+        try:
+            return last[0] is not None and bool(pred(last[0]))
+        except (KeyError, TypeError, IndexError):
+            return False
+
+    return bool(wait_until(check, timeout, 0.1)), last[0]
+
+
 def run(main, srv, on_exit=None):
     """Runs MAIN (a crash is a failed check, with the reason), then ON_EXIT and
     srv.cleanup(); prints the TAP plan and exits 1 if any check failed."""

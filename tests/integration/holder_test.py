@@ -34,8 +34,8 @@ import tempfile
 sys.dont_write_bytecode = True  # leave no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import (DEADLINE_S, FakeAgent, GpuWatch, Server, agent_cgroups,  # noqa: E402
-                     diag, fake_gpu_uuid, file_tail, gpu_processes, message, ok,
-                     remove_cgroups, remove_tmp, run_as_root, wait_until)
+                     diag, fake_gpu_uuid, file_tail, gpu_processes, job_of, message, ok,
+                     remove_cgroups, remove_tmp, run_as_root, wait_job_until, wait_until)
 
 BIN = os.path.abspath(sys.argv[1])
 FAKENVML = os.environ.get("GPUORCH_FAKENVML") or os.path.join(
@@ -94,21 +94,11 @@ def submit(spec):
 
 
 def get_job(jid):
-    st, body, _ = call("GET", f"/v1/jobs/{jid}", token=ADMIN)
-    return body if st == 200 else None
+    return job_of(SRV.api, jid, ADMIN)
 
 
 def wait_job(jid, pred, timeout=DEADLINE_S):
-    last = [None]
-
-    def check():
-        last[0] = get_job(jid)
-        try:
-            return last[0] is not None and bool(pred(last[0]))
-        except (KeyError, TypeError, IndexError):
-            return False
-
-    return bool(wait_until(check, timeout, 0.1)), last[0]
+    return wait_job_until(SRV.api, jid, pred, ADMIN, timeout)
 
 
 def running(j):
