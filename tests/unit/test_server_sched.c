@@ -436,6 +436,10 @@ static void a_drained_node_that_falls_silent_stays_drained(void **state)
     assert_true(nodes_find(&s->nodes, "n1")->lost);
     sched_node_timeouts(s, e->now + 61000);
     assert_int_equal(cluster_node_get(&s->cluster, "n1")->state, CLUSTER_NODE_DRAINING);
+    /* Resumed while still silent, it is marked down. */
+    config_node_mark_apply(&s->config, "n1", CLUSTER_NODE_UP);
+    sched_node_timeouts(s, e->now + 62000);
+    assert_int_equal(cluster_node_get(&s->cluster, "n1")->state, CLUSTER_NODE_DOWN);
     pthread_mutex_unlock(&s->lock);
 }
 

@@ -134,7 +134,10 @@ void sched_node_timeouts(struct server *s, int64_t now_ms)
     for (size_t k = 0; k < s->cluster.nnodes && !rc; k++) {
         const struct cluster_node *node = &s->cluster.nodes[k];
         const struct node_rt *rt = nodes_find(&s->nodes, node->name);
-        if (node->state == CLUSTER_NODE_DOWN || !rt || rt->lost ||
+        /* Lost once is enough for a drained node; one an admin resumed while
+         * it was silent is marked down again. */
+        if (node->state == CLUSTER_NODE_DOWN || !rt ||
+            (rt->lost && node->state == CLUSTER_NODE_DRAINING) ||
             now_ms - rt->last_heartbeat_ms <= s->sched->node_timeout_ms)
             continue;
         if (!b && !(b = store_batch_new()))
