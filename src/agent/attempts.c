@@ -453,10 +453,31 @@ static int64_t watch(struct attempts *t, struct att *a, int64_t now, int64_t nex
     return next;
 }
 
+/* Every GPU of the node, as an attempt's GPUs: one the controller stopped
+ * listing before it learned its own (taken up from the journal) is checked
+ * on all of them. Out of memory leaves it as it was. */
+static void every_gpu(struct attempts *t, struct att *a)
+{
+    unsigned n = gpu_count(t->cfg.gpus);
+    struct proto_attempt all = {.gpus = calloc(n ? n : 1, sizeof(*all.gpus))};
+    struct gpu_info *info = calloc(n ? n : 1, sizeof(*info));
+    for (unsigned i = 0; all.gpus && info && i < n; i++) {
+        if (gpu_info(t->cfg.gpus, i, &info[i], NULL, 0) == 0)
+            all.gpus[all.ngpus++].uuid = info[i].uuid;
+    }
+    if (all.gpus && info && set_gpus(a, &all))
+        t->cfg.log("job %" PRIu64 ".%" PRIu32 ": out of memory: some GPUs go unchecked", a->job,
+                   a->attempt);
+    free(all.gpus);
+    free(info);
+}
+
 /* PH_ENDING: its leftovers killed, its GPUs checked; the final report then
  * names the GPUs still running its processes. Returns ms to the next look. */
 static int64_t finish(struct attempts *t, struct att *a, int64_t now, int64_t next)
 {
+    if (!a->nuuids && !a->listed && a->recovered)
+        every_gpu(t, a);
     /* Whatever the command left behind (daemons, setsid children) goes
      * with it, as Slurm's proctrack does; then its GPUs must be clear. */
     char err[256] = "";
@@ -641,27 +662,53 @@ static bool listed(char *const *v, size_t n, const char *uuid)
     return false;
 }
 
+/* An attempt the controller stopped listing (it ended it without us: a lost
+ * node) whose end is not yet known to be clean may still run on its GPUs, up
+ * to its kill grace: they are dirty until it has ended, and when they are
+ * not known (taken up from the journal, never listed since) every GPU is. */
+static bool leaving(const struct att *a)
+{
+    return !a->listed && (a->phase == PH_RUNNING || a->phase == PH_ENDING);
+}
+
+/* Adds uuid to list[0..*n) unless there: 0 or GPO_ENOMEM. */
+static int list_add(char **list, size_t *n, const char *uuid)
+{
+    if (listed(list, *n, uuid))
+        return 0;
+    if (!(list[*n] = strdup(uuid)))
+        return GPO_ENOMEM;
+    (*n)++;
+    return 0;
+}
+
 int attempts_dirty(struct attempts *t, char ***ret, size_t *ret_n)
 {
+    unsigned ngpus = gpu_count(t->cfg.gpus);
     pthread_mutex_lock(&t->lock);
-    size_t cap = 1, n = 0;
+    size_t cap = 1 + ngpus, n = 0;
     for (size_t k = 0; k < t->n; k++)
         cap += t->v[k]->nuuids;
     char **list = calloc(cap, sizeof(*list));
     int rc = list ? 0 : GPO_ENOMEM;
+    bool every = false;
     for (size_t k = 0; !rc && k < t->n; k++) {
         const struct att *a = t->v[k];
-        for (size_t g = 0; !rc && (a->phase == PH_FINAL || a->phase == PH_HELD) && g < a->nuuids;
+        bool gone_from_us = leaving(a);
+        every |= gone_from_us && a->nuuids == 0;
+        for (size_t g = 0;
+             !rc && (gone_from_us || a->phase == PH_FINAL || a->phase == PH_HELD) && g < a->nuuids;
              g++) {
-            if (!a->dirty[g] || listed(list, n, a->uuids[g]))
-                continue;
-            if (!(list[n] = strdup(a->uuids[g])))
-                rc = GPO_ENOMEM;
-            else
-                n++;
+            if (gone_from_us || a->dirty[g])
+                rc = list_add(list, &n, a->uuids[g]);
         }
     }
     pthread_mutex_unlock(&t->lock);
+    for (unsigned i = 0; !rc && every && i < ngpus; i++) {
+        struct gpu_info info;
+        if (gpu_info(t->cfg.gpus, i, &info, NULL, 0) == 0)
+            rc = list_add(list, &n, info.uuid);
+    }
     if (rc) {
         strs_free(list, n);
         return rc;

@@ -21,6 +21,10 @@
  * still lists a process of the attempt is dirty. The agent waits up to
  * dirty_wait_ms for it to clear, then reports anyway with "dirty_gpus", and
  * keeps naming the GPU in its heartbeats (attempts_dirty) until it is clean.
+ * An attempt the controller stopped listing (it ended it without this agent:
+ * a lost node) has every GPU of it dirty until its end is checked, every GPU
+ * of the node if it was taken up from the journal and its GPUs are not
+ * known: the controller offers a rejoining node's GPUs by these heartbeats.
  *
  * Threads: attempts_apply (the long-poll thread) and attempts_tick (the
  * monitor thread) may run at once; the table has its own lock, and nothing
@@ -80,8 +84,9 @@ void attempts_apply(struct attempts *t, const struct proto_assignments *answer, 
  */
 int64_t attempts_tick(struct attempts *t, struct httpc *c, int64_t now_ms);
 
-/* The UUIDs of GPUs held back as dirty, each once: *ret (NULL-terminated;
- * caller frees the strings and the array) and *ret_n. 0 or GPO_ENOMEM. */
+/* The UUIDs of GPUs held back as dirty (above), each once: *ret
+ * (NULL-terminated; caller frees the strings and the array) and *ret_n.
+ * 0 or GPO_ENOMEM. */
 int attempts_dirty(struct attempts *t, char ***ret, size_t *ret_n);
 
 /* Attempts not yet reported final (for the log and tests). */

@@ -1,5 +1,5 @@
 /*
- * nodes.c - nodes, drain and resume (nodes.h).
+ * nodes.c - nodes, drain, resume and nodes delete (nodes.h).
  */
 #include "cli/nodes.h"
 
@@ -31,6 +31,7 @@ static const struct opts_opt change_opts[] = {
 static void list_usage(FILE *out)
 {
     fprintf(out, "usage: gpuorch nodes [--json]\n"
+                 "       gpuorch nodes delete NODE...  (see 'gpuorch nodes delete --help')\n"
                  "\n"
                  "Lists the nodes: NAME POOL STATE GPUS TYPE FREE CPUS MEM HEARTBEAT. STATE is\n"
                  "up, draining (keeps its work, gets nothing new) or down (its heartbeats\n"
@@ -120,8 +121,12 @@ static int list_print(const json_t *nodes, const json_t *held)
     return rc ? cli_fail("nodes", "out of memory") : 0;
 }
 
+static int nodes_delete_command(int argc, char **argv);
+
 int nodes_list_command(int argc, char **argv)
 {
+    if (argc > 1 && strcmp(argv[1], "delete") == 0)
+        return nodes_delete_command(argc - 1, argv + 1);
     struct nodes_args a = {0};
     const char **pos = NULL;
     size_t npos = 0;
@@ -153,9 +158,29 @@ int nodes_list_command(int argc, char **argv)
     return rc;
 }
 
-/* drain or resume: POST /v1/nodes/NODE/ACTION for each NODE; one line each,
- * and 1 when any failed. */
-static int change(const char *cmd, bool drain, int argc, char **argv, void (*usage)(FILE *out))
+enum change_action { CHANGE_DRAIN, CHANGE_RESUME, CHANGE_DELETE };
+
+/* One node's change: 0 and its line printed, or the call's code (err says). */
+static int change_one(struct cli *c, enum change_action act, const char *name, char *err,
+                      size_t errlen)
+{
+    json_t *node = NULL;
+    int r = act == CHANGE_DELETE  ? client_nodes_delete(&c->client, name, err, errlen)
+            : act == CHANGE_DRAIN ? client_nodes_drain(&c->client, name, &node, err, errlen)
+                                  : client_nodes_resume(&c->client, name, &node, err, errlen);
+    if (r == 0 && act == CHANGE_DELETE)
+        printf("node/%s deleted\n", name);
+    else if (r == 0)
+        printf("node/%s %s\n", name,
+               cli_json_str(node, "state") ? cli_json_str(node, "state") : "?");
+    json_decref(node);
+    return r;
+}
+
+/* drain, resume or delete each NODE (POST /v1/nodes/NODE/drain, /resume;
+ * DELETE /v1/nodes/NODE); one line each, and 1 when any failed. */
+static int change(const char *cmd, enum change_action act, int argc, char **argv,
+                  void (*usage)(FILE *out))
 {
     struct nodes_args a = {0};
     const char **pos = NULL;
@@ -171,17 +196,11 @@ static int change(const char *cmd, bool drain, int argc, char **argv, void (*usa
     bool failed = false;
     for (size_t k = 0; rc == 0 && !a.co.help && k < npos; k++) {
         char err[CLI_ERR_MAX];
-        json_t *node = NULL;
-        int r = drain ? client_nodes_drain(&c.client, pos[k], &node, err, sizeof(err))
-                      : client_nodes_resume(&c.client, pos[k], &node, err, sizeof(err));
+        int r = change_one(&c, act, pos[k], err, sizeof(err));
         if (r == GPO_ENAMETOOLONG)
             failed = cli_usage_error(cmd, "node name '%.40s...' is too long", pos[k]);
         else if (r) /* say so and go on with the others */
             failed = cli_fail_call(cmd, r, err);
-        else
-            printf("node/%s %s\n", pos[k],
-                   cli_json_str(node, "state") ? cli_json_str(node, "state") : "?");
-        json_decref(node);
     }
     free(pos);
     cli_disconnect(&c);
@@ -206,12 +225,30 @@ static void resume_usage(FILE *out)
     cli_help_common(out, false);
 }
 
+static void delete_usage(FILE *out)
+{
+    fprintf(out, "usage: gpuorch nodes delete NODE...\n"
+                 "\n"
+                 "Deletes each node's record: the machine registered again under another\n"
+                 "name (an agent's --name changed), and the old record, down, still names\n"
+                 "its GPUs, so the new name's registration is refused until it goes.\n"
+                 "Refused while an attempt runs on the node or holds its GPUs. A live agent\n"
+                 "of that name registers it again. Needs an admin's token. Prints\n"
+                 "'node/NAME deleted' per node; 1 if any failed.\n");
+    cli_help_common(out, false);
+}
+
 int nodes_drain_command(int argc, char **argv)
 {
-    return change("drain", true, argc, argv, drain_usage);
+    return change("drain", CHANGE_DRAIN, argc, argv, drain_usage);
 }
 
 int nodes_resume_command(int argc, char **argv)
 {
-    return change("resume", false, argc, argv, resume_usage);
+    return change("resume", CHANGE_RESUME, argc, argv, resume_usage);
+}
+
+static int nodes_delete_command(int argc, char **argv)
+{
+    return change("nodes delete", CHANGE_DELETE, argc, argv, delete_usage);
 }

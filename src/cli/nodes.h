@@ -8,6 +8,8 @@
  *       still occupies; only admins see every job, so for others it is "?".
  *   gpuorch drain NODE...    the node keeps its running work, gets nothing new
  *   gpuorch resume NODE...   it takes work again
+ *   gpuorch nodes delete NODE...   the node's record goes (refused while an
+ *       attempt holds its GPUs): a machine registered again under another name
  *
  * Each returns an exit code as cli.h says; argv[0] is the command's name.
  */

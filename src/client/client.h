@@ -146,6 +146,9 @@ int client_nodes_list(struct client *c, json_t **ret, char *err, size_t errlen);
 /* POST /v1/nodes/NAME/drain and /resume: *ret is the node. */
 int client_nodes_drain(struct client *c, const char *name, json_t **ret, char *err, size_t errlen);
 int client_nodes_resume(struct client *c, const char *name, json_t **ret, char *err, size_t errlen);
+/* DELETE /v1/nodes/NAME (admin): the node's record goes; 409 (GPO_EAPI with
+ * the message) while an attempt holds its GPUs. */
+int client_nodes_delete(struct client *c, const char *name, char *err, size_t errlen);
 
 /* ---- configuration: /v1/KIND and /v1/KIND/NAME ---------------------------------- */
 

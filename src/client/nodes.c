@@ -1,5 +1,5 @@
 /*
- * nodes.c - the node calls (client.h): list, drain, resume.
+ * nodes.c - the node calls (client.h): list, drain, resume, delete.
  */
 #include "client/client.h"
 #include "client/internal.h"
@@ -31,4 +31,14 @@ int client_nodes_drain(struct client *c, const char *name, json_t **ret, char *e
 int client_nodes_resume(struct client *c, const char *name, json_t **ret, char *err, size_t errlen)
 {
     return node_action(c, name, "/resume", ret, err, errlen);
+}
+
+int client_nodes_delete(struct client *c, const char *name, char *err, size_t errlen)
+{
+    struct client_path p;
+    int rc = 0;
+    client_path_init(&p, "/v1/nodes");
+    client_path_segment(&p, name);
+    const char *path = client_path_done(&p, &rc, err, errlen);
+    return path ? client_call(c, "DELETE", path, NULL, NULL, err, errlen) : rc;
 }

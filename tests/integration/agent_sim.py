@@ -112,8 +112,10 @@ class Agent:
         while not self.stopped:
             if not self.paused:
                 try:
+                    # A body (no samples, nothing dirty: the simulated agents run
+                    # nothing) tells a rejoining node's controller its GPUs are clean.
                     st, _, raw = self.api.call("POST", f"/v1/nodes/{self.name}/heartbeat",
-                                               timeout=10)
+                                               {"gpus": [], "dirty": []}, timeout=10)
                     if st not in (204, 503):
                         self.errors.append(f"heartbeat: {st} {raw[:200]!r}")
                 except OSError:  # the controller is down (kill -9): retry

@@ -12,7 +12,8 @@ time limit and cancel stop a job with SIGTERM, then SIGKILL (a setsid child
 included where cgroups exist); kill -9 of an agent while jobs run, then a
 restart, launches nothing twice and reports every outcome; logs through the
 controller (follow, offset, auth); GPU samples reach the controller; a job
-that would run as root is refused.
+that would run as root is refused. Throughout, harness.GpuWatch samples the
+assignments and the fake GPUs' processes: no GPU two jobs' at once.
 
 Needs root (the agent switches to the job's user) and the users gpuorch-test1
 and gpuorch-test2 (scripts/setup.sh). The test directory is a mkdtemp of mode
@@ -31,7 +32,7 @@ import time
 
 sys.dont_write_bytecode = True  # leave no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import FakeAgent, fake_gpu_uuid, remove_tmp, run_as_root  # noqa: E402
+from harness import FakeAgent, GpuWatch, fake_gpu_uuid, remove_tmp, run_as_root  # noqa: E402
 from harness import (DEADLINE_S, Server, agent_cgroups, diag, ok, pid_alive,  # noqa: E402
                      remove_cgroups, wait_until, write_atomic)
 
@@ -689,6 +690,7 @@ def cleanup_jobs():
 def main():
     print("TAP version 13")
     setup()
+    watch = GpuWatch(SRV.client(ADMIN), [u for ag in AGENTS.values() for u in ag.uuids]).start()
     for step in (visible_devices, array_index, output_patterns, sampling, fractional, dirty_gpu, gang, time_limit, logs_through_controller,
                  root_refused, restart_after_kill9, cancel):
         try:
@@ -700,6 +702,10 @@ def main():
                     diag(f"agent {ag.name} had exited ({ag.proc.returncode}); starting it again")
                     ag.start()
     cleanup_jobs()
+    seen = watch.stop()
+    ok(watch.samples > 0 and not seen,
+       f"in {watch.samples} samples no GPU was in two jobs' attempts, or ran two jobs' "
+       "processes, at once (fractions apart)", "\n".join(seen))
     reports = [n for n, ag in AGENTS.items()
                if "Sanitizer" in ag.log() or "runtime error:" in ag.log()]
     ok(not reports, "the agents' logs hold no sanitizer report",

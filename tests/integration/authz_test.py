@@ -181,6 +181,7 @@ CASES = {
     ("POST", "/v1/nodes/{name}/drain"): lambda: reqs(r("POST", f"/v1/nodes/{NODE}/drain", "deny")),
     ("POST", "/v1/nodes/{name}/resume"): lambda: reqs(
         r("POST", f"/v1/nodes/{NODE}/resume", "deny")),
+    ("DELETE", "/v1/nodes/{name}"): lambda: reqs(r("DELETE", f"/v1/nodes/{NODE}", "deny")),
     ("GET", "/v1/settings"): lambda: reqs(r("GET", "/v1/settings", "clean")),
     ("PUT", "/v1/settings"): lambda: reqs(r("PUT", "/v1/settings", "deny",
                                             {"private_data": False})),

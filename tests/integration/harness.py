@@ -1,7 +1,8 @@
 """What the integration tests share: TAP output, the one HTTP client of the
 API (Client), a `gpuorch server` child process on 127.0.0.1 with an ephemeral
 port and a temporary data directory (stopped by PID), polling with a deadline,
-cgroups and agents on the fake NVML.
+cgroups and agents on the fake NVML, and the checker of "one GPU, one holder"
+(GpuWatch) that samples assignments and the fake GPUs' processes.
 
 A test makes one Server, binds `call = srv.call` (or makes a Client with a
 token of its own: srv.client(TOKEN)), and ends with run(main, srv), which
@@ -18,6 +19,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.parse
 
@@ -341,6 +343,26 @@ def wait_until(fn, timeout=DEADLINE_S, step=0.05):
         time.sleep(step)
 
 
+def job_of(api, jid, token):
+    """GET /v1/jobs/JID through the Client API, or None."""
+    st, body, _ = api.call("GET", f"/v1/jobs/{jid}", token=token)
+    return body if st == 200 else None
+
+
+def wait_job_until(api, jid, pred, token, timeout=DEADLINE_S):
+    """Polls job JID until pred(job) holds; returns (held, the last job read)."""
+    last = [None]
+
+    def check():
+        last[0] = job_of(api, jid, token)
+        try:
+            return last[0] is not None and bool(pred(last[0]))
+        except (KeyError, TypeError, IndexError):
+            return False
+
+    return bool(wait_until(check, timeout, 0.1)), last[0]
+
+
 def run(main, srv, on_exit=None):
     """Runs MAIN (a crash is a failed check, with the reason), then ON_EXIT and
     srv.cleanup(); prints the TAP plan and exits 1 if any check failed."""
@@ -600,3 +622,124 @@ class FakeAgent:
 
     def tail(self, size=1500):
         return f"-- {self.name}'s log:\n{file_tail(self.log_path, size)}"
+
+
+# -- The invariant "one GPU, one holder", sampled while a test runs. ------------------------
+
+GPU_ENV = ("CUDA_VISIBLE_DEVICES", "GPUORCH_JOB_ID", "SLURM_JOB_ID", "GPUORCH_GPU_MILLI")
+
+
+def gpu_processes(uuids):
+    """{uuid: {job id: [pid, ...]}} of the processes on the fake GPUs UUIDS: the
+    fake NVML's rule, a process whose CUDA_VISIBLE_DEVICES names the GPU; the
+    job by GPUORCH_JOB_ID, else SLURM_JOB_ID ("?" without either). Also the set
+    of jobs whose processes say they hold a fraction (GPUORCH_GPU_MILLI)."""
+    found, fractions = {}, set()
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                raw = f.read()
+        except OSError:  # gone meanwhile, or a kernel thread
+            continue
+        env = {}
+        for item in raw.split(b"\0"):
+            k, eq, v = item.partition(b"=")
+            if eq and k.decode(errors="replace") in GPU_ENV:
+                env[k.decode()] = v.decode(errors="replace")
+        gpus = [u for u in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if u in uuids]
+        if not gpus or not pid_alive(pid):
+            continue
+        job = env.get("GPUORCH_JOB_ID") or env.get("SLURM_JOB_ID") or "?"
+        if "GPUORCH_GPU_MILLI" in env:
+            fractions.add(job)
+        for u in gpus:
+            found.setdefault(u, {}).setdefault(job, []).append(int(pid))
+    return found, fractions
+
+
+class GpuWatch:
+    """Every 100 ms, on a thread of its own, samples what the controller assigns
+    (GET /v1/jobs: each job's current attempt and its GPUs) and what runs on
+    the fake GPUs UUIDS (gpu_processes), and notes a violation whenever a GPU
+    is in two jobs' attempts, or runs two jobs' processes, at once, unless
+    every one of those jobs holds a fraction of it. API is a Client with an
+    admin's token; add() takes more GPUs. .seen[job] is (first, last)
+    monotonic time its processes were seen on a GPU, .assigned[job] the first
+    time the controller listed an attempt of it with GPUs."""
+
+    def __init__(self, api, uuids=()):
+        self.api = api
+        self.uuids = set(uuids)
+        self.violations = []
+        self.seen = {}
+        self.assigned = {}
+        self.samples = 0
+        self.lock = threading.Lock()
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self.loop, daemon=True)
+
+    def add(self, uuids):
+        with self.lock:
+            self.uuids |= set(uuids)
+
+    def start(self):
+        self.thread.start()
+        return self
+
+    def stop(self):
+        """Stops the thread; returns the violations seen."""
+        self.stopped.set()
+        self.thread.join(timeout=30)
+        return list(self.violations)
+
+    def note(self, what):
+        with self.lock:
+            if len(self.violations) < 50:
+                self.violations.append(what)
+
+    def loop(self):
+        while not self.stopped.is_set():
+            t0 = time.monotonic()
+            try:
+                self.sample()
+            except Exception as e:  # a checker that breaks says so, and goes on
+                self.note(f"the checker failed: {e!r}")
+            self.stopped.wait(max(0.0, 0.1 - (time.monotonic() - t0)))
+
+    def sample(self):
+        with self.lock:
+            uuids = set(self.uuids)
+        now = time.monotonic()
+        self.check_assignments(uuids, now)
+        procs, fractions = gpu_processes(uuids)
+        for u, jobs in procs.items():
+            for job in jobs:
+                first, _ = self.seen.get(job, (now, now))
+                self.seen[job] = (first, now)
+            if len(jobs) > 1 and not all(j in fractions for j in jobs):
+                self.note(f"GPU {u} runs processes of jobs {sorted(jobs)} at once: {jobs}")
+        self.samples += 1
+
+    def check_assignments(self, uuids, now):
+        try:
+            st, body, _ = self.api.call("GET", "/v1/jobs", query={"limit": 1000}, timeout=10)
+        except OSError:  # the controller is down (a test's kill -9): nothing to compare
+            return
+        if st != 200:
+            return
+        holders = {}
+        for j in (body or {}).get("jobs") or []:
+            cur = j.get("current_attempt") or {}
+            gpus = cur.get("gpus") or []
+            if gpus and str(j.get("id")) not in self.assigned:
+                self.assigned[str(j.get("id"))] = now
+            want = (j.get("spec") or {}).get("gpus")
+            frac = isinstance(want, (int, float)) and want < 1
+            for u in gpus:
+                if u in uuids or not uuids:
+                    holders.setdefault(u, []).append((j.get("id"), cur.get("attempt"), frac))
+        for u, hs in holders.items():
+            if len(hs) > 1 and not all(f for _, _, f in hs):
+                self.note(f"GPU {u} is in the attempts of {[(a, b) for a, b, _ in hs]} at once")

@@ -8,7 +8,9 @@ and the agent routes' bad-input and auth matrix. Prints TAP.
 
 Every assignments answer of every node is checked as it arrives: no GPU in two
 attempts at once, only the node's own GPUs and as many as the job asked for, no
-job on two live nodes, no attempt assigned again after its final report.
+job on two live nodes, no attempt assigned again after its final report. And
+harness.GpuWatch samples the controller's assignments (and the GPUs' processes,
+none here: the simulated agents run nothing) every 100 ms throughout.
 
 The server runs as a child process on 127.0.0.1 with an ephemeral port, a
 temporary data directory, --node-timeout 2 and --pass-interval 1; it is stopped
@@ -25,7 +27,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from agent_sim import (AGENTS, ANSWERS, FINAL_SENT, HOLD, LOCK, MANUAL, VIOLATIONS,  # noqa: E402
                        Agent, ever_ran, exits, first_add, gpu_ids, held_by, max_concurrent,
                        next_seq)
-from harness import DEADLINE_S, Server, diag, message, ok, run, wait_until  # noqa: E402
+from harness import (DEADLINE_S, GpuWatch, Server, diag, message, ok, run,  # noqa: E402
+                     wait_until)
 
 NODE_TIMEOUT_S = 2
 PASS_INTERVAL_S = 1
@@ -572,6 +575,7 @@ def main():
     st, body, raw = n2.register()
     ok(st == 201, "a second node registers: 201", f"{st} {raw[:300]!r}")
     n2.start()
+    watch = GpuWatch(SRV.client(ADMIN), [u for ag in AGENTS for u in ag.uuids]).start()
     st, body, raw = call("GET", "/v1/nodes", token=ADMIN)
     nodes = {x["name"]: x for x in body["nodes"]} if st == 200 else {}
     ok(sorted(nodes) == ["n1", "n2"] and all(
@@ -591,6 +595,10 @@ def main():
                 SRV.proc = None
                 SRV.start()
 
+    seen = watch.stop()
+    ok(watch.samples > 0 and not seen,
+       f"no GPU was in two jobs' attempts at once in {watch.samples} samples of the API",
+       "\n".join(seen))
     for ag in AGENTS:
         ag.stop()
     with LOCK:

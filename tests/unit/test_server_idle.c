@@ -320,7 +320,7 @@ static void observe_needs_every_gpu_under_the_threshold(void **state)
     struct attempt a = {.n = 1, .shares = shares2, .nshares = 2};
     struct monitor_idle_samples t = {0};
     struct proto_heartbeat s = sample2(4, 90);
-    assert_int_equal(monitor_idle_samples_add(&t, &s, 5000), 0);
+    assert_int_equal(monitor_idle_samples_add(&t, "n1", &s, 5000), 0);
     assert_int_equal(t.n, 2); /* the GPU with an error is left out */
     monitor_idle_samples_sort(&t);
     struct monitor_idle_obs o = monitor_idle_observe(&a, &t, 5);
@@ -331,7 +331,7 @@ static void observe_needs_every_gpu_under_the_threshold(void **state)
 
     /* Threshold edges: at the threshold is busy, one under is idle. */
     s = sample2(4, 5);
-    monitor_idle_samples_add(&t, &s, 6000);
+    monitor_idle_samples_add(&t, "n1", &s, 6000);
     monitor_idle_samples_sort(&t);
     assert_true(monitor_idle_observe(&a, &t, 5).busy);
     o = monitor_idle_observe(&a, &t, 6);
@@ -346,7 +346,7 @@ static void observe_needs_every_gpu_under_the_threshold(void **state)
     struct proto_heartbeat one = {.sampled_at_ms = PROTO_NONE, .ngpus = 1};
     one.gpus = calloc(1, sizeof(*one.gpus));
     one.gpus[0] = gpu_sample(1, GPU_B, 0);
-    monitor_idle_samples_add(&t, &one, 7000);
+    monitor_idle_samples_add(&t, "n1", &one, 7000);
     monitor_idle_samples_sort(&t);
     o = monitor_idle_observe(&a, &t, 5);
     assert_false(o.busy);
@@ -361,7 +361,7 @@ static void observe_needs_every_gpu_under_the_threshold(void **state)
     struct attempt_share quarter = {"n1", GPU_A, 250, 0};
     struct attempt frac = {.n = 1, .shares = &quarter, .nshares = 1};
     s = sample2(40, 0);
-    monitor_idle_samples_add(&t, &s, 8000);
+    monitor_idle_samples_add(&t, "n1", &s, 8000);
     monitor_idle_samples_sort(&t);
     assert_true(monitor_idle_observe(&frac, &t, 40).busy);
     o = monitor_idle_observe(&frac, &t, 41);
@@ -369,6 +369,30 @@ static void observe_needs_every_gpu_under_the_threshold(void **state)
     assert_true(o.all_fresh);
     monitor_idle_samples_release(&t);
     proto_heartbeat_release(&s);
+}
+
+/* Two node records with the same UUIDs (a machine registered again under
+ * another name): the samples of one never stand for the other's GPUs. */
+static void observe_takes_a_gpu_by_node_and_uuid(void **state)
+{
+    (void)state;
+    struct attempt a = {.n = 1, .shares = shares2, .nshares = 2};
+    struct monitor_idle_samples t = {0};
+    struct proto_heartbeat twin = sample2(90, 90), own = sample2(1, 1);
+    assert_int_equal(monitor_idle_samples_add(&t, "n0-old", &twin, 5000), 0);
+    struct monitor_idle_obs o;
+    monitor_idle_samples_sort(&t);
+    o = monitor_idle_observe(&a, &t, 5);
+    assert_false(o.busy); /* n0-old's busy GPUs are not n1's */
+    assert_false(o.all_fresh);
+    assert_int_equal(monitor_idle_samples_add(&t, "n1", &own, 6000), 0);
+    monitor_idle_samples_sort(&t);
+    o = monitor_idle_observe(&a, &t, 5);
+    assert_false(o.busy);
+    assert_true(o.all_fresh);
+    monitor_idle_samples_release(&t);
+    proto_heartbeat_release(&twin);
+    proto_heartbeat_release(&own);
 }
 
 /* ---- a tick over a hand-built server ----------------------------------- */
@@ -509,6 +533,7 @@ int main(void)
         cmocka_unit_test(warning_then_action_unless_busy_again),
         cmocka_unit_test(policy_changed_while_flagged_applies_from_the_next_tick),
         cmocka_unit_test(observe_needs_every_gpu_under_the_threshold),
+        cmocka_unit_test(observe_takes_a_gpu_by_node_and_uuid),
         cmocka_unit_test(tick_flags_a_job_on_fresh_idle_samples_and_shows_it),
         cmocka_unit_test(tick_skips_jobs_not_running_or_being_killed),
     };

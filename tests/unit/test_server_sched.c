@@ -4,7 +4,9 @@
  * commit and apply one by one (nothing reaches memory before its commit is
  * on disk; a job cancelled meanwhile gets its attempt killed), a failed
  * dependency, an attempt's end charged at the next pass, node timeouts,
- * and a whole turn of the loop. */
+ * GPUs named by node and UUID (a down twin record with the same UUIDs), a
+ * lost node's rejoin and the hold on its GPUs, registrations that name
+ * another node's UUID, node deletes, and a whole turn of the loop. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -293,6 +295,221 @@ static void a_silent_node_is_marked_down_and_its_attempts_end_node_fail(void **s
     assert_string_equal(as, "NODE_FAIL");
 }
 
+/* A second node record "n0" with n1's GPU UUID, down: what an agent leaves
+ * behind when it registers the same machine again under another name. */
+static void add_down_twin(struct env *e)
+{
+    struct server *s = &e->s;
+    char err[256] = "";
+    json_t *o = json_pack("{s:s, s:s, s:i, s:i, s:[{s:i, s:s, s:s, s:i}]}", "name", "n0", "pool",
+                          "main", "cpus", 8, "mem_mib", 65536, "gpus", "index", 0, "uuid", UUID,
+                          "gpu_type", "H100-80GB", "mem_mib", 81920);
+    struct cluster_node node = {0};
+    check(cluster_node_decode(o, 0, &node, err, sizeof(err)), "twin", err);
+    json_decref(o);
+    node.id = 103;
+    node.state = CLUSTER_NODE_DOWN;
+    check(cluster_node_add(&s->cluster, &node, err, sizeof(err)), "twin add", err);
+    check(nodes_add(&s->nodes, "n0", e->now), "twin runtime", "");
+}
+
+static void a_running_job_holds_its_nodes_gpu_not_a_twins(void **state)
+{
+    struct env *e = *state;
+    add_down_twin(e);
+    struct job *j = submit(e, 1, 0);
+    pass(e, false);
+    assert_int_equal(j->att.n, 1);
+    assert_string_equal(j->att.shares[0].node, "n1");
+    /* n1's one GPU is j's: the next job waits, whatever n0's record says. */
+    struct job *k = submit(e, 1, 0);
+    for (int round = 0; round < 3; round++) {
+        e->now += 1000;
+        pass(e, false);
+        assert_int_equal(k->state, JOB_PENDING);
+        assert_int_equal(k->att.n, 0);
+    }
+}
+
+static void a_twins_dirty_gpu_does_not_hold_the_live_one(void **state)
+{
+    struct env *e = *state;
+    struct server *s = &e->s;
+    add_down_twin(e);
+    char *uuid = UUID;
+    nodes_dirty_add(nodes_find(&s->nodes, "n0"), &uuid, 1);
+    struct job *j = submit(e, 1, 0);
+    pass(e, false);
+    assert_int_equal(j->att.n, 1); /* n0's dirty GPU is n0's */
+    assert_string_equal(j->att.shares[0].node, "n1");
+}
+
+/* A heartbeat body naming `dirty` (NULL: none) as its dirty GPU. */
+static unsigned beat(struct env *e, const char *dirty)
+{
+    struct node_rt *rt = nodes_find(&e->s.nodes, "n1");
+    struct proto_heartbeat hb = {.sampled_at_ms = PROTO_NONE};
+    if (dirty) {
+        hb.dirty = calloc(2, sizeof(*hb.dirty));
+        hb.dirty[0] = strdup(dirty);
+        hb.ndirty = 1;
+    }
+    unsigned out = nodes_heartbeat(rt, &hb, e->now);
+    proto_heartbeat_release(&hb);
+    return out;
+}
+
+/* The node times out with job j on it (the lock held). */
+static void lose_node(struct env *e, const struct job *j)
+{
+    e->now += 61000;
+    sched_node_timeouts(&e->s, e->now);
+    assert_int_equal(j->state, JOB_NODE_FAIL);
+}
+
+static void a_lost_node_rejoins_by_heartbeat_and_gets_work_once_its_gpus_are_clean(void **state)
+{
+    struct env *e = *state;
+    struct server *s = &e->s;
+    struct job *j = submit(e, 1, 0);
+    pass(e, false);
+    pthread_mutex_lock(&s->lock);
+    lose_node(e, j);
+    struct node_rt *rt = nodes_find(&s->nodes, "n1");
+    assert_true(rt->lost);
+    assert_true(rt->hold);
+    /* It heartbeats again (a stopped agent continued): up at the next turn. */
+    e->now += 1000;
+    assert_int_equal(beat(e, NULL), NODES_BEAT_BACK);
+    sched_node_timeouts(s, e->now);
+    assert_int_equal(cluster_node_get(&s->cluster, "n1")->state, CLUSTER_NODE_UP);
+    pthread_mutex_unlock(&s->lock);
+    char js[32], as[32];
+    struct job *k = submit(e, 1, 0);
+    pass(e, false);
+    assert_int_equal(k->att.n, 0); /* held: the agent has not said its GPU is clean */
+    pthread_mutex_lock(&s->lock);
+    /* Heartbeats before the agent applied an answer without j's attempt
+     * prove nothing, nor does the first one after (it may predate it). */
+    assert_int_equal(beat(e, NULL), 0);
+    nodes_polled(rt, rt->hold_rev - 1);
+    assert_int_equal(beat(e, NULL), 0);
+    nodes_polled(rt, rt->hold_rev);
+    assert_int_equal(beat(e, NULL), 0);
+    pthread_mutex_unlock(&s->lock);
+    pass(e, false);
+    assert_int_equal(k->att.n, 0);
+    /* The next one says j's processes still occupy the GPU: dirty, held. */
+    pthread_mutex_lock(&s->lock);
+    assert_int_equal(beat(e, UUID), NODES_BEAT_RELEASED);
+    assert_false(rt->hold);
+    pthread_mutex_unlock(&s->lock);
+    pass(e, false);
+    assert_int_equal(k->att.n, 0);
+    pthread_mutex_lock(&s->lock);
+    assert_int_equal(beat(e, NULL), 0); /* clean */
+    pthread_mutex_unlock(&s->lock);
+    pass(e, false);
+    assert_int_equal(k->att.n, 1);
+    stored(e, j->id, js, as, sizeof(js));
+    assert_string_equal(as, "NODE_FAIL");
+}
+
+static void a_drained_node_that_falls_silent_stays_drained(void **state)
+{
+    struct env *e = *state;
+    struct server *s = &e->s;
+    struct job *j = submit(e, 1, 0);
+    pass(e, false);
+    pthread_mutex_lock(&s->lock);
+    config_node_mark_apply(&s->config, "n1", CLUSTER_NODE_DRAINING);
+    lose_node(e, j);
+    assert_int_equal(cluster_node_get(&s->cluster, "n1")->state, CLUSTER_NODE_DRAINING);
+    /* Its heartbeats do not undo an admin's drain. */
+    e->now += 1000;
+    assert_int_equal(beat(e, NULL), NODES_BEAT_BACK);
+    sched_node_timeouts(s, e->now);
+    assert_int_equal(cluster_node_get(&s->cluster, "n1")->state, CLUSTER_NODE_DRAINING);
+    /* Nor is it lost again every turn while it stays silent. */
+    e->now += 61000;
+    sched_node_timeouts(s, e->now);
+    assert_true(nodes_find(&s->nodes, "n1")->lost);
+    sched_node_timeouts(s, e->now + 61000);
+    assert_int_equal(cluster_node_get(&s->cluster, "n1")->state, CLUSTER_NODE_DRAINING);
+    /* Resumed while still silent, it is marked down. */
+    config_node_mark_apply(&s->config, "n1", CLUSTER_NODE_UP);
+    sched_node_timeouts(s, e->now + 62000);
+    assert_int_equal(cluster_node_get(&s->cluster, "n1")->state, CLUSTER_NODE_DOWN);
+    pthread_mutex_unlock(&s->lock);
+}
+
+/* n2's registration, with one GPU of UUID `uuid`, planned (the lock held). */
+static int register_n2(struct env *e, const char *uuid, char *err, size_t errlen)
+{
+    json_t *o = json_pack("{s:s, s:s, s:i, s:i, s:[{s:i, s:s, s:s, s:i}]}", "name", "n2", "pool",
+                          "main", "cpus", 8, "mem_mib", 65536, "gpus", "index", 0, "uuid", uuid,
+                          "gpu_type", "H100-80GB", "mem_mib", 81920);
+    struct cluster_node node = {0};
+    check(cluster_node_decode(o, 0, &node, err, errlen), "n2", err);
+    json_decref(o);
+    struct config_write *w = NULL;
+    struct store_batch *b = NULL;
+    int rc = config_node_put_plan(&e->s.config, &node, "127.0.0.1", e->now, &w, &b, err, errlen);
+    cluster_node_release(&node);
+    if (!rc) {
+        store_batch_free(b);
+        config_write_drop(&e->s.config, w);
+    }
+    return rc;
+}
+
+static void
+a_registration_with_another_nodes_uuid_is_refused_until_that_node_is_deleted(void **state)
+{
+    struct env *e = *state;
+    struct server *s = &e->s;
+    char err[512] = "";
+    pthread_mutex_lock(&s->lock);
+    assert_int_equal(register_n2(e, UUID, err, sizeof(err)), GPO_ESTATE);
+    assert_non_null(strstr(err, "node 'n1'"));
+    assert_non_null(strstr(err, UUID));
+    assert_int_equal(register_n2(e, "GPU-11111111-2222-3333-4444-000000000000", err, sizeof(err)),
+                     0);
+    pthread_mutex_unlock(&s->lock);
+    /* n1 cannot go while an attempt holds its GPU... */
+    struct job *j = submit(e, 1, 0);
+    pass(e, false);
+    struct config_write *w = NULL;
+    struct store_batch *b = NULL;
+    pthread_mutex_lock(&s->lock);
+    assert_int_equal(config_node_delete_plan(&s->config, "n1", e->now, &w, &b, err, sizeof(err)),
+                     GPO_ESTATE);
+    assert_non_null(strstr(err, "holds attempt 1"));
+    /* ...and can once it ended (here: lost with its node). */
+    lose_node(e, j);
+    check(config_node_delete_plan(&s->config, "n1", e->now, &w, &b, err, sizeof(err)), "delete",
+          err);
+    pthread_mutex_unlock(&s->lock);
+    char msg[256] = "";
+    check(store_commit_wait(s->store, b, NULL, 0, msg, sizeof(msg)), "commit", msg);
+    pthread_mutex_lock(&s->lock);
+    enum config_outcome out = CONFIG_CREATED;
+    json_t *body = NULL;
+    check(config_write_done(&s->config, w, 0, e->now, &out, &body, err, sizeof(err)), "done", err);
+    assert_int_equal(out, CONFIG_REMOVED);
+    assert_null(body);
+    assert_null(cluster_node_get(&s->cluster, "n1"));
+    assert_null(nodes_find(&s->nodes, "n1"));
+    assert_int_equal(register_n2(e, UUID, err, sizeof(err)), 0);
+    pthread_mutex_unlock(&s->lock);
+    struct store_node *rows = NULL;
+    size_t n = 0;
+    assert_int_equal(store_node_list(s->store, &rows, &n), 0);
+    for (size_t k = 0; k < n; k++)
+        assert_string_not_equal(rows[k].name, "n1");
+    store_nodes_free(rows, n);
+}
+
 static void a_turn_runs_every_task_at_the_servers_time(void **state)
 {
     struct env *e = *state;
@@ -327,6 +544,18 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(a_silent_node_is_marked_down_and_its_attempts_end_node_fail,
                                         setup, teardown),
+        cmocka_unit_test_setup_teardown(a_running_job_holds_its_nodes_gpu_not_a_twins, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(a_twins_dirty_gpu_does_not_hold_the_live_one, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(
+            a_lost_node_rejoins_by_heartbeat_and_gets_work_once_its_gpus_are_clean, setup,
+            teardown),
+        cmocka_unit_test_setup_teardown(a_drained_node_that_falls_silent_stays_drained, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(
+            a_registration_with_another_nodes_uuid_is_refused_until_that_node_is_deleted, setup,
+            teardown),
         cmocka_unit_test_setup_teardown(a_turn_runs_every_task_at_the_servers_time, setup,
                                         teardown),
     };

@@ -289,7 +289,10 @@ static int node_heartbeat(struct http_request *req, void *ctx)
     if (rt && has && n)
         rc = sample_check_gpus(n, &hb, err, sizeof(err));
     if (rt && !rc) {
-        nodes_heartbeat(rt, has ? &hb : NULL, srv_now_ms(s));
+        /* A node marked lost that heartbeats again rejoins (the loop marks
+         * it up); one whose hold ends has GPUs to offer. */
+        if (nodes_heartbeat(rt, has ? &hb : NULL, srv_now_ms(s)))
+            sched_wake(s->sched);
         if (has)
             monitor_heartbeat(&s->monitor, rt->name, &rt->sample, rt->sample_ms);
     }
@@ -329,6 +332,8 @@ static int node_assignments(struct http_request *req, void *ctx)
                                   node_param(req));
     }
     rt->last_heartbeat_ms = srv_now_ms(s); /* a poll is a sign of life too */
+    if (has_since)
+        nodes_polled(rt, since); /* it applied the answer of `since` */
     if (!has_since || rt->rev > since || wait == 0) {
         json_t *o = api_node_answer(s, rt);
         pthread_mutex_unlock(&s->lock);
@@ -606,6 +611,7 @@ static void node_write_done(void *ctx, const struct store_result *r)
     const struct cluster_node *n = rc ? NULL : cluster_node_get(&s->cluster, name);
     if (n)
         o = registered_json(n, tok);
+    bool removed = !rc && out == CONFIG_REMOVED;
     if (!rc)
         sched_wake(s->sched);
     pthread_mutex_unlock(&s->lock);
@@ -613,6 +619,8 @@ static void node_write_done(void *ctx, const struct store_result *r)
     if (r->err)
         http_request_complete_error(nw->req, 503, "store", "the node was not stored: %s",
                                     gpo_strerror(r->err));
+    else if (removed)
+        http_request_complete(nw->req, 204, NULL);
     else if (rc || !o)
         http_request_complete_error(nw->req, 500, "internal", "node stored, not applied: %s", err);
     else
@@ -677,10 +685,26 @@ static int node_state(struct http_request *req, void *ctx)
     return node_write_commit(s, req, rc, w, b, err);
 }
 
+/* DELETE /v1/nodes/NAME: the record goes (an agent registered the machine
+ * again under another name); 409 while an attempt holds its GPUs. */
+static int node_delete(struct http_request *req, void *ctx)
+{
+    struct server *s = ctx;
+    struct config_write *w = NULL;
+    struct store_batch *b = NULL;
+    char err[512];
+    pthread_mutex_lock(&s->lock);
+    int rc = config_node_delete_plan(&s->config, node_param(req), srv_now_ms(s), &w, &b, err,
+                                     sizeof(err));
+    pthread_mutex_unlock(&s->lock);
+    return node_write_commit(s, req, rc, w, b, err);
+}
+
 static const enum cluster_node_state draining = CLUSTER_NODE_DRAINING, up = CLUSTER_NODE_UP;
 
 static const struct http_route routes[] = {
     {"PUT", "/v1/nodes/{name}", node_put, API_ROUTE_AGENT | HTTP_ROUTE_JSON_BODY, NULL},
+    {"DELETE", "/v1/nodes/{name}", node_delete, API_ROUTE_ADMIN, NULL},
     {"POST", "/v1/nodes/{name}/heartbeat", node_heartbeat, API_ROUTE_AGENT | HTTP_ROUTE_RAW_BODY,
      NULL},
     {"GET", "/v1/nodes/{name}/assignments", node_assignments, API_ROUTE_AGENT, NULL},

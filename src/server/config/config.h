@@ -103,7 +103,9 @@ int config_delete_plan(struct config *c, enum config_kind k, const char *name, i
  * once it passes cluster_node_check, so the caller releases it either way;
  * its state and id are decided here; `client_addr` is where the agent
  * connected from, used when the node names no addr). A drained node stays
- * drained, a node marked down comes back up. Like config_put_plan.
+ * drained, a node marked down comes back up (its GPUs held, nodes.h). A GPU
+ * UUID another node record has is refused (GPO_ESTATE, naming that node):
+ * one GPU is one node's. Like config_put_plan.
  */
 int config_node_put_plan(struct config *c, struct cluster_node *item, const char *client_addr,
                          int64_t now_ms, struct config_write **ret_w,
@@ -151,12 +153,20 @@ void config_write_drop(struct config *c, struct config_write *w);
 /* The name of the object write w changes (borrowed from w). */
 const char *config_write_name(const struct config_write *w);
 
+/* Delete node `name`'s record (admin): refused with GPO_ESTATE while an
+ * attempt runs on it or holds its GPUs (whatever its state). Like
+ * config_delete_plan; its runtime goes when the write is done. */
+int config_node_delete_plan(struct config *c, const char *name, int64_t now_ms,
+                            struct config_write **ret_w, struct store_batch **ret_batch, char *err,
+                            size_t errlen);
+
 /*
- * Node timeouts: adds to b the record of node `name` marked down, and once
+ * The loop's marks of a node (the node timeout: down; a heartbeat again: up):
+ * adds to b the record of node `name` in `state` (0 or GPO_ENOMEM), and once
  * committed applies it. Not a configuration write (no busy, no id).
  */
-int config_node_down_row(const struct config *c, const char *name, int64_t now_ms,
-                         struct store_batch *b);
-void config_node_down_apply(struct config *c, const char *name);
+int config_node_mark_row(const struct config *c, const char *name, enum cluster_node_state state,
+                         int64_t now_ms, struct store_batch *b);
+void config_node_mark_apply(struct config *c, const char *name, enum cluster_node_state state);
 
 #endif

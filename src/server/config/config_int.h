@@ -31,6 +31,7 @@ struct config_write {
     int kind; /* enum config_kind, or CONFIG_WRITE_NODE */
     char name[CLUSTER_HOST_MAX + 1];
     bool remove, replace;
+    bool registration;            /* a node's record from its agent (not drain or resume) */
     uint32_t next_id;             /* struct config.next_id after this write */
     struct cost_pending *closing; /* a price change: the segments it closes */
     union config_item item;

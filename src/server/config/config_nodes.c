@@ -1,7 +1,7 @@
 /*
  * config_nodes.c - the nodes' records and the GPU type id table: loading,
- * registration, drain and resume, and the mark of a node that stopped
- * heartbeating (config.h).
+ * registration, drain, resume and delete, and the marks of a node that
+ * stopped heartbeating or heartbeats again (config.h).
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -49,6 +49,19 @@ static int load_type_ids(struct config *c, char *err, size_t errlen)
     return rc;
 }
 
+/* A node stored down was lost, and one stored drained may have been: what
+ * the controller ended there may still run, so its GPUs are held until its
+ * agent says which are clean; a node stored down rejoins by heartbeat. */
+static void load_hold(struct config *c, const char *name)
+{
+    const struct cluster_node *n = cluster_node_get(c->cluster, name);
+    struct node_rt *rt = nodes_find(c->nodes, name);
+    if (!n || !rt || n->state == CLUSTER_NODE_UP)
+        return;
+    rt->lost = n->state == CLUSTER_NODE_DOWN;
+    nodes_hold(c->nodes, name);
+}
+
 int config_nodes_load(struct config *c, int64_t now_ms, char *err, size_t errlen)
 {
     int rc = load_type_ids(c, err, errlen);
@@ -72,6 +85,8 @@ int config_nodes_load(struct config *c, int64_t now_ms, char *err, size_t errlen
         /* Agents get one node timeout from now to check in again. */
         if (!rc)
             rc = nodes_add(c->nodes, rows[k].name, now_ms);
+        if (!rc)
+            load_hold(c, rows[k].name);
         if (rc)
             errbuf_set(err, errlen, rc, "store: node '%s': %s", rows[k].name, msg);
     }
@@ -157,6 +172,31 @@ static int node_plan(struct config *c, struct config_write *w, int64_t now_ms,
     return 0;
 }
 
+/* A GPU is one node's: a registration naming a UUID another node record
+ * has (up, drained or down) is refused, so that no GPU is offered twice. */
+static int uuids_free(const struct config *c, const struct cluster_node *node, char *err,
+                      size_t errlen)
+{
+    const struct cluster *m = c->cluster;
+    for (size_t n = 0; n < m->nnodes; n++) {
+        const struct cluster_node *o = &m->nodes[n];
+        if (strcmp(o->name, node->name) == 0)
+            continue;
+        for (size_t g = 0; g < node->ngpus; g++) {
+            for (size_t k = 0; k < o->ngpus; k++) {
+                if (strcmp(node->gpus[g].uuid, o->gpus[k].uuid) == 0)
+                    return errbuf_set(err, errlen, GPO_ESTATE,
+                                      "field 'gpus[%zu].uuid': GPU %s is node '%s''s (%s); a "
+                                      "machine registered under a new name: delete the old "
+                                      "record first (gpuorch nodes delete %s)",
+                                      g, node->gpus[g].uuid, o->name,
+                                      cluster_node_state_name(o->state), o->name);
+            }
+        }
+    }
+    return 0;
+}
+
 int config_node_put_plan(struct config *c, struct cluster_node *item, const char *client_addr,
                          int64_t now_ms, struct config_write **ret_w,
                          struct store_batch **ret_batch, char *err, size_t errlen)
@@ -178,6 +218,8 @@ int config_node_put_plan(struct config *c, struct cluster_node *item, const char
                  : 0;
     if (!rc && !cluster_pool_get(c->cluster, node->pool))
         rc = errbuf_set(err, errlen, GPO_EINVAL, "field 'pool': no pool '%s'", node->pool);
+    rc = rc ? rc : uuids_free(c, node, err, errlen);
+    w->registration = true;
     /* Without "addr", the controller reaches the agent where it came from. */
     if (!rc && !node->addr && !(node->addr = strdup(client_addr)))
         rc = errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
@@ -226,10 +268,31 @@ int config_node_state_plan(struct config *c, const char *name, enum cluster_node
     return 0;
 }
 
+/* A node record goes: its runtime with it (its agent's long-polls get 404). */
+static int node_removed(struct config *c, const struct config_write *w,
+                        enum config_outcome *ret_outcome, json_t **ret_body, char *err,
+                        size_t errlen)
+{
+    int rc = cluster_node_remove(c->cluster, w->name);
+    if (rc)
+        return errbuf_set(err, errlen, rc, "node '%s': %s", w->name, gpo_strerror(rc));
+    nodes_remove(c->nodes, w->name);
+    *ret_outcome = CONFIG_REMOVED;
+    *ret_body = NULL;
+    return 0;
+}
+
 int config_node_done(struct config *c, struct config_write *w, int64_t now_ms,
                      enum config_outcome *ret_outcome, json_t **ret_body, char *err, size_t errlen)
 {
+    if (w->remove)
+        return node_removed(c, w, ret_outcome, ret_body, err, errlen);
     c->next_id = w->next_id;
+    const struct cluster_node *old = cluster_node_get(c->cluster, w->name);
+    const struct node_rt *was = nodes_find(c->nodes, w->name);
+    /* An agent registering a node marked down, or one whose GPUs are held,
+     * is a new process: the hold starts over, for its answers. */
+    bool hold = w->registration && old && (old->state == CLUSTER_NODE_DOWN || (was && was->hold));
     int rc = 0;
     for (size_t k = 0; k < w->nnew_types && !rc; k++)
         rc = cluster_type_id_set(c->cluster, w->new_types[k].name, w->new_types[k].id, err, errlen);
@@ -239,6 +302,10 @@ int config_node_done(struct config *c, struct config_write *w, int64_t now_ms,
                         : cluster_node_add(c->cluster, &w->item.node, err, errlen);
     if (!rc && (rc = nodes_add(c->nodes, w->name, now_ms)) != 0)
         errbuf_set(err, errlen, rc, "out of memory");
+    if (!rc && hold) {
+        nodes_find(c->nodes, w->name)->lost = false;
+        nodes_hold(c->nodes, w->name);
+    }
     if (!rc && !o)
         rc = errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
     if (rc) {
@@ -250,21 +317,55 @@ int config_node_done(struct config *c, struct config_write *w, int64_t now_ms,
     return 0;
 }
 
-int config_node_down_row(const struct config *c, const char *name, int64_t now_ms,
-                         struct store_batch *b)
+int config_node_delete_plan(struct config *c, const char *name, int64_t now_ms,
+                            struct config_write **ret_w, struct store_batch **ret_batch, char *err,
+                            size_t errlen)
+{
+    (void)now_ms;
+    if (!cluster_node_get(c->cluster, name))
+        return errbuf_set(err, errlen, GPO_ENOENT, "no node '%s'", name);
+    if (c->busy)
+        return errbuf_set(err, errlen, GPO_EBUSY,
+                          "another configuration change is being stored; retry");
+    for (size_t k = 0; k < c->jobs->n; k++) {
+        const struct job *j = c->jobs->v[k];
+        if (j->att.n && attempt_on_node(&j->att, name))
+            return errbuf_set(err, errlen, GPO_ESTATE,
+                              "node '%s' holds attempt %" PRId64 " of job %" PRId64
+                              " (%s); it can go once that has ended",
+                              name, j->att.n, j->id, job_state_name(j->state));
+    }
+    struct config_write *w = calloc(1, sizeof(*w));
+    struct store_batch *b = w ? store_batch_new() : NULL;
+    if (!b || store_batch_node_delete(b, name)) {
+        store_batch_free(b);
+        free(w);
+        return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
+    }
+    w->kind = CONFIG_WRITE_NODE;
+    w->remove = true;
+    snprintf(w->name, sizeof(w->name), "%s", name);
+    c->busy = true;
+    *ret_w = w;
+    *ret_batch = b;
+    return 0;
+}
+
+int config_node_mark_row(const struct config *c, const char *name, enum cluster_node_state state,
+                         int64_t now_ms, struct store_batch *b)
 {
     const struct cluster_node *n = cluster_node_get(c->cluster, name);
     char *text = n ? stored_text(n) : NULL;
-    int rc = text ? store_batch_node_put(b, name, text, "down", now_ms) : GPO_ENOMEM;
+    int rc = text ? store_batch_node_put(b, name, text, cluster_node_state_name(state), now_ms) : 1;
     free(text);
     return rc ? GPO_ENOMEM : 0;
 }
 
-void config_node_down_apply(struct config *c, const char *name)
+void config_node_mark_apply(struct config *c, const char *name, enum cluster_node_state state)
 {
     /* Only the state changes, and the cluster indexes nothing by state. */
     for (size_t n = 0; n < c->cluster->nnodes; n++) {
         if (strcmp(c->cluster->nodes[n].name, name) == 0)
-            c->cluster->nodes[n].state = CLUSTER_NODE_DOWN;
+            c->cluster->nodes[n].state = state;
     }
 }

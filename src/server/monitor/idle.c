@@ -25,8 +25,8 @@ struct monitor_idle_count {
 
 /* ---- fresh samples ----------------------------------------------------- */
 
-int monitor_idle_samples_add(struct monitor_idle_samples *t, const struct proto_heartbeat *hb,
-                             int64_t sample_ms)
+int monitor_idle_samples_add(struct monitor_idle_samples *t, const char *node,
+                             const struct proto_heartbeat *hb, int64_t sample_ms)
 {
     for (size_t k = 0; k < hb->ngpus; k++) {
         const struct proto_gpu_sample *g = &hb->gpus[k];
@@ -35,7 +35,7 @@ int monitor_idle_samples_add(struct monitor_idle_samples *t, const struct proto_
         int64_t pct = g->utilization_pct;
         if (vec_grow((void **)&t->gpus, &t->cap, t->n + 1, sizeof(*t->gpus)))
             return GPO_ENOMEM;
-        t->gpus[t->n++] = (struct monitor_idle_gpu){g->uuid,
+        t->gpus[t->n++] = (struct monitor_idle_gpu){node, g->uuid,
                                                     pct <= 0     ? 0
                                                     : pct >= 100 ? 100
                                                                  : (uint32_t)pct,
@@ -44,10 +44,12 @@ int monitor_idle_samples_add(struct monitor_idle_samples *t, const struct proto_
     return 0;
 }
 
+/* By node, then UUID: a GPU is its node's (two records may name one UUID). */
 static int cmp_gpu(const void *a, const void *b)
 {
-    return strcmp(((const struct monitor_idle_gpu *)a)->uuid,
-                  ((const struct monitor_idle_gpu *)b)->uuid);
+    const struct monitor_idle_gpu *x = a, *y = b;
+    int c = strcmp(x->node, y->node);
+    return c ? c : strcmp(x->uuid, y->uuid);
 }
 
 void monitor_idle_samples_sort(struct monitor_idle_samples *t)
@@ -68,7 +70,7 @@ struct monitor_idle_obs monitor_idle_observe(const struct attempt *a,
 {
     struct monitor_idle_obs o = {.all_fresh = a->nshares > 0};
     for (size_t k = 0; k < a->nshares; k++) {
-        struct monitor_idle_gpu key = {.uuid = a->shares[k].uuid};
+        struct monitor_idle_gpu key = {.node = a->shares[k].node, .uuid = a->shares[k].uuid};
         const struct monitor_idle_gpu *g =
             t->n ? bsearch(&key, t->gpus, t->n, sizeof(*t->gpus), cmp_gpu) : NULL;
         if (!g) {
@@ -219,7 +221,7 @@ static int fresh_samples(struct monitor *m, struct monitor_idle_samples *t)
     for (size_t k = 0; k < m->nodes->n; k++) {
         const struct node_rt *rt = &m->nodes->v[k];
         if (rt->has_sample && rt->sample_ms > m->idle_tick_ms &&
-            monitor_idle_samples_add(t, &rt->sample, rt->sample_ms) != 0) {
+            monitor_idle_samples_add(t, rt->name, &rt->sample, rt->sample_ms) != 0) {
             monitor_idle_samples_release(t);
             return GPO_ENOMEM;
         }

@@ -205,8 +205,10 @@ struct monitor_idle_obs {
     int64_t busy_ms; /* busy: the newest such sample's time */
 };
 
-/* Fresh samples of one tick: GPU UUID -> utilization, sorted by UUID. */
+/* Fresh samples of one tick: (node, GPU UUID) -> utilization, sorted by
+ * node and UUID. */
 struct monitor_idle_gpu {
+    const char *node; /* borrowed from the caller */
     const char *uuid; /* borrowed from the node's heartbeat */
     uint32_t util_pct;
     int64_t sample_ms;
@@ -216,11 +218,11 @@ struct monitor_idle_samples {
     size_t n, cap;
 };
 
-/* Adds the GPUs of one node's heartbeat (borrowed: it must outlive *t)
- * taken at sample_ms; GPUs without a utilization are left out. Call
- * monitor_idle_samples_sort once all are in. 0 or GPO_ENOMEM. */
-int monitor_idle_samples_add(struct monitor_idle_samples *t, const struct proto_heartbeat *hb,
-                             int64_t sample_ms);
+/* Adds the GPUs of node `node`'s heartbeat (both borrowed: they must
+ * outlive *t) taken at sample_ms; GPUs without a utilization are left out.
+ * Call monitor_idle_samples_sort once all are in. 0 or GPO_ENOMEM. */
+int monitor_idle_samples_add(struct monitor_idle_samples *t, const char *node,
+                             const struct proto_heartbeat *hb, int64_t sample_ms);
 void monitor_idle_samples_sort(struct monitor_idle_samples *t);
 /* Frees the table (not the samples); zeroes it. */
 void monitor_idle_samples_release(struct monitor_idle_samples *t);

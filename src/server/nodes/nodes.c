@@ -88,6 +88,25 @@ int nodes_add(struct nodes *ns, const char *name, int64_t now_ms)
     return 0;
 }
 
+void nodes_remove(struct nodes *ns, const char *name)
+{
+    bool found;
+    size_t at = search(ns, name, &found);
+    if (!found)
+        return;
+    struct node_rt *rt = &ns->v[at];
+    for (struct node_waiter *w = rt->waiters, *next; w; w = next) {
+        next = w->next;
+        http_request_complete_error(w->req, 404, "not_found", "node '%s' was deleted", name);
+        free(w);
+    }
+    proto_heartbeat_release(&rt->sample);
+    dirty_clear(rt);
+    free(rt->dirty);
+    memmove(rt, rt + 1, (ns->n - at - 1) * sizeof(*rt));
+    ns->n--;
+}
+
 static void answer(struct nodes *ns, struct node_waiter *w, const struct node_rt *rt)
 {
     json_t *o = ns->answer(ns->answer_ctx, rt);
@@ -167,11 +186,31 @@ void nodes_release_waiters(struct nodes *ns)
     pthread_mutex_unlock(ns->lock);
 }
 
-void nodes_heartbeat(struct node_rt *rt, struct proto_heartbeat *hb, int64_t now_ms)
+void nodes_hold(struct nodes *ns, const char *name)
 {
+    struct node_rt *rt = nodes_find(ns, name);
+    if (!rt)
+        return;
+    nodes_changed(ns, name);
+    rt->hold = true;
+    rt->hold_rev = rt->rev;
+    rt->hold_polled = false;
+    rt->hold_beats = 0;
+}
+
+void nodes_polled(struct node_rt *rt, uint64_t since)
+{
+    if (rt->hold && since >= rt->hold_rev)
+        rt->hold_polled = true;
+}
+
+unsigned nodes_heartbeat(struct node_rt *rt, struct proto_heartbeat *hb, int64_t now_ms)
+{
+    unsigned out = rt->lost ? NODES_BEAT_BACK : 0;
+    rt->lost = false;
     rt->last_heartbeat_ms = now_ms;
     if (!hb)
-        return;
+        return out;
     dirty_clear(rt);
     nodes_dirty_add(rt, hb->dirty, hb->ndirty);
     proto_heartbeat_release(&rt->sample);
@@ -179,6 +218,11 @@ void nodes_heartbeat(struct node_rt *rt, struct proto_heartbeat *hb, int64_t now
     memset(hb, 0, sizeof(*hb));
     rt->has_sample = true;
     rt->sample_ms = now_ms;
+    if (rt->hold && rt->hold_polled && ++rt->hold_beats >= 2) {
+        rt->hold = false;
+        out |= NODES_BEAT_RELEASED;
+    }
+    return out;
 }
 
 void nodes_dirty_add(struct node_rt *rt, char *const *uuids, size_t n)

@@ -41,6 +41,11 @@ struct node_rt {
     char **dirty;                  /* UUIDs of GPUs an ended job's processes still occupy
                                       (owned); passes offer them no work */
     size_t ndirty, dirty_cap;
+    bool lost;           /* marked lost by the node timeout, no heartbeat since */
+    bool hold;           /* every GPU held back until the agent says which are clean */
+    uint64_t hold_rev;   /* the revision the hold began at */
+    bool hold_polled;    /* the agent has applied an answer of hold_rev or later */
+    unsigned hold_beats; /* heartbeats with a body since it did */
 };
 
 /*
@@ -68,6 +73,10 @@ struct node_rt *nodes_find(const struct nodes *ns, const char *name);
  * is now_ms either way. 0 or GPO_ENOMEM. */
 int nodes_add(struct nodes *ns, const char *name, int64_t now_ms);
 
+/* Drops node `name`'s runtime (its record was deleted): its long-polls are
+ * answered 404. A node without one is ignored. */
+void nodes_remove(struct nodes *ns, const char *name);
+
 /* What the controller wants of node `name` changed: its revision moves and
  * its long-polls are answered. A node without a runtime is ignored. */
 void nodes_changed(struct nodes *ns, const char *name);
@@ -83,10 +92,38 @@ int nodes_wait(struct nodes *ns, struct node_rt *rt, struct http_request *req, u
 /* Answers every long-poll with 503 (the server is stopping). Takes the lock. */
 void nodes_release_waiters(struct nodes *ns);
 
+/*
+ * A node whose attempts the controller ended without its agent (the node
+ * timeout's NODE_FAIL), or that it knows nothing of since such an end (a
+ * node stored down at start), may still run their processes: a rejoining
+ * agent kills them only once it learns they ended, within their kill grace.
+ * Until the agent has said which GPUs they still occupy, every GPU of the
+ * node is held (passes offer them nothing):
+ *
+ *   nodes_hold      the hold begins (again): the revision moves, so that
+ *                   every answer from then on lacks the ended attempts
+ *   nodes_polled    a long-poll with since=REV: the agent has applied the
+ *                   answer of REV (it polls again only after applying one)
+ *   nodes_heartbeat the second heartbeat with a body after such a poll ends
+ *                   the hold: it was built after the agent applied that
+ *                   answer (one heartbeat is in flight at a time), so its
+ *                   dirty GPUs name every GPU the ended attempts hold (the
+ *                   agent names those of attempts it stops, attempts.h)
+ */
+void nodes_hold(struct nodes *ns, const char *name);
+void nodes_polled(struct node_rt *rt, uint64_t since);
+
+/* What a heartbeat changed (flags of nodes_heartbeat's result). */
+enum nodes_beat {
+    NODES_BEAT_BACK = 1 << 0,     /* the first heartbeat of a node marked lost */
+    NODES_BEAT_RELEASED = 1 << 1, /* it ended the node's hold */
+};
+
 /* A heartbeat arrived at now_ms, with its body (its contents taken and *hb
  * zeroed; NULL for none): the node's sample, and its dirty GPUs (the agent
- * names them in every heartbeat until they clear). */
-void nodes_heartbeat(struct node_rt *rt, struct proto_heartbeat *hb, int64_t now_ms);
+ * names them in every heartbeat until they clear). Returns enum nodes_beat
+ * flags: the caller wakes the loop on any. */
+unsigned nodes_heartbeat(struct node_rt *rt, struct proto_heartbeat *hb, int64_t now_ms);
 
 /* Adds UUIDs to the node's dirty set (no duplicates): held back from an
  * attempt's final report on, not from the agent's next heartbeat. Out of

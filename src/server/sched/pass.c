@@ -30,7 +30,6 @@ void sched_input_release(struct sched_input *in)
 {
     cluster_view_release(&in->view);
     free(in->node_index);
-    free(in->gpu_index);
     free(in->reqs);
     free(in->jobs);
     free(in->dep_failed);
@@ -69,25 +68,40 @@ static int deps_met(const struct jobs *t, const struct job *j, char *reason, siz
     return 1;
 }
 
-/* The view's nodes by name and GPUs by UUID, and the dirty GPUs held. */
+uint32_t sched_gpu_find(const struct sched_input *in, uint32_t node, const char *uuid)
+{
+    const struct sched_cluster *c = &in->view.c;
+    if (node >= c->nnodes)
+        return SCHED_NONE;
+    const struct sched_node *n = &c->nodes[node];
+    for (uint32_t g = n->gpu_first; g < n->gpu_first + n->ngpus; g++) {
+        if (strcmp(in->view.gpu_uuid[g], uuid) == 0)
+            return g;
+    }
+    return SCHED_NONE;
+}
+
+/* The view's nodes by name, and the GPUs held back: dirty ones (an ended
+ * job's processes remain, as their agents say) and every GPU of a node whose
+ * agent has not yet said which of its GPUs are clean (nodes.h). */
 static int index_view(struct server *s, struct sched_input *in)
 {
     const struct sched_cluster *c = &in->view.c;
     in->node_index = malloc((c->nnodes ? c->nnodes : 1) * sizeof(*in->node_index));
-    in->gpu_index = malloc((c->ngpus ? c->ngpus : 1) * sizeof(*in->gpu_index));
-    if (!in->node_index || !in->gpu_index)
+    if (!in->node_index)
         return GPO_ENOMEM;
     for (uint32_t k = 0; k < c->nnodes; k++)
         in->node_index[k] = (struct name_index){cluster_view_node_name(&in->view, k), k};
-    for (uint32_t k = 0; k < c->ngpus; k++)
-        in->gpu_index[k] = (struct name_index){in->view.gpu_uuid[k], k};
     qsort(in->node_index, c->nnodes, sizeof(*in->node_index), cmp_name_index);
-    qsort(in->gpu_index, c->ngpus, sizeof(*in->gpu_index), cmp_name_index);
-    /* Dirty GPUs (an ended job's processes remain, as their agents say) get no work. */
     for (size_t k = 0; k < s->nodes.n; k++) {
         const struct node_rt *rt = &s->nodes.v[k];
+        uint32_t n = sched_name_find(in->node_index, c->nnodes, rt->name);
+        if (n == SCHED_NONE)
+            continue;
+        for (uint32_t g = 0; rt->hold && g < c->nodes[n].ngpus; g++)
+            in->view.gpus[c->nodes[n].gpu_first + g].held = true;
         for (size_t i = 0; i < rt->ndirty; i++) {
-            uint32_t gi = sched_name_find(in->gpu_index, c->ngpus, rt->dirty[i]);
+            uint32_t gi = sched_gpu_find(in, n, rt->dirty[i]);
             if (gi != SCHED_NONE)
                 in->view.gpus[gi].held = true;
         }
@@ -154,7 +168,10 @@ bool sched_alloc_of(const struct sched_input *in, const struct attempt *a,
         parts[ret->nnodes++] = (struct sched_node_part){n, a->parts[p].cpus, a->parts[p].mem_mib};
     }
     for (size_t g = 0; g < a->nshares; g++) {
-        uint32_t gi = sched_name_find(in->gpu_index, c->ngpus, a->shares[g].uuid);
+        /* A GPU is its node's: the same UUID on another node record (a
+         * stale twin) is another GPU of the view. */
+        uint32_t n = sched_name_find(in->node_index, c->nnodes, a->shares[g].node);
+        uint32_t gi = n == SCHED_NONE ? SCHED_NONE : sched_gpu_find(in, n, a->shares[g].uuid);
         if (gi == SCHED_NONE)
             return false;
         shares[ret->nshares++] = (struct sched_share){gi, a->shares[g].milli, a->shares[g].mem_mib};

@@ -101,8 +101,8 @@ struct sched_input {
     size_t nrunning;
     struct sched_node_part *parts; /* their allocations' parts and shares */
     struct sched_share *shares;
-    struct name_index *node_index, *gpu_index; /* the view's nodes by name, GPUs by UUID */
-    struct job **dep_failed;                   /* pending jobs whose afterok dependency failed */
+    struct name_index *node_index; /* the view's nodes by name */
+    struct job **dep_failed;       /* pending jobs whose afterok dependency failed */
     char (*dep_reason)[96];
     size_t ndep_failed;
 };

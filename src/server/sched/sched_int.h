@@ -26,6 +26,11 @@ struct name_index {
 /* The index of `name` in v[0..n) (sorted), or SCHED_NONE. */
 uint32_t sched_name_find(const struct name_index *v, size_t n, const char *name);
 
+/* The view's GPU `uuid` of core node `node`, or SCHED_NONE. A GPU is named
+ * by its node and UUID together: two node records may carry one UUID (an
+ * agent registered again under another name leaves its old record behind). */
+uint32_t sched_gpu_find(const struct sched_input *in, uint32_t node, const char *uuid);
+
 /* Attempt a as an allocation of the pass's view, into parts and shares (room
  * for a's): false when its node or a GPU left the cluster. */
 bool sched_alloc_of(const struct sched_input *in, const struct attempt *a,
