@@ -98,6 +98,7 @@ struct http_server {
     struct route_table *table;
     struct MHD_Response *resp_oom, *resp_stop;
     struct MHD_Daemon *daemon;
+    struct http_gate *gate; /* plain HTTP: accepts and judges new connections */
     uint16_t port;
     pthread_t timer;
     bool sync_init, started, timer_quit;
@@ -143,6 +144,19 @@ void http_on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
  * http_server_new, or once http_server_free was called (the server is
  * stopped) and no request object is left (srv->nreqs == 0). */
 void http_server_destroy(struct http_server *srv);
+
+/* ---- gate.c: the accept gate (plain HTTP only) ---- */
+
+struct http_gate;
+
+/* Starts the gate's thread on listen_fd (taken: closed on failure too),
+ * handing what it passes to srv->daemon, which must be running and made with
+ * MHD_USE_NO_LISTEN_SOCKET. 0 and *ret; GPO_ENOMEM, or -errno. */
+int http_gate_start(struct http_server *srv, int listen_fd, struct http_gate **ret);
+
+/* Stops accepting, closes the listen socket and the connections not yet
+ * handed over, joins the thread and frees the gate. NULL is fine. */
+void http_gate_stop(struct http_gate *g);
 
 /* ---- respond.c: building and storing answers (any thread: building touches
  * only the request's headers) ---- */
