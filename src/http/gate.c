@@ -20,7 +20,6 @@
  * pass, so that the client reads the answer rather than a reset.
  */
 #define _GNU_SOURCE /* accept4 */
-#include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -51,40 +50,42 @@ struct pend {
     socklen_t addrlen;
     char client[INET6_ADDRSTRLEN];
     int64_t start_us, deadline_us;
-    struct pend *prev, *next;
+    unsigned slot; /* its index in gate->pends */
 };
 
 struct http_gate {
     struct http_server *srv;
     int lfd, ep, efd;
     pthread_t thread;
-    struct pend *pends;
+    struct pend **pends; /* conn_limit slots, the first npend in use */
     unsigned npend;
     char buf[HTTP_HEAD_MAX]; /* the gate thread's peek buffer */
 };
 
+/* Takes p out of g->pends (the last one moves into its slot) and frees it. */
+static void pend_free(struct http_gate *g, struct pend *p)
+{
+    struct pend *last = g->pends[--g->npend];
+    g->pends[p->slot] = last;
+    last->slot = p->slot;
+    free(p);
+}
+
 static void pend_close(struct http_gate *g, struct pend *p)
 {
     close(p->fd); /* closing also takes it out of the epoll set */
-    *(p->prev ? &p->prev->next : &g->pends) = p->next;
-    if (p->next)
-        p->next->prev = p->prev;
-    g->npend--;
-    free(p);
+    pend_free(g, p);
 }
 
 static void pend_handover(struct http_gate *g, struct pend *p)
 {
     (void)epoll_ctl(g->ep, EPOLL_CTL_DEL, p->fd, NULL);
     int fd = p->fd;
-    p->fd = -1;
-    *(p->prev ? &p->prev->next : &g->pends) = p->next;
-    if (p->next)
-        p->next->prev = p->prev;
-    g->npend--;
+    struct sockaddr_storage addr = p->addr;
+    socklen_t addrlen = p->addrlen;
+    pend_free(g, p);
     /* MHD owns fd from here and closes it when it cannot take it. */
-    (void)MHD_add_connection(g->srv->daemon, fd, (const struct sockaddr *)&p->addr, p->addrlen);
-    free(p);
+    (void)MHD_add_connection(g->srv->daemon, fd, (const struct sockaddr *)&addr, addrlen);
 }
 
 static const char *reason(unsigned status)
@@ -176,17 +177,6 @@ static void pend_inspect(struct http_gate *g, struct pend *p)
     }
 }
 
-static void client_text(struct pend *p)
-{
-    const struct sockaddr *sa = (const struct sockaddr *)&p->addr;
-    if (sa->sa_family == AF_INET)
-        inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)sa)->sin_addr, p->client,
-                  sizeof(p->client));
-    else if (sa->sa_family == AF_INET6)
-        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr, p->client,
-                  sizeof(p->client));
-}
-
 static void accept_all(struct http_gate *g)
 {
     for (;;) {
@@ -205,18 +195,15 @@ static void accept_all(struct http_gate *g)
         p->addrlen = alen;
         p->start_us = http_mono_us();
         p->deadline_us = p->start_us + (int64_t)g->srv->cfg.conn_timeout_s * 1000000;
-        client_text(p);
+        http_addr_text((const struct sockaddr *)&p->addr, p->client, sizeof(p->client));
         struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP | EPOLLET, .data.ptr = p};
         if (epoll_ctl(g->ep, EPOLL_CTL_ADD, fd, &ev) != 0) {
             close(fd);
             free(p);
             continue;
         }
-        p->next = g->pends;
-        if (p->next)
-            p->next->prev = p;
-        g->pends = p;
-        g->npend++;
+        p->slot = g->npend;
+        g->pends[g->npend++] = p;
         pend_inspect(g, p); /* its head may be there already */
     }
 }
@@ -225,13 +212,15 @@ static void accept_all(struct http_gate *g)
 static int expire(struct http_gate *g)
 {
     int64_t now = http_mono_us(), next = -1;
-    struct pend *n;
-    for (struct pend *p = g->pends; p; p = n) {
-        n = p->next;
-        if (p->deadline_us <= now)
-            pend_close(g, p);
-        else if (next < 0 || p->deadline_us < next)
+    for (unsigned i = 0; i < g->npend;) {
+        struct pend *p = g->pends[i];
+        if (p->deadline_us <= now) {
+            pend_close(g, p); /* the last one moves into slot i */
+            continue;
+        }
+        if (next < 0 || p->deadline_us < next)
             next = p->deadline_us;
+        i++;
     }
     return next < 0 ? -1 : (int)((next - now) / 1000 + 1);
 }
@@ -259,8 +248,9 @@ static void *gate_main(void *arg)
 
 static void gate_free(struct http_gate *g)
 {
-    while (g->pends)
-        pend_close(g, g->pends);
+    while (g->npend > 0)
+        pend_close(g, g->pends[g->npend - 1]);
+    free(g->pends);
     if (g->ep >= 0)
         close(g->ep);
     if (g->efd >= 0)
@@ -279,11 +269,13 @@ int http_gate_start(struct http_server *srv, int listen_fd, struct http_gate **r
     }
     g->srv = srv;
     g->lfd = listen_fd;
+    // NOLINTNEXTLINE(bugprone-sizeof-expression): *g->pends is a pointer (an array of them)
+    g->pends = calloc(srv->cfg.conn_limit, sizeof(*g->pends));
     g->ep = epoll_create1(EPOLL_CLOEXEC);
     g->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     struct epoll_event le = {.events = EPOLLIN, .data.ptr = &g->lfd};
     struct epoll_event ee = {.events = EPOLLIN, .data.ptr = &g->efd};
-    int rc = g->ep < 0 || g->efd < 0 ? -errno : 0;
+    int rc = g->ep < 0 || g->efd < 0 ? -errno : g->pends ? 0 : GPO_ENOMEM;
     if (rc == 0 && (epoll_ctl(g->ep, EPOLL_CTL_ADD, g->lfd, &le) != 0 ||
                     epoll_ctl(g->ep, EPOLL_CTL_ADD, g->efd, &ee) != 0))
         rc = -errno;

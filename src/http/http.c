@@ -41,6 +41,16 @@ void http_wait_until(pthread_cond_t *c, pthread_mutex_t *m, int64_t deadline_us)
     pthread_cond_timedwait(c, m, &ts);
 }
 
+void http_addr_text(const struct sockaddr *sa, char *buf, size_t len)
+{
+    if (sa && sa->sa_family == AF_INET)
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)sa)->sin_addr, buf,
+                  (socklen_t)len);
+    else if (sa && sa->sa_family == AF_INET6)
+        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr, buf,
+                  (socklen_t)len);
+}
+
 /* ---- request lifetime ---- */
 
 static void request_unref(struct http_request *req)
@@ -462,13 +472,7 @@ void *http_on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
     req->start_us = http_mono_us();
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-    const struct sockaddr *sa = ci ? ci->client_addr : NULL;
-    if (sa && sa->sa_family == AF_INET)
-        inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)sa)->sin_addr, req->client,
-                  sizeof(req->client));
-    else if (sa && sa->sa_family == AF_INET6)
-        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr,
-                  req->client, sizeof(req->client));
+    http_addr_text(ci ? ci->client_addr : NULL, req->client, sizeof(req->client));
     pthread_mutex_lock(&srv->mu);
     srv->nreqs++;
     srv->nlive++;

@@ -118,6 +118,10 @@ struct http_server {
 /* CLOCK_MONOTONIC in microseconds (the clock of srv's condition variables). */
 int64_t http_mono_us(void);
 
+/* The address literal of an IPv4 or IPv6 sa into buf (len bytes); buf is
+ * left as is for another family or NULL. */
+void http_addr_text(const struct sockaddr *sa, char *buf, size_t len);
+
 /* Waits on c (m held) until signalled or the monotonic deadline_us passes. */
 void http_wait_until(pthread_cond_t *c, pthread_mutex_t *m, int64_t deadline_us);
 
