@@ -5,9 +5,11 @@
  * is http.h; the pure half of dispatch is route.h.
  *
  * How it fits MHD:
- *  - We bind the listen socket ourselves and hand it to MHD, so that a
- *    failure can be named ("bind 127.0.0.1:80: Permission denied") and IPv6
- *    needs nothing special.
+ *  - We bind the listen socket ourselves, so that a failure can be named
+ *    ("bind 127.0.0.1:80: Permission denied") and IPv6 needs nothing
+ *    special. Plain HTTP: the accept gate (gate.c) accepts on it and hands
+ *    connections to MHD (MHD_USE_NO_LISTEN_SOCKET, MHD_add_connection); with
+ *    TLS, MHD accepts on it itself.
  *  - The request object is made in the URI-log callback from the raw
  *    request target, so that we split the path before any decoding (a %2F
  *    stays inside its segment) and parse the query ourselves. It is freed by
