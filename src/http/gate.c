@@ -41,6 +41,7 @@
 
 #define HTTP_GATE_LINGER_MS 2000
 #define GATE_EVENTS         64
+#define ACCEPT_PAUSE_MS     100 /* out of descriptors: accept again after this */
 
 struct pend {
     int fd;
@@ -59,7 +60,8 @@ struct http_gate {
     pthread_t thread;
     struct pend **pends; /* conn_limit slots, the first npend in use */
     unsigned npend;
-    char buf[HTTP_HEAD_MAX]; /* the gate thread's peek buffer */
+    int64_t accept_paused_until; /* 0: accepting */
+    char buf[HTTP_HEAD_MAX];     /* the gate thread's peek buffer */
 };
 
 /* Takes p out of g->pends (the last one moves into its slot) and frees it. */
@@ -183,6 +185,12 @@ static void accept_all(struct http_gate *g)
         struct sockaddr_storage addr;
         socklen_t alen = sizeof(addr);
         int fd = accept4(g->lfd, (struct sockaddr *)&addr, &alen, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0 && (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)) {
+            /* the listen socket stays readable: stop watching it a while, not spin */
+            struct epoll_event off = {.events = 0, .data.ptr = &g->lfd};
+            (void)epoll_ctl(g->ep, EPOLL_CTL_MOD, g->lfd, &off);
+            g->accept_paused_until = http_mono_us() + (int64_t)ACCEPT_PAUSE_MS * 1000;
+        }
         if (fd < 0)
             return; /* EAGAIN, or an error of that one connection */
         struct pend *p = g->npend < g->srv->cfg.conn_limit ? calloc(1, sizeof(*p)) : NULL;
@@ -211,7 +219,13 @@ static void accept_all(struct http_gate *g)
 /* Closes the connections whose time is up; returns the ms to the next. */
 static int expire(struct http_gate *g)
 {
-    int64_t now = http_mono_us(), next = -1;
+    int64_t now = http_mono_us(), next = g->accept_paused_until ? g->accept_paused_until : -1;
+    if (g->accept_paused_until && g->accept_paused_until <= now) {
+        struct epoll_event on = {.events = EPOLLIN, .data.ptr = &g->lfd};
+        (void)epoll_ctl(g->ep, EPOLL_CTL_MOD, g->lfd, &on);
+        g->accept_paused_until = 0;
+        next = -1;
+    }
     for (unsigned i = 0; i < g->npend;) {
         struct pend *p = g->pends[i];
         if (p->deadline_us <= now) {
