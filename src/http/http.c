@@ -21,6 +21,7 @@
 #include <jansson.h>
 #include <microhttpd.h>
 
+#include "http/framing.h"
 #include "http/http.h"
 #include "http/internal.h"
 #include "http/route.h"
@@ -38,6 +39,16 @@ void http_wait_until(pthread_cond_t *c, pthread_mutex_t *m, int64_t deadline_us)
     struct timespec ts = {.tv_sec = deadline_us / 1000000,
                           .tv_nsec = (long)(deadline_us % 1000000) * 1000};
     pthread_cond_timedwait(c, m, &ts);
+}
+
+void http_addr_text(const struct sockaddr *sa, char *buf, size_t len)
+{
+    if (sa && sa->sa_family == AF_INET)
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)sa)->sin_addr, buf,
+                  (socklen_t)len);
+    else if (sa && sa->sa_family == AF_INET6)
+        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr, buf,
+                  (socklen_t)len);
 }
 
 /* ---- request lifetime ---- */
@@ -139,6 +150,40 @@ __attribute__((format(printf, 4, 5))) static bool fail(struct http_request *req,
     int rc = http_build_error(req, status, code, fmt, ap, &r);
     va_end(ap);
     http_set_resp(req, rc ? NULL : r, status);
+    return false;
+}
+
+static enum MHD_Result framing_field(void *cls, enum MHD_ValueKind kind, const char *key,
+                                     size_t key_size, const char *value, size_t value_size)
+{
+    (void)kind;
+    http_framing_field(cls, key, key_size, value, value_size);
+    return MHD_YES;
+}
+
+/* Step 0, before routing: the framing rules of framing.h over the fields as
+ * MHD parsed them, for the requests the accept gate did not see (later ones
+ * on a kept-alive connection, TLS) and as a second line behind it. A refusal
+ * closes the connection: its body's end is unknown. */
+static bool framing_ok(struct http_request *req, const char *version)
+{
+    struct http_framing f;
+    const char *msg = "";
+    http_framing_init(&f, version && strcmp(version, MHD_HTTP_VERSION_1_0) == 0);
+    MHD_get_connection_values_n(req->conn, MHD_HEADER_KIND, framing_field, &f);
+    unsigned status = http_framing_verdict(&f, &msg);
+    if (status == 0)
+        return true;
+    fail(req, status,
+         status == 413   ? "body_too_large"
+         : status == 501 ? "not_implemented"
+                         : "invalid_framing",
+         "%s", msg);
+    if (!req->resp_shared &&
+        MHD_add_response_header(req->resp, MHD_HTTP_HEADER_CONNECTION, "close") != MHD_YES) {
+        http_drop_resp(req);
+        http_set_resp(req, NULL, 500);
+    }
     return false;
 }
 
@@ -375,11 +420,11 @@ static enum MHD_Result run_handler(struct http_request *req)
     return after_handler(req);
 }
 
-static enum MHD_Result on_headers(struct http_request *req, const char *method)
+static enum MHD_Result on_headers(struct http_request *req, const char *method, const char *version)
 {
     req->headers_seen = true;
     snprintf(req->method, sizeof(req->method), "%s", method);
-    if (route(req)) {
+    if (framing_ok(req, version) && route(req)) {
         if (is_stopping(req->srv)) /* after_handler checks again for suspensions */
             fail(req, 503, "unavailable", "the server is stopping");
         else if (authorize(req) && body_precheck(req))
@@ -393,11 +438,11 @@ enum MHD_Result http_on_access(void *cls, struct MHD_Connection *conn, const cha
                                size_t *upload_size, void **con_cls)
 {
     struct http_request *req = *con_cls;
-    (void)cls, (void)conn, (void)url, (void)version;
+    (void)cls, (void)conn, (void)url;
     if (!req)
         return MHD_NO; /* on_uri ran out of memory */
     if (!req->headers_seen)
-        return on_headers(req, method);
+        return on_headers(req, method, version);
     pthread_mutex_lock(&req->srv->mu);
     enum req_state state = req->state;
     pthread_mutex_unlock(&req->srv->mu);
@@ -427,13 +472,7 @@ void *http_on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
     req->start_us = http_mono_us();
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-    const struct sockaddr *sa = ci ? ci->client_addr : NULL;
-    if (sa && sa->sa_family == AF_INET)
-        inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)sa)->sin_addr, req->client,
-                  sizeof(req->client));
-    else if (sa && sa->sa_family == AF_INET6)
-        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr,
-                  req->client, sizeof(req->client));
+    http_addr_text(ci ? ci->client_addr : NULL, req->client, sizeof(req->client));
     pthread_mutex_lock(&srv->mu);
     srv->nreqs++;
     srv->nlive++;

@@ -3,13 +3,24 @@
  * JSON responses over libmicrohttpd (the only module that sees it).
  *
  * Threads. One polling thread (epoll) serves every connection; a second,
- * the timer thread, fires the deadlines of suspended requests. A handler runs
+ * the timer thread, fires the deadlines of suspended requests; without TLS a
+ * third, the accept gate, accepts connections and judges their first
+ * requests' framing before handing them to the first. A handler runs
  * on the polling thread and must not block: it either answers at once or
  * SUSPENDS the request, which then holds no thread, and some other thread
  * (the store's writer after a commit, the scheduling loop when an agent's
  * assignments change, the timer) COMPLETES it later.
  *
  * Dispatch, in this order, for every request:
+ *   0. the message framing (RFC 9112 section 6, the rules in framing.h): a
+ *      Content-Length that is not digits, given twice (equal or not) or over
+ *      64 bits, Transfer-Encoding beside it, in HTTP/1.0 or ending in a coding
+ *      other than chunked, a header name that is not a token: one 400
+ *      invalid_framing (413 body_too_large, 501 not_implemented) with
+ *      Connection: close, and the connection closed. Plain-HTTP connections
+ *      are accepted by the library's own gate, which checks a connection's
+ *      first requests before libmicrohttpd reads them (docs/api.md, "HTTP
+ *      framing", says why);
  *   1. the path is split at '/' and each segment percent-decoded; a bad
  *      escape or %00 is 400 invalid_path; the query likewise (400
  *      invalid_query); HEAD is served by the GET route;
@@ -101,7 +112,9 @@ struct http_access {
 };
 
 /* Called once per request when MHD is done with it, on the polling thread
- * (or the thread in http_server_stop). Must not block. */
+ * (or the thread in http_server_stop), and for each request the accept gate
+ * refused, on the gate's thread (method and path "" when its request line
+ * did not parse). Must not block. */
 typedef void (*http_access_log_fn)(const struct http_access *entry, void *ctx);
 
 /* One row of a route table: the server's routes are a static const array.

@@ -5,9 +5,11 @@
  * is http.h; the pure half of dispatch is route.h.
  *
  * How it fits MHD:
- *  - We bind the listen socket ourselves and hand it to MHD, so that a
- *    failure can be named ("bind 127.0.0.1:80: Permission denied") and IPv6
- *    needs nothing special.
+ *  - We bind the listen socket ourselves, so that a failure can be named
+ *    ("bind 127.0.0.1:80: Permission denied") and IPv6 needs nothing
+ *    special. Plain HTTP: the accept gate (gate.c) accepts on it and hands
+ *    connections to MHD (MHD_USE_NO_LISTEN_SOCKET, MHD_add_connection); with
+ *    TLS, MHD accepts on it itself.
  *  - The request object is made in the URI-log callback from the raw
  *    request target, so that we split the path before any decoding (a %2F
  *    stays inside its segment) and parse the query ourselves. It is freed by
@@ -98,6 +100,7 @@ struct http_server {
     struct route_table *table;
     struct MHD_Response *resp_oom, *resp_stop;
     struct MHD_Daemon *daemon;
+    struct http_gate *gate; /* plain HTTP: accepts and judges new connections */
     uint16_t port;
     pthread_t timer;
     bool sync_init, started, timer_quit;
@@ -116,6 +119,10 @@ struct http_server {
 
 /* CLOCK_MONOTONIC in microseconds (the clock of srv's condition variables). */
 int64_t http_mono_us(void);
+
+/* The address literal of an IPv4 or IPv6 sa into buf (len bytes); buf is
+ * left as is for another family or NULL. */
+void http_addr_text(const struct sockaddr *sa, char *buf, size_t len);
 
 /* Waits on c (m held) until signalled or the monotonic deadline_us passes. */
 void http_wait_until(pthread_cond_t *c, pthread_mutex_t *m, int64_t deadline_us);
@@ -143,6 +150,19 @@ void http_on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
  * http_server_new, or once http_server_free was called (the server is
  * stopped) and no request object is left (srv->nreqs == 0). */
 void http_server_destroy(struct http_server *srv);
+
+/* ---- gate.c: the accept gate (plain HTTP only) ---- */
+
+struct http_gate;
+
+/* Starts the gate's thread on listen_fd (taken: closed on failure too),
+ * handing what it passes to srv->daemon, which must be running and made with
+ * MHD_USE_NO_LISTEN_SOCKET. 0 and *ret; GPO_ENOMEM, or -errno. */
+int http_gate_start(struct http_server *srv, int listen_fd, struct http_gate **ret);
+
+/* Stops accepting, closes the listen socket and the connections not yet
+ * handed over, joins the thread and frees the gate. NULL is fine. */
+void http_gate_stop(struct http_gate *g);
 
 /* ---- respond.c: building and storing answers (any thread: building touches
  * only the request's headers) ---- */

@@ -214,6 +214,15 @@ static int listen_socket(struct http_server *srv, int *ret_fd, char *err, size_t
     return GPO_EIO;
 }
 
+static void timer_join(struct http_server *srv)
+{
+    pthread_mutex_lock(&srv->mu);
+    srv->timer_quit = true;
+    pthread_cond_signal(&srv->timer_cond);
+    pthread_mutex_unlock(&srv->mu);
+    pthread_join(srv->timer, NULL);
+}
+
 int http_server_start(struct http_server *srv, char *err, size_t errlen)
 {
     int fd, rc;
@@ -229,8 +238,11 @@ int http_server_start(struct http_server *srv, char *err, size_t errlen)
     }
     if ((rc = listen_socket(srv, &fd, err, errlen)) != 0)
         return rc;
+    /* Plain HTTP goes through the accept gate (gate.c); TLS connections are
+     * accepted by MHD itself, since ciphertext cannot be peeked at. */
     struct MHD_OptionItem opts[] = {
-        {MHD_OPTION_LISTEN_SOCKET, fd, NULL},
+        {tls ? MHD_OPTION_LISTEN_SOCKET : MHD_OPTION_CONNECTION_LIMIT,
+         tls ? fd : (intptr_t)srv->cfg.conn_limit, NULL},
         {MHD_OPTION_CONNECTION_LIMIT, (intptr_t)srv->cfg.conn_limit, NULL},
         {MHD_OPTION_CONNECTION_TIMEOUT, (intptr_t)srv->cfg.conn_timeout_s, NULL},
         {tls ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END, 0, srv->tls_cert},
@@ -238,7 +250,8 @@ int http_server_start(struct http_server *srv, char *err, size_t errlen)
         {MHD_OPTION_END, 0, NULL},
     };
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME;
-    flags |= (tls ? MHD_USE_TLS : 0) | (srv->addr.ss_family == AF_INET6 ? MHD_USE_IPv6 : 0);
+    flags |= tls ? MHD_USE_TLS : MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ITC;
+    flags |= srv->addr.ss_family == AF_INET6 ? MHD_USE_IPv6 : 0;
     srv->timer_quit = false;
     if ((rc = pthread_create(&srv->timer, NULL, http_timer_main, srv)) != 0) {
         seterr(err, errlen, "timer thread: %s", strerror(rc));
@@ -250,16 +263,23 @@ int http_server_start(struct http_server *srv, char *err, size_t errlen)
                          MHD_OPTION_URI_LOG_CALLBACK, http_on_uri, srv, MHD_OPTION_NOTIFY_COMPLETED,
                          http_on_completed, srv, MHD_OPTION_END);
     if (!srv->daemon) {
-        pthread_mutex_lock(&srv->mu);
-        srv->timer_quit = true;
-        pthread_cond_signal(&srv->timer_cond);
-        pthread_mutex_unlock(&srv->mu);
-        pthread_join(srv->timer, NULL);
-        /* MHD owns fd from the call on and closed it (0.9.75 does on every failure
-         * after reading its options): closing it again could hit a reused number. */
+        /* With TLS, MHD owns fd from the call on and closed it (0.9.75 does on
+         * every failure after reading its options): closing it again could hit
+         * a reused number. Without, it is still ours. */
+        if (!tls)
+            close(fd);
+        timer_join(srv);
         seterr(err, errlen, "start %s:%u: libmicrohttpd refused %s", srv->addr_text,
                (unsigned)srv->port, tls ? "the TLS certificate or key" : "to start");
         return tls ? GPO_ETLS : GPO_EIO;
+    }
+    if (!tls && (rc = http_gate_start(srv, fd, &srv->gate)) != 0) {
+        MHD_stop_daemon(srv->daemon);
+        srv->daemon = NULL;
+        timer_join(srv);
+        seterr(err, errlen, "start %s:%u: accept thread: %s", srv->addr_text, (unsigned)srv->port,
+               gpo_strerror(rc));
+        return GPO_EIO;
     }
     srv->started = true;
     return 0;
@@ -286,7 +306,10 @@ void http_server_stop(struct http_server *srv)
     pthread_cond_signal(&srv->timer_cond);
     pthread_mutex_unlock(&srv->mu);
     pthread_join(srv->timer, NULL); /* a running timeout callback finishes first */
-    MHD_socket lfd = MHD_quiesce_daemon(srv->daemon);
+    bool gated = srv->gate != NULL;
+    http_gate_stop(srv->gate); /* no connection is handed to MHD after this */
+    srv->gate = NULL;
+    MHD_socket lfd = gated ? MHD_INVALID_SOCKET : MHD_quiesce_daemon(srv->daemon);
     pthread_mutex_lock(&srv->mu);
     list = srv->suspended;
     srv->suspended = NULL;
