@@ -235,6 +235,11 @@ def kill_grace_rejoin():
     ok(killing and procs_of(old, ag.uuids),
        f"it stops the job it took up from its journal: SIGTERM, ignored, SIGKILL after "
        f"{LONG_GRACE_S} s", ag.tail())
+    k1 = node("k1") or {}
+    ok(procs_of(old, ag.uuids) and (k1.get("rejoin_hold") is True or
+                                    set(ag.uuids) <= set(k1.get("dirty_gpus") or [])),
+       "while the old processes run, GET /v1/nodes shows k1's GPU held: rejoin_hold, or "
+       "named in dirty_gpus", k1)
     gone = wait_until(lambda: not procs_of(old, ag.uuids), timeout=LONG_GRACE_S + 20, step=0.05)
     good, k = wait_job(nxt, running, timeout=30)
     last_seen = WATCH.seen.get(str(old), (0, 0))[1]

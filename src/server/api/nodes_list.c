@@ -121,6 +121,8 @@ static json_t *node_listed(struct server *s, struct http_request *req,
         for (size_t d = 0; dirty && d < rt->ndirty; d++)
             json_array_append_new(dirty, json_string(rt->dirty[d]));
         json_object_set_new(o, "dirty_gpus", dirty ? dirty : json_null());
+        /* Rejoining: no GPU offered until the agent has said which are clean. */
+        json_object_set_new(o, "rejoin_hold", json_boolean(rt->hold));
     }
     return o;
 }
