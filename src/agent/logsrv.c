@@ -1,7 +1,8 @@
 /*
- * logsrv.c - the agent's log server (logsrv.h): the request, the attempt's
- * files, answers read straight from the log file, follow streams and the one
- * watcher thread that wakes them.
+ * logsrv.c - the agent's log server (logsrv.h): the request, the opens on
+ * worker threads, answers read straight from the log file, follow streams
+ * and the server's life (the watcher thread is logsrv_watch.c, the files
+ * logsrv_files.c).
  *
  * Every open of a log file (and the read of attempt.json) happens on a
  * worker thread of its own, never on the HTTP polling thread: a request is
@@ -12,10 +13,7 @@
  * on the polling thread, with pread at the stream's own position: regular
  * files in the page cache answer at once, and no copy of a log is ever held
  * in memory. A follow stream's read that finds nothing checks for the
- * status file and otherwise sleeps until the watcher wakes it. The watcher takes references
- * to the streams it wakes under the lock and wakes them after letting go of
- * it, since a wake calls into MHD and MHD calls follow_free with its own
- * locks held.
+ * status file and otherwise sleeps until the watcher wakes it.
  */
 #include "agent/logsrv.h"
 
@@ -40,68 +38,10 @@
 #include <sodium.h>
 
 #include "agent/logsrv_files.h"
+#include "agent/logsrv_int.h"
 #include "http/http.h"
 #include "util/errbuf.h"
 #include "base/banned.h"
-
-#define MAX_EVENT_WDS 64 /* distinct watches one batch of events names; more: wake all */
-/* An attempt's directory: room for a file name after it within PATH_MAX. */
-#define DIR_MAX (PATH_MAX - 64)
-/* Room for "/attempts/JOB.ATTEMPT" after the state directory. */
-_Static_assert(LOGSRV_STATE_DIR_MAX + 64 < DIR_MAX, "a state directory leaves room");
-
-/* What a request asked for. */
-struct logq {
-    int64_t job, attempt;
-    const char *stream; /* "stdout" or "stderr" */
-    int64_t offset;     /* negative: from the end */
-    bool follow, head;
-};
-
-/* One follow stream. Its references: MHD's (until follow_free) and one per
- * open in flight; the last one frees it. */
-struct follow {
-    struct logsrv *l;
-    struct http_stream *st; /* our handle; NULL until registered */
-    struct logq q;
-    uid_t uid;
-    off_t pos; /* the next byte to send; the polling thread's */
-    /* under l->mu: */
-    int fd;              /* the log file; -1 until it exists */
-    int wd_file, wd_dir; /* inotify watches; -1: none */
-    int refs;
-    bool listed;    /* in l->follows */
-    bool closed;    /* MHD is done with it */
-    bool opening;   /* an open runs on a worker */
-    bool broken;    /* an open found a file that is not the job's: the stream is cut */
-    bool last_look; /* an open started after the attempt ended */
-    struct follow *prev, *next;
-    char path[PATH_MAX];   /* the log file */
-    char dir[DIR_MAX];     /* the attempt's directory */
-    char status[PATH_MAX]; /* its status file */
-};
-
-struct logsrv {
-    struct http_server *http;
-    char *state_dir;
-    int ifd; /* inotify; -1 when unavailable */
-    int efd; /* eventfd: wakes the watcher (quit, a stream without watches) */
-    pthread_t watcher;
-    bool mu_init, watcher_started;
-    pthread_mutex_t mu;
-    /* under mu: */
-    char token[HTTP_TOKEN_MAX + 1];
-    size_t toklen;
-    struct follow *follows;
-    size_t nfollow;
-    bool quit;
-    unsigned nopen;      /* opens running on workers */
-    bool stopping;       /* no new open starts */
-    pthread_cond_t idle; /* nopen fell */
-    bool idle_init;
-    logsrv_open_fn open;
-    void *open_ctx;
-};
 
 /* ---- the request ---- */
 
@@ -637,102 +577,6 @@ static const struct http_route routes[] = {
     {"GET", "/v1/attempts/{job}/{attempt}/logs", h_logs, 0},
 };
 
-/* ---- the watcher ---- */
-
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* Wakes every follow stream (all) or those with a watch in wds. */
-static void wake_streams(struct logsrv *l, bool all, const int *wds, size_t nwd)
-{
-    struct http_stream *list[LOGSRV_MAX_FOLLOW];
-    size_t n = 0;
-    pthread_mutex_lock(&l->mu);
-    for (struct follow *f = l->follows; f && n < LOGSRV_MAX_FOLLOW; f = f->next) {
-        bool hit = all;
-        for (size_t i = 0; !hit && i < nwd; i++)
-            hit = f->wd_file == wds[i] || f->wd_dir == wds[i];
-        if (hit) {
-            http_stream_ref(f->st);
-            list[n++] = f->st;
-        }
-    }
-    pthread_mutex_unlock(&l->mu);
-    for (size_t i = 0; i < n; i++) {
-        http_stream_wake(list[i]);
-        http_stream_release(list[i]);
-    }
-}
-
-/* Reads the pending inotify events into wds; false when they were too many
- * to name (the queue overflowed, or more than MAX_EVENT_WDS watches). */
-static bool read_events(int ifd, int *wds, size_t *nwd)
-{
-    union {
-        struct inotify_event ev;
-        char bytes[4096];
-    } buf;
-    bool named = true;
-    ssize_t len;
-    while ((len = read(ifd, buf.bytes, sizeof(buf.bytes))) > 0) {
-        for (size_t at = 0; at + sizeof(struct inotify_event) <= (size_t)len;) {
-            struct inotify_event ev;
-            memcpy(&ev, buf.bytes + at, sizeof(ev));
-            at += sizeof(ev) + ev.len;
-            if (ev.mask & IN_Q_OVERFLOW)
-                named = false;
-            size_t i = 0;
-            while (i < *nwd && wds[i] != ev.wd)
-                i++;
-            if (i == *nwd && *nwd < MAX_EVENT_WDS)
-                wds[(*nwd)++] = ev.wd;
-            else if (i == *nwd)
-                named = false;
-        }
-    }
-    return named;
-}
-
-static void *watcher_main(void *arg)
-{
-    struct logsrv *l = arg;
-    int64_t last_tick = mono_ms();
-    for (;;) {
-        pthread_mutex_lock(&l->mu);
-        bool quit = l->quit, unwatched = l->ifd < 0;
-        for (const struct follow *f = l->follows; f && !unwatched; f = f->next)
-            unwatched = f->wd_dir < 0 || (f->fd >= 0 && f->wd_file < 0);
-        pthread_mutex_unlock(&l->mu);
-        if (quit)
-            break;
-        int64_t period = unwatched ? LOGSRV_FALLBACK_MS : LOGSRV_TICK_MS;
-        int64_t left = last_tick + period - mono_ms();
-        struct pollfd p[2] = {{.fd = l->efd, .events = POLLIN}, {.fd = l->ifd, .events = POLLIN}};
-        int n = poll(p, l->ifd >= 0 ? 2 : 1, left > 0 ? (int)left : 0);
-        if (n > 0 && (p[0].revents & POLLIN)) {
-            uint64_t v;
-            ssize_t r = read(l->efd, &v, sizeof(v));
-            (void)r;
-        }
-        int wds[MAX_EVENT_WDS];
-        size_t nwd = 0;
-        bool all = false;
-        if (n > 0 && l->ifd >= 0 && (p[1].revents & POLLIN))
-            all = !read_events(l->ifd, wds, &nwd);
-        if (mono_ms() - last_tick >= period) {
-            all = true;
-            last_tick = mono_ms();
-        }
-        if (all || nwd)
-            wake_streams(l, all, wds, nwd);
-    }
-    return NULL;
-}
-
 /* ---- life ---- */
 
 static bool token_ok(const char *token)
@@ -804,7 +648,7 @@ int logsrv_new(const struct logsrv_config *cfg, struct logsrv **ret, char *err, 
         rc = errbuf_set(err, errlen, rc, "logsrv: %s", msg);
         goto fail;
     }
-    if ((rc = pthread_create(&l->watcher, NULL, watcher_main, l)) != 0) {
+    if ((rc = pthread_create(&l->watcher, NULL, logsrv_watcher_main, l)) != 0) {
         rc = errbuf_set(err, errlen, -rc, "logsrv: watcher thread: %s", strerror(rc));
         goto fail;
     }
