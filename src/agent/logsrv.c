@@ -398,9 +398,10 @@ static void follow_start(const struct opening *o, int fd, off_t start)
     pthread_mutex_lock(&l->mu);
     bool full = l->nfollow >= LOGSRV_MAX_FOLLOW;
     pthread_mutex_unlock(&l->mu);
-    if (full) {
-        follow_free(f);
-        follow_unref(f);
+    if (full) { /* never listed, watched or streamed: nothing else holds it */
+        if (fd >= 0)
+            close(fd);
+        free(f);
         http_request_add_header(req, "Retry-After", "1");
         http_request_complete_error(req, 503, "too_many_streams",
                                     "%u log streams are open on this node; try again later",

@@ -16,6 +16,7 @@
 #include <jansson.h>
 
 #include "agent/logsrv.h"
+#include "agent/privsrv_check.h"
 #include "util/errbuf.h"
 #include "base/banned.h"
 
@@ -77,24 +78,10 @@ int logsrv_attempt_load(const char *dir, const char *stream, uid_t *ret_uid, cha
     json_error_t je;
     json_t *o = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
     free(text);
-    json_t *uid = json_object_get(o, "uid"), *p = json_object_get(o, stream);
-    rc = 0;
-    if (!json_is_object(o))
-        rc = errbuf_set(err, errlen, GPO_EINVAL, "%s: not a JSON object", file);
-    else if (!json_is_integer(uid) || json_integer_value(uid) < 0 ||
-             json_integer_value(uid) >= (json_int_t)UINT32_MAX)
-        rc = errbuf_set(err, errlen, GPO_EINVAL, "%s: uid: expected an integer", file);
-    else if (p && (!json_is_string(p) || json_string_value(p)[0] != '/' ||
-                   strlen(json_string_value(p)) != json_string_length(p) ||
-                   json_string_length(p) >= pathlen))
-        rc = errbuf_set(err, errlen, GPO_EINVAL, "%s: %s: expected an absolute path", file, stream);
-    if (rc == 0) {
-        *ret_uid = (uid_t)json_integer_value(uid);
-        if (p)
-            snprintf(path, pathlen, "%s", json_string_value(p));
-        else
-            snprintf(path, pathlen, "%s/%s", dir, stream);
-    }
+    char why[256];
+    rc = privsrv_check_attempt_log(o, dir, stream, ret_uid, path, pathlen, why, sizeof(why));
+    if (rc)
+        errbuf_set(err, errlen, GPO_EINVAL, "%s: %s", file, why);
     json_decref(o);
     return rc;
 }

@@ -305,11 +305,15 @@ int priv_attribute(struct priv *p, const pid_t *pids, size_t n, uint64_t *jobs, 
     if (!rep)
         return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
     int rc = 0;
-    for (size_t at = 0; !rc && at < n; at += PRIV_PIDS_MAX) {
-        size_t k = n - at < PRIV_PIDS_MAX ? n - at : PRIV_PIDS_MAX;
-        struct priv_req_attribute q = {.type = PRIV_REQ_ATTRIBUTE, .n = (uint32_t)k};
-        for (size_t i = 0; i < k; i++)
-            q.pids[i] = (int32_t)pids[at + i];
+    for (size_t at = 0; !rc && at < n;) {
+        /* At most PRIV_PIDS_MAX a request. */
+        size_t k = 0;
+        struct priv_req_attribute q = {.type = PRIV_REQ_ATTRIBUTE};
+        while (k < PRIV_PIDS_MAX && at + k < n) {
+            q.pids[k] = (int32_t)pids[at + k];
+            k++;
+        }
+        q.n = (uint32_t)k;
         pthread_mutex_lock(&p->mu);
         rc = call(p, &q, sizeof(q), rep, err, errlen);
         pthread_mutex_unlock(&p->mu);
@@ -317,6 +321,7 @@ int priv_attribute(struct priv *p, const pid_t *pids, size_t n, uint64_t *jobs, 
             jobs[at + i] = rep->jobs[i];
             attempts[at + i] = rep->attempts[i];
         }
+        at += k;
     }
     free(rep);
     return rc;
@@ -355,7 +360,7 @@ int priv_log_open(struct priv *p, uint64_t job, uint32_t attempt, enum priv_stre
         return errbuf_set(err, errlen, GPO_EINVAL, "priv_log_open: NULL argument");
     struct priv_req_log q = {
         .type = PRIV_REQ_LOG_OPEN, .attempt = attempt, .job = job, .stream = (uint32_t)stream};
-    struct priv_reply *rep = malloc(sizeof(*rep));
+    struct priv_reply *rep = calloc(1, sizeof(*rep));
     if (!rep)
         return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
     int sock = -1, fd = -1;

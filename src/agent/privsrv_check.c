@@ -342,6 +342,27 @@ bool privsrv_check_environ(const char *text, size_t n, uint64_t *job, uint32_t *
     return true;
 }
 
+int privsrv_check_attempt_log(const json_t *o, const char *dir, const char *stream, uid_t *ret_uid,
+                              char *path, size_t pathlen, char *msg, size_t len)
+{
+    json_t *uid = json_object_get(o, "uid"), *p = json_object_get(o, stream);
+    if (!json_is_object(o))
+        return errbuf_set(msg, len, GPO_EINVAL, "not a JSON object");
+    if (!json_is_integer(uid) || json_integer_value(uid) < 0 ||
+        json_integer_value(uid) >= (json_int_t)UINT32_MAX)
+        return errbuf_set(msg, len, GPO_EINVAL, "uid: expected an integer");
+    if (p &&
+        (!json_is_string(p) || json_string_value(p)[0] != '/' ||
+         strlen(json_string_value(p)) != json_string_length(p) || json_string_length(p) >= pathlen))
+        return errbuf_set(msg, len, GPO_EINVAL, "%s: expected an absolute path", stream);
+    if (!p && (size_t)snprintf(path, pathlen, "%s/%s", dir, stream) >= pathlen)
+        return errbuf_set(msg, len, GPO_EINVAL, "%s: the default path is too long", stream);
+    if (p)
+        snprintf(path, pathlen, "%s", json_string_value(p));
+    *ret_uid = (uid_t)json_integer_value(uid);
+    return 0;
+}
+
 int privsrv_check_log(const struct priv_req_log *q, char *msg, size_t len)
 {
     if (q->type != PRIV_REQ_LOG_OPEN)
@@ -366,10 +387,11 @@ int privsrv_check_log_file(mode_t mode, uid_t owner, uid_t uid)
 int privsrv_check_script(const char *argv0, const char *want, mode_t mode, uid_t owner,
                          uint64_t nlink, uid_t agent_uid, char *msg, size_t len)
 {
-    char q[JSONV_QUOTE_MAX + 4];
-    if (strcmp(argv0, want) != 0)
+    if (strcmp(argv0, want) != 0) {
+        char q[JSONV_QUOTE_MAX + 4];
         return errbuf_set(msg, len, GPO_EINVAL, "script: argv[0] \"%s\" is not %s", shown(argv0, q),
                           want);
+    }
     if (!S_ISREG(mode))
         return errbuf_set(msg, len, GPO_EINVAL, "script: %s is not a regular file", want);
     if (owner != agent_uid)

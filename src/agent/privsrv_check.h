@@ -23,6 +23,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include <jansson.h>
+
 #include "agent/priv.h"
 
 /*
@@ -80,6 +82,16 @@ int privsrv_check_attribute(const struct priv_req_attribute *q, char *msg, size_
  * range; the last of each counts, as getenv's first would not: the agent
  * sets them after the job's own environment. */
 bool privsrv_check_environ(const char *text, size_t n, uint64_t *job, uint32_t *attempt);
+
+/*
+ * An attempt.json (o, borrowed: the object privsrv.c wrote) read for the
+ * log of `stream` ("stdout" or "stderr"): *ret_uid the attempt's uid and
+ * path (pathlen bytes) the log's, the file's absolute "stdout" or
+ * "stderr", else DIR/STREAM (dir the attempt's directory). 0, or
+ * GPO_EINVAL naming what is wrong ("uid: ...", "stdout: ...").
+ */
+int privsrv_check_attempt_log(const json_t *o, const char *dir, const char *stream, uid_t *ret_uid,
+                              char *path, size_t pathlen, char *msg, size_t len);
 
 /* A log open request: job and attempt, stream stdout or stderr, pad 0. */
 int privsrv_check_log(const struct priv_req_log *q, char *msg, size_t len);

@@ -157,21 +157,10 @@ static int log_target(const char *dir, const char *stream, uid_t *ret_uid, char 
         return access(file, F_OK) != 0
                    ? errbuf_set(msg, len, GPO_ENOENT, "%s: no such attempt", dir)
                    : errbuf_set(msg, len, GPO_EIO, "%s: %s", file, jerr.text);
-    json_t *uid = json_object_get(o, "uid"), *p = json_object_get(o, stream);
-    int rc = 0;
-    if (!json_is_integer(uid) || json_integer_value(uid) < 0 ||
-        json_integer_value(uid) >= (json_int_t)UINT32_MAX)
-        rc = errbuf_set(msg, len, GPO_EIO, "%s: uid: expected an integer", file);
-    else if (p && (!json_is_string(p) || json_string_value(p)[0] != '/' ||
-                   json_string_length(p) >= pathlen))
-        rc = errbuf_set(msg, len, GPO_EIO, "%s: %s: expected an absolute path", file, stream);
-    if (!rc) {
-        *ret_uid = (uid_t)json_integer_value(uid);
-        if (p)
-            snprintf(path, pathlen, "%s", json_string_value(p));
-        else
-            snprintf(path, pathlen, "%s/%s", dir, stream);
-    }
+    char why[256];
+    int rc = privsrv_check_attempt_log(o, dir, stream, ret_uid, path, pathlen, why, sizeof(why));
+    if (rc)
+        errbuf_set(msg, len, GPO_EIO, "%s: %s", file, why);
     json_decref(o);
     return rc;
 }

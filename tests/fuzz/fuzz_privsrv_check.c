@@ -6,18 +6,19 @@
  * separated by 0xff bytes; 2 a signal or cleanup; 3 a cgroup path after a
  * job and an attempt; 4 a pid file; 5 an attribute request; 6 a process's
  * environment (/proc/PID/environ); 7 a log open, then the mode, owner and
- * uid of the file it found. A refusal is one non-empty line; a launch that
- * passes yields argv and env within its strings, argv[0] not empty, every
- * env entry NAME=VALUE; an attribute request that passes has 1..64 pids in
- * range and zeros after; an environment read names a job and attempt only
- * when it holds both variables with whole numbers. tests/fuzz/run.sh builds
- * and runs it. */
+ * uid of the file it found; 8 an attempt.json's text. A refusal is one non-empty line; a launch
+ * that passes yields argv and env within its strings, argv[0] not empty, every env entry
+ * NAME=VALUE; an attribute request that passes has 1..64 pids in range and zeros after; an
+ * environment read names a job and attempt only when it holds both variables with whole numbers.
+ * tests/fuzz/run.sh builds and runs it. */
 #define _GNU_SOURCE /* memmem */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+
+#include <jansson.h>
 
 #include "agent/privsrv_check.h"
 
@@ -151,6 +152,23 @@ static void fuzz_log(const uint8_t *data, size_t size)
         abort();
 }
 
+/* An attempt.json that passes names an absolute log path. */
+static void fuzz_attempt_json(const uint8_t *data, size_t size)
+{
+    json_t *o = json_loadb((const char *)data, size, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
+    char msg[PRIV_MSG_MAX] = "", path[PRIV_PATH_MAX];
+    uid_t uid = 0;
+    for (int k = 0; o && k < 2; k++) {
+        const char *stream = k ? "stderr" : "stdout";
+        if (privsrv_check_attempt_log(o, "/s/attempts/1.1", stream, &uid, path, sizeof(path), msg,
+                                      sizeof(msg)) != 0)
+            one_line(msg);
+        else if (path[0] != '/' || strlen(path) >= sizeof(path))
+            abort();
+    }
+    json_decref(o);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1)
@@ -158,7 +176,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const uint8_t *rest = data + 1;
     size_t n = size - 1;
     char msg[PRIV_MSG_MAX] = "";
-    switch (data[0] % 8) {
+    switch (data[0] % 9) {
     case 0: {
         uint32_t type;
         if (privsrv_check_request(rest, n, &type, msg, sizeof(msg)) != 0) {
@@ -217,6 +235,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         break;
     case 7:
         fuzz_log(rest, n);
+        break;
+    case 8:
+        fuzz_attempt_json(rest, n);
         break;
     }
     return 0;

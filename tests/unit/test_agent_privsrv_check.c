@@ -4,7 +4,8 @@
  * against root and the process's own, a signal's and a cleanup's fields,
  * an attempt's cgroup path, a pid file's text, an attribute request's pids,
  * the job and attempt a process's environment names, a log open's fields
- * and the file it found, and a script job's file. No process is forked. */
+ * and the file it found, a script job's file, and attempt.json's uid and
+ * log paths. No process is forked. */
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -16,6 +17,7 @@
 #include <sys/stat.h>
 
 #include <cmocka.h>
+#include <jansson.h>
 
 #include "agent/privsrv_check.h"
 #include "base/banned.h"
@@ -508,6 +510,47 @@ static void privsrv_check_script_takes_only_the_agents_own_file(void **state)
     free(q);
 }
 
+static void privsrv_check_attempt_log_gives_the_uid_and_the_logs_path(void **state)
+{
+    (void)state;
+    char msg[PRIV_MSG_MAX], path[PRIV_PATH_MAX];
+    uid_t uid = 7;
+    json_t *o =
+        json_loads("{\"uid\": 1001, \"gid\": 1001, \"stdout\": \"/data/out.txt\"}", 0, NULL);
+    assert_non_null(o);
+    assert_int_equal(privsrv_check_attempt_log(o, "/s/attempts/7.1", "stdout", &uid, path,
+                                               sizeof(path), msg, sizeof(msg)),
+                     0);
+    assert_int_equal(uid, 1001);
+    assert_string_equal(path, "/data/out.txt");
+    assert_int_equal(privsrv_check_attempt_log(o, "/s/attempts/7.1", "stderr", &uid, path,
+                                               sizeof(path), msg, sizeof(msg)),
+                     0);
+    assert_string_equal(path, "/s/attempts/7.1/stderr");
+    json_decref(o);
+    const struct {
+        const char *json, *field;
+    } bad[] = {
+        {"[1]", "not a JSON object"},
+        {"{\"uid\": -1}", "uid"},
+        {"{\"uid\": \"0\"}", "uid"},
+        {"{\"uid\": 1, \"stdout\": \"rel/path\"}", "stdout"},
+        {"{\"uid\": 1, \"stdout\": 5}", "stdout"},
+        {"{\"uid\": 1, \"stdout\": \"/a\\u0000b\"}", "stdout"},
+    };
+    for (size_t k = 0; k < ARRAY_LEN(bad); k++) {
+        o = json_loads(bad[k].json, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
+        assert_non_null(o);
+        uid = 7;
+        assert_int_equal(privsrv_check_attempt_log(o, "/s/attempts/7.1", "stdout", &uid, path,
+                                                   sizeof(path), msg, sizeof(msg)),
+                         GPO_EINVAL);
+        assert_int_equal(uid, 7);
+        assert_int_equal(strncmp(msg, bad[k].field, strlen(bad[k].field)), 0);
+        json_decref(o);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -524,6 +567,7 @@ int main(void)
         cmocka_unit_test(privsrv_check_environ_reads_whole_ids_in_range),
         cmocka_unit_test(privsrv_check_log_takes_stdout_or_stderr_of_an_attempt),
         cmocka_unit_test(privsrv_check_script_takes_only_the_agents_own_file),
+        cmocka_unit_test(privsrv_check_attempt_log_gives_the_uid_and_the_logs_path),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
