@@ -578,7 +578,8 @@ static int state_dir(struct agent *ag, char *abs, char *err, size_t errlen)
         return errbuf_set(err, errlen, -errno, "%s: %s", sub, strerror(errno));
     if (!ag->drop)
         return 0;
-    int rc = runas_give(&ag->acct, abs, false, err, errlen);
+    int rc = runas_can_reach(&ag->acct, abs, err, errlen);
+    rc = rc ? rc : runas_give(&ag->acct, abs, false, err, errlen);
     const char *const owned[] = {"scripts", "journal", "journal.lock"};
     for (size_t i = 0; !rc && i < sizeof(owned) / sizeof(owned[0]); i++) {
         snprintf(sub, sizeof(sub), "%s/%s", abs, owned[i]);

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <limits.h>
 #include <linux/capability.h>
 #include <pwd.h>
 #include <stdio.h>
@@ -65,6 +66,29 @@ int runas_give(const struct runas_account *a, const char *path, bool missing_ok,
         rc = errbuf_set(err, errlen, -errno, "chown %s to %s: %s", path, a->name, strerror(errno));
     close(fd);
     return rc;
+}
+
+int runas_can_reach(const struct runas_account *a, const char *path, char *err, size_t errlen)
+{
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof(dir), "%s", path);
+    for (char *slash = strrchr(dir, '/'); slash; slash = strrchr(dir, '/')) {
+        *slash = '\0';
+        const char *d = dir[0] ? dir : "/";
+        struct stat st;
+        if (stat(d, &st) != 0)
+            return errbuf_set(err, errlen, -errno, "%s: %s", d, strerror(errno));
+        bool x = (st.st_mode & S_IXOTH) || (st.st_uid == a->uid && (st.st_mode & S_IXUSR)) ||
+                 (st.st_gid == a->gid && (st.st_mode & S_IXGRP));
+        if (!x)
+            return errbuf_set(err, errlen, GPO_EACCES,
+                              "%s: the account %s cannot reach %s (give the directory o+x, or "
+                              "choose another --state-dir)",
+                              d, a->name, path);
+        if (!dir[0])
+            break;
+    }
+    return 0;
 }
 
 /* Whether any capability is left in the permitted or effective set. */

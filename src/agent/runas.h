@@ -46,6 +46,16 @@ int runas_give(const struct runas_account *a, const char *path, bool missing_ok,
                size_t errlen);
 
 /*
+ * Whether the account can reach path (absolute, borrowed): every directory
+ * above it searchable by it (others' x bit, or the owner's or group's when
+ * the account is the owner or in the group by its primary gid). Checked
+ * while root, so that a state directory under a private home says so
+ * before the drop rather than failing after it. 0 or GPO_EACCES naming
+ * the directory.
+ */
+int runas_can_reach(const struct runas_account *a, const char *path, char *err, size_t errlen);
+
+/*
  * Becomes the account for good, in a process that is root: supplementary
  * groups (initgroups: the account's own, e.g. video for /dev/nvidia*),
  * then gid, then uid (setresgid, setresuid), each checked; then
