@@ -558,10 +558,33 @@ static int node_name(struct agent *ag, char *err, size_t errlen)
     return 0;
 }
 
-/* The state directory, made and resolved into abs (PATH_MAX bytes). Started
- * as root, it is given to the account (runas_give) with what the account
- * writes in it: the journal, its lock, scripts/ (attempts/ stays the
- * privileged half's). */
+/* The network half's own directory in the state directory: the journal and
+ * its lock. */
+#define NET_DIR "net"
+
+/* An earlier layout kept the journal in STATE itself: moved into STATE/net
+ * (same file system, one rename), so that its attempts are taken up. */
+static int move_old_journal(const char *abs, char *err, size_t errlen)
+{
+    char old[PATH_MAX + 16], now[PATH_MAX + 32];
+    struct stat st;
+    snprintf(old, sizeof(old), "%s/journal", abs);
+    snprintf(now, sizeof(now), "%s/%s/journal", abs, NET_DIR);
+    if (lstat(old, &st) != 0 || !S_ISREG(st.st_mode) || lstat(now, &st) == 0)
+        return 0;
+    if (rename(old, now) != 0)
+        return errbuf_set(err, errlen, -errno, "moving %s to %s: %s", old, now, strerror(errno));
+    snprintf(old, sizeof(old), "%s/journal.lock", abs);
+    unlink(old);
+    return 0;
+}
+
+/* The state directory, made and resolved into abs (PATH_MAX bytes), with
+ * STATE/net and STATE/scripts. STATE stays its owner's (root's, for an
+ * agent started as root), so that the account cannot swap what the
+ * privileged half works in (attempts/, scripts/) for a link; STATE/net
+ * and STATE/scripts are given to the account (runas_give), with the
+ * journal files an earlier run may have left. */
 static int state_dir(struct agent *ag, char *abs, char *err, size_t errlen)
 {
     const struct agent_args *a = &ag->a;
@@ -572,18 +595,21 @@ static int state_dir(struct agent *ag, char *abs, char *err, size_t errlen)
         return errbuf_set(err, errlen, -errno, "--state-dir %s: %s", state, strerror(errno));
     if (!realpath(state, abs))
         return errbuf_set(err, errlen, -errno, "--state-dir %s: %s", state, strerror(errno));
-    char sub[PATH_MAX + 16];
-    snprintf(sub, sizeof(sub), "%s/scripts", abs);
-    if (mkdir(sub, 0755) != 0 && errno != EEXIST)
-        return errbuf_set(err, errlen, -errno, "%s: %s", sub, strerror(errno));
-    if (!ag->drop)
-        return 0;
-    int rc = runas_can_reach(&ag->acct, abs, err, errlen);
-    rc = rc ? rc : runas_give(&ag->acct, abs, false, err, errlen);
-    const char *const owned[] = {"scripts", "journal", "journal.lock"};
+    const char *const dirs[] = {NET_DIR, "scripts"};
+    char sub[PATH_MAX + 32];
+    for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++) {
+        snprintf(sub, sizeof(sub), "%s/%s", abs, dirs[i]);
+        if (mkdir(sub, i == 0 ? 0700 : 0755) != 0 && errno != EEXIST)
+            return errbuf_set(err, errlen, -errno, "%s: %s", sub, strerror(errno));
+    }
+    int rc = move_old_journal(abs, err, errlen);
+    if (rc || !ag->drop)
+        return rc;
+    rc = runas_can_reach(&ag->acct, abs, err, errlen);
+    const char *const owned[] = {NET_DIR, "scripts", NET_DIR "/journal", NET_DIR "/journal.lock"};
     for (size_t i = 0; !rc && i < sizeof(owned) / sizeof(owned[0]); i++) {
         snprintf(sub, sizeof(sub), "%s/%s", abs, owned[i]);
-        rc = runas_give(&ag->acct, sub, true, err, errlen);
+        rc = runas_give(&ag->acct, sub, i >= 2, err, errlen);
     }
     return rc;
 }
@@ -696,7 +722,9 @@ static int start(struct agent *ag, char *err, size_t errlen)
      * file in the state directory is opened as root. Its lock stops a
      * second agent on this state here. */
     rc = rc || !ag->drop ? rc : runas_drop(&ag->acct, err, errlen);
-    rc = rc ? rc : journal_open(abs_state, &ag->journal, err, errlen);
+    char net[PATH_MAX + 16];
+    snprintf(net, sizeof(net), "%s/%s", abs_state, NET_DIR);
+    rc = rc ? rc : journal_open(net, &ag->journal, err, errlen);
     rc = rc ? rc : start_logs(ag, abs_state, err, errlen);
     if (rc)
         return rc;

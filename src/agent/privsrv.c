@@ -648,13 +648,19 @@ static int check_config(const struct priv_config *cfg, struct privsrv *s, char *
     if (getpwuid_r(s->uid, &pw, buf, sizeof(buf), &res) == 0 && res &&
         strlen(pw.pw_name) < sizeof(s->name))
         memcpy(s->name, pw.pw_name, strlen(pw.pw_name) + 1);
-    if (mkdir(s->attempts, 0750) == 0) {
-        if (chown(s->attempts, s->uid, s->agent_gid) < 0)
-            return errbuf_set(err, errlen, GPO_EIO, "chown %s: %s", s->attempts, strerror(errno));
-    } else if (errno != EEXIST) {
+    if (mkdir(s->attempts, 0750) != 0 && errno != EEXIST)
         return errbuf_set(err, errlen, GPO_EIO, "mkdir %s: %s", s->attempts, strerror(errno));
-    }
-    return 0;
+    /* Also an existing one: the agent's group may have changed (--run-as). */
+    int fd = open(s->attempts, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    struct stat st;
+    int rc = 0;
+    if (fd < 0 || fstat(fd, &st) != 0)
+        rc = errbuf_set(err, errlen, GPO_EIO, "%s: %s", s->attempts, strerror(errno));
+    else if (st.st_gid != s->agent_gid && fchown(fd, s->uid, s->agent_gid) != 0)
+        rc = errbuf_set(err, errlen, GPO_EIO, "chown %s: %s", s->attempts, strerror(errno));
+    if (fd >= 0)
+        close(fd);
+    return rc;
 }
 
 /* Opens the cgroup root where one is configured; the note says how it went. */
