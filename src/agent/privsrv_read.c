@@ -149,7 +149,7 @@ void privsrv_do_attribute(const char *attempts, const void *req, struct priv_rep
 static int log_target(const char *dir, const char *stream, uid_t *ret_uid, char *path,
                       size_t pathlen, char *msg, size_t len)
 {
-    char file[PRIV_PATH_MAX + 64];
+    char file[PRIV_PATH_MAX + 128];
     snprintf(file, sizeof(file), "%s/attempt.json", dir);
     json_error_t jerr;
     json_t *o = json_load_file(file, JSON_REJECT_DUPLICATES, &jerr);

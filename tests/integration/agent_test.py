@@ -16,7 +16,8 @@ that would run as root is refused; each agent's network half runs as the
 unprivileged account (real, effective and saved uid and gid, no capability,
 no_new_privs) while its privileged half keeps root, a script job still runs
 as its user, and a request that the privileged half's table does not allow,
-sent on the agent's own socket, is refused there.
+sent on the agent's own socket, is refused there; a journal in an earlier
+layout's place is moved and its attempt taken up.
 
 Needs root (the agent switches to the job's user) and the users gpuorch-test1
 and gpuorch-test2 (scripts/setup.sh). The test directory is a mkdtemp of mode
@@ -833,6 +834,40 @@ def refused_through_the_socket():
        detail(j))
 
 
+def old_journal_moved():
+    """A journal where an earlier version kept it (STATE/journal, root's) is
+    moved to STATE/net/journal at start, and the attempt it lists is taken
+    up, not launched again."""
+    st, _, raw = call("POST", "/v1/nodes/n1/drain", token=ADMIN)
+    if st != 200:
+        raise RuntimeError(f"drain n1: {st} {raw!r}")
+    try:
+        mark, go = shared("moved-launch"), shared("moved-go")
+        jid = submit({"name": "moved-journal", "command": sh(
+            f'echo "attempt $GPUORCH_ATTEMPT" >> {mark}; i=0; '
+            f'while [ ! -e {go} ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done')})
+        good, j = wait_job(jid, launched)
+        n2 = AGENTS["n2"]
+        ok(good and job_nodes(j) == ["n2"], "a job runs on n2 (n1 drained)", detail(j, "n2"))
+        code = n2.stop()
+        net, old = os.path.join(n2.state, "net", "journal"), os.path.join(n2.state, "journal")
+        os.rename(net, old)
+        os.chown(old, 0, 0)
+        before = len(n2.log())
+        n2.start()
+        write_atomic(go, "go\n")
+        j = wait_final(jid)
+        log = n2.log()[before:]
+        ok(code == 0 and os.path.exists(net) and not os.path.exists(old)
+           and "1 attempt(s) taken up from the journal" in log,
+           "an agent started on a state with the journal at STATE/journal (an earlier layout) "
+           "moves it to STATE/net/journal and takes its attempt up", f"{code}\n{n2.tail()}")
+        ok(j and j["state"] == "COMPLETED" and (read(mark) or "").splitlines() == ["attempt 1"],
+           "that job ends COMPLETED, launched once", f"{read(mark)!r}\n{detail(j, 'n2')}")
+    finally:
+        call("POST", "/v1/nodes/n1/resume", token=ADMIN)
+
+
 def cleanup_jobs():
     """Cancels what a failed check left running, so that no shim outlives the test."""
     st, body, _ = call("GET", "/v1/jobs?state=PENDING,RUNNING&limit=1000", token=ADMIN)
@@ -848,7 +883,8 @@ def main():
     setup()
     for step in (unprivileged, visible_devices, script_job, array_index, output_patterns,
                  sampling, fractional, dirty_gpu, gang, time_limit, logs_through_controller,
-                 root_refused, restart_after_kill9, cancel, refused_through_the_socket):
+                 root_refused, restart_after_kill9, old_journal_moved, cancel,
+                 refused_through_the_socket):
         try:
             step()
         except Exception as e:  # one broken step should not hide the others' results
