@@ -562,7 +562,7 @@ static int node_name(struct agent *ag, char *err, size_t errlen)
  * its lock. */
 #define NET_DIR "net"
 
-/* An earlier layout kept the journal in STATE itself: moved into STATE/net
+/* A journal found in STATE itself (STATE/journal) is moved into STATE/net
  * (same file system, one rename), so that its attempts are taken up. */
 static int move_old_journal(const char *abs, char *err, size_t errlen)
 {

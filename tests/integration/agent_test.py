@@ -16,8 +16,8 @@ that would run as root is refused; each agent's network half runs as the
 unprivileged account (real, effective and saved uid and gid, no capability,
 no_new_privs) while its privileged half keeps root, a script job still runs
 as its user, and a request that the privileged half's table does not allow,
-sent on the agent's own socket, is refused there; a journal in an earlier
-layout's place is moved and its attempt taken up.
+sent on the agent's own socket, is refused there; a journal found at
+STATE/journal is moved to STATE/net and its attempt taken up.
 
 Needs root (the agent switches to the job's user) and the users gpuorch-test1
 and gpuorch-test2 (scripts/setup.sh). The test directory is a mkdtemp of mode
@@ -835,9 +835,8 @@ def refused_through_the_socket():
 
 
 def old_journal_moved():
-    """A journal where an earlier version kept it (STATE/journal, root's) is
-    moved to STATE/net/journal at start, and the attempt it lists is taken
-    up, not launched again."""
+    """A journal found at STATE/journal (root's) is moved to STATE/net/journal
+    at start, and the attempt it lists is taken up, not launched again."""
     st, _, raw = call("POST", "/v1/nodes/n1/drain", token=ADMIN)
     if st != 200:
         raise RuntimeError(f"drain n1: {st} {raw!r}")
@@ -860,7 +859,7 @@ def old_journal_moved():
         log = n2.log()[before:]
         ok(code == 0 and os.path.exists(net) and not os.path.exists(old)
            and "1 attempt(s) taken up from the journal" in log,
-           "an agent started on a state with the journal at STATE/journal (an earlier layout) "
+           "an agent started on a state with the journal at STATE/journal "
            "moves it to STATE/net/journal and takes its attempt up", f"{code}\n{n2.tail()}")
         ok(j and j["state"] == "COMPLETED" and (read(mark) or "").splitlines() == ["attempt 1"],
            "that job ends COMPLETED, launched once", f"{read(mark)!r}\n{detail(j, 'n2')}")
