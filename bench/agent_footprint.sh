@@ -68,7 +68,7 @@ EOF
 # The fake scans every process's environment for each NVML process call;
 # real NVML asks the driver. One scan per sampling round keeps the fake's
 # cost out of the agent's figure (tests/fakenvml/README.md).
-FAKENVML_CONFIG=$tmp/gpus.json FAKENVML_PROC_CACHE_MS=${FAKENVML_PROC_CACHE_MS:-1000} "$bin" agent --server "$url" \
+FAKENVML_DRIVER=1 FAKENVML_CONFIG=$tmp/gpus.json FAKENVML_PROC_CACHE_MS=${FAKENVML_PROC_CACHE_MS:-1000} "$bin" agent --server "$url" \
   --join-token "$tmp/data/join.token" --name bench-node --state-dir "$tmp/agent" \
   --nvml "$nvml" --log-listen 127.0.0.1:0 --addr 127.0.0.1 --cpus 64 --mem-mib 524288 \
   >"$tmp/agent.log" 2>&1 &

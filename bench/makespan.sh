@@ -106,7 +106,7 @@ EOF
     # with a cache, the check of an ended job's GPUs could see a stale scan
     # and hold the GPU dirty until the cache expires.
     cg_root "$(basename "$d")-node$k"
-    FAKENVML_CONFIG=$d/gpus-$k.json "$bin" agent --server "$url" \
+    FAKENVML_DRIVER=1 FAKENVML_CONFIG=$d/gpus-$k.json "$bin" agent --server "$url" \
       --join-token "$d/data/join.token" --name "node$k" --state-dir "$d/agent$k" \
       --nvml "$nvml" --log-listen 127.0.0.1:0 --addr 127.0.0.1 --cpus 64 --mem-mib 524288 \
       --sample-interval "$sample_ms" "${cgflags[@]}" >"$d/agent$k.log" 2>&1 &

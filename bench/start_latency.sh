@@ -88,7 +88,7 @@ gpus = [{"uuid": f"GPU-5a7e0000-0000-4000-8000-{i:012x}", "utilization": 50} for
 json.dump({"gpus": gpus}, open(sys.argv[1], "w"))
 EOF
 cg_root bench-node
-FAKENVML_CONFIG=$tmp/gpus.json FAKENVML_PROC_CACHE_MS=1000 "$bin" agent --server "$url" \
+FAKENVML_DRIVER=1 FAKENVML_CONFIG=$tmp/gpus.json FAKENVML_PROC_CACHE_MS=1000 "$bin" agent --server "$url" \
   --join-token "$tmp/data/join.token" --name bench-node --state-dir "$tmp/agent" \
   --nvml "$nvml" --log-listen 127.0.0.1:0 --addr 127.0.0.1 --cpus 64 --mem-mib 524288 \
   "${cgflags[@]}" >"$tmp/agent.log" 2>&1 &

@@ -329,7 +329,9 @@ start_agent() {
         args+=(--cgroup-root "$cgroup_dir/$name")
     fi
     echo "---- $(date -u +%FT%TZ) make run: starting agent $name" >>"$logs/$name.log"
-    setsid "$bin" "${args[@]}" "$@" </dev/null >>"$logs/$name.log" 2>&1 9>&- &
+    # FAKENVML_DRIVER: the fake NVML keeps a root process that lists GPU
+    # processes once the agent's network half drops root (real NVML ignores it).
+    FAKENVML_DRIVER=1 setsid "$bin" "${args[@]}" "$@" </dev/null >>"$logs/$name.log" 2>&1 9>&- &
     agent_pids+=($!)
     agent_names+=("$name")
 }

@@ -44,8 +44,10 @@ PACKAGES=(
   prometheus         # metrics test: a real Prometheus scrapes GET /metrics; promtool checks it
 )
 
-# Accounts that tests run jobs as; created idempotently.
-TEST_USERS=(gpuorch-test1 gpuorch-test2)
+# Accounts, created idempotently: gpuorch, the one the agent's network half
+# runs as once its privileged half is forked (`gpuorch agent --run-as`;
+# docs/agent.md), and the ones tests run jobs as.
+TEST_USERS=(gpuorch gpuorch-test1 gpuorch-test2)
 
 check_only=0
 [ "${1:-}" = "--check" ] && check_only=1
@@ -80,8 +82,8 @@ fi
 if [ "$check_only" = 1 ] || [ "$(id -u)" != 0 ]; then
   [ ${#missing[@]} -gt 0 ] && echo "gpuorch setup: missing Debian packages: ${missing[*]}" >&2 &&
     echo "  install them as root: apt-get install ${missing[*]}  (or run: sudo scripts/setup.sh)" >&2
-  [ ${#missing_users[@]} -gt 0 ] && echo "gpuorch setup: missing test accounts: ${missing_users[*]} (run scripts/setup.sh as root)" >&2
-  # Missing test accounts alone do not stop a build: only the tests that need them skip.
+  [ ${#missing_users[@]} -gt 0 ] && echo "gpuorch setup: missing accounts: ${missing_users[*]} (run scripts/setup.sh as root)" >&2
+  # Missing accounts alone do not stop a build: only the tests that need them skip.
   [ ${#missing[@]} -gt 0 ] && exit 1
   if [ "$npm_stale" = 1 ]; then
     if [ "$check_only" = 1 ]; then

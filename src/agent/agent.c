@@ -28,6 +28,7 @@
 #include "agent/journal.h"
 #include "agent/logsrv.h"
 #include "agent/priv.h"
+#include "agent/runas.h"
 #include "agent/sampler.h"
 #include "gpu/gpu.h"
 #include "proto/proto.h"
@@ -41,7 +42,7 @@
 
 struct agent_args {
     const char *server, *join_file, *name, *pool, *state_dir, *nvml, *addr, *log_listen;
-    const char *cgroup_root;
+    const char *cgroup_root, *run_as;
     bool allow_root, probe, help;
     int64_t kill_grace_ms, sample_ms, poll_wait_s, dirty_wait_ms;
     int64_t cpus, mem_mib;
@@ -56,7 +57,8 @@ struct agent {
     struct priv *priv;
     struct logsrv *logs;
     struct attempts *att;
-    char cgroup_dir[4096]; /* the auto root we made (CGROUP2/gpuorch/NODE), or "" */
+    struct runas_account acct; /* the network half's account, when started as root */
+    bool drop;                 /* started as root: become acct once the privileged half runs */
     atomic_bool stop;
     atomic_bool reregister;
     pthread_mutex_t reg_lock; /* one registration at a time */
@@ -68,7 +70,8 @@ static void usage(FILE *out)
             "usage: gpuorch agent --server URL --join-token FILE [--name NAME] [--pool POOL]\n"
             "                     [--state-dir DIR] [--nvml PATH] [--addr ADDR]\n"
             "                     [--log-listen ADDR:PORT] [--cgroup-root PATH|auto|none]\n"
-            "                     [--allow-root] [--kill-grace S] [--sample-interval MS]\n"
+            "                     [--run-as USER] [--allow-root] [--kill-grace S]\n"
+            "                     [--sample-interval MS]\n"
             "                     [--poll-wait S] [--dirty-wait S] [--cpus N] [--mem-mib N]\n"
             "       gpuorch agent --probe [--nvml PATH]\n"
             "\n"
@@ -94,6 +97,8 @@ static void usage(FILE *out)
             "                        the cpu and memory v1 hierarchies); auto (the\n"
             "                        default) uses CGROUP2_MOUNT/gpuorch/NAME, none turns\n"
             "                        them off (kills then go to process groups)\n"
+            "  --run-as USER         the account the network half runs as once its privileged\n"
+            "                        half is forked (default gpuorch; started as root only)\n"
             "  --allow-root          let jobs run as root (refused by default)\n"
             "  --kill-grace S        SIGTERM to SIGKILL on time limit (default 30)\n"
             "  --sample-interval MS  GPU sampling and heartbeat period (default 1000)\n"
@@ -159,6 +164,7 @@ static const struct opts_opt agent_opts[] = {
     STRING("addr", addr),
     STRING("log-listen", log_listen),
     STRING("cgroup-root", cgroup_root),
+    STRING("run-as", run_as),
     NUMBER("kill-grace", 0, 3600, 1000, kill_grace_ms),
     NUMBER("sample-interval", 100, 60000, 1, sample_ms),
     NUMBER("poll-wait", 1, 300, 1, poll_wait_s),
@@ -281,7 +287,7 @@ static int probe(const struct agent_args *a)
     struct proto_heartbeat hb = {.sampled_at_ms = PROTO_NONE};
     json_t *inv = NULL, *sample = NULL;
     int rc = sampler_inventory(b, &reg, err, sizeof(err));
-    rc = rc ? rc : sampler_sample(b, &hb);
+    rc = rc ? rc : sampler_sample(b, NULL, &hb);
     rc = rc ? rc : proto_gpus_encode(reg.gpus, reg.ngpus, &inv);
     rc = rc ? rc : proto_gpu_samples_encode(hb.gpus, hb.ngpus, &sample);
     json_t *out = rc ? NULL
@@ -397,7 +403,7 @@ static char *heartbeat_body(struct agent *ag)
     clock_gettime(CLOCK_REALTIME, &at); /* the controller's ingest lag is measured from it */
     struct proto_heartbeat hb = {.sampled_at_ms = (int64_t)at.tv_sec * 1000 + at.tv_nsec / 1000000};
     json_t *body = NULL;
-    int rc = sampler_sample(ag->gpus, &hb);
+    int rc = sampler_sample(ag->gpus, ag->priv, &hb);
     rc = rc ? rc : attempts_dirty(ag->att, &hb.dirty, &hb.ndirty);
     rc = rc ? rc : proto_heartbeat_encode(&hb, &body);
     proto_heartbeat_release(&hb);
@@ -529,10 +535,8 @@ static void *signal_main(void *arg)
     agent_log("%s: stopping (running jobs go on; a restarted agent takes them up)",
               sig == SIGINT ? "SIGINT" : "SIGTERM");
     attempts_active(ag->att); /* waits for the table: no launch half done */
-    /* The node's cgroup directory goes once no attempt's cgroup is left in it
-     * (rmdir refuses while one is: running jobs keep theirs). */
-    if (ag->cgroup_dir[0])
-        cgroup_remove(ag->cgroup_dir, NULL, 0); /* with its v1 directories */
+    /* The privileged half sees its socket close, removes the node's cgroup
+     * directory if it is empty, and exits. */
     (void)fflush(stderr); /* the process ends here: a failed flush has nowhere to go */
     _exit(0);
 }
@@ -579,10 +583,36 @@ static int node_name(struct agent *ag, char *err, size_t errlen)
     return 0;
 }
 
-/* The state directory, made and resolved into abs (PATH_MAX bytes), and its
- * attempts/ directory. */
-static int state_dir(const struct agent_args *a, char *abs, char *err, size_t errlen)
+/* The network half's own directory in the state directory: the journal and
+ * its lock. */
+#define NET_DIR "net"
+
+/* A journal found in STATE itself (STATE/journal) is moved into STATE/net
+ * (same file system, one rename), so that its attempts are taken up. */
+static int move_old_journal(const char *abs, char *err, size_t errlen)
 {
+    char old[PATH_MAX + 16], now[PATH_MAX + 32];
+    struct stat st;
+    snprintf(old, sizeof(old), "%s/journal", abs);
+    snprintf(now, sizeof(now), "%s/%s/journal", abs, NET_DIR);
+    if (lstat(old, &st) != 0 || !S_ISREG(st.st_mode) || lstat(now, &st) == 0)
+        return 0;
+    if (rename(old, now) != 0)
+        return errbuf_set(err, errlen, -errno, "moving %s to %s: %s", old, now, strerror(errno));
+    snprintf(old, sizeof(old), "%s/journal.lock", abs);
+    unlink(old);
+    return 0;
+}
+
+/* The state directory, made and resolved into abs (PATH_MAX bytes), with
+ * STATE/net and STATE/scripts. STATE stays its owner's (root's, for an
+ * agent started as root), so that the account cannot swap what the
+ * privileged half works in (attempts/, scripts/) for a link; STATE/net
+ * and STATE/scripts are given to the account (runas_give), with the
+ * journal files an earlier run may have left. */
+static int state_dir(struct agent *ag, char *abs, char *err, size_t errlen)
+{
+    const struct agent_args *a = &ag->a;
     const char *state = a->state_dir     ? a->state_dir
                         : geteuid() == 0 ? "/var/lib/gpuorch/agent"
                                          : "gpuorch-agent";
@@ -590,11 +620,23 @@ static int state_dir(const struct agent_args *a, char *abs, char *err, size_t er
         return errbuf_set(err, errlen, -errno, "--state-dir %s: %s", state, strerror(errno));
     if (!realpath(state, abs))
         return errbuf_set(err, errlen, -errno, "--state-dir %s: %s", state, strerror(errno));
-    char sub[PATH_MAX + 16];
-    snprintf(sub, sizeof(sub), "%s/attempts", abs);
-    if (mkdir(sub, 0755) != 0 && errno != EEXIST)
-        return errbuf_set(err, errlen, -errno, "%s: %s", sub, strerror(errno));
-    return 0;
+    const char *const dirs[] = {NET_DIR, "scripts"};
+    char sub[PATH_MAX + 32];
+    for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++) {
+        snprintf(sub, sizeof(sub), "%s/%s", abs, dirs[i]);
+        if (mkdir(sub, i == 0 ? 0700 : 0755) != 0 && errno != EEXIST)
+            return errbuf_set(err, errlen, -errno, "%s: %s", sub, strerror(errno));
+    }
+    int rc = move_old_journal(abs, err, errlen);
+    if (rc || !ag->drop)
+        return rc;
+    rc = runas_can_reach(&ag->acct, abs, err, errlen);
+    const char *const owned[] = {NET_DIR, "scripts", NET_DIR "/journal", NET_DIR "/journal.lock"};
+    for (size_t i = 0; !rc && i < sizeof(owned) / sizeof(owned[0]); i++) {
+        snprintf(sub, sizeof(sub), "%s/%s", abs, owned[i]);
+        rc = runas_give(&ag->acct, sub, i >= 2, err, errlen);
+    }
+    return rc;
 }
 
 /* Forks the privileged half (priv.h) with the cgroup root: auto is
@@ -616,17 +658,17 @@ static int start_priv(struct agent *ag, const char *abs_state, char *err, size_t
         cgroup_root_open("auto", &auto_root, NULL, 0) == 0) {
         snprintf(cg, sizeof(cg), "%s/%s", cgroup_root_path(auto_root), ag->name);
         cgroup_root_close(auto_root);
-        if (mkdir(cg, 0755) == 0 || errno == EEXIST) {
+        if (mkdir(cg, 0755) == 0 || errno == EEXIST)
             cg_root = cg;
-            snprintf(ag->cgroup_dir, sizeof(ag->cgroup_dir), "%s", cg);
-        }
     }
     struct priv_config pc = {
         .state_dir = abs_state,
         .self_exe = self,
         .cgroup_root = cg_root,
+        .cgroup_root_ours = cg_root == cg,
         .allow_root = a->allow_root,
-        .agent_gid = getgid(),
+        .agent_gid = ag->drop ? ag->acct.gid : getgid(),
+        .agent_uid = ag->drop ? ag->acct.uid : geteuid(),
     };
     int rc = priv_start(&pc, &ag->priv, err, errlen);
     if (!rc && !priv_has_cgroups(ag->priv))
@@ -636,6 +678,21 @@ static int start_priv(struct agent *ag, const char *abs_state, char *err, size_t
     else if (!rc)
         agent_log("%s", priv_cgroup_note(ag->priv));
     return rc;
+}
+
+/* The log server's opener: the privileged half opens the file (it may be
+ * any user's, anywhere) and passes the descriptor back. */
+static int open_log(void *ctx, int64_t job, int64_t attempt, const char *stream, const char *path,
+                    uid_t uid, int *ret_fd, int64_t *ret_size)
+{
+    struct agent *ag = ctx;
+    (void)path; /* the privileged half reads attempt.json itself */
+    (void)uid;
+    if (job < 1 || attempt < 1 || attempt > UINT32_MAX)
+        return GPO_ENOENT;
+    return priv_log_open(ag->priv, (uint64_t)job, (uint32_t)attempt,
+                         strcmp(stream, "stderr") == 0 ? PRIV_STREAM_STDERR : PRIV_STREAM_STDOUT, 0,
+                         ret_fd, ret_size, NULL, 0);
 }
 
 static int start_logs(struct agent *ag, const char *abs_state, char *err, size_t errlen)
@@ -648,24 +705,53 @@ static int start_logs(struct agent *ag, const char *abs_state, char *err, size_t
         opts_parse_int(colon + 1, 0, 65535, &lport) != 0)
         return errbuf_set(err, errlen, GPO_EUSAGE, "--log-listen %s: expected ADDR:PORT", listen);
     memcpy(laddr, listen, (size_t)(colon - listen));
-    struct logsrv_config lc = {
-        .bind_addr = laddr, .port = (uint16_t)lport, .state_dir = abs_state, .token = NULL};
+    struct logsrv_config lc = {.bind_addr = laddr,
+                               .port = (uint16_t)lport,
+                               .state_dir = abs_state,
+                               .token = NULL,
+                               .open = open_log,
+                               .open_ctx = ag};
     return logsrv_new(&lc, &ag->logs, err, errlen);
+}
+
+/* Who the network half runs as: started as root, --run-as (default
+ * RUNAS_DEFAULT_USER), looked up now and taken once the privileged half
+ * runs; else the user it was started as (--run-as must then name it). */
+static int choose_account(struct agent *ag, char *err, size_t errlen)
+{
+    const char *name = ag->a.run_as ? ag->a.run_as : RUNAS_DEFAULT_USER;
+    if (geteuid() == 0) {
+        ag->drop = true;
+        return runas_lookup(name, &ag->acct, err, errlen);
+    }
+    struct runas_account self;
+    if (ag->a.run_as && (runas_lookup(name, &self, err, errlen) != 0 || self.uid != geteuid()))
+        return errbuf_set(err, errlen, GPO_EUSAGE,
+                          "--run-as %s: only an agent started as root changes its account", name);
+    return 0;
 }
 
 static int start(struct agent *ag, char *err, size_t errlen)
 {
     const struct agent_args *a = &ag->a;
     char abs_state[PATH_MAX];
+    /* As root: the token (root's file), the state directory (given to the
+     * account), the privileged half (a plain fork of this process, so
+     * before anything starts a thread: NVML may, libcurl and the log
+     * server do) and NVML (as root it may create /dev/nvidia*). */
     int rc = read_token(a->join_file, ag->token, sizeof(ag->token), err, errlen);
     rc = rc ? rc : node_name(ag, err, errlen);
-    rc = rc ? rc : state_dir(a, abs_state, err, errlen);
-    /* The journal's lock first: a second agent on this state stops here. */
-    rc = rc ? rc : journal_open(abs_state, &ag->journal, err, errlen);
-    /* Then, before anything starts a thread (NVML may, libcurl and the log
-     * server do), the privileged half: it is a plain fork of this process. */
+    rc = rc ? rc : choose_account(ag, err, errlen);
+    rc = rc ? rc : state_dir(ag, abs_state, err, errlen);
     rc = rc ? rc : start_priv(ag, abs_state, err, errlen);
     rc = rc ? rc : gpu_backend_open(a->nvml, &ag->gpus, err, errlen);
+    /* Then the account, for good; the journal is opened as it, so that no
+     * file in the state directory is opened as root. Its lock stops a
+     * second agent on this state here. */
+    rc = rc || !ag->drop ? rc : runas_drop(&ag->acct, err, errlen);
+    char net[PATH_MAX + 16];
+    snprintf(net, sizeof(net), "%s/%s", abs_state, NET_DIR);
+    rc = rc ? rc : journal_open(net, &ag->journal, err, errlen);
     rc = rc ? rc : start_logs(ag, abs_state, err, errlen);
     if (rc)
         return rc;
@@ -681,8 +767,9 @@ static int start(struct agent *ag, char *err, size_t errlen)
         return errbuf_set(err, errlen, rc, "out of memory");
     size_t taken = attempts_recover(ag->att, mono_ms());
     agent_log("node '%s': %u GPU(s) via %s, state in %s, %zu attempt(s) taken up from the "
-              "journal",
-              ag->name, gpu_count(ag->gpus), gpu_backend_name(ag->gpus), abs_state, taken);
+              "journal; network half runs as uid %ld, privileged half pid %ld",
+              ag->name, gpu_count(ag->gpus), gpu_backend_name(ag->gpus), abs_state, taken,
+              (long)geteuid(), (long)priv_pid(ag->priv));
     return 0;
 }
 

@@ -293,7 +293,7 @@ static void launch(struct attempts *t, const struct proto_attempt *asg, int64_t 
         return;
     }
     struct launch_config lc = {
-        .node = t->node, .state_dir = t->state_dir, .as_root = geteuid() == 0};
+        .node = t->node, .state_dir = t->state_dir, .as_root = priv_is_root(t->cfg.priv)};
     struct launch l;
     rc = launch_prepare(&lc, asg, &l, err, sizeof(err));
     if (!rc) {
@@ -484,9 +484,10 @@ static int64_t finish(struct attempts *t, struct att *a, int64_t now, int64_t ne
     if (a->pid)
         priv_signal(t->cfg.priv, a->job, a->attempt, SIGKILL, err, sizeof(err));
     memset(a->dirty, 0, a->nuuids * sizeof(*a->dirty));
-    int nd = a->nuuids ? sampler_attempt_dirty(t->cfg.gpus, (const char *const *)a->uuids,
-                                               a->nuuids, a->job, a->attempt, a->dirty)
-                       : 0;
+    int nd = a->nuuids
+                 ? sampler_attempt_dirty(t->cfg.gpus, t->cfg.priv, (const char *const *)a->uuids,
+                                         a->nuuids, a->job, a->attempt, a->dirty)
+                 : 0;
     if (nd != 0 && now < a->dirty_until)
         return 100 < next ? 100 : next;
     bool empty = true;
@@ -522,8 +523,8 @@ static int64_t advance(struct attempts *t, struct att *a, int64_t now)
     if (a->phase == PH_HELD) {
         /* Reported already: the GPUs stay named in heartbeats until clear. */
         memset(a->dirty, 0, a->nuuids * sizeof(*a->dirty));
-        if (sampler_attempt_dirty(t->cfg.gpus, (const char *const *)a->uuids, a->nuuids, a->job,
-                                  a->attempt, a->dirty) == 0) {
+        if (sampler_attempt_dirty(t->cfg.gpus, t->cfg.priv, (const char *const *)a->uuids,
+                                  a->nuuids, a->job, a->attempt, a->dirty) == 0) {
             t->cfg.log("job %" PRIu64 ".%" PRIu32 ": its GPUs are clear again", a->job, a->attempt);
             a->gone = true;
         }

@@ -197,43 +197,9 @@ static const char *expand_path(const struct launch_config *cfg, const struct pro
     return buf;
 }
 
-/* getpwnam_r's buffer grows on ERANGE up to this. */
-#define PW_BUF_MAX ((size_t)1024 * 1024)
-
-/* Gives the open file fd (at path) to user `name`, looked up by getpwnam_r:
- * launches run beside the agent's other threads. 0; GPO_ENOENT when there
- * is no such user, the file left as it is; or another code with the
- * message in err. */
-static int give_to_user(int fd, const char *path, const char *name, char *err, size_t errlen)
-{
-    long hint = sysconf(_SC_GETPW_R_SIZE_MAX);
-    size_t len = hint > 0 && (size_t)hint <= PW_BUF_MAX ? (size_t)hint : 1024;
-    for (;;) {
-        char *buf = malloc(len);
-        if (!buf)
-            return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
-        struct passwd pw, *res = NULL;
-        int e = getpwnam_r(name, &pw, buf, len, &res);
-        int rc = 0;
-        if (res && fchown(fd, pw.pw_uid, pw.pw_gid) != 0)
-            rc = errbuf_set(err, errlen, -errno, "chown %s: %s", path, strerror(errno));
-        free(buf);
-        if (res)
-            return rc;
-        if (e == ERANGE && len < PW_BUF_MAX) {
-            len *= 2;
-            continue;
-        }
-        if (e == 0 || e == ENOENT)
-            return GPO_ENOENT;
-        return errbuf_set(err, errlen, e == ENOMEM ? GPO_ENOMEM : GPO_EIO, "user %s: %s", name,
-                          strerror(e));
-    }
-}
-
 /* A script job's file (launch.h), into path (pathlen bytes). */
-static int write_script(const struct launch_config *cfg, const struct proto_attempt *a,
-                        const char *unix_user, char *path, size_t pathlen, char *err, size_t errlen)
+static int write_script(const struct launch_config *cfg, const struct proto_attempt *a, char *path,
+                        size_t pathlen, char *err, size_t errlen)
 {
     char dir[JOURNAL_PATH_MAX];
     snprintf(dir, sizeof(dir), "%s/scripts", cfg->state_dir);
@@ -248,12 +214,6 @@ static int write_script(const struct launch_config *cfg, const struct proto_atte
     int rc = fsutil_write_all(fd, a->spec.script, strlen(a->spec.script));
     if (rc)
         errbuf_set(err, errlen, rc, "writing %s: %s", path, gpo_strerror(rc));
-    if (!rc && unix_user && cfg->as_root) {
-        /* An unknown user is no error here: the launch itself refuses that
-         * user, and says why. */
-        rc = give_to_user(fd, path, unix_user, err, errlen);
-        rc = rc == GPO_ENOENT ? 0 : rc;
-    }
     close(fd);
     return rc;
 }
@@ -267,7 +227,7 @@ int launch_prepare(const struct launch_config *cfg, const struct proto_attempt *
     const char *unix_user = cfg->as_root ? a->unix_user : NULL;
     int rc = 0;
     if (a->spec.script) {
-        rc = write_script(cfg, a, unix_user, l->script_path, sizeof(l->script_path), err, errlen);
+        rc = write_script(cfg, a, l->script_path, sizeof(l->script_path), err, errlen);
         rc = rc ? rc : strv_add(&l->argv, "%s", l->script_path);
     } else {
         for (size_t k = 0; !rc && k < a->spec.argc; k++)
@@ -295,6 +255,7 @@ int launch_prepare(const struct launch_config *cfg, const struct proto_attempt *
         .stderr_path = expand_path(cfg, a, a->spec.error, l->err_path, sizeof(l->err_path)),
         .cpu_milli = a->spec.cpus * 1000,
         .mem_mib = a->spec.mem_mib,
+        .script = a->spec.script != NULL,
     };
     return 0;
 }

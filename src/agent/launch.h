@@ -53,8 +53,9 @@ struct launch {
 /*
  * Fills *ret for run attempt `a` (borrowed: ret->req points into it, so it
  * must outlive ret). A script job's script is written first to
- * STATE/scripts/JOB.ATTEMPT (mode 0700, owned by the job's user when the
- * agent is root), so that its #! line picks the interpreter. Returns 0
+ * STATE/scripts/JOB.ATTEMPT (mode 0700, the agent's own; the launch gives
+ * it to the job's user: priv_launch's `script`), so that its #! line picks
+ * the interpreter. Returns 0
  * (release *ret with launch_release), GPO_EINVAL (no command and no
  * script), GPO_ENOMEM, or the failed call's -errno (the script's file).
  */

@@ -1,16 +1,19 @@
 /*
- * logsrv.c - the agent's log server (logsrv.h): the request, the attempt's
- * files, answers read straight from the log file, follow streams and the one
- * watcher thread that wakes them.
+ * logsrv.c - the agent's log server (logsrv.h): the request, the opens on
+ * worker threads, answers read straight from the log file, follow streams
+ * and the server's life (the watcher thread is logsrv_watch.c, the files
+ * logsrv_files.c).
  *
- * Every read of a log file happens in a stream's read callback, on the HTTP
- * polling thread, with pread at the stream's own position: regular files in
- * the page cache answer at once, and no copy of a log is ever held in memory.
- * A follow stream's read that finds nothing checks for the status file and
- * otherwise sleeps until the watcher wakes it. The watcher takes references
- * to the streams it wakes under the lock and wakes them after letting go of
- * it, since a wake calls into MHD and MHD calls follow_free with its own
- * locks held.
+ * Every open of a log file (and the read of attempt.json) happens on a
+ * worker thread of its own, never on the HTTP polling thread: a request is
+ * suspended until its worker completes it, and a follow stream whose file
+ * is not there yet starts one open at a time and sleeps until it ends. So a
+ * path that blocks (a FIFO, a dead NFS server) holds up only its own
+ * request. Every read of an open log happens in a stream's read callback,
+ * on the polling thread, with pread at the stream's own position: regular
+ * files in the page cache answer at once, and no copy of a log is ever held
+ * in memory. A follow stream's read that finds nothing checks for the
+ * status file and otherwise sleeps until the watcher wakes it.
  */
 #include "agent/logsrv.h"
 
@@ -34,56 +37,13 @@
 #include <jansson.h>
 #include <sodium.h>
 
+#include "agent/logsrv_files.h"
+#include "agent/logsrv_int.h"
 #include "http/http.h"
 #include "util/errbuf.h"
 #include "base/banned.h"
 
-#define MAX_EVENT_WDS 64 /* distinct watches one batch of events names; more: wake all */
-/* An attempt's directory: room for a file name after it within PATH_MAX. */
-#define DIR_MAX (PATH_MAX - 64)
-/* Room for "/attempts/JOB.ATTEMPT" after the state directory. */
-_Static_assert(LOGSRV_STATE_DIR_MAX + 64 < DIR_MAX, "a state directory leaves room");
-
-/* One follow stream. */
-struct follow {
-    struct logsrv *l;
-    struct http_stream *st; /* our handle; NULL until registered */
-    int fd;                 /* the log file; -1 until it exists */
-    uid_t uid;
-    off_t pos;           /* the next byte to send */
-    int wd_file, wd_dir; /* inotify watches; -1: none */
-    bool listed;         /* in l->follows */
-    struct follow *prev, *next;
-    char path[PATH_MAX];   /* the log file */
-    char dir[DIR_MAX];     /* the attempt's directory */
-    char status[PATH_MAX]; /* its status file */
-};
-
-struct logsrv {
-    struct http_server *http;
-    char *state_dir;
-    int ifd; /* inotify; -1 when unavailable */
-    int efd; /* eventfd: wakes the watcher (quit, a stream without watches) */
-    pthread_t watcher;
-    bool mu_init, watcher_started;
-    pthread_mutex_t mu;
-    /* under mu: */
-    char token[HTTP_TOKEN_MAX + 1];
-    size_t toklen;
-    struct follow *follows;
-    size_t nfollow;
-    bool quit;
-};
-
-/* ---- the attempt and its files ---- */
-
-/* What a request asked for. */
-struct logq {
-    int64_t job, attempt;
-    const char *stream; /* "stdout" or "stderr" */
-    int64_t offset;     /* negative: from the end */
-    bool follow, head;
-};
+/* ---- the request ---- */
 
 /* A decimal integer, the whole string, at most 18 digits (no '+'). */
 static bool parse_int(const char *text, bool negative_ok, int64_t *ret)
@@ -148,107 +108,6 @@ static bool parse_request(struct http_request *req, struct logq *q)
     return true;
 }
 
-/* The whole of a small file (NUL-terminated) into *ret (caller frees), and
- * its owner. 0, GPO_ENOENT, -EFBIG, -errno. */
-static int read_small(const char *path, size_t max, char **ret, size_t *ret_len, uid_t *ret_owner)
-{
-    int fd = open(path, O_RDONLY | O_NOCTTY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0)
-        return -errno;
-    struct stat st;
-    char *buf = malloc(max + 1);
-    size_t len = 0;
-    int rc = !buf ? GPO_ENOMEM : fstat(fd, &st) != 0 ? -errno : 0;
-    while (rc == 0 && len <= max) {
-        ssize_t n = read(fd, buf + len, max + 1 - len);
-        if (n < 0 && errno != EINTR)
-            rc = -errno;
-        else if (n == 0)
-            break;
-        else if (n > 0)
-            len += (size_t)n;
-    }
-    close(fd);
-    if (rc == 0 && len > max)
-        rc = -EFBIG;
-    if (rc) {
-        free(buf);
-        return rc;
-    }
-    buf[len] = '\0';
-    *ret = buf;
-    *ret_len = len;
-    *ret_owner = st.st_uid;
-    return 0;
-}
-
-/* From dir/attempt.json: the attempt's uid and the path of `stream`. 0;
- * GPO_ENOENT (no such attempt); GPO_EINVAL with a message (a malformed file, or
- * one the launcher did not write: only root or the agent's own user may own
- * it, since the uid in it decides which files may be read). */
-static int attempt_load(const char *dir, const char *stream, uid_t *ret_uid, char *path,
-                        size_t pathlen, char *err, size_t errlen)
-{
-    char file[PATH_MAX], *text = NULL;
-    size_t len = 0;
-    uid_t owner = 0;
-    snprintf(file, sizeof(file), "%s/%s", dir, LOGSRV_ATTEMPT_FILE);
-    int rc = read_small(file, LOGSRV_ATTEMPT_MAX, &text, &len, &owner);
-    if (rc == GPO_ENOENT || rc == -ENOTDIR)
-        return GPO_ENOENT;
-    if (rc)
-        return errbuf_set(err, errlen, GPO_EINVAL, "%s: %s", file, gpo_strerror(rc));
-    if (owner != 0 && owner != geteuid()) {
-        free(text);
-        return errbuf_set(err, errlen, GPO_EINVAL, "%s: owned by uid %u, not by root or the agent",
-                          file, (unsigned)owner);
-    }
-    json_error_t je;
-    json_t *o = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
-    free(text);
-    json_t *uid = json_object_get(o, "uid"), *p = json_object_get(o, stream);
-    rc = 0;
-    if (!json_is_object(o))
-        rc = errbuf_set(err, errlen, GPO_EINVAL, "%s: not a JSON object", file);
-    else if (!json_is_integer(uid) || json_integer_value(uid) < 0 ||
-             json_integer_value(uid) >= (json_int_t)UINT32_MAX)
-        rc = errbuf_set(err, errlen, GPO_EINVAL, "%s: uid: expected an integer", file);
-    else if (p && (!json_is_string(p) || json_string_value(p)[0] != '/' ||
-                   strlen(json_string_value(p)) != json_string_length(p) ||
-                   json_string_length(p) >= pathlen))
-        rc = errbuf_set(err, errlen, GPO_EINVAL, "%s: %s: expected an absolute path", file, stream);
-    if (rc == 0) {
-        *ret_uid = (uid_t)json_integer_value(uid);
-        if (p)
-            snprintf(path, pathlen, "%s", json_string_value(p));
-        else
-            snprintf(path, pathlen, "%s/%s", dir, stream);
-    }
-    json_decref(o);
-    return rc;
-}
-
-/* Opens a log file for reading and checks it after the open. 0 and *ret_fd,
- * *ret_size; GPO_ENOENT (not there yet); GPO_EPERM (not a regular file owned by
- * uid); -errno. */
-static int log_open(const char *path, uid_t uid, int *ret_fd, off_t *ret_size)
-{
-    int fd = open(path, O_RDONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0)
-        return errno == ENOTDIR ? GPO_ENOENT : -errno;
-    struct stat st;
-    int rc = fstat(fd, &st) != 0                        ? -errno
-             : !S_ISREG(st.st_mode) || st.st_uid != uid ? GPO_EPERM
-                                                        : 0;
-    if (rc) {
-        close(fd);
-        return rc;
-    }
-    *ret_fd = fd;
-    *ret_size = st.st_size;
-    return 0;
-}
-
 /* ---- answers without follow: the bytes [pos, end) of an open file ---- */
 
 struct span {
@@ -277,48 +136,112 @@ static ssize_t span_read(void *ctx, char *buf, size_t max)
 static void span_free(void *ctx)
 {
     struct span *s = ctx;
-    close(s->fd);
+    if (s->fd >= 0)
+        close(s->fd);
     free(s);
 }
 
-/*
- * The shim creates a default log file as root and then gives it to the job's
- * user (fchown): a log that is root's, empty, in the attempt's own directory,
- * while the attempt runs (no status file), is one being created, and a
- * follow waits for it rather than refusing it.
- */
-static bool being_created(const char *path, const char *dir)
+/* ---- opens, on worker threads ---- */
+
+/* One open: a request's first (req), or a follow stream's next (f, with a
+ * reference). */
+struct opening {
+    struct logsrv *l;
+    struct http_request *req;
+    struct follow *f;
+    struct logq q;
+    uid_t uid;
+    char dir[DIR_MAX];
+    char path[PATH_MAX];
+};
+
+/* Room for one more open: false while stopping or at LOGSRV_MAX_OPENS. */
+static bool opening_begin(struct logsrv *l)
 {
-    size_t n = strlen(dir);
-    struct stat st;
-    char status[DIR_MAX + 32];
-    snprintf(status, sizeof(status), "%s/%s", dir, LOGSRV_STATUS_FILE);
-    return strncmp(path, dir, n) == 0 && path[n] == '/' && !strchr(path + n + 1, '/') &&
-           lstat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == 0 && st.st_size == 0 &&
-           stat(status, &st) != 0;
+    pthread_mutex_lock(&l->mu);
+    bool room = !l->stopping && l->nopen < LOGSRV_MAX_OPENS;
+    l->nopen += room;
+    pthread_mutex_unlock(&l->mu);
+    return room;
+}
+
+static void opening_end(struct logsrv *l, struct opening *o)
+{
+    free(o);
+    pthread_mutex_lock(&l->mu);
+    l->nopen--;
+    pthread_cond_broadcast(&l->idle);
+    pthread_mutex_unlock(&l->mu);
+}
+
+/* Runs fn(o) on a detached thread of its own. 0 or -errno. */
+static int opening_spawn(void *(*fn)(void *), struct opening *o)
+{
+    pthread_attr_t attr;
+    pthread_t t;
+    if (pthread_attr_init(&attr) != 0)
+        return GPO_ENOMEM;
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    int rc = pthread_create(&t, &attr, fn, o);
+    pthread_attr_destroy(&attr);
+    return -rc;
+}
+
+static int open_once(const struct opening *o, int *fd, int64_t *size)
+{
+    struct logsrv *l = o->l;
+    if (l->open)
+        return l->open(l->open_ctx, o->q.job, o->q.attempt, o->q.stream, o->path, o->uid, fd, size);
+    return logsrv_file_open(o->path, o->uid, fd, size);
+}
+
+/* The open, with its second look: a log refused as not the job's may be
+ * one the shim is creating (a follow waits for it: GPO_ENOENT) or may have
+ * been handed over since (looked at again). */
+static int open_log(const struct opening *o, int *fd, int64_t *size)
+{
+    int rc = open_once(o, fd, size);
+    if ((rc == GPO_EPERM || rc == GPO_EACCES) && o->q.follow &&
+        logsrv_being_created(o->path, o->dir))
+        return GPO_ENOENT;
+    if (rc == GPO_EPERM || rc == GPO_EACCES)
+        rc = open_once(o, fd, size);
+    return rc;
 }
 
 /* ---- follow streams ---- */
 
-/* Whether another listed follow uses watch wd. Under l->mu. */
+/* Whether another stream uses inotify watch wd (watches are per inode). */
 static bool wd_shared(const struct logsrv *l, const struct follow *self, int wd)
 {
-    for (const struct follow *f = l->follows; f; f = f->next)
+    for (const struct follow *f = l->follows; f; f = f->next) {
         if (f != self && (f->wd_file == wd || f->wd_dir == wd))
             return true;
+    }
     return false;
 }
 
-/* The log file appeared and was opened: keep it and watch it (a failed
- * watch leaves the file to the watcher's fallback tick). */
+/* The log file opened: its watch. Under l->mu. */
 static void follow_opened(struct follow *f, int fd)
 {
     struct logsrv *l = f->l;
-    pthread_mutex_lock(&l->mu);
     f->fd = fd;
     if (l->ifd >= 0)
         f->wd_file = inotify_add_watch(l->ifd, f->path, IN_MODIFY);
+}
+
+static void follow_unref(struct follow *f)
+{
+    struct logsrv *l = f->l;
+    pthread_mutex_lock(&l->mu);
+    bool last = --f->refs == 0;
     pthread_mutex_unlock(&l->mu);
+    if (!last)
+        return;
+    if (f->fd >= 0)
+        close(f->fd);
+    http_stream_release(f->st);
+    free(f);
 }
 
 static void follow_free(void *ctx)
@@ -331,16 +254,16 @@ static void follow_free(void *ctx)
         if (f->next)
             f->next->prev = f->prev;
         l->nfollow--;
+        f->listed = false;
     }
     if (f->wd_file >= 0 && !wd_shared(l, f, f->wd_file))
         inotify_rm_watch(l->ifd, f->wd_file);
     if (f->wd_dir >= 0 && f->wd_dir != f->wd_file && !wd_shared(l, f, f->wd_dir))
         inotify_rm_watch(l->ifd, f->wd_dir);
+    f->wd_file = f->wd_dir = -1;
+    f->closed = true;
     pthread_mutex_unlock(&l->mu);
-    if (f->fd >= 0)
-        close(f->fd);
-    http_stream_release(f->st);
-    free(f);
+    follow_unref(f);
 }
 
 /* The attempt ended (its status file exists), or its directory is gone. */
@@ -350,33 +273,90 @@ static bool follow_over(const struct follow *f)
     return stat(f->status, &st) == 0 || (errno == ENOENT && stat(f->dir, &st) != 0);
 }
 
+/* A follow's open, on its worker: the file once it is there, then a wake. */
+static void *reopen_main(void *arg)
+{
+    struct opening *o = arg;
+    struct follow *f = o->f;
+    struct logsrv *l = o->l;
+    int fd = -1;
+    int64_t size = 0;
+    int rc = open_log(o, &fd, &size);
+    pthread_mutex_lock(&l->mu);
+    if (rc == 0 && !f->closed && f->fd < 0)
+        follow_opened(f, fd);
+    else if (rc == 0)
+        close(fd);
+    else if (rc != GPO_ENOENT)
+        f->broken = true; /* not a file of the job's own */
+    f->opening = false;
+    struct http_stream *st = f->closed ? NULL : f->st;
+    if (st)
+        http_stream_ref(st);
+    pthread_mutex_unlock(&l->mu);
+    http_stream_wake(st); /* NULL: not registered yet; the watcher's tick wakes it */
+    http_stream_release(st);
+    follow_unref(f);
+    opening_end(l, o);
+    return NULL;
+}
+
+/* Starts the next open of a follow whose file is not open: 0 (started, or
+ * put off to the next wake when the opens are at their cap), or -errno. */
+static int follow_reopen(struct follow *f, bool over)
+{
+    struct logsrv *l = f->l;
+    if (!opening_begin(l))
+        return 0;
+    struct opening *o = calloc(1, sizeof(*o));
+    if (!o) {
+        opening_end(l, NULL);
+        return GPO_ENOMEM;
+    }
+    *o = (struct opening){.l = l, .f = f, .q = f->q, .uid = f->uid};
+    snprintf(o->dir, sizeof(o->dir), "%s", f->dir);
+    snprintf(o->path, sizeof(o->path), "%s", f->path);
+    pthread_mutex_lock(&l->mu);
+    f->refs++;
+    f->opening = true;
+    f->last_look |= over;
+    pthread_mutex_unlock(&l->mu);
+    int rc = opening_spawn(reopen_main, o);
+    if (rc) {
+        pthread_mutex_lock(&l->mu);
+        f->refs--;
+        f->opening = false;
+        pthread_mutex_unlock(&l->mu);
+        opening_end(l, o);
+    }
+    return rc;
+}
+
 static ssize_t follow_read(void *ctx, char *buf, size_t max)
 {
     struct follow *f = ctx;
+    struct logsrv *l = f->l;
     for (int pass = 0; pass < 2; pass++) {
-        if (f->fd < 0) {
-            int fd;
-            off_t size;
-            int rc = log_open(f->path, f->uid, &fd, &size);
-            if (rc == GPO_EPERM) {
-                /* Still root's while the shim creates it: wait for the hand-over
-                 * (the next write or tick). Else it may have been handed over
-                 * since the open (a file never goes back to root): look again. */
-                if (being_created(f->path, f->dir))
-                    return 0;
-                rc = log_open(f->path, f->uid, &fd, &size);
-            }
-            if (rc == 0)
-                follow_opened(f, fd);
-            else if (rc != GPO_ENOENT)
-                return HTTP_STREAM_ERROR; /* not a file of the job's own */
+        pthread_mutex_lock(&l->mu);
+        int fd = f->fd;
+        bool opening = f->opening, broken = f->broken, last_look = f->last_look;
+        pthread_mutex_unlock(&l->mu);
+        if (broken)
+            return HTTP_STREAM_ERROR;
+        if (fd < 0 && opening)
+            return 0;
+        if (fd < 0) {
+            /* Opened off this thread: a path that blocks holds up no other
+             * stream. Once the attempt has ended, one last open decides. */
+            bool over = follow_over(f);
+            if (over && last_look)
+                return HTTP_STREAM_END;
+            return follow_reopen(f, over) == 0 ? 0 : HTTP_STREAM_ERROR;
         }
-        ssize_t n = 0;
-        if (f->fd >= 0) {
-            do
-                n = pread(f->fd, buf, max, f->pos);
-            while (n < 0 && errno == EINTR);
-        }
+        ssize_t n;
+        do
+            n = pread(fd, buf, max, f->pos);
+        while (n < 0 && errno == EINTR);
         if (n != 0) {
             f->pos += n > 0 ? n : 0;
             return n > 0 ? n : HTTP_STREAM_ERROR;
@@ -389,61 +369,160 @@ static ssize_t follow_read(void *ctx, char *buf, size_t max)
     return HTTP_STREAM_END;
 }
 
-/* A follow stream for the request: 503 over the cap. Answers in every case. */
-static int follow_start(struct logsrv *l, struct http_request *req, const struct logq *q,
-                        const char *dir, const char *path, uid_t uid, int fd, off_t start)
+/* A follow stream for the request (suspended, on its worker): 503 over the
+ * cap. Completes the request in every case. */
+static void follow_start(const struct opening *o, int fd, off_t start)
 {
+    struct logsrv *l = o->l;
+    struct http_request *req = o->req;
     struct follow *f = calloc(1, sizeof(*f));
     if (!f) {
         if (fd >= 0)
             close(fd);
-        return http_request_error(req, 500, "internal", "out of memory");
+        http_request_complete_error(req, 500, "internal", "out of memory");
+        return;
     }
-    *f = (struct follow){.l = l, .fd = fd, .uid = uid, .pos = start, .wd_file = -1, .wd_dir = -1};
-    snprintf(f->path, sizeof(f->path), "%s", path);
-    snprintf(f->dir, sizeof(f->dir), "%s", dir);
-    snprintf(f->status, sizeof(f->status), "%s/%s", dir, LOGSRV_STATUS_FILE);
+    /* Two references: MHD's, and this function's until it is done with f
+     * (the stream may end, and MHD let go of it, before the listing below). */
+    *f = (struct follow){.l = l,
+                         .q = o->q,
+                         .fd = fd,
+                         .uid = o->uid,
+                         .pos = start,
+                         .refs = 2,
+                         .wd_file = -1,
+                         .wd_dir = -1};
+    snprintf(f->path, sizeof(f->path), "%s", o->path);
+    snprintf(f->dir, sizeof(f->dir), "%s", o->dir);
+    snprintf(f->status, sizeof(f->status), "%s/%s", o->dir, LOGSRV_STATUS_FILE);
     pthread_mutex_lock(&l->mu);
     bool full = l->nfollow >= LOGSRV_MAX_FOLLOW;
     pthread_mutex_unlock(&l->mu);
-    if (full) {
-        follow_free(f);
+    if (full) { /* never listed, watched or streamed: nothing else holds it */
+        if (fd >= 0)
+            close(fd);
+        free(f);
         http_request_add_header(req, "Retry-After", "1");
-        return http_request_error(req, 503, "too_many_streams",
-                                  "%u log streams are open on this node; try again later",
-                                  LOGSRV_MAX_FOLLOW);
+        http_request_complete_error(req, 503, "too_many_streams",
+                                    "%u log streams are open on this node; try again later",
+                                    LOGSRV_MAX_FOLLOW);
+        return;
     }
     struct http_stream *st = NULL;
-    int rc = http_request_respond_stream(req, 200, LOGSRV_CONTENT_TYPE, follow_read, follow_free, f,
-                                         &st);
-    if (rc) /* f is freed */
-        return http_request_error(req, 500, "internal", "attempt %" PRId64 ".%" PRId64 ": %s",
-                                  q->job, q->attempt, gpo_strerror(rc));
+    if (http_request_complete_stream(req, 200, LOGSRV_CONTENT_TYPE, follow_read, follow_free, f,
+                                     &st) != 0) {
+        follow_unref(f); /* answered 500 and released; follow_free has run */
+        return;
+    }
     bool kick = false;
     pthread_mutex_lock(&l->mu);
-    f->st = st;
-    f->listed = true;
-    f->next = l->follows;
-    if (f->next)
-        f->next->prev = f;
-    l->follows = f;
-    l->nfollow++;
-    if (l->ifd >= 0) {
-        f->wd_dir = inotify_add_watch(l->ifd, dir, IN_CREATE | IN_MOVED_TO | IN_ONLYDIR);
-        if (fd >= 0)
-            f->wd_file = inotify_add_watch(l->ifd, path, IN_MODIFY);
-        kick = f->wd_dir < 0 || (fd >= 0 && f->wd_file < 0);
+    if (!f->closed) {
+        f->st = st;
+        st = NULL;
+        f->listed = true;
+        f->next = l->follows;
+        if (f->next)
+            f->next->prev = f;
+        l->follows = f;
+        l->nfollow++;
+        if (l->ifd >= 0) {
+            f->wd_dir = inotify_add_watch(l->ifd, f->dir, IN_CREATE | IN_MOVED_TO | IN_ONLYDIR);
+            if (f->fd >= 0)
+                f->wd_file = inotify_add_watch(l->ifd, f->path, IN_MODIFY);
+            kick = f->wd_dir < 0 || (f->fd >= 0 && f->wd_file < 0);
+        }
     }
     pthread_mutex_unlock(&l->mu);
+    http_stream_release(st); /* a stream cut before it was listed */
+    follow_unref(f);
     if (kick) { /* the watcher polls faster while some stream has no watch */
         uint64_t one = 1;
         ssize_t n = write(l->efd, &one, sizeof(one));
         (void)n;
     }
-    return 0;
 }
 
 /* ---- the route ---- */
+
+/* Completes a request whose open failed: 403, 404, 503 or 500. */
+static void answer_failed(const struct opening *o, int rc, const char *msg)
+{
+    struct http_request *req = o->req;
+    const struct logq *q = &o->q;
+    if (rc == GPO_EPERM)
+        http_request_complete_error(req, 403, "forbidden",
+                                    "%s of attempt %" PRId64 ".%" PRId64
+                                    ": %s is not a regular file owned by uid %u",
+                                    q->stream, q->job, q->attempt, o->path, (unsigned)o->uid);
+    else if (rc == GPO_EACCES || rc == -ELOOP)
+        http_request_complete_error(req, 403, "forbidden",
+                                    "%s of attempt %" PRId64 ".%" PRId64 ": %s: %s", q->stream,
+                                    q->job, q->attempt, o->path, gpo_strerror(rc));
+    else if (rc == GPO_ETIMEDOUT)
+        http_request_complete_error(req, 503, "log_unavailable",
+                                    "%s of attempt %" PRId64 ".%" PRId64
+                                    ": %s did not open in time",
+                                    q->stream, q->job, q->attempt, o->path);
+    else
+        http_request_complete_error(req, 500, "internal", "%s", msg[0] ? msg : gpo_strerror(rc));
+}
+
+/* A request's first open, on its worker: attempt.json, the log, the answer. */
+static void *request_main(void *arg)
+{
+    struct opening *o = arg;
+    struct logsrv *l = o->l;
+    const struct logq *q = &o->q;
+    char msg[PATH_MAX + 128] = "";
+    int rc =
+        logsrv_attempt_load(o->dir, q->stream, &o->uid, o->path, sizeof(o->path), msg, sizeof(msg));
+    int fd = -1;
+    int64_t size = 0;
+    if (rc == GPO_ENOENT) {
+        http_request_complete_error(o->req, 404, "not_found",
+                                    "no attempt %" PRId64 ".%" PRId64 " on this node", q->job,
+                                    q->attempt);
+        opening_end(l, o);
+        return NULL;
+    }
+    if (!rc)
+        rc = open_log(o, &fd, &size);
+    if (rc && rc != GPO_ENOENT) { /* ENOENT: not there yet, empty (a follow waits) */
+        answer_failed(o, rc, msg);
+        opening_end(l, o);
+        return NULL;
+    }
+    off_t start = q->offset >= 0 ? q->offset : size + q->offset > 0 ? size + q->offset : 0;
+    if (q->follow && !q->head) {
+        follow_start(o, fd, start);
+        opening_end(l, o);
+        return NULL;
+    }
+    char text[32];
+    snprintf(text, sizeof(text), "%lld", (long long)size);
+    if (http_request_add_header(o->req, LOGSRV_SIZE_HEADER, text) == 0 && q->head) {
+        /* The headers only: no stream (MHD sends no body to a HEAD). */
+        if (fd >= 0)
+            close(fd);
+        http_request_complete(o->req, 200, NULL);
+        opening_end(l, o);
+        return NULL;
+    }
+    struct span *s = malloc(sizeof(*s));
+    if (!s) {
+        if (fd >= 0)
+            close(fd);
+        free(s);
+        http_request_complete_error(o->req, 500, "internal", "out of memory");
+        opening_end(l, o);
+        return NULL;
+    }
+    /* fd -1 or nothing to send: a span that ends at once. */
+    *s = (struct span){.fd = fd, .pos = start, .end = fd < 0 ? start : size};
+    http_request_complete_stream(o->req, 200, LOGSRV_CONTENT_TYPE, span_read, span_free, s, NULL);
+    opening_end(l, o);
+    return NULL;
+}
 
 static int h_logs(struct http_request *req, void *ctx)
 {
@@ -451,57 +530,32 @@ static int h_logs(struct http_request *req, void *ctx)
     struct logq q;
     if (!parse_request(req, &q))
         return 0;
-    char dir[DIR_MAX], path[PATH_MAX], msg[PATH_MAX + 128];
-    snprintf(dir, sizeof(dir), "%s/%s/%" PRId64 ".%" PRId64, l->state_dir, LOGSRV_ATTEMPTS_DIR,
-             q.job, q.attempt);
-    uid_t uid = 0;
-    int rc = attempt_load(dir, q.stream, &uid, path, sizeof(path), msg, sizeof(msg));
-    if (rc == GPO_ENOENT)
-        return http_request_error(req, 404, "not_found",
-                                  "no attempt %" PRId64 ".%" PRId64 " on this node", q.job,
-                                  q.attempt);
-    if (rc)
-        return http_request_error(req, 500, "internal", "%s", msg);
-    int fd = -1;
-    off_t size = 0;
-    rc = log_open(path, uid, &fd, &size);
-    if (rc == GPO_EPERM && q.follow && being_created(path, dir))
-        rc = GPO_ENOENT; /* not handed to the job's user yet: the follow waits for it (and its
-                          * HEAD says so: 200, nothing yet) */
-    else if (rc == GPO_EPERM)
-        rc = log_open(path, uid, &fd, &size); /* handed over since the open? */
-    if (rc == GPO_EPERM)
-        return http_request_error(req, 403, "forbidden",
-                                  "%s of attempt %" PRId64 ".%" PRId64
-                                  ": %s is not a regular file owned by uid %u",
-                                  q.stream, q.job, q.attempt, path, (unsigned)uid);
-    if (rc == GPO_EACCES || rc == -ELOOP)
-        return http_request_error(req, 403, "forbidden",
-                                  "%s of attempt %" PRId64 ".%" PRId64 ": %s: %s", q.stream, q.job,
-                                  q.attempt, path, gpo_strerror(rc));
-    if (rc && rc != GPO_ENOENT)
-        return http_request_error(req, 500, "internal", "%s: %s", path, gpo_strerror(rc));
-    off_t start = q.offset >= 0 ? q.offset : size + q.offset > 0 ? size + q.offset : 0;
-    if (q.follow && !q.head)
-        return follow_start(l, req, &q, dir, path, uid, fd, start);
-    char text[32];
-    snprintf(text, sizeof(text), "%lld", (long long)size);
-    bool empty = fd < 0 || start >= size || q.head;
-    struct span *s = empty ? NULL : malloc(sizeof(*s));
-    if (http_request_add_header(req, LOGSRV_SIZE_HEADER, text) != 0 || (!empty && !s)) {
-        if (fd >= 0)
-            close(fd);
-        free(s);
+    if (!opening_begin(l)) {
+        http_request_add_header(req, "Retry-After", "1");
+        return http_request_error(req, 503, "too_many_opens",
+                                  "%u log files are being opened on this node; try again later",
+                                  LOGSRV_MAX_OPENS);
+    }
+    struct opening *o = calloc(1, sizeof(*o));
+    if (!o) {
+        opening_end(l, NULL);
         return http_request_error(req, 500, "internal", "out of memory");
     }
-    if (empty) {
-        if (fd >= 0)
-            close(fd);
-        return http_request_respond_bytes(req, 200, LOGSRV_CONTENT_TYPE, NULL, 0);
+    *o = (struct opening){.l = l, .req = req, .q = q};
+    snprintf(o->dir, sizeof(o->dir), "%s/%s/%" PRId64 ".%" PRId64, l->state_dir,
+             LOGSRV_ATTEMPTS_DIR, q.job, q.attempt);
+    /* Everything that touches the files runs on the worker: a log on a
+     * path that blocks holds up only its own request. */
+    int rc = http_request_suspend(req, 0, NULL, NULL);
+    if (rc) {
+        opening_end(l, o);
+        return http_request_error(req, 503, "unavailable", "%s", gpo_strerror(rc));
     }
-    *s = (struct span){.fd = fd, .pos = start, .end = size};
-    rc = http_request_respond_stream(req, 200, LOGSRV_CONTENT_TYPE, span_read, span_free, s, NULL);
-    return rc ? http_request_error(req, 500, "internal", "%s", gpo_strerror(rc)) : 0;
+    if ((rc = opening_spawn(request_main, o)) != 0) {
+        opening_end(l, o);
+        http_request_complete_error(req, 500, "internal", "%s", gpo_strerror(rc));
+    }
+    return 0;
 }
 
 static bool authorize(struct http_request *req, unsigned route_flags, void *ctx)
@@ -523,102 +577,6 @@ static bool authorize(struct http_request *req, unsigned route_flags, void *ctx)
 static const struct http_route routes[] = {
     {"GET", "/v1/attempts/{job}/{attempt}/logs", h_logs, 0},
 };
-
-/* ---- the watcher ---- */
-
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* Wakes every follow stream (all) or those with a watch in wds. */
-static void wake_streams(struct logsrv *l, bool all, const int *wds, size_t nwd)
-{
-    struct http_stream *list[LOGSRV_MAX_FOLLOW];
-    size_t n = 0;
-    pthread_mutex_lock(&l->mu);
-    for (struct follow *f = l->follows; f && n < LOGSRV_MAX_FOLLOW; f = f->next) {
-        bool hit = all;
-        for (size_t i = 0; !hit && i < nwd; i++)
-            hit = f->wd_file == wds[i] || f->wd_dir == wds[i];
-        if (hit) {
-            http_stream_ref(f->st);
-            list[n++] = f->st;
-        }
-    }
-    pthread_mutex_unlock(&l->mu);
-    for (size_t i = 0; i < n; i++) {
-        http_stream_wake(list[i]);
-        http_stream_release(list[i]);
-    }
-}
-
-/* Reads the pending inotify events into wds; false when they were too many
- * to name (the queue overflowed, or more than MAX_EVENT_WDS watches). */
-static bool read_events(int ifd, int *wds, size_t *nwd)
-{
-    union {
-        struct inotify_event ev;
-        char bytes[4096];
-    } buf;
-    bool named = true;
-    ssize_t len;
-    while ((len = read(ifd, buf.bytes, sizeof(buf.bytes))) > 0) {
-        for (size_t at = 0; at + sizeof(struct inotify_event) <= (size_t)len;) {
-            struct inotify_event ev;
-            memcpy(&ev, buf.bytes + at, sizeof(ev));
-            at += sizeof(ev) + ev.len;
-            if (ev.mask & IN_Q_OVERFLOW)
-                named = false;
-            size_t i = 0;
-            while (i < *nwd && wds[i] != ev.wd)
-                i++;
-            if (i == *nwd && *nwd < MAX_EVENT_WDS)
-                wds[(*nwd)++] = ev.wd;
-            else if (i == *nwd)
-                named = false;
-        }
-    }
-    return named;
-}
-
-static void *watcher_main(void *arg)
-{
-    struct logsrv *l = arg;
-    int64_t last_tick = mono_ms();
-    for (;;) {
-        pthread_mutex_lock(&l->mu);
-        bool quit = l->quit, unwatched = l->ifd < 0;
-        for (const struct follow *f = l->follows; f && !unwatched; f = f->next)
-            unwatched = f->wd_dir < 0 || (f->fd >= 0 && f->wd_file < 0);
-        pthread_mutex_unlock(&l->mu);
-        if (quit)
-            break;
-        int64_t period = unwatched ? LOGSRV_FALLBACK_MS : LOGSRV_TICK_MS;
-        int64_t left = last_tick + period - mono_ms();
-        struct pollfd p[2] = {{.fd = l->efd, .events = POLLIN}, {.fd = l->ifd, .events = POLLIN}};
-        int n = poll(p, l->ifd >= 0 ? 2 : 1, left > 0 ? (int)left : 0);
-        if (n > 0 && (p[0].revents & POLLIN)) {
-            uint64_t v;
-            ssize_t r = read(l->efd, &v, sizeof(v));
-            (void)r;
-        }
-        int wds[MAX_EVENT_WDS];
-        size_t nwd = 0;
-        bool all = false;
-        if (n > 0 && l->ifd >= 0 && (p[1].revents & POLLIN))
-            all = !read_events(l->ifd, wds, &nwd);
-        if (mono_ms() - last_tick >= period) {
-            all = true;
-            last_tick = mono_ms();
-        }
-        if (all || nwd)
-            wake_streams(l, all, wds, nwd);
-    }
-    return NULL;
-}
 
 /* ---- life ---- */
 
@@ -666,7 +624,10 @@ int logsrv_new(const struct logsrv_config *cfg, struct logsrv **ret, char *err, 
     l->ifd = l->efd = -1;
     int rc = GPO_ENOMEM;
     l->mu_init = pthread_mutex_init(&l->mu, NULL) == 0;
-    if (!l->mu_init || !(l->state_dir = strdup(cfg->state_dir))) {
+    l->idle_init = pthread_cond_init(&l->idle, NULL) == 0;
+    l->open = cfg->open;
+    l->open_ctx = cfg->open_ctx;
+    if (!l->mu_init || !l->idle_init || !(l->state_dir = strdup(cfg->state_dir))) {
         errbuf_set(err, errlen, rc, "out of memory");
         goto fail;
     }
@@ -688,7 +649,7 @@ int logsrv_new(const struct logsrv_config *cfg, struct logsrv **ret, char *err, 
         rc = errbuf_set(err, errlen, rc, "logsrv: %s", msg);
         goto fail;
     }
-    if ((rc = pthread_create(&l->watcher, NULL, watcher_main, l)) != 0) {
+    if ((rc = pthread_create(&l->watcher, NULL, logsrv_watcher_main, l)) != 0) {
         rc = errbuf_set(err, errlen, -rc, "logsrv: watcher thread: %s", strerror(rc));
         goto fail;
     }
@@ -704,6 +665,13 @@ void logsrv_free(struct logsrv *l)
 {
     if (!l)
         return;
+    if (l->mu_init && l->idle_init) { /* opens in flight end first: they use l */
+        pthread_mutex_lock(&l->mu);
+        l->stopping = true;
+        while (l->nopen)
+            pthread_cond_wait(&l->idle, &l->mu);
+        pthread_mutex_unlock(&l->mu);
+    }
     http_server_free(l->http); /* cuts every stream: each follow_free has run */
     if (l->watcher_started) {
         pthread_mutex_lock(&l->mu);
@@ -720,6 +688,8 @@ void logsrv_free(struct logsrv *l)
         close(l->efd);
     if (l->mu_init)
         pthread_mutex_destroy(&l->mu);
+    if (l->idle_init)
+        pthread_cond_destroy(&l->idle);
     sodium_memzero(l->token, sizeof(l->token));
     free(l->state_dir);
     free(l);

@@ -13,8 +13,9 @@
  *   {"uid": N, "gid": N, "stdout": "/abs/path", "stderr": "/abs/path", ...}
  * (a missing "stdout"/"stderr" means ATTEMPT_DIR/stdout or /stderr, where the
  * shim writes by default). A log file is opened O_RDONLY|O_NOCTTY|O_NONBLOCK
- * and checked after the open (fstat): a regular file owned by that uid, or
- * 403, so that a job cannot point its output at a file it does not own
+ * (by the config's open function: in the agent, the privileged half's
+ * priv_log_open) on a worker thread, and checked: a regular file owned by
+ * that uid, or 403, so that a job cannot point its output at a file it does not own
  * (root's, say, through a symbolic link) and read it through the agent. A log
  * file that does not exist yet reads as empty; so does, for a follow (and
  * its HEAD), a default log the shim has created but not yet given to the
@@ -50,9 +51,11 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 #include "base/err.h"
 
 #define LOGSRV_MAX_FOLLOW    256u  /* follow streams at once */
+#define LOGSRV_MAX_OPENS     64u   /* log files being opened at once (503 over it) */
 #define LOGSRV_TICK_MS       1000  /* every follow stream is woken this often */
 #define LOGSRV_FALLBACK_MS   250   /* ... and this often without inotify */
 #define LOGSRV_ATTEMPT_MAX   65536 /* bytes of an attempt.json */
@@ -63,11 +66,26 @@
 #define LOGSRV_SIZE_HEADER   "X-Log-Size"
 #define LOGSRV_CONTENT_TYPE  "text/plain"
 
+/*
+ * Opens attempt (job, attempt)'s log `stream` ("stdout" or "stderr"), at
+ * path as its attempt.json names it, for reading (O_NONBLOCK,
+ * close-on-exec), checked to be a regular file owned by uid: 0 and
+ * *ret_fd (taken by the server) and *ret_size; GPO_ENOENT (not there
+ * yet); GPO_EPERM or GPO_EACCES (not the job's file: 403); GPO_ETIMEDOUT
+ * (503); another code (500). Called on a worker thread, never the polling
+ * thread: it may block, but must return in bounded time (logsrv_free
+ * waits for the opens in flight).
+ */
+typedef int (*logsrv_open_fn)(void *ctx, int64_t job, int64_t attempt, const char *stream,
+                              const char *path, uid_t uid, int *ret_fd, int64_t *ret_size);
+
 struct logsrv_config {
     const char *bind_addr; /* address literal; NULL: 127.0.0.1 */
     uint16_t port;         /* 0: an ephemeral port (logsrv_port) */
     const char *state_dir; /* the agent's state directory */
     const char *token;     /* NULL or "": every request is 401 until logsrv_set_token */
+    logsrv_open_fn open;   /* NULL: the server opens and checks the file itself */
+    void *open_ctx;        /* borrowed, passed to open */
 };
 
 struct logsrv;

@@ -6,6 +6,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -27,6 +28,7 @@ struct priv {
     pid_t pid; /* the privileged process; -1 when none */
     bool dead;
     bool has_cgroups;
+    bool is_root; /* the privileged process's euid is 0 */
     char note[PRIV_MSG_MAX];
     struct priv_req_launch *buf; /* the request being packed, under mu */
 };
@@ -47,6 +49,7 @@ int priv_start(const struct priv_config *cfg, struct priv **ret, char *err, size
         return rc;
     }
     p->has_cgroups = privsrv_has_cgroups(s);
+    p->is_root = geteuid() == 0;
     p->fd = -1;
     p->pid = -1;
     p->mu_ready = pthread_mutex_init(&p->mu, NULL) == 0;
@@ -107,6 +110,11 @@ pid_t priv_pid(const struct priv *p)
     return p ? p->pid : -1;
 }
 
+bool priv_is_root(const struct priv *p)
+{
+    return p && p->is_root;
+}
+
 bool priv_has_cgroups(const struct priv *p)
 {
     return p && p->has_cgroups;
@@ -121,43 +129,65 @@ static bool known_code(int rc)
 {
     /* The codes privsrv.c answers with. */
     return rc == GPO_EINVAL || rc == GPO_ENOMEM || rc == GPO_EPIPE || rc == GPO_EEXIST ||
-           rc == GPO_ENOENT || rc == GPO_EIO;
+           rc == GPO_ENOENT || rc == GPO_EIO || rc == GPO_EPERM || rc == GPO_EACCES ||
+           rc == -ELOOP || rc == GPO_ETIMEDOUT;
 }
 
-/* One request, one reply; the caller holds p->mu. */
-static int call(struct priv *p, const void *req, size_t len, struct priv_reply *rep, char *err,
-                size_t errlen)
+/* A reply's code and message into err. */
+static int reply_code(const struct priv_reply *rep, char *err, size_t errlen)
+{
+    if (rep->rc == 0)
+        return 0;
+    return errbuf_set(err, errlen, known_code(rep->rc) ? rep->rc : GPO_EIO, "%s", rep->msg);
+}
+
+/* One request, one reply; the caller holds p->mu. ret_fd NULL: a
+ * descriptor that comes with the reply is closed; else *ret_fd is it, or
+ * -1. */
+static int call_fd(struct priv *p, const void *req, size_t len, struct priv_reply *rep, int *ret_fd,
+                   char *err, size_t errlen)
 {
     ssize_t n = -1; /* the reply's length; stays -1 when no reply was read */
+    int fd = -1;
     if (!p->dead) {
-        ssize_t sent;
-        while ((sent = send(p->fd, req, len, MSG_NOSIGNAL)) < 0 && errno == EINTR)
-            ;
+        ssize_t sent = privsrv_send(p->fd, req, len, -1);
         if (sent < 0 && errno == EMSGSIZE)
             return errbuf_set(err, errlen, GPO_EINVAL, "request: %zu bytes, too large", len);
         if (sent == (ssize_t)len)
-            while ((n = recv(p->fd, rep, sizeof(*rep), MSG_TRUNC)) < 0 && errno == EINTR)
-                ;
+            n = privsrv_recv(p->fd, rep, sizeof(*rep), &fd);
     }
+    if (fd >= 0 && (!ret_fd || n != (ssize_t)sizeof(*rep))) {
+        close(fd);
+        fd = -1;
+    }
+    if (ret_fd)
+        *ret_fd = fd;
     if (n != (ssize_t)sizeof(*rep)) {
         p->dead = true;
         return errbuf_set(err, errlen, GPO_EPIPE, "the privileged process (pid %ld) is gone",
                           (long)p->pid);
     }
     rep->msg[sizeof(rep->msg) - 1] = '\0';
-    if (rep->rc == 0)
-        return 0;
-    return errbuf_set(err, errlen, known_code(rep->rc) ? rep->rc : GPO_EIO, "%s", rep->msg);
+    return reply_code(rep, err, errlen);
+}
+
+static int call(struct priv *p, const void *req, size_t len, struct priv_reply *rep, char *err,
+                size_t errlen)
+{
+    return call_fd(p, req, len, rep, NULL, err, errlen);
 }
 
 int priv_call_raw(struct priv *p, const void *req, size_t len, char *err, size_t errlen)
 {
     if (!p || !req)
         return errbuf_set(err, errlen, GPO_EINVAL, "priv_call_raw: NULL argument");
-    struct priv_reply rep;
+    struct priv_reply *rep = malloc(sizeof(*rep));
+    if (!rep)
+        return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
     pthread_mutex_lock(&p->mu);
-    int rc = call(p, req, len, &rep, err, errlen);
+    int rc = call(p, req, len, rep, err, errlen);
     pthread_mutex_unlock(&p->mu);
+    free(rep);
     return rc;
 }
 
@@ -214,7 +244,8 @@ int priv_launch(struct priv *p, const struct priv_launch *req, pid_t *ret_pid,
                                   .mem_mib = req->mem_mib,
                                   .cpu_milli = req->cpu_milli,
                                   .argc = (uint32_t)req->argc,
-                                  .nenv = (uint32_t)req->nenv};
+                                  .nenv = (uint32_t)req->nenv,
+                                  .has_script = req->script ? 1 : 0};
     struct priv_reply rep;
     int rc;
     if ((rc = pack_string("unix_user", req->unix_user, q->unix_user, sizeof(q->unix_user),
@@ -263,4 +294,92 @@ int priv_cleanup(struct priv *p, uint64_t job, uint32_t attempt, bool *ret_empty
     if (!ret_empty)
         return errbuf_set(err, errlen, GPO_EINVAL, "priv_cleanup: NULL argument");
     return attempt_call(p, PRIV_REQ_CLEANUP, job, attempt, 0, ret_empty, err, errlen);
+}
+
+int priv_attribute(struct priv *p, const pid_t *pids, size_t n, uint64_t *jobs, uint32_t *attempts,
+                   char *err, size_t errlen)
+{
+    if (!p || (n && (!pids || !jobs || !attempts)))
+        return errbuf_set(err, errlen, GPO_EINVAL, "priv_attribute: NULL argument");
+    struct priv_reply *rep = malloc(sizeof(*rep));
+    if (!rep)
+        return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
+    int rc = 0;
+    for (size_t at = 0; !rc && at < n;) {
+        /* At most PRIV_PIDS_MAX a request. */
+        size_t k = 0;
+        struct priv_req_attribute q = {.type = PRIV_REQ_ATTRIBUTE};
+        while (k < PRIV_PIDS_MAX && at + k < n) {
+            q.pids[k] = (int32_t)pids[at + k];
+            k++;
+        }
+        q.n = (uint32_t)k;
+        pthread_mutex_lock(&p->mu);
+        rc = call(p, &q, sizeof(q), rep, err, errlen);
+        pthread_mutex_unlock(&p->mu);
+        for (size_t i = 0; !rc && i < k; i++) {
+            jobs[at + i] = rep->jobs[i];
+            attempts[at + i] = rep->attempts[i];
+        }
+        at += k;
+    }
+    free(rep);
+    return rc;
+}
+
+/* Waits up to ms for the log child's answer on sock. */
+static int log_answer(int sock, int64_t ms, struct priv_reply *rep, int *ret_fd, char *err,
+                      size_t errlen)
+{
+    struct pollfd pfd = {.fd = sock, .events = POLLIN};
+    int r;
+    while ((r = poll(&pfd, 1, (int)ms)) < 0 && errno == EINTR)
+        ;
+    if (r == 0)
+        return errbuf_set(err, errlen, GPO_ETIMEDOUT, "the log file did not open within %lld ms",
+                          (long long)ms);
+    int fd = -1;
+    ssize_t n = r > 0 ? privsrv_recv(sock, rep, sizeof(*rep), &fd) : -1;
+    if (n != (ssize_t)sizeof(*rep) || (rep->rc == 0 && fd < 0)) {
+        if (fd >= 0)
+            close(fd);
+        return errbuf_set(err, errlen, GPO_EIO, "the log file's opener ended without an answer");
+    }
+    rep->msg[sizeof(rep->msg) - 1] = '\0';
+    if (rep->rc != 0 && fd >= 0)
+        close(fd);
+    if (rep->rc == 0)
+        *ret_fd = fd;
+    return reply_code(rep, err, errlen);
+}
+
+int priv_log_open(struct priv *p, uint64_t job, uint32_t attempt, enum priv_stream stream,
+                  int64_t timeout_ms, int *ret_fd, int64_t *ret_size, char *err, size_t errlen)
+{
+    if (!p || !ret_fd || !ret_size)
+        return errbuf_set(err, errlen, GPO_EINVAL, "priv_log_open: NULL argument");
+    struct priv_req_log q = {
+        .type = PRIV_REQ_LOG_OPEN, .attempt = attempt, .job = job, .stream = (uint32_t)stream};
+    struct priv_reply *rep = calloc(1, sizeof(*rep));
+    if (!rep)
+        return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
+    int sock = -1, fd = -1;
+    pthread_mutex_lock(&p->mu);
+    int rc = call_fd(p, &q, sizeof(q), rep, &sock, err, errlen);
+    pthread_mutex_unlock(&p->mu);
+    if (!rc && sock < 0)
+        rc = errbuf_set(err, errlen, GPO_EIO, "log open: no answer socket came");
+    /* The wait is outside the lock: the file may take long to open. */
+    if (!rc)
+        rc =
+            log_answer(sock, timeout_ms > 0 ? timeout_ms : PRIV_LOG_OPEN_MS, rep, &fd, err, errlen);
+    if (sock >= 0)
+        close(sock);
+    int64_t size = rep->size;
+    free(rep);
+    if (rc)
+        return rc;
+    *ret_fd = fd;
+    *ret_size = size;
+    return 0;
 }

@@ -48,18 +48,25 @@
 #include "base/err.h"
 
 /* Bounds on a launch request (each over-long field is refused by name). */
-#define PRIV_USER_MAX    33    /* a Unix user name, NUL included */
-#define PRIV_PATH_MAX    1024  /* workdir, stdout, stderr, NUL included */
-#define PRIV_STRINGS_MAX 65536 /* argv and env, each string with its NUL */
-#define PRIV_STRINGS_N   4096  /* argc + nenv */
-#define PRIV_MSG_MAX     512   /* a reply's message, NUL included */
+#define PRIV_USER_MAX    33      /* a Unix user name, NUL included */
+#define PRIV_PATH_MAX    1024    /* workdir, stdout, stderr, NUL included */
+#define PRIV_STRINGS_MAX 65536   /* argv and env, each string with its NUL */
+#define PRIV_STRINGS_N   4096    /* argc + nenv */
+#define PRIV_MSG_MAX     512     /* a reply's message, NUL included */
+#define PRIV_PIDS_MAX    64      /* pids in one attribute request */
+#define PRIV_PID_MAX     4194304 /* the kernel's largest pid (PID_MAX_LIMIT) */
+#define PRIV_LOG_OPEN_MS 10000   /* how long priv_log_open waits for the file to open */
 
 struct priv_config {
     const char *state_dir;   /* absolute; attempts live in STATE_DIR/attempts/JOB.ATTEMPT */
     const char *self_exe;    /* absolute: the gpuorch binary to exec as `gpuorch shim` */
     const char *cgroup_root; /* NULL: no cgroups (process groups); else as cgroup_root_open */
+    bool cgroup_root_ours;   /* the agent made cgroup_root: the privileged process removes it
+                              * when it exits, if no attempt's cgroup is left in it */
     bool allow_root;         /* jobs may run as uid 0 */
     gid_t agent_gid;         /* group of attempt dirs, so an unprivileged agent reads them */
+    uid_t agent_uid;         /* the account the agent's network half runs as: it owns
+                              * STATE_DIR/scripts, whose files a launch gives to the job */
 };
 
 struct priv;
@@ -82,6 +89,9 @@ void priv_stop(struct priv *p);
 /* The privileged process's pid, for the agent's log (-1 when none). */
 pid_t priv_pid(const struct priv *p);
 
+/* Whether the privileged process runs as root (jobs then run as their users). */
+bool priv_is_root(const struct priv *p);
+
 /* False: there was no usable cgroup v2 root, and kills go to process groups. */
 bool priv_has_cgroups(const struct priv *p);
 
@@ -102,6 +112,8 @@ struct priv_launch {
     const char *stderr_path; /* absolute; NULL: ATTEMPT_DIR/stderr */
     uint32_t cpu_milli;      /* 0: no CPU limit */
     int64_t mem_mib;         /* 0: no memory limit */
+    bool script;             /* argv[0] is STATE_DIR/scripts/JOB.ATTEMPT, written by the
+                              * caller: it is given to the job's user (mode 0700) */
 };
 
 /*
@@ -123,7 +135,9 @@ struct priv_launch {
  * workdir, stdout_path, stderr_path not absolute, with "..", or too long;
  * argv empty; an env entry without "=" or with a bad name; counts or total
  * size over the bounds above; job, attempt, mem_mib, cpu_milli out of
- * range), GPO_EEXIST, GPO_EIO (the message says what failed; a shim that
+ * range; a script whose argv[0] is not STATE_DIR/scripts/JOB.ATTEMPT, or
+ * whose file is not a regular file of agent_uid's with one link),
+ * GPO_EEXIST, GPO_EIO (the message says what failed; a shim that
  * stopped before its command points to ATTEMPT_DIR/shim.log), GPO_EPIPE.
  * `req` and its strings are borrowed. Other calls wait while a launch
  * waits for its shim.
@@ -153,13 +167,50 @@ int priv_cleanup(struct priv *p, uint64_t job, uint32_t attempt, bool *ret_empty
                  size_t errlen);
 
 /*
+ * Which attempts processes belong to, by their environment (GPUORCH_JOB_ID
+ * and GPUORCH_ATTEMPT in /proc/PID/environ, which only root reads for
+ * other users' processes): for each of pids[0..n) (n at most
+ * PRIV_PIDS_MAX, each 2..PRIV_PID_MAX), jobs[i] and attempts[i], or 0 and 0
+ * when the process is gone, names no attempt, or names one that this node
+ * never launched (no attempt directory). Nothing else of the environment
+ * leaves the privileged process. Returns 0, GPO_EINVAL, GPO_EPIPE.
+ */
+int priv_attribute(struct priv *p, const pid_t *pids, size_t n, uint64_t *jobs, uint32_t *attempts,
+                   char *err, size_t errlen);
+
+enum priv_stream { PRIV_STREAM_STDOUT = 1, PRIV_STREAM_STDERR = 2 };
+
+/*
+ * Opens attempt (job, attempt)'s log `stream` for reading, at the path its
+ * attempt.json names, and checks it: a regular file owned by the attempt's
+ * uid (an O_PATH open, checked with fstat, then opened again through
+ * /proc/self/fd, so that no device or FIFO is ever opened for real and no
+ * rename between the check and the open matters). The open runs in a child
+ * of the privileged process, so a path that blocks (a dead NFS server)
+ * holds up only this call, for at most timeout_ms (0: PRIV_LOG_OPEN_MS).
+ * Returns 0 with *ret_fd (O_RDONLY|O_NONBLOCK, close-on-exec; the caller
+ * closes it) and *ret_size; GPO_ENOENT (no such file, yet, or no such
+ * attempt); GPO_EPERM (not a regular file of the attempt's uid);
+ * GPO_ETIMEDOUT; GPO_EINVAL; GPO_EIO; GPO_EPIPE. Other calls do not wait
+ * for the open.
+ */
+int priv_log_open(struct priv *p, uint64_t job, uint32_t attempt, enum priv_stream stream,
+                  int64_t timeout_ms, int *ret_fd, int64_t *ret_size, char *err, size_t errlen);
+
+/*
  * The wire format, exposed so that tests can send what the typed calls
  * never build. Every request starts with its type and is exactly the size
  * of its struct; strings are NUL-terminated inside their arrays; launch's
  * `strings` holds argc then nenv NUL-terminated strings, strings_len bytes
  * in all.
  */
-enum priv_req_type { PRIV_REQ_LAUNCH = 1, PRIV_REQ_SIGNAL = 2, PRIV_REQ_CLEANUP = 3 };
+enum priv_req_type {
+    PRIV_REQ_LAUNCH = 1,
+    PRIV_REQ_SIGNAL = 2,
+    PRIV_REQ_CLEANUP = 3,
+    PRIV_REQ_ATTRIBUTE = 4,
+    PRIV_REQ_LOG_OPEN = 5,
+};
 
 struct priv_req_launch {
     uint32_t type; /* PRIV_REQ_LAUNCH */
@@ -169,6 +220,7 @@ struct priv_req_launch {
     uint32_t cpu_milli;
     uint32_t argc, nenv, strings_len;
     uint8_t has_user, has_workdir, has_stdout, has_stderr; /* 0 or 1 */
+    uint8_t has_script;                                    /* 0 or 1 */
     char unix_user[PRIV_USER_MAX];
     char workdir[PRIV_PATH_MAX];
     char stdout_path[PRIV_PATH_MAX];
@@ -184,11 +236,32 @@ struct priv_req_attempt {
     uint32_t pad;
 };
 
+struct priv_req_attribute {
+    uint32_t type;               /* PRIV_REQ_ATTRIBUTE */
+    uint32_t n;                  /* 1..PRIV_PIDS_MAX */
+    int32_t pids[PRIV_PIDS_MAX]; /* pids[0..n): 2..PRIV_PID_MAX; the rest 0 */
+};
+
+struct priv_req_log {
+    uint32_t type; /* PRIV_REQ_LOG_OPEN */
+    uint32_t attempt;
+    uint64_t job;
+    uint32_t stream; /* enum priv_stream */
+    uint32_t pad;
+};
+
+/* Every reply; a log open's reply carries a descriptor (SCM_RIGHTS): the
+ * socket on which the child that opens the file answers, with a reply of
+ * its own and the log file's descriptor. */
 struct priv_reply {
     int32_t rc;
     int32_t pid;
     uint64_t start_time;
     uint32_t empty;
+    uint32_t pad;
+    int64_t size;                 /* a log open: the file's size */
+    uint64_t jobs[PRIV_PIDS_MAX]; /* an attribute request's answers */
+    uint32_t attempts[PRIV_PIDS_MAX];
     char msg[PRIV_MSG_MAX];
 };
 

@@ -47,7 +47,9 @@ struct privsrv {
     char self_exe[PRIV_PATH_MAX];
     struct cgroup_root *cg; /* NULL: process groups */
     bool allow_root;
+    bool cgroup_root_ours; /* remove the cgroup root at exit */
     gid_t agent_gid;
+    uid_t agent_uid;
     uid_t uid; /* its own, effective */
     gid_t gid;
     char name[PRIV_USER_MAX]; /* its own user's name; "" without a passwd entry */
@@ -368,6 +370,32 @@ static int spawn(const struct privsrv *s, const struct priv_req_launch *q, const
     return 0;
 }
 
+/* A script job's file, written by the agent in STATE_DIR/scripts: checked
+ * (privsrv_check_script), then given to the job's user, mode 0700. */
+static int give_script(const struct privsrv *s, const struct runas *ra, const char *argv0,
+                       uint64_t job, uint32_t attempt, char *msg, size_t len)
+{
+    char want[PRIV_PATH_MAX + 64];
+    /* s->attempts is STATE_DIR/attempts: its parent holds scripts/. */
+    size_t base = strlen(s->attempts) - strlen("attempts");
+    snprintf(want, sizeof(want), "%.*sscripts/%" PRIu64 ".%" PRIu32, (int)base, s->attempts, job,
+             attempt);
+    int fd = open(want, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        int e = errno;
+        if (fd >= 0)
+            close(fd);
+        return errbuf_set(msg, len, GPO_EINVAL, "script: %s: %s", want, strerror(e));
+    }
+    int rc = privsrv_check_script(argv0, want, st.st_mode, st.st_uid, (uint64_t)st.st_nlink,
+                                  s->agent_uid, msg, len);
+    if (!rc && (fchown(fd, ra->uid, ra->gid) != 0 || fchmod(fd, 0700) != 0))
+        rc = errbuf_set(msg, len, GPO_EIO, "script: chown %s: %s", want, strerror(errno));
+    close(fd);
+    return rc;
+}
+
 static void do_launch(struct privsrv *s, const void *req, struct priv_reply *rep)
 {
     const struct priv_req_launch *q = req;
@@ -378,6 +406,8 @@ static void do_launch(struct privsrv *s, const void *req, struct priv_reply *rep
     if ((rep->rc = privsrv_check_launch(q, &cmd, msg, len)))
         return;
     if ((rep->rc = check_user(s, q, &ra, msg, len)))
+        goto out;
+    if (q->has_script && (rep->rc = give_script(s, &ra, cmd[0], q->job, q->attempt, msg, len)))
         goto out;
     char dir[PRIV_PATH_MAX + 32], cg[CGROUP_PATH_MAX] = "", why[PRIV_MSG_MAX];
     attempt_dir(s, q->job, q->attempt, dir, sizeof(dir));
@@ -462,30 +492,43 @@ static void do_cleanup(struct privsrv *s, const void *req, struct priv_reply *re
         rep->empty = 0;
 }
 
+static void do_attribute(struct privsrv *s, const void *req, struct priv_reply *rep)
+{
+    privsrv_do_attribute(s->attempts, req, rep);
+}
+
 /* The table of requests: type and handler (privsrv_check_request checks the
- * size). Nothing else is done. */
+ * size). Nothing else is done. A handler may return a descriptor to pass
+ * with the reply (closed once sent), else -1. */
 static const struct handler {
     uint32_t type;
     void (*fn)(struct privsrv *s, const void *req, struct priv_reply *rep);
+    int (*fn_fd)(const char *attempts, const void *req, struct priv_reply *rep);
 } handlers[] = {
-    {PRIV_REQ_LAUNCH, do_launch},
-    {PRIV_REQ_SIGNAL, do_signal},
-    {PRIV_REQ_CLEANUP, do_cleanup},
+    {PRIV_REQ_LAUNCH, do_launch, NULL},
+    {PRIV_REQ_SIGNAL, do_signal, NULL},
+    {PRIV_REQ_CLEANUP, do_cleanup, NULL},
+    {PRIV_REQ_ATTRIBUTE, do_attribute, NULL},
+    {PRIV_REQ_LOG_OPEN, NULL, privsrv_do_log_open},
 };
 
-static void dispatch(struct privsrv *s, const void *buf, size_t n, struct priv_reply *rep)
+/* Answers one request into rep; returns the descriptor to pass, or -1. */
+static int dispatch(struct privsrv *s, const void *buf, size_t n, struct priv_reply *rep)
 {
     uint32_t type;
     if ((rep->rc = privsrv_check_request(buf, n, &type, rep->msg, sizeof(rep->msg))))
-        return;
+        return -1;
     for (size_t i = 0; i < sizeof(handlers) / sizeof(handlers[0]); i++) {
-        if (handlers[i].type == type) {
-            handlers[i].fn(s, buf, rep);
-            return;
-        }
+        if (handlers[i].type != type)
+            continue;
+        if (handlers[i].fn_fd)
+            return handlers[i].fn_fd(s->attempts, buf, rep);
+        handlers[i].fn(s, buf, rep);
+        return -1;
     }
     rep->rc = errbuf_set(rep->msg, sizeof(rep->msg), GPO_EINVAL, "type: %" PRIu32 " has no handler",
                          type);
+    return -1;
 }
 
 /* Wakes ppoll; the loop reaps. */
@@ -535,7 +578,8 @@ void privsrv_serve(struct privsrv *s, int fd)
     sigset_t waitmask;
     become_server(s, &waitmask);
     void *buf = malloc(sizeof(struct priv_req_launch));
-    if (!buf)
+    void *reply = malloc(sizeof(struct priv_reply));
+    if (!buf || !reply)
         _exit(1);
     for (;;) {
         while (waitpid(-1, NULL, WNOHANG) > 0)
@@ -547,18 +591,29 @@ void privsrv_serve(struct privsrv *s, int fd)
         if (r <= 0)
             continue;
         /* MSG_TRUNC: n is the whole message's size, so an oversized one is
-         * refused by its size rather than read in part. */
-        ssize_t n = recv(s->fd, buf, sizeof(struct priv_req_launch), MSG_TRUNC);
+         * refused by its size rather than read in part. No request carries a
+         * descriptor: one that came is closed. */
+        int stray = -1;
+        ssize_t n = privsrv_recv(s->fd, buf, sizeof(struct priv_req_launch), &stray);
+        if (stray >= 0)
+            close(stray);
         if (n < 0 && errno == EINTR)
             continue;
         if (n <= 0)
             break; /* the agent is gone */
-        struct priv_reply rep;
-        memset(&rep, 0, sizeof(rep));
-        dispatch(s, buf, (size_t)n, &rep);
-        if (send(s->fd, &rep, sizeof(rep), MSG_NOSIGNAL) != (ssize_t)sizeof(rep))
+        struct priv_reply *rep = reply;
+        memset(rep, 0, sizeof(*rep));
+        int pass = dispatch(s, buf, (size_t)n, rep);
+        ssize_t sent = privsrv_send(s->fd, rep, sizeof(*rep), pass);
+        if (pass >= 0)
+            close(pass);
+        if (sent != (ssize_t)sizeof(*rep))
             break;
     }
+    /* The node's own cgroup directory goes once no attempt's cgroup is left
+     * in it (rmdir refuses while one is: running jobs keep theirs). */
+    if (s->cg && s->cgroup_root_ours)
+        cgroup_remove(cgroup_root_path(s->cg), NULL, 0); /* with its v1 directories */
     _exit(0);
 }
 
@@ -583,7 +638,9 @@ static int check_config(const struct priv_config *cfg, struct privsrv *s, char *
         return errbuf_set(err, errlen, GPO_EINVAL, "self_exe: %s: %s", s->self_exe,
                           strerror(errno));
     s->allow_root = cfg->allow_root;
+    s->cgroup_root_ours = cfg->cgroup_root_ours;
     s->agent_gid = cfg->agent_gid;
+    s->agent_uid = cfg->agent_uid;
     s->uid = geteuid();
     s->gid = getegid();
     struct passwd pw, *res = NULL;
@@ -591,13 +648,19 @@ static int check_config(const struct priv_config *cfg, struct privsrv *s, char *
     if (getpwuid_r(s->uid, &pw, buf, sizeof(buf), &res) == 0 && res &&
         strlen(pw.pw_name) < sizeof(s->name))
         memcpy(s->name, pw.pw_name, strlen(pw.pw_name) + 1);
-    if (mkdir(s->attempts, 0750) == 0) {
-        if (chown(s->attempts, s->uid, s->agent_gid) < 0)
-            return errbuf_set(err, errlen, GPO_EIO, "chown %s: %s", s->attempts, strerror(errno));
-    } else if (errno != EEXIST) {
+    if (mkdir(s->attempts, 0750) != 0 && errno != EEXIST)
         return errbuf_set(err, errlen, GPO_EIO, "mkdir %s: %s", s->attempts, strerror(errno));
-    }
-    return 0;
+    /* Also an existing one: the agent's group may have changed (--run-as). */
+    int fd = open(s->attempts, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    struct stat st;
+    int rc = 0;
+    if (fd < 0 || fstat(fd, &st) != 0)
+        rc = errbuf_set(err, errlen, GPO_EIO, "%s: %s", s->attempts, strerror(errno));
+    else if (st.st_gid != s->agent_gid && fchown(fd, s->uid, s->agent_gid) != 0)
+        rc = errbuf_set(err, errlen, GPO_EIO, "chown %s: %s", s->attempts, strerror(errno));
+    if (fd >= 0)
+        close(fd);
+    return rc;
 }
 
 /* Opens the cgroup root where one is configured; the note says how it went. */

@@ -3,7 +3,7 @@
  * is the agent's side, and the wire format both sides speak).
  *
  * It keeps the agent's credentials and acts only on the fixed table of
- * requests in priv.h (launch, signal, cleanup), each checked field by field
+ * requests in priv.h (launch, signal, cleanup, attribute, log open), each checked field by field
  * before anything is done: the user exists and is not root unless allowed,
  * paths are absolute and free of "..", sizes are bounded, environment names
  * are valid, and signals go only to the cgroup or process group of an
@@ -38,5 +38,24 @@ void privsrv_serve(struct privsrv *s, int fd) __attribute__((noreturn));
 
 /* Frees it (the parent's copy after the fork); NULL is fine. */
 void privsrv_free(struct privsrv *s);
+
+/*
+ * privsrv_read.c: the requests that only read, for privsrv.c's table
+ * (ATTEMPTS is STATE_DIR/attempts). privsrv_do_attribute fills the reply's
+ * jobs and attempts. privsrv_do_log_open forks the child that opens the
+ * file and returns the descriptor to pass with the reply (the socket the
+ * child answers on), or -1 with rep->rc set.
+ */
+void privsrv_do_attribute(const char *attempts, const void *req, struct priv_reply *rep);
+int privsrv_do_log_open(const char *attempts, const void *req, struct priv_reply *rep);
+
+/* One message of len bytes (borrowed) on a SOCK_SEQPACKET socket, with
+ * pass_fd (borrowed; -1: none) as SCM_RIGHTS. sendmsg's result. */
+ssize_t privsrv_send(int sock, const void *buf, size_t len, int pass_fd);
+
+/* One message into buf (len bytes): its whole length (MSG_TRUNC: more than
+ * len when it was cut), or -1 with errno; *ret_fd the descriptor that came
+ * with it, close-on-exec (the caller closes it), or -1. */
+ssize_t privsrv_recv(int sock, void *buf, size_t len, int *ret_fd);
 
 #endif

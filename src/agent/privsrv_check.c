@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "agent/cgroup.h"
 #include "util/errbuf.h"
@@ -27,6 +28,8 @@ static const struct {
     {PRIV_REQ_LAUNCH, "launch", sizeof(struct priv_req_launch)},
     {PRIV_REQ_SIGNAL, "signal", sizeof(struct priv_req_attempt)},
     {PRIV_REQ_CLEANUP, "cleanup", sizeof(struct priv_req_attempt)},
+    {PRIV_REQ_ATTRIBUTE, "attribute", sizeof(struct priv_req_attribute)},
+    {PRIV_REQ_LOG_OPEN, "log_open", sizeof(struct priv_req_log)},
 };
 
 int privsrv_check_request(const void *buf, size_t n, uint32_t *ret_type, char *msg, size_t len)
@@ -201,6 +204,8 @@ int privsrv_check_launch(const struct priv_req_launch *q, char ***ret_cmd, char 
     if (q->cpu_milli > CPU_MILLI_MAX)
         return errbuf_set(msg, len, GPO_EINVAL, "cpu_milli: %" PRIu32 " is out of range 0..%u",
                           q->cpu_milli, CPU_MILLI_MAX);
+    if (q->has_script > 1)
+        return errbuf_set(msg, len, GPO_EINVAL, "has_script: %u, expected 0 or 1", q->has_script);
     if ((rc = check_user(q, msg, len)) ||
         (rc = check_path("workdir", q->has_workdir, q->workdir, msg, len)) ||
         (rc = check_path("stdout_path", q->has_stdout, q->stdout_path, msg, len)) ||
@@ -266,4 +271,135 @@ pid_t privsrv_check_pgid(const char *text, size_t n)
                    (*end == '\0' || end[1] == '\0')
                ? (pid_t)pid
                : 0;
+}
+
+int privsrv_check_attribute(const struct priv_req_attribute *q, char *msg, size_t len)
+{
+    if (q->type != PRIV_REQ_ATTRIBUTE)
+        return errbuf_set(msg, len, GPO_EINVAL, "type: %" PRIu32 " is not an attribute request",
+                          q->type);
+    if (q->n < 1 || q->n > PRIV_PIDS_MAX)
+        return errbuf_set(msg, len, GPO_EINVAL, "n: %" PRIu32 " is out of range 1..%d", q->n,
+                          PRIV_PIDS_MAX);
+    for (uint32_t i = 0; i < PRIV_PIDS_MAX; i++) {
+        int32_t pid = q->pids[i];
+        if (i < q->n && (pid < 2 || pid > PRIV_PID_MAX))
+            return errbuf_set(msg, len, GPO_EINVAL,
+                              "pids[%" PRIu32 "]: %" PRId32 " is out of range 2..%d", i, pid,
+                              PRIV_PID_MAX);
+        if (i >= q->n && pid != 0)
+            return errbuf_set(msg, len, GPO_EINVAL,
+                              "pids[%" PRIu32 "]: %" PRId32 ", past n it must be 0", i, pid);
+    }
+    return 0;
+}
+
+/* A whole decimal number of at most 19 digits in 1..max (text, n bytes). */
+static bool parse_id(const char *text, size_t n, uint64_t max, uint64_t *ret)
+{
+    if (n < 1 || n > 19)
+        return false;
+    uint64_t v = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (text[i] < '0' || text[i] > '9')
+            return false;
+        v = v * 10 + (uint64_t)(text[i] - '0');
+    }
+    if (v < 1 || v > max)
+        return false;
+    *ret = v;
+    return true;
+}
+
+/* Whether the entry e (elen bytes, no NUL) starts with name and has a value. */
+static bool named(const char *e, size_t elen, const char *name)
+{
+    size_t n = strlen(name);
+    return elen > n && memcmp(e, name, n) == 0;
+}
+
+bool privsrv_check_environ(const char *text, size_t n, uint64_t *job, uint32_t *attempt)
+{
+    static const char job_name[] = "GPUORCH_JOB_ID=", att_name[] = "GPUORCH_ATTEMPT=";
+    const size_t jn = sizeof(job_name) - 1, an = sizeof(att_name) - 1;
+    uint64_t j = 0, a = 0;
+    bool have_job = false, have_att = false;
+    for (size_t off = 0; off < n;) {
+        const char *e = text + off;
+        const char *nul = memchr(e, '\0', n - off);
+        size_t elen = nul ? (size_t)(nul - e) : n - off;
+        /* An entry cut by the end of the text is not read: its value may be longer. */
+        if (nul && named(e, elen, job_name))
+            have_job = parse_id(e + jn, elen - jn, INT64_MAX, &j);
+        else if (nul && named(e, elen, att_name))
+            have_att = parse_id(e + an, elen - an, UINT32_MAX, &a);
+        off += elen + 1;
+    }
+    if (!have_job || !have_att)
+        return false;
+    *job = j;
+    *attempt = (uint32_t)a;
+    return true;
+}
+
+int privsrv_check_attempt_log(const json_t *o, const char *dir, const char *stream, uid_t *ret_uid,
+                              char *path, size_t pathlen, char *msg, size_t len)
+{
+    json_t *uid = json_object_get(o, "uid"), *p = json_object_get(o, stream);
+    if (!json_is_object(o))
+        return errbuf_set(msg, len, GPO_EINVAL, "not a JSON object");
+    if (!json_is_integer(uid) || json_integer_value(uid) < 0 ||
+        json_integer_value(uid) >= (json_int_t)UINT32_MAX)
+        return errbuf_set(msg, len, GPO_EINVAL, "uid: expected an integer");
+    if (p &&
+        (!json_is_string(p) || json_string_value(p)[0] != '/' ||
+         strlen(json_string_value(p)) != json_string_length(p) || json_string_length(p) >= pathlen))
+        return errbuf_set(msg, len, GPO_EINVAL, "%s: expected an absolute path", stream);
+    if (!p && (size_t)snprintf(path, pathlen, "%s/%s", dir, stream) >= pathlen)
+        return errbuf_set(msg, len, GPO_EINVAL, "%s: the default path is too long", stream);
+    if (p)
+        snprintf(path, pathlen, "%s", json_string_value(p));
+    *ret_uid = (uid_t)json_integer_value(uid);
+    return 0;
+}
+
+int privsrv_check_log(const struct priv_req_log *q, char *msg, size_t len)
+{
+    if (q->type != PRIV_REQ_LOG_OPEN)
+        return errbuf_set(msg, len, GPO_EINVAL, "type: %" PRIu32 " is not a log open", q->type);
+    int rc = check_ids(q->job, q->attempt, msg, len);
+    if (rc)
+        return rc;
+    if (q->stream != PRIV_STREAM_STDOUT && q->stream != PRIV_STREAM_STDERR)
+        return errbuf_set(msg, len, GPO_EINVAL,
+                          "stream: %" PRIu32 ", only stdout (%d) or stderr (%d)", q->stream,
+                          PRIV_STREAM_STDOUT, PRIV_STREAM_STDERR);
+    if (q->pad != 0)
+        return errbuf_set(msg, len, GPO_EINVAL, "pad: %" PRIu32 ", must be 0", q->pad);
+    return 0;
+}
+
+int privsrv_check_log_file(mode_t mode, uid_t owner, uid_t uid)
+{
+    return S_ISREG(mode) && owner == uid ? 0 : GPO_EPERM;
+}
+
+int privsrv_check_script(const char *argv0, const char *want, mode_t mode, uid_t owner,
+                         uint64_t nlink, uid_t agent_uid, char *msg, size_t len)
+{
+    if (strcmp(argv0, want) != 0) {
+        char q[JSONV_QUOTE_MAX + 4];
+        return errbuf_set(msg, len, GPO_EINVAL, "script: argv[0] \"%s\" is not %s", shown(argv0, q),
+                          want);
+    }
+    if (!S_ISREG(mode))
+        return errbuf_set(msg, len, GPO_EINVAL, "script: %s is not a regular file", want);
+    if (owner != agent_uid)
+        return errbuf_set(msg, len, GPO_EINVAL,
+                          "script: %s is owned by uid %ld, not the agent's %ld", want, (long)owner,
+                          (long)agent_uid);
+    if (nlink != 1)
+        return errbuf_set(msg, len, GPO_EINVAL, "script: %s has %" PRIu64 " links, expected 1",
+                          want, nlink);
+    return 0;
 }

@@ -8,8 +8,10 @@
  *
  * What needs the system stays in privsrv.c: looking the user up in the
  * password database (the result then goes through privsrv_check_runas),
- * and reading attempt.json and the pid file (their contents then go
- * through privsrv_check_cgroup and privsrv_check_pgid).
+ * reading attempt.json and the pid file (their contents then go through
+ * privsrv_check_cgroup and privsrv_check_pgid), reading a process's
+ * environment (privsrv_check_environ), and the fstat of a log file or a
+ * script (privsrv_check_log_file, privsrv_check_script_file).
  *
  * Errors: 0 or GPO_EINVAL (GPO_ENOMEM for privsrv_check_launch's array).
  */
@@ -20,6 +22,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+
+#include <jansson.h>
 
 #include "agent/priv.h"
 
@@ -66,5 +70,41 @@ bool privsrv_check_cgroup(const char *cg, uint64_t job, uint32_t attempt);
 /* The process group in a pid file's text (text, n bytes; a pid and an
  * optional newline), or 0 when it holds none (pid 1 and below included). */
 pid_t privsrv_check_pgid(const char *text, size_t n);
+
+/* An attribute request: n in 1..PRIV_PIDS_MAX, pids[0..n) each in
+ * 2..PRIV_PID_MAX, every pid past n 0. */
+int privsrv_check_attribute(const struct priv_req_attribute *q, char *msg, size_t len);
+
+/* The attempt a process's environment names (text, n bytes: NUL-separated
+ * NAME=VALUE entries as /proc/PID/environ holds them, the last one maybe
+ * cut): true with *job (1..INT64_MAX) and *attempt (1..UINT32_MAX) when
+ * both GPUORCH_JOB_ID and GPUORCH_ATTEMPT are whole decimal numbers in
+ * range; the last of each counts, as getenv's first would not: the agent
+ * sets them after the job's own environment. */
+bool privsrv_check_environ(const char *text, size_t n, uint64_t *job, uint32_t *attempt);
+
+/*
+ * An attempt.json (o, borrowed: the object privsrv.c wrote) read for the
+ * log of `stream` ("stdout" or "stderr"): *ret_uid the attempt's uid and
+ * path (pathlen bytes) the log's, the file's absolute "stdout" or
+ * "stderr", else DIR/STREAM (dir the attempt's directory). 0, or
+ * GPO_EINVAL naming what is wrong ("uid: ...", "stdout: ...").
+ */
+int privsrv_check_attempt_log(const json_t *o, const char *dir, const char *stream, uid_t *ret_uid,
+                              char *path, size_t pathlen, char *msg, size_t len);
+
+/* A log open request: job and attempt, stream stdout or stderr, pad 0. */
+int privsrv_check_log(const struct priv_req_log *q, char *msg, size_t len);
+
+/* What an O_PATH open of a log file found (fstat's st_mode and st_uid):
+ * 0 for a regular file owned by uid (the attempt's), else GPO_EPERM. */
+int privsrv_check_log_file(mode_t mode, uid_t owner, uid_t uid);
+
+/* A script job's file as the launch finds it: argv0 the path the launch
+ * names, want STATE_DIR/scripts/JOB.ATTEMPT; mode, owner, nlink from its
+ * fstat; agent_uid the network half's account, which writes scripts. 0 or
+ * GPO_EINVAL with the reason ("script: ..."). */
+int privsrv_check_script(const char *argv0, const char *want, mode_t mode, uid_t owner,
+                         uint64_t nlink, uid_t agent_uid, char *msg, size_t len);
 
 #endif

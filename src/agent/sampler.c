@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "agent/privsrv_check.h"
 #include "util/errbuf.h"
 #include "base/banned.h"
 
@@ -82,40 +83,57 @@ bool sampler_proc_attempt(pid_t pid, uint64_t *job, uint32_t *attempt)
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return false;
-    char *buf = malloc(ENVIRON_MAX + 1);
+    char *buf = malloc(ENVIRON_MAX);
     size_t len = 0;
     ssize_t r = 0;
     while (buf && len < ENVIRON_MAX &&
            ((r = read(fd, buf + len, ENVIRON_MAX - len)) > 0 || (r < 0 && errno == EINTR)))
         len += r > 0 ? (size_t)r : 0;
     close(fd);
-    if (!buf)
-        return false;
-    buf[len] = '\0';
-    bool have_job = false, have_attempt = false;
-    uint64_t j = 0;
-    uint32_t a = 0;
-    for (size_t off = 0; off < len; off += strlen(buf + off) + 1) {
-        const char *e = buf + off;
-        char *end;
-        if (strncmp(e, "GPUORCH_JOB_ID=", 15) == 0) {
-            errno = 0;
-            unsigned long long v = strtoull(e + 15, &end, 10);
-            have_job = !errno && *end == '\0' && end != e + 15 && v > 0;
-            j = v;
-        } else if (strncmp(e, "GPUORCH_ATTEMPT=", 16) == 0) {
-            errno = 0;
-            unsigned long v = strtoul(e + 16, &end, 10);
-            have_attempt = !errno && *end == '\0' && end != e + 16 && v > 0 && v <= UINT32_MAX;
-            a = (uint32_t)v;
+    bool mine = buf && privsrv_check_environ(buf, len, job, attempt);
+    free(buf);
+    return mine;
+}
+
+/* The attempts of a sample's processes into jobs[] and atts[] (0: none):
+ * through the privileged half when there is one (other users' environments
+ * are root's to read), else from /proc directly. 0, or the privileged
+ * half's code (everything then 0). */
+static int attribute(struct priv *p, const struct gpu_sample *s, uint64_t *jobs, uint32_t *atts)
+{
+    memset(jobs, 0, s->nprocs * sizeof(*jobs));
+    memset(atts, 0, s->nprocs * sizeof(*atts));
+    if (!p) {
+        for (size_t k = 0; k < s->nprocs; k++) {
+            if (!sampler_proc_attempt((pid_t)s->procs[k].pid, &jobs[k], &atts[k]))
+                jobs[k] = atts[k] = 0;
+        }
+        return 0;
+    }
+    pid_t *pids = calloc(s->nprocs + 1, sizeof(*pids));
+    if (!pids)
+        return GPO_ENOMEM;
+    /* A pid the request's check would refuse is no attempt's: left out. */
+    size_t m = 0;
+    for (size_t k = 0; k < s->nprocs; k++) {
+        if (s->procs[k].pid >= 2 && s->procs[k].pid <= PRIV_PID_MAX)
+            pids[m++] = (pid_t)s->procs[k].pid;
+    }
+    uint64_t *j = calloc(m + 1, sizeof(*j));
+    uint32_t *a = calloc(m + 1, sizeof(*a));
+    int rc = j && a ? priv_attribute(p, pids, m, j, a, NULL, 0) : GPO_ENOMEM;
+    for (size_t k = 0, at = 0; !rc && k < s->nprocs; k++) {
+        bool asked = s->procs[k].pid >= 2 && s->procs[k].pid <= PRIV_PID_MAX;
+        if (asked) {
+            jobs[k] = j[at];
+            atts[k] = a[at];
+            at++;
         }
     }
-    free(buf);
-    if (!have_job || !have_attempt)
-        return false;
-    *job = j;
-    *attempt = a;
-    return true;
+    free(j);
+    free(a);
+    free(pids);
+    return rc;
 }
 
 static int64_t figure(int64_t v)
@@ -124,7 +142,8 @@ static int64_t figure(int64_t v)
 }
 
 /* GPU i's sample into *ret (its strings and processes owned by it). */
-static int sample_one(const struct gpu_backend *b, unsigned i, struct proto_gpu_sample *ret)
+static int sample_one(const struct gpu_backend *b, struct priv *p, unsigned i,
+                      struct proto_gpu_sample *ret)
 {
     struct gpu_info info;
     struct gpu_sample s = {0};
@@ -138,6 +157,10 @@ static int sample_one(const struct gpu_backend *b, unsigned i, struct proto_gpu_
         return ret->error ? 0 : GPO_ENOMEM;
     }
     struct proto_process *procs = s.nprocs ? calloc(s.nprocs, sizeof(*procs)) : NULL;
+    uint64_t *jobs = calloc(s.nprocs + 1, sizeof(*jobs));
+    uint32_t *atts = calloc(s.nprocs + 1, sizeof(*atts));
+    if (procs && jobs && atts && s.procs_known && attribute(p, &s, jobs, atts) != 0)
+        memset(jobs, 0, s.nprocs * sizeof(*jobs)); /* shown as no attempt's */
     *ret = (struct proto_gpu_sample){
         .index = i,
         .uuid = strdup(info.uuid),
@@ -149,29 +172,30 @@ static int sample_one(const struct gpu_backend *b, unsigned i, struct proto_gpu_
         .temperature_c = figure(s.temperature_c),
         .procs_known = s.procs_known,
         .procs = procs,
-        .nprocs = procs && s.procs_known ? s.nprocs : 0,
+        .nprocs = procs && jobs && atts && s.procs_known ? s.nprocs : 0,
     };
     for (size_t k = 0; k < ret->nprocs; k++) {
-        uint64_t job;
-        uint32_t att;
-        bool mine = sampler_proc_attempt((pid_t)s.procs[k].pid, &job, &att);
+        bool mine = jobs[k] != 0;
         procs[k] = (struct proto_process){.pid = s.procs[k].pid,
                                           .memory_mib = figure(s.procs[k].memory_mib),
-                                          .job = mine ? (int64_t)job : PROTO_NONE,
-                                          .attempt = mine ? att : PROTO_NONE};
+                                          .job = mine ? (int64_t)jobs[k] : PROTO_NONE,
+                                          .attempt = mine ? atts[k] : PROTO_NONE};
     }
+    bool whole = ret->uuid && (procs || !s.nprocs) && jobs && atts;
+    free(jobs);
+    free(atts);
     gpu_sample_release(&s);
     proto_gpu_sample_fit(ret); /* what a GPU reports out of range is not reported */
-    return ret->uuid && (procs || !s.nprocs) ? 0 : GPO_ENOMEM;
+    return whole ? 0 : GPO_ENOMEM;
 }
 
-int sampler_sample(const struct gpu_backend *b, struct proto_heartbeat *hb)
+int sampler_sample(const struct gpu_backend *b, struct priv *p, struct proto_heartbeat *hb)
 {
     unsigned n = gpu_count(b);
     struct proto_heartbeat h = {.gpus = calloc(n ? n : 1, sizeof(*h.gpus))};
     int rc = h.gpus ? 0 : GPO_ENOMEM;
     for (unsigned i = 0; !rc && i < n; i++) {
-        rc = sample_one(b, i, &h.gpus[i]);
+        rc = sample_one(b, p, i, &h.gpus[i]);
         h.ngpus++; /* released with the rest, also when it failed part way */
     }
     if (rc) {
@@ -183,8 +207,8 @@ int sampler_sample(const struct gpu_backend *b, struct proto_heartbeat *hb)
     return 0;
 }
 
-int sampler_attempt_dirty(const struct gpu_backend *b, const char *const *uuids, size_t n,
-                          uint64_t job, uint32_t attempt, bool *dirty)
+int sampler_attempt_dirty(const struct gpu_backend *b, struct priv *p, const char *const *uuids,
+                          size_t n, uint64_t job, uint32_t attempt, bool *dirty)
 {
     int count = 0, failed = 0;
     for (unsigned i = 0; i < gpu_count(b); i++) {
@@ -205,13 +229,18 @@ int sampler_attempt_dirty(const struct gpu_backend *b, const char *const *uuids,
             count++;
             continue;
         }
-        for (size_t k = 0; k < s.nprocs && !dirty[at]; k++) {
-            uint64_t j;
-            uint32_t a;
-            if (sampler_proc_attempt((pid_t)s.procs[k].pid, &j, &a) && j == job && a == attempt)
-                dirty[at] = true;
+        uint64_t *jobs = calloc(s.nprocs + 1, sizeof(*jobs));
+        uint32_t *atts = calloc(s.nprocs + 1, sizeof(*atts));
+        rc = jobs && atts ? attribute(p, &s, jobs, atts) : GPO_ENOMEM;
+        if (rc) { /* processes we cannot attribute: the GPU is not known to be clean */
+            failed = rc;
+            dirty[at] = true;
         }
+        for (size_t k = 0; !rc && k < s.nprocs && !dirty[at]; k++)
+            dirty[at] = jobs[k] == job && atts[k] == attempt;
         count += dirty[at];
+        free(jobs);
+        free(atts);
         gpu_sample_release(&s);
     }
     return failed ? failed : count;

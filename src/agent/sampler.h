@@ -5,9 +5,12 @@
  *
  * Processes are tied to attempts by their environment: the agent starts
  * every command with GPUORCH_JOB_ID and GPUORCH_ATTEMPT set, and a process
- * NVML lists on a GPU carries them in /proc/PID/environ (readable by root,
- * and by the agent's own user for jobs that run as it). A process whose
- * environment cannot be read counts as no attempt's.
+ * NVML lists on a GPU carries them in /proc/PID/environ. Only root reads
+ * other users' environments, so with a privileged half (priv, may be NULL)
+ * the reading is its attribute request (priv_attribute), which also names
+ * only attempts this node launched; without one (--probe) /proc is read
+ * directly. A process whose environment cannot be read counts as no
+ * attempt's.
  *
  * The inventory and the samples are the protocol's own messages (proto.h),
  * filled here and encoded by the caller. Errors are 0 or a GPO_* code with
@@ -21,6 +24,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "agent/priv.h"
 #include "gpu/gpu.h"
 #include "proto/proto.h"
 
@@ -45,7 +49,7 @@ int sampler_inventory(const struct gpu_backend *b, struct proto_register *reg, c
  * attempt's, the job and attempt. A GPU that fails to sample gets its
  * error instead of figures. 0 or GPO_ENOMEM.
  */
-int sampler_sample(const struct gpu_backend *b, struct proto_heartbeat *hb);
+int sampler_sample(const struct gpu_backend *b, struct priv *p, struct proto_heartbeat *hb);
 
 /* The attempt a process belongs to, from its environment: true with *job and
  * *attempt, false when it is no attempt's or cannot be read. */
@@ -56,9 +60,10 @@ bool sampler_proc_attempt(pid_t pid, uint64_t *job, uint32_t *attempt);
  * attempt (job, attempt): sets dirty[i] for each. Returns the number of dirty
  * GPUs, or a negative GPU_* code when a GPU could not be sampled (dirty[] is
  * then unchanged for it and the GPU counts as dirty: a GPU we cannot see is
- * not known to be clean). A UUID this node does not have is skipped.
+ * not known to be clean; so is one whose processes could not be attributed).
+ * A UUID this node does not have is skipped.
  */
-int sampler_attempt_dirty(const struct gpu_backend *b, const char *const *uuids, size_t n,
-                          uint64_t job, uint32_t attempt, bool *dirty);
+int sampler_attempt_dirty(const struct gpu_backend *b, struct priv *p, const char *const *uuids,
+                          size_t n, uint64_t job, uint32_t attempt, bool *dirty);
 
 #endif

@@ -86,6 +86,9 @@ const FAKENVML = process.env.GPUORCH_FAKENVML ||
   path.join(path.dirname(BIN), 'tests', 'libnvidia-ml.so.1');
 
 const TMP = fs.mkdtempSync(path.join(os.tmpdir(), 'gpuorch-dash-test-'));
+// The agents' network half runs as the gpuorch account: it must reach its
+// state directory below here (mkdtemp's 0700 would keep it out).
+fs.chmodSync(TMP, 0o755);
 const DATA = path.join(TMP, 'data');
 const children = []; // {name, proc}
 let port = null;
@@ -170,7 +173,7 @@ function startAgent(name, nodeNo, utils) {
     path.join(DATA, 'join.token'), '--name', name, '--pool', 'main', '--state-dir',
     path.join(TMP, name), '--nvml', FAKENVML, '--addr', '127.0.0.1', '--log-listen', '127.0.0.1:0',
     '--kill-grace', '2', '--sample-interval', '500', '--poll-wait', '5', '--dirty-wait', '2',
-    '--cpus', '32', '--mem-mib', '65536'], Object.assign({}, process.env, {FAKENVML_CONFIG: gpuFile}));
+    '--cpus', '32', '--mem-mib', '65536'], Object.assign({}, process.env, {FAKENVML_CONFIG: gpuFile, FAKENVML_DRIVER: '1'}));
 }
 
 async function startServer() {

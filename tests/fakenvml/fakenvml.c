@@ -19,6 +19,9 @@
  *    most once per N ms for all GPUs. Real NVML asks the driver, which costs
  *    nothing like reading every process's environment; the cache keeps that
  *    cost out of the agent's own figures (bench/agent_footprint.sh).
+ *  - With FAKENVML_DRIVER=1 in a root process, a forked "driver" keeps root
+ *    and does the /proc reading, as NVIDIA's kernel driver answers a caller
+ *    that dropped root (driver.h).
  *  - Checks come in NVML's order: initialized, then arguments, then support.
  */
 #include <dirent.h>
@@ -32,6 +35,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "fakenvml/driver.h"
 #include "fakenvml/gpus.h"
 #include "fakenvml/nvml_abi.h"
 #include "base/banned.h"
@@ -227,6 +231,8 @@ static int snapshot_refresh(void)
     return 0;
 }
 
+static int scan_now(const struct nvmlDevice_st *g, unsigned **ret_pids, unsigned *ret_n);
+
 /* find_processes from the snapshot. */
 static int cached_processes(const struct nvmlDevice_st *g, unsigned **ret_pids, unsigned *ret_n)
 {
@@ -246,11 +252,29 @@ static int cached_processes(const struct nvmlDevice_st *g, unsigned **ret_pids, 
     return 0;
 }
 
-/* The pids of the GPU's processes; the caller frees *ret_pids. 0, or -1 out of memory. */
+/* The pids of the GPU (uuid, index)'s processes, read here; the caller
+ * frees *ret_pids. 0, or -1 out of memory. */
+static int scan_processes(const char *uuid, unsigned index, unsigned **ret_pids, unsigned *ret_n)
+{
+    struct nvmlDevice_st g = {.index = index};
+    snprintf(g.uuid, sizeof(g.uuid), "%s", uuid);
+    if (fake.cache_ms > 0)
+        return cached_processes(&g, ret_pids, ret_n);
+    return scan_now(&g, ret_pids, ret_n);
+}
+
+/* The pids of the GPU's processes: from the driver when one runs
+ * (driver.h), else read here. The caller frees *ret_pids. 0, or -1. */
 static int find_processes(const struct nvmlDevice_st *g, unsigned **ret_pids, unsigned *ret_n)
 {
-    if (fake.cache_ms > 0)
-        return cached_processes(g, ret_pids, ret_n);
+    if (driver_running())
+        return driver_processes(g->uuid, g->index, ret_pids, ret_n);
+    return scan_processes(g->uuid, g->index, ret_pids, ret_n);
+}
+
+/* One scan of /proc for the GPU's processes. */
+static int scan_now(const struct nvmlDevice_st *g, unsigned **ret_pids, unsigned *ret_n)
+{
     DIR *d = opendir("/proc");
     unsigned *pids = NULL, n = 0, cap = 0;
     int rc = 0;
@@ -314,7 +338,7 @@ static nvmlReturn_t first_init(void)
     fake.cache_ms = good ? ms : 0;
     snapshot_free();
     pthread_mutex_unlock(&fake.proc_lock);
-    return NVML_SUCCESS;
+    return driver_start(scan_processes) == 0 ? NVML_SUCCESS : NVML_ERROR_UNKNOWN;
 }
 
 nvmlReturn_t nvmlInitWithFlags(unsigned int flags)

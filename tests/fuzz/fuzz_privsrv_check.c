@@ -1,17 +1,24 @@
 /* fuzz_privsrv_check.c - libFuzzer target: any bytes as a request to the
  * agent's privileged process, through its checks (privsrv_check.h). The
  * first byte picks what the rest is: 0 a whole message (its type and size
- * checked, then its fields when it is a signal or cleanup); 1 a launch,
- * its fixed fields first and then its user, workdir, stdout, stderr and
- * packed strings, separated by 0xff bytes; 2 a signal or cleanup; 3 a
- * cgroup path after a job and an attempt; 4 a pid file. A refusal is one
- * non-empty line; a launch that passes yields argv and env within its
- * strings, argv[0] not empty, every env entry NAME=VALUE. tests/fuzz/run.sh
- * builds and runs it. */
+ * checked, then its fields by its type); 1 a launch, its fixed fields
+ * first and then its user, workdir, stdout, stderr and packed strings,
+ * separated by 0xff bytes; 2 a signal or cleanup; 3 a cgroup path after a
+ * job and an attempt; 4 a pid file; 5 an attribute request; 6 a process's
+ * environment (/proc/PID/environ); 7 a log open, then the mode, owner and
+ * uid of the file it found; 8 an attempt.json's text. A refusal is one non-empty line; a launch
+ * that passes yields argv and env within its strings, argv[0] not empty, every env entry
+ * NAME=VALUE; an attribute request that passes has 1..64 pids in range and zeros after; an
+ * environment read names a job and attempt only when it holds both variables with whole numbers.
+ * tests/fuzz/run.sh builds and runs it. */
+#define _GNU_SOURCE /* memmem */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+
+#include <jansson.h>
 
 #include "agent/privsrv_check.h"
 
@@ -94,6 +101,74 @@ static void fuzz_attempt(const uint8_t *data, size_t size)
         abort();
 }
 
+static void fuzz_attribute(const uint8_t *data, size_t size)
+{
+    struct priv_req_attribute q = {0};
+    memcpy(&q, data, size < sizeof(q) ? size : sizeof(q));
+    char msg[PRIV_MSG_MAX] = "";
+    if (privsrv_check_attribute(&q, msg, sizeof(msg)) != 0) {
+        one_line(msg);
+        return;
+    }
+    if (q.type != PRIV_REQ_ATTRIBUTE || q.n < 1 || q.n > PRIV_PIDS_MAX)
+        abort();
+    for (uint32_t i = 0; i < PRIV_PIDS_MAX; i++) {
+        if (i < q.n ? q.pids[i] < 2 || q.pids[i] > PRIV_PID_MAX : q.pids[i] != 0)
+            abort();
+    }
+}
+
+/* An environment names an attempt only with both variables, as numbers. */
+static void fuzz_environ(const uint8_t *data, size_t size)
+{
+    uint64_t job = 0;
+    uint32_t attempt = 0;
+    const char *text = (const char *)data;
+    if (!privsrv_check_environ(text, size, &job, &attempt))
+        return;
+    if (job < 1 || job > INT64_MAX || attempt < 1 || !memmem(text, size, "GPUORCH_JOB_ID=", 15) ||
+        !memmem(text, size, "GPUORCH_ATTEMPT=", 16))
+        abort();
+}
+
+static void fuzz_log(const uint8_t *data, size_t size)
+{
+    struct priv_req_log q = {0};
+    struct {
+        uint32_t mode, owner, uid;
+    } file = {0};
+    memcpy(&q, data, size < sizeof(q) ? size : sizeof(q));
+    if (size > sizeof(q))
+        memcpy(&file, data + sizeof(q),
+               size - sizeof(q) < sizeof(file) ? size - sizeof(q) : sizeof(file));
+    char msg[PRIV_MSG_MAX] = "";
+    if (privsrv_check_log(&q, msg, sizeof(msg)) != 0)
+        one_line(msg);
+    else if (!q.job || !q.attempt || q.pad ||
+             (q.stream != PRIV_STREAM_STDOUT && q.stream != PRIV_STREAM_STDERR))
+        abort();
+    int rc = privsrv_check_log_file((mode_t)file.mode, (uid_t)file.owner, (uid_t)file.uid);
+    if (rc == 0 && (!S_ISREG((mode_t)file.mode) || file.owner != file.uid))
+        abort();
+}
+
+/* An attempt.json that passes names an absolute log path. */
+static void fuzz_attempt_json(const uint8_t *data, size_t size)
+{
+    json_t *o = json_loadb((const char *)data, size, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
+    char msg[PRIV_MSG_MAX] = "", path[PRIV_PATH_MAX];
+    uid_t uid = 0;
+    for (int k = 0; o && k < 2; k++) {
+        const char *stream = k ? "stderr" : "stdout";
+        if (privsrv_check_attempt_log(o, "/s/attempts/1.1", stream, &uid, path, sizeof(path), msg,
+                                      sizeof(msg)) != 0)
+            one_line(msg);
+        else if (path[0] != '/' || strlen(path) >= sizeof(path))
+            abort();
+    }
+    json_decref(o);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1)
@@ -101,7 +176,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const uint8_t *rest = data + 1;
     size_t n = size - 1;
     char msg[PRIV_MSG_MAX] = "";
-    switch (data[0] % 5) {
+    switch (data[0] % 9) {
     case 0: {
         uint32_t type;
         if (privsrv_check_request(rest, n, &type, msg, sizeof(msg)) != 0) {
@@ -114,6 +189,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             else
                 one_line(msg);
             free(cmd);
+        } else if (type == PRIV_REQ_ATTRIBUTE) {
+            fuzz_attribute(rest, n);
+        } else if (type == PRIV_REQ_LOG_OPEN) {
+            fuzz_log(rest, n);
         } else {
             fuzz_attempt(rest, n);
         }
@@ -148,6 +227,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
         break;
     }
+    case 5:
+        fuzz_attribute(rest, n);
+        break;
+    case 6:
+        fuzz_environ(rest, n);
+        break;
+    case 7:
+        fuzz_log(rest, n);
+        break;
+    case 8:
+        fuzz_attempt_json(rest, n);
+        break;
     }
     return 0;
 }

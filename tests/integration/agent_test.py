@@ -12,8 +12,14 @@ time limit and cancel stop a job with SIGTERM, then SIGKILL (a setsid child
 included where cgroups exist); kill -9 of an agent while jobs run, then a
 restart, launches nothing twice and reports every outcome; logs through the
 controller (follow, offset, auth); GPU samples reach the controller; a job
-that would run as root is refused. Throughout, harness.GpuWatch samples the
-assignments and the fake GPUs' processes: no GPU two jobs' at once.
+that would run as root is refused; each agent's network half runs as the
+unprivileged account (real, effective and saved uid and gid, no capability,
+no_new_privs) while its privileged half keeps root, a script job still runs
+as its user, and a request that the privileged half's table does not allow,
+sent on the agent's own socket, is refused there; a journal found at
+STATE/journal is moved to STATE/net and its attempt taken up. Throughout,
+harness.GpuWatch samples the assignments and the fake GPUs' processes: no
+GPU two jobs' at once.
 
 Needs root (the agent switches to the job's user) and the users gpuorch-test1
 and gpuorch-test2 (scripts/setup.sh). The test directory is a mkdtemp of mode
@@ -21,12 +27,18 @@ and gpuorch-test2 (scripts/setup.sh). The test directory is a mkdtemp of mode
 server are child processes stopped by PID; conditions are polled with
 deadlines, never timed. KEEP_TMP=1 keeps the directories."""
 
+import ctypes
+import fcntl
 import json
 import os
+import pwd
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import tempfile
+import termios
 import threading
 import time
 
@@ -43,6 +55,7 @@ JOB_USER = "gpuorch-test1"
 OTHER_USER = "gpuorch-test2"
 KILL_GRACE_S = 2
 BASE_UTIL = 35  # every fake GPU's utilization until a check changes it
+RUN_AS = "gpuorch"  # the agent's default --run-as
 FINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL")
 
 SRV = Server(BIN, "gpuorch-agent-test-srv-")
@@ -677,6 +690,185 @@ def root_refused():
     diag(f"its reason: {why!r}")
 
 
+
+# -- The network half without root. -------------------------------------------------------
+
+
+def proc_status(pid):
+    """/proc/PID/status as a dict of its fields (values as text)."""
+    out = {}
+    for line in (read(f"/proc/{pid}/status") or "").splitlines():
+        k, _, v = line.partition(":")
+        out[k] = v.strip()
+    return out
+
+
+def priv_half(pid):
+    """The agent's privileged half: its child named gpuorch-priv."""
+    for task in os.listdir(f"/proc/{pid}/task"):
+        for child in (read(f"/proc/{pid}/task/{task}/children") or "").split():
+            if (read(f"/proc/{child}/comm") or "").strip() == "gpuorch-priv":
+                return int(child)
+    return None
+
+
+def unprivileged():
+    """Each agent's network process (the one the test started) runs as the
+    account: real, effective, saved and filesystem uid and gid, no capability,
+    no_new_privs set; its privileged half is root."""
+    acct = pwd.getpwnam(RUN_AS)
+    want_uid, want_gid = " ".join([str(acct.pw_uid)] * 4), " ".join([str(acct.pw_gid)] * 4)
+    seen = {}
+    for name, ag in AGENTS.items():
+        st = proc_status(ag.proc.pid)
+        ph = priv_half(ag.proc.pid)
+        pst = proc_status(ph) if ph else {}
+        seen[name] = {k: st.get(k) for k in ("Uid", "Gid", "CapPrm", "CapEff", "NoNewPrivs")}
+        seen[name]["priv"] = (ph, pst.get("Uid"))
+    ok(all(v["Uid"].split() == want_uid.split() and v["Gid"].split() == want_gid.split()
+           for v in seen.values()),
+       f"each agent's network half runs as {RUN_AS}: real, effective, saved and fs uid and gid "
+       "(/proc/PID/status)", json.dumps(seen))
+    ok(all(int(v["CapPrm"], 16) == 0 and int(v["CapEff"], 16) == 0 and v["NoNewPrivs"] == "1"
+           for v in seen.values()),
+       "it keeps no capability and has no_new_privs set", json.dumps(seen))
+    ok(all(v["priv"][0] and v["priv"][1].split() == ["0"] * 4 for v in seen.values()),
+       "its privileged half (gpuorch-priv) runs as root", json.dumps(seen))
+
+
+def script_job():
+    """A script job: the script, written by the unprivileged half, is given
+    to the job's user by the privileged half, and runs as that user."""
+    jid = submit({"name": "scripted",
+                  "script": "#!/bin/sh\necho \"script as $(id -un)\"\n"})
+    j = wait_final(jid)
+    st, raw = logs(jid, stream="stdout")
+    ok(j and j["state"] == "COMPLETED" and raw == f"script as {JOB_USER}\n".encode(),
+       f"a script job runs as {JOB_USER} and its log streams back", f"{st} {raw!r}\n{detail(j)}")
+
+
+def priv_socket_fd(pid):
+    """The agent's end of its socket to the privileged half: its only
+    SOCK_SEQPACKET unix socket that lives (log opens make short-lived ones)."""
+    seqpacket = set()
+    for line in (read("/proc/net/unix") or "").splitlines()[1:]:
+        f = line.split()
+        if len(f) >= 7 and f[4] == "0005":
+            seqpacket.add(f[6])
+    fds = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if link.startswith("socket:[") and link[8:-1] in seqpacket:
+            fds.append(int(fd))
+    return fds[0] if len(fds) == 1 else None
+
+
+def in_flight(pid, fd):
+    """Whether a thread of PID waits on FD (recvmsg or sendmsg on it)."""
+    for task in os.listdir(f"/proc/{pid}/task"):
+        words = (read(f"/proc/{pid}/task/{task}/syscall") or "").split()
+        if len(words) > 1 and words[0] in ("46", "47") and int(words[1], 16) == fd:
+            return True
+    return False
+
+
+def pidfd_getfd(pid, fd):
+    libc = ctypes.CDLL(None, use_errno=True)
+    pidfd = os.pidfd_open(pid)
+    try:
+        got = libc.syscall(438, pidfd, fd, 0)  # SYS_pidfd_getfd
+        if got < 0:
+            raise OSError(ctypes.get_errno(), "pidfd_getfd")
+        return got
+    finally:
+        os.close(pidfd)
+
+
+def raw_request(pid, payload):
+    """Sends PAYLOAD on the agent's own socket to its privileged half while the
+    agent is stopped with no request of its own in flight, and returns the
+    reply's code and message (None: no quiet moment came)."""
+    fd = priv_socket_fd(pid)
+    if fd is None:
+        return None
+    deadline = time.monotonic() + DEADLINE_S
+    while time.monotonic() < deadline:
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            time.sleep(0.2)  # let a request already sent be answered (seen below)
+            if in_flight(pid, fd):
+                continue
+            # A duplicate of the agent's descriptor: closing it leaves the agent's.
+            with socket.socket(fileno=pidfd_getfd(pid, fd)) as mine:
+                pending = struct.unpack("i", fcntl.ioctl(mine, termios.FIONREAD, b"\0" * 4))[0]
+                if pending:  # a reply its thread has yet to read: not ours to take
+                    continue
+                mine.send(payload)
+                reply = mine.recv(1 << 16)
+            rc = struct.unpack_from("<i", reply)[0]
+            msg = reply[len(reply) - 512:].split(b"\0")[0].decode(errors="replace")
+            return rc, msg
+        finally:
+            os.kill(pid, signal.SIGCONT)
+    return None
+
+
+def refused_through_the_socket():
+    """A request the table does not allow, and one with a field out of range,
+    sent on the agent's own socket: refused by the privileged half, which goes
+    on serving (a job runs after)."""
+    n1 = AGENTS["n1"]
+    unknown = struct.pack("<6I", 99, 0, 0, 0, 0, 0)
+    got = raw_request(n1.proc.pid, unknown)
+    ok(got and got[0] == -22 and got[1].startswith("type: 99"),
+       "a request of a type the privileged half's table lacks, sent on the agent's socket, is "
+       "refused (EINVAL, 'type: 99 ...')", repr(got))
+    attribute_zero = struct.pack("<II64i", 4, 0, *([0] * 64))
+    got = raw_request(n1.proc.pid, attribute_zero)
+    ok(got and got[0] == -22 and got[1].startswith("n: 0"),
+       "an attribute request for no pid is refused naming its field", repr(got))
+    jid = submit({"name": "after-refusals", "command": ["true"]})
+    j = wait_final(jid)
+    ok(j and j["state"] == "COMPLETED", "the agents go on running jobs after the refusals",
+       detail(j))
+
+
+def old_journal_moved():
+    """A journal found at STATE/journal (root's) is moved to STATE/net/journal
+    at start, and the attempt it lists is taken up, not launched again."""
+    st, _, raw = call("POST", "/v1/nodes/n1/drain", token=ADMIN)
+    if st != 200:
+        raise RuntimeError(f"drain n1: {st} {raw!r}")
+    try:
+        mark, go = shared("moved-launch"), shared("moved-go")
+        jid = submit({"name": "moved-journal", "command": sh(
+            f'echo "attempt $GPUORCH_ATTEMPT" >> {mark}; i=0; '
+            f'while [ ! -e {go} ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done')})
+        good, j = wait_job(jid, launched)
+        n2 = AGENTS["n2"]
+        ok(good and job_nodes(j) == ["n2"], "a job runs on n2 (n1 drained)", detail(j, "n2"))
+        code = n2.stop()
+        net, old = os.path.join(n2.state, "net", "journal"), os.path.join(n2.state, "journal")
+        os.rename(net, old)
+        os.chown(old, 0, 0)
+        before = len(n2.log())
+        n2.start()
+        write_atomic(go, "go\n")
+        j = wait_final(jid)
+        log = n2.log()[before:]
+        ok(code == 0 and os.path.exists(net) and not os.path.exists(old)
+           and "1 attempt(s) taken up from the journal" in log,
+           "an agent started on a state with the journal at STATE/journal "
+           "moves it to STATE/net/journal and takes its attempt up", f"{code}\n{n2.tail()}")
+        ok(j and j["state"] == "COMPLETED" and (read(mark) or "").splitlines() == ["attempt 1"],
+           "that job ends COMPLETED, launched once", f"{read(mark)!r}\n{detail(j, 'n2')}")
+    finally:
+        call("POST", "/v1/nodes/n1/resume", token=ADMIN)
+
+
 def cleanup_jobs():
     """Cancels what a failed check left running, so that no shim outlives the test."""
     st, body, _ = call("GET", "/v1/jobs?state=PENDING,RUNNING&limit=1000", token=ADMIN)
@@ -691,8 +883,10 @@ def main():
     print("TAP version 13")
     setup()
     watch = GpuWatch(SRV.client(ADMIN), [u for ag in AGENTS.values() for u in ag.uuids]).start()
-    for step in (visible_devices, array_index, output_patterns, sampling, fractional, dirty_gpu, gang, time_limit, logs_through_controller,
-                 root_refused, restart_after_kill9, cancel):
+    for step in (unprivileged, visible_devices, script_job, array_index, output_patterns,
+                 sampling, fractional, dirty_gpu, gang, time_limit, logs_through_controller,
+                 root_refused, restart_after_kill9, old_journal_moved, cancel,
+                 refused_through_the_socket):
         try:
             step()
         except Exception as e:  # one broken step should not hide the others' results

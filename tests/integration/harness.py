@@ -588,7 +588,9 @@ class FakeAgent:
                 args += [f"--{flag}", str(value)]
         if self.cgroup:
             args += ["--cgroup-root", self.cgroup]
-        env = dict(os.environ, FAKENVML_CONFIG=self.gpu_file)
+        # FAKENVML_DRIVER: the fake keeps a root process that lists GPU processes,
+        # as the kernel driver does, once the agent's network half drops root.
+        env = dict(os.environ, FAKENVML_CONFIG=self.gpu_file, FAKENVML_DRIVER="1")
         with open(self.log_path, "a") as log:
             log.write(f"---- test: starting {' '.join(args)}\n")
             log.flush()

@@ -26,6 +26,9 @@ fi
 # Run from `make test`, the outer make's jobserver is not ours to use.
 unset MAKEFLAGS MFLAGS MAKELEVEL
 tmp=$(mktemp -d /tmp/gpuorch-mrtest.XXXXXX)
+# The agents' network half runs as the gpuorch account: it must reach its
+# state directory below here (mktemp's 0700 would keep it out).
+chmod 0755 "$tmp"
 build=$tmp/build # clean: made by this make run
 run=$tmp/run
 home=$tmp/home # make run writes ~/.config/gpuorch/config when missing

@@ -6,8 +6,10 @@
  * (403; the chown case as root only), a forged attempt.json, and follow mode:
  * bytes appended by another thread arrive as they are written and the stream
  * ends with all of them once the status file appears, also for a log file
- * created after the request. Clients: a raw socket (status and headers) and
- * libcurl through util/httpc.h (streams). */
+ * created after the request; a log whose open blocks holds up only its own
+ * follower (the opener is the config's, here one the test holds shut).
+ * Clients: a raw socket (status and headers) and libcurl through
+ * util/httpc.h (streams). */
 #define _GNU_SOURCE /* memmem */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -31,6 +33,7 @@
 #include <cmocka.h>
 
 #include "agent/logsrv.h"
+#include "agent/logsrv_files.h"
 #include "util/httpc.h"
 #include "tmptree.h"
 #include "base/banned.h"
@@ -744,6 +747,102 @@ static void config_errors_are_named(void **state)
     logsrv_free(NULL);
 }
 
+/* ---- opens that block ---- */
+
+/* An opener that, for job 20, waits until the test opens the gate. */
+struct gate {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool entered, open;
+};
+
+static int gated_open(void *ctx, int64_t job, int64_t attempt, const char *stream, const char *path,
+                      uid_t uid, int *ret_fd, int64_t *ret_size)
+{
+    struct gate *g = ctx;
+    (void)attempt;
+    (void)stream;
+    if (job == 20) {
+        /* The deadline only keeps a failed test from hanging in its teardown. */
+        struct timespec dl;
+        clock_gettime(CLOCK_REALTIME, &dl);
+        dl.tv_sec += 3 * WAIT_LIMIT_S;
+        pthread_mutex_lock(&g->mu);
+        g->entered = true;
+        pthread_cond_broadcast(&g->cv);
+        while (!g->open && pthread_cond_timedwait(&g->cv, &g->mu, &dl) != ETIMEDOUT)
+            ;
+        pthread_mutex_unlock(&g->mu);
+    }
+    return logsrv_file_open(path, uid, ret_fd, ret_size);
+}
+
+static void a_follower_whose_open_blocks_delays_no_other_follower(void **state)
+{
+    struct env *e = *state;
+    struct gate g = {.entered = false, .open = false};
+    pthread_mutex_init(&g.mu, NULL);
+    pthread_cond_init(&g.cv, NULL);
+    /* This test's server: the same state, the gated opener. */
+    logsrv_free(e->l);
+    char err[256], p[512];
+    struct logsrv_config cfg = {.bind_addr = "127.0.0.1",
+                                .state_dir = e->dir,
+                                .token = TOKEN,
+                                .open = gated_open,
+                                .open_ctx = &g};
+    assert_int_equal(logsrv_new(&cfg, &e->l, err, sizeof(err)), 0);
+    e->port = logsrv_port(e->l);
+    make_attempt(e, "20.1", (unsigned)geteuid(), "");
+    path_of(p, e, "attempts/20.1/stdout");
+    write_file(p, "blocked one\n");
+    pthread_t tb, tf;
+    struct follower *blocked = follow_start(e, "/v1/attempts/20/1/logs?follow=1", &tb);
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_sec += WAIT_LIMIT_S;
+    pthread_mutex_lock(&g.mu);
+    while (!g.entered)
+        assert_int_not_equal(pthread_cond_timedwait(&g.cv, &g.mu, &dl), ETIMEDOUT);
+    pthread_mutex_unlock(&g.mu);
+    /* Its open is stuck in the opener: another follower streams and ends,
+     * and a plain read answers, all while the gate stays shut. */
+    struct follower *free_one = follow_start(e, "/v1/attempts/7/1/logs?follow=1", &tf);
+    follow_wait(free_one, strlen(OUT_TEXT), false);
+    path_of(p, e, "attempts/7.1/stdout");
+    append_file(p, "more\n");
+    follow_wait(free_one, strlen(OUT_TEXT) + 5, false);
+    finish_attempt(e, "7.1");
+    follow_wait(free_one, 0, true);
+    assert_int_equal(free_one->rc, 0);
+    assert_int_equal(free_one->len, strlen(OUT_TEXT) + 5);
+    struct answer a;
+    ask(e, "GET", "/v1/attempts/7/1/logs?stream=stderr", TOKEN, &a);
+    expect_body(&a, ERR_TEXT);
+    pthread_mutex_lock(&g.mu);
+    bool still_shut = !g.open;
+    pthread_mutex_lock(&blocked->mu);
+    size_t got = blocked->len;
+    bool ended = blocked->done;
+    pthread_mutex_unlock(&blocked->mu);
+    g.open = true; /* now the stuck one goes on */
+    pthread_cond_broadcast(&g.cv);
+    pthread_mutex_unlock(&g.mu);
+    assert_true(still_shut);
+    assert_int_equal(got, 0);
+    assert_false(ended);
+    follow_wait(blocked, strlen("blocked one\n"), false);
+    finish_attempt(e, "20.1");
+    follow_wait(blocked, 0, true);
+    assert_int_equal(blocked->rc, 0);
+    assert_int_equal(blocked->len, strlen("blocked one\n"));
+    assert_memory_equal(blocked->data, "blocked one\n", blocked->len);
+    follow_end(free_one, tf);
+    follow_end(blocked, tb);
+    pthread_mutex_destroy(&g.mu);
+    pthread_cond_destroy(&g.cv);
+}
+
 int main(void)
 {
 #define TEST(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
@@ -763,6 +862,7 @@ int main(void)
         TEST(follow_waits_while_a_new_log_file_is_still_roots),
         TEST(follow_streams_are_capped_and_one_that_leaves_frees_its_slot),
         TEST(freeing_the_server_cuts_open_follow_streams),
+        TEST(a_follower_whose_open_blocks_delays_no_other_follower),
         cmocka_unit_test(config_errors_are_named),
     };
 #undef TEST

@@ -6,7 +6,11 @@
  * most once; SIGTERM then SIGKILL stop a command that ignores SIGTERM, both
  * with process groups and with cgroups, and with cgroups SIGKILL reaches a
  * child that called setsid; finished shims are reaped; shims outlive the
- * privileged process; a dead privileged process gives GPO_EPIPE.
+ * privileged process; a dead privileged process gives GPO_EPIPE; the
+ * attribute request names the attempt of a command by its environment and
+ * nothing for other processes; a log open passes the job's log back over
+ * the socket and refuses a FIFO and another user's file without blocking;
+ * the read requests' bad fields are refused by name.
  *
  * Needs root, the gpuorch-test1 and gpuorch-test2 accounts and GPUORCH_BIN
  * (the built gpuorch); the cgroup tests also a writable cgroup v2. Tests that
@@ -773,6 +777,162 @@ static void priv_start_refuses_bad_config_and_notes_missing_cgroups(void **state
     priv_stop(p);
 }
 
+/* The command's own pid: its process group, from ATTEMPT_DIR/pid. */
+static pid_t command_pid(const struct env *e, const struct priv *p, uint64_t job)
+{
+    char path[512];
+    attempt_path(e, p, job, 1, "pid", path, sizeof(path));
+    tmptree_wait_file(path);
+    long pid = tmptree_read_number(path);
+    assert_true(pid > 1);
+    return (pid_t)pid;
+}
+
+static void priv_attribute_names_a_commands_attempt_and_nothing_else(void **state)
+{
+    struct env *e = *state;
+    uint64_t job = e->next_job++;
+    char job_var[64];
+    snprintf(job_var, sizeof(job_var), "GPUORCH_JOB_ID=%llu", (unsigned long long)job);
+    const char *env[] = {"PATH=/usr/bin:/bin", job_var, "GPUORCH_ATTEMPT=1"};
+    const char *argv[] = {"sleep", "1000"};
+    struct priv_launch req = request(e, job, argv, 2);
+    req.env = env;
+    req.nenv = 3;
+    launch_ok(e, e->pg, &req, NULL);
+    pid_t cmd = command_pid(e, e->pg, job);
+    /* A process that names an attempt this node never launched. */
+    pid_t stranger = fork();
+    if (stranger == 0) {
+        char *const senv[] = {"GPUORCH_JOB_ID=987654321", "GPUORCH_ATTEMPT=1", NULL};
+        char *const sargv[] = {"sleep", "1000", NULL};
+        execve("/bin/sleep", sargv, senv);
+        _exit(127);
+    }
+    assert_true(stranger > 0);
+    /* Its environ is the exec's once /proc shows sleep's command line. */
+    char comm[64], text[64] = "";
+    snprintf(comm, sizeof(comm), "/proc/%d/comm", (int)stranger);
+    time_t end = time(NULL) + DEADLINE_S;
+    while (strcmp(text, "sleep\n") != 0 && time(NULL) < end) {
+        tmptree_read_text(comm, text, sizeof(text));
+        tmptree_pause();
+    }
+    pid_t pids[] = {cmd, getpid(), stranger};
+    uint64_t jobs[3] = {1, 1, 1};
+    uint32_t atts[3] = {9, 9, 9};
+    char err[PRIV_MSG_MAX] = "";
+    assert_int_equal(priv_attribute(e->pg, pids, 3, jobs, atts, err, sizeof(err)), 0);
+    assert_int_equal(jobs[0], job);
+    assert_int_equal(atts[0], 1);
+    assert_int_equal(jobs[1], 0); /* no GPUORCH_* in its environment */
+    assert_int_equal(atts[1], 0);
+    assert_int_equal(jobs[2], 0); /* an attempt without a directory here */
+    kill(stranger, SIGKILL);
+    waitpid(stranger, NULL, 0);
+    assert_int_equal(priv_signal(e->pg, job, 1, SIGKILL, err, sizeof(err)), 0);
+    wait_cleaned(e, e->pg, job);
+    /* More pids than one request holds go in several. */
+    pid_t many[PRIV_PIDS_MAX + 3];
+    uint64_t mj[PRIV_PIDS_MAX + 3];
+    uint32_t ma[PRIV_PIDS_MAX + 3];
+    for (size_t i = 0; i < PRIV_PIDS_MAX + 3; i++)
+        many[i] = getpid();
+    assert_int_equal(priv_attribute(e->pg, many, PRIV_PIDS_MAX + 3, mj, ma, err, sizeof(err)), 0);
+    assert_int_equal(mj[PRIV_PIDS_MAX + 2], 0);
+}
+
+/* The whole of an open descriptor's file, as text. */
+static void read_fd(int fd, char *buf, size_t len)
+{
+    ssize_t n = pread(fd, buf, len - 1, 0);
+    assert_true(n >= 0);
+    buf[n] = '\0';
+}
+
+static void priv_log_open_passes_the_log_and_refuses_what_is_not_the_jobs(void **state)
+{
+    struct env *e = *state;
+    uint64_t job = e->next_job++;
+    char out[512];
+    snprintf(out, sizeof(out), "%s/out-%llu.txt", e->work, (unsigned long long)job);
+    const char *argv[] = {"sh", "-c", "echo hello; echo oops >&2"};
+    struct priv_launch req = request(e, job, argv, 3);
+    req.stdout_path = out;
+    launch_ok(e, e->pg, &req, NULL);
+    struct shim_status s;
+    wait_status(e, e->pg, job, &s);
+    int fd = -1;
+    int64_t size = -1;
+    char err[PRIV_MSG_MAX] = "", text[64];
+    assert_int_equal(
+        priv_log_open(e->pg, job, 1, PRIV_STREAM_STDOUT, 0, &fd, &size, err, sizeof(err)), 0);
+    assert_int_equal(size, 6);
+    read_fd(fd, text, sizeof(text));
+    assert_string_equal(text, "hello\n");
+    assert_true(fcntl(fd, F_GETFD) & FD_CLOEXEC);
+    close(fd);
+    assert_int_equal(
+        priv_log_open(e->pg, job, 1, PRIV_STREAM_STDERR, 0, &fd, &size, err, sizeof(err)), 0);
+    read_fd(fd, text, sizeof(text));
+    assert_string_equal(text, "oops\n");
+    close(fd);
+    /* A FIFO in its place: refused, and the open never waits for a writer. */
+    assert_int_equal(unlink(out), 0);
+    assert_int_equal(mkfifo(out, 0666), 0);
+    assert_int_equal(chown(out, e->uid1, e->gid1), 0);
+    assert_int_equal(
+        priv_log_open(e->pg, job, 1, PRIV_STREAM_STDOUT, 0, &fd, &size, err, sizeof(err)),
+        GPO_EPERM);
+    /* A link to root's file: refused (the check is on what it opens). */
+    assert_int_equal(unlink(out), 0);
+    char secret[512];
+    snprintf(secret, sizeof(secret), "%s/secret", e->base);
+    FILE *f = fopen(secret, "w");
+    assert_non_null(f);
+    fputs("root only\n", f);
+    fclose(f);
+    assert_int_equal(symlink(secret, out), 0);
+    assert_int_equal(
+        priv_log_open(e->pg, job, 1, PRIV_STREAM_STDOUT, 0, &fd, &size, err, sizeof(err)),
+        GPO_EPERM);
+    assert_int_equal(unlink(out), 0);
+    assert_int_equal(
+        priv_log_open(e->pg, job, 1, PRIV_STREAM_STDOUT, 0, &fd, &size, err, sizeof(err)),
+        GPO_ENOENT);
+    assert_int_equal(
+        priv_log_open(e->pg, 999999, 1, PRIV_STREAM_STDOUT, 0, &fd, &size, err, sizeof(err)),
+        GPO_ENOENT);
+    assert_int_equal(
+        priv_log_open(e->pg, job, 1, (enum priv_stream)3, 0, &fd, &size, err, sizeof(err)),
+        GPO_EINVAL);
+    assert_int_equal(strncmp(err, "stream:", 7), 0);
+}
+
+static void priv_refuses_malformed_read_requests(void **state)
+{
+    struct env *e = *state;
+    struct priv_req_attribute at = {.type = PRIV_REQ_ATTRIBUTE, .n = 0};
+    raw_refused(e, &at, sizeof(at), "n");
+    at.n = 1;
+    at.pids[0] = 1;
+    raw_refused(e, &at, sizeof(at), "pids[0]");
+    at.pids[0] = 42;
+    at.pids[5] = 43;
+    raw_refused(e, &at, sizeof(at), "pids[5]");
+    raw_refused(e, &at, sizeof(at) - 4, "request");
+    struct priv_req_log lg = {.type = PRIV_REQ_LOG_OPEN, .job = 1, .attempt = 1, .stream = 9};
+    raw_refused(e, &lg, sizeof(lg), "stream");
+    lg.stream = PRIV_STREAM_STDOUT;
+    lg.pad = 1;
+    raw_refused(e, &lg, sizeof(lg), "pad");
+    lg.pad = 0;
+    lg.job = 0;
+    raw_refused(e, &lg, sizeof(lg), "job");
+    uint32_t unknown[6] = {6};
+    raw_refused(e, unknown, sizeof(unknown), "type");
+}
+
 enum { NEED_CGROUP = 1 << 0 };
 
 int main(void)
@@ -802,6 +962,9 @@ int main(void)
         T(priv_reports_edead_once_privileged_process_is_gone, 0),
         T(priv_launch_without_user_runs_as_agents_own_user_when_root_is_allowed, 0),
         T(priv_start_refuses_bad_config_and_notes_missing_cgroups, 0),
+        T(priv_attribute_names_a_commands_attempt_and_nothing_else, 0),
+        T(priv_log_open_passes_the_log_and_refuses_what_is_not_the_jobs, 0),
+        T(priv_refuses_malformed_read_requests, 0),
     };
 #undef T
     /* cmocka 1.1's skip() prints "not ok ... # SKIP", which meson counts as a

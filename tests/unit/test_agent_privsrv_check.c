@@ -2,7 +2,10 @@
  * plain functions: a message's type and size, every field of a launch
  * refused by name, the packed argv and env handed back, the user's uid
  * against root and the process's own, a signal's and a cleanup's fields,
- * an attempt's cgroup path, and a pid file's text. No process is forked. */
+ * an attempt's cgroup path, a pid file's text, an attribute request's pids,
+ * the job and attempt a process's environment names, a log open's fields
+ * and the file it found, a script job's file, and attempt.json's uid and
+ * log paths. No process is forked. */
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -11,8 +14,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <cmocka.h>
+#include <jansson.h>
 
 #include "agent/privsrv_check.h"
 #include "base/banned.h"
@@ -345,6 +350,207 @@ static void privsrv_check_pgid_reads_a_pid_and_nothing_else(void **state)
     assert_int_equal(privsrv_check_pgid(many, sizeof(many)), 0);
 }
 
+static void privsrv_check_request_takes_the_read_requests_at_their_size(void **state)
+{
+    (void)state;
+    char msg[PRIV_MSG_MAX];
+    uint32_t type = 0;
+    struct priv_req_attribute at = {.type = PRIV_REQ_ATTRIBUTE, .n = 1, .pids = {42}};
+    assert_int_equal(privsrv_check_request(&at, sizeof(at), &type, msg, sizeof(msg)), 0);
+    assert_int_equal(type, PRIV_REQ_ATTRIBUTE);
+    struct priv_req_log lg = {.type = PRIV_REQ_LOG_OPEN, .job = 7, .attempt = 1, .stream = 1};
+    assert_int_equal(privsrv_check_request(&lg, sizeof(lg), &type, msg, sizeof(msg)), 0);
+    assert_int_equal(type, PRIV_REQ_LOG_OPEN);
+    assert_int_equal(privsrv_check_request(&lg, sizeof(lg) - 1, &type, msg, sizeof(msg)),
+                     GPO_EINVAL);
+    assert_non_null(strstr(msg, "log_open"));
+    assert_int_equal(privsrv_check_request(&at, sizeof(at) + 4, &type, msg, sizeof(msg)),
+                     GPO_EINVAL);
+    assert_non_null(strstr(msg, "attribute"));
+}
+
+static void privsrv_check_attribute_takes_1_to_64_real_pids_and_zeros_after(void **state)
+{
+    (void)state;
+    char msg[PRIV_MSG_MAX];
+    struct priv_req_attribute q = {.type = PRIV_REQ_ATTRIBUTE, .n = 2, .pids = {2, PRIV_PID_MAX}};
+    assert_int_equal(privsrv_check_attribute(&q, msg, sizeof(msg)), 0);
+    q.n = PRIV_PIDS_MAX;
+    for (int i = 0; i < PRIV_PIDS_MAX; i++)
+        q.pids[i] = 100 + i;
+    assert_int_equal(privsrv_check_attribute(&q, msg, sizeof(msg)), 0);
+    const struct {
+        uint32_t n;
+        int at;
+        int32_t pid;
+        const char *field;
+    } bad[] = {
+        {0, -1, 0, "n: 0"},
+        {PRIV_PIDS_MAX + 1, -1, 0, "n: 65"},
+        {1, 0, 1, "pids[0]: 1"},
+        {1, 0, -5, "pids[0]: -5"},
+        {1, 0, PRIV_PID_MAX + 1, "pids[0]"},
+        {1, 3, 77, "pids[3]: 77, past n"},
+    };
+    for (size_t k = 0; k < ARRAY_LEN(bad); k++) {
+        struct priv_req_attribute b = {.type = PRIV_REQ_ATTRIBUTE, .n = bad[k].n, .pids = {42}};
+        if (bad[k].at >= 0)
+            b.pids[bad[k].at] = bad[k].pid;
+        msg[0] = '\0';
+        assert_int_equal(privsrv_check_attribute(&b, msg, sizeof(msg)), GPO_EINVAL);
+        assert_non_null(strstr(msg, bad[k].field));
+    }
+    q.type = PRIV_REQ_SIGNAL;
+    assert_int_equal(privsrv_check_attribute(&q, msg, sizeof(msg)), GPO_EINVAL);
+}
+
+static void privsrv_check_environ_reads_whole_ids_in_range(void **state)
+{
+    (void)state;
+    uint64_t job = 0;
+    uint32_t att = 0;
+    static const char good[] = "PATH=/bin\0GPUORCH_JOB_ID=42\0GPUORCH_ATTEMPT=3\0HOME=/x";
+    assert_true(privsrv_check_environ(good, sizeof(good), &job, &att));
+    assert_int_equal(job, 42);
+    assert_int_equal(att, 3);
+    /* The last of each wins: the agent sets them after the job's own. */
+    static const char twice[] = "GPUORCH_JOB_ID=1\0GPUORCH_ATTEMPT=1\0GPUORCH_JOB_ID=9\0"
+                                "GPUORCH_ATTEMPT=2";
+    assert_true(privsrv_check_environ(twice, sizeof(twice), &job, &att));
+    assert_int_equal(job, 9);
+    assert_int_equal(att, 2);
+    static const char max[] = "GPUORCH_JOB_ID=9223372036854775807\0GPUORCH_ATTEMPT=4294967295";
+    assert_true(privsrv_check_environ(max, sizeof(max), &job, &att));
+    assert_int_equal(att, UINT32_MAX);
+#define TEXT(s)                                                                                    \
+    {                                                                                              \
+        s, sizeof(s)                                                                               \
+    }
+    const struct {
+        const char *text;
+        size_t n;
+    } bad[] = {
+        TEXT("GPUORCH_JOB_ID=42"),                                     /* no attempt */
+        TEXT("GPUORCH_JOB_ID=0\0GPUORCH_ATTEMPT=1"),                   /* job 0 */
+        TEXT("GPUORCH_JOB_ID=4x\0GPUORCH_ATTEMPT=1"),                  /* not a number */
+        TEXT("GPUORCH_JOB_ID=+4\0GPUORCH_ATTEMPT=1"),                  /* a sign */
+        TEXT("GPUORCH_JOB_ID=9223372036854775808\0GPUORCH_ATTEMPT=1"), /* over INT64_MAX */
+        TEXT("GPUORCH_JOB_ID=1\0GPUORCH_ATTEMPT=4294967296"),          /* over UINT32_MAX */
+        TEXT("GPUORCH_JOB_ID=\0GPUORCH_ATTEMPT=1"),                    /* empty */
+        TEXT("XGPUORCH_JOB_ID=1\0GPUORCH_ATTEMPT=1"),                  /* another name */
+    };
+#undef TEXT
+    for (size_t k = 0; k < ARRAY_LEN(bad); k++) {
+        job = 5;
+        assert_false(privsrv_check_environ(bad[k].text, bad[k].n, &job, &att));
+        assert_int_equal(job, 5); /* out-parameters only on success */
+    }
+    /* An entry cut by the end of what was read is not read. */
+    static const char cut[] = "GPUORCH_ATTEMPT=1\0GPUORCH_JOB_ID=12345";
+    assert_false(privsrv_check_environ(cut, sizeof(cut) - 1, &job, &att));
+    assert_false(privsrv_check_environ("", 0, &job, &att));
+}
+
+static void privsrv_check_log_takes_stdout_or_stderr_of_an_attempt(void **state)
+{
+    (void)state;
+    char msg[PRIV_MSG_MAX];
+    struct priv_req_log q = {
+        .type = PRIV_REQ_LOG_OPEN, .job = 7, .attempt = 1, .stream = PRIV_STREAM_STDERR};
+    assert_int_equal(privsrv_check_log(&q, msg, sizeof(msg)), 0);
+    const struct {
+        struct priv_req_log q;
+        const char *field;
+    } bad[] = {
+        {{.type = PRIV_REQ_LOG_OPEN, .job = 0, .attempt = 1, .stream = 1}, "job"},
+        {{.type = PRIV_REQ_LOG_OPEN, .job = 7, .attempt = 0, .stream = 1}, "attempt"},
+        {{.type = PRIV_REQ_LOG_OPEN, .job = 7, .attempt = 1, .stream = 0}, "stream: 0"},
+        {{.type = PRIV_REQ_LOG_OPEN, .job = 7, .attempt = 1, .stream = 3}, "stream: 3"},
+        {{.type = PRIV_REQ_LOG_OPEN, .job = 7, .attempt = 1, .stream = 1, .pad = 1}, "pad"},
+        {{.type = PRIV_REQ_SIGNAL, .job = 7, .attempt = 1, .stream = 1}, "type"},
+    };
+    for (size_t k = 0; k < ARRAY_LEN(bad); k++) {
+        assert_int_equal(privsrv_check_log(&bad[k].q, msg, sizeof(msg)), GPO_EINVAL);
+        assert_true(strncmp(msg, bad[k].field, strlen(bad[k].field)) == 0);
+    }
+    assert_int_equal(privsrv_check_log_file(S_IFREG | 0640, 1001, 1001), 0);
+    assert_int_equal(privsrv_check_log_file(S_IFREG | 0640, 0, 1001), GPO_EPERM);
+    assert_int_equal(privsrv_check_log_file(S_IFIFO | 0666, 1001, 1001), GPO_EPERM);
+    assert_int_equal(privsrv_check_log_file(S_IFCHR | 0666, 1001, 1001), GPO_EPERM);
+    assert_int_equal(privsrv_check_log_file(S_IFDIR | 0755, 1001, 1001), GPO_EPERM);
+}
+
+static void privsrv_check_script_takes_only_the_agents_own_file(void **state)
+{
+    (void)state;
+    char msg[PRIV_MSG_MAX];
+    const char *want = "/var/lib/gpuorch/agent/scripts/7.1";
+    assert_int_equal(
+        privsrv_check_script(want, want, S_IFREG | 0700, 994, 1, 994, msg, sizeof(msg)), 0);
+    assert_int_equal(
+        privsrv_check_script("/etc/shadow", want, S_IFREG | 0700, 994, 1, 994, msg, sizeof(msg)),
+        GPO_EINVAL);
+    assert_non_null(strstr(msg, "argv[0]"));
+    assert_int_equal(privsrv_check_script(want, want, S_IFREG | 0700, 0, 1, 994, msg, sizeof(msg)),
+                     GPO_EINVAL);
+    assert_non_null(strstr(msg, "owned by uid 0"));
+    assert_int_equal(
+        privsrv_check_script(want, want, S_IFREG | 0700, 994, 2, 994, msg, sizeof(msg)),
+        GPO_EINVAL);
+    assert_non_null(strstr(msg, "2 links"));
+    assert_int_equal(
+        privsrv_check_script(want, want, S_IFLNK | 0777, 994, 1, 994, msg, sizeof(msg)),
+        GPO_EINVAL);
+    assert_non_null(strstr(msg, "not a regular file"));
+    struct priv_req_launch *q = good_launch();
+    q->has_script = 2;
+    char **cmd = NULL;
+    assert_int_equal(privsrv_check_launch(q, &cmd, msg, sizeof(msg)), GPO_EINVAL);
+    assert_non_null(strstr(msg, "has_script"));
+    free(q);
+}
+
+static void privsrv_check_attempt_log_gives_the_uid_and_the_logs_path(void **state)
+{
+    (void)state;
+    char msg[PRIV_MSG_MAX], path[PRIV_PATH_MAX];
+    uid_t uid = 7;
+    json_t *o =
+        json_loads("{\"uid\": 1001, \"gid\": 1001, \"stdout\": \"/data/out.txt\"}", 0, NULL);
+    assert_non_null(o);
+    assert_int_equal(privsrv_check_attempt_log(o, "/s/attempts/7.1", "stdout", &uid, path,
+                                               sizeof(path), msg, sizeof(msg)),
+                     0);
+    assert_int_equal(uid, 1001);
+    assert_string_equal(path, "/data/out.txt");
+    assert_int_equal(privsrv_check_attempt_log(o, "/s/attempts/7.1", "stderr", &uid, path,
+                                               sizeof(path), msg, sizeof(msg)),
+                     0);
+    assert_string_equal(path, "/s/attempts/7.1/stderr");
+    json_decref(o);
+    const struct {
+        const char *json, *field;
+    } bad[] = {
+        {"[1]", "not a JSON object"},
+        {"{\"uid\": -1}", "uid"},
+        {"{\"uid\": \"0\"}", "uid"},
+        {"{\"uid\": 1, \"stdout\": \"rel/path\"}", "stdout"},
+        {"{\"uid\": 1, \"stdout\": 5}", "stdout"},
+        {"{\"uid\": 1, \"stdout\": \"/a\\u0000b\"}", "stdout"},
+    };
+    for (size_t k = 0; k < ARRAY_LEN(bad); k++) {
+        o = json_loads(bad[k].json, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
+        assert_non_null(o);
+        uid = 7;
+        assert_int_equal(privsrv_check_attempt_log(o, "/s/attempts/7.1", "stdout", &uid, path,
+                                                   sizeof(path), msg, sizeof(msg)),
+                         GPO_EINVAL);
+        assert_int_equal(uid, 7);
+        assert_int_equal(strncmp(msg, bad[k].field, strlen(bad[k].field)), 0);
+        json_decref(o);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -356,6 +562,12 @@ int main(void)
         cmocka_unit_test(privsrv_check_attempt_takes_only_its_signals_and_ids),
         cmocka_unit_test(privsrv_check_cgroup_knows_only_the_attempts_own),
         cmocka_unit_test(privsrv_check_pgid_reads_a_pid_and_nothing_else),
+        cmocka_unit_test(privsrv_check_request_takes_the_read_requests_at_their_size),
+        cmocka_unit_test(privsrv_check_attribute_takes_1_to_64_real_pids_and_zeros_after),
+        cmocka_unit_test(privsrv_check_environ_reads_whole_ids_in_range),
+        cmocka_unit_test(privsrv_check_log_takes_stdout_or_stderr_of_an_attempt),
+        cmocka_unit_test(privsrv_check_script_takes_only_the_agents_own_file),
+        cmocka_unit_test(privsrv_check_attempt_log_gives_the_uid_and_the_logs_path),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
