@@ -41,6 +41,7 @@ READ_DEADLINE_S = 10  # how long a case waits for the server to close
 SRV = Server(BIN, "gpuorch-framing-test-srv-")
 call = SRV.call
 TMP = tempfile.mkdtemp(prefix="gpuorch-framing-test-")
+os.chmod(TMP, 0o755)  # the agents' account must reach their state directories
 AGENT = None
 ADMIN = None
 JOB = json.dumps({"command": ["/bin/true"], "gpus": 1, "team": "research",
