@@ -130,7 +130,9 @@ def logged(agent_or_srv, text):
 
 def first_after(jid, t):
     """Whether job JID's attempt was first listed by the controller, and its
-    processes first seen, only after monotonic time T."""
+    processes first seen, only after monotonic time T. The checker samples on
+    its own thread: wait until it has seen the assignment the API reported."""
+    wait_until(lambda: WATCH.assigned.get(str(jid)) is not None, timeout=10, step=0.05)
     a = WATCH.assigned.get(str(jid))
     s = WATCH.seen.get(str(jid), (None, None))[0]
     return a is not None and a > t and (s is None or s > t)
