@@ -124,8 +124,17 @@ static int make_attempt_dir(const struct privsrv *s, const char *dir, char *msg,
         if (exists_in(dir, "status") || exists_in(dir, "pid"))
             return errbuf_set(msg, len, GPO_EEXIST, "%s: this attempt was launched already", dir);
     }
-    if (chown(dir, s->uid, s->agent_gid) < 0 || chmod(dir, 02750) < 0)
-        return errbuf_set(msg, len, GPO_EIO, "chown/chmod %s: %s", dir, strerror(errno));
+    /* Through a descriptor of the directory itself: a symlink put in its
+     * place since the mkdir is refused, never followed as root. */
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0 || fstat(fd, &st) < 0 || st.st_uid != s->uid ||
+        fchown(fd, s->uid, s->agent_gid) < 0 || fchmod(fd, 02750) < 0) {
+        int e = errno;
+        if (fd >= 0)
+            close(fd);
+        return errbuf_set(msg, len, GPO_EIO, "chown/chmod %s: %s", dir, strerror(e));
+    }
+    close(fd);
     return 0;
 }
 

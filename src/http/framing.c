@@ -56,9 +56,18 @@ static void content_length(struct http_framing *f, const char *v, size_t n)
     f->cl = x;
 }
 
+/* libmicrohttpd 0.9.75 decodes a chunked body only when the first
+ * Transfer-Encoding field is exactly "chunked" after leading whitespace (any
+ * case); for anything else it reads the body until the client closes. So
+ * the codings are judged here, and a value it would not take as chunked is
+ * refused even where its codings are sound ("chunked ", ", chunked"). */
 static void transfer_encoding(struct http_framing *f, const char *v, size_t n)
 {
     f->nte++;
+    size_t lead = 0;
+    while (lead < n && is_ows(v[lead]))
+        lead++;
+    f->te_exact = name_is(v + lead, n - lead, "chunked");
     for (size_t i = 0; i < n;) {
         size_t end = i;
         while (end < n && v[end] != ',')
@@ -106,10 +115,12 @@ unsigned http_framing_verdict(const struct http_framing *f, const char **ret_msg
         {400, "Content-Length is not a decimal number"},
         {413, "Content-Length is over 64 bits"},
         {400, "Transfer-Encoding and Content-Length are given together"},
+        {400, "Transfer-Encoding is given more than once"},
         {400, "Transfer-Encoding in an HTTP/1.0 request"},
         {400, "the final transfer coding is not chunked"},
         {400, "chunked is applied more than once"},
         {501, "no transfer coding but chunked is supported"},
+        {400, "Transfer-Encoding is not exactly \"chunked\""},
     };
     bool te = f->nte > 0;
     bool cond[] = {
@@ -118,10 +129,12 @@ unsigned http_framing_verdict(const struct http_framing *f, const char **ret_msg
         f->cl_bad,
         f->cl_huge,
         te && f->ncl > 0,
+        f->nte > 1,
         te && f->http10,
         te && !f->last_chunked,
         te && f->nchunked > 1,
         te && f->ncodings > 1,
+        te && !f->te_exact,
     };
     _Static_assert(sizeof(cond) / sizeof(cond[0]) == sizeof(why) / sizeof(why[0]), "one each");
     for (size_t i = 0; i < sizeof(cond) / sizeof(cond[0]); i++)
@@ -160,21 +173,31 @@ static enum http_scan refuse(struct http_scan_refusal *r, unsigned status, const
     return HTTP_SCAN_REFUSE;
 }
 
-/* The request line "METHOD SP TARGET SP HTTP/1.x": false for anything else,
- * which is libmicrohttpd's to refuse (it answers those once). */
+/* The request line, read as leniently as libmicrohttpd 0.9.75 reads it (more
+ * spaces after the method, spaces in the target: the version is the last
+ * word), so that no request it goes on to read skips the field checks:
+ * METHOD, then the target, then the version. False only for a line of fewer
+ * than three words, which libmicrohttpd refuses before reading any field
+ * (once). */
 static bool request_line(const char *l, size_t n, bool *http10, struct http_scan_refusal *r)
 {
     const char *sp1 = memchr(l, ' ', n);
-    const char *sp2 = sp1 ? memchr(sp1 + 1, ' ', n - (size_t)(sp1 + 1 - l)) : NULL;
-    if (!sp1 || !sp2)
+    const char *sp2 = NULL;
+    for (size_t i = n; sp1 && i > (size_t)(sp1 - l) + 1; i--)
+        if (l[i - 1] == ' ') {
+            sp2 = l + i - 1;
+            break;
+        }
+    const char *target = sp1;
+    while (target && target < l + n && *target == ' ')
+        target++;
+    if (!sp1 || !sp2 || target >= sp2 || sp2 + 1 == l + n)
         return false;
     const char *ver = sp2 + 1;
     size_t vlen = n - (size_t)(ver - l);
-    if (vlen != 8 || strncmp(ver, "HTTP/1.", 7) != 0 || (ver[7] != '0' && ver[7] != '1'))
-        return false;
-    *http10 = ver[7] == '0';
+    *http10 = vlen == 8 && strncmp(ver, "HTTP/1.0", 8) == 0;
     snprintf(r->method, sizeof(r->method), "%.*s", (int)(sp1 - l), l);
-    snprintf(r->path, sizeof(r->path), "%.*s", (int)(sp2 - sp1 - 1), sp1 + 1);
+    snprintf(r->path, sizeof(r->path), "%.*s", (int)(sp2 - target), target);
     r->path[strcspn(r->path, "?")] = '\0';
     return true;
 }
@@ -228,8 +251,8 @@ enum http_scan http_framing_scan(const char *buf, size_t len, bool eof,
         if (s == HTTP_SCAN_MORE) {
             if (eof)
                 return HTTP_SCAN_PASS; /* all there is: MHD's to answer */
-            if (i > 0)                 /* a pipelined head on its way: wait while it fits */
-                return len >= HTTP_HEAD_MAX ? HTTP_SCAN_PASS : HTTP_SCAN_MORE;
+            if (i > 0) /* the first head is judged; a later one (or a stray CRLF) is */
+                return HTTP_SCAN_PASS; /* checked again in the access callback */
             if (len - start < HTTP_HEAD_MAX)
                 return HTTP_SCAN_MORE;
             bool line = memchr(buf + start, '\n', len - start) != NULL;

@@ -9,10 +9,11 @@
  *     "+5", "5 ", "5, 5" and the empty value), or appears more than once,
  *     equal values included: 400;
  *   - Content-Length has more digits than fit 64 bits: 413;
- *   - Transfer-Encoding appears beside Content-Length, in an HTTP/1.0
- *     request, or with a final coding other than chunked, or chunked twice:
- *     400; a chunked request with another coding before it: 501 (we decode
- *     none).
+ *   - Transfer-Encoding appears beside Content-Length, more than once, in
+ *     an HTTP/1.0 request, or with a final coding other than chunked, or
+ *     chunked twice, or is anything but "chunked" after leading whitespace
+ *     (libmicrohttpd decodes nothing else as chunked): 400; a chunked
+ *     request with another coding before it: 501 (we decode none).
  * Two users: the accept gate (gate.c), which reads a new connection's first
  * requests from the socket before libmicrohttpd does, and the first access
  * callback (http.c), which sees every request's fields as MHD parsed them.
@@ -41,6 +42,7 @@ struct http_framing {
     unsigned ncodings; /* codings named in all of them */
     unsigned nchunked; /* of which chunked */
     bool last_chunked; /* the final coding is chunked */
+    bool te_exact;     /* the (last) field is "chunked" after leading whitespace */
 };
 
 void http_framing_init(struct http_framing *f, bool http10);
@@ -76,13 +78,15 @@ struct http_scan_refusal {
 /*
  * Scans the first len bytes a client sent on a new connection (peeked, still
  * unread): the first request's head must be complete within HTTP_HEAD_MAX
- * bytes (else 431; 414 when even the request line is not), and every head
- * in the bytes (pipelined requests, found by skipping Content-Length bodies
- * up to the first chunked one or one still coming; a head begun is waited
- * for while the bytes fit HTTP_HEAD_MAX) must pass the rules above; a field line folded onto the
- * next (obs-fold) is refused too. Lines end at LF with or without CR before it, as libmicrohttpd
- * reads them. eof: the client has sent all it will (its head is then taken as is). On
- * HTTP_SCAN_REFUSE *ret is set.
+ * bytes (else 431; 414 when even the request line is not), and every
+ * complete head in the bytes (pipelined requests, found by skipping
+ * Content-Length bodies up to the first chunked one or one still coming)
+ * must pass the rules above; a field line folded onto the next (obs-fold)
+ * is refused too. A later head still incomplete is not waited for (the
+ * access callback checks it, and a stray CRLF after a body must not hold
+ * the connection). Lines end at LF with or without CR before it, as
+ * libmicrohttpd reads them. eof: the client has sent all it will (its head
+ * is then taken as is). On HTTP_SCAN_REFUSE *ret is set.
  */
 enum http_scan http_framing_scan(const char *buf, size_t len, bool eof,
                                  struct http_scan_refusal *ret);

@@ -75,7 +75,10 @@ static void pend_free(struct http_gate *g, struct pend *p)
 
 static void pend_close(struct http_gate *g, struct pend *p)
 {
-    close(p->fd); /* closing also takes it out of the epoll set */
+    /* Explicitly out of the epoll set: a copy of the descriptor in a forked
+     * child would keep it there, with p freed. */
+    (void)epoll_ctl(g->ep, EPOLL_CTL_DEL, p->fd, NULL);
+    close(p->fd);
     pend_free(g, p);
 }
 
@@ -109,9 +112,13 @@ static const char *reason(unsigned status)
 static void drain(struct pend *p)
 {
     char junk[4096];
-    ssize_t n;
-    while ((n = recv(p->fd, junk, sizeof(junk), 0)) > 0)
+    ssize_t n = 0;
+    /* At most 256 KiB a turn: a client streaming fast does not hold the gate
+     * (edge-triggered: the rest wakes it again, or the linger ends). */
+    for (unsigned k = 0; k < 64 && (n = recv(p->fd, junk, sizeof(junk), 0)) > 0; k++)
         ;
+    if (n > 0)
+        return;
     if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
         p->eof = true;
 }
@@ -236,7 +243,10 @@ static int expire(struct http_gate *g)
             next = p->deadline_us;
         i++;
     }
-    return next < 0 ? -1 : (int)((next - now) / 1000 + 1);
+    if (next < 0)
+        return -1;
+    int64_t ms = (next - now) / 1000 + 1;
+    return ms > 60000 ? 60000 : (int)ms; /* wakes up to look again: no overflow */
 }
 
 static void *gate_main(void *arg)

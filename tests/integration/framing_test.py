@@ -150,8 +150,8 @@ class Target:
         self.name, self.port, self.method, self.path = name, port, method, path
         self.auth, self.counts = auth, counts
 
-    def head(self, fields, version="HTTP/1.1"):
-        lines = [f"{self.method} {self.path} {version}", "Host: t"]
+    def head(self, fields, version="HTTP/1.1", line=None):
+        lines = [line or f"{self.method} {self.path} {version}", "Host: t"]
         if self.auth:
             lines.append(f"Authorization: Bearer {self.auth}")
         return ("\r\n".join(lines + list(fields)) + "\r\n\r\n").encode()
@@ -214,6 +214,19 @@ def cases(t, body, body_status):
     t.refused("a head of 70,000 bytes", t.head(["X-Big: " + "a" * 70000]), 431)
     t.refused("a request line without a version",
               f"{t.method} {t.path}\r\nHost: t\r\n\r\n".encode(), 400)
+    # request lines libmicrohttpd reads leniently: their fields are checked all the same
+    t.refused("two spaces after the method, Content-Length abc",
+              t.head(["Content-Length: abc"], line=f"{t.method}  {t.path} HTTP/1.1") + body,
+              400)
+    t.refused("HTTP/1.2, Content-Length abc", t.head(["Content-Length: abc"], "HTTP/1.2") + body,
+              400)
+    # what libmicrohttpd would not decode as chunked (it would wait for the close)
+    t.refused("Transfer-Encoding: chunked with a space after it",
+              t.head(["Transfer-Encoding: chunked "]) + chunked, 400)
+    t.refused("Transfer-Encoding: , chunked", t.head(["Transfer-Encoding: , chunked"]) + chunked,
+              400)
+    t.refused("two Transfer-Encoding fields",
+              t.head(["Transfer-Encoding:", "Transfer-Encoding: chunked"]) + chunked, 400)
     t.refused("a sound request pipelined after a bad one (not processed)",
               t.head(["Content-Length: abc"]) + t.head([f"Content-Length: {n}"]) + body, 400)
 
@@ -237,6 +250,13 @@ def cases(t, body, body_status):
     ok(first and first[0] == body_status and second and second[0] == body_status,
        f"{t.name}: a keep-alive pair (Content-Length, then chunked): both answered "
        f"{body_status}", f"{first} {second}")
+
+    with socket.create_connection(("127.0.0.1", t.port), timeout=READ_DEADLINE_S) as s:
+        s.sendall(t.head([f"Content-Length: {n}"]) + body + b"\r\n")
+        first = read_answer(s)
+    ok(first and first[0] == body_status,
+       f"{t.name}: a stray CRLF after a sound body (RFC 9112 2.2): answered {body_status} "
+       f"at once", f"{first}")
 
     with socket.create_connection(("127.0.0.1", t.port), timeout=READ_DEADLINE_S) as s:
         s.sendall(t.head([f"Content-Length: {n}"]) + body + t.head([f"Content-Length: {n}"])

@@ -253,6 +253,21 @@ static void frames_after_the_last_commit_are_refused(void **state)
     wal_write(e, &w);
     expect_damage(e, NULL, "frames 2-3");
     expect_damage(e, NULL, "do not end in one");
+    /* A mark that records no acknowledged commit in the WAL (a clean close,
+     * or a crash in the first transaction after the start): all of it is
+     * unacknowledged, what SQLite drops, torn or with a bad header too. */
+    struct sq_wal_pos none = {0, 0, 0};
+    struct sq_wal_info info;
+    char err[256];
+    assert_int_equal(check(e, &none, &info, err, sizeof(err)), 0);
+    w.buf[w.len - 1] ^= 1;
+    w.len -= 100;
+    wal_write(e, &w);
+    assert_int_equal(check(e, &none, &info, err, sizeof(err)), 0);
+    memset(w.buf, 0, 8);
+    wal_write(e, &w);
+    assert_int_equal(check(e, &none, &info, err, sizeof(err)), 0);
+    expect_damage(e, NULL, "magic");
 }
 
 static void earlier_generation_frames_are_accepted(void **state)

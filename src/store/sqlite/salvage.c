@@ -151,14 +151,23 @@ static const char *base_name(const char *path)
     return slash ? slash + 1 : path;
 }
 
-/* Renames path and its companions into folder; then copies the database
- * and its WAL there as salvage.db for SQLite to read. */
+static int copy_file(const char *from, const char *to, char *err, size_t errlen);
+
+/* Renames path and its companions into folder, but copies the mark: an
+ * interrupted recovery must leave its record (the id floor, the epoch) in
+ * place for the next one. */
 static int move_aside(const char *path, const char *folder, char *err, size_t errlen)
 {
     for (size_t k = 0; k < sizeof(suffixes) / sizeof(suffixes[0]); k++) {
         char from[PATH_MAX_], to[PATH_MAX_ * 2];
         snprintf(from, sizeof(from), "%s%s", path, suffixes[k]);
         snprintf(to, sizeof(to), "%s/%s%s", folder, base_name(path), suffixes[k]);
+        if (strcmp(suffixes[k], ".mark") == 0) {
+            int rc = copy_file(from, to, err, errlen);
+            if (rc)
+                return rc;
+            continue;
+        }
         if (rename(from, to) != 0 && errno != ENOENT)
             return errbuf_set(err, errlen, -errno, "rename %s to %s: %s", from, to,
                               strerror(errno));

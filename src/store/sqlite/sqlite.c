@@ -269,10 +269,10 @@ static void mark_commit(struct sq *s, const struct store_batch *group)
         m.reserved = (m.job_id / SQ_MARK_RESERVE + 1) * SQ_MARK_RESERVE;
         sync = true;
     }
+    /* An unreadable WAL header keeps the position last recorded: frame 0
+     * means "nothing acknowledged in the WAL", which this commit is not. */
     if (wal_salts(s, &m.wal))
         m.wal.frame = s->wal_frame;
-    else
-        m.wal = (struct sq_wal_pos){0};
     if (sq_mark_write(s->mark_fd, &m, sync || s->mark_dirty) == 0) {
         s->mark = m;
         s->mark_dirty = false;

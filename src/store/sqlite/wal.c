@@ -177,7 +177,8 @@ int sq_wal_check(const char *wal_path, const struct sq_wal_pos *acked, struct sq
     if (fd < 0 && errno == ENOENT && acked && acked->frame > 0)
         return errbuf_set(err, errlen, GPO_ECORRUPT,
                           "%s: missing, but the last acknowledged commit is frame %" PRIu32
-                          " of it",
+                          " of it (if another SQLite client checkpointed it into the database, "
+                          "--recover keeps every row)",
                           wal_path, acked->frame);
     if (fd < 0 && errno == ENOENT) {
         *ret = w;
@@ -210,8 +211,19 @@ int sq_wal_check(const char *wal_path, const struct sq_wal_pos *acked, struct sq
         rc = judge(wal_path, acked, &w, end, err, errlen);
     if (rc == 0 && !w.present && acked && acked->frame > 0)
         rc = errbuf_set(err, errlen, GPO_ECORRUPT,
-                        "%s: %s, but the last acknowledged commit is frame %" PRIu32 " of it",
+                        "%s: %s, but the last acknowledged commit is frame %" PRIu32
+                        " of it (if another SQLite client checkpointed it into the database, "
+                        "--recover keeps every row)",
                         wal_path, st.st_size ? "no header" : "empty", acked->frame);
+    /* A mark that records no acknowledged commit in the WAL (a clean close,
+     * or nothing committed since the start) makes all of it unacknowledged:
+     * a crash in the first transaction leaves what SQLite drops, no damage. */
+    if (rc == GPO_ECORRUPT && acked && acked->frame == 0) {
+        rc = 0;
+        w = (struct sq_wal_info){0};
+        if (errlen)
+            err[0] = '\0';
+    }
     if (rc == 0)
         *ret = w;
     return rc;
