@@ -28,6 +28,7 @@
 #include "agent/journal.h"
 #include "agent/logsrv.h"
 #include "agent/priv.h"
+#include "agent/probe.h"
 #include "agent/runas.h"
 #include "agent/sampler.h"
 #include "gpu/gpu.h"
@@ -233,84 +234,6 @@ static int parse_args(int argc, char **argv, struct agent_args *a)
     if (strncmp(a->server, "http://", 7) != 0 && strncmp(a->server, "https://", 8) != 0)
         return usage_error("--server", a->server, "http://HOST:PORT or https://HOST:PORT");
     return 0;
-}
-
-/* What NVML says of each device, beyond what the inventory registers. */
-static json_t *devices_json(const struct gpu_backend *b)
-{
-    json_t *info = json_array();
-    for (unsigned i = 0; info && i < gpu_count(b); i++) {
-        struct gpu_info g;
-        if (gpu_info(b, i, &g, NULL, 0) == 0)
-            json_array_append_new(info, json_pack("{s:I, s:s, s:s, s:s, s:I, s:b, s:b, s:b}",
-                                                  "index", (json_int_t)g.index, "uuid", g.uuid,
-                                                  "name", g.name, "pci_bus_id", g.pci_bus_id,
-                                                  "memory_mib", (json_int_t)g.memory_mib,
-                                                  "mig_capable", g.mig_capable, "mig_enabled",
-                                                  g.mig_enabled, "mig_pending", g.mig_pending));
-    }
-    return info;
-}
-
-/* One limit of the layout: {"cgroup": "v1"|"v2", "dir": D}, or null. */
-static json_t *limit_json(const struct cgroup_limit *l)
-{
-    if (l->kind == CGROUP_NONE)
-        return json_null();
-    return json_pack("{s:s, s:s}", "cgroup", l->kind == CGROUP_V2 ? "v2" : "v1", "dir", l->dir);
-}
-
-/* Where --cgroup-root auto puts attempts' cgroups and their limits, or
- * {"error": ...} where there is no cgroup filesystem. */
-static json_t *cgroups_json(void)
-{
-    struct cgroup_layout l;
-    char err[512] = "out of memory";
-    if (cgroup_layout_read(&l, err, sizeof(err)) != 0)
-        return json_pack("{s:s}", "error", err);
-    return json_pack("{s:s, s:s, s:o, s:o}", "root", l.root, "root_cgroup",
-                     l.root_kind == CGROUP_V2 ? "v2" : "v1", "cpu", limit_json(&l.cpu), "memory",
-                     limit_json(&l.memory));
-}
-
-/* `gpuorch agent --probe`: what NVML says, and where cgroups would go, as
- * JSON on stdout. */
-static int probe(const struct agent_args *a)
-{
-    struct gpu_backend *b = NULL;
-    char err[1024] = "out of memory";
-    if (gpu_backend_open(a->nvml, &b, err, sizeof(err))) {
-        fprintf(stderr, "gpuorch agent --probe: %s\n", err);
-        return 1;
-    }
-    struct proto_register reg = {0};
-    struct proto_heartbeat hb = {.sampled_at_ms = PROTO_NONE};
-    json_t *inv = NULL, *sample = NULL;
-    int rc = sampler_inventory(b, &reg, err, sizeof(err));
-    rc = rc ? rc : sampler_sample(b, NULL, &hb);
-    rc = rc ? rc : proto_gpus_encode(reg.gpus, reg.ngpus, &inv);
-    rc = rc ? rc : proto_gpu_samples_encode(hb.gpus, hb.ngpus, &sample);
-    json_t *out = rc ? NULL
-                     : json_pack("{s:s, s:I, s:o, s:o, s:o, s:o}", "backend", gpu_backend_name(b),
-                                 "gpus", (json_int_t)gpu_count(b), "devices", devices_json(b),
-                                 "inventory", inv, "sample", sample, "cgroups", cgroups_json());
-    if (rc) { /* else json_pack took them, also when it failed */
-        json_decref(inv);
-        json_decref(sample);
-    }
-    proto_register_release(&reg);
-    proto_heartbeat_release(&hb);
-    gpu_backend_close(b);
-    if (!out) {
-        fprintf(stderr, "gpuorch agent --probe: %s\n", rc == GPO_ENOMEM ? "out of memory" : err);
-        return 1;
-    }
-    char *text = json_dumps(out, JSON_INDENT(2));
-    json_decref(out);
-    if (text)
-        printf("%s\n", text);
-    free(text);
-    return text ? 0 : 1;
 }
 
 /* The node's path prefix, its name escaped. */
@@ -780,7 +703,7 @@ int agent_command(int argc, char **argv)
     if (rc)
         return rc == HELP_SHOWN ? 0 : rc;
     if (ag.a.probe)
-        return probe(&ag.a);
+        return agent_probe(ag.a.nvml);
     sigset_t sigs;
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGINT);
