@@ -26,37 +26,12 @@
 #include "tmptree.h"
 #include "base/banned.h"
 
-struct env {
-    char dir[64];
-    char path[128]; /* dir/gpuorch.db */
-    char wal[160];
-};
-
 static int setup(void **state)
 {
-    struct env *e = calloc(1, sizeof(*e));
-    if (!e)
-        return -1;
-    snprintf(e->dir, sizeof(e->dir), "/tmp/test_store_recover.XXXXXX");
-    if (!mkdtemp(e->dir)) {
-        free(e);
-        return -1;
-    }
-    snprintf(e->path, sizeof(e->path), "%s/gpuorch.db", e->dir);
-    snprintf(e->wal, sizeof(e->wal), "%s-wal", e->path);
-    *state = e;
-    return 0;
+    return tmpdb_setup(state, "test_store_recover");
 }
 
-static int teardown(void **state)
-{
-    struct env *e = *state;
-    tmptree_remove(e->dir);
-    free(e);
-    return 0;
-}
-
-static struct store *open_store(const struct env *e)
+static struct store *open_store(const struct tmpdb *e)
 {
     struct store *s = NULL;
     char err[1024] = "";
@@ -68,7 +43,7 @@ static struct store *open_store(const struct env *e)
 }
 
 /* Opening refuses with GPO_ECORRUPT, naming `file` and `what`. */
-static void expect_refused(const struct env *e, const char *file, const char *what)
+static void expect_refused(const struct tmpdb *e, const char *file, const char *what)
 {
     struct store *s = NULL;
     char err[1024] = "";
@@ -81,7 +56,7 @@ static void expect_refused(const struct env *e, const char *file, const char *wh
     assert_non_null(strstr(err, what));
 }
 
-static struct store *open_recover(const struct env *e, struct store_recovery *rec)
+static struct store *open_recover(const struct tmpdb *e, struct store_recovery *rec)
 {
     struct store *s = NULL;
     char err[1024] = "";
@@ -131,7 +106,7 @@ static bool has_job(struct store *s, int64_t id)
 
 /* A child opens the store, takes an epoch, commits n jobs one by one and
  * exits without closing it: the WAL stays, as after kill -9. */
-static void crash_after_jobs(const struct env *e, int n)
+static void crash_after_jobs(const struct tmpdb *e, int n)
 {
     pid_t pid = fork();
     assert_true(pid >= 0);
@@ -194,7 +169,7 @@ static void expect_lost(const struct store_recovery *rec, int64_t first, int64_t
 
 static void damaged_wal_end_is_refused_then_recovered_without_reusing_ids(void **state)
 {
-    struct env *e = *state;
+    struct tmpdb *e = *state;
     crash_after_jobs(e, 5);
     long len = file_size(e->wal);
     assert_true(len > 64);
@@ -226,7 +201,7 @@ static void damaged_wal_end_is_refused_then_recovered_without_reusing_ids(void *
 
 static void wal_cut_short_is_refused_then_recovered(void **state)
 {
-    struct env *e = *state;
+    struct tmpdb *e = *state;
     crash_after_jobs(e, 6);
     long len = file_size(e->wal);
     assert_int_equal(truncate(e->wal, len - 1500), 0);
@@ -243,7 +218,7 @@ static void wal_cut_short_is_refused_then_recovered(void **state)
 
 static void torn_unacknowledged_tail_is_accepted(void **state)
 {
-    struct env *e = *state;
+    struct tmpdb *e = *state;
     crash_after_jobs(e, 3);
     long len = file_size(e->wal);
     /* A frame header of the current generation and part of its page: what a
@@ -267,7 +242,7 @@ static void torn_unacknowledged_tail_is_accepted(void **state)
 
 static void wal_restarted_by_a_checkpoint_opens_after_a_crash(void **state)
 {
-    struct env *e = *state;
+    struct tmpdb *e = *state;
     /* Enough commits for the writer's checkpoint (at 1000 frames) and a
      * restart of the WAL: the log then holds the new generation's frames
      * and, behind them, the earlier one's. */
@@ -302,7 +277,7 @@ static long page_holding(const char *path, const char *needle, long psz)
 
 static void damaged_database_page_is_refused_then_recovered(void **state)
 {
-    struct env *e = *state;
+    struct tmpdb *e = *state;
     struct store *s = open_store(e);
     int64_t epoch;
     assert_int_equal(store_epoch_acquire(s, &epoch), 0);
@@ -340,7 +315,7 @@ static void damaged_database_page_is_refused_then_recovered(void **state)
 
 static void missing_database_beside_its_mark_is_refused(void **state)
 {
-    struct env *e = *state;
+    struct tmpdb *e = *state;
     struct store *s = open_store(e);
     add_job(s, "one");
     store_close(s);
@@ -351,7 +326,7 @@ static void missing_database_beside_its_mark_is_refused(void **state)
 
 static void database_older_or_emptier_than_its_mark_is_refused(void **state)
 {
-    struct env *e = *state;
+    struct tmpdb *e = *state;
     struct store *s = open_store(e);
     int64_t epoch;
     assert_int_equal(store_epoch_acquire(s, &epoch), 0);
@@ -372,7 +347,7 @@ static void database_older_or_emptier_than_its_mark_is_refused(void **state)
 
 static void idempotency_key_expires_after_its_time(void **state)
 {
-    struct env *e = *state;
+    struct tmpdb *e = *state;
     const int64_t day = STORE_IDEMPOTENCY_TTL_MS;
     struct store *s = open_store(e);
     int64_t first = add_job_at(s, "a", "k", 1000, 0);
@@ -414,7 +389,7 @@ static void idempotency_key_expires_after_its_time(void **state)
 
 int main(void)
 {
-#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+#define T(f) cmocka_unit_test_setup_teardown(f, setup, tmpdb_teardown)
     const struct CMUnitTest tests[] = {
         T(damaged_wal_end_is_refused_then_recovered_without_reusing_ids),
         T(wal_cut_short_is_refused_then_recovered),

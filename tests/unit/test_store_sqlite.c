@@ -30,35 +30,12 @@
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
-struct env {
-    char dir[64];
-    char path[128]; /* dir/gpuorch.db */
-};
-
 static int setup(void **state)
 {
-    struct env *e = calloc(1, sizeof(*e));
-    if (!e)
-        return -1;
-    snprintf(e->dir, sizeof(e->dir), "/tmp/test_store_sqlite.XXXXXX");
-    if (!mkdtemp(e->dir)) {
-        free(e);
-        return -1;
-    }
-    snprintf(e->path, sizeof(e->path), "%s/gpuorch.db", e->dir);
-    *state = e;
-    return 0;
+    return tmpdb_setup(state, "test_store_sqlite");
 }
 
-static int teardown(void **state)
-{
-    struct env *e = *state;
-    tmptree_remove(e->dir);
-    free(e);
-    return 0;
-}
-
-static struct store *open_store(const struct env *e)
+static struct store *open_store(const struct tmpdb *e)
 {
     struct store *s = NULL;
     char err[256] = "";
@@ -200,7 +177,7 @@ static void tally_wait(struct tally *t, int n)
 
 static void open_creates_wal_database_with_full_sync(void **state)
 {
-    struct env *e = *state;
+    struct tmpdb *e = *state;
     struct store *s = open_store(e);
     struct stat st;
     assert_int_equal(stat(e->path, &st), 0);
@@ -218,7 +195,7 @@ static void open_creates_wal_database_with_full_sync(void **state)
 
 static void v1_database_migrates_to_current(void **state)
 {
-    struct env *e = *state;
+    struct tmpdb *e = *state;
     sqlite3 *db = NULL;
     char err[256] = "";
     assert_int_equal(sqlite3_open(e->path, &db), SQLITE_OK);
@@ -251,7 +228,7 @@ static void v1_database_migrates_to_current(void **state)
 
 static void newer_schema_is_refused_and_left_unchanged(void **state)
 {
-    struct env *e = *state;
+    struct tmpdb *e = *state;
     sqlite3 *db = NULL;
     assert_int_equal(sqlite3_open(e->path, &db), SQLITE_OK);
     assert_int_equal(
@@ -276,7 +253,7 @@ static void newer_schema_is_refused_and_left_unchanged(void **state)
 
 static void committed_job_and_attempts_survive_reopen(void **state)
 {
-    struct env *e = *state;
+    struct tmpdb *e = *state;
     struct store *s = open_store(e);
     int64_t id = add_job(s, "ml", "RUNNING", 3);
     struct store_batch *b = store_batch_new();
@@ -321,7 +298,7 @@ static void committed_job_and_attempts_survive_reopen(void **state)
 
 static void job_ids_increase_and_are_never_reused(void **state)
 {
-    struct env *e = *state;
+    struct tmpdb *e = *state;
     struct store *s = open_store(e);
     int64_t a = add_job(s, "ml", "PENDING", 1), b = add_job(s, "ml", "PENDING", 1);
     int64_t c = add_job(s, "ml", "PENDING", 1);
@@ -343,7 +320,7 @@ static void job_ids_increase_and_are_never_reused(void **state)
 
 static void committed_job_survives_kill_9(void **state)
 {
-    struct env *e = *state;
+    struct tmpdb *e = *state;
     int ready[2], hold[2];
     assert_int_equal(pipe(ready), 0);
     assert_int_equal(pipe(hold), 0);
@@ -442,7 +419,7 @@ static void group_free(struct group *g)
 
 static void paused_batches_commit_in_one_transaction(void **state)
 {
-    struct env *e = *state;
+    struct tmpdb *e = *state;
     struct store *s = open_store(e);
     struct group *g = group_new(s);
     struct slot slots[GROUP_N];
@@ -475,7 +452,7 @@ static void paused_batches_commit_in_one_transaction(void **state)
 
 static void failing_batch_in_group_leaves_no_trace(void **state)
 {
-    struct env *e = *state;
+    struct tmpdb *e = *state;
     struct store *s = open_store(e);
     int64_t first = 0, epoch = 0;
     commit_expect(s, job_batch("ml", "PENDING", 1, "dup"), 0, &first, 1);
@@ -545,7 +522,7 @@ static void *writer_thread(void *p)
 
 static void concurrent_writers_share_transactions(void **state)
 {
-    struct env *e = *state;
+    struct tmpdb *e = *state;
     struct store *s = open_store(e);
     enum { N = 8 };
     pthread_t th[N];
@@ -578,7 +555,7 @@ static void concurrent_writers_share_transactions(void **state)
 
 static void same_idempotency_key_returns_first_job(void **state)
 {
-    struct env *e = *state;
+    struct tmpdb *e = *state;
     struct store *s = open_store(e);
     int64_t id1 = 0, id2 = 0, id3 = 0;
     char msg[256] = "";
@@ -600,7 +577,7 @@ static void same_idempotency_key_returns_first_job(void **state)
 
 static void stale_epoch_is_fenced_and_changes_nothing(void **state)
 {
-    struct env *e = *state;
+    struct tmpdb *e = *state;
     struct store *s = open_store(e);
     int64_t e1 = 0, e2 = 0, e3 = 0;
     assert_int_equal(store_epoch_acquire(s, &e1), 0);
@@ -648,7 +625,7 @@ static void stale_epoch_is_fenced_and_changes_nothing(void **state)
 
 static void job_list_pages_return_each_match_once(void **state)
 {
-    struct env *e = *state;
+    struct tmpdb *e = *state;
     struct store *s = open_store(e);
     static const char *const states[] = {"PENDING", "RUNNING", "DONE"};
     int64_t ids[60], want[60];
@@ -706,7 +683,7 @@ static void job_list_pages_return_each_match_once(void **state)
 
 static void array_submitted_in_one_batch_is_named_after_first_job(void **state)
 {
-    struct env *e = *state;
+    struct tmpdb *e = *state;
     struct store *s = open_store(e);
     add_job(s, "ml", "PENDING", 1);
     struct store_batch *b = store_batch_new();
@@ -736,7 +713,7 @@ static void array_submitted_in_one_batch_is_named_after_first_job(void **state)
 
 static void token_finds_user_and_user_delete_removes_tokens(void **state)
 {
-    struct env *e = *state;
+    struct tmpdb *e = *state;
     struct store *s = open_store(e);
     uint8_t h1[STORE_TOKEN_HASH_LEN], h2[STORE_TOKEN_HASH_LEN];
     memset(h1, 0xa1, sizeof(h1));
@@ -807,7 +784,7 @@ static int scan_stop(void *ctx, const struct store_job *j)
 
 static void scan_active_returns_unfinished_jobs_with_latest_attempt(void **state)
 {
-    struct env *e = *state;
+    struct tmpdb *e = *state;
     struct store *s = open_store(e);
     int64_t j1 = add_job(s, "ml", "PENDING", 1), j2 = add_job(s, "ml", "RUNNING", 1);
     add_job(s, "ml", "DONE", 1);
@@ -848,7 +825,7 @@ static void scan_active_returns_unfinished_jobs_with_latest_attempt(void **state
 
 static void config_nodes_meta_and_sched_state_round_trip(void **state)
 {
-    struct env *e = *state;
+    struct tmpdb *e = *state;
     struct store *s = open_store(e);
     static const uint8_t blob[] = {1, 0, 2, 0, 255};
     struct store_batch *b = store_batch_new();
@@ -954,7 +931,7 @@ static void closing_done(void *ctx, const struct store_result *r)
 
 static void close_commits_queued_batches_and_refuses_new_ones(void **state)
 {
-    struct env *e = *state;
+    struct tmpdb *e = *state;
     struct store *s = open_store(e);
     struct closing c = {.s = s, .late_rc = 1};
     tally_init(&c.t);
@@ -973,7 +950,7 @@ static void close_commits_queued_batches_and_refuses_new_ones(void **state)
     store_close(NULL);
 }
 
-#define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
+#define T(name) cmocka_unit_test_setup_teardown(name, setup, tmpdb_teardown)
 
 int main(void)
 {

@@ -28,32 +28,9 @@
 #define SALT1 0x11223344u
 #define SALT2 0x55667788u
 
-struct env {
-    char dir[64];
-    char wal[128];
-};
-
 static int setup(void **state)
 {
-    struct env *e = calloc(1, sizeof(*e));
-    if (!e)
-        return -1;
-    snprintf(e->dir, sizeof(e->dir), "/tmp/test_store_wal.XXXXXX");
-    if (!mkdtemp(e->dir)) {
-        free(e);
-        return -1;
-    }
-    snprintf(e->wal, sizeof(e->wal), "%s/x.db-wal", e->dir);
-    *state = e;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    struct env *e = *state;
-    tmptree_remove(e->dir);
-    free(e);
-    return 0;
+    return tmpdb_setup(state, "test_store_wal");
 }
 
 static void put_be32(uint8_t *p, uint32_t v)
@@ -113,7 +90,7 @@ static void write_file(const char *path, const void *data, size_t len)
     assert_int_equal(fclose(f), 0);
 }
 
-static void wal_write(const struct env *e, const struct wal *w)
+static void wal_write(const struct tmpdb *e, const struct wal *w)
 {
     write_file(e->wal, w->buf, w->len);
 }
@@ -127,14 +104,14 @@ static void three_frames(struct wal *w, bool big)
     wal_frame(w, 3, 3, SALT1, SALT2);
 }
 
-static int check(const struct env *e, const struct sq_wal_pos *acked, struct sq_wal_info *info,
+static int check(const struct tmpdb *e, const struct sq_wal_pos *acked, struct sq_wal_info *info,
                  char *err, size_t errlen)
 {
     err[0] = '\0';
     return sq_wal_check(e->wal, acked, info, err, errlen);
 }
 
-static void expect_damage(const struct env *e, const struct sq_wal_pos *acked, const char *what)
+static void expect_damage(const struct tmpdb *e, const struct sq_wal_pos *acked, const char *what)
 {
     struct sq_wal_info info;
     char err[512];
@@ -148,7 +125,7 @@ static void expect_damage(const struct env *e, const struct sq_wal_pos *acked, c
 
 static void absent_or_empty_wal_is_fine(void **state)
 {
-    struct env *e = *state;
+    struct tmpdb *e = *state;
     struct sq_wal_info info;
     char err[256];
     assert_int_equal(check(e, NULL, &info, err, sizeof(err)), 0);
@@ -160,7 +137,7 @@ static void absent_or_empty_wal_is_fine(void **state)
 
 static void valid_wal_checks_in_both_byte_orders(void **state)
 {
-    struct env *e = *state;
+    struct tmpdb *e = *state;
     for (int big = 0; big < 2; big++) {
         struct wal w;
         three_frames(&w, big);
@@ -179,7 +156,7 @@ static void valid_wal_checks_in_both_byte_orders(void **state)
 
 static void damaged_header_is_refused(void **state)
 {
-    struct env *e = *state;
+    struct tmpdb *e = *state;
     struct wal w;
     three_frames(&w, false);
     w.buf[0] ^= 0xff;
@@ -203,7 +180,7 @@ static void damaged_header_is_refused(void **state)
 
 static void header_overwritten_is_refused_even_with_an_acknowledged_commit(void **state)
 {
-    struct env *e = *state;
+    struct tmpdb *e = *state;
     struct wal w;
     three_frames(&w, false);
     memset(w.buf, 0x5a, 32);
@@ -214,7 +191,7 @@ static void header_overwritten_is_refused_even_with_an_acknowledged_commit(void 
 
 static void torn_wal_is_refused_naming_offset_and_frame(void **state)
 {
-    struct env *e = *state;
+    struct tmpdb *e = *state;
     struct wal w;
     three_frames(&w, false);
     w.len -= 100; /* cut inside frame 3 */
@@ -227,7 +204,7 @@ static void torn_wal_is_refused_naming_offset_and_frame(void **state)
 
 static void flipped_bit_near_the_end_is_refused(void **state)
 {
-    struct env *e = *state;
+    struct tmpdb *e = *state;
     struct wal w;
     three_frames(&w, true);
     w.buf[w.len - 10] ^= 0x08;
@@ -244,7 +221,7 @@ static void flipped_bit_near_the_end_is_refused(void **state)
 
 static void frames_after_the_last_commit_are_refused(void **state)
 {
-    struct env *e = *state;
+    struct tmpdb *e = *state;
     struct wal w;
     wal_begin(&w, false, SALT1, SALT2);
     wal_frame(&w, 1, 1, SALT1, SALT2);
@@ -272,7 +249,7 @@ static void frames_after_the_last_commit_are_refused(void **state)
 
 static void earlier_generation_frames_are_accepted(void **state)
 {
-    struct env *e = *state;
+    struct tmpdb *e = *state;
     struct wal w;
     wal_begin(&w, false, SALT1 + 1, SALT2);
     wal_frame(&w, 1, 0, SALT1 + 1, SALT2);
@@ -292,7 +269,7 @@ static void earlier_generation_frames_are_accepted(void **state)
 
 static void torn_tail_after_the_acknowledged_commit_is_accepted(void **state)
 {
-    struct env *e = *state;
+    struct tmpdb *e = *state;
     struct wal w;
     three_frames(&w, false);
     wal_frame(&w, 4, 0, SALT1, SALT2); /* a transaction cut by a crash */
@@ -312,7 +289,7 @@ static void torn_tail_after_the_acknowledged_commit_is_accepted(void **state)
 
 static void damage_before_the_acknowledged_commit_is_refused(void **state)
 {
-    struct env *e = *state;
+    struct tmpdb *e = *state;
     struct wal w;
     three_frames(&w, false);
     wal_frame(&w, 4, 0, SALT1, SALT2);
@@ -338,7 +315,7 @@ static void damage_before_the_acknowledged_commit_is_refused(void **state)
 
 static void missing_wal_with_an_acknowledged_commit_is_refused(void **state)
 {
-    struct env *e = *state;
+    struct tmpdb *e = *state;
     struct sq_wal_pos acked = {SALT1, SALT2, 3};
     expect_damage(e, &acked, "missing");
     write_file(e->wal, "", 0);
@@ -347,12 +324,10 @@ static void missing_wal_with_an_acknowledged_commit_is_refused(void **state)
 
 /* ---- WALs that SQLite wrote ------------------------------------------------- */
 
-static sqlite3 *open_wal_db(const struct env *e)
+static sqlite3 *open_wal_db(const struct tmpdb *e)
 {
-    char path[128];
-    snprintf(path, sizeof(path), "%s/x.db", e->dir);
     sqlite3 *db = NULL;
-    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    assert_int_equal(sqlite3_open(e->path, &db), SQLITE_OK);
     assert_int_equal(sqlite3_exec(db,
                                   "PRAGMA journal_mode = WAL; PRAGMA wal_autocheckpoint = 0;"
                                   " CREATE TABLE t(x)",
@@ -371,7 +346,7 @@ static void insert_rows(sqlite3 *db, int n)
 
 static void sqlite_wal_checks_before_and_after_a_restart(void **state)
 {
-    struct env *e = *state;
+    struct tmpdb *e = *state;
     sqlite3 *db = open_wal_db(e);
     insert_rows(db, 20);
     struct sq_wal_info info;
@@ -399,24 +374,27 @@ static void sqlite_wal_checks_before_and_after_a_restart(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(absent_or_empty_wal_is_fine, setup, teardown),
-        cmocka_unit_test_setup_teardown(valid_wal_checks_in_both_byte_orders, setup, teardown),
-        cmocka_unit_test_setup_teardown(damaged_header_is_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(absent_or_empty_wal_is_fine, setup, tmpdb_teardown),
+        cmocka_unit_test_setup_teardown(valid_wal_checks_in_both_byte_orders, setup,
+                                        tmpdb_teardown),
+        cmocka_unit_test_setup_teardown(damaged_header_is_refused, setup, tmpdb_teardown),
         cmocka_unit_test_setup_teardown(
-            header_overwritten_is_refused_even_with_an_acknowledged_commit, setup, teardown),
+            header_overwritten_is_refused_even_with_an_acknowledged_commit, setup, tmpdb_teardown),
         cmocka_unit_test_setup_teardown(torn_wal_is_refused_naming_offset_and_frame, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(flipped_bit_near_the_end_is_refused, setup, teardown),
-        cmocka_unit_test_setup_teardown(frames_after_the_last_commit_are_refused, setup, teardown),
-        cmocka_unit_test_setup_teardown(earlier_generation_frames_are_accepted, setup, teardown),
+                                        tmpdb_teardown),
+        cmocka_unit_test_setup_teardown(flipped_bit_near_the_end_is_refused, setup, tmpdb_teardown),
+        cmocka_unit_test_setup_teardown(frames_after_the_last_commit_are_refused, setup,
+                                        tmpdb_teardown),
+        cmocka_unit_test_setup_teardown(earlier_generation_frames_are_accepted, setup,
+                                        tmpdb_teardown),
         cmocka_unit_test_setup_teardown(torn_tail_after_the_acknowledged_commit_is_accepted, setup,
-                                        teardown),
+                                        tmpdb_teardown),
         cmocka_unit_test_setup_teardown(damage_before_the_acknowledged_commit_is_refused, setup,
-                                        teardown),
+                                        tmpdb_teardown),
         cmocka_unit_test_setup_teardown(missing_wal_with_an_acknowledged_commit_is_refused, setup,
-                                        teardown),
+                                        tmpdb_teardown),
         cmocka_unit_test_setup_teardown(sqlite_wal_checks_before_and_after_a_restart, setup,
-                                        teardown),
+                                        tmpdb_teardown),
     };
     return cmocka_run_group_tests_name("store_wal", tests, NULL, NULL);
 }

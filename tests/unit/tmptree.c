@@ -63,3 +63,27 @@ void tmptree_read_text(const char *path, char *buf, size_t len)
     buf[n] = '\0';
     fclose(f);
 }
+
+int tmpdb_setup(void **state, const char *prefix)
+{
+    struct tmpdb *e = calloc(1, sizeof(*e));
+    if (!e)
+        return -1;
+    snprintf(e->dir, sizeof(e->dir), "/tmp/%s.XXXXXX", prefix);
+    if (!mkdtemp(e->dir)) {
+        free(e);
+        return -1;
+    }
+    snprintf(e->path, sizeof(e->path), "%s/gpuorch.db", e->dir);
+    snprintf(e->wal, sizeof(e->wal), "%s-wal", e->path);
+    *state = e;
+    return 0;
+}
+
+int tmpdb_teardown(void **state)
+{
+    struct tmpdb *e = *state;
+    tmptree_remove(e->dir);
+    free(e);
+    return 0;
+}

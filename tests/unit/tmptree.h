@@ -7,6 +7,19 @@
 
 #include <stddef.h>
 
+/* A store test's temporary directory: dir is /tmp/PREFIX.XXXXXX, path the
+ * database in it (dir/gpuorch.db), wal its write-ahead log (path-wal). */
+struct tmpdb {
+    char dir[64];
+    char path[128];
+    char wal[160];
+};
+
+/* cmocka setup: *state becomes a new struct tmpdb, its directory made; -1 on
+ * failure. tmpdb_teardown removes the directory and frees it. */
+int tmpdb_setup(void **state, const char *prefix);
+int tmpdb_teardown(void **state);
+
 /* Removes dir and everything below it (symbolic links are removed, never
  * followed); errors are ignored: a test's cleanup must not fail the test. */
 void tmptree_remove(const char *dir);
