@@ -65,6 +65,7 @@ struct store {
 enum store_op_kind {
     STORE_OP_JOB_INSERT,
     STORE_OP_JOB_UPDATE,
+    STORE_OP_JOB_HOLD,
     STORE_OP_JOB_DELETE,
     STORE_OP_ATTEMPT_UPSERT,
     STORE_OP_CONFIG_PUT, /* + enum store_config_kind */
@@ -115,6 +116,7 @@ enum {
     STORE_JOB_V_SPEC,
     STORE_JOB_V_IDEM_KEY,
     STORE_JOB_V_IDEM_TTL,
+    STORE_JOB_V_HOLD,
 };
 
 struct store_batch {

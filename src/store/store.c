@@ -106,6 +106,7 @@ void store_job_release(struct store_job *j)
     free(j->state);
     free(j->reason);
     free(j->spec);
+    free(j->hold);
     for (size_t k = 0; j->attempts && k < j->nattempts; k++)
         store_attempt_release(&j->attempts[k]);
     free(j->attempts);
@@ -285,6 +286,7 @@ int store_batch_job_insert(struct store_batch *b, const struct store_job_insert 
         A_TEXT(j->spec),
         A_NAME_OPT(j->idempotency_key),
         A_INT(ttl),
+        A_NAME_OPT(j->hold),
     };
     return batch_add(b, STORE_OP_JOB_INSERT, args, ARRAY_LEN(args));
 }
@@ -295,6 +297,12 @@ int store_batch_job_update(struct store_batch *b, int64_t id, const char *state,
     const struct arg args[] = {A_INT(id), A_NAME(state), A_TEXT_OPT(reason), A_INT(updated_ms),
                                A_TEXT_OPT(spec)};
     return batch_add(b, STORE_OP_JOB_UPDATE, args, ARRAY_LEN(args));
+}
+
+int store_batch_job_hold(struct store_batch *b, int64_t id, const char *hold)
+{
+    const struct arg args[] = {A_INT(id), A_NAME_OPT(hold)};
+    return batch_add(b, STORE_OP_JOB_HOLD, args, ARRAY_LEN(args));
 }
 
 int store_batch_idempotency_prune(struct store_batch *b, int64_t before_ms)

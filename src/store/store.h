@@ -124,6 +124,7 @@ struct store_job {
     int64_t array_id, array_index; /* STORE_NULL: not part of an array */
     char *reason;                  /* NULL: none */
     char *spec;                    /* the submission, JSON text as given */
+    char *hold;                    /* NULL: not held; "user" or "admin": who holds it */
     /* store_job_get: every attempt, by attempt number; store_job_scan_active:
      * the latest one, if any; store_job_list: none. Owned by the job. */
     struct store_attempt *attempts;
@@ -183,6 +184,7 @@ struct store_job_insert {
      * and from then on names it. */
     const char *idempotency_key;
     int64_t idempotency_ttl_ms; /* 0: STORE_IDEMPOTENCY_TTL_MS */
+    const char *hold;           /* NULL: not held; "user" or "admin" */
 };
 #define STORE_JOB_INSERT_INIT                                                                      \
     {                                                                                              \
@@ -197,6 +199,11 @@ int store_batch_job_insert(struct store_batch *b, const struct store_job_insert 
  * that id. */
 int store_batch_job_update(struct store_batch *b, int64_t id, const char *state, const char *reason,
                            int64_t updated_ms, const char *spec);
+
+/* Sets a job's hold: NULL releases it, "user" or "admin" says who holds it
+ * (anything else fails the batch with GPO_EINVAL). updated_ms stays: a
+ * job's place in the queue does not change by a hold. GPO_ENOENT as above. */
+int store_batch_job_hold(struct store_batch *b, int64_t id, const char *hold);
 
 /* Deletes every idempotency key used before before_ms (expired keys: a
  * job insert already ignores them; this frees their rows). */

@@ -185,7 +185,7 @@ static void open_creates_wal_database_with_full_sync(void **state)
     expect_pragma(s, "synchronous", "2"); /* FULL */
     expect_pragma(s, "foreign_keys", "1");
     expect_pragma(s, "busy_timeout", "5000");
-    expect_pragma(s, "user_version", "5");
+    expect_pragma(s, "user_version", "6");
     add_job(s, "ml", "PENDING", 1);
     store_close(s);
 
@@ -211,7 +211,7 @@ static void v1_database_migrates_to_current(void **state)
     sqlite3_close(db);
 
     struct store *s = open_store(e);
-    expect_pragma(s, "user_version", "5");
+    expect_pragma(s, "user_version", "6");
     struct store_job j;
     assert_int_equal(store_job_get(s, 1, &j), 0);
     assert_string_equal(j.team, "ml");
@@ -243,7 +243,7 @@ static void newer_schema_is_refused_and_left_unchanged(void **state)
     assert_int_equal(store_open_sqlite(e->path, &s, err, sizeof(err)), GPO_ETOONEW);
     assert_null(s);
     assert_non_null(strstr(err, "99"));
-    assert_non_null(strstr(err, "5"));
+    assert_non_null(strstr(err, "6"));
     size_t n2 = slurp(e->path, after, sizeof(after));
     assert_int_equal(n1, n2);
     assert_memory_equal(before, after, n1);
@@ -823,6 +823,56 @@ static void scan_active_returns_unfinished_jobs_with_latest_attempt(void **state
     store_close(s);
 }
 
+/* store_job_fn: the hold of the first two jobs ("" for none). */
+static int scan_holds(void *ctx, const struct store_job *j)
+{
+    char(*holds)[8] = ctx;
+    if (j->id <= 2)
+        snprintf(holds[j->id - 1], sizeof(holds[0]), "%s", j->hold ? j->hold : "");
+    return 0;
+}
+
+/* A hold is stored with the job (at insert or later), survives a reopen, is
+ * read by every job read, and is one of "user" and "admin" only. */
+static void job_hold_is_stored_read_back_and_checked(void **state)
+{
+    struct tmpdb *e = *state;
+    struct store *s = open_store(e);
+    struct store_job_insert ins = STORE_JOB_INSERT_INIT;
+    ins.team = "ml", ins.state = "PENDING", ins.submit_ms = 7, ins.spec = "{}", ins.hold = "user";
+    struct store_batch *b = store_batch_new();
+    assert_int_equal(store_batch_job_insert(b, &ins), 0);
+    int64_t held = 0;
+    commit_expect(s, b, 0, &held, 1);
+    int64_t free_job = add_job(s, "ml", "PENDING", 1);
+    b = store_batch_new();
+    assert_int_equal(store_batch_job_hold(b, free_job, "admin"), 0);
+    commit_ok(s, b);
+    b = store_batch_new();
+    assert_int_equal(store_batch_job_hold(b, held, NULL), 0);
+    commit_ok(s, b);
+    store_close(s);
+
+    s = open_store(e);
+    struct store_job j;
+    assert_int_equal(store_job_get(s, held, &j), 0);
+    assert_null(j.hold);
+    assert_int_equal(j.updated_ms, 7); /* a hold or release keeps the job's place */
+    store_job_release(&j);
+    char holds[2][8] = {"?", "?"};
+    assert_int_equal(store_job_scan_active(s, scan_holds, holds), 0);
+    assert_string_equal(holds[0], "");
+    assert_string_equal(holds[1], "admin");
+
+    b = store_batch_new();
+    assert_int_equal(store_batch_job_hold(b, free_job, "someone"), 0);
+    commit_expect(s, b, GPO_EINVAL, NULL, 0);
+    b = store_batch_new();
+    assert_int_equal(store_batch_job_hold(b, 999, "user"), 0);
+    commit_expect(s, b, GPO_ENOENT, NULL, 0);
+    store_close(s);
+}
+
 static void config_nodes_meta_and_sched_state_round_trip(void **state)
 {
     struct tmpdb *e = *state;
@@ -970,6 +1020,7 @@ int main(void)
         T(array_submitted_in_one_batch_is_named_after_first_job),
         T(token_finds_user_and_user_delete_removes_tokens),
         T(scan_active_returns_unfinished_jobs_with_latest_attempt),
+        T(job_hold_is_stored_read_back_and_checked),
         T(config_nodes_meta_and_sched_state_round_trip),
         T(bad_operations_are_refused_and_leave_the_batch_unchanged),
         T(close_commits_queued_batches_and_refuses_new_ones),

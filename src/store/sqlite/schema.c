@@ -111,6 +111,9 @@ static const char *const migrations[] = {
     /* 5: idempotency keys expire (a job insert ignores a key older than its
      * time to live; the expired rows are pruned by their time). */
     "CREATE INDEX idempotency_created ON idempotency(created_ms);",
+    /* 6: a job's hold (scontrol's hold and release): NULL, or who holds it,
+     * 'user' or 'admin' (a user may not release an admin's hold). */
+    "ALTER TABLE jobs ADD COLUMN hold TEXT CHECK (hold IN ('user', 'admin'));",
 };
 
 _Static_assert(ARRAY_LEN(migrations) == STORE_SCHEMA_VERSION,
@@ -197,8 +200,8 @@ const struct schema_op schema_ops[STORE_OP_COUNT] = {
                              {"SELECT job_id FROM idempotency WHERE user_id = ?1 AND key = ?9"
                               " AND created_ms > ?4 - ?10",
                               "INSERT INTO jobs(user_id, team, state, submit_ms, updated_ms,"
-                              " array_id, array_index, reason, spec)"
-                              " VALUES (?1, ?2, ?3, ?4, ?4, ?5, ?6, ?7, ?8)",
+                              " array_id, array_index, reason, spec, hold)"
+                              " VALUES (?1, ?2, ?3, ?4, ?4, ?5, ?6, ?7, ?8, ?11)",
                               "UPDATE jobs SET array_id = ?1 WHERE id = ?1",
                               "INSERT INTO idempotency(user_id, key, job_id, created_ms)"
                               " VALUES (?1, ?2, ?3, ?4) ON CONFLICT(user_id, key) DO UPDATE"
@@ -208,6 +211,9 @@ const struct schema_op schema_ops[STORE_OP_COUNT] = {
                              {"UPDATE jobs SET state = ?2, reason = ?3, updated_ms = ?4,"
                               " spec = COALESCE(?5, spec) WHERE id = ?1"},
                              SCHEMA_OP_CHANGES},
+    [STORE_OP_JOB_HOLD] = {"job_hold",
+                           {"UPDATE jobs SET hold = ?2 WHERE id = ?1"},
+                           SCHEMA_OP_CHANGES},
     [STORE_OP_JOB_DELETE] = {"job_delete",
                              {"DELETE FROM attempts WHERE job_id = ?1",
                               "DELETE FROM idempotency WHERE job_id = ?1",

@@ -22,10 +22,10 @@
 
 #define USER_COLS "id, name, unix_user, team, role, created_ms"
 #define JOB_COLS                                                                                   \
-    "id, user_id, team, state, submit_ms, updated_ms, array_id, array_index, reason, spec"
+    "id, user_id, team, state, submit_ms, updated_ms, array_id, array_index, reason, spec, hold"
 #define ATTEMPT_COLS                                                                               \
     "job_id, attempt, state, nodes, gpus, start_ms, end_ms, exit_code, signal, reason, epoch"
-#define JOB_NCOLS 10
+#define JOB_NCOLS 11
 #define MINUTE_COLS                                                                                \
     "key, label, minute_ms, samples, util_sum, util_max, idle_samples, mem_used_sum_mib,"          \
     " mem_used_max_mib, power_sum_mw, temp_max_c"
@@ -53,7 +53,7 @@ const char *const sq_rq_sql[RQ_COUNT] = {
     [RQ_JOB] = "SELECT " JOB_COLS " FROM jobs WHERE id = ?1",
     [RQ_ATTEMPTS] = "SELECT " ATTEMPT_COLS " FROM attempts WHERE job_id = ?1 ORDER BY attempt",
     [RQ_ACTIVE] = "SELECT j.id, j.user_id, j.team, j.state, j.submit_ms, j.updated_ms,"
-                  " j.array_id, j.array_index, j.reason, j.spec,"
+                  " j.array_id, j.array_index, j.reason, j.spec, j.hold,"
                   " a.job_id, a.attempt, a.state, a.nodes, a.gpus, a.start_ms, a.end_ms,"
                   " a.exit_code, a.signal, a.reason, a.epoch"
                   " FROM jobs j LEFT JOIN attempts a ON a.job_id = j.id AND a.attempt ="
@@ -151,7 +151,8 @@ static int decode_job(sqlite3_stmt *st, int col, void *row)
     j->array_id = col_int(st, col + 6);
     j->array_index = col_int(st, col + 7);
     return col_text(st, col + 2, &j->team) || col_text(st, col + 3, &j->state) ||
-                   col_text(st, col + 8, &j->reason) || col_text(st, col + 9, &j->spec)
+                   col_text(st, col + 8, &j->reason) || col_text(st, col + 9, &j->spec) ||
+                   col_text(st, col + 10, &j->hold)
                ? GPO_ENOMEM
                : 0;
 }
