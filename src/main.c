@@ -14,6 +14,7 @@
 #include "agent/shim.h"
 #include "cli/apply.h"
 #include "cli/cost.h"
+#include "cli/ctl.h"
 #include "cli/jobs.h"
 #include "cli/nodes.h"
 #include "cli/submit.h"
@@ -40,6 +41,10 @@ static const struct command commands[] = {
     {"queue", jobs_queue_command, "list pending and running jobs, and why each waits"},
     {"show", jobs_show_command, "show one job: resources, why it waits, its attempts"},
     {"cancel", jobs_cancel_command, "cancel jobs"},
+    {"hold", ctl_hold_command, "keep pending jobs from starting (scontrol hold)"},
+    {"release", ctl_release_command, "let held jobs start again (scontrol release)"},
+    {"requeue", ctl_requeue_command, "put running or ended jobs back in the queue"},
+    {"update", ctl_update_command, "change a job's time limit, priority class or dependencies"},
     {"logs", jobs_logs_command, "print a job's output (-f follows it)"},
     {"nodes", nodes_list_command, "list nodes: pool, state, GPUs, free GPUs, heartbeat"},
     {"drain", nodes_drain_command, "drain nodes: they keep their work and get nothing new"},

@@ -40,6 +40,8 @@ struct att {
     size_t nuuids;
     bool *dirty;
     int64_t limit_ms;          /* time limit deadline; 0: none */
+    int64_t limit_s;           /* the time limit it was given; 0: none */
+    int64_t launched_ms;       /* when its command started, on the agent's clock */
     bool running_owed;         /* the RUNNING report is still to be acknowledged */
     bool killing;              /* a kill started: kill_as says what it ends as */
     enum proto_state kill_as;  /* CANCELLED, PREEMPTED, TIMEOUT */
@@ -257,11 +259,25 @@ static void adopt(struct attempts *t, struct att *a, const struct proto_attempt 
     snprintf(path, sizeof(path), "%s/pid", a->dir);
     struct stat st;
     struct timespec real;
-    if (limit <= 0 || stat(path, &st) != 0 || clock_gettime(CLOCK_REALTIME, &real) != 0)
+    if (stat(path, &st) != 0 || clock_gettime(CLOCK_REALTIME, &real) != 0)
         return;
     int64_t ran = ((int64_t)real.tv_sec - st.st_mtim.tv_sec) * 1000 +
                   (real.tv_nsec - st.st_mtim.tv_nsec) / 1000000;
-    a->limit_ms = now + limit * 1000 - (ran > 0 ? ran : 0);
+    a->launched_ms = now - (ran > 0 ? ran : 0);
+    a->limit_s = limit > 0 ? limit : 0;
+    if (limit > 0)
+        a->limit_ms = a->launched_ms + limit * 1000;
+}
+
+/* A running attempt whose time limit changed (scontrol update TimeLimit):
+ * the new limit counts from its launch. */
+static void retime(struct att *a, const struct proto_attempt *asg)
+{
+    int64_t limit = asg->spec.time_limit_s;
+    if (a->recovered || a->phase != PH_RUNNING || a->killing || limit == a->limit_s)
+        return;
+    a->limit_s = limit;
+    a->limit_ms = limit > 0 ? a->launched_ms + limit * 1000 : 0;
 }
 
 /* Launches a new attempt of assignment `asg`: journal first, then the fork.
@@ -309,6 +325,8 @@ static void launch(struct attempts *t, const struct proto_attempt *asg, int64_t 
     rc = journal_started(t->cfg.journal, job, attempt, a->pid, a->start_time, err, sizeof(err));
     if (rc) /* the shim runs; a restart finds it by its directory (see recover) */
         t->cfg.log("job %" PRIu64 ".%" PRIu32 ": journal: %s", job, attempt, err);
+    a->launched_ms = now;
+    a->limit_s = asg->spec.time_limit_s > 0 ? asg->spec.time_limit_s : 0;
     if (asg->spec.time_limit_s > 0)
         a->limit_ms = now + asg->spec.time_limit_s * 1000;
     t->cfg.log("job %" PRIu64 ".%" PRIu32 ": started, shim pid %d, %zu GPU(s)", job, attempt,
@@ -352,6 +370,8 @@ void attempts_apply(struct attempts *t, const struct proto_assignments *answer, 
             a->listed = true;
         if (a && a->recovered && e->action == PROTO_ACTION_RUN)
             adopt(t, a, e, now_ms);
+        else if (a && e->action == PROTO_ACTION_RUN)
+            retime(a, e);
         if (e->action == PROTO_ACTION_RUN && !a)
             launch(t, e, now_ms);
         else if (e->action == PROTO_ACTION_KILL && a)

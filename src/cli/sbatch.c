@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "util/errbuf.h"
 #include "util/jsonv.h"
@@ -72,6 +73,15 @@ int sbatch_parse_time(const char *s, int64_t *ret_s)
     if (!s || timefmt_parse_duration(s, &v) != 0)
         return GPO_EUSAGE;
     *ret_s = v == TIMEFMT_UNLIMITED ? 0 : v;
+    return 0;
+}
+
+int sbatch_parse_begin(const char *s, int64_t *ret_s)
+{
+    time_t now = time(NULL);
+    struct tm tm;
+    if (!localtime_r(&now, &tm) || timefmt_parse_begin(s, (int64_t)now, tm.tm_gmtoff, ret_s) != 0)
+        return GPO_EUSAGE;
     return 0;
 }
 

@@ -35,6 +35,11 @@ int sbatch_parse_gpus(const char *s, int32_t *ret_milli);
  * seconds; UNLIMITED is 0, the API's "none". 0 and *ret_s; GPO_EUSAGE. */
 int sbatch_parse_time(const char *s, int64_t *ret_s);
 
+/* sbatch's --begin (util/timefmt.h's timefmt_parse_begin: "16:00",
+ * "now+1hour", "2026-12-24T08:00", "tomorrow", ...) in this machine's local
+ * time now, as Unix seconds. 0 and *ret_s; GPO_EUSAGE. */
+int sbatch_parse_begin(const char *s, int64_t *ret_s);
+
 /* sbatch's --dependency: "afterok:ID[:ID...][,afterany:ID...]" as the API's
  * "dependencies" array (a new reference in *ret). Other types, '?' (any
  * of) and array tasks (ID_N) are refused with the reason. 0; GPO_EUSAGE;

@@ -27,6 +27,7 @@
 #include "util/errbuf.h"
 #include "util/jsonv.h"
 #include "util/opts.h"
+#include "util/timefmt.h"
 #include "base/banned.h"
 
 extern char **environ;
@@ -173,6 +174,15 @@ static int set_time(struct build *b, const struct submit_flag *f, const char *v,
     if (sbatch_parse_time(v, &s) != 0)
         return bad_value(f, v, err, errlen);
     return put(b, "time_limit_s", json_integer(s), err, errlen);
+}
+
+static int set_begin(struct build *b, const struct submit_flag *f, const char *v, char *err,
+                     size_t errlen)
+{
+    int64_t at;
+    if (sbatch_parse_begin(v, &at) != 0)
+        return bad_value(f, v, err, errlen);
+    return put(b, "begin", json_integer(at), err, errlen);
 }
 
 static int set_dependency(struct build *b, const struct submit_flag *f, const char *v, char *err,
@@ -333,6 +343,11 @@ static const struct submit_flag flags[] = {
     BOOL("checkpointable", W_OURS, set_bool, "checkpointable", true),
     BOOL("requeue", W_ALL, set_bool, "requeue", true),
     BOOL("no-requeue", W_ALL, set_bool, "requeue", false),
+    {.opt = {.name = "hold", .short_name = 'H', .type = OPTS_FLAG, .where = W_ALL},
+     .set = set_bool,
+     .key = "hold",
+     .on = true},
+    VALUE("begin", 'b', W_ALL, set_begin, NULL, 0, 0, TIMEFMT_BEGIN_FORMS),
     VALUE("max-retries", 0, W_OURS, set_int, "max_retries", 0, 100, "a number (0-100)"),
     VALUE("comment", 0, W_ALL, set_ignore, NULL, 0, 0, NULL),
     BOOL("parsable", W_ALL, set_parsable, NULL, false),
@@ -676,6 +691,9 @@ static void usage(FILE *out)
             "  --max-retries N        retries after a failure or a lost node (default 0)\n"
             "  --checkpointable       it resumes after preemption\n"
             "  --no-requeue           when preempted, end it (PREEMPTED), not requeue it\n"
+            "  -H, --hold             submit it held ('gpuorch release' lets it start)\n"
+            "  -b, --begin TIME       not before TIME: HH:MM[:SS], now+N[minutes|hours|days],\n"
+            "                         YYYY-MM-DD[THH:MM[:SS]], midnight, noon, tomorrow\n"
             "output:\n"
             "  --parsable             print only the job id\n"
             "  --idempotency-key K    a retry with the same key makes no second job (the API\n"
@@ -687,7 +705,8 @@ static void usage(FILE *out)
             "--gres=gpu:N or gpu:TYPE:N, --gpus/-G, --gpus-per-node (one node),\n"
             "--cpus-per-task/-c, --mem, --array/-a, --dependency/-d, --partition/-p (pool),\n"
             "--qos (priority class), --account/-A (team), --chdir/-D, --export, --nodes/-N\n"
-            "(more than 1: multi-node), --requeue, --no-requeue, --parsable, --comment.\n"
+            "(more than 1: multi-node), --requeue, --no-requeue, --hold/-H, --begin/-b,\n"
+            "--parsable, --comment.\n"
             "Any other prints a warning with its line and is ignored. #GPUORCH lines take the\n"
             "flags above (e.g. '#GPUORCH --gpu-type H100-80GB').\n");
 }

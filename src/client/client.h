@@ -117,6 +117,21 @@ int client_jobs_get(struct client *c, int64_t id, json_t **ret, char *err, size_
  * its agent is stopping it (202), false when it ended at once. */
 int client_jobs_cancel(struct client *c, int64_t id, bool *ret_stopping, char *err, size_t errlen);
 
+/* scontrol's job actions: POST /v1/jobs/TARGET/hold, /release, /requeue. */
+enum client_job_action { CLIENT_JOB_HOLD, CLIENT_JOB_RELEASE, CLIENT_JOB_REQUEUE };
+
+/* Does `action` to TARGET: a job id, "ARRAY_TASK" (41_7), or an array's id
+ * for every task of it (borrowed; GPO_EINVAL for one that is not of these
+ * shapes). *ret: the API's {"jobs": [...]}, the jobs changed (caller
+ * json_decref's). */
+int client_jobs_action(struct client *c, const char *target, enum client_job_action action,
+                       json_t **ret, char *err, size_t errlen);
+
+/* PATCH /v1/jobs/TARGET with `fields` (borrowed: time_limit_s, priority,
+ * dependencies); TARGET and *ret as for client_jobs_action. */
+int client_jobs_update(struct client *c, const char *target, const json_t *fields, json_t **ret,
+                       char *err, size_t errlen);
+
 /* What GET /v1/jobs/ID/logs reads. */
 struct client_logs_query {
     int64_t attempt;    /* 0: the current or the last */

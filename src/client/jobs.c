@@ -114,6 +114,49 @@ int client_jobs_cancel(struct client *c, int64_t id, bool *ret_stopping, char *e
     return rc;
 }
 
+/* A target as the path takes it: digits, and at most one '_' between digits. */
+static bool target_ok(const char *t)
+{
+    size_t n = t ? strlen(t) : 0, unders = 0;
+    if (n == 0 || n > 40 || t[0] == '_' || t[n - 1] == '_')
+        return false;
+    for (size_t k = 0; k < n; k++) {
+        if (t[k] == '_')
+            unders++;
+        else if (t[k] < '0' || t[k] > '9')
+            return false;
+    }
+    return unders <= 1;
+}
+
+static const char *const action_paths[] = {
+    [CLIENT_JOB_HOLD] = "hold",
+    [CLIENT_JOB_RELEASE] = "release",
+    [CLIENT_JOB_REQUEUE] = "requeue",
+};
+
+int client_jobs_action(struct client *c, const char *target, enum client_job_action action,
+                       json_t **ret, char *err, size_t errlen)
+{
+    if (!target_ok(target) || (unsigned)action > CLIENT_JOB_REQUEUE)
+        return errbuf_set(err, errlen, GPO_EINVAL, "'%s' is not a job id (N or ARRAY_TASK)",
+                          target ? target : "");
+    char path[96];
+    snprintf(path, sizeof(path), "/v1/jobs/%s/%s", target, action_paths[action]);
+    return client_call(c, "POST", path, NULL, ret, err, errlen);
+}
+
+int client_jobs_update(struct client *c, const char *target, const json_t *fields, json_t **ret,
+                       char *err, size_t errlen)
+{
+    if (!target_ok(target))
+        return errbuf_set(err, errlen, GPO_EINVAL, "'%s' is not a job id (N or ARRAY_TASK)",
+                          target ? target : "");
+    char path[64];
+    snprintf(path, sizeof(path), "/v1/jobs/%s", target);
+    return client_call(c, "PATCH", path, fields, ret, err, errlen);
+}
+
 /* ---- the log stream ---------------------------------------------------------- */
 
 /* The body as it streams: passed on, but for a body that begins as the

@@ -358,6 +358,8 @@ static const struct jsonv_field fields[] = {
      .max = ARRAY_TEXT_MAX},
     PATH_FIELD("output", output),
     PATH_FIELD("error", error),
+    BOOL_FIELD("hold", hold),
+    INT_FIELD("begin", SPEC(begin), 0, INT64_C(253402300799)),
 };
 
 static bool is_label_char(unsigned char c)
@@ -688,6 +690,8 @@ json_t *jobspec_to_json(const struct jobspec *spec)
     e |= json_object_set_new(o, "array", text_or_null(s->array_text));
     e |= json_object_set_new(o, "output", text_or_null(s->output));
     e |= json_object_set_new(o, "error", text_or_null(s->error));
+    e |= json_object_set_new(o, "hold", json_boolean(s->hold));
+    e |= json_object_set_new(o, "begin", json_integer(s->begin));
     if (e) {
         json_decref(o);
         return NULL;

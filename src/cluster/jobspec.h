@@ -101,6 +101,8 @@ struct jobspec {
     char *array_text; /* as given ("0-99%8"), or NULL */
     struct jobspec_array array;
     char *output, *error; /* log paths, or NULL for the defaults */
+    bool hold;            /* submitted held */
+    int64_t begin;        /* Unix seconds before which it is not eligible; 0: none */
 };
 
 /* Fills *ret from a submission object (borrowed). On error *ret is untouched

@@ -286,3 +286,126 @@ int timefmt_duration(int64_t s, char *buf, size_t len)
     memcpy(buf, tmp, (size_t)n + 1);
     return 0;
 }
+
+/* ---- begin times (sbatch --begin) ------------------------------------------- */
+
+#define S_PER_DAY INT64_C(86400)
+
+/* "HH:MM[:SS]" at p, up to the end: seconds into the day. */
+static int parse_clock(const char *p, int64_t *ret_s)
+{
+    unsigned h, m, sec = 0;
+    if (!fixed_digits(p, 2, &h) || p[2] != ':' || !fixed_digits(p + 3, 2, &m))
+        return GPO_ESYNTAX;
+    p += 5;
+    if (*p == ':') {
+        if (!fixed_digits(p + 1, 2, &sec))
+            return GPO_ESYNTAX;
+        p += 3;
+    }
+    if (*p)
+        return GPO_ESYNTAX;
+    if (h > 23 || m > 59 || sec > 59)
+        return GPO_ERANGE;
+    *ret_s = (int64_t)h * 3600 + m * 60 + sec;
+    return 0;
+}
+
+/* "now+N[unit]": N seconds (or minutes, hours, days, weeks) from now. */
+static int parse_now_plus(const char *p, int64_t now_s, int64_t *ret_s)
+{
+    static const struct {
+        const char *name;
+        int64_t seconds;
+    } units[] = {{"", 1},
+                 {"s", 1},
+                 {"sec", 1},
+                 {"second", 1},
+                 {"seconds", 1},
+                 {"m", 60},
+                 {"min", 60},
+                 {"minute", 60},
+                 {"minutes", 60},
+                 {"h", 3600},
+                 {"hour", 3600},
+                 {"hours", 3600},
+                 {"d", S_PER_DAY},
+                 {"day", S_PER_DAY},
+                 {"days", S_PER_DAY},
+                 {"week", 7 * S_PER_DAY},
+                 {"weeks", 7 * S_PER_DAY}};
+    int64_t n;
+    int rc = parse_number(&p, &n);
+    if (rc)
+        return rc;
+    for (size_t k = 0; k < sizeof(units) / sizeof(units[0]); k++) {
+        if (!equal_nocase(p, units[k].name))
+            continue;
+        if (__builtin_mul_overflow(n, units[k].seconds, &n) ||
+            __builtin_add_overflow(now_s, n, ret_s) || *ret_s > TIMEFMT_BEGIN_MAX_S)
+            return GPO_EOVERFLOW;
+        return 0;
+    }
+    return GPO_ESYNTAX;
+}
+
+/* "YYYY-MM-DD[THH:MM[:SS]]" in the zone utc_offset_s east of UTC. */
+static int parse_date(const char *p, int64_t utc_offset_s, int64_t *ret_s)
+{
+    unsigned y, mo, d;
+    if (!fixed_digits(p, 4, &y) || p[4] != '-' || !fixed_digits(p + 5, 2, &mo) || p[7] != '-' ||
+        !fixed_digits(p + 8, 2, &d))
+        return GPO_ESYNTAX;
+    if (mo < 1 || mo > 12 || d < 1 || d > days_in_month(y, mo) || y < 1970)
+        return GPO_ERANGE;
+    int64_t clock = 0;
+    if (p[10] == 'T') {
+        int rc = parse_clock(p + 11, &clock);
+        if (rc)
+            return rc;
+    } else if (p[10]) {
+        return GPO_ESYNTAX;
+    }
+    *ret_s = days_from_civil(y, mo, d) * S_PER_DAY + clock - utc_offset_s;
+    return 0;
+}
+
+int timefmt_parse_begin(const char *s, int64_t now_s, int64_t utc_offset_s, int64_t *ret_s)
+{
+    if (!s || !ret_s || now_s < 0 || now_s > TIMEFMT_BEGIN_MAX_S || utc_offset_s < -S_PER_DAY ||
+        utc_offset_s > S_PER_DAY)
+        return GPO_EINVAL;
+    /* Local midnight of today, and the named times of day. */
+    int64_t local = now_s + utc_offset_s;
+    int64_t today = local - (local % S_PER_DAY + S_PER_DAY) % S_PER_DAY - utc_offset_s;
+    static const struct {
+        const char *name;
+        int64_t clock; /* seconds into the day; -1: today's midnight, -2: tomorrow's */
+    } words[] = {{"today", -1},       {"tomorrow", -2},    {"midnight", 0},
+                 {"noon", 12 * 3600}, {"fika", 15 * 3600}, {"teatime", 16 * 3600}};
+    int64_t v, clock = -3;
+    int rc = 0;
+    for (size_t k = 0; k < sizeof(words) / sizeof(words[0]) && clock == -3; k++)
+        if (equal_nocase(s, words[k].name))
+            clock = words[k].clock;
+    if (clock == -1 || clock == -2) {
+        v = today + (clock == -2 ? S_PER_DAY : 0);
+    } else if (equal_nocase(s, "now")) {
+        v = now_s;
+    } else if (strncmp(s, "now+", 4) == 0 || strncmp(s, "NOW+", 4) == 0) {
+        rc = parse_now_plus(s + 4, now_s, &v);
+    } else if (clock >= 0 || (rc = parse_clock(s, &clock)) == 0) {
+        /* A time of day: today's, or tomorrow's once it has passed. */
+        v = today + clock;
+        if (v <= now_s)
+            v += S_PER_DAY;
+    } else if (rc == GPO_ESYNTAX) {
+        rc = parse_date(s, utc_offset_s, &v);
+    }
+    if (rc)
+        return rc;
+    if (v < 0 || v > TIMEFMT_BEGIN_MAX_S)
+        return GPO_ERANGE;
+    *ret_s = v;
+    return 0;
+}

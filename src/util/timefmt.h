@@ -92,4 +92,25 @@ int timefmt_parse_duration(const char *s, int64_t *ret_s);
  */
 int timefmt_duration(int64_t s, char *buf, size_t len);
 
+/* The latest begin time: 9999-12-31T23:59:59Z. */
+#define TIMEFMT_BEGIN_MAX_S INT64_C(253402300799)
+/* The forms timefmt_parse_begin takes, for messages. */
+#define TIMEFMT_BEGIN_FORMS                                                                        \
+    "HH:MM[:SS], now[+N[seconds|minutes|hours|days|weeks]], YYYY-MM-DD[THH:MM[:SS]], "             \
+    "today, tomorrow, midnight, noon, fika or teatime"
+
+/*
+ * Parses sbatch's --begin into Unix seconds, at now_s in a zone utc_offset_s
+ * east of UTC (the caller's local time; -86400..86400): "HH:MM[:SS]" (today,
+ * or tomorrow once that time has passed), "now", "now+N" with an optional
+ * unit (seconds, the default, minutes, hours, days, weeks; also s, m, h, d),
+ * "YYYY-MM-DD[THH:MM[:SS]]" local, "today" and "tomorrow" (midnight),
+ * "midnight" (the next one), "noon", "fika" (15:00), "teatime" (16:00), as
+ * times of day. Names in any case. Returns 0; GPO_ESYNTAX for another form;
+ * GPO_ERANGE for a field out of range (25:00, 2026-02-30) or a time before
+ * 1970 or after TIMEFMT_BEGIN_MAX_S; GPO_EOVERFLOW; GPO_EINVAL for bad
+ * arguments.
+ */
+int timefmt_parse_begin(const char *s, int64_t now_s, int64_t utc_offset_s, int64_t *ret_s);
+
 #endif

@@ -15,9 +15,9 @@
 
 /* In the order they are matched. */
 static const struct api_routes *const tables[] = {
-    &api_web_routes,   &api_misc_routes,   &api_metrics_routes, &api_jobs_routes,
-    &api_logs_routes,  &api_config_routes, &api_users_routes,   &api_node_list_routes,
-    &api_nodes_routes, &api_cost_routes,
+    &api_web_routes,       &api_misc_routes,  &api_metrics_routes, &api_jobs_routes,
+    &api_jobs_ctl_routes,  &api_logs_routes,  &api_config_routes,  &api_users_routes,
+    &api_node_list_routes, &api_nodes_routes, &api_cost_routes,
 };
 
 struct http_route *api_routes_build(size_t *ret_n)
@@ -260,6 +260,8 @@ json_t *api_job_json(const struct job *j, int64_t now_ms)
     }
     e |= json_object_set_new(o, "reason", j->reason ? json_string(j->reason) : json_null());
     e |= json_object_set_new(o, "attempts_made", json_integer(j->attempts));
+    e |=
+        json_object_set_new(o, "hold", j->hold ? json_string(job_hold_name(j->hold)) : json_null());
     if (j->att.n)
         e |= json_object_set_new(o, "current_attempt", current_attempt(&j->att));
     if (j->state == JOB_PENDING) {

@@ -43,9 +43,9 @@ struct api_routes {
     size_t n;
 };
 
-extern const struct api_routes api_web_routes, api_misc_routes, api_jobs_routes, api_logs_routes,
-    api_config_routes, api_users_routes, api_nodes_routes, api_node_list_routes, api_cost_routes,
-    api_metrics_routes;
+extern const struct api_routes api_web_routes, api_misc_routes, api_jobs_routes,
+    api_jobs_ctl_routes, api_logs_routes, api_config_routes, api_users_routes, api_nodes_routes,
+    api_node_list_routes, api_cost_routes, api_metrics_routes;
 
 /* Every route, in the order they are matched: a new array (caller frees) of
  * *ret_n rows, or NULL when out of memory. */

@@ -197,6 +197,8 @@ static int job_submit(struct http_request *req, void *ctx)
         return 0;
     }
     sub->job.submit_ms = srv_now_ms(s);
+    /* Held at submit as scontrol would hold it: an admin's hold is an admin's. */
+    sub->job.hold = !sub->job.spec.hold ? JOB_HOLD_NONE : u->admin ? JOB_HOLD_ADMIN : JOB_HOLD_USER;
     sub->job.idempotency_ttl_ms = s->cfg.idempotency_ttl_ms;
     sub->job.ntasks = sub->job.spec.array.n ? sub->job.spec.array.n : 1;
     struct store_batch *b = store_batch_new();

@@ -91,6 +91,8 @@ enum kill_cause attempt_kill_parse(const char *reason, const char **ret_detail)
         *ret_detail = idle;
         return strncmp(reason, "preempted", 9) == 0 ? KILL_IDLE_REQUEUE : KILL_IDLE_CANCEL;
     }
+    if (strcmp(reason, kill_causes[KILL_REQUEUE].stored) == 0)
+        return KILL_REQUEUE;
     return strcmp(reason, kill_causes[KILL_CANCELLED].stored) == 0 ? KILL_CANCELLED
                                                                    : KILL_PREEMPTED;
 }

@@ -68,6 +68,12 @@ void job_end_decide(const struct job *j, enum attempt_state att, int64_t exit_co
             e.job_state = JOB_CANCELLED;
             snprintf(e.reason, sizeof(e.reason), "%s", words);
         }
+    } else if (j->att.kill == KILL_REQUEUE) {
+        /* Requeued by a user: back to the queue however the attempt ended,
+         * and not one of its failures. */
+        e.job_state = JOB_PENDING;
+        e.failure = false;
+        snprintf(e.reason, sizeof(e.reason), "attempt %" PRId64 " requeued", j->att.n);
     } else if (j->att.kill == KILL_CANCELLED || att == ATTEMPT_CANCELLED) {
         e.job_state = JOB_CANCELLED;
         snprintf(e.reason, sizeof(e.reason), "cancelled");

@@ -41,6 +41,36 @@ bool job_state_final(enum job_state s)
     return (unsigned)s < JOB_NSTATES && job_states[s].final;
 }
 
+static const struct {
+    const char *stored, *wait;
+} job_holds[] = {{NULL, NULL}, /* JOB_HOLD_NONE */
+#define JOB_HOLD_ROW(name, stored, wait) {stored, wait},
+                 JOB_HOLDS(JOB_HOLD_ROW)
+#undef JOB_HOLD_ROW
+};
+#define NJOB_HOLDS (sizeof(job_holds) / sizeof(job_holds[0]))
+
+const char *job_hold_name(enum job_hold h)
+{
+    return (unsigned)h < NJOB_HOLDS ? job_holds[h].stored : NULL;
+}
+
+int job_hold_parse(const char *stored)
+{
+    if (!stored)
+        return JOB_HOLD_NONE;
+    for (size_t k = 1; k < NJOB_HOLDS; k++) {
+        if (strcmp(job_holds[k].stored, stored) == 0)
+            return (int)k;
+    }
+    return -1;
+}
+
+const char *job_hold_wait(enum job_hold h)
+{
+    return (unsigned)h < NJOB_HOLDS ? job_holds[h].wait : NULL;
+}
+
 void job_free(struct job *j)
 {
     if (!j)
@@ -69,6 +99,10 @@ int job_from_row(const struct store_job *row, const char *user, struct job **ret
     if (st < 0)
         return errbuf_set(err, errlen, GPO_EINVAL, "job %lld: unknown state '%s'",
                           (long long)row->id, row->state);
+    int hold = job_hold_parse(row->hold);
+    if (hold < 0)
+        return errbuf_set(err, errlen, GPO_EINVAL, "job %lld: unknown hold '%s'",
+                          (long long)row->id, row->hold);
     json_error_t jerr;
     json_t *spec = json_loads(row->spec, JSON_REJECT_DUPLICATES, &jerr);
     if (!spec)
@@ -92,6 +126,7 @@ int job_from_row(const struct store_job *row, const char *user, struct job **ret
     j->team = strdup(row->team);
     j->reason = row->reason ? strdup(row->reason) : NULL;
     j->state = (enum job_state)st;
+    j->hold = (enum job_hold)hold;
     j->submit_ms = row->submit_ms;
     j->updated_ms = row->updated_ms;
     j->array_id = row->array_id;

@@ -87,7 +87,8 @@ bool attempt_state_holds(enum attempt_state s);
     X(PREEMPTED, "preempted", true)      /* the scheduler needs its GPUs */                        \
     X(CANCELLED, "cancelled", false)     /* a user cancelled the job */                            \
     X(IDLE_REQUEUE, "preempted: ", true) /* its team's idle policy requeues it */                  \
-    X(IDLE_CANCEL, "", false)            /* its team's idle policy cancels it */
+    X(IDLE_CANCEL, "", false)            /* its team's idle policy cancels it */                   \
+    X(REQUEUE, "requeued", true)         /* a user requeued the job (scontrol requeue) */
 
 enum kill_cause {
     KILL_NONE = 0,
@@ -98,6 +99,29 @@ enum kill_cause {
 
 /* The agent reports an attempt killed for `cause` as PREEMPTED (true) or CANCELLED. */
 bool kill_cause_preempts(enum kill_cause cause);
+
+/*
+ * Who holds a pending job back from the scheduler (scontrol's hold):
+ * X(name, stored, wait). `stored` is the store's jobs.hold; `wait` the
+ * reason the job waits with. A user may not release an admin's hold.
+ */
+#define JOB_HOLDS(X)                                                                               \
+    X(USER, "user", "held by user")                                                                \
+    X(ADMIN, "admin", "held by an admin")
+
+enum job_hold {
+    JOB_HOLD_NONE = 0,
+#define JOB_HOLD_ENUM(name, stored, wait) JOB_HOLD_##name,
+    JOB_HOLDS(JOB_HOLD_ENUM)
+#undef JOB_HOLD_ENUM
+};
+
+/* "user", "admin"; NULL for JOB_HOLD_NONE (the store's NULL). */
+const char *job_hold_name(enum job_hold h);
+/* The hold a stored name says (NULL: none), or -1 for an unknown name. */
+int job_hold_parse(const char *stored);
+/* The wait reason of a job held by h; NULL for none. */
+const char *job_hold_wait(enum job_hold h);
 
 /* ---- attempts ----------------------------------------------------------- */
 
@@ -236,7 +260,8 @@ struct job {
     int64_t submit_ms, updated_ms;
     int64_t array_id, array_index; /* STORE_NULL: not in an array */
     char *reason;                  /* owned, or NULL: why it ended or was requeued */
-    struct jobspec spec;
+    enum job_hold hold;            /* a pending job's hold (the store's jobs.hold) */
+    struct jobspec spec;           /* spec.begin: not eligible before then */
     /* From the last scheduling pass, for a pending job. */
     char *wait;           /* owned, or NULL: the reason it waits */
     int64_t est_start_ms; /* -1: unknown */
@@ -297,6 +322,7 @@ struct job_submit {
     char unix_user[33]; /* "" when none */
     int64_t submit_ms;
     size_t ntasks;              /* jobs it makes: 1, or the array's tasks */
+    enum job_hold hold;         /* its jobs are stored held (spec.hold: by whom) */
     int64_t idempotency_ttl_ms; /* how long the key names the job (0: the store's default) */
 };
 

@@ -35,6 +35,7 @@ int job_submit_rows(const struct job_submit *sub, const char *key, struct store_
         }
         ins.idempotency_key = k == 0 ? key : NULL;
         ins.idempotency_ttl_ms = sub->idempotency_ttl_ms;
+        ins.hold = job_hold_name(sub->hold);
         rc = store_batch_job_insert(b, &ins) ? GPO_ENOMEM : 0;
     }
     /* Expired keys go as keys come: one indexed delete, usually of nothing. */
@@ -60,6 +61,7 @@ static int job_new(const struct job_submit *sub, int64_t id, int64_t array_id, s
     j->unix_user = sub->unix_user[0] ? strdup(sub->unix_user) : NULL;
     j->team = strdup(sub->spec.team);
     j->state = JOB_PENDING;
+    j->hold = sub->hold;
     j->submit_ms = j->updated_ms = sub->submit_ms;
     j->array_id = sub->ntasks > 1 || sub->spec.array.n ? array_id : STORE_NULL;
     j->array_index = sub->spec.array.n ? sub->spec.array.index[k] : STORE_NULL;

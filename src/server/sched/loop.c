@@ -92,6 +92,8 @@ static void *loop_main(void *arg)
         int64_t now = srv_now_ms(s);
         int64_t until = sc->dirty ? sc->last_pass_ms + SCHED_PASS_MIN_GAP_MS
                                   : sc->last_pass_ms + sc->pass_interval_ms;
+        if (sc->next_begin_ms && sc->next_begin_ms < until)
+            until = sc->next_begin_ms; /* a deferred job becomes eligible */
         if (now < until) {
             /* The condition variable waits on the real clock: the server's
              * clock may be a test's, so the wait is relative. */

@@ -12,6 +12,7 @@
 #include "core/explain.h"
 #include "server/sched/sched_int.h"
 #include "util/errbuf.h"
+#include "util/timefmt.h"
 #include "base/banned.h"
 
 static int cmp_name_index(const void *a, const void *b)
@@ -109,16 +110,40 @@ static int index_view(struct server *s, struct sched_input *in)
     return 0;
 }
 
-/* The queue: pending jobs whose dependencies are met, within their array's
- * cap; by id, so passes are deterministic. */
+/* Whether j is held back from the pass, by a hold or a begin time later
+ * than now_ms; its wait reason is set, and the earliest begin time kept in
+ * the loop's next_begin_ms (its timer). */
+static bool held_back(struct server *s, struct job *j, int64_t now_ms)
+{
+    if (j->hold) {
+        job_set_wait(j, job_hold_wait(j->hold), -1);
+        return true;
+    }
+    if (j->spec.begin <= 0 || j->spec.begin > (INT64_MAX / 1000) || j->spec.begin * 1000 <= now_ms)
+        return false;
+    int64_t at = j->spec.begin * 1000;
+    char when[TIMEFMT_RFC3339_LEN] = "", why[96];
+    timefmt_rfc3339(at, when, sizeof(when));
+    snprintf(why, sizeof(why), "begin time not reached (starts at %s)", when);
+    job_set_wait(j, why, at);
+    struct sched *sc = s->sched;
+    if (!sc->next_begin_ms || at < sc->next_begin_ms)
+        sc->next_begin_ms = at;
+    return true;
+}
+
+/* The queue: pending jobs not held back, whose dependencies are met, within
+ * their array's cap; by id, so passes are deterministic. */
 static void input_queue(struct server *s, struct sched_input *in)
 {
+    int64_t now_ms = srv_now_ms(s);
+    s->sched->next_begin_ms = 0;
     const char *default_class = cluster_class_default(&s->cluster);
     int64_t cur_array = STORE_NULL;
     size_t array_room = 0;
     for (size_t k = 0; k < s->jobs.n; k++) {
         struct job *j = s->jobs.v[k];
-        if (j->state != JOB_PENDING || j->att.n)
+        if (j->state != JOB_PENDING || j->att.n || held_back(s, j, now_ms))
             continue;
         char why[200];
         int met = deps_met(&s->jobs, j, in->dep_reason[in->ndep_failed], sizeof(in->dep_reason[0]));

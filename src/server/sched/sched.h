@@ -61,6 +61,8 @@ struct sched {
     uint64_t passes;
     int64_t state_saved_ms; /* when the loop last committed the core's state */
     int64_t last_pass_ms;   /* when the last pass ended (0: none yet) */
+    int64_t next_begin_ms;  /* the earliest begin time of a job the last pass left out
+                               for it (0: none): the loop wakes then */
     struct sched_ended *ended;
     size_t nended, ended_cap;
     struct sched_result result;     /* kept from pass to pass (its scratch memory) */
