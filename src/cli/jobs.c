@@ -511,9 +511,10 @@ static void show_job(const json_t *job)
     if (strcmp(cli_json_str(job, "state") ? cli_json_str(job, "state") : "", "PENDING") == 0) {
         line("waits because:", cli_json_str(job, "wait_reason") ? cli_json_str(job, "wait_reason")
                                                                 : "(no scheduling pass yet)");
-        line("estimated start:", cli_json_str(job, "estimated_start")
-                                     ? cli_json_str(job, "estimated_start")
-                                     : "(unknown)");
+        line("estimated start:",
+             cli_json_str(job, "estimated_start")        ? cli_json_str(job, "estimated_start")
+             : cli_json_str(job, "estimated_start_note") ? cli_json_str(job, "estimated_start_note")
+                                                         : "(unknown)");
     }
     if (cli_json_str(job, "reason"))
         line("reason:", cli_json_str(job, "reason"));

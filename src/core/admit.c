@@ -47,8 +47,8 @@ static int record_start(struct pass *p, uint32_t i)
         return GPO_ENOMEM;
     *kept = s->alloc;
     p->jflag[i] |= J_STARTED | J_DONE;
-    return backfill_releases_add(&p->rels,
-                                 &(struct backfill_release){job_end(p, j, p->now), j->id, kept});
+    return backfill_releases_add(&p->rels, &(struct backfill_release){job_end(p, j, p->now), j->id,
+                                                                      kept, j->time_limit_ms <= 0});
 }
 
 /* The reservation, in EASY style: one per pool, for its highest-ranked blocked job. */
@@ -60,8 +60,9 @@ static int try_reserve(struct pass *p, uint32_t i)
             return 0;
     }
     int64_t start;
-    int found =
-        backfill_shadow(&p->view, j, p->allowed, &p->rels, p->now, &start, &p->place, &p->undo);
+    bool assumed = false;
+    int found = backfill_shadow(&p->view, j, p->allowed, &p->rels, p->now, &start, &assumed,
+                                &p->place, &p->undo);
     if (found == 0)
         p->shapes_of[p->jshape[i]].reserve_fail_version = p->version + 1;
     if (found <= 0)
@@ -70,7 +71,9 @@ static int try_reserve(struct pass *p, uint32_t i)
     if (r < 0)
         return r;
     p->pool_resv[p->view.groups[p->place.group].pool] = r;
-    p->jwait[i].est_start_ms = start;
+    /* The reservation holds its nodes from `start` either way; the time is
+     * told only when every job it waits for has a limit. */
+    p->jwait[i].est_start_ms = assumed ? SCHED_EST_NO_LIMIT : start;
     return 1;
 }
 
@@ -321,6 +324,7 @@ const struct sched_wait *admit_unranked_wait(struct pass *p, uint32_t i)
     unsigned k = (p->jflag[i] & J_CAND) ? 1 : 0;
     if (!(sh->swept & (1u << k))) {
         sh->sweep[k] = unranked_wait(p, i);
+        pass_wait_numbers(p, &p->q->jobs[i], &sh->sweep[k]);
         sh->swept |= (uint8_t)(1u << k);
     }
     return &sh->sweep[k];

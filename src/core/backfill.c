@@ -101,7 +101,7 @@ static uint32_t gang_whole(const struct view *view, const struct sched_job *job,
 
 int backfill_shadow(struct view *view, const struct sched_job *job, const bool *allowed,
                     struct backfill_releases *rel, int64_t now_ms, int64_t *ret_start_ms,
-                    struct view_place *out, struct view_undo *log)
+                    bool *ret_assumed, struct view_place *out, struct view_undo *log)
 {
     bool gang = job->gpus > 0 && job->multi_node;
     uint64_t sum = 0;
@@ -110,9 +110,11 @@ int backfill_shadow(struct view *view, const struct sched_job *job, const bool *
             sum += gang_whole(view, job, allowed, n);
     }
     int found = 0, err = 0;
+    bool assumed = false;
     const struct backfill_release *r;
     for (size_t i = 0; !found && (r = backfill_releases_at(rel, i, &err)); i++) {
         const struct sched_alloc *a = r->alloc;
+        assumed |= r->assumed;
         bool touched_fits = false;
         if (gang) {
             for (uint32_t p = 0; p < a->nnodes; p++)
@@ -134,6 +136,7 @@ int backfill_shadow(struct view *view, const struct sched_job *job, const bool *
         unsigned miss = 0;
         if (view_place(view, job, allowed, INT64_MAX, false, out, &miss)) {
             *ret_start_ms = r->end_ms > now_ms ? r->end_ms : now_ms;
+            *ret_assumed = assumed;
             found = 1;
         }
     }

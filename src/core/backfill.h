@@ -22,6 +22,7 @@ struct backfill_release {
     int64_t end_ms;
     uint64_t job;
     const struct sched_alloc *alloc; /* borrowed */
+    bool assumed; /* end_ms assumes the policy's default limit: the job has no time limit */
 };
 
 /*
@@ -57,13 +58,15 @@ const struct backfill_release *backfill_releases_at(struct backfill_releases *rs
 /*
  * Finds the earliest time, at or after `now_ms`, when `job` fits in the groups
  * `allowed` (NULL: all eligible) once the releases up to then have
- * happened, on nodes no reservation holds. Returns 1 and fills *ret_start_ms
- * and *out (arrays as for view_place); 0 if it never fits; GPO_ENOMEM.
+ * happened, on nodes no reservation holds. Returns 1 and fills *ret_start_ms,
+ * *ret_assumed (whether a release up to then ends at an assumed time, so the
+ * start is no promise) and *out (arrays as for view_place); 0 if it never
+ * fits; GPO_ENOMEM.
  * The releases are tried on the view in place and undone through `log` (an
  * empty scratch log the caller keeps), so the view is not changed.
  */
 int backfill_shadow(struct view *view, const struct sched_job *job, const bool *allowed,
                     struct backfill_releases *rel, int64_t now_ms, int64_t *ret_start_ms,
-                    struct view_place *out, struct view_undo *log);
+                    bool *ret_assumed, struct view_place *out, struct view_undo *log);
 
 #endif

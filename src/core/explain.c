@@ -57,6 +57,21 @@ static void put_u64(struct out *o, uint64_t v)
     put(o, digits + sizeof(digits) - n, n);
 }
 
+/* A milli-GPU count as GPUs: "8", "0.25". */
+static void put_gpus(struct out *o, int64_t milli)
+{
+    uint64_t m = milli > 0 ? (uint64_t)milli : 0;
+    put_u64(o, m / 1000);
+    if (m % 1000) {
+        char frac[4] = {(char)('0' + m % 1000 / 100), (char)('0' + m % 100 / 10),
+                        (char)('0' + m % 10), '\0'};
+        for (int k = 2; k > 0 && frac[k] == '0'; k--)
+            frac[k] = '\0';
+        put_str(o, ".");
+        put_str(o, frac);
+    }
+}
+
 static const char *name_or(const char *name, const char *fallback)
 {
     return name ? name : fallback;
@@ -101,6 +116,15 @@ int explain_format(const struct sched_cluster *c, const struct sched_wait *w, ch
             break;
         case 'F':
             put_str(&o, w->field ? w->field : "?");
+            break;
+        case 'n': /* " (need N, M free)", or nothing when the need is not a count */
+            if (w->need_milli > 0) {
+                put_str(&o, " (need ");
+                put_gpus(&o, w->need_milli);
+                put_str(&o, ", ");
+                put_gpus(&o, w->free_milli);
+                put_str(&o, " free)");
+            }
             break;
         default:
             put(&o, p - 1, 2);

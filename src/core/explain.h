@@ -15,27 +15,25 @@
 #include "core/model.h"
 
 /* X(name, final, short code, sentence). The sentence is formatted by
- * explain_format with the wait's fields; see there for the placeholders. */
+ * explain_format with the wait's fields; see there for the placeholders.
+ * Callers show "code: sentence", so no sentence repeats its code. */
 #define SCHED_REASON_MAP(X)                                                                        \
     X(NONE, 0, "none", "not waiting")                                                              \
-    X(QUOTA, 0, "quota",                                                                           \
-      "over quota: team %T has no guaranteed or borrowable GPUs left in pool %P")                  \
-    X(NO_GPU, 0, "resources", "no free GPU%g%p")                                                   \
-    X(GANG, 0, "gang",                                                                             \
-      "gang does not fit: not enough free GPUs%g%p "                                               \
-      "on few enough nodes")                                                                       \
-    X(HOST, 0, "host", "no node in pool %P has the CPUs or host memory free")                      \
+    X(QUOTA, 0, "quota", "team %T has no guaranteed or borrowable GPUs left in pool %P")           \
+    X(NO_GPU, 0, "resources", "not enough free GPUs%g%p%n")                                        \
+    X(GANG, 0, "gang", "not enough free GPUs%g%p on few enough nodes%n")                           \
+    X(HOST, 0, "host", "no node%p has the CPUs or host memory free")                               \
     X(RESERVED, 0, "reservation", "behind the reservation for job %J")                             \
-    X(PRIORITY, 0, "priority", "lower priority: higher-ranked jobs took the free GPUs")            \
+    X(PRIORITY, 0, "priority", "higher-ranked jobs took the free GPUs")                            \
     X(BLOCKED, 0, "blocked", "waiting behind job %J (backfill is off)")                            \
     X(PREEMPTING, 0, "preempting", "waiting for preempted jobs to exit")                           \
-    X(BAD_SIZE, 1, "invalid", "invalid request: %F")                                               \
-    X(UNKNOWN_POOL, 1, "invalid", "unknown pool")                                                  \
-    X(UNKNOWN_TYPE, 1, "invalid", "unknown GPU type")                                              \
-    X(UNKNOWN_TEAM, 1, "invalid", "unknown team")                                                  \
-    X(UNKNOWN_CLASS, 1, "invalid", "unknown priority class")                                       \
-    X(TOO_LARGE, 1, "unschedulable", "request larger than any node%g%p can hold")                  \
-    X(GANG_TOO_LARGE, 1, "unschedulable", "gang larger than all GPUs%g%p together")                \
+    X(BAD_SIZE, 1, "invalid", "%F")                                                                \
+    X(UNKNOWN_POOL, 1, "invalid", "no such pool")                                                  \
+    X(UNKNOWN_TYPE, 1, "invalid", "no such GPU type")                                              \
+    X(UNKNOWN_TEAM, 1, "invalid", "no such team")                                                  \
+    X(UNKNOWN_CLASS, 1, "invalid", "no such priority class")                                       \
+    X(TOO_LARGE, 1, "unschedulable", "larger than any node%g%p can hold")                          \
+    X(GANG_TOO_LARGE, 1, "unschedulable", "a gang larger than all GPUs%g%p together")              \
     X(NO_MATCH, 1, "unschedulable", "no node in pool %P has GPUs of type %G")                      \
     X(QUOTA_NEVER, 1, "unschedulable",                                                             \
       "larger than team %T's guarantee plus borrowing limit in pool %P")
@@ -47,11 +45,19 @@ enum sched_reason {
         SCHED_REASON_COUNT
 };
 
+/* est_start_ms of a job whose reservation waits for jobs without a time
+ * limit: their end, and so its start, is not known. */
+#define SCHED_EST_NO_LIMIT INT64_C(-2)
+
 /* Why a job waits. `pool`, `gpu_type` and `other_job` fill the sentence's
  * placeholders where the reason has them (SCHED_NONE / 0 otherwise).
  * `est_start_ms` is the estimated start time where a reservation gives one,
- * -1 where none can be promised. `field` names the bad field of an invalid
- * request (a static string). */
+ * -1 where none can be promised, SCHED_EST_NO_LIMIT where the jobs it waits
+ * for have no time limit. `field` names the bad field of an invalid request
+ * (a static string). For "resources" and "gang": `need_milli` the GPUs it
+ * asks for and `free_milli` those free for it in the pass's view (a gang:
+ * in its pool and type; else on the one node or GPU with the most), both in
+ * milli-GPU; need_milli 0 when it asks by memory or the reason has none. */
 struct sched_wait {
     uint64_t job;
     enum sched_reason reason;
@@ -61,6 +67,7 @@ struct sched_wait {
     uint64_t other_job;
     int64_t est_start_ms;
     const char *field;
+    int64_t need_milli, free_milli;
 };
 
 /* True when no change in load will ever start a job waiting for this reason. */
@@ -74,7 +81,9 @@ const char *explain_code(enum sched_reason reason);
  * 0), naming pools, GPU types and teams from `cluster`. Placeholders: %T the
  * team, %P the pool and %G the GPU type ("any" for SCHED_ANY), %g and %p the
  * same as " of type X" and " in pool X", or nothing for SCHED_ANY (so a job
- * that takes any GPU reads "no free GPU"), %J the other job, %F the field.
+ * that takes any GPU reads "not enough free GPUs"), %J the other job, %F the
+ * field, %n " (need 8, 2 free)" from need_milli and free_milli (0.25 for a
+ * fraction), or nothing when need_milli is 0.
  * Returns the length the full sentence needs, as snprintf does, or GPO_EINVAL.
  */
 int explain_format(const struct sched_cluster *cluster, const struct sched_wait *wait, char *buf,

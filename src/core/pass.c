@@ -22,7 +22,30 @@ void pass_set_wait(struct pass *p, uint32_t i, enum sched_reason reason, uint32_
                    uint32_t gpu_type, uint64_t other, const char *field)
 {
     p->jwait[i] = make_wait(&p->q->jobs[i], reason, pool, gpu_type, other, field);
+    pass_wait_numbers(p, &p->q->jobs[i], &p->jwait[i]);
     p->jflag[i] |= J_DONE;
+}
+
+void pass_wait_numbers(struct pass *p, const struct sched_job *j, struct sched_wait *w)
+{
+    if ((w->reason != SCHED_REASON_NO_GPU && w->reason != SCHED_REASON_GANG) ||
+        (j->gpus <= 0 && j->gpu_milli <= 0))
+        return;
+    bool whole = j->gpus > 0;
+    int64_t best = 0;
+    /* A gang is placed within one group: the most any group has free. */
+    for (uint32_t g = 0; g < p->view.ngroups; g++) {
+        if (!view_group_eligible(&p->view, j, g))
+            continue;
+        view_group_refresh(&p->view, g);
+        const struct view_group *grp = &p->view.groups[g];
+        int64_t v = !whole          ? (int64_t)grp->max_free_milli
+                    : j->multi_node ? (int64_t)grp->sum_free_whole * SCHED_MILLI
+                                    : (int64_t)grp->max_free_whole * SCHED_MILLI;
+        best = v > best ? v : best;
+    }
+    w->need_milli = whole ? (int64_t)j->gpus * SCHED_MILLI : j->gpu_milli;
+    w->free_milli = best;
 }
 
 /* compute_allowed for pending job i, from its shape's cache while its team's

@@ -232,12 +232,18 @@ static inline struct sched_wait make_wait(const struct sched_job *j, enum sched_
                                .gpu_type = gpu_type,
                                .other_job = other,
                                .est_start_ms = -1,
-                               .field = field};
+                               .field = field,
+                               .need_milli = 0,
+                               .free_milli = 0};
 }
 
 /* Sets job i's wait (and marks it decided). */
 void pass_set_wait(struct pass *p, uint32_t i, enum sched_reason reason, uint32_t pool,
                    uint32_t gpu_type, uint64_t other, const char *field);
+
+/* For a "resources" or "gang" wait of job j: what it needs and what the
+ * view has free for it now (explain.h: need_milli, free_milli). */
+void pass_wait_numbers(struct pass *p, const struct sched_job *j, struct sched_wait *w);
 
 /* Groups job i may use now (p->eligible, p->allowed, p->headroom filled);
  * returns how many are eligible, *ret_nallowed how many have quota left.

@@ -542,6 +542,8 @@ static inline void wait_copy(struct sched_wait *dst, const struct sched_wait *sr
     dst->other_job = src->other_job;
     dst->est_start_ms = src->est_start_ms;
     dst->field = src->field;
+    dst->need_milli = src->need_milli;
+    dst->free_milli = src->free_milli;
 }
 
 /* The pass's tables: the view of free capacity, the id map (running jobs
@@ -588,9 +590,9 @@ static int running_releases(struct pass *p)
             p->rflag[r] |= R_LEAVING;
             p->leaving[p->nleaving++] = (uint32_t)r;
         }
-        struct backfill_release rel = {rj->preempting ? p->now + p->pol->preempt_grace_ms
-                                                      : job_end(p, rj->job, rj->start_ms),
-                                       rj->job->id, &rj->alloc};
+        struct backfill_release rel = {
+            rj->preempting ? p->now + p->pol->preempt_grace_ms : job_end(p, rj->job, rj->start_ms),
+            rj->job->id, &rj->alloc, !rj->preempting && rj->job->time_limit_ms <= 0};
         if ((err = backfill_releases_add(&p->rels, &rel)))
             return err;
     }

@@ -101,8 +101,7 @@ static void quota_when_team_at_guarantee_plus_borrow_limit_while_gpus_free(void 
     assert_int_equal(w->other_job, 0);
     assert_int_equal(w->est_start_ms, -1);
     assert_false(explain_is_final(w->reason));
-    expect_sentence(
-        fx, 4, "over quota: team alpha has no guaranteed or borrowable GPUs left in pool main");
+    expect_sentence(fx, 4, "team alpha has no guaranteed or borrowable GPUs left in pool main");
 }
 
 static void no_gpu_when_cluster_full_with_estimated_start(void **state)
@@ -121,7 +120,7 @@ static void no_gpu_when_cluster_full_with_estimated_start(void **state)
     /* The reservation promises the GPUs when job 1 reaches its limit. */
     assert_int_equal(w->est_start_ms, 1000 + HOUR_MS);
     assert_false(explain_is_final(w->reason));
-    expect_sentence(fx, 2, "no free GPU of type H100-80GB in pool main");
+    expect_sentence(fx, 2, "not enough free GPUs of type H100-80GB in pool main (need 1, 0 free)");
 }
 
 static void gang_when_free_gpus_are_spread_too_thin(void **state)
@@ -138,9 +137,10 @@ static void gang_when_free_gpus_are_spread_too_thin(void **state)
     assert_int_equal(w->pool, MAIN);
     assert_int_equal(w->gpu_type, H100);
     assert_int_equal(w->est_start_ms, 1000 + HOUR_MS);
+    /* 2 + 8 free in main: the most its group has. */
     expect_sentence(fx, 2,
-                    "gang does not fit: not enough free GPUs of type H100-80GB in pool main on "
-                    "few enough nodes");
+                    "not enough free GPUs of type H100-80GB in pool main on few enough nodes "
+                    "(need 12, 10 free)");
 }
 
 static void host_when_gpus_free_but_cpus_taken(void **state)
@@ -155,6 +155,8 @@ static void host_when_gpus_free_but_cpus_taken(void **state)
     const struct sched_wait *w = wait_of(fx, 2);
     assert_int_equal(w->pool, MAIN);
     expect_sentence(fx, 2, "no node in pool main has the CPUs or host memory free");
+    w = wait_of(fx, 2);
+    assert_int_equal(w->need_milli, 0); /* no count in this sentence */
 }
 
 static void host_when_gpus_free_but_host_memory_taken(void **state)
@@ -204,7 +206,7 @@ static void priority_when_higher_ranked_job_took_the_gpus(void **state)
     assert_int_equal(w->pool, MAIN);
     assert_int_equal(w->gpu_type, H100);
     assert_int_equal(w->est_start_ms, 1000 + HOUR_MS);
-    expect_sentence(fx, 1, "lower priority: higher-ranked jobs took the free GPUs");
+    expect_sentence(fx, 1, "higher-ranked jobs took the free GPUs");
 }
 
 static void blocked_behind_head_job_when_backfill_off(void **state)
@@ -248,6 +250,86 @@ static void preempting_estimates_start_after_grace(void **state)
     assert_int_equal(fx_step(fx, 6000), 0);
     expect_wait(fx, 9, SCHED_REASON_PREEMPTING);
     assert_true(wait_of(fx, 9)->est_start_ms >= 5000 + 45000);
+}
+
+/* A reservation that waits for jobs without a time limit promises no time:
+ * their end is the policy's guess, not theirs. The reservation still holds. */
+static void no_estimated_start_when_running_jobs_have_no_time_limit(void **state)
+{
+    struct fx *fx = *state = cluster(1);
+    job(fx, 1, 6)->time_limit_ms = 0;
+    assert_int_equal(fx_step(fx, 1000), 0);
+    assert_true(fx_running(fx, 1));
+    job(fx, 2, 8);
+    assert_int_equal(fx_step(fx, 2000), 0);
+    expect_wait(fx, 2, SCHED_REASON_NO_GPU);
+    assert_int_equal(wait_of(fx, 2)->est_start_ms, SCHED_EST_NO_LIMIT);
+    assert_int_equal(fx->res.nreserves, 1);
+    expect_sentence(fx, 2, "not enough free GPUs of type H100-80GB in pool main (need 8, 2 free)");
+    /* With a limit, the same wait has its time. */
+    struct fx *fx2 = cluster(1);
+    job(fx2, 1, 6);
+    assert_int_equal(fx_step(fx2, 1000), 0);
+    job(fx2, 2, 8);
+    assert_int_equal(fx_step(fx2, 2000), 0);
+    assert_int_equal(wait_of(fx2, 2)->est_start_ms, 1000 + HOUR_MS);
+    fx_free(fx2);
+}
+
+/* "resources" counts what the job asks for against what is free for it: the
+ * node with the most whole GPUs, the GPU with the most left for a fraction. */
+static void resources_says_what_it_needs_and_what_is_free(void **state)
+{
+    struct fx *fx = *state = cluster(2);
+    job(fx, 1, 7);
+    job(fx, 2, 6);
+    assert_int_equal(fx_step(fx, 1000), 0);
+    job(fx, 3, 4); /* 1 + 2 free, on two nodes */
+    struct sched_job *f = job(fx, 4, 0);
+    f->gpu_milli = 250;
+    assert_int_equal(fx_step(fx, 2000), 0);
+    expect_sentence(fx, 3, "not enough free GPUs of type H100-80GB in pool main (need 4, 2 free)");
+    assert_non_null(fx_start(fx, 4)); /* a quarter fits a free GPU */
+
+    char buf[200];
+    struct sched_wait w = {.reason = SCHED_REASON_NO_GPU,
+                           .pool = SCHED_ANY,
+                           .gpu_type = SCHED_ANY,
+                           .need_milli = 250,
+                           .free_milli = 100};
+    explain_format(&fx->c, &w, buf, sizeof(buf));
+    assert_string_equal(buf, "not enough free GPUs (need 0.25, 0.1 free)");
+    w.need_milli = 8000, w.free_milli = 2500;
+    explain_format(&fx->c, &w, buf, sizeof(buf));
+    assert_string_equal(buf, "not enough free GPUs (need 8, 2.5 free)");
+    w.need_milli = 0; /* asked by memory: no count */
+    explain_format(&fx->c, &w, buf, sizeof(buf));
+    assert_string_equal(buf, "not enough free GPUs");
+    w.reason = SCHED_REASON_GANG, w.need_milli = 16000, w.free_milli = 8000;
+    explain_format(&fx->c, &w, buf, sizeof(buf));
+    assert_string_equal(buf, "not enough free GPUs on few enough nodes (need 16, 8 free)");
+}
+
+/* Callers show "code: sentence": a sentence neither begins with its code
+ * nor carries a label of its own ("priority: lower priority: ..."). */
+static void no_sentence_repeats_its_code_or_has_a_label(void **state)
+{
+    struct fx *fx = *state = cluster(1);
+    for (int r = 0; r < SCHED_REASON_COUNT; r++) {
+        struct sched_wait w = {.reason = (enum sched_reason)r,
+                               .team = ALPHA,
+                               .pool = MAIN,
+                               .gpu_type = H100,
+                               .other_job = 42,
+                               .field = "cpus is negative",
+                               .need_milli = 8000,
+                               .free_milli = 2000};
+        char buf[256];
+        explain_format(&fx->c, &w, buf, sizeof(buf));
+        const char *code = explain_code((enum sched_reason)r);
+        if (strncmp(buf, code, strlen(code)) == 0 || strchr(buf, ':'))
+            fail_msg("reason %d (%s): \"%s\"", r, code, buf);
+    }
 }
 
 /* ---- final reasons ---- */
@@ -301,7 +383,7 @@ static void bad_size_names_the_bad_field(void **state)
             fail_msg("case %zu: field \"%s\", expected \"%s\"", k, w->field, cases[k].field);
         assert_true(explain_is_final(w->reason));
     }
-    expect_sentence(fx, 100, "invalid request: gpus is negative");
+    expect_sentence(fx, 100, "gpus is negative");
 }
 
 static void unknown_indices_are_final(void **state)
@@ -323,11 +405,11 @@ static void unknown_indices_are_final(void **state)
     assert_string_equal(wait_of(fx, 4)->field, "priority");
     for (uint64_t id = 1; id <= 4; id++)
         assert_true(explain_is_final(wait_of(fx, id)->reason));
-    expect_sentence(fx, 1, "unknown pool");
-    expect_sentence(fx, 2, "unknown GPU type");
+    expect_sentence(fx, 1, "no such pool");
+    expect_sentence(fx, 2, "no such GPU type");
     /* An unknown team has no name: the wait must not index past the teams. */
-    expect_sentence(fx, 3, "unknown team");
-    expect_sentence(fx, 4, "unknown priority class");
+    expect_sentence(fx, 3, "no such team");
+    expect_sentence(fx, 4, "no such priority class");
 }
 
 static void too_large_for_any_node(void **state)
@@ -347,7 +429,7 @@ static void too_large_for_any_node(void **state)
         assert_int_equal(w->gpu_type, H100);
         assert_true(explain_is_final(w->reason));
     }
-    expect_sentence(fx, 1, "request larger than any node of type H100-80GB in pool main can hold");
+    expect_sentence(fx, 1, "larger than any node of type H100-80GB in pool main can hold");
 }
 
 static void gang_too_large_for_all_gpus_together(void **state)
@@ -361,7 +443,7 @@ static void gang_too_large_for_all_gpus_together(void **state)
     expect_wait(fx, 1, SCHED_REASON_GANG_TOO_LARGE);
     assert_true(explain_is_final(wait_of(fx, 1)->reason));
     assert_non_null(fx_start(fx, 2));
-    expect_sentence(fx, 1, "gang larger than all GPUs of type H100-80GB in pool main together");
+    expect_sentence(fx, 1, "a gang larger than all GPUs of type H100-80GB in pool main together");
 }
 
 static void no_match_when_pool_has_no_gpus_of_type(void **state)
@@ -411,21 +493,21 @@ static void format_names_pools_types_and_teams(void **state)
                            .gpu_type = A100,
                            .est_start_ms = -1};
     assert_int_equal(explain_format(&fx->c, &w, buf, sizeof(buf)),
-                     (int)strlen("over quota: team beta has no guaranteed or borrowable GPUs "
+                     (int)strlen("team beta has no guaranteed or borrowable GPUs "
                                  "left in pool spare"));
-    assert_string_equal(buf, "over quota: team beta has no guaranteed or borrowable GPUs left in "
+    assert_string_equal(buf, "team beta has no guaranteed or borrowable GPUs left in "
                              "pool spare");
     w.reason = SCHED_REASON_NO_GPU;
     explain_format(&fx->c, &w, buf, sizeof(buf));
-    assert_string_equal(buf, "no free GPU of type A100-40GB in pool spare");
+    assert_string_equal(buf, "not enough free GPUs of type A100-40GB in pool spare");
     w.pool = SCHED_ANY;
     w.gpu_type = SCHED_ANY;
     explain_format(&fx->c, &w, buf, sizeof(buf));
-    assert_string_equal(buf, "no free GPU");
+    assert_string_equal(buf, "not enough free GPUs");
     w.pool = SPARE; /* any type, one pool */
     assert_int_equal(explain_format(&fx->c, &w, buf, sizeof(buf)),
-                     (int)strlen("no free GPU in pool spare"));
-    assert_string_equal(buf, "no free GPU in pool spare");
+                     (int)strlen("not enough free GPUs in pool spare"));
+    assert_string_equal(buf, "not enough free GPUs in pool spare");
     w.pool = SCHED_ANY;
     w.reason = SCHED_REASON_RESERVED;
     w.other_job = UINT64_MAX;
@@ -437,7 +519,7 @@ static void format_names_pools_types_and_teams(void **state)
     w.reason = SCHED_REASON_BAD_SIZE;
     w.field = NULL;
     explain_format(&fx->c, &w, buf, sizeof(buf));
-    assert_string_equal(buf, "invalid request: ?");
+    assert_string_equal(buf, "?");
     w.reason = SCHED_REASON_QUOTA_NEVER;
     w.team = 99; /* out of range: no name, no crash */
     w.pool = MAIN;
@@ -451,7 +533,7 @@ static void format_names_pools_types_and_teams(void **state)
 static void format_truncates_like_snprintf(void **state)
 {
     struct fx *fx = *state = cluster(1);
-    const char *full = "no free GPU of type H100-80GB in pool main";
+    const char *full = "not enough free GPUs of type H100-80GB in pool main";
     int len = (int)strlen(full);
     struct sched_wait w = {.reason = SCHED_REASON_NO_GPU, .pool = MAIN, .gpu_type = H100};
     char buf[64];
@@ -556,6 +638,9 @@ int main(void)
         T(quota_when_team_at_guarantee_plus_borrow_limit_while_gpus_free),
         T(no_gpu_when_cluster_full_with_estimated_start),
         T(gang_when_free_gpus_are_spread_too_thin),
+        T(no_estimated_start_when_running_jobs_have_no_time_limit),
+        T(resources_says_what_it_needs_and_what_is_free),
+        T(no_sentence_repeats_its_code_or_has_a_label),
         T(host_when_gpus_free_but_cpus_taken),
         T(host_when_gpus_free_but_host_memory_taken),
         T(reserved_when_backfill_would_delay_the_head),

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "base/err.h"
+#include "core/explain.h"
 #include "server/api/api.h"
 #include "server/srv.h"
 #include "util/timefmt.h"
@@ -267,6 +268,10 @@ json_t *api_job_json(const struct job *j, int64_t now_ms)
     if (j->state == JOB_PENDING) {
         e |= json_object_set_new(o, "wait_reason", j->wait ? json_string(j->wait) : json_null());
         e |= set_time(o, "estimated_start", j->est_start_ms);
+        /* No time is promised that the running jobs' limits do not make. */
+        if (j->est_start_ms == SCHED_EST_NO_LIMIT)
+            e |= json_object_set_new(o, "estimated_start_note",
+                                     json_string("unknown: the running jobs have no time limit"));
     }
     if (j->state == JOB_RUNNING)
         e |= gpu_figures(o, &j->att);

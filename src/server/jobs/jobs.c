@@ -11,6 +11,7 @@
 #include "base/vec.h"
 #include "server/jobs/jobs.h"
 #include "util/errbuf.h"
+#include "util/timefmt.h"
 #include "base/banned.h"
 
 static const struct {
@@ -92,6 +93,24 @@ void job_set_wait(struct job *j, const char *text, int64_t est_start_ms)
     j->est_start_ms = est_start_ms;
 }
 
+bool job_held_back(struct job *j, int64_t now_ms, int64_t *ret_begin_ms)
+{
+    if (j->hold) {
+        job_set_wait(j, job_hold_wait(j->hold), -1);
+        *ret_begin_ms = 0;
+        return true;
+    }
+    if (j->spec.begin <= 0 || j->spec.begin > INT64_MAX / 1000 || j->spec.begin * 1000 <= now_ms)
+        return false;
+    int64_t at = j->spec.begin * 1000;
+    char when[TIMEFMT_RFC3339_LEN] = "", why[96];
+    timefmt_rfc3339(at, when, sizeof(when));
+    snprintf(why, sizeof(why), "deferred: begin time not reached (starts at %s)", when);
+    job_set_wait(j, why, at);
+    *ret_begin_ms = at;
+    return true;
+}
+
 int job_from_row(const struct store_job *row, const char *user, struct job **ret, char *err,
                  size_t errlen)
 {
@@ -137,6 +156,8 @@ int job_from_row(const struct store_job *row, const char *user, struct job **ret
         job_free(j);
         return GPO_ENOMEM;
     }
+    if (j->hold && j->state == JOB_PENDING)
+        job_set_wait(j, job_hold_wait(j->hold), -1); /* before the first pass says so */
     *ret = j;
     return 0;
 }

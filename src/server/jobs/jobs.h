@@ -103,11 +103,12 @@ bool kill_cause_preempts(enum kill_cause cause);
 /*
  * Who holds a pending job back from the scheduler (scontrol's hold):
  * X(name, stored, wait). `stored` is the store's jobs.hold; `wait` the
- * reason the job waits with. A user may not release an admin's hold.
+ * reason the job waits with (code "hold", as Slurm's JobHeldUser and
+ * JobHeldAdmin). A user may not release an admin's hold.
  */
 #define JOB_HOLDS(X)                                                                               \
-    X(USER, "user", "held by user")                                                                \
-    X(ADMIN, "admin", "held by an admin")
+    X(USER, "user", "hold: held by user")                                                          \
+    X(ADMIN, "admin", "hold: held by an admin")
 
 enum job_hold {
     JOB_HOLD_NONE = 0,
@@ -264,7 +265,8 @@ struct job {
     struct jobspec spec;           /* spec.begin: not eligible before then */
     /* From the last scheduling pass, for a pending job. */
     char *wait;           /* owned, or NULL: the reason it waits */
-    int64_t est_start_ms; /* -1: unknown */
+    int64_t est_start_ms; /* -1: unknown; SCHED_EST_NO_LIMIT: its reservation waits for
+                             jobs without a time limit */
     int64_t queued_ms;    /* when it (re)entered the queue: the core's submit time */
     int64_t attempts;     /* attempts made so far (the last one's number) */
     uint32_t failures;    /* attempts that ended FAILED, TIMEOUT or NODE_FAIL */
@@ -278,6 +280,13 @@ void job_free(struct job *j);
 /* Sets the job's wait reason (text copied; NULL: none) and estimated start
  * (-1: unknown). Out of memory leaves no reason. */
 void job_set_wait(struct job *j, const char *text, int64_t est_start_ms);
+
+/* Whether pending job j is kept out of the scheduler's pass at now_ms: held,
+ * or its begin time (spec.begin) not reached. Then its wait reason says so
+ * ("hold: held by user", "deferred: begin time not reached (starts at
+ * ...)", the begin time its estimated start) and *ret_begin_ms gets the
+ * begin time (0 for a hold). Out of memory leaves no reason. */
+bool job_held_back(struct job *j, int64_t now_ms, int64_t *ret_begin_ms);
 
 /* Builds a job from its store row (the stored spec parsed back); `user` is
  * its user's name. 0, GPO_EINVAL with a message (an unknown state, a spec

@@ -71,6 +71,8 @@ static int job_new(const struct job_submit *sub, int64_t id, int64_t array_id, s
         job_free(j);
         return GPO_ENOMEM;
     }
+    int64_t begin_ms;
+    job_held_back(j, sub->submit_ms, &begin_ms); /* its reason needs no pass */
     *ret = j;
     return 0;
 }

@@ -12,7 +12,6 @@
 #include "core/explain.h"
 #include "server/sched/sched_int.h"
 #include "util/errbuf.h"
-#include "util/timefmt.h"
 #include "base/banned.h"
 
 static int cmp_name_index(const void *a, const void *b)
@@ -110,24 +109,15 @@ static int index_view(struct server *s, struct sched_input *in)
     return 0;
 }
 
-/* Whether j is held back from the pass, by a hold or a begin time later
- * than now_ms; its wait reason is set, and the earliest begin time kept in
- * the loop's next_begin_ms (its timer). */
+/* Whether j is held back from the pass (job_held_back); the earliest begin
+ * time is kept in the loop's next_begin_ms (its timer). */
 static bool held_back(struct server *s, struct job *j, int64_t now_ms)
 {
-    if (j->hold) {
-        job_set_wait(j, job_hold_wait(j->hold), -1);
-        return true;
-    }
-    if (j->spec.begin <= 0 || j->spec.begin > (INT64_MAX / 1000) || j->spec.begin * 1000 <= now_ms)
+    int64_t at = 0;
+    if (!job_held_back(j, now_ms, &at))
         return false;
-    int64_t at = j->spec.begin * 1000;
-    char when[TIMEFMT_RFC3339_LEN] = "", why[96];
-    timefmt_rfc3339(at, when, sizeof(when));
-    snprintf(why, sizeof(why), "begin time not reached (starts at %s)", when);
-    job_set_wait(j, why, at);
     struct sched *sc = s->sched;
-    if (!sc->next_begin_ms || at < sc->next_begin_ms)
+    if (at && (!sc->next_begin_ms || at < sc->next_begin_ms))
         sc->next_begin_ms = at;
     return true;
 }
@@ -469,7 +459,11 @@ void sched_apply(struct server *s, const struct sched_input *in, struct sched_pl
         if (j)
             wait_unname(s, j, res->waits[k].other_job, text, sizeof(text));
         if (j && j->state == JOB_PENDING)
-            job_set_wait(j, text, res->waits[k].est_start_ms > 0 ? res->waits[k].est_start_ms : -1);
+            job_set_wait(j, text,
+                         res->waits[k].est_start_ms > 0 ||
+                                 res->waits[k].est_start_ms == SCHED_EST_NO_LIMIT
+                             ? res->waits[k].est_start_ms
+                             : -1);
     }
 }
 
