@@ -201,6 +201,7 @@ static void kill_causes_read_back_from_their_stored_reasons(void **state)
         {KILL_IDLE_REQUEUE, "idle: GPUs under 10% for 2s", "preempted: idle: GPUs under 10% for 2s",
          true},
         {KILL_IDLE_CANCEL, "idle: GPUs under 10% for 2s", "idle: GPUs under 10% for 2s", false},
+        {KILL_REQUEUE, NULL, "requeued", true},
     };
     for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
         struct job *j = job_new(10);
@@ -219,6 +220,73 @@ static void kill_causes_read_back_from_their_stored_reasons(void **state)
     const char *detail = "x";
     assert_int_equal(attempt_kill_parse(NULL, &detail), KILL_PREEMPTED); /* rows that say nothing */
     assert_null(detail);
+}
+
+/* A user's requeue sends the job back to the queue however its attempt
+ * ended (the agent reports a requeue kill as PREEMPTED; one that completed
+ * or failed meanwhile too), and it is not one of the job's failures. */
+static void a_requeue_kill_returns_the_job_to_the_queue(void **state)
+{
+    (void)state;
+    static const enum attempt_state ends[] = {ATTEMPT_PREEMPTED, ATTEMPT_CANCELLED,
+                                              ATTEMPT_COMPLETED, ATTEMPT_FAILED, ATTEMPT_TIMEOUT};
+    for (size_t k = 0; k < sizeof(ends) / sizeof(ends[0]); k++) {
+        struct job *j = job_new(20);
+        j->spec.requeue = false; /* the job's own setting is about preemption only */
+        assert_int_equal(attempt_kill(&j->att, KILL_REQUEUE, NULL, 1000), 0);
+        struct job_end e = decide(j, ends[k], 1, NULL);
+        assert_int_equal(e.job_state, JOB_PENDING);
+        assert_false(e.failure);
+        assert_string_equal(e.reason, "attempt 2 requeued");
+        struct attempt old;
+        job_end_apply(j, &e, &old);
+        assert_int_equal(j->queued_ms, T0 + 5000);
+        assert_int_equal(j->failures, 0);
+        attempt_release(&old);
+        job_free(j);
+    }
+    /* A cancel still wins over a requeue under way. */
+    struct job *j = job_new(21);
+    assert_int_equal(attempt_kill(&j->att, KILL_REQUEUE, NULL, 1000), 0);
+    assert_int_equal(attempt_kill(&j->att, KILL_REQUEUE, NULL, 1000), GPO_ESTATE);
+    assert_int_equal(attempt_kill(&j->att, KILL_CANCELLED, NULL, 1000), 0);
+    assert_int_equal(decide(j, ATTEMPT_CANCELLED, STORE_NULL, NULL).job_state, JOB_CANCELLED);
+    job_free(j);
+}
+
+/* Holds by name, and a pending job kept out of the pass by a hold or a
+ * begin time, with the reason it waits with. */
+static void holds_and_begin_times_keep_a_job_back(void **state)
+{
+    (void)state;
+    assert_null(job_hold_name(JOB_HOLD_NONE));
+    assert_string_equal(job_hold_name(JOB_HOLD_USER), "user");
+    assert_string_equal(job_hold_name(JOB_HOLD_ADMIN), "admin");
+    assert_int_equal(job_hold_parse(NULL), JOB_HOLD_NONE);
+    assert_int_equal(job_hold_parse("user"), JOB_HOLD_USER);
+    assert_int_equal(job_hold_parse("admin"), JOB_HOLD_ADMIN);
+    assert_int_equal(job_hold_parse("root"), -1);
+    assert_string_equal(job_hold_wait(JOB_HOLD_USER), "hold: held by user");
+    assert_string_equal(job_hold_wait(JOB_HOLD_ADMIN), "hold: held by an admin");
+
+    struct job *j = job_new(30);
+    j->state = JOB_PENDING;
+    int64_t at = -1;
+    assert_false(job_held_back(j, T0, &at));
+    j->hold = JOB_HOLD_ADMIN;
+    j->spec.begin = T0 / 1000 + 60; /* a hold says so first */
+    assert_true(job_held_back(j, T0, &at));
+    assert_int_equal(at, 0);
+    assert_string_equal(j->wait, "hold: held by an admin");
+    j->hold = JOB_HOLD_NONE;
+    assert_true(job_held_back(j, T0, &at));
+    assert_int_equal(at, T0 + 60000);
+    assert_int_equal(j->est_start_ms, T0 + 60000);
+    assert_string_equal(j->wait, "deferred: begin time not reached (starts at "
+                                 "2027-01-15T08:01:00Z)");
+    assert_true(job_held_back(j, T0 + 59999, &at));
+    assert_false(job_held_back(j, T0 + 60000, &at)); /* its time has come */
+    job_free(j);
 }
 
 static void attempts_round_trip_through_their_stored_form(void **state)
@@ -307,6 +375,8 @@ int main(void)
         cmocka_unit_test(applying_an_end_moves_the_attempt_out),
         cmocka_unit_test(one_kill_path_refuses_a_second_cause_but_a_cancel),
         cmocka_unit_test(kill_causes_read_back_from_their_stored_reasons),
+        cmocka_unit_test(a_requeue_kill_returns_the_job_to_the_queue),
+        cmocka_unit_test(holds_and_begin_times_keep_a_job_back),
         cmocka_unit_test(attempts_round_trip_through_their_stored_form),
         cmocka_unit_test(states_have_one_name_each),
         cmocka_unit_test(the_table_keeps_ids_growing_and_finds_live_jobs),

@@ -394,6 +394,99 @@ static void test_durations_display_as_slurm_and_parse_back(void **state)
     assert_int_equal(timefmt_duration(5, NULL, 0), GPO_EINVAL);
 }
 
+/* ---- begin times -------------------------------------------------------------- */
+
+/* 2026-12-02T10:30:00Z, a Wednesday, as "now". */
+#define NOW_S INT64_C(1796207400)
+#define DAY_S INT64_C(86400)
+
+static void assert_begin(const char *text, int64_t offset_s, int64_t want)
+{
+    int64_t got = -1;
+    int rc = timefmt_parse_begin(text, NOW_S, offset_s, &got);
+    if (rc != 0 || got != want)
+        fail_msg("'%s' (offset %" PRId64 "): rc %d, %" PRId64 ", expected %" PRId64, text, offset_s,
+                 rc, got, want);
+}
+
+static void test_begin_takes_each_of_sbatchs_forms(void **state)
+{
+    (void)state;
+    int64_t midnight = NOW_S - 10 * 3600 - 30 * 60; /* 2026-12-02T00:00:00Z */
+    assert_begin("now", 0, NOW_S);
+    assert_begin("now+60", 0, NOW_S + 60);
+    assert_begin("now+90seconds", 0, NOW_S + 90);
+    assert_begin("now+30minutes", 0, NOW_S + 1800);
+    assert_begin("now+1hour", 0, NOW_S + 3600);
+    assert_begin("NOW+2HOURS", 0, NOW_S + 7200);
+    assert_begin("now+3days", 0, NOW_S + 3 * DAY_S);
+    assert_begin("now+1week", 0, NOW_S + 7 * DAY_S);
+    assert_begin("now+5m", 0, NOW_S + 300);
+    /* A time of day: today's while it is ahead, else tomorrow's. */
+    assert_begin("16:00", 0, midnight + 16 * 3600);
+    assert_begin("16:00:30", 0, midnight + 16 * 3600 + 30);
+    assert_begin("09:00", 0, midnight + DAY_S + 9 * 3600);
+    assert_begin("10:30", 0, midnight + DAY_S + 10 * 3600 + 30 * 60); /* now itself has passed */
+    assert_begin("noon", 0, midnight + 12 * 3600);
+    assert_begin("fika", 0, midnight + 15 * 3600);
+    assert_begin("teatime", 0, midnight + 16 * 3600);
+    assert_begin("midnight", 0, midnight + DAY_S);
+    assert_begin("today", 0, midnight);
+    assert_begin("Tomorrow", 0, midnight + DAY_S);
+    assert_begin("2026-12-24", 0, midnight + 22 * DAY_S);
+    assert_begin("2026-12-24T08:15", 0, midnight + 22 * DAY_S + 8 * 3600 + 15 * 60);
+    assert_begin("2026-12-24T08:15:07", 0, midnight + 22 * DAY_S + 8 * 3600 + 15 * 60 + 7);
+    /* Local time: one hour east of UTC, 16:00 there is 15:00Z; a day there
+     * begins at 23:00Z the day before. */
+    assert_begin("16:00", 3600, midnight + 15 * 3600);
+    assert_begin("2026-12-24T08:15", 3600, midnight + 22 * DAY_S + 7 * 3600 + 15 * 60);
+    assert_begin("today", 3600, midnight - 3600);
+    /* Five hours west, it is 05:30 there: 09:00 is still ahead today. */
+    assert_begin("09:00", -5 * 3600, midnight + 14 * 3600);
+    assert_begin("today", -5 * 3600, midnight + 5 * 3600);
+}
+
+static void test_begin_refuses_other_forms_with_the_reason(void **state)
+{
+    (void)state;
+    static const struct bad bad[] = {
+        {"", GPO_ESYNTAX, "empty"},
+        {"soon", GPO_ESYNTAX, "not a form"},
+        {"now-1hour", GPO_ESYNTAX, "only now+"},
+        {"now+", GPO_ESYNTAX, "no count"},
+        {"now+1fortnight", GPO_ESYNTAX, "unknown unit"},
+        {"now+1 hour", GPO_ESYNTAX, "a space"},
+        {"16", GPO_ESYNTAX, "an hour alone"},
+        {"6:00", GPO_ESYNTAX, "one-digit hour"},
+        {"16:00pm", GPO_ESYNTAX, "trailing text"},
+        {"25:00", GPO_ERANGE, "hour 25"},
+        {"12:60", GPO_ERANGE, "minute 60"},
+        {"12:00:61", GPO_ERANGE, "second 61"},
+        {"2026-02-30", GPO_ERANGE, "February 30"},
+        {"2026-13-01", GPO_ERANGE, "month 13"},
+        {"1969-12-31", GPO_ERANGE, "before 1970"},
+        {"2026-12-24T25:00", GPO_ERANGE, "hour 25 of a date"},
+        {"2026-12-24 08:00", GPO_ESYNTAX, "a space, not T"},
+        {"2026-12-24T08", GPO_ESYNTAX, "an hour without minutes"},
+        {"now+99999999999999999999", GPO_EOVERFLOW, "too many seconds"},
+        {"now+9999999999999days", GPO_EOVERFLOW, "past 9999"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        int64_t got = 12345;
+        int rc = timefmt_parse_begin(bad[i].text, NOW_S, 0, &got);
+        if (rc != bad[i].code || got != 12345)
+            fail_msg("'%s' (%s): rc %d, expected %d", bad[i].text, bad[i].why, rc, bad[i].code);
+    }
+    int64_t got;
+    assert_int_equal(timefmt_parse_begin(NULL, NOW_S, 0, &got), GPO_EINVAL);
+    assert_int_equal(timefmt_parse_begin("now", NOW_S, 0, NULL), GPO_EINVAL);
+    assert_int_equal(timefmt_parse_begin("now", -1, 0, &got), GPO_EINVAL);
+    assert_int_equal(timefmt_parse_begin("now", NOW_S, 2 * DAY_S, &got), GPO_EINVAL);
+    /* The forms are named for messages. */
+    assert_non_null(strstr(TIMEFMT_BEGIN_FORMS, "now[+N"));
+    assert_non_null(strstr(TIMEFMT_BEGIN_FORMS, "YYYY-MM-DD"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -408,6 +501,8 @@ int main(void)
         cmocka_unit_test(test_slurm_and_suffixed_durations),
         cmocka_unit_test(test_malformed_durations_are_refused_with_the_reason),
         cmocka_unit_test(test_durations_display_as_slurm_and_parse_back),
+        cmocka_unit_test(test_begin_takes_each_of_sbatchs_forms),
+        cmocka_unit_test(test_begin_refuses_other_forms_with_the_reason),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
