@@ -156,6 +156,14 @@ CASES = {
     ("GET", "/v1/jobs/{id}/logs"): lambda: [r("GET", f"/v1/jobs/{j}/logs", "deny") for j in B_JOBS],
     ("POST", "/v1/jobs/{id}/cancel"): lambda: [r("POST", f"/v1/jobs/{j}/cancel", "deny")
                                                for j in B_JOBS],
+    ("POST", "/v1/jobs/{id}/hold"): lambda: [r("POST", f"/v1/jobs/{j}/hold", "deny")
+                                             for j in B_JOBS],
+    ("POST", "/v1/jobs/{id}/release"): lambda: [r("POST", f"/v1/jobs/{j}/release", "deny")
+                                                for j in B_JOBS],
+    ("POST", "/v1/jobs/{id}/requeue"): lambda: [r("POST", f"/v1/jobs/{j}/requeue", "deny")
+                                                for j in B_JOBS],
+    ("PATCH", "/v1/jobs/{id}"): lambda: [r("PATCH", f"/v1/jobs/{j}", "deny", {"time_limit_s": 60})
+                                         for j in B_JOBS],
     ("GET", "/v1/cost"): lambda: [r("GET", "/v1/cost", "clean", query={"by": by})
                                   for by in ("team", "project", "model", "user", "job")],
     ("GET", "/v1/budgets"): lambda: reqs(r("GET", "/v1/budgets", "clean")),
