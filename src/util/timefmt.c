@@ -307,7 +307,7 @@ static int parse_clock(const char *p, int64_t *ret_s)
         return GPO_ESYNTAX;
     if (h > 23 || m > 59 || sec > 59)
         return GPO_ERANGE;
-    *ret_s = (int64_t)h * 3600 + m * 60 + sec;
+    *ret_s = (int64_t)h * 3600 + (int64_t)m * 60 + sec;
     return 0;
 }
 
@@ -381,8 +381,12 @@ int timefmt_parse_begin(const char *s, int64_t now_s, int64_t utc_offset_s, int6
     static const struct {
         const char *name;
         int64_t clock; /* seconds into the day; -1: today's midnight, -2: tomorrow's */
-    } words[] = {{"today", -1},       {"tomorrow", -2},    {"midnight", 0},
-                 {"noon", 12 * 3600}, {"fika", 15 * 3600}, {"teatime", 16 * 3600}};
+    } words[] = {{"today", -1},
+                 {"tomorrow", -2},
+                 {"midnight", 0},
+                 {"noon", INT64_C(12) * 3600},
+                 {"fika", INT64_C(15) * 3600},
+                 {"teatime", INT64_C(16) * 3600}};
     int64_t v, clock = -3;
     int rc = 0;
     for (size_t k = 0; k < sizeof(words) / sizeof(words[0]) && clock == -3; k++)

@@ -244,6 +244,14 @@ def arrays():
     ok(st == 200 and sorted(j["id"] for j in body["jobs"]) == [ids[0], ids[1], ids[3]],
        "the array's id holds every pending task (the running one is left out)",
        f"{st} {raw[:300]!r}")
+    st, body, raw = api("POST", f"/v1/jobs/{aid}/release")
+    ok(st == 403 and "admin" in raw.decode(),
+       "a user may not release an array an admin holds: 403, nothing released",
+       f"{st} {raw[:200]!r}")
+    st, body, raw = api("PATCH", f"/v1/jobs/{aid}", "alice", {"time_limit_s": 120})
+    ok(st == 200 and sorted(j["id"] for j in body["jobs"]) == ids
+       and all(j["spec"]["time_limit_s"] == 120 for j in body["jobs"]),
+       "an update of the array's id changes every task that has not ended", f"{st} {raw[:300]!r}")
     st, body, raw = api("POST", f"/v1/jobs/{aid}_9/hold")
     ok(st == 404, "a task the array does not have: 404", f"{st} {raw[:200]!r}")
     for i in ids:

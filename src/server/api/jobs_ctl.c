@@ -109,6 +109,7 @@ static bool ctl_jobs(struct server *s, struct http_request *req, struct job ***r
         http_request_error(req, 500, "internal", "out of memory");
         return false;
     }
+    // NOLINTNEXTLINE(bugprone-sizeof-expression): *v is a pointer (an array of them)
     memcpy(v, &t->v[first], n * sizeof(*v));
     *ret = v;
     *ret_n = n;
@@ -249,16 +250,14 @@ static int plan_update(struct ctl *c, const struct job *j, struct ctl_target *t,
 typedef int (*plan_fn)(struct ctl *c, const struct job *j, struct ctl_target *t, char *err,
                        size_t errlen);
 
-/* Each operation: its plan, and whether an array's task it does not fit is
- * left out (hold and release: the pending tasks; requeue: the others). */
-static const struct {
-    plan_fn plan;
-    bool skip_unfit;
-} ops[] = {
-    [CTL_HOLD] = {plan_hold, true},
-    [CTL_RELEASE] = {plan_release, true},
-    [CTL_REQUEUE] = {plan_requeue, true},
-    [CTL_UPDATE] = {plan_update, false},
+/* Each operation's plan. On an array, a task in a state it does not apply
+ * to (GPO_ESTATE) is left out: hold and release take the pending tasks,
+ * requeue the others, update those that have not ended. */
+static const plan_fn ops[] = {
+    [CTL_HOLD] = plan_hold,
+    [CTL_RELEASE] = plan_release,
+    [CTL_REQUEUE] = plan_requeue,
+    [CTL_UPDATE] = plan_update,
 };
 
 /* The row of target t of job j into b. */
@@ -298,17 +297,21 @@ static bool ctl_plan(struct ctl *c, struct job **v, size_t n, struct store_batch
 {
     char err[512] = "";
     int rc = 0;
-    for (size_t k = 0; k < n && rc <= 0; k++) {
+    for (size_t k = 0; k < n && rc == 0; k++) {
         struct ctl_target *t = &c->t[c->n];
         memset(t, 0, sizeof(*t));
         t->id = v[k]->id;
-        int r = ops[c->op].plan(c, v[k], t, err, sizeof(err));
-        if (r == GPO_ESTATE && n > 1 && ops[c->op].skip_unfit)
-            r = 1; /* an array's task this does not apply to */
+        int r = ops[c->op](c, v[k], t, err, sizeof(err));
+        if (r == GPO_ESTATE && n > 1)
+            r = 1; /* an array's task this does not apply to: left out */
         if (r == 0)
             r = ctl_row(c, v[k], t, b);
-        if (r == 0 || t->has_spec)
+        if (r == 0) {
             c->n++;
+        } else if (t->has_spec) {
+            jobspec_release(&t->spec);
+            t->has_spec = false;
+        }
         rc = r < 0 ? r : 0;
     }
     if (!rc && !c->n)
