@@ -209,6 +209,14 @@ def update():
        and body["jobs"][0]["spec"]["dependencies"] == [{"type": "afterany", "job": u["id"] - 1}],
        "the priority class and the dependencies change: 200", f"{st} {raw[:300]!r}")
 
+    d = submit({"command": MANUAL, "gpus": 8, "dependencies": [{"type": "afterany", "job": u["id"]}]})
+    st, _, raw = api("PATCH", path, "alice", {"dependencies": [{"type": "afterok", "job": d["id"]}]})
+    ok(st == 400 and "cycle" in raw.decode() and "dependencies[0].job" in raw.decode(),
+       "a dependency on a job that waits for this one: 400, a cycle", f"{st} {raw[:200]!r}")
+    st, _, raw = api("PATCH", path, "alice", {"dependencies": [{"type": "afterok", "job": u["id"]}]})
+    ok(st == 400 and "cycle" in raw.decode(), "a dependency on itself: 400", f"{st} {raw[:200]!r}")
+    api("POST", f"/v1/jobs/{d['id']}/cancel", "admin")
+
     r = submit({"time_limit_s": 600})
     ran, _ = wait_job(r["id"], running)
     st, _, raw = api("PATCH", f"/v1/jobs/{r['id']}", "alice", {"time_limit_s": 300})

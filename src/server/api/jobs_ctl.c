@@ -171,6 +171,28 @@ static int plan_requeue(struct ctl *c, const struct job *j, struct ctl_target *t
 /* The fields PATCH /v1/jobs/ID may change. */
 static const char *const updatable[] = {"time_limit_s", "priority", "dependencies"};
 
+/* Whether job `from` waits, directly or through other pending jobs, for
+ * job `target`: a dependency on it would be a cycle neither could leave.
+ * The walk is bounded; past the bound it answers no. */
+static bool waits_for(const struct jobs *t, const struct job *from, int64_t target)
+{
+    int64_t stack[256];
+    size_t n = 0, steps = 0;
+    stack[n++] = from->id;
+    while (n && steps++ < 4096) {
+        const struct job *x = jobs_find(t, stack[--n]);
+        if (!x || job_state_final(x->state))
+            continue;
+        for (size_t k = 0; k < x->spec.ndeps; k++) {
+            if (x->spec.deps[k].job == target)
+                return true;
+            if (n < sizeof(stack) / sizeof(stack[0]))
+                stack[n++] = x->spec.deps[k].job;
+        }
+    }
+    return false;
+}
+
 /* The checks of an update that need the server: the new class, the new
  * dependencies, and a user's time limit only going down. */
 static int update_check(struct ctl *c, const struct job *j, const struct jobspec *ns, char *err,
@@ -198,9 +220,14 @@ static int update_check(struct ctl *c, const struct job *j, const struct jobspec
         const struct job *d = jobs_find(&s->jobs, ns->deps[k].job);
         deps_changed |= k < os->ndeps && (ns->deps[k].job != os->deps[k].job ||
                                           ns->deps[k].type != os->deps[k].type);
-        if (!d || d == j || !auth_user_may(api_request_user(c->req), d->team))
+        if (!d || !auth_user_may(api_request_user(c->req), d->team))
             return errbuf_set(err, errlen, GPO_EINVAL,
                               "field 'dependencies[%zu].job': no job %" PRId64, k, ns->deps[k].job);
+        if (d == j || waits_for(&s->jobs, d, j->id))
+            return errbuf_set(err, errlen, GPO_EINVAL,
+                              "field 'dependencies[%zu].job': job %" PRId64
+                              " waits for job %" PRId64 " (a cycle)",
+                              k, d->id, j->id);
     }
     if (deps_changed && !is_pending(j))
         return errbuf_set(err, errlen, GPO_ESTATE,
