@@ -14,11 +14,15 @@
 #include "agent/shim.h"
 #include "cli/apply.h"
 #include "cli/cost.h"
+#include "cli/eff.h"
+#include "cli/history.h"
+#include "cli/info.h"
 #include "cli/jobs.h"
 #include "cli/nodes.h"
 #include "cli/submit.h"
 #include "cli/token.h"
 #include "cli/top.h"
+#include "cli/wrappers.h"
 #include "server/server.h"
 #include "sim/command.h"
 #include "sim/policy.h"
@@ -41,6 +45,11 @@ static const struct command commands[] = {
     {"show", jobs_show_command, "show one job: resources, why it waits, its attempts"},
     {"cancel", jobs_cancel_command, "cancel jobs"},
     {"logs", jobs_logs_command, "print a job's output (-f follows it)"},
+    {"history", history_command, "list jobs, ended ones too, as sacct does"},
+    {"eff", eff_command, "how well a job used its GPUs, as seff shows it"},
+    {"info", info_command, "pools and their nodes by state, as sinfo shows them"},
+    {"slurm-wrappers", wrappers_command, "write sbatch, squeue, sacct, ... that run gpuorch"},
+    {"hostlist", hostlist_command, "expand or compress Slurm's host lists (node[01-04])"},
     {"nodes", nodes_list_command, "list nodes: pool, state, GPUs, free GPUs, heartbeat"},
     {"drain", nodes_drain_command, "drain nodes: they keep their work and get nothing new"},
     {"resume", nodes_resume_command, "resume drained nodes"},
