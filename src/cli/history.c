@@ -20,7 +20,8 @@
 struct history_args {
     struct cli_common co;
     const char *jobs, *user, *team, *state, *start, *end, *format;
-    bool all_users, allocations, parsable, parsable2, noheader;
+    bool all_users, parsable, parsable2, noheader;
+    bool allocations; // cppcheck-suppress unusedStructMember ; -X is accepted: no steps are listed
 };
 
 #define ARG(m) offsetof(struct history_args, m)
@@ -92,39 +93,6 @@ static int time_param(const char *flag, const char *given, int64_t now, char *bu
     return 0;
 }
 
-/* The API's state bits for the Slurm states asked for. */
-static unsigned api_states(unsigned slurm)
-{
-    static const enum client_job_state api_of[SLURM_STATE_COUNT] = {
-        [SLURM_PENDING] = CLIENT_JOB_PENDING,      [SLURM_RUNNING] = CLIENT_JOB_RUNNING,
-        [SLURM_COMPLETED] = CLIENT_JOB_COMPLETED,  [SLURM_FAILED] = CLIENT_JOB_FAILED,
-        [SLURM_CANCELLED] = CLIENT_JOB_CANCELLED,  [SLURM_TIMEOUT] = CLIENT_JOB_TIMEOUT,
-        [SLURM_PREEMPTED] = CLIENT_JOB_PREEMPTED,  [SLURM_REQUEUED] = CLIENT_JOB_PENDING,
-        [SLURM_OUT_OF_MEMORY] = CLIENT_JOB_FAILED, [SLURM_NODE_FAIL] = CLIENT_JOB_NODE_FAIL,
-    };
-    unsigned api = 0;
-    for (int k = 0; k < SLURM_STATE_COUNT; k++)
-        if (slurm & (1u << k))
-            api |= 1u << api_of[k];
-    return api;
-}
-
-/* Whether `word` is in the comma-separated list (NULL: any). */
-static bool in_list(const char *list, const char *word)
-{
-    if (!list)
-        return true;
-    size_t n = word ? strlen(word) : 0;
-    for (const char *p = list;;) {
-        size_t len = strcspn(p, ",");
-        if (word && len == n && strncmp(p, word, n) == 0)
-            return true;
-        if (!p[len])
-            return false;
-        p += len + 1;
-    }
-}
-
 struct history_plan {
     struct client_history_query q;
     unsigned slurm_states;
@@ -158,7 +126,7 @@ static int history_plan(struct history_args *a, struct history_plan *p)
     if (a->end && time_param("--endtime", a->end, now, p->until, sizeof(p->until)) != 0)
         return CLI_EXIT_USAGE;
     p->q = (struct client_history_query){
-        .states = a->state ? api_states(p->slurm_states) : 0,
+        .states = a->state ? slurm_api_states(p->slurm_states) : 0,
         .jobs = a->jobs,
         .team = a->team && !strchr(a->team, ',') ? a->team : NULL,
         .user = a->user && !strchr(a->user, ',') ? a->user : NULL,
@@ -200,8 +168,8 @@ static int history_fetch(struct history_args *a, struct history_plan *p, json_t 
     for (size_t k = json_array_size(all); k-- > 0;) {
         const json_t *j = json_array_get(all, k);
         if (!(p->slurm_states & (1u << slurm_job_state(j))) ||
-            !in_list(a->user, cli_json_str(j, "user")) ||
-            !in_list(a->team, cli_json_str(j, "team")))
+            !slurm_in_list(a->user, cli_json_str(j, "user"), false) ||
+            !slurm_in_list(a->team, cli_json_str(j, "team"), false))
             json_array_remove(all, k);
     }
     *ret = all;
@@ -225,17 +193,18 @@ static void print_rows(const struct history_args *a, const struct history_plan *
         for (size_t k = 0; k < p->ncols; k++) {
             const struct sacct_col *col = &p->cols[k];
             const char *v = text;
-            if (r == -2 && !parsable)
+            /* -2: the header; -1: the dashes (the header when parsable). */
+            bool dashes = r == -1 && !parsable;
+            if (r < 0 && !dashes) {
                 v = sacct_field_header(col->field);
-            else if (r == -1 && !parsable) {
+            } else if (dashes) {
                 int w = col->width < (int)sizeof(text) - 1 ? col->width : (int)sizeof(text) - 1;
                 memset(text, '-', (size_t)w);
                 text[w] = '\0';
-            } else if (r == -1)
-                v = sacct_field_header(col->field);
-            else
+            } else {
                 sacct_field_text(col->field, json_array_get(all, (size_t)r), now, text,
                                  sizeof(text));
+            }
             if (parsable) {
                 put_text(v);
                 if (k + 1 < p->ncols || a->parsable)

@@ -10,6 +10,7 @@
 #include <strings.h>
 
 #include "cli/cli.h"
+#include "cli/slurm.h"
 #include "cli/table.h"
 #include "client/client.h"
 #include "util/hostlist.h"
@@ -90,21 +91,6 @@ static void gres_text(const json_t *n, char *buf, size_t len)
         snprintf(buf, len, "gpu:%s:%zu", type ? type : "gpu", json_array_size(gpus));
     else
         snprintf(buf, len, "(null)");
-}
-
-static bool in_list(const char *list, const char *word)
-{
-    if (!list)
-        return true;
-    size_t n = word ? strlen(word) : 0;
-    for (const char *p = list;;) {
-        size_t len = strcspn(p, ",");
-        if (word && len == n && strncasecmp(p, word, n) == 0)
-            return true;
-        if (!p[len])
-            return false;
-        p += len + 1;
-    }
 }
 
 /* A pool's TIMELIMIT: its configured limit if it has one, else infinite. */
@@ -229,7 +215,8 @@ static json_t *info_rows(const json_t *nodes, const json_t *pools, const struct 
     int rc = 0;
     for (size_t k = 0; rc == 0 && k < json_array_size(nodes); k++) {
         const json_t *node = json_array_get(nodes, k);
-        if (!in_list(a->pools, cli_json_str(node, "pool")) || !in_list(a->states, node_state(node)))
+        if (!slurm_in_list(a->pools, cli_json_str(node, "pool"), true) ||
+            !slurm_in_list(a->states, node_state(node), true))
             continue;
         if (a->nodes) { /* one row per node: a row of its own */
             struct info_row *v = realloc(rows, (n + 1) * sizeof(*v));

@@ -25,6 +25,7 @@ struct queue_args {
     struct cli_common co;
     const char *state, *team, *user, *jobs, *pools, *format;
     bool all, me, expand, noheader;
+    char me_name[256]; /* --me: the token's user, which `user` then points at */
 };
 
 static const struct opts_opt queue_opts[] = {
@@ -118,17 +119,7 @@ static int states_param(const char *given, unsigned *ret_api, unsigned *ret_slur
     }
     if (slurm_states_parse(given, &bits, err, sizeof(err)) != 0)
         return cli_usage_error("queue", "--state: %s", err);
-    static const enum client_job_state api_of[SLURM_STATE_COUNT] = {
-        [SLURM_PENDING] = CLIENT_JOB_PENDING,      [SLURM_RUNNING] = CLIENT_JOB_RUNNING,
-        [SLURM_COMPLETED] = CLIENT_JOB_COMPLETED,  [SLURM_FAILED] = CLIENT_JOB_FAILED,
-        [SLURM_CANCELLED] = CLIENT_JOB_CANCELLED,  [SLURM_TIMEOUT] = CLIENT_JOB_TIMEOUT,
-        [SLURM_PREEMPTED] = CLIENT_JOB_PREEMPTED,  [SLURM_REQUEUED] = CLIENT_JOB_PENDING,
-        [SLURM_OUT_OF_MEMORY] = CLIENT_JOB_FAILED, [SLURM_NODE_FAIL] = CLIENT_JOB_NODE_FAIL,
-    };
-    unsigned api = 0;
-    for (int k = 0; k < SLURM_STATE_COUNT; k++)
-        if (bits & (1u << k))
-            api |= 1u << api_of[k];
+    unsigned api = slurm_api_states(bits);
     /* squeue shows a requeued job as pending: the one asks for the other. */
     if (bits & (1u << SLURM_PENDING))
         bits |= 1u << SLURM_REQUEUED;
@@ -138,22 +129,6 @@ static int states_param(const char *given, unsigned *ret_api, unsigned *ret_slur
     *ret_api = api;
     *ret_slurm = bits;
     return 0;
-}
-
-/* Whether `word` is in the comma-separated list (NULL: any). */
-static bool in_list(const char *list, const char *word)
-{
-    if (!list)
-        return true;
-    size_t n = word ? strlen(word) : 0;
-    for (const char *p = list;;) {
-        size_t len = strcspn(p, ",");
-        if (word && len == n && strncmp(p, word, n) == 0)
-            return true;
-        if (!p[len])
-            return false;
-        p += len + 1;
-    }
 }
 
 /* A running job's REASON: its nodes, after "IDLE(<5% 35m)" when its GPUs are
@@ -232,7 +207,7 @@ static void print_line(const struct squeue_item *items, size_t n, const struct q
     for (size_t k = 0; k < n; k++) {
         const struct squeue_item *it = &items[k];
         if (!it->code) {
-            fwrite(it->text, 1, it->len, stdout);
+            (void)fwrite(it->text, 1, it->len, stdout); /* stdout's errors show at exit */
             continue;
         }
         char buf[TEXT_LEN * 4];
@@ -283,10 +258,10 @@ static int whoami_name(struct cli *c, char *buf, size_t len)
 static int queue_fetch(struct queue_args *a, unsigned states, json_t **ret)
 {
     struct cli c;
-    char me[256], err[CLI_ERR_MAX];
+    char err[CLI_ERR_MAX];
     int rc = cli_connect(&c, "queue", &a->co);
-    if (rc == 0 && a->me && (rc = whoami_name(&c, me, sizeof(me))) == 0)
-        a->user = me;
+    if (rc == 0 && a->me && (rc = whoami_name(&c, a->me_name, sizeof(a->me_name))) == 0)
+        a->user = a->me_name;
     /* One user the API selects; several, the command does. */
     bool one_user = a->user && !strchr(a->user, ',');
     struct client_jobs_filter f = {
@@ -302,11 +277,10 @@ static int queue_fetch(struct queue_args *a, unsigned states, json_t **ret)
     cli_disconnect(&c);
     if (rc) {
         json_decref(all);
-        a->user = NULL; /* not to point at me[] */
         return rc;
     }
     if (one_user)
-        a->user = NULL; /* the API selected them (and not to point at me[]) */
+        a->user = NULL; /* the API selected them */
     *ret = all;
     return 0;
 }
@@ -318,8 +292,8 @@ static void queue_filter(json_t *all, const struct queue_args *a, unsigned slurm
     for (size_t k = json_array_size(all); k-- > 0;) {
         const json_t *j = json_array_get(all, k);
         if (!slurm_job_selected(sel, nsel, j) || !(slurm_states & (1u << slurm_job_state(j))) ||
-            !in_list(a->user, cli_json_str(j, "user")) ||
-            !in_list(a->pools, cli_json_str(json_object_get(j, "spec"), "pool")))
+            !slurm_in_list(a->user, cli_json_str(j, "user"), false) ||
+            !slurm_in_list(a->pools, cli_json_str(json_object_get(j, "spec"), "pool"), false))
             json_array_remove(all, k);
     }
 }

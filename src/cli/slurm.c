@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "base/err.h"
+#include "client/client.h"
 #include "util/errbuf.h"
 #include "util/hostlist.h"
 #include "util/opts.h"
@@ -86,6 +87,37 @@ int slurm_states_parse(const char *text, unsigned *ret_bits, char *err, size_t e
     }
     *ret_bits = bits;
     return 0;
+}
+
+unsigned slurm_api_states(unsigned bits)
+{
+    static const enum client_job_state api_of[SLURM_STATE_COUNT] = {
+        [SLURM_PENDING] = CLIENT_JOB_PENDING,      [SLURM_RUNNING] = CLIENT_JOB_RUNNING,
+        [SLURM_COMPLETED] = CLIENT_JOB_COMPLETED,  [SLURM_FAILED] = CLIENT_JOB_FAILED,
+        [SLURM_CANCELLED] = CLIENT_JOB_CANCELLED,  [SLURM_TIMEOUT] = CLIENT_JOB_TIMEOUT,
+        [SLURM_PREEMPTED] = CLIENT_JOB_PREEMPTED,  [SLURM_REQUEUED] = CLIENT_JOB_PENDING,
+        [SLURM_OUT_OF_MEMORY] = CLIENT_JOB_FAILED, [SLURM_NODE_FAIL] = CLIENT_JOB_NODE_FAIL,
+    };
+    unsigned api = 0;
+    for (int k = 0; k < SLURM_STATE_COUNT; k++)
+        if (bits & (1u << k))
+            api |= 1u << api_of[k];
+    return api;
+}
+
+bool slurm_in_list(const char *list, const char *word, bool nocase)
+{
+    if (!list)
+        return true;
+    size_t n = word ? strlen(word) : 0;
+    for (const char *p = list;;) {
+        size_t len = strcspn(p, ",");
+        if (word && len == n && (nocase ? strncasecmp(p, word, n) : strncmp(p, word, n)) == 0)
+            return true;
+        if (!p[len])
+            return false;
+        p += len + 1;
+    }
 }
 
 /* ---- sacct ------------------------------------------------------------------ */
@@ -228,10 +260,9 @@ static int64_t elapsed_s(const json_t *job, int64_t now_ms)
     return end > start ? (end - start) / 1000 : 0;
 }
 
-/* The last attempt's nodes in Slurm's host-list form. */
-static const char *nodelist_text(const json_t *job, char *buf, size_t len, size_t *ret_n)
+const char *slurm_nodelist(const json_t *nodes, const char *none, char *buf, size_t len,
+                           size_t *ret_n)
 {
-    const json_t *nodes = json_object_get(last_attempt(job), "nodes");
     const char *names[256];
     size_t n = 0;
     for (size_t k = 0; k < json_array_size(nodes) && n < ARRAY_LEN(names); k++)
@@ -239,8 +270,15 @@ static const char *nodelist_text(const json_t *job, char *buf, size_t len, size_
             names[n++] = json_string_value(json_array_get(nodes, k));
     *ret_n = n;
     if (n == 0 || hostlist_compress(names, n, buf, len) != 0)
-        snprintf(buf, len, "%s", n ? names[0] : "None assigned");
+        snprintf(buf, len, "%s", n ? names[0] : none);
     return buf;
+}
+
+/* The last attempt's nodes in Slurm's host-list form. */
+static const char *nodelist_text(const json_t *job, char *buf, size_t len, size_t *ret_n)
+{
+    return slurm_nodelist(json_object_get(last_attempt(job), "nodes"), "None assigned", buf, len,
+                          ret_n);
 }
 
 static void jobid_text(const json_t *job, bool raw, char *buf, size_t len)
@@ -299,6 +337,11 @@ static const char *limit_text(const json_t *spec, char *buf, size_t len)
     return buf;
 }
 
+static void copy_text(char *buf, size_t len, const char *s)
+{
+    snprintf(buf, len, "%s", s ? s : "");
+}
+
 const char *sacct_field_text(enum sacct_field f, const json_t *job, int64_t now_ms, char *buf,
                              size_t len)
 {
@@ -313,16 +356,16 @@ const char *sacct_field_text(enum sacct_field f, const json_t *job, int64_t now_
         jobid_text(job, f == SACCT_JOBIDRAW, buf, len);
         break;
     case SACCT_JOBNAME:
-        snprintf(buf, len, "%s", str_of(spec, "name") ? str_of(spec, "name") : "");
+        copy_text(buf, len, str_of(spec, "name"));
         break;
     case SACCT_PARTITION:
-        snprintf(buf, len, "%s", str_of(spec, "pool") ? str_of(spec, "pool") : "");
+        copy_text(buf, len, str_of(spec, "pool"));
         break;
     case SACCT_ACCOUNT:
-        snprintf(buf, len, "%s", str_of(job, "team") ? str_of(job, "team") : "");
+        copy_text(buf, len, str_of(job, "team"));
         break;
     case SACCT_USER:
-        snprintf(buf, len, "%s", str_of(job, "user") ? str_of(job, "user") : "");
+        copy_text(buf, len, str_of(job, "user"));
         break;
     case SACCT_STATE:
         snprintf(buf, len, "%s", slurm_state_name(slurm_job_state(job)));
@@ -376,7 +419,7 @@ const char *sacct_field_text(enum sacct_field f, const json_t *job, int64_t now_
                      : (str_of(job, "reason") ? str_of(job, "reason") : "None"));
         break;
     case SACCT_WORKDIR:
-        snprintf(buf, len, "%s", str_of(spec, "workdir") ? str_of(spec, "workdir") : "");
+        copy_text(buf, len, str_of(spec, "workdir"));
         break;
     case SACCT_ARRAYJOBID:
     case SACCT_ARRAYTASKID:
@@ -450,51 +493,68 @@ static int relative_time(const char *p, int64_t now_ms, int64_t *ret)
     return 0;
 }
 
-/* "-HH:MM[:SS]", "THH:MM[:SS]" or "" after a date: into h, mi, s. */
-static bool clock_part(const char *p, int *h, int *mi, int *s)
+/* Reads min..max digits at *p into *ret, moving *p past them. */
+static bool read_digits(const char **p, size_t min, size_t max, int *ret)
 {
-    *h = *mi = *s = 0;
-    if (!*p)
-        return true;
-    if (*p != '-' && *p != 'T')
+    size_t n = 0;
+    int v = 0;
+    while (n < max && isdigit((unsigned char)(*p)[n]))
+        v = v * 10 + ((*p)[n++] - '0');
+    if (n < min)
         return false;
-    int used = 0;
-    if (sscanf(p + 1, "%2d:%2d:%2d%n", h, mi, s, &used) == 3 && !p[1 + used])
-        return *h < 24 && *mi < 60 && *s < 61;
-    *s = 0;
-    used = 0;
-    return sscanf(p + 1, "%2d:%2d%n", h, mi, &used) == 2 && !p[1 + used] && *h < 24 && *mi < 60;
+    *p += n;
+    *ret = v;
+    return true;
 }
 
-/* The date forms: YYYY-MM-DD, MMDD[YY], MM/DD[/YY], MM.DD[.YY]; then the clock. */
+static bool read_char(const char **p, char c)
+{
+    if (**p != c)
+        return false;
+    (*p)++;
+    return true;
+}
+
+/* "HH:MM[:SS]" at p, the whole of the rest: into h, mi, s. */
+static bool read_clock(const char *p, int *h, int *mi, int *s)
+{
+    *s = 0;
+    if (!read_digits(&p, 1, 2, h) || !read_char(&p, ':') || !read_digits(&p, 2, 2, mi))
+        return false;
+    if (read_char(&p, ':') && !read_digits(&p, 2, 2, s))
+        return false;
+    return !*p && *h < 24 && *mi < 60 && *s < 61;
+}
+
+/* The date forms: YYYY-MM-DD, MMDD[YY], MM/DD[/YY], MM.DD[.YY]; then
+ * nothing, or -HH:MM[:SS] (T for the first form too). */
 static int date_time(const char *p, int64_t now_ms, int64_t *ret)
 {
-    int y = -1, mo = 0, d = 0, h, mi, s, used = 0;
+    int y = -1, mo = 0, d = 0, h = 0, mi = 0, s = 0, yy;
     time_t now = (time_t)(now_ms / 1000);
     struct tm tm;
+    const char *q = p;
+    size_t nd = strspn(p, "0123456789");
     if (!localtime_r(&now, &tm))
         return GPO_EUSAGE;
-    if (sscanf(p, "%4d-%2d-%2d%n", &y, &mo, &d, &used) == 3 && used == 10) {
+    if (nd == 4 && p[4] == '-' && read_digits(&q, 4, 4, &y) && read_char(&q, '-') &&
+        read_digits(&q, 2, 2, &mo) && read_char(&q, '-') && read_digits(&q, 2, 2, &d)) {
         /* YYYY-MM-DD */
-    } else if (used = 0, sscanf(p, "%2d/%2d%n", &mo, &d, &used) == 2 ||
-                             sscanf(p, "%2d.%2d%n", &mo, &d, &used) == 2) {
-        y = tm.tm_year + 1900;
-        int yy, more = 0;
-        if ((p[used] == '/' || p[used] == '.') && sscanf(p + used + 1, "%2d%n", &yy, &more) == 1) {
-            y = 2000 + yy;
-            used += 1 + more;
-        }
-    } else if (isdigit((unsigned char)p[0]) && strspn(p, "0123456789") >= 4 &&
-               (strspn(p, "0123456789") == 4 || strspn(p, "0123456789") == 6)) {
-        size_t nd = strspn(p, "0123456789");
-        mo = (p[0] - '0') * 10 + (p[1] - '0');
-        d = (p[2] - '0') * 10 + (p[3] - '0');
-        y = nd == 6 ? 2000 + (p[4] - '0') * 10 + (p[5] - '0') : tm.tm_year + 1900;
-        used = (int)nd;
+    } else if (nd == 4 || nd == 6) {
+        read_digits(&q, 2, 2, &mo);
+        read_digits(&q, 2, 2, &d);
+        y = nd == 6 && read_digits(&q, 2, 2, &yy) ? 2000 + yy : tm.tm_year + 1900;
+    } else if (read_digits(&q, 1, 2, &mo) && (*q == '/' || *q == '.')) {
+        char sep = *q++;
+        if (!read_digits(&q, 1, 2, &d))
+            return GPO_EUSAGE;
+        y = read_char(&q, sep) && read_digits(&q, 2, 2, &yy) ? 2000 + yy : tm.tm_year + 1900;
     } else {
         return GPO_EUSAGE;
     }
-    if (mo < 1 || mo > 12 || d < 1 || d > 31 || !clock_part(p + used, &h, &mi, &s))
+    if (*q && ((*q != '-' && !(*q == 'T' && y >= 0 && nd == 4)) || !read_clock(q + 1, &h, &mi, &s)))
+        return GPO_EUSAGE;
+    if (mo < 1 || mo > 12 || d < 1 || d > 31)
         return GPO_EUSAGE;
     int64_t t = local_at(now_ms, y, mo, d, h, mi, s);
     if (t < 0)
@@ -506,38 +566,26 @@ static int date_time(const char *p, int64_t now_ms, int64_t *ret)
 int slurm_time_parse(const char *text, int64_t now_ms, int64_t *ret_ms)
 {
     int64_t t;
-    int h, mi, s, used = 0;
+    int h, mi, s;
     if (!text || !*text)
         return GPO_EUSAGE;
     if (strncasecmp(text, "now", 3) == 0)
         return relative_time(text + 3, now_ms, ret_ms);
-    if (strcasecmp(text, "today") == 0 || strcasecmp(text, "midnight") == 0 ||
-        strcasecmp(text, "noon") == 0) {
-        t = local_at(now_ms, -1, 0, 0, text[0] == 'n' || text[0] == 'N' ? 12 : 0, 0, 0);
-        if (t < 0)
-            return GPO_EUSAGE;
-        *ret_ms = t;
-        return 0;
-    }
+    bool midnight = strcasecmp(text, "today") == 0 || strcasecmp(text, "midnight") == 0;
     if (timefmt_parse_rfc3339(text, &t) == 0 && strlen(text) > 10) {
         *ret_ms = t;
         return 0;
     }
-    if (sscanf(text, "%2d:%2d%n", &h, &mi, &used) == 2 && (size_t)used == strcspn(text, "-") &&
-        (!text[used] || text[used] == ':')) {
-        s = 0;
-        if (text[used] == ':' &&
-            (sscanf(text + used, ":%2d%n", &s, &used) != 1 || text[strlen(text) - 1] == ':'))
-            return GPO_EUSAGE;
-        if (h > 23 || mi > 59 || s > 60 || strlen(text) > 8)
-            return GPO_EUSAGE;
-        t = local_at(now_ms, -1, 0, 0, h, mi, s);
-        if (t < 0)
-            return GPO_EUSAGE;
-        *ret_ms = t;
-        return 0;
-    }
-    return date_time(text, now_ms, ret_ms);
+    if (midnight || strcasecmp(text, "noon") == 0)
+        t = local_at(now_ms, -1, 0, 0, midnight ? 0 : 12, 0, 0);
+    else if (strchr(text, ':') && strspn(text, "0123456789:") == strlen(text))
+        t = read_clock(text, &h, &mi, &s) ? local_at(now_ms, -1, 0, 0, h, mi, s) : -1;
+    else
+        return date_time(text, now_ms, ret_ms);
+    if (t < 0)
+        return GPO_EUSAGE;
+    *ret_ms = t;
+    return 0;
 }
 
 int slurm_ranges_text(const int64_t *v, size_t n, char *buf, size_t len)

@@ -65,6 +65,19 @@ int slurm_jobs_parse(const char *text, struct slurm_job_sel *sel, size_t *ret_n,
 /* Whether job is one that sel[0, n) selects (n 0: every job). */
 bool slurm_job_selected(const struct slurm_job_sel *sel, size_t n, const json_t *job);
 
+/* The API's state bits (1 << enum client_job_state of client.h) that hold
+ * the Slurm states `bits`: REQUEUED is PENDING there, OUT_OF_MEMORY FAILED. */
+unsigned slurm_api_states(unsigned bits);
+
+/* Whether word is one of the comma-separated list's words (list NULL: any
+ * word; word NULL: none), in any case when `nocase`. */
+bool slurm_in_list(const char *list, const char *word, bool nocase);
+
+/* The names of a JSON array (borrowed) in Slurm's host-list form into buf
+ * (`none` when it has none), their count in *ret_n; returns buf. */
+const char *slurm_nodelist(const json_t *nodes, const char *none, char *buf, size_t len,
+                           size_t *ret_n);
+
 /* ---- sacct's fields ----------------------------------------------------- */
 
 /* X(name, header, width): sacct's field names and default widths. */
@@ -161,11 +174,11 @@ const char *slurm_cell(const char *text, int width, bool left, char *buf, size_t
 
 /* One item of an -o format: a field (code not 0) or literal text. */
 struct squeue_item {
-    char code;        /* 0: literal text[0, len) */
-    int width;        /* 0: as long as it is */
-    bool right;       /* "%.10i": right-justified */
     const char *text; /* literal: borrowed from the format */
     size_t len;
+    int width;  /* 0: as long as it is */
+    char code;  /* 0: literal text[0, len) */
+    bool right; /* "%.10i": right-justified */
 };
 
 /* Parses "%.18i %.9P %j%%": 0 and items[0, *ret_n) (room for

@@ -10,7 +10,6 @@
 
 #include "base/err.h"
 #include "util/errbuf.h"
-#include "util/hostlist.h"
 #include "util/timefmt.h"
 #include "base/banned.h"
 
@@ -103,16 +102,8 @@ static void squeue_time(int64_t s, char *buf, size_t len)
 
 static const char *nodelist(const json_t *job, char *buf, size_t len, size_t *ret_n)
 {
-    const json_t *nodes = json_object_get(json_object_get(job, "current_attempt"), "nodes");
-    const char *names[256];
-    size_t n = 0;
-    for (size_t k = 0; k < json_array_size(nodes) && n < ARRAY_LEN(names); k++)
-        if (json_string_value(json_array_get(nodes, k)))
-            names[n++] = json_string_value(json_array_get(nodes, k));
-    *ret_n = n;
-    if (n == 0 || hostlist_compress(names, n, buf, len) != 0)
-        snprintf(buf, len, "%s", n ? names[0] : "");
-    return buf;
+    return slurm_nodelist(json_object_get(json_object_get(job, "current_attempt"), "nodes"), "",
+                          buf, len, ret_n);
 }
 
 static enum slurm_state queue_state(const json_t *job)

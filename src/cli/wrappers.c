@@ -109,7 +109,7 @@ static bool replaceable(const char *path)
     char line[256] = "", mark[256] = "";
     bool ours = fgets(line, sizeof(line), f) && fgets(mark, sizeof(mark), f) &&
                 strncmp(mark, MARK, strlen(MARK)) == 0;
-    fclose(f);
+    (void)fclose(f); /* read only: nothing to lose */
     return ours;
 }
 
