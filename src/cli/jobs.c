@@ -1,5 +1,5 @@
 /*
- * jobs.c - show, cancel, logs and whoami (jobs.h); queue is queue.c.
+ * jobs.c - show, logs and whoami (jobs.h); queue is queue.c, cancel cancel.c.
  */
 #include "cli/jobs.h"
 
@@ -322,22 +322,6 @@ int jobs_show_command(int argc, char **argv)
     return rc;
 }
 
-/* ---- cancel ------------------------------------------------------------------ */
-
-static const struct opts_opt cancel_opts[] = {
-    CLI_OPTS_COMMON(struct one_job_args, co),
-};
-
-static void cancel_usage(FILE *out)
-{
-    fprintf(out, "usage: gpuorch cancel JOB...\n"
-                 "\n"
-                 "Cancels each job: a pending one at once; a running one is stopped by its\n"
-                 "agent (SIGTERM, then SIGKILL after the grace period) and ends CANCELLED.\n"
-                 "One line per job; the exit code is 1 if any could not be cancelled.\n");
-    cli_help_common(out, false);
-}
-
 /* Reads the flags and the JOB... words of a command into a new array *ret
  * (caller frees). CLI_EXIT_USAGE, printed. */
 static int job_ids(const char *cmd, int argc, char **argv, const struct opts_opt *opts, size_t n,
@@ -359,38 +343,6 @@ static int job_ids(const char *cmd, int argc, char **argv, const struct opts_opt
     *ret = ids;
     *ret_n = npos;
     return 0;
-}
-
-int jobs_cancel_command(int argc, char **argv)
-{
-    struct one_job_args a = {0};
-    int64_t *ids = NULL;
-    size_t n = 0;
-    int rc = job_ids("cancel", argc, argv, CLI_OPTS(cancel_opts), &a, &ids, &n);
-    if (rc == 0 && a.co.help)
-        cancel_usage(stdout);
-    else if (rc == 0 && n == 0)
-        rc = cli_usage_error("cancel", "expected JOB... (see 'gpuorch cancel --help')");
-    struct cli c = {0};
-    if (rc || a.co.help || (rc = cli_connect(&c, "cancel", &a.co)) != 0) {
-        free(ids);
-        cli_disconnect(&c);
-        return rc;
-    }
-    for (size_t k = 0; k < n; k++) {
-        char err[CLI_ERR_MAX];
-        bool stopping = false;
-        int r = client_jobs_cancel(&c.client, ids[k], &stopping, err, sizeof(err));
-        if (r)
-            rc = cli_fail_call("cancel", r, err);
-        else if (stopping)
-            printf("Cancelling job %" PRId64 ": its agent is stopping it\n", ids[k]);
-        else
-            printf("Cancelled job %" PRId64 "\n", ids[k]);
-    }
-    cli_disconnect(&c);
-    free(ids);
-    return rc;
 }
 
 /* ---- logs --------------------------------------------------------------------- */

@@ -14,8 +14,10 @@
  *   gpuorch show JOB [--json]
  *       every field a user cares about: resources, why it waits and when it
  *       should start, the current attempt and every attempt so far.
- *   gpuorch cancel JOB...
- *       each job in turn; one line per job; 1 if any could not be cancelled.
+ *   gpuorch cancel [JOB...] [-u U | --me] [-n NAME] [-t S] [-A T] [-p P] [-Q]
+ *       (cancel.c) as scancel: each job named (an array's id: its live tasks
+ *       too; 41_7: one task), or every live job the filters select, each
+ *       once; one line per job; 1 if any could not be cancelled.
  *   gpuorch logs JOB [-f] [--stderr] [--attempt N] [--rank R]
  *       the attempt's stdout (or stderr) as the node wrote it; -f follows it
  *       until the attempt ends.

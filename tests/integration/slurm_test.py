@@ -203,8 +203,23 @@ def arrays():
        "queue -r -h -o: one row per task, squeue's state codes, no header", f"{rc}\n{out}\n{err}")
     rc, out, err = cli("queue", "--json", "-j", str(first))
     ok(rc == 0 and len(json.loads(out)["jobs"]) == 4, "queue --json: one object per task", out)
-    rc, out, err = cli("cancel", *[str(i) for i in ids])
-    ok(rc == 0, "the array's tasks are cancelled", f"{rc}\n{out}\n{err}")
+    rc, out, err = cli("cancel", f"{first}_2")
+    states = [(job(i) or {}).get("state") for i in ids]
+    ok(rc == 0 and out.strip() == f"Cancelled job {ids[1]}" and states[1] == "CANCELLED"
+       and "CANCELLED" not in states[2:], "cancel ARRAY_INDEX cancels that task only",
+       f"{rc}\n{out}\n{err}\n{states}")
+    rc, out, err = sh(f"scancel {first}")
+    ok(rc == 0 and all(wait_state(i, FINAL) for i in ids),
+       "scancel ARRAY cancels every live task of the array", f"{rc}\n{out}\n{err}")
+    named = [API.expect("POST", "/v1/jobs", {"pool": "main", "gpus": 8, "workdir": SHARED,
+                                             "command": ["true"], "name": "sweep"},
+                        want=(201,), token=ALICE)["id"] for _ in range(2)]
+    rc, out, err = sh("scancel -Q -u alice -n sweep,other")
+    ok(rc == 0 and out == "" and all((job(i) or {}).get("state") == "CANCELLED" for i in named),
+       "scancel -u -n -Q: the user's jobs of that name, silently", f"{rc}\n{out}\n{err}")
+    rc, out, err = sh(f"scancel {first}_9")
+    ok(rc == 1 and "no pending or running task" in err, "scancel of a task that is not live: 1",
+       f"{rc}\n{out}\n{err}")
 
 
 def history(jid, long):
