@@ -72,7 +72,7 @@ static void usage(FILE *out)
                  "gpuorch schedules GPU workloads: queues, quotas, fair share, backfill,\n"
                  "preemption and GPU sharing, in one binary.\n\ncommands:\n");
     for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
-        fprintf(out, "  %-8s %s\n", commands[i].name, commands[i].summary);
+        fprintf(out, "  %-14s %s\n", commands[i].name, commands[i].summary);
     fprintf(out, "\nThe user commands find the server and the token in --server and --token\n"
                  "(or --token-file), else GPUORCH_SERVER and GPUORCH_TOKEN (or\n"
                  "GPUORCH_TOKEN_FILE), else ~/.config/gpuorch/config ($GPUORCH_CONFIG).\n"

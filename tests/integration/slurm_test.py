@@ -102,6 +102,16 @@ def setup():
        file_tail(AGENT.log_path))
 
 
+def helps():
+    for cmd in ("history", "eff", "info", "slurm-wrappers", "hostlist", "queue", "cancel"):
+        rc, out, err = cli(cmd, "--help")
+        ok(rc == 0 and out.startswith(f"usage: gpuorch {cmd}") and "Exit codes" in out,
+           f"gpuorch {cmd} --help: usage and exit codes on stdout, exit 0", f"{rc}\n{out}\n{err}")
+    rc, out, err = cli("queue", "-h", "--sort", "x")
+    ok(rc == 2 and "unknown option '--sort'" in err, "an option squeue has and gpuorch not: 2",
+       err)
+
+
 def wrappers():
     rc, out, err = cli("slurm-wrappers", WRAPDIR)
     written = out.split()
@@ -284,6 +294,7 @@ def eff(jid, long):
 def main():
     print("TAP version 13")
     setup()
+    helps()
     wrappers()
     jid, long = script()
     for step in (arrays, lambda: history(jid, long), lambda: eff(jid, long)):
