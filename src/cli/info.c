@@ -56,7 +56,8 @@ static void info_usage(FILE *out)
                  "STATE NODELIST GRES, one row per pool, node state and GPU kind; NODELIST in\n"
                  "Slurm's host-list form (node[01-04,07]), GRES as gpu:TYPE:COUNT per node.\n"
                  "STATE: idle (no GPU in use), mix (some), alloc (all), drain (draining, idle),\n"
-                 "drng (draining with work), down (no heartbeats). A default pool has a '*'.\n"
+                 "drng (draining with work), down (no heartbeats); n/a for a pool without\n"
+                 "nodes. A pool marked default has a '*'.\n"
                  "\n"
                  "  -N, --Node          one row per node: NODELIST NODES PARTITION STATE GRES\n"
                  "  -p, --partition P   these pools only\n"
@@ -165,7 +166,7 @@ static json_t *rows_json(const struct info_row *rows, size_t n, const json_t *po
     for (size_t k = 0; list && k < n; k++) {
         char nodelist[LIST_LEN], limit[TIMEFMT_DURATION_LEN];
         if (hostlist_compress(rows[k].names, rows[k].n, nodelist, sizeof(nodelist)) != 0)
-            snprintf(nodelist, sizeof(nodelist), "%s", rows[k].names[0]);
+            snprintf(nodelist, sizeof(nodelist), "%s", rows[k].n ? rows[k].names[0] : "");
         limit_text(pools, rows[k].pool, limit, sizeof(limit));
         json_array_append_new(
             list, json_pack("{s:s, s:b, s:s, s:s, s:I, s:s, s:s, s:s}", "partition", rows[k].pool,
@@ -235,6 +236,20 @@ static json_t *info_rows(const json_t *nodes, const json_t *pools, const struct 
             }
         } else {
             rc = row_add(&rows, &n, node);
+        }
+    }
+    /* A pool without nodes is a row too, as sinfo shows an empty partition. */
+    for (size_t k = 0; rc == 0 && !a->nodes && !a->states && k < json_array_size(pools); k++) {
+        const char *name = cli_json_str(json_array_get(pools, k), "name");
+        bool seen = !name || !slurm_in_list(a->pools, name, true);
+        for (size_t i = 0; i < n && !seen; i++)
+            seen = strcmp(rows[i].pool, name) == 0;
+        struct info_row *v = seen ? NULL : realloc(rows, (n + 1) * sizeof(*v));
+        rc = seen || v ? 0 : GPO_ENOMEM;
+        if (v) {
+            rows = v;
+            rows[n] = (struct info_row){.pool = name, .state = "n/a"};
+            snprintf(rows[n++].gres, sizeof(rows[0].gres), "(null)");
         }
     }
     if (rc == 0 && !a->nodes && n)

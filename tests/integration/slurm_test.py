@@ -194,6 +194,24 @@ def script():
     return int(jid) if jid.isdigit() else 0, int(long) if long.isdigit() else 0
 
 
+def info():
+    API.expect("PUT", "/v1/pools/spare", {})
+    rc, out, err = cli("info")
+    rows = [ln.split() for ln in out.splitlines()]
+    ok(rc == 0 and len(rows) == 3 and rows[1][:5] == ["main", "up", "infinite", "1", "idle"]
+       and rows[2] == ["spare", "up", "infinite", "0", "n/a", "(null)"],
+       "info: a row per pool, an empty pool with 0 nodes and n/a", f"{rc}\n{out}\n{err}")
+    rc, out, err = cli("info", "-N", "-h")
+    rows = [ln.split() for ln in out.splitlines()]
+    ok(rc == 0 and len(rows) == 1 and rows[0][:4] == ["node01", "1", "main", "idle"],
+       "info -N -h: one row per node, no header", f"{rc}\n{out}\n{err}")
+    rc, out, err = cli("info", "-t", "down,drain", "--json")
+    ok(rc == 0 and json.loads(out) == {"partitions": []}, "info -t down,drain: none", out)
+    rc, out, err = cli("info", "-t", "sleeping")
+    ok(rc == 2 and "'sleeping' is not a node state" in err, "info -t: a bad state is refused",
+       err)
+
+
 def arrays():
     st, body, _ = API.call("POST", "/v1/jobs", {"pool": "main", "gpus": 1, "workdir": SHARED,
                                                 "command": ["sleep", "300"], "array": "1-4%1",
@@ -297,7 +315,7 @@ def main():
     helps()
     wrappers()
     jid, long = script()
-    for step in (arrays, lambda: history(jid, long), lambda: eff(jid, long)):
+    for step in (info, arrays, lambda: history(jid, long), lambda: eff(jid, long)):
         try:
             step()
         except Exception as e:
