@@ -28,36 +28,21 @@
 #include <string.h>
 
 #include "cluster/jobspec.h"
+#include "cluster/jobspec_int.h"
 #include "util/jsonv.h"
 #include "util/text.h"
 #include "util/errbuf.h"
 #include "base/banned.h"
 
-#define GPU_MEM_MAX_MIB  (INT64_C(1) << 20)  /* 1 TiB */
-#define HOST_MEM_MAX_MIB (INT64_C(64) << 20) /* 64 TiB */
+#define GPU_MEM_MAX_MIB  (INT64_C(1) << 20) /* 1 TiB */
 #define TIME_LIMIT_MAX_S (INT64_C(365) * 86400)
-#define CPUS_MAX         4096
 #define ARRAY_INDEX_MAX  4000000u
 #define ARRAY_TEXT_MAX   (1 << 17) /* bytes: JOBSPEC_ARRAY_MAX indices listed one by one fit */
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
-/* jsonv stores an enum choice through an int. */
-_Static_assert(sizeof(enum jobspec_dep_type) == sizeof(int), "dep type is stored as an int");
-
-/* What jsonv decodes into: the spec itself, plus the members whose JSON and C
- * types differ, converted by the steps below. */
-struct wire {
-    struct jobspec spec;
-    bool stored; /* jobspec_decode_stored: what an earlier version accepted */
-    int64_t cpus;
-    json_t *gpus; /* borrowed from the body */
-    enum jsonv_presence gpus_p;
-    json_t *env; /* borrowed from the body */
-};
-
-__attribute__((format(printf, 3, 4))) static int fail(char *err, size_t errlen, const char *fmt,
-                                                      ...)
+/* Parenthesised: make lint defines jobspec_fail as a macro (jobspec_int.h). */
+int(jobspec_fail)(char *err, size_t errlen, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -65,18 +50,16 @@ __attribute__((format(printf, 3, 4))) static int fail(char *err, size_t errlen, 
     va_end(ap);
     return GPO_EINVAL;
 }
-#ifdef __clang_analyzer__
-/* clang's static analyzer (make lint) does not follow calls into variadic
- * functions: for the analysis only, fail says what it returns. */
-#define fail(...) __extension__({ (void)fail(__VA_ARGS__), GPO_EINVAL; })
-#endif
+#define fail jobspec_fail
 
-static int out_of_memory(char *err, size_t errlen)
+int jobspec_out_of_memory(char *err, size_t errlen)
 {
     if (err && errlen)
         snprintf(err, errlen, "out of memory");
     return GPO_ENOMEM;
 }
+
+#define out_of_memory jobspec_out_of_memory
 
 static char *copy_text(const char *s, size_t len)
 {
@@ -100,12 +83,13 @@ static const char *str_get(const struct jobspec *s, size_t offset)
 
 /* Every plain string a spec owns: release and copy walk this. */
 static const size_t owned_strings[] = {
-    offsetof(struct jobspec, name),     offsetof(struct jobspec, team),
-    offsetof(struct jobspec, project),  offsetof(struct jobspec, model),
-    offsetof(struct jobspec, priority), offsetof(struct jobspec, pool),
-    offsetof(struct jobspec, gpu_type), offsetof(struct jobspec, script),
-    offsetof(struct jobspec, workdir),  offsetof(struct jobspec, array_text),
-    offsetof(struct jobspec, output),   offsetof(struct jobspec, error),
+    offsetof(struct jobspec, name),       offsetof(struct jobspec, team),
+    offsetof(struct jobspec, project),    offsetof(struct jobspec, model),
+    offsetof(struct jobspec, priority),   offsetof(struct jobspec, pool),
+    offsetof(struct jobspec, gpu_type),   offsetof(struct jobspec, script),
+    offsetof(struct jobspec, workdir),    offsetof(struct jobspec, array_text),
+    offsetof(struct jobspec, output),     offsetof(struct jobspec, error),
+    offsetof(struct jobspec, constraint), offsetof(struct jobspec, submit_dir),
 };
 
 /* Names checked for shape only: [A-Za-z0-9._-]. */
@@ -289,6 +273,10 @@ static const struct jsonv_field dep_fields[] = {
     {                                                                                              \
         .name = key, .kind = JSONV_BOOL, .offset = SPEC(m)                                         \
     }
+#define COUNT_FIELD(key, m, hi)                                                                    \
+    {                                                                                              \
+        .name = key, .kind = JSONV_UINT32, .offset = SPEC(m), .min = 0, .max = hi                  \
+    }
 #define PATH_FIELD(key, m)                                                                         \
     {                                                                                              \
         .name = key, .kind = JSONV_STRING, .flags = JSONV_NULLABLE, .offset = SPEC(m), .min = 1,   \
@@ -311,8 +299,20 @@ static const struct jsonv_field fields[] = {
      .presence_offset = offsetof(struct wire, gpus_p)},
     INT_FIELD("gpu_mem_mib", SPEC(gpu_mem_mib), 0, GPU_MEM_MAX_MIB),
     INT_FIELD("min_gpu_mem_mib", SPEC(min_gpu_mem_mib), 0, GPU_MEM_MAX_MIB),
-    INT_FIELD("cpus", offsetof(struct wire, cpus), 0, CPUS_MAX),
-    INT_FIELD("mem_mib", SPEC(mem_mib), 0, HOST_MEM_MAX_MIB),
+    {.name = "cpus",
+     .kind = JSONV_INT64,
+     .flags = JSONV_PRESENCE,
+     .offset = offsetof(struct wire, cpus),
+     .presence_offset = offsetof(struct wire, cpus_p),
+     .min = 0,
+     .max = CPUS_MAX},
+    {.name = "mem_mib",
+     .kind = JSONV_INT64,
+     .flags = JSONV_PRESENCE,
+     .offset = SPEC(mem_mib),
+     .presence_offset = offsetof(struct wire, mem_p),
+     .min = 0,
+     .max = HOST_MEM_MAX_MIB},
     INT_FIELD("time_limit_s", SPEC(time_limit_s), 0, TIME_LIMIT_MAX_S),
     BOOL_FIELD("multi_node", multi_node),
     BOOL_FIELD("checkpointable", checkpointable),
@@ -358,6 +358,37 @@ static const struct jsonv_field fields[] = {
      .max = ARRAY_TEXT_MAX},
     PATH_FIELD("output", output),
     PATH_FIELD("error", error),
+    COUNT_FIELD("nodes", nodes, JOBSPEC_GPUS_MAX),
+    COUNT_FIELD("gpus_per_node", gpus_per_node, JOBSPEC_GPUS_MAX),
+    COUNT_FIELD("ntasks", ntasks, JOBSPEC_TASKS_MAX),
+    COUNT_FIELD("ntasks_per_node", ntasks_per_node, JOBSPEC_TASKS_MAX),
+    COUNT_FIELD("cpus_per_task", cpus_per_task, CPUS_MAX),
+    COUNT_FIELD("gpus_per_task", gpus_per_task, JOBSPEC_GPUS_MAX),
+    INT_FIELD("mem_per_node_mib", SPEC(mem_per_node_mib), 0, HOST_MEM_MAX_MIB),
+    INT_FIELD("mem_per_cpu_mib", SPEC(mem_per_cpu_mib), 0, HOST_MEM_MAX_MIB),
+    INT_FIELD("mem_per_gpu_mib", SPEC(mem_per_gpu_mib), 0, HOST_MEM_MAX_MIB),
+    BOOL_FIELD("mem_whole_node", mem_whole_node),
+    BOOL_FIELD("exclusive", exclusive),
+    {.name = "constraint",
+     .kind = JSONV_STRING,
+     .flags = JSONV_NULLABLE | JSONV_TEXT,
+     .offset = SPEC(constraint),
+     .min = 1,
+     .max = JOBSPEC_CONSTRAINT_MAX},
+    {.name = "signal",
+     .kind = JSONV_STRING,
+     .flags = JSONV_NULLABLE | JSONV_TEXT,
+     .offset = offsetof(struct wire, signal),
+     .min = 1,
+     .max = 64},
+    {.name = "open_mode",
+     .kind = JSONV_ENUM,
+     .offset = SPEC(open_mode),
+     .choices = jobspec_open_modes},
+    {.name = "launch", .kind = JSONV_ENUM, .offset = SPEC(launch), .choices = jobspec_launches},
+    PATH_FIELD("submit_dir", submit_dir),
+    BOOL_FIELD("hold", hold),
+    INT_FIELD("begin", SPEC(begin), 0, JOBSPEC_BEGIN_MAX),
 };
 
 static bool is_label_char(unsigned char c)
@@ -555,30 +586,30 @@ static int fill_defaults(struct wire *w, char *err, size_t errlen)
     return 0;
 }
 
-/* A job runs on at least one CPU, and with some memory: Slurm's --mem=0
- * (the whole node's memory) has no meaning here, so 0 is refused rather
- * than read as "no reservation". A stored spec (jobspec_decode_stored) may
+/* A job runs on at least one CPU, and with some memory: "mem_mib": 0 is
+ * refused rather than read as "no reservation" (Slurm's --mem=0, the whole
+ * node, is "mem_whole_node"). A stored spec (jobspec_decode_stored) may
  * hold 0, which reserves nothing. */
 static int check_resources(struct wire *w, char *err, size_t errlen)
 {
     if (w->stored)
         return 0;
-    if (w->cpus == 0)
+    if (w->cpus_p == JSONV_GIVEN && w->cpus == 0)
         return fail(err, errlen,
                     "field 'cpus': 0 is out of range 1..%d (a job runs on at least one "
                     "CPU; leave it out for 1)",
                     CPUS_MAX);
-    if (w->spec.mem_mib == 0)
+    if (w->mem_p == JSONV_GIVEN && w->spec.mem_mib == 0 && !w->spec.mem_whole_node)
         return fail(err, errlen,
-                    "field 'mem_mib': 0 is out of range 1..%lld (not Slurm's "
-                    "--mem=0: give the MiB the job needs, or leave it out for 1024)",
+                    "field 'mem_mib': 0 is out of range 1..%lld (for Slurm's --mem=0, the "
+                    "whole node, set 'mem_whole_node'; or leave it out for 1024)",
                     (long long)HOST_MEM_MAX_MIB);
     return 0;
 }
 
 /* The rules between fields, in the order their fields come in the table. */
 static int (*const steps[])(struct wire *w, char *err, size_t errlen) = {
-    check_names, check_resources, check_gpus,  check_program,
+    check_names, check_resources, check_gpus,  jobspec_check_shape, check_program,
     check_env,   check_deps,      check_array, fill_defaults,
 };
 
@@ -595,6 +626,7 @@ static int decode(const json_t *body, bool stored, struct jobspec *ret, char *er
     w.spec.cpus = (int32_t)w.cpus;
     for (size_t i = 0; i < ARRAY_LEN(steps) && rc == 0; i++)
         rc = steps[i](&w, err, errlen);
+    free(w.signal);
     if (rc < 0) {
         jobspec_release(&w.spec);
         return rc;
@@ -688,6 +720,7 @@ json_t *jobspec_to_json(const struct jobspec *spec)
     e |= json_object_set_new(o, "array", text_or_null(s->array_text));
     e |= json_object_set_new(o, "output", text_or_null(s->output));
     e |= json_object_set_new(o, "error", text_or_null(s->error));
+    e |= jobspec_shape_json(s, o);
     if (e) {
         json_decref(o);
         return NULL;

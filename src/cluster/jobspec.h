@@ -25,6 +25,30 @@
  * "array" ("0-99%8", Slurm's syntax), "name", "team", "project", "model",
  * "priority" (a class name), "output"/"error" (log paths on the node).
  *
+ * Slurm's job shape (jobspec_shape.c), per node or per task as sbatch's
+ * options are; the totals above follow from them, and a total given as well
+ * must agree (so jobspec_to_json's output decodes to the same spec):
+ *   "nodes": N            exactly N nodes (a gang when N > 1: GPUs, CPUs and
+ *                         memory are spread evenly, so totals divide by N);
+ *   "gpus_per_node"       GPUs on each node (--gres=gpu:N, --gpus-per-node);
+ *   "ntasks", "ntasks_per_node", "cpus_per_task", "gpus_per_task": tasks
+ *                         (default one per node), CPUs = cpus_per_task x
+ *                         tasks, GPUs = gpus_per_task x tasks;
+ *   "mem_per_node_mib", "mem_per_cpu_mib", "mem_per_gpu_mib": memory as
+ *                         --mem, --mem-per-cpu, --mem-per-gpu (one of them);
+ *   "mem_whole_node"      --mem=0: every node's whole memory;
+ *   "exclusive"           whole nodes: every GPU, CPU and MiB of each;
+ *   "constraint"          node features: "a", "a&b", "a|b" (no brackets);
+ *   "signal"              "[B:]SIG[@SECS]": SIG (a name or number) SECS
+ *                         (default 60) before the time limit, to the batch
+ *                         shell only with "B:";
+ *   "open_mode"           "truncate" (default) or "append" for output/error;
+ *   "launch"              "every_node" (default: the program on every node
+ *                         of a gang) or "first_node" (sbatch: the script on
+ *                         the first node, which launches steps);
+ *   "submit_dir"          where it was submitted (SLURM_SUBMIT_DIR);
+ *   "hold"                submitted held; "begin": not before this Unix time.
+ *
  * Ownership: every pointer in a struct jobspec is owned by it;
  * jobspec_release frees them. Errors: 0 or GPO_EINVAL / GPO_ENOMEM (negative errno
  * values), with one line naming the field in the caller's buffer.
@@ -73,6 +97,20 @@ struct jobspec_array {
     uint32_t max_running;
 };
 
+enum jobspec_open_mode {
+    JOBSPEC_TRUNCATE = 0,
+    JOBSPEC_APPEND,
+};
+
+enum jobspec_launch {
+    JOBSPEC_EVERY_NODE = 0, /* the program on every node of a gang */
+    JOBSPEC_FIRST_NODE,     /* on the first node; the others wait for steps */
+};
+
+#define JOBSPEC_TASKS_MAX      65536
+#define JOBSPEC_CONSTRAINT_MAX 1024
+#define JOBSPEC_BEGIN_MAX      INT64_C(253402300799) /* 9999-12-31T23:59:59Z */
+
 struct jobspec {
     char *name; /* default "job" */
     char *team; /* NULL: the submitting user's team */
@@ -101,11 +139,32 @@ struct jobspec {
     char *array_text; /* as given ("0-99%8"), or NULL */
     struct jobspec_array array;
     char *output, *error; /* log paths, or NULL for the defaults */
+    /* Slurm's shape (0: not given); gpus, cpus and mem_mib are the totals */
+    int32_t nodes;                   /* exactly this many nodes */
+    int32_t gpus_per_node;           /* GPUs on each */
+    int32_t ntasks, ntasks_per_node; /* tasks of the job, and on each node */
+    int32_t cpus_per_task, gpus_per_task;
+    int64_t mem_per_node_mib, mem_per_cpu_mib, mem_per_gpu_mib;
+    bool mem_whole_node; /* mem_mib is then 0 */
+    bool exclusive;
+    char *constraint;        /* node features, or NULL */
+    int32_t signal;          /* 1..64, 0: none */
+    int32_t signal_before_s; /* 0..SIGSPEC_BEFORE_MAX (util/sigspec.h) */
+    bool signal_batch_only;
+    enum jobspec_open_mode open_mode;
+    enum jobspec_launch launch;
+    char *submit_dir; /* absolute, or NULL */
+    bool hold;
+    int64_t begin; /* Unix seconds, 0: none */
 };
 
+/* The tasks a spec asks for: ntasks, or ntasks_per_node on each node, or
+ * one per node. */
+int32_t jobspec_tasks(const struct jobspec *spec);
+
 /* Fills *ret from a submission object (borrowed). On error *ret is untouched
- * and err names the field. "cpus" and "mem_mib" are at least 1 (0 is
- * refused: it is not Slurm's "the whole node" here). */
+ * and err names the field. "cpus" and "mem_mib" are at least 1 (Slurm's
+ * --mem=0 is "mem_whole_node"). */
 int jobspec_decode(const json_t *body, struct jobspec *ret, char *err, size_t errlen);
 /* The same for a spec the store holds (jobspec_to_json's), which an earlier
  * version may have accepted with "cpus" or "mem_mib" 0: those load, and

@@ -102,6 +102,9 @@
 #define PROTO_ARRAY_INDEX_MAX  4000000u
 #define PROTO_SPEC_GPUS_MAX    1024
 #define PROTO_SPEC_CPUS_MAX    4096
+#define PROTO_TASKS_MAX        65536
+#define PROTO_CONSTRAINT_MAX   1024
+#define PROTO_BEGIN_MAX        INT64_C(253402300799)
 #define PROTO_SPEC_MEM_MAX     (INT64_C(64) << 20) /* MiB */
 #define PROTO_SPEC_GPU_MEM_MAX (INT64_C(1) << 20)  /* MiB */
 #define PROTO_TIME_LIMIT_MAX   (INT64_C(365) * 86400)
@@ -256,6 +259,16 @@ struct proto_dep {
  * them travel so that the spec reads the same everywhere. Strings are NULL
  * for JSON null (or absent); absent numbers are 0, absent booleans false.
  */
+enum proto_open_mode {
+    PROTO_OPEN_TRUNCATE = 0,
+    PROTO_OPEN_APPEND,
+};
+
+enum proto_launch {
+    PROTO_LAUNCH_EVERY_NODE = 0, /* the program on every node of a gang */
+    PROTO_LAUNCH_FIRST_NODE,     /* on rank 0 only; the other nodes hold for steps */
+};
+
 struct proto_spec {
     /* what runs, and how */
     char *name;            /* 1..PROTO_SPEC_NAME_MAX bytes, or NULL */
@@ -279,6 +292,22 @@ struct proto_spec {
     struct proto_dep *deps; /* "dependencies" */
     size_t ndeps;           /* 0..PROTO_DEPS_MAX */
     char *array;            /* Slurm's array text, 1..PROTO_ARRAY_TEXT_MAX bytes, or NULL */
+    /* Slurm's shape, under jobspec_to_json's keys (0: not given) */
+    uint32_t nodes, gpus_per_node;         /* 0..PROTO_GANG_MAX, 0..PROTO_SPEC_GPUS_MAX */
+    uint32_t ntasks, ntasks_per_node;      /* 0..PROTO_TASKS_MAX */
+    uint32_t cpus_per_task, gpus_per_task; /* 0..PROTO_SPEC_CPUS_MAX, 0..PROTO_SPEC_GPUS_MAX */
+    int64_t mem_per_node_mib, mem_per_cpu_mib, mem_per_gpu_mib; /* 0..PROTO_SPEC_MEM_MAX */
+    bool mem_whole_node, exclusive;
+    char *constraint; /* 1..PROTO_CONSTRAINT_MAX bytes, or NULL */
+    /* "signal": "[B:]SIG[@SECS]" (util/sigspec.h) or null, read into: */
+    uint32_t signal;          /* 1..SIGSPEC_NUM_MAX, 0: none */
+    uint32_t signal_before_s; /* 0..SIGSPEC_BEFORE_MAX */
+    bool signal_batch_only;
+    enum proto_open_mode open_mode; /* "truncate" or "append" */
+    enum proto_launch launch;       /* "every_node" or "first_node" */
+    char *submit_dir;               /* 1..PROTO_PATH_MAX bytes, or NULL */
+    bool hold;
+    int64_t begin; /* Unix seconds, 0..PROTO_BEGIN_MAX */
 };
 
 /* Where a gang's ranks meet: every node in rank order, this node's rank,

@@ -10,9 +10,17 @@
 #include "proto/proto.h"
 #include "proto/wire.h"
 #include "util/errbuf.h"
+#include "util/sigspec.h"
 #include "base/banned.h"
 
 _Static_assert(sizeof(enum proto_dep_type) == sizeof(int), "jsonv stores an enum as an int");
+_Static_assert(sizeof(enum proto_open_mode) == sizeof(int), "jsonv stores an enum as an int");
+_Static_assert(sizeof(enum proto_launch) == sizeof(int), "jsonv stores an enum as an int");
+
+static const char *const open_modes[] = {
+    [PROTO_OPEN_TRUNCATE] = "truncate", [PROTO_OPEN_APPEND] = "append", NULL};
+static const char *const launches[] = {
+    [PROTO_LAUNCH_EVERY_NODE] = "every_node", [PROTO_LAUNCH_FIRST_NODE] = "first_node", NULL};
 
 static const char *const dep_types[] = {
     [PROTO_DEP_AFTEROK] = "afterok", [PROTO_DEP_AFTERANY] = "afterany", NULL};
@@ -28,8 +36,9 @@ static const struct jsonv_field dep_fields[] = {
 #define NAME(key, m)                                                                               \
     WIRE_OPT(key, JSONV_STRING, struct wire_spec, s.m, 1, PROTO_SPEC_NAME_MAX,                     \
              .flags = JSONV_NULLABLE | JSONV_TEXT)
-#define INT(key, m, hi) WIRE_OPT(key, JSONV_INT64, struct wire_spec, s.m, 0, hi)
-#define BOOL(key, m)    WIRE_OPT(key, JSONV_BOOL, struct wire_spec, s.m, 0, 0)
+#define INT(key, m, hi)   WIRE_OPT(key, JSONV_INT64, struct wire_spec, s.m, 0, hi)
+#define BOOL(key, m)      WIRE_OPT(key, JSONV_BOOL, struct wire_spec, s.m, 0, 0)
+#define COUNT(key, m, hi) WIRE_OPT(key, JSONV_UINT32, struct wire_spec, s.m, 0, hi)
 
 /* In the order the controller writes them. */
 const struct jsonv_field wire_spec_fields[WIRE_NSPEC_FIELDS] = {
@@ -65,6 +74,26 @@ const struct jsonv_field wire_spec_fields[WIRE_NSPEC_FIELDS] = {
     TEXT("array", array, PROTO_ARRAY_TEXT_MAX),
     TEXT("output", output, PROTO_PATH_MAX),
     TEXT("error", error, PROTO_PATH_MAX),
+    COUNT("nodes", nodes, PROTO_GANG_MAX),
+    COUNT("gpus_per_node", gpus_per_node, PROTO_SPEC_GPUS_MAX),
+    COUNT("ntasks", ntasks, PROTO_TASKS_MAX),
+    COUNT("ntasks_per_node", ntasks_per_node, PROTO_TASKS_MAX),
+    COUNT("cpus_per_task", cpus_per_task, PROTO_SPEC_CPUS_MAX),
+    COUNT("gpus_per_task", gpus_per_task, PROTO_SPEC_GPUS_MAX),
+    INT("mem_per_node_mib", mem_per_node_mib, PROTO_SPEC_MEM_MAX),
+    INT("mem_per_cpu_mib", mem_per_cpu_mib, PROTO_SPEC_MEM_MAX),
+    INT("mem_per_gpu_mib", mem_per_gpu_mib, PROTO_SPEC_MEM_MAX),
+    BOOL("mem_whole_node", mem_whole_node),
+    BOOL("exclusive", exclusive),
+    WIRE_OPT("constraint", JSONV_STRING, struct wire_spec, s.constraint, 1, PROTO_CONSTRAINT_MAX,
+             .flags = JSONV_NULLABLE | JSONV_TEXT),
+    WIRE_OPT("signal", JSONV_STRING, struct wire_spec, signal, 1, SIGSPEC_TEXT_MAX,
+             .flags = JSONV_NULLABLE | JSONV_TEXT),
+    WIRE_OPT("open_mode", JSONV_ENUM, struct wire_spec, s.open_mode, 0, 0, .choices = open_modes),
+    WIRE_OPT("launch", JSONV_ENUM, struct wire_spec, s.launch, 0, 0, .choices = launches),
+    TEXT("submit_dir", submit_dir, PROTO_PATH_MAX),
+    BOOL("hold", hold),
+    INT("begin", begin, PROTO_BEGIN_MAX),
 };
 
 /* "gpus": whole GPUs as an integer (or a whole real), or a fraction below 1
@@ -97,6 +126,10 @@ static int gpus_read(const json_t *v, int64_t *ret)
 int wire_spec_check(const struct wire_spec *w, const char *path, char *err, size_t errlen)
 {
     int64_t milli;
+    char msg[160];
+    struct sigspec sig;
+    if (w->signal && sigspec_parse(w->signal, &sig, msg, sizeof(msg)) != 0)
+        return errbuf_set(err, errlen, GPO_EINVAL, "field '%s.signal': %s", path, msg);
     int rc = gpus_read(w->gpus, &milli);
     if (rc)
         return errbuf_set(err, errlen, rc,
@@ -168,7 +201,15 @@ int wire_spec_take(struct wire_spec *w, struct proto_spec *ret)
     }
     int64_t milli = 0;
     gpus_read(w->gpus, &milli);
+    struct sigspec sig = {0};
+    if (w->signal)
+        sigspec_parse(w->signal, &sig, NULL, 0);
+    free(w->signal);
+    w->signal = NULL;
     *ret = w->s;
+    ret->signal = (uint32_t)sig.num;
+    ret->signal_before_s = (uint32_t)sig.before_s;
+    ret->signal_batch_only = sig.batch_only;
     ret->gpus_milli = milli;
     ret->env = env;
     ret->nenv = k;
@@ -181,8 +222,9 @@ void wire_spec_release(struct proto_spec *s)
 {
     if (!s)
         return;
-    char *texts[] = {s->name,    s->script, s->workdir,  s->output, s->error,    s->team,
-                     s->project, s->model,  s->priority, s->pool,   s->gpu_type, s->array};
+    char *texts[] = {s->name,     s->script,  s->workdir,    s->output,    s->error,
+                     s->team,     s->project, s->model,      s->priority,  s->pool,
+                     s->gpu_type, s->array,   s->submit_dir, s->constraint};
     for (size_t k = 0; k < ARRAY_LEN(texts); k++)
         free(texts[k]);
     wire_free_strs(s->argv, s->argc);
@@ -271,6 +313,35 @@ json_t *wire_spec_json(struct wire_enc *e, const struct proto_spec *s)
     wire_set(e, o, "array", wire_str_or_null(e, s->array));
     wire_set(e, o, "output", wire_str_or_null(e, s->output));
     wire_set(e, o, "error", wire_str_or_null(e, s->error));
+    static const char *const counts[] = {"nodes",           "gpus_per_node", "ntasks",
+                                         "ntasks_per_node", "cpus_per_task", "gpus_per_task"};
+    const uint32_t count_v[] = {s->nodes,           s->gpus_per_node, s->ntasks,
+                                s->ntasks_per_node, s->cpus_per_task, s->gpus_per_task};
+    for (size_t k = 0; k < ARRAY_LEN(counts); k++)
+        wire_set(e, o, counts[k], wire_int(e, count_v[k]));
+    wire_set(e, o, "mem_per_node_mib", wire_int(e, s->mem_per_node_mib));
+    wire_set(e, o, "mem_per_cpu_mib", wire_int(e, s->mem_per_cpu_mib));
+    wire_set(e, o, "mem_per_gpu_mib", wire_int(e, s->mem_per_gpu_mib));
+    wire_set(e, o, "mem_whole_node", json_boolean(s->mem_whole_node));
+    wire_set(e, o, "exclusive", json_boolean(s->exclusive));
+    wire_set(e, o, "constraint", wire_str_or_null(e, s->constraint));
+    char sig[SIGSPEC_TEXT_MAX];
+    sigspec_format(
+        &(struct sigspec){(int32_t)s->signal, (int32_t)s->signal_before_s, s->signal_batch_only},
+        sig, sizeof(sig));
+    if (s->signal > SIGSPEC_NUM_MAX || s->signal_before_s > SIGSPEC_BEFORE_MAX)
+        wire_fail(e, GPO_EINVAL);
+    wire_set(e, o, "signal", sig[0] ? wire_str(e, sig) : json_null());
+    if ((unsigned)s->open_mode > PROTO_OPEN_APPEND ||
+        (unsigned)s->launch > PROTO_LAUNCH_FIRST_NODE) {
+        wire_fail(e, GPO_EINVAL);
+    } else {
+        wire_set(e, o, "open_mode", wire_str(e, open_modes[s->open_mode]));
+        wire_set(e, o, "launch", wire_str(e, launches[s->launch]));
+    }
+    wire_set(e, o, "submit_dir", wire_str_or_null(e, s->submit_dir));
+    wire_set(e, o, "hold", json_boolean(s->hold));
+    wire_set(e, o, "begin", wire_int(e, s->begin));
     if (e->rc) {
         json_decref(o);
         return NULL;

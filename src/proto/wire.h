@@ -83,13 +83,14 @@ struct wire_spec {
     struct proto_spec s; /* all but gpus_milli and env */
     json_t *gpus;        /* borrowed: an integer, or a real below 1 */
     enum jsonv_presence gpus_p;
-    json_t *env; /* borrowed: {NAME: VALUE} */
+    json_t *env;  /* borrowed: {NAME: VALUE} */
+    char *signal; /* "signal", read into s.signal..; freed by take and release */
 };
 
-#define WIRE_NSPEC_FIELDS 25
+#define WIRE_NSPEC_FIELDS 43
 extern const struct jsonv_field wire_spec_fields[WIRE_NSPEC_FIELDS];
 
-/* Checks "gpus" and "env"; `path` names the spec in messages
+/* Checks "gpus", "env" and "signal"; `path` names the spec in messages
  * ("attempts[2].spec"). 0, GPO_EINVAL, GPO_ERANGE. */
 int wire_spec_check(const struct wire_spec *w, const char *path, char *err, size_t errlen);
 /* Moves w's members into *ret (overwritten) and reads gpus and env: 0, or

@@ -164,7 +164,12 @@ static void test_minimal_submission_gets_every_default(void **state)
               "\"cpus\":1,\"mem_mib\":1024,\"time_limit_s\":0,\"multi_node\":false,"
               "\"checkpointable\":false,\"command\":[\"true\"],\"script\":null,\"workdir\":null,"
               "\"env\":{},\"max_retries\":0,\"requeue\":true,\"dependencies\":[],\"array\":null,"
-              "\"output\":null,\"error\":null}");
+              "\"output\":null,\"error\":null,\"nodes\":0,\"gpus_per_node\":0,\"ntasks\":0,"
+              "\"ntasks_per_node\":0,\"cpus_per_task\":0,\"gpus_per_task\":0,"
+              "\"mem_per_node_mib\":0,\"mem_per_cpu_mib\":0,\"mem_per_gpu_mib\":0,"
+              "\"mem_whole_node\":false,\"exclusive\":false,\"constraint\":null,"
+              "\"signal\":null,\"open_mode\":\"truncate\",\"launch\":\"every_node\","
+              "\"submit_dir\":null,\"hold\":false,\"begin\":0}");
     free(text);
     json_decref(j);
     jobspec_release(&s);
@@ -296,8 +301,8 @@ static void test_bad_submissions_are_refused_with_one_exact_line(void **state)
          "field 'cpus': 0 is out of range 1..4096 (a job runs on at least "
          "one CPU; leave it out for 1)"},
         {"{" CMD ", \"mem_mib\": 0}",
-         "field 'mem_mib': 0 is out of range 1..67108864 (not Slurm's "
-         "--mem=0: give the MiB the job needs, or leave it out for 1024)"},
+         "field 'mem_mib': 0 is out of range 1..67108864 (for Slurm's --mem=0, the "
+         "whole node, set 'mem_whole_node'; or leave it out for 1024)"},
         {"{" CMD ", \"env\": []}", "field 'env': expected an object, got an array"},
         {"{" CMD ", \"env\": {\"1A\": \"x\"}}",
          "field 'env': '1A' is not a variable name ([A-Za-z_][A-Za-z0-9_]*)"},

@@ -86,6 +86,27 @@ static int spec_of(const struct jobspec *js, struct proto_spec *ret)
         .max_retries = js->max_retries,
         .ndeps = js->ndeps,
         .array = js->array_text,
+        .nodes = (uint32_t)js->nodes,
+        .gpus_per_node = (uint32_t)js->gpus_per_node,
+        .ntasks = (uint32_t)js->ntasks,
+        .ntasks_per_node = (uint32_t)js->ntasks_per_node,
+        .cpus_per_task = (uint32_t)js->cpus_per_task,
+        .gpus_per_task = (uint32_t)js->gpus_per_task,
+        .mem_per_node_mib = js->mem_per_node_mib,
+        .mem_per_cpu_mib = js->mem_per_cpu_mib,
+        .mem_per_gpu_mib = js->mem_per_gpu_mib,
+        .mem_whole_node = js->mem_whole_node,
+        .exclusive = js->exclusive,
+        .constraint = js->constraint,
+        .signal = (uint32_t)js->signal,
+        .signal_before_s = (uint32_t)js->signal_before_s,
+        .signal_batch_only = js->signal_batch_only,
+        .open_mode = js->open_mode == JOBSPEC_APPEND ? PROTO_OPEN_APPEND : PROTO_OPEN_TRUNCATE,
+        .launch =
+            js->launch == JOBSPEC_FIRST_NODE ? PROTO_LAUNCH_FIRST_NODE : PROTO_LAUNCH_EVERY_NODE,
+        .submit_dir = js->submit_dir,
+        .hold = js->hold,
+        .begin = js->begin,
     };
     p.env = calloc(js->nenv ? js->nenv : 1, sizeof(*p.env));
     p.deps = calloc(js->ndeps ? js->ndeps : 1, sizeof(*p.deps));
