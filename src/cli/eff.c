@@ -159,9 +159,10 @@ static void eff_print(const json_t *job, const struct eff *e)
     printf("State: %s (exit code %" JSON_INTEGER_FORMAT ")\n",
            slurm_state_name(slurm_job_state(job)),
            json_integer_value(json_object_get(last, "exit_code")));
-    printf("Nodes: %zu\n", e->nodes ? e->nodes : 1);
-    printf("Cores per node: %" JSON_INTEGER_FORMAT "\n",
-           json_integer_value(json_object_get(spec, "cpus")));
+    printf("Nodes: %" PRId64 "\n", e->nodes ? (int64_t)e->nodes : slurm_spec_nodes(spec));
+    int64_t nodes = e->nodes ? (int64_t)e->nodes : slurm_spec_nodes(spec);
+    printf("Cores per node: %" PRId64 "\n",
+           (int64_t)json_integer_value(json_object_get(spec, "cpus")) / nodes);
     printf("CPU Efficiency: not measured (gpuorch samples GPUs, not CPUs)\n");
     printf("Job Wall-clock time: %s\n", elapsed);
     printf("Memory Efficiency: not measured (gpuorch samples GPUs, not host memory)\n");

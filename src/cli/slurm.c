@@ -89,6 +89,12 @@ int slurm_states_parse(const char *text, unsigned *ret_bits, char *err, size_t e
     return 0;
 }
 
+int64_t slurm_spec_nodes(const json_t *spec)
+{
+    json_int_t n = json_integer_value(json_object_get(spec, "nodes"));
+    return n > 1 ? n : 1;
+}
+
 unsigned slurm_api_states(unsigned bits)
 {
     static const enum client_job_state api_of[SLURM_STATE_COUNT] = {
@@ -390,7 +396,7 @@ const char *sacct_field_text(enum sacct_field f, const json_t *job, int64_t now_
         break;
     case SACCT_NNODES:
         nodelist_text(job, buf, len, &nn);
-        snprintf(buf, len, "%zu", nn ? nn : 1);
+        snprintf(buf, len, "%" PRId64, nn ? (int64_t)nn : slurm_spec_nodes(spec));
         break;
     case SACCT_NODELIST:
         nodelist_text(job, buf, len, &nn);

@@ -78,6 +78,9 @@ bool slurm_in_list(const char *list, const char *word, bool nocase);
 const char *slurm_nodelist(const json_t *nodes, const char *none, char *buf, size_t len,
                            size_t *ret_n);
 
+/* The nodes a job's spec (borrowed) asks for: its "nodes", at least 1. */
+int64_t slurm_spec_nodes(const json_t *spec);
+
 /* ---- sacct's fields ----------------------------------------------------- */
 
 /* X(name, header, width): sacct's field names and default widths. */

@@ -112,16 +112,20 @@ static enum slurm_state queue_state(const json_t *job)
     return s == SLURM_REQUEUED ? SLURM_PENDING : s;
 }
 
+/* GPUs per node: "gres/gpu:H100-80GB:2", "gres/gpu:0.25", "N/A". */
 static const char *gres_text(const json_t *spec, char *buf, size_t len)
 {
     const json_t *g = json_object_get(spec, "gpus");
     const char *type = str_of(spec, "gpu_type");
+    json_int_t per = json_integer_value(json_object_get(spec, "gpus_per_node"));
+    if (per <= 0)
+        per = json_integer_value(g) / slurm_spec_nodes(spec);
     if (json_is_real(g))
         snprintf(buf, len, "gres/gpu%s%s:%g", type ? ":" : "", type ? type : "",
                  json_real_value(g));
-    else if (json_integer_value(g) > 0)
+    else if (per > 0)
         snprintf(buf, len, "gres/gpu%s%s:%" JSON_INTEGER_FORMAT, type ? ":" : "", type ? type : "",
-                 json_integer_value(g));
+                 per);
     else
         snprintf(buf, len, "N/A");
     return buf;
@@ -179,7 +183,7 @@ const char *squeue_field_text(char code, const struct queue_row *r, int64_t now_
         break;
     case 'D':
         nodelist(job, buf, len, &nn);
-        snprintf(buf, len, "%zu", nn ? nn : 1);
+        snprintf(buf, len, "%" PRId64, nn ? (int64_t)nn : slurm_spec_nodes(spec));
         break;
     case 'C':
         snprintf(buf, len, "%" JSON_INTEGER_FORMAT,

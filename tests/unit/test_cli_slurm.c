@@ -175,7 +175,7 @@ static void test_sacct_fields_of_a_pending_job(void **state)
 {
     (void)state;
     json_t *j = parse("{\"id\": 5, \"state\": \"PENDING\", \"attempts_made\": 0, \"spec\":"
-                      " {\"cpus\": 2, \"time_limit_s\": null}, \"attempts\": []}");
+                      " {\"cpus\": 2, \"nodes\": 2, \"time_limit_s\": null}, \"attempts\": []}");
     static const struct {
         enum sacct_field f;
         const char *want;
@@ -234,7 +234,8 @@ static void test_squeue_formats_read_widths_justification_and_literals(void **st
 /* A queue: job 7 alone, array 41's tasks 3 (running) and 1, 2, 5, 6 and 9
  * (pending, at most 4 running), array 60's one pending task. */
 static const char *QUEUE =
-    "[{\"id\": 7, \"state\": \"PENDING\", \"spec\": {}},"
+    "[{\"id\": 7, \"state\": \"PENDING\", \"spec\": {\"nodes\": 2, \"gpus\": 16,"
+    "  \"gpus_per_node\": 8, \"gpu_type\": \"H100-80GB\"}},"
     " {\"id\": 41, \"array_id\": 41, \"array_index\": 1, \"state\": \"PENDING\","
     "  \"spec\": {\"array\": \"1-9%4\"}},"
     " {\"id\": 42, \"array_id\": 41, \"array_index\": 2, \"state\": \"PENDING\", \"spec\": {}},"
@@ -294,7 +295,10 @@ static void test_squeue_fields_of_rows(void **state)
                         "(priority: lower)");
     assert_string_equal(squeue_field_text('R', plain, NOW_MS, buf, sizeof(buf)), "(None)");
     assert_string_equal(squeue_field_text('l', plain, NOW_MS, buf, sizeof(buf)), "UNLIMITED");
-    assert_string_equal(squeue_field_text('b', plain, NOW_MS, buf, sizeof(buf)), "N/A");
+    assert_string_equal(squeue_field_text('b', plain, NOW_MS, buf, sizeof(buf)),
+                        "gres/gpu:H100-80GB:8");
+    assert_string_equal(squeue_field_text('D', plain, NOW_MS, buf, sizeof(buf)), "2");
+    assert_string_equal(squeue_field_text('b', running, NOW_MS, buf, sizeof(buf)), "N/A");
     assert_string_equal(squeue_field_text('i', running, NOW_MS, buf, sizeof(buf)), "41_3");
     free(rows);
     json_decref(jobs);
