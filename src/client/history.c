@@ -10,7 +10,7 @@
 #include "util/errbuf.h"
 #include "base/banned.h"
 
-#define PAGE      1000   /* jobs per request */
+#define PAGE      200    /* jobs per request: each reads its attempts from the store */
 #define PAGES_MAX 100000 /* a guard against a server that pages forever */
 
 /* "PENDING,RUNNING" for the state bits into buf; "" for none. */
