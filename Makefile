@@ -10,7 +10,7 @@ BUILD      ?= build
 TEST_BUILD ?= build-test
 BENCH_BUILD ?= build-bench
 
-.PHONY: all run test setup build bench lint format clean
+.PHONY: all run test setup build bench lint format clean install
 
 all: build
 
@@ -55,6 +55,19 @@ bench: setup $(BENCH_BUILD)/build.ninja
 LINT_DIRS ?= src
 lint: setup $(BUILD)/build.ninja
 	@BUILD=$(BUILD) scripts/lint.sh $(LINT_DIRS)
+
+# The binary into $(DESTDIR)$(PREFIX)/bin; with SLURM_WRAPPERS=1 also Slurm's
+# commands beside it (sbatch, squeue, scancel, srun, salloc, sacct, sinfo,
+# scontrol, seff: scripts that run the installed gpuorch; docs/slurm.md).
+#   make install PREFIX=/opt/gpuorch SLURM_WRAPPERS=1
+PREFIX ?= /usr/local
+SLURM_WRAPPERS ?= 0
+install: build
+	install -d $(DESTDIR)$(PREFIX)/bin
+	install -m 0755 $(BUILD)/gpuorch $(DESTDIR)$(PREFIX)/bin/gpuorch
+	@if [ "$(SLURM_WRAPPERS)" = 1 ]; then \
+	  $(BUILD)/gpuorch slurm-wrappers --gpuorch $(PREFIX)/bin/gpuorch $(DESTDIR)$(PREFIX)/bin; \
+	fi
 
 format:
 	clang-format -i $$(git ls-files 'src/*.c' 'src/*.h' 'tests/*.c' 'tests/*.h' 'bench/*.c')

@@ -15,11 +15,15 @@
 #include "cli/apply.h"
 #include "cli/cost.h"
 #include "cli/ctl.h"
+#include "cli/eff.h"
+#include "cli/history.h"
+#include "cli/info.h"
 #include "cli/jobs.h"
 #include "cli/nodes.h"
 #include "cli/submit.h"
 #include "cli/token.h"
 #include "cli/top.h"
+#include "cli/wrappers.h"
 #include "server/server.h"
 #include "sim/command.h"
 #include "sim/policy.h"
@@ -46,6 +50,11 @@ static const struct command commands[] = {
     {"requeue", ctl_requeue_command, "put running or ended jobs back in the queue"},
     {"update", ctl_update_command, "change a job's time limit, priority class or dependencies"},
     {"logs", jobs_logs_command, "print a job's output (-f follows it)"},
+    {"history", history_command, "list jobs, ended ones too, as sacct does"},
+    {"eff", eff_command, "how well a job used its GPUs, as seff shows it"},
+    {"info", info_command, "pools and their nodes by state, as sinfo shows them"},
+    {"slurm-wrappers", wrappers_command, "write sbatch, squeue, sacct, ... that run gpuorch"},
+    {"hostlist", hostlist_command, "expand or compress Slurm's host lists (node[01-04])"},
     {"nodes", nodes_list_command, "list nodes: pool, state, GPUs, free GPUs, heartbeat"},
     {"drain", nodes_drain_command, "drain nodes: they keep their work and get nothing new"},
     {"resume", nodes_resume_command, "resume drained nodes"},
@@ -68,7 +77,7 @@ static void usage(FILE *out)
                  "gpuorch schedules GPU workloads: queues, quotas, fair share, backfill,\n"
                  "preemption and GPU sharing, in one binary.\n\ncommands:\n");
     for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
-        fprintf(out, "  %-8s %s\n", commands[i].name, commands[i].summary);
+        fprintf(out, "  %-14s %s\n", commands[i].name, commands[i].summary);
     fprintf(out, "\nThe user commands find the server and the token in --server and --token\n"
                  "(or --token-file), else GPUORCH_SERVER and GPUORCH_TOKEN (or\n"
                  "GPUORCH_TOKEN_FILE), else ~/.config/gpuorch/config ($GPUORCH_CONFIG).\n"

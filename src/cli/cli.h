@@ -71,6 +71,15 @@ struct cli_common {
         .name = "help", .short_name = 'h', .type = OPTS_HELP,                                      \
         .offset = offsetof(args, member.help)                                                      \
     }
+/* The same with --help alone: for the commands whose -h is Slurm's
+ * --noheader (queue as squeue, info as sinfo). */
+#define CLI_OPTS_COMMON_LONG_HELP(args, member)                                                    \
+    {.name = "server", .type = OPTS_STRING, .offset = offsetof(args, member.server)},              \
+        {.name = "token", .type = OPTS_STRING, .offset = offsetof(args, member.token)},            \
+        {.name = "token-file", .type = OPTS_STRING, .offset = offsetof(args, member.token_file)},  \
+    {                                                                                              \
+        .name = "help", .type = OPTS_HELP, .offset = offsetof(args, member.help)                   \
+    }
 #define CLI_OPT_JSON(args, member)                                                                 \
     {                                                                                              \
         .name = "json", .type = OPTS_FLAG, .offset = offsetof(args, member.json)                   \

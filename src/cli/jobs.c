@@ -1,9 +1,8 @@
 /*
- * jobs.c - queue, show, cancel, logs and whoami (jobs.h).
+ * jobs.c - show, logs and whoami (jobs.h); queue is queue.c, cancel cancel.c.
  */
 #include "cli/jobs.h"
 
-#include <ctype.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,10 +19,6 @@
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 #define TEXT_LEN     256
 
-/* squeue's short codes of the job states, in enum client_job_state order. */
-static const char *const state_codes[CLIENT_JOB_STATE_COUNT] = {"PD", "R",  "CD", "F",
-                                                                "CA", "TO", "PR", "NF"};
-
 static int job_id(const char *cmd, const char *s, int64_t *ret)
 {
     if (opts_parse_int(s, 1, INT64_MAX, ret) != 0)
@@ -31,8 +26,7 @@ static int job_id(const char *cmd, const char *s, int64_t *ret)
     return 0;
 }
 
-/* What a job asks of GPUs: "2", "H100-80GB:2", "0.25", "mem:10G". */
-static const char *gpus_text(const json_t *spec, char *buf, size_t len)
+const char *jobs_gpus_text(const json_t *spec, char *buf, size_t len)
 {
     const json_t *g = json_object_get(spec, "gpus");
     const char *type = cli_json_str(spec, "gpu_type");
@@ -62,88 +56,7 @@ static const char *nodes_text(const json_t *job, char *buf, size_t len, size_t *
     return buf;
 }
 
-/* ---- queue ---------------------------------------------------------------- */
-
-struct queue_args {
-    struct cli_common co;
-    const char *state, *team, *user;
-    bool all, me;
-};
-
-static const struct opts_opt queue_opts[] = {
-    {.name = "state",
-     .short_name = 't',
-     .type = OPTS_STRING,
-     .offset = offsetof(struct queue_args, state)},
-    {.name = "team",
-     .short_name = 'A',
-     .type = OPTS_STRING,
-     .offset = offsetof(struct queue_args, team)},
-    {.name = "user",
-     .short_name = 'u',
-     .type = OPTS_STRING,
-     .offset = offsetof(struct queue_args, user)},
-    {.name = "all",
-     .short_name = 'a',
-     .type = OPTS_FLAG,
-     .offset = offsetof(struct queue_args, all)},
-    {.name = "me", .type = OPTS_FLAG, .offset = offsetof(struct queue_args, me)},
-    CLI_OPT_JSON(struct queue_args, co),
-    CLI_OPTS_COMMON(struct queue_args, co),
-};
-
-static void queue_usage(FILE *out)
-{
-    fprintf(out, "usage: gpuorch queue [--state S[,S...]] [--team T] [--user U | --me] [--all]\n"
-                 "                     [--json]\n"
-                 "\n"
-                 "Lists jobs as squeue does: JOBID NAME USER TEAM STATE TIME GPUS NODES REASON.\n"
-                 "REASON is why a pending job waits (from the last scheduling pass), the nodes\n"
-                 "of a running one, or why an ended one ended. TIME is how long it has run.\n"
-                 "A running job whose GPUs its team's idle policy flags shows IDLE(<5%% 35m)\n"
-                 "before its nodes: under 5 %% utilization for 35 minutes (docs/idle.md).\n"
-                 "\n"
-                 "  -t, --state S[,S]   PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, TIMEOUT,\n"
-                 "                      PREEMPTED, NODE_FAIL (or PD, R, CD, F, CA, TO, PR, NF;\n"
-                 "                      default: PENDING,RUNNING)\n"
-                 "  -a, --all           every state, ended jobs included\n"
-                 "  -A, --team T        one team's jobs\n"
-                 "  -u, --user U        one user's jobs; --me: yours\n");
-    cli_help_common(out, true);
-}
-
-/* "pd,running" -> the PENDING and RUNNING bits into *ret; CLI_EXIT_USAGE,
- * printed, for a word that is no state. */
-static int states_param(const char *given, unsigned *ret)
-{
-    unsigned bits = 0;
-    for (const char *p = given;;) {
-        const char *end = strchr(p, ',');
-        size_t n = end ? (size_t)(end - p) : strlen(p);
-        char word[32] = "";
-        for (size_t i = 0; i < n && i + 1 < sizeof(word); i++)
-            word[i] = (char)toupper((unsigned char)p[i]);
-        int found = -1;
-        for (int k = 0; k < CLIENT_JOB_STATE_COUNT && found < 0 && n < sizeof(word); k++)
-            if (strcmp(word, client_job_state_name((enum client_job_state)k)) == 0 ||
-                strcmp(word, state_codes[k]) == 0)
-                found = k;
-        if (found < 0)
-            return cli_usage_error("queue",
-                                   "--state: '%.*s' is not a job state (PENDING, RUNNING, "
-                                   "COMPLETED, FAILED, CANCELLED, TIMEOUT, PREEMPTED, NODE_FAIL)",
-                                   (int)(n < 40 ? n : 40), p);
-        bits |= 1u << found;
-        if (!end)
-            break;
-        p = end + 1;
-    }
-    *ret = bits;
-    return 0;
-}
-
-/* "35m", "2h", "40s", "3d": an idle stretch, for a column. */
-static void span_text(int64_t ms, char *buf, size_t len)
+void jobs_span_text(int64_t ms, char *buf, size_t len)
 {
     int64_t s = ms > 0 ? ms / 1000 : 0;
     if (s >= 2 * INT64_C(86400))
@@ -154,151 +67,6 @@ static void span_text(int64_t ms, char *buf, size_t len)
         snprintf(buf, len, "%" PRId64 "m", s / 60);
     else
         snprintf(buf, len, "%" PRId64 "s", s);
-}
-
-/* A running job's REASON: its nodes, after "IDLE(<5% 35m)" when its GPUs are
- * flagged idle, or "IDLE(<5% 35m; requeue in 4m)" once warned. */
-static const char *running_reason(const json_t *job, const char *nodes, int64_t now, char *buf,
-                                  size_t len)
-{
-    const json_t *idle = json_object_get(job, "idle");
-    int64_t since, at;
-    if (!json_is_object(idle) || timefmt_parse_rfc3339(cli_json_str(idle, "since"), &since))
-        return nodes;
-    char span[32], what[64] = "";
-    span_text(now - since, span, sizeof(span));
-    const char *action = cli_json_str(idle, "action");
-    if (action && strcmp(action, "report") != 0 &&
-        timefmt_parse_rfc3339(cli_json_str(idle, "action_at"), &at) == 0) {
-        char left[32];
-        span_text(at - now, left, sizeof(left));
-        snprintf(what, sizeof(what), "; %s in %s", action, left);
-    }
-    snprintf(buf, len, "IDLE(<%" JSON_INTEGER_FORMAT "%% %s%s) %s",
-             json_integer_value(json_object_get(idle, "threshold_pct")), span, what, nodes);
-    return buf;
-}
-
-static int queue_row(struct table *t, const json_t *job, int64_t now)
-{
-    const json_t *spec = json_object_get(job, "spec");
-    const char *state = cli_json_str(job, "state");
-    char id[32], gpus[TEXT_LEN], nodes[TEXT_LEN * 4], count[24] = "-", time[TIMEFMT_DURATION_LEN];
-    char idle[TEXT_LEN * 5];
-    size_t nn = 0;
-    snprintf(id, sizeof(id), "%" JSON_INTEGER_FORMAT,
-             json_integer_value(json_object_get(job, "id")));
-    nodes_text(job, nodes, sizeof(nodes), &nn);
-    if (nn)
-        snprintf(count, sizeof(count), "%zu", nn);
-    snprintf(time, sizeof(time), "-");
-    int64_t since;
-    bool running = state && strcmp(state, "RUNNING") == 0;
-    if (running && timefmt_parse_rfc3339(cli_json_str(job, "updated_at"), &since) == 0)
-        timefmt_duration(now > since ? (now - since) / 1000 : 0, time, sizeof(time));
-    const char *reason = state && strcmp(state, "PENDING") == 0 ? cli_json_str(job, "wait_reason")
-                         : running ? running_reason(job, nodes, now, idle, sizeof(idle))
-                                   : cli_json_str(job, "reason");
-    const char *cells[] = {id,
-                           cli_json_str(spec, "name"),
-                           cli_json_str(job, "user"),
-                           cli_json_str(job, "team"),
-                           state,
-                           time,
-                           gpus_text(spec, gpus, sizeof(gpus)),
-                           count,
-                           reason && reason[0] ? reason : "-"};
-    return table_add(t, cells);
-}
-
-static int queue_print(const json_t *all)
-{
-    static const char *const head[] = {"JOBID", "NAME", "USER",  "TEAM",  "STATE",
-                                       "TIME",  "GPUS", "NODES", "REASON"};
-    struct table *t = table_new(ARRAY_LEN(head), head);
-    int64_t now = cli_now_ms();
-    int rc = t ? 0 : GPO_ENOMEM;
-    for (size_t k = 0; rc == 0 && k < json_array_size(all); k++)
-        rc = queue_row(t, json_array_get(all, k), now);
-    if (rc == 0)
-        table_print(t, stdout);
-    table_free(t);
-    return rc ? cli_fail("queue", "out of memory") : 0;
-}
-
-/* The token's user name into buf, for --me. */
-static int whoami_name(struct cli *c, char *buf, size_t len)
-{
-    json_t *me = NULL;
-    char err[CLI_ERR_MAX];
-    int rc = client_whoami(&c->client, &me, err, sizeof(err));
-    if (rc)
-        return cli_fail_call(c->cmd, rc, err);
-    const char *name = cli_json_str(me, "name");
-    snprintf(buf, len, "%s", name ? name : "");
-    json_decref(me);
-    return 0;
-}
-
-/* The jobs the flags select, every page, into a new array *ret. */
-static int queue_fetch(struct queue_args *a, unsigned states, json_t **ret)
-{
-    struct cli c;
-    char me[256], err[CLI_ERR_MAX];
-    int rc = cli_connect(&c, "queue", &a->co);
-    if (rc == 0 && a->me && (rc = whoami_name(&c, me, sizeof(me))) == 0)
-        a->user = me;
-    struct client_jobs_filter f = {.states = states, .team = a->team, .user = a->user};
-    json_t *all = rc ? NULL : json_array();
-    if (rc == 0 && !all)
-        rc = cli_fail("queue", "out of memory");
-    int r = rc ? 0 : client_jobs_list(&c.client, &f, all, err, sizeof(err));
-    if (r == GPO_ENAMETOOLONG)
-        rc = cli_usage_error("queue", "--team or --user is too long");
-    else if (r)
-        rc = cli_fail_call("queue", r, err);
-    cli_disconnect(&c);
-    a->user = NULL; /* not to point at me[] */
-    if (rc) {
-        json_decref(all);
-        return rc;
-    }
-    *ret = all;
-    return 0;
-}
-
-int jobs_queue_command(int argc, char **argv)
-{
-    struct queue_args a = {0};
-    const char **pos = NULL;
-    size_t npos = 0;
-    unsigned states = 0;
-    int rc = cli_parse_args("queue", argc, argv, CLI_OPTS(queue_opts), &a, &pos, &npos);
-    if (rc == 0 && a.co.help)
-        queue_usage(stdout);
-    else if (rc == 0 && npos)
-        rc = cli_usage_error("queue", "unexpected argument '%s' (see 'gpuorch queue --help')",
-                             pos[0]);
-    else if (rc == 0 && a.me && a.user)
-        rc = cli_usage_error("queue", "--me and --user exclude each other");
-    free(pos);
-    if (rc || a.co.help)
-        return rc;
-    if (!a.state && !a.all)
-        a.state = "PENDING,RUNNING";
-    json_t *all = NULL;
-    if ((a.state && (rc = states_param(a.state, &states)) != 0) ||
-        (rc = queue_fetch(&a, states, &all)) != 0)
-        return rc;
-    if (a.co.json) {
-        json_t *out = json_pack("{s:O}", "jobs", all);
-        rc = out && cli_print_json(out) ? 0 : cli_fail("queue", "out of memory");
-        json_decref(out);
-    } else {
-        rc = queue_print(all);
-    }
-    json_decref(all);
-    return rc;
 }
 
 /* ---- show ------------------------------------------------------------------ */
@@ -342,7 +110,7 @@ static void show_spec(const json_t *spec)
     line("pool:", cli_json_str(spec, "pool") ? cli_json_str(spec, "pool") : "(any)");
     line("project:", cli_json_str(spec, "project"));
     line("model:", cli_json_str(spec, "model"));
-    line("gpus:", gpus_text(spec, buf, sizeof(buf)));
+    line("gpus:", jobs_gpus_text(spec, buf, sizeof(buf)));
     json_int_t min_mem = json_integer_value(json_object_get(spec, "min_gpu_mem_mib"));
     if (min_mem > 0)
         line("gpu memory:", cli_size_text(min_mem, size, sizeof(size)));
@@ -478,8 +246,8 @@ static void show_idle(const json_t *job, int64_t now)
     if (!json_is_object(idle) || timefmt_parse_rfc3339(cli_json_str(idle, "since"), &since))
         return;
     char buf[TEXT_LEN * 2], span[32], win[32];
-    span_text(now - since, span, sizeof(span));
-    span_text(json_integer_value(json_object_get(idle, "window_s")) * 1000, win, sizeof(win));
+    jobs_span_text(now - since, span, sizeof(span));
+    jobs_span_text(json_integer_value(json_object_get(idle, "window_s")) * 1000, win, sizeof(win));
     const char *action = cli_json_str(idle, "action");
     const char *at = cli_json_str(idle, "action_at");
     int n = snprintf(buf, sizeof(buf),
@@ -555,22 +323,6 @@ int jobs_show_command(int argc, char **argv)
     return rc;
 }
 
-/* ---- cancel ------------------------------------------------------------------ */
-
-static const struct opts_opt cancel_opts[] = {
-    CLI_OPTS_COMMON(struct one_job_args, co),
-};
-
-static void cancel_usage(FILE *out)
-{
-    fprintf(out, "usage: gpuorch cancel JOB...\n"
-                 "\n"
-                 "Cancels each job: a pending one at once; a running one is stopped by its\n"
-                 "agent (SIGTERM, then SIGKILL after the grace period) and ends CANCELLED.\n"
-                 "One line per job; the exit code is 1 if any could not be cancelled.\n");
-    cli_help_common(out, false);
-}
-
 /* Reads the flags and the JOB... words of a command into a new array *ret
  * (caller frees). CLI_EXIT_USAGE, printed. */
 static int job_ids(const char *cmd, int argc, char **argv, const struct opts_opt *opts, size_t n,
@@ -592,38 +344,6 @@ static int job_ids(const char *cmd, int argc, char **argv, const struct opts_opt
     *ret = ids;
     *ret_n = npos;
     return 0;
-}
-
-int jobs_cancel_command(int argc, char **argv)
-{
-    struct one_job_args a = {0};
-    int64_t *ids = NULL;
-    size_t n = 0;
-    int rc = job_ids("cancel", argc, argv, CLI_OPTS(cancel_opts), &a, &ids, &n);
-    if (rc == 0 && a.co.help)
-        cancel_usage(stdout);
-    else if (rc == 0 && n == 0)
-        rc = cli_usage_error("cancel", "expected JOB... (see 'gpuorch cancel --help')");
-    struct cli c = {0};
-    if (rc || a.co.help || (rc = cli_connect(&c, "cancel", &a.co)) != 0) {
-        free(ids);
-        cli_disconnect(&c);
-        return rc;
-    }
-    for (size_t k = 0; k < n; k++) {
-        char err[CLI_ERR_MAX];
-        bool stopping = false;
-        int r = client_jobs_cancel(&c.client, ids[k], &stopping, err, sizeof(err));
-        if (r)
-            rc = cli_fail_call("cancel", r, err);
-        else if (stopping)
-            printf("Cancelling job %" PRId64 ": its agent is stopping it\n", ids[k]);
-        else
-            printf("Cancelled job %" PRId64 "\n", ids[k]);
-    }
-    cli_disconnect(&c);
-    free(ids);
-    return rc;
 }
 
 /* ---- logs --------------------------------------------------------------------- */

@@ -86,9 +86,14 @@ static size_t width(const char *s)
 
 void table_print(const struct table *t, FILE *out)
 {
+    table_print_rows(t, out, true);
+}
+
+void table_print_rows(const struct table *t, FILE *out, bool header)
+{
     size_t *w = calloc(t->ncols, sizeof(*w)), ncols = t->ncols;
     if (!w) { /* out of memory: unaligned is better than nothing */
-        for (size_t i = 0; i < t->nrows * ncols; i++)
+        for (size_t i = header ? 0 : ncols; i < t->nrows * ncols; i++)
             fprintf(out, "%s%s", t->cells[i], (i + 1) % ncols ? "  " : "\n");
         return;
     }
@@ -97,7 +102,7 @@ void table_print(const struct table *t, FILE *out)
             size_t n = width(t->cells[r * t->ncols + k]);
             w[k] = n > w[k] ? n : w[k];
         }
-    for (size_t r = 0; r < t->nrows; r++) {
+    for (size_t r = header ? 0 : 1; r < t->nrows; r++) {
         for (size_t k = 0; k < ncols; k++) {
             const char *cell = t->cells[r * t->ncols + k];
             if (k + 1 == ncols)

@@ -9,6 +9,7 @@
 #ifndef GPUORCH_CLI_TABLE_H
 #define GPUORCH_CLI_TABLE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include "base/err.h"
@@ -24,5 +25,8 @@ int table_add(struct table *t, const char *const *cells);
 /* Prints the header and the rows; columns are two spaces apart, widths in
  * characters (UTF-8). */
 void table_print(const struct table *t, FILE *out);
+/* The same, without the header line when `header` is false (the widths
+ * still count it, so that columns do not move between the two). */
+void table_print_rows(const struct table *t, FILE *out, bool header);
 
 #endif

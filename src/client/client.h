@@ -154,6 +154,23 @@ typedef int (*client_write_fn)(const void *data, size_t len, void *ctx);
 int client_jobs_logs(struct client *c, int64_t id, const struct client_logs_query *q,
                      client_write_fn write, void *ctx, char *err, size_t errlen);
 
+/* ---- accounting: jobs that ended too ----------------------------------------- */
+
+/* Which jobs GET /v1/accounting/jobs selects; NULL members and 0 states
+ * select everything. */
+struct client_history_query {
+    unsigned states;  /* 1 << enum client_job_state bits */
+    const char *jobs; /* "41,42_7": jobs, arrays' tasks, one task */
+    const char *team, *user;
+    const char *since, *until; /* RFC 3339: jobs in the system during [since, until] */
+};
+
+/* Every job the query selects, each with its "attempts", page after page,
+ * appended to the array `all` (borrowed; it keeps what came before an
+ * error). */
+int client_jobs_history(struct client *c, const struct client_history_query *q, json_t *all,
+                        char *err, size_t errlen);
+
 /* ---- nodes ------------------------------------------------------------------- */
 
 /* GET /v1/nodes: the answer ({"nodes": [...]}). */

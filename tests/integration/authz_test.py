@@ -151,6 +151,11 @@ CASES = {
         r("GET", "/v1/jobs", "clean", query={"state": "RUNNING,PENDING"}),
         r("GET", "/v1/jobs", "clean", query={"user": USER_B}),
         r("GET", "/v1/jobs", "deny", query={"team": TEAM_B})),
+    ("GET", "/v1/accounting/jobs"): lambda: reqs(
+        r("GET", "/v1/accounting/jobs", "clean"),
+        r("GET", "/v1/accounting/jobs", "clean", query={"job": ",".join(map(str, B_JOBS))}),
+        r("GET", "/v1/accounting/jobs", "clean", query={"user": USER_B}),
+        r("GET", "/v1/accounting/jobs", "deny", query={"team": TEAM_B})),
     ("GET", "/v1/jobs/{id}"): lambda: [r("GET", f"/v1/jobs/{j}", "deny") for j in B_JOBS]
     + [r("GET", f"/v1/jobs/{A_JOB[0]}", "clean")],
     ("GET", "/v1/jobs/{id}/logs"): lambda: [r("GET", f"/v1/jobs/{j}/logs", "deny") for j in B_JOBS],

@@ -451,16 +451,21 @@ def cli_reasons(want, jobs):
     ok(rc == 0 and all(same.values()),
        "gpuorch queue --json gives each waiting job the API's wait_reason",
        f"{rc} {err}\n{out[:3000]}\n{same}")
-    rc, out, err = cli("queue", user="admin")
-    diag("gpuorch queue:\n# " + "\n# ".join(out.splitlines()))
+    # -r: an array's pending tasks each on a row of their own, named ARRAY_INDEX.
+    rc, out, err = cli("queue", "-r", user="admin")
+    diag("gpuorch queue -r:\n# " + "\n# ".join(out.splitlines()))
+
+    def label(jid):
+        j = jobs[jid]
+        return f"{j['array_id']}_{j['array_index']}" if j.get("array_id") else str(jid)
     rows = {}
     for line in out.splitlines():
         tok = line.split()
         for jid in want:
-            if tok and (tok[0] == str(jid) or tok[0].endswith(f"({jid})")):
+            if tok and tok[0] == label(jid):
                 rows[jid] = line
     ok(rc == 0 and all(want[jid] in rows.get(jid, "") for jid in want),
-       "gpuorch queue shows each waiting job on a line with its reason's code",
+       "gpuorch queue -r shows each waiting job on a line with its reason's code",
        f"{rc} {err}\n{out}\n{rows}")
     bad = {}
     for jid, code in want.items():

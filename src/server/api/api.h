@@ -44,8 +44,8 @@ struct api_routes {
 };
 
 extern const struct api_routes api_web_routes, api_misc_routes, api_jobs_routes,
-    api_jobs_ctl_routes, api_logs_routes, api_config_routes, api_users_routes, api_nodes_routes,
-    api_node_list_routes, api_cost_routes, api_metrics_routes;
+    api_jobs_ctl_routes, api_jobs_history_routes, api_logs_routes, api_config_routes,
+    api_users_routes, api_nodes_routes, api_node_list_routes, api_cost_routes, api_metrics_routes;
 
 /* Every route, in the order they are matched: a new array (caller frees) of
  * *ret_n rows, or NULL when out of memory. */
@@ -105,5 +105,16 @@ void api_config_write_drop(struct server *s, struct config_write *w, struct stor
 /* The job as the API shows it at now_ms: a new object, or NULL when out of
  * memory. Under the state lock. */
 json_t *api_job_json(const struct job *j, int64_t now_ms);
+
+/* The job as the request's user sees it: another team's job (readable under
+ * private_data without "jobs") without its utilization, idle flag and cost
+ * while "usage" stays private. A new object, or NULL; under the lock. */
+json_t *api_job_shown(struct server *s, struct http_request *req, const struct job *j,
+                      int64_t now_ms);
+
+/* Every attempt of job `id` from the store's attempt rows, as GET
+ * /v1/jobs/ID shows them: a new array, or NULL (out of memory, or the store
+ * could not read the job). Not under the lock. */
+json_t *api_job_attempts(struct server *s, int64_t id);
 
 #endif

@@ -236,11 +236,8 @@ static struct job *job_of_request(struct server *s, struct http_request *req, bo
     return j;
 }
 
-/* The job as the request's user sees it: another team's job (readable under
- * private_data without "jobs") without its utilization, idle flag and cost
- * while "usage" stays private. A new object, or NULL; under the lock. */
-static json_t *job_shown(struct server *s, struct http_request *req, const struct job *j,
-                         int64_t now_ms)
+json_t *api_job_shown(struct server *s, struct http_request *req, const struct job *j,
+                      int64_t now_ms)
 {
     json_t *o = api_job_json(j, now_ms);
     if (o && !api_user_sees(s, req, CLUSTER_PRIVATE_USAGE, j->team)) {
@@ -252,8 +249,7 @@ static json_t *job_shown(struct server *s, struct http_request *req, const struc
     return o;
 }
 
-/* Every attempt of a job, from the store's attempt rows. */
-static json_t *attempts_json(struct server *s, int64_t id)
+json_t *api_job_attempts(struct server *s, int64_t id)
 {
     struct store_job row = {0};
     if (store_job_get(s->store, id, &row) != 0)
@@ -294,12 +290,12 @@ static int job_get(struct http_request *req, void *ctx)
     struct server *s = ctx;
     pthread_mutex_lock(&s->lock);
     struct job *j = job_of_request(s, req, false);
-    json_t *o = j ? job_shown(s, req, j, srv_now_ms(s)) : NULL;
+    json_t *o = j ? api_job_shown(s, req, j, srv_now_ms(s)) : NULL;
     int64_t id = j ? j->id : 0;
     pthread_mutex_unlock(&s->lock);
     if (!j)
         return 0;
-    json_t *atts = o ? attempts_json(s, id) : NULL;
+    json_t *atts = o ? api_job_attempts(s, id) : NULL;
     if (!o || !atts || json_object_set_new(o, "attempts", atts)) {
         json_decref(o);
         return http_request_error(req, 500, "internal", "out of memory");
@@ -401,7 +397,7 @@ static int job_list(struct http_request *req, void *ctx)
             more = true;
             break;
         }
-        json_t *o = job_shown(s, req, j, now);
+        json_t *o = api_job_shown(s, req, j, now);
         if (!o || json_array_append_new(list, o)) {
             pthread_mutex_unlock(&s->lock);
             json_decref(list);
