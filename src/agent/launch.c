@@ -251,10 +251,14 @@ int launch_prepare(const struct launch_config *cfg, const struct proto_attempt *
         .nenv = l->env.n,
         .stdout_path = expand_path(cfg, a, a->spec.output, l->out_path, sizeof(l->out_path)),
         .stderr_path = expand_path(cfg, a, a->spec.error, l->err_path, sizeof(l->err_path)),
+        .append = a->spec.open_mode == PROTO_OPEN_APPEND,
         .cpu_milli = a->spec.cpus * 1000,
         .mem_mib = a->spec.mem_mib,
         .script = a->spec.script != NULL,
     };
+    /* sbatch: without -e, stderr goes to -o's file too. */
+    if (l->req.stdout_path && !l->req.stderr_path)
+        l->req.stderr_path = l->req.stdout_path;
     return 0;
 }
 

@@ -7,16 +7,20 @@
  * wins: GPUORCH_JOB_ID, GPUORCH_ATTEMPT and GPUORCH_NODE first (so that a
  * process's /proc/PID/environ names its attempt early, for sampler.h), the
  * GPUs (CUDA_VISIBLE_DEVICES, NVIDIA_VISIBLE_DEVICES, GPUORCH_GPUS by UUID,
- * GPUORCH_GPU_MILLI for a share of one GPU), an array task's ids (also
- * under Slurm's names), and the gang's (GPUORCH_NODELIST, WORLD_SIZE, RANK,
- * MASTER_ADDR, MASTER_PORT, ...). The job cannot set GPUORCH_* or the two
- * *_VISIBLE_DEVICES itself. GPU visibility is one function here
+ * GPUORCH_GPU_MILLI for a share of one GPU), an array task's ids, the
+ * gang's (GPUORCH_NODELIST, WORLD_SIZE, RANK, MASTER_ADDR, MASTER_PORT,
+ * ...), and Slurm's (slurmenv.h; the batch step's task,
+ * slurmenv_batch_task). The job cannot set GPUORCH_*, SLURM_*, SLURMD_* or
+ * the two *_VISIBLE_DEVICES itself. GPU visibility is one function here
  * (launch.c's gpu_env): it is where MIG instances and MPS limits go.
  *
  * Output paths get sbatch's patterns filled in: %j and %J the job id, %A
  * the array's id (else the job's), %a the array index (else 0), %x the
  * job's name, %u its user, %N this node, %% a '%'; other % sequences stay
- * as written, and a path that would not fit is kept unexpanded.
+ * as written, and a path that would not fit is kept unexpanded. As sbatch
+ * does, an output path without an error path takes both streams, and the
+ * files are truncated when each attempt starts (a requeued one's too)
+ * unless the spec's open_mode is append.
  *
  * Nothing here logs; errors are 0 or a GPO_* code with one line in err.
  */

@@ -245,7 +245,8 @@ int priv_launch(struct priv *p, const struct priv_launch *req, pid_t *ret_pid,
                                   .cpu_milli = req->cpu_milli,
                                   .argc = (uint32_t)req->argc,
                                   .nenv = (uint32_t)req->nenv,
-                                  .has_script = req->script ? 1 : 0};
+                                  .has_script = req->script ? 1 : 0,
+                                  .append = req->append ? 1 : 0};
     struct priv_reply rep;
     int rc;
     if ((rc = pack_string("unix_user", req->unix_user, q->unix_user, sizeof(q->unix_user),

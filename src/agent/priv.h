@@ -114,6 +114,8 @@ struct priv_launch {
     int64_t mem_mib;         /* 0: no memory limit */
     bool script;             /* argv[0] is STATE_DIR/scripts/JOB.ATTEMPT, written by the
                               * caller: it is given to the job's user (mode 0700) */
+    bool append;             /* stdout_path and stderr_path are appended to; else an
+                              * existing file is truncated (sbatch's --open-mode) */
 };
 
 /*
@@ -121,7 +123,7 @@ struct priv_launch {
  * status or pid file is refused: GPO_EEXIST), the attempt's cgroup,
  * attempt.json, then forks and execs
  *   SELF_EXE shim --dir D --user U [--cgroup C] [--workdir W]
- *                 [--stdout P] [--stderr P] --ready-fd 3 --env-fd 4 -- ARGV
+ *                 [--stdout P] [--stderr P] [--append] --ready-fd 3 --env-fd 4 -- ARGV
  * (U: unix_user, or the privileged process's own user when NULL). The shim
  * runs with a fixed environment of ours (it is root); the request's
  * environment reaches only the command, exactly, through a pipe (--env-fd),
@@ -221,6 +223,7 @@ struct priv_req_launch {
     uint32_t argc, nenv, strings_len;
     uint8_t has_user, has_workdir, has_stdout, has_stderr; /* 0 or 1 */
     uint8_t has_script;                                    /* 0 or 1 */
+    uint8_t append;                                        /* 0 or 1 */
     char unix_user[PRIV_USER_MAX];
     char workdir[PRIV_PATH_MAX];
     char stdout_path[PRIV_PATH_MAX];

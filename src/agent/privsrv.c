@@ -204,7 +204,7 @@ static pid_t read_pgid(const char *dir)
 /* ==== the privileged side: actions ==== */
 
 /* SELF_EXE shim --dir D [--user U [--allow-root]] [--cgroup C] [--workdir W]
- *   [--stdout P] [--stderr P] --ready-fd 3 --env-fd 4 -- ARGV. Caller frees
+ *   [--stdout P] [--stderr P] [--append] --ready-fd 3 --env-fd 4 -- ARGV. Caller frees
  *   with free(). */
 static const char **shim_command(const struct privsrv *s, const struct priv_req_launch *q,
                                  const struct runas *ra, const char *dir, const char *cg,
@@ -236,6 +236,8 @@ static const char **shim_command(const struct privsrv *s, const struct priv_req_
         v[n++] = opt[i][0];
         v[n++] = opt[i][1];
     }
+    if (q->append)
+        v[n++] = "--append";
     v[n++] = "--";
     for (uint32_t i = 0; i < q->argc; i++)
         v[n++] = cmd[i];

@@ -206,6 +206,8 @@ int privsrv_check_launch(const struct priv_req_launch *q, char ***ret_cmd, char 
                           q->cpu_milli, CPU_MILLI_MAX);
     if (q->has_script > 1)
         return errbuf_set(msg, len, GPO_EINVAL, "has_script: %u, expected 0 or 1", q->has_script);
+    if (q->append > 1)
+        return errbuf_set(msg, len, GPO_EINVAL, "append: %u, expected 0 or 1", q->append);
     if ((rc = check_user(q, msg, len)) ||
         (rc = check_path("workdir", q->has_workdir, q->workdir, msg, len)) ||
         (rc = check_path("stdout_path", q->has_stdout, q->stdout_path, msg, len)) ||

@@ -507,6 +507,10 @@ static void privsrv_check_script_takes_only_the_agents_own_file(void **state)
     char **cmd = NULL;
     assert_int_equal(privsrv_check_launch(q, &cmd, msg, sizeof(msg)), GPO_EINVAL);
     assert_non_null(strstr(msg, "has_script"));
+    q->has_script = 0;
+    q->append = 2;
+    assert_int_equal(privsrv_check_launch(q, &cmd, msg, sizeof(msg)), GPO_EINVAL);
+    assert_non_null(strstr(msg, "append"));
     free(q);
 }
 
