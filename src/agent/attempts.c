@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "agent/jobsignal.h"
 #include "agent/launch.h"
 #include "agent/sampler.h"
 #include "agent/shim.h"
@@ -40,6 +41,7 @@ struct att {
     size_t nuuids;
     bool *dirty;
     int64_t limit_ms;          /* time limit deadline; 0: none */
+    struct jobsignal sig;      /* the job's --signal */
     bool running_owed;         /* the RUNNING report is still to be acknowledged */
     bool killing;              /* a kill started: kill_as says what it ends as */
     enum proto_state kill_as;  /* CANCELLED, PREEMPTED, TIMEOUT */
@@ -55,8 +57,7 @@ struct att {
 struct attempts {
     struct attempts_config cfg;
     char *node, *state_dir;
-    char **gpu_uuids; /* the node's GPUs by index, for SLURM_JOB_GPUS (launch.h) */
-    size_t ngpu_uuids;
+    struct launch_gpus gpus; /* the node's GPUs by index, for SLURM_JOB_GPUS */
     pthread_mutex_t lock;
     pthread_cond_t cond;
     bool woken;
@@ -69,24 +70,6 @@ static void nolog(const char *fmt, ...)
     (void)fmt;
 }
 
-/* The node's GPU UUIDs by index; a GPU that does not describe itself has
- * "" (no attempt's UUID matches it). 0 or GPO_ENOMEM. */
-static int gpu_table(struct attempts *t)
-{
-    unsigned n = gpu_count(t->cfg.gpus);
-    t->gpu_uuids = calloc(n + 1, sizeof(*t->gpu_uuids));
-    for (unsigned k = 0; t->gpu_uuids && k < n; k++) {
-        struct gpu_info info;
-        char err[256];
-        if (gpu_info(t->cfg.gpus, k, &info, err, sizeof(err)) != 0)
-            info.uuid[0] = '\0';
-        if (!(t->gpu_uuids[k] = strdup(info.uuid)))
-            return GPO_ENOMEM;
-        t->ngpu_uuids++;
-    }
-    return t->gpu_uuids ? 0 : GPO_ENOMEM;
-}
-
 int attempts_new(const struct attempts_config *cfg, struct attempts **ret)
 {
     struct attempts *t = calloc(1, sizeof(*t));
@@ -97,12 +80,12 @@ int attempts_new(const struct attempts_config *cfg, struct attempts **ret)
         t->cfg.log = nolog;
     t->node = strdup(cfg->node);
     t->state_dir = strdup(cfg->state_dir);
-    pthread_mutex_init(&t->lock, NULL);
-    pthread_cond_init(&t->cond, NULL);
-    if (!t->node || !t->state_dir || gpu_table(t) != 0) {
+    if (!t->node || !t->state_dir) {
         attempts_free(t);
         return GPO_ENOMEM;
     }
+    pthread_mutex_init(&t->lock, NULL);
+    pthread_cond_init(&t->cond, NULL);
     *ret = t;
     return 0;
 }
@@ -132,12 +115,14 @@ void attempts_free(struct attempts *t)
         return;
     for (size_t k = 0; k < t->n; k++)
         att_free(t->v[k]);
+    launch_gpus_release(&t->gpus);
     free(t->v);
     free(t->node);
     free(t->state_dir);
-    strs_free(t->gpu_uuids, t->ngpu_uuids);
-    pthread_mutex_destroy(&t->lock);
-    pthread_cond_destroy(&t->cond);
+    if (t->node || t->state_dir || t->v) {
+        pthread_mutex_destroy(&t->lock);
+        pthread_cond_destroy(&t->cond);
+    }
     free(t);
 }
 
@@ -281,6 +266,7 @@ static void adopt(struct attempts *t, struct att *a, const struct proto_attempt 
     int64_t ran = ((int64_t)real.tv_sec - st.st_mtim.tv_sec) * 1000 +
                   (real.tv_nsec - st.st_mtim.tv_nsec) / 1000000;
     a->limit_ms = now + limit * 1000 - (ran > 0 ? ran : 0);
+    jobsignal_arm(&a->sig, &asg->spec, a->limit_ms);
 }
 
 /* Launches a new attempt of assignment `asg`: journal first, then the fork.
@@ -311,11 +297,12 @@ static void launch(struct attempts *t, const struct proto_attempt *asg, int64_t 
         att_free(a);
         return;
     }
+    launch_gpus_read(&t->gpus, t->cfg.gpus);
     struct launch_config lc = {.node = t->node,
                                .state_dir = t->state_dir,
                                .as_root = priv_is_root(t->cfg.priv),
-                               .gpu_uuids = (const char *const *)t->gpu_uuids,
-                               .ngpu_uuids = t->ngpu_uuids};
+                               .gpu_uuids = (const char *const *)t->gpus.uuids,
+                               .ngpu_uuids = t->gpus.n};
     struct launch l;
     rc = launch_prepare(&lc, asg, &l, err, sizeof(err));
     if (!rc) {
@@ -331,6 +318,7 @@ static void launch(struct attempts *t, const struct proto_attempt *asg, int64_t 
     rc = journal_started(t->cfg.journal, job, attempt, a->pid, a->start_time, err, sizeof(err));
     if (rc) /* the shim runs; a restart finds it by its directory (see recover) */
         t->cfg.log("job %" PRIu64 ".%" PRIu32 ": journal: %s", job, attempt, err);
+    jobsignal_arm(&a->sig, &asg->spec, now + asg->spec.time_limit_s * 1000);
     if (asg->spec.time_limit_s > 0)
         a->limit_ms = now + asg->spec.time_limit_s * 1000;
     t->cfg.log("job %" PRIu64 ".%" PRIu32 ": started, shim pid %d, %zu GPU(s)", job, attempt,
@@ -411,6 +399,7 @@ size_t attempts_recover(struct attempts *t, int64_t now_ms)
         a->start_time = ja->start_time;
         a->running_owed = true; /* perhaps sent already: the controller takes it twice */
         a->recovered = true;
+        a->sig.sent = ja->signalled;
         a->listed = true; /* until the first answer says otherwise */
         a->uuids = calloc(1, sizeof(*a->uuids));
         a->dirty = calloc(1, sizeof(*a->dirty));
@@ -460,6 +449,8 @@ static int64_t watch(struct attempts *t, struct att *a, int64_t now, int64_t nex
         set_outcome(t, a, r, now);
         return next;
     }
+    if (jobsignal_due(&a->sig, now) && !a->killing)
+        jobsignal_send(&a->sig, t->cfg.priv, t->cfg.journal, a->job, a->attempt, t->cfg.log);
     if (a->limit_ms && now >= a->limit_ms && !a->killing)
         start_kill(t, a, PROTO_STATE_TIMEOUT, t->cfg.kill_grace_ms, now);
     if (a->killing && a->sigkill_ms && now >= a->sigkill_ms) {
@@ -468,6 +459,8 @@ static int64_t watch(struct attempts *t, struct att *a, int64_t now, int64_t nex
             t->cfg.log("job %" PRIu64 ".%" PRIu32 ": SIGKILL: %s", a->job, a->attempt, err);
         a->sigkill_ms = 0;
     }
+    if (!a->killing)
+        next = jobsignal_next(&a->sig, now, next);
     if (a->limit_ms && !a->killing && a->limit_ms - now < next)
         next = a->limit_ms - now;
     if (a->killing && a->sigkill_ms && a->sigkill_ms - now < next)

@@ -52,6 +52,33 @@ void launch_strv_release(struct launch_strv *s)
     memset(s, 0, sizeof(*s));
 }
 
+void launch_gpus_read(struct launch_gpus *g, const struct gpu_backend *b)
+{
+    if (g->uuids)
+        return;
+    unsigned n = gpu_count(b);
+    char **v = calloc(n + 1, sizeof(*v));
+    for (unsigned k = 0; v && k < n; k++) {
+        struct gpu_info info;
+        if (gpu_info(b, k, &info, NULL, 0) != 0)
+            info.uuid[0] = '\0';
+        if (!(v[k] = strdup(info.uuid))) {
+            launch_gpus_release(&(struct launch_gpus){v, k});
+            return;
+        }
+    }
+    if (v)
+        *g = (struct launch_gpus){v, n};
+}
+
+void launch_gpus_release(struct launch_gpus *g)
+{
+    for (size_t k = 0; g->uuids && k < g->n; k++)
+        free(g->uuids[k]);
+    free(g->uuids);
+    *g = (struct launch_gpus){0};
+}
+
 static bool env_has(const struct launch_strv *env, const char *name)
 {
     size_t len = strlen(name);

@@ -32,6 +32,7 @@
 
 #include "agent/journal.h"
 #include "agent/priv.h"
+#include "gpu/gpu.h"
 #include "proto/proto.h"
 
 struct launch_config {
@@ -43,6 +44,18 @@ struct launch_config {
     const char *const *gpu_uuids;
     size_t ngpu_uuids;
 };
+
+/* The node's GPU UUIDs by NVML index, for launch_config's gpu_uuids. */
+struct launch_gpus {
+    char **uuids; /* NULL until read */
+    size_t n;
+};
+
+/* Reads the table from b (borrowed) once: later calls keep the first
+ * table. A GPU that cannot describe itself has "" (no share matches it);
+ * out of memory leaves the table unread (SLURM_JOB_GPUS is then not set). */
+void launch_gpus_read(struct launch_gpus *g, const struct gpu_backend *b);
+void launch_gpus_release(struct launch_gpus *g);
 
 /* A growing list of strings, NULL-terminated (v is NULL while n is 0). */
 struct launch_strv {

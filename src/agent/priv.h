@@ -159,6 +159,17 @@ int priv_launch(struct priv *p, const struct priv_launch *req, pid_t *ret_pid,
 int priv_signal(struct priv *p, uint64_t job, uint32_t attempt, int sig, char *err, size_t errlen);
 
 /*
+ * The job's own warning signal (sbatch's --signal): sig 1..64, but not
+ * SIGKILL or SIGSTOP, to attempt (job, attempt). With `leader`, to the
+ * command's own process alone (ATTEMPT_DIR/pid, checked to be in the
+ * attempt's cgroup where there is one: the batch script, --signal=B:);
+ * else to every process of the attempt, as priv_signal's SIGTERM goes.
+ * Returns as priv_signal.
+ */
+int priv_signal_job(struct priv *p, uint64_t job, uint32_t attempt, int sig, bool leader, char *err,
+                    size_t errlen);
+
+/*
  * Removes the attempt's cgroup once it is empty. *ret_empty: true when no
  * process of the attempt is left (cgroup removed, or its process group
  * gone), false while some remain (call again later). The attempt directory
@@ -231,12 +242,18 @@ struct priv_req_launch {
     char strings[PRIV_STRINGS_MAX];
 };
 
+/* A signal request's flags. */
+enum priv_signal_flags {
+    PRIV_SIGNAL_JOB = 1 << 0,    /* the job's own signal: any but SIGKILL and SIGSTOP */
+    PRIV_SIGNAL_LEADER = 1 << 1, /* to the command's process alone (with PRIV_SIGNAL_JOB) */
+};
+
 struct priv_req_attempt {
     uint32_t type; /* PRIV_REQ_SIGNAL or PRIV_REQ_CLEANUP */
     uint32_t attempt;
     uint64_t job;
-    int32_t sig; /* PRIV_REQ_SIGNAL only; 0 otherwise */
-    uint32_t pad;
+    int32_t sig;    /* PRIV_REQ_SIGNAL only; 0 otherwise */
+    uint32_t flags; /* enum priv_signal_flags, PRIV_REQ_SIGNAL only; 0 otherwise */
 };
 
 struct priv_req_attribute {
