@@ -81,9 +81,12 @@ static int add_counts(struct launch_strv *env, const char *name, const uint32_t 
         size_t run = 1;
         while (k + run < n && per[k + run] == per[k])
             run++;
-        at += (size_t)snprintf(buf + at, n * 24 + 1 - at,
-                               run > 1 ? "%s%" PRIu32 "(x%zu)" : "%s%" PRIu32, k ? "," : "", per[k],
-                               run);
+        const char *sep = k ? "," : "";
+        size_t room = n * 24 + 1 - at;
+        if (run > 1)
+            at += (size_t)snprintf(buf + at, room, "%s%" PRIu32 "(x%zu)", sep, per[k], run);
+        else
+            at += (size_t)snprintf(buf + at, room, "%s%" PRIu32, sep, per[k]);
         k += run;
     }
     buf[at] = '\0';
@@ -113,10 +116,11 @@ static int add_user(const struct launch_config *cfg, const struct proto_attempt 
 {
     struct passwd pw, *res = NULL;
     char buf[4096];
-    if (cfg->as_root && a->unix_user)
-        getpwnam_r(a->unix_user, &pw, buf, sizeof(buf), &res);
-    else
-        getpwuid_r(cfg->as_root ? 0 : geteuid(), &pw, buf, sizeof(buf), &res);
+    int e = cfg->as_root && a->unix_user
+                ? getpwnam_r(a->unix_user, &pw, buf, sizeof(buf), &res)
+                : getpwuid_r(cfg->as_root ? 0 : geteuid(), &pw, buf, sizeof(buf), &res);
+    if (e)
+        res = NULL; /* not found, or unreadable: no SLURM_JOB_UID */
     const char *name = res ? res->pw_name : cfg->as_root ? a->unix_user : NULL;
     int rc = name ? launch_strv_add(env, "SLURM_JOB_USER=%s", name) : 0;
     if (!rc && res)
@@ -190,7 +194,7 @@ static bool array_read(const char *text, struct array_figures *ret)
     const char *p = text;
     bool ok = idx != NULL;
     while (ok && *p && *p != '%') {
-        uint32_t lo, hi, step;
+        uint32_t lo = 0, hi = 0, step = 1;
         ok = array_item(&p, &lo, &hi, &step) && (*p == ',' || *p == '%' || !*p);
         for (uint64_t i = lo; ok && i <= hi; i += step) {
             ok = f.count < ARRAY_EXPAND_MAX;
