@@ -93,7 +93,7 @@ static bool env_has(const struct launch_strv *env, const char *name)
 static bool reserved(const char *name)
 {
     return strncmp(name, "GPUORCH_", 8) == 0 || strcmp(name, "CUDA_VISIBLE_DEVICES") == 0 ||
-           strcmp(name, "NVIDIA_VISIBLE_DEVICES") == 0 || slurmenv_reserved(name);
+           strcmp(name, "NVIDIA_VISIBLE_DEVICES") == 0;
 }
 
 /*
@@ -146,12 +146,18 @@ static int gang_env(const struct launch_config *cfg, const struct proto_attempt 
 static int build_env(const struct launch_config *cfg, const struct proto_attempt *a,
                      struct launch_strv *env)
 {
-    int rc = launch_strv_add(env, "GPUORCH_JOB_ID=%" PRIu64, a->job);
+    /* Slurm's first, so that the job's env may pass any SLURM_* name but
+     * those, as sbatch's exported environment does. */
+    struct launch_strv slurm = {0};
+    struct slurmenv_task task = slurmenv_batch_task(a);
+    int rc = slurmenv_add(cfg, a, &task, &slurm);
+    rc = rc ? rc : launch_strv_add(env, "GPUORCH_JOB_ID=%" PRIu64, a->job);
     rc = rc ? rc : launch_strv_add(env, "GPUORCH_ATTEMPT=%" PRIu32, a->attempt);
     rc = rc ? rc : launch_strv_add(env, "GPUORCH_NODE=%s", cfg->node);
     for (size_t k = 0; !rc && k < a->spec.nenv; k++) {
-        if (!reserved(a->spec.env[k].name))
-            rc = launch_strv_add(env, "%s=%s", a->spec.env[k].name, a->spec.env[k].value);
+        const char *name = a->spec.env[k].name;
+        if (!reserved(name) && !env_has(&slurm, name))
+            rc = launch_strv_add(env, "%s=%s", name, a->spec.env[k].value);
     }
     if (!rc && !env_has(env, "PATH"))
         rc = launch_strv_add(env, "PATH=/usr/local/bin:/usr/bin:/bin");
@@ -161,8 +167,10 @@ static int build_env(const struct launch_config *cfg, const struct proto_attempt
         rc = rc ? rc : launch_strv_add(env, "GPUORCH_ARRAY_TASK_ID=%" PRId64, a->array_index);
     }
     rc = rc ? rc : gang_env(cfg, a, env);
-    struct slurmenv_task task = slurmenv_batch_task(a);
-    return rc ? rc : slurmenv_add(cfg, a, &task, env);
+    for (size_t k = 0; !rc && k < slurm.n; k++)
+        rc = launch_strv_add(env, "%s", slurm.v[k]);
+    launch_strv_release(&slurm);
+    return rc;
 }
 
 /* A job's output path with sbatch's patterns filled in (launch.h). NULL in,

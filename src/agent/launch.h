@@ -10,9 +10,10 @@
  * GPUORCH_GPU_MILLI for a share of one GPU), an array task's ids, the
  * gang's (GPUORCH_NODELIST, WORLD_SIZE, RANK, MASTER_ADDR, MASTER_PORT,
  * ...), and Slurm's (slurmenv.h; the batch step's task,
- * slurmenv_batch_task). The job cannot set GPUORCH_*, SLURM_*, SLURMD_* or
- * the two *_VISIBLE_DEVICES itself. GPU visibility is one function here
- * (launch.c's gpu_env): it is where MIG instances and MPS limits go.
+ * slurmenv_batch_task). The job cannot set GPUORCH_*, the two
+ * *_VISIBLE_DEVICES, or a Slurm variable that slurmenv sets; its other
+ * SLURM_* names pass, as they do through sbatch's exported environment. GPU visibility is one
+ * function here (launch.c's gpu_env): it is where MIG instances and MPS limits go.
  *
  * Output paths get sbatch's patterns filled in: %j and %J the job id, %A
  * the array's id (else the job's), %a the array index (else 0), %x the

@@ -58,8 +58,9 @@ int slurmenv_add(const struct launch_config *cfg, const struct proto_attempt *a,
  * step's, one process per node standing for the node's first task. */
 struct slurmenv_task slurmenv_batch_task(const struct proto_attempt *a);
 
-/* Whether the job's own env may not set `name`: SLURM_* and SLURMD_*
- * names, which slurmenv_add sets. */
+/* Whether `name` is one of Slurm's variable names (SLURM_*, SLURMD_*), of
+ * which slurmenv_add sets some. The job's own env may set those it does
+ * not set (launch.c). */
 bool slurmenv_reserved(const char *name);
 
 #endif

@@ -6,7 +6,7 @@ main). Jobs run as the test user gpuorch-test1. Prints TAP.
 
 What it checks: a script job's SLURM_* variables (job id, name, node list,
 nodes, tasks, ranks, partition, account, user, submit directory, GPUs), which
-the job's own env cannot override; a 2-node gang's, on both nodes (the node
+the job's own env cannot override (its other SLURM_* names pass); a 2-node gang's, on both nodes (the node
 list in Slurm's compressed form, each node its rank); -o without -e gets both
 streams in one file, in order, and the logs API reads it as either stream;
 an existing output file is truncated, or kept with open_mode append;
@@ -153,7 +153,8 @@ def one_node_environment():
     """A script job's Slurm variables, which its own env cannot set."""
     out = shared("env-%j.txt")
     jid = submit({"name": "envjob", "script": script("env\n"), "output": out,
-                  "cpus": 2, "env": {"SLURM_JOB_ID": "1", "SLURM_NNODES": "9"}})
+                  "cpus": 2, "env": {"SLURM_JOB_ID": "1", "SLURM_NNODES": "9",
+                                            "SLURM_CPU_BIND": "cores"}})
     j = wait_final(jid)
     env = env_of(read(shared(f"env-{jid}.txt")))
     node = (nodes_of(j) or [""])[0]
@@ -170,12 +171,13 @@ def one_node_environment():
             "SLURM_JOB_QOS": "normal", "SLURM_JOB_USER": JOB_USER, "SLURM_JOB_UID": str(uid),
             "SLURM_SUBMIT_DIR": SUBMIT_DIR, "SLURM_CPUS_ON_NODE": "2",
             "SLURM_JOB_CPUS_PER_NODE": "2", "SLURM_GPUS_ON_NODE": "1",
-            "SLURM_JOB_GPUS": ",".join(str(index.get(u)) for u in gpus)}
+            "SLURM_JOB_GPUS": ",".join(str(index.get(u)) for u in gpus),
+            "SLURM_CPU_BIND": "cores"}
     wrong = {k: (env.get(k), v) for k, v in want.items() if env.get(k) != v}
     ok(j and j["state"] == "COMPLETED" and env and not wrong,
        "a script job sees its Slurm variables: job id, name, node list, nodes, tasks, ranks, "
        "partition, account, QOS, user, uid, submit directory, CPUs and GPUs; its own env "
-       "sets none of them", detail(j, f"wrong (got, want): {wrong}"))
+       "sets none of them, and passes a Slurm name gpuorch does not set (SLURM_CPU_BIND)", detail(j, f"wrong (got, want): {wrong}"))
     unset = [k for k in ("SLURM_CPUS_PER_TASK", "SLURM_ARRAY_JOB_ID", "SLURM_STEP_ID",
                          "SLURM_MEM_PER_NODE", "SLURM_RESTART_COUNT") if k in env]
     ok(env and not unset, "variables the job did not ask for (--cpus-per-task, an array, "

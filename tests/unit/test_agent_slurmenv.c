@@ -331,8 +331,9 @@ static void test_impossible_task_is_refused(void **state)
     }
 }
 
-/* launch_prepare puts the Slurm variables in, after the job's own env,
- * which cannot set them. */
+/* launch_prepare puts the Slurm variables in; the job's own env cannot set
+ * those, but passes Slurm's other names (SLURM_CPU_BIND here), as sbatch's
+ * exported environment does. */
 static void test_jobs_env_cannot_set_slurm_names(void **state)
 {
     (void)state;
@@ -340,6 +341,7 @@ static void test_jobs_env_cannot_set_slurm_names(void **state)
     struct proto_env env[] = {{"SLURM_JOB_ID", "999"},
                               {"SLURMD_NODENAME", "fake"},
                               {"SLURMX", "kept"},
+                              {"SLURM_CPU_BIND", "kept"},
                               {"HOME_DIR", "kept"}};
     struct proto_attempt a = {.job = 11,
                               .attempt = 1,
@@ -359,13 +361,16 @@ static void test_jobs_env_cannot_set_slurm_names(void **state)
         const char *v = l.req.env[k];
         job_ids += strncmp(v, "SLURM_JOB_ID=", 13) == 0;
         nodenames += strncmp(v, "SLURMD_NODENAME=", 16) == 0;
-        kept += strcmp(v, "SLURMX=kept") == 0 || strcmp(v, "HOME_DIR=kept") == 0;
+        kept += strcmp(v, "SLURMX=kept") == 0 || strcmp(v, "HOME_DIR=kept") == 0 ||
+                strcmp(v, "SLURM_CPU_BIND=kept") == 0;
         assert_string_not_equal(v, "SLURM_JOB_ID=999");
         assert_string_not_equal(v, "SLURMD_NODENAME=fake");
     }
     assert_int_equal(job_ids, 1);
     assert_int_equal(nodenames, 1);
-    assert_int_equal(kept, 2); /* SLURMX is no Slurm name */
+    assert_int_equal(kept, 3);
+    assert_true(slurmenv_reserved("SLURM_CPU_BIND") && slurmenv_reserved("SLURMD_NODENAME"));
+    assert_false(slurmenv_reserved("SLURMX") || slurmenv_reserved("GPUORCH_NODE"));
     launch_release(&l);
 }
 
