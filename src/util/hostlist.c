@@ -20,6 +20,9 @@
  * bits with room for the range's +1. */
 #define MAX_DIGITS 18
 
+/* Messages quote at most this much of the text. */
+#define QUOTED(n) ((int)((n) < 40 ? (n) : 40))
+
 /* One name split for sorting: prefix s[0, plen), digits s[plen, plen+dlen). */
 struct host {
     const char *s;
@@ -194,31 +197,46 @@ int hostlist_compress(const char *const *names, size_t n, char *buf, size_t len)
     return 0;
 }
 
-/* Expansion: names are appended to a growing array. */
+/* Expansion: an element is literal text and brackets of ranges, in turn
+ * (lit[0] [b0] lit[1] [b1] ... lit[nb]); its names are every combination of
+ * one number from each bracket, the last bracket's varying fastest. */
+#define MAX_BRACKETS 8
+#define MAX_RANGES   256
+
+struct range {
+    uint64_t lo, hi;
+    int width;
+};
+
+struct bracket {
+    struct range r[MAX_RANGES];
+    size_t n;
+    size_t at;  /* the range being walked */
+    uint64_t v; /* its number now */
+};
+
+struct element {
+    const char *lit[MAX_BRACKETS + 1];
+    size_t litn[MAX_BRACKETS + 1];
+    struct bracket *b; /* nb of them */
+    size_t nb;
+};
+
+/* Names are appended to a growing array. */
 struct names {
     char **v;
     size_t n, cap;
 };
 
-static int names_add(struct names *nv, const char *head, size_t hlen, const char *tail, size_t tlen,
-                     char *err, size_t errlen)
+static int names_add(struct names *nv, const char *name, size_t len)
 {
-    if (hlen + tlen == 0)
-        return errbuf_set(err, errlen, GPO_EINVAL, "host list: an empty name");
-    if (hlen + tlen > HOSTLIST_MAX_NAME)
-        return errbuf_set(err, errlen, GPO_EINVAL, "host list: a name over %d bytes",
-                          HOSTLIST_MAX_NAME);
-    if (nv->n >= HOSTLIST_MAX_NAMES)
-        return errbuf_set(err, errlen, GPO_E2BIG, "host list: more than %d names",
-                          HOSTLIST_MAX_NAMES);
     if (vec_grow((void **)&nv->v, &nv->cap, nv->n + 1, sizeof(*nv->v)) < 0)
         return GPO_ENOMEM;
-    char *s = malloc(hlen + tlen + 1);
+    char *s = malloc(len + 1);
     if (!s)
         return GPO_ENOMEM;
-    memcpy(s, head, hlen);
-    memcpy(s + hlen, tail, tlen);
-    s[hlen + tlen] = '\0';
+    memcpy(s, name, len);
+    s[len] = '\0';
     nv->v[nv->n++] = s;
     return 0;
 }
@@ -239,21 +257,17 @@ static int read_number(const char **p, const char *end, uint64_t *v, size_t *d)
     return 0;
 }
 
-static int expand_from(struct names *nv, char *head, size_t hlen, const char *s, size_t n,
-                       char *err, size_t errlen);
-
 static int bad_range(const char *r, size_t rn, char *err, size_t errlen)
 {
     return errbuf_set(err, errlen, GPO_EINVAL,
-                      "host list: '[%.*s]': a range is digits or digits-digits", (int)rn, r);
+                      "host list: '[%.*s]': a range is digits or digits-digits", QUOTED(rn), r);
 }
 
-/* Expands the bracket's ranges r[0, rn), each number appended to head and
- * followed by the expansion of rest[0, restn). */
-static int expand_ranges(struct names *nv, char *head, size_t hlen, const char *r, size_t rn,
-                         const char *rest, size_t restn, char *err, size_t errlen)
+/* The ranges r[0, rn) of one bracket into *b. */
+static int bracket_parse(const char *r, size_t rn, struct bracket *b, char *err, size_t errlen)
 {
     const char *p = r, *end = r + rn;
+    b->n = 0;
     for (;;) {
         uint64_t lo, hi;
         size_t w, wh;
@@ -266,55 +280,141 @@ static int expand_ranges(struct names *nv, char *head, size_t hlen, const char *
                 return bad_range(r, rn, err, errlen);
             if (hi < lo)
                 return errbuf_set(err, errlen, GPO_EINVAL,
-                                  "host list: '[%.*s]': a range runs backwards", (int)rn, r);
+                                  "host list: '[%.*s]': a range runs backwards", QUOTED(rn), r);
         }
         if (p < end && *p != ',')
             return bad_range(r, rn, err, errlen);
-        for (uint64_t v = lo; v <= hi; v++) {
-            if (nv->n >= HOSTLIST_MAX_NAMES)
-                return errbuf_set(err, errlen, GPO_E2BIG, "host list: more than %d names",
-                                  HOSTLIST_MAX_NAMES);
-            int k = snprintf(head + hlen, HOSTLIST_MAX_NAME + 1 - hlen, "%0*" PRIu64, (int)w, v);
-            if (k < 0 || hlen + (size_t)k > HOSTLIST_MAX_NAME)
-                return errbuf_set(err, errlen, GPO_EINVAL, "host list: a name over %d bytes",
-                                  HOSTLIST_MAX_NAME);
-            int rc = expand_from(nv, head, hlen + (size_t)k, rest, restn, err, errlen);
-            if (rc < 0)
-                return rc;
-        }
+        if (b->n == MAX_RANGES)
+            return errbuf_set(err, errlen, GPO_EINVAL,
+                              "host list: '[%.*s]': more than %d ranges in a bracket", QUOTED(rn),
+                              r, MAX_RANGES);
+        b->r[b->n++] = (struct range){.lo = lo, .hi = hi, .width = (int)w};
         if (p == end)
             return 0;
         p++;
     }
 }
 
-/* Expands one element s[0, n) (no top-level comma) after head[0, hlen);
- * head has room for HOSTLIST_MAX_NAME + 1 bytes. */
-static int expand_from(struct names *nv, char *head, size_t hlen, const char *s, size_t n,
-                       char *err, size_t errlen)
+/* Splits the element s[0, n) (no top-level comma) into e. */
+static int element_parse(const char *s, size_t n, struct element *e, char *err, size_t errlen)
 {
-    size_t open = 0;
-    while (open < n && s[open] != '[') {
-        if (!name_char_ok((unsigned char)s[open]))
+    size_t at = 0;
+    e->nb = 0;
+    for (;;) {
+        size_t open = at;
+        while (open < n && s[open] != '[') {
+            if (!name_char_ok((unsigned char)s[open]))
+                return errbuf_set(err, errlen, GPO_EINVAL,
+                                  "host list: '%.*s': a name holds no ']', white space or "
+                                  "control character",
+                                  QUOTED(n), s);
+            open++;
+        }
+        e->lit[e->nb] = s + at;
+        e->litn[e->nb] = open - at;
+        if (open == n)
+            return 0;
+        size_t close = open + 1;
+        while (close < n && s[close] != ']' && s[close] != '[')
+            close++;
+        if (close == n || s[close] != ']')
+            return errbuf_set(err, errlen, GPO_EINVAL, "host list: '%.*s': an unclosed '['", (int)n,
+                              s);
+        if (e->nb == MAX_BRACKETS)
             return errbuf_set(err, errlen, GPO_EINVAL,
-                              "host list: '%.*s': a name holds no ']', white space or control "
-                              "character",
-                              (int)n, s);
-        open++;
+                              "host list: '%.*s': more than %d brackets in a name", QUOTED(n), s,
+                              MAX_BRACKETS);
+        int rc = bracket_parse(s + open + 1, close - open - 1, &e->b[e->nb], err, errlen);
+        if (rc)
+            return rc;
+        e->nb++;
+        at = close + 1;
     }
-    if (open == n)
-        return names_add(nv, head, hlen, s, n, err, errlen);
-    size_t close = open + 1;
-    while (close < n && s[close] != ']' && s[close] != '[')
-        close++;
-    if (close == n || s[close] != ']')
-        return errbuf_set(err, errlen, GPO_EINVAL, "host list: '%.*s': an unclosed '['", (int)n, s);
-    if (hlen + open > HOSTLIST_MAX_NAME)
-        return errbuf_set(err, errlen, GPO_EINVAL, "host list: a name over %d bytes",
-                          HOSTLIST_MAX_NAME);
-    memcpy(head + hlen, s, open);
-    return expand_ranges(nv, head, hlen + open, s + open + 1, close - open - 1, s + close + 1,
-                         n - close - 1, err, errlen);
+}
+
+/* How many names e makes, or more than `room` when it makes more. */
+static uint64_t element_count(const struct element *e, uint64_t room)
+{
+    uint64_t total = 1;
+    for (size_t k = 0; k < e->nb; k++) {
+        uint64_t c = 0;
+        for (size_t i = 0; i < e->b[k].n && c <= room; i++)
+            c += e->b[k].r[i].hi - e->b[k].r[i].lo + 1;
+        if (c > room || total * c > room)
+            return room + 1;
+        total *= c;
+    }
+    return total;
+}
+
+/* The name the brackets' numbers make now into buf; its length, or
+ * HOSTLIST_MAX_NAME + 1 when it is longer than a name may be. */
+static size_t element_name(const struct element *e, char *buf)
+{
+    size_t len = 0;
+    for (size_t k = 0; k <= e->nb; k++) {
+        if (len + e->litn[k] > HOSTLIST_MAX_NAME)
+            return HOSTLIST_MAX_NAME + 1;
+        memcpy(buf + len, e->lit[k], e->litn[k]);
+        len += e->litn[k];
+        if (k == e->nb)
+            break;
+        const struct bracket *b = &e->b[k];
+        int w =
+            snprintf(buf + len, HOSTLIST_MAX_NAME + 1 - len, "%0*" PRIu64, b->r[b->at].width, b->v);
+        if (w < 0 || len + (size_t)w > HOSTLIST_MAX_NAME)
+            return HOSTLIST_MAX_NAME + 1;
+        len += (size_t)w;
+    }
+    return len;
+}
+
+/* Moves the brackets' numbers to the next combination; false after the last. */
+static bool element_next(struct element *e)
+{
+    for (size_t k = e->nb; k-- > 0;) {
+        struct bracket *b = &e->b[k];
+        if (b->v < b->r[b->at].hi) {
+            b->v++;
+            return true;
+        }
+        if (b->at + 1 < b->n) {
+            b->at++;
+            b->v = b->r[b->at].lo;
+            return true;
+        }
+        b->at = 0;
+        b->v = b->r[0].lo;
+    }
+    return false;
+}
+
+/* Every name of the element s[0, n), appended to nv. */
+static int expand_element(struct names *nv, const char *s, size_t n, struct element *e, char *err,
+                          size_t errlen)
+{
+    int rc = element_parse(s, n, e, err, errlen);
+    if (rc)
+        return rc;
+    if (element_count(e, HOSTLIST_MAX_NAMES - nv->n) > HOSTLIST_MAX_NAMES - nv->n)
+        return errbuf_set(err, errlen, GPO_E2BIG, "host list: more than %d names",
+                          HOSTLIST_MAX_NAMES);
+    for (size_t k = 0; k < e->nb; k++) {
+        e->b[k].at = 0;
+        e->b[k].v = e->b[k].r[0].lo;
+    }
+    char name[HOSTLIST_MAX_NAME + 1];
+    do {
+        size_t len = element_name(e, name);
+        if (len > HOSTLIST_MAX_NAME)
+            return errbuf_set(err, errlen, GPO_EINVAL, "host list: a name over %d bytes",
+                              HOSTLIST_MAX_NAME);
+        if (len == 0)
+            return errbuf_set(err, errlen, GPO_EINVAL, "host list: an empty name");
+        if ((rc = names_add(nv, name, len)) != 0)
+            return rc;
+    } while (element_next(e));
+    return 0;
 }
 
 void hostlist_free(char **names, size_t n)
@@ -329,9 +429,9 @@ void hostlist_free(char **names, size_t n)
 int hostlist_expand(const char *text, char ***ret, size_t *ret_n, char *err, size_t errlen)
 {
     struct names nv = {0};
-    char head[HOSTLIST_MAX_NAME + 1];
+    struct element e = {.b = calloc(MAX_BRACKETS, sizeof(struct bracket))};
     const char *p = text ? text : "";
-    int rc = 0;
+    int rc = e.b ? 0 : GPO_ENOMEM;
     while (*p && rc == 0) {
         const char *q = p;
         int depth = 0;
@@ -342,14 +442,13 @@ int hostlist_expand(const char *text, char ***ret, size_t *ret_n, char *err, siz
                 depth--;
             q++;
         }
-        if (q == p)
+        if (q == p || (*q == ',' && q[1] == '\0'))
             rc = errbuf_set(err, errlen, GPO_EINVAL, "host list: an empty name");
         else
-            rc = expand_from(&nv, head, 0, p, (size_t)(q - p), err, errlen);
-        if (*q == ',' && q[1] == '\0' && rc == 0)
-            rc = errbuf_set(err, errlen, GPO_EINVAL, "host list: an empty name");
+            rc = expand_element(&nv, p, (size_t)(q - p), &e, err, errlen);
         p = *q ? q + 1 : q;
     }
+    free(e.b);
     if (rc < 0) {
         hostlist_free(nv.v, nv.n);
         return rc;

@@ -44,8 +44,9 @@ int hostlist_compress(const char *const *names, size_t n, char *buf, size_t len)
  * (caller frees with hostlist_free); an empty text gives 0 names and a
  * NULL array. Returns 0; GPO_EINVAL with one line in err for bad syntax
  * (an unclosed bracket, an empty name or range, a range running
- * backwards, a non-digit in a range); GPO_E2BIG for more than
- * HOSTLIST_MAX_NAMES names; GPO_ENOMEM.
+ * backwards, a non-digit in a range, more than 8 brackets in a name or 256
+ * ranges in a bracket); GPO_E2BIG for more than HOSTLIST_MAX_NAMES names
+ * (counted before any is made); GPO_ENOMEM.
  */
 int hostlist_expand(const char *text, char ***ret, size_t *ret_n, char *err, size_t errlen);
 

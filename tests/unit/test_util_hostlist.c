@@ -158,6 +158,7 @@ static void test_expand_names_each_syntax_error(void **state)
         {"a b", "holds no ']'"},
         {"node[1-2]]", "holds no ']'"},
         {"n[1234567890123456789]", "a range is digits or digits-digits"},
+        {"a[1]b[1]c[1]d[1]e[1]f[1]g[1]h[1]i[1]", "more than 8 brackets in a name"},
     };
     for (size_t k = 0; k < N(cases); k++) {
         char **v = (char **)1;
@@ -186,6 +187,13 @@ static void test_expand_refuses_too_many_or_too_long_names(void **state)
     assert_int_equal(hostlist_expand(longname, &v, &n, err, sizeof(err)), GPO_EINVAL);
     assert_non_null(strstr(err, "a name over 255 bytes"));
     assert_null(v);
+    char many[2048];
+    size_t at = snprintf(many, sizeof(many), "n[");
+    for (int k = 0; k < 257; k++)
+        at += (size_t)snprintf(many + at, sizeof(many) - at, "%s%d", k ? "," : "", 2 * k);
+    snprintf(many + at, sizeof(many) - at, "]");
+    assert_int_equal(hostlist_expand(many, &v, &n, err, sizeof(err)), GPO_EINVAL);
+    assert_non_null(strstr(err, "more than 256 ranges in a bracket"));
 }
 
 static void test_compress_and_expand_round_trip(void **state)
