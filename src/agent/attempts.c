@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "agent/jobsignal.h"
 #include "agent/launch.h"
 #include "agent/sampler.h"
 #include "agent/shim.h"
@@ -42,6 +43,7 @@ struct att {
     int64_t limit_ms;          /* time limit deadline; 0: none */
     int64_t limit_s;           /* the time limit it was given; 0: none */
     int64_t launched_ms;       /* when its command started, on the agent's clock */
+    struct jobsignal sig;      /* the job's --signal */
     bool running_owed;         /* the RUNNING report is still to be acknowledged */
     bool killing;              /* a kill started: kill_as says what it ends as */
     enum proto_state kill_as;  /* CANCELLED, PREEMPTED, TIMEOUT */
@@ -57,6 +59,7 @@ struct att {
 struct attempts {
     struct attempts_config cfg;
     char *node, *state_dir;
+    struct launch_gpus gpus; /* the node's GPUs by index, for SLURM_JOB_GPUS */
     pthread_mutex_t lock;
     pthread_cond_t cond;
     bool woken;
@@ -114,6 +117,7 @@ void attempts_free(struct attempts *t)
         return;
     for (size_t k = 0; k < t->n; k++)
         att_free(t->v[k]);
+    launch_gpus_release(&t->gpus);
     free(t->v);
     free(t->node);
     free(t->state_dir);
@@ -267,10 +271,11 @@ static void adopt(struct attempts *t, struct att *a, const struct proto_attempt 
     a->limit_s = limit > 0 ? limit : 0;
     if (limit > 0)
         a->limit_ms = a->launched_ms + limit * 1000;
+    jobsignal_arm(&a->sig, &asg->spec, a->limit_ms);
 }
 
 /* A running attempt whose time limit changed (scontrol update TimeLimit):
- * the new limit counts from its launch. */
+ * the new limit counts from its launch, and so does its warning signal. */
 static void retime(struct att *a, const struct proto_attempt *asg)
 {
     int64_t limit = asg->spec.time_limit_s;
@@ -278,6 +283,9 @@ static void retime(struct att *a, const struct proto_attempt *asg)
         return;
     a->limit_s = limit;
     a->limit_ms = limit > 0 ? a->launched_ms + limit * 1000 : 0;
+    if (!a->sig.sent)
+        a->sig.due_ms = 0;
+    jobsignal_arm(&a->sig, &asg->spec, a->limit_ms);
 }
 
 /* Launches a new attempt of assignment `asg`: journal first, then the fork.
@@ -308,8 +316,12 @@ static void launch(struct attempts *t, const struct proto_attempt *asg, int64_t 
         att_free(a);
         return;
     }
-    struct launch_config lc = {
-        .node = t->node, .state_dir = t->state_dir, .as_root = priv_is_root(t->cfg.priv)};
+    launch_gpus_read(&t->gpus, t->cfg.gpus);
+    struct launch_config lc = {.node = t->node,
+                               .state_dir = t->state_dir,
+                               .as_root = priv_is_root(t->cfg.priv),
+                               .gpu_uuids = (const char *const *)t->gpus.uuids,
+                               .ngpu_uuids = t->gpus.n};
     struct launch l;
     rc = launch_prepare(&lc, asg, &l, err, sizeof(err));
     if (!rc) {
@@ -327,6 +339,7 @@ static void launch(struct attempts *t, const struct proto_attempt *asg, int64_t 
         t->cfg.log("job %" PRIu64 ".%" PRIu32 ": journal: %s", job, attempt, err);
     a->launched_ms = now;
     a->limit_s = asg->spec.time_limit_s > 0 ? asg->spec.time_limit_s : 0;
+    jobsignal_arm(&a->sig, &asg->spec, now + asg->spec.time_limit_s * 1000);
     if (asg->spec.time_limit_s > 0)
         a->limit_ms = now + asg->spec.time_limit_s * 1000;
     t->cfg.log("job %" PRIu64 ".%" PRIu32 ": started, shim pid %d, %zu GPU(s)", job, attempt,
@@ -409,6 +422,7 @@ size_t attempts_recover(struct attempts *t, int64_t now_ms)
         a->start_time = ja->start_time;
         a->running_owed = true; /* perhaps sent already: the controller takes it twice */
         a->recovered = true;
+        a->sig.sent = ja->signalled;
         a->listed = true; /* until the first answer says otherwise */
         a->uuids = calloc(1, sizeof(*a->uuids));
         a->dirty = calloc(1, sizeof(*a->dirty));
@@ -458,6 +472,8 @@ static int64_t watch(struct attempts *t, struct att *a, int64_t now, int64_t nex
         set_outcome(t, a, r, now);
         return next;
     }
+    if (jobsignal_due(&a->sig, now) && !a->killing)
+        jobsignal_send(&a->sig, t->cfg.priv, t->cfg.journal, a->job, a->attempt, t->cfg.log);
     if (a->limit_ms && now >= a->limit_ms && !a->killing)
         start_kill(t, a, PROTO_STATE_TIMEOUT, t->cfg.kill_grace_ms, now);
     if (a->killing && a->sigkill_ms && now >= a->sigkill_ms) {
@@ -466,6 +482,8 @@ static int64_t watch(struct attempts *t, struct att *a, int64_t now, int64_t nex
             t->cfg.log("job %" PRIu64 ".%" PRIu32 ": SIGKILL: %s", a->job, a->attempt, err);
         a->sigkill_ms = 0;
     }
+    if (!a->killing)
+        next = jobsignal_next(&a->sig, now, next);
     if (a->limit_ms && !a->killing && a->limit_ms - now < next)
         next = a->limit_ms - now;
     if (a->killing && a->sigkill_ms && a->sigkill_ms - now < next)

@@ -5,6 +5,7 @@
  * Lines:
  *   {"op":"begin","job":J,"attempt":A,"dir":"..."}
  *   {"op":"started","job":J,"attempt":A,"pid":P,"start_time":T}
+ *   {"op":"signalled","job":J,"attempt":A}
  *   {"op":"ended","job":J,"attempt":A}
  * An "ended" line with no "begin" before it is what compaction leaves of an
  * ended attempt.
@@ -36,6 +37,7 @@ struct entry {
     uint64_t job;
     uint32_t attempt;
     bool ended;
+    bool signalled; /* its --signal was sent */
     pid_t pid;
     uint64_t start_time;
     char *dir; /* NULL once ended: its details are no longer needed */
@@ -138,6 +140,10 @@ static int apply_line(struct journal *j, const json_t *o, const char **what)
             return *what = "started for an attempt not begun or already ended", GPO_ECORRUPT;
         e->pid = (pid_t)pid;
         e->start_time = start_time;
+    } else if (strcmp(op, "signalled") == 0) {
+        if (!e || e->ended)
+            return *what = "signalled for an attempt not begun or already ended", GPO_ECORRUPT;
+        e->signalled = true;
     } else if (strcmp(op, "ended") == 0) {
         if (!e && push(j, job, (uint32_t)attempt, NULL) != 0)
             return *what = "out of memory", GPO_ENOMEM;
@@ -397,6 +403,26 @@ int journal_started(struct journal *j, uint64_t job, uint32_t attempt, pid_t pid
     return rc;
 }
 
+int journal_signalled(struct journal *j, uint64_t job, uint32_t attempt, char *err, size_t errlen)
+{
+    if (!j)
+        return errbuf_set(err, errlen, GPO_EINVAL, "journal_signalled: NULL journal");
+    pthread_mutex_lock(&j->mu);
+    struct entry *e = find(j, job, attempt);
+    int rc = 0;
+    if (!e || e->ended) {
+        rc = errbuf_set(err, errlen, GPO_ENOENT,
+                        "attempt %" PRIu64 ".%" PRIu32 " is not begun or has ended", job, attempt);
+    } else if (!e->signalled) {
+        json_t *o = json_pack("{s:s, s:I, s:I}", "op", "signalled", "job", (json_int_t)job,
+                              "attempt", (json_int_t)attempt);
+        if ((rc = append(j, o, err, errlen)) == 0)
+            e->signalled = true;
+    }
+    pthread_mutex_unlock(&j->mu);
+    return rc;
+}
+
 int journal_ended(struct journal *j, uint64_t job, uint32_t attempt, char *err, size_t errlen)
 {
     if (!j)
@@ -439,8 +465,11 @@ int journal_list(struct journal *j, struct journal_attempt **ret_list, size_t *r
         const struct entry *e = &j->v[i];
         if (e->ended)
             continue;
-        list[k] = (struct journal_attempt){
-            .job = e->job, .attempt = e->attempt, .pid = e->pid, .start_time = e->start_time};
+        list[k] = (struct journal_attempt){.job = e->job,
+                                           .attempt = e->attempt,
+                                           .pid = e->pid,
+                                           .start_time = e->start_time,
+                                           .signalled = e->signalled};
         snprintf(list[k].dir, sizeof(list[k].dir), "%s", e->dir);
         k++;
     }
@@ -481,6 +510,15 @@ static int write_compacted(struct journal *j, int fd)
         free(line);
         if (rc < 0)
             return rc;
+        if (!e->ended && e->signalled) {
+            o = json_pack("{s:s, s:I, s:I}", "op", "signalled", "job", (json_int_t)e->job,
+                          "attempt", (json_int_t)e->attempt);
+            line = to_line(o, &len);
+            rc = line ? fsutil_write_all(fd, line, len) : GPO_ENOMEM;
+            free(line);
+            if (rc < 0)
+                return rc;
+        }
     }
     return 0;
 }

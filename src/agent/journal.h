@@ -56,6 +56,7 @@ struct journal_attempt {
     char dir[JOURNAL_PATH_MAX]; /* the attempt directory */
     pid_t pid;                  /* the shim's */
     uint64_t start_time;        /* the shim's, /proc/PID/stat field 22, clock ticks */
+    bool signalled;             /* journal_signalled recorded (journal_list only) */
 };
 
 /*
@@ -91,6 +92,14 @@ int journal_begin(struct journal *j, const struct journal_attempt *a, char *err,
  */
 int journal_started(struct journal *j, uint64_t job, uint32_t attempt, pid_t pid,
                     uint64_t start_time, char *err, size_t errlen);
+
+/*
+ * Records that the job's --signal (sbatch's warning signal before the time
+ * limit) was sent to the attempt, so that a restarted agent does not send it
+ * again. Returns 0 (also when recorded already), GPO_ENOENT (never begun,
+ * or ended), GPO_EIO.
+ */
+int journal_signalled(struct journal *j, uint64_t job, uint32_t attempt, char *err, size_t errlen);
 
 /*
  * Records that the attempt's outcome reached the controller: it leaves

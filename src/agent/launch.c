@@ -14,14 +14,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "agent/slurmenv.h"
 #include "util/errbuf.h"
 #include "util/fsutil.h"
 #include "base/banned.h"
 
-/* Appends one formatted string: 0 or GPO_ENOMEM (the list unchanged). */
-static int strv_add(struct launch_strv *s, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static int strv_add(struct launch_strv *s, const char *fmt, ...)
+int launch_strv_add(struct launch_strv *s, const char *fmt, ...)
 {
     if (s->n + 1 >= s->cap) {
         size_t cap = s->cap ? 2 * s->cap : 32;
@@ -46,12 +44,39 @@ static int strv_add(struct launch_strv *s, const char *fmt, ...)
     return 0;
 }
 
-static void strv_free(struct launch_strv *s)
+void launch_strv_release(struct launch_strv *s)
 {
     for (size_t k = 0; k < s->n; k++)
         free(s->v[k]);
     free(s->v);
     memset(s, 0, sizeof(*s));
+}
+
+void launch_gpus_read(struct launch_gpus *g, const struct gpu_backend *b)
+{
+    if (g->uuids)
+        return;
+    unsigned n = gpu_count(b);
+    char **v = calloc(n + 1, sizeof(*v));
+    for (unsigned k = 0; v && k < n; k++) {
+        struct gpu_info info;
+        if (gpu_info(b, k, &info, NULL, 0) != 0)
+            info.uuid[0] = '\0';
+        if (!(v[k] = strdup(info.uuid))) {
+            launch_gpus_release(&(struct launch_gpus){v, k});
+            return;
+        }
+    }
+    if (v)
+        *g = (struct launch_gpus){v, n};
+}
+
+void launch_gpus_release(struct launch_gpus *g)
+{
+    for (size_t k = 0; g->uuids && k < g->n; k++)
+        free(g->uuids[k]);
+    free(g->uuids);
+    *g = (struct launch_gpus){0};
 }
 
 static bool env_has(const struct launch_strv *env, const char *name)
@@ -87,12 +112,12 @@ static int gpu_env(const struct proto_attempt *a, struct launch_strv *env)
     size_t at = 0;
     for (size_t k = 0; k < a->ngpus; k++)
         at += (size_t)snprintf(list + at, len - at, "%s%s", k ? "," : "", a->gpus[k].uuid);
-    int rc = strv_add(env, "CUDA_VISIBLE_DEVICES=%s", list);
-    rc = rc ? rc : strv_add(env, "NVIDIA_VISIBLE_DEVICES=%s", a->ngpus ? list : "void");
-    rc = rc ? rc : strv_add(env, "GPUORCH_GPUS=%s", list);
+    int rc = launch_strv_add(env, "CUDA_VISIBLE_DEVICES=%s", list);
+    rc = rc ? rc : launch_strv_add(env, "NVIDIA_VISIBLE_DEVICES=%s", a->ngpus ? list : "void");
+    rc = rc ? rc : launch_strv_add(env, "GPUORCH_GPUS=%s", list);
     free(list);
     if (!rc && a->ngpus && a->gpus[0].milli < 1000)
-        rc = strv_add(env, "GPUORCH_GPU_MILLI=%" PRIu32, a->gpus[0].milli);
+        rc = launch_strv_add(env, "GPUORCH_GPU_MILLI=%" PRIu32, a->gpus[0].milli);
     return rc;
 }
 
@@ -106,13 +131,14 @@ static int gang_env(const struct launch_config *cfg, const struct proto_attempt 
     for (size_t k = 0; k < g->nnodes && used < sizeof(nl); k++)
         used += (size_t)snprintf(nl + used, sizeof(nl) - used, "%s%s", k ? "," : "", g->nodes[k]);
     size_t nn = g->nnodes ? g->nnodes : 1;
-    int rc = strv_add(env, "GPUORCH_NODELIST=%s", g->nnodes ? nl : cfg->node);
-    rc = rc ? rc : strv_add(env, "GPUORCH_NUM_NODES=%zu", nn);
-    rc = rc ? rc : strv_add(env, "GPUORCH_NODE_RANK=%" PRIu32, g->rank);
-    rc = rc ? rc : strv_add(env, "WORLD_SIZE=%zu", nn);
-    rc = rc ? rc : strv_add(env, "RANK=%" PRIu32, g->rank);
-    rc = rc ? rc : strv_add(env, "MASTER_ADDR=%s", g->master_addr ? g->master_addr : "127.0.0.1");
-    rc = rc ? rc : strv_add(env, "MASTER_PORT=%" PRIu32, g->master_port);
+    int rc = launch_strv_add(env, "GPUORCH_NODELIST=%s", g->nnodes ? nl : cfg->node);
+    rc = rc ? rc : launch_strv_add(env, "GPUORCH_NUM_NODES=%zu", nn);
+    rc = rc ? rc : launch_strv_add(env, "GPUORCH_NODE_RANK=%" PRIu32, g->rank);
+    rc = rc ? rc : launch_strv_add(env, "WORLD_SIZE=%zu", nn);
+    rc = rc ? rc : launch_strv_add(env, "RANK=%" PRIu32, g->rank);
+    rc = rc ? rc
+            : launch_strv_add(env, "MASTER_ADDR=%s", g->master_addr ? g->master_addr : "127.0.0.1");
+    rc = rc ? rc : launch_strv_add(env, "MASTER_PORT=%" PRIu32, g->master_port);
     return rc;
 }
 
@@ -120,25 +146,31 @@ static int gang_env(const struct launch_config *cfg, const struct proto_attempt 
 static int build_env(const struct launch_config *cfg, const struct proto_attempt *a,
                      struct launch_strv *env)
 {
-    int rc = strv_add(env, "GPUORCH_JOB_ID=%" PRIu64, a->job);
-    rc = rc ? rc : strv_add(env, "GPUORCH_ATTEMPT=%" PRIu32, a->attempt);
-    rc = rc ? rc : strv_add(env, "GPUORCH_NODE=%s", cfg->node);
+    /* Slurm's first, so that the job's env may pass any SLURM_* name but
+     * those, as sbatch's exported environment does. */
+    struct launch_strv slurm = {0};
+    struct slurmenv_task task = slurmenv_batch_task(a);
+    int rc = slurmenv_add(cfg, a, &task, &slurm);
+    rc = rc ? rc : launch_strv_add(env, "GPUORCH_JOB_ID=%" PRIu64, a->job);
+    rc = rc ? rc : launch_strv_add(env, "GPUORCH_ATTEMPT=%" PRIu32, a->attempt);
+    rc = rc ? rc : launch_strv_add(env, "GPUORCH_NODE=%s", cfg->node);
     for (size_t k = 0; !rc && k < a->spec.nenv; k++) {
-        if (!reserved(a->spec.env[k].name))
-            rc = strv_add(env, "%s=%s", a->spec.env[k].name, a->spec.env[k].value);
+        const char *name = a->spec.env[k].name;
+        if (!reserved(name) && !env_has(&slurm, name))
+            rc = launch_strv_add(env, "%s=%s", name, a->spec.env[k].value);
     }
     if (!rc && !env_has(env, "PATH"))
-        rc = strv_add(env, "PATH=/usr/local/bin:/usr/bin:/bin");
+        rc = launch_strv_add(env, "PATH=/usr/local/bin:/usr/bin:/bin");
     rc = rc ? rc : gpu_env(a, env);
-    /* An array task knows its index, under Slurm's names too: #SBATCH
-     * scripts read $SLURM_ARRAY_TASK_ID. */
     if (!rc && a->array_id != PROTO_NONE) {
-        const char *names[] = {"GPUORCH_ARRAY_JOB_ID", "GPUORCH_ARRAY_TASK_ID",
-                               "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID"};
-        for (size_t k = 0; !rc && k < 4; k++)
-            rc = strv_add(env, "%s=%" PRId64, names[k], k % 2 ? a->array_index : a->array_id);
+        rc = launch_strv_add(env, "GPUORCH_ARRAY_JOB_ID=%" PRId64, a->array_id);
+        rc = rc ? rc : launch_strv_add(env, "GPUORCH_ARRAY_TASK_ID=%" PRId64, a->array_index);
     }
-    return rc ? rc : gang_env(cfg, a, env);
+    rc = rc ? rc : gang_env(cfg, a, env);
+    for (size_t k = 0; !rc && k < slurm.n; k++)
+        rc = launch_strv_add(env, "%s", slurm.v[k]);
+    launch_strv_release(&slurm);
+    return rc;
 }
 
 /* A job's output path with sbatch's patterns filled in (launch.h). NULL in,
@@ -228,12 +260,13 @@ int launch_prepare(const struct launch_config *cfg, const struct proto_attempt *
     int rc = 0;
     if (a->spec.script) {
         rc = write_script(cfg, a, l->script_path, sizeof(l->script_path), err, errlen);
-        rc = rc ? rc : strv_add(&l->argv, "%s", l->script_path);
+        rc = rc ? rc : launch_strv_add(&l->argv, "%s", l->script_path);
     } else {
         for (size_t k = 0; !rc && k < a->spec.argc; k++)
-            rc = strv_add(&l->argv, "%s", a->spec.argv[k]);
+            rc = launch_strv_add(&l->argv, "%s", a->spec.argv[k]);
     }
-    rc = rc ? rc : build_env(cfg, a, &l->env);
+    if (!rc && (rc = build_env(cfg, a, &l->env)) != 0 && rc != GPO_ENOMEM)
+        errbuf_set(err, errlen, rc, "the job's environment: %s", gpo_strerror(rc));
     if (rc == GPO_ENOMEM)
         errbuf_set(err, errlen, rc, "out of memory");
     else if (!rc && !l->argv.n)
@@ -253,10 +286,14 @@ int launch_prepare(const struct launch_config *cfg, const struct proto_attempt *
         .nenv = l->env.n,
         .stdout_path = expand_path(cfg, a, a->spec.output, l->out_path, sizeof(l->out_path)),
         .stderr_path = expand_path(cfg, a, a->spec.error, l->err_path, sizeof(l->err_path)),
+        .append = a->spec.open_mode == PROTO_OPEN_APPEND,
         .cpu_milli = a->spec.cpus * 1000,
         .mem_mib = a->spec.mem_mib,
         .script = a->spec.script != NULL,
     };
+    /* sbatch: without -e, stderr goes to -o's file too. */
+    if (l->req.stdout_path && !l->req.stderr_path)
+        l->req.stderr_path = l->req.stdout_path;
     return 0;
 }
 
@@ -264,7 +301,7 @@ void launch_release(struct launch *l)
 {
     if (!l)
         return;
-    strv_free(&l->argv);
-    strv_free(&l->env);
+    launch_strv_release(&l->argv);
+    launch_strv_release(&l->env);
     memset(&l->req, 0, sizeof(l->req));
 }

@@ -7,16 +7,21 @@
  * wins: GPUORCH_JOB_ID, GPUORCH_ATTEMPT and GPUORCH_NODE first (so that a
  * process's /proc/PID/environ names its attempt early, for sampler.h), the
  * GPUs (CUDA_VISIBLE_DEVICES, NVIDIA_VISIBLE_DEVICES, GPUORCH_GPUS by UUID,
- * GPUORCH_GPU_MILLI for a share of one GPU), an array task's ids (also
- * under Slurm's names), and the gang's (GPUORCH_NODELIST, WORLD_SIZE, RANK,
- * MASTER_ADDR, MASTER_PORT, ...). The job cannot set GPUORCH_* or the two
- * *_VISIBLE_DEVICES itself. GPU visibility is one function here
- * (launch.c's gpu_env): it is where MIG instances and MPS limits go.
+ * GPUORCH_GPU_MILLI for a share of one GPU), an array task's ids, the
+ * gang's (GPUORCH_NODELIST, WORLD_SIZE, RANK, MASTER_ADDR, MASTER_PORT,
+ * ...), and Slurm's (slurmenv.h; the batch step's task,
+ * slurmenv_batch_task). The job cannot set GPUORCH_*, the two
+ * *_VISIBLE_DEVICES, or a Slurm variable that slurmenv sets; its other
+ * SLURM_* names pass, as they do through sbatch's exported environment. GPU visibility is one
+ * function here (launch.c's gpu_env): it is where MIG instances and MPS limits go.
  *
  * Output paths get sbatch's patterns filled in: %j and %J the job id, %A
  * the array's id (else the job's), %a the array index (else 0), %x the
  * job's name, %u its user, %N this node, %% a '%'; other % sequences stay
- * as written, and a path that would not fit is kept unexpanded.
+ * as written, and a path that would not fit is kept unexpanded. As sbatch
+ * does, an output path without an error path takes both streams, and the
+ * files are truncated when each attempt starts (a requeued one's too)
+ * unless the spec's open_mode is append.
  *
  * Nothing here logs; errors are 0 or a GPO_* code with one line in err.
  */
@@ -28,19 +33,42 @@
 
 #include "agent/journal.h"
 #include "agent/priv.h"
+#include "gpu/gpu.h"
 #include "proto/proto.h"
 
 struct launch_config {
     const char *node;      /* this node's name (borrowed) */
     const char *state_dir; /* the agent's state directory (borrowed) */
     bool as_root;          /* the agent runs as root: jobs run as their unix_user */
+    /* The node's GPUs by NVML index: gpu_uuids[i] is GPU i's UUID (borrowed;
+     * NULL: not known, and SLURM_JOB_GPUS is not set). */
+    const char *const *gpu_uuids;
+    size_t ngpu_uuids;
 };
 
-/* A growing list of strings, NULL-terminated. */
+/* The node's GPU UUIDs by NVML index, for launch_config's gpu_uuids. */
+struct launch_gpus {
+    char **uuids; /* NULL until read */
+    size_t n;
+};
+
+/* Reads the table from b (borrowed) once: later calls keep the first
+ * table. A GPU that cannot describe itself has "" (no share matches it);
+ * out of memory leaves the table unread (SLURM_JOB_GPUS is then not set). */
+void launch_gpus_read(struct launch_gpus *g, const struct gpu_backend *b);
+void launch_gpus_release(struct launch_gpus *g);
+
+/* A growing list of strings, NULL-terminated (v is NULL while n is 0). */
 struct launch_strv {
     char **v;
     size_t n, cap;
 };
+
+/* Appends one formatted string: 0 or GPO_ENOMEM (the list unchanged). */
+int launch_strv_add(struct launch_strv *s, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Frees the strings and the array, and zeroes s. */
+void launch_strv_release(struct launch_strv *s);
 
 /* A launch request and the memory it points into. */
 struct launch {

@@ -245,7 +245,8 @@ int priv_launch(struct priv *p, const struct priv_launch *req, pid_t *ret_pid,
                                   .cpu_milli = req->cpu_milli,
                                   .argc = (uint32_t)req->argc,
                                   .nenv = (uint32_t)req->nenv,
-                                  .has_script = req->script ? 1 : 0};
+                                  .has_script = req->script ? 1 : 0,
+                                  .append = req->append ? 1 : 0};
     struct priv_reply rep;
     int rc;
     if ((rc = pack_string("unix_user", req->unix_user, q->unix_user, sizeof(q->unix_user),
@@ -268,12 +269,12 @@ int priv_launch(struct priv *p, const struct priv_launch *req, pid_t *ret_pid,
 }
 
 static int attempt_call(struct priv *p, uint32_t type, uint64_t job, uint32_t attempt, int sig,
-                        bool *ret_empty, char *err, size_t errlen)
+                        uint32_t flags, bool *ret_empty, char *err, size_t errlen)
 {
     if (!p)
         return errbuf_set(err, errlen, GPO_EINVAL, "NULL priv");
     struct priv_req_attempt q = {
-        .type = type, .attempt = attempt, .job = job, .sig = sig, .pad = 0};
+        .type = type, .attempt = attempt, .job = job, .sig = sig, .flags = flags};
     struct priv_reply rep;
     pthread_mutex_lock(&p->mu);
     int rc = call(p, &q, sizeof(q), &rep, err, errlen);
@@ -285,7 +286,14 @@ static int attempt_call(struct priv *p, uint32_t type, uint64_t job, uint32_t at
 
 int priv_signal(struct priv *p, uint64_t job, uint32_t attempt, int sig, char *err, size_t errlen)
 {
-    return attempt_call(p, PRIV_REQ_SIGNAL, job, attempt, sig, NULL, err, errlen);
+    return attempt_call(p, PRIV_REQ_SIGNAL, job, attempt, sig, 0, NULL, err, errlen);
+}
+
+int priv_signal_job(struct priv *p, uint64_t job, uint32_t attempt, int sig, bool leader, char *err,
+                    size_t errlen)
+{
+    uint32_t flags = PRIV_SIGNAL_JOB | (leader ? PRIV_SIGNAL_LEADER : 0);
+    return attempt_call(p, PRIV_REQ_SIGNAL, job, attempt, sig, flags, NULL, err, errlen);
 }
 
 int priv_cleanup(struct priv *p, uint64_t job, uint32_t attempt, bool *ret_empty, char *err,
@@ -293,7 +301,7 @@ int priv_cleanup(struct priv *p, uint64_t job, uint32_t attempt, bool *ret_empty
 {
     if (!ret_empty)
         return errbuf_set(err, errlen, GPO_EINVAL, "priv_cleanup: NULL argument");
-    return attempt_call(p, PRIV_REQ_CLEANUP, job, attempt, 0, ret_empty, err, errlen);
+    return attempt_call(p, PRIV_REQ_CLEANUP, job, attempt, 0, 0, ret_empty, err, errlen);
 }
 
 int priv_attribute(struct priv *p, const pid_t *pids, size_t n, uint64_t *jobs, uint32_t *attempts,

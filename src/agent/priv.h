@@ -114,6 +114,8 @@ struct priv_launch {
     int64_t mem_mib;         /* 0: no memory limit */
     bool script;             /* argv[0] is STATE_DIR/scripts/JOB.ATTEMPT, written by the
                               * caller: it is given to the job's user (mode 0700) */
+    bool append;             /* stdout_path and stderr_path are appended to; else an
+                              * existing file is truncated (sbatch's --open-mode) */
 };
 
 /*
@@ -121,7 +123,7 @@ struct priv_launch {
  * status or pid file is refused: GPO_EEXIST), the attempt's cgroup,
  * attempt.json, then forks and execs
  *   SELF_EXE shim --dir D --user U [--cgroup C] [--workdir W]
- *                 [--stdout P] [--stderr P] --ready-fd 3 --env-fd 4 -- ARGV
+ *                 [--stdout P] [--stderr P] [--append] --ready-fd 3 --env-fd 4 -- ARGV
  * (U: unix_user, or the privileged process's own user when NULL). The shim
  * runs with a fixed environment of ours (it is root); the request's
  * environment reaches only the command, exactly, through a pipe (--env-fd),
@@ -155,6 +157,17 @@ int priv_launch(struct priv *p, const struct priv_launch *req, pid_t *ret_pid,
  * attempt directory), GPO_EINVAL, GPO_EIO, GPO_EPIPE.
  */
 int priv_signal(struct priv *p, uint64_t job, uint32_t attempt, int sig, char *err, size_t errlen);
+
+/*
+ * The job's own warning signal (sbatch's --signal): sig 1..64, but not
+ * SIGKILL or SIGSTOP, to attempt (job, attempt). With `leader`, to the
+ * command's own process alone (ATTEMPT_DIR/pid, checked to be in the
+ * attempt's cgroup where there is one: the batch script, --signal=B:);
+ * else to every process of the attempt, as priv_signal's SIGTERM goes.
+ * Returns as priv_signal.
+ */
+int priv_signal_job(struct priv *p, uint64_t job, uint32_t attempt, int sig, bool leader, char *err,
+                    size_t errlen);
 
 /*
  * Removes the attempt's cgroup once it is empty. *ret_empty: true when no
@@ -221,6 +234,7 @@ struct priv_req_launch {
     uint32_t argc, nenv, strings_len;
     uint8_t has_user, has_workdir, has_stdout, has_stderr; /* 0 or 1 */
     uint8_t has_script;                                    /* 0 or 1 */
+    uint8_t append;                                        /* 0 or 1 */
     char unix_user[PRIV_USER_MAX];
     char workdir[PRIV_PATH_MAX];
     char stdout_path[PRIV_PATH_MAX];
@@ -228,12 +242,18 @@ struct priv_req_launch {
     char strings[PRIV_STRINGS_MAX];
 };
 
+/* A signal request's flags. */
+enum priv_signal_flags {
+    PRIV_SIGNAL_JOB = 1 << 0,    /* the job's own signal: any but SIGKILL and SIGSTOP */
+    PRIV_SIGNAL_LEADER = 1 << 1, /* to the command's process alone (with PRIV_SIGNAL_JOB) */
+};
+
 struct priv_req_attempt {
     uint32_t type; /* PRIV_REQ_SIGNAL or PRIV_REQ_CLEANUP */
     uint32_t attempt;
     uint64_t job;
-    int32_t sig; /* PRIV_REQ_SIGNAL only; 0 otherwise */
-    uint32_t pad;
+    int32_t sig;    /* PRIV_REQ_SIGNAL only; 0 otherwise */
+    uint32_t flags; /* enum priv_signal_flags, PRIV_REQ_SIGNAL only; 0 otherwise */
 };
 
 struct priv_req_attribute {

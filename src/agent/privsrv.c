@@ -236,6 +236,8 @@ static const char **shim_command(const struct privsrv *s, const struct priv_req_
         v[n++] = opt[i][0];
         v[n++] = opt[i][1];
     }
+    if (q->append) /* sbatch's --open-mode=append */
+        v[n++] = "--append";
     v[n++] = "--";
     for (uint32_t i = 0; i < q->argc; i++)
         v[n++] = cmd[i];
@@ -453,6 +455,26 @@ static int check_attempt(const struct privsrv *s, const struct priv_req_attempt 
     return 0;
 }
 
+/* The job's signal to the command's process alone (--signal=B:): its pid
+ * is its process group's (the shim made it a leader), and where there is a
+ * cgroup it must still be in it. */
+static void signal_leader(const char *dir, const char *cg, int sig, struct priv_reply *rep)
+{
+    pid_t pid = read_pgid(dir);
+    bool in = pid > 0 && !cg[0];
+    pid_t *pids = NULL;
+    size_t n = 0;
+    char why[PRIV_MSG_MAX];
+    if (pid > 0 && cg[0] && cgroup_pids(cg, &pids, &n, why, sizeof(why)) == 0) {
+        for (size_t k = 0; k < n && !in; k++)
+            in = pids[k] == pid;
+        free(pids);
+    }
+    if (in && kill(pid, sig) < 0 && errno != ESRCH)
+        rep->rc = errbuf_set(rep->msg, sizeof(rep->msg), GPO_EIO, "kill %ld: %s", (long)pid,
+                             strerror(errno));
+}
+
 static void do_signal(struct privsrv *s, const void *req, struct priv_reply *rep)
 {
     const struct priv_req_attempt *q = req;
@@ -460,6 +482,10 @@ static void do_signal(struct privsrv *s, const void *req, struct priv_reply *rep
     if ((rep->rc =
              check_attempt(s, q, dir, sizeof(dir), cg, sizeof(cg), rep->msg, sizeof(rep->msg))))
         return;
+    if (q->flags & PRIV_SIGNAL_LEADER) {
+        signal_leader(dir, cg, q->sig, rep);
+        return;
+    }
     if (cg[0]) {
         char why[PRIV_MSG_MAX];
         int rc = q->sig == SIGKILL ? cgroup_kill(cg, why, sizeof(why))

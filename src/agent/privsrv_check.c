@@ -17,7 +17,8 @@
 #include "base/banned.h"
 
 /* Upper bound of cpu_milli: a thousand CPUs. */
-#define CPU_MILLI_MAX 1000000u
+#define CPU_MILLI_MAX   1000000u
+#define PRIV_SIGNAL_ALL (PRIV_SIGNAL_JOB | PRIV_SIGNAL_LEADER)
 
 /* The requests: type, name, exact size. */
 static const struct {
@@ -206,6 +207,8 @@ int privsrv_check_launch(const struct priv_req_launch *q, char ***ret_cmd, char 
                           q->cpu_milli, CPU_MILLI_MAX);
     if (q->has_script > 1)
         return errbuf_set(msg, len, GPO_EINVAL, "has_script: %u, expected 0 or 1", q->has_script);
+    if (q->append > 1)
+        return errbuf_set(msg, len, GPO_EINVAL, "append: %u, expected 0 or 1", q->append);
     if ((rc = check_user(q, msg, len)) ||
         (rc = check_path("workdir", q->has_workdir, q->workdir, msg, len)) ||
         (rc = check_path("stdout_path", q->has_stdout, q->stdout_path, msg, len)) ||
@@ -232,7 +235,14 @@ int privsrv_check_runas(const struct privsrv_self *self, const char *named, uid_
 
 int privsrv_check_attempt(const struct priv_req_attempt *q, char *msg, size_t len)
 {
-    if (q->type == PRIV_REQ_SIGNAL && q->sig != SIGTERM && q->sig != SIGKILL)
+    bool job_sig = q->type == PRIV_REQ_SIGNAL && q->flags == (q->flags & PRIV_SIGNAL_ALL) &&
+                   (q->flags & PRIV_SIGNAL_JOB);
+    if (job_sig &&
+        (q->sig < 1 || q->sig > PRIVSRV_SIG_MAX || q->sig == SIGKILL || q->sig == SIGSTOP))
+        return errbuf_set(msg, len, GPO_EINVAL,
+                          "sig: %" PRId32 ", a job's signal is 1..%d but SIGKILL and SIGSTOP",
+                          q->sig, PRIVSRV_SIG_MAX);
+    if (q->type == PRIV_REQ_SIGNAL && !job_sig && q->sig != SIGTERM && q->sig != SIGKILL)
         return errbuf_set(msg, len, GPO_EINVAL,
                           "sig: %" PRId32 ", only SIGTERM (%d) or SIGKILL (%d)", q->sig, SIGTERM,
                           SIGKILL);
@@ -244,8 +254,11 @@ int privsrv_check_attempt(const struct priv_req_attempt *q, char *msg, size_t le
     int rc = check_ids(q->job, q->attempt, msg, len);
     if (rc)
         return rc;
-    if (q->pad != 0)
-        return errbuf_set(msg, len, GPO_EINVAL, "pad: %" PRIu32 ", must be 0", q->pad);
+    if (q->flags != 0 && !job_sig)
+        return errbuf_set(msg, len, GPO_EINVAL,
+                          "flags: %#" PRIx32 ", only PRIV_SIGNAL_JOB (with PRIV_SIGNAL_LEADER) in "
+                          "a signal request",
+                          q->flags);
     return 0;
 }
 

@@ -58,8 +58,13 @@ struct privsrv_self {
 int privsrv_check_runas(const struct privsrv_self *self, const char *named, uid_t uid, char *msg,
                         size_t len);
 
-/* A signal (sig SIGTERM or SIGKILL) or cleanup (sig 0) request, by its type:
- * the signal, job and attempt, pad 0. */
+/* The highest signal number a job's own signal may be (SIGRTMAX here). */
+#define PRIVSRV_SIG_MAX 64
+
+/* A signal (sig SIGTERM or SIGKILL, flags 0; or with PRIV_SIGNAL_JOB, and
+ * perhaps PRIV_SIGNAL_LEADER, any of 1..PRIVSRV_SIG_MAX but SIGKILL and
+ * SIGSTOP) or cleanup (sig 0, flags 0) request, by its type: the signal,
+ * flags, job and attempt. */
 int privsrv_check_attempt(const struct priv_req_attempt *q, char *msg, size_t len);
 
 /* Whether attempt.json's cgroup path is attempt (job, attempt)'s: absolute,

@@ -86,6 +86,7 @@ struct shim_args {
     const char *dir, *out, *errpath; /* attempt directory; custom output files */
     const char *user, *cgroup, *workdir;
     bool allow_root, help;
+    bool append;                /* custom output files appended to, else truncated first */
     int64_t ready_arg, env_arg; /* --ready-fd, --env-fd as given; 0: not given */
     int ready_fd, env_fd;       /* -1: none */
     char *envbuf;               /* --env-fd's strings, NUL-separated */
@@ -225,11 +226,19 @@ static int prepare_child(const struct shim_args *o, const struct account *a, int
             if (putenv(*v) != 0)
                 return errbuf_set(msg, len, -errno, "putenv: %s", strerror(errno));
     }
+    /* O_APPEND either way: tasks and steps writing one file do not
+     * overwrite each other. One path for both streams is opened once, so
+     * their lines stay in the order written. */
     const char *custom[3] = {NULL, o->out, o->errpath};
+    int flags = O_WRONLY | O_CREAT | O_APPEND | (o->append ? 0 : O_TRUNC);
     for (int i = 1; i < 3; i++) {
         if (!custom[i])
             continue;
-        fds[i] = open_high(custom[i], O_WRONLY | O_CREAT | O_APPEND, 0640);
+        if (i == 2 && custom[1] && strcmp(custom[1], custom[2]) == 0) {
+            fds[2] = fds[1];
+            continue;
+        }
+        fds[i] = open_high(custom[i], flags, 0640);
         if (fds[i] < 0)
             return errbuf_set(msg, len, -errno, "open %s: %s", custom[i], strerror(errno));
     }
@@ -426,8 +435,8 @@ static int resolve_user(const struct shim_args *o, struct account *a, struct run
 
 #define USAGE_LINE                                                                                 \
     "usage: gpuorch shim --dir ATTEMPT_DIR [--user NAME [--allow-root]] [--cgroup DIR]\n"          \
-    "                    [--workdir DIR] [--stdout PATH] [--stderr PATH] [--ready-fd FD]\n"        \
-    "                    [--env-fd FD]\n"                                                          \
+    "                    [--workdir DIR] [--stdout PATH] [--stderr PATH] [--append]\n"             \
+    "                    [--ready-fd FD] [--env-fd FD]\n"                                          \
     "                    -- COMMAND [ARG...]\n"
 
 static int usage(const char *msg)
@@ -449,6 +458,9 @@ static void help(void)
            "  --user NAME    run the command as NAME (never uid 0 without --allow-root)\n"
            "  --cgroup DIR   put the command in cgroup DIR; the shim stays outside\n"
            "  --workdir DIR  run the command in DIR (default: the user's home, or /)\n"
+           "  --stdout PATH, --stderr PATH\n"
+           "                 its output files, truncated first unless --append; one\n"
+           "                 path for both is opened once\n"
            "  --ready-fd FD  close FD once the pid file is written\n"
            "  --env-fd FD    the command's environment, NUL-separated NAME=VALUE\n"
            "                 strings read from FD (default: the shim's own)\n\n"
@@ -525,6 +537,7 @@ static const struct opts_opt shim_opts[] = {
     DESCRIPTOR("ready-fd", ready_arg),
     DESCRIPTOR("env-fd", env_arg),
     {.name = "allow-root", .type = OPTS_FLAG, .offset = ARG(allow_root)},
+    {.name = "append", .type = OPTS_FLAG, .offset = ARG(append)},
     {.name = "help", .short_name = 'h', .type = OPTS_HELP, .offset = ARG(help)},
 };
 

@@ -3,8 +3,8 @@
  * outlives the agent, and leaves the outcome in the attempt's directory.
  *
  *   gpuorch shim --dir ATTEMPT_DIR [--user NAME [--allow-root]] [--cgroup DIR]
- *                [--workdir DIR] [--stdout PATH] [--stderr PATH] [--ready-fd FD]
- *                [--env-fd FD] -- ARGV...
+ *                [--workdir DIR] [--stdout PATH] [--stderr PATH] [--append]
+ *                [--ready-fd FD] [--env-fd FD] -- ARGV...
  *
  * The shim calls setsid() (its own session and process group, so the agent's
  * death, or a hangup of the agent's terminal, does not reach it), forks the
@@ -51,7 +51,9 @@
  *     environment of its own choosing and gets the job's this way, so that
  *     nothing in it (LD_PRELOAD, GCONV_PATH, ...) reaches a root process;
  *   - opens --stdout/--stderr files as the user (so that a user cannot make
- *     root write where they may not);
+ *     root write where they may not), O_APPEND, truncated first unless
+ *     --append (sbatch's --open-mode); one path given for both is opened
+ *     once and both streams share it, in the order written;
  *   - with --user, sets HOME, USER, LOGNAME and SHELL from passwd where the
  *     environment lacks them;
  *   - --workdir DIR: chdir as the user; without it, with --user, the user's

@@ -216,6 +216,19 @@ static int set_nodes(struct build *b, const struct submit_flag *f, const char *v
     return put(b, "multi_node", json_boolean(max > 1), err, errlen);
 }
 
+/* --open-mode: Slurm reads the first letter (a..., t...), case aside. */
+static int set_open_mode(struct build *b, const struct submit_flag *f, const char *v, char *err,
+                         size_t errlen)
+{
+    static const char *const modes[] = {"append", "truncate"};
+    for (size_t k = 0; *v && k < 2; k++) {
+        size_t n = strlen(v);
+        if (n <= strlen(modes[k]) && strncasecmp(v, modes[k], n) == 0)
+            return put_text(b, f->key, modes[k], err, errlen);
+    }
+    return bad_value(f, v, err, errlen);
+}
+
 static int set_workdir(struct build *b, const struct submit_flag *f, const char *v, char *err,
                        size_t errlen)
 {
@@ -339,6 +352,9 @@ static const struct submit_flag flags[] = {
     VALUE("chdir", 'D', W_ALL, set_workdir, NULL, 0, 0, "a directory"),
     VALUE("export", 0, W_ALL, set_export, NULL, 0, 0, "ALL, NONE or NAME[=VALUE],..."),
     VALUE("nodes", 'N', W_ALL, set_nodes, NULL, 0, 0, "a node count N or N-M"),
+    /* What the agent does with the job's files and signals. */
+    VALUE("signal", 0, W_ALL, set_text, "signal", 0, 0, "[B:]SIG[@SECS] (USR1@90)"),
+    VALUE("open-mode", 0, W_ALL, set_open_mode, "open_mode", 0, 0, "append or truncate"),
     BOOL("multi-node", W_OURS, set_bool, "multi_node", true),
     BOOL("checkpointable", W_OURS, set_bool, "checkpointable", true),
     BOOL("requeue", W_ALL, set_bool, "requeue", true),
@@ -592,6 +608,10 @@ static int finish(struct build *b, const struct submit_args *a, const char *text
         rc = put(b, gpus ? "min_gpu_mem_mib" : "gpu_mem_mib", json_integer(b->gpu_mem_mib), err,
                  errlen);
     }
+    /* SLURM_SUBMIT_DIR: where gpuorch submit ran, whatever -D says; a
+     * directory JSON cannot hold is not sent. */
+    if (rc == 0 && b->env->cwd && jsonv_check_utf8(b->env->cwd, strlen(b->env->cwd)) == 0)
+        rc = put_text(b, "submit_dir", b->env->cwd, err, errlen);
     if (rc == 0 && !json_object_get(b->body, "workdir") && b->env->cwd &&
         put_text(b, "workdir", b->env->cwd, err, errlen) != 0)
         rc = errbuf_set(err, errlen, GPO_EUSAGE,
@@ -680,7 +700,12 @@ static void usage(FILE *out)
             "  --priority CLASS       a priority class (--qos says the same)\n"
             "how it runs:\n"
             "  -J, --job-name NAME\n"
-            "  -o, --output FILE      stdout on the node; -e, --error FILE: stderr\n"
+            "  -o, --output FILE      stdout on the node, and stderr too without -e;\n"
+            "                         -e, --error FILE: stderr\n"
+            "  --open-mode MODE       truncate (default: each attempt starts them empty)\n"
+            "                         or append to the output files\n"
+            "  --signal [B:]SIG[@S]   SIG (USR1, 10) S seconds (default 60) before the time\n"
+            "                         limit; with B: to the batch script alone\n"
             "  -D, --chdir DIR        working directory (default: the current one)\n"
             "  --export LIST          environment: ALL (yours, but GPUORCH_* and the GPU\n"
             "                         lists), NONE, NAME (your value), NAME=VALUE, comma-\n"
@@ -706,7 +731,7 @@ static void usage(FILE *out)
             "--cpus-per-task/-c, --mem, --array/-a, --dependency/-d, --partition/-p (pool),\n"
             "--qos (priority class), --account/-A (team), --chdir/-D, --export, --nodes/-N\n"
             "(more than 1: multi-node), --requeue, --no-requeue, --hold/-H, --begin/-b,\n"
-            "--parsable, --comment.\n"
+            "--parsable, --comment, --signal, --open-mode.\n"
             "Any other prints a warning with its line and is ignored. #GPUORCH lines take the\n"
             "flags above (e.g. '#GPUORCH --gpu-type H100-80GB').\n");
 }

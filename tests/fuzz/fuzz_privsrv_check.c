@@ -12,6 +12,7 @@
  * environment read names a job and attempt only when it holds both variables with whole numbers.
  * tests/fuzz/run.sh builds and runs it. */
 #define _GNU_SOURCE /* memmem */
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -97,7 +98,10 @@ static void fuzz_attempt(const uint8_t *data, size_t size)
     char msg[PRIV_MSG_MAX] = "";
     if (privsrv_check_attempt(&q, msg, sizeof(msg)) != 0)
         one_line(msg);
-    else if (!q.job || !q.attempt || q.pad)
+    else if (!q.job || !q.attempt ||
+             (q.flags & ~(uint32_t)(PRIV_SIGNAL_JOB | PRIV_SIGNAL_LEADER)) ||
+             (q.flags && (q.type != PRIV_REQ_SIGNAL || !(q.flags & PRIV_SIGNAL_JOB))) ||
+             (q.flags && (q.sig == SIGKILL || q.sig == SIGSTOP)))
         abort();
 }
 

@@ -206,6 +206,45 @@ static void journal_compaction_keeps_live_details_and_refuses_ended(void **state
     journal_close(j);
 }
 
+/* The --signal record: once per attempt, kept across a reopen and a
+ * compaction, refused for an attempt ended or never begun. */
+static void journal_signalled_is_kept_across_reopen_and_compaction(void **state)
+{
+    struct env *e = *state;
+    struct journal *j = open_ok(e);
+    char err[256];
+    begin_ok(j, 8, 1);
+    begin_ok(j, 8, 2);
+    begin_ok(j, 9, 1);
+    assert_int_equal(journal_started(j, 8, 1, 55, 99, err, sizeof(err)), 0);
+    assert_int_equal(journal_signalled(j, 8, 1, err, sizeof(err)), 0);
+    assert_int_equal(journal_signalled(j, 8, 1, err, sizeof(err)), 0); /* once is enough */
+    assert_int_equal(journal_signalled(j, 8, 2, err, sizeof(err)), 0); /* before started */
+    assert_int_equal(journal_ended(j, 9, 1, err, sizeof(err)), 0);
+    assert_int_equal(journal_signalled(j, 9, 1, err, sizeof(err)), GPO_ENOENT);
+    assert_int_equal(journal_signalled(j, 10, 1, err, sizeof(err)), GPO_ENOENT);
+    for (int round = 0; round < 2; round++) {
+        journal_close(j);
+        j = open_ok(e);
+        struct journal_attempt *list = NULL;
+        size_t n = 0;
+        assert_int_equal(journal_list(j, &list, &n), 0);
+        assert_int_equal(n, 2);
+        assert_true(list[0].signalled && list[0].pid == 55 && list[0].start_time == 99);
+        assert_true(list[1].signalled && list[1].pid == 0);
+        free(list);
+        assert_int_equal(journal_compact(j, err, sizeof(err)), 0);
+    }
+    begin_ok(j, 11, 1);
+    struct journal_attempt *list = NULL;
+    size_t n = 0;
+    assert_int_equal(journal_list(j, &list, &n), 0);
+    assert_int_equal(n, 3);
+    assert_false(list[2].signalled);
+    free(list);
+    journal_close(j);
+}
+
 static void journal_compaction_leaves_only_the_private_journal(void **state)
 {
     struct env *e = *state;
@@ -408,6 +447,7 @@ int main(void)
         cmocka_unit_test_setup(journal_started_and_ended_are_listed_after_reopen, test_setup),
         cmocka_unit_test_setup(journal_compaction_keeps_live_details_and_refuses_ended, test_setup),
         cmocka_unit_test_setup(journal_compaction_leaves_only_the_private_journal, test_setup),
+        cmocka_unit_test_setup(journal_signalled_is_kept_across_reopen_and_compaction, test_setup),
         cmocka_unit_test_setup(journal_list_after_crash_ignores_torn_last_line, test_setup),
         cmocka_unit_test_setup(journal_malformed_line_names_file_and_line, test_setup),
         cmocka_unit_test_setup(journal_second_open_is_refused_while_held, test_setup),

@@ -509,9 +509,11 @@ static void priv_refuses_malformed_wire_requests(void **state)
     struct priv_req_attempt a = {.type = PRIV_REQ_SIGNAL, .job = job, .attempt = 1, .sig = 1};
     raw_refused(e, &a, sizeof(a), "sig");
     a.sig = SIGKILL;
-    a.pad = 7;
-    raw_refused(e, &a, sizeof(a), "pad");
-    a.pad = 0;
+    a.flags = 7;
+    raw_refused(e, &a, sizeof(a), "flags");
+    a.flags = PRIV_SIGNAL_JOB;
+    raw_refused(e, &a, sizeof(a), "sig"); /* SIGKILL is not a job's own signal */
+    a.flags = 0;
     a.job = 0;
     raw_refused(e, &a, sizeof(a), "job");
     a = (struct priv_req_attempt){
@@ -586,6 +588,71 @@ static void priv_sigterm_then_sigkill_stops_command_ignoring_sigterm_in_cgroup(v
 {
     struct env *e = *state;
     term_then_kill(e, e->cg);
+}
+
+/* How many lines of `path` are `line`; 0 when there is no file yet. */
+static int count_lines(const char *path, const char *line)
+{
+    char text[1024] = "";
+    if (access(path, F_OK) == 0)
+        tmptree_read_text(path, text, sizeof(text));
+    int n = 0;
+    size_t len = strlen(line);
+    for (const char *p = text; (p = strstr(p, line)) != NULL; p += len)
+        n += (p == text || p[-1] == '\n') && p[len] == '\n';
+    return n;
+}
+
+static void wait_lines(const char *path, const char *line, int want)
+{
+    time_t end = time(NULL) + DEADLINE_S;
+    while (count_lines(path, line) < want && time(NULL) < end)
+        tmptree_pause();
+    assert_int_equal(count_lines(path, line), want);
+}
+
+/* The job's own signal (--signal): to every process, or with `leader` to
+ * the command's process alone, which a child of it then does not get. */
+static void job_signal_reaches_group_or_leader(struct env *e, struct priv *p)
+{
+    uint64_t job = e->next_job++;
+    const char *argv[] = {
+        "sh", "-c",
+        "trap 'echo leader >> got' USR1; "
+        "sh -c \"trap 'echo child >> got' USR1; echo up > c.tmp && mv c.tmp cready; "
+        "while :; do sleep 1000 & wait \\$!; done\" & "
+        "while [ ! -e cready ]; do sleep 0.01; done; echo up > ready.tmp && mv ready.tmp ready; "
+        "while :; do sleep 1000 & wait $!; done"};
+    struct priv_launch req = request(e, job, argv, 3);
+    launch_ok(e, p, &req, NULL);
+    char ready[512], got[512], err[PRIV_MSG_MAX] = "";
+    snprintf(ready, sizeof(ready), "%s/ready", e->work);
+    snprintf(got, sizeof(got), "%s/got", e->work);
+    tmptree_wait_file(ready);
+    assert_int_equal(priv_signal_job(p, job, 1, SIGUSR1, false, err, sizeof(err)), 0);
+    wait_lines(got, "leader", 1);
+    wait_lines(got, "child", 1);
+    assert_int_equal(priv_signal_job(p, job, 1, SIGUSR1, true, err, sizeof(err)), 0);
+    wait_lines(got, "leader", 2);
+    assert_int_equal(count_lines(got, "child"), 1);
+    /* Not a job's signal: refused by the privileged side's checks. */
+    assert_int_equal(priv_signal_job(p, job, 1, SIGKILL, true, err, sizeof(err)), GPO_EINVAL);
+    assert_int_equal(priv_signal(p, job, 1, SIGKILL, err, sizeof(err)), 0);
+    struct shim_status st;
+    wait_status(e, p, job, &st);
+    wait_cleaned(e, p, job);
+}
+
+static void priv_job_signal_reaches_every_process_or_the_leader_alone(void **state)
+{
+    struct env *e = *state;
+    job_signal_reaches_group_or_leader(e, e->pg);
+}
+
+static void priv_job_signal_reaches_every_process_or_the_leader_alone_in_cgroup(void **state)
+{
+    struct env *e = *state;
+    job_signal_reaches_group_or_leader(e, e->cg);
 }
 
 static void priv_sigkill_reaches_setsid_child_in_cgroup(void **state)
@@ -956,6 +1023,8 @@ int main(void)
         T(priv_sigterm_then_sigkill_stops_command_ignoring_sigterm, 0),
         T(priv_sigterm_then_sigkill_stops_command_ignoring_sigterm_in_cgroup, NEED_CGROUP),
         T(priv_sigkill_reaches_setsid_child_in_cgroup, NEED_CGROUP),
+        T(priv_job_signal_reaches_every_process_or_the_leader_alone, 0),
+        T(priv_job_signal_reaches_every_process_or_the_leader_alone_in_cgroup, NEED_CGROUP),
         T(priv_signal_and_cleanup_of_unknown_attempt_is_enoent, 0),
         T(priv_reaps_finished_shims, 0),
         T(priv_stop_leaves_running_shims_running, 0),

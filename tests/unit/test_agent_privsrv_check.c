@@ -300,7 +300,48 @@ static void privsrv_check_attempt_takes_only_its_signals_and_ids(void **state)
         {{.type = PRIV_REQ_CLEANUP, .job = 1, .attempt = 1, .sig = SIGKILL}, "sig"},
         {{.type = PRIV_REQ_SIGNAL, .job = 0, .attempt = 1, .sig = SIGKILL}, "job"},
         {{.type = PRIV_REQ_CLEANUP, .job = 1, .attempt = 0}, "attempt"},
-        {{.type = PRIV_REQ_CLEANUP, .job = 1, .attempt = 1, .pad = 7}, "pad"},
+        {{.type = PRIV_REQ_CLEANUP, .job = 1, .attempt = 1, .flags = 7}, "flags"},
+        {{.type = PRIV_REQ_SIGNAL,
+          .job = 1,
+          .attempt = 1,
+          .sig = SIGUSR1,
+          .flags = PRIV_SIGNAL_JOB},
+         NULL},
+        {{.type = PRIV_REQ_SIGNAL,
+          .job = 1,
+          .attempt = 1,
+          .sig = 64,
+          .flags = PRIV_SIGNAL_JOB | PRIV_SIGNAL_LEADER},
+         NULL},
+        {{.type = PRIV_REQ_SIGNAL,
+          .job = 1,
+          .attempt = 1,
+          .sig = SIGUSR1,
+          .flags = PRIV_SIGNAL_LEADER},
+         "sig"},
+        {{.type = PRIV_REQ_SIGNAL,
+          .job = 1,
+          .attempt = 1,
+          .sig = SIGTERM,
+          .flags = PRIV_SIGNAL_LEADER},
+         "flags"},
+        {{.type = PRIV_REQ_SIGNAL,
+          .job = 1,
+          .attempt = 1,
+          .sig = SIGKILL,
+          .flags = PRIV_SIGNAL_JOB},
+         "sig"},
+        {{.type = PRIV_REQ_SIGNAL,
+          .job = 1,
+          .attempt = 1,
+          .sig = SIGSTOP,
+          .flags = PRIV_SIGNAL_JOB},
+         "sig"},
+        {{.type = PRIV_REQ_SIGNAL, .job = 1, .attempt = 1, .sig = 65, .flags = PRIV_SIGNAL_JOB},
+         "sig"},
+        {{.type = PRIV_REQ_SIGNAL, .job = 1, .attempt = 1, .sig = SIGUSR1, .flags = 1u << 5},
+         "sig"},
+        {{.type = PRIV_REQ_CLEANUP, .job = 1, .attempt = 1, .flags = PRIV_SIGNAL_JOB}, "flags"},
         {{.type = PRIV_REQ_LAUNCH, .job = 1, .attempt = 1}, "type"},
     };
     for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
@@ -507,6 +548,10 @@ static void privsrv_check_script_takes_only_the_agents_own_file(void **state)
     char **cmd = NULL;
     assert_int_equal(privsrv_check_launch(q, &cmd, msg, sizeof(msg)), GPO_EINVAL);
     assert_non_null(strstr(msg, "has_script"));
+    q->has_script = 0;
+    q->append = 2;
+    assert_int_equal(privsrv_check_launch(q, &cmd, msg, sizeof(msg)), GPO_EINVAL);
+    assert_non_null(strstr(msg, "append"));
     free(q);
 }
 

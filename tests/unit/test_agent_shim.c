@@ -442,6 +442,29 @@ static void shim_writes_output_to_attempt_files(void **state)
     assert_string_equal(text, "err\n");
 }
 
+/* sbatch's -o without -e: one file, both streams in the order written;
+ * truncated when the attempt starts unless --append (--open-mode). Each
+ * run is a fresh attempt directory's shim. */
+static void shim_merges_streams_into_one_path_and_truncates_unless_append(void **state)
+{
+    struct env *e = *state;
+    char out[256], dir[256], text[256];
+    join(out, sizeof(out), e->base, "merged.out");
+    const char *cmd[] = {"sh", "-c", "echo one; echo two >&2; echo three", NULL};
+    const char *same[] = {"--stdout", out, "--stderr", out, NULL};
+    const char *append[] = {"--stdout", out, "--stderr", out, "--append", NULL};
+    const char *const *runs[] = {same, same, append};
+    const char *want[] = {"one\ntwo\nthree\n", "one\ntwo\nthree\n",
+                          "one\ntwo\nthree\none\ntwo\nthree\n"};
+    for (size_t k = 0; k < 3; k++) {
+        snprintf(dir, sizeof(dir), "%s/merge.%zu", e->base, k);
+        assert_int_equal(mkdir(dir, 0750), 0);
+        assert_int_equal(wait_for(spawn_shim(dir, runs[k], cmd)), 0);
+        tmptree_read_text(out, text, sizeof(text));
+        assert_string_equal(text, want[k]);
+    }
+}
+
 static void shim_passes_environment_and_directory_through(void **state)
 {
     struct env *e = *state;
@@ -872,6 +895,7 @@ int main(void)
         T(shim_status_and_pid_appear_only_by_rename, 0),
         T(shim_survives_its_parents_death, 0),
         T(shim_writes_output_to_attempt_files, 0),
+        T(shim_merges_streams_into_one_path_and_truncates_unless_append, 0),
         T(shim_passes_environment_and_directory_through, 0),
         T(shim_command_inherits_no_stray_descriptors, 0),
         T(shim_refuses_bad_usage, 0),

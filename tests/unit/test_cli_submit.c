@@ -111,7 +111,8 @@ static void run_release(struct run *r)
     submit_args_release(&r->args);
 }
 
-/* The body minus "script", compared with the JSON text `want`. */
+/* The body minus "script", compared with the JSON text `want`; every
+ * plan has "submit_dir", the current directory, which `want` may leave out. */
 static void assert_body(const struct run *r, const char *want)
 {
     if (r->rc)
@@ -119,6 +120,9 @@ static void assert_body(const struct run *r, const char *want)
     json_t *body = json_deep_copy(r->plan.body), *w = json_loads(want, 0, NULL);
     assert_non_null(w);
     json_object_del(body, "script");
+    assert_string_equal(json_string_value(json_object_get(body, "submit_dir")), "/work/dir");
+    if (!json_object_get(w, "submit_dir"))
+        json_object_del(body, "submit_dir");
     if (!json_equal(body, w)) {
         char *got = json_dumps(body, JSON_SORT_KEYS);
         fail_msg("got %s", got);
@@ -211,6 +215,43 @@ static void the_other_spellings_of_gpus_time_and_nodes(void **state)
         assert_int_equal(r.plan.nwarnings, 0);
         run_release(&r);
     }
+}
+
+/* --signal goes as written (the API reads it); --open-mode as Slurm reads
+ * it, by its first letters; the submit directory is the current one
+ * whatever -D says. */
+static void signal_open_mode_and_submit_dir(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *script, *want;
+    } cases[] = {
+        {"#SBATCH --signal=B:USR1@90\n", "{\"signal\": \"B:USR1@90\"}"},
+        {"#SBATCH --signal USR2\n", "{\"signal\": \"USR2\"}"},
+        {"#SBATCH --open-mode=append\n", "{\"open_mode\": \"append\"}"},
+        {"#SBATCH --open-mode=A\n", "{\"open_mode\": \"append\"}"},
+        {"#SBATCH --open-mode=trunc\n", "{\"open_mode\": \"truncate\"}"},
+        {"#SBATCH -D /elsewhere\n", "{\"workdir\": \"/elsewhere\", \"submit_dir\": \"/work/dir\"}"},
+    };
+    for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+        struct run r;
+        char *argv[] = {"job.sh", NULL};
+        plan(&r, cases[k].script, NULL, argv);
+        json_t *w = json_loads(cases[k].want, 0, NULL);
+        if (!json_object_get(w, "workdir"))
+            json_object_set_new(w, "workdir", json_string("/work/dir"));
+        char *text = json_dumps(w, 0);
+        assert_body(&r, text);
+        free(text);
+        json_decref(w);
+        run_release(&r);
+    }
+    struct run r;
+    char *bad[] = {"--open-mode", "overwrite", "--", "true", NULL};
+    plan(&r, NULL, NULL, bad);
+    assert_int_equal(r.rc, GPO_EUSAGE);
+    assert_non_null(strstr(r.err, "open-mode"));
+    run_release(&r);
 }
 
 static void command_line_flags_win_over_the_script(void **state)
@@ -403,6 +444,7 @@ int main(void)
         cmocka_unit_test(every_sbatch_directive_sets_its_field),
         cmocka_unit_test(the_other_spellings_of_gpus_time_and_nodes),
         cmocka_unit_test(command_line_flags_win_over_the_script),
+        cmocka_unit_test(signal_open_mode_and_submit_dir),
         cmocka_unit_test(unknown_directives_warn_once_each_with_their_line),
         cmocka_unit_test(bad_values_are_errors_naming_the_file_line_and_flag),
         cmocka_unit_test(what_runs_is_a_script_a_command_or_wrap),
