@@ -16,6 +16,7 @@
 #include "cli/cost.h"
 #include "cli/jobs.h"
 #include "cli/nodes.h"
+#include "cli/run.h"
 #include "cli/submit.h"
 #include "cli/token.h"
 #include "cli/top.h"
@@ -41,6 +42,7 @@ static const struct command commands[] = {
     {"show", jobs_show_command, "show one job: resources, why it waits, its attempts"},
     {"cancel", jobs_cancel_command, "cancel jobs"},
     {"logs", jobs_logs_command, "print a job's output (-f follows it)"},
+    {"run", run_command, "run a job step's tasks over a job's nodes (srun), inside the job"},
     {"nodes", nodes_list_command, "list nodes: pool, state, GPUs, free GPUs, heartbeat"},
     {"drain", nodes_drain_command, "drain nodes: they keep their work and get nothing new"},
     {"resume", nodes_resume_command, "resume drained nodes"},

@@ -49,6 +49,18 @@ static const struct jsonv_field gang_fields[] = {
     WIRE_REQ("master_port", JSONV_UINT32, struct proto_gang, master_port, 1, 65535),
 };
 
+static const struct jsonv_field step_fields[] = {
+    WIRE_REQ_LINE("key", struct proto_step, key, PROTO_STEP_KEY_LEN, PROTO_STEP_KEY_LEN),
+    {.name = "addrs",
+     .kind = JSONV_STRINGS,
+     .flags = JSONV_REQUIRED | JSONV_TEXT,
+     .offset = offsetof(struct proto_step, addrs),
+     .min = 1,
+     .max = PROTO_STEP_ADDR_MAX,
+     .max_items = PROTO_GANG_MAX,
+     .count_offset = offsetof(struct proto_step, naddrs)},
+};
+
 /* An attempt as jsonv fills it: every key of either action, with presence. */
 struct attempt_wire {
     int64_t job;
@@ -61,7 +73,8 @@ struct attempt_wire {
     struct proto_gang gang;
     int64_t array_id, array_index, grace_s;
     enum proto_kill_cause cause;
-    enum jsonv_presence p[10]; /* by enum key below */
+    struct proto_step step;
+    enum jsonv_presence p[11]; /* by enum key below */
 };
 
 /* The keys that belong to one action, for the checks between fields. */
@@ -76,10 +89,12 @@ enum key {
     K_GRACE,
     K_REASON,
     K_AS,
+    K_STEP,
 };
-static const char *const key_names[] = {"gpus",     "user",        "unix_user", "spec",   "gang",
-                                        "array_id", "array_index", "grace_s",   "reason", "as"};
-_Static_assert(ARRAY_LEN(key_names) == K_AS + 1, "a name per key");
+static const char *const key_names[] = {"gpus",   "user",     "unix_user",   "spec",
+                                        "gang",   "array_id", "array_index", "grace_s",
+                                        "reason", "as",       "step"};
+_Static_assert(ARRAY_LEN(key_names) == K_STEP + 1, "a name per key");
 
 #define PRES(k) .presence_offset = offsetof(struct attempt_wire, p[k])
 
@@ -110,6 +125,8 @@ static const struct jsonv_field attempt_fields[] = {
              .flags = JSONV_PRESENCE, PRES(K_REASON)),
     WIRE_OPT("as", JSONV_ENUM, struct attempt_wire, cause, 0, 0, .flags = JSONV_PRESENCE,
              PRES(K_AS), .choices = causes),
+    WIRE_OPT("step", JSONV_OBJECT, struct attempt_wire, step, 0, 0, .flags = JSONV_PRESENCE,
+             PRES(K_STEP), .sub = step_fields, .nsub = ARRAY_LEN(step_fields)),
 };
 
 struct assignments_wire {
@@ -135,7 +152,7 @@ static const struct {
 } action_keys[] = {
     [PROTO_ACTION_RUN] = {1u << K_GPUS | 1u << K_USER | 1u << K_SPEC | 1u << K_GANG,
                           1u << K_GPUS | 1u << K_USER | 1u << K_UNIX_USER | 1u << K_SPEC |
-                              1u << K_GANG | 1u << K_ARRAY_ID | 1u << K_ARRAY_INDEX},
+                              1u << K_GANG | 1u << K_ARRAY_ID | 1u << K_ARRAY_INDEX | 1u << K_STEP},
     [PROTO_ACTION_KILL] = {1u << K_AS, 1u << K_GRACE | 1u << K_REASON | 1u << K_AS},
 };
 
@@ -163,6 +180,17 @@ static int attempt_check(const struct attempt_wire *w, const char *at, char *err
         return errbuf_set(err, errlen, GPO_ERANGE,
                           "field '%sgang.rank': %u, but the gang has %zu node(s)", at, w->gang.rank,
                           w->gang.nnodes);
+    if (w->p[K_STEP] != JSONV_ABSENT && w->step.naddrs != w->gang.nnodes)
+        return errbuf_set(err, errlen, GPO_EINVAL,
+                          "field '%sstep.addrs': %zu address(es), but the gang has %zu node(s)", at,
+                          w->step.naddrs, w->gang.nnodes);
+    for (size_t k = 0; w->p[K_STEP] != JSONV_ABSENT && k < PROTO_STEP_KEY_LEN; k++) {
+        char c = w->step.key[k];
+        if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')))
+            return errbuf_set(err, errlen, GPO_EINVAL,
+                              "field '%sstep.key': expected %d lowercase hex digits", at,
+                              PROTO_STEP_KEY_LEN);
+    }
     char path[64];
     snprintf(path, sizeof(path), "%sspec", at);
     return wire_spec_check(&w->spec, path, err, errlen);
@@ -183,7 +211,8 @@ static int attempt_take(struct attempt_wire *w, struct proto_attempt *ret)
                               .array_index = w->p[K_ARRAY_INDEX] ? w->array_index : PROTO_NONE,
                               .grace_s = w->p[K_GRACE] ? w->grace_s : PROTO_NONE,
                               .reason = w->reason,
-                              .cause = w->cause};
+                              .cause = w->cause,
+                              .step = w->step};
     if (wire_spec_take(&w->spec, &a.spec) != 0)
         return GPO_ENOMEM;
     *ret = a;
@@ -208,6 +237,8 @@ void proto_attempt_release(struct proto_attempt *m)
     wire_spec_release(&m->spec);
     wire_free_strs(m->gang.nodes, m->gang.nnodes);
     free(m->gang.master_addr);
+    free(m->step.key);
+    wire_free_strs(m->step.addrs, m->step.naddrs);
     free(m->reason);
     memset(m, 0, sizeof(*m));
 }
@@ -300,6 +331,18 @@ static json_t *gang_json(struct wire_enc *e, const struct proto_gang *g)
     return o;
 }
 
+static json_t *step_json(struct wire_enc *e, const struct proto_step *st)
+{
+    json_t *o = wire_object(e);
+    wire_set(e, o, "key", wire_str(e, st->key));
+    wire_set(e, o, "addrs", wire_strs(e, st->addrs, st->naddrs));
+    if (e->rc) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
 static json_t *attempt_json(struct wire_enc *e, const struct proto_attempt *m)
 {
     json_t *o = wire_object(e);
@@ -328,6 +371,8 @@ static json_t *attempt_json(struct wire_enc *e, const struct proto_attempt *m)
             wire_set(e, o, "array_id", wire_int(e, m->array_id));
             wire_set(e, o, "array_index", wire_int(e, m->array_index));
         }
+        if (m->step.key)
+            wire_set(e, o, "step", step_json(e, &m->step));
     }
     if (e->rc) {
         json_decref(o);
