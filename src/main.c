@@ -12,6 +12,7 @@
 #include "core/sched.h"
 #include "agent/agent.h"
 #include "agent/shim.h"
+#include "cli/alloc.h"
 #include "cli/apply.h"
 #include "cli/cost.h"
 #include "cli/jobs.h"
@@ -42,7 +43,8 @@ static const struct command commands[] = {
     {"show", jobs_show_command, "show one job: resources, why it waits, its attempts"},
     {"cancel", jobs_cancel_command, "cancel jobs"},
     {"logs", jobs_logs_command, "print a job's output (-f follows it)"},
-    {"run", run_command, "run a job step's tasks over a job's nodes (srun), inside the job"},
+    {"run", run_command, "run a job step's tasks over a job's nodes (srun); outside one, allocate"},
+    {"alloc", alloc_command, "allocate nodes and run a shell or command with them (salloc)"},
     {"nodes", nodes_list_command, "list nodes: pool, state, GPUs, free GPUs, heartbeat"},
     {"drain", nodes_drain_command, "drain nodes: they keep their work and get nothing new"},
     {"resume", nodes_resume_command, "resume drained nodes"},

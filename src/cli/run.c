@@ -16,10 +16,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <jansson.h>
 
+#include "cli/alloc.h"
 #include "cli/cli.h"
 #include "util/httpc.h"
 #include "util/opts.h"
@@ -29,11 +31,15 @@
 #define RUN_NODES_MAX 1024
 #define RUN_TASKS_MAX 65536
 #define RUN_ENV_MAX   (48 * 1024) /* bytes of our environment the tasks get */
+#define RUN_404_TRIES 150         /* 30 s of "not running here yet" */
 
 struct run_args {
     int64_t ntasks, ntasks_per_node, gpus_per_task, nodes;
     const char *chdir;
     bool label, help;
+    /* outside an allocation only: what to allocate */
+    int64_t gpus_per_node, gpus, time_s;
+    const char *partition, *name;
 };
 
 static const struct opts_opt opts[] = {
@@ -72,6 +78,33 @@ static const struct opts_opt opts[] = {
      .short_name = 'h',
      .type = OPTS_HELP,
      .offset = offsetof(struct run_args, help)},
+    {.name = "gpus-per-node",
+     .type = OPTS_INT,
+     .min = 1,
+     .max = 1024,
+     .offset = offsetof(struct run_args, gpus_per_node)},
+    {.name = "gpus",
+     .short_name = 'G',
+     .type = OPTS_INT,
+     .min = 1,
+     .max = 1024,
+     .offset = offsetof(struct run_args, gpus)},
+    {.name = "time",
+     .short_name = 't',
+     .type = OPTS_SECONDS,
+     .min = 1,
+     .max = 365 * 86400,
+     .offset = offsetof(struct run_args, time_s)},
+    {.name = "partition",
+     .short_name = 'p',
+     .type = OPTS_STRING,
+     .flags = OPTS_NONEMPTY,
+     .offset = offsetof(struct run_args, partition)},
+    {.name = "job-name",
+     .short_name = 'J',
+     .type = OPTS_STRING,
+     .flags = OPTS_NONEMPTY,
+     .offset = offsetof(struct run_args, name)},
 };
 
 /* srun's options that `gpuorch run` does not honour: refused by name, never
@@ -94,13 +127,8 @@ static const char *const refused[] = {
     "c",
     "mem",
     "mem-per-cpu",
-    "gpus",
-    "gpus-per-node",
+    "mem-per-gpu",
     "gres",
-    "time",
-    "t",
-    "partition",
-    "p",
     "input",
     "i",
     "output",
@@ -119,34 +147,44 @@ static const char *const refused[] = {
 static void usage(FILE *out)
 {
     fprintf(out, "usage: gpuorch run [-n N] [--ntasks-per-node K] [--gpus-per-task G] [-N NODES]\n"
-                 "                   [-l] [-D DIR] [--] CMD [ARGS...]\n"
+                 "                   [-l] [-D DIR] [--gpus-per-node G | -G GPUS] [-t SECONDS]\n"
+                 "                   [-p POOL] [-J NAME] [--] CMD [ARGS...]\n"
                  "\n"
-                 "Runs a job step inside a job's allocation, as Slurm's srun does: N tasks of\n"
-                 "CMD over the allocation's nodes (from a batch script, on its first node), each\n"
-                 "with its rank (SLURM_PROCID, RANK), its rank on the node (SLURM_LOCALID,\n"
-                 "LOCAL_RANK), WORLD_SIZE, MASTER_ADDR (the first node) and MASTER_PORT, and the\n"
-                 "environment of 'gpuorch run'. Their output comes here; it waits for every\n"
-                 "task and exits 0 only when every task exited 0, else it names each task that\n"
-                 "did not and exits with the highest status.\n"
+                 "Runs a job step, as Slurm's srun does: N tasks of CMD over an allocation's\n"
+                 "nodes, each with its rank (SLURM_PROCID, RANK), its rank on the node\n"
+                 "(SLURM_LOCALID, LOCAL_RANK), WORLD_SIZE, MASTER_ADDR (the first node) and\n"
+                 "MASTER_PORT, and the environment of 'gpuorch run'. Their output comes here;\n"
+                 "it waits for every task and exits 0 only when every task exited 0, else it\n"
+                 "names each task that did not and exits with the highest status.\n"
+                 "\n"
+                 "Inside a job (a batch script, or 'gpuorch alloc') the allocation is the\n"
+                 "job's. Outside one, 'gpuorch run' first allocates -N NODES with\n"
+                 "--gpus-per-node G (or -G GPUS in all), waits for them (\"job N queued and\n"
+                 "waiting for resources\"), runs the step, and releases them when the step\n"
+                 "ends or is interrupted.\n"
                  "\n"
                  "  -n, --ntasks N          tasks in all (default: the job's --ntasks, else\n"
                  "                          --ntasks-per-node on every node, else one per node)\n"
                  "      --ntasks-per-node K K tasks on each node\n"
                  "      --gpus-per-task G   each task sees its own G of its node's GPUs\n"
                  "                          (CUDA_VISIBLE_DEVICES); default: all of them\n"
-                 "  -N, --nodes NODES       the first NODES nodes of the allocation\n"
+                 "  -N, --nodes NODES       the first NODES nodes of the allocation (outside a\n"
+                 "                          job: the nodes to allocate)\n"
                  "  -l, --label             each line after its task's rank: '0: ...'\n"
                  "  -D, --chdir DIR         the tasks' directory (default: this one)\n"
+                 "  --gpus-per-node G, -G/--gpus GPUS, -t/--time SECONDS, -p/--partition POOL,\n"
+                 "  -J/--job-name NAME      what to allocate, outside a job only\n"
                  "  -h, --help              this help\n"
                  "\n"
-                 "Not supported yet (refused): outside an allocation, --pty, and srun's\n"
-                 "--mpi, --cpu-bind, -m/--distribution, --exclusive, --overlap, --het-group,\n"
-                 "--multi-prog, -w/--nodelist, -x/--exclude, -c/--cpus-per-task, --mem*,\n"
-                 "--gpus, --gpus-per-node, --gres, -t/--time, -p/--partition, -i/-o/-e,\n"
-                 "--export, -K, -W, -u.\n"
+                 "Not supported yet (refused): --pty, and srun's --mpi, --cpu-bind,\n"
+                 "-m/--distribution, --exclusive, --overlap, --het-group, --multi-prog,\n"
+                 "-w/--nodelist, -x/--exclude, -c/--cpus-per-task, --mem*, --gres,\n"
+                 "-i/-o/-e, --export, -K, -W, -u.\n"
                  "\n"
+                 "The server and token (outside a job) come from $GPUORCH_SERVER,\n"
+                 "$GPUORCH_TOKEN or $GPUORCH_TOKEN_FILE, or the config file.\n"
                  "Exit codes: 0 every task exited 0; the highest task status (128+N for a\n"
-                 "signal N; 1 for a task not started or lost); 2 usage or no allocation.\n");
+                 "signal N; 1 for a task not started or lost, or no allocation); 2 usage.\n");
 }
 
 /* ---- the allocation and the layout ------------------------------------- */
@@ -212,9 +250,8 @@ static int read_alloc(struct step *st)
     const char *names = getenv("GPUORCH_NODELIST"), *addrs = getenv("GPUORCH_STEP_ADDRS");
     st->key = getenv("GPUORCH_STEP_KEY");
     if (!job || !att || !st->key || !addrs || !names)
-        return cli_usage_error("run", "not inside a job's allocation (no GPUORCH_STEP_KEY): "
-                                      "allocating from outside one is not supported yet; use "
-                                      "'gpuorch submit' with a script that calls 'gpuorch run'");
+        return cli_usage_error("run", "the job's environment is incomplete (GPUORCH_JOB_ID, "
+                                      "GPUORCH_ATTEMPT, GPUORCH_NODELIST, GPUORCH_STEP_ADDRS)");
     int64_t j, a;
     if (opts_parse_int(job, 1, INT64_MAX, &j) || opts_parse_int(att, 1, UINT32_MAX, &a))
         return cli_usage_error("run", "$GPUORCH_JOB_ID, $GPUORCH_ATTEMPT: not job ids");
@@ -453,9 +490,19 @@ static void *conn_main(void *arg)
     snprintf(path, sizeof(path), "/v1/steps/%" PRIu64 "/%" PRIu32, st->job, st->attempt);
     struct httpc *h = NULL;
     int rc = httpc_new(url, st->key, &h, c->err, sizeof(c->err));
-    if (!rc)
+    /* A node's agent may not have started its part of a job that just
+     * began: 404 is asked again, for a while. */
+    for (int tries = 0; !rc; tries++) {
+        c->status = 0;
+        c->alen = 0;
+        c->answer[0] = '\0';
         rc = httpc_stream_body(h, "POST", path, c->body, strlen(c->body), 0, on_data, c, &c->status,
                                c->err, sizeof(c->err));
+        if (rc || c->status != 404 || stop_signal || tries >= RUN_404_TRIES)
+            break;
+        struct timespec ts = {0, 200 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
     if (!rc && c->status != 200) {
         json_t *o = json_loads(c->answer, 0, NULL);
         const char *m = cli_json_str(json_object_get(o, "error"), "message");
@@ -547,6 +594,25 @@ static int run_step(struct step *st)
     return rc;
 }
 
+/* Outside a job: an allocation for the step (alloc.h), in this process's
+ * environment. */
+static int allocate(struct step *st, struct alloc *al)
+{
+    const struct run_args *a = &st->a;
+    struct alloc_flags f = {.nodes = a->nodes,
+                            .gpus_per_node = a->gpus_per_node,
+                            .gpus = a->gpus,
+                            .time_s = a->time_s,
+                            .pool = a->partition,
+                            .name = a->name ? a->name : "run"};
+    struct cli_common co = {0};
+    int rc = alloc_acquire("run", &f, &co, &stop_signal, al);
+    if (!rc && alloc_export(al) != 0)
+        rc = cli_fail("run", "the allocation's node list is too long for the environment");
+    st->a.nodes = 0; /* the step spans the whole allocation */
+    return rc;
+}
+
 /* Options up to the command (srun's: the first word that is not one). */
 static int parse(int argc, char **argv, struct step *st)
 {
@@ -592,21 +658,30 @@ int run_command(int argc, char **argv)
         usage(stdout);
     else if (!rc && !st->ncmd)
         rc = cli_usage_error("run", "expected a command (see 'gpuorch run --help')");
-    else if (!rc)
-        rc = read_alloc(st);
-    if (!st->a.help && !rc)
-        rc = lay_out(st);
-    if (!st->a.help && !rc)
-        rc = pick_master(st);
-    if (!st->a.help && !rc) {
+    bool inside = getenv("GPUORCH_STEP_KEY") != NULL, go = !rc && !st->a.help;
+    const struct run_args *ra = &st->a;
+    if (go && inside && (ra->gpus_per_node || ra->gpus || ra->time_s || ra->partition || ra->name))
+        rc = cli_usage_error("run", "--gpus-per-node, --gpus, --time, --partition and "
+                                    "--job-name allocate: not inside a job");
+    if (go && !rc && ra->gpus && ra->gpus_per_node)
+        rc = cli_usage_error("run", "--gpus and --gpus-per-node: one of them");
+    if (go && !rc) {
         struct sigaction sa = {.sa_handler = on_signal};
         sigemptyset(&sa.sa_mask);
         sigaction(SIGINT, &sa, NULL);
         sigaction(SIGTERM, &sa, NULL);
         sigaction(SIGHUP, &sa, NULL);
         signal(SIGPIPE, SIG_IGN);
-        rc = run_step(st);
     }
+    struct alloc al = {0};
+    bool allocated = go && !rc && !inside;
+    rc = allocated ? allocate(st, &al) : rc;
+    rc = go && !rc ? read_alloc(st) : rc;
+    rc = go && !rc ? lay_out(st) : rc;
+    rc = go && !rc ? pick_master(st) : rc;
+    rc = go && !rc ? run_step(st) : rc;
+    if (allocated)
+        alloc_release("run", &al);
     free(st->master_addr);
     free(st->names_buf);
     free(st->addrs_buf);

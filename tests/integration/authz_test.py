@@ -156,6 +156,8 @@ CASES = {
     ("GET", "/v1/jobs/{id}/logs"): lambda: [r("GET", f"/v1/jobs/{j}/logs", "deny") for j in B_JOBS],
     ("POST", "/v1/jobs/{id}/cancel"): lambda: [r("POST", f"/v1/jobs/{j}/cancel", "deny")
                                                for j in B_JOBS],
+    ("GET", "/v1/jobs/{id}/step"): lambda: [r("GET", f"/v1/jobs/{j}/step", "deny")
+                                            for j in B_JOBS],
     ("GET", "/v1/cost"): lambda: [r("GET", "/v1/cost", "clean", query={"by": by})
                                   for by in ("team", "project", "model", "user", "job")],
     ("GET", "/v1/budgets"): lambda: reqs(r("GET", "/v1/budgets", "clean")),

@@ -21,9 +21,12 @@ KEEP_TMP=1 keeps the directories."""
 
 import json
 import os
+import pty
+import select
 import subprocess
 import sys
 import tempfile
+import time
 import urllib.error
 import urllib.request
 
@@ -258,6 +261,85 @@ def interrupted_step():
        detail(j, "interrupt") + f"\nalive: {alive}")
 
 
+def jobs_named(name):
+    st, body, _ = call("GET", "/v1/jobs", token=ADMIN, query={"state": ",".join(
+        ("PENDING", "RUNNING") + FINAL)})
+    jobs = (body or {}).get("jobs") or [] if st == 200 else []
+    return sorted(j["id"] for j in jobs if (j.get("spec") or {}).get("name") == name)
+
+
+def run_outside():
+    """`gpuorch run -N 2 --gpus-per-node 8` outside a job: it allocates, says
+    it waits while the GPUs are busy, runs the step, and releases them."""
+    blocker = SRV.api.expect("POST", "/v1/jobs", {
+        "name": "blocker", "pool": "main", "gpus": 16, "multi_node": True, "workdir": SHARED,
+        "command": ["sh", "-c", "sleep 4"]}, want=(201,), token=MEMBER)["id"]
+    wait_until(lambda: (get_job(blocker) or {}).get("state") == "RUNNING", timeout=30, step=0.1)
+    rc, out, err = cli("run", "-N", "2", "--gpus-per-node", "8", "-J", "outside", "-l", "--",
+                       "sh", "-c", 'echo "task $SLURM_PROCID on $GPUORCH_NODE"', timeout=120)
+    ids = jobs_named("outside")
+    j = wait_final(ids[-1]) if ids else None
+    lines = sorted(line for line in out.splitlines() if ": task " in line)
+    ok(rc == 0 and len(lines) == 2 and {line.split()[-1] for line in lines} == {"n1", "n2"},
+       "outside a job, `gpuorch run -N 2 --gpus-per-node 8` allocates two nodes and runs one "
+       "task on each", f"{rc}\n{out}\n{err}")
+    ok(f"job {ids[-1] if ids else '?'} queued and waiting for resources" in err,
+       "while the GPUs are busy it says 'job N queued and waiting for resources', as srun does",
+       err)
+    ok(j and j["state"] == "CANCELLED" and wait_final(blocker)["state"] == "COMPLETED",
+       "when the step ends, the allocation's job is released (CANCELLED)", json.dumps(j)[:800])
+
+
+def read_until(fd, want, timeout=60):
+    """Reads the pty until every string of WANT appeared; what it read."""
+    got = b""
+    deadline = time.monotonic() + timeout
+    while not all(w.encode() in got for w in want):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        r, _, _ = select.select([fd], [], [], min(left, 0.5))
+        if r:
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            got += chunk
+    return got.decode(errors="replace")
+
+
+def alloc_with_pty():
+    """`gpuorch alloc` driven through a pty: a shell with the allocation, a
+    step run from it, its exit status, and the allocation released."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUORCH_")}
+    env.update(GPUORCH_SERVER=f"http://127.0.0.1:{SRV.port}", GPUORCH_TOKEN=MEMBER,
+               SHELL="/bin/sh", PS1="alloc$ ")
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.chdir(SHARED)
+        os.execve(BIN, [BIN, "alloc", "-N", "2", "--gpus-per-node", "8", "-J", "interactive"],
+                  env)
+    seen = read_until(fd, ["granted job allocation", "alloc$ "])
+    os.write(fd, f"{BIN} run -l sh -c 'echo step-$SLURM_PROCID-$SLURM_JOB_ID'\n".encode())
+    ids = jobs_named("interactive")
+    jid = ids[-1] if ids else 0
+    seen += read_until(fd, [f"0: step-0-{jid}", f"1: step-1-{jid}", "alloc$ "])
+    os.write(fd, b"exit 7\n")
+    seen += read_until(fd, ["relinquishing job allocation"])
+    _, status = os.waitpid(pid, 0)
+    os.close(fd)
+    j = wait_final(jid) if jid else None
+    ok(f"0: step-0-{jid}" in seen and f"1: step-1-{jid}" in seen,
+       "`gpuorch alloc -N 2 --gpus-per-node 8` gives a shell (through a pty) whose `gpuorch run` "
+       "runs a task on each of the allocation's nodes, with SLURM_JOB_ID the allocation's",
+       seen[-2000:])
+    ok(os.WIFEXITED(status) and os.WEXITSTATUS(status) == 7 and j and j["state"] == "CANCELLED",
+       "the shell's `exit 7` ends `gpuorch alloc` with status 7 and releases the allocation",
+       f"{status}\n{json.dumps(j)[:800]}\n{seen[-800:]}")
+
+
 def credential_required(nodes):
     """The step route refuses a request without the attempt's credential."""
     port = nodes["n2"]["log_port"]
@@ -276,7 +358,8 @@ def credential_required(nodes):
 def main():
     print("TAP version 13")
     nodes = setup()
-    for step in (shell_step, torch_steps, interrupted_step, lambda: credential_required(nodes)):
+    for step in (shell_step, torch_steps, interrupted_step, run_outside, alloc_with_pty,
+                 lambda: credential_required(nodes)):
         try:
             step()
         except Exception as e:  # one broken step should not hide the others' results

@@ -132,38 +132,7 @@ static void assignment_free(struct proto_attempt *a)
     free(a->spec.env);
     free(a->spec.deps);
     free(a->gang.nodes);
-    free(a->step.key);
-    for (size_t k = 0; k < a->step.naddrs; k++)
-        free(a->step.addrs[k]);
-    free(a->step.addrs);
-}
-
-/* What the gang's job steps need: the attempt's credential and where each
- * rank's agent serves steps (its log server). None when a rank's agent
- * named no log port. 0 or GPO_ENOMEM. */
-static int step_of(struct server *s, const struct job *j, struct proto_step *st)
-{
-    for (size_t k = 0; k < j->att.nparts; k++) {
-        const struct cluster_node *n = cluster_node_get(&s->cluster, j->att.parts[k].node);
-        if (!n || !n->log_port)
-            return 0;
-    }
-    st->key = malloc(AUTH_STEP_KEY_LEN + 1);
-    st->addrs = calloc(j->att.nparts + 1, sizeof(*st->addrs));
-    if (!st->key || !st->addrs)
-        return GPO_ENOMEM;
-    auth_step_key(&s->auth, j->id, j->att.n, st->key);
-    for (size_t k = 0; k < j->att.nparts; k++) {
-        const struct cluster_node *n = cluster_node_get(&s->cluster, j->att.parts[k].node);
-        const char *host = n->addr ? n->addr : n->name;
-        bool v6 = strchr(host, ':') != NULL;
-        size_t len = strlen(host) + 16;
-        if (!(st->addrs[k] = malloc(len)))
-            return GPO_ENOMEM;
-        snprintf(st->addrs[k], len, v6 ? "[%s]:%u" : "%s:%u", host, (unsigned)n->log_port);
-        st->naddrs++;
-    }
-    return 0;
+    api_step_release(&a->step);
 }
 
 /* Where an attempt runs, for its processes' environment: every node in rank
@@ -209,7 +178,7 @@ static int assignment(struct server *s, const struct job *j, const char *node, c
     a.gpus = calloc(j->att.nshares ? j->att.nshares : 1, sizeof(*a.gpus));
     int rc = a.gpus ? spec_of(&j->spec, &a.spec) : GPO_ENOMEM;
     rc = rc ? rc : gang_of(s, j, node, &a.gang);
-    rc = rc ? rc : step_of(s, j, &a.step);
+    rc = rc ? rc : api_step_of(s, j, &a.step);
     for (size_t g = 0; !rc && g < j->att.nshares; g++) {
         const struct attempt_share *sh = &j->att.shares[g];
         if (strcmp(sh->node, node) == 0)
