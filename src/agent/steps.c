@@ -40,6 +40,7 @@ static void nolog(const char *fmt, ...)
 int steps_new(const struct steps_config *cfg, struct steps **ret)
 {
     struct steps *s = calloc(1, sizeof(*s));
+    // NOLINTNEXTLINE(bugprone-sizeof-expression): *live is a pointer (an array of them)
     struct step **live = calloc(STEPS_MAX, sizeof(*live));
     char *node = strdup(cfg->node);
     if (!s || !live || !node) {

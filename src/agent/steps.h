@@ -42,10 +42,9 @@
 #include "http/http.h"
 #include "proto/proto.h"
 
-#define STEPS_MAX       256           /* steps at once on one node */
-#define STEPS_TASKS_MAX 256           /* tasks of one step on one node */
-#define STEPS_BUF_MAX   (1024 * 1024) /* output held for a slow client, per step */
-#define STEPS_ENV_MAX   (48 * 1024)   /* bytes of the client's environment taken */
+#define STEPS_MAX       256                   /* steps at once on one node */
+#define STEPS_TASKS_MAX 256                   /* tasks of one step on one node */
+#define STEPS_BUF_MAX   ((size_t)1024 * 1024) /* output held for a slow client, per step */
 
 struct steps_config {
     const char *node;  /* this node's name (copied) */

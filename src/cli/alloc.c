@@ -289,9 +289,9 @@ static int run_here(char **cmd, size_t ncmd)
     char **argv = ncmd ? cmd : dflt;
     pid_t pid = fork();
     if (pid == 0) {
-        signal(SIGINT, SIG_DFL);
-        signal(SIGTERM, SIG_DFL);
-        signal(SIGHUP, SIG_DFL);
+        (void)signal(SIGINT, SIG_DFL);
+        (void)signal(SIGTERM, SIG_DFL);
+        (void)signal(SIGHUP, SIG_DFL);
         execvp(argv[0], argv);
         fprintf(stderr, "gpuorch alloc: %s: %s\n", argv[0], strerror(errno));
         _exit(127);
@@ -299,7 +299,7 @@ static int run_here(char **cmd, size_t ncmd)
     if (pid < 0)
         return cli_fail("alloc", "fork: %s", strerror(errno));
     /* The shell's Ctrl-C is its own: this process waits through it. */
-    signal(SIGINT, SIG_IGN);
+    (void)signal(SIGINT, SIG_IGN);
     int status = 0;
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
         ;

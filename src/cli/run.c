@@ -30,8 +30,8 @@
 
 #define RUN_NODES_MAX 1024
 #define RUN_TASKS_MAX 65536
-#define RUN_ENV_MAX   (48 * 1024) /* bytes of our environment the tasks get */
-#define RUN_404_TRIES 150         /* 30 s of "not running here yet" */
+#define RUN_ENV_MAX   ((size_t)48 * 1024) /* bytes of our environment the tasks get */
+#define RUN_404_TRIES 150                 /* 30 s of "not running here yet" */
 
 struct run_args {
     int64_t ntasks, ntasks_per_node, gpus_per_task, nodes;
@@ -212,7 +212,6 @@ struct step {
     uint32_t ntasks;
     char *master_addr;
     uint32_t master_port;
-    char *body; /* the JSON every node gets but its own fields */
     pthread_mutex_t out_mu;
     struct task_end *ends;
     bool *line_start; /* per task and stream: the next byte starts a line */
@@ -414,12 +413,12 @@ static void print_output(struct step *st, const struct stepframe *f, const uint8
         const uint8_t *nl = memchr(data + at, '\n', f->len - at);
         size_t n = nl ? (size_t)(nl - (data + at)) + 1 : f->len - at;
         if (st->a.label && *start)
-            fprintf(out, "%" PRIu32 ": ", f->task);
-        fwrite(data + at, 1, n, out);
+            (void)fprintf(out, "%" PRIu32 ": ", f->task);
+        (void)fwrite(data + at, 1, n, out);
         *start = nl != NULL;
         at += n;
     }
-    fflush(out);
+    (void)fflush(out);
 }
 
 static void take_frame(struct conn *c, const struct stepframe *f, const uint8_t *data)
@@ -671,7 +670,7 @@ int run_command(int argc, char **argv)
         sigaction(SIGINT, &sa, NULL);
         sigaction(SIGTERM, &sa, NULL);
         sigaction(SIGHUP, &sa, NULL);
-        signal(SIGPIPE, SIG_IGN);
+        (void)signal(SIGPIPE, SIG_IGN);
     }
     struct alloc al = {0};
     bool allocated = go && !rc && !inside;
