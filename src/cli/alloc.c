@@ -63,7 +63,7 @@ static json_t *alloc_spec(const char *cmd, const struct alloc_flags *f)
 
 /* Waits until job a->job runs and its step answer comes; prints the
  * pending reason when it changes. 0, or an exit status after printing. */
-static int wait_running(const char *cmd, struct alloc *a, volatile sig_atomic_t *stop)
+static int wait_running(const char *cmd, struct alloc *a, const volatile sig_atomic_t *stop)
 {
     char err[CLI_ERR_MAX], last_reason[256] = "";
     bool said = false;
@@ -103,7 +103,7 @@ static int wait_running(const char *cmd, struct alloc *a, volatile sig_atomic_t 
 }
 
 int alloc_acquire(const char *cmd, const struct alloc_flags *f, const struct cli_common *co,
-                  volatile sig_atomic_t *stop, struct alloc *ret)
+                  const volatile sig_atomic_t *stop, struct alloc *ret)
 {
     *ret = (struct alloc){0};
     int rc = cli_connect(&ret->c, cmd, co);
@@ -190,7 +190,6 @@ void alloc_release(const char *cmd, struct alloc *a)
 struct alloc_args {
     struct cli_common co;
     struct alloc_flags f;
-    bool help;
 };
 
 static const struct opts_opt opts[] = {
@@ -231,7 +230,7 @@ static const struct opts_opt opts[] = {
      .short_name = 't',
      .type = OPTS_SECONDS,
      .min = 1,
-     .max = 365 * 86400,
+     .max = INT64_C(365) * 86400,
      .offset = offsetof(struct alloc_args, f.time_s)},
     {.name = "partition",
      .short_name = 'p',

@@ -48,7 +48,7 @@ struct alloc {
  * also after a failure), or the exit status after printing why.
  */
 int alloc_acquire(const char *cmd, const struct alloc_flags *f, const struct cli_common *co,
-                  volatile sig_atomic_t *stop, struct alloc *ret);
+                  const volatile sig_atomic_t *stop, struct alloc *ret);
 
 /* GPUORCH_JOB_ID, GPUORCH_ATTEMPT, GPUORCH_NODELIST, GPUORCH_STEP_KEY,
  * GPUORCH_STEP_ADDRS, GPUORCH_NTASKS, GPUORCH_NTASKS_PER_NODE,
