@@ -55,6 +55,8 @@ struct att {
 struct attempts {
     struct attempts_config cfg;
     char *node, *state_dir;
+    char **gpu_uuids; /* the node's GPUs by index, for SLURM_JOB_GPUS (launch.h) */
+    size_t ngpu_uuids;
     pthread_mutex_t lock;
     pthread_cond_t cond;
     bool woken;
@@ -67,6 +69,24 @@ static void nolog(const char *fmt, ...)
     (void)fmt;
 }
 
+/* The node's GPU UUIDs by index; a GPU that does not describe itself has
+ * "" (no attempt's UUID matches it). 0 or GPO_ENOMEM. */
+static int gpu_table(struct attempts *t)
+{
+    unsigned n = gpu_count(t->cfg.gpus);
+    t->gpu_uuids = calloc(n + 1, sizeof(*t->gpu_uuids));
+    for (unsigned k = 0; t->gpu_uuids && k < n; k++) {
+        struct gpu_info info;
+        char err[256];
+        if (gpu_info(t->cfg.gpus, k, &info, err, sizeof(err)) != 0)
+            info.uuid[0] = '\0';
+        if (!(t->gpu_uuids[k] = strdup(info.uuid)))
+            return GPO_ENOMEM;
+        t->ngpu_uuids++;
+    }
+    return t->gpu_uuids ? 0 : GPO_ENOMEM;
+}
+
 int attempts_new(const struct attempts_config *cfg, struct attempts **ret)
 {
     struct attempts *t = calloc(1, sizeof(*t));
@@ -77,12 +97,12 @@ int attempts_new(const struct attempts_config *cfg, struct attempts **ret)
         t->cfg.log = nolog;
     t->node = strdup(cfg->node);
     t->state_dir = strdup(cfg->state_dir);
-    if (!t->node || !t->state_dir) {
+    pthread_mutex_init(&t->lock, NULL);
+    pthread_cond_init(&t->cond, NULL);
+    if (!t->node || !t->state_dir || gpu_table(t) != 0) {
         attempts_free(t);
         return GPO_ENOMEM;
     }
-    pthread_mutex_init(&t->lock, NULL);
-    pthread_cond_init(&t->cond, NULL);
     *ret = t;
     return 0;
 }
@@ -115,10 +135,9 @@ void attempts_free(struct attempts *t)
     free(t->v);
     free(t->node);
     free(t->state_dir);
-    if (t->node || t->state_dir || t->v) {
-        pthread_mutex_destroy(&t->lock);
-        pthread_cond_destroy(&t->cond);
-    }
+    strs_free(t->gpu_uuids, t->ngpu_uuids);
+    pthread_mutex_destroy(&t->lock);
+    pthread_cond_destroy(&t->cond);
     free(t);
 }
 
@@ -293,8 +312,11 @@ static void launch(struct attempts *t, const struct proto_attempt *asg, int64_t 
         att_free(a);
         return;
     }
-    struct launch_config lc = {
-        .node = t->node, .state_dir = t->state_dir, .as_root = priv_is_root(t->cfg.priv)};
+    struct launch_config lc = {.node = t->node,
+                               .state_dir = t->state_dir,
+                               .as_root = priv_is_root(t->cfg.priv),
+                               .gpu_uuids = (const char *const *)t->gpu_uuids,
+                               .ngpu_uuids = t->ngpu_uuids};
     struct launch l;
     rc = launch_prepare(&lc, asg, &l, err, sizeof(err));
     rc = rc ? rc : steps_launch(t->cfg.steps, asg, &l, err, sizeof(err));

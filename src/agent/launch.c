@@ -14,14 +14,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "agent/slurmenv.h"
 #include "util/errbuf.h"
 #include "util/fsutil.h"
 #include "base/banned.h"
 
-/* Appends one formatted string: 0 or GPO_ENOMEM (the list unchanged). */
-static int strv_add(struct launch_strv *s, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static int strv_add(struct launch_strv *s, const char *fmt, ...)
+int launch_strv_add(struct launch_strv *s, const char *fmt, ...)
 {
     if (s->n + 1 >= s->cap) {
         size_t cap = s->cap ? 2 * s->cap : 32;
@@ -46,7 +44,7 @@ static int strv_add(struct launch_strv *s, const char *fmt, ...)
     return 0;
 }
 
-static void strv_free(struct launch_strv *s)
+void launch_strv_release(struct launch_strv *s)
 {
     for (size_t k = 0; k < s->n; k++)
         free(s->v[k]);
@@ -68,7 +66,7 @@ static bool env_has(const struct launch_strv *env, const char *name)
 static bool reserved(const char *name)
 {
     return strncmp(name, "GPUORCH_", 8) == 0 || strcmp(name, "CUDA_VISIBLE_DEVICES") == 0 ||
-           strcmp(name, "NVIDIA_VISIBLE_DEVICES") == 0;
+           strcmp(name, "NVIDIA_VISIBLE_DEVICES") == 0 || slurmenv_reserved(name);
 }
 
 /*
@@ -87,12 +85,12 @@ static int gpu_env(const struct proto_attempt *a, struct launch_strv *env)
     size_t at = 0;
     for (size_t k = 0; k < a->ngpus; k++)
         at += (size_t)snprintf(list + at, len - at, "%s%s", k ? "," : "", a->gpus[k].uuid);
-    int rc = strv_add(env, "CUDA_VISIBLE_DEVICES=%s", list);
-    rc = rc ? rc : strv_add(env, "NVIDIA_VISIBLE_DEVICES=%s", a->ngpus ? list : "void");
-    rc = rc ? rc : strv_add(env, "GPUORCH_GPUS=%s", list);
+    int rc = launch_strv_add(env, "CUDA_VISIBLE_DEVICES=%s", list);
+    rc = rc ? rc : launch_strv_add(env, "NVIDIA_VISIBLE_DEVICES=%s", a->ngpus ? list : "void");
+    rc = rc ? rc : launch_strv_add(env, "GPUORCH_GPUS=%s", list);
     free(list);
     if (!rc && a->ngpus && a->gpus[0].milli < 1000)
-        rc = strv_add(env, "GPUORCH_GPU_MILLI=%" PRIu32, a->gpus[0].milli);
+        rc = launch_strv_add(env, "GPUORCH_GPU_MILLI=%" PRIu32, a->gpus[0].milli);
     return rc;
 }
 
@@ -106,13 +104,14 @@ static int gang_env(const struct launch_config *cfg, const struct proto_attempt 
     for (size_t k = 0; k < g->nnodes && used < sizeof(nl); k++)
         used += (size_t)snprintf(nl + used, sizeof(nl) - used, "%s%s", k ? "," : "", g->nodes[k]);
     size_t nn = g->nnodes ? g->nnodes : 1;
-    int rc = strv_add(env, "GPUORCH_NODELIST=%s", g->nnodes ? nl : cfg->node);
-    rc = rc ? rc : strv_add(env, "GPUORCH_NUM_NODES=%zu", nn);
-    rc = rc ? rc : strv_add(env, "GPUORCH_NODE_RANK=%" PRIu32, g->rank);
-    rc = rc ? rc : strv_add(env, "WORLD_SIZE=%zu", nn);
-    rc = rc ? rc : strv_add(env, "RANK=%" PRIu32, g->rank);
-    rc = rc ? rc : strv_add(env, "MASTER_ADDR=%s", g->master_addr ? g->master_addr : "127.0.0.1");
-    rc = rc ? rc : strv_add(env, "MASTER_PORT=%" PRIu32, g->master_port);
+    int rc = launch_strv_add(env, "GPUORCH_NODELIST=%s", g->nnodes ? nl : cfg->node);
+    rc = rc ? rc : launch_strv_add(env, "GPUORCH_NUM_NODES=%zu", nn);
+    rc = rc ? rc : launch_strv_add(env, "GPUORCH_NODE_RANK=%" PRIu32, g->rank);
+    rc = rc ? rc : launch_strv_add(env, "WORLD_SIZE=%zu", nn);
+    rc = rc ? rc : launch_strv_add(env, "RANK=%" PRIu32, g->rank);
+    rc = rc ? rc
+            : launch_strv_add(env, "MASTER_ADDR=%s", g->master_addr ? g->master_addr : "127.0.0.1");
+    rc = rc ? rc : launch_strv_add(env, "MASTER_PORT=%" PRIu32, g->master_port);
     return rc;
 }
 
@@ -120,25 +119,23 @@ static int gang_env(const struct launch_config *cfg, const struct proto_attempt 
 static int build_env(const struct launch_config *cfg, const struct proto_attempt *a,
                      struct launch_strv *env)
 {
-    int rc = strv_add(env, "GPUORCH_JOB_ID=%" PRIu64, a->job);
-    rc = rc ? rc : strv_add(env, "GPUORCH_ATTEMPT=%" PRIu32, a->attempt);
-    rc = rc ? rc : strv_add(env, "GPUORCH_NODE=%s", cfg->node);
+    int rc = launch_strv_add(env, "GPUORCH_JOB_ID=%" PRIu64, a->job);
+    rc = rc ? rc : launch_strv_add(env, "GPUORCH_ATTEMPT=%" PRIu32, a->attempt);
+    rc = rc ? rc : launch_strv_add(env, "GPUORCH_NODE=%s", cfg->node);
     for (size_t k = 0; !rc && k < a->spec.nenv; k++) {
         if (!reserved(a->spec.env[k].name))
-            rc = strv_add(env, "%s=%s", a->spec.env[k].name, a->spec.env[k].value);
+            rc = launch_strv_add(env, "%s=%s", a->spec.env[k].name, a->spec.env[k].value);
     }
     if (!rc && !env_has(env, "PATH"))
-        rc = strv_add(env, "PATH=/usr/local/bin:/usr/bin:/bin");
+        rc = launch_strv_add(env, "PATH=/usr/local/bin:/usr/bin:/bin");
     rc = rc ? rc : gpu_env(a, env);
-    /* An array task knows its index, under Slurm's names too: #SBATCH
-     * scripts read $SLURM_ARRAY_TASK_ID. */
     if (!rc && a->array_id != PROTO_NONE) {
-        const char *names[] = {"GPUORCH_ARRAY_JOB_ID", "GPUORCH_ARRAY_TASK_ID",
-                               "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID"};
-        for (size_t k = 0; !rc && k < 4; k++)
-            rc = strv_add(env, "%s=%" PRId64, names[k], k % 2 ? a->array_index : a->array_id);
+        rc = launch_strv_add(env, "GPUORCH_ARRAY_JOB_ID=%" PRId64, a->array_id);
+        rc = rc ? rc : launch_strv_add(env, "GPUORCH_ARRAY_TASK_ID=%" PRId64, a->array_index);
     }
-    return rc ? rc : gang_env(cfg, a, env);
+    rc = rc ? rc : gang_env(cfg, a, env);
+    struct slurmenv_task task = slurmenv_batch_task(a);
+    return rc ? rc : slurmenv_add(cfg, a, &task, env);
 }
 
 /* A job's output path with sbatch's patterns filled in (launch.h). NULL in,
@@ -228,12 +225,13 @@ int launch_prepare(const struct launch_config *cfg, const struct proto_attempt *
     int rc = 0;
     if (a->spec.script) {
         rc = write_script(cfg, a, l->script_path, sizeof(l->script_path), err, errlen);
-        rc = rc ? rc : strv_add(&l->argv, "%s", l->script_path);
+        rc = rc ? rc : launch_strv_add(&l->argv, "%s", l->script_path);
     } else {
         for (size_t k = 0; !rc && k < a->spec.argc; k++)
-            rc = strv_add(&l->argv, "%s", a->spec.argv[k]);
+            rc = launch_strv_add(&l->argv, "%s", a->spec.argv[k]);
     }
-    rc = rc ? rc : build_env(cfg, a, &l->env);
+    if (!rc && (rc = build_env(cfg, a, &l->env)) != 0 && rc != GPO_ENOMEM)
+        errbuf_set(err, errlen, rc, "the job's environment: %s", gpo_strerror(rc));
     if (rc == GPO_ENOMEM)
         errbuf_set(err, errlen, rc, "out of memory");
     else if (!rc && !l->argv.n)
@@ -264,7 +262,7 @@ void launch_release(struct launch *l)
 {
     if (!l)
         return;
-    strv_free(&l->argv);
-    strv_free(&l->env);
+    launch_strv_release(&l->argv);
+    launch_strv_release(&l->env);
     memset(&l->req, 0, sizeof(l->req));
 }

@@ -34,13 +34,23 @@ struct launch_config {
     const char *node;      /* this node's name (borrowed) */
     const char *state_dir; /* the agent's state directory (borrowed) */
     bool as_root;          /* the agent runs as root: jobs run as their unix_user */
+    /* The node's GPUs by NVML index: gpu_uuids[i] is GPU i's UUID (borrowed;
+     * NULL: not known, and SLURM_JOB_GPUS is not set). */
+    const char *const *gpu_uuids;
+    size_t ngpu_uuids;
 };
 
-/* A growing list of strings, NULL-terminated. */
+/* A growing list of strings, NULL-terminated (v is NULL while n is 0). */
 struct launch_strv {
     char **v;
     size_t n, cap;
 };
+
+/* Appends one formatted string: 0 or GPO_ENOMEM (the list unchanged). */
+int launch_strv_add(struct launch_strv *s, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Frees the strings and the array, and zeroes s. */
+void launch_strv_release(struct launch_strv *s);
 
 /* A launch request and the memory it points into. */
 struct launch {

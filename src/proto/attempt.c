@@ -68,13 +68,13 @@ struct attempt_wire {
     enum proto_action action;
     struct proto_share *gpus;
     size_t ngpus;
-    char *user, *unix_user, *reason;
+    char *user, *unix_user, *reason, *pool, *priority;
     struct wire_spec spec;
     struct proto_gang gang;
     int64_t array_id, array_index, grace_s;
     enum proto_kill_cause cause;
     struct proto_step step;
-    enum jsonv_presence p[11]; /* by enum key below */
+    enum jsonv_presence p[13]; /* by enum key below */
 };
 
 /* The keys that belong to one action, for the checks between fields. */
@@ -89,12 +89,16 @@ enum key {
     K_GRACE,
     K_REASON,
     K_AS,
+    K_POOL,
+    K_PRIORITY,
     K_STEP,
 };
-static const char *const key_names[] = {"gpus",   "user",     "unix_user",   "spec",
-                                        "gang",   "array_id", "array_index", "grace_s",
-                                        "reason", "as",       "step"};
+static const char *const key_names[] = {"gpus",     "user",        "unix_user", "spec",   "gang",
+                                        "array_id", "array_index", "grace_s",   "reason", "as",
+                                        "pool",     "priority",    "step"};
 _Static_assert(ARRAY_LEN(key_names) == K_STEP + 1, "a name per key");
+_Static_assert(ARRAY_LEN(key_names) <= ARRAY_LEN(((struct attempt_wire *)0)->p),
+               "a presence per key");
 
 #define PRES(k) .presence_offset = offsetof(struct attempt_wire, p[k])
 
@@ -125,6 +129,10 @@ static const struct jsonv_field attempt_fields[] = {
              .flags = JSONV_PRESENCE, PRES(K_REASON)),
     WIRE_OPT("as", JSONV_ENUM, struct attempt_wire, cause, 0, 0, .flags = JSONV_PRESENCE,
              PRES(K_AS), .choices = causes),
+    WIRE_OPT("pool", JSONV_STRING, struct attempt_wire, pool, 1, PROTO_NAME_MAX,
+             .flags = JSONV_PRESENCE | JSONV_TEXT, PRES(K_POOL)),
+    WIRE_OPT("priority", JSONV_STRING, struct attempt_wire, priority, 1, PROTO_SPEC_NAME_MAX,
+             .flags = JSONV_PRESENCE | JSONV_TEXT, PRES(K_PRIORITY)),
     WIRE_OPT("step", JSONV_OBJECT, struct attempt_wire, step, 0, 0, .flags = JSONV_PRESENCE,
              PRES(K_STEP), .sub = step_fields, .nsub = ARRAY_LEN(step_fields)),
 };
@@ -152,7 +160,8 @@ static const struct {
 } action_keys[] = {
     [PROTO_ACTION_RUN] = {1u << K_GPUS | 1u << K_USER | 1u << K_SPEC | 1u << K_GANG,
                           1u << K_GPUS | 1u << K_USER | 1u << K_UNIX_USER | 1u << K_SPEC |
-                              1u << K_GANG | 1u << K_ARRAY_ID | 1u << K_ARRAY_INDEX | 1u << K_STEP},
+                              1u << K_GANG | 1u << K_ARRAY_ID | 1u << K_ARRAY_INDEX | 1u << K_POOL |
+                              1u << K_PRIORITY | 1u << K_STEP},
     [PROTO_ACTION_KILL] = {1u << K_AS, 1u << K_GRACE | 1u << K_REASON | 1u << K_AS},
 };
 
@@ -211,6 +220,8 @@ static int attempt_take(struct attempt_wire *w, struct proto_attempt *ret)
                               .array_index = w->p[K_ARRAY_INDEX] ? w->array_index : PROTO_NONE,
                               .grace_s = w->p[K_GRACE] ? w->grace_s : PROTO_NONE,
                               .reason = w->reason,
+                              .pool = w->pool,
+                              .priority = w->priority,
                               .cause = w->cause,
                               .step = w->step};
     if (wire_spec_take(&w->spec, &a.spec) != 0)
@@ -240,6 +251,8 @@ void proto_attempt_release(struct proto_attempt *m)
     free(m->step.key);
     wire_free_strs(m->step.addrs, m->step.naddrs);
     free(m->reason);
+    free(m->pool);
+    free(m->priority);
     memset(m, 0, sizeof(*m));
 }
 
@@ -373,6 +386,10 @@ static json_t *attempt_json(struct wire_enc *e, const struct proto_attempt *m)
         }
         if (m->step.key)
             wire_set(e, o, "step", step_json(e, &m->step));
+        if (m->pool)
+            wire_set(e, o, "pool", wire_str(e, m->pool));
+        if (m->priority)
+            wire_set(e, o, "priority", wire_str(e, m->priority));
     }
     if (e->rc) {
         json_decref(o);

@@ -335,15 +335,18 @@ struct proto_attempt {
     uint64_t job;     /* 1..INT64_MAX */
     uint32_t attempt; /* >= 1 */
     enum proto_action action;
-    /* action run (all but the array pair required; absent in a kill) */
+    /* action run (all but the array pair, pool and priority required; absent in a kill) */
     struct proto_share *gpus;
     size_t ngpus;    /* 0..PROTO_GPUS_MAX */
     char *user;      /* who submitted it: 1..PROTO_NAME_MAX bytes */
     char *unix_user; /* 1..PROTO_UNIX_USER_MAX bytes; NULL: JSON null (none) */
     struct proto_spec spec;
     struct proto_gang gang;
-    int64_t array_id;       /* an array task's array (>= 1); PROTO_NONE: not one */
-    int64_t array_index;    /* 0..PROTO_ARRAY_INDEX_MAX; PROTO_NONE with array_id */
+    int64_t array_id;    /* an array task's array (>= 1); PROTO_NONE: not one */
+    int64_t array_index; /* 0..PROTO_ARRAY_INDEX_MAX; PROTO_NONE with array_id */
+    char *pool;          /* the pool the node runs it in, 1..PROTO_NAME_MAX bytes; NULL: absent */
+    char *priority;      /* the priority class it runs under (the spec's, or the default),
+                            1..PROTO_SPEC_NAME_MAX bytes; NULL: absent */
     struct proto_step step; /* "step", optional: key NULL when absent */
     /* action kill */
     int64_t grace_s; /* SIGTERM to SIGKILL, 0..INT32_MAX; PROTO_NONE: absent (the agent's

@@ -91,7 +91,8 @@ static const char assignments_text[] =
     " \"open_mode\": \"append\", \"launch\": \"first_node\", \"submit_dir\": \"/home/a\","
     " \"hold\": false, \"begin\": 0},"
     " \"gang\": {\"nodes\": [\"n1\"], \"rank\": 0, \"master_addr\": \"10.0.0.5\","
-    " \"master_port\": 20007}, \"array_id\": 4, \"array_index\": 3,"
+    " \"master_port\": 20007}, \"array_id\": 4, \"array_index\": 3, \"pool\": \"h100\","
+    " \"priority\": \"normal\","
     " \"step\": {\"key\": \"" STEP_KEY "\", \"addrs\": [\"10.0.0.5:4001\"]}},"
     " {\"job\": 8, \"attempt\": 2, \"action\": \"kill\", \"grace_s\": 30,"
     " \"reason\": \"preempted\", \"as\": \"PREEMPTED\"}]}";
@@ -339,6 +340,8 @@ static void test_decoded_fields_hold_the_wire_values(void **state)
     assert_int_equal(r->step.naddrs, 1);
     assert_string_equal(r->step.addrs[0], "10.0.0.5:4001");
     assert_null(k->step.key);
+    assert_string_equal(r->pool, "h100");
+    assert_string_equal(r->priority, "normal");
     assert_int_equal(k->action, PROTO_ACTION_KILL);
     assert_int_equal(k->grace_s, 30);
     assert_string_equal(k->reason, "preempted");
@@ -649,6 +652,10 @@ static const struct bad {
     {ASSIGNMENTS, "attempts.1.unix_user", "null", GPO_EINVAL,
      "field 'attempts[1].unix_user': not allowed with action 'kill'"},
     {ASSIGNMENTS, "attempts.1.as", "\"EXPLODED\"", GPO_EINVAL, "field 'attempts[1].as'"},
+    {ASSIGNMENTS, "attempts.1.pool", "\"main\"", GPO_EINVAL,
+     "field 'attempts[1].pool': not allowed with action 'kill'"},
+    {ASSIGNMENTS, "attempts.0.pool", "\"\"", GPO_ERANGE, "field 'attempts[0].pool'"},
+    {ASSIGNMENTS, "attempts.0.priority", "\"a\\nb\"", GPO_EINVAL, "field 'attempts[0].priority'"},
     {ASSIGNMENTS, "attempts.1.grace_s", "-1", GPO_ERANGE, "field 'attempts[1].grace_s'"},
     {ASSIGNMENTS, "attempts.0.array_index", NULL, GPO_EINVAL,
      "field 'attempts[0].array_id': an array task has both"},

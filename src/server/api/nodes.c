@@ -188,6 +188,10 @@ static int assignment(struct server *s, const struct job *j, const char *node, c
         a.array_id = j->array_id;
         a.array_index = j->array_index;
     }
+    /* For the job's environment: SLURM_JOB_PARTITION and SLURM_JOB_QOS. */
+    const struct cluster_node *here = cluster_node_get(&s->cluster, node);
+    a.pool = here ? here->pool : NULL;
+    a.priority = (char *)(j->spec.priority ? j->spec.priority : cluster_class_default(&s->cluster));
     if (rc) {
         assignment_free(&a);
         return rc;
