@@ -637,7 +637,8 @@ static int start_logs(struct agent *ag, const char *abs_state, char *err, size_t
                                .token = NULL,
                                .open = open_log,
                                .open_ctx = ag};
-    struct steps_config sc = {.node = ag->name, .priv = ag->priv, .log = agent_log};
+    struct steps_config sc = {
+        .node = ag->name, .priv = ag->priv, .as_root = priv_is_root(ag->priv), .log = agent_log};
     if (steps_new(&sc, &ag->steps) != 0)
         return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
     ag->step_route = steps_route(ag->steps);

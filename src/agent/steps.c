@@ -68,9 +68,21 @@ static void strs_free(char **v, size_t n)
 
 static void attempt_free(struct steps_attempt *a)
 {
-    if (a)
+    if (a) {
         strs_free(a->uuids, a->nuuids);
+        proto_attempt_release(&a->a);
+    }
     free(a);
+}
+
+/* A deep copy of a run assignment, through its codec: 0, GPO_ENOMEM. */
+static int attempt_copy(const struct proto_attempt *a, struct proto_attempt *ret)
+{
+    json_t *o = NULL;
+    int rc = proto_attempt_encode(a, &o);
+    rc = rc ? rc : proto_attempt_decode(o, ret, NULL, 0);
+    json_decref(o);
+    return rc ? GPO_ENOMEM : 0;
 }
 
 /* Ends a step's tasks (the thread sees it); under its lock or not. */
@@ -128,6 +140,10 @@ int steps_attempt_add(struct steps *s, const struct proto_attempt *a)
     n->attempt = a->attempt;
     snprintf(n->key, sizeof(n->key), "%s", a->step.key);
     n->milli = a->ngpus ? a->gpus[0].milli : 1000;
+    if (attempt_copy(a, &n->a) != 0) {
+        attempt_free(n);
+        return GPO_ENOMEM;
+    }
     for (size_t k = 0; k < a->ngpus; k++) {
         if (!(n->uuids[k] = strdup(a->gpus[k].uuid))) {
             attempt_free(n);
@@ -232,6 +248,7 @@ void steps_unref(struct step *st)
     http_stream_release(st->stream);
     steps_request_release(&st->req);
     strs_free(st->uuids, st->nuuids);
+    proto_attempt_release(&st->att);
     free(st->out);
     close(st->wake_fd);
     pthread_mutex_destroy(&st->mu);
@@ -400,9 +417,11 @@ static struct step *step_for(struct steps *s, struct http_request *req, uint64_t
         for (size_t k = 0; k < a->nuuids && (st->uuids[k] = strdup(a->uuids[k])); k++)
             st->nuuids++;
     }
-    if (!st || !st->uuids || st->nuuids != a->nuuids) {
-        if (st)
+    if (!st || !st->uuids || st->nuuids != a->nuuids || attempt_copy(&a->a, &st->att) != 0) {
+        if (st) {
             strs_free(st->uuids, st->nuuids);
+            proto_attempt_release(&st->att);
+        }
         free(st);
         *status = 500;
         return NULL;
@@ -416,6 +435,7 @@ static int start(struct steps *s, struct http_request *req, struct step *st)
 {
     st->owner = s;
     st->priv = s->cfg.priv;
+    st->as_root = s->cfg.as_root;
     snprintf(st->node, sizeof(st->node), "%s", s->node);
     st->refs = 2;
     st->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -496,6 +516,7 @@ static int h_step(struct http_request *req, void *ctx)
     if (rc) {
         steps_request_release(&st->req);
         strs_free(st->uuids, st->nuuids);
+        proto_attempt_release(&st->att);
         free(st);
         return rc == GPO_ENOMEM ? http_request_error(req, 500, "internal", "out of memory")
                                 : http_request_error(req, 400, "invalid_field", "%s", err);

@@ -49,6 +49,7 @@
 struct steps_config {
     const char *node;  /* this node's name (copied) */
     struct priv *priv; /* borrowed */
+    bool as_root;      /* the agent runs as root (launch.h's launch_config) */
     void (*log)(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 };
 

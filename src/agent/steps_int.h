@@ -20,7 +20,8 @@ struct steps_attempt {
     char key[PROTO_STEP_KEY_LEN + 1];
     char **uuids; /* its GPUs on this node, in the assignment's order */
     size_t nuuids;
-    uint32_t milli; /* the share of one GPU, 1000 for whole GPUs */
+    uint32_t milli;         /* the share of one GPU, 1000 for whole GPUs */
+    struct proto_attempt a; /* a copy of its assignment (the Slurm variables) */
 };
 
 /* What a step's request asks of this node (steps.h). */
@@ -44,8 +45,10 @@ struct step {
     char **uuids; /* a copy of the attempt's */
     size_t nuuids;
     uint32_t milli;
+    struct proto_attempt att; /* a copy of the attempt's assignment */
     char node[256];
     struct priv *priv;
+    bool as_root;
 
     pthread_mutex_t mu;
     pthread_cond_t cond; /* room in out, or cancelled */

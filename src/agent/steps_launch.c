@@ -3,7 +3,6 @@
  * rank 0's step variables, and a first_node rank's hold.
  */
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,34 +10,6 @@
 #include "agent/steps.h"
 #include "util/errbuf.h"
 #include "base/banned.h"
-
-/* Appends to a launch's list (launch.h's struct launch_strv). */
-static int strv_push(struct launch_strv *s, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static int strv_push(struct launch_strv *s, const char *fmt, ...)
-{
-    if (s->n + 1 >= s->cap) {
-        size_t cap = s->cap ? 2 * s->cap : 32;
-        char **v = realloc(s->v, cap * sizeof(*v));
-        if (!v)
-            return GPO_ENOMEM;
-        s->v = v;
-        s->cap = cap;
-    }
-    va_list ap;
-    va_start(ap, fmt);
-    int k = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    char *str = k >= 0 ? malloc((size_t)k + 1) : NULL;
-    if (!str)
-        return GPO_ENOMEM;
-    va_start(ap, fmt);
-    vsnprintf(str, (size_t)k + 1, fmt, ap);
-    va_end(ap);
-    s->v[s->n++] = str;
-    s->v[s->n] = NULL;
-    return 0;
-}
 
 int steps_launch_env(const struct proto_attempt *a, struct launch *l)
 {
@@ -53,8 +24,8 @@ int steps_launch_env(const struct proto_attempt *a, struct launch *l)
     size_t at = 0;
     for (size_t k = 0; k < a->step.naddrs; k++)
         at += (size_t)snprintf(addrs + at, len - at, "%s%s", k ? "," : "", a->step.addrs[k]);
-    int rc = strv_push(&l->env, "GPUORCH_STEP_KEY=%s", a->step.key);
-    rc = rc ? rc : strv_push(&l->env, "GPUORCH_STEP_ADDRS=%s", addrs);
+    int rc = launch_strv_add(&l->env, "GPUORCH_STEP_KEY=%s", a->step.key);
+    rc = rc ? rc : launch_strv_add(&l->env, "GPUORCH_STEP_ADDRS=%s", addrs);
     free(addrs);
     const struct {
         const char *name;
@@ -64,7 +35,7 @@ int steps_launch_env(const struct proto_attempt *a, struct launch *l)
                  {"GPUORCH_GPUS_PER_TASK", a->spec.gpus_per_task}};
     for (size_t k = 0; !rc && k < sizeof(shape) / sizeof(shape[0]); k++) {
         if (shape[k].value)
-            rc = strv_push(&l->env, "%s=%" PRIu32, shape[k].name, shape[k].value);
+            rc = launch_strv_add(&l->env, "%s=%" PRIu32, shape[k].name, shape[k].value);
     }
     l->req.env = (const char *const *)l->env.v;
     l->req.nenv = l->env.n;
@@ -76,8 +47,8 @@ int steps_launch_hold(struct launch *l)
     for (size_t k = 0; k < l->argv.n; k++)
         free(l->argv.v[k]);
     l->argv.n = 0;
-    int rc = strv_push(&l->argv, "sleep");
-    rc = rc ? rc : strv_push(&l->argv, "infinity");
+    int rc = launch_strv_add(&l->argv, "sleep");
+    rc = rc ? rc : launch_strv_add(&l->argv, "infinity");
     l->req.argv = (const char *const *)l->argv.v;
     l->req.argc = l->argv.n;
     l->req.script = false;

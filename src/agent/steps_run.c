@@ -9,74 +9,46 @@
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "agent/slurmenv.h"
 #include "agent/steps_int.h"
 #include "util/stepframe.h"
 #include "base/banned.h"
 
-/* A growing NULL-terminated list of strings. */
-struct envv {
-    char **v;
-    size_t n, cap;
-};
-
-static int envv_add(struct envv *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int envv_add(struct envv *e, const char *fmt, ...)
-{
-    if (e->n + 1 >= e->cap) {
-        size_t cap = e->cap ? 2 * e->cap : 64;
-        char **v = realloc(e->v, cap * sizeof(*v));
-        if (!v)
-            return GPO_ENOMEM;
-        e->v = v;
-        e->cap = cap;
-    }
-    va_list ap;
-    va_start(ap, fmt);
-    char *s = NULL;
-    int k = vasprintf(&s, fmt, ap);
-    va_end(ap);
-    if (k < 0)
-        return GPO_ENOMEM;
-    e->v[e->n++] = s;
-    e->v[e->n] = NULL;
-    return 0;
-}
-
-static void envv_free(struct envv *e)
-{
-    for (size_t k = 0; k < e->n; k++)
-        free(e->v[k]);
-    free(e->v);
-}
-
-/* What every task gets from us, whatever the client's environment says. */
+/* What every task gets from us, whatever the client's environment says
+ * (and every SLURM_* name: slurmenv.h's). */
 static const char *const ours[] = {
-    "GPUORCH_NODE",         "GPUORCH_NODE_RANK",    "GPUORCH_STEP_ID",        "GPUORCH_GPUS",
-    "GPUORCH_GPU_MILLI",    "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "RANK",
-    "LOCAL_RANK",           "WORLD_SIZE",           "LOCAL_WORLD_SIZE",       "MASTER_ADDR",
-    "MASTER_PORT",          "SLURM_PROCID",         "SLURM_LOCALID",          "SLURM_NODEID",
-    "SLURM_NTASKS",         "SLURM_NPROCS",         "SLURM_STEP_ID",          "SLURM_STEPID",
-    "SLURM_STEP_NUM_TASKS", "SLURM_STEP_NUM_NODES",
+    "GPUORCH_NODE",      "GPUORCH_NODE_RANK",    "GPUORCH_STEP_ID",        "GPUORCH_GPUS",
+    "GPUORCH_GPU_MILLI", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "RANK",
+    "LOCAL_RANK",        "WORLD_SIZE",           "LOCAL_WORLD_SIZE",       "MASTER_ADDR",
+    "MASTER_PORT",
 };
 
 static bool is_ours(const char *kv)
 {
     const char *eq = strchr(kv, '=');
     size_t n = eq ? (size_t)(eq - kv) : strlen(kv);
+    char name[128];
+    if (n >= sizeof(name))
+        return false;
+    memcpy(name, kv, n);
+    name[n] = '\0';
+    if (slurmenv_reserved(name))
+        return true;
     for (size_t k = 0; k < sizeof(ours) / sizeof(ours[0]); k++) {
-        if (strlen(ours[k]) == n && strncmp(ours[k], kv, n) == 0)
+        if (strcmp(ours[k], name) == 0)
             return true;
     }
     return false;
 }
 
 /* Task l's GPUs: its own gpus_per_task of the node's, or all of them. */
-static int gpu_env(const struct step *st, uint32_t l, struct envv *e)
+static int gpu_env(const struct step *st, uint32_t l, struct launch_strv *e)
 {
     const struct steps_request *r = &st->req;
     size_t from = r->gpus_per_task ? (size_t)l * r->gpus_per_task : 0;
@@ -90,28 +62,28 @@ static int gpu_env(const struct step *st, uint32_t l, struct envv *e)
     size_t at = 0;
     for (size_t k = from; k < from + n; k++)
         at += (size_t)snprintf(list + at, len - at, "%s%s", k > from ? "," : "", st->uuids[k]);
-    int rc = envv_add(e, "CUDA_VISIBLE_DEVICES=%s", list);
-    rc = rc ? rc : envv_add(e, "NVIDIA_VISIBLE_DEVICES=%s", n ? list : "void");
-    rc = rc ? rc : envv_add(e, "GPUORCH_GPUS=%s", list);
+    int rc = launch_strv_add(e, "CUDA_VISIBLE_DEVICES=%s", list);
+    rc = rc ? rc : launch_strv_add(e, "NVIDIA_VISIBLE_DEVICES=%s", n ? list : "void");
+    rc = rc ? rc : launch_strv_add(e, "GPUORCH_GPUS=%s", list);
     if (!rc && n && st->milli < 1000)
-        rc = envv_add(e, "GPUORCH_GPU_MILLI=%" PRIu32, st->milli);
+        rc = launch_strv_add(e, "GPUORCH_GPU_MILLI=%" PRIu32, st->milli);
     free(list);
     return rc;
 }
 
 /* Task l of this node's: the client's environment, then ours. */
-static int task_env(const struct step *st, uint32_t l, struct envv *e)
+static int task_env(const struct step *st, uint32_t l, struct launch_strv *e)
 {
     const struct steps_request *r = &st->req;
     uint32_t rank = r->first_task + l;
     int rc = 0;
     for (size_t k = 0; !rc && k < r->nenv; k++) {
         if (strchr(r->env[k], '=') && !is_ours(r->env[k]))
-            rc = envv_add(e, "%s", r->env[k]);
+            rc = launch_strv_add(e, "%s", r->env[k]);
     }
-    rc = rc ? rc : envv_add(e, "GPUORCH_NODE=%s", st->node);
-    rc = rc ? rc : envv_add(e, "GPUORCH_NODE_RANK=%" PRIu32, r->node_index);
-    rc = rc ? rc : envv_add(e, "GPUORCH_STEP_ID=%" PRIu32, r->step);
+    rc = rc ? rc : launch_strv_add(e, "GPUORCH_NODE=%s", st->node);
+    rc = rc ? rc : launch_strv_add(e, "GPUORCH_NODE_RANK=%" PRIu32, r->node_index);
+    rc = rc ? rc : launch_strv_add(e, "GPUORCH_STEP_ID=%" PRIu32, r->step);
     rc = rc ? rc : gpu_env(st, l, e);
     const struct {
         const char *name;
@@ -122,19 +94,15 @@ static int task_env(const struct step *st, uint32_t l, struct envv *e)
         {"WORLD_SIZE", r->ntasks},
         {"LOCAL_WORLD_SIZE", r->local_tasks},
         {"MASTER_PORT", r->master_port},
-        {"SLURM_PROCID", rank},
-        {"SLURM_LOCALID", l},
-        {"SLURM_NODEID", r->node_index},
-        {"SLURM_NTASKS", r->ntasks},
-        {"SLURM_NPROCS", r->ntasks},
-        {"SLURM_STEP_ID", r->step},
-        {"SLURM_STEPID", r->step},
-        {"SLURM_STEP_NUM_TASKS", r->ntasks},
-        {"SLURM_STEP_NUM_NODES", r->nodes},
     };
     for (size_t k = 0; !rc && k < sizeof(nums) / sizeof(nums[0]); k++)
-        rc = envv_add(e, "%s=%" PRIu32, nums[k].name, nums[k].value);
-    return rc ? rc : envv_add(e, "MASTER_ADDR=%s", r->master_addr);
+        rc = launch_strv_add(e, "%s=%" PRIu32, nums[k].name, nums[k].value);
+    /* Slurm's names for the same, and the job's: SLURM_PROCID, ... */
+    struct launch_config cfg = {.node = st->node, .as_root = st->as_root};
+    struct slurmenv_task t = {
+        .procid = rank, .localid = l, .ntasks = r->ntasks, .step = (int64_t)r->step};
+    rc = rc ? rc : slurmenv_add(&cfg, &st->att, &t, e);
+    return rc ? rc : launch_strv_add(e, "MASTER_ADDR=%s", r->master_addr);
 }
 
 /* One task's end of the relay. */
@@ -173,7 +141,7 @@ static void emit_error(struct step *st, uint32_t task, const char *fmt, ...)
 /* Starts task l; its keeper's socket, or -1 after an ERROR frame. */
 static int spawn(struct step *st, uint32_t l)
 {
-    struct envv env = {0};
+    struct launch_strv env = {0};
     uint32_t rank = st->req.first_task + l;
     char err[PRIV_MSG_MAX] = "";
     int fd = -1;
@@ -188,7 +156,7 @@ static int spawn(struct step *st, uint32_t l)
                                .nenv = env.n};
         rc = priv_step_spawn(st->priv, &ps, &fd, err, sizeof(err));
     }
-    envv_free(&env);
+    launch_strv_release(&env);
     if (rc) {
         emit_error(st, rank, "task %" PRIu32 " (node %s): not started: %s", rank, st->node,
                    err[0] ? err : gpo_strerror(rc));

@@ -176,7 +176,8 @@ def shell_step():
     jid = submit_script("ranks", 'echo "script on $GPUORCH_NODE"\n'
                         '"$GPUORCH" run -n 4 --gpus-per-task 4 -l sh -c '
                         "'echo \"$SLURM_PROCID $SLURM_LOCALID $SLURM_NODEID $GPUORCH_NODE "
-                        "$RANK $LOCAL_RANK $WORLD_SIZE $CUDA_VISIBLE_DEVICES\"'\n")
+                        "$RANK $LOCAL_RANK $WORLD_SIZE $CUDA_VISIBLE_DEVICES $SLURM_JOB_ID $SLURM_NTASKS '
+                        "$SLURM_STEP_NUM_NODES\"'\n")
     j = wait_final(jid) if jid else None
     out = read(shared("ranks.out"))
     ok(j and j["state"] == "COMPLETED" and sorted(nodes_of(j)) == ["n1", "n2"],
@@ -202,6 +203,9 @@ def shell_step():
         and not set(gpus[0]) & set(gpus[1]) and not set(gpus[2]) & set(gpus[3])
     ok(bound, "--gpus-per-task 4: each task sees 4 GPUs of its own node in "
        "CUDA_VISIBLE_DEVICES, none shared with the other task there", json.dumps(gpus))
+    ok(len(rows) == 4 and all(r[8:11] == [str(jid), "4", "2"] for r in rows.values()),
+       "each task has the Slurm variables of the job and step: SLURM_JOB_ID, SLURM_NTASKS 4, "
+       "SLURM_STEP_NUM_NODES 2", json.dumps(rows))
 
 
 def torch_available():
