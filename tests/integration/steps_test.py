@@ -176,8 +176,8 @@ def shell_step():
     jid = submit_script("ranks", 'echo "script on $GPUORCH_NODE"\n'
                         '"$GPUORCH" run -n 4 --gpus-per-task 4 -l sh -c '
                         "'echo \"$SLURM_PROCID $SLURM_LOCALID $SLURM_NODEID $GPUORCH_NODE "
-                        "$RANK $LOCAL_RANK $WORLD_SIZE $CUDA_VISIBLE_DEVICES $SLURM_JOB_ID $SLURM_NTASKS '
-                        "$SLURM_STEP_NUM_NODES\"'\n")
+                        "$RANK $LOCAL_RANK $WORLD_SIZE $CUDA_VISIBLE_DEVICES $SLURM_JOB_ID "
+                        "$SLURM_NTASKS $SLURM_STEP_NUM_NODES\"'\n")
     j = wait_final(jid) if jid else None
     out = read(shared("ranks.out"))
     ok(j and j["state"] == "COMPLETED" and sorted(nodes_of(j)) == ["n1", "n2"],
