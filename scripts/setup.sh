@@ -42,6 +42,7 @@ PACKAGES=(
   sqlite3            # inspecting the store in tests and by hand
   chromium           # the dashboard's browser test (headless, driven by playwright-core)
   prometheus         # metrics test: a real Prometheus scrapes GET /metrics; promtool checks it
+  python3-torch      # steps test: torch.distributed (gloo, CPU) across a gang's tasks
 )
 
 # Accounts, created idempotently: gpuorch, the one the agent's network half

@@ -12,6 +12,7 @@
 #include "core/sched.h"
 #include "agent/agent.h"
 #include "agent/shim.h"
+#include "cli/alloc.h"
 #include "cli/apply.h"
 #include "cli/cost.h"
 #include "cli/ctl.h"
@@ -20,6 +21,7 @@
 #include "cli/info.h"
 #include "cli/jobs.h"
 #include "cli/nodes.h"
+#include "cli/run.h"
 #include "cli/submit.h"
 #include "cli/token.h"
 #include "cli/top.h"
@@ -55,6 +57,8 @@ static const struct command commands[] = {
     {"info", info_command, "pools and their nodes by state, as sinfo shows them"},
     {"slurm-wrappers", wrappers_command, "write sbatch, squeue, sacct, ... that run gpuorch"},
     {"hostlist", hostlist_command, "expand or compress Slurm's host lists (node[01-04])"},
+    {"run", run_command, "run a job step's tasks over a job's nodes (srun); outside one, allocate"},
+    {"alloc", alloc_command, "allocate nodes and run a shell or command with them (salloc)"},
     {"nodes", nodes_list_command, "list nodes: pool, state, GPUs, free GPUs, heartbeat"},
     {"drain", nodes_drain_command, "drain nodes: they keep their work and get nothing new"},
     {"resume", nodes_resume_command, "resume drained nodes"},

@@ -27,6 +27,7 @@
 #include "agent/cgroup.h"
 #include "agent/journal.h"
 #include "agent/logsrv.h"
+#include "agent/steps.h"
 #include "agent/priv.h"
 #include "agent/probe.h"
 #include "agent/runas.h"
@@ -57,6 +58,8 @@ struct agent {
     struct journal *journal;
     struct priv *priv;
     struct logsrv *logs;
+    struct steps *steps;
+    struct http_route step_route; /* the log server serves steps too */
     struct attempts *att;
     struct runas_account acct; /* the network half's account, when started as root */
     bool drop;                 /* started as root: become acct once the privileged half runs */
@@ -634,6 +637,13 @@ static int start_logs(struct agent *ag, const char *abs_state, char *err, size_t
                                .token = NULL,
                                .open = open_log,
                                .open_ctx = ag};
+    struct steps_config sc = {
+        .node = ag->name, .priv = ag->priv, .as_root = priv_is_root(ag->priv), .log = agent_log};
+    if (steps_new(&sc, &ag->steps) != 0)
+        return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
+    ag->step_route = steps_route(ag->steps);
+    lc.extra_routes = &ag->step_route;
+    lc.nextra = 1;
     return logsrv_new(&lc, &ag->logs, err, errlen);
 }
 
@@ -685,6 +695,7 @@ static int start(struct agent *ag, char *err, size_t errlen)
                                  .gpus = ag->gpus,
                                  .kill_grace_ms = a->kill_grace_ms,
                                  .dirty_wait_ms = a->dirty_wait_ms,
+                                 .steps = ag->steps,
                                  .log = agent_log};
     if ((rc = attempts_new(&ac, &ag->att)) != 0)
         return errbuf_set(err, errlen, rc, "out of memory");

@@ -165,6 +165,7 @@ static void set_outcome(struct attempts *t, struct att *a, struct proto_report f
     proto_report_release(&a->final);
     a->final = final;
     a->phase = PH_ENDING;
+    steps_attempt_remove(t->cfg.steps, a->job, a->attempt);
     a->dirty_until = now + t->cfg.dirty_wait_ms;
 }
 
@@ -255,7 +256,7 @@ static int set_gpus(struct att *a, const struct proto_attempt *asg)
 static void adopt(struct attempts *t, struct att *a, const struct proto_attempt *asg, int64_t now)
 {
     a->recovered = false;
-    if (set_gpus(a, asg))
+    if (set_gpus(a, asg) || steps_attempt_add(t->cfg.steps, asg))
         t->cfg.log("job %" PRIu64 ".%" PRIu32 ": out of memory: its GPUs go unchecked", a->job,
                    a->attempt);
     int64_t limit = asg->spec.time_limit_s;
@@ -324,6 +325,7 @@ static void launch(struct attempts *t, const struct proto_attempt *asg, int64_t 
                                .ngpu_uuids = t->gpus.n};
     struct launch l;
     rc = launch_prepare(&lc, asg, &l, err, sizeof(err));
+    rc = rc ? rc : steps_launch(t->cfg.steps, asg, &l, err, sizeof(err));
     if (!rc) {
         rc = priv_launch(t->cfg.priv, &l.req, &a->pid, &a->start_time, err, sizeof(err));
         launch_release(&l);

@@ -39,6 +39,7 @@
 
 #include "agent/journal.h"
 #include "agent/priv.h"
+#include "agent/steps.h"
 #include "gpu/gpu.h"
 #include "proto/proto.h"
 #include "util/httpc.h"
@@ -51,6 +52,7 @@ struct attempts_config {
     const struct gpu_backend *gpus; /* borrowed */
     int64_t kill_grace_ms;          /* SIGTERM -> SIGKILL, when the assignment names none */
     int64_t dirty_wait_ms;          /* how long an ended attempt's GPUs may take to clear */
+    struct steps *steps;            /* borrowed; NULL: no job steps (steps.h) */
     void (*log)(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 };
 

@@ -637,10 +637,18 @@ int logsrv_new(const struct logsrv_config *cfg, struct logsrv **ret, char *err, 
         rc = errbuf_set(err, errlen, -errno, "logsrv: eventfd: %s", strerror(errno));
         goto fail;
     }
+    size_t nroutes = sizeof(routes) / sizeof(routes[0]) + cfg->nextra;
+    if (!(l->routes = calloc(nroutes, sizeof(*l->routes)))) {
+        errbuf_set(err, errlen, rc, "out of memory");
+        goto fail;
+    }
+    memcpy(l->routes, routes, sizeof(routes));
+    for (size_t k = 0; k < cfg->nextra; k++)
+        l->routes[sizeof(routes) / sizeof(routes[0]) + k] = cfg->extra_routes[k];
     struct http_config hc = {.bind_addr = cfg->bind_addr,
                              .port = cfg->port,
-                             .routes = routes,
-                             .nroutes = sizeof(routes) / sizeof(routes[0]),
+                             .routes = l->routes,
+                             .nroutes = nroutes,
                              .authorize = authorize,
                              .ctx = l};
     char msg[512];
@@ -692,5 +700,6 @@ void logsrv_free(struct logsrv *l)
         pthread_cond_destroy(&l->idle);
     sodium_memzero(l->token, sizeof(l->token));
     free(l->state_dir);
+    free(l->routes);
     free(l);
 }

@@ -53,6 +53,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 #include "base/err.h"
+#include "http/http.h"
 
 #define LOGSRV_MAX_FOLLOW    256u  /* follow streams at once */
 #define LOGSRV_MAX_OPENS     64u   /* log files being opened at once (503 over it) */
@@ -86,6 +87,10 @@ struct logsrv_config {
     const char *token;     /* NULL or "": every request is 401 until logsrv_set_token */
     logsrv_open_fn open;   /* NULL: the server opens and checks the file itself */
     void *open_ctx;        /* borrowed, passed to open */
+    /* More routes on the same port (the step server's: steps.h), copied;
+     * each must be HTTP_ROUTE_PUBLIC and check its own credential. */
+    const struct http_route *extra_routes;
+    size_t nextra;
 };
 
 struct logsrv;

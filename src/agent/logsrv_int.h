@@ -72,6 +72,7 @@ struct logsrv {
     bool idle_init;
     logsrv_open_fn open;
     void *open_ctx;
+    struct http_route *routes; /* the log route, then the config's extra ones */
 };
 
 /* The watcher thread (logsrv_watch.c): wakes every follow stream once per

@@ -130,7 +130,7 @@ static bool known_code(int rc)
     /* The codes privsrv.c answers with. */
     return rc == GPO_EINVAL || rc == GPO_ENOMEM || rc == GPO_EPIPE || rc == GPO_EEXIST ||
            rc == GPO_ENOENT || rc == GPO_EIO || rc == GPO_EPERM || rc == GPO_EACCES ||
-           rc == -ELOOP || rc == GPO_ETIMEDOUT;
+           rc == -ELOOP || rc == GPO_ETIMEDOUT || rc == GPO_ESTATE;
 }
 
 /* A reply's code and message into err. */
@@ -389,5 +389,40 @@ int priv_log_open(struct priv *p, uint64_t job, uint32_t attempt, enum priv_stre
         return rc;
     *ret_fd = fd;
     *ret_size = size;
+    return 0;
+}
+
+int priv_step_spawn(struct priv *p, const struct priv_step *req, int *ret_fd, char *err,
+                    size_t errlen)
+{
+    if (!p || !req || !ret_fd || !req->argv || (req->nenv && !req->env))
+        return errbuf_set(err, errlen, GPO_EINVAL, "priv_step_spawn: NULL argument");
+    if (req->argc > PRIV_STRINGS_N || req->nenv > PRIV_STRINGS_N - req->argc)
+        return errbuf_set(err, errlen, GPO_EINVAL, "argc + nenv: over %d strings", PRIV_STRINGS_N);
+    struct priv_launch as_launch = {
+        .argv = req->argv, .argc = req->argc, .env = req->env, .nenv = req->nenv};
+    struct priv_reply *rep = calloc(1, sizeof(*rep));
+    if (!rep)
+        return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
+    int fd = -1;
+    pthread_mutex_lock(&p->mu);
+    struct priv_req_launch *q = p->buf;
+    memset(q, 0, sizeof(*q));
+    q->type = PRIV_REQ_STEP;
+    q->job = req->job;
+    q->attempt = req->attempt;
+    q->argc = (uint32_t)req->argc;
+    q->nenv = (uint32_t)req->nenv;
+    int rc = pack_string("workdir", req->workdir, q->workdir, sizeof(q->workdir), &q->has_workdir,
+                         err, errlen);
+    rc = rc ? rc : pack_strings(q, &as_launch, err, errlen);
+    rc = rc ? rc : call_fd(p, q, sizeof(*q), rep, &fd, err, errlen);
+    pthread_mutex_unlock(&p->mu);
+    free(rep);
+    if (!rc && fd < 0)
+        rc = errbuf_set(err, errlen, GPO_EIO, "step: no keeper socket came");
+    if (rc)
+        return rc;
+    *ret_fd = fd;
     return 0;
 }

@@ -210,6 +210,39 @@ enum priv_stream { PRIV_STREAM_STDOUT = 1, PRIV_STREAM_STDERR = 2 };
 int priv_log_open(struct priv *p, uint64_t job, uint32_t attempt, enum priv_stream stream,
                   int64_t timeout_ms, int *ret_fd, int64_t *ret_size, char *err, size_t errlen);
 
+struct priv_step {
+    uint64_t job;            /* 1..INT64_MAX */
+    uint32_t attempt;        /* >= 1 */
+    const char *workdir;     /* absolute; NULL: the user's home (or /) */
+    const char *const *argv; /* argc >= 1, argv[0] not empty (found on the env's PATH) */
+    size_t argc;             /* */
+    const char *const *env;  /* "NAME=VALUE", the task's whole environment */
+    size_t nenv;             /* */
+};
+
+/*
+ * Starts one task of a job step in attempt (job, attempt), which must be
+ * running on this node (its directory holds attempt.json and the shim's pid
+ * file, and no status): as the attempt's user (attempt.json's uid and gid,
+ * uid 0 only with allow_root), in the attempt's cgroup, in a process group
+ * of its own, stdin /dev/null. A keeper process (the privileged process's
+ * child, root, in the cgroup too) forks the task, waits for it, and talks
+ * to the caller over a socket: it writes the task's stdout and stderr as
+ * util/stepframe.h frames (task 0), and an EXIT frame last (its status,
+ * or -1 and the signal), after the task ended and its output was read
+ * (what is left of its process group is then killed); it reads single
+ * bytes, each a signal for the task's process group (SIGINT, SIGTERM or
+ * SIGKILL; others are ignored). When the caller closes its end the task
+ * gets SIGTERM, and SIGKILL PRIV_STEP_GRACE_MS later. Returns 0 and
+ * *ret_fd (SOCK_STREAM, close-on-exec; the caller closes it); GPO_EINVAL (a
+ * field refused, named, as priv_launch's), GPO_ENOENT (no such attempt
+ * here), GPO_ESTATE (the attempt is not running), GPO_EIO, GPO_EPIPE.
+ * `req` and its strings are borrowed.
+ */
+#define PRIV_STEP_GRACE_MS 2000
+int priv_step_spawn(struct priv *p, const struct priv_step *req, int *ret_fd, char *err,
+                    size_t errlen);
+
 /*
  * The wire format, exposed so that tests can send what the typed calls
  * never build. Every request starts with its type and is exactly the size
@@ -223,6 +256,8 @@ enum priv_req_type {
     PRIV_REQ_CLEANUP = 3,
     PRIV_REQ_ATTRIBUTE = 4,
     PRIV_REQ_LOG_OPEN = 5,
+    PRIV_REQ_STEP = 6, /* a struct priv_req_launch: job, attempt, workdir, argv and env;
+                        * every other field 0 */
 };
 
 struct priv_req_launch {

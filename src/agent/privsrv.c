@@ -532,6 +532,12 @@ static void do_attribute(struct privsrv *s, const void *req, struct priv_reply *
     privsrv_do_attribute(s->attempts, req, rep);
 }
 
+static int do_step(struct privsrv *s, const void *req, struct priv_reply *rep)
+{
+    struct privsrv_self self = {.uid = s->uid, .allow_root = s->allow_root};
+    return privsrv_do_step(s->attempts, &self, req, rep);
+}
+
 /* The table of requests: type and handler (privsrv_check_request checks the
  * size). Nothing else is done. A handler may return a descriptor to pass
  * with the reply (closed once sent), else -1. */
@@ -539,12 +545,14 @@ static const struct handler {
     uint32_t type;
     void (*fn)(struct privsrv *s, const void *req, struct priv_reply *rep);
     int (*fn_fd)(const char *attempts, const void *req, struct priv_reply *rep);
+    int (*fn_srv_fd)(struct privsrv *s, const void *req, struct priv_reply *rep);
 } handlers[] = {
-    {PRIV_REQ_LAUNCH, do_launch, NULL},
-    {PRIV_REQ_SIGNAL, do_signal, NULL},
-    {PRIV_REQ_CLEANUP, do_cleanup, NULL},
-    {PRIV_REQ_ATTRIBUTE, do_attribute, NULL},
-    {PRIV_REQ_LOG_OPEN, NULL, privsrv_do_log_open},
+    {PRIV_REQ_LAUNCH, do_launch, NULL, NULL},
+    {PRIV_REQ_SIGNAL, do_signal, NULL, NULL},
+    {PRIV_REQ_CLEANUP, do_cleanup, NULL, NULL},
+    {PRIV_REQ_ATTRIBUTE, do_attribute, NULL, NULL},
+    {PRIV_REQ_LOG_OPEN, NULL, privsrv_do_log_open, NULL},
+    {PRIV_REQ_STEP, NULL, NULL, do_step},
 };
 
 /* Answers one request into rep; returns the descriptor to pass, or -1. */
@@ -558,6 +566,8 @@ static int dispatch(struct privsrv *s, const void *buf, size_t n, struct priv_re
             continue;
         if (handlers[i].fn_fd)
             return handlers[i].fn_fd(s->attempts, buf, rep);
+        if (handlers[i].fn_srv_fd)
+            return handlers[i].fn_srv_fd(s, buf, rep);
         handlers[i].fn(s, buf, rep);
         return -1;
     }

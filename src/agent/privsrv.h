@@ -3,12 +3,11 @@
  * is the agent's side, and the wire format both sides speak).
  *
  * It keeps the agent's credentials and acts only on the fixed table of
- * requests in priv.h (launch, signal, cleanup, attribute, log open), each checked field by field
- * before anything is done: the user exists and is not root unless allowed,
- * paths are absolute and free of "..", sizes are bounded, environment names
- * are valid, and signals go only to the cgroup or process group of an
- * attempt it launched. Split from priv.c so that the code that runs with
- * privileges is one file to read.
+ * requests in priv.h (launch, signal, cleanup, attribute, log open, step), each checked field by
+ * field before anything is done: the user exists and is not root unless allowed, paths are absolute
+ * and free of "..", sizes are bounded, environment names are valid, and signals go only to the
+ * cgroup or process group of an attempt it launched. Split from priv.c so that the code that runs
+ * with privileges is one file to read.
  */
 #ifndef GPUORCH_AGENT_PRIVSRV_H
 #define GPUORCH_AGENT_PRIVSRV_H
@@ -48,6 +47,13 @@ void privsrv_free(struct privsrv *s);
  */
 void privsrv_do_attribute(const char *attempts, const void *req, struct priv_reply *rep);
 int privsrv_do_log_open(const char *attempts, const void *req, struct priv_reply *rep);
+
+/* privsrv_step.c: a step task's request (priv.h: priv_step_spawn). Forks
+ * the keeper and returns the descriptor to pass (the caller's end of its
+ * socket), or -1 with rep->rc set. */
+struct privsrv_self;
+int privsrv_do_step(const char *attempts, const struct privsrv_self *self, const void *req,
+                    struct priv_reply *rep);
 
 /* One message of len bytes (borrowed) on a SOCK_SEQPACKET socket, with
  * pass_fd (borrowed; -1: none) as SCM_RIGHTS. sendmsg's result. */

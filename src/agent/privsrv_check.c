@@ -31,6 +31,7 @@ static const struct {
     {PRIV_REQ_CLEANUP, "cleanup", sizeof(struct priv_req_attempt)},
     {PRIV_REQ_ATTRIBUTE, "attribute", sizeof(struct priv_req_attribute)},
     {PRIV_REQ_LOG_OPEN, "log_open", sizeof(struct priv_req_log)},
+    {PRIV_REQ_STEP, "step", sizeof(struct priv_req_launch)},
 };
 
 int privsrv_check_request(const void *buf, size_t n, uint32_t *ret_type, char *msg, size_t len)
@@ -213,6 +214,31 @@ int privsrv_check_launch(const struct priv_req_launch *q, char ***ret_cmd, char 
         (rc = check_path("workdir", q->has_workdir, q->workdir, msg, len)) ||
         (rc = check_path("stdout_path", q->has_stdout, q->stdout_path, msg, len)) ||
         (rc = check_path("stderr_path", q->has_stderr, q->stderr_path, msg, len)))
+        return rc;
+    return check_strings(q, ret_cmd, msg, len);
+}
+
+int privsrv_check_step(const struct priv_req_launch *q, char ***ret_cmd, char *msg, size_t len)
+{
+    int rc = check_ids(q->job, q->attempt, msg, len);
+    if (rc)
+        return rc;
+    const struct {
+        const char *field;
+        bool set;
+    } unused[] = {
+        {"mem_mib", q->mem_mib != 0},       {"cpu_milli", q->cpu_milli != 0},
+        {"has_user", q->has_user != 0},     {"has_stdout", q->has_stdout != 0},
+        {"has_stderr", q->has_stderr != 0}, {"has_script", q->has_script != 0},
+    };
+    for (size_t i = 0; i < sizeof(unused) / sizeof(unused[0]); i++) {
+        if (unused[i].set)
+            return errbuf_set(msg, len, GPO_EINVAL,
+                              "%s: a step task takes none (it runs as its "
+                              "attempt's user, in its cgroup, with its output to the caller)",
+                              unused[i].field);
+    }
+    if ((rc = check_path("workdir", q->has_workdir, q->workdir, msg, len)))
         return rc;
     return check_strings(q, ret_cmd, msg, len);
 }

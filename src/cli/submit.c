@@ -594,6 +594,9 @@ static int put_program(struct build *b, const struct submit_args *a, const char 
         rc = errbuf_set(err, errlen, GPO_EUSAGE, "%s is not UTF-8 text", name);
     else
         rc = put(b, "script", json_stringn(text, len), err, errlen);
+    /* sbatch runs a script once, on the first node: its steps reach the rest. */
+    if (!rc)
+        rc = put(b, "launch", json_string("first_node"), err, errlen);
     free(wrapped);
     return rc;
 }

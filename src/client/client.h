@@ -113,6 +113,11 @@ int client_jobs_list(struct client *c, const struct client_jobs_filter *f, json_
 /* GET /v1/jobs/ID. */
 int client_jobs_get(struct client *c, int64_t id, json_t **ret, char *err, size_t errlen);
 
+/* GET /v1/jobs/ID/step (steps.c): what a job step needs to run in the
+ * caller's own running job: {"job", "attempt", "key", "nodes", "addrs",
+ * "ntasks", "ntasks_per_node", "gpus_per_task"}. */
+int client_jobs_step(struct client *c, int64_t id, json_t **ret, char *err, size_t errlen);
+
 /* POST /v1/jobs/ID/cancel. *ret_stopping: true when the job was running and
  * its agent is stopping it (202), false when it ended at once. */
 int client_jobs_cancel(struct client *c, int64_t id, bool *ret_stopping, char *err, size_t errlen);

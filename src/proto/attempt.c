@@ -49,6 +49,18 @@ static const struct jsonv_field gang_fields[] = {
     WIRE_REQ("master_port", JSONV_UINT32, struct proto_gang, master_port, 1, 65535),
 };
 
+static const struct jsonv_field step_fields[] = {
+    WIRE_REQ_LINE("key", struct proto_step, key, PROTO_STEP_KEY_LEN, PROTO_STEP_KEY_LEN),
+    {.name = "addrs",
+     .kind = JSONV_STRINGS,
+     .flags = JSONV_REQUIRED | JSONV_TEXT,
+     .offset = offsetof(struct proto_step, addrs),
+     .min = 1,
+     .max = PROTO_STEP_ADDR_MAX,
+     .max_items = PROTO_GANG_MAX,
+     .count_offset = offsetof(struct proto_step, naddrs)},
+};
+
 /* An attempt as jsonv fills it: every key of either action, with presence. */
 struct attempt_wire {
     int64_t job;
@@ -61,7 +73,8 @@ struct attempt_wire {
     struct proto_gang gang;
     int64_t array_id, array_index, grace_s;
     enum proto_kill_cause cause;
-    enum jsonv_presence p[12]; /* by enum key below */
+    struct proto_step step;
+    enum jsonv_presence p[13]; /* by enum key below */
 };
 
 /* The keys that belong to one action, for the checks between fields. */
@@ -78,11 +91,12 @@ enum key {
     K_AS,
     K_POOL,
     K_PRIORITY,
+    K_STEP,
 };
-static const char *const key_names[] = {"gpus",   "user",     "unix_user",   "spec",
-                                        "gang",   "array_id", "array_index", "grace_s",
-                                        "reason", "as",       "pool",        "priority"};
-_Static_assert(ARRAY_LEN(key_names) == K_PRIORITY + 1, "a name per key");
+static const char *const key_names[] = {"gpus",     "user",        "unix_user", "spec",   "gang",
+                                        "array_id", "array_index", "grace_s",   "reason", "as",
+                                        "pool",     "priority",    "step"};
+_Static_assert(ARRAY_LEN(key_names) == K_STEP + 1, "a name per key");
 _Static_assert(ARRAY_LEN(key_names) <= ARRAY_LEN(((struct attempt_wire *)0)->p),
                "a presence per key");
 
@@ -119,6 +133,8 @@ static const struct jsonv_field attempt_fields[] = {
              .flags = JSONV_PRESENCE | JSONV_TEXT, PRES(K_POOL)),
     WIRE_OPT("priority", JSONV_STRING, struct attempt_wire, priority, 1, PROTO_SPEC_NAME_MAX,
              .flags = JSONV_PRESENCE | JSONV_TEXT, PRES(K_PRIORITY)),
+    WIRE_OPT("step", JSONV_OBJECT, struct attempt_wire, step, 0, 0, .flags = JSONV_PRESENCE,
+             PRES(K_STEP), .sub = step_fields, .nsub = ARRAY_LEN(step_fields)),
 };
 
 struct assignments_wire {
@@ -145,7 +161,7 @@ static const struct {
     [PROTO_ACTION_RUN] = {1u << K_GPUS | 1u << K_USER | 1u << K_SPEC | 1u << K_GANG,
                           1u << K_GPUS | 1u << K_USER | 1u << K_UNIX_USER | 1u << K_SPEC |
                               1u << K_GANG | 1u << K_ARRAY_ID | 1u << K_ARRAY_INDEX | 1u << K_POOL |
-                              1u << K_PRIORITY},
+                              1u << K_PRIORITY | 1u << K_STEP},
     [PROTO_ACTION_KILL] = {1u << K_AS, 1u << K_GRACE | 1u << K_REASON | 1u << K_AS},
 };
 
@@ -173,6 +189,17 @@ static int attempt_check(const struct attempt_wire *w, const char *at, char *err
         return errbuf_set(err, errlen, GPO_ERANGE,
                           "field '%sgang.rank': %u, but the gang has %zu node(s)", at, w->gang.rank,
                           w->gang.nnodes);
+    if (w->p[K_STEP] != JSONV_ABSENT && w->step.naddrs != w->gang.nnodes)
+        return errbuf_set(err, errlen, GPO_EINVAL,
+                          "field '%sstep.addrs': %zu address(es), but the gang has %zu node(s)", at,
+                          w->step.naddrs, w->gang.nnodes);
+    for (size_t k = 0; w->p[K_STEP] != JSONV_ABSENT && k < PROTO_STEP_KEY_LEN; k++) {
+        char c = w->step.key[k];
+        if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')))
+            return errbuf_set(err, errlen, GPO_EINVAL,
+                              "field '%sstep.key': expected %d lowercase hex digits", at,
+                              PROTO_STEP_KEY_LEN);
+    }
     char path[64];
     snprintf(path, sizeof(path), "%sspec", at);
     return wire_spec_check(&w->spec, path, err, errlen);
@@ -195,7 +222,8 @@ static int attempt_take(struct attempt_wire *w, struct proto_attempt *ret)
                               .reason = w->reason,
                               .pool = w->pool,
                               .priority = w->priority,
-                              .cause = w->cause};
+                              .cause = w->cause,
+                              .step = w->step};
     if (wire_spec_take(&w->spec, &a.spec) != 0)
         return GPO_ENOMEM;
     *ret = a;
@@ -220,6 +248,8 @@ void proto_attempt_release(struct proto_attempt *m)
     wire_spec_release(&m->spec);
     wire_free_strs(m->gang.nodes, m->gang.nnodes);
     free(m->gang.master_addr);
+    free(m->step.key);
+    wire_free_strs(m->step.addrs, m->step.naddrs);
     free(m->reason);
     free(m->pool);
     free(m->priority);
@@ -314,6 +344,18 @@ static json_t *gang_json(struct wire_enc *e, const struct proto_gang *g)
     return o;
 }
 
+static json_t *step_json(struct wire_enc *e, const struct proto_step *st)
+{
+    json_t *o = wire_object(e);
+    wire_set(e, o, "key", wire_str(e, st->key));
+    wire_set(e, o, "addrs", wire_strs(e, st->addrs, st->naddrs));
+    if (e->rc) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
 static json_t *attempt_json(struct wire_enc *e, const struct proto_attempt *m)
 {
     json_t *o = wire_object(e);
@@ -342,6 +384,8 @@ static json_t *attempt_json(struct wire_enc *e, const struct proto_attempt *m)
             wire_set(e, o, "array_id", wire_int(e, m->array_id));
             wire_set(e, o, "array_index", wire_int(e, m->array_index));
         }
+        if (m->step.key)
+            wire_set(e, o, "step", step_json(e, &m->step));
         if (m->pool)
             wire_set(e, o, "pool", wire_str(e, m->pool));
         if (m->priority)

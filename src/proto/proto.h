@@ -320,6 +320,17 @@ struct proto_gang {
     uint32_t master_port; /* 1..65535 */
 };
 
+/* What a gang's job steps need (`gpuorch run`): the attempt's step
+ * credential, which every rank's agent checks a step's requests against,
+ * and where each rank's agent serves steps, in rank order. */
+#define PROTO_STEP_KEY_LEN  64                   /* hex digits of HMAC-SHA-256 */
+#define PROTO_STEP_ADDR_MAX (PROTO_HOST_MAX + 8) /* "host:port", "[v6]:port" */
+struct proto_step {
+    char *key;    /* PROTO_STEP_KEY_LEN lowercase hex digits */
+    char **addrs; /* NULL-terminated; as many as the gang's nodes, each 1..PROTO_STEP_ADDR_MAX */
+    size_t naddrs;
+};
+
 struct proto_attempt {
     uint64_t job;     /* 1..INT64_MAX */
     uint32_t attempt; /* >= 1 */
@@ -336,6 +347,7 @@ struct proto_attempt {
     char *pool;          /* the pool the node runs it in, 1..PROTO_NAME_MAX bytes; NULL: absent */
     char *priority;      /* the priority class it runs under (the spec's, or the default),
                             1..PROTO_SPEC_NAME_MAX bytes; NULL: absent */
+    struct proto_step step; /* "step", optional: key NULL when absent */
     /* action kill */
     int64_t grace_s; /* SIGTERM to SIGKILL, 0..INT32_MAX; PROTO_NONE: absent (the agent's
                         --kill-grace) */

@@ -291,16 +291,17 @@ static int stream_progress(void *ctx, curl_off_t dltotal, curl_off_t dlnow, curl
     return 0;
 }
 
-int httpc_stream(struct httpc *c, const char *path, long timeout_ms, httpc_data_fn on_data,
-                 void *ctx, long *ret_status, char *err, size_t errlen)
+int httpc_stream_body(struct httpc *c, const char *method, const char *path, const char *body,
+                      size_t len, long timeout_ms, httpc_data_fn on_data, void *ctx,
+                      long *ret_status, char *err, size_t errlen)
 {
-    if (!c || !path || path[0] != '/' || !on_data)
+    if (!c || !method || !path || path[0] != '/' || !on_data || (len && !body))
         return errbuf_set(err, errlen, GPO_EINVAL, "httpc_stream: bad argument");
     char url[HTTPC_URL_MAX + 2048];
     if (strlen(c->base) + strlen(path) >= sizeof(url))
-        return errbuf_set(err, errlen, GPO_EINVAL, "GET %.200s: URL too long", path);
+        return errbuf_set(err, errlen, GPO_EINVAL, "%s %.200s: URL too long", method, path);
     bool ok;
-    struct curl_slist *hdr = prepare(c, path, timeout_ms, url, sizeof(url), false, &ok);
+    struct curl_slist *hdr = prepare(c, path, timeout_ms, url, sizeof(url), body != NULL, &ok);
     if (!ok)
         return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
     CURL *h = c->curl;
@@ -308,7 +309,13 @@ int httpc_stream(struct httpc *c, const char *path, long timeout_ms, httpc_data_
     struct stream st = {on_data, ctx, false, c->curl, ret_status ? ret_status : &status};
     if (ret_status)
         *ret_status = 0;
-    curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
+    if (body) {
+        curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
+        curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
+        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
+    } else {
+        curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
+    }
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, stream_write);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &st);
     curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
@@ -321,10 +328,18 @@ int httpc_stream(struct httpc *c, const char *path, long timeout_ms, httpc_data_
     if (ret_status)
         *ret_status = status;
     if (st.stopped)
-        return errbuf_set(err, errlen, GPO_ECANCELED, "GET %s: stopped", url);
+        return errbuf_set(err, errlen, GPO_ECANCELED, "%s %s: stopped", method, url);
     if (rc != CURLE_OK)
-        return errbuf_set(err, errlen, map_curl(rc), "GET %s: %s", url, curl_easy_strerror(rc));
+        return errbuf_set(err, errlen, map_curl(rc), "%s %s: %s", method, url,
+                          curl_easy_strerror(rc));
     return 0;
+}
+
+int httpc_stream(struct httpc *c, const char *path, long timeout_ms, httpc_data_fn on_data,
+                 void *ctx, long *ret_status, char *err, size_t errlen)
+{
+    return httpc_stream_body(c, "GET", path, NULL, 0, timeout_ms, on_data, ctx, ret_status, err,
+                             errlen);
 }
 
 int httpc_escape(const char *s, char *buf, size_t len)

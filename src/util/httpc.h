@@ -81,6 +81,11 @@ int httpc_request(struct httpc *c, const char *method, const char *path, const c
 typedef int (*httpc_data_fn)(const void *data, size_t len, void *ctx);
 int httpc_stream(struct httpc *c, const char *path, long timeout_ms, httpc_data_fn on_data,
                  void *ctx, long *ret_status, char *err, size_t errlen);
+/* The same with a method and a JSON body (len bytes, borrowed; NULL: a GET
+ * without one), whose answer is streamed: a job step's output (steps.h). */
+int httpc_stream_body(struct httpc *c, const char *method, const char *path, const char *body,
+                      size_t len, long timeout_ms, httpc_data_fn on_data, void *ctx,
+                      long *ret_status, char *err, size_t errlen);
 
 /*
  * Percent-encodes s (borrowed) for a path segment or query value into buf

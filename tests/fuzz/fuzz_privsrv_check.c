@@ -1,7 +1,7 @@
 /* fuzz_privsrv_check.c - libFuzzer target: any bytes as a request to the
  * agent's privileged process, through its checks (privsrv_check.h). The
  * first byte picks what the rest is: 0 a whole message (its type and size
- * checked, then its fields by its type); 1 a launch, its fixed fields
+ * checked, then its fields by its type: a step task's as a launch's); 1 a launch, its fixed fields
  * first and then its user, workdir, stdout, stderr and packed strings,
  * separated by 0xff bytes; 2 a signal or cleanup; 3 a cgroup path after a
  * job and an attempt; 4 a pid file; 5 an attribute request; 6 a process's
@@ -185,10 +185,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         uint32_t type;
         if (privsrv_check_request(rest, n, &type, msg, sizeof(msg)) != 0) {
             one_line(msg);
-        } else if (type == PRIV_REQ_LAUNCH) {
+        } else if (type == PRIV_REQ_LAUNCH || type == PRIV_REQ_STEP) {
             char **cmd = NULL;
             memcpy(&launch_req, rest, sizeof(launch_req));
-            if (privsrv_check_launch(&launch_req, &cmd, msg, sizeof(msg)) == 0)
+            if ((type == PRIV_REQ_LAUNCH ? privsrv_check_launch : privsrv_check_step)(
+                    &launch_req, &cmd, msg, sizeof(msg)) == 0)
                 launch_ok(&launch_req, cmd);
             else
                 one_line(msg);

@@ -169,6 +169,8 @@ CASES = {
                                                 for j in B_JOBS],
     ("PATCH", "/v1/jobs/{id}"): lambda: [r("PATCH", f"/v1/jobs/{j}", "deny", {"time_limit_s": 60})
                                          for j in B_JOBS],
+    ("GET", "/v1/jobs/{id}/step"): lambda: [r("GET", f"/v1/jobs/{j}/step", "deny")
+                                            for j in B_JOBS],
     ("GET", "/v1/cost"): lambda: [r("GET", "/v1/cost", "clean", query={"by": by})
                                   for by in ("team", "project", "model", "user", "job")],
     ("GET", "/v1/budgets"): lambda: reqs(r("GET", "/v1/budgets", "clean")),

@@ -996,7 +996,7 @@ static void priv_refuses_malformed_read_requests(void **state)
     lg.pad = 0;
     lg.job = 0;
     raw_refused(e, &lg, sizeof(lg), "job");
-    uint32_t unknown[6] = {6};
+    uint32_t unknown[6] = {99}; /* no request has this type */
     raw_refused(e, unknown, sizeof(unknown), "type");
 }
 

@@ -596,6 +596,93 @@ static void privsrv_check_attempt_log_gives_the_uid_and_the_logs_path(void **sta
     }
 }
 
+/* A step task: `/bin/echo hi` with PATH and HOME, in /tmp, nothing else set. */
+static struct priv_req_launch *good_step(void)
+{
+    struct priv_req_launch *q = good_launch();
+    q->type = PRIV_REQ_STEP;
+    q->mem_mib = 0;
+    q->cpu_milli = 0;
+    q->has_user = 0;
+    q->has_stdout = 0;
+    memset(q->unix_user, 0, sizeof(q->unix_user));
+    memset(q->stdout_path, 0, sizeof(q->stdout_path));
+    return q;
+}
+
+static void privsrv_check_step_hands_back_argv_and_env(void **state)
+{
+    (void)state;
+    char msg[PRIV_MSG_MAX];
+    uint32_t type = 0;
+    struct priv_req_launch *q = good_step();
+    assert_int_equal(privsrv_check_request(q, sizeof(*q), &type, msg, sizeof(msg)), 0);
+    assert_int_equal(type, PRIV_REQ_STEP);
+    char **cmd = NULL;
+    assert_int_equal(privsrv_check_step(q, &cmd, msg, sizeof(msg)), 0);
+    assert_string_equal(cmd[0], "/bin/echo");
+    assert_string_equal(cmd[1], "hi");
+    assert_null(cmd[2]);
+    assert_string_equal(cmd[3], "PATH=/bin");
+    assert_string_equal(cmd[4], "HOME=/root");
+    assert_null(cmd[5]);
+    free(cmd);
+    q->has_workdir = 0; /* the user's home */
+    assert_int_equal(privsrv_check_step(q, &cmd, msg, sizeof(msg)), 0);
+    free(cmd);
+    free(q);
+}
+
+/* A step task runs as its attempt's user, in its cgroup, its output to the
+ * caller: a request that names a user, limits, files or a script is
+ * refused by that field, and so is a bad id, path or string. */
+static void privsrv_check_step_refuses_what_a_step_does_not_take(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *field;
+        void (*set)(struct priv_req_launch *q);
+    } bad[] = {
+        {"mem_mib", NULL},    {"cpu_milli", NULL},  {"has_user", NULL}, {"has_stdout", NULL},
+        {"has_stderr", NULL}, {"has_script", NULL}, {"job", NULL},      {"attempt", NULL},
+        {"workdir", NULL},    {"argc", NULL},       {"env[0]", NULL},
+    };
+    for (size_t k = 0; k < ARRAY_LEN(bad); k++) {
+        struct priv_req_launch *q = good_step();
+        const char *f = bad[k].field;
+        if (strcmp(f, "mem_mib") == 0)
+            q->mem_mib = 1;
+        else if (strcmp(f, "cpu_milli") == 0)
+            q->cpu_milli = 1000;
+        else if (strcmp(f, "has_user") == 0)
+            q->has_user = 1, snprintf(q->unix_user, sizeof(q->unix_user), "root");
+        else if (strcmp(f, "has_stdout") == 0)
+            q->has_stdout = 1, snprintf(q->stdout_path, sizeof(q->stdout_path), "/etc/shadow");
+        else if (strcmp(f, "has_stderr") == 0)
+            q->has_stderr = 1;
+        else if (strcmp(f, "has_script") == 0)
+            q->has_script = 1;
+        else if (strcmp(f, "job") == 0)
+            q->job = 0;
+        else if (strcmp(f, "attempt") == 0)
+            q->attempt = 0;
+        else if (strcmp(f, "workdir") == 0)
+            snprintf(q->workdir, sizeof(q->workdir), "/tmp/../etc");
+        else if (strcmp(f, "argc") == 0)
+            q->argc = 0;
+        else if (strcmp(f, "env[0]") == 0)
+            q->strings[strlen("/bin/echo") + 1 + strlen("hi") + 1 + 4] = '-'; /* "PATH-/bin" */
+        char msg[PRIV_MSG_MAX] = "";
+        char **cmd = (char **)&msg; /* must stay as it is */
+        char **before = cmd;
+        assert_int_equal(privsrv_check_step(q, &cmd, msg, sizeof(msg)), GPO_EINVAL);
+        assert_ptr_equal(cmd, before);
+        if (strncmp(msg, f, strlen(f)) != 0)
+            fail_msg("%s: the refusal names another field: %s", f, msg);
+        free(q);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -613,6 +700,8 @@ int main(void)
         cmocka_unit_test(privsrv_check_log_takes_stdout_or_stderr_of_an_attempt),
         cmocka_unit_test(privsrv_check_script_takes_only_the_agents_own_file),
         cmocka_unit_test(privsrv_check_attempt_log_gives_the_uid_and_the_logs_path),
+        cmocka_unit_test(privsrv_check_step_hands_back_argv_and_env),
+        cmocka_unit_test(privsrv_check_step_refuses_what_a_step_does_not_take),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -71,6 +71,8 @@ static const char heartbeat_text[] =
 
 /* As today's controller writes them (api_nodes.c): a run with the whole
  * spec, and a kill without "as". */
+#define STEP_KEY "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+
 static const char assignments_text[] =
     "{\"rev\": 5, \"node\": \"n1\", \"attempts\": [{\"job\": 7, \"attempt\": 1, \"action\": "
     "\"run\", \"gpus\": [{\"uuid\": \"" UUID0 "\", \"milli\": 250, \"mem_mib\": 20000}],"
@@ -90,7 +92,8 @@ static const char assignments_text[] =
     " \"hold\": false, \"begin\": 0},"
     " \"gang\": {\"nodes\": [\"n1\"], \"rank\": 0, \"master_addr\": \"10.0.0.5\","
     " \"master_port\": 20007}, \"array_id\": 4, \"array_index\": 3, \"pool\": \"h100\","
-    " \"priority\": \"normal\"},"
+    " \"priority\": \"normal\","
+    " \"step\": {\"key\": \"" STEP_KEY "\", \"addrs\": [\"10.0.0.5:4001\"]}},"
     " {\"job\": 8, \"attempt\": 2, \"action\": \"kill\", \"grace_s\": 30,"
     " \"reason\": \"preempted\", \"as\": \"PREEMPTED\"}]}";
 
@@ -333,6 +336,10 @@ static void test_decoded_fields_hold_the_wire_values(void **state)
     assert_int_equal(r->gang.master_port, 20007);
     assert_int_equal(r->array_id, 4);
     assert_int_equal(r->array_index, 3);
+    assert_string_equal(r->step.key, STEP_KEY);
+    assert_int_equal(r->step.naddrs, 1);
+    assert_string_equal(r->step.addrs[0], "10.0.0.5:4001");
+    assert_null(k->step.key);
     assert_string_equal(r->pool, "h100");
     assert_string_equal(r->priority, "normal");
     assert_int_equal(k->action, PROTO_ACTION_KILL);
@@ -659,6 +666,17 @@ static const struct bad {
     {ASSIGNMENTS, "attempts.0.gang.nodes", "[]", GPO_ERANGE, "attempts[0].gang"},
     {ASSIGNMENTS, "attempts.0.gang.master_port", "0", GPO_ERANGE,
      "field 'attempts[0].gang.master_port'"},
+    {ASSIGNMENTS, "attempts.0.step.key", "\"abc\"", GPO_ERANGE, "field 'attempts[0].step.key'"},
+    {ASSIGNMENTS, "attempts.0.step.key",
+     "\""
+     "0123456789ABCDEF0123456789abcdef0123456789abcdef0123456789abcdef"
+     "\"",
+     GPO_EINVAL, "field 'attempts[0].step.key': expected 64 lowercase hex digits"},
+    {ASSIGNMENTS, "attempts.0.step.key", NULL, GPO_EINVAL, "'attempts[0].step.key'"},
+    {ASSIGNMENTS, "attempts.0.step.addrs", "[\"a:1\", \"b:2\"]", GPO_EINVAL,
+     "field 'attempts[0].step.addrs': 2 address(es), but the gang has 1 node(s)"},
+    {ASSIGNMENTS, "attempts.1.step", "{\"key\": \"" STEP_KEY "\", \"addrs\": []}", GPO_EINVAL,
+     "field 'attempts[1].step': not allowed with action 'kill'"},
     {ASSIGNMENTS, "attempts.0.spec.colour", "1", GPO_EINVAL,
      "unknown field 'attempts[0].spec.colour'"},
     {ASSIGNMENTS, "attempts.0.spec.gpus", "0.0005", GPO_EINVAL, "field 'attempts[0].spec.gpus'"},

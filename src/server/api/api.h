@@ -24,6 +24,7 @@
 #include <jansson.h>
 
 #include "http/http.h"
+#include "proto/proto.h"
 #include "server/auth/auth.h"
 #include "server/jobs/jobs.h"
 #include "server/nodes/nodes.h"
@@ -45,7 +46,14 @@ struct api_routes {
 
 extern const struct api_routes api_web_routes, api_misc_routes, api_jobs_routes,
     api_jobs_ctl_routes, api_jobs_history_routes, api_logs_routes, api_config_routes,
-    api_users_routes, api_nodes_routes, api_node_list_routes, api_cost_routes, api_metrics_routes;
+    api_users_routes, api_nodes_routes, api_node_list_routes, api_cost_routes, api_metrics_routes, api_steps_routes;
+
+/* steps.c: job j's step credential and its ranks' step servers (proto.h's
+ * proto_step) into *ret, under the lock: 0 (ret->key NULL when some rank's
+ * agent serves no steps: no log port), or GPO_ENOMEM. Release with
+ * api_step_release. */
+int api_step_of(struct server *s, const struct job *j, struct proto_step *ret);
+void api_step_release(struct proto_step *st);
 
 /* Every route, in the order they are matched: a new array (caller frees) of
  * *ret_n rows, or NULL when out of memory. */

@@ -132,6 +132,7 @@ static void assignment_free(struct proto_attempt *a)
     free(a->spec.env);
     free(a->spec.deps);
     free(a->gang.nodes);
+    api_step_release(&a->step);
 }
 
 /* Where an attempt runs, for its processes' environment: every node in rank
@@ -177,6 +178,7 @@ static int assignment(struct server *s, const struct job *j, const char *node, c
     a.gpus = calloc(j->att.nshares ? j->att.nshares : 1, sizeof(*a.gpus));
     int rc = a.gpus ? spec_of(&j->spec, &a.spec) : GPO_ENOMEM;
     rc = rc ? rc : gang_of(s, j, node, &a.gang);
+    rc = rc ? rc : api_step_of(s, j, &a.step);
     for (size_t g = 0; !rc && g < j->att.nshares; g++) {
         const struct attempt_share *sh = &j->att.shares[g];
         if (strcmp(sh->node, node) == 0)
@@ -428,8 +430,9 @@ static enum attempt_state state_of(enum proto_state st)
 
 /* A gang completes when every rank has: until then a rank's COMPLETED is
  * noted and answered 202, and its agent repeats it (so a controller restart
- * loses nothing). Any other end of one rank ends them all. The ranks still
- * to complete after node's. */
+ * loses nothing). Any other end of one rank ends them all; a first_node
+ * job's rank 0 ends them all whatever its end. The ranks still to complete
+ * after node's. */
 static size_t gang_ranks_left(struct job *j, const char *node)
 {
     size_t waiting = 0;
@@ -510,8 +513,12 @@ static int node_report(struct http_request *req, void *ctx)
     const struct cluster_node *cn = problem ? NULL : cluster_node_get(&s->cluster, node);
     bool refused = cn && node_check_uuids(cn, "dirty_gpus", body.dirty_gpus, body.ndirty, err,
                                           sizeof(err)) != 0;
+    /* A first_node job's outcome is rank 0's program's: the other ranks
+     * only hold their part of the allocation for its steps. */
+    bool decides =
+        !problem && j->spec.launch == JOBSPEC_FIRST_NODE && strcmp(j->att.parts[0].node, node) == 0;
     size_t waiting =
-        !problem && !refused && body.state == PROTO_STATE_COMPLETED && j->att.nparts > 1
+        !problem && !refused && !decides && body.state == PROTO_STATE_COMPLETED && j->att.nparts > 1
             ? gang_ranks_left(j, node)
             : 0;
     if (waiting)

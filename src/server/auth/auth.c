@@ -95,22 +95,22 @@ static int join_token(struct auth *a, char *err, size_t errlen)
     return 0;
 }
 
-/* DATA/logs.key: 32 random bytes, made at first start (mode 0600). */
-static int logs_key(struct auth *a, char *err, size_t errlen)
+/* DATA/NAME: 32 random bytes into key, made at first start (mode 0600). */
+static int key_file(struct auth *a, const char *name, uint8_t key[32], char *err, size_t errlen)
 {
     char path[4200];
-    snprintf(path, sizeof(path), "%s/logs.key", a->data_dir);
+    snprintf(path, sizeof(path), "%s/%s", a->data_dir, name);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0 && errno == ENOENT) {
-        randombytes_buf(a->logs_key, sizeof(a->logs_key));
-        int rc = fsutil_write_atomic(path, a->logs_key, sizeof(a->logs_key), 0600, 0, err, errlen);
+        randombytes_buf(key, 32);
+        int rc = fsutil_write_atomic(path, key, 32, 0600, 0, err, errlen);
         return rc ? GPO_EIO : 0;
     }
-    ssize_t n = fd < 0 ? -1 : read(fd, a->logs_key, sizeof(a->logs_key));
+    ssize_t n = fd < 0 ? -1 : read(fd, key, 32);
     int e = errno;
     if (fd >= 0)
         close(fd);
-    if (n != (ssize_t)sizeof(a->logs_key)) {
+    if (n != 32) {
         snprintf(err, errlen, "%.4000s: %s", path,
                  n < 0 ? strerror(e) : "shorter than 32 bytes (remove it to make a new key)");
         return GPO_EIO;
@@ -136,7 +136,9 @@ int auth_start(struct auth *a, struct store *store, const char *data_dir, int64_
         return errbuf_set(err, errlen, GPO_ENAMETOOLONG, "--data: path too long");
     int jrc = join_token(a, err, errlen);
     if (!jrc)
-        jrc = logs_key(a, err, errlen);
+        jrc = key_file(a, "logs.key", a->logs_key, err, errlen);
+    if (!jrc)
+        jrc = key_file(a, "steps.key", a->steps_key, err, errlen);
     if (jrc)
         return jrc;
     struct store_user row = {0};

@@ -57,10 +57,11 @@ struct auth {
     char admin_token_path[4200];
     uint8_t join_hash[32]; /* SHA-256 of the join token */
     uint8_t logs_key[32];  /* DATA/logs.key */
+    uint8_t steps_key[32]; /* DATA/steps.key: step credentials (steps.c) */
 };
 
 /*
- * At start: DATA/join.token and DATA/logs.key (read, or made at first
+ * At start: DATA/join.token, DATA/logs.key and DATA/steps.key (read, or made at first
  * start, mode 0600), and at first start (no user in the store) the user
  * "admin" (role admin, its jobs running as the account that runs the
  * controller) and its token in DATA/admin.token. 0, or an error with a
@@ -94,5 +95,15 @@ bool auth_user_sees(const struct auth_user *u, bool kept_private, const char *te
 /* Node `name`'s log token (AUTH_LOG_TOKEN_LEN hex digits and a NUL): a
  * restart issues the same tokens, and one node's token opens no other node. */
 void auth_node_log_token(const struct auth *a, const char *name, char out[AUTH_LOG_TOKEN_LEN + 1]);
+
+/* Attempt (job, attempt)'s step credential (steps.c): HMAC-SHA-256 of
+ * "JOB:ATTEMPT" under DATA/steps.key, AUTH_STEP_KEY_LEN lowercase hex
+ * digits and a NUL. Every rank's agent gets it with the attempt and rank
+ * 0's program gets it as GPUORCH_STEP_KEY; an agent runs a step's tasks
+ * only for a request that presents it. A restart issues the same
+ * credentials; another attempt's, of the same job too, differs. */
+#define AUTH_STEP_KEY_LEN 64
+void auth_step_key(const struct auth *a, int64_t job, int64_t attempt,
+                   char out[AUTH_STEP_KEY_LEN + 1]);
 
 #endif

@@ -1,0 +1,288 @@
+/*
+ * privsrv_step.c - the privileged process's step request (priv.h:
+ * priv_step_spawn): one task of a job step, started by a keeper.
+ *
+ * The keeper is a child of the privileged process, root, in the attempt's
+ * cgroup. It forks the task (which drops to the attempt's user before its
+ * exec), then relays: the task's stdout and stderr pipes to the agent's
+ * socket as frames, the agent's signal bytes to the task's process group,
+ * and the task's end as the last frame. Root stays in the keeper only to
+ * signal and to outlive nothing: it exits right after the task's end.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <inttypes.h>
+#include <linux/close_range.h>
+#include <poll.h>
+#include <pwd.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "agent/cgroup.h"
+#include "agent/privsrv.h"
+#include "agent/privsrv_check.h"
+#include "util/errbuf.h"
+#include "util/fsutil.h"
+#include "util/stepframe.h"
+#include "base/banned.h"
+
+/* After the task's exit, how long its output may still take to reach EOF
+ * (a daemon it left may hold the pipes). */
+#define DRAIN_MS 1000
+
+/* Who and where the task runs: from attempt.json and the password file. */
+struct step_target {
+    uid_t uid;
+    gid_t gid;
+    char name[PRIV_USER_MAX];
+    char home[PRIV_PATH_MAX];
+    char cgroup[CGROUP_PATH_MAX];
+};
+
+static bool exists_in(const char *dir, const char *name)
+{
+    struct stat st;
+    char path[PRIV_PATH_MAX + 64];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    return lstat(path, &st) == 0;
+}
+
+/* The running attempt's user and cgroup, checked. */
+static int find_target(const char *attempts, const struct privsrv_self *self,
+                       const struct priv_req_launch *q, struct step_target *t, char *msg,
+                       size_t len)
+{
+    char dir[PRIV_PATH_MAX + 32], path[PRIV_PATH_MAX + 64];
+    snprintf(dir, sizeof(dir), "%s/%" PRIu64 ".%" PRIu32, attempts, q->job, q->attempt);
+    snprintf(path, sizeof(path), "%s/attempt.json", dir);
+    json_error_t jerr;
+    json_t *o = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+    if (!o)
+        return errbuf_set(msg, len, GPO_ENOENT, "job %" PRIu64 ".%" PRIu32 ": no such attempt here",
+                          q->job, q->attempt);
+    json_t *uid = json_object_get(o, "uid"), *gid = json_object_get(o, "gid");
+    const char *cg = json_string_value(json_object_get(o, "cgroup"));
+    int rc = 0;
+    if (!json_is_integer(uid) || !json_is_integer(gid) || json_integer_value(uid) < 0 ||
+        json_integer_value(uid) >= (json_int_t)UINT32_MAX || json_integer_value(gid) < 0 ||
+        json_integer_value(gid) >= (json_int_t)UINT32_MAX || !cg || strlen(cg) >= sizeof(t->cgroup))
+        rc = errbuf_set(msg, len, GPO_EIO, "%s: no uid, gid or cgroup", path);
+    else if (cg[0] && !privsrv_check_cgroup(cg, q->job, q->attempt))
+        rc = errbuf_set(msg, len, GPO_EIO, "%s: cgroup %s is not this attempt's", path, cg);
+    if (!rc) {
+        t->uid = (uid_t)json_integer_value(uid);
+        t->gid = (gid_t)json_integer_value(gid);
+        snprintf(t->cgroup, sizeof(t->cgroup), "%s", cg);
+    }
+    json_decref(o);
+    if (!rc && (!exists_in(dir, "pid") || exists_in(dir, "status")))
+        rc = errbuf_set(msg, len, GPO_ESTATE, "job %" PRIu64 ".%" PRIu32 ": not running here",
+                        q->job, q->attempt);
+    if (rc)
+        return rc;
+    struct passwd pw, *res = NULL;
+    char buf[16384];
+    if (getpwuid_r(t->uid, &pw, buf, sizeof(buf), &res) != 0 || !res ||
+        strlen(pw.pw_name) >= sizeof(t->name))
+        return errbuf_set(msg, len, GPO_EINVAL, "uid %ld: no user of that uid", (long)t->uid);
+    snprintf(t->name, sizeof(t->name), "%s", pw.pw_name);
+    snprintf(t->home, sizeof(t->home), "%s", pw.pw_dir && pw.pw_dir[0] == '/' ? pw.pw_dir : "/");
+    return privsrv_check_runas(self, t->uid == self->uid ? NULL : t->name, t->uid, msg, len);
+}
+
+/* In the task, before its exec: default signals, stdio, the user, the
+ * directory, the environment. Never returns. */
+static void exec_task(const struct step_target *t, const char *workdir, char **cmd, size_t argc,
+                      int out, int err)
+{
+    struct sigaction dfl = {.sa_handler = SIG_DFL};
+    sigemptyset(&dfl.sa_mask);
+    const int reset[] = {SIGCHLD, SIGINT, SIGHUP, SIGPIPE, SIGTERM};
+    for (size_t i = 0; i < sizeof(reset) / sizeof(reset[0]); i++)
+        sigaction(reset[i], &dfl, NULL);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    setpgid(0, 0);
+    int nul = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (nul < 0 || dup2(nul, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0)
+        _exit(126);
+    close_range(3, ~0U, 0);
+    const char *call = NULL;
+    if (geteuid() == 0 && t->uid != 0)
+        call = initgroups(t->name, t->gid) < 0 ? "initgroups"
+               : setgid(t->gid) < 0            ? "setgid"
+               : setuid(t->uid) < 0            ? "setuid"
+                                               : NULL;
+    if (!call && t->uid != 0 && setuid(0) == 0)
+        call = "setuid (root came back)";
+    if (!call && chdir(workdir ? workdir : t->home) < 0)
+        call = "chdir";
+    if (!call) {
+        umask(022);
+        environ = cmd + argc + 1;
+        execvp(cmd[0], cmd);
+        call = "exec";
+    }
+    dprintf(2, "gpuorch: %s %s: %s\n", call, strcmp(call, "exec") ? "" : cmd[0], strerror(errno));
+    _exit(127);
+}
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* One frame on the agent's socket: false once the agent is gone. */
+static bool send_frame(int sock, enum stepframe_type type, const void *data, size_t n)
+{
+    uint8_t head[STEPFRAME_HEAD];
+    stepframe_head(&(struct stepframe){.type = type, .len = (uint32_t)n}, head);
+    return fsutil_write_all(sock, head, sizeof(head)) == 0 &&
+           (n == 0 || fsutil_write_all(sock, data, n) == 0);
+}
+
+/* The keeper's relay; never returns. */
+static void keep(int sock, pid_t task, int out, int err)
+{
+    int pidfd = (int)syscall(SYS_pidfd_open, task, 0);
+    int status = 0;
+    bool exited = false, agent = true;
+    int64_t kill_at = 0, drain_until = 0;
+    int fds[2] = {out, err};
+    while (fds[0] >= 0 || fds[1] >= 0 || !exited) {
+        int64_t now = now_ms();
+        if (exited && now >= drain_until)
+            break;
+        if (kill_at && now >= kill_at) {
+            kill(-task, SIGKILL);
+            kill_at = 0;
+        }
+        struct pollfd p[4] = {{.fd = fds[0], .events = POLLIN},
+                              {.fd = fds[1], .events = POLLIN},
+                              {.fd = agent ? sock : -1, .events = POLLIN},
+                              {.fd = exited ? -1 : pidfd, .events = POLLIN}};
+        /* Without a pidfd (an old kernel) the exit is polled for. */
+        poll(p, 4, pidfd >= 0 && !exited && !kill_at ? 1000 : 100);
+        for (int i = 0; i < 2; i++) {
+            char buf[16384];
+            ssize_t n = p[i].revents ? read(fds[i], buf, sizeof(buf)) : 1;
+            if (p[i].revents && n <= 0 && !(n < 0 && errno == EINTR)) {
+                close(fds[i]);
+                fds[i] = -1;
+            } else if (p[i].revents && n > 0 && agent &&
+                       !send_frame(sock, i ? STEPFRAME_STDERR : STEPFRAME_STDOUT, buf, (size_t)n)) {
+                agent = false;
+                kill(-task, SIGKILL);
+            }
+        }
+        unsigned char sig = 0;
+        ssize_t got = p[2].revents ? read(sock, &sig, 1) : -1;
+        if (p[2].revents && got <= 0 && !(got < 0 && errno == EINTR)) {
+            /* The agent let go of the task: it ends. */
+            agent = false;
+            kill(-task, SIGTERM);
+            kill_at = now_ms() + PRIV_STEP_GRACE_MS;
+        } else if (got == 1 && (sig == SIGINT || sig == SIGTERM || sig == SIGKILL)) {
+            kill(-task, sig);
+        }
+        if (!exited && waitpid(task, &status, WNOHANG) == task) {
+            exited = true;
+            drain_until = now_ms() + DRAIN_MS;
+        }
+    }
+    /* What the task left in its process group goes with it. */
+    kill(-task, SIGKILL);
+    uint8_t data[8];
+    stepframe_exit_data(WIFEXITED(status) ? WEXITSTATUS(status) : -1,
+                        WIFSIGNALED(status) ? WTERMSIG(status) : 0, data);
+    if (agent)
+        send_frame(sock, STEPFRAME_EXIT, data, sizeof(data));
+    _exit(0);
+}
+
+/* The keeper, in the privileged process's child: joins the cgroup, forks
+ * the task, relays. Never returns. */
+static void run_keeper(const struct step_target *t, const struct priv_req_launch *q, char **cmd,
+                       int sock)
+{
+    struct sigaction dfl = {.sa_handler = SIG_DFL};
+    sigemptyset(&dfl.sa_mask);
+    sigaction(SIGCHLD, &dfl, NULL);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    /* Nothing of the privileged process's (its socket to the agent) stays open. */
+    if (sock > 3)
+        close_range(3, (unsigned)sock - 1, 0);
+    close_range((unsigned)sock + 1, ~0U, 0);
+    char why[PRIV_MSG_MAX];
+    int out[2], err[2];
+    if ((t->cgroup[0] && cgroup_attach(t->cgroup, 0, why, sizeof(why)) != 0) ||
+        pipe2(out, O_CLOEXEC) < 0 || pipe2(err, O_CLOEXEC) < 0) {
+        char m[PRIV_MSG_MAX + 32];
+        int n =
+            snprintf(m, sizeof(m), "the task's keeper: %s", t->cgroup[0] ? why : strerror(errno));
+        send_frame(sock, STEPFRAME_ERROR, m, n > 0 ? (size_t)n : 0);
+        _exit(1);
+    }
+    pid_t task = fork();
+    if (task == 0) {
+        close(sock);
+        exec_task(t, q->has_workdir ? q->workdir : NULL, cmd, q->argc, out[1], err[1]);
+    }
+    close(out[1]);
+    close(err[1]);
+    if (task < 0) {
+        char m[128];
+        int n = snprintf(m, sizeof(m), "fork: %s", strerror(errno));
+        send_frame(sock, STEPFRAME_ERROR, m, n > 0 ? (size_t)n : 0);
+        _exit(1);
+    }
+    setpgid(task, task);
+    keep(sock, task, out[0], err[0]);
+}
+
+int privsrv_do_step(const char *attempts, const struct privsrv_self *self, const void *req,
+                    struct priv_reply *rep)
+{
+    const struct priv_req_launch *q = req;
+    char *msg = rep->msg;
+    size_t len = sizeof(rep->msg);
+    char **cmd = NULL;
+    struct step_target t;
+    if ((rep->rc = privsrv_check_step(q, &cmd, msg, len)))
+        return -1;
+    int sv[2] = {-1, -1};
+    if ((rep->rc = find_target(attempts, self, q, &t, msg, len)) == 0 &&
+        socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+        rep->rc = errbuf_set(msg, len, GPO_EIO, "socketpair: %s", strerror(errno));
+    pid_t keeper = rep->rc ? -1 : fork();
+    if (keeper == 0) {
+        close(sv[0]);
+        run_keeper(&t, q, cmd, sv[1]);
+    }
+    free(cmd);
+    if (sv[1] >= 0)
+        close(sv[1]);
+    if (!rep->rc && keeper < 0) {
+        rep->rc = errbuf_set(msg, len, GPO_EIO, "fork: %s", strerror(errno));
+        close(sv[0]);
+        return -1;
+    }
+    return rep->rc ? -1 : sv[0];
+}

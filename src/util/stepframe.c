@@ -1,0 +1,50 @@
+/*
+ * stepframe.c - a job step's output frames (stepframe.h).
+ */
+#include "util/stepframe.h"
+
+#include "base/err.h"
+#include "base/banned.h"
+
+static void put32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)(v >> 24);
+    p[1] = (uint8_t)(v >> 16);
+    p[2] = (uint8_t)(v >> 8);
+    p[3] = (uint8_t)v;
+}
+
+static uint32_t get32(const uint8_t *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+void stepframe_head(const struct stepframe *f, uint8_t out[STEPFRAME_HEAD])
+{
+    out[0] = (uint8_t)f->type;
+    put32(out + 1, f->task);
+    put32(out + 5, f->len);
+}
+
+int stepframe_parse(const uint8_t in[STEPFRAME_HEAD], struct stepframe *ret)
+{
+    struct stepframe f = {
+        .type = (enum stepframe_type)in[0], .task = get32(in + 1), .len = get32(in + 5)};
+    if (f.type < STEPFRAME_STDOUT || f.type > STEPFRAME_ERROR || f.len > STEPFRAME_DATA_MAX ||
+        (f.type == STEPFRAME_EXIT && f.len != 8))
+        return GPO_EINVAL;
+    *ret = f;
+    return 0;
+}
+
+void stepframe_exit_data(int32_t status, int32_t signal, uint8_t out[8])
+{
+    put32(out, (uint32_t)status);
+    put32(out + 4, (uint32_t)signal);
+}
+
+void stepframe_exit_read(const uint8_t in[8], int32_t *ret_status, int32_t *ret_signal)
+{
+    *ret_status = (int32_t)get32(in);
+    *ret_signal = (int32_t)get32(in + 4);
+}

@@ -1,0 +1,74 @@
+/*
+ * test_util_stepframe.c - a job step's output frames (util/stepframe.h).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "base/err.h"
+#include "util/stepframe.h"
+#include "base/banned.h"
+
+static void stepframe_head_reads_back_as_written_big_endian(void **state)
+{
+    (void)state;
+    uint8_t h[STEPFRAME_HEAD];
+    stepframe_head(&(struct stepframe){.type = STEPFRAME_STDERR, .task = 0x01020304, .len = 300},
+                   h);
+    const uint8_t want[STEPFRAME_HEAD] = {2, 1, 2, 3, 4, 0, 0, 1, 44};
+    assert_memory_equal(h, want, sizeof(want));
+    struct stepframe f;
+    assert_int_equal(stepframe_parse(h, &f), 0);
+    assert_int_equal(f.type, STEPFRAME_STDERR);
+    assert_int_equal(f.task, 0x01020304);
+    assert_int_equal(f.len, 300);
+}
+
+static void stepframe_parse_refuses_unknown_types_long_data_and_odd_exits(void **state)
+{
+    (void)state;
+    struct stepframe f = {.type = STEPFRAME_STDOUT, .task = 9, .len = 9};
+    uint8_t h[STEPFRAME_HEAD];
+    const struct stepframe bad[] = {
+        {.type = 0, .len = 1},
+        {.type = 5, .len = 1},
+        {.type = STEPFRAME_STDOUT, .len = STEPFRAME_DATA_MAX + 1},
+        {.type = STEPFRAME_EXIT, .len = 4},
+    };
+    for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
+        stepframe_head(&bad[k], h);
+        assert_int_equal(stepframe_parse(h, &f), GPO_EINVAL);
+        assert_int_equal(f.task, 9); /* untouched */
+    }
+    stepframe_head(&(struct stepframe){.type = STEPFRAME_ERROR, .len = 0}, h);
+    assert_int_equal(stepframe_parse(h, &f), 0);
+}
+
+static void stepframe_exit_data_keeps_status_and_signal(void **state)
+{
+    (void)state;
+    uint8_t d[8];
+    int32_t status = 0, sig = 0;
+    stepframe_exit_data(-1, 9, d);
+    stepframe_exit_read(d, &status, &sig);
+    assert_int_equal(status, -1);
+    assert_int_equal(sig, 9);
+    stepframe_exit_data(255, 0, d);
+    stepframe_exit_read(d, &status, &sig);
+    assert_int_equal(status, 255);
+    assert_int_equal(sig, 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(stepframe_head_reads_back_as_written_big_endian),
+        cmocka_unit_test(stepframe_parse_refuses_unknown_types_long_data_and_odd_exits),
+        cmocka_unit_test(stepframe_exit_data_keeps_status_and_signal),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
