@@ -102,6 +102,18 @@ int explain_format(const struct sched_cluster *c, const struct sched_wait *w, ch
         case 'F':
             put_str(&o, w->field ? w->field : "?");
             break;
+        case 'N':
+            put_u64(&o, w->nodes_need);
+            break;
+        case 'H':
+            put_u64(&o, w->nodes_have);
+            break;
+        case 'h':
+            put_str(&o, w->nodes_have == 1 ? "has" : "have");
+            break;
+        case 'k':
+            put_u64(&o, w->node_gpus);
+            break;
         default:
             put(&o, p - 1, 2);
         }

@@ -38,7 +38,16 @@
     X(GANG_TOO_LARGE, 1, "unschedulable", "gang larger than all GPUs%g%p together")                \
     X(NO_MATCH, 1, "unschedulable", "no node in pool %P has GPUs of type %G")                      \
     X(QUOTA_NEVER, 1, "unschedulable",                                                             \
-      "larger than team %T's guarantee plus borrowing limit in pool %P")
+      "larger than team %T's guarantee plus borrowing limit in pool %P")                           \
+    X(NODES, 0, "nodes", "not enough nodes with %k free GPUs%g%p (need %N, %H %h them)")           \
+    X(NODES_HOST, 0, "nodes",                                                                      \
+      "not enough nodes with the CPUs and memory free%p (need %N, %H %h them)")                    \
+    X(EXCLUSIVE, 0, "exclusive", "not enough wholly free nodes%g%p (need %N, %H free)")            \
+    X(WHOLE_MEM, 0, "host", "no node%p has all its memory free (the job asks for it all)")         \
+    X(FEATURES, 0, "features", "the nodes%g%p with the features asked for have no room")           \
+    X(FEATURES_NEVER, 1, "unschedulable", "no node%g%p has the features the job asks for")         \
+    X(NODES_NEVER, 1, "unschedulable",                                                             \
+      "needs %N nodes%g%p that can each hold %k GPUs and its share of CPUs and memory; %H can")
 
 enum sched_reason {
 #define SCHED_REASON_ENUM(name, final, code, text) SCHED_REASON_##name,
@@ -61,6 +70,9 @@ struct sched_wait {
     uint64_t other_job;
     int64_t est_start_ms;
     const char *field;
+    uint32_t nodes_need; /* nodes the job needs (1 but for an exact-N gang) */
+    uint32_t nodes_have; /* of them, how many could take it */
+    uint32_t node_gpus;  /* whole GPUs on each */
 };
 
 /* True when no change in load will ever start a job waiting for this reason. */
@@ -74,7 +86,9 @@ const char *explain_code(enum sched_reason reason);
  * 0), naming pools, GPU types and teams from `cluster`. Placeholders: %T the
  * team, %P the pool and %G the GPU type ("any" for SCHED_ANY), %g and %p the
  * same as " of type X" and " in pool X", or nothing for SCHED_ANY (so a job
- * that takes any GPU reads "no free GPU"), %J the other job, %F the field.
+ * that takes any GPU reads "no free GPU"), %J the other job, %F the field,
+ * %N and %H the nodes needed and had, %h "has" or "have" as %H is 1 or not,
+ * %k the GPUs on each node.
  * Returns the length the full sentence needs, as snprintf does, or GPO_EINVAL.
  */
 int explain_format(const struct sched_cluster *cluster, const struct sched_wait *wait, char *buf,

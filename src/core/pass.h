@@ -77,6 +77,7 @@ struct jshape {
     bool missed;        /* the placement that last found no room for it, and why: */
     enum sched_reason why;
     uint64_t other;
+    uint32_t nodes_have; /* exact-N gang: nodes that could take a member */
     /* cold */
     uint64_t miss_version;
     uint32_t miss_team_starts;
@@ -89,7 +90,7 @@ struct jshape {
     struct sched_wait sweep[2];    /* the wait of its jobs the ordered loop did not reach */
 };
 
-/* The request part of a job, as eight words (compared and hashed word by
+/* The request part of a job, as ten words (compared and hashed word by
  * word): what validation, the fit checks and placement look at. Not: id,
  * submit time, labels, checkpointing, which never change where or whether a
  * job fits. Each word is built in registers from the job's fields (see
@@ -104,6 +105,8 @@ enum {
     SHAPE_W_MIN_GPU_MEM,
     SHAPE_W_MEM,
     SHAPE_W_LIMIT,
+    SHAPE_W_NODES,      /* nodes | (exclusive | mem_whole_node << 1) << 32 | nconstraint << 40 */
+    SHAPE_W_CONSTRAINT, /* the only term, or a mix of the terms (then compared apart) */
     SHAPE_WORDS
 };
 
@@ -232,12 +235,19 @@ static inline struct sched_wait make_wait(const struct sched_job *j, enum sched_
                                .gpu_type = gpu_type,
                                .other_job = other,
                                .est_start_ms = -1,
-                               .field = field};
+                               .field = field,
+                               .nodes_need = j->nodes > 1 ? (uint32_t)j->nodes : 1,
+                               .node_gpus = view_job_node_gpus(j)};
 }
 
 /* Sets job i's wait (and marks it decided). */
 void pass_set_wait(struct pass *p, uint32_t i, enum sched_reason reason, uint32_t pool,
                    uint32_t gpu_type, uint64_t other, const char *field);
+/* Sets how many nodes could take a member of job i's exact-N gang, in its wait. */
+static inline void pass_set_nodes(struct pass *p, uint32_t i, uint32_t have)
+{
+    p->jwait[i].nodes_have = have;
+}
 
 /* Groups job i may use now (p->eligible, p->allowed, p->headroom filled);
  * returns how many are eligible, *ret_nallowed how many have quota left.

@@ -14,6 +14,8 @@ static uint64_t pair(uint32_t lo, uint32_t hi)
     return (uint64_t)lo | (uint64_t)hi << 32;
 }
 
+static uint64_t constraint_word(const struct sched_job *j);
+
 static struct shape_key key_of(const struct sched_job *j)
 {
     return (struct shape_key){{
@@ -25,26 +27,51 @@ static struct shape_key key_of(const struct sched_job *j)
         [SHAPE_W_MIN_GPU_MEM] = (uint64_t)j->min_gpu_mem_mib,
         [SHAPE_W_MEM] = (uint64_t)j->mem_mib,
         [SHAPE_W_LIMIT] = (uint64_t)j->time_limit_ms,
+        [SHAPE_W_NODES] =
+            pair((uint32_t)j->nodes, (uint32_t)j->exclusive | (uint32_t)j->mem_whole_node << 1 |
+                                         (j->nconstraint & 0xffffffu) << 8),
+        [SHAPE_W_CONSTRAINT] = constraint_word(j),
     }};
+}
+
+/* One term is its own word; more are mixed, and jobs whose words agree
+ * compare their terms too (same_terms). */
+static uint64_t constraint_word(const struct sched_job *j)
+{
+    if (j->nconstraint <= 1)
+        return j->nconstraint ? j->constraint[0] : 0;
+    uint64_t h = 0;
+    for (uint32_t t = 0; t < j->nconstraint && t < SCHED_CONSTRAINT_TERMS; t++)
+        h = (h ^ j->constraint[t]) * 0x9e3779b97f4a7c15ULL;
+    return h;
+}
+
+static bool same_terms(const struct sched_job *a, const struct sched_job *b)
+{
+    if (a->nconstraint <= 1)
+        return true; /* the key's words hold it all */
+    uint32_t n = a->nconstraint < SCHED_CONSTRAINT_TERMS ? a->nconstraint : SCHED_CONSTRAINT_TERMS;
+    return memcmp(a->constraint, b->constraint, n * sizeof(a->constraint[0])) == 0;
 }
 
 /* Each word multiplied by its own odd constant, the products summed: the
  * multiplies do not wait for one another. Then one final mix. */
-static uint64_t key_hash(const uint64_t w[8])
+static uint64_t key_hash(const uint64_t w[SHAPE_WORDS])
 {
     uint64_t h = w[0] * 0x9e3779b97f4a7c15ULL + w[1] * 0xc2b2ae3d27d4eb4fULL +
                  w[2] * 0x165667b19e3779f9ULL + w[3] * 0xd6e8feb86659fd93ULL +
                  w[4] * 0xff51afd7ed558ccdULL + w[5] * 0xc4ceb9fe1a85ec53ULL +
-                 w[6] * 0x94d049bb133111ebULL + w[7] * 0xbf58476d1ce4e5b9ULL;
+                 w[6] * 0x94d049bb133111ebULL + w[7] * 0xbf58476d1ce4e5b9ULL +
+                 w[8] * 0x2545f4914f6cdd1dULL + w[9] * 0x4cf5ad432745937fULL;
     h ^= h >> 32;
     h *= 0xd6e8feb86659fd93ULL;
     return h ^ h >> 32;
 }
 
-static bool key_same(const uint64_t a[8], const uint64_t b[8])
+static bool key_same(const uint64_t a[SHAPE_WORDS], const uint64_t b[SHAPE_WORDS])
 {
     uint64_t d = 0;
-    for (int k = 0; k < 8; k++)
+    for (int k = 0; k < SHAPE_WORDS; k++)
         d |= a[k] ^ b[k];
     return d == 0;
 }
@@ -178,7 +205,8 @@ int shape_find(struct pass *p, uint32_t *cands, size_t *ret_ncands)
             s = table[h].shape;
             if (s == SCHED_NONE)
                 break;
-            if (table[h].tag == tag && key_same(p->skeys[s].w, w))
+            if (table[h].tag == tag && key_same(p->skeys[s].w, w) &&
+                same_terms(j, &jobs[p->shapes_of[s].first]))
                 break;
         }
         jshape[i] = s;
@@ -198,6 +226,10 @@ int shape_find(struct pass *p, uint32_t *cands, size_t *ret_ncands)
         int32_t g = j->gpus; /* the placement scratch must hold it */
         if (g > 0 && (uint32_t)g > maxg && g <= (int32_t)SCHED_MAX_GPUS_PER_NODE * 1024)
             maxg = (uint32_t)g;
+        if (j->nodes > 0 && (uint32_t)j->nodes > maxg && (uint32_t)j->nodes <= p->c->nnodes)
+            maxg = (uint32_t)j->nodes;
+        if (j->exclusive && p->c->ngpus > maxg)
+            maxg = p->c->ngpus; /* it holds every GPU of its nodes */
         if (2 * (size_t)p->nshapes > size && (err = table_grow(p, &table, &size)))
             break;
     }
@@ -210,43 +242,93 @@ int shape_find(struct pass *p, uint32_t *cands, size_t *ret_ncands)
     return p->place.nodes && p->place.shares ? 0 : GPO_ENOMEM;
 }
 
+/* Could node n, were it empty, take the job (one member of an exact-N
+ * gang): its GPUs with the memory asked, CPUs, memory and features? */
+static bool node_can_hold(const struct sched_cluster *c, const struct sched_job *j, uint32_t n,
+                          uint32_t want, int64_t need_mem)
+{
+    const struct sched_node *node = &c->nodes[n];
+    int64_t share = j->nodes > 1 ? j->nodes : 1;
+    int64_t mem = j->mem_whole_node ? 0 : j->mem_mib / share;
+    if ((int64_t)node->cpus < j->cpus / share || (int64_t)node->mem_mib < mem ||
+        !sched_job_features_ok(j, node->features))
+        return false;
+    uint32_t fit = 0;
+    for (uint32_t i = 0; i < node->ngpus && fit < want; i++)
+        fit += (int64_t)c->gpus[node->gpu_first + i].mem_mib >= need_mem;
+    return fit >= want;
+}
+
+/* How many nodes of group g could, were they empty, take a member of an
+ * exact-N gang (or the job)? Stops counting at `enough`. */
+static uint32_t group_nodes_holding(const struct pass *p, const struct sched_job *j, uint32_t g,
+                                    uint32_t enough)
+{
+    const struct view_group *grp = &p->view.groups[g];
+    int64_t need_mem = j->min_gpu_mem_mib > j->gpu_mem_mib ? j->min_gpu_mem_mib : j->gpu_mem_mib;
+    uint32_t want = j->gpus > 0 ? view_job_node_gpus(j) : sched_job_wants_gpu(j) ? 1 : 0;
+    uint32_t count = 0;
+    for (uint32_t k = 0; k < grp->nnodes && count < enough; k++)
+        count += node_can_hold(p->c, j, grp->nodes[k], want, need_mem);
+    return count;
+}
+
 /* Could some node (or, for a gang, the group) of group g ever hold the job,
  * were it empty? The largest node's figures first; only a group of unlike
- * nodes or GPUs needs a look at every node. */
+ * nodes or GPUs, or a job with a constraint, needs a look at every node. */
 static bool group_can_hold(const struct pass *p, const struct sched_job *j, uint32_t g)
 {
     const struct view_group *grp = &p->view.groups[g];
     const struct sched_cluster *c = p->c;
     int64_t need_mem = j->min_gpu_mem_mib > j->gpu_mem_mib ? j->min_gpu_mem_mib : j->gpu_mem_mib;
-    bool gang = j->gpus > 0 && j->multi_node;
+    bool gang = j->gpus > 0 && j->multi_node && j->nodes == 0;
     uint32_t want = j->gpus > 0 ? (uint32_t)j->gpus : sched_job_wants_gpu(j) ? 1 : 0;
+    if (j->nodes > 1) {
+        uint32_t N = (uint32_t)j->nodes;
+        return grp->nnodes >= N && group_nodes_holding(p, j, g, N) >= N;
+    }
     if (gang) {
-        if (grp->uniform)
+        if (grp->uniform && !j->nconstraint)
             return (uint64_t)j->gpus <= grp->total_gpus;
         uint64_t total = 0;
         for (uint32_t k = 0; k < grp->nnodes; k++) {
             const struct sched_node *n = &c->nodes[grp->nodes[k]];
+            if (!sched_job_features_ok(j, n->features))
+                continue;
             for (uint32_t i = 0; i < n->ngpus; i++)
                 total += (int64_t)c->gpus[n->gpu_first + i].mem_mib >= need_mem;
         }
         return total >= (uint64_t)j->gpus;
     }
+    uint64_t mem = j->mem_whole_node ? 0 : (uint64_t)j->mem_mib;
     if (want > grp->max_node_gpus || (uint32_t)j->cpus > grp->max_node_cpus ||
-        (uint64_t)j->mem_mib > grp->max_node_mem_mib)
+        mem > grp->max_node_mem_mib)
         return false;
-    if (grp->uniform)
+    if (grp->uniform && !j->nconstraint)
         return true;
-    for (uint32_t k = 0; k < grp->nnodes; k++) {
-        const struct sched_node *n = &c->nodes[grp->nodes[k]];
-        if (n->cpus < (uint32_t)j->cpus || n->mem_mib < (uint64_t)j->mem_mib)
-            continue;
-        uint32_t fit = 0;
-        for (uint32_t i = 0; i < n->ngpus && fit < want; i++)
-            fit += (int64_t)c->gpus[n->gpu_first + i].mem_mib >= need_mem;
-        if (fit >= want)
-            return true;
-    }
-    return false;
+    return group_nodes_holding(p, j, g, 1) >= 1;
+}
+
+/* The first thing wrong with a job's Slurm shape, or NULL. */
+static const char *shape_field(const struct sched_job *j)
+{
+    if (j->nodes < 0)
+        return "nodes is negative";
+    if (j->nconstraint > SCHED_CONSTRAINT_TERMS)
+        return "constraint has more terms than the core keeps";
+    if (j->exclusive && (j->gpu_milli > 0 || j->gpu_mem_mib > 0))
+        return "exclusive takes whole nodes, not a share of one GPU";
+    if (j->nodes <= 1)
+        return NULL;
+    if (j->gpu_milli > 0 || j->gpu_mem_mib > 0)
+        return "a share of one GPU cannot span nodes";
+    if (j->gpus % j->nodes)
+        return "gpus must divide evenly over nodes";
+    if (j->cpus % j->nodes)
+        return "cpus must divide evenly over nodes";
+    if (!j->mem_whole_node && j->mem_mib % j->nodes)
+        return "mem_mib must divide evenly over nodes";
+    return NULL;
 }
 
 /* Checks a pending job on its own: sizes, indices, and whether any node could
@@ -292,18 +374,21 @@ bool shape_validate(struct pass *p, uint32_t i)
         field = "give only one of gpus, gpu_milli and gpu_mem_mib";
     else if (j->gpu_milli >= SCHED_MILLI)
         field = "gpu_milli must be 1..999 (whole GPUs go in gpus)";
-    else if (j->multi_node && j->gpus <= 0)
+    else if (j->multi_node && j->gpus <= 0 && j->nodes <= 1)
         field = "multi_node needs a whole number of gpus";
     else if (j->gpus > (int32_t)SCHED_MAX_GPUS_PER_NODE * 1024)
         field = "gpus is over the limit";
+    else
+        field = shape_field(j);
     if (field) {
         pass_set_wait(p, i, SCHED_REASON_BAD_SIZE, pool, type, 0, field);
         return false;
     }
 
     /* Against the cluster: some group must be able to hold it, ever. */
-    bool any_match = false, any_size = false, any_quota = false;
+    bool any_match = false, any_size = false, any_quota = false, any_features = !j->nconstraint;
     bool fit0 = false;
+    uint32_t most_nodes = 0;
     struct view *v = &p->view;
     for (uint32_t g = 0; g < v->ngroups; g++) {
         const struct view_group *grp = &v->groups[g];
@@ -315,9 +400,16 @@ bool shape_validate(struct pass *p, uint32_t i)
         any_match = true;
         if (!view_group_eligible(v, j, g))
             continue; /* GPU memory constraint */
+        for (uint32_t k = 0; !any_features && k < grp->nnodes; k++)
+            any_features = sched_job_features_ok(j, c->nodes[grp->nodes[k]].features);
         bool size_ok = group_can_hold(p, j, g);
-        if (!size_ok)
+        if (!size_ok) {
+            if (j->nodes > 1) {
+                uint32_t have = group_nodes_holding(p, j, g, UINT32_MAX);
+                most_nodes = have > most_nodes ? have : most_nodes;
+            }
             continue;
+        }
         any_size = true;
         int64_t milli = sched_job_milli(j, grp->gpu_mem_mib);
         int64_t limit = quota_limit(&p->quota, j->team, g);
@@ -329,6 +421,15 @@ bool shape_validate(struct pass *p, uint32_t i)
     }
     if (!any_match) {
         pass_set_wait(p, i, SCHED_REASON_NO_MATCH, pool, type, 0, NULL);
+        return false;
+    }
+    if (!any_features) {
+        pass_set_wait(p, i, SCHED_REASON_FEATURES_NEVER, pool, type, 0, NULL);
+        return false;
+    }
+    if (!any_size && j->nodes > 1) {
+        pass_set_wait(p, i, SCHED_REASON_NODES_NEVER, pool, type, 0, NULL);
+        pass_set_nodes(p, i, most_nodes);
         return false;
     }
     if (!any_size) {
