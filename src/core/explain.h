@@ -70,9 +70,9 @@ struct sched_wait {
     uint64_t other_job;
     int64_t est_start_ms;
     const char *field;
-    uint32_t nodes_need; /* nodes the job needs (1 but for an exact-N gang) */
-    uint32_t nodes_have; /* of them, how many could take it */
-    uint32_t node_gpus;  /* whole GPUs on each */
+    uint32_t nodes_need : 24; /* nodes the job needs (1 but for an exact-N gang) */
+    uint32_t node_gpus : 8;   /* whole GPUs on each (at most SCHED_MAX_GPUS_PER_NODE) */
+    uint32_t nodes_have;      /* of them, how many could take it */
 };
 
 /* True when no change in load will ever start a job waiting for this reason. */

@@ -142,7 +142,7 @@ struct sched_cluster {
  * (every GPU offered and free, every CPU and MiB free), and the allocation
  * holds all of each node it gets, which quota and fair share charge.
  * `mem_whole_node` (--mem=0): each node's whole host memory, on nodes where
- * no job holds memory; mem_mib is then ignored. `constraint`: the node's
+ * no job holds memory; mem_mib must then be 0. `constraint`: the node's
  * features must hold every bit of at least one of the first `nconstraint`
  * masks (an OR of AND-terms, as Slurm's "a&b|c"); 0 terms: any node.
  *
@@ -161,6 +161,7 @@ struct sched_job {
     int64_t gpu_mem_mib;     /* or an amount of one GPU's memory */
     int64_t min_gpu_mem_mib; /* each GPU used must have at least this much memory */
     int32_t cpus;
+    int32_t nodes;         /* exactly this many nodes when > 1 */
     int64_t mem_mib;       /* host memory */
     int64_t time_limit_ms; /* 0: none (backfill then uses policy->default_time_limit_ms) */
     uint32_t project;      /* caller's label ids: carried, never interpreted */
@@ -169,8 +170,7 @@ struct sched_job {
     bool checkpointable; /* can resume after preemption; LAS only preempts these */
     bool exclusive;
     bool mem_whole_node;
-    int32_t nodes;        /* exactly this many nodes when > 1 */
-    uint32_t nconstraint; /* terms used in constraint (0..SCHED_CONSTRAINT_TERMS) */
+    uint8_t nconstraint; /* terms used in constraint (0..SCHED_CONSTRAINT_TERMS) */
     uint64_t constraint[SCHED_CONSTRAINT_TERMS];
 };
 

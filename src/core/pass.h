@@ -90,7 +90,7 @@ struct jshape {
     struct sched_wait sweep[2];    /* the wait of its jobs the ordered loop did not reach */
 };
 
-/* The request part of a job, as ten words (compared and hashed word by
+/* The request part of a job, as nine words (compared and hashed word by
  * word): what validation, the fit checks and placement look at. Not: id,
  * submit time, labels, checkpointing, which never change where or whether a
  * job fits. Each word is built in registers from the job's fields (see
@@ -100,12 +100,12 @@ enum {
     SHAPE_W_TEAM_PRIO = 0, /* team | prio << 32 */
     SHAPE_W_POOL_TYPE,     /* pool | gpu_type << 32 */
     SHAPE_W_GPUS,          /* gpus | gpu_milli << 32 */
-    SHAPE_W_CPUS,          /* cpus | multi_node << 32 */
+    SHAPE_W_CPUS,          /* cpus | shape_bits() << 32: multi_node, exclusive, whole memory,
+                              terms, nodes */
     SHAPE_W_GPU_MEM,
     SHAPE_W_MIN_GPU_MEM,
     SHAPE_W_MEM,
     SHAPE_W_LIMIT,
-    SHAPE_W_NODES,      /* nodes | (exclusive | mem_whole_node << 1) << 32 | nconstraint << 40 */
     SHAPE_W_CONSTRAINT, /* the only term, or a mix of the terms (then compared apart) */
     SHAPE_WORDS
 };
@@ -236,8 +236,8 @@ static inline struct sched_wait make_wait(const struct sched_job *j, enum sched_
                                .other_job = other,
                                .est_start_ms = -1,
                                .field = field,
-                               .nodes_need = j->nodes > 1 ? (uint32_t)j->nodes : 1,
-                               .node_gpus = view_job_node_gpus(j)};
+                               .nodes_need = j->nodes > 1 ? (uint32_t)j->nodes & 0xffffffu : 1,
+                               .node_gpus = view_job_node_gpus(j) & 0xffu};
 }
 
 /* Sets job i's wait (and marks it decided). */

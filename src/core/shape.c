@@ -16,20 +16,32 @@ static uint64_t pair(uint32_t lo, uint32_t hi)
 
 static uint64_t constraint_word(const struct sched_job *j);
 
+/* multi_node, exclusive, whole memory, the number of terms (5 and more alike:
+ * all invalid) and the node count (negative ones alike, and those over the
+ * limit: each kind has one verdict), in 32 bits. */
+static uint32_t shape_bits(const struct sched_job *j)
+{
+    if (!(j->nodes | j->exclusive | j->mem_whole_node | j->nconstraint))
+        return (uint32_t)j->multi_node; /* the common case, at the cost of one test */
+    uint32_t nodes = j->nodes < 0                           ? 0xffffffu
+                     : (uint32_t)j->nodes > SCHED_MAX_NODES ? 0xfffffeu
+                                                            : (uint32_t)j->nodes;
+    uint32_t terms = j->nconstraint < 7 ? j->nconstraint : 7;
+    return (uint32_t)j->multi_node | (uint32_t)j->exclusive << 1 |
+           (uint32_t)j->mem_whole_node << 2 | terms << 3 | nodes << 8;
+}
+
 static struct shape_key key_of(const struct sched_job *j)
 {
     return (struct shape_key){{
         [SHAPE_W_TEAM_PRIO] = pair(j->team, j->prio),
         [SHAPE_W_POOL_TYPE] = pair(j->pool, j->gpu_type),
         [SHAPE_W_GPUS] = pair((uint32_t)j->gpus, (uint32_t)j->gpu_milli),
-        [SHAPE_W_CPUS] = pair((uint32_t)j->cpus, j->multi_node),
+        [SHAPE_W_CPUS] = pair((uint32_t)j->cpus, shape_bits(j)),
         [SHAPE_W_GPU_MEM] = (uint64_t)j->gpu_mem_mib,
         [SHAPE_W_MIN_GPU_MEM] = (uint64_t)j->min_gpu_mem_mib,
         [SHAPE_W_MEM] = (uint64_t)j->mem_mib,
         [SHAPE_W_LIMIT] = (uint64_t)j->time_limit_ms,
-        [SHAPE_W_NODES] =
-            pair((uint32_t)j->nodes, (uint32_t)j->exclusive | (uint32_t)j->mem_whole_node << 1 |
-                                         (j->nconstraint & 0xffffffu) << 8),
         [SHAPE_W_CONSTRAINT] = constraint_word(j),
     }};
 }
@@ -58,11 +70,10 @@ static bool same_terms(const struct sched_job *a, const struct sched_job *b)
  * multiplies do not wait for one another. Then one final mix. */
 static uint64_t key_hash(const uint64_t w[SHAPE_WORDS])
 {
-    uint64_t h = w[0] * 0x9e3779b97f4a7c15ULL + w[1] * 0xc2b2ae3d27d4eb4fULL +
-                 w[2] * 0x165667b19e3779f9ULL + w[3] * 0xd6e8feb86659fd93ULL +
-                 w[4] * 0xff51afd7ed558ccdULL + w[5] * 0xc4ceb9fe1a85ec53ULL +
-                 w[6] * 0x94d049bb133111ebULL + w[7] * 0xbf58476d1ce4e5b9ULL +
-                 w[8] * 0x2545f4914f6cdd1dULL + w[9] * 0x4cf5ad432745937fULL;
+    uint64_t h =
+        w[0] * 0x9e3779b97f4a7c15ULL + w[1] * 0xc2b2ae3d27d4eb4fULL + w[2] * 0x165667b19e3779f9ULL +
+        w[3] * 0xd6e8feb86659fd93ULL + w[4] * 0xff51afd7ed558ccdULL + w[5] * 0xc4ceb9fe1a85ec53ULL +
+        w[6] * 0x94d049bb133111ebULL + w[7] * 0xbf58476d1ce4e5b9ULL + w[8] * 0x2545f4914f6cdd1dULL;
     h ^= h >> 32;
     h *= 0xd6e8feb86659fd93ULL;
     return h ^ h >> 32;
@@ -314,10 +325,14 @@ static const char *shape_field(const struct sched_job *j)
 {
     if (j->nodes < 0)
         return "nodes is negative";
+    if ((uint32_t)j->nodes > SCHED_MAX_NODES)
+        return "nodes is over the limit";
     if (j->nconstraint > SCHED_CONSTRAINT_TERMS)
         return "constraint has more terms than the core keeps";
     if (j->exclusive && (j->gpu_milli > 0 || j->gpu_mem_mib > 0))
         return "exclusive takes whole nodes, not a share of one GPU";
+    if (j->mem_whole_node && j->mem_mib > 0)
+        return "mem_mib must be 0 with mem_whole_node (it takes each node's whole memory)";
     if (j->nodes <= 1)
         return NULL;
     if (j->gpu_milli > 0 || j->gpu_mem_mib > 0)
@@ -331,6 +346,34 @@ static const char *shape_field(const struct sched_job *j)
     return NULL;
 }
 
+/* The first thing wrong with a job's sizes, or NULL. */
+static const char *size_field(const struct sched_job *j)
+{
+    if (j->gpus < 0)
+        return "gpus is negative";
+    if (j->gpu_milli < 0)
+        return "gpu_milli is negative";
+    if (j->gpu_mem_mib < 0)
+        return "gpu_mem_mib is negative";
+    if (j->min_gpu_mem_mib < 0)
+        return "min_gpu_mem_mib is negative";
+    if (j->cpus < 0)
+        return "cpus is negative";
+    if (j->mem_mib < 0)
+        return "mem_mib is negative";
+    if (j->time_limit_ms < 0)
+        return "time_limit_ms is negative";
+    if ((j->gpus > 0) + (j->gpu_milli > 0) + (j->gpu_mem_mib > 0) > 1)
+        return "give only one of gpus, gpu_milli and gpu_mem_mib";
+    if (j->gpu_milli >= SCHED_MILLI)
+        return "gpu_milli must be 1..999 (whole GPUs go in gpus)";
+    if (j->multi_node && j->gpus <= 0 && j->nodes <= 1)
+        return "multi_node needs a whole number of gpus";
+    if (j->gpus > (int32_t)SCHED_MAX_GPUS_PER_NODE * 1024)
+        return "gpus is over the limit";
+    return shape_field(j);
+}
+
 /* Checks a pending job on its own: sizes, indices, and whether any node could
  * ever hold it. Sets a final reason and returns false if not. Also notes
  * whether it fits the free capacity now (J_FIT0). */
@@ -339,7 +382,7 @@ bool shape_validate(struct pass *p, uint32_t i)
     const struct sched_cluster *c = p->c;
     const struct sched_job *j = &p->q->jobs[i];
     uint32_t pool = j->pool, type = j->gpu_type;
-    const char *field = NULL;
+    const char *field;
     if (j->team >= c->nteams) {
         pass_set_wait(p, i, SCHED_REASON_UNKNOWN_TEAM, SCHED_NONE, SCHED_NONE, 0, "team");
         return false;
@@ -356,30 +399,7 @@ bool shape_validate(struct pass *p, uint32_t i)
         pass_set_wait(p, i, SCHED_REASON_UNKNOWN_TYPE, SCHED_NONE, SCHED_NONE, 0, "gpu_type");
         return false;
     }
-    if (j->gpus < 0)
-        field = "gpus is negative";
-    else if (j->gpu_milli < 0)
-        field = "gpu_milli is negative";
-    else if (j->gpu_mem_mib < 0)
-        field = "gpu_mem_mib is negative";
-    else if (j->min_gpu_mem_mib < 0)
-        field = "min_gpu_mem_mib is negative";
-    else if (j->cpus < 0)
-        field = "cpus is negative";
-    else if (j->mem_mib < 0)
-        field = "mem_mib is negative";
-    else if (j->time_limit_ms < 0)
-        field = "time_limit_ms is negative";
-    else if ((j->gpus > 0) + (j->gpu_milli > 0) + (j->gpu_mem_mib > 0) > 1)
-        field = "give only one of gpus, gpu_milli and gpu_mem_mib";
-    else if (j->gpu_milli >= SCHED_MILLI)
-        field = "gpu_milli must be 1..999 (whole GPUs go in gpus)";
-    else if (j->multi_node && j->gpus <= 0 && j->nodes <= 1)
-        field = "multi_node needs a whole number of gpus";
-    else if (j->gpus > (int32_t)SCHED_MAX_GPUS_PER_NODE * 1024)
-        field = "gpus is over the limit";
-    else
-        field = shape_field(j);
+    field = size_field(j);
     if (field) {
         pass_set_wait(p, i, SCHED_REASON_BAD_SIZE, pool, type, 0, field);
         return false;

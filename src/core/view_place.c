@@ -19,6 +19,7 @@ struct ctx {
     unsigned miss;
     int32_t blocking_resv;
     uint32_t have; /* exact-N gang: the most nodes of one group that could take a member */
+    bool shaped;   /* sched_job_shaped: the node-level checks apply */
 };
 
 /* May the job use node n, as far as reservations go? Records the blocker. */
@@ -49,13 +50,11 @@ static bool group_may_fit(struct ctx *x, uint32_t g)
 }
 
 /* CPUs or host memory a node must give a gang member holding k of the job's
- * GPUs: an even share for an exact-N gang, a share by GPUs for a fewest-nodes
- * gang, all of it on one node. A whole node's memory is checked apart
- * (view_node_admits), so it asks for nothing here. */
+ * GPUs (a fewest-nodes gang splits them by GPUs; an exact-N gang's even
+ * share is member_host_fits'). A whole node's memory (mem_mib 0) is checked
+ * apart, by view_node_admits. */
 static uint32_t part_cpus(const struct sched_job *job, uint32_t k)
 {
-    if (job->nodes > 1)
-        return (uint32_t)(job->cpus / job->nodes);
     if (job->gpus <= 0 || !job->multi_node)
         return (uint32_t)job->cpus;
     return (uint32_t)(((uint64_t)job->cpus * k + (uint64_t)job->gpus - 1) / (uint64_t)job->gpus);
@@ -63,13 +62,25 @@ static uint32_t part_cpus(const struct sched_job *job, uint32_t k)
 
 static uint64_t part_mem(const struct sched_job *job, uint32_t k)
 {
-    if (job->mem_whole_node)
-        return 0;
-    if (job->nodes > 1)
-        return (uint64_t)(job->mem_mib / job->nodes);
     if (job->gpus <= 0 || !job->multi_node)
         return (uint64_t)job->mem_mib;
     return ((uint64_t)job->mem_mib * k + (uint64_t)job->gpus - 1) / (uint64_t)job->gpus;
+}
+
+/* An exact-N gang's share of CPUs and memory on each of its nodes. */
+static uint32_t member_cpus(const struct sched_job *job)
+{
+    return (uint32_t)(job->cpus / job->nodes);
+}
+
+static uint64_t member_mem(const struct sched_job *job)
+{
+    return (uint64_t)(job->mem_mib / job->nodes);
+}
+
+static bool member_host_fits(const struct view_node *vn, const struct sched_job *job)
+{
+    return vn->free_cpus >= member_cpus(job) && vn->free_mem_mib >= member_mem(job);
 }
 
 static bool host_fits(const struct view_node *vn, const struct sched_job *job, uint32_t k)
@@ -89,13 +100,19 @@ bool view_node_admits(const struct view *view, const struct sched_job *job, uint
 }
 
 /* The node-level part of a check: features, whole nodes, whole memory.
- * Records a miss of that kind. Ordinary jobs pass at the first test. */
-static bool admits(struct ctx *x, uint32_t n)
+ * Records a miss of that kind. */
+static bool shaped_admits(struct ctx *x, uint32_t n)
 {
-    if (!sched_job_shaped(x->job) || view_node_admits(x->view, x->job, n))
+    if (view_node_admits(x->view, x->job, n))
         return true;
     x->miss |= VIEW_MISS_SHAPE;
     return false;
+}
+
+/* Ordinary jobs pass at the first test, on a flag read once per placement. */
+static inline bool admits(struct ctx *x, uint32_t n)
+{
+    return !x->shaped || shaped_admits(x, n);
 }
 
 /* The GPU has the memory the job needs: its minimum, and all of a memory request. */
@@ -315,12 +332,12 @@ static bool place_fraction(struct ctx *x, const bool *allowed, struct view_place
 /* How many of a gang's k GPUs node n can hold: its free whole GPUs, cut down
  * to what its free CPUs and host memory allow for that share of the job. */
 static uint32_t gang_cap(const struct view *view, const struct sched_job *job, uint32_t n,
-                         uint32_t k)
+                         uint32_t k, bool shaped)
 {
     const struct view_node *vn = &view->nodes[n];
     if (!vn->usable || !vn->free_whole)
         return 0;
-    if (sched_job_shaped(job) && !view_node_admits(view, job, n))
+    if (shaped && !view_node_admits(view, job, n))
         return 0;
     uint32_t t = view_node_whole_for(view, job, n);
     if (t > k)
@@ -350,7 +367,7 @@ static uint32_t gang_group(struct ctx *x, const bool *allowed, uint32_t k)
         uint32_t hist[SCHED_MAX_GPUS_PER_NODE + 1] = {0};
         for (uint32_t i = 0; i < grp->nnodes; i++) {
             uint32_t n = grp->nodes[i];
-            uint32_t w = gang_cap(view, job, n, k);
+            uint32_t w = gang_cap(view, job, n, k, x->shaped);
             if (!w) {
                 if (view->nodes[n].free_whole)
                     x->miss |= VIEW_MISS_HOST;
@@ -399,7 +416,7 @@ static bool place_gang(struct ctx *x, const bool *allowed, struct view_place *ou
     for (int pass = 0; pass < 2; pass++) {
         for (uint32_t i = 0; i < grp->nnodes; i++) {
             uint32_t n = grp->nodes[i];
-            uint32_t w = gang_cap(view, job, n, k);
+            uint32_t w = gang_cap(view, job, n, k, x->shaped);
             if (!w)
                 continue;
             int32_t r = view->nodes[n].resv;
@@ -421,13 +438,13 @@ static bool place_gang(struct ctx *x, const bool *allowed, struct view_place *ou
     out->nnodes = 0;
     out->nshares = 0;
     for (uint32_t i = 0; i < ncand && need; i++) {
-        uint32_t n = cand[i], w = gang_cap(view, job, n, k);
+        uint32_t n = cand[i], w = gang_cap(view, job, n, k, x->shaped);
         uint32_t take = w < need ? w : need;
         if (take == need && view->packing == SCHED_PACK_BINPACK) {
             /* The last piece: the tightest remaining node that holds it. */
             uint32_t best = n, bw = w;
             for (uint32_t j = i + 1; j < ncand; j++) {
-                uint32_t m = cand[j], wm = gang_cap(view, job, m, k);
+                uint32_t m = cand[j], wm = gang_cap(view, job, m, k, x->shaped);
                 if (wm >= need && (wm < bw || (wm == bw && m < best))) {
                     best = m;
                     bw = wm;
@@ -459,11 +476,11 @@ static bool member_fits(struct ctx *x, uint32_t n, uint32_t k, uint32_t *ret_sco
     uint32_t w = k ? view_node_whole_for(x->view, x->job, n) : 0;
     if (w < k || !admits(x, n))
         return false;
-    if (!host_fits(vn, x->job, k)) {
+    if (!member_host_fits(vn, x->job)) {
         x->miss |= VIEW_MISS_HOST;
         return false;
     }
-    uint32_t left = k ? w - k : vn->free_cpus - part_cpus(x->job, 0);
+    uint32_t left = k ? w - k : vn->free_cpus - member_cpus(x->job);
     *ret_score = left < EXACT_BUCKETS - 1 ? left : EXACT_BUCKETS - 1;
     return true;
 }
@@ -556,7 +573,7 @@ static bool place_exact(struct ctx *x, const bool *allowed, struct view_place *o
     for (uint32_t i = 0; i < N; i++) {
         uint32_t n = cand[i];
         out->nodes[out->nnodes++] = (struct sched_node_part){
-            .node = n, .cpus = part_cpus(job, k), .mem_mib = part_mem(job, k)};
+            .node = n, .cpus = member_cpus(job), .mem_mib = member_mem(job)};
         if (k)
             pick_whole_gpus(view, job, n, k, out->shares + out->nshares);
         out->nshares += k;
@@ -594,7 +611,8 @@ bool view_place(struct view *view, const struct sched_job *job, const bool *allo
                     .job = job,
                     .end_ms = end_ms,
                     .ignore_resv = ignore_resv,
-                    .blocking_resv = -1};
+                    .blocking_resv = -1,
+                    .shaped = sched_job_shaped(job)};
     bool ok;
     out->nodes_have = 0;
     if (job->nodes > 1) {
@@ -628,10 +646,12 @@ bool view_node_fits(const struct view *view, const struct sched_job *job, uint32
         return false;
     if (sched_job_shaped(job) && !view_node_admits(view, job, n))
         return false;
-    if (job->gpus > 0) {
-        uint32_t k = view_job_node_gpus(job);
-        return view_node_whole_for(view, job, n) >= k && host_fits(vn, job, k);
-    }
+    if (job->nodes > 1)
+        return view_node_whole_for(view, job, n) >= view_job_node_gpus(job) &&
+               member_host_fits(vn, job);
+    if (job->gpus > 0)
+        return view_node_whole_for(view, job, n) >= (uint32_t)job->gpus &&
+               host_fits(vn, job, (uint32_t)job->gpus);
     if (!host_fits(vn, job, 0))
         return false;
     if (!sched_job_wants_gpu(job))
