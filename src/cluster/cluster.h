@@ -562,6 +562,10 @@ int cluster_job_request(const struct cluster_view *cl, const struct jobspec *spe
                         const char *user_team, const char *default_class, struct sched_job *ret,
                         char *err, size_t errlen);
 
+/* "a, b, c" of names[0..n) into buf (size bytes), cut with "..." to fit;
+ * returns buf, or "none" (static) when n is 0. For messages. */
+const char *cluster_names_list(const char *const *names, size_t n, char *buf, size_t size);
+
 /*
  * The GPU type of types[0..n) a user's name means: the exact name, else the
  * one equal but for case, else the one whose part before the first '-' is

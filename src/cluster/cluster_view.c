@@ -335,17 +335,12 @@ enum listing { LIST_NONE, LIST_CLASSES, LIST_TYPES };
 /* "a, b, c": the cluster's class or GPU type names, cut with "..." to fit. */
 static const char *known(const struct sched_cluster *c, enum listing what, char buf[KNOWN_MAX])
 {
+    const char
+        *names[SCHED_MAX_GPU_TYPES > SCHED_MAX_CLASSES ? SCHED_MAX_GPU_TYPES : SCHED_MAX_CLASSES];
     uint32_t n = what == LIST_TYPES ? c->ngpu_types : c->nclasses;
-    size_t used = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        const char *name = what == LIST_TYPES ? c->gpu_types[i].name : c->classes[i].name;
-        if (used + strlen(name) + 2 + 4 >= KNOWN_MAX) {
-            snprintf(buf + used, KNOWN_MAX - used, "%s...", i ? ", " : "");
-            return buf;
-        }
-        used += (size_t)snprintf(buf + used, KNOWN_MAX - used, "%s%s", i ? ", " : "", name);
-    }
-    return n ? buf : "none";
+    for (uint32_t i = 0; i < n; i++)
+        names[i] = what == LIST_TYPES ? c->gpu_types[i].name : c->classes[i].name;
+    return cluster_names_list(names, n, buf, KNOWN_MAX);
 }
 
 static int resolve(const struct sched_cluster *c, const char *what, const char *name,
@@ -364,18 +359,17 @@ static int resolve(const struct sched_cluster *c, const char *what, const char *
                       cluster_quote(name, q), known(c, list, names));
 }
 
-/* "a, b, c" of names[0..n), cut with "..." to fit; "none" when n is 0. */
-static const char *list_names(const char *const *names, size_t n, char buf[KNOWN_MAX])
+const char *cluster_names_list(const char *const *names, size_t n, char *buf, size_t size)
 {
     size_t used = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (used + strlen(names[i]) + 2 + 4 >= KNOWN_MAX) {
-            snprintf(buf + used, KNOWN_MAX - used, "%s...", i ? ", " : "");
+    for (size_t i = 0; i < n && size; i++) {
+        if (used + strlen(names[i]) + 2 + 4 >= size) {
+            snprintf(buf + used, size - used, "%s...", i ? ", " : "");
             return buf;
         }
-        used += (size_t)snprintf(buf + used, KNOWN_MAX - used, "%s%s", i ? ", " : "", names[i]);
+        used += (size_t)snprintf(buf + used, size - used, "%s%s", i ? ", " : "", names[i]);
     }
-    return n ? buf : "none";
+    return n && size ? buf : "none";
 }
 
 static bool same_nocase(const char *a, const char *b, size_t n)
@@ -420,9 +414,10 @@ int cluster_gpu_type_match(const char *const *types, size_t n, const char *want,
     }
     if (hits > 1)
         return errbuf_set(err, errlen, GPO_EINVAL, "GPU type '%s' matches several: %s; give one",
-                          cluster_quote(want, q), list_names(matched, hits, names));
+                          cluster_quote(want, q),
+                          cluster_names_list(matched, hits, names, sizeof(names)));
     return errbuf_set(err, errlen, GPO_ENOENT, "unknown GPU type '%s' (known: %s)",
-                      cluster_quote(want, q), list_names(types, n, names));
+                      cluster_quote(want, q), cluster_names_list(types, n, names, sizeof(names)));
 }
 
 int cluster_constraint_masks(const char *const *features, size_t n, const char *constraint,
@@ -444,9 +439,9 @@ int cluster_constraint_masks(const char *const *features, size_t n, const char *
         while (f < n && strcmp(features[f], word) != 0)
             f++;
         if (f == n)
-            return errbuf_set(err, errlen, GPO_EINVAL,
-                              "field 'constraint': unknown feature '%s' (known: %s)",
-                              cluster_quote(word, q), list_names(features, n, names));
+            return errbuf_set(
+                err, errlen, GPO_EINVAL, "field 'constraint': unknown feature '%s' (known: %s)",
+                cluster_quote(word, q), cluster_names_list(features, n, names, sizeof(names)));
         out[nterms - 1] |= UINT64_C(1) << f;
         p += len;
         if (*p == '|' && ++nterms > SCHED_CONSTRAINT_TERMS)
@@ -484,10 +479,13 @@ static int request_shape(const struct cluster_view *cl, const struct jobspec *sp
     j->nodes = spec->nodes;
     j->exclusive = spec->exclusive;
     j->mem_whole_node = spec->mem_whole_node;
-    if (!spec->constraint)
-        return 0;
-    return cluster_constraint_masks(cl->features, cl->nfeatures, spec->constraint, j->constraint,
-                                    &j->nconstraint, err, errlen);
+    uint32_t nterms = 0;
+    int rc = spec->constraint
+                 ? cluster_constraint_masks(cl->features, cl->nfeatures, spec->constraint,
+                                            j->constraint, &nterms, err, errlen)
+                 : 0;
+    j->nconstraint = (uint8_t)nterms;
+    return rc;
 }
 
 int cluster_job_request(const struct cluster_view *cl, const struct jobspec *spec,

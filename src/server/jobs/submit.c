@@ -99,19 +99,6 @@ int job_submit_apply(struct jobs *t, const struct job_submit *sub, const int64_t
 
 #define NAMES_MAX 200 /* bytes of a list of names in a message */
 
-static const char *join(const char *const *names, size_t n, char buf[NAMES_MAX])
-{
-    size_t used = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (used + strlen(names[i]) + 6 >= NAMES_MAX) {
-            snprintf(buf + used, NAMES_MAX - used, "%s...", i ? ", " : "");
-            return buf;
-        }
-        used += (size_t)snprintf(buf + used, NAMES_MAX - used, "%s%s", i ? ", " : "", names[i]);
-    }
-    return n ? buf : "none";
-}
-
 static int replace(char **field, const char *canonical)
 {
     if (strcmp(*field, canonical) == 0)
@@ -124,19 +111,24 @@ static int replace(char **field, const char *canonical)
     return 0;
 }
 
-static int resolve_pool(const struct cluster *m, struct jobspec *spec, char *err, size_t errlen)
+/* "no pool 'x' (pools: a, b)": the names of the first pools, for the message. */
+static int no_pool(const struct cluster *m, const char *name, char *err, size_t errlen)
 {
     char names[NAMES_MAX];
     const char *list[64];
-    const struct cluster_pool *p = cluster_pool_resolve(m, spec->pool);
-    if (!p) {
-        size_t n = m->npools < 64 ? m->npools : 64;
-        for (size_t i = 0; i < n; i++)
-            list[i] = m->pools[i].name;
-        return errbuf_set(err, errlen, GPO_EINVAL, "field 'pool': no pool '%s' (pools: %s)",
-                          spec->pool, join(list, n, names));
+    size_t n = 0;
+    while (n < m->npools && n < 64) {
+        list[n] = m->pools[n].name;
+        n++;
     }
-    return replace(&spec->pool, p->name);
+    return errbuf_set(err, errlen, GPO_EINVAL, "field 'pool': no pool '%s' (pools: %s)", name,
+                      cluster_names_list(list, n, names, sizeof(names)));
+}
+
+static int resolve_pool(const struct cluster *m, struct jobspec *spec, char *err, size_t errlen)
+{
+    const struct cluster_pool *p = cluster_pool_resolve(m, spec->pool);
+    return p ? replace(&spec->pool, p->name) : no_pool(m, spec->pool, err, errlen);
 }
 
 /* The GPU types the cluster knows: its type table (every type a node ever
@@ -189,7 +181,7 @@ static bool node_features_ok(const struct need *nd, const char *const *features,
     for (size_t k = 0; f && k < f->nfeatures; k++)
         for (size_t i = 0; i < nf; i++)
             bits |= strcmp(features[i], f->features[k]) == 0 ? UINT64_C(1) << i : 0;
-    struct sched_job j = {.nconstraint = nd->nterms};
+    struct sched_job j = {.nconstraint = (uint8_t)nd->nterms};
     memcpy(j.constraint, nd->masks, sizeof(j.constraint));
     return sched_job_features_ok(&j, bits);
 }
