@@ -28,7 +28,7 @@ import tempfile
 sys.dont_write_bytecode = True  # leave no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import FakeAgent, Server, fake_gpu_uuid, ok, remove_tmp, run_as_root  # noqa: E402
-from harness import wait_until  # noqa: E402
+from harness import wait_job_until, wait_until  # noqa: E402
 
 BIN = os.path.abspath(sys.argv[1])
 FAKENVML = os.environ.get("GPUORCH_FAKENVML") or os.path.join(
@@ -52,22 +52,8 @@ def put(path, body):
     SRV.api.expect("PUT", path, body, token=ADMIN)
 
 
-def get_job(jid):
-    st, body, _ = call("GET", f"/v1/jobs/{jid}", token=ADMIN)
-    return body if st == 200 else None
-
-
 def wait_job(jid, pred, timeout=30):
-    last = [None]
-
-    def check():
-        last[0] = get_job(jid)
-        try:
-            return last[0] is not None and bool(pred(last[0]))
-        except (KeyError, TypeError, IndexError):
-            return False
-
-    return bool(wait_until(check, timeout, 0.1)), last[0]
+    return wait_job_until(SRV.api, jid, pred, ADMIN, timeout)
 
 
 def running(j):
