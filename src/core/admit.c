@@ -335,7 +335,7 @@ static struct sched_wait unranked_wait(struct pass *p, uint32_t i)
     struct sched_wait w;
     if (p->jflag[i] & J_CAND) {
         w = make_wait(j, sh->why, j->pool, j->gpu_type, sh->other, NULL);
-        w.nodes_have = sh->nodes_have;
+        wait_set_nodes(&w, j, sh->nodes_have);
         return w;
     }
     if (sched_job_shaped(j)) {
@@ -345,7 +345,7 @@ static struct sched_wait unranked_wait(struct pass *p, uint32_t i)
             enum sched_reason why = explain_shaped(j, miss);
             if (why != SCHED_REASON_NONE) {
                 w = make_wait(j, why, j->pool, j->gpu_type, 0, NULL);
-                w.nodes_have = p->place.nodes_have;
+                wait_set_nodes(&w, j, p->place.nodes_have);
                 return w;
             }
         }

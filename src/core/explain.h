@@ -56,8 +56,9 @@ enum sched_reason {
         SCHED_REASON_COUNT
 };
 
-/* Why a job waits. `pool`, `gpu_type` and `other_job` fill the sentence's
- * placeholders where the reason has them (SCHED_NONE / 0 otherwise).
+/* Why a job waits. `pool`, `gpu_type` and `other_job` (or, for the reasons
+ * that count nodes, `nodes`) fill the sentence's placeholders where the
+ * reason has them (SCHED_NONE / 0 otherwise).
  * `est_start_ms` is the estimated start time where a reservation gives one,
  * -1 where none can be promised. `field` names the bad field of an invalid
  * request (a static string). */
@@ -67,13 +68,25 @@ struct sched_wait {
     uint32_t team;
     uint32_t pool;
     uint32_t gpu_type;
-    uint64_t other_job;
+    union {
+        uint64_t other_job;
+        struct {                /* the node-count reasons (explain_counts_nodes) */
+            uint32_t need : 24; /* nodes the job needs */
+            uint32_t gpus : 8;  /* whole GPUs on each (at most SCHED_MAX_GPUS_PER_NODE) */
+            uint32_t have;      /* nodes that could take its share */
+        } nodes;
+    };
     int64_t est_start_ms;
     const char *field;
-    uint32_t nodes_need : 24; /* nodes the job needs (1 but for an exact-N gang) */
-    uint32_t node_gpus : 8;   /* whole GPUs on each (at most SCHED_MAX_GPUS_PER_NODE) */
-    uint32_t nodes_have;      /* of them, how many could take it */
 };
+
+/* Whether the reason's sentence counts nodes (the wait's `nodes`, where
+ * other reasons have `other_job`). */
+static inline int explain_counts_nodes(enum sched_reason reason)
+{
+    return reason == SCHED_REASON_NODES || reason == SCHED_REASON_NODES_HOST ||
+           reason == SCHED_REASON_EXCLUSIVE || reason == SCHED_REASON_NODES_NEVER;
+}
 
 /* True when no change in load will ever start a job waiting for this reason. */
 int explain_is_final(enum sched_reason reason);

@@ -90,7 +90,7 @@ struct jshape {
     struct sched_wait sweep[2];    /* the wait of its jobs the ordered loop did not reach */
 };
 
-/* The request part of a job, as nine words (compared and hashed word by
+/* The request part of a job, as eight words (compared and hashed word by
  * word): what validation, the fit checks and placement look at. Not: id,
  * submit time, labels, checkpointing, which never change where or whether a
  * job fits. Each word is built in registers from the job's fields (see
@@ -106,7 +106,6 @@ enum {
     SHAPE_W_MIN_GPU_MEM,
     SHAPE_W_MEM,
     SHAPE_W_LIMIT,
-    SHAPE_W_CONSTRAINT, /* the only term, or a mix of the terms (then compared apart) */
     SHAPE_WORDS
 };
 
@@ -235,18 +234,27 @@ static inline struct sched_wait make_wait(const struct sched_job *j, enum sched_
                                .gpu_type = gpu_type,
                                .other_job = other,
                                .est_start_ms = -1,
-                               .field = field,
-                               .nodes_need = j->nodes > 1 ? (uint32_t)j->nodes & 0xffffffu : 1,
-                               .node_gpus = view_job_node_gpus(j) & 0xffu};
+                               .field = field};
+}
+
+/* For a reason that counts nodes: the job's node count and GPUs per node,
+ * and `have` nodes that could take its share. Other reasons are left. */
+static inline void wait_set_nodes(struct sched_wait *w, const struct sched_job *j, uint32_t have)
+{
+    if (!explain_counts_nodes(w->reason))
+        return;
+    w->nodes.need = j->nodes > 1 ? (uint32_t)j->nodes & 0xffffffu : 1;
+    w->nodes.gpus = view_job_node_gpus(j) & 0xffu;
+    w->nodes.have = have;
 }
 
 /* Sets job i's wait (and marks it decided). */
 void pass_set_wait(struct pass *p, uint32_t i, enum sched_reason reason, uint32_t pool,
                    uint32_t gpu_type, uint64_t other, const char *field);
-/* Sets how many nodes could take a member of job i's exact-N gang, in its wait. */
+/* Job i's wait counts nodes, if its reason does (wait_set_nodes). */
 static inline void pass_set_nodes(struct pass *p, uint32_t i, uint32_t have)
 {
-    p->jwait[i].nodes_have = have;
+    wait_set_nodes(&p->jwait[i], &p->q->jobs[i], have);
 }
 
 /* Groups job i may use now (p->eligible, p->allowed, p->headroom filled);

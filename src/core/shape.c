@@ -14,8 +14,6 @@ static uint64_t pair(uint32_t lo, uint32_t hi)
     return (uint64_t)lo | (uint64_t)hi << 32;
 }
 
-static uint64_t constraint_word(const struct sched_job *j);
-
 /* multi_node, exclusive, whole memory, the number of terms (5 and more alike:
  * all invalid) and the node count (negative ones alike, and those over the
  * limit: each kind has one verdict), in 32 bits. */
@@ -42,26 +40,15 @@ static struct shape_key key_of(const struct sched_job *j)
         [SHAPE_W_MIN_GPU_MEM] = (uint64_t)j->min_gpu_mem_mib,
         [SHAPE_W_MEM] = (uint64_t)j->mem_mib,
         [SHAPE_W_LIMIT] = (uint64_t)j->time_limit_ms,
-        [SHAPE_W_CONSTRAINT] = constraint_word(j),
     }};
 }
 
-/* One term is its own word; more are mixed, and jobs whose words agree
- * compare their terms too (same_terms). */
-static uint64_t constraint_word(const struct sched_job *j)
-{
-    if (j->nconstraint <= 1)
-        return j->nconstraint ? j->constraint[0] : 0;
-    uint64_t h = 0;
-    for (uint32_t t = 0; t < j->nconstraint && t < SCHED_CONSTRAINT_TERMS; t++)
-        h = (h ^ j->constraint[t]) * 0x9e3779b97f4a7c15ULL;
-    return h;
-}
-
+/* A constraint is not in the key's words: jobs whose words agree compare
+ * their terms too (only those with a constraint pay for it). */
 static bool same_terms(const struct sched_job *a, const struct sched_job *b)
 {
-    if (a->nconstraint <= 1)
-        return true; /* the key's words hold it all */
+    if (!a->nconstraint)
+        return true; /* nor has b: the count is in the key */
     uint32_t n = a->nconstraint < SCHED_CONSTRAINT_TERMS ? a->nconstraint : SCHED_CONSTRAINT_TERMS;
     return memcmp(a->constraint, b->constraint, n * sizeof(a->constraint[0])) == 0;
 }
@@ -70,10 +57,10 @@ static bool same_terms(const struct sched_job *a, const struct sched_job *b)
  * multiplies do not wait for one another. Then one final mix. */
 static uint64_t key_hash(const uint64_t w[SHAPE_WORDS])
 {
-    uint64_t h =
-        w[0] * 0x9e3779b97f4a7c15ULL + w[1] * 0xc2b2ae3d27d4eb4fULL + w[2] * 0x165667b19e3779f9ULL +
-        w[3] * 0xd6e8feb86659fd93ULL + w[4] * 0xff51afd7ed558ccdULL + w[5] * 0xc4ceb9fe1a85ec53ULL +
-        w[6] * 0x94d049bb133111ebULL + w[7] * 0xbf58476d1ce4e5b9ULL + w[8] * 0x2545f4914f6cdd1dULL;
+    uint64_t h = w[0] * 0x9e3779b97f4a7c15ULL + w[1] * 0xc2b2ae3d27d4eb4fULL +
+                 w[2] * 0x165667b19e3779f9ULL + w[3] * 0xd6e8feb86659fd93ULL +
+                 w[4] * 0xff51afd7ed558ccdULL + w[5] * 0xc4ceb9fe1a85ec53ULL +
+                 w[6] * 0x94d049bb133111ebULL + w[7] * 0xbf58476d1ce4e5b9ULL;
     h ^= h >> 32;
     h *= 0xd6e8feb86659fd93ULL;
     return h ^ h >> 32;

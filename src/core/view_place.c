@@ -332,12 +332,10 @@ static bool place_fraction(struct ctx *x, const bool *allowed, struct view_place
 /* How many of a gang's k GPUs node n can hold: its free whole GPUs, cut down
  * to what its free CPUs and host memory allow for that share of the job. */
 static uint32_t gang_cap(const struct view *view, const struct sched_job *job, uint32_t n,
-                         uint32_t k, bool shaped)
+                         uint32_t k)
 {
     const struct view_node *vn = &view->nodes[n];
     if (!vn->usable || !vn->free_whole)
-        return 0;
-    if (shaped && !view_node_admits(view, job, n))
         return 0;
     uint32_t t = view_node_whole_for(view, job, n);
     if (t > k)
@@ -345,6 +343,17 @@ static uint32_t gang_cap(const struct view *view, const struct sched_job *job, u
     while (t > 0 && !host_fits(vn, job, t))
         t--;
     return t;
+}
+
+/* gang_cap, and none on a node the job's node-level asks refuse. A node
+ * with no GPU free, the common case on a busy cluster, costs no call. */
+static inline uint32_t gang_cap_for(const struct ctx *x, uint32_t n, uint32_t k)
+{
+    const struct view_node *vn = &x->view->nodes[n];
+    if (!vn->usable || !vn->free_whole)
+        return 0;
+    uint32_t w = gang_cap(x->view, x->job, n, k);
+    return w && x->shaped && !view_node_admits(x->view, x->job, n) ? 0 : w;
 }
 
 /* The group where a gang of k GPUs needs the fewest nodes (the first of
@@ -367,7 +376,7 @@ static uint32_t gang_group(struct ctx *x, const bool *allowed, uint32_t k)
         uint32_t hist[SCHED_MAX_GPUS_PER_NODE + 1] = {0};
         for (uint32_t i = 0; i < grp->nnodes; i++) {
             uint32_t n = grp->nodes[i];
-            uint32_t w = gang_cap(view, job, n, k, x->shaped);
+            uint32_t w = gang_cap_for(x, n, k);
             if (!w) {
                 if (view->nodes[n].free_whole)
                     x->miss |= VIEW_MISS_HOST;
@@ -416,7 +425,7 @@ static bool place_gang(struct ctx *x, const bool *allowed, struct view_place *ou
     for (int pass = 0; pass < 2; pass++) {
         for (uint32_t i = 0; i < grp->nnodes; i++) {
             uint32_t n = grp->nodes[i];
-            uint32_t w = gang_cap(view, job, n, k, x->shaped);
+            uint32_t w = gang_cap_for(x, n, k);
             if (!w)
                 continue;
             int32_t r = view->nodes[n].resv;
@@ -438,13 +447,13 @@ static bool place_gang(struct ctx *x, const bool *allowed, struct view_place *ou
     out->nnodes = 0;
     out->nshares = 0;
     for (uint32_t i = 0; i < ncand && need; i++) {
-        uint32_t n = cand[i], w = gang_cap(view, job, n, k, x->shaped);
+        uint32_t n = cand[i], w = gang_cap_for(x, n, k);
         uint32_t take = w < need ? w : need;
         if (take == need && view->packing == SCHED_PACK_BINPACK) {
             /* The last piece: the tightest remaining node that holds it. */
             uint32_t best = n, bw = w;
             for (uint32_t j = i + 1; j < ncand; j++) {
-                uint32_t m = cand[j], wm = gang_cap(view, job, m, k, x->shaped);
+                uint32_t m = cand[j], wm = gang_cap_for(x, m, k);
                 if (wm >= need && (wm < bw || (wm == bw && m < best))) {
                     best = m;
                     bw = wm;

@@ -193,7 +193,7 @@ static void exact_gang_with_more_gpus_per_node_than_any_node_is_final(void **sta
     assert_int_equal(fx_pass(fx, 0), 0);
     const struct sched_wait *w = fx_wait(fx, 1);
     assert_int_equal(w->reason, SCHED_REASON_NODES_NEVER);
-    assert_int_equal(w->nodes_have, 0);
+    assert_int_equal(w->nodes.have, 0);
 }
 
 /* Totals that do not divide by the node count, and shares of one GPU over
