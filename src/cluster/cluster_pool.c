@@ -38,7 +38,7 @@ bool cluster_feature_valid(const char *s)
 static int check_node_features(const struct cluster_pool *p, size_t i, char *err, size_t errlen)
 {
     const struct cluster_node_features *nf = &p->node_features[i];
-    char f[64], q[JSONV_QUOTE_MAX + 4];
+    char f[96], q[JSONV_QUOTE_MAX + 4];
     snprintf(f, sizeof(f), "node_features[%zu].node", i);
     int rc =
         cluster_check_shape(cluster_host_valid, HOST_RULE, "host name", f, nf->node, err, errlen);
