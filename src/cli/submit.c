@@ -23,6 +23,7 @@
 
 #include "cli/sbatch.h"
 #include "cli/script.h"
+#include "cli/submit_int.h"
 #include "client/client.h"
 #include "util/errbuf.h"
 #include "util/jsonv.h"
@@ -33,26 +34,6 @@
 extern char **environ;
 
 /* ---- the flags ------------------------------------------------------------ */
-
-/* A plan being built. */
-struct build {
-    json_t *body;
-    const struct submit_env *env;
-    int64_t gpu_mem_mib; /* -1: not given */
-    const char *wrap;
-    struct submit_plan *plan;
-};
-
-typedef int (*setter_fn)(struct build *b, const struct submit_flag *f, const char *v, char *err,
-                         size_t errlen);
-
-struct submit_flag {
-    struct opts_opt opt; /* first: opts_next walks the table; min, max and expect are
-                            set_int's range and what a value should look like */
-    setter_fn set;       /* NULL: a connection flag, stored in struct submit_args */
-    const char *key;     /* the body's key */
-    bool on;             /* set_bool: the value it sets */
-};
 
 /* Sets key to v (taken; NULL means out of memory). */
 static int put(struct build *b, const char *key, json_t *v, char *err, size_t errlen)
@@ -115,56 +96,19 @@ static int set_size(struct build *b, const struct submit_flag *f, const char *v,
     return put(b, f->key, json_integer(mib), err, errlen);
 }
 
-static json_t *gpus_json(int32_t milli)
+int submit_put(struct build *b, const char *key, json_t *v, char *err, size_t errlen)
 {
-    return milli % 1000 ? json_real(milli / 1000.0) : json_integer(milli / 1000);
+    return put(b, key, v, err, errlen);
 }
 
-/* [TYPE:]N, the form of --gpus and of gres after "gpu:". */
-static int put_gpus(struct build *b, const struct submit_flag *f, const char *v, char *err,
-                    size_t errlen)
+int submit_put_text(struct build *b, const char *key, const char *v, char *err, size_t errlen)
 {
-    const char *colon = strrchr(v, ':');
-    int32_t milli;
-    if (sbatch_parse_gpus(colon ? colon + 1 : v, &milli) != 0 || (colon && colon == v))
-        return bad_value(f, v, err, errlen);
-    if (colon) {
-        char type[256];
-        snprintf(type, sizeof(type), "%.*s", (int)(colon - v), v);
-        int rc = put_text(b, "gpu_type", type, err, errlen);
-        if (rc)
-            return rc;
-    }
-    return put(b, "gpus", gpus_json(milli), err, errlen);
+    return put_text(b, key, v, err, errlen);
 }
 
-static int set_gpus(struct build *b, const struct submit_flag *f, const char *v, char *err,
-                    size_t errlen)
+int submit_bad_value(const struct submit_flag *f, const char *v, char *err, size_t errlen)
 {
-    return put_gpus(b, f, v, err, errlen);
-}
-
-/* --gres=gpu[:TYPE][:N][,...]: GPUs are the one generic resource here. */
-static int set_gres(struct build *b, const struct submit_flag *f, const char *v, char *err,
-                    size_t errlen)
-{
-    char q[JSONV_QUOTE_MAX + 4];
-    if (strchr(v, ','))
-        return errbuf_set(err, errlen, GPO_EUSAGE,
-                          "one resource only (gpu:N or gpu:TYPE:N), got '%s'",
-                          jsonv_quote(v, strlen(v), q));
-    if (strcmp(v, "gpu") == 0)
-        return put(b, "gpus", json_integer(1), err, errlen);
-    if (strncmp(v, "gpu:", 4) != 0)
-        return errbuf_set(err, errlen, GPO_EUSAGE,
-                          "only GPUs (gpu:N or gpu:TYPE:N) are supported, got '%s'",
-                          jsonv_quote(v, strlen(v), q));
-    const char *rest = v + 4;
-    int32_t milli;
-    if (strchr(rest, ':') || sbatch_parse_gpus(rest, &milli) == 0)
-        return put_gpus(b, f, rest, err, errlen);
-    int rc = put_text(b, "gpu_type", rest, err, errlen); /* gpu:TYPE: one GPU of that type */
-    return rc ? rc : put(b, "gpus", json_integer(1), err, errlen);
+    return bad_value(f, v, err, errlen);
 }
 
 static int set_time(struct build *b, const struct submit_flag *f, const char *v, char *err,
@@ -201,19 +145,6 @@ static int set_export(struct build *b, const struct submit_flag *f, const char *
     json_t *env;
     int rc = sbatch_parse_export(v, b->env->envp, &env, err, errlen);
     return rc ? rc : put(b, "env", env, err, errlen);
-}
-
-/* -N N or N-M: more than one node allows a gang over several. */
-static int set_nodes(struct build *b, const struct submit_flag *f, const char *v, char *err,
-                     size_t errlen)
-{
-    char lo[24] = "", *dash = strchr(v, '-');
-    int64_t min, max;
-    snprintf(lo, sizeof(lo), "%.*s", (int)(dash ? (size_t)(dash - v) : strlen(v)), v);
-    if (opts_parse_int(lo, 1, 100000, &min) != 0 ||
-        opts_parse_int(dash ? dash + 1 : lo, min, 100000, &max) != 0)
-        return bad_value(f, v, err, errlen);
-    return put(b, "multi_node", json_boolean(max > 1), err, errlen);
 }
 
 /* --open-mode: Slurm reads the first letter (a..., t...), case aside. */
@@ -329,19 +260,33 @@ static const struct submit_flag flags[] = {
     VALUE("error", 'e', W_ALL, set_text, "error", 0, 0, "a file"),
     VALUE("time", 't', W_ALL, set_time, NULL, 0, 0,
           "a time limit (MM, HH:MM:SS, D-HH, D-HH:MM:SS, 90m, UNLIMITED)"),
-    VALUE("gpus", 'G', W_ALL, set_gpus, NULL, 0, 0,
-          "[TYPE:]N: whole GPUs, or a fraction below 1 (0.25)"),
-    VALUE("gpus-per-node", 0, W_ALL, set_gpus, NULL, 0, 0, "[TYPE:]N GPUs"),
-    VALUE("gres", 0, W_ALL, set_gres, NULL, 0, 0, "gpu:N or gpu:TYPE:N"),
+    /* Slurm's resources (submit_slurm.c: what sbatch(1) says each means) */
+    VALUE("nodes", 'N', W_ALL, submit_set_nodes, NULL, 0, 0, "a node count N"),
+    VALUE("gpus", 'G', W_ALL, submit_set_gpus, NULL, 0, 0,
+          "[TYPE:]N: whole GPUs in all, or a fraction below 1 (0.25)"),
+    VALUE("gpus-per-node", 0, W_ALL, submit_set_gpus_per_node, NULL, 0, 0, "[TYPE:]N GPUs"),
+    VALUE("gres", 0, W_ALL, submit_set_gres, NULL, 0, 0, "gpu:N or gpu:TYPE:N"),
+    VALUE("gpus-per-task", 0, W_ALL, submit_set_gpus_per_task, NULL, 0, 0, "[TYPE:]N GPUs"),
+    VALUE("ntasks", 'n', W_ALL, set_int, "ntasks", 1, 65536, "a number of tasks (1-65536)"),
+    VALUE("ntasks-per-node", 0, W_ALL, set_int, "ntasks_per_node", 1, 65536,
+          "a number of tasks (1-65536)"),
+    VALUE("cpus-per-task", 'c', W_ALL, set_int, "cpus_per_task", 1, 4096,
+          "a number of CPUs (1-4096)"),
+    VALUE("mem", 0, W_ALL, submit_set_mem, "mem_per_node_mib", 0, 0,
+          "MiB, or a size such as 4G (0: the whole node)"),
+    VALUE("mem-per-cpu", 0, W_ALL, submit_set_mem, "mem_per_cpu_mib", 0, 0,
+          "MiB, or a size such as 4G"),
+    VALUE("mem-per-gpu", 0, W_ALL, submit_set_mem, "mem_per_gpu_mib", 0, 0,
+          "MiB, or a size such as 4G"),
+    BOOL("exclusive", W_ALL, set_bool, "exclusive", true),
+    VALUE("constraint", 'C', W_ALL, set_text, "constraint", 0, 0, "features joined by & or |"),
+    VALUE("partition", 'p', W_ALL, submit_set_partition, "pool", 0, 0, NAME_RE),
+    VALUE("pool", 0, W_OURS, submit_set_partition, "pool", 0, 0, NAME_RE),
     VALUE("gpu-mem", 0, W_OURS, set_size, NULL, 0, 0, "MiB, or a size such as 40G"),
     VALUE("gpu-type", 0, W_OURS, set_text, "gpu_type", 0, 0, "a GPU type (H100-80GB)"),
     VALUE("cpus", 0, W_OURS, set_int, "cpus", 1, 4096, "a number of CPUs (1-4096)"),
-    VALUE("cpus-per-task", 'c', W_ALL, set_int, "cpus", 1, 4096, "a number of CPUs (1-4096)"),
-    VALUE("mem", 0, W_ALL, set_size, "mem_mib", 0, 0, "MiB, or a size such as 4G"),
     VALUE("array", 'a', W_ALL, set_text, "array", 0, 0, "indices such as 0-9%2"),
     VALUE("dependency", 'd', W_ALL, set_dependency, NULL, 0, 0, "afterok:ID"),
-    VALUE("pool", 0, W_OURS, set_text, "pool", 0, 0, NAME_RE),
-    VALUE("partition", 'p', W_ALL, set_text, "pool", 0, 0, NAME_RE),
     VALUE("priority", 0, W_OURS, set_text, "priority", 0, 0, "a priority class"),
     VALUE("qos", 0, W_ALL, set_text, "priority", 0, 0, "a priority class"),
     VALUE("team", 0, W_OURS, set_text, "team", 0, 0, NAME_RE),
@@ -351,7 +296,6 @@ static const struct submit_flag flags[] = {
     VALUE("workdir", 0, W_OURS, set_workdir, NULL, 0, 0, "a directory"),
     VALUE("chdir", 'D', W_ALL, set_workdir, NULL, 0, 0, "a directory"),
     VALUE("export", 0, W_ALL, set_export, NULL, 0, 0, "ALL, NONE or NAME[=VALUE],..."),
-    VALUE("nodes", 'N', W_ALL, set_nodes, NULL, 0, 0, "a node count N or N-M"),
     /* What the agent does with the job's files and signals. */
     VALUE("signal", 0, W_ALL, set_text, "signal", 0, 0, "[B:]SIG[@SECS] (USR1@90)"),
     VALUE("open-mode", 0, W_ALL, set_open_mode, "open_mode", 0, 0, "append or truncate"),
@@ -365,7 +309,7 @@ static const struct submit_flag flags[] = {
      .on = true},
     VALUE("begin", 'b', W_ALL, set_begin, NULL, 0, 0, TIMEFMT_BEGIN_FORMS),
     VALUE("max-retries", 0, W_OURS, set_int, "max_retries", 0, 100, "a number (0-100)"),
-    VALUE("comment", 0, W_ALL, set_ignore, NULL, 0, 0, NULL),
+    VALUE("comment", 0, W_OURS, set_ignore, NULL, 0, 0, NULL),
     BOOL("parsable", W_ALL, set_parsable, NULL, false),
     VALUE("idempotency-key", 0, W_CLI, set_key, NULL, 0, 0, "1-255 printable characters"),
     VALUE("wrap", 0, W_CLI, set_wrap, NULL, 0, 0, "a shell command"),
@@ -391,6 +335,7 @@ int submit_args_parse(int argc, char **argv, struct submit_args *ret, char *err,
         int k = opts_next(&g, &o, &v, err, errlen);
         if (k < 0) {
             free(a.pairs);
+            (void)submit_exclusive_value(g.word, err, errlen);
             return GPO_EUSAGE;
         }
         if (k == OPTS_END)
@@ -459,14 +404,20 @@ static int apply(struct build *b, const struct submit_flag *f, const char *v, co
     return 0;
 }
 
-/* An option a directive names that its prefix does not know: one warning. */
-static int warn_unknown(struct build *b, const struct script_directive *d, const char *script,
-                        const char *word)
+/* An option a directive names that its prefix does not know: an error with
+ * its line (sbatch refuses unknown options), but for the few #SBATCH flags
+ * that change nothing gpuorch controls, which warn. */
+static int unknown_directive(struct build *b, const struct script_directive *d, const char *script,
+                             const char *word, char *err, size_t errlen)
 {
     char q[JSONV_QUOTE_MAX + 4];
     const char *eq = strchr(word, '=');
     size_t len = word[1] == '-' ? (eq ? (size_t)(eq - word) : strlen(word)) : 2;
     jsonv_quote(word, len, q);
+    const char *ignored = d->prefix == SCRIPT_SBATCH ? submit_sbatch_ignored(word) : NULL;
+    if (ignored)
+        return warn(b->plan, "%s:%ld: #SBATCH %s changes nothing gpuorch controls (ignored)",
+                    script, d->line, ignored);
     if (d->prefix == SCRIPT_SBATCH) {
         /* One of ours? Then say how to write it. */
         struct opts g;
@@ -474,13 +425,15 @@ static int warn_unknown(struct build *b, const struct script_directive *d, const
         const char *v;
         opts_init(&g, 1, (char **)&word, OPTS_TABLE(flags), SUBMIT_WHERE_GPUORCH);
         if (opts_next(&g, &o, &v, NULL, 0) != GPO_ENOENT)
-            return warn(b->plan,
-                        "%s:%ld: '%s' is a gpuorch flag, not an sbatch one: write it "
-                        "as '#GPUORCH %s' (ignored)",
-                        script, d->line, q, q);
+            return errbuf_set(err, errlen, GPO_EUSAGE,
+                              "%s:%ld: '%s' is a gpuorch flag, not an sbatch one: write it as "
+                              "'#GPUORCH %s'",
+                              script, d->line, q, q);
     }
-    return warn(b->plan, "%s:%ld: unknown %s directive '%s' (ignored)", script, d->line,
-                script_prefix_name(d->prefix), q);
+    return errbuf_set(err, errlen, GPO_EUSAGE,
+                      "%s:%ld: unknown %s directive '%s': it is not supported, and ignoring it "
+                      "could change what the job gets or where it runs",
+                      script, d->line, script_prefix_name(d->prefix), q);
 }
 
 static int apply_directive(struct build *b, const struct script_directive *d, const char *script,
@@ -500,12 +453,14 @@ static int apply_directive(struct build *b, const struct script_directive *d, co
             return 0;
         if (k == GPO_ENOENT) {
             const char *w = g.word;
-            rc = warn_unknown(b, d, script, w);
+            rc = unknown_directive(b, d, script, w, err, errlen);
             /* Its value, if it has one as a separate word, goes with it. */
             if (!strchr(w, '=') && (w[1] == '-' || w[2] == '\0') && g.i < g.argc &&
                 g.argv[g.i][0] != '-')
                 g.i++;
         } else if (k < 0) {
+            if (submit_exclusive_value(g.word, msg, sizeof(msg)))
+                return errbuf_set(err, errlen, GPO_EUSAGE, "%s:%ld: %s", script, d->line, msg);
             return errbuf_set(err, errlen, GPO_EUSAGE, "%s%s", where, msg);
         } else if (k == OPTS_ARG || k == OPTS_DASHDASH) {
             const char *w = g.word;
@@ -687,16 +642,22 @@ static void usage(FILE *out)
             "the command line's flags win. Prints 'Submitted batch job ID'.\n"
             "\n"
             "resources:\n"
-            "  -G, --gpus [TYPE:]N    whole GPUs, or a fraction of one below 1 (0.25)\n"
+            "  -N, --nodes N          exactly N nodes (a gang spread evenly over them)\n"
+            "  -G, --gpus [TYPE:]N    whole GPUs in all, or a fraction of one below 1 (0.25)\n"
+            "  --gpus-per-node [TYPE:]N, --gres gpu[:TYPE]:N   GPUs on each node\n"
+            "  --gpus-per-task N, -n/--ntasks N, --ntasks-per-node N, -c/--cpus-per-task N\n"
             "  --gpu-mem SIZE         a share of one GPU by memory (MiB, or 40G); with\n"
             "                         --gpus, the memory each GPU must have\n"
-            "  --gpu-type TYPE        the GPU model (H100-80GB)\n"
-            "  --cpus N, -c N         host CPUs (default 1)\n"
-            "  --mem SIZE             host memory: MiB, or with a K, M, G or T suffix\n"
-            "                         (default 1024 MiB)\n"
+            "  --gpu-type TYPE        the GPU model (H100-80GB, or h100)\n"
+            "  --cpus N               host CPUs in all (default 1)\n"
+            "  --mem SIZE             host memory per node: MiB, or with a K, M, G or T\n"
+            "                         suffix (default 1024 MiB; 0: the whole node)\n"
+            "  --mem-per-cpu SIZE, --mem-per-gpu SIZE\n"
+            "  --exclusive            whole nodes, shared with no other job\n"
+            "  -C, --constraint F     node features: a, a&b, a|b\n"
             "  -t, --time LIMIT       MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM:SS, 90m, UNLIMITED\n"
-            "  --multi-node           a gang may span nodes (-N 2 says the same)\n"
-            "  --pool POOL, -p        where it may run\n"
+            "  --multi-node           a gang may span the fewest nodes that hold it\n"
+            "  --pool POOL, -p        where it may run (a pool or an alias of one)\n"
             "where it counts:\n"
             "  --team TEAM, -A        whose quota it uses (default: yours)\n"
             "  --project P, --model M cost labels\n"
@@ -729,14 +690,17 @@ static void usage(FILE *out)
     cli_help_common(out, true);
     fprintf(out,
             "\n"
-            "#SBATCH directives read: --job-name/-J, --output/-o, --error/-e, --time/-t,\n"
-            "--gres=gpu:N or gpu:TYPE:N, --gpus/-G, --gpus-per-node (one node),\n"
-            "--cpus-per-task/-c, --mem, --array/-a, --dependency/-d, --partition/-p (pool),\n"
-            "--qos (priority class), --account/-A (team), --chdir/-D, --export, --nodes/-N\n"
-            "(more than 1: multi-node), --requeue, --no-requeue, --hold/-H, --begin/-b,\n"
-            "--parsable, --comment, --signal, --open-mode.\n"
-            "Any other prints a warning with its line and is ignored. #GPUORCH lines take the\n"
-            "flags above (e.g. '#GPUORCH --gpu-type H100-80GB').\n");
+            "#SBATCH directives read as sbatch(1) defines them (docs/user-guide.md):\n"
+            "--job-name/-J, --output/-o, --error/-e, --time/-t, --nodes/-N, --gres=gpu[:TYPE]:N,\n"
+            "--gpus/-G, --gpus-per-node, --gpus-per-task, --ntasks/-n, --ntasks-per-node,\n"
+            "--cpus-per-task/-c, --mem, --mem-per-cpu, --mem-per-gpu, --exclusive,\n"
+            "--constraint/-C, --array/-a, --dependency/-d, --partition/-p (pool), --qos\n"
+            "(priority class), --account/-A (team), --chdir/-D, --export, --requeue,\n"
+            "--no-requeue, --hold/-H, --begin/-b, --signal, --open-mode, --parsable.\n"
+            "--mail-type, --mail-user, --comment, --wckey, --profile, --acctg-freq, -v and -Q\n"
+            "change nothing here: a warning. Any other is an error with its line, as sbatch\n"
+            "refuses unknown options. #GPUORCH lines take the flags above (e.g. '#GPUORCH\n"
+            "--gpu-type H100-80GB').\n");
 }
 
 /* Reads the script: CLI_EXIT_FAIL, printed, when it cannot be read (as

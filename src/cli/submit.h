@@ -8,17 +8,23 @@
  *  2. The caller reads the script (if any).
  *  3. submit_plan_build applies the script's directives, then the command
  *     line's flags (so the command line wins), and gives the POST /v1/jobs
- *     body and the warnings to print: one line per unknown directive, with
+ *     body and the warnings to print: one line per ignored directive, with
  *     its line number; one per directive after the script's first command.
  *
- * #SBATCH directives read (anything else is a warning and is ignored):
- * --job-name/-J, --output/-o, --error/-e, --time/-t, --gres=gpu:N and
- * gpu:TYPE:N, --gpus/-G [TYPE:]N, --gpus-per-node (one node), --cpus-per-task/-c,
- * --mem, --array/-a, --dependency/-d, --partition/-p (pool), --qos (priority
- * class), --account/-A (team), --chdir/-D, --export, --nodes/-N (more than
- * one sets multi_node), --requeue, --no-requeue, --parsable, --comment
- * (ignored, without a warning). #GPUORCH lines take every flag of the
- * command line but the connection flags, --idempotency-key and --wrap.
+ * #SBATCH directives read, with sbatch(1)'s meaning (submit_slurm.c):
+ * --job-name/-J, --output/-o, --error/-e, --time/-t, --nodes/-N (exactly N;
+ * a range N-M only when M is N), --gres=gpu[:TYPE][:N] and --gpus-per-node
+ * (GPUs on each node), --gpus/-G (in all), --gpus-per-task, --ntasks/-n,
+ * --ntasks-per-node, --cpus-per-task/-c, --mem (per node; 0: the whole
+ * node), --mem-per-cpu, --mem-per-gpu, --exclusive (not =user, =mcs,
+ * =topo), --constraint/-C, --array/-a, --dependency/-d, --partition/-p (one
+ * pool or alias; not a list), --qos (priority class), --account/-A (team),
+ * --chdir/-D, --export, --requeue, --no-requeue, --parsable. --mail-type,
+ * --mail-user, --comment, --wckey, --profile, --acctg-freq, -v/--verbose and
+ * -Q/--quiet change nothing gpuorch controls: a warning names them as
+ * ignored. Any other directive is an error with its file and line, as sbatch
+ * refuses an unknown option. #GPUORCH lines take every flag of the command
+ * line but the connection flags, --idempotency-key and --wrap.
  *
  * Ownership: struct submit_args borrows argv; struct submit_plan owns its
  * body, key and warnings (submit_plan_release). Errors: 0 or GPO_EUSAGE /

@@ -170,6 +170,11 @@ static const void *set_get(const struct kind *k, const struct set *s, const char
 
 static int node_prepare(struct cluster *m, const void *item, char *err, size_t errlen);
 
+static int pool_prepare(struct cluster *m, const void *item, char *err, size_t errlen)
+{
+    return cluster_pool_prepare(m, item, err, errlen);
+}
+
 /* Per kind: the kind's table entry and the typed wrappers. */
 #define KIND_API(T, arr, label_, max_, prepare_)                                                   \
     static int T##_check_any(const void *item, char *err, size_t errlen)                           \
@@ -218,7 +223,7 @@ static int node_prepare(struct cluster *m, const void *item, char *err, size_t e
         return set_get(&T##_kind, &s, name);                                                       \
     }
 
-KIND_API(pool, pools, "pool", SCHED_MAX_POOLS, NULL)
+KIND_API(pool, pools, "pool", SCHED_MAX_POOLS, pool_prepare)
 KIND_API(class, classes, "priority class", SCHED_MAX_CLASSES, NULL)
 KIND_API(team, teams, "team", SCHED_MAX_TEAMS, NULL)
 KIND_API(user, users, "user", CLUSTER_USERS_MAX, NULL)

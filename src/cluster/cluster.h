@@ -73,10 +73,34 @@ enum cluster_flag {
     CLUSTER_STORED = 1 << 0, /* the store's form: "id" required on decode, written by to_json */
 };
 
+#define CLUSTER_ALIASES_MAX       16   /* names one pool also answers to */
+#define CLUSTER_FEATURE_MAX       63   /* bytes of a node feature's name */
+#define CLUSTER_NODE_FEATURES_MAX 4096 /* nodes one pool lists features for */
+
+/* A node's features as the admin defines them (slurm.conf's Features=). */
+struct cluster_node_features {
+    char *node;      /* the node's host name */
+    char **features; /* NULL-terminated names: 1 to 63 bytes of letters, digits,
+                        '.', '_', '-', ':' and '=', starting with a letter or digit */
+    size_t nfeatures;
+};
+
+/*
+ * A pool (a Slurm partition). "aliases": other names a job's "pool" may use
+ * (--partition=gpu for a pool named h100-main); an alias is no other pool's
+ * name or alias. "node_features": [{"node": NAME, "features": [...]}], the
+ * features of nodes of this pool, as slurm.conf's NodeName=... Features=;
+ * a node listed here that registers in another pool has none of them. The
+ * cluster holds at most SCHED_MAX_FEATURES distinct feature names.
+ */
 struct cluster_pool {
     uint32_t id;
     char *name;
     char *description; /* or NULL */
+    char **aliases;    /* NULL-terminated; NULL when none */
+    size_t naliases;
+    struct cluster_node_features *node_features;
+    size_t nnode_features;
 };
 
 struct cluster_class {
@@ -488,7 +512,9 @@ struct cluster_view {
     uint32_t *gpu_node;    /* [core GPU]: its core node */
     uint32_t *gpu_index;   /* [core GPU]: its index on the node */
     const char **gpu_uuid; /* [core GPU]: its UUID */
-    char *strings;         /* every name and UUID above */
+    const char **features; /* [bit]: the feature's name, sorted by name */
+    uint32_t nfeatures;
+    char *strings; /* every name and UUID above */
 };
 
 /*
@@ -502,13 +528,30 @@ int cluster_view_build(const struct cluster *m, struct cluster_view *ret, char *
 /* Frees what the cluster owns and zeroes it; NULL and zeroed are fine. */
 void cluster_view_release(struct cluster_view *cl);
 
+/* The pool a job's "pool" names: by its name, else by an alias; NULL when
+ * none (borrowed). */
+const struct cluster_pool *cluster_pool_resolve(const struct cluster *m, const char *name);
+
+/* The cluster's distinct node feature names, sorted, into ret (borrowed
+ * from m); how many. A feature's bit in the view is its index here. */
+size_t cluster_feature_names(const struct cluster *m, const char *ret[SCHED_MAX_FEATURES]);
+/* Whether s is a valid feature name (cluster_node_features). */
+bool cluster_feature_valid(const char *s);
+
+/* The features the admin gave node `node` of pool `pool` (borrowed), or
+ * NULL when none. */
+const struct cluster_node_features *cluster_pool_node_features(const struct cluster_pool *pool,
+                                                               const char *node);
+
 /* The name of core node `node`, or NULL when out of range (borrowed). */
 const char *cluster_view_node_name(const struct cluster_view *cl, uint32_t node);
 
 /*
  * A job's request for the core: team (spec->team, else `user_team`), class
  * (spec->priority, else `default_class`), pool and GPU type (absent: SCHED_ANY)
- * resolved to indices of `cl`, the sizes copied (time limit in ms). id,
+ * resolved to indices of `cl` (the type by cluster_gpu_type_match), the sizes
+ * copied (time limit in ms), and Slurm's shape: nodes, exclusive, whole-node
+ * memory, the constraint as masks over cl->features. id,
  * submit_ms, project and model are left 0 for the server to set. All
  * arguments are borrowed; user_team and default_class may be NULL. 0, or
  * GPO_EINVAL with "unknown pool 'gpu-a'", "unknown GPU type 'A100' (known:
@@ -518,6 +561,30 @@ const char *cluster_view_node_name(const struct cluster_view *cl, uint32_t node)
 int cluster_job_request(const struct cluster_view *cl, const struct jobspec *spec,
                         const char *user_team, const char *default_class, struct sched_job *ret,
                         char *err, size_t errlen);
+
+/* "a, b, c" of names[0..n) into buf (size bytes), cut with "..." to fit;
+ * returns buf, or "none" (static) when n is 0. For messages. */
+const char *cluster_names_list(const char *const *names, size_t n, char *buf, size_t size);
+
+/*
+ * The GPU type of types[0..n) a user's name means: the exact name, else the
+ * one equal but for case, else the one whose part before the first '-' is
+ * the name but for case ("h100" is "H100-80GB"). 0 and *ret its index;
+ * GPO_EINVAL naming the types a short name matches when it matches several;
+ * GPO_ENOENT naming the known types when none.
+ */
+int cluster_gpu_type_match(const char *const *types, size_t n, const char *want, size_t *ret,
+                           char *err, size_t errlen);
+
+/*
+ * A constraint ("a&b|c": '&' binds tighter than '|') as OR of AND-masks over
+ * features[0..n) (bit i: features[i]): 0 with masks[0..*ret_nterms) set (0
+ * terms for NULL or ""); GPO_EINVAL naming the known features for a name
+ * none has, or for more than SCHED_CONSTRAINT_TERMS alternatives.
+ */
+int cluster_constraint_masks(const char *const *features, size_t n, const char *constraint,
+                             uint64_t masks[SCHED_CONSTRAINT_TERMS], uint32_t *ret_nterms,
+                             char *err, size_t errlen);
 
 /* One GPU of an allocation, as the agent needs it. Strings borrowed from the
  * cluster. */

@@ -49,4 +49,14 @@ int cluster_check_milli(const char *field, int64_t v, bool none_ok, char *err, s
 int cluster_gpus_to_milli(const char *field, double x, bool none_ok, int64_t *ret, char *err,
                           size_t errlen);
 
+/* A pool's aliases and node features (cluster_pool.c): their rules; their
+ * keys into o (0 or GPO_ENOMEM); freeing them. */
+int cluster_pool_check_extra(const struct cluster_pool *p, char *err, size_t errlen);
+int cluster_pool_extra_json(const struct cluster_pool *p, json_t *o);
+void cluster_pool_extra_release(struct cluster_pool *p);
+/* The rules between p and the cluster's other pools (p may replace the one
+ * of its name): no alias twice, at most SCHED_MAX_FEATURES feature names. */
+int cluster_pool_prepare(const struct cluster *m, const struct cluster_pool *p, char *err,
+                         size_t errlen);
+
 #endif

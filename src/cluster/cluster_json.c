@@ -82,10 +82,25 @@ static json_t *finish(json_t *o, bool ok)
 
 /* ---- pools ------------------------------------------------------------- */
 
+static const struct jsonv_field node_features_fields[] = {
+    REQUIRED("node", JSONV_STRING, struct cluster_node_features, node, 1, CLUSTER_HOST_MAX),
+    REQUIRED("features", JSONV_STRINGS, struct cluster_node_features, features, 1,
+             CLUSTER_FEATURE_MAX, .max_items = SCHED_MAX_FEATURES,
+             .count_offset = offsetof(struct cluster_node_features, nfeatures)),
+};
+
 static const struct jsonv_field pool_fields[] = {
     ID_FIELD(struct cluster_pool),
     REQUIRED("name", JSONV_STRING, struct cluster_pool, name, 1, CLUSTER_NAME_MAX),
     FIELD("description", JSONV_STRING, struct cluster_pool, description, 0, CLUSTER_DESC_MAX),
+    FIELD("aliases", JSONV_STRINGS, struct cluster_pool, aliases, 1, CLUSTER_NAME_MAX,
+          .max_items = CLUSTER_ALIASES_MAX,
+          .count_offset = offsetof(struct cluster_pool, naliases)),
+    FIELD("node_features", JSONV_OBJECTS, struct cluster_pool, node_features, 0, 0,
+          .max_items = CLUSTER_NODE_FEATURES_MAX,
+          .count_offset = offsetof(struct cluster_pool, nnode_features),
+          .elem_size = sizeof(struct cluster_node_features), .sub = node_features_fields,
+          .nsub = ARRAY_LEN(node_features_fields)),
 };
 
 int cluster_pool_check(const struct cluster_pool *p, char *err, size_t errlen)
@@ -93,7 +108,8 @@ int cluster_pool_check(const struct cluster_pool *p, char *err, size_t errlen)
     if (!p)
         return errbuf_set(err, errlen, GPO_EINVAL, "no pool");
     int rc = cluster_check_name("name", p->name, err, errlen);
-    return rc ? rc : cluster_check_desc(p->description, err, errlen);
+    rc = rc ? rc : cluster_check_desc(p->description, err, errlen);
+    return rc ? rc : cluster_pool_check_extra(p, err, errlen);
 }
 
 int cluster_pool_decode(const json_t *obj, unsigned flags, struct cluster_pool *ret, char *err,
@@ -114,7 +130,8 @@ json_t *cluster_pool_to_json(const struct cluster_pool *p, unsigned flags)
 {
     json_t *o = json_object();
     bool ok = o && put_id(o, p->id, flags) && put(o, "name", json_string(p->name)) &&
-              (!p->description || put(o, "description", json_string(p->description)));
+              (!p->description || put(o, "description", json_string(p->description))) &&
+              cluster_pool_extra_json(p, o) == 0;
     return finish(o, ok);
 }
 
@@ -122,6 +139,7 @@ void cluster_pool_release(struct cluster_pool *p)
 {
     if (!p)
         return;
+    cluster_pool_extra_release(p);
     free(p->name);
     free(p->description);
     memset(p, 0, sizeof(*p));

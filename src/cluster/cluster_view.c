@@ -35,6 +35,7 @@ void cluster_view_release(struct cluster_view *cl)
     free(cl->gpu_node);
     free(cl->gpu_index);
     free(cl->gpu_uuid);
+    free(cl->features);
     free(cl->strings);
     memset(cl, 0, sizeof(*cl));
 }
@@ -46,6 +47,8 @@ struct build {
     uint32_t *core_type; /* [type table entry]: core type index, or SCHED_NONE */
     uint8_t *pool_type;  /* [pool * ntypes + type]: some node of the pool has the type */
     size_t ntypes, ngpus, nquotas;
+    const char *feature[SCHED_MAX_FEATURES]; /* the cluster's, sorted (borrowed from m) */
+    size_t nfeatures;
     char *at; /* next free byte of cl.strings */
 };
 
@@ -76,6 +79,9 @@ static int build_size(struct build *b, char *err, size_t errlen)
         bytes += strlen(m->teams[i].name) + 1;
     for (size_t i = 0; i < m->ntype_ids; i++)
         bytes += strlen(m->type_ids[i].name) + 1;
+    b->nfeatures = cluster_feature_names(m, b->feature);
+    for (size_t i = 0; i < b->nfeatures; i++)
+        bytes += strlen(b->feature[i]) + 1;
     b->core_type = alloc(m->ntype_ids, sizeof(*b->core_type));
     if (!b->core_type)
         return GPO_ENOMEM;
@@ -119,6 +125,31 @@ static uint32_t pool_index(const struct cluster *m, const char *name)
     return (uint32_t)(cluster_pool_get(m, name) - m->pools); /* refs were checked */
 }
 
+/* The feature bits of a node: those its pool's admin gave it. */
+static uint64_t node_features(const struct build *b, const struct cluster_node *node)
+{
+    const struct cluster_node_features *nf =
+        cluster_pool_node_features(cluster_pool_get(b->m, node->pool), node->name);
+    uint64_t bits = 0;
+    for (size_t k = 0; nf && k < nf->nfeatures; k++)
+        for (size_t f = 0; f < b->nfeatures; f++)
+            if (strcmp(b->feature[f], nf->features[k]) == 0)
+                bits |= UINT64_C(1) << f;
+    return bits;
+}
+
+static int build_features(struct build *b)
+{
+    struct cluster_view *cl = &b->cl;
+    cl->features = alloc(b->nfeatures, sizeof(*cl->features));
+    if (!cl->features)
+        return GPO_ENOMEM;
+    for (size_t f = 0; f < b->nfeatures; f++)
+        cl->features[f] = keep(b, b->feature[f]);
+    cl->nfeatures = (uint32_t)b->nfeatures;
+    return 0;
+}
+
 static int build_nodes(struct build *b)
 {
     const struct cluster *m = b->m;
@@ -148,7 +179,8 @@ static int build_nodes(struct build *b)
                                            .cpus = node->cpus,
                                            .mem_mib = (uint64_t)node->mem_mib,
                                            .gpu_first = g,
-                                           .ngpus = (uint32_t)node->ngpus};
+                                           .ngpus = (uint32_t)node->ngpus,
+                                           .features = node_features(b, node)};
         if (node->ngpus)
             b->pool_type[pool * b->ntypes + type] = 1;
         for (size_t i = 0; i < node->ngpus; i++, g++) {
@@ -255,6 +287,7 @@ int cluster_view_build(const struct cluster *m, struct cluster_view *ret, char *
         return rc;
     struct build b = {.m = m};
     rc = build_size(&b, err, errlen);
+    rc = rc ? rc : build_features(&b);
     rc = rc ? rc : build_nodes(&b);
     rc = rc ? rc : build_teams(&b);
     if (rc == 0) {
@@ -302,17 +335,12 @@ enum listing { LIST_NONE, LIST_CLASSES, LIST_TYPES };
 /* "a, b, c": the cluster's class or GPU type names, cut with "..." to fit. */
 static const char *known(const struct sched_cluster *c, enum listing what, char buf[KNOWN_MAX])
 {
+    const char
+        *names[SCHED_MAX_GPU_TYPES > SCHED_MAX_CLASSES ? SCHED_MAX_GPU_TYPES : SCHED_MAX_CLASSES];
     uint32_t n = what == LIST_TYPES ? c->ngpu_types : c->nclasses;
-    size_t used = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        const char *name = what == LIST_TYPES ? c->gpu_types[i].name : c->classes[i].name;
-        if (used + strlen(name) + 2 + 4 >= KNOWN_MAX) {
-            snprintf(buf + used, KNOWN_MAX - used, "%s...", i ? ", " : "");
-            return buf;
-        }
-        used += (size_t)snprintf(buf + used, KNOWN_MAX - used, "%s%s", i ? ", " : "", name);
-    }
-    return n ? buf : "none";
+    for (uint32_t i = 0; i < n; i++)
+        names[i] = what == LIST_TYPES ? c->gpu_types[i].name : c->classes[i].name;
+    return cluster_names_list(names, n, buf, KNOWN_MAX);
 }
 
 static int resolve(const struct sched_cluster *c, const char *what, const char *name,
@@ -329,6 +357,135 @@ static int resolve(const struct sched_cluster *c, const char *what, const char *
         return errbuf_set(err, errlen, GPO_EINVAL, "unknown %s '%s'", what, cluster_quote(name, q));
     return errbuf_set(err, errlen, GPO_EINVAL, "unknown %s '%s' (known: %s)", what,
                       cluster_quote(name, q), known(c, list, names));
+}
+
+const char *cluster_names_list(const char *const *names, size_t n, char *buf, size_t size)
+{
+    size_t used = 0;
+    for (size_t i = 0; i < n && size; i++) {
+        if (used + strlen(names[i]) + 2 + 4 >= size) {
+            snprintf(buf + used, size - used, "%s...", i ? ", " : "");
+            return buf;
+        }
+        used += (size_t)snprintf(buf + used, size - used, "%s%s", i ? ", " : "", names[i]);
+    }
+    return n && size ? buf : "none";
+}
+
+static bool same_nocase(const char *a, const char *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        unsigned char x = (unsigned char)a[i], y = (unsigned char)b[i];
+        if ((x >= 'A' && x <= 'Z' ? x + 32 : x) != (y >= 'A' && y <= 'Z' ? y + 32 : y))
+            return false;
+        if (!x)
+            return true;
+    }
+    return true;
+}
+
+int cluster_gpu_type_match(const char *const *types, size_t n, const char *want, size_t *ret,
+                           char *err, size_t errlen)
+{
+    char q[JSONV_QUOTE_MAX + 4], names[KNOWN_MAX];
+    size_t wl = strlen(want), hit = n, hits = 0;
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(types[i], want) == 0) {
+            *ret = i;
+            return 0;
+        }
+    for (size_t i = 0; i < n && !hits; i++)
+        if (strlen(types[i]) == wl && same_nocase(types[i], want, wl))
+            hit = i, hits = 1;
+    const char *matched[SCHED_MAX_GPU_TYPES];
+    for (size_t i = 0; i < n && hit == n; i++) {
+        const char *dash = strchr(types[i], '-');
+        size_t sl = dash ? (size_t)(dash - types[i]) : strlen(types[i]);
+        if (sl == wl && same_nocase(types[i], want, wl) && hits < SCHED_MAX_GPU_TYPES)
+            matched[hits++] = types[i];
+    }
+    if (hits == 1 && hit == n) {
+        for (hit = 0; types[hit] != matched[0]; hit++)
+            ;
+    }
+    if (hits == 1) {
+        *ret = hit;
+        return 0;
+    }
+    if (hits > 1)
+        return errbuf_set(err, errlen, GPO_EINVAL, "GPU type '%s' matches several: %s; give one",
+                          cluster_quote(want, q),
+                          cluster_names_list(matched, hits, names, sizeof(names)));
+    return errbuf_set(err, errlen, GPO_ENOENT, "unknown GPU type '%s' (known: %s)",
+                      cluster_quote(want, q), cluster_names_list(types, n, names, sizeof(names)));
+}
+
+int cluster_constraint_masks(const char *const *features, size_t n, const char *constraint,
+                             uint64_t masks[SCHED_CONSTRAINT_TERMS], uint32_t *ret_nterms,
+                             char *err, size_t errlen)
+{
+    char q[JSONV_QUOTE_MAX + 4], names[KNOWN_MAX], word[CLUSTER_FEATURE_MAX + 1];
+    uint64_t out[SCHED_CONSTRAINT_TERMS] = {0};
+    uint32_t nterms = 1;
+    for (const char *p = constraint; p && *p;) {
+        size_t len = strcspn(p, "&|");
+        if (len == 0 || len > CLUSTER_FEATURE_MAX)
+            return errbuf_set(err, errlen, GPO_EINVAL,
+                              "field 'constraint': '%s' is not features joined by '&' or '|'",
+                              cluster_quote(constraint, q));
+        memcpy(word, p, len);
+        word[len] = '\0';
+        size_t f = 0;
+        while (f < n && strcmp(features[f], word) != 0)
+            f++;
+        if (f == n)
+            return errbuf_set(
+                err, errlen, GPO_EINVAL, "field 'constraint': unknown feature '%s' (known: %s)",
+                cluster_quote(word, q), cluster_names_list(features, n, names, sizeof(names)));
+        out[nterms - 1] |= UINT64_C(1) << f;
+        p += len;
+        if (*p == '|' && ++nterms > SCHED_CONSTRAINT_TERMS)
+            return errbuf_set(err, errlen, GPO_EINVAL,
+                              "field 'constraint': more than %d alternatives joined by '|'",
+                              SCHED_CONSTRAINT_TERMS);
+        if (*p)
+            p++;
+    }
+    if (!constraint || !*constraint)
+        nterms = 0;
+    memcpy(masks, out, sizeof(out));
+    *ret_nterms = nterms;
+    return 0;
+}
+
+/* The job's GPU type among the view's, by cluster_gpu_type_match. */
+static int resolve_type(const struct sched_cluster *c, const char *want, uint32_t *ret, char *err,
+                        size_t errlen)
+{
+    const char *types[SCHED_MAX_GPU_TYPES];
+    for (uint32_t i = 0; i < c->ngpu_types; i++)
+        types[i] = c->gpu_types[i].name;
+    size_t at;
+    int rc = cluster_gpu_type_match(types, c->ngpu_types, want, &at, err, errlen);
+    if (rc == 0)
+        *ret = (uint32_t)at;
+    return rc ? GPO_EINVAL : 0;
+}
+
+/* Slurm's shape, as the core takes it. */
+static int request_shape(const struct cluster_view *cl, const struct jobspec *spec,
+                         struct sched_job *j, char *err, size_t errlen)
+{
+    j->nodes = spec->nodes;
+    j->exclusive = spec->exclusive;
+    j->mem_whole_node = spec->mem_whole_node;
+    uint32_t nterms = 0;
+    int rc = spec->constraint
+                 ? cluster_constraint_masks(cl->features, cl->nfeatures, spec->constraint,
+                                            j->constraint, &nterms, err, errlen)
+                 : 0;
+    j->nconstraint = (uint8_t)nterms;
+    return rc;
 }
 
 int cluster_job_request(const struct cluster_view *cl, const struct jobspec *spec,
@@ -357,8 +514,8 @@ int cluster_job_request(const struct cluster_view *cl, const struct jobspec *spe
     if (rc == 0 && spec->pool)
         rc = resolve(c, "pool", spec->pool, sched_pool_find, LIST_NONE, &j.pool, err, errlen);
     if (rc == 0 && spec->gpu_type)
-        rc = resolve(c, "GPU type", spec->gpu_type, sched_gpu_type_find, LIST_TYPES, &j.gpu_type,
-                     err, errlen);
+        rc = resolve_type(c, spec->gpu_type, &j.gpu_type, err, errlen);
+    rc = rc ? rc : request_shape(cl, spec, &j, err, errlen);
     if (rc)
         return rc;
     j.gpus = spec->gpus;

@@ -94,7 +94,7 @@ static bool fit_at_start(struct pass *p, uint32_t i)
         return sh->fits;
     bool fits = false;
     p->pristine.headroom = p->headroom;
-    if (sched_job_wants_gpu(j) && !(j->gpus > 0 && j->multi_node)) {
+    if (sched_job_wants_gpu(j) && !sched_job_gang(j)) {
         /* Only nodes that had a GPU free when the pass began can answer yes. */
         for (uint32_t k = 0; k < p->nfree0 && !fits; k++) {
             uint32_t n = p->free0[k];
@@ -109,12 +109,30 @@ static bool fit_at_start(struct pass *p, uint32_t i)
     return fits;
 }
 
-/* Why a job that did not fit waits: the reason and the job in the way. */
+/* Why a job with Slurm's shape found no room, when its shape is what
+ * stops it; SCHED_REASON_NONE otherwise. */
+static enum sched_reason explain_shaped(const struct sched_job *j, unsigned miss)
+{
+    if (j->nodes > 1 && (miss & VIEW_MISS_NODES))
+        return j->exclusive            ? SCHED_REASON_EXCLUSIVE
+               : view_job_node_gpus(j) ? SCHED_REASON_NODES
+                                       : SCHED_REASON_NODES_HOST;
+    if (!(miss & VIEW_MISS_SHAPE))
+        return SCHED_REASON_NONE;
+    if (j->exclusive)
+        return SCHED_REASON_EXCLUSIVE;
+    return j->mem_whole_node ? SCHED_REASON_WHOLE_MEM : SCHED_REASON_FEATURES;
+}
+
+/* Why a job that did not fit waits: the reason and the job in the way; for
+ * an exact-N gang, how many nodes could take a member (*ret_have). */
 static enum sched_reason explain_miss(struct pass *p, uint32_t i, unsigned miss, int64_t end,
-                                      uint32_t nallowed, uint32_t neligible, uint64_t *ret_other)
+                                      uint32_t nallowed, uint32_t neligible, uint64_t *ret_other,
+                                      uint32_t *ret_have)
 {
     const struct sched_job *j = &p->q->jobs[i];
     *ret_other = 0;
+    *ret_have = p->place.nodes_have;
     if (miss & VIEW_MISS_RESV) {
         int32_t br = p->place.blocking_resv;
         unsigned m2 = 0;
@@ -130,10 +148,14 @@ static enum sched_reason explain_miss(struct pass *p, uint32_t i, unsigned miss,
     }
     /* The GPUs were there but not the CPUs or memory beside them; or they were
      * free when the pass began and higher-ranked jobs took them; or not. */
-    if ((miss & VIEW_MISS_HOST) && !(miss & (VIEW_MISS_GPU | VIEW_MISS_GANG)))
+    if ((miss & VIEW_MISS_HOST) &&
+        !(miss & (VIEW_MISS_GPU | VIEW_MISS_GANG | VIEW_MISS_NODES | VIEW_MISS_SHAPE)))
         return SCHED_REASON_HOST;
     if ((p->jflag[i] & J_FIT0) && fit_at_start(p, i))
         return SCHED_REASON_PRIORITY;
+    enum sched_reason shaped = explain_shaped(j, miss);
+    if (shaped != SCHED_REASON_NONE)
+        return shaped;
     if (j->multi_node && (miss & VIEW_MISS_GANG))
         return SCHED_REASON_GANG;
     return sched_job_wants_gpu(j) ? SCHED_REASON_NO_GPU : SCHED_REASON_HOST;
@@ -153,22 +175,26 @@ static int place_or_explain(struct pass *p, uint32_t i, uint32_t nallowed, uint3
     struct jshape *sh = &p->shapes_of[p->jshape[i]];
     enum sched_reason why;
     uint64_t other;
+    uint32_t have;
     if (sh->missed && sh->miss_version == p->version &&
         sh->miss_team_starts == p->team_starts[j->team]) {
         why = sh->why;
         other = sh->other;
+        have = sh->nodes_have;
     } else {
         unsigned miss = 0;
         if (view_place(&p->view, j, p->allowed, end, false, &p->place, &miss))
             return record_start(p, i);
-        why = explain_miss(p, i, miss, end, nallowed, neligible, &other);
+        why = explain_miss(p, i, miss, end, nallowed, neligible, &other, &have);
         sh->missed = true;
         sh->miss_version = p->version;
         sh->miss_team_starts = p->team_starts[j->team];
         sh->why = why;
         sh->other = other;
+        sh->nodes_have = have;
     }
     pass_set_wait(p, i, why, pool, type, other, NULL);
+    pass_set_nodes(p, i, have);
     if (why == SCHED_REASON_RESERVED || why == SCHED_REASON_QUOTA)
         return 0;
 
@@ -256,8 +282,10 @@ static bool shape_inert(struct pass *p, uint32_t s)
         bool fits = view_place(&p->view, j, p->allowed, end, false, &p->place, &miss);
         if (!fits) {
             uint64_t other;
-            sh->why = explain_miss(p, rep, miss, end, nallowed, neligible, &other);
+            uint32_t have;
+            sh->why = explain_miss(p, rep, miss, end, nallowed, neligible, &other, &have);
             sh->other = other;
+            sh->nodes_have = have;
             sh->missed = true;
             sh->miss_version = p->version;
             sh->miss_team_starts = p->team_starts[j->team];
@@ -307,8 +335,24 @@ static struct sched_wait unranked_wait(struct pass *p, uint32_t i)
     uint64_t blocker = p->pol->backfill ? 0 : pass_blocked_by(p);
     if (blocker)
         return make_wait(j, SCHED_REASON_BLOCKED, j->pool, j->gpu_type, blocker, NULL);
-    if (p->jflag[i] & J_CAND)
-        return make_wait(j, sh->why, j->pool, j->gpu_type, sh->other, NULL);
+    struct sched_wait w;
+    if (p->jflag[i] & J_CAND) {
+        w = make_wait(j, sh->why, j->pool, j->gpu_type, sh->other, NULL);
+        wait_set_nodes(&w, j, sh->nodes_have);
+        return w;
+    }
+    if (sched_job_shaped(j)) {
+        /* Once per shape: where its placement fails says why. */
+        unsigned miss = 0;
+        if (!view_place(&p->view, j, NULL, INT64_MAX, true, &p->place, &miss)) {
+            enum sched_reason why = explain_shaped(j, miss);
+            if (why != SCHED_REASON_NONE) {
+                w = make_wait(j, why, j->pool, j->gpu_type, 0, NULL);
+                wait_set_nodes(&w, j, p->place.nodes_have);
+                return w;
+            }
+        }
+    }
     enum sched_reason why = j->multi_node            ? SCHED_REASON_GANG
                             : sched_job_wants_gpu(j) ? SCHED_REASON_NO_GPU
                                                      : SCHED_REASON_HOST;

@@ -94,7 +94,8 @@ static uint32_t gang_whole(const struct view *view, const struct sched_job *job,
 {
     const struct view_node *vn = &view->nodes[n];
     if (!vn->usable || vn->resv >= 0 || (allowed && !allowed[vn->group]) ||
-        !view_group_eligible(view, job, vn->group))
+        !view_group_eligible(view, job, vn->group) ||
+        (sched_job_shaped(job) && !view_node_admits(view, job, n)))
         return 0;
     return view_node_whole_for(view, job, n);
 }
@@ -103,7 +104,9 @@ int backfill_shadow(struct view *view, const struct sched_job *job, const bool *
                     struct backfill_releases *rel, int64_t now_ms, int64_t *ret_start_ms,
                     bool *ret_assumed, struct view_place *out, struct view_undo *log)
 {
-    bool gang = job->gpus > 0 && job->multi_node;
+    /* A fewest-nodes gang fits once enough GPUs are free together; an
+     * exact-N gang is tried where a node could take a member. */
+    bool gang = job->gpus > 0 && job->multi_node && job->nodes <= 1;
     uint64_t sum = 0;
     if (gang) {
         for (uint32_t n = 0; n < view->cluster->nnodes; n++)

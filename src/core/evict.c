@@ -92,6 +92,8 @@ static int64_t job_size(const struct sched_job *j)
  */
 bool evict_failed_before(const struct pass *p, const struct sched_job *j)
 {
+    if (sched_job_shaped(j))
+        return false; /* its nodes, features and wholeness are not in the memo's key */
     uint8_t lasq = job_lasq(p, j);
     for (size_t f = 0; f < p->nfails; f++) {
         const struct fail *x = &p->fails[f];
@@ -106,7 +108,7 @@ bool evict_failed_before(const struct pass *p, const struct sched_job *j)
 
 void evict_note_failure(struct pass *p, const struct sched_job *j)
 {
-    if (p->nfails < MAX_FAILS)
+    if (p->nfails < MAX_FAILS && !sched_job_shaped(j))
         p->fails[p->nfails++] = (struct fail){j->team,     j->prio,        j->pool,    j->gpu_type,
                                               job_kind(j), job_lasq(p, j), job_size(j)};
 }

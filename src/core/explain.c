@@ -126,6 +126,18 @@ int explain_format(const struct sched_cluster *c, const struct sched_wait *w, ch
                 put_str(&o, " free)");
             }
             break;
+        case 'N':
+            put_u64(&o, w->nodes.need);
+            break;
+        case 'H':
+            put_u64(&o, w->nodes.have);
+            break;
+        case 'h':
+            put_str(&o, w->nodes.have == 1 ? "has" : "have");
+            break;
+        case 'k':
+            put_u64(&o, w->nodes.gpus);
+            break;
         default:
             put(&o, p - 1, 2);
         }

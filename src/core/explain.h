@@ -36,7 +36,16 @@
     X(GANG_TOO_LARGE, 1, "unschedulable", "a gang larger than all GPUs%g%p together")              \
     X(NO_MATCH, 1, "unschedulable", "no node in pool %P has GPUs of type %G")                      \
     X(QUOTA_NEVER, 1, "unschedulable",                                                             \
-      "larger than team %T's guarantee plus borrowing limit in pool %P")
+      "larger than team %T's guarantee plus borrowing limit in pool %P")                           \
+    X(NODES, 0, "nodes", "not enough nodes with %k free GPUs%g%p (need %N, %H %h them)")           \
+    X(NODES_HOST, 0, "nodes",                                                                      \
+      "not enough nodes with the CPUs and memory free%p (need %N, %H %h them)")                    \
+    X(EXCLUSIVE, 0, "exclusive", "not enough wholly free nodes%g%p (need %N, %H free)")            \
+    X(WHOLE_MEM, 0, "host", "no node%p has all its memory free (the job asks for it all)")         \
+    X(FEATURES, 0, "features", "the nodes%g%p with the features asked for have no room")           \
+    X(FEATURES_NEVER, 1, "unschedulable", "no node%g%p has the features the job asks for")         \
+    X(NODES_NEVER, 1, "unschedulable",                                                             \
+      "needs %N nodes%g%p that can each hold %k GPUs and its share of CPUs and memory; %H can")
 
 enum sched_reason {
 #define SCHED_REASON_ENUM(name, final, code, text) SCHED_REASON_##name,
@@ -49,8 +58,9 @@ enum sched_reason {
  * limit: their end, and so its start, is not known. */
 #define SCHED_EST_NO_LIMIT INT64_C(-2)
 
-/* Why a job waits. `pool`, `gpu_type` and `other_job` fill the sentence's
- * placeholders where the reason has them (SCHED_NONE / 0 otherwise).
+/* Why a job waits. `pool`, `gpu_type` and `other_job` (or, for the reasons
+ * that count nodes, `nodes`) fill the sentence's placeholders where the
+ * reason has them (SCHED_NONE / 0 otherwise).
  * `est_start_ms` is the estimated start time where a reservation gives one,
  * -1 where none can be promised, SCHED_EST_NO_LIMIT where the jobs it waits
  * for have no time limit. `field` names the bad field of an invalid request
@@ -64,11 +74,26 @@ struct sched_wait {
     uint32_t team;
     uint32_t pool;
     uint32_t gpu_type;
-    uint64_t other_job;
+    union {
+        uint64_t other_job;
+        struct {                /* the node-count reasons (explain_counts_nodes) */
+            uint32_t need : 24; /* nodes the job needs */
+            uint32_t gpus : 8;  /* whole GPUs on each (at most SCHED_MAX_GPUS_PER_NODE) */
+            uint32_t have;      /* nodes that could take its share */
+        } nodes;
+    };
     int64_t est_start_ms;
     const char *field;
     int64_t need_milli, free_milli;
 };
+
+/* Whether the reason's sentence counts nodes (the wait's `nodes`, where
+ * other reasons have `other_job`). */
+static inline int explain_counts_nodes(enum sched_reason reason)
+{
+    return reason == SCHED_REASON_NODES || reason == SCHED_REASON_NODES_HOST ||
+           reason == SCHED_REASON_EXCLUSIVE || reason == SCHED_REASON_NODES_NEVER;
+}
 
 /* True when no change in load will ever start a job waiting for this reason. */
 int explain_is_final(enum sched_reason reason);
@@ -83,7 +108,8 @@ const char *explain_code(enum sched_reason reason);
  * same as " of type X" and " in pool X", or nothing for SCHED_ANY (so a job
  * that takes any GPU reads "not enough free GPUs"), %J the other job, %F the
  * field, %n " (need 8, 2 free)" from need_milli and free_milli (0.25 for a
- * fraction), or nothing when need_milli is 0.
+ * fraction), or nothing when need_milli is 0, %N and %H the nodes needed and
+ * had, %h "has" or "have" as %H is 1 or not, %k the GPUs on each node.
  * Returns the length the full sentence needs, as snprintf does, or GPO_EINVAL.
  */
 int explain_format(const struct sched_cluster *cluster, const struct sched_wait *wait, char *buf,

@@ -18,8 +18,9 @@
 
 bool migrate_may(struct pass *p, const struct sched_job *j)
 {
-    if (!p->pol->migrate || !p->pol->preemption || !p->nmovable || j->gpus <= 0 || j->multi_node)
-        return false;
+    if (!p->pol->migrate || !p->pol->preemption || !p->nmovable || j->gpus <= 0 || j->multi_node ||
+        sched_job_shaped(j))
+        return false; /* a job with Slurm's shape: moving others is not what it needs */
     bool may = false;
     for (uint32_t g = 0; g < p->view.ngroups; g++) {
         const struct view_group *grp = &p->view.groups[g];

@@ -32,6 +32,8 @@
 #define SCHED_MAX_CLASSES       64
 #define SCHED_MAX_JOBS          (1u << 24)
 #define SCHED_LAS_MAX_QUEUES    8
+#define SCHED_MAX_FEATURES      64 /* node features: bits of sched_node.features */
+#define SCHED_CONSTRAINT_TERMS  4  /* AND-terms of a job's constraint, joined by OR */
 
 enum sched_node_state {
     SCHED_NODE_UP = 0,
@@ -65,6 +67,7 @@ struct sched_node {
     uint64_t mem_mib;   /* host memory */
     uint32_t gpu_first; /* this node's GPUs are cluster->gpus[gpu_first .. +ngpus) */
     uint32_t ngpus;
+    uint64_t features; /* bit f: the node has feature f (the caller maps names to bits) */
 };
 
 struct sched_gpu_type {
@@ -132,6 +135,17 @@ struct sched_cluster {
  * on the fewest nodes); its CPUs and host memory are split over the nodes in
  * proportion to the GPUs each holds. Otherwise a job never leaves one node.
  *
+ * `nodes` N > 1 is Slurm's --nodes: exactly N distinct nodes of one group,
+ * each holding gpus/N whole GPUs, cpus/N CPUs and mem_mib/N MiB (the totals
+ * must divide by N; a share of one GPU cannot be spread), whatever
+ * multi_node says; 0 or 1: as above. `exclusive`: only wholly free nodes
+ * (every GPU offered and free, every CPU and MiB free), and the allocation
+ * holds all of each node it gets, which quota and fair share charge.
+ * `mem_whole_node` (--mem=0): each node's whole host memory, on nodes where
+ * no job holds memory; mem_mib must then be 0. `constraint`: the node's
+ * features must hold every bit of at least one of the first `nconstraint`
+ * masks (an OR of AND-terms, as Slurm's "a&b|c"); 0 terms: any node.
+ *
  * Sizes are signed so that a negative value coming from an API or a trace is
  * reported as such rather than wrapping into a huge request.
  */
@@ -147,12 +161,17 @@ struct sched_job {
     int64_t gpu_mem_mib;     /* or an amount of one GPU's memory */
     int64_t min_gpu_mem_mib; /* each GPU used must have at least this much memory */
     int32_t cpus;
+    int32_t nodes;         /* exactly this many nodes when > 1 */
     int64_t mem_mib;       /* host memory */
     int64_t time_limit_ms; /* 0: none (backfill then uses policy->default_time_limit_ms) */
     uint32_t project;      /* caller's label ids: carried, never interpreted */
     uint32_t model;
     bool multi_node;
     bool checkpointable; /* can resume after preemption; LAS only preempts these */
+    bool exclusive;
+    bool mem_whole_node;
+    uint8_t nconstraint; /* terms used in constraint (0..SCHED_CONSTRAINT_TERMS) */
+    uint64_t constraint[SCHED_CONSTRAINT_TERMS];
 };
 
 /* One GPU's part of an allocation. */
@@ -300,6 +319,32 @@ int64_t sched_job_milli(const struct sched_job *job, uint32_t gpu_mem_mib);
 static inline bool sched_job_wants_gpu(const struct sched_job *job)
 {
     return job->gpus > 0 || job->gpu_milli > 0 || job->gpu_mem_mib > 0;
+}
+
+/* Is the job a gang over several nodes: exactly `nodes` > 1, or the fewest
+ * nodes for its whole GPUs (multi_node)? */
+static inline bool sched_job_gang(const struct sched_job *job)
+{
+    return job->nodes > 1 || (job->nodes == 0 && job->multi_node && job->gpus > 0);
+}
+
+/* Does the job ask for more than capacity: a node count, whole nodes, a
+ * node's whole memory or node features? Such jobs are never migrated. */
+static inline bool sched_job_shaped(const struct sched_job *job)
+{
+    return job->nodes > 1 || job->exclusive || job->mem_whole_node || job->nconstraint > 0;
+}
+
+/* Do node features `features` satisfy the job's constraint? */
+static inline bool sched_job_features_ok(const struct sched_job *job, uint64_t features)
+{
+    if (!job->nconstraint)
+        return true;
+    for (uint32_t t = 0; t < job->nconstraint && t < SCHED_CONSTRAINT_TERMS; t++) {
+        if ((features & job->constraint[t]) == job->constraint[t])
+            return true;
+    }
+    return false;
 }
 
 /* May new work be placed on this GPU (not in MIG mode, not held)? */

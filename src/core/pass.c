@@ -270,8 +270,8 @@ static int read_running(struct pass *p)
         p->rorder[k] = p->c->classes[run->job->prio].order;
         p->rteam[k] = run->job->team;
         bool movable = run->job->checkpointable && !run->preempting && run->job->gpus > 0 &&
-                       !run->job->multi_node && run->alloc.nnodes == 1 &&
-                       p->rgroup[k] != SCHED_NONE;
+                       !run->job->multi_node && !sched_job_shaped(run->job) &&
+                       run->alloc.nnodes == 1 && p->rgroup[k] != SCHED_NONE;
         p->rbits[k] =
             (uint8_t)((run->borrowed ? R_BORROWED : 0) | (run->job->checkpointable ? R_CKPT : 0) |
                       (movable ? R_MOVABLE : 0));

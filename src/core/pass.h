@@ -77,6 +77,7 @@ struct jshape {
     bool missed;        /* the placement that last found no room for it, and why: */
     enum sched_reason why;
     uint64_t other;
+    uint32_t nodes_have; /* exact-N gang: nodes that could take a member */
     /* cold */
     uint64_t miss_version;
     uint32_t miss_team_starts;
@@ -99,7 +100,8 @@ enum {
     SHAPE_W_TEAM_PRIO = 0, /* team | prio << 32 */
     SHAPE_W_POOL_TYPE,     /* pool | gpu_type << 32 */
     SHAPE_W_GPUS,          /* gpus | gpu_milli << 32 */
-    SHAPE_W_CPUS,          /* cpus | multi_node << 32 */
+    SHAPE_W_CPUS,          /* cpus | shape_bits() << 32: multi_node, exclusive, whole memory,
+                              terms, nodes */
     SHAPE_W_GPU_MEM,
     SHAPE_W_MIN_GPU_MEM,
     SHAPE_W_MEM,
@@ -237,9 +239,25 @@ static inline struct sched_wait make_wait(const struct sched_job *j, enum sched_
                                .free_milli = 0};
 }
 
+/* For a reason that counts nodes: the job's node count and GPUs per node,
+ * and `have` nodes that could take its share. Other reasons are left. */
+static inline void wait_set_nodes(struct sched_wait *w, const struct sched_job *j, uint32_t have)
+{
+    if (!explain_counts_nodes(w->reason))
+        return;
+    w->nodes.need = j->nodes > 1 ? (uint32_t)j->nodes & 0xffffffu : 1;
+    w->nodes.gpus = view_job_node_gpus(j) & 0xffu;
+    w->nodes.have = have;
+}
+
 /* Sets job i's wait (and marks it decided). */
 void pass_set_wait(struct pass *p, uint32_t i, enum sched_reason reason, uint32_t pool,
                    uint32_t gpu_type, uint64_t other, const char *field);
+/* Job i's wait counts nodes, if its reason does (wait_set_nodes). */
+static inline void pass_set_nodes(struct pass *p, uint32_t i, uint32_t have)
+{
+    wait_set_nodes(&p->jwait[i], &p->q->jobs[i], have);
+}
 
 /* For a "resources" or "gang" wait of job j: what it needs and what the
  * view has free for it now (explain.h: need_milli, free_milli). */

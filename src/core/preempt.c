@@ -48,7 +48,9 @@ static uint64_t gang_sum(const struct view *v, const struct sched_job *job, cons
                          uint32_t n)
 {
     const struct view_node *vn = &v->nodes[n];
-    if (!vn->usable || (allowed && !allowed[vn->group]) || !view_group_eligible(v, job, vn->group))
+    if (!vn->usable || (allowed && !allowed[vn->group]) ||
+        !view_group_eligible(v, job, vn->group) ||
+        (sched_job_shaped(job) && !view_node_admits(v, job, n)))
         return 0;
     return view_node_whole_for(v, job, n);
 }
@@ -74,7 +76,9 @@ int preempt_plan(struct view *view, const struct sched_running_set *running,
     } else if (view_place(view, job, allowed, end_ms, false, out, &miss)) {
         found = 1; /* the jobs already leaving make room: evict nobody new */
     } else {
-        bool gang = job->gpus > 0 && job->multi_node;
+        /* A fewest-nodes gang fits once enough GPUs are free together; an
+         * exact-N gang is tried where a node could take a member. */
+        bool gang = job->gpus > 0 && job->multi_node && job->nodes <= 1;
         uint64_t sum = 0;
         for (uint32_t nd = 0; gang && nd < view->cluster->nnodes; nd++)
             sum += gang_sum(view, job, allowed, nd);

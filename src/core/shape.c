@@ -14,13 +14,28 @@ static uint64_t pair(uint32_t lo, uint32_t hi)
     return (uint64_t)lo | (uint64_t)hi << 32;
 }
 
+/* multi_node, exclusive, whole memory, the number of terms (5 and more alike:
+ * all invalid) and the node count (negative ones alike, and those over the
+ * limit: each kind has one verdict), in 32 bits. */
+static uint32_t shape_bits(const struct sched_job *j)
+{
+    if (!(j->nodes | j->exclusive | j->mem_whole_node | j->nconstraint))
+        return (uint32_t)j->multi_node; /* the common case, at the cost of one test */
+    uint32_t nodes = j->nodes < 0                           ? 0xffffffu
+                     : (uint32_t)j->nodes > SCHED_MAX_NODES ? 0xfffffeu
+                                                            : (uint32_t)j->nodes;
+    uint32_t terms = j->nconstraint < 7 ? j->nconstraint : 7;
+    return (uint32_t)j->multi_node | (uint32_t)j->exclusive << 1 |
+           (uint32_t)j->mem_whole_node << 2 | terms << 3 | nodes << 8;
+}
+
 static struct shape_key key_of(const struct sched_job *j)
 {
     return (struct shape_key){{
         [SHAPE_W_TEAM_PRIO] = pair(j->team, j->prio),
         [SHAPE_W_POOL_TYPE] = pair(j->pool, j->gpu_type),
         [SHAPE_W_GPUS] = pair((uint32_t)j->gpus, (uint32_t)j->gpu_milli),
-        [SHAPE_W_CPUS] = pair((uint32_t)j->cpus, j->multi_node),
+        [SHAPE_W_CPUS] = pair((uint32_t)j->cpus, shape_bits(j)),
         [SHAPE_W_GPU_MEM] = (uint64_t)j->gpu_mem_mib,
         [SHAPE_W_MIN_GPU_MEM] = (uint64_t)j->min_gpu_mem_mib,
         [SHAPE_W_MEM] = (uint64_t)j->mem_mib,
@@ -28,9 +43,21 @@ static struct shape_key key_of(const struct sched_job *j)
     }};
 }
 
+/* A constraint is not in the key's words: jobs whose words agree compare
+ * their terms too (only those with a constraint pay for it). */
+static bool same_terms(const struct sched_job *a, const struct sched_job *b)
+{
+    if (!a->nconstraint)
+        return true; /* nor has b: the count is in the key */
+    uint64_t d = 0;  /* no call: this sits in the probe loop of every job */
+    for (uint32_t t = 0; t < SCHED_CONSTRAINT_TERMS; t++)
+        d |= t < a->nconstraint ? a->constraint[t] ^ b->constraint[t] : 0;
+    return d == 0;
+}
+
 /* Each word multiplied by its own odd constant, the products summed: the
  * multiplies do not wait for one another. Then one final mix. */
-static uint64_t key_hash(const uint64_t w[8])
+static uint64_t key_hash(const uint64_t w[SHAPE_WORDS])
 {
     uint64_t h = w[0] * 0x9e3779b97f4a7c15ULL + w[1] * 0xc2b2ae3d27d4eb4fULL +
                  w[2] * 0x165667b19e3779f9ULL + w[3] * 0xd6e8feb86659fd93ULL +
@@ -41,10 +68,10 @@ static uint64_t key_hash(const uint64_t w[8])
     return h ^ h >> 32;
 }
 
-static bool key_same(const uint64_t a[8], const uint64_t b[8])
+static bool key_same(const uint64_t a[SHAPE_WORDS], const uint64_t b[SHAPE_WORDS])
 {
     uint64_t d = 0;
-    for (int k = 0; k < 8; k++)
+    for (int k = 0; k < SHAPE_WORDS; k++)
         d |= a[k] ^ b[k];
     return d == 0;
 }
@@ -178,7 +205,8 @@ int shape_find(struct pass *p, uint32_t *cands, size_t *ret_ncands)
             s = table[h].shape;
             if (s == SCHED_NONE)
                 break;
-            if (table[h].tag == tag && key_same(p->skeys[s].w, w))
+            if (table[h].tag == tag && key_same(p->skeys[s].w, w) &&
+                same_terms(j, &jobs[p->shapes_of[s].first]))
                 break;
         }
         jshape[i] = s;
@@ -198,6 +226,10 @@ int shape_find(struct pass *p, uint32_t *cands, size_t *ret_ncands)
         int32_t g = j->gpus; /* the placement scratch must hold it */
         if (g > 0 && (uint32_t)g > maxg && g <= (int32_t)SCHED_MAX_GPUS_PER_NODE * 1024)
             maxg = (uint32_t)g;
+        if (j->nodes > 0 && (uint32_t)j->nodes > maxg && (uint32_t)j->nodes <= p->c->nnodes)
+            maxg = (uint32_t)j->nodes;
+        if (j->exclusive && p->c->ngpus > maxg)
+            maxg = p->c->ngpus; /* it holds every GPU of its nodes */
         if (2 * (size_t)p->nshapes > size && (err = table_grow(p, &table, &size)))
             break;
     }
@@ -210,43 +242,125 @@ int shape_find(struct pass *p, uint32_t *cands, size_t *ret_ncands)
     return p->place.nodes && p->place.shares ? 0 : GPO_ENOMEM;
 }
 
+/* Could node n, were it empty, take the job (one member of an exact-N
+ * gang): its GPUs with the memory asked, CPUs, memory and features? */
+static bool node_can_hold(const struct sched_cluster *c, const struct sched_job *j, uint32_t n,
+                          uint32_t want, int64_t need_mem)
+{
+    const struct sched_node *node = &c->nodes[n];
+    int64_t share = j->nodes > 1 ? j->nodes : 1;
+    int64_t mem = j->mem_whole_node ? 0 : j->mem_mib / share;
+    if ((int64_t)node->cpus < j->cpus / share || (int64_t)node->mem_mib < mem ||
+        !sched_job_features_ok(j, node->features))
+        return false;
+    uint32_t fit = 0;
+    for (uint32_t i = 0; i < node->ngpus && fit < want; i++)
+        fit += (int64_t)c->gpus[node->gpu_first + i].mem_mib >= need_mem;
+    return fit >= want;
+}
+
+/* How many nodes of group g could, were they empty, take a member of an
+ * exact-N gang (or the job)? Stops counting at `enough`. */
+static uint32_t group_nodes_holding(const struct pass *p, const struct sched_job *j, uint32_t g,
+                                    uint32_t enough)
+{
+    const struct view_group *grp = &p->view.groups[g];
+    int64_t need_mem = j->min_gpu_mem_mib > j->gpu_mem_mib ? j->min_gpu_mem_mib : j->gpu_mem_mib;
+    uint32_t want = j->gpus > 0 ? view_job_node_gpus(j) : sched_job_wants_gpu(j) ? 1 : 0;
+    uint32_t count = 0;
+    for (uint32_t k = 0; k < grp->nnodes && count < enough; k++)
+        count += node_can_hold(p->c, j, grp->nodes[k], want, need_mem);
+    return count;
+}
+
 /* Could some node (or, for a gang, the group) of group g ever hold the job,
  * were it empty? The largest node's figures first; only a group of unlike
- * nodes or GPUs needs a look at every node. */
+ * nodes or GPUs, or a job with a constraint, needs a look at every node. */
 static bool group_can_hold(const struct pass *p, const struct sched_job *j, uint32_t g)
 {
     const struct view_group *grp = &p->view.groups[g];
     const struct sched_cluster *c = p->c;
     int64_t need_mem = j->min_gpu_mem_mib > j->gpu_mem_mib ? j->min_gpu_mem_mib : j->gpu_mem_mib;
-    bool gang = j->gpus > 0 && j->multi_node;
+    bool gang = j->gpus > 0 && j->multi_node && j->nodes == 0;
     uint32_t want = j->gpus > 0 ? (uint32_t)j->gpus : sched_job_wants_gpu(j) ? 1 : 0;
+    if (j->nodes > 1) {
+        uint32_t N = (uint32_t)j->nodes;
+        return grp->nnodes >= N && group_nodes_holding(p, j, g, N) >= N;
+    }
     if (gang) {
-        if (grp->uniform)
+        if (grp->uniform && !j->nconstraint)
             return (uint64_t)j->gpus <= grp->total_gpus;
         uint64_t total = 0;
         for (uint32_t k = 0; k < grp->nnodes; k++) {
             const struct sched_node *n = &c->nodes[grp->nodes[k]];
+            if (!sched_job_features_ok(j, n->features))
+                continue;
             for (uint32_t i = 0; i < n->ngpus; i++)
                 total += (int64_t)c->gpus[n->gpu_first + i].mem_mib >= need_mem;
         }
         return total >= (uint64_t)j->gpus;
     }
+    uint64_t mem = j->mem_whole_node ? 0 : (uint64_t)j->mem_mib;
     if (want > grp->max_node_gpus || (uint32_t)j->cpus > grp->max_node_cpus ||
-        (uint64_t)j->mem_mib > grp->max_node_mem_mib)
+        mem > grp->max_node_mem_mib)
         return false;
-    if (grp->uniform)
+    if (grp->uniform && !j->nconstraint)
         return true;
-    for (uint32_t k = 0; k < grp->nnodes; k++) {
-        const struct sched_node *n = &c->nodes[grp->nodes[k]];
-        if (n->cpus < (uint32_t)j->cpus || n->mem_mib < (uint64_t)j->mem_mib)
-            continue;
-        uint32_t fit = 0;
-        for (uint32_t i = 0; i < n->ngpus && fit < want; i++)
-            fit += (int64_t)c->gpus[n->gpu_first + i].mem_mib >= need_mem;
-        if (fit >= want)
-            return true;
-    }
-    return false;
+    return group_nodes_holding(p, j, g, 1) >= 1;
+}
+
+/* The first thing wrong with a job's Slurm shape, or NULL. */
+static const char *shape_field(const struct sched_job *j)
+{
+    if (j->nodes < 0)
+        return "nodes is negative";
+    if ((uint32_t)j->nodes > SCHED_MAX_NODES)
+        return "nodes is over the limit";
+    if (j->nconstraint > SCHED_CONSTRAINT_TERMS)
+        return "constraint has more terms than the core keeps";
+    if (j->exclusive && (j->gpu_milli > 0 || j->gpu_mem_mib > 0))
+        return "exclusive takes whole nodes, not a share of one GPU";
+    if (j->mem_whole_node && j->mem_mib > 0)
+        return "mem_mib must be 0 with mem_whole_node (it takes each node's whole memory)";
+    if (j->nodes <= 1)
+        return NULL;
+    if (j->gpu_milli > 0 || j->gpu_mem_mib > 0)
+        return "a share of one GPU cannot span nodes";
+    if (j->gpus % j->nodes)
+        return "gpus must divide evenly over nodes";
+    if (j->cpus % j->nodes)
+        return "cpus must divide evenly over nodes";
+    if (!j->mem_whole_node && j->mem_mib % j->nodes)
+        return "mem_mib must divide evenly over nodes";
+    return NULL;
+}
+
+/* The first thing wrong with a job's sizes, or NULL. */
+static const char *size_field(const struct sched_job *j)
+{
+    if (j->gpus < 0)
+        return "gpus is negative";
+    if (j->gpu_milli < 0)
+        return "gpu_milli is negative";
+    if (j->gpu_mem_mib < 0)
+        return "gpu_mem_mib is negative";
+    if (j->min_gpu_mem_mib < 0)
+        return "min_gpu_mem_mib is negative";
+    if (j->cpus < 0)
+        return "cpus is negative";
+    if (j->mem_mib < 0)
+        return "mem_mib is negative";
+    if (j->time_limit_ms < 0)
+        return "time_limit_ms is negative";
+    if ((j->gpus > 0) + (j->gpu_milli > 0) + (j->gpu_mem_mib > 0) > 1)
+        return "give only one of gpus, gpu_milli and gpu_mem_mib";
+    if (j->gpu_milli >= SCHED_MILLI)
+        return "gpu_milli must be 1..999 (whole GPUs go in gpus)";
+    if (j->multi_node && j->gpus <= 0 && j->nodes <= 1)
+        return "multi_node needs a whole number of gpus";
+    if (j->gpus > (int32_t)SCHED_MAX_GPUS_PER_NODE * 1024)
+        return "gpus is over the limit";
+    return shape_field(j);
 }
 
 /* Checks a pending job on its own: sizes, indices, and whether any node could
@@ -257,7 +371,7 @@ bool shape_validate(struct pass *p, uint32_t i)
     const struct sched_cluster *c = p->c;
     const struct sched_job *j = &p->q->jobs[i];
     uint32_t pool = j->pool, type = j->gpu_type;
-    const char *field = NULL;
+    const char *field;
     if (j->team >= c->nteams) {
         pass_set_wait(p, i, SCHED_REASON_UNKNOWN_TEAM, SCHED_NONE, SCHED_NONE, 0, "team");
         return false;
@@ -274,36 +388,16 @@ bool shape_validate(struct pass *p, uint32_t i)
         pass_set_wait(p, i, SCHED_REASON_UNKNOWN_TYPE, SCHED_NONE, SCHED_NONE, 0, "gpu_type");
         return false;
     }
-    if (j->gpus < 0)
-        field = "gpus is negative";
-    else if (j->gpu_milli < 0)
-        field = "gpu_milli is negative";
-    else if (j->gpu_mem_mib < 0)
-        field = "gpu_mem_mib is negative";
-    else if (j->min_gpu_mem_mib < 0)
-        field = "min_gpu_mem_mib is negative";
-    else if (j->cpus < 0)
-        field = "cpus is negative";
-    else if (j->mem_mib < 0)
-        field = "mem_mib is negative";
-    else if (j->time_limit_ms < 0)
-        field = "time_limit_ms is negative";
-    else if ((j->gpus > 0) + (j->gpu_milli > 0) + (j->gpu_mem_mib > 0) > 1)
-        field = "give only one of gpus, gpu_milli and gpu_mem_mib";
-    else if (j->gpu_milli >= SCHED_MILLI)
-        field = "gpu_milli must be 1..999 (whole GPUs go in gpus)";
-    else if (j->multi_node && j->gpus <= 0)
-        field = "multi_node needs a whole number of gpus";
-    else if (j->gpus > (int32_t)SCHED_MAX_GPUS_PER_NODE * 1024)
-        field = "gpus is over the limit";
+    field = size_field(j);
     if (field) {
         pass_set_wait(p, i, SCHED_REASON_BAD_SIZE, pool, type, 0, field);
         return false;
     }
 
     /* Against the cluster: some group must be able to hold it, ever. */
-    bool any_match = false, any_size = false, any_quota = false;
+    bool any_match = false, any_size = false, any_quota = false, any_features = !j->nconstraint;
     bool fit0 = false;
+    uint32_t most_nodes = 0;
     struct view *v = &p->view;
     for (uint32_t g = 0; g < v->ngroups; g++) {
         const struct view_group *grp = &v->groups[g];
@@ -315,9 +409,16 @@ bool shape_validate(struct pass *p, uint32_t i)
         any_match = true;
         if (!view_group_eligible(v, j, g))
             continue; /* GPU memory constraint */
+        for (uint32_t k = 0; !any_features && k < grp->nnodes; k++)
+            any_features = sched_job_features_ok(j, c->nodes[grp->nodes[k]].features);
         bool size_ok = group_can_hold(p, j, g);
-        if (!size_ok)
+        if (!size_ok) {
+            if (j->nodes > 1) {
+                uint32_t have = group_nodes_holding(p, j, g, UINT32_MAX);
+                most_nodes = have > most_nodes ? have : most_nodes;
+            }
             continue;
+        }
         any_size = true;
         int64_t milli = sched_job_milli(j, grp->gpu_mem_mib);
         int64_t limit = quota_limit(&p->quota, j->team, g);
@@ -329,6 +430,15 @@ bool shape_validate(struct pass *p, uint32_t i)
     }
     if (!any_match) {
         pass_set_wait(p, i, SCHED_REASON_NO_MATCH, pool, type, 0, NULL);
+        return false;
+    }
+    if (!any_features) {
+        pass_set_wait(p, i, SCHED_REASON_FEATURES_NEVER, pool, type, 0, NULL);
+        return false;
+    }
+    if (!any_size && j->nodes > 1) {
+        pass_set_wait(p, i, SCHED_REASON_NODES_NEVER, pool, type, 0, NULL);
+        pass_set_nodes(p, i, most_nodes);
         return false;
     }
     if (!any_size) {

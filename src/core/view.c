@@ -317,6 +317,8 @@ bool view_group_may_fit(struct view *view, const struct sched_job *job, uint32_t
     if (job->gpus > 0) {
         uint32_t maxw = open ? grp->max_free_whole_open : grp->max_free_whole;
         uint64_t sum = open ? grp->sum_free_whole_open : grp->sum_free_whole;
+        if (job->nodes > 1)
+            return maxw >= view_job_node_gpus(job) && sum >= (uint64_t)job->gpus;
         if (job->multi_node)
             return sum >= (uint64_t)job->gpus;
         return maxw >= (uint32_t)job->gpus;

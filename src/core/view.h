@@ -10,7 +10,11 @@
  *
  * Placement (view_place) finds GPUs and nodes for one job:
  *  - a one-node job never leaves its node; a multi-node gang takes the fewest
- *    nodes, all or nothing, from one group;
+ *    nodes, all or nothing, from one group; an exact-N gang N distinct nodes
+ *    of one group, an even share on each;
+ *  - an exclusive job takes wholly free nodes and holds all of them; a job
+ *    with a node's whole memory takes nodes where no job holds memory; a
+ *    constraint admits only nodes whose features satisfy it;
  *  - binpack takes the tightest node that fits (whole nodes stay free for big
  *    jobs), spread the loosest; ties go to the lower node index;
  *  - a multi-GPU job prefers GPUs of one NVLink domain;
@@ -165,18 +169,35 @@ void view_resv_hold(struct view *view, uint32_t r, uint32_t node);
 
 /* Could the job start on node n alone, free capacity and eligibility only
  * (no reservations; quota only as view->headroom prices a share of a GPU)?
- * A gang counts as fitting when its whole request fits there. */
+ * A fewest-nodes gang counts as fitting when its whole request fits there;
+ * an exact-N gang when one member (its per-node share) does. */
 bool view_node_fits(const struct view *view, const struct sched_job *job, uint32_t n);
+
+/* Node n as the job's node-level asks go: its features hold the constraint;
+ * for exclusive, it is wholly free; for exclusive or a whole node's memory,
+ * no job holds memory there. */
+bool view_node_admits(const struct view *view, const struct sched_job *job, uint32_t n);
+
+/* Whole GPUs the job needs on each node it gets: gpus/nodes for an exact-N
+ * gang, else gpus (0 without whole GPUs). */
+static inline uint32_t view_job_node_gpus(const struct sched_job *job)
+{
+    if (job->gpus <= 0)
+        return 0;
+    return job->nodes > 1 ? (uint32_t)(job->gpus / job->nodes) : (uint32_t)job->gpus;
+}
 
 /* Whole GPUs of node n the job could use (free, not MIG, memory constraint). */
 uint32_t view_node_whole_for(const struct view *view, const struct sched_job *job, uint32_t n);
 
 /* What blocked a failed placement, for explanations. */
 enum view_miss {
-    VIEW_MISS_GPU = 1 << 0,  /* no node with the GPUs free */
-    VIEW_MISS_HOST = 1 << 1, /* GPUs free, but not the CPUs or host memory beside them */
-    VIEW_MISS_GANG = 1 << 2, /* gang: not enough nodes together */
-    VIEW_MISS_RESV = 1 << 3, /* would fit on nodes a reservation holds */
+    VIEW_MISS_GPU = 1 << 0,   /* no node with the GPUs free */
+    VIEW_MISS_HOST = 1 << 1,  /* GPUs free, but not the CPUs or host memory beside them */
+    VIEW_MISS_GANG = 1 << 2,  /* gang: not enough nodes together */
+    VIEW_MISS_RESV = 1 << 3,  /* would fit on nodes a reservation holds */
+    VIEW_MISS_NODES = 1 << 4, /* exact-N gang: fewer than N nodes could take a member */
+    VIEW_MISS_SHAPE = 1 << 5, /* nodes refused by features, exclusivity, whole memory */
 };
 
 /* Placement output: scratch arrays owned by the caller, sized for the job. */
@@ -187,14 +208,16 @@ struct view_place {
     uint32_t nshares;
     uint32_t group;
     int32_t blocking_resv; /* with VIEW_MISS_RESV: the reservation in the way */
+    uint32_t nodes_have;   /* exact-N gang: the most nodes of one group that could take a member */
 };
 
 /*
  * Finds a placement for `job` among the groups g with allowed[g] true (NULL:
  * all eligible groups), not using reserved nodes unless the job ends
  * (`end_ms`) by the reservation's start, or `ignore_resv`. Returns true and
- * fills *out (whose arrays must hold max(1, gpus) entries each, and
- * `out->nodes` as many as the group has nodes); the view is not changed
+ * fills *out (whose arrays must hold max(1, gpus, nodes) entries each, and
+ * `out->nodes` as many as the group has nodes; `out->shares` every GPU of
+ * the cluster for an exclusive job); the view is not changed
  * (view_apply does that). Returns false and sets *ret_miss otherwise.
  */
 bool view_place(struct view *view, const struct sched_job *job, const bool *allowed, int64_t end_ms,

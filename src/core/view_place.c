@@ -18,6 +18,8 @@ struct ctx {
     bool ignore_resv;
     unsigned miss;
     int32_t blocking_resv;
+    uint32_t have; /* exact-N gang: the most nodes of one group that could take a member */
+    bool shaped;   /* sched_job_shaped: the node-level checks apply */
 };
 
 /* May the job use node n, as far as reservations go? Records the blocker. */
@@ -47,7 +49,10 @@ static bool group_may_fit(struct ctx *x, uint32_t g)
     return false;
 }
 
-/* CPUs or host memory a node must give a gang member holding k of the job's GPUs. */
+/* CPUs or host memory a node must give a gang member holding k of the job's
+ * GPUs (a fewest-nodes gang splits them by GPUs; an exact-N gang's even
+ * share is member_host_fits'). A whole node's memory (mem_mib 0) is checked
+ * apart, by view_node_admits. */
 static uint32_t part_cpus(const struct sched_job *job, uint32_t k)
 {
     if (job->gpus <= 0 || !job->multi_node)
@@ -62,9 +67,52 @@ static uint64_t part_mem(const struct sched_job *job, uint32_t k)
     return ((uint64_t)job->mem_mib * k + (uint64_t)job->gpus - 1) / (uint64_t)job->gpus;
 }
 
+/* An exact-N gang's share of CPUs and memory on each of its nodes. */
+static uint32_t member_cpus(const struct sched_job *job)
+{
+    return (uint32_t)(job->cpus / job->nodes);
+}
+
+static uint64_t member_mem(const struct sched_job *job)
+{
+    return (uint64_t)(job->mem_mib / job->nodes);
+}
+
+static bool member_host_fits(const struct view_node *vn, const struct sched_job *job)
+{
+    return vn->free_cpus >= member_cpus(job) && vn->free_mem_mib >= member_mem(job);
+}
+
 static bool host_fits(const struct view_node *vn, const struct sched_job *job, uint32_t k)
 {
     return vn->free_cpus >= part_cpus(job, k) && vn->free_mem_mib >= part_mem(job, k);
+}
+
+bool view_node_admits(const struct view *view, const struct sched_job *job, uint32_t n)
+{
+    const struct sched_node *node = &view->cluster->nodes[n];
+    const struct view_node *vn = &view->nodes[n];
+    if (!sched_job_features_ok(job, node->features))
+        return false;
+    if ((job->exclusive || job->mem_whole_node) && vn->free_mem_mib != node->mem_mib)
+        return false;
+    return !job->exclusive || (vn->free_cpus == node->cpus && vn->free_whole == node->ngpus);
+}
+
+/* The node-level part of a check: features, whole nodes, whole memory.
+ * Records a miss of that kind. */
+static bool shaped_admits(struct ctx *x, uint32_t n)
+{
+    if (view_node_admits(x->view, x->job, n))
+        return true;
+    x->miss |= VIEW_MISS_SHAPE;
+    return false;
+}
+
+/* Ordinary jobs pass at the first test, on a flag read once per placement. */
+static inline bool admits(struct ctx *x, uint32_t n)
+{
+    return !x->shaped || shaped_admits(x, n);
 }
 
 /* The GPU has the memory the job needs: its minimum, and all of a memory request. */
@@ -179,7 +227,7 @@ static bool place_whole_single(struct ctx *x, const bool *allowed, struct view_p
             if (!vn->usable || vn->free_whole < k)
                 continue;
             uint32_t w = k ? view_node_whole_for(view, job, n) : 0;
-            if (w < k)
+            if (w < k || !admits(x, n))
                 continue;
             if (!host_fits(vn, job, k)) {
                 x->miss |= VIEW_MISS_HOST;
@@ -228,7 +276,7 @@ static bool place_fraction(struct ctx *x, const bool *allowed, struct view_place
             for (uint32_t i = 0; i < grp->nnodes; i++) {
                 uint32_t n = grp->nodes[i];
                 const struct view_node *vn = &view->nodes[n];
-                if (!vn->usable || (fresh ? !vn->free_whole : !vn->nshared))
+                if (!vn->usable || (fresh ? !vn->free_whole : !vn->nshared) || !admits(x, n))
                     continue;
                 const struct sched_node *node = &c->nodes[n];
                 for (uint32_t j = 0; j < node->ngpus; j++) {
@@ -297,6 +345,17 @@ static uint32_t gang_cap(const struct view *view, const struct sched_job *job, u
     return t;
 }
 
+/* gang_cap, and none on a node the job's node-level asks refuse. A node
+ * with no GPU free, the common case on a busy cluster, costs no call. */
+static inline uint32_t gang_cap_for(const struct ctx *x, uint32_t n, uint32_t k)
+{
+    const struct view_node *vn = &x->view->nodes[n];
+    if (!vn->usable || !vn->free_whole)
+        return 0;
+    uint32_t w = gang_cap(x->view, x->job, n, k);
+    return w && x->shaped && !view_node_admits(x->view, x->job, n) ? 0 : w;
+}
+
 /* The group where a gang of k GPUs needs the fewest nodes (the first of
  * equals), counted from a histogram of its nodes' free counts; SCHED_NONE
  * when none holds it, with x->miss saying why. */
@@ -317,7 +376,7 @@ static uint32_t gang_group(struct ctx *x, const bool *allowed, uint32_t k)
         uint32_t hist[SCHED_MAX_GPUS_PER_NODE + 1] = {0};
         for (uint32_t i = 0; i < grp->nnodes; i++) {
             uint32_t n = grp->nodes[i];
-            uint32_t w = gang_cap(view, job, n, k);
+            uint32_t w = gang_cap_for(x, n, k);
             if (!w) {
                 if (view->nodes[n].free_whole)
                     x->miss |= VIEW_MISS_HOST;
@@ -366,7 +425,7 @@ static bool place_gang(struct ctx *x, const bool *allowed, struct view_place *ou
     for (int pass = 0; pass < 2; pass++) {
         for (uint32_t i = 0; i < grp->nnodes; i++) {
             uint32_t n = grp->nodes[i];
-            uint32_t w = gang_cap(view, job, n, k);
+            uint32_t w = gang_cap_for(x, n, k);
             if (!w)
                 continue;
             int32_t r = view->nodes[n].resv;
@@ -388,13 +447,13 @@ static bool place_gang(struct ctx *x, const bool *allowed, struct view_place *ou
     out->nnodes = 0;
     out->nshares = 0;
     for (uint32_t i = 0; i < ncand && need; i++) {
-        uint32_t n = cand[i], w = gang_cap(view, job, n, k);
+        uint32_t n = cand[i], w = gang_cap_for(x, n, k);
         uint32_t take = w < need ? w : need;
         if (take == need && view->packing == SCHED_PACK_BINPACK) {
             /* The last piece: the tightest remaining node that holds it. */
             uint32_t best = n, bw = w;
             for (uint32_t j = i + 1; j < ncand; j++) {
-                uint32_t m = cand[j], wm = gang_cap(view, job, m, k);
+                uint32_t m = cand[j], wm = gang_cap_for(x, m, k);
                 if (wm >= need && (wm < bw || (wm == bw && m < best))) {
                     best = m;
                     bw = wm;
@@ -412,6 +471,148 @@ static bool place_gang(struct ctx *x, const bool *allowed, struct view_place *ou
     return need == 0;
 }
 
+/* An exact-N gang's score of node n (the tighter the lower), bounded for a
+ * counting sort: the whole GPUs left over, or the CPUs for a CPU-only gang. */
+enum { EXACT_BUCKETS = SCHED_MAX_GPUS_PER_NODE + 1 };
+
+/* Could node n take one member of an exact-N gang (k GPUs and its share of
+ * CPUs and memory)? Sets *ret_score when it could. */
+static bool member_fits(struct ctx *x, uint32_t n, uint32_t k, uint32_t *ret_score)
+{
+    const struct view_node *vn = &x->view->nodes[n];
+    if (!vn->usable || vn->free_whole < k)
+        return false;
+    uint32_t w = k ? view_node_whole_for(x->view, x->job, n) : 0;
+    if (w < k || !admits(x, n))
+        return false;
+    if (!member_host_fits(vn, x->job)) {
+        x->miss |= VIEW_MISS_HOST;
+        return false;
+    }
+    uint32_t left = k ? w - k : vn->free_cpus - member_cpus(x->job);
+    *ret_score = left < EXACT_BUCKETS - 1 ? left : EXACT_BUCKETS - 1;
+    return true;
+}
+
+/* Group g's qualifying nodes by score; how many there are. */
+static uint32_t exact_hist(struct ctx *x, uint32_t g, uint32_t k, uint32_t hist[EXACT_BUCKETS])
+{
+    const struct view_group *grp = &x->view->groups[g];
+    uint32_t count = 0, score;
+    memset(hist, 0, EXACT_BUCKETS * sizeof(*hist));
+    for (uint32_t i = 0; i < grp->nnodes; i++) {
+        uint32_t n = grp->nodes[i];
+        if (member_fits(x, n, k, &score) && resv_allows(x, n)) {
+            hist[score]++;
+            count++;
+        }
+    }
+    return count;
+}
+
+/* The bucket order the packing wants: binpack the tightest first. */
+static uint32_t exact_bucket(enum sched_packing packing, uint32_t b)
+{
+    return packing == SCHED_PACK_BINPACK ? b : EXACT_BUCKETS - 1 - b;
+}
+
+/* The group where N nodes can each take a member, best packed (the sum of
+ * the N best scores), ties to the lower group; SCHED_NONE if none. */
+static uint32_t exact_group(struct ctx *x, const bool *allowed, uint32_t N, uint32_t k)
+{
+    struct view *view = x->view;
+    uint32_t best = SCHED_NONE;
+    uint64_t best_sum = 0;
+    uint32_t hist[EXACT_BUCKETS];
+    for (uint32_t g = 0; g < view->ngroups; g++) {
+        if ((allowed && !allowed[g]) || !view_group_eligible(view, x->job, g))
+            continue;
+        view_group_refresh(view, g);
+        if (view->groups[g].nnodes < N || (k && view->groups[g].max_free_whole < k)) {
+            x->miss |= VIEW_MISS_NODES;
+            continue;
+        }
+        uint32_t count = exact_hist(x, g, k, hist);
+        x->have = count > x->have ? count : x->have;
+        if (count < N) {
+            x->miss |= VIEW_MISS_NODES;
+            continue;
+        }
+        uint64_t sum = 0;
+        for (uint32_t b = 0, need = N; b < EXACT_BUCKETS && need; b++) {
+            uint32_t s = exact_bucket(view->packing, b), take = hist[s] < need ? hist[s] : need;
+            sum += (uint64_t)take * s;
+            need -= take;
+        }
+        if (best == SCHED_NONE || better(view->packing, sum, g, best_sum, best)) {
+            best = g;
+            best_sum = sum;
+        }
+    }
+    return best;
+}
+
+/* Exactly N distinct nodes of one group, each with gpus/N whole GPUs and its
+ * share of CPUs and memory: the best-scored nodes, ties to the lower index. */
+static bool place_exact(struct ctx *x, const bool *allowed, struct view_place *out)
+{
+    struct view *view = x->view;
+    const struct sched_job *job = x->job;
+    uint32_t N = (uint32_t)job->nodes, k = view_job_node_gpus(job);
+    uint32_t g = exact_group(x, allowed, N, k);
+    if (g == SCHED_NONE)
+        return false;
+    const struct view_group *grp = &view->groups[g];
+    uint32_t hist[EXACT_BUCKETS], start[EXACT_BUCKETS + 1] = {0}, score;
+    struct ctx quiet = *x; /* the same checks again: their misses are known */
+    exact_hist(&quiet, g, k, hist);
+    for (uint32_t b = 0; b < EXACT_BUCKETS; b++)
+        start[b + 1] = start[b] + hist[exact_bucket(view->packing, b)];
+    uint32_t *cand = view->node_scratch;
+    uint32_t slot_of[EXACT_BUCKETS];
+    for (uint32_t b = 0; b < EXACT_BUCKETS; b++)
+        slot_of[exact_bucket(view->packing, b)] = b;
+    for (uint32_t i = 0; i < grp->nnodes; i++) {
+        uint32_t n = grp->nodes[i];
+        if (member_fits(&quiet, n, k, &score) && resv_allows(&quiet, n))
+            cand[start[slot_of[score]]++] = n;
+    }
+    out->nnodes = 0;
+    out->nshares = 0;
+    for (uint32_t i = 0; i < N; i++) {
+        uint32_t n = cand[i];
+        out->nodes[out->nnodes++] = (struct sched_node_part){
+            .node = n, .cpus = member_cpus(job), .mem_mib = member_mem(job)};
+        if (k)
+            pick_whole_gpus(view, job, n, k, out->shares + out->nshares);
+        out->nshares += k;
+    }
+    out->group = g;
+    return true;
+}
+
+/* Exclusive and whole-memory jobs hold all of each node they got: every
+ * CPU and MiB, and (exclusive) every GPU whole. */
+static void take_whole_nodes(const struct view *view, const struct sched_job *job,
+                             struct view_place *out)
+{
+    const struct sched_cluster *c = view->cluster;
+    if (job->exclusive)
+        out->nshares = 0;
+    for (uint32_t i = 0; i < out->nnodes; i++) {
+        const struct sched_node *node = &c->nodes[out->nodes[i].node];
+        out->nodes[i].mem_mib = node->mem_mib;
+        if (!job->exclusive)
+            continue;
+        out->nodes[i].cpus = node->cpus;
+        for (uint32_t g = 0; g < node->ngpus; g++) {
+            uint32_t gi = node->gpu_first + g;
+            out->shares[out->nshares++] = (struct sched_share){
+                .gpu = gi, .milli = SCHED_MILLI, .mem_mib = c->gpus[gi].mem_mib};
+        }
+    }
+}
+
 bool view_place(struct view *view, const struct sched_job *job, const bool *allowed, int64_t end_ms,
                 bool ignore_resv, struct view_place *out, unsigned *ret_miss)
 {
@@ -419,9 +620,14 @@ bool view_place(struct view *view, const struct sched_job *job, const bool *allo
                     .job = job,
                     .end_ms = end_ms,
                     .ignore_resv = ignore_resv,
-                    .blocking_resv = -1};
+                    .blocking_resv = -1,
+                    .shaped = sched_job_shaped(job)};
     bool ok;
-    if (job->gpus > 0 && job->multi_node) {
+    out->nodes_have = 0;
+    if (job->nodes > 1) {
+        ok = place_exact(&x, allowed, out);
+        out->nodes_have = x.have;
+    } else if (sched_job_gang(job)) {
         ok = place_whole_single(&x, allowed, out);
         if (!ok) {
             unsigned single_miss = x.miss;
@@ -435,6 +641,8 @@ bool view_place(struct view *view, const struct sched_job *job, const bool *allo
         ok = place_fraction(&x, allowed, out);
     }
     out->blocking_resv = x.blocking_resv;
+    if (ok && (job->exclusive || job->mem_whole_node))
+        take_whole_nodes(view, job, out);
     if (!ok && ret_miss)
         *ret_miss = x.miss;
     return ok;
@@ -445,6 +653,11 @@ bool view_node_fits(const struct view *view, const struct sched_job *job, uint32
     const struct view_node *vn = &view->nodes[n];
     if (!vn->usable || !view_group_eligible(view, job, vn->group))
         return false;
+    if (sched_job_shaped(job) && !view_node_admits(view, job, n))
+        return false;
+    if (job->nodes > 1)
+        return view_node_whole_for(view, job, n) >= view_job_node_gpus(job) &&
+               member_host_fits(vn, job);
     if (job->gpus > 0)
         return view_node_whole_for(view, job, n) >= (uint32_t)job->gpus &&
                host_fits(vn, job, (uint32_t)job->gpus);

@@ -286,7 +286,7 @@ SCRIPT = """\
 #SBATCH --account=research
 #SBATCH --partition=main
 #SBATCH --qos=high
-#SBATCH --mem-per-cpu=2G
+#SBATCH --mail-user=ann@example.org
 #SBATCH --output=out-%j.txt
 #GPUORCH --max-retries 1
 python train.py
@@ -310,11 +310,14 @@ def submit_script():
     ok(spec.get("name") == "from-cli", "a command-line flag wins over the script's directive",
        spec.get("name"))
     warns = err.splitlines()
-    ok(warns == ["gpuorch submit: warning: train.sh:10: unknown #SBATCH directive "
-                 "'--mem-per-cpu' (ignored)",
+    ok(warns == ["gpuorch submit: warning: train.sh:10: #SBATCH --mail-user changes nothing "
+                 "gpuorch controls (ignored)",
                  "gpuorch submit: warning: train.sh:14: a directive after the first command "
                  "(line 13) is ignored, as sbatch does"],
-       "one warning line per unknown or misplaced directive, with its line", err)
+       "one warning line per ignored or misplaced directive, with its line", err)
+    write("unknown.sh", "#!/bin/sh\n#SBATCH --hint=nomultithread\ntrue\n")
+    fails(cli("submit", "unknown.sh"), 2, "unknown.sh:2: unknown #SBATCH directive '--hint'",
+          "a directive sbatch has and gpuorch does not")
     write("bad.sh", "#!/bin/sh\n#SBATCH --time=soon\ntrue\n")
     fails(cli("submit", "bad.sh"), 2, "bad.sh:2: #SBATCH --time: expected",
           "a directive with a bad value")

@@ -161,17 +161,20 @@ static void every_sbatch_directive_sets_its_field(void **state)
     char *argv[] = {"job.sh", NULL};
     plan(&r, script, NULL, argv);
     /* A relative -o is relative to the job's working directory, as sbatch has it. */
+    /* sbatch(1): --gres and --mem are per node, --nodes exact, -c per task. */
     assert_body(&r, "{\"name\": \"train\", \"output\": \"/work/dir/sub/out.txt\","
                     " \"error\": \"/logs/err.txt\","
-                    " \"time_limit_s\": 93600, \"gpu_type\": \"H100-80GB\", \"gpus\": 4,"
-                    " \"cpus\": 8, \"mem_mib\": 65536, \"array\": \"0-9%2\","
+                    " \"time_limit_s\": 93600, \"gpu_type\": \"H100-80GB\", \"gpus_per_node\": 4,"
+                    " \"cpus_per_task\": 8, \"mem_per_node_mib\": 65536, \"array\": \"0-9%2\","
                     " \"dependencies\": [{\"type\": \"afterok\", \"job\": 3},"
                     "   {\"type\": \"afterok\", \"job\": 4}, {\"type\": \"afterany\", \"job\": 5}],"
                     " \"pool\": \"main\", \"priority\": \"high\", \"team\": \"research\","
                     " \"workdir\": \"/work/dir/sub\", \"env\": {\"SEED\": \"7\"},"
-                    " \"multi_node\": true, \"requeue\": false}");
+                    " \"nodes\": 2, \"requeue\": false}");
     assert_true(r.plan.parsable);
-    assert_int_equal(r.plan.nwarnings, 0); /* --comment is ignored without a word */
+    assert_int_equal(r.plan.nwarnings, 1);
+    assert_string_equal(r.plan.warnings[0],
+                        "job.sh:17: #SBATCH --comment changes nothing gpuorch controls (ignored)");
     assert_string_equal(json_string_value(json_object_get(r.plan.body, "script")), script);
     run_release(&r);
 }
@@ -182,17 +185,44 @@ static void the_other_spellings_of_gpus_time_and_nodes(void **state)
     static const struct {
         const char *script, *want;
     } cases[] = {
+        /* "-G, --gpus=[type:]<number> Specify the total number of GPUs required for the job." */
         {"#SBATCH -G 2\n", "{\"gpus\": 2}"},
         {"#SBATCH --gpus=A100:1\n", "{\"gpus\": 1, \"gpu_type\": \"A100\"}"},
-        {"#SBATCH --gpus-per-node=8\n", "{\"gpus\": 8}"},
-        {"#SBATCH --gres=gpu\n", "{\"gpus\": 1}"},
-        {"#SBATCH --gres=gpu:3\n", "{\"gpus\": 3}"},
-        {"#SBATCH --gres=gpu:L4\n", "{\"gpus\": 1, \"gpu_type\": \"L4\"}"},
+        /* "--gpus-per-node=[type:]<number> ... on each node" */
+        {"#SBATCH --gpus-per-node=8\n", "{\"gpus_per_node\": 8}"},
+        {"#SBATCH --gpus-per-node=h100:2\n", "{\"gpus_per_node\": 2, \"gpu_type\": \"h100\"}"},
+        /* "--gres ... The specified resources will be allocated to the job on each node." */
+        {"#SBATCH --gres=gpu\n", "{\"gpus_per_node\": 1}"},
+        {"#SBATCH --gres=gpu:3\n", "{\"gpus_per_node\": 3}"},
+        {"#SBATCH --gres=gpu:L4\n", "{\"gpus_per_node\": 1, \"gpu_type\": \"L4\"}"},
+        {"#SBATCH --gres=gpu:h100:2\n", "{\"gpus_per_node\": 2, \"gpu_type\": \"h100\"}"},
+        {"#SBATCH --gres=gpu:0.5\n", "{\"gpus\": 0.5}"}, /* a share of one GPU: our extension */
+        /* "--gpus-per-task=[type:]<number> ... on each task" */
+        {"#SBATCH --gpus-per-task=2 -n 4\n", "{\"gpus_per_task\": 2, \"ntasks\": 4}"},
+        {"#SBATCH --ntasks-per-node=8 --nodes=2\n", "{\"ntasks_per_node\": 8, \"nodes\": 2}"},
+        /* the last of --gpus, --gpus-per-node and --gres wins */
+        {"#SBATCH --gpus=4 --gres=gpu:2\n", "{\"gpus_per_node\": 2}"},
         {"#SBATCH -t 90\n", "{\"time_limit_s\": 5400}"},
         {"#SBATCH --time=UNLIMITED\n", "{\"time_limit_s\": 0}"},
-        {"#SBATCH -N 1\n", "{\"multi_node\": false}"},
-        {"#SBATCH -N 1-4\n", "{\"multi_node\": true}"},
-        {"#SBATCH -c4 -J x --requeue\n", "{\"cpus\": 4, \"name\": \"x\", \"requeue\": true}"},
+        /* "-N, --nodes=<minnodes>[-maxnodes]": exact here; a range only when its ends agree */
+        {"#SBATCH -N 1\n", "{\"nodes\": 1}"},
+        {"#SBATCH -N 2-2\n", "{\"nodes\": 2}"},
+        /* "-c, --cpus-per-task=<ncpus>" */
+        {"#SBATCH -c4 -J x --requeue\n",
+         "{\"cpus_per_task\": 4, \"name\": \"x\", \"requeue\": true}"},
+        /* "--mem ... per node. ... zero ... grants the job access to all of the memory on each
+           node." */
+        {"#SBATCH --mem=0\n", "{\"mem_whole_node\": true}"},
+        {"#SBATCH --mem=4G\n", "{\"mem_per_node_mib\": 4096}"},
+        {"#SBATCH --mem-per-cpu=2G\n", "{\"mem_per_cpu_mib\": 2048}"},
+        {"#SBATCH --mem-per-gpu=10G\n", "{\"mem_per_gpu_mib\": 10240}"},
+        {"#SBATCH --mem=0 --mem-per-cpu=1G\n", "{\"mem_per_cpu_mib\": 1024}"},
+        /* "--exclusive ... can not share nodes with other running jobs" */
+        {"#SBATCH --exclusive\n", "{\"exclusive\": true}"},
+        /* "-C, --constraint=<list> ... AND (&) ... OR (|)" */
+        {"#SBATCH -C ib&nvme\n", "{\"constraint\": \"ib&nvme\"}"},
+        {"#SBATCH --constraint=a|b\n", "{\"constraint\": \"a|b\"}"},
+        {"#SBATCH -p gpu\n", "{\"pool\": \"gpu\"}"},
         {"#SBATCH -D /abs\n", "{\"workdir\": \"/abs\"}"},
         {"#GPUORCH --gpus 0.25 --gpu-type T4 --model llama --project p\n",
          "{\"gpus\": 0.25, \"gpu_type\": \"T4\", \"model\": \"llama\", \"project\": \"p\"}"},
@@ -271,7 +301,7 @@ static void command_line_flags_win_over_the_script(void **state)
                     "high", "--gpus",   "1",     "job.sh", NULL};
     plan(&r, script, NULL, argv);
     assert_body(&r, "{\"name\": \"from-cli\", \"time_limit_s\": 600, \"gpus\": 1,"
-                    " \"mem_mib\": 2048, \"team\": \"a\", \"priority\": \"high\","
+                    " \"mem_per_node_mib\": 2048, \"team\": \"a\", \"priority\": \"high\","
                     " \"workdir\": \"/work/dir\"}");
     run_release(&r);
 
@@ -283,37 +313,70 @@ static void command_line_flags_win_over_the_script(void **state)
     run_release(&r);
 }
 
-static void unknown_directives_warn_once_each_with_their_line(void **state)
+/* sbatch refuses an option it does not know; so does submit, with the
+ * file and line, for any directive but those that change nothing here. */
+static void unknown_directives_are_errors_with_their_line(void **state)
 {
     (void)state;
-    const char *script = "#!/bin/sh\n"                           /* 1 */
-                         "#SBATCH --mem-per-cpu=4G -J ok\n"      /* 2 */
-                         "#SBATCH --ntasks 4 --exclusive\n"      /* 3 */
-                         "#SBATCH --gpu-type H100 -n4\n"         /* 4 */
-                         "#GPUORCH --gres-flags=enforce stray\n" /* 5 */
-                         "srun hostname\n"                       /* 6 */
-                         "#SBATCH --time=5\n";                   /* 7 */
+    static const struct {
+        const char *script, *want;
+    } cases[] = {
+        {"#!/bin/sh\n#SBATCH -J ok\n#SBATCH --hint=nomultithread\n",
+         "job.sh:3: unknown #SBATCH directive '--hint': it is not supported, and ignoring it "
+         "could change what the job gets or where it runs"},
+        {"#SBATCH --gpu-type H100\n",
+         "job.sh:1: '--gpu-type' is a gpuorch flag, not an sbatch one: write it as "
+         "'#GPUORCH --gpu-type'"},
+        {"#SBATCH -w node1\n", "job.sh:1: unknown #SBATCH directive '-w'"},
+        {"#GPUORCH --gres-flags=enforce\n", "job.sh:1: unknown #GPUORCH directive '--gres-flags'"},
+        {"#GPUORCH --server http://x:1\n", "job.sh:1: unknown #GPUORCH directive '--server'"},
+    };
+    for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+        struct run r;
+        char *argv[] = {"job.sh", NULL};
+        plan(&r, cases[k].script, NULL, argv);
+        if (r.rc != GPO_EUSAGE || strncmp(r.err, cases[k].want, strlen(cases[k].want)) != 0)
+            fail_msg("case %zu: rc %d, '%s'", k, r.rc, r.err);
+        run_release(&r);
+    }
+}
+
+/* Mail, accounting, profiling, comments and sbatch's own verbosity change
+ * nothing gpuorch controls: each is named in a warning, and the rest counts. */
+static void directives_that_change_nothing_warn_by_name(void **state)
+{
+    (void)state;
+    const char *script = "#!/bin/sh\n"                                        /* 1 */
+                         "#SBATCH --mail-type=END --mail-user=a@b -J ok\n"    /* 2 */
+                         "#SBATCH --wckey=w --profile=task --acctg-freq=30\n" /* 3 */
+                         "#SBATCH -v --quiet -Q --verbose --comment x\n"      /* 4 */
+                         "#GPUORCH --model m stray\n"                         /* 5 */
+                         "srun hostname\n"                                    /* 6 */
+                         "#SBATCH --time=5\n";                                /* 7 */
     struct run r;
     char *argv[] = {"job.sh", NULL};
     plan(&r, script, NULL, argv);
     assert_int_equal(r.rc, 0);
     static const char *const want[] = {
-        "job.sh:2: unknown #SBATCH directive '--mem-per-cpu' (ignored)",
-        "job.sh:3: unknown #SBATCH directive '--ntasks' (ignored)",
-        "job.sh:3: unknown #SBATCH directive '--exclusive' (ignored)",
-        "job.sh:4: '--gpu-type' is a gpuorch flag, not an sbatch one: write it as "
-        "'#GPUORCH --gpu-type' (ignored)",
-        "job.sh:4: unknown #SBATCH directive '-n' (ignored)",
-        "job.sh:5: unknown #GPUORCH directive '--gres-flags' (ignored)",
+        "job.sh:2: #SBATCH --mail-type changes nothing gpuorch controls (ignored)",
+        "job.sh:2: #SBATCH --mail-user changes nothing gpuorch controls (ignored)",
+        "job.sh:3: #SBATCH --wckey changes nothing gpuorch controls (ignored)",
+        "job.sh:3: #SBATCH --profile changes nothing gpuorch controls (ignored)",
+        "job.sh:3: #SBATCH --acctg-freq changes nothing gpuorch controls (ignored)",
+        "job.sh:4: #SBATCH -v changes nothing gpuorch controls (ignored)",
+        "job.sh:4: #SBATCH --quiet changes nothing gpuorch controls (ignored)",
+        "job.sh:4: #SBATCH -Q changes nothing gpuorch controls (ignored)",
+        "job.sh:4: #SBATCH --verbose changes nothing gpuorch controls (ignored)",
+        "job.sh:4: #SBATCH --comment changes nothing gpuorch controls (ignored)",
         "job.sh:5: #GPUORCH: unexpected word 'stray' (ignored)",
         "job.sh:7: a directive after the first command (line 6) is ignored, as sbatch does",
     };
     assert_int_equal(r.plan.nwarnings, sizeof(want) / sizeof(want[0]));
     for (size_t k = 0; k < r.plan.nwarnings; k++)
         assert_string_equal(r.plan.warnings[k], want[k]);
-    /* The known ones around them still count; the values of unknown ones are skipped. */
     assert_string_equal(json_string_value(json_object_get(r.plan.body, "name")), "ok");
-    assert_null(json_object_get(r.plan.body, "gpu_type"));
+    assert_string_equal(json_string_value(json_object_get(r.plan.body, "model")), "m");
+    assert_null(json_object_get(r.plan.body, "comment"));
     assert_null(json_object_get(r.plan.body, "time_limit_s"));
     run_release(&r);
 }
@@ -334,6 +397,14 @@ static void bad_values_are_errors_naming_the_file_line_and_flag(void **state)
         {"#SBATCH --dependency=after:3\n", "job.sh:1: #SBATCH --dependency: 'after' is not "
                                            "supported"},
         {"#SBATCH -N 0\n", "job.sh:1: #SBATCH --nodes: expected a node count"},
+        {"#SBATCH -N 1-4\n", "job.sh:1: #SBATCH --nodes: a node range (1-4) is not supported: "
+                             "gpuorch allocates exactly the nodes asked for; give one count "
+                             "(--nodes=1)"},
+        {"#SBATCH --exclusive=user\n", "job.sh:1: --exclusive: 'user' is not supported"},
+        {"#SBATCH -p a,b\n", "job.sh:1: #SBATCH --partition: a list of partitions (a,b) is "
+                             "not supported"},
+        {"#SBATCH --mem-per-cpu=0\n", "job.sh:1: #SBATCH --mem-per-cpu: expected MiB"},
+        {"#SBATCH --ntasks=0\n", "job.sh:1: #SBATCH --ntasks: expected a number of tasks"},
         {"#GPUORCH --max-retries 1000\n", "job.sh:1: #GPUORCH --max-retries: expected a number "
                                           "(0-100), got '1000'"},
         {"#SBATCH --time\n", "job.sh:1: #SBATCH option '--time' needs a value"},
@@ -357,6 +428,11 @@ static void bad_values_are_errors_naming_the_file_line_and_flag(void **state)
     plan(&r, NULL, NULL, unknown);
     assert_int_equal(r.rc, GPO_EUSAGE);
     assert_string_equal(r.err, "unknown option '--gpu'");
+    run_release(&r);
+    char *excl[] = {"--exclusive=mcs", "--", "true", NULL};
+    plan(&r, NULL, NULL, excl);
+    assert_int_equal(r.rc, GPO_EUSAGE);
+    assert_non_null(strstr(r.err, "--exclusive: 'mcs' is not supported"));
     run_release(&r);
 }
 
@@ -431,11 +507,11 @@ static void connection_flags_and_the_key_stay_out_of_the_body(void **state)
     assert_true(r.args.co.json);
     assert_string_equal(r.plan.idempotency_key, "k-1");
     run_release(&r);
-    /* Not from a script. */
+    /* Not from a script: there they are unknown directives. */
     char *script_argv[] = {"job.sh", NULL};
-    plan(&r, "#GPUORCH --server http://x:1 --idempotency-key k\ntrue\n", NULL, script_argv);
-    assert_int_equal(r.rc, 0);
-    assert_int_equal(r.plan.nwarnings, 2);
+    plan(&r, "#GPUORCH --idempotency-key k\ntrue\n", NULL, script_argv);
+    assert_int_equal(r.rc, GPO_EUSAGE);
+    assert_non_null(strstr(r.err, "unknown #GPUORCH directive '--idempotency-key'"));
     assert_null(r.plan.idempotency_key);
     run_release(&r);
 }
@@ -449,7 +525,8 @@ int main(void)
         cmocka_unit_test(the_other_spellings_of_gpus_time_and_nodes),
         cmocka_unit_test(command_line_flags_win_over_the_script),
         cmocka_unit_test(signal_open_mode_and_submit_dir),
-        cmocka_unit_test(unknown_directives_warn_once_each_with_their_line),
+        cmocka_unit_test(unknown_directives_are_errors_with_their_line),
+        cmocka_unit_test(directives_that_change_nothing_warn_by_name),
         cmocka_unit_test(bad_values_are_errors_naming_the_file_line_and_flag),
         cmocka_unit_test(what_runs_is_a_script_a_command_or_wrap),
         cmocka_unit_test(the_environment_goes_only_when_exported),

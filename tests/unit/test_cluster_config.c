@@ -854,10 +854,10 @@ static void test_job_request_names_what_it_cannot_resolve(void **state)
         const char *user_team, *default_class, *msg;
     } cases[] = {
         {{.pool = "gpu-a"}, "ml", "normal", "unknown pool 'gpu-a'"},
-        {{.gpu_type = "A100"},
+        {{.gpu_type = "B200"},
          "ml",
          "normal",
-         "unknown GPU type 'A100' (known: A100-40GB, H100-80GB)"},
+         "unknown GPU type 'B200' (known: A100-40GB, H100-80GB)"},
         {{.team = "nlp"}, "ml", "normal", "unknown team 'nlp'"},
         {{0}, "nlp", "normal", "unknown team 'nlp'"},
         {{.priority = "low"}, "ml", "normal", "unknown priority class 'low' (known: high, normal)"},
@@ -1006,6 +1006,161 @@ static void test_metrics_is_a_role_that_needs_no_team(void **state)
     cluster_user_release(&u);
 }
 
+/* A pool's aliases and its nodes' features: decoded strictly, written back
+ * as read, every rule with the field at fault. */
+static void test_pool_aliases_and_node_features_decode_strictly_and_round_trip(void **state)
+{
+    (void)state;
+    union object o = {0}, back = {0};
+    assert_int_equal(decode_text(POOL,
+                                 "{'name': 'h100', 'aliases': ['gpu', 'batch'], 'node_features': "
+                                 "[{'node': 'n1', 'features': ['ib', 'nvme']}, {'node': 'n2', "
+                                 "'features': ['ib']}]}",
+                                 0, &o),
+                     0);
+    assert_int_equal(o.pool.naliases, 2);
+    assert_string_equal(o.pool.aliases[1], "batch");
+    assert_int_equal(o.pool.nnode_features, 2);
+    assert_string_equal(o.pool.node_features[0].features[1], "nvme");
+    json_t *j = cluster_pool_to_json(&o.pool, 0);
+    assert_int_equal(decode(POOL, j, 0, &back), 0);
+    json_t *j2 = cluster_pool_to_json(&back.pool, 0);
+    assert_true(json_equal(j, j2));
+    json_decref(j);
+    json_decref(j2);
+    cluster_pool_release(&o.pool);
+    cluster_pool_release(&back.pool);
+    /* A pool without them reads as it always has. */
+    assert_int_equal(decode_text(POOL, "{'name': 'a'}", 0, &o), 0);
+    j = cluster_pool_to_json(&o.pool, 0);
+    assert_null(json_object_get(j, "aliases"));
+    assert_null(json_object_get(j, "node_features"));
+    json_decref(j);
+    cluster_pool_release(&o.pool);
+    static const struct {
+        const char *json, *msg;
+    } bad[] = {
+        {"{'name': 'a', 'aliases': ['a']}", "field 'aliases[0]': 'a' is the pool's own name"},
+        {"{'name': 'a', 'aliases': ['b', 'b']}", "field 'aliases[1]': 'b' is listed twice"},
+        {"{'name': 'a', 'aliases': ['B']}", "field 'aliases[0]': 'B' is not a valid name"},
+        {"{'name': 'a', 'node_features': [{'node': 'n1', 'features': ['a b']}]}",
+         "field 'node_features[0].features[0]': 'a b' is not a valid feature name"},
+        {"{'name': 'a', 'node_features': [{'node': 'n1', 'features': ['x', 'x']}]}",
+         "field 'node_features[0].features[1]': 'x' is listed twice"},
+        {"{'name': 'a', 'node_features': [{'node': 'n1', 'features': ['x']}, {'node': 'n1', "
+         "'features': ['y']}]}",
+         "field 'node_features[1].node': 'n1' is also in entry 0"},
+        {"{'name': 'a', 'node_features': [{'nodes': 'n1', 'features': ['x']}]}",
+         "unknown field 'node_features[0].nodes' (did you mean 'node'?)"},
+        {"{'name': 'a', 'node_features': [{'node': 'n1'}]}", "missing required field"},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        int rc = decode_text(POOL, bad[i].json, 0, &o);
+        if (rc != GPO_EINVAL || strncmp(err, bad[i].msg, strlen(bad[i].msg)) != 0)
+            fail_msg("case %zu: rc %d '%s', want '%s'", i, rc, err, bad[i].msg);
+    }
+}
+
+/* An alias is no other pool's name or alias; a job's pool resolves by
+ * either. */
+static void test_aliases_are_unique_across_pools_and_resolve(void **state)
+{
+    (void)state;
+    struct cluster m;
+    fixture(&m);
+    union object o = {0};
+    assert_int_equal(decode_text(POOL, "{'name': 'a', 'aliases': ['gpu']}", 0, &o), 0);
+    assert_int_equal(cluster_pool_replace(&m, &o.pool, err, sizeof(err)), 0);
+    assert_ptr_equal(cluster_pool_resolve(&m, "gpu"), cluster_pool_get(&m, "a"));
+    assert_ptr_equal(cluster_pool_resolve(&m, "b"), cluster_pool_get(&m, "b"));
+    assert_null(cluster_pool_resolve(&m, "c"));
+    assert_int_equal(decode_text(POOL, "{'name': 'b', 'aliases': ['gpu']}", 0, &o), 0);
+    assert_int_equal(cluster_pool_replace(&m, &o.pool, err, sizeof(err)), GPO_EINVAL);
+    assert_string_equal(err, "'gpu' is already an alias of pool 'a'");
+    cluster_pool_release(&o.pool);
+    assert_int_equal(decode_text(POOL, "{'name': 'c', 'aliases': ['b']}", 0, &o), 0);
+    o.pool.id = 7;
+    assert_int_equal(cluster_pool_add(&m, &o.pool, err, sizeof(err)), GPO_EINVAL);
+    assert_string_equal(err, "field 'aliases': 'b' is the name of another pool");
+    cluster_pool_release(&o.pool);
+    assert_int_equal(m.npools, 2);
+    cluster_release(&m);
+}
+
+/* The view numbers the cluster's features by name; a node has the bits its
+ * pool gives it; a constraint becomes OR of AND-masks. */
+static void test_view_maps_features_to_bits_and_constraints_to_masks(void **state)
+{
+    (void)state;
+    struct cluster m;
+    fixture(&m);
+    union object o = {0};
+    assert_int_equal(decode_text(POOL,
+                                 "{'name': 'a', 'node_features': [{'node': 'n2', 'features': "
+                                 "['ib', 'bigmem']}, {'node': 'n3', 'features': ['nvme']}]}",
+                                 0, &o),
+                     0);
+    assert_int_equal(cluster_pool_replace(&m, &o.pool, err, sizeof(err)), 0);
+    assert_int_equal(decode_text(POOL,
+                                 "{'name': 'b', 'node_features': [{'node': 'n3', 'features': "
+                                 "['ib']}]}",
+                                 0, &o),
+                     0);
+    assert_int_equal(cluster_pool_replace(&m, &o.pool, err, sizeof(err)), 0);
+    struct cluster_view cl;
+    assert_int_equal(cluster_view_build(&m, &cl, err, sizeof(err)), 0);
+    assert_int_equal(cl.nfeatures, 3);
+    assert_string_equal(cl.features[0], "bigmem");
+    assert_string_equal(cl.features[1], "ib");
+    assert_string_equal(cl.features[2], "nvme");
+    assert_int_equal(cl.c.nodes[0].features, 0);       /* n1: none given */
+    assert_int_equal(cl.c.nodes[1].features, 1u | 2u); /* n2 in a: bigmem, ib */
+    assert_int_equal(cl.c.nodes[2].features, 2u);      /* n3 is in b: ib; a's nvme is not its */
+    struct jobspec spec = {.constraint = "ib&bigmem|nvme", .exclusive = true, .nodes = 2};
+    struct sched_job j;
+    assert_int_equal(cluster_job_request(&cl, &spec, "ml", "normal", &j, err, sizeof(err)), 0);
+    assert_int_equal(j.nconstraint, 2);
+    assert_int_equal(j.constraint[0], 3u);
+    assert_int_equal(j.constraint[1], 4u);
+    assert_true(j.exclusive);
+    assert_int_equal(j.nodes, 2);
+    spec.constraint = "ib&gpu";
+    assert_int_equal(cluster_job_request(&cl, &spec, "ml", "normal", &j, err, sizeof(err)),
+                     GPO_EINVAL);
+    assert_string_equal(err, "field 'constraint': unknown feature 'gpu' (known: bigmem, ib, nvme)");
+    spec.constraint = "a|b|c|d|e";
+    assert_int_equal(cluster_job_request(&cl, &spec, "ml", "normal", &j, err, sizeof(err)),
+                     GPO_EINVAL);
+    cluster_view_release(&cl);
+    cluster_release(&m);
+}
+
+/* Users write h100 for H100-80GB: case does not matter, and the part before
+ * the first '-' names a type when it names one only. */
+static void test_gpu_type_match_takes_case_and_short_names(void **state)
+{
+    (void)state;
+    const char *types[] = {"A100-40GB", "H100-80GB", "H100-94GB", "L4"};
+    size_t at = 99;
+    assert_int_equal(cluster_gpu_type_match(types, 4, "H100-94GB", &at, err, sizeof(err)), 0);
+    assert_int_equal(at, 2);
+    assert_int_equal(cluster_gpu_type_match(types, 4, "h100-80gb", &at, err, sizeof(err)), 0);
+    assert_int_equal(at, 1);
+    assert_int_equal(cluster_gpu_type_match(types, 4, "a100", &at, err, sizeof(err)), 0);
+    assert_int_equal(at, 0);
+    assert_int_equal(cluster_gpu_type_match(types, 4, "l4", &at, err, sizeof(err)), 0);
+    assert_int_equal(at, 3);
+    at = 99;
+    assert_int_equal(cluster_gpu_type_match(types, 4, "h100", &at, err, sizeof(err)), GPO_EINVAL);
+    assert_string_equal(err, "GPU type 'h100' matches several: H100-80GB, H100-94GB; give one");
+    assert_int_equal(cluster_gpu_type_match(types, 4, "b200", &at, err, sizeof(err)), GPO_ENOENT);
+    assert_string_equal(err,
+                        "unknown GPU type 'b200' (known: A100-40GB, H100-80GB, H100-94GB, L4)");
+    assert_int_equal(cluster_gpu_type_match(types, 4, "A100-40", &at, err, sizeof(err)),
+                     GPO_ENOENT);
+    assert_int_equal(at, 99);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1027,6 +1182,10 @@ int main(void)
         cmocka_unit_test(test_settings_keep_everything_private_unless_opened),
         cmocka_unit_test(test_settings_refuse_what_they_do_not_know),
         cmocka_unit_test(test_metrics_is_a_role_that_needs_no_team),
+        cmocka_unit_test(test_pool_aliases_and_node_features_decode_strictly_and_round_trip),
+        cmocka_unit_test(test_aliases_are_unique_across_pools_and_resolve),
+        cmocka_unit_test(test_view_maps_features_to_bits_and_constraints_to_masks),
+        cmocka_unit_test(test_gpu_type_match_takes_case_and_short_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

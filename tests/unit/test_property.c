@@ -143,6 +143,7 @@ static const char *const inv_text[] = {
     X(mem_starts)                                                                                  \
     X(cpu_only_starts)                                                                             \
     X(gang_starts)                                                                                 \
+    X(exact_gang_starts)                                                                           \
     X(preempt_priority)                                                                            \
     X(preempt_reclaim)                                                                             \
     X(preempt_las)                                                                                 \
@@ -343,6 +344,10 @@ static int64_t mem_milli(int64_t req, uint32_t mem)
  * right type and memory, the CPUs and host memory, and the team's limit
  * there must admit its milli-GPU. GPUs in MIG mode count: their mode may change.
  */
+struct held;
+static bool exact_fits(const struct world *w, const struct held *h, const struct sched_job *j,
+                       bool now, uint32_t *ret_node);
+
 static bool job_possible(const struct world *w, const struct sched_job *j)
 {
     const struct sched_cluster *c = &w->c;
@@ -356,6 +361,11 @@ static bool job_possible(const struct world *w, const struct sched_job *j)
     if ((j->gpus > 0) + (j->gpu_milli > 0) + (j->gpu_mem_mib > 0) > 1 ||
         j->gpu_milli >= SCHED_MILLI || (j->multi_node && j->gpus <= 0))
         return false;
+    if (j->nodes > 1) {
+        uint32_t n;
+        return j->gpus % j->nodes == 0 && j->cpus % j->nodes == 0 && j->mem_mib % j->nodes == 0 &&
+               exact_fits(w, NULL, j, false, &n);
+    }
     if (j->multi_node) {
         for (uint32_t p = 0; p < c->npools; p++) {
             for (uint32_t t = 0; t < c->ngpu_types; t++) {
@@ -525,8 +535,12 @@ static void gen_job(struct world *w, struct rng *r, struct pjob *pj)
     uint32_t kind = rng_below(r, 100);
     if (kind < 40) {
         j->gpus = whole_of[rng_below(r, 12)];
-    } else if (kind < 50) {
+    } else if (kind < 46) {
         j->gpus = 2 + (int32_t)rng_below(r, 15);
+        j->multi_node = true;
+    } else if (kind < 50) {
+        j->nodes = 2 + (int32_t)rng_below(r, 2); /* exact-N: an even share on each */
+        j->gpus = j->nodes * (1 + (int32_t)rng_below(r, 4));
         j->multi_node = true;
     } else if (kind < 75) {
         j->gpu_milli = 50 * (1 + (int32_t)rng_below(r, 19));
@@ -540,6 +554,10 @@ static void gen_job(struct world *w, struct rng *r, struct pjob *pj)
         j->min_gpu_mem_mib = rng_chance(r, 70) ? near_mem : min_mem_of[rng_below(r, 3)];
     j->cpus = 1 + (int32_t)rng_below(r, j->multi_node ? 8 : 16);
     j->mem_mib = 1024 * (1 + (int64_t)rng_below(r, j->multi_node ? 32 : 64));
+    if (j->nodes > 1) {
+        j->cpus *= j->nodes;
+        j->mem_mib *= j->nodes;
+    }
     j->time_limit_ms = rng_chance(r, 20) ? 0 : (int64_t)(1 + rng_below(r, 20)) * STEP_MS;
     j->checkpointable = rng_chance(r, 40);
     pj->work_ms = pj->left_ms = (int64_t)(1 + rng_below(r, 20)) * STEP_MS;
@@ -554,6 +572,7 @@ static void make_invalid(struct world *w, struct rng *r, struct sched_job *j)
     j->gpu_milli = 0;
     j->gpu_mem_mib = 0;
     j->multi_node = false;
+    j->nodes = 0;
     switch (rng_below(r, 15)) {
     case 0:
         j->gpus = -1;
@@ -990,6 +1009,13 @@ static void check_shape(struct world *w, const struct sched_job *j, const struct
               (unsigned long long)a->nodes[0].mem_mib);
         return;
     }
+    if (j->nodes > 1) {
+        CHECK(w, SHAPE, a->nnodes == (uint32_t)j->nodes, "%s: exact gang of %d nodes on %u", d,
+              (int)j->nodes, a->nnodes);
+        for (uint32_t i = 0; i < a->nnodes; i++)
+            CHECK(w, SHAPE, per_node[i] == (uint32_t)(j->gpus / j->nodes),
+                  "%s: exact gang node %u holds %u GPUs", d, a->nodes[i].node, per_node[i]);
+    }
     /* A gang's CPUs and memory: each node its share, in proportion to its GPUs, rounded up. */
     for (uint32_t i = 0; i < a->nnodes; i++) {
         uint64_t k = per_node[i], g = (uint64_t)j->gpus;
@@ -1048,6 +1074,49 @@ static void held_compute(const struct world *w, struct held *h)
     }
 }
 
+/* An exact-N gang fits if N UP nodes of one (pool, type) group each have
+ * gpus/N whole GPUs free of the memory asked, and its share of CPUs and
+ * memory. `h` NULL: an empty cluster, every node up, MIG GPUs counted (they
+ * may change mode). The team's limit as in job_fits. */
+static bool exact_fits(const struct world *w, const struct held *h, const struct sched_job *j,
+                       bool now, uint32_t *ret_node)
+{
+    uint32_t N = (uint32_t)j->nodes, k = (uint32_t)j->gpus / N;
+    for (uint32_t pool = 0; pool < w->c.npools; pool++) {
+        if (j->pool != SCHED_ANY && j->pool != pool)
+            continue;
+        for (uint32_t type = 0; type < w->c.ngpu_types; type++) {
+            if (j->gpu_type != SCHED_ANY && j->gpu_type != type)
+                continue;
+            int64_t base = now && h ? h->team[j->team][pool][type] : 0;
+            if (base + (int64_t)j->gpus * SCHED_MILLI > limit_of(w, j->team, pool, type))
+                continue;
+            uint32_t count = 0;
+            for (uint32_t n = 0; n < w->c.nnodes; n++) {
+                const struct sched_node *node = &w->nodes[n];
+                if (node->pool != pool || !node->ngpus || w->gpus[node->gpu_first].type != type ||
+                    (h && node->state != SCHED_NODE_UP) ||
+                    (h ? h->cpus[n] : 0) + (uint64_t)(j->cpus / j->nodes) > node->cpus ||
+                    (h ? h->mem[n] : 0) + (uint64_t)(j->mem_mib / j->nodes) > node->mem_mib)
+                    continue;
+                uint32_t whole = 0;
+                for (uint32_t i = 0; i < node->ngpus; i++) {
+                    const struct sched_gpu *gpu = &w->gpus[node->gpu_first + i];
+                    whole += gpu->mem_mib >= j->min_gpu_mem_mib &&
+                             (!h || (!gpu->mig_enabled && h->milli[node->gpu_first + i] == 0));
+                }
+                if (whole >= k) {
+                    count++;
+                    *ret_node = n;
+                }
+            }
+            if (count >= N)
+                return true;
+        }
+    }
+    return false;
+}
+
 /*
  * Could the (valid) job start on one usable node of what `h` leaves free,
  * ignoring reservations and queue order? The team's limit must admit it:
@@ -1104,6 +1173,8 @@ static bool gang_fits(const struct world *w, const struct held *h, const struct 
 static bool job_fits(const struct world *w, const struct held *h, const struct sched_job *j,
                      bool now, uint32_t *ret_node)
 {
+    if (j->nodes > 1)
+        return exact_fits(w, h, j, now, ret_node);
     if (j->multi_node && j->gpus > 0 && gang_fits(w, h, j, now, ret_node))
         return true;
     for (uint32_t n = 0; n < w->c.nnodes; n++) {
@@ -1174,6 +1245,7 @@ static void check_starts(struct world *w, bool started[MAX_JOBS])
         check_shape(w, &pj->req, &st->alloc);
         w->rep->cov.starts++;
         w->rep->cov.gang_starts += st->alloc.nnodes > 1;
+        w->rep->cov.exact_gang_starts += pj->req.nodes > 1;
         w->rep->cov.fraction_starts += pj->req.gpu_milli > 0;
         w->rep->cov.mem_starts += pj->req.gpu_mem_mib > 0;
         w->rep->cov.cpu_only_starts += !wants_gpu(&pj->req);

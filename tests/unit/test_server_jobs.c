@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -364,10 +365,131 @@ static void the_table_keeps_ids_growing_and_finds_live_jobs(void **state)
     assert_int_equal(t.n, 0);
 }
 
+/* ---- a submission resolved against the configuration ---------------------- */
+
+/* Pool "h100" (alias "gpu") with two nodes of 8 H100-80GB, 64 CPUs and
+ * 512 GiB; n1 has feature "ib". */
+static void resolve_cluster(struct cluster *m)
+{
+    static const char *const objects[] = {
+        "{\"name\": \"h100\", \"aliases\": [\"gpu\"], \"node_features\": [{\"node\": \"n1\", "
+        "\"features\": [\"ib\"]}]}",
+        "{\"name\": \"cpu\"}",
+    };
+    char err[256];
+    cluster_init(m);
+    for (size_t i = 0; i < 2; i++) {
+        struct cluster_pool p;
+        json_t *j = json_loads(objects[i], 0, NULL);
+        assert_int_equal(cluster_pool_decode(j, 0, &p, err, sizeof(err)), 0);
+        json_decref(j);
+        p.id = (uint32_t)i + 1;
+        assert_int_equal(cluster_pool_add(m, &p, err, sizeof(err)), 0);
+    }
+    for (uint32_t n = 0; n < 2; n++) {
+        struct cluster_node node = {
+            .id = 10 + n, .pool = strdup("h100"), .cpus = 64, .mem_mib = 512 * 1024, .ngpus = 8};
+        char name[8];
+        snprintf(name, sizeof(name), "n%u", n + 1);
+        node.name = strdup(name);
+        node.gpus = calloc(8, sizeof(*node.gpus));
+        for (uint32_t g = 0; g < 8; g++) {
+            char uuid[64];
+            snprintf(uuid, sizeof(uuid), "GPU-00000000-0000-0000-0000-0000000000%u%u", n, g);
+            node.gpus[g] = (struct cluster_gpu){.index = g,
+                                                .uuid = strdup(uuid),
+                                                .gpu_type = strdup("H100-80GB"),
+                                                .mem_mib = 81920,
+                                                .nvlink_domain = -1};
+        }
+        assert_int_equal(cluster_node_add(m, &node, err, sizeof(err)), 0);
+    }
+}
+
+static int resolve(const struct cluster *m, const char *json, struct jobspec *spec, char *err,
+                   size_t errlen)
+{
+    json_t *j = json_loads(json, 0, NULL);
+    assert_non_null(j);
+    int rc = jobspec_decode(j, spec, err, errlen);
+    json_decref(j);
+    assert_int_equal(rc, 0);
+    return job_submit_resolve(m, spec, err, errlen);
+}
+
+/* The short and case-folded names users write become the cluster's own. */
+static void submit_resolves_short_type_names_and_pool_aliases(void **state)
+{
+    (void)state;
+    struct cluster m;
+    resolve_cluster(&m);
+    struct jobspec spec;
+    char err[512];
+    assert_int_equal(resolve(&m,
+                             "{\"command\": [\"true\"], \"gpus_per_node\": 2, "
+                             "\"gpu_type\": \"h100\", \"pool\": \"gpu\"}",
+                             &spec, err, sizeof(err)),
+                     0);
+    assert_string_equal(spec.gpu_type, "H100-80GB");
+    assert_string_equal(spec.pool, "h100");
+    jobspec_release(&spec);
+    cluster_release(&m);
+}
+
+/* What could never run is refused at submit, naming what there is. */
+static void submit_refuses_what_no_node_could_run(void **state)
+{
+    (void)state;
+    struct cluster m;
+    resolve_cluster(&m);
+    static const struct {
+        const char *json, *msg;
+    } cases[] = {
+        {"{\"command\": [\"true\"], \"gpus\": 1, \"gpu_type\": \"b200\"}",
+         "field 'gpu_type': unknown GPU type 'b200' (known: H100-80GB)"},
+        {"{\"command\": [\"true\"], \"pool\": \"batch\"}",
+         "field 'pool': no pool 'batch' (pools: cpu, h100)"},
+        {"{\"command\": [\"true\"], \"constraint\": \"nvme\"}",
+         "field 'constraint': unknown feature 'nvme' (known: ib)"},
+        {"{\"command\": [\"true\"], \"nodes\": 3, \"gpus_per_node\": 8}",
+         "Requested node configuration is not available: 3 node(s) with 8 GPUs, 1 CPUs and "
+         "1024 MiB each asked for; 2 of the 2 node(s) in any pool that match have that much"},
+        {"{\"command\": [\"true\"], \"gpus_per_node\": 9}",
+         "Requested node configuration is not available: 1 node(s) with 9 GPUs"},
+        {"{\"command\": [\"true\"], \"nodes\": 2, \"gpus_per_node\": 8, \"constraint\": \"ib\"}",
+         "Requested node configuration is not available: 2 node(s) with 8 GPUs, 1 CPUs and "
+         "1024 MiB each asked for; 1 of the 1 node(s)"},
+        {"{\"command\": [\"true\"], \"nodes\": 1, \"pool\": \"cpu\", \"exclusive\": true}",
+         "Requested node configuration is not available: no node in cpu has the features"},
+        {"{\"command\": [\"true\"], \"gpus\": 0.5, \"exclusive\": true}",
+         "fields 'exclusive' and 'gpus': an exclusive job holds whole nodes"},
+        {"{\"command\": [\"true\"], \"mem_per_node_mib\": 1048576, \"gpus\": 1}",
+         "Requested node configuration is not available: 1 node(s) with 1 GPUs, 1 CPUs and "
+         "1048576 MiB"},
+    };
+    for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+        struct jobspec spec;
+        char err[512] = "";
+        int rc = resolve(&m, cases[k].json, &spec, err, sizeof(err));
+        if (rc != GPO_EINVAL || strncmp(err, cases[k].msg, strlen(cases[k].msg)) != 0)
+            fail_msg("case %zu: rc %d '%s', want '%s'", k, rc, err, cases[k].msg);
+        jobspec_release(&spec);
+    }
+    /* Plain requests keep waiting for nodes that may come: 16 GPUs on one node. */
+    struct jobspec spec;
+    char err[512];
+    assert_int_equal(
+        resolve(&m, "{\"command\": [\"true\"], \"gpus\": 16}", &spec, err, sizeof(err)), 0);
+    jobspec_release(&spec);
+    cluster_release(&m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(completed_ends_the_job),
+        cmocka_unit_test(submit_resolves_short_type_names_and_pool_aliases),
+        cmocka_unit_test(submit_refuses_what_no_node_could_run),
         cmocka_unit_test(failures_retry_while_retries_are_left_then_end_in_their_state),
         cmocka_unit_test(preemption_requeues_a_job_that_allows_it),
         cmocka_unit_test(a_cancel_under_way_wins_over_how_the_attempt_ended),

@@ -139,8 +139,13 @@ static bool submit_check(struct server *s, struct http_request *req, const struc
                            spec->priority);
         return false;
     }
-    if (spec->pool && !cluster_pool_get(&s->cluster, spec->pool)) {
-        http_request_error(req, 400, "invalid_field", "field 'pool': no pool '%s'", spec->pool);
+    char msg[512];
+    int rc = job_submit_resolve(&s->cluster, spec, msg, sizeof(msg));
+    if (rc) {
+        if (rc == GPO_ENOMEM)
+            http_request_error(req, 500, "internal", "out of memory");
+        else
+            http_request_error(req, 400, "invalid_field", "%s", msg);
         return false;
     }
     if (!auth_user_may(u, spec->team)) {

@@ -338,6 +338,21 @@ struct job_submit {
 /* Frees what sub holds (not sub). */
 void job_submit_release(struct job_submit *sub);
 
+/*
+ * The checks a submission's spec needs the configuration for, as sbatch's
+ * refusals at submit: the pool by its name or an alias, the GPU type by
+ * cluster_gpu_type_match among the types the cluster knows (its nodes',
+ * quotas' and the type table's; any type while it knows none), the
+ * constraint's features among the nodes' (cluster_constraint_masks), and
+ * Slurm's shape against the nodes the controller knows ("Requested node
+ * configuration is not available": more nodes than the pool has of that
+ * type and features, more GPUs, CPUs or memory per node than any has, an
+ * exclusive share of a GPU). The spec gets the canonical pool and type
+ * names. `m` borrowed (under the server's lock). 0, GPO_EINVAL with one
+ * line naming the field, or GPO_ENOMEM.
+ */
+int job_submit_resolve(const struct cluster *m, struct jobspec *spec, char *err, size_t errlen);
+
 /* Adds to b the rows of sub's jobs (the first carrying the Idempotency-Key
  * `key`, or NULL; with a key, the expired keys are pruned in the same batch).
  * 0 or GPO_ENOMEM. */
