@@ -1,10 +1,14 @@
 /*
- * shim.h - `gpuorch shim`: the small process that runs one attempt's command,
- * outlives the agent, and leaves the outcome in the attempt's directory.
+ * shim.h - `gpuorch-shim`: the small process that runs one attempt's command,
+ * outlives the agent, and leaves the outcome in the attempt's directory. It
+ * is an executable of its own, installed beside `gpuorch`, that links libc
+ * only (shim.c and the libc-only files it is built from: cgroup.c,
+ * cgroup_fs.c, util/fsutil.c, util/errbuf.c, base/err.c); the agent reads
+ * its outcome with shim_read_status (shim_status.c, in the agent).
  *
- *   gpuorch shim --dir ATTEMPT_DIR [--user NAME [--allow-root]] [--cgroup DIR]
- *                [--workdir DIR] [--stdout PATH] [--stderr PATH] [--ready-fd FD]
- *                [--env-fd FD] -- ARGV...
+ *   gpuorch-shim --dir ATTEMPT_DIR [--user NAME [--allow-root]] [--cgroup DIR]
+ *                 [--workdir DIR] [--stdout PATH] [--stderr PATH] [--ready-fd FD]
+ *                 [--env-fd FD] -- ARGV...
  *
  * The shim calls setsid() (its own session and process group, so the agent's
  * death, or a hangup of the agent's terminal, does not reach it), forks the
@@ -90,7 +94,7 @@ struct shim_status {
 };
 
 /*
- * The `gpuorch shim` command (argv[0] is the command's name, ignored). Runs
+ * The `gpuorch-shim` program (argv[0] is its name, ignored). Runs
  * the attempt to its end and returns the exit status for the shim's process:
  * the command's exit code, or 128 + its signal, once the status file is
  * written; SHIM_EXIT_FAILURE (with a message on stderr) on bad usage or when
