@@ -383,13 +383,24 @@ static int finish(const struct run *r)
     return code;
 }
 
+/* Writes DIR/pid whole or not at all (a temporary file renamed), without
+ * fsync: the pid only matters while the command runs, and no process
+ * survives a crash of the machine, so it need not reach the disk (two
+ * fsyncs less on every launch's path). */
 static void write_pid(const char *dir, pid_t pid)
 {
-    char buf[32], err[512];
-    snprintf(buf, sizeof(buf), "%ld\n", (long)pid);
+    char buf[32], tmp[4096], path[4096];
+    int n = snprintf(buf, sizeof(buf), "%ld\n", (long)pid);
+    bool ok = (size_t)snprintf(path, sizeof(path), "%s/pid", dir) < sizeof(path) &&
+              (size_t)snprintf(tmp, sizeof(tmp), "%s/pid.tmp", dir) < sizeof(tmp);
+    int fd = ok ? open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0640) : -1;
+    ok = fd >= 0 && fsutil_write_all(fd, buf, (size_t)n) == 0;
+    ok = fd >= 0 && close(fd) == 0 && ok && rename(tmp, path) == 0;
     /* Not fatal: the status file, written later, carries the pid too. */
-    if (write_atomic(dir, "pid", buf, err, sizeof(err)) != 0)
-        fprintf(stderr, "gpuorch-shim: cannot write the pid: %s\n", err);
+    if (!ok) {
+        fprintf(stderr, "gpuorch-shim: cannot write the pid in %s: %s\n", dir, strerror(errno));
+        unlink(tmp);
+    }
 }
 
 /* Forks and execs the command, then waits for it; fills r. */

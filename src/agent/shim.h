@@ -26,10 +26,13 @@
  * not start: the user is unknown or refused, the cgroup could not be joined,
  * an output file could not be opened, privileges could not be dropped, the
  * working directory could not be entered, or exec failed; "pid" is then the
- * forked child's, or 0 when none was forked, as for an unknown user). Both
- * files are written as fsutil_write_atomic does (NAME.tmp.XXXXXX, fsync,
- * rename, fsync of the directory), mode 0640: a reader sees no file or a
- * whole one.
+ * forked child's, or 0 when none was forked, as for an unknown user). The
+ * status is written as fsutil_write_atomic does (NAME.tmp.XXXXXX, fsync,
+ * rename, fsync of the directory): it is the outcome's record, which a
+ * restarted agent reports; the pid file is written to pid.tmp and renamed,
+ * without fsync (it only matters while the command runs, which no crash of
+ * the machine outlives). Both mode 0640: a reader sees no file or a whole
+ * one.
  *
  * The command runs with the shim's environment (or --env-fd's), stdin from
  * /dev/null, stdout and stderr appended to ATTEMPT_DIR/stdout and

@@ -81,7 +81,9 @@ struct sched {
     bool started;
     uint64_t passes;
     uint64_t passes_by[SCHED_NWHY]; /* passes by why they ran */
-    int64_t pass_cost_ns;           /* how long the last pass took (monotonic clock) */
+    int64_t pass_cost_ns;           /* how long the last pass held the lock or a core: its
+                                       time (monotonic clock) less its commits' waits */
+    int64_t commit_ns;              /* the loop's time in sched_commit_unlocked, in all */
     int64_t state_saved_ms;         /* when the loop last committed the core's state */
     int64_t last_pass_ms;           /* when the last pass ended (0: none yet) */
     int64_t chores_ms; /* when the other periodic tasks last ran (timeouts, monitor, ...) */

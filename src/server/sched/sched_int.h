@@ -9,8 +9,9 @@
 #include "server/srv.h"
 
 /* The gap between passes: events coalesce into the next pass, which runs
- * once SCHED_PASS_GAP_FACTOR times the last pass's cost has passed since it
- * ended (the loop then spends at most a fifth of its time in passes, and
+ * once SCHED_PASS_GAP_FACTOR times the last pass's cost (its time less the
+ * store's commit, which it waits for with the lock released) has passed
+ * since it ended (the loop then spends at most a fifth of its time in passes, and
  * the API keeps the lock the rest), at least SCHED_PASS_GAP_FLOOR_MS, at
  * most SCHED_PASS_GAP_MAX_MS. The other periodic tasks run at most every
  * SCHED_PASS_GAP_MAX_MS after an event (else at the timer). The core's
