@@ -895,6 +895,15 @@ def shim_links_libc_only():
        "gpuorch-shim, built beside gpuorch, links libc only (ldd)", out)
 
 
+def restart(agent):
+    """Starts AGENT and waits until it has registered (a SIGTERM before it
+    handles signals would kill it); the length its log had before."""
+    before = len(agent.log())
+    agent.start()
+    wait_until(lambda: f"registered node '{agent.name}'" in agent.log()[before:], timeout=30)
+    return before
+
+
 def exits_seen():
     """An exit is seen through the shim's pidfd; with --exit-poll (no pidfd, as
     on kernels before 5.3) by reading its status file; both reported."""
@@ -917,8 +926,7 @@ def exits_seen():
         os.unlink(go)
         n3.stop()
         n3.flags["exit-poll"] = True
-        before = len(n3.log())
-        n3.start()
+        before = restart(n3)
         jid = submit({"name": "exit-by-poll", "pool": "frac", "gpus": 1, "command": wait_go})
         good = wait_until(lambda: f"job {jid}.1: started" in n3.log()[before:], timeout=30)
         write_atomic(go, "go\n")
@@ -933,7 +941,7 @@ def exits_seen():
         call("POST", "/v1/nodes/n2/resume", token=ADMIN)
         if n3.flags.pop("exit-poll", None):
             n3.stop()
-            n3.start()
+            restart(n3)
 
 
 def cleanup_jobs():
