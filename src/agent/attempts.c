@@ -763,6 +763,7 @@ void attempts_wait(struct attempts *t, int64_t ms)
     pthread_mutex_lock(&t->lock);
     int *fds = calloc(t->n + 1, sizeof(*fds));
     bool *ready = calloc(t->n + 1, sizeof(*ready));
+    // NOLINTNEXTLINE(bugprone-sizeof-expression): *of is a pointer (an array of them)
     struct att **of = calloc(t->n + 1, sizeof(*of));
     size_t n = 0;
     for (size_t k = 0; fds && ready && of && k < t->n; k++) {

@@ -94,27 +94,26 @@ void exits_wake(struct exits *x)
         ;
 }
 
-/* The pidfds watched in one wait, at most: more are looked at in turns. */
-#define WAIT_MAX 1024
-
 int exits_wait(struct exits *x, const int *fds, size_t n, int64_t ms, bool *ready)
 {
-    struct pollfd pfd[WAIT_MAX + 1];
-    size_t m = n < WAIT_MAX ? n : WAIT_MAX;
+    struct pollfd one = {.fd = -1}, *pfd = n ? calloc(n + 1, sizeof(*pfd)) : &one;
+    size_t m = pfd ? n : 0; /* out of memory: a plain sleep, the pidfds looked at next time */
+    if (!pfd)
+        pfd = &one;
     pfd[0] = (struct pollfd){.fd = x->wakefd, .events = POLLIN};
     for (size_t k = 0; k < m; k++)
         pfd[k + 1] = (struct pollfd){.fd = fds[k], .events = POLLIN};
     for (size_t k = 0; k < n; k++)
         ready[k] = false;
     int timeout = ms < 0 ? 0 : ms > INT32_MAX ? INT32_MAX : (int)ms;
-    int r = poll(pfd, m + 1, timeout);
-    if (r < 0)
-        return errno == EINTR ? 0 : -errno;
+    int r = poll(pfd, m + 1, timeout), rc = r < 0 && errno != EINTR ? -errno : 0;
     uint64_t count;
-    if (pfd[0].revents & POLLIN)
+    if (r > 0 && (pfd[0].revents & POLLIN))
         while (read(x->wakefd, &count, sizeof(count)) < 0 && errno == EINTR)
             ;
-    for (size_t k = 0; k < m; k++)
+    for (size_t k = 0; r > 0 && k < m; k++)
         ready[k] = (pfd[k + 1].revents & (POLLIN | POLLHUP | POLLERR)) != 0;
-    return 0;
+    if (pfd != &one)
+        free(pfd);
+    return rc;
 }

@@ -47,8 +47,9 @@ void exits_wake(struct exits *x);
 
 /*
  * Sleeps up to ms (0: just looks) until exits_wake, or one of fds[0..n)
- * (pidfds) is readable: ready[k] says which. Returns 0 (a wake, a ready
- * pidfd or the time out) or poll's -errno.
+ * (pidfds) is readable: ready[k] says which (all false when out of memory:
+ * then it only sleeps). Returns 0 (a wake, a ready pidfd or the time out)
+ * or poll's -errno.
  */
 int exits_wait(struct exits *x, const int *fds, size_t n, int64_t ms, bool *ready);
 

@@ -614,7 +614,7 @@ static int read_flags(int argc, char **argv, struct shim_args *o, int *ret_cmd)
         const char *eq = strchr(w + 2, '=');
         size_t len = eq ? (size_t)(eq - w - 2) : strlen(w + 2), k = 0;
         while (k < NSHIM_OPTS &&
-               (strlen(shim_opts[k].name) != len || strncmp(shim_opts[k].name, w + 2, len) != 0))
+               (strlen(shim_opts[k].name) != len || memcmp(shim_opts[k].name, w + 2, len) != 0))
             k++;
         if (k == NSHIM_OPTS)
             return usage("unknown option");
