@@ -17,8 +17,9 @@
 # the command exit), it splits one GPU's cycle into:
 #   launch   pass -> the agent has started the shim
 #   run      shim started -> command exited (sleep 1 + exec)
-#   detect   exit -> the controller's ended_at (the agent's monitor polls
-#            status files every 100 ms, checks the GPUs, POSTs the report)
+#   detect   exit -> the controller's ended_at (the shim's pidfd wakes the
+#            agent's monitor, which reads the status file, checks the GPUs,
+#            POSTs the report)
 #   idle     ended_at -> the next attempt's pass on that GPU
 # and prints the share of GPU time that ran jobs, and the CPU time the agents
 # and the controller used.
@@ -28,14 +29,18 @@
 # `sbatch -G 1 -o /dev/null --wrap 'sleep 1'` from one loop; the end is when
 # squeue is empty (polled every 100 ms).
 #
-# Usage: bench/makespan.sh build-bench   (release build: gpuorch and
-#        tests/libnvidia-ml.so.1; as root the jobs run as gpuorch-test1)
-# Environment: NJOBS (2000), NODES (2), SUBMIT ("jobs array", or none),
-#        SAMPLE_MS (the agents' --sample-interval, 1000), SLURM (1),
-#        SLURM_PROFILE (default), SLURM_BASELINE, KEEP_TMP=1.
+# Usage: bench/makespan.sh build-bench   (release build: gpuorch,
+#        gpuorch-shim and tests/libnvidia-ml.so.1; as root the jobs run as
+#        gpuorch-test1)
+# Environment: NJOBS (2000), NODES (2; 16 for 128 GPUs), SUBMIT ("jobs
+#        array", or none), SAMPLE_MS (the agents' --sample-interval, 1000),
+#        SLURM (1), SLURM_PROFILE (default), SLURM_BASELINE, KEEP_TMP=1;
+#        FAKENVML_PROC_CACHE_MS reaches the agents' fake NVML (its /proc scan
+#        at most once per that many ms: tests/fakenvml/README.md).
 set -euo pipefail
 build=${1:?usage: bench/makespan.sh BUILD_DIR}
 bin=$(cd "$(dirname "$build/gpuorch")" && pwd)/gpuorch
+shim=$(dirname "$bin")/gpuorch-shim
 nvml=$build/tests/libnvidia-ml.so.1
 here=$(cd "$(dirname "$0")" && pwd)
 slurm_dir=${SLURM_BASELINE:-$here/../../shared/baselines/slurm}
@@ -43,7 +48,7 @@ export NJOBS=${NJOBS:-2000} NODES=${NODES:-2}
 submit_modes=${SUBMIT:-jobs array}
 sample_ms=${SAMPLE_MS:-1000}
 gpus_per_node=8
-for f in "$bin" "$nvml"; do
+for f in "$bin" "$shim" "$nvml"; do
   [ -e "$f" ] || { echo "makespan.sh: $f is missing: build $build first" >&2; exit 2; }
 done
 tmp=$(mktemp -d)
@@ -238,7 +243,8 @@ EOF
 }
 
 echo "# makespan.sh: $NJOBS x sleep 1 on $NODES x $gpus_per_node fake GPUs, $(nproc) CPUs," \
-  "$(date -u +%FT%TZ)"
+  "$(date -u +%FT%TZ), load $(cut -d' ' -f1-3 /proc/loadavg)" \
+  "${FAKENVML_PROC_CACHE_MS:+, FAKENVML_PROC_CACHE_MS=$FAKENVML_PROC_CACHE_MS}"
 n=0
 for mode in $submit_modes; do
   [ "$mode" = none ] && continue

@@ -19,30 +19,30 @@
 # Two spacings (SPACINGS, default "idle back-to-back"):
 #   idle          the next job is sent once the previous has ended and
 #                 IDLE_GAP_MS (default 450) more have passed, so that every
-#                 submission finds the loop idle: the controller runs at most
-#                 one pass per 200 ms, and a pass that ran just before would
-#                 hold the next one back;
+#                 submission finds the cluster idle;
 #   back-to-back  the next job is sent as soon as the previous one runs, as the
-#                 issue words it: this measures the pass-rate cap as much as
-#                 the path of one job.
+#                 issue words it: the pass for it follows the last one by the
+#                 loop's gap between passes (a few times the last pass's cost).
 # For the API it also splits each latency with the controller's own record:
 # submitted_at -> the attempt's started_at (the pass that placed it) and the
 # rest (the agent's long-poll answer, journal, launch, exec).
 #
-# Usage: bench/start_latency.sh build-bench    (release build: gpuorch and
-#        tests/libnvidia-ml.so.1; as root the jobs run as gpuorch-test1)
+# Usage: bench/start_latency.sh build-bench    (release build: gpuorch,
+#        gpuorch-shim and tests/libnvidia-ml.so.1; as root the jobs run as
+#        gpuorch-test1)
 # Environment: N (200), N_SLURM (N), MODES ("api cli slurm"), SPACINGS,
 #        IDLE_GAP_MS, SLURM_BASELINE (../shared/baselines/slurm), KEEP_TMP=1.
 set -euo pipefail
 build=${1:?usage: bench/start_latency.sh BUILD_DIR}
 bin=$(cd "$(dirname "$build/gpuorch")" && pwd)/gpuorch
+shim=$(dirname "$bin")/gpuorch-shim
 nvml=$build/tests/libnvidia-ml.so.1
 here=$(cd "$(dirname "$0")" && pwd)
 slurm_dir=${SLURM_BASELINE:-$here/../../shared/baselines/slurm}
 export N=${N:-200}
 export N_SLURM=${N_SLURM:-$N} IDLE_GAP_MS=${IDLE_GAP_MS:-450}
 export MODES=${MODES:-api cli slurm} SPACINGS=${SPACINGS:-idle back-to-back}
-for f in "$bin" "$nvml"; do
+for f in "$bin" "$shim" "$nvml"; do
   [ -e "$f" ] || { echo "start_latency.sh: $f is missing: build $build first" >&2; exit 2; }
 done
 tmp=$(mktemp -d)
@@ -219,7 +219,7 @@ EOF
 
 cpus=$(nproc)
 echo "# start_latency.sh: $N jobs per row, one agent with 8 fake GPUs, $cpus CPUs," \
-  "$(date -u +%FT%TZ)"
+  "$(date -u +%FT%TZ), load $(cut -d' ' -f1-3 /proc/loadavg)"
 for mode in $MODES; do
   if [ "$mode" = cli ] && ! "$bin" submit --help >/dev/null 2>&1; then
     echo "cli   (skipped: this build has no 'gpuorch submit')"

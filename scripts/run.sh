@@ -165,11 +165,11 @@ kill_leftovers() {
     for p in /proc/[0-9]*; do
         cmd=$(tr '\0' ' ' 2>/dev/null <"$p/cmdline") || continue
         case $cmd in
-        *" shim --dir $agents_dir/"*) ;;
+        *"gpuorch-shim --dir $agents_dir/"*) ;;
         *) continue ;;
         esac
         pid=${p#/proc/}
-        dir=${cmd#*" shim --dir "}
+        dir=${cmd#*"gpuorch-shim --dir "}
         dir=${dir%% *}
         if [ -f "$dir/pid" ]; then
             kill -KILL -- "-$(cat "$dir/pid")" 2>/dev/null || true

@@ -11,7 +11,6 @@
 #include "core/model.h"
 #include "core/sched.h"
 #include "agent/agent.h"
-#include "agent/shim.h"
 #include "cli/alloc.h"
 #include "cli/apply.h"
 #include "cli/cost.h"
@@ -72,7 +71,6 @@ static const struct command commands[] = {
     {"server", server_command, "run the controller: REST API, durable job store"},
     {"sim", sim_command, "replay a GPU-cluster trace through the scheduler"},
     {"agent", agent_command, "run the node agent: launch assigned jobs on this node's GPUs"},
-    {"shim", shim_main, "run one attempt's command, outliving the agent (the agent starts it)"},
 };
 
 static void usage(FILE *out)

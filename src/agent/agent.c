@@ -44,8 +44,8 @@
 
 struct agent_args {
     const char *server, *join_file, *name, *pool, *state_dir, *nvml, *addr, *log_listen;
-    const char *cgroup_root, *run_as;
-    bool allow_root, probe, help;
+    const char *cgroup_root, *run_as, *shim;
+    bool allow_root, probe, help, exit_poll;
     int64_t kill_grace_ms, sample_ms, poll_wait_s, dirty_wait_ms;
     int64_t cpus, mem_mib;
 };
@@ -75,14 +75,14 @@ static void usage(FILE *out)
             "                     [--state-dir DIR] [--nvml PATH] [--addr ADDR]\n"
             "                     [--log-listen ADDR:PORT] [--cgroup-root PATH|auto|none]\n"
             "                     [--run-as USER] [--allow-root] [--kill-grace S]\n"
-            "                     [--sample-interval MS]\n"
+            "                     [--sample-interval MS] [--shim PATH] [--exit-poll]\n"
             "                     [--poll-wait S] [--dirty-wait S] [--cpus N] [--mem-mib N]\n"
             "       gpuorch agent --probe [--nvml PATH]\n"
             "\n"
             "Runs the node agent: registers this node's GPUs (found with NVML) with the\n"
             "controller, sends a heartbeat with a sample of every GPU, and runs the attempts\n"
             "the controller assigns: each at most once (journaled and fsync'd before the\n"
-            "fork), under `gpuorch shim`, as the job's Unix user, with CUDA_VISIBLE_DEVICES\n"
+            "fork), under `gpuorch-shim`, as the job's Unix user, with CUDA_VISIBLE_DEVICES\n"
             "set to its GPUs' UUIDs. Jobs keep running if the agent stops or crashes; a\n"
             "restarted agent takes them up again. See docs/agent.md.\n"
             "\n"
@@ -110,6 +110,10 @@ static void usage(FILE *out)
             "  --dirty-wait S        how long an ended job's GPU processes may take to go\n"
             "                        before the GPU is reported dirty (default 10)\n"
             "  --cpus N, --mem-mib N what the node offers (default: the machine's)\n"
+            "  --shim PATH           the gpuorch-shim executable (default: the one beside\n"
+            "                        this gpuorch); root's, writable by no one else\n"
+            "  --exit-poll           see jobs' exits by reading their status files each\n"
+            "                        second, not by pidfd_open(2) (which needs Linux 5.3)\n"
             "  --probe               print the GPUs, one sample and where cgroups and\n"
             "                        their limits would go as JSON, and exit\n"
             "\n"
@@ -169,6 +173,7 @@ static const struct opts_opt agent_opts[] = {
     STRING("log-listen", log_listen),
     STRING("cgroup-root", cgroup_root),
     STRING("run-as", run_as),
+    STRING("shim", shim),
     NUMBER("kill-grace", 0, 3600, 1000, kill_grace_ms),
     NUMBER("sample-interval", 100, 60000, 1, sample_ms),
     NUMBER("poll-wait", 1, 300, 1, poll_wait_s),
@@ -176,6 +181,7 @@ static const struct opts_opt agent_opts[] = {
     NUMBER("cpus", 1, 1 << 20, 1, cpus),
     NUMBER("mem-mib", 1, INT64_C(1) << 40, 1, mem_mib),
     {.name = "allow-root", .type = OPTS_FLAG, .offset = ARG(allow_root)},
+    {.name = "exit-poll", .type = OPTS_FLAG, .offset = ARG(exit_poll)},
     {.name = "probe", .type = OPTS_FLAG, .offset = ARG(probe)},
     {.name = "help", .short_name = 'h', .type = OPTS_HELP, .offset = ARG(help)},
 };
@@ -394,8 +400,8 @@ static void *monitor_main(void *arg)
     }
     while (!atomic_load(&ag->stop)) {
         int64_t wait = attempts_tick(ag->att, c, mono_ms());
-        /* Exits are seen by polling their status files: at most 100 ms late. */
-        attempts_wait(ag->att, wait < 100 ? wait : 100);
+        /* Until the next deadline, or an exit (its pidfd), a launch or a kill. */
+        attempts_wait(ag->att, wait);
     }
     httpc_free(c);
     return NULL;
@@ -577,6 +583,10 @@ static int start_priv(struct agent *ag, const char *abs_state, char *err, size_t
         return errbuf_set(err, errlen, n < 0 ? -errno : GPO_EIO, "readlink /proc/self/exe: %s",
                           n < 0 ? strerror(errno) : "empty");
     self[n] = '\0';
+    /* The shim lives beside this binary (meson builds and installs it there). */
+    char shim[PATH_MAX + 16];
+    char *slash = strrchr(self, '/');
+    snprintf(shim, sizeof(shim), "%.*s/gpuorch-shim", slash ? (int)(slash - self) : 0, self);
     char cg[PATH_MAX] = "";
     const char *cg_root = strcmp(a->cgroup_root, "none") == 0 ? NULL : a->cgroup_root;
     struct cgroup_root *auto_root = NULL;
@@ -589,7 +599,7 @@ static int start_priv(struct agent *ag, const char *abs_state, char *err, size_t
     }
     struct priv_config pc = {
         .state_dir = abs_state,
-        .self_exe = self,
+        .shim_exe = a->shim ? a->shim : shim,
         .cgroup_root = cg_root,
         .cgroup_root_ours = cg_root == cg,
         .allow_root = a->allow_root,
@@ -696,6 +706,7 @@ static int start(struct agent *ag, char *err, size_t errlen)
                                  .kill_grace_ms = a->kill_grace_ms,
                                  .dirty_wait_ms = a->dirty_wait_ms,
                                  .steps = ag->steps,
+                                 .exit_poll = a->exit_poll,
                                  .log = agent_log};
     if ((rc = attempts_new(&ac, &ag->att)) != 0)
         return errbuf_set(err, errlen, rc, "out of memory");

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "agent/jobsignal.h"
+#include "agent/exits.h"
 #include "agent/launch.h"
 #include "agent/sampler.h"
 #include "agent/shim.h"
@@ -37,6 +38,9 @@ struct att {
     char dir[JOURNAL_PATH_MAX];
     pid_t pid; /* the shim's; 0: never started */
     uint64_t start_time;
+    int pidfd;    /* the shim's (exits.h), while PH_RUNNING; -1: none, read status files */
+    bool watched; /* a pidfd was asked for */
+    bool exited;  /* its pidfd said the shim ended */
     char **uuids;
     size_t nuuids;
     bool *dirty;
@@ -61,8 +65,8 @@ struct attempts {
     char *node, *state_dir;
     struct launch_gpus gpus; /* the node's GPUs by index, for SLURM_JOB_GPUS */
     pthread_mutex_t lock;
-    pthread_cond_t cond;
-    bool woken;
+    struct exits *exits; /* the monitor's sleep: wake-ups and the shims' pidfds */
+    bool told_poll;      /* the log said that exits are polled for */
     struct att **v;
     size_t n, cap;
 };
@@ -82,12 +86,12 @@ int attempts_new(const struct attempts_config *cfg, struct attempts **ret)
         t->cfg.log = nolog;
     t->node = strdup(cfg->node);
     t->state_dir = strdup(cfg->state_dir);
-    if (!t->node || !t->state_dir) {
+    int rc = t->node && t->state_dir ? exits_new(cfg->exit_poll, &t->exits) : GPO_ENOMEM;
+    if (rc) {
         attempts_free(t);
-        return GPO_ENOMEM;
+        return rc;
     }
     pthread_mutex_init(&t->lock, NULL);
-    pthread_cond_init(&t->cond, NULL);
     *ret = t;
     return 0;
 }
@@ -107,6 +111,8 @@ static void att_free(struct att *a)
         free(a->uuids[k]);
     free(a->uuids);
     free(a->dirty);
+    if (a->pidfd >= 0)
+        close(a->pidfd);
     proto_report_release(&a->final);
     free(a);
 }
@@ -121,10 +127,9 @@ void attempts_free(struct attempts *t)
     free(t->v);
     free(t->node);
     free(t->state_dir);
-    if (t->node || t->state_dir || t->v) {
+    if (t->exits)
         pthread_mutex_destroy(&t->lock);
-        pthread_cond_destroy(&t->cond);
-    }
+    exits_free(t->exits);
     free(t);
 }
 
@@ -153,6 +158,7 @@ static struct att *add(struct attempts *t, uint64_t job, uint32_t attempt)
         return NULL;
     a->job = job;
     a->attempt = attempt;
+    a->pidfd = -1;
     snprintf(a->dir, sizeof(a->dir), "%s/attempts/%" PRIu64 ".%" PRIu32, t->state_dir, job,
              attempt);
     t->v[t->n++] = a;
@@ -166,6 +172,9 @@ static void set_outcome(struct attempts *t, struct att *a, struct proto_report f
     a->final = final;
     a->phase = PH_ENDING;
     steps_attempt_remove(t->cfg.steps, a->job, a->attempt);
+    if (a->pidfd >= 0)
+        close(a->pidfd);
+    a->pidfd = -1;
     a->dirty_until = now + t->cfg.dirty_wait_ms;
 }
 
@@ -289,6 +298,22 @@ static void retime(struct att *a, const struct proto_attempt *asg)
     jobsignal_arm(&a->sig, &asg->spec, a->limit_ms);
 }
 
+/* Asks for the shim's pidfd, so that its end wakes the monitor; without one
+ * (an old kernel, --exit-poll, or the shim gone already) the monitor reads
+ * its status file each round. Under the lock. */
+static void watch_open(struct attempts *t, struct att *a)
+{
+    a->watched = true;
+    int fd = exits_watch(t->exits, a->pid, a->start_time);
+    if (fd >= 0)
+        a->pidfd = fd;
+    if (fd == GPO_ENOTSUP && !t->told_poll) {
+        t->told_poll = true;
+        t->cfg.log("exits are seen by reading the status files every second (%s)",
+                   t->cfg.exit_poll ? "--exit-poll" : "pidfd_open(2) is not supported here");
+    }
+}
+
 /* Launches a new attempt of assignment `asg`: journal first, then the fork.
  * Under the lock. */
 static void launch(struct attempts *t, const struct proto_attempt *asg, int64_t now)
@@ -344,6 +369,7 @@ static void launch(struct attempts *t, const struct proto_attempt *asg, int64_t 
     jobsignal_arm(&a->sig, &asg->spec, now + asg->spec.time_limit_s * 1000);
     if (asg->spec.time_limit_s > 0)
         a->limit_ms = now + asg->spec.time_limit_s * 1000;
+    watch_open(t, a);
     t->cfg.log("job %" PRIu64 ".%" PRIu32 ": started, shim pid %d, %zu GPU(s)", job, attempt,
                (int)a->pid, a->nuuids);
 }
@@ -399,8 +425,7 @@ void attempts_apply(struct attempts *t, const struct proto_assignments *answer, 
         if (!t->v[k]->listed && t->v[k]->phase == PH_RUNNING)
             start_kill(t, t->v[k], PROTO_STATE_CANCELLED, t->cfg.kill_grace_ms, now_ms);
     }
-    t->woken = true;
-    pthread_cond_broadcast(&t->cond);
+    exits_wake(t->exits);
     pthread_mutex_unlock(&t->lock);
 }
 
@@ -459,11 +484,17 @@ static int64_t watch(struct attempts *t, struct att *a, int64_t now, int64_t nex
 {
     struct shim_status st;
     struct journal_attempt ja = {.pid = a->pid, .start_time = a->start_time};
-    if (shim_read_status(a->dir, &st, NULL, 0) == 0) {
+    if (!a->watched)
+        watch_open(t, a); /* taken up from the journal */
+    /* With a pidfd the status is read once it says the shim ended. */
+    bool look = a->pidfd < 0 || a->exited;
+    if (look && shim_read_status(a->dir, &st, NULL, 0) == 0) {
+        t->cfg.log("job %" PRIu64 ".%" PRIu32 ": exited (seen by %s)", a->job, a->attempt,
+                   a->exited ? "its pidfd" : "reading its status file");
         set_outcome(t, a, outcome_of(a, &st), now);
         return next;
     }
-    if (!journal_attempt_alive(&ja)) {
+    if (look && !journal_attempt_alive(&ja)) {
         /* The shim may have written its status just before it exited. */
         struct proto_report r = report_of(a->kill_as);
         r.signal = SIGKILL;
@@ -769,27 +800,34 @@ size_t attempts_active(struct attempts *t)
 
 void attempts_wait(struct attempts *t, int64_t ms)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += ms / 1000;
-    ts.tv_nsec += (ms % 1000) * 1000000;
-    if (ts.tv_nsec >= 1000000000) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000;
-    }
     pthread_mutex_lock(&t->lock);
-    while (!t->woken) {
-        if (pthread_cond_timedwait(&t->cond, &t->lock, &ts) == ETIMEDOUT)
-            break;
+    int *fds = calloc(t->n + 1, sizeof(*fds));
+    bool *ready = calloc(t->n + 1, sizeof(*ready));
+    // NOLINTNEXTLINE(bugprone-sizeof-expression): *of is a pointer (an array of them)
+    struct att **of = calloc(t->n + 1, sizeof(*of));
+    size_t n = 0;
+    for (size_t k = 0; fds && ready && of && k < t->n; k++) {
+        struct att *a = t->v[k];
+        if (a->phase == PH_RUNNING && a->pidfd >= 0 && !a->exited) {
+            fds[n] = a->pidfd;
+            of[n++] = a;
+        }
     }
-    t->woken = false;
     pthread_mutex_unlock(&t->lock);
+    /* Only this thread (the monitor's) closes pidfds and frees attempts
+     * that have one: of[] stays valid while it sleeps. */
+    exits_wait(t->exits, fds, n, ms, ready);
+    pthread_mutex_lock(&t->lock);
+    for (size_t k = 0; k < n; k++)
+        if (ready[k])
+            of[k]->exited = true;
+    pthread_mutex_unlock(&t->lock);
+    free(fds);
+    free(ready);
+    free(of);
 }
 
 void attempts_wake(struct attempts *t)
 {
-    pthread_mutex_lock(&t->lock);
-    t->woken = true;
-    pthread_cond_broadcast(&t->cond);
-    pthread_mutex_unlock(&t->lock);
+    exits_wake(t->exits);
 }

@@ -5,7 +5,8 @@
  * Each attempt goes through
  *
  *   (assignment "run") -> journal_begin (fsync) -> priv_launch -> journal_started
- *     -> report RUNNING -> the shim's status file appears, or a kill/time limit
+ *     -> report RUNNING -> the shim ends (its pidfd wakes the monitor, which
+ *        reads its status file), or a kill/time limit
  *     -> the rest of its processes killed, its GPUs checked with NVML
  *     -> final report (200 or 409 from the controller) -> journal_ended
  *
@@ -53,6 +54,7 @@ struct attempts_config {
     int64_t kill_grace_ms;          /* SIGTERM -> SIGKILL, when the assignment names none */
     int64_t dirty_wait_ms;          /* how long an ended attempt's GPUs may take to clear */
     struct steps *steps;            /* borrowed; NULL: no job steps (steps.h) */
+    bool exit_poll;                 /* read status files each round, never a pidfd (exits.h) */
     void (*log)(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 };
 
@@ -94,8 +96,10 @@ int attempts_dirty(struct attempts *t, char ***ret, size_t *ret_n);
 /* Attempts not yet reported final (for the log and tests). */
 size_t attempts_active(struct attempts *t);
 
-/* Wakes a thread sleeping in attempts_wait (a new launch wants a report now). */
+/* Sleeps up to ms, or until a running attempt's shim ends (its pidfd:
+ * exits.h) or attempts_wake; the monitor thread's only. */
 void attempts_wait(struct attempts *t, int64_t ms);
+/* Wakes a thread sleeping in attempts_wait (a new launch wants a report now). */
 void attempts_wake(struct attempts *t);
 
 #endif

@@ -59,7 +59,8 @@
 
 struct priv_config {
     const char *state_dir;   /* absolute; attempts live in STATE_DIR/attempts/JOB.ATTEMPT */
-    const char *self_exe;    /* absolute: the gpuorch binary to exec as `gpuorch shim` */
+    const char *shim_exe;    /* absolute: the gpuorch-shim executable (shim.h), checked at
+                              * start: root's or ours, writable by no one else */
     const char *cgroup_root; /* NULL: no cgroups (process groups); else as cgroup_root_open */
     bool cgroup_root_ours;   /* the agent made cgroup_root: the privileged process removes it
                               * when it exits, if no attempt's cgroup is left in it */
@@ -122,7 +123,7 @@ struct priv_launch {
  * Launches one attempt: creates ATTEMPT_DIR (an existing one that holds a
  * status or pid file is refused: GPO_EEXIST), the attempt's cgroup,
  * attempt.json, then forks and execs
- *   SELF_EXE shim --dir D --user U [--cgroup C] [--workdir W]
+ *   SHIM_EXE --dir D --user U [--cgroup C] [--workdir W]
  *                 [--stdout P] [--stderr P] [--append] --ready-fd 3 --env-fd 4 -- ARGV
  * (U: unix_user, or the privileged process's own user when NULL). The shim
  * runs with a fixed environment of ours (it is root); the request's

@@ -44,8 +44,8 @@
 struct privsrv {
     int fd;
     char attempts[PRIV_PATH_MAX]; /* STATE_DIR/attempts */
-    char self_exe[PRIV_PATH_MAX];
-    struct cgroup_root *cg; /* NULL: process groups */
+    char shim_exe[PRIV_PATH_MAX]; /* resolved and checked at start (check_shim) */
+    struct cgroup_root *cg;       /* NULL: process groups */
     bool allow_root;
     bool cgroup_root_ours; /* remove the cgroup root at exit */
     gid_t agent_gid;
@@ -203,7 +203,7 @@ static pid_t read_pgid(const char *dir)
 
 /* ==== the privileged side: actions ==== */
 
-/* SELF_EXE shim --dir D [--user U [--allow-root]] [--cgroup C] [--workdir W]
+/* SHIM_EXE --dir D [--user U [--allow-root]] [--cgroup C] [--workdir W]
  *   [--stdout P] [--stderr P] --ready-fd 3 --env-fd 4 -- ARGV. Caller frees
  *   with free(). */
 static const char **shim_command(const struct privsrv *s, const struct priv_req_launch *q,
@@ -214,8 +214,7 @@ static const char **shim_command(const struct privsrv *s, const struct priv_req_
     size_t n = 0;
     if (!v)
         return NULL;
-    v[n++] = s->self_exe;
-    v[n++] = "shim";
+    v[n++] = s->shim_exe;
     v[n++] = "--dir";
     v[n++] = dir;
     if (ra->name[0]) {
@@ -280,13 +279,13 @@ static void exec_shim(const struct privsrv *s, const char *dir, const char **arg
             close_range(5, ~0U, 0);
             /* The privileged process's 027 is not the job's. */
             umask(022);
-            execve(s->self_exe, (char *const *)argv, shim_env);
+            execve(s->shim_exe, (char *const *)argv, shim_env);
             e = errno;
             what = "exec";
         }
     }
     char m[PRIV_MSG_MAX];
-    int n = snprintf(m, sizeof(m), "%s %s: %s", what, s->self_exe, strerror(e));
+    int n = snprintf(m, sizeof(m), "%s %s: %s", what, s->shim_exe, strerror(e));
     if (write(report, m, n > 0 && (size_t)n < sizeof(m) ? (size_t)n : sizeof(m) - 1) < 0)
         _exit(126);
     _exit(127);
@@ -664,24 +663,61 @@ void privsrv_serve(struct privsrv *s, int fd)
 
 /* ==== its configuration, checked in the agent before the fork ==== */
 
+/* Whether st may be trusted with what runs as root: ours (or root's), and
+ * writable by nobody else. */
+static bool trusted(const struct stat *st)
+{
+    return (st->st_uid == 0 || st->st_uid == geteuid()) && !(st->st_mode & (S_IWGRP | S_IWOTH));
+}
+
+/* The shim every launch execs as root, resolved once here (symbolic links
+ * followed) and checked: a regular executable file, it and its directory
+ * owned by root or by us and writable by no one else, so that nobody but
+ * root (or our own user) can change what a launch runs. */
+static int check_shim(const char *path, struct privsrv *s, char *err, size_t errlen)
+{
+    char *real = realpath(path, NULL);
+    if (!real)
+        return errbuf_set(err, errlen, GPO_EINVAL, "shim_exe: %s: %s", path, strerror(errno));
+    struct stat st, dir;
+    char *slash = strrchr(real, '/');
+    int rc = 0;
+    if ((size_t)snprintf(s->shim_exe, sizeof(s->shim_exe), "%s", real) >= sizeof(s->shim_exe))
+        rc = errbuf_set(err, errlen, GPO_EINVAL, "shim_exe: longer than %d bytes",
+                        PRIV_PATH_MAX - 1);
+    else if (stat(real, &st) != 0 || access(real, X_OK) != 0)
+        rc = errbuf_set(err, errlen, GPO_EINVAL, "shim_exe: %s: %s", real, strerror(errno));
+    else if (!S_ISREG(st.st_mode) || !trusted(&st))
+        rc = errbuf_set(err, errlen, GPO_EPERM,
+                        "shim_exe: %s: not a regular file of root's (or ours) that only its "
+                        "owner may write",
+                        real);
+    if (!rc && slash) {
+        *slash = '\0';
+        if (stat(slash == real ? "/" : real, &dir) != 0 || !trusted(&dir))
+            rc = errbuf_set(err, errlen, GPO_EPERM,
+                            "shim_exe: its directory %s is not root's (or ours), or others may "
+                            "write to it",
+                            slash == real ? "/" : real);
+    }
+    free(real);
+    return rc;
+}
+
 static int check_config(const struct priv_config *cfg, struct privsrv *s, char *err, size_t errlen)
 {
     if (!cfg || !cfg->state_dir || cfg->state_dir[0] != '/')
         return errbuf_set(err, errlen, GPO_EINVAL, "state_dir: not an absolute path");
-    if (!cfg->self_exe || cfg->self_exe[0] != '/')
-        return errbuf_set(err, errlen, GPO_EINVAL, "self_exe: not an absolute path");
+    if (!cfg->shim_exe || cfg->shim_exe[0] != '/')
+        return errbuf_set(err, errlen, GPO_EINVAL, "shim_exe: not an absolute path");
     /* Room for "/J.A/attempt.json" in the privileged side's buffers. */
     if ((size_t)snprintf(s->attempts, sizeof(s->attempts), "%s/attempts", cfg->state_dir) >=
         sizeof(s->attempts) - 64)
         return errbuf_set(err, errlen, GPO_EINVAL, "state_dir: longer than %d bytes",
                           PRIV_PATH_MAX - 128);
-    if ((size_t)snprintf(s->self_exe, sizeof(s->self_exe), "%s", cfg->self_exe) >=
-        sizeof(s->self_exe))
-        return errbuf_set(err, errlen, GPO_EINVAL, "self_exe: longer than %d bytes",
-                          PRIV_PATH_MAX - 1);
-    if (access(s->self_exe, X_OK) < 0)
-        return errbuf_set(err, errlen, GPO_EINVAL, "self_exe: %s: %s", s->self_exe,
-                          strerror(errno));
+    int rc = check_shim(cfg->shim_exe, s, err, errlen);
+    if (rc)
+        return rc;
     s->allow_root = cfg->allow_root;
     s->cgroup_root_ours = cfg->cgroup_root_ours;
     s->agent_gid = cfg->agent_gid;
@@ -698,7 +734,6 @@ static int check_config(const struct priv_config *cfg, struct privsrv *s, char *
     /* Also an existing one: the agent's group may have changed (--run-as). */
     int fd = open(s->attempts, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     struct stat st;
-    int rc = 0;
     if (fd < 0 || fstat(fd, &st) != 0)
         rc = errbuf_set(err, errlen, GPO_EIO, "%s: %s", s->attempts, strerror(errno));
     else if (st.st_gid != s->agent_gid && fchown(fd, s->uid, s->agent_gid) != 0)

@@ -1,6 +1,11 @@
 /*
- * shim.c - `gpuorch shim`: runs one attempt's command and records its outcome
- * atomically in the attempt directory (see shim.h).
+ * shim.c - `gpuorch-shim`: runs one attempt's command and records its outcome
+ * atomically in the attempt directory (see shim.h). It is an executable of
+ * its own that links libc only (cgroup.c, fsutil.c, errbuf.c and err.c are
+ * compiled into it): it starts once per attempt, as root, and the fewer
+ * libraries ld.so maps the faster and the smaller what runs as root. So the
+ * status is JSON written with snprintf, and the options are read by a table
+ * of its own (util/opts needs jsonv).
  *
  * Signals: the handler only sets a flag. The forwarded signals and SIGCHLD
  * stay blocked except inside sigsuspend(), so a signal that arrives between
@@ -26,18 +31,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <jansson.h>
-
 #include "agent/cgroup.h"
 #include "agent/shim.h"
 #include "util/fsutil.h"
-#include "util/jsonv.h"
-#include "util/opts.h"
 #include "util/errbuf.h"
 #include "base/banned.h"
-
-/* The status file is tiny; a bigger one is not ours. */
-#define STATUS_MAX_BYTES 65536
 
 /* The signals forwarded to the command's process group. */
 static const int forwarded[] = {SIGTERM, SIGINT, SIGHUP};
@@ -319,51 +317,99 @@ struct run {
     char error[SHIM_ERROR_MAX];
 };
 
-/* Writes the status file; returns the shim's exit status. */
+/* Appends s to out[*o..len) as the inside of a JSON string: quotes,
+ * backslashes and control characters escaped, every byte that is not part
+ * of well-formed UTF-8 (RFC 3629's table) replaced by '?'. */
+static void json_text(char *out, size_t len, size_t *o, const char *s)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    while (*p && *o + 8 < len) {
+        unsigned c = *p;
+        size_t n = c < 0x80                 ? 1
+                   : c >= 0xC2 && c <= 0xDF ? 2
+                   : c >= 0xE0 && c <= 0xEF ? 3
+                   : c >= 0xF0 && c <= 0xF4 ? 4
+                                            : 0;
+        /* The second byte's narrower ranges: no overlong forms, surrogates,
+         * or code points above U+10FFFF. */
+        unsigned lo = c == 0xE0 ? 0xA0 : c == 0xF0 ? 0x90 : 0x80;
+        unsigned hi = c == 0xED ? 0x9F : c == 0xF4 ? 0x8F : 0xBF;
+        for (size_t k = 1; k < n; k++)
+            if (p[k] < (k == 1 ? lo : 0x80) || p[k] > (k == 1 ? hi : 0xBF))
+                n = 0;
+        if (n == 0) {
+            out[(*o)++] = '?';
+            p++;
+        } else if (c == '"' || c == '\\') {
+            out[(*o)++] = '\\';
+            out[(*o)++] = (char)c;
+            p++;
+        } else if (c < 0x20 || c == 0x7F) {
+            *o += (size_t)snprintf(out + *o, len - *o, "\\u%04x", c);
+            p++;
+        } else {
+            memcpy(out + *o, p, n);
+            *o += n;
+            p += n;
+        }
+    }
+    out[*o] = '\0';
+}
+
+/* Writes the status file (shim.h's one line of JSON); returns the shim's
+ * exit status. */
 static int finish(const struct run *r)
 {
-    json_t *o = json_object();
+    char line[2048];
+    size_t o = 0;
     int code = 127;
     if (!r->error[0] && WIFSIGNALED(r->wait_status)) {
         code = 128 + WTERMSIG(r->wait_status);
-        json_object_set_new(o, "signal", json_integer(WTERMSIG(r->wait_status)));
+        o += (size_t)snprintf(line, sizeof(line), "{\"signal\":%d", WTERMSIG(r->wait_status));
     } else {
         if (!r->error[0])
             code = WEXITSTATUS(r->wait_status);
-        json_object_set_new(o, "exit_code", json_integer(code));
+        o += (size_t)snprintf(line, sizeof(line), "{\"exit_code\":%d", code);
     }
-    if (r->error[0])
-        json_object_set_new(o, "error", json_string(r->error));
-    json_object_set_new(o, "started_ms", json_integer(r->started_ms));
-    json_object_set_new(o, "ended_ms", json_integer(r->ended_ms));
-    json_object_set_new(o, "pid", json_integer(r->pid));
+    if (r->error[0]) {
+        o += (size_t)snprintf(line + o, sizeof(line) - o, ",\"error\":\"");
+        json_text(line, sizeof(line) - 2, &o, r->error);
+        line[o++] = '"';
+    }
+    o += (size_t)snprintf(line + o, sizeof(line) - o,
+                          ",\"started_ms\":%lld,\"ended_ms\":%lld,\"pid\":%ld",
+                          (long long)r->started_ms, (long long)r->ended_ms, (long)r->pid);
     if (r->oom_kills > 0)
-        json_object_set_new(o, "oom_kills", json_integer((json_int_t)r->oom_kills));
-    char *s = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
-    json_decref(o);
-    char err[512] = "out of memory";
-    char *line = s ? malloc(strlen(s) + 2) : NULL;
-    int rc = GPO_ENOMEM;
-    if (line) {
-        snprintf(line, strlen(s) + 2, "%s\n", s);
-        rc = write_atomic(r->dir, "status", line, err, sizeof(err));
-    }
-    free(line);
-    free(s);
+        o += (size_t)snprintf(line + o, sizeof(line) - o, ",\"oom_kills\":%llu",
+                              (unsigned long long)r->oom_kills);
+    snprintf(line + o, sizeof(line) - o, "}\n");
+    char err[512];
+    int rc = write_atomic(r->dir, "status", line, err, sizeof(err));
     if (rc) {
-        fprintf(stderr, "gpuorch shim: cannot write the status: %s\n", err);
+        fprintf(stderr, "gpuorch-shim: cannot write the status: %s\n", err);
         return SHIM_EXIT_FAILURE;
     }
     return code;
 }
 
+/* Writes DIR/pid whole or not at all (a temporary file renamed), without
+ * fsync: the pid only matters while the command runs, and no process
+ * survives a crash of the machine, so it need not reach the disk (two
+ * fsyncs less on every launch's path). */
 static void write_pid(const char *dir, pid_t pid)
 {
-    char buf[32], err[512];
-    snprintf(buf, sizeof(buf), "%ld\n", (long)pid);
+    char buf[32], tmp[4096], path[4096];
+    int n = snprintf(buf, sizeof(buf), "%ld\n", (long)pid);
+    bool ok = (size_t)snprintf(path, sizeof(path), "%s/pid", dir) < sizeof(path) &&
+              (size_t)snprintf(tmp, sizeof(tmp), "%s/pid.tmp", dir) < sizeof(tmp);
+    int fd = ok ? open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0640) : -1;
+    ok = fd >= 0 && fsutil_write_all(fd, buf, (size_t)n) == 0;
+    ok = fd >= 0 && close(fd) == 0 && ok && rename(tmp, path) == 0;
     /* Not fatal: the status file, written later, carries the pid too. */
-    if (write_atomic(dir, "pid", buf, err, sizeof(err)) != 0)
-        fprintf(stderr, "gpuorch shim: cannot write the pid: %s\n", err);
+    if (!ok) {
+        fprintf(stderr, "gpuorch-shim: cannot write the pid in %s: %s\n", dir, strerror(errno));
+        unlink(tmp);
+    }
 }
 
 /* Forks and execs the command, then waits for it; fills r. */
@@ -434,14 +480,14 @@ static int resolve_user(const struct shim_args *o, struct account *a, struct run
 }
 
 #define USAGE_LINE                                                                                 \
-    "usage: gpuorch shim --dir ATTEMPT_DIR [--user NAME [--allow-root]] [--cgroup DIR]\n"          \
+    "usage: gpuorch-shim --dir ATTEMPT_DIR [--user NAME [--allow-root]] [--cgroup DIR]\n"          \
     "                    [--workdir DIR] [--stdout PATH] [--stderr PATH] [--append]\n"             \
     "                    [--ready-fd FD] [--env-fd FD]\n"                                          \
     "                    -- COMMAND [ARG...]\n"
 
 static int usage(const char *msg)
 {
-    fprintf(stderr, "gpuorch shim: %s\n" USAGE_LINE, msg);
+    fprintf(stderr, "gpuorch-shim: %s\n" USAGE_LINE, msg);
     return SHIM_EXIT_FAILURE;
 }
 
@@ -449,12 +495,12 @@ static void help(void)
 {
     printf(USAGE_LINE
            "\n"
-           "Runs one attempt's command for the node agent, in a session of its own so\n"
-           "that it outlives the agent. It writes the command's pid to ATTEMPT_DIR/pid\n"
-           "and, once it exits, its exit code or signal to ATTEMPT_DIR/status (JSON,\n"
-           "written to a temporary file and renamed); stdout and stderr go to\n"
-           "ATTEMPT_DIR/stdout and ATTEMPT_DIR/stderr unless given. SIGTERM, SIGINT\n"
-           "and SIGHUP are passed on to the command's process group.\n\n"
+           "Runs one attempt's command for the node agent (gpuorch agent), in a session\n"
+           "of its own so that it outlives the agent. It writes the command's pid to\n"
+           "ATTEMPT_DIR/pid and, once it exits, its exit code or signal to\n"
+           "ATTEMPT_DIR/status (JSON, written to a temporary file and renamed); stdout\n"
+           "and stderr go to ATTEMPT_DIR/stdout and ATTEMPT_DIR/stderr unless given.\n"
+           "SIGTERM, SIGINT and SIGHUP are passed on to the command's process group.\n\n"
            "  --user NAME    run the command as NAME (never uid 0 without --allow-root)\n"
            "  --cgroup DIR   put the command in cgroup DIR; the shim stays outside\n"
            "  --workdir DIR  run the command in DIR (default: the user's home, or /)\n"
@@ -517,64 +563,91 @@ static int read_env(struct shim_args *o)
     return 0;
 }
 
+/* The options: a table, as every command's (util/opts is not linked in). */
+enum opt_kind { OPT_STRING, OPT_FD, OPT_FLAG, OPT_HELP };
 #define ARG(member) offsetof(struct shim_args, member)
-#define STRING(name_, member)                                                                      \
-    {                                                                                              \
-        .name = name_, .type = OPTS_STRING, .flags = OPTS_NONEMPTY, .offset = ARG(member)          \
-    }
-#define DESCRIPTOR(name_, member)                                                                  \
-    {                                                                                              \
-        .name = name_, .type = OPTS_INT, .min = 3, .max = INT32_MAX, .offset = ARG(member)         \
-    }
-
-static const struct opts_opt shim_opts[] = {
-    STRING("dir", dir),
-    STRING("stdout", out),
-    STRING("stderr", errpath),
-    STRING("user", user),
-    STRING("cgroup", cgroup),
-    STRING("workdir", workdir),
-    DESCRIPTOR("ready-fd", ready_arg),
-    DESCRIPTOR("env-fd", env_arg),
-    {.name = "allow-root", .type = OPTS_FLAG, .offset = ARG(allow_root)},
-    {.name = "append", .type = OPTS_FLAG, .offset = ARG(append)},
-    {.name = "help", .short_name = 'h', .type = OPTS_HELP, .offset = ARG(help)},
+static const struct {
+    const char *name;
+    enum opt_kind kind;
+    size_t offset;
+} shim_opts[] = {
+    {"dir", OPT_STRING, ARG(dir)},
+    {"stdout", OPT_STRING, ARG(out)},
+    {"stderr", OPT_STRING, ARG(errpath)},
+    {"user", OPT_STRING, ARG(user)},
+    {"cgroup", OPT_STRING, ARG(cgroup)},
+    {"workdir", OPT_STRING, ARG(workdir)},
+    {"ready-fd", OPT_FD, ARG(ready_arg)},
+    {"env-fd", OPT_FD, ARG(env_arg)},
+    {"allow-root", OPT_FLAG, ARG(allow_root)},
+    {"append", OPT_FLAG, ARG(append)},
+    {"help", OPT_HELP, ARG(help)},
 };
+#define NSHIM_OPTS (sizeof(shim_opts) / sizeof(shim_opts[0]))
 
-/* The options before "--", in order (the first mistake is the one told);
+/* Stores one option's value (NULL for a flag) into o. 0 or SHIM_EXIT_FAILURE. */
+static int store_opt(size_t k, const char *v, struct shim_args *o)
+{
+    char *at = (char *)o + shim_opts[k].offset;
+    if (shim_opts[k].kind == OPT_FLAG) {
+        *(bool *)(void *)at = true;
+    } else if (shim_opts[k].kind == OPT_STRING) {
+        *(const char **)(void *)at = v;
+    } else {
+        char *end;
+        errno = 0;
+        long n = strtol(v, &end, 10);
+        if (errno || *end || end == v || n < 3 || n > INT32_MAX) {
+            char msg[64];
+            snprintf(msg, sizeof(msg), "--%s: not an open descriptor above 2", shim_opts[k].name);
+            return usage(msg);
+        }
+        *(int64_t *)(void *)at = n;
+    }
+    return 0;
+}
+
+/* The options before "--", in order (the first mistake is the one told):
+ * --NAME VALUE or --NAME=VALUE, a value never empty nor starting with '-'.
  * *ret_cmd: the index in argv of the word after "--", or 0 when there is
  * no "--". 0, 1 after --help, or SHIM_EXIT_FAILURE. */
 static int read_flags(int argc, char **argv, struct shim_args *o, int *ret_cmd)
 {
-    struct opts p;
-    opts_init(&p, argc - 1, argv + 1, OPTS_TABLE(shim_opts), 0);
     *ret_cmd = 0;
-    for (;;) {
-        const struct opts_opt *opt = NULL;
-        const char *v = NULL;
-        char err[256];
-        int k = opts_next(&p, &opt, &v, err, sizeof(err));
-        if (k == OPTS_END)
-            return 0;
-        if (k == OPTS_DASHDASH) {
-            *ret_cmd = p.i + 1;
+    for (int i = 1; i < argc; i++) {
+        const char *w = argv[i];
+        if (strcmp(w, "--") == 0) {
+            *ret_cmd = i + 1;
             return 0;
         }
-        if (k == OPTS_ARG || p.fault == OPTS_FAULT_UNKNOWN || p.fault == OPTS_FAULT_EXTRA_VALUE)
+        if (strcmp(w, "-h") == 0)
+            w = "--help";
+        if (strncmp(w, "--", 2) != 0)
             return usage("unknown option");
-        if (k < 0 || (v && !*v))
-            return usage("an option lacks its value");
-        if (opt->type == OPTS_HELP) {
+        const char *eq = strchr(w + 2, '=');
+        size_t len = eq ? (size_t)(eq - w - 2) : strlen(w + 2), k = 0;
+        while (k < NSHIM_OPTS &&
+               (strlen(shim_opts[k].name) != len || memcmp(shim_opts[k].name, w + 2, len) != 0))
+            k++;
+        if (k == NSHIM_OPTS)
+            return usage("unknown option");
+        enum opt_kind kind = shim_opts[k].kind;
+        if (kind == OPT_HELP) {
             help();
             return 1;
         }
-        if (opts_store(opt, v, o, err, sizeof(err)) != 0) {
-            char name[32], msg[64];
-            snprintf(msg, sizeof(msg), "%s: not an open descriptor above 2",
-                     opts_name(opt, name, sizeof(name)));
-            return usage(msg);
+        const char *v = NULL;
+        if (kind == OPT_FLAG && eq)
+            return usage("unknown option");
+        if (kind != OPT_FLAG) {
+            v = eq ? eq + 1 : i + 1 < argc ? argv[++i] : NULL;
+            if (!v || !*v || v[0] == '-')
+                return usage("an option lacks its value");
         }
+        if (store_opt(k, v, o))
+            return SHIM_EXIT_FAILURE;
     }
+    return 0;
 }
 
 /* Frees what parse_args allocated, also after it failed. */
@@ -617,7 +690,7 @@ int shim_main(int argc, char **argv)
     /* A process group leader cannot setsid (EPERM); such a shim was started
      * by a shell with job control and already has a group of its own. */
     if (setsid() < 0 && errno != EPERM) {
-        fprintf(stderr, "gpuorch shim: setsid: %s\n", strerror(errno));
+        fprintf(stderr, "gpuorch-shim: setsid: %s\n", strerror(errno));
         args_release(&o);
         return SHIM_EXIT_FAILURE;
     }
@@ -648,123 +721,4 @@ int shim_main(int argc, char **argv)
     free(a);
     args_release(&o);
     return finish(&r);
-}
-
-/* ---- reading the outcome ---- */
-
-struct status_doc {
-    int64_t exit_code, signal, started_ms, ended_ms, pid, oom_kills;
-    char *error;
-    enum jsonv_presence has_exit, has_signal;
-};
-
-static const struct jsonv_field status_fields[] = {
-    {.name = "exit_code",
-     .kind = JSONV_INT64,
-     .flags = JSONV_PRESENCE,
-     .offset = offsetof(struct status_doc, exit_code),
-     .min = 0,
-     .max = 255,
-     .presence_offset = offsetof(struct status_doc, has_exit)},
-    {.name = "signal",
-     .kind = JSONV_INT64,
-     .flags = JSONV_PRESENCE,
-     .offset = offsetof(struct status_doc, signal),
-     .min = 1,
-     .max = 64,
-     .presence_offset = offsetof(struct status_doc, has_signal)},
-    {.name = "error",
-     .kind = JSONV_STRING,
-     .offset = offsetof(struct status_doc, error),
-     .max = 4096},
-    {.name = "started_ms",
-     .kind = JSONV_INT64,
-     .flags = JSONV_REQUIRED,
-     .offset = offsetof(struct status_doc, started_ms),
-     .min = 0,
-     .max = INT64_MAX},
-    {.name = "ended_ms",
-     .kind = JSONV_INT64,
-     .flags = JSONV_REQUIRED,
-     .offset = offsetof(struct status_doc, ended_ms),
-     .min = 0,
-     .max = INT64_MAX},
-    {.name = "pid",
-     .kind = JSONV_INT64,
-     .flags = JSONV_REQUIRED,
-     .offset = offsetof(struct status_doc, pid),
-     .min = 0,
-     .max = INT32_MAX},
-    {.name = "oom_kills",
-     .kind = JSONV_INT64,
-     .offset = offsetof(struct status_doc, oom_kills),
-     .min = 0,
-     .max = INT64_MAX},
-};
-#define NSTATUS_FIELDS (sizeof(status_fields) / sizeof(status_fields[0]))
-
-static int decode_status(const char *path, const char *buf, size_t len, struct shim_status *ret,
-                         char *err, size_t errlen)
-{
-    json_error_t jerr;
-    json_t *o = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
-    if (!o)
-        return errbuf_set(err, errlen, GPO_ECORRUPT, "%s: %s", path, jerr.text);
-    struct status_doc d = {0};
-    char msg[256];
-    int rc = jsonv_decode(o, status_fields, NSTATUS_FIELDS, &d, msg, sizeof(msg));
-    json_decref(o);
-    if (rc == GPO_ENOMEM)
-        return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
-    if (rc)
-        return errbuf_set(err, errlen, GPO_ECORRUPT, "%s: %s", path, msg);
-    if ((d.has_exit == JSONV_GIVEN) == (d.has_signal == JSONV_GIVEN)) {
-        jsonv_release(status_fields, NSTATUS_FIELDS, &d);
-        return errbuf_set(err, errlen, GPO_ECORRUPT, "%s: expected one of exit_code and signal",
-                          path);
-    }
-    *ret = (struct shim_status){.signaled = d.has_signal == JSONV_GIVEN,
-                                .exit_code = (int)d.exit_code,
-                                .signal = (int)d.signal,
-                                .started_ms = d.started_ms,
-                                .ended_ms = d.ended_ms,
-                                .pid = (pid_t)d.pid,
-                                .oom_kills = (uint64_t)d.oom_kills};
-    snprintf(ret->error, sizeof(ret->error), "%s", d.error ? d.error : "");
-    jsonv_release(status_fields, NSTATUS_FIELDS, &d);
-    return 0;
-}
-
-int shim_read_status(const char *dir, struct shim_status *ret, char *err, size_t errlen)
-{
-    if (!dir || !ret)
-        return errbuf_set(err, errlen, GPO_EINVAL, "shim_read_status: NULL argument");
-    char path[4096];
-    if ((size_t)snprintf(path, sizeof(path), "%s/status", dir) >= sizeof(path))
-        return errbuf_set(err, errlen, GPO_EINVAL, "%s: path too long", dir);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return errno == ENOENT
-                   ? errbuf_set(err, errlen, GPO_ENOENT, "%s: no status yet", path)
-                   : errbuf_set(err, errlen, GPO_EIO, "open %s: %s", path, strerror(errno));
-    char *buf = malloc(STATUS_MAX_BYTES + 1);
-    size_t len = 0;
-    ssize_t n = 0;
-    while (buf && len < STATUS_MAX_BYTES + 1 &&
-           ((n = read(fd, buf + len, STATUS_MAX_BYTES + 1 - len)) > 0 || (n < 0 && errno == EINTR)))
-        len += n > 0 ? (size_t)n : 0;
-    int e = errno;
-    close(fd);
-    int rc;
-    if (!buf)
-        rc = errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
-    else if (n < 0)
-        rc = errbuf_set(err, errlen, GPO_EIO, "read %s: %s", path, strerror(e));
-    else if (len > STATUS_MAX_BYTES)
-        rc = errbuf_set(err, errlen, GPO_ECORRUPT, "%s: larger than %d bytes", path,
-                        STATUS_MAX_BYTES);
-    else
-        rc = decode_status(path, buf, len, ret, err, errlen);
-    free(buf);
-    return rc;
 }

@@ -1,10 +1,14 @@
 /*
- * shim.h - `gpuorch shim`: the small process that runs one attempt's command,
- * outlives the agent, and leaves the outcome in the attempt's directory.
+ * shim.h - `gpuorch-shim`: the small process that runs one attempt's command,
+ * outlives the agent, and leaves the outcome in the attempt's directory. It
+ * is an executable of its own, installed beside `gpuorch`, that links libc
+ * only (shim.c and the libc-only files it is built from: cgroup.c,
+ * cgroup_fs.c, util/fsutil.c, util/errbuf.c, base/err.c); the agent reads
+ * its outcome with shim_read_status (shim_status.c, in the agent).
  *
- *   gpuorch shim --dir ATTEMPT_DIR [--user NAME [--allow-root]] [--cgroup DIR]
- *                [--workdir DIR] [--stdout PATH] [--stderr PATH] [--append]
- *                [--ready-fd FD] [--env-fd FD] -- ARGV...
+ *   gpuorch-shim --dir ATTEMPT_DIR [--user NAME [--allow-root]] [--cgroup DIR]
+ *                 [--workdir DIR] [--stdout PATH] [--stderr PATH] [--append]
+ *                 [--ready-fd FD] [--env-fd FD] -- ARGV...
  *
  * The shim calls setsid() (its own session and process group, so the agent's
  * death, or a hangup of the agent's terminal, does not reach it), forks the
@@ -22,10 +26,13 @@
  * not start: the user is unknown or refused, the cgroup could not be joined,
  * an output file could not be opened, privileges could not be dropped, the
  * working directory could not be entered, or exec failed; "pid" is then the
- * forked child's, or 0 when none was forked, as for an unknown user). Both
- * files are written as fsutil_write_atomic does (NAME.tmp.XXXXXX, fsync,
- * rename, fsync of the directory), mode 0640: a reader sees no file or a
- * whole one.
+ * forked child's, or 0 when none was forked, as for an unknown user). The
+ * status is written as fsutil_write_atomic does (NAME.tmp.XXXXXX, fsync,
+ * rename, fsync of the directory): it is the outcome's record, which a
+ * restarted agent reports; the pid file is written to pid.tmp and renamed,
+ * without fsync (it only matters while the command runs, which no crash of
+ * the machine outlives). Both mode 0640: a reader sees no file or a whole
+ * one.
  *
  * The command runs with the shim's environment (or --env-fd's), stdin from
  * /dev/null, stdout and stderr appended to ATTEMPT_DIR/stdout and
@@ -92,7 +99,7 @@ struct shim_status {
 };
 
 /*
- * The `gpuorch shim` command (argv[0] is the command's name, ignored). Runs
+ * The `gpuorch-shim` program (argv[0] is its name, ignored). Runs
  * the attempt to its end and returns the exit status for the shim's process:
  * the command's exit code, or 128 + its signal, once the status file is
  * written; SHIM_EXIT_FAILURE (with a message on stderr) on bad usage or when

@@ -21,6 +21,11 @@ int errbuf_set(char *err, size_t errlen, int code, const char *fmt, ...)
 int errbuf_vset(char *err, size_t errlen, int code, const char *fmt, va_list ap)
     __attribute__((format(printf, 4, 0)));
 
+/* The length of s[0, len) without a character split at its end (s was
+ * valid UTF-8 before it was cut at len). libc only, as this whole file, so
+ * that the shim (libc only) can use errbuf too. */
+size_t errbuf_utf8_cut(const char *s, size_t len);
+
 #ifdef __clang_analyzer__
 /* clang's static analyzer (make lint) does not follow calls into variadic
  * functions, so it would take `return errbuf_set(...)` for a return of any

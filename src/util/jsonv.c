@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/errbuf.h"
 #include "util/jsonv.h"
 #include "util/text.h"
 #include "base/banned.h"
@@ -153,16 +154,7 @@ static int plan(struct ctx *c, struct write w)
  * the cut. */
 size_t jsonv_utf8_cut(const char *s, size_t len)
 {
-    size_t i = len, k = 0;
-    while (i > 0 && k < 3 && ((unsigned char)s[i - 1] & 0xC0) == 0x80) {
-        i--;
-        k++;
-    }
-    if (i == 0)
-        return len;
-    unsigned char lead = (unsigned char)s[i - 1];
-    size_t need = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
-    return k + 1 < need ? i - 1 : len;
+    return errbuf_utf8_cut(s, len);
 }
 
 __attribute__((format(printf, 3, 4))) static int fail(struct ctx *c, int code, const char *fmt, ...)

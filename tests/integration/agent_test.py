@@ -17,7 +17,9 @@ unprivileged account (real, effective and saved uid and gid, no capability,
 no_new_privs) while its privileged half keeps root, a script job still runs
 as its user, and a request that the privileged half's table does not allow,
 sent on the agent's own socket, is refused there; a journal found at
-STATE/journal is moved to STATE/net and its attempt taken up. Throughout,
+STATE/journal is moved to STATE/net and its attempt taken up; gpuorch-shim
+links libc only; an exit is seen through the shim's pidfd, and with
+--exit-poll by reading its status file. Throughout,
 harness.GpuWatch samples the assignments and the fake GPUs' processes: no
 GPU two jobs' at once.
 
@@ -869,6 +871,79 @@ def old_journal_moved():
         call("POST", "/v1/nodes/n1/resume", token=ADMIN)
 
 
+def shim_links_libc_only():
+    """gpuorch-shim, which every launch execs as root, needs libc and nothing else
+    (the dynamic loader and the vDSO apart; in a sanitized build also the
+    sanitizers' runtimes and what they need)."""
+    shim = os.path.join(os.path.dirname(BIN), "gpuorch-shim")
+
+    def libs(path):
+        """{name: path} of what ldd lists for PATH, loader and vDSO left out; its text."""
+        out = subprocess.run(["ldd", path], capture_output=True, text=True).stdout
+        found = {}
+        for line in out.splitlines():
+            words = line.split()
+            if words and not words[0].startswith("linux-vdso") and "ld-linux" not in words[0]:
+                found[os.path.basename(words[0])] = words[2] if len(words) > 2 else words[0]
+        return found, out
+
+    found, out = libs(shim)
+    runtimes = [n for n in found if n.startswith(("libasan.so", "libubsan.so"))]
+    theirs = {n for rt in runtimes for n in libs(found[rt])[0]}
+    rest = set(found) - set(runtimes) - (theirs - {"libc.so.6"})
+    ok(os.access(shim, os.X_OK) and rest == {"libc.so.6"},
+       "gpuorch-shim, built beside gpuorch, links libc only (ldd)", out)
+
+
+def restart(agent):
+    """Starts AGENT and waits until it has registered (a SIGTERM before it
+    handles signals would kill it); the length its log had before."""
+    before = len(agent.log())
+    agent.start()
+    wait_until(lambda: f"registered node '{agent.name}'" in agent.log()[before:], timeout=30)
+    return before
+
+
+def exits_seen():
+    """An exit is seen through the shim's pidfd; with --exit-poll (no pidfd, as
+    on kernels before 5.3) by reading its status file; both reported."""
+    st, _, raw = call("POST", "/v1/nodes/n2/drain", token=ADMIN)
+    if st != 200:
+        raise RuntimeError(f"drain n2: {st} {raw!r}")
+    n1, n3 = AGENTS["n1"], AGENTS["n3"]
+    try:
+        go = shared("exit-go")
+        wait_go = sh(f'i=0; while [ ! -e {go} ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); '
+                     f'done; exit 4')
+        jid = submit({"name": "exit-by-pidfd", "command": wait_go})
+        good = wait_until(lambda: f"job {jid}.1: started" in n1.log(), timeout=30)
+        write_atomic(go, "go\n")
+        j = wait_final(jid)
+        ok(good and j and j["state"] == "FAILED" and last_attempt(j).get("exit_code") == 4
+           and f"job {jid}.1: exited (seen by its pidfd)" in n1.log(),
+           "the agent sees a job's exit through its shim's pidfd and reports it (exit 4)",
+           detail(j, "n1"))
+        os.unlink(go)
+        n3.stop()
+        n3.flags["exit-poll"] = True
+        before = restart(n3)
+        jid = submit({"name": "exit-by-poll", "pool": "frac", "gpus": 1, "command": wait_go})
+        good = wait_until(lambda: f"job {jid}.1: started" in n3.log()[before:], timeout=30)
+        write_atomic(go, "go\n")
+        j = wait_final(jid)
+        log = n3.log()[before:]
+        ok(good and j and j["state"] == "FAILED" and last_attempt(j).get("exit_code") == 4
+           and "exits are seen by reading the status files every second (--exit-poll)" in log
+           and f"job {jid}.1: exited (seen by reading its status file)" in log,
+           "with --exit-poll (no pidfd) the agent sees the exit by reading the status file, "
+           "and reports it", detail(j, "n3"))
+    finally:
+        call("POST", "/v1/nodes/n2/resume", token=ADMIN)
+        if n3.flags.pop("exit-poll", None):
+            n3.stop()
+            restart(n3)
+
+
 def cleanup_jobs():
     """Cancels what a failed check left running, so that no shim outlives the test."""
     st, body, _ = call("GET", "/v1/jobs?state=PENDING,RUNNING&limit=1000", token=ADMIN)
@@ -886,7 +961,7 @@ def main():
     for step in (unprivileged, visible_devices, script_job, array_index, output_patterns,
                  sampling, fractional, dirty_gpu, gang, time_limit, logs_through_controller,
                  root_refused, restart_after_kill9, old_journal_moved, cancel,
-                 refused_through_the_socket):
+                 refused_through_the_socket, shim_links_libc_only, exits_seen):
         try:
             step()
         except Exception as e:  # one broken step should not hide the others' results

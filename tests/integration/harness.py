@@ -560,7 +560,8 @@ def fake_gpu_uuid(node_no, index, tag="4000"):
 class FakeAgent:
     """`gpuorch agent` NAME as a child process on the fake NVML: its GPUs in
     TMP/NAME-gpus.json (FAKENVML_CONFIG), its state in TMP/NAME, its output in
-    TMP/NAME.log. FLAGS (kill_grace=1, dirty_wait=None, ...) change AGENT_FLAGS;
+    TMP/NAME.log. FLAGS (kill_grace=1, dirty_wait=None, exit_poll=True, ...)
+    change AGENT_FLAGS (True: a flag without a value);
     set .cgroup before start() for --cgroup-root."""
 
     def __init__(self, binary, srv, tmp, nvml, name, uuids, pool="main", gpu_file=None,
@@ -584,7 +585,9 @@ class FakeAgent:
                 self.pool, "--state-dir", self.state, "--nvml", self.nvml, "--addr", "127.0.0.1",
                 "--log-listen", "127.0.0.1:0"]
         for flag, value in self.flags.items():
-            if value is not None:
+            if value is True:
+                args += [f"--{flag}"]
+            elif value is not None and value is not False:
                 args += [f"--{flag}", str(value)]
         if self.cgroup:
             args += ["--cgroup-root", self.cgroup]

@@ -14,7 +14,7 @@ import threading
 
 sys.dont_write_bytecode = True  # leave no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Server, message, ok, run  # noqa: E402
+from harness import Server, message, ok, run, wait_until  # noqa: E402
 
 SRV = Server(sys.argv[1], "gpuorch-server-test-")
 call = SRV.call
@@ -284,6 +284,16 @@ def agent_input(admin):
     def node_and_store():
         _, lst, _ = call("GET", "/v1/nodes", token=admin)
         return [n for n in lst["nodes"] if n["name"] == "gpu-01"], dump_store()
+
+    def settled():
+        """The scheduler has placed what it can (a pass follows a node's event
+        within milliseconds): every GPU of the up nodes runs a job, or none waits."""
+        _, lst, _ = call("GET", "/v1/nodes", token=admin)
+        ngpus = sum(len(n["gpus"]) for n in lst["nodes"] if n["state"] == "up")
+        _, run_, _ = call("GET", "/v1/jobs?state=RUNNING&limit=1000", token=admin)
+        _, pend, _ = call("GET", "/v1/jobs?state=PENDING&limit=1000", token=admin)
+        return len(run_["jobs"]) >= ngpus or not pend["jobs"]
+    wait_until(settled, timeout=30)
     before = node_and_store()
     sample = good["gpus"][0]
     other = "GPU-99999999-2222-3333-4444-555555555555"

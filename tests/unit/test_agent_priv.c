@@ -1,6 +1,7 @@
 /* test_agent_priv.c - the agent's privileged half, with real processes: a
- * privileged process started here (as root) launches the built binary's
- * `gpuorch shim` as gpuorch-test1, and the status file shows the command's
+ * privileged process started here (as root) launches the built
+ * `gpuorch-shim` as gpuorch-test1 (a shim others may write, or in a folder
+ * others may write, is refused at start), and the status file shows the command's
  * exit; each bad field of a launch is refused with a message naming it (a
  * table), and so is each malformed wire request; an attempt is launched at
  * most once; SIGTERM then SIGKILL stop a command that ignores SIGTERM, both
@@ -12,8 +13,8 @@
  * the socket and refuses a FIFO and another user's file without blocking;
  * the read requests' bad fields are refused by name.
  *
- * Needs root, the gpuorch-test1 and gpuorch-test2 accounts and GPUORCH_BIN
- * (the built gpuorch); the cgroup tests also a writable cgroup v2. Tests that
+ * Needs root, the gpuorch-test1 and gpuorch-test2 accounts and GPUORCH_SHIM
+ * (the built gpuorch-shim); the cgroup tests also a writable cgroup v2. Tests that
  * cannot run are left out with a "# SKIP" line that says why (a non-root
  * privileged side is not tested). Files live under a mkdtemp directory of
  * mode 0755, so the test user can reach its working directories; the cgroups
@@ -96,7 +97,7 @@ static int start_priv(const struct env *e, const char *state, const char *cgroup
     if (mkdir(state, 0755) < 0 && errno != EEXIST)
         return -1;
     struct priv_config cfg = {.state_dir = state,
-                              .self_exe = e->bin,
+                              .shim_exe = e->bin,
                               .cgroup_root = cgroup_root,
                               .allow_root = false,
                               .agent_gid = e->gid2};
@@ -105,7 +106,7 @@ static int start_priv(const struct env *e, const char *state, const char *cgroup
 
 static void probe_host(struct env *e)
 {
-    const char *bin = getenv("GPUORCH_BIN");
+    const char *bin = getenv("GPUORCH_SHIM");
     struct passwd *p2 = getpwnam("gpuorch-test2"), *p1 = getpwnam("gpuorch-test1");
     if (geteuid() != 0)
         snprintf(e->why, sizeof(e->why), "not running as root");
@@ -113,7 +114,7 @@ static void probe_host(struct env *e)
         snprintf(e->why, sizeof(e->why),
                  "no gpuorch-test1 and gpuorch-test2 accounts (scripts/setup.sh makes them)");
     else if (!bin || bin[0] != '/' || access(bin, X_OK) < 0)
-        snprintf(e->why, sizeof(e->why), "GPUORCH_BIN names no built gpuorch binary");
+        snprintf(e->why, sizeof(e->why), "GPUORCH_SHIM names no built gpuorch-shim");
     else {
         e->ok = true;
         snprintf(e->bin, sizeof(e->bin), "%s", bin);
@@ -793,7 +794,7 @@ static void priv_launch_without_user_runs_as_agents_own_user_when_root_is_allowe
     snprintf(st_dir, sizeof(st_dir), "%s/state-root", e->base);
     assert_int_equal(mkdir(st_dir, 0755), 0);
     struct priv_config cfg = {
-        .state_dir = st_dir, .self_exe = e->bin, .allow_root = true, .agent_gid = e->gid2};
+        .state_dir = st_dir, .shim_exe = e->bin, .allow_root = true, .agent_gid = e->gid2};
     struct priv *p = NULL;
     assert_int_equal(priv_start(&cfg, &p, err, sizeof(err)), 0);
     const char *argv[] = {"sh", "-c", "id -u; echo \"$HOME $USER\""};
@@ -820,23 +821,58 @@ static void priv_launch_without_user_runs_as_agents_own_user_when_root_is_allowe
     priv_stop(p);
 }
 
+/* A copy of file `from` at `to`, mode `mode`. */
+static void copy_file(const char *from, const char *to, mode_t mode)
+{
+    int in = open(from, O_RDONLY | O_CLOEXEC);
+    int out = open(to, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    assert_true(in >= 0 && out >= 0);
+    char buf[65536];
+    ssize_t n;
+    while ((n = read(in, buf, sizeof(buf))) > 0)
+        assert_int_equal(write(out, buf, (size_t)n), n);
+    assert_int_equal(n, 0);
+    assert_int_equal(fchmod(out, mode), 0);
+    close(in);
+    assert_int_equal(close(out), 0);
+}
+
 static void priv_start_refuses_bad_config_and_notes_missing_cgroups(void **state)
 {
     struct env *e = *state;
     char err[PRIV_MSG_MAX] = "", st_dir[512];
     struct priv *p = NULL;
-    struct priv_config cfg = {.state_dir = "relative", .self_exe = e->bin};
+    struct priv_config cfg = {.state_dir = "relative", .shim_exe = e->bin};
     assert_int_equal(priv_start(&cfg, &p, err, sizeof(err)), GPO_EINVAL);
     assert_int_equal(strncmp(err, "state_dir:", 10), 0);
     snprintf(st_dir, sizeof(st_dir), "%s/state-cfg", e->base);
     assert_int_equal(mkdir(st_dir, 0755), 0);
-    cfg = (struct priv_config){.state_dir = st_dir, .self_exe = "/nonexistent/gpuorch"};
+    cfg = (struct priv_config){.state_dir = st_dir, .shim_exe = "/nonexistent/gpuorch-shim"};
     assert_int_equal(priv_start(&cfg, &p, err, sizeof(err)), GPO_EINVAL);
-    assert_int_equal(strncmp(err, "self_exe:", 9), 0);
+    assert_int_equal(strncmp(err, "shim_exe:", 9), 0);
+    assert_null(p);
+
+    /* A shim that others may write, or in a folder others may write, is
+     * refused: a launch would run as root whatever they put there. */
+    char shim[600], open_dir[560];
+    snprintf(shim, sizeof(shim), "%s/shim-writable", e->base);
+    copy_file(e->bin, shim, 0757);
+    cfg = (struct priv_config){.state_dir = st_dir, .shim_exe = shim};
+    assert_int_equal(priv_start(&cfg, &p, err, sizeof(err)), GPO_EPERM);
+    assert_non_null(strstr(err, "shim-writable"));
+    assert_null(p);
+    snprintf(open_dir, sizeof(open_dir), "%s/open", e->base);
+    assert_int_equal(mkdir(open_dir, 0777), 0);
+    assert_int_equal(chmod(open_dir, 0777), 0);
+    snprintf(shim, sizeof(shim), "%s/gpuorch-shim", open_dir);
+    copy_file(e->bin, shim, 0755);
+    cfg = (struct priv_config){.state_dir = st_dir, .shim_exe = shim};
+    assert_int_equal(priv_start(&cfg, &p, err, sizeof(err)), GPO_EPERM);
+    assert_non_null(strstr(err, "its directory"));
     assert_null(p);
 
     /* A cgroup root that is no cgroup: not an error, a note for the log. */
-    cfg = (struct priv_config){.state_dir = st_dir, .self_exe = e->bin, .cgroup_root = e->base};
+    cfg = (struct priv_config){.state_dir = st_dir, .shim_exe = e->bin, .cgroup_root = e->base};
     assert_int_equal(priv_start(&cfg, &p, err, sizeof(err)), 0);
     assert_false(priv_has_cgroups(p));
     assert_non_null(strstr(priv_cgroup_note(p), e->base));

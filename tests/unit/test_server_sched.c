@@ -6,7 +6,11 @@
  * dependency, an attempt's end charged at the next pass, node timeouts,
  * GPUs named by node and UUID (a down twin record with the same UUIDs), a
  * lost node's rejoin and the hold on its GPUs, registrations that name
- * another node's UUID, node deletes, and a whole turn of the loop. */
+ * another node's UUID, node deletes, a whole turn of the loop, and when
+ * the loop runs a pass: at once after a submit on an idle cluster or an end,
+ * the longest gap for a submit behind a backlog, a gap that follows the
+ * pass's cost, the other periodic tasks on their own timer, and the
+ * passes counted by trigger. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -22,6 +26,7 @@
 #include "server/sched/sched_int.h"
 #include "server/srv.h"
 #include "tmptree.h"
+#include "util/prom.h"
 #include "base/banned.h"
 
 #define T0   1800000000000
@@ -531,6 +536,107 @@ static void a_turn_runs_every_task_at_the_servers_time(void **state)
     (void)err;
 }
 
+static void init_monitor(struct env *e)
+{
+    struct server *s = &e->s;
+    struct monitor_config mc = {.node_timeout_ms = 60000, .mono_ns = test_mono};
+    check(monitor_init(&s->monitor, &mc, &s->lock, &s->cluster, &s->jobs, &s->nodes, s->store,
+                       e->now),
+          "monitor", "");
+}
+
+static void a_submit_on_an_idle_cluster_gets_a_pass_before_the_timer(void **state)
+{
+    struct env *e = *state;
+    struct server *s = &e->s;
+    struct sched *sc = s->sched;
+    init_monitor(e);
+    pthread_mutex_lock(&s->lock);
+    int64_t next = sched_tick(s, e->now); /* the first tick runs everything */
+    assert_int_equal(sc->passes_by[SCHED_WHY_TIMER], 1);
+    assert_int_equal(next, T0 + 5000); /* nothing pending: the timer */
+    pthread_mutex_unlock(&s->lock);
+
+    e->now += SCHED_PASS_GAP_FLOOR_MS;
+    struct job *j = submit(e, 1, 0);
+    pthread_mutex_lock(&s->lock);
+    sched_wake(sc, SCHED_WHY_SUBMIT);
+    assert_true(sched_pass_due_ms(sc) <= e->now);
+    sched_tick(s, e->now);
+    assert_int_equal(sc->passes_by[SCHED_WHY_SUBMIT], 1);
+    assert_int_equal(sc->passes_by[SCHED_WHY_TIMER], 1);
+    assert_int_equal(j->state, JOB_RUNNING);
+    assert_false(sc->dirty);
+    pthread_mutex_unlock(&s->lock);
+}
+
+static void a_submit_behind_a_backlog_waits_while_an_end_does_not(void **state)
+{
+    struct env *e = *state;
+    struct server *s = &e->s;
+    struct sched *sc = s->sched;
+    init_monitor(e);
+    submit(e, 1, 0);
+    submit(e, 1, 0); /* n1 has one GPU: this one waits */
+    pthread_mutex_lock(&s->lock);
+    sched_tick(s, e->now);
+    assert_true(sc->backlog);
+    int64_t last = sc->last_pass_ms;
+    sched_wake(sc, SCHED_WHY_SUBMIT);
+    assert_int_equal(sched_pass_due_ms(sc), last + SCHED_PASS_GAP_MAX_MS);
+    sched_wake(sc, SCHED_WHY_END);
+    assert_int_equal(sched_pass_due_ms(sc), last + SCHED_PASS_GAP_FLOOR_MS);
+    /* The gap follows the last pass's cost, up to its maximum. */
+    sc->pass_cost_ns = 10 * 1000000;
+    assert_int_equal(sched_pass_due_ms(sc), last + SCHED_PASS_GAP_FACTOR * 10);
+    sc->pass_cost_ns = 1000 * 1000000;
+    assert_int_equal(sched_pass_due_ms(sc), last + SCHED_PASS_GAP_MAX_MS);
+    sc->pass_cost_ns = 0;
+    e->now = last + SCHED_PASS_GAP_FLOOR_MS;
+    sched_tick(s, e->now);
+    assert_int_equal(sc->passes_by[SCHED_WHY_END], 1); /* counted once, by its first reason */
+    assert_int_equal(sc->passes_by[SCHED_WHY_SUBMIT], 0);
+    pthread_mutex_unlock(&s->lock);
+}
+
+static void the_chores_run_on_their_own_timer_not_with_every_pass(void **state)
+{
+    struct env *e = *state;
+    struct server *s = &e->s;
+    struct sched *sc = s->sched;
+    init_monitor(e);
+    pthread_mutex_lock(&s->lock);
+    sched_tick(s, e->now);
+    assert_int_equal(sc->chores_ms, T0);
+    e->now += SCHED_PASS_GAP_FLOOR_MS;
+    sched_wake(sc, SCHED_WHY_END);
+    int64_t next = sched_tick(s, e->now);
+    assert_int_equal(sc->passes_by[SCHED_WHY_END], 1);
+    assert_int_equal(sc->chores_ms, T0); /* not yet due */
+    assert_int_equal(next, T0 + SCHED_PASS_GAP_MAX_MS);
+    e->now = next;
+    sched_tick(s, e->now);
+    assert_int_equal(sc->chores_ms, next);
+    assert_int_equal(sc->passes_by[SCHED_WHY_TIMER], 1); /* no pass was due */
+    pthread_mutex_unlock(&s->lock);
+}
+
+static void the_metrics_count_passes_by_trigger(void **state)
+{
+    struct env *e = *state;
+    struct sched *sc = e->s.sched;
+    sc->passes_by[SCHED_WHY_SUBMIT] = 3;
+    struct prom *p = prom_new();
+    assert_non_null(p);
+    sched_metrics(sc, p);
+    size_t len = 0;
+    const char *text = prom_text(p, &len);
+    assert_non_null(text);
+    assert_non_null(strstr(text, "gpuorch_sched_passes_total{trigger=\"submit\"} 3\n"));
+    assert_non_null(strstr(text, "gpuorch_sched_passes_total{trigger=\"end\"} 0\n"));
+    prom_free(p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -558,6 +664,13 @@ int main(void)
             teardown),
         cmocka_unit_test_setup_teardown(a_turn_runs_every_task_at_the_servers_time, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(a_submit_on_an_idle_cluster_gets_a_pass_before_the_timer,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(a_submit_behind_a_backlog_waits_while_an_end_does_not,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(the_chores_run_on_their_own_timer_not_with_every_pass,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(the_metrics_count_passes_by_trigger, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -92,7 +92,7 @@ static void submit_done(void *ctx, const struct store_result *r)
     int rc = job_submit_apply(&s->jobs, &sub->job, r->job_ids, r->njob_ids, &j);
     if (!rc && j)
         first = api_job_json(j, srv_now_ms(s));
-    sched_wake(s->sched);
+    sched_wake(s->sched, SCHED_WHY_SUBMIT);
     pthread_mutex_unlock(&s->lock);
     if (rc || !first) {
         /* Durable but not in memory: a restart loads it. Say so. */

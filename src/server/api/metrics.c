@@ -38,6 +38,7 @@ static int metrics(struct http_request *req, void *ctx)
     if (!rc) {
         cost_metrics(&s->cost, p, now);
         monitor_idle_metrics(&s->monitor, p);
+        sched_metrics(s->sched, p);
     }
     pthread_mutex_unlock(&s->lock);
     size_t len = 0;

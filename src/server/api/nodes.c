@@ -319,7 +319,7 @@ static int node_heartbeat(struct http_request *req, void *ctx)
         /* A node marked lost that heartbeats again rejoins (the loop marks
          * it up); one whose hold ends has GPUs to offer. */
         if (nodes_heartbeat(rt, has ? &hb : NULL, srv_now_ms(s)))
-            sched_wake(s->sched);
+            sched_wake(s->sched, SCHED_WHY_NODE);
         if (has)
             monitor_heartbeat(&s->monitor, rt->name, &rt->sample, rt->sample_ms);
     }
@@ -645,7 +645,7 @@ static void node_write_done(void *ctx, const struct store_result *r)
         o = registered_json(n, tok);
     bool removed = !rc && out == CONFIG_REMOVED;
     if (!rc)
-        sched_wake(s->sched);
+        sched_wake(s->sched, SCHED_WHY_NODE);
     pthread_mutex_unlock(&s->lock);
     sodium_memzero(tok, sizeof(tok));
     if (r->err)

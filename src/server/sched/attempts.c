@@ -70,7 +70,7 @@ struct job *sched_cancel_apply(struct server *s, int64_t id, int64_t attempt, in
         free(j->reason);
         j->reason = strdup(CANCELLED_BY_USER);
         job_set_wait(j, NULL, j->est_start_ms);
-        sched_wake(s->sched);
+        sched_wake(s->sched, SCHED_WHY_CANCEL);
     }
     return j;
 }
@@ -109,7 +109,7 @@ void sched_end_apply(struct server *s, const struct sched_end *e)
         sc->ended[sc->nended++] = (struct sched_ended){e->end.job, e->end.end_ms, att};
     else
         attempt_release(&att); /* out of memory: its last stretch goes uncharged */
-    sched_wake(sc);
+    sched_wake(sc, SCHED_WHY_END);
 }
 
 /* ---- charging ended attempts ---------------------------------------------- */

@@ -10,6 +10,7 @@
 
 #include "base/err.h"
 #include "server/sched/sched_int.h"
+#include "util/prom.h"
 #include "base/banned.h"
 
 int sched_init(struct sched *sc, int64_t pass_interval_ms, int64_t node_timeout_ms)
@@ -38,9 +39,22 @@ void sched_release(struct sched *sc)
     pthread_cond_destroy(&sc->cv);
 }
 
-void sched_wake(struct sched *sc)
+static const char *const why_names[] = {
+#define SCHED_WHY_NAME(e, name) [e] = name,
+    SCHED_WHY_TABLE(SCHED_WHY_NAME)
+#undef SCHED_WHY_NAME
+};
+
+const char *sched_why_name(enum sched_why why)
+{
+    return why < SCHED_NWHY ? why_names[why] : "?";
+}
+
+void sched_wake(struct sched *sc, enum sched_why why)
 {
     sc->dirty = true;
+    sc->chores_dirty = true;
+    sc->wants |= 1u << why;
     pthread_cond_signal(&sc->cv);
 }
 
@@ -63,21 +77,107 @@ static void monitor_task(struct server *s, int64_t now_ms)
     monitor_tick(&s->monitor, srv_now_ms(s));
 }
 
-/* In order, every turn. Each runs under the lock; those that commit
- * release it while the store works. */
-static void (*const tasks[])(struct server *s, int64_t now_ms) = {
-    timeouts_task,   /* lost nodes' attempts end before the pass */
-    sched_idle_task, /* requeues and cancels by teams' idle policies */
-    budget_task,     /* alert lines */
-    sched_pass_task, /* the scheduling pass */
-    monitor_task,    /* queue length; minute aggregates to the store */
+/* Counts the pass by why it runs, clears the events, runs it, and keeps its
+ * cost for the next gap. */
+static void pass_task(struct server *s, int64_t now_ms)
+{
+    struct sched *sc = s->sched;
+    enum sched_why why = SCHED_WHY_TIMER;
+    for (int k = 0; k < SCHED_WHY_TIMER; k++)
+        if (sc->wants & (1u << k)) {
+            why = (enum sched_why)k;
+            break;
+        }
+    sc->passes_by[why]++;
+    sc->dirty = false;
+    sc->wants = 0;
+    /* Its cost is what it holds the lock or a core for: the store's
+     * commit, with the lock released, does not count. */
+    int64_t t0 = srv_mono_ns(s), waited = sc->commit_ns;
+    sched_pass_task(s, now_ms);
+    sc->pass_cost_ns = srv_mono_ns(s) - t0 - (sc->commit_ns - waited);
+    sc->backlog = sc->result.nwaits > 0;
+}
+
+/* In order. Each runs under the lock; those that commit release it while
+ * the store works. The chores run on their own timer, the pass when due. */
+enum task_when { TASK_CHORE, TASK_PASS };
+static const struct {
+    void (*run)(struct server *s, int64_t now_ms);
+    enum task_when when;
+} tasks[] = {
+    {timeouts_task, TASK_CHORE},   /* lost nodes' attempts end before the pass */
+    {sched_idle_task, TASK_CHORE}, /* requeues and cancels by teams' idle policies */
+    {budget_task, TASK_CHORE},     /* alert lines */
+    {pass_task, TASK_PASS},        /* the scheduling pass */
+    {monitor_task, TASK_CHORE},    /* queue length; minute aggregates to the store */
 };
+#define NTASKS (sizeof(tasks) / sizeof(tasks[0]))
 
 void sched_turn(struct server *s, int64_t now_ms)
 {
-    s->sched->dirty = false;
-    for (size_t k = 0; k < sizeof(tasks) / sizeof(tasks[0]); k++)
-        tasks[k](s, now_ms);
+    s->sched->chores_ms = now_ms;
+    s->sched->chores_dirty = false;
+    for (size_t k = 0; k < NTASKS; k++)
+        tasks[k].run(s, now_ms);
+}
+
+int64_t sched_pass_due_ms(const struct sched *sc)
+{
+    /* A deferred job becomes eligible at its begin time. */
+    int64_t begin = sc->next_begin_ms ? sc->next_begin_ms : INT64_MAX;
+    if (!sc->dirty) {
+        int64_t due = sc->last_pass_ms + sc->pass_interval_ms;
+        return begin < due ? begin : due;
+    }
+    int64_t gap = SCHED_PASS_GAP_MAX_MS;
+    if (sc->wants != 1u << SCHED_WHY_SUBMIT || !sc->backlog) {
+        int64_t cost_ms = (sc->pass_cost_ns + 999999) / 1000000;
+        gap = SCHED_PASS_GAP_FACTOR * cost_ms;
+        gap = gap < SCHED_PASS_GAP_FLOOR_MS ? SCHED_PASS_GAP_FLOOR_MS
+              : gap > SCHED_PASS_GAP_MAX_MS ? SCHED_PASS_GAP_MAX_MS
+                                            : gap;
+    }
+    int64_t due = sc->last_pass_ms + gap;
+    return begin < due ? begin : due;
+}
+
+static int64_t chores_due_ms(const struct sched *sc)
+{
+    return sc->chores_ms + (sc->chores_dirty ? SCHED_PASS_GAP_MAX_MS : sc->pass_interval_ms);
+}
+
+static int64_t next_due_ms(const struct sched *sc)
+{
+    int64_t pass = sched_pass_due_ms(sc), chores = chores_due_ms(sc);
+    return pass < chores ? pass : chores;
+}
+
+int64_t sched_tick(struct server *s, int64_t now_ms)
+{
+    struct sched *sc = s->sched;
+    bool chores = now_ms >= chores_due_ms(sc);
+    if (chores) {
+        sc->chores_ms = now_ms;
+        sc->chores_dirty = false;
+    }
+    for (size_t k = 0; k < NTASKS; k++) {
+        /* Asked again each time: a chore may have woken the loop. */
+        bool due = tasks[k].when == TASK_PASS ? now_ms >= sched_pass_due_ms(sc) : chores;
+        if (due)
+            tasks[k].run(s, now_ms);
+    }
+    return next_due_ms(sc);
+}
+
+void sched_metrics(const struct sched *sc, struct prom *p)
+{
+    prom_family(p, "gpuorch_sched_passes_total", PROM_COUNTER,
+                "Scheduling passes run since the controller started, by what asked for each.");
+    for (int k = 0; k < SCHED_NWHY; k++) {
+        const char *labels[] = {"trigger", why_names[k], NULL};
+        prom_sample(p, "gpuorch_sched_passes_total", labels, (double)sc->passes_by[k]);
+    }
 }
 
 /* ---- the thread --------------------------------------------------------- */
@@ -88,12 +188,10 @@ static void *loop_main(void *arg)
     struct sched *sc = s->sched;
     pthread_mutex_lock(&s->lock);
     while (!sc->stopping) {
-        /* Sleep until the timer, or an event once the minimum gap has passed. */
+        /* Sleep until the next due task, or an event that may bring it
+         * closer (the gap, once an event is pending). */
         int64_t now = srv_now_ms(s);
-        int64_t until = sc->dirty ? sc->last_pass_ms + SCHED_PASS_MIN_GAP_MS
-                                  : sc->last_pass_ms + sc->pass_interval_ms;
-        if (sc->next_begin_ms && sc->next_begin_ms < until)
-            until = sc->next_begin_ms; /* a deferred job becomes eligible */
+        int64_t until = next_due_ms(sc);
         if (now < until) {
             /* The condition variable waits on the real clock: the server's
              * clock may be a test's, so the wait is relative. */
@@ -103,9 +201,9 @@ static void *loop_main(void *arg)
             ts.tv_sec += (time_t)(ns / 1000000000);
             ts.tv_nsec = (long)(ns % 1000000000);
             pthread_cond_timedwait(&sc->cv, &s->lock, &ts);
-            continue; /* woken: look again at the flag and the clock */
+            continue; /* woken: look again at the events and the clock */
         }
-        sched_turn(s, now);
+        sched_tick(s, now);
     }
     monitor_flush_all(&s->monitor, srv_now_ms(s)); /* the open minutes too: a restart keeps them */
     /* A clean stop saves the carry-over state, so a restart loses none of it. */
@@ -141,9 +239,11 @@ void sched_stop(struct server *s)
 int sched_commit_unlocked(struct server *s, struct store_batch *b, const char *what)
 {
     char msg[256] = "";
+    int64_t t0 = srv_mono_ns(s);
     pthread_mutex_unlock(&s->lock);
     int rc = store_commit_wait(s->store, b, NULL, 0, msg, sizeof(msg));
     pthread_mutex_lock(&s->lock);
+    s->sched->commit_ns += srv_mono_ns(s) - t0;
     if (rc)
         fprintf(stderr, "gpuorch server: %s not committed: %s%s%s\n", what, gpo_strerror(rc),
                 msg[0] ? ": " : "", msg);

@@ -49,20 +49,47 @@ struct sched_ended {
     struct attempt att; /* owned */
 };
 
+/* Why a pass runs: the events that ask for one (sched_wake), in the order
+ * that names a pass asked for by several, then the timer. A pass runs soon
+ * after any of them (the gap below) but SCHED_WHY_SUBMIT while the last pass
+ * left jobs waiting: a submission then frees no capacity, and the next pass
+ * waits the longest gap, so that a storm of submissions costs a few passes a
+ * second. */
+#define SCHED_WHY_TABLE(X)                                                                         \
+    X(SCHED_WHY_END, "end")       /* an attempt ended: its GPUs are free */                        \
+    X(SCHED_WHY_NODE, "node")     /* a node registered, rejoined or has GPUs again */              \
+    X(SCHED_WHY_CANCEL, "cancel") /* a pending job cancelled: its dependents may fail */           \
+    X(SCHED_WHY_SUBMIT, "submit") /* a job submitted */                                            \
+    X(SCHED_WHY_TIMER, "timer")   /* none of them: the loop's timer */
+#define SCHED_WHY_ENUM(e, name) e,
+enum sched_why { SCHED_WHY_TABLE(SCHED_WHY_ENUM) SCHED_NWHY };
+#undef SCHED_WHY_ENUM
+
+/* The name of `why` ("end", ... "timer"). */
+const char *sched_why_name(enum sched_why why);
+
 struct sched {
     struct sched_state state; /* the loop thread's only */
     struct sched_policy policy;
     int64_t pass_interval_ms; /* the timer */
     int64_t node_timeout_ms;
-    bool dirty, stopping;
+    bool dirty, stopping; /* dirty: an event since the last pass (`wants` says which) */
+    unsigned wants;       /* 1 << enum sched_why of each event since the last pass */
+    bool backlog;         /* the last pass left jobs waiting */
     pthread_cond_t cv;
     pthread_t thread;
     bool started;
     uint64_t passes;
-    int64_t state_saved_ms; /* when the loop last committed the core's state */
-    int64_t last_pass_ms;   /* when the last pass ended (0: none yet) */
-    int64_t next_begin_ms;  /* the earliest begin time of a job the last pass left out
-                               for it (0: none): the loop wakes then */
+    uint64_t passes_by[SCHED_NWHY]; /* passes by why they ran */
+    int64_t pass_cost_ns;           /* how long the last pass held the lock or a core: its
+                                       time (monotonic clock) less its commits' waits */
+    int64_t commit_ns;              /* the loop's time in sched_commit_unlocked, in all */
+    int64_t state_saved_ms;         /* when the loop last committed the core's state */
+    int64_t last_pass_ms;           /* when the last pass ended (0: none yet) */
+    int64_t chores_ms; /* when the other periodic tasks last ran (timeouts, monitor, ...) */
+    bool chores_dirty; /* an event since then */
+    int64_t next_begin_ms;             /* the earliest begin time of a job the last pass left out
+                                          for it (0: none): the next pass is due then */
     struct sched_ended *ended;
     size_t nended, ended_cap;
     struct sched_result result;     /* kept from pass to pass (its scratch memory) */
@@ -81,15 +108,36 @@ int sched_load(struct server *s, char *err, size_t errlen);
 
 /* Starts the loop thread; 0 or GPO_*. Not under the lock. */
 int sched_start(struct server *s);
-/* Asks for a pass soon (an event). */
-void sched_wake(struct sched *sc);
+/* Asks for a pass soon, for `why` (an event, not SCHED_WHY_TIMER): at once
+ * when the gap since the last pass allows (see sched_pass_due_ms). */
+void sched_wake(struct sched *sc, enum sched_why why);
 /* Stops the loop thread and waits for it; a clean stop flushes the
  * monitor's open minutes and saves the core's state. Not under the lock. */
 void sched_stop(struct server *s);
 
-/* One turn of the loop at now_ms, as the thread runs it: the periodic tasks
- * and a pass. For tests, which run the loop without its thread. */
+/* One turn of the loop at now_ms: every periodic task and a pass, whether
+ * due or not. For tests, which run the loop without its thread. */
 void sched_turn(struct server *s, int64_t now_ms);
+
+/*
+ * The server's time (ms) at which the next pass is due: with an event
+ * pending, the last pass's end plus a gap that follows the last pass's cost
+ * (SCHED_PASS_GAP_FACTOR times it, within SCHED_PASS_GAP_FLOOR_MS and
+ * SCHED_PASS_GAP_MAX_MS; the maximum for a submission behind a backlog);
+ * without one, the last pass's end plus the timer's interval.
+ */
+int64_t sched_pass_due_ms(const struct sched *sc);
+
+/* What the loop thread does when it wakes at now_ms: the periodic tasks
+ * that are due (node timeouts, idle GPUs and budgets on their own timer,
+ * then the pass when due, then the monitor's tick on that timer). Returns
+ * the server's time of the next due task. For tests too, with their clock. */
+int64_t sched_tick(struct server *s, int64_t now_ms);
+
+/* The loop's own families for GET /metrics: gpuorch_sched_passes_total by
+ * trigger (p borrowed; prom's sticky error). */
+struct prom;
+void sched_metrics(const struct sched *sc, struct prom *p);
 
 /* ---- a pass, step by step ------------------------------------------------ */
 

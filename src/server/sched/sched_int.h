@@ -8,14 +8,21 @@
 #include "server/sched/sched.h"
 #include "server/srv.h"
 
-/* Passes run at most this often however many events arrive (they coalesce):
- * a burst of submissions costs a few passes a second, not one each. The
- * core's carry-over state (decayed usage, attained service: soft state that
- * only orders the queue) goes to disk with the decisions at most this often,
- * since it is rewritten whole: a crash loses at most that much accounting,
- * never a decision. */
-#define SCHED_PASS_MIN_GAP_MS 200
-#define SCHED_STATE_SAVE_MS   30000
+/* The gap between passes: events coalesce into the next pass, which runs
+ * once SCHED_PASS_GAP_FACTOR times the last pass's cost (its time less the
+ * store's commit, which it waits for with the lock released) has passed
+ * since it ended (the loop then spends at most a fifth of its time in passes, and
+ * the API keeps the lock the rest), at least SCHED_PASS_GAP_FLOOR_MS, at
+ * most SCHED_PASS_GAP_MAX_MS. The other periodic tasks run at most every
+ * SCHED_PASS_GAP_MAX_MS after an event (else at the timer). The core's
+ * carry-over state (decayed usage, attained service: soft state that only
+ * orders the queue) goes to disk with the decisions at most every
+ * SCHED_STATE_SAVE_MS, since it is rewritten whole: a crash loses at most
+ * that much accounting, never a decision. */
+#define SCHED_PASS_GAP_FACTOR   4
+#define SCHED_PASS_GAP_FLOOR_MS 2
+#define SCHED_PASS_GAP_MAX_MS   200
+#define SCHED_STATE_SAVE_MS     30000
 
 /* A name and its index in the pass's view, sorted by name for bsearch. */
 struct name_index {

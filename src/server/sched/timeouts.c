@@ -121,7 +121,7 @@ static void node_rejoins(struct server *s, int64_t now_ms)
                     "agent's report)\n",
                     back.names[k]);
         }
-        sched_wake(s->sched);
+        sched_wake(s->sched, SCHED_WHY_NODE);
     }
     lost_release(&back);
 }
