@@ -411,7 +411,7 @@ static void ctl_done(void *ctx, const struct store_result *r)
             list = NULL;
         }
     }
-    sched_wake(s->sched);
+    sched_wake(s->sched, SCHED_WHY_CHANGE);
     pthread_mutex_unlock(&s->lock);
     json_t *o = list ? json_pack("{s:o}", "jobs", list) : NULL;
     if (o)

@@ -60,6 +60,7 @@ struct sched_ended {
     X(SCHED_WHY_NODE, "node")     /* a node registered, rejoined or has GPUs again */              \
     X(SCHED_WHY_CANCEL, "cancel") /* a pending job cancelled: its dependents may fail */           \
     X(SCHED_WHY_SUBMIT, "submit") /* a job submitted */                                            \
+    X(SCHED_WHY_CHANGE, "change") /* a job held, released, requeued or updated */                  \
     X(SCHED_WHY_TIMER, "timer")   /* none of them: the loop's timer */
 #define SCHED_WHY_ENUM(e, name) e,
 enum sched_why { SCHED_WHY_TABLE(SCHED_WHY_ENUM) SCHED_NWHY };
@@ -86,10 +87,10 @@ struct sched {
     int64_t commit_ns;              /* the loop's time in sched_commit_unlocked, in all */
     int64_t state_saved_ms;         /* when the loop last committed the core's state */
     int64_t last_pass_ms;           /* when the last pass ended (0: none yet) */
-    int64_t chores_ms; /* when the other periodic tasks last ran (timeouts, monitor, ...) */
-    bool chores_dirty; /* an event since then */
-    int64_t next_begin_ms;             /* the earliest begin time of a job the last pass left out
-                                          for it (0: none): the next pass is due then */
+    int64_t chores_ms;     /* when the other periodic tasks last ran (timeouts, monitor, ...) */
+    bool chores_dirty;     /* an event since then */
+    int64_t next_begin_ms; /* the earliest begin time of a job the last pass left out
+                              for it (0: none): the next pass is due then */
     struct sched_ended *ended;
     size_t nended, ended_cap;
     struct sched_result result;     /* kept from pass to pass (its scratch memory) */
