@@ -6,7 +6,8 @@ each (pool main, aliased "gpu"; n2 has feature "ib"), and the `gpuorch` CLI
 submitting the scripts. Prints TAP.
 
 What it checks, against sbatch(1)'s meaning of each directive:
-`--nodes=2 --gres=gpu:8` runs on both nodes with 8 GPUs each, every rank sees
+`--nodes=2 --gres=gpu:8` runs its script once on the first node and a
+`gpuorch run` step on both nodes with 8 GPUs each, every rank sees
 WORLD_SIZE=2 and its own node's 8 GPUs, and GET /v1/jobs/{id} shows each node
 and its GPUs; `--gres=gpu:h100:2` runs (a short type name) and the job keeps
 the canonical name; `--gres=gpu:b200:1` is refused at submit naming the known
@@ -159,14 +160,22 @@ def setup():
 
 def two_node_gang():
     """sbatch: --nodes=2 --gres=gpu:8 is 16 GPUs, 8 on each of two nodes."""
-    rank = os.path.join(SHARED, "rank-$GPUORCH_NODE_RANK")
+    rank = os.path.join(SHARED, "rank-$SLURM_PROCID")
+    # As under Slurm, the script runs once, on the first node; its job step
+    # (srun: `gpuorch run`, one task per node) runs on both.
     res = submit("gang", ["--nodes=2", "--gres=gpu:8", "--time=5"],
-                 f"env > {rank}.tmp && mv {rank}.tmp {rank}")
+                 f"env > {os.path.join(SHARED, 'batch')}\n"
+                 f"{BIN} run sh -c 'env > {rank}.tmp && mv {rank}.tmp {rank}'")
     jid = submitted(res)
     done, j = wait_job(jid, lambda j: j["state"] in FINAL) if jid else (False, None)
     envs = [env_file(os.path.join(SHARED, f"rank-{r}")) for r in (0, 1)]
+    batch = env_file(os.path.join(SHARED, "batch"))
     ok(jid and j and j["state"] == "COMPLETED" and all(envs),
-       "#SBATCH --nodes=2 --gres=gpu:8 runs both ranks and completes", f"{res}\n{json.dumps(j)}")
+       "#SBATCH --nodes=2 --gres=gpu:8 runs a task on both nodes through `gpuorch run` and "
+       "completes", f"{res}\n{json.dumps(j)}")
+    ok(batch and batch.get("GPUORCH_NODE") == "n1" and batch.get("SLURM_NNODES") == "2",
+       "the batch script itself runs once, on the first node, and sees SLURM_NNODES=2",
+       json.dumps({k: v for k, v in (batch or {}).items() if k.startswith(("SLURM_N", "GPUORCH_N"))}))
     ok(all(e.get("WORLD_SIZE") == "2" for e in envs)
        and sorted(e.get("GPUORCH_NODE", "") for e in envs) == ["n1", "n2"],
        "each rank sees WORLD_SIZE=2, one on n1 and one on n2",
