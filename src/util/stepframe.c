@@ -30,8 +30,9 @@ int stepframe_parse(const uint8_t in[STEPFRAME_HEAD], struct stepframe *ret)
 {
     struct stepframe f = {
         .type = (enum stepframe_type)in[0], .task = get32(in + 1), .len = get32(in + 5)};
-    if (f.type < STEPFRAME_STDOUT || f.type > STEPFRAME_ERROR || f.len > STEPFRAME_DATA_MAX ||
-        (f.type == STEPFRAME_EXIT && f.len != 8))
+    if (f.type < STEPFRAME_STDOUT || f.type > STEPFRAME_HANGUP || f.len > STEPFRAME_DATA_MAX ||
+        (f.type == STEPFRAME_EXIT && f.len != 8) || (f.type == STEPFRAME_WINSIZE && f.len != 4) ||
+        (f.type == STEPFRAME_HANGUP && f.len != 0))
         return GPO_EINVAL;
     *ret = f;
     return 0;
@@ -47,4 +48,23 @@ void stepframe_exit_read(const uint8_t in[8], int32_t *ret_status, int32_t *ret_
 {
     *ret_status = (int32_t)get32(in);
     *ret_signal = (int32_t)get32(in + 4);
+}
+
+bool stepframe_is_input(enum stepframe_type type)
+{
+    return type == STEPFRAME_STDIN || type == STEPFRAME_WINSIZE || type == STEPFRAME_HANGUP;
+}
+
+void stepframe_winsize_data(uint16_t rows, uint16_t cols, uint8_t out[4])
+{
+    out[0] = (uint8_t)(rows >> 8);
+    out[1] = (uint8_t)rows;
+    out[2] = (uint8_t)(cols >> 8);
+    out[3] = (uint8_t)cols;
+}
+
+void stepframe_winsize_read(const uint8_t in[4], uint16_t *ret_rows, uint16_t *ret_cols)
+{
+    *ret_rows = (uint16_t)(in[0] << 8 | in[1]);
+    *ret_cols = (uint16_t)(in[2] << 8 | in[3]);
 }

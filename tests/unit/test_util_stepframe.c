@@ -35,7 +35,9 @@ static void stepframe_parse_refuses_unknown_types_long_data_and_odd_exits(void *
     uint8_t h[STEPFRAME_HEAD];
     const struct stepframe bad[] = {
         {.type = 0, .len = 1},
-        {.type = 5, .len = 1},
+        {.type = 8, .len = 1},
+        {.type = STEPFRAME_WINSIZE, .len = 3},
+        {.type = STEPFRAME_HANGUP, .len = 1},
         {.type = STEPFRAME_STDOUT, .len = STEPFRAME_DATA_MAX + 1},
         {.type = STEPFRAME_EXIT, .len = 4},
     };
@@ -63,12 +65,37 @@ static void stepframe_exit_data_keeps_status_and_signal(void **state)
     assert_int_equal(sig, 0);
 }
 
+static void stepframe_winsize_keeps_rows_and_cols_and_input_types_are_named(void **state)
+{
+    (void)state;
+    uint8_t d[4];
+    uint16_t rows = 0, cols = 0;
+    stepframe_winsize_data(300, 80, d);
+    const uint8_t want[4] = {1, 44, 0, 80};
+    assert_memory_equal(d, want, sizeof(want));
+    stepframe_winsize_read(d, &rows, &cols);
+    assert_int_equal(rows, 300);
+    assert_int_equal(cols, 80);
+    assert_true(stepframe_is_input(STEPFRAME_STDIN));
+    assert_true(stepframe_is_input(STEPFRAME_WINSIZE));
+    assert_true(stepframe_is_input(STEPFRAME_HANGUP));
+    assert_false(stepframe_is_input(STEPFRAME_STDOUT));
+    assert_false(stepframe_is_input(STEPFRAME_EXIT));
+    uint8_t h[STEPFRAME_HEAD];
+    struct stepframe f;
+    stepframe_head(&(struct stepframe){.type = STEPFRAME_WINSIZE, .len = 4}, h);
+    assert_int_equal(stepframe_parse(h, &f), 0);
+    stepframe_head(&(struct stepframe){.type = STEPFRAME_HANGUP, .len = 0}, h);
+    assert_int_equal(stepframe_parse(h, &f), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(stepframe_head_reads_back_as_written_big_endian),
         cmocka_unit_test(stepframe_parse_refuses_unknown_types_long_data_and_odd_exits),
         cmocka_unit_test(stepframe_exit_data_keeps_status_and_signal),
+        cmocka_unit_test(stepframe_winsize_keeps_rows_and_cols_and_input_types_are_named),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
