@@ -14,7 +14,8 @@ and the job is FAILED; SIGTERM to `gpuorch run` ends the step's tasks on
 both nodes; `gpuorch alloc` driven through a pty opens a shell on the first
 node's terminal (its job id, a /dev/pts of the job's user), `gpuorch run`
 and `gpuorch run --pty -w n2` work from it, a window size change reaches
-it, and its `exit 3` is alloc's status; a request to an agent's step
+it, and its `exit 3` is alloc's status; `gpuorch run --pty` outside a job
+allocates, runs on a terminal there and exits with the task's status; a request to an agent's step
 server, or its input route, without the attempt's credential is refused
 (401).
 
@@ -405,6 +406,41 @@ def alloc_with_pty(nodes):
        f"{rc}\n{json.dumps(j)[:800]}\n{seen[-800:]}")
 
 
+def pty_outside():
+    """`gpuorch run --pty` outside a job allocates, runs the task on a terminal
+    on the allocation's node, exits with its status and releases the job."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUORCH_")}
+    env.update(GPUORCH_SERVER=f"http://127.0.0.1:{SRV.port}", GPUORCH_TOKEN=MEMBER)
+    master, slave = os.openpty()
+
+    def controlling():
+        os.setsid()
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    proc = subprocess.Popen([BIN, "run", "--pty", "-G", "1", "-J", "ptyout", "sh", "-c",
+                             "echo node=$GPUORCH_NODE; tty; read x; echo got=$x; exit 6"],
+                            stdin=slave, stdout=slave, stderr=slave, env=env, cwd=SHARED,
+                            preexec_fn=controlling)
+    os.close(slave)
+    seen = read_until(master, ["node=n", "/dev/pts/"])
+    os.write(master, b"typed-outside\r")
+    seen += read_until(master, ["got=typed-outside"])
+    try:
+        rc = proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        rc = proc.wait()
+    seen += read_until(master, [], timeout=1)
+    os.close(master)
+    ids = jobs_named("ptyout")
+    j = wait_final(ids[-1]) if ids else None
+    ok(rc == 6 and "got=typed-outside" in seen and "/dev/pts/" in seen and j
+       and j["state"] == "CANCELLED",
+       "outside a job, `gpuorch run --pty -G 1 CMD` allocates, runs CMD on a terminal on the "
+       "allocation's node (reading what is typed), exits with its status (6) and releases the "
+       "allocation", f"{rc}\n{seen[-1500:]}\n{json.dumps(j)[:600]}")
+
+
 def credential_required(nodes):
     """The step route refuses a request without the attempt's credential."""
     port = nodes["n2"]["log_port"]
@@ -424,7 +460,7 @@ def main():
     print("TAP version 13")
     nodes = setup()
     for step in (shell_step, torch_steps, interrupted_step, run_outside,
-                 lambda: alloc_with_pty(nodes), lambda: credential_required(nodes)):
+                 lambda: alloc_with_pty(nodes), pty_outside, lambda: credential_required(nodes)):
         try:
             step()
         except Exception as e:  # one broken step should not hide the others' results
