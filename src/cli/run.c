@@ -430,8 +430,7 @@ struct conn {
     size_t index;
     char *body;
     long status;
-    uint8_t buf[STEPFRAME_HEAD + STEPFRAME_DATA_MAX];
-    size_t len;
+    struct stepframe_reader frames;
     char answer[512]; /* a non-200 answer's start */
     size_t alen;
     char err[CLI_ERR_MAX];
@@ -456,14 +455,13 @@ static void print_output(struct step *st, const struct stepframe *f, const uint8
     (void)fflush(out);
 }
 
-static void take_frame(struct conn *c, const struct stepframe *f, const uint8_t *data)
+static int take_frame(void *ctx, const struct stepframe *f, const uint8_t *data)
 {
+    struct conn *c = ctx;
     struct step *st = c->st;
     const struct node *nd = &st->nodes[c->index];
-    if (f->task < nd->first || f->task >= nd->first + nd->ntasks) {
-        c->bad = true;
-        return;
-    }
+    if (f->task < nd->first || f->task >= nd->first + nd->ntasks || stepframe_is_input(f->type))
+        return GPO_EINVAL;
     pthread_mutex_lock(&st->out_mu);
     struct task_end *e = &st->ends[f->task];
     if (f->type == STEPFRAME_STDOUT || f->type == STEPFRAME_STDERR) {
@@ -476,6 +474,7 @@ static void take_frame(struct conn *c, const struct stepframe *f, const uint8_t 
         e->error = strndup((const char *)data, f->len);
     }
     pthread_mutex_unlock(&st->out_mu);
+    return 0;
 }
 
 static int on_data(const void *data, size_t len, void *ctx)
@@ -492,26 +491,7 @@ static int on_data(const void *data, size_t len, void *ctx)
         c->answer[c->alen] = '\0';
         return 0;
     }
-    const uint8_t *p = data;
-    while (len && !c->bad) {
-        size_t room = sizeof(c->buf) - c->len, n = len < room ? len : room;
-        memcpy(c->buf + c->len, p, n);
-        c->len += n, p += n, len -= n;
-        size_t at = 0;
-        struct stepframe f;
-        while (!c->bad && c->len - at >= STEPFRAME_HEAD) {
-            if (stepframe_parse(c->buf + at, &f) != 0) {
-                c->bad = true;
-                break;
-            }
-            if (c->len - at < STEPFRAME_HEAD + f.len)
-                break;
-            take_frame(c, &f, c->buf + at + STEPFRAME_HEAD);
-            at += STEPFRAME_HEAD + f.len;
-        }
-        memmove(c->buf, c->buf + at, c->len - at);
-        c->len -= at;
-    }
+    c->bad = c->bad || stepframe_reader_feed(&c->frames, data, len, take_frame, c) != 0;
     return c->bad;
 }
 
@@ -705,6 +685,15 @@ static int parse(int argc, char **argv, struct step *st)
     }
 }
 
+static void step_free(struct step *st)
+{
+    free(st->master_addr);
+    free(st->names_buf);
+    free(st->addrs_buf);
+    pthread_mutex_destroy(&st->out_mu);
+    free(st);
+}
+
 int run_command(int argc, char **argv)
 {
     struct step *st = calloc(1, sizeof(*st));
@@ -744,11 +733,7 @@ int run_command(int argc, char **argv)
     rc = go && !rc ? (ra->pty ? run_pty(st, "run", &stop_signal) : run_step(st)) : rc;
     if (allocated)
         alloc_release("run", &al);
-    free(st->master_addr);
-    free(st->names_buf);
-    free(st->addrs_buf);
-    pthread_mutex_destroy(&st->out_mu);
-    free(st);
+    step_free(st);
     return rc;
 }
 
@@ -765,10 +750,6 @@ int run_shell(const char *cmd, char **argv, size_t argc, const volatile sig_atom
     rc = rc ? rc : lay_out_pty(st);
     rc = rc ? rc : pick_master(st);
     rc = rc ? rc : run_pty(st, cmd, stop);
-    free(st->master_addr);
-    free(st->names_buf);
-    free(st->addrs_buf);
-    pthread_mutex_destroy(&st->out_mu);
-    free(st);
+    step_free(st);
     return rc;
 }

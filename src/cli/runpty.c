@@ -34,8 +34,7 @@ struct pty_run {
     char *body;
     char path[160], url[HTTPC_URL_MAX];
     long status;
-    uint8_t buf[STEPFRAME_HEAD + STEPFRAME_DATA_MAX];
-    size_t len;
+    struct stepframe_reader frames;
     char answer[512]; /* a non-200 answer's start */
     size_t alen;
     bool exited, bad;
@@ -83,8 +82,11 @@ static void make_raw(void)
         raw_on = 1;
 }
 
-static void take_frame(struct pty_run *r, const struct stepframe *f, const uint8_t *data)
+static int take_frame(void *ctx, const struct stepframe *f, const uint8_t *data)
 {
+    struct pty_run *r = ctx;
+    if (stepframe_is_input(f->type))
+        return GPO_EINVAL;
     if (f->type == STEPFRAME_STDOUT || f->type == STEPFRAME_STDERR) {
         (void)fsutil_write_all(f->type == STEPFRAME_STDOUT ? 1 : 2, data, f->len);
     } else if (f->type == STEPFRAME_EXIT && !r->exited && !r->error) {
@@ -93,6 +95,7 @@ static void take_frame(struct pty_run *r, const struct stepframe *f, const uint8
     } else if (f->type == STEPFRAME_ERROR && !r->exited && !r->error) {
         r->error = strndup((const char *)data, f->len);
     }
+    return 0;
 }
 
 static int on_data(const void *data, size_t len, void *ctx)
@@ -107,26 +110,7 @@ static int on_data(const void *data, size_t len, void *ctx)
         r->answer[r->alen] = '\0';
         return 0;
     }
-    const uint8_t *p = data;
-    while (len && !r->bad) {
-        size_t room = sizeof(r->buf) - r->len, n = len < room ? len : room;
-        memcpy(r->buf + r->len, p, n);
-        r->len += n, p += n, len -= n;
-        size_t at = 0;
-        struct stepframe f;
-        while (!r->bad && r->len - at >= STEPFRAME_HEAD) {
-            if (stepframe_parse(r->buf + at, &f) != 0 || stepframe_is_input(f.type)) {
-                r->bad = true;
-                break;
-            }
-            if (r->len - at < STEPFRAME_HEAD + f.len)
-                break;
-            take_frame(r, &f, r->buf + at + STEPFRAME_HEAD);
-            at += STEPFRAME_HEAD + f.len;
-        }
-        memmove(r->buf, r->buf + at, r->len - at);
-        r->len -= at;
-    }
+    r->bad = r->bad || stepframe_reader_feed(&r->frames, data, len, take_frame, r) != 0;
     return r->bad;
 }
 

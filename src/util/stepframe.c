@@ -3,6 +3,8 @@
  */
 #include "util/stepframe.h"
 
+#include <string.h>
+
 #include "base/err.h"
 #include "base/banned.h"
 
@@ -67,4 +69,29 @@ void stepframe_winsize_read(const uint8_t in[4], uint16_t *ret_rows, uint16_t *r
 {
     *ret_rows = (uint16_t)(in[0] << 8 | in[1]);
     *ret_cols = (uint16_t)(in[2] << 8 | in[3]);
+}
+
+int stepframe_reader_feed(struct stepframe_reader *r, const void *data, size_t len,
+                          stepframe_frame_fn on_frame, void *ctx)
+{
+    const uint8_t *p = data;
+    int rc = 0;
+    while (len && !rc) {
+        size_t room = sizeof(r->buf) - r->len, n = len < room ? len : room;
+        memcpy(r->buf + r->len, p, n);
+        r->len += n, p += n, len -= n;
+        size_t at = 0;
+        struct stepframe f;
+        while (!rc && r->len - at >= STEPFRAME_HEAD) {
+            if (stepframe_parse(r->buf + at, &f) != 0)
+                return GPO_EINVAL;
+            if (r->len - at < STEPFRAME_HEAD + f.len)
+                break;
+            rc = on_frame(ctx, &f, r->buf + at + STEPFRAME_HEAD);
+            at += STEPFRAME_HEAD + f.len;
+        }
+        memmove(r->buf, r->buf + at, r->len - at);
+        r->len -= at;
+    }
+    return rc;
 }

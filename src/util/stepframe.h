@@ -68,4 +68,25 @@ void stepframe_exit_read(const uint8_t in[8], int32_t *ret_status, int32_t *ret_
 void stepframe_winsize_data(uint16_t rows, uint16_t cols, uint8_t out[4]);
 void stepframe_winsize_read(const uint8_t in[4], uint16_t *ret_rows, uint16_t *ret_cols);
 
+/* A byte stream cut into frames: what a reader was fed and has not yet
+ * made a whole frame of. Embedded in the caller's struct, zeroed to start. */
+struct stepframe_reader {
+    uint8_t buf[STEPFRAME_HEAD + STEPFRAME_DATA_MAX];
+    size_t len;
+};
+
+/* A whole frame, its data borrowed for the call: 0 to go on, else the code
+ * stepframe_reader_feed returns. */
+typedef int (*stepframe_frame_fn)(void *ctx, const struct stepframe *f, const uint8_t *data);
+
+/*
+ * Feeds len bytes of the stream to r: on_frame(ctx, f, data) for each frame
+ * they complete, in order; a partial frame is kept for the next call.
+ * Returns 0; GPO_EINVAL for a head that does not parse (the stream is then
+ * broken: feed it no more); or what on_frame returned, when not 0 (the
+ * rest of data is dropped).
+ */
+int stepframe_reader_feed(struct stepframe_reader *r, const void *data, size_t len,
+                          stepframe_frame_fn on_frame, void *ctx);
+
 #endif

@@ -89,6 +89,54 @@ static void stepframe_winsize_keeps_rows_and_cols_and_input_types_are_named(void
     assert_int_equal(stepframe_parse(h, &f), 0);
 }
 
+struct seen {
+    int n;
+    enum stepframe_type types[4];
+    char text[64];
+    int stop_at; /* the frame whose callback returns GPO_ECANCELED; 0: none */
+};
+
+static int on_frame(void *ctx, const struct stepframe *f, const uint8_t *data)
+{
+    struct seen *s = ctx;
+    if (s->n < 4)
+        s->types[s->n] = f->type;
+    size_t at = strlen(s->text), n = f->len < 16 ? f->len : 16;
+    memcpy(s->text + at, data, n);
+    s->text[at + n] = '\0';
+    return ++s->n == s->stop_at ? GPO_ECANCELED : 0;
+}
+
+/* Two frames fed a byte at a time, then at once: each comes whole, in
+ * order; a callback's code stops the feed; a bad head breaks the stream. */
+static void stepframe_reader_gives_whole_frames_however_the_bytes_come(void **state)
+{
+    (void)state;
+    uint8_t in[2 * STEPFRAME_HEAD + 5];
+    stepframe_head(&(struct stepframe){.type = STEPFRAME_STDOUT, .len = 3}, in);
+    memcpy(in + STEPFRAME_HEAD, "abc", 3);
+    stepframe_head(&(struct stepframe){.type = STEPFRAME_STDERR, .len = 2},
+                   in + STEPFRAME_HEAD + 3);
+    memcpy(in + 2 * STEPFRAME_HEAD + 3, "de", 2);
+    static struct stepframe_reader r;
+    struct seen s = {0};
+    for (size_t k = 0; k < sizeof(in); k++)
+        assert_int_equal(stepframe_reader_feed(&r, in + k, 1, on_frame, &s), 0);
+    assert_int_equal(s.n, 2);
+    assert_int_equal(s.types[0], STEPFRAME_STDOUT);
+    assert_int_equal(s.types[1], STEPFRAME_STDERR);
+    assert_string_equal(s.text, "abcde");
+    assert_int_equal(r.len, 0);
+    s = (struct seen){.stop_at = 1};
+    assert_int_equal(stepframe_reader_feed(&r, in, sizeof(in), on_frame, &s), GPO_ECANCELED);
+    assert_int_equal(s.n, 1);
+    r.len = 0;
+    uint8_t bad[STEPFRAME_HEAD] = {99};
+    s = (struct seen){0};
+    assert_int_equal(stepframe_reader_feed(&r, bad, sizeof(bad), on_frame, &s), GPO_EINVAL);
+    assert_int_equal(s.n, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -96,6 +144,7 @@ int main(void)
         cmocka_unit_test(stepframe_parse_refuses_unknown_types_long_data_and_odd_exits),
         cmocka_unit_test(stepframe_exit_data_keeps_status_and_signal),
         cmocka_unit_test(stepframe_winsize_keeps_rows_and_cols_and_input_types_are_named),
+        cmocka_unit_test(stepframe_reader_gives_whole_frames_however_the_bytes_come),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
