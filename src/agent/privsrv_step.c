@@ -168,6 +168,19 @@ static bool send_frame(int sock, enum stepframe_type type, const void *data, siz
            (n == 0 || fsutil_write_all(sock, data, n) == 0);
 }
 
+/* The keeper's end: what the task left in its process group goes with it,
+ * and its status is the last frame. Never returns. */
+static void finish(int sock, pid_t task, int status, bool agent)
+{
+    kill(-task, SIGKILL);
+    uint8_t data[8];
+    stepframe_exit_data(WIFEXITED(status) ? WEXITSTATUS(status) : -1,
+                        WIFSIGNALED(status) ? WTERMSIG(status) : 0, data);
+    if (agent)
+        send_frame(sock, STEPFRAME_EXIT, data, sizeof(data));
+    _exit(0);
+}
+
 /* The keeper's relay; never returns. */
 static void keep(int sock, pid_t task, int out, int err)
 {
@@ -217,14 +230,7 @@ static void keep(int sock, pid_t task, int out, int err)
             drain_until = now_ms() + DRAIN_MS;
         }
     }
-    /* What the task left in its process group goes with it. */
-    kill(-task, SIGKILL);
-    uint8_t data[8];
-    stepframe_exit_data(WIFEXITED(status) ? WEXITSTATUS(status) : -1,
-                        WIFSIGNALED(status) ? WTERMSIG(status) : 0, data);
-    if (agent)
-        send_frame(sock, STEPFRAME_EXIT, data, sizeof(data));
-    _exit(0);
+    finish(sock, task, status, agent);
 }
 
 /* The task's terminal: what the keeper reads from the caller (frames, a
@@ -335,13 +341,7 @@ static void keep_pty(int sock, pid_t task, struct term *tm)
             tm->slave = -1;
         }
     }
-    kill(-task, SIGKILL);
-    uint8_t data[8];
-    stepframe_exit_data(WIFEXITED(status) ? WEXITSTATUS(status) : -1,
-                        WIFSIGNALED(status) ? WTERMSIG(status) : 0, data);
-    if (agent)
-        send_frame(sock, STEPFRAME_EXIT, data, sizeof(data));
-    _exit(0);
+    finish(sock, task, status, agent);
 }
 
 /* A pseudo-terminal for the task: master and slave (the slave kept open by

@@ -322,6 +322,30 @@ def read_until(fd, want, timeout=60):
     return got.decode(errors="replace")
 
 
+def on_pty(args, env):
+    """Starts BIN ARGS on a new pty (its controlling terminal) in SHARED: the
+    process, the pty's master and the slave's name."""
+    master, slave = os.openpty()
+    name = os.ttyname(slave)
+
+    def controlling():
+        os.setsid()
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    proc = subprocess.Popen([BIN, *args], stdin=slave, stdout=slave, stderr=slave, env=env,
+                            cwd=SHARED, preexec_fn=controlling)
+    os.close(slave)
+    return proc, master, name
+
+
+def wait_proc(proc):
+    try:
+        return proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.wait()
+
+
 def wrong_key_refused(port, path):
     """The HTTP status of POST PATH on an agent's step server with a wrong credential."""
     req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", method="POST", data=b"",
@@ -341,17 +365,8 @@ def alloc_with_pty(nodes):
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUORCH_")}
     env.update(GPUORCH_SERVER=f"http://127.0.0.1:{SRV.port}", GPUORCH_TOKEN=MEMBER,
                SHELL="/bin/sh", PS1="alloc$ ")
-    master, slave = os.openpty()
-    here = os.ttyname(slave)
-
-    def controlling():
-        os.setsid()
-        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
-
-    proc = subprocess.Popen([BIN, "alloc", "-N", "2", "--gpus-per-node", "8", "-J", "interactive"],
-                            stdin=slave, stdout=slave, stderr=slave, env=env, cwd=SHARED,
-                            preexec_fn=controlling)
-    os.close(slave)
+    proc, master, here = on_pty(["alloc", "-N", "2", "--gpus-per-node", "8", "-J", "interactive"],
+                                env)
     seen = read_until(master, ["granted job allocation", "alloc$ "])
     ids = jobs_named("interactive")
     jid = ids[-1] if ids else 0
@@ -394,11 +409,7 @@ def alloc_with_pty(nodes):
        "(stty size: 33 101)", seen[-1500:])
     os.write(master, b"exit 3\n")
     seen += read_until(master, ["relinquishing job allocation"])
-    try:
-        rc = proc.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        rc = proc.wait()
+    rc = wait_proc(proc)
     os.close(master)
     j = wait_final(jid) if jid else None
     ok(rc == 3 and j and j["state"] == "CANCELLED",
@@ -411,25 +422,12 @@ def pty_outside():
     on the allocation's node, exits with its status and releases the job."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUORCH_")}
     env.update(GPUORCH_SERVER=f"http://127.0.0.1:{SRV.port}", GPUORCH_TOKEN=MEMBER)
-    master, slave = os.openpty()
-
-    def controlling():
-        os.setsid()
-        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
-
-    proc = subprocess.Popen([BIN, "run", "--pty", "-G", "1", "-J", "ptyout", "sh", "-c",
-                             "echo node=$GPUORCH_NODE; tty; read x; echo got=$x; exit 6"],
-                            stdin=slave, stdout=slave, stderr=slave, env=env, cwd=SHARED,
-                            preexec_fn=controlling)
-    os.close(slave)
+    proc, master, _ = on_pty(["run", "--pty", "-G", "1", "-J", "ptyout", "sh", "-c",
+                              "echo node=$GPUORCH_NODE; tty; read x; echo got=$x; exit 6"], env)
     seen = read_until(master, ["node=n", "/dev/pts/"])
     os.write(master, b"typed-outside\r")
     seen += read_until(master, ["got=typed-outside"])
-    try:
-        rc = proc.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        rc = proc.wait()
+    rc = wait_proc(proc)
     seen += read_until(master, [], timeout=1)
     os.close(master)
     ids = jobs_named("ptyout")
