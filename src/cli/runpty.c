@@ -199,6 +199,18 @@ static void put(struct input *in, const uint8_t *data, size_t len)
     }
 }
 
+/* This terminal's size to the task (after a SIGWINCH). */
+static void send_window(struct input *in)
+{
+    uint16_t rows, cols;
+    if (window(&rows, &cols)) {
+        uint8_t ws[4], f[STEPFRAME_HEAD + sizeof(ws)];
+        stepframe_winsize_data(rows, cols, ws);
+        frame(f, STEPFRAME_WINSIZE, ws, sizeof(ws));
+        put(in, f, sizeof(f));
+    }
+}
+
 /* The input loop: stdin and window changes to the task, until the stream
  * ends or *stop. */
 static void input_loop(struct pty_run *r, struct input *in)
@@ -213,13 +225,8 @@ static void input_loop(struct pty_run *r, struct input *in)
         if (p[1].revents) {
             char drain[64];
             (void)read(r->wake[0], drain, sizeof(drain));
-            uint16_t rows, cols;
-            uint8_t ws[4];
-            if (!r->done && window(&rows, &cols)) {
-                stepframe_winsize_data(rows, cols, ws);
-                frame(buf, STEPFRAME_WINSIZE, ws, sizeof(ws));
-                put(in, buf, STEPFRAME_HEAD + sizeof(ws));
-            }
+            if (!r->done)
+                send_window(in);
         }
         if (p[0].revents) {
             ssize_t n = read(0, buf + STEPFRAME_HEAD, sizeof(buf) - STEPFRAME_HEAD);
