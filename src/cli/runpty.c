@@ -211,6 +211,17 @@ static void send_window(struct input *in)
     }
 }
 
+/* Our stdin ended: a terminal of ours hung up, and so does the task's; a
+ * file or pipe's end is the terminal's end-of-file character (VEOF), as at
+ * the start of a line typed there. */
+static void eof_input(struct input *in)
+{
+    uint8_t f[STEPFRAME_HEAD + 1];
+    bool tty = isatty(0);
+    frame(f, tty ? STEPFRAME_HANGUP : STEPFRAME_STDIN, "\004", tty ? 0 : 1);
+    put(in, f, tty ? STEPFRAME_HEAD : sizeof(f));
+}
+
 /* The input loop: stdin and window changes to the task, until the stream
  * ends or *stop. */
 static void input_loop(struct pty_run *r, struct input *in)
@@ -233,7 +244,8 @@ static void input_loop(struct pty_run *r, struct input *in)
             if (n < 0 && (errno == EINTR || errno == EAGAIN))
                 continue;
             if (n <= 0) {
-                eof = true; /* the task's input ends with the task: no hangup */
+                eof_input(in);
+                eof = true;
                 continue;
             }
             stepframe_head(&(struct stepframe){.type = STEPFRAME_STDIN, .len = (uint32_t)n}, buf);

@@ -437,6 +437,13 @@ def pty_outside():
        "outside a job, `gpuorch run --pty -G 1 CMD` allocates, runs CMD on a terminal on the "
        "allocation's node (reading what is typed), exits with its status (6) and releases the "
        "allocation", f"{rc}\n{seen[-1500:]}\n{json.dumps(j)[:600]}")
+    r = subprocess.run([BIN, "run", "--pty", "-G", "1", "-J", "ptypipe", "sh", "-c",
+                        "cat; echo cat-ended; exit 2"], input="line1\nline2\n",
+                       capture_output=True, text=True, env=env, timeout=90, cwd=SHARED)
+    ok(r.returncode == 2 and "line2" in r.stdout and "cat-ended" in r.stdout,
+       "`gpuorch run --pty` with a pipe for stdin: the task reads it, and its end (the "
+       "terminal's end-of-file), then exits with its status (2)",
+       f"{r.returncode} {r.stdout!r} {r.stderr!r}")
 
 
 def credential_required(nodes):
