@@ -4,7 +4,9 @@
  * pseudo-terminal on its node (agent/steps.h, "An interactive step"); this
  * terminal is put in raw mode, what the task's terminal shows is written
  * here, and what is typed here (and each window size change, SIGWINCH) goes
- * to the task.
+ * to the task. A stdin that is no terminal is typed in as it comes, and its
+ * end is the terminal's end-of-file character; a terminal's end (a hangup
+ * here) hangs the task's terminal up.
  *
  * The output comes on the step's stream (POST /v1/steps/JOB/ATTEMPT, one
  * thread); the input goes by POST /v1/steps/JOB/ATTEMPT/input/SESSION, a
