@@ -59,7 +59,7 @@ struct agent {
     struct priv *priv;
     struct logsrv *logs;
     struct steps *steps;
-    struct http_route step_route; /* the log server serves steps too */
+    struct http_route step_routes[2]; /* the log server serves steps too */
     struct attempts *att;
     struct runas_account acct; /* the network half's account, when started as root */
     bool drop;                 /* started as root: become acct once the privileged half runs */
@@ -651,9 +651,10 @@ static int start_logs(struct agent *ag, const char *abs_state, char *err, size_t
         .node = ag->name, .priv = ag->priv, .as_root = priv_is_root(ag->priv), .log = agent_log};
     if (steps_new(&sc, &ag->steps) != 0)
         return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
-    ag->step_route = steps_route(ag->steps);
-    lc.extra_routes = &ag->step_route;
-    lc.nextra = 1;
+    ag->step_routes[0] = steps_route(ag->steps);
+    ag->step_routes[1] = steps_input_route(ag->steps);
+    lc.extra_routes = ag->step_routes;
+    lc.nextra = 2;
     return logsrv_new(&lc, &ag->logs, err, errlen);
 }
 

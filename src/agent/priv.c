@@ -408,7 +408,7 @@ int priv_step_spawn(struct priv *p, const struct priv_step *req, int *ret_fd, ch
     pthread_mutex_lock(&p->mu);
     struct priv_req_launch *q = p->buf;
     memset(q, 0, sizeof(*q));
-    q->type = PRIV_REQ_STEP;
+    q->type = req->pty ? PRIV_REQ_STEP_PTY : PRIV_REQ_STEP;
     q->job = req->job;
     q->attempt = req->attempt;
     q->argc = (uint32_t)req->argc;

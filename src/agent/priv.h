@@ -219,6 +219,7 @@ struct priv_step {
     size_t argc;             /* */
     const char *const *env;  /* "NAME=VALUE", the task's whole environment */
     size_t nenv;             /* */
+    bool pty;                /* on a pseudo-terminal (PRIV_REQ_STEP_PTY) */
 };
 
 /*
@@ -234,7 +235,14 @@ struct priv_step {
  * (what is left of its process group is then killed); it reads single
  * bytes, each a signal for the task's process group (SIGINT, SIGTERM or
  * SIGKILL; others are ignored). When the caller closes its end the task
- * gets SIGTERM, and SIGKILL PRIV_STEP_GRACE_MS later. Returns 0 and
+ * gets SIGTERM, and SIGKILL PRIV_STEP_GRACE_MS later.
+ * With `pty` the task runs on a pseudo-terminal instead (a session of its
+ * own, the terminal's slave its controlling terminal and its stdin, stdout
+ * and stderr): the keeper sends what the terminal shows as STDOUT frames
+ * and reads frames from the caller in place of signal bytes: STDIN (to
+ * the terminal), WINSIZE (TIOCSWINSZ: the task's foreground gets
+ * SIGWINCH), HANGUP (the terminal's master closes: the task gets SIGHUP,
+ * and SIGKILL PRIV_STEP_GRACE_MS later, as when the caller closes its end). Returns 0 and
  * *ret_fd (SOCK_STREAM, close-on-exec; the caller closes it); GPO_EINVAL (a
  * field refused, named, as priv_launch's), GPO_ENOENT (no such attempt
  * here), GPO_ESTATE (the attempt is not running), GPO_EIO, GPO_EPIPE.
@@ -257,8 +265,9 @@ enum priv_req_type {
     PRIV_REQ_CLEANUP = 3,
     PRIV_REQ_ATTRIBUTE = 4,
     PRIV_REQ_LOG_OPEN = 5,
-    PRIV_REQ_STEP = 6, /* a struct priv_req_launch: job, attempt, workdir, argv and env;
-                        * every other field 0 */
+    PRIV_REQ_STEP = 6,     /* a struct priv_req_launch: job, attempt, workdir, argv and env;
+                            * every other field 0 */
+    PRIV_REQ_STEP_PTY = 7, /* the same, the task on a pseudo-terminal */
 };
 
 struct priv_req_launch {

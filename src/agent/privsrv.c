@@ -552,6 +552,7 @@ static const struct handler {
     {PRIV_REQ_ATTRIBUTE, do_attribute, NULL, NULL},
     {PRIV_REQ_LOG_OPEN, NULL, privsrv_do_log_open, NULL},
     {PRIV_REQ_STEP, NULL, NULL, do_step},
+    {PRIV_REQ_STEP_PTY, NULL, NULL, do_step},
 };
 
 /* Answers one request into rep; returns the descriptor to pass, or -1. */

@@ -32,6 +32,7 @@ static const struct {
     {PRIV_REQ_ATTRIBUTE, "attribute", sizeof(struct priv_req_attribute)},
     {PRIV_REQ_LOG_OPEN, "log_open", sizeof(struct priv_req_log)},
     {PRIV_REQ_STEP, "step", sizeof(struct priv_req_launch)},
+    {PRIV_REQ_STEP_PTY, "step_pty", sizeof(struct priv_req_launch)},
 };
 
 int privsrv_check_request(const void *buf, size_t n, uint32_t *ret_type, char *msg, size_t len)

@@ -44,7 +44,8 @@ int privsrv_check_request(const void *buf, size_t n, uint32_t *ret_type, char *m
 int privsrv_check_launch(const struct priv_req_launch *q, char ***ret_cmd, char *msg, size_t len);
 
 /*
- * A step task's request (PRIV_REQ_STEP, in a struct priv_req_launch): job
+ * A step task's request (PRIV_REQ_STEP or PRIV_REQ_STEP_PTY, in a struct
+ * priv_req_launch): job
  * and attempt, workdir as a launch's, the packed strings as a launch's, and
  * every field a step does not use zero (no user: it runs as the attempt's;
  * no output paths, script or limits). 0 and *ret_cmd as

@@ -217,12 +217,32 @@ bool steps_out_frame(struct step *st, int type, uint32_t task, const void *data,
     return true;
 }
 
+bool steps_in_frames(struct step *st, const void *data, size_t n)
+{
+    if (st->in_len + n > STEPS_IN_MAX)
+        return false;
+    if (st->in_len + n > st->in_cap) {
+        size_t cap = st->in_cap ? st->in_cap : 4096;
+        while (cap < st->in_len + n)
+            cap *= 2;
+        uint8_t *v = realloc(st->in, cap);
+        if (!v)
+            return false;
+        st->in = v;
+        st->in_cap = cap;
+    }
+    memcpy(st->in + st->in_len, data, n);
+    st->in_len += n;
+    return true;
+}
+
 void steps_request_release(struct steps_request *r)
 {
     strs_free(r->argv, r->argc);
     strs_free(r->env, r->nenv);
     free(r->workdir);
     free(r->master_addr);
+    free(r->session);
     memset(r, 0, sizeof(*r));
 }
 
@@ -250,6 +270,7 @@ void steps_unref(struct step *st)
     strs_free(st->uuids, st->nuuids);
     proto_attempt_release(&st->att);
     free(st->out);
+    free(st->in);
     close(st->wake_fd);
     pthread_mutex_destroy(&st->mu);
     pthread_cond_destroy(&st->cond);
@@ -357,6 +378,21 @@ static const struct jsonv_field request_fields[] = {
      .offset = offsetof(struct steps_request, master_port),
      .min = 1,
      .max = 65535},
+    {.name = "pty", .kind = JSONV_BOOL, .offset = offsetof(struct steps_request, pty)},
+    {.name = "session",
+     .kind = JSONV_STRING,
+     .flags = JSONV_TEXT,
+     .offset = offsetof(struct steps_request, session),
+     .min = 16,
+     .max = 64},
+    {.name = "rows",
+     .kind = JSONV_UINT32,
+     .offset = offsetof(struct steps_request, rows),
+     .max = 65535},
+    {.name = "cols",
+     .kind = JSONV_UINT32,
+     .offset = offsetof(struct steps_request, cols),
+     .max = 65535},
 };
 #define NFIELDS (sizeof(request_fields) / sizeof(request_fields[0]))
 
@@ -373,6 +409,18 @@ static int request_check(const struct steps_request *r, size_t ngpus, char *err,
         return snprintf(err, errlen, "fields 'first_task', 'local_tasks': tasks %u..%u of %u",
                         r->first_task, r->first_task + r->local_tasks - 1, r->ntasks),
                GPO_EINVAL;
+    if (r->pty && (r->ntasks != 1 || r->local_tasks != 1 || !r->session))
+        return snprintf(err, errlen,
+                        "field 'pty': one task (ntasks and local_tasks 1), with "
+                        "a 'session'"),
+               GPO_EINVAL;
+    if (!r->pty && (r->session || r->rows || r->cols))
+        return snprintf(err, errlen, "fields 'session', 'rows', 'cols': only with 'pty'"),
+               GPO_EINVAL;
+    for (const char *p = r->session; p && *p; p++) {
+        if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z')))
+            return snprintf(err, errlen, "field 'session': letters and digits only"), GPO_EINVAL;
+    }
     if ((uint64_t)r->gpus_per_task * r->local_tasks > ngpus)
         return snprintf(err, errlen,
                         "field 'gpus_per_task': %u task(s) x %u GPU(s), but the job has %zu "
@@ -395,10 +443,10 @@ static bool parse_id(const char *v, uint64_t max, uint64_t *ret)
     return true;
 }
 
-/* The attempt the request names, if its credential matches: a new step
- * that copies its GPUs, under s->mu. 401/404 answered otherwise. */
-static struct step *step_for(struct steps *s, struct http_request *req, uint64_t job,
-                             uint32_t attempt, int *status)
+/* The attempt the request names, if it runs here and the request has its
+ * credential; else NULL and *status 404 or 401. Under s->mu. */
+static const struct steps_attempt *authorized(struct steps *s, struct http_request *req,
+                                              uint64_t job, uint32_t attempt, int *status)
 {
     const char *bearer = http_request_bearer(req);
     size_t at = find_attempt(s, job, attempt);
@@ -412,6 +460,17 @@ static struct step *step_for(struct steps *s, struct http_request *req, uint64_t
         *status = 401;
         return NULL;
     }
+    return a;
+}
+
+/* The attempt the request names, if its credential matches: a new step
+ * that copies its GPUs, under s->mu. 401/404 answered otherwise. */
+static struct step *step_for(struct steps *s, struct http_request *req, uint64_t job,
+                             uint32_t attempt, int *status)
+{
+    const struct steps_attempt *a = authorized(s, req, job, attempt, status);
+    if (!a)
+        return NULL;
     struct step *st = calloc(1, sizeof(*st));
     if (st && (st->uuids = calloc(a->nuuids + 1, sizeof(*st->uuids)))) {
         for (size_t k = 0; k < a->nuuids && (st->uuids[k] = strdup(a->uuids[k])); k++)
@@ -428,6 +487,20 @@ static struct step *step_for(struct steps *s, struct http_request *req, uint64_t
     }
     st->milli = a->milli;
     return st;
+}
+
+/* The live pty step of (job, attempt) named session, under s->mu; NULL for
+ * none (and for a NULL session). */
+static struct step *find_session(struct steps *s, uint64_t job, uint32_t attempt,
+                                 const char *session)
+{
+    for (size_t k = 0; session && k < s->nlive; k++) {
+        const struct step *st = s->live[k];
+        if (st->job == job && st->attempt == attempt && st->req.session &&
+            strcmp(st->req.session, session) == 0)
+            return s->live[k];
+    }
+    return NULL;
 }
 
 /* Starts the step's thread and answers with its stream. */
@@ -452,10 +525,17 @@ static int start(struct steps *s, struct http_request *req, struct step *st)
         return http_request_error(req, 500, "internal", "eventfd: %s", strerror(e));
     }
     pthread_mutex_lock(&s->mu);
-    bool room = s->nlive < STEPS_MAX;
-    if (room)
+    bool room = s->nlive < STEPS_MAX,
+         taken = find_session(s, st->job, st->attempt, st->req.session) != NULL;
+    if (room && !taken)
         s->live[s->nlive++] = st;
     pthread_mutex_unlock(&s->mu);
+    if (taken) {
+        st->refs = 1;
+        steps_unref(st);
+        return http_request_error(req, 409, "session_in_use",
+                                  "the attempt has an interactive step of that session already");
+    }
     /* The stream holds one reference from here on: its free_ctx drops it. */
     int rc = room ? http_request_respond_stream(req, 200, "application/octet-stream", stream_read,
                                                 stream_free, st, &st->stream)
@@ -524,8 +604,66 @@ static int h_step(struct http_request *req, void *ctx)
     return start(s, req, st);
 }
 
+/* Whether body is whole input frames only. */
+static bool input_ok(const uint8_t *body, size_t len)
+{
+    size_t at = 0;
+    struct stepframe f;
+    while (len - at >= STEPFRAME_HEAD && stepframe_parse(body + at, &f) == 0 &&
+           stepframe_is_input(f.type) && len - at - STEPFRAME_HEAD >= f.len)
+        at += STEPFRAME_HEAD + f.len;
+    return at == len;
+}
+
+static int h_input(struct http_request *req, void *ctx)
+{
+    (void)ctx;
+    struct steps *s = (struct steps *)http_request_route_arg(req);
+    uint64_t job, attempt;
+    size_t len = 0;
+    const uint8_t *body = http_request_body(req, &len);
+    if (!parse_id(http_request_param(req, "job"), INT64_MAX, &job) ||
+        !parse_id(http_request_param(req, "attempt"), UINT32_MAX, &attempt))
+        return http_request_error(req, 400, "invalid_path",
+                                  "expected /v1/steps/JOB/ATTEMPT/input/SESSION with positive ids");
+    int status = 0;
+    pthread_mutex_lock(&s->mu);
+    struct step *st =
+        authorized(s, req, job, (uint32_t)attempt, &status)
+            ? find_session(s, job, (uint32_t)attempt, http_request_param(req, "session"))
+            : NULL;
+    bool queued = false, valid = st && (!len || input_ok(body, len));
+    if (valid) {
+        pthread_mutex_lock(&st->mu);
+        queued = !st->done && !st->cancelled && (!len || steps_in_frames(st, body, len));
+        pthread_mutex_unlock(&st->mu);
+        uint64_t one = 1;
+        if (queued && write(st->wake_fd, &one, sizeof(one)) < 0) { /* full: awake already */
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (status == 401)
+        return http_request_error(req, 401, "unauthorized",
+                                  "the attempt's step credential is required (GPUORCH_STEP_KEY)");
+    if (!st)
+        return http_request_error(req, 404, "not_found", "no such interactive step running here");
+    if (!valid)
+        return http_request_error(req, 400, "invalid_body",
+                                  "expected whole input frames (STDIN, WINSIZE, HANGUP)");
+    if (!queued)
+        return http_request_error(req, 503, "busy", "the task has %zu bytes of input waiting",
+                                  STEPS_IN_MAX);
+    return http_request_respond_json(req, 204, NULL);
+}
+
 struct http_route steps_route(struct steps *s)
 {
     return (struct http_route){"POST", "/v1/steps/{job}/{attempt}", h_step,
                                HTTP_ROUTE_PUBLIC | HTTP_ROUTE_JSON_BODY, s};
+}
+
+struct http_route steps_input_route(struct steps *s)
+{
+    return (struct http_route){"POST", "/v1/steps/{job}/{attempt}/input/{session}", h_input,
+                               HTTP_ROUTE_PUBLIC | HTTP_ROUTE_RAW_BODY, s};
 }

@@ -27,6 +27,21 @@
  * constant time), 404 (no such attempt running here), 400 (a field, named;
  * tasks that need more GPUs than the node holds), 503 (too many steps).
  *
+ * An interactive step ("pty": true, "session": S, "rows": R, "cols": C;
+ * one task: ntasks and local_tasks 1) runs its task on a pseudo-terminal
+ * (priv_step_spawn's pty): the stream carries what the terminal shows
+ * (STDOUT frames) and the EXIT. Its input comes by requests of its own,
+ * each a few frames, in order, on one connection:
+ *
+ *   POST /v1/steps/{job}/{attempt}/input/{S}   the same credential
+ *   body: util/stepframe.h frames, STDIN, WINSIZE or HANGUP only
+ *
+ * answered 204 once queued for the task (401 as above; 404 no such
+ * interactive step running; 400 a frame that is not whole or not input;
+ * 503 more than STEPS_IN_MAX bytes wait for the task: send it again
+ * later). S, 16 to 64 letters and digits the client chose, names the step
+ * among the attempt's (409 for one in use).
+ *
  * Threads: the handler runs on the log server's polling thread and never
  * blocks; each step has a thread of its own that starts the tasks and
  * relays their frames. The registry has its own lock.
@@ -45,6 +60,7 @@
 #define STEPS_MAX       256                   /* steps at once on one node */
 #define STEPS_TASKS_MAX 256                   /* tasks of one step on one node */
 #define STEPS_BUF_MAX   ((size_t)1024 * 1024) /* output held for a slow client, per step */
+#define STEPS_IN_MAX    ((size_t)256 * 1024)  /* input held for a slow task, per step */
 
 struct steps_config {
     const char *node;  /* this node's name (copied) */
@@ -62,8 +78,10 @@ int steps_new(const struct steps_config *cfg, struct steps **ret);
  * is fine. Call it after the log server that serves its route is gone. */
 void steps_free(struct steps *s);
 
-/* The log server's row for the step route (its arg is s). */
+/* The log server's rows for the step route and the input route (their arg
+ * is s). */
 struct http_route steps_route(struct steps *s);
+struct http_route steps_input_route(struct steps *s);
 
 /* An attempt that runs here (a borrowed run assignment): its credential,
  * GPUs and gang, copied; a later call for the same attempt replaces them.

@@ -35,6 +35,9 @@ struct steps_request {
     uint32_t node_index, nodes, ntasks, first_task, local_tasks, gpus_per_task;
     char *master_addr;
     uint32_t master_port;
+    bool pty;      /* one task on a pseudo-terminal */
+    char *session; /* a pty step's input name (steps.h); NULL otherwise */
+    uint32_t rows, cols;
 };
 
 struct step {
@@ -58,6 +61,8 @@ struct step {
     int wake_fd;         /* an eventfd: cancelled */
     uint8_t *out;        /* frames not yet read by the stream */
     size_t out_len, out_cap;
+    uint8_t *in; /* a pty step's input frames not yet written to its keeper */
+    size_t in_len, in_cap;
     struct http_stream *stream; /* the thread's handle for wakes */
 };
 
@@ -67,6 +72,10 @@ void *steps_run(void *arg);
 /* Appends a frame to st->out (under st->mu, which the caller holds):
  * false when out of memory. */
 bool steps_out_frame(struct step *st, int type, uint32_t task, const void *data, size_t n);
+
+/* Appends input frames (whole, checked) to st->in, under st->mu which the
+ * caller holds: false when out of memory or over STEPS_IN_MAX. */
+bool steps_in_frames(struct step *st, const void *data, size_t n);
 
 /* Drops one reference; the last frees the step and unlists it. */
 void steps_unref(struct step *st);

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "agent/slurmenv.h"
@@ -153,7 +154,8 @@ static int spawn(struct step *st, uint32_t l)
                                .argv = (const char *const *)st->req.argv,
                                .argc = st->req.argc,
                                .env = (const char *const *)env.v,
-                               .nenv = env.n};
+                               .nenv = env.n,
+                               .pty = st->req.pty};
         rc = priv_step_spawn(st->priv, &ps, &fd, err, sizeof(err));
     }
     launch_strv_release(&env);
@@ -200,6 +202,28 @@ static bool relay(struct step *st, struct task *t)
     return more;
 }
 
+/* A pty step's input, as much as its keeper takes now (its socket does not
+ * block the step's thread: a task that reads nothing holds only its
+ * input). */
+static void feed(struct step *st, int fd)
+{
+    pthread_mutex_lock(&st->mu);
+    ssize_t n = st->in_len ? send(fd, st->in, st->in_len, MSG_DONTWAIT | MSG_NOSIGNAL) : 0;
+    if (n > 0) {
+        memmove(st->in, st->in + n, st->in_len - (size_t)n);
+        st->in_len -= (size_t)n;
+    }
+    pthread_mutex_unlock(&st->mu);
+}
+
+static bool input_waits(struct step *st)
+{
+    pthread_mutex_lock(&st->mu);
+    bool v = st->in_len > 0;
+    pthread_mutex_unlock(&st->mu);
+    return v;
+}
+
 /* Waits for room in the stream's buffer; false when the step is cancelled. */
 static bool wait_room(struct step *st)
 {
@@ -218,14 +242,21 @@ static void relay_all(struct step *st, struct task *tasks, uint32_t n)
         open += tasks[k].fd >= 0;
     struct pollfd *p = calloc(n + 1, sizeof(*p));
     while (p && open && wait_room(st)) {
+        bool in = st->req.pty && input_waits(st);
         for (uint32_t k = 0; k < n; k++)
-            p[k] = (struct pollfd){.fd = tasks[k].fd, .events = POLLIN};
+            p[k] = (struct pollfd){.fd = tasks[k].fd,
+                                   .events = (short)(POLLIN | (in && k == 0 ? POLLOUT : 0))};
         p[n] = (struct pollfd){.fd = st->wake_fd, .events = POLLIN};
         int r = poll(p, n + 1, 1000);
         if (r == 0) /* a client that left is noticed at a wake */
             http_stream_wake(st->stream);
+        uint64_t woken;
+        if (r > 0 && p[n].revents && read(st->wake_fd, &woken, sizeof(woken)) < 0) {
+        } /* new input, or cancelled (wait_room sees that) */
+        if (r > 0 && (p[0].revents & POLLOUT) && tasks[0].fd >= 0)
+            feed(st, tasks[0].fd);
         for (uint32_t k = 0; r > 0 && k < n; k++) {
-            if (p[k].revents && !relay(st, &tasks[k])) {
+            if ((p[k].revents & ~POLLOUT) && !relay(st, &tasks[k])) {
                 close(tasks[k].fd);
                 tasks[k].fd = -1;
                 open--;
@@ -256,6 +287,14 @@ void *steps_run(void *arg)
             close(tasks[k].fd);
             tasks[k].fd = -1;
         }
+    }
+    if (tasks && !failed && st->req.pty && st->req.rows && st->req.cols) {
+        uint8_t f[STEPFRAME_HEAD + 4];
+        stepframe_head(&(struct stepframe){.type = STEPFRAME_WINSIZE, .len = 4}, f);
+        stepframe_winsize_data((uint16_t)st->req.rows, (uint16_t)st->req.cols, f + STEPFRAME_HEAD);
+        pthread_mutex_lock(&st->mu);
+        (void)steps_in_frames(st, f, sizeof(f)); /* before any input: it cannot be full */
+        pthread_mutex_unlock(&st->mu);
     }
     if (tasks)
         relay_all(st, tasks, n);

@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cli/run.h"
 #include "client/client.h"
 #include "util/opts.h"
 #include "base/banned.h"
@@ -253,11 +255,14 @@ static void usage(FILE *out)
                  "\n"
                  "Allocates GPUs as Slurm's salloc does: submits a job that holds them, waits\n"
                  "until it runs (\"job N queued and waiting for resources\" while it waits),\n"
-                 "then runs CMD, or your $SHELL, here, with the allocation in its environment\n"
-                 "(GPUORCH_JOB_ID, SLURM_JOB_ID, GPUORCH_NODELIST, GPUORCH_STEP_KEY, ...), so\n"
-                 "that 'gpuorch run' in it starts job steps on the allocation's nodes. When CMD\n"
+                 "then, without CMD, opens your shell ($SHELL, else your login shell) on the\n"
+                 "allocation's first node, on a pseudo-terminal there (as salloc with\n"
+                 "use_interactive_step, 'gpuorch run --pty $SHELL'); with CMD, runs CMD here,\n"
+                 "as salloc does. Either has the allocation in its environment (GPUORCH_JOB_ID,\n"
+                 "SLURM_JOB_ID, GPUORCH_NODELIST, GPUORCH_STEP_KEY, ...), so that 'gpuorch\n"
+                 "run' in it starts job steps on the allocation's nodes. When the shell or CMD\n"
                  "ends, the allocation is released (the job is cancelled), and 'gpuorch alloc'\n"
-                 "exits with CMD's status.\n"
+                 "exits with its status.\n"
                  "\n"
                  "  -N, --nodes NODES        nodes (more than 1: a gang)\n"
                  "      --gpus-per-node G    GPUs on each node\n"
@@ -268,8 +273,7 @@ static void usage(FILE *out)
                  "  -p, --partition POOL     the pool\n"
                  "  -J, --job-name NAME      the job's name (default: alloc)\n"
                  "\n"
-                 "Not supported yet: a shell on the allocation's first node (--pty,\n"
-                 "LaunchParameters=use_interactive_step); salloc's other options.\n");
+                 "Not supported yet: salloc's other options.\n");
     cli_help_common(out, false);
 }
 
@@ -280,12 +284,9 @@ static void on_signal(int sig)
     alloc_stop = sig;
 }
 
-/* Runs CMD (or the shell) here and waits; its exit status. */
-static int run_here(char **cmd, size_t ncmd)
+/* Runs CMD here and waits; its exit status. */
+static int run_here(char **argv)
 {
-    const char *shell = getenv("SHELL");
-    char *dflt[] = {(char *)(shell && *shell ? shell : "/bin/sh"), NULL};
-    char **argv = ncmd ? cmd : dflt;
     pid_t pid = fork();
     if (pid == 0) {
         (void)signal(SIGINT, SIG_DFL);
@@ -303,6 +304,21 @@ static int run_here(char **cmd, size_t ncmd)
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
         ;
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* No command: the shell ($SHELL, else the password file's, else /bin/sh)
+ * as an interactive step on the allocation's first node, as salloc with
+ * LaunchParameters=use_interactive_step runs `srun --pty $SHELL`. */
+static int shell_on_first_node(void)
+{
+    const char *shell = getenv("SHELL");
+    struct passwd pw, *res = NULL;
+    char buf[16384];
+    if ((!shell || shell[0] != '/') && getpwuid_r(getuid(), &pw, buf, sizeof(buf), &res) == 0 &&
+        res && res->pw_shell && res->pw_shell[0] == '/')
+        shell = res->pw_shell;
+    char *argv[] = {(char *)(shell && shell[0] == '/' ? shell : "/bin/sh"), NULL};
+    return run_shell("alloc", argv, 1, &alloc_stop);
 }
 
 int alloc_command(int argc, char **argv)
@@ -345,7 +361,7 @@ int alloc_command(int argc, char **argv)
         rc = cli_fail("alloc", "the allocation's node list is too long for the environment");
     if (!rc) {
         fprintf(stderr, "gpuorch alloc: granted job allocation %" PRId64 "\n", al.job);
-        rc = run_here(cmd, ncmd);
+        rc = ncmd ? run_here(cmd) : shell_on_first_node();
     }
     if (al.job)
         fprintf(stderr, "gpuorch alloc: relinquishing job allocation %" PRId64 "\n", al.job);

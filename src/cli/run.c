@@ -23,6 +23,7 @@
 
 #include "cli/alloc.h"
 #include "cli/cli.h"
+#include "cli/runpty.h"
 #include "util/httpc.h"
 #include "util/opts.h"
 #include "util/stepframe.h"
@@ -36,7 +37,8 @@
 struct run_args {
     int64_t ntasks, ntasks_per_node, gpus_per_task, nodes;
     const char *chdir;
-    bool label, help;
+    bool label, help, pty;
+    const char *nodelist; /* --pty: the node of the task */
     /* outside an allocation only: what to allocate */
     int64_t gpus_per_node, gpus, time_s;
     const char *partition, *name;
@@ -78,6 +80,12 @@ static const struct opts_opt opts[] = {
      .short_name = 'h',
      .type = OPTS_HELP,
      .offset = offsetof(struct run_args, help)},
+    {.name = "pty", .type = OPTS_FLAG, .offset = offsetof(struct run_args, pty)},
+    {.name = "nodelist",
+     .short_name = 'w',
+     .type = OPTS_STRING,
+     .flags = OPTS_NONEMPTY,
+     .offset = offsetof(struct run_args, nodelist)},
     {.name = "gpus-per-node",
      .type = OPTS_INT,
      .min = 1,
@@ -110,7 +118,6 @@ static const struct opts_opt opts[] = {
 /* srun's options that `gpuorch run` does not honour: refused by name, never
  * ignored. */
 static const char *const refused[] = {
-    "pty",
     "mpi",
     "cpu-bind",
     "distribution",
@@ -119,8 +126,6 @@ static const char *const refused[] = {
     "overlap",
     "het-group",
     "multi-prog",
-    "nodelist",
-    "w",
     "exclude",
     "x",
     "cpus-per-task",
@@ -149,6 +154,7 @@ static void usage(FILE *out)
     fprintf(out, "usage: gpuorch run [-n N] [--ntasks-per-node K] [--gpus-per-task G] [-N NODES]\n"
                  "                   [-l] [-D DIR] [--gpus-per-node G | -G GPUS] [-t SECONDS]\n"
                  "                   [-p POOL] [-J NAME] [--] CMD [ARGS...]\n"
+                 "       gpuorch run --pty [-w NODE] [-D DIR] [--] CMD [ARGS...]\n"
                  "\n"
                  "Runs a job step, as Slurm's srun does: N tasks of CMD over an allocation's\n"
                  "nodes, each with its rank (SLURM_PROCID, RANK), its rank on the node\n"
@@ -172,14 +178,18 @@ static void usage(FILE *out)
                  "                          job: the nodes to allocate)\n"
                  "  -l, --label             each line after its task's rank: '0: ...'\n"
                  "  -D, --chdir DIR         the tasks' directory (default: this one)\n"
+                 "      --pty               one task on a pseudo-terminal, interactive: this\n"
+                 "                          terminal in raw mode, what you type goes to the task,\n"
+                 "                          window size changes too; exits with its status\n"
+                 "  -w, --nodelist NODE     --pty: the task's node (default: the first)\n"
                  "  --gpus-per-node G, -G/--gpus GPUS, -t/--time SECONDS, -p/--partition POOL,\n"
                  "  -J/--job-name NAME      what to allocate, outside a job only\n"
                  "  -h, --help              this help\n"
                  "\n"
-                 "Not supported yet (refused): --pty, and srun's --mpi, --cpu-bind,\n"
-                 "-m/--distribution, --exclusive, --overlap, --het-group, --multi-prog,\n"
-                 "-w/--nodelist, -x/--exclude, -c/--cpus-per-task, --mem*, --gres,\n"
-                 "-i/-o/-e, --export, -K, -W, -u.\n"
+                 "Not supported yet (refused): srun's --mpi, --cpu-bind, -m/--distribution,\n"
+                 "--exclusive, --overlap, --het-group, --multi-prog, -w without --pty,\n"
+                 "-x/--exclude, -c/--cpus-per-task, --mem*, --gres, -i/-o/-e, --export, -K,\n"
+                 "-W, -u. Without --pty the tasks' stdin is /dev/null.\n"
                  "\n"
                  "The server and token (outside a job) come from $GPUORCH_SERVER,\n"
                  "$GPUORCH_TOKEN or $GPUORCH_TOKEN_FILE, or the config file.\n"
@@ -317,6 +327,31 @@ static int lay_out(struct step *st)
     return 0;
 }
 
+/* --pty: one task, on the first node or the one -w names. */
+static int lay_out_pty(struct step *st)
+{
+    if (st->a.ntasks > 1 || st->a.ntasks_per_node > 1 || st->a.nodes > 1)
+        return cli_usage_error("run", "--pty runs one task: not with -n, --ntasks-per-node or -N "
+                                      "over 1");
+    size_t at = 0;
+    while (st->a.nodelist && at < st->nnodes && strcmp(st->nodes[at].name, st->a.nodelist) != 0)
+        at++;
+    if (at == st->nnodes)
+        return cli_usage_error("run", "-w %.64s: not a node of the allocation", st->a.nodelist);
+    st->nodes[0] = (struct node){.name = st->nodes[at].name, .addr = st->nodes[at].addr};
+    st->nnodes = 1;
+    st->ntasks = 1;
+    st->nodes[0].ntasks = 1;
+    if (!st->a.gpus_per_task) {
+        uint32_t job_gpt = 0;
+        int rc = env_u32("GPUORCH_GPUS_PER_TASK", 0, 64, &job_gpt);
+        if (rc)
+            return rc;
+        st->a.gpus_per_task = job_gpt;
+    }
+    return 0;
+}
+
 /* MASTER_ADDR is the first node's host; MASTER_PORT a port free there now
  * (this program runs on the first node), else the job's MASTER_PORT + 1. */
 static int pick_master(struct step *st)
@@ -395,8 +430,7 @@ struct conn {
     size_t index;
     char *body;
     long status;
-    uint8_t buf[STEPFRAME_HEAD + STEPFRAME_DATA_MAX];
-    size_t len;
+    struct stepframe_reader frames;
     char answer[512]; /* a non-200 answer's start */
     size_t alen;
     char err[CLI_ERR_MAX];
@@ -421,14 +455,13 @@ static void print_output(struct step *st, const struct stepframe *f, const uint8
     (void)fflush(out);
 }
 
-static void take_frame(struct conn *c, const struct stepframe *f, const uint8_t *data)
+static int take_frame(void *ctx, const struct stepframe *f, const uint8_t *data)
 {
+    struct conn *c = ctx;
     struct step *st = c->st;
     const struct node *nd = &st->nodes[c->index];
-    if (f->task < nd->first || f->task >= nd->first + nd->ntasks) {
-        c->bad = true;
-        return;
-    }
+    if (f->task < nd->first || f->task >= nd->first + nd->ntasks || stepframe_is_input(f->type))
+        return GPO_EINVAL;
     pthread_mutex_lock(&st->out_mu);
     struct task_end *e = &st->ends[f->task];
     if (f->type == STEPFRAME_STDOUT || f->type == STEPFRAME_STDERR) {
@@ -441,6 +474,7 @@ static void take_frame(struct conn *c, const struct stepframe *f, const uint8_t 
         e->error = strndup((const char *)data, f->len);
     }
     pthread_mutex_unlock(&st->out_mu);
+    return 0;
 }
 
 static int on_data(const void *data, size_t len, void *ctx)
@@ -457,26 +491,7 @@ static int on_data(const void *data, size_t len, void *ctx)
         c->answer[c->alen] = '\0';
         return 0;
     }
-    const uint8_t *p = data;
-    while (len && !c->bad) {
-        size_t room = sizeof(c->buf) - c->len, n = len < room ? len : room;
-        memcpy(c->buf + c->len, p, n);
-        c->len += n, p += n, len -= n;
-        size_t at = 0;
-        struct stepframe f;
-        while (!c->bad && c->len - at >= STEPFRAME_HEAD) {
-            if (stepframe_parse(c->buf + at, &f) != 0) {
-                c->bad = true;
-                break;
-            }
-            if (c->len - at < STEPFRAME_HEAD + f.len)
-                break;
-            take_frame(c, &f, c->buf + at + STEPFRAME_HEAD);
-            at += STEPFRAME_HEAD + f.len;
-        }
-        memmove(c->buf, c->buf + at, c->len - at);
-        c->len -= at;
-    }
+    c->bad = c->bad || stepframe_reader_feed(&c->frames, data, len, take_frame, c) != 0;
     return c->bad;
 }
 
@@ -544,6 +559,30 @@ static int outcome(struct step *st, struct conn *conns)
         }
     }
     return worst > 255 ? 255 : worst;
+}
+
+/* --pty: the one task, interactive (runpty.h). */
+static int run_pty(struct step *st, const char *cmd, const volatile sig_atomic_t *stop)
+{
+    json_t *body = NULL;
+    int rc = make_body(st, &body);
+    bool ok = !rc && json_object_set_new(body, "node_index", json_integer(0)) == 0 &&
+              json_object_set_new(body, "first_task", json_integer(0)) == 0 &&
+              json_object_set_new(body, "local_tasks", json_integer(1)) == 0;
+    if (!rc && !ok)
+        rc = cli_fail(cmd, "out of memory");
+    if (!rc) {
+        struct runpty p = {.cmd = cmd,
+                           .addr = st->nodes[0].addr,
+                           .node = st->nodes[0].name,
+                           .job = st->job,
+                           .attempt = st->attempt,
+                           .key = st->key,
+                           .stop = stop};
+        rc = runpty_run(&p, body);
+    }
+    json_decref(body);
+    return rc;
 }
 
 static int run_step(struct step *st)
@@ -646,6 +685,15 @@ static int parse(int argc, char **argv, struct step *st)
     }
 }
 
+static void step_free(struct step *st)
+{
+    free(st->master_addr);
+    free(st->names_buf);
+    free(st->addrs_buf);
+    pthread_mutex_destroy(&st->out_mu);
+    free(st);
+}
+
 int run_command(int argc, char **argv)
 {
     struct step *st = calloc(1, sizeof(*st));
@@ -664,6 +712,10 @@ int run_command(int argc, char **argv)
                                     "--job-name allocate: not inside a job");
     if (go && !rc && ra->gpus && ra->gpus_per_node)
         rc = cli_usage_error("run", "--gpus and --gpus-per-node: one of them");
+    if (go && !rc && ra->nodelist && !ra->pty)
+        rc = cli_usage_error("run", "-w/--nodelist: srun's option is supported with --pty only");
+    if (go && !rc && ra->pty && ra->label)
+        rc = cli_usage_error("run", "--pty and -l: one task's terminal has no labels");
     if (go && !rc) {
         struct sigaction sa = {.sa_handler = on_signal};
         sigemptyset(&sa.sa_mask);
@@ -676,15 +728,28 @@ int run_command(int argc, char **argv)
     bool allocated = go && !rc && !inside;
     rc = allocated ? allocate(st, &al) : rc;
     rc = go && !rc ? read_alloc(st) : rc;
-    rc = go && !rc ? lay_out(st) : rc;
+    rc = go && !rc ? (ra->pty ? lay_out_pty(st) : lay_out(st)) : rc;
     rc = go && !rc ? pick_master(st) : rc;
-    rc = go && !rc ? run_step(st) : rc;
+    rc = go && !rc ? (ra->pty ? run_pty(st, "run", &stop_signal) : run_step(st)) : rc;
     if (allocated)
         alloc_release("run", &al);
-    free(st->master_addr);
-    free(st->names_buf);
-    free(st->addrs_buf);
-    pthread_mutex_destroy(&st->out_mu);
-    free(st);
+    step_free(st);
+    return rc;
+}
+
+int run_shell(const char *cmd, char **argv, size_t argc, const volatile sig_atomic_t *stop)
+{
+    struct step *st = calloc(1, sizeof(*st));
+    if (!st)
+        return cli_fail(cmd, "out of memory");
+    pthread_mutex_init(&st->out_mu, NULL);
+    st->a.pty = true;
+    st->cmd = argv;
+    st->ncmd = argc;
+    int rc = read_alloc(st);
+    rc = rc ? rc : lay_out_pty(st);
+    rc = rc ? rc : pick_master(st);
+    rc = rc ? rc : run_pty(st, cmd, stop);
+    step_free(st);
     return rc;
 }

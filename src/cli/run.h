@@ -15,10 +15,25 @@
  * task killed by signal N, 1 for a task that never started or was lost).
  * SIGINT, SIGTERM or SIGHUP end the step: the connections close, and each
  * agent ends the tasks it started.
+ *
+ * With --pty: one task (on the first node, or -w NODE's) on a
+ * pseudo-terminal there, interactive (runpty.h).
  */
 #ifndef GPUORCH_CLI_RUN_H
 #define GPUORCH_CLI_RUN_H
 
+#include <signal.h>
+#include <stddef.h>
+
 int run_command(int argc, char **argv);
+
+/*
+ * In an allocation (its variables in this process's environment, as
+ * alloc_export sets them): argv[0..argc) as one interactive task on the
+ * allocation's first node (`gpuorch run --pty`, runpty.h), for `gpuorch
+ * alloc`'s shell. cmd names the command in messages; *stop is the
+ * caller's signal flag. The task's exit status, or as runpty_run.
+ */
+int run_shell(const char *cmd, char **argv, size_t argc, const volatile sig_atomic_t *stop);
 
 #endif

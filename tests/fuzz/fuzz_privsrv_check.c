@@ -185,7 +185,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         uint32_t type;
         if (privsrv_check_request(rest, n, &type, msg, sizeof(msg)) != 0) {
             one_line(msg);
-        } else if (type == PRIV_REQ_LAUNCH || type == PRIV_REQ_STEP) {
+        } else if (type == PRIV_REQ_LAUNCH || type == PRIV_REQ_STEP || type == PRIV_REQ_STEP_PTY) {
             char **cmd = NULL;
             memcpy(&launch_req, rest, sizeof(launch_req));
             if ((type == PRIV_REQ_LAUNCH ? privsrv_check_launch : privsrv_check_step)(

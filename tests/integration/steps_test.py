@@ -11,21 +11,29 @@ tasks gets each task's rank, node, local rank and its own GPUs
 an all_reduce over 4 tasks on 2 nodes and the job is COMPLETED; a task that
 exits 3 is named by `gpuorch run` ("task 2 (node n2): exited with status 3")
 and the job is FAILED; SIGTERM to `gpuorch run` ends the step's tasks on
-both nodes; a request to an agent's step server without the attempt's
-credential is refused (401).
+both nodes; `gpuorch alloc` driven through a pty opens a shell on the first
+node's terminal (its job id, a /dev/pts of the job's user), `gpuorch run`
+and `gpuorch run --pty -w n2` work from it, a window size change reaches
+it, and its `exit 3` is alloc's status; `gpuorch run --pty` outside a job
+allocates, runs on a terminal there and exits with the task's status; a request to an agent's step
+server, or its input route, without the attempt's credential is refused
+(401).
 
 Needs root (jobs run as gpuorch-test1) and python3-torch (scripts/setup.sh);
 the torch checks are skipped, and say so, without it. Agents and server are
 child processes stopped by PID; conditions are polled with deadlines.
 KEEP_TMP=1 keeps the directories."""
 
+import fcntl
 import json
 import os
-import pty
+import pwd
 import select
+import struct
 import subprocess
 import sys
 import tempfile
+import termios
 import time
 import urllib.error
 import urllib.request
@@ -314,34 +322,128 @@ def read_until(fd, want, timeout=60):
     return got.decode(errors="replace")
 
 
-def alloc_with_pty():
-    """`gpuorch alloc` driven through a pty: a shell with the allocation, a
-    step run from it, its exit status, and the allocation released."""
+def on_pty(args, env):
+    """Starts BIN ARGS on a new pty (its controlling terminal) in SHARED: the
+    process, the pty's master and the slave's name."""
+    master, slave = os.openpty()
+    name = os.ttyname(slave)
+
+    def controlling():
+        os.setsid()
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    proc = subprocess.Popen([BIN, *args], stdin=slave, stdout=slave, stderr=slave, env=env,
+                            cwd=SHARED, preexec_fn=controlling)
+    os.close(slave)
+    return proc, master, name
+
+
+def wait_proc(proc):
+    try:
+        return proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.wait()
+
+
+def wrong_key_refused(port, path):
+    """The HTTP status of POST PATH on an agent's step server with a wrong credential."""
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", method="POST", data=b"",
+                                 headers={"Authorization": "Bearer " + "0" * 64})
+    try:
+        urllib.request.urlopen(req, timeout=10)
+        return 200
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+def alloc_with_pty(nodes):
+    """`gpuorch alloc` driven through a pty: a shell on the allocation's first
+    node, on a terminal there, with the allocation's variables; a step and an
+    interactive step run from it; a window size change; its exit status; the
+    allocation released."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUORCH_")}
     env.update(GPUORCH_SERVER=f"http://127.0.0.1:{SRV.port}", GPUORCH_TOKEN=MEMBER,
                SHELL="/bin/sh", PS1="alloc$ ")
-    pid, fd = pty.fork()
-    if pid == 0:
-        os.chdir(SHARED)
-        os.execve(BIN, [BIN, "alloc", "-N", "2", "--gpus-per-node", "8", "-J", "interactive"],
-                  env)
-    seen = read_until(fd, ["granted job allocation", "alloc$ "])
-    os.write(fd, f"{BIN} run -l sh -c 'echo step-$SLURM_PROCID-$SLURM_JOB_ID'\n".encode())
+    proc, master, here = on_pty(["alloc", "-N", "2", "--gpus-per-node", "8", "-J", "interactive"],
+                                env)
+    seen = read_until(master, ["granted job allocation", "alloc$ "])
     ids = jobs_named("interactive")
     jid = ids[-1] if ids else 0
-    seen += read_until(fd, [f"0: step-0-{jid}", f"1: step-1-{jid}", "alloc$ "])
-    os.write(fd, b"exit 7\n")
-    seen += read_until(fd, ["relinquishing job allocation"])
-    _, status = os.waitpid(pid, 0)
-    os.close(fd)
-    j = wait_final(jid) if jid else None
+    os.write(master, b'echo "job=$SLURM_JOB_ID node=$GPUORCH_NODE"; tty; hostname\n')
+    got = read_until(master, [f"job={jid} node=n1", "/dev/pts/", "alloc$ "])
+    seen += got
+    ttys = [w for w in got.split() if w.startswith("/dev/pts/")]
+    try:
+        owner = os.stat(ttys[0]).st_uid if ttys else -1
+    except OSError:
+        owner = -1
+    ok(f"job={jid} node=n1" in got and ttys and ttys[0] != here
+       and owner == pwd.getpwnam(JOB_USER).pw_uid,
+       "`gpuorch alloc` with no command opens a shell on the allocation's first node (n1), "
+       "SLURM_JOB_ID the allocation's, on a terminal there (a /dev/pts device of the job's "
+       "user, not the one alloc runs on)", f"{here} {ttys} {owner}\n{seen[-2000:]}")
+    status = wrong_key_refused(nodes["n1"]["log_port"],
+                               f"/v1/steps/{jid}/1/input/{'ab' * 16}")
+    ok(status == 401, "the step input route refuses a wrong credential (401) for an attempt "
+       "that runs there", str(status))
+    os.write(master, f"{BIN} run -l sh -c 'echo step-$SLURM_PROCID-$SLURM_JOB_ID'\n".encode())
+    seen += read_until(master, [f"0: step-0-{jid}", f"1: step-1-{jid}", "alloc$ "])
     ok(f"0: step-0-{jid}" in seen and f"1: step-1-{jid}" in seen,
-       "`gpuorch alloc -N 2 --gpus-per-node 8` gives a shell (through a pty) whose `gpuorch run` "
-       "runs a task on each of the allocation's nodes, with SLURM_JOB_ID the allocation's",
-       seen[-2000:])
-    ok(os.WIFEXITED(status) and os.WEXITSTATUS(status) == 7 and j and j["state"] == "CANCELLED",
-       "the shell's `exit 7` ends `gpuorch alloc` with status 7 and releases the allocation",
-       f"{status}\n{json.dumps(j)[:800]}\n{seen[-800:]}")
+       "`gpuorch run` in the shell runs a task on each of the allocation's nodes, with "
+       "SLURM_JOB_ID the allocation's", seen[-2000:])
+    os.write(master, f"{BIN} run --pty -w n2 sh -c 'echo inner=$GPUORCH_NODE; "
+             "read line; echo got=$line; exit 4'; echo inner-exit=$?\n".encode())
+    seen += read_until(master, ["inner=n2"])
+    os.write(master, b"typed\n")
+    got = read_until(master, ["got=typed", "inner-exit=4", "alloc$ "])
+    seen += got
+    ok("got=typed" in got and "inner-exit=4" in got,
+       "`gpuorch run --pty -w n2` in the shell runs an interactive task on n2 that reads what "
+       "is typed, and exits with its status (4)", seen[-2000:])
+    fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", 33, 101, 0, 0))
+    os.write(master, b"stty size\n")
+    got = read_until(master, ["33 101"])
+    seen += got
+    ok("33 101" in got, "a window size change of alloc's terminal reaches the shell's "
+       "(stty size: 33 101)", seen[-1500:])
+    os.write(master, b"exit 3\n")
+    seen += read_until(master, ["relinquishing job allocation"])
+    rc = wait_proc(proc)
+    os.close(master)
+    j = wait_final(jid) if jid else None
+    ok(rc == 3 and j and j["state"] == "CANCELLED",
+       "the shell's `exit 3` ends `gpuorch alloc` with status 3 and releases the allocation",
+       f"{rc}\n{json.dumps(j)[:800]}\n{seen[-800:]}")
+
+
+def pty_outside():
+    """`gpuorch run --pty` outside a job allocates, runs the task on a terminal
+    on the allocation's node, exits with its status and releases the job."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUORCH_")}
+    env.update(GPUORCH_SERVER=f"http://127.0.0.1:{SRV.port}", GPUORCH_TOKEN=MEMBER)
+    proc, master, _ = on_pty(["run", "--pty", "-G", "1", "-J", "ptyout", "sh", "-c",
+                              "echo node=$GPUORCH_NODE; tty; read x; echo got=$x; exit 6"], env)
+    seen = read_until(master, ["node=n", "/dev/pts/"])
+    os.write(master, b"typed-outside\r")
+    seen += read_until(master, ["got=typed-outside"])
+    rc = wait_proc(proc)
+    seen += read_until(master, [], timeout=1)
+    os.close(master)
+    ids = jobs_named("ptyout")
+    j = wait_final(ids[-1]) if ids else None
+    ok(rc == 6 and "got=typed-outside" in seen and "/dev/pts/" in seen and j
+       and j["state"] == "CANCELLED",
+       "outside a job, `gpuorch run --pty -G 1 CMD` allocates, runs CMD on a terminal on the "
+       "allocation's node (reading what is typed), exits with its status (6) and releases the "
+       "allocation", f"{rc}\n{seen[-1500:]}\n{json.dumps(j)[:600]}")
+    r = subprocess.run([BIN, "run", "--pty", "-G", "1", "-J", "ptypipe", "sh", "-c",
+                        "cat; echo cat-ended; exit 2"], input="line1\nline2\n",
+                       capture_output=True, text=True, env=env, timeout=90, cwd=SHARED)
+    ok(r.returncode == 2 and "line2" in r.stdout and "cat-ended" in r.stdout,
+       "`gpuorch run --pty` with a pipe for stdin: the task reads it, and its end (the "
+       "terminal's end-of-file), then exits with its status (2)",
+       f"{r.returncode} {r.stdout!r} {r.stderr!r}")
 
 
 def credential_required(nodes):
@@ -362,8 +464,8 @@ def credential_required(nodes):
 def main():
     print("TAP version 13")
     nodes = setup()
-    for step in (shell_step, torch_steps, interrupted_step, run_outside, alloc_with_pty,
-                 lambda: credential_required(nodes)):
+    for step in (shell_step, torch_steps, interrupted_step, run_outside,
+                 lambda: alloc_with_pty(nodes), pty_outside, lambda: credential_required(nodes)):
         try:
             step()
         except Exception as e:  # one broken step should not hide the others' results

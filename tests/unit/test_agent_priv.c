@@ -25,6 +25,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
 #include <pwd.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -49,6 +50,8 @@
 #include "agent/priv.h"
 #include "agent/shim.h"
 #include "tmptree.h"
+#include "util/fsutil.h"
+#include "util/stepframe.h"
 #include "base/banned.h"
 
 /* Guards against a hang only; nothing asserts how long anything takes. */
@@ -1012,6 +1015,93 @@ static void priv_log_open_passes_the_log_and_refuses_what_is_not_the_jobs(void *
     assert_int_equal(strncmp(err, "stream:", 7), 0);
 }
 
+/* Frames from a step's keeper until its EXIT: the STDOUT text into out
+ * (len bytes), the exit status. */
+static int32_t step_frames(int fd, char *out, size_t len)
+{
+    uint8_t buf[STEPFRAME_HEAD + STEPFRAME_DATA_MAX];
+    size_t have = 0, used = 0;
+    time_t deadline = time(NULL) + DEADLINE_S;
+    out[0] = '\0';
+    for (;;) {
+        struct stepframe f;
+        while (have >= STEPFRAME_HEAD && stepframe_parse(buf, &f) == 0 &&
+               have >= STEPFRAME_HEAD + f.len) {
+            if (f.type == STEPFRAME_EXIT) {
+                int32_t status = 0, sig = 0;
+                stepframe_exit_read(buf + STEPFRAME_HEAD, &status, &sig);
+                return status;
+            }
+            assert_int_equal(f.type, STEPFRAME_STDOUT); /* a terminal has one stream */
+            size_t n = f.len < len - 1 - used ? f.len : len - 1 - used;
+            memcpy(out + used, buf + STEPFRAME_HEAD, n);
+            out[used += n] = '\0';
+            memmove(buf, buf + STEPFRAME_HEAD + f.len, have - STEPFRAME_HEAD - f.len);
+            have -= STEPFRAME_HEAD + f.len;
+        }
+        assert_true(time(NULL) < deadline);
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, 1000) <= 0)
+            continue;
+        ssize_t n = read(fd, buf + have, sizeof(buf) - have);
+        assert_true(n > 0);
+        have += (size_t)n;
+    }
+}
+
+static void send_step_frame(int fd, enum stepframe_type type, const void *data, size_t n)
+{
+    uint8_t head[STEPFRAME_HEAD];
+    stepframe_head(&(struct stepframe){.type = type, .len = (uint32_t)n}, head);
+    assert_int_equal(fsutil_write_all(fd, head, sizeof(head)), 0);
+    assert_int_equal(n ? fsutil_write_all(fd, data, n) : 0, 0);
+}
+
+/* A step's task on a pseudo-terminal: its controlling terminal is a pts
+ * of the job's user, what is sent as STDIN it reads, a WINSIZE sets the
+ * terminal's size, and its exit status comes last. */
+static void priv_step_pty_runs_task_on_users_terminal_with_input_and_size(void **state)
+{
+    struct env *e = *state;
+    uint64_t job = e->next_job++;
+    const char *hold[] = {"sleep", "60"};
+    struct priv_launch req = request(e, job, hold, 2);
+    launch_ok(e, e->pg, &req, NULL);
+    const char *argv[] = {"sh", "-c",
+                          "read x; t=$(tty); echo \"tty=$t owner=$(stat -c %u $t) size=$(stty "
+                          "size) got=$x\"; exit 5"};
+    struct priv_step ps = {.job = job,
+                           .attempt = 1,
+                           .workdir = e->work,
+                           .argv = argv,
+                           .argc = 3,
+                           .env = good_env,
+                           .nenv = 2,
+                           .pty = true};
+    int fd = -1;
+    char err[PRIV_MSG_MAX] = "";
+    int rc = priv_step_spawn(e->pg, &ps, &fd, err, sizeof(err));
+    if (rc)
+        print_error("priv_step_spawn: %s (%s)\n", gpo_strerror(rc), err);
+    assert_int_equal(rc, 0);
+    uint8_t ws[4];
+    stepframe_winsize_data(21, 77, ws);
+    send_step_frame(fd, STEPFRAME_WINSIZE, ws, sizeof(ws));
+    send_step_frame(fd, STEPFRAME_STDIN, "hello\n", 6);
+    char out[4096], want[128];
+    assert_int_equal(step_frames(fd, out, sizeof(out)), 5);
+    close(fd);
+    snprintf(want, sizeof(want), "owner=%ld size=21 77 got=hello", (long)e->uid1);
+    if (!strstr(out, "tty=/dev/pts/") || !strstr(out, want))
+        print_error("the task's terminal said: %s\n", out);
+    assert_non_null(strstr(out, "tty=/dev/pts/"));
+    assert_non_null(strstr(out, want));
+    char msg[PRIV_MSG_MAX];
+    assert_int_equal(priv_signal(e->pg, job, 1, SIGKILL, msg, sizeof(msg)), 0);
+    struct shim_status s;
+    wait_status(e, e->pg, job, &s);
+}
+
 static void priv_refuses_malformed_read_requests(void **state)
 {
     struct env *e = *state;
@@ -1070,6 +1160,7 @@ int main(void)
         T(priv_attribute_names_a_commands_attempt_and_nothing_else, 0),
         T(priv_log_open_passes_the_log_and_refuses_what_is_not_the_jobs, 0),
         T(priv_refuses_malformed_read_requests, 0),
+        T(priv_step_pty_runs_task_on_users_terminal_with_input_and_size, 0),
     };
 #undef T
     /* cmocka 1.1's skip() prints "not ok ... # SKIP", which meson counts as a

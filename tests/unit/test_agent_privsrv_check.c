@@ -630,6 +630,15 @@ static void privsrv_check_step_hands_back_argv_and_env(void **state)
     q->has_workdir = 0; /* the user's home */
     assert_int_equal(privsrv_check_step(q, &cmd, msg, sizeof(msg)), 0);
     free(cmd);
+    /* A task on a pseudo-terminal: the same request by its own type. */
+    q->type = PRIV_REQ_STEP_PTY;
+    assert_int_equal(privsrv_check_request(q, sizeof(*q), &type, msg, sizeof(msg)), 0);
+    assert_int_equal(type, PRIV_REQ_STEP_PTY);
+    assert_int_equal(privsrv_check_step(q, &cmd, msg, sizeof(msg)), 0);
+    assert_string_equal(cmd[0], "/bin/echo");
+    free(cmd);
+    assert_int_equal(privsrv_check_request(q, sizeof(*q) - 1, &type, msg, sizeof(msg)), GPO_EINVAL);
+    assert_non_null(strstr(msg, "step_pty"));
     free(q);
 }
 
