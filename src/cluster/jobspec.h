@@ -119,9 +119,10 @@ struct jobspec {
     char *pool, *gpu_type; /* NULL: any */
     int32_t gpus;          /* whole GPUs */
     int32_t gpu_milli;     /* or a fraction of one (1..999) */
+    int32_t cpus;          /* default 1 */
+    uint32_t max_retries;  /* default 0 */
     int64_t gpu_mem_mib;   /* or a share of one GPU's memory */
     int64_t min_gpu_mem_mib;
-    int32_t cpus;         /* default 1 */
     int64_t mem_mib;      /* default 1024 */
     int64_t time_limit_s; /* 0: none */
     bool multi_node;
@@ -132,30 +133,29 @@ struct jobspec {
     char *workdir; /* absolute; NULL: the user's home on the node */
     struct jobspec_env *env;
     size_t nenv;
-    uint32_t max_retries; /* default 0 */
-    bool requeue;         /* on preemption (default true) */
+    bool requeue; /* on preemption (default true) */
     struct jobspec_dep *deps;
     size_t ndeps;
     char *array_text; /* as given ("0-99%8"), or NULL */
     struct jobspec_array array;
     char *output, *error; /* log paths, or NULL for the defaults */
     /* Slurm's shape (0: not given); gpus, cpus and mem_mib are the totals */
+    int64_t mem_per_node_mib, mem_per_cpu_mib, mem_per_gpu_mib;
+    int64_t begin;                   /* Unix seconds, 0: none */
+    char *constraint;                /* node features, or NULL */
+    char *submit_dir;                /* absolute, or NULL */
     int32_t nodes;                   /* exactly this many nodes */
     int32_t gpus_per_node;           /* GPUs on each */
     int32_t ntasks, ntasks_per_node; /* tasks of the job, and on each node */
     int32_t cpus_per_task, gpus_per_task;
-    int64_t mem_per_node_mib, mem_per_cpu_mib, mem_per_gpu_mib;
-    bool mem_whole_node; /* mem_mib is then 0 */
-    bool exclusive;
-    char *constraint;        /* node features, or NULL */
     int32_t signal;          /* 1..64, 0: none */
     int32_t signal_before_s; /* 0..SIGSPEC_BEFORE_MAX (util/sigspec.h) */
-    bool signal_batch_only;
     enum jobspec_open_mode open_mode;
     enum jobspec_launch launch;
-    char *submit_dir; /* absolute, or NULL */
+    bool mem_whole_node; /* mem_mib is then 0 */
+    bool exclusive;
+    bool signal_batch_only;
     bool hold;
-    int64_t begin; /* Unix seconds, 0: none */
 };
 
 /* The tasks a spec asks for: ntasks, or ntasks_per_node on each node, or
