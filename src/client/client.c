@@ -127,6 +127,7 @@ void client_path_init(struct client_path *p, const char *prefix)
 void client_path_raw(struct client_path *p, const char *text)
 {
     append(p, "%s", text);
+    p->query = p->query || strchr(text, '?') != NULL;
 }
 
 /* Appends `value` percent-encoded. */

@@ -40,31 +40,26 @@ int client_jobs_submit(struct client *c, const json_t *spec, const char *idempot
     return rc;
 }
 
-/* "PENDING,RUNNING" for the states bits of f into buf; "" for none. */
-static void states_text(unsigned states, char *buf, size_t len)
+void client_states_text(unsigned states, char *buf, size_t len)
 {
     size_t at = 0;
     buf[0] = '\0';
-    for (size_t k = 0; k < ARRAY_LEN(state_names); k++)
+    for (size_t k = 0; k < ARRAY_LEN(state_names) && at < len; k++)
         if (states & (1u << k))
             at += (size_t)snprintf(buf + at, len - at, "%s%s", at ? "," : "", state_names[k]);
 }
 
 /* One page: the jobs after `after`, appended to all; *ret_next the next
  * page's start, or 0 when this was the last. */
-static int list_page(struct client *c, const struct client_jobs_filter *f, json_int_t after,
-                     json_t *all, json_int_t *ret_next, char *err, size_t errlen)
+static int jobs_page(struct client *c, const char *query, int page, json_int_t after, json_t *all,
+                     json_int_t *ret_next, char *err, size_t errlen)
 {
-    char states[STATES_LEN], limit[24], from[32];
+    char limit[24], from[32];
     struct client_path p;
     int rc = 0;
-    states_text(f ? f->states : 0, states, sizeof(states));
-    snprintf(limit, sizeof(limit), "%d", LIST_PAGE);
+    snprintf(limit, sizeof(limit), "%d", page);
     snprintf(from, sizeof(from), "%" JSON_INTEGER_FORMAT, after);
-    client_path_init(&p, "/v1/jobs");
-    client_path_param(&p, "state", states[0] ? states : NULL);
-    client_path_param(&p, "team", f ? f->team : NULL);
-    client_path_param(&p, "user", f ? f->user : NULL);
+    client_path_init(&p, query);
     client_path_param(&p, "limit", limit);
     client_path_param(&p, "after", from);
     const char *path = client_path_done(&p, &rc, err, errlen);
@@ -83,18 +78,33 @@ static int list_page(struct client *c, const struct client_jobs_filter *f, json_
     return 0;
 }
 
-int client_jobs_list(struct client *c, const struct client_jobs_filter *f, json_t *all, char *err,
-                     size_t errlen)
+int client_jobs_pages(struct client *c, const char *query, int page, json_t *all, char *err,
+                      size_t errlen)
 {
     json_int_t after = 0;
-    for (int page = 0; page < LIST_PAGES_MAX; page++) {
+    for (int k = 0; k < LIST_PAGES_MAX; k++) {
         json_int_t next = 0;
-        int rc = list_page(c, f, after, all, &next, err, errlen);
+        int rc = jobs_page(c, query, page, after, all, &next, err, errlen);
         if (rc || next == 0)
             return rc;
         after = next;
     }
     return errbuf_set(err, errlen, GPO_EAPI, "more than %d pages of jobs", LIST_PAGES_MAX);
+}
+
+int client_jobs_list(struct client *c, const struct client_jobs_filter *f, json_t *all, char *err,
+                     size_t errlen)
+{
+    char states[STATES_LEN];
+    struct client_path p;
+    int rc = 0;
+    client_states_text(f ? f->states : 0, states, sizeof(states));
+    client_path_init(&p, "/v1/jobs");
+    client_path_param(&p, "state", states[0] ? states : NULL);
+    client_path_param(&p, "team", f ? f->team : NULL);
+    client_path_param(&p, "user", f ? f->user : NULL);
+    const char *query = client_path_done(&p, &rc, err, errlen);
+    return query ? client_jobs_pages(c, query, LIST_PAGE, all, err, errlen) : rc;
 }
 
 int client_jobs_get(struct client *c, int64_t id, json_t **ret, char *err, size_t errlen)
