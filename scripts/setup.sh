@@ -43,6 +43,9 @@ PACKAGES=(
   chromium           # the dashboard's browser test (headless, driven by playwright-core)
   prometheus         # metrics test: a real Prometheus scrapes GET /metrics; promtool checks it
   python3-torch      # steps test: torch.distributed (gloo, CPU) across a gang's tasks
+  libevent-dev       # the router's event loop and HTTP (evhttp)
+  nginx-light        # bench/router.sh: the reverse proxy the router is measured against
+  wrk                # bench/router.sh: HTTP load
 )
 
 # Accounts, created idempotently: gpuorch, the one the agent's network half

@@ -49,6 +49,7 @@
 
 #include <jansson.h>
 
+#include "core/autoscale.h"
 #include "core/model.h"
 #include "cluster/jobspec.h"
 #include "util/jsonv.h"
@@ -101,6 +102,37 @@ struct cluster_pool {
     size_t naliases;
     struct cluster_node_features *node_features;
     size_t nnode_features;
+};
+
+/*
+ * A service (config kind "services"): a model served by replicas that scale
+ * with traffic (docs/serving.md). The replica template
+ * is a job spec (name = the service's, team, project, model, priority,
+ * resources, command or script, env, workdir) that every replica copies.
+ */
+#define CLUSTER_SERVICE_HOSTS_MAX 16
+#define CLUSTER_SERVICE_KEYS_MAX  64
+struct cluster_service {
+    uint32_t id;
+    char *name;
+    char *user;              /* who applied it: replicas run as this user */
+    struct jobspec replica;  /* the template (its serve part unset) */
+    char *probe_path;        /* default "/health" */
+    int64_t probe_period_ms; /* default 1000 */
+    int64_t probe_timeout_ms; /* default 1000 */
+    uint32_t probe_failures; /* default 3 */
+    int64_t startup_timeout_s; /* default 900 */
+    int64_t drain_timeout_s;   /* default 30 */
+    uint32_t concurrency_limit; /* per replica; 0: none */
+    uint32_t queue_limit;       /* default 1000 */
+    int64_t queue_timeout_ms;   /* default 60000 */
+    char **hosts;               /* NULL-terminated, or NULL */
+    size_t nhosts;
+    char **key_hashes; /* "api_key_sha256": lowercase hex, NULL-terminated, or NULL */
+    size_t nkeys;
+    struct autoscale_spec autoscale; /* min, max, metric, target, windows, rates */
+    char *replica_metric;            /* with AUTOSCALE_METRIC_REPLICA, else NULL */
+    uint64_t generation;             /* grows when the replica's shape changes */
 };
 
 struct cluster_class {
@@ -407,6 +439,8 @@ struct cluster {
     size_t ntype_ids, type_ids_cap;
     struct cluster_price *prices; /* by GPU type name */
     size_t nprices, prices_cap;
+    struct cluster_service *services; /* by name */
+    size_t nservices, services_cap;
     struct cluster_settings settings;
 };
 

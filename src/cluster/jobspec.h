@@ -111,6 +111,19 @@ enum jobspec_launch {
 #define JOBSPEC_CONSTRAINT_MAX 1024
 #define JOBSPEC_BEGIN_MAX      INT64_C(253402300799) /* 9999-12-31T23:59:59Z */
 
+/* A serving replica's part ("serve"; cluster/service.c's replicas only: POST
+ * /v1/jobs refuses it). proto.h's struct proto_serve says what each means. */
+struct jobspec_serve {
+    char *service; /* NULL: not a replica */
+    uint32_t replica;
+    uint64_t generation;
+    char *probe_path;
+    int64_t probe_period_ms, probe_timeout_ms;
+    uint32_t probe_failures;
+    int64_t startup_timeout_s;
+    char *metric; /* or NULL */
+};
+
 struct jobspec {
     char *name; /* default "job" */
     char *team; /* NULL: the submitting user's team */
@@ -156,6 +169,7 @@ struct jobspec {
     bool exclusive;
     bool signal_batch_only;
     bool hold;
+    struct jobspec_serve serve;
 };
 
 /* The tasks a spec asks for: ntasks, or ntasks_per_node on each node, or

@@ -269,6 +269,29 @@ enum proto_launch {
     PROTO_LAUNCH_FIRST_NODE,     /* on rank 0 only; the other nodes hold for steps */
 };
 
+/*
+ * A serving replica's part of a spec ("serve": an object, or absent/null for
+ * every other job). The controller's serve subsystem makes these jobs; the
+ * agent gives the replica a free port (PORT), GPUORCH_SERVICE and
+ * GPUORCH_REPLICA, probes probe_path on 127.0.0.1:PORT (aggressively until
+ * the first success, then every probe_period_ms), fails the attempt when it
+ * is not ready within startup_timeout_s, and reports its endpoint
+ * (struct proto_endpoint) whenever readiness or the metric changes.
+ */
+#define PROTO_SERVE_PATH_MAX   1024 /* probe path: starts with '/' */
+#define PROTO_SERVE_METRIC_MAX 200  /* a Prometheus metric name (with ':') */
+struct proto_serve {
+    char *service;              /* 1..PROTO_SPEC_NAME_MAX bytes; NULL: not a replica */
+    uint32_t replica;           /* the replica's number within its service, >= 1 */
+    uint64_t generation;        /* the service spec's generation it runs */
+    char *probe_path;           /* "/health": 1..PROTO_SERVE_PATH_MAX bytes, starts with '/' */
+    int64_t probe_period_ms;    /* 100..3600000 */
+    int64_t probe_timeout_ms;   /* 10..600000 */
+    uint32_t probe_failures;    /* failure threshold, 1..1000 */
+    int64_t startup_timeout_s;  /* 1..86400 */
+    char *metric;               /* a metric of the replica's own /metrics to report, or NULL */
+};
+
 struct proto_spec {
     /* what runs, and how */
     char *name;            /* 1..PROTO_SPEC_NAME_MAX bytes, or NULL */
@@ -308,6 +331,7 @@ struct proto_spec {
     char *submit_dir;               /* 1..PROTO_PATH_MAX bytes, or NULL */
     bool hold;
     int64_t begin; /* Unix seconds, 0..PROTO_BEGIN_MAX */
+    struct proto_serve serve; /* "serve"; serve.service NULL when absent */
 };
 
 /* Where a gang's ranks meet: every node in rank order, this node's rank,
@@ -391,6 +415,15 @@ enum proto_state {
 /* "RUNNING", ...; "unknown" out of range. */
 const char *proto_state_name(enum proto_state state);
 
+/* A serving replica's endpoint as its agent sees it ("endpoint" in a
+ * RUNNING report; absent for every other job). */
+struct proto_endpoint {
+    uint32_t port;        /* 1..65535; 0: absent */
+    bool ready;           /* the probe's verdict now */
+    int64_t metric_milli; /* the spec's metric, thousandths; PROTO_NONE: none or unread */
+    int64_t ready_ms;     /* Unix ms it first became ready; PROTO_NONE: not yet */
+};
+
 struct proto_report {
     enum proto_state state;
     int64_t exit_code; /* 0..255; PROTO_NONE: absent */
@@ -399,10 +432,91 @@ struct proto_report {
     char **dirty_gpus; /* UUIDs still running its processes ("dirty_gpus", written only
                           when not empty) */
     size_t ndirty;     /* 0..PROTO_DIRTY_MAX */
+    struct proto_endpoint endpoint; /* "endpoint": port 0 when absent */
 };
 
 int proto_report_encode(const struct proto_report *m, json_t **ret);
 int proto_report_decode(const json_t *obj, struct proto_report *ret, char *err, size_t errlen);
 void proto_report_release(struct proto_report *m);
+
+/* ---- routers: GET /v1/router/routes, POST /v1/router/report ------------
+ *
+ * A router (`gpuorch router`, join token) long-polls the routing table:
+ * GET /v1/router/routes?since=REV&wait_ms=N answers at once when the table's
+ * revision is past REV, else when it changes or after wait_ms (the same
+ * revision, unchanged table). It reports every second, and at once when a
+ * service's hold queue goes from empty to not (so that a service at zero
+ * starts a replica without waiting for a tick).
+ */
+#define PROTO_ROUTE_SERVICES_MAX  1000
+#define PROTO_ROUTE_ENDPOINTS_MAX 1000
+#define PROTO_ROUTE_HOSTS_MAX     16
+#define PROTO_ROUTE_KEYS_MAX      64
+#define PROTO_KEY_HASH_LEN        64 /* hex digits of SHA-256 */
+
+enum proto_endpoint_state {
+    PROTO_ENDPOINT_READY = 0, /* "ready": takes new requests */
+    PROTO_ENDPOINT_DRAINING,  /* "draining": finishes what it has, takes nothing new */
+};
+
+struct proto_route_endpoint {
+    uint32_t replica;  /* >= 1 */
+    int64_t job;       /* >= 1 */
+    int64_t attempt;   /* >= 1 */
+    char *addr;        /* the node's address, 1..PROTO_HOST_MAX bytes */
+    uint32_t port;     /* 1..65535 */
+    enum proto_endpoint_state state;
+};
+
+struct proto_route_service {
+    char *name;                 /* 1..PROTO_SPEC_NAME_MAX bytes */
+    char *model;                /* the OpenAI "model" it answers to: the service's model, else its name */
+    char **hosts;               /* Host headers it answers to; NULL-terminated */
+    size_t nhosts;              /* 0..PROTO_ROUTE_HOSTS_MAX */
+    char **key_hashes;          /* SHA-256 hex of its API keys; none: open; NULL-terminated */
+    size_t nkeys;               /* 0..PROTO_ROUTE_KEYS_MAX */
+    uint32_t concurrency_limit; /* per replica; 0: none */
+    uint32_t queue_limit;       /* requests held when no replica can take one, 0..100000 */
+    int64_t queue_timeout_ms;   /* how long one is held, 1..3600000 */
+    struct proto_route_endpoint *endpoints;
+    size_t nendpoints;          /* 0..PROTO_ROUTE_ENDPOINTS_MAX */
+};
+
+struct proto_routes {
+    int64_t rev; /* >= 0: the next poll's since= */
+    struct proto_route_service *services;
+    size_t nservices; /* 0..PROTO_ROUTE_SERVICES_MAX */
+};
+
+int proto_routes_encode(const struct proto_routes *m, json_t **ret);
+int proto_routes_decode(const json_t *obj, struct proto_routes *ret, char *err, size_t errlen);
+void proto_routes_release(struct proto_routes *m);
+
+struct proto_load_replica {
+    int64_t job, attempt; /* >= 1 */
+    uint32_t inflight;    /* now */
+    uint32_t requests;    /* arrived during the interval */
+};
+
+struct proto_load_service {
+    char *name;                /* 1..PROTO_SPEC_NAME_MAX bytes */
+    int64_t concurrency_milli; /* mean of in flight + held over the interval, thousandths */
+    uint32_t inflight, queued; /* now */
+    uint32_t requests;         /* arrived during the interval */
+    struct proto_load_replica *replicas;
+    size_t nreplicas; /* 0..PROTO_ROUTE_ENDPOINTS_MAX */
+};
+
+struct proto_router_report {
+    char *router;        /* the router's name, 1..PROTO_HOST_MAX bytes */
+    int64_t interval_ms; /* what the counts cover, 1..60000 */
+    struct proto_load_service *services;
+    size_t nservices; /* 0..PROTO_ROUTE_SERVICES_MAX */
+};
+
+int proto_router_report_encode(const struct proto_router_report *m, json_t **ret);
+int proto_router_report_decode(const json_t *obj, struct proto_router_report *ret, char *err,
+                               size_t errlen);
+void proto_router_report_release(struct proto_router_report *m);
 
 #endif
