@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """services_test.py GPUORCH - services as configuration (/v1/services), on a
 real `gpuorch server` with one node registered by hand (no agent: nothing is
-launched): the class "serving" made at first start; a member's PUT (team and
+launched): a store from before services (schema 6) migrated; the class
+"serving" made there as at first start; a member's PUT (team and
 user filled in, 201, then 200 and "generation" 1 again, a live change keeping
 it, a replica change growing it); every bad spec a 400 that names the field
 with nothing stored changed; another team's member refused (403) and not
@@ -12,6 +13,7 @@ unchanged). Prints TAP."""
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 
@@ -64,13 +66,32 @@ def setup():
         TOK[user] = admin("POST", f"/v1/users/{user}/tokens")["token"]
 
 
+def store_from_before_services():
+    """The store as the version before services left it: schema 6, no services
+    table, no class 'serving' and no mark of its seeding."""
+    SRV.stop()
+    db = sqlite3.connect(os.path.join(SRV.data, "gpuorch.db"))
+    db.executescript("DROP TABLE services; DELETE FROM priority_classes WHERE name = 'serving';"
+                     " DELETE FROM meta WHERE key = 'serving_seeded'; PRAGMA user_version = 6;")
+    db.commit()
+    db.close()
+    SRV.start()
+    db = sqlite3.connect(os.path.join(SRV.data, "gpuorch.db"))
+    version = db.execute("PRAGMA user_version").fetchone()[0]
+    tables = db.execute("SELECT name FROM sqlite_master WHERE name = 'services'").fetchall()
+    db.close()
+    ok(version == 7 and tables, "a store at schema 6 migrates to 7 (the services table)",
+       f"{version} {tables}")
+
+
 def serving_class_is_made_at_first_start():
     ans = as_("alice", "GET", "/v1/priority-classes/serving")
     normal = as_("alice", "GET", "/v1/priority-classes/normal").json or {}
     body = ans.json or {}
     ok(ans.status == 200 and body.get("order", 0) > normal.get("order", 0)
        and body.get("may_preempt") is True,
-       "the class 'serving' exists at first start: above 'normal', may preempt", ans.text)
+       "the class 'serving' exists (made on the migrated store): above 'normal', may preempt",
+       ans.text)
 
 
 def member_creates_its_service():
@@ -226,6 +247,7 @@ def apply_services():
 
 def main():
     setup()
+    store_from_before_services()
     serving_class_is_made_at_first_start()
     member_creates_its_service()
     bad_specs_name_the_field_and_change_nothing()
