@@ -59,6 +59,10 @@ void cluster_pool_extra_release(struct cluster_pool *p);
 int cluster_pool_prepare(const struct cluster *m, const struct cluster_pool *p, char *err,
                          size_t errlen);
 
+/* v[0..n) as a JSON array of strings: a new array, or NULL when out of
+ * memory (cluster_pool.c). */
+json_t *cluster_strings_json(char *const *v, size_t n);
+
 /* "concurrency", "rps", "replica"; NULL out of range (service.c: the
  * names without core/autoscale.c's code). */
 const char *cluster_service_metric_name(enum autoscale_metric m);

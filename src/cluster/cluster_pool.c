@@ -85,7 +85,7 @@ int cluster_pool_check_extra(const struct cluster_pool *p, char *err, size_t err
     return rc;
 }
 
-static json_t *strings_json(char *const *v, size_t n)
+json_t *cluster_strings_json(char *const *v, size_t n)
 {
     json_t *a = json_array();
     for (size_t i = 0; a && i < n; i++) {
@@ -101,7 +101,7 @@ int cluster_pool_extra_json(const struct cluster_pool *p, json_t *o)
 {
     /* Absent when empty, so a pool without them reads as it always has. */
     if (p->naliases &&
-        json_object_set_new(o, "aliases", strings_json(p->aliases, p->naliases)) != 0)
+        json_object_set_new(o, "aliases", cluster_strings_json(p->aliases, p->naliases)) != 0)
         return GPO_ENOMEM;
     if (!p->nnode_features)
         return 0;
@@ -109,7 +109,7 @@ int cluster_pool_extra_json(const struct cluster_pool *p, json_t *o)
     int e = nfs ? 0 : -1;
     for (size_t i = 0; !e && i < p->nnode_features; i++) {
         const struct cluster_node_features *nf = &p->node_features[i];
-        json_t *one = json_object(), *fs = strings_json(nf->features, nf->nfeatures);
+        json_t *one = json_object(), *fs = cluster_strings_json(nf->features, nf->nfeatures);
         if (!one || !fs) {
             json_decref(one);
             json_decref(fs);

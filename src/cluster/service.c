@@ -72,9 +72,9 @@ static const char *const job_keys[] = {
     "team", "project", "model", "priority", "command", "script", "env", "workdir",
 };
 
-void cluster_service_autoscale_default(struct autoscale_spec *a)
+void cluster_service_autoscale_default(struct autoscale_spec *ret)
 {
-    *a = (struct autoscale_spec){
+    *ret = (struct autoscale_spec){
         .metric = AUTOSCALE_METRIC_CONCURRENCY,
         .target_milli = 2000,
         .min = 0,
@@ -293,11 +293,33 @@ static bool put(json_t *o, const char *key, json_t *v)
     return v && json_object_set_new(o, key, v) == 0;
 }
 
+/* The keys of "resources" (an object) into the job body. */
+static int copy_resources(json_t *body, json_t *resources, char *err, size_t errlen)
+{
+    const char *key;
+    json_t *v;
+    json_object_foreach(resources, key, v)
+    {
+        bool known = false;
+        for (size_t k = 0; k < ARRAY_LEN(resource_keys); k++)
+            known = known || strcmp(key, resource_keys[k]) == 0;
+        if (!known) {
+            char q[JSONV_QUOTE_MAX + 4];
+            return errbuf_set(err, errlen, GPO_EINVAL,
+                              "unknown field 'resources.%s' (expected gpus, gpu_mem_mib, "
+                              "min_gpu_mem_mib, gpu_type, cpus, mem_mib, pool)",
+                              jsonv_quote(key, strlen(key), q));
+        }
+        if (json_object_set(body, key, v))
+            return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
+    }
+    return 0;
+}
+
 /* The job body of the replica template: the service's name, its job fields
  * and its resources'. */
 static int job_body(const struct service_wire *w, json_t **ret, char *err, size_t errlen)
 {
-    char q[JSONV_QUOTE_MAX + 4];
     if (w->resources && !json_is_object(w->resources) && !json_is_null(w->resources))
         return errbuf_set(err, errlen, GPO_EINVAL, "field 'resources': expected an object, got %s",
                           jsonv_type_name(w->resources));
@@ -308,28 +330,12 @@ static int job_body(const struct service_wire *w, json_t **ret, char *err, size_
             ok = json_object_set(body, job_keys[k], w->job[k]) == 0;
     if (ok && (!w->job[3] || json_is_null(w->job[3])))
         ok = put(body, "priority", json_string("serving"));
-    const char *key;
-    json_t *v;
-    if (ok && json_is_object(w->resources)) {
-        json_object_foreach(w->resources, key, v)
-        {
-            bool known = false;
-            for (size_t k = 0; k < ARRAY_LEN(resource_keys); k++)
-                known = known || strcmp(key, resource_keys[k]) == 0;
-            if (!known) {
-                json_decref(body);
-                return errbuf_set(err, errlen, GPO_EINVAL,
-                                  "unknown field 'resources.%s' (expected gpus, gpu_mem_mib, "
-                                  "min_gpu_mem_mib, gpu_type, cpus, mem_mib, pool)",
-                                  jsonv_quote(key, strlen(key), q));
-            }
-            if (!(ok = json_object_set(body, key, v) == 0))
-                break;
-        }
-    }
-    if (!ok) {
+    int rc = ok ? 0 : errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
+    if (!rc && json_is_object(w->resources))
+        rc = copy_resources(body, w->resources, err, errlen);
+    if (rc) {
         json_decref(body);
-        return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
+        return rc;
     }
     *ret = body;
     return 0;
@@ -581,17 +587,10 @@ static int check_routing(const struct cluster_service *s, char *err, size_t errl
     return 0;
 }
 
-static int check_scaling(const struct cluster_service *s, char *err, size_t errlen)
+/* The metric, its target and the replica metric. */
+static int check_metric(const struct cluster_service *s, char *err, size_t errlen)
 {
     const struct autoscale_spec *a = &s->autoscale;
-    char q[JSONV_QUOTE_MAX + 4];
-    int rc = cluster_check_range("min", a->min, 0, AUTOSCALE_REPLICAS_MAX, err, errlen);
-    rc = rc ? rc : cluster_check_range("max", a->max, 1, AUTOSCALE_REPLICAS_MAX, err, errlen);
-    if (rc)
-        return rc;
-    if (a->min > a->max)
-        return errbuf_set(err, errlen, GPO_EINVAL, "field 'min': %d is more than 'max' %d", a->min,
-                          a->max);
     if ((unsigned)a->metric >= AUTOSCALE_NMETRICS)
         return errbuf_set(
             err, errlen, GPO_EINVAL,
@@ -608,11 +607,28 @@ static int check_scaling(const struct cluster_service *s, char *err, size_t errl
     if (a->metric != AUTOSCALE_METRIC_REPLICA && rm)
         return errbuf_set(err, errlen, GPO_EINVAL,
                           "field 'autoscaling.replica_metric': only with the metric 'replica'");
-    if (rm && !metric_name_valid(rm))
+    if (rm && !metric_name_valid(rm)) {
+        char q[JSONV_QUOTE_MAX + 4];
         return errbuf_set(err, errlen, GPO_EINVAL,
                           "field 'autoscaling.replica_metric': '%s' is not a metric name "
                           "([a-zA-Z_:][a-zA-Z0-9_:]*, at most %d bytes)",
                           cluster_quote(rm, q), CLUSTER_SERVICE_METRIC_MAX);
+    }
+    return 0;
+}
+
+static int check_scaling(const struct cluster_service *s, char *err, size_t errlen)
+{
+    const struct autoscale_spec *a = &s->autoscale;
+    int rc = cluster_check_range("min", a->min, 0, AUTOSCALE_REPLICAS_MAX, err, errlen);
+    rc = rc ? rc : cluster_check_range("max", a->max, 1, AUTOSCALE_REPLICAS_MAX, err, errlen);
+    if (rc)
+        return rc;
+    if (a->min > a->max)
+        return errbuf_set(err, errlen, GPO_EINVAL, "field 'min': %d is more than 'max' %d", a->min,
+                          a->max);
+    if ((rc = check_metric(s, err, errlen)))
+        return rc;
     static const struct {
         const char *field;
         size_t off;

@@ -26,18 +26,6 @@ static json_t *text_or_null(const char *s)
     return s ? json_string(s) : json_null();
 }
 
-static json_t *strings_json(char *const *v, size_t n)
-{
-    json_t *a = json_array();
-    for (size_t i = 0; a && i < n; i++) {
-        if (json_array_append_new(a, json_string(v[i]))) {
-            json_decref(a);
-            return NULL;
-        }
-    }
-    return a;
-}
-
 static json_t *env_json(const struct jobspec *r)
 {
     json_t *o = json_object();
@@ -93,7 +81,7 @@ json_t *cluster_service_to_json(const struct cluster_service *s, unsigned flags)
         o && (!(flags & CLUSTER_STORED) || put(o, "id", json_integer(s->id))) &&
         put(o, "name", json_string(s->name)) && put(o, "team", text_or_null(r->team)) &&
         put(o, "project", text_or_null(r->project)) && put(o, "model", text_or_null(r->model)) &&
-        put(o, "command", r->argv ? strings_json(r->argv, r->argc) : json_null()) &&
+        put(o, "command", r->argv ? cluster_strings_json(r->argv, r->argc) : json_null()) &&
         put(o, "script", text_or_null(r->script)) && put(o, "env", env_json(r)) &&
         put(o, "workdir", text_or_null(r->workdir)) && put(o, "resources", resources_json(r)) &&
         put(o, "priority", text_or_null(r->priority)) &&
@@ -109,8 +97,8 @@ json_t *cluster_service_to_json(const struct cluster_service *s, unsigned flags)
         put(o, "queue",
             json_pack("{s:i, s:I}", "limit", (int)s->queue_limit, "timeout_ms",
                       (json_int_t)s->queue_timeout_ms)) &&
-        put(o, "hosts", strings_json(s->hosts, s->nhosts)) &&
-        put(o, "api_key_sha256", strings_json(s->key_hashes, s->nkeys)) &&
+        put(o, "hosts", cluster_strings_json(s->hosts, s->nhosts)) &&
+        put(o, "api_key_sha256", cluster_strings_json(s->key_hashes, s->nkeys)) &&
         put(o, "autoscaling", scaling_json(s)) &&
         put(o, "generation", json_integer((json_int_t)s->generation)) &&
         put(o, "user", text_or_null(s->user));

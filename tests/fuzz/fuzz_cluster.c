@@ -1,5 +1,5 @@
 /* fuzz_cluster.c - libFuzzer target: any bytes as a pool, priority class,
- * team, user, node or price object (the first byte picks the kind and the
+ * team, user, node, price or service object (the first byte picks the kind and the
  * API or the stored form), as `gpuorch apply` and the admin API send them
  * and the store keeps them. A refusal is one non-empty line; an object that
  * decodes must survive model_X_decode(model_X_to_json(x)) unchanged, as
@@ -44,6 +44,7 @@ ROUND_TRIP(team)
 ROUND_TRIP(user)
 ROUND_TRIP(node)
 ROUND_TRIP(price)
+ROUND_TRIP(service)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -53,9 +54,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (!obj)
         return 0;
     static void (*const round_trip[])(const json_t *, unsigned) = {
-        round_trip_pool, round_trip_class, round_trip_team,
-        round_trip_user, round_trip_node,  round_trip_price};
-    round_trip[(data[0] & 0x7f) % 6](obj, (data[0] & 0x80) ? CLUSTER_STORED : 0);
+        round_trip_pool, round_trip_class, round_trip_team,   round_trip_user,
+        round_trip_node, round_trip_price, round_trip_service};
+    round_trip[(data[0] & 0x7f) % 7](obj, (data[0] & 0x80) ? CLUSTER_STORED : 0);
     json_decref(obj);
     return 0;
 }

@@ -7,8 +7,8 @@
 #   fuzz_sim_policy.c any bytes as a policy file, what is written reading back;
 #   fuzz_jobspec.c    any bytes as the body of POST /v1/jobs (and Slurm's
 #                     array syntax), what the API shows decoding back;
-#   fuzz_cluster.c    any bytes as a pool, class, team, user, node or price,
-#                     what the API shows decoding back;
+#   fuzz_cluster.c    any bytes as a pool, class, team, user, node, price or
+#                     service, what the API shows decoding back;
 #   fuzz_proto.c      any bytes as a controller-agent message, what is
 #                     encoded decoding back;
 #   fuzz_api.c        any bytes as the body of a controller route (submit,

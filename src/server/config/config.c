@@ -26,7 +26,8 @@ struct kind {
     int (*put)(struct cluster *m, void *item, bool replace, char *err, size_t errlen);
     int (*remove)(struct cluster *m, const char *name);
     /* 0 when the item can go in (or, item NULL, `name` can go out); else
-     * GPO_EINVAL / GPO_ESTATE with the message. */
+     * GPO_EINVAL / GPO_ESTATE with the message. NULL: nothing refers to
+     * the kind, and what it names settle checks. */
     int (*refs)(const struct config *c, const void *item, const char *name, char *err,
                 size_t errlen);
     const void *(*at)(const struct cluster *m, size_t k);
@@ -175,8 +176,8 @@ static const struct kind kinds[CONFIG_NKINDS] = {
     [CONFIG_CLASSES] = KIND("priority-classes", "priority class", STORE_CONFIG_PRIORITY_CLASSES,
                             class, class_refs, NULL),
     [CONFIG_PRICES] = KIND("prices", "price", STORE_CONFIG_PRICES, price, price_refs, NULL),
-    [CONFIG_SERVICES] = KIND("services", "service", STORE_CONFIG_SERVICES, service,
-                             config_service_refs, config_service_settle),
+    [CONFIG_SERVICES] =
+        KIND("services", "service", STORE_CONFIG_SERVICES, service, NULL, config_service_settle),
 };
 
 const char *config_kind_label(enum config_kind k)
@@ -269,7 +270,7 @@ int config_put_plan(struct config *c, enum config_kind kind, const char *name, c
     }
     const void *old = k->get(c->cluster, name);
     rc = busy(c, err, errlen);
-    rc = rc ? rc : k->refs(c, &w->item, name, err, errlen);
+    rc = rc || !k->refs ? rc : k->refs(c, &w->item, name, err, errlen);
     rc = rc || !k->settle ? rc : k->settle(c, &w->item, old, err, errlen);
     if (rc) {
         config_write_free(w);
@@ -312,7 +313,7 @@ int config_delete_plan(struct config *c, enum config_kind kind, const char *name
     if (!k->get(c->cluster, name))
         return errbuf_set(err, errlen, GPO_ENOENT, "no %s '%s'", k->label, name);
     int rc = busy(c, err, errlen);
-    rc = rc ? rc : k->refs(c, NULL, name, err, errlen);
+    rc = rc || !k->refs ? rc : k->refs(c, NULL, name, err, errlen);
     if (rc)
         return rc;
     struct config_write *w = calloc(1, sizeof(*w));

@@ -53,13 +53,11 @@ int config_nodes_load(struct config *c, int64_t now_ms, char *err, size_t errlen
 int config_node_done(struct config *c, struct config_write *w, int64_t now_ms,
                      enum config_outcome *ret_outcome, json_t **ret_body, char *err, size_t errlen);
 
-/* config_services.c: a service's references (item NULL: whether `name`
- * may go: nothing refers to a service) and, before it goes in, its canonical
- * names and its generation (1 when new, one more than old's when the
- * replicas' shape changed). config_service_naming: GPO_ESTATE when a
- * service names `name` of kind k (team, pool or class), else 0. */
-int config_service_refs(const struct config *c, const void *item, const char *name, char *err,
-                        size_t errlen);
+/* config_services.c: before a service goes in, what it names must exist
+ * (canonical names stored) and its generation is set (1 when new, one more
+ * than old's when the replicas' shape changed). config_service_naming:
+ * GPO_ESTATE when a service names `name` of kind k (team, pool or class),
+ * else 0. */
 int config_service_settle(const struct config *c, void *item, const void *old, char *err,
                           size_t errlen);
 int config_service_naming(const struct config *c, enum config_kind k, const char *name, char *err,

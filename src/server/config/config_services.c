@@ -43,17 +43,6 @@ static int check_names(const struct cluster *m, const struct jobspec *r, char *e
     return 0;
 }
 
-int config_service_refs(const struct config *c, const void *item, const char *name, char *err,
-                        size_t errlen)
-{
-    (void)c;
-    (void)item;
-    (void)name;
-    (void)err;
-    (void)errlen;
-    return 0; /* nothing refers to a service; what it names, settle checks */
-}
-
 int config_service_settle(const struct config *c, void *item, const void *old, char *err,
                           size_t errlen)
 {

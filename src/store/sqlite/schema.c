@@ -116,8 +116,8 @@ static const char *const migrations[] = {
     "ALTER TABLE jobs ADD COLUMN hold TEXT CHECK (hold IN ('user', 'admin'));",
     /* 7: services (models served by replicas that scale with traffic),
      * config objects like teams. */
-    "CREATE TABLE services(name TEXT PRIMARY KEY, spec TEXT NOT NULL,"
-    " updated_ms INTEGER NOT NULL);",
+    ("CREATE TABLE services(name TEXT PRIMARY KEY, spec TEXT NOT NULL,"
+     " updated_ms INTEGER NOT NULL);"),
 };
 
 _Static_assert(ARRAY_LEN(migrations) == STORE_SCHEMA_VERSION,
