@@ -115,14 +115,14 @@ struct cluster_pool {
 struct cluster_service {
     uint32_t id;
     char *name;
-    char *user;              /* who applied it: replicas run as this user */
-    struct jobspec replica;  /* the template (its serve part unset) */
-    char *probe_path;        /* default "/health" */
-    int64_t probe_period_ms; /* default 1000 */
-    int64_t probe_timeout_ms; /* default 1000 */
-    uint32_t probe_failures; /* default 3 */
-    int64_t startup_timeout_s; /* default 900 */
-    int64_t drain_timeout_s;   /* default 30 */
+    char *user;                 /* who applied it: replicas run as this user */
+    struct jobspec replica;     /* the template (its serve part unset) */
+    char *probe_path;           /* default "/health" */
+    int64_t probe_period_ms;    /* default 1000 */
+    int64_t probe_timeout_ms;   /* default 1000 */
+    uint32_t probe_failures;    /* default 3 */
+    int64_t startup_timeout_s;  /* default 900 */
+    int64_t drain_timeout_s;    /* default 30 */
     uint32_t concurrency_limit; /* per replica; 0: none */
     uint32_t queue_limit;       /* default 1000 */
     int64_t queue_timeout_ms;   /* default 60000 */
