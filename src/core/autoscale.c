@@ -257,11 +257,15 @@ static int32_t compute(struct autoscale_state *st, const struct autoscale_input 
     int32_t want_panic =
         c->panic.points ? want_of(c->panic.mean, c->headroom_milli, target) : want_stable;
 
+    /* As Knative's: at most ready * up / 100 (ready 0 counts as 1) and at
+     * least ready * 100 / down, but always one step either way. */
     int64_t base = in->ready > 1 ? in->ready : 1;
-    c->up_limit = clamp32((base * spec->max_up_rate_pct + 99) / 100, 1, AUTOSCALE_REPLICAS_MAX);
-    c->down_limit = clamp32((int64_t)in->ready * 100 /
-                                (spec->max_down_rate_pct > 0 ? spec->max_down_rate_pct : 100),
-                            0, AUTOSCALE_REPLICAS_MAX);
+    int64_t up = (base * spec->max_up_rate_pct + 99) / 100;
+    int64_t down =
+        (int64_t)in->ready * 100 / (spec->max_down_rate_pct > 0 ? spec->max_down_rate_pct : 100);
+    c->up_limit = clamp32(up > in->ready ? up : (int64_t)in->ready + 1, 1, AUTOSCALE_REPLICAS_MAX);
+    c->down_limit =
+        clamp32(down < in->ready ? down : (int64_t)in->ready - 1, 0, AUTOSCALE_REPLICAS_MAX);
     c->unlimited_stable = want_stable;
     c->unlimited_panic = want_panic;
     want_stable = clamp32(want_stable, c->down_limit, c->up_limit);

@@ -307,6 +307,24 @@ static void test_rate_limits_up_and_down(void **state)
     free(up);
 }
 
+/* A rate of 100 % would freeze the count: one step either way still goes. */
+static void test_rate_limits_of_100_pct_still_move_one_step(void **state)
+{
+    (void)state;
+    struct rig *r = rig_new();
+    r->spec.max_up_rate_pct = r->spec.max_down_rate_pct = 100;
+    r->spec.panic_threshold_pct = 100000;
+    r->spec.stable_window_ms = 6 * S;
+    r->follow = false;
+    r->in.ready = 4;
+    autoscale_observe(&r->st, 0, 9000);
+    assert_int_equal(decide(r, 0), 5);
+    assert_string_equal(r->d.reason, "4 -> 5: concurrency 9.0 over target 1 for 6 s (rate limit)");
+    run(r, 10, 16, 1000);
+    assert_int_equal(r->d.desired, 3);
+    free(r);
+}
+
 static void test_min_and_max_clamp(void **state)
 {
     (void)state;
@@ -561,6 +579,8 @@ static void random_stream(uint64_t seed)
         int64_t base = ready > 1 ? ready : 1;
         int64_t up = (base * s->max_up_rate_pct + 99) / 100;
         int64_t down = (int64_t)ready * 100 / s->max_down_rate_pct;
+        up = up > ready ? up : ready + 1; /* one step either way at least */
+        down = down < ready ? down : (ready > 0 ? ready - 1 : 0);
         int64_t hi = up > s->min ? up : s->min;
         int64_t lo = down < s->max ? down : s->max;
         if (d < s->min || d > s->max || d > hi || d < lo ||
@@ -616,6 +636,7 @@ int main(void)
         cmocka_unit_test(test_min_one_never_scales_to_zero),
         cmocka_unit_test(test_queued_request_at_zero_gives_one_at_once),
         cmocka_unit_test(test_rate_limits_up_and_down),
+        cmocka_unit_test(test_rate_limits_of_100_pct_still_move_one_step),
         cmocka_unit_test(test_min_and_max_clamp),
         cmocka_unit_test(test_scale_down_delay_holds_the_peak),
         cmocka_unit_test(test_headroom_adds_replicas_for_a_growing_ramp),
