@@ -417,7 +417,7 @@ static void reason_write(struct text *t, const struct autoscale_state *st,
 {
     const struct autoscale_spec *spec = in->spec;
     int32_t from = in->ready + in->starting;
-    const struct window *w = c->in_panic ? &c->panic : &c->stable;
+    const struct window *w = c->in_panic && c->panic.points ? &c->panic : &c->stable;
     text_int(t, from);
     text_put(t, " -> ");
     text_int(t, to);
