@@ -179,41 +179,45 @@ static int apply_run(struct service_args *a, const char **pos, size_t npos)
 
 /* ---- list, show, delete -------------------------------------------------------- */
 
+/* GET /v1/services (name NULL) or /v1/services/NAME into *ret (caller
+ * decrefs); a failure printed, its exit code returned. */
+static int fetch(struct service_args *a, const char *name, json_t **ret)
+{
+    struct cli c;
+    char err[CLI_ERR_MAX];
+    int rc = cli_connect(&c, CMD, &a->co);
+    if (rc == 0 && (rc = name ? client_services_get(&c.client, name, ret, err, sizeof(err))
+                              : client_services_list(&c.client, ret, err, sizeof(err))) != 0)
+        rc = cli_fail_call(CMD, rc, err);
+    cli_disconnect(&c);
+    return rc;
+}
+
+/* The answer (taken) as JSON, or as show (name given) or list prints it. */
+static int print_answer(struct service_args *a, const char *name, json_t *answer)
+{
+    int rc = a->co.json ? !cli_print_json(answer)
+             : name     ? service_show_render(stdout, answer, cli_now_ms())
+                        : service_list_render(stdout, answer);
+    json_decref(answer);
+    return rc ? cli_fail(CMD, "out of memory") : 0;
+}
+
 static int list_run(struct service_args *a, const char **pos, size_t npos)
 {
     (void)pos;
     (void)npos;
-    struct cli c;
-    char err[CLI_ERR_MAX];
     json_t *answer = NULL;
-    int rc = cli_connect(&c, CMD, &a->co);
-    if (rc == 0 && (rc = client_services_list(&c.client, &answer, err, sizeof(err))) != 0)
-        rc = cli_fail_call(CMD, rc, err);
-    cli_disconnect(&c);
-    if (rc == 0 && a->co.json)
-        rc = cli_print_json(answer) ? 0 : cli_fail(CMD, "out of memory");
-    else if (rc == 0 && service_list_render(stdout, answer))
-        rc = cli_fail(CMD, "out of memory");
-    json_decref(answer);
-    return rc;
+    int rc = fetch(a, NULL, &answer);
+    return rc ? rc : print_answer(a, NULL, answer);
 }
 
 static int show_run(struct service_args *a, const char **pos, size_t npos)
 {
     (void)npos;
-    struct cli c;
-    char err[CLI_ERR_MAX];
-    json_t *svc = NULL;
-    int rc = cli_connect(&c, CMD, &a->co);
-    if (rc == 0 && (rc = client_services_get(&c.client, pos[0], &svc, err, sizeof(err))) != 0)
-        rc = cli_fail_call(CMD, rc, err);
-    cli_disconnect(&c);
-    if (rc == 0 && a->co.json)
-        rc = cli_print_json(svc) ? 0 : cli_fail(CMD, "out of memory");
-    else if (rc == 0 && service_show_render(stdout, svc, cli_now_ms()))
-        rc = cli_fail(CMD, "out of memory");
-    json_decref(svc);
-    return rc;
+    json_t *answer = NULL;
+    int rc = fetch(a, pos[0], &answer);
+    return rc ? rc : print_answer(a, pos[0], answer);
 }
 
 static int delete_run(struct service_args *a, const char **pos, size_t npos)
@@ -243,14 +247,10 @@ static int delete_run(struct service_args *a, const char **pos, size_t npos)
 static int logs_run(struct service_args *a, const char **pos, size_t npos)
 {
     (void)npos;
-    struct cli c;
     char err[CLI_ERR_MAX];
     json_t *svc = NULL;
     int64_t job = 0;
-    int rc = cli_connect(&c, CMD, &a->co);
-    if (rc == 0 && (rc = client_services_get(&c.client, pos[0], &svc, err, sizeof(err))) != 0)
-        rc = cli_fail_call(CMD, rc, err);
-    cli_disconnect(&c);
+    int rc = fetch(a, pos[0], &svc);
     if (rc == 0 && service_replica_job(svc, a->replica, &job, err, sizeof(err)) != 0)
         rc = cli_fail(CMD, "%s", err);
     json_decref(svc);

@@ -309,7 +309,7 @@ static void spec_render(FILE *out, const json_t *s)
     fputc('\n', out);
     char gpus[TEXT_LEN];
     json_int_t mem = json_integer_value(json_object_get(res, "mem_mib"));
-    fprintf(out, "Resources:    %s GPUs, %s CPUs, %s memory, pool %s, priority %s\n",
+    fprintf(out, "Resources:    GPUs %s, CPUs %s, memory %s, pool %s, priority %s\n",
             jobs_gpus_text(res, gpus, sizeof(gpus)),
             num_text(json_object_get(res, "cpus"), a, sizeof(a)),
             mem > 0 ? cli_size_text(mem, size, sizeof(size)) : "-", str_or(res, "pool", "-"),
@@ -346,7 +346,7 @@ static void decision_render(FILE *out, const json_t *d, int64_t now_ms)
 {
     if (!json_is_object(d))
         return;
-    char counts[CELL_LEN], ago[CELL_LEN], a[CELL_LEN / 2], b[CELL_LEN / 2];
+    char counts[CELL_LEN], a[CELL_LEN / 2], b[CELL_LEN / 2];
     snprintf(counts, sizeof(counts), "%s -> %s", num_text(json_object_get(d, "from"), a, sizeof(a)),
              num_text(json_object_get(d, "to"), b, sizeof(b)));
     const char *reason = str_or(d, "reason", "");
@@ -355,10 +355,11 @@ static void decision_render(FILE *out, const json_t *d, int64_t now_ms)
             has_counts || !reason[0] ? "" : ": ", reason,
             json_is_true(json_object_get(d, "panic")) && !strstr(reason, "panic") ? " (panic)"
                                                                                   : "");
-    if (json_is_integer(json_object_get(d, "at_ms")))
-        fprintf(
-            out, " (%s)",
-            ago_text(json_integer_value(json_object_get(d, "at_ms")), now_ms, ago, sizeof(ago)));
+    const json_t *at = json_object_get(d, "at_ms");
+    if (json_is_integer(at)) {
+        char ago[CELL_LEN];
+        fprintf(out, " (%s)", ago_text(json_integer_value(at), now_ms, ago, sizeof(ago)));
+    }
     fputc('\n', out);
 }
 
@@ -366,13 +367,15 @@ static void backoff_render(FILE *out, const json_t *b, int64_t now_ms)
 {
     if (!json_is_object(b))
         return;
-    char n[CELL_LEN], until[CELL_LEN];
+    char n[CELL_LEN];
     fprintf(out, "Back-off:      %s failures",
             num_text(json_object_get(b, "failures"), n, sizeof(n)));
-    if (json_is_integer(json_object_get(b, "until_ms")))
+    const json_t *until = json_object_get(b, "until_ms");
+    if (json_is_integer(until)) {
+        char when[CELL_LEN];
         fprintf(out, ", next try %s",
-                ago_text(json_integer_value(json_object_get(b, "until_ms")), now_ms, until,
-                         sizeof(until)));
+                ago_text(json_integer_value(until), now_ms, when, sizeof(when)));
+    }
     if (cli_json_str(b, "reason"))
         fprintf(out, ": %s", cli_json_str(b, "reason"));
     fputc('\n', out);
