@@ -465,6 +465,30 @@ async function servicesChecks(page) {
   ok(!(await visible()) && (real.status === 404 || (real.json && (real.json.services || []).length === 0)),
     `with no service (the controller answers ${real.status}) the Services panel is hidden`);
 
+  // A controller with the services API: a real service (min 0: no replica runs) gets
+  // its row, with the status this controller gives (none yet: dashes), and goes.
+  if (real.status === 200) {
+    const spec = {name: 'web-demo', team: 'research', model: 'demo-model', command: ['sleep', '600'],
+      resources: {gpus: 1, pool: 'main'}, min: 0, max: 2};
+    const putR = await call('PUT', '/v1/services/web-demo', spec);
+    let row = null;
+    const seen = (putR.status === 200 || putR.status === 201) && await waitUntil(async () => {
+      row = ((await tableRows(page, 'services')) || []).find((r) => r.Service === 'web-demo');
+      return (await visible()) && row ? row : null;
+    });
+    const st = ((await call('GET', '/v1/services')).json.services || [])
+      .find((x) => x.name === 'web-demo') || {};
+    const stt = st.status || {};
+    const want = {Model: 'demo-model', Team: 'research', 'Min-max': '0-2',
+      Ready: `${typeof stt.ready === 'number' ? stt.ready : '-'} / ${typeof stt.desired === 'number' ? stt.desired : '-'}`};
+    const d = differences(want, row);
+    ok(seen && !d, 'a service PUT on this controller gets its row: model, team, min-max, ready / desired as its status says',
+      `PUT: ${putR.status} ${putR.text.slice(0, 300)}\n${d}\n${JSON.stringify(row)}`);
+    const del = await call('DELETE', '/v1/services/web-demo');
+    const hidden = await waitUntil(async () => !(await visible()), 20000);
+    ok(hidden && del.status === 204, 'deleted, the service leaves the panel, which hides', `DELETE: ${del.status}`);
+  }
+
   // A stand-in answer for the page's GET /v1/services (the API's token check stays the page's).
   let n = 0;
   let canned = true;
