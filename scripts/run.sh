@@ -9,12 +9,15 @@
 #     agents on the fake NVML (BUILD/tests/libnvidia-ml.so.1), nodes gpu-a and
 #     gpu-b of 8 x H100-80GB each;
 #   - the CLI's config file, RUN_DIR/config (and ~/.config/gpuorch/config when
-#     there is none).
+#     there is none);
+#   - one router (`gpuorch router`) on 127.0.0.1:$GPUORCH_ROUTER_PORT (default
+#     8081), in front of the services' replicas, when this gpuorch has the
+#     router and the port is free; otherwise it says why and runs without one.
 #
 # RUN_DIR is $GPUORCH_RUN_DIR, default ./gpuorch-run; it keeps the store, the
 # agents' state and every log across runs. The script waits; SIGINT (Ctrl-C) or
-# SIGTERM cancels the jobs that have not ended, stops the agents, then the
-# server, each by PID, and exits 0. A second Ctrl-C skips waiting for the
+# SIGTERM stops the router, cancels the jobs that have not ended, stops the
+# agents, then the server, each by PID, and exits 0. A second Ctrl-C skips waiting for the
 # jobs' grace period. Exit status: 0 stopped as asked, 1 could not start or a
 # process it started died.
 #
@@ -30,6 +33,7 @@ build=${1:-build}
 bin=$(cd "$build" && pwd)/gpuorch
 fakenvml=$(cd "$build" && pwd)/tests/libnvidia-ml.so.1
 port=${GPUORCH_PORT:-8080}
+router_port=${GPUORCH_ROUTER_PORT:-8081}
 run_dir=${GPUORCH_RUN_DIR:-./gpuorch-run}
 
 # The fake cluster: what each node offers. A DGX H100's 112 cores and 2 TiB,
@@ -51,6 +55,10 @@ case $port in
 '' | *[!0-9]*) die "GPUORCH_PORT: expected a port number, got '$port'" ;;
 esac
 [ "$port" -le 65535 ] || die "GPUORCH_PORT: expected a port number, got '$port'"
+case $router_port in
+'' | *[!0-9]* | 0) die "GPUORCH_ROUTER_PORT: expected a port number from 1, got '$router_port'" ;;
+esac
+[ "$router_port" -le 65535 ] || die "GPUORCH_ROUTER_PORT: expected a port number, got '$router_port'"
 
 mkdir -p "$run_dir"
 run_dir=$(cd "$run_dir" && pwd)
@@ -82,6 +90,8 @@ export GPUORCH_CONFIG=$config
 tag=$(printf '%08x' "$(printf '%s' "$run_dir" | cksum | cut -d' ' -f1)")
 
 server_pid=
+router_pid=
+router_text=
 agent_pids=()
 agent_names=()
 cgroup_dir=
@@ -189,6 +199,8 @@ cleanup() {
     local rc=$?
     trap '' EXIT
     trap 'hurry=1' INT TERM
+    # The router first: it sends no new request to a replica being stopped.
+    stop_pid "the router" "$router_pid" 20
     if alive "$server_pid" && [ -s "$config" ]; then
         cancel_jobs
     fi
@@ -217,7 +229,7 @@ cleanup() {
             /proc/self/mountinfo)
     fi
     if [ -n "$server_pid" ]; then
-        say "stopped (agents, then the server); the store and the logs stay in $run_dir"
+        say "stopped (${router_pid:+the router, }agents, then the server); the store and the logs stay in $run_dir"
     fi
     exit "$rc"
 }
@@ -336,6 +348,38 @@ start_agent() {
     agent_names+=("$name")
 }
 
+# Starts one router on 127.0.0.1:$router_port when this gpuorch has one
+# (`gpuorch router --help` works) and the port is free, and waits up to 10 s
+# for it to listen. Sets router_text to its address, or to why there is none:
+# the cluster runs without a router rather than not at all.
+start_router() {
+    if ! "$bin" router --help >/dev/null 2>&1; then
+        router_text="none: this gpuorch has no router ('gpuorch router --help' fails)"
+        return 0
+    fi
+    if (exec 3<>"/dev/tcp/127.0.0.1/$router_port") 2>/dev/null; then
+        router_text="none: 127.0.0.1:$router_port is busy (GPUORCH_ROUTER_PORT chooses another)"
+        return 0
+    fi
+    echo "---- $(date -u +%FT%TZ) make run: starting the router" >>"$logs/router.log"
+    setsid "$bin" router --server "http://127.0.0.1:$port" --join-token "$data/join.token" \
+        --listen "127.0.0.1:$router_port" </dev/null >>"$logs/router.log" 2>&1 9>&- &
+    router_pid=$!
+    local n=100
+    until (exec 3<>"/dev/tcp/127.0.0.1/$router_port") 2>/dev/null; do
+        if ! alive "$router_pid" || [ "$n" -le 0 ]; then
+            tail -n 5 "$logs/router.log" >&2
+            stop_pid "the router" "$router_pid" 5
+            router_pid=
+            router_text="none: the router did not start (log: $logs/router.log)"
+            return 0
+        fi
+        sleep 0.1
+        n=$((n - 1))
+    done
+    router_text="http://127.0.0.1:$router_port  (the services: /v1/chat/completions by model, /s/NAME/...)"
+}
+
 # Waits until every agent's node is up in `gpuorch nodes --json`.
 wait_nodes() {
     local n=300 i up
@@ -391,6 +435,7 @@ else
     nodes_text="${names// /, }: $FAKE_GPUS_PER_NODE x H100-80GB each, on the fake NVML (no NVIDIA GPU found)"
 fi
 wait_nodes
+start_router
 "$bin" apply -f "$root/deploy/starter.yaml" | { grep -v ' unchanged$' || true; } | sed 's/^/  /' ||
     echo "  (prices not applied: the GPUs are not of the starter file's types)"
 
@@ -403,9 +448,10 @@ export_line=
 
 cat <<EOF
 
-gpuorch is running: a controller and $(echo "${agent_names[@]}" | wc -w) agent(s) on this machine.
+gpuorch is running: a controller$([ -n "$router_pid" ] && echo , || echo ' and') $(echo "${agent_names[@]}" | wc -w) agent(s)${router_pid:+ and a router} on this machine.
 
   API          http://127.0.0.1:$port  (docs/api.md)
+  router       $router_text
   admin token  $data/admin.token
   CLI config   $config${home_config:+ (and $home_config)}
   nodes        $nodes_text
@@ -428,8 +474,9 @@ if [ "$(id -u)" = 0 ]; then
 else
     echo "The agents are not root: every job runs as $(id -un)."
 fi
-echo "Ctrl-C stops it all: jobs that have not ended are cancelled, then the agents"
-echo "and the server stop. Guides: docs/user-guide.md, docs/admin-guide.md."
+[ -n "$router_pid" ] && echo "Ctrl-C stops it all: the router, then jobs that have not ended are cancelled," ||
+    echo "Ctrl-C stops it all: jobs that have not ended are cancelled,"
+echo "then the agents and the server stop. Guides: docs/user-guide.md, docs/admin-guide.md."
 
 # --- waiting --------------------------------------------------------------
 
@@ -441,6 +488,10 @@ while [ "$stop" = 0 ]; do
     [ "$stop" = 0 ] || break
     if ! alive "$server_pid"; then
         say "the server stopped by itself (log: $logs/server.log)"
+        exit 1
+    fi
+    if [ -n "$router_pid" ] && ! alive "$router_pid"; then
+        say "the router stopped by itself (log: $logs/router.log)"
         exit 1
     fi
     for i in "${!agent_pids[@]}"; do

@@ -21,6 +21,7 @@
 #include "cli/jobs.h"
 #include "cli/nodes.h"
 #include "cli/run.h"
+#include "cli/service.h"
 #include "cli/submit.h"
 #include "cli/token.h"
 #include "cli/top.h"
@@ -63,6 +64,7 @@ static const struct command commands[] = {
     {"resume", nodes_resume_command, "resume drained nodes"},
     {"top", top_command, "a live view of GPUs, jobs, utilization and cost per hour"},
     {"cost", cost_command, "what GPU time cost per team, project, model, user or job"},
+    {"service", service_command, "model serving: apply, list, show, delete, logs of services"},
     {"apply", apply_command, "create or update pools, classes, teams, users from a file"},
     {"whoami", jobs_whoami_command, "show whom the token belongs to"},
     {"token", token_command, "issue an API token for a user (admins)"},

@@ -33,6 +33,7 @@
     polls: 0,
     charts: {}, // element id -> {plot, keys}
     lastOk: 0,
+    svcHist: {t: [], byName: {}}, // what the services did while this page was open
   };
   window.gpuorchDash = state;
 
@@ -74,6 +75,7 @@
       const tr = body.appendChild(el('tr'));
       for (const c of cols) {
         const td = tr.appendChild(el('td', (c.num ? 'num ' : '') + (c.cls || '')));
+        if (c.h) td.dataset.label = c.h; // a narrow window's card layout names each value
         const v = c.cell(r);
         if (v instanceof Node) td.appendChild(v);
         else td.textContent = v === undefined || v === null ? '-' : String(v);
@@ -462,7 +464,8 @@
     box.replaceChildren(msg(text, bad));
   }
 
-  function chartOpts(box, keys, unit, yRange) {
+  // colorOf(key, index) -> palette index and dashOf(key) -> dashed: optional.
+  function chartOpts(box, keys, unit, yRange, colorOf, dashOf) {
     const axis = {
       stroke: '#8e9196',
       grid: {stroke: '#2a2f35', width: 1},
@@ -481,7 +484,8 @@
       ],
       series: [{}].concat(keys.map((k, i) => ({
         label: k,
-        stroke: PALETTE[i % PALETTE.length],
+        stroke: PALETTE[(colorOf ? colorOf(k, i) : i) % PALETTE.length],
+        dash: dashOf && dashOf(k) ? [5, 4] : undefined,
         width: 1.5,
         spanGaps: false,
         points: {show: false},
@@ -490,7 +494,7 @@
     };
   }
 
-  function renderChart(id, body, unit, yRange) {
+  function renderChart(id, body, unit, yRange, style) {
     const box = $(id);
     const t = body.t || [];
     const series = (body.series || []).slice().sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
@@ -516,7 +520,8 @@
     } else {
       if (old) old.plot.destroy();
       box.replaceChildren();
-      state.charts[id] = {plot: new uPlot(chartOpts(box, keys, unit, yRange), data, box), keys};
+      const st = style || {};
+      state.charts[id] = {plot: new uPlot(chartOpts(box, keys, unit, yRange, st.colorOf, st.dashOf), data, box), keys};
     }
     box.dataset.points = String(points);
   }
@@ -534,6 +539,177 @@
     }
   }
 
+
+  // -- Services (docs/dashboard.md): GET /v1/services each refresh. ------------------
+
+  const SVC_HISTORY_MS = 15 * 60 * 1000;
+  const SVC_RATE_MIN_MS = 5000; // cost per hour: from the cost's growth over at least this
+  const SVC_RATE_MAX_MS = 60000; // ... and at most this
+
+  // The history the page keeps of each service, one point a refresh: t in seconds (uPlot's).
+  function recordServices(services) {
+    const h = state.svcHist;
+    const now = serverNow();
+    h.t.push(now / 1000);
+    const n = h.t.length;
+    for (const s of services) {
+      const st = s.status || {};
+      let e = h.byName[s.name];
+      if (!e) {
+        e = h.byName[s.name] = {ready: [], desired: [], rps: [], cost: []};
+        for (const k of Object.keys(e)) e[k] = new Array(n - 1).fill(null);
+      }
+      const obs = st.observed || {};
+      e.ready.push(isNum(st.ready) ? st.ready : null);
+      e.desired.push(isNum(st.desired) ? st.desired : null);
+      e.rps.push(isNum(obs.rps) ? obs.rps : null);
+      e.cost.push(st.cost && isNum(st.cost.cost) ? st.cost.cost : null);
+    }
+    for (const e of Object.values(h.byName)) {
+      for (const k of Object.keys(e)) while (e[k].length < n) e[k].push(null);
+    }
+    // Forget what is older than the window, and services gone from all of it.
+    let drop = 0;
+    while (drop < h.t.length - 1 && now / 1000 - h.t[drop] > SVC_HISTORY_MS / 1000) drop++;
+    if (drop) {
+      h.t.splice(0, drop);
+      for (const e of Object.values(h.byName)) for (const k of Object.keys(e)) e[k].splice(0, drop);
+    }
+    for (const [name, e] of Object.entries(h.byName)) {
+      if (e.ready.every((v) => v === null) && e.rps.every((v) => v === null)) delete h.byName[name];
+    }
+  }
+
+  function clearServiceHistory() {
+    state.svcHist = {t: [], byName: {}};
+  }
+
+  // Cost per hour from how the service's cost grew over the last minute; null until known.
+  function costRate(name) {
+    const h = state.svcHist;
+    const e = h.byName[name];
+    if (!e) return null;
+    const last = h.t.length - 1;
+    if (last < 1 || e.cost[last] === null) return null;
+    let from = -1;
+    for (let i = last - 1; i >= 0; i--) {
+      const dt = (h.t[last] - h.t[i]) * 1000;
+      if (dt > SVC_RATE_MAX_MS) break;
+      if (e.cost[i] !== null && dt >= SVC_RATE_MIN_MS) from = i;
+    }
+    if (from < 0) return null;
+    const hours = (h.t[last] - h.t[from]) / 3600;
+    return Math.max(0, (e.cost[last] - e.cost[from]) / hours);
+  }
+
+  function replicaCell(st) {
+    const d = el('span');
+    const counts = {};
+    for (const r of st.replicas || []) counts[r.state] = (counts[r.state] || 0) + 1;
+    const colors = {ready: 'green', starting: 'blue', draining: 'yellow', failed: 'red'};
+    for (const k of ['ready', 'starting', 'draining', 'failed']) {
+      if (counts[k]) d.appendChild(badge(counts[k] + ' ' + k, colors[k]));
+    }
+    // A replica that cannot start yet says why, as a waiting job does.
+    const waiting = (st.replicas || []).find((r) => r.state === 'starting' && r.reason);
+    if (waiting) d.appendChild(el('div', 'muted', waiting.reason));
+    if (!d.childNodes.length) d.appendChild(el('span', 'muted', 'none'));
+    return d;
+  }
+
+  function decisionCell(st) {
+    const d = el('span');
+    if (st.backoff) {
+      d.appendChild(badge('backoff', 'red'));
+      d.appendChild(document.createTextNode(st.backoff.reason || 'crash loop'));
+      return d;
+    }
+    const dec = st.decision;
+    if (!dec || !dec.reason) {
+      d.appendChild(el('span', 'muted', 'none yet'));
+      return d;
+    }
+    if (dec.panic) d.appendChild(badge('panic', 'orange'));
+    d.appendChild(document.createTextNode(dec.reason));
+    if (isNum(dec.at_ms) && dec.at_ms > 0) {
+      d.appendChild(el('span', 'muted', ' (' + fmtDuration(serverNow() - dec.at_ms) + ' ago)'));
+    }
+    return d;
+  }
+
+  function inflightOf(st) {
+    if (!Array.isArray(st.replicas)) return null;
+    return st.replicas.reduce((sum, r) => sum + (isNum(r.inflight) ? r.inflight : 0), 0);
+  }
+
+  function renderServices(services) {
+    const rows = services.slice().sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+    const ready = rows.reduce((n, s) => n + ((s.status && s.status.ready) || 0), 0);
+    const desired = rows.reduce((n, s) => n + ((s.status && s.status.desired) || 0), 0);
+    $('services-note').textContent = `${rows.length} services, ${ready} of ${desired} replicas ready`;
+    setPanel('services', table([
+      {h: 'Service', cell: (s) => s.name},
+      {h: 'Model', cell: (s) => s.model || '-'},
+      {h: 'Team', cell: (s) => s.team || '-'},
+      {h: 'Ready', num: true, cell: (s) => {
+        const st = s.status || {};
+        return (isNum(st.ready) ? st.ready : '-') + ' / ' + (isNum(st.desired) ? st.desired : '-');
+      }},
+      {h: 'Min-max', num: true, cell: (s) => (isNum(s.min) ? s.min : 0) + '-' + (isNum(s.max) ? s.max : '-')},
+      {h: 'Replicas', cell: (s) => replicaCell(s.status || {})},
+      {h: 'In flight', num: true, cell: (s) => {
+        const st = s.status || {};
+        const n = inflightOf(st);
+        const q = st.observed && isNum(st.observed.queued) ? st.observed.queued : 0;
+        return n === null ? '-' : q > 0 ? `${n} (+${q} queued)` : String(n);
+      }},
+      {h: 'Req/s', num: true, cell: (s) => {
+        const o = (s.status || {}).observed || {};
+        return isNum(o.rps) ? o.rps.toFixed(o.rps < 10 ? 1 : 0) : '-';
+      }},
+      {h: 'Cost / hour', num: true, cell: (s) => fmtMoney(costRate(s.name))},
+      {h: 'Last decision', cls: 'decision', cell: (s) => decisionCell(s.status || {})},
+    ], rows));
+  }
+
+  // Chart bodies, as /v1/metrics/series gives them, from the page's history.
+  function serviceCharts() {
+    const h = state.svcHist;
+    const names = Object.keys(h.byName).sort();
+    const replicas = [];
+    for (const n of names) {
+      replicas.push({key: n, values: h.byName[n].ready});
+      replicas.push({key: n + ' desired', values: h.byName[n].desired});
+    }
+    const rps = names.map((n) => ({key: n, values: h.byName[n].rps}));
+    // One colour per service on both charts; its desired count dashed, in the same colour.
+    const colorOf = (k) => Math.max(0, names.indexOf(k.replace(/ desired$/, '')));
+    renderChart('chart-svc-replicas', {t: h.t, series: replicas}, '', null,
+      {colorOf, dashOf: (k) => / desired$/.test(k)});
+    renderChart('chart-svc-rps', {t: h.t, series: rps}, '', null, {colorOf});
+  }
+
+  // The block shows only when there are services: none, or a controller without
+  // the API (404), hides it; another failure shows in it when it was shown.
+  function showServices(r) {
+    const block = $('services-block');
+    const list = r.status === 'fulfilled' ? (r.value && r.value.services) || [] : null;
+    if (list && list.length) {
+      recordServices(list);
+      block.hidden = false;
+      renderServices(list);
+      serviceCharts();
+      return;
+    }
+    if (list || (r.reason instanceof ApiError && r.reason.status === 404) || block.hidden) {
+      block.hidden = true;
+      clearServiceHistory();
+      for (const id of ['chart-svc-replicas', 'chart-svc-rps']) chartMessage(id, 'no data yet');
+      return;
+    }
+    setPanel('services', failure(r.reason));
+  }
+
   // -- The refresh cycle. --------------------------------------------------------------
 
   async function refresh() {
@@ -544,6 +720,7 @@
       fetchJobs(),
       api('/v1/cost?by=' + encodeURIComponent(costBy)),
       api('/v1/budgets'),
+      api('/v1/services'),
     ].concat(CHARTS.map((c) => api(c.path)));
     const res = await Promise.allSettled(reqs);
     if (gen !== state.generation) return;
@@ -552,7 +729,7 @@
       return;
     }
     const val = (r) => (r.status === 'fulfilled' ? r.value : null);
-    const [nodesR, jobsR, costR, budgetsR] = res;
+    const [nodesR, jobsR, costR, budgetsR, servicesR] = res;
     const nodes = val(nodesR) ? val(nodesR).nodes || [] : null;
     const jobs = val(jobsR);
 
@@ -570,9 +747,10 @@
     if (val(budgetsR)) renderBudgets(val(budgetsR));
     else setPanel('budgets', failure(budgetsR.reason));
     renderTiles(nodes, jobs, val(costR));
+    showServices(servicesR);
 
     CHARTS.forEach((c, i) => {
-      const r = res[4 + i];
+      const r = res[5 + i];
       if (r.status === 'fulfilled') renderChart(c.id, r.value, c.unit, c.range);
       else if (r.reason instanceof ApiError && r.reason.status === 404) chartMessage(c.id, 'not available');
       else chartMessage(c.id, 'could not load: ' + (r.reason && r.reason.message), true);
@@ -646,6 +824,8 @@
       sessionStorage.removeItem(TOKEN_KEY);
     } catch (e) { /* storage disabled: nothing kept */ }
     for (const id of Object.keys(state.charts)) chartMessage(id, 'no data yet');
+    clearServiceHistory();
+    $('services-block').hidden = true;
     showLogin(message);
   }
 

@@ -64,8 +64,10 @@ static void usage(FILE *out)
             "Shows the cluster live, as nvtop does a machine: a summary (nodes up, GPUs\n"
             "used, mean utilization, memory, power, running and pending jobs, cost per\n"
             "hour), each node with one row per GPU (a utilization bar, memory, power,\n"
-            "temperature and the jobs on it), then the running jobs: JOB USER TEAM GPUS\n"
-            "UTIL%% MEM TIME COST IDLE. It fits the terminal and redraws in place.\n"
+            "temperature and the jobs on it), the services when there are any: NAME\n"
+            "READY/DESIRED INFLIGHT RPS DECISION (the autoscaler's last reason), then the\n"
+            "running jobs: JOB USER TEAM GPUS UTIL%% MEM TIME COST IDLE. It fits the\n"
+            "terminal and redraws in place.\n"
             "Keys: q quits, s changes the jobs' order. When stdout is not a terminal, or\n"
             "with --once, it prints one plain snapshot and exits. A member sees their\n"
             "team's jobs; other jobs' GPUs show the job id alone. COST and the cost per\n"
@@ -93,6 +95,19 @@ static bool write_all(int fd, const char *buf, size_t len)
 
 /* ---- the snapshot ------------------------------------------------------------ */
 
+/* GET /v1/services's "services" into *ret (NULL when the server has no
+ * such route or refuses it: top then shows no services). 0 or GPO_ENOMEM. */
+static int services_fetch(struct cli *c, json_t **ret)
+{
+    char ignored[CLI_ERR_MAX];
+    json_t *body = NULL;
+    int r = client_call(&c->client, "GET", "/v1/services", NULL, &body, ignored, sizeof(ignored));
+    const json_t *list = r == 0 ? json_object_get(body, "services") : NULL;
+    *ret = json_is_array(list) ? json_incref((json_t *)list) : NULL;
+    json_decref(body);
+    return r == GPO_ENOMEM ? r : 0;
+}
+
 /* Reads a snapshot through c. 0 and *ret (release with top_snapshot_release);
  * else the client's codes with the message in err. A failed cost call (no
  * such route, not allowed) is no error: cost is NULL. */
@@ -119,6 +134,8 @@ static int snapshot_fetch(struct cli *c, struct top_snapshot *ret, char *err, si
         if (r)
             s.cost = NULL;
     }
+    if (rc == 0)
+        rc = services_fetch(c, &s.services);
     if (rc) {
         if (rc == GPO_ENOMEM)
             snprintf(err, errlen, "out of memory");

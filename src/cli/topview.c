@@ -13,6 +13,7 @@
 
 #include "cli/cli.h"
 #include "cli/table.h"
+#include "cli/topsvc.h"
 #include "util/timefmt.h"
 #include "base/banned.h"
 
@@ -54,30 +55,16 @@ void top_snapshot_release(struct top_snapshot *s)
     json_decref(s->nodes);
     json_decref(s->jobs);
     json_decref(s->cost);
+    json_decref(s->services);
     *s = (struct top_snapshot){0};
 }
 
 /* ---- the view ----------------------------------------------------------- */
 
-static json_t *number_or_null(const json_t *v)
-{
-    return json_is_number(v) ? json_real(json_number_value(v)) : json_null();
-}
-
-static json_t *int_or_null(const json_t *v)
-{
-    return json_is_integer(v) ? json_integer(json_integer_value(v)) : json_null();
-}
-
 /* A copy of v, or JSON null for NULL. */
 static json_t *copy_or_null(const json_t *v)
 {
     return v ? json_deep_copy(v) : json_null();
-}
-
-static json_t *str_or_null(const char *s)
-{
-    return s ? json_string(s) : json_null();
 }
 
 /* The sample of GPU `uuid` among a node's gpu_samples (borrowed), or NULL. */
@@ -121,8 +108,8 @@ static json_t *gpu_jobs(const json_t *jobs, const char *uuid, const json_t *samp
                 json_array_append_new(list,
                                       json_pack("{s:I, s:o, s:o}", "id",
                                                 json_integer_value(json_object_get(j, "id")),
-                                                "user", str_or_null(cli_json_str(j, "user")),
-                                                "team", str_or_null(cli_json_str(j, "team"))));
+                                                "user", top_json_str(cli_json_str(j, "user")),
+                                                "team", top_json_str(cli_json_str(j, "team"))));
                 break;
             }
         }
@@ -195,18 +182,19 @@ static json_t *gpu_entry(const json_t *node, const json_t *inv, const json_t *jo
     json_t *list = gpu_jobs(jobs, uuid, sample);
     const json_t *p = json_object_get(sample, "power_mw");
     json_t *g =
-        list ? json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:I, s:o, s:o, s:o, s:o}", "node",
-                         str_or_null(cli_json_str(node, "name")), "index",
-                         int_or_null(json_object_get(inv, "index")), "uuid", str_or_null(uuid),
-                         "gpu_type", str_or_null(cli_json_str(inv, "gpu_type")), "utilization_pct",
-                         number_or_null(json_object_get(sample, "utilization_pct")),
-                         "memory_used_mib", int_or_null(json_object_get(sample, "memory_used_mib")),
-                         "memory_total_mib", (json_int_t)total_mib, "power_w",
-                         json_is_integer(p) ? json_real((double)json_integer_value(p) / 1000.0)
-                                            : json_null(),
-                         "temperature_c", int_or_null(json_object_get(sample, "temperature_c")),
-                         "error", str_or_null(cli_json_str(sample, "error")), "jobs", list)
-             : NULL;
+        list
+            ? json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:I, s:o, s:o, s:o, s:o}", "node",
+                        top_json_str(cli_json_str(node, "name")), "index",
+                        top_json_int(json_object_get(inv, "index")), "uuid", top_json_str(uuid),
+                        "gpu_type", top_json_str(cli_json_str(inv, "gpu_type")), "utilization_pct",
+                        top_json_num(json_object_get(sample, "utilization_pct")), "memory_used_mib",
+                        top_json_int(json_object_get(sample, "memory_used_mib")),
+                        "memory_total_mib", (json_int_t)total_mib, "power_w",
+                        json_is_integer(p) ? json_real((double)json_integer_value(p) / 1000.0)
+                                           : json_null(),
+                        "temperature_c", top_json_int(json_object_get(sample, "temperature_c")),
+                        "error", top_json_str(cli_json_str(sample, "error")), "jobs", list)
+            : NULL;
     /* "in_use": held, maybe by a job this token may not see (another team's). */
     bool used = json_array_size(list) > 0 || json_is_true(json_object_get(inv, "in_use"));
     sums_add(node_sums, sample, total_mib, used);
@@ -231,10 +219,10 @@ static json_t *node_entry(const json_t *n, const json_t *jobs, json_t *gpus, str
         e |= json_array_append_new(gpus, gpu_entry(n, g, jobs, &t, all));
     }
     json_t *o = json_pack(
-        "{s:o, s:o, s:o, s:o, s:I, s:o}", "name", str_or_null(cli_json_str(n, "name")), "pool",
-        str_or_null(cli_json_str(n, "pool")), "state", str_or_null(cli_json_str(n, "state")),
-        "gpu_type", str_or_null(mixed ? "mixed" : type), "gpus", (json_int_t)t.gpus, "sampled_at",
-        str_or_null(cli_json_str(n, "sampled_at")));
+        "{s:o, s:o, s:o, s:o, s:I, s:o}", "name", top_json_str(cli_json_str(n, "name")), "pool",
+        top_json_str(cli_json_str(n, "pool")), "state", top_json_str(cli_json_str(n, "state")),
+        "gpu_type", top_json_str(mixed ? "mixed" : type), "gpus", (json_int_t)t.gpus, "sampled_at",
+        top_json_str(cli_json_str(n, "sampled_at")));
     if (o && (e || sums_set(o, &t))) {
         json_decref(o);
         return NULL;
@@ -296,12 +284,12 @@ static json_t *job_entry(const json_t *j, const json_t *nodes, const json_t *gpu
                           : json_null();
     const json_t *cost = json_object_get(j, "cost"), *idle = json_object_get(j, "idle");
     return json_pack("{s:I, s:o, s:o, s:o, s:I, s:o, s:o, s:o, s:o, s:o, s:o}", "id", id, "name",
-                     str_or_null(cli_json_str(json_object_get(j, "spec"), "name")), "user",
-                     str_or_null(cli_json_str(j, "user")), "team",
-                     str_or_null(cli_json_str(j, "team")), "gpus",
+                     top_json_str(cli_json_str(json_object_get(j, "spec"), "name")), "user",
+                     top_json_str(cli_json_str(j, "user")), "team",
+                     top_json_str(cli_json_str(j, "team")), "gpus",
                      (json_int_t)json_array_size(json_object_get(cur, "gpus")), "nodes",
                      copy_or_null(json_object_get(cur, "nodes")), "utilization_pct", util,
-                     "memory_used_mib", mem, "running_s", running, "cost", number_or_null(cost),
+                     "memory_used_mib", mem, "running_s", running, "cost", top_json_num(cost),
                      "idle", copy_or_null(json_is_object(idle) ? idle : NULL));
 }
 
@@ -312,7 +300,8 @@ json_t *top_view_build(const struct top_snapshot *s)
     char now[TIMEFMT_RFC3339_LEN] = "";
     timefmt_rfc3339(s->taken_ms - s->taken_ms % 1000, now, sizeof(now)); /* whole seconds */
     json_t *nodes = json_array(), *gpus = json_array(), *jobs = json_array();
-    int e = !nodes || !gpus || !jobs;
+    json_t *services = top_services_view(s->services);
+    int e = !nodes || !gpus || !jobs || !services;
     for (size_t k = 0; !e && k < json_array_size(s->nodes); k++) {
         const json_t *n = json_array_get(s->nodes, k);
         const char *st = cli_json_str(n, "state");
@@ -328,21 +317,23 @@ json_t *top_view_build(const struct top_snapshot *s)
             e |= json_array_append_new(jobs, job_entry(j, s->nodes, gpus, s->taken_ms));
         }
     }
-    json_t *rate = number_or_null(json_object_get(s->cost, "rate_per_hour"));
+    json_t *rate = top_json_num(json_object_get(s->cost, "rate_per_hour"));
     json_t *sum =
         json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:O}", "nodes",
                   (json_int_t)json_array_size(s->nodes), "nodes_up", (json_int_t)up, "gpus",
                   (json_int_t)all.gpus, "gpus_used", (json_int_t)all.used, "running_jobs",
                   (json_int_t)running, "pending_jobs", (json_int_t)pending, "cost_rate", rate);
     e |= !sum || sums_set(sum, &all);
-    json_t *view = e ? NULL
-                     : json_pack("{s:s, s:O, s:O, s:O, s:O, s:O}", "time", now, "summary", sum,
-                                 "nodes", nodes, "gpus", gpus, "jobs", jobs, "cost_rate", rate);
+    json_t *view =
+        e ? NULL
+          : json_pack("{s:s, s:O, s:O, s:O, s:O, s:O, s:O}", "time", now, "summary", sum, "nodes",
+                      nodes, "gpus", gpus, "jobs", jobs, "services", services, "cost_rate", rate);
     json_decref(sum);
     json_decref(rate);
     json_decref(nodes);
     json_decref(gpus);
     json_decref(jobs);
+    json_decref(services);
     return view;
 }
 
@@ -632,6 +623,19 @@ static int job_row(struct table *t, const json_t *j, int64_t now)
     return table_add(t, cells);
 }
 
+/* Text (borrowed) line by line; line `head` (from 0) is a table's header. */
+static void add_text(struct lines *L, const char *text, size_t head)
+{
+    size_t k = 0;
+    for (const char *p = text, *end; p && *p; p = end + 1, k++) {
+        end = strchr(p, '\n');
+        if (!end)
+            end = p + strlen(p) - 1;
+        lines_add(L, k == head ? STYLE_HEAD : STYLE_NONE, "%.*s", (int)(end - p + (*end != '\n')),
+                  p);
+    }
+}
+
 /* The jobs table, printed by table.c into memory and taken line by line. */
 static void add_jobs(struct lines *L, const json_t *view, const struct top_screen *scr, int64_t now)
 {
@@ -662,17 +666,23 @@ static void add_jobs(struct lines *L, const json_t *view, const struct top_scree
         table_print(t, mem);
     if (mem && fclose(mem) != 0)
         rc = GPO_ENOMEM;
-    for (char *p = text, *end; rc == 0 && p && *p; p = end + 1) {
-        end = strchr(p, '\n');
-        if (!end)
-            end = p + strlen(p) - 1;
-        lines_add(L, p == text ? STYLE_HEAD : STYLE_NONE, "%.*s", (int)(end - p + (*end != '\n')),
-                  p);
-    }
+    if (rc == 0)
+        add_text(L, text, 0);
     L->oom |= rc != 0;
     free(text);
     table_free(t);
     free((void *)order);
+}
+
+/* The services' block (topsvc.c), when there are any. */
+static void add_services(struct lines *L, const json_t *view)
+{
+    char *text = NULL;
+    if (top_services_text(json_object_get(view, "services"), &text) != 0)
+        L->oom = true;
+    else
+        add_text(L, text, TOP_SERVICES_HEAD_LINE);
+    free(text);
 }
 
 /* Writes s as it may reach a terminal: control characters as '?', at most
@@ -757,6 +767,7 @@ int top_render(const json_t *view, const struct top_screen *scr, char **ret, siz
         now = t; /* ages as of the snapshot: the same view renders the same text */
     add_summary(&head, view, scr);
     add_gpus(&gpus, view, scr, now);
+    add_services(&jobs, view); /* with the jobs: a large cluster's GPUs do not push them off */
     add_jobs(&jobs, view, scr, now);
     size_t gpu_room = SIZE_MAX, job_room = SIZE_MAX;
     if (scr->rows && head.n + gpus.n + jobs.n > scr->rows) {

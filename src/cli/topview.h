@@ -39,6 +39,7 @@ struct top_snapshot {
     json_t *nodes;    /* GET /v1/nodes's "nodes" array */
     json_t *jobs;     /* GET /v1/jobs?state=PENDING,RUNNING, every page, as one array */
     json_t *cost;     /* GET /v1/cost?by=team's answer; NULL when the server has none */
+    json_t *services; /* GET /v1/services's "services" array; NULL when the server has none */
     int64_t taken_ms; /* when it was read */
 };
 
@@ -59,6 +60,7 @@ void top_snapshot_release(struct top_snapshot *s);
  *              "error", "jobs": [{"id", "user", "team"}]}],
  *    "jobs": [{"id", "name", "user", "team", "gpus", "nodes", "utilization_pct",
  *              "memory_used_mib", "running_s", "cost", "idle"}],
+ *    "services": [...] (topsvc.h: one object per service, by name; [] for none),
  *    "cost_rate": cost per hour of what runs now}
  * A figure nobody reported is null. A GPU's jobs are the running jobs whose
  * current attempt holds it, then any other job its processes belong to (a
@@ -66,6 +68,7 @@ void top_snapshot_release(struct top_snapshot *s);
  * team). A job's utilization and memory are the API's
  * (gpu_utilization_pct, gpu_memory_used_mib) when it gives them, else the
  * mean utilization of its GPUs and the memory of its processes.
+ * top_render shows the services (a SERVICES table) only when there are any.
  */
 json_t *top_view_build(const struct top_snapshot *s);
 

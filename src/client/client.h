@@ -229,6 +229,22 @@ int client_users_token_issue(struct client *c, const char *user, const char *lab
 /* GET /v1/whoami: the token's user. */
 int client_whoami(struct client *c, json_t **ret, char *err, size_t errlen);
 
+/* ---- services: /v1/services and /v1/services/NAME ------------------------------- */
+
+/* PUT /v1/services/NAME with `spec` (borrowed): creates or replaces the
+ * service; c->status is 201 for a new one, 200 for a replaced one; *ret (may
+ * be NULL) the stored service. A spec the API refuses: GPO_EAPI, its message
+ * naming the field. */
+int client_services_put(struct client *c, const char *name, const json_t *spec, json_t **ret,
+                        char *err, size_t errlen);
+/* GET /v1/services: {"services": [...]}, each a spec with its status. */
+int client_services_list(struct client *c, json_t **ret, char *err, size_t errlen);
+/* GET /v1/services/NAME: the spec, generation, user and status (GPO_EAPI
+ * with c->status 404 when absent). */
+int client_services_get(struct client *c, const char *name, json_t **ret, char *err, size_t errlen);
+/* DELETE /v1/services/NAME: its replicas drain and stop, then it is gone. */
+int client_services_delete(struct client *c, const char *name, char *err, size_t errlen);
+
 /* ---- cost and metrics ------------------------------------------------------------- */
 
 #define CLIENT_COST_BY_MAP(X)                                                                      \

@@ -281,15 +281,15 @@ enum proto_launch {
 #define PROTO_SERVE_PATH_MAX   1024 /* probe path: starts with '/' */
 #define PROTO_SERVE_METRIC_MAX 200  /* a Prometheus metric name (with ':') */
 struct proto_serve {
-    char *service;              /* 1..PROTO_SPEC_NAME_MAX bytes; NULL: not a replica */
-    uint32_t replica;           /* the replica's number within its service, >= 1 */
-    uint64_t generation;        /* the service spec's generation it runs */
-    char *probe_path;           /* "/health": 1..PROTO_SERVE_PATH_MAX bytes, starts with '/' */
-    int64_t probe_period_ms;    /* 100..3600000 */
-    int64_t probe_timeout_ms;   /* 10..600000 */
-    uint32_t probe_failures;    /* failure threshold, 1..1000 */
-    int64_t startup_timeout_s;  /* 1..86400 */
-    char *metric;               /* a metric of the replica's own /metrics to report, or NULL */
+    char *service;             /* 1..PROTO_SPEC_NAME_MAX bytes; NULL: not a replica */
+    uint32_t replica;          /* the replica's number within its service, >= 1 */
+    uint64_t generation;       /* the service spec's generation it runs */
+    char *probe_path;          /* "/health": 1..PROTO_SERVE_PATH_MAX bytes, starts with '/' */
+    int64_t probe_period_ms;   /* 100..3600000 */
+    int64_t probe_timeout_ms;  /* 10..600000 */
+    uint32_t probe_failures;   /* failure threshold, 1..1000 */
+    int64_t startup_timeout_s; /* 1..86400 */
+    char *metric;              /* a metric of the replica's own /metrics to report, or NULL */
 };
 
 struct proto_spec {
@@ -330,7 +330,7 @@ struct proto_spec {
     enum proto_launch launch;       /* "every_node" or "first_node" */
     char *submit_dir;               /* 1..PROTO_PATH_MAX bytes, or NULL */
     bool hold;
-    int64_t begin; /* Unix seconds, 0..PROTO_BEGIN_MAX */
+    int64_t begin;            /* Unix seconds, 0..PROTO_BEGIN_MAX */
     struct proto_serve serve; /* "serve"; serve.service NULL when absent */
 };
 
@@ -426,12 +426,12 @@ struct proto_endpoint {
 
 struct proto_report {
     enum proto_state state;
-    int64_t exit_code; /* 0..255; PROTO_NONE: absent */
-    int64_t signal;    /* 0..PROTO_SIGNAL_MAX; PROTO_NONE: absent */
-    char *reason;      /* 0..PROTO_REASON_MAX bytes; NULL: absent */
-    char **dirty_gpus; /* UUIDs still running its processes ("dirty_gpus", written only
-                          when not empty) */
-    size_t ndirty;     /* 0..PROTO_DIRTY_MAX */
+    int64_t exit_code;              /* 0..255; PROTO_NONE: absent */
+    int64_t signal;                 /* 0..PROTO_SIGNAL_MAX; PROTO_NONE: absent */
+    char *reason;                   /* 0..PROTO_REASON_MAX bytes; NULL: absent */
+    char **dirty_gpus;              /* UUIDs still running its processes ("dirty_gpus", written only
+                                       when not empty) */
+    size_t ndirty;                  /* 0..PROTO_DIRTY_MAX */
     struct proto_endpoint endpoint; /* "endpoint": port 0 when absent */
 };
 
@@ -460,26 +460,26 @@ enum proto_endpoint_state {
 };
 
 struct proto_route_endpoint {
-    uint32_t replica;  /* >= 1 */
-    int64_t job;       /* >= 1 */
-    int64_t attempt;   /* >= 1 */
-    char *addr;        /* the node's address, 1..PROTO_HOST_MAX bytes */
-    uint32_t port;     /* 1..65535 */
+    uint32_t replica; /* >= 1 */
+    int64_t job;      /* >= 1 */
+    int64_t attempt;  /* >= 1 */
+    char *addr;       /* the node's address, 1..PROTO_HOST_MAX bytes */
+    uint32_t port;    /* 1..65535 */
     enum proto_endpoint_state state;
 };
 
 struct proto_route_service {
-    char *name;                 /* 1..PROTO_SPEC_NAME_MAX bytes */
-    char *model;                /* the OpenAI "model" it answers to: the service's model, else its name */
-    char **hosts;               /* Host headers it answers to; NULL-terminated */
-    size_t nhosts;              /* 0..PROTO_ROUTE_HOSTS_MAX */
-    char **key_hashes;          /* SHA-256 hex of its API keys; none: open; NULL-terminated */
-    size_t nkeys;               /* 0..PROTO_ROUTE_KEYS_MAX */
+    char *name;        /* 1..PROTO_SPEC_NAME_MAX bytes */
+    char *model;       /* the OpenAI "model" it answers to: the service's model, else its name */
+    char **hosts;      /* Host headers it answers to; NULL-terminated */
+    size_t nhosts;     /* 0..PROTO_ROUTE_HOSTS_MAX */
+    char **key_hashes; /* SHA-256 hex of its API keys; none: open; NULL-terminated */
+    size_t nkeys;      /* 0..PROTO_ROUTE_KEYS_MAX */
     uint32_t concurrency_limit; /* per replica; 0: none */
     uint32_t queue_limit;       /* requests held when no replica can take one, 0..100000 */
     int64_t queue_timeout_ms;   /* how long one is held, 1..3600000 */
     struct proto_route_endpoint *endpoints;
-    size_t nendpoints;          /* 0..PROTO_ROUTE_ENDPOINTS_MAX */
+    size_t nendpoints; /* 0..PROTO_ROUTE_ENDPOINTS_MAX */
 };
 
 struct proto_routes {

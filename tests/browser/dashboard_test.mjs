@@ -17,7 +17,11 @@
 // utilization, running, pending, idle, cost rate); the cost panel's teams; the
 // utilization chart's series per node, whose latest points are the nodes'
 // scripted means, and the queue chart's. A second job gets its row by the
-// page's own polling (same document: no reload); a token the server no longer
+// page's own polling (same document: no reload). The Services panel: hidden
+// while the controller has no service (or no such route); with a stand-in answer
+// to the page's GET /v1/services (page.route, the contract's JSON, figures that
+// grow with each answer) its rows, note, cost per hour and two charts; nothing
+// cut off at 1,280 and 420 px; hidden again when the services go. A token the server no longer
 // accepts sends the page back to the form with the session-ended message. No
 // CSP violation and no script error along the way. A full-page screenshot goes
 // to $MESON_BUILD_ROOT/meson-logs/dashboard.png (else the temporary directory,
@@ -389,6 +393,190 @@ async function rowMatches(page, id) {
   return last;
 }
 
+// -- The Services panel, against canned GET /v1/services answers. ----------------------
+
+// The contract's services (docs/api.md): "chat" scales 1 -> 3 as the answers go on
+// (a replica waits with a reason until the third), "embed" has no status yet.
+// Answer n (from 1) of the stand-in.
+function cannedServices(n) {
+  const ready = Math.min(n, 3);
+  const replicas = [];
+  for (let i = 1; i <= 3; i++) {
+    replicas.push(i <= ready
+      ? {replica: i, job: 40 + i, attempt: 1, generation: 1, state: 'ready', node: 'gpu-a',
+        gpus: [], addr: '127.0.0.1', port: 41230 + i, inflight: 2, started_ms: 0, ready_ms: 0, reason: null}
+      : {replica: i, job: 40 + i, attempt: 0, generation: 1, state: 'starting', node: null, gpus: [],
+        inflight: 0, reason: 'resources: no free GPU of type H100-80GB in pool main'});
+  }
+  return {services: [
+    {name: 'embed', team: 'research', project: 'search', model: 'bge-large', min: 1, max: 2,
+      command: ['python3', 'server.py'], generation: 1, user: 'admin'},
+    {name: 'chat', team: 'research', project: 'assistant', model: 'llama-3-8b', min: 0, max: 8,
+      command: ['python3', 'server.py'], generation: 1, user: 'admin',
+      status: {desired: 3, ready, replicas,
+        decision: {at_ms: Date.now() - 4000, from: 1, to: 3, panic: true,
+          reason: '1 -> 3: concurrency 5.0 over target 2 for 6 s'},
+        observed: {concurrency: 5, rps: 2 * n, metric: null, queued: 1},
+        backoff: null, cost: {gpu_hours: n / 100, cost: 0.05 * n}}},
+  ]};
+}
+
+// What the services table shows, row by row (tableRows), and where its cells and
+// charts lie against the panel and the window: anything cut off is listed.
+function servicesLayout(page) {
+  return page.evaluate(() => {
+    const block = document.getElementById('services-block');
+    const box = block.getBoundingClientRect();
+    const vw = document.documentElement.clientWidth;
+    const cut = [];
+    const inside = (what, r, outer) => {
+      if (r.width === 0) return;
+      if (r.left < outer.left - 1 || r.right > outer.right + 1) cut.push(`${what}: ${Math.round(r.left)}-${Math.round(r.right)} outside ${Math.round(outer.left)}-${Math.round(outer.right)}`);
+    };
+    inside('the block', box, {left: 0, right: vw});
+    if (document.documentElement.scrollWidth > vw + 1) {
+      const wide = [...document.querySelectorAll('body *')].filter((e) => e.getBoundingClientRect().right > vw + 1)
+        .slice(0, 5).map((e) => e.tagName.toLowerCase() + (e.id ? '#' + e.id : ''));
+      cut.push(`the page is ${document.documentElement.scrollWidth} px wide in a ${vw} px window: ${wide.join(', ')}`);
+    }
+    const body = document.getElementById('services');
+    const bodyBox = body.getBoundingClientRect();
+    if (body.scrollWidth > body.clientWidth + 1) cut.push(`the table scrolls: ${body.scrollWidth} > ${body.clientWidth}`);
+    for (const td of body.querySelectorAll('td')) inside('cell ' + td.dataset.label, td.getBoundingClientRect(), bodyBox);
+    for (const c of block.querySelectorAll('.chart')) {
+      const cb = c.getBoundingClientRect();
+      inside(c.id, cb, box);
+      for (const cv of c.querySelectorAll('canvas')) inside(c.id + ' canvas', cv.getBoundingClientRect(), cb);
+    }
+    return {visible: !block.hidden && box.width > 0, cut};
+  });
+}
+
+async function servicesChecks(page) {
+  const visible = () => page.evaluate(() => !document.getElementById('services-block').hidden);
+  const polls = () => page.evaluate(() => Number(document.documentElement.dataset.polls));
+  const afterPolls = async (k) => {
+    const p0 = await polls();
+    return waitUntil(async () => (await polls()) >= p0 + k);
+  };
+  const real = await call('GET', '/v1/services');
+  diag(`GET /v1/services on this controller: ${real.status}`);
+  await afterPolls(1);
+  ok(!(await visible()) && (real.status === 404 || (real.json && (real.json.services || []).length === 0)),
+    `with no service (the controller answers ${real.status}) the Services panel is hidden`);
+
+  // A controller with the services API: a real service (min 0: no replica runs) gets
+  // its row, with the status this controller gives (none yet: dashes), and goes.
+  if (real.status === 200) {
+    const spec = {name: 'web-demo', team: 'research', model: 'demo-model', command: ['sleep', '600'],
+      resources: {gpus: 1, pool: 'main'}, min: 0, max: 2};
+    const putR = await call('PUT', '/v1/services/web-demo', spec);
+    let row = null;
+    const seen = (putR.status === 200 || putR.status === 201) && await waitUntil(async () => {
+      row = ((await tableRows(page, 'services')) || []).find((r) => r.Service === 'web-demo');
+      return (await visible()) && row ? row : null;
+    });
+    const st = ((await call('GET', '/v1/services')).json.services || [])
+      .find((x) => x.name === 'web-demo') || {};
+    const stt = st.status || {};
+    const want = {Model: 'demo-model', Team: 'research', 'Min-max': '0-2',
+      Ready: `${typeof stt.ready === 'number' ? stt.ready : '-'} / ${typeof stt.desired === 'number' ? stt.desired : '-'}`};
+    const d = differences(want, row);
+    ok(seen && !d, 'a service PUT on this controller gets its row: model, team, min-max, ready / desired as its status says',
+      `PUT: ${putR.status} ${putR.text.slice(0, 300)}\n${d}\n${JSON.stringify(row)}`);
+    const del = await call('DELETE', '/v1/services/web-demo');
+    const hidden = await waitUntil(async () => !(await visible()), 20000);
+    ok(hidden && del.status === 204, 'deleted, the service leaves the panel, which hides', `DELETE: ${del.status}`);
+  }
+
+  // A stand-in answer for the page's GET /v1/services (the API's token check stays the page's).
+  let n = 0;
+  let canned = true;
+  await page.route('**/v1/services', (route) => {
+    const auth = route.request().headers().authorization || '';
+    if (!auth.startsWith('Bearer gpo_')) return route.fulfill({status: 401, contentType: 'application/json', body: '{}'});
+    const body = canned ? cannedServices(++n) : {services: []};
+    return route.fulfill({status: 200, contentType: 'application/json', body: JSON.stringify(body)});
+  });
+  let rows = null;
+  const shown = await waitUntil(async () => {
+    rows = await tableRows(page, 'services');
+    const chat = (rows || []).find((r) => r.Service === 'chat');
+    return (await visible()) && chat && chat.Ready === '3 / 3' ? rows : null;
+  });
+  const chat = (rows || []).find((r) => r.Service === 'chat') || null;
+  const embed = (rows || []).find((r) => r.Service === 'embed') || null;
+  const wantChat = {Service: 'chat', Model: 'llama-3-8b', Team: 'research', Ready: '3 / 3', 'Min-max': '0-8',
+    Replicas: '3 ready', 'In flight': '6 (+1 queued)', 'Last decision.badge': 'panic'};
+  const chatDiff = differences(wantChat, chat);
+  ok(shown && !chatDiff && rows.map((r) => r.Service).join(',') === 'chat,embed' &&
+     /^\d+(\.\d)?$/.test(chat['Req/s']) && Number(chat['Req/s']) % 2 === 0 && Number(chat['Req/s']) >= 6 &&
+     chat['Last decision'].startsWith('panic1 -> 3: concurrency 5.0 over target 2 for 6 s') &&
+     / ago\)$/.test(chat['Last decision']),
+  'with services the panel shows a row per service, by name: model, team, ready/desired, min-max, ' +
+    'replicas by state, in flight with the queue, requests per second, the last decision with its panic badge',
+  `${chatDiff}\n${JSON.stringify(rows)}`);
+  ok(embed && embed.Ready === '- / -' && embed['Min-max'] === '1-2' && embed.Replicas === 'none' &&
+     embed['In flight'] === '-' && embed['Last decision'] === 'none yet',
+  'a service without status yet shows dashes, not zeros', JSON.stringify(embed));
+  const note = await page.textContent('#services-note');
+  ok(note === '2 services, 3 of 3 replicas ready', 'the panel note counts services and ready replicas', note);
+
+  // A starting replica's wait reason, while chat was still scaling (answer 1 or 2),
+  // is gone now; the cost per hour needs two answers 5 s apart: wait for it.
+  let cost = null;
+  await waitUntil(async () => {
+    const r = ((await tableRows(page, 'services')) || []).find((x) => x.Service === 'chat');
+    cost = r ? r['Cost / hour'] : null;
+    return cost && cost !== '-';
+  }, 20000);
+  ok(/^\d[\d,]*\.\d\d$/.test(cost || ''), 'the cost per hour is read from how the service\'s cost grows', cost);
+
+  let replicas = null;
+  let rps = null;
+  const charted = await waitUntil(async () => {
+    replicas = await chartOf(page, 'chart-svc-replicas');
+    rps = await chartOf(page, 'chart-svc-rps');
+    if (!replicas || !rps) return null;
+    const ci = replicas.keys.indexOf('chat');
+    const ri = rps.keys.indexOf('chat');
+    const readyVals = ci >= 0 ? replicas.values[ci].filter((v) => v !== null) : [];
+    const rpsVals = ri >= 0 ? rps.values[ri].filter((v) => v !== null) : [];
+    return JSON.stringify(replicas.keys) === '["chat","chat desired"]' &&
+      JSON.stringify(rps.keys) === '["chat"]' && readyVals.length >= 3 &&
+      lastValue(replicas.values[ci]) === 3 && lastValue(replicas.values[ci + 1]) === 3 &&
+      readyVals.every((v, i) => i === 0 || v >= readyVals[i - 1]) &&
+      rpsVals.length >= 3 && lastValue(rps.values[ri]) > rpsVals[0] ? true : null;
+  });
+  ok(charted, 'the replicas chart draws each service\'s ready and desired counts over time (chat rising to 3), ' +
+    'the requests-per-second chart each service\'s rate, from what the page has seen (embed, with no figures, not at all)',
+  JSON.stringify({replicas, rps}).slice(0, 800));
+
+  // The layout at 1,280 px and at 420 px: nothing cut off.
+  for (const width of [1280, 420]) {
+    await page.setViewportSize({width, height: 1000});
+    await afterPolls(1);
+    const lay = await waitUntil(async () => {
+      const l = await servicesLayout(page);
+      return l.visible && !l.cut.length ? l : null;
+    }, 5000) || await servicesLayout(page);
+    ok(lay.visible && !lay.cut.length, `at ${width} px the page is no wider than the window and the Services panel and its charts fit: no cell or chart cut off`,
+      lay.cut.join('\n'));
+    if (process.env.DASHBOARD_SCREENSHOT_DIR) {
+      await page.screenshot({path: path.join(process.env.DASHBOARD_SCREENSHOT_DIR, `services-${width}.png`), fullPage: true});
+    }
+  }
+  await page.setViewportSize({width: 1680, height: 1050});
+
+  // The services go: the panel hides again, its history forgotten.
+  canned = false;
+  const gone = await waitUntil(async () => !(await visible()));
+  const kept = await page.evaluate(() => Object.keys(window.gpuorchDash.svcHist.byName).length);
+  ok(gone && kept === 0, 'when the last service is gone the panel hides again and the page forgets its history',
+    `hidden: ${gone}, services kept: ${kept}`);
+  await page.unroute('**/v1/services');
+}
+
 async function browserChecks(browser, first, big, submit) {
   const page = await browser.newPage({viewport: {width: 1680, height: 1050}, deviceScaleFactor: 1});
   const errors = [];
@@ -554,6 +742,8 @@ async function browserChecks(browser, first, big, submit) {
   ok(!ldiff && await page.evaluate(() => window.__sameDocument === 'yes' &&
       Number(document.documentElement.dataset.polls)) > polls,
   'a job submitted later gets its row without a reload (live polling)', `${lpanel}: ${ldiff}\n${JSON.stringify(lrow)}`);
+
+  await servicesChecks(page);
 
   // Let the charts gather a few points for the picture (no check depends on it):
   // up to 8 s, or DASHBOARD_SETTLE_MS exactly (the picture in docs/ had 90 s).

@@ -3,11 +3,12 @@
 # a machine as root, scripts/setup.sh twice (the second run must change
 # nothing and print nothing), then `make run` from a clean build directory in
 # the background with its own run directory and any free port; once it says it
-# runs: the printed address, token and commands, the nodes, the starter
+# runs: the printed address, token and commands, the router's address (a
+# router listening there) or why it runs without one, the nodes, the starter
 # configuration, a job submitted with the CLI seen COMPLETED and its log; a
 # second make run on a busy port or the same run directory refused; then
 # SIGINT to make run's process group (as Ctrl-C sends it), and every process
-# it started (server, agents, a job still running, its shim) gone.
+# it started (server, agents, router, a job still running, its shim) gone.
 #
 # Prints TAP. Skips when not root: setup.sh installs packages, and the
 # agents run the admin's jobs as root. MAKE_RUN_TEST_BUILD_S (default 1200)
@@ -106,8 +107,10 @@ $out" [ $rc -eq 0 ] && [ -z "$out" ]
 #    that SIGINT reaches make and run.sh as a terminal's Ctrl-C does and this
 #    script does not get it. Without job control a background command would
 #    start with SIGINT ignored.
+# The router's port: a free one, not a developer's 8081.
+router_port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 set -m
-HOME=$home GPUORCH_RUN_DIR=$run GPUORCH_PORT=0 \
+HOME=$home GPUORCH_RUN_DIR=$run GPUORCH_PORT=0 GPUORCH_ROUTER_PORT=$router_port \
     make -C "$root" --no-print-directory run BUILD="$build" </dev/null >"$tmp/make.log" 2>&1 &
 make_pid=$!
 set +m
@@ -132,6 +135,16 @@ check "it prints where the admin token is, and the file is there" "$log" \
 check "it prints three commands to try: submit, queue, logs" "$log" \
     bash -c "grep -q 'gpuorch submit ' '$tmp/make.log' && grep -q 'gpuorch queue' '$tmp/make.log' &&
              grep -q 'gpuorch logs ' '$tmp/make.log'"
+router_line=$(grep -E '^  router  +' "$tmp/make.log" | head -n 1)
+router_named() { [[ $router_line =~ ^\ \ router\ +(http://127\.0\.0\.1:$router_port\ |none:\ ) ]]; }
+check "it prints the router's address, or why it runs without one" "$log" router_named
+case $router_line in
+*http://*)
+    check "the router listens on 127.0.0.1:$router_port" "$(tail -n 5 "$run/logs/router.log" 2>&1)" \
+        bash -c "(exec 3<>/dev/tcp/127.0.0.1/$router_port) 2>/dev/null"
+    ;;
+*) diag "no router: ${router_line#*none: }" ;;
+esac
 check "it writes the CLI's config file, and ~/.config/gpuorch/config when there is none" \
     "$(cat "$run/config" "$home/.config/gpuorch/config" 2>&1)" \
     cmp -s "$run/config" "$home/.config/gpuorch/config"
@@ -220,10 +233,10 @@ for p in $pids $job_pid; do
         left="$left $p ($(tr '\0' ' ' 2>/dev/null <"/proc/$p/cmdline"))"
     fi
 done
-check "every process make run started is gone: server, agents, the job and its shim" \
+check "every process make run started is gone: server, agents, router, the job and its shim" \
     "still there:$left" [ -z "$left" ]
-check "nothing listens on the API port any more" "port $port" \
-    bash -c "! (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null"
+check "nothing listens on the API port or the router's any more" "ports $port, $router_port" \
+    bash -c "! (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && ! (exec 3<>/dev/tcp/127.0.0.1/$router_port) 2>/dev/null"
 check "the job's attempt ended with a status file (it was stopped, not orphaned)" \
     "$(ls "$run"/agents/*/attempts/ 2>&1)" \
     bash -c "ls '$run'/agents/*/attempts/$job2.1/status >/dev/null 2>&1"

@@ -1,7 +1,8 @@
 /* test_cli_top.c - `gpuorch top` without a server or a terminal: the view it
  * derives from canned API answers (which job holds which GPU, sums,
- * fallbacks) and the screens it lays out (bars, widths, cutting to a small
- * terminal, "-" for a missing cost, plain text without escape codes). */
+ * fallbacks, the services) and the screens it lays out (bars, widths,
+ * cutting to a small terminal, "-" for a missing cost, the SERVICES table
+ * only when there are services, plain text without escape codes). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -54,6 +55,26 @@ static const char *const jobs_json =
     "  \"current_attempt\": {\"attempt\": 1, \"state\": \"RUNNING\", \"nodes\": [\"n1\"],"
     "                        \"gpus\": [\"GPU-a\"]}},"
     " {\"id\": 9, \"state\": \"PENDING\", \"user\": \"alice\", \"team\": \"research\"}]";
+
+/* GET /v1/services's "services", as the contract gives them: "chat" scaled
+ * up in panic with a request queued, "embed" without status (a server that
+ * has not reconciled it yet), "asr" in a crash loop; listed out of order. */
+static const char *const services_json =
+    "[{\"name\": \"embed\", \"team\": \"ml\", \"model\": \"bge\", \"min\": 1, \"max\": 2},"
+    " {\"name\": \"chat\", \"team\": \"ml\", \"model\": \"llama-3-8b\", \"min\": 0, \"max\": 8,"
+    "  \"status\": {\"desired\": 3, \"ready\": 2,"
+    "   \"replicas\": [{\"replica\": 1, \"state\": \"ready\", \"inflight\": 2},"
+    "                  {\"replica\": 2, \"state\": \"ready\", \"inflight\": 3},"
+    "                  {\"replica\": 3, \"state\": \"starting\", \"inflight\": 0,"
+    "                   \"reason\": \"resources: no free GPU\"}],"
+    "   \"decision\": {\"at_ms\": 0, \"from\": 1, \"to\": 3, \"panic\": true,"
+    "                  \"reason\": \"1 -> 3: concurrency 5.0 over target 2 for 6 s\"},"
+    "   \"observed\": {\"concurrency\": 5.0, \"rps\": 12.5, \"metric\": null, \"queued\": 4},"
+    "   \"backoff\": null, \"cost\": {\"gpu_hours\": 1.5, \"cost\": 3.75}}},"
+    " {\"name\": \"asr\", \"team\": \"speech\", \"min\": 1, \"max\": 1,"
+    "  \"status\": {\"desired\": 1, \"ready\": 0, \"replicas\": [],"
+    "   \"decision\": null, \"observed\": {\"concurrency\": 0, \"rps\": 0, \"queued\": 0},"
+    "   \"backoff\": {\"failures\": 3, \"until_ms\": 0, \"reason\": \"crash loop: exit 1\"}}}]";
 
 static json_t *parse(const char *text)
 {
@@ -346,6 +367,128 @@ static void an_empty_cluster_renders(void **state)
     top_snapshot_release(&s);
 }
 
+/* The canned snapshot with the canned services. */
+static json_t *services_view(void)
+{
+    struct top_snapshot s = snapshot(true);
+    s.services = parse(services_json);
+    json_t *view = top_view_build(&s);
+    assert_non_null(view);
+    top_snapshot_release(&s);
+    return view;
+}
+
+static void view_lists_each_service_by_name_with_its_status_figures(void **state)
+{
+    (void)state;
+    json_t *view = services_view();
+    const json_t *svcs = json_object_get(view, "services");
+    assert_int_equal(json_array_size(svcs), 3);
+    const json_t *asr = json_array_get(svcs, 0), *chat = json_array_get(svcs, 1),
+                 *embed = json_array_get(svcs, 2);
+    assert_string_equal(json_string_value(json_object_get(asr, "name")), "asr");
+    assert_string_equal(json_string_value(json_object_get(embed, "name")), "embed");
+    assert_string_equal(json_string_value(json_object_get(chat, "model")), "llama-3-8b");
+    assert_string_equal(json_string_value(json_object_get(chat, "team")), "ml");
+    assert_int_equal(json_integer_value(json_object_get(chat, "ready")), 2);
+    assert_int_equal(json_integer_value(json_object_get(chat, "desired")), 3);
+    assert_int_equal(json_integer_value(json_object_get(chat, "min")), 0);
+    assert_int_equal(json_integer_value(json_object_get(chat, "max")), 8);
+    /* In flight: the replicas' sum; the queue apart. */
+    assert_int_equal(json_integer_value(json_object_get(chat, "inflight")), 5);
+    assert_int_equal(json_integer_value(json_object_get(chat, "queued")), 4);
+    assert_true(json_real_value(json_object_get(chat, "rps")) == 12.5);
+    assert_true(json_real_value(json_object_get(chat, "cost")) == 3.75);
+    assert_true(json_is_true(json_object_get(chat, "panic")));
+    assert_string_equal(json_string_value(json_object_get(chat, "decision")),
+                        "1 -> 3: concurrency 5.0 over target 2 for 6 s");
+    assert_string_equal(json_string_value(json_object_get(asr, "backoff")), "crash loop: exit 1");
+    assert_true(json_is_null(json_object_get(asr, "decision")));
+    /* No status yet: every figure null, the spec's own fields kept. */
+    assert_true(json_is_null(json_object_get(embed, "ready")));
+    assert_true(json_is_null(json_object_get(embed, "inflight")));
+    assert_true(json_is_null(json_object_get(embed, "rps")));
+    assert_int_equal(json_integer_value(json_object_get(embed, "max")), 2);
+    json_decref(view);
+}
+
+static void services_get_a_table_between_the_gpus_and_the_jobs(void **state)
+{
+    (void)state;
+    json_t *view = services_view();
+    struct top_screen scr = {0};
+    char *text = NULL;
+    size_t len;
+    assert_int_equal(top_render(view, &scr, &text, &len), 0);
+    char *l = line_with(text, "services: ");
+    assert_string_equal(l, "services: 3, replicas 2 ready of 4 desired");
+    free(l);
+    l = line_with(text, "NAME ");
+    assert_string_equal(l, "NAME   READY/DESIRED  INFLIGHT     RPS   DECISION");
+    free(l);
+    l = line_with(text, "chat ");
+    assert_string_equal(l, "chat   2/3            5 +4 queued  12.5  "
+                           "1 -> 3: concurrency 5.0 over target 2 for 6 s (panic)");
+    free(l);
+    l = line_with(text, "asr ");
+    assert_string_equal(l, "asr    0/1            0            0.0   backoff: crash loop: exit 1");
+    free(l);
+    l = line_with(text, "embed ");
+    assert_string_equal(l, "embed  -/-            -            -     -");
+    free(l);
+    assert_true(strstr(text, "\n    1 ") < strstr(text, "\nservices: "));
+    assert_true(strstr(text, "\nservices: ") < strstr(text, "\nJOB "));
+    free(text);
+    /* On a live frame the table's header is bold, as the jobs' is. */
+    scr.ansi = true;
+    assert_int_equal(top_render(view, &scr, &text, &len), 0);
+    assert_non_null(strstr(text, "\x1b[1mNAME   READY/DESIRED"));
+    free(text);
+    json_decref(view);
+}
+
+static void no_services_no_services_block(void **state)
+{
+    (void)state;
+    struct top_snapshot s = snapshot(true);
+    s.services = json_array(); /* the server has the route, and no service */
+    for (int k = 0; k < 2; k++) {
+        json_t *view = top_view_build(&s);
+        assert_non_null(view);
+        assert_true(json_is_array(json_object_get(view, "services")));
+        assert_int_equal(json_array_size(json_object_get(view, "services")), 0);
+        struct top_screen scr = {0};
+        char *text = NULL;
+        size_t len;
+        assert_int_equal(top_render(view, &scr, &text, &len), 0);
+        assert_null(strstr(text, "services"));
+        assert_null(strstr(text, "READY/DESIRED"));
+        free(text);
+        json_decref(view);
+        json_decref(s.services);
+        s.services = NULL; /* then a server without the route */
+    }
+    top_snapshot_release(&s);
+}
+
+static void service_names_cannot_reach_the_terminal_as_control_codes(void **state)
+{
+    (void)state;
+    struct top_snapshot s = snapshot(true);
+    s.services = parse(services_json);
+    json_object_set_new(json_array_get(s.services, 1), "name", json_string("ch\x1b[2Jat"));
+    json_t *view = top_view_build(&s);
+    struct top_screen scr = {0};
+    char *text = NULL;
+    size_t len;
+    assert_int_equal(top_render(view, &scr, &text, &len), 0);
+    assert_null(strchr(text, '\x1b'));
+    assert_non_null(strstr(text, "ch?[2Jat"));
+    free(text);
+    json_decref(view);
+    top_snapshot_release(&s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -357,6 +500,10 @@ int main(void)
         cmocka_unit_test(jobs_sort_by_the_chosen_key),
         cmocka_unit_test(names_from_the_api_cannot_reach_the_terminal_as_control_codes),
         cmocka_unit_test(an_empty_cluster_renders),
+        cmocka_unit_test(view_lists_each_service_by_name_with_its_status_figures),
+        cmocka_unit_test(services_get_a_table_between_the_gpus_and_the_jobs),
+        cmocka_unit_test(no_services_no_services_block),
+        cmocka_unit_test(service_names_cannot_reach_the_terminal_as_control_codes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
