@@ -422,7 +422,8 @@ json_t *cluster_money_json(int64_t micro);
  * "team" is required (the API fills in the applying user's); whether team,
  * pool, class and GPU type exist is the server's check. Without
  * "autoscaling.target", a service with a concurrency_limit and the metric
- * "concurrency" targets 70 % of its limit (Knative's target utilization).
+ * "concurrency" targets 70 % of its limit (Knative's target utilization);
+ * what else "autoscaling" leaves out is autoscale_spec_default's.
  */
 int cluster_service_decode(const json_t *obj, unsigned flags, struct cluster_service *ret,
                            char *err, size_t errlen);
@@ -434,10 +435,6 @@ void cluster_service_release(struct cluster_service *svc);
  * resolution of pool and GPU type) into err with the job's resource fields
  * named as the service's: "field 'gpus': ..." -> "field 'resources.gpus': ...". */
 void cluster_service_job_message(const char *msg, char *err, size_t errlen);
-
-/* The autoscaling a service gets for what it leaves out (min 0, max 1;
- * docs/api.md lists them beside Knative's and Ray Serve's). */
-void cluster_service_autoscale_default(struct autoscale_spec *ret);
 
 /* Whether a and b (borrowed) run the same replicas: the template, the probe,
  * the startup timeout and the replica metric agree. A change of anything

@@ -63,8 +63,4 @@ int cluster_pool_prepare(const struct cluster *m, const struct cluster_pool *p, 
  * memory (cluster_pool.c). */
 json_t *cluster_strings_json(char *const *v, size_t n);
 
-/* "concurrency", "rps", "replica"; NULL out of range (service.c: the
- * names without core/autoscale.c's code). */
-const char *cluster_service_metric_name(enum autoscale_metric m);
-
 #endif

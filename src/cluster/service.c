@@ -17,7 +17,8 @@
  *  - Without "autoscaling.target", a service with a "concurrency_limit" and
  *    the metric "concurrency" targets 70 % of its limit (Knative's target
  *    utilization); else the default target.
- *  - Autoscaling times are whole seconds in JSON, ms in C.
+ *  - Autoscaling times are whole seconds in JSON, ms in C; what the spec
+ *    leaves out is autoscale_spec_default's.
  */
 #include <math.h>
 #include <stdbool.h>
@@ -50,18 +51,6 @@
 #define TARGET_MAX     1000000.0
 #define TARGET_UTIL    70 /* % of concurrency_limit (Knative's target utilization) */
 
-static const char *const metric_names[] = {
-#define METRIC_NAME(name, text) text,
-    AUTOSCALE_METRIC_MAP(METRIC_NAME)
-#undef METRIC_NAME
-};
-_Static_assert(ARRAY_LEN(metric_names) == AUTOSCALE_NMETRICS, "one name per metric");
-
-const char *cluster_service_metric_name(enum autoscale_metric m)
-{
-    return (unsigned)m < AUTOSCALE_NMETRICS ? metric_names[m] : NULL;
-}
-
 /* The job's fields a service's "resources" holds. */
 static const char *const resource_keys[] = {
     "gpus", "gpu_mem_mib", "min_gpu_mem_mib", "gpu_type", "cpus", "mem_mib", "pool",
@@ -71,24 +60,6 @@ static const char *const resource_keys[] = {
 static const char *const job_keys[] = {
     "team", "project", "model", "priority", "command", "script", "env", "workdir",
 };
-
-void cluster_service_autoscale_default(struct autoscale_spec *ret)
-{
-    *ret = (struct autoscale_spec){
-        .metric = AUTOSCALE_METRIC_CONCURRENCY,
-        .target_milli = 2000,
-        .min = 0,
-        .max = 1,
-        .stable_window_ms = 60000,
-        .panic_window_ms = 6000,
-        .panic_threshold_pct = 200,
-        .max_up_rate_pct = 1000,
-        .max_down_rate_pct = 200,
-        .scale_down_delay_ms = 0,
-        .zero_grace_ms = 30000,
-        .headroom = true,
-    };
-}
 
 /* ---- decoding ---------------------------------------------------------- */
 
@@ -363,17 +334,16 @@ static int template_decode(const struct service_wire *w, bool stored, struct job
 
 static int metric_parse(const char *s, enum autoscale_metric *ret, char *err, size_t errlen)
 {
-    char q[JSONV_QUOTE_MAX + 4];
-    for (size_t k = 0; k < ARRAY_LEN(metric_names); k++) {
-        if (strcmp(s, metric_names[k]) == 0) {
-            *ret = (enum autoscale_metric)k;
-            return 0;
-        }
+    int m = autoscale_metric_parse(s);
+    if (m < 0) {
+        char q[JSONV_QUOTE_MAX + 4];
+        return errbuf_set(err, errlen, GPO_EINVAL,
+                          "field 'autoscaling.metric': unknown '%s' (expected concurrency, rps, "
+                          "replica)",
+                          cluster_quote(s, q));
     }
-    return errbuf_set(err, errlen, GPO_EINVAL,
-                      "field 'autoscaling.metric': unknown '%s' (expected concurrency, rps, "
-                      "replica)",
-                      cluster_quote(s, q));
+    *ret = (enum autoscale_metric)m;
+    return 0;
 }
 
 static int target_milli(const struct scaling_wire *sw, int64_t *ret, char *err, size_t errlen)
@@ -420,7 +390,7 @@ static int scaling_from_wire(struct service_wire *w, struct autoscale_spec *a, c
 static void wire_defaults(struct service_wire *w)
 {
     struct autoscale_spec a;
-    cluster_service_autoscale_default(&a);
+    autoscale_spec_default(&a);
     *w = (struct service_wire){
         .readiness = {.period_ms = 1000, .timeout_ms = 1000, .failures = 3},
         .startup_s = 900,
@@ -442,7 +412,7 @@ static void wire_defaults(struct service_wire *w)
 static int from_wire(struct service_wire *w, bool stored, struct cluster_service *s, char *err,
                      size_t errlen)
 {
-    cluster_service_autoscale_default(&s->autoscale);
+    autoscale_spec_default(&s->autoscale);
     int rc = template_decode(w, stored, &s->replica, err, errlen);
     rc = rc ? rc : scaling_from_wire(w, &s->autoscale, err, errlen);
     s->id = w->id;

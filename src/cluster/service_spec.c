@@ -63,7 +63,7 @@ static json_t *scaling_json(const struct cluster_service *s)
 {
     const struct autoscale_spec *a = &s->autoscale;
     return json_pack("{s:s, s:o, s:o, s:I, s:I, s:i, s:i, s:i, s:I, s:I, s:b}", "metric",
-                     cluster_service_metric_name(a->metric), "replica_metric",
+                     autoscale_metric_name(a->metric), "replica_metric",
                      text_or_null(s->replica_metric), "target", milli_json(a->target_milli),
                      "stable_window_s", (json_int_t)(a->stable_window_ms / 1000), "panic_window_s",
                      (json_int_t)(a->panic_window_ms / 1000), "panic_threshold_pct",

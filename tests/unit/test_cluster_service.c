@@ -71,7 +71,7 @@ static void test_minimal_service_gets_the_defaults(void **state)
     assert_int_equal(s.nkeys, 0);
     assert_null(s.replica_metric);
     struct autoscale_spec d;
-    cluster_service_autoscale_default(&d);
+    autoscale_spec_default(&d);
     const struct autoscale_spec *a = &s.autoscale;
     assert_int_equal(a->metric, AUTOSCALE_METRIC_CONCURRENCY);
     assert_int_equal(a->target_milli, d.target_milli);
@@ -246,7 +246,7 @@ static void test_concurrency_limit_sets_the_target_unless_given(void **state)
     decode_ok("{" BASE ", \"concurrency_limit\": 4, \"autoscaling\": {\"metric\": \"rps\"}}", 0,
               &s);
     struct autoscale_spec d;
-    cluster_service_autoscale_default(&d);
+    autoscale_spec_default(&d);
     assert_int_equal(s.autoscale.target_milli, d.target_milli);
     cluster_service_release(&s);
 }
