@@ -621,11 +621,9 @@ int64_t attempts_tick(struct attempts *t, struct httpc *c, int64_t now_ms)
         bool endpoint_owed = a->port && serving(t, a, now_ms, &running.endpoint);
         if (now_ms < a->report_after)
             continue;
-        if (a->running_owed && a->pid)
-            owed[nowed++] = attempts_owe(a, &running, false);
-        else if (a->running_owed)
+        if (a->running_owed && !a->pid)
             a->running_owed = false; /* never started: the final report says so */
-        else if (endpoint_owed)
+        else if (a->running_owed || endpoint_owed)
             owed[nowed++] = attempts_owe(a, &running, false);
         if (a->phase == PH_FINAL && !a->running_owed)
             owed[nowed++] = attempts_owe(a, &a->final, true);

@@ -103,6 +103,15 @@ static int sample_value(const char *s, size_t k, size_t end, double *ret)
     return 0;
 }
 
+/* Whether the line s[k, end) is a sample of `name` (then labels or a blank). */
+static bool starts_sample(const char *s, size_t k, size_t end, const char *name, size_t nlen)
+{
+    if (end - k <= nlen || memcmp(s + k, name, nlen) != 0)
+        return false;
+    char c = s[k + nlen];
+    return c == '{' || c == ' ' || c == '\t';
+}
+
 int replica_metric_sum(const char *text, size_t len, const char *name, double *ret)
 {
     size_t nlen = strlen(name);
@@ -114,9 +123,7 @@ int replica_metric_sum(const char *text, size_t len, const char *name, double *r
         size_t k = at;
         while (k < end && (text[k] == ' ' || text[k] == '\t'))
             k++;
-        bool named = end - k > nlen && memcmp(text + k, name, nlen) == 0 &&
-                     (text[k + nlen] == '{' || text[k + nlen] == ' ' || text[k + nlen] == '\t');
-        if (named && text[k] != '#') {
+        if (starts_sample(text, k, end, name, nlen)) {
             k += nlen;
             if (text[k] == '{')
                 k = skip_labels(text, k, end);

@@ -265,15 +265,19 @@ static bool polled_fit(struct polled *p, size_t n)
         return true;
     size_t cap = n + 16;
     struct pollfd *fds = realloc(p->fds, cap * sizeof(*fds));
-    p->fds = fds ? fds : p->fds;
+    if (!fds)
+        return false;
+    p->fds = fds;
     // NOLINTNEXTLINE(bugprone-sizeof-expression): *rep is a pointer (an array of them)
     struct replica_rep **rep = realloc(p->rep, cap * sizeof(*rep));
-    p->rep = rep ? rep : p->rep;
+    if (!rep)
+        return false;
+    p->rep = rep;
     // NOLINTNEXTLINE(bugprone-sizeof-expression): *conn is a pointer (an array of them)
     struct replica_conn **conn = realloc(p->conn, cap * sizeof(*conn));
-    p->conn = conn ? conn : p->conn;
-    if (!fds || !rep || !conn)
+    if (!conn)
         return false;
+    p->conn = conn;
     p->cap = cap;
     return true;
 }
@@ -322,7 +326,7 @@ static void *prober_main(void *arg)
         pthread_mutex_unlock(&r->lock);
         int k = n ? poll(p.fds, n, (int)timeout) : poll(NULL, 0, (int)timeout);
         pthread_mutex_lock(&r->lock);
-        if (k <= 0)
+        if (k <= 0 || n == 0)
             continue;
         uint64_t v;
         if (p.fds[0].revents & POLLIN && read(r->wake_fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
