@@ -589,21 +589,22 @@ static int64_t advance(struct attempts *t, struct att *a, int64_t now)
     return next;
 }
 
-/* A running replica's endpoint into *ep; one not ready within its startup
- * timeout is killed. Whether a report of the endpoint is owed. Under the
- * lock. */
-static bool serving(struct attempts *t, struct att *a, int64_t now, struct proto_endpoint *ep)
+/* A running replica's endpoint (and why it is not ready, in rs) into *r;
+ * one not ready within its startup timeout is killed. Whether a report of
+ * the endpoint is owed. Under the lock. */
+static bool serving(struct attempts *t, struct att *a, int64_t now, struct proto_report *r,
+                    struct replica_state *rs)
 {
-    struct replica_state rs;
-    if (a->phase != PH_RUNNING || replica_report(t->rep, a->job, a->attempt, now, &rs) != 0)
+    if (a->phase != PH_RUNNING || replica_report(t->rep, a->job, a->attempt, now, rs) != 0)
         return false;
-    *ep = rs.ep;
-    if (rs.expired && !a->killing) {
+    r->endpoint = rs->ep;
+    r->reason = rs->reason[0] ? rs->reason : NULL; /* borrowed until it is encoded */
+    if (rs->expired && !a->killing) {
         snprintf(a->kill_why, sizeof(a->kill_why),
-                 "not ready within the startup timeout (%" PRId64 " s)", rs.startup_timeout_s);
+                 "not ready within the startup timeout (%" PRId64 " s)", rs->startup_timeout_s);
         start_kill(t, a, PROTO_STATE_FAILED, t->cfg.kill_grace_ms, now);
     }
-    return rs.owed && !a->killing;
+    return rs->owed && !a->killing;
 }
 
 int64_t attempts_tick(struct attempts *t, struct httpc *c, int64_t now_ms)
@@ -618,7 +619,8 @@ int64_t attempts_tick(struct attempts *t, struct httpc *c, int64_t now_ms)
         if (d < next)
             next = d;
         struct proto_report running = report_of(PROTO_STATE_RUNNING);
-        bool endpoint_owed = a->port && serving(t, a, now_ms, &running.endpoint);
+        struct replica_state rs;
+        bool endpoint_owed = a->port && serving(t, a, now_ms, &running, &rs);
         if (now_ms < a->report_after)
             continue;
         if (a->running_owed && !a->pid)

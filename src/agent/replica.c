@@ -327,6 +327,10 @@ int replica_report(struct replica *r, uint64_t job, uint32_t attempt, int64_t no
             .expired = a->probe.expired,
             .startup_timeout_s = a->startup_timeout_s,
         };
+        if (!ep->ready && a->probe.ever_ready)
+            snprintf(ret->reason, sizeof(ret->reason),
+                     "not ready: %" PRIu32 " failed probes in a row (last: %s)", a->probe.failures,
+                     a->last_failure);
     }
     pthread_mutex_unlock(&r->lock);
     return a ? 0 : GPO_ENOENT;

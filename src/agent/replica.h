@@ -130,6 +130,7 @@ struct replica_state {
     bool owed;    /* a report of it is owed: none acknowledged yet, or readiness or the metric
                      changed */
     bool expired; /* not ready within its startup timeout: kill it */
+    char reason[PROTO_REASON_MAX + 1]; /* why a replica once ready is not: "" otherwise */
     int64_t startup_timeout_s;
 };
 

@@ -43,7 +43,8 @@ struct replica_rep {
     struct proto_endpoint sent; /* the controller's, once sent_any */
     bool sent_any;
     int64_t sent_ms;
-    bool gone; /* ended: the prober thread frees it */
+    bool gone;             /* ended: the prober thread frees it */
+    char last_failure[48]; /* why its latest probe failed */
 };
 
 struct replica {

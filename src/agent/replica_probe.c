@@ -18,6 +18,7 @@
 #include <math.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,10 +87,14 @@ static int conn_start(struct replica_conn *c, uint32_t port, const char *path, i
     return 0;
 }
 
-enum io { IO_BUSY, IO_DONE, IO_FAILED };
+enum io {
+    IO_BUSY,
+    IO_DONE,   /* the replica closed the answer: c->buf holds it */
+    IO_FULL,   /* the answer is longer than c->max: c->buf holds its start */
+    IO_FAILED, /* refused, reset, or out of memory */
+};
 
-/* Moves a GET on after poll said revents: IO_DONE once the replica closed
- * the answer (c->buf holds it). */
+/* Moves a GET on after poll said revents. */
 static enum io conn_io(struct replica_conn *c, short revents)
 {
     if (c->phase == REPLICA_CONN_CONNECTING) {
@@ -98,7 +103,7 @@ static enum io conn_io(struct replica_conn *c, short revents)
         if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &e, &elen) != 0 || e != 0)
             return IO_FAILED;
         if (!(revents & POLLOUT))
-            return IO_BUSY;
+            return (revents & (POLLERR | POLLHUP)) ? IO_FAILED : IO_BUSY;
         c->phase = REPLICA_CONN_WRITING;
     }
     if (c->phase == REPLICA_CONN_WRITING) {
@@ -116,8 +121,10 @@ static enum io conn_io(struct replica_conn *c, short revents)
             size_t cap = c->cap ? 2 * c->cap : 8192;
             if (cap > c->max + 4096 + 1)
                 cap = c->max + 4096 + 1;
-            if (cap <= c->cap)
-                return IO_FAILED; /* over its limit */
+            if (cap <= c->cap) {
+                c->buf[c->len] = '\0';
+                return IO_FULL;
+            }
             char *b = realloc(c->buf, cap);
             if (!b)
                 return IO_FAILED;
@@ -189,6 +196,19 @@ static void read_metric(struct replica *r, struct replica_rep *a)
         r->cfg.wake(r->cfg.arg);
 }
 
+/* A failed probe, and why (for the not-ready report's reason). */
+static void probe_failed(struct replica *r, struct replica_rep *a, int64_t now, const char *fmt,
+                         ...) __attribute__((format(printf, 4, 5)));
+static void probe_failed(struct replica *r, struct replica_rep *a, int64_t now, const char *fmt,
+                         ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(a->last_failure, sizeof(a->last_failure), fmt, ap);
+    va_end(ap);
+    on_event(r, a, replica_probe_result(&a->probe, false, now), now);
+}
+
 /* Starts what is due, times out what is late; lowers *timeout to the next
  * thing due. */
 static void rep_step(struct replica *r, struct replica_rep *a, int64_t now, int64_t *timeout)
@@ -196,15 +216,18 @@ static void rep_step(struct replica *r, struct replica_rep *a, int64_t now, int6
     on_event(r, a, replica_probe_check(&a->probe, now), now);
     if (a->pc.fd >= 0 && now >= a->pc.deadline_ms) {
         replica_conn_close(&a->pc);
-        on_event(r, a, replica_probe_result(&a->probe, false, now), now);
+        probe_failed(r, a, now, "no answer within %" PRId64 " ms", a->probe_timeout_ms);
     }
     if (a->mc.fd >= 0 && now >= a->mc.deadline_ms) {
         replica_conn_close(&a->mc);
         a->metric_next_ms = now + REPLICA_METRIC_MS;
     }
-    if (!a->probe.expired && a->pc.fd < 0 && now >= a->probe.next_ms &&
-        conn_start(&a->pc, a->port, a->probe_path, now, a->probe_timeout_ms, PROBE_BODY_MAX) != 0)
-        on_event(r, a, replica_probe_result(&a->probe, false, now), now);
+    int rc =
+        !a->probe.expired && a->pc.fd < 0 && now >= a->probe.next_ms
+            ? conn_start(&a->pc, a->port, a->probe_path, now, a->probe_timeout_ms, PROBE_BODY_MAX)
+            : 0;
+    if (rc)
+        probe_failed(r, a, now, "%s", strerror(-rc));
     if (a->metric && a->ep.ready && a->mc.fd < 0 && now >= a->metric_next_ms &&
         conn_start(&a->mc, a->port, "/metrics", now, a->probe_timeout_ms, REPLICA_BODY_MAX) != 0)
         a->metric_next_ms = now + REPLICA_METRIC_MS;
@@ -232,10 +255,15 @@ static void rep_io(struct replica *r, struct replica_rep *a, struct replica_conn
     enum io io = conn_io(c, revents);
     if (io == IO_BUSY)
         return;
-    if (c == &a->pc) {
-        int status = io == IO_DONE ? conn_status(c) : 0;
+    if (c == &a->pc) { /* its status is what counts, however long the answer */
+        int status = io == IO_DONE || io == IO_FULL ? conn_status(c) : 0;
         replica_conn_close(c);
-        on_event(r, a, replica_probe_result(&a->probe, status >= 200 && status < 300, now), now);
+        if (status >= 200 && status < 300)
+            on_event(r, a, replica_probe_result(&a->probe, true, now), now);
+        else if (status)
+            probe_failed(r, a, now, "HTTP %d", status);
+        else
+            probe_failed(r, a, now, io == IO_FAILED ? "the connection failed" : "no HTTP answer");
         return;
     }
     if (io == IO_DONE)

@@ -12,8 +12,8 @@ probe answers 200, and the sum of its /metrics metric over the label sets;
 an agent killed with -9 and started again probes the same port (the
 journal keeps it) and reports it ready; a replica that never gets ready is
 killed at its startup timeout and reported FAILED with the reason; a ready
-replica whose probe starts failing is reported not ready once it failed
-probe_failures probes in a row.
+replica whose probe starts failing is reported not ready, with the reason,
+once it failed probe_failures probes in a row.
 
 Needs root (the agent switches to the job's user gpuorch-test1). The agent
 is a child process stopped by PID; conditions are polled with deadlines,
@@ -293,6 +293,10 @@ def fails_after_ready():
     ok(got, "a ready replica whose probe fails is reported not ready", eps)
     ok(counted[0] >= 3, "only once it had failed probe_failures (3) probes in a row",
        f"{counted[0]} failed probes when the report came")
+    why = [r.get("reason") for r in CTL.reports_of(3)
+           if "endpoint" in r and not r["endpoint"]["ready"] and r.get("reason")]
+    ok(why and re.fullmatch(r"not ready: \d+ failed probes in a row \(last: HTTP 503\)", why[0]),
+       "the not-ready report says why", why)
     ok(not CTL.final(3), "and it is not killed for it (the controller replaces it)",
        CTL.reports_of(3))
 
