@@ -24,8 +24,8 @@ enum replica_conn_phase {
 struct replica_conn {
     int fd; /* -1 while idle */
     enum replica_conn_phase phase;
-    int64_t deadline_ms; /* its timeout (monotonic) */
-    char req[PROTO_SERVE_PATH_MAX + 128];
+    int64_t deadline_ms;                      /* its timeout (monotonic) */
+    char req[3 * PROTO_SERVE_PATH_MAX + 128]; /* the path's odd bytes %-encoded */
     size_t reqlen, sent;
     char *buf; /* the answer so far, NUL-terminated */
     size_t len, cap, max;

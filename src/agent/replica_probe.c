@@ -60,10 +60,21 @@ static int conn_start(struct replica_conn *c, uint32_t port, const char *path, i
                       int64_t timeout_ms, size_t max)
 {
     replica_conn_close(c);
+    /* A space (or a byte outside printable ASCII) would end the request's
+     * target: it goes %-encoded, as a client sends it. */
+    char target[3 * PROTO_SERVE_PATH_MAX + 1];
+    size_t t = 0;
+    for (const unsigned char *p = (const unsigned char *)path; *p && t + 4 < sizeof(target); p++) {
+        if (*p > ' ' && *p < 0x7f)
+            target[t++] = (char)*p;
+        else
+            t += (size_t)snprintf(target + t, sizeof(target) - t, "%%%02X", *p);
+    }
+    target[t] = '\0';
     int n = snprintf(c->req, sizeof(c->req),
                      "GET %s HTTP/1.0\r\nHost: 127.0.0.1:%" PRIu32
                      "\r\nUser-Agent: gpuorch-agent\r\nAccept: */*\r\n\r\n",
-                     path, port);
+                     target, port);
     if (n < 0 || (size_t)n >= sizeof(c->req))
         return -ENAMETOOLONG;
     c->reqlen = (size_t)n;

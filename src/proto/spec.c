@@ -163,10 +163,6 @@ static int serve_check(const struct proto_serve *v, const char *path, char *err,
         return errbuf_set(err, errlen, GPO_EINVAL,
                           "field '%s.serve.probe_path': expected a path that starts with '/'",
                           path);
-    for (const char *c = v->probe_path; *c; c++)
-        if (*c == ' ')
-            return errbuf_set(err, errlen, GPO_EINVAL, "field '%s.serve.probe_path': holds a space",
-                              path);
     if (v->metric && !metric_name_ok(v->metric))
         return errbuf_set(err, errlen, GPO_EINVAL,
                           "field '%s.serve.metric': not a Prometheus metric name "
