@@ -31,8 +31,11 @@
  * monitor sends it on attempts.c's report path and acknowledges it with
  * replica_sent). A change wakes the monitor through the config's wake.
  *
- * Threads: every function but the pure ones below locks the table; the
- * prober thread does its socket work unlocked. Nothing here logs but
+ * Threads: every function but the pure ones below may be called from any
+ * thread and takes the table's lock; the prober thread sleeps in poll(2)
+ * without it and makes its socket calls (all non-blocking) under it. The
+ * attempt table calls in with its own lock held, never the other way
+ * round: cfg.wake must take no lock of the caller's. Nothing here logs but
  * through cfg.log.
  */
 #ifndef GPUORCH_AGENT_REPLICA_H
