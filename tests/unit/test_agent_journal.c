@@ -1,9 +1,9 @@
 /* test_agent_journal.c - the attempt journal: an attempt is begun at most
  * once, across close/reopen and compaction (which leaves only the journal,
- * mode 0600, behind); started and ended are recorded and read back; a torn
- * last line (a crash mid-append) is dropped and cut off, any other
- * malformed line names the file and line; a second opener is
- * refused; process liveness by pid and start time, with pid reuse, zombies
+ * mode 0600, behind); started and ended are recorded and read back, and so
+ * is a replica's port; a torn last line (a crash mid-append) is dropped and
+ * cut off, any other malformed line names the file and line; a second
+ * opener is refused; process liveness by pid and start time, with pid reuse, zombies
  * and a comm holding parentheses. Journals live in a mkdtemp directory
  * removed at the end. */
 #include <dirent.h>
@@ -245,6 +245,37 @@ static void journal_signalled_is_kept_across_reopen_and_compaction(void **state)
     journal_close(j);
 }
 
+/* A serving replica's port, begun with it, reads back across a reopen and a
+ * compaction; one out of range is refused before anything is written. */
+static void journal_replica_port_is_kept_across_reopen_and_compaction(void **state)
+{
+    struct env *e = *state;
+    struct journal *j = open_ok(e);
+    char err[256];
+    struct journal_attempt a = attempt(12, 1);
+    a.port = 41234;
+    assert_int_equal(journal_begin(j, &a, err, sizeof(err)), 0);
+    begin_ok(j, 13, 1);
+    assert_int_equal(journal_started(j, 12, 1, 77, 5, err, sizeof(err)), 0);
+    struct journal_attempt bad = attempt(14, 1);
+    bad.port = 65536;
+    assert_int_equal(journal_begin(j, &bad, err, sizeof(err)), GPO_EINVAL);
+    for (int round = 0; round < 2; round++) {
+        journal_close(j);
+        j = open_ok(e);
+        struct journal_attempt *list = NULL;
+        size_t n = 0;
+        assert_int_equal(journal_list(j, &list, &n), 0);
+        assert_int_equal(n, 2);
+        assert_int_equal(list[0].port, 41234);
+        assert_int_equal(list[0].pid, 77);
+        assert_int_equal(list[1].port, 0);
+        free(list);
+        assert_int_equal(journal_compact(j, err, sizeof(err)), 0);
+    }
+    journal_close(j);
+}
+
 static void journal_compaction_leaves_only_the_private_journal(void **state)
 {
     struct env *e = *state;
@@ -448,6 +479,8 @@ int main(void)
         cmocka_unit_test_setup(journal_compaction_keeps_live_details_and_refuses_ended, test_setup),
         cmocka_unit_test_setup(journal_compaction_leaves_only_the_private_journal, test_setup),
         cmocka_unit_test_setup(journal_signalled_is_kept_across_reopen_and_compaction, test_setup),
+        cmocka_unit_test_setup(journal_replica_port_is_kept_across_reopen_and_compaction,
+                               test_setup),
         cmocka_unit_test_setup(journal_list_after_crash_ignores_torn_last_line, test_setup),
         cmocka_unit_test_setup(journal_malformed_line_names_file_and_line, test_setup),
         cmocka_unit_test_setup(journal_second_open_is_refused_while_held, test_setup),
