@@ -172,9 +172,8 @@ static void report_send(struct router *r, struct httpc *c, int64_t interval_us, 
     struct proto_router_report m;
     struct report_build b = {0};
     json_t *o = NULL;
-    int rc = report_fill(r, t, interval_us, &m, &b);
-    if (!rc)
-        rc = proto_router_report_encode(&m, &o);
+    if (!report_fill(r, t, interval_us, &m, &b) && proto_router_report_encode(&m, &o) != 0)
+        o = NULL;
     char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
     free(b.services);
@@ -184,8 +183,8 @@ static void report_send(struct router *r, struct httpc *c, int64_t interval_us, 
         return;
     struct httpc_response ans = {0};
     char err[1024];
-    rc = httpc_request(c, "POST", "/v1/router/report", text, strlen(text), 5000, &ans, err,
-                       sizeof(err));
+    int rc = httpc_request(c, "POST", "/v1/router/report", text, strlen(text), 5000, &ans, err,
+                           sizeof(err));
     free(text);
     if (!rc && ans.status >= 300) {
         snprintf(err, sizeof(err), "POST /v1/router/report: status %ld", ans.status);

@@ -164,13 +164,11 @@ static void exchange_free(struct rt_exchange *x)
     rt_table_unref(x->table);
     free(x->uri);
     free(x);
-    /* A slot freed: requests held here, or by other workers, may go. */
-    if (waiting) {
-        rt_held_retry(w);
+    /* A slot freed: requests held here, or by other workers, may go (each
+     * worker walks its own list, from its loop). */
+    if (waiting)
         for (size_t k = 0; k < w->r->nworkers; k++)
-            if (w->r->workers[k] != w)
-                rt_worker_wake(w->r->workers[k]);
-    }
+            rt_worker_wake(w->r->workers[k]);
 }
 
 /* Answers the client (when still there) and ends the exchange. */
@@ -203,8 +201,6 @@ void rt_exchange_lost(struct rt_exchange *x)
 }
 
 /* ---- the hold queue ---- */
-
-static void held_walk(struct rt_worker *w);
 
 static void held_timeout(evutil_socket_t fd, short what, void *arg)
 {
@@ -246,22 +242,8 @@ static void hold(struct rt_exchange *x)
 
 void rt_held_retry(struct rt_worker *w)
 {
-    if (w->retrying) { /* an exchange ended inside the walk: walk again after it */
-        w->retry_again = true;
-        return;
-    }
-    w->retrying = true;
-    do {
-        w->retry_again = false;
-        held_walk(w);
-    } while (w->retry_again);
-    w->retrying = false;
-}
-
-static void held_walk(struct rt_worker *w)
-{
     struct rt_exchange *x = TAILQ_FIRST(&w->held);
-    while (x && !w->retry_again) {
+    while (x) {
         struct rt_exchange *next = TAILQ_NEXT(x, link);
         const struct rt_service *s = rt_find_name(w->table, x->st->name, strlen(x->st->name));
         if (!s) {

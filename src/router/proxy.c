@@ -36,6 +36,7 @@ static void clients_init(void)
                    : 65536;
     if (n > (1u << 22))
         n = 1u << 22;
+    // NOLINTNEXTLINE(bugprone-sizeof-expression): *clients is a pointer (an array of them)
     clients = calloc(n, sizeof(*clients));
     nclients = clients ? n : 0;
 }
@@ -136,11 +137,11 @@ const char *rt_framing_fault(const struct evkeyvalq *h)
     for (const struct evkeyval *kv = TAILQ_FIRST(h); kv; kv = TAILQ_NEXT(kv, next)) {
         if (!strcasecmp(kv->key, "Transfer-Encoding"))
             te = true;
-        if (strcasecmp(kv->key, "Content-Length"))
+        if (strcasecmp(kv->key, "Content-Length") != 0)
             continue;
         if (!length_ok(kv->value))
             return "malformed Content-Length";
-        if (cl && strcmp(cl, kv->value))
+        if (cl && strcmp(cl, kv->value) != 0)
             return "conflicting Content-Length headers";
         cl = kv->value;
     }

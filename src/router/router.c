@@ -253,7 +253,7 @@ int router_command(int argc, char **argv)
     sigaddset(&sigs, SIGTERM);
     sigaddset(&sigs, SIGINT);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL); /* threads inherit it; sigwait below */
-    signal(SIGPIPE, SIG_IGN);
+    (void)signal(SIGPIPE, SIG_IGN);          /* a closed client is seen as a write error */
     rc = start(&r);
     if (rc)
         return rc;
@@ -318,11 +318,12 @@ char *rt_metrics_text(struct router *r, const struct rt_table *t, size_t *ret_le
     for (size_t i = 0; i < n; i++)
         for (size_t c = 0; c < RT_CODES; c++) {
             unsigned long long v = atomic_load(&t->services[i].stats->codes[c]);
+            if (!v)
+                continue;
             char code[8];
             snprintf(code, sizeof(code), "%zu", c + 100);
             const char *labels[] = {"service", t->services[i].name, "code", code, NULL};
-            if (v)
-                prom_sample(p, "gpuorch_router_requests_total", labels, (double)v);
+            prom_sample(p, "gpuorch_router_requests_total", labels, (double)v);
         }
     prom_family(p, "gpuorch_router_ttfb_seconds", PROM_HISTOGRAM,
                 "Time from a request's arrival to its answer's first byte from the replica");

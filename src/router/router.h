@@ -176,7 +176,6 @@ struct rt_worker {
     uint64_t seed;
     TAILQ_HEAD(rt_held_list, rt_exchange) held; /* requests waiting for an endpoint */
     size_t nheld;
-    bool retrying, retry_again; /* rt_held_retry's walk, and a call made inside it */
     pthread_t thread;
 };
 

@@ -105,7 +105,7 @@ static int hexval(char c)
 
 static int hex_key(const char *hex, uint8_t out[TOKEN_HASH_LEN])
 {
-    if (strlen(hex) != 2 * TOKEN_HASH_LEN)
+    if (strlen(hex) != (size_t)2 * TOKEN_HASH_LEN)
         return GPO_EINVAL;
     for (size_t k = 0; k < TOKEN_HASH_LEN; k++) {
         int hi = hexval(hex[2 * k]), lo = hexval(hex[2 * k + 1]);
