@@ -68,12 +68,8 @@ static int table_take(struct router *r, const char *body, size_t len, int64_t *r
 static void *poll_main(void *arg)
 {
     struct router *r = arg;
-    struct httpc *c = NULL;
+    struct httpc *c = r->poll_client;
     char err[1024];
-    if (httpc_new(r->a.server, r->token, &c, err, sizeof(err))) {
-        router_log("%s", err);
-        return NULL;
-    }
     int64_t rev = -1, backoff = BACKOFF_MIN_MS;
     bool away = false;
     while (!atomic_load(&r->stop)) {
@@ -106,7 +102,6 @@ static void *poll_main(void *arg)
         sleep_ms(backoff);
         backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff * 2;
     }
-    httpc_free(c);
     return NULL;
 }
 
@@ -199,12 +194,7 @@ static void report_send(struct router *r, struct httpc *c, int64_t interval_us, 
 static void *report_main(void *arg)
 {
     struct router *r = arg;
-    struct httpc *c = NULL;
-    char err[1024];
-    if (httpc_new(r->a.server, r->token, &c, err, sizeof(err))) {
-        router_log("%s", err);
-        return NULL;
-    }
+    struct httpc *c = r->report_client;
     bool failing = false;
     int64_t last = rt_now_us();
     while (!atomic_load(&r->stop)) {
@@ -228,7 +218,6 @@ static void *report_main(void *arg)
         report_send(r, c, now - last, &failing);
         last = now;
     }
-    httpc_free(c);
     return NULL;
 }
 
@@ -242,6 +231,9 @@ void rt_report_soon(struct router *r)
 
 int rt_control_start(struct router *r, pthread_t ret[2], char *err, size_t errlen)
 {
+    if (httpc_new(r->a.server, r->token, &r->poll_client, err, errlen) ||
+        httpc_new(r->a.server, r->token, &r->report_client, err, errlen))
+        return GPO_EINVAL;
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);

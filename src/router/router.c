@@ -135,25 +135,6 @@ static int parse_args(int argc, char **argv, struct router_args *a)
     return 0;
 }
 
-static int read_token(const char *path, char *buf, size_t len)
-{
-    FILE *f = fopen(path, "re");
-    if (!f) {
-        fprintf(stderr, "gpuorch router: --join-token %s: %s\n", path, strerror(errno));
-        return 1;
-    }
-    size_t n = fread(buf, 1, len - 1, f);
-    (void)fclose(f); /* read only */
-    buf[n] = '\0';
-    while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' '))
-        buf[--n] = '\0';
-    if (!n || strpbrk(buf, " \t\r\n")) {
-        fprintf(stderr, "gpuorch router: --join-token %s: expected one token on one line\n", path);
-        return 1;
-    }
-    return 0;
-}
-
 /* A listening socket on addr (IPv4 ADDR:PORT), SO_REUSEPORT so that every
  * worker has its own; *port: 0 takes any, and is then the one taken. */
 static int listen_on(const char *where, uint16_t *port)
@@ -235,8 +216,12 @@ int router_command(int argc, char **argv)
     int rc = parse_args(argc, argv, &r.a);
     if (rc)
         return rc == HELP_SHOWN ? 0 : rc;
-    if (read_token(r.a.join_file, r.token, sizeof(r.token)))
+    char err[512] = "";
+    if (token_read_join(r.a.join_file, r.token, sizeof(r.token), err, sizeof(err)) ||
+        token_lib_init() != 0) {
+        fprintf(stderr, "gpuorch router: %s\n", *err ? err : "libsodium did not start");
         return 1;
+    }
     if (r.a.name)
         snprintf(r.name, sizeof(r.name), "%s", r.a.name);
     else if (gethostname(r.name, sizeof(r.name) - 1) != 0 || !*r.name)

@@ -47,6 +47,7 @@ struct evkeyvalq;
 struct rt_exchange;
 struct rt_service;
 struct rt_table;
+struct httpc;
 
 /* One keep-alive connection of a worker to an endpoint. */
 struct rt_conn {
@@ -124,6 +125,7 @@ struct router {
     pthread_cond_t wake; /* the control thread's: report now */
     struct rt_worker *workers[RT_THREADS_MAX];
     size_t nworkers;
+    struct httpc *poll_client, *report_client; /* each used by its own control thread */
     atomic_uint connections;
     int64_t started_us;
 };
