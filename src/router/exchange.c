@@ -10,6 +10,7 @@
 #include <sys/queue.h>
 
 #include <event2/buffer.h>
+#include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
@@ -20,6 +21,7 @@
 #define IDLE_CONNS_MAX     256  /* idle connections a worker keeps per endpoint */
 #define UPSTREAM_TIMEOUT_S 3600 /* a replica silent this long has failed */
 #define VIA                "1.1 gpuorch-router"
+#define STREAM_HIGH        (1 << 20) /* bytes waiting for a slow client before the replica waits */
 
 struct rt_exchange {
     TAILQ_ENTRY(rt_exchange) link; /* in the worker's held list */
@@ -36,6 +38,7 @@ struct rt_exchange {
     struct evhttp_request *up; /* NULL once done */
     struct event *timer;       /* while held */
     bool held, started, retried;
+    bool paused; /* the replica's connection is not read until the client catches up */
     int code;
     int64_t t0;
 };
@@ -119,6 +122,22 @@ void rt_pool_sweep(struct rt_worker *w, const struct rt_table *old)
 
 /* ---- the end of an exchange ---- */
 
+static struct bufferevent *bev_of(struct evhttp_connection *evcon)
+{
+    return evcon ? evhttp_connection_get_bufferevent(evcon) : NULL;
+}
+
+/* Reads the replica again; what it sent meanwhile is passed on at once. */
+static void resume(struct rt_exchange *x)
+{
+    struct bufferevent *bev = x->conn ? bev_of(x->conn->evcon) : NULL;
+    x->paused = false;
+    if (!bev)
+        return;
+    bufferevent_enable(bev, EV_READ);
+    bufferevent_trigger(bev, EV_READ, BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
+}
+
 static void unhold(struct rt_exchange *x)
 {
     if (!x->held)
@@ -136,6 +155,8 @@ static void release_endpoint(struct rt_exchange *x)
 {
     if (!x->ep)
         return;
+    if (x->paused)
+        resume(x); /* the connection goes back to the pool readable */
     if (x->conn)
         pool_put(x->w, x->ep, x->conn);
     x->conn = NULL;
@@ -360,14 +381,32 @@ static int up_headers(struct evhttp_request *up, void *arg)
     return 0;
 }
 
+static void on_flushed(struct evhttp_connection *evcon, void *arg)
+{
+    (void)evcon;
+    resume(arg);
+}
+
 static void up_chunk(struct evhttp_request *up, void *arg)
 {
     struct rt_exchange *x = arg;
     struct evbuffer *in = evhttp_request_get_input_buffer(up);
-    if (x->down && !x->down_owned && x->started)
-        evhttp_send_reply_chunk(x->down, in);
-    else
+    if (!x->down || x->down_owned || !x->started) {
         evbuffer_drain(in, evbuffer_get_length(in));
+        return;
+    }
+    /* Back-pressure: past STREAM_HIGH bytes unsent to the client, the
+     * replica's connection waits until they are written. */
+    struct bufferevent *down = bev_of(evhttp_request_get_connection(x->down));
+    size_t pending = down ? evbuffer_get_length(bufferevent_get_output(down)) : 0;
+    struct bufferevent *upb = bev_of(x->conn->evcon);
+    if (x->paused || !upb || pending + evbuffer_get_length(in) <= STREAM_HIGH) {
+        evhttp_send_reply_chunk(x->down, in);
+        return;
+    }
+    x->paused = true;
+    bufferevent_disable(upb, EV_READ);
+    evhttp_send_reply_chunk_with_cb(x->down, in, on_flushed, x);
 }
 
 /* The client's connection, closed without ending the answer: a stream cut

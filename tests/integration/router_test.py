@@ -39,6 +39,7 @@ from harness import diag, free_port, ok, prom_samples, remove_tmp, run, wait_unt
 
 TOKEN = "gpo_jointoken"
 KEY = "sk-router-test"
+BIG = 64 << 20  # bytes of the answer a slow client does not read
 
 
 # -- a stand-in replica (this file with --replica) -----------------------------------------
@@ -91,6 +92,22 @@ def replica_main(name, port):
                 event(key).wait(30)
                 self.chunk("data: [DONE]\n\n")
                 self.wfile.write(b"0\r\n\r\n")
+                return None
+            if url.path == "/big":  # 64 MiB, as fast as the reader takes it
+                self.send_response(200)
+                self.send_header("Content-Length", str(BIG))
+                self.end_headers()
+                self.connection.settimeout(3)  # a write blocked this long: the reader waits
+                piece = b"x" * 65536
+                try:
+                    for _ in range(BIG // len(piece)):
+                        self.wfile.write(piece)
+                        with lock:
+                            state["written"] = state.get("written", 0) + len(piece)
+                except OSError:
+                    with lock:
+                        state["stalled"] = state.get("written", 0)
+                    self.close_connection = True
                 return None
             if url.path == "/slow":
                 with lock:
@@ -368,6 +385,22 @@ def check_streaming():
     c.close()
 
 
+def check_backpressure():
+    s = socket.create_connection(("127.0.0.1", ROUTER.port), timeout=20)
+    s.sendall(b"GET /s/alpha/big HTTP/1.1\r\nHost: t\r\n\r\n")
+    head = s.recv(4096)  # then read no more
+    a1 = REPLICAS["a1"]
+    stalled = wait_until(lambda: a1.call("/_state").get("stalled"), timeout=60)
+    ok(head.startswith(b"HTTP/1.1 200") and stalled and stalled < BIG // 2,
+       "a client that does not read holds the replica back: the router buffers no whole answer",
+       f"stalled after {stalled} of {BIG} bytes; {head[:100]!r}")
+    s.close()
+    st, _, data = alpha("GET", "/s/alpha/big")
+    ok(st == 200 and len(data) == BIG, "a client that reads gets the whole answer, through the "
+       "pauses", f"{st}: {len(data)} of {BIG} bytes")
+    SENT["alpha"] += 1
+
+
 def check_load_sharing():
     results = {}
 
@@ -568,6 +601,7 @@ def main():
     check_routing()
     check_headers()
     check_streaming()
+    check_backpressure()
     check_load_sharing()
     check_hold_at_zero()
     check_queue_bounds()
