@@ -303,6 +303,7 @@ def table(extra=None, cold_eps=None, kill_eps=None):
         service("cold", cold_eps or []),
         service("tiny", [], queue_timeout_ms=300),
         service("full", [], queue_limit=0),
+        service("lim", [REPLICAS["d2"].endpoint(1, 61)], concurrency_limit=1),
         service("keyed", [a.endpoint(1, 11)], key_hashes=[hashlib.sha256(KEY.encode()).hexdigest()]),
         service("kill", kill_eps if kill_eps is not None else [k1.endpoint(1, 41), k2.endpoint(2, 42)]),
     ]
@@ -427,6 +428,32 @@ def check_load_sharing():
     ok(names == ["d1", "d2"], "both answered, one from each replica", f"{results}")
 
 
+def queue_length(name):
+    for n, labels, v in prom_samples(ROUTER.request("GET", "/metrics")[2].decode()):
+        if n == "gpuorch_router_queue_length" and labels.get("service") == name:
+            return v
+    return None
+
+
+def check_concurrency_limit():
+    results = {}
+    t1 = threading.Thread(target=lambda: results.update(a=ROUTER.json("GET", "/s/lim/slow?id=l1")))
+    t1.start()
+    d2 = REPLICAS["d2"]
+    wait_until(lambda: d2.call("/_state")["inflight"] == 1)
+    t2 = threading.Thread(target=lambda: results.update(b=ROUTER.json("GET", "/s/lim/next")))
+    t2.start()
+    held = wait_until(lambda: queue_length("lim") == 1)
+    ok(held and "b" not in results,
+       "a replica at its concurrency limit gets nothing more: the next request is held", results)
+    d2.call("/_release?id=l1")
+    t1.join(20)
+    t2.join(20)
+    st, _, j = results.get("b", (0, {}, {}))
+    ok(st == 200 and j.get("path") == "/next" and results.get("a", (0,))[0] == 200,
+       "when its request ends, the held one goes to it", results)
+
+
 def reports_since(t0):
     with CTL.cond:
         return [b for t, b in CTL.reports if t >= t0]
@@ -446,10 +473,11 @@ def check_hold_at_zero():
     th.start()
     got = wait_until(lambda: [b for b in reports_since(t0)
                               if (svc_in(b, "cold") or {}).get("queued") == 1])
-    first = got[0] if got else None
-    ok(first is not None and first["interval_ms"] < 1000,
-       "a request held at zero replicas is reported at once (queued 1, before the tick)",
-       f"{first}")
+    early = wait_until(lambda: [b for b in reports_since(t0)
+                                if (svc_in(b, "cold") or {}).get("queued") == 1 and
+                                b["interval_ms"] < 1000])
+    ok(got and early, "a request held at zero replicas is reported at once (queued 1, before "
+       "the tick)", f"{got}")
     m = ROUTER.request("GET", "/metrics")[2].decode()
     ok('gpuorch_router_queue_length{service="cold"} 1' in m, "and /metrics shows it held",
        m[-1500:])
@@ -603,6 +631,7 @@ def main():
     check_streaming()
     check_backpressure()
     check_load_sharing()
+    check_concurrency_limit()
     check_hold_at_zero()
     check_queue_bounds()
     check_framing()
