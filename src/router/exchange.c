@@ -135,7 +135,7 @@ static void resume(struct rt_exchange *x)
     if (!bev)
         return;
     bufferevent_enable(bev, EV_READ);
-    bufferevent_trigger(bev, EV_READ, BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
+    bufferevent_trigger(bev, EV_READ, 0); /* may end x: nothing of it is used after */
 }
 
 static void unhold(struct rt_exchange *x)
@@ -155,8 +155,6 @@ static void release_endpoint(struct rt_exchange *x)
 {
     if (!x->ep)
         return;
-    if (x->paused)
-        resume(x); /* the connection goes back to the pool readable */
     if (x->conn)
         pool_put(x->w, x->ep, x->conn);
     x->conn = NULL;
@@ -214,6 +212,7 @@ void rt_exchange_lost(struct rt_exchange *x)
         x->down_owned = true; /* libevent let go of it: ours to free */
     else
         x->down = NULL; /* libevent frees it with the connection */
+    x->paused = false;  /* the cancel resets the replica's connection */
     if (x->up) {
         evhttp_cancel_request(x->up); /* no callback follows */
         x->up = NULL;
@@ -400,10 +399,13 @@ static void up_chunk(struct evhttp_request *up, void *arg)
     struct bufferevent *down = bev_of(evhttp_request_get_connection(x->down));
     size_t pending = down ? evbuffer_get_length(bufferevent_get_output(down)) : 0;
     struct bufferevent *upb = bev_of(x->conn->evcon);
-    if (x->paused || !upb || pending + evbuffer_get_length(in) <= STREAM_HIGH) {
+    if (!x->paused && (!upb || pending + evbuffer_get_length(in) <= STREAM_HIGH)) {
         evhttp_send_reply_chunk(x->down, in);
         return;
     }
+    /* Paused, every chunk carries the callback: a plain send would drop it
+     * (one write callback per connection), and the replica would wait for
+     * ever. evhttp may pass more chunks of what it already read. */
     x->paused = true;
     bufferevent_disable(upb, EV_READ);
     evhttp_send_reply_chunk_with_cb(x->down, in, on_flushed, x);
@@ -425,7 +427,8 @@ static void cut_client(struct rt_exchange *x)
 static void up_done(struct evhttp_request *up, void *arg)
 {
     struct rt_exchange *x = arg;
-    x->up = NULL; /* libevent frees it */
+    x->up = NULL;      /* libevent frees it */
+    x->paused = false; /* its connection is done or reset: evhttp reads it as it will */
     bool ok = up && x->started && evhttp_request_get_response_code(up) >= 100;
     if (ok) {
         struct evbuffer *in = evhttp_request_get_input_buffer(up);

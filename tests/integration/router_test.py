@@ -94,16 +94,23 @@ def replica_main(name, port):
                 self.wfile.write(b"0\r\n\r\n")
                 return None
             if url.path == "/big":  # 64 MiB, as fast as the reader takes it
+                chunked = "chunked" in url.query
                 self.send_response(200)
-                self.send_header("Content-Length", str(BIG))
+                if chunked:
+                    self.send_header("Transfer-Encoding", "chunked")
+                else:
+                    self.send_header("Content-Length", str(BIG))
                 self.end_headers()
                 self.connection.settimeout(3)  # a write blocked this long: the reader waits
                 piece = b"x" * 65536
                 try:
                     for _ in range(BIG // len(piece)):
-                        self.wfile.write(piece)
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece) if chunked
+                                         else piece)
                         with lock:
                             state["written"] = state.get("written", 0) + len(piece)
+                    if chunked:
+                        self.wfile.write(b"0\r\n\r\n")
                 except OSError:
                     with lock:
                         state["stalled"] = state.get("written", 0)
@@ -399,6 +406,9 @@ def check_backpressure():
     st, _, data = alpha("GET", "/s/alpha/big")
     ok(st == 200 and len(data) == BIG, "a client that reads gets the whole answer, through the "
        "pauses", f"{st}: {len(data)} of {BIG} bytes")
+    st, _, data = alpha("GET", "/s/alpha/big?chunked=1")
+    ok(st == 200 and len(data) == BIG, "and so for a chunked answer, read in many small chunks",
+       f"{st}: {len(data)} of {BIG} bytes")
     SENT["alpha"] += 1
 
 
