@@ -99,6 +99,7 @@ static void *poll_main(void *arg)
         if (!away)
             router_log("%s (routing on the last table; retrying)", err);
         away = true;
+        rev = -1; /* a restarted controller may count again from 1: ask for its table at once */
         sleep_ms(backoff);
         backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff * 2;
     }

@@ -2,17 +2,18 @@
  * router.h - `gpuorch router`: the HTTP/1.1 reverse proxy in front of
  * serving replicas (docs/router.md).
  *
- * Threads: one control thread (libcurl, util/httpc) long-polls the routing
- * table from the controller and posts the load report every second; N
- * worker threads each run a libevent base with an evhttp server listening
- * on the same port (SO_REUSEPORT) and their own keep-alive connections to
- * the replicas.
+ * Threads: two control threads (libcurl, util/httpc), one long-polling the
+ * routing table from the controller, one posting the load report every
+ * second (and at once when a hold queue fills from empty); N worker
+ * threads each run a libevent base with an evhttp server listening on the
+ * same port (SO_REUSEPORT) and their own keep-alive connections to the
+ * replicas.
  *
  * The table is an immutable snapshot (struct rt_table), swapped by pointer
  * under router.lock and held by reference count: a worker keeps the one it
- * routes with until the control thread wakes it for a new one. Services
+ * routes with until the poll thread wakes it for a new one. Services
  * and endpoints keep their identity (and counters) from one snapshot to the
- * next: the control thread reuses the objects of the snapshot it replaces.
+ * next: the poll thread reuses the objects of the snapshot it replaces.
  * Counters that several threads change are atomics.
  */
 #ifndef GPUORCH_ROUTER_ROUTER_H
