@@ -16,7 +16,8 @@ forwarded when the table gains an endpoint; the queue's timeout and bound
 --max-body) and the connection closed; API keys; a replica killed in the
 middle of a stream, the next requests going to the other; reports every
 second whose counts add up to the requests sent; /metrics; routing going on
-with the controller stopped. No sleeps decide a verdict: every wait is a
+with the controller stopped, and a restarted controller's table (its
+revisions counting from 1 again) taken. No sleeps decide a verdict: every wait is a
 deadline or an event."""
 
 import hashlib
@@ -164,11 +165,12 @@ class ReplicaProc:
 
 
 class Controller:
-    def __init__(self):
+    def __init__(self, port=0):
         self.rev = 1
         self.services = []
         self.reports = []  # (monotonic time, body)
         self.auth = set()
+        self.stopped = False
         self.cond = threading.Condition()
         ctl = self
 
@@ -195,8 +197,12 @@ class Controller:
                 since = int(q.get("since", ["-1"])[0])
                 wait = int(q.get("wait_ms", ["0"])[0]) / 1000
                 with ctl.cond:
-                    ctl.cond.wait_for(lambda: ctl.rev != since, timeout=wait)
+                    ctl.cond.wait_for(lambda: ctl.rev != since or ctl.stopped, timeout=wait)
                     body = json.dumps({"rev": ctl.rev, "services": ctl.services}).encode()
+                if ctl.stopped:  # as a controller that dies: the connection just closes
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return None
                 self.send(200, body)
 
             def do_POST(self):
@@ -207,7 +213,8 @@ class Controller:
                     ctl.cond.notify_all()
                 self.send(204)
 
-        self.srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        http.server.ThreadingHTTPServer.allow_reuse_address = True
+        self.srv = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.srv.daemon_threads = True
         self.port = self.srv.server_address[1]
         threading.Thread(target=self.srv.serve_forever, daemon=True).start()
@@ -220,6 +227,9 @@ class Controller:
         return self.rev
 
     def stop(self):
+        with self.cond:
+            self.stopped = True
+            self.cond.notify_all()
         self.srv.shutdown()
         self.srv.server_close()
 
@@ -621,10 +631,17 @@ def check_reports():
 
 
 def check_controller_away():
+    global CTL
     CTL.stop()
     answers = [ROUTER.json("GET", "/s/alpha/away")[0] for _ in range(3)]
     ok(answers == [200, 200, 200], "with the controller stopped, routing goes on",
        f"{answers} {ROUTER.tail()}")
+    port = CTL.port
+    CTL = Controller(port)  # restarted: its revisions count from 1 again
+    CTL.set(table([service("late", [REPLICAS["b1"].endpoint(1, 71)])]))
+    got = wait_until(lambda: ROUTER.json("GET", "/s/late/x")[0] == 200, timeout=30)
+    ok(got, "a restarted controller's table is taken, though its revision is lower",
+       ROUTER.tail())
 
 
 def main():
