@@ -9,15 +9,18 @@ likewise). Prints TAP.
 Checks: routing by /s/SERVICE/..., by Host and by the body's "model";
 GET /v1/models; an unknown model's 404 with the known names; proxy headers
 in, hop-by-hop headers out; a stream's first chunk reaching the client
-while the replica still holds its last; two replicas sharing load by what
-they have in flight; a request held at zero replicas, reported at once, and
-forwarded when the table gains an endpoint; the queue's timeout and bound
-(503, Retry-After); framing attacks refused with 400 (413 for a body over
---max-body) and the connection closed; API keys; a replica killed in the
-middle of a stream, the next requests going to the other; reports every
-second whose counts add up to the requests sent; /metrics; routing going on
-with the controller stopped, and a restarted controller's table (its
-revisions counting from 1 again) taken. No sleeps decide a verdict: every wait is a
+while the replica still holds its last; a client that does not read
+holding the replica back (no whole answer buffered), and whole answers
+through the pauses; two replicas sharing load by what they have in
+flight; the per-replica concurrency limit; a request held at zero
+replicas, reported at once, and forwarded when the table gains an
+endpoint; the queue's timeout and bound (503, Retry-After); framing
+attacks refused with 400 (413 for a body over --max-body) and the
+connection closed; API keys; a replica killed in the middle of a stream,
+the next requests going to the other; reports every second whose counts
+add up to the requests sent; /metrics; routing going on with the
+controller stopped, and a restarted controller's table (its revisions
+counting from 1 again) taken. No sleeps decide a verdict: every wait is a
 deadline or an event."""
 
 import hashlib
