@@ -56,15 +56,18 @@ static void conn_free_later(evutil_socket_t fd, short what, void *arg)
     free(c);
 }
 
+/* A connection to ep: an idle one of this worker's, else a new one. Busy
+ * connections are in no list: the exchange holds its own. */
 static struct rt_conn *pool_get(struct rt_worker *w, struct rt_endpoint *ep)
 {
-    for (struct rt_conn *c = ep->pool[w->index]; c; c = c->next)
-        if (!c->busy) {
-            c->busy = true;
-            return c;
-        }
-    struct rt_conn *c = calloc(1, sizeof(*c));
-    if (!c)
+    struct rt_conn *c = ep->pool[w->index];
+    if (c) {
+        ep->pool[w->index] = c->next;
+        ep->nidle[w->index]--;
+        c->next = NULL;
+        return c;
+    }
+    if (!(c = calloc(1, sizeof(*c))))
         return NULL;
     c->evcon = evhttp_connection_base_new(w->base, NULL, ep->addr, ep->port);
     if (!c->evcon) {
@@ -72,20 +75,12 @@ static struct rt_conn *pool_get(struct rt_worker *w, struct rt_endpoint *ep)
         return NULL;
     }
     evhttp_connection_set_timeout(c->evcon, UPSTREAM_TIMEOUT_S);
-    c->busy = true;
-    c->next = ep->pool[w->index];
-    ep->pool[w->index] = c;
     return c;
 }
 
-/* Unlinks c and frees it once the loop is out of its callbacks. */
-static void pool_drop(struct rt_worker *w, struct rt_endpoint *ep, struct rt_conn *c)
+/* Frees c once the loop is out of its callbacks. */
+static void conn_drop(struct rt_worker *w, struct rt_conn *c)
 {
-    for (struct rt_conn **p = &ep->pool[w->index]; *p; p = &(*p)->next)
-        if (*p == c) {
-            *p = c->next;
-            break;
-        }
     struct timeval now = {0, 0};
     if (event_base_once(w->base, -1, EV_TIMEOUT, conn_free_later, c, &now) != 0) {
         evhttp_connection_free(c->evcon); /* not in one of its callbacks here */
@@ -95,12 +90,13 @@ static void pool_drop(struct rt_worker *w, struct rt_endpoint *ep, struct rt_con
 
 static void pool_put(struct rt_worker *w, struct rt_endpoint *ep, struct rt_conn *c)
 {
-    c->busy = false;
-    size_t idle = 0;
-    for (struct rt_conn *p = ep->pool[w->index]; p; p = p->next)
-        idle += !p->busy;
-    if (atomic_load(&ep->gone) || idle > IDLE_CONNS_MAX)
-        pool_drop(w, ep, c);
+    if (atomic_load(&ep->gone) || ep->nidle[w->index] >= IDLE_CONNS_MAX) {
+        conn_drop(w, c);
+        return;
+    }
+    c->next = ep->pool[w->index];
+    ep->pool[w->index] = c;
+    ep->nidle[w->index]++;
 }
 
 void rt_pool_sweep(struct rt_worker *w, const struct rt_table *old)
@@ -110,13 +106,12 @@ void rt_pool_sweep(struct rt_worker *w, const struct rt_table *old)
             struct rt_endpoint *ep = old->services[i].eps[k].ep;
             if (!atomic_load(&ep->gone))
                 continue;
-            struct rt_conn *c = ep->pool[w->index];
-            while (c) {
-                struct rt_conn *next = c->next;
-                if (!c->busy)
-                    pool_drop(w, ep, c);
-                c = next;
+            while (ep->pool[w->index]) {
+                struct rt_conn *c = ep->pool[w->index];
+                ep->pool[w->index] = c->next;
+                conn_drop(w, c);
             }
+            ep->nidle[w->index] = 0;
         }
 }
 

@@ -343,7 +343,14 @@ int rt_worker_new(struct router *r, size_t index, int listen_fd, struct rt_worke
     w->index = index;
     w->seed = (uint64_t)rt_now_us() * (index + 1) | 1;
     TAILQ_INIT(&w->held);
-    w->base = event_base_new();
+    /* The change list folds evhttp's many enable/disable calls of a loop
+     * iteration into one epoll_ctl per descriptor. */
+    struct event_config *cfg = event_config_new();
+    if (cfg)
+        event_config_set_flag(cfg, EVENT_BASE_FLAG_EPOLL_USE_CHANGELIST);
+    w->base = cfg ? event_base_new_with_config(cfg) : NULL;
+    if (cfg)
+        event_config_free(cfg);
     w->http = w->base ? evhttp_new(w->base) : NULL;
     w->wake = w->base ? event_new(w->base, -1, EV_READ, on_wake, w) : NULL;
     if (!w->http || !w->wake || evhttp_accept_socket(w->http, listen_fd) != 0) {

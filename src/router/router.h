@@ -53,8 +53,7 @@ struct httpc;
 /* One keep-alive connection of a worker to an endpoint. */
 struct rt_conn {
     struct evhttp_connection *evcon;
-    bool busy;
-    struct rt_conn *next;
+    struct rt_conn *next; /* in the idle list */
 };
 
 /* A replica's endpoint; lives as long as a snapshot or a request holds it. */
@@ -67,7 +66,8 @@ struct rt_endpoint {
     atomic_bool gone;                     /* no longer in the table: free idle connections */
     atomic_uint inflight;                 /* requests sent, answer not ended */
     atomic_uint requests;                 /* arrived this report interval */
-    struct rt_conn *pool[RT_THREADS_MAX]; /* each worker's own connections */
+    struct rt_conn *pool[RT_THREADS_MAX]; /* each worker's own idle connections */
+    uint32_t nidle[RT_THREADS_MAX];
 };
 
 /* A latency histogram, filled by any worker. */
