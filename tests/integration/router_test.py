@@ -16,7 +16,7 @@ flight; the per-replica concurrency limit; a request held at zero
 replicas, reported at once, and forwarded when the table gains an
 endpoint; the queue's timeout and bound (503, Retry-After); framing
 attacks refused with 400 (413 for a body over --max-body) and the
-connection closed; API keys; a replica killed in the middle of a stream,
+connection closed; --max-connections; API keys; a replica killed in the middle of a stream,
 the next requests going to the other; reports every second whose counts
 add up to the requests sent; /metrics; routing going on with the
 controller stopped, and a restarted controller's table (its revisions
@@ -39,7 +39,7 @@ import urllib.parse
 
 sys.dont_write_bytecode = True  # leave no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import diag, free_port, ok, prom_samples, remove_tmp, run, wait_until  # noqa: E402
+from harness import free_port, ok, prom_samples, remove_tmp, run, wait_until  # noqa: E402
 
 TOKEN = "gpo_jointoken"
 KEY = "sk-router-test"
@@ -249,16 +249,16 @@ def service(name, eps, **kw):
 
 
 class Router:
-    def __init__(self, binary, ctl, tmp):
+    def __init__(self, binary, ctl, tmp, name="r1", extra=("--threads", "2")):
         self.port = free_port()
         token = os.path.join(tmp, "join.token")
         with open(token, "w") as f:
             f.write(TOKEN + "\n")
-        self.log = open(os.path.join(tmp, "router.log"), "w+")
+        self.log = open(os.path.join(tmp, f"{name}.log"), "w+")
         self.proc = subprocess.Popen(
             [binary, "router", "--server", f"http://127.0.0.1:{ctl.port}", "--join-token", token,
-             "--listen", f"127.0.0.1:{self.port}", "--name", "r1", "--threads", "2",
-             "--max-body", "4096", "--max-header", "4096"], stderr=self.log)
+             "--listen", f"127.0.0.1:{self.port}", "--name", name, "--max-body", "4096",
+             "--max-header", "4096", *extra], stderr=self.log)
 
     def conn(self):
         return http.client.HTTPConnection("127.0.0.1", self.port, timeout=20)
@@ -308,6 +308,7 @@ class Router:
 
 CTL = None
 ROUTER = None
+ROUTERS = []
 REPLICAS = {}
 TMP = tempfile.mkdtemp(prefix="gpuorch-router-test-")
 SENT = {"alpha": 0}  # requests the test sent to alpha
@@ -324,8 +325,10 @@ def table(extra=None, cold_eps=None, kill_eps=None):
         service("tiny", [], queue_timeout_ms=300),
         service("full", [], queue_limit=0),
         service("lim", [REPLICAS["d2"].endpoint(1, 61)], concurrency_limit=1),
-        service("keyed", [a.endpoint(1, 11)], key_hashes=[hashlib.sha256(KEY.encode()).hexdigest()]),
-        service("kill", kill_eps if kill_eps is not None else [k1.endpoint(1, 41), k2.endpoint(2, 42)]),
+        service("keyed", [a.endpoint(1, 11)],
+                key_hashes=[hashlib.sha256(KEY.encode()).hexdigest()]),
+        service("kill", kill_eps if kill_eps is not None
+                else [k1.endpoint(1, 41), k2.endpoint(2, 42)]),
     ]
     return services + (extra or [])
 
@@ -633,6 +636,30 @@ def check_reports():
        f"{sorted(names)}")
 
 
+def check_max_connections():
+    r2 = Router(os.path.abspath(sys.argv[1]), CTL, TMP, "r2", ("--max-connections", "2"))
+    ROUTERS.append(r2)
+    ok(r2.wait_rev(CTL.rev), "a second router starts", r2.tail())
+    held = []
+    for _ in range(2):
+        c = r2.conn()
+        c.request("GET", "/s/alpha/c")
+        c.getresponse().read()
+        held.append(c)
+    s3 = socket.create_connection(("127.0.0.1", r2.port), timeout=10)
+    s3.sendall(b"GET /s/alpha/c HTTP/1.1\r\nHost: t\r\n\r\n")
+    got = s3.recv(4096)
+    closed = s3.recv(4096) == b""
+    s3.close()
+    ok(got.startswith(b"HTTP/1.1 503") and closed,
+       "a connection past --max-connections: 503 and closed", got[:200])
+    held.pop().close()
+    back = wait_until(lambda: r2.request("GET", "/s/alpha/c")[0] == 200)
+    ok(back, "once one closes, a new connection is served", r2.tail())
+    for c in held:
+        c.close()
+
+
 def check_controller_away():
     global CTL
     CTL.stop()
@@ -668,14 +695,16 @@ def main():
     check_keys()
     check_replica_killed()
     check_reports()
+    check_max_connections()
     check_controller_away()
     ok(ROUTER.proc.poll() is None, "the router still runs", ROUTER.tail())
 
 
 class Cleanup:
     def cleanup(self):
-        if ROUTER:
-            ROUTER.stop()
+        for r in [ROUTER] + ROUTERS:
+            if r:
+                r.stop()
         for r in REPLICAS.values():
             r.stop()
         remove_tmp(TMP)
