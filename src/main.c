@@ -26,6 +26,7 @@
 #include "cli/token.h"
 #include "cli/top.h"
 #include "cli/wrappers.h"
+#include "router/router.h"
 #include "server/server.h"
 #include "sim/command.h"
 #include "sim/policy.h"
@@ -73,6 +74,7 @@ static const struct command commands[] = {
     {"server", server_command, "run the controller: REST API, durable job store"},
     {"sim", sim_command, "replay a GPU-cluster trace through the scheduler"},
     {"agent", agent_command, "run the node agent: launch assigned jobs on this node's GPUs"},
+    {"router", router_command, "run a router: the HTTP proxy in front of services' replicas"},
 };
 
 static void usage(FILE *out)

@@ -37,6 +37,7 @@
 #include "util/httpc.h"
 #include "util/opts.h"
 #include "util/timefmt.h"
+#include "util/token.h"
 #include "util/errbuf.h"
 #include "base/banned.h"
 
@@ -473,25 +474,6 @@ static void *signal_main(void *arg)
     _exit(0);
 }
 
-static int read_token(const char *path, char *buf, size_t len, char *err, size_t errlen)
-{
-    FILE *f = fopen(path, "re");
-    if (!f)
-        return errbuf_set(err, errlen, -errno, "--join-token %s: %s", path, strerror(errno));
-    size_t n = fread(buf, 1, len - 1, f);
-    bool failed = ferror(f);
-    (void)fclose(f); /* read only: the read itself is checked here */
-    if (failed)
-        return errbuf_set(err, errlen, GPO_EIO, "--join-token %s: read failed", path);
-    buf[n] = '\0';
-    while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' '))
-        buf[--n] = '\0';
-    if (!n || strpbrk(buf, " \t\r\n"))
-        return errbuf_set(err, errlen, GPO_ESYNTAX,
-                          "--join-token %s: expected one token on one line", path);
-    return 0;
-}
-
 /* The node's name: --name, else the host name's first label in lower case. */
 static int node_name(struct agent *ag, char *err, size_t errlen)
 {
@@ -683,7 +665,7 @@ static int start(struct agent *ag, char *err, size_t errlen)
      * account), the privileged half (a plain fork of this process, so
      * before anything starts a thread: NVML may, libcurl and the log
      * server do) and NVML (as root it may create /dev/nvidia*). */
-    int rc = read_token(a->join_file, ag->token, sizeof(ag->token), err, errlen);
+    int rc = token_read_join(a->join_file, ag->token, sizeof(ag->token), err, errlen);
     rc = rc ? rc : node_name(ag, err, errlen);
     rc = rc ? rc : choose_account(ag, err, errlen);
     rc = rc ? rc : state_dir(ag, abs_state, err, errlen);

@@ -15,6 +15,7 @@
 
 #include <sodium.h>
 
+#include "util/errbuf.h"
 #include "util/fsutil.h"
 #include "util/token.h"
 #include "base/banned.h"
@@ -184,4 +185,23 @@ int token_read_file(const char *path, char *buf, size_t len)
     sodium_memzero(data, sizeof(data));
     errno = saved;
     return rc;
+}
+
+int token_read_join(const char *path, char *buf, size_t len, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return errbuf_set(err, errlen, -errno, "--join-token %s: %s", path, strerror(errno));
+    size_t n = fread(buf, 1, len - 1, f);
+    bool failed = ferror(f);
+    (void)fclose(f); /* read only: the read itself is checked here */
+    if (failed)
+        return errbuf_set(err, errlen, GPO_EIO, "--join-token %s: read failed", path);
+    buf[n] = '\0';
+    while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' '))
+        buf[--n] = '\0';
+    if (!n || strpbrk(buf, " \t\r\n"))
+        return errbuf_set(err, errlen, GPO_ESYNTAX,
+                          "--join-token %s: expected one token on one line", path);
+    return 0;
 }

@@ -62,6 +62,16 @@ int token_hash(const char *token, uint8_t out[TOKEN_HASH_LEN]);
  * Returns 0, GPO_ENOBUFS or GPO_EINVAL. */
 int token_hash_hex(const uint8_t hash[TOKEN_HASH_LEN], char *buf, size_t len);
 
+/*
+ * Reads a join token's file, leniently (any word: the controller checks it):
+ * one word on one line, a trailing newline allowed, into buf (len bytes, NUL-terminated). Messages
+ * begin with
+ * "--join-token PATH:" (the flag daemons read it from). 0; -errno (it cannot
+ * be opened), GPO_EIO, GPO_ESYNTAX (empty, or more than one word), with the
+ * message in err.
+ */
+int token_read_join(const char *path, char *buf, size_t len, char *err, size_t errlen);
+
 /* Whether two hashes are equal, in time that does not depend on where they
  * differ (sodium_memcmp). Both are TOKEN_HASH_LEN bytes. */
 bool token_hash_equal(const uint8_t *a, const uint8_t *b);
