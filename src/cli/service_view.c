@@ -346,7 +346,7 @@ static void decision_render(FILE *out, const json_t *d, int64_t now_ms)
 {
     if (!json_is_object(d))
         return;
-    char counts[CELL_LEN], a[CELL_LEN / 2], b[CELL_LEN / 2];
+    char counts[CELL_LEN + 8], a[CELL_LEN / 2], b[CELL_LEN / 2];
     snprintf(counts, sizeof(counts), "%s -> %s", num_text(json_object_get(d, "from"), a, sizeof(a)),
              num_text(json_object_get(d, "to"), b, sizeof(b)));
     const char *reason = str_or(d, "reason", "");
