@@ -21,6 +21,7 @@
 #include "proto/proto.h"
 #include "server/api/api.h"
 #include "server/sched/sched.h"
+#include "server/serve/serve.h"
 #include "server/srv.h"
 #include "util/errbuf.h"
 #include "util/jsonv.h"
@@ -455,6 +456,8 @@ static int report_plan(struct server *s, struct job *j, const char *node,
     rp->end.end.attempt = j->att.n;
     if (body->state == PROTO_STATE_RUNNING) {
         rp->started = true;
+        if (body->endpoint.port)
+            serve_endpoint(s, j, node, &body->endpoint, now_ms);
         return attempt_row(b, s->epoch, j->id, &j->att, ATTEMPT_RUNNING, NULL, STORE_NULL,
                            STORE_NULL, STORE_NULL);
     }

@@ -1,0 +1,141 @@
+/*
+ * router.c - the routers' routes (join token, as the agents'): GET
+ * /v1/router/routes?since=REV&wait_ms=N, the routing table long-polled
+ * (answered at once when its revision is past REV, else when it moves or
+ * after wait_ms with the same revision), and POST /v1/router/report, a
+ * router's load (serve/serve.h keeps it; a queue with no replica asks for
+ * one at once).
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/err.h"
+#include "server/api/api.h"
+#include "server/serve/serve.h"
+#include "server/srv.h"
+#include "util/errbuf.h"
+#include "base/banned.h"
+
+static bool parse_i64(const char *v, int64_t *ret)
+{
+    if (!v || !*v || strlen(v) > 18 || v[0] == '-' || v[0] == '+')
+        return false;
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (errno || *end)
+        return false;
+    *ret = x;
+    return true;
+}
+
+static int routes_get(struct http_request *req, void *ctx)
+{
+    struct server *s = ctx;
+    int64_t since = -1, wait = SERVE_WAIT_DEFAULT_MS;
+    size_t nq = http_request_query_count(req);
+    for (size_t i = 0; i < nq; i++) {
+        const char *k, *v;
+        http_request_query_at(req, i, &k, &v);
+        bool ok = strcmp(k, "since") == 0     ? parse_i64(v, &since)
+                  : strcmp(k, "wait_ms") == 0 ? parse_i64(v, &wait) && wait <= SERVE_WAIT_MAX_MS
+                                              : false;
+        if (!ok)
+            return http_request_error(req, 400, "invalid_query",
+                                      "expected since=REV (an integer) and wait_ms=N (0 to %d)",
+                                      SERVE_WAIT_MAX_MS);
+    }
+    pthread_mutex_lock(&s->lock);
+    if (since < 0 || s->serve->rev > since || since > s->serve->rev || wait == 0) {
+        json_t *o = serve_routes_json(s);
+        pthread_mutex_unlock(&s->lock);
+        if (!o)
+            return http_request_error(req, 500, "internal", "out of memory");
+        return http_request_respond_json(req, 200, o);
+    }
+    int rc = serve_routes_wait(s, req, (unsigned)wait);
+    pthread_mutex_unlock(&s->lock);
+    if (rc)
+        return http_request_error(req, 503, "unavailable", "the server is stopping");
+    return 0;
+}
+
+/* ---- POST /v1/router/report ------------------------------------------------------ */
+
+static int64_t int_of(const json_t *o, const char *key)
+{
+    const json_t *v = json_object_get(o, key);
+    return json_is_integer(v) && json_integer_value(v) >= 0 ? json_integer_value(v) : 0;
+}
+
+static void report_release(struct proto_router_report *m)
+{
+    for (size_t k = 0; k < m->nservices; k++)
+        free(m->services[k].replicas);
+    free(m->services);
+}
+
+/* The report's fields the runtime keeps, read from `body` (the strings
+ * borrowed from it). 0, GPO_EINVAL with a message, GPO_ENOMEM. */
+static int report_read(const json_t *body, struct proto_router_report *m, char *err, size_t len)
+{
+    const json_t *services = json_object_get(body, "services");
+    const char *router = json_string_value(json_object_get(body, "router"));
+    if (!router || !*router || strlen(router) > PROTO_HOST_MAX)
+        return errbuf_set(err, len, GPO_EINVAL, "field 'router': expected a name");
+    if (!json_is_array(services) || json_array_size(services) > PROTO_ROUTE_SERVICES_MAX)
+        return errbuf_set(err, len, GPO_EINVAL, "field 'services': expected an array");
+    m->router = (char *)router;
+    m->interval_ms = int_of(body, "interval_ms");
+    m->nservices = json_array_size(services);
+    if (m->nservices && !(m->services = calloc(m->nservices, sizeof(*m->services))))
+        return GPO_ENOMEM;
+    for (size_t k = 0; k < m->nservices; k++) {
+        const json_t *o = json_array_get(services, k), *reps = json_object_get(o, "replicas");
+        struct proto_load_service *l = &m->services[k];
+        if (!(l->name = (char *)json_string_value(json_object_get(o, "name"))))
+            return errbuf_set(err, len, GPO_EINVAL, "field 'services[%zu].name': expected a string",
+                              k);
+        const json_t *c = json_object_get(o, "concurrency");
+        l->concurrency_milli = json_is_number(c) ? (int64_t)(json_number_value(c) * 1000.0) : 0;
+        l->inflight = (uint32_t)int_of(o, "inflight");
+        l->queued = (uint32_t)int_of(o, "queued");
+        l->requests = (uint32_t)int_of(o, "requests");
+        l->nreplicas = json_is_array(reps) ? json_array_size(reps) : 0;
+        if (l->nreplicas && !(l->replicas = calloc(l->nreplicas, sizeof(*l->replicas))))
+            return GPO_ENOMEM;
+        for (size_t r = 0; r < l->nreplicas; r++) {
+            const json_t *ro = json_array_get(reps, r);
+            l->replicas[r] = (struct proto_load_replica){int_of(ro, "job"), int_of(ro, "attempt"),
+                                                         (uint32_t)int_of(ro, "inflight"),
+                                                         (uint32_t)int_of(ro, "requests")};
+        }
+    }
+    return 0;
+}
+
+static int report_post(struct http_request *req, void *ctx)
+{
+    struct server *s = ctx;
+    struct proto_router_report m = {0};
+    char err[256];
+    int rc = report_read(http_request_json(req), &m, err, sizeof(err));
+    if (!rc) {
+        pthread_mutex_lock(&s->lock);
+        rc = serve_router_report(s, &m, srv_now_ms(s));
+        pthread_mutex_unlock(&s->lock);
+    }
+    report_release(&m);
+    if (rc == GPO_ENOMEM)
+        return http_request_error(req, 500, "internal", "out of memory");
+    if (rc)
+        return http_request_error(req, 400, "invalid_field", "%s", err);
+    return http_request_respond_json(req, 204, NULL);
+}
+
+static const struct http_route routes[] = {
+    {"GET", "/v1/router/routes", routes_get, API_ROUTE_AGENT, NULL},
+    {"POST", "/v1/router/report", report_post, API_ROUTE_AGENT | HTTP_ROUTE_JSON_BODY, NULL},
+};
+const struct api_routes api_router_routes = {routes, sizeof(routes) / sizeof(routes[0])};
