@@ -25,7 +25,12 @@
 
 int64_t serve_due_ms(const struct server *s)
 {
-    return s->serve->urgent ? 0 : s->serve->last_tick_ms + SERVE_TICK_MS;
+    if (s->serve->urgent)
+        return 0;
+    /* No service and no replica: nothing to reconcile until one is made. */
+    if (!s->cluster.nservices && !s->serve->n)
+        return INT64_MAX;
+    return s->serve->last_tick_ms + SERVE_TICK_MS;
 }
 
 static const struct cluster_service *service_config(const struct server *s, const char *name)

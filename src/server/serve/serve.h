@@ -149,7 +149,8 @@ int serve_load(struct server *s, char *err, size_t errlen);
 /* ---- the reconcile (serve/reconcile.c) ----------------------------------- */
 
 /* When the reconcile is due next (server time, ms): a tick after the last,
- * or now when a router asked for a replica. */
+ * now when a router asked for a replica, INT64_MAX while there is no
+ * service. */
 int64_t serve_due_ms(const struct server *s);
 /* One reconcile at now_ms: the jobs' states into the replicas, the
  * observations into each autoscaler, its decision acted on (replica jobs
