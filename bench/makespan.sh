@@ -35,14 +35,16 @@
 # Environment: NJOBS (2000), NODES (2; 16 for 128 GPUs), SUBMIT ("jobs
 #        array", or none), SAMPLE_MS (the agents' --sample-interval, 1000),
 #        SLURM (1), SLURM_PROFILE (default), SLURM_BASELINE, KEEP_TMP=1;
-#        FAKENVML_PROC_CACHE_MS reaches the agents' fake NVML (its /proc scan
-#        at most once per that many ms: tests/fakenvml/README.md).
+#        FAKENVML_PROC_CACHE_MS (1000; 0: scan at every call) reaches the
+#        agents' fake NVML: its /proc scan at most once per that many ms,
+#        as a real driver keeps its process list (tests/fakenvml/README.md).
 set -euo pipefail
 build=${1:?usage: bench/makespan.sh BUILD_DIR}
 bin=$(cd "$(dirname "$build/gpuorch")" && pwd)/gpuorch
 shim=$(dirname "$bin")/gpuorch-shim
 nvml=$build/tests/libnvidia-ml.so.1
 here=$(cd "$(dirname "$0")" && pwd)
+proc_cache_ms=${FAKENVML_PROC_CACHE_MS:-1000}
 slurm_dir=${SLURM_BASELINE:-$here/../../shared/baselines/slurm}
 export NJOBS=${NJOBS:-2000} NODES=${NODES:-2}
 submit_modes=${SUBMIT:-jobs array}
@@ -107,11 +109,13 @@ node, n = int(sys.argv[2]), int(sys.argv[3])
 gpus = [{"uuid": f"GPU-{node:08x}-0000-4000-8000-{i:012x}", "utilization": 50} for i in range(n)]
 json.dump({"gpus": gpus}, open(sys.argv[1], "w"))
 EOF
-    # The fake scans /proc at every process call (no FAKENVML_PROC_CACHE_MS):
-    # with a cache, the check of an ended job's GPUs could see a stale scan
-    # and hold the GPU dirty until the cache expires.
+    # The fake's process list comes from one /proc scan a second, less the
+    # processes that have exited since (so an ended job's GPU is never held
+    # dirty by a stale scan): reading every process's environment is the
+    # fake's cost, which a real driver does not have.
     cg_root "$(basename "$d")-node$k"
-    FAKENVML_DRIVER=1 FAKENVML_CONFIG=$d/gpus-$k.json "$bin" agent --server "$url" \
+    FAKENVML_DRIVER=1 FAKENVML_CONFIG=$d/gpus-$k.json FAKENVML_PROC_CACHE_MS=$proc_cache_ms \
+      "$bin" agent --server "$url" \
       --join-token "$d/data/join.token" --name "node$k" --state-dir "$d/agent$k" \
       --nvml "$nvml" --log-listen 127.0.0.1:0 --addr 127.0.0.1 --cpus 64 --mem-mib 524288 \
       --sample-interval "$sample_ms" "${cgflags[@]}" >"$d/agent$k.log" 2>&1 &
@@ -244,7 +248,7 @@ EOF
 
 echo "# makespan.sh: $NJOBS x sleep 1 on $NODES x $gpus_per_node fake GPUs, $(nproc) CPUs," \
   "$(date -u +%FT%TZ), load $(cut -d' ' -f1-3 /proc/loadavg)" \
-  "${FAKENVML_PROC_CACHE_MS:+, FAKENVML_PROC_CACHE_MS=$FAKENVML_PROC_CACHE_MS}"
+  ", FAKENVML_PROC_CACHE_MS=$proc_cache_ms"
 n=0
 for mode in $submit_modes; do
   [ "$mode" = none ] && continue

@@ -16,7 +16,8 @@
  *  - Processes are found in /proc/<pid>/environ (CUDA_VISIBLE_DEVICES names the
  *    GPU's UUID or index). /proc is scanned without the lock held: by every
  *    call, or, with FAKENVML_PROC_CACHE_MS=N (read at the first nvmlInit), at
- *    most once per N ms for all GPUs. Real NVML asks the driver, which costs
+ *    most once per N ms for all GPUs, less the processes that have exited
+ *    since (checked at each call). Real NVML asks the driver, which costs
  *    nothing like reading every process's environment; the cache keeps that
  *    cost out of the agent's own figures (bench/agent_footprint.sh).
  *  - With FAKENVML_DRIVER=1 in a root process, a forked "driver" keeps root
@@ -25,8 +26,10 @@
  *  - Checks come in NVML's order: initialized, then arguments, then support.
  */
 #include <dirent.h>
+#include <errno.h>
 #include <limits.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -233,6 +236,15 @@ static int snapshot_refresh(void)
 
 static int scan_now(const struct nvmlDevice_st *g, unsigned **ret_pids, unsigned *ret_n);
 
+/* Whether pid still exists: a snapshot lists no process that has exited
+ * since it was taken, as the driver forgets a process when it ends (the
+ * agent's end-of-attempt check would else hold a GPU dirty until the cache
+ * expires). kill(pid, 0) is one system call; EPERM means alive. */
+static bool process_alive(unsigned pid)
+{
+    return kill((pid_t)pid, 0) == 0 || errno != ESRCH;
+}
+
 /* find_processes from the snapshot. */
 static int cached_processes(const struct nvmlDevice_st *g, unsigned **ret_pids, unsigned *ret_n)
 {
@@ -241,7 +253,8 @@ static int cached_processes(const struct nvmlDevice_st *g, unsigned **ret_pids, 
     unsigned *pids = rc == 0 ? malloc((fake.nprocs + 1) * sizeof(*pids)) : NULL;
     unsigned n = 0;
     for (size_t i = 0; pids && i < fake.nprocs; i++) {
-        if (list_names_gpu(fake.procs[i].cvd, g->uuid, g->index))
+        if (list_names_gpu(fake.procs[i].cvd, g->uuid, g->index) &&
+            process_alive(fake.procs[i].pid))
             pids[n++] = fake.procs[i].pid;
     }
     pthread_mutex_unlock(&fake.proc_lock);

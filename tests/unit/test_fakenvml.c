@@ -720,7 +720,8 @@ static void test_a_child_with_the_gpu_uuid_is_its_process_until_it_exits(void **
 
 /* FAKENVML_PROC_CACHE_MS keeps one /proc scan for every GPU: a process that
  * starts after it is seen only once the scan is older than that (60 s here,
- * far beyond the test), and at once after a shutdown without the variable. */
+ * far beyond the test), and at once after a shutdown without the variable;
+ * one that exits is gone at once. */
 static void test_the_process_cache_keeps_one_scan(void **state)
 {
     const struct env *e = *state;
@@ -733,12 +734,13 @@ static void test_the_process_cache_keeps_one_scan(void **state)
     assert_true(has_process(n, h0, c.pid, &bytes)); /* the first scan, after the child began */
     struct child d = spawn_child(e->uuid[0]);
     assert_false(has_process(n, h0, d.pid, &bytes)); /* the same scan */
+    stop_child(&c);
+    assert_false(has_process(n, h0, c.pid, &bytes)); /* the same scan, less what exited */
     assert_int_equal(n->nvmlShutdown(), NVML_SUCCESS);
     unsetenv("FAKENVML_PROC_CACHE_MS");
     assert_int_equal(n->nvmlInit_v2(), NVML_SUCCESS);
     h0 = handle(n, 0);
     assert_true(has_process(n, h0, d.pid, &bytes)); /* no cache: scanned at the call */
-    stop_child(&c);
     stop_child(&d);
     assert_false(has_process(n, h0, d.pid, &bytes));
     assert_int_equal(n->nvmlShutdown(), NVML_SUCCESS);
