@@ -14,7 +14,6 @@
 #include "server/api/api.h"
 #include "server/serve/serve.h"
 #include "server/srv.h"
-#include "util/errbuf.h"
 #include "base/banned.h"
 
 static bool parse_i64(const char *v, int64_t *ret)
@@ -63,70 +62,18 @@ static int routes_get(struct http_request *req, void *ctx)
 
 /* ---- POST /v1/router/report ------------------------------------------------------ */
 
-static int64_t int_of(const json_t *o, const char *key)
-{
-    const json_t *v = json_object_get(o, key);
-    return json_is_integer(v) && json_integer_value(v) >= 0 ? json_integer_value(v) : 0;
-}
-
-static void report_release(struct proto_router_report *m)
-{
-    for (size_t k = 0; k < m->nservices; k++)
-        free(m->services[k].replicas);
-    free(m->services);
-}
-
-/* The report's fields the runtime keeps, read from `body` (the strings
- * borrowed from it). 0, GPO_EINVAL with a message, GPO_ENOMEM. */
-static int report_read(const json_t *body, struct proto_router_report *m, char *err, size_t len)
-{
-    const json_t *services = json_object_get(body, "services");
-    const char *router = json_string_value(json_object_get(body, "router"));
-    if (!router || !*router || strlen(router) > PROTO_HOST_MAX)
-        return errbuf_set(err, len, GPO_EINVAL, "field 'router': expected a name");
-    if (!json_is_array(services) || json_array_size(services) > PROTO_ROUTE_SERVICES_MAX)
-        return errbuf_set(err, len, GPO_EINVAL, "field 'services': expected an array");
-    m->router = (char *)router;
-    m->interval_ms = int_of(body, "interval_ms");
-    m->nservices = json_array_size(services);
-    if (m->nservices && !(m->services = calloc(m->nservices, sizeof(*m->services))))
-        return GPO_ENOMEM;
-    for (size_t k = 0; k < m->nservices; k++) {
-        const json_t *o = json_array_get(services, k), *reps = json_object_get(o, "replicas");
-        struct proto_load_service *l = &m->services[k];
-        if (!(l->name = (char *)json_string_value(json_object_get(o, "name"))))
-            return errbuf_set(err, len, GPO_EINVAL, "field 'services[%zu].name': expected a string",
-                              k);
-        const json_t *c = json_object_get(o, "concurrency");
-        l->concurrency_milli = json_is_number(c) ? (int64_t)(json_number_value(c) * 1000.0) : 0;
-        l->inflight = (uint32_t)int_of(o, "inflight");
-        l->queued = (uint32_t)int_of(o, "queued");
-        l->requests = (uint32_t)int_of(o, "requests");
-        l->nreplicas = json_is_array(reps) ? json_array_size(reps) : 0;
-        if (l->nreplicas && !(l->replicas = calloc(l->nreplicas, sizeof(*l->replicas))))
-            return GPO_ENOMEM;
-        for (size_t r = 0; r < l->nreplicas; r++) {
-            const json_t *ro = json_array_get(reps, r);
-            l->replicas[r] = (struct proto_load_replica){int_of(ro, "job"), int_of(ro, "attempt"),
-                                                         (uint32_t)int_of(ro, "inflight"),
-                                                         (uint32_t)int_of(ro, "requests")};
-        }
-    }
-    return 0;
-}
-
 static int report_post(struct http_request *req, void *ctx)
 {
     struct server *s = ctx;
     struct proto_router_report m = {0};
     char err[256];
-    int rc = report_read(http_request_json(req), &m, err, sizeof(err));
+    int rc = proto_router_report_decode(http_request_json(req), &m, err, sizeof(err));
     if (!rc) {
         pthread_mutex_lock(&s->lock);
         rc = serve_router_report(s, &m, srv_now_ms(s));
         pthread_mutex_unlock(&s->lock);
+        proto_router_report_release(&m);
     }
-    report_release(&m);
     if (rc == GPO_ENOMEM)
         return http_request_error(req, 500, "internal", "out of memory");
     if (rc)

@@ -16,17 +16,6 @@ struct serve_waiter {
     struct serve_waiter *next;
 };
 
-static json_t *strings_json(char *const *v, size_t n)
-{
-    json_t *a = json_array();
-    for (size_t k = 0; a && k < n; k++)
-        if (json_array_append_new(a, json_string(v[k]))) {
-            json_decref(a);
-            return NULL;
-        }
-    return a;
-}
-
 /* Where the controller reaches node `name`'s agent: the routers reach its
  * replicas there too. */
 static const char *node_addr(const struct server *s, const char *name)
@@ -35,50 +24,54 @@ static const char *node_addr(const struct server *s, const char *name)
     return n && n->addr ? n->addr : name;
 }
 
-static json_t *endpoints_json(const struct server *s, const struct serve_service *svc)
+/* Service c's entry, its strings borrowed: the ready and draining
+ * endpoints. 0 or GPO_ENOMEM. */
+static int service_fill(struct server *s, const struct cluster_service *c,
+                        struct proto_route_service *o)
 {
-    json_t *a = json_array();
-    for (size_t k = 0; a && svc && k < svc->n; k++) {
+    const struct serve_service *svc = serve_service_get(s->serve, c->name, false, 0);
+    *o = (struct proto_route_service){.name = c->name,
+                                      .model = c->replica.model ? c->replica.model : c->name,
+                                      .hosts = c->hosts,
+                                      .nhosts = c->nhosts,
+                                      .key_hashes = c->key_hashes,
+                                      .nkeys = c->nkeys,
+                                      .concurrency_limit = c->concurrency_limit,
+                                      .queue_limit = c->queue_limit,
+                                      .queue_timeout_ms = c->queue_timeout_ms};
+    if (!svc || !svc->n)
+        return 0;
+    if (!(o->endpoints = calloc(svc->n, sizeof(*o->endpoints))))
+        return GPO_ENOMEM;
+    for (size_t k = 0; k < svc->n; k++) {
         const struct serve_replica *r = &svc->v[k];
         if ((r->state != SERVE_READY && r->state != SERVE_DRAINING) || !r->port || !r->node[0])
             continue;
-        json_t *o = json_pack("{s:I, s:I, s:I, s:s, s:I, s:s}", "replica", (json_int_t)r->replica,
-                              "job", (json_int_t)r->job, "attempt", (json_int_t)r->attempt, "addr",
-                              node_addr(s, r->node), "port", (json_int_t)r->port, "state",
-                              r->state == SERVE_READY ? "ready" : "draining");
-        if (!o || json_array_append_new(a, o)) {
-            json_decref(a);
-            return NULL;
-        }
+        o->endpoints[o->nendpoints++] = (struct proto_route_endpoint){
+            .replica = r->replica,
+            .job = r->job,
+            .attempt = r->attempt,
+            .addr = (char *)node_addr(s, r->node),
+            .port = r->port,
+            .state = r->state == SERVE_READY ? PROTO_ENDPOINT_READY : PROTO_ENDPOINT_DRAINING};
     }
-    return a;
-}
-
-static json_t *service_json(struct server *s, const struct cluster_service *c)
-{
-    const struct serve_service *svc = serve_service_get(s->serve, c->name, false, 0);
-    const char *model = c->replica.model ? c->replica.model : c->name;
-    return json_pack("{s:s, s:s, s:o*, s:o*, s:I, s:I, s:I, s:o*}", "name", c->name, "model", model,
-                     "hosts", strings_json(c->hosts, c->nhosts), "key_hashes",
-                     strings_json(c->key_hashes, c->nkeys), "concurrency_limit",
-                     (json_int_t)c->concurrency_limit, "queue_limit", (json_int_t)c->queue_limit,
-                     "queue_timeout_ms", (json_int_t)c->queue_timeout_ms, "endpoints",
-                     endpoints_json(s, svc));
+    return 0;
 }
 
 json_t *serve_routes_json(struct server *s)
 {
-    json_t *services = json_array();
-    for (size_t k = 0; services && k < s->cluster.nservices; k++) {
-        json_t *o = service_json(s, &s->cluster.services[k]);
-        if (!o || json_array_append_new(services, o)) {
-            json_decref(services);
-            return NULL;
-        }
-    }
-    return services
-               ? json_pack("{s:I, s:o}", "rev", (json_int_t)s->serve->rev, "services", services)
-               : NULL;
+    size_t n = s->cluster.nservices;
+    struct proto_routes m = {.rev = s->serve->rev, .nservices = n};
+    int rc = n && !(m.services = calloc(n, sizeof(*m.services))) ? GPO_ENOMEM : 0;
+    for (size_t k = 0; !rc && k < n; k++)
+        rc = service_fill(s, &s->cluster.services[k], &m.services[k]);
+    json_t *o = NULL;
+    if (!rc && proto_routes_encode(&m, &o) != 0)
+        o = NULL;
+    for (size_t k = 0; m.services && k < n; k++)
+        free(m.services[k].endpoints);
+    free(m.services);
+    return o;
 }
 
 static void answer(struct server *s, struct serve_waiter *w)
