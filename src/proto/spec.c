@@ -3,6 +3,7 @@
  * controller's jobspec_to_json, with its bounds.
  */
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +30,23 @@ static const struct jsonv_field dep_fields[] = {
     WIRE_REQ("type", JSONV_ENUM, struct proto_dep, type, 0, 0, .choices = dep_types),
     WIRE_REQ("job", JSONV_INT64, struct proto_dep, job, 1, INT64_MAX),
 };
+
+/* "serve": a replica's probe and names (proto.h's struct proto_serve). */
+static const struct jsonv_field serve_fields[] = {
+    WIRE_REQ_LINE("service", struct proto_serve, service, 1, PROTO_SPEC_NAME_MAX),
+    WIRE_REQ("replica", JSONV_UINT32, struct proto_serve, replica, 1, UINT32_MAX),
+    /* an int64_t's decode into a uint64_t member: the same size, 0..INT64_MAX */
+    WIRE_REQ("generation", JSONV_INT64, struct proto_serve, generation, 0, INT64_MAX),
+    WIRE_REQ_LINE("probe_path", struct proto_serve, probe_path, 1, PROTO_SERVE_PATH_MAX),
+    WIRE_REQ("probe_period_ms", JSONV_INT64, struct proto_serve, probe_period_ms, 100, 3600000),
+    WIRE_REQ("probe_timeout_ms", JSONV_INT64, struct proto_serve, probe_timeout_ms, 10, 600000),
+    WIRE_REQ("probe_failures", JSONV_UINT32, struct proto_serve, probe_failures, 1, 1000),
+    WIRE_REQ("startup_timeout_s", JSONV_INT64, struct proto_serve, startup_timeout_s, 1, 86400),
+    WIRE_OPT("metric", JSONV_STRING, struct proto_serve, metric, 1, PROTO_SERVE_METRIC_MAX,
+             .flags = JSONV_NULLABLE | JSONV_TEXT),
+};
+_Static_assert(sizeof(((struct proto_serve *)0)->generation) == sizeof(int64_t),
+               "generation is decoded as an int64_t");
 
 #define TEXT(key, m, hi)                                                                           \
     WIRE_OPT(key, JSONV_STRING, struct wire_spec, s.m, 1, hi, .flags = JSONV_NULLABLE)
@@ -94,6 +112,8 @@ const struct jsonv_field wire_spec_fields[WIRE_NSPEC_FIELDS] = {
     TEXT("submit_dir", submit_dir, PROTO_PATH_MAX),
     BOOL("hold", hold),
     INT("begin", begin, PROTO_BEGIN_MAX),
+    WIRE_OPT("serve", JSONV_OBJECT, struct wire_spec, s.serve, 0, 0, .flags = JSONV_NULLABLE,
+             .sub = serve_fields, .nsub = ARRAY_LEN(serve_fields)),
 };
 
 /* "gpus": whole GPUs as an integer (or a whole real), or a fraction below 1
@@ -123,6 +143,38 @@ static int gpus_read(const json_t *v, int64_t *ret)
     return 0;
 }
 
+/* A Prometheus metric name: [a-zA-Z_:][a-zA-Z0-9_:]*. */
+static bool metric_name_ok(const char *s)
+{
+    for (size_t k = 0; s[k]; k++) {
+        char c = s[k];
+        bool alpha = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == ':';
+        if (!alpha && !(k > 0 && c >= '0' && c <= '9'))
+            return false;
+    }
+    return s[0] != '\0';
+}
+
+static int serve_check(const struct proto_serve *v, const char *path, char *err, size_t errlen)
+{
+    if (!v->service)
+        return 0;
+    if (v->probe_path[0] != '/')
+        return errbuf_set(err, errlen, GPO_EINVAL,
+                          "field '%s.serve.probe_path': expected a path that starts with '/'",
+                          path);
+    for (const char *c = v->probe_path; *c; c++)
+        if (*c == ' ')
+            return errbuf_set(err, errlen, GPO_EINVAL, "field '%s.serve.probe_path': holds a space",
+                              path);
+    if (v->metric && !metric_name_ok(v->metric))
+        return errbuf_set(err, errlen, GPO_EINVAL,
+                          "field '%s.serve.metric': not a Prometheus metric name "
+                          "([a-zA-Z_:][a-zA-Z0-9_:]*)",
+                          path);
+    return 0;
+}
+
 int wire_spec_check(const struct wire_spec *w, const char *path, char *err, size_t errlen)
 {
     int64_t milli;
@@ -136,8 +188,9 @@ int wire_spec_check(const struct wire_spec *w, const char *path, char *err, size
                           "field '%s.gpus': expected whole GPUs (0..%d) or a fraction below 1 "
                           "with at most three decimals",
                           path, PROTO_SPEC_GPUS_MAX);
-    if (!w->env)
-        return 0;
+    rc = serve_check(&w->s.serve, path, err, errlen);
+    if (rc || !w->env)
+        return rc;
     if (!json_is_object(w->env))
         return errbuf_set(err, errlen, GPO_EINVAL, "field '%s.env': expected an object, got %s",
                           path, jsonv_type_name(w->env));
@@ -227,6 +280,9 @@ void wire_spec_release(struct proto_spec *s)
                      s->gpu_type, s->array,   s->submit_dir, s->constraint};
     for (size_t k = 0; k < ARRAY_LEN(texts); k++)
         free(texts[k]);
+    free(s->serve.service);
+    free(s->serve.probe_path);
+    free(s->serve.metric);
     wire_free_strs(s->argv, s->argc);
     env_free(s->env, s->nenv);
     free(s->deps);
@@ -282,6 +338,27 @@ static json_t *deps_json(struct wire_enc *e, const struct proto_spec *s)
         return NULL;
     }
     return a;
+}
+
+static json_t *serve_json(struct wire_enc *e, const struct proto_serve *v)
+{
+    json_t *o = wire_object(e);
+    wire_set(e, o, "service", wire_str(e, v->service));
+    wire_set(e, o, "replica", wire_int(e, v->replica));
+    if (v->generation > INT64_MAX)
+        wire_fail(e, GPO_EINVAL);
+    wire_set(e, o, "generation", wire_int(e, (int64_t)v->generation));
+    wire_set(e, o, "probe_path", wire_str(e, v->probe_path));
+    wire_set(e, o, "probe_period_ms", wire_int(e, v->probe_period_ms));
+    wire_set(e, o, "probe_timeout_ms", wire_int(e, v->probe_timeout_ms));
+    wire_set(e, o, "probe_failures", wire_int(e, v->probe_failures));
+    wire_set(e, o, "startup_timeout_s", wire_int(e, v->startup_timeout_s));
+    wire_set(e, o, "metric", wire_str_or_null(e, v->metric));
+    if (e->rc) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
 }
 
 json_t *wire_spec_json(struct wire_enc *e, const struct proto_spec *s)
@@ -342,6 +419,8 @@ json_t *wire_spec_json(struct wire_enc *e, const struct proto_spec *s)
     wire_set(e, o, "submit_dir", wire_str_or_null(e, s->submit_dir));
     wire_set(e, o, "hold", json_boolean(s->hold));
     wire_set(e, o, "begin", wire_int(e, s->begin));
+    if (s->serve.service)
+        wire_set(e, o, "serve", serve_json(e, &s->serve));
     if (e->rc) {
         json_decref(o);
         return NULL;

@@ -87,7 +87,7 @@ struct wire_spec {
     char *signal; /* "signal", read into s.signal..; freed by take and release */
 };
 
-#define WIRE_NSPEC_FIELDS 43
+#define WIRE_NSPEC_FIELDS 44
 extern const struct jsonv_field wire_spec_fields[WIRE_NSPEC_FIELDS];
 
 /* Checks "gpus", "env" and "signal"; `path` names the spec in messages
@@ -96,7 +96,8 @@ int wire_spec_check(const struct wire_spec *w, const char *path, char *err, size
 /* Moves w's members into *ret (overwritten) and reads gpus and env: 0, or
  * GPO_ENOMEM with w unchanged. Call after wire_spec_check. */
 int wire_spec_take(struct wire_spec *w, struct proto_spec *ret);
-/* The spec as the controller's API shows a job's (every key). */
+/* The spec as the controller's API shows a job's (every key; "serve" only
+ * for a replica). */
 json_t *wire_spec_json(struct wire_enc *e, const struct proto_spec *s);
 void wire_spec_release(struct proto_spec *s);
 
