@@ -110,19 +110,23 @@ struct cluster_pool {
  * is a job spec (name = the service's, team, project, model, priority,
  * resources, command or script, env, workdir) that every replica copies.
  */
-#define CLUSTER_SERVICE_HOSTS_MAX 16
-#define CLUSTER_SERVICE_KEYS_MAX  64
+#define CLUSTER_SERVICE_HOSTS_MAX  16
+#define CLUSTER_SERVICE_KEYS_MAX   64
+#define CLUSTER_SERVICES_MAX       1000 /* services one cluster holds */
+#define CLUSTER_SERVICE_PATH_MAX   1024 /* bytes of the readiness path */
+#define CLUSTER_SERVICE_METRIC_MAX 200  /* bytes of a replica metric's name */
+#define CLUSTER_SERVICE_KEY_HEX    64   /* hex digits of an API key's SHA-256 */
 struct cluster_service {
     uint32_t id;
     char *name;
-    char *user;              /* who applied it: replicas run as this user */
-    struct jobspec replica;  /* the template (its serve part unset) */
-    char *probe_path;        /* default "/health" */
-    int64_t probe_period_ms; /* default 1000 */
-    int64_t probe_timeout_ms; /* default 1000 */
-    uint32_t probe_failures; /* default 3 */
-    int64_t startup_timeout_s; /* default 900 */
-    int64_t drain_timeout_s;   /* default 30 */
+    char *user;                 /* who applied it: replicas run as this user */
+    struct jobspec replica;     /* the template (its serve part unset) */
+    char *probe_path;           /* default "/health" */
+    int64_t probe_period_ms;    /* default 1000 */
+    int64_t probe_timeout_ms;   /* default 1000 */
+    uint32_t probe_failures;    /* default 3 */
+    int64_t startup_timeout_s;  /* default 900 */
+    int64_t drain_timeout_s;    /* default 30 */
     uint32_t concurrency_limit; /* per replica; 0: none */
     uint32_t queue_limit;       /* default 1000 */
     int64_t queue_timeout_ms;   /* default 60000 */
@@ -400,6 +404,57 @@ int cluster_money_micro(double x, const char *field, int64_t max_micro, int64_t 
 /* micro as a JSON real (2.5 for 2500000). */
 json_t *cluster_money_json(int64_t micro);
 
+/*
+ * Services (the contract of the kinds above). The JSON (docs/api.md,
+ * "Services"): "name", "team", "project", "model", "command" | "script",
+ * "env", "workdir", "resources" {gpus, gpu_mem_mib, min_gpu_mem_mib,
+ * gpu_type, cpus, mem_mib, pool}, "priority" (default "serving"),
+ * "readiness" {path, period_ms, timeout_ms, failure_threshold},
+ * "startup_timeout_s", "drain_timeout_s", "min", "max" (required),
+ * "concurrency_limit", "queue" {limit, timeout_ms}, "hosts",
+ * "api_key_sha256", "autoscaling" {metric, replica_metric, target,
+ * stable_window_s, panic_window_s, panic_threshold_pct,
+ * max_scale_up_rate_pct, max_scale_down_rate_pct, scale_down_delay_s,
+ * scale_to_zero_grace_s, headroom}, and the server's "generation" and
+ * "user". The replica template is decoded as a job (jobspec_decode, or
+ * jobspec_decode_stored for CLUSTER_STORED), so a replica obeys the job
+ * rules; their messages name the service's fields ("resources.gpus").
+ * "team" is required (the API fills in the applying user's); whether team,
+ * pool, class and GPU type exist is the server's check. Without
+ * "autoscaling.target", a service with a concurrency_limit and the metric
+ * "concurrency" targets 70 % of its limit (Knative's target utilization).
+ */
+int cluster_service_decode(const json_t *obj, unsigned flags, struct cluster_service *ret,
+                           char *err, size_t errlen);
+int cluster_service_check(const struct cluster_service *svc, char *err, size_t errlen);
+json_t *cluster_service_to_json(const struct cluster_service *svc, unsigned flags);
+void cluster_service_release(struct cluster_service *svc);
+
+/* A job's message about the template (jobspec_decode's, the server's
+ * resolution of pool and GPU type) into err with the job's resource fields
+ * named as the service's: "field 'gpus': ..." -> "field 'resources.gpus': ...". */
+void cluster_service_job_message(const char *msg, char *err, size_t errlen);
+
+/* The autoscaling a service gets for what it leaves out (min 0, max 1;
+ * docs/api.md lists them beside Knative's and Ray Serve's). */
+void cluster_service_autoscale_default(struct autoscale_spec *ret);
+
+/* Whether a and b (borrowed) run the same replicas: the template, the probe,
+ * the startup timeout and the replica metric agree. A change of anything
+ * else (min, max, autoscaling, concurrency, queue, hosts, keys) applies to
+ * running replicas; a change of these rolls them (the generation grows). */
+bool cluster_service_same_shape(const struct cluster_service *a, const struct cluster_service *b);
+
+/*
+ * The job spec of replica `replica` (>= 1) of svc (borrowed): a deep copy of
+ * the template with requeue false, no time limit, and the "serve" part from
+ * the service (its name, the replica, its generation, the probe, the startup
+ * timeout, the replica metric). 0 and *ret (release with jobspec_release),
+ * GPO_EINVAL, GPO_ENOMEM.
+ */
+int cluster_service_replica_spec(const struct cluster_service *svc, uint32_t replica,
+                                 struct jobspec *ret, char *err, size_t errlen);
+
 /* "up", "draining", "down"; "admin", "member", "metrics" ("unknown" out of
  * range). */
 const char *cluster_node_state_name(enum cluster_node_state state);
@@ -449,7 +504,7 @@ void cluster_init(struct cluster *m);
 void cluster_release(struct cluster *m);
 
 /*
- * Per kind (pool, class, team, user, node):
+ * Per kind (pool, class, team, user, node, price, service):
  *
  * cluster_X_add: takes *item (its contents move into the cluster and *item is
  * zeroed) if it passes cluster_X_check, has an id (not 0) and its name is new.
@@ -497,6 +552,12 @@ int cluster_price_replace(struct cluster *m, struct cluster_price *item, char *e
 int cluster_price_remove(struct cluster *m, const char *name);
 /* A price's name is the GPU type it prices. */
 const struct cluster_price *cluster_price_get(const struct cluster *m, const char *name);
+
+int cluster_service_add(struct cluster *m, struct cluster_service *item, char *err, size_t errlen);
+int cluster_service_replace(struct cluster *m, struct cluster_service *item, char *err,
+                            size_t errlen);
+int cluster_service_remove(struct cluster *m, const char *name);
+const struct cluster_service *cluster_service_get(const struct cluster *m, const char *name);
 
 int cluster_node_add(struct cluster *m, struct cluster_node *item, char *err, size_t errlen);
 int cluster_node_replace(struct cluster *m, struct cluster_node *item, char *err, size_t errlen);

@@ -59,4 +59,8 @@ void cluster_pool_extra_release(struct cluster_pool *p);
 int cluster_pool_prepare(const struct cluster *m, const struct cluster_pool *p, char *err,
                          size_t errlen);
 
+/* "concurrency", "rps", "replica"; NULL out of range (service.c: the
+ * names without core/autoscale.c's code). */
+const char *cluster_service_metric_name(enum autoscale_metric m);
+
 #endif

@@ -48,6 +48,9 @@
  *                         the first node, which launches steps);
  *   "submit_dir"          where it was submitted (SLURM_SUBMIT_DIR);
  *   "hold"                submitted held; "begin": not before this Unix time.
+ * A service's replica has "serve" (struct jobspec_serve): jobspec_to_json
+ * writes it when set, jobspec_decode_stored reads it, and jobspec_decode
+ * (POST /v1/jobs) refuses it: only the controller makes replicas.
  *
  * Ownership: every pointer in a struct jobspec is owned by it;
  * jobspec_release frees them. Errors: 0 or GPO_EINVAL / GPO_ENOMEM (negative errno
@@ -194,6 +197,9 @@ int jobspec_array_parse(const char *text, struct jobspec_array *ret, char *err, 
 /* The submission as the API shows it: a new object (caller json_decref's), or
  * NULL when out of memory. */
 json_t *jobspec_to_json(const struct jobspec *spec);
+
+/* Frees what a serve part owns and zeroes it; NULL is fine. */
+void jobspec_serve_release(struct jobspec_serve *serve);
 
 /* A deep copy; 0 or GPO_ENOMEM (*ret untouched). */
 int jobspec_copy(const struct jobspec *spec, struct jobspec *ret);

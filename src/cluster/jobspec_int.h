@@ -31,8 +31,9 @@ struct wire {
     enum jsonv_presence cpus_p, mem_p; /* a total given, to check against the shape */
     json_t *gpus;                      /* borrowed from the body */
     enum jsonv_presence gpus_p;
-    json_t *env;  /* borrowed from the body */
-    char *signal; /* "[B:]SIG[@SECS]", malloc'd by jsonv; the decode frees it */
+    json_t *env;   /* borrowed from the body */
+    char *signal;  /* "[B:]SIG[@SECS]", malloc'd by jsonv; the decode frees it */
+    json_t *serve; /* borrowed from the body */
 };
 
 /* The names of enum jobspec_open_mode and enum jobspec_launch, in order. */
@@ -46,6 +47,13 @@ int jobspec_fail(char *err, size_t errlen, const char *fmt, ...)
 /* clang's static analyzer (make lint) does not follow calls into variadic
  * functions: for the analysis only, jobspec_fail says what it returns. */
 #define jobspec_fail(...) __extension__({ (void)jobspec_fail(__VA_ARGS__), GPO_EINVAL; })
+/* jobspec_serve.c: "serve" (refused unless stored) into w->spec.serve;
+ * its key into o when set (0, or non-zero when out of memory); a deep copy
+ * (0 or GPO_ENOMEM, *ret untouched). */
+int jobspec_check_serve(struct wire *w, char *err, size_t errlen);
+int jobspec_serve_json(const struct jobspec *s, json_t *o);
+int jobspec_serve_copy(const struct jobspec_serve *src, struct jobspec_serve *ret);
+
 #endif
 int jobspec_out_of_memory(char *err, size_t errlen);
 
@@ -55,5 +63,12 @@ int jobspec_check_shape(struct wire *w, char *err, size_t errlen);
 
 /* The shape's keys into o: 0, or non-zero when out of memory. */
 int jobspec_shape_json(const struct jobspec *s, json_t *o);
+
+/* jobspec_serve.c: "serve" (refused unless stored) into w->spec.serve;
+ * its key into o when set (0, or non-zero when out of memory); a deep copy
+ * (0 or GPO_ENOMEM, *ret untouched). */
+int jobspec_check_serve(struct wire *w, char *err, size_t errlen);
+int jobspec_serve_json(const struct jobspec *s, json_t *o);
+int jobspec_serve_copy(const struct jobspec_serve *src, struct jobspec_serve *ret);
 
 #endif

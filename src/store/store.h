@@ -67,7 +67,8 @@ enum store_config_kind {
     STORE_CONFIG_TEAMS,
     STORE_CONFIG_POOLS,
     STORE_CONFIG_PRIORITY_CLASSES,
-    STORE_CONFIG_PRICES, /* per GPU type (cost) */
+    STORE_CONFIG_PRICES,   /* per GPU type (cost) */
+    STORE_CONFIG_SERVICES, /* served models (cluster_service) */
     STORE_CONFIG_COUNT
 };
 

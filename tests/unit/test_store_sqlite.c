@@ -185,7 +185,7 @@ static void open_creates_wal_database_with_full_sync(void **state)
     expect_pragma(s, "synchronous", "2"); /* FULL */
     expect_pragma(s, "foreign_keys", "1");
     expect_pragma(s, "busy_timeout", "5000");
-    expect_pragma(s, "user_version", "6");
+    expect_pragma(s, "user_version", "7");
     add_job(s, "ml", "PENDING", 1);
     store_close(s);
 
@@ -211,7 +211,7 @@ static void v1_database_migrates_to_current(void **state)
     sqlite3_close(db);
 
     struct store *s = open_store(e);
-    expect_pragma(s, "user_version", "6");
+    expect_pragma(s, "user_version", "7");
     struct store_job j;
     assert_int_equal(store_job_get(s, 1, &j), 0);
     assert_string_equal(j.team, "ml");
@@ -224,6 +224,41 @@ static void v1_database_migrates_to_current(void **state)
                "SELECT count(*) FROM sqlite_master WHERE type = 'index'"
                " AND name IN ('jobs_user', 'jobs_array', 'tokens_user', 'idempotency_job')",
                "4");
+}
+
+static void v6_database_migrates_and_keeps_services(void **state)
+{
+    struct tmpdb *e = *state;
+    sqlite3 *db = NULL;
+    char err[256] = "";
+    assert_int_equal(sqlite3_open(e->path, &db), SQLITE_OK);
+    assert_int_equal(schema_migrate(db, 6, err, sizeof(err)), 0);
+    assert_int_equal(sqlite3_exec(db,
+                                  "INSERT INTO teams(name, spec, updated_ms)"
+                                  " VALUES ('ml', '{}', 5)",
+                                  NULL, NULL, NULL),
+                     SQLITE_OK);
+    sqlite3_close(db);
+    expect_sql(e->path, "SELECT count(*) FROM sqlite_master WHERE name = 'services'", "0");
+
+    struct store *s = open_store(e);
+    expect_pragma(s, "user_version", "7");
+    struct store_batch *b = store_batch_new();
+    assert_non_null(b);
+    assert_int_equal(store_batch_config_put(b, STORE_CONFIG_SERVICES, "chat", "{\"max\":2}", 9), 0);
+    commit_ok(s, b);
+    struct store_config c;
+    assert_int_equal(store_config_get(s, STORE_CONFIG_SERVICES, "chat", &c), 0);
+    assert_string_equal(c.spec, "{\"max\":2}");
+    assert_int_equal(c.updated_ms, 9);
+    store_config_release(&c);
+    assert_int_equal(store_config_get(s, STORE_CONFIG_TEAMS, "ml", &c), 0);
+    store_config_release(&c);
+    b = store_batch_new();
+    assert_int_equal(store_batch_config_delete(b, STORE_CONFIG_SERVICES, "chat"), 0);
+    commit_ok(s, b);
+    assert_int_equal(store_config_get(s, STORE_CONFIG_SERVICES, "chat", &c), GPO_ENOENT);
+    store_close(s);
 }
 
 static void newer_schema_is_refused_and_left_unchanged(void **state)
@@ -243,7 +278,7 @@ static void newer_schema_is_refused_and_left_unchanged(void **state)
     assert_int_equal(store_open_sqlite(e->path, &s, err, sizeof(err)), GPO_ETOONEW);
     assert_null(s);
     assert_non_null(strstr(err, "99"));
-    assert_non_null(strstr(err, "6"));
+    assert_non_null(strstr(err, "7"));
     size_t n2 = slurp(e->path, after, sizeof(after));
     assert_int_equal(n1, n2);
     assert_memory_equal(before, after, n1);
@@ -1007,6 +1042,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         T(open_creates_wal_database_with_full_sync),
         T(v1_database_migrates_to_current),
+        T(v6_database_migrates_and_keeps_services),
         T(newer_schema_is_refused_and_left_unchanged),
         T(committed_job_and_attempts_survive_reopen),
         T(job_ids_increase_and_are_never_reused),

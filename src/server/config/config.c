@@ -1,6 +1,7 @@
 /*
  * config.c - the configuration kinds an admin writes (teams, pools, priority
- * classes, prices): their table, loading, references, and writes (config.h).
+ * classes, prices, services): their table, loading, references, and writes
+ * (config.h; services' own rules: config_services.c).
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -32,6 +33,9 @@ struct kind {
     size_t (*count)(const struct cluster *m);
     uint32_t (*id_of)(const void *item);
     void (*set_id)(void *item, uint32_t id);
+    /* Before an item goes in: canonical names, server-set fields (old: the
+     * item it replaces, or NULL). NULL: nothing to do. */
+    int (*settle)(const struct config *c, void *item, const void *old, char *err, size_t errlen);
 };
 
 #define ADAPT(kind, field)                                                                         \
@@ -80,6 +84,7 @@ ADAPT(team, teams)
 ADAPT(pool, pools)
 ADAPT(class, classes)
 ADAPT(price, prices)
+ADAPT(service, services)
 
 /* ---- references --------------------------------------------------------- */
 
@@ -103,7 +108,7 @@ static int team_refs(const struct config *c, const void *item, const char *name,
     if (j)
         return errbuf_set(err, errlen, GPO_ESTATE, "team '%s' has job %" PRId64 " (%s)", name,
                           j->id, job_state_name(j->state));
-    return 0;
+    return config_service_naming(c, CONFIG_TEAMS, name, err, errlen);
 }
 
 static int pool_refs(const struct config *c, const void *item, const char *name, char *err,
@@ -125,7 +130,7 @@ static int pool_refs(const struct config *c, const void *item, const char *name,
             return errbuf_set(err, errlen, GPO_ESTATE, "node '%s' is in pool '%s'",
                               m->nodes[k].name, name);
     }
-    return 0;
+    return config_service_naming(c, CONFIG_POOLS, name, err, errlen);
 }
 
 static int class_refs(const struct config *c, const void *item, const char *name, char *err,
@@ -137,7 +142,7 @@ static int class_refs(const struct config *c, const void *item, const char *name
     if (j)
         return errbuf_set(err, errlen, GPO_ESTATE, "job %" PRId64 " (%s) has priority class '%s'",
                           j->id, job_state_name(j->state), name);
-    return 0;
+    return config_service_naming(c, CONFIG_CLASSES, name, err, errlen);
 }
 
 /* A price names a GPU type the cluster knows (one a node ever had). */
@@ -157,18 +162,21 @@ static int price_refs(const struct config *c, const void *item, const char *name
                       name, known[0] ? known : "none yet: no node has registered");
 }
 
-#define KIND(path_, label_, store_, kind, refs_)                                                   \
+#define KIND(path_, label_, store_, kind, refs_, settle_)                                          \
     {                                                                                              \
         path_, label_, store_, kind##_decode, kind##_to_json, kind##_release, kind##_get,          \
-            kind##_put, kind##_remove, refs_, kind##_at, kind##_count, kind##_id_of, kind##_set_id \
+            kind##_put, kind##_remove, refs_, kind##_at, kind##_count, kind##_id_of,               \
+            kind##_set_id, settle_                                                                 \
     }
 
 static const struct kind kinds[CONFIG_NKINDS] = {
-    [CONFIG_TEAMS] = KIND("teams", "team", STORE_CONFIG_TEAMS, team, team_refs),
-    [CONFIG_POOLS] = KIND("pools", "pool", STORE_CONFIG_POOLS, pool, pool_refs),
+    [CONFIG_TEAMS] = KIND("teams", "team", STORE_CONFIG_TEAMS, team, team_refs, NULL),
+    [CONFIG_POOLS] = KIND("pools", "pool", STORE_CONFIG_POOLS, pool, pool_refs, NULL),
     [CONFIG_CLASSES] = KIND("priority-classes", "priority class", STORE_CONFIG_PRIORITY_CLASSES,
-                            class, class_refs),
-    [CONFIG_PRICES] = KIND("prices", "price", STORE_CONFIG_PRICES, price, price_refs),
+                            class, class_refs, NULL),
+    [CONFIG_PRICES] = KIND("prices", "price", STORE_CONFIG_PRICES, price, price_refs, NULL),
+    [CONFIG_SERVICES] = KIND("services", "service", STORE_CONFIG_SERVICES, service,
+                             config_service_refs, config_service_settle),
 };
 
 const char *config_kind_label(enum config_kind k)
@@ -259,13 +267,14 @@ int config_put_plan(struct config *c, enum config_kind kind, const char *name, c
         free(w);
         return rc;
     }
+    const void *old = k->get(c->cluster, name);
     rc = busy(c, err, errlen);
     rc = rc ? rc : k->refs(c, &w->item, name, err, errlen);
+    rc = rc || !k->settle ? rc : k->settle(c, &w->item, old, err, errlen);
     if (rc) {
         config_write_free(w);
         return rc;
     }
-    const void *old = k->get(c->cluster, name);
     w->replace = old != NULL;
     w->next_id = c->next_id;
     k->set_id(&w->item, old ? k->id_of(old) : w->next_id++);
@@ -387,31 +396,38 @@ int config_next_id_row(struct store_batch *b, uint32_t next_id)
     return store_batch_meta_put(b, CONFIG_META_NEXT_ID, idbuf) ? GPO_ENOMEM : 0;
 }
 
-/* At first start, the priority class jobs get when they name none: "normal"
- * (order 10, does not preempt), so that a new cluster runs jobs at once. An
- * admin may change or delete it later; it is not made again. */
-static int seed_class(struct config *c, int64_t now_ms, char *err, size_t errlen)
+/* A priority class the controller makes once (meta key `seeded` marks it
+ * done): an admin may change or delete it later; it is not made again. */
+struct seed {
+    const char *name, *description, *seeded;
+    int64_t order;
+    bool may_preempt;
+};
+
+static int seed_class(struct config *c, const struct seed *sd, int64_t now_ms, char *err,
+                      size_t errlen)
 {
     char *done = NULL;
-    int rc = store_meta_get(c->store, CONFIG_META_SEEDED, &done);
+    int rc = store_meta_get(c->store, sd->seeded, &done);
     free(done);
     if (rc != GPO_ENOENT)
         return rc == 0 ? 0 : errbuf_set(err, errlen, rc, "store: %s", gpo_strerror(rc));
-    struct cluster_class cls = {.id = c->next_id, .order = 10};
-    cls.name = strdup("normal");
-    cls.description = strdup("the default class");
+    struct cluster_class cls = {
+        .id = c->next_id, .order = sd->order, .may_preempt = sd->may_preempt};
+    cls.name = strdup(sd->name);
+    cls.description = strdup(sd->description);
     json_t *o = cls.name && cls.description ? cluster_class_to_json(&cls, CLUSTER_STORED) : NULL;
     char *text = o ? json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     json_decref(o);
     struct store_batch *b = text ? store_batch_new() : NULL;
-    bool have = cluster_class_get(c->cluster, "normal") != NULL;
+    bool have = cluster_class_get(c->cluster, sd->name) != NULL;
     rc = b ? 0 : GPO_ENOMEM;
     if (!rc && !have)
-        rc = store_batch_config_put(b, STORE_CONFIG_PRIORITY_CLASSES, "normal", text, now_ms);
+        rc = store_batch_config_put(b, STORE_CONFIG_PRIORITY_CLASSES, sd->name, text, now_ms);
     if (!rc && !have)
         rc = config_next_id_row(b, cls.id + 1);
     if (!rc)
-        rc = store_batch_meta_put(b, CONFIG_META_SEEDED, "1");
+        rc = store_batch_meta_put(b, sd->seeded, "1");
     free(text);
     char msg[256] = "";
     rc = rc ? (store_batch_free(b), rc) : store_commit_wait(c->store, b, NULL, 0, msg, sizeof(msg));
@@ -421,8 +437,25 @@ static int seed_class(struct config *c, int64_t now_ms, char *err, size_t errlen
     }
     cluster_class_release(&cls);
     if (rc)
-        errbuf_set(err, errlen, rc, "seeding the class 'normal': %s %s", gpo_strerror(rc), msg);
+        errbuf_set(err, errlen, rc, "seeding the class '%s': %s %s", sd->name, gpo_strerror(rc),
+                   msg);
     return rc;
+}
+
+/* At first start, the class jobs get when they name none, "normal" (order
+ * 10, does not preempt), so that a new cluster runs jobs at once; and, at
+ * first start or on a store from before services, "serving" (services'
+ * replicas' default: above "normal", may preempt). */
+static int seed_classes(struct config *c, int64_t now_ms, char *err, size_t errlen)
+{
+    struct seed normal = {"normal", "the default class", CONFIG_META_SEEDED, 10, false};
+    int rc = seed_class(c, &normal, now_ms, err, errlen);
+    const struct cluster_class *n = cluster_class_get(c->cluster, "normal");
+    int64_t order = (n ? n->order : normal.order) + 10;
+    struct seed serving = {"serving", "services' replicas: above normal, may preempt",
+                           CONFIG_META_SEEDED_SERVING,
+                           order > CLUSTER_ORDER_MAX ? CLUSTER_ORDER_MAX : order, true};
+    return rc ? rc : seed_class(c, &serving, now_ms, err, errlen);
 }
 
 static int load_next_id(struct config *c, char *err, size_t errlen)
@@ -475,10 +508,10 @@ int config_load(struct config *c, int64_t now_ms, char *err, size_t errlen)
     int rc = load_next_id(c, err, errlen);
     /* Pools first: teams refer to them. */
     static const enum config_kind order[] = {CONFIG_POOLS, CONFIG_CLASSES, CONFIG_TEAMS,
-                                             CONFIG_PRICES};
+                                             CONFIG_PRICES, CONFIG_SERVICES};
     for (size_t o = 0; !rc && o < sizeof(order) / sizeof(order[0]); o++)
         rc = load_kind(c, &kinds[order[o]], err, errlen);
-    rc = rc ? rc : seed_class(c, now_ms, err, errlen);
+    rc = rc ? rc : seed_classes(c, now_ms, err, errlen);
     rc = rc ? rc : config_settings_load(c, err, errlen);
     return rc ? rc : config_nodes_load(c, now_ms, err, errlen);
 }

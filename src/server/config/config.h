@@ -1,6 +1,7 @@
 /*
  * config.h - the configuration as the controller keeps it: teams, pools,
- * priority classes and prices (the kinds an admin writes), the nodes'
+ * priority classes, prices and services (the kinds an admin writes; a
+ * member writes its own team's services), the nodes'
  * records (written by registration, drain and resume), the GPU type id
  * table, and the ids it hands out; loaded at start and written through to
  * the store.
@@ -46,6 +47,7 @@ enum config_kind {
     CONFIG_POOLS,
     CONFIG_CLASSES,
     CONFIG_PRICES,
+    CONFIG_SERVICES, /* written by an admin or a member of the service's team */
     CONFIG_NKINDS,
 };
 /* "team", ...: for messages. */
@@ -68,7 +70,8 @@ void config_init(struct config *c, struct cluster *cluster, struct jobs *jobs, s
  * At start (before the jobs are loaded): the id counter, every kind, the GPU
  * type ids and the nodes (each node's runtime gets one node timeout from
  * now_ms to check in again), and at first start the priority class
- * "normal". 0, or an error with a message naming the stored object.
+ * "normal"; "serving" at first start and on a store that never had it. 0, or an error with a
+ * message naming the stored object.
  */
 int config_load(struct config *c, int64_t now_ms, char *err, size_t errlen);
 

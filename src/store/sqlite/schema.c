@@ -114,6 +114,10 @@ static const char *const migrations[] = {
     /* 6: a job's hold (scontrol's hold and release): NULL, or who holds it,
      * 'user' or 'admin' (a user may not release an admin's hold). */
     "ALTER TABLE jobs ADD COLUMN hold TEXT CHECK (hold IN ('user', 'admin'));",
+    /* 7: services (models served by replicas that scale with traffic),
+     * config objects like teams. */
+    "CREATE TABLE services(name TEXT PRIMARY KEY, spec TEXT NOT NULL,"
+    " updated_ms INTEGER NOT NULL);",
 };
 
 _Static_assert(ARRAY_LEN(migrations) == STORE_SCHEMA_VERSION,
@@ -235,11 +239,13 @@ const struct schema_op schema_ops[STORE_OP_COUNT] = {
     [STORE_OP_CONFIG_PUT + STORE_CONFIG_PRIORITY_CLASSES] =
         CONFIG_PUT("priority_classes", "priority_class"),
     [STORE_OP_CONFIG_PUT + STORE_CONFIG_PRICES] = CONFIG_PUT("prices", "price"),
+    [STORE_OP_CONFIG_PUT + STORE_CONFIG_SERVICES] = CONFIG_PUT("services", "service"),
     [STORE_OP_CONFIG_DELETE + STORE_CONFIG_TEAMS] = CONFIG_DELETE("teams", "team"),
     [STORE_OP_CONFIG_DELETE + STORE_CONFIG_POOLS] = CONFIG_DELETE("pools", "pool"),
     [STORE_OP_CONFIG_DELETE + STORE_CONFIG_PRIORITY_CLASSES] =
         CONFIG_DELETE("priority_classes", "priority_class"),
     [STORE_OP_CONFIG_DELETE + STORE_CONFIG_PRICES] = CONFIG_DELETE("prices", "price"),
+    [STORE_OP_CONFIG_DELETE + STORE_CONFIG_SERVICES] = CONFIG_DELETE("services", "service"),
     [STORE_OP_NODE_PUT] = {"node_put",
                            {"INSERT INTO nodes(name, spec, state, updated_ms)"
                             " VALUES (?1, ?2, ?3, ?4) ON CONFLICT(name) DO UPDATE SET"

@@ -17,7 +17,7 @@
 #include "store/store.h"
 
 /* The schema version this program writes: the number of migrations. */
-#define STORE_SCHEMA_VERSION 6
+#define STORE_SCHEMA_VERSION 7
 
 /* ---- schema.c ------------------------------------------------------------ */
 
