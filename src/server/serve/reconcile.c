@@ -33,14 +33,6 @@ int64_t serve_due_ms(const struct server *s)
     return s->serve->last_tick_ms + SERVE_TICK_MS;
 }
 
-static const struct cluster_service *service_config(const struct server *s, const char *name)
-{
-    for (size_t k = 0; k < s->cluster.nservices; k++)
-        if (strcmp(s->cluster.services[k].name, name) == 0)
-            return &s->cluster.services[k];
-    return NULL;
-}
-
 /* ---- submitting a replica ------------------------------------------------------ */
 
 struct submit {
@@ -85,32 +77,6 @@ static void submit_done(void *ctx, const struct store_result *r)
     submit_free(sub);
 }
 
-/* The replica's spec: the service's template, its serve part. */
-static int replica_spec(const struct cluster_service *c, uint32_t replica, struct jobspec *spec)
-{
-    int rc = jobspec_copy(&c->replica, spec);
-    if (rc)
-        return rc;
-    struct jobspec_serve *sp = &spec->serve;
-    memset(sp, 0, sizeof(*sp));
-    sp->replica = replica;
-    sp->generation = c->generation;
-    sp->probe_period_ms = c->probe_period_ms;
-    sp->probe_timeout_ms = c->probe_timeout_ms;
-    sp->probe_failures = c->probe_failures;
-    sp->startup_timeout_s = c->startup_timeout_s;
-    spec->requeue = false;
-    spec->time_limit_s = 0;
-    spec->hold = false;
-    if (!(sp->service = strdup(c->name)) ||
-        !(sp->probe_path = strdup(c->probe_path ? c->probe_path : "/health")) ||
-        (c->replica_metric && !(sp->metric = strdup(c->replica_metric))))
-        return GPO_ENOMEM;
-    if (!spec->name && !(spec->name = strdup(c->name)))
-        return GPO_ENOMEM;
-    return 0;
-}
-
 /* Who the replicas run as: the service's user. */
 static int submit_user(struct server *s, const struct cluster_service *c, struct job_submit *js)
 {
@@ -136,7 +102,7 @@ static int submit_one(struct server *s, struct serve_service *svc, const struct 
     sub->replica = svc->next_replica;
     sub->generation = c->generation;
     char msg[512] = "";
-    int rc = replica_spec(c, sub->replica, &sub->job.spec);
+    int rc = cluster_service_replica_spec(c, sub->replica, &sub->job.spec, msg, sizeof(msg));
     rc = rc ? rc : submit_user(s, c, &sub->job);
     rc = rc ? rc : job_submit_resolve(&s->cluster, &sub->job.spec, msg, sizeof(msg));
     sub->job.submit_ms = now_ms;
@@ -360,7 +326,7 @@ static void services_sync(struct server *s, int64_t now_ms)
             svc->drain_timeout_ms = c->drain_timeout_s * 1000;
     }
     for (size_t k = 0; k < s->serve->n; k++)
-        s->serve->v[k]->deleted = !service_config(s, s->serve->v[k]->name);
+        s->serve->v[k]->deleted = !cluster_service_get(&s->cluster, s->serve->v[k]->name);
 }
 
 void serve_tick(struct server *s, int64_t now_ms)
@@ -371,7 +337,7 @@ void serve_tick(struct server *s, int64_t now_ms)
     services_sync(s, now_ms);
     for (size_t k = 0; k < sv->n;) {
         struct serve_service *svc = sv->v[k];
-        const struct cluster_service *c = service_config(s, svc->name);
+        const struct cluster_service *c = cluster_service_get(&s->cluster, svc->name);
         replicas_sync(s, svc, now_ms);
         loads_sum(sv, svc, now_ms);
         int32_t desired = c ? decide(svc, c, now_ms) : 0;
