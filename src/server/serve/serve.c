@@ -77,7 +77,7 @@ struct serve_service *serve_service_get(struct serve *sv, const char *name, bool
         at++;
     if (at < sv->n && strcmp(sv->v[at]->name, name) == 0)
         return sv->v[at];
-    if (!create || vec_grow((void **)&sv->v, &sv->cap, sv->n + 1, sizeof(*sv->v)))
+    if (!create || vec_grow((void **)&sv->v, &sv->cap, sv->n + 1, sizeof(struct serve_service *)))
         return NULL;
     struct serve_service *svc = calloc(1, sizeof(*svc));
     if (svc) {
@@ -91,7 +91,7 @@ struct serve_service *serve_service_get(struct serve *sv, const char *name, bool
     autoscale_state_init(svc->as, now_ms);
     svc->next_replica = 1;
     svc->metric_milli = PROTO_NONE;
-    memmove(sv->v + at + 1, sv->v + at, (sv->n - at) * sizeof(*sv->v));
+    memmove(sv->v + at + 1, sv->v + at, (sv->n - at) * sizeof(struct serve_service *));
     sv->v[at] = svc;
     sv->n++;
     return svc;
@@ -100,7 +100,7 @@ struct serve_service *serve_service_get(struct serve *sv, const char *name, bool
 void serve_service_drop(struct serve *sv, size_t k)
 {
     service_free(sv->v[k]);
-    memmove(sv->v + k, sv->v + k + 1, (sv->n - k - 1) * sizeof(*sv->v));
+    memmove(sv->v + k, sv->v + k + 1, (sv->n - k - 1) * sizeof(struct serve_service *));
     sv->n--;
 }
 
