@@ -23,6 +23,8 @@
 #define NAME_SHOWN_MAX 128
 
 static const char *const user_readonly[] = {"created_at", NULL};
+/* The server sets a service's generation and user; status is its runtime. */
+static const char *const service_readonly[] = {"generation", "user", "status", NULL};
 
 /* A list of the document, its kind in the API, and its name in output. */
 static const struct kind {
@@ -36,6 +38,8 @@ static const struct kind {
     {"teams", CLIENT_KIND_TEAMS, "team", NULL},
     {"users", CLIENT_KIND_USERS, "user", user_readonly},
     {"prices", CLIENT_KIND_PRICES, "price", NULL}, /* by GPU type: nodes must have registered */
+    {"services", CLIENT_KIND_SERVICES, "service",
+     service_readonly}, /* name teams, classes, pools */
 };
 /* The cluster's settings: one object, not a list. */
 static const struct kind settings_kind = {"settings", CLIENT_KIND_SETTINGS, "settings", NULL};
@@ -104,14 +108,14 @@ static int check_doc(const struct apply_doc *d, const char *name, char *err, siz
     if (!json_is_object(d->root))
         return errbuf_set(err, errlen, GPO_EUSAGE,
                           "%s: expected an object with settings, pools, priority_classes, teams, "
-                          "users or prices",
+                          "users, prices or services",
                           name);
     json_object_foreach((json_t *)d->root, key, v)
     {
         if (!kind_of(key))
             return errbuf_set(err, errlen, GPO_EUSAGE,
                               "%s: unknown list '%s' (expected settings, pools, priority_classes, "
-                              "teams, users or prices)",
+                              "teams, users, prices or services)",
                               where(d, name, key, at, sizeof(at)),
                               jsonv_quote(key, strlen(key), q));
         if (kind_of(key) == &settings_kind) {
@@ -295,8 +299,8 @@ static void usage(FILE *out)
     fprintf(out, "usage: gpuorch apply -f FILE [--dry-run]\n"
                  "\n"
                  "Creates or updates the cluster's settings, pools, priority classes, teams,\n"
-                 "users and prices from a YAML or JSON file ('-': stdin), in that order, and\n"
-                 "prints what changed, one line per object:\n"
+                 "users, prices and services from a YAML or JSON file ('-': stdin), in that\n"
+                 "order, and prints what changed, one line per object:\n"
                  "'pool/main created', 'team/research configured', 'user/alice unchanged'.\n"
                  "\n"
                  "  settings:          {private_data: true | false | [jobs, usage, nodes, teams]}\n"
@@ -308,6 +312,12 @@ static void usage(FILE *out)
                  "                       budget: {monthly, alert_at, block_below}}]\n"
                  "  users:             [{name, unix_user, team, role}]\n"
                  "  prices:            [{name (a GPU type), per_gpu_hour, description}]\n"
+                 "  services:          [{name, team, project, model, command | script, env,\n"
+                 "                       workdir, resources: {gpus, gpu_type, cpus, mem_mib,\n"
+                 "                       pool, ...}, priority, readiness: {path, period_ms, ...},\n"
+                 "                       startup_timeout_s, min, max, concurrency_limit,\n"
+                 "                       queue, hosts, api_key_sha256, autoscaling: {...}}]\n"
+                 "                     (docs/api.md, \"Services\")\n"
                  "\n"
                  "Fields the file leaves out keep their value; a list it gives (quotas) replaces\n"
                  "the server's; a field set to null goes back to its default. Applying the same\n"

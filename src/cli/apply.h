@@ -10,6 +10,9 @@
  *   teams:            [{name, weight, borrow_limit, quotas: [{pool, gpu_type,
  *                       guaranteed, borrow_limit}]}]
  *   users:            [{name, unix_user, team, role}]
+ *   prices:           [{name (a GPU type), per_gpu_hour, description}]
+ *   services:         [{name, team, command, resources, min, max, ...}]
+ *                     (server-set "generation", "user", "status" ignored)
  *
  * (the fields are those of the API's PUT bodies, docs/api.md). For each
  * object: GET it; absent, PUT it ("created"); present and already holding

@@ -195,6 +195,7 @@ int client_nodes_delete(struct client *c, const char *name, char *err, size_t er
     X(TEAMS, "teams")                                                                              \
     X(PRICES, "prices")                                                                            \
     X(USERS, "users")                                                                              \
+    X(SERVICES, "services")                                                                        \
     X(SETTINGS, "settings")
 
 /* What configuration an object is; users have the same four routes; the

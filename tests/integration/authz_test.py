@@ -201,6 +201,17 @@ CASES = {
     ("PUT", "/v1/settings"): lambda: reqs(r("PUT", "/v1/settings", "deny",
                                             {"private_data": False})),
 }
+SVC = {"command": ["/bin/sleep", "3600"], "workdir": "/tmp", "max": 1,
+       "resources": {"gpus": 1, "pool": "main"}}
+# B's service: not listed nor shown to A, and not A's to change.
+CASES[("GET", "/v1/services")] = lambda: reqs(r("GET", "/v1/services", "clean"))
+CASES[("GET", "/v1/services/{name}")] = lambda: reqs(r("GET", "/v1/services/bravo-svc", "deny"),
+                                                     r("GET", "/v1/services/alpha-svc", "clean"))
+CASES[("PUT", "/v1/services/{name}")] = lambda: reqs(
+    r("PUT", "/v1/services/bravo-svc", "deny", SVC),
+    r("PUT", "/v1/services/alpha-new", "deny", dict(SVC, team=TEAM_B)))
+CASES[("DELETE", "/v1/services/{name}")] = lambda: reqs(
+    r("DELETE", "/v1/services/bravo-svc", "deny"))
 CASES.update(kind_cases("pools", "main"))
 CASES.update(kind_cases("priority-classes", "normal"))
 CASES.update(kind_cases("prices", GPU_TYPE))
@@ -283,6 +294,11 @@ def setup():
         admin("PUT", f"/v1/users/{user}", {"unix_user": unix, "team": team, "role": "member"})
         TOK["a" if team == TEAM_A else "b"] = admin("POST", f"/v1/users/{user}/tokens")["token"]
     admin("PUT", "/v1/priority-classes/high", {"order": 20})
+    for who, name, project in (("b", "bravo-svc", "bravo-proj"), ("a", "alpha-svc", "alpha-proj")):
+        ans = as_user(who, "PUT", f"/v1/services/{name}", dict(SVC, project=project,
+                                                               model=project + "-model"))
+        if ans.status != 201:
+            raise RuntimeError(f"service {name}: {ans.status} {ans.text[:300]}")
     spec = {"command": ["/bin/sleep", "3600"], "workdir": "/tmp", "gpus": 1, "pool": "main",
             "time_limit_s": 3600}
     B_JOBS.append(as_user("b", "POST", "/v1/jobs", dict(spec, name="bravo-secret-run",
@@ -349,6 +365,7 @@ READS = [
     ("budgets", "GET", "/v1/budgets", None),
     ("teams", "GET", "/v1/teams", None),
     ("nodes", "GET", "/v1/nodes", None),
+    ("services", "GET", "/v1/services", None),
 ]
 
 

@@ -47,7 +47,7 @@ struct api_routes {
 extern const struct api_routes api_web_routes, api_misc_routes, api_jobs_routes,
     api_jobs_ctl_routes, api_jobs_history_routes, api_logs_routes, api_config_routes,
     api_users_routes, api_nodes_routes, api_node_list_routes, api_cost_routes, api_metrics_routes,
-    api_steps_routes, api_router_routes;
+    api_steps_routes, api_router_routes, api_services_routes;
 
 /* steps.c: job j's step credential and its ranks' step servers (proto.h's
  * proto_step) into *ret, under the lock: 0 (ret->key NULL when some rank's
@@ -110,6 +110,12 @@ void api_commit(struct server *s, struct http_request *req, struct store_batch *
 /* A planned configuration write that will not be committed: dropped under
  * the state lock (taken here), b (may be NULL) freed. */
 void api_config_write_drop(struct server *s, struct config_write *w, struct store_batch *b);
+
+/* Commits a planned configuration write (rc 0: w and b from a
+ * config_*_plan; `label` names the kind in messages) and answers 201, 200
+ * or 204 when it completes; or answers rc's error with `err`. Returns 0. */
+int api_config_write_commit(struct server *s, struct http_request *req, const char *label, int rc,
+                            struct config_write *w, struct store_batch *b, const char *err);
 
 /* The job as the API shows it at now_ms: a new object, or NULL when out of
  * memory. Under the state lock. */

@@ -105,9 +105,8 @@ static void write_done(void *ctx, const struct store_result *r)
     free(wr);
 }
 
-/* Commits a planned write (or answers its error). */
-static int write_commit(struct server *s, struct http_request *req, const char *label, int rc,
-                        struct config_write *w, struct store_batch *b, const char *err)
+int api_config_write_commit(struct server *s, struct http_request *req, const char *label, int rc,
+                            struct config_write *w, struct store_batch *b, const char *err)
 {
     if (rc)
         return api_error(req, rc, err);
@@ -136,7 +135,7 @@ static int config_put(struct http_request *req, void *ctx)
     int rc = config_put_plan(&s->config, k, name, body, srv_now_ms(s), &w, &b, err, sizeof(err));
     pthread_mutex_unlock(&s->lock);
     json_decref(body);
-    return write_commit(s, req, config_kind_label(k), rc, w, b, err);
+    return api_config_write_commit(s, req, config_kind_label(k), rc, w, b, err);
 }
 
 static int config_delete(struct http_request *req, void *ctx)
@@ -150,7 +149,7 @@ static int config_delete(struct http_request *req, void *ctx)
     int rc = config_delete_plan(&s->config, k, http_request_param(req, "name"), srv_now_ms(s), &w,
                                 &b, err, sizeof(err));
     pthread_mutex_unlock(&s->lock);
-    return write_commit(s, req, config_kind_label(k), rc, w, b, err);
+    return api_config_write_commit(s, req, config_kind_label(k), rc, w, b, err);
 }
 
 static int settings_get(struct http_request *req, void *ctx)
@@ -173,7 +172,7 @@ static int settings_put(struct http_request *req, void *ctx)
     pthread_mutex_lock(&s->lock);
     int rc = config_settings_plan(&s->config, http_request_json(req), &w, &b, err, sizeof(err));
     pthread_mutex_unlock(&s->lock);
-    return write_commit(s, req, "settings", rc, w, b, err);
+    return api_config_write_commit(s, req, "settings", rc, w, b, err);
 }
 
 static const enum config_kind teams = CONFIG_TEAMS, pools = CONFIG_POOLS, classes = CONFIG_CLASSES,

@@ -108,6 +108,15 @@ static int spec_of(const struct jobspec *js, struct proto_spec *ret)
         .submit_dir = js->submit_dir,
         .hold = js->hold,
         .begin = js->begin,
+        .serve = {.service = js->serve.service,
+                  .replica = js->serve.replica,
+                  .generation = js->serve.generation,
+                  .probe_path = js->serve.probe_path,
+                  .probe_period_ms = js->serve.probe_period_ms,
+                  .probe_timeout_ms = js->serve.probe_timeout_ms,
+                  .probe_failures = js->serve.probe_failures,
+                  .startup_timeout_s = js->serve.startup_timeout_s,
+                  .metric = js->serve.metric},
     };
     p.env = calloc(js->nenv ? js->nenv : 1, sizeof(*p.env));
     p.deps = calloc(js->ndeps ? js->ndeps : 1, sizeof(*p.deps));
