@@ -1,8 +1,8 @@
 /*
- * attempts.c - launches, kills and reports of the node agent's attempts
+ * attempts.c - launches, kills and the monitor of the node agent's attempts
  * (attempts.h).
  */
-#include "agent/attempts.h"
+#include "agent/attempts_int.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -19,61 +19,20 @@
 #include "agent/jobsignal.h"
 #include "agent/exits.h"
 #include "agent/launch.h"
+#include "agent/replica.h"
 #include "agent/sampler.h"
 #include "agent/shim.h"
 #include "util/text.h"
 #include "base/banned.h"
 
-enum phase {
-    PH_RUNNING, /* launched; no outcome yet */
-    PH_ENDING,  /* outcome known; leftovers killed, GPUs being checked */
-    PH_FINAL,   /* final report owed */
-    PH_HELD,    /* reported; some of its GPUs still run its processes (dirty) */
-};
-
-struct att {
-    uint64_t job;
-    uint32_t attempt;
-    enum phase phase;
-    char dir[JOURNAL_PATH_MAX];
-    pid_t pid; /* the shim's; 0: never started */
-    uint64_t start_time;
-    int pidfd;    /* the shim's (exits.h), while PH_RUNNING; -1: none, read status files */
-    bool watched; /* a pidfd was asked for */
-    bool exited;  /* its pidfd said the shim ended */
-    char **uuids;
-    size_t nuuids;
-    bool *dirty;
-    int64_t limit_ms;          /* time limit deadline; 0: none */
-    int64_t limit_s;           /* the time limit it was given; 0: none */
-    int64_t launched_ms;       /* when its command started, on the agent's clock */
-    struct jobsignal sig;      /* the job's --signal */
-    bool running_owed;         /* the RUNNING report is still to be acknowledged */
-    bool killing;              /* a kill started: kill_as says what it ends as */
-    enum proto_state kill_as;  /* CANCELLED, PREEMPTED, TIMEOUT */
-    int64_t sigkill_ms;        /* when SIGTERM turns into SIGKILL; 0: sent */
-    int64_t dirty_until;       /* PH_ENDING: give up waiting for the GPUs then */
-    struct proto_report final; /* the final report, once known (from PH_ENDING on) */
-    bool listed;               /* in the latest assignments answer */
-    bool gone;                 /* to be dropped from the table */
-    int64_t report_after;      /* a refused or failed report is sent again from then */
-    bool recovered;            /* taken up from the journal: GPUs and limit from the next answer */
-};
-
-struct attempts {
-    struct attempts_config cfg;
-    char *node, *state_dir;
-    struct launch_gpus gpus; /* the node's GPUs by index, for SLURM_JOB_GPUS */
-    pthread_mutex_t lock;
-    struct exits *exits; /* the monitor's sleep: wake-ups and the shims' pidfds */
-    bool told_poll;      /* the log said that exits are polled for */
-    struct att **v;
-    size_t n, cap;
-};
-
 static void nolog(const char *fmt, ...)
 {
     (void)fmt;
+}
+
+static void replica_changed(void *arg)
+{
+    exits_wake(((struct attempts *)arg)->exits);
 }
 
 int attempts_new(const struct attempts_config *cfg, struct attempts **ret)
@@ -87,6 +46,8 @@ int attempts_new(const struct attempts_config *cfg, struct attempts **ret)
     t->node = strdup(cfg->node);
     t->state_dir = strdup(cfg->state_dir);
     int rc = t->node && t->state_dir ? exits_new(cfg->exit_poll, &t->exits) : GPO_ENOMEM;
+    struct replica_config rc_cfg = {.wake = replica_changed, .arg = t, .log = t->cfg.log};
+    rc = rc ? rc : replica_new(&rc_cfg, &t->rep);
     if (rc) {
         attempts_free(t);
         return rc;
@@ -123,6 +84,7 @@ void attempts_free(struct attempts *t)
         return;
     for (size_t k = 0; k < t->n; k++)
         att_free(t->v[k]);
+    replica_free(t->rep); /* its thread wakes the monitor through exits */
     launch_gpus_release(&t->gpus);
     free(t->v);
     free(t->node);
@@ -133,7 +95,7 @@ void attempts_free(struct attempts *t)
     free(t);
 }
 
-static struct att *find(struct attempts *t, uint64_t job, uint32_t attempt)
+struct att *attempts_find(struct attempts *t, uint64_t job, uint32_t attempt)
 {
     for (size_t k = 0; k < t->n; k++) {
         if (t->v[k]->job == job && t->v[k]->attempt == attempt)
@@ -165,12 +127,21 @@ static struct att *add(struct attempts *t, uint64_t job, uint32_t attempt)
     return a;
 }
 
+static char *reason_dup(const char *text);
+
 /* Ends an attempt with a known outcome (taken): next, its leftovers and GPUs. */
 static void set_outcome(struct attempts *t, struct att *a, struct proto_report final, int64_t now)
 {
     proto_report_release(&a->final);
     a->final = final;
+    if (a->killing && a->kill_as == PROTO_STATE_FAILED && a->kill_why[0]) {
+        free(a->final.reason);
+        a->final.state = PROTO_STATE_FAILED;
+        a->final.reason = reason_dup(a->kill_why);
+    }
     a->phase = PH_ENDING;
+    if (a->port)
+        replica_remove(t->rep, a->job, a->attempt);
     steps_attempt_remove(t->cfg.steps, a->job, a->attempt);
     if (a->pidfd >= 0)
         close(a->pidfd);
@@ -273,11 +244,15 @@ static void adopt(struct attempts *t, struct att *a, const struct proto_attempt 
     snprintf(path, sizeof(path), "%s/pid", a->dir);
     struct stat st;
     struct timespec real;
-    if (stat(path, &st) != 0 || clock_gettime(CLOCK_REALTIME, &real) != 0)
-        return;
-    int64_t ran = ((int64_t)real.tv_sec - st.st_mtim.tv_sec) * 1000 +
-                  (real.tv_nsec - st.st_mtim.tv_nsec) / 1000000;
+    int64_t ran = 0;
+    if (stat(path, &st) == 0 && clock_gettime(CLOCK_REALTIME, &real) == 0)
+        ran = ((int64_t)real.tv_sec - st.st_mtim.tv_sec) * 1000 +
+              (real.tv_nsec - st.st_mtim.tv_nsec) / 1000000;
     a->launched_ms = now - (ran > 0 ? ran : 0);
+    if (a->port && asg->spec.serve.service &&
+        replica_add(t->rep, a->job, a->attempt, &asg->spec.serve, a->port, a->launched_ms) != 0)
+        t->cfg.log("job %" PRIu64 ".%" PRIu32 ": its replica's probes could not start", a->job,
+                   a->attempt);
     a->limit_s = limit > 0 ? limit : 0;
     if (limit > 0)
         a->limit_ms = a->launched_ms + limit * 1000;
@@ -330,6 +305,9 @@ static void launch(struct attempts *t, const struct proto_attempt *asg, int64_t 
     snprintf(ja.dir, sizeof(ja.dir), "%s", a->dir);
     char err[512] = "";
     int rc = set_gpus(a, asg);
+    if (!rc && asg->spec.serve.service && (rc = replica_port_pick(&ja.port)) != 0)
+        snprintf(err, sizeof(err), "no free port for the replica: %s", gpo_strerror(rc));
+    a->port = ja.port;
     rc = rc ? rc : journal_begin(t->cfg.journal, &ja, err, sizeof(err));
     if (rc) {
         /* Not journaled: nothing is launched. An attempt begun before (by an
@@ -347,7 +325,8 @@ static void launch(struct attempts *t, const struct proto_attempt *asg, int64_t 
                                .state_dir = t->state_dir,
                                .as_root = priv_is_root(t->cfg.priv),
                                .gpu_uuids = (const char *const *)t->gpus.uuids,
-                               .ngpu_uuids = t->gpus.n};
+                               .ngpu_uuids = t->gpus.n,
+                               .port = a->port};
     struct launch l;
     rc = launch_prepare(&lc, asg, &l, err, sizeof(err));
     rc = rc ? rc : steps_launch(t->cfg.steps, asg, &l, err, sizeof(err));
@@ -365,6 +344,9 @@ static void launch(struct attempts *t, const struct proto_attempt *asg, int64_t 
     if (rc) /* the shim runs; a restart finds it by its directory (see recover) */
         t->cfg.log("job %" PRIu64 ".%" PRIu32 ": journal: %s", job, attempt, err);
     a->launched_ms = now;
+    if (a->port && (rc = replica_add(t->rep, job, attempt, &asg->spec.serve, a->port, now)) != 0)
+        t->cfg.log("job %" PRIu64 ".%" PRIu32 ": its replica's probes: %s", job, attempt,
+                   gpo_strerror(rc));
     a->limit_s = asg->spec.time_limit_s > 0 ? asg->spec.time_limit_s : 0;
     jobsignal_arm(&a->sig, &asg->spec, now + asg->spec.time_limit_s * 1000);
     if (asg->spec.time_limit_s > 0)
@@ -406,7 +388,7 @@ void attempts_apply(struct attempts *t, const struct proto_assignments *answer, 
         t->v[k]->listed = false;
     for (size_t i = 0; i < answer->nattempts; i++) {
         const struct proto_attempt *e = &answer->attempts[i];
-        struct att *a = find(t, e->job, e->attempt);
+        struct att *a = attempts_find(t, e->job, e->attempt);
         if (a)
             a->listed = true;
         if (a && a->recovered && e->action == PROTO_ACTION_RUN)
@@ -440,7 +422,7 @@ size_t attempts_recover(struct attempts *t, int64_t now_ms)
     pthread_mutex_lock(&t->lock);
     for (size_t k = 0; k < n; k++) {
         const struct journal_attempt *ja = &list[k];
-        struct att *a = find(t, ja->job, ja->attempt);
+        struct att *a = attempts_find(t, ja->job, ja->attempt);
         if (a || !(a = add(t, ja->job, ja->attempt)))
             continue;
         taken++;
@@ -450,6 +432,7 @@ size_t attempts_recover(struct attempts *t, int64_t now_ms)
         a->running_owed = true; /* perhaps sent already: the controller takes it twice */
         a->recovered = true;
         a->sig.sent = ja->signalled;
+        a->port = ja->port;
         a->listed = true; /* until the first answer says otherwise */
         a->uuids = calloc(1, sizeof(*a->uuids));
         a->dirty = calloc(1, sizeof(*a->dirty));
@@ -606,107 +589,52 @@ static int64_t advance(struct attempts *t, struct att *a, int64_t now)
     return next;
 }
 
-/* A report to send, encoded under the table's lock so that HTTP runs unlocked. */
-struct owed {
-    uint64_t job;
-    uint32_t attempt;
-    enum proto_state state;
-    char *body; /* NULL: it could not be encoded (out of memory) */
-    bool final;
-};
-
-static struct owed owe(const struct att *a, const struct proto_report *r, bool final)
+/* A running replica's endpoint into *ep; one not ready within its startup
+ * timeout is killed. Whether a report of the endpoint is owed. Under the
+ * lock. */
+static bool serving(struct attempts *t, struct att *a, int64_t now, struct proto_endpoint *ep)
 {
-    json_t *o = NULL;
-    char *text = proto_report_encode(r, &o) == 0 ? json_dumps(o, JSON_COMPACT) : NULL;
-    json_decref(o);
-    return (struct owed){a->job, a->attempt, r->state, text, final};
-}
-
-static bool post_report(struct attempts *t, struct httpc *c, const struct owed *o)
-{
-    char path[256];
-    char node[HTTPC_URL_MAX];
-    httpc_escape(t->node, node, sizeof(node));
-    snprintf(path, sizeof(path), "/v1/nodes/%.180s/attempts/%" PRIu64 "/%" PRIu32, node, o->job,
-             o->attempt);
-    struct httpc_response r = {0};
-    char err[512] = "";
-    int rc = httpc_request(c, "POST", path, o->body, strlen(o->body), 10000, &r, err, sizeof(err));
-    bool done = false;
-    if (rc)
-        t->cfg.log("report job %" PRIu64 ".%" PRIu32 ": %s (will retry)", o->job, o->attempt, err);
-    else if (r.status == 200)
-        done = true;
-    else if (r.status == 202) /* a gang rank's COMPLETED, noted until the others end */
-        done = false;
-    else if (r.status == 409 || r.status == 404)
-        done = true, t->cfg.log("report job %" PRIu64 ".%" PRIu32 " %s: controller answered %ld "
-                                "(it ended the attempt already): %.200s",
-                                o->job, o->attempt, proto_state_name(o->state), r.status, r.body);
-    else
-        t->cfg.log("report job %" PRIu64 ".%" PRIu32 ": controller answered %ld (will retry): "
-                   "%.200s",
-                   o->job, o->attempt, r.status, r.body);
-    httpc_response_release(&r);
-    return done;
-}
-
-/* After a report was sent (done: acknowledged). Under the lock. */
-static void reported(struct attempts *t, const struct owed *o, bool done, int64_t now,
-                     int64_t *next)
-{
-    struct att *a = find(t, o->job, o->attempt);
-    if (!a)
-        return;
-    if (!done) {
-        a->report_after = now + 1000;
-        return;
+    struct replica_state rs;
+    if (a->phase != PH_RUNNING || replica_report(t->rep, a->job, a->attempt, now, &rs) != 0)
+        return false;
+    *ep = rs.ep;
+    if (rs.expired && !a->killing) {
+        snprintf(a->kill_why, sizeof(a->kill_why),
+                 "not ready within the startup timeout (%" PRId64 " s)", rs.startup_timeout_s);
+        start_kill(t, a, PROTO_STATE_FAILED, t->cfg.kill_grace_ms, now);
     }
-    if (!o->final) {
-        a->running_owed = false;
-        if (a->phase == PH_FINAL)
-            *next = 0; /* its final report right after */
-        return;
-    }
-    char err[256];
-    if (journal_ended(t->cfg.journal, a->job, a->attempt, err, sizeof(err)))
-        t->cfg.log("job %" PRIu64 ".%" PRIu32 ": journal: %s", a->job, a->attempt, err);
-    t->cfg.log("job %" PRIu64 ".%" PRIu32 ": reported %s", a->job, a->attempt,
-               proto_state_name(a->final.state));
-    bool held = false;
-    for (size_t g = 0; g < a->nuuids; g++)
-        held |= a->dirty[g];
-    a->phase = PH_HELD;
-    a->gone = !held;
+    return rs.owed && !a->killing;
 }
 
 int64_t attempts_tick(struct attempts *t, struct httpc *c, int64_t now_ms)
 {
     int64_t next = 1000;
     size_t nowed = 0;
-    const struct proto_report running = report_of(PROTO_STATE_RUNNING);
     pthread_mutex_lock(&t->lock);
-    struct owed *owed = calloc(2 * t->n + 1, sizeof(*owed));
+    struct attempts_owed *owed = calloc(2 * t->n + 1, sizeof(*owed));
     for (size_t k = 0; owed && k < t->n; k++) {
         struct att *a = t->v[k];
         int64_t d = advance(t, a, now_ms);
         if (d < next)
             next = d;
+        struct proto_report running = report_of(PROTO_STATE_RUNNING);
+        bool endpoint_owed = a->port && serving(t, a, now_ms, &running.endpoint);
         if (now_ms < a->report_after)
             continue;
         if (a->running_owed && a->pid)
-            owed[nowed++] = owe(a, &running, false);
+            owed[nowed++] = attempts_owe(a, &running, false);
         else if (a->running_owed)
             a->running_owed = false; /* never started: the final report says so */
+        else if (endpoint_owed)
+            owed[nowed++] = attempts_owe(a, &running, false);
         if (a->phase == PH_FINAL && !a->running_owed)
-            owed[nowed++] = owe(a, &a->final, true);
+            owed[nowed++] = attempts_owe(a, &a->final, true);
     }
     pthread_mutex_unlock(&t->lock);
     for (size_t k = 0; k < nowed; k++) {
-        bool done = owed[k].body && post_report(t, c, &owed[k]);
+        bool done = owed[k].body && attempts_post(t, c, &owed[k]);
         pthread_mutex_lock(&t->lock);
-        reported(t, &owed[k], done, now_ms, &next);
+        attempts_reported(t, &owed[k], done, now_ms, &next);
         pthread_mutex_unlock(&t->lock);
         free(owed[k].body);
     }

@@ -3,7 +3,7 @@
  * fdatasync'd before the call that wrote it returns (see journal.h).
  *
  * Lines:
- *   {"op":"begin","job":J,"attempt":A,"dir":"..."}
+ *   {"op":"begin","job":J,"attempt":A,"dir":"..."[,"port":P]}
  *   {"op":"started","job":J,"attempt":A,"pid":P,"start_time":T}
  *   {"op":"signalled","job":J,"attempt":A}
  *   {"op":"ended","job":J,"attempt":A}
@@ -40,7 +40,8 @@ struct entry {
     bool signalled; /* its --signal was sent */
     pid_t pid;
     uint64_t start_time;
-    char *dir; /* NULL once ended: its details are no longer needed */
+    uint32_t port; /* a replica's; 0: none */
+    char *dir;     /* NULL once ended: its details are no longer needed */
 };
 
 struct journal {
@@ -126,11 +127,15 @@ static int apply_line(struct journal *j, const json_t *o, const char **what)
             return *what = "begin without a valid dir", GPO_ECORRUPT;
         if (e)
             return *what = "attempt begun twice", GPO_ECORRUPT;
+        uint64_t port = 0;
+        if (json_object_get(o, "port") && get_uint(o, "port", 65535, &port))
+            return *what = "begin with a port out of range", GPO_ECORRUPT;
         char *copy = strdup(dir);
         if (!copy || push(j, job, (uint32_t)attempt, copy) != 0) {
             free(copy);
             return *what = "out of memory", GPO_ENOMEM;
         }
+        j->v[j->n - 1].port = (uint32_t)port;
     } else if (strcmp(op, "started") == 0) {
         uint64_t pid, start_time;
         if (get_uint(o, "pid", INT_MAX, &pid) || pid == 0 ||
@@ -303,6 +308,18 @@ static char *to_line(json_t *o, size_t *ret_len)
 
 /* Appends one record (`o` taken) and makes it durable. On failure the file is
  * cut back, so that no half line stays in the middle of the journal. */
+/* A "begin" line's object (NULL when out of memory). */
+static json_t *begin_json(uint64_t job, uint32_t attempt, const char *dir, uint32_t port)
+{
+    json_t *o = json_pack("{s:s, s:I, s:I, s:s}", "op", "begin", "job", (json_int_t)job, "attempt",
+                          (json_int_t)attempt, "dir", dir);
+    if (o && port && json_object_set_new(o, "port", json_integer(port)) != 0) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
 static int append(struct journal *j, json_t *o, char *err, size_t errlen)
 {
     if (j->broken)
@@ -334,8 +351,8 @@ static int begin_locked(struct journal *j, const struct journal_attempt *a, char
         return errbuf_set(err, errlen, GPO_EINVAL, "attempt directory is empty");
     if (dirlen >= JOURNAL_PATH_MAX)
         return errbuf_set(err, errlen, GPO_E2BIG, "attempt directory path too long");
-    if (a->job > INT64_MAX)
-        return errbuf_set(err, errlen, GPO_EINVAL, "job id out of range");
+    if (a->job > INT64_MAX || a->port > 65535)
+        return errbuf_set(err, errlen, GPO_EINVAL, "job id or port out of range");
     if (find(j, a->job, a->attempt))
         return errbuf_set(err, errlen, GPO_EEXIST,
                           "attempt %" PRIu64 ".%" PRIu32 " was begun before", a->job, a->attempt);
@@ -346,14 +363,12 @@ static int begin_locked(struct journal *j, const struct journal_attempt *a, char
         return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
     }
     j->n--;
-    json_t *o = json_pack("{s:s, s:I, s:I, s:s}", "op", "begin", "job", (json_int_t)a->job,
-                          "attempt", (json_int_t)a->attempt, "dir", dir);
-    int rc = append(j, o, err, errlen);
+    int rc = append(j, begin_json(a->job, a->attempt, dir, a->port), err, errlen);
     if (rc) {
         free(dir);
         return rc;
     }
-    j->n++;
+    j->v[j->n++].port = a->port;
     return 0;
 }
 
@@ -469,7 +484,8 @@ int journal_list(struct journal *j, struct journal_attempt **ret_list, size_t *r
                                            .attempt = e->attempt,
                                            .pid = e->pid,
                                            .start_time = e->start_time,
-                                           .signalled = e->signalled};
+                                           .signalled = e->signalled,
+                                           .port = e->port};
         snprintf(list[k].dir, sizeof(list[k].dir), "%s", e->dir);
         k++;
     }
@@ -490,8 +506,7 @@ static int write_compacted(struct journal *j, int fd)
             o = json_pack("{s:s, s:I, s:I}", "op", "ended", "job", (json_int_t)e->job, "attempt",
                           (json_int_t)e->attempt);
         else
-            o = json_pack("{s:s, s:I, s:I, s:s}", "op", "begin", "job", (json_int_t)e->job,
-                          "attempt", (json_int_t)e->attempt, "dir", e->dir);
+            o = begin_json(e->job, e->attempt, e->dir, e->port);
         if (!e->ended && e->pid != 0 && o) {
             /* Two lines, so that compacted output reads back like the original. */
             size_t len;

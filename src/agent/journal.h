@@ -57,6 +57,7 @@ struct journal_attempt {
     pid_t pid;                  /* the shim's */
     uint64_t start_time;        /* the shim's, /proc/PID/stat field 22, clock ticks */
     bool signalled;             /* journal_signalled recorded (journal_list only) */
+    uint32_t port;              /* a serving replica's port (replica.h), 1..65535; 0: none */
 };
 
 /*
@@ -73,8 +74,9 @@ int journal_open(const char *dir, struct journal **ret, char *err, size_t errlen
 void journal_close(struct journal *j);
 
 /*
- * Durably records that attempt (a->job, a->attempt) with directory a->dir is
- * about to be launched (a->pid and a->start_time are ignored). Returns 0 once
+ * Durably records that attempt (a->job, a->attempt) with directory a->dir
+ * (and a->port, a replica's, when not 0) is about to be launched (a->pid
+ * and a->start_time are ignored). Returns 0 once
  * the record is on disk: the caller may fork. GPO_EEXIST if that (job,
  * attempt) was ever begun, ended or not, by this or an earlier agent: the
  * caller must not launch it again. Else GPO_E2BIG (dir too long),

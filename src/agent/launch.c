@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "agent/replica.h"
 #include "agent/slurmenv.h"
 #include "util/errbuf.h"
 #include "util/fsutil.h"
@@ -156,7 +157,7 @@ static int build_env(const struct launch_config *cfg, const struct proto_attempt
     rc = rc ? rc : launch_strv_add(env, "GPUORCH_NODE=%s", cfg->node);
     for (size_t k = 0; !rc && k < a->spec.nenv; k++) {
         const char *name = a->spec.env[k].name;
-        if (!reserved(name) && !env_has(&slurm, name))
+        if (!reserved(name) && !env_has(&slurm, name) && !(cfg->port && !strcmp(name, "PORT")))
             rc = launch_strv_add(env, "%s=%s", name, a->spec.env[k].value);
     }
     if (!rc && !env_has(env, "PATH"))
@@ -167,6 +168,8 @@ static int build_env(const struct launch_config *cfg, const struct proto_attempt
         rc = rc ? rc : launch_strv_add(env, "GPUORCH_ARRAY_TASK_ID=%" PRId64, a->array_index);
     }
     rc = rc ? rc : gang_env(cfg, a, env);
+    if (!rc && cfg->port && a->spec.serve.service)
+        rc = replica_env(&a->spec.serve, cfg->port, env);
     for (size_t k = 0; !rc && k < slurm.n; k++)
         rc = launch_strv_add(env, "%s", slurm.v[k]);
     launch_strv_release(&slurm);

@@ -9,8 +9,9 @@
  * GPUs (CUDA_VISIBLE_DEVICES, NVIDIA_VISIBLE_DEVICES, GPUORCH_GPUS by UUID,
  * GPUORCH_GPU_MILLI for a share of one GPU), an array task's ids, the
  * gang's (GPUORCH_NODELIST, WORLD_SIZE, RANK, MASTER_ADDR, MASTER_PORT,
- * ...), and Slurm's (slurmenv.h; the batch step's task,
- * slurmenv_batch_task). The job cannot set GPUORCH_*, the two
+ * ...), Slurm's (slurmenv.h; the batch step's task,
+ * slurmenv_batch_task), and a serving replica's (replica_env: PORT, which
+ * its own env cannot set either). The job cannot set GPUORCH_*, the two
  * *_VISIBLE_DEVICES, or a Slurm variable that slurmenv sets; its other
  * SLURM_* names pass, as they do through sbatch's exported environment. GPU visibility is one
  * function here (launch.c's gpu_env): it is where MIG instances and MPS limits go.
@@ -30,6 +31,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "agent/journal.h"
 #include "agent/priv.h"
@@ -44,6 +46,7 @@ struct launch_config {
      * NULL: not known, and SLURM_JOB_GPUS is not set). */
     const char *const *gpu_uuids;
     size_t ngpu_uuids;
+    uint32_t port; /* a serving replica's (replica.h): PORT and its names; 0: none */
 };
 
 /* The node's GPU UUIDs by NVML index, for launch_config's gpu_uuids. */
