@@ -186,8 +186,12 @@ void serve_release_waiters(struct server *s);
 /* ---- what people see (serve/status.c) ------------------------------------ */
 
 /* The "status" of service `svc` at now_ms (GET /v1/services): a new object,
- * or NULL when out of memory. Reads the cost ledger from the store. */
+ * or NULL when out of memory; its "cost" is 0 until serve_status_cost. */
 json_t *serve_status_json(struct server *s, const struct cluster_service *svc, int64_t now_ms);
+/* Fills status.cost (GPU-hours and cost of every replica job a service ever
+ * had, from the ledger) of each service object in the array `services`.
+ * NOT under the lock: it reads the store, then takes the lock. */
+void serve_status_cost(struct server *s, json_t *services, int64_t now_ms);
 /* The families gpuorch_service_replicas{service,state},
  * gpuorch_service_desired_replicas{service},
  * gpuorch_service_requests_inflight{service} into p. */

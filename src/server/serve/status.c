@@ -69,27 +69,47 @@ static json_t *backoff_json(const struct serve_service *svc, int64_t now_ms)
                      "reason", svc->backoff.reason);
 }
 
-/* GPU-hours and cost of every replica job the service ever had: the
- * ledger grouped by job, the service's jobs summed. */
-static json_t *cost_json(struct server *s, const char *name, int64_t now_ms)
+/* Adds the piece of ledger group g (a job's) to the service object it
+ * belongs to among `services` (the job's serve part names it). Under the
+ * lock. */
+static void cost_add(struct server *s, json_t *services, const json_t *g)
+{
+    const char *key = json_string_value(json_object_get(g, "key"));
+    const struct job *j = key ? jobs_find(&s->jobs, strtoll(key, NULL, 10)) : NULL;
+    if (!j || !j->spec.serve.service)
+        return;
+    size_t k;
+    json_t *o;
+    json_array_foreach(services, k, o)
+    {
+        const char *name = json_string_value(json_object_get(o, "name"));
+        json_t *cost = json_object_get(json_object_get(o, "status"), "cost");
+        if (!name || !cost || strcmp(name, j->spec.serve.service) != 0)
+            continue;
+        double hours = json_number_value(json_object_get(cost, "gpu_hours"));
+        double money = json_number_value(json_object_get(cost, "cost"));
+        json_object_set_new(cost, "gpu_hours",
+                            json_real(hours + json_number_value(json_object_get(g, "gpu_hours"))));
+        json_object_set_new(cost, "cost",
+                            json_real(money + json_number_value(json_object_get(g, "cost"))));
+        return;
+    }
+}
+
+void serve_status_cost(struct server *s, json_t *services, int64_t now_ms)
 {
     int err = 0;
     json_t *rep = cost_report(&s->cost, NULL, COST_BY_JOB, 0, now_ms + 1, now_ms, &err);
-    json_t *groups = rep ? json_object_get(rep, "rows") : NULL;
-    double hours = 0, cost = 0;
+    const json_t *rows = rep ? json_object_get(rep, "rows") : NULL;
     size_t k;
     json_t *g;
-    json_array_foreach(groups, k, g)
+    pthread_mutex_lock(&s->lock);
+    json_array_foreach(rows, k, g)
     {
-        const char *key = json_string_value(json_object_get(g, "key"));
-        const struct job *j = key ? jobs_find(&s->jobs, strtoll(key, NULL, 10)) : NULL;
-        if (!j || !j->spec.serve.service || strcmp(j->spec.serve.service, name) != 0)
-            continue;
-        hours += json_number_value(json_object_get(g, "gpu_hours"));
-        cost += json_number_value(json_object_get(g, "cost"));
+        cost_add(s, services, g);
     }
+    pthread_mutex_unlock(&s->lock);
     json_decref(rep);
-    return json_pack("{s:f, s:f}", "gpu_hours", hours, "cost", cost);
 }
 
 json_t *serve_status_json(struct server *s, const struct cluster_service *c, int64_t now_ms)
@@ -114,7 +134,8 @@ json_t *serve_status_json(struct server *s, const struct cluster_service *c, int
         milli_json(svc ? svc->metric_milli : PROTO_NONE), "queued", svc ? (int)svc->queued : 0);
     return json_pack("{s:i, s:i, s:o, s:o, s:o*, s:o, s:o*}", "desired", desired, "ready", ready,
                      "replicas", replicas, "decision", decision_json(svc), "observed", observed,
-                     "backoff", backoff_json(svc, now_ms), "cost", cost_json(s, c->name, now_ms));
+                     "backoff", backoff_json(svc, now_ms), "cost",
+                     json_pack("{s:f, s:f}", "gpu_hours", 0.0, "cost", 0.0));
 }
 
 void serve_metrics(const struct serve *sv, struct prom *p)
