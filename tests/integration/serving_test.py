@@ -290,14 +290,20 @@ def rolling_update():
        "the new replica runs the new spec", json.dumps(eps))
 
 
+def running_job(name, pool, priority, token):
+    """A one-GPU job that sleeps, submitted and running; its id."""
+    jid = SRV.api.expect("POST", "/v1/jobs", {"name": name, "pool": pool, "gpus": 1,
+                                              "priority": priority, "workdir": SHARED,
+                                              "command": ["sleep", "600"]},
+                         want=(201,), token=token)["id"]
+    wait_until(lambda: (job(jid) or {}).get("state") == "RUNNING", timeout=30, step=0.1)
+    return jid
+
+
 def preempts_training():
     tom = SRV.api.expect("POST", "/v1/users/tom/tokens?label=t", want=(201,),
                          token=ADMIN)["token"]
-    train = SRV.api.expect("POST", "/v1/jobs", {"name": "train", "pool": "small", "gpus": 1,
-                                                "priority": "low", "workdir": SHARED,
-                                                "command": ["sleep", "600"]},
-                           want=(201,), token=tom)["id"]
-    wait_until(lambda: (job(train) or {}).get("state") == "RUNNING", timeout=30, step=0.1)
+    train = running_job("train", "small", "low", tom)
     apply(spec("big", pool="small", min=1, max=1))
     ready = wait_until(lambda: replicas("big", "ready"), timeout=SCALE_S, step=0.2)
     j = job(train) or {}
@@ -309,11 +315,7 @@ def preempts_training():
 
 
 def waits_at_quota():
-    filler = SRV.api.expect("POST", "/v1/jobs", {"name": "filler", "pool": "capped", "gpus": 1,
-                                                 "priority": "serving", "workdir": SHARED,
-                                                 "command": ["sleep", "600"]},
-                            want=(201,), token=MEMBER)["id"]
-    wait_until(lambda: (job(filler) or {}).get("state") == "RUNNING", timeout=30, step=0.1)
+    filler = running_job("filler", "capped", "serving", MEMBER)
     apply(spec("capped", pool="capped", min=1, max=1))
     why = wait_until(lambda: [r for r in replicas("capped", "starting")
                               if "quota" in (r.get("reason") or "")], timeout=30, step=0.2)
@@ -356,11 +358,15 @@ def main():
             step()
         except Exception as e:  # one broken step should not hide the others' results
             ok(False, f"step {step.__name__} ran to its end", repr(e))
+    jobs = [r["job"] for n in ("chat", "big", "capped") for r in replicas(n)]
     for name in ("chat", "big", "capped"):
         call("DELETE", f"/v1/services/{name}", token=ADMIN)
-    gone = wait_until(lambda: not any(replicas(n) for n in ("chat", "big", "capped")),
+    final = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL")
+    gone = wait_until(lambda: all((job(j) or {}).get("state") in final for j in jobs),
                       timeout=SCALE_S, step=0.2)
-    ok(gone is not None, "deleting the services stops every replica", json.dumps(status("chat")))
+    ok(jobs and gone and not endpoints("chat"),
+       "deleting the services stops every replica and empties the table",
+       json.dumps([job(j) for j in jobs])[:1500])
     reports = [n for n, ag in AGENTS.items()
                if "Sanitizer" in ag.log() or "runtime error:" in ag.log()]
     ok(not reports, "the agents' logs hold no sanitizer report", reports)
