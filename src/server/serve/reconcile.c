@@ -199,6 +199,14 @@ static void replicas_sync(struct server *s, struct serve_service *svc, int64_t n
         struct serve_replica *r = &svc->v[k];
         const struct job *j = jobs_find(&s->jobs, r->job);
         if (j && !job_state_final(j->state)) {
+            if (j->state == JOB_PENDING && r->port) {
+                /* Requeued by hand: it is placed and probed again. */
+                changed |= r->state == SERVE_READY || r->state == SERVE_DRAINING;
+                if (r->state == SERVE_READY)
+                    r->state = SERVE_STARTING;
+                r->port = 0;
+                r->ready_ms = 0;
+            }
             if (r->state == SERVE_READY && svc->backoff.failures &&
                 now_ms - r->ready_ms >= SERVE_BACKOFF_RESET_MS)
                 svc->backoff.failures = 0;
