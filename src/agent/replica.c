@@ -323,7 +323,8 @@ int replica_report(struct replica *r, uint64_t job, uint32_t attempt, int64_t no
         *ret = (struct replica_state){
             .ep = *ep,
             .owed = !a->sent_any || ep->ready != was->ready || ep->ready_ms != was->ready_ms ||
-                    (metric && now_ms >= a->sent_ms + REPLICA_METRIC_MS),
+                    (metric && now_ms >= a->sent_ms + REPLICA_METRIC_MS) ||
+                    now_ms >= a->sent_ms + REPLICA_REFRESH_MS,
             .expired = a->probe.expired,
             .startup_timeout_s = a->startup_timeout_s,
         };

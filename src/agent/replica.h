@@ -48,9 +48,12 @@
 #include "agent/launch.h"
 #include "proto/proto.h"
 
-#define REPLICA_FAST_MS   10         /* the probe's period until the first success */
-#define REPLICA_METRIC_MS 1000       /* how often the metric is read, and reported at most */
-#define REPLICA_BODY_MAX  (4u << 20) /* the most of /metrics read */
+#define REPLICA_FAST_MS   10   /* the probe's period until the first success */
+#define REPLICA_METRIC_MS 1000 /* how often the metric is read, and reported at most */
+#define REPLICA_REFRESH_MS                                                                         \
+    5000                            /* the endpoint is reported again at least this often:         \
+                                       a restarted controller learns it from there */
+#define REPLICA_BODY_MAX (4u << 20) /* the most of /metrics read */
 
 /* ---- the pure parts -------------------------------------------------- */
 

@@ -17,6 +17,7 @@
 #include "base/err.h"
 #include "server/api/api.h"
 #include "server/sched/sched.h"
+#include "server/serve/serve.h"
 #include "server/server.h"
 #include "server/srv.h"
 #include "util/errbuf.h"
@@ -436,11 +437,20 @@ int srv_init(struct server *s)
         s->sched = NULL;
         return GPO_ENOMEM;
     }
+    if (!(s->serve = calloc(1, sizeof(*s->serve))))
+        return GPO_ENOMEM;
+    serve_init(s->serve, &s->lock);
+    s->sched->hook = (struct sched_hook){serve_due_ms, serve_tick};
     return 0;
 }
 
 void srv_release(struct server *s)
 {
+    if (s->serve) {
+        serve_release(s->serve);
+        free(s->serve);
+        s->serve = NULL;
+    }
     if (s->sched) {
         sched_release(s->sched);
         free(s->sched);
@@ -533,6 +543,11 @@ static int sched_load_(struct server *s, char *err, size_t errlen)
     return sched_load(s, err, errlen);
 }
 
+static int serve_load_(struct server *s, char *err, size_t errlen)
+{
+    return serve_load(s, err, errlen);
+}
+
 static int cost_start(struct server *s, char *err, size_t errlen)
 {
     return cost_load(&s->cost, srv_now_ms(s), err, errlen);
@@ -592,6 +607,7 @@ static void http_stop(struct server *s)
 {
     http_server_stop(s->http);        /* no handler runs after this; suspended requests get 503 */
     nodes_release_waiters(&s->nodes); /* our completions of the long-polls it answered */
+    serve_release_waiters(s);
     /* Log proxy workers see their streams closed within about a second (an
      * agent that does not answer: its timeout); none may outlive s. */
     atomic_store(&s->logs_stop, true);
@@ -616,6 +632,7 @@ static const struct subsystem {
     {config_start, NULL},      /* the configuration and the nodes' records */
     {jobs_start, NULL},        /* the jobs */
     {sched_load_, NULL},       /* the attempts and the core's carry-over state */
+    {serve_load_, NULL},       /* the services' replicas, from their jobs */
     {cost_start, NULL},        /* the ledger's sums, the open segments */
     {monitor_start, NULL},     /* the series */
     {loop_start, loop_stop},   /* the scheduling loop's thread */

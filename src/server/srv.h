@@ -1,14 +1,14 @@
 /*
  * srv.h - the controller's one server object: its configuration, its clock,
  * the store and the HTTP server, and each subsystem (jobs, nodes, config,
- * cost, monitor, auth, sched), started and stopped by server.c from a table.
+ * cost, monitor, auth, sched, serve), started and stopped by server.c from a table.
  * Subsystems below sched and api never see this struct: they get what they
  * use at their init.
  *
  * Threads and the lock. Handlers run on the HTTP polling thread, store
  * completions on the store's writer thread, the scheduling loop on its own.
  * `lock` (the state lock) guards the configuration, jobs, nodes, config,
- * cost and monitor (each header says what it owns); sched's core state is
+ * cost, monitor and serve (each header says what it owns); sched's core state is
  * the loop thread's; auth does not change after start. Nobody holds the lock
  * across a store commit: commits are asynchronous (the loop releases the
  * lock while it waits for its own), and their completions take the lock
@@ -42,6 +42,7 @@
 #include "store/store.h"
 
 struct sched;
+struct serve;
 
 struct server_config {
     char *data_dir;
@@ -86,6 +87,7 @@ struct server {
     struct monitor monitor;
     struct auth auth;         /* immutable after start */
     struct sched *sched;      /* sched/sched.h */
+    struct serve *serve;      /* serve/serve.h: the serving runtime */
     atomic_uint logs_workers; /* log proxy threads alive (api/logs.c) */
     atomic_bool logs_stop;    /* set at stop: proxy workers give up waiting */
 };

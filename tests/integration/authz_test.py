@@ -205,6 +205,10 @@ SVC = {"command": ["/bin/sleep", "3600"], "workdir": "/tmp", "max": 1,
        "resources": {"gpus": 1, "pool": "main"}}
 # B's service: not listed nor shown to A, and not A's to change.
 CASES[("GET", "/v1/services")] = lambda: reqs(r("GET", "/v1/services", "clean"))
+CASES[("GET", "/v1/router/routes")] = lambda: reqs(
+    r("GET", "/v1/router/routes", "deny"))
+CASES[("POST", "/v1/router/report")] = lambda: reqs(
+    r("POST", "/v1/router/report", "deny", {"router": "r1", "interval_ms": 1000, "services": []}))
 CASES[("GET", "/v1/services/{name}")] = lambda: reqs(r("GET", "/v1/services/bravo-svc", "deny"),
                                                      r("GET", "/v1/services/alpha-svc", "clean"))
 CASES[("PUT", "/v1/services/{name}")] = lambda: reqs(

@@ -16,10 +16,10 @@
 
 /* In the order they are matched. */
 static const struct api_routes *const tables[] = {
-    &api_web_routes,      &api_misc_routes,         &api_metrics_routes, &api_jobs_routes,
-    &api_jobs_ctl_routes, &api_jobs_history_routes, &api_logs_routes,    &api_config_routes,
-    &api_users_routes,    &api_node_list_routes,    &api_nodes_routes,   &api_cost_routes,
-    &api_steps_routes,    &api_services_routes,
+    &api_web_routes,      &api_misc_routes,         &api_metrics_routes,  &api_jobs_routes,
+    &api_jobs_ctl_routes, &api_jobs_history_routes, &api_logs_routes,     &api_config_routes,
+    &api_users_routes,    &api_node_list_routes,    &api_nodes_routes,    &api_cost_routes,
+    &api_steps_routes,    &api_router_routes,       &api_services_routes,
 };
 
 struct http_route *api_routes_build(size_t *ret_n)

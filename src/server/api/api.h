@@ -47,7 +47,7 @@ struct api_routes {
 extern const struct api_routes api_web_routes, api_misc_routes, api_jobs_routes,
     api_jobs_ctl_routes, api_jobs_history_routes, api_logs_routes, api_config_routes,
     api_users_routes, api_nodes_routes, api_node_list_routes, api_cost_routes, api_metrics_routes,
-    api_steps_routes, api_services_routes;
+    api_steps_routes, api_router_routes, api_services_routes;
 
 /* steps.c: job j's step credential and its ranks' step servers (proto.h's
  * proto_step) into *ret, under the lock: 0 (ret->key NULL when some rank's

@@ -10,6 +10,7 @@
 #include "base/err.h"
 #include "server/api/api.h"
 #include "server/sched/sched.h"
+#include "server/serve/serve.h"
 #include "server/srv.h"
 #include "util/prom.h"
 #include "util/timefmt.h"
@@ -39,6 +40,7 @@ static int metrics(struct http_request *req, void *ctx)
         cost_metrics(&s->cost, p, now);
         monitor_idle_metrics(&s->monitor, p);
         sched_metrics(s->sched, p);
+        serve_metrics(s->serve, p);
     }
     pthread_mutex_unlock(&s->lock);
     size_t len = 0;

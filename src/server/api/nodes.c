@@ -21,6 +21,7 @@
 #include "proto/proto.h"
 #include "server/api/api.h"
 #include "server/sched/sched.h"
+#include "server/serve/serve.h"
 #include "server/srv.h"
 #include "util/errbuf.h"
 #include "util/jsonv.h"
@@ -464,6 +465,8 @@ static int report_plan(struct server *s, struct job *j, const char *node,
     rp->end.end.attempt = j->att.n;
     if (body->state == PROTO_STATE_RUNNING) {
         rp->started = true;
+        if (body->endpoint.port)
+            serve_endpoint(s, j, node, &body->endpoint, now_ms);
         return attempt_row(b, s->epoch, j->id, &j->att, ATTEMPT_RUNNING, NULL, STORE_NULL,
                            STORE_NULL, STORE_NULL);
     }
@@ -530,15 +533,24 @@ static int node_report(struct http_request *req, void *ctx)
         !problem && !refused && !decides && body.state == PROTO_STATE_COMPLETED && j->att.nparts > 1
             ? gang_ranks_left(j, node)
             : 0;
-    if (waiting)
+    /* A replica's endpoint again, its attempt stored RUNNING already: in
+     * memory only (its agent repeats it every few seconds). */
+    json_t *again = !problem && !refused && body.state == PROTO_STATE_RUNNING && j->att.running
+                        ? api_job_json(j, now)
+                        : NULL;
+    if (waiting || again)
         nodes_find(&s->nodes, node)->last_heartbeat_ms = now;
-    else if (!problem && !refused)
+    if (again && body.endpoint.port)
+        serve_endpoint(s, j, node, &body.endpoint, now);
+    else if (!waiting && !again && !problem && !refused)
         rc = report_plan(s, j, node, &body, now, rp, b);
     pthread_mutex_unlock(&s->lock);
     proto_report_release(&body);
-    if (waiting || problem || refused || rc) {
+    if (waiting || again || problem || refused || rc) {
         store_batch_free(b);
         free(rp);
+        if (again)
+            return http_request_respond_json(req, 200, again);
         if (refused)
             return http_request_error(req, 400, "invalid_field", "%s", err);
         if (waiting)

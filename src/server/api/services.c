@@ -13,15 +13,21 @@
 
 #include "base/err.h"
 #include "server/api/api.h"
+#include "server/serve/serve.h"
 #include "server/srv.h"
 #include "base/banned.h"
 
-/* A service as GET shows it: a new object, or NULL when out of memory.
- * Under the state lock. */
+/* A service as GET shows it, its runtime's "status" too: a new object, or
+ * NULL when out of memory. Under the state lock. */
 static json_t *service_json(struct server *s, const struct cluster_service *svc)
 {
-    (void)s;
-    return cluster_service_to_json(svc, 0);
+    json_t *o = cluster_service_to_json(svc, 0);
+    json_t *st = o ? serve_status_json(s, svc, srv_now_ms(s)) : NULL;
+    if (!st || json_object_set_new(o, "status", st)) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
 }
 
 static bool sees(struct server *s, struct http_request *req, const struct cluster_service *svc)
@@ -44,6 +50,8 @@ static int services_list(struct http_request *req, void *ctx)
         json_decref(o);
     }
     pthread_mutex_unlock(&s->lock);
+    if (list)
+        serve_status_cost(s, list, srv_now_ms(s));
     json_t *out = list ? json_pack("{s:o}", "services", list) : NULL;
     if (!out)
         return http_request_error(req, 500, "internal", "out of memory");
@@ -63,8 +71,14 @@ static int service_get(struct http_request *req, void *ctx)
     pthread_mutex_unlock(&s->lock);
     if (!found)
         return http_request_error(req, 404, "not_found", "no service '%s'", name);
-    if (!o)
+    json_t *one = o ? json_array() : NULL;
+    if (!one || json_array_append(one, o)) {
+        json_decref(one);
+        json_decref(o);
         return http_request_error(req, 500, "internal", "out of memory");
+    }
+    serve_status_cost(s, one, srv_now_ms(s));
+    json_decref(one);
     return http_request_respond_json(req, 200, o);
 }
 

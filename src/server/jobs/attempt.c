@@ -93,8 +93,12 @@ enum kill_cause attempt_kill_parse(const char *reason, const char **ret_detail)
     }
     if (strcmp(reason, kill_causes[KILL_REQUEUE].stored) == 0)
         return KILL_REQUEUE;
-    return strcmp(reason, kill_causes[KILL_CANCELLED].stored) == 0 ? KILL_CANCELLED
-                                                                   : KILL_PREEMPTED;
+    const char *cancelled = kill_causes[KILL_CANCELLED].stored;
+    size_t n = strlen(cancelled);
+    if (strncmp(reason, cancelled, n) != 0 || (reason[n] && reason[n] != ':'))
+        return KILL_PREEMPTED;
+    *ret_detail = reason[n] ? reason + n : NULL; /* ": scaled down" */
+    return KILL_CANCELLED;
 }
 
 /* ---- life and stored form ----------------------------------------------------- */

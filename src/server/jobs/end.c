@@ -75,8 +75,10 @@ void job_end_decide(const struct job *j, enum attempt_state att, int64_t exit_co
         e.failure = false;
         snprintf(e.reason, sizeof(e.reason), "attempt %" PRId64 " requeued", j->att.n);
     } else if (j->att.kill == KILL_CANCELLED || att == ATTEMPT_CANCELLED) {
+        /* The controller's own cancels (a serving replica scaled down) say why. */
         e.job_state = JOB_CANCELLED;
-        snprintf(e.reason, sizeof(e.reason), "cancelled");
+        snprintf(e.reason, sizeof(e.reason), "cancelled%s",
+                 j->att.kill == KILL_CANCELLED && j->att.kill_detail ? j->att.kill_detail : "");
     } else if (att == ATTEMPT_COMPLETED) {
         e.job_state = JOB_COMPLETED;
     } else if (att == ATTEMPT_PREEMPTED) {

@@ -77,6 +77,12 @@ static void monitor_task(struct server *s, int64_t now_ms)
     monitor_tick(&s->monitor, srv_now_ms(s));
 }
 
+static void hook_task(struct server *s, int64_t now_ms)
+{
+    if (s->sched->hook.run)
+        s->sched->hook.run(s, now_ms);
+}
+
 /* Counts the pass by why it runs, clears the events, runs it, and keeps its
  * cost for the next gap. */
 static void pass_task(struct server *s, int64_t now_ms)
@@ -101,7 +107,7 @@ static void pass_task(struct server *s, int64_t now_ms)
 
 /* In order. Each runs under the lock; those that commit release it while
  * the store works. The chores run on their own timer, the pass when due. */
-enum task_when { TASK_CHORE, TASK_PASS };
+enum task_when { TASK_CHORE, TASK_HOOK, TASK_PASS };
 static const struct {
     void (*run)(struct server *s, int64_t now_ms);
     enum task_when when;
@@ -109,6 +115,7 @@ static const struct {
     {timeouts_task, TASK_CHORE},   /* lost nodes' attempts end before the pass */
     {sched_idle_task, TASK_CHORE}, /* requeues and cancels by teams' idle policies */
     {budget_task, TASK_CHORE},     /* alert lines */
+    {hook_task, TASK_HOOK},        /* the serving runtime's reconcile: submits before the pass */
     {pass_task, TASK_PASS},        /* the scheduling pass */
     {monitor_task, TASK_CHORE},    /* queue length; minute aggregates to the store */
 };
@@ -147,10 +154,17 @@ static int64_t chores_due_ms(const struct sched *sc)
     return sc->chores_ms + (sc->chores_dirty ? SCHED_PASS_GAP_MAX_MS : sc->pass_interval_ms);
 }
 
-static int64_t next_due_ms(const struct sched *sc)
+static int64_t hook_due_ms(const struct server *s)
 {
-    int64_t pass = sched_pass_due_ms(sc), chores = chores_due_ms(sc);
-    return pass < chores ? pass : chores;
+    return s->sched->hook.due_ms ? s->sched->hook.due_ms(s) : INT64_MAX;
+}
+
+static int64_t next_due_ms(const struct server *s)
+{
+    const struct sched *sc = s->sched;
+    int64_t pass = sched_pass_due_ms(sc), chores = chores_due_ms(sc), hook = hook_due_ms(s);
+    int64_t due = pass < chores ? pass : chores;
+    return hook < due ? hook : due;
 }
 
 int64_t sched_tick(struct server *s, int64_t now_ms)
@@ -163,11 +177,13 @@ int64_t sched_tick(struct server *s, int64_t now_ms)
     }
     for (size_t k = 0; k < NTASKS; k++) {
         /* Asked again each time: a chore may have woken the loop. */
-        bool due = tasks[k].when == TASK_PASS ? now_ms >= sched_pass_due_ms(sc) : chores;
+        bool due = tasks[k].when == TASK_PASS   ? now_ms >= sched_pass_due_ms(sc)
+                   : tasks[k].when == TASK_HOOK ? now_ms >= hook_due_ms(s)
+                                                : chores;
         if (due)
             tasks[k].run(s, now_ms);
     }
-    return next_due_ms(sc);
+    return next_due_ms(s);
 }
 
 void sched_metrics(const struct sched *sc, struct prom *p)
@@ -191,7 +207,7 @@ static void *loop_main(void *arg)
         /* Sleep until the next due task, or an event that may bring it
          * closer (the gap, once an event is pending). */
         int64_t now = srv_now_ms(s);
-        int64_t until = next_due_ms(sc);
+        int64_t until = next_due_ms(s);
         if (now < until) {
             /* The condition variable waits on the real clock: the server's
              * clock may be a test's, so the wait is relative. */

@@ -61,6 +61,7 @@ struct sched_ended {
     X(SCHED_WHY_CANCEL, "cancel") /* a pending job cancelled: its dependents may fail */           \
     X(SCHED_WHY_SUBMIT, "submit") /* a job submitted */                                            \
     X(SCHED_WHY_CHANGE, "change") /* a job held, released, requeued or updated */                  \
+    X(SCHED_WHY_SERVE, "serve")   /* a router holds a request for a service with no replica */     \
     X(SCHED_WHY_TIMER, "timer")   /* none of them: the loop's timer */
 #define SCHED_WHY_ENUM(e, name) e,
 enum sched_why { SCHED_WHY_TABLE(SCHED_WHY_ENUM) SCHED_NWHY };
@@ -69,8 +70,17 @@ enum sched_why { SCHED_WHY_TABLE(SCHED_WHY_ENUM) SCHED_NWHY };
 /* The name of `why` ("end", ... "timer"). */
 const char *sched_why_name(enum sched_why why);
 
+/* A task another subsystem runs on the loop's thread, under the lock,
+ * before the pass (the serving runtime's reconcile): due_ms says when
+ * (server time), run runs it. Set before sched_start; NULL: none. */
+struct sched_hook {
+    int64_t (*due_ms)(const struct server *s);
+    void (*run)(struct server *s, int64_t now_ms);
+};
+
 struct sched {
     struct sched_state state; /* the loop thread's only */
+    struct sched_hook hook;
     struct sched_policy policy;
     int64_t pass_interval_ms; /* the timer */
     int64_t node_timeout_ms;
