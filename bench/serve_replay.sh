@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# serve_replay.sh BUILD_DIR - the Azure LLM conversation trace
+# (../shared/traces/azure_llm2023_conv.csv.gz) as real HTTP load through
+# `gpuorch router` against the example server with autoscaling
+# (docs/performance.md, "Serving"; bench/serve_replay.py says what is measured).
+#
+# Starts a controller, one agent on the fake NVML with GPUS GPUs (default 16)
+# and a router (bench/serve_cluster.sh), applies the service `chat`: the
+# example server (examples/serving/server.py) with one GPU per replica, its
+# model load, prefill and decode speeds and batch below, min MIN, max MAX,
+# concurrency_limit MAX_BATCH, autoscaling on concurrency with target TARGET
+# per replica; then replays the trace with its clock divided by COMPRESS
+# (default 20: the hour in 3 minutes). What has a duration in the replica and
+# the autoscaler is divided by COMPRESS too: the token counts (so service
+# times), the model load (LOAD_S), the stable and panic windows and the
+# scale-to-zero grace (whole seconds, at least 1).
+#
+# Usage: bench/serve_replay.sh build-bench
+# Environment: COMPRESS (20), WINDOW_S (3600), START_S (0), GPUS (16), MIN (1),
+#        MAX (16), TARGET (4), MAX_BATCH (8), PREFILL_TPS (5000), DECODE_TPS
+#        (50), LOAD_S (20), CSV (a file for the replica samples), KEEP_TMP=1.
+set -euo pipefail
+build=${1:?usage: bench/serve_replay.sh BUILD_DIR}
+bin=$(cd "$(dirname "$build/gpuorch")" && pwd)/gpuorch
+nvml=$build/tests/libnvidia-ml.so.1
+here=$(cd "$(dirname "$0")" && pwd)
+server_py=$(cd "$here/.." && pwd)/examples/serving/server.py
+compress=${COMPRESS:-20} window_s=${WINDOW_S:-3600} start_s=${START_S:-0} gpus=${GPUS:-16}
+min=${MIN:-1} max=${MAX:-16} target=${TARGET:-4} batch=${MAX_BATCH:-8}
+prefill=${PREFILL_TPS:-5000} decode=${DECODE_TPS:-50} load_s=${LOAD_S:-20}
+for f in "$bin" "$nvml" "$server_py"; do
+  [ -e "$f" ] || { echo "serve_replay.sh: $f is missing" >&2; exit 2; }
+done
+if ! "$bin" router --help >/dev/null 2>&1; then
+  echo "serve_replay.sh: $bin has no 'gpuorch router' (needs the router and serving branches)" >&2
+  exit 2
+fi
+tmp=$(mktemp -d)
+chmod 0755 "$tmp"
+cleanup() {
+  serve_cluster_stop
+  if [ -n "${KEEP_TMP:-}" ]; then echo "# kept $tmp"; else rm -rf "$tmp"; fi
+}
+trap cleanup EXIT
+# shellcheck source=bench/serve_cluster.sh
+. "$here/serve_cluster.sh"
+serve_cluster_start "$bin" "$nvml" "$gpus"
+
+spec=$(python3 - "$server_py" "$compress" "$min" "$max" "$target" "$batch" "$prefill" \
+  "$decode" "$load_s" <<'EOF'
+import json, math, sys
+server, c, lo, hi, target, batch, prefill, decode, load = sys.argv[1:]
+c = float(c)
+sec = lambda s: max(1, math.ceil(s / c))
+print(json.dumps({
+    "name": "chat", "team": "bench", "model": "chat",
+    "command": ["python3", server, "--model", "chat", "--load-s", f"{float(load) / c:g}",
+                "--prefill-tps", prefill, "--decode-tps", decode, "--max-batch", batch],
+    "resources": {"gpus": 1, "pool": "main"},
+    "min": int(lo), "max": int(hi), "concurrency_limit": int(batch),
+    "autoscaling": {"metric": "concurrency", "target": float(target),
+                    "stable_window_s": sec(60), "panic_window_s": sec(6),
+                    "scale_to_zero_grace_s": sec(30)}}))
+EOF
+)
+code=$(curl -s -o "$tmp/put.json" -w '%{http_code}' -X PUT -H "Authorization: Bearer $user_token" \
+  -d "$spec" "$url/v1/services/chat")
+case $code in
+2*) ;;
+*) echo "serve_replay.sh: PUT /v1/services/chat: $code $(cat "$tmp/put.json")" >&2; exit 1 ;;
+esac
+if [ "$min" -gt 0 ]; then
+  for _ in $(seq 1 600); do
+    curl -sf -H "Authorization: Bearer $user_token" "$url/v1/services/chat" |
+      python3 -c 'import json,sys; sys.exit(json.load(sys.stdin)["status"]["ready"] < 1)' && break
+    sleep 0.1
+  done
+fi
+echo "# serve_replay.sh: $(nproc) CPUs, $(date -u +%FT%TZ), load $(cut -d' ' -f1-3 /proc/loadavg);" \
+  "example server: load ${load_s}/${compress} s, prefill $prefill tok/s, decode $decode tok/s," \
+  "batch $batch; min $min max $max target $target (concurrency)"
+rc=0
+python3 "$here/serve_replay.py" --router "http://127.0.0.1:$rport" --server "$url" \
+  --token "$user_token" --service chat --compress "$compress" --start-s "$start_s" \
+  --window-s "$window_s" --trace "$here/../../shared/traces/azure_llm2023_conv.csv.gz" \
+  ${CSV:+--csv "$CSV"} || rc=$?
+curl -sf -H "Authorization: Bearer $user_token" "$url/v1/services/chat" |
+  python3 -c 'import json, sys
+st = json.load(sys.stdin).get("status") or {}
+print("controller   cost.gpu_hours", (st.get("cost") or {}).get("gpu_hours"),
+      "(wall clock; x", sys.argv[1], "for trace time); last decision:",
+      (st.get("decision") or {}).get("reason"))' "$compress" || true
+exit "$rc"
