@@ -83,6 +83,7 @@ struct hr_run {
     uint64_t t0, t_warm, t_end, period_ns;
     uint64_t next;         /* index of the next request to send (open loop) */
     uint64_t starved_upto; /* requests below it were due with no free connection */
+    uint64_t t_last;       /* the last answer */
     uint64_t done, errors, reconnects, unexpected, late, warm_done;
     uint64_t *lat;
     size_t nlat, caplat;
@@ -146,6 +147,9 @@ static int target_resolve(struct hr_run *run, char *path, size_t pathlen, char *
     if (colon) {
         *colon = '\0';
         snprintf(port, sizeof(port), "%s", colon + 1);
+        long v;
+        if (parse_long("--url port", port, 1, 65535, &v) < 0)
+            return -EINVAL;
     }
     if (close_br) {
         *close_br = '\0';
@@ -318,6 +322,7 @@ static void response_done(struct hr_run *run, long i)
     uint64_t t = now_ns();
     bool ok = run->opt->expect ? c->status == run->opt->expect : c->status / 100 == 2;
     run->done++;
+    run->t_last = t;
     if (c->due >= run->t_warm) {
         lat_add(run, t - c->due);
         run->status[c->status]++;
@@ -623,7 +628,10 @@ static void report(struct hr_run *run, double cpu_s)
     const struct hr_opts *o = run->opt;
     qsort(run->lat, run->nlat, sizeof(*run->lat), cmp_u64);
     size_t n = run->nlat;
-    double secs = o->duration_s, rps = secs > 0 ? (double)run->warm_done / secs : 0;
+    /* Over the measured window, or up to the last answer when answers ran late. */
+    double late_s = run->t_last > run->t_warm ? (double)(run->t_last - run->t_warm) / 1e9 : 0;
+    double secs = late_s > o->duration_s * 1.01 ? late_s : o->duration_s;
+    double rps = secs > 0 ? (double)run->warm_done / secs : 0;
     double p50 = pct(run->lat, n, 50), p90 = pct(run->lat, n, 90), p99 = pct(run->lat, n, 99),
            p999 = pct(run->lat, n, 99.9), mx = n ? (double)run->lat[n - 1] / 1e6 : 0;
     cpu_set_t set;
