@@ -2,23 +2,27 @@
 # serve_replay.sh BUILD_DIR - the Azure LLM conversation trace
 # (../shared/traces/azure_llm2023_conv.csv.gz) as real HTTP load through
 # `gpuorch router` against the example server with autoscaling
-# (docs/performance.md, "Serving"; bench/serve_replay.py says what is measured).
+# (docs/performance.md, "Serving"). The load and the figures are
+# bench/serve_replay.py's; this script starts the cluster around it.
 #
 # Starts a controller, one agent on the fake NVML with GPUS GPUs (default 16)
 # and a router (bench/serve_cluster.sh), applies the service `chat`: the
-# example server (examples/serving/server.py) with one GPU per replica, its
-# model load, prefill and decode speeds and batch below, min MIN, max MAX,
-# concurrency_limit MAX_BATCH, autoscaling on concurrency with target TARGET
-# per replica; then replays the trace with its clock divided by COMPRESS
-# (default 20: the hour in 3 minutes). What has a duration in the replica and
-# the autoscaler is divided by COMPRESS too: the token counts (so service
-# times), the model load (LOAD_S), the stable and panic windows and the
-# scale-to-zero grace (whole seconds, at least 1).
+# example server (examples/serving/server.py) with one GPU per replica, min
+# MIN, max MAX, concurrency_limit MAX_BATCH, autoscaling on concurrency with
+# target TARGET per replica; then replays the trace with its clock divided by
+# COMPRESS (default 20: the hour in 3 minutes). What has a duration is
+# compressed by the same factor: the example server's prefill and decode
+# speeds are multiplied by COMPRESS (so service times shrink with the gaps
+# between arrivals), its model load (LOAD_S) and the autoscaler's stable and
+# panic windows and scale-to-zero grace are divided by it (whole seconds, at
+# least 1). Prints serve_replay.py's JSON summary, then the replicas over time
+# (one row per BUCKET_S s of trace time, default 300, from its replicas.csv).
 #
 # Usage: bench/serve_replay.sh build-bench
 # Environment: COMPRESS (20), WINDOW_S (3600), START_S (0), GPUS (16), MIN (1),
 #        MAX (16), TARGET (4), MAX_BATCH (8), PREFILL_TPS (5000), DECODE_TPS
-#        (50), LOAD_S (20), CSV (a file for the replica samples), KEEP_TMP=1.
+#        (50), LOAD_S (20), MAX_OUTPUT (1024), BUCKET_S (300), OUT (a folder
+#        for requests.csv and replicas.csv; default a temporary one), KEEP_TMP=1.
 set -euo pipefail
 build=${1:?usage: bench/serve_replay.sh BUILD_DIR}
 bin=$(cd "$(dirname "$build/gpuorch")" && pwd)/gpuorch
@@ -28,7 +32,7 @@ server_py=$(cd "$here/.." && pwd)/examples/serving/server.py
 compress=${COMPRESS:-20} window_s=${WINDOW_S:-3600} start_s=${START_S:-0} gpus=${GPUS:-16}
 min=${MIN:-1} max=${MAX:-16} target=${TARGET:-4} batch=${MAX_BATCH:-8}
 prefill=${PREFILL_TPS:-5000} decode=${DECODE_TPS:-50} load_s=${LOAD_S:-20}
-for f in "$bin" "$nvml" "$server_py"; do
+for f in "$bin" "$nvml" "$server_py" "$here/serve_replay.py"; do
   [ -e "$f" ] || { echo "serve_replay.sh: $f is missing" >&2; exit 2; }
 done
 if ! "$bin" router --help >/dev/null 2>&1; then
@@ -55,7 +59,8 @@ sec = lambda s: max(1, math.ceil(s / c))
 print(json.dumps({
     "name": "chat", "team": "bench", "model": "chat",
     "command": ["python3", server, "--model", "chat", "--load-s", f"{float(load) / c:g}",
-                "--prefill-tps", prefill, "--decode-tps", decode, "--max-batch", batch],
+                "--prefill-tps", f"{float(prefill) * c:g}",
+                "--decode-tps", f"{float(decode) * c:g}", "--max-batch", batch],
     "resources": {"gpus": 1, "pool": "main"},
     "min": int(lo), "max": int(hi), "concurrency_limit": int(batch),
     "autoscaling": {"metric": "concurrency", "target": float(target),
@@ -77,13 +82,29 @@ if [ "$min" -gt 0 ]; then
   done
 fi
 echo "# serve_replay.sh: $(nproc) CPUs, $(date -u +%FT%TZ), load $(cut -d' ' -f1-3 /proc/loadavg);" \
-  "example server: load ${load_s}/${compress} s, prefill $prefill tok/s, decode $decode tok/s," \
-  "batch $batch; min $min max $max target $target (concurrency)"
+  "trace time / $compress; example server: load ${load_s}/$compress s, prefill $prefill and" \
+  "decode $decode tok/s x $compress, batch $batch; min $min max $max target $target (concurrency)"
+out=${OUT:-$tmp/out}
+echo "$user_token" >"$tmp/user.token"
 rc=0
-python3 "$here/serve_replay.py" --router "http://127.0.0.1:$rport" --server "$url" \
-  --token "$user_token" --service chat --compress "$compress" --start-s "$start_s" \
-  --window-s "$window_s" --trace "$here/../../shared/traces/azure_llm2023_conv.csv.gz" \
-  ${CSV:+--csv "$CSV"} || rc=$?
+python3 "$here/serve_replay.py" --url "http://127.0.0.1:$rport" --model chat \
+  --speedup "$compress" --start-s "$start_s" --duration-s "$window_s" \
+  --max-output "${MAX_OUTPUT:-1024}" --server "$url" --token-file "$tmp/user.token" \
+  --service chat --out "$out" || rc=$?
+python3 - "$out/replicas.csv" "$compress" "${BUCKET_S:-300}" <<'EOF' || true
+import csv, sys
+rows, c, bucket = list(csv.DictReader(open(sys.argv[1]))), float(sys.argv[2]), float(sys.argv[3])
+print(f"replicas over time (per {bucket:.0f} s of trace time; mean/max of the samples):")
+by = {}
+for r in rows:
+    by.setdefault(int(float(r["t"]) * c // bucket), []).append(r)
+for k in sorted(by):
+    rs = by[k]
+    col = lambda n: [float(r[n] or 0) for r in rs]
+    cell = lambda n: f"{n} {sum(col(n)) / len(rs):4.1f}/{max(col(n)):3.0f}"
+    print(f"  t={k * bucket:6.0f}s " + "  ".join(cell(n) for n in
+          ("desired", "ready", "starting", "draining", "inflight")))
+EOF
 curl -sf -H "Authorization: Bearer $user_token" "$url/v1/services/chat" |
   python3 -c 'import json, sys
 st = json.load(sys.stdin).get("status") or {}
