@@ -14,9 +14,10 @@
 # compressed by the same factor: the example server's prefill and decode
 # speeds are multiplied by COMPRESS (so service times shrink with the gaps
 # between arrivals), its model load (LOAD_S) and the autoscaler's stable and
-# panic windows and scale-to-zero grace are divided by it (whole seconds, at
-# least 1). Prints serve_replay.py's JSON summary, then the replicas over time
-# (one row per BUCKET_S s of trace time, default 300, from its replicas.csv).
+# panic windows and scale-to-zero grace are divided by it (whole seconds, no
+# less than the spec allows: 6 s stable, 1 s panic). Prints serve_replay.py's
+# JSON summary, then the replicas over time (one row per BUCKET_S s of trace
+# time, default 300, from its replicas.csv).
 #
 # Usage: bench/serve_replay.sh build-bench
 # Environment: COMPRESS (20), WINDOW_S (3600), START_S (0), GPUS (16), MIN (1),
@@ -55,7 +56,7 @@ spec=$(python3 - "$server_py" "$compress" "$min" "$max" "$target" "$batch" "$pre
 import json, math, sys
 server, c, lo, hi, target, batch, prefill, decode, load = sys.argv[1:]
 c = float(c)
-sec = lambda s: max(1, math.ceil(s / c))
+sec = lambda s, least: max(least, math.ceil(s / c))  # the spec's least values
 print(json.dumps({
     "name": "chat", "team": "bench", "model": "chat",
     "command": ["python3", server, "--model", "chat", "--load-s", f"{float(load) / c:g}",
@@ -64,8 +65,8 @@ print(json.dumps({
     "resources": {"gpus": 1, "pool": "main"},
     "min": int(lo), "max": int(hi), "concurrency_limit": int(batch),
     "autoscaling": {"metric": "concurrency", "target": float(target),
-                    "stable_window_s": sec(60), "panic_window_s": sec(6),
-                    "scale_to_zero_grace_s": sec(30)}}))
+                    "stable_window_s": sec(60, 6), "panic_window_s": sec(6, 1),
+                    "scale_to_zero_grace_s": sec(30, 1)}}))
 EOF
 )
 code=$(curl -s -o "$tmp/put.json" -w '%{http_code}' -X PUT -H "Authorization: Bearer $user_token" \
