@@ -78,8 +78,8 @@ esac
 if [ "$min" -gt 0 ]; then
   for _ in $(seq 1 600); do
     curl -sf -H "Authorization: Bearer $user_token" "$url/v1/services/chat" |
-      python3 -c 'import json,sys; sys.exit((json.load(sys.stdin).get("status") or {}).get("ready", 0) < 1)' &&
-      break
+      python3 -c 'import json,sys; st = json.load(sys.stdin).get("status")
+sys.exit(st is not None and st.get("ready", 0) < 1)' && break # no status: cannot tell, go
     sleep 0.1
   done
 fi
