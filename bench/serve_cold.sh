@@ -89,7 +89,7 @@ def read_stamp(name, kind, timeout=5):
             time.sleep(0.005)
     return None
 
-rows = []
+rows, failed = [], []
 for i in range(n):
     name = f"cold-{i}"
     cmd = (f"date +%s.%N > {stamps}/$GPUORCH_SERVICE.exec && "
@@ -115,7 +115,11 @@ for i in range(n):
     t1 = time.time()
     c.close()
     if r.status != 200:
-        sys.exit(f"GET /s/{name}/hello: {r.status} {data[:200]!r}")
+        failed.append(name)
+        print(f"run {i + 1:3} GET /s/{name}/hello: {r.status} after {(t1 - t0) * 1e3:.0f} ms: "
+              f"{data[:200]!r}", flush=True)
+        call("DELETE", f"/v1/services/{name}")
+        continue
     t_exec, t_ready = read_stamp(name, "exec"), read_stamp(name, "ready")
     if t_exec is None or t_ready is None:
         sys.exit(f"{name}: the replica left no stamps in {stamps}")
@@ -125,6 +129,11 @@ for i in range(n):
           f"ours_ms={(total - replica) * 1e3:7.1f} (launch {(t_exec - t0) * 1e3:.1f} + "
           f"route {(t1 - t_ready) * 1e3:.1f})", flush=True)
     call("DELETE", f"/v1/services/{name}")
+
+if failed:
+    print(f"failed   {len(failed)} of {n}: {', '.join(failed)}")
+if not rows:
+    sys.exit(1)
 
 def pct(v, p):
     v = sorted(v)
@@ -136,4 +145,5 @@ for label, k in (("total", 0), ("replica", 1), ("launch", 2), ("route", 3)):
 ours = [r[0] - r[1] for r in rows]
 print(f"{'ours':8} p50_ms={pct(ours, 50) * 1e3:8.1f} max_ms={max(ours) * 1e3:8.1f} "
       f"(goal: under 50 ms)")
+sys.exit(1 if failed else 0)
 EOF
