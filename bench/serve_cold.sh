@@ -4,7 +4,7 @@
 # rather than the replica's own start (docs/performance.md, "Serving").
 #
 # Starts a controller (loopback, ephemeral port, fresh data directory), one
-# agent on the fake NVML with 8 GPUs and `gpuorch router`, all stopped by PID.
+# agent on the fake NVML with N + 2 GPUs and `gpuorch router`, all stopped by PID.
 # Then N times (default 10): PUT /v1/services/cold-I (min 0, max 1, one GPU,
 # the replica bench/cold_replica.py), waits until the router lists it in
 # GET /v1/models (no replica yet), sends GET /s/cold-I/hello through the
@@ -24,7 +24,7 @@
 # Usage: bench/serve_cold.sh build-bench   (release build: gpuorch,
 #        gpuorch-shim and tests/libnvidia-ml.so.1; as root the replicas run as
 #        gpuorch-test1)
-# Environment: N (10), LOAD_S (0), PROBE_MS (the spec's readiness period;
+# Environment: N (10), GPUS (N + 2), LOAD_S (0), PROBE_MS (the spec's readiness period;
 #        unset: the service default), KEEP_TMP=1.
 set -euo pipefail
 build=${1:?usage: bench/serve_cold.sh BUILD_DIR}
@@ -50,10 +50,13 @@ cleanup() {
 trap cleanup EXIT
 # shellcheck source=bench/serve_cluster.sh
 . "$here/serve_cluster.sh"
-serve_cluster_start "$bin" "$nvml" 8
+# A GPU per run: a stopped replica's GPU may be held back a while (the
+# agent's dirty check), and a wait for a GPU is not what this measures.
+gpus=${GPUS:-$((N + 2))}
+serve_cluster_start "$bin" "$nvml" "$gpus"
 echo "$user_token" >"$tmp/user.token"
 
-echo "# serve_cold.sh: $N cold starts, one agent with 8 fake GPUs, router on 127.0.0.1:$rport," \
+echo "# serve_cold.sh: $N cold starts, one agent with $gpus fake GPUs, router on 127.0.0.1:$rport," \
   "$(nproc) CPUs, $(date -u +%FT%TZ), load $(cut -d' ' -f1-3 /proc/loadavg)"
 python3 - "$url" "$rport" "$tmp" "$here" <<'EOF'
 import http.client, json, os, sys, time
@@ -101,10 +104,10 @@ for i in range(n):
     st, body = call("PUT", f"/v1/services/{name}", spec)
     if st not in (200, 201):
         sys.exit(f"PUT /v1/services/{name}: {st} {body}")
-    end = time.monotonic() + 30
+    end = time.monotonic() + 90  # past one routes long-poll (30 s by default)
     while name not in router_models():
         if time.monotonic() > end:
-            sys.exit(f"the router did not list {name} within 30 s")
+            sys.exit(f"the router did not list {name} within 90 s")
         time.sleep(0.01)
     c = http.client.HTTPConnection("127.0.0.1", rport, timeout=120)
     c.connect()
