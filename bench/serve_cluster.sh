@@ -2,7 +2,8 @@
 # serve_cluster.sh - sourced by bench/serve_cold.sh and bench/serve_replay.sh:
 # a controller, one agent on the fake NVML and `gpuorch router`, on loopback
 # with ephemeral ports and a fresh data directory under $tmp, stopped by PID
-# (serve_cluster_stop, from the caller's EXIT trap).
+# (serve_cluster_stop, from the caller's EXIT trap: it deletes the services
+# first, since replicas, as jobs, outlive their agent).
 #
 #   serve_cluster_start BIN NVML NGPUS
 # sets url (the controller), token (admin), user_token (a member of team
@@ -11,14 +12,41 @@
 # shellcheck source=bench/cgroups.sh
 . "$(dirname "${BASH_SOURCE[0]}")/cgroups.sh"
 serve_pids=()
+serve_replica_pids() { # the agent's shims of this run, and their children
+  local shim
+  rpids=''
+  for shim in $(pgrep -f -- "--dir $tmp/agent/attempts/" || true); do
+    rpids="$rpids $shim $(pgrep -P "$shim" || true)"
+  done
+}
 serve_cluster_stop() {
-  local i
+  local i n names p
+  # Replicas are jobs, and jobs outlive their agent (it takes them up again
+  # from its journal): delete the services first, so that the agent stops
+  # them, then stop what is left of this run's by PID.
+  if [ -n "${url:-}" ] && [ -n "${token:-}" ]; then
+    names=$(curl -s -m 5 -H "Authorization: Bearer $token" "$url/v1/services" | python3 -c '
+import json, sys
+print(" ".join(s["name"] for s in json.load(sys.stdin).get("services", [])))' 2>/dev/null) || names=''
+    for n in $names; do
+      curl -s -m 5 -o /dev/null -X DELETE -H "Authorization: Bearer $token" "$url/v1/services/$n"
+    done
+    for _ in $(seq 1 150); do
+      serve_replica_pids
+      [ -z "${rpids// /}" ] && break
+      sleep 0.1
+    done
+  fi
   for ((i = ${#serve_pids[@]} - 1; i >= 0; i--)); do
     if kill -0 "${serve_pids[i]}" 2>/dev/null; then
       kill "${serve_pids[i]}"
       wait "${serve_pids[i]}" 2>/dev/null || true
     fi
   done
+  serve_replica_pids
+  for p in $rpids; do kill "$p" 2>/dev/null || true; done
+  [ -z "${rpids// /}" ] || sleep 1
+  for p in $rpids; do kill -9 "$p" 2>/dev/null || true; done
   cg_remove
 }
 serve_free_port() {
