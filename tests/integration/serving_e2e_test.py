@@ -10,7 +10,7 @@ What it checks: at min 0 the first request (by the body's model, then by
 requests sent while the service scales from zero is lost; 8 streams in a
 loop with a target of 2 bring 4 or more ready replicas within the panic
 window plus the startup time, and the service goes back to min after the
-stable window and the grace; a streamed answer's first chunk reaches the
+stable window and the grace, its replicas CANCELLED as scaled down; a streamed answer's first chunk reaches the
 client while the router still counts the request in flight (30 tokens at 10
 tokens/s); a rolling update (the command changes) under a client's steady
 loop fails no request and ends with the new generation answering; a replica
