@@ -318,8 +318,10 @@ write_fake_gpus() {
             for ((j = 0; j < FAKE_GPUS_PER_NODE; j++)); do
                 [ "$j" = "$i" ] || peers="$peers${peers:+, }$j"
             done
-            printf '%s  {"uuid": "GPU-%s-000%s-4000-8000-%012x", "name": "NVIDIA H100 80GB HBM3",\n' \
-                "$sep" "$tag" "$letter" "$i"
+            # The node's letter and the index lead: a UUID's first 12 characters
+            # (what `gpuorch service show` prints) tell the GPUs apart.
+            printf '%s  {"uuid": "GPU-%s%s%x-%s00-4000-8000-%012x", "name": "NVIDIA H100 80GB HBM3",\n' \
+                "$sep" "${tag:0:6}" "$letter" $((i % 16)) "${tag:6:2}" "$i"
             printf '   "memory_mib": 81559, "nvlink_peers": [%s]}' "$peers"
             sep=$',\n'
         done

@@ -13,6 +13,7 @@
 #include "base/err.h"
 #include "server/api/api.h"
 #include "server/sched/sched.h"
+#include "server/serve/serve.h"
 #include "server/srv.h"
 #include "base/banned.h"
 
@@ -89,8 +90,11 @@ static void write_done(void *ctx, const struct store_result *r)
     json_t *body = NULL;
     char err[256] = "";
     pthread_mutex_lock(&s->lock);
+    bool service = config_write_is_service(wr->w);
     int rc =
         config_write_done(&s->config, wr->w, r->err, srv_now_ms(s), &out, &body, err, sizeof(err));
+    if (service && !r->err && !rc)
+        serve_service_changed(s);
     pthread_mutex_unlock(&s->lock);
     if (r->err)
         http_request_complete_error(wr->req, 503, "store", "the change was not stored: %s",

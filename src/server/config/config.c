@@ -253,6 +253,11 @@ const char *config_write_name(const struct config_write *w)
     return w->name;
 }
 
+bool config_write_is_service(const struct config_write *w)
+{
+    return w->kind == CONFIG_SERVICES;
+}
+
 int config_put_plan(struct config *c, enum config_kind kind, const char *name, const json_t *body,
                     int64_t now_ms, struct config_write **ret_w, struct store_batch **ret_batch,
                     char *err, size_t errlen)

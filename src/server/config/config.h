@@ -155,6 +155,8 @@ void config_write_drop(struct config *c, struct config_write *w);
 
 /* The name of the object write w changes (borrowed from w). */
 const char *config_write_name(const struct config_write *w);
+/* Whether write w changes a service (CONFIG_SERVICES). */
+bool config_write_is_service(const struct config_write *w);
 
 /* Delete node `name`'s record (admin): refused with GPO_ESTATE while an
  * attempt runs on it or holds its GPUs (whatever its state). Like

@@ -61,7 +61,7 @@ struct sched_ended {
     X(SCHED_WHY_CANCEL, "cancel") /* a pending job cancelled: its dependents may fail */           \
     X(SCHED_WHY_SUBMIT, "submit") /* a job submitted */                                            \
     X(SCHED_WHY_CHANGE, "change") /* a job held, released, requeued or updated */                  \
-    X(SCHED_WHY_SERVE, "serve")   /* a router holds a request for a service with no replica */     \
+    X(SCHED_WHY_SERVE, "serve")   /* a service written; a request held for a service at zero */    \
     X(SCHED_WHY_TIMER, "timer")   /* none of them: the loop's timer */
 #define SCHED_WHY_ENUM(e, name) e,
 enum sched_why { SCHED_WHY_TABLE(SCHED_WHY_ENUM) SCHED_NWHY };

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/err.h"
+#include "server/sched/sched.h"
 #include "server/serve/serve_int.h"
 #include "server/srv.h"
 #include "base/banned.h"
@@ -82,6 +83,13 @@ static void answer(struct server *s, struct serve_waiter *w)
     else
         http_request_complete_error(w->req, 500, "internal", "out of memory");
     free(w);
+}
+
+void serve_service_changed(struct server *s)
+{
+    s->serve->urgent = true;
+    sched_wake(s->sched, SCHED_WHY_SERVE);
+    serve_routes_changed(s);
 }
 
 void serve_routes_changed(struct server *s)

@@ -177,6 +177,10 @@ int serve_router_report(struct server *s, const struct proto_router_report *rep,
 json_t *serve_routes_json(struct server *s);
 /* The table changed: its revision moves and the long-polls are answered. */
 void serve_routes_changed(struct server *s);
+/* A service was written or deleted (the configuration's write completion,
+ * lock held): the routers learn its name, hosts, keys and limits at once,
+ * and the next turn of the loop reconciles it. */
+void serve_service_changed(struct server *s);
 /* Suspends a router's long-poll until the revision moves or wait_ms pass.
  * 0, or GPO_* when it did not suspend (the caller answers then). */
 int serve_routes_wait(struct server *s, struct http_request *req, unsigned wait_ms);
