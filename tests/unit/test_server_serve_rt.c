@@ -218,12 +218,39 @@ static void the_metrics_list_every_state_of_a_service(void **state)
     pthread_mutex_unlock(&s->lock);
 }
 
+/* A router silent for SERVE_ROUTER_FORGET_MS leaves its record to the next
+ * new name: routers that come and go do not grow the list; one still
+ * reporting keeps its own. */
+static void a_silent_routers_record_is_reused_by_a_new_router(void **state)
+{
+    struct env *e = *state;
+    struct server *s = &e->s;
+    struct proto_load_service load = {.name = "chat", .inflight = 2};
+    struct proto_router_report rep = {.interval_ms = 1000, .services = &load, .nservices = 1};
+    pthread_mutex_lock(&s->lock);
+    rep.router = "r1";
+    assert_int_equal(serve_router_report(s, &rep, e->now), 0);
+    rep.router = "r2";
+    assert_int_equal(serve_router_report(s, &rep, e->now + SERVE_ROUTER_FORGET_MS - 1), 0);
+    assert_int_equal(s->serve->nrouters, 2); /* r1 not silent long enough yet */
+    rep.router = "r3";
+    assert_int_equal(serve_router_report(s, &rep, e->now + SERVE_ROUTER_FORGET_MS), 0);
+    assert_int_equal(s->serve->nrouters, 2); /* r1's record, now r3's */
+    assert_string_equal(s->serve->routers[0].name, "r3");
+    assert_int_equal(s->serve->routers[0].nloads, 1);
+    assert_int_equal(s->serve->routers[0].loads[0].inflight, 2);
+    assert_string_equal(s->serve->routers[1].name, "r2");
+    pthread_mutex_unlock(&s->lock);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(
             a_queued_request_at_zero_starts_a_replica_that_becomes_routable, setup, teardown),
         cmocka_unit_test_setup_teardown(the_metrics_list_every_state_of_a_service, setup, teardown),
+        cmocka_unit_test_setup_teardown(a_silent_routers_record_is_reused_by_a_new_router, setup,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -191,11 +191,27 @@ void serve_endpoint(struct server *s, const struct job *j, const char *node,
         serve_routes_changed(s);
 }
 
-static struct serve_router *router_get(struct serve *sv, const char *name)
+/* The record of router `name`: its own, else one whose router has been
+ * silent for SERVE_ROUTER_FORGET_MS (reused, so that routers that come and
+ * go under new names do not grow the list), else a new one. */
+static struct serve_router *router_get(struct serve *sv, const char *name, int64_t now_ms)
 {
-    for (size_t k = 0; k < sv->nrouters; k++)
+    struct serve_router *stale = NULL;
+    for (size_t k = 0; k < sv->nrouters; k++) {
         if (strcmp(sv->routers[k].name, name) == 0)
             return &sv->routers[k];
+        if (!stale && now_ms - sv->routers[k].at_ms >= SERVE_ROUTER_FORGET_MS)
+            stale = &sv->routers[k];
+    }
+    if (stale) {
+        char *copy = strdup(name);
+        if (!copy)
+            return NULL;
+        router_clear(stale);
+        free(stale->name);
+        stale->name = copy;
+        return stale;
+    }
     if (vec_grow((void **)&sv->routers, &sv->routers_cap, sv->nrouters + 1, sizeof(*sv->routers)))
         return NULL;
     struct serve_router *r = &sv->routers[sv->nrouters];
@@ -236,7 +252,7 @@ static bool at_zero(const struct serve *sv, const char *name)
 int serve_router_report(struct server *s, const struct proto_router_report *rep, int64_t now_ms)
 {
     struct serve *sv = s->serve;
-    struct serve_router *r = router_get(sv, rep->router);
+    struct serve_router *r = router_get(sv, rep->router, now_ms);
     if (!r)
         return GPO_ENOMEM;
     /* A queue that was empty in this router's last report and is not now. */

@@ -42,10 +42,11 @@ struct server;
 struct prom;
 struct job;
 
-#define SERVE_TICK_MS        1000                  /* the reconcile's period */
-#define SERVE_REPORT_TTL_MS  3000                  /* a router's report counts this long */
-#define SERVE_BACKOFF_MIN_MS INT64_C(1000)         /* the first failure's back-off */
-#define SERVE_BACKOFF_MAX_MS (INT64_C(300) * 1000) /* doubling up to this */
+#define SERVE_TICK_MS          1000          /* the reconcile's period */
+#define SERVE_REPORT_TTL_MS    3000          /* a router's report counts this long */
+#define SERVE_ROUTER_FORGET_MS 60000         /* a router silent this long: its record is reused */
+#define SERVE_BACKOFF_MIN_MS   INT64_C(1000) /* the first failure's back-off */
+#define SERVE_BACKOFF_MAX_MS   (INT64_C(300) * 1000) /* doubling up to this */
 #define SERVE_BACKOFF_RESET_MS                                                                     \
     (INT64_C(600) * 1000)           /* ready this long: the failures are forgiven */
 #define SERVE_WAIT_DEFAULT_MS 30000 /* a routes long-poll's default wait */
