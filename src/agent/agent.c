@@ -35,6 +35,7 @@
 #include "gpu/gpu.h"
 #include "proto/proto.h"
 #include "util/httpc.h"
+#include "util/log.h"
 #include "util/opts.h"
 #include "util/timefmt.h"
 #include "util/token.h"
@@ -131,16 +132,10 @@ static int usage_error(const char *flag, const char *value, const char *expected
 static void agent_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void agent_log(const char *fmt, ...)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    char at[TIMEFMT_RFC3339_LEN];
-    timefmt_rfc3339((int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000, at, sizeof(at));
-    char line[2048];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(line, sizeof(line), fmt, ap);
+    log_vline("agent", fmt, ap);
     va_end(ap);
-    fprintf(stderr, "%s gpuorch agent: %s\n", at, line);
 }
 
 static int64_t mono_ms(void)

@@ -18,6 +18,7 @@
 #include <jansson.h>
 
 #include "router/router.h"
+#include "util/log.h"
 #include "util/opts.h"
 #include "util/prom.h"
 #include "util/timefmt.h"
@@ -27,16 +28,10 @@
 
 void router_log(const char *fmt, ...)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    char at[TIMEFMT_RFC3339_LEN];
-    timefmt_rfc3339((int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000, at, sizeof(at));
-    char line[2048];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(line, sizeof(line), fmt, ap);
+    log_vline("router", fmt, ap);
     va_end(ap);
-    fprintf(stderr, "%s gpuorch router: %s\n", at, line);
 }
 
 static void usage(FILE *out)
