@@ -556,13 +556,16 @@
       const st = s.status || {};
       let e = h.byName[s.name];
       if (!e) {
-        e = h.byName[s.name] = {ready: [], desired: [], rps: [], cost: []};
+        e = h.byName[s.name] = {ready: [], desired: [], rps: [], p50: [], p99: [], cost: []};
         for (const k of Object.keys(e)) e[k] = new Array(n - 1).fill(null);
       }
       const obs = st.observed || {};
       e.ready.push(isNum(st.ready) ? st.ready : null);
       e.desired.push(isNum(st.desired) ? st.desired : null);
       e.rps.push(isNum(obs.rps) ? obs.rps : null);
+      const lat = obs.latency || {};
+      e.p50.push(isNum(lat.p50_s) ? lat.p50_s : null);
+      e.p99.push(isNum(lat.p99_s) ? lat.p99_s : null);
       e.cost.push(st.cost && isNum(st.cost.cost) ? st.cost.cost : null);
     }
     for (const e of Object.values(h.byName)) {
@@ -576,7 +579,8 @@
       for (const e of Object.values(h.byName)) for (const k of Object.keys(e)) e[k].splice(0, drop);
     }
     for (const [name, e] of Object.entries(h.byName)) {
-      if (e.ready.every((v) => v === null) && e.rps.every((v) => v === null)) delete h.byName[name];
+      if (e.ready.every((v) => v === null) && e.rps.every((v) => v === null) &&
+          e.p99.every((v) => v === null)) delete h.byName[name];
     }
   }
 
@@ -667,6 +671,11 @@
         const o = (s.status || {}).observed || {};
         return isNum(o.rps) ? o.rps.toFixed(o.rps < 10 ? 1 : 0) : '-';
       }},
+      {h: 'p50 / p99', num: true, cell: (s) => {
+        const lat = ((s.status || {}).observed || {}).latency;
+        return lat && isNum(lat.p50_s) && isNum(lat.p99_s)
+          ? fmtSeconds(lat.p50_s) + ' / ' + fmtSeconds(lat.p99_s) : '-';
+      }},
       {h: 'Cost / hour', num: true, cell: (s) => fmtMoney(costRate(s.name))},
       {h: 'Last decision', cls: 'decision', cell: (s) => decisionCell(s.status || {})},
     ], rows));
@@ -687,6 +696,20 @@
     renderChart('chart-svc-replicas', {t: h.t, series: replicas}, '', null,
       {colorOf, dashOf: (k) => / desired$/.test(k)});
     renderChart('chart-svc-rps', {t: h.t, series: rps}, '', null, {colorOf});
+    const latency = [];
+    for (const n of names) {
+      latency.push({key: n + ' p50', values: h.byName[n].p50});
+      latency.push({key: n + ' p99', values: h.byName[n].p99});
+    }
+    const latColor = (k) => Math.max(0, names.indexOf(k.replace(/ p(50|99)$/, '')));
+    renderChart('chart-svc-latency', {t: h.t, series: latency}, '', null,
+      {colorOf: latColor, dashOf: (k) => / p99$/.test(k)});
+  }
+
+  // Seconds as people read a latency: "43 ms", "1.2 s".
+  function fmtSeconds(s) {
+    if (s < 1) return (s * 1000).toFixed(s < 0.01 ? 1 : 0) + ' ms';
+    return s.toFixed(s < 10 ? 1 : 0) + ' s';
   }
 
   // The block shows only when there are services: none, or a controller without
@@ -704,7 +727,7 @@
     if (list || (r.reason instanceof ApiError && r.reason.status === 404) || block.hidden) {
       block.hidden = true;
       clearServiceHistory();
-      for (const id of ['chart-svc-replicas', 'chart-svc-rps']) chartMessage(id, 'no data yet');
+      for (const id of ['chart-svc-replicas', 'chart-svc-rps', 'chart-svc-latency']) chartMessage(id, 'no data yet');
       return;
     }
     setPanel('services', failure(r.reason));

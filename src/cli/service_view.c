@@ -144,14 +144,26 @@ static const json_t *field(const json_t *o, const char *a, const char *b)
     return json_object_get(json_object_get(o, a), b);
 }
 
-/* A number as people read it: 2, 0.8, 3.25; "-" when it is not one. */
-static const char *num_text(const json_t *v, char *buf, size_t len)
+/* v to `digits` significant digits ("%g"), or "-" when it is not a number. */
+static const char *num_digits(const json_t *v, int digits, char *buf, size_t len)
 {
     if (!json_is_number(v))
         snprintf(buf, len, "-");
     else
-        snprintf(buf, len, "%g", json_number_value(v));
+        snprintf(buf, len, "%.*g", digits, json_number_value(v));
     return buf;
+}
+
+/* A number as people read it: 2, 0.8, 3.25; "-" when it is not one. */
+static const char *num_text(const json_t *v, char *buf, size_t len)
+{
+    return num_digits(v, 6, buf, len);
+}
+
+/* Seconds to three significant digits ("0.0432"), or "-". */
+static const char *secs_text(const json_t *v, char *buf, size_t len)
+{
+    return num_digits(v, 3, buf, len);
 }
 
 static const char *str_or(const json_t *o, const char *key, const char *dflt)
@@ -331,6 +343,13 @@ static void spec_render(FILE *out, const json_t *s)
                 num_text(json_object_get(obs, "concurrency"), a, sizeof(a)),
                 num_text(json_object_get(obs, "rps"), b, sizeof(b)),
                 num_text(json_object_get(obs, "queued"), c, sizeof(c)));
+    const json_t *lat = json_is_object(obs) ? json_object_get(obs, "latency") : NULL;
+    if (json_is_object(lat))
+        fprintf(out, "Latency:      p50 %s s, p99 %s s (%s answers in the last %s s)\n",
+                secs_text(json_object_get(lat, "p50_s"), a, sizeof(a)),
+                secs_text(json_object_get(lat, "p99_s"), b, sizeof(b)),
+                num_text(json_object_get(lat, "requests"), c, sizeof(c)),
+                num_text(json_object_get(lat, "window_s"), size, sizeof(size)));
     const json_t *hosts = json_object_get(s, "hosts");
     if (json_array_size(hosts)) {
         fprintf(out, "Hosts:       ");

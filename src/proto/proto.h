@@ -498,11 +498,21 @@ struct proto_load_replica {
     uint32_t requests;    /* arrived during the interval */
 };
 
+/* Answers by total latency (arrival at the router to the answer's end), in
+ * buckets: [0] up to proto_latency_bounds_s[0], [k] up to bound k, the last
+ * above every bound. The router's /metrics histogram has the same bounds. */
+#define PROTO_LATENCY_BUCKETS 15
+extern const double proto_latency_bounds_s[PROTO_LATENCY_BUCKETS - 1];
+
 struct proto_load_service {
     char *name;                /* 1..PROTO_SPEC_NAME_MAX bytes */
     int64_t concurrency_milli; /* mean of in flight + held over the interval, thousandths */
     uint32_t inflight, queued; /* now */
     uint32_t requests;         /* arrived during the interval */
+    /* "latency_counts" (optional: older routers send none): the answers that
+     * ended during the interval, by bucket */
+    bool has_latency;
+    uint32_t latency[PROTO_LATENCY_BUCKETS];
     struct proto_load_replica *replicas;
     size_t nreplicas; /* 0..PROTO_ROUTE_ENDPOINTS_MAX */
 };

@@ -19,6 +19,9 @@ _Static_assert(sizeof(enum proto_endpoint_state) == sizeof(int), "jsonv stores a
 #define QUEUE_TIMEOUT_DEFAULT 60000
 #define CONCURRENCY_MAX       1e9 /* a service's mean in flight + held */
 
+const double proto_latency_bounds_s[PROTO_LATENCY_BUCKETS - 1] = {
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
+
 static const char *const endpoint_states[] = {
     [PROTO_ENDPOINT_READY] = "ready",
     [PROTO_ENDPOINT_DRAINING] = "draining",
@@ -212,6 +215,7 @@ struct load_wire {
     char *name;
     double concurrency;
     uint32_t inflight, queued, requests;
+    json_t *latency; /* borrowed: checked by latency_decode */
     struct proto_load_replica *replicas;
     size_t nreplicas;
 };
@@ -237,6 +241,7 @@ static const struct jsonv_field load_fields[] = {
     WIRE_REQ("inflight", JSONV_UINT32, struct load_wire, inflight, 0, UINT32_MAX),
     WIRE_REQ("queued", JSONV_UINT32, struct load_wire, queued, 0, UINT32_MAX),
     WIRE_REQ("requests", JSONV_UINT32, struct load_wire, requests, 0, UINT32_MAX),
+    WIRE_OPT("latency_counts", JSONV_RAW, struct load_wire, latency, 0, 0),
     WIRE_OPT("replicas", JSONV_OBJECTS, struct load_wire, replicas, 0, 0,
              .max_items = PROTO_ROUTE_ENDPOINTS_MAX,
              .count_offset = offsetof(struct load_wire, nreplicas),
@@ -254,6 +259,25 @@ static const struct jsonv_field report_fields[] = {
              .nsub = ARRAY_LEN(load_fields)),
 };
 
+/* "latency_counts" into m (absent: none). 0, or GPO_EINVAL. */
+static int latency_decode(const json_t *a, struct proto_load_service *m)
+{
+    m->has_latency = false;
+    if (!a)
+        return 0;
+    if (!json_is_array(a) || json_array_size(a) != PROTO_LATENCY_BUCKETS)
+        return GPO_EINVAL;
+    for (size_t k = 0; k < PROTO_LATENCY_BUCKETS; k++) {
+        const json_t *n = json_array_get(a, k);
+        if (!json_is_integer(n) || json_integer_value(n) < 0 ||
+            json_integer_value(n) > (json_int_t)UINT32_MAX)
+            return GPO_EINVAL;
+        m->latency[k] = (uint32_t)json_integer_value(n);
+    }
+    m->has_latency = true;
+    return 0;
+}
+
 int proto_router_report_decode(const json_t *obj, struct proto_router_report *ret, char *err,
                                size_t errlen)
 {
@@ -267,14 +291,30 @@ int proto_router_report_decode(const json_t *obj, struct proto_router_report *re
         return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
     }
     for (size_t i = 0; i < w.nservices; i++) {
+        if (latency_decode(w.services[i].latency, &v[i]) != 0) {
+            errbuf_set(err, errlen, GPO_EINVAL,
+                       "field 'services[%zu].latency_counts': expected an array of %d whole "
+                       "numbers 0..%u",
+                       i, PROTO_LATENCY_BUCKETS, UINT32_MAX);
+            free(v);
+            jsonv_release(report_fields, ARRAY_LEN(report_fields), &w);
+            return GPO_EINVAL;
+        }
+    }
+    for (size_t i = 0; i < w.nservices; i++) {
         struct load_wire *l = &w.services[i];
+        bool has = v[i].has_latency;
+        uint32_t lat[PROTO_LATENCY_BUCKETS];
+        memcpy(lat, v[i].latency, sizeof(lat));
         v[i] = (struct proto_load_service){.name = l->name,
                                            .concurrency_milli = llround(l->concurrency * 1000),
                                            .inflight = l->inflight,
                                            .queued = l->queued,
                                            .requests = l->requests,
                                            .replicas = l->replicas,
-                                           .nreplicas = l->nreplicas};
+                                           .nreplicas = l->nreplicas,
+                                           .has_latency = has};
+        memcpy(v[i].latency, lat, sizeof(lat));
         l->name = NULL;
         l->replicas = NULL;
         l->nreplicas = 0;
@@ -322,6 +362,14 @@ static json_t *load_json(struct wire_enc *e, const void *elem)
     wire_set(e, o, "inflight", wire_int(e, s->inflight));
     wire_set(e, o, "queued", wire_int(e, s->queued));
     wire_set(e, o, "requests", wire_int(e, s->requests));
+    if (s->has_latency) {
+        json_t *a = e->rc ? NULL : json_array();
+        if (!e->rc && !a)
+            wire_fail(e, GPO_ENOMEM);
+        for (size_t k = 0; a && k < PROTO_LATENCY_BUCKETS; k++)
+            wire_append(e, a, wire_int(e, s->latency[k]));
+        wire_set(e, o, "latency_counts", a);
+    }
     wire_set(e, o, "replicas",
              list_json(e, s->replicas, s->nreplicas, sizeof(*s->replicas), replica_json));
     return o;

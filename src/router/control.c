@@ -139,7 +139,13 @@ static int report_fill(struct router *r, const struct rt_table *t, int64_t inter
             .queued = atomic_load(&st->queued),
             .requests = atomic_exchange(&st->requests, 0),
             .replicas = &b->replicas[at],
+            .has_latency = true,
         };
+        for (size_t k = 0; k <= RT_HIST_BOUNDS; k++) {
+            unsigned long long now = atomic_load(&st->total.counts[k]);
+            l->latency[k] = (uint32_t)(now - st->total_reported[k]);
+            st->total_reported[k] = now;
+        }
         for (size_t k = 0; k < s->neps; k++, at++, l->nreplicas++) {
             struct rt_endpoint *ep = s->eps[k].ep;
             b->replicas[at] = (struct proto_load_replica){

@@ -283,7 +283,7 @@ static void hist_sample(struct prom *p, const char *name, const char *service,
         total += c;
     }
     const char *labels[] = {"service", service, NULL};
-    prom_histogram(p, name, labels, rt_hist_bounds, counts, RT_HIST_BOUNDS,
+    prom_histogram(p, name, labels, proto_latency_bounds_s, counts, RT_HIST_BOUNDS,
                    (double)atomic_load(&h->sum_us) / 1e6, total);
 }
 

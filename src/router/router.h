@@ -30,7 +30,7 @@
 #include "util/token.h"
 
 #define RT_THREADS_MAX 64
-#define RT_HIST_BOUNDS 14  /* latency histogram buckets (seconds) */
+#define RT_HIST_BOUNDS (PROTO_LATENCY_BUCKETS - 1) /* latency bounds (proto_latency_bounds_s) */
 #define RT_CODES       500 /* statuses 100..599 */
 
 struct router_args {
@@ -85,6 +85,8 @@ struct rt_stats {
     atomic_llong load_at;          /* monotonic us of the last change of inflight + queued */
     atomic_ullong codes[RT_CODES]; /* answers by status, from 100 */
     struct rt_hist ttfb, total;
+    /* The report thread's own: total's counts already reported. */
+    unsigned long long total_reported[RT_HIST_BOUNDS + 1];
 };
 
 struct rt_route_ep {
@@ -160,7 +162,6 @@ int64_t rt_now_us(void);
 /* Adds delta (+1/-1) to s's inflight or queued, keeping the load integral. */
 void rt_stats_load(struct rt_stats *s, atomic_uint *which, int delta);
 void rt_hist_add(struct rt_hist *h, int64_t us);
-extern const double rt_hist_bounds[RT_HIST_BOUNDS];
 
 /* ---- control.c: the control threads (the poll, the report) ---- */
 int rt_control_start(struct router *r, pthread_t ret[2], char *err, size_t errlen);

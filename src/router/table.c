@@ -11,9 +11,6 @@
 #include "router/router.h"
 #include "base/banned.h"
 
-const double rt_hist_bounds[RT_HIST_BOUNDS] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
-                                               0.25,  0.5,    1,     2.5,  5,     10,   30};
-
 int64_t rt_now_us(void)
 {
     struct timespec ts;
@@ -25,7 +22,7 @@ void rt_hist_add(struct rt_hist *h, int64_t us)
 {
     double s = (double)us / 1e6;
     size_t k = 0;
-    while (k < RT_HIST_BOUNDS && s > rt_hist_bounds[k])
+    while (k < RT_HIST_BOUNDS && s > proto_latency_bounds_s[k])
         k++;
     atomic_fetch_add(&h->counts[k], 1);
     atomic_fetch_add(&h->sum_us, (unsigned long long)(us > 0 ? us : 0));

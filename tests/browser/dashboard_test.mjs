@@ -416,7 +416,8 @@ function cannedServices(n) {
       status: {desired: 3, ready, replicas,
         decision: {at_ms: Date.now() - 4000, from: 1, to: 3, panic: true,
           reason: '1 -> 3: concurrency 5.0 over target 2 for 6 s'},
-        observed: {concurrency: 5, rps: 2 * n, metric: null, queued: 1},
+        observed: {concurrency: 5, rps: 2 * n, metric: null, queued: 1,
+          latency: {window_s: 60, requests: 10 * n, p50_s: 0.043, p99_s: [0.26, 0.27, 0.28, 0.29, 0.3][Math.min(n, 5) - 1]}},
         backoff: null, cost: {gpu_hours: n / 100, cost: 0.05 * n}}},
   ]};
 }
@@ -502,22 +503,23 @@ async function servicesChecks(page) {
   const shown = await waitUntil(async () => {
     rows = await tableRows(page, 'services');
     const chat = (rows || []).find((r) => r.Service === 'chat');
-    return (await visible()) && chat && chat.Ready === '3 / 3' ? rows : null;
+    return (await visible()) && chat && chat.Ready === '3 / 3' && chat['p50 / p99'] === '43 ms / 300 ms' ? rows : null;
   });
   const chat = (rows || []).find((r) => r.Service === 'chat') || null;
   const embed = (rows || []).find((r) => r.Service === 'embed') || null;
   const wantChat = {Service: 'chat', Model: 'llama-3-8b', Team: 'research', Ready: '3 / 3', 'Min-max': '0-8',
-    Replicas: '3 ready', 'In flight': '6 (+1 queued)', 'Last decision.badge': 'panic'};
+    Replicas: '3 ready', 'In flight': '6 (+1 queued)', 'p50 / p99': '43 ms / 300 ms',
+    'Last decision.badge': 'panic'};
   const chatDiff = differences(wantChat, chat);
   ok(shown && !chatDiff && rows.map((r) => r.Service).join(',') === 'chat,embed' &&
      /^\d+(\.\d)?$/.test(chat['Req/s']) && Number(chat['Req/s']) % 2 === 0 && Number(chat['Req/s']) >= 6 &&
      chat['Last decision'].startsWith('panic1 -> 3: concurrency 5.0 over target 2 for 6 s') &&
      / ago\)$/.test(chat['Last decision']),
   'with services the panel shows a row per service, by name: model, team, ready/desired, min-max, ' +
-    'replicas by state, in flight with the queue, requests per second, the last decision with its panic badge',
+    'replicas by state, in flight with the queue, requests per second, p50 / p99 latency, the last decision with its panic badge',
   `${chatDiff}\n${JSON.stringify(rows)}`);
   ok(embed && embed.Ready === '- / -' && embed['Min-max'] === '1-2' && embed.Replicas === 'none' &&
-     embed['In flight'] === '-' && embed['Last decision'] === 'none yet',
+     embed['In flight'] === '-' && embed['p50 / p99'] === '-' && embed['Last decision'] === 'none yet',
   'a service without status yet shows dashes, not zeros', JSON.stringify(embed));
   const note = await page.textContent('#services-note');
   ok(note === '2 services, 3 of 3 replicas ready', 'the panel note counts services and ready replicas', note);
@@ -548,6 +550,17 @@ async function servicesChecks(page) {
       readyVals.every((v, i) => i === 0 || v >= readyVals[i - 1]) &&
       rpsVals.length >= 3 && lastValue(rps.values[ri]) > rpsVals[0] ? true : null;
   });
+  let latency = null;
+  const latCharted = await waitUntil(async () => {
+    latency = await chartOf(page, 'chart-svc-latency');
+    if (!latency || JSON.stringify(latency.keys) !== '["chat p50","chat p99"]') return null;
+    const p50 = latency.values[0].filter((v) => v !== null);
+    const p99 = latency.values[1].filter((v) => v !== null);
+    return p50.length >= 3 && p50.every((v) => v === 0.043) && lastValue(latency.values[1]) === 0.3 &&
+      p99.every((v, i) => i === 0 || v >= p99[i - 1]) ? true : null;
+  });
+  ok(latCharted, 'the latency chart draws each service\'s p50 and p99 over time, from the status\'s last-minute figures',
+    JSON.stringify(latency).slice(0, 800));
   ok(charted, 'the replicas chart draws each service\'s ready and desired counts over time (chat rising to 3), ' +
     'the requests-per-second chart each service\'s rate, from what the page has seen (embed, with no figures, not at all)',
   JSON.stringify({replicas, rps}).slice(0, 800));

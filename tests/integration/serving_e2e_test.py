@@ -452,6 +452,12 @@ def scale_up_and_down():
     ok(listed.count("ready") >= 4 or (shown and len(
         (shown.get("status") or {}).get("replicas") or []) >= 4),
        "`gpuorch service show chat --json` lists them", json.dumps(shown)[:1500])
+    lat = (((shown or {}).get("status") or {}).get("observed") or {}).get("latency") or {} \
+        if isinstance(shown, dict) else {}
+    ok(lat.get("window_s") == 60 and lat.get("requests", 0) > 0 and
+       0 < lat.get("p50_s", 0) <= lat.get("p99_s", 0) < 30,
+       "... with the last minute's answers and their p50 and p99 latency, from the router's "
+       "reports", json.dumps(lat))
     fails = load.failures()
     ok(load.count() >= 8 and not fails, f"every stream of the load ended whole "
        f"({load.count()} streams)", fails[:5])

@@ -122,7 +122,9 @@ static const char chat_text[] =
     "      \"gpus\": [], \"inflight\": 0, \"reason\": \"team 'ml' at its quota\"}],"
     "   \"decision\": {\"at_ms\": 1000000, \"from\": 1, \"to\": 2, \"panic\": false,"
     "     \"reason\": \"1 -> 2: concurrency 3.8 over target 2 for 60 s\"},"
-    "   \"observed\": {\"concurrency\": 3.8, \"rps\": 5.1, \"metric\": null, \"queued\": 0},"
+    "   \"observed\": {\"concurrency\": 3.8, \"rps\": 5.1, \"metric\": null, \"queued\": 0,"
+    "     \"latency\": {\"window_s\": 60, \"requests\": 301, \"p50_s\": 0.0431667,"
+    "       \"p99_s\": 0.145}},"
     "   \"backoff\": null, \"cost\": {\"gpu_hours\": 1.5, \"cost\": 3.0}}}";
 
 static char *show(const char *text, int64_t now_ms)
@@ -153,6 +155,7 @@ static void show_gives_spec_replicas_decision_and_cost(void **state)
                         "Autoscaling:  concurrency, target 2 per replica, at most 4 in flight per "
                         "replica\n"
                         "Observed:     concurrency 3.8, 5.1 requests/s, 0 queued\n"
+                        "Latency:      p50 0.0432 s, p99 0.145 s (301 answers in the last 60 s)\n"
                         "Hosts:        chat.example.com\n"
                         "\n"
                         "REPLICA  JOB  NODE  GPUS          STATE     INFLIGHT  REASON\n"

@@ -130,6 +130,41 @@ static void test_a_report_decodes_its_concurrency_in_thousandths_and_back(void *
     json_decref(o);
 }
 
+static void test_a_report_carries_its_answers_by_latency_when_it_has_them(void **state)
+{
+    (void)state;
+    json_t *o = load(REPORT(LOAD(", \"latency_counts\": [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, "
+                                 "13, 4294967295], \"replicas\": []")));
+    struct proto_router_report m;
+    char err[256] = "";
+    if (proto_router_report_decode(o, &m, err, sizeof(err)))
+        fail_msg("%s", err);
+    assert_true(m.services[0].has_latency);
+    for (uint32_t k = 0; k + 1 < PROTO_LATENCY_BUCKETS; k++)
+        assert_int_equal(m.services[0].latency[k], k);
+    assert_int_equal(m.services[0].latency[PROTO_LATENCY_BUCKETS - 1], UINT32_MAX);
+    json_t *back = NULL;
+    assert_int_equal(proto_router_report_encode(&m, &back), 0);
+    assert_true(json_equal(o, back));
+    proto_router_report_release(&m);
+    json_decref(back);
+    json_decref(o);
+    /* An older router's report has none, and encodes back without the key. */
+    o = load(REPORT(LOAD("")));
+    if (proto_router_report_decode(o, &m, err, sizeof(err)))
+        fail_msg("%s", err);
+    assert_false(m.services[0].has_latency);
+    assert_int_equal(proto_router_report_encode(&m, &back), 0);
+    assert_null(json_object_get(json_array_get(json_object_get(back, "services"), 0),
+                                "latency_counts"));
+    proto_router_report_release(&m);
+    json_decref(back);
+    json_decref(o);
+    /* The bounds rise. */
+    for (size_t k = 1; k + 1 < PROTO_LATENCY_BUCKETS; k++)
+        assert_true(proto_latency_bounds_s[k] > proto_latency_bounds_s[k - 1]);
+}
+
 static void test_an_encoder_refuses_a_missing_name(void **state)
 {
     (void)state;
@@ -184,6 +219,13 @@ static const struct refused {
      REPORT(LOAD(", \"replicas\": [{\"job\": 0, \"attempt\": 1, \"inflight\": 0, "
                  "\"requests\": 0}]")),
      GPO_ERANGE, "'services[0].replicas[0].job'"},
+    {true, REPORT(LOAD(", \"latency_counts\": [1, 2]")), GPO_EINVAL,
+     "field 'services[0].latency_counts': expected an array of 15 whole numbers"},
+    {true,
+     REPORT(LOAD(", \"latency_counts\": [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, -1]")),
+     GPO_EINVAL, "'services[0].latency_counts'"},
+    {true, REPORT(LOAD(", \"latency_counts\": \"many\"")), GPO_EINVAL,
+     "'services[0].latency_counts'"},
     {true, "{\"router\": \"r1\", \"interval_ms\": 0, \"services\": []}", GPO_ERANGE,
      "'interval_ms'"},
     {true, "{\"router\": \"\", \"interval_ms\": 1, \"services\": []}", GPO_ERANGE, "'router'"},
@@ -218,6 +260,7 @@ int main(void)
         cmocka_unit_test(test_a_routing_table_decodes_and_encodes_back_the_same),
         cmocka_unit_test(test_a_service_left_bare_takes_the_defaults),
         cmocka_unit_test(test_a_report_decodes_its_concurrency_in_thousandths_and_back),
+        cmocka_unit_test(test_a_report_carries_its_answers_by_latency_when_it_has_them),
         cmocka_unit_test(test_an_encoder_refuses_a_missing_name),
         cmocka_unit_test(test_every_bad_value_is_refused_by_its_path),
     };

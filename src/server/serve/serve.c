@@ -40,6 +40,7 @@ static void service_free(struct serve_service *svc)
     free(svc->name);
     free(svc->v);
     free(svc->as);
+    free(svc->latency);
     free(svc);
 }
 
@@ -249,6 +250,27 @@ static bool at_zero(const struct serve *sv, const char *name)
     return true;
 }
 
+/* A report's answers by latency into its service's window (a service this
+ * controller does not run: ignored). */
+static int latency_add(struct serve *sv, const struct proto_load_service *in, int64_t now_ms)
+{
+    struct serve_service *svc = in->has_latency ? serve_service_get(sv, in->name, false, 0) : NULL;
+    if (!svc)
+        return 0;
+    if (!svc->latency && !(svc->latency = calloc(1, sizeof(*svc->latency))))
+        return GPO_ENOMEM;
+    int64_t sec = now_ms / 1000 + 1; /* + 1: slot time 0 means empty */
+    size_t slot = (size_t)(sec % SERVE_LATENCY_WINDOW_S);
+    struct serve_latency *l = svc->latency;
+    if (l->at_s[slot] != sec) {
+        l->at_s[slot] = sec;
+        memset(l->counts[slot], 0, sizeof(l->counts[slot]));
+    }
+    for (size_t b = 0; b < PROTO_LATENCY_BUCKETS; b++)
+        l->counts[slot][b] += in->latency[b];
+    return 0;
+}
+
 int serve_router_report(struct server *s, const struct proto_router_report *rep, int64_t now_ms)
 {
     struct serve *sv = s->serve;
@@ -277,6 +299,8 @@ int serve_router_report(struct server *s, const struct proto_router_report *rep,
         rc = load_copy(&rep->services[k], &r->loads[k]);
         r->nloads = k + 1;
     }
+    for (size_t k = 0; !rc && k < rep->nservices; k++)
+        rc = latency_add(sv, &rep->services[k], now_ms);
     if (wake) {
         sv->urgent = true;
         sched_wake(s->sched, SCHED_WHY_SERVE);

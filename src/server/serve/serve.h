@@ -89,6 +89,14 @@ struct serve_backoff {
     char reason[200];
 };
 
+/* The answers of the last SERVE_LATENCY_WINDOW_S seconds by total latency
+ * (the routers' reports, summed): one slot per second. */
+#define SERVE_LATENCY_WINDOW_S 60
+struct serve_latency {
+    int64_t at_s[SERVE_LATENCY_WINDOW_S]; /* the second a slot holds; 0: none */
+    uint32_t counts[SERVE_LATENCY_WINDOW_S][PROTO_LATENCY_BUCKETS];
+};
+
 struct serve_service {
     char *name;
     struct serve_replica *v;
@@ -101,6 +109,7 @@ struct serve_service {
     int32_t decision_from;
     int64_t concurrency_milli, rps_milli, metric_milli; /* observed; metric PROTO_NONE: none */
     uint32_t queued, inflight;
+    struct serve_latency *latency; /* owned; made at the first report that carries one */
     struct serve_backoff backoff;
     int64_t drain_timeout_ms; /* the configuration's, kept for a deleted service */
     bool deleted;             /* gone from the configuration: drained, then forgotten */

@@ -19,6 +19,47 @@ static json_t *milli_json(int64_t v)
     return v == PROTO_NONE ? json_null() : json_real((double)v / 1000.0);
 }
 
+/* The q-quantile (0..1) of n answers by bucket, interpolated within its
+ * bucket as Prometheus' histogram_quantile does; above the last bound it is
+ * that bound. */
+static double bucket_quantile(const uint64_t *counts, uint64_t n, double q)
+{
+    double rank = q * (double)n;
+    uint64_t below = 0;
+    for (size_t b = 0; b < PROTO_LATENCY_BUCKETS; b++) {
+        if (b == PROTO_LATENCY_BUCKETS - 1)
+            return proto_latency_bounds_s[b - 1];
+        if ((double)(below + counts[b]) >= rank && counts[b]) {
+            double lo = b ? proto_latency_bounds_s[b - 1] : 0;
+            double hi = proto_latency_bounds_s[b];
+            return lo + (hi - lo) * (rank - (double)below) / (double)counts[b];
+        }
+        below += counts[b];
+    }
+    return 0;
+}
+
+/* "latency": the answers of the last minute, or null when there were none. */
+static json_t *latency_json(const struct serve_service *svc, int64_t now_ms)
+{
+    uint64_t counts[PROTO_LATENCY_BUCKETS] = {0}, n = 0;
+    const struct serve_latency *l = svc ? svc->latency : NULL;
+    int64_t sec = now_ms / 1000 + 1; /* as serve.c's latency_add counts */
+    for (size_t k = 0; l && k < SERVE_LATENCY_WINDOW_S; k++) {
+        if (!l->at_s[k] || sec - l->at_s[k] >= SERVE_LATENCY_WINDOW_S)
+            continue;
+        for (size_t b = 0; b < PROTO_LATENCY_BUCKETS; b++) {
+            counts[b] += l->counts[k][b];
+            n += l->counts[k][b];
+        }
+    }
+    if (!n)
+        return json_null();
+    return json_pack("{s:i, s:I, s:f, s:f}", "window_s", SERVE_LATENCY_WINDOW_S, "requests",
+                     (json_int_t)n, "p50_s", bucket_quantile(counts, n, 0.5), "p99_s",
+                     bucket_quantile(counts, n, 0.99));
+}
+
 static json_t *gpus_json(const struct job *j)
 {
     json_t *a = json_array();
@@ -129,9 +170,10 @@ json_t *serve_status_json(struct server *s, const struct cluster_service *c, int
         return NULL;
     int32_t desired = svc && svc->decision_ms ? svc->decision.desired : c->autoscale.min;
     json_t *observed = json_pack(
-        "{s:o, s:o, s:o, s:i}", "concurrency", milli_json(svc ? svc->concurrency_milli : 0), "rps",
-        milli_json(svc ? svc->rps_milli : 0), "metric",
-        milli_json(svc ? svc->metric_milli : PROTO_NONE), "queued", svc ? (int)svc->queued : 0);
+        "{s:o, s:o, s:o, s:i, s:o*}", "concurrency",
+        milli_json(svc ? svc->concurrency_milli : 0), "rps", milli_json(svc ? svc->rps_milli : 0),
+        "metric", milli_json(svc ? svc->metric_milli : PROTO_NONE), "queued",
+        svc ? (int)svc->queued : 0, "latency", latency_json(svc, now_ms));
     return json_pack("{s:i, s:i, s:o, s:o, s:o*, s:o, s:o*}", "desired", desired, "ready", ready,
                      "replicas", replicas, "decision", decision_json(svc), "observed", observed,
                      "backoff", backoff_json(svc, now_ms), "cost",
