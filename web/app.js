@@ -628,6 +628,11 @@
       d.appendChild(document.createTextNode(st.backoff.reason || 'crash loop'));
       return d;
     }
+    if (st.blocked) {
+      d.appendChild(badge('blocked', 'red'));
+      d.appendChild(document.createTextNode(st.blocked));
+      return d;
+    }
     const dec = st.decision;
     if (!dec || !dec.reason) {
       d.appendChild(el('span', 'muted', 'none yet'));

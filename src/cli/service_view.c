@@ -409,6 +409,8 @@ int service_show_render(FILE *out, const json_t *svc, int64_t now_ms)
         return rc;
     decision_render(out, json_object_get(st, "decision"), now_ms);
     backoff_render(out, json_object_get(st, "backoff"), now_ms);
+    if (cli_json_str(st, "blocked"))
+        fprintf(out, "Blocked:       %s\n", cli_json_str(st, "blocked"));
     const json_t *cost = json_object_get(st, "cost");
     if (json_is_object(cost)) {
         char h[CELL_LEN], c[CELL_LEN];

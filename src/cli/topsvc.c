@@ -49,7 +49,7 @@ static json_t *service_entry(const json_t *svc)
     const json_t *obs = json_object_get(st, "observed"), *dec = json_object_get(st, "decision");
     const json_t *panic = json_object_get(dec, "panic");
     return json_pack(
-        "{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:b, s:o, s:o}", "name",
+        "{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:b, s:o, s:o, s:o}", "name",
         top_json_str(cli_json_str(svc, "name")), "model", top_json_str(cli_json_str(svc, "model")),
         "team", top_json_str(cli_json_str(svc, "team")), "ready",
         top_json_int(json_object_get(st, "ready")), "desired",
@@ -59,7 +59,8 @@ static json_t *service_entry(const json_t *svc)
         "concurrency", top_json_num(json_object_get(obs, "concurrency")), "rps",
         top_json_num(json_object_get(obs, "rps")), "decision",
         top_json_str(cli_json_str(dec, "reason")), "panic", json_is_true(panic), "backoff",
-        top_json_str(cli_json_str(json_object_get(st, "backoff"), "reason")), "cost",
+        top_json_str(cli_json_str(json_object_get(st, "backoff"), "reason")), "blocked",
+        top_json_str(cli_json_str(st, "blocked")), "cost",
         top_json_num(json_object_get(json_object_get(st, "cost"), "cost")));
 }
 
@@ -121,9 +122,12 @@ static int service_row(struct table *t, const json_t *s)
         snprintf(rps, sizeof(rps), "%.1f", json_number_value(r));
     /* A crash loop says more than the last decision: it is why nothing scales. */
     const char *backoff = cli_json_str(s, "backoff"), *reason = cli_json_str(s, "decision");
+    const char *blocked = cli_json_str(s, "blocked");
     bool panic = json_is_true(json_object_get(s, "panic"));
     if (backoff)
         snprintf(dec, sizeof(dec), "backoff: %s", backoff);
+    else if (blocked)
+        snprintf(dec, sizeof(dec), "blocked: %s", blocked);
     else if (reason)
         snprintf(dec, sizeof(dec), "%s%s", reason,
                  panic && !strstr(reason, "panic") ? " (panic)" : "");

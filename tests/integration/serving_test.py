@@ -324,6 +324,34 @@ def waits_at_quota():
     call("POST", f"/v1/jobs/{filler}/cancel", token=ADMIN)
 
 
+def blocked_by_budget():
+    # A replica is a job: a team over its monthly budget gets no replica below
+    # the budget's class (POST /v1/jobs answers 403 there), and says why.
+    st, body, _ = call("GET", "/v1/nodes", token=ADMIN)
+    node = {n["name"]: n for n in (body or {}).get("nodes") or []}.get("n1") or {}
+    gpu_type = ((node.get("gpus") or [{}])[0]).get("gpu_type")
+    put(f"/v1/prices/{gpu_type}", {"per_gpu_hour": 360000})
+    put("/v1/priority-classes/critical", {"order": 1000})
+    put("/v1/teams/ml", {"quotas": [{"pool": "main", "guaranteed": 8, "borrow_limit": -1},
+                                    {"pool": "small", "guaranteed": 1, "borrow_limit": 0},
+                                    {"pool": "capped", "guaranteed": 1, "borrow_limit": 0}],
+                         "budget": {"monthly": 1, "block_below": "critical"}})
+    # ml's replicas run and cost 100 a GPU-second: over 1 at once.
+    apply(spec("poor", min=1, max=1))
+    why = wait_until(lambda: (status("poor") or {}).get("blocked"), timeout=30, step=0.2)
+    ok(why and "budget" in why and "critical" in why and not replicas("poor"),
+       "over its budget, the team's service gets no replica, and its status says why (blocked)",
+       json.dumps(status("poor")))
+    put("/v1/teams/ml", {"quotas": [{"pool": "main", "guaranteed": 8, "borrow_limit": -1},
+                                    {"pool": "small", "guaranteed": 1, "borrow_limit": 0},
+                                    {"pool": "capped", "guaranteed": 1, "borrow_limit": 0}]})
+    started = wait_until(lambda: replicas("poor") and not (status("poor") or {}).get("blocked"),
+                         timeout=30, step=0.2)
+    ok(started, "with the budget gone, the replica starts and the reason goes",
+       json.dumps(status("poor")))
+    call("DELETE", "/v1/services/poor", token=ADMIN)
+
+
 def restart_keeps_services():
     before = sorted(r["job"] for r in replicas("chat"))
     # The server comes back on another port: the agents follow it (their
@@ -353,7 +381,7 @@ def main():
         ok(False, "GET /v1/services exists (the services API)", raw[:300])
         return
     for step in (cold_start, scale_up_and_down, replaced_when_killed, rolling_update,
-                 preempts_training, waits_at_quota, restart_keeps_services):
+                 preempts_training, waits_at_quota, blocked_by_budget, restart_keeps_services):
         try:
             step()
         except Exception as e:  # one broken step should not hide the others' results

@@ -94,6 +94,14 @@ static int submit_user(struct server *s, const struct cluster_service *c, struct
 static int submit_one(struct server *s, struct serve_service *svc, const struct cluster_service *c,
                       int64_t now_ms)
 {
+    /* A replica is a job: a team over its budget gets none below the
+     * budget's class, as POST /v1/jobs refuses them (403). */
+    char why[sizeof(svc->blocked)];
+    if (cost_blocks(&s->cost, c->replica.team, c->replica.priority, now_ms, why, sizeof(why))) {
+        snprintf(svc->blocked, sizeof(svc->blocked), "%s", why);
+        return GPO_EPERM;
+    }
+    svc->blocked[0] = '\0';
     struct submit *sub = calloc(1, sizeof(*sub));
     if (!sub)
         return GPO_ENOMEM;

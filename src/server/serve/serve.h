@@ -110,6 +110,7 @@ struct serve_service {
     int64_t concurrency_milli, rps_milli, metric_milli; /* observed; metric PROTO_NONE: none */
     uint32_t queued, inflight;
     struct serve_latency *latency; /* owned; made at the first report that carries one */
+    char blocked[400]; /* why no replica may be submitted now (the team's budget); "" if none */
     struct serve_backoff backoff;
     int64_t drain_timeout_ms; /* the configuration's, kept for a deleted service */
     bool deleted;             /* gone from the configuration: drained, then forgotten */

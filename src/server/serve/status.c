@@ -169,14 +169,15 @@ json_t *serve_status_json(struct server *s, const struct cluster_service *c, int
     if (!replicas)
         return NULL;
     int32_t desired = svc && svc->decision_ms ? svc->decision.desired : c->autoscale.min;
-    json_t *observed = json_pack(
-        "{s:o, s:o, s:o, s:i, s:o*}", "concurrency",
-        milli_json(svc ? svc->concurrency_milli : 0), "rps", milli_json(svc ? svc->rps_milli : 0),
-        "metric", milli_json(svc ? svc->metric_milli : PROTO_NONE), "queued",
-        svc ? (int)svc->queued : 0, "latency", latency_json(svc, now_ms));
-    return json_pack("{s:i, s:i, s:o, s:o, s:o*, s:o, s:o*}", "desired", desired, "ready", ready,
-                     "replicas", replicas, "decision", decision_json(svc), "observed", observed,
-                     "backoff", backoff_json(svc, now_ms), "cost",
+    json_t *observed = json_pack("{s:o, s:o, s:o, s:i, s:o*}", "concurrency",
+                                 milli_json(svc ? svc->concurrency_milli : 0), "rps",
+                                 milli_json(svc ? svc->rps_milli : 0), "metric",
+                                 milli_json(svc ? svc->metric_milli : PROTO_NONE), "queued",
+                                 svc ? (int)svc->queued : 0, "latency", latency_json(svc, now_ms));
+    return json_pack("{s:i, s:i, s:o, s:o, s:o*, s:o, s:o, s:o*}", "desired", desired, "ready",
+                     ready, "replicas", replicas, "decision", decision_json(svc), "observed",
+                     observed, "backoff", backoff_json(svc, now_ms), "blocked",
+                     svc && svc->blocked[0] ? json_string(svc->blocked) : json_null(), "cost",
                      json_pack("{s:f, s:f}", "gpu_hours", 0.0, "cost", 0.0));
 }
 
