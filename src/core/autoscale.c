@@ -105,12 +105,13 @@ void autoscale_startup(struct autoscale_state *st, int64_t startup_ms)
 }
 
 /* A window's summary: the mean over its seconds with data, and the
- * least-squares slope of the per-second values (milli per second). */
+ * least-squares slope of the per-second values (milli per second) with its
+ * standard error (0 where there are too few points for one). */
 struct window {
     int64_t seconds; /* its length */
     int32_t points;  /* seconds with data */
     double mean;
-    double slope;
+    double slope, slope_se;
 };
 
 static int64_t window_seconds(int64_t window_ms)
@@ -124,7 +125,7 @@ static struct window window_read(const struct autoscale_state *st, int64_t now_m
 {
     struct window w = {.seconds = window_seconds(window_ms)};
     int64_t now_s = second_of(now_ms);
-    double sx = 0, sy = 0, sxx = 0, sxy = 0;
+    double sx = 0, sy = 0, sxx = 0, sxy = 0, syy = 0;
     for (int64_t x = 0; x < w.seconds; x++) {
         int64_t s = now_s - w.seconds + 1 + x;
         const struct autoscale_bucket *b = &st->buckets[slot_of(s)];
@@ -136,13 +137,21 @@ static struct window window_read(const struct autoscale_state *st, int64_t now_m
         sy += y;
         sxx += (double)x * (double)x;
         sxy += (double)x * y;
+        syy += y * y;
     }
     if (w.points == 0)
         return w;
-    w.mean = sy / w.points;
-    double den = w.points * sxx - sx * sx;
-    if (w.points >= SLOPE_MIN_POINTS && den > 0)
-        w.slope = (w.points * sxy - sx * sy) / den;
+    double n = w.points;
+    w.mean = sy / n;
+    double den = n * sxx - sx * sx;
+    if (w.points < SLOPE_MIN_POINTS || den <= 0)
+        return w;
+    w.slope = (n * sxy - sx * sy) / den;
+    /* The residuals' variance over n - 2, over the centred sum of squares
+     * of x (den / n): the slope's variance. */
+    double sxx_c = den / n, syy_c = syy - sy * sy / n;
+    double ssr = syy_c - w.slope * w.slope * sxx_c;
+    w.slope_se = ssr > 0 ? sqrt(ssr / (n - 2) / sxx_c) : 0;
     return w;
 }
 
@@ -173,14 +182,28 @@ static int32_t want_of(double mean_milli, int64_t headroom_milli, int64_t target
     return w <= 0 ? 0 : (int32_t)w;
 }
 
-/* The traffic that arrives while a new replica starts: the panic window's
- * slope (when rising) times the measured startup. */
+/* The traffic that arrives while a new replica starts: the trend's slope
+ * times the measured startup. The trend is fitted over the last startup's
+ * length (at least the panic window, at most the stable window), never
+ * over less time than it is carried forward: a line through six noisy
+ * seconds, extrapolated over a minute's model load, turns noise into
+ * replicas. And it counts only when the rise stands clear of the noise:
+ * the slope at least HEADROOM_T times its standard error. */
+#define HEADROOM_T 2.0
 static int64_t headroom_of(const struct autoscale_state *st, const struct autoscale_spec *spec,
-                           const struct window *panic)
+                           int64_t now_ms)
 {
-    if (!spec->headroom || st->startups == 0 || panic->slope <= 0)
+    if (!spec->headroom || st->startups == 0)
         return 0;
-    return (int64_t)floor(panic->slope * (double)st->startup_ms / 1000.0);
+    int64_t span = st->startup_ms;
+    if (span < spec->panic_window_ms)
+        span = spec->panic_window_ms;
+    if (span > spec->stable_window_ms)
+        span = spec->stable_window_ms;
+    struct window trend = window_read(st, now_ms, span);
+    if (trend.slope <= 0 || trend.slope < HEADROOM_T * trend.slope_se)
+        return 0;
+    return (int64_t)floor(trend.slope * (double)st->startup_ms / 1000.0);
 }
 
 /* Panic: entered or re-triggered when the panic window wants at least
@@ -250,7 +273,7 @@ static int32_t compute(struct autoscale_state *st, const struct autoscale_input 
     if (c->stable.points == 0) {
         return current; /* no data: hold what exists */
     }
-    c->headroom_milli = headroom_of(st, spec, &c->panic);
+    c->headroom_milli = headroom_of(st, spec, in->now_ms);
     int32_t want_stable = want_of(c->stable.mean, c->headroom_milli, target);
     /* No report within the panic window: no reason to panic. */
     int32_t raw_panic = c->panic.points ? want_of(c->panic.mean, 0, target) : 0;

@@ -410,6 +410,28 @@ static void test_no_headroom_for_flat_traffic_or_without_a_measured_startup(void
     free(flat);
 }
 
+/* Noise is no trend: concurrency alternating 2 and 8 each second (a flat
+ * mean of 5) with a measured startup of 60 s. A line through the panic
+ * window's last 6 seconds (2, 8, 2, 8, 2, 8) rises 0.51 per second, which
+ * over a 60 s startup would add 31 in flight: 36 replicas. The trend is
+ * fitted over the startup's 60 s, where the slope is 0.003 per second and
+ * far inside its standard error: no headroom, 5 replicas. */
+static void test_no_headroom_for_noise_however_long_the_startup(void **state)
+{
+    (void)state;
+    struct rig *r = rig_new();
+    r->spec.headroom = true;
+    r->spec.panic_threshold_pct = 100000;
+    r->follow = false;
+    r->in.ready = 5;
+    autoscale_startup(&r->st, 60 * S);
+    for (int64_t s = 0; s < 60; s++)
+        autoscale_observe(&r->st, s * S, s % 2 ? 8000 : 2000);
+    assert_int_equal(decide(r, 59 * S), 5);
+    assert_string_equal(r->d.reason, "5 -> 5: steady (concurrency 5.0, target 1)");
+    free(r);
+}
+
 /* The measured startup is a moving mean: the first is taken whole, later
  * ones move it by a share. */
 static void test_startup_is_a_moving_mean(void **state)
@@ -641,6 +663,7 @@ int main(void)
         cmocka_unit_test(test_scale_down_delay_holds_the_peak),
         cmocka_unit_test(test_headroom_adds_replicas_for_a_growing_ramp),
         cmocka_unit_test(test_no_headroom_for_flat_traffic_or_without_a_measured_startup),
+        cmocka_unit_test(test_no_headroom_for_noise_however_long_the_startup),
         cmocka_unit_test(test_startup_is_a_moving_mean),
         cmocka_unit_test(test_rps_and_replica_metric_use_the_same_rule),
         cmocka_unit_test(test_reason_strings),
