@@ -72,8 +72,8 @@ void sim_lines_copy_message(char *dst, size_t size, const char *msg)
     dst[n] = '\0';
 }
 
-int sim_lines_bad_value(struct sim_lines *in, const char *field, const char *value,
-                        const char *fmt, ...)
+int sim_lines_bad_value(struct sim_lines *in, const char *field, const char *value, const char *fmt,
+                        ...)
 {
     char expected[160], q[SIM_LINES_QUOTE_MAX + 4];
     va_list ap;
@@ -82,6 +82,18 @@ int sim_lines_bad_value(struct sim_lines *in, const char *field, const char *val
     va_end(ap);
     return sim_lines_fail(in, SIM_LINES_BAD, "%s: expected %s, got '%s'", field, expected,
                           sim_lines_quote(q, value, strlen(value)));
+}
+
+int sim_lines_row_done(const struct sim_lines *in, int rc, bool skip_bad, size_t *nskipped,
+                       char *first, size_t size)
+{
+    if (rc != SIM_LINES_BAD)
+        return rc;
+    if (!skip_bad)
+        return GPO_EINVAL;
+    if ((*nskipped)++ == 0)
+        sim_lines_copy_message(first, size, in->msg);
+    return 0;
 }
 
 /* Refills the buffer, keeping [pos, len). Returns 0 or an error. */
@@ -198,8 +210,8 @@ int sim_lines_split(struct sim_lines *in, char *line, size_t len, char **fields,
         }
     }
     if (nf != nfields)
-        return sim_lines_fail(in, SIM_LINES_BAD, "row: expected %zu comma-separated fields, got %zu",
-                              nfields, nf);
+        return sim_lines_fail(in, SIM_LINES_BAD,
+                              "row: expected %zu comma-separated fields, got %zu", nfields, nf);
     return 0;
 }
 

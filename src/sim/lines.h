@@ -47,6 +47,12 @@ int sim_lines_header(struct sim_lines *in, const char *header);
  * exactly nfields fields. 0 or SIM_LINES_BAD. */
 int sim_lines_split(struct sim_lines *in, char *line, size_t len, char **fields, size_t nfields);
 
+/* A row's outcome rc under skip_bad: a bad row skipped (counted in
+ * *nskipped, the first one's message kept in first[0, size)) gives 0;
+ * otherwise rc, a bad row as GPO_EINVAL. */
+int sim_lines_row_done(const struct sim_lines *in, int rc, bool skip_bad, size_t *nskipped,
+                       char *first, size_t size);
+
 /* Writes "PATH:LINE: " (or "PATH: " at line 0) and the message into
  * in->msg; returns code. */
 __attribute__((format(printf, 3, 4))) int sim_lines_fail(struct sim_lines *in, int code,

@@ -195,9 +195,11 @@ static int parse_row(struct loader *L, char *const fields[NFIELDS], struct sim_t
     case 0:
         break;
     case -2:
-        return sim_lines_bad_value(&L->in, "num_gpus", fields[F_GPUS], "at most %d GPUs", SIM_TRACE_MAX_GPUS);
+        return sim_lines_bad_value(&L->in, "num_gpus", fields[F_GPUS], "at most %d GPUs",
+                                   SIM_TRACE_MAX_GPUS);
     case -3:
-        return sim_lines_bad_value(&L->in, "num_gpus", fields[F_GPUS], "a whole number or a fraction below 1");
+        return sim_lines_bad_value(&L->in, "num_gpus", fields[F_GPUS],
+                                   "a whole number or a fraction below 1");
     default:
         return sim_lines_bad_value(&L->in, "num_gpus", fields[F_GPUS], "a number >= 0");
     }
@@ -239,7 +241,8 @@ static int add_job(struct loader *L, struct sim_trace_job *job, char *const fiel
 {
     struct sim_trace *t = L->t;
     if (t->njobs == SIM_TRACE_MAX_JOBS)
-        return sim_lines_fail(&L->in, GPO_E2BIG, "row: expected at most %u jobs", SIM_TRACE_MAX_JOBS);
+        return sim_lines_fail(&L->in, GPO_E2BIG, "row: expected at most %u jobs",
+                              SIM_TRACE_MAX_JOBS);
     int rc = intern(L, &L->queues, &t->queues, &t->nqueues, &L->queues_cap, "queue",
                     fields[F_QUEUE], &job->queue);
     job->gpu_type = SIM_NONE;
@@ -267,16 +270,17 @@ static int place_row(struct loader *L, struct sim_trace_job *job, char *const fi
 {
     if (L->last_line && job->submit_s < L->last_submit)
         return sim_lines_bad_value(&L->in, "submit_time_s", fields[F_SUBMIT],
-                         ">= %" PRId64 " as on line %u (rows in submit order)", L->last_submit,
-                         (unsigned)L->last_line);
+                                   ">= %" PRId64 " as on line %u (rows in submit order)",
+                                   L->last_submit, (unsigned)L->last_line);
     bool keep = job->submit_s >= L->from_s && (L->until_s < 0 || job->submit_s < L->until_s);
     uint32_t hash = 0;
     if (keep) {
         hash = hash_str(fields[F_ID]);
         struct strslot *dup = strmap_find(&L->ids, fields[F_ID], hash);
         if (dup && dup->key)
-            return sim_lines_bad_value(&L->in, "job_id", fields[F_ID], "a unique id (line %u has it too)",
-                             (unsigned)L->t->jobs[dup->val].line);
+            return sim_lines_bad_value(&L->in, "job_id", fields[F_ID],
+                                       "a unique id (line %u has it too)",
+                                       (unsigned)L->t->jobs[dup->val].line);
     }
     L->last_submit = job->submit_s;
     L->last_line = job->line;
@@ -309,13 +313,10 @@ static int read_rows(struct loader *L)
             return 0;
         if (rc == 0)
             rc = take_row(L, line, len);
-        if (rc == SIM_LINES_BAD && L->skip_bad) {
-            if (L->t->nskipped++ == 0)
-                sim_lines_copy_message(L->t->first_skip, sizeof(L->t->first_skip), L->in.msg);
-            continue;
-        }
+        rc = sim_lines_row_done(&L->in, rc, L->skip_bad, &L->t->nskipped, L->t->first_skip,
+                                sizeof(L->t->first_skip));
         if (rc)
-            return rc == SIM_LINES_BAD ? GPO_EINVAL : rc;
+            return rc;
     }
 }
 
