@@ -299,8 +299,7 @@ static int setup(struct sim_serve_eng *e, char *err, size_t errlen)
     }
     o->requests = gpo_calloc(n ? n : 1, sizeof(*o->requests));
     e->next = gpo_calloc(n ? n : 1, sizeof(*e->next));
-    e->rep_of = gpo_calloc(n ? n : 1, sizeof(*e->rep_of));
-    if (!o->requests || !e->next || !e->rep_of)
+    if (!o->requests || !e->next)
         return GPO_ENOMEM;
     o->caps[0] = n;
     o->nrequests = n;
@@ -351,7 +350,6 @@ static void teardown(struct sim_serve_eng *e)
     free(e->pending);
     free(e->ev);
     free(e->next);
-    free(e->rep_of);
     free(e->as);
 }
 

@@ -111,7 +111,6 @@ void sim_serve_eng_send(struct sim_serve_eng *e, uint32_t req, uint32_t k)
     struct sim_serve_rep *r = &e->reps[k];
     r->inflight++;
     e->inflight++;
-    e->rep_of[req] = k;
     if (r->running < e->m->max_batch)
         run(e, k, req);
     else

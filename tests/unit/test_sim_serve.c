@@ -14,6 +14,7 @@
 
 #include <cmocka.h>
 
+#include "base/alloc.h"
 #include "base/err.h"
 #include "sim/serve.h"
 #include "sim/serve_policy.h"
@@ -848,6 +849,50 @@ static void test_unplaceable_replicas_end_the_replay(void **state)
     sim_serve_result_release(&r);
 }
 
+/* Every allocation of a replay and of its summary failed in turn: each
+ * failure is GPO_ENOMEM with a message and the result left empty (and
+ * nothing leaks: the sanitizers' build checks that). */
+static void test_every_allocation_failure_is_reported(void **state)
+{
+    (void)state;
+    struct sim_request v[] = {{0, 0, 3001, 2}, {0, 0, 3001, 3}, {0, 0, 201, 4},
+                              {0, 0, 201, 5},  {0, 0, 201, 6},  {0, 0, 3001, 7}};
+    struct sim_reqtrace t = trace_of(v, COUNT(v));
+    struct sim_serve_service svc = drain_service();
+    static const char *const policies[] = {"default", "rayserve", "static-peak"};
+    for (size_t p = 0; p < COUNT(policies); p++) {
+        struct sim_serve_policy pol;
+        assert_int_equal(sim_serve_policy_find(policies[p], &pol), 0);
+        struct sim_serve_result r;
+        sim_serve_result_init(&r);
+        char err[256];
+        uint64_t before = gpo_alloc_count();
+        assert_int_equal(sim_serve_run(&t, &svc, &pol, NULL, &r, err, sizeof(err)), 0);
+        uint64_t calls = gpo_alloc_count() - before;
+        assert_true(calls > 3);
+        sim_serve_result_release(&r);
+        for (uint64_t at = 1; at <= calls; at++) {
+            gpo_alloc_fail_at(at);
+            int rc = sim_serve_run(&t, &svc, &pol, NULL, &r, err, sizeof(err));
+            gpo_alloc_fail_at(0);
+            assert_int_equal(rc, GPO_ENOMEM);
+            assert_string_equal(err, "service svc: out of memory");
+            assert_null(r.requests);
+            assert_null(r.replicas);
+            assert_null(r.samples);
+        }
+        assert_int_equal(sim_serve_run(&t, &svc, &pol, NULL, &r, err, sizeof(err)), 0);
+        struct sim_serve_summary s;
+        for (uint64_t at = 1; at <= 4; at++) {
+            gpo_alloc_fail_at(at);
+            int rc = sim_serve_summarize(&r, &svc, pol.name, &s);
+            gpo_alloc_fail_at(0);
+            assert_int_equal(rc, GPO_ENOMEM);
+        }
+        sim_serve_result_release(&r);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -868,6 +913,7 @@ int main(void)
         cmocka_unit_test(test_same_input_same_bytes),
         cmocka_unit_test(test_bad_service_is_named),
         cmocka_unit_test(test_unplaceable_replicas_end_the_replay),
+        cmocka_unit_test(test_every_allocation_failure_is_reported),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
