@@ -84,7 +84,7 @@ static void decide(struct sim_serve_eng *e, bool tick)
             e->area_ray = 0;
             e->ray_from_ms = e->now;
         }
-        sim_serve_eng_apply(e, sim_rayserve_decide(&e->ray, e->svc, e->now,
+        sim_serve_eng_apply(e, sim_rayserve_decide(&e->ray, e->svc, e->now, e->nready,
                                                    e->nwaiting + e->nstarting + e->nready, queued));
         return;
     }

@@ -588,31 +588,38 @@ static void test_rayserve_rule_waits_its_delays(void **state)
     svc.autoscale.max = 10;
     struct sim_rayserve_state st;
     sim_rayserve_init(&st);
-    /* from zero with a request waiting: 1 at once, whatever the delays */
-    assert_int_equal(sim_rayserve_decide(&st, &svc, 0, 0, 1), 1);
-    assert_int_equal(sim_rayserve_decide(&st, &svc, 0, 0, 0), 0);
+    /* from zero with a request waiting: 1 at once, whatever the delays;
+     * while that one starts (none running), the count holds, however many
+     * wait */
+    assert_int_equal(sim_rayserve_decide(&st, &svc, 0, 0, 0, 1), 1);
+    assert_int_equal(sim_rayserve_decide(&st, &svc, 0, 0, 0, 0), 0);
+    sim_rayserve_observe(&st, 10000, 50000);
+    assert_int_equal(sim_rayserve_decide(&st, &svc, 10000, 0, 1, 50), 1);
+    assert_int_equal(sim_rayserve_decide(&st, &svc, 50000, 0, 1, 50), 1);
+    assert_int_equal(sim_rayserve_decide(&st, &svc, 20000, 0, 0, 0), 1); /* ongoing, none */
+    sim_rayserve_init(&st);
     /* 8 ongoing from 10 s (want 4, from 1): the count moves at 40 s, 30 s
      * after the first decision that wanted it */
     for (int64_t t = 10000; t <= 40000; t += 1000) {
         if (t % 10000 == 0)
             sim_rayserve_observe(&st, t, 8000);
-        assert_int_equal(sim_rayserve_decide(&st, &svc, t, 1, 0), t < 40000 ? 1 : 4);
+        assert_int_equal(sim_rayserve_decide(&st, &svc, t, 1, 1, 0), t < 40000 ? 1 : 4);
     }
     /* a decision that wants the count as it is resets the wait */
     sim_rayserve_init(&st);
     sim_rayserve_observe(&st, 10000, 8000);
-    assert_int_equal(sim_rayserve_decide(&st, &svc, 10000, 1, 0), 1); /* up from 10 s */
+    assert_int_equal(sim_rayserve_decide(&st, &svc, 10000, 1, 1, 0), 1); /* up from 10 s */
     sim_rayserve_observe(&st, 20000, 0);
-    assert_int_equal(sim_rayserve_decide(&st, &svc, 20000, 4, 0), 4); /* mean 4: as is */
+    assert_int_equal(sim_rayserve_decide(&st, &svc, 20000, 2, 2, 0), 2); /* 4 ongoing: 2, as is */
     sim_rayserve_observe(&st, 30000, 8000);
     sim_rayserve_observe(&st, 40000, 8000);
     sim_rayserve_observe(&st, 50000, 8000);
-    assert_int_equal(sim_rayserve_decide(&st, &svc, 50000, 1, 0), 1); /* up again from 50 s */
+    assert_int_equal(sim_rayserve_decide(&st, &svc, 50000, 1, 1, 0), 1); /* up again from 50 s */
     sim_rayserve_observe(&st, 60000, 8000);
     sim_rayserve_observe(&st, 70000, 8000);
-    assert_int_equal(sim_rayserve_decide(&st, &svc, 79000, 1, 0), 1);
+    assert_int_equal(sim_rayserve_decide(&st, &svc, 79000, 1, 1, 0), 1);
     sim_rayserve_observe(&st, 80000, 8000);
-    assert_int_equal(sim_rayserve_decide(&st, &svc, 80000, 1, 0), 4);
+    assert_int_equal(sim_rayserve_decide(&st, &svc, 80000, 1, 1, 0), 4);
     /* down: from 4 with nothing ongoing, to 1 after 600 s (never 0 from
      * above 1), then 1 -> 0 after another 600 s */
     sim_rayserve_init(&st);
@@ -621,7 +628,7 @@ static void test_rayserve_rule_waits_its_delays(void **state)
         sim_rayserve_observe(&st, t, 0);
         int32_t cur = t <= 600000 ? 4 : 1;
         int32_t want = t < 600000 ? 4 : t == 600000 ? 1 : t < 1210000 ? 1 : 0;
-        assert_int_equal(sim_rayserve_decide(&st, &svc, t, cur, 0), want);
+        assert_int_equal(sim_rayserve_decide(&st, &svc, t, cur, cur, 0), want);
         if (want == 0)
             break;
     }
@@ -631,14 +638,14 @@ static void test_rayserve_rule_waits_its_delays(void **state)
     svc.autoscale.max = 3;
     sim_rayserve_init(&st);
     sim_rayserve_observe(&st, 0, 100000);
-    assert_int_equal(sim_rayserve_decide(&st, &svc, 0, 2, 0), 2);
+    assert_int_equal(sim_rayserve_decide(&st, &svc, 0, 2, 2, 0), 2);
     sim_rayserve_observe(&st, 20000, 100000);
-    assert_int_equal(sim_rayserve_decide(&st, &svc, 30000, 2, 0), 3); /* 50 wanted */
+    assert_int_equal(sim_rayserve_decide(&st, &svc, 30000, 2, 2, 0), 3); /* 50 wanted */
     /* a report older than the look-back counts no more: nothing ongoing */
     sim_rayserve_init(&st);
     sim_rayserve_observe(&st, 0, 100000);
-    assert_int_equal(sim_rayserve_decide(&st, &svc, 30000, 3, 0), 3); /* down from 30 s */
-    assert_int_equal(sim_rayserve_decide(&st, &svc, 630000, 3, 0), 2);
+    assert_int_equal(sim_rayserve_decide(&st, &svc, 30000, 3, 3, 0), 3); /* down from 30 s */
+    assert_int_equal(sim_rayserve_decide(&st, &svc, 630000, 3, 3, 0), 2);
 }
 
 /* The same through the engine: one replica ready from 0 (min 1), 8
