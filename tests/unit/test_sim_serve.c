@@ -336,6 +336,59 @@ static void test_default_and_knative_scale_from_zero_and_back(void **state)
     check_from_zero("knative", 72000);
 }
 
+/* A long idle stretch is skipped (no samples for most of it) and changes
+ * nothing: with the second request 10 days after the first, everything
+ * after it happens at the same offsets as with a gap the engine replays
+ * tick by tick: long enough for the policy to have settled at zero (the
+ * first replica ends at 101 s for default, 72 s for knative, 650 s for
+ * rayserve: 600 s after its reports first want 0, at 50 s), short of the
+ * skip (idle for the policy's windows and delays: 146 s more for default
+ * and knative, 1270 s for rayserve). */
+static void test_idle_stretch_skipped_changes_nothing(void **state)
+{
+    (void)state;
+    static const char *const policies[] = {"default", "knative", "rayserve"};
+    static const int64_t gap[] = {200000, 200000, 1000000}, zero[] = {101000, 72000, 650000};
+    const int64_t later = 10LL * 86400 * 1000;
+    for (size_t p = 0; p < COUNT(policies); p++) {
+        struct sim_request a[] = {
+            {500, 0, 101, 2}, {gap[p], 0, 101, 3}, {gap[p] + 1000, 0, 301, 4}};
+        struct sim_request b[] = {{500, 0, 101, 2}, {later, 0, 101, 3}, {later + 1000, 0, 301, 4}};
+        struct sim_reqtrace ta = trace_of(a, COUNT(a)), tb = trace_of(b, COUNT(b));
+        struct sim_serve_service svc = base_service();
+        struct sim_serve_result ra, rb;
+        run_policy(&ta, &svc, policies[p], NULL, &ra);
+        run_policy(&tb, &svc, policies[p], NULL, &rb);
+        assert_int_equal(ra.nsamples, (size_t)((ra.end_ms - 1) / 1000)); /* every tick before */
+        assert_true(rb.nsamples < 10000);
+        assert_int_equal(ra.replicas[0].end_ms, zero[p]);
+        assert_int_equal(rb.replicas[0].end_ms, zero[p]);
+        assert_int_equal(ra.nreplicas, rb.nreplicas);
+        int64_t shift = later - gap[p];
+        assert_int_equal(rb.end_ms - shift, ra.end_ms);
+        for (size_t k = 0; k < COUNT(a); k++) {
+            int64_t d = k ? shift : 0;
+            assert_int_equal(rb.requests[k].first_token_ms - d, ra.requests[k].first_token_ms);
+            assert_int_equal(rb.requests[k].end_ms - d, ra.requests[k].end_ms);
+        }
+        for (size_t k = 1; k < ra.nreplicas; k++) {
+            assert_int_equal(rb.replicas[k].asked_ms - shift, ra.replicas[k].asked_ms);
+            assert_int_equal(rb.replicas[k].ready_ms < 0 ? -1 : rb.replicas[k].ready_ms - shift,
+                             ra.replicas[k].ready_ms);
+            assert_int_equal(rb.replicas[k].end_ms - shift, ra.replicas[k].end_ms);
+        }
+        /* the last samples, at the same offsets, alike but for their time */
+        for (size_t k = 1; k <= 20; k++) {
+            struct sim_serve_sample x = ra.samples[ra.nsamples - k],
+                                    y = rb.samples[rb.nsamples - k];
+            y.t_ms -= shift;
+            assert_memory_equal(&x, &y, sizeof(x));
+        }
+        sim_serve_result_release(&ra);
+        sim_serve_result_release(&rb);
+    }
+}
+
 static void test_knative_spec_is_knatives_defaults(void **state)
 {
     (void)state;
@@ -907,6 +960,7 @@ int main(void)
         cmocka_unit_test(test_continuous_batching_shares_decode),
         cmocka_unit_test(test_queue_limit_drops_and_timeout_times_out),
         cmocka_unit_test(test_default_and_knative_scale_from_zero_and_back),
+        cmocka_unit_test(test_idle_stretch_skipped_changes_nothing),
         cmocka_unit_test(test_knative_spec_is_knatives_defaults),
         cmocka_unit_test(test_knative_target_is_70_percent_of_the_limit),
         cmocka_unit_test(test_default_observes_the_specs_metric),
