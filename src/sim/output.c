@@ -135,7 +135,7 @@ static json_t *rounded(double v, int digits)
     return json_real(round(v * f) / f);
 }
 
-static json_t *summary_json(const struct sim_summary *s)
+json_t *sim_output_summary_json(const struct sim_summary *s)
 {
     json_t *o = json_object();
     if (!o)
@@ -163,9 +163,9 @@ static json_t *summary_json(const struct sim_summary *s)
 
 int sim_output_json(FILE *out, const struct sim_summary *s, size_t n)
 {
-    json_t *root = n == 1 ? summary_json(&s[0]) : json_array();
+    json_t *root = n == 1 ? sim_output_summary_json(&s[0]) : json_array();
     for (size_t p = 0; root && n > 1 && p < n; p++) {
-        if (json_array_append_new(root, summary_json(&s[p]))) {
+        if (json_array_append_new(root, sim_output_summary_json(&s[p]))) {
             json_decref(root);
             root = NULL;
         }

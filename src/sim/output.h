@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include <jansson.h>
+
 #include "sim/engine.h"
 #include "sim/stats.h"
 #include "sim/trace.h"
@@ -24,6 +26,8 @@ void sim_output_table(FILE *out, const struct sim_summary *s, size_t n);
  * 0 or GPO_ENOMEM.
  */
 int sim_output_json(FILE *out, const struct sim_summary *s, size_t n);
+/* One policy's --json object (as above); NULL: out of memory. */
+json_t *sim_output_summary_json(const struct sim_summary *s);
 
 /* The per-job CSV: job_id,team,submit_s,start_s,end_s,wait_s,gpus,placement,
  * preemptions,status. 0, or GPO_EINVAL with one line in err (a write error). */
