@@ -267,7 +267,12 @@ static int report(const struct args *a, struct runs *runs)
     for (size_t p = 0; p < runs->n; p++)
         rr[p] = (struct sim_report_run){&runs->summaries[p], &runs->results[p]};
     char err[512] = "";
-    int e = sim_report_write(a->report, a->trace, rr, runs->n, err, sizeof(err));
+    struct sim_report_params params = {.cluster = a->cluster,
+                                       .load = a->load,
+                                       .from_s = a->from_s,
+                                       .until_s = a->until_s,
+                                       .restart_penalty_s = a->restart_penalty_s};
+    int e = sim_report_write_params(a->report, a->trace, &params, rr, runs->n, err, sizeof(err));
     if (e)
         fprintf(stderr, "gpuorch sim: --report: %s\n", *err ? err : gpo_strerror(e));
     return e ? 1 : 0;
