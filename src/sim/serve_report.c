@@ -3,7 +3,7 @@
  * report_page.h's machinery.
  *
  * The data: {"title", "services": [{"name", "rate_t", "rate", "runs":
- * [{"policy", "t", "replicas", "ready", "ttft", "ttft_cdf", "e2e",
+ * [{"policy", "t", "replicas", "ready", "queued", "ttft", "ttft_cdf", "e2e",
  * "e2e_cdf"}]}]}. Times over time are hours from 0 in the charts, seconds in
  * the data; a thinned point keeps the highest replica counts of its stretch
  * and the mean request rate (a rate's peak second would overstate it).
@@ -98,12 +98,13 @@ static uint64_t bucket_ms(const struct sim_serve_result *r)
     return (uint64_t)(span > 0 ? span : 0) / MAX_TIME_POINTS + 1;
 }
 
-enum field { F_T, F_REPLICAS, F_READY, F_RATE };
+enum field { F_T, F_REPLICAS, F_READY, F_QUEUED, F_RATE };
 
 static double sample_value(const struct sim_serve_sample *s, enum field fld)
 {
     return fld == F_REPLICAS ? s->ready + s->starting + s->draining
            : fld == F_READY  ? s->ready
+           : fld == F_QUEUED ? s->queued
            : fld == F_RATE   ? s->arrivals
                              : (double)s->t_ms / 1000;
 }
@@ -200,6 +201,8 @@ static int put_data(FILE *f, const void *ctx)
             put_series(f, res, F_REPLICAS);
             fputs(",\"ready\":", f);
             put_series(f, res, F_READY);
+            fputs(",\"queued\":", f);
+            put_series(f, res, F_QUEUED);
             fputc(',', f);
             int e = put_cdf(f, res, "ttft", true);
             if (!e) {

@@ -246,8 +246,8 @@ static void test_the_shipped_azure_specs_load(void **state)
         assert_true(s.model.decode_tps_request == 80);
         assert_int_equal(s.model.max_batch, 32);
         assert_int_equal(s.model.startup_ms, 60000);
-        assert_int_equal(s.concurrency_limit, 32);
-        assert_int_equal(s.autoscale.target_milli, 8000);
+        assert_int_equal(s.concurrency_limit, k == 0 ? 32 : 8);
+        assert_int_equal(s.autoscale.target_milli, k == 0 ? 8000 : 2000);
         assert_int_equal(s.autoscale.max, 20);
         assert_int_equal(s.slo.ttft_ms, 2000);
         assert_int_equal(s.slo.tpot_ms, 100);
