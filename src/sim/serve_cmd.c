@@ -38,14 +38,20 @@
 #define LIST_MAX     8192
 
 struct args {
-    const char *serve, *service, *policy, *trace, *cluster, *job_policy, *report;
+    const char *serve, *service, *trace, *cluster, *job_policy, *report;
+    // cppcheck-suppress unusedStructMember ; util/opts writes it through its offset
+    const char *policy;
     const char *serve_files[MAX_SERVICES], *spec_files[MAX_SERVICES];
     size_t nserve, nspec;
     struct sim_serve_policy policies[MAX_POLICIES];
     size_t npolicies;
     double split_gpus;
-    bool json, skip_bad, help;
-    int64_t restart_penalty_s, from_s, until_s;
+    bool json, skip_bad;
+    // cppcheck-suppress unusedStructMember ; util/opts writes it through its offset
+    bool help;
+    // cppcheck-suppress unusedStructMember ; read by the shared replay (serve_shared.h)
+    int64_t restart_penalty_s;
+    int64_t from_s, until_s;
     char lists[2][LIST_MAX]; /* the --serve and --service lists, split in place */
 };
 

@@ -165,6 +165,8 @@ static int put_cdf(FILE *f, const struct sim_serve_result *r, const char *key, b
     size_t m = n < MAX_CDF_POINTS ? n : MAX_CDF_POINTS;
     for (int pass = 0; pass < 2; pass++) {
         fprintf(f, pass ? ",\"%s_cdf\":[" : "\"%s\":[", key);
+        // cppcheck-suppress knownConditionTrueFalse ; m is min(n, MAX_CDF_POINTS), n is not always
+        // 0
         for (size_t k = 0; k < m; k++) {
             size_t i = m == n ? k : (size_t)((double)k * (double)(n - 1) / (double)(m - 1) + 0.5);
             if (k)
