@@ -1,9 +1,7 @@
 /*
  * serve_output.c - the serving replay's table and --json (serve_output.h).
  */
-#include <math.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include <jansson.h>
@@ -40,13 +38,6 @@ void sim_serve_output_table(FILE *out, const struct sim_serve_summary *s, size_t
         fprintf(out, "%zu request(s) failed: their replica's drain timed out under them\n", failed);
 }
 
-/* A double rounded to `digits` decimals, so the JSON reads well and compares exactly. */
-static json_t *rounded(double v, int digits)
-{
-    double f = pow(10, digits);
-    return json_real(isfinite(v) ? round(v * f) / f : 0);
-}
-
 static json_t *count(size_t v)
 {
     return json_integer((json_int_t)v);
@@ -62,18 +53,18 @@ static json_t *serve_json(const struct sim_serve_summary *s)
     bad |= json_object_set_new(o, "service", json_string(s->service));
     bad |= json_object_set_new(o, "requests", count(s->requests));
     bad |= json_object_set_new(o, "completed", count(s->completed));
-    bad |= json_object_set_new(o, "slo_attainment", rounded(s->slo_attainment, 6));
-    bad |= json_object_set_new(o, "ttft_p50_s", rounded(s->ttft_p50_s, 4));
-    bad |= json_object_set_new(o, "ttft_p99_s", rounded(s->ttft_p99_s, 4));
-    bad |= json_object_set_new(o, "e2e_p50_s", rounded(s->e2e_p50_s, 4));
-    bad |= json_object_set_new(o, "e2e_p99_s", rounded(s->e2e_p99_s, 4));
-    bad |= json_object_set_new(o, "tpot_p50_s", rounded(s->tpot_p50_s, 5));
+    bad |= json_object_set_new(o, "slo_attainment", sim_output_rounded(s->slo_attainment, 6));
+    bad |= json_object_set_new(o, "ttft_p50_s", sim_output_rounded(s->ttft_p50_s, 4));
+    bad |= json_object_set_new(o, "ttft_p99_s", sim_output_rounded(s->ttft_p99_s, 4));
+    bad |= json_object_set_new(o, "e2e_p50_s", sim_output_rounded(s->e2e_p50_s, 4));
+    bad |= json_object_set_new(o, "e2e_p99_s", sim_output_rounded(s->e2e_p99_s, 4));
+    bad |= json_object_set_new(o, "tpot_p50_s", sim_output_rounded(s->tpot_p50_s, 5));
     bad |= json_object_set_new(o, "dropped", count(s->dropped));
     bad |= json_object_set_new(o, "timed_out", count(s->timed_out));
     bad |= json_object_set_new(o, "failed", count(s->failed));
     bad |= json_object_set_new(o, "cold_starts", count(s->cold_starts));
-    bad |= json_object_set_new(o, "gpu_hours", rounded(s->gpu_hours, 4));
-    bad |= json_object_set_new(o, "replicas_mean", rounded(s->replicas_mean, 4));
+    bad |= json_object_set_new(o, "gpu_hours", sim_output_rounded(s->gpu_hours, 4));
+    bad |= json_object_set_new(o, "replicas_mean", sim_output_rounded(s->replicas_mean, 4));
     bad |= json_object_set_new(o, "replicas_max", json_integer(s->replicas_max));
     if (bad) {
         json_decref(o);
@@ -110,13 +101,5 @@ int sim_serve_output_json(FILE *out, const struct sim_serve_summary *s, size_t n
     } else {
         root = n == 1 ? serve_json(&s[0]) : list(s, n, NULL, 0);
     }
-    if (!root)
-        return GPO_ENOMEM;
-    char *text = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15));
-    json_decref(root);
-    if (!text)
-        return GPO_ENOMEM;
-    fprintf(out, "%s\n", text);
-    free(text);
-    return 0;
+    return sim_output_json_print(out, root);
 }
