@@ -49,7 +49,6 @@ struct args {
     bool json, skip_bad;
     // cppcheck-suppress unusedStructMember ; util/opts writes it through its offset
     bool help;
-    // cppcheck-suppress unusedStructMember ; read by the shared replay (serve_shared.h)
     int64_t restart_penalty_s;
     int64_t from_s, until_s;
     char lists[2][LIST_MAX]; /* the --serve and --service lists, split in place */
@@ -100,7 +99,8 @@ void sim_serve_usage(FILE *out)
     fprintf(out,
             "usage: gpuorch sim --serve REQUESTS.csv[,...] --service SPEC[,...]\n"
             "                   [--policy P[,P...]] [--json] [--report FILE.html]\n"
-            "                   [--trace JOBS.csv [--cluster SPEC] [--job-policy P] [--split N]]\n"
+            "                   [--trace JOBS.csv [--cluster SPEC] [--job-policy P] [--split N]\n"
+            "                    [--restart-penalty S]]\n"
             "                   [--from S] [--until S] [--skip-bad]\n"
             "\n"
             "Serving: replays request traces through each service's autoscaler (the\n"
@@ -123,6 +123,7 @@ void sim_serve_usage(FILE *out)
             "  --cluster SPEC        with --trace: the cluster (default: derived from it)\n"
             "  --job-policy P        with --trace: training's policy (default: default)\n"
             "  --split N             with --trace: reserve N GPUs for serving instead\n"
+            "  --restart-penalty S   with --trace: seconds a preempted job loses per restart\n"
             "  --from S, --until S   replay only what arrives in [S, until) (trace seconds)\n"
             "  --skip-bad            skip and count malformed rows instead of failing\n",
             names);
@@ -204,10 +205,11 @@ static int check_args(struct args *a)
                 a->nserve, a->nspec);
         return 2;
     }
-    const char *needs_trace = a->cluster      ? "--cluster"
-                              : a->job_policy ? "--job-policy"
-                              : a->split_gpus ? "--split"
-                                              : NULL;
+    const char *needs_trace = a->cluster             ? "--cluster"
+                              : a->job_policy        ? "--job-policy"
+                              : a->split_gpus        ? "--split"
+                              : a->restart_penalty_s ? "--restart-penalty"
+                                                     : NULL;
     if (!a->trace && needs_trace) {
         fprintf(stderr,
                 "gpuorch sim: %s: only with --trace JOBS.csv (a job trace to share the "
