@@ -92,8 +92,7 @@ assert [(r["policy"], r["service"], r["requests"]) for r in o] == [("default","c
   ("default","code",99), ("knative","chat",377), ("knative","code",99)], o' "$tmp/two.json"
 
 # 4. Bad inputs exit 2 (usage) or 1 (a file that cannot be read) and name the problem.
-grep -v -e '^simulate:' -e '^  ' -e '^    ' "$svc" >"$tmp/nosim.yaml"
-printf 'resources:\n  gpus: 1\n' >>"$tmp/nosim.yaml"
+sed '/^simulate:/,$d' "$svc" >"$tmp/nosim.yaml"
 expect "a spec without simulate exits 2 and says what to add" 2 \
   "nosim.yaml:.*no 'simulate' section: add the replica model" --serve "$req" \
   --service "$tmp/nosim.yaml"
@@ -124,6 +123,8 @@ expect "two services of one name exit 2" 2 "a second service named 'chat'" \
   --serve "$req,$req" --service "$svc,$svc"
 expect "--split without --trace exits 2" 2 "--split: only with --trace" --serve "$req" \
   --service "$svc" --split 4
+expect "--restart-penalty without --trace exits 2" 2 "--restart-penalty: only with --trace" \
+  --serve "$req" --service "$svc" --restart-penalty 5
 expect "a bad --split exits 2" 2 "--split: expected a number of GPUs > 0" --serve "$req" \
   --service "$svc" --trace "$data/three_jobs.csv" --split 0
 expect "an unknown flag exits 2" 2 "unknown argument '--frobnicate'" --serve "$req" \
