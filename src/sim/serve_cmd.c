@@ -305,6 +305,9 @@ static int load_services(const struct args *a, struct state *st)
             fprintf(stderr, "gpuorch sim: --serve: %s\n", err);
             return 1;
         }
+        if (!st->traces[s].n)
+            fprintf(stderr, "gpuorch sim: %s: no request to replay (%zu outside --from/--until)\n",
+                    a->serve_files[s], st->traces[s].nfiltered);
         if (st->traces[s].nskipped)
             fprintf(stderr, "gpuorch sim: %s: skipped %zu bad row(s); the first: %s\n",
                     a->serve_files[s], st->traces[s].nskipped, st->traces[s].first_skip);
