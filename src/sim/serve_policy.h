@@ -52,10 +52,6 @@ void sim_serve_policy_names(char *buf, size_t len);
 void sim_serve_policy_kpa_spec(const struct sim_serve_policy *pol,
                                const struct sim_serve_service *svc, struct autoscale_spec *ret);
 
-/* Ray Serve's metrics_interval_s: the engine reports to sim_rayserve_observe
- * this often. */
-#define SIM_RAYSERVE_METRICS_MS 10000
-
 /* Ray Serve's rule, pure: one call per decision, the state carried. */
 struct sim_rayserve_state {
     int64_t up_since_ms;   /* INT64_MIN: no pending scale-up */
