@@ -124,7 +124,8 @@ void sim_serve_usage(FILE *out)
             "  --job-policy P        with --trace: training's policy (default: default)\n"
             "  --split N             with --trace: reserve N GPUs for serving instead\n"
             "  --restart-penalty S   with --trace: seconds a preempted job loses per restart\n"
-            "  --from S, --until S   replay only what arrives in [S, until) (trace seconds)\n"
+            "  --from S, --until S   replay only what arrives in [S, until) (trace seconds);\n"
+            "                        with --trace, the jobs' window, the requests from S on\n"
             "  --skip-bad            skip and count malformed rows instead of failing\n",
             names);
 }
@@ -278,14 +279,20 @@ struct state {
     struct sim_summary *job_summaries;
     size_t njob_runs, njob_summaries;
     char job_labels[MAX_POLICIES][SIM_POLICY_NAME_MAX + 40];
+#ifdef GPUORCH_SIM_SERVE_SHARED
+    struct sim_serve_shared_stat shared[MAX_POLICIES];
+#endif
 };
 
 static int load_services(const struct args *a, struct state *st)
 {
     char err[1024] = "";
+    /* With a job trace the window is the jobs' (the requests' time 0 falls at
+     * --from, serve_shared.h); alone, the requests'. */
+    bool window = !a->trace;
     struct sim_reqtrace_opts ro = {.skip_bad = a->skip_bad,
-                                   .from_ms = a->from_s * 1000,
-                                   .until_ms = a->until_s >= 0 ? a->until_s * 1000 : -1};
+                                   .from_ms = window ? a->from_s * 1000 : 0,
+                                   .until_ms = window && a->until_s >= 0 ? a->until_s * 1000 : -1};
     for (size_t s = 0; s < a->nserve; s++) {
         struct sim_serve_service *svc = &st->services[s];
         int e = sim_serve_spec_load(a->spec_files[s], svc, err, sizeof(err));
@@ -400,14 +407,35 @@ static int replay_shared(const struct args *a, struct state *st)
         .job_policy = &st->job_policy,
         .job_opts = &jo,
         .split_gpu_milli = (int64_t)(a->split_gpus * 1000 + 0.5),
+        .serve_offset_ms = a->from_s * 1000, /* a window of the jobs starts with the requests */
     };
-    struct sim_serve_shared_out out = {.serve = st->results, .jobs = st->job_results};
+    struct sim_serve_shared_out out = {
+        .serve = st->results, .jobs = st->job_results, .stats = st->shared};
     int e = sim_serve_shared_run(&in, &out, err, sizeof(err));
     if (e) {
         fprintf(stderr, "gpuorch sim: %s\n", *err ? err : gpo_strerror(e));
         return e == GPO_EINVAL ? 2 : 1;
     }
     return 0;
+}
+
+/* How each shared or split replay went, below training's table. */
+static void print_shared(const struct args *a, const struct state *st)
+{
+    for (size_t p = 0; p < st->njob_summaries; p++) {
+        const struct sim_serve_shared_stat *x = &st->shared[p];
+        if (a->split_gpus > 0) {
+            printf("%s: serving split off %.3g GPUs (its replicas never held more)\n",
+                   a->policies[p].name, (double)x->cap_gpu_milli / 1000);
+            continue;
+        }
+        printf("%s: %u job replay(s), %s; %zu replica job(s), %zu placed late (mean %.1f s, "
+               "max %.1f s), %llu evicted by a reclaim\n",
+               a->policies[p].name, x->rounds,
+               x->converged ? "converged" : "not converged (the last round's figures)", x->replicas,
+               x->delayed, x->delay_mean_s, x->delay_max_s,
+               (unsigned long long)x->replica_preemptions);
+    }
 }
 #else
 #define SHARED_BUILT false
@@ -419,6 +447,12 @@ static int replay_shared(const struct args *a, struct state *st)
                     "not built in this version (replay them apart: --serve without --trace, and "
                     "--trace alone)\n");
     return 2;
+}
+
+static void print_shared(const struct args *a, const struct state *st)
+{
+    (void)a;
+    (void)st;
 }
 #endif
 
@@ -489,6 +523,8 @@ static int print_outputs(const struct args *a, struct state *st)
             printf("\ntraining (%s), under each serving policy%s\n", a->trace,
                    a->split_gpus > 0 ? " with serving's GPUs split off" : " on the shared cluster");
             sim_output_table(stdout, st->job_summaries, st->njob_summaries);
+            printf("\n");
+            print_shared(a, st);
         }
     }
     int rc = a->report ? write_report(a, st) : 0;

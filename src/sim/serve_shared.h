@@ -29,10 +29,6 @@
  * 0; GPO_EINVAL with one line in `err` (a split larger than the cluster, a
  * replica that fits no node, a service or job policy the engines reject);
  * GPO_ENOMEM.
- *
- * The implementation is src/sim/serve_shared.c: src/sim/meson.build compiles
- * it, and defines GPUORCH_SIM_SERVE_SHARED for serve_cmd.c's call, when the
- * file exists (no entry to add to the list of sources).
  */
 #ifndef GPUORCH_SIM_SERVE_SHARED_H
 #define GPUORCH_SIM_SERVE_SHARED_H
