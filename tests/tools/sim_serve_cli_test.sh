@@ -4,26 +4,8 @@
 # byte-identical reruns, the table, several services, the exit codes and
 # messages for bad flags, specs and request rows, the report, --help.
 # Prints TAP.
-set -uo pipefail
-bin=$1
-data=$2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-n=0
-ok() { n=$((n + 1)); echo "ok $n - $1"; }
-not_ok() { n=$((n + 1)); echo "not ok $n - $1"; [ $# -gt 1 ] && echo "$2" | sed 's/^/#   /'; }
-check() { # check NAME CONDITION-COMMAND...
-  local name=$1; shift
-  if "$@"; then ok "$name"; else not_ok "$name"; fi
-}
-expect() { # expect NAME RC PATTERN ARGS...
-  local name=$1 want=$2 pat=$3; shift 3
-  "$bin" sim "$@" >"$tmp/o" 2>"$tmp/e"
-  local rc=$?
-  if [ $rc -eq "$want" ] && grep -q -- "$pat" "$tmp/e"; then ok "$name"; else
-    not_ok "$name" "rc=$rc (want $want); stderr: $(cat "$tmp/e")"; fi
-}
-echo "TAP version 13"
+# shellcheck source=tests/tools/sim_tap.sh
+. "$(dirname "$0")/sim_tap.sh"
 req=$data/serve_requests.csv
 svc=$data/serve_chat.yaml
 all=default,knative,rayserve,static-peak,static-mean
@@ -198,3 +180,4 @@ check "--help lists the serving policies" \
 check "--help after --serve is the same help" cmp -s "$tmp/h" "$tmp/h2"
 
 echo "1..$n"
+exit $failed
