@@ -11,6 +11,7 @@
 #include "sim/engine.h"
 #include "sim/output.h"
 #include "sim/report.h"
+#include "sim/serve_cmd.h"
 #include "sim/spec.h"
 #include "sim/stats.h"
 #include "sim/trace.h"
@@ -93,8 +94,9 @@ static void usage(FILE *out)
             "  --skip-bad            skip and count malformed trace rows instead of failing\n"
             "  --no-migrate          never move running jobs to gather free GPUs onto one\n"
             "                        node (policies with preemption do by default)\n"
-            "\n"
-            "Exit codes: 0 done, 1 failed, 2 usage.\n");
+            "\n");
+    sim_serve_usage(out);
+    fprintf(out, "\nExit codes: 0 done, 1 failed, 2 usage.\n");
 }
 
 static int bad_value(const char *flag, const char *value, const char *expected)
@@ -138,33 +140,47 @@ static int parse_policies(struct args *a, const char *v)
 
 /* The flags in order: each value checked as it comes (--policy's files
  * read), the first problem printed. */
+int sim_command_next_flag(struct opts *p, void *args, const struct opts_opt **o, const char **v)
+{
+    char err[256];
+    *o = NULL;
+    *v = NULL;
+    int k = opts_next(p, o, v, err, sizeof(err));
+    if (k == OPTS_END)
+        return 0;
+    if (k != OPTS_OPTION) {
+        fprintf(stderr, "gpuorch sim: unknown argument '%s' (or a flag without its value)\n",
+                p->word);
+        return 2;
+    }
+    if (opts_store(*o, *v, args, err, sizeof(err)) != 0) {
+        fprintf(stderr, "gpuorch sim: %s\n", err);
+        return 2;
+    }
+    return 1;
+}
+
 static int parse_args(int argc, char **argv, struct args *a)
 {
     struct opts p;
     *a = (struct args){.until_s = -1};
     opts_init(&p, argc - 1, argv + 1, OPTS_TABLE(flags), 0);
     for (;;) {
-        const struct opts_opt *o = NULL;
-        const char *v = NULL;
-        char err[256];
-        int k = opts_next(&p, &o, &v, err, sizeof(err));
-        if (k == OPTS_END)
+        const struct opts_opt *o;
+        const char *v;
+        int k = sim_command_next_flag(&p, a, &o, &v);
+        if (k != 1) {
+            if (k)
+                return k;
             break;
-        if (k != OPTS_OPTION) {
-            fprintf(stderr, "gpuorch sim: unknown argument '%s' (or a flag without its value)\n",
-                    p.word);
-            return 2;
-        }
-        if (opts_store(o, v, a, err, sizeof(err)) != 0) {
-            fprintf(stderr, "gpuorch sim: %s\n", err);
-            return 2;
         }
         int e = o->offset == offsetof(struct args, policy) ? parse_policies(a, v) : 0;
         if (e)
             return e;
     }
     if (!a->trace) {
-        fprintf(stderr, "gpuorch sim: --trace FILE is required\n");
+        fprintf(stderr, "gpuorch sim: --trace FILE is required (or --serve REQUESTS.csv for a "
+                        "serving replay)\n");
         return 2;
     }
     if (!a->npolicies)
@@ -264,7 +280,12 @@ static int report(const struct args *a, struct runs *runs)
     for (size_t p = 0; p < runs->n; p++)
         rr[p] = (struct sim_report_run){&runs->summaries[p], &runs->results[p]};
     char err[512] = "";
-    int e = sim_report_write(a->report, a->trace, rr, runs->n, err, sizeof(err));
+    struct sim_report_params params = {.cluster = a->cluster,
+                                       .load = a->load,
+                                       .from_s = a->from_s,
+                                       .until_s = a->until_s,
+                                       .restart_penalty_s = a->restart_penalty_s};
+    int e = sim_report_write_params(a->report, a->trace, &params, rr, runs->n, err, sizeof(err));
     if (e)
         fprintf(stderr, "gpuorch sim: --report: %s\n", *err ? err : gpo_strerror(e));
     return e ? 1 : 0;
@@ -297,6 +318,8 @@ int sim_command(int argc, char **argv)
         usage(stdout);
         return 0;
     }
+    if (sim_serve_wanted(argc, argv))
+        return sim_serve_command(argc, argv);
     struct args a;
     int rc = parse_args(argc, argv, &a);
     if (rc)

@@ -1,0 +1,68 @@
+/*
+ * serve_shared.h - serving and training on one cluster (`gpuorch sim
+ * --serve ... --trace JOBS.csv [--split N]`, docs/simulator.md "Serving and
+ * training together").
+ *
+ * The entry point the CLI (serve_cmd.c) calls when --trace comes with
+ * --serve. For each serving policy, one replay of every service's request
+ * trace and of the job trace on the one cluster of `spec`:
+ * - split_gpu_milli 0: shared. Serving's replicas and training's jobs hold
+ *   GPUs of the same pools under one quota and the same preemption rules
+ *   (the job policy's);
+ * - split_gpu_milli > 0: a static split. That many GPU milli are reserved
+ *   for serving (its replicas never hold more, sim_serve_opts.gpu_cap_milli),
+ *   training runs on the rest of the cluster.
+ *
+ * The caller owns every array. in->traces[s] is service s's request trace;
+ * the out arrays are indexed [p * nservices + s] (serving, policy p, service
+ * s) and [p] (training, under serving policy p), each element initialised
+ * and empty (sim_serve_result_init, sim_result_init) before the call, and
+ * released by the caller afterwards whatever the return (on error, what was
+ * filled so far is there to release). The caller computes the figures
+ * (sim_serve_summarize, sim_summary_compute) from the results.
+ *
+ * `spec` may be changed by the call (the split's GPUs taken out of its
+ * pools, a team added for serving): training's results borrow its team
+ * names, so the caller keeps it alive until they are released, then
+ * releases it (sim_spec_release).
+ *
+ * 0; GPO_EINVAL with one line in `err` (a split larger than the cluster, a
+ * replica that fits no node, a service or job policy the engines reject);
+ * GPO_ENOMEM.
+ */
+#ifndef GPUORCH_SIM_SERVE_SHARED_H
+#define GPUORCH_SIM_SERVE_SHARED_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sim/engine.h"
+#include "sim/policy.h"
+#include "sim/reqtrace.h"
+#include "sim/serve.h"
+#include "sim/serve_policy.h"
+#include "sim/spec.h"
+#include "sim/trace.h"
+
+struct sim_serve_shared_in {
+    const struct sim_reqtrace *traces;        /* one per service */
+    const struct sim_serve_service *services; /* nservices */
+    size_t nservices;
+    const struct sim_serve_policy *policies; /* serving policies, npolicies */
+    size_t npolicies;
+    const struct sim_trace *jobs;        /* the job trace */
+    struct sim_spec *spec;               /* the cluster (see above) */
+    const struct sim_policy *job_policy; /* training's scheduling policy */
+    const struct sim_opts *job_opts;     /* restart penalty; may be NULL */
+    int64_t split_gpu_milli;             /* 0: shared; > 0: reserved for serving */
+};
+
+struct sim_serve_shared_out {
+    struct sim_serve_result *serve; /* npolicies * nservices, [p * nservices + s] */
+    struct sim_result *jobs;        /* npolicies: training under serving policy p */
+};
+
+int sim_serve_shared_run(const struct sim_serve_shared_in *in, struct sim_serve_shared_out *out,
+                         char *err, size_t errlen);
+
+#endif
