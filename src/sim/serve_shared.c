@@ -148,7 +148,7 @@ static int jobs_once(const struct sim_serve_shared_in *in, const struct sim_serv
     struct replica_ref *refs = calloc(n ? n : 1, sizeof(*refs));
     struct sim_extra_job *extra = calloc(n ? n : 1, sizeof(*extra));
     int e = refs && extra ? 0 : GPO_ENOMEM;
-    int64_t offset_ms = in->jobs->njobs ? in->jobs->jobs[0].submit_s * MS_PER_S : 0;
+    int64_t offset_ms = in->serve_offset_ms;
     size_t at = 0;
     for (size_t s = 0; !e && s < in->nservices; s++) {
         for (size_t k = 0; k < serve[s].nreplicas; k++)
@@ -315,6 +315,10 @@ static int check_in(const struct sim_serve_shared_in *in, char *err, size_t errl
     if (!in->traces || !in->services || !in->nservices || !in->policies || !in->npolicies ||
         !in->jobs || !in->spec || !in->job_policy)
         return errbuf_set(err, errlen, GPO_EINVAL, "serving with jobs: missing input");
+    if (in->serve_offset_ms < 0)
+        return errbuf_set(err, errlen, GPO_EINVAL,
+                          "serving's time 0 in the job trace: expected >= 0 ms, got %lld",
+                          (long long)in->serve_offset_ms);
     int64_t gpus = spec_gpus(in->spec);
     if (in->split_gpu_milli < 0 || in->split_gpu_milli % 1000)
         return errbuf_set(err, errlen, GPO_EINVAL,

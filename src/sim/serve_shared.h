@@ -36,8 +36,8 @@
  *   "serving" in the class "serving" (above the trace's, may preempt, as
  *   the controller seeds it), submitted when the policy asked for it,
  *   holding gpu_milli for its life (from its start to its end), on the job
- *   replay's cluster. The request trace's time 0 is the job trace's first
- *   submit (both start together). A spec with a team named "serving" gives
+ *   replay's cluster. The request trace's time 0 is serve_offset_ms of the
+ *   job trace's (serving's own figures stay on its clock). A spec with a team named "serving" gives
  *   the replicas its quota (over its guarantee they are borrowed, and a
  *   reclaim may evict one: counted in `replica_preemptions`; the serving
  *   replay does not see it); otherwise the team is added, guaranteed every
@@ -81,6 +81,10 @@ struct sim_serve_shared_in {
     const struct sim_policy *job_policy; /* training's scheduling policy */
     const struct sim_opts *job_opts;     /* restart penalty; may be NULL */
     int64_t split_gpu_milli;             /* 0: shared; > 0: reserved for serving */
+    /* Shared: the job trace's time (ms) at which the request traces' time 0
+     * falls, >= 0 (the CLI: --from's, so that a window of the job trace
+     * starts with the requests; without --from, 0: both traces from 0). */
+    int64_t serve_offset_ms;
 };
 
 #define SIM_SERVE_SHARED_ROUNDS 3 /* job replays at most, shared */
