@@ -81,9 +81,10 @@ static int64_t span_life_ms(const struct sim_replica_span *sp)
 }
 
 /* The team the replicas run as: the spec's "serving", else one added to the
- * spec, guaranteed every pool whole (serve_shared.h). */
-static int serving_team(struct sim_spec *spec, uint32_t *ret)
+ * spec (*ret_added), guaranteed every pool whole (serve_shared.h). */
+static int serving_team(struct sim_spec *spec, uint32_t *ret, bool *ret_added)
 {
+    *ret_added = false;
     for (size_t t = 0; t < spec->nteams; t++) {
         if (strcmp(spec->teams[t].name, SERVING_TEAM) == 0) {
             *ret = (uint32_t)t;
@@ -110,6 +111,7 @@ static int serving_team(struct sim_spec *spec, uint32_t *ret)
     }
     t->nquotas = spec->npools;
     *ret = (uint32_t)spec->nteams++;
+    *ret_added = true;
     return 0;
 }
 
@@ -139,7 +141,7 @@ static int serve_once(const struct sim_serve_shared_in *in, size_t s,
 /* The job replay with the replicas of serve[0 .. nservices) as extra jobs;
  * their placement delays into *d (k-th replica of each service). */
 static int jobs_once(const struct sim_serve_shared_in *in, const struct sim_serve_result *serve,
-                     uint32_t team, struct sim_result *r, struct delays *d,
+                     uint32_t team, bool added, struct sim_result *r, struct delays *d,
                      struct sim_serve_shared_stat *st, char *err, size_t errlen)
 {
     size_t n = 0;
@@ -173,6 +175,8 @@ static int jobs_once(const struct sim_serve_shared_in *in, const struct sim_serv
     if (!e && (e = sim_run(in->jobs, in->spec, in->job_policy, &opts, r, msg, sizeof(msg))))
         errbuf_set(err, errlen, e, "jobs with serving's replicas, policy %s: %s",
                    in->job_policy->name, *msg ? msg : gpo_strerror(e));
+    if (!e && added && r->nteams == (size_t)team + 1)
+        r->nteams--; /* the team added for serving: no part of training's figures (always 0) */
     for (size_t s = 0; !e && s < in->nservices; s++) {
         free(d->v[s]);
         d->n[s] = serve[s].nreplicas;
@@ -208,14 +212,12 @@ static int jobs_once(const struct sim_serve_shared_in *in, const struct sim_serv
 
 /* Shared: serving and training on one cluster, the delays fed back. */
 static int run_shared(const struct sim_serve_shared_in *in, const struct sim_serve_policy *pol,
-                      struct sim_serve_result *serve, struct sim_result *jobs,
-                      struct sim_serve_shared_stat *st, char *err, size_t errlen)
+                      uint32_t team, bool added, struct sim_serve_result *serve,
+                      struct sim_result *jobs, struct sim_serve_shared_stat *st, char *err,
+                      size_t errlen)
 {
-    uint32_t team;
-    int e = serving_team(in->spec, &team);
     struct delays ran = {0}, got = {0}; /* serving ran with / the job replay gave */
-    if (!e)
-        e = delays_alloc(&ran, in->nservices);
+    int e = delays_alloc(&ran, in->nservices);
     if (!e)
         e = delays_alloc(&got, in->nservices);
     for (uint32_t round = 1; !e && round <= SIM_SERVE_SHARED_ROUNDS; round++) {
@@ -224,7 +226,7 @@ static int run_shared(const struct sim_serve_shared_in *in, const struct sim_ser
             e = serve_once(in, s, pol, &o, &serve[s], err, errlen);
         }
         if (!e)
-            e = jobs_once(in, serve, team, jobs, &got, st, err, errlen);
+            e = jobs_once(in, serve, team, added, jobs, &got, st, err, errlen);
         if (e)
             break;
         st->rounds = round;
@@ -350,12 +352,17 @@ int sim_serve_shared_run(const struct sim_serve_shared_in *in, struct sim_serve_
     if (!in || !out || !out->serve || !out->jobs)
         return errbuf_set(err, errlen, GPO_EINVAL, "serving with jobs: missing output");
     int e = check_in(in, err, errlen);
+    uint32_t team = 0;
+    bool added = false;
+    if (!e && !in->split_gpu_milli)
+        e = serving_team(in->spec, &team, &added);
     for (size_t p = 0; !e && p < in->npolicies; p++) {
         struct sim_serve_shared_stat st = {0};
         struct sim_serve_result *serve = &out->serve[p * in->nservices];
+        const struct sim_serve_policy *pol = &in->policies[p];
         e = in->split_gpu_milli
-                ? run_split(in, &in->policies[p], serve, &out->jobs[p], &st, err, errlen)
-                : run_shared(in, &in->policies[p], serve, &out->jobs[p], &st, err, errlen);
+                ? run_split(in, pol, serve, &out->jobs[p], &st, err, errlen)
+                : run_shared(in, pol, team, added, serve, &out->jobs[p], &st, err, errlen);
         if (out->stats)
             out->stats[p] = st;
     }

@@ -41,7 +41,11 @@
  *   the replicas its quota (over its guarantee they are borrowed, and a
  *   reclaim may evict one: counted in `replica_preemptions`; the serving
  *   replay does not see it); otherwise the team is added, guaranteed every
- *   pool whole, so nothing reclaims from it. Each replica's placement delay
+ *   pool whole, so nothing reclaims from it (and, being within its
+ *   guarantee, a replica ranks before training's borrowed work even where
+ *   classes do not order, under fifo), and left out of training's team
+ *   figures (sim_result.nteams). Training's figures are its jobs' alone
+ *   (engine.h); serving's GPU use is in serving's. Each replica's placement delay
  *   (first start less submit) then goes back to the serving replay
  *   (sim_serve_opts.start_delay_ms, its k-th replica), which runs again, and
  *   so does the job replay with its new replicas, until the delays the job
