@@ -104,9 +104,9 @@ struct sim {
     const struct sim_opts *opts;
     struct sim_result *out;
     struct sim_cluster cl;
-    struct job *jobs; /* parallel to out->jobs: the trace's, then opts->extra */
-    size_t njobs;     /* all of them; out->njobs the trace's */
-    uint32_t *arrive; /* indices into jobs, in submit order */
+    struct job *jobs;           /* parallel to out->jobs: the trace's, then opts->extra */
+    size_t njobs;               /* all of them; out->njobs the trace's */
+    uint32_t *arrive;           /* indices into jobs, in submit order */
     struct sim_queue q;         /* pending jobs, as sched_pass reads them */
     struct sched_run_table run; /* running jobs, as sched_pass reads them */
     struct heap heap;
@@ -135,8 +135,8 @@ static struct sched_job job_request_for(const struct sim *sm, size_t n, int64_t 
                               .submit_ms = submit_ms,
                               .team = team,
                               .prio = 0,
-                              .pool = s->teams[team].pool == SIM_NONE ? SCHED_ANY
-                                                                      : s->teams[team].pool,
+                              .pool =
+                                  s->teams[team].pool == SIM_NONE ? SCHED_ANY : s->teams[team].pool,
                               .gpu_type = SCHED_ANY,
                               .gpus = (int32_t)(gpus > INT32_MAX ? INT32_MAX : gpus),
                               .gpu_milli = whole ? 0 : (int32_t)gpu_milli,
@@ -151,14 +151,13 @@ static int extra_build(struct sim *sm, size_t n, char *err, size_t errlen)
     const struct sim_opts *o = sm->opts;
     for (size_t k = 0; k < o->nextra; k++) {
         const struct sim_extra_job *x = &o->extra[k];
-        const char *bad = x->team >= sm->spec->nteams                    ? "team"
-                          : x->submit_ms < 0 ||
-                                  (k && x->submit_ms < o->extra[k - 1].submit_ms) ? "submit_ms"
-                          : x->duration_ms < 0                            ? "duration_ms"
-                          : x->gpu_milli < 1 || (x->gpu_milli > SCHED_MILLI &&
-                                                 x->gpu_milli % SCHED_MILLI)
-                              ? "gpu_milli"
-                              : NULL;
+        const char *bad =
+            x->team >= sm->spec->nteams                                           ? "team"
+            : x->submit_ms < 0 || (k && x->submit_ms < o->extra[k - 1].submit_ms) ? "submit_ms"
+            : x->duration_ms < 0                                                  ? "duration_ms"
+            : x->gpu_milli < 1 || (x->gpu_milli > SCHED_MILLI && x->gpu_milli % SCHED_MILLI)
+                ? "gpu_milli"
+                : NULL;
         if (bad) {
             snprintf(err, errlen, "extra job %zu: bad %s", k, bad);
             return GPO_EINVAL;
@@ -184,7 +183,8 @@ static int extra_build(struct sim *sm, size_t n, char *err, size_t errlen)
     /* Arrivals: the two lists merged by submit time, the trace's first at a tie. */
     size_t a = 0, b = n;
     for (size_t i = 0; i < sm->njobs; i++) {
-        bool take_a = b >= sm->njobs || (a < n && sm->jobs[a].req.submit_ms <= sm->jobs[b].req.submit_ms);
+        bool take_a =
+            b >= sm->njobs || (a < n && sm->jobs[a].req.submit_ms <= sm->jobs[b].req.submit_ms);
         sm->arrive[i] = (uint32_t)(take_a ? a++ : b++);
     }
     return 0;
@@ -540,8 +540,8 @@ static int sim_setup(struct sim *sm, char *err, size_t errlen)
     if (e)
         return e;
     if (sm->opts->nextra) /* the extra jobs' class, above the trace's (engine.h) */
-        sm->cl.classes[nclasses] =
-            (struct sched_prio_class){.name = "serving", .order = (int32_t)nclasses, .may_preempt = true};
+        sm->cl.classes[nclasses] = (struct sched_prio_class){
+            .name = "serving", .order = (int32_t)nclasses, .may_preempt = true};
     if (sm->opts->held_gpus > sm->cl.c.ngpus) {
         snprintf(err, errlen, "%u GPUs held back from a cluster of %u", sm->opts->held_gpus,
                  sm->cl.c.ngpus);
@@ -645,10 +645,10 @@ static bool may_fit_now(const struct free_gpus *f, const struct sched_job *req)
 }
 
 /* Could job j evict anything now? Priority classes preempt only under srtf
- * and for the extra jobs' class (engine.h); LAS (across the cluster or within teams) and srtf always might:
- * a running job may have crossed a LAS threshold since the last pass, and any
- * waiting job may then evict it; a reclaim needs a guarantee and a borrower;
- * a move (migrate.h) needs a single-node job and as many GPUs free. */
+ * and for the extra jobs' class (engine.h); LAS (across the cluster or within teams) and srtf
+ * always might: a running job may have crossed a LAS threshold since the last pass, and any waiting
+ * job may then evict it; a reclaim needs a guarantee and a borrower; a move (migrate.h) needs a
+ * single-node job and as many GPUs free. */
 static bool may_preempt_now(const struct sim *sm, const struct free_gpus *f, const struct job *j)
 {
     const struct sched_policy *p = &sm->core_pol;

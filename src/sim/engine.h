@@ -78,10 +78,10 @@ struct sim_job_result {
     int64_t submit_s;
     int64_t duration_s;
     int64_t gpu_milli;
-    int64_t first_start_s; /* -1: never started */
+    int64_t first_start_s;  /* -1: never started */
     int64_t first_start_ms; /* the same in milliseconds */
-    int64_t end_s;         /* -1: never ended (unschedulable) */
-    int64_t running_s;     /* time it held GPUs, restart penalties and graces included */
+    int64_t end_s;          /* -1: never ended (unschedulable) */
+    int64_t running_s;      /* time it held GPUs, restart penalties and graces included */
     uint32_t preemptions;
     bool unschedulable;
     enum sched_reason reason; /* why it never ran, when unschedulable */

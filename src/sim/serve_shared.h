@@ -95,19 +95,19 @@ struct sim_serve_shared_in {
 
 /* How one serving policy's replay went (the output says it). */
 struct sim_serve_shared_stat {
-    uint32_t rounds;      /* job replays run: 1 .. SIM_SERVE_SHARED_ROUNDS (split: 1) */
-    bool converged;       /* the last round's delays are those serving ran with (split: true) */
-    size_t replicas;      /* replica jobs in the last job replay (split: 0) */
-    size_t delayed;       /* of them, placed later than asked */
-    double delay_mean_s;  /* placement delay over the replicas */
+    uint32_t rounds;     /* job replays run: 1 .. SIM_SERVE_SHARED_ROUNDS (split: 1) */
+    bool converged;      /* the last round's delays are those serving ran with (split: true) */
+    size_t replicas;     /* replica jobs in the last job replay (split: 0) */
+    size_t delayed;      /* of them, placed later than asked */
+    double delay_mean_s; /* placement delay over the replicas */
     double delay_max_s;
     uint64_t replica_preemptions;
     int64_t cap_gpu_milli; /* split: the GPUs serving had (the services' caps summed) */
 };
 
 struct sim_serve_shared_out {
-    struct sim_serve_result *serve; /* npolicies * nservices, [p * nservices + s] */
-    struct sim_result *jobs;        /* npolicies: training under serving policy p */
+    struct sim_serve_result *serve;      /* npolicies * nservices, [p * nservices + s] */
+    struct sim_result *jobs;             /* npolicies: training under serving policy p */
     struct sim_serve_shared_stat *stats; /* npolicies, or NULL */
 };
 
