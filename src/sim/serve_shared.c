@@ -60,18 +60,22 @@ static int delays_alloc(struct delays *d, size_t nservices)
     return d->v && d->n ? 0 : GPO_ENOMEM;
 }
 
-/* The same delays, a missing one counting as 0? */
-static bool delays_equal(const struct delays *a, const struct delays *b)
+/* How many delays differ between a and b (a missing one counting as 0),
+ * and how many of them by more than `tick_ms`. */
+static size_t delays_differ(const struct delays *a, const struct delays *b, int64_t tick_ms,
+                            size_t *ret_over_tick)
 {
+    size_t n_diff = 0;
+    *ret_over_tick = 0;
     for (size_t s = 0; s < a->nservices; s++) {
         size_t n = a->n[s] > b->n[s] ? a->n[s] : b->n[s];
         for (size_t k = 0; k < n; k++) {
             int64_t x = k < a->n[s] ? a->v[s][k] : 0, y = k < b->n[s] ? b->v[s][k] : 0;
-            if (x != y)
-                return false;
+            n_diff += x != y;
+            *ret_over_tick += x - y > tick_ms || y - x > tick_ms;
         }
     }
-    return true;
+    return n_diff;
 }
 
 /* A replica's life on the cluster: from its start (placement) to its end. */
@@ -230,7 +234,7 @@ static int run_shared(const struct sim_serve_shared_in *in, const struct sim_ser
         if (e)
             break;
         st->rounds = round;
-        st->converged = delays_equal(&ran, &got);
+        st->converged = delays_differ(&ran, &got, MS_PER_S, &st->moved) == 0;
         if (st->converged)
             break;
         struct delays t = ran;

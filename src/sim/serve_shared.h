@@ -99,6 +99,8 @@ struct sim_serve_shared_stat {
     bool converged;      /* the last round's delays are those serving ran with (split: true) */
     size_t replicas;     /* replica jobs in the last job replay (split: 0) */
     size_t delayed;      /* of them, placed later than asked */
+    size_t moved;        /* of them, with a delay more than a second (a tick of serving's
+                          * replay) off the one serving ran with: 0 when converged */
     double delay_mean_s; /* placement delay over the replicas */
     double delay_max_s;
     uint64_t replica_preemptions;
