@@ -52,10 +52,18 @@ void sim_serve_policy_names(char *buf, size_t len);
 void sim_serve_policy_kpa_spec(const struct sim_serve_policy *pol,
                                const struct sim_serve_service *svc, struct autoscale_spec *ret);
 
+/* Ray Serve's metrics_interval_s: the engine reports to sim_rayserve_observe
+ * this often. */
+#define SIM_RAYSERVE_METRICS_MS 10000
+/* After this long with no request and no change of count, Ray Serve's rule
+ * is where any longer quiet leaves it (two downscale delays: to one, then to
+ * zero; the look-back; two reports): the engine may skip idle seconds. */
+#define SIM_RAYSERVE_QUIET_MS (2 * 600000 + 30000 + 2 * SIM_RAYSERVE_METRICS_MS)
+
 /* Ray Serve's rule, pure: one call per decision, the state carried. */
 struct sim_rayserve_state {
-    int64_t up_since_ms;   /* INT64_MIN: no pending scale-up */
-    int64_t down_since_ms; /* INT64_MIN: no pending scale-down */
+    int64_t up_since_ms;          /* INT64_MIN: no pending scale-up */
+    int64_t down_since_ms;        /* INT64_MIN: no pending scale-down */
     int64_t window_sum_milli[64]; /* look-back samples (one per metrics interval), a ring */
     int64_t window_at_ms[64];
     uint32_t nwindow, head;
@@ -77,7 +85,10 @@ int32_t sim_rayserve_decide(struct sim_rayserve_state *st, const struct sim_serv
  * the offered concurrency (each request's service time alone on a replica,
  * summed over the requests of the stretch, over its length) divided by the
  * per-replica target (the spec's autoscaling target when its metric is
- * concurrency, else max_batch). docs/simulator.md states the rule. */
+ * concurrency, else max_batch), and at least the stretch's prefill time over
+ * its length (a replica prefills one request at a time); the peak is the
+ * busiest minute's count (minutes from the first arrival), the mean the
+ * whole trace's over its whole minutes. docs/simulator.md states the rule. */
 int32_t sim_serve_static_size(const struct sim_reqtrace *t, const struct sim_serve_service *svc,
                               enum sim_serve_kind kind);
 

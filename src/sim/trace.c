@@ -1,7 +1,7 @@
 /*
- * trace.c - the trace reader: zlib's gzread (plain or gzip alike) into one
- * buffer, lines split by hand so that NUL bytes and over-long lines are seen,
- * each row checked field by field before anything is kept.
+ * trace.c - the trace reader: lines read through lines.h (plain or gzip
+ * alike, NUL bytes and over-long lines seen), each row checked field by
+ * field before anything is kept.
  *
  * Decisions the header leaves open:
  *  - Every row is validated, also those the window leaves out, and submit
@@ -20,26 +20,20 @@
  *    errors even with skip_bad; everything else wrong with a row is skippable.
  */
 #include <assert.h>
-#include <errno.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <zlib.h>
-
 #include "base/err.h"
+#include "sim/lines.h"
 #include "sim/trace.h"
 #include "base/banned.h"
 
 #define HEADER      "job_id,submit_time_s,duration_s,num_gpus,user,queue,gpu_type,status"
 #define NFIELDS     8
 #define MAX_SECONDS INT64_C(1000000000000000) /* 31.7 million years: sums never overflow */
-#define READ_BUF    ((size_t)256 * 1024)      /* > SIM_TRACE_MAX_LINE */
 #define CHUNK_SIZE  ((size_t)64 * 1024)
-#define QUOTE_MAX   40 /* bytes of a bad value shown in a message */
-#define ROW_BAD     1  /* internal: the row is bad (skippable); message in L->msg */
 
 enum field { F_ID, F_SUBMIT, F_DURATION, F_GPUS, F_USER, F_QUEUE, F_GPU_TYPE, F_STATUS };
 
@@ -63,13 +57,7 @@ struct strmap {
 };
 
 struct loader {
-    const char *path;
-    gzFile f;
-    char *buf; /* READ_BUF bytes: [pos, len) not yet consumed */
-    size_t pos, len;
-    bool eof;
-    bool discard; /* the rest of an over-long line is still to be dropped */
-    uint32_t lineno;
+    struct sim_lines in; /* the file, its line number and the message */
     bool skip_bad;
     int64_t from_s, until_s;
     struct sim_trace *t;
@@ -77,7 +65,6 @@ struct loader {
     struct strmap ids, queues, types;
     int64_t last_submit; /* of the previous valid row */
     uint32_t last_line;
-    char msg[512];
 };
 
 static uint32_t hash_str(const char *s)
@@ -148,216 +135,13 @@ static char *store_string(struct sim_trace *t, const char *s, size_t len)
     return p;
 }
 
-/* Writes "PATH:LINE: " (or "PATH: " at line 0) and the message into L->msg;
- * returns code, so that callers can `return fail(...)`. */
-__attribute__((format(printf, 3, 4))) static int fail(struct loader *L, int code, const char *fmt,
-                                                      ...)
-{
-    int n = L->lineno ? snprintf(L->msg, sizeof(L->msg), "%s:%u: ", L->path, (unsigned)L->lineno)
-                      : snprintf(L->msg, sizeof(L->msg), "%s: ", L->path);
-    if (n >= 0 && (size_t)n < sizeof(L->msg)) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(L->msg + n, sizeof(L->msg) - (size_t)n, fmt, ap);
-        va_end(ap);
-    }
-    /* One line, whatever the path or the value held. */
-    for (char *p = L->msg; *p; p++)
-        if ((unsigned char)*p < 0x20 || *p == 0x7f)
-            *p = '?';
-    return code;
-}
-#ifdef __clang_analyzer__
-/* clang's static analyzer (make lint) does not follow calls into variadic
- * functions: for the analysis only, fail says that it returns its code. */
-#define fail(L, code, ...)                                                                         \
-    __extension__({                                                                                \
-        int fail_code_ = (code);                                                                   \
-        (void)fail(L, fail_code_, __VA_ARGS__), fail_code_;                                        \
-    })
-#endif
-
-/* s[0, n) for a message: at most QUOTE_MAX bytes, not cutting a UTF-8
- * sequence in two, control bytes shown as '?', "..." when cut. */
-static const char *quote(char out[QUOTE_MAX + 4], const char *s, size_t n)
-{
-    size_t k = n > QUOTE_MAX ? QUOTE_MAX : n;
-    /* s[0, n) was read: the analyzer finds a line in a buffer nothing has been read into
-     * yet (it does not know that memchr over 0 bytes finds nothing). */
-    // cppcheck-suppress arrayIndexOutOfBoundsCond ; k < n: s[k] is inside s[0, n)
-    // NOLINTNEXTLINE(clang-analyzer-core.UndefinedBinaryOperatorResult): s[k] was read
-    while (k < n && k > 0 && ((unsigned char)s[k] & 0xc0) == 0x80)
-        k--;
-    for (size_t i = 0; i < k; i++)
-        out[i] = (char)((unsigned char)s[i] < 0x20 || s[i] == 0x7f ? '?' : s[i]);
-    memcpy(out + k, k < n ? "..." : "", k < n ? 4 : 1);
-    return out;
-}
-
-/* msg into dst[0, size), cut if need be but not inside a UTF-8 sequence. */
-static void copy_message(char *dst, size_t size, const char *msg)
-{
-    if (!dst || size == 0)
-        return;
-    size_t len = strlen(msg), n = len < size ? len : size - 1;
-    while (n < len && n > 0 && ((unsigned char)msg[n] & 0xc0) == 0x80)
-        n--;
-    memcpy(dst, msg, n);
-    dst[n] = '\0';
-}
-
-/* "FIELD: expected EXPECTED, got 'VALUE'" into L->msg; returns ROW_BAD. */
-__attribute__((format(printf, 4, 5))) static int bad_value(struct loader *L, const char *field,
-                                                           const char *value, const char *fmt, ...)
-{
-    char expected[160], q[QUOTE_MAX + 4];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(expected, sizeof(expected), fmt, ap);
-    va_end(ap);
-    return fail(L, ROW_BAD, "%s: expected %s, got '%s'", field, expected,
-                quote(q, value, strlen(value)));
-}
-
-/* Refills the buffer, keeping [pos, len). Returns 0 or an error. */
-static int refill(struct loader *L)
-{
-    memmove(L->buf, L->buf + L->pos, L->len - L->pos);
-    L->len -= L->pos;
-    L->pos = 0;
-    int n = gzread(L->f, L->buf + L->len, (unsigned)(READ_BUF - L->len));
-    if (n > 0) {
-        L->len += (size_t)n;
-        return 0;
-    }
-    int zerr;
-    const char *why = gzerror(L->f, &zerr);
-    size_t plen = strlen(L->path);
-    if (n == 0) {
-        L->eof = true;
-        if (zerr != Z_BUF_ERROR) /* else the input ended inside a gzip stream */
-            return 0;
-        why = "truncated gzip file";
-    } else if (zerr == Z_ERRNO) {
-        why = strerror(errno);
-    } else if (zerr == Z_MEM_ERROR) {
-        return GPO_ENOMEM;
-    } else if (strncmp(why, L->path, plen) == 0 && strncmp(why + plen, ": ", 2) == 0) {
-        why += plen + 2; /* zlib's message starts with the path, as ours does */
-    }
-    L->lineno = 0;
-    return fail(L, GPO_EINVAL, "read error: %s", why);
-}
-
-/* The next line in *line (NUL-terminated in place, newline dropped) and its
- * length in *len, *line NULL at the end. Returns 0, ROW_BAD for an over-long
- * line (the next call drops the rest of it), or a read error. */
-static int read_line(struct loader *L, char **line, size_t *len)
-{
-    for (;;) {
-        char *start = L->buf + L->pos;
-        size_t avail = L->len - L->pos;
-        char *nl = memchr(start, '\n', avail);
-        if (L->discard) {
-            L->pos = nl ? L->pos + (size_t)(nl - start) + 1 : L->len;
-            L->discard = !nl;
-            if (nl)
-                continue;
-        } else if (nl || avail >= SIM_TRACE_MAX_LINE || (L->eof && avail > 0)) {
-            size_t n = nl ? (size_t)(nl - start) : avail;
-            if (L->lineno == UINT32_MAX)
-                return fail(L, GPO_E2BIG, "expected at most %" PRIu32 " lines", UINT32_MAX);
-            L->lineno++;
-            L->pos = nl ? L->pos + n + 1 : L->len;
-            if (n + 1 > SIM_TRACE_MAX_LINE) {
-                char q[QUOTE_MAX + 4];
-                L->discard = !nl;
-                return fail(L, ROW_BAD,
-                            "row: expected a line of at most %u bytes with its newline, got '%s'",
-                            SIM_TRACE_MAX_LINE, quote(q, start, n));
-            }
-            start[n] = '\0'; /* over the newline, or the spare byte past a full buffer */
-            *line = start;
-            *len = n;
-            return 0;
-        }
-        if (L->eof) {
-            *line = NULL;
-            return 0;
-        }
-        int rc = refill(L);
-        if (rc < 0)
-            return rc;
-    }
-}
-
-/* Doubles an array's capacity (at least 16); NULL when out of memory, the
- * array untouched. */
-static void *grow_array(void *arr, size_t *cap, size_t elem)
-{
-    size_t n = *cap ? *cap * 2 : 16;
-    if (n > SIZE_MAX / elem)
-        return NULL;
-    void *p = realloc(arr, n * elem);
-    if (p)
-        *cap = n;
-    return p;
-}
-
-/* Strips a CRLF's CR, refuses control bytes, and splits at the commas into
- * exactly NFIELDS fields. Returns 0 or ROW_BAD. */
-static int split_row(struct loader *L, char *line, size_t len, char *fields[NFIELDS])
-{
-    if (len > 0 && line[len - 1] == '\r')
-        line[--len] = '\0';
-    size_t nf = 1;
-    fields[0] = line;
-    for (size_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)line[i];
-        if (c == ',') {
-            line[i] = '\0';
-            if (nf < NFIELDS)
-                fields[nf] = line + i + 1;
-            nf++;
-        } else if (c < 0x20 || c == 0x7f) {
-            return fail(L, ROW_BAD,
-                        "row: expected text without control bytes, got 0x%02x at byte %zu", c,
-                        i + 1);
-        }
-    }
-    if (nf != NFIELDS)
-        return fail(L, ROW_BAD, "row: expected %d comma-separated fields, got %zu", NFIELDS, nf);
-    return 0;
-}
-
-/* Decimal digits only, at most max. Returns 0, -1 (empty or not digits) or
- * -2 (above max). */
-static int parse_digits(const char *s, int64_t max, int64_t *ret)
-{
-    int64_t v = 0;
-    bool over = false;
-    if (!*s)
-        return -1;
-    for (; *s; s++) {
-        if (*s < '0' || *s > '9')
-            return -1;
-        int d = *s - '0';
-        if (over || v > (max - d) / 10)
-            over = true;
-        else
-            v = v * 10 + d;
-    }
-    *ret = v;
-    return over ? -2 : 0;
-}
-
 static int parse_seconds(struct loader *L, const char *field, const char *s, int64_t *ret)
 {
-    int rc = parse_digits(s, MAX_SECONDS, ret);
+    int rc = sim_lines_digits(s, MAX_SECONDS, ret);
     if (rc == -1)
-        return bad_value(L, field, s, "whole seconds >= 0");
+        return sim_lines_bad_value(&L->in, field, s, "whole seconds >= 0");
     if (rc == -2)
-        return bad_value(L, field, s, "at most %" PRId64 " seconds", MAX_SECONDS);
+        return sim_lines_bad_value(&L->in, field, s, "at most %" PRId64 " seconds", MAX_SECONDS);
     return 0;
 }
 
@@ -397,11 +181,11 @@ static int parse_gpus(const char *s, int64_t *ret)
 }
 
 /* Fills *job from the row's fields but for queue and gpu_type, which
- * add_job interns. Returns 0 or ROW_BAD. */
+ * add_job interns. Returns 0 or SIM_LINES_BAD. */
 static int parse_row(struct loader *L, char *const fields[NFIELDS], struct sim_trace_job *job)
 {
     if (!*fields[F_ID])
-        return bad_value(L, "job_id", "", "a non-empty id");
+        return sim_lines_bad_value(&L->in, "job_id", "", "a non-empty id");
     int rc = parse_seconds(L, "submit_time_s", fields[F_SUBMIT], &job->submit_s);
     if (rc == 0)
         rc = parse_seconds(L, "duration_s", fields[F_DURATION], &job->duration_s);
@@ -411,13 +195,15 @@ static int parse_row(struct loader *L, char *const fields[NFIELDS], struct sim_t
     case 0:
         break;
     case -2:
-        return bad_value(L, "num_gpus", fields[F_GPUS], "at most %d GPUs", SIM_TRACE_MAX_GPUS);
+        return sim_lines_bad_value(&L->in, "num_gpus", fields[F_GPUS], "at most %d GPUs",
+                                   SIM_TRACE_MAX_GPUS);
     case -3:
-        return bad_value(L, "num_gpus", fields[F_GPUS], "a whole number or a fraction below 1");
+        return sim_lines_bad_value(&L->in, "num_gpus", fields[F_GPUS],
+                                   "a whole number or a fraction below 1");
     default:
-        return bad_value(L, "num_gpus", fields[F_GPUS], "a number >= 0");
+        return sim_lines_bad_value(&L->in, "num_gpus", fields[F_GPUS], "a number >= 0");
     }
-    job->line = L->lineno;
+    job->line = L->in.lineno;
     return 0;
 }
 
@@ -432,11 +218,11 @@ static int intern(struct loader *L, struct strmap *m, char ***names, size_t *n, 
         return 0;
     }
     if (*n == SIM_TRACE_MAX_NAMES) {
-        bad_value(L, field, name, "at most %u distinct names", SIM_TRACE_MAX_NAMES);
+        sim_lines_bad_value(&L->in, field, name, "at most %u distinct names", SIM_TRACE_MAX_NAMES);
         return GPO_E2BIG; /* a cap, not a bad row: skip_bad does not skip it */
     }
     if (*n == *cap) {
-        char **p = grow_array(*names, cap, sizeof(**names));
+        char **p = sim_lines_grow(*names, cap, sizeof(**names));
         if (!p)
             return GPO_ENOMEM;
         *names = p;
@@ -455,7 +241,8 @@ static int add_job(struct loader *L, struct sim_trace_job *job, char *const fiel
 {
     struct sim_trace *t = L->t;
     if (t->njobs == SIM_TRACE_MAX_JOBS)
-        return fail(L, GPO_E2BIG, "row: expected at most %u jobs", SIM_TRACE_MAX_JOBS);
+        return sim_lines_fail(&L->in, GPO_E2BIG, "row: expected at most %u jobs",
+                              SIM_TRACE_MAX_JOBS);
     int rc = intern(L, &L->queues, &t->queues, &t->nqueues, &L->queues_cap, "queue",
                     fields[F_QUEUE], &job->queue);
     job->gpu_type = SIM_NONE;
@@ -465,7 +252,7 @@ static int add_job(struct loader *L, struct sim_trace_job *job, char *const fiel
     if (rc)
         return rc;
     if (t->njobs == L->jobs_cap) {
-        struct sim_trace_job *p = grow_array(t->jobs, &L->jobs_cap, sizeof(*t->jobs));
+        struct sim_trace_job *p = sim_lines_grow(t->jobs, &L->jobs_cap, sizeof(*t->jobs));
         if (!p)
             return GPO_ENOMEM;
         t->jobs = p;
@@ -478,21 +265,22 @@ static int add_job(struct loader *L, struct sim_trace_job *job, char *const fiel
 }
 
 /* Checks a parsed row against the rows before it and keeps it, or counts it
- * as filtered. Returns 0, ROW_BAD or an error. */
+ * as filtered. Returns 0, SIM_LINES_BAD or an error. */
 static int place_row(struct loader *L, struct sim_trace_job *job, char *const fields[NFIELDS])
 {
     if (L->last_line && job->submit_s < L->last_submit)
-        return bad_value(L, "submit_time_s", fields[F_SUBMIT],
-                         ">= %" PRId64 " as on line %u (rows in submit order)", L->last_submit,
-                         (unsigned)L->last_line);
+        return sim_lines_bad_value(&L->in, "submit_time_s", fields[F_SUBMIT],
+                                   ">= %" PRId64 " as on line %u (rows in submit order)",
+                                   L->last_submit, (unsigned)L->last_line);
     bool keep = job->submit_s >= L->from_s && (L->until_s < 0 || job->submit_s < L->until_s);
     uint32_t hash = 0;
     if (keep) {
         hash = hash_str(fields[F_ID]);
         struct strslot *dup = strmap_find(&L->ids, fields[F_ID], hash);
         if (dup && dup->key)
-            return bad_value(L, "job_id", fields[F_ID], "a unique id (line %u has it too)",
-                             (unsigned)L->t->jobs[dup->val].line);
+            return sim_lines_bad_value(&L->in, "job_id", fields[F_ID],
+                                       "a unique id (line %u has it too)",
+                                       (unsigned)L->t->jobs[dup->val].line);
     }
     L->last_submit = job->submit_s;
     L->last_line = job->line;
@@ -507,7 +295,7 @@ static int take_row(struct loader *L, char *line, size_t len)
 {
     char *fields[NFIELDS];
     struct sim_trace_job job = {0};
-    int rc = split_row(L, line, len, fields);
+    int rc = sim_lines_split(&L->in, line, len, fields, NFIELDS);
     if (rc == 0)
         rc = parse_row(L, fields, &job);
     if (rc == 0)
@@ -515,64 +303,34 @@ static int take_row(struct loader *L, char *line, size_t len)
     return rc;
 }
 
-static int read_header(struct loader *L)
-{
-    char *line;
-    size_t len;
-    int rc = read_line(L, &line, &len);
-    if (rc)
-        return rc == ROW_BAD ? GPO_EINVAL : rc;
-    if (!line)
-        return fail(L, GPO_EINVAL, "expected the header line, got an empty file");
-    if (len > 0 && line[len - 1] == '\r')
-        line[--len] = '\0';
-    if (len >= 3 && memcmp(line, "\xef\xbb\xbf", 3) == 0) { /* a UTF-8 byte order mark */
-        line += 3;
-        len -= 3;
-    }
-    if (len != strlen(HEADER) || memcmp(line, HEADER, len) != 0) {
-        char q[QUOTE_MAX + 4];
-        return fail(L, GPO_EINVAL, "header: expected '%s', got '%s'", HEADER, quote(q, line, len));
-    }
-    return 0;
-}
-
 static int read_rows(struct loader *L)
 {
     for (;;) {
         char *line;
         size_t len;
-        int rc = read_line(L, &line, &len);
+        int rc = sim_lines_next(&L->in, &line, &len);
         if (rc == 0 && !line)
             return 0;
         if (rc == 0)
             rc = take_row(L, line, len);
-        if (rc == ROW_BAD && L->skip_bad) {
-            if (L->t->nskipped++ == 0)
-                copy_message(L->t->first_skip, sizeof(L->t->first_skip), L->msg);
-            continue;
-        }
+        rc = sim_lines_row_done(&L->in, rc, L->skip_bad, &L->t->nskipped, L->t->first_skip,
+                                sizeof(L->t->first_skip));
         if (rc)
-            return rc == ROW_BAD ? GPO_EINVAL : rc;
+            return rc;
     }
 }
 
-static int open_trace(struct loader *L)
+static int open_trace(struct loader *L, const char *path)
 {
     /* An empty window is refused rather than read into an empty trace: it is
      * what a zeroed sim_trace_opts (until_s 0) asks for by mistake. */
-    if (L->until_s >= 0 && L->from_s >= L->until_s)
-        return fail(L, GPO_EINVAL, "window: expected from_s < until_s, got %" PRId64 " >= %" PRId64,
-                    L->from_s, L->until_s);
-    L->buf = malloc(READ_BUF + 1); /* + 1: room to terminate a last line without newline */
-    if (!L->buf)
-        return GPO_ENOMEM;
-    errno = 0;
-    L->f = gzopen(L->path, "rb");
-    if (!L->f) /* errno 0: zlib could not allocate its state */
-        return errno ? fail(L, GPO_EINVAL, "cannot open: %s", strerror(errno)) : GPO_ENOMEM;
-    gzbuffer(L->f, 128u * 1024u);
-    return 0;
+    if (L->until_s >= 0 && L->from_s >= L->until_s) {
+        L->in.path = path;
+        return sim_lines_fail(&L->in, GPO_EINVAL,
+                              "window: expected from_s < until_s, got %" PRId64 " >= %" PRId64,
+                              L->from_s, L->until_s);
+    }
+    return sim_lines_open(&L->in, path, SIM_TRACE_MAX_LINE);
 }
 
 void sim_trace_init(struct sim_trace *t)
@@ -601,31 +359,29 @@ int sim_trace_load(struct sim_trace *t, const char *path, const struct sim_trace
     assert(t && path);
     struct sim_trace tmp;
     sim_trace_init(&tmp);
-    struct loader L = {.path = path, .t = &tmp, .until_s = -1};
+    struct loader L = {.t = &tmp, .until_s = -1};
     if (opts) {
         L.skip_bad = opts->skip_bad;
         L.from_s = opts->from_s;
         L.until_s = opts->until_s;
     }
-    int rc = open_trace(&L);
+    int rc = open_trace(&L, path);
     if (rc == 0)
-        rc = read_header(&L);
+        rc = sim_lines_header(&L.in, HEADER);
     if (rc == 0)
         rc = read_rows(&L);
-    if (L.f)
-        gzclose(L.f);
-    free(L.buf);
+    sim_lines_close(&L.in);
     strmap_release(&L.ids);
     strmap_release(&L.queues);
     strmap_release(&L.types);
     sim_trace_release(t);
     if (rc == GPO_ENOMEM) {
-        L.lineno = 0;
-        fail(&L, rc, "%s", gpo_strerror(rc));
+        L.in.lineno = 0;
+        sim_lines_fail(&L.in, rc, "%s", gpo_strerror(rc));
     }
     if (rc)
         sim_trace_release(&tmp);
     *t = tmp;
-    copy_message(err, errlen, rc ? L.msg : "");
+    sim_lines_copy_message(err, errlen, rc ? L.in.msg : "");
     return rc;
 }

@@ -19,53 +19,28 @@
 
 #include "base/err.h"
 #include "sim/trace.h"
+#include "sim_testdir.h"
 #include "base/banned.h"
 
 #define HEADER "job_id,submit_time_s,duration_s,num_gpus,user,queue,gpu_type,status\n"
 
-struct env {
-    char dir[64];   /* scratch directory for files written by the tests */
-    char data[512]; /* $SIM_TEST_DATA */
-};
-
 static int group_setup(void **state)
 {
-    struct env *e = calloc(1, sizeof(*e));
-    const char *data = getenv("SIM_TEST_DATA");
-    if (!e || !data)
-        return -1;
-    snprintf(e->data, sizeof(e->data), "%s", data);
-    snprintf(e->dir, sizeof(e->dir), "/tmp/test_sim_trace.XXXXXX");
-    if (!mkdtemp(e->dir))
-        return -1;
-    *state = e;
-    return 0;
+    return sim_testdir_setup(state, "test_sim_trace");
 }
 
 static int group_teardown(void **state)
 {
-    struct env *e = *state;
-    DIR *d = opendir(e->dir);
-    for (struct dirent *de; d && (de = readdir(d));) {
-        char path[600];
-        snprintf(path, sizeof(path), "%s/%s", e->dir, de->d_name);
-        if (de->d_name[0] != '.')
-            unlink(path);
-    }
-    if (d)
-        closedir(d);
-    rmdir(e->dir);
-    free(e);
-    return 0;
+    return sim_testdir_teardown(state);
 }
 
-static void fixture(const struct env *e, const char *name, char *path, size_t size)
+static void fixture(const struct sim_testdir *e, const char *name, char *path, size_t size)
 {
     snprintf(path, size, "%s/%s", e->data, name);
 }
 
 /* Writes data[0, len) to the scratch file `name`; its path into path. */
-static void write_file(const struct env *e, const char *name, const void *data, size_t len,
+static void write_file(const struct sim_testdir *e, const char *name, const void *data, size_t len,
                        char *path, size_t size)
 {
     snprintf(path, size, "%s/%s", e->dir, name);
@@ -247,11 +222,12 @@ static void expect_file_error(const char *path, int rc, const char *suffix)
 static void test_missing_and_empty_files(void **state)
 {
     char path[600];
-    snprintf(path, sizeof(path), "%s/no-such.csv", ((struct env *)*state)->dir);
+    snprintf(path, sizeof(path), "%s/no-such.csv", ((struct sim_testdir *)*state)->dir);
     expect_file_error(path, GPO_EINVAL, ": cannot open: No such file or directory");
     write_file(*state, "empty.csv", "", 0, path, sizeof(path));
     expect_file_error(path, GPO_EINVAL, ": expected the header line, got an empty file");
-    expect_file_error(((struct env *)*state)->dir, GPO_EINVAL, ": read error: Is a directory");
+    expect_file_error(((struct sim_testdir *)*state)->dir, GPO_EINVAL,
+                      ": read error: Is a directory");
 }
 
 static void test_wrong_header(void **state)
@@ -348,7 +324,8 @@ static const struct bad_row bad_rows[] = {
 };
 
 /* A file with a good row, `row` on line 3, and another good row. */
-static void write_bad_row(const struct env *e, const char *row, size_t len, char *path, size_t size)
+static void write_bad_row(const struct sim_testdir *e, const char *row, size_t len, char *path,
+                          size_t size)
 {
     static const char head[] = HEADER "a,5,10,1,,q,,\n", tail[] = "\nz,7,1,0,,q,,\n";
     size_t n = strlen(head) + len + strlen(tail);
@@ -363,7 +340,8 @@ static void write_bad_row(const struct env *e, const char *row, size_t len, char
 
 /* Without skip_bad the load fails with "PATH:3: " + msg and an empty trace;
  * with it the row is skipped, counted and its message kept. */
-static void expect_bad_row(const struct env *e, const char *row, size_t len, const char *msg)
+static void expect_bad_row(const struct sim_testdir *e, const char *row, size_t len,
+                           const char *msg)
 {
     char path[600], want[900], err[900];
     write_bad_row(e, row, len, path, sizeof(path));
@@ -554,7 +532,7 @@ static const char window_text[] = HEADER "w0,0,1,1,,a,,\n"
                                          "w3,20,1,1,,d,,\n"
                                          "w4,30,1,1,,e,,\n";
 
-static void expect_window(const struct env *e, int64_t from, int64_t until, const char *ids,
+static void expect_window(const struct sim_testdir *e, int64_t from, int64_t until, const char *ids,
                           size_t nfiltered)
 {
     char path[600], err[256], got[64] = "";
@@ -657,7 +635,7 @@ static void test_window_still_checks_every_row(void **state)
 
 /* One more distinct name than SIM_TRACE_MAX_NAMES in `column` (5: queue,
  * 6: gpu_type) is over the cap, with or without skip_bad. */
-static void expect_names_cap(const struct env *e, int column, const char *field)
+static void expect_names_cap(const struct sim_testdir *e, int column, const char *field)
 {
     size_t cap = 64 + (size_t)(SIM_TRACE_MAX_NAMES + 1) * 32;
     char *text = malloc(cap), path[600], err[256], want[700];
