@@ -11,6 +11,7 @@
 #include "sim/engine.h"
 #include "sim/output.h"
 #include "sim/report.h"
+#include "sim/serve_cmd.h"
 #include "sim/spec.h"
 #include "sim/stats.h"
 #include "sim/trace.h"
@@ -93,8 +94,9 @@ static void usage(FILE *out)
             "  --skip-bad            skip and count malformed trace rows instead of failing\n"
             "  --no-migrate          never move running jobs to gather free GPUs onto one\n"
             "                        node (policies with preemption do by default)\n"
-            "\n"
-            "Exit codes: 0 done, 1 failed, 2 usage.\n");
+            "\n");
+    sim_serve_usage(out);
+    fprintf(out, "\nExit codes: 0 done, 1 failed, 2 usage.\n");
 }
 
 static int bad_value(const char *flag, const char *value, const char *expected)
@@ -164,7 +166,8 @@ static int parse_args(int argc, char **argv, struct args *a)
             return e;
     }
     if (!a->trace) {
-        fprintf(stderr, "gpuorch sim: --trace FILE is required\n");
+        fprintf(stderr, "gpuorch sim: --trace FILE is required (or --serve REQUESTS.csv for a "
+                        "serving replay)\n");
         return 2;
     }
     if (!a->npolicies)
@@ -264,7 +267,12 @@ static int report(const struct args *a, struct runs *runs)
     for (size_t p = 0; p < runs->n; p++)
         rr[p] = (struct sim_report_run){&runs->summaries[p], &runs->results[p]};
     char err[512] = "";
-    int e = sim_report_write(a->report, a->trace, rr, runs->n, err, sizeof(err));
+    struct sim_report_params params = {.cluster = a->cluster,
+                                       .load = a->load,
+                                       .from_s = a->from_s,
+                                       .until_s = a->until_s,
+                                       .restart_penalty_s = a->restart_penalty_s};
+    int e = sim_report_write_params(a->report, a->trace, &params, rr, runs->n, err, sizeof(err));
     if (e)
         fprintf(stderr, "gpuorch sim: --report: %s\n", *err ? err : gpo_strerror(e));
     return e ? 1 : 0;
@@ -297,6 +305,8 @@ int sim_command(int argc, char **argv)
         usage(stdout);
         return 0;
     }
+    if (sim_serve_wanted(argc, argv))
+        return sim_serve_command(argc, argv);
     struct args a;
     int rc = parse_args(argc, argv, &a);
     if (rc)

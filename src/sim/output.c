@@ -128,14 +128,13 @@ void sim_output_table(FILE *out, const struct sim_summary *s, size_t n)
     }
 }
 
-/* A double rounded to `digits` decimals, so the JSON reads well and compares exactly. */
-static json_t *rounded(double v, int digits)
+json_t *sim_output_rounded(double v, int digits)
 {
     double f = pow(10, digits);
-    return json_real(round(v * f) / f);
+    return json_real(isfinite(v) ? round(v * f) / f : 0);
 }
 
-static json_t *summary_json(const struct sim_summary *s)
+json_t *sim_output_summary_json(const struct sim_summary *s)
 {
     json_t *o = json_object();
     if (!o)
@@ -144,15 +143,15 @@ static json_t *summary_json(const struct sim_summary *s)
     bad |= json_object_set_new(o, "policy", json_string(s->policy));
     bad |= json_object_set_new(o, "jobs", json_integer((json_int_t)s->jobs));
     bad |= json_object_set_new(o, "unschedulable", json_integer((json_int_t)s->unschedulable));
-    bad |= json_object_set_new(o, "makespan_s", rounded(s->makespan_s, 1));
-    bad |= json_object_set_new(o, "jct_avg_s", rounded(s->jct_avg_s, 1));
-    bad |= json_object_set_new(o, "jct_p50_s", rounded(s->jct_p50_s, 1));
-    bad |= json_object_set_new(o, "jct_p95_s", rounded(s->jct_p95_s, 1));
-    bad |= json_object_set_new(o, "jct_p99_s", rounded(s->jct_p99_s, 1));
-    bad |= json_object_set_new(o, "wait_avg_s", rounded(s->wait_avg_s, 1));
-    bad |= json_object_set_new(o, "wait_p99_s", rounded(s->wait_p99_s, 1));
-    bad |= json_object_set_new(o, "gpu_utilization", rounded(s->gpu_utilization, 4));
-    bad |= json_object_set_new(o, "jain_fairness", rounded(s->jain_fairness, 4));
+    bad |= json_object_set_new(o, "makespan_s", sim_output_rounded(s->makespan_s, 1));
+    bad |= json_object_set_new(o, "jct_avg_s", sim_output_rounded(s->jct_avg_s, 1));
+    bad |= json_object_set_new(o, "jct_p50_s", sim_output_rounded(s->jct_p50_s, 1));
+    bad |= json_object_set_new(o, "jct_p95_s", sim_output_rounded(s->jct_p95_s, 1));
+    bad |= json_object_set_new(o, "jct_p99_s", sim_output_rounded(s->jct_p99_s, 1));
+    bad |= json_object_set_new(o, "wait_avg_s", sim_output_rounded(s->wait_avg_s, 1));
+    bad |= json_object_set_new(o, "wait_p99_s", sim_output_rounded(s->wait_p99_s, 1));
+    bad |= json_object_set_new(o, "gpu_utilization", sim_output_rounded(s->gpu_utilization, 4));
+    bad |= json_object_set_new(o, "jain_fairness", sim_output_rounded(s->jain_fairness, 4));
     bad |= json_object_set_new(o, "preemptions", json_integer((json_int_t)s->preemptions));
     if (bad) {
         json_decref(o);
@@ -163,13 +162,18 @@ static json_t *summary_json(const struct sim_summary *s)
 
 int sim_output_json(FILE *out, const struct sim_summary *s, size_t n)
 {
-    json_t *root = n == 1 ? summary_json(&s[0]) : json_array();
+    json_t *root = n == 1 ? sim_output_summary_json(&s[0]) : json_array();
     for (size_t p = 0; root && n > 1 && p < n; p++) {
-        if (json_array_append_new(root, summary_json(&s[p]))) {
+        if (json_array_append_new(root, sim_output_summary_json(&s[p]))) {
             json_decref(root);
             root = NULL;
         }
     }
+    return sim_output_json_print(out, root);
+}
+
+int sim_output_json_print(FILE *out, json_t *root)
+{
     if (!root)
         return GPO_ENOMEM;
     char *text = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15));

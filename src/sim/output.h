@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include <jansson.h>
+
 #include "sim/engine.h"
 #include "sim/stats.h"
 #include "sim/trace.h"
@@ -24,6 +26,14 @@ void sim_output_table(FILE *out, const struct sim_summary *s, size_t n);
  * 0 or GPO_ENOMEM.
  */
 int sim_output_json(FILE *out, const struct sim_summary *s, size_t n);
+/* One policy's --json object (as above); NULL: out of memory. */
+json_t *sim_output_summary_json(const struct sim_summary *s);
+/* v rounded to `digits` decimals (0 if not finite), so the JSON reads well
+ * and compares exactly. NULL: out of memory. */
+json_t *sim_output_rounded(double v, int digits);
+/* Prints root (taken: released here) as the --json outputs do: indented, keys
+ * in order, a newline after. 0, or GPO_ENOMEM (root NULL included). */
+int sim_output_json_print(FILE *out, json_t *root);
 
 /* The per-job CSV: job_id,team,submit_s,start_s,end_s,wait_s,gpus,placement,
  * preemptions,status. 0, or GPO_EINVAL with one line in err (a write error). */

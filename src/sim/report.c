@@ -9,62 +9,22 @@
 
 #include "base/err.h"
 #include "base/sort.h"
-#include "sim/assets.h"
+#include "sim/report_page.h"
 #include "sim/report.h"
-#include "util/fsutil.h"
 #include "base/banned.h"
 
 /* Points drawn per policy: enough for a full-width chart, small for the page. */
 #define MAX_TIME_POINTS 2000
 #define MAX_CDF_POINTS  1000
 
-/* The page's own style and script. Charts are uPlot's; this only feeds them. */
-static const char page_css[] =
-    "body{font-family:system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;margin:1.5em auto;"
-    "max-width:1200px;padding:0 1em;color:#222}\n"
-    "h1{font-size:1.4em}h2{font-size:1.15em;margin-top:1.8em}\n"
-    "table{border-collapse:collapse;font-size:.9em}\n"
-    "th,td{border:1px solid #ccc;padding:.25em .6em}td{text-align:right}\n"
-    "td.name,th.name{text-align:left}th{background:#f3f3f3}\n"
-    ".chart{width:100%;min-height:2em}.note{color:#555;font-size:.9em}\n"
-    "pre{white-space:pre-wrap;font-size:.85em}footer{margin-top:2.5em}\n";
-
+/* The charts' script, after sim_page_js_prelude (report_page.h). */
 static const char page_js[] =
-    "(function () {\n"
-    "'use strict';\n"
-    "var D = JSON.parse(document.getElementById('gpo-data').textContent);\n"
-    "var COLORS = ['#1f77b4', '#d62728', '#2ca02c', '#ff7f0e', '#9467bd', '#8c564b',\n"
-    "              '#e377c2', '#7f7f7f', '#bcbd22', '#17becf'];\n"
-    "var charts = [];\n"
-    "function color(i) { return COLORS[i % COLORS.length]; }\n"
-    "function dash(i) { return i < COLORS.length ? undefined : [6, 3]; }\n"
-    "function width(el) { return Math.max(320, el.clientWidth || 900); }\n"
-    "function empty(id, text) {\n"
-    "  var p = document.createElement('p');\n"
-    "  p.className = 'note';\n"
-    "  p.textContent = text;\n"
-    "  document.getElementById(id).appendChild(p);\n"
-    "}\n"
-    "function chart(id, height, opts, data) {\n"
-    "  var el = document.getElementById(id);\n"
-    "  opts.width = width(el);\n"
-    "  opts.height = height;\n"
-    "  charts.push({u: new uPlot(opts, data, el), el: el, height: height});\n"
-    "}\n"
-    "function dur(s) {\n"
-    "  if (s == null) return '-';\n"
-    "  if (s < 120) return +s.toFixed(1) + ' s';\n"
-    "  if (s < 7200) return +(s / 60).toFixed(1) + ' min';\n"
-    "  if (s < 172800) return +(s / 3600).toFixed(1) + ' h';\n"
-    "  return +(s / 86400).toFixed(1) + ' d';\n"
-    "}\n"
     "function policy(i, extra) {\n"
     "  var s = {label: D.runs[i].policy, stroke: color(i), dash: dash(i), width: 1.5,\n"
     "           spanGaps: true, points: {show: false}};\n"
     "  for (var k in extra) s[k] = extra[k];\n"
     "  return s;\n"
     "}\n"
-    "function hours(t) { return t.map(function (v) { return v / 3600; }); }\n"
     "function overTime(id, key, label, fmt, ymax, incrs) {\n"
     "  var any = D.runs.some(function (r) { return r.t.length > 0; });\n"
     "  if (!any) { empty(id, 'No samples.'); return; }\n"
@@ -83,8 +43,6 @@ static const char page_js[] =
     "             return splits.map(fmt); }}],\n"
     "    series: series}, data);\n"
     "}\n"
-    "function pct(v) { return v == null ? '-' : +(v * 100).toFixed(1) + '%'; }\n"
-    "function count(v) { return v == null ? '-' : String(Math.round(v)); }\n"
     "overTime('chart-util', 'util', 'GPU utilization', pct, 1);\n"
     "var whole = [];\n"
     "for (var m = 1; m < 1e9; m *= 10) whole.push(m, 2 * m, 5 * m);\n"
@@ -146,10 +104,6 @@ static const char page_js[] =
     "              return splits.map(function (v) { return D.teams[v] || ''; }); }},\n"
     "           {label: 'average queueing delay (' + unit[0] + ')', size: 60}],\n"
     "    series: series}, data);\n"
-    "})();\n"
-    "window.addEventListener('resize', function () {\n"
-    "  charts.forEach(function (c) { c.u.setSize({width: width(c.el), height: c.height}); });\n"
-    "});\n"
     "})();\n";
 
 /* The union of the runs' team names, in order of first appearance. */
@@ -157,90 +111,6 @@ struct teams {
     const char **names; /* borrowed from the results and summaries */
     size_t n;
 };
-
-/* Writes the n bytes at s with the five HTML specials escaped. */
-static void put_html_n(FILE *f, const char *s, size_t n)
-{
-    for (const char *end = s + n; s < end; s++) {
-        switch (*s) {
-        case '&':
-            fputs("&amp;", f);
-            break;
-        case '<':
-            fputs("&lt;", f);
-            break;
-        case '>':
-            fputs("&gt;", f);
-            break;
-        case '"':
-            fputs("&quot;", f);
-            break;
-        case '\'':
-            fputs("&#39;", f);
-            break;
-        default:
-            fputc(*s, f);
-        }
-    }
-}
-
-static void put_html(FILE *f, const char *s)
-{
-    if (s)
-        put_html_n(f, s, strlen(s));
-}
-
-/*
- * Writes s as a JSON string that is also safe inside a <script> element:
- * "</" becomes "<\/" and "<!" becomes "\u003c!", so no name can close the
- * element or open a comment in it.
- */
-static void put_json_str(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (; s && *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            fprintf(f, "\\%c", c);
-        else if (c == '<' && s[1] == '/')
-            fputs("<\\", f);
-        else if (c == '<' && s[1] == '!')
-            fputs("\\u003c", f);
-        else if (c < 0x20)
-            fprintf(f, "\\u%04x", c);
-        else
-            fputc(c, f);
-    }
-    fputc('"', f);
-}
-
-/* A JSON number; null for what JSON cannot hold (NaN, infinities). */
-static void put_json_num(FILE *f, double x)
-{
-    if (isfinite(x))
-        fprintf(f, "%.6g", x);
-    else
-        fputs("null", f);
-}
-
-/* A duration in a table cell, in the unit that suits it, seconds in the title. */
-static void put_duration_cell(FILE *f, double s, bool known)
-{
-    if (!known || !isfinite(s)) {
-        fputs("<td>-</td>", f);
-        return;
-    }
-    fprintf(f, "<td title=\"%.0f s\">", s);
-    if (s < 120)
-        fprintf(f, "%.1f s", s);
-    else if (s < 7200)
-        fprintf(f, "%.1f min", s / 60);
-    else if (s < 172800)
-        fprintf(f, "%.2f h", s / 3600);
-    else
-        fprintf(f, "%.2f d", s / 86400);
-    fputs("</td>", f);
-}
 
 static size_t team_find(const struct teams *t, const char *name, size_t hint)
 {
@@ -429,7 +299,7 @@ static int put_team_waits(FILE *f, const struct sim_result *r, const struct team
         if (k)
             fputc(',', f);
         if (cnt[k])
-            put_json_num(f, sum[k] / (double)cnt[k]);
+            sim_page_json_num(f, sum[k] / (double)cnt[k]);
         else
             fputs("null", f);
     }
@@ -464,18 +334,18 @@ static int put_data(FILE *f, const char *title, const struct sim_report_run *run
 {
     int64_t t0 = time_origin(runs, nruns);
     fputs("{\"title\":", f);
-    put_json_str(f, title);
+    sim_page_json_str(f, title);
     fputs(",\"teams\":[", f);
     for (size_t k = 0; k < t->n; k++) {
         if (k)
             fputc(',', f);
-        put_json_str(f, t->names[k]);
+        sim_page_json_str(f, t->names[k]);
     }
     fputs("],\"runs\":[", f);
     for (size_t r = 0; r < nruns; r++) {
         const struct sim_result *res = runs[r].result;
         fputs(r ? ",\n{\"policy\":" : "\n{\"policy\":", f);
-        put_json_str(f, runs[r].summary->policy);
+        sim_page_json_str(f, runs[r].summary->policy);
         fputs(",\"t\":", f);
         put_time_series(f, res, t0, FIELD_T);
         fputs(",\"util\":", f);
@@ -496,31 +366,130 @@ static int put_data(FILE *f, const char *title, const struct sim_report_run *run
     return 0;
 }
 
+/* One unit per column: the one that suits the column's largest value. */
+static struct sim_page_unit column_unit(const struct sim_report_run *runs, size_t nruns,
+                                        size_t offset)
+{
+    double max = 0;
+    for (size_t r = 0; r < nruns; r++) {
+        double v;
+        memcpy(&v, (const char *)runs[r].summary + offset, sizeof(v));
+        if (isfinite(v) && v > max)
+            max = v;
+    }
+    return sim_page_unit_for(max);
+}
+
 static void put_summary_table(FILE *f, const struct sim_report_run *runs, size_t nruns)
 {
+    static const struct {
+        const char *label;
+        size_t offset;
+    } dcols[] = {
+        {"makespan", offsetof(struct sim_summary, makespan_s)},
+        {"JCT avg", offsetof(struct sim_summary, jct_avg_s)},
+        {"JCT p50", offsetof(struct sim_summary, jct_p50_s)},
+        {"JCT p95", offsetof(struct sim_summary, jct_p95_s)},
+        {"JCT p99", offsetof(struct sim_summary, jct_p99_s)},
+        {"wait avg", offsetof(struct sim_summary, wait_avg_s)},
+        {"wait p99", offsetof(struct sim_summary, wait_p99_s)},
+    };
+    struct sim_page_unit u[sizeof(dcols) / sizeof(dcols[0])];
     fputs("<table>\n<tr><th class=\"name\">policy</th><th>jobs</th><th>ended</th>"
-          "<th>unschedulable</th><th>makespan</th><th>JCT avg</th><th>JCT p50</th>"
-          "<th>JCT p95</th><th>JCT p99</th><th>wait avg</th><th>wait p99</th>"
-          "<th>GPU utilization</th><th>Jain fairness</th><th>preemptions</th></tr>\n",
+          "<th>unschedulable</th>",
           f);
+    for (size_t c = 0; c < sizeof(dcols) / sizeof(dcols[0]); c++) {
+        u[c] = column_unit(runs, nruns, dcols[c].offset);
+        fprintf(f, "<th>%s (%s)</th>", dcols[c].label, u[c].name);
+    }
+    fputs("<th>GPU utilization</th><th>Jain fairness</th><th>preemptions</th></tr>\n", f);
     for (size_t r = 0; r < nruns; r++) {
         const struct sim_summary *s = runs[r].summary;
-        bool ended = s->ended > 0;
         fputs("<tr><td class=\"name\">", f);
-        put_html(f, s->policy);
+        sim_page_html(f, s->policy);
         fprintf(f, "</td><td>%zu</td><td>%zu</td><td>%zu</td>", s->jobs, s->ended,
                 s->unschedulable);
-        put_duration_cell(f, s->makespan_s, true);
-        put_duration_cell(f, s->jct_avg_s, ended);
-        put_duration_cell(f, s->jct_p50_s, ended);
-        put_duration_cell(f, s->jct_p95_s, ended);
-        put_duration_cell(f, s->jct_p99_s, ended);
-        put_duration_cell(f, s->wait_avg_s, ended);
-        put_duration_cell(f, s->wait_p99_s, ended);
+        for (size_t c = 0; c < sizeof(dcols) / sizeof(dcols[0]); c++) {
+            double v;
+            memcpy(&v, (const char *)s + dcols[c].offset, sizeof(v));
+            sim_page_duration_cell(f, v, c == 0 || s->ended > 0, u[c]);
+        }
         fprintf(f, "<td>%.1f%%</td><td>%.3f</td><td>%" PRIu64 "</td></tr>\n",
                 s->gpu_utilization * 100, s->jain_fairness, s->preemptions);
     }
     fputs("</table>\n", f);
+}
+
+void sim_report_conclusion(char *buf, size_t len, const struct sim_summary *a,
+                           const struct sim_summary *b)
+{
+    double ua = a->gpu_utilization * 100, ub = b->gpu_utilization * 100;
+    char at[96];
+    if (fabs(ua - ub) < 1)
+        snprintf(at, sizeof(at), "at equal utilization (%.1f%% and %.1f%%)", ua, ub);
+    else
+        snprintf(at, sizeof(at), "at utilization %.1f%% against %.1f%%", ua, ub);
+    if (!a->ended || !b->ended || !(a->jct_avg_s > 0) || !(b->jct_avg_s > 0)) {
+        snprintf(buf, len, "%s against %s: no average JCT to compare (%zu and %zu jobs ended)",
+                 a->policy, b->policy, a->ended, b->ended);
+        return;
+    }
+    double x = b->jct_avg_s / a->jct_avg_s;
+    if (x >= 1.005)
+        snprintf(buf, len, "%s cut average JCT %.*fx against %s %s", a->policy, x < 10 ? 2 : 1, x,
+                 b->policy, at);
+    else if (x <= 1 / 1.005)
+        snprintf(buf, len, "%s raised average JCT %.*fx against %s %s", a->policy,
+                 1 / x < 10 ? 2 : 1, 1 / x, b->policy, at);
+    else
+        snprintf(buf, len, "%s and %s gave the same average JCT (within 0.5%%) %s", a->policy,
+                 b->policy, at);
+}
+
+/* The parameters of the replay, and a conclusion per comparison. */
+static void put_params(FILE *f, const struct sim_report_params *pa,
+                       const struct sim_report_run *runs, size_t nruns)
+{
+    fputs("<h2>Parameters</h2>\n<table>\n<tr><td class=\"name\">cluster</td><td class=\"name\">",
+          f);
+    if (nruns)
+        fprintf(f, "%.0f GPUs", runs[0].summary->total_gpus);
+    fputs(pa && pa->cluster ? ", from " : ", derived from the trace", f);
+    if (pa && pa->cluster)
+        sim_page_html(f, pa->cluster);
+    fputs("</td></tr>\n<tr><td class=\"name\">load</td><td class=\"name\">", f);
+    if (pa && pa->load > 0)
+        fprintf(f, "%g (the cluster scaled so the trace offers this share of its GPUs)", pa->load);
+    else
+        fputs("as the cluster is (no --load)", f);
+    fputs("</td></tr>\n<tr><td class=\"name\">window</td><td class=\"name\">", f);
+    if (pa && (pa->from_s > 0 || pa->until_s >= 0)) {
+        fprintf(f, "jobs submitted from %lld s", (long long)pa->from_s);
+        if (pa->until_s >= 0)
+            fprintf(f, " until %lld s", (long long)pa->until_s);
+    } else {
+        fputs("the whole trace", f);
+    }
+    fprintf(f,
+            "</td></tr>\n<tr><td class=\"name\">restart penalty</td><td class=\"name\">%lld s"
+            "</td></tr>\n<tr><td class=\"name\">policies</td><td class=\"name\">",
+            pa ? (long long)pa->restart_penalty_s : 0LL);
+    for (size_t r = 0; r < nruns; r++) {
+        fputs(r ? ", " : "", f);
+        sim_page_html(f, runs[r].summary->policy);
+    }
+    fputs("</td></tr>\n</table>\n", f);
+    if (nruns < 2)
+        return;
+    fputs("<h2>Conclusions</h2>\n<ul>\n", f);
+    for (size_t r = 1; r < nruns; r++) {
+        char line[512];
+        sim_report_conclusion(line, sizeof(line), runs[0].summary, runs[r].summary);
+        fputs("<li>", f);
+        sim_page_html(f, line);
+        fputs("</li>\n", f);
+    }
+    fputs("</ul>\n", f);
 }
 
 /* Teams down, policies across: each team's share of the useful GPU-time. */
@@ -548,13 +517,13 @@ static int put_share_table(FILE *f, const struct sim_report_run *runs, size_t nr
     fputs("<table>\n<tr><th class=\"name\">team</th>", f);
     for (size_t r = 0; r < nruns; r++) {
         fputs("<th>", f);
-        put_html(f, runs[r].summary->policy);
+        sim_page_html(f, runs[r].summary->policy);
         fputs("</th>", f);
     }
     fputs("</tr>\n", f);
     for (size_t k = 0; k < t->n; k++) {
         fputs("<tr><td class=\"name\">", f);
-        put_html(f, t->names[k]);
+        sim_page_html(f, t->names[k]);
         fputs("</td>", f);
         for (size_t r = 0; r < nruns; r++) {
             double x = share[k * nruns + r];
@@ -570,39 +539,46 @@ static int put_share_table(FILE *f, const struct sim_report_run *runs, size_t nr
     return 0;
 }
 
-static int put_page(FILE *f, const char *title, const struct sim_report_run *runs, size_t nruns,
-                    const struct teams *t)
+struct page {
+    const char *title;
+    const struct sim_report_params *params;
+    const struct sim_report_run *runs;
+    size_t nruns;
+    const struct teams *t;
+};
+
+static int page_data(FILE *f, const void *ctx)
 {
-    fputs("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-          "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
-          "<title>gpuorch sim: ",
-          f);
-    put_html(f, title);
-    fputs("</title>\n<style>\n", f);
-    /* A failed write stays in f's error flag, which fsutil_atomic_commit reports. */
-    (void)fwrite(sim_asset_uplot_css, 1, sim_asset_uplot_css_len, f);
-    fputs("\n</style>\n<style>\n", f);
-    fputs(page_css, f);
-    fputs("</style>\n</head>\n<body>\n<h1>gpuorch sim: ", f);
-    put_html(f, title);
-    fputs("</h1>\n<p class=\"note\">", f);
+    const struct page *pg = ctx;
+    return put_data(f, pg->title, pg->runs, pg->nruns, pg->t);
+}
+
+static int put_page(FILE *f, const void *ctx)
+{
+    const struct page *pg = ctx;
+    const struct sim_report_run *runs = pg->runs;
+    size_t nruns = pg->nruns;
+    sim_page_head(f, pg->title);
+    fputs("<p class=\"note\">", f);
     if (!nruns)
         fputs("No policy was replayed.", f);
     for (size_t r = 0; r < nruns; r++) {
         fputs(r ? ", " : "Policies replayed on the same trace and cluster: ", f);
-        put_html(f, runs[r].summary->policy);
+        sim_page_html(f, runs[r].summary->policy);
     }
     if (nruns && runs[0].summary->dropped)
         fprintf(f, ". %zu trace jobs were left out (their queues belong to no team)",
                 runs[0].summary->dropped);
-    fputs(".</p>\n<h2>Summary</h2>\n", f);
+    fputs(".</p>\n", f);
+    put_params(f, pg->params, runs, nruns);
+    fputs("<h2>Summary</h2>\n", f);
     put_summary_table(f, runs, nruns);
     fputs("<p class=\"note\">JCT: end - submit of the jobs that ended; wait: the part of it "
           "spent without GPUs; utilization: useful GPU-time between the first and the last "
           "submit. Hover a duration for its seconds.</p>\n"
           "<h2>Share of the useful GPU-time per team</h2>\n",
           f);
-    int e = put_share_table(f, runs, nruns, t);
+    int e = put_share_table(f, runs, nruns, pg->t);
     if (e)
         return e;
     fputs("<h2>GPU utilization over time</h2>\n<div class=\"chart\" id=\"chart-util\"></div>\n"
@@ -612,68 +588,41 @@ static int put_page(FILE *f, const char *title, const struct sim_report_run *run
           "<h2>Job completion time CDF</h2>\n<div class=\"chart\" id=\"chart-jct\"></div>\n"
           "<p class=\"note\">Times under 1 s are drawn at 1 s (log scale).</p>\n"
           "<h2>Average queueing delay per team</h2>\n"
-          "<div class=\"chart\" id=\"chart-wait\"></div>\n<footer>\n<p class=\"note\">Charts: "
-          "uPlot ",
+          "<div class=\"chart\" id=\"chart-wait\"></div>\n",
           f);
-    put_html(f, sim_asset_uplot_version);
-    fputs(" (MIT license, below), inlined in this page, which loads nothing from the "
-          "network.</p>\n<details><summary>uPlot license</summary>\n<pre>",
-          f);
-    put_html_n(f, (const char *)sim_asset_uplot_license, sim_asset_uplot_license_len);
-    fputs("</pre>\n</details>\n</footer>\n<script>\n", f);
-    (void)fwrite(sim_asset_uplot_js, 1, sim_asset_uplot_js_len, f); /* as the CSS above */
-    fputs("\n</script>\n<script id=\"gpo-data\" type=\"application/json\">\n", f);
-    e = put_data(f, title, runs, nruns, t);
-    if (e)
-        return e;
-    fputs("\n</script>\n<script>\n", f);
-    fputs(page_js, f);
-    fputs("</script>\n</body>\n</html>\n", f);
-    return 0;
+    return sim_page_foot(f, page_data, pg, page_js);
 }
 
-static int fail(char *err, size_t errlen, int code, const char *path, int errnum)
+int sim_report_write_params(const char *path, const char *title,
+                            const struct sim_report_params *params,
+                            const struct sim_report_run *runs, size_t nruns, char *err,
+                            size_t errlen)
 {
     if (err && errlen)
-        snprintf(err, errlen, "cannot write %s: %s", path,
-                 code == GPO_ENOMEM ? gpo_strerror(code) : strerror(errnum));
-    return code;
+        err[0] = '\0';
+    bool bad = !path || !*path || (nruns && !runs);
+    for (size_t r = 0; !bad && r < nruns; r++)
+        bad = !runs[r].summary || !runs[r].result;
+    if (bad) {
+        if (err && errlen)
+            snprintf(err, errlen, "cannot write %s: %s", path && *path ? path : "(no path)",
+                     strerror(EINVAL));
+        return GPO_EINVAL;
+    }
+    struct teams t = {0};
+    if (teams_collect(&t, runs, nruns)) {
+        if (err && errlen)
+            snprintf(err, errlen, "cannot write %s: %s", path, gpo_strerror(GPO_ENOMEM));
+        return GPO_ENOMEM;
+    }
+    struct page pg = {title ? title : "", params, runs, nruns, &t};
+    int rc = sim_page_write(path, put_page, &pg, err, errlen);
+    free(t.names);
+    return rc;
 }
 
 int sim_report_write(const char *path, const char *title, const struct sim_report_run *runs,
                      size_t nruns, char *err, size_t errlen)
 {
-    if (err && errlen)
-        err[0] = '\0';
-    if (!path || !*path)
-        return fail(err, errlen, GPO_EINVAL, "(no path)", EINVAL);
-    if (nruns && !runs)
-        return fail(err, errlen, GPO_EINVAL, path, EINVAL);
-    for (size_t r = 0; r < nruns; r++)
-        if (!runs[r].summary || !runs[r].result)
-            return fail(err, errlen, GPO_EINVAL, path, EINVAL);
-
-    struct teams t = {0};
-    if (teams_collect(&t, runs, nruns))
-        return fail(err, errlen, GPO_ENOMEM, path, ENOMEM);
-    /* Written whole or not at all; 0644: a report is for sharing, like any
-     * file fopen makes. */
-    struct fsutil_atomic a;
-    int rc = fsutil_atomic_begin(&a, path, 0644, 0, NULL, 0);
-    FILE *f = rc ? NULL : fsutil_atomic_stream(&a);
-    if (rc || !f) {
-        fsutil_atomic_abort(&a);
-        free(t.names);
-        return rc == GPO_ENOMEM || !rc ? fail(err, errlen, GPO_ENOMEM, path, ENOMEM)
-                                       : fail(err, errlen, GPO_EINVAL, path, -rc);
-    }
-    rc = put_page(f, title ? title : "", runs, nruns, &t);
-    if (rc) {
-        fsutil_atomic_abort(&a);
-        rc = fail(err, errlen, rc, path, ENOMEM);
-    } else if ((rc = fsutil_atomic_commit(&a, NULL, 0)) != 0) {
-        rc = fail(err, errlen, GPO_EINVAL, path, rc == GPO_ENOMEM ? ENOMEM : -rc);
-    }
-    free(t.names);
-    return rc;
+    return sim_report_write_params(path, title, NULL, runs, nruns, err, errlen);
 }

@@ -14,6 +14,7 @@
 #define GPUORCH_SIM_REPORT_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "sim/engine.h"
 #include "sim/stats.h"
@@ -38,5 +39,25 @@ struct sim_report_run {
  */
 int sim_report_write(const char *path, const char *title, const struct sim_report_run *runs,
                      size_t nruns, char *err, size_t errlen);
+
+/* What the replay ran with, stated at the top of the page with a one-line
+ * conclusion per comparison of the first policy with each other one
+ * (sim_report_conclusion). */
+struct sim_report_params {
+    const char *cluster;     /* the spec's path; NULL: derived from the trace */
+    double load;             /* --load; 0: none */
+    int64_t from_s, until_s; /* the window; until_s < 0: no end */
+    int64_t restart_penalty_s;
+};
+/* sim_report_write with the parameters (NULL: none stated but the cluster's
+ * size and the policies). */
+int sim_report_write_params(const char *path, const char *title,
+                            const struct sim_report_params *params,
+                            const struct sim_report_run *runs, size_t nruns, char *err,
+                            size_t errlen);
+/* "default cut average JCT 10.2x against fifo at equal utilization (45.1% and
+ * 45.3%)": a against b, equal meaning within one point. */
+void sim_report_conclusion(char *buf, size_t len, const struct sim_summary *a,
+                           const struct sim_summary *b);
 
 #endif

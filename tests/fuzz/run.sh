@@ -5,6 +5,7 @@
 #   fuzz_sim_spec.c   any bytes as a cluster spec;
 #   fuzz_sim_trace.c  any bytes as a trace CSV, small ones replayed;
 #   fuzz_sim_policy.c any bytes as a policy file, what is written reading back;
+#   fuzz_sim_serve_spec.c any bytes as a serving replay's service spec;
 #   fuzz_jobspec.c    any bytes as the body of POST /v1/jobs (and Slurm's
 #                     array syntax), what the API shows decoding back;
 #   fuzz_cluster.c    any bytes as a pool, class, team, user, node, price or
@@ -34,7 +35,7 @@
 set -euo pipefail
 secs=${1:-60}
 shift || true
-all="sim_spec sim_trace sim_policy jobspec cluster proto api privsrv_check"
+all="sim_spec sim_trace sim_policy sim_serve_spec jobspec cluster proto api privsrv_check"
 targets=${*:-$all}
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=$root/build-fuzz
@@ -61,6 +62,7 @@ for f in "$root"/tests/sim/*.csv; do
   { printf '\003'; cat "$f"; } >"$out/corpus_sim_trace/$(basename "$f")" # replay, skip_bad off
 done
 cp "$root"/tests/fuzz/seeds/policy/* "$out/corpus_sim_policy/"
+cp "$root"/sim/azure_*.yaml "$root"/tests/sim/serve_*.yaml "$out/corpus_sim_serve_spec/"
 cp "$root"/tests/fuzz/seeds/jobspec/* "$out/corpus_jobspec/"
 cp "$root"/tests/fuzz/seeds/cluster/* "$out/corpus_cluster/" # first byte: the kind
 cp "$root"/tests/fuzz/seeds/proto/* "$out/corpus_proto/"     # first byte: the message
@@ -111,6 +113,7 @@ build_target() { # build_target NAME LIBS...
 build_target sim_spec sim core util base
 build_target sim_trace sim core util base
 build_target sim_policy sim core util base
+build_target sim_serve_spec sim cluster core util base
 build_target jobspec cluster core util base
 build_target cluster cluster core util base
 build_target proto proto util base

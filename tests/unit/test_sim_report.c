@@ -410,6 +410,67 @@ static void report_of_no_replay_is_a_page_without_charts(void **state)
     assert_int_equal(sim_report_write(NULL, "t", NULL, 0, err, sizeof(err)), GPO_EINVAL);
 }
 
+/* The parameters head the page, then one conclusion per comparison; each
+ * duration column is in one unit (JCT avg: 1830 and 3660 s, in minutes, so
+ * 1830 s is 30.5 min; JCT p50: 60 s in both, in seconds). */
+static void report_states_parameters_and_concludes(void **state)
+{
+    struct fixture *fx = *state;
+    char path[128], err[256];
+    snprintf(path, sizeof(path), "%s/p.html", fx->dir);
+    fx->summaries[1].jct_avg_s = 3660; /* fairshare twice fifo's 1830 */
+    struct sim_report_params pa = {
+        .cluster = "c<1>.yaml", .load = 0.9, .from_s = 10, .until_s = 99, .restart_penalty_s = 30};
+    assert_int_equal(sim_report_write_params(path, "t", &pa, fx->runs, 2, err, sizeof(err)), 0);
+    char *page = slurp(path, NULL);
+    assert_non_null(strstr(page, "<td class=\"name\">4 GPUs, from c&lt;1&gt;.yaml</td>"));
+    assert_non_null(strstr(page, "<td class=\"name\">0.9 (the cluster scaled"));
+    assert_non_null(strstr(page, "jobs submitted from 10 s until 99 s"));
+    assert_non_null(strstr(page, "restart penalty</td><td class=\"name\">30 s</td>"));
+    assert_non_null(strstr(page, "policies</td><td class=\"name\">fifo, fairshare</td>"));
+    assert_non_null(strstr(page, "<li>fifo cut average JCT 2.00x against fairshare at equal "
+                                 "utilization (50.0% and 50.0%)</li>"));
+    assert_non_null(strstr(page, "<th>JCT avg (min)</th><th>JCT p50 (s)</th>"));
+    assert_non_null(
+        strstr(page, "<td title=\"1830 s\">30.5 min</td><td title=\"60 s\">60.0 s</td>"));
+    assert_non_null(strstr(page, "<th>wait avg (s)</th>"));
+    free(page);
+    /* without parameters: the cluster's size, "derived", the whole trace */
+    assert_int_equal(sim_report_write(path, "t", fx->runs, 2, err, sizeof(err)), 0);
+    page = slurp(path, NULL);
+    assert_non_null(strstr(page, "4 GPUs, derived from the trace"));
+    assert_non_null(strstr(page, "the whole trace"));
+    free(page);
+}
+
+/* The conclusion line, worked by hand: 1020 / 100 = 10.2; 45.1 % and 45.3 %
+ * are within one point; 50 / 80 is 1.6 the other way. */
+static void conclusion_says_how_much_and_at_what_utilization(void **state)
+{
+    (void)state;
+    char line[256];
+    struct sim_summary a = {
+        .policy = "default", .ended = 5, .jct_avg_s = 100, .gpu_utilization = 0.451};
+    struct sim_summary b = {
+        .policy = "fifo", .ended = 5, .jct_avg_s = 1020, .gpu_utilization = 0.453};
+    sim_report_conclusion(line, sizeof(line), &a, &b);
+    assert_string_equal(line, "default cut average JCT 10.2x against fifo at equal utilization "
+                              "(45.1% and 45.3%)");
+    a.jct_avg_s = 80;
+    b.jct_avg_s = 50;
+    b.gpu_utilization = 0.40;
+    sim_report_conclusion(line, sizeof(line), &a, &b);
+    assert_string_equal(line, "default raised average JCT 1.60x against fifo at utilization "
+                              "45.1% against 40.0%");
+    b.jct_avg_s = 80.2;
+    sim_report_conclusion(line, sizeof(line), &a, &b);
+    assert_non_null(strstr(line, "default and fifo gave the same average JCT (within 0.5%)"));
+    b.ended = 0;
+    sim_report_conclusion(line, sizeof(line), &a, &b);
+    assert_string_equal(line, "default against fifo: no average JCT to compare (5 and 0 jobs "
+                              "ended)");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -423,6 +484,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(report_to_a_missing_directory_fails_naming_it, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(report_states_parameters_and_concludes, setup, teardown),
+        cmocka_unit_test(conclusion_says_how_much_and_at_what_utilization),
         cmocka_unit_test_setup_teardown(report_of_no_replay_is_a_page_without_charts, setup,
                                         teardown),
     };
