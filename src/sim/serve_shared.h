@@ -37,21 +37,23 @@
  *   the controller seeds it), submitted when the policy asked for it,
  *   holding gpu_milli for its life (from its start to its end), on the job
  *   replay's cluster. The request trace's time 0 is serve_offset_ms of the
- *   job trace's (serving's own figures stay on its clock). A spec with a team named "serving" gives
- *   the replicas its quota (over its guarantee they are borrowed, and a
- *   reclaim may evict one: counted in `replica_preemptions`; the serving
- *   replay does not see it); otherwise the team is added, guaranteed every
- *   pool whole, so nothing reclaims from it (and, being within its
- *   guarantee, a replica ranks before training's borrowed work even where
- *   classes do not order, under fifo), and left out of training's team
- *   figures (sim_result.nteams). Training's figures are its jobs' alone
- *   (engine.h); serving's GPU use is in serving's. Each replica's placement delay
- *   (first start less submit) then goes back to the serving replay
- *   (sim_serve_opts.start_delay_ms, its k-th replica), which runs again, and
- *   so does the job replay with its new replicas, until the delays the job
- *   replay gives are those serving ran with (converged) or
- *   SIM_SERVE_SHARED_ROUNDS job replays ran. The results are the last
- *   round's: serving replayed with the delays of the round before.
+ *   job trace's (serving's own figures stay on its clock).
+ *   A spec with a team named "serving" gives the replicas its quota (over
+ *   its guarantee they are borrowed, and a reclaim may evict one: counted
+ *   in `replica_preemptions`; the serving replay does not see it).
+ *   Otherwise the team is added, guaranteed every pool whole: nothing
+ *   reclaims from it, a replica ranks before training's borrowed work even
+ *   where classes do not order (fifo), and the team is left out of
+ *   training's team figures (sim_result.nteams). Training's figures are its
+ *   jobs' alone (engine.h); serving's GPU use is in serving's.
+ *   Each replica's placement delay (first start less submit) then goes back
+ *   to the serving replay (sim_serve_opts.start_delay_ms, its k-th replica
+ *   asked), which runs again, and so does the job replay with the new
+ *   replicas, until the delays the job replay gives are those serving ran
+ *   with (converged) or SIM_SERVE_SHARED_ROUNDS job replays ran. The
+ *   results are the last round's: serving replayed with the delays of the
+ *   round before. A replica scaled away before it was placed (life 0) is
+ *   still a job of the replay, placed and gone at once.
  * - split: serving's replay runs with gpu_cap_milli = split_gpu_milli
  *   (several services: shared out in proportion to each one's peak in a
  *   replay with no cap, rounded down to its whole replicas, at least one);
