@@ -246,19 +246,6 @@ static int run_shared(const struct sim_serve_shared_in *in, const struct sim_ser
     return e;
 }
 
-/* The peak GPU milli a replay's replicas held at once. */
-static int64_t peak_milli(const struct sim_serve_result *r, int64_t gpu_milli)
-{
-    int64_t peak = 0;
-    for (size_t i = 0; i < r->nreplicas; i++) {
-        int64_t at = r->replicas[i].start_ms, held = 0;
-        for (size_t k = 0; k < r->nreplicas; k++)
-            held += r->replicas[k].start_ms <= at && r->replicas[k].end_ms > at;
-        peak = held > peak ? held : peak;
-    }
-    return peak * gpu_milli;
-}
-
 /* Each service's cap under a split (serve_shared.h): all of it for one. */
 static int split_caps(const struct sim_serve_shared_in *in, const struct sim_serve_policy *pol,
                       struct sim_serve_result *scratch, int64_t *caps, char *err, size_t errlen)
@@ -269,10 +256,13 @@ static int split_caps(const struct sim_serve_shared_in *in, const struct sim_ser
     }
     int64_t sum = 0;
     for (size_t s = 0; s < in->nservices; s++) {
+        struct sim_serve_summary peak;
         int e = serve_once(in, s, pol, NULL, scratch, err, errlen);
+        if (!e)
+            e = sim_serve_summarize(scratch, &in->services[s], pol->name, &peak);
         if (e)
             return e;
-        caps[s] = peak_milli(scratch, in->services[s].gpu_milli);
+        caps[s] = (int64_t)peak.replicas_max * in->services[s].gpu_milli;
         sum += caps[s];
     }
     for (size_t s = 0; s < in->nservices; s++) {
