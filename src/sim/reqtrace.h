@@ -21,8 +21,8 @@
 #include <stdint.h>
 
 #define SIM_REQTRACE_MAX_REQUESTS 100000000u
-#define SIM_REQTRACE_MAX_LINE     4096u    /* bytes in one line, newline included */
-#define SIM_REQTRACE_MAX_TOKENS   1000000  /* input_tokens, output_tokens of one request */
+#define SIM_REQTRACE_MAX_LINE     4096u   /* bytes in one line, newline included */
+#define SIM_REQTRACE_MAX_TOKENS   1000000 /* input_tokens, output_tokens of one request */
 #define SIM_REQTRACE_MAX_MS       (400LL * 24 * 3600 * 1000) /* arrival_ms: 400 days */
 
 struct sim_request {
