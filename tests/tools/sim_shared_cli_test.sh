@@ -58,8 +58,8 @@ for name, d in (("shared", shared), ("split", split)):
 # The split's cap is serving's own peak: serving replays as alone.
 assert split["serving"][0] == alone, "split at the peak: serving as alone"
 assert split["serving"][0]["replicas_max"] <= peak
-# Shared, serving takes GPUs from training (or waits for them): training's JCT
-# is no better than on the whole cluster alone, and serving no better than alone.
+# Shared, serving waits for GPUs (the evictions' grace) where alone it never
+# does: its attainment is at most its own alone.
 assert shared["serving"][0]["slo_attainment"] <= alone["slo_attainment"] + 1e-9
 EOF
 check "shared and split: both figures, serving within the split" [ $? -eq 0 ]
