@@ -84,7 +84,7 @@ static void decide(struct sim_serve_eng *e, bool tick)
             e->area_ray = 0;
             e->ray_from_ms = e->now;
         }
-        sim_serve_eng_apply(e, sim_rayserve_decide(&e->ray, e->svc, e->now,
+        sim_serve_eng_apply(e, sim_rayserve_decide(&e->ray, e->svc, e->now, e->nready,
                                                    e->nwaiting + e->nstarting + e->nready, queued));
         return;
     }
@@ -128,16 +128,18 @@ static void on_tick(struct sim_serve_eng *e)
         sim_serve_eng_oom(e);
         return;
     }
-    o->samples[o->nsamples++] = (struct sim_serve_sample){
-        .t_ms = e->now,
-        .desired = e->desired,
-        .ready = e->nready,
-        .starting = e->nstarting + e->nwaiting,
-        .draining = e->ndraining,
-        .inflight = (int32_t)e->inflight,
-        .queued = (int32_t)e->router.n,
-        .arrivals = e->arrivals_tick,
-    };
+    /* Field by field over zeroed bytes: the padding too is the same on every
+     * run (the results are equal bit for bit, serve.h). */
+    struct sim_serve_sample *x = &o->samples[o->nsamples++];
+    memset(x, 0, sizeof(*x));
+    x->t_ms = e->now;
+    x->desired = e->desired;
+    x->ready = e->nready;
+    x->starting = e->nstarting + e->nwaiting;
+    x->draining = e->ndraining;
+    x->inflight = (int32_t)e->inflight;
+    x->queued = (int32_t)e->router.n;
+    x->arrivals = e->arrivals_tick;
     bool idle = !e->busy && !e->inflight && !e->router.n && !e->nwaiting && !e->nstarting &&
                 !e->ndraining && e->desired == e->nready;
     e->idle_ticks = idle ? e->idle_ticks + 1 : 0;
@@ -299,16 +301,16 @@ static int setup(struct sim_serve_eng *e, char *err, size_t errlen)
     }
     o->requests = gpo_calloc(n ? n : 1, sizeof(*o->requests));
     e->next = gpo_calloc(n ? n : 1, sizeof(*e->next));
-    e->rep_of = gpo_calloc(n ? n : 1, sizeof(*e->rep_of));
-    if (!o->requests || !e->next || !e->rep_of)
+    if (!o->requests || !e->next)
         return GPO_ENOMEM;
     o->caps[0] = n;
     o->nrequests = n;
-    for (size_t k = 0; k < n; k++)
-        o->requests[k] = (struct sim_request_result){.arrival_ms = e->t->v[k].arrival_ms,
-                                                     .first_token_ms = -1,
-                                                     .end_ms = -1,
-                                                     .output_tokens = e->t->v[k].output_tokens};
+    for (size_t k = 0; k < n; k++) { /* over calloc's zeroes, padding included */
+        o->requests[k].arrival_ms = e->t->v[k].arrival_ms;
+        o->requests[k].first_token_ms = -1;
+        o->requests[k].end_ms = -1;
+        o->requests[k].output_tokens = e->t->v[k].output_tokens;
+    }
     int32_t initial = e->svc->autoscale.min;
     if (e->kind == SIM_SERVE_DEFAULT || e->kind == SIM_SERVE_KNATIVE) {
         struct sim_serve_policy pol = {.kind = e->kind};
@@ -351,7 +353,6 @@ static void teardown(struct sim_serve_eng *e)
     free(e->pending);
     free(e->ev);
     free(e->next);
-    free(e->rep_of);
     free(e->as);
 }
 

@@ -87,7 +87,6 @@ struct sim_serve_eng {
     int64_t gpu_used;
 
     uint32_t *next; /* per request: its successor in a list */
-    uint32_t *rep_of;
     struct sim_serve_list router; /* queued at the router */
     size_t next_arrival, nfinished;
     int64_t now, last_end;

@@ -43,9 +43,9 @@
  *   Where this differs: Ray decides every 0.1 s and counts the delays in
  *   decisions; here the engine decides every second and the delays are
  *   times (the same point: N decisions after the first that wanted it, N =
- *   delay / interval). Ray's cold-start path looks at running replicas
- *   only; here `current` counts starting ones too, so that a replica
- *   starting is not asked for twice.
+ *   delay / interval). As in Ray, the rule's own count is the running
+ *   replicas' (`ready`), and the delays compare against the current target
+ *   (`current`: ready plus starting).
  */
 #include <math.h>
 #include <stdio.h>
@@ -180,15 +180,16 @@ static int32_t bounded(int64_t v, const struct sim_serve_service *svc)
 }
 
 int32_t sim_rayserve_decide(struct sim_rayserve_state *st, const struct sim_serve_service *svc,
-                            int64_t now_ms, int32_t current, int32_t queued)
+                            int64_t now_ms, int32_t ready, int32_t current, int32_t queued)
 {
     double total = rayserve_total(st, now_ms);
-    if (current <= 0) /* the cold-start path: no delay */
-        return bounded(queued > 0 || total > 0 ? 1 : 0, svc);
-    /* current * (total / (target * current)), then ceil(current + 1 * (desired - current));
+    if (ready <= 0) /* the cold-start path: no delay, and no change while starting */
+        return bounded(current > 0 ? current : queued > 0 || total > 0 ? 1 : 0, svc);
+    /* running * (total / (target * running)), then ceil(running + 1 * (desired - running));
      * a millionth forgiven so that exactly 2 targets is 2 replicas. */
-    double desired = (double)current * (total / ((double)RAY_TARGET_MILLI * current));
-    double scaled = ceil((double)current + 1.0 * (desired - (double)current) - 1e-6);
+    double running = (double)ready;
+    double desired = running * (total / ((double)RAY_TARGET_MILLI * running));
+    double scaled = ceil(running + 1.0 * (desired - running) - 1e-6);
     int32_t want = bounded(scaled > AUTOSCALE_REPLICAS_MAX ? AUTOSCALE_REPLICAS_MAX
                            : scaled < 0                    ? 0
                                                            : (int64_t)scaled,

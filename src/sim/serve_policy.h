@@ -73,12 +73,14 @@ void sim_rayserve_init(struct sim_rayserve_state *st);
 /* A metrics report at now_ms: the service's ongoing requests (running plus
  * queued at the replicas and the router), milli. */
 void sim_rayserve_observe(struct sim_rayserve_state *st, int64_t now_ms, int64_t ongoing_milli);
-/* The desired count now, from `current` replicas (ready plus starting),
- * within the service's min and max; `queued` router-held requests with no
- * replica make 0 -> 1 at once (Ray Serve's handle scales a zero-replica
- * deployment up as soon as a request waits). */
+/* The desired count now, from `current` replicas (ready plus starting: the
+ * target the last decision set), `ready` of them running, within the
+ * service's min and max. With none running, Ray Serve's cold-start path:
+ * requests waiting (`queued` at the router, or ongoing) with no replica at
+ * all make 0 -> 1 at once (its handle scales a zero-replica deployment up as
+ * soon as a request waits), and while replicas start the count holds. */
 int32_t sim_rayserve_decide(struct sim_rayserve_state *st, const struct sim_serve_service *svc,
-                            int64_t now_ms, int32_t current, int32_t queued);
+                            int64_t now_ms, int32_t ready, int32_t current, int32_t queued);
 
 /* A static fleet's size for `t` under `svc` (>= 1 when t has requests):
  * static-peak from the busiest minute, static-mean from the whole trace, of

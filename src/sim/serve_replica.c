@@ -111,7 +111,6 @@ void sim_serve_eng_send(struct sim_serve_eng *e, uint32_t req, uint32_t k)
     struct sim_serve_rep *r = &e->reps[k];
     r->inflight++;
     e->inflight++;
-    e->rep_of[req] = k;
     if (r->running < e->m->max_batch)
         run(e, k, req);
     else
@@ -329,8 +328,11 @@ void sim_serve_eng_ask(struct sim_serve_eng *e, bool instant, bool cold)
         sim_serve_eng_oom(e);
         return;
     }
-    o->replicas[k] = (struct sim_replica_span){
-        .asked_ms = e->now, .start_ms = -1, .ready_ms = -1, .end_ms = -1, .cold = cold};
+    struct sim_replica_span *span = &o->replicas[k];
+    memset(span, 0, sizeof(*span)); /* padding included: equal bit for bit (serve.h) */
+    span->asked_ms = e->now;
+    span->start_ms = span->ready_ms = span->end_ms = -1;
+    span->cold = cold;
     e->reps[k] = (struct sim_serve_rep){.state = REP_ENDED, .instant = instant, .clock_ms = e->now};
     o->nreplicas++;
     set_state(e, (uint32_t)k, REP_WAITING);

@@ -4,6 +4,8 @@
 # a time:
 #   fuzz_sim_spec.c   any bytes as a cluster spec;
 #   fuzz_sim_trace.c  any bytes as a trace CSV, small ones replayed;
+#   fuzz_sim_reqtrace.c any bytes as a request trace CSV, small ones replayed
+#                     through the serving engine under each policy;
 #   fuzz_sim_policy.c any bytes as a policy file, what is written reading back;
 #   fuzz_sim_serve_spec.c any bytes as a serving replay's service spec;
 #   fuzz_jobspec.c    any bytes as the body of POST /v1/jobs (and Slurm's
@@ -35,7 +37,7 @@
 set -euo pipefail
 secs=${1:-60}
 shift || true
-all="sim_spec sim_trace sim_policy sim_serve_spec jobspec cluster proto api privsrv_check"
+all="sim_spec sim_trace sim_reqtrace sim_policy sim_serve_spec jobspec cluster proto api privsrv_check"
 targets=${*:-$all}
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=$root/build-fuzz
@@ -60,6 +62,11 @@ for t in $all; do mkdir -p "$out/corpus_$t"; done
 cp "$root"/sim/*.yaml "$root"/tests/sim/*.yaml "$out/corpus_sim_spec/"
 for f in "$root"/tests/sim/*.csv; do
   { printf '\003'; cat "$f"; } >"$out/corpus_sim_trace/$(basename "$f")" # replay, skip_bad off
+done
+for f in "$root"/tests/sim/requests*.csv; do # replay under each policy, skip_bad off
+  for p in 03 07 0b 0f 13 63 e7; do
+    { printf "\x$p"; cat "$f"; } >"$out/corpus_sim_reqtrace/$p-$(basename "$f")"
+  done
 done
 cp "$root"/tests/fuzz/seeds/policy/* "$out/corpus_sim_policy/"
 cp "$root"/sim/azure_*.yaml "$root"/tests/sim/serve_*.yaml "$out/corpus_sim_serve_spec/"
@@ -112,6 +119,7 @@ build_target() { # build_target NAME LIBS...
 }
 build_target sim_spec sim core util base
 build_target sim_trace sim core util base
+build_target sim_reqtrace sim core util base
 build_target sim_policy sim core util base
 build_target sim_serve_spec sim cluster core util base
 build_target jobspec cluster core util base

@@ -14,6 +14,7 @@
 
 #include <cmocka.h>
 
+#include "base/alloc.h"
 #include "base/err.h"
 #include "sim/serve.h"
 #include "sim/serve_policy.h"
@@ -335,6 +336,65 @@ static void test_default_and_knative_scale_from_zero_and_back(void **state)
     check_from_zero("knative", 72000);
 }
 
+/* A long idle stretch is skipped (no samples for most of it) and changes
+ * nothing: with the second request 10 days after the first, everything
+ * after it happens at the same offsets as with a gap the engine replays
+ * tick by tick: long enough for the policy to have settled at zero (the
+ * first replica ends at 101 s for default, 72 s for knative, 650 s for
+ * rayserve: 600 s after its reports first want 0, at 50 s), short of the
+ * skip (idle for the policy's windows and delays: 146 s more for default
+ * and knative, 1270 s for rayserve). */
+static void test_idle_stretch_skipped_changes_nothing(void **state)
+{
+    (void)state;
+    static const char *const policies[] = {"default", "knative", "rayserve"};
+    static const int64_t gap[] = {200000, 200000, 1000000}, zero[] = {101000, 72000, 650000};
+    const int64_t later = 10LL * 86400 * 1000;
+    for (size_t p = 0; p < COUNT(policies); p++) {
+        struct sim_request a[] = {
+            {500, 0, 101, 2}, {gap[p], 0, 101, 3}, {gap[p] + 1000, 0, 301, 4}};
+        struct sim_request b[] = {{500, 0, 101, 2}, {later, 0, 101, 3}, {later + 1000, 0, 301, 4}};
+        struct sim_reqtrace ta = trace_of(a, COUNT(a)), tb = trace_of(b, COUNT(b));
+        struct sim_serve_service svc = base_service();
+        struct sim_serve_result ra, rb;
+        run_policy(&ta, &svc, policies[p], NULL, &ra);
+        run_policy(&tb, &svc, policies[p], NULL, &rb);
+        assert_int_equal(ra.nsamples, (size_t)((ra.end_ms - 1) / 1000)); /* every tick before */
+        assert_true(rb.nsamples < 10000);
+        assert_int_equal(ra.replicas[0].end_ms, zero[p]);
+        assert_int_equal(rb.replicas[0].end_ms, zero[p]);
+        assert_int_equal(ra.nreplicas, rb.nreplicas);
+        int64_t shift = later - gap[p];
+        assert_int_equal(rb.end_ms - shift, ra.end_ms);
+        for (size_t k = 0; k < COUNT(a); k++) {
+            int64_t d = k ? shift : 0;
+            assert_int_equal(rb.requests[k].first_token_ms - d, ra.requests[k].first_token_ms);
+            assert_int_equal(rb.requests[k].end_ms - d, ra.requests[k].end_ms);
+        }
+        for (size_t k = 1; k < ra.nreplicas; k++) {
+            assert_int_equal(rb.replicas[k].asked_ms - shift, ra.replicas[k].asked_ms);
+            assert_int_equal(rb.replicas[k].ready_ms < 0 ? -1 : rb.replicas[k].ready_ms - shift,
+                             ra.replicas[k].ready_ms);
+            assert_int_equal(rb.replicas[k].end_ms - shift, ra.replicas[k].end_ms);
+        }
+        /* the last samples, at the same offsets, alike but for their time */
+        for (size_t k = 1; k <= 20; k++) {
+            const struct sim_serve_sample *x = &ra.samples[ra.nsamples - k],
+                                          *y = &rb.samples[rb.nsamples - k];
+            assert_int_equal(y->t_ms - shift, x->t_ms);
+            assert_int_equal(y->desired, x->desired);
+            assert_int_equal(y->ready, x->ready);
+            assert_int_equal(y->starting, x->starting);
+            assert_int_equal(y->draining, x->draining);
+            assert_int_equal(y->inflight, x->inflight);
+            assert_int_equal(y->queued, x->queued);
+            assert_int_equal(y->arrivals, x->arrivals);
+        }
+        sim_serve_result_release(&ra);
+        sim_serve_result_release(&rb);
+    }
+}
+
 static void test_knative_spec_is_knatives_defaults(void **state)
 {
     (void)state;
@@ -587,31 +647,38 @@ static void test_rayserve_rule_waits_its_delays(void **state)
     svc.autoscale.max = 10;
     struct sim_rayserve_state st;
     sim_rayserve_init(&st);
-    /* from zero with a request waiting: 1 at once, whatever the delays */
-    assert_int_equal(sim_rayserve_decide(&st, &svc, 0, 0, 1), 1);
-    assert_int_equal(sim_rayserve_decide(&st, &svc, 0, 0, 0), 0);
+    /* from zero with a request waiting: 1 at once, whatever the delays;
+     * while that one starts (none running), the count holds, however many
+     * wait */
+    assert_int_equal(sim_rayserve_decide(&st, &svc, 0, 0, 0, 1), 1);
+    assert_int_equal(sim_rayserve_decide(&st, &svc, 0, 0, 0, 0), 0);
+    sim_rayserve_observe(&st, 10000, 50000);
+    assert_int_equal(sim_rayserve_decide(&st, &svc, 10000, 0, 1, 50), 1);
+    assert_int_equal(sim_rayserve_decide(&st, &svc, 50000, 0, 1, 50), 1);
+    assert_int_equal(sim_rayserve_decide(&st, &svc, 20000, 0, 0, 0), 1); /* ongoing, none */
+    sim_rayserve_init(&st);
     /* 8 ongoing from 10 s (want 4, from 1): the count moves at 40 s, 30 s
      * after the first decision that wanted it */
     for (int64_t t = 10000; t <= 40000; t += 1000) {
         if (t % 10000 == 0)
             sim_rayserve_observe(&st, t, 8000);
-        assert_int_equal(sim_rayserve_decide(&st, &svc, t, 1, 0), t < 40000 ? 1 : 4);
+        assert_int_equal(sim_rayserve_decide(&st, &svc, t, 1, 1, 0), t < 40000 ? 1 : 4);
     }
     /* a decision that wants the count as it is resets the wait */
     sim_rayserve_init(&st);
     sim_rayserve_observe(&st, 10000, 8000);
-    assert_int_equal(sim_rayserve_decide(&st, &svc, 10000, 1, 0), 1); /* up from 10 s */
+    assert_int_equal(sim_rayserve_decide(&st, &svc, 10000, 1, 1, 0), 1); /* up from 10 s */
     sim_rayserve_observe(&st, 20000, 0);
-    assert_int_equal(sim_rayserve_decide(&st, &svc, 20000, 4, 0), 4); /* mean 4: as is */
+    assert_int_equal(sim_rayserve_decide(&st, &svc, 20000, 2, 2, 0), 2); /* 4 ongoing: 2, as is */
     sim_rayserve_observe(&st, 30000, 8000);
     sim_rayserve_observe(&st, 40000, 8000);
     sim_rayserve_observe(&st, 50000, 8000);
-    assert_int_equal(sim_rayserve_decide(&st, &svc, 50000, 1, 0), 1); /* up again from 50 s */
+    assert_int_equal(sim_rayserve_decide(&st, &svc, 50000, 1, 1, 0), 1); /* up again from 50 s */
     sim_rayserve_observe(&st, 60000, 8000);
     sim_rayserve_observe(&st, 70000, 8000);
-    assert_int_equal(sim_rayserve_decide(&st, &svc, 79000, 1, 0), 1);
+    assert_int_equal(sim_rayserve_decide(&st, &svc, 79000, 1, 1, 0), 1);
     sim_rayserve_observe(&st, 80000, 8000);
-    assert_int_equal(sim_rayserve_decide(&st, &svc, 80000, 1, 0), 4);
+    assert_int_equal(sim_rayserve_decide(&st, &svc, 80000, 1, 1, 0), 4);
     /* down: from 4 with nothing ongoing, to 1 after 600 s (never 0 from
      * above 1), then 1 -> 0 after another 600 s */
     sim_rayserve_init(&st);
@@ -620,7 +687,7 @@ static void test_rayserve_rule_waits_its_delays(void **state)
         sim_rayserve_observe(&st, t, 0);
         int32_t cur = t <= 600000 ? 4 : 1;
         int32_t want = t < 600000 ? 4 : t == 600000 ? 1 : t < 1210000 ? 1 : 0;
-        assert_int_equal(sim_rayserve_decide(&st, &svc, t, cur, 0), want);
+        assert_int_equal(sim_rayserve_decide(&st, &svc, t, cur, cur, 0), want);
         if (want == 0)
             break;
     }
@@ -630,14 +697,14 @@ static void test_rayserve_rule_waits_its_delays(void **state)
     svc.autoscale.max = 3;
     sim_rayserve_init(&st);
     sim_rayserve_observe(&st, 0, 100000);
-    assert_int_equal(sim_rayserve_decide(&st, &svc, 0, 2, 0), 2);
+    assert_int_equal(sim_rayserve_decide(&st, &svc, 0, 2, 2, 0), 2);
     sim_rayserve_observe(&st, 20000, 100000);
-    assert_int_equal(sim_rayserve_decide(&st, &svc, 30000, 2, 0), 3); /* 50 wanted */
+    assert_int_equal(sim_rayserve_decide(&st, &svc, 30000, 2, 2, 0), 3); /* 50 wanted */
     /* a report older than the look-back counts no more: nothing ongoing */
     sim_rayserve_init(&st);
     sim_rayserve_observe(&st, 0, 100000);
-    assert_int_equal(sim_rayserve_decide(&st, &svc, 30000, 3, 0), 3); /* down from 30 s */
-    assert_int_equal(sim_rayserve_decide(&st, &svc, 630000, 3, 0), 2);
+    assert_int_equal(sim_rayserve_decide(&st, &svc, 30000, 3, 3, 0), 3); /* down from 30 s */
+    assert_int_equal(sim_rayserve_decide(&st, &svc, 630000, 3, 3, 0), 2);
 }
 
 /* The same through the engine: one replica ready from 0 (min 1), 8
@@ -848,6 +915,50 @@ static void test_unplaceable_replicas_end_the_replay(void **state)
     sim_serve_result_release(&r);
 }
 
+/* Every allocation of a replay and of its summary failed in turn: each
+ * failure is GPO_ENOMEM with a message and the result left empty (and
+ * nothing leaks: the sanitizers' build checks that). */
+static void test_every_allocation_failure_is_reported(void **state)
+{
+    (void)state;
+    struct sim_request v[] = {{0, 0, 3001, 2}, {0, 0, 3001, 3}, {0, 0, 201, 4},
+                              {0, 0, 201, 5},  {0, 0, 201, 6},  {0, 0, 3001, 7}};
+    struct sim_reqtrace t = trace_of(v, COUNT(v));
+    struct sim_serve_service svc = drain_service();
+    static const char *const policies[] = {"default", "rayserve", "static-peak"};
+    for (size_t p = 0; p < COUNT(policies); p++) {
+        struct sim_serve_policy pol;
+        assert_int_equal(sim_serve_policy_find(policies[p], &pol), 0);
+        struct sim_serve_result r;
+        sim_serve_result_init(&r);
+        char err[256];
+        uint64_t before = gpo_alloc_count();
+        assert_int_equal(sim_serve_run(&t, &svc, &pol, NULL, &r, err, sizeof(err)), 0);
+        uint64_t calls = gpo_alloc_count() - before;
+        assert_true(calls > 3);
+        sim_serve_result_release(&r);
+        for (uint64_t at = 1; at <= calls; at++) {
+            gpo_alloc_fail_at(at);
+            int rc = sim_serve_run(&t, &svc, &pol, NULL, &r, err, sizeof(err));
+            gpo_alloc_fail_at(0);
+            assert_int_equal(rc, GPO_ENOMEM);
+            assert_string_equal(err, "service svc: out of memory");
+            assert_null(r.requests);
+            assert_null(r.replicas);
+            assert_null(r.samples);
+        }
+        assert_int_equal(sim_serve_run(&t, &svc, &pol, NULL, &r, err, sizeof(err)), 0);
+        struct sim_serve_summary s;
+        for (uint64_t at = 1; at <= 4; at++) {
+            gpo_alloc_fail_at(at);
+            int rc = sim_serve_summarize(&r, &svc, pol.name, &s);
+            gpo_alloc_fail_at(0);
+            assert_int_equal(rc, GPO_ENOMEM);
+        }
+        sim_serve_result_release(&r);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -855,6 +966,7 @@ int main(void)
         cmocka_unit_test(test_continuous_batching_shares_decode),
         cmocka_unit_test(test_queue_limit_drops_and_timeout_times_out),
         cmocka_unit_test(test_default_and_knative_scale_from_zero_and_back),
+        cmocka_unit_test(test_idle_stretch_skipped_changes_nothing),
         cmocka_unit_test(test_knative_spec_is_knatives_defaults),
         cmocka_unit_test(test_knative_target_is_70_percent_of_the_limit),
         cmocka_unit_test(test_default_observes_the_specs_metric),
@@ -868,6 +980,7 @@ int main(void)
         cmocka_unit_test(test_same_input_same_bytes),
         cmocka_unit_test(test_bad_service_is_named),
         cmocka_unit_test(test_unplaceable_replicas_end_the_replay),
+        cmocka_unit_test(test_every_allocation_failure_is_reported),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
