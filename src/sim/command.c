@@ -140,26 +140,39 @@ static int parse_policies(struct args *a, const char *v)
 
 /* The flags in order: each value checked as it comes (--policy's files
  * read), the first problem printed. */
+int sim_command_next_flag(struct opts *p, void *args, const struct opts_opt **o, const char **v)
+{
+    char err[256];
+    *o = NULL;
+    *v = NULL;
+    int k = opts_next(p, o, v, err, sizeof(err));
+    if (k == OPTS_END)
+        return 0;
+    if (k != OPTS_OPTION) {
+        fprintf(stderr, "gpuorch sim: unknown argument '%s' (or a flag without its value)\n",
+                p->word);
+        return 2;
+    }
+    if (opts_store(*o, *v, args, err, sizeof(err)) != 0) {
+        fprintf(stderr, "gpuorch sim: %s\n", err);
+        return 2;
+    }
+    return 1;
+}
+
 static int parse_args(int argc, char **argv, struct args *a)
 {
     struct opts p;
     *a = (struct args){.until_s = -1};
     opts_init(&p, argc - 1, argv + 1, OPTS_TABLE(flags), 0);
     for (;;) {
-        const struct opts_opt *o = NULL;
-        const char *v = NULL;
-        char err[256];
-        int k = opts_next(&p, &o, &v, err, sizeof(err));
-        if (k == OPTS_END)
+        const struct opts_opt *o;
+        const char *v;
+        int k = sim_command_next_flag(&p, a, &o, &v);
+        if (k != 1) {
+            if (k)
+                return k;
             break;
-        if (k != OPTS_OPTION) {
-            fprintf(stderr, "gpuorch sim: unknown argument '%s' (or a flag without its value)\n",
-                    p.word);
-            return 2;
-        }
-        if (opts_store(o, v, a, err, sizeof(err)) != 0) {
-            fprintf(stderr, "gpuorch sim: %s\n", err);
-            return 2;
         }
         int e = o->offset == offsetof(struct args, policy) ? parse_policies(a, v) : 0;
         if (e)

@@ -10,4 +10,11 @@
  * or value). */
 int sim_command(int argc, char **argv);
 
+struct opts;
+struct opts_opt;
+/* The next flag of a `gpuorch sim` command line (util/opts), stored into
+ * `args` through its table: 1 with *o and *v (its value) set, 0 at the end,
+ * or 2 (usage) with the message printed. */
+int sim_command_next_flag(struct opts *p, void *args, const struct opts_opt **o, const char **v);
+
 #endif

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "base/err.h"
+#include "sim/command.h"
 #include "sim/engine.h"
 #include "sim/output.h"
 #include "sim/policy.h"
@@ -235,20 +236,13 @@ static int parse_args(int argc, char **argv, struct args *a)
     a->until_s = -1;
     opts_init(&p, argc - 1, argv + 1, OPTS_TABLE(flags), 0);
     for (;;) {
-        const struct opts_opt *o = NULL;
-        const char *v = NULL;
-        char err[256];
-        int k = opts_next(&p, &o, &v, err, sizeof(err));
-        if (k == OPTS_END)
+        const struct opts_opt *o;
+        const char *v;
+        int k = sim_command_next_flag(&p, a, &o, &v);
+        if (k != 1) {
+            if (k)
+                return k;
             break;
-        if (k != OPTS_OPTION) {
-            fprintf(stderr, "gpuorch sim: unknown argument '%s' (or a flag without its value)\n",
-                    p.word);
-            return 2;
-        }
-        if (opts_store(o, v, a, err, sizeof(err)) != 0) {
-            fprintf(stderr, "gpuorch sim: %s\n", err);
-            return 2;
         }
         int e = 0;
         if (o->offset == offsetof(struct args, serve))

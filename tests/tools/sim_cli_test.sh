@@ -3,20 +3,8 @@
 # output worked out by hand, byte-identical --json, the exit codes and
 # messages for bad flags, specs and trace rows, and the files it writes.
 # Prints TAP.
-set -uo pipefail
-bin=$1
-data=$2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-n=0
-failed=0
-ok() { n=$((n + 1)); echo "ok $n - $1"; }
-not_ok() { n=$((n + 1)); failed=1; echo "not ok $n - $1"; [ $# -gt 1 ] && echo "$2" | sed 's/^/#   /'; }
-check() { # check NAME CONDITION-COMMAND...
-  local name=$1; shift
-  if "$@"; then ok "$name"; else not_ok "$name"; fi
-}
-echo "TAP version 13"
+# shellcheck source=tests/tools/sim_tap.sh
+. "$(dirname "$0")/sim_tap.sh"
 
 # 1. Golden: three jobs on one GPU, FIFO against SJF (tests/sim/three_jobs.*:
 #    FIFO JCTs 100, 109, 109; SJF 100, 110, 99; worked out in the file's test).
@@ -39,13 +27,6 @@ check "--json with several policies is an array in the order given" \
   grep -q '"policy": "srtf"' "$tmp/a.json"
 
 # 3. Bad flags and specs exit 2 and name what is wrong.
-expect() { # expect NAME RC PATTERN ARGS...
-  local name=$1 want=$2 pat=$3; shift 3
-  "$bin" sim "$@" >"$tmp/o" 2>"$tmp/e"
-  local rc=$?
-  if [ $rc -eq "$want" ] && grep -q -- "$pat" "$tmp/e"; then ok "$name"; else
-    not_ok "$name" "rc=$rc (want $want); stderr: $(cat "$tmp/e")"; fi
-}
 expect "unknown flag exits 2" 2 "unknown argument '--frobnicate'" \
   --trace "$data/three_jobs.csv" --frobnicate
 expect "missing --trace exits 2" 2 "--trace FILE is required" --json

@@ -4,26 +4,8 @@
 # byte-identical reruns, the table, several services, the exit codes and
 # messages for bad flags, specs and request rows, the report, --help.
 # Prints TAP.
-set -uo pipefail
-bin=$1
-data=$2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-n=0
-ok() { n=$((n + 1)); echo "ok $n - $1"; }
-not_ok() { n=$((n + 1)); echo "not ok $n - $1"; [ $# -gt 1 ] && echo "$2" | sed 's/^/#   /'; }
-check() { # check NAME CONDITION-COMMAND...
-  local name=$1; shift
-  if "$@"; then ok "$name"; else not_ok "$name"; fi
-}
-expect() { # expect NAME RC PATTERN ARGS...
-  local name=$1 want=$2 pat=$3; shift 3
-  "$bin" sim "$@" >"$tmp/o" 2>"$tmp/e"
-  local rc=$?
-  if [ $rc -eq "$want" ] && grep -q -- "$pat" "$tmp/e"; then ok "$name"; else
-    not_ok "$name" "rc=$rc (want $want); stderr: $(cat "$tmp/e")"; fi
-}
-echo "TAP version 13"
+# shellcheck source=tests/tools/sim_tap.sh
+. "$(dirname "$0")/sim_tap.sh"
 req=$data/serve_requests.csv
 svc=$data/serve_chat.yaml
 all=default,knative,rayserve,static-peak,static-mean
@@ -170,7 +152,26 @@ check "the report loads nothing from the network" \
 expect "--report to a missing directory exits 1 naming it" 1 "$tmp/no/such/r.html" \
   --serve "$req" --service "$svc" --report "$tmp/no/such/r.html"
 
-# 6. --help tells about serving.
+# 6. The shipped Azure hour and its spec (the README's tour): the report thins
+#    the 3,500 ticks to 2,000 points keeping each policy's peak, and the CDFs
+#    to 1,000 points.
+conv=$data/../../sim/traces/azure_llm2023_conv.csv.gz
+"$bin" sim --serve "$conv" --service "$data/../../sim/azure_conv.yaml" --policy default,rayserve \
+  --json --report "$tmp/conv.html" >"$tmp/conv.json" 2>"$tmp/err"
+check "the shipped conv trace and spec replay" [ $? -eq 0 ]
+check "the report thins to 2000 points, keeping the peak replicas of --json" python3 -c '
+import json, re, sys
+page = open(sys.argv[1]).read()
+d = json.loads(re.search(r"<script id=\"gpo-data\" type=\"application/json\">\n(.*?)\n</script>",
+                         page, re.S).group(1))
+runs = json.load(open(sys.argv[2]))
+assert runs[0]["requests"] == 19366, runs[0]["requests"]
+for r, j in zip(d["services"][0]["runs"], runs):
+    assert len(r["t"]) == 2000 and len(r["ttft"]) == 1000, (len(r["t"]), len(r["ttft"]))
+    assert max(r["replicas"]) == j["replicas_max"], (r["policy"], max(r["replicas"]))
+' "$tmp/conv.html" "$tmp/conv.json"
+
+# 7. --help tells about serving.
 "$bin" sim --help >"$tmp/h"
 check "--help exits 0 and shows --serve" grep -q 'usage: gpuorch sim --serve REQUESTS.csv' "$tmp/h"
 check "--help lists the serving policies" \
@@ -179,3 +180,4 @@ check "--help lists the serving policies" \
 check "--help after --serve is the same help" cmp -s "$tmp/h" "$tmp/h2"
 
 echo "1..$n"
+exit $failed
