@@ -93,6 +93,7 @@ struct job {
     uint32_t gen;
     uint32_t attempts;
     uint8_t status;
+    bool extra; /* one of opts->extra (engine.h): the oracles leave it be */
 };
 
 struct sim {
@@ -103,8 +104,9 @@ struct sim {
     const struct sim_opts *opts;
     struct sim_result *out;
     struct sim_cluster cl;
-    struct job *jobs; /* parallel to out->jobs */
-    size_t njobs;
+    struct job *jobs;           /* parallel to out->jobs: the trace's, then opts->extra */
+    size_t njobs;               /* all of them; out->njobs the trace's */
+    uint32_t *arrive;           /* indices into jobs, in submit order */
     struct sim_queue q;         /* pending jobs, as sched_pass reads them */
     struct sched_run_table run; /* running jobs, as sched_pass reads them */
     struct heap heap;
@@ -122,15 +124,83 @@ struct sim {
     int64_t window_from_ms, window_to_ms;
 };
 
-/* The trace's jobs that some team takes, as core requests. */
-static int jobs_build(struct sim *sm)
+/* A core request for `gpu_milli` of team `team` (id: index n + 1). */
+static struct sched_job job_request_for(const struct sim *sm, size_t n, int64_t submit_ms,
+                                        uint32_t team, int64_t gpu_milli)
+{
+    const struct sim_spec *s = sm->spec;
+    bool whole = gpu_milli >= SCHED_MILLI;
+    int64_t gpus = whole ? gpu_milli / SCHED_MILLI : 0;
+    return (struct sched_job){.id = n + 1,
+                              .submit_ms = submit_ms,
+                              .team = team,
+                              .prio = 0,
+                              .pool =
+                                  s->teams[team].pool == SIM_NONE ? SCHED_ANY : s->teams[team].pool,
+                              .gpu_type = SCHED_ANY,
+                              .gpus = (int32_t)(gpus > INT32_MAX ? INT32_MAX : gpus),
+                              .gpu_milli = whole ? 0 : (int32_t)gpu_milli,
+                              .multi_node = whole && gpus > sm->cl.max_gpus_per_node,
+                              .checkpointable = true};
+}
+
+/* opts->extra's jobs, after the trace's n: in the serving class, not
+ * checkpointable (engine.h). */
+static int extra_build(struct sim *sm, size_t n, char *err, size_t errlen)
+{
+    const struct sim_opts *o = sm->opts;
+    for (size_t k = 0; k < o->nextra; k++) {
+        const struct sim_extra_job *x = &o->extra[k];
+        const char *bad =
+            x->team >= sm->spec->nteams                                           ? "team"
+            : x->submit_ms < 0 || (k && x->submit_ms < o->extra[k - 1].submit_ms) ? "submit_ms"
+            : x->duration_ms < 0                                                  ? "duration_ms"
+            : x->gpu_milli < 1 || (x->gpu_milli > SCHED_MILLI && x->gpu_milli % SCHED_MILLI)
+                ? "gpu_milli"
+                : NULL;
+        if (bad) {
+            snprintf(err, errlen, "extra job %zu: bad %s", k, bad);
+            return GPO_EINVAL;
+        }
+        struct job *j = &sm->jobs[n + k];
+        j->req = job_request_for(sm, n + k, x->submit_ms, x->team, x->gpu_milli);
+        j->req.prio = sm->cl.c.nclasses - 1;
+        j->req.checkpointable = false;
+        j->extra = true;
+        j->duration_ms = j->remaining_ms = x->duration_ms;
+        sm->out->jobs[n + k] = (struct sim_job_result){.trace_index = (uint32_t)k,
+                                                       .team = x->team,
+                                                       .submit_s = x->submit_ms / MS_PER_S,
+                                                       .duration_s = x->duration_ms / MS_PER_S,
+                                                       .gpu_milli = x->gpu_milli,
+                                                       .first_start_s = -1,
+                                                       .first_start_ms = -1,
+                                                       .end_s = -1};
+    }
+    sm->out->extra = sm->out->jobs + n;
+    sm->out->nextra = o->nextra;
+    sm->njobs = n + o->nextra;
+    /* Arrivals: the two lists merged by submit time, the trace's first at a tie. */
+    size_t a = 0, b = n;
+    for (size_t i = 0; i < sm->njobs; i++) {
+        bool take_a =
+            b >= sm->njobs || (a < n && sm->jobs[a].req.submit_ms <= sm->jobs[b].req.submit_ms);
+        sm->arrive[i] = (uint32_t)(take_a ? a++ : b++);
+    }
+    return 0;
+}
+
+/* The trace's jobs that some team takes, as core requests, then opts->extra's. */
+static int jobs_build(struct sim *sm, char *err, size_t errlen)
 {
     const struct sim_trace *t = sm->trace;
     const struct sim_spec *s = sm->spec;
+    size_t all = t->njobs + sm->opts->nextra;
     uint32_t *team_of = malloc((t->nqueues ? t->nqueues : 1) * sizeof(*team_of));
-    sm->jobs = calloc(t->njobs ? t->njobs : 1, sizeof(*sm->jobs));
-    sm->out->jobs = calloc(t->njobs ? t->njobs : 1, sizeof(*sm->out->jobs));
-    if (!team_of || !sm->jobs || !sm->out->jobs) {
+    sm->jobs = calloc(all ? all : 1, sizeof(*sm->jobs));
+    sm->arrive = calloc(all ? all : 1, sizeof(*sm->arrive));
+    sm->out->jobs = calloc(all ? all : 1, sizeof(*sm->out->jobs));
+    if (!team_of || !sm->jobs || !sm->arrive || !sm->out->jobs) {
         free(team_of);
         return GPO_ENOMEM;
     }
@@ -145,19 +215,7 @@ static int jobs_build(struct sim *sm)
             continue;
         }
         struct job *j = &sm->jobs[n];
-        bool whole = tj->gpu_milli >= SCHED_MILLI;
-        int64_t gpus = whole ? tj->gpu_milli / SCHED_MILLI : 0;
-        j->req = (struct sched_job){.id = n + 1,
-                                    .submit_ms = tj->submit_s * MS_PER_S,
-                                    .team = team,
-                                    .prio = 0,
-                                    .pool = s->teams[team].pool == SIM_NONE ? SCHED_ANY
-                                                                            : s->teams[team].pool,
-                                    .gpu_type = SCHED_ANY,
-                                    .gpus = (int32_t)(gpus > INT32_MAX ? INT32_MAX : gpus),
-                                    .gpu_milli = whole ? 0 : (int32_t)tj->gpu_milli,
-                                    .multi_node = whole && gpus > sm->cl.max_gpus_per_node,
-                                    .checkpointable = true};
+        j->req = job_request_for(sm, n, tj->submit_s * MS_PER_S, team, tj->gpu_milli);
         if (tj->gpu_type != SIM_NONE) {
             int64_t ty = sched_gpu_type_find(&sm->cl.c, t->gpu_types[tj->gpu_type]);
             j->req.gpu_type = ty < 0 ? sm->cl.c.ngpu_types : (uint32_t)ty; /* unknown: reported */
@@ -169,18 +227,19 @@ static int jobs_build(struct sim *sm)
                                                    .duration_s = tj->duration_s,
                                                    .gpu_milli = tj->gpu_milli,
                                                    .first_start_s = -1,
+                                                   .first_start_ms = -1,
                                                    .end_s = -1};
         n++;
     }
     free(team_of);
-    sm->njobs = sm->out->njobs = n;
-    return 0;
+    sm->out->njobs = n;
+    return extra_build(sm, n, err, errlen);
 }
 
 /* Time limit for a job arriving now: never its own duration (but for the oracles). */
 static int64_t estimate_limit_ms(const struct sim *sm, const struct job *j)
 {
-    if (sm->pol->oracle != SIM_ORACLE_NONE)
+    if (sm->pol->oracle != SIM_ORACLE_NONE && !j->extra)
         return j->remaining_ms > 0 ? j->remaining_ms : 1;
     int64_t p90 = sim_estimate_s(&sm->est, j->req.team, sched_job_milli(&j->req, 0));
     return p90 < 0 ? sm->core_pol.default_time_limit_ms : p90 * MS_PER_S;
@@ -214,14 +273,16 @@ static int pending_add(struct sim *sm, uint32_t ji)
     struct job *j = &sm->jobs[ji];
     j->status = JS_PENDING;
     struct sched_job req = j->req;
-    if (sm->pol->oracle == SIM_ORACLE_SJF) {
+    if (j->extra) {
+        /* the oracles' keys are the trace's */
+    } else if (sm->pol->oracle == SIM_ORACLE_SJF) {
         req.submit_ms = j->duration_ms;
     } else if (sm->pol->oracle == SIM_ORACLE_SRTF) {
         req.submit_ms = j->remaining_ms;
         req.prio = srtf_class(j->remaining_ms);
         req.time_limit_ms = j->remaining_ms + sm->opts->restart_penalty_s * MS_PER_S;
     }
-    if (sm->pol->oracle != SIM_ORACLE_NONE)
+    if (sm->pol->oracle != SIM_ORACLE_NONE && !j->extra)
         j->req = req; /* the running copy starts from it */
     return sim_queue_push(&sm->q, ji, &req);
 }
@@ -238,6 +299,8 @@ static void srtf_running_keys(struct sim *sm, int64_t now)
 {
     for (size_t r = 0; sm->pol->oracle == SIM_ORACLE_SRTF && r < sm->run.n; r++) {
         struct job *j = running_job(sm, r);
+        if (j->extra)
+            continue;
         int64_t left = remaining_at(j, now);
         j->req.submit_ms = left;
         j->req.prio = srtf_class(left);
@@ -297,8 +360,10 @@ static int start_job(struct sim *sm, const struct sched_start *s, int64_t now)
     j->penalty_ms = j->attempts ? sm->opts->restart_penalty_s * MS_PER_S : 0;
     j->attempts++;
     j->gen++;
-    if (o->first_start_s < 0)
+    if (o->first_start_s < 0) {
         o->first_start_s = now / MS_PER_S;
+        o->first_start_ms = now;
+    }
     sm->busy_milli += j->milli;
     for (uint32_t i = 0; i < s->alloc.nshares; i++)
         use_gpu(sm, s->alloc.shares[i].gpu, s->alloc.shares[i].milli);
@@ -316,6 +381,9 @@ static int64_t account_attempt(struct sim *sm, struct job *j, int64_t end)
     if (done > j->remaining_ms)
         done = j->remaining_ms;
     double gpus = (double)j->milli / SCHED_MILLI;
+    sm->out->jobs[j - sm->jobs].running_s += (end - j->attempt_ms) / MS_PER_S;
+    if (j->extra)
+        return done; /* the figures are the trace's (engine.h) */
     sm->out->useful_gpu_s += gpus * (double)done / MS_PER_S;
     int64_t a = from > sm->window_from_ms ? from : sm->window_from_ms;
     int64_t b = from + done < sm->window_to_ms ? from + done : sm->window_to_ms;
@@ -324,7 +392,6 @@ static int64_t account_attempt(struct sim *sm, struct job *j, int64_t end)
         sm->out->useful_window_gpu_s += w;
         sm->out->team_useful_window_gpu_s[j->req.team] += w;
     }
-    sm->out->jobs[j - sm->jobs].running_s += (end - j->attempt_ms) / MS_PER_S;
     return done;
 }
 
@@ -363,7 +430,7 @@ static int on_event(struct sim *sm, const struct event *e)
         j->remaining_ms = 0;
         j->status = JS_DONE;
         sm->out->jobs[e->job].end_s = e->t_ms / MS_PER_S;
-        if (e->t_ms / MS_PER_S > sm->out->last_end_s)
+        if (!j->extra && e->t_ms / MS_PER_S > sm->out->last_end_s)
             sm->out->last_end_s = e->t_ms / MS_PER_S;
         int64_t d = j->duration_ms / MS_PER_S;
         sim_estimate_add(&sm->est, j->req.team, sched_job_milli(&j->req, 0), d);
@@ -468,10 +535,20 @@ static int pass(struct sim *sm, int64_t now, char *err, size_t errlen)
 static int sim_setup(struct sim *sm, char *err, size_t errlen)
 {
     uint32_t nclasses = sm->pol->oracle == SIM_ORACLE_SRTF ? SRTF_CLASSES : 1;
-    int e = sim_cluster_build(&sm->cl, sm->spec, nclasses, sm->pol->oracle == SIM_ORACLE_SRTF, err,
-                              errlen);
+    int e = sim_cluster_build(&sm->cl, sm->spec, nclasses + (sm->opts->nextra ? 1 : 0),
+                              sm->pol->oracle == SIM_ORACLE_SRTF, err, errlen);
     if (e)
         return e;
+    if (sm->opts->nextra) /* the extra jobs' class, above the trace's (engine.h) */
+        sm->cl.classes[nclasses] = (struct sched_prio_class){
+            .name = "serving", .order = (int32_t)nclasses, .may_preempt = true};
+    if (sm->opts->held_gpus > sm->cl.c.ngpus) {
+        snprintf(err, errlen, "%u GPUs held back from a cluster of %u", sm->opts->held_gpus,
+                 sm->cl.c.ngpus);
+        return GPO_EINVAL;
+    }
+    for (uint32_t g = sm->cl.c.ngpus - sm->opts->held_gpus; g < sm->cl.c.ngpus; g++)
+        sm->cl.gpus[g].held = true;
     struct sim_result *o = sm->out;
     o->nteams = sm->spec->nteams;
     o->team_useful_window_gpu_s = calloc(o->nteams + 1, sizeof(double));
@@ -482,7 +559,7 @@ static int sim_setup(struct sim *sm, char *err, size_t errlen)
         return GPO_ENOMEM;
     for (size_t t = 0; t < o->nteams; t++)
         o->team_names[t] = sm->spec->teams[t].name;
-    o->total_gpus_milli = (int64_t)sm->cl.c.ngpus * SCHED_MILLI;
+    o->total_gpus_milli = (int64_t)(sm->cl.c.ngpus - sm->opts->held_gpus) * SCHED_MILLI;
     sm->gpu_used = calloc(sm->cl.c.ngpus ? sm->cl.c.ngpus : 1, sizeof(*sm->gpu_used));
     sm->team_guaranteed = calloc(sm->spec->nteams + 1, sizeof(*sm->team_guaranteed));
     if (!sm->gpu_used || !sm->team_guaranteed)
@@ -491,15 +568,15 @@ static int sim_setup(struct sim *sm, char *err, size_t errlen)
         for (size_t k = 0; k < sm->spec->teams[t].nquotas; k++)
             sm->team_guaranteed[t] |= sm->spec->teams[t].quotas[k].guaranteed_milli > 0;
     }
-    if ((e = jobs_build(sm)))
+    if ((e = jobs_build(sm, err, errlen)))
         return e;
-    if (sm->njobs) {
+    if (o->njobs) {
         o->first_submit_s = o->jobs[0].submit_s;
-        o->last_submit_s = o->jobs[sm->njobs - 1].submit_s;
+        o->last_submit_s = o->jobs[o->njobs - 1].submit_s;
     }
     sm->window_from_ms = o->first_submit_s * MS_PER_S;
     sm->window_to_ms = o->last_submit_s * MS_PER_S;
-    for (size_t i = 0; i < sm->njobs; i++) {
+    for (size_t i = 0; i < o->njobs; i++) {
         const struct sim_job_result *r = &o->jobs[i];
         int64_t room = o->last_submit_s - r->submit_s;
         int64_t d = r->duration_s < room ? r->duration_s : room;
@@ -511,6 +588,7 @@ static int sim_setup(struct sim *sm, char *err, size_t errlen)
 static void sim_free(struct sim *sm)
 {
     free(sm->jobs);
+    free(sm->arrive);
     sim_queue_release(&sm->q);
     sched_run_table_release(&sm->run);
     free(sm->heap.ev);
@@ -545,6 +623,8 @@ static struct free_gpus free_gpus_now(const struct sim *sm)
         int64_t whole = 0;
         for (uint32_t g = c->nodes[n].gpu_first; g < c->nodes[n].gpu_first + c->nodes[n].ngpus;
              g++) {
+            if (c->gpus[g].held)
+                continue;
             whole += sm->gpu_used[g] == 0;
             if (SCHED_MILLI - sm->gpu_used[g] > f.gpu_milli)
                 f.gpu_milli = SCHED_MILLI - sm->gpu_used[g];
@@ -564,11 +644,11 @@ static bool may_fit_now(const struct free_gpus *f, const struct sched_job *req)
     return req->gpu_milli <= f->gpu_milli;
 }
 
-/* Could job j evict anything now? Priority classes never preempt here but
- * under srtf; LAS (across the cluster or within teams) and srtf always might:
- * a running job may have crossed a LAS threshold since the last pass, and any
- * waiting job may then evict it; a reclaim needs a guarantee and a borrower;
- * a move (migrate.h) needs a single-node job and as many GPUs free. */
+/* Could job j evict anything now? Priority classes preempt only under srtf
+ * and for the extra jobs' class (engine.h); LAS (across the cluster or within teams) and srtf
+ * always might: a running job may have crossed a LAS threshold since the last pass, and any waiting
+ * job may then evict it; a reclaim needs a guarantee and a borrower; a move (migrate.h) needs a
+ * single-node job and as many GPUs free. */
 static bool may_preempt_now(const struct sim *sm, const struct free_gpus *f, const struct job *j)
 {
     const struct sched_policy *p = &sm->core_pol;
@@ -576,7 +656,7 @@ static bool may_preempt_now(const struct sim *sm, const struct free_gpus *f, con
         return false;
     bool las = p->order == SCHED_ORDER_LAS ||
                (p->order == SCHED_ORDER_FAIRSHARE && p->within == SCHED_WITHIN_LAS);
-    if (las || sm->pol->oracle == SIM_ORACLE_SRTF)
+    if (las || sm->pol->oracle == SIM_ORACLE_SRTF || sm->cl.c.classes[j->req.prio].may_preempt)
         return true;
     if (p->migrate && j->req.gpus > 0 && !j->req.multi_node && j->req.gpus <= f->total_whole)
         return true;
@@ -597,7 +677,8 @@ static bool pass_needed(const struct sim *sm, size_t first_new, size_t end_new, 
         return true;
     struct free_gpus f = free_gpus_now(sm);
     for (size_t i = first_new; i < end_new; i++) {
-        if (may_fit_now(&f, &sm->jobs[i].req) || may_preempt_now(sm, &f, &sm->jobs[i]))
+        const struct job *j = &sm->jobs[sm->arrive[i]];
+        if (may_fit_now(&f, &j->req) || may_preempt_now(sm, &f, j))
             return true;
     }
     for (size_t k = sm->q.head; k < sm->q.head + sm->q.n; k++) {
@@ -613,7 +694,7 @@ static int sim_loop(struct sim *sm, char *err, size_t errlen)
     for (;;) {
         int64_t now = INT64_MAX;
         if (next < sm->njobs)
-            now = sm->jobs[next].req.submit_ms;
+            now = sm->jobs[sm->arrive[next]].req.submit_ms;
         if (sm->heap.n && sm->heap.ev[0].t_ms < now)
             now = sm->heap.ev[0].t_ms;
         if (sm->las_wake_ms < now && sm->run.n)
@@ -641,10 +722,10 @@ static int sim_loop(struct sim *sm, char *err, size_t errlen)
             changed |= live;
         }
         size_t first_new = next;
-        for (; next < sm->njobs && sm->jobs[next].req.submit_ms == now; next++) {
-            struct job *j = &sm->jobs[next];
+        for (; next < sm->njobs && sm->jobs[sm->arrive[next]].req.submit_ms == now; next++) {
+            struct job *j = &sm->jobs[sm->arrive[next]];
             j->req.time_limit_ms = estimate_limit_ms(sm, j);
-            if ((e = pending_add(sm, (uint32_t)next)))
+            if ((e = pending_add(sm, sm->arrive[next])))
                 return e;
         }
         sm->last_ms = now;
@@ -670,7 +751,7 @@ void sim_result_release(struct sim_result *r)
 {
     if (!r)
         return;
-    for (size_t i = 0; r->jobs && i < r->njobs; i++)
+    for (size_t i = 0; r->jobs && i < r->njobs + r->nextra; i++)
         free(r->jobs[i].placement);
     free(r->jobs);
     free(r->samples);

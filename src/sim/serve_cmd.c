@@ -423,12 +423,16 @@ static void print_shared(const struct args *a, const struct state *st)
                    a->policies[p].name, (double)x->cap_gpu_milli / 1000);
             continue;
         }
+        char how[128] = "converged";
+        if (!x->converged)
+            snprintf(how, sizeof(how),
+                     "not converged (the last round's figures; %zu delay(s) moved by more than "
+                     "1 s in it)",
+                     x->moved);
         printf("%s: %u job replay(s), %s; %zu replica job(s), %zu placed late (mean %.1f s, "
                "max %.1f s), %llu evicted by a reclaim\n",
-               a->policies[p].name, x->rounds,
-               x->converged ? "converged" : "not converged (the last round's figures)", x->replicas,
-               x->delayed, x->delay_mean_s, x->delay_max_s,
-               (unsigned long long)x->replica_preemptions);
+               a->policies[p].name, x->rounds, how, x->replicas, x->delayed, x->delay_mean_s,
+               x->delay_max_s, (unsigned long long)x->replica_preemptions);
     }
 }
 #else
