@@ -273,19 +273,24 @@ int mig_place_new(const struct mig_gpu *gpus, size_t ngpus, const struct mig_req
  *  4. Only surplus is destroyed: an idle instance of profile q goes only
  *     while the pool's idle instances of q outnumber the pending demand for
  *     q (settled or not) plus keep_free.
+ *  5. max_repartitions (optional): at most this many GPUs lose instances
+ *     in one plan.
  *
  * So under a queue that alternates between profiles faster than hold_ms,
  * a GPU changes at most once per max(hold_ms, min_interval_ms) after a
  * change, and demand shorter than settle_ms changes nothing.
  */
 struct mig_plan_spec {
-    int64_t settle_ms;       /* >= 0 */
-    int64_t hold_ms;         /* >= 0 */
-    int64_t min_interval_ms; /* >= 0 */
-    uint32_t keep_free;      /* idle instances of each profile kept from destruction */
+    int64_t settle_ms;         /* >= 0 */
+    int64_t hold_ms;           /* >= 0 */
+    int64_t min_interval_ms;   /* >= 0 */
+    uint32_t keep_free;        /* idle instances of each profile kept from destruction */
+    uint32_t max_repartitions; /* GPUs one plan may destroy instances on; 0: no limit
+                                  (a bound on one pass's churn and work) */
 };
 
-/* settle 30 s, hold 5 min, min interval 5 min, keep_free 0. */
+/* settle 30 s, hold 5 min, min interval 5 min, keep_free 0, no limit on
+ * repartitions per plan. */
 void mig_plan_spec_default(struct mig_plan_spec *spec);
 
 /* Per pool, kept by the caller across passes (fixed size; copy it to replay). */

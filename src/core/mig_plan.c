@@ -47,7 +47,19 @@ struct ctx {
     bool settled[MIG_NTYPES][MIG_MAX_PROFILES];
     int64_t idle_left[MIG_NTYPES][MIG_MAX_PROFILES]; /* idle instances not yet serving */
     int64_t surplus[MIG_NTYPES][MIG_MAX_PROFILES];   /* idle ones that may be destroyed */
+    uint32_t capacity[MIG_NTYPES][256];              /* mig_capacity memo; UINT32_MAX: not yet */
+    bool no_free_room;                               /* this entry found no free room */
+    uint32_t repartitioned;                          /* GPUs with destroys in the plan */
 };
+
+/* mig_capacity, remembered: a scan asks for the same few masks again and again. */
+static uint32_t capacity(struct ctx *c, const struct mig_type *t, uint8_t free_mask)
+{
+    uint32_t *v = &c->capacity[t->id][free_mask];
+    if (*v == UINT32_MAX)
+        *v = mig_capacity(t, free_mask);
+    return *v;
+}
 
 /* A place for one new instance. */
 struct cand {
@@ -131,44 +143,110 @@ static bool clear_for(const struct ctx *c, size_t i, uint8_t m, uint8_t *kill, u
     return true;
 }
 
-/* The best place on GPU i for a new `p` instance, into *best if better. */
-static void consider(const struct ctx *c, size_t i, unsigned p, struct cand *best)
+/* Can GPU i take one more `p` instance at all (counts only)? */
+static bool room_for(const struct ctx *c, size_t i, unsigned p, unsigned *ninst)
 {
     const struct mig_gpu *g = &c->gpus[i];
     const struct mig_gpu_plan *pl = &c->plans[i];
+    *ninst = count_after(g, pl, -1);
+    return count_after(g, pl, (int)p) < g->type->profiles[p].max_count;
+}
+
+/* A new `p` instance on GPU i in slots free now (cost 0), into *best if
+ * better: fewer free slots (the best fit), then more capacity left. The
+ * cheap tests come first: a scan visits every GPU. */
+static void consider_free(struct ctx *c, size_t i, unsigned p, struct cand *best)
+{
+    uint8_t occ = occupancy(&c->gpus[i], &c->plans[i]);
+    unsigned free = MIG_SLOTS - popcount8(occ);
+    if (free < c->gpus[i].type->profiles[p].size || (best->have && free > best->free))
+        return;
+    unsigned ninst;
+    if (!room_for(c, i, p, &ninst) || ninst >= MIG_MAX_INSTANCES)
+        return;
+    const struct mig_profile *prof = &c->gpus[i].type->profiles[p];
+    int s = -1;
+    uint32_t score = 0;
+    for (unsigned k = 0; k < prof->nstarts; k++) {
+        uint8_t m = mig_span(prof->starts[k], prof->size);
+        if (occ & m)
+            continue;
+        uint32_t v = capacity(c, c->gpus[i].type, (uint8_t) ~(occ | m));
+        if (s < 0 || v > score) {
+            s = prof->starts[k];
+            score = v;
+        }
+    }
+    if (s < 0 || (best->have && free == best->free && score <= best->score))
+        return;
+    *best =
+        (struct cand){.have = true, .free = free, .score = score, .gpu = i, .start = (uint8_t)s};
+}
+
+/* The slots of GPU i's instances that could be destroyed now, ignoring how
+ * many of a profile may go (clear_for counts that). */
+static uint8_t destroyable_slots(const struct ctx *c, size_t i)
+{
+    const struct mig_gpu *g = &c->gpus[i];
+    const struct mig_gpu_plan *pl = &c->plans[i];
+    if (pl->ndestroy == 0 &&
+        (!elapsed(c->now, g->changed_ms, c->spec->min_interval_ms) ||
+         (c->spec->max_repartitions && c->repartitioned >= c->spec->max_repartitions)))
+        return 0;
+    uint8_t d = 0;
+    for (unsigned k = 0; k < g->n; k++) {
+        const struct mig_instance *in = &g->inst[k];
+        if (!in->busy && c->surplus[g->type->id][in->profile] > 0 &&
+            elapsed(c->now, in->idle_since_ms, c->spec->hold_ms) && !destroyed(pl, k))
+            d |= mig_span(in->start, g->type->profiles[in->profile].size);
+    }
+    return d;
+}
+
+/* A new `p` instance on GPU i where destroying idle instances makes room:
+ * the fewest slots destroyed, then as consider_free. */
+static void consider_destroy(struct ctx *c, size_t i, unsigned p, struct cand *best)
+{
+    const struct mig_gpu *g = &c->gpus[i];
     const struct mig_type *t = g->type;
     const struct mig_profile *prof = &t->profiles[p];
-    if (count_after(g, pl, (int)p) >= prof->max_count)
+    uint8_t dmask = destroyable_slots(c, i);
+    if (!dmask)
         return;
-    uint8_t occ = occupancy(g, pl);
-    unsigned ninst = count_after(g, pl, -1);
+    uint8_t occ = occupancy(g, &c->plans[i]);
+    unsigned ninst;
+    bool counted = false;
     for (unsigned s = 0; s < prof->nstarts; s++) {
         uint8_t m = mig_span(prof->starts[s], prof->size);
         uint8_t kill = 0, freed = 0;
         unsigned cost = 0;
-        if (occ & m) {
-            if (!clear_for(c, i, m, &kill, &cost))
-                continue;
-            for (unsigned k = 0; k < g->n; k++)
-                if (kill & (1u << k))
-                    freed |= mig_span(g->inst[k].start, t->profiles[g->inst[k].profile].size);
-        }
-        if (ninst - popcount8(kill) + 1 > MIG_MAX_INSTANCES)
+        if (!(occ & m) || (occ & m & (uint8_t)~dmask))
             continue;
+        if (!counted) {
+            if (!room_for(c, i, p, &ninst))
+                return;
+            counted = true;
+        }
+        if (!clear_for(c, i, m, &kill, &cost) || ninst - popcount8(kill) + 1 > MIG_MAX_INSTANCES ||
+            (best->have && cost > best->cost))
+            continue;
+        for (unsigned k = 0; k < g->n; k++)
+            if (kill & (1u << k))
+                freed |= mig_span(g->inst[k].start, t->profiles[g->inst[k].profile].size);
         uint8_t before = (uint8_t)(occ & ~freed);
         unsigned free = MIG_SLOTS - popcount8(before);
-        uint32_t score = mig_capacity(t, (uint8_t) ~(before | m));
-        bool win = !best->have || cost < best->cost ||
-                   (cost == best->cost &&
-                    (free < best->free || (free == best->free && score > best->score)));
-        if (win)
-            *best = (struct cand){.have = true,
-                                  .cost = cost,
-                                  .free = free,
-                                  .score = score,
-                                  .gpu = i,
-                                  .start = prof->starts[s],
-                                  .kill = kill};
+        if (best->have && cost == best->cost && free > best->free)
+            continue;
+        uint32_t score = capacity(c, t, (uint8_t) ~(before | m));
+        if (best->have && cost == best->cost && free == best->free && score <= best->score)
+            continue;
+        *best = (struct cand){.have = true,
+                              .cost = cost,
+                              .free = free,
+                              .score = score,
+                              .gpu = i,
+                              .start = prof->starts[s],
+                              .kill = kill};
     }
 }
 
@@ -176,6 +254,8 @@ static void take(struct ctx *c, const struct cand *best, unsigned p)
 {
     const struct mig_gpu *g = &c->gpus[best->gpu];
     struct mig_gpu_plan *pl = &c->plans[best->gpu];
+    if (best->kill && pl->ndestroy == 0)
+        c->repartitioned++;
     for (unsigned k = 0; k < g->n; k++) {
         if (!(best->kill & (1u << k)))
             continue;
@@ -204,8 +284,13 @@ static void resolve_entry(const struct mig_demand *e, int res[MIG_NTYPES])
     }
 }
 
-/* Serves one request of entry `res`; false when no room is left for it. */
-static bool serve_one(struct ctx *c, size_t ngpus, const int res[MIG_NTYPES])
+/* Serves one request of entry `res`; false when no room is left for it.
+ * *last: the GPU the entry's previous request got a new instance on
+ * (SIZE_MAX: none). That GPU, if it still has free room, is what the full
+ * scan would find again: it had the fewest free slots of the GPUs with
+ * room and now has fewer (or, after destroys, was the only one with room),
+ * so it is tried alone first. */
+static bool serve_one(struct ctx *c, size_t ngpus, const int res[MIG_NTYPES], size_t *last)
 {
     for (unsigned t = 0; t < MIG_NTYPES; t++)
         if (res[t] >= 0 && c->idle_left[t][res[t]] > 0) {
@@ -213,16 +298,28 @@ static bool serve_one(struct ctx *c, size_t ngpus, const int res[MIG_NTYPES])
             return true;
         }
     struct cand best = {0};
-    for (size_t i = 0; i < ngpus; i++) {
-        const struct mig_gpu *g = &c->gpus[i];
-        int p = res[g->type->id];
-        if (g->frozen || p < 0 || !c->settled[g->type->id][p])
-            continue;
-        consider(c, i, (unsigned)p, &best);
+    if (*last != SIZE_MAX)
+        consider_free(c, *last, (unsigned)res[c->gpus[*last].type->id], &best);
+    /* Free room appears only where this plan destroyed, which the hint
+     * covers: once an entry found none, its later requests skip phase 0. */
+    for (int phase = c->no_free_room ? 1 : 0; phase < 2 && !best.have; phase++) {
+        for (size_t i = 0; i < ngpus; i++) {
+            const struct mig_gpu *g = &c->gpus[i];
+            int p = res[g->type->id];
+            if (g->frozen || p < 0 || !c->settled[g->type->id][p])
+                continue;
+            if (phase == 0)
+                consider_free(c, i, (unsigned)p, &best);
+            else
+                consider_destroy(c, i, (unsigned)p, &best);
+        }
+        if (phase == 0 && !best.have)
+            c->no_free_room = true;
     }
     if (!best.have)
         return false;
     take(c, &best, (unsigned)res[c->gpus[best.gpu].type->id]);
+    *last = best.gpu;
     return true;
 }
 
@@ -243,6 +340,7 @@ int mig_plan(struct mig_plan_state *st, const struct mig_plan_spec *spec, int64_
     memset(plans, 0, ngpus * sizeof(plans[0]));
 
     struct ctx c = {.spec = spec, .now = now_ms, .gpus = gpus, .plans = plans};
+    memset(c.capacity, 0xff, sizeof(c.capacity));
     uint64_t want[MIG_NTYPES][MIG_MAX_PROFILES] = {{0}};
     for (size_t e = 0; e < ndemand; e++) {
         int res[MIG_NTYPES];
@@ -273,8 +371,10 @@ int mig_plan(struct mig_plan_state *st, const struct mig_plan_spec *spec, int64_
     for (size_t e = 0; e < ndemand; e++) {
         int res[MIG_NTYPES];
         resolve_entry(&demand[e], res);
+        size_t last = SIZE_MAX;
+        c.no_free_room = false;
         for (uint32_t u = 0; u < demand[e].count; u++)
-            if (!serve_one(&c, ngpus, res))
+            if (!serve_one(&c, ngpus, res, &last))
                 break;
     }
 

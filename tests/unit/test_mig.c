@@ -699,9 +699,29 @@ static void test_plan_damping_rules(void **state)
     assert_int_equal(plan(&st, &spec, T0 + 70 * S, &g, 1, &d, 1, &out), 0);
     assert_int_equal(out.ndestroy, 1);
 
+    /* max_repartitions 1: of two idle 7g GPUs and fourteen 1g requests,
+     * one GPU is split (seven 1g), the other waits for the next plan. */
+    struct mig_gpu pair[2] = {gpu_new("H100-80GB"), gpu_new("H100-80GB")};
+    add(&pair[0], "7g.80gb", 0, false);
+    add(&pair[1], "7g.80gb", 0, false);
+    struct mig_demand many = {.req = {.profile = "1g.10gb"}, .count = 14};
+    struct mig_gpu_plan two[2];
+    struct mig_plan_spec capped = spec_default();
+    capped.settle_ms = 0;
+    capped.max_repartitions = 1;
+    size_t changed;
+    assert_int_equal(mig_plan(&st, &capped, T0 + 100 * S, pair, 2, &many, 1, two, &changed), 0);
+    assert_int_equal(changed, 1);
+    assert_int_equal(two[0].ndestroy, 1);
+    assert_int_equal(two[0].ncreate, 7);
+    assert_int_equal(two[1].ndestroy + two[1].ncreate, 0);
+    capped.max_repartitions = 0;
+    assert_int_equal(mig_plan(&st, &capped, T0 + 100 * S, pair, 2, &many, 1, two, &changed), 0);
+    assert_int_equal(changed, 2);
+
     /* Frozen GPUs are never planned. */
     g.frozen = true;
-    assert_int_equal(plan(&st, &spec, T0 + 80 * S, &g, 1, &d, 1, &out), 0);
+    assert_int_equal(plan(&st, &spec, T0 + 110 * S, &g, 1, &d, 1, &out), 0);
     assert_int_equal(out.ndestroy + out.ncreate, 0);
 }
 
