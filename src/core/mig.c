@@ -499,23 +499,71 @@ static int profile_by_slices(const struct mig_type *t, unsigned slices)
     return -1;
 }
 
-/* Adds `count` instances of `profile`, each where mig_place_new would. */
-static void layout_fill(const struct mig_type *t, unsigned profile, unsigned count,
-                        struct mig_instance *inst, size_t *n)
-{
-    for (unsigned c = 0; c < count && *n < MIG_MAX_INSTANCES; c++) {
-        int s = mig_best_start(t, profile, mig_layout_slots(t, inst, *n), NULL);
-        if (s < 0)
-            return;
-        inst[(*n)++] = (struct mig_instance){
-            .profile = (uint8_t)profile, .start = (uint8_t)s, .idle_since_ms = INT64_MIN};
-    }
-}
-
 static int by_start(const void *a, const void *b)
 {
     const struct mig_instance *x = a, *y = b;
     return (int)x->start - (int)y->start;
+}
+
+/* "1st", "2nd", "3rd", "4th", ... */
+static const char *ordinal(unsigned n)
+{
+    return n % 10 == 1 && n % 100 != 11   ? "st"
+           : n % 10 == 2 && n % 100 != 12 ? "nd"
+           : n % 10 == 3 && n % 100 != 13 ? "rd"
+                                          : "th";
+}
+
+int mig_layout_from_counts(const struct mig_type *t, const uint32_t *counts, size_t ncounts,
+                           struct mig_instance *ret, size_t *ret_n, char *err, size_t errsize)
+{
+    struct mig_out o;
+    mig_out_init(&o, err, errsize);
+    if (!t || (!counts && ncounts) || ncounts > t->nprofiles) {
+        mig_outf(&o, "a MIG layout by counts needs a GPU type with MIG and at most one count "
+                     "per profile");
+        return GPO_EINVAL;
+    }
+    uint64_t total = 0;
+    for (size_t k = 0; k < ncounts; k++) {
+        const struct mig_profile *p = &t->profiles[k];
+        if (counts[k] > p->max_count) {
+            mig_outf(&o, "%s x %u: a %s holds at most %u %s instance%s", p->name,
+                     (unsigned)counts[k], t->name, (unsigned)p->max_count, p->name,
+                     p->max_count == 1 ? "" : "s");
+            return GPO_EINVAL;
+        }
+        total += counts[k];
+    }
+    if (total > MIG_MAX_INSTANCES) {
+        mig_outf(&o, "%llu instances: a %s holds at most %u", (unsigned long long)total, t->name,
+                 (unsigned)MIG_MAX_INSTANCES);
+        return GPO_EINVAL;
+    }
+    /* The largest first (profiles are ordered smallest first), each where
+     * it leaves the most capacity; the small ones then fill around them. */
+    struct mig_instance inst[MIG_MAX_INSTANCES] = {{0}};
+    size_t n = 0;
+    for (size_t k = ncounts; k-- > 0;) {
+        for (unsigned c = 0; c < counts[k]; c++) {
+            int s = mig_best_start(t, (unsigned)k, mig_layout_slots(t, inst, n), NULL);
+            if (s < 0) {
+                mig_outf(&o, "no room on a %s for the %u%s %s", t->name, c + 1, ordinal(c + 1),
+                         t->profiles[k].name);
+                for (size_t j = 0; j < n; j++) {
+                    mig_outf(&o, "%s", j ? ", " : " beside ");
+                    out_instance(&o, t, &inst[j]);
+                }
+                return GPO_EINVAL;
+            }
+            inst[n++] = (struct mig_instance){
+                .profile = (uint8_t)k, .start = (uint8_t)s, .idle_since_ms = INT64_MIN};
+        }
+    }
+    qsort(inst, n, sizeof(inst[0]), by_start);
+    memcpy(ret, inst, n * sizeof(inst[0]));
+    *ret_n = n;
+    return 0;
 }
 
 int mig_layout_named(const struct mig_type *t, const char *name, struct mig_instance *ret,
@@ -527,8 +575,7 @@ int mig_layout_named(const struct mig_type *t, const char *name, struct mig_inst
         mig_outf(&o, "a named MIG layout needs a GPU type with MIG");
         return GPO_EINVAL;
     }
-    struct mig_instance inst[MIG_MAX_INSTANCES] = {{0}};
-    size_t n = 0;
+    uint32_t counts[MIG_MAX_PROFILES] = {0};
     bool enabled = true;
     const char *nm = name ? name : "";
     if (mig_name_eq(nm, "all-disabled", strlen(nm))) {
@@ -536,11 +583,10 @@ int mig_layout_named(const struct mig_type *t, const char *name, struct mig_inst
     } else if (mig_name_eq(nm, "all-enabled", strlen(nm))) {
         /* MIG on, nothing created */
     } else if (mig_name_eq(nm, "all-balanced", strlen(nm))) {
-        /* mig-parted's all-balanced: 2 x 1g, 1 x 2g, 1 x 3g; the largest
-         * placed first so that the small ones fill around it. */
-        layout_fill(t, (unsigned)profile_by_slices(t, 3), 1, inst, &n);
-        layout_fill(t, (unsigned)profile_by_slices(t, 2), 1, inst, &n);
-        layout_fill(t, (unsigned)profile_by_slices(t, 1), 2, inst, &n);
+        /* mig-parted's all-balanced: 2 x 1g, 1 x 2g, 1 x 3g. */
+        counts[profile_by_slices(t, 1)] = 2;
+        counts[profile_by_slices(t, 2)] = 1;
+        counts[profile_by_slices(t, 3)] = 1;
     } else {
         int p =
             strlen(nm) > 4 && mig_prefix_eq(nm, "all-", 4) ? profile_find(t, nm + 4) : GPO_ENOENT;
@@ -552,11 +598,11 @@ int mig_layout_named(const struct mig_type *t, const char *name, struct mig_inst
             out_profiles(&o, t);
             return GPO_ENOENT;
         }
-        layout_fill(t, (unsigned)p, t->profiles[p].max_count, inst, &n);
+        counts[p] = t->profiles[p].max_count;
     }
-    qsort(inst, n, sizeof(inst[0]), by_start);
-    memcpy(ret, inst, n * sizeof(inst[0]));
-    *ret_n = n;
+    int rc = mig_layout_from_counts(t, counts, t->nprofiles, ret, ret_n, err, errsize);
+    if (rc < 0)
+        return rc;
     *ret_enabled = enabled;
     return 0;
 }

@@ -79,9 +79,12 @@
  *
  *  - The simulator: the same mig_place and mig_plan over its own
  *    struct mig_gpu arrays; it applies a plan with mig_gpu_plan_apply after
- *    its modelled repartition delay. Costs: mig_place is O(GPUs x 7),
- *    mig_plan is O(GPUs x (instances created + demand entries)); thousands
- *    of GPUs and a plan per pass are cheap.
+ *    its modelled repartition delay. Costs: mig_place is one look at each
+ *    GPU; mig_plan is one look at each GPU per demand entry plus one per GPU
+ *    it repartitions (a GPU that just got an instance is tried first for
+ *    the next one). Measured at -O2: 5000 H100s, 4700 pending requests and
+ *    1657 GPUs repartitioned in one plan, 0.35-0.45 s on a loaded 2-core
+ *    machine; the next plan, with nothing left to change, 0.1 ms.
  */
 #ifndef GPUORCH_CORE_MIG_H
 #define GPUORCH_CORE_MIG_H
@@ -181,6 +184,18 @@ int mig_layout_check(const struct mig_type *t, const struct mig_instance *inst, 
  * profile indices take nothing. */
 uint8_t mig_layout_slots(const struct mig_type *t, const struct mig_instance *inst, size_t n);
 
+/* A layout from a count per profile, as mig-parted's `mig-devices`
+ * ({"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}): counts[k] instances of
+ * t->profiles[k] (ncounts <= t->nprofiles; missing ones 0). The largest
+ * profiles are placed first, each where mig_place_new would; the result
+ * (room for MIG_MAX_INSTANCES in ret) is sorted by start, idle, and passes
+ * mig_layout_check. GPO_EINVAL with `err` where they do not fit: "no room
+ * on a H100-80GB for the 1st 4g.40gb beside ...", "8 instances: a
+ * H100-80GB holds at most 7". Whenever some valid layout has these counts,
+ * this finds one (checked over every layout by the tests). */
+int mig_layout_from_counts(const struct mig_type *t, const uint32_t *counts, size_t ncounts,
+                           struct mig_instance *ret, size_t *ret_n, char *err, size_t errsize);
+
 /* A named layout, in the spirit of NVIDIA's mig-parted (its
  * config-default.yaml):
  *   "all-disabled"   MIG off: *ret_enabled false, no instance;
@@ -190,9 +205,8 @@ uint8_t mig_layout_slots(const struct mig_type *t, const struct mig_instance *in
  *                    A100-40GB, whose 1g.10gb takes two slots);
  *   "all-balanced"   mig-parted's per type: two of the smallest 1g, one
  *                    2g, one 3g (H100-80GB: 2 x 1g.10gb, 2g.20gb, 3g.40gb).
- * Case-insensitive. Fills ret[0 .. *ret_n) (room for MIG_MAX_INSTANCES),
- * placed as mig_place_new would, busy false, idle_since_ms INT64_MIN; the
- * result passes mig_layout_check. GPO_ENOENT with `err` naming the known
+ * Case-insensitive. Fills ret[0 .. *ret_n) (room for MIG_MAX_INSTANCES)
+ * as mig_layout_from_counts does. GPO_ENOENT with `err` naming the known
  * names for the type. */
 int mig_layout_named(const struct mig_type *t, const char *name, struct mig_instance *ret,
                      size_t *ret_n, bool *ret_enabled, char *err, size_t errsize);

@@ -329,6 +329,114 @@ static void test_layout_check_messages(void **state)
     check_layout(&(struct mig_gpu){.type = type("H200-141GB")}, 0, "");
 }
 
+/* Every layout of every type, by depth-first search over placements in
+ * (start, profile) order: mig_layout_check accepts exactly the sets whose
+ * slots do not overlap and that hold no more of a profile than its
+ * instance count; each such layout needs at most the 7 compute slices and
+ * is charged at most one GPU (the claims at the top of mig.h); and
+ * mig_layout_from_counts places the counts of each one. */
+struct walk {
+    const struct mig_type *t;
+    struct mig_instance inst[MIG_MAX_INSTANCES + 1];
+    uint32_t count[MIG_MAX_PROFILES];
+    unsigned layouts;
+};
+
+static void walk_from(struct walk *w, size_t n, uint8_t occ, unsigned from)
+{
+    w->layouts++;
+    unsigned slices = 0;
+    int64_t charge = 0;
+    for (size_t k = 0; k < n; k++) {
+        slices += w->t->profiles[w->inst[k].profile].slices;
+        charge += mig_profile_charge_milli(w->t, w->inst[k].profile);
+    }
+    assert_true(slices <= MIG_SLICES);
+    assert_true(charge <= 1000);
+    /* Its counts, placed by mig_layout_from_counts, fit too. */
+    struct mig_instance got[MIG_MAX_INSTANCES];
+    size_t ngot = 99;
+    assert_int_equal(mig_layout_from_counts(w->t, w->count, w->t->nprofiles, got, &ngot, NULL, 0),
+                     0);
+    assert_int_equal(ngot, n);
+    assert_int_equal(mig_layout_check(w->t, got, ngot, NULL, 0), 0);
+    uint32_t again[MIG_MAX_PROFILES] = {0};
+    for (size_t k = 0; k < ngot; k++)
+        again[got[k].profile]++;
+    assert_memory_equal(again, w->count, sizeof(again));
+    for (unsigned key = from; key < MIG_SLOTS * MIG_MAX_PROFILES; key++) {
+        unsigned s = key / MIG_MAX_PROFILES, p = key % MIG_MAX_PROFILES;
+        if (p >= w->t->nprofiles ||
+            !memchr(w->t->profiles[p].starts, (int)s, w->t->profiles[p].nstarts))
+            continue;
+        const struct mig_profile *pr = &w->t->profiles[p];
+        uint8_t m = (uint8_t)(((1u << pr->size) - 1u) << s);
+        bool ok = !(occ & m) && w->count[p] < pr->max_count && n < MIG_MAX_INSTANCES;
+        w->inst[n] = (struct mig_instance){.profile = (uint8_t)p, .start = (uint8_t)s};
+        assert_int_equal(mig_layout_check(w->t, w->inst, n + 1, NULL, 0) == 0, ok);
+        if (!ok)
+            continue;
+        w->count[p]++;
+        walk_from(w, n + 1, (uint8_t)(occ | m), key + 1);
+        w->count[p]--;
+    }
+}
+
+static void test_every_layout_checked_fits_the_gpu(void **state)
+{
+    (void)state;
+    for (unsigned t = 0; t < MIG_NTYPES; t++) {
+        struct walk w = {.t = mig_type_at(t)};
+        walk_from(&w, 0, 0, 0);
+        print_message("# %s: %u layouts\n", w.t->name, w.layouts);
+        assert_true(w.layouts > 100);
+    }
+}
+
+/* Counts that fit nowhere, with the reason. H100: a 3g then goes to 4
+ * (keeping the 4g's slots), 2g to 0 and 2, and the third 2g has no room:
+ * no layout holds a 3g and three 2g (3g at 0 leaves only 2g at 4). */
+static void test_layout_from_counts_errors(void **state)
+{
+    (void)state;
+    const struct mig_type *h = type("H100-80GB");
+    struct mig_instance inst[MIG_MAX_INSTANCES];
+    size_t n = 99;
+    char err[300];
+    uint32_t c[MIG_MAX_PROFILES] = {0};
+    c[prof(h, "4g.40gb")] = 2;
+    assert_int_equal(mig_layout_from_counts(h, c, h->nprofiles, inst, &n, err, sizeof(err)),
+                     GPO_EINVAL);
+    assert_string_equal(err, "4g.40gb x 2: a H100-80GB holds at most 1 4g.40gb instance");
+    memset(c, 0, sizeof(c));
+    c[prof(h, "1g.10gb")] = 7;
+    c[prof(h, "3g.40gb")] = 1;
+    assert_int_equal(mig_layout_from_counts(h, c, h->nprofiles, inst, &n, err, sizeof(err)),
+                     GPO_EINVAL);
+    assert_string_equal(err, "8 instances: a H100-80GB holds at most 7");
+    memset(c, 0, sizeof(c));
+    c[prof(h, "4g.40gb")] = 1;
+    c[prof(h, "3g.40gb")] = 1;
+    c[prof(h, "1g.10gb")] = 1;
+    assert_int_equal(mig_layout_from_counts(h, c, h->nprofiles, inst, &n, err, sizeof(err)),
+                     GPO_EINVAL);
+    assert_string_equal(err, "no room on a H100-80GB for the 1st 1g.10gb beside 4g.40gb at "
+                             "slots 0-3, 3g.40gb at slots 4-7");
+    memset(c, 0, sizeof(c));
+    c[prof(h, "3g.40gb")] = 1;
+    c[prof(h, "2g.20gb")] = 3;
+    assert_int_equal(mig_layout_from_counts(h, c, h->nprofiles, inst, &n, err, sizeof(err)),
+                     GPO_EINVAL);
+    assert_string_equal(err, "no room on a H100-80GB for the 3rd 2g.20gb beside 3g.40gb at "
+                             "slots 4-7, 2g.20gb at slots 0-1, 2g.20gb at slots 2-3");
+    assert_int_equal(n, 99);
+    /* Fewer counts than profiles: the rest are 0. */
+    uint32_t two[1] = {2};
+    assert_int_equal(mig_layout_from_counts(h, two, 1, inst, &n, NULL, 0), 0);
+    assert_int_equal(n, 2);
+    assert_int_equal(mig_layout_from_counts(h, two, 9, inst, &n, err, sizeof(err)), GPO_EINVAL);
+}
+
 static void expect_layout(const struct mig_type *t, const char *name, const char *const *want,
                           size_t nwant)
 {
@@ -937,6 +1045,8 @@ int main(void)
         cmocka_unit_test(test_memory_maps_to_smallest_profile),
         cmocka_unit_test(test_charge_by_memory_slots),
         cmocka_unit_test(test_layout_check_messages),
+        cmocka_unit_test(test_every_layout_checked_fits_the_gpu),
+        cmocka_unit_test(test_layout_from_counts_errors),
         cmocka_unit_test(test_named_layouts),
         cmocka_unit_test(test_place_new_keeps_large_spans),
         cmocka_unit_test(test_place_existing_best_fit),
