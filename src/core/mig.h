@@ -30,8 +30,8 @@
  * Profiles in the catalogue: A100-40GB, A100-80GB, H100-80GB, H200-141GB,
  * each with its six compute profiles and its one media-extension profile
  * (1g.*+me: one 1g instance of the GPU may hold the media engines; NVML id
- * 20). The 2g+me profiles exist only on A30 and newer drivers' Blackwell
- * parts, not on these. Memory is what the driver reports for the profile
+ * 20). The guide's 2g+me profile is A30's, not one of these types'. Memory is what the driver
+ * reports for the profile
  * (`nvidia-smi mig -lgip`), which is a little less than the name says
  * (1g.10gb on an H100: 9984 MiB); where a node reports its own profiles,
  * its figures win (the wiring wave). Sources in mig.c.
@@ -40,7 +40,8 @@
  *
  *  - Input validation (config, `apply -f`, job submission): mig_type_lookup,
  *    mig_profile_lookup, mig_profile_check (a name on any type, for a job
- *    without a GPU type), mig_profile_for_mem, mig_layout_check and
+ *    without a GPU type), mig_profile_for_mem, mig_layout_check (a layout
+ *    by placements), mig_layout_from_counts (by counts, as mig-parted) and
  *    mig_layout_named. Each fills `err` with a sentence naming the bad field
  *    and what was expected, and returns GPO_ENOENT (no such type or profile)
  *    or GPO_EINVAL (a bad value, a layout that breaks the placement table).
@@ -72,10 +73,10 @@
  *    instance's (profile, start), stable across reports (mig_gpu_plan_apply
  *    gives the layout it leads to); the agent destroys then creates, one GPU
  *    at a time, with nvmlDeviceCreateGpuInstanceWithPlacement and the
- *    profile's nvml_id. It re-checks `busy` itself before each destroy
- *    (NVML answers IN_USE anyway) and reports the result; on failure the
- *    controller keeps the layout the agent reports, so the previous layout
- *    stays schedulable.
+ *    profile's nvml_id (then one compute instance spanning the GPU
+ *    instance, which is what CUDA sees as the MIG device). It re-checks `busy` itself before each
+ * destroy (NVML answers IN_USE anyway) and reports the result; on failure the controller keeps the
+ * layout the agent reports, so the previous layout stays schedulable.
  *
  *  - The simulator: the same mig_place and mig_plan over its own
  *    struct mig_gpu arrays; it applies a plan with mig_gpu_plan_apply after
@@ -357,7 +358,8 @@ int mig_plan(struct mig_plan_state *st, const struct mig_plan_spec *spec, int64_
 /* The GPU after its plan: destroyed instances removed (the others keep
  * their order), created ones appended idle with idle_since_ms now_ms;
  * changed_ms set to now_ms where the plan destroyed something. GPO_EINVAL
- * (gpu unchanged) where the plan does not fit the GPU. */
+ * (gpu unchanged) where the plan does not fit the GPU: an instance it
+ * destroys is not there as named or is busy now, a create overlaps. */
 int mig_gpu_plan_apply(struct mig_gpu *gpu, const struct mig_gpu_plan *plan, int64_t now_ms);
 
 #endif
