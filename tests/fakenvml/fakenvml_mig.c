@@ -204,15 +204,21 @@ nvmlReturn_t fake_mig_lookup(nvmlDevice_t device, struct fake_migdev *ret)
     return rc;
 }
 
-unsigned fake_mig_devices(unsigned gpu, struct fake_migdev *ret)
+/* GPU gpu's MIG devices in the state as it is in memory. */
+static unsigned devices_of(unsigned gpu, struct fake_migdev *ret)
 {
-    load();
-    struct mig_gpu *g = &mig.gpus[gpu];
+    const struct mig_gpu *g = &mig.gpus[gpu];
     unsigned n = 0;
     for (unsigned i = 0; g->current && i < g->ngi; i++)
         for (unsigned c = 0; c < g->gi[i].nci && n < MIG_MAX_DEVICES; c++)
             ret[n++] = migdev_of(gpu, &g->gi[i], &g->gi[i].ci[c]);
     return n;
+}
+
+unsigned fake_mig_devices(unsigned gpu, struct fake_migdev *ret)
+{
+    load();
+    return devices_of(gpu, ret);
 }
 
 /* ---- checks ---- */
@@ -252,7 +258,7 @@ static int gpu_busy(unsigned gpu)
     struct nvmlDevice_st *g = &fake_config()->gpus[gpu];
     int busy = processes_on(g->uuid, g->index);
     struct fake_migdev d[MIG_MAX_DEVICES];
-    unsigned n = fake_mig_devices(gpu, d);
+    unsigned n = devices_of(gpu, d); /* within a change: no fresh read */
     for (unsigned i = 0; busy == 0 && i < n; i++)
         busy = processes_on(d[i].uuid, UINT_MAX);
     return busy;
