@@ -36,17 +36,16 @@ static json_t *mig_instance_json(const struct gpu_mig_instance *g)
 {
     json_t *cis = json_array();
     for (unsigned c = 0; cis && c < g->ncompute; c++)
-        json_array_append_new(cis, json_pack("{s:I, s:I, s:I, s:s}", "id",
-                                             (json_int_t)g->compute[c].id, "profile_id",
-                                             (json_int_t)g->compute[c].profile_id, "slices",
-                                             (json_int_t)g->compute[c].slices, "uuid",
-                                             g->compute[c].uuid));
+        json_array_append_new(
+            cis, json_pack("{s:I, s:I, s:I, s:s}", "id", (json_int_t)g->compute[c].id, "profile_id",
+                           (json_int_t)g->compute[c].profile_id, "slices",
+                           (json_int_t)g->compute[c].slices, "uuid", g->compute[c].uuid));
     /* The instance's MIG device, as gpuorch makes instances: its one compute instance. */
     const char *uuid = g->ncompute ? g->compute[0].uuid : "";
-    return json_pack("{s:I, s:I, s:s, s:o*, s:I, s:s, s:o*}", "id", (json_int_t)g->id,
-                     "profile_id", (json_int_t)g->profile_id, "profile", g->profile, "placement",
-                     placement_json(&g->placement), "memory_mib", (json_int_t)g->memory_mib,
-                     "uuid", uuid, "compute_instances", cis);
+    return json_pack("{s:I, s:I, s:s, s:o*, s:I, s:s, s:o*}", "id", (json_int_t)g->id, "profile_id",
+                     (json_int_t)g->profile_id, "profile", g->profile, "placement",
+                     placement_json(&g->placement), "memory_mib", (json_int_t)g->memory_mib, "uuid",
+                     uuid, "compute_instances", cis);
 }
 
 /* A GPU's MIG state: what nvidia-smi mig -lgip and -lgi show; null on a GPU
@@ -66,11 +65,10 @@ static json_t *mig_json(const struct gpu_backend *b, unsigned index)
             json_array_append_new(profiles, mig_profile_json(&m->profiles[p]));
         for (unsigned g = 0; instances && g < m->ninstances; g++)
             json_array_append_new(instances, mig_instance_json(&m->instances[g]));
-        out = json_pack("{s:s, s:s, s:I, s:o*, s:o*}", "current",
-                        m->enabled ? "enabled" : "disabled", "pending",
-                        m->pending ? "enabled" : "disabled", "memory_slices",
-                        (json_int_t)m->memory_slices, "profiles", profiles, "instances",
-                        instances);
+        out =
+            json_pack("{s:s, s:s, s:I, s:o*, s:o*}", "current", m->enabled ? "enabled" : "disabled",
+                      "pending", m->pending ? "enabled" : "disabled", "memory_slices",
+                      (json_int_t)m->memory_slices, "profiles", profiles, "instances", instances);
     }
     free(m);
     return out;
@@ -85,11 +83,10 @@ static json_t *devices_json(const struct gpu_backend *b)
         if (gpu_info(b, i, &g, NULL, 0) == 0)
             json_array_append_new(
                 info, json_pack("{s:I, s:s, s:s, s:s, s:I, s:b, s:b, s:b, s:o*}", "index",
-                                (json_int_t)g.index, "uuid", g.uuid, "name", g.name,
-                                "pci_bus_id", g.pci_bus_id, "memory_mib",
-                                (json_int_t)g.memory_mib, "mig_capable", g.mig_capable,
-                                "mig_enabled", g.mig_enabled, "mig_pending", g.mig_pending,
-                                "mig", mig_json(b, i)));
+                                (json_int_t)g.index, "uuid", g.uuid, "name", g.name, "pci_bus_id",
+                                g.pci_bus_id, "memory_mib", (json_int_t)g.memory_mib, "mig_capable",
+                                g.mig_capable, "mig_enabled", g.mig_enabled, "mig_pending",
+                                g.mig_pending, "mig", mig_json(b, i)));
     }
     return info;
 }

@@ -85,15 +85,15 @@ int gpu_mig_read(const struct gpu_backend *b, unsigned index, struct gpu_mig *re
     return rc ? rc : b->ops->mig_read(b, index, ret, err, errlen);
 }
 
-int gpu_mig_create(const struct gpu_backend *b, unsigned index, unsigned profile_id,
-                   unsigned start, struct gpu_mig_instance *ret, char *err, size_t errlen)
+int gpu_mig_create(const struct gpu_backend *b, unsigned index, unsigned profile_id, unsigned start,
+                   struct gpu_mig_instance *ret, char *err, size_t errlen)
 {
     int rc = check_mig(b, index, ret, b && b->ops->mig_create, err, errlen);
     return rc ? rc : b->ops->mig_create(b, index, profile_id, start, ret, err, errlen);
 }
 
-int gpu_mig_destroy(const struct gpu_backend *b, unsigned index, unsigned instance_id,
-                    char *err, size_t errlen)
+int gpu_mig_destroy(const struct gpu_backend *b, unsigned index, unsigned instance_id, char *err,
+                    size_t errlen)
 {
     int rc = check_mig(b, index, b, b && b->ops->mig_destroy, err, errlen);
     return rc ? rc : b->ops->mig_destroy(b, index, instance_id, err, errlen);

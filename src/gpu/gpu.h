@@ -267,8 +267,8 @@ int gpu_mig_read(const struct gpu_backend *b, unsigned index, struct gpu_mig *re
  * instance, or the profile's count is reached), GPO_ENOTSUP (not in MIG
  * mode), GPO_EPERM (not root), other mapped NVML codes.
  */
-int gpu_mig_create(const struct gpu_backend *b, unsigned index, unsigned profile_id,
-                   unsigned start, struct gpu_mig_instance *ret, char *err, size_t errlen);
+int gpu_mig_create(const struct gpu_backend *b, unsigned index, unsigned profile_id, unsigned start,
+                   struct gpu_mig_instance *ret, char *err, size_t errlen);
 
 /*
  * Destroys GPU instance `instance_id` of GPU `index`: its compute instances
@@ -276,8 +276,8 @@ int gpu_mig_create(const struct gpu_backend *b, unsigned index, unsigned profile
  * IN_USE: processes run on it; what was destroyed before stays destroyed),
  * other mapped NVML codes.
  */
-int gpu_mig_destroy(const struct gpu_backend *b, unsigned index, unsigned instance_id,
-                    char *err, size_t errlen);
+int gpu_mig_destroy(const struct gpu_backend *b, unsigned index, unsigned instance_id, char *err,
+                    size_t errlen);
 
 /*
  * Asks for MIG mode on or off. It becomes current at once when the driver
@@ -317,8 +317,8 @@ struct gpu_backend_ops {
                     size_t errlen);
     int (*mig_create)(const struct gpu_backend *b, unsigned index, unsigned profile_id,
                       unsigned start, struct gpu_mig_instance *ret, char *err, size_t errlen);
-    int (*mig_destroy)(const struct gpu_backend *b, unsigned index, unsigned instance_id,
-                       char *err, size_t errlen);
+    int (*mig_destroy)(const struct gpu_backend *b, unsigned index, unsigned instance_id, char *err,
+                       size_t errlen);
     int (*mig_set_mode)(const struct gpu_backend *b, unsigned index, bool enable,
                         bool *ret_reset_pending, char *err, size_t errlen);
 };

@@ -49,11 +49,11 @@
     X(NVML_ERROR_RESET_REQUIRED, 16, GPO_EGPULOST)                                                 \
     X(NVML_ERROR_OPERATING_SYSTEM, 17, GPO_EIO)                                                    \
     X(NVML_ERROR_LIB_RM_VERSION_MISMATCH, 18, GPO_ENODRIVER)                                       \
-    X(NVML_ERROR_IN_USE, 19, GPO_EBUSY)                                                              \
+    X(NVML_ERROR_IN_USE, 19, GPO_EBUSY)                                                            \
     X(NVML_ERROR_MEMORY, 20, GPO_ENOMEM)                                                           \
     X(NVML_ERROR_NO_DATA, 21, GPO_EIO)                                                             \
     X(NVML_ERROR_VGPU_ECC_NOT_SUPPORTED, 22, GPO_ENOTSUP)                                          \
-    X(NVML_ERROR_INSUFFICIENT_RESOURCES, 23, GPO_ENOSPC)                                              \
+    X(NVML_ERROR_INSUFFICIENT_RESOURCES, 23, GPO_ENOSPC)                                           \
     X(NVML_ERROR_FREQ_NOT_SUPPORTED, 24, GPO_ENOTSUP)                                              \
     X(NVML_ERROR_ARGUMENT_VERSION_MISMATCH, 25, GPO_ENODRIVER)                                     \
     X(NVML_ERROR_DEPRECATED, 26, GPO_ENOTSUP)                                                      \
@@ -360,8 +360,8 @@ int nvml_mig_read(const struct gpu_backend *b, unsigned index, struct gpu_mig *r
                   size_t errlen);
 int nvml_mig_create(const struct gpu_backend *b, unsigned index, unsigned profile_id,
                     unsigned start, struct gpu_mig_instance *ret, char *err, size_t errlen);
-int nvml_mig_destroy(const struct gpu_backend *b, unsigned index, unsigned instance_id,
-                     char *err, size_t errlen);
+int nvml_mig_destroy(const struct gpu_backend *b, unsigned index, unsigned instance_id, char *err,
+                     size_t errlen);
 int nvml_mig_set_mode(const struct gpu_backend *b, unsigned index, bool enable,
                       bool *ret_reset_pending, char *err, size_t errlen);
 

@@ -111,8 +111,7 @@ static int read_profile(const struct nvml_backend *nb, unsigned gpu, unsigned in
     unsigned n = GPU_MIG_MAX_PLACEMENTS;
     r = nb->mig.gi_placements(dev, p.id, pl, &n);
     if (r != NVML_SUCCESS)
-        return nvml_fail(nb, r, "nvmlDeviceGetGpuInstancePossiblePlacements_v2", gpu, err,
-                         errlen);
+        return nvml_fail(nb, r, "nvmlDeviceGetGpuInstancePossiblePlacements_v2", gpu, err, errlen);
     for (unsigned i = 0; i < n && i < GPU_MIG_MAX_PLACEMENTS; i++) {
         p.placements[i] = (struct gpu_mig_placement){pl[i].start, pl[i].size};
         p.memory_slices = pl[i].size;
@@ -123,8 +122,8 @@ static int read_profile(const struct nvml_backend *nb, unsigned gpu, unsigned in
 }
 
 /* Every profile, named, into m (MIG mode on). */
-static int read_profiles(const struct nvml_backend *nb, unsigned gpu, struct gpu_mig *m,
-                         char *err, size_t errlen)
+static int read_profiles(const struct nvml_backend *nb, unsigned gpu, struct gpu_mig *m, char *err,
+                         size_t errlen)
 {
     for (unsigned index = 0; index < NVML_GPU_INSTANCE_PROFILE_COUNT; index++) {
         int rc = read_profile(nb, gpu, index, &m->profiles[m->nprofiles], err, errlen);
@@ -260,8 +259,8 @@ static int read_instance(const struct nvml_backend *nb, unsigned gpu, const stru
 }
 
 /* The GPU instances, ascending id, into m (profiles read). */
-static int read_instances(const struct nvml_backend *nb, unsigned gpu, struct gpu_mig *m,
-                          char *err, size_t errlen)
+static int read_instances(const struct nvml_backend *nb, unsigned gpu, struct gpu_mig *m, char *err,
+                          size_t errlen)
 {
     for (unsigned p = 0; p < m->nprofiles; p++) {
         struct nvmlGpuInstance_st *gis[GPU_MIG_MAX_INSTANCES];
@@ -270,7 +269,7 @@ static int read_instances(const struct nvml_backend *nb, unsigned gpu, struct gp
         if (r != NVML_SUCCESS)
             return nvml_fail(nb, r, "nvmlDeviceGetGpuInstances", gpu, err, errlen);
         for (unsigned k = 0; k < n && m->ninstances < GPU_MIG_MAX_INSTANCES; k++) {
-            struct gpu_mig_instance inst;
+            struct gpu_mig_instance inst = {0};
             int rc = read_instance(nb, gpu, m, gis[k], &inst, err, errlen);
             if (rc)
                 return rc;
@@ -299,8 +298,7 @@ static int read_state(const struct nvml_backend *nb, unsigned gpu, struct gpu_mi
     /* The plain profile call where the V one is missing. */
     rc = NEED(nb, err, errlen, nb->mig.gi_profile_v ? OFF(gi_profile_v) : OFF(gi_profile),
               OFF(gi_placements), OFF(gi_list), OFF(gi_info), OFF(ci_profile), OFF(ci_list),
-              OFF(ci_info), OFF(max_mig_devices), OFF(mig_device), OFF(mig_gi_id),
-              OFF(mig_ci_id));
+              OFF(ci_info), OFF(max_mig_devices), OFF(mig_device), OFF(mig_gi_id), OFF(mig_ci_id));
     rc = rc ? rc : read_profiles(nb, gpu, m, err, errlen);
     return rc ? rc : read_instances(nb, gpu, m, err, errlen);
 }
@@ -379,16 +377,14 @@ static int full_compute_profile(const struct nvml_backend *nb, unsigned gpu,
                       "GPU %u: no compute instance profile spans %u slices", gpu, slices);
 }
 
-static int create(const struct nvml_backend *nb, unsigned gpu, unsigned profile_id,
-                  unsigned start, struct gpu_mig *m, struct gpu_mig_instance *ret, char *err,
-                  size_t errlen)
+static int create(const struct nvml_backend *nb, unsigned gpu, unsigned profile_id, unsigned start,
+                  struct gpu_mig *m, struct gpu_mig_instance *ret, char *err, size_t errlen)
 {
     int rc = read_state(nb, gpu, m, err, errlen);
     if (rc == 0 && !m->enabled)
         rc = errbuf_set(err, errlen, GPO_ENOTSUP, "GPU %u: %s", gpu,
                         m->capable ? "not in MIG mode" : "no MIG");
-    rc = rc ? rc
-            : NEED(nb, err, errlen, OFF(gi_create_at), OFF(gi_destroy), OFF(ci_create));
+    rc = rc ? rc : NEED(nb, err, errlen, OFF(gi_create_at), OFF(gi_destroy), OFF(ci_create));
     const struct gpu_mig_profile *p = NULL;
     rc = rc ? rc : find_profile(m, gpu, profile_id, &p, err, errlen);
     rc = rc ? rc : check_start(p, gpu, start, err, errlen);
@@ -418,8 +414,8 @@ static int create(const struct nvml_backend *nb, unsigned gpu, unsigned profile_
             return 0;
         }
     return rc ? rc
-              : errbuf_set(err, errlen, GPO_EIO, "GPU %u: MIG instance %u vanished once made",
-                           gpu, info.id);
+              : errbuf_set(err, errlen, GPO_EIO, "GPU %u: MIG instance %u vanished once made", gpu,
+                           info.id);
 }
 
 int nvml_mig_create(const struct gpu_backend *b, unsigned index, unsigned profile_id,
@@ -433,8 +429,8 @@ int nvml_mig_create(const struct gpu_backend *b, unsigned index, unsigned profil
     return rc;
 }
 
-int nvml_mig_destroy(const struct gpu_backend *b, unsigned index, unsigned instance_id,
-                     char *err, size_t errlen)
+int nvml_mig_destroy(const struct gpu_backend *b, unsigned index, unsigned instance_id, char *err,
+                     size_t errlen)
 {
     const struct nvml_backend *nb = nvml_of(b);
     int rc = NEED(nb, err, errlen, OFF(gi_by_id), OFF(gi_destroy), OFF(ci_profile), OFF(ci_list),

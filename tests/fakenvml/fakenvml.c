@@ -503,7 +503,8 @@ nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int len
     struct nvmlDevice_st *g;
     struct fake_migdev m;
     nvmlReturn_t rc = lock_device(device, uuid, &g, &m);
-    return rc != NVML_SUCCESS ? rc : unlock(copy_string(uuid, length, m.uuid[0] ? m.uuid : g->uuid));
+    return rc != NVML_SUCCESS ? rc
+                              : unlock(copy_string(uuid, length, m.uuid[0] ? m.uuid : g->uuid));
 }
 
 nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length)
@@ -633,8 +634,8 @@ static int add_found(struct found **list, unsigned *n, const unsigned *pids, uns
 /* The processes of a GPU (its own, and those of its MIG devices, with their
  * instance ids) or of one MIG device. 0, or -1 out of memory. */
 static int device_processes(const struct nvmlDevice_st *gpu, const struct fake_migdev *m,
-                            const struct fake_migdev *devs, unsigned ndevs,
-                            struct found **ret, unsigned *ret_n)
+                            const struct fake_migdev *devs, unsigned ndevs, struct found **ret,
+                            unsigned *ret_n)
 {
     struct found *list = NULL;
     unsigned n = 0, *pids, npids;

@@ -595,8 +595,7 @@ static nvmlReturn_t ci_profile(const struct mig_gi *gi, unsigned profile, struct
 }
 
 static nvmlReturn_t lock_ci_profile(nvmlGpuInstance_t h, unsigned profile, unsigned eng,
-                                    const void *out, struct mig_gi **ret_gi,
-                                    struct ci_facts *ret)
+                                    const void *out, struct mig_gi **ret_gi, struct ci_facts *ret)
 {
     unsigned gpu;
     bool ok = profile < NVML_COMPUTE_INSTANCE_PROFILE_COUNT &&
@@ -629,10 +628,10 @@ nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfo(nvmlGpuInstance_t gpuI
     return fake_unlock(NVML_SUCCESS);
 }
 
-nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfoV(nvmlGpuInstance_t gpuInstance,
-                                                           unsigned int profile,
-                                                           unsigned int engProfile,
-                                                           nvmlComputeInstanceProfileInfo_v2_t *info)
+nvmlReturn_t
+nvmlGpuInstanceGetComputeInstanceProfileInfoV(nvmlGpuInstance_t gpuInstance, unsigned int profile,
+                                              unsigned int engProfile,
+                                              nvmlComputeInstanceProfileInfo_v2_t *info)
 {
     unsigned gpu;
     struct mig_gi *gi;
@@ -659,8 +658,7 @@ nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfoV(nvmlGpuInstance_t gpu
                                               .sharedOfaCount = gi->profile->ofas};
     memcpy(v3.name, f.name, sizeof(v3.name));
     /* v2 is v3 without the trailing capabilities: write only what the caller has. */
-    memcpy(info, &v3,
-           version == nvmlComputeInstanceProfileInfo_v2 ? sizeof(*info) : sizeof(v3));
+    memcpy(info, &v3, version == nvmlComputeInstanceProfileInfo_v2 ? sizeof(*info) : sizeof(v3));
     return fake_unlock(NVML_SUCCESS);
 }
 
@@ -678,7 +676,8 @@ nvmlReturn_t nvmlGpuInstanceCreateComputeInstance(nvmlGpuInstance_t gpuInstance,
     struct mig_gi *gi;
     struct mig_ci *ci = NULL;
     rc = decode_gi(gpuInstance, &gpu, &gi);
-    if (rc == NVML_SUCCESS && (!computeInstance || profileId >= NVML_COMPUTE_INSTANCE_PROFILE_COUNT))
+    if (rc == NVML_SUCCESS &&
+        (!computeInstance || profileId >= NVML_COMPUTE_INSTANCE_PROFILE_COUNT))
         rc = NVML_ERROR_INVALID_ARGUMENT;
     if (rc == NVML_SUCCESS)
         rc = mig_ci_create(&mig.gpus[gpu], fake_config()->gpus[gpu].uuid, gi, profileId, &ci);

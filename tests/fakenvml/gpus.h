@@ -44,7 +44,7 @@ struct nvmlDevice_st {
     bool mig_capable, mig_enabled;
     bool mig_reset_required; /* SetMigMode's activation: NVML_ERROR_RESET_REQUIRED */
     struct mig_seed mig;     /* table, mode and instances the state starts from */
-    bool nvlink; /* nvlink_peers given: NVLink queries are supported */
+    bool nvlink;             /* nvlink_peers given: NVLink queries are supported */
     unsigned npeers;
     unsigned peers[NVML_NVLINK_MAX_LINKS]; /* link i leads to GPU peers[i] */
 };

@@ -27,31 +27,36 @@
 /* The seven profiles of A100, H100 and H200, which differ in names, memory
  * and engines: index, id, slices, memory slices, instances and starts are
  * the same on the four GPUs. */
-#define PROFILE(idx, pid, nm, sl, sz, inst, mib, sm, ce, dec, jpg, ofa, ...)                      \
-    {idx, pid, nm, sl, sz, inst, mib, sm, ce, dec, jpg, ofa,                                      \
-     sizeof((unsigned[]){__VA_ARGS__}) / sizeof(unsigned), {__VA_ARGS__}}
+#define PROFILE(idx, pid, nm, sl, sz, inst, mib, sm, ce, dec, jpg, ofa, ...)                       \
+    {                                                                                              \
+        idx, pid, nm, sl, sz, inst, mib, sm, ce, dec, jpg, ofa,                                    \
+            sizeof((unsigned[]){__VA_ARGS__}) / sizeof(unsigned),                                  \
+        {                                                                                          \
+            __VA_ARGS__                                                                            \
+        }                                                                                          \
+    }
 #define STARTS_1G  0, 1, 2, 3, 4, 5, 6
 #define STARTS_2X  0, 2, 4, 6
 #define STARTS_2G  0, 2, 4
 #define STARTS_3G  0, 4
 #define STARTS_ONE 0
 
-#define TABLE(n1, n1me, n1x2, n2, n3, n4, n7, m1, m2, m4, m8, sm1, sm1x2, sm2, sm3, sm4, sm7,     \
-              ce7, dec1, dec1x2, dec2, dec3, dec4, dec7, jpg7)                                     \
+#define TABLE(n1, n1me, n1x2, n2, n3, n4, n7, m1, m2, m4, m8, sm1, sm1x2, sm2, sm3, sm4, sm7, ce7, \
+              dec1, dec1x2, dec2, dec3, dec4, dec7, jpg7)                                          \
     {                                                                                              \
-        PROFILE(NVML_GPU_INSTANCE_PROFILE_1_SLICE, 19, n1, 1, 1, 7, m1, sm1, 1, dec1, 0, 0,       \
+        PROFILE(NVML_GPU_INSTANCE_PROFILE_1_SLICE, 19, n1, 1, 1, 7, m1, sm1, 1, dec1, 0, 0,        \
                 STARTS_1G),                                                                        \
-            PROFILE(NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1, 20, n1me, 1, 1, 1, m1, sm1, 1, 1, 1,  \
+            PROFILE(NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1, 20, n1me, 1, 1, 1, m1, sm1, 1, 1, 1,   \
                     1, STARTS_1G),                                                                 \
-            PROFILE(NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV2, 15, n1x2, 1, 2, 4, m2, sm1x2, 1,      \
+            PROFILE(NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV2, 15, n1x2, 1, 2, 4, m2, sm1x2, 1,       \
                     dec1x2, 0, 0, STARTS_2X),                                                      \
-            PROFILE(NVML_GPU_INSTANCE_PROFILE_2_SLICE, 14, n2, 2, 2, 3, m2, sm2, 2, dec2, 0, 0,   \
+            PROFILE(NVML_GPU_INSTANCE_PROFILE_2_SLICE, 14, n2, 2, 2, 3, m2, sm2, 2, dec2, 0, 0,    \
                     STARTS_2G),                                                                    \
-            PROFILE(NVML_GPU_INSTANCE_PROFILE_3_SLICE, 9, n3, 3, 4, 2, m4, sm3, 3, dec3, 0, 0,    \
+            PROFILE(NVML_GPU_INSTANCE_PROFILE_3_SLICE, 9, n3, 3, 4, 2, m4, sm3, 3, dec3, 0, 0,     \
                     STARTS_3G),                                                                    \
-            PROFILE(NVML_GPU_INSTANCE_PROFILE_4_SLICE, 5, n4, 4, 4, 1, m4, sm4, 4, dec4, 0, 0,    \
+            PROFILE(NVML_GPU_INSTANCE_PROFILE_4_SLICE, 5, n4, 4, 4, 1, m4, sm4, 4, dec4, 0, 0,     \
                     STARTS_ONE),                                                                   \
-            PROFILE(NVML_GPU_INSTANCE_PROFILE_7_SLICE, 0, n7, 7, 8, 1, m8, sm7, ce7, dec7, jpg7,  \
+            PROFILE(NVML_GPU_INSTANCE_PROFILE_7_SLICE, 0, n7, 7, 8, 1, m8, sm7, ce7, dec7, jpg7,   \
                     1, STARTS_ONE),                                                                \
     }
 
@@ -61,22 +66,19 @@ static const struct mig_table_def {
     const char *name;
     struct mig_profile p[NPROFILES];
 } tables[] = {
-    [MIG_A100_40GB] = {"A100-40GB",
-                       TABLE("1g.5gb", "1g.5gb+me", "1g.10gb", "2g.10gb", "3g.20gb", "4g.20gb",
-                             "7g.40gb", 4864, 9856, 19968, 40192, 14, 14, 28, 42, 56, 98, 7, 0,
-                             1, 1, 2, 2, 5, 1)},
-    [MIG_A100_80GB] = {"A100-80GB",
-                       TABLE("1g.10gb", "1g.10gb+me", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb",
-                             "7g.80gb", 9728, 19968, 40192, 81152, 14, 14, 28, 42, 56, 98, 7, 0,
-                             1, 1, 2, 2, 5, 1)},
-    [MIG_H100_80GB] = {"H100-80GB",
-                       TABLE("1g.10gb", "1g.10gb+me", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb",
-                             "7g.80gb", 9984, 20096, 40448, 81152, 16, 26, 32, 60, 64, 132, 7, 1,
-                             1, 2, 3, 4, 7, 7)},
+    [MIG_A100_40GB] = {"A100-40GB", TABLE("1g.5gb", "1g.5gb+me", "1g.10gb", "2g.10gb", "3g.20gb",
+                                          "4g.20gb", "7g.40gb", 4864, 9856, 19968, 40192, 14, 14,
+                                          28, 42, 56, 98, 7, 0, 1, 1, 2, 2, 5, 1)},
+    [MIG_A100_80GB] = {"A100-80GB", TABLE("1g.10gb", "1g.10gb+me", "1g.20gb", "2g.20gb", "3g.40gb",
+                                          "4g.40gb", "7g.80gb", 9728, 19968, 40192, 81152, 14, 14,
+                                          28, 42, 56, 98, 7, 0, 1, 1, 2, 2, 5, 1)},
+    [MIG_H100_80GB] = {"H100-80GB", TABLE("1g.10gb", "1g.10gb+me", "1g.20gb", "2g.20gb", "3g.40gb",
+                                          "4g.40gb", "7g.80gb", 9984, 20096, 40448, 81152, 16, 26,
+                                          32, 60, 64, 132, 7, 1, 1, 2, 3, 4, 7, 7)},
     [MIG_H200_141GB] = {"H200-141GB",
-                        TABLE("1g.18gb", "1g.18gb+me", "1g.35gb", "2g.35gb", "3g.71gb",
-                              "4g.71gb", "7g.141gb", 16384, 32768, 66560, 133120, 16, 26, 32, 60,
-                              64, 132, 7, 1, 1, 2, 3, 4, 7, 7)},
+                        TABLE("1g.18gb", "1g.18gb+me", "1g.35gb", "2g.35gb", "3g.71gb", "4g.71gb",
+                              "7g.141gb", 16384, 32768, 66560, 133120, 16, 26, 32, 60, 64, 132, 7,
+                              1, 1, 2, 3, 4, 7, 7)},
 };
 
 enum mig_table mig_table_parse(const char *text)
@@ -302,8 +304,8 @@ static unsigned full_ci_index(const struct mig_gi *gi)
     return 0;
 }
 
-int mig_seed_apply(const struct mig_seed *s, const char *gpu_uuid, struct mig_gpu *ret,
-                   char *msg, size_t len)
+int mig_seed_apply(const struct mig_seed *s, const char *gpu_uuid, struct mig_gpu *ret, char *msg,
+                   size_t len)
 {
     struct mig_gpu g = {.current = s->enabled, .pending = s->enabled};
     for (unsigned i = 0; i < s->n; i++) {
@@ -317,8 +319,8 @@ int mig_seed_apply(const struct mig_seed *s, const char *gpu_uuid, struct mig_gp
         }
         nvmlReturn_t r = mig_gi_create(&g, p, s->start[i], &gi);
         if (r == NVML_ERROR_INVALID_ARGUMENT) {
-            snprintf(msg, len, "mig_instances[%u].start: %s cannot start at slice %u", i,
-                     p->name, s->start[i]);
+            snprintf(msg, len, "mig_instances[%u].start: %s cannot start at slice %u", i, p->name,
+                     s->start[i]);
             return -1;
         }
         if (r != NVML_SUCCESS) {
@@ -344,11 +346,10 @@ static json_t *gpu_to_json(const struct mig_state_gpu *sg)
         const struct mig_gi *gi = &g->gi[i];
         json_t *cis = json_array();
         for (unsigned c = 0; cis && c < gi->nci; c++)
-            json_array_append_new(cis, json_pack("{s:I, s:I, s:I, s:s}", "id",
-                                                 (json_int_t)gi->ci[c].id, "profile",
-                                                 (json_int_t)gi->ci[c].profile, "start",
-                                                 (json_int_t)gi->ci[c].start, "uuid",
-                                                 gi->ci[c].uuid));
+            json_array_append_new(cis,
+                                  json_pack("{s:I, s:I, s:I, s:s}", "id", (json_int_t)gi->ci[c].id,
+                                            "profile", (json_int_t)gi->ci[c].profile, "start",
+                                            (json_int_t)gi->ci[c].start, "uuid", gi->ci[c].uuid));
         json_array_append_new(gis, json_pack("{s:I, s:I, s:I, s:o*}", "id", (json_int_t)gi->id,
                                              "profile_id", (json_int_t)gi->profile->id, "start",
                                              (json_int_t)gi->start, "compute_instances", cis));
@@ -401,8 +402,8 @@ static bool gpu_from_json(json_t *o, const struct mig_state_gpu *sg, struct mig_
                 !uint_field(cj, "profile", NVML_COMPUTE_INSTANCE_PROFILE_COUNT, &ci.profile) ||
                 !uint_field(cj, "start", MIG_COMPUTE, &ci.start) || !json_is_string(uuid) ||
                 json_string_length(uuid) >= MIG_UUID_LEN ||
-                (ci.size = mig_ci_slices(gi, ci.profile)) == 0 ||
-                ci.start + ci.size > p->slices || (used & (((1u << ci.size) - 1) << ci.start)) ||
+                (ci.size = mig_ci_slices(gi, ci.profile)) == 0 || ci.start + ci.size > p->slices ||
+                (used & (((1u << ci.size) - 1) << ci.start)) ||
                 (gi->nci > 0 && gi->ci[gi->nci - 1].id >= ci.id))
                 return false;
             used |= ((1u << ci.size) - 1) << ci.start;
@@ -421,8 +422,8 @@ static json_t *read_state(const char *path)
     json_error_t jerr;
     json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
     if (!root && access(path, F_OK) == 0)
-        fprintf(stderr, "fakenvml: %s: line %d: %s; starting from the GPU file\n", path,
-                jerr.line, jerr.text);
+        fprintf(stderr, "fakenvml: %s: line %d: %s; starting from the GPU file\n", path, jerr.line,
+                jerr.text);
     if (root && !json_is_object(json_object_get(root, "gpus"))) {
         fprintf(stderr, "fakenvml: %s: no \"gpus\" object; starting from the GPU file\n", path);
         json_decref(root);

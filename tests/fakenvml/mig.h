@@ -131,8 +131,8 @@ struct mig_seed {
 
 /* Builds the state a seed describes; 0, or -1 with msg (a layout that does
  * not fit: parse time checks it with this). */
-int mig_seed_apply(const struct mig_seed *s, const char *gpu_uuid, struct mig_gpu *ret,
-                   char *msg, size_t len);
+int mig_seed_apply(const struct mig_seed *s, const char *gpu_uuid, struct mig_gpu *ret, char *msg,
+                   size_t len);
 
 /* What the state file holds for the GPUs of one GPU file. */
 struct mig_state_gpu {

@@ -402,8 +402,7 @@ FAKENVML_EXPORT nvmlReturn_t nvmlDeviceCreateGpuInstanceWithPlacement(
 /* NVML_ERROR_IN_USE while it has compute instances or processes. */
 FAKENVML_EXPORT nvmlReturn_t nvmlGpuInstanceDestroy(nvmlGpuInstance_t gpuInstance);
 /* gpuInstances has room for the profile's instanceCount; *count is set. */
-FAKENVML_EXPORT nvmlReturn_t nvmlDeviceGetGpuInstances(nvmlDevice_t device,
-                                                       unsigned int profileId,
+FAKENVML_EXPORT nvmlReturn_t nvmlDeviceGetGpuInstances(nvmlDevice_t device, unsigned int profileId,
                                                        nvmlGpuInstance_t *gpuInstances,
                                                        unsigned int *count);
 /* NVML_ERROR_NOT_FOUND for an id no instance has. */
@@ -421,9 +420,9 @@ FAKENVML_EXPORT nvmlReturn_t nvmlGpuInstanceCreateComputeInstance(
     nvmlGpuInstance_t gpuInstance, unsigned int profileId, nvmlComputeInstance_t *computeInstance);
 /* NVML_ERROR_IN_USE while processes run on it. */
 FAKENVML_EXPORT nvmlReturn_t nvmlComputeInstanceDestroy(nvmlComputeInstance_t computeInstance);
-FAKENVML_EXPORT nvmlReturn_t nvmlGpuInstanceGetComputeInstances(
-    nvmlGpuInstance_t gpuInstance, unsigned int profileId, nvmlComputeInstance_t *computeInstances,
-    unsigned int *count);
+FAKENVML_EXPORT nvmlReturn_t
+nvmlGpuInstanceGetComputeInstances(nvmlGpuInstance_t gpuInstance, unsigned int profileId,
+                                   nvmlComputeInstance_t *computeInstances, unsigned int *count);
 FAKENVML_EXPORT nvmlReturn_t nvmlComputeInstanceGetInfo_v2(nvmlComputeInstance_t computeInstance,
                                                            nvmlComputeInstanceInfo_t *info);
 /* index < nvmlDeviceGetMaxMigDeviceCount; NVML_ERROR_NOT_FOUND when no MIG
@@ -438,8 +437,7 @@ FAKENVML_EXPORT nvmlReturn_t nvmlDeviceGetDeviceHandleFromMigDeviceHandle(nvmlDe
                                                                           nvmlDevice_t *device);
 /* NVML_ERROR_NOT_SUPPORTED on a GPU handle (these are MIG device queries). */
 FAKENVML_EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t device, unsigned int *id);
-FAKENVML_EXPORT nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t device,
-                                                            unsigned int *id);
+FAKENVML_EXPORT nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t device, unsigned int *id);
 /* *infoCount in: room in infos; out: entries written, or on
  * NVML_ERROR_INSUFFICIENT_SIZE the number needed. infos may be NULL when
  * *infoCount is 0 (to ask: NVML_SUCCESS means there are none). */

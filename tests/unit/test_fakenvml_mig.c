@@ -78,19 +78,24 @@ static const struct sym {
 #undef API_SYM
 };
 
-/* GPU 0: an H100 in MIG mode; 1: an H100 not in MIG mode; 2: an L4 without
- * MIG; 3: an H200, 4: an A100 40GB, 5: an A100 80GB, all in MIG mode; 6: an
- * H100 whose mode changes need a reset (a pass-through VM). %s: UUIDs. */
+/* GPU 0: an H100 in MIG mode; 1: an A100 80GB, 3: an H200, 4: an A100
+ * 40GB, all in MIG mode; 2: an L4 without MIG; 5: an H100 not in MIG mode
+ * (index 5, which no other test's children name in CUDA_VISIBLE_DEVICES:
+ * the fake counts a process naming the index); 6: an H100 whose mode
+ * changes need a reset (a pass-through VM). %s: UUIDs, and the extra
+ * fields of GPUs 0 and 5. */
 #define CONFIG_FMT                                                                                 \
     "{\"gpus\": [\n"                                                                               \
     " {\"uuid\": \"%s\", \"mig_enabled\": true %s},\n"                                             \
+    " {\"uuid\": \"%s\", \"name\": \"NVIDIA A100-SXM4-80GB\", \"memory_mib\": 81920,\n"            \
+    "  \"mig_enabled\": true},\n"                                                                  \
+    " {\"uuid\": \"%s\", \"name\": \"NVIDIA L4\", \"memory_mib\": 23034, \"mig_capable\": "        \
+    "false},\n"                                                                                    \
+    " {\"uuid\": \"%s\", \"name\": \"NVIDIA H200\", \"memory_mib\": 143771, \"mig_enabled\": "     \
+    "true},\n"                                                                                     \
+    " {\"uuid\": \"%s\", \"name\": \"NVIDIA A100-SXM4-40GB\", \"memory_mib\": 40536,\n"            \
+    "  \"mig_enabled\": true},\n"                                                                  \
     " {\"uuid\": \"%s\" %s},\n"                                                                    \
-    " {\"uuid\": \"%s\", \"name\": \"NVIDIA L4\", \"memory_mib\": 23034, \"mig_capable\": false},\n" \
-    " {\"uuid\": \"%s\", \"name\": \"NVIDIA H200\", \"memory_mib\": 143771, \"mig_enabled\": true},\n" \
-    " {\"uuid\": \"%s\", \"name\": \"NVIDIA A100-SXM4-40GB\", \"memory_mib\": 40536,\n"           \
-    "  \"mig_enabled\": true},\n"                                                                  \
-    " {\"uuid\": \"%s\", \"name\": \"NVIDIA A100-SXM4-80GB\", \"memory_mib\": 81920,\n"           \
-    "  \"mig_enabled\": true},\n"                                                                  \
     " {\"uuid\": \"%s\", \"mig_reset_required\": true}]}\n"
 #define NGPUS 7
 
@@ -108,12 +113,12 @@ struct child {
     int stdin_fd;
 };
 
-/* Fields added to GPU 0's and GPU 1's objects. */
-static void write_config2(const struct env *e, const char *gpu0_extra, const char *gpu1_extra)
+/* Fields added to GPU 0's and GPU 5's objects. */
+static void write_config2(const struct env *e, const char *gpu0_extra, const char *gpu5_extra)
 {
     char text[2048], tmp[160];
-    snprintf(text, sizeof(text), CONFIG_FMT, e->uuid[0], gpu0_extra, e->uuid[1], gpu1_extra,
-             e->uuid[2], e->uuid[3], e->uuid[4], e->uuid[5], e->uuid[6]);
+    snprintf(text, sizeof(text), CONFIG_FMT, e->uuid[0], gpu0_extra, e->uuid[1], e->uuid[2],
+             e->uuid[3], e->uuid[4], e->uuid[5], gpu5_extra, e->uuid[6]);
     snprintf(tmp, sizeof(tmp), "%s.tmp", e->path);
     FILE *f = fopen(tmp, "w");
     assert_non_null(f);
@@ -233,9 +238,12 @@ static unsigned gi_id(const struct api *n, nvmlGpuInstance_t gi)
 static const struct {
     unsigned index, id, slices;
 } h100_ids[] = {
-    {NVML_GPU_INSTANCE_PROFILE_1_SLICE, 19, 1},      {NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1, 20, 1},
-    {NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV2, 15, 1}, {NVML_GPU_INSTANCE_PROFILE_2_SLICE, 14, 2},
-    {NVML_GPU_INSTANCE_PROFILE_3_SLICE, 9, 3},       {NVML_GPU_INSTANCE_PROFILE_4_SLICE, 5, 4},
+    {NVML_GPU_INSTANCE_PROFILE_1_SLICE, 19, 1},
+    {NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1, 20, 1},
+    {NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV2, 15, 1},
+    {NVML_GPU_INSTANCE_PROFILE_2_SLICE, 14, 2},
+    {NVML_GPU_INSTANCE_PROFILE_3_SLICE, 9, 3},
+    {NVML_GPU_INSTANCE_PROFILE_4_SLICE, 5, 4},
     {NVML_GPU_INSTANCE_PROFILE_7_SLICE, 0, 7},
 };
 
@@ -261,16 +269,16 @@ static void test_profile_ids_differ_from_their_indices(void **state)
     }
     /* Only the 1g, 2g, 3g, 4g, 7g profile indices exist on an H100 ... */
     nvmlGpuInstanceProfileInfo_t info = {.id = 77};
-    assert_int_equal(n->nvmlDeviceGetGpuInstanceProfileInfo(h, NVML_GPU_INSTANCE_PROFILE_8_SLICE,
-                                                            &info),
-                     NVML_ERROR_NOT_SUPPORTED);
-    assert_int_equal(n->nvmlDeviceGetGpuInstanceProfileInfo(
-                         h, NVML_GPU_INSTANCE_PROFILE_2_SLICE_REV1, &info),
-                     NVML_ERROR_NOT_SUPPORTED);
+    assert_int_equal(
+        n->nvmlDeviceGetGpuInstanceProfileInfo(h, NVML_GPU_INSTANCE_PROFILE_8_SLICE, &info),
+        NVML_ERROR_NOT_SUPPORTED);
+    assert_int_equal(
+        n->nvmlDeviceGetGpuInstanceProfileInfo(h, NVML_GPU_INSTANCE_PROFILE_2_SLICE_REV1, &info),
+        NVML_ERROR_NOT_SUPPORTED);
     /* ... and an index past nvml.h's are invalid. */
-    assert_int_equal(n->nvmlDeviceGetGpuInstanceProfileInfo(h, NVML_GPU_INSTANCE_PROFILE_COUNT,
-                                                            &info),
-                     NVML_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(
+        n->nvmlDeviceGetGpuInstanceProfileInfo(h, NVML_GPU_INSTANCE_PROFILE_COUNT, &info),
+        NVML_ERROR_INVALID_ARGUMENT);
     assert_int_equal(info.id, 77);
     assert_int_equal(n->nvmlDeviceGetGpuInstanceProfileInfo(h, 0, NULL),
                      NVML_ERROR_INVALID_ARGUMENT);
@@ -283,9 +291,10 @@ static void test_versioned_profile_info_checks_the_version(void **state)
     nvmlDevice_t h = gpu(n, 0);
     nvmlGpuInstanceProfileInfo_v3_t v3 = {.version = nvmlGpuInstanceProfileInfo_v3,
                                           .capabilities = 99};
-    assert_int_equal(n->nvmlDeviceGetGpuInstanceProfileInfoV(
-                         h, NVML_GPU_INSTANCE_PROFILE_3_SLICE, (nvmlGpuInstanceProfileInfo_v2_t *)&v3),
-                     NVML_SUCCESS);
+    assert_int_equal(
+        n->nvmlDeviceGetGpuInstanceProfileInfoV(h, NVML_GPU_INSTANCE_PROFILE_3_SLICE,
+                                                (nvmlGpuInstanceProfileInfo_v2_t *)&v3),
+        NVML_SUCCESS);
     assert_int_equal(v3.version, nvmlGpuInstanceProfileInfo_v3);
     assert_int_equal(v3.id, 9);
     assert_int_equal(v3.sliceCount, 3); /* at v3's offset, where v2 has isP2pSupported */
@@ -308,12 +317,15 @@ static void test_each_gpu_model_has_its_table(void **state)
         unsigned gpu;
         const char *names[7]; /* in h100_ids' order */
     } cases[] = {
-        {3, {"MIG 1g.18gb", "MIG 1g.18gb+me", "MIG 1g.35gb", "MIG 2g.35gb", "MIG 3g.71gb",
-             "MIG 4g.71gb", "MIG 7g.141gb"}},
-        {4, {"MIG 1g.5gb", "MIG 1g.5gb+me", "MIG 1g.10gb", "MIG 2g.10gb", "MIG 3g.20gb",
-             "MIG 4g.20gb", "MIG 7g.40gb"}},
-        {5, {"MIG 1g.10gb", "MIG 1g.10gb+me", "MIG 1g.20gb", "MIG 2g.20gb", "MIG 3g.40gb",
-             "MIG 4g.40gb", "MIG 7g.80gb"}},
+        {3,
+         {"MIG 1g.18gb", "MIG 1g.18gb+me", "MIG 1g.35gb", "MIG 2g.35gb", "MIG 3g.71gb",
+          "MIG 4g.71gb", "MIG 7g.141gb"}},
+        {4,
+         {"MIG 1g.5gb", "MIG 1g.5gb+me", "MIG 1g.10gb", "MIG 2g.10gb", "MIG 3g.20gb", "MIG 4g.20gb",
+          "MIG 7g.40gb"}},
+        {1,
+         {"MIG 1g.10gb", "MIG 1g.10gb+me", "MIG 1g.20gb", "MIG 2g.20gb", "MIG 3g.40gb",
+          "MIG 4g.40gb", "MIG 7g.80gb"}},
     };
     for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
         nvmlDevice_t h = gpu(n, cases[c].gpu);
@@ -335,7 +347,7 @@ static void test_mig_calls_need_mig_mode(void **state)
 {
     struct env *e = *state;
     const struct api *n = &e->n;
-    nvmlDevice_t off = gpu(n, 1), l4 = gpu(n, 2);
+    nvmlDevice_t off = gpu(n, 5), l4 = gpu(n, 2);
     nvmlGpuInstanceProfileInfo_t info;
     nvmlGpuInstance_t gi = NULL;
     unsigned count = 5, cur, pend;
@@ -367,9 +379,12 @@ static void test_possible_placements_follow_the_table(void **state)
     static const struct {
         unsigned id, n, size, starts[7];
     } want[] = {
-        {19, 7, 1, {0, 1, 2, 3, 4, 5, 6}}, {20, 7, 1, {0, 1, 2, 3, 4, 5, 6}},
-        {15, 4, 2, {0, 2, 4, 6}},          {14, 3, 2, {0, 2, 4}},
-        {9, 2, 4, {0, 4}},                 {5, 1, 4, {0}},
+        {19, 7, 1, {0, 1, 2, 3, 4, 5, 6}},
+        {20, 7, 1, {0, 1, 2, 3, 4, 5, 6}},
+        {15, 4, 2, {0, 2, 4, 6}},
+        {14, 3, 2, {0, 2, 4}},
+        {9, 2, 4, {0, 4}},
+        {5, 1, 4, {0}},
         {0, 1, 8, {0}},
     };
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
@@ -455,8 +470,7 @@ static void test_instances_fill_free_slots_up_to_the_profiles_count(void **state
     nvmlDevice_t h = gpu(n, 0);
     for (unsigned k = 0; k < 7; k++) {
         unsigned left = 0;
-        assert_int_equal(n->nvmlDeviceGetGpuInstanceRemainingCapacity(h, 19, &left),
-                         NVML_SUCCESS);
+        assert_int_equal(n->nvmlDeviceGetGpuInstanceRemainingCapacity(h, 19, &left), NVML_SUCCESS);
         assert_int_equal(left, 7 - k);
         nvmlGpuInstance_t gi = NULL;
         assert_int_equal(n->nvmlDeviceCreateGpuInstance(h, 19, &gi), NVML_SUCCESS);
@@ -507,8 +521,7 @@ static void test_compute_instances_make_mig_devices(void **state)
     assert_int_equal(n->nvmlGpuInstanceGetComputeInstanceProfileInfo(gi, 1, 1, &cp),
                      NVML_ERROR_INVALID_ARGUMENT);
     nvmlComputeInstanceProfileInfo_v2_t cv = {.version = nvmlComputeInstanceProfileInfo_v2};
-    assert_int_equal(n->nvmlGpuInstanceGetComputeInstanceProfileInfoV(gi, 0, 0, &cv),
-                     NVML_SUCCESS);
+    assert_int_equal(n->nvmlGpuInstanceGetComputeInstanceProfileInfoV(gi, 0, 0, &cv), NVML_SUCCESS);
     assert_int_equal(cv.sliceCount, 1);
     assert_int_equal(cv.instanceCount, 2);
     assert_string_equal(cv.name, "MIG 1c.2g.20gb");
@@ -527,9 +540,9 @@ static void test_compute_instances_make_mig_devices(void **state)
     nvmlDevice_t mig = NULL;
     assert_int_equal(n->nvmlDeviceGetMigDeviceHandleByIndex(h, 0, &mig), NVML_ERROR_NOT_FOUND);
     nvmlComputeInstance_t ci = NULL;
-    assert_int_equal(n->nvmlGpuInstanceCreateComputeInstance(
-                         gi, NVML_COMPUTE_INSTANCE_PROFILE_2_SLICE, &ci),
-                     NVML_SUCCESS);
+    assert_int_equal(
+        n->nvmlGpuInstanceCreateComputeInstance(gi, NVML_COMPUTE_INSTANCE_PROFILE_2_SLICE, &ci),
+        NVML_SUCCESS);
     nvmlComputeInstance_t again = NULL;
     assert_int_equal(n->nvmlGpuInstanceCreateComputeInstance(gi, 0, &again),
                      NVML_ERROR_INSUFFICIENT_RESOURCES);
@@ -580,7 +593,8 @@ static void test_compute_instances_make_mig_devices(void **state)
     assert_string_not_equal(uuid + 4, gpu_uuid + 4);
     nvmlMemory_t mem;
     assert_int_equal(n->nvmlDeviceGetMemoryInfo(mig, &mem), NVML_SUCCESS);
-    assert_int_equal(mem.total, profile_v2(n, h, NVML_GPU_INSTANCE_PROFILE_2_SLICE).memorySizeMB * MIB);
+    assert_int_equal(mem.total,
+                     profile_v2(n, h, NVML_GPU_INSTANCE_PROFILE_2_SLICE).memorySizeMB * MIB);
 
     /* A GPU instance with a compute instance is in use; its compute instance first. */
     assert_int_equal(n->nvmlGpuInstanceDestroy(gi), NVML_ERROR_IN_USE);
@@ -692,7 +706,7 @@ static void test_mig_mode_changes_on_an_idle_gpu_and_waits_for_a_reset_on_a_busy
 {
     struct env *e = *state;
     const struct api *n = &e->n;
-    nvmlDevice_t h = gpu(n, 1);
+    nvmlDevice_t h = gpu(n, 5);
     nvmlReturn_t status = NVML_ERROR_UNKNOWN;
     assert_int_equal(n->nvmlDeviceSetMigMode(h, 2, &status), NVML_ERROR_INVALID_ARGUMENT);
     assert_int_equal(n->nvmlDeviceSetMigMode(h, 1, NULL), NVML_ERROR_INVALID_ARGUMENT);
@@ -703,7 +717,7 @@ static void test_mig_mode_changes_on_an_idle_gpu_and_waits_for_a_reset_on_a_busy
     assert_int_equal(status, NVML_SUCCESS);
     mode(n, h, 0, 0);
     /* A process on the GPU: the change stays pending, also once it ended. */
-    struct child c = spawn_child(e->uuid[1]);
+    struct child c = spawn_child(e->uuid[5]);
     assert_int_equal(n->nvmlDeviceSetMigMode(h, 1, &status), NVML_SUCCESS);
     assert_int_equal(status, NVML_ERROR_IN_USE);
     mode(n, h, 0, 1);
@@ -712,10 +726,10 @@ static void test_mig_mode_changes_on_an_idle_gpu_and_waits_for_a_reset_on_a_busy
     /* A reset (FAKENVML_RESET at the next first nvmlInit) makes it current. */
     while (n->nvmlShutdown() == NVML_SUCCESS)
         ;
-    setenv("FAKENVML_RESET", "1", 1);
+    setenv("FAKENVML_RESET", "5", 1);
     assert_int_equal(n->nvmlInit_v2(), NVML_SUCCESS);
     unsetenv("FAKENVML_RESET");
-    h = gpu(n, 1);
+    h = gpu(n, 5);
     mode(n, h, 1, 1);
     /* Where the platform cannot reset (a pass-through VM), always pending. */
     nvmlDevice_t vm = gpu(n, 6);
@@ -806,12 +820,12 @@ static void test_bad_mig_fields_in_the_gpu_file_fail_the_first_init(void **state
         ;
     static const char *const bad[] = {
         ", \"mig_instances\": [{\"profile_id\": 9, \"start\": 0}, {\"profile_id\": 5, "
-        "\"start\": 0}]",                                              /* overlap */
-        ", \"mig_instances\": [{\"profile_id\": 4, \"start\": 0}]",    /* an index, not an id */
-        ", \"mig_instances\": [{\"profile_id\": 9, \"start\": 2}]",    /* not a 3g placement */
-        ", \"mig_instances\": [{\"profile_id\": 9}]",                  /* no start */
-        ", \"mig_table\": \"B200-180GB\"",                             /* no such table */
-        ", \"mig_table\": 7",                                           /* not a string */
+        "\"start\": 0}]",                                           /* overlap */
+        ", \"mig_instances\": [{\"profile_id\": 4, \"start\": 0}]", /* an index, not an id */
+        ", \"mig_instances\": [{\"profile_id\": 9, \"start\": 2}]", /* not a 3g placement */
+        ", \"mig_instances\": [{\"profile_id\": 9}]",               /* no start */
+        ", \"mig_table\": \"B200-180GB\"",                          /* no such table */
+        ", \"mig_table\": 7",                                       /* not a string */
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         write_config(e, bad[i]);

@@ -26,16 +26,20 @@
 #include "gpu/gpu.h"
 #include "base/banned.h"
 
-/* GPU 0: H100 in MIG mode; 1: H100 not in MIG mode; 2: L4; 3: H200 in MIG
- * mode; 4: A100 40GB in MIG mode. %s: UUIDs, then GPU 0's extra fields. */
+/* GPU 0: H100 in MIG mode; 1: A100 40GB in MIG mode; 2: L4; 3: H200 in MIG
+ * mode; 4: H100 not in MIG mode (index 4, which no other test's children
+ * name in CUDA_VISIBLE_DEVICES: the fake counts a process naming the
+ * index). %s: UUIDs, then GPU 0's extra fields. */
 #define CONFIG_FMT                                                                                 \
     "{\"gpus\": [\n"                                                                               \
     " {\"uuid\": \"%s\", \"mig_enabled\": true %s},\n"                                             \
-    " {\"uuid\": \"%s\"},\n"                                                                       \
-    " {\"uuid\": \"%s\", \"name\": \"NVIDIA L4\", \"memory_mib\": 23034, \"mig_capable\": false},\n" \
-    " {\"uuid\": \"%s\", \"name\": \"NVIDIA H200\", \"memory_mib\": 143771, \"mig_enabled\": true},\n" \
-    " {\"uuid\": \"%s\", \"name\": \"NVIDIA A100-SXM4-40GB\", \"memory_mib\": 40536,\n"           \
-    "  \"mig_enabled\": true}]}\n"
+    " {\"uuid\": \"%s\", \"name\": \"NVIDIA A100-SXM4-40GB\", \"memory_mib\": 40536,\n"            \
+    "  \"mig_enabled\": true},\n"                                                                  \
+    " {\"uuid\": \"%s\", \"name\": \"NVIDIA L4\", \"memory_mib\": 23034, \"mig_capable\": "        \
+    "false},\n"                                                                                    \
+    " {\"uuid\": \"%s\", \"name\": \"NVIDIA H200\", \"memory_mib\": 143771, \"mig_enabled\": "     \
+    "true},\n"                                                                                     \
+    " {\"uuid\": \"%s\"}]}\n"
 
 struct env {
     char dir[64], config[128], state[160];
@@ -188,7 +192,7 @@ static void profiles_carry_nvidias_names_ids_and_placements(void **state)
     } cases[] = {
         {0, {"1g.10gb", "1g.10gb+me", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"}},
         {3, {"1g.18gb", "1g.18gb+me", "1g.35gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb"}},
-        {4, {"1g.5gb", "1g.5gb+me", "1g.10gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb"}},
+        {1, {"1g.5gb", "1g.5gb+me", "1g.10gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb"}},
     };
     static const unsigned ids[7] = {19, 20, 15, 14, 9, 5, 0};
     static const unsigned slices[7] = {1, 1, 1, 2, 3, 4, 7};
@@ -225,14 +229,14 @@ static void gpus_without_mig_or_outside_mig_mode_list_no_profiles(void **state)
     struct env *e = *state;
     const struct gpu_mig *m = read_mig(e, 2);
     assert_false(m->capable);
-    m = read_mig(e, 1);
+    m = read_mig(e, 4);
     assert_true(m->capable);
     assert_false(m->enabled || m->pending);
     assert_int_equal(m->nprofiles, 0);
     struct gpu_mig_instance inst;
     char err[512] = "";
-    assert_int_equal(gpu_mig_create(e->b, 1, 19, 0, &inst, err, sizeof(err)), GPO_ENOTSUP);
-    assert_non_null(strstr(err, "GPU 1: not in MIG mode"));
+    assert_int_equal(gpu_mig_create(e->b, 4, 19, 0, &inst, err, sizeof(err)), GPO_ENOTSUP);
+    assert_non_null(strstr(err, "GPU 4: not in MIG mode"));
     assert_int_equal(gpu_mig_create(e->b, 2, 19, 0, &inst, err, sizeof(err)), GPO_ENOTSUP);
     assert_int_equal(gpu_mig_read(e->b, 9, NULL, err, sizeof(err)), GPO_EINVAL);
     static struct gpu_mig big;
@@ -341,24 +345,24 @@ static void mig_mode_changes_at_once_when_idle_and_waits_for_a_reset_when_busy(v
     struct env *e = *state;
     bool pending = true;
     char err[512] = "";
-    assert_int_equal(gpu_mig_set_mode(e->b, 1, true, &pending, err, sizeof(err)), 0);
+    assert_int_equal(gpu_mig_set_mode(e->b, 4, true, &pending, err, sizeof(err)), 0);
     assert_false(pending);
-    const struct gpu_mig *m = read_mig(e, 1);
+    const struct gpu_mig *m = read_mig(e, 4);
     assert_true(m->enabled && m->pending);
     assert_int_equal(m->nprofiles, 7);
     struct gpu_info info;
-    assert_int_equal(gpu_info(e->b, 1, &info, err, sizeof(err)), 0);
+    assert_int_equal(gpu_info(e->b, 4, &info, err, sizeof(err)), 0);
     assert_true(info.mig_enabled);
-    spawn_child(e, e->uuid[1]);
-    assert_int_equal(gpu_mig_set_mode(e->b, 1, false, &pending, err, sizeof(err)), 0);
+    spawn_child(e, e->uuid[4]);
+    assert_int_equal(gpu_mig_set_mode(e->b, 4, false, &pending, err, sizeof(err)), 0);
     assert_true(pending);
-    m = read_mig(e, 1);
+    m = read_mig(e, 4);
     assert_true(m->enabled);
     assert_false(m->pending);
     stop_child(e);
     assert_int_equal(gpu_mig_set_mode(e->b, 2, true, &pending, err, sizeof(err)), GPO_ENOTSUP);
     assert_non_null(strstr(err, "nvmlDeviceSetMigMode(GPU 2)"));
-    assert_int_equal(gpu_mig_set_mode(e->b, 1, true, NULL, err, sizeof(err)), GPO_EINVAL);
+    assert_int_equal(gpu_mig_set_mode(e->b, 4, true, NULL, err, sizeof(err)), GPO_EINVAL);
 }
 
 static void profile_names_follow_the_rule(void **state)
@@ -370,14 +374,14 @@ static void profile_names_follow_the_rule(void **state)
         bool media;
         const char *want;
     } cases[] = {
-        {1, 1, 8, 80, 9984, false, "1g.10gb"},   {1, 2, 8, 80, 0, false, "1g.20gb"},
-        {3, 4, 8, 80, 0, false, "3g.40gb"},      {7, 8, 8, 80, 0, false, "7g.80gb"},
-        {1, 1, 8, 141, 0, false, "1g.18gb"},     {1, 2, 8, 141, 0, false, "1g.35gb"},
-        {3, 4, 8, 141, 0, false, "3g.71gb"},     {7, 8, 8, 141, 0, false, "7g.141gb"},
-        {1, 1, 8, 40, 0, true, "1g.5gb+me"},     {2, 2, 8, 40, 0, false, "2g.10gb"},
-        {1, 1, 4, 24, 0, false, "1g.6gb"},       {4, 4, 4, 24, 0, false, "4g.24gb"}, /* A30 */
-        {1, 1, 8, 180, 0, false, "1g.23gb"},     {3, 4, 8, 180, 0, false, "3g.90gb"}, /* B200 */
-        {1, 1, 8, -1, 9984, false, "1g.10gb"},   {2, 2, 8, 0, 20480, false, "2g.20gb"},
+        {1, 1, 8, 80, 9984, false, "1g.10gb"}, {1, 2, 8, 80, 0, false, "1g.20gb"},
+        {3, 4, 8, 80, 0, false, "3g.40gb"},    {7, 8, 8, 80, 0, false, "7g.80gb"},
+        {1, 1, 8, 141, 0, false, "1g.18gb"},   {1, 2, 8, 141, 0, false, "1g.35gb"},
+        {3, 4, 8, 141, 0, false, "3g.71gb"},   {7, 8, 8, 141, 0, false, "7g.141gb"},
+        {1, 1, 8, 40, 0, true, "1g.5gb+me"},   {2, 2, 8, 40, 0, false, "2g.10gb"},
+        {1, 1, 4, 24, 0, false, "1g.6gb"},     {4, 4, 4, 24, 0, false, "4g.24gb"},  /* A30 */
+        {1, 1, 8, 180, 0, false, "1g.23gb"},   {3, 4, 8, 180, 0, false, "3g.90gb"}, /* B200 */
+        {1, 1, 8, -1, 9984, false, "1g.10gb"}, {2, 2, 8, 0, 20480, false, "2g.20gb"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         char buf[GPU_MIG_NAME_MAX] = "";
@@ -391,8 +395,7 @@ static void profile_names_follow_the_rule(void **state)
     assert_int_equal(gpu_mig_profile_name(1, 1, 8, 80, 0, false, small, sizeof(small)),
                      GPO_ENOBUFS);
     assert_string_equal(small, "keep");
-    assert_int_equal(gpu_mig_profile_name(0, 1, 8, 80, 0, false, small, sizeof(small)),
-                     GPO_EINVAL);
+    assert_int_equal(gpu_mig_profile_name(0, 1, 8, 80, 0, false, small, sizeof(small)), GPO_EINVAL);
     assert_int_equal(gpu_type_memory_gb("H200-141GB"), 141);
     assert_int_equal(gpu_type_memory_gb("L4"), -1);
 }
@@ -451,7 +454,7 @@ static void the_probe_prints_each_mig_gpus_state(void **state)
     assert_string_equal(json_string_value(json_object_get(inst, "profile")), "3g.40gb");
     assert_string_equal(json_string_value(json_object_get(inst, "uuid")), uuid);
     /* A GPU outside MIG mode: its mode, no profiles; one without MIG: null. */
-    json_t *off = json_object_get(json_array_get(devs, 1), "mig");
+    json_t *off = json_object_get(json_array_get(devs, 4), "mig");
     assert_string_equal(json_string_value(json_object_get(off, "current")), "disabled");
     assert_int_equal(json_array_size(json_object_get(off, "profiles")), 0);
     assert_true(json_is_null(json_object_get(json_array_get(devs, 2), "mig")));
