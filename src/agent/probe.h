@@ -1,6 +1,8 @@
 /*
  * probe.h - `gpuorch agent --probe`: what NVML reports (devices, the
- * inventory the agent would register, one sample) and where the automatic
+ * inventory the agent would register, one sample; each MIG-capable GPU's
+ * MIG mode, profiles with their placements and instances with their MIG
+ * UUIDs, as nvidia-smi mig -lgip / -lgip -p / -lgi show them) and where the automatic
  * cgroup root and each limit would go, as JSON on stdout. Reads only:
  * changes nothing on the node.
  */

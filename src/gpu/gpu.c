@@ -65,6 +65,74 @@ int gpu_sample(const struct gpu_backend *b, unsigned index, struct gpu_sample *r
     return rc ? rc : b->ops->sample(b, index, ret, err, errlen);
 }
 
+/* ---- MIG ------------------------------------------------------------------ */
+
+static int64_t memory_word_gb(const char *w); /* below, with gpu_type */
+
+static int check_mig(const struct gpu_backend *b, unsigned index, const void *ret, bool has_op,
+                     char *err, size_t errlen)
+{
+    int rc = check_index(b, index, ret, err, errlen);
+    if (rc == 0 && !has_op)
+        rc = errbuf_set(err, errlen, GPO_ENOTSUP, "gpu: the %s backend has no MIG", b->ops->name);
+    return rc;
+}
+
+int gpu_mig_read(const struct gpu_backend *b, unsigned index, struct gpu_mig *ret, char *err,
+                 size_t errlen)
+{
+    int rc = check_mig(b, index, ret, b && b->ops->mig_read, err, errlen);
+    return rc ? rc : b->ops->mig_read(b, index, ret, err, errlen);
+}
+
+int gpu_mig_create(const struct gpu_backend *b, unsigned index, unsigned profile_id, unsigned start,
+                   struct gpu_mig_instance *ret, char *err, size_t errlen)
+{
+    int rc = check_mig(b, index, ret, b && b->ops->mig_create, err, errlen);
+    return rc ? rc : b->ops->mig_create(b, index, profile_id, start, ret, err, errlen);
+}
+
+int gpu_mig_destroy(const struct gpu_backend *b, unsigned index, unsigned instance_id, char *err,
+                    size_t errlen)
+{
+    int rc = check_mig(b, index, b, b && b->ops->mig_destroy, err, errlen);
+    return rc ? rc : b->ops->mig_destroy(b, index, instance_id, err, errlen);
+}
+
+int gpu_mig_set_mode(const struct gpu_backend *b, unsigned index, bool enable,
+                     bool *ret_reset_pending, char *err, size_t errlen)
+{
+    int rc = check_mig(b, index, ret_reset_pending, b && b->ops->mig_set_mode, err, errlen);
+    return rc ? rc : b->ops->mig_set_mode(b, index, enable, ret_reset_pending, err, errlen);
+}
+
+int gpu_mig_profile_name(unsigned slices, unsigned memory_slices, unsigned gpu_memory_slices,
+                         int64_t gpu_gb, int64_t memory_mib, bool media, char *buf, size_t len)
+{
+    if (!buf || slices == 0)
+        return GPO_EINVAL;
+    int64_t gb;
+    if (gpu_gb > 0 && memory_slices > 0 && gpu_memory_slices >= memory_slices)
+        gb = (gpu_gb * memory_slices * 2 + gpu_memory_slices) / (2 * (int64_t)gpu_memory_slices);
+    else
+        gb = memory_mib > 0 ? (memory_mib + 1023) / 1024 : 0;
+    char out[GPU_MIG_NAME_MAX];
+    int n = snprintf(out, sizeof(out), "%ug.%lldgb%s", slices, (long long)gb, media ? "+me" : "");
+    if (n < 0 || (size_t)n >= sizeof(out) || (size_t)n >= len)
+        return GPO_ENOBUFS;
+    memcpy(buf, out, (size_t)n + 1);
+    return 0;
+}
+
+int64_t gpu_type_memory_gb(const char *gpu_type)
+{
+    const char *dash = gpu_type ? strrchr(gpu_type, '-') : NULL;
+    if (!dash)
+        return -1;
+    int64_t gb = memory_word_gb(dash + 1);
+    return gb > 0 ? gb : -1;
+}
+
 /* ---- gpu_type ------------------------------------------------------------ */
 
 /* Sizes GPUs are sold with, in GB (which vendors mean as GiB: an "80GB" A100

@@ -163,6 +163,144 @@ int gpu_sample(const struct gpu_backend *b, unsigned index, struct gpu_sample *r
  */
 int gpu_type_from_name(const char *name, int64_t memory_mib, char *buf, size_t len);
 
+/* ---- MIG ---------------------------------------------------------------
+ *
+ * A MIG-capable GPU in MIG mode is cut into GPU instances, each of a
+ * profile (compute slices and memory slices) at a placement (its first
+ * memory slice and their number); a GPU instance holds compute instances,
+ * and each compute instance is a MIG device with its own "MIG-..." UUID,
+ * which is what CUDA_VISIBLE_DEVICES takes. gpuorch creates every GPU
+ * instance with one compute instance spanning it.
+ *
+ * Profiles are known by two numbers: NVML's profile *index*
+ * (NVML_GPU_INSTANCE_PROFILE_1_SLICE = 0, ...), which the profile-info call
+ * takes, and the profile *id* the driver reports (19 for 1g on an H100, 9 for
+ * 3g, 0 for 7g), which creation and listing take. Everything below speaks
+ * ids; `index` is kept for the record.
+ *
+ * Names are derived, the way NVIDIA names the profiles:
+ * "<compute slices>g.<memory>gb", plus "+me" for the media-extension
+ * profiles (index NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1 or _2_SLICE_REV1),
+ * where memory = the GPU's memory in GB as gpu_type names it (80 for an
+ * H100-80GB, 141 for an H200-141GB) times the profile's memory slices over
+ * the GPU's, rounded half up: H100 1g.10gb 1g.20gb 2g.20gb 3g.40gb 4g.40gb
+ * 7g.80gb; H200 1g.18gb 1g.35gb 2g.35gb 3g.71gb 4g.71gb 7g.141gb; A100-40GB
+ * 1g.5gb ... 7g.40gb (gpu_mig_profile_name). Without a size in gpu_type,
+ * the profile's memory in GiB, rounded up.
+ *
+ * The MIG functions call NVML's MIG API, which drivers before R470 lack in
+ * part: a missing symbol makes a function GPO_ENOTSUP naming it. NVML's
+ * errors map as elsewhere in this module (NVML_ERROR_IN_USE -> GPO_EBUSY,
+ * NVML_ERROR_INSUFFICIENT_RESOURCES -> GPO_ENOSPC, NOT_SUPPORTED ->
+ * GPO_ENOTSUP, NOT_FOUND -> GPO_ENOENT, NO_PERMISSION -> GPO_EPERM), with a
+ * message naming the NVML call and the GPU. Changing MIG state needs root
+ * (NVML's rule). */
+
+#define GPU_MIG_MAX_PROFILES   10 /* NVML_GPU_INSTANCE_PROFILE_COUNT */
+#define GPU_MIG_MAX_PLACEMENTS 8
+#define GPU_MIG_MAX_INSTANCES  8 /* 7 on every GPU NVIDIA sells */
+#define GPU_MIG_MAX_COMPUTE    8
+#define GPU_MIG_NAME_MAX       32
+
+struct gpu_mig_placement {
+    unsigned start; /* first memory slice */
+    unsigned size;  /* memory slices */
+};
+
+struct gpu_mig_profile {
+    unsigned index;              /* NVML's profile index */
+    unsigned id;                 /* the driver's profile id */
+    char name[GPU_MIG_NAME_MAX]; /* "1g.10gb", "1g.10gb+me" */
+    unsigned slices;             /* compute slices */
+    unsigned memory_slices;      /* every placement's size */
+    unsigned instances_max;      /* at once on the GPU */
+    int64_t memory_mib;
+    unsigned nplacements;
+    struct gpu_mig_placement placements[GPU_MIG_MAX_PLACEMENTS]; /* ascending start */
+};
+
+struct gpu_mig_compute {
+    unsigned id;             /* unique within its GPU instance */
+    unsigned profile_id;     /* the compute instance profile's id */
+    unsigned slices;         /* compute slices */
+    char uuid[GPU_UUID_MAX]; /* its MIG device: "MIG-..."; "" when NVML lists none */
+};
+
+struct gpu_mig_instance {
+    unsigned id;                    /* GPU instance id, unique within the GPU */
+    unsigned profile_id;            /* the driver's profile id */
+    char profile[GPU_MIG_NAME_MAX]; /* its name ("" for a profile the GPU does not list) */
+    struct gpu_mig_placement placement;
+    int64_t memory_mib; /* the profile's; GPU_UNKNOWN */
+    unsigned ncompute;
+    struct gpu_mig_compute compute[GPU_MIG_MAX_COMPUTE]; /* ascending id */
+};
+
+struct gpu_mig {
+    bool capable;           /* MIG supported (else everything below is 0) */
+    bool enabled;           /* MIG mode now */
+    bool pending;           /* MIG mode after the next GPU reset */
+    unsigned memory_slices; /* the GPU's (8), from its largest placement; 0 when off */
+    unsigned nprofiles;     /* 0 unless enabled: NVML lists profiles only in MIG mode */
+    struct gpu_mig_profile profiles[GPU_MIG_MAX_PROFILES]; /* ascending index */
+    unsigned ninstances;
+    struct gpu_mig_instance instances[GPU_MIG_MAX_INSTANCES]; /* ascending id */
+};
+
+/*
+ * Reads GPU `index`'s MIG state: mode, profiles with their placements, GPU
+ * instances with their compute instances and MIG device UUIDs. A GPU
+ * without MIG is not an error (capable false). Errors: GPO_ENOENT (no such
+ * GPU), the mapped code of a failing NVML call, GPO_ENOTSUP when the
+ * library lacks a MIG call, GPO_EINVAL.
+ */
+int gpu_mig_read(const struct gpu_backend *b, unsigned index, struct gpu_mig *ret, char *err,
+                 size_t errlen);
+
+/*
+ * Creates a GPU instance of profile id `profile_id` at memory slice `start`
+ * on GPU `index` (in MIG mode), with one compute instance spanning it, and
+ * describes it into *ret. If the compute instance cannot be made, the GPU
+ * instance is destroyed again. Errors: GPO_EINVAL for a profile id the GPU
+ * does not list or a start that is not one of its placements (the message
+ * lists them), GPO_ENOSPC (NVML: INSUFFICIENT_RESOURCES: it overlaps an
+ * instance, or the profile's count is reached), GPO_ENOTSUP (not in MIG
+ * mode), GPO_EPERM (not root), other mapped NVML codes.
+ */
+int gpu_mig_create(const struct gpu_backend *b, unsigned index, unsigned profile_id, unsigned start,
+                   struct gpu_mig_instance *ret, char *err, size_t errlen);
+
+/*
+ * Destroys GPU instance `instance_id` of GPU `index`: its compute instances
+ * first, then it. Errors: GPO_ENOENT (no such instance), GPO_EBUSY (NVML:
+ * IN_USE: processes run on it; what was destroyed before stays destroyed),
+ * other mapped NVML codes.
+ */
+int gpu_mig_destroy(const struct gpu_backend *b, unsigned index, unsigned instance_id, char *err,
+                    size_t errlen);
+
+/*
+ * Asks for MIG mode on or off. It becomes current at once when the driver
+ * can reset the GPU (idle); otherwise it is pending until a GPU reset, which
+ * this never does: *ret_reset_pending then says so (the current mode still
+ * differs from the one asked for). Errors: GPO_ENOTSUP (no MIG), GPO_EPERM,
+ * other mapped NVML codes.
+ */
+int gpu_mig_set_mode(const struct gpu_backend *b, unsigned index, bool enable,
+                     bool *ret_reset_pending, char *err, size_t errlen);
+
+/*
+ * The name rule above: slices compute slices, memory_slices of the GPU's
+ * gpu_memory_slices, on a GPU of gpu_gb GB (<= 0: unknown, then
+ * memory_mib's GiB rounded up), "+me" when media. 0; GPO_ENOBUFS (buf
+ * untouched); GPO_EINVAL for NULL or 0 slices.
+ */
+int gpu_mig_profile_name(unsigned slices, unsigned memory_slices, unsigned gpu_memory_slices,
+                         int64_t gpu_gb, int64_t memory_mib, bool media, char *buf, size_t len);
+
+/* The GB at the end of a gpu_type ("H100-80GB" -> 80), or -1. */
+int64_t gpu_type_memory_gb(const char *gpu_type);
+
 /* ---- for backends ------------------------------------------------------ */
 
 /* What a backend implements. The public functions above have checked the
@@ -174,6 +312,15 @@ struct gpu_backend_ops {
     int (*sample)(const struct gpu_backend *b, unsigned index, struct gpu_sample *ret, char *err,
                   size_t errlen);
     void (*close)(struct gpu_backend *b);
+    /* MIG; NULL: the backend has none (the public functions: GPO_ENOTSUP). */
+    int (*mig_read)(const struct gpu_backend *b, unsigned index, struct gpu_mig *ret, char *err,
+                    size_t errlen);
+    int (*mig_create)(const struct gpu_backend *b, unsigned index, unsigned profile_id,
+                      unsigned start, struct gpu_mig_instance *ret, char *err, size_t errlen);
+    int (*mig_destroy)(const struct gpu_backend *b, unsigned index, unsigned instance_id, char *err,
+                       size_t errlen);
+    int (*mig_set_mode)(const struct gpu_backend *b, unsigned index, bool enable,
+                        bool *ret_reset_pending, char *err, size_t errlen);
 };
 
 /* A backend's object starts with this. */

@@ -40,167 +40,9 @@
 #include <string.h>
 
 #include "gpu/gpu.h"
+#include "gpu/nvml_int.h"
 #include "util/errbuf.h"
 #include "base/banned.h"
-
-#define NVML_DEFAULT_LIB "libnvidia-ml.so.1"
-#define PROC_ATTEMPTS    5 /* tries to read a process list that keeps growing */
-#define NO_GPU           UINT_MAX
-
-/* ---- NVML's declarations (nvml.h, API version 12) ------------------------ */
-
-#define NVML_DEVICE_UUID_V2_BUFFER_SIZE       96
-#define NVML_DEVICE_NAME_V2_BUFFER_SIZE       96
-#define NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE    32
-#define NVML_DEVICE_PCI_BUS_ID_BUFFER_V2_SIZE 16
-#define NVML_NVLINK_MAX_LINKS                 18
-#define NVML_DEVICE_MIG_ENABLE                1
-#define NVML_VALUE_NOT_AVAILABLE              (-1) /* in unsigned long long fields: all ones */
-
-/* nvmlReturn_t, every documented value, and the code each maps to here. */
-#define NVML_RETURN_MAP(X)                                                                         \
-    X(NVML_SUCCESS, 0, GPO_OK)                                                                     \
-    X(NVML_ERROR_UNINITIALIZED, 1, GPO_EIO)                                                        \
-    X(NVML_ERROR_INVALID_ARGUMENT, 2, GPO_EINVAL)                                                  \
-    X(NVML_ERROR_NOT_SUPPORTED, 3, GPO_ENOTSUP)                                                    \
-    X(NVML_ERROR_NO_PERMISSION, 4, GPO_EPERM)                                                      \
-    X(NVML_ERROR_ALREADY_INITIALIZED, 5, GPO_EIO)                                                  \
-    X(NVML_ERROR_NOT_FOUND, 6, GPO_ENOENT)                                                         \
-    X(NVML_ERROR_INSUFFICIENT_SIZE, 7, GPO_ENOBUFS)                                                \
-    X(NVML_ERROR_INSUFFICIENT_POWER, 8, GPO_EIO)                                                   \
-    X(NVML_ERROR_DRIVER_NOT_LOADED, 9, GPO_ENODRIVER)                                              \
-    X(NVML_ERROR_TIMEOUT, 10, GPO_EIO)                                                             \
-    X(NVML_ERROR_IRQ_ISSUE, 11, GPO_EIO)                                                           \
-    X(NVML_ERROR_LIBRARY_NOT_FOUND, 12, GPO_ELIBACC)                                               \
-    X(NVML_ERROR_FUNCTION_NOT_FOUND, 13, GPO_ELIBBAD)                                              \
-    X(NVML_ERROR_CORRUPTED_INFOROM, 14, GPO_EIO)                                                   \
-    X(NVML_ERROR_GPU_IS_LOST, 15, GPO_EGPULOST)                                                    \
-    X(NVML_ERROR_RESET_REQUIRED, 16, GPO_EGPULOST)                                                 \
-    X(NVML_ERROR_OPERATING_SYSTEM, 17, GPO_EIO)                                                    \
-    X(NVML_ERROR_LIB_RM_VERSION_MISMATCH, 18, GPO_ENODRIVER)                                       \
-    X(NVML_ERROR_IN_USE, 19, GPO_EIO)                                                              \
-    X(NVML_ERROR_MEMORY, 20, GPO_ENOMEM)                                                           \
-    X(NVML_ERROR_NO_DATA, 21, GPO_EIO)                                                             \
-    X(NVML_ERROR_VGPU_ECC_NOT_SUPPORTED, 22, GPO_ENOTSUP)                                          \
-    X(NVML_ERROR_INSUFFICIENT_RESOURCES, 23, GPO_EIO)                                              \
-    X(NVML_ERROR_FREQ_NOT_SUPPORTED, 24, GPO_ENOTSUP)                                              \
-    X(NVML_ERROR_ARGUMENT_VERSION_MISMATCH, 25, GPO_ENODRIVER)                                     \
-    X(NVML_ERROR_DEPRECATED, 26, GPO_ENOTSUP)                                                      \
-    X(NVML_ERROR_NOT_READY, 27, GPO_EIO)                                                           \
-    X(NVML_ERROR_GPU_NOT_FOUND, 28, GPO_ENOENT)                                                    \
-    X(NVML_ERROR_INVALID_STATE, 29, GPO_EIO)                                                       \
-    X(NVML_ERROR_RESET_TYPE_NOT_SUPPORTED, 30, GPO_ENOTSUP)                                        \
-    X(NVML_ERROR_UNKNOWN, 999, GPO_EIO)
-
-enum nvmlReturn_enum {
-#define NVML_RETURN_ENUM(name, value, code) name = (value),
-    NVML_RETURN_MAP(NVML_RETURN_ENUM)
-#undef NVML_RETURN_ENUM
-};
-
-enum nvmlEnableState_enum { NVML_FEATURE_DISABLED = 0, NVML_FEATURE_ENABLED = 1 };
-
-enum nvmlTemperatureSensors_enum { NVML_TEMPERATURE_GPU = 0 };
-
-struct nvmlDevice_st; /* opaque: nvmlDevice_t is a pointer to it */
-
-struct nvmlPciInfo_st {
-    char busIdLegacy[NVML_DEVICE_PCI_BUS_ID_BUFFER_V2_SIZE];
-    unsigned int domain;
-    unsigned int bus;
-    unsigned int device;
-    unsigned int pciDeviceId;
-    unsigned int pciSubSystemId;
-    char busId[NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE];
-};
-
-struct nvmlMemory_st {
-    unsigned long long total; /* bytes */
-    unsigned long long free;
-    unsigned long long used;
-};
-
-struct nvmlUtilization_st {
-    unsigned int gpu; /* percent */
-    unsigned int memory;
-};
-
-/* nvmlProcessInfo_t, the layout nvmlDeviceGetComputeRunningProcesses_v3 takes. */
-struct nvmlProcessInfo_v2_st {
-    unsigned int pid;
-    unsigned long long usedGpuMemory; /* bytes, or NVML_VALUE_NOT_AVAILABLE */
-    unsigned int gpuInstanceId;       /* 0xFFFFFFFF outside MIG */
-    unsigned int computeInstanceId;
-};
-
-/* The published header's values (64-bit Linux). */
-_Static_assert(sizeof(enum nvmlReturn_enum) == 4, "nvmlReturn_t is an int-sized enum");
-_Static_assert(sizeof(enum nvmlEnableState_enum) == 4, "nvmlEnableState_t is an int-sized enum");
-_Static_assert(sizeof(enum nvmlTemperatureSensors_enum) == 4, "an int-sized enum");
-_Static_assert(sizeof(struct nvmlPciInfo_st) == 68, "nvmlPciInfo_t size");
-_Static_assert(offsetof(struct nvmlPciInfo_st, domain) == 16, "nvmlPciInfo_t.domain");
-_Static_assert(offsetof(struct nvmlPciInfo_st, bus) == 20, "nvmlPciInfo_t.bus");
-_Static_assert(offsetof(struct nvmlPciInfo_st, device) == 24, "nvmlPciInfo_t.device");
-_Static_assert(offsetof(struct nvmlPciInfo_st, pciDeviceId) == 28, "nvmlPciInfo_t.pciDeviceId");
-_Static_assert(offsetof(struct nvmlPciInfo_st, pciSubSystemId) == 32,
-               "nvmlPciInfo_t.pciSubSystemId");
-_Static_assert(offsetof(struct nvmlPciInfo_st, busId) == 36, "nvmlPciInfo_t.busId");
-_Static_assert(sizeof(struct nvmlMemory_st) == 24, "nvmlMemory_t size");
-_Static_assert(offsetof(struct nvmlMemory_st, free) == 8, "nvmlMemory_t.free");
-_Static_assert(offsetof(struct nvmlMemory_st, used) == 16, "nvmlMemory_t.used");
-_Static_assert(sizeof(struct nvmlUtilization_st) == 8, "nvmlUtilization_t size");
-_Static_assert(offsetof(struct nvmlUtilization_st, memory) == 4, "nvmlUtilization_t.memory");
-_Static_assert(sizeof(struct nvmlProcessInfo_v2_st) == 24, "nvmlProcessInfo_t size");
-_Static_assert(offsetof(struct nvmlProcessInfo_v2_st, usedGpuMemory) == 8,
-               "nvmlProcessInfo_t.usedGpuMemory");
-_Static_assert(offsetof(struct nvmlProcessInfo_v2_st, gpuInstanceId) == 16,
-               "nvmlProcessInfo_t.gpuInstanceId");
-_Static_assert(offsetof(struct nvmlProcessInfo_v2_st, computeInstanceId) == 20,
-               "nvmlProcessInfo_t.computeInstanceId");
-/* Our buffers hold whatever NVML's fill. */
-_Static_assert(GPU_UUID_MAX >= NVML_DEVICE_UUID_V2_BUFFER_SIZE, "UUID buffer");
-_Static_assert(GPU_NAME_MAX >= NVML_DEVICE_NAME_V2_BUFFER_SIZE, "name buffer");
-_Static_assert(GPU_PCI_BUS_ID_MAX >= NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE, "bus id buffer");
-_Static_assert(GPU_MAX_DEVICES <= 64, "peers are a 64-bit mask");
-/* dlsym's void * is stored into function pointers (POSIX guarantees it works). */
-_Static_assert(sizeof(void *) == sizeof(void (*)(void)), "function pointers are data-sized");
-
-/* Every call this backend makes: member, symbol, return type, parameters. */
-#define NVML_FUNCS(X)                                                                              \
-    X(init, "nvmlInit_v2", enum nvmlReturn_enum, (void))                                           \
-    X(shutdown, "nvmlShutdown", enum nvmlReturn_enum, (void))                                      \
-    X(error_string, "nvmlErrorString", const char *, (enum nvmlReturn_enum))                       \
-    X(get_count, "nvmlDeviceGetCount_v2", enum nvmlReturn_enum, (unsigned int *))                  \
-    X(get_handle, "nvmlDeviceGetHandleByIndex_v2", enum nvmlReturn_enum,                           \
-      (unsigned int, struct nvmlDevice_st **))                                                     \
-    X(get_uuid, "nvmlDeviceGetUUID", enum nvmlReturn_enum,                                         \
-      (struct nvmlDevice_st *, char *, unsigned int))                                              \
-    X(get_name, "nvmlDeviceGetName", enum nvmlReturn_enum,                                         \
-      (struct nvmlDevice_st *, char *, unsigned int))                                              \
-    X(get_memory, "nvmlDeviceGetMemoryInfo", enum nvmlReturn_enum,                                 \
-      (struct nvmlDevice_st *, struct nvmlMemory_st *))                                            \
-    X(get_pci, "nvmlDeviceGetPciInfo_v3", enum nvmlReturn_enum,                                    \
-      (struct nvmlDevice_st *, struct nvmlPciInfo_st *))                                           \
-    X(get_mig_mode, "nvmlDeviceGetMigMode", enum nvmlReturn_enum,                                  \
-      (struct nvmlDevice_st *, unsigned int *, unsigned int *))                                    \
-    X(get_link_state, "nvmlDeviceGetNvLinkState", enum nvmlReturn_enum,                            \
-      (struct nvmlDevice_st *, unsigned int, enum nvmlEnableState_enum *))                         \
-    X(get_link_remote_pci, "nvmlDeviceGetNvLinkRemotePciInfo_v2", enum nvmlReturn_enum,            \
-      (struct nvmlDevice_st *, unsigned int, struct nvmlPciInfo_st *))                             \
-    X(get_utilization, "nvmlDeviceGetUtilizationRates", enum nvmlReturn_enum,                      \
-      (struct nvmlDevice_st *, struct nvmlUtilization_st *))                                       \
-    X(get_power, "nvmlDeviceGetPowerUsage", enum nvmlReturn_enum,                                  \
-      (struct nvmlDevice_st *, unsigned int *))                                                    \
-    X(get_temperature, "nvmlDeviceGetTemperature", enum nvmlReturn_enum,                           \
-      (struct nvmlDevice_st *, enum nvmlTemperatureSensors_enum, unsigned int *))                  \
-    X(get_procs, "nvmlDeviceGetComputeRunningProcesses_v3", enum nvmlReturn_enum,                  \
-      (struct nvmlDevice_st *, unsigned int *, struct nvmlProcessInfo_v2_st *))
-
-struct nvml_fns {
-#define NVML_FN_MEMBER(member, symbol, ret, params) ret(*member) params;
-    NVML_FUNCS(NVML_FN_MEMBER)
-#undef NVML_FN_MEMBER
-};
 
 static const struct nvml_symbol {
     const char *name;
@@ -209,27 +51,6 @@ static const struct nvml_symbol {
 #define NVML_FN_SYMBOL(member, symbol, ret, params) {symbol, offsetof(struct nvml_fns, member)},
     NVML_FUNCS(NVML_FN_SYMBOL)
 #undef NVML_FN_SYMBOL
-};
-
-/* ---- the backend ------------------------------------------------------- */
-
-struct pci_key {
-    unsigned domain, bus, device;
-};
-
-struct nvml_gpu {
-    struct nvmlDevice_st *dev;
-    struct pci_key pci;
-    char bus_id[GPU_PCI_BUS_ID_MAX];
-    uint64_t peers; /* bit j: reaches GPU j over NVLink */
-};
-
-struct nvml_backend {
-    struct gpu_backend base; /* first: the ops receive a pointer to it */
-    void *dl;
-    bool inited; /* nvmlInit_v2 succeeded: nvmlShutdown owed */
-    struct nvml_fns fn;
-    struct nvml_gpu gpus[GPU_MAX_DEVICES];
 };
 
 static const struct nvml_backend *nvml_of(const struct gpu_backend *b)
@@ -250,9 +71,8 @@ static int map_return(enum nvmlReturn_enum r)
     return GPO_EIO;
 }
 
-/* The mapped code, with "call(GPU i): nvmlErrorString text (NVML error n)". */
-static int nvml_fail(const struct nvml_backend *nb, enum nvmlReturn_enum r, const char *call,
-                     unsigned index, char *err, size_t errlen)
+int nvml_fail(const struct nvml_backend *nb, enum nvmlReturn_enum r, const char *call,
+              unsigned index, char *err, size_t errlen)
 {
     const char *text = nb->fn.error_string ? nb->fn.error_string(r) : NULL;
     if (!text)
@@ -278,8 +98,7 @@ static int optional(const struct nvml_backend *nb, enum nvmlReturn_enum r, const
     return nvml_fail(nb, r, call, index, err, errlen);
 }
 
-/* Copies NVML's text (NUL-terminated within n bytes, or cut there). */
-static void copy_text(char *dst, size_t dstlen, const char *src, size_t n)
+void nvml_copy_text(char *dst, size_t dstlen, const char *src, size_t n)
 {
     size_t len = strnlen(src, n);
     if (len >= dstlen)
@@ -291,7 +110,7 @@ static void copy_text(char *dst, size_t dstlen, const char *src, size_t n)
 static struct pci_key pci_key_of(const struct nvmlPciInfo_st *pci)
 {
     char text[sizeof(pci->busId) + 1];
-    copy_text(text, sizeof(text), pci->busId, sizeof(pci->busId));
+    nvml_copy_text(text, sizeof(text), pci->busId, sizeof(pci->busId));
     struct pci_key k;
     /* busId is NVML's "DOMAIN:BUS:DEVICE.FUNCTION" in short hex fields: the count is the
      * check sscanf needs, and a text that does not parse falls back to the numbers below. */
@@ -333,6 +152,7 @@ static int load(struct nvml_backend *nb, const char *path, bool is_default, char
                               path, nvml_symbols[i].name);
         memcpy((char *)&nb->fn + nvml_symbols[i].offset, &sym, sizeof(sym));
     }
+    nvml_mig_resolve(nb);
     enum nvmlReturn_enum r = nb->fn.init();
     if (r != NVML_SUCCESS)
         return nvml_fail(nb, r, "nvmlInit_v2", NO_GPU, err, errlen);
@@ -359,7 +179,7 @@ static int discover(struct nvml_backend *nb, char *err, size_t errlen)
         if (r != NVML_SUCCESS)
             return nvml_fail(nb, r, "nvmlDeviceGetPciInfo_v3", i, err, errlen);
         g->pci = pci_key_of(&pci);
-        copy_text(g->bus_id, sizeof(g->bus_id), pci.busId, sizeof(pci.busId));
+        nvml_copy_text(g->bus_id, sizeof(g->bus_id), pci.busId, sizeof(pci.busId));
     }
     nb->base.count = count;
     return 0;
@@ -445,8 +265,8 @@ static int find_topology(struct nvml_backend *nb, char *err, size_t errlen)
     return 0;
 }
 
-static int nvml_info(const struct gpu_backend *b, unsigned index, struct gpu_info *ret, char *err,
-                     size_t errlen)
+int nvml_info(const struct gpu_backend *b, unsigned index, struct gpu_info *ret, char *err,
+              size_t errlen)
 {
     const struct nvml_backend *nb = nvml_of(b);
     const struct nvml_gpu *g = &nb->gpus[index];
@@ -469,9 +289,9 @@ static int nvml_info(const struct gpu_backend *b, unsigned index, struct gpu_inf
         return mig;
 
     struct gpu_info info = {.index = index, .memory_mib = (int64_t)(mem.total >> 20)};
-    copy_text(info.uuid, sizeof(info.uuid), uuid, sizeof(uuid));
-    copy_text(info.name, sizeof(info.name), name, sizeof(name));
-    copy_text(info.pci_bus_id, sizeof(info.pci_bus_id), g->bus_id, sizeof(g->bus_id));
+    nvml_copy_text(info.uuid, sizeof(info.uuid), uuid, sizeof(uuid));
+    nvml_copy_text(info.name, sizeof(info.name), name, sizeof(name));
+    nvml_copy_text(info.pci_bus_id, sizeof(info.pci_bus_id), g->bus_id, sizeof(g->bus_id));
     info.mig_capable = mig == 0;
     info.mig_enabled = mig == 0 && current == NVML_DEVICE_MIG_ENABLE;
     info.mig_pending = mig == 0 && pending == NVML_DEVICE_MIG_ENABLE;
@@ -616,6 +436,10 @@ static const struct gpu_backend_ops nvml_ops = {
     .info = nvml_info,
     .sample = nvml_sample,
     .close = nvml_close,
+    .mig_read = nvml_mig_read,
+    .mig_create = nvml_mig_create,
+    .mig_destroy = nvml_mig_destroy,
+    .mig_set_mode = nvml_mig_set_mode,
 };
 
 int gpu_backend_open(const char *lib_path, struct gpu_backend **ret, char *err, size_t errlen)

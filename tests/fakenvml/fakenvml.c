@@ -39,6 +39,7 @@
 #include <time.h>
 
 #include "fakenvml/driver.h"
+#include "fakenvml/fake_int.h"
 #include "fakenvml/gpus.h"
 #include "fakenvml/nvml_abi.h"
 #include "base/banned.h"
@@ -48,7 +49,6 @@
 /* ---- the fake's state ---- */
 
 #define MIB              (1024ull * 1024ull)
-#define MAX_MIG_DEVICES  7 /* A100, H100, H200: seven 1g slices */
 #define PCI_FIRST_BUS    0x10u
 #define PCI_DEVICE_ID    0x233010DEu /* H100 SXM5 80GB, NVIDIA */
 #define PCI_SUBSYSTEM_ID 0x16C110DEu
@@ -77,14 +77,15 @@ static struct fakenvml fake = {.lock = PTHREAD_MUTEX_INITIALIZER,
 
 /* ---- entry-point helpers ---- */
 
-static nvmlReturn_t unlock(nvmlReturn_t rc)
+nvmlReturn_t fake_unlock(nvmlReturn_t rc)
 {
     pthread_mutex_unlock(&fake.lock);
     return rc;
 }
 
-/* On NVML_SUCCESS the lock is held and the state is fresh; the caller unlocks. */
-static nvmlReturn_t lock_ready(void)
+#define unlock fake_unlock
+
+nvmlReturn_t fake_lock_ready(void)
 {
     pthread_mutex_lock(&fake.lock);
     if (fake.refcount == 0)
@@ -93,9 +94,9 @@ static nvmlReturn_t lock_ready(void)
     return NVML_SUCCESS;
 }
 
-/* lock_ready, the handle is one of the current GPUs and `out` (the caller's
- * out-parameter, or NULL for any bad argument) is not NULL. */
-static nvmlReturn_t lock_gpu(nvmlDevice_t device, const void *out, struct nvmlDevice_st **ret_gpu)
+#define lock_ready fake_lock_ready
+
+nvmlReturn_t fake_lock_gpu(nvmlDevice_t device, const void *out, struct nvmlDevice_st **ret_gpu)
 {
     nvmlReturn_t rc = lock_ready();
     if (rc != NVML_SUCCESS)
@@ -105,6 +106,31 @@ static nvmlReturn_t lock_gpu(nvmlDevice_t device, const void *out, struct nvmlDe
     if (!out || p < base || p >= base + fake.src.cfg.ngpus * size || (p - base) % size != 0)
         return unlock(NVML_ERROR_INVALID_ARGUMENT);
     *ret_gpu = device;
+    return NVML_SUCCESS;
+}
+
+#define lock_gpu fake_lock_gpu
+
+struct gpus_config *fake_config(void)
+{
+    return &fake.src.cfg;
+}
+
+/* fake_lock_gpu that also takes a MIG device handle: then *ret_mig holds the
+ * MIG device and *ret_gpu is its parent; else ret_mig->uuid is "". */
+static nvmlReturn_t lock_device(nvmlDevice_t device, const void *out,
+                                struct nvmlDevice_st **ret_gpu, struct fake_migdev *ret_mig)
+{
+    ret_mig->uuid[0] = '\0';
+    if (!fake_mig_is_handle(device))
+        return lock_gpu(device, out, ret_gpu);
+    nvmlReturn_t rc = lock_ready();
+    if (rc != NVML_SUCCESS)
+        return rc;
+    rc = out ? fake_mig_lookup(device, ret_mig) : NVML_ERROR_INVALID_ARGUMENT;
+    if (rc != NVML_SUCCESS)
+        return unlock(rc);
+    *ret_gpu = &fake.src.cfg.gpus[ret_mig->gpu];
     return NVML_SUCCESS;
 }
 
@@ -276,13 +302,18 @@ static int scan_processes(const char *uuid, unsigned index, unsigned **ret_pids,
     return scan_now(&g, ret_pids, ret_n);
 }
 
+int fake_find_named(const char *uuid, unsigned index, unsigned **ret_pids, unsigned *ret_n)
+{
+    if (driver_running())
+        return driver_processes(uuid, index, ret_pids, ret_n);
+    return scan_processes(uuid, index, ret_pids, ret_n);
+}
+
 /* The pids of the GPU's processes: from the driver when one runs
  * (driver.h), else read here. The caller frees *ret_pids. 0, or -1. */
 static int find_processes(const struct nvmlDevice_st *g, unsigned **ret_pids, unsigned *ret_n)
 {
-    if (driver_running())
-        return driver_processes(g->uuid, g->index, ret_pids, ret_n);
-    return scan_processes(g->uuid, g->index, ret_pids, ret_n);
+    return fake_find_named(g->uuid, g->index, ret_pids, ret_n);
 }
 
 /* One scan of /proc for the GPU's processes. */
@@ -351,7 +382,10 @@ static nvmlReturn_t first_init(void)
     fake.cache_ms = good ? ms : 0;
     snapshot_free();
     pthread_mutex_unlock(&fake.proc_lock);
-    return driver_start(scan_processes) == 0 ? NVML_SUCCESS : NVML_ERROR_UNKNOWN;
+    if (driver_start(scan_processes) != 0)
+        return NVML_ERROR_UNKNOWN;
+    fake_mig_init(fake.src.path);
+    return NVML_SUCCESS;
 }
 
 nvmlReturn_t nvmlInitWithFlags(unsigned int flags)
@@ -463,11 +497,14 @@ nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index)
     return unlock(NVML_SUCCESS);
 }
 
+/* A MIG device handle's is its "MIG-..." UUID, which CUDA_VISIBLE_DEVICES takes. */
 nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length)
 {
     struct nvmlDevice_st *g;
-    nvmlReturn_t rc = lock_gpu(device, uuid, &g);
-    return rc != NVML_SUCCESS ? rc : unlock(copy_string(uuid, length, g->uuid));
+    struct fake_migdev m;
+    nvmlReturn_t rc = lock_device(device, uuid, &g, &m);
+    return rc != NVML_SUCCESS ? rc
+                              : unlock(copy_string(uuid, length, m.uuid[0] ? m.uuid : g->uuid));
 }
 
 nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length)
@@ -493,15 +530,21 @@ static nvmlReturn_t memory_bytes(nvmlDevice_t device, const void *out,
                                  unsigned long long *ret_total, unsigned long long *ret_used)
 {
     struct nvmlDevice_st *g;
-    nvmlReturn_t rc = lock_gpu(device, out, &g);
+    struct fake_migdev m;
+    nvmlReturn_t rc = lock_device(device, out, &g, &m);
     if (rc != NVML_SUCCESS)
         return rc;
     struct nvmlDevice_st gpu = *g; /* /proc is scanned without the lock */
     unsigned *pids, n;
     unlock(NVML_SUCCESS);
     unsigned long long total = gpu.memory_mib, used = gpu.memory_used_mib;
+    if (m.uuid[0]) { /* a MIG device: its GPU instance's memory, its processes' use */
+        total = m.memory;
+        used = GPUS_USED_FROM_PROCESSES;
+    }
     if (used == GPUS_USED_FROM_PROCESSES) {
-        if (find_processes(&gpu, &pids, &n) != 0)
+        if ((m.uuid[0] ? fake_find_named(m.uuid, UINT_MAX, &pids, &n)
+                       : find_processes(&gpu, &pids, &n)) != 0)
             return NVML_ERROR_MEMORY;
         free(pids);
         used = n * gpu.process_memory_mib < total ? n * gpu.process_memory_mib : total;
@@ -564,27 +607,66 @@ nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, nvmlTemperatureSensor
     return unlock(NVML_SUCCESS);
 }
 
-nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *currentMode,
-                                  unsigned int *pendingMode)
+/* One process found for a GPU or a MIG device. */
+struct found {
+    unsigned pid, gi, ci;
+};
+
+/* Adds the pids to the list (those not in it yet), with the instance ids.
+ * 0, or -1 out of memory. */
+static int add_found(struct found **list, unsigned *n, const unsigned *pids, unsigned npids,
+                     unsigned gi, unsigned ci)
 {
-    struct nvmlDevice_st *g;
-    nvmlReturn_t rc = lock_gpu(device, currentMode && pendingMode ? currentMode : NULL, &g);
-    if (rc != NVML_SUCCESS)
-        return rc;
-    if (!g->mig_capable)
-        return unlock(NVML_ERROR_NOT_SUPPORTED);
-    *currentMode = *pendingMode = g->mig_enabled ? NVML_DEVICE_MIG_ENABLE : NVML_DEVICE_MIG_DISABLE;
-    return unlock(NVML_SUCCESS);
+    struct found *grown = realloc(*list, (*n + npids + 1) * sizeof(**list));
+    if (!grown)
+        return -1;
+    *list = grown;
+    for (unsigned i = 0; i < npids; i++) {
+        bool seen = false;
+        for (unsigned j = 0; j < *n && !seen; j++)
+            seen = grown[j].pid == pids[i];
+        if (!seen)
+            grown[(*n)++] = (struct found){pids[i], gi, ci};
+    }
+    return 0;
 }
 
-nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned int *count)
+/* The processes of a GPU (its own, and those of its MIG devices, with their
+ * instance ids) or of one MIG device. 0, or -1 out of memory. */
+static int device_processes(const struct nvmlDevice_st *gpu, const struct fake_migdev *m,
+                            const struct fake_migdev *devs, unsigned ndevs, struct found **ret,
+                            unsigned *ret_n)
 {
-    struct nvmlDevice_st *g;
-    nvmlReturn_t rc = lock_gpu(device, count, &g);
-    if (rc != NVML_SUCCESS)
-        return rc;
-    *count = g->mig_capable && g->mig_enabled ? MAX_MIG_DEVICES : 0;
-    return unlock(NVML_SUCCESS);
+    struct found *list = NULL;
+    unsigned n = 0, *pids, npids;
+    int rc = 0;
+    if (!m->uuid[0]) {
+        rc = find_processes(gpu, &pids, &npids);
+        if (rc == 0) {
+            rc = add_found(&list, &n, pids, npids, NVML_VALUE_NOT_AVAILABLE_UINT,
+                           NVML_VALUE_NOT_AVAILABLE_UINT);
+            free(pids);
+        }
+    } else {
+        devs = m;
+        ndevs = 1;
+    }
+    for (unsigned d = 0; rc == 0 && d < ndevs; d++) {
+        rc = fake_find_named(devs[d].uuid, UINT_MAX, &pids, &npids);
+        if (rc == 0) {
+            rc = add_found(&list, &n, pids, npids, devs[d].gi, devs[d].ci);
+            free(pids);
+        }
+    }
+    if (rc == 0 && !list)
+        rc = add_found(&list, &n, NULL, 0, 0, 0); /* an empty list is still one */
+    if (rc != 0) {
+        free(list);
+        return -1;
+    }
+    *ret = list;
+    *ret_n = n;
+    return 0;
 }
 
 /* The size protocol, for any of the three struct versions: each entry is
@@ -593,25 +675,28 @@ static nvmlReturn_t running_processes(nvmlDevice_t device, unsigned int *infoCou
                                       size_t stride)
 {
     struct nvmlDevice_st *g;
+    struct fake_migdev m, devs[MIG_MAX_DEVICES];
     bool args_ok = infoCount && (infos || *infoCount == 0);
-    nvmlReturn_t rc = lock_gpu(device, args_ok ? infoCount : NULL, &g);
+    nvmlReturn_t rc = lock_device(device, args_ok ? infoCount : NULL, &g, &m);
     if (rc != NVML_SUCCESS)
         return rc;
     struct nvmlDevice_st gpu = *g; /* /proc is scanned without the lock */
-    unsigned *pids, n;
+    unsigned ndevs = m.uuid[0] ? 0 : fake_mig_devices(g->index, devs);
     unlock(NVML_SUCCESS);
-    if (find_processes(&gpu, &pids, &n) != 0)
+    struct found *found;
+    unsigned n;
+    if (device_processes(&gpu, &m, devs, ndevs, &found, &n) != 0)
         return NVML_ERROR_MEMORY;
     rc = n > *infoCount ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_SUCCESS;
     for (unsigned i = 0; rc == NVML_SUCCESS && i < n; i++) {
-        nvmlProcessInfo_t info = {.pid = pids[i],
+        nvmlProcessInfo_t info = {.pid = found[i].pid,
                                   .usedGpuMemory = gpu.process_memory_mib * MIB,
-                                  .gpuInstanceId = NVML_VALUE_NOT_AVAILABLE_UINT,
-                                  .computeInstanceId = NVML_VALUE_NOT_AVAILABLE_UINT};
+                                  .gpuInstanceId = found[i].gi,
+                                  .computeInstanceId = found[i].ci};
         memcpy((char *)infos + i * stride, &info, stride);
     }
     *infoCount = n;
-    free(pids);
+    free(found);
     return rc;
 }
 

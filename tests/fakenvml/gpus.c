@@ -47,6 +47,7 @@ static const struct field {
      1ull << 24},
     {"mig_capable", F_BOOL, offsetof(struct nvmlDevice_st, mig_capable), 0, 1},
     {"mig_enabled", F_BOOL, offsetof(struct nvmlDevice_st, mig_enabled), 0, 1},
+    {"mig_reset_required", F_BOOL, offsetof(struct nvmlDevice_st, mig_reset_required), 0, 1},
 };
 
 __attribute__((format(printf, 3, 4))) static int fail(char *msg, size_t len, const char *fmt, ...)
@@ -70,6 +71,8 @@ static void gpu_defaults(struct nvmlDevice_st *g, unsigned index)
     g->temperature_c = 30;
     g->process_memory_mib = 1024;
     g->mig_capable = true;
+    g->mig.table = mig_table_for(g->name, g->memory_mib);
+    snprintf(g->mig.key, sizeof(g->mig.key), "%s 1 0", mig_table_name(g->mig.table));
 }
 
 static void default_config(struct gpus_config *c)
@@ -130,6 +133,59 @@ static int parse_peers(json_t *v, struct nvmlDevice_st *g, char *msg, size_t len
     return 0;
 }
 
+/* "mig_instances": [{"profile_id": 9, "start": 4}, ...]. */
+static int parse_mig_instances(json_t *v, struct nvmlDevice_st *g, char *msg, size_t len)
+{
+    size_t i;
+    json_t *o;
+    if (!json_is_array(v) || json_array_size(v) > MIG_MAX_GI)
+        return fail(msg, len, "gpus[%u].mig_instances: must be an array of at most %d instances",
+                    g->index, MIG_MAX_GI);
+    json_array_foreach(v, i, o)
+    {
+        json_t *pid = json_object_get(o, "profile_id"), *start = json_object_get(o, "start");
+        if (!json_is_object(o) || json_object_size(o) != 2 || !json_is_integer(pid) ||
+            json_integer_value(pid) < 0 || json_integer_value(pid) > 1000 ||
+            !json_is_integer(start) || json_integer_value(start) < 0 ||
+            json_integer_value(start) >= MIG_SLOTS)
+            return fail(msg, len,
+                        "gpus[%u].mig_instances[%zu]: must be {\"profile_id\": ID, \"start\": "
+                        "SLICE 0-%d}",
+                        g->index, i, MIG_SLOTS - 1);
+        g->mig.profile_id[i] = (unsigned)json_integer_value(pid);
+        g->mig.start[i] = (unsigned)json_integer_value(start);
+    }
+    g->mig.n = (unsigned)json_array_size(v);
+    return 0;
+}
+
+/* The MIG fields once the object is read: the table, the seed and its key. */
+static int finish_mig(struct nvmlDevice_st *g, const char *table, char *msg, size_t len)
+{
+    struct mig_seed *s = &g->mig;
+    s->table = table ? mig_table_parse(table) : mig_table_for(g->name, g->memory_mib);
+    s->enabled = g->mig_enabled;
+    if (table && s->table == MIG_TABLE_NONE)
+        return fail(msg, len,
+                    "gpus[%u].mig_table: must be A100-40GB, A100-80GB, H100-80GB or H200-141GB",
+                    g->index);
+    if (s->n > 0 && !g->mig_enabled)
+        return fail(msg, len, "gpus[%u].mig_instances: needs mig_enabled", g->index);
+    if (s->n > 0 && s->table == MIG_TABLE_NONE)
+        return fail(msg, len, "gpus[%u].mig_instances: no MIG profiles for '%s' (set mig_table)",
+                    g->index, g->name);
+    int n = snprintf(s->key, sizeof(s->key), "%s %d %d", mig_table_name(s->table),
+                     (int)g->mig_capable, (int)s->enabled);
+    for (unsigned i = 0; i < s->n && n > 0 && (size_t)n < sizeof(s->key); i++)
+        n += snprintf(s->key + n, sizeof(s->key) - (size_t)n, " %u@%u", s->profile_id[i],
+                      s->start[i]);
+    struct mig_gpu check;
+    char why[200];
+    if (mig_seed_apply(s, g->uuid, &check, why, sizeof(why)) != 0)
+        return fail(msg, len, "gpus[%u].%s", g->index, why);
+    return 0;
+}
+
 static int parse_field(const struct field *f, json_t *v, struct nvmlDevice_st *g, char *msg,
                        size_t len)
 {
@@ -155,6 +211,7 @@ static int parse_gpu(json_t *obj, unsigned index, struct nvmlDevice_st *g, char 
     const char *key;
     json_t *v;
     char what[320];
+    const char *table = NULL;
     gpu_defaults(g, index);
     if (!json_is_object(obj))
         return fail(msg, len, "gpus[%u]: must be an object", index);
@@ -174,6 +231,12 @@ static int parse_gpu(json_t *obj, unsigned index, struct nvmlDevice_st *g, char 
             rc = parse_string(v, g->name, sizeof(g->name), what, msg, len);
         else if (strcmp(key, "nvlink_peers") == 0)
             rc = parse_peers(v, g, msg, len);
+        else if (strcmp(key, "mig_instances") == 0)
+            rc = parse_mig_instances(v, g, msg, len);
+        else if (strcmp(key, "mig_table") == 0 && json_is_string(v))
+            table = json_string_value(v);
+        else if (strcmp(key, "mig_table") == 0)
+            rc = fail(msg, len, "%s: must be a string", what);
         else
             rc = fail(msg, len, "%s: unknown field", what);
         if (rc != 0)
@@ -188,7 +251,7 @@ static int parse_gpu(json_t *obj, unsigned index, struct nvmlDevice_st *g, char 
         return fail(msg, len, "gpus[%u].memory_used_mib: more than memory_mib", index);
     if (g->mig_enabled && !g->mig_capable)
         return fail(msg, len, "gpus[%u].mig_enabled: the GPU is not mig_capable", index);
-    return 0;
+    return finish_mig(g, table, msg, len);
 }
 
 /* The checks that need every GPU: peers exist, UUIDs are unique. */

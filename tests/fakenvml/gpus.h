@@ -26,6 +26,7 @@
 #include <stddef.h>
 #include <sys/stat.h>
 
+#include "fakenvml/mig.h"
 #include "fakenvml/nvml_abi.h"
 
 #define GPUS_MAX 64 /* GPUs in one file */
@@ -41,7 +42,9 @@ struct nvmlDevice_st {
     unsigned long long memory_mib, memory_used_mib, utilization, memory_utilization, power_mw,
         temperature_c, process_memory_mib;
     bool mig_capable, mig_enabled;
-    bool nvlink; /* nvlink_peers given: NVLink queries are supported */
+    bool mig_reset_required; /* SetMigMode's activation: NVML_ERROR_RESET_REQUIRED */
+    struct mig_seed mig;     /* table, mode and instances the state starts from */
+    bool nvlink;             /* nvlink_peers given: NVLink queries are supported */
     unsigned npeers;
     unsigned peers[NVML_NVLINK_MAX_LINKS]; /* link i leads to GPU peers[i] */
 };

@@ -123,7 +123,189 @@ typedef enum nvmlTemperatureSensors_enum {
     NVML_TEMPERATURE_COUNT
 } nvmlTemperatureSensors_t;
 
+/* ---- Multi-Instance GPU (nvml.h's nvmlMultiInstanceGPU group) ---- */
+
+/* Profile *indices*: what nvmlDeviceGetGpuInstanceProfileInfo takes. The
+ * profile *id* it reports (info.id) is another number (19 for 1g on an H100). */
+#define NVML_GPU_INSTANCE_PROFILE_1_SLICE      0x0
+#define NVML_GPU_INSTANCE_PROFILE_2_SLICE      0x1
+#define NVML_GPU_INSTANCE_PROFILE_3_SLICE      0x2
+#define NVML_GPU_INSTANCE_PROFILE_4_SLICE      0x3
+#define NVML_GPU_INSTANCE_PROFILE_7_SLICE      0x4
+#define NVML_GPU_INSTANCE_PROFILE_8_SLICE      0x5
+#define NVML_GPU_INSTANCE_PROFILE_6_SLICE      0x6
+#define NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1 0x7 /* 1g with media extensions: "+me" */
+#define NVML_GPU_INSTANCE_PROFILE_2_SLICE_REV1 0x8
+#define NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV2 0x9 /* 1g with two memory slices: 1g.20gb */
+#define NVML_GPU_INSTANCE_PROFILE_COUNT        0xA
+
+#define NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE      0x0
+#define NVML_COMPUTE_INSTANCE_PROFILE_2_SLICE      0x1
+#define NVML_COMPUTE_INSTANCE_PROFILE_3_SLICE      0x2
+#define NVML_COMPUTE_INSTANCE_PROFILE_4_SLICE      0x3
+#define NVML_COMPUTE_INSTANCE_PROFILE_7_SLICE      0x4
+#define NVML_COMPUTE_INSTANCE_PROFILE_8_SLICE      0x5
+#define NVML_COMPUTE_INSTANCE_PROFILE_6_SLICE      0x6
+#define NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE_REV1 0x7
+#define NVML_COMPUTE_INSTANCE_PROFILE_COUNT        0x8
+
+#define NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED 0x0
+#define NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_COUNT  0x1
+
+typedef struct nvmlGpuInstance_st *nvmlGpuInstance_t;
+typedef struct nvmlComputeInstance_st *nvmlComputeInstance_t;
+
+typedef struct nvmlGpuInstancePlacement_st {
+    unsigned int start; /* first memory slice */
+    unsigned int size;  /* memory slices */
+} nvmlGpuInstancePlacement_t;
+
+typedef struct nvmlGpuInstanceProfileInfo_st {
+    unsigned int id; /* the profile id: not the index */
+    unsigned int isP2pSupported;
+    unsigned int sliceCount; /* compute slices */
+    unsigned int instanceCount;
+    unsigned int multiprocessorCount;
+    unsigned int copyEngineCount;
+    unsigned int decoderCount;
+    unsigned int encoderCount;
+    unsigned int jpegCount;
+    unsigned int ofaCount;
+    unsigned long long memorySizeMB; /* MiB */
+} nvmlGpuInstanceProfileInfo_t;
+
+typedef struct nvmlGpuInstanceProfileInfo_v2_st {
+    unsigned int version; /* nvmlGpuInstanceProfileInfo_v2 */
+    unsigned int id;
+    unsigned int isP2pSupported;
+    unsigned int sliceCount;
+    unsigned int instanceCount;
+    unsigned int multiprocessorCount;
+    unsigned int copyEngineCount;
+    unsigned int decoderCount;
+    unsigned int encoderCount;
+    unsigned int jpegCount;
+    unsigned int ofaCount;
+    unsigned long long memorySizeMB;
+    char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE]; /* "MIG 1g.10gb" */
+} nvmlGpuInstanceProfileInfo_v2_t;
+
+/* v3 drops isP2pSupported and adds capabilities at the end (nvml.h, R545). */
+typedef struct nvmlGpuInstanceProfileInfo_v3_st {
+    unsigned int version; /* nvmlGpuInstanceProfileInfo_v3 */
+    unsigned int id;
+    unsigned int sliceCount;
+    unsigned int instanceCount;
+    unsigned int multiprocessorCount;
+    unsigned int copyEngineCount;
+    unsigned int decoderCount;
+    unsigned int encoderCount;
+    unsigned int jpegCount;
+    unsigned int ofaCount;
+    unsigned long long memorySizeMB;
+    char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE];
+    unsigned int capabilities; /* NVML_GPU_INSTANCE_PROFILE_CAPS_*: 0 here */
+} nvmlGpuInstanceProfileInfo_v3_t;
+
+#define nvmlGpuInstanceProfileInfo_v2                                                              \
+    ((unsigned)sizeof(nvmlGpuInstanceProfileInfo_v2_t) | (2u << 24))
+#define nvmlGpuInstanceProfileInfo_v3                                                              \
+    ((unsigned)sizeof(nvmlGpuInstanceProfileInfo_v3_t) | (3u << 24))
+
+typedef struct nvmlGpuInstanceInfo_st {
+    nvmlDevice_t device; /* the parent GPU */
+    unsigned int id;     /* the GPU instance id, unique within the GPU */
+    unsigned int profileId;
+    nvmlGpuInstancePlacement_t placement;
+} nvmlGpuInstanceInfo_t;
+
+typedef struct nvmlComputeInstancePlacement_st {
+    unsigned int start; /* first compute slice within the GPU instance */
+    unsigned int size;
+} nvmlComputeInstancePlacement_t;
+
+typedef struct nvmlComputeInstanceProfileInfo_st {
+    unsigned int id;
+    unsigned int sliceCount;
+    unsigned int instanceCount;
+    unsigned int multiprocessorCount;
+    unsigned int sharedCopyEngineCount;
+    unsigned int sharedDecoderCount;
+    unsigned int sharedEncoderCount;
+    unsigned int sharedJpegCount;
+    unsigned int sharedOfaCount;
+} nvmlComputeInstanceProfileInfo_t;
+
+typedef struct nvmlComputeInstanceProfileInfo_v2_st {
+    unsigned int version; /* nvmlComputeInstanceProfileInfo_v2 */
+    unsigned int id;
+    unsigned int sliceCount;
+    unsigned int instanceCount;
+    unsigned int multiprocessorCount;
+    unsigned int sharedCopyEngineCount;
+    unsigned int sharedDecoderCount;
+    unsigned int sharedEncoderCount;
+    unsigned int sharedJpegCount;
+    unsigned int sharedOfaCount;
+    char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE];
+} nvmlComputeInstanceProfileInfo_v2_t;
+
+typedef struct nvmlComputeInstanceProfileInfo_v3_st {
+    unsigned int version; /* nvmlComputeInstanceProfileInfo_v3 */
+    unsigned int id;
+    unsigned int sliceCount;
+    unsigned int instanceCount;
+    unsigned int multiprocessorCount;
+    unsigned int sharedCopyEngineCount;
+    unsigned int sharedDecoderCount;
+    unsigned int sharedEncoderCount;
+    unsigned int sharedJpegCount;
+    unsigned int sharedOfaCount;
+    char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE];
+    unsigned int capabilities;
+} nvmlComputeInstanceProfileInfo_v3_t;
+
+#define nvmlComputeInstanceProfileInfo_v2                                                          \
+    ((unsigned)sizeof(nvmlComputeInstanceProfileInfo_v2_t) | (2u << 24))
+#define nvmlComputeInstanceProfileInfo_v3                                                          \
+    ((unsigned)sizeof(nvmlComputeInstanceProfileInfo_v3_t) | (3u << 24))
+
+typedef struct nvmlComputeInstanceInfo_st {
+    nvmlDevice_t device;           /* the parent GPU */
+    nvmlGpuInstance_t gpuInstance; /* the parent GPU instance */
+    unsigned int id;               /* unique within the GPU instance */
+    unsigned int profileId;
+    nvmlComputeInstancePlacement_t placement;
+} nvmlComputeInstanceInfo_t;
+
 _Static_assert(sizeof(nvmlReturn_t) == 4, "nvmlReturn_t is an int-sized enum");
+_Static_assert(sizeof(nvmlGpuInstancePlacement_t) == 8, "nvmlGpuInstancePlacement_t");
+_Static_assert(sizeof(nvmlGpuInstanceProfileInfo_t) == 48 &&
+                   offsetof(nvmlGpuInstanceProfileInfo_t, memorySizeMB) == 40,
+               "nvmlGpuInstanceProfileInfo_t layout");
+_Static_assert(sizeof(nvmlGpuInstanceProfileInfo_v2_t) == 152 &&
+                   offsetof(nvmlGpuInstanceProfileInfo_v2_t, memorySizeMB) == 48 &&
+                   offsetof(nvmlGpuInstanceProfileInfo_v2_t, name) == 56,
+               "nvmlGpuInstanceProfileInfo_v2_t layout");
+_Static_assert(sizeof(nvmlGpuInstanceProfileInfo_v3_t) == 152 &&
+                   offsetof(nvmlGpuInstanceProfileInfo_v3_t, memorySizeMB) == 40 &&
+                   offsetof(nvmlGpuInstanceProfileInfo_v3_t, name) == 48 &&
+                   offsetof(nvmlGpuInstanceProfileInfo_v3_t, capabilities) == 144,
+               "nvmlGpuInstanceProfileInfo_v3_t layout");
+_Static_assert(nvmlGpuInstanceProfileInfo_v2 == 0x02000098u &&
+                   nvmlGpuInstanceProfileInfo_v3 == 0x03000098u,
+               "the v2 and v3 versions differ only in the version byte");
+_Static_assert(sizeof(nvmlGpuInstanceInfo_t) == 24 &&
+                   offsetof(nvmlGpuInstanceInfo_t, placement) == 16,
+               "nvmlGpuInstanceInfo_t layout");
+_Static_assert(sizeof(nvmlComputeInstanceProfileInfo_t) == 36, "nvmlComputeInstanceProfileInfo_t");
+_Static_assert(sizeof(nvmlComputeInstanceProfileInfo_v2_t) == 136 &&
+                   sizeof(nvmlComputeInstanceProfileInfo_v3_t) == 140,
+               "nvmlComputeInstanceProfileInfo_v2_t and _v3_t");
+_Static_assert(sizeof(nvmlComputeInstanceInfo_t) == 32 &&
+                   offsetof(nvmlComputeInstanceInfo_t, id) == 16 &&
+                   offsetof(nvmlComputeInstanceInfo_t, placement) == 24,
+               "nvmlComputeInstanceInfo_t layout");
 _Static_assert(sizeof(nvmlMemory_t) == 24, "nvmlMemory_t layout");
 _Static_assert(sizeof(nvmlMemory_v2_t) == 40 && nvmlMemory_v2 == 0x02000028u, "nvmlMemory_v2_t");
 _Static_assert(sizeof(nvmlUtilization_t) == 8, "nvmlUtilization_t layout");
@@ -187,6 +369,75 @@ FAKENVML_EXPORT nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned 
 /* 0 unless MIG is supported and enabled (as documented). */
 FAKENVML_EXPORT nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device,
                                                             unsigned int *count);
+/* MIG (README.md, "MIG"). Every call below but SetMigMode answers
+ * NVML_ERROR_NOT_SUPPORTED on a GPU whose current MIG mode is disabled.
+ * *activationStatus: NVML_SUCCESS (now current), NVML_ERROR_IN_USE (the GPU
+ * is busy: pending until a reset) or NVML_ERROR_RESET_REQUIRED. */
+FAKENVML_EXPORT nvmlReturn_t nvmlDeviceSetMigMode(nvmlDevice_t device, unsigned int mode,
+                                                  nvmlReturn_t *activationStatus);
+FAKENVML_EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfo(
+    nvmlDevice_t device, unsigned int profile, nvmlGpuInstanceProfileInfo_t *info);
+/* info->version: nvmlGpuInstanceProfileInfo_v2 or _v3, else
+ * NVML_ERROR_ARGUMENT_VERSION_MISMATCH. */
+FAKENVML_EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfoV(
+    nvmlDevice_t device, unsigned int profile, nvmlGpuInstanceProfileInfo_v2_t *info);
+/* placements NULL: *count = the number; else *count is the room, and
+ * NVML_ERROR_INSUFFICIENT_SIZE (with *count = the number) when short. */
+FAKENVML_EXPORT nvmlReturn_t nvmlDeviceGetGpuInstancePossiblePlacements_v2(
+    nvmlDevice_t device, unsigned int profileId, nvmlGpuInstancePlacement_t *placements,
+    unsigned int *count);
+FAKENVML_EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceRemainingCapacity(nvmlDevice_t device,
+                                                                       unsigned int profileId,
+                                                                       unsigned int *count);
+/* NVML_ERROR_INSUFFICIENT_RESOURCES when no placement is free or the
+ * profile's instanceCount is reached. */
+FAKENVML_EXPORT nvmlReturn_t nvmlDeviceCreateGpuInstance(nvmlDevice_t device,
+                                                         unsigned int profileId,
+                                                         nvmlGpuInstance_t *gpuInstance);
+/* NVML_ERROR_INVALID_ARGUMENT for a placement the profile does not have;
+ * NVML_ERROR_INSUFFICIENT_RESOURCES when it overlaps an instance. */
+FAKENVML_EXPORT nvmlReturn_t nvmlDeviceCreateGpuInstanceWithPlacement(
+    nvmlDevice_t device, unsigned int profileId, const nvmlGpuInstancePlacement_t *placement,
+    nvmlGpuInstance_t *gpuInstance);
+/* NVML_ERROR_IN_USE while it has compute instances or processes. */
+FAKENVML_EXPORT nvmlReturn_t nvmlGpuInstanceDestroy(nvmlGpuInstance_t gpuInstance);
+/* gpuInstances has room for the profile's instanceCount; *count is set. */
+FAKENVML_EXPORT nvmlReturn_t nvmlDeviceGetGpuInstances(nvmlDevice_t device, unsigned int profileId,
+                                                       nvmlGpuInstance_t *gpuInstances,
+                                                       unsigned int *count);
+/* NVML_ERROR_NOT_FOUND for an id no instance has. */
+FAKENVML_EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceById(nvmlDevice_t device, unsigned int id,
+                                                          nvmlGpuInstance_t *gpuInstance);
+FAKENVML_EXPORT nvmlReturn_t nvmlGpuInstanceGetInfo(nvmlGpuInstance_t gpuInstance,
+                                                    nvmlGpuInstanceInfo_t *info);
+FAKENVML_EXPORT nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfo(
+    nvmlGpuInstance_t gpuInstance, unsigned int profile, unsigned int engProfile,
+    nvmlComputeInstanceProfileInfo_t *info);
+FAKENVML_EXPORT nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfoV(
+    nvmlGpuInstance_t gpuInstance, unsigned int profile, unsigned int engProfile,
+    nvmlComputeInstanceProfileInfo_v2_t *info);
+FAKENVML_EXPORT nvmlReturn_t nvmlGpuInstanceCreateComputeInstance(
+    nvmlGpuInstance_t gpuInstance, unsigned int profileId, nvmlComputeInstance_t *computeInstance);
+/* NVML_ERROR_IN_USE while processes run on it. */
+FAKENVML_EXPORT nvmlReturn_t nvmlComputeInstanceDestroy(nvmlComputeInstance_t computeInstance);
+FAKENVML_EXPORT nvmlReturn_t
+nvmlGpuInstanceGetComputeInstances(nvmlGpuInstance_t gpuInstance, unsigned int profileId,
+                                   nvmlComputeInstance_t *computeInstances, unsigned int *count);
+FAKENVML_EXPORT nvmlReturn_t nvmlComputeInstanceGetInfo_v2(nvmlComputeInstance_t computeInstance,
+                                                           nvmlComputeInstanceInfo_t *info);
+/* index < nvmlDeviceGetMaxMigDeviceCount; NVML_ERROR_NOT_FOUND when no MIG
+ * device has it. MIG devices are numbered in (GPU instance id, compute
+ * instance id) order. */
+FAKENVML_EXPORT nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device,
+                                                                 unsigned int index,
+                                                                 nvmlDevice_t *migDevice);
+FAKENVML_EXPORT nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t device,
+                                                         unsigned int *isMigDevice);
+FAKENVML_EXPORT nvmlReturn_t nvmlDeviceGetDeviceHandleFromMigDeviceHandle(nvmlDevice_t migDevice,
+                                                                          nvmlDevice_t *device);
+/* NVML_ERROR_NOT_SUPPORTED on a GPU handle (these are MIG device queries). */
+FAKENVML_EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t device, unsigned int *id);
+FAKENVML_EXPORT nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t device, unsigned int *id);
 /* *infoCount in: room in infos; out: entries written, or on
  * NVML_ERROR_INSUFFICIENT_SIZE the number needed. infos may be NULL when
  * *infoCount is 0 (to ask: NVML_SUCCESS means there are none). */
