@@ -31,7 +31,7 @@
 
 #define RT_THREADS_MAX 64
 #define RT_HIST_BOUNDS (PROTO_LATENCY_BUCKETS - 1) /* latency bounds (proto_latency_bounds_s) */
-#define RT_CODES       500 /* statuses 100..599 */
+#define RT_CODES       500                         /* statuses 100..599 */
 
 struct router_args {
     const char *server, *join_file, *listen, *name;

@@ -86,7 +86,7 @@ struct sim_serve_eng {
     int32_t nwaiting, nstarting, nready, ndraining;
     int64_t gpu_used;
 
-    uint32_t *next; /* per request: its successor in a list */
+    uint32_t *next;               /* per request: its successor in a list */
     struct sim_serve_list router; /* queued at the router */
     size_t next_arrival, nfinished;
     int64_t now, last_end;

@@ -155,8 +155,8 @@ static void test_a_report_carries_its_answers_by_latency_when_it_has_them(void *
         fail_msg("%s", err);
     assert_false(m.services[0].has_latency);
     assert_int_equal(proto_router_report_encode(&m, &back), 0);
-    assert_null(json_object_get(json_array_get(json_object_get(back, "services"), 0),
-                                "latency_counts"));
+    assert_null(
+        json_object_get(json_array_get(json_object_get(back, "services"), 0), "latency_counts"));
     proto_router_report_release(&m);
     json_decref(back);
     json_decref(o);
@@ -221,8 +221,7 @@ static const struct refused {
      GPO_ERANGE, "'services[0].replicas[0].job'"},
     {true, REPORT(LOAD(", \"latency_counts\": [1, 2]")), GPO_EINVAL,
      "field 'services[0].latency_counts': expected an array of 15 whole numbers"},
-    {true,
-     REPORT(LOAD(", \"latency_counts\": [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, -1]")),
+    {true, REPORT(LOAD(", \"latency_counts\": [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, -1]")),
      GPO_EINVAL, "'services[0].latency_counts'"},
     {true, REPORT(LOAD(", \"latency_counts\": \"many\"")), GPO_EINVAL,
      "'services[0].latency_counts'"},
