@@ -165,9 +165,13 @@ static int read_mode(const struct nvml_backend *nb, unsigned gpu, bool *ret_curr
     return 0;
 }
 
-/* The compute instances of a GPU instance, ascending id. */
-static int read_compute(const struct nvml_backend *nb, unsigned gpu, struct nvmlGpuInstance_st *gi,
-                        struct gpu_mig_instance *inst, char *err, size_t errlen)
+/* Calls visit(nb, ci, gpu, ctx, err, errlen) for each compute instance of
+ * GPU instance gi, profile by profile; stops at the first failure (its
+ * code). */
+typedef int (*ci_visit_fn)(const struct nvml_backend *nb, struct nvmlComputeInstance_st *ci,
+                           unsigned gpu, void *ctx, char *err, size_t errlen);
+static int each_compute(const struct nvml_backend *nb, unsigned gpu, struct nvmlGpuInstance_st *gi,
+                        ci_visit_fn visit, void *ctx, char *err, size_t errlen)
 {
     for (unsigned index = 0; index < NVML_COMPUTE_INSTANCE_PROFILE_COUNT; index++) {
         struct nvmlComputeInstanceProfileInfo_st cp = {0};
@@ -185,21 +189,50 @@ static int read_compute(const struct nvml_backend *nb, unsigned gpu, struct nvml
             continue;
         if (r != NVML_SUCCESS)
             return nvml_fail(nb, r, "nvmlGpuInstanceGetComputeInstances", gpu, err, errlen);
-        for (unsigned k = 0; k < n && inst->ncompute < GPU_MIG_MAX_COMPUTE; k++) {
-            struct nvmlComputeInstanceInfo_st ci = {0};
-            r = nb->mig.ci_info(cis[k], &ci);
-            if (r != NVML_SUCCESS)
-                return nvml_fail(nb, r, "nvmlComputeInstanceGetInfo_v2", gpu, err, errlen);
-            unsigned at = inst->ncompute++;
-            while (at > 0 && inst->compute[at - 1].id > ci.id) {
-                inst->compute[at] = inst->compute[at - 1];
-                at--;
-            }
-            inst->compute[at] = (struct gpu_mig_compute){
-                .id = ci.id, .profile_id = ci.profileId, .slices = ci.placement.size};
+        for (unsigned k = 0; k < n; k++) {
+            int rc = visit(nb, cis[k], gpu, ctx, err, errlen);
+            if (rc)
+                return rc;
         }
     }
     return 0;
+}
+
+/* each_compute's visit for read_compute: one into the instance, by id. */
+static int compute_add(const struct nvml_backend *nb, struct nvmlComputeInstance_st *cis,
+                       unsigned gpu, void *ctx, char *err, size_t errlen)
+{
+    struct gpu_mig_instance *inst = ctx;
+    if (inst->ncompute >= GPU_MIG_MAX_COMPUTE)
+        return 0;
+    struct nvmlComputeInstanceInfo_st ci = {0};
+    enum nvmlReturn_enum r = nb->mig.ci_info(cis, &ci);
+    if (r != NVML_SUCCESS)
+        return nvml_fail(nb, r, "nvmlComputeInstanceGetInfo_v2", gpu, err, errlen);
+    unsigned at = inst->ncompute++;
+    while (at > 0 && inst->compute[at - 1].id > ci.id) {
+        inst->compute[at] = inst->compute[at - 1];
+        at--;
+    }
+    inst->compute[at] = (struct gpu_mig_compute){
+        .id = ci.id, .profile_id = ci.profileId, .slices = ci.placement.size};
+    return 0;
+}
+
+/* The compute instances of a GPU instance, ascending id. */
+static int read_compute(const struct nvml_backend *nb, unsigned gpu, struct nvmlGpuInstance_st *gi,
+                        struct gpu_mig_instance *inst, char *err, size_t errlen)
+{
+    return each_compute(nb, gpu, gi, compute_add, inst, err, errlen);
+}
+
+/* each_compute's visit for nvml_mig_destroy. */
+static int compute_destroy(const struct nvml_backend *nb, struct nvmlComputeInstance_st *ci,
+                           unsigned gpu, void *ctx, char *err, size_t errlen)
+{
+    (void)ctx;
+    enum nvmlReturn_enum r = nb->mig.ci_destroy(ci);
+    return r == NVML_SUCCESS ? 0 : nvml_fail(nb, r, "nvmlComputeInstanceDestroy", gpu, err, errlen);
 }
 
 /* Fills the MIG device UUIDs of m's compute instances. */
@@ -444,25 +477,9 @@ int nvml_mig_destroy(const struct gpu_backend *b, unsigned index, unsigned insta
                           instance_id);
     if (r != NVML_SUCCESS)
         return nvml_fail(nb, r, "nvmlDeviceGetGpuInstanceById", index, err, errlen);
-    for (unsigned ci_index = 0; ci_index < NVML_COMPUTE_INSTANCE_PROFILE_COUNT; ci_index++) {
-        struct nvmlComputeInstanceProfileInfo_st cp = {0};
-        r = nb->mig.ci_profile(gi, ci_index, NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED, &cp);
-        if (no_profile(r))
-            continue;
-        if (r != NVML_SUCCESS)
-            return nvml_fail(nb, r, "nvmlGpuInstanceGetComputeInstanceProfileInfo", index, err,
-                             errlen);
-        struct nvmlComputeInstance_st *cis[GPU_MIG_MAX_COMPUTE];
-        unsigned n = 0;
-        r = nb->mig.ci_list(gi, cp.id, cis, &n);
-        if (no_profile(r))
-            continue;
-        if (r != NVML_SUCCESS)
-            return nvml_fail(nb, r, "nvmlGpuInstanceGetComputeInstances", index, err, errlen);
-        for (unsigned k = 0; k < n; k++)
-            if ((r = nb->mig.ci_destroy(cis[k])) != NVML_SUCCESS)
-                return nvml_fail(nb, r, "nvmlComputeInstanceDestroy", index, err, errlen);
-    }
+    rc = each_compute(nb, index, gi, compute_destroy, NULL, err, errlen);
+    if (rc)
+        return rc;
     r = nb->mig.gi_destroy(gi);
     if (r != NVML_SUCCESS)
         return nvml_fail(nb, r, "nvmlGpuInstanceDestroy", index, err, errlen);
