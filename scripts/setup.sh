@@ -43,7 +43,8 @@ PACKAGES=(
   chromium           # the dashboard's browser test (headless, driven by playwright-core)
   prometheus         # metrics test: a real Prometheus scrapes GET /metrics; promtool checks it
   python3-torch      # steps test: torch.distributed (gloo, CPU) across a gang's tasks
-  libevent-dev       # the router's event loop and HTTP (evhttp)
+  libevent-dev       # the router's event loop (plain edge-triggered events)
+  libhttp-parser-dev # the router's HTTP/1.1 parser (Node's http-parser)
   nginx-light        # bench/router.sh: the reverse proxy the router is measured against
   wrk                # bench/router.sh: HTTP load
 )

@@ -14,7 +14,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <event2/thread.h>
 #include <jansson.h>
 
 #include "router/router.h"
@@ -221,10 +220,6 @@ int router_command(int argc, char **argv)
         snprintf(r.name, sizeof(r.name), "%s", r.a.name);
     else if (gethostname(r.name, sizeof(r.name) - 1) != 0 || !*r.name)
         snprintf(r.name, sizeof(r.name), "router");
-    if (evthread_use_pthreads() != 0) {
-        fprintf(stderr, "gpuorch router: libevent's threads did not start\n");
-        return 1;
-    }
     pthread_mutex_init(&r.lock, NULL);
     pthread_mutex_init(&r.wake_lock, NULL);
     r.started_us = rt_now_us();
