@@ -25,8 +25,17 @@
 #define UPSTREAM_TIMEOUT_S 3600      /* a replica silent this long has failed */
 #define STREAM_HIGH        (1 << 20) /* bytes waiting for a slow client before the replica waits */
 
-static void exchange_send(struct rt_exchange *x, const struct rt_endpoint *avoid,
-                          struct rt_endpoint *fresh);
+/* Where a request goes after its replica failed before any byte of its
+ * answer reached the client: a reused connection (the replica may have
+ * closed it idle) is tried once afresh on the same endpoint, then once
+ * another endpoint, then 502. */
+struct retry {
+    const struct rt_endpoint *avoid;
+    struct rt_endpoint *fresh;
+    struct rt_endpoint *ref; /* keeps the failed endpoint alive while avoided */
+};
+
+static void exchange_send(struct rt_exchange *x, struct retry *t);
 static void conn_event(evutil_socket_t fd, short what, void *arg);
 
 /* ---- connections to replicas ---- */
@@ -317,7 +326,8 @@ void rt_held_retry(struct rt_worker *w)
                 x->table = rt_table_ref(w->table);
             }
             x->s = s;
-            exchange_send(x, NULL, NULL);
+            struct retry t = {0};
+            exchange_send(x, &t);
         }
         x = next;
     }
@@ -325,27 +335,29 @@ void rt_held_retry(struct rt_worker *w)
 
 /* ---- the upstream side ---- */
 
-/* The replica failed before any byte of its answer reached the client: a
- * reused connection (the replica may have closed it idle) is tried once
- * afresh on the same endpoint, then once another endpoint, then 502. */
-static void upstream_failed(struct rt_exchange *x)
+/* Plans the next try into *t; false when there is none (502 answered). */
+static bool plan_retry(struct rt_exchange *x, struct retry *t)
 {
     bool reused = x->conn && x->conn->reused;
     struct rt_endpoint *failed = x->ep;
     if (failed)
         atomic_fetch_add(&failed->refs, 1);
     release_endpoint(x, false);
+    rt_endpoint_unref(t->ref);
+    *t = (struct retry){.ref = failed};
     if (failed && reused && !x->fresh) {
         x->fresh = true;
-        exchange_send(x, NULL, failed);
-    } else if (x->retried || !failed) {
+        t->fresh = failed;
+        return true;
+    }
+    if (x->retried || !failed) {
         exchange_fail(x, 502, "Bad Gateway", "server_error", "upstream_error",
                       "the replica failed before it answered", false);
-    } else {
-        x->retried = true;
-        exchange_send(x, failed, NULL);
+        return false;
     }
-    rt_endpoint_unref(failed);
+    x->retried = true;
+    t->avoid = failed;
+    return true;
 }
 
 /* The replica's connection failed (closed, reset, bad framing, silent). */
@@ -356,10 +368,15 @@ static void conn_failed(struct rt_conn *k)
         conn_kill(k);
         return;
     }
-    if (x->started)
+    if (x->started) {
         rt_client_kill(x->c); /* a stream cut short must not look complete */
+        return;
+    }
+    struct retry t = {0};
+    if (plan_retry(x, &t))
+        exchange_send(x, &t);
     else
-        upstream_failed(x);
+        rt_endpoint_unref(t.ref);
 }
 
 /* The answer is whole in the client's buffer. */
@@ -387,8 +404,7 @@ static bool conn_flush(struct rt_conn *k)
             k->wr_blocked = true;
             return true;
         }
-        conn_failed(k);
-        return false;
+        return false; /* the caller fails the connection */
     }
     k->wr_blocked = false;
     k->out.len = k->out_off = 0;
@@ -478,10 +494,12 @@ static void conn_event(evutil_socket_t fd, short what, void *arg)
         }
         k->connecting = false;
         if (!conn_flush(k)) {
+            conn_failed(k);
             rt_worker_reap(w);
             return;
         }
     } else if ((what & EV_WRITE) && k->wr_blocked && !conn_flush(k)) {
+        conn_failed(k);
         rt_worker_reap(w);
         return;
     }
@@ -492,33 +510,20 @@ static void conn_event(evutil_socket_t fd, short what, void *arg)
     rt_worker_reap(w);
 }
 
-/* Sends x to an endpoint: `fresh` on a new connection, else a pick other
- * than `avoid` (a retry: none is a 502); held while none can take it. */
-static void exchange_send(struct rt_exchange *x, const struct rt_endpoint *avoid,
-                          struct rt_endpoint *fresh)
+/* Sends x to ep (on a new connection when fresh); false when that failed
+ * at once (x keeps ep and its connection for plan_retry). */
+static bool send_to(struct rt_exchange *x, struct rt_endpoint *ep, bool fresh)
 {
     struct rt_client *c = x->c;
     struct rt_worker *w = c->w;
-    struct rt_endpoint *ep = fresh ? fresh : rt_pick(x->s, avoid, &w->seed);
-    if (!ep && avoid) {
-        exchange_fail(x, 502, "Bad Gateway", "server_error", "upstream_error",
-                      "the replica failed before it answered, and no other can take it", false);
-        return;
-    }
-    if (!ep) {
-        hold(x);
-        return;
-    }
     atomic_fetch_add(&ep->refs, 1);
     x->ep = ep;
     atomic_fetch_add(&ep->inflight, 1);
     atomic_fetch_add(&ep->requests, 1);
     rt_stats_load(x->st, &x->st->inflight, 1);
-    struct rt_conn *k = pool_get(w, ep, fresh != NULL);
-    if (!k) {
-        upstream_failed(x);
-        return;
-    }
+    struct rt_conn *k = pool_get(w, ep, fresh);
+    if (!k)
+        return false;
     k->x = x;
     x->conn = k;
     rt_resr_start(&k->rs, &c->out, (size_t)w->r->a.max_header, c->rq.method == HTTP_HEAD,
@@ -526,13 +531,32 @@ static void exchange_send(struct rt_exchange *x, const struct rt_endpoint *avoid
     k->out.len = k->out_off = 0;
     char host[PROTO_HOST_MAX + 8];
     snprintf(host, sizeof(host), "%s:%u", ep->addr, ep->port);
-    if (rt_req_forward(&c->rq, c->uri.data, c->peer, host, &k->out)) {
-        exchange_fail(x, 500, "Internal Server Error", "server_error", "internal", "out of memory",
-                      false);
-        return;
+    if (rt_req_forward(&c->rq, c->uri.data, c->peer, host, &k->out))
+        return false;
+    return k->connecting || conn_flush(k);
+}
+
+/* Sends x where t says (t->fresh on a new connection, else a pick other
+ * than t->avoid: none is a 502), held while none can take it; failures at
+ * once are retried as plan_retry says. Takes t->ref. */
+static void exchange_send(struct rt_exchange *x, struct retry *t)
+{
+    for (;;) {
+        struct rt_endpoint *ep = t->fresh ? t->fresh : rt_pick(x->s, t->avoid, &x->c->w->seed);
+        if (!ep && t->avoid) {
+            exchange_fail(x, 502, "Bad Gateway", "server_error", "upstream_error",
+                          "the replica failed before it answered, and no other can take it", false);
+            break;
+        }
+        if (!ep) {
+            hold(x);
+            break;
+        }
+        if (send_to(x, ep, t->fresh != NULL) || !plan_retry(x, t))
+            break;
     }
-    if (!k->connecting)
-        conn_flush(k);
+    rt_endpoint_unref(t->ref);
+    t->ref = NULL;
 }
 
 void rt_exchange_start(struct rt_client *c, const struct rt_service *s)
@@ -547,5 +571,6 @@ void rt_exchange_start(struct rt_client *c, const struct rt_service *s)
     };
     atomic_fetch_add(&x->st->refs, 1);
     atomic_fetch_add(&x->st->requests, 1);
-    exchange_send(x, NULL, NULL);
+    struct retry t = {0};
+    exchange_send(x, &t);
 }

@@ -81,7 +81,7 @@ void rt_buf_release(struct rt_buf *b)
 
 /* ---- a message's head ---- */
 
-enum { AT_START, AT_FIELD, AT_VALUE };
+enum { AT_START, AT_FIELD, AT_VALUE, AT_ENDED }; /* AT_ENDED: the head is whole */
 
 static void msg_reset(struct rt_msg *m)
 {
@@ -110,6 +110,53 @@ static int msg_end_string(struct rt_msg *m, size_t start)
     return rt_buf_add(&m->arena, "", 1);
 }
 
+/* What is wrong with the name just collected, or NULL. RFC 9110's tchar
+ * only: Debian's http-parser is built lenient and takes a blank inside a
+ * name ("Transfer-Encoding : chunked"), which a replica could read
+ * otherwise. */
+static const char *name_fault(const struct rt_msg *m)
+{
+    static const char other[] = "!#$%&'*+-.^_`|~";
+    const char *start = m->arena.data + m->hdrs[m->nhdrs - 1].name, *p = start;
+    const char *end = m->arena.data + m->arena.len;
+    if (p == end)
+        return "an empty header name";
+    for (; p < end; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+              (*p && strchr(other, *p))))
+            return "a header name that is not a token";
+    /* http-parser 2.9 takes any name that starts so for Transfer-Encoding:
+     * refused, rather than forwarded to a replica that reads it otherwise */
+    if ((size_t)(end - start) > 17 && !strncasecmp(start, "Transfer-Encoding", 17))
+        return "a header name that starts with Transfer-Encoding";
+    return NULL;
+}
+
+/* No control characters in a value but HTAB (a NUL would cut it short
+ * here, a bare CR could end it early for a replica). */
+static bool value_ok(const struct rt_msg *m)
+{
+    const unsigned char *p = (const unsigned char *)m->arena.data + m->hdrs[m->nhdrs - 1].value;
+    const unsigned char *end = (const unsigned char *)m->arena.data + m->arena.len;
+    for (; p < end; p++)
+        if ((*p < 0x20 && *p != '\t') || *p == 0x7f)
+            return false;
+    return true;
+}
+
+/* The string being collected is whole: a header's name or value is
+ * checked. */
+static bool string_ok(struct rt_msg *m)
+{
+    if (m->at == AT_FIELD && (m->fault = name_fault(m)) != NULL)
+        return false;
+    if (m->at == AT_VALUE && !value_ok(m)) {
+        m->fault = "a control character in a header value";
+        return false;
+    }
+    return true;
+}
+
 /* Where the string being collected starts. */
 static size_t msg_open(const struct rt_msg *m)
 {
@@ -129,8 +176,10 @@ static int msg_piece(struct rt_msg *m, int at, const char *p, size_t len, size_t
         m->fault = "the head is over --max-header";
         return -1;
     }
+    if (m->at == AT_ENDED)
+        return 0; /* a chunked body's trailers: dropped (never forwarded as headers) */
     if (at != m->at) {
-        if (msg_end_string(m, msg_open(m)))
+        if (!string_ok(m) || msg_end_string(m, msg_open(m)))
             return -1;
         if (at == AT_FIELD) {
             if (m->nhdrs == m->caphdrs) {
@@ -157,12 +206,15 @@ static int msg_piece(struct rt_msg *m, int at, const char *p, size_t len, size_t
 static int msg_finish(struct rt_msg *m)
 {
     if (m->at == AT_FIELD) { /* not seen from the parser; a value for safety */
-        if (msg_end_string(m, msg_open(m)))
+        if (!string_ok(m) || msg_end_string(m, msg_open(m)))
             return -1;
         m->hdrs[m->nhdrs - 1].value = (uint32_t)m->arena.len;
         m->at = AT_VALUE;
     }
-    return msg_end_string(m, msg_open(m)) ? -1 : 0;
+    if (!string_ok(m) || msg_end_string(m, msg_open(m)))
+        return -1;
+    m->at = AT_ENDED;
+    return 0;
 }
 
 const char *rt_msg_name(const struct rt_msg *m, size_t k)
@@ -464,7 +516,7 @@ static int rs_headers(http_parser *p)
             return -1;
         }
         r->interim = true; /* 100, 103: dropped, the answer follows */
-        return 0;
+        return 1;          /* and nothing of theirs is a body */
     }
     bool chunked = (p->flags & F_CHUNKED) != 0;
     const char *cl = chunked ? NULL : rt_msg_get(&r->m, "Content-Length");
@@ -495,12 +547,16 @@ static int rs_headers(http_parser *p)
     if (rt_buf_add(out, "\r\n", 2))
         return -1;
     r->stage = RT_BODY;
-    return r->head_req ? 1 : 0; /* 1: no body follows, whatever the head says */
+    /* 1: no body follows, whatever the head says (http-parser would read
+     * one after a 204 with a Transfer-Encoding, say: never passed on) */
+    return no_body ? 1 : 0;
 }
 
 static int rs_body(http_parser *p, const char *at, size_t len)
 {
     struct rt_resr *r = resr_of(p);
+    if (r->stage != RT_BODY)
+        return -1; /* not reached: only an answer whose head is out has a body */
     if (r->chunk_out && rt_buf_printf(r->out, "%zx\r\n", len))
         return -1;
     if (rt_buf_add(r->out, at, len) || (r->chunk_out && rt_buf_add(r->out, "\r\n", 2)))

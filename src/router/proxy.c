@@ -494,7 +494,7 @@ static void on_accept(evutil_socket_t fd, short what, void *arg)
     (void)what;
     struct rt_worker *w = arg;
     for (int k = 0; k < ACCEPT_BATCH; k++) {
-        struct sockaddr_storage sa;
+        struct sockaddr_storage sa = {.ss_family = AF_UNSPEC};
         socklen_t sl = sizeof(sa);
         int cfd = accept4(fd, (struct sockaddr *)&sa, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (cfd < 0) {

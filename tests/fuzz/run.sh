@@ -19,7 +19,10 @@
 #                     pools, classes, prices), what is accepted holding what
 #                     the docs promise;
 #   fuzz_privsrv_check.c any bytes as a request to the agent's privileged
-#                     process, through its checks.
+#                     process, through its checks;
+#   fuzz_router_http1.c any bytes as a client's requests to the router or a
+#                     replica's answer, split into reads; what is forwarded
+#                     or passed on parsing back.
 # Not part of `make test` (its runs are random; `make test` runs each target
 # once over its seeds, through replay.c); a developer's check after changing
 # one of those readers or the engine. Needs clang (scripts/setup.sh
@@ -37,7 +40,8 @@
 set -euo pipefail
 secs=${1:-60}
 shift || true
-all="sim_spec sim_trace sim_reqtrace sim_policy sim_serve_spec jobspec cluster proto api privsrv_check"
+all="sim_spec sim_trace sim_reqtrace sim_policy sim_serve_spec jobspec cluster proto api privsrv_check
+  router_http1"
 targets=${*:-$all}
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=$root/build-fuzz
@@ -49,7 +53,7 @@ if [ ! -f "$build/build.ninja" ]; then
 fi
 lib() { echo "src/$1/libgpuorch_$1.a"; } # a folder's library, relative to the build
 libs="$(lib sim) $(lib cluster) $(lib core) $(lib util) $(lib base) $(lib proto) $(lib agent)
-  $(lib gpu) $(lib http)"
+  $(lib gpu) $(lib http) $(lib router)"
 # shellcheck disable=SC2086
 if ! log=$(ninja -C "$build" $libs 2>&1); then
   echo "$log" >&2
@@ -74,6 +78,7 @@ cp "$root"/tests/fuzz/seeds/jobspec/* "$out/corpus_jobspec/"
 cp "$root"/tests/fuzz/seeds/cluster/* "$out/corpus_cluster/" # first byte: the kind
 cp "$root"/tests/fuzz/seeds/proto/* "$out/corpus_proto/"     # first byte: the message
 cp "$root"/tests/fuzz/seeds/privsrv_check/* "$out/corpus_privsrv_check/"
+cp "$root"/tests/fuzz/seeds/router_http1/* "$out/corpus_router_http1/" # first byte: side, read size
 cp "$root"/tests/fuzz/seeds/api/* "$out/corpus_api/" # first byte: the route
 for t in $all; do                                    # what earlier runs grew
   if [ -d "$root/tests/fuzz/corpus/$t" ]; then cp "$root/tests/fuzz/corpus/$t"/* "$out/corpus_$t/"; fi
@@ -127,6 +132,7 @@ build_target cluster cluster core util base
 build_target proto proto util base
 build_target api proto cluster core util base
 build_target privsrv_check agent proto gpu http util base -ldl
+build_target router_http1 router base -lhttp_parser
 
 run_target() { # run_target NAME: 0, or 1 on a crash
   local log=$out/fuzz_$1.log
