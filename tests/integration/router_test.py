@@ -16,7 +16,9 @@ flight; the per-replica concurrency limit; a request held at zero
 replicas, reported at once, and forwarded when the table gains an
 endpoint; the queue's timeout and bound (503, Retry-After); framing
 attacks refused with 400 (413 for a body over --max-body) and the
-connection closed; --max-connections; API keys; a replica killed in the middle of a stream,
+connection closed; pipelined requests answered in order; a chunked request
+written a byte at a time; a held request's client that goes away leaving
+the queue; --max-connections; API keys; a replica killed in the middle of a stream,
 the next requests going to the other; reports every second whose counts
 add up to the requests sent; /metrics; routing going on with the
 controller stopped, and a restarted controller's table (its revisions
@@ -569,6 +571,72 @@ def check_framing():
            f"{name}: {want} and the connection closed", got[:300])
 
 
+def read_answers(s, n, deadline_s=10):
+    """N answers framed by Content-Length from socket S: [(status, body)]."""
+    buf, out = b"", []
+    end = time.monotonic() + deadline_s
+    while len(out) < n and time.monotonic() < end:
+        head_end = buf.find(b"\r\n\r\n")
+        if head_end >= 0:
+            head = buf[:head_end].decode("latin-1")
+            length = 0
+            for line in head.split("\r\n")[1:]:
+                k, _, v = line.partition(":")
+                if k.strip().lower() == "content-length":
+                    length = int(v)
+            if len(buf) >= head_end + 4 + length:
+                out.append((int(head.split(" ", 2)[1]), buf[head_end + 4:head_end + 4 + length]))
+                buf = buf[head_end + 4 + length:]
+                continue
+        piece = s.recv(65536)
+        if not piece:
+            break
+        buf += piece
+    return out
+
+
+def check_pipelining():
+    s = socket.create_connection(("127.0.0.1", ROUTER.port), timeout=10)
+    s.sendall(b"GET /s/alpha/p1 HTTP/1.1\r\nHost: t\r\n\r\n"
+              b"POST /s/alpha/p2 HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n\r\nhello"
+              b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n"
+              b"GET /s/alpha/p3 HTTP/1.1\r\nHost: t\r\n\r\n")
+    SENT["alpha"] += 3
+    got = read_answers(s, 4)
+    s.close()
+    paths = [json.loads(b).get("path") if st == 200 and b.startswith(b"{") else b.decode()
+             for st, b in got]
+    ok(len(got) == 4 and paths[0] == "/p1" and paths[1] == "/p2" and
+       json.loads(got[1][1])["body"] == "hello" and paths[2].startswith("ok") and
+       paths[3] == "/p3", "pipelined requests on one connection are answered in order",
+       f"{got}")
+    # one request written a byte at a time: the router reads it in pieces
+    s = socket.create_connection(("127.0.0.1", ROUTER.port), timeout=10)
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    req = (b"POST /s/alpha/bytes HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n"
+           b"3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n")
+    for k in range(len(req)):
+        s.sendall(req[k:k + 1])
+    SENT["alpha"] += 1
+    got = read_answers(s, 1)
+    s.close()
+    j = json.loads(got[0][1]) if got and got[0][0] == 200 else {}
+    ok(j.get("path") == "/bytes" and j.get("body") == "abcde" and
+       j.get("headers", {}).get("content-length") == "5",
+       "a chunked request written a byte at a time reaches the replica whole, with its length",
+       f"{got}")
+
+
+def check_held_client_gone():
+    s = socket.create_connection(("127.0.0.1", ROUTER.port), timeout=10)
+    s.sendall(b"GET /s/cold/gone HTTP/1.1\r\nHost: t\r\n\r\n")
+    held = wait_until(lambda: queue_length("cold") == 1)
+    s.close()
+    gone = wait_until(lambda: queue_length("cold") == 0)
+    ok(held and gone, "a held request whose client goes away leaves the queue at once",
+       f"held {held}, gone {gone}")
+
+
 def check_keys():
     st, _, j = ROUTER.json("GET", "/s/keyed/x")
     ok(st == 401 and j["error"]["code"] == "invalid_api_key", "no key: 401", f"{st} {j}")
@@ -692,6 +760,8 @@ def main():
     check_hold_at_zero()
     check_queue_bounds()
     check_framing()
+    check_pipelining()
+    check_held_client_gone()
     check_keys()
     check_replica_killed()
     check_reports()
