@@ -31,9 +31,10 @@
 #include "util/jsonv.h"
 #include "base/banned.h"
 
-#define IN_SIZE      16384 /* a client connection's read buffer */
-#define ACCEPT_BATCH 64    /* connections taken per wake of the listener */
-#define LINGER_S     2     /* reading to the end after an answer that closes */
+#define IN_SIZE         16384 /* a client connection's read buffer */
+#define ACCEPT_BATCH    64    /* connections taken per wake of the listener */
+#define LINGER_S        2     /* reading to the end after an answer that closes */
+#define ACCEPT_PAUSE_MS 200   /* out of descriptors: the listener rests this long */
 
 static const char *const methods_ok[] = {"GET",    "POST",    "HEAD",  "PUT",
                                          "DELETE", "OPTIONS", "PATCH", NULL};
@@ -489,6 +490,15 @@ static void client_new(struct rt_worker *w, int fd, const struct sockaddr_storag
     client_read(c, false);
 }
 
+static void accept_again(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct rt_worker *w = arg;
+    if (event_add(w->accept_ev, NULL) != 0)
+        router_log("worker %zu: listening again failed", w->index);
+}
+
 static void on_accept(evutil_socket_t fd, short what, void *arg)
 {
     (void)what;
@@ -500,8 +510,21 @@ static void on_accept(evutil_socket_t fd, short what, void *arg)
         if (cfd < 0) {
             if (errno == EINTR || errno == ECONNABORTED)
                 continue;
-            break; /* EAGAIN; or out of descriptors: the backlog waits */
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+                /* the listener is level-triggered: without a pause it would
+                 * spin; the backlog waits a moment */
+                struct timeval pause = {0, ACCEPT_PAUSE_MS * 1000};
+                if (!w->accept_short)
+                    router_log("worker %zu: accept: %s (pausing %d ms at a time)", w->index,
+                               strerror(errno), ACCEPT_PAUSE_MS);
+                w->accept_short = true;
+                event_del(w->accept_ev);
+                if (event_base_once(w->base, -1, EV_TIMEOUT, accept_again, w, &pause) != 0)
+                    accept_again(-1, 0, w);
+            }
+            break; /* EAGAIN */
         }
+        w->accept_short = false;
         client_new(w, cfd, &sa);
     }
     rt_worker_reap(w);

@@ -280,7 +280,8 @@ struct rt_worker {
     size_t nheld;
     struct rt_client *dead_clients; /* closed in a callback, freed after it */
     struct rt_conn *dead_conns;
-    char rbuf[65536]; /* what replicas send is parsed from here, then copied out */
+    bool accept_short; /* accept ran out of descriptors (logged once) */
+    char rbuf[65536];  /* what replicas send is parsed from here, then copied out */
     pthread_t thread;
 };
 
