@@ -101,12 +101,18 @@ static void msg_release(struct rt_msg *m)
     m->caphdrs = 0;
 }
 
-/* Ends the string being collected: trailing blanks off, a NUL after. */
+/* Ends the string being collected, which starts at `start`: trailing
+ * blanks off, its length kept (a header's), a NUL after. */
 static int msg_end_string(struct rt_msg *m, size_t start)
 {
     while (m->arena.len > start &&
            (m->arena.data[m->arena.len - 1] == ' ' || m->arena.data[m->arena.len - 1] == '\t'))
         m->arena.len--;
+    uint32_t len = (uint32_t)(m->arena.len - start);
+    if (m->at == AT_FIELD)
+        m->hdrs[m->nhdrs - 1].name_len = len;
+    else if (m->at == AT_VALUE)
+        m->hdrs[m->nhdrs - 1].value_len = len;
     return rt_buf_add(&m->arena, "", 1);
 }
 
@@ -227,10 +233,17 @@ const char *rt_msg_value(const struct rt_msg *m, size_t k)
     return m->arena.data + m->hdrs[k].value;
 }
 
+/* Whether header k is `name` (of length len), in any case. */
+static bool name_is(const struct rt_msg *m, size_t k, const char *name, size_t len)
+{
+    return m->hdrs[k].name_len == len && !strcasecmp(rt_msg_name(m, k), name);
+}
+
 const char *rt_msg_get(const struct rt_msg *m, const char *name)
 {
+    size_t len = strlen(name);
     for (size_t k = 0; k < m->nhdrs; k++)
-        if (!strcasecmp(rt_msg_name(m, k), name))
+        if (name_is(m, k, name, len))
             return rt_msg_value(m, k);
     return NULL;
 }
@@ -248,11 +261,17 @@ static const char *const hop_by_hop[] = {"Connection", "Keep-Alive",        "TE"
 
 bool rt_hop_only(const char *key, const char *connection)
 {
-    for (size_t k = 0; hop_by_hop[k]; k++)
-        if (!strcasecmp(key, hop_by_hop[k]))
+    /* every hop-by-hop name starts with one of these: most headers are
+     * passed after one look */
+    if (key[0] && strchr("cCkKtTuUeEpP", key[0])) {
+        for (size_t k = 0; hop_by_hop[k]; k++)
+            if (!strcasecmp(key, hop_by_hop[k]))
+                return true;
+        if (!strncasecmp(key, "Proxy-", 6))
             return true;
-    if (!strncasecmp(key, "Proxy-", 6))
-        return true;
+    }
+    if (!connection)
+        return false;
     size_t n = strlen(key);
     for (const char *p = connection; p && *p;) {
         p += strspn(p, " \t,");
@@ -272,9 +291,22 @@ static int copy_headers(const struct rt_msg *m, const char *const *skip, struct 
         const char *name = rt_msg_name(m, k);
         bool skipped = rt_hop_only(name, connection);
         for (size_t i = 0; skip && skip[i] && !skipped; i++)
-            skipped = !strcasecmp(name, skip[i]);
-        if (!skipped && rt_buf_printf(out, "%s: %s\r\n", name, rt_msg_value(m, k)))
+            skipped = name_is(m, k, skip[i], strlen(skip[i]));
+        if (skipped)
+            continue;
+        const struct rt_hdr *h = &m->hdrs[k];
+        if (rt_buf_reserve(out, (size_t)h->name_len + h->value_len + 4))
             return GPO_ENOMEM;
+        char *p = out->data + out->len;
+        memcpy(p, name, h->name_len);
+        p += h->name_len;
+        *p++ = ':';
+        *p++ = ' ';
+        memcpy(p, rt_msg_value(m, k), h->value_len);
+        p += h->value_len;
+        *p++ = '\r';
+        *p++ = '\n';
+        out->len = (size_t)(p - out->data);
     }
     return 0;
 }
@@ -285,8 +317,9 @@ static int add_joined(const struct rt_msg *m, const char *name, const char *last
 {
     if (rt_buf_printf(out, "%s: ", name))
         return GPO_ENOMEM;
+    size_t len = strlen(name);
     for (size_t k = 0; k < m->nhdrs; k++)
-        if (!strcasecmp(rt_msg_name(m, k), name) && *rt_msg_value(m, k) &&
+        if (name_is(m, k, name, len) && *rt_msg_value(m, k) &&
             rt_buf_printf(out, "%s, ", rt_msg_value(m, k)))
             return GPO_ENOMEM;
     return rt_buf_printf(out, "%s\r\n", last);

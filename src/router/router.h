@@ -144,9 +144,10 @@ int rt_buf_str(struct rt_buf *b, const char *s);
 int rt_buf_printf(struct rt_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void rt_buf_release(struct rt_buf *b);
 
-/* A header: offsets of its NUL-ended name and value in the arena. */
+/* A header: offsets of its NUL-ended name and value in the arena, and
+ * their lengths. */
 struct rt_hdr {
-    uint32_t name, value;
+    uint32_t name, value, name_len, value_len;
 };
 
 /* A message's head as parsed: the request's URL or the response's reason
