@@ -513,7 +513,7 @@ static void on_accept(evutil_socket_t fd, short what, void *arg)
             if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
                 /* the listener is level-triggered: without a pause it would
                  * spin; the backlog waits a moment */
-                struct timeval pause = {0, ACCEPT_PAUSE_MS * 1000};
+                struct timeval pause = {0, (suseconds_t)ACCEPT_PAUSE_MS * 1000};
                 if (!w->accept_short)
                     router_log("worker %zu: accept: %s (pausing %d ms at a time)", w->index,
                                strerror(errno), ACCEPT_PAUSE_MS);
