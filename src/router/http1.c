@@ -73,6 +73,17 @@ int rt_buf_printf(struct rt_buf *b, const char *fmt, ...)
     return GPO_ENOMEM;
 }
 
+int rt_buf_cat(struct rt_buf *b, ...)
+{
+    va_list ap;
+    va_start(ap, b);
+    int rc = 0;
+    for (const char *s = va_arg(ap, const char *); s && !rc; s = va_arg(ap, const char *))
+        rc = rt_buf_add(b, s, strlen(s));
+    va_end(ap);
+    return rc;
+}
+
 void rt_buf_release(struct rt_buf *b)
 {
     free(b->data);
@@ -315,14 +326,14 @@ static int copy_headers(const struct rt_msg *m, const char *const *skip, struct 
 static int add_joined(const struct rt_msg *m, const char *name, const char *last,
                       struct rt_buf *out)
 {
-    if (rt_buf_printf(out, "%s: ", name))
+    if (rt_buf_cat(out, name, ": ", NULL))
         return GPO_ENOMEM;
     size_t len = strlen(name);
     for (size_t k = 0; k < m->nhdrs; k++)
         if (name_is(m, k, name, len) && *rt_msg_value(m, k) &&
-            rt_buf_printf(out, "%s, ", rt_msg_value(m, k)))
+            rt_buf_cat(out, rt_msg_value(m, k), ", ", NULL))
             return GPO_ENOMEM;
-    return rt_buf_printf(out, "%s\r\n", last);
+    return rt_buf_cat(out, last, "\r\n", NULL);
 }
 
 /* ---- the request reader ---- */
@@ -477,20 +488,20 @@ int rt_req_forward(const struct rt_reqr *r, const char *uri, const char *peer,
 {
     const struct rt_msg *m = &r->m;
     const char *host = rt_msg_get(m, "Host");
-    if (rt_buf_printf(out, "%s %s HTTP/1.1\r\n", http_method_str((enum http_method)r->method),
-                      uri) ||
+    if (rt_buf_cat(out, http_method_str((enum http_method)r->method), " ", uri, " HTTP/1.1\r\n",
+                   NULL) ||
         copy_headers(m, forward_skip, out))
         return GPO_ENOMEM;
     if (*peer && add_joined(m, "X-Forwarded-For", peer, out))
         return GPO_ENOMEM;
     if (host && !rt_msg_get(m, "X-Forwarded-Host") &&
-        rt_buf_printf(out, "X-Forwarded-Host: %s\r\n", host))
+        rt_buf_cat(out, "X-Forwarded-Host: ", host, "\r\n", NULL))
         return GPO_ENOMEM;
     if (!rt_msg_get(m, "X-Forwarded-Proto") && rt_buf_str(out, "X-Forwarded-Proto: http\r\n"))
         return GPO_ENOMEM;
     if (add_joined(m, "Via", VIA, out))
         return GPO_ENOMEM;
-    if (!host && rt_buf_printf(out, "Host: %s\r\n", host_fallback))
+    if (!host && rt_buf_cat(out, "Host: ", host_fallback, "\r\n", NULL))
         return GPO_ENOMEM;
     if ((r->body.len || r->method == HTTP_POST || r->method == HTTP_PUT ||
          r->method == HTTP_PATCH) &&
@@ -554,10 +565,12 @@ static int rs_headers(http_parser *p)
     bool chunked = (p->flags & F_CHUNKED) != 0;
     const char *cl = chunked ? NULL : rt_msg_get(&r->m, "Content-Length");
     bool no_body = r->head_req || r->status == 204 || r->status == 304;
-    if (rt_buf_printf(out, "HTTP/1.1 %d %s\r\n", r->status, rt_msg_line(&r->m)) ||
+    char code[4] = {(char)('0' + r->status / 100 % 10), (char)('0' + r->status / 10 % 10),
+                    (char)('0' + r->status % 10), '\0'}; /* the parser takes 3 digits */
+    if (rt_buf_cat(out, "HTTP/1.1 ", code, " ", rt_msg_line(&r->m), "\r\n", NULL) ||
         copy_headers(&r->m, response_skip, out))
         return -1;
-    if (cl && rt_buf_printf(out, "Content-Length: %s\r\n", cl))
+    if (cl && rt_buf_cat(out, "Content-Length: ", cl, "\r\n", NULL))
         return -1;
     if (!cl && (!no_body || (r->head_req && chunked))) {
         if (r->client11) {

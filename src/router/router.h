@@ -142,6 +142,8 @@ int rt_buf_reserve(struct rt_buf *b, size_t more);
 int rt_buf_add(struct rt_buf *b, const void *p, size_t n);
 int rt_buf_str(struct rt_buf *b, const char *s);
 int rt_buf_printf(struct rt_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Appends each string of a NULL-ended list. */
+int rt_buf_cat(struct rt_buf *b, ...) __attribute__((sentinel));
 void rt_buf_release(struct rt_buf *b);
 
 /* A header: offsets of its NUL-ended name and value in the arena, and
