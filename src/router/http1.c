@@ -73,7 +73,7 @@ int rt_buf_printf(struct rt_buf *b, const char *fmt, ...)
     return GPO_ENOMEM;
 }
 
-int rt_buf_cat(struct rt_buf *b, ...)
+int rt_buf_cat_(struct rt_buf *b, ...)
 {
     va_list ap;
     va_start(ap, b);
@@ -326,14 +326,14 @@ static int copy_headers(const struct rt_msg *m, const char *const *skip, struct 
 static int add_joined(const struct rt_msg *m, const char *name, const char *last,
                       struct rt_buf *out)
 {
-    if (rt_buf_cat(out, name, ": ", NULL))
+    if (rt_buf_cat(out, name, ": "))
         return GPO_ENOMEM;
     size_t len = strlen(name);
     for (size_t k = 0; k < m->nhdrs; k++)
         if (name_is(m, k, name, len) && *rt_msg_value(m, k) &&
-            rt_buf_cat(out, rt_msg_value(m, k), ", ", NULL))
+            rt_buf_cat(out, rt_msg_value(m, k), ", "))
             return GPO_ENOMEM;
-    return rt_buf_cat(out, last, "\r\n", NULL);
+    return rt_buf_cat(out, last, "\r\n");
 }
 
 /* ---- the request reader ---- */
@@ -488,20 +488,19 @@ int rt_req_forward(const struct rt_reqr *r, const char *uri, const char *peer,
 {
     const struct rt_msg *m = &r->m;
     const char *host = rt_msg_get(m, "Host");
-    if (rt_buf_cat(out, http_method_str((enum http_method)r->method), " ", uri, " HTTP/1.1\r\n",
-                   NULL) ||
+    if (rt_buf_cat(out, http_method_str((enum http_method)r->method), " ", uri, " HTTP/1.1\r\n") ||
         copy_headers(m, forward_skip, out))
         return GPO_ENOMEM;
     if (*peer && add_joined(m, "X-Forwarded-For", peer, out))
         return GPO_ENOMEM;
     if (host && !rt_msg_get(m, "X-Forwarded-Host") &&
-        rt_buf_cat(out, "X-Forwarded-Host: ", host, "\r\n", NULL))
+        rt_buf_cat(out, "X-Forwarded-Host: ", host, "\r\n"))
         return GPO_ENOMEM;
     if (!rt_msg_get(m, "X-Forwarded-Proto") && rt_buf_str(out, "X-Forwarded-Proto: http\r\n"))
         return GPO_ENOMEM;
     if (add_joined(m, "Via", VIA, out))
         return GPO_ENOMEM;
-    if (!host && rt_buf_cat(out, "Host: ", host_fallback, "\r\n", NULL))
+    if (!host && rt_buf_cat(out, "Host: ", host_fallback, "\r\n"))
         return GPO_ENOMEM;
     if ((r->body.len || r->method == HTTP_POST || r->method == HTTP_PUT ||
          r->method == HTTP_PATCH) &&
@@ -567,10 +566,10 @@ static int rs_headers(http_parser *p)
     bool no_body = r->head_req || r->status == 204 || r->status == 304;
     char code[4] = {(char)('0' + r->status / 100 % 10), (char)('0' + r->status / 10 % 10),
                     (char)('0' + r->status % 10), '\0'}; /* the parser takes 3 digits */
-    if (rt_buf_cat(out, "HTTP/1.1 ", code, " ", rt_msg_line(&r->m), "\r\n", NULL) ||
+    if (rt_buf_cat(out, "HTTP/1.1 ", code, " ", rt_msg_line(&r->m), "\r\n") ||
         copy_headers(&r->m, response_skip, out))
         return -1;
-    if (cl && rt_buf_cat(out, "Content-Length: ", cl, "\r\n", NULL))
+    if (cl && rt_buf_cat(out, "Content-Length: ", cl, "\r\n"))
         return -1;
     if (!cl && (!no_body || (r->head_req && chunked))) {
         if (r->client11) {

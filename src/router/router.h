@@ -142,8 +142,9 @@ int rt_buf_reserve(struct rt_buf *b, size_t more);
 int rt_buf_add(struct rt_buf *b, const void *p, size_t n);
 int rt_buf_str(struct rt_buf *b, const char *s);
 int rt_buf_printf(struct rt_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Appends each string of a NULL-ended list. */
-int rt_buf_cat(struct rt_buf *b, ...) __attribute__((sentinel));
+/* Appends each string given (rt_buf_cat(b, "a", s, "\r\n")). */
+int rt_buf_cat_(struct rt_buf *b, ...) __attribute__((sentinel));
+#define rt_buf_cat(b, ...) rt_buf_cat_((b), __VA_ARGS__, (const char *)NULL)
 void rt_buf_release(struct rt_buf *b);
 
 /* A header: offsets of its NUL-ended name and value in the arena, and
