@@ -383,8 +383,11 @@ static void conn_failed(struct rt_conn *k)
 static void answered(struct rt_exchange *x, bool reuse)
 {
     struct rt_client *c = x->c;
-    bool close = x->conn->rs.close_out;
-    release_endpoint(x, reuse);
+    struct rt_conn *k = x->conn;
+    bool close = k->rs.close_out;
+    /* an answer before the whole request went (a replica may refuse early)
+     * leaves the connection in the middle of a request: not reused */
+    release_endpoint(x, reuse && !k->connecting && k->out.len == 0);
     exchange_end(x);
     rt_client_done(c, close);
     rt_client_flush(c);
