@@ -94,6 +94,36 @@ struct cluster_node_features {
  * a node listed here that registers in another pool has none of them. The
  * cluster holds at most SCHED_MAX_FEATURES distinct feature names.
  */
+/*
+ * MIG layouts of a pool's (or one node's) MIG-capable GPUs ("mig" of a pool
+ * or node; docs/mig.md). Off (absent): gpuorch schedules onto whatever
+ * instances the nodes report and never changes them. Static: every MIG GPU
+ * should hold `layout` (a named layout, core/mig.h's mig_layout_named:
+ * "all-1g.10gb", "all-balanced", ...) or the counts per profile (as
+ * mig-parted's mig-devices: {"1g.10gb": 2, "3g.40gb": 1}); the controller
+ * plans towards it on idle parts only. Dynamic: the core's planner
+ * (mig_plan) reshapes idle parts by pending demand, with `plan`'s damping.
+ * A node's own "mig" overrides its pool's.
+ */
+enum cluster_mig_mode {
+    CLUSTER_MIG_OFF = 0,
+    CLUSTER_MIG_STATIC,
+    CLUSTER_MIG_DYNAMIC,
+};
+struct cluster_mig_count {
+    char *profile; /* "1g.10gb": valid for the GPU type the layout lands on */
+    uint32_t count;
+};
+struct cluster_mig {
+    enum cluster_mig_mode mode;
+    char *layout; /* static: a named layout, or NULL with counts */
+    struct cluster_mig_count *counts;
+    size_t ncounts;
+    /* dynamic: core/mig.h's struct mig_plan_spec (defaults mig_plan_spec_default) */
+    int64_t settle_ms, hold_ms, min_interval_ms;
+    uint32_t keep_free, max_repartitions;
+};
+
 struct cluster_pool {
     uint32_t id;
     char *name;
@@ -102,6 +132,7 @@ struct cluster_pool {
     size_t naliases;
     struct cluster_node_features *node_features;
     size_t nnode_features;
+    struct cluster_mig mig; /* mode CLUSTER_MIG_OFF when absent */
 };
 
 /*
@@ -277,6 +308,16 @@ enum cluster_node_state {
     CLUSTER_NODE_DOWN,
 };
 
+/* A MIG GPU instance a node reports (proto's struct proto_mig_instance,
+ * its profile resolved into a name of the GPU type's catalogue entry). */
+struct cluster_mig_instance {
+    char *profile;  /* "1g.10gb" */
+    uint32_t start; /* first memory slot, 0..7 */
+    uint32_t gi_id;
+    int64_t ci_id; /* -1: no compute instance yet (takes no job) */
+    char *uuid;    /* "MIG-..."; NULL without a compute instance */
+};
+
 struct cluster_gpu {
     uint32_t index;        /* NVML's index on the node, 0..63, unique on the node */
     char *uuid;            /* "GPU-" + 8-4-4-4-12 hex digits, or "MIG-..." */
@@ -285,6 +326,9 @@ struct cluster_gpu {
     int64_t nvlink_domain; /* -1 (none, the default)..INT32_MAX */
     uint32_t mig_slices;   /* 0..7; 0: no MIG */
     bool mig_enabled;      /* needs mig_slices > 0 */
+    bool mig_pending;      /* MIG mode after the next reset */
+    struct cluster_mig_instance *mig; /* with mig_enabled: the reported instances */
+    size_t nmig;                      /* 0..7 */
 };
 
 struct cluster_node {
@@ -299,6 +343,7 @@ struct cluster_node {
     uint32_t log_port;        /* the agent's log server; 0: none */
     struct cluster_gpu *gpus; /* at most SCHED_MAX_GPUS_PER_NODE */
     size_t ngpus;
+    struct cluster_mig *mig; /* the node's own MIG layout setting; NULL: its pool's */
 };
 
 /* Whether s is a valid name of its kind, as described at the top. NULL: false. */
