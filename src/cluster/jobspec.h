@@ -13,6 +13,7 @@
  *   "gpus": N           N whole GPUs (0..1024), or a fraction in (0, 1) with at
  *                       most three decimals (0.25 = 250 milli-GPU on one GPU);
  *   "gpu_mem_mib": M    or a share of one GPU by memory (MiB), instead of gpus;
+ *   "mig_profile": P    or one MIG instance of profile P ("1g.10gb"; docs/mig.md);
  *   "min_gpu_mem_mib"   each GPU used has at least this much memory;
  *   "gpu_type", "pool"  names, or absent for any;
  *   "cpus", "mem_mib"   per job (default 1 CPU, 1024 MiB);
@@ -139,6 +140,7 @@ struct jobspec {
     uint32_t max_retries;  /* default 0 */
     int64_t gpu_mem_mib;   /* or a share of one GPU's memory */
     int64_t min_gpu_mem_mib;
+    char *mig_profile; /* or one MIG instance of this profile ("1g.10gb"); NULL: none */
     int64_t mem_mib;      /* default 1024 */
     int64_t time_limit_s; /* 0: none */
     bool multi_node;
