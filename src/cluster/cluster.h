@@ -94,10 +94,19 @@ struct cluster_node_features {
  * a node listed here that registers in another pool has none of them. The
  * cluster holds at most SCHED_MAX_FEATURES distinct feature names.
  */
+/* How a pool's nodes share a GPU among fractional jobs ("sharing"):
+ * time-slicing, as the GPU does by itself (the default), or CUDA MPS, each
+ * fractional job a client held to its share (docs/gpu-sharing.md). */
+enum cluster_sharing {
+    CLUSTER_SHARING_NONE, /* "none" */
+    CLUSTER_SHARING_MPS,  /* "mps" */
+};
+
 struct cluster_pool {
     uint32_t id;
     char *name;
     char *description; /* or NULL */
+    enum cluster_sharing sharing; /* "sharing": "none" (default) or "mps" */
     char **aliases;    /* NULL-terminated; NULL when none */
     size_t naliases;
     struct cluster_node_features *node_features;

@@ -370,8 +370,8 @@ static void test_mps_is_false_when_absent_and_written_only_when_true(void **stat
     assert_true(m.attempts[0].mps);
     assert_false(m.attempts[1].mps);
     assert_int_equal(proto_assignments_encode(&m, &out), 0);
-    assert_true(json_is_true(
-        json_object_get(json_array_get(json_object_get(out, "attempts"), 0), "mps")));
+    assert_true(
+        json_is_true(json_object_get(json_array_get(json_object_get(out, "attempts"), 0), "mps")));
     json_decref(out);
     proto_assignments_release(&m);
     json_decref(o);
