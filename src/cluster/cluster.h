@@ -96,7 +96,7 @@ struct cluster_node_features {
  */
 /* How a pool's nodes share a GPU among fractional jobs ("sharing"):
  * time-slicing, as the GPU does by itself (the default), or CUDA MPS, each
- * fractional job a client held to its share (docs/gpu-sharing.md). */
+ * fractional job a client held to its share (docs/mps.md). */
 enum cluster_sharing {
     CLUSTER_SHARING_NONE, /* "none" */
     CLUSTER_SHARING_MPS,  /* "mps" */
