@@ -390,6 +390,21 @@ def pid_alive(pid):
     return stat[stat.rfind(")") + 2:][:1] not in ("Z", "X", "")
 
 
+def env_file(path):
+    """A file of NAME=VALUE lines (the output of env) as a dict; {} when it
+    cannot be read."""
+    out = {}
+    try:
+        with open(path) as f:
+            for line in f:
+                k, eq, v = line.rstrip("\n").partition("=")
+                if eq:
+                    out[k] = v
+    except OSError:
+        pass
+    return out
+
+
 def write_atomic(path, text):
     """Writes TEXT to PATH through a temporary file and a rename, so that a
     reader sees the old file or the whole new one."""
