@@ -138,9 +138,9 @@ json_t *cluster_pool_to_json(const struct cluster_pool *p, unsigned flags)
     json_t *o = json_object();
     bool ok = o && put_id(o, p->id, flags) && put(o, "name", json_string(p->name)) &&
               (!p->description || put(o, "description", json_string(p->description))) &&
-              /* Absent when "none", so a pool without it reads as it always has. */
-              (p->sharing == CLUSTER_SHARING_NONE ||
-               put(o, "sharing", json_string(sharing_names[p->sharing]))) &&
+              /* Always, so that a file saying "none" applies as unchanged. */
+              (unsigned)p->sharing <= CLUSTER_SHARING_MPS &&
+              put(o, "sharing", json_string(sharing_names[p->sharing])) &&
               cluster_pool_extra_json(p, o) == 0;
     return finish(o, ok);
 }

@@ -27,6 +27,7 @@ deadlines, never timed. KEEP_TMP=1 keeps the directories."""
 
 import json
 import os
+import subprocess
 import sys
 import tempfile
 
@@ -158,6 +159,33 @@ def bad_setting():
        "an empty sharing is refused too, and no pool 'other' was made", f"{st} {raw!r} {st2}")
 
 
+def apply_file():
+    """The setting through `gpuorch apply -f`, as an admin writes it."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUORCH_")}
+    env.update({"GPUORCH_SERVER": SRV.url, "GPUORCH_TOKEN": ADMIN, "HOME": TMP})
+
+    def apply(name, text):
+        path = os.path.join(TMP, name)
+        with open(path, "w") as f:
+            f.write(text)
+        r = subprocess.run([BIN, "apply", "-f", path], capture_output=True, text=True, env=env,
+                           timeout=60)
+        return r.returncode, r.stdout.strip(), r.stderr.strip()
+
+    doc = ("pools:\n  - name: shared\n    description: fractions under MPS\n    sharing: mps\n"
+           "  - name: plain\n    description: time-sliced fractions\n    sharing: none\n")
+    rc, out, err = apply("pools.yaml", doc)
+    ok(rc == 0 and out.splitlines() == ["pool/shared unchanged", "pool/plain unchanged"],
+       "apply -f with sharing: mps and sharing: none as stored: both unchanged",
+       f"{rc}\n{out}\n{err}")
+    rc, out, err = apply("bad.yaml", doc.replace("sharing: none", "sharing: sometimes"))
+    st, body, _ = call("GET", "/v1/pools/plain", token=ADMIN)
+    ok(rc == 1 and "pool/plain: 400" in err and "field 'sharing'" in err and "none, mps" in err
+       and st == 200 and body.get("sharing") == "none",
+       "apply -f with sharing: sometimes: one line naming the object, the field and the values "
+       "it takes; the pool is unchanged", f"{rc}\n{out}\n{err}\n{body}")
+
+
 def fractions_under_mps():
     uuid = AGENTS["n1"].uuids[0]
     # A fraction gets that share of the GPU's memory too (docs/scheduling.md).
@@ -245,7 +273,7 @@ def missing_program():
 def main():
     print("TAP version 13")
     setup()
-    for step in (bad_setting, fractions_under_mps, whole_gpu_in_mps_pool, plain_pool,
+    for step in (bad_setting, apply_file, fractions_under_mps, whole_gpu_in_mps_pool, plain_pool,
                  missing_program):
         try:
             step()
