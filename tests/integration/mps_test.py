@@ -35,7 +35,7 @@ sys.dont_write_bytecode = True  # leave no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import FakeAgent, Server, env_file, fake_gpu_uuid, ok, remove_tmp  # noqa: E402
 from harness import run_as_root  # noqa: E402
-from harness import file_tail, wait_job_until, wait_until  # noqa: E402
+from harness import end_checks, file_tail, run_steps, wait_job_until, wait_until  # noqa: E402
 
 BIN = os.path.abspath(sys.argv[1])
 FAKEMPS = os.path.abspath(sys.argv[2])
@@ -273,20 +273,9 @@ def missing_program():
 def main():
     print("TAP version 13")
     setup()
-    for step in (bad_setting, apply_file, fractions_under_mps, whole_gpu_in_mps_pool, plain_pool,
-                 missing_program):
-        try:
-            step()
-        except Exception as e:  # one broken step should not hide the others' results
-            ok(False, f"step {step.__name__} ran to its end", repr(e))
-    reports = [n for n, ag in AGENTS.items()
-               if "Sanitizer" in ag.log() or "runtime error:" in ag.log()]
-    ok(not reports, "the agents' logs hold no sanitizer report",
-       "\n".join(AGENTS[n].tail(6000) for n in reports))
-    codes = {n: ag.stop() for n, ag in AGENTS.items()}
-    ok(all(c == 0 for c in codes.values()), "every agent stops with status 0 on SIGTERM", codes)
-    rc = SRV.stop()
-    ok(rc == 0, "the server stops cleanly at the end", f"{rc}\n{SRV.log_tail()}")
+    run_steps((bad_setting, apply_file, fractions_under_mps, whole_gpu_in_mps_pool, plain_pool,
+               missing_program))
+    end_checks(AGENTS, SRV)
 
 
 def on_exit():
