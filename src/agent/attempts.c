@@ -49,7 +49,7 @@ int attempts_new(const struct attempts_config *cfg, struct attempts **ret)
     int rc = t->node && t->state_dir ? exits_new(cfg->exit_poll, &t->exits) : GPO_ENOMEM;
     struct replica_config rc_cfg = {.wake = replica_changed, .arg = t, .log = t->cfg.log};
     rc = rc ? rc : replica_new(&rc_cfg, &t->rep);
-    rc = rc ? rc : mps_new(cfg->priv, &t->mps);
+    rc = rc ? rc : mps_new(cfg->priv, cfg->state_dir, &t->mps);
     if (rc) {
         attempts_free(t);
         return rc;
@@ -445,6 +445,13 @@ void attempts_apply(struct attempts *t, const struct proto_assignments *answer, 
     for (size_t k = 0; k < t->n; k++) {
         if (!t->v[k]->listed && t->v[k]->phase == PH_RUNNING)
             start_kill(t, t->v[k], PROTO_STATE_CANCELLED, t->cfg.kill_grace_ms, now_ms);
+    }
+    /* The first answer has counted the MPS clients taken up from the
+     * journal: a daemon with none left ended its jobs while we were away. */
+    if (!t->mps_swept) {
+        t->mps_swept = true;
+        launch_gpus_read(&t->gpus, t->cfg.gpus);
+        mps_sweep(t->mps, (const char *const *)t->gpus.uuids, t->gpus.n, t->cfg.log);
     }
     exits_wake(t->exits);
     pthread_mutex_unlock(&t->lock);

@@ -66,6 +66,7 @@ struct attempts {
     struct exits *exits; /* the monitor's sleep: wake-ups and the shims' pidfds */
     struct replica *rep; /* the serving replicas' probes */
     struct mps *mps;     /* MPS daemons' clients, under the lock */
+    bool mps_swept;      /* the first answer's mps_sweep is done */
     bool told_poll;      /* the log said that exits are polled for */
     struct att **v;
     size_t n, cap;

@@ -4,8 +4,10 @@
 #include "agent/mps.h"
 
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "util/errbuf.h"
 #include "base/banned.h"
@@ -19,6 +21,7 @@ struct gpu_count {
 
 struct mps {
     struct priv *priv;
+    char *state_dir;
     struct gpu_count *v;
     size_t n, cap;
 };
@@ -50,11 +53,13 @@ int mps_env(const char *state_dir, const struct proto_attempt *a, struct launch_
     return rc;
 }
 
-int mps_new(struct priv *priv, struct mps **ret)
+int mps_new(struct priv *priv, const char *state_dir, struct mps **ret)
 {
     struct mps *m = calloc(1, sizeof(*m));
-    if (!m)
+    if (!m || !(m->state_dir = strdup(state_dir))) {
+        free(m);
         return GPO_ENOMEM;
+    }
     m->priv = priv;
     *ret = m;
     return 0;
@@ -67,6 +72,7 @@ void mps_free(struct mps *m)
     for (size_t k = 0; k < m->n; k++)
         free(m->v[k].uuid);
     free(m->v);
+    free(m->state_dir);
     free(m);
 }
 
@@ -123,4 +129,24 @@ int mps_release(struct mps *m, const char *uuid, char *err, size_t errlen)
     if (--g->clients)
         return 0;
     return priv_mps(m->priv, PRIV_MPS_QUIT, uuid, err, errlen);
+}
+
+void mps_sweep(struct mps *m, const char *const *uuids, size_t n,
+               void (*log)(const char *fmt, ...) __attribute__((format(printf, 1, 2))))
+{
+    for (size_t k = 0; k < n; k++) {
+        char pipe[4096], why[PRIV_MSG_MAX] = "";
+        struct stat st;
+        snprintf(pipe, sizeof(pipe), "%s/mps/%s/pipe", m->state_dir, uuids[k]);
+        if (!uuids[k][0] || stat(pipe, &st) != 0)
+            continue;
+        size_t clients = mps_clients(m, uuids[k]);
+        if (clients)
+            log("CUDA MPS: the daemon of GPU %s is kept for %zu client(s)", uuids[k], clients);
+        else if (priv_mps(m->priv, PRIV_MPS_QUIT, uuids[k], why, sizeof(why)) != 0)
+            log("CUDA MPS: quitting the daemon of GPU %s: %s", uuids[k], why);
+        else if (strncmp(why, "quit", 4) == 0)
+            log("CUDA MPS: GPU %s has no client left: its daemon was told to quit (%s)", uuids[k],
+                why);
+    }
 }

@@ -7,7 +7,9 @@
  * per GPU, started by the privileged half (priv_mps) before the first such
  * attempt of the GPU launches and told to quit once the last one has ended
  * (its GPU checked: attempts.h's PH_ENDING), whichever user each belongs
- * to. NVIDIA's daemon runs one user's MPS server per GPU at a time: a
+ * to; after an agent restart, the first answer counts the clients again
+ * and mps_sweep quits the daemons left with none. NVIDIA's daemon runs one
+ * user's MPS server per GPU at a time: a
  * client of another user waits, inside its own CUDA initialization, until
  * the current server's clients are done; the agent never waits for it.
  * A whole-GPU attempt of such a pool, and any attempt of another pool, is
@@ -47,8 +49,9 @@ int mps_env(const char *state_dir, const struct proto_attempt *a, struct launch_
 
 struct mps;
 
-/* 0 and *ret (mps_free), or GPO_ENOMEM; priv is borrowed. */
-int mps_new(struct priv *priv, struct mps **ret);
+/* 0 and *ret (mps_free), or GPO_ENOMEM; priv is borrowed, state_dir
+ * (the agent's) copied. */
+int mps_new(struct priv *priv, const char *state_dir, struct mps **ret);
 /* Frees the counts; daemons keep running (as jobs do when the agent
  * stops). NULL is fine. */
 void mps_free(struct mps *m);
@@ -63,5 +66,14 @@ int mps_release(struct mps *m, const char *uuid, char *err, size_t errlen);
 
 /* The clients counted on uuid. */
 size_t mps_clients(const struct mps *m, const char *uuid);
+
+/*
+ * After an agent restart, once the first answer has counted the clients
+ * that still run: quits the daemon of each of uuids[0..n) that has none
+ * and has a STATE/mps/UUID/pipe (a daemon whose jobs ended while the agent
+ * was away), and logs each GPU whose daemon is kept. Failures are logged.
+ */
+void mps_sweep(struct mps *m, const char *const *uuids, size_t n,
+               void (*log)(const char *fmt, ...) __attribute__((format(printf, 1, 2))));
 
 #endif

@@ -10,13 +10,16 @@ Nodes: n1 (one GPU) in pool "shared" (sharing: mps), n2 (one GPU) in pool
 GPU) in pool "nobin" (sharing: mps) with no nvidia-cuda-mps-control at all.
 
 What it checks: a bad "sharing" value is refused naming the field and the
-values it takes, and the stored pool is unchanged; two fractional jobs (0.25
+values it takes (through the API and apply -f), and the stored pool is
+unchanged; two fractional jobs (0.25
 and 0.5, with GPU memory) on n1's GPU run at once, each with
 CUDA_MPS_PIPE_DIRECTORY and CUDA_MPS_LOG_DIRECTORY of one daemon,
 CUDA_MPS_ACTIVE_THREAD_PERCENTAGE 25 and 50 and CUDA_MPS_PINNED_DEVICE_MEM_LIMIT
 0=<its share's MiB>M; the daemon was started once, with CUDA_VISIBLE_DEVICES
 the GPU and those directories, got only documented commands, and got `quit`
-after both ended; a whole-GPU job of that pool gets no MPS variable and starts
+after both ended; across a kill -9 of n1's agent a running client keeps its
+daemon, and a daemon whose client ended meanwhile is told to quit by the
+restarted agent; a whole-GPU job of that pool gets no MPS variable and starts
 no daemon; a fraction in pool plain gets none and n2 starts no daemon; a
 fraction on n3 fails with a reason naming the missing program rather than run
 unenforced.
@@ -233,6 +236,68 @@ def fractions_under_mps():
                                                                        "control.out")))
 
 
+def agent_log_has(node, text):
+    return wait_until(lambda: text in AGENTS[node].log(), timeout=20)
+
+
+def agent_restart():
+    """kill -9 of n1's agent: a client still running keeps its daemon across the
+    restart; a daemon whose only client ended while the agent was away is told
+    to quit by the restarted agent."""
+    uuid = AGENTS["n1"].uuids[0]
+    pid_file = os.path.join(mps_dir("n1", uuid), "pipe", "nvidia-cuda-mps-control.pid")
+    mark = len(control_log("n1", uuid))
+
+    def job(name):
+        started, go = os.path.join(SHARED, f"{name}.started"), os.path.join(SHARED, f"{name}.go")
+        # It ends 0 only if its daemon still runs when it is let go.
+        script = (f"touch {started}; i=0; while [ ! -e {go} ] && [ $i -lt 600 ]; do sleep 0.1; "
+                  f"i=$((i+1)); done; [ -e {pid_file} ]")
+        jid = submit({"name": name, "gpus": 0.25, "pool": "shared",
+                      "command": ["/bin/sh", "-c", script]})
+        return jid, started, go
+
+    jid, started, go = job("survivor")
+    ok(wait_until(lambda: os.path.exists(started), timeout=30), "a 0.25 job runs on n1",
+       AGENTS["n1"].tail())
+    AGENTS["n1"].kill9()
+    AGENTS["n1"].start()
+    kept = agent_log_has("n1", f"the daemon of GPU {uuid} is kept for 1 client(s)")
+    ok(kept, "the restarted agent counts the running client again and keeps its daemon",
+       AGENTS["n1"].tail())
+    with open(go, "w"):
+        pass
+    j = wait_final(jid)
+    ok(j and j["state"] == "COMPLETED", "the job found its daemon still running when it ended",
+       detail(j, "n1"))
+    wait_until(lambda: body_of(control_log("n1", uuid))[-1:] == ["Shutting down"], timeout=15)
+    after = body_of(control_log("n1", uuid)[mark:])
+    ok([x for x in after if x.startswith(("Starting", "command:"))] ==
+       [after[0], "command: quit"] and after[0].startswith("Starting control daemon"),
+       "one daemon across the restart, told to quit once, after its client ended",
+       "\n".join(after))
+
+    mark = len(control_log("n1", uuid))
+    jid, started, go = job("orphan")
+    ok(wait_until(lambda: os.path.exists(started), timeout=30), "another 0.25 job runs on n1",
+       AGENTS["n1"].tail())
+    AGENTS["n1"].kill9()
+    with open(go, "w"):
+        pass
+    status = os.path.join(AGENTS["n1"].state, "attempts", f"{jid}.1", "status")
+    ok(wait_until(lambda: os.path.exists(status), timeout=30),
+       "it ends while n1's agent is down (its shim wrote its status)", status)
+    AGENTS["n1"].start()
+    j = wait_final(jid)
+    quit_seen = wait_until(lambda: body_of(control_log("n1", uuid))[-1:] == ["Shutting down"],
+                           timeout=20)
+    after = body_of(control_log("n1", uuid)[mark:])
+    ok(j and j["state"] == "COMPLETED" and quit_seen and "command: quit" in after
+       and not os.path.exists(pid_file),
+       "the restarted agent tells the daemon left without clients to quit",
+       "\n".join(after) + "\n" + AGENTS["n1"].tail())
+
+
 def whole_gpu_in_mps_pool():
     uuid = AGENTS["n1"].uuids[0]
     before = control_log("n1", uuid)
@@ -273,8 +338,8 @@ def missing_program():
 def main():
     print("TAP version 13")
     setup()
-    run_steps((bad_setting, apply_file, fractions_under_mps, whole_gpu_in_mps_pool, plain_pool,
-               missing_program))
+    run_steps((bad_setting, apply_file, fractions_under_mps, agent_restart, whole_gpu_in_mps_pool,
+               plain_pool, missing_program))
     end_checks(AGENTS, SRV)
 
 
