@@ -19,12 +19,13 @@ CUDA_MPS_ACTIVE_THREAD_PERCENTAGE 25 and 50 and CUDA_MPS_PINNED_DEVICE_MEM_LIMIT
 the GPU and those directories, got only documented commands, and got `quit`
 after both ended; across a kill -9 of n1's agent a running client keeps its
 daemon, and a daemon whose client ended meanwhile is told to quit by the
-restarted agent; a whole-GPU job of that pool gets no MPS variable and starts
-no daemon; a fraction in pool plain gets none and n2 starts no daemon; a
+restarted agent; fractions of two users run at once under one daemon (the
+agent does not wait on the second); a whole-GPU job of that pool gets no MPS
+variable and starts no daemon; a fraction in pool plain gets none and n2 starts no daemon; a
 fraction on n3 fails with a reason naming the missing program rather than run
 unenforced.
 
-Needs root (the agent switches to the job's user gpuorch-test1). Agents and
+Needs root (the agent switches to the jobs' users gpuorch-test1 and gpuorch-test2). Agents and
 server are child processes stopped by PID; conditions are polled with
 deadlines, never timed. KEEP_TMP=1 keeps the directories."""
 
@@ -45,6 +46,7 @@ FAKEMPS = os.path.abspath(sys.argv[2])
 FAKENVML = os.environ.get("GPUORCH_FAKENVML") or os.path.join(
     os.path.dirname(BIN), "tests", "libnvidia-ml.so.1")
 JOB_USER = "gpuorch-test1"
+OTHER_USER = "gpuorch-test2"
 FINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL")
 MPS_VARS = ("CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY",
             "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT")
@@ -61,7 +63,7 @@ os.chmod(TMP, 0o755)
 SHARED = os.path.join(TMP, "shared")
 os.mkdir(SHARED)
 os.chmod(SHARED, 0o777)
-ADMIN = MEMBER = None
+ADMIN = MEMBER = OTHER = None
 AGENTS = {}
 
 
@@ -69,9 +71,9 @@ def put(path, body):
     SRV.api.expect("PUT", path, body, token=ADMIN)
 
 
-def submit(spec):
+def submit(spec, token=None):
     spec = dict({"workdir": SHARED}, **spec)
-    return SRV.api.expect("POST", "/v1/jobs", spec, want=(201,), token=MEMBER)["id"]
+    return SRV.api.expect("POST", "/v1/jobs", spec, want=(201,), token=token or MEMBER)["id"]
 
 
 def wait_final(jid, timeout=45):
@@ -119,7 +121,7 @@ def waiting_pair(mine, theirs, gpus):
 
 
 def setup():
-    global ADMIN, MEMBER
+    global ADMIN, MEMBER, OTHER
     SRV.start()
     ADMIN = open(SRV.token_file("admin")).read().strip()
     put("/v1/pools/shared", {"description": "fractions under MPS", "sharing": "mps"})
@@ -129,8 +131,9 @@ def setup():
     put("/v1/teams/research", {"quotas": [{"pool": p, "guaranteed": 1, "borrow_limit": -1}
                                           for p in ("shared", "plain", "nobin")]})
     put("/v1/users/alice", {"unix_user": JOB_USER, "team": "research", "role": "member"})
-    MEMBER = SRV.api.expect("POST", "/v1/users/alice/tokens?label=test", want=(201,),
-                            token=ADMIN)["token"]
+    put("/v1/users/bob", {"unix_user": OTHER_USER, "team": "research", "role": "member"})
+    MEMBER, OTHER = (SRV.api.expect("POST", f"/v1/users/{u}/tokens?label=test", want=(201,),
+                                    token=ADMIN)["token"] for u in ("alice", "bob"))
     for name, no, pool, mps in (("n1", 1, "shared", FAKEMPS), ("n2", 2, "plain", FAKEMPS),
                                 ("n3", 3, "nobin", None)):
         ag = FakeAgent(BIN, SRV, TMP, FAKENVML, name, [fake_gpu_uuid(no, 0, tag="4d50")], pool,
@@ -236,6 +239,28 @@ def fractions_under_mps():
                                                                        "control.out")))
 
 
+def two_users():
+    """Fractions of two Unix users on one GPU: the agent launches both at once
+    under one daemon (NVIDIA's daemon, not the agent, queues the second user's
+    MPS server until the first's clients are done)."""
+    uuid = AGENTS["n1"].uuids[0]
+    mark = len(control_log("n1", uuid))
+    ids = [submit(waiting_pair("alice-q", "bob-q", 0.25)),
+           submit(waiting_pair("bob-q", "alice-q", 0.25), token=OTHER)]
+    jobs = [wait_final(jid) for jid in ids]
+    envs = [env_file(os.path.join(SHARED, f"{n}.env")) for n in ("alice-q", "bob-q")]
+    ok(all(j and j["state"] == "COMPLETED" for j in jobs)
+       and [e.get("USER") for e in envs] == [JOB_USER, OTHER_USER]
+       and envs[0].get("CUDA_MPS_PIPE_DIRECTORY") == envs[1].get("CUDA_MPS_PIPE_DIRECTORY"),
+       "a 0.25 job of each of two users runs at once on n1's GPU, both clients of one daemon "
+       "(the agent does not wait on the second user)", "\n".join(detail(j, "n1") for j in jobs))
+    wait_until(lambda: body_of(control_log("n1", uuid))[-1:] == ["Shutting down"], timeout=15)
+    after = body_of(control_log("n1", uuid)[mark:])
+    ok(len([x for x in after if x.startswith("Starting")]) == 1
+       and [x for x in after if x.startswith("command:")] == ["command: quit"],
+       "one daemon for both users, told to quit once after both", "\n".join(after))
+
+
 def agent_log_has(node, text):
     return wait_until(lambda: text in AGENTS[node].log(), timeout=20)
 
@@ -338,8 +363,8 @@ def missing_program():
 def main():
     print("TAP version 13")
     setup()
-    run_steps((bad_setting, apply_file, fractions_under_mps, agent_restart, whole_gpu_in_mps_pool,
-               plain_pool, missing_program))
+    run_steps((bad_setting, apply_file, fractions_under_mps, two_users, agent_restart,
+               whole_gpu_in_mps_pool, plain_pool, missing_program))
     end_checks(AGENTS, SRV)
 
 
