@@ -21,13 +21,13 @@ after both ended; across a kill -9 of n1's agent a running client keeps its
 daemon, and a daemon whose client ended meanwhile is told to quit by the
 restarted agent; fractions of two users run at once under one daemon (the
 agent does not wait on the second); a whole-GPU job of that pool gets no MPS
-variable and starts no daemon; a fraction in pool plain gets none and n2 starts no daemon; a
-fraction on n3 fails with a reason naming the missing program rather than run
-unenforced.
+variable and starts no daemon; a fraction in pool plain gets none and n2
+starts no daemon; a fraction on n3 fails with a reason naming the missing
+program rather than run unenforced.
 
-Needs root (the agent switches to the jobs' users gpuorch-test1 and gpuorch-test2). Agents and
-server are child processes stopped by PID; conditions are polled with
-deadlines, never timed. KEEP_TMP=1 keeps the directories."""
+Needs root (the agent switches to the jobs' users gpuorch-test1 and
+gpuorch-test2). Agents and server are child processes stopped by PID;
+conditions are polled with deadlines, never timed. KEEP_TMP=1 keeps the directories."""
 
 import json
 import os
