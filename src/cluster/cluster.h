@@ -87,14 +87,6 @@ struct cluster_node_features {
 };
 
 /*
- * A pool (a Slurm partition). "aliases": other names a job's "pool" may use
- * (--partition=gpu for a pool named h100-main); an alias is no other pool's
- * name or alias. "node_features": [{"node": NAME, "features": [...]}], the
- * features of nodes of this pool, as slurm.conf's NodeName=... Features=;
- * a node listed here that registers in another pool has none of them. The
- * cluster holds at most SCHED_MAX_FEATURES distinct feature names.
- */
-/*
  * MIG layouts of a pool's (or one node's) MIG-capable GPUs ("mig" of a pool
  * or node; docs/mig.md). Off (absent): gpuorch schedules onto whatever
  * instances the nodes report and never changes them. Static: every MIG GPU
@@ -124,11 +116,28 @@ struct cluster_mig {
     uint32_t keep_free, max_repartitions;
 };
 
+/* How a pool's nodes share a GPU among fractional jobs ("sharing"):
+ * time-slicing, as the GPU does by itself (the default), or CUDA MPS, each
+ * fractional job a client held to its share (docs/mps.md). */
+enum cluster_sharing {
+    CLUSTER_SHARING_NONE, /* "none" */
+    CLUSTER_SHARING_MPS,  /* "mps" */
+};
+
+/*
+ * A pool (a Slurm partition). "aliases": other names a job's "pool" may use
+ * (--partition=gpu for a pool named h100-main); an alias is no other pool's
+ * name or alias. "node_features": [{"node": NAME, "features": [...]}], the
+ * features of nodes of this pool, as slurm.conf's NodeName=... Features=;
+ * a node listed here that registers in another pool has none of them. The
+ * cluster holds at most SCHED_MAX_FEATURES distinct feature names.
+ */
 struct cluster_pool {
     uint32_t id;
     char *name;
-    char *description; /* or NULL */
-    char **aliases;    /* NULL-terminated; NULL when none */
+    char *description;            /* or NULL */
+    enum cluster_sharing sharing; /* "sharing": "none" (default) or "mps" */
+    char **aliases;               /* NULL-terminated; NULL when none */
     size_t naliases;
     struct cluster_node_features *node_features;
     size_t nnode_features;
@@ -319,14 +328,14 @@ struct cluster_mig_instance {
 };
 
 struct cluster_gpu {
-    uint32_t index;        /* NVML's index on the node, 0..63, unique on the node */
-    char *uuid;            /* "GPU-" + 8-4-4-4-12 hex digits, or "MIG-..." */
-    char *gpu_type;        /* the same for every GPU of a node (the core's rule) */
-    uint32_t mem_mib;      /* 1..CLUSTER_GPU_MEM_MAX */
-    int64_t nvlink_domain; /* -1 (none, the default)..INT32_MAX */
-    uint32_t mig_slices;   /* 0..7; 0: no MIG */
-    bool mig_enabled;      /* needs mig_slices > 0 */
-    bool mig_pending;      /* MIG mode after the next reset */
+    uint32_t index;                   /* NVML's index on the node, 0..63, unique on the node */
+    char *uuid;                       /* "GPU-" + 8-4-4-4-12 hex digits, or "MIG-..." */
+    char *gpu_type;                   /* the same for every GPU of a node (the core's rule) */
+    uint32_t mem_mib;                 /* 1..CLUSTER_GPU_MEM_MAX */
+    int64_t nvlink_domain;            /* -1 (none, the default)..INT32_MAX */
+    uint32_t mig_slices;              /* 0..7; 0: no MIG */
+    bool mig_enabled;                 /* needs mig_slices > 0 */
+    bool mig_pending;                 /* MIG mode after the next reset */
     struct cluster_mig_instance *mig; /* with mig_enabled: the reported instances */
     size_t nmig;                      /* 0..7 */
 };

@@ -89,10 +89,15 @@ static const struct jsonv_field node_features_fields[] = {
              .count_offset = offsetof(struct cluster_node_features, nfeatures)),
 };
 
+/* By enum cluster_sharing. */
+static const char *const sharing_names[] = {"none", "mps", NULL};
+_Static_assert(sizeof(enum cluster_sharing) == sizeof(int), "jsonv stores an enum as an int");
+
 static const struct jsonv_field pool_fields[] = {
     ID_FIELD(struct cluster_pool),
     REQUIRED("name", JSONV_STRING, struct cluster_pool, name, 1, CLUSTER_NAME_MAX),
     FIELD("description", JSONV_STRING, struct cluster_pool, description, 0, CLUSTER_DESC_MAX),
+    FIELD("sharing", JSONV_ENUM, struct cluster_pool, sharing, 0, 0, .choices = sharing_names),
     FIELD("aliases", JSONV_STRINGS, struct cluster_pool, aliases, 1, CLUSTER_NAME_MAX,
           .max_items = CLUSTER_ALIASES_MAX,
           .count_offset = offsetof(struct cluster_pool, naliases)),
@@ -109,6 +114,8 @@ int cluster_pool_check(const struct cluster_pool *p, char *err, size_t errlen)
         return errbuf_set(err, errlen, GPO_EINVAL, "no pool");
     int rc = cluster_check_name("name", p->name, err, errlen);
     rc = rc ? rc : cluster_check_desc(p->description, err, errlen);
+    if (!rc && (unsigned)p->sharing > CLUSTER_SHARING_MPS)
+        return errbuf_set(err, errlen, GPO_EINVAL, "field 'sharing': expected none or mps");
     return rc ? rc : cluster_pool_check_extra(p, err, errlen);
 }
 
@@ -131,6 +138,9 @@ json_t *cluster_pool_to_json(const struct cluster_pool *p, unsigned flags)
     json_t *o = json_object();
     bool ok = o && put_id(o, p->id, flags) && put(o, "name", json_string(p->name)) &&
               (!p->description || put(o, "description", json_string(p->description))) &&
+              /* Always, so that a file saying "none" applies as unchanged. */
+              (unsigned)p->sharing <= CLUSTER_SHARING_MPS &&
+              put(o, "sharing", json_string(sharing_names[p->sharing])) &&
               cluster_pool_extra_json(p, o) == 0;
     return finish(o, ok);
 }

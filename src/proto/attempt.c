@@ -74,7 +74,8 @@ struct attempt_wire {
     int64_t array_id, array_index, grace_s;
     enum proto_kill_cause cause;
     struct proto_step step;
-    enum jsonv_presence p[13]; /* by enum key below */
+    bool mps;
+    enum jsonv_presence p[14]; /* by enum key below */
 };
 
 /* The keys that belong to one action, for the checks between fields. */
@@ -92,11 +93,12 @@ enum key {
     K_POOL,
     K_PRIORITY,
     K_STEP,
+    K_MPS,
 };
 static const char *const key_names[] = {"gpus",     "user",        "unix_user", "spec",   "gang",
                                         "array_id", "array_index", "grace_s",   "reason", "as",
-                                        "pool",     "priority",    "step"};
-_Static_assert(ARRAY_LEN(key_names) == K_STEP + 1, "a name per key");
+                                        "pool",     "priority",    "step",      "mps"};
+_Static_assert(ARRAY_LEN(key_names) == K_MPS + 1, "a name per key");
 _Static_assert(ARRAY_LEN(key_names) <= ARRAY_LEN(((struct attempt_wire *)0)->p),
                "a presence per key");
 
@@ -135,6 +137,8 @@ static const struct jsonv_field attempt_fields[] = {
              .flags = JSONV_PRESENCE | JSONV_TEXT, PRES(K_PRIORITY)),
     WIRE_OPT("step", JSONV_OBJECT, struct attempt_wire, step, 0, 0, .flags = JSONV_PRESENCE,
              PRES(K_STEP), .sub = step_fields, .nsub = ARRAY_LEN(step_fields)),
+    WIRE_OPT("mps", JSONV_BOOL, struct attempt_wire, mps, 0, 0, .flags = JSONV_PRESENCE,
+             PRES(K_MPS)),
 };
 
 struct assignments_wire {
@@ -161,7 +165,7 @@ static const struct {
     [PROTO_ACTION_RUN] = {1u << K_GPUS | 1u << K_USER | 1u << K_SPEC | 1u << K_GANG,
                           1u << K_GPUS | 1u << K_USER | 1u << K_UNIX_USER | 1u << K_SPEC |
                               1u << K_GANG | 1u << K_ARRAY_ID | 1u << K_ARRAY_INDEX | 1u << K_POOL |
-                              1u << K_PRIORITY | 1u << K_STEP},
+                              1u << K_PRIORITY | 1u << K_STEP | 1u << K_MPS},
     [PROTO_ACTION_KILL] = {1u << K_AS, 1u << K_GRACE | 1u << K_REASON | 1u << K_AS},
 };
 
@@ -223,7 +227,8 @@ static int attempt_take(struct attempt_wire *w, struct proto_attempt *ret)
                               .pool = w->pool,
                               .priority = w->priority,
                               .cause = w->cause,
-                              .step = w->step};
+                              .step = w->step,
+                              .mps = w->mps};
     if (wire_spec_take(&w->spec, &a.spec) != 0)
         return GPO_ENOMEM;
     *ret = a;
@@ -390,6 +395,8 @@ static json_t *attempt_json(struct wire_enc *e, const struct proto_attempt *m)
             wire_set(e, o, "pool", wire_str(e, m->pool));
         if (m->priority)
             wire_set(e, o, "priority", wire_str(e, m->priority));
+        if (m->mps) /* absent means false */
+            wire_set(e, o, "mps", json_true());
     }
     if (e->rc) {
         json_decref(o);
