@@ -103,7 +103,7 @@ void sim_mig_usage(FILE *out)
                  "                        dynamic: the core's planner (mig_plan) reshapes idle\n"
                  "                        capacity for the queue; repeat --mig to compare\n"
                  "  --gpu-type T          A100-40GB, A100-80GB, H100-80GB (default), H200-141GB\n"
-                 "  --nodes N             nodes (default 2); --gpus-per-node G (default 8)\n"
+                 "  --nodes N             nodes (default 4); --gpus-per-node G (default 8)\n"
                  "  --compress X          submit times divided by X (default 1)\n"
                  "  --max-duration S      durations longer than S seconds cut to S\n"
                  "  --from S, --until S   only pods submitted in [S, until) (trace seconds)\n"
@@ -129,7 +129,7 @@ static int parse_args(int argc, char **argv, struct args *a)
 {
     struct opts p;
     *a = (struct args){.until_s = -1,
-                       .nodes = 2,
+                       .nodes = 4,
                        .gpus_per_node = 8,
                        .compress = 1,
                        .gpu_type = "H100-80GB",
@@ -291,12 +291,15 @@ static void print_table(const struct args *a, const struct row *rows, size_t n)
            (long long)a->gpus_per_node, rows[0].o.type->name, a->compress);
     if (a->max_duration_s)
         printf(", durations cut to %lld s", (long long)a->max_duration_s);
-    printf("\n%-28s %6s %6s %11s %11s %11s %9s %10s %6s %7s\n", "mode", "pods", "unsch",
+    int w = 14; /* the mode column: as wide as the longest name */
+    for (size_t i = 0; i < n; i++)
+        w = (int)strlen(rows[i].name) > w ? (int)strlen(rows[i].name) : w;
+    printf("\n%-*s %6s %6s %11s %11s %11s %9s %10s %6s %7s\n", w, "mode", "pods", "unsch",
            "JCT avg s", "wait avg s", "wait p99 s", "stranded", "busy GPU-h", "util", "repart");
     for (size_t i = 0; i < n; i++) {
         const struct sim_mig_result *r = &rows[i].r;
         double util = r->capacity_gpu_hours > 0 ? r->busy_gpu_hours / r->capacity_gpu_hours : 0;
-        printf("%-28s %6zu %6zu %11.0f %11.0f %11.0f %9.2f %10.1f %6.3f %7llu\n", rows[i].name,
+        printf("%-*s %6zu %6zu %11.0f %11.0f %11.0f %9.2f %10.1f %6.3f %7llu\n", w, rows[i].name,
                r->jobs, r->unschedulable, r->jct_avg_s, r->wait_avg_s, r->wait_p99_s,
                r->stranded_gpus, r->busy_gpu_hours, util, (unsigned long long)r->repartitions);
     }
@@ -367,6 +370,10 @@ int sim_mig_command(int argc, char **argv)
     for (size_t i = 0; !rc && i < n; i++) {
         if (sim_mig_run(&t, &rows[i].o, &rows[i].r, err, sizeof(err))) {
             fprintf(stderr, "gpuorch sim: --mig %s: %s\n", rows[i].name, err);
+            rc = 1;
+        } else if (rows[i].r.stuck) { /* the replay ended with pods it could still run */
+            fprintf(stderr, "gpuorch sim: --mig %s: %zu pod(s) never started (a replay bug)\n",
+                    rows[i].name, rows[i].r.stuck);
             rc = 1;
         }
     }

@@ -131,10 +131,10 @@ expect "a profile the type lacks" 2 "--mig static:1g.5gb=2: " --trace "$m" --mig
 expect "counts that do not fit" 2 "--mig static:3g.40gb=3: " --trace "$m" --mig static:3g.40gb=3
 expect "a bad count" 2 "--mig static:3g.40gb=x: .*expected a count" \
   --trace "$m" --mig static:3g.40gb=x
-expect "layouts short of the cluster" 2 "cover 3 of the cluster's 16 GPUs" \
+expect "layouts short of the cluster" 2 "cover 3 of the cluster's 32 GPUs" \
   --trace "$m" --mig static:all-balanced@3
-expect "layouts beyond the cluster" 2 "more than the cluster's 16 GPUs" \
-  --trace "$m" --mig static:all-balanced@10,all-7g.80gb@10
+expect "layouts beyond the cluster" 2 "more than the cluster's 32 GPUs" \
+  --trace "$m" --mig static:all-balanced@20,all-7g.80gb@20
 expect "a GPU type without MIG" 2 "--gpu-type: .*T4" --trace "$m" --mig none --gpu-type T4
 expect "bad --fit" 2 "--fit: expected own or larger, got 'any'" --trace "$m" --mig dynamic --fit any
 expect "bad --nodes" 2 "--nodes: expected" --trace "$m" --mig none --nodes 0
