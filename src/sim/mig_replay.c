@@ -553,35 +553,63 @@ static int64_t planner_wake(const struct replay *x, int64_t now)
 
 /* ---- stranded capacity ------------------------------------------------ */
 
-static double stranded_mig(const struct replay *x)
+/* Whether free slots `free` of a GPU could hold a new instance some waiting
+ * pod of one GPU takes (bit p of want: profile p). */
+static bool creatable(const struct replay *x, uint32_t want, uint8_t free)
 {
-    uint32_t want = 0; /* bit p: a waiting pod of profile p */
-    for (size_t i = 0; i < x->npending; i++)
-        want |= 1u << x->pods[x->pending[i]].profile;
+    for (unsigned p = 0; p < x->t->nprofiles; p++) {
+        const struct mig_profile *q = &x->t->profiles[p];
+        for (unsigned s = 0; (want >> p & 1u) && s < q->nstarts; s++)
+            if ((span(q->starts[s], q->size) & free) == span(q->starts[s], q->size))
+                return true;
+    }
+    return false;
+}
+
+/* The stranded slots of node n's GPUs (sim_mig_run), pods of one GPU
+ * wanting the profiles of `want`, the smallest waiting gang min_gang GPUs. */
+static unsigned stranded_node(const struct replay *x, uint32_t n, uint32_t want, uint32_t min_gang)
+{
+    uint32_t full = 0; /* free full-GPU instances, and under dynamic empty GPUs */
+    for (uint32_t gi = n * x->G; gi < (n + 1) * x->G; gi++) {
+        const struct mig_gpu *g = &x->gpus[gi];
+        for (unsigned k = 0; k < g->n; k++)
+            full += free_full(x, gi, k);
+        full += x->o->mode == SIM_MIG_DYNAMIC && g->n == 0;
+    }
+    bool gang_fits = full >= min_gang;
     unsigned slots = 0;
-    for (uint32_t gi = 0; gi < x->ngpus; gi++) {
+    for (uint32_t gi = n * x->G; gi < (n + 1) * x->G; gi++) {
         const struct mig_gpu *g = &x->gpus[gi];
         for (unsigned k = 0; k < g->n; k++) {
             if (g->inst[k].busy)
                 continue;
-            bool usable = false;
+            bool usable = gang_fits && free_full(x, gi, k);
             for (unsigned p = 0; p < x->t->nprofiles; p++)
                 usable |= (want >> p & 1u) && covers(x, g->inst[k].profile, p);
             slots += usable ? 0 : x->t->profiles[g->inst[k].profile].size;
         }
         uint8_t free = (uint8_t)~mig_layout_slots(x->t, g->inst, g->n);
-        if (x->o->mode == SIM_MIG_STATIC) {
-            slots += (unsigned)__builtin_popcount(free);
-            continue;
-        }
-        bool usable = false;
-        for (unsigned p = 0; p < x->t->nprofiles && !usable; p++) {
-            const struct mig_profile *q = &x->t->profiles[p];
-            for (unsigned s = 0; (want >> p & 1u) && s < q->nstarts; s++)
-                usable |= (span(q->starts[s], q->size) & free) == span(q->starts[s], q->size);
-        }
+        bool usable =
+            x->o->mode == SIM_MIG_DYNAMIC && ((gang_fits && g->n == 0) || creatable(x, want, free));
         slots += usable ? 0 : (unsigned)__builtin_popcount(free);
     }
+    return slots;
+}
+
+static double stranded_mig(const struct replay *x)
+{
+    uint32_t want = 0, min_gang = UINT32_MAX;
+    for (size_t i = 0; i < x->npending; i++) {
+        const struct pod *p = &x->pods[x->pending[i]];
+        if (p->k >= 2)
+            min_gang = p->k < min_gang ? p->k : min_gang;
+        else
+            want |= 1u << p->profile;
+    }
+    unsigned slots = 0;
+    for (uint32_t n = 0; n < x->o->nodes; n++)
+        slots += stranded_node(x, n, want, min_gang);
     return (double)slots / MIG_SLOTS;
 }
 

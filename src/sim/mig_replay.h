@@ -108,8 +108,10 @@ struct sim_mig_result {
  * Stranded capacity, sampled after every step and weighted by the time to
  * the next: while a pod waits, the free capacity no waiting pod can use now
  * or, under dynamic, after a create: free instances of profiles no waiting
- * pod takes; slots outside every instance (static: all of them; dynamic:
- * where no waiting pod's profile has a placement); shared: a GPU's free
+ * pod takes (a free full instance serves a waiting pod of k GPUs only on a
+ * node with k of them); slots outside every instance (static: all of them;
+ * dynamic: where no waiting pod's profile has a placement, an empty GPU
+ * counting as a full instance for pods of several GPUs); shared: a GPU's free
  * share smaller than every waiting fraction (and not a whole free GPU a
  * waiting whole-GPU pod could take); exclusive and whole GPUs: free GPUs on
  * nodes where no waiting pod fits. 0 while nothing waits.
