@@ -68,6 +68,21 @@ check "two runs give byte-identical --json" cmp -s "$tmp/s2.json" "$tmp/s3.json"
 "$bin" sim --trace "$data/mig_small.csv" --nodes 1 --gpus-per-node 2 --mig none >"$tmp/t.txt"
 check "the table has a row per mode" grep -q '^none/shared  *6  *0  *120  *45  *90 ' "$tmp/t.txt"
 
+# The workload flags, exclusive on the same two GPUs:
+#    --compress 2: d, e, f arrive at 5: c and d start at 100, e at 150, f at
+#      200: JCT 100, 100, 200, 145, 195, 245: 985 / 6 = 164.17.
+#    --max-duration 60: a, b, c run 60 s: a, b 0-60, then c and d at 60
+#      (c to 120, d to 110), e at 110, f at 120: JCT 60, 60, 120, 100, 150,
+#      160: 650 / 6 = 108.33.
+#    --from 10: d, e, f alone, times from their submit: d, e at once, f after
+#      them: JCT 50, 50, 100: 66.67.
+for w in "compress 2 164.17" "max-duration 60 108.33" "from 10 66.67"; do
+  read -r flag value want <<<"$w"
+  "$bin" sim --trace "$data/mig_small.csv" --nodes 1 --gpus-per-node 2 --mig none \
+    --"$flag" "$value" --json >"$tmp/w.json"
+  is "--$flag $value: exclusive JCT average $want" "$tmp/w.json" 0 jct_avg_s "$want"
+done
+
 # 2. An idle 7g GPU becomes 1g instances under a 1g queue: seven 0.1 pods at
 #    0 on one GPU that starts as one 7g. At 30 (settled; the initial 7g has
 #    been idle long) the plan destroys it and creates seven 1g.10gb, ready at
