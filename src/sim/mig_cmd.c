@@ -97,9 +97,9 @@ void sim_mig_usage(FILE *out)
                  "                        and fractions packed without isolation (shared);\n"
                  "                        static:LAYOUT[@N][,LAYOUT[@N]...]: every GPU keeps a\n"
                  "                        layout, N GPUs of the cluster each in node order (the\n"
-                 "                        last without @N: the rest); LAYOUT a\n"
-                 "                        name (all-balanced, all-1g.10gb, all-3g.40gb,\n"
-                 "                        all-disabled, ...) or counts (3g.40gb=1+1g.10gb=4);\n"
+                 "                        last without @N: the rest); LAYOUT a name\n"
+                 "                        (all-balanced, all-1g.10gb, all-3g.40gb, all-disabled,\n"
+                 "                        ...) or counts (3g.40gb=1+1g.10gb=4);\n"
                  "                        dynamic: the core's planner (mig_plan) reshapes idle\n"
                  "                        capacity for the queue; repeat --mig to compare\n"
                  "  --gpu-type T          A100-40GB, A100-80GB, H100-80GB (default), H200-141GB\n"
@@ -116,7 +116,8 @@ void sim_mig_usage(FILE *out)
                  "  --fit own|larger      whether a pod may take a larger free instance than its\n"
                  "                        profile (default: larger under static, own under\n"
                  "                        dynamic, where the planner makes its profile)\n"
-                 "  --json                one JSON object: the setup and one entry per row\n");
+                 "  --json                one JSON object: the setup and one entry per row\n"
+                 "  --skip-bad            skip and count malformed trace rows\n");
 }
 
 static int bad(const char *flag, const char *value, const char *expected)
@@ -367,6 +368,9 @@ int sim_mig_command(int argc, char **argv)
         fprintf(stderr, "gpuorch sim: %s\n", err);
         rc = 1;
     }
+    if (!rc && t.nskipped)
+        fprintf(stderr, "gpuorch sim: skipped %zu bad row(s); the first: %s\n", t.nskipped,
+                t.first_skip);
     for (size_t i = 0; !rc && i < n; i++) {
         if (sim_mig_run(&t, &rows[i].o, &rows[i].r, err, sizeof(err))) {
             fprintf(stderr, "gpuorch sim: --mig %s: %s\n", rows[i].name, err);

@@ -159,6 +159,10 @@ expect "bad --repartition-delay" 2 "--repartition-delay: expected" \
   --trace "$m" --mig dynamic --repartition-delay -1
 expect "bad --initial" 2 "--initial: .*all-bogus" --trace "$m" --mig dynamic --initial all-bogus
 expect "--mig without --trace" 2 "--trace FILE is required with --mig" --mig none
+expect "a bad trace row exits 1 naming file:line: field" 1 "bad_row.csv:3: duration_s" \
+  --trace "$data/bad_row.csv" --mig none
+expect "--skip-bad skips and counts it" 0 "skipped 1 bad row" --trace "$data/bad_row.csv" \
+  --mig none --skip-bad
 expect "a missing trace exits 1 naming it" 1 "nope.csv" --trace "$tmp/nope.csv" --mig none
 "$bin" sim --help >"$tmp/help"
 check "--help describes --mig" grep -q -- '--mig MODE' "$tmp/help"
