@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "cli/cli.h"
@@ -267,6 +268,47 @@ static bool same_duration(const char *key, const json_t *file, const json_t *cur
     return a >= 0 && a == duration_of(current);
 }
 
+/* A MIG profile as the server spells it: lower case, without "MIG " or
+ * "mig-", ".me" as "+me" (core/mig.h's mig_profile_lookup reads these). */
+static void profile_spelling(const char *s, char *buf, size_t size)
+{
+    size_t n = 0;
+    if (strncasecmp(s, "mig ", 4) == 0 || strncasecmp(s, "mig-", 4) == 0)
+        s += 4;
+    for (; *s && n + 1 < size; s++)
+        buf[n++] = (char)(*s >= 'A' && *s <= 'Z' ? *s - 'A' + 'a' : *s);
+    buf[n] = '\0';
+    if (n > 3 && strcmp(buf + n - 3, ".me") == 0)
+        buf[n - 3] = '+';
+}
+
+/* A layout's counts are the whole layout: the same profiles (however
+ * spelled) with the same counts. */
+static bool same_layout(const json_t *file, const json_t *current)
+{
+    if (json_object_size(file) != json_object_size(current))
+        return false;
+    const char *key;
+    json_t *v;
+    json_object_foreach((json_t *)file, key, v)
+    {
+        char want[64], have[64];
+        profile_spelling(key, want, sizeof(want));
+        const char *ckey;
+        json_t *cv;
+        bool found = false;
+        json_object_foreach((json_t *)current, ckey, cv)
+        {
+            profile_spelling(ckey, have, sizeof(have));
+            found = found || (strcmp(want, have) == 0 && json_is_number(v) && json_is_number(cv) &&
+                              json_number_value(v) == json_number_value(cv));
+        }
+        if (!found)
+            return false;
+    }
+    return true;
+}
+
 /* A pool's "mig": "off" (or false) is what a server without one shows. */
 static bool same_off(const char *key, const json_t *file, const json_t *current)
 {
@@ -288,10 +330,11 @@ bool apply_subset(const json_t *file, const json_t *current)
             const json_t *c = json_object_get(current, key);
             if (same_duration(key, v, c) || same_off(key, v, c))
                 continue;
-            /* a layout's counts are the whole layout: none may be left over */
-            if (strcmp(key, "layout") == 0 && json_is_object(v) && json_is_object(c) &&
-                json_object_size(v) != json_object_size(c))
-                return false;
+            if (strcmp(key, "layout") == 0 && json_is_object(v) && json_is_object(c)) {
+                if (!same_layout(v, c))
+                    return false;
+                continue;
+            }
             if (json_is_null(v) ? c != NULL && !json_is_null(c) : !apply_subset(v, c))
                 return false;
         }

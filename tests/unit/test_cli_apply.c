@@ -204,6 +204,13 @@ static void a_pools_mig_is_one_setting(void **state)
          NULL, true},
         {"{\"name\": \"p\", \"mig\": {\"layout\": {\"1g.10gb\": 7}}}",
          "{\"name\": \"p\", \"mig\": {\"layout\": {\"1g.10gb\": 7}}}", NULL, true},
+        /* the server shows profiles in the catalogue's spelling */
+        {"{\"name\": \"p\", \"mig\": {\"layout\": {\"1g.10gb+me\": 1, \"2g.20gb\": 1}}}",
+         "{\"name\": \"p\", \"mig\": {\"layout\": {\"MIG 2G.20GB\": 1, \"1g.10gb.me\": 1}}}", NULL,
+         true},
+        {"{\"name\": \"p\", \"mig\": {\"layout\": {\"2g.20gb\": 1}}}",
+         "{\"name\": \"p\", \"mig\": {\"layout\": {\"mig-2g.20gb\": 2}}}",
+         "{\"name\": \"p\", \"mig\": {\"layout\": {\"mig-2g.20gb\": 2}}}", false},
         {"{\"name\": \"p\"}", "{\"name\": \"p\", \"mig\": \"off\"}", NULL, true},
         {"{\"name\": \"p\"}", "{\"name\": \"p\", \"mig\": false}", NULL, true},
         {"{\"name\": \"p\", \"mig\": {\"layout\": \"all-1g.10gb\"}}",
