@@ -768,11 +768,12 @@ static int node_mig(struct http_request *req, void *ctx)
     const json_t *v;
     json_object_foreach((json_t *)body, key, v)
     {
-        char q[JSONV_QUOTE_MAX + 4];
-        if (strcmp(key, "mig") != 0)
+        if (strcmp(key, "mig") != 0) {
+            char q[JSONV_QUOTE_MAX + 4];
             return http_request_error(req, 400, "invalid_field",
                                       "unknown field '%s' (expected 'mig')",
                                       jsonv_quote(key, strlen(key), q));
+        }
     }
     if (!json_object_get(body, "mig"))
         return http_request_error(req, 400, "invalid_field",
