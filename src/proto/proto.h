@@ -287,8 +287,8 @@ struct proto_mig_change {
     uint32_t start;      /* 0..PROTO_MIG_SLOT_MAX */
 };
 struct proto_mig_plan {
-    uint64_t id;        /* >= 1, unique per controller; a plan seen again is not reapplied */
-    char *gpu_uuid;     /* the GPU, 1..PROTO_UUID_MAX bytes */
+    uint64_t id;    /* >= 1, unique per controller; a plan seen again is not reapplied */
+    char *gpu_uuid; /* the GPU, 1..PROTO_UUID_MAX bytes */
     struct proto_mig_change *destroy, *create;
     size_t ndestroy, ncreate; /* each 0..PROTO_MIG_INSTANCES_MAX */
 };
