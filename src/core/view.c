@@ -149,6 +149,11 @@ static void add_node(struct view *view, uint32_t n)
         if (vn->usable)
             grp->cap_milli += SCHED_MILLI;
     }
+    if (vn->usable) {
+        grp->plain_gpus += vn->free_whole;
+        if (vn->free_whole > grp->max_node_plain)
+            grp->max_node_plain = vn->free_whole;
+    }
     grp->dirty = true;
 }
 
@@ -330,6 +335,21 @@ static void count_node_mig(const struct view *view, struct view_group *grp, uint
             grp->mig_free_open[p] += open;
         }
     }
+}
+
+bool view_group_could_hold(const struct view *view, const struct sched_job *job, uint32_t g)
+{
+    const struct view_group *grp = &view->groups[g];
+    if (job->gpus > 0) {
+        if (job->nodes > 1 || !job->multi_node)
+            return grp->max_node_plain >= view_job_node_gpus(job);
+        return grp->plain_gpus >= (uint64_t)job->gpus;
+    }
+    if (!sched_job_wants_gpu(job))
+        return true;
+    int p = view_group_mig_profile(view, job, g);
+    bool mig = p >= 0 && p < MIG_MAX_PROFILES && grp->mig_total[p] > 0;
+    return mig || (!sched_job_mig_only(job) && grp->plain_gpus > 0);
 }
 
 int64_t view_job_milli_mig(const struct view *view, const struct sched_job *job, uint32_t g)

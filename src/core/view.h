@@ -82,6 +82,10 @@ struct view_group {
      * profile the instances on usable nodes (fixed for the pass) */
     const struct mig_type *mig_type;
     uint32_t mig_total[MIG_MAX_PROFILES];
+    /* GPUs offered to whole-GPU and fractional work (not MIG, not held) on
+     * usable nodes: the most on one node, and all (fixed for the pass) */
+    uint32_t max_node_plain;
+    uint64_t plain_gpus;
     /* aggregates over usable nodes; "open" ones leave reserved nodes out */
     bool dirty;
     uint32_t max_free_whole, max_free_whole_open;
@@ -174,6 +178,11 @@ static inline int64_t view_job_milli(const struct view *view, const struct sched
  * takes none there. */
 void view_group_mig_count(struct view *view, const struct sched_job *job, uint32_t g, bool open,
                           uint32_t *ret_free, uint32_t *ret_total);
+
+/* Could the job fit group g were every running job gone (its offered GPUs,
+ * MIG instances and node sizes; not host resources, not reservations)? A
+ * job for which no allowed group could is not worth a look-ahead. */
+bool view_group_could_hold(const struct view *view, const struct sched_job *job, uint32_t g);
 
 /* Recomputes g's aggregates if they are stale. */
 void view_group_refresh(struct view *view, uint32_t g);

@@ -283,32 +283,42 @@ static bool mig_better(enum sched_packing packing, const struct mig_pick *a,
     return a->capacity > b->capacity;
 }
 
+/* Has GPU gi (of MIG type t) a free instance of profile p the job may use? */
+static bool gpu_mig_free(const struct view *view, const struct sched_job *job, uint32_t gi,
+                         const struct mig_type *t, unsigned p)
+{
+    const struct sched_gpu *gpu = &view->cluster->gpus[gi];
+    if (!view->gpus[gi].mig_free || gpu->mig_type != t || gpu->held || !gpu_mem_ok(job, gpu))
+        return false;
+    for (uint8_t m = view->gpus[gi].mig_free; m; m &= (uint8_t)(m - 1)) {
+        if (gpu->mig[__builtin_ctz(m)].profile == p)
+            return true;
+    }
+    return false;
+}
+
 /* Node n's instance for the job (profile p of its group's MIG type): the
- * one mig_place picks among its MIG GPUs. *ret_gpu the GPU's index. */
+ * one mig_place picks among its MIG GPUs (one call, so the profile's name
+ * is resolved once). *ret_gpu the GPU's index. */
 static bool node_mig_pick(const struct view *view, const struct sched_job *job, uint32_t n,
                           unsigned p, struct mig_pick *ret, uint32_t *ret_gpu)
 {
     const struct sched_node *node = &view->cluster->nodes[n];
     const struct mig_type *t = view->groups[view->nodes[n].group].mig_type;
     struct mig_request req = {.profile = t->profiles[p].name};
-    bool have = false;
-    for (uint32_t i = 0; i < node->ngpus; i++) {
+    struct mig_gpu mg[SCHED_MAX_GPUS_PER_NODE];
+    uint32_t at[SCHED_MAX_GPUS_PER_NODE], k = 0;
+    for (uint32_t i = 0; i < node->ngpus && i < SCHED_MAX_GPUS_PER_NODE; i++) {
         uint32_t gi = node->gpu_first + i;
-        const struct sched_gpu *gpu = &view->cluster->gpus[gi];
-        if (!view->gpus[gi].mig_free || gpu->mig_type != t || gpu->held || !gpu_mem_ok(job, gpu))
+        if (!gpu_mig_free(view, job, gi, t, p))
             continue;
-        struct mig_gpu mg;
-        struct mig_pick pick;
-        mig_gpu_of(view, gi, &mg);
-        if (mig_place(&mg, 1, &req, &pick))
-            continue;
-        if (!have || mig_better(SCHED_PACK_BINPACK, &pick, ret)) {
-            *ret = pick;
-            *ret_gpu = gi;
-            have = true;
-        }
+        mig_gpu_of(view, gi, &mg[k]);
+        at[k++] = gi;
     }
-    return have;
+    if (!k || mig_place(mg, k, &req, ret))
+        return false;
+    *ret_gpu = at[ret->gpu];
+    return true;
 }
 
 /* Has node n a free instance of profile p (group's type) on a GPU the job may use? */
@@ -318,14 +328,8 @@ static bool node_mig_free(const struct view *view, const struct sched_job *job, 
     const struct sched_node *node = &view->cluster->nodes[n];
     const struct mig_type *t = view->groups[view->nodes[n].group].mig_type;
     for (uint32_t i = 0; i < node->ngpus; i++) {
-        uint32_t gi = node->gpu_first + i;
-        const struct sched_gpu *gpu = &view->cluster->gpus[gi];
-        if (!view->gpus[gi].mig_free || gpu->mig_type != t || gpu->held || !gpu_mem_ok(job, gpu))
-            continue;
-        for (uint8_t m = view->gpus[gi].mig_free; m; m &= (uint8_t)(m - 1)) {
-            if (gpu->mig[__builtin_ctz(m)].profile == p)
-                return true;
-        }
+        if (gpu_mig_free(view, job, node->gpu_first + i, t, p))
+            return true;
     }
     return false;
 }
@@ -388,6 +392,13 @@ static bool place_mig(struct ctx *x, const bool *allowed, struct view_place *out
             best_gpu = gi;
             best_node = n;
             best_charge = charge;
+            /* Binpack: no GPU of the group has fewer free slots than the
+             * instance itself, and every such pick leaves none free: the
+             * group's first is its best (other groups, of other MIG types,
+             * may still do better). */
+            if (view->packing == SCHED_PACK_BINPACK &&
+                pick.free_slots == grp->mig_type->profiles[pick.profile].size)
+                break;
         }
     }
     if (best_node == SCHED_NONE)

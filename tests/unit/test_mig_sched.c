@@ -530,6 +530,94 @@ static void pending_demand_is_listed_per_pool_and_profile_in_queue_order(void **
     assert_int_equal(pick.start, 0);
 }
 
+/* ---- invariants over random workloads ---- */
+
+/* Every running allocation as it must be: MIG shares only on instances of
+ * the job's profile that exist, no instance held twice, charged its slots;
+ * other shares never on a GPU in MIG mode. */
+static void check_running(const struct fx *fx, uint64_t seed)
+{
+    uint8_t held[FX_MAX_GPUS] = {0};
+    for (uint32_t i = 0; i < fx->njobs; i++) {
+        const struct fx_job *j = &fx->jobs[i];
+        if (j->done || j->started_ms < 0)
+            continue;
+        for (uint32_t k = 0; k < j->alloc.nshares; k++) {
+            const struct sched_share *sh = &j->alloc.shares[k];
+            const struct sched_gpu *g = &fx->gpus[sh->gpu];
+            if (!sh->mig) {
+                if (g->mig_enabled || sched_job_mig_only(&j->req))
+                    fail_msg("seed %llu: job %llu holds a share of MIG GPU %u",
+                             (unsigned long long)seed, (unsigned long long)j->req.id, sh->gpu);
+                continue;
+            }
+            int at = -1;
+            for (unsigned m = 0; m < g->mig_n; m++)
+                at = g->mig[m].start == sh->mig_start && g->mig[m].profile == sh->mig_profile
+                         ? (int)m
+                         : at;
+            if (at < 0 || sh->mig_profile != j->req.mig_profile[h100()->id] ||
+                sh->milli != mig_profile_charge_milli(h100(), sh->mig_profile) ||
+                (held[sh->gpu] & (1u << at)))
+                fail_msg("seed %llu: job %llu: bad instance share (GPU %u, slot %u)",
+                         (unsigned long long)seed, (unsigned long long)j->req.id, sh->gpu,
+                         sh->mig_start);
+            held[sh->gpu] |= (uint8_t)(1u << at);
+        }
+    }
+}
+
+static void random_workloads_keep_instances_whole(void **state)
+{
+    static const char *const layouts[] = {"all-1g.10gb", "all-balanced", "all-3g.40gb",
+                                          "all-2g.20gb", NULL};
+    static const char *const profiles[] = {"1g.10gb", "2g.20gb", "3g.40gb"};
+    uint32_t mig_done = 0;
+    for (uint64_t seed = 1; seed <= 12; seed++) {
+        struct fx *fx = cluster(4, 2);
+        *state = fx;
+        uint64_t r = seed;
+        if (seed % 2)
+            fx->pol.packing = SCHED_PACK_SPREAD;
+        for (uint32_t gi = 0; gi < 8; gi++) {
+            const char *l = layouts[fx_rng_range(&r, 0, 4)];
+            if (l)
+                layout_named(fx, gi, l);
+        }
+        for (uint64_t id = 1; id <= 120; id++) {
+            int64_t kind = fx_rng_range(&r, 0, 5);
+            struct sched_job *j = kind < 3 ? mig_job(fx, id, profiles[kind]) : fx_job(fx, id);
+            if (kind == 3) {
+                j->gpus = 0;
+                j->gpu_milli = 300;
+            } else if (kind == 5) {
+                j->gpus = 0;
+                j->gpu_mem_mib = 9000;
+                j->mig_types = (uint8_t)(1u << h100()->id);
+                j->mig_profile[h100()->id] = (uint8_t)prof("1g.10gb");
+            }
+            j->prio = fx_rng_range(&r, 0, 4) == 0;
+            j->submit_ms = fx_rng_range(&r, 0, 10 * MIN_MS);
+            j->time_limit_ms = 20 * MIN_MS;
+            fx_get(fx, id)->run_ms = fx_rng_range(&r, MIN_MS, 10 * MIN_MS);
+        }
+        int64_t now = 1000;
+        for (int step = 0; step < 200; step++) {
+            assert_int_equal(fx_step(fx, now), 0);
+            assert_int_equal(fx->res.novercommitted, 0);
+            check_running(fx, seed);
+            int64_t next = fx_next_event(fx);
+            now = next > now ? next : now + MIN_MS;
+        }
+        for (uint32_t i = 0; i < fx->njobs; i++)
+            mig_done += fx->jobs[i].done && fx->jobs[i].req.mig_types;
+        fx_free(fx);
+        *state = NULL;
+    }
+    /* The workloads did run on instances (of 12 x 120 jobs, two in three may take one). */
+    assert_true(mig_done > 600); /* 917 when written */
+}
+
 /* ---- validation ---- */
 
 static void cluster_check_names_bad_mig_fields(void **state)
@@ -621,6 +709,7 @@ int main(void)
         cmocka_unit_test_teardown(running_job_on_a_missing_instance_is_overcommitted, fx_teardown),
         cmocka_unit_test_teardown(pending_demand_is_listed_per_pool_and_profile_in_queue_order,
                                   fx_teardown),
+        cmocka_unit_test_teardown(random_workloads_keep_instances_whole, fx_teardown),
         cmocka_unit_test_teardown(cluster_check_names_bad_mig_fields, fx_teardown),
         cmocka_unit_test_teardown(bad_mig_requests_wait_as_invalid_naming_the_field, fx_teardown),
     };
