@@ -53,18 +53,23 @@ static struct shape_key key_of(const struct sched_job *j)
     }};
 }
 
-/* A constraint is not in the key's words: jobs whose words agree compare
- * their terms too (only those with a constraint pay for it). */
-static bool same_terms(const struct sched_job *a, const struct sched_job *b)
+/* A constraint and a MIG request's profiles are not in the key's words
+ * (only their count and presence are): jobs whose words agree compare them
+ * too, apart, as only those that have one pay for it. */
+static bool same_extras(const struct sched_job *a, const struct sched_job *b)
 {
     if (a->mig_types && mig_word(a) != mig_word(b))
-        return false; /* b asks for MIG too: that bit is in the key */
-    if (!a->nconstraint)
-        return true; /* nor has b: the count is in the key */
-    uint64_t d = 0;  /* no call: this sits in the probe loop of every job */
+        return false;
+    uint64_t d = 0;
     for (uint32_t t = 0; t < SCHED_CONSTRAINT_TERMS; t++)
         d |= t < a->nconstraint ? a->constraint[t] ^ b->constraint[t] : 0;
     return d == 0;
+}
+
+static inline bool same_terms(const struct sched_job *a, const struct sched_job *b)
+{
+    /* One test in the probe loop of every job: neither (nor has b: both are in the key). */
+    return !(a->nconstraint | a->mig_types) || same_extras(a, b);
 }
 
 /* Each word multiplied by its own odd constant, the products summed: the
@@ -210,9 +215,7 @@ int shape_find(struct pass *p, uint32_t *cands, size_t *ret_ncands)
         ojob[i] = (struct order_job){j->id, j->submit_ms, j->team, j->prio};
         struct shape_key key = key_of(j);
         const uint64_t *w = key.w;
-        uint64_t hash = key_hash(w);
-        if (j->mig_types)
-            hash ^= mig_word(j) * 0x9e3779b97f4a7c15ULL;
+        uint64_t hash = key_hash(w); /* MIG profiles apart share it: few, they probe on */
         uint32_t tag = (uint32_t)(hash >> 32), s;
         size_t h = hash & (size - 1);
         for (;; h = (h + 1) & (size - 1)) {

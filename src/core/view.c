@@ -386,16 +386,20 @@ void view_group_refresh(struct view *view, uint32_t g)
     grp->max_free_milli = grp->max_free_milli_open = 0;
     grp->resv_latest = -1;
     if (grp->mig_type) {
+        /* Apart, so that groups without MIG pay nothing for it. */
         memset(grp->mig_free, 0, sizeof(grp->mig_free));
         memset(grp->mig_free_open, 0, sizeof(grp->mig_free_open));
+        for (uint32_t i = 0; i < grp->nnodes; i++) {
+            const struct view_node *vn = &view->nodes[grp->nodes[i]];
+            if (vn->usable && vn->mig_free)
+                count_node_mig(view, grp, grp->nodes[i]);
+        }
     }
     for (uint32_t i = 0; i < grp->nnodes; i++) {
         uint32_t n = grp->nodes[i];
         const struct view_node *vn = &view->nodes[n];
         if (!vn->usable)
             continue;
-        if (vn->mig_free)
-            count_node_mig(view, grp, n);
         if (vn->resv >= 0 && (grp->resv_latest < 0 || view->resvs[vn->resv].start_ms >
                                                           view->resvs[grp->resv_latest].start_ms))
             grp->resv_latest = vn->resv;
