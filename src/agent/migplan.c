@@ -4,7 +4,7 @@
  */
 #include "agent/migplan.h"
 
-#include <dirent.h>
+#include <dirent.h> /* scandir */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -117,14 +117,15 @@ static int plan_check(const struct gpu_backend *b, struct attempts *att, unsigne
     for (size_t k = 0; k < p->ndestroy; k++) {
         const struct proto_mig_change *d = &p->destroy[k];
         const struct gpu_mig_instance *g = at_slot(m, d->start);
-        char want[32], have[32];
         if (!g)
             continue; /* gone already: nothing to do */
-        if (g->profile_id != d->profile_id)
+        if (g->profile_id != d->profile_id) {
+            char want[32], have[32];
             return errbuf_set(why, len, GPO_EINVAL,
                               "no instance %s at slot %u to destroy: GPU instance %u there is %s",
                               profile_name(m, d->profile_id, want, sizeof(want)), d->start, g->id,
                               profile_name(m, g->profile_id, have, sizeof(have)));
+        }
         int rc = busy(b, att, index, m, g, why, len);
         if (rc)
             return rc;
@@ -217,7 +218,8 @@ static struct record *find(const struct migplan *m, uint64_t id)
     return NULL;
 }
 
-static int add(struct migplan *m, uint64_t id, bool posted, char *body)
+/* A record of id; *body (NULL: none) is taken on success. */
+static int add(struct migplan *m, uint64_t id, bool posted, char **body)
 {
     if (m->n == m->cap) {
         size_t cap = m->cap ? 2 * m->cap : 8;
@@ -227,7 +229,8 @@ static int add(struct migplan *m, uint64_t id, bool posted, char *body)
         m->v = v;
         m->cap = cap;
     }
-    m->v[m->n++] = (struct record){.id = id, .posted = posted, .body = body};
+    m->v[m->n++] = (struct record){.id = id, .posted = posted, .body = *body};
+    *body = NULL;
     return 0;
 }
 
@@ -251,29 +254,31 @@ static char *read_body(const char *path)
 /* DIR/ID.json and DIR/ID.done into the table; other names are left alone. */
 static int load(struct migplan *m, char *err, size_t errlen)
 {
-    DIR *d = opendir(m->dir);
-    if (!d)
+    struct dirent **names = NULL;
+    int n = scandir(m->dir, &names, NULL, alphasort);
+    if (n < 0)
         return errbuf_set(err, errlen, -errno, "%s: %s", m->dir, strerror(errno));
     int rc = 0;
-    for (struct dirent *e; !rc && (e = readdir(d));) {
+    for (int k = 0; k < n; k++) {
+        const char *name = names[k]->d_name;
         char *end = NULL;
         errno = 0;
-        unsigned long long id = strtoull(e->d_name, &end, 10);
+        unsigned long long id = strtoull(name, &end, 10);
         bool done = end && strcmp(end, ".done") == 0, pending = end && strcmp(end, ".json") == 0;
-        if (errno || id == 0 || end == e->d_name || (!done && !pending) || find(m, id))
-            continue;
-        char path[4200];
-        snprintf(path, sizeof(path), "%s/%s", m->dir, e->d_name);
-        char *body = pending ? read_body(path) : NULL;
-        if (pending && !body) {
-            m->cfg.log("MIG plan %llu: its result %s cannot be read: not sent", id, path);
-            done = true;
-        }
-        rc = add(m, id, done, body);
-        if (rc)
+        if (!rc && !errno && id && end != name && (done || pending) && !find(m, id)) {
+            char path[4200];
+            snprintf(path, sizeof(path), "%s/%s", m->dir, name);
+            char *body = pending ? read_body(path) : NULL;
+            if (pending && !body) {
+                m->cfg.log("MIG plan %llu: its result %s cannot be read: not sent", id, path);
+                done = true;
+            }
+            rc = add(m, id, done, &body);
             free(body);
+        }
+        free(names[k]);
     }
-    closedir(d);
+    free(names);
     return rc ? errbuf_set(err, errlen, rc, "out of memory") : 0;
 }
 
@@ -345,14 +350,15 @@ static void apply_one(struct migplan *m, const struct proto_mig_plan *p)
         body = json_dumps(o, JSON_COMPACT);
     json_decref(o);
     proto_mig_result_release(&r);
-    if (!body || add(m, p->id, false, body) != 0) {
+    char path[4200], err[512];
+    record_path(m, p->id, false, path, sizeof(path));
+    int rc = body ? fsutil_write_atomic(path, body, strlen(body), 0600, 0, err, sizeof(err)) : 0;
+    if (!body || add(m, p->id, false, &body) != 0) {
         free(body);
         m->cfg.log("MIG plan %" PRIu64 ": out of memory: its result is not sent", p->id);
         return;
     }
-    char path[4200], err[512];
-    record_path(m, p->id, false, path, sizeof(path));
-    if (fsutil_write_atomic(path, body, strlen(body), 0600, 0, err, sizeof(err)) != 0)
+    if (rc)
         m->cfg.log("MIG plan %" PRIu64 ": %s (a restarted agent would not send its result)", p->id,
                    err);
 }
