@@ -589,6 +589,7 @@ static int start_priv(struct agent *ag, const char *abs_state, char *err, size_t
         .allow_root = a->allow_root,
         .agent_gid = ag->drop ? ag->acct.gid : getgid(),
         .agent_uid = ag->drop ? ag->acct.uid : geteuid(),
+        .nvml = a->nvml,
     };
     int rc = priv_start(&pc, &ag->priv, err, errlen);
     if (!rc && !priv_has_cgroups(ag->priv))
@@ -696,7 +697,8 @@ static int start(struct agent *ag, char *err, size_t errlen)
     if ((rc = attempts_new(&ac, &ag->att)) != 0)
         return errbuf_set(err, errlen, rc, "out of memory");
     snprintf(net, sizeof(net), "%s/%s/mig", abs_state, NET_DIR);
-    struct migplan_config mc = {.dir = net, .gpus = ag->gpus, .att = ag->att, .log = agent_log};
+    struct migplan_config mc = {
+        .dir = net, .gpus = ag->gpus, .att = ag->att, .priv = ag->priv, .log = agent_log};
     if ((rc = migplan_new(&mc, &ag->mig, err, errlen)) != 0)
         return rc;
     size_t taken = attempts_recover(ag->att, mono_ms());

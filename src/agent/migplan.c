@@ -133,14 +133,28 @@ static int plan_check(const struct gpu_backend *b, struct attempts *att, unsigne
     return 0;
 }
 
+/* One instance made or destroyed: through the privileged half when there is
+ * one (NVML wants root), else through b. */
+static int change(const struct gpu_backend *b, struct priv *priv, unsigned index, bool create,
+                  unsigned profile_id, unsigned start, unsigned instance, char *err, size_t len)
+{
+    struct gpu_mig_instance made;
+    if (priv)
+        return create ? priv_mig_create(priv, index, profile_id, start, err, len)
+                      : priv_mig_destroy(priv, index, instance, err, len);
+    return create ? gpu_mig_create(b, index, profile_id, start, &made, err, len)
+                  : gpu_mig_destroy(b, index, instance, err, len);
+}
+
 /* Destroys, then creates, what p names on GPU index (m: its state before). */
-static int plan_change(const struct gpu_backend *b, unsigned index, const struct gpu_mig *m,
-                       const struct proto_mig_plan *p, char *why, size_t len)
+static int plan_change(const struct gpu_backend *b, struct priv *priv, unsigned index,
+                       const struct gpu_mig *m, const struct proto_mig_plan *p, char *why,
+                       size_t len)
 {
     char err[PROTO_ERROR_MAX], name[32];
     for (size_t k = 0; k < p->ndestroy; k++) {
         const struct gpu_mig_instance *g = at_slot(m, p->destroy[k].start);
-        if (g && gpu_mig_destroy(b, index, g->id, err, sizeof(err)) != 0)
+        if (g && change(b, priv, index, false, 0, 0, g->id, err, sizeof(err)) != 0)
             return errbuf_set(why, len, GPO_EIO, "destroying %s at slot %u: %s",
                               profile_name(m, g->profile_id, name, sizeof(name)),
                               g->placement.start, err);
@@ -153,16 +167,15 @@ static int plan_change(const struct gpu_backend *b, unsigned index, const struct
             destroyed |= p->destroy[d].start == c->start;
         if (g && !destroyed && g->profile_id == c->profile_id)
             continue; /* there already */
-        struct gpu_mig_instance made;
-        if (gpu_mig_create(b, index, c->profile_id, c->start, &made, err, sizeof(err)) != 0)
+        if (change(b, priv, index, true, c->profile_id, c->start, 0, err, sizeof(err)) != 0)
             return errbuf_set(why, len, GPO_EIO, "creating %s at slot %u: %s",
                               profile_name(m, c->profile_id, name, sizeof(name)), c->start, err);
     }
     return 0;
 }
 
-int migplan_run(const struct gpu_backend *b, struct attempts *att, const struct proto_mig_plan *p,
-                struct proto_mig_result *ret)
+int migplan_run(const struct gpu_backend *b, struct attempts *att, struct priv *priv,
+                const struct proto_mig_plan *p, struct proto_mig_result *ret)
 {
     char why[PROTO_ERROR_MAX + 1] = "";
     struct gpu_mig *m = malloc(sizeof(*m));
@@ -175,7 +188,7 @@ int migplan_run(const struct gpu_backend *b, struct attempts *att, const struct 
         errbuf_set(why, sizeof(why), rc, "no GPU %s on this node", p->gpu_uuid);
     else if ((rc = gpu_mig_read(b, index, m, why, sizeof(why))) == 0 &&
              (rc = plan_check(b, att, index, m, p, why, sizeof(why))) == 0)
-        rc = plan_change(b, index, m, p, why, sizeof(why));
+        rc = plan_change(b, priv, index, m, p, why, sizeof(why));
     struct proto_mig_result r = {.ok = rc == 0};
     /* What the GPU holds now, also after a failure: the controller
      * schedules on it. */
@@ -336,7 +349,7 @@ static void apply_one(struct migplan *m, const struct proto_mig_plan *p)
     struct proto_mig_result r;
     json_t *o = NULL;
     char *body = NULL;
-    if (migplan_run(m->cfg.gpus, m->cfg.att, p, &r) != 0) {
+    if (migplan_run(m->cfg.gpus, m->cfg.att, m->cfg.priv, p, &r) != 0) {
         m->cfg.log("MIG plan %" PRIu64 ": out of memory: not applied", p->id);
         return;
     }

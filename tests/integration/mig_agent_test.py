@@ -10,7 +10,8 @@ MIG mode with two 3g.40gb instances (slots 0 and 4), GPU 2 not in MIG mode.
 What it checks: the registration and the heartbeats list each GPU's MIG
 mode and instances with their MIG UUIDs, the fake's own (its state file);
 a plan of seven 1g instances on the empty GPU makes them (the state file
-says so) and its result is posted with the layout; a plan listed again, in
+says so: through the agent's privileged half, as root) and its result is
+posted with the layout; a plan listed again, in
 later answers and across an agent restart, is applied once (instances
 removed behind the agent's back do not come back); a job on a share with
 mig_uuid sees CUDA_VISIBLE_DEVICES and NVIDIA_VISIBLE_DEVICES = its MIG
@@ -197,6 +198,15 @@ def layout(instances):
     return sorted((i["profile_id"], i["start"], i["gi_id"], i.get("uuid")) for i in instances or [])
 
 
+def proc_uid(pid):
+    """The effective uid of process PID."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("Uid:"):
+                return int(line.split()[2])
+    return None
+
+
 def start_agent():
     global AGENT
     AGENT = FakeAgent(BIN, SRV, TMP, FAKENVML, NODE, UUIDS)
@@ -245,6 +255,9 @@ def create_1g():
        all(u and u.startswith("MIG-") for *_, u in made),
        "a plan of seven 1g instances on the empty GPU makes them (the fake's state)",
        f"result {res}\nstate {made}\n{AGENT.tail()}")
+    ok(os.stat(STATE_FILE).st_uid == 0 and AGENT.proc and proc_uid(AGENT.proc.pid) != 0,
+       "the privileged half made them (the fake's state is root's; the network half is not)",
+       f"state owner {os.stat(STATE_FILE).st_uid}, agent uid {proc_uid(AGENT.proc.pid)}")
     ok(res.get("gpu_uuid") == UUIDS[0] and layout(res.get("mig")) == made,
        "its result is posted with the layout after it, MIG UUIDs included", json.dumps(res))
     beat = wait_until(lambda: layout(
