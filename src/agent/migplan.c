@@ -28,6 +28,7 @@
 struct record {
     uint64_t id;
     bool posted; /* the controller has it (DIR/ID.done) */
+    bool told;   /* a failure to send it was logged: not again until it is sent */
     char *body;  /* the result's JSON while not posted */
 };
 
@@ -427,9 +428,10 @@ size_t migplan_report(struct migplan *m, struct httpc *c, const char *prefix)
         if (!rc && done && (res.status < 200 || res.status >= 300))
             m->cfg.log("MIG plan %" PRIu64 ": the controller answered %ld to its result: %.200s",
                        r->id, res.status, res.body ? res.body : "");
-        else if (!done)
+        else if (!done && !r->told)
             m->cfg.log("MIG plan %" PRIu64 ": sending its result: %s (sent again later)", r->id,
                        rc ? err : (res.body ? res.body : "no body"));
+        r->told = !done;
         httpc_response_release(&res);
         if (!done) {
             owed++;
