@@ -304,6 +304,21 @@ int priv_cleanup(struct priv *p, uint64_t job, uint32_t attempt, bool *ret_empty
     return attempt_call(p, PRIV_REQ_CLEANUP, job, attempt, 0, 0, ret_empty, err, errlen);
 }
 
+int priv_mps(struct priv *p, enum priv_mps_op op, const char *uuid, char *err, size_t errlen)
+{
+    if (!p || !uuid)
+        return errbuf_set(err, errlen, GPO_EINVAL, "priv_mps: NULL argument");
+    struct priv_req_mps q = {.type = PRIV_REQ_MPS, .op = (uint32_t)op};
+    if (strlen(uuid) >= sizeof(q.uuid))
+        return errbuf_set(err, errlen, GPO_EINVAL, "uuid: longer than %d bytes", PRIV_UUID_MAX - 1);
+    memcpy(q.uuid, uuid, strlen(uuid) + 1);
+    struct priv_reply rep;
+    pthread_mutex_lock(&p->mu);
+    int rc = call(p, &q, sizeof(q), &rep, err, errlen);
+    pthread_mutex_unlock(&p->mu);
+    return rc;
+}
+
 static int mig_call(struct priv *p, const struct priv_req_mig *q, char *err, size_t errlen)
 {
     if (!p)

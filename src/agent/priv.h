@@ -71,6 +71,8 @@ struct priv_config {
                               * STATE_DIR/scripts, whose files a launch gives to the job */
     const char *nvml;        /* the NVML library MIG changes go through (gpu.h's
                               * gpu_backend_open, opened at the first one); NULL: the default */
+    const char *mps_control; /* absolute: nvidia-cuda-mps-control, checked at start as the
+                              * shim is; NULL: none (priv_mps refuses, naming why) */
 };
 
 struct priv;
@@ -272,6 +274,30 @@ int priv_mig_create(struct priv *p, unsigned gpu, unsigned profile_id, unsigned 
 int priv_mig_destroy(struct priv *p, unsigned gpu, unsigned instance_id, char *err, size_t errlen);
 
 /*
+ * CUDA MPS for one GPU (agent/mps.h), with the privileged process's own
+ * credentials (root in production, as NVIDIA's multi-user setup has it: the
+ * control daemon then starts each user's MPS server under that user's uid).
+ * Its directories are STATE_DIR/mps/UUID/pipe and STATE_DIR/mps/UUID/log
+ * (made 0755 when missing), and the control program runs with only
+ * CUDA_VISIBLE_DEVICES=UUID, CUDA_MPS_PIPE_DIRECTORY, CUDA_MPS_LOG_DIRECTORY
+ * and PATH in its environment, its output in STATE_DIR/mps/UUID/control.out.
+ * PRIV_MPS_START: unless the daemon of that pipe directory runs already (its
+ * nvidia-cuda-mps-control.pid names a live process), runs
+ * `nvidia-cuda-mps-control -d`, which must exit 0, and waits until the
+ * daemon has written its pid file. PRIV_MPS_QUIT: writes "quit" to
+ * `nvidia-cuda-mps-control` on stdin and waits until the daemon is gone;
+ * nothing to do when none runs. Each wait is at most PRIV_MPS_WAIT_MS.
+ * uuid: 1..PRIV_UUID_MAX-1 bytes of letters, digits and '-'. Returns 0,
+ * GPO_EINVAL (a bad uuid or op), GPO_ENOENT (no control program
+ * configured), GPO_EIO (it failed, or did not finish in time: the message
+ * says which, with its output), GPO_EPIPE.
+ */
+#define PRIV_UUID_MAX    96
+#define PRIV_MPS_WAIT_MS 10000
+enum priv_mps_op { PRIV_MPS_START = 1, PRIV_MPS_QUIT = 2 };
+int priv_mps(struct priv *p, enum priv_mps_op op, const char *uuid, char *err, size_t errlen);
+
+/*
  * The wire format, exposed so that tests can send what the typed calls
  * never build. Every request starts with its type and is exactly the size
  * of its struct; strings are NUL-terminated inside their arrays; launch's
@@ -287,7 +313,8 @@ enum priv_req_type {
     PRIV_REQ_STEP = 6,     /* a struct priv_req_launch: job, attempt, workdir, argv and env;
                             * every other field 0 */
     PRIV_REQ_STEP_PTY = 7, /* the same, the task on a pseudo-terminal */
-    PRIV_REQ_MIG = 8,
+    PRIV_REQ_MPS = 8,      /* a struct priv_req_mps */
+    PRIV_REQ_MIG = 9,      /* a struct priv_req_mig */
 };
 
 enum priv_mig_op { PRIV_MIG_CREATE = 1, PRIV_MIG_DESTROY = 2 };
@@ -349,6 +376,12 @@ struct priv_req_log {
     uint64_t job;
     uint32_t stream; /* enum priv_stream */
     uint32_t pad;
+};
+
+struct priv_req_mps {
+    uint32_t type; /* PRIV_REQ_MPS */
+    uint32_t op;   /* enum priv_mps_op */
+    char uuid[PRIV_UUID_MAX];
 };
 
 /* Every reply; a log open's reply carries a descriptor (SCM_RIGHTS): the

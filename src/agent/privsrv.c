@@ -44,9 +44,11 @@
 /* The privileged process's state: a copy of the configuration. */
 struct privsrv {
     int fd;
-    char attempts[PRIV_PATH_MAX]; /* STATE_DIR/attempts */
-    char shim_exe[PRIV_PATH_MAX]; /* resolved and checked at start (check_shim) */
-    struct cgroup_root *cg;       /* NULL: process groups */
+    char attempts[PRIV_PATH_MAX];    /* STATE_DIR/attempts */
+    char shim_exe[PRIV_PATH_MAX];    /* resolved and checked at start (check_exe) */
+    char state[PRIV_PATH_MAX];       /* STATE_DIR */
+    char mps_control[PRIV_PATH_MAX]; /* as shim_exe; "": none */
+    struct cgroup_root *cg;          /* NULL: process groups */
     bool allow_root;
     bool cgroup_root_ours; /* remove the cgroup root at exit */
     gid_t agent_gid;
@@ -562,6 +564,11 @@ static int do_step(struct privsrv *s, const void *req, struct priv_reply *rep)
     return privsrv_do_step(s->attempts, &self, req, rep);
 }
 
+static void do_mps(struct privsrv *s, const void *req, struct priv_reply *rep)
+{
+    privsrv_do_mps(s->state, s->mps_control, req, rep);
+}
+
 /* The table of requests: type and handler (privsrv_check_request checks the
  * size). Nothing else is done. A handler may return a descriptor to pass
  * with the reply (closed once sent), else -1. */
@@ -579,6 +586,7 @@ static const struct handler {
     {PRIV_REQ_STEP, NULL, NULL, do_step},
     {PRIV_REQ_STEP_PTY, NULL, NULL, do_step},
     {PRIV_REQ_MIG, do_mig, NULL, NULL},
+    {PRIV_REQ_MPS, do_mps, NULL, NULL},
 };
 
 /* Answers one request into rep; returns the descriptor to pass, or -1. */
@@ -697,35 +705,37 @@ static bool trusted(const struct stat *st)
     return (st->st_uid == 0 || st->st_uid == geteuid()) && !(st->st_mode & (S_IWGRP | S_IWOTH));
 }
 
-/* The shim every launch execs as root, resolved once here (symbolic links
- * followed) and checked: a regular executable file, it and its directory
- * owned by root or by us and writable by no one else, so that nobody but
- * root (or our own user) can change what a launch runs. */
-static int check_shim(const char *path, struct privsrv *s, char *err, size_t errlen)
+/* A program the privileged process execs as root (the shim every launch
+ * runs, the MPS control program), resolved once here (symbolic links
+ * followed) into out (PRIV_PATH_MAX bytes) and checked: a regular
+ * executable file, it and its directory owned by root or by us and
+ * writable by no one else, so that nobody but root (or our own user) can
+ * change what runs. `field` names it in messages. */
+static int check_exe(const char *field, const char *path, char *out, char *err, size_t errlen)
 {
     char *real = realpath(path, NULL);
     if (!real)
-        return errbuf_set(err, errlen, GPO_EINVAL, "shim_exe: %s: %s", path, strerror(errno));
+        return errbuf_set(err, errlen, GPO_EINVAL, "%s: %s: %s", field, path, strerror(errno));
     struct stat st, dir;
     char *slash = strrchr(real, '/');
     int rc = 0;
-    if ((size_t)snprintf(s->shim_exe, sizeof(s->shim_exe), "%s", real) >= sizeof(s->shim_exe))
-        rc = errbuf_set(err, errlen, GPO_EINVAL, "shim_exe: longer than %d bytes",
+    if ((size_t)snprintf(out, PRIV_PATH_MAX, "%s", real) >= PRIV_PATH_MAX)
+        rc = errbuf_set(err, errlen, GPO_EINVAL, "%s: longer than %d bytes", field,
                         PRIV_PATH_MAX - 1);
     else if (stat(real, &st) != 0 || access(real, X_OK) != 0)
-        rc = errbuf_set(err, errlen, GPO_EINVAL, "shim_exe: %s: %s", real, strerror(errno));
+        rc = errbuf_set(err, errlen, GPO_EINVAL, "%s: %s: %s", field, real, strerror(errno));
     else if (!S_ISREG(st.st_mode) || !trusted(&st))
         rc = errbuf_set(err, errlen, GPO_EPERM,
-                        "shim_exe: %s: not a regular file of root's (or ours) that only its "
+                        "%s: %s: not a regular file of root's (or ours) that only its "
                         "owner may write",
-                        real);
+                        field, real);
     if (!rc && slash) {
         *slash = '\0';
         if (stat(slash == real ? "/" : real, &dir) != 0 || !trusted(&dir))
             rc = errbuf_set(err, errlen, GPO_EPERM,
-                            "shim_exe: its directory %s is not root's (or ours), or others may "
+                            "%s: its directory %s is not root's (or ours), or others may "
                             "write to it",
-                            slash == real ? "/" : real);
+                            field, slash == real ? "/" : real);
     }
     free(real);
     return rc;
@@ -742,7 +752,12 @@ static int check_config(const struct priv_config *cfg, struct privsrv *s, char *
         sizeof(s->attempts) - 64)
         return errbuf_set(err, errlen, GPO_EINVAL, "state_dir: longer than %d bytes",
                           PRIV_PATH_MAX - 128);
-    int rc = check_shim(cfg->shim_exe, s, err, errlen);
+    if (cfg->mps_control && cfg->mps_control[0] != '/')
+        return errbuf_set(err, errlen, GPO_EINVAL, "mps_control: not an absolute path");
+    snprintf(s->state, sizeof(s->state), "%s", cfg->state_dir);
+    int rc = check_exe("shim_exe", cfg->shim_exe, s->shim_exe, err, errlen);
+    if (!rc && cfg->mps_control)
+        rc = check_exe("mps_control", cfg->mps_control, s->mps_control, err, errlen);
     if (rc)
         return rc;
     if (cfg->nvml && (size_t)snprintf(s->nvml, sizeof(s->nvml), "%s", cfg->nvml) >= sizeof(s->nvml))

@@ -35,6 +35,7 @@ static const struct {
     {PRIV_REQ_STEP, "step", sizeof(struct priv_req_launch)},
     {PRIV_REQ_STEP_PTY, "step_pty", sizeof(struct priv_req_launch)},
     {PRIV_REQ_MIG, "mig", sizeof(struct priv_req_mig)},
+    {PRIV_REQ_MPS, "mps", sizeof(struct priv_req_mps)},
 };
 
 int privsrv_check_request(const void *buf, size_t n, uint32_t *ret_type, char *msg, size_t len)
@@ -473,5 +474,27 @@ int privsrv_check_script(const char *argv0, const char *want, mode_t mode, uid_t
     if (nlink != 1)
         return errbuf_set(msg, len, GPO_EINVAL, "script: %s has %" PRIu64 " links, expected 1",
                           want, nlink);
+    return 0;
+}
+
+int privsrv_check_mps(const struct priv_req_mps *q, char *msg, size_t len)
+{
+    if (q->op != PRIV_MPS_START && q->op != PRIV_MPS_QUIT)
+        return errbuf_set(msg, len, GPO_EINVAL, "op: %" PRIu32 " is neither start (1) nor quit (2)",
+                          q->op);
+    size_t n = strnlen(q->uuid, sizeof(q->uuid));
+    if (n == 0 || n == sizeof(q->uuid))
+        return errbuf_set(msg, len, GPO_EINVAL, "uuid: 1 to %d bytes, NUL-terminated",
+                          PRIV_UUID_MAX - 1);
+    for (size_t i = n; i < sizeof(q->uuid); i++)
+        if (q->uuid[i])
+            return errbuf_set(msg, len, GPO_EINVAL, "uuid: bytes after its end are not zero");
+    for (size_t i = 0; i < n; i++) {
+        char c = q->uuid[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              (c == '-' && i > 0)))
+            return errbuf_set(msg, len, GPO_EINVAL,
+                              "uuid: letters, digits and '-' only (not first), as NVML's");
+    }
     return 0;
 }

@@ -126,4 +126,9 @@ int privsrv_check_log_file(mode_t mode, uid_t owner, uid_t uid);
 int privsrv_check_script(const char *argv0, const char *want, mode_t mode, uid_t owner,
                          uint64_t nlink, uid_t agent_uid, char *msg, size_t len);
 
+/* A CUDA MPS request: op start or quit, uuid 1..PRIV_UUID_MAX-1 bytes of
+ * letters, digits and '-' (not first: it becomes a directory name), zero
+ * after its NUL. */
+int privsrv_check_mps(const struct priv_req_mps *q, char *msg, size_t len);
+
 #endif

@@ -89,18 +89,29 @@ static const struct jsonv_field node_features_fields[] = {
              .count_offset = offsetof(struct cluster_node_features, nfeatures)),
 };
 
+/* By enum cluster_sharing. */
+static const char *const sharing_names[] = {"none", "mps", NULL};
+_Static_assert(sizeof(enum cluster_sharing) == sizeof(int), "jsonv stores an enum as an int");
+
+/* A pool as decoded: its "mig" arrives as JSON (cluster_mig_decode). */
+struct pool_wire {
+    struct cluster_pool p;
+    json_t *mig; /* borrowed from the body */
+};
+
 static const struct jsonv_field pool_fields[] = {
-    ID_FIELD(struct cluster_pool),
-    REQUIRED("name", JSONV_STRING, struct cluster_pool, name, 1, CLUSTER_NAME_MAX),
-    FIELD("description", JSONV_STRING, struct cluster_pool, description, 0, CLUSTER_DESC_MAX),
-    FIELD("aliases", JSONV_STRINGS, struct cluster_pool, aliases, 1, CLUSTER_NAME_MAX,
-          .max_items = CLUSTER_ALIASES_MAX,
-          .count_offset = offsetof(struct cluster_pool, naliases)),
-    FIELD("node_features", JSONV_OBJECTS, struct cluster_pool, node_features, 0, 0,
+    REQUIRED("id", JSONV_UINT32, struct pool_wire, p.id, 1, UINT32_MAX),
+    REQUIRED("name", JSONV_STRING, struct pool_wire, p.name, 1, CLUSTER_NAME_MAX),
+    FIELD("description", JSONV_STRING, struct pool_wire, p.description, 0, CLUSTER_DESC_MAX),
+    FIELD("sharing", JSONV_ENUM, struct pool_wire, p.sharing, 0, 0, .choices = sharing_names),
+    FIELD("aliases", JSONV_STRINGS, struct pool_wire, p.aliases, 1, CLUSTER_NAME_MAX,
+          .max_items = CLUSTER_ALIASES_MAX, .count_offset = offsetof(struct pool_wire, p.naliases)),
+    FIELD("node_features", JSONV_OBJECTS, struct pool_wire, p.node_features, 0, 0,
           .max_items = CLUSTER_NODE_FEATURES_MAX,
-          .count_offset = offsetof(struct cluster_pool, nnode_features),
+          .count_offset = offsetof(struct pool_wire, p.nnode_features),
           .elem_size = sizeof(struct cluster_node_features), .sub = node_features_fields,
           .nsub = ARRAY_LEN(node_features_fields)),
+    FIELD("mig", JSONV_RAW, struct pool_wire, mig, 0, 0, .flags = JSONV_NULLABLE),
 };
 
 int cluster_pool_check(const struct cluster_pool *p, char *err, size_t errlen)
@@ -109,20 +120,23 @@ int cluster_pool_check(const struct cluster_pool *p, char *err, size_t errlen)
         return errbuf_set(err, errlen, GPO_EINVAL, "no pool");
     int rc = cluster_check_name("name", p->name, err, errlen);
     rc = rc ? rc : cluster_check_desc(p->description, err, errlen);
+    if (!rc && (unsigned)p->sharing > CLUSTER_SHARING_MPS)
+        return errbuf_set(err, errlen, GPO_EINVAL, "field 'sharing': expected none or mps");
     return rc ? rc : cluster_pool_check_extra(p, err, errlen);
 }
 
 int cluster_pool_decode(const json_t *obj, unsigned flags, struct cluster_pool *ret, char *err,
                         size_t errlen)
 {
-    struct cluster_pool p = {0};
-    int rc = decode_table(obj, flags, pool_fields, ARRAY_LEN(pool_fields), &p, err, errlen);
-    rc = rc ? rc : cluster_pool_check(&p, err, errlen);
+    struct pool_wire w = {0};
+    int rc = decode_table(obj, flags, pool_fields, ARRAY_LEN(pool_fields), &w, err, errlen);
+    rc = rc ? rc : cluster_pool_check(&w.p, err, errlen);
+    rc = rc ? rc : cluster_mig_decode(w.mig, "mig", &w.p.mig, err, errlen);
     if (rc) {
-        cluster_pool_release(&p);
+        cluster_pool_release(&w.p);
         return rc;
     }
-    *ret = p;
+    *ret = w.p;
     return 0;
 }
 
@@ -131,7 +145,11 @@ json_t *cluster_pool_to_json(const struct cluster_pool *p, unsigned flags)
     json_t *o = json_object();
     bool ok = o && put_id(o, p->id, flags) && put(o, "name", json_string(p->name)) &&
               (!p->description || put(o, "description", json_string(p->description))) &&
-              cluster_pool_extra_json(p, o) == 0;
+              /* Always, so that a file saying "none" applies as unchanged. */
+              (unsigned)p->sharing <= CLUSTER_SHARING_MPS &&
+              put(o, "sharing", json_string(sharing_names[p->sharing])) &&
+              cluster_pool_extra_json(p, o) == 0 &&
+              (p->mig.mode == CLUSTER_MIG_OFF || put(o, "mig", cluster_mig_to_json(&p->mig)));
     return finish(o, ok);
 }
 
@@ -140,6 +158,7 @@ void cluster_pool_release(struct cluster_pool *p)
     if (!p)
         return;
     cluster_pool_extra_release(p);
+    cluster_mig_release(&p->mig);
     free(p->name);
     free(p->description);
     memset(p, 0, sizeof(*p));
@@ -479,6 +498,7 @@ struct node_wire {
     struct cluster_node n; /* all but its gpus */
     struct gpu_wire *gpus;
     size_t ngpus;
+    json_t *mig; /* borrowed from the body: cluster_node_mig_decode */
 };
 
 static const char *const state_names[] = {[CLUSTER_NODE_UP] = "up",
@@ -509,6 +529,7 @@ static const struct jsonv_field node_fields[] = {
     FIELD("gpus", JSONV_OBJECTS, struct node_wire, gpus, 0, 0, .max_items = SCHED_MAX_GPUS_PER_NODE,
           .count_offset = offsetof(struct node_wire, ngpus), .elem_size = sizeof(struct gpu_wire),
           .sub = gpu_fields, .nsub = ARRAY_LEN(gpu_fields)),
+    FIELD("mig", JSONV_RAW, struct node_wire, mig, 0, 0, .flags = JSONV_NULLABLE),
 };
 
 const char *cluster_node_state_name(enum cluster_node_state state)
@@ -609,6 +630,7 @@ int cluster_node_decode(const json_t *obj, unsigned flags, struct cluster_node *
     n.ngpus = w.ngpus;
     free(w.gpus); /* its strings now belong to n */
     rc = cluster_node_check(&n, err, errlen);
+    rc = rc ? rc : cluster_node_mig_decode(w.mig, &n.mig, err, errlen);
     if (rc) {
         cluster_node_release(&n);
         return rc;
@@ -625,7 +647,8 @@ json_t *cluster_node_to_json(const struct cluster_node *n, unsigned flags)
               put(o, "mem_mib", json_integer(n->mem_mib)) &&
               put(o, "state", json_string(cluster_node_state_name(n->state))) &&
               (!n->addr || put(o, "addr", json_string(n->addr))) &&
-              (!n->log_port || put(o, "log_port", json_integer(n->log_port)));
+              (!n->log_port || put(o, "log_port", json_integer(n->log_port))) &&
+              (!n->mig || put(o, "mig", cluster_mig_to_json(n->mig)));
     for (size_t i = 0; ok && i < n->ngpus; i++) {
         const struct cluster_gpu *g = &n->gpus[i];
         json_t *e = json_object();
@@ -655,5 +678,7 @@ void cluster_node_release(struct cluster_node *n)
     free(n->name);
     free(n->pool);
     free(n->addr);
+    cluster_mig_release(n->mig);
+    free(n->mig);
     memset(n, 0, sizeof(*n));
 }

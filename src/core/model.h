@@ -66,9 +66,9 @@ struct sched_gpu {
     int32_t nvlink_domain; /* same value on one node = one NVLink/NVSwitch fabric; -1 none */
     uint8_t mig_slices;
     bool mig_enabled;
-    bool held; /* offered for no new work: an ended job's processes still run on it
-                  (a dirty GPU); work already on it keeps what it holds */
-    uint8_t mig_n;                   /* instances in mig[], when mig_enabled */
+    bool held;     /* offered for no new work: an ended job's processes still run on it
+                      (a dirty GPU); work already on it keeps what it holds */
+    uint8_t mig_n; /* instances in mig[], when mig_enabled */
     const struct mig_type *mig_type; /* borrowed from the catalogue; NULL: no MIG */
     struct sched_mig_instance mig[MIG_MAX_INSTANCES];
 };
@@ -203,10 +203,10 @@ struct sched_job {
  * instance, named by its start slot; milli is the instance's charge
  * (mig_profile_charge_milli) and mem_mib its memory. */
 struct sched_share {
-    uint32_t gpu;     /* index into cluster->gpus */
-    uint32_t milli;   /* 1000 for a whole GPU */
-    uint32_t mem_mib; /* GPU memory held */
-    bool mig;         /* a MIG instance of the GPU */
+    uint32_t gpu;        /* index into cluster->gpus */
+    uint32_t milli;      /* 1000 for a whole GPU */
+    uint32_t mem_mib;    /* GPU memory held */
+    bool mig;            /* a MIG instance of the GPU */
     uint8_t mig_start;   /* with mig: the instance's start slot */
     uint8_t mig_profile; /* with mig: index into the GPU's mig_type->profiles */
 };

@@ -158,6 +158,25 @@ static void fuzz_log(const uint8_t *data, size_t size)
         abort();
 }
 
+/* An MPS request that passes is start or quit of a name that is safe as
+ * one directory: letters, digits and '-', not first. */
+static void fuzz_mps(const uint8_t *data, size_t size)
+{
+    struct priv_req_mps q = {0};
+    memcpy(&q, data, size < sizeof(q) ? size : sizeof(q));
+    char msg[PRIV_MSG_MAX] = "";
+    if (privsrv_check_mps(&q, msg, sizeof(msg)) != 0) {
+        one_line(msg);
+        return;
+    }
+    size_t len = strnlen(q.uuid, sizeof(q.uuid));
+    if ((q.op != PRIV_MPS_START && q.op != PRIV_MPS_QUIT) || len == 0 || len == sizeof(q.uuid) ||
+        q.uuid[0] == '-' ||
+        strspn(q.uuid, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                       "0123456789-") != len)
+        abort();
+}
+
 /* A MIG change that passes is a create or a destroy with its fields in
  * range and the other op's 0. */
 static void fuzz_mig(const uint8_t *data, size_t size)
@@ -219,6 +238,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             fuzz_attribute(rest, n);
         } else if (type == PRIV_REQ_LOG_OPEN) {
             fuzz_log(rest, n);
+        } else if (type == PRIV_REQ_MPS) {
+            fuzz_mps(rest, n);
         } else if (type == PRIV_REQ_MIG) {
             fuzz_mig(rest, n);
         } else {
