@@ -273,6 +273,10 @@ def applied_once():
     ok(len(SRV.results_of(1)) == 1 and AGENT.log().count("MIG plan 1 on") == 1,
        "a plan listed in later answers is applied and reported once",
        f"results {SRV.results_of(1)}\n{AGENT.tail()}")
+    records = os.path.join(AGENT.state, "net", "mig")
+    ok(os.listdir(records) == ["1.done"],
+       "its record says the controller has the result (STATE/net/mig/1.done)",
+       str(os.listdir(records)))
     # Across a restart, with the instances gone behind the agent's back.
     ok(AGENT.stop() == 0, "the agent stops on SIGTERM", AGENT.tail())
     with open(STATE_FILE) as f:
@@ -290,6 +294,8 @@ def applied_once():
        "a restarted agent does not apply a plan id it applied before",
        f"state {state().get(UUIDS[0])}\n{AGENT.tail()}")
     SRV.set(plans=[])
+    ok(wait_until(lambda: os.listdir(records) == []),
+       "a done record goes once the answers stop listing its plan", str(os.listdir(records)))
 
 
 def env_of(path):
@@ -324,10 +330,10 @@ def job_on_instance():
                 p.get("attempt") == 1]
     ok(wait_until(on_gpu), "its process on the instance is reported as the attempt's, on its GPU",
        json.dumps(SRV.last_heartbeat()))
-    return run, mig0
+    return mig0
 
 
-def busy_plan(run, mig0):
+def busy_plan(mig0):
     before = probed()[UUIDS[1]]
     plan = {"id": 2, "gpu_uuid": UUIDS[1],
             "destroy": [{"profile_id": P3G, "start": 4}, {"profile_id": P3G, "start": 0}],
@@ -363,8 +369,7 @@ def main():
     registered()
     create_1g()
     applied_once()
-    run, mig0 = job_on_instance()
-    busy_plan(run, mig0)
+    busy_plan(job_on_instance())
     ok(AGENT.stop() == 0, "the agent stops on SIGTERM at the end", AGENT.tail())
 
 
