@@ -27,6 +27,7 @@
 #include "agent/cgroup.h"
 #include "agent/journal.h"
 #include "agent/logsrv.h"
+#include "agent/migplan.h"
 #include "agent/steps.h"
 #include "agent/priv.h"
 #include "agent/probe.h"
@@ -63,6 +64,7 @@ struct agent {
     struct steps *steps;
     struct http_route step_routes[2]; /* the log server serves steps too */
     struct attempts *att;
+    struct migplan *mig;       /* MIG repartition plans and their results */
     struct runas_account acct; /* the network half's account, when started as root */
     bool drop;                 /* started as root: become acct once the privileged half runs */
     atomic_bool stop;
@@ -86,8 +88,11 @@ static void usage(FILE *out)
             "controller, sends a heartbeat with a sample of every GPU, and runs the attempts\n"
             "the controller assigns: each at most once (journaled and fsync'd before the\n"
             "fork), under `gpuorch-shim`, as the job's Unix user, with CUDA_VISIBLE_DEVICES\n"
-            "set to its GPUs' UUIDs. Jobs keep running if the agent stops or crashes; a\n"
-            "restarted agent takes them up again. See docs/agent.md.\n"
+            "set to its GPUs' UUIDs (a MIG device's, on a MIG instance). On MIG GPUs it\n"
+            "reports the instances and applies the controller's repartition plans, once\n"
+            "each; it never changes MIG mode or resets a GPU. Jobs keep running if the\n"
+            "agent stops or crashes; a restarted agent takes them up again. See\n"
+            "docs/agent.md.\n"
             "\n"
             "  --server URL          the controller, e.g. http://10.0.0.1:8080 (required)\n"
             "  --join-token FILE     the controller's DATA/join.token (required)\n"
@@ -412,8 +417,9 @@ static void *monitor_main(void *arg)
 /* The long-poll loop, on the calling thread, until a signal stops the agent. */
 static void poll_loop(struct agent *ag, struct httpc *c)
 {
-    char path[1100], base[1024], err[1024];
+    char path[1100], base[1024], mig[1024], err[1024];
     node_path(ag, "/assignments", base, sizeof(base));
+    node_path(ag, "/mig", mig, sizeof(mig));
     int64_t since = -1;
     bool failing = false;
     while (!atomic_load(&ag->stop)) {
@@ -437,6 +443,9 @@ static void poll_loop(struct agent *ag, struct httpc *c)
             failing = false;
             since = ans.rev;
             attempts_apply(ag->att, &ans, mono_ms());
+            /* After the attempts: one taken up from the journal has learned
+             * its MIG devices, which no plan may destroy. */
+            migplan_apply(ag->mig, &ans);
             proto_assignments_release(&ans);
         } else {
             if (!failing)
@@ -451,6 +460,7 @@ static void poll_loop(struct agent *ag, struct httpc *c)
             nanosleep(&ts, NULL);
         }
         httpc_response_release(&r);
+        migplan_report(ag->mig, c, mig); /* results owed, also from before a restart */
     }
 }
 
@@ -608,6 +618,7 @@ static int start_priv(struct agent *ag, const char *abs_state, char *err, size_t
         .allow_root = a->allow_root,
         .agent_gid = ag->drop ? ag->acct.gid : getgid(),
         .agent_uid = ag->drop ? ag->acct.uid : geteuid(),
+        .nvml = a->nvml,
     };
     char mps[PATH_MAX];
     pc.mps_control = mps_control_path(a, mps) ? mps : NULL;
@@ -726,6 +737,11 @@ static int start(struct agent *ag, char *err, size_t errlen)
                                  .log = agent_log};
     if ((rc = attempts_new(&ac, &ag->att)) != 0)
         return errbuf_set(err, errlen, rc, "out of memory");
+    snprintf(net, sizeof(net), "%s/%s/mig", abs_state, NET_DIR);
+    struct migplan_config mc = {
+        .dir = net, .gpus = ag->gpus, .att = ag->att, .priv = ag->priv, .log = agent_log};
+    if ((rc = migplan_new(&mc, &ag->mig, err, errlen)) != 0)
+        return rc;
     size_t taken = attempts_recover(ag->att, mono_ms());
     agent_log("node '%s': %u GPU(s) via %s, state in %s, %zu attempt(s) taken up from the "
               "journal; network half runs as uid %ld, privileged half pid %ld",

@@ -32,6 +32,7 @@
 #include "agent/priv.h"
 #include "agent/privsrv.h"
 #include "agent/privsrv_check.h"
+#include "gpu/gpu.h"
 #include "util/errbuf.h"
 #include "util/fsutil.h"
 #include "base/banned.h"
@@ -55,6 +56,8 @@ struct privsrv {
     uid_t uid; /* its own, effective */
     gid_t gid;
     char name[PRIV_USER_MAX]; /* its own user's name; "" without a passwd entry */
+    char nvml[PRIV_PATH_MAX]; /* the NVML library for MIG changes; "": the default */
+    struct gpu_backend *gpus; /* opened at the first MIG change (in the served child) */
 };
 
 /* ==== the privileged side: checks that need the system ==== */
@@ -533,6 +536,28 @@ static void do_attribute(struct privsrv *s, const void *req, struct priv_reply *
     privsrv_do_attribute(s->attempts, req, rep);
 }
 
+/* A MIG change through the process's own NVML backend, opened once. */
+static void do_mig(struct privsrv *s, const void *req, struct priv_reply *rep)
+{
+    const struct priv_req_mig *q = req;
+    if ((rep->rc = privsrv_check_mig(q, rep->msg, sizeof(rep->msg))))
+        return;
+    if (!s->gpus && (rep->rc = gpu_backend_open(s->nvml[0] ? s->nvml : NULL, &s->gpus, rep->msg,
+                                                sizeof(rep->msg))))
+        return;
+    if (q->gpu >= gpu_count(s->gpus)) {
+        rep->rc =
+            errbuf_set(rep->msg, sizeof(rep->msg), GPO_EINVAL,
+                       "gpu: %" PRIu32 ", but NVML finds %u GPU(s)", q->gpu, gpu_count(s->gpus));
+        return;
+    }
+    struct gpu_mig_instance made;
+    rep->rc = q->op == PRIV_MIG_CREATE
+                  ? gpu_mig_create(s->gpus, q->gpu, q->profile_id, q->start, &made, rep->msg,
+                                   sizeof(rep->msg))
+                  : gpu_mig_destroy(s->gpus, q->gpu, q->instance, rep->msg, sizeof(rep->msg));
+}
+
 static int do_step(struct privsrv *s, const void *req, struct priv_reply *rep)
 {
     struct privsrv_self self = {.uid = s->uid, .allow_root = s->allow_root};
@@ -560,6 +585,7 @@ static const struct handler {
     {PRIV_REQ_LOG_OPEN, NULL, privsrv_do_log_open, NULL},
     {PRIV_REQ_STEP, NULL, NULL, do_step},
     {PRIV_REQ_STEP_PTY, NULL, NULL, do_step},
+    {PRIV_REQ_MIG, do_mig, NULL, NULL},
     {PRIV_REQ_MPS, do_mps, NULL, NULL},
 };
 
@@ -734,6 +760,8 @@ static int check_config(const struct priv_config *cfg, struct privsrv *s, char *
         rc = check_exe("mps_control", cfg->mps_control, s->mps_control, err, errlen);
     if (rc)
         return rc;
+    if (cfg->nvml && (size_t)snprintf(s->nvml, sizeof(s->nvml), "%s", cfg->nvml) >= sizeof(s->nvml))
+        return errbuf_set(err, errlen, GPO_EINVAL, "nvml: longer than %d bytes", PRIV_PATH_MAX - 1);
     s->allow_root = cfg->allow_root;
     s->cgroup_root_ours = cfg->cgroup_root_ours;
     s->agent_gid = cfg->agent_gid;
@@ -805,5 +833,6 @@ void privsrv_free(struct privsrv *s)
     if (!s)
         return;
     cgroup_root_close(s->cg);
+    gpu_backend_close(s->gpus);
     free(s);
 }

@@ -422,6 +422,7 @@ static void test_a_run_with_the_controllers_spec_decodes(void **state)
         "\"dependencies\": [{\"type\": \"afterany\", \"job\": 3}], \"time_limit_s\": 60}",
         "{\"command\": [\"x\"], \"gpu_mem_mib\": 1000, \"checkpointable\": true, \"requeue\": "
         "false}",
+        "{\"command\": [\"x\"], \"mig_profile\": \"MIG 1g.10gb\"}",
     };
     for (size_t i = 0; i < ARRAY_LEN(subs); i++) {
         json_t *sub = parse(subs[i]);
