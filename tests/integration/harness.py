@@ -8,6 +8,7 @@ A test makes one Server, binds `call = srv.call` (or makes a Client with a
 token of its own: srv.client(TOKEN)), and ends with run(main, srv), which
 prints the TAP plan and exits with the verdict."""
 
+import atexit
 import collections
 import http.client
 import json
@@ -595,12 +596,25 @@ def fake_gpu_uuid(node_no, index, tag="4000"):
     return f"GPU-{node_no:08x}-{os.getpid() & 0xffff:04x}-{tag}-8000-{index:012x}"
 
 
+_PRIVATE_CGROUPS = []  # FakeAgent's own cgroup roots' bases, removed at exit
+
+
+@atexit.register
+def _remove_private_cgroups():
+    for base in _PRIVATE_CGROUPS:
+        remove_cgroups(base)
+
+
 class FakeAgent:
     """`gpuorch agent` NAME as a child process on the fake NVML: its GPUs in
     TMP/NAME-gpus.json (FAKENVML_CONFIG), its state in TMP/NAME, its output in
     TMP/NAME.log. FLAGS (kill_grace=1, dirty_wait=None, exit_poll=True, ...)
     change AGENT_FLAGS (True: a flag without a value);
-    set .cgroup before start() for --cgroup-root."""
+    set .cgroup before start() for --cgroup-root. Left unset, the agent gets a
+    cgroup root of its own under the cgroup mount (where one is writable),
+    removed when the test exits: the automatic root is MOUNT/gpuorch/NAME, and
+    two tests running at once with a node of the same name and jobs of the
+    same ids would kill each other's jobs there."""
 
     def __init__(self, binary, srv, tmp, nvml, name, uuids, pool="main", gpu_file=None,
                  **flags):
@@ -611,6 +625,8 @@ class FakeAgent:
         self.log_path = os.path.join(tmp, f"{name}.log")
         self.flags = dict(AGENT_FLAGS, **{k.replace("_", "-"): v for k, v in flags.items()})
         self.cgroup = None
+        self.private_cgroup = None  # made by start() when .cgroup is unset
+        self.tmp = tmp
         self.proc = None
 
     def write_gpu_list(self, gpus):
@@ -627,8 +643,14 @@ class FakeAgent:
                 args += [f"--{flag}"]
             elif value is not None and value is not False:
                 args += [f"--{flag}", str(value)]
-        if self.cgroup:
-            args += ["--cgroup-root", self.cgroup]
+        if not self.cgroup and not self.private_cgroup:
+            base, roots = agent_cgroups(f"gpuorch-{os.path.basename(self.tmp)}-{self.name}",
+                                        [self.name])
+            if base:
+                self.private_cgroup = roots[self.name]
+                _PRIVATE_CGROUPS.append(base)
+        if self.cgroup or self.private_cgroup:
+            args += ["--cgroup-root", self.cgroup or self.private_cgroup]
         # FAKENVML_DRIVER: the fake keeps a root process that lists GPU processes,
         # as the kernel driver does, once the agent's network half drops root.
         env = dict(os.environ, FAKENVML_CONFIG=self.gpu_file, FAKENVML_DRIVER="1")
