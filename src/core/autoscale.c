@@ -73,6 +73,7 @@ void autoscale_state_init(struct autoscale_state *st, int64_t now_ms)
     for (size_t k = 0; k < AUTOSCALE_BUCKETS; k++)
         st->buckets[k].at_s = INT64_MIN;
     st->panic_since_ms = INT64_MIN;
+    st->last_down_ms = INT64_MIN;
     /* Nothing is known before now: a restarted controller keeps its
      * replicas through one whole grace before it may scale them to zero. */
     st->last_request_ms = now_ms;
@@ -165,6 +166,7 @@ struct calc {
     int32_t up_limit, down_limit;
     int32_t unlimited_stable, unlimited_panic; /* the wants before the rate limits */
     bool in_panic, limited, at_min, at_max, grace_hold, zero, cold;
+    bool paced; /* a step down waiting one startup after the last */
 };
 
 static int32_t clamp32(int64_t v, int64_t lo, int64_t hi)
@@ -206,15 +208,41 @@ static int64_t headroom_of(const struct autoscale_state *st, const struct autosc
     return (int64_t)floor(trend.slope * (double)st->startup_ms / 1000.0);
 }
 
+/* The startup's rules (the GPU part, on with the headroom, once a startup
+ * is measured): what a replica's long start changes in Knative's rules.
+ * - The scale-down delay is at least the measured startup: a replica let
+ *   go and wanted back within one startup costs that startup's GPU time
+ *   and the requests that wait for it (the ski-rental break-even: an idle
+ *   replica kept one startup costs what starting it again does).
+ * - After a step down, the next waits one startup: Knative halves at most
+ *   once per two-second tick, about a pod's start; here once per replica's.
+ * - In panic, while replicas are starting, the count grows only when the
+ *   panic window wants the threshold times the ready and starting together
+ *   (panic_step). */
+static bool startup_rules(const struct autoscale_state *st, const struct autoscale_spec *spec)
+{
+    return spec->headroom && st->startups > 0;
+}
+
+/* Whether `want` is at least the panic threshold times `count` (0 counts
+ * as 1). */
+static bool over_threshold(const struct autoscale_spec *spec, int32_t want, int64_t count)
+{
+    return want > 0 && (int64_t)want * 100 >= spec->panic_threshold_pct * (count > 1 ? count : 1);
+}
+
 /* Panic: entered or re-triggered when the panic window wants at least
  * threshold times the ready count; left a whole stable window after the
- * last trigger. While in it the count only grows. */
+ * last trigger. While in it the count only grows; with the startup's rules,
+ * while replicas are starting, it grows only when the panic window wants
+ * the threshold times the ready and starting together: the replicas asked
+ * have not had their effect yet, and a backlog they will drain, or a burst
+ * already over, asks for no more. */
 static int32_t panic_step(struct autoscale_state *st, const struct autoscale_input *in,
                           int32_t want_stable, int32_t want_panic, int32_t raw_panic)
 {
     const struct autoscale_spec *spec = in->spec;
-    int64_t ready = in->ready > 1 ? in->ready : 1;
-    bool over = raw_panic > 0 && (int64_t)raw_panic * 100 >= spec->panic_threshold_pct * ready;
+    bool over = over_threshold(spec, raw_panic, in->ready);
     if (over) {
         if (st->panic_since_ms == INT64_MIN) {
             int32_t hold = st->last_desired > in->ready ? st->last_desired : in->ready;
@@ -228,7 +256,9 @@ static int32_t panic_step(struct autoscale_state *st, const struct autoscale_inp
     }
     if (st->panic_since_ms == INT64_MIN)
         return want_stable;
-    if (want_panic > st->panic_peak)
+    bool waiting = startup_rules(st, spec) && in->starting > 0 &&
+                   !over_threshold(spec, raw_panic, (int64_t)in->ready + in->starting);
+    if (want_panic > st->panic_peak && !waiting)
         st->panic_peak = want_panic;
     return st->panic_peak;
 }
@@ -296,9 +326,17 @@ static int32_t compute(struct autoscale_state *st, const struct autoscale_input 
 
     int32_t want = panic_step(st, in, want_stable, want_panic, raw_panic);
     c->in_panic = st->panic_since_ms != INT64_MIN;
-    int32_t held = delay_step(st, in->now_ms, spec->scale_down_delay_ms, want);
+    int64_t delay = spec->scale_down_delay_ms;
+    if (startup_rules(st, spec) && st->startup_ms > delay)
+        delay = st->startup_ms;
+    int32_t held = delay_step(st, in->now_ms, delay, want);
     if (held > want)
         c->delayed = held;
+    if (held < current && startup_rules(st, spec) && st->last_down_ms != INT64_MIN &&
+        in->now_ms - st->last_down_ms < st->startup_ms) {
+        held = current;
+        c->paced = true;
+    }
     return held;
 }
 
@@ -421,6 +459,12 @@ static void text_notes(struct text *t, const struct autoscale_state *st,
         note_open(t, &any, inside);
         text_put(t, "scale-down delay");
     }
+    if (c->paced) {
+        note_open(t, &any, inside);
+        text_put(t, "one step down per ");
+        text_int(t, (st->startup_ms + 500) / 1000);
+        text_put(t, " s startup");
+    }
     if (c->at_min) {
         note_open(t, &any, inside);
         text_put(t, "min ");
@@ -498,6 +542,8 @@ void autoscale_decide(struct autoscale_state *st, const struct autoscale_input *
     desired = bound(st, in, &c, desired);
     struct text t = {.buf = out->reason, .size = sizeof(out->reason)};
     reason_write(&t, st, in, &c, desired);
+    if (desired < in->ready + in->starting)
+        st->last_down_ms = in->now_ms;
     out->desired = desired;
     out->panic = st->panic_since_ms != INT64_MIN;
     st->last_desired = desired;

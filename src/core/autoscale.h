@@ -82,6 +82,7 @@ struct autoscale_state {
     int32_t startups;         /* how many were measured */
     int32_t last_desired;     /* the previous decision's count */
     int64_t last_decision_ms; /* INT64_MIN: none yet */
+    int64_t last_down_ms;     /* the last decision that lowered the count; INT64_MIN: none */
     struct {
         int64_t at_ms;
         int32_t want;
