@@ -80,20 +80,41 @@ void autoscale_state_init(struct autoscale_state *st, int64_t now_ms)
     st->last_decision_ms = INT64_MIN;
 }
 
-void autoscale_observe(struct autoscale_state *st, int64_t at_ms, int64_t value_milli)
+/* The bucket of at_ms's second, emptied if it held an older one; NULL when
+ * the second is older than the ring holds. */
+static struct autoscale_bucket *bucket_at(struct autoscale_state *st, int64_t at_ms)
 {
     int64_t s = second_of(at_ms);
     struct autoscale_bucket *b = &st->buckets[slot_of(s)];
     if (b->at_s != INT64_MIN && b->at_s > s)
-        return; /* older than the ring holds */
-    if (value_milli < 0)
-        value_milli = 0;
+        return NULL;
     if (b->at_s != s)
         *b = (struct autoscale_bucket){.at_s = s};
+    return b;
+}
+
+void autoscale_observe(struct autoscale_state *st, int64_t at_ms, int64_t value_milli)
+{
+    struct autoscale_bucket *b = bucket_at(st, at_ms);
+    if (!b)
+        return;
+    if (value_milli < 0)
+        value_milli = 0;
     b->sum += value_milli;
     b->count++;
     if (value_milli > 0 && at_ms > st->last_request_ms)
         st->last_request_ms = at_ms;
+}
+
+void autoscale_observe_load(struct autoscale_state *st, int64_t at_ms, int64_t rps_milli,
+                            int64_t queued)
+{
+    struct autoscale_bucket *b = bucket_at(st, at_ms);
+    if (!b)
+        return;
+    b->rps_sum += rps_milli > 0 ? rps_milli : 0;
+    b->queued_sum += queued > 0 ? queued : 0;
+    b->loads++;
 }
 
 void autoscale_startup(struct autoscale_state *st, int64_t startup_ms)
@@ -113,6 +134,12 @@ struct window {
     int32_t points;  /* seconds with data */
     double mean;
     double slope, slope_se;
+    /* From autoscale_observe_load: the seconds with a load report, their
+     * mean rate (milli) and queue, and over those with no queue and a value,
+     * the sums of the values and of the rates (Little's law's two sides). */
+    int32_t loads;
+    double rps_mean, queued_mean;
+    double free_value, free_rps;
 };
 
 static int64_t window_seconds(int64_t window_ms)
@@ -130,7 +157,19 @@ static struct window window_read(const struct autoscale_state *st, int64_t now_m
     for (int64_t x = 0; x < w.seconds; x++) {
         int64_t s = now_s - w.seconds + 1 + x;
         const struct autoscale_bucket *b = &st->buckets[slot_of(s)];
-        if (b->at_s != s || b->count <= 0)
+        if (b->at_s != s)
+            continue;
+        if (b->loads > 0) {
+            double rps = (double)b->rps_sum / b->loads, queued = (double)b->queued_sum / b->loads;
+            w.loads++;
+            w.rps_mean += rps;
+            w.queued_mean += queued;
+            if (queued == 0 && b->count > 0) {
+                w.free_value += (double)b->sum / b->count;
+                w.free_rps += rps;
+            }
+        }
+        if (b->count <= 0)
             continue;
         double y = (double)b->sum / b->count;
         w.points++;
@@ -139,6 +178,10 @@ static struct window window_read(const struct autoscale_state *st, int64_t now_m
         sxx += (double)x * (double)x;
         sxy += (double)x * y;
         syy += y * y;
+    }
+    if (w.loads > 0) {
+        w.rps_mean /= w.loads;
+        w.queued_mean /= w.loads;
     }
     if (w.points == 0)
         return w;
@@ -161,8 +204,9 @@ static struct window window_read(const struct autoscale_state *st, int64_t now_m
 /* What one decision computed, for the reason. */
 struct calc {
     struct window stable, panic;
-    int64_t headroom_milli; /* added to both means */
-    int32_t delayed;        /* the scale-down delay's hold, or -1 */
+    int64_t headroom_milli;               /* added to both means */
+    double backlog_stable, backlog_panic; /* the backlog's rule's values where they set a want */
+    int32_t delayed;                      /* the scale-down delay's hold, or -1 */
     int32_t up_limit, down_limit;
     int32_t unlimited_stable, unlimited_panic; /* the wants before the rate limits */
     bool in_panic, limited, at_min, at_max, grace_hold, zero, cold;
@@ -210,18 +254,46 @@ static int64_t headroom_of(const struct autoscale_state *st, const struct autosc
 
 /* The startup's rules (the GPU part, on with the headroom, once a startup
  * is measured): what a replica's long start changes in Knative's rules.
- * - The scale-down delay is at least the measured startup: a replica let
- *   go and wanted back within one startup costs that startup's GPU time
- *   and the requests that wait for it (the ski-rental break-even: an idle
- *   replica kept one startup costs what starting it again does).
+ * - The scale-down delay is at least HOLD_STARTUPS measured startups. A
+ *   replica let go and wanted back costs its model load twice over: the
+ *   load's GPU time, and a load's time of requests waiting for it; kept
+ *   idle it costs GPU time only. Pricing the wait like the GPU time, the
+ *   ski-rental break-even is two startups of idling.
  * - After a step down, the next waits one startup: Knative halves at most
  *   once per two-second tick, about a pod's start; here once per replica's.
  * - In panic, while replicas are starting, the count grows only when the
  *   panic window wants the threshold times the ready and starting together
- *   (panic_step). */
+ *   (panic_step).
+ * - A backlog counts as the work it is (backlog_value). */
+#define HOLD_STARTUPS 2
 static bool startup_rules(const struct autoscale_state *st, const struct autoscale_spec *spec)
 {
     return spec->headroom && st->startups > 0;
+}
+
+/* The backlog's rule (with the startup's rules, the metric concurrency and
+ * load reports): requests queued at the routers are work to finish, not
+ * concurrency to staff. Concurrency counts each queued request as one more
+ * in flight, so under a burst it grows with the backlog, without bound,
+ * and asks for replicas by the hundred that are ready a startup later, when
+ * the backlog is long gone. By Little's law a request's time at the
+ * replicas is W = concurrency / rate over the seconds with no queue; what
+ * the arrivals need is rate * W in flight, and finishing the backlog Q
+ * within one startup S adds Q * W / S. A window that saw a queue counts the
+ * lower of that and its concurrency (milli); -1 where the rule does not
+ * apply. Updates the service's W from the stable window. */
+static double backlog_value(struct autoscale_state *st, const struct autoscale_spec *spec,
+                            const struct window *stable, const struct window *w)
+{
+    if (!startup_rules(st, spec) || spec->metric != AUTOSCALE_METRIC_CONCURRENCY)
+        return -1;
+    if (stable->free_rps > 0)
+        st->service_s = stable->free_value / stable->free_rps;
+    if (st->service_s <= 0 || w->loads == 0 || w->queued_mean <= 0)
+        return -1;
+    double startup_s = (double)st->startup_ms / 1000.0;
+    return w->rps_mean * st->service_s +
+           w->queued_mean * 1000.0 * st->service_s / (startup_s > 1 ? startup_s : 1);
 }
 
 /* Whether `want` is at least the panic threshold times `count` (0 counts
@@ -304,11 +376,20 @@ static int32_t compute(struct autoscale_state *st, const struct autoscale_input 
         return current; /* no data: hold what exists */
     }
     c->headroom_milli = headroom_of(st, spec, in->now_ms);
-    int32_t want_stable = want_of(c->stable.mean, c->headroom_milli, target);
+    double stable_v = c->stable.mean + (double)c->headroom_milli;
+    double panic_raw = c->panic.mean, panic_v = c->panic.mean + (double)c->headroom_milli;
+    double backlog = backlog_value(st, spec, &c->stable, &c->stable);
+    if (backlog >= 0 && backlog < stable_v)
+        stable_v = c->backlog_stable = backlog;
+    backlog = backlog_value(st, spec, &c->stable, &c->panic);
+    if (backlog >= 0 && backlog < panic_v) {
+        panic_v = c->backlog_panic = backlog;
+        panic_raw = backlog < panic_raw ? backlog : panic_raw;
+    }
+    int32_t want_stable = want_of(stable_v, 0, target);
     /* No report within the panic window: no reason to panic. */
-    int32_t raw_panic = c->panic.points ? want_of(c->panic.mean, 0, target) : 0;
-    int32_t want_panic =
-        c->panic.points ? want_of(c->panic.mean, c->headroom_milli, target) : want_stable;
+    int32_t raw_panic = c->panic.points ? want_of(panic_raw, 0, target) : 0;
+    int32_t want_panic = c->panic.points ? want_of(panic_v, 0, target) : want_stable;
 
     /* As Knative's: at most ready * up / 100 (ready 0 counts as 1) and at
      * least ready * 100 / down, but always one step either way. */
@@ -327,8 +408,8 @@ static int32_t compute(struct autoscale_state *st, const struct autoscale_input 
     int32_t want = panic_step(st, in, want_stable, want_panic, raw_panic);
     c->in_panic = st->panic_since_ms != INT64_MIN;
     int64_t delay = spec->scale_down_delay_ms;
-    if (startup_rules(st, spec) && st->startup_ms > delay)
-        delay = st->startup_ms;
+    if (startup_rules(st, spec) && HOLD_STARTUPS * st->startup_ms > delay)
+        delay = HOLD_STARTUPS * st->startup_ms;
     int32_t held = delay_step(st, in->now_ms, delay, want);
     if (held > want)
         c->delayed = held;
@@ -337,6 +418,7 @@ static int32_t compute(struct autoscale_state *st, const struct autoscale_input 
         held = current;
         c->paced = true;
     }
+
     return held;
 }
 
@@ -443,7 +525,12 @@ static void text_notes(struct text *t, const struct autoscale_state *st,
         note_open(t, &any, inside);
         text_put(t, "panic");
     }
-    if (c->headroom_milli > 0) {
+    double backlog = c->in_panic ? c->backlog_panic : c->backlog_stable;
+    if (backlog > 0) {
+        note_open(t, &any, inside);
+        text_put(t, "queue counted as work ");
+        text_tenths(t, backlog);
+    } else if (c->headroom_milli > 0) {
         note_open(t, &any, inside);
         text_put(t, "headroom ");
         text_tenths(t, (double)c->headroom_milli);

@@ -101,6 +101,7 @@ static void decide(struct sim_serve_eng *e, bool tick)
             value = (int64_t)llround(e->area_tick * 1000.0 / TICK_MS);
         }
         autoscale_observe(e->as, e->now, value);
+        autoscale_observe_load(e->as, e->now, (int64_t)e->arrivals_tick * 1000, queued);
     }
     struct autoscale_input in = {.spec = &e->spec,
                                  .now_ms = e->now,

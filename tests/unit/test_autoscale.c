@@ -3,8 +3,9 @@
  * computed by hand (a burst enters panic, panic holds and ends, the scale to
  * zero waits the grace to the second, a cold start asks for one at once, rate
  * limits, min and max, the scale-down delay, the startup headroom and the
- * startup's rules (the delay at least the startup, one step down per
- * startup, panic waiting for the replicas starting), every
+ * startup's rules (the delay at least two startups, one step down per
+ * startup, panic waiting for the replicas starting, a backlog counted as
+ * work), every
  * metric by the same rule, the reasons people read), and seeded random
  * streams under which the count stays in min..max and within the rate limits.
  */
@@ -379,11 +380,12 @@ static void test_scale_down_delay_holds_the_peak(void **state)
 }
 
 /* The startup's rules on the way down, with the headroom on and a startup of
- * 20 s measured, the spec's delay 0: the delay is the startup's 20 s (the
- * same course as test_scale_down_delay_holds_the_peak: 5 through t0 + 19, 4
- * at t0 + 20, t0 = 10 s), and then one step down per startup: 4 holds
- * through 49 s, the down rate gives 2 at 50 s (from 4: at least 2) and 1 at
- * 70 s. Without the headroom, Knative's course: 5, 4, 3, 3, 2, 1 from 10 s. */
+ * 20 s measured, the spec's delay 0: the delay is two startups, 40 s (as in
+ * test_scale_down_delay_holds_the_peak, t0 = 10 s: 5 through 49 s, 4 at
+ * 50 s), then one step down per startup: 4 holds through 69 s and the down
+ * rate gives 2 at 70 s (from 4: at least 2); 2, the want recorded at 70 s,
+ * holds its 40 s: 1 at 110 s. Without the headroom, Knative's course: 5, 4,
+ * 3, 3, 2, 1 from 10 s. */
 static void test_startup_holds_and_paces_the_scale_down(void **state)
 {
     (void)state;
@@ -395,22 +397,53 @@ static void test_startup_holds_and_paces_the_scale_down(void **state)
         rigs[k]->spec.panic_threshold_pct = 100000;
         assert_int_equal(run(rigs[k], 0, 10, 5000), 5);
     }
-    assert_int_equal(run(on, 10, 30, 1000), 5);
+    assert_int_equal(run(on, 10, 50, 1000), 5);
     assert_string_equal(on->d.reason,
                         "5 -> 5: steady (concurrency 1.0, target 1, scale-down delay)");
-    assert_int_equal(step(on, 30 * S, 1000), 4);
-    assert_int_equal(run(on, 31, 50, 1000), 4);
+    assert_int_equal(step(on, 50 * S, 1000), 4);
+    assert_int_equal(run(on, 51, 70, 1000), 4);
     assert_string_equal(
         on->d.reason, "4 -> 4: steady (concurrency 1.0, target 1, one step down per 20 s startup)");
-    assert_int_equal(step(on, 50 * S, 1000), 2);
-    assert_int_equal(run(on, 51, 70, 1000), 2);
-    assert_int_equal(step(on, 70 * S, 1000), 1);
+    assert_int_equal(step(on, 70 * S, 1000), 2);
+    assert_int_equal(run(on, 71, 110, 1000), 2);
+    assert_int_equal(step(on, 110 * S, 1000), 1);
 
     int32_t want[] = {5, 4, 3, 3, 2, 1};
     for (int64_t k = 0; k < 6; k++)
         assert_int_equal(step(off, (10 + k) * S, 1000), want[k]);
     free(on);
     free(off);
+}
+
+/* A backlog counts as work: 30 s of 2 in flight at 4 requests per second
+ * with no queue (Little's law: 0.5 s a request), then 30 s with 38 queued
+ * besides (40 in flight, the same 4 per second). The stable window's
+ * concurrency is 21 and would ask for 21 (the rate limit gives 20 of 2
+ * ready); counted as work it is the arrivals' 4 * 0.5 = 2 in flight plus
+ * the mean queue's 19 finished within the 60 s startup, 19 * 0.5 / 60 =
+ * 0.16: 2.2, 3 replicas. Without load reports, the concurrency's 20. */
+static void test_backlog_counts_as_work_not_concurrency(void **state)
+{
+    (void)state;
+    struct rig *rigs[2];
+    rigs_on_off(rigs, 60 * S);
+    for (int k = 0; k < 2; k++) {
+        rigs[k]->follow = false;
+        rigs[k]->in.ready = 2;
+        rigs[k]->spec.panic_threshold_pct = 100000;
+        rigs[k]->spec.headroom = true;
+        for (int64_t s = 0; s < 60; s++) {
+            autoscale_observe(&rigs[k]->st, s * S, s < 30 ? 2000 : 40000);
+            if (k == 0)
+                autoscale_observe_load(&rigs[k]->st, s * S, 4000, s < 30 ? 0 : 38);
+        }
+    }
+    assert_int_equal(decide(rigs[0], 59 * S), 3);
+    assert_string_equal(rigs[0]->d.reason, "2 -> 3: concurrency 21.0 over target 1 for 60 s "
+                                           "(queue counted as work 2.2)");
+    assert_int_equal(decide(rigs[1], 59 * S), 20);
+    free(rigs[0]);
+    free(rigs[1]);
 }
 
 /* In panic, replicas that are starting have not had their effect yet: the
@@ -675,6 +708,8 @@ static void random_stream(uint64_t seed)
         r->in.queued = pick(&x, 0, 40) == 0 ? (int32_t)pick(&x, 1, 5) : 0;
         if (r->in.queued)
             last_request = t;
+        if (pick(&x, 0, 1)) /* the backlog's rule: load reports in some streams' seconds */
+            autoscale_observe_load(&r->st, t, pick(&x, 0, 20000), r->in.queued);
         int32_t ready = r->in.ready;
         int32_t d = decide(r, t);
         int64_t base = ready > 1 ? ready : 1;
@@ -742,6 +777,7 @@ int main(void)
         cmocka_unit_test(test_scale_down_delay_holds_the_peak),
         cmocka_unit_test(test_startup_holds_and_paces_the_scale_down),
         cmocka_unit_test(test_panic_waits_for_the_replicas_starting),
+        cmocka_unit_test(test_backlog_counts_as_work_not_concurrency),
         cmocka_unit_test(test_headroom_adds_replicas_for_a_growing_ramp),
         cmocka_unit_test(test_no_headroom_for_flat_traffic_or_without_a_measured_startup),
         cmocka_unit_test(test_no_headroom_for_noise_however_long_the_startup),
