@@ -277,11 +277,13 @@ static bool startup_rules(const struct autoscale_state *st, const struct autosca
  * in flight, so under a burst it grows with the backlog, without bound,
  * and asks for replicas by the hundred that are ready a startup later, when
  * the backlog is long gone. By Little's law a request's time at the
- * replicas is W = concurrency / rate over the seconds with no queue; what
- * the arrivals need is rate * W in flight, and finishing the backlog Q
- * within one startup S adds Q * W / S. A window that saw a queue counts the
- * lower of that and its concurrency (milli); -1 where the rule does not
- * apply. Updates the service's W from the stable window. */
+ * replicas is W = concurrency / rate over the seconds with no queue (the
+ * last measure is kept); what the arrivals need is rate * W in flight, and
+ * never less than what is in flight at the replicas (a W measured on other
+ * requests may be short); finishing the backlog Q within one startup S adds
+ * Q * W / S. A window that saw a queue counts the lower of that and its
+ * concurrency (milli); -1 where the rule does not apply. Updates the
+ * service's W from the stable window. */
 static double backlog_value(struct autoscale_state *st, const struct autoscale_spec *spec,
                             const struct window *stable, const struct window *w)
 {
@@ -292,7 +294,8 @@ static double backlog_value(struct autoscale_state *st, const struct autoscale_s
     if (st->service_s <= 0 || w->loads == 0 || w->queued_mean <= 0)
         return -1;
     double startup_s = (double)st->startup_ms / 1000.0;
-    return w->rps_mean * st->service_s +
+    double at_replicas = w->mean - w->queued_mean * 1000.0, arrivals = w->rps_mean * st->service_s;
+    return (at_replicas > arrivals ? at_replicas : arrivals) +
            w->queued_mean * 1000.0 * st->service_s / (startup_s > 1 ? startup_s : 1);
 }
 
@@ -413,9 +416,11 @@ static int32_t compute(struct autoscale_state *st, const struct autoscale_input 
     int32_t held = delay_step(st, in->now_ms, delay, want);
     if (held > want)
         c->delayed = held;
-    if (held < current && startup_rules(st, spec) && st->last_down_ms != INT64_MIN &&
+    /* The pace holds the last decision's count, not ready + starting: a
+     * roll's surge replica is starting too, and is no count of ours. */
+    if (held < st->last_desired && startup_rules(st, spec) && st->last_down_ms != INT64_MIN &&
         in->now_ms - st->last_down_ms < st->startup_ms) {
-        held = current;
+        held = st->last_desired;
         c->paced = true;
     }
 
@@ -629,7 +634,7 @@ void autoscale_decide(struct autoscale_state *st, const struct autoscale_input *
     desired = bound(st, in, &c, desired);
     struct text t = {.buf = out->reason, .size = sizeof(out->reason)};
     reason_write(&t, st, in, &c, desired);
-    if (desired < in->ready + in->starting)
+    if (st->last_decision_ms != INT64_MIN && desired < st->last_desired)
         st->last_down_ms = in->now_ms;
     out->desired = desired;
     out->panic = st->panic_since_ms != INT64_MIN;

@@ -415,6 +415,29 @@ static void test_startup_holds_and_paces_the_scale_down(void **state)
     free(off);
 }
 
+/* The pace holds the last decision's count, not ready plus starting: in a
+ * roll the controller starts a surge replica of the new generation beside
+ * the old one, which the autoscaler sees starting. One ready, one starting,
+ * 1 in flight with a target of 1: the count stays 1 at every decision
+ * (holding "ready + starting" would ask for 2, and the roll would surge
+ * again on top of it). */
+static void test_pace_holds_the_decision_not_a_surge_replica(void **state)
+{
+    (void)state;
+    struct rig *rigs[2];
+    rigs_on_off(rigs, 2 * S);
+    struct rig *r = rigs[0];
+    free(rigs[1]);
+    r->follow = false;
+    r->in.ready = 1;
+    r->in.starting = 1;
+    for (int64_t s = 0; s < 20; s++) {
+        assert_int_equal(step(r, s * S, 1000), 1);
+        assert_false(strstr(r->d.reason, "one step down") != NULL);
+    }
+    free(r);
+}
+
 /* A backlog counts as work: 30 s of 2 in flight at 4 requests per second
  * with no queue (Little's law: 0.5 s a request), then 30 s with 38 queued
  * besides (40 in flight, the same 4 per second). The stable window's
@@ -777,6 +800,7 @@ int main(void)
         cmocka_unit_test(test_scale_down_delay_holds_the_peak),
         cmocka_unit_test(test_startup_holds_and_paces_the_scale_down),
         cmocka_unit_test(test_panic_waits_for_the_replicas_starting),
+        cmocka_unit_test(test_pace_holds_the_decision_not_a_surge_replica),
         cmocka_unit_test(test_backlog_counts_as_work_not_concurrency),
         cmocka_unit_test(test_headroom_adds_replicas_for_a_growing_ramp),
         cmocka_unit_test(test_no_headroom_for_flat_traffic_or_without_a_measured_startup),
