@@ -415,6 +415,33 @@ static void test_startup_holds_and_paces_the_scale_down(void **state)
     free(off);
 }
 
+/* The backlog's rule never counts less than what is in flight at the
+ * replicas: W measured at 0.5 s on short requests (2 in flight at 4 per
+ * second), then 30 s of long ones, 10 in flight and 5 queued at 2 per
+ * second. Over the stable window the concurrency is 8.5, the queue 2.5 and
+ * the rate 3 per second: the arrivals' 3 * 0.5 = 1.5 would be 2 replicas
+ * with 10 requests running; the replicas' 8.5 - 2.5 = 6.0 counts, plus
+ * 2.5 * 0.5 / 60 for the queue: 7 replicas. */
+static void test_backlog_never_counts_less_than_in_flight(void **state)
+{
+    (void)state;
+    struct rig *rigs[2];
+    rigs_on_off(rigs, 60 * S);
+    struct rig *r = rigs[0];
+    free(rigs[1]);
+    r->follow = false;
+    r->in.ready = 6;
+    r->spec.panic_threshold_pct = 100000;
+    for (int64_t s = 0; s < 60; s++) {
+        autoscale_observe(&r->st, s * S, s < 30 ? 2000 : 15000);
+        autoscale_observe_load(&r->st, s * S, s < 30 ? 4000 : 2000, s < 30 ? 0 : 5);
+    }
+    assert_int_equal(decide(r, 59 * S), 7);
+    assert_string_equal(r->d.reason, "6 -> 7: concurrency 8.5 over target 1 for 60 s "
+                                     "(queue counted as work 6.0)");
+    free(r);
+}
+
 /* The pace holds the last decision's count, not ready plus starting: in a
  * roll the controller starts a surge replica of the new generation beside
  * the old one, which the autoscaler sees starting. One ready, one starting,
@@ -442,9 +469,10 @@ static void test_pace_holds_the_decision_not_a_surge_replica(void **state)
  * with no queue (Little's law: 0.5 s a request), then 30 s with 38 queued
  * besides (40 in flight, the same 4 per second). The stable window's
  * concurrency is 21 and would ask for 21 (the rate limit gives 20 of 2
- * ready); counted as work it is the arrivals' 4 * 0.5 = 2 in flight plus
- * the mean queue's 19 finished within the 60 s startup, 19 * 0.5 / 60 =
- * 0.16: 2.2, 3 replicas. Without load reports, the concurrency's 20. */
+ * ready); counted as work it is the arrivals' 4 * 0.5 = 2 in flight (as
+ * many as at the replicas, 21 - 19) plus the mean queue's 19 finished
+ * within the 60 s startup, 19 * 0.5 / 60 = 0.16: 2.2, 3 replicas. Without
+ * load reports, the concurrency's 20. */
 static void test_backlog_counts_as_work_not_concurrency(void **state)
 {
     (void)state;
@@ -802,6 +830,7 @@ int main(void)
         cmocka_unit_test(test_panic_waits_for_the_replicas_starting),
         cmocka_unit_test(test_pace_holds_the_decision_not_a_surge_replica),
         cmocka_unit_test(test_backlog_counts_as_work_not_concurrency),
+        cmocka_unit_test(test_backlog_never_counts_less_than_in_flight),
         cmocka_unit_test(test_headroom_adds_replicas_for_a_growing_ramp),
         cmocka_unit_test(test_no_headroom_for_flat_traffic_or_without_a_measured_startup),
         cmocka_unit_test(test_no_headroom_for_noise_however_long_the_startup),
