@@ -309,24 +309,29 @@ enum cluster_node_state {
 };
 
 /* A MIG GPU instance a node reports (proto's struct proto_mig_instance,
- * its profile resolved into a name of the GPU type's catalogue entry). */
+ * its profile resolved into a name of the GPU type's catalogue entry).
+ * An NVML profile id the catalogue does not know leaves profile NULL: the
+ * instance is shown and its slots are taken, but it takes no job and the
+ * planner leaves its GPU alone. Stored with the node's record ("mig" of a
+ * GPU: profile_id, profile, start, gi_id, ci_id, uuid). */
 struct cluster_mig_instance {
-    char *profile;  /* "1g.10gb" */
-    uint32_t start; /* first memory slot, 0..7 */
+    char *profile;       /* "1g.10gb"; NULL: profile_id unknown to the catalogue */
+    uint32_t profile_id; /* NVML's profile id, as reported (0..63) */
+    uint32_t start;      /* first memory slot, 0..7 */
     uint32_t gi_id;
     int64_t ci_id; /* -1: no compute instance yet (takes no job) */
     char *uuid;    /* "MIG-..."; NULL without a compute instance */
 };
 
 struct cluster_gpu {
-    uint32_t index;        /* NVML's index on the node, 0..63, unique on the node */
-    char *uuid;            /* "GPU-" + 8-4-4-4-12 hex digits, or "MIG-..." */
-    char *gpu_type;        /* the same for every GPU of a node (the core's rule) */
-    uint32_t mem_mib;      /* 1..CLUSTER_GPU_MEM_MAX */
-    int64_t nvlink_domain; /* -1 (none, the default)..INT32_MAX */
-    uint32_t mig_slices;   /* 0..7; 0: no MIG */
-    bool mig_enabled;      /* needs mig_slices > 0 */
-    bool mig_pending;      /* MIG mode after the next reset */
+    uint32_t index;                   /* NVML's index on the node, 0..63, unique on the node */
+    char *uuid;                       /* "GPU-" + 8-4-4-4-12 hex digits, or "MIG-..." */
+    char *gpu_type;                   /* the same for every GPU of a node (the core's rule) */
+    uint32_t mem_mib;                 /* 1..CLUSTER_GPU_MEM_MAX */
+    int64_t nvlink_domain;            /* -1 (none, the default)..INT32_MAX */
+    uint32_t mig_slices;              /* 0..7; 0: no MIG */
+    bool mig_enabled;                 /* needs mig_slices > 0 */
+    bool mig_pending;                 /* MIG mode after the next reset */
     struct cluster_mig_instance *mig; /* with mig_enabled: the reported instances */
     size_t nmig;                      /* 0..7 */
 };
@@ -418,6 +423,8 @@ int cluster_node_decode(const json_t *obj, unsigned flags, struct cluster_node *
 int cluster_node_check(const struct cluster_node *node, char *err, size_t errlen);
 json_t *cluster_node_to_json(const struct cluster_node *node, unsigned flags);
 void cluster_node_release(struct cluster_node *node);
+/* Frees a GPU's MIG instances and leaves it without any. */
+void cluster_gpu_mig_clear(struct cluster_gpu *gpu);
 
 /* Prices (the same contract as the kinds above; the name is a GPU type's
  * shape, whether the cluster knows the type is the API's check). */

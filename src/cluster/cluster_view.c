@@ -150,6 +150,28 @@ static int build_features(struct build *b)
     return 0;
 }
 
+/* A GPU's MIG instances as the core sees them: with MIG on, those that
+ * can take a job (a compute instance, so a UUID, and a profile the
+ * catalogue knows), sorted by start slot. */
+static void view_mig(const struct cluster_gpu *mg, struct sched_gpu *g)
+{
+    g->mig_type = mg->mig_enabled ? mig_type_find(mg->gpu_type) : NULL;
+    for (size_t k = 0; g->mig_type && k < mg->nmig && g->mig_n < MIG_MAX_INSTANCES; k++) {
+        const struct cluster_mig_instance *mi = &mg->mig[k];
+        int p = mi->profile && mi->uuid && mi->ci_id >= 0
+                    ? mig_profile_lookup(g->mig_type, mi->profile, NULL, 0)
+                    : GPO_ENOENT;
+        if (p < 0 || mi->start >= MIG_SLOTS)
+            continue;
+        uint8_t at = g->mig_n++;
+        while (at > 0 && g->mig[at - 1].start > mi->start) {
+            g->mig[at] = g->mig[at - 1];
+            at--;
+        }
+        g->mig[at] = (struct sched_mig_instance){(uint8_t)p, (uint8_t)mi->start};
+    }
+}
+
 static int build_nodes(struct build *b)
 {
     const struct cluster *m = b->m;
@@ -190,6 +212,7 @@ static int build_nodes(struct build *b)
                                              .nvlink_domain = (int32_t)mg->nvlink_domain,
                                              .mig_slices = (uint8_t)mg->mig_slices,
                                              .mig_enabled = mg->mig_enabled};
+            view_mig(mg, &cl->gpus[g]);
             cl->gpu_node[g] = (uint32_t)n;
             cl->gpu_index[g] = mg->index;
             cl->gpu_uuid[g] = keep(b, mg->uuid);
