@@ -539,6 +539,7 @@ int cluster_job_request(const struct cluster_view *cl, const struct jobspec *spe
     if (rc == 0 && spec->gpu_type)
         rc = resolve_type(c, spec->gpu_type, &j.gpu_type, err, errlen);
     rc = rc ? rc : request_shape(cl, spec, &j, err, errlen);
+    rc = rc ? rc : cluster_job_mig(c, spec, &j, err, errlen);
     if (rc)
         return rc;
     j.gpus = spec->gpus;

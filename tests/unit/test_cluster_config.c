@@ -877,6 +877,70 @@ static void test_job_request_names_what_it_cannot_resolve(void **state)
     cluster_release(&m);
 }
 
+/* The core's MIG request: the catalogue types with the profile (narrowed by
+ * the job's GPU type), or those whose smallest profile holds the memory; a
+ * profile no GPU type of the cluster has is the job's wait reason. */
+static void test_job_request_resolves_mig_profiles_per_catalogue_type(void **state)
+{
+    (void)state;
+    struct cluster m;
+    fixture(&m); /* A100-40GB and H100-80GB nodes */
+    struct cluster_view cl;
+    assert_int_equal(cluster_view_build(&m, &cl, err, sizeof(err)), 0);
+    const struct mig_type *a40 = mig_type_find("A100-40GB"), *a80 = mig_type_find("A100-80GB");
+    const struct mig_type *h100 = mig_type_find("H100-80GB");
+    struct sched_job j;
+
+    struct jobspec any = {.mig_profile = "1g.10gb", .cpus = 1};
+    assert_int_equal(cluster_job_request(&cl, &any, "ml", "normal", &j, err, sizeof(err)), 0);
+    assert_int_equal(j.mig_types, (1u << a40->id) | (1u << a80->id) | (1u << h100->id));
+    assert_int_equal(j.mig_profile[a40->id], mig_profile_lookup(a40, "1g.10gb", NULL, 0));
+    assert_int_equal(j.mig_profile[h100->id], mig_profile_lookup(h100, "1g.10gb", NULL, 0));
+    assert_string_equal(h100->profiles[j.mig_profile[h100->id]].name, "1g.10gb");
+    assert_true(sched_job_mig_only(&j) && sched_job_wants_gpu(&j));
+    assert_int_equal(j.gpus + j.gpu_milli + (int64_t)j.gpu_mem_mib, 0);
+
+    struct jobspec typed = {.mig_profile = "1g.10gb", .gpu_type = "h100", .cpus = 1};
+    assert_int_equal(cluster_job_request(&cl, &typed, "ml", "normal", &j, err, sizeof(err)), 0);
+    assert_int_equal(j.mig_types, 1u << h100->id);
+
+    /* Memory: every type with a profile that holds it, and still a share. */
+    struct jobspec mem = {.gpu_mem_mib = 9000, .cpus = 1};
+    assert_int_equal(cluster_job_request(&cl, &mem, "ml", "normal", &j, err, sizeof(err)), 0);
+    assert_int_equal(j.gpu_mem_mib, 9000);
+    assert_false(sched_job_mig_only(&j));
+    for (unsigned t = 0; t < MIG_NTYPES; t++) {
+        const struct mig_type *mt = mig_type_at(t);
+        int k = mig_profile_for_mem(mt, 9000, NULL, 0);
+        assert_true(k >= 0);
+        assert_true(j.mig_types & (1u << t));
+        assert_int_equal(j.mig_profile[t], k);
+        assert_true(mt->profiles[k].mem_mib >= 9000);
+    }
+    struct jobspec huge = {.gpu_mem_mib = 200000, .cpus = 1};
+    assert_int_equal(cluster_job_request(&cl, &huge, "ml", "normal", &j, err, sizeof(err)), 0);
+    assert_int_equal(j.mig_types, 0);
+    struct jobspec none = {.gpus = 1, .cpus = 1};
+    assert_int_equal(cluster_job_request(&cl, &none, "ml", "normal", &j, err, sizeof(err)), 0);
+    assert_int_equal(j.mig_types, 0);
+
+    /* A profile only an absent type has, or not on the job's type: it waits. */
+    struct jobspec h200_only = {.mig_profile = "1g.18gb", .cpus = 1};
+    j.id = 99;
+    assert_int_equal(cluster_job_request(&cl, &h200_only, "ml", "normal", &j, err, sizeof(err)),
+                     GPO_EINVAL);
+    assert_string_equal(err, "MIG profile '1g.18gb': no GPU type of the cluster has it (its MIG "
+                             "GPU types: A100-40GB, H100-80GB; the profile's: H200-141GB)");
+    assert_int_equal(j.id, 99);
+    struct jobspec wrong_type = {.mig_profile = "2g.20gb", .gpu_type = "A100-40GB", .cpus = 1};
+    assert_int_equal(cluster_job_request(&cl, &wrong_type, "ml", "normal", &j, err, sizeof(err)),
+                     GPO_EINVAL);
+    assert_string_equal(err, "MIG profile '2g.20gb': no GPU type of the cluster has it (its MIG "
+                             "GPU types: A100-40GB, H100-80GB; the profile's: none)");
+    cluster_view_release(&cl);
+    cluster_release(&m);
+}
+
 static void test_alloc_gpus_gives_node_uuid_index_and_share(void **state)
 {
     (void)state;
@@ -1178,6 +1242,7 @@ int main(void)
         cmocka_unit_test(test_build_cluster_takes_an_empty_model_and_refuses_too_many_types),
         cmocka_unit_test(test_job_request_resolves_names_to_core_indices),
         cmocka_unit_test(test_job_request_names_what_it_cannot_resolve),
+        cmocka_unit_test(test_job_request_resolves_mig_profiles_per_catalogue_type),
         cmocka_unit_test(test_alloc_gpus_gives_node_uuid_index_and_share),
         cmocka_unit_test(test_settings_keep_everything_private_unless_opened),
         cmocka_unit_test(test_settings_refuse_what_they_do_not_know),

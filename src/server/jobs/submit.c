@@ -197,7 +197,7 @@ static bool node_holds(const struct need *nd, const struct jobspec *spec,
     if (node->cpus < nd->cpus || node->mem_mib < nd->mem_mib)
         return false;
     if (nd->gpus <= 0)
-        return !(spec->gpu_milli || spec->gpu_mem_mib) || node->ngpus > 0;
+        return !(spec->gpu_milli || spec->gpu_mem_mib || spec->mig_profile) || node->ngpus > 0;
     int64_t fit = 0;
     for (size_t g = 0; g < node->ngpus; g++)
         fit += node->gpus[g].mem_mib >= nd->gpu_mem_mib;
