@@ -196,6 +196,19 @@ static json_t *without_nulls(const json_t *v)
     return out;
 }
 
+/* A pool's "mig" (docs/mig.md): the planner's settings merge onto the
+ * server's planner settings; a layout, "off", or a switch between a layout
+ * and the planner replaces the server's setting whole (a count the file
+ * leaves out goes). */
+// NOLINTNEXTLINE(misc-no-recursion): apply_merge's depth
+static json_t *merge_mig(const json_t *cur, const json_t *file)
+{
+    if (json_is_object(cur) && json_is_object(file) && !json_object_get(cur, "layout") &&
+        !json_object_get(file, "layout"))
+        return apply_merge(cur, file);
+    return without_nulls(file);
+}
+
 // NOLINTNEXTLINE(misc-no-recursion): as deep as the file, which yamljson caps at 16 levels
 json_t *apply_merge(const json_t *current, const json_t *file)
 {
@@ -211,8 +224,9 @@ json_t *apply_merge(const json_t *current, const json_t *file)
             continue;
         }
         json_t *cur = json_object_get(out, key);
-        json_t *m =
-            json_is_object(cur) && json_is_object(v) ? apply_merge(cur, v) : without_nulls(v);
+        json_t *m = strcmp(key, "mig") == 0                    ? merge_mig(cur, v)
+                    : json_is_object(cur) && json_is_object(v) ? apply_merge(cur, v)
+                                                               : without_nulls(v);
         if (!m || json_object_set_new(out, key, m) != 0) {
             json_decref(out);
             out = NULL;
@@ -221,15 +235,39 @@ json_t *apply_merge(const json_t *current, const json_t *file)
     return out;
 }
 
-/* A duration field ("window_s") the file writes as "30m" and the server
- * shows in seconds: the same value. */
+/* Seconds of a duration as a file or the server writes it: an integer, or
+ * a duration string ("30m"); -1 for anything else. */
+static int64_t duration_of(const json_t *v)
+{
+    int64_t s;
+    if (json_is_integer(v))
+        return json_integer_value(v);
+    if (json_is_string(v) && timefmt_parse_duration(json_string_value(v), &s) == 0 &&
+        s != TIMEFMT_UNLIMITED)
+        return s;
+    return -1;
+}
+
+/* A duration field ("window_s", and a pool's mig "settle", "hold",
+ * "min_interval") the file writes as "30m" and the server shows in seconds
+ * or as "1800s": the same value. */
 static bool same_duration(const char *key, const json_t *file, const json_t *current)
 {
+    static const char *const mig_durations[] = {"settle", "hold", "min_interval"};
     size_t n = strlen(key);
-    int64_t s;
-    return n > 2 && strcmp(key + n - 2, "_s") == 0 && json_is_string(file) &&
-           json_is_integer(current) && timefmt_parse_duration(json_string_value(file), &s) == 0 &&
-           s == json_integer_value(current);
+    bool duration = n > 2 && strcmp(key + n - 2, "_s") == 0;
+    for (size_t i = 0; i < ARRAY_LEN(mig_durations); i++)
+        duration = duration || strcmp(key, mig_durations[i]) == 0;
+    int64_t a = duration ? duration_of(file) : -1;
+    return a >= 0 && a == duration_of(current);
+}
+
+/* A pool's "mig": "off" (or false) is what a server without one shows. */
+static bool same_off(const char *key, const json_t *file, const json_t *current)
+{
+    return strcmp(key, "mig") == 0 && !current &&
+           (json_is_false(file) ||
+            (json_is_string(file) && strcmp(json_string_value(file), "off") == 0));
 }
 
 // NOLINTNEXTLINE(misc-no-recursion): as deep as the file, which yamljson caps at 16 levels
@@ -243,8 +281,12 @@ bool apply_subset(const json_t *file, const json_t *current)
         json_object_foreach((json_t *)file, key, v)
         {
             const json_t *c = json_object_get(current, key);
-            if (same_duration(key, v, c))
+            if (same_duration(key, v, c) || same_off(key, v, c))
                 continue;
+            /* a layout's counts are the whole layout: none may be left over */
+            if (strcmp(key, "layout") == 0 && json_is_object(v) && json_is_object(c) &&
+                json_object_size(v) != json_object_size(c))
+                return false;
             if (json_is_null(v) ? c != NULL && !json_is_null(c) : !apply_subset(v, c))
                 return false;
         }
@@ -304,7 +346,10 @@ static void usage(FILE *out)
                  "'pool/main created', 'team/research configured', 'user/alice unchanged'.\n"
                  "\n"
                  "  settings:          {private_data: true | false | [jobs, usage, nodes, teams]}\n"
-                 "  pools:             [{name, description}]\n"
+                 "  pools:             [{name, description, aliases, node_features,\n"
+                 "                       mig: off | {layout: all-1g.10gb | {1g.10gb: 2, ...}} |\n"
+                 "                       {dynamic: true, settle, hold, min_interval, keep_free,\n"
+                 "                       max_repartitions}}]  (docs/mig.md)\n"
                  "  priority_classes:  [{name, order, may_preempt, description}]\n"
                  "  teams:             [{name, weight, borrow_limit,\n"
                  "                       quotas: [{pool, gpu_type, guaranteed, borrow_limit}],\n"

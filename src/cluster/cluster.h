@@ -124,6 +124,48 @@ struct cluster_mig {
     uint32_t keep_free, max_repartitions;
 };
 
+#define CLUSTER_MIG_DURATION_MAX_S   (INT64_C(30) * 86400) /* settle, hold, min_interval */
+#define CLUSTER_MIG_COUNTS_MAX       16                    /* profiles of a count layout */
+#define CLUSTER_MIG_KEEP_FREE_MAX    1000
+#define CLUSTER_MIG_REPARTITIONS_MAX 100000
+
+/*
+ * "mig" as JSON (docs/mig.md), `field` its path in messages ("mig"):
+ *   absent, null, false or "off": CLUSTER_MIG_OFF;
+ *   {"layout": "all-1g.10gb"} (core/mig.h's mig_layout_named) or
+ *   {"layout": {"1g.10gb": 2, "3g.40gb": 1}} (counts 0..7 per profile, the
+ *   profiles in the catalogue's spelling): CLUSTER_MIG_STATIC;
+ *   {"dynamic": true, "settle": D, "hold": D, "min_interval": D,
+ *   "keep_free": N, "max_repartitions": N} (each optional but "dynamic";
+ *   the defaults mig_plan_spec_default's; D whole seconds or a duration
+ *   string, "30s", "5m", at most 30 days): CLUSTER_MIG_DYNAMIC.
+ * Unknown keys, static and dynamic keys together, unknown profiles, and a
+ * layout valid on no GPU type of the catalogue are refused. A layout is
+ * valid on a type when mig_layout_named or mig_layout_from_counts accepts
+ * it there; it must be valid on at least one type (a pool's known types,
+ * cluster_pool_mig_check; else the catalogue's), and a GPU of a type where
+ * it is not keeps its instances. 0 and *ret (cluster_mig_release); on
+ * failure *ret is untouched.
+ */
+int cluster_mig_decode(const json_t *v, const char *field, struct cluster_mig *ret, char *err,
+                       size_t errlen);
+/* The JSON form: "off", or an object as decoded (durations as "5m"); a new
+ * value, or NULL when out of memory. */
+json_t *cluster_mig_to_json(const struct cluster_mig *m);
+int cluster_mig_copy(const struct cluster_mig *m, struct cluster_mig *ret); /* 0 or GPO_ENOMEM */
+void cluster_mig_release(struct cluster_mig *m);
+/* The instances static setting m means on a GPU of type t (ret: room for
+ * MIG_MAX_INSTANCES; *ret_enabled false for "all-disabled"): 0, or the
+ * core's error (GPO_ENOENT, GPO_EINVAL) where it is not valid on t. */
+int cluster_mig_layout(const struct cluster_mig *m, const struct mig_type *t,
+                       struct mig_instance *ret, size_t *ret_n, bool *ret_enabled, char *err,
+                       size_t errlen);
+/* m valid on at least one of types[0..n) (NULL or 0: the catalogue's), as
+ * "field 'FIELD.layout': ..." naming `whose` types; 0 unless static. */
+int cluster_mig_check_types(const struct cluster_mig *m, const char *field,
+                            const struct mig_type *const *types, size_t ntypes, const char *whose,
+                            char *err, size_t errlen);
+
 struct cluster_pool {
     uint32_t id;
     char *name;
@@ -681,6 +723,14 @@ const struct cluster_pool *cluster_pool_resolve(const struct cluster *m, const c
 size_t cluster_feature_names(const struct cluster *m, const char *ret[SCHED_MAX_FEATURES]);
 /* Whether s is a valid feature name (cluster_node_features). */
 bool cluster_feature_valid(const char *s);
+
+/* Pool p's "mig" against the MIG types of m's nodes in p (by their GPUs'
+ * gpu_type; p may replace the pool of its name): a static layout must be
+ * valid on at least one of them ("field 'mig.layout': valid on no MIG GPU
+ * type of pool 'a' ..."). 0 when no node of p has a MIG type yet
+ * (cluster_mig_decode checked it against the catalogue). */
+int cluster_pool_mig_check(const struct cluster *m, const struct cluster_pool *p, char *err,
+                           size_t errlen);
 
 /* The features the admin gave node `node` of pool `pool` (borrowed), or
  * NULL when none. */

@@ -89,18 +89,24 @@ static const struct jsonv_field node_features_fields[] = {
              .count_offset = offsetof(struct cluster_node_features, nfeatures)),
 };
 
+/* A pool as decoded: its "mig" arrives as JSON (cluster_mig_decode). */
+struct pool_wire {
+    struct cluster_pool p;
+    json_t *mig; /* borrowed from the body */
+};
+
 static const struct jsonv_field pool_fields[] = {
-    ID_FIELD(struct cluster_pool),
-    REQUIRED("name", JSONV_STRING, struct cluster_pool, name, 1, CLUSTER_NAME_MAX),
-    FIELD("description", JSONV_STRING, struct cluster_pool, description, 0, CLUSTER_DESC_MAX),
-    FIELD("aliases", JSONV_STRINGS, struct cluster_pool, aliases, 1, CLUSTER_NAME_MAX,
-          .max_items = CLUSTER_ALIASES_MAX,
-          .count_offset = offsetof(struct cluster_pool, naliases)),
-    FIELD("node_features", JSONV_OBJECTS, struct cluster_pool, node_features, 0, 0,
+    REQUIRED("id", JSONV_UINT32, struct pool_wire, p.id, 1, UINT32_MAX),
+    REQUIRED("name", JSONV_STRING, struct pool_wire, p.name, 1, CLUSTER_NAME_MAX),
+    FIELD("description", JSONV_STRING, struct pool_wire, p.description, 0, CLUSTER_DESC_MAX),
+    FIELD("aliases", JSONV_STRINGS, struct pool_wire, p.aliases, 1, CLUSTER_NAME_MAX,
+          .max_items = CLUSTER_ALIASES_MAX, .count_offset = offsetof(struct pool_wire, p.naliases)),
+    FIELD("node_features", JSONV_OBJECTS, struct pool_wire, p.node_features, 0, 0,
           .max_items = CLUSTER_NODE_FEATURES_MAX,
-          .count_offset = offsetof(struct cluster_pool, nnode_features),
+          .count_offset = offsetof(struct pool_wire, p.nnode_features),
           .elem_size = sizeof(struct cluster_node_features), .sub = node_features_fields,
           .nsub = ARRAY_LEN(node_features_fields)),
+    FIELD("mig", JSONV_RAW, struct pool_wire, mig, 0, 0, .flags = JSONV_NULLABLE),
 };
 
 int cluster_pool_check(const struct cluster_pool *p, char *err, size_t errlen)
@@ -115,14 +121,15 @@ int cluster_pool_check(const struct cluster_pool *p, char *err, size_t errlen)
 int cluster_pool_decode(const json_t *obj, unsigned flags, struct cluster_pool *ret, char *err,
                         size_t errlen)
 {
-    struct cluster_pool p = {0};
-    int rc = decode_table(obj, flags, pool_fields, ARRAY_LEN(pool_fields), &p, err, errlen);
-    rc = rc ? rc : cluster_pool_check(&p, err, errlen);
+    struct pool_wire w = {0};
+    int rc = decode_table(obj, flags, pool_fields, ARRAY_LEN(pool_fields), &w, err, errlen);
+    rc = rc ? rc : cluster_pool_check(&w.p, err, errlen);
+    rc = rc ? rc : cluster_mig_decode(w.mig, "mig", &w.p.mig, err, errlen);
     if (rc) {
-        cluster_pool_release(&p);
+        cluster_pool_release(&w.p);
         return rc;
     }
-    *ret = p;
+    *ret = w.p;
     return 0;
 }
 
@@ -131,7 +138,8 @@ json_t *cluster_pool_to_json(const struct cluster_pool *p, unsigned flags)
     json_t *o = json_object();
     bool ok = o && put_id(o, p->id, flags) && put(o, "name", json_string(p->name)) &&
               (!p->description || put(o, "description", json_string(p->description))) &&
-              cluster_pool_extra_json(p, o) == 0;
+              cluster_pool_extra_json(p, o) == 0 &&
+              (p->mig.mode == CLUSTER_MIG_OFF || put(o, "mig", cluster_mig_to_json(&p->mig)));
     return finish(o, ok);
 }
 
@@ -140,6 +148,7 @@ void cluster_pool_release(struct cluster_pool *p)
     if (!p)
         return;
     cluster_pool_extra_release(p);
+    cluster_mig_release(&p->mig);
     free(p->name);
     free(p->description);
     memset(p, 0, sizeof(*p));

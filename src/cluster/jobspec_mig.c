@@ -24,6 +24,7 @@
 
 #include "base/err.h"
 #include "cluster/cluster.h"
+#include "cluster/cluster_int.h"
 #include "cluster/jobspec_int.h"
 #include "core/mig.h"
 #include "util/jsonv.h"
@@ -44,44 +45,6 @@ static bool profile_chars_ok(const char *s)
             return false;
     }
     return true;
-}
-
-/* The catalogue's name of profile `name` on some type, or NULL. */
-static const char *canonical(const char *name)
-{
-    for (unsigned t = 0; t < MIG_NTYPES; t++) {
-        const struct mig_type *mt = mig_type_at(t);
-        int k = mig_profile_lookup(mt, name, NULL, 0);
-        if (k >= 0)
-            return mt->profiles[k].name;
-    }
-    return NULL;
-}
-
-/* Every profile name of the catalogue, once, in catalogue order: shorter
- * than mig_profile_check's list per type, which does not fit a 400 line. */
-static const char *known_profiles(char *buf, size_t size)
-{
-    const char *seen[MIG_NTYPES * MIG_MAX_PROFILES];
-    size_t nseen = 0, at = 0;
-    buf[0] = '\0';
-    for (unsigned t = 0; t < MIG_NTYPES; t++) {
-        const struct mig_type *mt = mig_type_at(t);
-        for (unsigned k = 0; k < mt->nprofiles; k++) {
-            const char *p = mt->profiles[k].name;
-            bool dup = false;
-            for (size_t i = 0; i < nseen && !dup; i++)
-                dup = strcmp(seen[i], p) == 0;
-            if (dup)
-                continue;
-            seen[nseen++] = p;
-            int n = snprintf(buf + at, size - at, "%s%s", at ? ", " : "", p);
-            if (n < 0 || (size_t)n >= size - at)
-                return buf;
-            at += (size_t)n;
-        }
-    }
-    return buf;
 }
 
 static int check_fields(const struct jobspec *s, char *err, size_t errlen)
@@ -156,11 +119,11 @@ int jobspec_check_mig(struct wire *w, char *err, size_t errlen)
                     "field 'mig_profile': '%s' may hold only letters, digits, '.', '+', '-' and "
                     "' ' (a MIG profile such as 1g.10gb)",
                     jsonv_quote(s->mig_profile, strlen(s->mig_profile), q));
-    const char *name = canonical(s->mig_profile);
+    const char *name = cluster_mig_profile_name(s->mig_profile);
     if (!name)
         return fail(err, errlen,
                     "field 'mig_profile': no GPU type has MIG profile '%s' (known: %s)",
-                    s->mig_profile, known_profiles(why, sizeof(why)));
+                    s->mig_profile, cluster_mig_profiles_known(why, sizeof(why)));
     if (strcmp(name, s->mig_profile) != 0) {
         size_t n = strlen(name) + 1;
         char *copy = malloc(n);
