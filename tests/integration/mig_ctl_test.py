@@ -218,11 +218,117 @@ def bad_results(n):
     ok(st == 400 and "plan id" in raw, "plan id 0: 400", f"{st} {raw}")
 
 
+def plans_of(n):
+    ans = n.assignments() or {}
+    return ans.get("mig_plans") or []
+
+
+def wait_plan(n, timeout=20):
+    got = []
+    wait_until(lambda: got.append(plans_of(n)) or got[-1], timeout)
+    return got[-1] if got else []
+
+
+def dynamic_pool():
+    """A queue of 1g jobs turns an idle 7g instance into 1g instances; once
+    they are there, nothing more is planned (no flapping)."""
+    put("/v1/pools/dyn", {"description": "dynamic MIG",
+                          "mig": {"dynamic": True, "settle": 0, "hold": 0, "min_interval": 0}})
+    put("/v1/teams/research", {"quotas": [{"pool": "plain", "guaranteed": 8, "borrow_limit": -1},
+                                          {"pool": "dyn", "guaranteed": 8, "borrow_limit": -1}]})
+    n = MigNode("d1", 2, [[("7g.80gb", 0)]], "dyn")
+    st, _, raw = n.register()
+    ok(st == 201, "a node of the dynamic pool registers an H100 holding one 7g instance",
+       f"{st} {raw[:300]!r}")
+    n.start()
+    wait_until(lambda: bool(plans_of(n)), 2)
+    ok(plans_of(n) == [], "no demand, no plan")
+    # The jobs come while the node is drained, so that one pass sees them all.
+    call("POST", "/v1/nodes/d1/drain", token=ADMIN)
+    jobs = [submit({"command": ["/bin/true"], "pool": "dyn", "mig_profile": "1g.10gb"})
+            for _ in range(3)]
+    wait_until(lambda: all((job(j) or {}).get("wait_reason") for j in jobs))
+    call("POST", "/v1/nodes/d1/resume", token=ADMIN)
+    plans = wait_plan(n)
+    p = plans[0] if len(plans) == 1 else {}
+    ok(len(plans) == 1 and p.get("gpu_uuid") == n.uuids[0]
+       and p.get("destroy") == [{"profile_id": PID["7g.80gb"], "start": 0}]
+       and sorted(c["profile_id"] for c in p.get("create") or []) == [PID["1g.10gb"]] * 3,
+       "three pending 1g.10gb jobs: a plan destroys the idle 7g instance and creates three 1g",
+       f"{plans}")
+    node = node_json("d1") or {}
+    ok(node.get("mig_mode") == "dynamic" and node["gpus"][0].get("mig_planning") is True,
+       "GET /v1/nodes: the node's MIG mode dynamic, its GPU with a plan in flight", f"{node}")
+    rc, out, err = cli("nodes")
+    ok("d1 gpu 0 MIG dynamic, plan in flight: 7g.80gb@0 free" in out,
+       "gpuorch nodes shows the plan in flight", out + err)
+    # Results that do not fit the plan are refused and change nothing.
+    st, _, raw = n.api.call("POST", f"/v1/nodes/d1/mig/{p.get('id')}",
+                            {"ok": True, "gpu_uuid": gpu_uuid(9, 0), "mig": []})
+    raw = raw.decode(errors="replace")
+    ok(st == 400 and "field 'gpu_uuid'" in raw, "a result naming another GPU: 400 naming "
+       "gpu_uuid", f"{st} {raw}")
+    bad = [{"profile_id": PID["2g.20gb"], "start": 0, "gi_id": 1, "ci_id": 0, "uuid": "MIG-a"},
+           {"profile_id": PID["1g.10gb"], "start": 1, "gi_id": 2, "ci_id": 0, "uuid": "MIG-b"}]
+    st, _, raw = n.api.call("POST", f"/v1/nodes/d1/mig/{p.get('id')}",
+                            {"ok": True, "gpu_uuid": n.uuids[0], "mig": bad})
+    raw = raw.decode(errors="replace")
+    ok(st == 400 and "field 'mig'" in raw and "overlaps" in raw,
+       "a result whose instances overlap: 400 naming mig", f"{st} {raw}")
+    ok(len(plans_of(n)) == 1, "after the refused results the plan is still in flight")
+    st, _, raw = n.apply(p)
+    ok(st == 204, "the node applies the plan and reports it: 204", f"{st} {raw[:300]!r}")
+    got = ((node_json("d1") or {}).get("gpus") or [{}])[0]
+    ok(sorted((m.get("profile"), m.get("start")) for m in got.get("mig") or [])
+       == sorted((c, s_) for c, s_ in n.layout[0]) and len(got.get("mig") or []) == 3
+       and got.get("mig_planning") is False,
+       "the reported layout is the GPU's: three 1g.10gb instances, no plan in flight", f"{got}")
+    # The demand is met by idle instances: more passes plan nothing.
+    passes = [0]
+
+    def calm():
+        passes[0] += 1
+        return bool(plans_of(n))
+    wait_until(calm, 4)
+    ok(not plans_of(n), "with the demand met, no new plan over later passes (no flapping)")
+    text = SRV.api.scrape(token=ADMIN).text
+    counts = {lab.get("outcome"): v for name, lab, v in prom_samples(text)
+              if name == "gpuorch_mig_plans_total"}
+    ok(counts.get("sent") == 1 and counts.get("done") == 1,
+       "gpuorch_mig_plans_total: one plan sent, one done", f"{counts}")
+    for j in jobs:
+        call("POST", f"/v1/jobs/{j}/cancel", token=ADMIN)
+    n.stopped = True
+
+
+def static_pool():
+    """A static layout is applied to an idle GPU, then left alone."""
+    put("/v1/pools/stat", {"description": "static MIG", "mig": {"layout": "all-1g.10gb"}})
+    n = MigNode("s1", 3, [[("7g.80gb", 0)]], "stat")
+    st, _, raw = n.register()
+    ok(st == 201, "a node of the static pool registers an idle 7g instance", f"{st} {raw[:300]!r}")
+    n.start()
+    plans = wait_plan(n)
+    p = plans[0] if len(plans) == 1 else {}
+    ok(len(plans) == 1 and p.get("destroy") == [{"profile_id": PID["7g.80gb"], "start": 0}]
+       and sorted(c["start"] for c in p.get("create") or []) == list(range(7))
+       and all(c["profile_id"] == PID["1g.10gb"] for c in p.get("create") or []),
+       "static all-1g.10gb on an idle 7g GPU: destroy it, create seven 1g.10gb at slots 0-6",
+       f"{plans}")
+    st, _, raw = n.apply(p)
+    ok(st == 204, "the plan's result: 204", f"{st} {raw[:300]!r}")
+    wait_until(lambda: bool(plans_of(n)), 3)
+    ok(not plans_of(n), "the layout reached, no further plan")
+    n.stopped = True
+
+
 def main():
     setup()
     n = reported_instances()
     bad_results(n)
     n.stopped = True
+    dynamic_pool()
+    static_pool()
 
 
 if __name__ == "__main__":

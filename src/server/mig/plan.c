@@ -155,19 +155,9 @@ static uint8_t slots_of(const struct mig_type *t, uint8_t profile, uint8_t start
 static int static_target(const struct mig_type *t, const struct cluster_mig *cm,
                          struct mig_instance *target, size_t *nt, char *err, size_t errlen)
 {
-    if (cm->layout) {
-        bool enabled = true;
-        int rc = mig_layout_named(t, cm->layout, target, nt, &enabled, err, errlen);
-        return rc ? rc : enabled ? 0 : 1;
-    }
-    uint32_t counts[MIG_MAX_PROFILES] = {0};
-    for (size_t k = 0; k < cm->ncounts; k++) {
-        int p = mig_profile_lookup(t, cm->counts[k].profile, err, errlen);
-        if (p < 0)
-            return p;
-        counts[p] += cm->counts[k].count;
-    }
-    return mig_layout_from_counts(t, counts, t->nprofiles, target, nt, err, errlen);
+    bool enabled = true;
+    int rc = cluster_mig_layout(cm, t, target, nt, &enabled, err, errlen);
+    return rc ? rc : enabled ? 0 : 1;
 }
 
 /* The plan from GPU mg's layout towards target: an idle instance the
