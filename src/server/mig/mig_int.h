@@ -64,4 +64,13 @@ int migctl_plan_add(struct server *s, const char *node, const struct cluster_gpu
                     const struct mig_type *t, const struct mig_gpu_plan *plan, const char *why,
                     int64_t now_ms);
 
+/* The plan from GPU mg's layout towards target[0 .. nt) (a static layout):
+ * an idle instance the target lacks goes where a target instance that can
+ * be made now needs its slots, or where the target leaves its slots empty;
+ * a target instance is made where no busy instance and no instance the
+ * target keeps is in its way. Busy instances are never named, so a GPU
+ * whose layout differs only where busy instances are gets an empty plan. */
+void migctl_static_plan(const struct mig_gpu *mg, const struct mig_instance *target, size_t nt,
+                        struct mig_gpu_plan *ret);
+
 #endif

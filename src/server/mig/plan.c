@@ -160,12 +160,7 @@ static int static_target(const struct mig_type *t, const struct cluster_mig *cm,
     return rc ? rc : enabled ? 0 : 1;
 }
 
-/* The plan from GPU mg's layout towards target: an idle instance the
- * target lacks goes where a target instance that can be made now needs its
- * slots, or where the target leaves its slots empty; a target instance is
- * made where no busy instance and no instance the target keeps is in its
- * way. Busy instances are never named. */
-static void static_plan(const struct mig_gpu *mg, const struct mig_instance *target, size_t nt,
+void migctl_static_plan(const struct mig_gpu *mg, const struct mig_instance *target, size_t nt,
                         struct mig_gpu_plan *ret)
 {
     const struct mig_type *t = mg->type;
@@ -215,7 +210,7 @@ static void static_turn(struct server *s, const struct turn_gpu *tg, int64_t now
     if (rc || tg->mg.frozen)
         return;
     struct mig_gpu_plan plan;
-    static_plan(&tg->mg, target, nt, &plan);
+    migctl_static_plan(&tg->mg, target, nt, &plan);
     char why[80];
     snprintf(why, sizeof(why), "static %s", tg->setting->layout ? tg->setting->layout : "counts");
     if ((plan.ndestroy || plan.ncreate) &&
