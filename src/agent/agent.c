@@ -27,6 +27,7 @@
 #include "agent/cgroup.h"
 #include "agent/journal.h"
 #include "agent/logsrv.h"
+#include "agent/migplan.h"
 #include "agent/steps.h"
 #include "agent/priv.h"
 #include "agent/probe.h"
@@ -63,6 +64,7 @@ struct agent {
     struct steps *steps;
     struct http_route step_routes[2]; /* the log server serves steps too */
     struct attempts *att;
+    struct migplan *mig;       /* MIG repartition plans and their results */
     struct runas_account acct; /* the network half's account, when started as root */
     bool drop;                 /* started as root: become acct once the privileged half runs */
     atomic_bool stop;
@@ -406,8 +408,9 @@ static void *monitor_main(void *arg)
 /* The long-poll loop, on the calling thread, until a signal stops the agent. */
 static void poll_loop(struct agent *ag, struct httpc *c)
 {
-    char path[1100], base[1024], err[1024];
+    char path[1100], base[1024], mig[1024], err[1024];
     node_path(ag, "/assignments", base, sizeof(base));
+    node_path(ag, "/mig", mig, sizeof(mig));
     int64_t since = -1;
     bool failing = false;
     while (!atomic_load(&ag->stop)) {
@@ -431,6 +434,9 @@ static void poll_loop(struct agent *ag, struct httpc *c)
             failing = false;
             since = ans.rev;
             attempts_apply(ag->att, &ans, mono_ms());
+            /* After the attempts: one taken up from the journal has learned
+             * its MIG devices, which no plan may destroy. */
+            migplan_apply(ag->mig, &ans);
             proto_assignments_release(&ans);
         } else {
             if (!failing)
@@ -445,6 +451,7 @@ static void poll_loop(struct agent *ag, struct httpc *c)
             nanosleep(&ts, NULL);
         }
         httpc_response_release(&r);
+        migplan_report(ag->mig, c, mig); /* results owed, also from before a restart */
     }
 }
 
@@ -688,6 +695,10 @@ static int start(struct agent *ag, char *err, size_t errlen)
                                  .log = agent_log};
     if ((rc = attempts_new(&ac, &ag->att)) != 0)
         return errbuf_set(err, errlen, rc, "out of memory");
+    snprintf(net, sizeof(net), "%s/%s/mig", abs_state, NET_DIR);
+    struct migplan_config mc = {.dir = net, .gpus = ag->gpus, .att = ag->att, .log = agent_log};
+    if ((rc = migplan_new(&mc, &ag->mig, err, errlen)) != 0)
+        return rc;
     size_t taken = attempts_recover(ag->att, mono_ms());
     agent_log("node '%s': %u GPU(s) via %s, state in %s, %zu attempt(s) taken up from the "
               "journal; network half runs as uid %ld, privileged half pid %ld",

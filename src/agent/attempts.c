@@ -68,9 +68,8 @@ static void att_free(struct att *a)
 {
     if (!a)
         return;
-    for (size_t k = 0; k < a->nuuids; k++)
-        free(a->uuids[k]);
-    free(a->uuids);
+    strs_free(a->uuids, a->nuuids);
+    strs_free(a->mig_uuids, a->nuuids);
     free(a->dirty);
     if (a->pidfd >= 0)
         close(a->pidfd);
@@ -216,19 +215,22 @@ static struct proto_report outcome_of(const struct att *a, const struct shim_sta
 /* The attempt's GPUs, from its assignment: 0 or GPO_ENOMEM (none kept). */
 static int set_gpus(struct att *a, const struct proto_attempt *asg)
 {
-    for (size_t k = 0; k < a->nuuids; k++)
-        free(a->uuids[k]);
-    free(a->uuids);
+    strs_free(a->uuids, a->nuuids);
+    strs_free(a->mig_uuids, a->nuuids);
     free(a->dirty);
     a->nuuids = 0;
     a->uuids = calloc(asg->ngpus + 1, sizeof(*a->uuids));
+    a->mig_uuids = calloc(asg->ngpus + 1, sizeof(*a->mig_uuids));
     a->dirty = calloc(asg->ngpus + 1, sizeof(*a->dirty));
-    for (size_t k = 0; a->uuids && a->dirty && k < asg->ngpus; k++) {
+    for (size_t k = 0; a->uuids && a->mig_uuids && a->dirty && k < asg->ngpus; k++) {
         if (!(a->uuids[k] = strdup(asg->gpus[k].uuid)))
             return GPO_ENOMEM;
         a->nuuids++;
+        const char *mig = asg->gpus[k].mig_uuid;
+        if (mig && !(a->mig_uuids[k] = strdup(mig)))
+            return GPO_ENOMEM;
     }
-    return a->uuids && a->dirty ? 0 : GPO_ENOMEM;
+    return a->uuids && a->mig_uuids && a->dirty ? 0 : GPO_ENOMEM;
 }
 
 /* A recovered attempt learns its GPUs and time limit from the first answer
@@ -716,6 +718,19 @@ int attempts_dirty(struct attempts *t, char ***ret, size_t *ret_n)
     *ret = list;
     *ret_n = n;
     return 0;
+}
+
+bool attempts_mig_in_use(struct attempts *t, const char *mig_uuid)
+{
+    bool used = false;
+    pthread_mutex_lock(&t->lock);
+    for (size_t k = 0; !used && k < t->n; k++) {
+        const struct att *a = t->v[k];
+        for (size_t g = 0; !used && a->mig_uuids && g < a->nuuids; g++)
+            used = a->mig_uuids[g] && strcmp(a->mig_uuids[g], mig_uuid) == 0;
+    }
+    pthread_mutex_unlock(&t->lock);
+    return used;
 }
 
 size_t attempts_active(struct attempts *t)

@@ -36,6 +36,7 @@ struct att {
     bool watched; /* a pidfd was asked for */
     bool exited;  /* its pidfd said the shim ended */
     char **uuids;
+    char **mig_uuids; /* [nuuids]: the MIG device of each share, NULL for a whole GPU's */
     size_t nuuids;
     bool *dirty;
     int64_t limit_ms;          /* time limit deadline; 0: none */
