@@ -173,7 +173,9 @@ def packing():
     for p, jid in jobs.items():
         held, j = wait_job(jid, running)
         ok(held, f"the {p} job runs on the H100", f"{j}\n{ag.tail()}")
-    uuids = fake_mig_uuids(ag)
+    # The MIG devices the agent read from the fake NVML and reported.
+    uuids = {m.get("start"): m.get("uuid")
+             for m in ((node("p1") or {}).get("gpus") or [{}])[0].get("mig") or []}
     starts = {"3g.40gb": [4], "2g.20gb": [0], "1g.10gb": [2, 3]}
     for p, jid in jobs.items():
         wait_until(lambda: env_of(jid) is not None, timeout=10)
@@ -182,6 +184,11 @@ def packing():
            f"the {p} job's CUDA_VISIBLE_DEVICES is its instance's MIG UUID", f"{env} {uuids}")
     envs = [env_of(j) for j in jobs.values()]
     ok(len(set(envs)) == 3, "the three jobs see three different MIG devices", f"{envs}")
+    rc_nodes = node("p1") or {}
+    held = sorted((m.get("profile"), m.get("job")) for m in
+                  (rc_nodes.get("gpus") or [{}])[0].get("mig") or [] if m.get("job"))
+    ok(held == sorted((p, jid) for p, jid in jobs.items()),
+       "GET /v1/nodes names the job on each instance", f"{held}")
     big = submit("7g.80gb", "pack")
     wait_until(lambda: "7g.80gb" in str((job(big) or {}).get("wait_reason")), timeout=20)
     reason = str((job(big) or {}).get("wait_reason"))

@@ -233,68 +233,50 @@ static struct migctl_group *group_get(struct migctl *m, const char *key)
     return g;
 }
 
-static bool started(const struct sched_result *res, uint64_t job)
+/* The pass's pending MIG demand (core/sched.h's sched_mig_demand), all
+ * pools: *ret a new array of *ret_n. */
+static int demand_all(const struct cluster_view *view, const struct sched_job *queue, size_t nqueue,
+                      const struct sched_result *res, struct sched_mig_demand **ret, size_t *ret_n)
 {
-    for (size_t k = 0; k < res->nstarts; k++)
-        if (res->starts[k].job == job)
-            return true;
-    return false;
-}
-
-/* The queue's pending MIG requests that may run in pool `pool` (a view
- * index), in queue order, equal neighbours merged: one entry per MIG type
- * a job names (its GPU type's alone when it has one). *ret a new array. */
-static int demand_of(const struct cluster_view *view, const struct sched_job *queue, size_t nqueue,
-                     const struct sched_result *res, uint32_t pool, struct mig_demand **ret,
-                     size_t *ret_n)
-{
-    struct mig_demand *v = NULL;
-    size_t n = 0, cap = 0;
-    for (size_t k = 0; k < nqueue; k++) {
-        const struct sched_job *j = &queue[k];
-        if (!j->mig_types || (j->pool != SCHED_ANY && j->pool != pool) || started(res, j->id))
-            continue;
-        const struct mig_type *only = j->gpu_type != SCHED_ANY && j->gpu_type < view->c.ngpu_types
-                                          ? mig_type_find(view->c.gpu_types[j->gpu_type].name)
-                                          : NULL;
-        for (unsigned t = 0; t < MIG_NTYPES; t++) {
-            const struct mig_type *mt = mig_type_at(t);
-            if (!(j->mig_types & (1u << t)) || (only && only != mt) ||
-                j->mig_profile[t] >= mt->nprofiles)
-                continue;
-            const char *name = mt->profiles[j->mig_profile[t]].name;
-            if (n && v[n - 1].type == mt && strcmp(v[n - 1].req.profile, name) == 0) {
-                v[n - 1].count++;
-                continue;
-            }
-            if (vec_grow((void **)&v, &cap, n + 1, sizeof(*v))) {
-                free(v);
-                return GPO_ENOMEM;
-            }
-            v[n++] = (struct mig_demand){.type = mt, .req = {.profile = name}, .count = 1};
-        }
+    size_t cap = res->nwaits + 1, n = 0;
+    struct sched_mig_demand *v = calloc(cap, sizeof(*v));
+    if (!v)
+        return GPO_ENOMEM;
+    struct sched_queue q = {(struct sched_job *)queue, nqueue};
+    int rc = sched_mig_demand(&view->c, &q, res, v, cap, &n);
+    if (rc) {
+        free(v);
+        return rc;
     }
     *ret = v;
     *ret_n = n;
     return 0;
 }
 
+/* The demand of pool `pool` (a view index) out of all[0 .. n), in order. */
+static size_t demand_of(const struct sched_mig_demand *all, size_t n, uint32_t pool,
+                        struct mig_demand *ret)
+{
+    size_t out = 0;
+    for (size_t k = 0; k < n; k++)
+        if (all[k].pool == pool)
+            ret[out++] = all[k].demand;
+    return out;
+}
+
 /* The GPUs of tg[0 .. n) that follow setting `cm` (one group): the core's plan. */
 static void dynamic_turn(struct server *s, const struct cluster_view *view,
-                         const struct sched_job *queue, size_t nqueue,
-                         const struct sched_result *res, struct turn_gpu *tg, size_t n,
-                         const char *key, const char *pool, int64_t now_ms)
+                         const struct sched_mig_demand *all, size_t nall, struct turn_gpu *tg,
+                         size_t n, const char *key, const char *pool, int64_t now_ms)
 {
     const struct cluster_mig *cm = tg[0].setting;
     struct mig_gpu *gpus = calloc(n, sizeof(*gpus));
     struct mig_gpu_plan *plans = calloc(n, sizeof(*plans));
-    struct mig_demand *demand = NULL;
-    size_t nd = 0;
+    struct mig_demand *demand = calloc(nall ? nall : 1, sizeof(*demand));
     int64_t pi = sched_pool_find(&view->c, pool);
     struct migctl_group *grp = group_get(s->mig, key);
-    int rc = gpus && plans && grp ? 0 : GPO_ENOMEM;
-    if (!rc && pi >= 0)
-        rc = demand_of(view, queue, nqueue, res, (uint32_t)pi, &demand, &nd);
+    int rc = gpus && plans && demand && grp ? 0 : GPO_ENOMEM;
+    size_t nd = !rc && pi >= 0 ? demand_of(all, nall, (uint32_t)pi, demand) : 0;
     for (size_t k = 0; !rc && k < n; k++)
         gpus[k] = tg[k].mg;
     struct mig_plan_spec spec = {.settle_ms = cm->settle_ms,
@@ -410,6 +392,13 @@ static void dynamic_groups(struct server *s, const struct cluster_view *view,
                            const struct sched_result *res, struct turn_gpu *tg, size_t n,
                            int64_t now_ms)
 {
+    struct sched_mig_demand *all = NULL;
+    size_t nall = 0;
+    int rc = n ? demand_all(view, queue, nqueue, res, &all, &nall) : 0;
+    if (rc) {
+        fprintf(stderr, "gpuorch server: MIG demand not read: %s\n", gpo_strerror(rc));
+        return;
+    }
     for (size_t a = 0; a < n;) {
         /* Move the group of tg[a] to tg[a ..), keeping order (an insertion). */
         size_t b = a + 1;
@@ -424,9 +413,10 @@ static void dynamic_groups(struct server *s, const struct cluster_view *view,
         char key[CLUSTER_HOST_MAX + 8];
         snprintf(key, sizeof(key), "%s %s", nd->mig ? "node" : "pool",
                  nd->mig ? nd->name : nd->pool);
-        dynamic_turn(s, view, queue, nqueue, res, tg + a, b - a, key, nd->pool, now_ms);
+        dynamic_turn(s, view, all, nall, tg + a, b - a, key, nd->pool, now_ms);
         a = b;
     }
+    free(all);
 }
 
 void migctl_pass(struct server *s, const struct cluster_view *view, const struct sched_job *queue,
