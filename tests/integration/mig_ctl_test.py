@@ -283,6 +283,34 @@ def dynamic_pool():
        == sorted((c, s_) for c, s_ in n.layout[0]) and len(got.get("mig") or []) == 3
        and got.get("mig_planning") is False,
        "the reported layout is the GPU's: three 1g.10gb instances, no plan in flight", f"{got}")
+    # The jobs are placed on the new instances: each attempt names its MIG UUID.
+    def runs():
+        ans = n.assignments() or {}
+        return [a for a in ans.get("attempts") or [] if a.get("action") == "run"]
+    wait_until(lambda: len(runs()) == 3)
+    attempts = runs()
+    got_uuids = sorted(g.get("mig_uuid") or "" for a in attempts for g in a.get("gpus") or [])
+    want = sorted(n.mig_uuid(0, st_) for _, st_ in n.layout[0])
+    ok(len(attempts) == 3 and got_uuids == want
+       and all(g.get("uuid") == n.uuids[0] for a in attempts for g in a.get("gpus") or []),
+       "the three jobs are assigned, each share naming the GPU and its instance's mig_uuid",
+       f"{attempts}")
+    # An instance gone before its attempt started: the attempt is not sent,
+    # and ends NODE_FAIL, as on a lost node (then requeued or failed by the
+    # job's retry policy: max_retries 0 here).
+    gone_job = next(a["job"] for a in attempts
+                    if a["gpus"][0]["mig_uuid"] == n.mig_uuid(0, n.layout[0][0][1]))
+    with n.lock:
+        n.layout[0] = n.layout[0][1:]
+    wait_until(lambda: gone_job not in [a["job"] for a in runs()])
+    ok(gone_job not in [a["job"] for a in runs()],
+       "its instance gone, the attempt is no longer in the node's assignments")
+    wait_until(lambda: ((job(gone_job) or {}).get("attempts") or [{}])[0].get("state")
+               == "NODE_FAIL")
+    j = job(gone_job) or {}
+    ok(((j.get("attempts") or [{}])[0].get("state")) == "NODE_FAIL"
+       and "MIG instance" in str((j.get("attempts") or [{}])[0].get("reason")),
+       "and it ends NODE_FAIL, naming the MIG instance", f"{j.get('attempts')}")
     # The demand is met by idle instances: more passes plan nothing.
     passes = [0]
 
