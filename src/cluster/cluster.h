@@ -166,6 +166,14 @@ int cluster_mig_check_types(const struct cluster_mig *m, const char *field,
                             const struct mig_type *const *types, size_t ntypes, const char *whose,
                             char *err, size_t errlen);
 
+/* A node's own "mig" (cluster_node.mig): absent or null, NULL (its pool's);
+ * else a new setting as cluster_mig_decode reads it ("off" included: the
+ * node keeps its instances whatever its pool says). Syntax and the
+ * catalogue only, so a stored record always loads; cluster_node_mig_check
+ * holds it to the node's GPU type where an admin sets it. 0 and *ret;
+ * *ret untouched on failure. */
+int cluster_node_mig_decode(const json_t *v, struct cluster_mig **ret, char *err, size_t errlen);
+
 struct cluster_pool {
     uint32_t id;
     char *name;
@@ -392,6 +400,12 @@ struct cluster_node {
     size_t ngpus;
     struct cluster_mig *mig; /* the node's own MIG layout setting; NULL: its pool's */
 };
+
+/* A node's own setting `mig` (NULL: none) against node n's GPU type: a
+ * static layout needs a MIG type and must be valid on it. 0 or GPO_EINVAL
+ * ("field 'mig': node 'a' has no MIG GPU ..."). */
+int cluster_node_mig_check(const struct cluster_node *n, const struct cluster_mig *mig, char *err,
+                           size_t errlen);
 
 /* Whether s is a valid name of its kind, as described at the top. NULL: false. */
 bool cluster_name_valid(const char *s);

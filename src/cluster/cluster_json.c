@@ -488,6 +488,7 @@ struct node_wire {
     struct cluster_node n; /* all but its gpus */
     struct gpu_wire *gpus;
     size_t ngpus;
+    json_t *mig; /* borrowed from the body: cluster_node_mig_decode */
 };
 
 static const char *const state_names[] = {[CLUSTER_NODE_UP] = "up",
@@ -532,6 +533,7 @@ static const struct jsonv_field node_fields[] = {
     FIELD("gpus", JSONV_OBJECTS, struct node_wire, gpus, 0, 0, .max_items = SCHED_MAX_GPUS_PER_NODE,
           .count_offset = offsetof(struct node_wire, ngpus), .elem_size = sizeof(struct gpu_wire),
           .sub = gpu_fields, .nsub = ARRAY_LEN(gpu_fields)),
+    FIELD("mig", JSONV_RAW, struct node_wire, mig, 0, 0, .flags = JSONV_NULLABLE),
 };
 
 const char *cluster_node_state_name(enum cluster_node_state state)
@@ -647,6 +649,7 @@ int cluster_node_decode(const json_t *obj, unsigned flags, struct cluster_node *
     n.ngpus = w.ngpus;
     free(w.gpus); /* its strings now belong to n */
     rc = cluster_node_check(&n, err, errlen);
+    rc = rc ? rc : cluster_node_mig_decode(w.mig, &n.mig, err, errlen);
     if (rc) {
         cluster_node_release(&n);
         return rc;
@@ -696,7 +699,8 @@ json_t *cluster_node_to_json(const struct cluster_node *n, unsigned flags)
               put(o, "mem_mib", json_integer(n->mem_mib)) &&
               put(o, "state", json_string(cluster_node_state_name(n->state))) &&
               (!n->addr || put(o, "addr", json_string(n->addr))) &&
-              (!n->log_port || put(o, "log_port", json_integer(n->log_port)));
+              (!n->log_port || put(o, "log_port", json_integer(n->log_port))) &&
+              (!n->mig || put(o, "mig", cluster_mig_to_json(n->mig)));
     for (size_t i = 0; ok && i < n->ngpus; i++) {
         const struct cluster_gpu *g = &n->gpus[i];
         json_t *e = json_object();
@@ -729,5 +733,7 @@ void cluster_node_release(struct cluster_node *n)
     free(n->name);
     free(n->pool);
     free(n->addr);
+    cluster_mig_release(n->mig);
+    free(n->mig);
     memset(n, 0, sizeof(*n));
 }

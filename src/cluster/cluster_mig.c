@@ -31,6 +31,8 @@
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
+#define KNOWN_TYPES_MAX 200
+
 #define DURATION_FORMS "seconds, or e.g. \"30s\", \"5m\", \"2h\", \"00:05:00\""
 
 static const char *const static_keys[] = {"layout"};
@@ -420,6 +422,48 @@ int cluster_pool_mig_check(const struct cluster *m, const struct cluster_pool *p
     char whose[CLUSTER_NAME_MAX + 16];
     snprintf(whose, sizeof(whose), "pool '%s'", p->name);
     return cluster_mig_check_types(&p->mig, "mig", types, n, whose, err, errlen);
+}
+
+/* ---- a node's own setting ------------------------------------------------------ */
+
+int cluster_node_mig_decode(const json_t *v, struct cluster_mig **ret, char *err, size_t errlen)
+{
+    if (!v || json_is_null(v)) {
+        *ret = NULL;
+        return 0;
+    }
+    struct cluster_mig *m = calloc(1, sizeof(*m));
+    if (!m)
+        return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
+    int rc = cluster_mig_decode(v, "mig", m, err, errlen);
+    if (rc) {
+        free(m);
+        return rc;
+    }
+    *ret = m;
+    return 0;
+}
+
+int cluster_node_mig_check(const struct cluster_node *n, const struct cluster_mig *mig, char *err,
+                           size_t errlen)
+{
+    if (!mig || mig->mode == CLUSTER_MIG_OFF)
+        return 0;
+    const struct mig_type *t = n->ngpus ? mig_type_find(n->gpus[0].gpu_type) : NULL;
+    if (!t) {
+        char types[KNOWN_TYPES_MAX];
+        const char *names[MIG_NTYPES];
+        for (unsigned k = 0; k < MIG_NTYPES; k++)
+            names[k] = mig_type_at(k)->name;
+        return errbuf_set(err, errlen, GPO_EINVAL,
+                          "field 'mig': node '%s' has no MIG GPU (its GPUs: %s; MIG GPU types: "
+                          "%s)",
+                          n->name, n->ngpus ? n->gpus[0].gpu_type : "none",
+                          cluster_names_list(names, MIG_NTYPES, types, sizeof(types)));
+    }
+    char whose[CLUSTER_HOST_MAX + 16];
+    snprintf(whose, sizeof(whose), "node '%s'", n->name);
+    return cluster_mig_check_types(mig, "mig", &t, 1, whose, err, errlen);
 }
 
 /* ---- encoding -------------------------------------------------------------- */

@@ -60,7 +60,7 @@ int cluster_job_mig(const struct sched_cluster *c, const struct jobspec *spec, s
     struct mig_request req = {.profile = spec->mig_profile,
                               .mem_mib = spec->mig_profile ? 0 : (uint64_t)spec->gpu_mem_mib};
     for (unsigned t = 0; t < MIG_NTYPES; t++) {
-        int k = allowed & (1u << t) ? mig_request_resolve(mig_type_at(t), &req) : GPO_ENOENT;
+        int k = (allowed & (1u << t)) ? mig_request_resolve(mig_type_at(t), &req) : GPO_ENOENT;
         if (k < 0)
             continue;
         j->mig_types |= (uint8_t)(1u << t);
@@ -68,13 +68,14 @@ int cluster_job_mig(const struct sched_cluster *c, const struct jobspec *spec, s
     }
     if (!spec->mig_profile)
         return 0;
-    char here[KNOWN_MAX], has[KNOWN_MAX];
     uint8_t present = view_mig_types(c);
-    if (!(j->mig_types & present))
+    if (!(j->mig_types & present)) {
+        char here[KNOWN_MAX], has[KNOWN_MAX];
         return errbuf_set(err, errlen, GPO_EINVAL,
                           "MIG profile '%s': no GPU type of the cluster has it (its MIG GPU "
                           "types: %s; the profile's: %s)",
                           spec->mig_profile, type_names(present, here),
                           type_names(j->mig_types, has));
+    }
     return 0;
 }

@@ -111,19 +111,22 @@ static int check_type(const struct jobspec *s, char *err, size_t errlen)
 int jobspec_check_mig(struct wire *w, char *err, size_t errlen)
 {
     struct jobspec *s = &w->spec;
-    char q[JSONV_QUOTE_MAX + 4], why[MIG_MSG_MAX];
     if (!s->mig_profile)
         return 0;
-    if (!profile_chars_ok(s->mig_profile))
+    if (!profile_chars_ok(s->mig_profile)) {
+        char q[JSONV_QUOTE_MAX + 4];
         return fail(err, errlen,
                     "field 'mig_profile': '%s' may hold only letters, digits, '.', '+', '-' and "
                     "' ' (a MIG profile such as 1g.10gb)",
                     jsonv_quote(s->mig_profile, strlen(s->mig_profile), q));
+    }
     const char *name = cluster_mig_profile_name(s->mig_profile);
-    if (!name)
+    if (!name) {
+        char why[MIG_MSG_MAX];
         return fail(err, errlen,
                     "field 'mig_profile': no GPU type has MIG profile '%s' (known: %s)",
                     s->mig_profile, cluster_mig_profiles_known(why, sizeof(why)));
+    }
     if (strcmp(name, s->mig_profile) != 0) {
         size_t n = strlen(name) + 1;
         char *copy = malloc(n);

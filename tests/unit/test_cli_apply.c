@@ -69,10 +69,10 @@ static void a_document_of_the_wrong_shape_is_refused_with_its_line(void **state)
         const char *text, *want;
     } cases[] = {
         {"- name: main\n", "f.yaml: expected an object with settings, pools, priority_classes, "
-                           "teams, users, prices or services"},
+                           "teams, users, prices, services or nodes"},
         {"pools: []\nteam:\n  - name: a\n",
          "f.yaml:2: unknown list 'team' (expected settings, pools, priority_classes, teams, "
-         "users, prices or services)"},
+         "users, prices, services or nodes)"},
         {"settings:\n  - private_data: true\n", "f.yaml:1: 'settings' must be an object"},
         {"teams:\n  name: a\n", "f.yaml:1: 'teams' must be a list of objects"},
         {"teams:\n  - weight: 2\n", "f.yaml:2: teams[0]: expected an object with a 'name'"},
@@ -204,6 +204,13 @@ static void a_pools_mig_is_one_setting(void **state)
          NULL, true},
         {"{\"name\": \"p\", \"mig\": {\"layout\": {\"1g.10gb\": 7}}}",
          "{\"name\": \"p\", \"mig\": {\"layout\": {\"1g.10gb\": 7}}}", NULL, true},
+        /* the server shows profiles in the catalogue's spelling */
+        {"{\"name\": \"p\", \"mig\": {\"layout\": {\"1g.10gb+me\": 1, \"2g.20gb\": 1}}}",
+         "{\"name\": \"p\", \"mig\": {\"layout\": {\"MIG 2G.20GB\": 1, \"1g.10gb.me\": 1}}}", NULL,
+         true},
+        {"{\"name\": \"p\", \"mig\": {\"layout\": {\"2g.20gb\": 1}}}",
+         "{\"name\": \"p\", \"mig\": {\"layout\": {\"mig-2g.20gb\": 2}}}",
+         "{\"name\": \"p\", \"mig\": {\"layout\": {\"mig-2g.20gb\": 2}}}", false},
         {"{\"name\": \"p\"}", "{\"name\": \"p\", \"mig\": \"off\"}", NULL, true},
         {"{\"name\": \"p\"}", "{\"name\": \"p\", \"mig\": false}", NULL, true},
         {"{\"name\": \"p\", \"mig\": {\"layout\": \"all-1g.10gb\"}}",

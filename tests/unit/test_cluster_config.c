@@ -1141,6 +1141,78 @@ static void test_pool_mig_layout_is_checked_against_its_nodes_types(void **state
     cluster_release(&m);
 }
 
+/* A node's own "mig": absent or null is its pool's, "off" an override; the
+ * record round-trips with it; an admin's setting is held to the node's GPU
+ * type, a stored one only to the catalogue (so that it always loads). */
+#define GPU_H100 GPU(0, UUID(50), H100, 81920)
+
+static void test_node_mig_overrides_its_pool_and_is_held_to_its_type(void **state)
+{
+    (void)state;
+    union object o;
+    assert_int_equal(decode_text(NODE, NODE_JSON("n", "a", GPU_H100), 0, &o), 0);
+    assert_null(o.node.mig);
+    assert_int_equal(cluster_node_mig_check(&o.node, NULL, err, sizeof(err)), 0);
+    release(NODE, &o);
+    static const char *const forms[] = {"'off'", "{'layout': 'all-1g.10gb'}",
+                                        "{'dynamic': true, 'hold': '10m'}"};
+    for (size_t i = 0; i < ARRAY_LEN(forms); i++) {
+        char text[512];
+        snprintf(text, sizeof(text),
+                 "{'name': 'n', 'pool': 'a', 'cpus': 64, 'mem_mib': 524288, 'mig': %s,"
+                 " 'gpus': [" GPU_H100 "]}",
+                 forms[i]);
+        assert_int_equal(decode_text(NODE, text, 0, &o), 0);
+        assert_non_null(o.node.mig);
+        assert_int_equal(o.node.mig->mode, (enum cluster_mig_mode)i);
+        assert_int_equal(cluster_node_mig_check(&o.node, o.node.mig, err, sizeof(err)), 0);
+        set_id(NODE, &o, 5);
+        json_t *j = cluster_node_to_json(&o.node, CLUSTER_STORED);
+        union object again;
+        assert_int_equal(decode(NODE, j, CLUSTER_STORED, &again), 0);
+        json_t *j2 = cluster_node_to_json(&again.node, CLUSTER_STORED);
+        assert_true(json_equal(j, j2));
+        assert_true(json_equal(json_object_get(j, "mig"), json_object_get(j2, "mig")));
+        json_decref(j);
+        json_decref(j2);
+        release(NODE, &again);
+        release(NODE, &o);
+    }
+    /* A layout an H100 cannot hold, and a layout on a GPU without MIG. */
+    assert_int_equal(decode_text(NODE,
+                                 "{'name': 'n', 'pool': 'a', 'cpus': 64, 'mem_mib': 524288,"
+                                 " 'mig': {'layout': {'1g.5gb': 2}}, 'gpus': [" GPU_H100 "]}",
+                                 0, &o),
+                     0); /* the catalogue has 1g.5gb: a stored record loads */
+    assert_int_equal(cluster_node_mig_check(&o.node, o.node.mig, err, sizeof(err)), GPO_EINVAL);
+    assert_string_equal(err, "field 'mig.layout': H100-80GB has no 1g.5gb");
+    release(NODE, &o);
+    assert_int_equal(decode_text(NODE,
+                                 "{'name': 'l', 'pool': 'a', 'cpus': 8, 'mem_mib': 65536,"
+                                 " 'gpus': [" GPU(0, UUID(90), "L40S", 46068) "]}",
+                                 0, &o),
+                     0);
+    struct cluster_mig *m = NULL;
+    json_t *v = parse("{'layout': 'all-balanced'}");
+    assert_int_equal(cluster_node_mig_decode(v, &m, err, sizeof(err)), 0);
+    json_decref(v);
+    assert_int_equal(cluster_node_mig_check(&o.node, m, err, sizeof(err)), GPO_EINVAL);
+    assert_string_equal(err, "field 'mig': node 'l' has no MIG GPU (its GPUs: L40S; MIG GPU "
+                             "types: A100-40GB, A100-80GB, H100-80GB, H200-141GB)");
+    cluster_mig_release(m);
+    free(m);
+    release(NODE, &o);
+    /* A bad setting is refused with the field named. */
+    assert_int_equal(decode_text(NODE,
+                                 "{'name': 'n', 'pool': 'a', 'cpus': 64, 'mem_mib': 524288,"
+                                 " 'mig': {'layout': 'all-9g.1gb'}, 'gpus': []}",
+                                 0, &o),
+                     GPO_EINVAL);
+    assert_string_equal(err, "field 'mig.layout': no MIG layout 'all-9g.1gb' on any MIG GPU type "
+                             "of the catalogue (named layouts: all-disabled, all-enabled, "
+                             "all-balanced, and all- with a profile of the type, as all-1g.10gb)");
+}
+
 static void test_alloc_gpus_gives_node_uuid_index_and_share(void **state)
 {
     (void)state;
@@ -1445,6 +1517,7 @@ int main(void)
         cmocka_unit_test(test_job_request_resolves_mig_profiles_per_catalogue_type),
         cmocka_unit_test(test_pool_mig_takes_off_static_and_dynamic),
         cmocka_unit_test(test_pool_mig_layout_is_checked_against_its_nodes_types),
+        cmocka_unit_test(test_node_mig_overrides_its_pool_and_is_held_to_its_type),
         cmocka_unit_test(test_alloc_gpus_gives_node_uuid_index_and_share),
         cmocka_unit_test(test_settings_keep_everything_private_unless_opened),
         cmocka_unit_test(test_settings_refuse_what_they_do_not_know),

@@ -704,6 +704,7 @@ struct node_write {
     struct server *s;
     struct http_request *req;
     struct config_write *w;
+    bool api_form; /* answer with the API's node (an admin's write), not the protocol's */
 };
 
 static void node_write_abort(void *ctx)
@@ -727,9 +728,11 @@ static void node_write_done(void *ctx, const struct store_result *r)
     pthread_mutex_lock(&s->lock);
     int rc =
         config_write_done(&s->config, nw->w, r->err, srv_now_ms(s), &out, &o, err, sizeof(err));
-    json_decref(o); /* the API's form: the agent reads the protocol's */
-    o = NULL;
-    const struct cluster_node *n = rc ? NULL : cluster_node_get(&s->cluster, name);
+    if (!nw->api_form) {
+        json_decref(o); /* the API's form: the agent reads the protocol's */
+        o = NULL;
+    }
+    const struct cluster_node *n = rc || nw->api_form ? NULL : cluster_node_get(&s->cluster, name);
     if (n)
         o = registered_json(n, tok);
     bool removed = !rc && out == CONFIG_REMOVED;
@@ -751,7 +754,8 @@ static void node_write_done(void *ctx, const struct store_result *r)
 }
 
 static int node_write_commit(struct server *s, struct http_request *req, int rc,
-                             struct config_write *w, struct store_batch *b, const char *err)
+                             struct config_write *w, struct store_batch *b, const char *err,
+                             bool api_form)
 {
     if (rc)
         return api_error(req, rc, err);
@@ -760,7 +764,7 @@ static int node_write_commit(struct server *s, struct http_request *req, int rc,
         api_config_write_drop(s, w, b);
         return http_request_error(req, 500, "internal", "out of memory");
     }
-    *nw = (struct node_write){.s = s, .req = req, .w = w};
+    *nw = (struct node_write){.s = s, .req = req, .w = w, .api_form = api_form};
     api_commit(s, req, b, node_write_done, node_write_abort, nw);
     return 0;
 }
@@ -788,7 +792,7 @@ static int node_put(struct http_request *req, void *ctx)
                               err, sizeof(err));
     pthread_mutex_unlock(&s->lock);
     cluster_node_release(&node);
-    return node_write_commit(s, req, rc, w, b, err);
+    return node_write_commit(s, req, rc, w, b, err, false);
 }
 
 /* POST /v1/nodes/NAME/drain and /resume: the state the route's arg names. */
@@ -803,7 +807,7 @@ static int node_state(struct http_request *req, void *ctx)
     int rc = config_node_state_plan(&s->config, node_param(req), state, srv_now_ms(s), &w, &b, err,
                                     sizeof(err));
     pthread_mutex_unlock(&s->lock);
-    return node_write_commit(s, req, rc, w, b, err);
+    return node_write_commit(s, req, rc, w, b, err, false);
 }
 
 /* DELETE /v1/nodes/NAME: the record goes (an agent registered the machine
@@ -818,7 +822,37 @@ static int node_delete(struct http_request *req, void *ctx)
     int rc = config_node_delete_plan(&s->config, node_param(req), srv_now_ms(s), &w, &b, err,
                                      sizeof(err));
     pthread_mutex_unlock(&s->lock);
-    return node_write_commit(s, req, rc, w, b, err);
+    return node_write_commit(s, req, rc, w, b, err, false);
+}
+
+/* PUT /v1/nodes/NAME/mig {"mig": SETTING}: the node's own MIG setting
+ * (docs/mig.md; null: its pool's), answered with the node as GET shows it. */
+static int node_mig(struct http_request *req, void *ctx)
+{
+    struct server *s = ctx;
+    const json_t *body = http_request_json(req);
+    char err[1024];
+    const char *key;
+    const json_t *v;
+    json_object_foreach((json_t *)body, key, v)
+    {
+        if (strcmp(key, "mig") != 0) {
+            char q[JSONV_QUOTE_MAX + 4];
+            return http_request_error(req, 400, "invalid_field",
+                                      "unknown field '%s' (expected 'mig')",
+                                      jsonv_quote(key, strlen(key), q));
+        }
+    }
+    if (!json_object_get(body, "mig"))
+        return http_request_error(req, 400, "invalid_field",
+                                  "missing required field 'mig' (null: the pool's)");
+    struct config_write *w = NULL;
+    struct store_batch *b = NULL;
+    pthread_mutex_lock(&s->lock);
+    int rc = config_node_mig_plan(&s->config, node_param(req), json_object_get(body, "mig"),
+                                  srv_now_ms(s), &w, &b, err, sizeof(err));
+    pthread_mutex_unlock(&s->lock);
+    return node_write_commit(s, req, rc, w, b, err, true);
 }
 
 static const enum cluster_node_state draining = CLUSTER_NODE_DRAINING, up = CLUSTER_NODE_UP;
@@ -835,5 +869,6 @@ static const struct http_route routes[] = {
      NULL},
     {"POST", "/v1/nodes/{name}/drain", node_state, API_ROUTE_ADMIN, &draining},
     {"POST", "/v1/nodes/{name}/resume", node_state, API_ROUTE_ADMIN, &up},
+    {"PUT", "/v1/nodes/{name}/mig", node_mig, API_ROUTE_ADMIN | HTTP_ROUTE_JSON_BODY, NULL},
 };
 const struct api_routes api_nodes_routes = {routes, sizeof(routes) / sizeof(routes[0])};

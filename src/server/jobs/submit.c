@@ -221,7 +221,8 @@ static int check_nodes(const struct cluster *m, const struct jobspec *spec, cons
     size_t candidates = 0, holding = 0;
     for (size_t i = 0; i < m->nnodes; i++) {
         const struct cluster_node *node = &m->nodes[i];
-        bool wants_gpu = spec->gpus > 0 || spec->gpu_milli > 0 || spec->gpu_mem_mib > 0;
+        bool wants_gpu =
+            spec->gpus > 0 || spec->gpu_milli > 0 || spec->gpu_mem_mib > 0 || spec->mig_profile;
         if ((spec->pool && strcmp(node->pool, spec->pool) != 0) ||
             (wants_gpu && spec->gpu_type &&
              (!node->ngpus || strcmp(node->gpus[0].gpu_type, spec->gpu_type) != 0)) ||
