@@ -13,7 +13,12 @@ struct migctl_gpu {
     int64_t changed_ms; /* a plan last destroyed instances here; INT64_MIN: never */
     int64_t retry_ms;   /* a failed plan: no new one before this; 0: none */
     uint64_t logged;    /* bit id: an unknown NVML profile id already logged */
-    uint8_t n;          /* instances last seen, and since when each is idle */
+    bool layout_logged; /* a static layout that does not fit it, logged */
+    /* A plan's result came: the next heartbeat's instances are not taken
+     * (one heartbeat is in flight at a time, and that one may have been
+     * sampled before the plan was applied). */
+    bool skip_beat;
+    uint8_t n; /* instances last seen, and since when each is idle */
     struct {
         uint8_t start, profile;
         int64_t idle_since_ms;

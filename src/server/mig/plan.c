@@ -31,6 +31,13 @@ static uint32_t view_gpu(const struct cluster_view *view, const char *node, cons
 void migctl_view(struct server *s, struct cluster_view *view)
 {
     const struct migctl *m = s->mig;
+    /* Until a node's first heartbeat (since this controller started) its
+     * instances are its stored registration's, maybe stale: none offered. */
+    for (uint32_t g = 0; g < view->c.ngpus; g++) {
+        const struct node_rt *rt = nodes_find(&s->nodes, view->nodes[view->gpu_node[g]].name);
+        if (!rt || !rt->has_sample)
+            view->gpus[g].mig_n = 0;
+    }
     for (size_t k = 0; m && k < m->nplans; k++) {
         const struct migctl_plan *p = &m->plans[k];
         uint32_t g = view_gpu(view, p->node, p->uuid);
@@ -202,8 +209,8 @@ static void static_turn(struct server *s, const struct turn_gpu *tg, int64_t now
     size_t nt = 0;
     int rc = static_target(tg->mg.type, tg->setting, target, &nt, err, sizeof(err));
     struct migctl_gpu *st = migctl_gpu_get(s->mig, tg->node->name, tg->gpu->uuid);
-    if (rc < 0 && st && !(st->logged & (UINT64_C(1) << 63))) {
-        st->logged |= UINT64_C(1) << 63;
+    if (rc < 0 && st && !st->layout_logged) {
+        st->layout_logged = true;
         fprintf(stderr, "gpuorch server: node %s GPU %s: static MIG layout not applied: %s\n",
                 tg->node->name, tg->gpu->uuid, err);
     }

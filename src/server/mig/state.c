@@ -158,6 +158,11 @@ bool migctl_heartbeat(struct server *s, const char *node, const struct proto_hea
         struct cluster_gpu *g = o->uuid && o->mig_known ? migctl_node_gpu(n, o->uuid) : NULL;
         if (!g || g->mig_slices == 0)
             continue;
+        struct migctl_gpu *st = s->mig ? migctl_gpu_find(s->mig, node, g->uuid) : NULL;
+        if (st && st->skip_beat) {
+            st->skip_beat = false;
+            continue;
+        }
         size_t nmig = o->mig_enabled ? o->nmig : 0;
         if (g->mig_enabled == o->mig_enabled && g->mig_pending == o->mig_pending &&
             !mig_differs(g, o->mig, nmig))
@@ -295,8 +300,10 @@ int migctl_result(struct server *s, const char *node, uint64_t id, const struct 
     struct migctl_gpu *st = migctl_gpu_get(m, node, p->uuid);
     if (st && p->core.ndestroy)
         st->changed_ms = now;
-    if (st)
+    if (st) {
         st->retry_ms = r->ok ? 0 : now + MIGCTL_RETRY_MS;
+        st->skip_beat = true;
+    }
     if (r->ok)
         m->ok++;
     else
