@@ -5,7 +5,8 @@ assignments long-poll, plan results): reported instances in the model, in
 GET /v1/nodes, `gpuorch nodes` and /metrics; a profile id the catalogue does
 not know; a job on an instance gets the instance's UUID (mig_uuid); plans of
 a dynamic pool and towards a static layout, never naming a busy instance;
-bad plan results refused with a 400 naming the field. Prints TAP.
+bad plan results refused with a 400 naming the field; plans re-derived after
+a controller restart. Prints TAP.
 
 The real agent on the fake NVML in MIG mode is mig_e2e_test.py's; here the
 node's answers are the test's own, so that every case is exact. The server
@@ -350,6 +351,32 @@ def static_pool():
     n.stopped = True
 
 
+def restart():
+    """Plans are re-derived after a controller restart: the one in flight is
+    forgotten (its result is a 404) and planned again under a new id."""
+    n = MigNode("r1", 4, [[("7g.80gb", 0)]], "stat")
+    st, _, raw = n.register()
+    n.start()
+    plans = wait_plan(n)
+    ok(len(plans) == 1, "a static pool's node: a plan in flight", f"{st} {plans}")
+    old = plans[0] if plans else {"id": 0}
+    SRV.stop()
+    SRV.start()
+    again = wait_plan(n, timeout=30)
+    new = again[0] if len(again) == 1 else {}
+    ok(len(again) == 1 and new.get("id", 0) > old["id"] and new.get("destroy") == old.get("destroy")
+       and new.get("create") == old.get("create"),
+       "after a restart the same plan comes again under a larger id", f"{old} {again}")
+    st, _, raw = n.apply(old)  # the node had applied it before the restart
+    ok(st == 404, "the forgotten plan's result: 404", f"{st} {raw[:200]!r}")
+    st, _, raw = n.api.call("POST", f"/v1/nodes/r1/mig/{new.get('id')}",
+                            {"ok": True, "gpu_uuid": n.uuids[0], "mig": n.instances(0)})
+    ok(st == 204, "the new plan's result, the layout already reached: 204", f"{st} {raw[:200]!r}")
+    wait_until(lambda: bool(plans_of(n)), 3)
+    ok(not plans_of(n), "then nothing more is planned")
+    n.stopped = True
+
+
 def main():
     setup()
     n = reported_instances()
@@ -357,6 +384,7 @@ def main():
     n.stopped = True
     dynamic_pool()
     static_pool()
+    restart()
 
 
 if __name__ == "__main__":
