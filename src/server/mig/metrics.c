@@ -31,7 +31,8 @@ static int64_t job_memory(const struct node_rt *rt, const char *uuid, int64_t jo
     return -1;
 }
 
-static void instance_samples(const struct server *s, struct prom *p, bool memory)
+static void instance_samples(const struct server *s, const struct migctl_holders *held,
+                             struct prom *p, bool memory)
 {
     for (size_t k = 0; k < s->cluster.nnodes; k++) {
         const struct cluster_node *n = &s->cluster.nodes[k];
@@ -49,7 +50,7 @@ static void instance_samples(const struct server *s, struct prom *p, bool memory
                     snprintf(profile, sizeof(profile), "%s", mi->profile);
                 else
                     snprintf(profile, sizeof(profile), "id-%" PRIu32, mi->profile_id);
-                int64_t holder = migctl_holder(s, n->name, gpu->uuid, mi->start);
+                int64_t holder = migctl_holders_find(held, n->name, gpu->uuid, mi->start);
                 if (holder)
                     snprintf(job, sizeof(job), "%" PRId64, holder);
                 const char *l[] = {"gpu",      index,   "UUID",          gpu->uuid,
@@ -74,11 +75,15 @@ void migctl_metrics(const struct server *s, struct prom *p)
     prom_family(p, "gpuorch_mig_instance_info", PROM_GAUGE,
                 "A MIG GPU instance a node reports (1), with the job that holds it in hpc_job "
                 "(empty: free).");
-    instance_samples(s, p, false);
+    struct migctl_holders held;
+    if (migctl_holders_build(s, &held))
+        held = (struct migctl_holders){0}; /* out of memory: every instance shown free */
+    instance_samples(s, &held, p, false);
     prom_family(p, "gpuorch_mig_instance_memory_used_mib", PROM_GAUGE,
                 "GPU memory the processes of the job holding a MIG instance use (in MiB), "
                 "where the node's heartbeat lists them; 0 for a free instance.");
-    instance_samples(s, p, true);
+    instance_samples(s, &held, p, true);
+    migctl_holders_release(&held);
     prom_family(p, "gpuorch_mig_plans_total", PROM_COUNTER,
                 "MIG repartition plans the controller sent, by outcome (sent, done, failed, "
                 "timed_out: dropped without a report).");

@@ -109,9 +109,26 @@ int migctl_result(struct server *s, const char *node, uint64_t id, const struct 
 /* Whether a plan is in flight on GPU `uuid` of node `node` (for views). */
 bool migctl_planning(const struct migctl *m, const char *node, const char *uuid);
 
+/* The MIG instances attempts hold (assigned, running or being killed), by
+ * instance: built once per use (a pass, a listing, a scrape), looked up by
+ * binary search. */
+struct migctl_held {
+    const char *node, *uuid; /* borrowed from the jobs */
+    uint32_t start;
+    int64_t job;
+};
+struct migctl_holders {
+    struct migctl_held *v;
+    size_t n;
+};
+/* 0 or GPO_ENOMEM (*ret empty). Borrowed strings: valid while the lock is
+ * held and the jobs' attempts do not change. */
+int migctl_holders_build(const struct server *s, struct migctl_holders *ret);
 /* The job that holds the instance at slot `start` of GPU `uuid` on node
- * `node`, or 0 for none (for views and metrics). */
-int64_t migctl_holder(const struct server *s, const char *node, const char *uuid, uint32_t start);
+ * `node`, or 0 for none. */
+int64_t migctl_holders_find(const struct migctl_holders *h, const char *node, const char *uuid,
+                            uint32_t start);
+void migctl_holders_release(struct migctl_holders *h);
 
 /* The MIG setting a node follows: its own, or its pool's (NULL: none, off). */
 const struct cluster_mig *migctl_setting(const struct cluster *c, const struct cluster_node *node);

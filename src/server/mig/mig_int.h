@@ -53,8 +53,10 @@ struct migctl {
     uint64_t sent, ok, failed, timed_out; /* plans, for GET /metrics */
 };
 
+/* The planner's state of GPU (node, uuid), or NULL. */
 struct migctl_gpu *migctl_gpu_find(const struct migctl *m, const char *node, const char *uuid);
-/* Found or added (NULL: out of memory). */
+/* Found or added (NULL: out of memory); adding moves the others (a pointer
+ * from an earlier call may not survive it). */
 struct migctl_gpu *migctl_gpu_get(struct migctl *m, const char *node, const char *uuid);
 struct migctl_plan *migctl_plan_find(const struct migctl *m, const char *node, const char *uuid);
 void migctl_plan_drop(struct migctl *m, struct migctl_plan *p);

@@ -59,44 +59,6 @@ void migctl_view(struct server *s, struct cluster_view *view)
 
 /* ---- the GPUs ------------------------------------------------------------------ */
 
-/* One MIG instance an attempt holds. */
-struct held {
-    const char *node, *uuid;
-    uint8_t start;
-};
-
-/* Every MIG instance an attempt holds (assigned, running or being killed). */
-static int held_list(const struct server *s, struct held **ret, size_t *ret_n)
-{
-    struct held *v = NULL;
-    size_t n = 0, cap = 0;
-    for (size_t k = 0; k < s->jobs.n; k++) {
-        const struct job *j = s->jobs.v[k];
-        for (size_t g = 0; j->att.n && g < j->att.nshares; g++) {
-            const struct attempt_share *sh = &j->att.shares[g];
-            if (!sh->mig)
-                continue;
-            if (vec_grow((void **)&v, &cap, n + 1, sizeof(*v))) {
-                free(v);
-                return GPO_ENOMEM;
-            }
-            v[n++] = (struct held){sh->node, sh->uuid, sh->mig_start};
-        }
-    }
-    *ret = v;
-    *ret_n = n;
-    return 0;
-}
-
-static bool is_held(const struct held *v, size_t n, const char *node, const char *uuid,
-                    uint32_t start)
-{
-    for (size_t k = 0; k < n; k++)
-        if (v[k].start == start && strcmp(v[k].uuid, uuid) == 0 && strcmp(v[k].node, node) == 0)
-            return true;
-    return false;
-}
-
 /* A MIG GPU of the turn: the core's form, and where it is. */
 struct turn_gpu {
     struct mig_gpu mg;
@@ -107,13 +69,14 @@ struct turn_gpu {
 
 /* GPU g of node n as the planner sees it; its damping state kept in st.
  * False where the GPU is no MIG GPU the planner can work with. */
-static bool turn_gpu_of(const struct server *s, const struct held *hv, size_t nh,
-                        const struct cluster_node *n, const struct cluster_gpu *g,
-                        struct migctl_gpu *st, int64_t now_ms, struct turn_gpu *ret)
+static bool turn_gpu_of(struct server *s, const struct migctl_holders *held,
+                        const struct cluster_node *n, const struct cluster_gpu *g, int64_t now_ms,
+                        struct turn_gpu *ret)
 {
     const struct mig_type *t = g->mig_enabled ? mig_type_find(g->gpu_type) : NULL;
-    if (!t)
-        return false;
+    struct migctl_gpu *st = t ? migctl_gpu_get(s->mig, n->name, g->uuid) : NULL;
+    if (!st)
+        return false; /* no MIG GPU (or out of memory: left alone this turn) */
     const struct node_rt *rt = nodes_find(&s->nodes, n->name);
     bool frozen = migctl_plan_find(s->mig, n->name, g->uuid) || !rt || rt->hold || rt->lost ||
                   nodes_is_dirty(rt, g->uuid) || g->mig_pending != g->mig_enabled ||
@@ -129,7 +92,8 @@ static bool turn_gpu_of(const struct server *s, const struct held *hv, size_t nh
         }
         struct mig_instance in = {.profile = (uint8_t)p,
                                   .start = (uint8_t)mi->start,
-                                  .busy = is_held(hv, nh, n->name, g->uuid, mi->start),
+                                  .busy =
+                                      migctl_holders_find(held, n->name, g->uuid, mi->start) != 0,
                                   .idle_since_ms = now_ms};
         for (uint8_t i = 0; i < st->n; i++)
             if (st->inst[i].start == in.start && st->inst[i].profile == in.profile && !in.busy)
@@ -432,22 +396,21 @@ void migctl_pass(struct server *s, const struct cluster_view *view, const struct
     if (!s->mig)
         return;
     drop_stale(s, now_ms);
-    struct held *hv = NULL;
-    size_t nh = 0, ntg = 0, cap = 0;
+    struct migctl_holders held;
+    size_t ntg = 0, cap = 0;
     struct turn_gpu *tg = NULL;
-    int rc = held_list(s, &hv, &nh);
+    int rc = migctl_holders_build(s, &held);
     for (size_t k = 0; !rc && k < s->cluster.nnodes; k++) {
         const struct cluster_node *n = &s->cluster.nodes[k];
         const struct cluster_mig *cm = migctl_setting(&s->cluster, n);
         if (!cm || cm->mode == CLUSTER_MIG_OFF || n->state != CLUSTER_NODE_UP)
             continue;
         for (size_t g = 0; !rc && g < n->ngpus; g++) {
-            struct migctl_gpu *st = migctl_gpu_get(s->mig, n->name, n->gpus[g].uuid);
-            if (!st || vec_grow((void **)&tg, &cap, ntg + 1, sizeof(*tg))) {
+            if (vec_grow((void **)&tg, &cap, ntg + 1, sizeof(*tg))) {
                 rc = GPO_ENOMEM;
                 break;
             }
-            if (!turn_gpu_of(s, hv, nh, n, &n->gpus[g], st, now_ms, &tg[ntg]))
+            if (!turn_gpu_of(s, &held, n, &n->gpus[g], now_ms, &tg[ntg]))
                 continue;
             tg[ntg].setting = cm;
             if (cm->mode == CLUSTER_MIG_STATIC)
@@ -461,6 +424,6 @@ void migctl_pass(struct server *s, const struct cluster_view *view, const struct
     if (rc)
         fprintf(stderr, "gpuorch server: MIG planning turn skipped: out of memory\n");
     free(tg);
-    free(hv);
+    migctl_holders_release(&held);
     end_orphans(s, now_ms);
 }

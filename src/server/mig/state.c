@@ -31,22 +31,45 @@ void migctl_free(struct migctl *m)
     free(m);
 }
 
+/* Where GPU (node, uuid) is or would go in m->gpus (sorted by node, then UUID). */
+static size_t gpu_search(const struct migctl *m, const char *node, const char *uuid, bool *found)
+{
+    size_t lo = 0, hi = m->ngpus;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = strcmp(m->gpus[mid].node, node);
+        c = c ? c : strcmp(m->gpus[mid].uuid, uuid);
+        if (c == 0) {
+            *found = true;
+            return mid;
+        }
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    *found = false;
+    return lo;
+}
+
 struct migctl_gpu *migctl_gpu_find(const struct migctl *m, const char *node, const char *uuid)
 {
-    for (size_t k = 0; k < m->ngpus; k++)
-        if (strcmp(m->gpus[k].uuid, uuid) == 0 && strcmp(m->gpus[k].node, node) == 0)
-            return &m->gpus[k];
-    return NULL;
+    bool found;
+    size_t at = gpu_search(m, node, uuid, &found);
+    return found ? &m->gpus[at] : NULL;
 }
 
 struct migctl_gpu *migctl_gpu_get(struct migctl *m, const char *node, const char *uuid)
 {
-    struct migctl_gpu *g = migctl_gpu_find(m, node, uuid);
-    if (g)
-        return g;
+    bool found;
+    size_t at = gpu_search(m, node, uuid, &found);
+    if (found)
+        return &m->gpus[at];
     if (vec_grow((void **)&m->gpus, &m->gpus_cap, m->ngpus + 1, sizeof(*m->gpus)))
         return NULL;
-    g = &m->gpus[m->ngpus++];
+    memmove(&m->gpus[at + 1], &m->gpus[at], (m->ngpus - at) * sizeof(*m->gpus));
+    m->ngpus++;
+    struct migctl_gpu *g = &m->gpus[at];
     memset(g, 0, sizeof(*g));
     snprintf(g->node, sizeof(g->node), "%s", node);
     snprintf(g->uuid, sizeof(g->uuid), "%s", uuid);
@@ -320,18 +343,51 @@ int migctl_result(struct server *s, const char *node, uint64_t id, const struct 
 
 /* ---- views ------------------------------------------------------------------ */
 
-int64_t migctl_holder(const struct server *s, const char *node, const char *uuid, uint32_t start)
+static int held_cmp(const void *a, const void *b)
 {
+    const struct migctl_held *x = a, *y = b;
+    int c = strcmp(x->node, y->node);
+    c = c ? c : strcmp(x->uuid, y->uuid);
+    return c ? c : (x->start > y->start) - (x->start < y->start);
+}
+
+int migctl_holders_build(const struct server *s, struct migctl_holders *ret)
+{
+    *ret = (struct migctl_holders){0};
+    size_t n = 0, cap = 0;
+    struct migctl_held *v = NULL;
     for (size_t k = 0; k < s->jobs.n; k++) {
         const struct job *j = s->jobs.v[k];
         for (size_t g = 0; j->att.n && g < j->att.nshares; g++) {
             const struct attempt_share *sh = &j->att.shares[g];
-            if (sh->mig && sh->mig_start == start && strcmp(sh->uuid, uuid) == 0 &&
-                strcmp(sh->node, node) == 0)
-                return j->id;
+            if (!sh->mig)
+                continue;
+            if (vec_grow((void **)&v, &cap, n + 1, sizeof(*v))) {
+                free(v);
+                return GPO_ENOMEM;
+            }
+            v[n++] = (struct migctl_held){sh->node, sh->uuid, sh->mig_start, j->id};
         }
     }
+    if (n)
+        qsort(v, n, sizeof(*v), held_cmp);
+    *ret = (struct migctl_holders){v, n};
     return 0;
+}
+
+int64_t migctl_holders_find(const struct migctl_holders *h, const char *node, const char *uuid,
+                            uint32_t start)
+{
+    struct migctl_held key = {node, uuid, start, 0};
+    const struct migctl_held *hit =
+        h->n ? bsearch(&key, h->v, h->n, sizeof(*h->v), held_cmp) : NULL;
+    return hit ? hit->job : 0;
+}
+
+void migctl_holders_release(struct migctl_holders *h)
+{
+    free(h->v);
+    *h = (struct migctl_holders){0};
 }
 
 const struct cluster_mig *migctl_setting(const struct cluster *c, const struct cluster_node *node)
