@@ -1,7 +1,8 @@
 /*
  * test_server_mig.c - the controller's MIG state (server/mig): reported
- * instances resolved into the cluster model, and the plan towards a static
- * layout, which never names a busy instance.
+ * instances resolved into the cluster model, the plan towards a static
+ * layout, which never names a busy instance, and an attempt's share of a MIG
+ * instance in its stored form.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -164,6 +165,43 @@ static void static_plan_keeps_an_idle_instance_whose_slots_stay_blocked(void **s
     assert_int_equal(mig_layout_check(h100(), g.inst, g.n, NULL, 0), 0);
 }
 
+static void an_attempts_mig_share_is_stored_and_read_back(void **state)
+{
+    (void)state;
+    struct attempt_share sh[2] = {
+        {.node = "n1",
+         .uuid = "GPU-a",
+         .milli = 125,
+         .mem_mib = 9984,
+         .mig = true,
+         .mig_start = 6,
+         .mig_profile = "1g.10gb"},
+        {.node = "n1", .uuid = "GPU-b", .milli = 1000, .mem_mib = 81559},
+    };
+    struct attempt_part part = {.node = "n1", .cpus = 1, .mem_mib = 1024};
+    struct attempt a = {.n = 1, .parts = &part, .nparts = 1, .shares = sh, .nshares = 2};
+    char *nodes = NULL, *gpus = NULL;
+    assert_int_equal(attempt_encode(&a, &nodes, &gpus), 0);
+    struct attempt b = {0};
+    assert_int_equal(attempt_decode(nodes, &b), 0);
+    assert_int_equal(b.nshares, 2);
+    assert_true(b.shares[0].mig);
+    assert_int_equal(b.shares[0].mig_start, 6);
+    assert_string_equal(b.shares[0].mig_profile, "1g.10gb");
+    assert_false(b.shares[1].mig); /* a whole GPU stays one */
+    attempt_release(&b);
+    free(nodes);
+    free(gpus);
+    /* A stored share whose "mig" is bad is refused, not half read. */
+    struct attempt c = {0};
+    assert_int_equal(attempt_decode("{\"parts\": [], \"shares\": [{\"node\": \"n1\", \"uuid\": "
+                                    "\"GPU-a\", \"milli\": 125, \"mem_mib\": 1, \"mig\": "
+                                    "{\"profile\": \"1g.10gb\", \"start\": 9}}]}",
+                                    &c),
+                     GPO_EINVAL);
+    attempt_release(&c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -172,6 +210,7 @@ int main(void)
         cmocka_unit_test(static_plan_never_names_a_busy_instance),
         cmocka_unit_test(static_plan_waits_where_only_busy_instances_differ),
         cmocka_unit_test(static_plan_keeps_an_idle_instance_whose_slots_stay_blocked),
+        cmocka_unit_test(an_attempts_mig_share_is_stored_and_read_back),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
