@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "agent/mps.h"
 #include "agent/replica.h"
 #include "agent/slurmenv.h"
 #include "util/errbuf.h"
@@ -179,12 +180,14 @@ static int build_env(const struct launch_config *cfg, const struct proto_attempt
     rc = rc ? rc : launch_strv_add(env, "GPUORCH_NODE=%s", cfg->node);
     for (size_t k = 0; !rc && k < a->spec.nenv; k++) {
         const char *name = a->spec.env[k].name;
-        if (!reserved(name) && !env_has(&slurm, name) && !(cfg->port && !strcmp(name, "PORT")))
+        if (!reserved(name) && !env_has(&slurm, name) && !(cfg->port && !strcmp(name, "PORT")) &&
+            !mps_reserved(a, name))
             rc = launch_strv_add(env, "%s=%s", name, a->spec.env[k].value);
     }
     if (!rc && !env_has(env, "PATH"))
         rc = launch_strv_add(env, "PATH=/usr/local/bin:/usr/bin:/bin");
     rc = rc ? rc : gpu_env(a, env);
+    rc = rc ? rc : mps_env(cfg->state_dir, a, env);
     if (!rc && a->array_id != PROTO_NONE) {
         rc = launch_strv_add(env, "GPUORCH_ARRAY_JOB_ID=%" PRId64, a->array_id);
         rc = rc ? rc : launch_strv_add(env, "GPUORCH_ARRAY_TASK_ID=%" PRId64, a->array_index);

@@ -4,7 +4,7 @@
  */
 #include "agent/migplan.h"
 
-#include <dirent.h>
+#include <dirent.h> /* scandir */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -28,6 +28,7 @@
 struct record {
     uint64_t id;
     bool posted; /* the controller has it (DIR/ID.done) */
+    bool told;   /* a failure to send it was logged: not again until it is sent */
     char *body;  /* the result's JSON while not posted */
 };
 
@@ -117,14 +118,15 @@ static int plan_check(const struct gpu_backend *b, struct attempts *att, unsigne
     for (size_t k = 0; k < p->ndestroy; k++) {
         const struct proto_mig_change *d = &p->destroy[k];
         const struct gpu_mig_instance *g = at_slot(m, d->start);
-        char want[32], have[32];
         if (!g)
             continue; /* gone already: nothing to do */
-        if (g->profile_id != d->profile_id)
+        if (g->profile_id != d->profile_id) {
+            char want[32], have[32];
             return errbuf_set(why, len, GPO_EINVAL,
                               "no instance %s at slot %u to destroy: GPU instance %u there is %s",
                               profile_name(m, d->profile_id, want, sizeof(want)), d->start, g->id,
                               profile_name(m, g->profile_id, have, sizeof(have)));
+        }
         int rc = busy(b, att, index, m, g, why, len);
         if (rc)
             return rc;
@@ -132,14 +134,28 @@ static int plan_check(const struct gpu_backend *b, struct attempts *att, unsigne
     return 0;
 }
 
+/* One instance made or destroyed: through the privileged half when there is
+ * one (NVML wants root), else through b. */
+static int change(const struct gpu_backend *b, struct priv *priv, unsigned index, bool create,
+                  unsigned profile_id, unsigned start, unsigned instance, char *err, size_t len)
+{
+    struct gpu_mig_instance made;
+    if (priv)
+        return create ? priv_mig_create(priv, index, profile_id, start, err, len)
+                      : priv_mig_destroy(priv, index, instance, err, len);
+    return create ? gpu_mig_create(b, index, profile_id, start, &made, err, len)
+                  : gpu_mig_destroy(b, index, instance, err, len);
+}
+
 /* Destroys, then creates, what p names on GPU index (m: its state before). */
-static int plan_change(const struct gpu_backend *b, unsigned index, const struct gpu_mig *m,
-                       const struct proto_mig_plan *p, char *why, size_t len)
+static int plan_change(const struct gpu_backend *b, struct priv *priv, unsigned index,
+                       const struct gpu_mig *m, const struct proto_mig_plan *p, char *why,
+                       size_t len)
 {
     char err[PROTO_ERROR_MAX], name[32];
     for (size_t k = 0; k < p->ndestroy; k++) {
         const struct gpu_mig_instance *g = at_slot(m, p->destroy[k].start);
-        if (g && gpu_mig_destroy(b, index, g->id, err, sizeof(err)) != 0)
+        if (g && change(b, priv, index, false, 0, 0, g->id, err, sizeof(err)) != 0)
             return errbuf_set(why, len, GPO_EIO, "destroying %s at slot %u: %s",
                               profile_name(m, g->profile_id, name, sizeof(name)),
                               g->placement.start, err);
@@ -152,16 +168,15 @@ static int plan_change(const struct gpu_backend *b, unsigned index, const struct
             destroyed |= p->destroy[d].start == c->start;
         if (g && !destroyed && g->profile_id == c->profile_id)
             continue; /* there already */
-        struct gpu_mig_instance made;
-        if (gpu_mig_create(b, index, c->profile_id, c->start, &made, err, sizeof(err)) != 0)
+        if (change(b, priv, index, true, c->profile_id, c->start, 0, err, sizeof(err)) != 0)
             return errbuf_set(why, len, GPO_EIO, "creating %s at slot %u: %s",
                               profile_name(m, c->profile_id, name, sizeof(name)), c->start, err);
     }
     return 0;
 }
 
-int migplan_run(const struct gpu_backend *b, struct attempts *att, const struct proto_mig_plan *p,
-                struct proto_mig_result *ret)
+int migplan_run(const struct gpu_backend *b, struct attempts *att, struct priv *priv,
+                const struct proto_mig_plan *p, struct proto_mig_result *ret)
 {
     char why[PROTO_ERROR_MAX + 1] = "";
     struct gpu_mig *m = malloc(sizeof(*m));
@@ -174,7 +189,7 @@ int migplan_run(const struct gpu_backend *b, struct attempts *att, const struct 
         errbuf_set(why, sizeof(why), rc, "no GPU %s on this node", p->gpu_uuid);
     else if ((rc = gpu_mig_read(b, index, m, why, sizeof(why))) == 0 &&
              (rc = plan_check(b, att, index, m, p, why, sizeof(why))) == 0)
-        rc = plan_change(b, index, m, p, why, sizeof(why));
+        rc = plan_change(b, priv, index, m, p, why, sizeof(why));
     struct proto_mig_result r = {.ok = rc == 0};
     /* What the GPU holds now, also after a failure: the controller
      * schedules on it. */
@@ -217,7 +232,8 @@ static struct record *find(const struct migplan *m, uint64_t id)
     return NULL;
 }
 
-static int add(struct migplan *m, uint64_t id, bool posted, char *body)
+/* A record of id; *body (NULL: none) is taken on success. */
+static int add(struct migplan *m, uint64_t id, bool posted, char **body)
 {
     if (m->n == m->cap) {
         size_t cap = m->cap ? 2 * m->cap : 8;
@@ -227,7 +243,8 @@ static int add(struct migplan *m, uint64_t id, bool posted, char *body)
         m->v = v;
         m->cap = cap;
     }
-    m->v[m->n++] = (struct record){.id = id, .posted = posted, .body = body};
+    m->v[m->n++] = (struct record){.id = id, .posted = posted, .body = *body};
+    *body = NULL;
     return 0;
 }
 
@@ -251,29 +268,31 @@ static char *read_body(const char *path)
 /* DIR/ID.json and DIR/ID.done into the table; other names are left alone. */
 static int load(struct migplan *m, char *err, size_t errlen)
 {
-    DIR *d = opendir(m->dir);
-    if (!d)
+    struct dirent **names = NULL;
+    int n = scandir(m->dir, &names, NULL, alphasort);
+    if (n < 0)
         return errbuf_set(err, errlen, -errno, "%s: %s", m->dir, strerror(errno));
     int rc = 0;
-    for (struct dirent *e; !rc && (e = readdir(d));) {
+    for (int k = 0; k < n; k++) {
+        const char *name = names[k]->d_name;
         char *end = NULL;
         errno = 0;
-        unsigned long long id = strtoull(e->d_name, &end, 10);
+        unsigned long long id = strtoull(name, &end, 10);
         bool done = end && strcmp(end, ".done") == 0, pending = end && strcmp(end, ".json") == 0;
-        if (errno || id == 0 || end == e->d_name || (!done && !pending) || find(m, id))
-            continue;
-        char path[4200];
-        snprintf(path, sizeof(path), "%s/%s", m->dir, e->d_name);
-        char *body = pending ? read_body(path) : NULL;
-        if (pending && !body) {
-            m->cfg.log("MIG plan %llu: its result %s cannot be read: not sent", id, path);
-            done = true;
-        }
-        rc = add(m, id, done, body);
-        if (rc)
+        if (!rc && !errno && id && end != name && (done || pending) && !find(m, id)) {
+            char path[4200];
+            snprintf(path, sizeof(path), "%s/%s", m->dir, name);
+            char *body = pending ? read_body(path) : NULL;
+            if (pending && !body) {
+                m->cfg.log("MIG plan %llu: its result %s cannot be read: not sent", id, path);
+                done = true;
+            }
+            rc = add(m, id, done, &body);
             free(body);
+        }
+        free(names[k]);
     }
-    closedir(d);
+    free(names);
     return rc ? errbuf_set(err, errlen, rc, "out of memory") : 0;
 }
 
@@ -331,7 +350,7 @@ static void apply_one(struct migplan *m, const struct proto_mig_plan *p)
     struct proto_mig_result r;
     json_t *o = NULL;
     char *body = NULL;
-    if (migplan_run(m->cfg.gpus, m->cfg.att, p, &r) != 0) {
+    if (migplan_run(m->cfg.gpus, m->cfg.att, m->cfg.priv, p, &r) != 0) {
         m->cfg.log("MIG plan %" PRIu64 ": out of memory: not applied", p->id);
         return;
     }
@@ -345,14 +364,15 @@ static void apply_one(struct migplan *m, const struct proto_mig_plan *p)
         body = json_dumps(o, JSON_COMPACT);
     json_decref(o);
     proto_mig_result_release(&r);
-    if (!body || add(m, p->id, false, body) != 0) {
+    char path[4200], err[512];
+    record_path(m, p->id, false, path, sizeof(path));
+    int rc = body ? fsutil_write_atomic(path, body, strlen(body), 0600, 0, err, sizeof(err)) : 0;
+    if (!body || add(m, p->id, false, &body) != 0) {
         free(body);
         m->cfg.log("MIG plan %" PRIu64 ": out of memory: its result is not sent", p->id);
         return;
     }
-    char path[4200], err[512];
-    record_path(m, p->id, false, path, sizeof(path));
-    if (fsutil_write_atomic(path, body, strlen(body), 0600, 0, err, sizeof(err)) != 0)
+    if (rc)
         m->cfg.log("MIG plan %" PRIu64 ": %s (a restarted agent would not send its result)", p->id,
                    err);
 }
@@ -408,9 +428,10 @@ size_t migplan_report(struct migplan *m, struct httpc *c, const char *prefix)
         if (!rc && done && (res.status < 200 || res.status >= 300))
             m->cfg.log("MIG plan %" PRIu64 ": the controller answered %ld to its result: %.200s",
                        r->id, res.status, res.body ? res.body : "");
-        else if (!done)
+        else if (!done && !r->told)
             m->cfg.log("MIG plan %" PRIu64 ": sending its result: %s (sent again later)", r->id,
                        rc ? err : (res.body ? res.body : "no body"));
+        r->told = !done;
         httpc_response_release(&res);
         if (!done) {
             owed++;

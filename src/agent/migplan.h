@@ -25,8 +25,9 @@
  * forgotten once an answer no longer lists its plan (the controller has
  * let go of it too).
  *
- * Changing MIG state needs root (NVML's rule): an agent whose network half
- * is not root gets NVML's NO_PERMISSION, and the result says so.
+ * Changing MIG state needs root (NVML's rule): the changes go through the
+ * privileged half (priv_mig_create, priv_mig_destroy), the reads through
+ * the agent's own backend.
  *
  * One thread uses a migplan (the agent's long-poll loop). Nothing here
  * exits; it logs through cfg.log.
@@ -39,6 +40,7 @@
 #include <stdint.h>
 
 #include "agent/attempts.h"
+#include "agent/priv.h"
 #include "gpu/gpu.h"
 #include "proto/proto.h"
 #include "util/httpc.h"
@@ -47,6 +49,8 @@ struct migplan_config {
     const char *dir;                /* the records (copied); made (0700) if missing */
     const struct gpu_backend *gpus; /* borrowed */
     struct attempts *att;           /* borrowed; NULL: no attempt holds an instance */
+    struct priv *priv;              /* borrowed: makes the changes (NVML wants root); NULL:
+                                       through gpus directly */
     void (*log)(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 };
 
@@ -72,10 +76,10 @@ bool migplan_applied(const struct migplan *m, uint64_t id);
 /*
  * One plan on the GPUs of b, as migplan_apply does it, without records:
  * *ret (release with proto_mig_result_release) says how it went and what
- * the GPU holds afterwards. att may be NULL. 0, or GPO_ENOMEM (*ret
+ * the GPU holds afterwards. att and priv may be NULL. 0, or GPO_ENOMEM (*ret
  * untouched).
  */
-int migplan_run(const struct gpu_backend *b, struct attempts *att, const struct proto_mig_plan *p,
-                struct proto_mig_result *ret);
+int migplan_run(const struct gpu_backend *b, struct attempts *att, struct priv *priv,
+                const struct proto_mig_plan *p, struct proto_mig_result *ret);
 
 #endif

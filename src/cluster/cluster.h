@@ -87,14 +87,6 @@ struct cluster_node_features {
 };
 
 /*
- * A pool (a Slurm partition). "aliases": other names a job's "pool" may use
- * (--partition=gpu for a pool named h100-main); an alias is no other pool's
- * name or alias. "node_features": [{"node": NAME, "features": [...]}], the
- * features of nodes of this pool, as slurm.conf's NodeName=... Features=;
- * a node listed here that registers in another pool has none of them. The
- * cluster holds at most SCHED_MAX_FEATURES distinct feature names.
- */
-/*
  * MIG layouts of a pool's (or one node's) MIG-capable GPUs ("mig" of a pool
  * or node; docs/mig.md). Off (absent): gpuorch schedules onto whatever
  * instances the nodes report and never changes them. Static: every MIG GPU
@@ -122,6 +114,14 @@ struct cluster_mig {
     /* dynamic: core/mig.h's struct mig_plan_spec (defaults mig_plan_spec_default) */
     int64_t settle_ms, hold_ms, min_interval_ms;
     uint32_t keep_free, max_repartitions;
+};
+
+/* How a pool's nodes share a GPU among fractional jobs ("sharing"):
+ * time-slicing, as the GPU does by itself (the default), or CUDA MPS, each
+ * fractional job a client held to its share (docs/mps.md). */
+enum cluster_sharing {
+    CLUSTER_SHARING_NONE, /* "none" */
+    CLUSTER_SHARING_MPS,  /* "mps" */
 };
 
 #define CLUSTER_MIG_DURATION_MAX_S   (INT64_C(30) * 86400) /* settle, hold, min_interval */
@@ -174,11 +174,20 @@ int cluster_mig_check_types(const struct cluster_mig *m, const char *field,
  * *ret untouched on failure. */
 int cluster_node_mig_decode(const json_t *v, struct cluster_mig **ret, char *err, size_t errlen);
 
+/*
+ * A pool (a Slurm partition). "aliases": other names a job's "pool" may use
+ * (--partition=gpu for a pool named h100-main); an alias is no other pool's
+ * name or alias. "node_features": [{"node": NAME, "features": [...]}], the
+ * features of nodes of this pool, as slurm.conf's NodeName=... Features=;
+ * a node listed here that registers in another pool has none of them. The
+ * cluster holds at most SCHED_MAX_FEATURES distinct feature names.
+ */
 struct cluster_pool {
     uint32_t id;
     char *name;
-    char *description; /* or NULL */
-    char **aliases;    /* NULL-terminated; NULL when none */
+    char *description;            /* or NULL */
+    enum cluster_sharing sharing; /* "sharing": "none" (default) or "mps" */
+    char **aliases;               /* NULL-terminated; NULL when none */
     size_t naliases;
     struct cluster_node_features *node_features;
     size_t nnode_features;

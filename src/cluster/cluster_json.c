@@ -89,6 +89,10 @@ static const struct jsonv_field node_features_fields[] = {
              .count_offset = offsetof(struct cluster_node_features, nfeatures)),
 };
 
+/* By enum cluster_sharing. */
+static const char *const sharing_names[] = {"none", "mps", NULL};
+_Static_assert(sizeof(enum cluster_sharing) == sizeof(int), "jsonv stores an enum as an int");
+
 /* A pool as decoded: its "mig" arrives as JSON (cluster_mig_decode). */
 struct pool_wire {
     struct cluster_pool p;
@@ -99,6 +103,7 @@ static const struct jsonv_field pool_fields[] = {
     REQUIRED("id", JSONV_UINT32, struct pool_wire, p.id, 1, UINT32_MAX),
     REQUIRED("name", JSONV_STRING, struct pool_wire, p.name, 1, CLUSTER_NAME_MAX),
     FIELD("description", JSONV_STRING, struct pool_wire, p.description, 0, CLUSTER_DESC_MAX),
+    FIELD("sharing", JSONV_ENUM, struct pool_wire, p.sharing, 0, 0, .choices = sharing_names),
     FIELD("aliases", JSONV_STRINGS, struct pool_wire, p.aliases, 1, CLUSTER_NAME_MAX,
           .max_items = CLUSTER_ALIASES_MAX, .count_offset = offsetof(struct pool_wire, p.naliases)),
     FIELD("node_features", JSONV_OBJECTS, struct pool_wire, p.node_features, 0, 0,
@@ -115,6 +120,8 @@ int cluster_pool_check(const struct cluster_pool *p, char *err, size_t errlen)
         return errbuf_set(err, errlen, GPO_EINVAL, "no pool");
     int rc = cluster_check_name("name", p->name, err, errlen);
     rc = rc ? rc : cluster_check_desc(p->description, err, errlen);
+    if (!rc && (unsigned)p->sharing > CLUSTER_SHARING_MPS)
+        return errbuf_set(err, errlen, GPO_EINVAL, "field 'sharing': expected none or mps");
     return rc ? rc : cluster_pool_check_extra(p, err, errlen);
 }
 
@@ -138,6 +145,9 @@ json_t *cluster_pool_to_json(const struct cluster_pool *p, unsigned flags)
     json_t *o = json_object();
     bool ok = o && put_id(o, p->id, flags) && put(o, "name", json_string(p->name)) &&
               (!p->description || put(o, "description", json_string(p->description))) &&
+              /* Always, so that a file saying "none" applies as unchanged. */
+              (unsigned)p->sharing <= CLUSTER_SHARING_MPS &&
+              put(o, "sharing", json_string(sharing_names[p->sharing])) &&
               cluster_pool_extra_json(p, o) == 0 &&
               (p->mig.mode == CLUSTER_MIG_OFF || put(o, "mig", cluster_mig_to_json(&p->mig)));
     return finish(o, ok);

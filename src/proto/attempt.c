@@ -410,7 +410,7 @@ static json_t *attempt_json(struct wire_enc *e, const struct proto_attempt *m)
             wire_set(e, o, "pool", wire_str(e, m->pool));
         if (m->priority)
             wire_set(e, o, "priority", wire_str(e, m->priority));
-        if (m->mps)
+        if (m->mps) /* absent means false */
             wire_set(e, o, "mps", json_true());
     }
     if (e->rc) {

@@ -122,20 +122,26 @@ void wire_mig_fit(struct proto_mig_instance *v, size_t *n)
 {
     size_t kept = 0;
     for (size_t k = 0; v && k < *n; k++) {
-        struct proto_mig_instance x = v[k];
-        if (x.ci_id != PROTO_NONE && (x.ci_id < 0 || x.ci_id > PROTO_MIG_ID_MAX))
-            x.ci_id = PROTO_NONE;
-        size_t len = x.uuid ? strlen(x.uuid) : 0;
-        if (x.uuid && (x.ci_id == PROTO_NONE || len > PROTO_UUID_MAX || len == 0 ||
-                       text_control_at(x.uuid, len) != len)) {
-            free(x.uuid);
-            x.uuid = NULL;
+        struct proto_mig_instance *x = &v[k];
+        if (x->ci_id != PROTO_NONE && (x->ci_id < 0 || x->ci_id > PROTO_MIG_ID_MAX))
+            x->ci_id = PROTO_NONE;
+        size_t len = x->uuid ? strlen(x->uuid) : 0;
+        bool bad_uuid = x->uuid && (x->ci_id == PROTO_NONE || len > PROTO_UUID_MAX || len == 0 ||
+                                    text_control_at(x->uuid, len) != len);
+        if (bad_uuid) { /* the instance stays, without its UUID */
+            free(x->uuid);
+            x->uuid = NULL;
         }
-        if (kept >= PROTO_MIG_INSTANCES_MAX || unfit(v, kept, &x)) {
-            free(x.uuid);
+        if (kept >= PROTO_MIG_INSTANCES_MAX || unfit(v, kept, x)) {
+            free(x->uuid);
+            x->uuid = NULL;
             continue;
         }
-        v[kept++] = x;
+        if (kept != k) {
+            v[kept] = *x;
+            x->uuid = NULL; /* now v[kept]'s */
+        }
+        kept++;
     }
     *n = kept;
 }

@@ -402,7 +402,8 @@ struct proto_spec {
                            thousandths: 0..PROTO_SPEC_GPUS_MAX * 1000 */
     int64_t gpu_mem_mib, min_gpu_mem_mib; /* 0..PROTO_SPEC_GPU_MEM_MAX */
     char *mig_profile; /* "mig_profile": one MIG instance of this profile ("1g.10gb"),
-                          1..PROTO_NAME_MAX bytes; NULL: none (gpus_milli then 0). Null
+                          1..PROTO_SPEC_NAME_MAX bytes, as the controller's jobspec
+                          bounds it; NULL: none (gpus_milli then 0). Null
                           or absent is NULL, and NULL is not written */
     bool multi_node, checkpointable, requeue;
     uint32_t max_retries;   /* 0..PROTO_RETRIES_MAX */

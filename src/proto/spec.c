@@ -72,7 +72,7 @@ const struct jsonv_field wire_spec_fields[WIRE_NSPEC_FIELDS] = {
              .presence_offset = offsetof(struct wire_spec, gpus_p)),
     INT("gpu_mem_mib", gpu_mem_mib, PROTO_SPEC_GPU_MEM_MAX),
     INT("min_gpu_mem_mib", min_gpu_mem_mib, PROTO_SPEC_GPU_MEM_MAX),
-    WIRE_OPT("mig_profile", JSONV_STRING, struct wire_spec, s.mig_profile, 1, PROTO_NAME_MAX,
+    WIRE_OPT("mig_profile", JSONV_STRING, struct wire_spec, s.mig_profile, 1, PROTO_SPEC_NAME_MAX,
              .flags = JSONV_NULLABLE | JSONV_TEXT),
     WIRE_OPT("cpus", JSONV_UINT32, struct wire_spec, s.cpus, 0, PROTO_SPEC_CPUS_MAX),
     INT("mem_mib", mem_mib, PROTO_SPEC_MEM_MAX),

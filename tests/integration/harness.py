@@ -378,6 +378,29 @@ def run(main, srv, on_exit=None):
     sys.exit(1 if _failed else 0)
 
 
+def run_steps(steps):
+    """Runs each of STEPS; one that raises is a failed check with the reason,
+    and the others still run."""
+    for step in steps:
+        try:
+            step()
+        except Exception as e:  # one broken step should not hide the others' results
+            ok(False, f"step {getattr(step, '__name__', 'step')} ran to its end", repr(e))
+
+
+def end_checks(agents, srv):
+    """The checks at a test's end: no sanitizer report in the agents' logs,
+    every agent (a {name: FakeAgent}) and the server stop with status 0."""
+    reports = [n for n, ag in agents.items()
+               if "Sanitizer" in ag.log() or "runtime error:" in ag.log()]
+    ok(not reports, "the agents' logs hold no sanitizer report",
+       "\n".join(agents[n].tail(6000) for n in reports))
+    codes = {n: ag.stop() for n, ag in agents.items()}
+    ok(all(c == 0 for c in codes.values()), "every agent stops with status 0 on SIGTERM", codes)
+    rc = srv.stop()
+    ok(rc == 0, "the server stops cleanly at the end", f"{rc}\n{srv.log_tail()}")
+
+
 def pid_alive(pid):
     """Whether process PID exists and is not a zombie (a zombie has ended; only
     its parent's wait is missing)."""
@@ -388,6 +411,21 @@ def pid_alive(pid):
         return False
     # The state follows the command name, which is in parentheses and may hold any byte.
     return stat[stat.rfind(")") + 2:][:1] not in ("Z", "X", "")
+
+
+def env_file(path):
+    """A file of NAME=VALUE lines (the output of env) as a dict; {} when it
+    cannot be read."""
+    out = {}
+    try:
+        with open(path) as f:
+            for line in f:
+                k, eq, v = line.rstrip("\n").partition("=")
+                if eq:
+                    out[k] = v
+    except OSError:
+        pass
+    return out
 
 
 def write_atomic(path, text):

@@ -177,7 +177,7 @@ static struct proto_mig_plan plan(uint64_t id, const char *gpu, struct proto_mig
 static struct proto_mig_result run(const struct env *e, const struct proto_mig_plan *p)
 {
     struct proto_mig_result r;
-    assert_int_equal(migplan_run(e->b, NULL, p, &r), 0);
+    assert_int_equal(migplan_run(e->b, NULL, NULL, p, &r), 0);
     assert_string_equal(r.gpu_uuid, p->gpu_uuid);
     return r;
 }

@@ -1397,6 +1397,48 @@ static void test_pool_aliases_and_node_features_decode_strictly_and_round_trip(v
     }
 }
 
+/* "sharing": none (the default, written out as such, so that a file that
+ * says it applies as unchanged) or mps; any other value is refused naming
+ * the field and the values it takes. */
+static void test_pool_sharing_is_none_or_mps(void **state)
+{
+    (void)state;
+    union object o = {0}, back = {0};
+    assert_int_equal(decode_text(POOL, "{'name': 'a'}", 0, &o), 0);
+    assert_int_equal(o.pool.sharing, CLUSTER_SHARING_NONE);
+    json_t *j = cluster_pool_to_json(&o.pool, 0);
+    assert_string_equal(json_string_value(json_object_get(j, "sharing")), "none");
+    json_decref(j);
+    cluster_pool_release(&o.pool);
+    assert_int_equal(decode_text(POOL, "{'name': 'a', 'sharing': 'none'}", 0, &o), 0);
+    assert_int_equal(o.pool.sharing, CLUSTER_SHARING_NONE);
+    cluster_pool_release(&o.pool);
+    assert_int_equal(decode_text(POOL, "{'name': 'a', 'sharing': 'mps'}", 0, &o), 0);
+    assert_int_equal(o.pool.sharing, CLUSTER_SHARING_MPS);
+    j = cluster_pool_to_json(&o.pool, 0);
+    assert_string_equal(json_string_value(json_object_get(j, "sharing")), "mps");
+    assert_int_equal(decode(POOL, j, 0, &back), 0);
+    assert_int_equal(back.pool.sharing, CLUSTER_SHARING_MPS);
+    json_decref(j);
+    cluster_pool_release(&o.pool);
+    cluster_pool_release(&back.pool);
+    static const struct {
+        const char *json, *msg;
+    } bad[] = {
+        {"{'name': 'a', 'sharing': 'mig'}", "field 'sharing': 'mig' is not one of none, mps"},
+        {"{'name': 'a', 'sharing': 'MPS'}", "field 'sharing': 'MPS' is not one of none, mps"},
+        {"{'name': 'a', 'sharing': true}", "field 'sharing'"},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        int rc = decode_text(POOL, bad[i].json, 0, &o);
+        if (rc != GPO_EINVAL || strncmp(err, bad[i].msg, strlen(bad[i].msg)) != 0)
+            fail_msg("case %zu: rc %d '%s', want '%s'", i, rc, err, bad[i].msg);
+    }
+    struct cluster_pool p = {.name = "a", .sharing = (enum cluster_sharing)7};
+    assert_int_equal(cluster_pool_check(&p, err, sizeof(err)), GPO_EINVAL);
+    assert_string_equal(err, "field 'sharing': expected none or mps");
+}
+
 /* An alias is no other pool's name or alias; a job's pool resolves by
  * either. */
 static void test_aliases_are_unique_across_pools_and_resolve(void **state)
@@ -1523,6 +1565,7 @@ int main(void)
         cmocka_unit_test(test_settings_refuse_what_they_do_not_know),
         cmocka_unit_test(test_metrics_is_a_role_that_needs_no_team),
         cmocka_unit_test(test_pool_aliases_and_node_features_decode_strictly_and_round_trip),
+        cmocka_unit_test(test_pool_sharing_is_none_or_mps),
         cmocka_unit_test(test_aliases_are_unique_across_pools_and_resolve),
         cmocka_unit_test(test_view_maps_features_to_bits_and_constraints_to_masks),
         cmocka_unit_test(test_gpu_type_match_takes_case_and_short_names),

@@ -224,6 +224,9 @@ static int assignment(struct server *s, const struct job *j, const char *node, c
     /* For the job's environment: SLURM_JOB_PARTITION and SLURM_JOB_QOS. */
     const struct cluster_node *here = cluster_node_get(&s->cluster, node);
     a.pool = here ? here->pool : NULL;
+    /* The pool's sharing: the agent runs its fractions as MPS clients. */
+    const struct cluster_pool *pool = a.pool ? cluster_pool_get(&s->cluster, a.pool) : NULL;
+    a.mps = pool && pool->sharing == CLUSTER_SHARING_MPS;
     a.priority = (char *)(j->spec.priority ? j->spec.priority : cluster_class_default(&s->cluster));
     if (rc) {
         assignment_free(&a);
