@@ -40,9 +40,9 @@ os.chmod(TMP, 0o755)
 SHARED = os.path.join(TMP, "shared")
 os.mkdir(SHARED)
 os.chmod(SHARED, 0o777)
-# The GPU files and the fake's MIG state beside them: the agent's network
-# half (not root) makes the fake's MIG calls, whose state file and lock it
-# writes there.
+# The GPU files and the fake's MIG state beside them (its state file and
+# lock), in a folder either half of the agent (root, or the unprivileged
+# network half, which reads MIG state) may write.
 NVMLDIR = os.path.join(TMP, "nvml")
 os.mkdir(NVMLDIR)
 os.chmod(NVMLDIR, 0o777)
