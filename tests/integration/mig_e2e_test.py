@@ -11,7 +11,8 @@ in the fake's state file (tests/fakenvml/README.md). Prints TAP.
 - A dynamic pool: a queue of 1g.10gb jobs turns an idle 7g GPU into 1g
   instances (the fake's state shows them) and the jobs run there; a 3g
   instance a job runs on is never destroyed; a queue alternating between
-  profiles does not make the layout flap (plans counted in /metrics).
+  profiles does not make the layout flap (plans counted in /metrics), with
+  the damping off and with it on (hold, min_interval).
 - A static pool: its layout is applied to an idle GPU.
 
 Needs root (the agent switches to the job's user) and the user gpuorch-test1
@@ -51,7 +52,8 @@ AGENTS = []
 PID = {"1g.10gb": 19, "1g.20gb": 15, "2g.20gb": 14, "3g.40gb": 9, "4g.40gb": 5, "7g.80gb": 0}
 POOLS = {"pack": None,
          "dyn": {"dynamic": True, "settle": 0, "hold": 0, "min_interval": 0},
-         "stat": {"layout": "all-1g.10gb"}}
+         "stat": {"layout": "all-1g.10gb"},
+         "damp": {"dynamic": True, "settle": 0, "hold": 3, "min_interval": 600}}
 FINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL")
 
 # Writes the MIG device it was given, then runs until cancelled.
@@ -242,6 +244,40 @@ def dynamic():
        f"{after - before} plans")
 
 
+def damped():
+    """Under the planner's damping (hold 3 s, min_interval 10 min) a queue
+    alternating between 1g.10gb and 7g.80gb jobs changes the GPU once: the 7g
+    once destroyed for the first 1g job, the 7g jobs wait for min_interval
+    while the 1g jobs keep using the instance made for them."""
+    ag = agent("f1", 5, "damp", [("7g.80gb", 0)])
+    ok(wait_until(lambda: up_with_instances("f1"), timeout=30),
+       "an agent of a damped dynamic pool registers an H100 holding a 7g instance", ag.tail())
+    before = plans_sent()
+    first = submit("1g.10gb", "damp", ["/bin/true"])
+    held, j = wait_job(first, lambda j: j["state"] in FINAL, timeout=60)
+    ok(held and j["state"] == "COMPLETED" and plans_sent() - before == 1,
+       "the first 1g job: once the 7g has been idle for `hold`, one plan makes its instance, "
+       "and it runs", f"{j} {plans_sent() - before}")
+    base = plans_sent()
+    waiting = []
+    for k in range(3):
+        big = submit("7g.80gb", "damp", ["/bin/true"])
+        waiting.append(big)
+        small = submit("1g.10gb", "damp", ["/bin/true"])
+        held, j = wait_job(small, lambda j: j["state"] in FINAL, timeout=60)
+        ok(held and j["state"] == "COMPLETED", f"alternation {k + 1}: the 1g job runs on the idle "
+           "1g instance", f"{j}")
+    # Past `hold` since the 1g instance's last job: only min_interval keeps
+    # it now. A plan would show within the wait; none should.
+    wait_until(lambda: plans_sent() != base, timeout=5)
+    reasons = [str((job(b) or {}).get("wait_reason")) for b in waiting]
+    ok(plans_sent() == base and all("7g.80gb" in r for r in reasons)
+       and all((job(b) or {}).get("state") == "PENDING" for b in waiting),
+       "meanwhile no plan: the 7g jobs wait (min_interval), naming their profile; the layout "
+       "does not flap", f"{plans_sent() - base} plans; {reasons}")
+    cancel(*waiting)
+
+
 def static():
     ag = agent("s1", 3, "stat", [("7g.80gb", 0)])
     ok(wait_until(lambda: fake_layout(ag) == [(PID["1g.10gb"], s) for s in range(7)], 40),
@@ -253,6 +289,7 @@ def main():
     setup()
     packing()
     dynamic()
+    damped()
     static()
 
 
