@@ -48,6 +48,7 @@ class MigNode:
         self.layout = [list(l) for l in layouts]
         self.extra = {}  # g -> extra raw instances (unknown profile ids)
         self.no_ci = set()  # (g, start)
+        self.procs = {}  # g -> the processes a heartbeat lists on GPU g
         self.stopped = False
         self.lock = threading.Lock()
         self.answers = []
@@ -77,7 +78,7 @@ class MigNode:
     def heartbeat(self):
         with self.lock:
             gpus = [{"index": g, "uuid": u, "utilization_pct": 0, "memory_used_mib": 0,
-                     "memory_total_mib": 81559, "processes": [],
+                     "memory_total_mib": 81559, "processes": self.procs.get(g, []),
                      "mig": {"enabled": True, "pending": True, "instances": self.instances(g)}}
                     for g, u in enumerate(self.uuids)]
         return self.api.call("POST", f"/v1/nodes/{self.name}/heartbeat",
@@ -296,6 +297,25 @@ def dynamic_pool():
        and all(g.get("uuid") == n.uuids[0] for a in attempts for g in a.get("gpus") or []),
        "the three jobs are assigned, each share naming the GPU and its instance's mig_uuid",
        f"{attempts}")
+    # Per-instance memory in /metrics, from the heartbeat's processes.
+    held_job = attempts[0]["job"]
+    held_uuid = attempts[0]["gpus"][0]["mig_uuid"]
+    held_gi = next(m["gi_id"] for m in n.instances(0) if m["uuid"] == held_uuid)
+    with n.lock:
+        n.procs[0] = [{"pid": 4242, "memory_mib": 700, "job": held_job, "attempt": 1}]
+
+    def memory():
+        for name, lab, v in prom_samples(SRV.api.scrape(token=ADMIN).text):
+            if (name == "gpuorch_mig_instance_memory_used_mib" and lab.get("Hostname") == "d1"
+                    and lab.get("GPU_I_ID") == str(held_gi)):
+                return (v, lab.get("hpc_job"), lab.get("GPU_I_PROFILE"))
+        return None
+    wait_until(lambda: (memory() or (0,))[0] == 700)
+    ok(memory() == (700.0, str(held_job), "1g.10gb"),
+       "/metrics: gpuorch_mig_instance_memory_used_mib of the held instance is its job's "
+       "processes' memory, labelled with the job and the profile", f"{memory()}")
+    with n.lock:
+        n.procs = {}
     # An instance gone before its attempt started: the attempt is not sent,
     # and ends NODE_FAIL, as on a lost node (then requeued or failed by the
     # job's retry policy: max_retries 0 here).
