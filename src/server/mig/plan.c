@@ -78,9 +78,9 @@ static bool turn_gpu_of(struct server *s, const struct migctl_holders *held,
     if (!st)
         return false; /* no MIG GPU (or out of memory: left alone this turn) */
     const struct node_rt *rt = nodes_find(&s->nodes, n->name);
-    bool frozen = migctl_plan_find(s->mig, n->name, g->uuid) || !rt || rt->hold || rt->lost ||
-                  nodes_is_dirty(rt, g->uuid) || g->mig_pending != g->mig_enabled ||
-                  (st->retry_ms && now_ms < st->retry_ms);
+    const struct migctl_plan *inflight = migctl_plan_find(s->mig, n->name, g->uuid);
+    bool frozen = inflight || !rt || rt->hold || rt->lost || nodes_is_dirty(rt, g->uuid) ||
+                  g->mig_pending != g->mig_enabled || (st->retry_ms && now_ms < st->retry_ms);
     struct mig_gpu mg = {.type = t, .changed_ms = st->changed_ms};
     uint8_t seen = 0;
     for (size_t k = 0; k < g->nmig && mg.n < MIG_MAX_INSTANCES; k++) {
@@ -98,6 +98,11 @@ static bool turn_gpu_of(struct server *s, const struct migctl_holders *held,
         for (uint8_t i = 0; i < st->n; i++)
             if (st->inst[i].start == in.start && st->inst[i].profile == in.profile && !in.busy)
                 in.idle_since_ms = st->inst[i].idle_since_ms;
+        /* What a plan in flight destroys serves no demand (core/mig.h). */
+        for (uint8_t d = 0; inflight && d < inflight->core.ndestroy; d++)
+            if (inflight->core.destroy[d].start == in.start &&
+                inflight->core.destroy[d].profile == in.profile)
+                in.busy = true;
         mg.inst[mg.n++] = in;
     }
     /* What was seen now: a new instance is idle since now, a busy one
