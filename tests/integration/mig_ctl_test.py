@@ -21,7 +21,7 @@ import time
 
 sys.dont_write_bytecode = True  # leave no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Server, diag, ok, prom_samples, run, wait_until  # noqa: E402
+from harness import Server, ok, prom_samples, run, wait_until  # noqa: E402
 
 BIN = os.path.abspath(sys.argv[1])
 SRV = Server(BIN, "gpuorch-mig-ctl-test-", ["--pass-interval", 1, "--node-timeout", 30])
