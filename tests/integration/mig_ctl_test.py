@@ -179,6 +179,11 @@ def reported_instances():
     ok(unk.get("profile_id") == 33 and "profile" not in unk and unk.get("start") == 2,
        "an instance of an NVML profile id H100-80GB lacks (33) is kept, without a profile",
        f"{g1}")
+    for _ in range(3):
+        st, _, raw = n.heartbeat()
+    log = SRV.log_tail()
+    ok(st == 204 and log.count("has NVML profile id 33, unknown for H100-80GB") == 1,
+       "heartbeats naming it: the unknown profile id is logged once", f"{st} {raw!r}\n{log[-1500:]}")
     n.start()
     with n.lock:
         n.layout[1] = [("2g.20gb", 0)]

@@ -29,8 +29,6 @@ static int profile(const char *name)
 static void instances_resolve_profiles_and_keep_unknown_ids(void **state)
 {
     (void)state;
-    struct migctl *m = migctl_new();
-    assert_non_null(m);
     struct cluster_gpu g = {
         .uuid = "GPU-x", .gpu_type = "H100-80GB", .mig_slices = 7, .mig_enabled = true};
     struct proto_mig_instance in[] = {
@@ -38,7 +36,7 @@ static void instances_resolve_profiles_and_keep_unknown_ids(void **state)
         {.profile_id = 19, .start = 0, .gi_id = 7, .ci_id = PROTO_NONE, .uuid = NULL},
         {.profile_id = 33, .start = 2, .gi_id = 9, .ci_id = 0, .uuid = "MIG-c"},
     };
-    assert_int_equal(migctl_gpu_set(m, "n1", &g, in, 3), 0);
+    assert_int_equal(migctl_gpu_set(&g, in, 3), 0);
     assert_int_equal(g.nmig, 3);
     assert_string_equal(g.mig[0].profile, "3g.40gb");
     assert_int_equal(g.mig[0].start, 4);
@@ -49,11 +47,10 @@ static void instances_resolve_profiles_and_keep_unknown_ids(void **state)
     assert_null(g.mig[2].profile); /* 33: no H100-80GB profile */
     assert_int_equal(g.mig[2].profile_id, 33);
     /* Another report replaces them. */
-    assert_int_equal(migctl_gpu_set(m, "n1", &g, in, 1), 0);
+    assert_int_equal(migctl_gpu_set(&g, in, 1), 0);
     assert_int_equal(g.nmig, 1);
     cluster_gpu_mig_clear(&g);
     assert_int_equal(g.nmig, 0);
-    migctl_free(m);
 }
 
 /* A GPU of H100 instances: (profile name, start, busy). */

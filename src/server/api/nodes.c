@@ -658,9 +658,9 @@ static int node_from_register(const struct proto_register *r, const char *name,
         n.ngpus++;
         if (!n.gpus[k].uuid || !n.gpus[k].gpu_type)
             rc = GPO_ENOMEM;
-        /* The instances: unknown profile ids are logged by the heartbeats'. */
+        /* The instances (an unknown profile id is logged at the next heartbeat). */
         else if (g->mig_enabled && g->nmig)
-            rc = migctl_gpu_set(NULL, name, &n.gpus[k], g->mig, g->nmig);
+            rc = migctl_gpu_set(&n.gpus[k], g->mig, g->nmig);
     }
     if (rc) {
         cluster_node_release(&n);

@@ -53,11 +53,10 @@ void migctl_free(struct migctl *m);
  * or a plan's result) into g->mig, replacing what it had: each profile
  * resolved from its NVML profile id for the GPU's type
  * (mig_profile_by_nvml_id); an id the catalogue does not know keeps the
- * instance with profile NULL, and is logged once per GPU and id. 0 or
- * GPO_ENOMEM (g unchanged).
+ * instance with profile NULL (migctl_heartbeat logs it, once per GPU and
+ * id). 0 or GPO_ENOMEM (g unchanged).
  */
-int migctl_gpu_set(struct migctl *m, const char *node, struct cluster_gpu *g,
-                   const struct proto_mig_instance *mig, size_t nmig);
+int migctl_gpu_set(struct cluster_gpu *g, const struct proto_mig_instance *mig, size_t nmig);
 
 /* A heartbeat's MIG state (the GPUs whose sample has mig_known) into node
  * `node`'s GPUs. Whether it changed what the cluster held (MIG mode or

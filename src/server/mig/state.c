@@ -99,8 +99,7 @@ void migctl_plan_drop(struct migctl *m, struct migctl_plan *p)
 
 /* ---- reported instances ----------------------------------------------------- */
 
-int migctl_gpu_set(struct migctl *m, const char *node, struct cluster_gpu *g,
-                   const struct proto_mig_instance *mig, size_t nmig)
+int migctl_gpu_set(struct cluster_gpu *g, const struct proto_mig_instance *mig, size_t nmig)
 {
     if (nmig > MIG_MAX_INSTANCES)
         nmig = MIG_MAX_INSTANCES; /* the decoder's bound */
@@ -119,15 +118,6 @@ int migctl_gpu_set(struct migctl *m, const char *node, struct cluster_gpu *g,
         if ((p >= 0 && !(v[k].profile = strdup(t->profiles[p].name))) ||
             (pi->uuid && !(v[k].uuid = strdup(pi->uuid))))
             rc = GPO_ENOMEM;
-        struct migctl_gpu *st = p < 0 && m ? migctl_gpu_get(m, node, g->uuid) : NULL;
-        if (st && pi->profile_id < 64 && !(st->logged & (UINT64_C(1) << pi->profile_id))) {
-            st->logged |= UINT64_C(1) << pi->profile_id;
-            fprintf(stderr,
-                    "gpuorch server: node %s GPU %s: MIG instance at slot %" PRIu32
-                    " has NVML profile id %" PRIu32
-                    ", unknown for %s: shown, but takes no job and its GPU is not repartitioned\n",
-                    node, g->uuid, pi->start, pi->profile_id, g->gpu_type);
-        }
     }
     if (rc) {
         struct cluster_gpu tmp = {.mig = v, .nmig = nmig};
@@ -138,6 +128,26 @@ int migctl_gpu_set(struct migctl *m, const char *node, struct cluster_gpu *g,
     g->mig = v;
     g->nmig = nmig;
     return 0;
+}
+
+/* Logs, once per GPU and id, each instance of g whose NVML profile id the
+ * catalogue does not know. */
+static void log_unknown(struct migctl *m, const char *node, const struct cluster_gpu *g)
+{
+    for (size_t k = 0; k < g->nmig; k++) {
+        const struct cluster_mig_instance *mi = &g->mig[k];
+        if (mi->profile || mi->profile_id >= 64)
+            continue;
+        struct migctl_gpu *st = migctl_gpu_get(m, node, g->uuid);
+        if (!st || (st->logged & (UINT64_C(1) << mi->profile_id)))
+            continue;
+        st->logged |= UINT64_C(1) << mi->profile_id;
+        fprintf(stderr,
+                "gpuorch server: node %s GPU %s: MIG instance at slot %" PRIu32
+                " has NVML profile id %" PRIu32
+                ", unknown for %s: shown, but takes no job and its GPU is not repartitioned\n",
+                node, g->uuid, mi->start, mi->profile_id, g->gpu_type);
+    }
 }
 
 struct cluster_node *migctl_node_mut(struct server *s, const char *name)
@@ -186,6 +196,8 @@ bool migctl_heartbeat(struct server *s, const char *node, const struct proto_hea
             st->skip_beat = false;
             continue;
         }
+        if (s->mig)
+            log_unknown(s->mig, node, g); /* a registration's, or the last report's */
         size_t nmig = o->mig_enabled ? o->nmig : 0;
         if (g->mig_enabled == o->mig_enabled && g->mig_pending == o->mig_pending &&
             !mig_differs(g, o->mig, nmig))
@@ -193,8 +205,7 @@ bool migctl_heartbeat(struct server *s, const char *node, const struct proto_hea
         changed = true;
         g->mig_enabled = o->mig_enabled;
         g->mig_pending = o->mig_pending;
-        if (migctl_gpu_set(s->mig, node, g, o->mig_enabled ? o->mig : NULL,
-                           o->mig_enabled ? o->nmig : 0))
+        if (migctl_gpu_set(g, o->mig_enabled ? o->mig : NULL, o->mig_enabled ? o->nmig : 0))
             fprintf(stderr,
                     "gpuorch server: node %s GPU %s: MIG instances not kept: out of memory\n", node,
                     g->uuid);
@@ -315,7 +326,7 @@ int migctl_result(struct server *s, const char *node, uint64_t id, const struct 
                           p->uuid, r->gpu_uuid ? r->gpu_uuid : "");
     int rc = result_check(p->type, r, err, errlen);
     struct cluster_gpu *g = rc ? NULL : migctl_node_gpu(migctl_node_mut(s, node), p->uuid);
-    if (!rc && g && (rc = migctl_gpu_set(m, node, g, r->mig, r->nmig)) != 0)
+    if (!rc && g && (rc = migctl_gpu_set(g, r->mig, r->nmig)) != 0)
         return errbuf_set(err, errlen, rc, "out of memory");
     if (rc)
         return rc;
