@@ -410,6 +410,11 @@ def main():
     dynamic_pool()
     static_pool()
     restart()
+    rc = SRV.stop()
+    with open(SRV.log_path) as f:
+        log = f.read()
+    ok(rc == 0 and "Sanitizer" not in log and "runtime error:" not in log,
+       "the server stops cleanly (status 0, no sanitizer report)", f"{rc}\n{log[-3000:]}")
 
 
 if __name__ == "__main__":

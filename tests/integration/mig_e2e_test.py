@@ -27,8 +27,9 @@ import tempfile
 
 sys.dont_write_bytecode = True  # leave no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import (DEADLINE_S, FakeAgent, Server, diag, fake_gpu_uuid, ok,  # noqa: E402
-                     prom_samples, remove_tmp, run, wait_job_until, wait_until)
+from harness import (DEADLINE_S, FakeAgent, Server, diag, end_checks,  # noqa: E402
+                     fake_gpu_uuid, ok, prom_samples, remove_tmp, run, wait_job_until,
+                     wait_until)
 
 BIN = os.path.abspath(sys.argv[1])
 FAKENVML = os.environ.get("GPUORCH_FAKENVML") or os.path.join(
@@ -291,6 +292,11 @@ def main():
     dynamic()
     damped()
     static()
+    with open(SRV.log_path) as f:
+        log = f.read()
+    ok("Sanitizer" not in log and "runtime error:" not in log,
+       "the server's log holds no sanitizer report", log[-3000:])
+    end_checks({ag.name: ag for ag in AGENTS}, SRV)
 
 
 def on_exit():
