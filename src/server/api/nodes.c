@@ -183,7 +183,7 @@ static char *mig_uuid(const struct server *s, const struct attempt_share *sh)
  * instance is gone (the MIG turn ends it, migctl_pass). */
 static bool sendable(const struct server *s, const struct job *j)
 {
-    return j->att.kill || j->att.running || !migctl_share_gone(&s->cluster, &j->att);
+    return j->att.kill || j->att.running || !migctl_share_gone(s, &j->att);
 }
 
 /* One attempt as node `node`'s agent reads it: run it, or kill it (its

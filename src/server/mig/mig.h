@@ -84,9 +84,10 @@ void migctl_pass(struct server *s, const struct cluster_view *view, const struct
                  size_t nqueue, const struct sched_result *res, int64_t now_ms);
 
 /* The first MIG share of attempt a whose instance its node no longer
- * reports (with a UUID, of the same profile at the same slot), or NULL:
- * such an attempt is not sent to its agent (migctl_pass ends it). */
-const struct attempt_share *migctl_share_gone(const struct cluster *c, const struct attempt *a);
+ * reports (with a UUID, of the same profile at the same slot; a node with
+ * no heartbeat since this controller started is taken at its word), or
+ * NULL: such an attempt is not sent to its agent (migctl_pass ends it). */
+const struct attempt_share *migctl_share_gone(const struct server *s, const struct attempt *a);
 
 /* The plans in flight on node `node`, for its assignments: *ret a new
  * array (free() it; NULL with 0) whose strings are borrowed from m. 0 or

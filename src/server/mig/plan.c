@@ -278,10 +278,15 @@ static void dynamic_turn(struct server *s, const struct cluster_view *view,
 
 /* ---- attempts whose instance went away ---------------------------------------- */
 
-/* Whether node n still reports the MIG instance share sh names. */
-static bool instance_there(const struct cluster *c, const struct attempt_share *sh)
+/* Whether node n still reports the MIG instance share sh names; until the
+ * node's first heartbeat since this controller started, its stored
+ * instances may be stale: taken as there. */
+static bool instance_there(const struct server *s, const struct attempt_share *sh)
 {
-    const struct cluster_node *n = cluster_node_get(c, sh->node);
+    const struct node_rt *rt = nodes_find(&s->nodes, sh->node);
+    if (rt && !rt->has_sample)
+        return true;
+    const struct cluster_node *n = cluster_node_get(&s->cluster, sh->node);
     for (size_t g = 0; n && g < n->ngpus; g++) {
         const struct cluster_gpu *gpu = &n->gpus[g];
         if (strcmp(gpu->uuid, sh->uuid) != 0)
@@ -294,10 +299,10 @@ static bool instance_there(const struct cluster *c, const struct attempt_share *
     return false;
 }
 
-const struct attempt_share *migctl_share_gone(const struct cluster *c, const struct attempt *a)
+const struct attempt_share *migctl_share_gone(const struct server *s, const struct attempt *a)
 {
     for (size_t k = 0; k < a->nshares; k++)
-        if (a->shares[k].mig && !instance_there(c, &a->shares[k]))
+        if (a->shares[k].mig && !instance_there(s, &a->shares[k]))
             return &a->shares[k];
     return NULL;
 }
@@ -312,9 +317,8 @@ static void end_orphans(struct server *s, int64_t now_ms)
     int rc = 0;
     for (size_t k = 0; k < s->jobs.n && !rc; k++) {
         const struct job *j = s->jobs.v[k];
-        const struct attempt_share *sh = j->att.n && !j->att.running && !j->att.kill
-                                             ? migctl_share_gone(&s->cluster, &j->att)
-                                             : NULL;
+        const struct attempt_share *sh =
+            j->att.n && !j->att.running && !j->att.kill ? migctl_share_gone(s, &j->att) : NULL;
         if (!sh)
             continue;
         char why[CLUSTER_HOST_MAX + CLUSTER_UUID_MAX + 96];
