@@ -173,7 +173,8 @@ static char *mig_uuid(const struct server *s, const struct attempt_share *sh)
     for (size_t g = 0; n && g < n->ngpus; g++) {
         const struct cluster_gpu *gpu = &n->gpus[g];
         for (size_t k = 0; strcmp(gpu->uuid, sh->uuid) == 0 && k < gpu->nmig; k++)
-            if (gpu->mig[k].start == sh->mig_start && gpu->mig[k].uuid)
+            if (gpu->mig[k].start == sh->mig_start && gpu->mig[k].uuid && gpu->mig[k].profile &&
+                strcmp(gpu->mig[k].profile, sh->mig_profile) == 0)
                 return gpu->mig[k].uuid;
     }
     return NULL;
