@@ -25,7 +25,8 @@ struct migctl_gpu {
     } inst[MIG_MAX_INSTANCES];
 };
 
-/* A plan sent, until its node reports it. */
+/* A plan sent, until its node reports it; struct migctl's plans are sorted
+ * by node, then GPU UUID (one per GPU). */
 struct migctl_plan {
     uint64_t id;
     char node[CLUSTER_HOST_MAX + 1];
@@ -66,7 +67,8 @@ struct cluster_node *migctl_node_mut(struct server *s, const char *name);
 struct cluster_gpu *migctl_node_gpu(struct cluster_node *n, const char *uuid);
 
 /* Sends `plan` for GPU g of node `node` (why: "dynamic", "static ..."):
- * an id, a log line, the node's long-polls answered. 0 or GPO_ENOMEM. */
+ * an id, a log line, the node's long-polls answered. 0, GPO_EEXIST (a plan
+ * is in flight on the GPU already) or GPO_ENOMEM. */
 int migctl_plan_add(struct server *s, const char *node, const struct cluster_gpu *g,
                     const struct mig_type *t, const struct mig_gpu_plan *plan, const char *why,
                     int64_t now_ms);

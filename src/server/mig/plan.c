@@ -18,13 +18,26 @@
 
 /* ---- the pass's view ---------------------------------------------------------- */
 
-/* The view's GPU `uuid` of node `node`, or SCHED_NONE. */
+/* The view's GPU `uuid` of node `node`, or SCHED_NONE. The view's nodes
+ * are the cluster's, in its order: by name. */
 static uint32_t view_gpu(const struct cluster_view *view, const char *node, const char *uuid)
 {
-    for (uint32_t g = 0; g < view->c.ngpus; g++)
-        if (strcmp(view->gpu_uuid[g], uuid) == 0 &&
-            strcmp(view->nodes[view->gpu_node[g]].name, node) == 0)
-            return g;
+    uint32_t lo = 0, hi = view->c.nnodes;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        int c = strcmp(view->nodes[mid].name, node);
+        if (c == 0) {
+            const struct sched_node *n = &view->nodes[mid];
+            for (uint32_t g = n->gpu_first; g < n->gpu_first + n->ngpus; g++)
+                if (strcmp(view->gpu_uuid[g], uuid) == 0)
+                    return g;
+            return SCHED_NONE;
+        }
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
     return SCHED_NONE;
 }
 

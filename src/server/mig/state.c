@@ -77,12 +77,33 @@ struct migctl_gpu *migctl_gpu_get(struct migctl *m, const char *node, const char
     return g;
 }
 
+/* Where GPU (node, uuid)'s plan is or would go in m->plans (sorted by node,
+ * then GPU UUID: one plan per GPU). */
+static size_t plan_search(const struct migctl *m, const char *node, const char *uuid, bool *found)
+{
+    size_t lo = 0, hi = m->nplans;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = strcmp(m->plans[mid].node, node);
+        c = c ? c : strcmp(m->plans[mid].uuid, uuid);
+        if (c == 0) {
+            *found = true;
+            return mid;
+        }
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    *found = false;
+    return lo;
+}
+
 struct migctl_plan *migctl_plan_find(const struct migctl *m, const char *node, const char *uuid)
 {
-    for (size_t k = 0; k < m->nplans; k++)
-        if (strcmp(m->plans[k].uuid, uuid) == 0 && strcmp(m->plans[k].node, node) == 0)
-            return &m->plans[k];
-    return NULL;
+    bool found;
+    size_t at = plan_search(m, node, uuid, &found);
+    return found ? &m->plans[at] : NULL;
 }
 
 bool migctl_planning(const struct migctl *m, const char *node, const char *uuid)
@@ -215,24 +236,29 @@ bool migctl_heartbeat(struct server *s, const char *node, const struct proto_hea
 
 /* ---- the plans in flight ---------------------------------------------------- */
 
+static int plan_id_cmp(const void *a, const void *b)
+{
+    uint64_t x = ((const struct proto_mig_plan *)a)->id, y = ((const struct proto_mig_plan *)b)->id;
+    return (x > y) - (x < y);
+}
+
 int migctl_node_plans(const struct migctl *m, const char *node, struct proto_mig_plan **ret,
                       size_t *ret_n)
 {
-    size_t n = 0;
-    for (size_t k = 0; m && k < m->nplans; k++)
-        n += strcmp(m->plans[k].node, node) == 0;
     *ret = NULL;
     *ret_n = 0;
+    bool found;
+    size_t first = m ? plan_search(m, node, "", &found) : 0, n = 0;
+    while (m && first + n < m->nplans && strcmp(m->plans[first + n].node, node) == 0)
+        n++;
     if (!n)
         return 0;
     struct proto_mig_plan *v = calloc(n, sizeof(*v));
     if (!v)
         return GPO_ENOMEM;
     n = 0;
-    for (size_t k = 0; k < m->nplans; k++) {
+    for (size_t k = first; k < m->nplans && strcmp(m->plans[k].node, node) == 0; k++) {
         struct migctl_plan *p = &m->plans[k];
-        if (strcmp(p->node, node) != 0)
-            continue;
         v[n++] = (struct proto_mig_plan){.id = p->id,
                                          .gpu_uuid = p->uuid,
                                          .destroy = p->destroy,
@@ -240,6 +266,7 @@ int migctl_node_plans(const struct migctl *m, const char *node, struct proto_mig
                                          .ndestroy = p->core.ndestroy,
                                          .ncreate = p->core.ncreate};
     }
+    qsort(v, n, sizeof(*v), plan_id_cmp); /* the agent applies them in id order */
     *ret = v;
     *ret_n = n;
     return 0;
@@ -250,9 +277,15 @@ int migctl_plan_add(struct server *s, const char *node, const struct cluster_gpu
                     int64_t now_ms)
 {
     struct migctl *m = s->mig;
+    bool found;
+    size_t pos = plan_search(m, node, g->uuid, &found);
+    if (found)
+        return GPO_EEXIST; /* one plan per GPU: the caller checked */
     if (vec_grow((void **)&m->plans, &m->plans_cap, m->nplans + 1, sizeof(*m->plans)))
         return GPO_ENOMEM;
-    struct migctl_plan *p = &m->plans[m->nplans++];
+    memmove(&m->plans[pos + 1], &m->plans[pos], (m->nplans - pos) * sizeof(*m->plans));
+    m->nplans++;
+    struct migctl_plan *p = &m->plans[pos];
     memset(p, 0, sizeof(*p));
     uint64_t id = (uint64_t)(now_ms > 0 ? now_ms : 0) * 1000;
     p->id = m->last_id = id > m->last_id ? id : m->last_id + 1;
