@@ -368,10 +368,15 @@ enum cluster_node_state {
 };
 
 /* A MIG GPU instance a node reports (proto's struct proto_mig_instance,
- * its profile resolved into a name of the GPU type's catalogue entry). */
+ * its profile resolved into a name of the GPU type's catalogue entry).
+ * An NVML profile id the catalogue does not know leaves profile NULL: the
+ * instance is shown and its slots are taken, but it takes no job and the
+ * planner leaves its GPU alone. Stored with the node's record ("mig" of a
+ * GPU: profile_id, profile, start, gi_id, ci_id, uuid). */
 struct cluster_mig_instance {
-    char *profile;  /* "1g.10gb" */
-    uint32_t start; /* first memory slot, 0..7 */
+    char *profile;       /* "1g.10gb"; NULL: profile_id unknown to the catalogue */
+    uint32_t profile_id; /* NVML's profile id, as reported (0..63) */
+    uint32_t start;      /* first memory slot, 0..7 */
     uint32_t gi_id;
     int64_t ci_id; /* -1: no compute instance yet (takes no job) */
     char *uuid;    /* "MIG-..."; NULL without a compute instance */
@@ -483,6 +488,8 @@ int cluster_node_decode(const json_t *obj, unsigned flags, struct cluster_node *
 int cluster_node_check(const struct cluster_node *node, char *err, size_t errlen);
 json_t *cluster_node_to_json(const struct cluster_node *node, unsigned flags);
 void cluster_node_release(struct cluster_node *node);
+/* Frees a GPU's MIG instances and leaves it without any. */
+void cluster_gpu_mig_clear(struct cluster_gpu *gpu);
 
 /* Prices (the same contract as the kinds above; the name is a GPU type's
  * shape, whether the cluster knows the type is the API's check). */

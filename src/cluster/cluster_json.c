@@ -506,6 +506,15 @@ static const char *const state_names[] = {[CLUSTER_NODE_UP] = "up",
                                           [CLUSTER_NODE_DOWN] = "down",
                                           NULL};
 
+static const struct jsonv_field mig_instance_fields[] = {
+    REQUIRED("profile_id", JSONV_UINT32, struct cluster_mig_instance, profile_id, 0, 63),
+    FIELD("profile", JSONV_STRING, struct cluster_mig_instance, profile, 1, CLUSTER_NAME_MAX),
+    REQUIRED("start", JSONV_UINT32, struct cluster_mig_instance, start, 0, 7),
+    REQUIRED("gi_id", JSONV_UINT32, struct cluster_mig_instance, gi_id, 0, UINT32_MAX),
+    REQUIRED("ci_id", JSONV_INT64, struct cluster_mig_instance, ci_id, -1, UINT32_MAX),
+    FIELD("uuid", JSONV_STRING, struct cluster_mig_instance, uuid, 1, CLUSTER_UUID_MAX),
+};
+
 static const struct jsonv_field gpu_fields[] = {
     REQUIRED("index", JSONV_UINT32, struct gpu_wire, g.index, 0, SCHED_MAX_GPUS_PER_NODE - 1),
     REQUIRED("uuid", JSONV_STRING, struct gpu_wire, g.uuid, 1, CLUSTER_UUID_MAX),
@@ -515,6 +524,11 @@ static const struct jsonv_field gpu_fields[] = {
           .flags = JSONV_PRESENCE, .presence_offset = offsetof(struct gpu_wire, nvlink_p)),
     FIELD("mig_slices", JSONV_UINT32, struct gpu_wire, g.mig_slices, 0, CLUSTER_MIG_SLICES_MAX),
     FIELD("mig_enabled", JSONV_BOOL, struct gpu_wire, g.mig_enabled, 0, 0),
+    FIELD("mig_pending", JSONV_BOOL, struct gpu_wire, g.mig_pending, 0, 0),
+    FIELD("mig", JSONV_OBJECTS, struct gpu_wire, g.mig, 0, 0, .max_items = CLUSTER_MIG_SLICES_MAX,
+          .count_offset = offsetof(struct gpu_wire, g.nmig),
+          .elem_size = sizeof(struct cluster_mig_instance), .sub = mig_instance_fields,
+          .nsub = ARRAY_LEN(mig_instance_fields)),
 };
 
 static const struct jsonv_field node_fields[] = {
@@ -571,6 +585,21 @@ static int check_gpu(const struct cluster_node *n, size_t i, char *err, size_t e
     if (g->mig_enabled && g->mig_slices == 0)
         return errbuf_set(err, errlen, GPO_EINVAL,
                           "field 'gpus[%zu].mig_enabled': MIG is on but mig_slices is 0", i);
+    if (g->nmig > CLUSTER_MIG_SLICES_MAX)
+        return errbuf_set(err, errlen, GPO_EINVAL,
+                          "field 'gpus[%zu].mig': %zu instances, at most %d allowed", i, g->nmig,
+                          CLUSTER_MIG_SLICES_MAX);
+    for (size_t k = 0; k < g->nmig; k++) {
+        if (g->mig[k].start > 7)
+            return errbuf_set(err, errlen, GPO_EINVAL,
+                              "field 'gpus[%zu].mig[%zu].start': %u is not a slot (0 to 7)", i, k,
+                              g->mig[k].start);
+        for (size_t j = 0; j < k; j++)
+            if (g->mig[j].start == g->mig[k].start)
+                return errbuf_set(err, errlen, GPO_EINVAL,
+                                  "field 'gpus[%zu].mig[%zu].start': slot %u is also mig[%zu]'s", i,
+                                  k, g->mig[k].start, j);
+    }
     for (size_t j = 0; j < i; j++) {
         if (n->gpus[j].index == g->index)
             return errbuf_set(err, errlen, GPO_EINVAL,
@@ -639,6 +668,39 @@ int cluster_node_decode(const json_t *obj, unsigned flags, struct cluster_node *
     return 0;
 }
 
+/* A GPU's MIG instances as stored (a new array, or NULL). */
+static json_t *mig_to_json(const struct cluster_gpu *g)
+{
+    json_t *a = json_array();
+    bool ok = a != NULL;
+    for (size_t k = 0; ok && k < g->nmig; k++) {
+        const struct cluster_mig_instance *m = &g->mig[k];
+        json_t *e = json_object();
+        ok = e && json_array_append_new(a, e) == 0 &&
+             put(e, "profile_id", json_integer(m->profile_id)) &&
+             (!m->profile || put(e, "profile", json_string(m->profile))) &&
+             put(e, "start", json_integer(m->start)) && put(e, "gi_id", json_integer(m->gi_id)) &&
+             put(e, "ci_id", json_integer(m->ci_id)) &&
+             (!m->uuid || put(e, "uuid", json_string(m->uuid)));
+    }
+    if (!ok) {
+        json_decref(a);
+        return NULL;
+    }
+    return a;
+}
+
+void cluster_gpu_mig_clear(struct cluster_gpu *g)
+{
+    for (size_t k = 0; g->mig && k < g->nmig; k++) {
+        free(g->mig[k].profile);
+        free(g->mig[k].uuid);
+    }
+    free(g->mig);
+    g->mig = NULL;
+    g->nmig = 0;
+}
+
 json_t *cluster_node_to_json(const struct cluster_node *n, unsigned flags)
 {
     json_t *o = json_object(), *gpus = json_array();
@@ -657,7 +719,9 @@ json_t *cluster_node_to_json(const struct cluster_node *n, unsigned flags)
              put(e, "mem_mib", json_integer(g->mem_mib)) &&
              put(e, "nvlink_domain", json_integer(g->nvlink_domain)) &&
              put(e, "mig_slices", json_integer(g->mig_slices)) &&
-             put(e, "mig_enabled", json_boolean(g->mig_enabled));
+             put(e, "mig_enabled", json_boolean(g->mig_enabled)) &&
+             (!g->mig_pending || put(e, "mig_pending", json_true())) &&
+             (!g->nmig || put(e, "mig", mig_to_json(g)));
     }
     if (ok)
         ok = put(o, "gpus", gpus); /* takes gpus, also on failure */
@@ -673,6 +737,7 @@ void cluster_node_release(struct cluster_node *n)
     for (size_t i = 0; n->gpus && i < n->ngpus; i++) {
         free(n->gpus[i].uuid);
         free(n->gpus[i].gpu_type);
+        cluster_gpu_mig_clear(&n->gpus[i]);
     }
     free(n->gpus);
     free(n->name);
