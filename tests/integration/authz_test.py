@@ -201,11 +201,6 @@ CASES = {
     ("POST", "/v1/nodes/{name}/resume"): lambda: reqs(
         r("POST", f"/v1/nodes/{NODE}/resume", "deny")),
     ("DELETE", "/v1/nodes/{name}"): lambda: reqs(r("DELETE", f"/v1/nodes/{NODE}", "deny")),
-    ("PUT", "/v1/nodes/{name}/mig"): lambda: reqs(
-        r("PUT", f"/v1/nodes/{NODE}/mig", "deny", {"mig": "off"})),
-    ("POST", "/v1/nodes/{name}/mig/{id}"): lambda: reqs(
-        r("POST", f"/v1/nodes/{NODE}/mig/1", "deny",
-          {"ok": False, "error": "x", "gpu_uuid": "GPU-0", "mig": []})),
     ("GET", "/v1/settings"): lambda: reqs(r("GET", "/v1/settings", "clean")),
     ("PUT", "/v1/settings"): lambda: reqs(r("PUT", "/v1/settings", "deny",
                                             {"private_data": False})),
