@@ -6,6 +6,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "base/err.h"
@@ -31,14 +32,18 @@ void migctl_free(struct migctl *m)
     free(m);
 }
 
-/* Where GPU (node, uuid) is or would go in m->gpus (sorted by node, then UUID). */
-static size_t gpu_search(const struct migctl *m, const char *node, const char *uuid, bool *found)
+/* Where (node, uuid) is or would go in an array of n elements of `size`
+ * bytes sorted by node, then UUID, each element's strings at node_off and
+ * uuid_off: m->gpus and m->plans (one plan per GPU) alike. */
+static size_t key_search(const void *base, size_t n, size_t size, size_t node_off, size_t uuid_off,
+                         const char *node, const char *uuid, bool *found)
 {
-    size_t lo = 0, hi = m->ngpus;
+    size_t lo = 0, hi = n;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        int c = strcmp(m->gpus[mid].node, node);
-        c = c ? c : strcmp(m->gpus[mid].uuid, uuid);
+        const char *e = (const char *)base + mid * size;
+        int c = strcmp(e + node_off, node);
+        c = c ? c : strcmp(e + uuid_off, uuid);
         if (c == 0) {
             *found = true;
             return mid;
@@ -50,6 +55,12 @@ static size_t gpu_search(const struct migctl *m, const char *node, const char *u
     }
     *found = false;
     return lo;
+}
+
+static size_t gpu_search(const struct migctl *m, const char *node, const char *uuid, bool *found)
+{
+    return key_search(m->gpus, m->ngpus, sizeof(*m->gpus), offsetof(struct migctl_gpu, node),
+                      offsetof(struct migctl_gpu, uuid), node, uuid, found);
 }
 
 struct migctl_gpu *migctl_gpu_find(const struct migctl *m, const char *node, const char *uuid)
@@ -77,26 +88,10 @@ struct migctl_gpu *migctl_gpu_get(struct migctl *m, const char *node, const char
     return g;
 }
 
-/* Where GPU (node, uuid)'s plan is or would go in m->plans (sorted by node,
- * then GPU UUID: one plan per GPU). */
 static size_t plan_search(const struct migctl *m, const char *node, const char *uuid, bool *found)
 {
-    size_t lo = 0, hi = m->nplans;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        int c = strcmp(m->plans[mid].node, node);
-        c = c ? c : strcmp(m->plans[mid].uuid, uuid);
-        if (c == 0) {
-            *found = true;
-            return mid;
-        }
-        if (c < 0)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    *found = false;
-    return lo;
+    return key_search(m->plans, m->nplans, sizeof(*m->plans), offsetof(struct migctl_plan, node),
+                      offsetof(struct migctl_plan, uuid), node, uuid, found);
 }
 
 struct migctl_plan *migctl_plan_find(const struct migctl *m, const char *node, const char *uuid)
