@@ -42,6 +42,7 @@
 #endif
 
 #include "base/err.h"
+#include "core/mig.h"
 #include "core/model.h"
 #include "core/sched.h"
 #include "base/banned.h"
@@ -212,12 +213,13 @@ struct bench_opts {
     uint32_t runs;
     uint64_t seed;
     unsigned cases;
+    bool mig; /* the serve pool in MIG mode, fractions as MIG profiles */
 };
 
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: bench_sched [--jobs N] [--nodes N] [--runs N] [--seed N]\n"
+            "usage: bench_sched [--jobs N] [--nodes N] [--runs N] [--seed N] [--mig]\n"
             "                   [--case full|one-ends|one-ends-first|one-ends-settled|memory|all]\n"
             "\n"
             "Times sched_pass (default policy) on a cluster of N nodes x 8 H100-80GB\n"
@@ -230,6 +232,10 @@ static void usage(FILE *f)
             "  one-ends          both of the above\n"
             "  memory            bytes per pending job: the queue's own, plus the pass's\n"
             "                    peak heap (full pass and one-ends-first pass)\n"
+            "--mig: the serve pool's GPUs in MIG mode (mig-parted's all-balanced: two\n"
+            "1g.10gb, a 2g.20gb and a 3g.40gb each), and the fractional jobs ask for\n"
+            "MIG profiles instead (0.25 GPU: 2g.20gb, 0.5: 3g.40gb); whole-GPU jobs that\n"
+            "named the serve pool ask for the train pool.\n"
             "Each timed case runs --runs times (default 7): median, min and max.\n"
             "A decision is one pending job evaluated in a pass (sched_result.decisions).\n");
 }
@@ -263,6 +269,9 @@ static int parse_opts(int argc, char **argv, struct bench_opts *o)
         if (!strcmp(opt, "--help") || !strcmp(opt, "-h")) {
             usage(stdout);
             return 1;
+        } else if (!strcmp(opt, "--mig")) {
+            o->mig = true;
+            continue;
         } else if (!strcmp(opt, "--jobs")) {
             if (parse_u64(opt, val, 1, SCHED_MAX_JOBS / 2, &v))
                 return -1;
@@ -377,6 +386,38 @@ struct bench {
     int64_t now;
 };
 
+/* --mig: the serve pool's GPUs (nodes from `first`) in MIG mode, all-balanced. */
+static void mig_serve_pool(struct bench *b, uint32_t first)
+{
+    const struct mig_type *t = mig_type_find("H100-80GB");
+    struct mig_instance inst[MIG_MAX_INSTANCES];
+    size_t n = 0;
+    bool on = false;
+    if (!t || mig_layout_named(t, "all-balanced", inst, &n, &on, NULL, 0))
+        abort();
+    for (size_t gi = (size_t)first * GPUS_PER_NODE; gi < (size_t)b->opt.nodes * GPUS_PER_NODE;
+         gi++) {
+        struct sched_gpu *g = &b->gpus[gi];
+        g->mig_enabled = on;
+        g->mig_type = t;
+        g->mig_n = (uint8_t)n;
+        for (size_t k = 0; k < n; k++)
+            g->mig[k] = (struct sched_mig_instance){inst[k].profile, inst[k].start};
+    }
+}
+
+/* --mig: a fraction of 250 or 500 milli asks for a 2g or a 3g instead. */
+static void mig_request(struct sched_job *j)
+{
+    const struct mig_type *t = mig_type_find("H100-80GB");
+    int p = mig_profile_lookup(t, j->gpu_milli <= 250 ? "2g.20gb" : "3g.40gb", NULL, 0);
+    if (p < 0)
+        abort();
+    j->gpu_milli = 0;
+    j->mig_types = (uint8_t)(1u << t->id);
+    j->mig_profile[t->id] = (uint8_t)p;
+}
+
 static void build_cluster(struct bench *b)
 {
     uint32_t nn = b->opt.nodes;
@@ -443,6 +484,8 @@ static void build_cluster(struct bench *b)
     b->classes[1] = (struct sched_prio_class){"normal", 100, false};
     b->classes[2] = (struct sched_prio_class){"urgent", 1000, true};
 
+    if (b->opt.mig)
+        mig_serve_pool(b, ntrain);
     b->c = (struct sched_cluster){.nodes = b->nodes,
                                   .nnodes = nn,
                                   .gpus = b->gpus,
@@ -527,6 +570,10 @@ static void build_jobs(struct bench *b)
             .multi_node = job_shapes[s].gang,
             .checkpointable = rng_below(&rng, 2) == 0,
         };
+        if (b->opt.mig && milli > 0)
+            mig_request(j);
+        else if (b->opt.mig && j->pool == 1)
+            j->pool = 0; /* whole GPUs are in the train pool only */
     }
 }
 
@@ -944,6 +991,8 @@ int main(int argc, char **argv)
     printf("policy: order=%s packing=%s backfill=%s preemption=%s (sched_policy_default)\n",
            sched_order_name(b.pol.order), sched_packing_name(b.pol.packing),
            b.pol.backfill ? "on" : "off", b.pol.preemption ? "on" : "off");
+    if (b.opt.mig)
+        printf("mig: serve pool in MIG mode (all-balanced), fractions as 2g.20gb / 3g.40gb\n");
 
     /* A missed goal is a result, printed as such, not a failure of the program. */
     if (b.opt.cases & CASE_FULL)

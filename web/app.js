@@ -254,7 +254,22 @@
     return badge(s || '?', color);
   }
 
-  function gpuCard(g, sample, jobsOn, dirty) {
+  // A MIG GPU's instances, one line each: PROFILE@SLOT and its job (or free).
+  function migList(g, mode) {
+    const box = el('div', 'gpu-mig');
+    const pending = !!g.mig_pending !== !!g.mig_enabled;
+    box.appendChild(el('div', 'muted', 'MIG ' + (mode || 'off') +
+      (pending ? (g.mig_pending ? ', on after a reset' : ', off after a reset') : '') +
+      (g.mig_planning ? ', repartitioning' : '')));
+    for (const m of g.mig_enabled ? g.mig || [] : []) {
+      const who = isNum(m.job) ? 'job ' + m.job : m.in_use ? 'in use' : m.uuid ? 'free' : 'no device';
+      box.appendChild(el('div', isNum(m.job) || m.in_use ? 'gpu-job' : 'gpu-free',
+        (m.profile || 'profile ' + m.profile_id) + '@' + m.start + ' ' + who));
+    }
+    return box;
+  }
+
+  function gpuCard(g, sample, jobsOn, dirty, migMode) {
     const card = el('div', 'gpu' + (jobsOn.length || g.in_use ? ' busy' : '') + (dirty ? ' dirty' : ''));
     const top = card.appendChild(el('div', 'gpu-top'));
     top.appendChild(el('span', '', 'GPU ' + g.index));
@@ -267,7 +282,9 @@
     const fig = card.appendChild(el('div', 'gpu-top'));
     fig.appendChild(el('span', '', fmtPct(util)));
     fig.appendChild(el('span', 'muted', fmtGiB(used) + ' / ' + fmtGiB(totalMem) + ' GiB'));
-    if (jobsOn.length) {
+    if (g.mig_enabled || g.mig_pending) {
+      card.appendChild(migList(g, migMode));
+    } else if (jobsOn.length) {
       card.appendChild(el('div', 'gpu-job', jobsOn.map((j) => 'job ' + j.id + ' ' +
         (j.spec && j.spec.name ? j.spec.name : '')).join(', ')));
     } else if (g.in_use) {
@@ -301,7 +318,8 @@
         const dirty = new Set(n.dirty_gpus || []);
         const box = el('div', 'gpus');
         for (const g of (n.gpus || []).slice().sort((a, b) => a.index - b.index))
-          box.appendChild(gpuCard(g, samples.get(g.uuid), busy.get(g.uuid) || [], dirty.has(g.uuid)));
+          box.appendChild(gpuCard(g, samples.get(g.uuid), busy.get(g.uuid) || [], dirty.has(g.uuid),
+            n.mig_mode));
         if (!(n.gpus || []).length) box.appendChild(el('span', 'muted', 'no GPUs'));
         return box;
       }},

@@ -27,6 +27,7 @@
 #include "agent/cgroup.h"
 #include "agent/journal.h"
 #include "agent/logsrv.h"
+#include "agent/migplan.h"
 #include "agent/steps.h"
 #include "agent/priv.h"
 #include "agent/probe.h"
@@ -46,7 +47,7 @@
 
 struct agent_args {
     const char *server, *join_file, *name, *pool, *state_dir, *nvml, *addr, *log_listen;
-    const char *cgroup_root, *run_as, *shim;
+    const char *cgroup_root, *run_as, *shim, *mps_control;
     bool allow_root, probe, help, exit_poll;
     int64_t kill_grace_ms, sample_ms, poll_wait_s, dirty_wait_ms;
     int64_t cpus, mem_mib;
@@ -63,6 +64,7 @@ struct agent {
     struct steps *steps;
     struct http_route step_routes[2]; /* the log server serves steps too */
     struct attempts *att;
+    struct migplan *mig;       /* MIG repartition plans and their results */
     struct runas_account acct; /* the network half's account, when started as root */
     bool drop;                 /* started as root: become acct once the privileged half runs */
     atomic_bool stop;
@@ -79,14 +81,18 @@ static void usage(FILE *out)
             "                     [--run-as USER] [--allow-root] [--kill-grace S]\n"
             "                     [--sample-interval MS] [--shim PATH] [--exit-poll]\n"
             "                     [--poll-wait S] [--dirty-wait S] [--cpus N] [--mem-mib N]\n"
+            "                     [--mps-control PATH]\n"
             "       gpuorch agent --probe [--nvml PATH]\n"
             "\n"
             "Runs the node agent: registers this node's GPUs (found with NVML) with the\n"
             "controller, sends a heartbeat with a sample of every GPU, and runs the attempts\n"
             "the controller assigns: each at most once (journaled and fsync'd before the\n"
             "fork), under `gpuorch-shim`, as the job's Unix user, with CUDA_VISIBLE_DEVICES\n"
-            "set to its GPUs' UUIDs. Jobs keep running if the agent stops or crashes; a\n"
-            "restarted agent takes them up again. See docs/agent.md.\n"
+            "set to its GPUs' UUIDs (a MIG device's, on a MIG instance). On MIG GPUs it\n"
+            "reports the instances and applies the controller's repartition plans, once\n"
+            "each; it never changes MIG mode or resets a GPU. Jobs keep running if the\n"
+            "agent stops or crashes; a restarted agent takes them up again. See\n"
+            "docs/agent.md.\n"
             "\n"
             "  --server URL          the controller, e.g. http://10.0.0.1:8080 (required)\n"
             "  --join-token FILE     the controller's DATA/join.token (required)\n"
@@ -114,6 +120,10 @@ static void usage(FILE *out)
             "  --cpus N, --mem-mib N what the node offers (default: the machine's)\n"
             "  --shim PATH           the gpuorch-shim executable (default: the one beside\n"
             "                        this gpuorch); root's, writable by no one else\n"
+            "  --mps-control PATH    nvidia-cuda-mps-control, for pools with sharing: mps\n"
+            "                        (default: the one on PATH); root's, writable by no one\n"
+            "                        else. Without one, a fractional job of such a pool\n"
+            "                        fails rather than run unenforced\n"
             "  --exit-poll           see jobs' exits by reading their status files each\n"
             "                        second, not by pidfd_open(2) (which needs Linux 5.3)\n"
             "  --probe               print the GPUs, one sample and where cgroups and\n"
@@ -170,6 +180,7 @@ static const struct opts_opt agent_opts[] = {
     STRING("cgroup-root", cgroup_root),
     STRING("run-as", run_as),
     STRING("shim", shim),
+    STRING("mps-control", mps_control),
     NUMBER("kill-grace", 0, 3600, 1000, kill_grace_ms),
     NUMBER("sample-interval", 100, 60000, 1, sample_ms),
     NUMBER("poll-wait", 1, 300, 1, poll_wait_s),
@@ -406,8 +417,9 @@ static void *monitor_main(void *arg)
 /* The long-poll loop, on the calling thread, until a signal stops the agent. */
 static void poll_loop(struct agent *ag, struct httpc *c)
 {
-    char path[1100], base[1024], err[1024];
+    char path[1100], base[1024], mig[1024], err[1024];
     node_path(ag, "/assignments", base, sizeof(base));
+    node_path(ag, "/mig", mig, sizeof(mig));
     int64_t since = -1;
     bool failing = false;
     while (!atomic_load(&ag->stop)) {
@@ -431,6 +443,9 @@ static void poll_loop(struct agent *ag, struct httpc *c)
             failing = false;
             since = ans.rev;
             attempts_apply(ag->att, &ans, mono_ms());
+            /* After the attempts: one taken up from the journal has learned
+             * its MIG devices, which no plan may destroy. */
+            migplan_apply(ag->mig, &ans);
             proto_assignments_release(&ans);
         } else {
             if (!failing)
@@ -445,6 +460,7 @@ static void poll_loop(struct agent *ag, struct httpc *c)
             nanosleep(&ts, NULL);
         }
         httpc_response_release(&r);
+        migplan_report(ag->mig, c, mig); /* results owed, also from before a restart */
     }
 }
 
@@ -548,6 +564,26 @@ static int state_dir(struct agent *ag, char *abs, char *err, size_t errlen)
     return rc;
 }
 
+/* nvidia-cuda-mps-control: --mps-control (made absolute), else the first
+ * on PATH, into buf (PATH_MAX bytes); false when there is none. */
+static bool mps_control_path(const struct agent_args *a, char *buf)
+{
+    if (a->mps_control)
+        return realpath(a->mps_control, buf) != NULL ||
+               snprintf(buf, PATH_MAX, "%s", a->mps_control) > 0;
+    const char *path = getenv("PATH");
+    for (const char *p = path ? path : ""; *p;) {
+        size_t n = strcspn(p, ":");
+        if (n && p[0] == '/' && n + sizeof("/nvidia-cuda-mps-control") < PATH_MAX) {
+            snprintf(buf, PATH_MAX, "%.*s/nvidia-cuda-mps-control", (int)n, p);
+            if (access(buf, X_OK) == 0)
+                return true;
+        }
+        p += n + (p[n] == ':');
+    }
+    return false;
+}
+
 /* Forks the privileged half (priv.h) with the cgroup root: auto is
  * CGROUP2_MOUNT/gpuorch/NODE, so that agents posing as several nodes on one
  * machine (tests, dev clusters) never name the same cgroup. */
@@ -582,8 +618,21 @@ static int start_priv(struct agent *ag, const char *abs_state, char *err, size_t
         .allow_root = a->allow_root,
         .agent_gid = ag->drop ? ag->acct.gid : getgid(),
         .agent_uid = ag->drop ? ag->acct.uid : geteuid(),
+        .nvml = a->nvml,
     };
+    char mps[PATH_MAX];
+    pc.mps_control = mps_control_path(a, mps) ? mps : NULL;
     int rc = priv_start(&pc, &ag->priv, err, errlen);
+    if (rc == GPO_EPERM && pc.mps_control && !a->mps_control) {
+        /* One on PATH that is not safe to run as root: no MPS, said once. */
+        agent_log("%s; CUDA MPS is off (fractional jobs of a sharing: mps pool fail)", err);
+        pc.mps_control = NULL;
+        rc = priv_start(&pc, &ag->priv, err, errlen);
+    }
+    if (!rc)
+        agent_log("CUDA MPS: %s", pc.mps_control ? pc.mps_control
+                                                 : "no nvidia-cuda-mps-control (fractional jobs "
+                                                   "of a sharing: mps pool fail)");
     if (!rc && !priv_has_cgroups(ag->priv))
         agent_log("no cgroups: %s; kills go to process groups, and CPU and memory limits are "
                   "not enforced",
@@ -688,6 +737,11 @@ static int start(struct agent *ag, char *err, size_t errlen)
                                  .log = agent_log};
     if ((rc = attempts_new(&ac, &ag->att)) != 0)
         return errbuf_set(err, errlen, rc, "out of memory");
+    snprintf(net, sizeof(net), "%s/%s/mig", abs_state, NET_DIR);
+    struct migplan_config mc = {
+        .dir = net, .gpus = ag->gpus, .att = ag->att, .priv = ag->priv, .log = agent_log};
+    if ((rc = migplan_new(&mc, &ag->mig, err, errlen)) != 0)
+        return rc;
     size_t taken = attempts_recover(ag->att, mono_ms());
     agent_log("node '%s': %u GPU(s) via %s, state in %s, %zu attempt(s) taken up from the "
               "journal; network half runs as uid %ld, privileged half pid %ld",

@@ -22,6 +22,7 @@
 #include "agent/replica.h"
 #include "agent/sampler.h"
 #include "agent/shim.h"
+#include "util/errbuf.h"
 #include "util/text.h"
 #include "base/banned.h"
 
@@ -48,6 +49,7 @@ int attempts_new(const struct attempts_config *cfg, struct attempts **ret)
     int rc = t->node && t->state_dir ? exits_new(cfg->exit_poll, &t->exits) : GPO_ENOMEM;
     struct replica_config rc_cfg = {.wake = replica_changed, .arg = t, .log = t->cfg.log};
     rc = rc ? rc : replica_new(&rc_cfg, &t->rep);
+    rc = rc ? rc : mps_new(cfg->priv, cfg->state_dir, &t->mps);
     if (rc) {
         attempts_free(t);
         return rc;
@@ -68,13 +70,13 @@ static void att_free(struct att *a)
 {
     if (!a)
         return;
-    for (size_t k = 0; k < a->nuuids; k++)
-        free(a->uuids[k]);
-    free(a->uuids);
+    strs_free(a->uuids, a->nuuids);
+    strs_free(a->mig_uuids, a->nuuids);
     free(a->dirty);
     if (a->pidfd >= 0)
         close(a->pidfd);
     proto_report_release(&a->final);
+    free(a->mps_gpu);
     free(a);
 }
 
@@ -85,6 +87,7 @@ void attempts_free(struct attempts *t)
     for (size_t k = 0; k < t->n; k++)
         att_free(t->v[k]);
     replica_free(t->rep); /* its thread wakes the monitor through exits */
+    mps_free(t->mps);
     launch_gpus_release(&t->gpus);
     free(t->v);
     free(t->node);
@@ -213,22 +216,55 @@ static struct proto_report outcome_of(const struct att *a, const struct shim_sta
 
 /* ---- launching --------------------------------------------------------- */
 
+/* An MPS client (mps.h) counts on its GPU's daemon from before its launch
+ * (or, taken up from the journal, from its first listing) until its end
+ * is checked. 0, or the reason in err. Under the lock. */
+static int mps_join(struct attempts *t, struct att *a, const struct proto_attempt *asg, char *err,
+                    size_t errlen)
+{
+    const char *uuid = mps_gpu(asg);
+    if (!uuid || a->mps_gpu)
+        return 0;
+    char why[PRIV_MSG_MAX] = "";
+    int rc = mps_acquire(t->mps, uuid, why, sizeof(why));
+    if (rc)
+        return errbuf_set(err, errlen, rc, "CUDA MPS on GPU %s: %s", uuid, why);
+    if (!(a->mps_gpu = strdup(uuid))) {
+        mps_release(t->mps, uuid, why, sizeof(why));
+        return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
+    }
+    return 0;
+}
+
+static void mps_leave(struct attempts *t, struct att *a)
+{
+    char why[PRIV_MSG_MAX] = "";
+    if (a->mps_gpu && mps_release(t->mps, a->mps_gpu, why, sizeof(why)) != 0)
+        t->cfg.log("job %" PRIu64 ".%" PRIu32 ": stopping the MPS daemon of GPU %s: %s", a->job,
+                   a->attempt, a->mps_gpu, why);
+    free(a->mps_gpu);
+    a->mps_gpu = NULL;
+}
+
 /* The attempt's GPUs, from its assignment: 0 or GPO_ENOMEM (none kept). */
 static int set_gpus(struct att *a, const struct proto_attempt *asg)
 {
-    for (size_t k = 0; k < a->nuuids; k++)
-        free(a->uuids[k]);
-    free(a->uuids);
+    strs_free(a->uuids, a->nuuids);
+    strs_free(a->mig_uuids, a->nuuids);
     free(a->dirty);
     a->nuuids = 0;
     a->uuids = calloc(asg->ngpus + 1, sizeof(*a->uuids));
+    a->mig_uuids = calloc(asg->ngpus + 1, sizeof(*a->mig_uuids));
     a->dirty = calloc(asg->ngpus + 1, sizeof(*a->dirty));
-    for (size_t k = 0; a->uuids && a->dirty && k < asg->ngpus; k++) {
+    for (size_t k = 0; a->uuids && a->mig_uuids && a->dirty && k < asg->ngpus; k++) {
         if (!(a->uuids[k] = strdup(asg->gpus[k].uuid)))
             return GPO_ENOMEM;
         a->nuuids++;
+        const char *mig = asg->gpus[k].mig_uuid;
+        if (mig && !(a->mig_uuids[k] = strdup(mig)))
+            return GPO_ENOMEM;
     }
-    return a->uuids && a->dirty ? 0 : GPO_ENOMEM;
+    return a->uuids && a->mig_uuids && a->dirty ? 0 : GPO_ENOMEM;
 }
 
 /* A recovered attempt learns its GPUs and time limit from the first answer
@@ -236,6 +272,9 @@ static int set_gpus(struct att *a, const struct proto_attempt *asg)
 static void adopt(struct attempts *t, struct att *a, const struct proto_attempt *asg, int64_t now)
 {
     a->recovered = false;
+    char why[PRIV_MSG_MAX + 64] = "";
+    if (a->phase == PH_RUNNING && mps_join(t, a, asg, why, sizeof(why)) != 0)
+        t->cfg.log("job %" PRIu64 ".%" PRIu32 ": %s", a->job, a->attempt, why);
     if (set_gpus(a, asg) || steps_attempt_add(t->cfg.steps, asg))
         t->cfg.log("job %" PRIu64 ".%" PRIu32 ": out of memory: its GPUs go unchecked", a->job,
                    a->attempt);
@@ -327,13 +366,15 @@ static void launch(struct attempts *t, const struct proto_attempt *asg, int64_t 
                                .gpu_uuids = (const char *const *)t->gpus.uuids,
                                .ngpu_uuids = t->gpus.n,
                                .port = a->port};
-    struct launch l;
-    rc = launch_prepare(&lc, asg, &l, err, sizeof(err));
+    struct launch l = {0};
+    /* An MPS client never runs without its daemon: unenforced, it would
+     * take the whole GPU. */
+    rc = mps_join(t, a, asg, err, sizeof(err));
+    rc = rc ? rc : launch_prepare(&lc, asg, &l, err, sizeof(err));
     rc = rc ? rc : steps_launch(t->cfg.steps, asg, &l, err, sizeof(err));
-    if (!rc) {
+    if (!rc)
         rc = priv_launch(t->cfg.priv, &l.req, &a->pid, &a->start_time, err, sizeof(err));
-        launch_release(&l);
-    }
+    launch_release(&l);
     a->running_owed = true;
     if (rc) {
         t->cfg.log("job %" PRIu64 ".%" PRIu32 ": launch failed: %s", job, attempt, err);
@@ -406,6 +447,13 @@ void attempts_apply(struct attempts *t, const struct proto_assignments *answer, 
     for (size_t k = 0; k < t->n; k++) {
         if (!t->v[k]->listed && t->v[k]->phase == PH_RUNNING)
             start_kill(t, t->v[k], PROTO_STATE_CANCELLED, t->cfg.kill_grace_ms, now_ms);
+    }
+    /* The first answer has counted the MPS clients taken up from the
+     * journal: a daemon with none left ended its jobs while we were away. */
+    if (!t->mps_swept) {
+        t->mps_swept = true;
+        launch_gpus_read(&t->gpus, t->cfg.gpus);
+        mps_sweep(t->mps, (const char *const *)t->gpus.uuids, t->gpus.n, t->cfg.log);
     }
     exits_wake(t->exits);
     pthread_mutex_unlock(&t->lock);
@@ -564,6 +612,7 @@ static int64_t finish(struct attempts *t, struct att *a, int64_t now, int64_t ne
         a->final.dirty_gpus = list;
         a->final.ndirty = n;
     }
+    mps_leave(t, a);
     a->phase = PH_FINAL;
     return next;
 }
@@ -716,6 +765,19 @@ int attempts_dirty(struct attempts *t, char ***ret, size_t *ret_n)
     *ret = list;
     *ret_n = n;
     return 0;
+}
+
+bool attempts_mig_in_use(struct attempts *t, const char *mig_uuid)
+{
+    bool used = false;
+    pthread_mutex_lock(&t->lock);
+    for (size_t k = 0; !used && k < t->n; k++) {
+        const struct att *a = t->v[k];
+        for (size_t g = 0; !used && a->mig_uuids && g < a->nuuids; g++)
+            used = a->mig_uuids[g] && strcmp(a->mig_uuids[g], mig_uuid) == 0;
+    }
+    pthread_mutex_unlock(&t->lock);
+    return used;
 }
 
 size_t attempts_active(struct attempts *t)

@@ -93,6 +93,11 @@ int64_t attempts_tick(struct attempts *t, struct httpc *c, int64_t now_ms);
  * 0 or GPO_ENOMEM. */
 int attempts_dirty(struct attempts *t, char ***ret, size_t *ret_n);
 
+/* Whether an attempt in the table (running, ending, or holding its GPUs
+ * dirty) was given the MIG device mig_uuid (borrowed): its instance is not
+ * to be destroyed. */
+bool attempts_mig_in_use(struct attempts *t, const char *mig_uuid);
+
 /* Attempts not yet reported final (for the log and tests). */
 size_t attempts_active(struct attempts *t);
 

@@ -16,6 +16,7 @@
 #include "agent/exits.h"
 #include "agent/jobsignal.h"
 #include "agent/launch.h"
+#include "agent/mps.h"
 #include "agent/replica.h"
 
 enum phase {
@@ -36,6 +37,7 @@ struct att {
     bool watched; /* a pidfd was asked for */
     bool exited;  /* its pidfd said the shim ended */
     char **uuids;
+    char **mig_uuids; /* [nuuids]: the MIG device of each share, NULL for a whole GPU's */
     size_t nuuids;
     bool *dirty;
     int64_t limit_ms;          /* time limit deadline; 0: none */
@@ -54,6 +56,7 @@ struct att {
     bool recovered;            /* taken up from the journal: GPUs and limit from the next answer */
     uint32_t port;             /* a serving replica's (replica.h); 0: not one */
     char kill_why[PROTO_REASON_MAX + 1]; /* a kill_as FAILED's reason */
+    char *mps_gpu;                       /* the GPU whose MPS daemon it counts on (mps.h); NULL */
 };
 
 struct attempts {
@@ -63,6 +66,8 @@ struct attempts {
     pthread_mutex_t lock;
     struct exits *exits; /* the monitor's sleep: wake-ups and the shims' pidfds */
     struct replica *rep; /* the serving replicas' probes */
+    struct mps *mps;     /* MPS daemons' clients, under the lock */
+    bool mps_swept;      /* the first answer's mps_sweep is done */
     bool told_poll;      /* the log said that exits are polled for */
     struct att **v;
     size_t n, cap;

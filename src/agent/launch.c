@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "agent/mps.h"
 #include "agent/replica.h"
 #include "agent/slurmenv.h"
 #include "util/errbuf.h"
@@ -97,25 +98,47 @@ static bool reserved(const char *name)
            strcmp(name, "NVIDIA_VISIBLE_DEVICES") == 0;
 }
 
+/* The shares' UUIDs joined by commas: each one's MIG device where it has
+ * one (mig), else its GPU's. Caller frees; NULL: out of memory. */
+static char *uuid_list(const struct proto_attempt *a, bool mig)
+{
+    size_t len = 1;
+    for (size_t k = 0; k < a->ngpus; k++) {
+        const struct proto_share *g = &a->gpus[k];
+        len += strlen(mig && g->mig_uuid ? g->mig_uuid : g->uuid) + 1;
+    }
+    char *list = calloc(1, len);
+    size_t at = 0;
+    for (size_t k = 0; list && k < a->ngpus; k++) {
+        const struct proto_share *g = &a->gpus[k];
+        at += (size_t)snprintf(list + at, len - at, "%s%s", k ? "," : "",
+                               mig && g->mig_uuid ? g->mig_uuid : g->uuid);
+    }
+    return list;
+}
+
 /*
  * Which GPUs the command sees: by UUID (CUDA's own numbering need not
- * follow NVML's), and a share's size. MIG instances and MPS limits belong
- * here too.
+ * follow NVML's), and a share's size. A share on a MIG instance is seen as
+ * its MIG device alone (CUDA_VISIBLE_DEVICES=MIG-...; the container
+ * runtime's NVIDIA_VISIBLE_DEVICES takes the same), while GPUORCH_GPUS
+ * names the GPUs, as the controller does, and GPUORCH_MIG_DEVICES the MIG
+ * devices. MPS limits belong here too.
  */
 static int gpu_env(const struct proto_attempt *a, struct launch_strv *env)
 {
-    size_t len = 1;
+    bool on_mig = false;
     for (size_t k = 0; k < a->ngpus; k++)
-        len += strlen(a->gpus[k].uuid) + 1;
-    char *list = calloc(1, len);
-    if (!list)
-        return GPO_ENOMEM;
-    size_t at = 0;
-    for (size_t k = 0; k < a->ngpus; k++)
-        at += (size_t)snprintf(list + at, len - at, "%s%s", k ? "," : "", a->gpus[k].uuid);
-    int rc = launch_strv_add(env, "CUDA_VISIBLE_DEVICES=%s", list);
-    rc = rc ? rc : launch_strv_add(env, "NVIDIA_VISIBLE_DEVICES=%s", a->ngpus ? list : "void");
+        on_mig |= a->gpus[k].mig_uuid != NULL;
+    char *list = uuid_list(a, false), *seen = on_mig ? uuid_list(a, true) : list;
+    int rc = list && seen ? 0 : GPO_ENOMEM;
+    rc = rc ? rc : launch_strv_add(env, "CUDA_VISIBLE_DEVICES=%s", seen);
+    rc = rc ? rc : launch_strv_add(env, "NVIDIA_VISIBLE_DEVICES=%s", a->ngpus ? seen : "void");
     rc = rc ? rc : launch_strv_add(env, "GPUORCH_GPUS=%s", list);
+    if (!rc && on_mig)
+        rc = launch_strv_add(env, "GPUORCH_MIG_DEVICES=%s", seen);
+    if (seen != list)
+        free(seen);
     free(list);
     if (!rc && a->ngpus && a->gpus[0].milli < 1000)
         rc = launch_strv_add(env, "GPUORCH_GPU_MILLI=%" PRIu32, a->gpus[0].milli);
@@ -157,12 +180,14 @@ static int build_env(const struct launch_config *cfg, const struct proto_attempt
     rc = rc ? rc : launch_strv_add(env, "GPUORCH_NODE=%s", cfg->node);
     for (size_t k = 0; !rc && k < a->spec.nenv; k++) {
         const char *name = a->spec.env[k].name;
-        if (!reserved(name) && !env_has(&slurm, name) && !(cfg->port && !strcmp(name, "PORT")))
+        if (!reserved(name) && !env_has(&slurm, name) && !(cfg->port && !strcmp(name, "PORT")) &&
+            !mps_reserved(a, name))
             rc = launch_strv_add(env, "%s=%s", name, a->spec.env[k].value);
     }
     if (!rc && !env_has(env, "PATH"))
         rc = launch_strv_add(env, "PATH=/usr/local/bin:/usr/bin:/bin");
     rc = rc ? rc : gpu_env(a, env);
+    rc = rc ? rc : mps_env(cfg->state_dir, a, env);
     if (!rc && a->array_id != PROTO_NONE) {
         rc = launch_strv_add(env, "GPUORCH_ARRAY_JOB_ID=%" PRId64, a->array_id);
         rc = rc ? rc : launch_strv_add(env, "GPUORCH_ARRAY_TASK_ID=%" PRId64, a->array_index);

@@ -304,6 +304,50 @@ int priv_cleanup(struct priv *p, uint64_t job, uint32_t attempt, bool *ret_empty
     return attempt_call(p, PRIV_REQ_CLEANUP, job, attempt, 0, 0, ret_empty, err, errlen);
 }
 
+int priv_mps(struct priv *p, enum priv_mps_op op, const char *uuid, char *err, size_t errlen)
+{
+    if (!p || !uuid)
+        return errbuf_set(err, errlen, GPO_EINVAL, "priv_mps: NULL argument");
+    struct priv_req_mps q = {.type = PRIV_REQ_MPS, .op = (uint32_t)op};
+    if (strlen(uuid) >= sizeof(q.uuid))
+        return errbuf_set(err, errlen, GPO_EINVAL, "uuid: longer than %d bytes", PRIV_UUID_MAX - 1);
+    memcpy(q.uuid, uuid, strlen(uuid) + 1);
+    struct priv_reply rep;
+    pthread_mutex_lock(&p->mu);
+    int rc = call(p, &q, sizeof(q), &rep, err, errlen);
+    pthread_mutex_unlock(&p->mu);
+    return rc;
+}
+
+static int mig_call(struct priv *p, const struct priv_req_mig *q, char *err, size_t errlen)
+{
+    if (!p)
+        return errbuf_set(err, errlen, GPO_EINVAL, "NULL priv");
+    struct priv_reply rep;
+    pthread_mutex_lock(&p->mu);
+    int rc = call(p, q, sizeof(*q), &rep, err, errlen);
+    pthread_mutex_unlock(&p->mu);
+    return rc;
+}
+
+int priv_mig_create(struct priv *p, unsigned gpu, unsigned profile_id, unsigned start, char *err,
+                    size_t errlen)
+{
+    struct priv_req_mig q = {.type = PRIV_REQ_MIG,
+                             .op = PRIV_MIG_CREATE,
+                             .gpu = gpu,
+                             .profile_id = profile_id,
+                             .start = start};
+    return mig_call(p, &q, err, errlen);
+}
+
+int priv_mig_destroy(struct priv *p, unsigned gpu, unsigned instance_id, char *err, size_t errlen)
+{
+    struct priv_req_mig q = {
+        .type = PRIV_REQ_MIG, .op = PRIV_MIG_DESTROY, .gpu = gpu, .instance = instance_id};
+    return mig_call(p, &q, err, errlen);
+}
+
 int priv_attribute(struct priv *p, const pid_t *pids, size_t n, uint64_t *jobs, uint32_t *attempts,
                    char *err, size_t errlen)
 {

@@ -5,7 +5,8 @@
  * starts any thread, a privileged process that keeps the agent's credentials
  * (root in production) while the agent itself may go on to drop them and talk
  * to the network. The privileged process acts only on a fixed table of
- * requests (launch an attempt, signal an attempt, clean an attempt up), each
+ * requests (launch an attempt, signal an attempt, clean an attempt up,
+ * create or destroy a MIG instance, ...), each
  * a fixed-size struct with no pointers, received over a
  * socketpair(AF_UNIX, SOCK_SEQPACKET), sized exactly for its type and checked
  * field by field before anything is done; the reply says which field was
@@ -68,6 +69,10 @@ struct priv_config {
     gid_t agent_gid;         /* group of attempt dirs, so an unprivileged agent reads them */
     uid_t agent_uid;         /* the account the agent's network half runs as: it owns
                               * STATE_DIR/scripts, whose files a launch gives to the job */
+    const char *nvml;        /* the NVML library MIG changes go through (gpu.h's
+                              * gpu_backend_open, opened at the first one); NULL: the default */
+    const char *mps_control; /* absolute: nvidia-cuda-mps-control, checked at start as the
+                              * shim is; NULL: none (priv_mps refuses, naming why) */
 };
 
 struct priv;
@@ -253,6 +258,46 @@ int priv_step_spawn(struct priv *p, const struct priv_step *req, int *ret_fd, ch
                     size_t errlen);
 
 /*
+ * MIG changes, which NVML allows root only: creates a GPU instance of
+ * profile id `profile_id` (0..63) at start slot `start` (0..7) on GPU `gpu`
+ * (NVML's index, below GPU_MAX_DEVICES and the GPUs NVML finds), with one
+ * compute instance spanning it; or destroys GPU instance `instance_id`
+ * (0..63) of GPU `gpu` (its compute instances first). The privileged
+ * process opens its own NVML backend (priv_config's nvml) at the first
+ * such request; nothing else of NVML is reachable through it (MIG mode is
+ * not: the agent never changes it). Returns 0, GPO_EINVAL (a field refused,
+ * named), the mapped NVML code with gpu.h's message (GPO_ENOSPC, GPO_EBUSY,
+ * GPO_ENOENT, GPO_EPERM, ...), GPO_EPIPE.
+ */
+int priv_mig_create(struct priv *p, unsigned gpu, unsigned profile_id, unsigned start, char *err,
+                    size_t errlen);
+int priv_mig_destroy(struct priv *p, unsigned gpu, unsigned instance_id, char *err, size_t errlen);
+
+/*
+ * CUDA MPS for one GPU (agent/mps.h), with the privileged process's own
+ * credentials (root in production, as NVIDIA's multi-user setup has it: the
+ * control daemon then starts each user's MPS server under that user's uid).
+ * Its directories are STATE_DIR/mps/UUID/pipe and STATE_DIR/mps/UUID/log
+ * (made 0755 when missing), and the control program runs with only
+ * CUDA_VISIBLE_DEVICES=UUID, CUDA_MPS_PIPE_DIRECTORY, CUDA_MPS_LOG_DIRECTORY
+ * and PATH in its environment, its output in STATE_DIR/mps/UUID/control.out.
+ * PRIV_MPS_START: unless the daemon of that pipe directory runs already (its
+ * nvidia-cuda-mps-control.pid names a live process), runs
+ * `nvidia-cuda-mps-control -d`, which must exit 0, and waits until the
+ * daemon has written its pid file. PRIV_MPS_QUIT: writes "quit" to
+ * `nvidia-cuda-mps-control` on stdin and waits until the daemon is gone;
+ * nothing to do when none runs. Each wait is at most PRIV_MPS_WAIT_MS.
+ * uuid: 1..PRIV_UUID_MAX-1 bytes of letters, digits and '-'. Returns 0,
+ * GPO_EINVAL (a bad uuid or op), GPO_ENOENT (no control program
+ * configured), GPO_EIO (it failed, or did not finish in time: the message
+ * says which, with its output), GPO_EPIPE.
+ */
+#define PRIV_UUID_MAX    96
+#define PRIV_MPS_WAIT_MS 10000
+enum priv_mps_op { PRIV_MPS_START = 1, PRIV_MPS_QUIT = 2 };
+int priv_mps(struct priv *p, enum priv_mps_op op, const char *uuid, char *err, size_t errlen);
+
+/*
  * The wire format, exposed so that tests can send what the typed calls
  * never build. Every request starts with its type and is exactly the size
  * of its struct; strings are NUL-terminated inside their arrays; launch's
@@ -268,6 +313,24 @@ enum priv_req_type {
     PRIV_REQ_STEP = 6,     /* a struct priv_req_launch: job, attempt, workdir, argv and env;
                             * every other field 0 */
     PRIV_REQ_STEP_PTY = 7, /* the same, the task on a pseudo-terminal */
+    PRIV_REQ_MPS = 8,      /* a struct priv_req_mps */
+    PRIV_REQ_MIG = 9,      /* a struct priv_req_mig */
+};
+
+enum priv_mig_op { PRIV_MIG_CREATE = 1, PRIV_MIG_DESTROY = 2 };
+
+/* A MIG change: create (profile_id, start; instance 0) or destroy
+ * (instance; profile_id and start 0). */
+#define PRIV_MIG_PROFILE_MAX  63
+#define PRIV_MIG_SLOT_MAX     7
+#define PRIV_MIG_INSTANCE_MAX 63
+struct priv_req_mig {
+    uint32_t type; /* PRIV_REQ_MIG */
+    uint32_t op;   /* enum priv_mig_op */
+    uint32_t gpu;  /* NVML's index, 0..GPU_MAX_DEVICES-1 */
+    uint32_t profile_id;
+    uint32_t start;
+    uint32_t instance;
 };
 
 struct priv_req_launch {
@@ -313,6 +376,12 @@ struct priv_req_log {
     uint64_t job;
     uint32_t stream; /* enum priv_stream */
     uint32_t pad;
+};
+
+struct priv_req_mps {
+    uint32_t type; /* PRIV_REQ_MPS */
+    uint32_t op;   /* enum priv_mps_op */
+    char uuid[PRIV_UUID_MAX];
 };
 
 /* Every reply; a log open's reply carries a descriptor (SCM_RIGHTS): the

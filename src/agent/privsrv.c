@@ -32,6 +32,7 @@
 #include "agent/priv.h"
 #include "agent/privsrv.h"
 #include "agent/privsrv_check.h"
+#include "gpu/gpu.h"
 #include "util/errbuf.h"
 #include "util/fsutil.h"
 #include "base/banned.h"
@@ -43,9 +44,11 @@
 /* The privileged process's state: a copy of the configuration. */
 struct privsrv {
     int fd;
-    char attempts[PRIV_PATH_MAX]; /* STATE_DIR/attempts */
-    char shim_exe[PRIV_PATH_MAX]; /* resolved and checked at start (check_shim) */
-    struct cgroup_root *cg;       /* NULL: process groups */
+    char attempts[PRIV_PATH_MAX];    /* STATE_DIR/attempts */
+    char shim_exe[PRIV_PATH_MAX];    /* resolved and checked at start (check_exe) */
+    char state[PRIV_PATH_MAX];       /* STATE_DIR */
+    char mps_control[PRIV_PATH_MAX]; /* as shim_exe; "": none */
+    struct cgroup_root *cg;          /* NULL: process groups */
     bool allow_root;
     bool cgroup_root_ours; /* remove the cgroup root at exit */
     gid_t agent_gid;
@@ -53,6 +56,8 @@ struct privsrv {
     uid_t uid; /* its own, effective */
     gid_t gid;
     char name[PRIV_USER_MAX]; /* its own user's name; "" without a passwd entry */
+    char nvml[PRIV_PATH_MAX]; /* the NVML library for MIG changes; "": the default */
+    struct gpu_backend *gpus; /* opened at the first MIG change (in the served child) */
 };
 
 /* ==== the privileged side: checks that need the system ==== */
@@ -531,10 +536,37 @@ static void do_attribute(struct privsrv *s, const void *req, struct priv_reply *
     privsrv_do_attribute(s->attempts, req, rep);
 }
 
+/* A MIG change through the process's own NVML backend, opened once. */
+static void do_mig(struct privsrv *s, const void *req, struct priv_reply *rep)
+{
+    const struct priv_req_mig *q = req;
+    if ((rep->rc = privsrv_check_mig(q, rep->msg, sizeof(rep->msg))))
+        return;
+    if (!s->gpus && (rep->rc = gpu_backend_open(s->nvml[0] ? s->nvml : NULL, &s->gpus, rep->msg,
+                                                sizeof(rep->msg))))
+        return;
+    if (q->gpu >= gpu_count(s->gpus)) {
+        rep->rc =
+            errbuf_set(rep->msg, sizeof(rep->msg), GPO_EINVAL,
+                       "gpu: %" PRIu32 ", but NVML finds %u GPU(s)", q->gpu, gpu_count(s->gpus));
+        return;
+    }
+    struct gpu_mig_instance made;
+    rep->rc = q->op == PRIV_MIG_CREATE
+                  ? gpu_mig_create(s->gpus, q->gpu, q->profile_id, q->start, &made, rep->msg,
+                                   sizeof(rep->msg))
+                  : gpu_mig_destroy(s->gpus, q->gpu, q->instance, rep->msg, sizeof(rep->msg));
+}
+
 static int do_step(struct privsrv *s, const void *req, struct priv_reply *rep)
 {
     struct privsrv_self self = {.uid = s->uid, .allow_root = s->allow_root};
     return privsrv_do_step(s->attempts, &self, req, rep);
+}
+
+static void do_mps(struct privsrv *s, const void *req, struct priv_reply *rep)
+{
+    privsrv_do_mps(s->state, s->mps_control, req, rep);
 }
 
 /* The table of requests: type and handler (privsrv_check_request checks the
@@ -553,6 +585,8 @@ static const struct handler {
     {PRIV_REQ_LOG_OPEN, NULL, privsrv_do_log_open, NULL},
     {PRIV_REQ_STEP, NULL, NULL, do_step},
     {PRIV_REQ_STEP_PTY, NULL, NULL, do_step},
+    {PRIV_REQ_MIG, do_mig, NULL, NULL},
+    {PRIV_REQ_MPS, do_mps, NULL, NULL},
 };
 
 /* Answers one request into rep; returns the descriptor to pass, or -1. */
@@ -671,35 +705,37 @@ static bool trusted(const struct stat *st)
     return (st->st_uid == 0 || st->st_uid == geteuid()) && !(st->st_mode & (S_IWGRP | S_IWOTH));
 }
 
-/* The shim every launch execs as root, resolved once here (symbolic links
- * followed) and checked: a regular executable file, it and its directory
- * owned by root or by us and writable by no one else, so that nobody but
- * root (or our own user) can change what a launch runs. */
-static int check_shim(const char *path, struct privsrv *s, char *err, size_t errlen)
+/* A program the privileged process execs as root (the shim every launch
+ * runs, the MPS control program), resolved once here (symbolic links
+ * followed) into out (PRIV_PATH_MAX bytes) and checked: a regular
+ * executable file, it and its directory owned by root or by us and
+ * writable by no one else, so that nobody but root (or our own user) can
+ * change what runs. `field` names it in messages. */
+static int check_exe(const char *field, const char *path, char *out, char *err, size_t errlen)
 {
     char *real = realpath(path, NULL);
     if (!real)
-        return errbuf_set(err, errlen, GPO_EINVAL, "shim_exe: %s: %s", path, strerror(errno));
+        return errbuf_set(err, errlen, GPO_EINVAL, "%s: %s: %s", field, path, strerror(errno));
     struct stat st, dir;
     char *slash = strrchr(real, '/');
     int rc = 0;
-    if ((size_t)snprintf(s->shim_exe, sizeof(s->shim_exe), "%s", real) >= sizeof(s->shim_exe))
-        rc = errbuf_set(err, errlen, GPO_EINVAL, "shim_exe: longer than %d bytes",
+    if ((size_t)snprintf(out, PRIV_PATH_MAX, "%s", real) >= PRIV_PATH_MAX)
+        rc = errbuf_set(err, errlen, GPO_EINVAL, "%s: longer than %d bytes", field,
                         PRIV_PATH_MAX - 1);
     else if (stat(real, &st) != 0 || access(real, X_OK) != 0)
-        rc = errbuf_set(err, errlen, GPO_EINVAL, "shim_exe: %s: %s", real, strerror(errno));
+        rc = errbuf_set(err, errlen, GPO_EINVAL, "%s: %s: %s", field, real, strerror(errno));
     else if (!S_ISREG(st.st_mode) || !trusted(&st))
         rc = errbuf_set(err, errlen, GPO_EPERM,
-                        "shim_exe: %s: not a regular file of root's (or ours) that only its "
+                        "%s: %s: not a regular file of root's (or ours) that only its "
                         "owner may write",
-                        real);
+                        field, real);
     if (!rc && slash) {
         *slash = '\0';
         if (stat(slash == real ? "/" : real, &dir) != 0 || !trusted(&dir))
             rc = errbuf_set(err, errlen, GPO_EPERM,
-                            "shim_exe: its directory %s is not root's (or ours), or others may "
+                            "%s: its directory %s is not root's (or ours), or others may "
                             "write to it",
-                            slash == real ? "/" : real);
+                            field, slash == real ? "/" : real);
     }
     free(real);
     return rc;
@@ -716,9 +752,16 @@ static int check_config(const struct priv_config *cfg, struct privsrv *s, char *
         sizeof(s->attempts) - 64)
         return errbuf_set(err, errlen, GPO_EINVAL, "state_dir: longer than %d bytes",
                           PRIV_PATH_MAX - 128);
-    int rc = check_shim(cfg->shim_exe, s, err, errlen);
+    if (cfg->mps_control && cfg->mps_control[0] != '/')
+        return errbuf_set(err, errlen, GPO_EINVAL, "mps_control: not an absolute path");
+    snprintf(s->state, sizeof(s->state), "%s", cfg->state_dir);
+    int rc = check_exe("shim_exe", cfg->shim_exe, s->shim_exe, err, errlen);
+    if (!rc && cfg->mps_control)
+        rc = check_exe("mps_control", cfg->mps_control, s->mps_control, err, errlen);
     if (rc)
         return rc;
+    if (cfg->nvml && (size_t)snprintf(s->nvml, sizeof(s->nvml), "%s", cfg->nvml) >= sizeof(s->nvml))
+        return errbuf_set(err, errlen, GPO_EINVAL, "nvml: longer than %d bytes", PRIV_PATH_MAX - 1);
     s->allow_root = cfg->allow_root;
     s->cgroup_root_ours = cfg->cgroup_root_ours;
     s->agent_gid = cfg->agent_gid;
@@ -790,5 +833,6 @@ void privsrv_free(struct privsrv *s)
     if (!s)
         return;
     cgroup_root_close(s->cg);
+    gpu_backend_close(s->gpus);
     free(s);
 }

@@ -3,11 +3,11 @@
  * is the agent's side, and the wire format both sides speak).
  *
  * It keeps the agent's credentials and acts only on the fixed table of
- * requests in priv.h (launch, signal, cleanup, attribute, log open, step), each checked field by
- * field before anything is done: the user exists and is not root unless allowed, paths are absolute
- * and free of "..", sizes are bounded, environment names are valid, and signals go only to the
- * cgroup or process group of an attempt it launched. Split from priv.c so that the code that runs
- * with privileges is one file to read.
+ * requests in priv.h (launch, signal, cleanup, attribute, log open, step, mps, MIG change), each
+ * checked field by field before anything is done: the user exists and is not root unless allowed,
+ * paths are absolute and free of "..", sizes are bounded, environment names are valid, and signals
+ * go only to the cgroup or process group of an attempt it launched. Split from priv.c so that the
+ * code that runs with privileges is one file to read.
  */
 #ifndef GPUORCH_AGENT_PRIVSRV_H
 #define GPUORCH_AGENT_PRIVSRV_H
@@ -53,6 +53,12 @@ int privsrv_do_log_open(const char *attempts, const void *req, struct priv_reply
  * socket), or -1 with rep->rc set. */
 struct privsrv_self;
 int privsrv_do_step(const char *attempts, const struct privsrv_self *self, const void *req,
+                    struct priv_reply *rep);
+
+/* privsrv_mps.c: a CUDA MPS request (priv.h: priv_mps) for the control
+ * program `control` ("" when none is configured), its directories under
+ * STATE/mps. */
+void privsrv_do_mps(const char *state, const char *control, const void *req,
                     struct priv_reply *rep);
 
 /* One message of len bytes (borrowed) on a SOCK_SEQPACKET socket, with

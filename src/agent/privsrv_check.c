@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 
 #include "agent/cgroup.h"
+#include "gpu/gpu.h"
 #include "util/errbuf.h"
 #include "util/jsonv.h"
 #include "base/banned.h"
@@ -33,6 +34,8 @@ static const struct {
     {PRIV_REQ_LOG_OPEN, "log_open", sizeof(struct priv_req_log)},
     {PRIV_REQ_STEP, "step", sizeof(struct priv_req_launch)},
     {PRIV_REQ_STEP_PTY, "step_pty", sizeof(struct priv_req_launch)},
+    {PRIV_REQ_MIG, "mig", sizeof(struct priv_req_mig)},
+    {PRIV_REQ_MPS, "mps", sizeof(struct priv_req_mps)},
 };
 
 int privsrv_check_request(const void *buf, size_t n, uint32_t *ret_type, char *msg, size_t len)
@@ -419,6 +422,36 @@ int privsrv_check_log(const struct priv_req_log *q, char *msg, size_t len)
     return 0;
 }
 
+int privsrv_check_mig(const struct priv_req_mig *q, char *msg, size_t len)
+{
+    if (q->type != PRIV_REQ_MIG)
+        return errbuf_set(msg, len, GPO_EINVAL, "type: %" PRIu32 " is not a MIG change", q->type);
+    if (q->op != PRIV_MIG_CREATE && q->op != PRIV_MIG_DESTROY)
+        return errbuf_set(msg, len, GPO_EINVAL, "op: %" PRIu32 ", only create (%d) or destroy (%d)",
+                          q->op, PRIV_MIG_CREATE, PRIV_MIG_DESTROY);
+    if (q->gpu >= GPU_MAX_DEVICES)
+        return errbuf_set(msg, len, GPO_EINVAL, "gpu: %" PRIu32 " is out of range 0..%d", q->gpu,
+                          GPU_MAX_DEVICES - 1);
+    bool create = q->op == PRIV_MIG_CREATE;
+    const struct {
+        const char *name;
+        uint32_t v, max; /* max 0: must be 0 for this op */
+    } fields[] = {
+        {"profile_id", q->profile_id, create ? PRIV_MIG_PROFILE_MAX : 0},
+        {"start", q->start, create ? PRIV_MIG_SLOT_MAX : 0},
+        {"instance", q->instance, create ? 0 : PRIV_MIG_INSTANCE_MAX},
+    };
+    for (size_t k = 0; k < sizeof(fields) / sizeof(fields[0]); k++) {
+        if (fields[k].v > fields[k].max)
+            return fields[k].max
+                       ? errbuf_set(msg, len, GPO_EINVAL, "%s: %" PRIu32 " is out of range 0..%u",
+                                    fields[k].name, fields[k].v, (unsigned)fields[k].max)
+                       : errbuf_set(msg, len, GPO_EINVAL, "%s: %" PRIu32 ", must be 0 for a %s",
+                                    fields[k].name, fields[k].v, create ? "create" : "destroy");
+    }
+    return 0;
+}
+
 int privsrv_check_log_file(mode_t mode, uid_t owner, uid_t uid)
 {
     return S_ISREG(mode) && owner == uid ? 0 : GPO_EPERM;
@@ -441,5 +474,27 @@ int privsrv_check_script(const char *argv0, const char *want, mode_t mode, uid_t
     if (nlink != 1)
         return errbuf_set(msg, len, GPO_EINVAL, "script: %s has %" PRIu64 " links, expected 1",
                           want, nlink);
+    return 0;
+}
+
+int privsrv_check_mps(const struct priv_req_mps *q, char *msg, size_t len)
+{
+    if (q->op != PRIV_MPS_START && q->op != PRIV_MPS_QUIT)
+        return errbuf_set(msg, len, GPO_EINVAL, "op: %" PRIu32 " is neither start (1) nor quit (2)",
+                          q->op);
+    size_t n = strnlen(q->uuid, sizeof(q->uuid));
+    if (n == 0 || n == sizeof(q->uuid))
+        return errbuf_set(msg, len, GPO_EINVAL, "uuid: 1 to %d bytes, NUL-terminated",
+                          PRIV_UUID_MAX - 1);
+    for (size_t i = n; i < sizeof(q->uuid); i++)
+        if (q->uuid[i])
+            return errbuf_set(msg, len, GPO_EINVAL, "uuid: bytes after its end are not zero");
+    for (size_t i = 0; i < n; i++) {
+        char c = q->uuid[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              (c == '-' && i > 0)))
+            return errbuf_set(msg, len, GPO_EINVAL,
+                              "uuid: letters, digits and '-' only (not first), as NVML's");
+    }
     return 0;
 }

@@ -108,6 +108,10 @@ bool privsrv_check_environ(const char *text, size_t n, uint64_t *job, uint32_t *
 int privsrv_check_attempt_log(const json_t *o, const char *dir, const char *stream, uid_t *ret_uid,
                               char *path, size_t pathlen, char *msg, size_t len);
 
+/* A MIG change: op create or destroy, gpu below GPU_MAX_DEVICES, and the
+ * op's fields in their ranges, the other op's 0 (priv.h). */
+int privsrv_check_mig(const struct priv_req_mig *q, char *msg, size_t len);
+
 /* A log open request: job and attempt, stream stdout or stderr, pad 0. */
 int privsrv_check_log(const struct priv_req_log *q, char *msg, size_t len);
 
@@ -121,5 +125,10 @@ int privsrv_check_log_file(mode_t mode, uid_t owner, uid_t uid);
  * GPO_EINVAL with the reason ("script: ..."). */
 int privsrv_check_script(const char *argv0, const char *want, mode_t mode, uid_t owner,
                          uint64_t nlink, uid_t agent_uid, char *msg, size_t len);
+
+/* A CUDA MPS request: op start or quit, uuid 1..PRIV_UUID_MAX-1 bytes of
+ * letters, digits and '-' (not first: it becomes a directory name), zero
+ * after its NUL. */
+int privsrv_check_mps(const struct priv_req_mps *q, char *msg, size_t len);
 
 #endif

@@ -43,6 +43,54 @@ static int nvlink_domain(const struct gpu_info *info, unsigned n, unsigned start
     return (int)low;
 }
 
+int sampler_mig_instances(const struct gpu_mig *m, struct proto_mig_instance **ret, size_t *ret_n)
+{
+    size_t n = m->enabled ? m->ninstances : 0;
+    struct proto_mig_instance *v = n ? calloc(n, sizeof(*v)) : NULL;
+    if (n && !v)
+        return GPO_ENOMEM;
+    for (size_t k = 0; k < n; k++) {
+        const struct gpu_mig_instance *g = &m->instances[k];
+        const struct gpu_mig_compute *c = g->ncompute ? &g->compute[0] : NULL;
+        v[k] = (struct proto_mig_instance){.profile_id = g->profile_id,
+                                           .start = g->placement.start,
+                                           .gi_id = g->id,
+                                           .ci_id = c ? (int64_t)c->id : PROTO_NONE};
+        if (c && c->uuid[0] && !(v[k].uuid = strdup(c->uuid))) {
+            sampler_mig_instances_free(v, k);
+            return GPO_ENOMEM;
+        }
+    }
+    *ret = v;
+    *ret_n = n;
+    return 0;
+}
+
+void sampler_mig_instances_free(struct proto_mig_instance *v, size_t n)
+{
+    for (size_t k = 0; v && k < n; k++)
+        free(v[k].uuid);
+    free(v);
+}
+
+/* GPU i's MIG state into s (mig_known, mode, instances); a GPU without
+ * MIG, or whose state cannot be read, stays unknown. 0 or GPO_ENOMEM. */
+static int sample_mig(const struct gpu_backend *b, unsigned i, struct proto_gpu_sample *s)
+{
+    struct gpu_mig *m = malloc(sizeof(*m));
+    if (!m)
+        return GPO_ENOMEM;
+    int rc = 0;
+    if (gpu_mig_read(b, i, m, NULL, 0) == 0 && m->capable) {
+        rc = sampler_mig_instances(m, &s->mig, &s->nmig);
+        s->mig_known = rc == 0;
+        s->mig_enabled = m->enabled;
+        s->mig_pending = m->pending;
+    }
+    free(m);
+    return rc;
+}
+
 int sampler_inventory(const struct gpu_backend *b, struct proto_register *reg, char *err,
                       size_t errlen)
 {
@@ -61,8 +109,16 @@ int sampler_inventory(const struct gpu_backend *b, struct proto_register *reg, c
                                      .mem_mib = (uint32_t)g->memory_mib,
                                      .nvlink_domain = nvlink_domain(info, n, i),
                                      .mig_slices = g->mig_capable ? SAMPLER_MIG_SLICES : 0,
-                                     .mig_enabled = g->mig_capable && g->mig_enabled};
-        if (!gpus[i].uuid || !gpus[i].gpu_type)
+                                     .mig_enabled = g->mig_capable && g->mig_enabled,
+                                     .mig_pending = g->mig_capable && g->mig_pending};
+        struct proto_gpu_sample mig = {0};
+        bool fine = gpus[i].uuid && gpus[i].gpu_type;
+        if (fine && g->mig_capable && g->mig_enabled && sample_mig(b, i, &mig) != 0)
+            fine = false;
+        proto_gpu_sample_fit(&mig); /* no instance the controller would refuse */
+        gpus[i].mig = mig.mig;
+        gpus[i].nmig = mig.nmig;
+        if (!fine)
             rc = errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
     }
     free(info);
@@ -182,6 +238,8 @@ static int sample_one(const struct gpu_backend *b, struct priv *p, unsigned i,
                                           .attempt = mine ? atts[k] : PROTO_NONE};
     }
     bool whole = ret->uuid && (procs || !s.nprocs) && jobs && atts;
+    if (info.mig_capable && sample_mig(b, i, ret) != 0)
+        whole = false;
     free(jobs);
     free(atts);
     gpu_sample_release(&s);

@@ -35,7 +35,9 @@
  * The node's GPUs as PUT /v1/nodes/{name} takes them, into reg->gpus and
  * reg->ngpus (whatever they held is not freed; reg owns the new ones, and
  * proto_register_release frees them): index, UUID, GPU type, memory, MIG
- * slices and mode, and nvlink_domain, the lowest index of the GPUs its
+ * slices, mode (now and after the next reset) and, in MIG mode, instances
+ * (sampler_mig_instances; left empty when they cannot be read: the
+ * heartbeats carry them too), and nvlink_domain, the lowest index of the GPUs its
  * NVLinks reach (directly or through others), -1 for a GPU without NVLink.
  * 0, the GPU layer's code, or GPO_ENOMEM, with err.
  */
@@ -43,11 +45,26 @@ int sampler_inventory(const struct gpu_backend *b, struct proto_register *reg, c
                       size_t errlen);
 
 /*
+ * A GPU's MIG instances as the protocol lists them (proto.h), from what
+ * gpu_mig_read found (borrowed): each GPU instance's profile id, start slot
+ * and id, and its first compute instance's id and MIG UUID (gpuorch makes
+ * one spanning each; none yet: ci_id PROTO_NONE, uuid NULL). *ret (NULL
+ * when there is none; free with proto's rules: each uuid, then the array)
+ * and *ret_n. 0 or GPO_ENOMEM.
+ */
+int sampler_mig_instances(const struct gpu_mig *m, struct proto_mig_instance **ret, size_t *ret_n);
+/* Frees what sampler_mig_instances made; NULL is fine. */
+void sampler_mig_instances_free(struct proto_mig_instance *v, size_t n);
+
+/*
  * One sample of every GPU, as the heartbeat carries it, into hb->gpus and
  * hb->ngpus (owned by hb as above): the figures, PROTO_NONE where the GPU
  * reports none, and each process with its memory and, when it is an
- * attempt's, the job and attempt. A GPU that fails to sample gets its
- * error instead of figures. 0 or GPO_ENOMEM.
+ * attempt's, the job and attempt (a process on a MIG device is listed by
+ * its parent GPU, and attributed the same way), and for a MIG-capable GPU
+ * its MIG mode and instances (mig_known; a GPU whose MIG state cannot be
+ * read has mig_known false). A GPU that fails to sample gets its error
+ * instead of figures. 0 or GPO_ENOMEM.
  */
 int sampler_sample(const struct gpu_backend *b, struct priv *p, struct proto_heartbeat *hb);
 

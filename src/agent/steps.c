@@ -144,8 +144,9 @@ int steps_attempt_add(struct steps *s, const struct proto_attempt *a)
         attempt_free(n);
         return GPO_ENOMEM;
     }
-    for (size_t k = 0; k < a->ngpus; k++) {
-        if (!(n->uuids[k] = strdup(a->gpus[k].uuid))) {
+    for (size_t k = 0; k < a->ngpus; k++) { /* what a step's tasks see: a MIG device alone */
+        const char *uuid = a->gpus[k].mig_uuid ? a->gpus[k].mig_uuid : a->gpus[k].uuid;
+        if (!(n->uuids[k] = strdup(uuid))) {
             attempt_free(n);
             return GPO_ENOMEM;
         }

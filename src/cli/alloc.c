@@ -16,7 +16,9 @@
 #include <unistd.h>
 
 #include "cli/run.h"
+#include "cli/sbatch.h"
 #include "client/client.h"
+#include "util/errbuf.h"
 #include "util/opts.h"
 #include "base/banned.h"
 
@@ -56,11 +58,29 @@ static json_t *alloc_spec(const char *cmd, const struct alloc_flags *f)
         ok = json_object_set_new(o, "multi_node", json_true()) == 0;
     if (ok && f->pool)
         ok = json_object_set_new(o, "pool", json_string(f->pool)) == 0;
+    if (ok && f->mig_profile)
+        ok = json_object_set_new(o, "mig_profile", json_string(f->mig_profile)) == 0;
     if (!ok) {
         json_decref(o);
         return NULL;
     }
     return o;
+}
+
+int alloc_gpus_parse(const char *text, struct alloc_flags *f, char *err, size_t errlen)
+{
+    if (!text)
+        return 0;
+    if (sbatch_is_mig_profile(text, strlen(text))) {
+        f->mig_profile = text;
+        return 0;
+    }
+    if (opts_parse_int(text, 1, 1024, &f->gpus) != 0)
+        return errbuf_set(err, errlen, GPO_EUSAGE,
+                          "--gpus: expected GPUs in all (1-1024) or a MIG profile (1g.10gb), got "
+                          "'%s'",
+                          text);
+    return 0;
 }
 
 /* Waits until job a->job runs and its step answer comes; prints the
@@ -208,10 +228,9 @@ static const struct opts_opt opts[] = {
      .offset = offsetof(struct alloc_args, f.gpus_per_node)},
     {.name = "gpus",
      .short_name = 'G',
-     .type = OPTS_INT,
-     .min = 1,
-     .max = 1024,
-     .offset = offsetof(struct alloc_args, f.gpus)},
+     .type = OPTS_STRING,
+     .flags = OPTS_NONEMPTY,
+     .offset = offsetof(struct alloc_args, f.gpus_text)},
     {.name = "ntasks",
      .short_name = 'n',
      .type = OPTS_INT,
@@ -266,7 +285,8 @@ static void usage(FILE *out)
                  "\n"
                  "  -N, --nodes NODES        nodes (more than 1: a gang)\n"
                  "      --gpus-per-node G    GPUs on each node\n"
-                 "  -G, --gpus GPUS          GPUs in all\n"
+                 "  -G, --gpus GPUS          GPUs in all, or a MIG profile (1g.10gb): one\n"
+                 "                           instance of it (docs/mig.md)\n"
                  "  -n, --ntasks N, --ntasks-per-node K, --gpus-per-task G\n"
                  "                           the job's task shape, the default of its steps\n"
                  "  -t, --time SECONDS       a time limit\n"
@@ -348,8 +368,15 @@ int alloc_command(int argc, char **argv)
         usage(stdout);
         return 0;
     }
-    if (a.f.gpus && a.f.gpus_per_node)
+    if (alloc_gpus_parse(a.f.gpus_text, &a.f, err, sizeof(err)) != 0)
+        return cli_usage_error("alloc", "%s", err);
+    if (a.f.gpus_text && a.f.gpus_per_node)
         return cli_usage_error("alloc", "--gpus and --gpus-per-node: one of them");
+    if (a.f.mig_profile && (a.f.nodes > 1 || a.f.gpus_per_task))
+        return cli_usage_error("alloc",
+                               "--gpus %s: one MIG instance, on one node, for the job "
+                               "(not -N above 1, not --gpus-per-task)",
+                               a.f.mig_profile);
     struct sigaction sa = {.sa_handler = on_signal};
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);

@@ -33,7 +33,15 @@
 struct alloc_flags {
     int64_t nodes, gpus_per_node, gpus, ntasks, ntasks_per_node, gpus_per_task, time_s;
     const char *pool, *name;
+    const char *gpus_text;   /* -G/--gpus as given: alloc_gpus_parse reads it */
+    const char *mig_profile; /* or one MIG instance of this profile ("1g.10gb") */
 };
+
+/* -G/--gpus GPUS of `gpuorch alloc` and `gpuorch run`: whole GPUs in all
+ * (1..1024) into f->gpus, or a MIG profile ("1g.10gb", cli/sbatch.h's
+ * shape) into f->mig_profile: one instance (docs/mig.md). NULL: not given.
+ * 0, or GPO_EUSAGE with what was expected. */
+int alloc_gpus_parse(const char *text, struct alloc_flags *f, char *err, size_t errlen);
 
 struct alloc {
     struct cli c;

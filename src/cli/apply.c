@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "cli/cli.h"
@@ -43,6 +44,9 @@ static const struct kind {
 };
 /* The cluster's settings: one object, not a list. */
 static const struct kind settings_kind = {"settings", CLIENT_KIND_SETTINGS, "settings", NULL};
+/* Nodes register themselves: a file sets only a node's own "mig" (PUT
+ * /v1/nodes/NAME/mig), after the pools. The kind is unused. */
+static const struct kind nodes_kind = {"nodes", CLIENT_KIND_COUNT, "node", NULL};
 
 /* ---- the document ------------------------------------------------------ */
 
@@ -67,6 +71,8 @@ static const struct kind *kind_of(const char *section)
 {
     if (strcmp(section, settings_kind.section) == 0)
         return &settings_kind;
+    if (strcmp(section, nodes_kind.section) == 0)
+        return &nodes_kind;
     for (size_t k = 0; k < ARRAY_LEN(kinds); k++)
         if (strcmp(kinds[k].section, section) == 0)
             return &kinds[k];
@@ -108,14 +114,14 @@ static int check_doc(const struct apply_doc *d, const char *name, char *err, siz
     if (!json_is_object(d->root))
         return errbuf_set(err, errlen, GPO_EUSAGE,
                           "%s: expected an object with settings, pools, priority_classes, teams, "
-                          "users, prices or services",
+                          "users, prices, services or nodes",
                           name);
     json_object_foreach((json_t *)d->root, key, v)
     {
         if (!kind_of(key))
             return errbuf_set(err, errlen, GPO_EUSAGE,
                               "%s: unknown list '%s' (expected settings, pools, priority_classes, "
-                              "teams, users, prices or services)",
+                              "teams, users, prices, services or nodes)",
                               where(d, name, key, at, sizeof(at)),
                               jsonv_quote(key, strlen(key), q));
         if (kind_of(key) == &settings_kind) {
@@ -196,6 +202,19 @@ static json_t *without_nulls(const json_t *v)
     return out;
 }
 
+/* A pool's "mig" (docs/mig.md): the planner's settings merge onto the
+ * server's planner settings; a layout, "off", or a switch between a layout
+ * and the planner replaces the server's setting whole (a count the file
+ * leaves out goes). */
+// NOLINTNEXTLINE(misc-no-recursion): apply_merge's depth
+static json_t *merge_mig(const json_t *cur, const json_t *file)
+{
+    if (json_is_object(cur) && json_is_object(file) && !json_object_get(cur, "layout") &&
+        !json_object_get(file, "layout"))
+        return apply_merge(cur, file);
+    return without_nulls(file);
+}
+
 // NOLINTNEXTLINE(misc-no-recursion): as deep as the file, which yamljson caps at 16 levels
 json_t *apply_merge(const json_t *current, const json_t *file)
 {
@@ -211,8 +230,9 @@ json_t *apply_merge(const json_t *current, const json_t *file)
             continue;
         }
         json_t *cur = json_object_get(out, key);
-        json_t *m =
-            json_is_object(cur) && json_is_object(v) ? apply_merge(cur, v) : without_nulls(v);
+        json_t *m = strcmp(key, "mig") == 0                    ? merge_mig(cur, v)
+                    : json_is_object(cur) && json_is_object(v) ? apply_merge(cur, v)
+                                                               : without_nulls(v);
         if (!m || json_object_set_new(out, key, m) != 0) {
             json_decref(out);
             out = NULL;
@@ -221,15 +241,80 @@ json_t *apply_merge(const json_t *current, const json_t *file)
     return out;
 }
 
-/* A duration field ("window_s") the file writes as "30m" and the server
- * shows in seconds: the same value. */
+/* Seconds of a duration as a file or the server writes it: an integer, or
+ * a duration string ("30m"); -1 for anything else. */
+static int64_t duration_of(const json_t *v)
+{
+    int64_t s;
+    if (json_is_integer(v))
+        return json_integer_value(v);
+    if (json_is_string(v) && timefmt_parse_duration(json_string_value(v), &s) == 0 &&
+        s != TIMEFMT_UNLIMITED)
+        return s;
+    return -1;
+}
+
+/* A duration field ("window_s", and a pool's mig "settle", "hold",
+ * "min_interval") the file writes as "30m" and the server shows in seconds
+ * or as "1800s": the same value. */
 static bool same_duration(const char *key, const json_t *file, const json_t *current)
 {
+    static const char *const mig_durations[] = {"settle", "hold", "min_interval"};
     size_t n = strlen(key);
-    int64_t s;
-    return n > 2 && strcmp(key + n - 2, "_s") == 0 && json_is_string(file) &&
-           json_is_integer(current) && timefmt_parse_duration(json_string_value(file), &s) == 0 &&
-           s == json_integer_value(current);
+    bool duration = n > 2 && strcmp(key + n - 2, "_s") == 0;
+    for (size_t i = 0; i < ARRAY_LEN(mig_durations); i++)
+        duration = duration || strcmp(key, mig_durations[i]) == 0;
+    int64_t a = duration ? duration_of(file) : -1;
+    return a >= 0 && a == duration_of(current);
+}
+
+/* A MIG profile as the server spells it: lower case, without "MIG " or
+ * "mig-", ".me" as "+me" (core/mig.h's mig_profile_lookup reads these). */
+static void profile_spelling(const char *s, char *buf, size_t size)
+{
+    size_t n = 0;
+    if (strncasecmp(s, "mig ", 4) == 0 || strncasecmp(s, "mig-", 4) == 0)
+        s += 4;
+    for (; *s && n + 1 < size; s++)
+        buf[n++] = (char)(*s >= 'A' && *s <= 'Z' ? *s - 'A' + 'a' : *s);
+    buf[n] = '\0';
+    if (n > 3 && strcmp(buf + n - 3, ".me") == 0)
+        buf[n - 3] = '+';
+}
+
+/* A layout's counts are the whole layout: the same profiles (however
+ * spelled) with the same counts. */
+static bool same_layout(const json_t *file, const json_t *current)
+{
+    if (json_object_size(file) != json_object_size(current))
+        return false;
+    const char *key;
+    json_t *v;
+    json_object_foreach((json_t *)file, key, v)
+    {
+        char want[64], have[64];
+        profile_spelling(key, want, sizeof(want));
+        const char *ckey;
+        json_t *cv;
+        bool found = false;
+        json_object_foreach((json_t *)current, ckey, cv)
+        {
+            profile_spelling(ckey, have, sizeof(have));
+            found = found || (strcmp(want, have) == 0 && json_is_number(v) && json_is_number(cv) &&
+                              json_number_value(v) == json_number_value(cv));
+        }
+        if (!found)
+            return false;
+    }
+    return true;
+}
+
+/* A pool's "mig": "off" (or false) is what a server without one shows. */
+static bool same_off(const char *key, const json_t *file, const json_t *current)
+{
+    return strcmp(key, "mig") == 0 && !current &&
+           (json_is_false(file) ||
+            (json_is_string(file) && strcmp(json_string_value(file), "off") == 0));
 }
 
 // NOLINTNEXTLINE(misc-no-recursion): as deep as the file, which yamljson caps at 16 levels
@@ -243,8 +328,13 @@ bool apply_subset(const json_t *file, const json_t *current)
         json_object_foreach((json_t *)file, key, v)
         {
             const json_t *c = json_object_get(current, key);
-            if (same_duration(key, v, c))
+            if (same_duration(key, v, c) || same_off(key, v, c))
                 continue;
+            if (strcmp(key, "layout") == 0 && json_is_object(v) && json_is_object(c)) {
+                if (!same_layout(v, c))
+                    return false;
+                continue;
+            }
             if (json_is_null(v) ? c != NULL && !json_is_null(c) : !apply_subset(v, c))
                 return false;
         }
@@ -304,7 +394,10 @@ static void usage(FILE *out)
                  "'pool/main created', 'team/research configured', 'user/alice unchanged'.\n"
                  "\n"
                  "  settings:          {private_data: true | false | [jobs, usage, nodes, teams]}\n"
-                 "  pools:             [{name, description}]\n"
+                 "  pools:             [{name, description, aliases, node_features,\n"
+                 "                       mig: off | {layout: all-1g.10gb | {1g.10gb: 2, ...}} |\n"
+                 "                       {dynamic: true, settle, hold, min_interval, keep_free,\n"
+                 "                       max_repartitions}}]  (docs/mig.md)\n"
                  "  priority_classes:  [{name, order, may_preempt, description}]\n"
                  "  teams:             [{name, weight, borrow_limit,\n"
                  "                       quotas: [{pool, gpu_type, guaranteed, borrow_limit}],\n"
@@ -318,6 +411,8 @@ static void usage(FILE *out)
                  "                       startup_timeout_s, min, max, concurrency_limit,\n"
                  "                       queue, hosts, api_key_sha256, autoscaling: {...}}]\n"
                  "                     (docs/api.md, \"Services\")\n"
+                 "  nodes:             [{name, mig}]  a registered node's own MIG setting\n"
+                 "                     (overrides its pool's; null: the pool's again)\n"
                  "\n"
                  "Fields the file leaves out keep their value; a list it gives (quotas) replaces\n"
                  "the server's; a field set to null goes back to its default. Applying the same\n"
@@ -385,6 +480,73 @@ static int apply_one(struct cli *c, const struct kind *k, const json_t *obj, con
     return 0;
 }
 
+/* One node's own "mig" ({name, mig}: nothing else a file sets on a node),
+ * against the listing `nodes` (GET /v1/nodes). 0, or CLI_EXIT_FAIL once its
+ * error line is printed. */
+static int apply_node(struct cli *c, const json_t *nodes, const json_t *obj, const char *at,
+                      bool dry)
+{
+    const char *name = cli_json_str(obj, "name"), *key;
+    char err[CLI_ERR_MAX], q[JSONV_QUOTE_MAX + 4];
+    const json_t *v, *cur = NULL;
+    json_object_foreach((json_t *)obj, key, v)
+    {
+        if (strcmp(key, "name") != 0 && strcmp(key, "mig") != 0)
+            return cli_fail("apply",
+                            "%s: node/%s: unknown field '%s' (a node registers itself; a "
+                            "file sets only its 'mig')",
+                            at, name, jsonv_quote(key, strlen(key), q));
+    }
+    for (size_t i = 0; !cur && i < json_array_size(nodes); i++) {
+        const char *n = cli_json_str(json_array_get(nodes, i), "name");
+        if (n && strcmp(n, name) == 0)
+            cur = json_array_get(nodes, i);
+    }
+    if (!cur)
+        return cli_fail("apply",
+                        "%s: node/%s: no such node (a node registers itself when its "
+                        "agent starts; set its mig after that)",
+                        at, name);
+    const json_t *file_mig = json_object_get(obj, "mig"), *cur_mig = json_object_get(cur, "mig");
+    json_t *f = json_pack("{s:O?}", "mig", file_mig), *now = json_pack("{s:O?}", "mig", cur_mig);
+    json_t *merged = f && now ? apply_merge(now, f) : NULL;
+    int rc = merged ? 0 : GPO_ENOMEM;
+    bool same = !rc && (file_mig ? apply_subset(f, now) : true);
+    if (!rc && !same && !dry)
+        rc = client_nodes_mig(&c->client, name, json_object_get(merged, "mig"), NULL, err,
+                              sizeof(err));
+    json_decref(f);
+    json_decref(now);
+    json_decref(merged);
+    if (rc == GPO_ENOMEM)
+        snprintf(err, sizeof(err), "out of memory");
+    if (rc)
+        return cli_fail("apply", "%s: node/%s: %s", at, name, err);
+    printf("node/%s %s%s\n", name, same ? "unchanged" : "configured", dry ? " (dry run)" : "");
+    return 0;
+}
+
+static int apply_nodes(struct cli *c, const struct apply_doc *d, const char *name, bool dry)
+{
+    const json_t *list = json_object_get(d->root, nodes_kind.section);
+    if (!json_array_size(list))
+        return 0;
+    char err[CLI_ERR_MAX];
+    json_t *nodes = NULL;
+    if (client_nodes_list(&c->client, &nodes, err, sizeof(err)) != 0)
+        return cli_fail("apply", "%s: nodes: %s", name, err);
+    int rc = 0;
+    for (size_t i = 0; i < json_array_size(list); i++) {
+        char path[128], at[4200];
+        snprintf(path, sizeof(path), "%s[%zu]", nodes_kind.section, i);
+        if (apply_node(c, json_object_get(nodes, "nodes"), json_array_get(list, i),
+                       where(d, name, path, at, sizeof(at)), dry) != 0)
+            rc = CLI_EXIT_FAIL;
+    }
+    json_decref(nodes);
+    return rc;
+}
+
 static int apply_doc(struct cli *c, const struct apply_doc *d, const char *name, bool dry)
 {
     int rc = 0;
@@ -406,7 +568,7 @@ static int apply_doc(struct cli *c, const struct apply_doc *d, const char *name,
                 rc = CLI_EXIT_FAIL; /* and on with the rest */
         }
     }
-    return rc;
+    return apply_nodes(c, d, name, dry) ? CLI_EXIT_FAIL : rc;
 }
 
 int apply_command(int argc, char **argv)

@@ -5,7 +5,7 @@
  * The document is one object with any of these lists, applied in this
  * order so that what an object refers to exists first:
  *
- *   pools:            [{name, description}]
+ *   pools:            [{name, description, aliases, node_features, mig}]
  *   priority_classes: [{name, order, may_preempt, description}]
  *   teams:            [{name, weight, borrow_limit, quotas: [{pool, gpu_type,
  *                       guaranteed, borrow_limit}]}]
@@ -21,7 +21,12 @@
  * (apply_merge), "configured". So a field the file leaves out keeps its
  * value, a list the file gives replaces the server's (a quota the file
  * leaves out goes), a field set to null is removed (back to the API's
- * default), and a second run changes nothing. Prints one line per object,
+ * default), and a second run changes nothing. A pool's "mig" (docs/mig.md)
+ * is one setting: a layout or "off" replaces the server's whole (a count
+ * of a layout the file leaves out goes, and "off" is what a pool without
+ * one shows), the planner's settings merge onto the server's planner
+ * settings, and its durations compare by value ("5m" is 300). Prints one
+ * line per object,
  * in kubectl's words: "team/research configured".
  *
  * A document that is not that shape (an unknown list, an object without a

@@ -31,8 +31,11 @@ const char *jobs_gpus_text(const json_t *spec, char *buf, size_t len)
     const json_t *g = json_object_get(spec, "gpus");
     const char *type = cli_json_str(spec, "gpu_type");
     json_int_t mem = json_integer_value(json_object_get(spec, "gpu_mem_mib"));
+    const char *mig = cli_json_str(spec, "mig_profile");
     char n[64], size[32];
-    if (json_is_real(g))
+    if (mig)
+        snprintf(n, sizeof(n), "%s", mig); /* one MIG instance: "1g.10gb" */
+    else if (json_is_real(g))
         snprintf(n, sizeof(n), "%g", json_real_value(g));
     else if (json_integer_value(g) == 0 && mem > 0)
         snprintf(n, sizeof(n), "mem:%s", cli_size_text(mem, size, sizeof(size)));

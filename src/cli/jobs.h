@@ -41,7 +41,8 @@ int jobs_logs_command(int argc, char **argv);
 int jobs_whoami_command(int argc, char **argv);
 
 /* Shared by queue and show. What a job's spec (borrowed) asks of GPUs:
- * "2", "H100-80GB:2", "0.25", "mem:10G"; into buf, returned. */
+ * "2", "H100-80GB:2", "0.25", "mem:10G", "1g.10gb" (a MIG instance); into
+ * buf, returned. */
 const char *jobs_gpus_text(const json_t *spec, char *buf, size_t len);
 /* "35m", "2h", "40s", "3d": a stretch of ms milliseconds, for a column. */
 void jobs_span_text(int64_t ms, char *buf, size_t len);

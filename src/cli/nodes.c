@@ -36,7 +36,15 @@ static void list_usage(FILE *out)
                  "Lists the nodes: NAME POOL STATE GPUS TYPE FREE CPUS MEM HEARTBEAT. STATE is\n"
                  "up, draining (keeps its work, gets nothing new) or down (its heartbeats\n"
                  "stopped). FREE counts the GPUs that no running job holds and no ended job's\n"
-                 "process still occupies; it needs an admin's token (others see '?').\n");
+                 "process still occupies; it needs an admin's token (others see '?').\n"
+                 "\n"
+                 "Under the table, one line per GPU in MIG mode (or with a MIG mode change\n"
+                 "waiting for a GPU reset): the node's MIG layout setting (off: gpuorch\n"
+                 "schedules on the instances as they are; static or dynamic: it repartitions\n"
+                 "idle ones, docs/mig.md), a plan in flight, and each instance as\n"
+                 "PROFILE@SLOT with the job that holds it or 'free' ('in use' where the job\n"
+                 "is another team's and nodes are private; 'no device' without a compute\n"
+                 "instance yet).\n");
     cli_help_common(out, true);
 }
 
@@ -106,6 +114,57 @@ static int list_row(struct table *t, const json_t *n, const json_t *held, int64_
     return table_add(t, cells);
 }
 
+/* One instance: "1g.10gb@6 job 12", "3g.40gb@0 free". */
+static void mig_instance_text(const json_t *m, char *buf, size_t size)
+{
+    const char *profile = cli_json_str(m, "profile");
+    char unknown[32];
+    if (!profile) {
+        snprintf(unknown, sizeof(unknown), "profile-id-%" JSON_INTEGER_FORMAT,
+                 json_integer_value(json_object_get(m, "profile_id")));
+        profile = unknown;
+    }
+    json_int_t start = json_integer_value(json_object_get(m, "start"));
+    const json_t *job = json_object_get(m, "job");
+    if (json_is_integer(job))
+        snprintf(buf, size, "%s@%" JSON_INTEGER_FORMAT " job %" JSON_INTEGER_FORMAT, profile, start,
+                 json_integer_value(job));
+    else
+        snprintf(buf, size, "%s@%" JSON_INTEGER_FORMAT " %s", profile, start,
+                 json_is_true(json_object_get(m, "in_use")) ? "in use"
+                 : !cli_json_str(m, "uuid")                 ? "no device"
+                                                            : "free");
+}
+
+/* The MIG lines under the table (nodes.c's --help says what they show). */
+static void mig_print(const json_t *nodes)
+{
+    for (size_t k = 0; k < json_array_size(nodes); k++) {
+        const json_t *n = json_array_get(nodes, k), *gpus = json_object_get(n, "gpus");
+        for (size_t g = 0; g < json_array_size(gpus); g++) {
+            const json_t *gpu = json_array_get(gpus, g);
+            bool on = json_is_true(json_object_get(gpu, "mig_enabled"));
+            bool pending = json_is_true(json_object_get(gpu, "mig_pending"));
+            if (!on && !pending)
+                continue;
+            printf("%s gpu %" JSON_INTEGER_FORMAT " MIG %s%s%s:", cli_json_str(n, "name"),
+                   json_integer_value(json_object_get(gpu, "index")),
+                   cli_json_str(n, "mig_mode") ? cli_json_str(n, "mig_mode") : "off",
+                   on != pending
+                       ? (on ? ", MIG off after a GPU reset" : ", MIG on after a GPU reset")
+                       : "",
+                   json_is_true(json_object_get(gpu, "mig_planning")) ? ", plan in flight" : "");
+            const json_t *mig = json_object_get(gpu, "mig");
+            for (size_t i = 0; i < json_array_size(mig); i++) {
+                char text[96];
+                mig_instance_text(json_array_get(mig, i), text, sizeof(text));
+                printf("%s %s", i ? "," : "", text);
+            }
+            printf("%s\n", on && !json_array_size(mig) ? " no instances" : "");
+        }
+    }
+}
+
 static int list_print(const json_t *nodes, const json_t *held)
 {
     static const char *const head[] = {"NAME", "POOL", "STATE", "GPUS",     "TYPE",
@@ -115,8 +174,10 @@ static int list_print(const json_t *nodes, const json_t *held)
     int rc = t ? 0 : GPO_ENOMEM;
     for (size_t k = 0; rc == 0 && k < json_array_size(nodes); k++)
         rc = list_row(t, json_array_get(nodes, k), held, now);
-    if (rc == 0)
+    if (rc == 0) {
         table_print(t, stdout);
+        mig_print(nodes);
+    }
     table_free(t);
     return rc ? cli_fail("nodes", "out of memory") : 0;
 }

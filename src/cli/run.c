@@ -40,8 +40,8 @@ struct run_args {
     bool label, help, pty;
     const char *nodelist; /* --pty: the node of the task */
     /* outside an allocation only: what to allocate */
-    int64_t gpus_per_node, gpus, time_s;
-    const char *partition, *name;
+    int64_t gpus_per_node, time_s;
+    const char *gpus, *partition, *name; /* gpus: alloc_gpus_parse's */
 };
 
 static const struct opts_opt opts[] = {
@@ -93,9 +93,8 @@ static const struct opts_opt opts[] = {
      .offset = offsetof(struct run_args, gpus_per_node)},
     {.name = "gpus",
      .short_name = 'G',
-     .type = OPTS_INT,
-     .min = 1,
-     .max = 1024,
+     .type = OPTS_STRING,
+     .flags = OPTS_NONEMPTY,
      .offset = offsetof(struct run_args, gpus)},
     {.name = "time",
      .short_name = 't',
@@ -182,7 +181,8 @@ static void usage(FILE *out)
                  "                          terminal in raw mode, what you type goes to the task,\n"
                  "                          window size changes too; exits with its status\n"
                  "  -w, --nodelist NODE     --pty: the task's node (default: the first)\n"
-                 "  --gpus-per-node G, -G/--gpus GPUS, -t/--time SECONDS, -p/--partition POOL,\n"
+                 "  --gpus-per-node G, -G/--gpus GPUS (or a MIG profile, 1g.10gb: one instance),\n"
+                 "  -t/--time SECONDS, -p/--partition POOL,\n"
                  "  -J/--job-name NAME      what to allocate, outside a job only\n"
                  "  -h, --help              this help\n"
                  "\n"
@@ -639,11 +639,11 @@ static int allocate(struct step *st, struct alloc *al)
     const struct run_args *a = &st->a;
     struct alloc_flags f = {.nodes = a->nodes,
                             .gpus_per_node = a->gpus_per_node,
-                            .gpus = a->gpus,
                             .time_s = a->time_s,
                             .pool = a->partition,
                             .name = a->name ? a->name : "run"};
     struct cli_common co = {0};
+    (void)alloc_gpus_parse(a->gpus, &f, NULL, 0); /* checked by run_command */
     int rc = alloc_acquire("run", &f, &co, &stop_signal, al);
     if (!rc && alloc_export(al) != 0)
         rc = cli_fail("run", "the allocation's node list is too long for the environment");
@@ -712,6 +712,13 @@ int run_command(int argc, char **argv)
                                     "--job-name allocate: not inside a job");
     if (go && !rc && ra->gpus && ra->gpus_per_node)
         rc = cli_usage_error("run", "--gpus and --gpus-per-node: one of them");
+    struct alloc_flags checked = {0};
+    char gerr[256];
+    if (go && !rc && alloc_gpus_parse(ra->gpus, &checked, gerr, sizeof(gerr)) != 0)
+        rc = cli_usage_error("run", "%s", gerr);
+    if (go && !rc && checked.mig_profile && ra->nodes > 1)
+        rc = cli_usage_error("run", "--gpus %s: one MIG instance, on one node (not -N above 1)",
+                             checked.mig_profile);
     if (go && !rc && ra->nodelist && !ra->pty)
         rc = cli_usage_error("run", "-w/--nodelist: srun's option is supported with --pty only");
     if (go && !rc && ra->pty && ra->label)

@@ -67,6 +67,41 @@ int sbatch_parse_gpus(const char *s, int32_t *ret_milli)
     return 0;
 }
 
+static size_t digits(const char *s, size_t len)
+{
+    size_t n = 0;
+    while (n < len && s[n] >= '0' && s[n] <= '9')
+        n++;
+    return n;
+}
+
+static bool word_nocase(const char *s, size_t len, const char *lower)
+{
+    size_t n = strlen(lower);
+    if (len < n)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if ((s[i] | 0x20) != lower[i])
+            return false;
+    return true;
+}
+
+bool sbatch_is_mig_profile(const char *s, size_t len)
+{
+    if (!s)
+        return false;
+    if (len > 4 && word_nocase(s, 3, "mig") && (s[3] == ' ' || s[3] == '-'))
+        s += 4, len -= 4;
+    if (len > 3 && (s[len - 3] == '+' || s[len - 3] == '.') && word_nocase(s + len - 2, 2, "me"))
+        len -= 3;
+    size_t n = digits(s, len); /* compute slices */
+    if (n == 0 || n + 2 > len || (s[n] | 0x20) != 'g' || s[n + 1] != '.')
+        return false;
+    s += n + 2, len -= n + 2;
+    n = digits(s, len); /* memory */
+    return n > 0 && len == n + 2 && word_nocase(s + n, 2, "gb");
+}
+
 int sbatch_parse_time(const char *s, int64_t *ret_s)
 {
     int64_t v;

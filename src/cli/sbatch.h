@@ -9,6 +9,8 @@
 #ifndef GPUORCH_CLI_SBATCH_H
 #define GPUORCH_CLI_SBATCH_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include <jansson.h>
@@ -29,6 +31,12 @@ int sbatch_parse_size_mib(const char *s, int64_t *ret_mib);
  * most three decimals ("0.25", ".5"), in milli-GPUs. 0 and *ret_milli;
  * GPO_EUSAGE. */
 int sbatch_parse_gpus(const char *s, int32_t *ret_milli);
+
+/* Whether s[0..len) is written as a MIG profile: "1g.10gb", with an
+ * optional "MIG " or "mig-" prefix and "+me" or ".me" suffix, any case
+ * (Slurm's MIG gres type, nvidia-smi's and Kubernetes' spellings). Only
+ * the shape: the server checks the name against its catalogue. */
+bool sbatch_is_mig_profile(const char *s, size_t len);
 
 /* A time limit in Slurm's formats (util/timefmt.h: "MM", "MM:SS",
  * "HH:MM:SS", "D-HH", "D-HH:MM", "D-HH:MM:SS", "90m", "UNLIMITED"), in

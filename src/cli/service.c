@@ -74,7 +74,8 @@ static const struct sub {
      "sent whole (PUT /v1/services/NAME): a field the file leaves out takes its\n"
      "default. A change to what shapes a replica (command, env, resources, ...)\n"
      "rolls the replicas, a new one ready before an old one drains; min, max and\n"
-     "autoscaling change at once. Prints 'service/NAME created' or 'configured'.\n"
+     "autoscaling change at once. Prints 'service/NAME created', 'configured', or\n"
+     "'unchanged' where the stored service reads the same as before.\n"
      "\n"
      "  -f, --file FILE  the services\n"},
     {"list", CLI_OPTS(read_opts), 0, list_run, "list [--json]",
@@ -118,25 +119,51 @@ static void sub_usage(FILE *out, const struct sub *s)
 
 /* ---- apply --------------------------------------------------------------------- */
 
-/* PUTs one service; prints its line. 0, or CLI_EXIT_FAIL after the line. */
+/* The stored service without its "status" (what the controller observes,
+ * which changes by itself), or NULL: what a PUT may change. */
+static json_t *stored_spec(const json_t *svc)
+{
+    json_t *copy = json_is_object(svc) ? json_deep_copy(svc) : NULL;
+    if (copy)
+        json_object_del(copy, "status");
+    return copy;
+}
+
+/* PUTs one service; prints its line: "created" (201), "unchanged" where
+ * the stored service reads the same before and after (as `gpuorch apply`
+ * and kubectl say), else "configured". 0, or CLI_EXIT_FAIL after the line. */
 static int apply_one(struct cli *c, const char *file, const json_t *spec, long line, bool json,
                      json_t *stored)
 {
     char err[CLI_ERR_MAX];
     const char *name = cli_json_str(spec, "name");
-    json_t *ret = NULL;
+    json_t *ret = NULL, *cur = NULL;
+    /* A failed look (404 for a new service, or anything else) only means
+     * the line cannot say "unchanged"; the PUT reports real errors. */
+    if (client_services_get(&c->client, name, &cur, err, sizeof(err)) != 0)
+        cur = NULL;
+    json_t *before = stored_spec(cur);
+    json_decref(cur);
     int rc = client_services_put(&c->client, name, spec, &ret, err, sizeof(err));
     if (rc) {
         char at[64] = "";
         if (line)
             snprintf(at, sizeof(at), ":%ld", line);
+        json_decref(before);
         return rc == GPO_ENOMEM ? cli_fail(CMD, "out of memory")
                                 : cli_fail(CMD, "%s%s: service/%s: %s", file, at, name, err);
     }
-    if (json)
+    if (json) {
         json_array_append_new(stored, ret ? json_incref(ret) : json_deep_copy(spec));
-    else
-        printf("service/%s %s\n", name, c->client.status == 201 ? "created" : "configured");
+    } else {
+        json_t *after = stored_spec(ret);
+        const char *done = c->client.status == 201                        ? "created"
+                           : before && after && json_equal(before, after) ? "unchanged"
+                                                                          : "configured";
+        printf("service/%s %s\n", name, done);
+        json_decref(after);
+    }
+    json_decref(before);
     json_decref(ret);
     return 0;
 }

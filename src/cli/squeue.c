@@ -112,7 +112,8 @@ static enum slurm_state queue_state(const json_t *job)
     return s == SLURM_REQUEUED ? SLURM_PENDING : s;
 }
 
-/* GPUs per node: "gres/gpu:H100-80GB:2", "gres/gpu:0.25", "N/A". */
+/* GPUs per node: "gres/gpu:H100-80GB:2", "gres/gpu:0.25", "gres/gpu:1g.10gb:1"
+ * (a MIG instance), "N/A". */
 static const char *gres_text(const json_t *spec, char *buf, size_t len)
 {
     const json_t *g = json_object_get(spec, "gpus");
@@ -120,7 +121,10 @@ static const char *gres_text(const json_t *spec, char *buf, size_t len)
     json_int_t per = json_integer_value(json_object_get(spec, "gpus_per_node"));
     if (per <= 0)
         per = json_integer_value(g) / slurm_spec_nodes(spec);
-    if (json_is_real(g))
+    const char *mig = str_of(spec, "mig_profile");
+    if (mig) /* Slurm's MIG gres: the profile as the type, one of it */
+        snprintf(buf, len, "gres/gpu:%s:1", mig);
+    else if (json_is_real(g))
         snprintf(buf, len, "gres/gpu%s%s:%g", type ? ":" : "", type ? type : "",
                  json_real_value(g));
     else if (per > 0)

@@ -263,9 +263,9 @@ static const struct submit_flag flags[] = {
     /* Slurm's resources (submit_slurm.c: what sbatch(1) says each means) */
     VALUE("nodes", 'N', W_ALL, submit_set_nodes, NULL, 0, 0, "a node count N"),
     VALUE("gpus", 'G', W_ALL, submit_set_gpus, NULL, 0, 0,
-          "[TYPE:]N: whole GPUs in all, or a fraction below 1 (0.25)"),
+          "[TYPE:]N: whole GPUs in all, a fraction below 1 (0.25), or a MIG profile (1g.10gb)"),
     VALUE("gpus-per-node", 0, W_ALL, submit_set_gpus_per_node, NULL, 0, 0, "[TYPE:]N GPUs"),
-    VALUE("gres", 0, W_ALL, submit_set_gres, NULL, 0, 0, "gpu:N or gpu:TYPE:N"),
+    VALUE("gres", 0, W_ALL, submit_set_gres, NULL, 0, 0, "gpu:N, gpu:TYPE:N or gpu:PROFILE:1"),
     VALUE("gpus-per-task", 0, W_ALL, submit_set_gpus_per_task, NULL, 0, 0, "[TYPE:]N GPUs"),
     VALUE("ntasks", 'n', W_ALL, set_int, "ntasks", 1, 65536, "a number of tasks (1-65536)"),
     VALUE("ntasks-per-node", 0, W_ALL, set_int, "ntasks_per_node", 1, 65536,
@@ -644,6 +644,8 @@ static void usage(FILE *out)
             "resources:\n"
             "  -N, --nodes N          exactly N nodes (a gang spread evenly over them)\n"
             "  -G, --gpus [TYPE:]N    whole GPUs in all, or a fraction of one below 1 (0.25)\n"
+            "  -G, --gpus PROFILE     one MIG instance of a profile (1g.10gb, MIG 1g.10gb;\n"
+            "                         Slurm's --gres=gpu:1g.10gb:1 says the same; docs/mig.md)\n"
             "  --gpus-per-node [TYPE:]N, --gres gpu[:TYPE]:N   GPUs on each node\n"
             "  --gpus-per-task N, -n/--ntasks N, --ntasks-per-node N, -c/--cpus-per-task N\n"
             "  --gpu-mem SIZE         a share of one GPU by memory (MiB, or 40G); with\n"
@@ -691,7 +693,8 @@ static void usage(FILE *out)
     fprintf(out,
             "\n"
             "#SBATCH directives read as sbatch(1) defines them (docs/user-guide.md):\n"
-            "--job-name/-J, --output/-o, --error/-e, --time/-t, --nodes/-N, --gres=gpu[:TYPE]:N,\n"
+            "--job-name/-J, --output/-o, --error/-e, --time/-t, --nodes/-N, --gres=gpu[:TYPE]:N\n"
+            "(gpu:PROFILE:1: one MIG instance),\n"
             "--gpus/-G, --gpus-per-node, --gpus-per-task, --ntasks/-n, --ntasks-per-node,\n"
             "--cpus-per-task/-c, --mem, --mem-per-cpu, --mem-per-gpu, --exclusive,\n"
             "--constraint/-C, --array/-a, --dependency/-d, --partition/-p (pool), --qos\n"

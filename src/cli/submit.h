@@ -15,6 +15,8 @@
  * --job-name/-J, --output/-o, --error/-e, --time/-t, --nodes/-N (exactly N;
  * a range N-M only when M is N), --gres=gpu[:TYPE][:N] and --gpus-per-node
  * (GPUs on each node), --gpus/-G (in all), --gpus-per-task, --ntasks/-n,
+ * (a TYPE that is a MIG profile, gpu:1g.10gb:1, or --gpus 1g.10gb: one MIG
+ * instance, "mig_profile"; a count other than 1 is refused),
  * --ntasks-per-node, --cpus-per-task/-c, --mem (per node; 0: the whole
  * node), --mem-per-cpu, --mem-per-gpu, --exclusive (not =user, =mcs,
  * =topo), --constraint/-C, --array/-a, --dependency/-d, --partition/-p (one

@@ -25,7 +25,8 @@ static json_t *gpus_json(int32_t milli)
 
 /* Keys that say one amount in different ways: the last one given wins (the
  * command line's over the script's), as the others would contradict it. */
-static const char *const gpu_keys[] = {"gpus", "gpus_per_node", "gpus_per_task", NULL};
+static const char *const gpu_keys[] = {"gpus", "gpus_per_node", "gpus_per_task", "mig_profile",
+                                       NULL};
 static const char *const mem_keys[] = {"mem_per_node_mib", "mem_per_cpu_mib", "mem_per_gpu_mib",
                                        "mem_whole_node", NULL};
 
@@ -37,12 +38,43 @@ static int put_one_of(struct build *b, const char *const *group, const char *key
     return submit_put(b, key, v, err, errlen);
 }
 
+/* PROFILE[:N] as "mig_profile": Slurm's MIG gres, whose type is the
+ * profile; a job gets one instance (CUDA shows a process one MIG device),
+ * so N is 1, and not per task. The profile is len bytes of v; `pre` is
+ * what the flag's value had before v ("gpu:" of --gres), for messages. */
+static int put_mig(struct build *b, const struct submit_flag *f, const char *pre, const char *v,
+                   size_t len, const char *count, const char *key, char *err, size_t errlen)
+{
+    int64_t n = 1;
+    char name[64];
+    if (len >= sizeof(name) || (count && opts_parse_int(count, 0, SBATCH_GPUS_MAX, &n) != 0))
+        return submit_bad_value(f, v, err, errlen);
+    snprintf(name, sizeof(name), "%.*s", (int)len, v);
+    if (strcmp(key, "gpus_per_task") == 0)
+        return errbuf_set(err, errlen, GPO_EUSAGE,
+                          "a MIG profile (%s) is one instance per job, not per task: give "
+                          "--gpus %s",
+                          name, name);
+    if (n != 1)
+        return errbuf_set(err, errlen, GPO_EUSAGE,
+                          "%s%s:%lld asks for %lld MIG instances; a job gets one (CUDA shows a "
+                          "process one MIG device): give %s%s:1, or submit an array of jobs "
+                          "(--array)",
+                          pre, name, (long long)n, (long long)n, pre, name);
+    return put_one_of(b, gpu_keys, "mig_profile", json_string(name), err, errlen);
+}
+
 /* [TYPE:]N as `key` (and "gpu_type"); a fraction of one GPU always as
- * "gpus", the one field that takes it. */
+ * "gpus", the one field that takes it; a MIG profile as TYPE or alone as
+ * "mig_profile". */
 static int put_gpus(struct build *b, const struct submit_flag *f, const char *v, const char *key,
                     char *err, size_t errlen)
 {
-    const char *colon = strrchr(v, ':');
+    const char *colon = strrchr(v, ':'), *pre = strcmp(f->opt.name, "gres") == 0 ? "gpu:" : "";
+    if (colon && sbatch_is_mig_profile(v, (size_t)(colon - v)))
+        return put_mig(b, f, pre, v, (size_t)(colon - v), colon + 1, key, err, errlen);
+    if (!colon && sbatch_is_mig_profile(v, strlen(v)))
+        return put_mig(b, f, pre, v, strlen(v), NULL, key, err, errlen);
     int32_t milli;
     if (sbatch_parse_gpus(colon ? colon + 1 : v, &milli) != 0 || (colon && colon == v))
         return submit_bad_value(f, v, err, errlen);
@@ -85,7 +117,9 @@ int submit_set_gpus_per_node(struct build *b, const struct submit_flag *f, const
 /* sbatch(1): "--gres=<list> Specifies a comma-delimited list of generic
  * consumable resources. The format for each entry in the list is
  * "name[[:type]:count]". ... The specified resources will be allocated to
- * the job on each node." GPUs are the one generic resource here. */
+ * the job on each node." GPUs are the one generic resource here. With
+ * MIG, Slurm's gres type of an instance is its profile (its gres guide's
+ * "MIG Support": Type=1g.5gb), so gpu:PROFILE[:1] asks for one instance. */
 int submit_set_gres(struct build *b, const struct submit_flag *f, const char *v, char *err,
                     size_t errlen)
 {
@@ -102,7 +136,8 @@ int submit_set_gres(struct build *b, const struct submit_flag *f, const char *v,
                           jsonv_quote(v, strlen(v), q));
     const char *rest = v + 4;
     int32_t milli;
-    if (strchr(rest, ':') || sbatch_parse_gpus(rest, &milli) == 0)
+    if (strchr(rest, ':') || sbatch_parse_gpus(rest, &milli) == 0 ||
+        sbatch_is_mig_profile(rest, strlen(rest)))
         return put_gpus(b, f, rest, "gpus_per_node", err, errlen);
     int rc = submit_put_text(b, "gpu_type", rest, err, errlen); /* gpu:TYPE: one of that type */
     return rc ? rc : put_one_of(b, gpu_keys, "gpus_per_node", json_integer(1), err, errlen);

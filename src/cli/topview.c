@@ -293,6 +293,26 @@ static json_t *job_entry(const json_t *j, const json_t *nodes, const json_t *gpu
                      "idle", copy_or_null(json_is_object(idle) ? idle : NULL));
 }
 
+/* MIG instances of the nodes' GPUs in MIG mode, and those a job holds. */
+static void mig_count(const json_t *nodes, json_int_t *ret_total, json_int_t *ret_used)
+{
+    json_int_t total = 0, used = 0;
+    for (size_t k = 0; k < json_array_size(nodes); k++) {
+        const json_t *gpus = json_object_get(json_array_get(nodes, k), "gpus");
+        for (size_t g = 0; g < json_array_size(gpus); g++) {
+            const json_t *gpu = json_array_get(gpus, g);
+            const json_t *mig = json_object_get(gpu, "mig");
+            if (!json_is_true(json_object_get(gpu, "mig_enabled")))
+                continue;
+            total += (json_int_t)json_array_size(mig);
+            for (size_t i = 0; i < json_array_size(mig); i++)
+                used += json_is_true(json_object_get(json_array_get(mig, i), "in_use"));
+        }
+    }
+    *ret_total = total;
+    *ret_used = used;
+}
+
 json_t *top_view_build(const struct top_snapshot *s)
 {
     struct sums all = {0};
@@ -318,11 +338,14 @@ json_t *top_view_build(const struct top_snapshot *s)
         }
     }
     json_t *rate = top_json_num(json_object_get(s->cost, "rate_per_hour"));
+    json_int_t mig_total, mig_used;
+    mig_count(s->nodes, &mig_total, &mig_used);
     json_t *sum =
-        json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:O}", "nodes",
+        json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:O, s:I, s:I}", "nodes",
                   (json_int_t)json_array_size(s->nodes), "nodes_up", (json_int_t)up, "gpus",
                   (json_int_t)all.gpus, "gpus_used", (json_int_t)all.used, "running_jobs",
-                  (json_int_t)running, "pending_jobs", (json_int_t)pending, "cost_rate", rate);
+                  (json_int_t)running, "pending_jobs", (json_int_t)pending, "cost_rate", rate,
+                  "mig_instances", mig_total, "mig_instances_used", mig_used);
     e |= !sum || sums_set(sum, &all);
     json_t *view =
         e ? NULL
@@ -500,15 +523,20 @@ static void add_summary(struct lines *L, const json_t *view, const struct top_sc
     else
         lines_add(L, STYLE_TITLE, "gpuorch top  %s  %s", scr->server ? scr->server : "",
                   time ? time : "");
+    char mig[64] = "";
+    json_int_t mig_total = json_integer_value(json_object_get(s, "mig_instances"));
+    if (mig_total > 0)
+        snprintf(mig, sizeof(mig), "  MIG %" JSON_INTEGER_FORMAT "/%" JSON_INTEGER_FORMAT " used",
+                 json_integer_value(json_object_get(s, "mig_instances_used")), mig_total);
     lines_add(L, STYLE_NONE,
               "nodes %" JSON_INTEGER_FORMAT "/%" JSON_INTEGER_FORMAT
               " up  GPUs %" JSON_INTEGER_FORMAT "/%" JSON_INTEGER_FORMAT
-              " used  util %s  mem %s  power %s  jobs %" JSON_INTEGER_FORMAT
+              " used%s  util %s  mem %s  power %s  jobs %" JSON_INTEGER_FORMAT
               " running, %" JSON_INTEGER_FORMAT " pending  cost %s",
               json_integer_value(json_object_get(s, "nodes_up")),
               json_integer_value(json_object_get(s, "nodes")),
               json_integer_value(json_object_get(s, "gpus_used")),
-              json_integer_value(json_object_get(s, "gpus")),
+              json_integer_value(json_object_get(s, "gpus")), mig,
               pct_text(json_object_get(s, "utilization_pct"), util, sizeof(util)),
               mem_text(s, mem, sizeof(mem)),
               power_text(json_object_get(s, "power_w"), power, sizeof(power)),

@@ -186,6 +186,11 @@ int client_nodes_resume(struct client *c, const char *name, json_t **ret, char *
 /* DELETE /v1/nodes/NAME (admin): the node's record goes; 409 (GPO_EAPI with
  * the message) while an attempt holds its GPUs. */
 int client_nodes_delete(struct client *c, const char *name, char *err, size_t errlen);
+/* PUT /v1/nodes/NAME/mig (admin) with {"mig": mig} (borrowed; NULL: null,
+ * back to the node's pool's setting; docs/mig.md): *ret (may be NULL) the
+ * node as the listing shows it. */
+int client_nodes_mig(struct client *c, const char *name, const json_t *mig, json_t **ret, char *err,
+                     size_t errlen);
 
 /* ---- configuration: /v1/KIND and /v1/KIND/NAME ---------------------------------- */
 

@@ -87,6 +87,94 @@ struct cluster_node_features {
 };
 
 /*
+ * MIG layouts of a pool's (or one node's) MIG-capable GPUs ("mig" of a pool
+ * or node; docs/mig.md). Off (absent): gpuorch schedules onto whatever
+ * instances the nodes report and never changes them. Static: every MIG GPU
+ * should hold `layout` (a named layout, core/mig.h's mig_layout_named:
+ * "all-1g.10gb", "all-balanced", ...) or the counts per profile (as
+ * mig-parted's mig-devices: {"1g.10gb": 2, "3g.40gb": 1}); the controller
+ * plans towards it on idle parts only. Dynamic: the core's planner
+ * (mig_plan) reshapes idle parts by pending demand, with `plan`'s damping.
+ * A node's own "mig" overrides its pool's.
+ */
+enum cluster_mig_mode {
+    CLUSTER_MIG_OFF = 0,
+    CLUSTER_MIG_STATIC,
+    CLUSTER_MIG_DYNAMIC,
+};
+struct cluster_mig_count {
+    char *profile; /* "1g.10gb": valid for the GPU type the layout lands on */
+    uint32_t count;
+};
+struct cluster_mig {
+    enum cluster_mig_mode mode;
+    char *layout; /* static: a named layout, or NULL with counts */
+    struct cluster_mig_count *counts;
+    size_t ncounts;
+    /* dynamic: core/mig.h's struct mig_plan_spec (defaults mig_plan_spec_default) */
+    int64_t settle_ms, hold_ms, min_interval_ms;
+    uint32_t keep_free, max_repartitions;
+};
+
+/* How a pool's nodes share a GPU among fractional jobs ("sharing"):
+ * time-slicing, as the GPU does by itself (the default), or CUDA MPS, each
+ * fractional job a client held to its share (docs/mps.md). */
+enum cluster_sharing {
+    CLUSTER_SHARING_NONE, /* "none" */
+    CLUSTER_SHARING_MPS,  /* "mps" */
+};
+
+#define CLUSTER_MIG_DURATION_MAX_S   (INT64_C(30) * 86400) /* settle, hold, min_interval */
+#define CLUSTER_MIG_COUNTS_MAX       16                    /* profiles of a count layout */
+#define CLUSTER_MIG_KEEP_FREE_MAX    1000
+#define CLUSTER_MIG_REPARTITIONS_MAX 100000
+
+/*
+ * "mig" as JSON (docs/mig.md), `field` its path in messages ("mig"):
+ *   absent, null, false or "off": CLUSTER_MIG_OFF;
+ *   {"layout": "all-1g.10gb"} (core/mig.h's mig_layout_named) or
+ *   {"layout": {"1g.10gb": 2, "3g.40gb": 1}} (counts 0..7 per profile, the
+ *   profiles in the catalogue's spelling): CLUSTER_MIG_STATIC;
+ *   {"dynamic": true, "settle": D, "hold": D, "min_interval": D,
+ *   "keep_free": N, "max_repartitions": N} (each optional but "dynamic";
+ *   the defaults mig_plan_spec_default's; D whole seconds or a duration
+ *   string, "30s", "5m", at most 30 days): CLUSTER_MIG_DYNAMIC.
+ * Unknown keys, static and dynamic keys together, unknown profiles, and a
+ * layout valid on no GPU type of the catalogue are refused. A layout is
+ * valid on a type when mig_layout_named or mig_layout_from_counts accepts
+ * it there; it must be valid on at least one type (a pool's known types,
+ * cluster_pool_mig_check; else the catalogue's), and a GPU of a type where
+ * it is not keeps its instances. 0 and *ret (cluster_mig_release); on
+ * failure *ret is untouched.
+ */
+int cluster_mig_decode(const json_t *v, const char *field, struct cluster_mig *ret, char *err,
+                       size_t errlen);
+/* The JSON form: "off", or an object as decoded (durations as "5m"); a new
+ * value, or NULL when out of memory. */
+json_t *cluster_mig_to_json(const struct cluster_mig *m);
+int cluster_mig_copy(const struct cluster_mig *m, struct cluster_mig *ret); /* 0 or GPO_ENOMEM */
+void cluster_mig_release(struct cluster_mig *m);
+/* The instances static setting m means on a GPU of type t (ret: room for
+ * MIG_MAX_INSTANCES; *ret_enabled false for "all-disabled"): 0, or the
+ * core's error (GPO_ENOENT, GPO_EINVAL) where it is not valid on t. */
+int cluster_mig_layout(const struct cluster_mig *m, const struct mig_type *t,
+                       struct mig_instance *ret, size_t *ret_n, bool *ret_enabled, char *err,
+                       size_t errlen);
+/* m valid on at least one of types[0..n) (NULL or 0: the catalogue's), as
+ * "field 'FIELD.layout': ..." naming `whose` types; 0 unless static. */
+int cluster_mig_check_types(const struct cluster_mig *m, const char *field,
+                            const struct mig_type *const *types, size_t ntypes, const char *whose,
+                            char *err, size_t errlen);
+
+/* A node's own "mig" (cluster_node.mig): absent or null, NULL (its pool's);
+ * else a new setting as cluster_mig_decode reads it ("off" included: the
+ * node keeps its instances whatever its pool says). Syntax and the
+ * catalogue only, so a stored record always loads; cluster_node_mig_check
+ * holds it to the node's GPU type where an admin sets it. 0 and *ret;
+ * *ret untouched on failure. */
+int cluster_node_mig_decode(const json_t *v, struct cluster_mig **ret, char *err, size_t errlen);
+
+/*
  * A pool (a Slurm partition). "aliases": other names a job's "pool" may use
  * (--partition=gpu for a pool named h100-main); an alias is no other pool's
  * name or alias. "node_features": [{"node": NAME, "features": [...]}], the
@@ -97,11 +185,13 @@ struct cluster_node_features {
 struct cluster_pool {
     uint32_t id;
     char *name;
-    char *description; /* or NULL */
-    char **aliases;    /* NULL-terminated; NULL when none */
+    char *description;            /* or NULL */
+    enum cluster_sharing sharing; /* "sharing": "none" (default) or "mps" */
+    char **aliases;               /* NULL-terminated; NULL when none */
     size_t naliases;
     struct cluster_node_features *node_features;
     size_t nnode_features;
+    struct cluster_mig mig; /* mode CLUSTER_MIG_OFF when absent */
 };
 
 /*
@@ -277,14 +367,32 @@ enum cluster_node_state {
     CLUSTER_NODE_DOWN,
 };
 
+/* A MIG GPU instance a node reports (proto's struct proto_mig_instance,
+ * its profile resolved into a name of the GPU type's catalogue entry).
+ * An NVML profile id the catalogue does not know leaves profile NULL: the
+ * instance is shown and its slots are taken, but it takes no job and the
+ * planner leaves its GPU alone. Stored with the node's record ("mig" of a
+ * GPU: profile_id, profile, start, gi_id, ci_id, uuid). */
+struct cluster_mig_instance {
+    char *profile;       /* "1g.10gb"; NULL: profile_id unknown to the catalogue */
+    uint32_t profile_id; /* NVML's profile id, as reported (0..63) */
+    uint32_t start;      /* first memory slot, 0..7 */
+    uint32_t gi_id;
+    int64_t ci_id; /* -1: no compute instance yet (takes no job) */
+    char *uuid;    /* "MIG-..."; NULL without a compute instance */
+};
+
 struct cluster_gpu {
-    uint32_t index;        /* NVML's index on the node, 0..63, unique on the node */
-    char *uuid;            /* "GPU-" + 8-4-4-4-12 hex digits, or "MIG-..." */
-    char *gpu_type;        /* the same for every GPU of a node (the core's rule) */
-    uint32_t mem_mib;      /* 1..CLUSTER_GPU_MEM_MAX */
-    int64_t nvlink_domain; /* -1 (none, the default)..INT32_MAX */
-    uint32_t mig_slices;   /* 0..7; 0: no MIG */
-    bool mig_enabled;      /* needs mig_slices > 0 */
+    uint32_t index;                   /* NVML's index on the node, 0..63, unique on the node */
+    char *uuid;                       /* "GPU-" + 8-4-4-4-12 hex digits, or "MIG-..." */
+    char *gpu_type;                   /* the same for every GPU of a node (the core's rule) */
+    uint32_t mem_mib;                 /* 1..CLUSTER_GPU_MEM_MAX */
+    int64_t nvlink_domain;            /* -1 (none, the default)..INT32_MAX */
+    uint32_t mig_slices;              /* 0..7; 0: no MIG */
+    bool mig_enabled;                 /* needs mig_slices > 0 */
+    bool mig_pending;                 /* MIG mode after the next reset */
+    struct cluster_mig_instance *mig; /* with mig_enabled: the reported instances */
+    size_t nmig;                      /* 0..7 */
 };
 
 struct cluster_node {
@@ -299,7 +407,14 @@ struct cluster_node {
     uint32_t log_port;        /* the agent's log server; 0: none */
     struct cluster_gpu *gpus; /* at most SCHED_MAX_GPUS_PER_NODE */
     size_t ngpus;
+    struct cluster_mig *mig; /* the node's own MIG layout setting; NULL: its pool's */
 };
+
+/* A node's own setting `mig` (NULL: none) against node n's GPU type: a
+ * static layout needs a MIG type and must be valid on it. 0 or GPO_EINVAL
+ * ("field 'mig': node 'a' has no MIG GPU ..."). */
+int cluster_node_mig_check(const struct cluster_node *n, const struct cluster_mig *mig, char *err,
+                           size_t errlen);
 
 /* Whether s is a valid name of its kind, as described at the top. NULL: false. */
 bool cluster_name_valid(const char *s);
@@ -373,6 +488,8 @@ int cluster_node_decode(const json_t *obj, unsigned flags, struct cluster_node *
 int cluster_node_check(const struct cluster_node *node, char *err, size_t errlen);
 json_t *cluster_node_to_json(const struct cluster_node *node, unsigned flags);
 void cluster_node_release(struct cluster_node *node);
+/* Frees a GPU's MIG instances and leaves it without any. */
+void cluster_gpu_mig_clear(struct cluster_gpu *gpu);
 
 /* Prices (the same contract as the kinds above; the name is a GPU type's
  * shape, whether the cluster knows the type is the API's check). */
@@ -629,6 +746,14 @@ const struct cluster_pool *cluster_pool_resolve(const struct cluster *m, const c
 size_t cluster_feature_names(const struct cluster *m, const char *ret[SCHED_MAX_FEATURES]);
 /* Whether s is a valid feature name (cluster_node_features). */
 bool cluster_feature_valid(const char *s);
+
+/* Pool p's "mig" against the MIG types of m's nodes in p (by their GPUs'
+ * gpu_type; p may replace the pool of its name): a static layout must be
+ * valid on at least one of them ("field 'mig.layout': valid on no MIG GPU
+ * type of pool 'a' ..."). 0 when no node of p has a MIG type yet
+ * (cluster_mig_decode checked it against the catalogue). */
+int cluster_pool_mig_check(const struct cluster *m, const struct cluster_pool *p, char *err,
+                           size_t errlen);
 
 /* The features the admin gave node `node` of pool `pool` (borrowed), or
  * NULL when none. */

@@ -59,6 +59,19 @@ void cluster_pool_extra_release(struct cluster_pool *p);
 int cluster_pool_prepare(const struct cluster *m, const struct cluster_pool *p, char *err,
                          size_t errlen);
 
+/* cluster_mig.c: the catalogue's spelling of MIG profile `name` on some
+ * type ("MIG 1g.10gb": "1g.10gb"; static), or NULL; every profile name of
+ * the catalogue once, for messages (into buf, returned). */
+const char *cluster_mig_profile_name(const char *name);
+const char *cluster_mig_profiles_known(char *buf, size_t size);
+
+/* cluster_view_mig.c: j's mig_types and mig_profile[] from the spec's
+ * "mig_profile" or "gpu_mem_mib" (j->gpu_type already resolved against c).
+ * GPO_EINVAL with the reason where a profile by name lands on no GPU type
+ * of c. */
+int cluster_job_mig(const struct sched_cluster *c, const struct jobspec *spec, struct sched_job *j,
+                    char *err, size_t errlen);
+
 /* v[0..n) as a JSON array of strings: a new array, or NULL when out of
  * memory (cluster_pool.c). */
 json_t *cluster_strings_json(char *const *v, size_t n);

@@ -89,18 +89,29 @@ static const struct jsonv_field node_features_fields[] = {
              .count_offset = offsetof(struct cluster_node_features, nfeatures)),
 };
 
+/* By enum cluster_sharing. */
+static const char *const sharing_names[] = {"none", "mps", NULL};
+_Static_assert(sizeof(enum cluster_sharing) == sizeof(int), "jsonv stores an enum as an int");
+
+/* A pool as decoded: its "mig" arrives as JSON (cluster_mig_decode). */
+struct pool_wire {
+    struct cluster_pool p;
+    json_t *mig; /* borrowed from the body */
+};
+
 static const struct jsonv_field pool_fields[] = {
-    ID_FIELD(struct cluster_pool),
-    REQUIRED("name", JSONV_STRING, struct cluster_pool, name, 1, CLUSTER_NAME_MAX),
-    FIELD("description", JSONV_STRING, struct cluster_pool, description, 0, CLUSTER_DESC_MAX),
-    FIELD("aliases", JSONV_STRINGS, struct cluster_pool, aliases, 1, CLUSTER_NAME_MAX,
-          .max_items = CLUSTER_ALIASES_MAX,
-          .count_offset = offsetof(struct cluster_pool, naliases)),
-    FIELD("node_features", JSONV_OBJECTS, struct cluster_pool, node_features, 0, 0,
+    REQUIRED("id", JSONV_UINT32, struct pool_wire, p.id, 1, UINT32_MAX),
+    REQUIRED("name", JSONV_STRING, struct pool_wire, p.name, 1, CLUSTER_NAME_MAX),
+    FIELD("description", JSONV_STRING, struct pool_wire, p.description, 0, CLUSTER_DESC_MAX),
+    FIELD("sharing", JSONV_ENUM, struct pool_wire, p.sharing, 0, 0, .choices = sharing_names),
+    FIELD("aliases", JSONV_STRINGS, struct pool_wire, p.aliases, 1, CLUSTER_NAME_MAX,
+          .max_items = CLUSTER_ALIASES_MAX, .count_offset = offsetof(struct pool_wire, p.naliases)),
+    FIELD("node_features", JSONV_OBJECTS, struct pool_wire, p.node_features, 0, 0,
           .max_items = CLUSTER_NODE_FEATURES_MAX,
-          .count_offset = offsetof(struct cluster_pool, nnode_features),
+          .count_offset = offsetof(struct pool_wire, p.nnode_features),
           .elem_size = sizeof(struct cluster_node_features), .sub = node_features_fields,
           .nsub = ARRAY_LEN(node_features_fields)),
+    FIELD("mig", JSONV_RAW, struct pool_wire, mig, 0, 0, .flags = JSONV_NULLABLE),
 };
 
 int cluster_pool_check(const struct cluster_pool *p, char *err, size_t errlen)
@@ -109,20 +120,23 @@ int cluster_pool_check(const struct cluster_pool *p, char *err, size_t errlen)
         return errbuf_set(err, errlen, GPO_EINVAL, "no pool");
     int rc = cluster_check_name("name", p->name, err, errlen);
     rc = rc ? rc : cluster_check_desc(p->description, err, errlen);
+    if (!rc && (unsigned)p->sharing > CLUSTER_SHARING_MPS)
+        return errbuf_set(err, errlen, GPO_EINVAL, "field 'sharing': expected none or mps");
     return rc ? rc : cluster_pool_check_extra(p, err, errlen);
 }
 
 int cluster_pool_decode(const json_t *obj, unsigned flags, struct cluster_pool *ret, char *err,
                         size_t errlen)
 {
-    struct cluster_pool p = {0};
-    int rc = decode_table(obj, flags, pool_fields, ARRAY_LEN(pool_fields), &p, err, errlen);
-    rc = rc ? rc : cluster_pool_check(&p, err, errlen);
+    struct pool_wire w = {0};
+    int rc = decode_table(obj, flags, pool_fields, ARRAY_LEN(pool_fields), &w, err, errlen);
+    rc = rc ? rc : cluster_pool_check(&w.p, err, errlen);
+    rc = rc ? rc : cluster_mig_decode(w.mig, "mig", &w.p.mig, err, errlen);
     if (rc) {
-        cluster_pool_release(&p);
+        cluster_pool_release(&w.p);
         return rc;
     }
-    *ret = p;
+    *ret = w.p;
     return 0;
 }
 
@@ -131,7 +145,11 @@ json_t *cluster_pool_to_json(const struct cluster_pool *p, unsigned flags)
     json_t *o = json_object();
     bool ok = o && put_id(o, p->id, flags) && put(o, "name", json_string(p->name)) &&
               (!p->description || put(o, "description", json_string(p->description))) &&
-              cluster_pool_extra_json(p, o) == 0;
+              /* Always, so that a file saying "none" applies as unchanged. */
+              (unsigned)p->sharing <= CLUSTER_SHARING_MPS &&
+              put(o, "sharing", json_string(sharing_names[p->sharing])) &&
+              cluster_pool_extra_json(p, o) == 0 &&
+              (p->mig.mode == CLUSTER_MIG_OFF || put(o, "mig", cluster_mig_to_json(&p->mig)));
     return finish(o, ok);
 }
 
@@ -140,6 +158,7 @@ void cluster_pool_release(struct cluster_pool *p)
     if (!p)
         return;
     cluster_pool_extra_release(p);
+    cluster_mig_release(&p->mig);
     free(p->name);
     free(p->description);
     memset(p, 0, sizeof(*p));
@@ -479,12 +498,22 @@ struct node_wire {
     struct cluster_node n; /* all but its gpus */
     struct gpu_wire *gpus;
     size_t ngpus;
+    json_t *mig; /* borrowed from the body: cluster_node_mig_decode */
 };
 
 static const char *const state_names[] = {[CLUSTER_NODE_UP] = "up",
                                           [CLUSTER_NODE_DRAINING] = "draining",
                                           [CLUSTER_NODE_DOWN] = "down",
                                           NULL};
+
+static const struct jsonv_field mig_instance_fields[] = {
+    REQUIRED("profile_id", JSONV_UINT32, struct cluster_mig_instance, profile_id, 0, 63),
+    FIELD("profile", JSONV_STRING, struct cluster_mig_instance, profile, 1, CLUSTER_NAME_MAX),
+    REQUIRED("start", JSONV_UINT32, struct cluster_mig_instance, start, 0, 7),
+    REQUIRED("gi_id", JSONV_UINT32, struct cluster_mig_instance, gi_id, 0, UINT32_MAX),
+    REQUIRED("ci_id", JSONV_INT64, struct cluster_mig_instance, ci_id, -1, UINT32_MAX),
+    FIELD("uuid", JSONV_STRING, struct cluster_mig_instance, uuid, 1, CLUSTER_UUID_MAX),
+};
 
 static const struct jsonv_field gpu_fields[] = {
     REQUIRED("index", JSONV_UINT32, struct gpu_wire, g.index, 0, SCHED_MAX_GPUS_PER_NODE - 1),
@@ -495,6 +524,11 @@ static const struct jsonv_field gpu_fields[] = {
           .flags = JSONV_PRESENCE, .presence_offset = offsetof(struct gpu_wire, nvlink_p)),
     FIELD("mig_slices", JSONV_UINT32, struct gpu_wire, g.mig_slices, 0, CLUSTER_MIG_SLICES_MAX),
     FIELD("mig_enabled", JSONV_BOOL, struct gpu_wire, g.mig_enabled, 0, 0),
+    FIELD("mig_pending", JSONV_BOOL, struct gpu_wire, g.mig_pending, 0, 0),
+    FIELD("mig", JSONV_OBJECTS, struct gpu_wire, g.mig, 0, 0, .max_items = CLUSTER_MIG_SLICES_MAX,
+          .count_offset = offsetof(struct gpu_wire, g.nmig),
+          .elem_size = sizeof(struct cluster_mig_instance), .sub = mig_instance_fields,
+          .nsub = ARRAY_LEN(mig_instance_fields)),
 };
 
 static const struct jsonv_field node_fields[] = {
@@ -509,6 +543,7 @@ static const struct jsonv_field node_fields[] = {
     FIELD("gpus", JSONV_OBJECTS, struct node_wire, gpus, 0, 0, .max_items = SCHED_MAX_GPUS_PER_NODE,
           .count_offset = offsetof(struct node_wire, ngpus), .elem_size = sizeof(struct gpu_wire),
           .sub = gpu_fields, .nsub = ARRAY_LEN(gpu_fields)),
+    FIELD("mig", JSONV_RAW, struct node_wire, mig, 0, 0, .flags = JSONV_NULLABLE),
 };
 
 const char *cluster_node_state_name(enum cluster_node_state state)
@@ -550,6 +585,21 @@ static int check_gpu(const struct cluster_node *n, size_t i, char *err, size_t e
     if (g->mig_enabled && g->mig_slices == 0)
         return errbuf_set(err, errlen, GPO_EINVAL,
                           "field 'gpus[%zu].mig_enabled': MIG is on but mig_slices is 0", i);
+    if (g->nmig > CLUSTER_MIG_SLICES_MAX)
+        return errbuf_set(err, errlen, GPO_EINVAL,
+                          "field 'gpus[%zu].mig': %zu instances, at most %d allowed", i, g->nmig,
+                          CLUSTER_MIG_SLICES_MAX);
+    for (size_t k = 0; k < g->nmig; k++) {
+        if (g->mig[k].start > 7)
+            return errbuf_set(err, errlen, GPO_EINVAL,
+                              "field 'gpus[%zu].mig[%zu].start': %u is not a slot (0 to 7)", i, k,
+                              g->mig[k].start);
+        for (size_t j = 0; j < k; j++)
+            if (g->mig[j].start == g->mig[k].start)
+                return errbuf_set(err, errlen, GPO_EINVAL,
+                                  "field 'gpus[%zu].mig[%zu].start': slot %u is also mig[%zu]'s", i,
+                                  k, g->mig[k].start, j);
+    }
     for (size_t j = 0; j < i; j++) {
         if (n->gpus[j].index == g->index)
             return errbuf_set(err, errlen, GPO_EINVAL,
@@ -609,12 +659,46 @@ int cluster_node_decode(const json_t *obj, unsigned flags, struct cluster_node *
     n.ngpus = w.ngpus;
     free(w.gpus); /* its strings now belong to n */
     rc = cluster_node_check(&n, err, errlen);
+    rc = rc ? rc : cluster_node_mig_decode(w.mig, &n.mig, err, errlen);
     if (rc) {
         cluster_node_release(&n);
         return rc;
     }
     *ret = n;
     return 0;
+}
+
+/* A GPU's MIG instances as stored (a new array, or NULL). */
+static json_t *mig_to_json(const struct cluster_gpu *g)
+{
+    json_t *a = json_array();
+    bool ok = a != NULL;
+    for (size_t k = 0; ok && k < g->nmig; k++) {
+        const struct cluster_mig_instance *m = &g->mig[k];
+        json_t *e = json_object();
+        ok = e && json_array_append_new(a, e) == 0 &&
+             put(e, "profile_id", json_integer(m->profile_id)) &&
+             (!m->profile || put(e, "profile", json_string(m->profile))) &&
+             put(e, "start", json_integer(m->start)) && put(e, "gi_id", json_integer(m->gi_id)) &&
+             put(e, "ci_id", json_integer(m->ci_id)) &&
+             (!m->uuid || put(e, "uuid", json_string(m->uuid)));
+    }
+    if (!ok) {
+        json_decref(a);
+        return NULL;
+    }
+    return a;
+}
+
+void cluster_gpu_mig_clear(struct cluster_gpu *g)
+{
+    for (size_t k = 0; g->mig && k < g->nmig; k++) {
+        free(g->mig[k].profile);
+        free(g->mig[k].uuid);
+    }
+    free(g->mig);
+    g->mig = NULL;
+    g->nmig = 0;
 }
 
 json_t *cluster_node_to_json(const struct cluster_node *n, unsigned flags)
@@ -625,7 +709,8 @@ json_t *cluster_node_to_json(const struct cluster_node *n, unsigned flags)
               put(o, "mem_mib", json_integer(n->mem_mib)) &&
               put(o, "state", json_string(cluster_node_state_name(n->state))) &&
               (!n->addr || put(o, "addr", json_string(n->addr))) &&
-              (!n->log_port || put(o, "log_port", json_integer(n->log_port)));
+              (!n->log_port || put(o, "log_port", json_integer(n->log_port))) &&
+              (!n->mig || put(o, "mig", cluster_mig_to_json(n->mig)));
     for (size_t i = 0; ok && i < n->ngpus; i++) {
         const struct cluster_gpu *g = &n->gpus[i];
         json_t *e = json_object();
@@ -634,7 +719,9 @@ json_t *cluster_node_to_json(const struct cluster_node *n, unsigned flags)
              put(e, "mem_mib", json_integer(g->mem_mib)) &&
              put(e, "nvlink_domain", json_integer(g->nvlink_domain)) &&
              put(e, "mig_slices", json_integer(g->mig_slices)) &&
-             put(e, "mig_enabled", json_boolean(g->mig_enabled));
+             put(e, "mig_enabled", json_boolean(g->mig_enabled)) &&
+             (!g->mig_pending || put(e, "mig_pending", json_true())) &&
+             (!g->nmig || put(e, "mig", mig_to_json(g)));
     }
     if (ok)
         ok = put(o, "gpus", gpus); /* takes gpus, also on failure */
@@ -650,10 +737,13 @@ void cluster_node_release(struct cluster_node *n)
     for (size_t i = 0; n->gpus && i < n->ngpus; i++) {
         free(n->gpus[i].uuid);
         free(n->gpus[i].gpu_type);
+        cluster_gpu_mig_clear(&n->gpus[i]);
     }
     free(n->gpus);
     free(n->name);
     free(n->pool);
     free(n->addr);
+    cluster_mig_release(n->mig);
+    free(n->mig);
     memset(n, 0, sizeof(*n));
 }

@@ -218,7 +218,7 @@ int cluster_pool_prepare(const struct cluster *m, const struct cluster_pool *p, 
                           "field 'node_features': the cluster would have more than %d feature "
                           "names",
                           SCHED_MAX_FEATURES);
-    return 0;
+    return cluster_pool_mig_check(m, p, err, errlen);
 }
 
 /* ---- the view's feature table --------------------------------------------- */

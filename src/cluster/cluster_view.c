@@ -150,6 +150,41 @@ static int build_features(struct build *b)
     return 0;
 }
 
+/* Whether an instance of `profile` at `start` fits beside g's instances by
+ * the placement table (a node's report is not trusted to: a bad one would
+ * make the whole view invalid). */
+static bool fits(const struct sched_gpu *g, uint8_t profile, uint8_t start)
+{
+    struct mig_instance v[MIG_MAX_INSTANCES];
+    for (uint8_t k = 0; k < g->mig_n; k++)
+        v[k] = (struct mig_instance){.profile = g->mig[k].profile, .start = g->mig[k].start};
+    v[g->mig_n] = (struct mig_instance){.profile = profile, .start = start};
+    return mig_layout_check(g->mig_type, v, (size_t)g->mig_n + 1, NULL, 0) == 0;
+}
+
+/* A GPU's MIG instances as the core sees them: with MIG on, those that
+ * can take a job (a compute instance, so a UUID, and a profile the
+ * catalogue knows) and fit the placement table beside the ones before,
+ * sorted by start slot. */
+static void view_mig(const struct cluster_gpu *mg, struct sched_gpu *g)
+{
+    g->mig_type = mg->mig_enabled ? mig_type_find(mg->gpu_type) : NULL;
+    for (size_t k = 0; g->mig_type && k < mg->nmig && g->mig_n < MIG_MAX_INSTANCES; k++) {
+        const struct cluster_mig_instance *mi = &mg->mig[k];
+        int p = mi->profile && mi->uuid && mi->ci_id >= 0
+                    ? mig_profile_lookup(g->mig_type, mi->profile, NULL, 0)
+                    : GPO_ENOENT;
+        if (p < 0 || mi->start >= MIG_SLOTS || !fits(g, (uint8_t)p, (uint8_t)mi->start))
+            continue;
+        uint8_t at = g->mig_n++;
+        while (at > 0 && g->mig[at - 1].start > mi->start) {
+            g->mig[at] = g->mig[at - 1];
+            at--;
+        }
+        g->mig[at] = (struct sched_mig_instance){(uint8_t)p, (uint8_t)mi->start};
+    }
+}
+
 static int build_nodes(struct build *b)
 {
     const struct cluster *m = b->m;
@@ -190,6 +225,7 @@ static int build_nodes(struct build *b)
                                              .nvlink_domain = (int32_t)mg->nvlink_domain,
                                              .mig_slices = (uint8_t)mg->mig_slices,
                                              .mig_enabled = mg->mig_enabled};
+            view_mig(mg, &cl->gpus[g]);
             cl->gpu_node[g] = (uint32_t)n;
             cl->gpu_index[g] = mg->index;
             cl->gpu_uuid[g] = keep(b, mg->uuid);
@@ -516,6 +552,7 @@ int cluster_job_request(const struct cluster_view *cl, const struct jobspec *spe
     if (rc == 0 && spec->gpu_type)
         rc = resolve_type(c, spec->gpu_type, &j.gpu_type, err, errlen);
     rc = rc ? rc : request_shape(cl, spec, &j, err, errlen);
+    rc = rc ? rc : cluster_job_mig(c, spec, &j, err, errlen);
     if (rc)
         return rc;
     j.gpus = spec->gpus;

@@ -83,13 +83,14 @@ static const char *str_get(const struct jobspec *s, size_t offset)
 
 /* Every plain string a spec owns: release and copy walk this. */
 static const size_t owned_strings[] = {
-    offsetof(struct jobspec, name),       offsetof(struct jobspec, team),
-    offsetof(struct jobspec, project),    offsetof(struct jobspec, model),
-    offsetof(struct jobspec, priority),   offsetof(struct jobspec, pool),
-    offsetof(struct jobspec, gpu_type),   offsetof(struct jobspec, script),
-    offsetof(struct jobspec, workdir),    offsetof(struct jobspec, array_text),
-    offsetof(struct jobspec, output),     offsetof(struct jobspec, error),
-    offsetof(struct jobspec, constraint), offsetof(struct jobspec, submit_dir),
+    offsetof(struct jobspec, name),        offsetof(struct jobspec, team),
+    offsetof(struct jobspec, project),     offsetof(struct jobspec, model),
+    offsetof(struct jobspec, priority),    offsetof(struct jobspec, pool),
+    offsetof(struct jobspec, gpu_type),    offsetof(struct jobspec, script),
+    offsetof(struct jobspec, workdir),     offsetof(struct jobspec, array_text),
+    offsetof(struct jobspec, output),      offsetof(struct jobspec, error),
+    offsetof(struct jobspec, constraint),  offsetof(struct jobspec, submit_dir),
+    offsetof(struct jobspec, mig_profile),
 };
 
 /* Names checked for shape only: [A-Za-z0-9._-]. */
@@ -160,6 +161,12 @@ static const struct jsonv_field fields[] = {
      .presence_offset = offsetof(struct wire, gpus_p)},
     INT_FIELD("gpu_mem_mib", SPEC(gpu_mem_mib), 0, GPU_MEM_MAX_MIB),
     INT_FIELD("min_gpu_mem_mib", SPEC(min_gpu_mem_mib), 0, GPU_MEM_MAX_MIB),
+    {.name = "mig_profile",
+     .kind = JSONV_STRING,
+     .flags = JSONV_NULLABLE,
+     .offset = SPEC(mig_profile),
+     .min = 1,
+     .max = JOBSPEC_NAME_MAX},
     {.name = "cpus",
      .kind = JSONV_INT64,
      .flags = JSONV_PRESENCE,
@@ -474,8 +481,9 @@ static int check_resources(struct wire *w, char *err, size_t errlen)
 
 /* The rules between fields, in the order their fields come in the table. */
 static int (*const steps[])(struct wire *w, char *err, size_t errlen) = {
-    check_names, check_resources, check_gpus,  jobspec_check_shape, check_program,
-    check_env,   check_deps,      check_array, jobspec_check_serve, fill_defaults,
+    check_names,       check_resources,     check_gpus,    jobspec_check_shape,
+    jobspec_check_mig, check_program,       check_env,     check_deps,
+    check_array,       jobspec_check_serve, fill_defaults,
 };
 
 static int decode(const json_t *body, bool stored, struct jobspec *ret, char *err, size_t errlen)
@@ -570,6 +578,9 @@ json_t *jobspec_to_json(const struct jobspec *spec)
         o, "gpus", s->gpu_milli > 0 ? json_real(s->gpu_milli / 1000.0) : json_integer(s->gpus));
     e |= json_object_set_new(o, "gpu_mem_mib", json_integer(s->gpu_mem_mib));
     e |= json_object_set_new(o, "min_gpu_mem_mib", json_integer(s->min_gpu_mem_mib));
+    /* Only when set, as "serve": a spec without one reads as it always has. */
+    if (s->mig_profile)
+        e |= json_object_set_new(o, "mig_profile", json_string(s->mig_profile));
     e |= json_object_set_new(o, "cpus", json_integer(s->cpus));
     e |= json_object_set_new(o, "mem_mib", json_integer(s->mem_mib));
     e |= json_object_set_new(o, "time_limit_s", json_integer(s->time_limit_s));

@@ -7,12 +7,21 @@
  * rules between fields, and fills a struct jobspec; jobspec_to_json gives the
  * object back as the API shows it (every field, defaults included). Names
  * (team, priority class, pool, GPU type) are only checked for shape here:
- * whether they exist is the server's business, with its configuration.
+ * whether they exist is the server's business, with its configuration. A
+ * MIG profile is checked against core/mig.h's catalogue (jobspec_mig.c).
  *
  * The request fields follow the scheduler core's struct sched_job:
  *   "gpus": N           N whole GPUs (0..1024), or a fraction in (0, 1) with at
  *                       most three decimals (0.25 = 250 milli-GPU on one GPU);
  *   "gpu_mem_mib": M    or a share of one GPU by memory (MiB), instead of gpus;
+ *   "mig_profile": P    or one MIG instance of profile P ("1g.10gb"; docs/mig.md):
+ *                       a profile some GPU type of the catalogue has (the one
+ *                       gpu_type names, when given), kept in its canonical
+ *                       spelling ("MIG 1g.10gb", "mig-1g.10gb": "1g.10gb");
+ *                       one instance per job: not beside gpus, gpu_mem_mib,
+ *                       min_gpu_mem_mib, GPUs per node or task, nodes > 1,
+ *                       multi_node or exclusive; jobspec_to_json writes it
+ *                       only when set;
  *   "min_gpu_mem_mib"   each GPU used has at least this much memory;
  *   "gpu_type", "pool"  names, or absent for any;
  *   "cpus", "mem_mib"   per job (default 1 CPU, 1024 MiB);
@@ -139,6 +148,7 @@ struct jobspec {
     uint32_t max_retries;  /* default 0 */
     int64_t gpu_mem_mib;   /* or a share of one GPU's memory */
     int64_t min_gpu_mem_mib;
+    char *mig_profile;    /* or one MIG instance of this profile ("1g.10gb"); NULL: none */
     int64_t mem_mib;      /* default 1024 */
     int64_t time_limit_s; /* 0: none */
     bool multi_node;

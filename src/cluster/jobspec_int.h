@@ -57,6 +57,11 @@ int jobspec_check_shape(struct wire *w, char *err, size_t errlen);
 /* The shape's keys into o: 0, or non-zero when out of memory. */
 int jobspec_shape_json(const struct jobspec *s, json_t *o);
 
+/* jobspec_mig.c: "mig_profile" (after the shape: it needs the totals)
+ * checked, in its canonical spelling, against the fields it excludes and
+ * the job's GPU type. */
+int jobspec_check_mig(struct wire *w, char *err, size_t errlen);
+
 /* jobspec_serve.c: "serve" (refused unless stored) into w->spec.serve;
  * its key into o when set (0, or non-zero when out of memory); a deep copy
  * (0 or GPO_ENOMEM, *ret untouched). */

@@ -158,6 +158,8 @@ static enum sched_reason explain_miss(struct pass *p, uint32_t i, unsigned miss,
         return shaped;
     if (j->multi_node && (miss & VIEW_MISS_GANG))
         return SCHED_REASON_GANG;
+    if (sched_job_mig_only(j))
+        return pass_mig_reason(p, j, p->eligible, ret_other);
     return sched_job_wants_gpu(j) ? SCHED_REASON_NO_GPU : SCHED_REASON_HOST;
 }
 
@@ -353,10 +355,12 @@ static struct sched_wait unranked_wait(struct pass *p, uint32_t i)
             }
         }
     }
+    uint64_t other = 0;
     enum sched_reason why = j->multi_node            ? SCHED_REASON_GANG
+                            : sched_job_mig_only(j)  ? pass_mig_reason(p, j, NULL, &other)
                             : sched_job_wants_gpu(j) ? SCHED_REASON_NO_GPU
                                                      : SCHED_REASON_HOST;
-    return make_wait(j, why, j->pool, j->gpu_type, 0, NULL);
+    return make_wait(j, why, j->pool, j->gpu_type, other, NULL);
 }
 
 /* Everything above depends on the job's shape and on whether it was a
@@ -391,8 +395,7 @@ bool admit_within_guarantee(void *ctx, uint32_t i)
         size_t k = (size_t)j->team * p->quota.ngroups + g;
         if (p->quota.guar[k] <= p->quota.used[k] || !view_group_eligible(&p->view, j, g))
             continue;
-        within = p->quota.used[k] + sched_job_milli(j, p->view.groups[g].gpu_mem_mib) <=
-                 p->quota.guar[k];
+        within = p->quota.used[k] + view_job_milli(&p->view, j, g) <= p->quota.guar[k];
     }
     sh->within_stamp = stamp;
     sh->within = within;

@@ -73,26 +73,48 @@ void autoscale_state_init(struct autoscale_state *st, int64_t now_ms)
     for (size_t k = 0; k < AUTOSCALE_BUCKETS; k++)
         st->buckets[k].at_s = INT64_MIN;
     st->panic_since_ms = INT64_MIN;
+    st->last_down_ms = INT64_MIN;
     /* Nothing is known before now: a restarted controller keeps its
      * replicas through one whole grace before it may scale them to zero. */
     st->last_request_ms = now_ms;
     st->last_decision_ms = INT64_MIN;
 }
 
-void autoscale_observe(struct autoscale_state *st, int64_t at_ms, int64_t value_milli)
+/* The bucket of at_ms's second, emptied if it held an older one; NULL when
+ * the second is older than the ring holds. */
+static struct autoscale_bucket *bucket_at(struct autoscale_state *st, int64_t at_ms)
 {
     int64_t s = second_of(at_ms);
     struct autoscale_bucket *b = &st->buckets[slot_of(s)];
     if (b->at_s != INT64_MIN && b->at_s > s)
-        return; /* older than the ring holds */
-    if (value_milli < 0)
-        value_milli = 0;
+        return NULL;
     if (b->at_s != s)
         *b = (struct autoscale_bucket){.at_s = s};
+    return b;
+}
+
+void autoscale_observe(struct autoscale_state *st, int64_t at_ms, int64_t value_milli)
+{
+    struct autoscale_bucket *b = bucket_at(st, at_ms);
+    if (!b)
+        return;
+    if (value_milli < 0)
+        value_milli = 0;
     b->sum += value_milli;
     b->count++;
     if (value_milli > 0 && at_ms > st->last_request_ms)
         st->last_request_ms = at_ms;
+}
+
+void autoscale_observe_load(struct autoscale_state *st, int64_t at_ms, int64_t rps_milli,
+                            int64_t queued)
+{
+    struct autoscale_bucket *b = bucket_at(st, at_ms);
+    if (!b)
+        return;
+    b->rps_sum += rps_milli > 0 ? rps_milli : 0;
+    b->queued_sum += queued > 0 ? queued : 0;
+    b->loads++;
 }
 
 void autoscale_startup(struct autoscale_state *st, int64_t startup_ms)
@@ -112,6 +134,12 @@ struct window {
     int32_t points;  /* seconds with data */
     double mean;
     double slope, slope_se;
+    /* From autoscale_observe_load: the seconds with a load report, their
+     * mean rate (milli) and queue, and over those with no queue and a value,
+     * the sums of the values and of the rates (Little's law's two sides). */
+    int32_t loads;
+    double rps_mean, queued_mean;
+    double free_value, free_rps;
 };
 
 static int64_t window_seconds(int64_t window_ms)
@@ -129,7 +157,19 @@ static struct window window_read(const struct autoscale_state *st, int64_t now_m
     for (int64_t x = 0; x < w.seconds; x++) {
         int64_t s = now_s - w.seconds + 1 + x;
         const struct autoscale_bucket *b = &st->buckets[slot_of(s)];
-        if (b->at_s != s || b->count <= 0)
+        if (b->at_s != s)
+            continue;
+        if (b->loads > 0) {
+            double rps = (double)b->rps_sum / b->loads, queued = (double)b->queued_sum / b->loads;
+            w.loads++;
+            w.rps_mean += rps;
+            w.queued_mean += queued;
+            if (queued == 0 && b->count > 0) {
+                w.free_value += (double)b->sum / b->count;
+                w.free_rps += rps;
+            }
+        }
+        if (b->count <= 0)
             continue;
         double y = (double)b->sum / b->count;
         w.points++;
@@ -138,6 +178,10 @@ static struct window window_read(const struct autoscale_state *st, int64_t now_m
         sxx += (double)x * (double)x;
         sxy += (double)x * y;
         syy += y * y;
+    }
+    if (w.loads > 0) {
+        w.rps_mean /= w.loads;
+        w.queued_mean /= w.loads;
     }
     if (w.points == 0)
         return w;
@@ -160,11 +204,13 @@ static struct window window_read(const struct autoscale_state *st, int64_t now_m
 /* What one decision computed, for the reason. */
 struct calc {
     struct window stable, panic;
-    int64_t headroom_milli; /* added to both means */
-    int32_t delayed;        /* the scale-down delay's hold, or -1 */
+    int64_t headroom_milli;               /* added to both means */
+    double backlog_stable, backlog_panic; /* the backlog's rule's values where they set a want */
+    int32_t delayed;                      /* the scale-down delay's hold, or -1 */
     int32_t up_limit, down_limit;
     int32_t unlimited_stable, unlimited_panic; /* the wants before the rate limits */
     bool in_panic, limited, at_min, at_max, grace_hold, zero, cold;
+    bool paced; /* a step down waiting one startup after the last */
 };
 
 static int32_t clamp32(int64_t v, int64_t lo, int64_t hi)
@@ -206,15 +252,72 @@ static int64_t headroom_of(const struct autoscale_state *st, const struct autosc
     return (int64_t)floor(trend.slope * (double)st->startup_ms / 1000.0);
 }
 
+/* The startup's rules (the GPU part, on with the headroom, once a startup
+ * is measured): what a replica's long start changes in Knative's rules.
+ * - The scale-down delay is at least HOLD_STARTUPS measured startups. A
+ *   replica let go and wanted back costs its model load twice over: the
+ *   load's GPU time, and a load's time of requests waiting for it; kept
+ *   idle it costs GPU time only. Pricing the wait like the GPU time, the
+ *   ski-rental break-even is two startups of idling.
+ * - After a step down, the next waits one startup: Knative halves at most
+ *   once per two-second tick, about a pod's start; here once per replica's.
+ * - In panic, while replicas are starting, the count grows only when the
+ *   panic window wants the threshold times the ready and starting together
+ *   (panic_step).
+ * - A backlog counts as the work it is (backlog_value). */
+#define HOLD_STARTUPS 2
+static bool startup_rules(const struct autoscale_state *st, const struct autoscale_spec *spec)
+{
+    return spec->headroom && st->startups > 0;
+}
+
+/* The backlog's rule (with the startup's rules, the metric concurrency and
+ * load reports): requests queued at the routers are work to finish, not
+ * concurrency to staff. Concurrency counts each queued request as one more
+ * in flight, so under a burst it grows with the backlog, without bound,
+ * and asks for replicas by the hundred that are ready a startup later, when
+ * the backlog is long gone. By Little's law a request's time at the
+ * replicas is W = concurrency / rate over the seconds with no queue (the
+ * last measure is kept); what the arrivals need is rate * W in flight, and
+ * never less than what is in flight at the replicas (a W measured on other
+ * requests may be short); finishing the backlog Q within one startup S adds
+ * Q * W / S. A window that saw a queue counts the lower of that and its
+ * concurrency (milli); -1 where the rule does not apply. Updates the
+ * service's W from the stable window. */
+static double backlog_value(struct autoscale_state *st, const struct autoscale_spec *spec,
+                            const struct window *stable, const struct window *w)
+{
+    if (!startup_rules(st, spec) || spec->metric != AUTOSCALE_METRIC_CONCURRENCY)
+        return -1;
+    if (stable->free_rps > 0)
+        st->service_s = stable->free_value / stable->free_rps;
+    if (st->service_s <= 0 || w->loads == 0 || w->queued_mean <= 0)
+        return -1;
+    double startup_s = (double)st->startup_ms / 1000.0;
+    double at_replicas = w->mean - w->queued_mean * 1000.0, arrivals = w->rps_mean * st->service_s;
+    return (at_replicas > arrivals ? at_replicas : arrivals) +
+           w->queued_mean * 1000.0 * st->service_s / (startup_s > 1 ? startup_s : 1);
+}
+
+/* Whether `want` is at least the panic threshold times `count` (0 counts
+ * as 1). */
+static bool over_threshold(const struct autoscale_spec *spec, int32_t want, int64_t count)
+{
+    return want > 0 && (int64_t)want * 100 >= spec->panic_threshold_pct * (count > 1 ? count : 1);
+}
+
 /* Panic: entered or re-triggered when the panic window wants at least
  * threshold times the ready count; left a whole stable window after the
- * last trigger. While in it the count only grows. */
+ * last trigger. While in it the count only grows; with the startup's rules,
+ * while replicas are starting, it grows only when the panic window wants
+ * the threshold times the ready and starting together: the replicas asked
+ * have not had their effect yet, and a backlog they will drain, or a burst
+ * already over, asks for no more. */
 static int32_t panic_step(struct autoscale_state *st, const struct autoscale_input *in,
                           int32_t want_stable, int32_t want_panic, int32_t raw_panic)
 {
     const struct autoscale_spec *spec = in->spec;
-    int64_t ready = in->ready > 1 ? in->ready : 1;
-    bool over = raw_panic > 0 && (int64_t)raw_panic * 100 >= spec->panic_threshold_pct * ready;
+    bool over = over_threshold(spec, raw_panic, in->ready);
     if (over) {
         if (st->panic_since_ms == INT64_MIN) {
             int32_t hold = st->last_desired > in->ready ? st->last_desired : in->ready;
@@ -228,7 +331,9 @@ static int32_t panic_step(struct autoscale_state *st, const struct autoscale_inp
     }
     if (st->panic_since_ms == INT64_MIN)
         return want_stable;
-    if (want_panic > st->panic_peak)
+    bool waiting = startup_rules(st, spec) && in->starting > 0 &&
+                   !over_threshold(spec, raw_panic, (int64_t)in->ready + in->starting);
+    if (want_panic > st->panic_peak && !waiting)
         st->panic_peak = want_panic;
     return st->panic_peak;
 }
@@ -274,11 +379,20 @@ static int32_t compute(struct autoscale_state *st, const struct autoscale_input 
         return current; /* no data: hold what exists */
     }
     c->headroom_milli = headroom_of(st, spec, in->now_ms);
-    int32_t want_stable = want_of(c->stable.mean, c->headroom_milli, target);
+    double stable_v = c->stable.mean + (double)c->headroom_milli;
+    double panic_raw = c->panic.mean, panic_v = c->panic.mean + (double)c->headroom_milli;
+    double backlog = backlog_value(st, spec, &c->stable, &c->stable);
+    if (backlog >= 0 && backlog < stable_v)
+        stable_v = c->backlog_stable = backlog;
+    backlog = backlog_value(st, spec, &c->stable, &c->panic);
+    if (backlog >= 0 && backlog < panic_v) {
+        panic_v = c->backlog_panic = backlog;
+        panic_raw = backlog < panic_raw ? backlog : panic_raw;
+    }
+    int32_t want_stable = want_of(stable_v, 0, target);
     /* No report within the panic window: no reason to panic. */
-    int32_t raw_panic = c->panic.points ? want_of(c->panic.mean, 0, target) : 0;
-    int32_t want_panic =
-        c->panic.points ? want_of(c->panic.mean, c->headroom_milli, target) : want_stable;
+    int32_t raw_panic = c->panic.points ? want_of(panic_raw, 0, target) : 0;
+    int32_t want_panic = c->panic.points ? want_of(panic_v, 0, target) : want_stable;
 
     /* As Knative's: at most ready * up / 100 (ready 0 counts as 1) and at
      * least ready * 100 / down, but always one step either way. */
@@ -296,9 +410,20 @@ static int32_t compute(struct autoscale_state *st, const struct autoscale_input 
 
     int32_t want = panic_step(st, in, want_stable, want_panic, raw_panic);
     c->in_panic = st->panic_since_ms != INT64_MIN;
-    int32_t held = delay_step(st, in->now_ms, spec->scale_down_delay_ms, want);
+    int64_t delay = spec->scale_down_delay_ms;
+    if (startup_rules(st, spec) && HOLD_STARTUPS * st->startup_ms > delay)
+        delay = HOLD_STARTUPS * st->startup_ms;
+    int32_t held = delay_step(st, in->now_ms, delay, want);
     if (held > want)
         c->delayed = held;
+    /* The pace holds the last decision's count, not ready + starting: a
+     * roll's surge replica is starting too, and is no count of ours. */
+    if (held < st->last_desired && startup_rules(st, spec) && st->last_down_ms != INT64_MIN &&
+        in->now_ms - st->last_down_ms < st->startup_ms) {
+        held = st->last_desired;
+        c->paced = true;
+    }
+
     return held;
 }
 
@@ -405,7 +530,12 @@ static void text_notes(struct text *t, const struct autoscale_state *st,
         note_open(t, &any, inside);
         text_put(t, "panic");
     }
-    if (c->headroom_milli > 0) {
+    double backlog = c->in_panic ? c->backlog_panic : c->backlog_stable;
+    if (backlog > 0) {
+        note_open(t, &any, inside);
+        text_put(t, "queue counted as work ");
+        text_tenths(t, backlog);
+    } else if (c->headroom_milli > 0) {
         note_open(t, &any, inside);
         text_put(t, "headroom ");
         text_tenths(t, (double)c->headroom_milli);
@@ -420,6 +550,12 @@ static void text_notes(struct text *t, const struct autoscale_state *st,
     if (c->delayed >= 0) {
         note_open(t, &any, inside);
         text_put(t, "scale-down delay");
+    }
+    if (c->paced) {
+        note_open(t, &any, inside);
+        text_put(t, "one step down per ");
+        text_int(t, (st->startup_ms + 500) / 1000);
+        text_put(t, " s startup");
     }
     if (c->at_min) {
         note_open(t, &any, inside);
@@ -498,6 +634,8 @@ void autoscale_decide(struct autoscale_state *st, const struct autoscale_input *
     desired = bound(st, in, &c, desired);
     struct text t = {.buf = out->reason, .size = sizeof(out->reason)};
     reason_write(&t, st, in, &c, desired);
+    if (st->last_decision_ms != INT64_MIN && desired < st->last_desired)
+        st->last_down_ms = in->now_ms;
     out->desired = desired;
     out->panic = st->panic_since_ms != INT64_MIN;
     st->last_desired = desired;

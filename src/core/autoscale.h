@@ -69,9 +69,11 @@ void autoscale_spec_default(struct autoscale_spec *spec);
 /* The carry-over state of one service. Fixed size; zero it with
  * autoscale_state_init. Members are the implementation's. */
 struct autoscale_bucket {
-    int64_t at_s;  /* the second it covers; INT64_MIN: empty */
-    int64_t sum;   /* sum of the values observed in it, milli */
-    int32_t count; /* how many */
+    int64_t at_s;                /* the second it covers; INT64_MIN: empty */
+    int64_t sum;                 /* sum of the values observed in it, milli */
+    int32_t count;               /* how many */
+    int32_t loads;               /* how many autoscale_observe_load reports */
+    int64_t rps_sum, queued_sum; /* their sums: requests per second (milli), requests queued */
 };
 struct autoscale_state {
     struct autoscale_bucket buckets[AUTOSCALE_BUCKETS];
@@ -82,6 +84,8 @@ struct autoscale_state {
     int32_t startups;         /* how many were measured */
     int32_t last_desired;     /* the previous decision's count */
     int64_t last_decision_ms; /* INT64_MIN: none yet */
+    int64_t last_down_ms;     /* the last decision that lowered the count; INT64_MIN: none */
+    double service_s;         /* requests' time at the replicas (Little's law); 0: not known */
     struct {
         int64_t at_ms;
         int32_t want;
@@ -94,6 +98,15 @@ void autoscale_state_init(struct autoscale_state *st, int64_t now_ms);
 /* One observation: the service's whole value at at_ms (the sum over its
  * routers or replicas), milli, >= 0. Older than the window: ignored. */
 void autoscale_observe(struct autoscale_state *st, int64_t at_ms, int64_t value_milli);
+
+/* The service's load at at_ms besides its metric, from the same reports:
+ * requests arriving per second (milli, >= 0) and requests queued at the
+ * routers for want of a replica. Optional: with the metric concurrency and
+ * the startup's rules (below), it lets a backlog count as the work it is
+ * rather than as concurrency to staff (docs/serving.md, "Backlog"). Older
+ * than the window: ignored. */
+void autoscale_observe_load(struct autoscale_state *st, int64_t at_ms, int64_t rps_milli,
+                            int64_t queued);
 
 /* A replica became ready startup_ms after it was started: feeds the
  * measured startup time the headroom uses. */

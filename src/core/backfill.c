@@ -104,6 +104,14 @@ int backfill_shadow(struct view *view, const struct sched_job *job, const bool *
                     struct backfill_releases *rel, int64_t now_ms, int64_t *ret_start_ms,
                     bool *ret_assumed, struct view_place *out, struct view_undo *log)
 {
+    /* Nothing released makes room where no allowed group could ever hold
+     * the job (its GPUs are all in MIG mode, held, or on nodes not up). */
+    bool could = false;
+    for (uint32_t g = 0; g < view->ngroups && !could; g++)
+        could = (!allowed || allowed[g]) && view_group_eligible(view, job, g) &&
+                view_group_could_hold(view, job, g);
+    if (!could)
+        return 0;
     /* A fewest-nodes gang fits once enough GPUs are free together; an
      * exact-N gang is tried where a node could take a member. */
     bool gang = job->gpus > 0 && job->multi_node && job->nodes <= 1;

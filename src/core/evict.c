@@ -36,9 +36,8 @@ static void victim_rule_init(struct pass *p, const struct sched_job *j, struct v
                                 .lasq = job_lasq(p, j)};
     /* Reclaim needs the job to fit within its team's guarantee in the victim's group. */
     for (uint32_t g = 0; g < p->view.ngroups; g++)
-        p->within_g[g] = p->eligible[g] &&
-                         quota_within_guarantee(&p->quota, j->team, g,
-                                                sched_job_milli(j, p->view.groups[g].gpu_mem_mib));
+        p->within_g[g] = p->eligible[g] && quota_within_guarantee(&p->quota, j->team, g,
+                                                                  view_job_milli(&p->view, j, g));
 }
 
 /* May running job r be evicted under `rule`, and why? */
@@ -62,8 +61,7 @@ static bool victim_ok(const struct pass *p, const struct victim_rule *rule, uint
     }
     if (rule->las && (p->rbits[r] & R_CKPT) && vo <= rule->order && p->rlasq[r] > rule->lasq &&
         (!rule->team_only || vteam == rule->team) &&
-        (p->pol->las_evict_larger ||
-         p->rmilli[r] <= sched_job_milli(rule->job, p->view.groups[g].gpu_mem_mib))) {
+        (p->pol->las_evict_larger || p->rmilli[r] <= view_job_milli(&p->view, rule->job, g))) {
         /* Never a job larger than the one it makes room for (unless the policy
          * says so): that would strand GPUs and requeue work that is harder to
          * place than what it admits. */
@@ -73,13 +71,25 @@ static bool victim_ok(const struct pass *p, const struct victim_rule *rule, uint
     return false;
 }
 
+enum { KIND_MIG = 5 };
+
 static uint8_t job_kind(const struct sched_job *j)
 {
+    if (j->mig_types)
+        return KIND_MIG;
     return j->gpus > 0 ? (j->multi_node ? 2 : 1) : (j->gpu_milli > 0 ? 3 : 4);
 }
 
+/* A MIG request's size is its profiles and memory as one key: one that is
+ * not the same request needs its own plan. */
 static int64_t job_size(const struct sched_job *j)
 {
+    if (j->mig_types) {
+        int64_t k = j->mig_types;
+        for (unsigned t = 0; t < MIG_NTYPES; t++)
+            k |= (int64_t)j->mig_profile[t] << (4 + 4 * t);
+        return k | j->gpu_mem_mib << 20;
+    }
     return j->gpus > 0 ? j->gpus : j->gpu_milli > 0 ? j->gpu_milli : j->gpu_mem_mib;
 }
 
@@ -100,7 +110,8 @@ bool evict_failed_before(const struct pass *p, const struct sched_job *j)
         if (x->team != j->team || x->prio != j->prio || x->pool != j->pool ||
             x->gpu_type != j->gpu_type || x->kind != job_kind(j))
             continue;
-        if (p->lasq ? x->size == job_size(j) && x->lasq <= lasq : x->size <= job_size(j))
+        bool same_only = p->lasq || x->kind == KIND_MIG;
+        if (same_only ? x->size == job_size(j) && x->lasq <= lasq : x->size <= job_size(j))
             return true;
     }
     return false;
@@ -160,8 +171,9 @@ bool evict_may_suffice(struct pass *p, const struct sched_job *j)
             continue;
         const struct view_group *grp = &p->view.groups[g];
         view_group_refresh(&p->view, g);
-        int64_t need = sched_job_milli(j, grp->gpu_mem_mib);
-        int64_t have = (int64_t)grp->sum_free_whole * SCHED_MILLI;
+        int64_t need = view_job_milli(&p->view, j, g);
+        /* An instance is not made of free whole GPUs: only evictions free one. */
+        int64_t have = sched_job_mig_only(j) ? 0 : (int64_t)grp->sum_free_whole * SCHED_MILLI;
         if (cls->may_preempt) {
             for (uint32_t k = 0; k < (uint32_t)p->rank[j->prio]; k++)
                 have += p->rank_milli[(size_t)g * p->nranks + k];

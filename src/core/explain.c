@@ -1,3 +1,4 @@
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -137,6 +138,25 @@ int explain_format(const struct sched_cluster *c, const struct sched_wait *w, ch
             break;
         case 'k':
             put_u64(&o, w->nodes.gpus);
+            break;
+        case 'M':   /* the MIG profile */
+        case 'y': { /* " (its GPU type)" */
+            const struct mig_type *t = mig_type_at(w->mig.type);
+            bool ok = t && w->mig.profile < t->nprofiles;
+            if (*p == 'M') {
+                put_str(&o, ok ? t->profiles[w->mig.profile].name : "?");
+            } else if (ok) {
+                put_str(&o, " (");
+                put_str(&o, t->name);
+                put_str(&o, ")");
+            }
+            break;
+        }
+        case 'i':
+            put_u64(&o, w->mig.free);
+            put_str(&o, " of ");
+            put_u64(&o, w->mig.total);
+            put_str(&o, " free");
             break;
         default:
             put(&o, p - 1, 2);

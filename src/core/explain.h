@@ -45,7 +45,10 @@
     X(FEATURES, 0, "features", "the nodes%g%p with the features asked for have no room")           \
     X(FEATURES_NEVER, 1, "unschedulable", "no node%g%p has the features the job asks for")         \
     X(NODES_NEVER, 1, "unschedulable",                                                             \
-      "needs %N nodes%g%p that can each hold %k GPUs and its share of CPUs and memory; %H can")
+      "needs %N nodes%g%p that can each hold %k GPUs and its share of CPUs and memory; %H can")    \
+    X(NO_MIG, 0, "resources", "no free MIG %M instance%p%y, %i")                                   \
+    X(MIG_ABSENT, 0, "mig", "the MIG layout%p%y has no %M instance")                               \
+    X(MIG_NEVER, 1, "unschedulable", "no GPU%g%p is in MIG mode with a %M profile")
 
 enum sched_reason {
 #define SCHED_REASON_ENUM(name, final, code, text) SCHED_REASON_##name,
@@ -58,9 +61,21 @@ enum sched_reason {
  * limit: their end, and so its start, is not known. */
 #define SCHED_EST_NO_LIMIT INT64_C(-2)
 
+/* For the MIG reasons (explain_names_mig): the profile (`profile` of
+ * catalogue type `type`, mig_type_at) and, for "no free instance", how many
+ * instances of it the job's groups have free and in all (one group: the
+ * first the job may use that has any). */
+struct sched_wait_mig {
+    uint8_t type;
+    uint8_t profile;
+    uint16_t free;
+    uint32_t total;
+};
+
 /* Why a job waits. `pool`, `gpu_type` and `other_job` (or, for the reasons
- * that count nodes, `nodes`) fill the sentence's placeholders where the
- * reason has them (SCHED_NONE / 0 otherwise).
+ * that count nodes, `nodes`; for the MIG reasons, `mig`) fill the
+ * sentence's placeholders where the reason has them (SCHED_NONE / 0
+ * otherwise).
  * `est_start_ms` is the estimated start time where a reservation gives one,
  * -1 where none can be promised, SCHED_EST_NO_LIMIT where the jobs it waits
  * for have no time limit. `field` names the bad field of an invalid request
@@ -81,6 +96,7 @@ struct sched_wait {
             uint32_t gpus : 8;  /* whole GPUs on each (at most SCHED_MAX_GPUS_PER_NODE) */
             uint32_t have;      /* nodes that could take its share */
         } nodes;
+        struct sched_wait_mig mig; /* the MIG reasons */
     };
     int64_t est_start_ms;
     const char *field;
@@ -93,6 +109,38 @@ static inline int explain_counts_nodes(enum sched_reason reason)
 {
     return reason == SCHED_REASON_NODES || reason == SCHED_REASON_NODES_HOST ||
            reason == SCHED_REASON_EXCLUSIVE || reason == SCHED_REASON_NODES_NEVER;
+}
+
+/* Whether the reason's sentence names a MIG profile (the wait's `mig`). */
+static inline int explain_names_mig(enum sched_reason reason)
+{
+    return reason == SCHED_REASON_NO_MIG || reason == SCHED_REASON_MIG_ABSENT ||
+           reason == SCHED_REASON_MIG_NEVER;
+}
+
+/* A MIG reason's `mig` as the wait's other_job word (they share it), for
+ * callers that carry a reason's detail as one word. */
+static inline uint64_t explain_mig_other(unsigned type, unsigned profile, uint32_t free,
+                                         uint32_t total)
+{
+    union {
+        uint64_t other;
+        struct sched_wait_mig mig;
+    } u = {0};
+    u.mig = (struct sched_wait_mig){(uint8_t)type, (uint8_t)profile,
+                                    (uint16_t)(free < UINT16_MAX ? free : UINT16_MAX), total};
+    return u.other;
+}
+
+/* explain_mig_other for the job's first MIG type (its lowest bit). */
+static inline uint64_t explain_mig_other_of(const struct sched_job *j, uint32_t free,
+                                            uint32_t total)
+{
+    for (unsigned t = 0; t < MIG_NTYPES; t++) {
+        if (j->mig_types & (1u << t))
+            return explain_mig_other(t, j->mig_profile[t], free, total);
+    }
+    return 0;
 }
 
 /* True when no change in load will ever start a job waiting for this reason. */
@@ -109,7 +157,9 @@ const char *explain_code(enum sched_reason reason);
  * that takes any GPU reads "not enough free GPUs"), %J the other job, %F the
  * field, %n " (need 8, 2 free)" from need_milli and free_milli (0.25 for a
  * fraction), or nothing when need_milli is 0, %N and %H the nodes needed and
- * had, %h "has" or "have" as %H is 1 or not, %k the GPUs on each node.
+ * had, %h "has" or "have" as %H is 1 or not, %k the GPUs on each node, %M
+ * the MIG profile ("1g.10gb"), %y " (H100-80GB)" its GPU type, %i "0 of 7
+ * free" its instances.
  * Returns the length the full sentence needs, as snprintf does, or GPO_EINVAL.
  */
 int explain_format(const struct sched_cluster *cluster, const struct sched_wait *wait, char *buf,

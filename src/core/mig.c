@@ -683,7 +683,9 @@ int mig_place(const struct mig_gpu *gpus, size_t ngpus, const struct mig_request
                 pick = (struct mig_pick){.gpu = (uint32_t)i,
                                          .instance = (int32_t)k,
                                          .profile = (uint8_t)p,
-                                         .start = in->start};
+                                         .start = in->start,
+                                         .free_slots = (uint8_t)free,
+                                         .capacity = score};
             }
         }
     }
@@ -729,8 +731,12 @@ int mig_place_new(const struct mig_gpu *gpus, size_t ngpus, const struct mig_req
             have = true;
             best_free = free;
             best_score = score;
-            pick = (struct mig_pick){
-                .gpu = (uint32_t)i, .instance = -1, .profile = (uint8_t)p, .start = (uint8_t)s};
+            pick = (struct mig_pick){.gpu = (uint32_t)i,
+                                     .instance = -1,
+                                     .profile = (uint8_t)p,
+                                     .start = (uint8_t)s,
+                                     .free_slots = (uint8_t)free,
+                                     .capacity = score};
         }
     }
     if (!have)

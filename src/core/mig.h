@@ -47,15 +47,19 @@
  *    or GPO_EINVAL (a bad value, a layout that breaks the placement table).
  *    Nothing is changed on error.
  *
- *  - The controller's scheduler pass: for each node, the MIG GPUs it may
- *    use become an array of struct mig_gpu (the reported instances, `busy`
- *    where a running or starting job holds one). A job's request
- *    (struct mig_request: a profile name or GPU memory) goes to mig_place,
- *    which picks the GPU and the free instance; the pass marks it busy in
- *    its view and charges the job mig_profile_charge_milli. In a dynamic
- *    pool, a request that finds no instance but for which
- *    mig_place_new finds room waits for the planner, with a reason that
- *    names the profile.
+ *  - The scheduler pass (core/view.h, sched_pass): the caller gives each
+ *    GPU its reported instances (sched_gpu.mig, mig_type) and a job its
+ *    profile per MIG type (sched_job.mig_types, mig_profile, resolved with
+ *    mig_request_resolve); the view turns each node's MIG GPUs into struct
+ *    mig_gpu (`busy` where a running allocation's share names the
+ *    instance) and mig_place picks the GPU and the free instance; the pass
+ *    marks it busy in its view and charges the job
+ *    mig_profile_charge_milli. A request that finds no instance waits with
+ *    a reason that names the profile (SCHED_REASON_NO_MIG, or
+ *    SCHED_REASON_MIG_ABSENT where none of the profile exists);
+ *    sched_mig_demand (core/sched.h) lists those waits per pool, in queue
+ *    order, as the struct mig_demand entries mig_plan takes, so that in a
+ *    dynamic pool the planner creates what mig_place_new finds room for.
  *
  *  - The planner, once per pass per dynamic pool: mig_plan over all MIG
  *    GPUs of the pool and the pool's pending demand (struct mig_demand, in
@@ -245,6 +249,11 @@ struct mig_pick {
                          mig_place_new: -1 (an instance to create) */
     uint8_t profile;  /* index into the GPU's type->profiles */
     uint8_t start;    /* the instance's start slot */
+    /* What the choice was made by, for callers that compare picks from
+     * several calls (the scheduler's view, one node at a time): */
+    uint8_t free_slots; /* the GPU's free slots before (mig_place: not busy;
+                           mig_place_new: in no instance) */
+    uint32_t capacity;  /* the free capacity the pick leaves (below); higher is better */
 };
 
 /* The free (not busy) instance for `req` among `gpus`: on the GPU with the

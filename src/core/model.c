@@ -132,8 +132,60 @@ int sched_policy_check(const struct sched_policy *p, const char **ret_field)
     return 0;
 }
 
+/* A GPU's MIG fields (see sched_cluster_check); *types[t] the mig_type of
+ * gpu_type t's GPUs seen so far. */
+static int check_gpu_mig(const struct sched_gpu *gpu, const struct mig_type **types,
+                         const char **ret_what)
+{
+    if (gpu->mig_n > MIG_MAX_INSTANCES)
+        return bad(ret_what, "gpu: mig_n is over MIG_MAX_INSTANCES", GPO_E2BIG);
+    if (gpu->mig_n && !gpu->mig_enabled)
+        return bad(ret_what, "gpu: mig_n is set but mig_enabled is false", GPO_EINVAL);
+    if (!gpu->mig_type) {
+        if (gpu->mig_enabled && gpu->mig_n)
+            return bad(ret_what, "gpu: mig_type is NULL on a MIG GPU with instances", GPO_EINVAL);
+        return 0;
+    }
+    if (mig_type_at(gpu->mig_type->id) != gpu->mig_type)
+        return bad(ret_what, "gpu: mig_type is not an entry of the MIG catalogue", GPO_EINVAL);
+    if (types[gpu->type] && types[gpu->type] != gpu->mig_type)
+        return bad(ret_what, "gpu: GPUs of one gpu_type with different mig_type", GPO_EINVAL);
+    types[gpu->type] = gpu->mig_type;
+    struct mig_instance inst[MIG_MAX_INSTANCES];
+    for (uint32_t k = 0; k < gpu->mig_n; k++)
+        inst[k] = (struct mig_instance){.profile = gpu->mig[k].profile, .start = gpu->mig[k].start};
+    if (mig_layout_check(gpu->mig_type, inst, gpu->mig_n, NULL, 0))
+        return bad(ret_what, "gpu: mig instances break the placement table (mig_layout_check)",
+                   GPO_EINVAL);
+    return 0;
+}
+
+int sched_job_mig_check(const struct sched_job *j, const char **ret_field)
+{
+    if (!j)
+        return bad(ret_field, "job", GPO_EINVAL);
+    if (!j->mig_types)
+        return 0;
+    if (j->mig_types >> MIG_NTYPES)
+        return bad(ret_field, "mig_types has a bit for no MIG type of the catalogue", GPO_EINVAL);
+    for (unsigned t = 0; t < MIG_NTYPES; t++) {
+        if ((j->mig_types & (1u << t)) && j->mig_profile[t] >= mig_type_at(t)->nprofiles)
+            return bad(ret_field, "mig_profile is out of range for its MIG type", GPO_EINVAL);
+    }
+    if (j->gpus > 0 || j->gpu_milli > 0)
+        return bad(ret_field,
+                   "a MIG profile goes alone or with gpu_mem_mib, not with gpus or gpu_milli",
+                   GPO_EINVAL);
+    if (j->multi_node || j->nodes > 1 || j->exclusive)
+        return bad(ret_field,
+                   "a MIG instance is part of one GPU: no multi_node, nodes or exclusive",
+                   GPO_EINVAL);
+    return 0;
+}
+
 int sched_cluster_check(const struct sched_cluster *c, const char **ret_what)
 {
+    const struct mig_type *mig_of_type[SCHED_MAX_GPU_TYPES] = {0};
     if (!c)
         return bad(ret_what, "cluster", GPO_EINVAL);
     if (c->nnodes > SCHED_MAX_NODES || c->ngpus > SCHED_MAX_NODES * 8u ||
@@ -167,6 +219,9 @@ int sched_cluster_check(const struct sched_cluster *c, const char **ret_what)
                 return bad(ret_what, "node: GPUs of different types", GPO_EINVAL);
             if (gpu->mem_mib == 0)
                 return bad(ret_what, "gpu: memory is 0", GPO_EINVAL);
+            int err = check_gpu_mig(gpu, mig_of_type, ret_what);
+            if (err)
+                return err;
         }
     }
     for (uint32_t t = 0; t < c->nteams; t++) {

@@ -21,6 +21,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/mig.h"
+
 #define SCHED_MILLI             1000       /* one whole GPU, in milli-GPU */
 #define SCHED_ANY               UINT32_MAX /* job's pool or gpu_type: no constraint */
 #define SCHED_NONE              UINT32_MAX /* no index */
@@ -44,19 +46,31 @@ enum sched_node_state {
 /*
  * One physical GPU. MIG: `mig_slices` is the number of compute slices the GPU
  * can be cut into (7 on A100/H100/H200, 0 where MIG is not supported) and
- * `mig_enabled` says MIG mode is on. MIG instances are profiles at fixed slice
- * positions, not placed by the core yet: a GPU in MIG mode is
- * not offered to whole-GPU or fractional requests (its capacity belongs to its
- * instances), which is the behaviour that placement will refine, not replace.
+ * `mig_enabled` says MIG mode is on. A GPU in MIG mode is never offered to
+ * whole-GPU or fractional requests: its capacity belongs to its instances,
+ * `mig[0 .. mig_n)`, the GPU instances the node reports (each a profile of
+ * `mig_type` at its start slot: core/mig.h). A job that asks for a MIG
+ * profile (sched_job.mig_types) takes one free instance of that profile;
+ * which instances are free is the view's business (running allocations name
+ * their instance by start slot and profile: sched_share.mig). `mig_type` is the GPU's
+ * entry in the MIG catalogue (NULL: the type has no MIG, or MIG is off).
  */
+struct sched_mig_instance {
+    uint8_t profile; /* index into mig_type->profiles */
+    uint8_t start;   /* first memory slot, 0..MIG_SLOTS-1 */
+};
+
 struct sched_gpu {
     uint32_t type;         /* index into cluster->gpu_types */
     uint32_t mem_mib;      /* total memory */
     int32_t nvlink_domain; /* same value on one node = one NVLink/NVSwitch fabric; -1 none */
     uint8_t mig_slices;
     bool mig_enabled;
-    bool held; /* offered for no new work: an ended job's processes still run on it
-                  (a dirty GPU); work already on it keeps what it holds */
+    bool held;     /* offered for no new work: an ended job's processes still run on it
+                      (a dirty GPU); work already on it keeps what it holds */
+    uint8_t mig_n; /* instances in mig[], when mig_enabled */
+    const struct mig_type *mig_type; /* borrowed from the catalogue; NULL: no MIG */
+    struct sched_mig_instance mig[MIG_MAX_INSTANCES];
 };
 
 struct sched_node {
@@ -172,13 +186,29 @@ struct sched_job {
     bool mem_whole_node;
     uint8_t nconstraint; /* terms used in constraint (0..SCHED_CONSTRAINT_TERMS) */
     uint64_t constraint[SCHED_CONSTRAINT_TERMS];
+    /* A MIG instance: bit t of mig_types set means that on a MIG GPU of
+     * catalogue type t (mig_type_at(t)) the job takes one instance of
+     * profile mig_profile[t] (an index into that type's profiles). The
+     * caller resolves the request once (mig_request_resolve for each type):
+     * a profile by name ("--gpus 1g.10gb") sets the types that have it and
+     * leaves gpus, gpu_milli and gpu_mem_mib 0, so the job runs only on an
+     * instance; a GPU memory request (gpu_mem_mib) may also set the types
+     * with a profile large enough, and then takes either a share of a
+     * GPU not in MIG mode or an instance. 0: no MIG. */
+    uint8_t mig_types;
+    uint8_t mig_profile[MIG_NTYPES];
 };
 
-/* One GPU's part of an allocation. */
+/* One GPU's part of an allocation. On a MIG GPU (`mig` true) it is one
+ * instance, named by its start slot; milli is the instance's charge
+ * (mig_profile_charge_milli) and mem_mib its memory. */
 struct sched_share {
-    uint32_t gpu;     /* index into cluster->gpus */
-    uint32_t milli;   /* 1000 for a whole GPU */
-    uint32_t mem_mib; /* GPU memory held */
+    uint32_t gpu;        /* index into cluster->gpus */
+    uint32_t milli;      /* 1000 for a whole GPU */
+    uint32_t mem_mib;    /* GPU memory held */
+    bool mig;            /* a MIG instance of the GPU */
+    uint8_t mig_start;   /* with mig: the instance's start slot */
+    uint8_t mig_profile; /* with mig: index into the GPU's mig_type->profiles */
 };
 
 /* One node's part of an allocation. */
@@ -288,8 +318,12 @@ int sched_policy_check(const struct sched_policy *policy, const char **ret_field
 /*
  * Checks the cluster is consistent: every index in range, GPU ranges inside
  * the GPU array and not shared between nodes, counts under the SCHED_MAX_*
- * limits, weights >= 1, quotas non-negative. 0 or GPO_EINVAL / GPO_E2BIG;
- * *ret_what (may be NULL) names the first problem ("node 3: gpu range").
+ * limits, weights >= 1, quotas non-negative; and MIG: mig_n at most
+ * MIG_MAX_INSTANCES, instances only with mig_enabled, mig_type a catalogue
+ * entry (set wherever a GPU in MIG mode reports instances), the layout one
+ * mig_layout_check accepts, and one mig_type for all GPUs of one gpu_type.
+ * 0 or GPO_EINVAL / GPO_E2BIG; *ret_what (may be NULL) names the first
+ * problem and its field ("gpu: mig_type is NULL on a MIG GPU with instances").
  */
 int sched_cluster_check(const struct sched_cluster *cluster, const char **ret_what);
 
@@ -318,7 +352,29 @@ int64_t sched_job_milli(const struct sched_job *job, uint32_t gpu_mem_mib);
 /* Does the job ask for a GPU at all (whole GPUs, a fraction or GPU memory)? */
 static inline bool sched_job_wants_gpu(const struct sched_job *job)
 {
-    return job->gpus > 0 || job->gpu_milli > 0 || job->gpu_mem_mib > 0;
+    return job->gpus > 0 || job->gpu_milli > 0 || job->gpu_mem_mib > 0 || job->mig_types != 0;
+}
+
+/* The profile index the job takes on a MIG GPU of catalogue type t, or -1
+ * where it takes none there (no bit for t, or t NULL). */
+static inline int sched_job_mig_profile(const struct sched_job *job, const struct mig_type *t)
+{
+    if (!t || t->id >= MIG_NTYPES || !(job->mig_types & (1u << t->id)))
+        return -1;
+    return job->mig_profile[t->id];
+}
+
+/* Checks a job's MIG fields: bits only for catalogue types, each set bit's
+ * profile index in range for its type, and a MIG request alone (by profile)
+ * or with gpu_mem_mib, on one node: not with gpus, gpu_milli, multi_node,
+ * nodes > 1 or exclusive. 0 or GPO_EINVAL with *ret_field (may be NULL) a
+ * sentence naming the field. */
+int sched_job_mig_check(const struct sched_job *job, const char **ret_field);
+
+/* Does the job run only on a MIG instance (a profile by name)? */
+static inline bool sched_job_mig_only(const struct sched_job *job)
+{
+    return job->mig_types != 0 && job->gpus <= 0 && job->gpu_milli <= 0 && job->gpu_mem_mib <= 0;
 }
 
 /* Is the job a gang over several nodes: exactly `nodes` > 1, or the fewest

@@ -48,6 +48,35 @@ void pass_wait_numbers(struct pass *p, const struct sched_job *j, struct sched_w
     w->free_milli = best;
 }
 
+enum sched_reason pass_mig_reason(struct pass *p, const struct sched_job *j, const bool *groups,
+                                  uint64_t *ret_other)
+{
+    const struct mig_type *type = NULL;
+    uint64_t free = 0, total = 0;
+    int profile = -1;
+    for (uint32_t g = 0; g < p->view.ngroups; g++) {
+        if (groups ? !groups[g] : !view_group_eligible(&p->view, j, g))
+            continue;
+        const struct mig_type *t = p->view.groups[g].mig_type;
+        int q = view_group_mig_profile(&p->view, j, g);
+        if (q < 0 || (type && t != type))
+            continue;
+        uint32_t f, n;
+        view_group_mig_count(&p->view, j, g, false, &f, &n);
+        type = t;
+        profile = q;
+        free += f;
+        total += n;
+    }
+    if (!type) {
+        *ret_other = explain_mig_other_of(j, 0, 0);
+        return SCHED_REASON_MIG_ABSENT;
+    }
+    *ret_other = explain_mig_other(type->id, (unsigned)profile, (uint32_t)free,
+                                   total < UINT32_MAX ? (uint32_t)total : UINT32_MAX);
+    return total ? SCHED_REASON_NO_MIG : SCHED_REASON_MIG_ABSENT;
+}
+
 /* compute_allowed for pending job i, from its shape's cache while its team's
  * usage has not changed. */
 uint32_t pass_allowed(struct pass *p, uint32_t i, uint32_t *ret_nallowed)
@@ -99,7 +128,7 @@ static uint32_t compute_allowed_now(struct pass *p, const struct sched_job *j,
         if (!p->eligible[g])
             continue;
         ne++;
-        int64_t milli = sched_job_milli(j, v->groups[g].gpu_mem_mib);
+        int64_t milli = view_job_milli(v, j, g);
         int64_t limit = quota_limit(&p->quota, j->team, g);
         int64_t used = p->quota.used[(size_t)j->team * p->quota.ngroups + g];
         p->headroom[g] = limit == INT64_MAX ? INT64_MAX : limit - used;
@@ -313,7 +342,7 @@ static int keep_pristine(struct pass *p)
         return GPO_ENOMEM;
     for (uint32_t n = 0; n < p->c->nnodes; n++) {
         const struct view_node *vn = &p->view.nodes[n];
-        if (vn->usable && (vn->free_whole || vn->nshared))
+        if (vn->usable && (vn->free_whole || vn->nshared || vn->mig_free))
             p->free0[p->nfree0++] = n;
     }
     size_t nq_cells = (size_t)p->c->nteams * p->view.ngroups;

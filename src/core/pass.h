@@ -263,6 +263,13 @@ static inline void pass_set_nodes(struct pass *p, uint32_t i, uint32_t have)
  * view has free for it now (explain.h: need_milli, free_milli). */
 void pass_wait_numbers(struct pass *p, const struct sched_job *j, struct sched_wait *w);
 
+/* Why MIG-only job j finds no instance: "no free instance" with the free
+ * and total count of its profile over the groups it may use (`groups`, or
+ * NULL: every eligible one; those of the first one's MIG type), or "none
+ * exists" where there are none; *ret_other the wait's `mig` word. */
+enum sched_reason pass_mig_reason(struct pass *p, const struct sched_job *j, const bool *groups,
+                                  uint64_t *ret_other);
+
 /* Groups job i may use now (p->eligible, p->allowed, p->headroom filled);
  * returns how many are eligible, *ret_nallowed how many have quota left.
  * Cached per shape while the team's usage is unchanged. */

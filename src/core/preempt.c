@@ -55,6 +55,46 @@ static uint64_t gang_sum(const struct view *v, const struct sched_job *job, cons
     return view_node_whole_for(v, job, n);
 }
 
+/* Does allocation a hold the MIG instance of share s? */
+static bool holds_instance(const struct sched_alloc *a, const struct sched_share *s)
+{
+    for (uint32_t i = 0; i < a->nshares; i++) {
+        const struct sched_share *h = &a->shares[i];
+        if (h->mig && h->gpu == s->gpu && h->mig_start == s->mig_start)
+            return true;
+    }
+    return false;
+}
+
+/*
+ * A placement on a MIG instance needs only the victims that held it, not
+ * every job on its node (those hold other instances, or other GPUs): keep
+ * those if, with them (and the jobs already leaving) gone, the node fits
+ * the job; *ret_n 0 otherwise (the caller keeps the node's). 0 or
+ * GPO_ENOMEM; the view is put back.
+ */
+static int mig_victims(struct view *view, const struct sched_running_set *running,
+                       const uint32_t *leaving, size_t nleaving, const struct sched_job *job,
+                       const struct sched_alloc *const *taken, size_t given,
+                       const struct view_place *out, uint32_t *ret_victims, size_t *ret_n,
+                       struct view_undo *log)
+{
+    size_t n = 0;
+    int err = 0;
+    for (size_t i = 0; i < nleaving && !err; i++)
+        err = view_apply_logged(view, &running->jobs[leaving[i]].alloc, true, log);
+    for (size_t i = 0; i < given && !err; i++) {
+        if (holds_instance(taken[i], &out->shares[0])) {
+            err = view_apply_logged(view, taken[i], true, log);
+            ret_victims[n++] = (uint32_t)i;
+        }
+    }
+    bool fits = !err && n && view_node_fits(view, job, out->nodes[0].node);
+    view_undo(view, log);
+    *ret_n = fits ? n : 0;
+    return err;
+}
+
 int preempt_plan(struct view *view, const struct sched_running_set *running,
                  const uint32_t *leaving, size_t nleaving, const struct sched_job *job,
                  const bool *allowed, int64_t end_ms, preempt_next_fn next, void *ctx,
@@ -116,7 +156,11 @@ int preempt_plan(struct view *view, const struct sched_running_set *running,
         }
     }
     view_undo(view, log);
-    for (size_t i = 0; found && !err && i < given; i++) {
+    if (found && !err && out->nshares == 1 && out->shares[0].mig)
+        err = mig_victims(view, running, leaving, nleaving, job, taken, given, out, ret_victims, &n,
+                          log);
+    bool by_instance = n > 0;
+    for (size_t i = 0; found && !err && !by_instance && i < given; i++) {
         if (uses_node(taken[i], out))
             ret_victims[n++] = (uint32_t)i;
     }

@@ -112,4 +112,34 @@ int sched_pass(const struct sched_cluster *cluster, const struct sched_queue *qu
                const struct sched_running_set *running, const struct sched_policy *policy,
                struct sched_state *state, int64_t now_ms, struct sched_result *result);
 
+/*
+ * The pending MIG demand of the pass that filled `result` (from `queue`,
+ * the queue it was given), for the controller's dynamic planner: one entry
+ * per run of like requests, in the queue's order, each with the pool it is
+ * counted in and a struct mig_demand that mig_plan takes (the entries of
+ * one pool, in order, are that pool's demand). A job counts when it waits
+ * for an instance (NO_MIG: none free; MIG_ABSENT: none of its profile
+ * exists, the case where mig_place_new may find room for the planner to
+ * create one; PRIORITY: higher-ranked jobs took the free ones) or is a
+ * memory request that may take an instance and waits for GPUs (NO_GPU).
+ * Its pool: its own, or for any pool the first that has MIG GPUs of its
+ * types (a job is counted once). Its type: the MIG type of its gpu_type, or
+ * where it has none, of its only type in that pool, else NULL (any type
+ * where the request resolves). Its request: its profile's name (a MIG-only
+ * job) or its GPU memory.
+ *
+ * Writes at most `cap` entries to ret (at most result->nwaits are ever
+ * needed) and *ret_n the number there are; 0, GPO_E2BIG (ret full, *ret_n
+ * saying how many there are), or GPO_EINVAL (a NULL argument, an invalid
+ * cluster). Pure: reads its arguments only; the strings are the catalogue's.
+ */
+struct sched_mig_demand {
+    uint32_t pool;            /* index into cluster->pools */
+    struct mig_demand demand; /* type NULL: any MIG type of the pool it resolves on */
+};
+
+int sched_mig_demand(const struct sched_cluster *cluster, const struct sched_queue *queue,
+                     const struct sched_result *result, struct sched_mig_demand *ret, size_t cap,
+                     size_t *ret_n);
+
 #endif

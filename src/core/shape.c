@@ -15,18 +15,28 @@ static uint64_t pair(uint32_t lo, uint32_t hi)
 }
 
 /* multi_node, exclusive, whole memory, the number of terms (5 and more alike:
- * all invalid) and the node count (negative ones alike, and those over the
- * limit: each kind has one verdict), in 32 bits. */
+ * all invalid), whether it asks for MIG, and the node count (negative ones
+ * alike, and those over the limit: each kind has one verdict), in 32 bits. */
 static uint32_t shape_bits(const struct sched_job *j)
 {
-    if (!(j->nodes | j->exclusive | j->mem_whole_node | j->nconstraint))
+    if (!(j->nodes | j->exclusive | j->mem_whole_node | j->nconstraint | j->mig_types))
         return (uint32_t)j->multi_node; /* the common case, at the cost of one test */
     uint32_t nodes = j->nodes < 0                           ? 0xffffffu
                      : (uint32_t)j->nodes > SCHED_MAX_NODES ? 0xfffffeu
                                                             : (uint32_t)j->nodes;
     uint32_t terms = j->nconstraint < 7 ? j->nconstraint : 7;
     return (uint32_t)j->multi_node | (uint32_t)j->exclusive << 1 |
-           (uint32_t)j->mem_whole_node << 2 | terms << 3 | nodes << 8;
+           (uint32_t)j->mem_whole_node << 2 | terms << 3 | (uint32_t)(j->mig_types != 0) << 6 |
+           nodes << 8;
+}
+
+/* A MIG request's fields as one word (the key's words say only that there is one). */
+static uint64_t mig_word(const struct sched_job *j)
+{
+    uint64_t w = j->mig_types;
+    for (unsigned t = 0; t < MIG_NTYPES; t++)
+        w |= (uint64_t)j->mig_profile[t] << (8 + 8 * t);
+    return w;
 }
 
 static struct shape_key key_of(const struct sched_job *j)
@@ -43,16 +53,23 @@ static struct shape_key key_of(const struct sched_job *j)
     }};
 }
 
-/* A constraint is not in the key's words: jobs whose words agree compare
- * their terms too (only those with a constraint pay for it). */
-static bool same_terms(const struct sched_job *a, const struct sched_job *b)
+/* A constraint and a MIG request's profiles are not in the key's words
+ * (only their count and presence are): jobs whose words agree compare them
+ * too, apart, as only those that have one pay for it. */
+static bool same_extras(const struct sched_job *a, const struct sched_job *b)
 {
-    if (!a->nconstraint)
-        return true; /* nor has b: the count is in the key */
-    uint64_t d = 0;  /* no call: this sits in the probe loop of every job */
+    if (a->mig_types && mig_word(a) != mig_word(b))
+        return false;
+    uint64_t d = 0;
     for (uint32_t t = 0; t < SCHED_CONSTRAINT_TERMS; t++)
         d |= t < a->nconstraint ? a->constraint[t] ^ b->constraint[t] : 0;
     return d == 0;
+}
+
+static inline bool same_terms(const struct sched_job *a, const struct sched_job *b)
+{
+    /* One test in the probe loop of every job: neither (nor has b: both are in the key). */
+    return !(a->nconstraint | a->mig_types) || same_extras(a, b);
 }
 
 /* Each word multiplied by its own odd constant, the products summed: the
@@ -198,7 +215,7 @@ int shape_find(struct pass *p, uint32_t *cands, size_t *ret_ncands)
         ojob[i] = (struct order_job){j->id, j->submit_ms, j->team, j->prio};
         struct shape_key key = key_of(j);
         const uint64_t *w = key.w;
-        uint64_t hash = key_hash(w);
+        uint64_t hash = key_hash(w); /* MIG profiles apart share it: few, they probe on */
         uint32_t tag = (uint32_t)(hash >> 32), s;
         size_t h = hash & (size - 1);
         for (;; h = (h + 1) & (size - 1)) {
@@ -360,6 +377,9 @@ static const char *size_field(const struct sched_job *j)
         return "multi_node needs a whole number of gpus";
     if (j->gpus > (int32_t)SCHED_MAX_GPUS_PER_NODE * 1024)
         return "gpus is over the limit";
+    const char *mig = NULL;
+    if (j->mig_types && sched_job_mig_check(j, &mig))
+        return mig;
     return shape_field(j);
 }
 
@@ -396,6 +416,7 @@ bool shape_validate(struct pass *p, uint32_t i)
 
     /* Against the cluster: some group must be able to hold it, ever. */
     bool any_match = false, any_size = false, any_quota = false, any_features = !j->nconstraint;
+    bool any_type = false; /* a MIG-only job: some group of its pool and type, MIG or not */
     bool fit0 = false;
     uint32_t most_nodes = 0;
     struct view *v = &p->view;
@@ -406,6 +427,9 @@ bool shape_validate(struct pass *p, uint32_t i)
         if (sched_job_wants_gpu(j) &&
             (grp->gpu_type == SCHED_NONE || (type != SCHED_ANY && type != grp->gpu_type)))
             continue;
+        any_type = true;
+        if (sched_job_mig_only(j) && view_group_mig_profile(v, j, g) < 0)
+            continue; /* no GPU in MIG mode of a type it has a profile for */
         any_match = true;
         if (!view_group_eligible(v, j, g))
             continue; /* GPU memory constraint */
@@ -420,13 +444,18 @@ bool shape_validate(struct pass *p, uint32_t i)
             continue;
         }
         any_size = true;
-        int64_t milli = sched_job_milli(j, grp->gpu_mem_mib);
+        int64_t milli = view_job_milli(v, j, g);
         int64_t limit = quota_limit(&p->quota, j->team, g);
         if (limit != INT64_MAX && milli > limit)
             continue;
         any_quota = true;
         if (!fit0 && view_group_may_fit(v, j, g, false))
             fit0 = true;
+    }
+    if (!any_match && any_type) {
+        pass_set_wait(p, i, SCHED_REASON_MIG_NEVER, pool, type, explain_mig_other_of(j, 0, 0),
+                      NULL);
+        return false;
     }
     if (!any_match) {
         pass_set_wait(p, i, SCHED_REASON_NO_MATCH, pool, type, 0, NULL);

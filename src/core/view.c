@@ -13,6 +13,13 @@ static uint32_t node_type_slot(const struct sched_cluster *c, const struct sched
 }
 
 static bool gpu_take(struct view *view, uint32_t gi, uint32_t milli, uint32_t mem, bool give);
+static bool share_take(struct view *view, const struct sched_share *s, bool give);
+
+/* A GPU whose instances are offered: in MIG mode with a catalogue type, not held. */
+static bool mig_offered(const struct sched_gpu *gpu)
+{
+    return gpu->mig_enabled && gpu->mig_type && !gpu->held;
+}
 
 /* Takes a node part's CPUs and host memory, saturating at 0; whether they
  * were over what the node had free. */
@@ -29,10 +36,8 @@ static bool node_take(struct view_node *vn, const struct sched_node_part *p)
 static bool apply_fresh(struct view *view, const struct sched_alloc *alloc)
 {
     bool over = false;
-    for (uint32_t i = 0; i < alloc->nshares; i++) {
-        const struct sched_share *s = &alloc->shares[i];
-        over |= gpu_take(view, s->gpu, s->milli, s->mem_mib, false);
-    }
+    for (uint32_t i = 0; i < alloc->nshares; i++)
+        over |= share_take(view, &alloc->shares[i], false);
     for (uint32_t i = 0; i < alloc->nnodes; i++)
         over |= node_take(&view->nodes[alloc->nodes[i].node], &alloc->nodes[i]);
     return over;
@@ -73,6 +78,29 @@ static int make_groups(struct view *view)
     return 0;
 }
 
+/* MIG GPU gi into its node and group: every instance free, counted per
+ * profile; one GPU of capacity. The group's MIG type is its first MIG
+ * GPU's (sched_cluster_check: one per gpu_type). */
+static void add_mig_gpu(struct view *view, struct view_group *grp, uint32_t gi)
+{
+    const struct sched_gpu *gpu = &view->cluster->gpus[gi];
+    struct view_node *vn = &view->nodes[view->gpu_node[gi]];
+    if (!grp->mig_type)
+        grp->mig_type = gpu->mig_type;
+    if (grp->mig_type != gpu->mig_type)
+        return;
+    uint32_t n = gpu->mig_n < MIG_MAX_INSTANCES ? gpu->mig_n : MIG_MAX_INSTANCES;
+    view->gpus[gi].mig_free = (uint8_t)((1u << n) - 1u);
+    vn->mig_free = (uint16_t)(vn->mig_free + n);
+    if (!vn->usable)
+        return;
+    grp->cap_milli += SCHED_MILLI;
+    for (const struct sched_mig_instance *in = gpu->mig; in < gpu->mig + n; in++) {
+        if (in->profile < MIG_MAX_PROFILES)
+            grp->mig_total[in->profile]++;
+    }
+}
+
 /* Node n into its group: its free capacity (all of it), and the group's
  * largest node, memory and whether its nodes are alike. */
 static void add_node(struct view *view, uint32_t n)
@@ -111,6 +139,8 @@ static void add_node(struct view *view, uint32_t n)
             grp->uniform = false;
         if (gpu->mem_mib > grp->gpu_mem_mib)
             grp->gpu_mem_mib = gpu->mem_mib;
+        if (mig_offered(gpu))
+            add_mig_gpu(view, grp, gi);
         if (!sched_gpu_offered(gpu))
             continue;
         view->gpus[gi].free_milli = SCHED_MILLI;
@@ -118,6 +148,11 @@ static void add_node(struct view *view, uint32_t n)
         vn->free_whole++;
         if (vn->usable)
             grp->cap_milli += SCHED_MILLI;
+    }
+    if (vn->usable) {
+        grp->plain_gpus += vn->free_whole;
+        if (vn->free_whole > grp->max_node_plain)
+            grp->max_node_plain = vn->free_whole;
     }
     grp->dirty = true;
 }
@@ -254,6 +289,13 @@ bool view_group_eligible(const struct view *view, const struct sched_job *job, u
         return false;
     if (job->min_gpu_mem_mib > (int64_t)grp->gpu_mem_mib)
         return false;
+    if (job->mig_types) {
+        /* An instance of its profile here, or (a memory request) a share. */
+        if (view_group_mig_profile(view, job, g) >= 0)
+            return true;
+        if (sched_job_mig_only(job))
+            return false;
+    }
     if (job->gpu_mem_mib > (int64_t)grp->gpu_mem_mib)
         return false;
     return true;
@@ -276,6 +318,64 @@ static uint32_t node_max_free_milli(const struct view *view, uint32_t n)
     return best;
 }
 
+/* Node n's free instances into its group's counts (a refresh). */
+static void count_node_mig(const struct view *view, struct view_group *grp, uint32_t n)
+{
+    const struct sched_node *node = &view->cluster->nodes[n];
+    bool open = view->nodes[n].resv < 0;
+    for (uint32_t i = 0; i < node->ngpus; i++) {
+        uint32_t gi = node->gpu_first + i;
+        const struct sched_gpu *gpu = &view->cluster->gpus[gi];
+        for (uint8_t m = view->gpus[gi].mig_free; m && gpu->mig_type == grp->mig_type;
+             m &= (uint8_t)(m - 1)) {
+            unsigned p = gpu->mig[__builtin_ctz(m)].profile;
+            if (p >= MIG_MAX_PROFILES)
+                continue;
+            grp->mig_free[p]++;
+            grp->mig_free_open[p] += open;
+        }
+    }
+}
+
+bool view_group_could_hold(const struct view *view, const struct sched_job *job, uint32_t g)
+{
+    const struct view_group *grp = &view->groups[g];
+    if (job->gpus > 0) {
+        if (job->nodes > 1 || !job->multi_node)
+            return grp->max_node_plain >= view_job_node_gpus(job);
+        return grp->plain_gpus >= (uint64_t)job->gpus;
+    }
+    if (!sched_job_wants_gpu(job))
+        return true;
+    int p = view_group_mig_profile(view, job, g);
+    bool mig = p >= 0 && p < MIG_MAX_PROFILES && grp->mig_total[p] > 0;
+    return mig || (!sched_job_mig_only(job) && grp->plain_gpus > 0);
+}
+
+int64_t view_job_milli_mig(const struct view *view, const struct sched_job *job, uint32_t g)
+{
+    const struct view_group *grp = &view->groups[g];
+    int p = view_group_mig_profile(view, job, g);
+    int64_t mig = p >= 0 ? mig_profile_charge_milli(grp->mig_type, (unsigned)p) : 0;
+    if (sched_job_mig_only(job))
+        return mig;
+    int64_t frac = sched_job_milli(job, grp->gpu_mem_mib);
+    return mig > 0 && mig < frac ? mig : frac;
+}
+
+void view_group_mig_count(struct view *view, const struct sched_job *job, uint32_t g, bool open,
+                          uint32_t *ret_free, uint32_t *ret_total)
+{
+    int p = view_group_mig_profile(view, job, g);
+    *ret_free = *ret_total = 0;
+    if (p < 0 || p >= MIG_MAX_PROFILES)
+        return;
+    view_group_refresh(view, g);
+    const struct view_group *grp = &view->groups[g];
+    *ret_free = open ? grp->mig_free_open[p] : grp->mig_free[p];
+    *ret_total = grp->mig_total[p];
+}
+
 void view_group_refresh(struct view *view, uint32_t g)
 {
     struct view_group *grp = &view->groups[g];
@@ -285,6 +385,16 @@ void view_group_refresh(struct view *view, uint32_t g)
     grp->sum_free_whole = grp->sum_free_whole_open = 0;
     grp->max_free_milli = grp->max_free_milli_open = 0;
     grp->resv_latest = -1;
+    if (grp->mig_type) {
+        /* Apart, so that groups without MIG pay nothing for it. */
+        memset(grp->mig_free, 0, sizeof(grp->mig_free));
+        memset(grp->mig_free_open, 0, sizeof(grp->mig_free_open));
+        for (uint32_t i = 0; i < grp->nnodes; i++) {
+            const struct view_node *vn = &view->nodes[grp->nodes[i]];
+            if (vn->usable && vn->mig_free)
+                count_node_mig(view, grp, grp->nodes[i]);
+        }
+    }
     for (uint32_t i = 0; i < grp->nnodes; i++) {
         uint32_t n = grp->nodes[i];
         const struct view_node *vn = &view->nodes[n];
@@ -322,6 +432,13 @@ bool view_group_may_fit(struct view *view, const struct sched_job *job, uint32_t
         if (job->multi_node)
             return sum >= (uint64_t)job->gpus;
         return maxw >= (uint32_t)job->gpus;
+    }
+    if (job->mig_types) {
+        int p = view_group_mig_profile(view, job, g);
+        bool mig =
+            p >= 0 && p < MIG_MAX_PROFILES && (open ? grp->mig_free_open[p] : grp->mig_free[p]) > 0;
+        if (mig || sched_job_mig_only(job))
+            return mig;
     }
     if (sched_job_wants_gpu(job)) {
         uint32_t milli = 0, mem = 0;
@@ -379,6 +496,73 @@ static bool gpu_take(struct view *view, uint32_t gi, uint32_t milli, uint32_t me
     return over;
 }
 
+/* Instance k of GPU gi became free (d = 1) or busy (d = -1): its node's
+ * count, and its group's where the group's counts are fresh (sums are
+ * exact; a dirty group recounts on refresh). */
+static void mig_moved(struct view *view, uint32_t gi, unsigned k, int d)
+{
+    const struct sched_gpu *gpu = &view->cluster->gpus[gi];
+    struct view_node *vn = &view->nodes[view->gpu_node[gi]];
+    struct view_group *grp = &view->groups[vn->group];
+    vn->mig_free = (uint16_t)(vn->mig_free + d);
+    unsigned p = gpu->mig[k].profile;
+    if (grp->dirty || !vn->usable || p >= MIG_MAX_PROFILES || gpu->mig_type != grp->mig_type)
+        return;
+    grp->mig_free[p] = (uint32_t)((int64_t)grp->mig_free[p] + d);
+    if (vn->resv < 0)
+        grp->mig_free_open[p] = (uint32_t)((int64_t)grp->mig_free_open[p] + d);
+}
+
+/* The index in gpu->mig[] of the instance share s names (start and
+ * profile), or -1. */
+static int mig_index(const struct sched_gpu *gpu, const struct sched_share *s)
+{
+    if (!gpu->mig_enabled || !gpu->mig_type)
+        return -1;
+    for (uint32_t k = 0; k < gpu->mig_n && k < MIG_MAX_INSTANCES; k++) {
+        if (gpu->mig[k].start == s->mig_start && gpu->mig[k].profile == s->mig_profile)
+            return (int)k;
+    }
+    return -1;
+}
+
+/* A share on a MIG instance: takes or gives the instance. Taking one that
+ * is busy already, or that the GPU does not have (its layout changed under
+ * a running job, or the records disagree), is over capacity; a missing one
+ * leaves the whole GPU full, as any overcommit does. */
+static bool mig_take(struct view *view, const struct sched_share *s, bool give)
+{
+    const struct sched_gpu *gpu = &view->cluster->gpus[s->gpu];
+    struct view_gpu *vg = &view->gpus[s->gpu];
+    int k = mig_index(gpu, s);
+    if (give) {
+        if (k < 0 || gpu->held || (vg->mig_free & (1u << k)))
+            return false; /* what leaves a held GPU is not offered again */
+        vg->mig_free = (uint8_t)(vg->mig_free | (1u << k));
+        mig_moved(view, s->gpu, (unsigned)k, 1);
+        return false;
+    }
+    if (k >= 0 && (vg->mig_free & (1u << k))) {
+        vg->mig_free = (uint8_t)(vg->mig_free & ~(1u << k));
+        mig_moved(view, s->gpu, (unsigned)k, -1);
+        return false;
+    }
+    if (k < 0) {
+        for (uint8_t m = vg->mig_free; m; m &= (uint8_t)(m - 1))
+            mig_moved(view, s->gpu, (unsigned)__builtin_ctz(m), -1);
+        vg->mig_free = 0;
+        gpu_take(view, s->gpu, SCHED_MILLI, gpu->mem_mib, false);
+    }
+    return !gpu->held;
+}
+
+static bool share_take(struct view *view, const struct sched_share *s, bool give)
+{
+    if (s->mig)
+        return mig_take(view, s, give);
+    return gpu_take(view, s->gpu, s->milli, s->mem_mib, give);
+}
+
 /* Node n's free capacity moved from (old_whole, old_milli): bring its group's
  * aggregates along without a scan where that is exact (sums always; maxima
  * when they rise, or when the node was not the one holding them), else mark
@@ -426,7 +610,7 @@ bool view_apply(struct view *view, const struct sched_alloc *alloc, bool give)
     bool over = false;
     for (uint32_t i = 0; i < alloc->nshares; i++) {
         const struct sched_share *s = &alloc->shares[i];
-        over |= gpu_take(view, s->gpu, s->milli, s->mem_mib, give);
+        over |= share_take(view, s, give);
         uint32_t n = view->gpu_node[s->gpu];
         bool listed = false;
         for (uint32_t k = 0; k < ntrack && !listed; k++)

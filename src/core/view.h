@@ -19,9 +19,26 @@
  *    jobs), spread the loosest; ties go to the lower node index;
  *  - a multi-GPU job prefers GPUs of one NVLink domain;
  *  - a fractional job goes onto a GPU that is already shared before a fresh
- *    GPU is opened.
+ *    GPU is opened;
+ *  - a MIG job (sched_job.mig_types) takes one free instance of its profile
+ *    on a GPU in MIG mode: on each node the instance mig_place picks (the
+ *    GPU with the least free space, there the instance whose use leaves the
+ *    best free capacity); across nodes binpack takes the pick with the
+ *    fewest free slots on its GPU, then the best capacity left, spread the
+ *    most free slots (ties to the lower node). A GPU memory request that may
+ *    also take an instance tries, in order: a non-MIG GPU already shared, a
+ *    MIG instance, a fresh non-MIG GPU (so instances are used before a
+ *    whole GPU is opened for a share). GPUs in MIG mode never take whole-GPU
+ *    or fractional work, and a MIG-only job never takes a non-MIG GPU.
  * Nodes held by a reservation are offered only to jobs that end before it
  * starts.
+ *
+ * MIG in the view: each MIG GPU's free instances (view_gpu.mig_free; an
+ * instance is busy while a running allocation's share names it by GPU,
+ * start slot and profile), each node's count of them, and each group's
+ * count per profile (mig_free, over usable nodes) for the O(1) test. A MIG
+ * GPU is one that is in MIG mode with a catalogue type (mig_enabled and
+ * mig_type), not held.
  */
 #ifndef GPUORCH_CORE_VIEW_H
 #define GPUORCH_CORE_VIEW_H
@@ -34,6 +51,7 @@
 struct view_gpu {
     uint32_t free_milli;
     uint32_t free_mem_mib;
+    uint8_t mig_free; /* MIG GPU: bit k set while instance k of its mig[] is free */
 };
 
 struct view_node {
@@ -43,6 +61,7 @@ struct view_node {
     uint16_t free_whole; /* GPUs wholly free (and not in MIG mode) */
     uint16_t nshared;    /* GPUs partly used that still have milli free */
     bool usable;         /* up: new work may start here */
+    uint16_t mig_free;   /* free MIG instances on its GPUs (any profile) */
     int32_t resv;        /* index of the reservation holding the node, or -1 */
 };
 
@@ -58,12 +77,21 @@ struct view_group {
     bool
         uniform; /* every node has the same GPU count, CPUs and memory, every GPU the same memory */
     uint64_t total_gpus; /* all GPUs, whatever their state */
-    int64_t cap_milli;   /* GPUs of usable nodes not in MIG mode */
+    int64_t cap_milli;   /* GPUs of usable nodes: not in MIG mode, or MIG GPUs (one GPU each) */
+    /* MIG: the catalogue type of the group's MIG GPUs (NULL: none), and per
+     * profile the instances on usable nodes (fixed for the pass) */
+    const struct mig_type *mig_type;
+    uint32_t mig_total[MIG_MAX_PROFILES];
+    /* GPUs offered to whole-GPU and fractional work (not MIG, not held) on
+     * usable nodes: the most on one node, and all (fixed for the pass) */
+    uint32_t max_node_plain;
+    uint64_t plain_gpus;
     /* aggregates over usable nodes; "open" ones leave reserved nodes out */
     bool dirty;
     uint32_t max_free_whole, max_free_whole_open;
     uint64_t sum_free_whole, sum_free_whole_open;
-    uint32_t max_free_milli, max_free_milli_open; /* on one GPU */
+    uint32_t max_free_milli, max_free_milli_open;                         /* on one GPU */
+    uint32_t mig_free[MIG_MAX_PROFILES], mig_free_open[MIG_MAX_PROFILES]; /* free instances */
     int32_t resv_latest; /* of the reservations holding usable nodes here, the one that
                           * starts last (-1: none): a job ending after it can use no
                           * reserved node of the group */
@@ -122,6 +150,39 @@ uint32_t view_group_of(const struct view *view, uint32_t pool, uint32_t gpu_type
 
 /* Whether the job's pool, type, and memory constraints admit group g. */
 bool view_group_eligible(const struct view *view, const struct sched_job *job, uint32_t g);
+
+/* The job's profile on group g's MIG GPUs, or -1 (the group has none of
+ * the job's MIG types). */
+static inline int view_group_mig_profile(const struct view *view, const struct sched_job *job,
+                                         uint32_t g)
+{
+    return job->mig_types ? sched_job_mig_profile(job, view->groups[g].mig_type) : -1;
+}
+
+int64_t view_job_milli_mig(const struct view *view, const struct sched_job *job, uint32_t g);
+
+/* Milli-GPU the job is charged in group g (quota, fair share, LAS): as
+ * sched_job_milli on the group's GPUs, and for a MIG job the instance's
+ * charge (mig_profile_charge_milli); a memory request that may take either
+ * is charged the lesser (placement then checks headroom GPU by GPU). */
+static inline int64_t view_job_milli(const struct view *view, const struct sched_job *job,
+                                     uint32_t g)
+{
+    if (!job->mig_types)
+        return sched_job_milli(job, view->groups[g].gpu_mem_mib);
+    return view_job_milli_mig(view, job, g);
+}
+
+/* Free instances (open: on nodes no reservation holds) and instances of
+ * the job's profile in group g, after a refresh; 0 and 0 where the job
+ * takes none there. */
+void view_group_mig_count(struct view *view, const struct sched_job *job, uint32_t g, bool open,
+                          uint32_t *ret_free, uint32_t *ret_total);
+
+/* Could the job fit group g were every running job gone (its offered GPUs,
+ * MIG instances and node sizes; not host resources, not reservations)? A
+ * job for which no allowed group could is not worth a look-ahead. */
+bool view_group_could_hold(const struct view *view, const struct sched_job *job, uint32_t g);
 
 /* Recomputes g's aggregates if they are stale. */
 void view_group_refresh(struct view *view, uint32_t g);

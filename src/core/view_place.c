@@ -255,7 +255,169 @@ static bool place_whole_single(struct ctx *x, const bool *allowed, struct view_p
     return true;
 }
 
-/* Fraction or memory of one GPU: shared GPUs first, then a fresh one. */
+/* GPU gi as core/mig.h sees it: its instances, busy where the view has
+ * them taken. */
+static void mig_gpu_of(const struct view *view, uint32_t gi, struct mig_gpu *ret)
+{
+    const struct sched_gpu *gpu = &view->cluster->gpus[gi];
+    uint8_t free = view->gpus[gi].mig_free;
+    ret->type = gpu->mig_type;
+    ret->frozen = false;
+    ret->changed_ms = INT64_MIN;
+    ret->n = gpu->mig_n < MIG_MAX_INSTANCES ? gpu->mig_n : MIG_MAX_INSTANCES;
+    for (unsigned k = 0; k < ret->n; k++)
+        ret->inst[k] = (struct mig_instance){.profile = gpu->mig[k].profile,
+                                             .start = gpu->mig[k].start,
+                                             .busy = !(free & (1u << k)),
+                                             .idle_since_ms = INT64_MIN};
+}
+
+/* Is MIG pick a better than b for the packing? Binpack: fewer free slots
+ * on its GPU (mig_place's rule), spread: more; then the better capacity left. */
+static bool mig_better(enum sched_packing packing, const struct mig_pick *a,
+                       const struct mig_pick *b)
+{
+    if (a->free_slots != b->free_slots)
+        return packing == SCHED_PACK_BINPACK ? a->free_slots < b->free_slots
+                                             : a->free_slots > b->free_slots;
+    return a->capacity > b->capacity;
+}
+
+/* Has GPU gi (of MIG type t) a free instance of profile p the job may use? */
+static bool gpu_mig_free(const struct view *view, const struct sched_job *job, uint32_t gi,
+                         const struct mig_type *t, unsigned p)
+{
+    const struct sched_gpu *gpu = &view->cluster->gpus[gi];
+    if (!view->gpus[gi].mig_free || gpu->mig_type != t || gpu->held || !gpu_mem_ok(job, gpu))
+        return false;
+    for (uint8_t m = view->gpus[gi].mig_free; m; m &= (uint8_t)(m - 1)) {
+        if (gpu->mig[__builtin_ctz(m)].profile == p)
+            return true;
+    }
+    return false;
+}
+
+/* Node n's instance for the job (profile p of its group's MIG type): the
+ * one mig_place picks among its MIG GPUs (one call, so the profile's name
+ * is resolved once). *ret_gpu the GPU's index. */
+static bool node_mig_pick(const struct view *view, const struct sched_job *job, uint32_t n,
+                          unsigned p, struct mig_pick *ret, uint32_t *ret_gpu)
+{
+    const struct sched_node *node = &view->cluster->nodes[n];
+    const struct mig_type *t = view->groups[view->nodes[n].group].mig_type;
+    struct mig_request req = {.profile = t->profiles[p].name};
+    struct mig_gpu mg[SCHED_MAX_GPUS_PER_NODE];
+    uint32_t at[SCHED_MAX_GPUS_PER_NODE], k = 0;
+    for (uint32_t i = 0; i < node->ngpus && i < SCHED_MAX_GPUS_PER_NODE; i++) {
+        uint32_t gi = node->gpu_first + i;
+        if (!gpu_mig_free(view, job, gi, t, p))
+            continue;
+        mig_gpu_of(view, gi, &mg[k]);
+        at[k++] = gi;
+    }
+    if (!k || mig_place(mg, k, &req, ret))
+        return false;
+    *ret_gpu = at[ret->gpu];
+    return true;
+}
+
+/* Has node n a free instance of profile p (group's type) on a GPU the job may use? */
+static bool node_mig_free(const struct view *view, const struct sched_job *job, uint32_t n,
+                          unsigned p)
+{
+    const struct sched_node *node = &view->cluster->nodes[n];
+    const struct mig_type *t = view->groups[view->nodes[n].group].mig_type;
+    for (uint32_t i = 0; i < node->ngpus; i++) {
+        if (gpu_mig_free(view, job, node->gpu_first + i, t, p))
+            return true;
+    }
+    return false;
+}
+
+/* The job's instance charge in group g, or -1 where it takes none there or
+ * its team's quota headroom cannot pay it. */
+static int64_t mig_charge_ok(const struct view *view, const struct sched_job *job, uint32_t g,
+                             int *ret_profile)
+{
+    int p = view_group_mig_profile(view, job, g);
+    if (p < 0)
+        return -1;
+    int64_t charge = mig_profile_charge_milli(view->groups[g].mig_type, (unsigned)p);
+    if (view->headroom && view->headroom[g] < charge)
+        return -1; /* the instance would take the team over quota */
+    *ret_profile = p;
+    return charge;
+}
+
+/* A free MIG instance of the job's profile: each node's mig_place pick,
+ * the best across nodes by the packing (view.h). */
+static bool place_mig(struct ctx *x, const bool *allowed, struct view_place *out)
+{
+    struct view *view = x->view;
+    const struct sched_job *job = x->job;
+    uint32_t best_node = SCHED_NONE, best_gpu = 0;
+    int64_t best_charge = 0;
+    struct mig_pick best = {0};
+    for (uint32_t g = 0; g < view->ngroups; g++) {
+        int p;
+        if ((allowed && !allowed[g]) || !view_group_eligible(view, job, g))
+            continue;
+        int64_t charge = mig_charge_ok(view, job, g, &p);
+        if (charge < 0)
+            continue;
+        uint32_t nfree, total;
+        view_group_mig_count(view, job, g, false, &nfree, &total);
+        if (!nfree) {
+            x->miss |= VIEW_MISS_GPU;
+            continue;
+        }
+        const struct view_group *grp = &view->groups[g];
+        for (uint32_t i = 0; i < grp->nnodes; i++) {
+            uint32_t n = grp->nodes[i];
+            const struct view_node *vn = &view->nodes[n];
+            struct mig_pick pick = {0};
+            uint32_t gi = 0;
+            if (!vn->usable || !vn->mig_free || !admits(x, n) ||
+                !node_mig_pick(view, job, n, (unsigned)p, &pick, &gi))
+                continue;
+            if (!host_fits(vn, job, 0)) {
+                x->miss |= VIEW_MISS_HOST;
+                continue;
+            }
+            if (best_node != SCHED_NONE && !mig_better(view->packing, &pick, &best))
+                continue;
+            if (!resv_allows(x, n))
+                continue;
+            best = pick;
+            best_gpu = gi;
+            best_node = n;
+            best_charge = charge;
+            /* Binpack: no GPU of the group has fewer free slots than the
+             * instance itself, and every such pick leaves none free: the
+             * group's first is its best (other groups, of other MIG types,
+             * may still do better). */
+            if (view->packing == SCHED_PACK_BINPACK &&
+                pick.free_slots == grp->mig_type->profiles[pick.profile].size)
+                break;
+        }
+    }
+    if (best_node == SCHED_NONE)
+        return false;
+    const struct mig_type *t = view->cluster->gpus[best_gpu].mig_type;
+    fill_single(out, view, job, best_node);
+    out->nshares = 1;
+    out->shares[0] = (struct sched_share){.gpu = best_gpu,
+                                          .milli = (uint32_t)best_charge,
+                                          .mem_mib = t->profiles[best.profile].mem_mib,
+                                          .mig = true,
+                                          .mig_start = best.start,
+                                          .mig_profile = best.profile};
+    return true;
+}
+
+/* Fraction or memory of one GPU: shared GPUs first, then (a memory request
+ * that may take one) a MIG instance, then a fresh GPU. A MIG-only job: an
+ * instance. */
 static bool place_fraction(struct ctx *x, const bool *allowed, struct view_place *out)
 {
     struct view *view = x->view;
@@ -264,7 +426,16 @@ static bool place_fraction(struct ctx *x, const bool *allowed, struct view_place
     uint32_t best_gpu = SCHED_NONE, best_node = SCHED_NONE;
     uint64_t best_score = 0;
     uint32_t best_milli = 0, best_mem = 0;
+    if (sched_job_mig_only(job)) {
+        if (place_mig(x, allowed, out))
+            return true;
+        if (!(x->miss & (VIEW_MISS_HOST | VIEW_MISS_RESV)))
+            x->miss |= VIEW_MISS_GPU;
+        return false;
+    }
     for (int fresh = 0; fresh < 2 && best_gpu == SCHED_NONE; fresh++) {
+        if (fresh && job->mig_types && place_mig(x, allowed, out))
+            return true;
         for (uint32_t g = 0; g < view->ngroups; g++) {
             if ((allowed && !allowed[g]) || !view_group_eligible(view, job, g))
                 continue;
@@ -665,6 +836,14 @@ bool view_node_fits(const struct view *view, const struct sched_job *job, uint32
         return false;
     if (!sched_job_wants_gpu(job))
         return true;
+    if (job->mig_types) {
+        int p;
+        if (vn->mig_free && mig_charge_ok(view, job, vn->group, &p) >= 0 &&
+            node_mig_free(view, job, n, (unsigned)p))
+            return true;
+        if (sched_job_mig_only(job))
+            return false;
+    }
     const struct sched_node *node = &view->cluster->nodes[n];
     for (uint32_t i = 0; i < node->ngpus; i++) {
         uint32_t gi = node->gpu_first + i;

@@ -33,6 +33,7 @@ static const struct jsonv_field share_fields[] = {
     WIRE_REQ_LINE("uuid", struct proto_share, uuid, 1, PROTO_UUID_MAX),
     WIRE_REQ("milli", JSONV_UINT32, struct proto_share, milli, 1, 1000),
     WIRE_REQ("mem_mib", JSONV_INT64, struct proto_share, mem_mib, 0, PROTO_GPU_MEM_MAX),
+    WIRE_OPT_LINE("mig_uuid", struct proto_share, mig_uuid, 1, PROTO_UUID_MAX),
 };
 
 static const struct jsonv_field gang_fields[] = {
@@ -74,7 +75,8 @@ struct attempt_wire {
     int64_t array_id, array_index, grace_s;
     enum proto_kill_cause cause;
     struct proto_step step;
-    enum jsonv_presence p[13]; /* by enum key below */
+    bool mps;
+    enum jsonv_presence p[14]; /* by enum key below */
 };
 
 /* The keys that belong to one action, for the checks between fields. */
@@ -92,11 +94,12 @@ enum key {
     K_POOL,
     K_PRIORITY,
     K_STEP,
+    K_MPS,
 };
 static const char *const key_names[] = {"gpus",     "user",        "unix_user", "spec",   "gang",
                                         "array_id", "array_index", "grace_s",   "reason", "as",
-                                        "pool",     "priority",    "step"};
-_Static_assert(ARRAY_LEN(key_names) == K_STEP + 1, "a name per key");
+                                        "pool",     "priority",    "step",      "mps"};
+_Static_assert(ARRAY_LEN(key_names) == K_MPS + 1, "a name per key");
 _Static_assert(ARRAY_LEN(key_names) <= ARRAY_LEN(((struct attempt_wire *)0)->p),
                "a presence per key");
 
@@ -135,6 +138,8 @@ static const struct jsonv_field attempt_fields[] = {
              .flags = JSONV_PRESENCE | JSONV_TEXT, PRES(K_PRIORITY)),
     WIRE_OPT("step", JSONV_OBJECT, struct attempt_wire, step, 0, 0, .flags = JSONV_PRESENCE,
              PRES(K_STEP), .sub = step_fields, .nsub = ARRAY_LEN(step_fields)),
+    WIRE_OPT("mps", JSONV_BOOL, struct attempt_wire, mps, 0, 0, .flags = JSONV_PRESENCE,
+             PRES(K_MPS)),
 };
 
 struct assignments_wire {
@@ -142,6 +147,8 @@ struct assignments_wire {
     char *node;
     struct attempt_wire *attempts;
     size_t nattempts;
+    struct proto_mig_plan *plans;
+    size_t nplans;
 };
 
 static const struct jsonv_field assignments_fields[] = {
@@ -152,6 +159,10 @@ static const struct jsonv_field assignments_fields[] = {
              .count_offset = offsetof(struct assignments_wire, nattempts),
              .elem_size = sizeof(struct attempt_wire), .sub = attempt_fields,
              .nsub = ARRAY_LEN(attempt_fields)),
+    WIRE_OPT("mig_plans", JSONV_OBJECTS, struct assignments_wire, plans, 0, 0,
+             .max_items = PROTO_GPUS_MAX, .count_offset = offsetof(struct assignments_wire, nplans),
+             .elem_size = sizeof(struct proto_mig_plan), .sub = wire_mig_plan_fields,
+             .nsub = WIRE_NMIG_PLAN_FIELDS),
 };
 
 /* Which keys each action requires and allows (bits of enum key). */
@@ -161,7 +172,7 @@ static const struct {
     [PROTO_ACTION_RUN] = {1u << K_GPUS | 1u << K_USER | 1u << K_SPEC | 1u << K_GANG,
                           1u << K_GPUS | 1u << K_USER | 1u << K_UNIX_USER | 1u << K_SPEC |
                               1u << K_GANG | 1u << K_ARRAY_ID | 1u << K_ARRAY_INDEX | 1u << K_POOL |
-                              1u << K_PRIORITY | 1u << K_STEP},
+                              1u << K_PRIORITY | 1u << K_STEP | 1u << K_MPS},
     [PROTO_ACTION_KILL] = {1u << K_AS, 1u << K_GRACE | 1u << K_REASON | 1u << K_AS},
 };
 
@@ -223,7 +234,8 @@ static int attempt_take(struct attempt_wire *w, struct proto_attempt *ret)
                               .pool = w->pool,
                               .priority = w->priority,
                               .cause = w->cause,
-                              .step = w->step};
+                              .step = w->step,
+                              .mps = w->mps};
     if (wire_spec_take(&w->spec, &a.spec) != 0)
         return GPO_ENOMEM;
     *ret = a;
@@ -233,8 +245,10 @@ static int attempt_take(struct attempt_wire *w, struct proto_attempt *ret)
 
 static void shares_free(struct proto_share *v, size_t n)
 {
-    for (size_t k = 0; v && k < n; k++)
+    for (size_t k = 0; v && k < n; k++) {
         free(v[k].uuid);
+        free(v[k].mig_uuid);
+    }
     free(v);
 }
 
@@ -276,6 +290,7 @@ void proto_assignments_release(struct proto_assignments *m)
         proto_attempt_release(&m->attempts[k]);
     free(m->attempts);
     free(m->node);
+    wire_mig_plans_free(m->mig_plans, m->nmig_plans);
     memset(m, 0, sizeof(*m));
 }
 
@@ -291,6 +306,7 @@ int proto_assignments_decode(const json_t *obj, struct proto_assignments *ret, c
         snprintf(at, sizeof(at), "attempts[%zu].", k);
         rc = attempt_check(&w.attempts[k], at, err, errlen);
     }
+    rc = rc ? rc : wire_mig_plans_check(w.plans, w.nplans, err, errlen);
     struct proto_assignments m = {.rev = w.rev, .node = w.node, .nattempts = 0};
     if (!rc && w.nattempts && !(m.attempts = calloc(w.nattempts, sizeof(*m.attempts))))
         rc = errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
@@ -307,6 +323,8 @@ int proto_assignments_decode(const json_t *obj, struct proto_assignments *ret, c
         return rc;
     }
     free(w.attempts); /* each one's members now belong to m */
+    m.mig_plans = w.plans;
+    m.nmig_plans = w.nplans;
     *ret = m;
     return 0;
 }
@@ -321,6 +339,8 @@ static json_t *shares_json(struct wire_enc *e, const struct proto_attempt *m)
         wire_set(e, o, "uuid", wire_str(e, m->gpus[k].uuid));
         wire_set(e, o, "milli", wire_int(e, m->gpus[k].milli));
         wire_set(e, o, "mem_mib", wire_int(e, m->gpus[k].mem_mib));
+        if (m->gpus[k].mig_uuid)
+            wire_set(e, o, "mig_uuid", wire_str(e, m->gpus[k].mig_uuid));
         wire_append(e, a, o);
     }
     if (e->rc) {
@@ -390,6 +410,8 @@ static json_t *attempt_json(struct wire_enc *e, const struct proto_attempt *m)
             wire_set(e, o, "pool", wire_str(e, m->pool));
         if (m->priority)
             wire_set(e, o, "priority", wire_str(e, m->priority));
+        if (m->mps) /* absent means false */
+            wire_set(e, o, "mps", json_true());
     }
     if (e->rc) {
         json_decref(o);
@@ -416,5 +438,7 @@ int proto_assignments_encode(const struct proto_assignments *m, json_t **ret)
     wire_set(&e, o, "rev", wire_int(&e, m->rev));
     wire_set(&e, o, "node", wire_str(&e, m->node));
     wire_set(&e, o, "attempts", list);
+    if (m->nmig_plans)
+        wire_set(&e, o, "mig_plans", wire_mig_plans_json(&e, m->mig_plans, m->nmig_plans));
     return wire_done(&e, o, ret);
 }

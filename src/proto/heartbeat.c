@@ -70,6 +70,21 @@ static const struct jsonv_field proc_fields[] = {
     NUMBER("attempt", struct proc_wire, P_ATTEMPT, 1, UINT32_MAX),
 };
 
+/* A sample's "mig". */
+struct mig_wire {
+    bool enabled, pending;
+    enum jsonv_presence pending_p;
+    struct wire_mig *instances;
+    size_t ninstances;
+};
+
+static const struct jsonv_field mig_fields[] = {
+    WIRE_REQ("enabled", JSONV_BOOL, struct mig_wire, enabled, 0, 0),
+    WIRE_OPT("pending", JSONV_BOOL, struct mig_wire, pending, 0, 0, .flags = JSONV_PRESENCE,
+             .presence_offset = offsetof(struct mig_wire, pending_p)),
+    WIRE_MIG_LIST("instances", 0, struct mig_wire, instances, ninstances),
+};
+
 struct sample_wire {
     uint32_t index;
     char *uuid, *error;
@@ -78,6 +93,8 @@ struct sample_wire {
     struct proc_wire *procs;
     size_t nprocs;
     enum jsonv_presence procs_p;
+    struct mig_wire mig;
+    enum jsonv_presence mig_p;
 };
 
 static const struct jsonv_field sample_fields[] = {
@@ -93,6 +110,9 @@ static const struct jsonv_field sample_fields[] = {
                  .elem_size = sizeof(struct proc_wire), .sub = proc_fields,
                  .nsub = ARRAY_LEN(proc_fields),
                  .presence_offset = offsetof(struct sample_wire, procs_p)),
+    WIRE_OPT("mig", JSONV_OBJECT, struct sample_wire, mig, 0, 0, .flags = JSONV_PRESENCE,
+             .presence_offset = offsetof(struct sample_wire, mig_p), .sub = mig_fields,
+             .nsub = ARRAY_LEN(mig_fields)),
 };
 
 struct heartbeat_wire {
@@ -120,6 +140,7 @@ static void samples_free(struct proto_gpu_sample *v, size_t n)
         free(v[k].uuid);
         free(v[k].error);
         free(v[k].procs);
+        wire_mig_free(v[k].mig, v[k].nmig);
     }
     free(v);
 }
@@ -157,7 +178,10 @@ static int sample_check(const struct sample_wire *s, size_t i, char *err, size_t
                               (long long)s->v[FIG_memory_total_mib]);
         return 0;
     }
-    const char *other = s->uuid ? "uuid" : s->procs_p != JSONV_ABSENT ? "processes" : NULL;
+    const char *other = s->uuid                      ? "uuid"
+                        : s->procs_p != JSONV_ABSENT ? "processes"
+                        : s->mig_p != JSONV_ABSENT   ? "mig"
+                                                     : NULL;
     for (size_t k = 0; !other && k < NFIGURES; k++)
         other = s->p[k] != JSONV_ABSENT ? figures[k].key : NULL;
     if (other)
@@ -184,21 +208,40 @@ static int64_t value_of(const int64_t *v, const enum jsonv_presence *p, size_t k
     return given(p[k]) ? v[k] : PROTO_NONE;
 }
 
-static int sample_read(const struct sample_wire *s, size_t i, struct proto_gpu_sample *ret,
-                       char *err, size_t errlen)
+static int sample_read(struct sample_wire *s, size_t i, struct proto_gpu_sample *ret, char *err,
+                       size_t errlen)
 {
     int rc = sample_check(s, i, err, errlen);
     for (size_t k = 0; !rc && k < s->nprocs; k++)
         rc = proc_check(&s->procs[k], i, k, err, errlen);
     if (rc)
         return rc;
+    char path[40];
+    snprintf(path, sizeof(path), "gpus[%zu].mig.instances", i);
+    if (s->mig.ninstances && !s->mig.enabled)
+        return errbuf_set(err, errlen, GPO_EINVAL,
+                          "field '%s': a GPU not in MIG mode ('enabled' false) has no instances",
+                          path);
     struct proto_process *procs = s->nprocs ? calloc(s->nprocs, sizeof(*procs)) : NULL;
     if (s->nprocs && !procs)
         return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
-    *ret = (struct proto_gpu_sample){.index = s->index,
-                                     .procs_known = s->procs_p == JSONV_GIVEN,
-                                     .procs = procs,
-                                     .nprocs = s->nprocs};
+    struct proto_mig_instance *mig = NULL;
+    rc = wire_mig_take(s->mig.instances, s->mig.ninstances, path, &mig, err, errlen);
+    if (rc) {
+        free(procs);
+        return rc;
+    }
+    bool known = s->mig_p == JSONV_GIVEN;
+    *ret = (struct proto_gpu_sample){
+        .index = s->index,
+        .procs_known = s->procs_p == JSONV_GIVEN,
+        .procs = procs,
+        .nprocs = s->nprocs,
+        .mig_known = known,
+        .mig_enabled = known && s->mig.enabled,
+        .mig_pending = known && (s->mig.pending_p == JSONV_GIVEN ? s->mig.pending : s->mig.enabled),
+        .mig = mig,
+        .nmig = s->mig.ninstances};
     for (size_t k = 0; k < NFIGURES; k++)
         *figure_at(ret, k) = value_of(s->v, s->p, k);
     for (size_t k = 0; k < s->nprocs; k++) {
@@ -286,6 +329,12 @@ void proto_gpu_sample_fit(struct proto_gpu_sample *s)
             p->attempt > UINT32_MAX)
             p->job = p->attempt = PROTO_NONE;
     }
+    if (!s->mig_known || !s->mig_enabled) {
+        wire_mig_free(s->mig, s->nmig);
+        s->mig = NULL;
+        s->nmig = 0;
+    }
+    wire_mig_fit(s->mig, &s->nmig);
 }
 
 static json_t *figure_json(struct wire_enc *e, int64_t v)
@@ -329,6 +378,15 @@ static json_t *sample_json(struct wire_enc *e, const struct proto_gpu_sample *s)
     for (size_t k = 0; k < NFIGURES; k++)
         wire_set(e, o, figures[k].key, figure_json(e, figure_get(s, k)));
     wire_set(e, o, "processes", procs_json(e, s));
+    if (s->mig_known) {
+        json_t *m = wire_object(e);
+        wire_set(e, m, "enabled", json_boolean(s->mig_enabled));
+        if (s->mig_pending != s->mig_enabled)
+            wire_set(e, m, "pending", json_boolean(s->mig_pending));
+        if (s->nmig)
+            wire_set(e, m, "instances", wire_mig_json(e, s->mig, s->nmig));
+        wire_set(e, o, "mig", m);
+    }
     return o;
 }
 

@@ -112,6 +112,33 @@
 
 /* ---- registration: PUT /v1/nodes/NAME --------------------------------- */
 
+/*
+ * A MIG GPU instance as the agent reads it from NVML (gpu/nvml_mig.c): its
+ * profile by NVML profile id (nvidia-smi's ID column: 1g.10gb is 19 on an
+ * H100), its placement's start slot, the GPU and compute instance ids, and
+ * the MIG device's UUID ("MIG-...", what CUDA_VISIBLE_DEVICES takes); a GPU
+ * instance without a compute instance yet has no UUID (NULL, null on the
+ * wire) and takes no job.
+ */
+#define PROTO_MIG_INSTANCES_MAX 7  /* GPU instances of one GPU (core/mig.h) */
+#define PROTO_MIG_SLOT_MAX      7  /* start slots 0..7 */
+#define PROTO_MIG_PROFILE_MAX   63 /* NVML profile ids */
+#define PROTO_MIG_ID_MAX        63 /* GPU and compute instance ids (NVML's are below 15) */
+/*
+ * On the wire, one instance is {"profile_id": 19, "start": 0, "gi_id": 7,
+ * "ci_id": 0, "uuid": "MIG-..."} ("ci_id" and "uuid" null or absent for
+ * none; a "uuid" needs a "ci_id"). A list of one GPU's instances holds no
+ * start slot, no gi_id and no UUID twice; placements and profiles are the
+ * controller's to check against its catalogue.
+ */
+struct proto_mig_instance {
+    uint32_t profile_id; /* 0..PROTO_MIG_PROFILE_MAX */
+    uint32_t start;      /* 0..PROTO_MIG_SLOT_MAX */
+    uint32_t gi_id;      /* the GPU instance id, 0..PROTO_MIG_ID_MAX */
+    int64_t ci_id;       /* the compute instance id, 0..PROTO_MIG_ID_MAX; PROTO_NONE: none yet */
+    char *uuid;          /* 1..PROTO_UUID_MAX bytes, or NULL */
+};
+
 /* One GPU of the node's inventory. */
 struct proto_gpu {
     uint32_t index;        /* 0..PROTO_GPUS_MAX-1, unique on the node */
@@ -121,6 +148,13 @@ struct proto_gpu {
     int64_t nvlink_domain; /* the lowest index its NVLinks reach; -1: none (also when absent) */
     uint32_t mig_slices;   /* 0..PROTO_MIG_SLICES_MAX */
     bool mig_enabled;
+    bool mig_pending; /* MIG mode after the next GPU reset ("mig_pending", optional:
+                         absent means mig_enabled, and it is written only when it differs) */
+    /* With mig_enabled: the GPU's instances ("mig", optional, at most
+     * PROTO_MIG_INSTANCES_MAX, no start slot twice; written when not empty;
+     * refused on a GPU not in MIG mode). */
+    struct proto_mig_instance *mig;
+    size_t nmig;
 };
 
 struct proto_register {
@@ -188,6 +222,18 @@ struct proto_gpu_sample {
     bool procs_known; /* false: "processes": null (NVML could not list them) */
     struct proto_process *procs;
     size_t nprocs; /* 0..PROTO_PROCS_MAX */
+    /* MIG now ("mig", optional): mig_known false when absent. The layout
+     * changes with plans (struct proto_mig_plan), so every heartbeat
+     * carries it for GPUs in MIG mode; the controller's view of a node's
+     * instances is the last one reported. On the wire
+     * "mig": {"enabled": B, "pending": B, "instances": [...]} ("pending"
+     * absent: as "enabled"; "instances" absent: none, refused when not
+     * enabled); not allowed next to "error". The agent sends it for every
+     * MIG-capable GPU. */
+    bool mig_known;
+    bool mig_enabled, mig_pending;
+    struct proto_mig_instance *mig;
+    size_t nmig;
 };
 
 struct proto_heartbeat {
@@ -231,12 +277,57 @@ enum proto_kill_cause {
 /* "CANCELLED", ...; "unknown" out of range. */
 const char *proto_kill_cause_name(enum proto_kill_cause cause);
 
-/* A GPU an attempt runs on: the whole GPU (milli 1000) or a share of it. */
+/* A GPU an attempt runs on: the whole GPU (milli 1000), a share of it, or
+ * one of its MIG instances (mig_uuid set: the job sees only that MIG
+ * device, CUDA_VISIBLE_DEVICES=MIG-...; milli is the instance's charge). */
 struct proto_share {
     char *uuid;      /* 1..PROTO_UUID_MAX bytes */
     uint32_t milli;  /* 1..1000 */
     int64_t mem_mib; /* 0..PROTO_GPU_MEM_MAX: its share of the GPU's memory */
+    char *mig_uuid;  /* "mig_uuid", optional (written when set): 1..PROTO_UUID_MAX bytes,
+                        or NULL */
 };
+
+/*
+ * A MIG repartition of one GPU, from the controller's planner
+ * (core/mig.h's struct mig_gpu_plan, by NVML profile ids): destroy the
+ * named instances (each by profile id and start slot, as reported), then
+ * create the new ones with nvmlDeviceCreateGpuInstanceWithPlacement and
+ * one compute instance spanning each. The agent applies plans one GPU at a
+ * time, in id order, refuses to destroy an instance a process uses, and
+ * reports the outcome (struct proto_mig_result) once per plan id.
+ */
+/* On the wire {"id": 3, "gpu_uuid": "GPU-...", "destroy": [{"profile_id":
+ * 0, "start": 0}], "create": [{"profile_id": 19, "start": 0}, ...]}
+ * ("destroy" and "create" optional, empty when absent); no plan id twice in
+ * one answer, no start slot twice within one plan's destroy or create. */
+struct proto_mig_change {
+    uint32_t profile_id; /* 0..PROTO_MIG_PROFILE_MAX */
+    uint32_t start;      /* 0..PROTO_MIG_SLOT_MAX */
+};
+struct proto_mig_plan {
+    uint64_t id;    /* >= 1, unique per controller; a plan seen again is not reapplied */
+    char *gpu_uuid; /* the GPU, 1..PROTO_UUID_MAX bytes */
+    struct proto_mig_change *destroy, *create;
+    size_t ndestroy, ncreate; /* each 0..PROTO_MIG_INSTANCES_MAX */
+};
+
+/* POST /v1/nodes/NAME/mig/ID: the outcome of plan ID. On failure the
+ * instances are what the GPU holds afterwards (a plan may fail halfway),
+ * and the controller schedules on them. On the wire {"ok": B, "error":
+ * TEXT (required when !ok, refused when ok), "gpu_uuid": UUID, "mig":
+ * [instances] (required, may be empty)}. */
+struct proto_mig_result {
+    bool ok;
+    char *error;                    /* 1..PROTO_ERROR_MAX bytes when !ok; NULL otherwise */
+    char *gpu_uuid;                 /* 1..PROTO_UUID_MAX bytes */
+    struct proto_mig_instance *mig; /* the GPU's instances after the plan (as proto_gpu.mig) */
+    size_t nmig;
+};
+int proto_mig_result_encode(const struct proto_mig_result *m, json_t **ret);
+int proto_mig_result_decode(const json_t *obj, struct proto_mig_result *ret, char *err,
+                            size_t errlen);
+void proto_mig_result_release(struct proto_mig_result *m);
 
 struct proto_env {
     char *name;  /* 1..PROTO_SPEC_NAME_MAX bytes */
@@ -310,6 +401,10 @@ struct proto_spec {
     int64_t gpus_milli; /* "gpus": whole GPUs (an integer) or a fraction below 1, in
                            thousandths: 0..PROTO_SPEC_GPUS_MAX * 1000 */
     int64_t gpu_mem_mib, min_gpu_mem_mib; /* 0..PROTO_SPEC_GPU_MEM_MAX */
+    char *mig_profile; /* "mig_profile": one MIG instance of this profile ("1g.10gb"),
+                          1..PROTO_SPEC_NAME_MAX bytes, as the controller's jobspec
+                          bounds it; NULL: none (gpus_milli then 0). Null
+                          or absent is NULL, and NULL is not written */
     bool multi_node, checkpointable, requeue;
     uint32_t max_retries;   /* 0..PROTO_RETRIES_MAX */
     struct proto_dep *deps; /* "dependencies" */
@@ -372,6 +467,12 @@ struct proto_attempt {
     char *priority;      /* the priority class it runs under (the spec's, or the default),
                             1..PROTO_SPEC_NAME_MAX bytes; NULL: absent */
     struct proto_step step; /* "step", optional: key NULL when absent */
+    /* "mps", optional: the pool shares GPUs with CUDA MPS (pool setting
+     * `sharing: mps`): a fractional share runs as a client of that GPU's MPS
+     * server, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE from its milli and
+     * CUDA_MPS_PINNED_DEVICE_MEM_LIMIT from its mem_mib. Absent is false,
+     * and false is not written; refused in a kill. */
+    bool mps;
     /* action kill */
     int64_t grace_s; /* SIGTERM to SIGKILL, 0..INT32_MAX; PROTO_NONE: absent (the agent's
                         --kill-grace) */
@@ -384,6 +485,10 @@ struct proto_assignments {
     char *node;  /* 1..PROTO_HOST_MAX bytes */
     struct proto_attempt *attempts;
     size_t nattempts; /* 0..PROTO_ATTEMPTS_MAX */
+    /* "mig_plans", optional (written when not empty): repartitions not yet
+     * reported done */
+    struct proto_mig_plan *mig_plans;
+    size_t nmig_plans; /* 0..PROTO_GPUS_MAX */
 };
 
 int proto_assignments_encode(const struct proto_assignments *m, json_t **ret);

@@ -12,10 +12,14 @@
 
 _Static_assert(sizeof(enum proto_node_state) == sizeof(int), "jsonv stores an enum as an int");
 
-/* A GPU as jsonv fills it: nvlink_domain's presence says whether -1 applies. */
+/* A GPU as jsonv fills it: nvlink_domain's presence says whether -1
+ * applies, mig_pending's whether it is mig_enabled; the instances are read
+ * into mig, then moved into g. */
 struct gpu_wire {
     struct proto_gpu g;
-    enum jsonv_presence nvlink_p;
+    enum jsonv_presence nvlink_p, pending_p;
+    struct wire_mig *mig;
+    size_t nmig;
 };
 
 static const struct jsonv_field gpu_fields[] = {
@@ -27,13 +31,21 @@ static const struct jsonv_field gpu_fields[] = {
              .flags = JSONV_PRESENCE, .presence_offset = offsetof(struct gpu_wire, nvlink_p)),
     WIRE_OPT("mig_slices", JSONV_UINT32, struct gpu_wire, g.mig_slices, 0, PROTO_MIG_SLICES_MAX),
     WIRE_OPT("mig_enabled", JSONV_BOOL, struct gpu_wire, g.mig_enabled, 0, 0),
+    WIRE_OPT("mig_pending", JSONV_BOOL, struct gpu_wire, g.mig_pending, 0, 0,
+             .flags = JSONV_PRESENCE, .presence_offset = offsetof(struct gpu_wire, pending_p)),
+    WIRE_MIG_LIST("mig", 0, struct gpu_wire, mig, nmig),
+};
+
+/* The GPUs of a node as jsonv fills them. */
+struct node_wire_gpus {
+    struct gpu_wire *gpus;
+    size_t ngpus;
 };
 
 /* The registration body and the answer share the node's keys. */
 struct node_wire {
     struct proto_register n; /* all but its gpus */
-    struct gpu_wire *gpus;
-    size_t ngpus;
+    struct node_wire_gpus g;
     enum proto_node_state state; /* the answer's */
     char *log_token;             /* the answer's */
 };
@@ -50,8 +62,8 @@ struct node_wire {
         WIRE_REQ("mem_mib", JSONV_INT64, struct node_wire, n.mem_mib, 1, PROTO_NODE_MEM_MAX),      \
         WIRE_OPT_LINE("addr", struct node_wire, n.addr, 1, PROTO_HOST_MAX),                        \
         WIRE_OPT("log_port", JSONV_UINT32, struct node_wire, n.log_port, 0, 65535),                \
-        WIRE_OPT("gpus", JSONV_OBJECTS, struct node_wire, gpus, 0, 0, .max_items = PROTO_GPUS_MAX, \
-                 .count_offset = offsetof(struct node_wire, ngpus),                                \
+        WIRE_OPT("gpus", JSONV_OBJECTS, struct node_wire, g.gpus, 0, 0,                            \
+                 .max_items = PROTO_GPUS_MAX, .count_offset = offsetof(struct node_wire, g.ngpus), \
                  .elem_size = sizeof(struct gpu_wire), .sub = gpu_fields,                          \
                  .nsub = ARRAY_LEN(gpu_fields))
 
@@ -71,8 +83,43 @@ static void gpus_free(struct proto_gpu *gpus, size_t n)
     for (size_t k = 0; gpus && k < n; k++) {
         free(gpus[k].uuid);
         free(gpus[k].gpu_type);
+        wire_mig_free(gpus[k].mig, gpus[k].nmig);
     }
     free(gpus);
+}
+
+/* Each GPU's instances moved from its wire list into g.mig (a GPU not in
+ * MIG mode has none): 0, or the error with what was moved freed again and
+ * the rest still w's. */
+static int gpus_mig_take(struct node_wire_gpus *w, char *err, size_t errlen)
+{
+    int rc = 0;
+    size_t k = 0;
+    for (; !rc && k < w->ngpus; k++) {
+        struct gpu_wire *g = &w->gpus[k];
+        char path[32];
+        snprintf(path, sizeof(path), "gpus[%zu].mig", k);
+        if (g->nmig && !g->g.mig_enabled)
+            rc = errbuf_set(err, errlen, GPO_EINVAL,
+                            "field '%s': a GPU not in MIG mode ('mig_enabled' false) has no "
+                            "instances",
+                            path);
+        rc = rc ? rc : wire_mig_take(g->mig, g->nmig, path, &g->g.mig, err, errlen);
+        if (!rc) {
+            g->g.nmig = g->nmig;
+            free(g->mig);
+            g->mig = NULL;
+            g->nmig = 0;
+        }
+        if (g->pending_p != JSONV_GIVEN)
+            g->g.mig_pending = g->g.mig_enabled;
+    }
+    for (size_t j = 0; rc && j + 1 < k; j++) {
+        wire_mig_free(w->gpus[j].g.mig, w->gpus[j].g.nmig);
+        w->gpus[j].g.mig = NULL;
+        w->gpus[j].g.nmig = 0;
+    }
+    return rc;
 }
 
 /* jsonv into w, then the GPUs moved into w->n. On failure w holds nothing. */
@@ -82,21 +129,25 @@ static int node_decode(const json_t *obj, const struct jsonv_field *fields, size
     int rc = jsonv_decode(obj, fields, nfields, w, err, errlen);
     if (rc)
         return rc;
-    struct proto_gpu *gpus = w->ngpus ? calloc(w->ngpus, sizeof(*gpus)) : NULL;
-    if (w->ngpus && !gpus) {
+    struct proto_gpu *gpus = w->g.ngpus ? calloc(w->g.ngpus, sizeof(*gpus)) : NULL;
+    if (w->g.ngpus && !gpus)
+        rc = errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
+    rc = rc ? rc : gpus_mig_take(&w->g, err, errlen);
+    if (rc) {
+        free(gpus);
         jsonv_release(fields, nfields, w);
-        return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
+        return rc;
     }
-    for (size_t k = 0; k < w->ngpus; k++) {
-        gpus[k] = w->gpus[k].g;
-        if (w->gpus[k].nvlink_p != JSONV_GIVEN)
+    for (size_t k = 0; k < w->g.ngpus; k++) {
+        gpus[k] = w->g.gpus[k].g;
+        if (w->g.gpus[k].nvlink_p != JSONV_GIVEN)
             gpus[k].nvlink_domain = -1;
     }
     w->n.gpus = gpus;
-    w->n.ngpus = w->ngpus;
-    free(w->gpus); /* its strings now belong to w->n */
-    w->gpus = NULL;
-    w->ngpus = 0;
+    w->n.ngpus = w->g.ngpus;
+    free(w->g.gpus); /* its strings now belong to w->n */
+    w->g.gpus = NULL;
+    w->g.ngpus = 0;
     rc = wire_gpus_unique(w->n.gpus, w->n.ngpus, sizeof(*w->n.gpus),
                           offsetof(struct proto_gpu, index), offsetof(struct proto_gpu, uuid), err,
                           errlen);
@@ -143,6 +194,10 @@ static json_t *gpus_json(struct wire_enc *e, const struct proto_gpu *gpus, size_
         wire_set(e, go, "nvlink_domain", wire_int(e, g->nvlink_domain));
         wire_set(e, go, "mig_slices", wire_int(e, g->mig_slices));
         wire_set(e, go, "mig_enabled", json_boolean(g->mig_enabled));
+        if (g->mig_pending != g->mig_enabled)
+            wire_set(e, go, "mig_pending", json_boolean(g->mig_pending));
+        if (g->nmig)
+            wire_set(e, go, "mig", wire_mig_json(e, g->mig, g->nmig));
         wire_append(e, list, go);
     }
     if (e->rc) {

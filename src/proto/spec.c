@@ -72,6 +72,8 @@ const struct jsonv_field wire_spec_fields[WIRE_NSPEC_FIELDS] = {
              .presence_offset = offsetof(struct wire_spec, gpus_p)),
     INT("gpu_mem_mib", gpu_mem_mib, PROTO_SPEC_GPU_MEM_MAX),
     INT("min_gpu_mem_mib", min_gpu_mem_mib, PROTO_SPEC_GPU_MEM_MAX),
+    WIRE_OPT("mig_profile", JSONV_STRING, struct wire_spec, s.mig_profile, 1, PROTO_SPEC_NAME_MAX,
+             .flags = JSONV_NULLABLE | JSONV_TEXT),
     WIRE_OPT("cpus", JSONV_UINT32, struct wire_spec, s.cpus, 0, PROTO_SPEC_CPUS_MAX),
     INT("mem_mib", mem_mib, PROTO_SPEC_MEM_MAX),
     INT("time_limit_s", time_limit_s, PROTO_TIME_LIMIT_MAX),
@@ -271,9 +273,9 @@ void wire_spec_release(struct proto_spec *s)
 {
     if (!s)
         return;
-    char *texts[] = {s->name,     s->script,  s->workdir,    s->output,    s->error,
-                     s->team,     s->project, s->model,      s->priority,  s->pool,
-                     s->gpu_type, s->array,   s->submit_dir, s->constraint};
+    char *texts[] = {s->name,     s->script,  s->workdir,    s->output,     s->error,
+                     s->team,     s->project, s->model,      s->priority,   s->pool,
+                     s->gpu_type, s->array,   s->submit_dir, s->constraint, s->mig_profile};
     for (size_t k = 0; k < ARRAY_LEN(texts); k++)
         free(texts[k]);
     free(s->serve.service);
@@ -371,6 +373,8 @@ json_t *wire_spec_json(struct wire_enc *e, const struct proto_spec *s)
     wire_set(e, o, "gpus", gpus_json(e, s->gpus_milli));
     wire_set(e, o, "gpu_mem_mib", wire_int(e, s->gpu_mem_mib));
     wire_set(e, o, "min_gpu_mem_mib", wire_int(e, s->min_gpu_mem_mib));
+    if (s->mig_profile)
+        wire_set(e, o, "mig_profile", wire_str(e, s->mig_profile));
     wire_set(e, o, "cpus", wire_int(e, s->cpus));
     wire_set(e, o, "mem_mib", wire_int(e, s->mem_mib));
     wire_set(e, o, "time_limit_s", wire_int(e, s->time_limit_s));

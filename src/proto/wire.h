@@ -76,6 +76,44 @@ void wire_free_strs(char **v, size_t n);
 #define WIRE_OPT_LINE(key, type, m, lo, hi)                                                        \
     WIRE_OPT(key, JSONV_STRING, type, m, lo, hi, .flags = JSONV_TEXT)
 
+/* ---- MIG instances and plans (mig.c) ---- */
+
+/* An instance as jsonv fills it: ci_id's presence says whether it is none. */
+struct wire_mig {
+    struct proto_mig_instance m;
+    enum jsonv_presence ci_p;
+};
+
+#define WIRE_NMIG_FIELDS 5
+extern const struct jsonv_field wire_mig_fields[WIRE_NMIG_FIELDS];
+
+/* A field-table entry for a list of instances: a struct wire_mig * member
+ * and its size_t count. */
+#define WIRE_MIG_LIST(key, flags_, type, m, count)                                                 \
+    {                                                                                              \
+        .name = key, .kind = JSONV_OBJECTS, .flags = flags_, .offset = offsetof(type, m),          \
+        .max_items = PROTO_MIG_INSTANCES_MAX, .count_offset = offsetof(type, count),               \
+        .elem_size = sizeof(struct wire_mig), .sub = wire_mig_fields, .nsub = WIRE_NMIG_FIELDS     \
+    }
+
+/* Checks n instances (no UUID without a compute instance; no start slot,
+ * gi_id or UUID twice; `path` names the list: "gpus[1].mig") and moves them
+ * into a new array *ret (NULL when n is 0): 0, or GPO_EINVAL/GPO_ENOMEM
+ * with w unchanged. */
+int wire_mig_take(struct wire_mig *w, size_t n, const char *path, struct proto_mig_instance **ret,
+                  char *err, size_t errlen);
+json_t *wire_mig_json(struct wire_enc *e, const struct proto_mig_instance *v, size_t n);
+void wire_mig_free(struct proto_mig_instance *v, size_t n);
+/* proto_gpu_sample_fit's part: drops instances a decoder would refuse. */
+void wire_mig_fit(struct proto_mig_instance *v, size_t *n);
+
+#define WIRE_NMIG_PLAN_FIELDS 4
+extern const struct jsonv_field wire_mig_plan_fields[WIRE_NMIG_PLAN_FIELDS];
+/* No plan id twice, no start twice in a destroy or create list. */
+int wire_mig_plans_check(const struct proto_mig_plan *v, size_t n, char *err, size_t errlen);
+json_t *wire_mig_plans_json(struct wire_enc *e, const struct proto_mig_plan *v, size_t n);
+void wire_mig_plans_free(struct proto_mig_plan *v, size_t n);
+
 /* ---- the spec of a run attempt (spec.c) ---- */
 
 /* What jsonv fills: the spec, and the two members read by hand. */
@@ -87,7 +125,7 @@ struct wire_spec {
     char *signal; /* "signal", read into s.signal..; freed by take and release */
 };
 
-#define WIRE_NSPEC_FIELDS 44
+#define WIRE_NSPEC_FIELDS 45
 extern const struct jsonv_field wire_spec_fields[WIRE_NSPEC_FIELDS];
 
 /* Checks "gpus", "env" and "signal"; `path` names the spec in messages

@@ -16,6 +16,7 @@
 
 #include "base/err.h"
 #include "server/api/api.h"
+#include "server/mig/mig.h"
 #include "server/sched/sched.h"
 #include "server/serve/serve.h"
 #include "server/server.h"
@@ -441,11 +442,16 @@ int srv_init(struct server *s)
         return GPO_ENOMEM;
     serve_init(s->serve, &s->lock);
     s->sched->hook = (struct sched_hook){serve_due_ms, serve_tick};
+    if (!(s->mig = migctl_new()))
+        return GPO_ENOMEM;
+    s->sched->pass_hooks = (struct sched_pass_hooks){migctl_view, migctl_pass};
     return 0;
 }
 
 void srv_release(struct server *s)
 {
+    migctl_free(s->mig);
+    s->mig = NULL;
     if (s->serve) {
         serve_release(s->serve);
         free(s->serve);

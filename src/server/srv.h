@@ -43,6 +43,7 @@
 
 struct sched;
 struct serve;
+struct migctl;
 
 struct server_config {
     char *data_dir;
@@ -88,6 +89,7 @@ struct server {
     struct auth auth;         /* immutable after start */
     struct sched *sched;      /* sched/sched.h */
     struct serve *serve;      /* serve/serve.h: the serving runtime */
+    struct migctl *mig;       /* mig/mig.h: MIG instances and repartition plans */
     atomic_uint logs_workers; /* log proxy threads alive (api/logs.c) */
     atomic_bool logs_stop;    /* set at stop: proxy workers give up waiting */
 };

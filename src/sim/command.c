@@ -9,6 +9,7 @@
 #include "base/err.h"
 #include "sim/command.h"
 #include "sim/engine.h"
+#include "sim/mig_cmd.h"
 #include "sim/output.h"
 #include "sim/report.h"
 #include "sim/serve_cmd.h"
@@ -96,6 +97,8 @@ static void usage(FILE *out)
             "                        node (policies with preemption do by default)\n"
             "\n");
     sim_serve_usage(out);
+    fprintf(out, "\n");
+    sim_mig_usage(out);
     fprintf(out, "\nExit codes: 0 done, 1 failed, 2 usage.\n");
 }
 
@@ -185,12 +188,30 @@ static int parse_args(int argc, char **argv, struct args *a)
     }
     if (!a->npolicies)
         a->npolicies = sim_policy_find("default", &a->policies[0]) == 0;
-    if (a->until_s >= 0 && a->from_s >= a->until_s) {
+    return sim_command_check_window(a->from_s, a->until_s);
+}
+
+int sim_command_check_window(int64_t from_s, int64_t until_s)
+{
+    if (until_s >= 0 && from_s >= until_s) {
         fprintf(stderr, "gpuorch sim: --until: expected a time after --from (%lld), got %lld\n",
-                (long long)a->from_s, (long long)a->until_s);
+                (long long)from_s, (long long)until_s);
         return 2;
     }
     return 0;
+}
+
+bool sim_command_has_flag(int argc, char **argv, const char *name)
+{
+    size_t len = strlen(name);
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--") == 0)
+            return false;
+        if (strncmp(argv[i], "--", 2) == 0 && strncmp(argv[i] + 2, name, len) == 0 &&
+            (argv[i][2 + len] == '\0' || argv[i][2 + len] == '='))
+            return true;
+    }
+    return false;
 }
 
 /* --load: see sim_spec_set_load. */
@@ -320,6 +341,8 @@ int sim_command(int argc, char **argv)
     }
     if (sim_serve_wanted(argc, argv))
         return sim_serve_command(argc, argv);
+    if (sim_mig_wanted(argc, argv))
+        return sim_mig_command(argc, argv);
     struct args a;
     int rc = parse_args(argc, argv, &a);
     if (rc)

@@ -5,6 +5,9 @@
 #ifndef GPUORCH_SIM_COMMAND_H
 #define GPUORCH_SIM_COMMAND_H
 
+#include <stdbool.h>
+#include <stdint.h>
+
 /* The command's entry point (argv[0] is "sim"). Exit codes: 0 done, 1 failed
  * (a trace or spec that cannot be read, a write error), 2 usage (a bad flag
  * or value). */
@@ -16,5 +19,13 @@ struct opts_opt;
  * `args` through its table: 1 with *o and *v (its value) set, 0 at the end,
  * or 2 (usage) with the message printed. */
 int sim_command_next_flag(struct opts *p, void *args, const struct opts_opt **o, const char **v);
+
+/* Whether argv (argv[0] "sim") has the flag --NAME, alone or as --NAME=V,
+ * before any "--": how `gpuorch sim` picks its serving and MIG replays. */
+bool sim_command_has_flag(int argc, char **argv, const char *name);
+
+/* 0 if [from_s, until_s) is a window (until_s < 0: no end); else 2 (usage),
+ * with the message printed. */
+int sim_command_check_window(int64_t from_s, int64_t until_s);
 
 #endif

@@ -101,6 +101,7 @@ static void decide(struct sim_serve_eng *e, bool tick)
             value = (int64_t)llround(e->area_tick * 1000.0 / TICK_MS);
         }
         autoscale_observe(e->as, e->now, value);
+        autoscale_observe_load(e->as, e->now, (int64_t)e->arrivals_tick * 1000, queued);
     }
     struct autoscale_input in = {.spec = &e->spec,
                                  .now_ms = e->now,
@@ -290,6 +291,24 @@ static int check_service(const struct sim_serve_service *svc, char *err, size_t 
     return GPO_EINVAL;
 }
 
+/* How long an idle KPA service takes to settle: its windows, delay and
+ * grace, and with the startup's rules (autoscale.h) a delay of at least the
+ * startup and one step down per startup, from max to 0 at the down rate. */
+static int64_t kpa_quiet_ms(const struct autoscale_spec *s, int64_t startup_ms)
+{
+    int64_t delay = s->scale_down_delay_ms, steps = 0;
+    if (s->headroom) {
+        delay = delay > startup_ms ? delay : startup_ms;
+        int64_t rate = s->max_down_rate_pct > 100 ? s->max_down_rate_pct : 100;
+        for (int64_t n = s->max; n > 0; steps++) {
+            int64_t down = n * 100 / rate;
+            n = down < n ? down : n - 1;
+        }
+    }
+    return s->stable_window_ms + s->panic_window_ms + delay + s->zero_grace_ms +
+           steps * startup_ms + QUIET_MARGIN_MS;
+}
+
 static int setup(struct sim_serve_eng *e, char *err, size_t errlen)
 {
     struct sim_serve_result *o = e->out;
@@ -320,8 +339,7 @@ static int setup(struct sim_serve_eng *e, char *err, size_t errlen)
             return GPO_ENOMEM;
         autoscale_state_init(e->as, 0);
         initial = e->spec.min;
-        e->quiet_ms = e->spec.stable_window_ms + e->spec.panic_window_ms +
-                      e->spec.scale_down_delay_ms + e->spec.zero_grace_ms + QUIET_MARGIN_MS;
+        e->quiet_ms = kpa_quiet_ms(&e->spec, e->m->startup_ms);
     } else if (e->kind == SIM_SERVE_RAYSERVE) {
         sim_rayserve_init(&e->ray);
         e->quiet_ms = SIM_RAYSERVE_QUIET_MS + QUIET_MARGIN_MS;

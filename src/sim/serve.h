@@ -18,8 +18,10 @@
  * - every tick (1 s) the router's report is what the controller's is: the
  *   service's concurrency (in flight plus queued, averaged over the tick),
  *   its requests per second, and its queued count; the policy then decides
- *   the count, exactly as the controller calls src/core/autoscale (policies
- *   of its own for rayserve and the static fleets, serve_policy.h);
+ *   the count, exactly as the controller calls src/core/autoscale (the
+ *   metric with autoscale_observe, the requests per second and the queue
+ *   with autoscale_observe_load; policies of its own for rayserve and the
+ *   static fleets, serve_policy.h);
  * - a replica asked for starts when it is placed (at once, unless
  *   opts.gpu_cap_milli or opts.start_delay_ms say otherwise) and is ready
  *   startup_ms later; autoscale_startup learns that time, as the controller

@@ -133,13 +133,7 @@ void sim_serve_usage(FILE *out)
 
 bool sim_serve_wanted(int argc, char **argv)
 {
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--") == 0)
-            return false;
-        if (strcmp(argv[i], "--serve") == 0 || strncmp(argv[i], "--serve=", 8) == 0)
-            return true;
-    }
-    return false;
+    return sim_command_has_flag(argc, argv, "serve");
 }
 
 static int bad_value(const char *flag, const char *value, const char *expected)

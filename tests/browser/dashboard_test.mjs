@@ -590,6 +590,36 @@ async function servicesChecks(page) {
   await page.unroute('**/v1/services');
 }
 
+// A MIG GPU's card, from a stand-in GET /v1/nodes: the node's MIG mode, a
+// plan in flight, and one line per instance with its job or "free"; a GPU
+// whose MIG mode waits for a reset says so.
+async function migChecks(page) {
+  const mig = {name: 'mig-1', pool: 'main', state: 'up', mig_mode: 'dynamic',
+    last_heartbeat: new Date().toISOString(), gpus_in_use: 1, gpu_samples: [], dirty_gpus: [],
+    gpus: [{index: 0, uuid: 'GPU-m0', gpu_type: 'H100-80GB', mem_mib: 81559, mig_slices: 7,
+      mig_enabled: true, mig_pending: true, mig_planning: true, in_use: true, mig: [
+        {profile_id: 19, profile: '1g.10gb', start: 6, gi_id: 1, ci_id: 0, uuid: 'MIG-a', in_use: true, job: 12},
+        {profile_id: 9, profile: '3g.40gb', start: 0, gi_id: 2, ci_id: 0, uuid: 'MIG-b', in_use: false, job: null}]},
+    {index: 1, uuid: 'GPU-m1', gpu_type: 'H100-80GB', mem_mib: 81559, mig_slices: 7,
+      mig_enabled: false, mig_pending: true, mig_planning: false, in_use: false}]};
+  await page.route('**/v1/nodes', (route) => route.fulfill({status: 200,
+    contentType: 'application/json', body: JSON.stringify({nodes: [mig]})}));
+  let cards = null;
+  const shown = await waitUntil(async () => {
+    cards = await page.evaluate(() => [...document.querySelectorAll('#nodes .gpu')].map((g) =>
+      [...g.querySelectorAll('.gpu-mig > div')].map((d) => d.textContent)));
+    return cards.length === 2 && cards[0].length === 3 ? cards : null;
+  });
+  ok(shown && JSON.stringify(cards[0]) === JSON.stringify(
+    ['MIG dynamic, repartitioning', '1g.10gb@6 job 12', '3g.40gb@0 free']) &&
+    JSON.stringify(cards[1]) === JSON.stringify(['MIG dynamic, on after a reset']),
+  'a MIG GPU\'s card lists its instances (profile@slot, the job or free) under the node\'s MIG mode ' +
+    'and a plan in flight; a GPU whose MIG mode waits for a reset says so', JSON.stringify(cards));
+  await page.unroute('**/v1/nodes');
+  // The real nodes again, by the next poll, before the screenshot.
+  await waitUntil(async () => ((await nodeRows(page)).length === 2 ? 1 : null));
+}
+
 async function browserChecks(browser, first, big, submit) {
   const page = await browser.newPage({viewport: {width: 1680, height: 1050}, deviceScaleFactor: 1});
   const errors = [];
@@ -757,6 +787,7 @@ async function browserChecks(browser, first, big, submit) {
   'a job submitted later gets its row without a reload (live polling)', `${lpanel}: ${ldiff}\n${JSON.stringify(lrow)}`);
 
   await servicesChecks(page);
+  await migChecks(page);
 
   // Let the charts gather a few points for the picture (no check depends on it):
   // up to 8 s, or DASHBOARD_SETTLE_MS exactly (the picture in docs/ had 90 s).

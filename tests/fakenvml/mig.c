@@ -14,6 +14,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -464,6 +465,11 @@ int mig_state_save(const char *path, const struct mig_state_gpu *gpus, unsigned 
     snprintf(tmp, sizeof(tmp), "%s.%ld.tmp", path, (long)getpid());
     int rc = all ? json_dump_file(root, tmp, JSON_INDENT(1) | JSON_SORT_KEYS) : -1;
     json_decref(root);
+    /* Readable by every process, whoever wrote it and under any umask: the
+     * driver's state is one for the machine (an agent's privileged half
+     * changes it, its unprivileged half reads it). */
+    if (rc == 0 && chmod(tmp, 0644) != 0)
+        rc = -1;
     if (rc == 0 && rename(tmp, path) != 0)
         rc = -1;
     if (rc != 0) {
@@ -477,7 +483,12 @@ int mig_state_lock(const char *path, bool exclusive)
 {
     char lock[PATH_MAX + 8];
     snprintf(lock, sizeof(lock), "%s.lock", path);
+    /* A reader may not be the lock file's owner: flock needs no write access. */
     int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0 && errno == EACCES && !exclusive)
+        fd = open(lock, O_RDONLY | O_CLOEXEC);
+    else if (fd >= 0)
+        (void)fchmod(fd, 0644); /* whatever the umask: others take shared locks on it */
     if (fd < 0 || flock(fd, exclusive ? LOCK_EX : LOCK_SH) != 0) {
         fprintf(stderr, "fakenvml: %s: cannot lock: %s\n", lock, strerror(errno));
         if (fd >= 0)

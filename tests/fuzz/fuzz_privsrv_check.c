@@ -1,7 +1,8 @@
 /* fuzz_privsrv_check.c - libFuzzer target: any bytes as a request to the
  * agent's privileged process, through its checks (privsrv_check.h). The
  * first byte picks what the rest is: 0 a whole message (its type and size
- * checked, then its fields by its type: a step task's as a launch's); 1 a launch, its fixed fields
+ * checked, then its fields by its type: a step task's as a launch's, a MIG
+ * change's in range); 1 a launch, its fixed fields
  * first and then its user, workdir, stdout, stderr and packed strings,
  * separated by 0xff bytes; 2 a signal or cleanup; 3 a cgroup path after a
  * job and an attempt; 4 a pid file; 5 an attribute request; 6 a process's
@@ -13,6 +14,7 @@
  * tests/fuzz/run.sh builds and runs it. */
 #define _GNU_SOURCE /* memmem */
 #include <signal.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -156,6 +158,44 @@ static void fuzz_log(const uint8_t *data, size_t size)
         abort();
 }
 
+/* An MPS request that passes is start or quit of a name that is safe as
+ * one directory: letters, digits and '-', not first. */
+static void fuzz_mps(const uint8_t *data, size_t size)
+{
+    struct priv_req_mps q = {0};
+    memcpy(&q, data, size < sizeof(q) ? size : sizeof(q));
+    char msg[PRIV_MSG_MAX] = "";
+    if (privsrv_check_mps(&q, msg, sizeof(msg)) != 0) {
+        one_line(msg);
+        return;
+    }
+    size_t len = strnlen(q.uuid, sizeof(q.uuid));
+    if ((q.op != PRIV_MPS_START && q.op != PRIV_MPS_QUIT) || len == 0 || len == sizeof(q.uuid) ||
+        q.uuid[0] == '-' ||
+        strspn(q.uuid, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                       "0123456789-") != len)
+        abort();
+}
+
+/* A MIG change that passes is a create or a destroy with its fields in
+ * range and the other op's 0. */
+static void fuzz_mig(const uint8_t *data, size_t size)
+{
+    struct priv_req_mig q = {0};
+    memcpy(&q, data, size < sizeof(q) ? size : sizeof(q));
+    char msg[PRIV_MSG_MAX] = "";
+    if (privsrv_check_mig(&q, msg, sizeof(msg)) != 0) {
+        one_line(msg);
+        return;
+    }
+    bool create = q.op == PRIV_MIG_CREATE;
+    if (q.type != PRIV_REQ_MIG || (!create && q.op != PRIV_MIG_DESTROY) || q.gpu >= 64 ||
+        (create &&
+         (q.profile_id > PRIV_MIG_PROFILE_MAX || q.start > PRIV_MIG_SLOT_MAX || q.instance)) ||
+        (!create && (q.profile_id || q.start || q.instance > PRIV_MIG_INSTANCE_MAX)))
+        abort();
+}
+
 /* An attempt.json that passes names an absolute log path. */
 static void fuzz_attempt_json(const uint8_t *data, size_t size)
 {
@@ -198,6 +238,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             fuzz_attribute(rest, n);
         } else if (type == PRIV_REQ_LOG_OPEN) {
             fuzz_log(rest, n);
+        } else if (type == PRIV_REQ_MPS) {
+            fuzz_mps(rest, n);
+        } else if (type == PRIV_REQ_MIG) {
+            fuzz_mig(rest, n);
         } else {
             fuzz_attempt(rest, n);
         }

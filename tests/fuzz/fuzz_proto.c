@@ -1,6 +1,7 @@
 /* fuzz_proto.c - libFuzzer target: any bytes as one of the controller-agent
  * messages (the first byte picks which: registration, its answer,
- * heartbeat, assignments, one attempt, report), as either side may receive
+ * heartbeat, assignments, one attempt, report, a MIG plan's result), as
+ * either side may receive
  * it from the other. A refusal is one non-empty line; a message that
  * decodes must encode, and what is encoded must decode and encode again to
  * the same object, as proto.h promises; a registration's and a heartbeat's
@@ -47,6 +48,7 @@ ROUND_TRIP(heartbeat)
 ROUND_TRIP(assignments)
 ROUND_TRIP(attempt)
 ROUND_TRIP(report)
+ROUND_TRIP(mig_result)
 
 /* The "gpus" list encoded alone equals the message's. */
 static void lists_agree(const json_t *obj, bool heartbeat)
@@ -96,11 +98,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (!obj)
         return 0;
     static void (*const round_trip[])(const json_t *) = {
-        round_trip_register,    round_trip_registered, round_trip_heartbeat,
-        round_trip_assignments, round_trip_attempt,    round_trip_report};
-    round_trip[data[0] % 6](obj);
-    if (data[0] % 6 == 0 || data[0] % 6 == 2)
-        lists_agree(obj, data[0] % 6 == 2);
+        round_trip_register, round_trip_registered, round_trip_heartbeat, round_trip_assignments,
+        round_trip_attempt,  round_trip_report,     round_trip_mig_result};
+    size_t n = sizeof(round_trip) / sizeof(round_trip[0]);
+    round_trip[data[0] % n](obj);
+    if (data[0] % n == 0 || data[0] % n == 2)
+        lists_agree(obj, data[0] % n == 2);
     json_decref(obj);
     return 0;
 }

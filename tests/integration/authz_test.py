@@ -193,6 +193,10 @@ CASES = {
         r("GET", f"/v1/nodes/{NODE}/assignments", "deny")),
     ("POST", "/v1/nodes/{name}/attempts/{job}/{attempt}"): lambda: reqs(
         r("POST", f"/v1/nodes/{NODE}/attempts/{b_job()}/1", "deny", {"state": "COMPLETED"})),
+    ("POST", "/v1/nodes/{name}/mig/{id}"): lambda: reqs(
+        r("POST", f"/v1/nodes/{NODE}/mig/1", "deny", {"ok": True, "gpu_uuid": "GPU-x", "mig": []})),
+    ("PUT", "/v1/nodes/{name}/mig"): lambda: reqs(
+        r("PUT", f"/v1/nodes/{NODE}/mig", "deny", {"mig": "off"})),
     ("POST", "/v1/nodes/{name}/drain"): lambda: reqs(r("POST", f"/v1/nodes/{NODE}/drain", "deny")),
     ("POST", "/v1/nodes/{name}/resume"): lambda: reqs(
         r("POST", f"/v1/nodes/{NODE}/resume", "deny")),

@@ -28,7 +28,8 @@ import tempfile
 
 sys.dont_write_bytecode = True  # leave no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import FakeAgent, Server, fake_gpu_uuid, ok, remove_tmp, run_as_root  # noqa: E402
+from harness import FakeAgent, Server, env_file, fake_gpu_uuid, ok, remove_tmp  # noqa: E402
+from harness import run_as_root  # noqa: E402
 from harness import wait_job_until, wait_until  # noqa: E402
 
 BIN = os.path.abspath(sys.argv[1])
@@ -102,19 +103,6 @@ def submit(name, directives, body="true"):
 def submitted(res):
     rc, out, _ = res
     return int(out) if rc == 0 and out.isdigit() else None
-
-
-def env_file(path):
-    out = {}
-    try:
-        with open(path) as f:
-            for line in f:
-                k, eq, v = line.rstrip("\n").partition("=")
-                if eq:
-                    out[k] = v
-    except OSError:
-        pass
-    return out
 
 
 def cancel(*jids):

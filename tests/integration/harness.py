@@ -8,6 +8,7 @@ A test makes one Server, binds `call = srv.call` (or makes a Client with a
 token of its own: srv.client(TOKEN)), and ends with run(main, srv), which
 prints the TAP plan and exits with the verdict."""
 
+import atexit
 import collections
 import http.client
 import json
@@ -378,6 +379,29 @@ def run(main, srv, on_exit=None):
     sys.exit(1 if _failed else 0)
 
 
+def run_steps(steps):
+    """Runs each of STEPS; one that raises is a failed check with the reason,
+    and the others still run."""
+    for step in steps:
+        try:
+            step()
+        except Exception as e:  # one broken step should not hide the others' results
+            ok(False, f"step {getattr(step, '__name__', 'step')} ran to its end", repr(e))
+
+
+def end_checks(agents, srv):
+    """The checks at a test's end: no sanitizer report in the agents' logs,
+    every agent (a {name: FakeAgent}) and the server stop with status 0."""
+    reports = [n for n, ag in agents.items()
+               if "Sanitizer" in ag.log() or "runtime error:" in ag.log()]
+    ok(not reports, "the agents' logs hold no sanitizer report",
+       "\n".join(agents[n].tail(6000) for n in reports))
+    codes = {n: ag.stop() for n, ag in agents.items()}
+    ok(all(c == 0 for c in codes.values()), "every agent stops with status 0 on SIGTERM", codes)
+    rc = srv.stop()
+    ok(rc == 0, "the server stops cleanly at the end", f"{rc}\n{srv.log_tail()}")
+
+
 def pid_alive(pid):
     """Whether process PID exists and is not a zombie (a zombie has ended; only
     its parent's wait is missing)."""
@@ -388,6 +412,21 @@ def pid_alive(pid):
         return False
     # The state follows the command name, which is in parentheses and may hold any byte.
     return stat[stat.rfind(")") + 2:][:1] not in ("Z", "X", "")
+
+
+def env_file(path):
+    """A file of NAME=VALUE lines (the output of env) as a dict; {} when it
+    cannot be read."""
+    out = {}
+    try:
+        with open(path) as f:
+            for line in f:
+                k, eq, v = line.rstrip("\n").partition("=")
+                if eq:
+                    out[k] = v
+    except OSError:
+        pass
+    return out
 
 
 def write_atomic(path, text):
@@ -557,12 +596,25 @@ def fake_gpu_uuid(node_no, index, tag="4000"):
     return f"GPU-{node_no:08x}-{os.getpid() & 0xffff:04x}-{tag}-8000-{index:012x}"
 
 
+_PRIVATE_CGROUPS = []  # FakeAgent's own cgroup roots' bases, removed at exit
+
+
+@atexit.register
+def _remove_private_cgroups():
+    for base in _PRIVATE_CGROUPS:
+        remove_cgroups(base)
+
+
 class FakeAgent:
     """`gpuorch agent` NAME as a child process on the fake NVML: its GPUs in
     TMP/NAME-gpus.json (FAKENVML_CONFIG), its state in TMP/NAME, its output in
     TMP/NAME.log. FLAGS (kill_grace=1, dirty_wait=None, exit_poll=True, ...)
     change AGENT_FLAGS (True: a flag without a value);
-    set .cgroup before start() for --cgroup-root."""
+    set .cgroup before start() for --cgroup-root. Left unset, the agent gets a
+    cgroup root of its own under the cgroup mount (where one is writable),
+    removed when the test exits: the automatic root is MOUNT/gpuorch/NAME, and
+    two tests running at once with a node of the same name and jobs of the
+    same ids would kill each other's jobs there."""
 
     def __init__(self, binary, srv, tmp, nvml, name, uuids, pool="main", gpu_file=None,
                  **flags):
@@ -573,6 +625,8 @@ class FakeAgent:
         self.log_path = os.path.join(tmp, f"{name}.log")
         self.flags = dict(AGENT_FLAGS, **{k.replace("_", "-"): v for k, v in flags.items()})
         self.cgroup = None
+        self.private_cgroup = None  # made by start() when .cgroup is unset
+        self.tmp = tmp
         self.proc = None
 
     def write_gpu_list(self, gpus):
@@ -589,8 +643,14 @@ class FakeAgent:
                 args += [f"--{flag}"]
             elif value is not None and value is not False:
                 args += [f"--{flag}", str(value)]
-        if self.cgroup:
-            args += ["--cgroup-root", self.cgroup]
+        if not self.cgroup and not self.private_cgroup:
+            base, roots = agent_cgroups(f"gpuorch-{os.path.basename(self.tmp)}-{self.name}",
+                                        [self.name])
+            if base:
+                self.private_cgroup = roots[self.name]
+                _PRIVATE_CGROUPS.append(base)
+        if self.cgroup or self.private_cgroup:
+            args += ["--cgroup-root", self.cgroup or self.private_cgroup]
         # FAKENVML_DRIVER: the fake keeps a root process that lists GPU processes,
         # as the kernel driver does, once the agent's network half drops root.
         env = dict(os.environ, FAKENVML_CONFIG=self.gpu_file, FAKENVML_DRIVER="1")

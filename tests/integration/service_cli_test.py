@@ -185,11 +185,18 @@ def check_apply():
                             "autoscaling": {"target": 2}},
        "the PUT body is the file's service, whole", f"{puts}")
     rc, out, err = cli("apply", "-f", write("chat.yaml", SPECS.split("  - name: bad")[0]))
-    ok(rc == 0 and out == "service/chat configured\n", "a second apply says 'configured'",
+    ok(rc == 0 and out == "service/chat unchanged\n",
+       "the same service again says 'unchanged'", f"{rc} {out!r} {err!r}")
+    rc, out, err = cli("apply", "-f", write("chat5.yaml", SPECS.split("  - name: bad")[0]
+                                             .replace("max: 4", "max: 5")))
+    ok(rc == 0 and out == "service/chat configured\n", "a changed service says 'configured'",
+       f"{rc} {out!r} {err!r}")
+    rc, out, err = cli("apply", "-f", write("chat.yaml", SPECS.split("  - name: bad")[0]))
+    ok(rc == 0 and out == "service/chat configured\n", "and changed back, 'configured' again",
        f"{rc} {out!r} {err!r}")
     rc, out, err = cli("show", "chat", "--json")
     rc2, out2, err2 = cli("apply", "-f", write("shown.json", out))
-    ok(rc == 0 and rc2 == 0 and out2 == "service/chat configured\n",
+    ok(rc == 0 and rc2 == 0 and out2 == "service/chat unchanged\n",
        "show --json output applies again (server-set keys left out)", f"{rc2} {out2!r} {err2!r}")
     rc, out, err = cli("apply", "--json", "-f", write("one.json", '{"name": "solo", "max": 1}'))
     ok(rc == 0 and json.loads(out)[0]["generation"] == 1,

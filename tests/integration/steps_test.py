@@ -41,7 +41,8 @@ import urllib.request
 sys.dont_write_bytecode = True  # leave no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import FakeAgent, Server, agent_cgroups, diag, fake_gpu_uuid, ok  # noqa: E402
-from harness import remove_cgroups, remove_tmp, run_as_root, wait_until  # noqa: E402
+from harness import end_checks, remove_cgroups, remove_tmp, run_as_root, run_steps  # noqa: E402
+from harness import wait_until  # noqa: E402
 
 BIN = os.path.abspath(sys.argv[1])
 FAKENVML = os.environ.get("GPUORCH_FAKENVML") or os.path.join(
@@ -464,20 +465,9 @@ def credential_required(nodes):
 def main():
     print("TAP version 13")
     nodes = setup()
-    for step in (shell_step, torch_steps, interrupted_step, run_outside,
-                 lambda: alloc_with_pty(nodes), pty_outside, lambda: credential_required(nodes)):
-        try:
-            step()
-        except Exception as e:  # one broken step should not hide the others' results
-            ok(False, f"step {getattr(step, '__name__', 'step')} ran to its end", repr(e))
-    reports = [n for n, ag in AGENTS.items()
-               if "Sanitizer" in ag.log() or "runtime error:" in ag.log()]
-    ok(not reports, "the agents' logs hold no sanitizer report",
-       "\n".join(AGENTS[n].tail(6000) for n in reports))
-    codes = {n: ag.stop() for n, ag in AGENTS.items()}
-    ok(all(c == 0 for c in codes.values()), "every agent stops with status 0 on SIGTERM", codes)
-    rc = SRV.stop()
-    ok(rc == 0, "the server stops cleanly at the end", f"{rc}\n{SRV.log_tail()}")
+    run_steps((shell_step, torch_steps, interrupted_step, run_outside,
+               lambda: alloc_with_pty(nodes), pty_outside, lambda: credential_required(nodes)))
+    end_checks(AGENTS, SRV)
 
 
 def on_exit():

@@ -521,6 +521,81 @@ static void privsrv_check_log_takes_stdout_or_stderr_of_an_attempt(void **state)
     assert_int_equal(privsrv_check_log_file(S_IFDIR | 0755, 1001, 1001), GPO_EPERM);
 }
 
+static void privsrv_check_mig_takes_a_create_or_a_destroy_in_range(void **state)
+{
+    (void)state;
+    char msg[PRIV_MSG_MAX];
+    uint32_t type = 0;
+    struct priv_req_mig create = {
+        .type = PRIV_REQ_MIG, .op = PRIV_MIG_CREATE, .gpu = 63, .profile_id = 63, .start = 7};
+    struct priv_req_mig destroy = {
+        .type = PRIV_REQ_MIG, .op = PRIV_MIG_DESTROY, .gpu = 0, .instance = 63};
+    assert_int_equal(privsrv_check_mig(&create, msg, sizeof(msg)), 0);
+    assert_int_equal(privsrv_check_mig(&destroy, msg, sizeof(msg)), 0);
+    assert_int_equal(privsrv_check_request(&create, sizeof(create), &type, msg, sizeof(msg)), 0);
+    assert_int_equal(type, PRIV_REQ_MIG);
+    assert_int_equal(privsrv_check_request(&create, sizeof(create) - 4, &type, msg, sizeof(msg)),
+                     GPO_EINVAL);
+    assert_non_null(strstr(msg, "mig"));
+    const struct {
+        struct priv_req_mig q;
+        const char *field;
+    } bad[] = {
+        {{.type = PRIV_REQ_MIG, .op = 0}, "op: 0"},
+        {{.type = PRIV_REQ_MIG, .op = 3}, "op: 3"}, /* no mode change through here */
+        {{.type = PRIV_REQ_MIG, .op = PRIV_MIG_CREATE, .gpu = 64}, "gpu: 64"},
+        {{.type = PRIV_REQ_MIG, .op = PRIV_MIG_CREATE, .profile_id = 64}, "profile_id: 64"},
+        {{.type = PRIV_REQ_MIG, .op = PRIV_MIG_CREATE, .start = 8}, "start: 8"},
+        {{.type = PRIV_REQ_MIG, .op = PRIV_MIG_CREATE, .instance = 1}, "instance: 1, must be 0"},
+        {{.type = PRIV_REQ_MIG, .op = PRIV_MIG_DESTROY, .instance = 64}, "instance: 64"},
+        {{.type = PRIV_REQ_MIG, .op = PRIV_MIG_DESTROY, .profile_id = 19}, "profile_id: 19"},
+        {{.type = PRIV_REQ_MIG, .op = PRIV_MIG_DESTROY, .start = 1}, "start: 1, must be 0"},
+        {{.type = PRIV_REQ_SIGNAL, .op = PRIV_MIG_DESTROY}, "type"},
+    };
+    for (size_t k = 0; k < ARRAY_LEN(bad); k++) {
+        assert_int_equal(privsrv_check_mig(&bad[k].q, msg, sizeof(msg)), GPO_EINVAL);
+        if (strncmp(msg, bad[k].field, strlen(bad[k].field)) != 0)
+            fail_msg("case %zu: '%s', expected '%s'", k, msg, bad[k].field);
+    }
+}
+
+static void privsrv_check_mps_takes_start_or_quit_of_a_uuid_shaped_name(void **state)
+{
+    (void)state;
+    char msg[PRIV_MSG_MAX];
+    struct priv_req_mps q = {.type = PRIV_REQ_MPS,
+                             .op = PRIV_MPS_START,
+                             .uuid = "GPU-0000a1b2-0000-4000-8000-000000000001"};
+    assert_int_equal(privsrv_check_mps(&q, msg, sizeof(msg)), 0);
+    q.op = PRIV_MPS_QUIT;
+    assert_int_equal(privsrv_check_mps(&q, msg, sizeof(msg)), 0);
+    const struct {
+        struct priv_req_mps q;
+        const char *field;
+    } bad[] = {
+        {{.type = PRIV_REQ_MPS, .op = 0, .uuid = "GPU-a"}, "op: 0"},
+        {{.type = PRIV_REQ_MPS, .op = 3, .uuid = "GPU-a"}, "op: 3"},
+        {{.type = PRIV_REQ_MPS, .op = 1, .uuid = ""}, "uuid: 1 to"},
+        {{.type = PRIV_REQ_MPS, .op = 1, .uuid = "../../etc"}, "uuid: letters"},
+        {{.type = PRIV_REQ_MPS, .op = 1, .uuid = "GPU/a"}, "uuid: letters"},
+        {{.type = PRIV_REQ_MPS, .op = 1, .uuid = "-d"}, "uuid: letters"},
+        {{.type = PRIV_REQ_MPS, .op = 1, .uuid = "GPU a"}, "uuid: letters"},
+        {{.type = PRIV_REQ_MPS, .op = 1, .uuid = "GPU-a\0x"}, "uuid: bytes after"},
+    };
+    for (size_t k = 0; k < ARRAY_LEN(bad); k++) {
+        assert_int_equal(privsrv_check_mps(&bad[k].q, msg, sizeof(msg)), GPO_EINVAL);
+        if (strncmp(msg, bad[k].field, strlen(bad[k].field)) != 0)
+            fail_msg("case %zu: '%s', want '%s'", k, msg, bad[k].field);
+    }
+    memset(q.uuid, 'a', sizeof(q.uuid));
+    assert_int_equal(privsrv_check_mps(&q, msg, sizeof(msg)), GPO_EINVAL);
+    assert_true(strncmp(msg, "uuid: 1 to", 10) == 0);
+    uint32_t type;
+    assert_int_equal(privsrv_check_request(&q, sizeof(q), &type, msg, sizeof(msg)), 0);
+    assert_int_equal(type, PRIV_REQ_MPS);
+    assert_int_equal(privsrv_check_request(&q, sizeof(q) - 1, &type, msg, sizeof(msg)), GPO_EINVAL);
+}
+
 static void privsrv_check_script_takes_only_the_agents_own_file(void **state)
 {
     (void)state;
@@ -707,6 +782,8 @@ int main(void)
         cmocka_unit_test(privsrv_check_attribute_takes_1_to_64_real_pids_and_zeros_after),
         cmocka_unit_test(privsrv_check_environ_reads_whole_ids_in_range),
         cmocka_unit_test(privsrv_check_log_takes_stdout_or_stderr_of_an_attempt),
+        cmocka_unit_test(privsrv_check_mig_takes_a_create_or_a_destroy_in_range),
+        cmocka_unit_test(privsrv_check_mps_takes_start_or_quit_of_a_uuid_shaped_name),
         cmocka_unit_test(privsrv_check_script_takes_only_the_agents_own_file),
         cmocka_unit_test(privsrv_check_attempt_log_gives_the_uid_and_the_logs_path),
         cmocka_unit_test(privsrv_check_step_hands_back_argv_and_env),

@@ -2,7 +2,10 @@
  * test_autoscale.c - the pure autoscaler (core/autoscale.h): golden cases
  * computed by hand (a burst enters panic, panic holds and ends, the scale to
  * zero waits the grace to the second, a cold start asks for one at once, rate
- * limits, min and max, the scale-down delay, the startup headroom, every
+ * limits, min and max, the scale-down delay, the startup headroom and the
+ * startup's rules (the delay at least two startups, one step down per
+ * startup, panic waiting for the replicas starting, a backlog counted as
+ * work), every
  * metric by the same rule, the reasons people read), and seeded random
  * streams under which the count stays in min..max and within the rate limits.
  */
@@ -45,6 +48,18 @@ static struct rig *rig_new(void)
     r->in.spec = &r->spec;
     r->follow = true;
     return r;
+}
+
+/* Two rigs alike but for the GPU part: `rigs[0]` with the headroom (and the
+ * startup's rules), `rigs[1]` without, both with a startup of startup_ms
+ * measured. */
+static void rigs_on_off(struct rig *rigs[2], int64_t startup_ms)
+{
+    for (int k = 0; k < 2; k++) {
+        rigs[k] = rig_new();
+        rigs[k]->spec.headroom = k == 0;
+        autoscale_startup(&rigs[k]->st, startup_ms);
+    }
 }
 
 /* The decision at t_ms (seconds' starts in these tests). */
@@ -364,20 +379,168 @@ static void test_scale_down_delay_holds_the_peak(void **state)
     free(r);
 }
 
+/* The startup's rules on the way down, with the headroom on and a startup of
+ * 20 s measured, the spec's delay 0: the delay is two startups, 40 s (as in
+ * test_scale_down_delay_holds_the_peak, t0 = 10 s: 5 through 49 s, 4 at
+ * 50 s), then one step down per startup: 4 holds through 69 s and the down
+ * rate gives 2 at 70 s (from 4: at least 2); 2, the want recorded at 70 s,
+ * holds its 40 s: 1 at 110 s. Without the headroom, Knative's course: 5, 4,
+ * 3, 3, 2, 1 from 10 s. */
+static void test_startup_holds_and_paces_the_scale_down(void **state)
+{
+    (void)state;
+    struct rig *rigs[2];
+    rigs_on_off(rigs, 20 * S);
+    struct rig *on = rigs[0], *off = rigs[1];
+    for (int k = 0; k < 2; k++) {
+        rigs[k]->spec.stable_window_ms = 6 * S;
+        rigs[k]->spec.panic_threshold_pct = 100000;
+        assert_int_equal(run(rigs[k], 0, 10, 5000), 5);
+    }
+    assert_int_equal(run(on, 10, 50, 1000), 5);
+    assert_string_equal(on->d.reason,
+                        "5 -> 5: steady (concurrency 1.0, target 1, scale-down delay)");
+    assert_int_equal(step(on, 50 * S, 1000), 4);
+    assert_int_equal(run(on, 51, 70, 1000), 4);
+    assert_string_equal(
+        on->d.reason, "4 -> 4: steady (concurrency 1.0, target 1, one step down per 20 s startup)");
+    assert_int_equal(step(on, 70 * S, 1000), 2);
+    assert_int_equal(run(on, 71, 110, 1000), 2);
+    assert_int_equal(step(on, 110 * S, 1000), 1);
+
+    int32_t want[] = {5, 4, 3, 3, 2, 1};
+    for (int64_t k = 0; k < 6; k++)
+        assert_int_equal(step(off, (10 + k) * S, 1000), want[k]);
+    free(on);
+    free(off);
+}
+
+/* The backlog's rule never counts less than what is in flight at the
+ * replicas: W measured at 0.5 s on short requests (2 in flight at 4 per
+ * second), then 30 s of long ones, 10 in flight and 5 queued at 2 per
+ * second. Over the stable window the concurrency is 8.5, the queue 2.5 and
+ * the rate 3 per second: the arrivals' 3 * 0.5 = 1.5 would be 2 replicas
+ * with 10 requests running; the replicas' 8.5 - 2.5 = 6.0 counts, plus
+ * 2.5 * 0.5 / 60 for the queue: 7 replicas. */
+static void test_backlog_never_counts_less_than_in_flight(void **state)
+{
+    (void)state;
+    struct rig *rigs[2];
+    rigs_on_off(rigs, 60 * S);
+    struct rig *r = rigs[0];
+    free(rigs[1]);
+    r->follow = false;
+    r->in.ready = 6;
+    r->spec.panic_threshold_pct = 100000;
+    for (int64_t s = 0; s < 60; s++) {
+        autoscale_observe(&r->st, s * S, s < 30 ? 2000 : 15000);
+        autoscale_observe_load(&r->st, s * S, s < 30 ? 4000 : 2000, s < 30 ? 0 : 5);
+    }
+    assert_int_equal(decide(r, 59 * S), 7);
+    assert_string_equal(r->d.reason, "6 -> 7: concurrency 8.5 over target 1 for 60 s "
+                                     "(queue counted as work 6.0)");
+    free(r);
+}
+
+/* The pace holds the last decision's count, not ready plus starting: in a
+ * roll the controller starts a surge replica of the new generation beside
+ * the old one, which the autoscaler sees starting. One ready, one starting,
+ * 1 in flight with a target of 1: the count stays 1 at every decision
+ * (holding "ready + starting" would ask for 2, and the roll would surge
+ * again on top of it). */
+static void test_pace_holds_the_decision_not_a_surge_replica(void **state)
+{
+    (void)state;
+    struct rig *rigs[2];
+    rigs_on_off(rigs, 2 * S);
+    struct rig *r = rigs[0];
+    free(rigs[1]);
+    r->follow = false;
+    r->in.ready = 1;
+    r->in.starting = 1;
+    for (int64_t s = 0; s < 20; s++) {
+        assert_int_equal(step(r, s * S, 1000), 1);
+        assert_false(strstr(r->d.reason, "one step down") != NULL);
+    }
+    free(r);
+}
+
+/* A backlog counts as work: 30 s of 2 in flight at 4 requests per second
+ * with no queue (Little's law: 0.5 s a request), then 30 s with 38 queued
+ * besides (40 in flight, the same 4 per second). The stable window's
+ * concurrency is 21 and would ask for 21 (the rate limit gives 20 of 2
+ * ready); counted as work it is the arrivals' 4 * 0.5 = 2 in flight (as
+ * many as at the replicas, 21 - 19) plus the mean queue's 19 finished
+ * within the 60 s startup, 19 * 0.5 / 60 = 0.16: 2.2, 3 replicas. Without
+ * load reports, the concurrency's 20. */
+static void test_backlog_counts_as_work_not_concurrency(void **state)
+{
+    (void)state;
+    struct rig *rigs[2];
+    rigs_on_off(rigs, 60 * S);
+    for (int k = 0; k < 2; k++) {
+        rigs[k]->follow = false;
+        rigs[k]->in.ready = 2;
+        rigs[k]->spec.panic_threshold_pct = 100000;
+        rigs[k]->spec.headroom = true;
+        for (int64_t s = 0; s < 60; s++) {
+            autoscale_observe(&rigs[k]->st, s * S, s < 30 ? 2000 : 40000);
+            if (k == 0)
+                autoscale_observe_load(&rigs[k]->st, s * S, 4000, s < 30 ? 0 : 38);
+        }
+    }
+    assert_int_equal(decide(rigs[0], 59 * S), 3);
+    assert_string_equal(rigs[0]->d.reason, "2 -> 3: concurrency 21.0 over target 1 for 60 s "
+                                           "(queue counted as work 2.2)");
+    assert_int_equal(decide(rigs[1], 59 * S), 20);
+    free(rigs[0]);
+    free(rigs[1]);
+}
+
+/* In panic, replicas that are starting have not had their effect yet: the
+ * count grows only when the panic window wants the threshold (200 %) times
+ * the ready and starting together. Panic window 1 s, a startup of 1 s
+ * measured (too short a fit for any headroom): 8 in flight on 1 ready asks
+ * for 8; with 7 of them starting, 12 asks for no more (12 < 2 * 8), 16 for
+ * 16. Without the headroom, Knative's rule: 12 asks for 12. */
+static void test_panic_waits_for_the_replicas_starting(void **state)
+{
+    (void)state;
+    struct rig *rigs[2];
+    rigs_on_off(rigs, 1 * S);
+    struct rig *on = rigs[0], *off = rigs[1];
+    for (int k = 0; k < 2; k++) {
+        rigs[k]->follow = false;
+        rigs[k]->spec.panic_window_ms = 1 * S;
+        rigs[k]->spec.max_up_rate_pct = 10000;
+        rigs[k]->in.ready = 1;
+        assert_int_equal(step(rigs[k], 0, 8000), 8);
+        assert_true(rigs[k]->d.panic);
+        rigs[k]->in.starting = 7;
+    }
+    assert_int_equal(step(on, 1 * S, 12000), 8);
+    assert_string_equal(on->d.reason, "8 -> 8: steady (concurrency 12.0, target 1, panic)");
+    assert_int_equal(step(on, 2 * S, 16000), 16);
+    assert_int_equal(step(on, 3 * S, 1000), 16); /* still no scale-down in panic */
+    assert_true(on->d.panic);
+    assert_int_equal(step(off, 1 * S, 12000), 12);
+    free(on);
+    free(off);
+}
+
 /* A ramp of +0.5 in flight per second from 0, a measured startup of 20 s:
  * at 29 s the stable mean is 7.25 and the panic window's slope 0.5/s, so
  * the headroom adds 0.5 * 20 = 10 to the value: 18 wanted, not 8. */
 static void test_headroom_adds_replicas_for_a_growing_ramp(void **state)
 {
     (void)state;
-    struct rig *on = rig_new(), *off = rig_new();
-    struct rig *rigs[] = {on, off};
-    on->spec.headroom = true;
+    struct rig *rigs[2];
+    rigs_on_off(rigs, 20 * S);
+    struct rig *on = rigs[0], *off = rigs[1];
     for (int k = 0; k < 2; k++) {
         rigs[k]->follow = false;
         rigs[k]->in.ready = 10;
         rigs[k]->spec.panic_threshold_pct = 100000;
-        autoscale_startup(&rigs[k]->st, 20 * S);
         for (int64_t s = 0; s < 30; s++)
             autoscale_observe(&rigs[k]->st, s * S, 500 * s);
     }
@@ -596,6 +759,8 @@ static void random_stream(uint64_t seed)
         r->in.queued = pick(&x, 0, 40) == 0 ? (int32_t)pick(&x, 1, 5) : 0;
         if (r->in.queued)
             last_request = t;
+        if (pick(&x, 0, 1)) /* the backlog's rule: load reports in some streams' seconds */
+            autoscale_observe_load(&r->st, t, pick(&x, 0, 20000), r->in.queued);
         int32_t ready = r->in.ready;
         int32_t d = decide(r, t);
         int64_t base = ready > 1 ? ready : 1;
@@ -661,6 +826,11 @@ int main(void)
         cmocka_unit_test(test_rate_limits_of_100_pct_still_move_one_step),
         cmocka_unit_test(test_min_and_max_clamp),
         cmocka_unit_test(test_scale_down_delay_holds_the_peak),
+        cmocka_unit_test(test_startup_holds_and_paces_the_scale_down),
+        cmocka_unit_test(test_panic_waits_for_the_replicas_starting),
+        cmocka_unit_test(test_pace_holds_the_decision_not_a_surge_replica),
+        cmocka_unit_test(test_backlog_counts_as_work_not_concurrency),
+        cmocka_unit_test(test_backlog_never_counts_less_than_in_flight),
         cmocka_unit_test(test_headroom_adds_replicas_for_a_growing_ramp),
         cmocka_unit_test(test_no_headroom_for_flat_traffic_or_without_a_measured_startup),
         cmocka_unit_test(test_no_headroom_for_noise_however_long_the_startup),

@@ -69,10 +69,10 @@ static void a_document_of_the_wrong_shape_is_refused_with_its_line(void **state)
         const char *text, *want;
     } cases[] = {
         {"- name: main\n", "f.yaml: expected an object with settings, pools, priority_classes, "
-                           "teams, users, prices or services"},
+                           "teams, users, prices, services or nodes"},
         {"pools: []\nteam:\n  - name: a\n",
          "f.yaml:2: unknown list 'team' (expected settings, pools, priority_classes, teams, "
-         "users, prices or services)"},
+         "users, prices, services or nodes)"},
         {"settings:\n  - private_data: true\n", "f.yaml:1: 'settings' must be an object"},
         {"teams:\n  name: a\n", "f.yaml:1: 'teams' must be a list of objects"},
         {"teams:\n  - weight: 2\n", "f.yaml:2: teams[0]: expected an object with a 'name'"},
@@ -173,10 +173,78 @@ static void an_object_is_unchanged_when_it_holds_what_the_file_says(void **state
     json_decref(server);
 }
 
+/* A pool's "mig": a layout replaces the server's (its counts are the whole
+ * layout), the planner's settings merge, "off" is what a pool without one
+ * shows, and durations compare by value. */
+static void a_pools_mig_is_one_setting(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *server, *file, *merged;
+        bool same;
+    } cases[] = {
+        {"{\"name\": \"p\", \"mig\": {\"layout\": {\"1g.10gb\": 7}}}",
+         "{\"name\": \"p\", \"mig\": {\"layout\": {\"3g.40gb\": 2}}}",
+         "{\"name\": \"p\", \"mig\": {\"layout\": {\"3g.40gb\": 2}}}", false},
+        {"{\"name\": \"p\", \"mig\": {\"layout\": {\"1g.10gb\": 2, \"3g.40gb\": 1}}}",
+         "{\"name\": \"p\", \"mig\": {\"layout\": {\"1g.10gb\": 2}}}",
+         "{\"name\": \"p\", \"mig\": {\"layout\": {\"1g.10gb\": 2}}}", false},
+        {"{\"name\": \"p\", \"mig\": {\"dynamic\": true, \"settle\": \"30s\", \"hold\": \"10m\"}}",
+         "{\"name\": \"p\", \"mig\": {\"layout\": \"all-1g.10gb\"}}",
+         "{\"name\": \"p\", \"mig\": {\"layout\": \"all-1g.10gb\"}}", false},
+        {"{\"name\": \"p\", \"mig\": {\"layout\": \"all-1g.10gb\"}}",
+         "{\"name\": \"p\", \"mig\": {\"dynamic\": true, \"hold\": \"10m\"}}",
+         "{\"name\": \"p\", \"mig\": {\"dynamic\": true, \"hold\": \"10m\"}}", false},
+        {"{\"name\": \"p\", \"mig\": {\"dynamic\": true, \"settle\": \"30s\", \"hold\": \"10m\"}}",
+         "{\"name\": \"p\", \"mig\": {\"dynamic\": true, \"settle\": 60}}",
+         "{\"name\": \"p\", \"mig\": {\"dynamic\": true, \"settle\": 60, \"hold\": \"10m\"}}",
+         false},
+        {"{\"name\": \"p\", \"mig\": {\"dynamic\": true, \"settle\": \"30s\", \"hold\": \"5m\"}}",
+         "{\"name\": \"p\", \"mig\": {\"dynamic\": true, \"settle\": 30, \"hold\": \"300s\"}}",
+         NULL, true},
+        {"{\"name\": \"p\", \"mig\": {\"layout\": {\"1g.10gb\": 7}}}",
+         "{\"name\": \"p\", \"mig\": {\"layout\": {\"1g.10gb\": 7}}}", NULL, true},
+        /* the server shows profiles in the catalogue's spelling */
+        {"{\"name\": \"p\", \"mig\": {\"layout\": {\"1g.10gb+me\": 1, \"2g.20gb\": 1}}}",
+         "{\"name\": \"p\", \"mig\": {\"layout\": {\"MIG 2G.20GB\": 1, \"1g.10gb.me\": 1}}}", NULL,
+         true},
+        {"{\"name\": \"p\", \"mig\": {\"layout\": {\"2g.20gb\": 1}}}",
+         "{\"name\": \"p\", \"mig\": {\"layout\": {\"mig-2g.20gb\": 2}}}",
+         "{\"name\": \"p\", \"mig\": {\"layout\": {\"mig-2g.20gb\": 2}}}", false},
+        {"{\"name\": \"p\"}", "{\"name\": \"p\", \"mig\": \"off\"}", NULL, true},
+        {"{\"name\": \"p\"}", "{\"name\": \"p\", \"mig\": false}", NULL, true},
+        {"{\"name\": \"p\", \"mig\": {\"layout\": \"all-1g.10gb\"}}",
+         "{\"name\": \"p\", \"mig\": \"off\"}", "{\"name\": \"p\", \"mig\": \"off\"}", false},
+        {"{\"name\": \"p\", \"mig\": {\"dynamic\": true, \"hold\": \"5m\"}}",
+         "{\"name\": \"p\", \"mig\": {\"dynamic\": true, \"hold\": \"6m\"}}",
+         "{\"name\": \"p\", \"mig\": {\"dynamic\": true, \"hold\": \"6m\"}}", false},
+    };
+    for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+        json_t *server = J(cases[k].server), *f = J(cases[k].file);
+        if (apply_subset(f, server) != cases[k].same)
+            fail_msg("case %zu (%s): want %s", k, cases[k].file,
+                     cases[k].same ? "same" : "changed");
+        json_t *m = apply_merge(server, f);
+        if (cases[k].merged) {
+            json_t *want = J(cases[k].merged);
+            if (!json_equal(m, want)) {
+                char *got = json_dumps(m, JSON_SORT_KEYS);
+                fail_msg("case %zu: merged into %s", k, got);
+            }
+            json_decref(want);
+        }
+        assert_true(apply_subset(f, m));
+        json_decref(m);
+        json_decref(f);
+        json_decref(server);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(documents_are_yaml_or_json_with_lines_for_messages),
+        cmocka_unit_test(a_pools_mig_is_one_setting),
         cmocka_unit_test(a_document_of_the_wrong_shape_is_refused_with_its_line),
         cmocka_unit_test(the_file_merges_onto_the_server_object),
         cmocka_unit_test(an_object_is_unchanged_when_it_holds_what_the_file_says),

@@ -65,6 +65,28 @@ static void gpus_are_whole_or_a_fraction_below_one(void **state)
     }
 }
 
+static void mig_profiles_are_told_apart_from_gpu_types_and_counts(void **state)
+{
+    (void)state;
+    static const char *const yes[] = {"1g.10gb",     "7g.141gb",      "MIG 1g.10gb",
+                                      "mig-3g.40gb", "1G.10GB",       "1g.10gb+me",
+                                      "1g.10gb.me",  "MIG-1g.5gb.ME", "12g.100gb"};
+    static const char *const no[] = {
+        "",      "1",           "0.5",      "H100-80GB",  "h100",     "1g",      "1g.",
+        "1g.10", "1g.10g",      "g.10gb",   "1g.gb",      "1g.10gbx", "MIG",     "MIG ",
+        "mig-",  "mig_1g.10gb", "1g.10gb+", "1g.10gb+mx", "1g10gb",   " 1g.10gb"};
+    for (size_t k = 0; k < sizeof(yes) / sizeof(yes[0]); k++)
+        if (!sbatch_is_mig_profile(yes[k], strlen(yes[k])))
+            fail_msg("'%s' is a MIG profile", yes[k]);
+    for (size_t k = 0; k < sizeof(no) / sizeof(no[0]); k++)
+        if (sbatch_is_mig_profile(no[k], strlen(no[k])))
+            fail_msg("'%s' is not a MIG profile", no[k]);
+    /* The length bounds it: "1g.10gb:1" up to its colon. */
+    assert_true(sbatch_is_mig_profile("1g.10gb:1", 7));
+    assert_false(sbatch_is_mig_profile("1g.10gb:1", 9));
+    assert_false(sbatch_is_mig_profile(NULL, 0));
+}
+
 static void times_take_slurm_formats_and_unlimited_means_none(void **state)
 {
     (void)state;
@@ -183,6 +205,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(sizes_read_as_sbatch_reads_them),
         cmocka_unit_test(gpus_are_whole_or_a_fraction_below_one),
+        cmocka_unit_test(mig_profiles_are_told_apart_from_gpu_types_and_counts),
         cmocka_unit_test(times_take_slurm_formats_and_unlimited_means_none),
         cmocka_unit_test(dependencies_list_every_job_with_its_type),
         cmocka_unit_test(export_sends_what_it_names_and_all_but_our_own_variables),

@@ -16,6 +16,7 @@
 #include <jansson.h>
 
 #include "base/err.h"
+#include "cli/jobs.h"
 #include "cli/slurm.h"
 #include "base/banned.h"
 
@@ -300,6 +301,18 @@ static void test_squeue_fields_of_rows(void **state)
     assert_string_equal(squeue_field_text('D', plain, NOW_MS, buf, sizeof(buf)), "2");
     assert_string_equal(squeue_field_text('b', running, NOW_MS, buf, sizeof(buf)), "N/A");
     assert_string_equal(squeue_field_text('i', running, NOW_MS, buf, sizeof(buf)), "41_3");
+    free(rows);
+    json_decref(jobs);
+    /* A MIG instance is Slurm's MIG gres: the profile as the type, one of it. */
+    jobs = parse("[{\"id\": 8, \"state\": \"PENDING\", \"spec\": {\"gpus\": 0,"
+                 " \"mig_profile\": \"3g.40gb\"}}]");
+    assert_int_equal(slurm_queue_rows(jobs, true, &rows, &n), 0);
+    assert_string_equal(squeue_field_text('b', &rows[0], NOW_MS, buf, sizeof(buf)),
+                        "gres/gpu:3g.40gb:1");
+    char gpus[64];
+    assert_string_equal(
+        jobs_gpus_text(json_object_get(json_array_get(jobs, 0), "spec"), gpus, sizeof(gpus)),
+        "3g.40gb");
     free(rows);
     json_decref(jobs);
 }

@@ -202,6 +202,15 @@ static void the_other_spellings_of_gpus_time_and_nodes(void **state)
         {"#SBATCH --ntasks-per-node=8 --nodes=2\n", "{\"ntasks_per_node\": 8, \"nodes\": 2}"},
         /* the last of --gpus, --gpus-per-node and --gres wins */
         {"#SBATCH --gpus=4 --gres=gpu:2\n", "{\"gpus_per_node\": 2}"},
+        /* MIG: Slurm's gres type of an instance is its profile; one instance per job */
+        {"#SBATCH --gres=gpu:1g.10gb:1\n", "{\"mig_profile\": \"1g.10gb\"}"},
+        {"#SBATCH --gres=gpu:3g.40gb\n", "{\"mig_profile\": \"3g.40gb\"}"},
+        {"#SBATCH --gpus=2g.20gb:1\n", "{\"mig_profile\": \"2g.20gb\"}"},
+        {"#SBATCH --gpus-per-node=1g.20gb\n", "{\"mig_profile\": \"1g.20gb\"}"},
+        {"#GPUORCH --gpus MIG-1g.10gb.me --gpu-type H100-80GB\n",
+         "{\"mig_profile\": \"MIG-1g.10gb.me\", \"gpu_type\": \"H100-80GB\"}"},
+        {"#SBATCH --gpus=4 --gres=gpu:1g.10gb:1\n", "{\"mig_profile\": \"1g.10gb\"}"},
+        {"#SBATCH --gres=gpu:1g.10gb:1 --gpus=4\n", "{\"gpus\": 4}"},
         {"#SBATCH -t 90\n", "{\"time_limit_s\": 5400}"},
         {"#SBATCH --time=UNLIMITED\n", "{\"time_limit_s\": 0}"},
         /* "-N, --nodes=<minnodes>[-maxnodes]": exact here; a range only when its ends agree */
@@ -393,6 +402,20 @@ static void bad_values_are_errors_naming_the_file_line_and_flag(void **state)
         {"#SBATCH --gres=shard:2\n", "job.sh:1: #SBATCH --gres: only GPUs (gpu:N or gpu:TYPE:N) "
                                      "are supported, got 'shard:2'"},
         {"#SBATCH --gres=gpu:2,shard:1\n", "job.sh:1: #SBATCH --gres: one resource only"},
+        {"#SBATCH --gres=gpu:1g.10gb:2\n",
+         "job.sh:1: #SBATCH --gres: gpu:1g.10gb:2 asks for 2 MIG instances; a job gets one (CUDA "
+         "shows a process one MIG device): give gpu:1g.10gb:1, or submit an array of jobs "
+         "(--array)"},
+        {"#SBATCH --gpus=3g.40gb:0\n",
+         "job.sh:1: #SBATCH --gpus: 3g.40gb:0 asks for 0 MIG instances; a job gets one (CUDA "
+         "shows a process one MIG device): give 3g.40gb:1, or submit an array of jobs "
+         "(--array)"},
+        {"#SBATCH --gres=gpu:1g.10gb:x\n",
+         "job.sh:1: #SBATCH --gres: expected gpu:N, gpu:TYPE:N or gpu:PROFILE:1, got "
+         "'1g.10gb:x'"},
+        {"#SBATCH --gpus-per-task=1g.10gb:1\n",
+         "job.sh:1: #SBATCH --gpus-per-task: a MIG profile (1g.10gb) is one instance per job, "
+         "not per task: give --gpus 1g.10gb"},
         {"#SBATCH --mem 4X\n", "job.sh:1: #SBATCH --mem: expected MiB, or a size such as 4G"},
         {"#SBATCH --dependency=after:3\n", "job.sh:1: #SBATCH --dependency: 'after' is not "
                                            "supported"},
@@ -445,6 +468,19 @@ static void what_runs_is_a_script_a_command_or_wrap(void **state)
     assert_body(&r, "{\"gpus\": 1, \"workdir\": \"/work/dir\","
                     " \"command\": [\"python\", \"train.py\", \"--lr\", \"0.1\"]}");
     assert_null(json_object_get(r.plan.body, "script"));
+    run_release(&r);
+
+    /* A --gpus value that is a MIG profile asks for one instance of it;
+     * the command line's wins over the script's GPUs. */
+    char *mig[] = {"--gpus", "1g.10gb", "--", "nvidia-smi", "-L", NULL};
+    plan(&r, NULL, NULL, mig);
+    assert_body(&r, "{\"mig_profile\": \"1g.10gb\", \"workdir\": \"/work/dir\","
+                    " \"command\": [\"nvidia-smi\", \"-L\"]}");
+    run_release(&r);
+    char *mig_over[] = {"-G", "MIG 2g.20gb", "job.sh", NULL};
+    plan(&r, "#!/bin/sh\n#SBATCH --gres=gpu:h100:2\n", NULL, mig_over);
+    assert_body(&r, "{\"mig_profile\": \"MIG 2g.20gb\", \"gpu_type\": \"h100\","
+                    " \"workdir\": \"/work/dir\"}");
     run_release(&r);
 
     char *wrap[] = {"--wrap", "echo hi", NULL};

@@ -181,6 +181,39 @@ static void view_puts_each_running_job_on_its_gpus_and_sums_the_cluster(void **s
     top_snapshot_release(NULL);
 }
 
+static void mig_instances_are_counted_in_the_summary(void **state)
+{
+    (void)state;
+    /* One H100 in MIG mode with three instances, one held; one whose MIG
+     * mode is only pending (its instances, if any, do not count). */
+    struct top_snapshot s = {
+        .nodes = parse("[{\"name\": \"m1\", \"pool\": \"p\", \"state\": \"up\","
+                       " \"gpus\": [{\"index\": 0, \"uuid\": \"GPU-m\", \"gpu_type\": "
+                       "\"H100-80GB\", \"mem_mib\": 81559, \"mig_enabled\": true, \"mig\": ["
+                       "{\"profile\": \"3g.40gb\", \"start\": 4, \"in_use\": true, \"job\": 5},"
+                       "{\"profile\": \"1g.10gb\", \"start\": 0, \"in_use\": false},"
+                       "{\"profile\": \"1g.10gb\", \"start\": 1, \"in_use\": false}]},"
+                       " {\"index\": 1, \"uuid\": \"GPU-n\", \"gpu_type\": \"H100-80GB\", "
+                       "\"mem_mib\": 81559, \"mig_enabled\": false, \"mig_pending\": true}]}]"),
+        .jobs = parse("[]")};
+    assert_int_equal(timefmt_parse_rfc3339(NOW, &s.taken_ms), 0);
+    json_t *view = top_view_build(&s);
+    assert_non_null(view);
+    const json_t *sum = json_object_get(view, "summary");
+    assert_int_equal(json_integer_value(json_object_get(sum, "mig_instances")), 3);
+    assert_int_equal(json_integer_value(json_object_get(sum, "mig_instances_used")), 1);
+    struct top_screen scr = {0};
+    char *text = NULL;
+    size_t len = 0;
+    assert_int_equal(top_render(view, &scr, &text, &len), 0);
+    char *l = line_with(text, "nodes 1/1 up");
+    assert_non_null(strstr(l, "GPUs 0/2 used  MIG 1/3 used  util"));
+    free(l);
+    free(text);
+    json_decref(view);
+    top_snapshot_release(&s);
+}
+
 static void plain_snapshot_draws_bars_and_holds_no_escape_bytes(void **state)
 {
     (void)state;
@@ -501,6 +534,7 @@ int main(void)
         cmocka_unit_test(names_from_the_api_cannot_reach_the_terminal_as_control_codes),
         cmocka_unit_test(an_empty_cluster_renders),
         cmocka_unit_test(view_lists_each_service_by_name_with_its_status_figures),
+        cmocka_unit_test(mig_instances_are_counted_in_the_summary),
         cmocka_unit_test(services_get_a_table_between_the_gpus_and_the_jobs),
         cmocka_unit_test(no_services_no_services_block),
         cmocka_unit_test(service_names_cannot_reach_the_terminal_as_control_codes),

@@ -276,6 +276,77 @@ static const struct bad_case bad_cases[] = {
      "field 'name': length 64 is out of range 1..63 bytes"},
     {POOL, 0, "{'name': 'a', 'descriptio': 'x'}",
      "unknown field 'descriptio' (did you mean 'description'?)"},
+    /* "mig" (docs/mig.md): off, a static layout or the dynamic planner */
+    {POOL, 0, "{'name': 'a', 'mig': 'on'}",
+     "field 'mig': 'on' is not 'off' (a layout is {layout: NAME}, the planner {dynamic: true})"},
+    {POOL, 0, "{'name': 'a', 'mig': 7}",
+     "field 'mig': expected 'off' or an object ({layout: ...} or {dynamic: true, ...}), got an "
+     "integer"},
+    {POOL, 0, "{'name': 'a', 'mig': {}}",
+     "field 'mig': expected 'layout' (static) or 'dynamic: true' (the planner's settings beside "
+     "it)"},
+    {POOL, 0, "{'name': 'a', 'mig': {'layuot': 'all-1g.10gb'}}",
+     "unknown field 'mig.layuot' (expected layout for a static layout; dynamic, settle, hold, "
+     "min_interval, keep_free, max_repartitions for a dynamic one)"},
+    {POOL, 0, "{'name': 'a', 'mig': {'layout': 'all-1g.10gb', 'hold': '5m'}}",
+     "fields 'mig.layout' and 'mig.hold': a static layout and the dynamic planner's settings "
+     "exclude each other: give one"},
+    {POOL, 0, "{'name': 'a', 'mig': {'dynamic': true, 'layout': {'1g.10gb': 7}}}",
+     "fields 'mig.layout' and 'mig.dynamic': a static layout and the dynamic planner's settings "
+     "exclude each other: give one"},
+    {POOL, 0, "{'name': 'a', 'mig': {'settle': '30s'}}",
+     "field 'mig': expected 'layout' (static) or 'dynamic: true' (the planner's settings beside "
+     "it)"},
+    {POOL, 0, "{'name': 'a', 'mig': {'dynamic': false}}",
+     "field 'mig.dynamic': false: give 'mig: off' for no layout, or 'mig.layout' for a static "
+     "one"},
+    {POOL, 0, "{'name': 'a', 'mig': {'dynamic': 'yes'}}",
+     "field 'mig.dynamic': expected a boolean, got a string"},
+    {POOL, 0, "{'name': 'a', 'mig': {'dynamic': true, 'settle': 'soon'}}",
+     "field 'mig.settle': 'soon' is not a duration (seconds, or e.g. \"30s\", \"5m\", \"2h\", "
+     "\"00:05:00\")"},
+    {POOL, 0, "{'name': 'a', 'mig': {'dynamic': true, 'hold': -1}}",
+     "field 'mig.hold': -1 s is out of range 0 s..30 days"},
+    {POOL, 0, "{'name': 'a', 'mig': {'dynamic': true, 'min_interval': '31d'}}",
+     "field 'mig.min_interval': 2678400 s is out of range 0 s..30 days"},
+    {POOL, 0, "{'name': 'a', 'mig': {'dynamic': true, 'hold': 'UNLIMITED'}}",
+     "field 'mig.hold': 'UNLIMITED' is not a duration (seconds, or e.g. \"30s\", \"5m\", "
+     "\"2h\", \"00:05:00\")"},
+    {POOL, 0, "{'name': 'a', 'mig': {'dynamic': true, 'settle': [1]}}",
+     "field 'mig.settle': expected a duration (seconds, or e.g. \"30s\", \"5m\", \"2h\", "
+     "\"00:05:00\"), got an array"},
+    {POOL, 0, "{'name': 'a', 'mig': {'dynamic': true, 'keep_free': 1001}}",
+     "field 'mig.keep_free': 1001 is out of range 0..1000"},
+    {POOL, 0, "{'name': 'a', 'mig': {'dynamic': true, 'max_repartitions': 1.5}}",
+     "field 'mig.max_repartitions': expected an integer, got a real number"},
+    {POOL, 0, "{'name': 'a', 'mig': {'layout': 3}}",
+     "field 'mig.layout': expected a named layout (all-1g.10gb, all-balanced, ...) or a count "
+     "per profile ({\"1g.10gb\": 2}), got an integer"},
+    {POOL, 0, "{'name': 'a', 'mig': {'layout': {}}}",
+     "field 'mig.layout': 0 profiles, expected 1..16 (a count per profile, as {\"1g.10gb\": 2, "
+     "\"3g.40gb\": 1})"},
+    {POOL, 0, "{'name': 'a', 'mig': {'layout': {'1g.11gb': 1}}}",
+     "field 'mig.layout': no GPU type has MIG profile '1g.11gb' (known: 1g.5gb, 1g.5gb+me, "
+     "1g.10gb, 2g.10gb, 3g.20gb, 4g.20gb, 7g.40gb, 1g.10gb+me, 1g.20gb, 2g.20gb, 3g.40gb, "
+     "4g.40gb, 7g.80gb, 1g.18gb, 1g.18gb+me, 1g.35gb, 2g.35gb, 3g.71gb, 4g.71gb, 7g.141gb)"},
+    {POOL, 0, "{'name': 'a', 'mig': {'layout': {'1g.10gb': 1, 'MIG 1g.10gb': 2}}}",
+     "field 'mig.layout': profile 1g.10gb is listed twice ('MIG 1g.10gb')"},
+    {POOL, 0, "{'name': 'a', 'mig': {'layout': {'1g.10gb': 8}}}",
+     "field 'mig.layout.1g.10gb': 8 is out of range 0..7"},
+    {POOL, 0, "{'name': 'a', 'mig': {'layout': {'4g.40gb': 2}}}",
+     "field 'mig.layout': valid on no MIG GPU type of the catalogue (a layout must be valid on "
+     "at least one): A100-40GB has no 4g.40gb; 4g.40gb x 2: a A100-80GB holds at most 1 "
+     "4g.40gb instance; 4g.40gb x 2: a H100-80GB holds at most 1 4g.40gb instance; H200-141GB "
+     "has no 4g.40gb"},
+    {POOL, 0, "{'name': 'a', 'mig': {'layout': {'3g.40gb': 1, '4g.40gb': 1, '1g.10gb': 1}}}",
+     "field 'mig.layout': valid on no MIG GPU type of the catalogue (a layout must be valid on "
+     "at least one): A100-40GB has no 3g.40gb; no room on a A100-80GB for the 1st 1g.10gb beside "
+     "4g.40gb at slots 0-3, 3g.40gb at slots 4-7; no room on a H100-80GB for the 1st 1g.10gb "
+     "beside 4g.40gb at slots 0-3, 3g.40gb at slots 4-7; H200-141GB has no 3g.40gb"},
+    {POOL, 0, "{'name': 'a', 'mig': {'layout': 'all-7g.81gb'}}",
+     "field 'mig.layout': no MIG layout 'all-7g.81gb' on any MIG GPU type of the catalogue "
+     "(named layouts: all-disabled, all-enabled, all-balanced, and all- with a profile of the "
+     "type, as all-1g.10gb)"},
     {POOL, 0, "{'id': 3, 'name': 'a'}", "unknown field 'id'"},
     {POOL, CLUSTER_STORED, "{'name': 'a'}", "missing required field 'id'"},
     {POOL, CLUSTER_STORED, "{'id': 0, 'name': 'a'}", "field 'id': 0 is out of range 1..4294967295"},
@@ -877,6 +948,271 @@ static void test_job_request_names_what_it_cannot_resolve(void **state)
     cluster_release(&m);
 }
 
+/* The core's MIG request: the catalogue types with the profile (narrowed by
+ * the job's GPU type), or those whose smallest profile holds the memory; a
+ * profile no GPU type of the cluster has is the job's wait reason. */
+static void test_job_request_resolves_mig_profiles_per_catalogue_type(void **state)
+{
+    (void)state;
+    struct cluster m;
+    fixture(&m); /* A100-40GB and H100-80GB nodes */
+    struct cluster_view cl;
+    assert_int_equal(cluster_view_build(&m, &cl, err, sizeof(err)), 0);
+    const struct mig_type *a40 = mig_type_find("A100-40GB"), *a80 = mig_type_find("A100-80GB");
+    const struct mig_type *h100 = mig_type_find("H100-80GB");
+    struct sched_job j;
+
+    struct jobspec any = {.mig_profile = "1g.10gb", .cpus = 1};
+    assert_int_equal(cluster_job_request(&cl, &any, "ml", "normal", &j, err, sizeof(err)), 0);
+    assert_int_equal(j.mig_types, (1u << a40->id) | (1u << a80->id) | (1u << h100->id));
+    assert_int_equal(j.mig_profile[a40->id], mig_profile_lookup(a40, "1g.10gb", NULL, 0));
+    assert_int_equal(j.mig_profile[h100->id], mig_profile_lookup(h100, "1g.10gb", NULL, 0));
+    assert_string_equal(h100->profiles[j.mig_profile[h100->id]].name, "1g.10gb");
+    assert_true(sched_job_mig_only(&j) && sched_job_wants_gpu(&j));
+    assert_int_equal(j.gpus + j.gpu_milli + (int64_t)j.gpu_mem_mib, 0);
+
+    struct jobspec typed = {.mig_profile = "1g.10gb", .gpu_type = "h100", .cpus = 1};
+    assert_int_equal(cluster_job_request(&cl, &typed, "ml", "normal", &j, err, sizeof(err)), 0);
+    assert_int_equal(j.mig_types, 1u << h100->id);
+
+    /* Memory: every type with a profile that holds it, and still a share. */
+    struct jobspec mem = {.gpu_mem_mib = 9000, .cpus = 1};
+    assert_int_equal(cluster_job_request(&cl, &mem, "ml", "normal", &j, err, sizeof(err)), 0);
+    assert_int_equal(j.gpu_mem_mib, 9000);
+    assert_false(sched_job_mig_only(&j));
+    for (unsigned t = 0; t < MIG_NTYPES; t++) {
+        const struct mig_type *mt = mig_type_at(t);
+        int k = mig_profile_for_mem(mt, 9000, NULL, 0);
+        assert_true(k >= 0);
+        assert_true(j.mig_types & (1u << t));
+        assert_int_equal(j.mig_profile[t], k);
+        assert_true(mt->profiles[k].mem_mib >= 9000);
+    }
+    struct jobspec huge = {.gpu_mem_mib = 200000, .cpus = 1};
+    assert_int_equal(cluster_job_request(&cl, &huge, "ml", "normal", &j, err, sizeof(err)), 0);
+    assert_int_equal(j.mig_types, 0);
+    struct jobspec none = {.gpus = 1, .cpus = 1};
+    assert_int_equal(cluster_job_request(&cl, &none, "ml", "normal", &j, err, sizeof(err)), 0);
+    assert_int_equal(j.mig_types, 0);
+
+    /* A profile only an absent type has, or not on the job's type: it waits. */
+    struct jobspec h200_only = {.mig_profile = "1g.18gb", .cpus = 1};
+    j.id = 99;
+    assert_int_equal(cluster_job_request(&cl, &h200_only, "ml", "normal", &j, err, sizeof(err)),
+                     GPO_EINVAL);
+    assert_string_equal(err, "MIG profile '1g.18gb': no GPU type of the cluster has it (its MIG "
+                             "GPU types: A100-40GB, H100-80GB; the profile's: H200-141GB)");
+    assert_int_equal(j.id, 99);
+    struct jobspec wrong_type = {.mig_profile = "2g.20gb", .gpu_type = "A100-40GB", .cpus = 1};
+    assert_int_equal(cluster_job_request(&cl, &wrong_type, "ml", "normal", &j, err, sizeof(err)),
+                     GPO_EINVAL);
+    assert_string_equal(err, "MIG profile '2g.20gb': no GPU type of the cluster has it (its MIG "
+                             "GPU types: A100-40GB, H100-80GB; the profile's: none)");
+    cluster_view_release(&cl);
+    cluster_release(&m);
+}
+
+/* "mig" of a pool: off in its three spellings, a named or counted static
+ * layout (profiles in the catalogue's spelling), the planner with its
+ * defaults or its settings as seconds or duration strings; to_json gives it
+ * back in a form that decodes to the same. */
+static void test_pool_mig_takes_off_static_and_dynamic(void **state)
+{
+    (void)state;
+    static const char *const off[] = {"{'name': 'a'}", "{'name': 'a', 'mig': 'off'}",
+                                      "{'name': 'a', 'mig': false}", "{'name': 'a', 'mig': null}"};
+    for (size_t i = 0; i < ARRAY_LEN(off); i++) {
+        union object o;
+        assert_int_equal(decode_text(POOL, off[i], 0, &o), 0);
+        assert_int_equal(o.pool.mig.mode, CLUSTER_MIG_OFF);
+        json_t *j = cluster_pool_to_json(&o.pool, 0);
+        assert_null(json_object_get(j, "mig")); /* a pool without MIG reads as it always has */
+        json_decref(j);
+        release(POOL, &o);
+    }
+    static const struct {
+        const char *json, *shown;
+    } on[] = {
+        {"{'name': 'a', 'mig': {'layout': 'all-1g.10gb'}}", "{'layout': 'all-1g.10gb'}"},
+        {"{'name': 'a', 'mig': {'layout': {'MIG 1g.10gb': 2, '2g.20gb': 1, 'mig-3g.40gb': 1}}}",
+         "{'layout': {'1g.10gb': 2, '2g.20gb': 1, '3g.40gb': 1}}"},
+        {"{'name': 'a', 'mig': {'dynamic': true}}",
+         "{'dynamic': true, 'settle': '30s', 'hold': '5m', 'min_interval': '5m', 'keep_free': 0,"
+         " 'max_repartitions': 0}"},
+        {"{'name': 'a', 'mig': {'dynamic': true, 'settle': 90, 'hold': '00:10:00',"
+         " 'min_interval': '2h', 'keep_free': 1, 'max_repartitions': 4}}",
+         "{'dynamic': true, 'settle': '90s', 'hold': '10m', 'min_interval': '2h', 'keep_free': 1,"
+         " 'max_repartitions': 4}"},
+        {"{'name': 'a', 'mig': {'dynamic': true, 'settle': 0, 'hold': '1d'}}",
+         "{'dynamic': true, 'settle': '0s', 'hold': '1d', 'min_interval': '5m', 'keep_free': 0,"
+         " 'max_repartitions': 0}"},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(on); i++) {
+        union object o, again;
+        if (decode_text(POOL, on[i].json, 0, &o) != 0)
+            fail_msg("%s: %s", on[i].json, err);
+        json_t *j = cluster_pool_to_json(&o.pool, 0), *want = parse(on[i].shown);
+        if (!json_equal(json_object_get(j, "mig"), want)) {
+            char *got = json_dumps(json_object_get(j, "mig"), JSON_SORT_KEYS);
+            fail_msg("%s: shown as %s", on[i].json, got);
+        }
+        assert_int_equal(decode(POOL, j, 0, &again), 0);
+        json_t *j2 = cluster_pool_to_json(&again.pool, 0);
+        assert_true(json_equal(j, j2));
+        json_decref(j);
+        json_decref(j2);
+        json_decref(want);
+        release(POOL, &again);
+        release(POOL, &o);
+    }
+    union object o;
+    assert_int_equal(decode_text(POOL, on[1].json, 0, &o), 0);
+    assert_int_equal(o.pool.mig.mode, CLUSTER_MIG_STATIC);
+    assert_null(o.pool.mig.layout);
+    assert_int_equal(o.pool.mig.ncounts, 3);
+    assert_string_equal(o.pool.mig.counts[0].profile, "1g.10gb");
+    assert_int_equal(o.pool.mig.counts[0].count, 2);
+    /* The layout it means on a type: the core's placement of those counts. */
+    struct mig_instance inst[MIG_MAX_INSTANCES];
+    size_t n;
+    bool enabled;
+    const struct mig_type *h100 = mig_type_find(H100), *a40 = mig_type_find(A100);
+    assert_int_equal(cluster_mig_layout(&o.pool.mig, h100, inst, &n, &enabled, err, sizeof(err)),
+                     0);
+    assert_int_equal(n, 4);
+    assert_true(enabled);
+    assert_int_equal(mig_layout_check(h100, inst, n, err, sizeof(err)), 0);
+    assert_int_equal(cluster_mig_layout(&o.pool.mig, a40, inst, &n, &enabled, err, sizeof(err)),
+                     GPO_ENOENT); /* an A100-40GB has no 2g.20gb */
+    struct cluster_mig copy;
+    assert_int_equal(cluster_mig_copy(&o.pool.mig, &copy), 0);
+    assert_ptr_not_equal(copy.counts, o.pool.mig.counts);
+    release(POOL, &o);
+    assert_string_equal(copy.counts[2].profile, "3g.40gb"); /* stands alone: ASan would tell */
+    cluster_mig_release(&copy);
+    cluster_mig_release(&copy);
+    cluster_mig_release(NULL);
+
+    assert_int_equal(
+        decode_text(POOL, "{'name': 'a', 'mig': {'dynamic': true, 'hold': 600}}", 0, &o), 0);
+    assert_int_equal(o.pool.mig.mode, CLUSTER_MIG_DYNAMIC);
+    assert_int_equal(o.pool.mig.hold_ms, 600000);
+    assert_int_equal(o.pool.mig.settle_ms, 30000);
+    assert_int_equal(o.pool.mig.min_interval_ms, 300000);
+    release(POOL, &o);
+}
+
+/* Against the pool's nodes: a static layout must be valid on at least one
+ * MIG type they have; a refused replacement leaves the pool as it was. */
+static void test_pool_mig_layout_is_checked_against_its_nodes_types(void **state)
+{
+    (void)state;
+    struct cluster m;
+    fixture(&m); /* pool a: H100 and A100-40GB nodes; pool b: H100 */
+    union object o;
+    /* 1g.5gb is an A100-40GB profile: fine in a, not in b (H100 only). */
+    assert_int_equal(decode_text(POOL, "{'name': 'a', 'mig': {'layout': {'1g.5gb': 7}}}", 0, &o),
+                     0);
+    assert_int_equal(cluster_pool_mig_check(&m, &o.pool, err, sizeof(err)), 0);
+    release(POOL, &o);
+    assert_int_equal(decode_text(POOL, "{'name': 'b', 'mig': {'layout': {'1g.5gb': 7}}}", 0, &o),
+                     0);
+    assert_int_equal(cluster_pool_mig_check(&m, &o.pool, err, sizeof(err)), GPO_EINVAL);
+    assert_string_equal(err, "field 'mig.layout': H100-80GB has no 1g.5gb");
+    set_id(POOL, &o, 1);
+    assert_int_equal(cluster_pool_replace(&m, &o.pool, err, sizeof(err)), GPO_EINVAL);
+    assert_string_equal(err, "field 'mig.layout': H100-80GB has no 1g.5gb");
+    release(POOL, &o);
+    const struct cluster_pool *b = cluster_pool_get(&m, "b");
+    assert_int_equal(b->mig.mode, CLUSTER_MIG_OFF); /* unchanged */
+    /* Valid on the H100s of b: stored. */
+    assert_int_equal(decode_text(POOL, "{'name': 'b', 'mig': {'layout': 'all-3g.40gb'}}", 0, &o),
+                     0);
+    set_id(POOL, &o, 1);
+    assert_int_equal(cluster_pool_replace(&m, &o.pool, err, sizeof(err)), 0);
+    release(POOL, &o);
+    b = cluster_pool_get(&m, "b");
+    assert_int_equal(b->mig.mode, CLUSTER_MIG_STATIC);
+    assert_string_equal(b->mig.layout, "all-3g.40gb");
+    /* Dynamic and off need no type. */
+    assert_int_equal(decode_text(POOL, "{'name': 'b', 'mig': {'dynamic': true}}", 0, &o), 0);
+    assert_int_equal(cluster_pool_mig_check(&m, &o.pool, err, sizeof(err)), 0);
+    release(POOL, &o);
+    cluster_release(&m);
+}
+
+/* A node's own "mig": absent or null is its pool's, "off" an override; the
+ * record round-trips with it; an admin's setting is held to the node's GPU
+ * type, a stored one only to the catalogue (so that it always loads). */
+#define GPU_H100 GPU(0, UUID(50), H100, 81920)
+
+static void test_node_mig_overrides_its_pool_and_is_held_to_its_type(void **state)
+{
+    (void)state;
+    union object o;
+    assert_int_equal(decode_text(NODE, NODE_JSON("n", "a", GPU_H100), 0, &o), 0);
+    assert_null(o.node.mig);
+    assert_int_equal(cluster_node_mig_check(&o.node, NULL, err, sizeof(err)), 0);
+    release(NODE, &o);
+    static const char *const forms[] = {"'off'", "{'layout': 'all-1g.10gb'}",
+                                        "{'dynamic': true, 'hold': '10m'}"};
+    for (size_t i = 0; i < ARRAY_LEN(forms); i++) {
+        char text[512];
+        snprintf(text, sizeof(text),
+                 "{'name': 'n', 'pool': 'a', 'cpus': 64, 'mem_mib': 524288, 'mig': %s,"
+                 " 'gpus': [" GPU_H100 "]}",
+                 forms[i]);
+        assert_int_equal(decode_text(NODE, text, 0, &o), 0);
+        assert_non_null(o.node.mig);
+        assert_int_equal(o.node.mig->mode, (enum cluster_mig_mode)i);
+        assert_int_equal(cluster_node_mig_check(&o.node, o.node.mig, err, sizeof(err)), 0);
+        set_id(NODE, &o, 5);
+        json_t *j = cluster_node_to_json(&o.node, CLUSTER_STORED);
+        union object again;
+        assert_int_equal(decode(NODE, j, CLUSTER_STORED, &again), 0);
+        json_t *j2 = cluster_node_to_json(&again.node, CLUSTER_STORED);
+        assert_true(json_equal(j, j2));
+        assert_true(json_equal(json_object_get(j, "mig"), json_object_get(j2, "mig")));
+        json_decref(j);
+        json_decref(j2);
+        release(NODE, &again);
+        release(NODE, &o);
+    }
+    /* A layout an H100 cannot hold, and a layout on a GPU without MIG. */
+    assert_int_equal(decode_text(NODE,
+                                 "{'name': 'n', 'pool': 'a', 'cpus': 64, 'mem_mib': 524288,"
+                                 " 'mig': {'layout': {'1g.5gb': 2}}, 'gpus': [" GPU_H100 "]}",
+                                 0, &o),
+                     0); /* the catalogue has 1g.5gb: a stored record loads */
+    assert_int_equal(cluster_node_mig_check(&o.node, o.node.mig, err, sizeof(err)), GPO_EINVAL);
+    assert_string_equal(err, "field 'mig.layout': H100-80GB has no 1g.5gb");
+    release(NODE, &o);
+    assert_int_equal(decode_text(NODE,
+                                 "{'name': 'l', 'pool': 'a', 'cpus': 8, 'mem_mib': 65536,"
+                                 " 'gpus': [" GPU(0, UUID(90), "L40S", 46068) "]}",
+                                 0, &o),
+                     0);
+    struct cluster_mig *m = NULL;
+    json_t *v = parse("{'layout': 'all-balanced'}");
+    assert_int_equal(cluster_node_mig_decode(v, &m, err, sizeof(err)), 0);
+    json_decref(v);
+    assert_int_equal(cluster_node_mig_check(&o.node, m, err, sizeof(err)), GPO_EINVAL);
+    assert_string_equal(err, "field 'mig': node 'l' has no MIG GPU (its GPUs: L40S; MIG GPU "
+                             "types: A100-40GB, A100-80GB, H100-80GB, H200-141GB)");
+    cluster_mig_release(m);
+    free(m);
+    release(NODE, &o);
+    /* A bad setting is refused with the field named. */
+    assert_int_equal(decode_text(NODE,
+                                 "{'name': 'n', 'pool': 'a', 'cpus': 64, 'mem_mib': 524288,"
+                                 " 'mig': {'layout': 'all-9g.1gb'}, 'gpus': []}",
+                                 0, &o),
+                     GPO_EINVAL);
+    assert_string_equal(err, "field 'mig.layout': no MIG layout 'all-9g.1gb' on any MIG GPU type "
+                             "of the catalogue (named layouts: all-disabled, all-enabled, "
+                             "all-balanced, and all- with a profile of the type, as all-1g.10gb)");
+}
+
 static void test_alloc_gpus_gives_node_uuid_index_and_share(void **state)
 {
     (void)state;
@@ -1061,6 +1397,48 @@ static void test_pool_aliases_and_node_features_decode_strictly_and_round_trip(v
     }
 }
 
+/* "sharing": none (the default, written out as such, so that a file that
+ * says it applies as unchanged) or mps; any other value is refused naming
+ * the field and the values it takes. */
+static void test_pool_sharing_is_none_or_mps(void **state)
+{
+    (void)state;
+    union object o = {0}, back = {0};
+    assert_int_equal(decode_text(POOL, "{'name': 'a'}", 0, &o), 0);
+    assert_int_equal(o.pool.sharing, CLUSTER_SHARING_NONE);
+    json_t *j = cluster_pool_to_json(&o.pool, 0);
+    assert_string_equal(json_string_value(json_object_get(j, "sharing")), "none");
+    json_decref(j);
+    cluster_pool_release(&o.pool);
+    assert_int_equal(decode_text(POOL, "{'name': 'a', 'sharing': 'none'}", 0, &o), 0);
+    assert_int_equal(o.pool.sharing, CLUSTER_SHARING_NONE);
+    cluster_pool_release(&o.pool);
+    assert_int_equal(decode_text(POOL, "{'name': 'a', 'sharing': 'mps'}", 0, &o), 0);
+    assert_int_equal(o.pool.sharing, CLUSTER_SHARING_MPS);
+    j = cluster_pool_to_json(&o.pool, 0);
+    assert_string_equal(json_string_value(json_object_get(j, "sharing")), "mps");
+    assert_int_equal(decode(POOL, j, 0, &back), 0);
+    assert_int_equal(back.pool.sharing, CLUSTER_SHARING_MPS);
+    json_decref(j);
+    cluster_pool_release(&o.pool);
+    cluster_pool_release(&back.pool);
+    static const struct {
+        const char *json, *msg;
+    } bad[] = {
+        {"{'name': 'a', 'sharing': 'mig'}", "field 'sharing': 'mig' is not one of none, mps"},
+        {"{'name': 'a', 'sharing': 'MPS'}", "field 'sharing': 'MPS' is not one of none, mps"},
+        {"{'name': 'a', 'sharing': true}", "field 'sharing'"},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        int rc = decode_text(POOL, bad[i].json, 0, &o);
+        if (rc != GPO_EINVAL || strncmp(err, bad[i].msg, strlen(bad[i].msg)) != 0)
+            fail_msg("case %zu: rc %d '%s', want '%s'", i, rc, err, bad[i].msg);
+    }
+    struct cluster_pool p = {.name = "a", .sharing = (enum cluster_sharing)7};
+    assert_int_equal(cluster_pool_check(&p, err, sizeof(err)), GPO_EINVAL);
+    assert_string_equal(err, "field 'sharing': expected none or mps");
+}
+
 /* An alias is no other pool's name or alias; a job's pool resolves by
  * either. */
 static void test_aliases_are_unique_across_pools_and_resolve(void **state)
@@ -1178,11 +1556,16 @@ int main(void)
         cmocka_unit_test(test_build_cluster_takes_an_empty_model_and_refuses_too_many_types),
         cmocka_unit_test(test_job_request_resolves_names_to_core_indices),
         cmocka_unit_test(test_job_request_names_what_it_cannot_resolve),
+        cmocka_unit_test(test_job_request_resolves_mig_profiles_per_catalogue_type),
+        cmocka_unit_test(test_pool_mig_takes_off_static_and_dynamic),
+        cmocka_unit_test(test_pool_mig_layout_is_checked_against_its_nodes_types),
+        cmocka_unit_test(test_node_mig_overrides_its_pool_and_is_held_to_its_type),
         cmocka_unit_test(test_alloc_gpus_gives_node_uuid_index_and_share),
         cmocka_unit_test(test_settings_keep_everything_private_unless_opened),
         cmocka_unit_test(test_settings_refuse_what_they_do_not_know),
         cmocka_unit_test(test_metrics_is_a_role_that_needs_no_team),
         cmocka_unit_test(test_pool_aliases_and_node_features_decode_strictly_and_round_trip),
+        cmocka_unit_test(test_pool_sharing_is_none_or_mps),
         cmocka_unit_test(test_aliases_are_unique_across_pools_and_resolve),
         cmocka_unit_test(test_view_maps_features_to_bits_and_constraints_to_masks),
         cmocka_unit_test(test_gpu_type_match_takes_case_and_short_names),

@@ -24,6 +24,14 @@
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 #define CMD          "\"command\": [\"true\"]"
+/* core/mig.h's messages, as its catalogue lists the profiles. */
+#define MIG_KNOWN                                                                                  \
+    "1g.5gb, 1g.5gb+me, 1g.10gb, 2g.10gb, 3g.20gb, 4g.20gb, 7g.40gb, 1g.10gb+me, 1g.20gb, "        \
+    "2g.20gb, 3g.40gb, 4g.40gb, 7g.80gb, 1g.18gb, 1g.18gb+me, 1g.35gb, 2g.35gb, 3g.71gb, "         \
+    "4g.71gb, 7g.141gb"
+#define H100_NO_1G5                                                                                \
+    "no MIG profile \"1g.5gb\" on H100-80GB; its profiles: 1g.10gb, 1g.10gb+me, 1g.20gb, "         \
+    "2g.20gb, 3g.40gb, 4g.40gb or 7g.80gb"
 
 static json_t *parse(const char *text)
 {
@@ -85,6 +93,7 @@ static void assert_spec_equal(const struct jobspec *a, const struct jobspec *b)
     assert_int_equal(a->gpu_milli, b->gpu_milli);
     assert_int_equal(a->gpu_mem_mib, b->gpu_mem_mib);
     assert_int_equal(a->min_gpu_mem_mib, b->min_gpu_mem_mib);
+    assert_text_equal("mig_profile", a->mig_profile, b->mig_profile);
     assert_int_equal(a->cpus, b->cpus);
     assert_int_equal(a->mem_mib, b->mem_mib);
     assert_int_equal(a->time_limit_s, b->time_limit_s);
@@ -720,6 +729,8 @@ static void test_round_trip_through_json_keeps_every_field(void **state)
         "{" CMD ", \"gpus\": 4.0}",
         "{" CMD ", \"gpu_mem_mib\": 10240}",
         "{" CMD ", \"gpus\": 0, \"gpu_mem_mib\": 1048576, \"min_gpu_mem_mib\": 1048576}",
+        "{" CMD ", \"mig_profile\": \"MIG 3g.40gb\", \"gpu_type\": \"h100\", \"ntasks\": 2}",
+        "{" CMD ", \"mig_profile\": null}",
         "{" CMD ", \"name\": null, \"team\": null, \"env\": null, \"dependencies\": null,"
         " \"array\": null, \"workdir\": null, \"output\": null, \"error\": null}",
         "{" CMD ", \"env\": {\"Z\": \"z\", \"A\": \"a\\u00e9\", \"M_1\": \"\"}}",
@@ -826,6 +837,98 @@ static void test_release_frees_everything_and_leaves_an_empty_spec(void **state)
     jobspec_release(&s);
 }
 
+/* A profile in any of its spellings is kept as the catalogue names it; the
+ * API shows it only when set. */
+static void test_mig_profile_is_kept_in_its_canonical_spelling(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *body, *want;
+    } cases[] = {
+        {"{" CMD ", \"mig_profile\": \"1g.10gb\"}", "1g.10gb"},
+        {"{" CMD ", \"mig_profile\": \"MIG 1g.10gb\"}", "1g.10gb"},
+        {"{" CMD ", \"mig_profile\": \"mig-1G.10GB\"}", "1g.10gb"},
+        {"{" CMD ", \"mig_profile\": \"1g.10gb.me\", \"gpu_type\": \"H100-80GB\"}", "1g.10gb+me"},
+        {"{" CMD ", \"mig_profile\": \"7g.141gb\", \"gpu_type\": \"h200\"}", "7g.141gb"},
+        {"{" CMD ", \"mig_profile\": \"1g.5gb\", \"gpu_type\": \"a100\"}", "1g.5gb"},
+        {"{" CMD ", \"mig_profile\": \"2g.20gb\", \"gpus\": 0, \"gpu_mem_mib\": 0,"
+         " \"nodes\": 1, \"ntasks\": 4}",
+         "2g.20gb"},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+        struct jobspec s;
+        decode_ok(cases[i].body, &s);
+        assert_text_equal(cases[i].body, s.mig_profile, cases[i].want);
+        assert_int_equal(s.gpus, 0);
+        assert_int_equal(s.gpu_milli, 0);
+        assert_int_equal(s.gpu_mem_mib, 0);
+        json_t *j = jobspec_to_json(&s);
+        assert_string_equal(json_string_value(json_object_get(j, "mig_profile")), cases[i].want);
+        json_decref(j);
+        jobspec_release(&s);
+    }
+    struct jobspec s;
+    decode_ok("{" CMD "}", &s);
+    json_t *j = jobspec_to_json(&s);
+    assert_null(json_object_get(j, "mig_profile"));
+    json_decref(j);
+    jobspec_release(&s);
+}
+
+static void test_mig_profile_refusals_name_the_fields(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *body, *msg;
+    } cases[] = {
+        {"{" CMD ", \"mig_profile\": 1}", "field 'mig_profile': expected a string, got an integer"},
+        {"{" CMD ", \"mig_profile\": \"\"}",
+         "field 'mig_profile': length 0 is out of range 1..128 bytes"},
+        {"{" CMD ", \"mig_profile\": \"1g/10gb\"}",
+         "field 'mig_profile': '1g/10gb' may hold only letters, digits, '.', '+', '-' and ' ' "
+         "(a MIG profile such as 1g.10gb)"},
+        {"{" CMD ", \"mig_profile\": \"1g.11gb\"}",
+         "field 'mig_profile': no GPU type has MIG profile '1g.11gb' (known: " MIG_KNOWN ")"},
+        {"{" CMD ", \"mig_profile\": \"1g.10gb\", \"gpus\": 1}",
+         "fields 'mig_profile' and 'gpus' are exclusive: ask for GPUs or for one MIG instance "
+         "per job (CUDA shows a process one MIG device)"},
+        {"{" CMD ", \"mig_profile\": \"1g.10gb\", \"gpus\": 0.5}",
+         "fields 'mig_profile' and 'gpus' are exclusive: ask for GPUs or for one MIG instance "
+         "per job (CUDA shows a process one MIG device)"},
+        {"{" CMD ", \"mig_profile\": \"1g.10gb\", \"gpus_per_node\": 1}",
+         "fields 'mig_profile' and 'gpus_per_node' are exclusive: one MIG instance per job "
+         "(CUDA shows a process one MIG device)"},
+        {"{" CMD ", \"mig_profile\": \"1g.10gb\", \"gpus_per_task\": 1}",
+         "fields 'mig_profile' and 'gpus_per_task' are exclusive: one MIG instance per job "
+         "(CUDA shows a process one MIG device)"},
+        {"{" CMD ", \"mig_profile\": \"1g.10gb\", \"gpu_mem_mib\": 4096}",
+         "fields 'mig_profile' and 'gpu_mem_mib' are exclusive: ask for a profile or for GPU "
+         "memory (which maps to the smallest profile that holds it)"},
+        {"{" CMD ", \"mig_profile\": \"1g.10gb\", \"min_gpu_mem_mib\": 4096}",
+         "fields 'mig_profile' and 'min_gpu_mem_mib' are exclusive: the profile says the "
+         "instance's memory"},
+        {"{" CMD ", \"mig_profile\": \"1g.10gb\", \"nodes\": 2}",
+         "fields 'mig_profile' and 'nodes': one MIG instance per job (CUDA shows a process one "
+         "MIG device), on one node"},
+        {"{" CMD ", \"mig_profile\": \"1g.10gb\", \"multi_node\": true}",
+         "fields 'mig_profile' and 'multi_node': one MIG instance per job (CUDA shows a process "
+         "one MIG device), on one node"},
+        {"{" CMD ", \"mig_profile\": \"1g.10gb\", \"exclusive\": true}",
+         "fields 'mig_profile' and 'exclusive': an exclusive job holds whole nodes, not one MIG "
+         "instance"},
+        {"{" CMD ", \"mig_profile\": \"1g.10gb\", \"gpu_type\": \"L40S\"}",
+         "fields 'mig_profile' and 'gpu_type': GPU type \"L40S\" has no MIG; MIG GPU types: "
+         "A100-40GB, A100-80GB, H100-80GB, H200-141GB"},
+        {"{" CMD ", \"mig_profile\": \"1g.5gb\", \"gpu_type\": \"H100-80GB\"}",
+         "fields 'mig_profile' and 'gpu_type': " H100_NO_1G5},
+        {"{" CMD ", \"mig_profile\": \"7g.141gb\", \"gpu_type\": \"a100\"}",
+         "fields 'mig_profile' and 'gpu_type': no GPU type that 'a100' names has MIG profile "
+         "'7g.141gb'"},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(cases); i++)
+        expect_refused_text(cases[i].body, cases[i].msg);
+}
+
 static void test_error_buffer_may_be_short_or_absent(void **state)
 {
     (void)state;
@@ -876,6 +979,8 @@ int main(void)
         cmocka_unit_test(test_zero_cpus_or_memory_load_only_from_the_store),
         cmocka_unit_test(test_copy_is_deep),
         cmocka_unit_test(test_release_frees_everything_and_leaves_an_empty_spec),
+        cmocka_unit_test(test_mig_profile_is_kept_in_its_canonical_spelling),
+        cmocka_unit_test(test_mig_profile_refusals_name_the_fields),
         cmocka_unit_test(test_error_buffer_may_be_short_or_absent),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -350,6 +350,33 @@ static void test_decoded_fields_hold_the_wire_values(void **state)
     json_decref(o);
 }
 
+/* "mps" (pool setting sharing: mps): absent is false and stays absent on
+ * the way out; true comes back true. */
+static void test_mps_is_false_when_absent_and_written_only_when_true(void **state)
+{
+    (void)state;
+    json_t *o = base(ASSIGNMENTS);
+    struct proto_assignments m;
+    char err[256];
+    assert_int_equal(proto_assignments_decode(o, &m, err, sizeof(err)), 0);
+    assert_false(m.attempts[0].mps);
+    json_t *out = NULL;
+    assert_int_equal(proto_assignments_encode(&m, &out), 0);
+    assert_null(json_object_get(json_array_get(json_object_get(out, "attempts"), 0), "mps"));
+    json_decref(out);
+    proto_assignments_release(&m);
+    patch(o, "attempts.0.mps", "true");
+    assert_int_equal(proto_assignments_decode(o, &m, err, sizeof(err)), 0);
+    assert_true(m.attempts[0].mps);
+    assert_false(m.attempts[1].mps);
+    assert_int_equal(proto_assignments_encode(&m, &out), 0);
+    assert_true(
+        json_is_true(json_object_get(json_array_get(json_object_get(out, "attempts"), 0), "mps")));
+    json_decref(out);
+    proto_assignments_release(&m);
+    json_decref(o);
+}
+
 static void test_absent_members_decode_as_none(void **state)
 {
     (void)state;
@@ -395,6 +422,7 @@ static void test_a_run_with_the_controllers_spec_decodes(void **state)
         "\"dependencies\": [{\"type\": \"afterany\", \"job\": 3}], \"time_limit_s\": 60}",
         "{\"command\": [\"x\"], \"gpu_mem_mib\": 1000, \"checkpointable\": true, \"requeue\": "
         "false}",
+        "{\"command\": [\"x\"], \"mig_profile\": \"MIG 1g.10gb\"}",
     };
     for (size_t i = 0; i < ARRAY_LEN(subs); i++) {
         json_t *sub = parse(subs[i]);
@@ -677,6 +705,9 @@ static const struct bad {
      "field 'attempts[0].step.addrs': 2 address(es), but the gang has 1 node(s)"},
     {ASSIGNMENTS, "attempts.1.step", "{\"key\": \"" STEP_KEY "\", \"addrs\": []}", GPO_EINVAL,
      "field 'attempts[1].step': not allowed with action 'kill'"},
+    {ASSIGNMENTS, "attempts.0.mps", "1", GPO_EINVAL, "field 'attempts[0].mps'"},
+    {ASSIGNMENTS, "attempts.1.mps", "true", GPO_EINVAL,
+     "field 'attempts[1].mps': not allowed with action 'kill'"},
     {ASSIGNMENTS, "attempts.0.spec.colour", "1", GPO_EINVAL,
      "unknown field 'attempts[0].spec.colour'"},
     {ASSIGNMENTS, "attempts.0.spec.gpus", "0.0005", GPO_EINVAL, "field 'attempts[0].spec.gpus'"},
@@ -816,6 +847,7 @@ int main(void)
         cmocka_unit_test(test_encoders_write_todays_keys),
         cmocka_unit_test(test_decoded_fields_hold_the_wire_values),
         cmocka_unit_test(test_absent_members_decode_as_none),
+        cmocka_unit_test(test_mps_is_false_when_absent_and_written_only_when_true),
         cmocka_unit_test(test_a_run_with_the_controllers_spec_decodes),
         cmocka_unit_test(test_registration_meets_the_controllers_model),
         cmocka_unit_test(test_a_kill_says_its_cause_not_its_reason),

@@ -9,6 +9,7 @@
 
 #include "base/err.h"
 #include "server/api/api.h"
+#include "server/mig/mig.h"
 #include "server/sched/sched.h"
 #include "server/serve/serve.h"
 #include "server/srv.h"
@@ -41,6 +42,7 @@ static int metrics(struct http_request *req, void *ctx)
         monitor_idle_metrics(&s->monitor, p);
         sched_metrics(s->sched, p);
         serve_metrics(s->serve, p);
+        migctl_metrics(s, p);
     }
     pthread_mutex_unlock(&s->lock);
     size_t len = 0;

@@ -20,6 +20,7 @@
 #include "base/err.h"
 #include "proto/proto.h"
 #include "server/api/api.h"
+#include "server/mig/mig.h"
 #include "server/sched/sched.h"
 #include "server/serve/serve.h"
 #include "server/srv.h"
@@ -164,6 +165,28 @@ static int gang_of(struct server *s, const struct job *j, const char *node, stru
     return 0;
 }
 
+/* The UUID of the MIG instance share sh holds (borrowed from the cluster),
+ * or NULL for a share of a whole GPU. */
+static char *mig_uuid(const struct server *s, const struct attempt_share *sh)
+{
+    const struct cluster_node *n = sh->mig ? cluster_node_get(&s->cluster, sh->node) : NULL;
+    for (size_t g = 0; n && g < n->ngpus; g++) {
+        const struct cluster_gpu *gpu = &n->gpus[g];
+        for (size_t k = 0; strcmp(gpu->uuid, sh->uuid) == 0 && k < gpu->nmig; k++)
+            if (gpu->mig[k].start == sh->mig_start && gpu->mig[k].uuid && gpu->mig[k].profile &&
+                strcmp(gpu->mig[k].profile, sh->mig_profile) == 0)
+                return gpu->mig[k].uuid;
+    }
+    return NULL;
+}
+
+/* Whether an attempt goes to its agent: not one yet to run whose MIG
+ * instance is gone (the MIG turn ends it, migctl_pass). */
+static bool sendable(const struct server *s, const struct job *j)
+{
+    return j->att.kill || j->att.running || !migctl_share_gone(s, &j->att);
+}
+
 /* One attempt as node `node`'s agent reads it: run it, or kill it (its
  * strings borrowed from j; release with assignment_free). */
 static int assignment(struct server *s, const struct job *j, const char *node, char *reason,
@@ -192,7 +215,8 @@ static int assignment(struct server *s, const struct job *j, const char *node, c
     for (size_t g = 0; !rc && g < j->att.nshares; g++) {
         const struct attempt_share *sh = &j->att.shares[g];
         if (strcmp(sh->node, node) == 0)
-            a.gpus[a.ngpus++] = (struct proto_share){sh->uuid, sh->milli, sh->mem_mib};
+            a.gpus[a.ngpus++] =
+                (struct proto_share){sh->uuid, sh->milli, sh->mem_mib, mig_uuid(s, sh)};
     }
     if (j->array_id != STORE_NULL) {
         a.array_id = j->array_id;
@@ -201,6 +225,9 @@ static int assignment(struct server *s, const struct job *j, const char *node, c
     /* For the job's environment: SLURM_JOB_PARTITION and SLURM_JOB_QOS. */
     const struct cluster_node *here = cluster_node_get(&s->cluster, node);
     a.pool = here ? here->pool : NULL;
+    /* The pool's sharing: the agent runs its fractions as MPS clients. */
+    const struct cluster_pool *pool = a.pool ? cluster_pool_get(&s->cluster, a.pool) : NULL;
+    a.mps = pool && pool->sharing == CLUSTER_SHARING_MPS;
     a.priority = (char *)(j->spec.priority ? j->spec.priority : cluster_class_default(&s->cluster));
     if (rc) {
         assignment_free(&a);
@@ -220,9 +247,10 @@ json_t *api_node_answer(void *ctx, const struct node_rt *rt)
     m.attempts = calloc(n ? n : 1, sizeof(*m.attempts));
     char(*reasons)[160] = calloc(n ? n : 1, sizeof(*reasons));
     int rc = m.attempts && reasons ? 0 : GPO_ENOMEM;
+    rc = rc ? rc : migctl_node_plans(s->mig, rt->name, &m.mig_plans, &m.nmig_plans);
     for (size_t k = 0; !rc && k < s->jobs.n; k++) {
         const struct job *j = s->jobs.v[k];
-        if (j->att.n && attempt_on_node(&j->att, rt->name)) {
+        if (j->att.n && attempt_on_node(&j->att, rt->name) && sendable(s, j)) {
             rc = assignment(s, j, rt->name, reasons[m.nattempts], sizeof(reasons[0]),
                             &m.attempts[m.nattempts]);
             m.nattempts += rc == 0;
@@ -234,6 +262,7 @@ json_t *api_node_answer(void *ctx, const struct node_rt *rt)
     for (size_t k = 0; k < m.nattempts; k++)
         assignment_free(&m.attempts[k]);
     free(m.attempts);
+    free(m.mig_plans);
     free(reasons);
     return o;
 }
@@ -328,7 +357,8 @@ static int node_heartbeat(struct http_request *req, void *ctx)
     if (rt && !rc) {
         /* A node marked lost that heartbeats again rejoins (the loop marks
          * it up); one whose hold ends has GPUs to offer. */
-        if (nodes_heartbeat(rt, has ? &hb : NULL, srv_now_ms(s)))
+        bool mig_changed = has && migctl_heartbeat(s, rt->name, &hb);
+        if (nodes_heartbeat(rt, has ? &hb : NULL, srv_now_ms(s)) || mig_changed)
             sched_wake(s->sched, SCHED_WHY_NODE);
         if (has)
             monitor_heartbeat(&s->monitor, rt->name, &rt->sample, rt->sample_ms);
@@ -566,6 +596,44 @@ static int node_report(struct http_request *req, void *ctx)
     return 0;
 }
 
+/* ---- MIG plan results ----------------------------------------------------------- */
+
+/* POST /v1/nodes/NAME/mig/ID: how plan ID went (proto_mig_result). */
+static int node_mig_result(struct http_request *req, void *ctx)
+{
+    struct server *s = ctx;
+    uint64_t id;
+    if (!parse_u64(http_request_param(req, "id"), &id) || !id)
+        return http_request_error(req, 400, "invalid_path",
+                                  "expected /v1/nodes/NODE/mig/ID with a positive plan id");
+    struct proto_mig_result r = {0};
+    char err[512];
+    int rc = proto_mig_result_decode(http_request_json(req), &r, err, sizeof(err));
+    if (rc) {
+        proto_mig_result_release(&r);
+        return rc == GPO_ENOMEM ? http_request_error(req, 500, "internal", "out of memory")
+                                : http_request_error(req, 400, "invalid_field", "%s", err);
+    }
+    const char *node = node_param(req);
+    pthread_mutex_lock(&s->lock);
+    struct node_rt *rt = nodes_find(&s->nodes, node);
+    if (rt) {
+        rt->last_heartbeat_ms = srv_now_ms(s);
+        rc = migctl_result(s, node, id, &r, err, sizeof(err));
+    }
+    pthread_mutex_unlock(&s->lock);
+    proto_mig_result_release(&r);
+    if (!rt)
+        return http_request_error(req, 404, "not_found", "no node '%s' (register it first)", node);
+    if (rc == GPO_ENOENT)
+        return http_request_error(req, 404, "not_found", "%s", err);
+    if (rc == GPO_EINVAL)
+        return http_request_error(req, 400, "invalid_field", "%s", err);
+    if (rc)
+        return http_request_error(req, 500, "internal", "%s", err);
+    return http_request_respond_json(req, 204, NULL);
+}
+
 /* ---- registration, drain and resume: node writes ------------------------------- */
 
 /* A registration's node, as the configuration keeps it (name from the path). */
@@ -586,10 +654,14 @@ static int node_from_register(const struct proto_register *r, const char *name,
                                          .mem_mib = g->mem_mib,
                                          .nvlink_domain = g->nvlink_domain,
                                          .mig_slices = g->mig_slices,
-                                         .mig_enabled = g->mig_enabled};
+                                         .mig_enabled = g->mig_enabled,
+                                         .mig_pending = g->mig_pending};
         n.ngpus++;
         if (!n.gpus[k].uuid || !n.gpus[k].gpu_type)
             rc = GPO_ENOMEM;
+        /* The instances (an unknown profile id is logged at the next heartbeat). */
+        else if (g->mig_enabled && g->nmig)
+            rc = migctl_gpu_set(&n.gpus[k], g->mig, g->nmig);
     }
     if (rc) {
         cluster_node_release(&n);
@@ -636,6 +708,7 @@ struct node_write {
     struct server *s;
     struct http_request *req;
     struct config_write *w;
+    bool api_form; /* answer with the API's node (an admin's write), not the protocol's */
 };
 
 static void node_write_abort(void *ctx)
@@ -659,9 +732,11 @@ static void node_write_done(void *ctx, const struct store_result *r)
     pthread_mutex_lock(&s->lock);
     int rc =
         config_write_done(&s->config, nw->w, r->err, srv_now_ms(s), &out, &o, err, sizeof(err));
-    json_decref(o); /* the API's form: the agent reads the protocol's */
-    o = NULL;
-    const struct cluster_node *n = rc ? NULL : cluster_node_get(&s->cluster, name);
+    if (!nw->api_form) {
+        json_decref(o); /* the API's form: the agent reads the protocol's */
+        o = NULL;
+    }
+    const struct cluster_node *n = rc || nw->api_form ? NULL : cluster_node_get(&s->cluster, name);
     if (n)
         o = registered_json(n, tok);
     bool removed = !rc && out == CONFIG_REMOVED;
@@ -683,7 +758,8 @@ static void node_write_done(void *ctx, const struct store_result *r)
 }
 
 static int node_write_commit(struct server *s, struct http_request *req, int rc,
-                             struct config_write *w, struct store_batch *b, const char *err)
+                             struct config_write *w, struct store_batch *b, const char *err,
+                             bool api_form)
 {
     if (rc)
         return api_error(req, rc, err);
@@ -692,7 +768,7 @@ static int node_write_commit(struct server *s, struct http_request *req, int rc,
         api_config_write_drop(s, w, b);
         return http_request_error(req, 500, "internal", "out of memory");
     }
-    *nw = (struct node_write){.s = s, .req = req, .w = w};
+    *nw = (struct node_write){.s = s, .req = req, .w = w, .api_form = api_form};
     api_commit(s, req, b, node_write_done, node_write_abort, nw);
     return 0;
 }
@@ -720,7 +796,7 @@ static int node_put(struct http_request *req, void *ctx)
                               err, sizeof(err));
     pthread_mutex_unlock(&s->lock);
     cluster_node_release(&node);
-    return node_write_commit(s, req, rc, w, b, err);
+    return node_write_commit(s, req, rc, w, b, err, false);
 }
 
 /* POST /v1/nodes/NAME/drain and /resume: the state the route's arg names. */
@@ -735,7 +811,7 @@ static int node_state(struct http_request *req, void *ctx)
     int rc = config_node_state_plan(&s->config, node_param(req), state, srv_now_ms(s), &w, &b, err,
                                     sizeof(err));
     pthread_mutex_unlock(&s->lock);
-    return node_write_commit(s, req, rc, w, b, err);
+    return node_write_commit(s, req, rc, w, b, err, false);
 }
 
 /* DELETE /v1/nodes/NAME: the record goes (an agent registered the machine
@@ -750,7 +826,37 @@ static int node_delete(struct http_request *req, void *ctx)
     int rc = config_node_delete_plan(&s->config, node_param(req), srv_now_ms(s), &w, &b, err,
                                      sizeof(err));
     pthread_mutex_unlock(&s->lock);
-    return node_write_commit(s, req, rc, w, b, err);
+    return node_write_commit(s, req, rc, w, b, err, false);
+}
+
+/* PUT /v1/nodes/NAME/mig {"mig": SETTING}: the node's own MIG setting
+ * (docs/mig.md; null: its pool's), answered with the node as GET shows it. */
+static int node_mig(struct http_request *req, void *ctx)
+{
+    struct server *s = ctx;
+    const json_t *body = http_request_json(req);
+    char err[1024];
+    const char *key;
+    const json_t *v;
+    json_object_foreach((json_t *)body, key, v)
+    {
+        if (strcmp(key, "mig") != 0) {
+            char q[JSONV_QUOTE_MAX + 4];
+            return http_request_error(req, 400, "invalid_field",
+                                      "unknown field '%s' (expected 'mig')",
+                                      jsonv_quote(key, strlen(key), q));
+        }
+    }
+    if (!json_object_get(body, "mig"))
+        return http_request_error(req, 400, "invalid_field",
+                                  "missing required field 'mig' (null: the pool's)");
+    struct config_write *w = NULL;
+    struct store_batch *b = NULL;
+    pthread_mutex_lock(&s->lock);
+    int rc = config_node_mig_plan(&s->config, node_param(req), json_object_get(body, "mig"),
+                                  srv_now_ms(s), &w, &b, err, sizeof(err));
+    pthread_mutex_unlock(&s->lock);
+    return node_write_commit(s, req, rc, w, b, err, true);
 }
 
 static const enum cluster_node_state draining = CLUSTER_NODE_DRAINING, up = CLUSTER_NODE_UP;
@@ -763,7 +869,10 @@ static const struct http_route routes[] = {
     {"GET", "/v1/nodes/{name}/assignments", node_assignments, API_ROUTE_AGENT, NULL},
     {"POST", "/v1/nodes/{name}/attempts/{job}/{attempt}", node_report,
      API_ROUTE_AGENT | HTTP_ROUTE_JSON_BODY, NULL},
+    {"POST", "/v1/nodes/{name}/mig/{id}", node_mig_result, API_ROUTE_AGENT | HTTP_ROUTE_JSON_BODY,
+     NULL},
     {"POST", "/v1/nodes/{name}/drain", node_state, API_ROUTE_ADMIN, &draining},
     {"POST", "/v1/nodes/{name}/resume", node_state, API_ROUTE_ADMIN, &up},
+    {"PUT", "/v1/nodes/{name}/mig", node_mig, API_ROUTE_ADMIN | HTTP_ROUTE_JSON_BODY, NULL},
 };
 const struct api_routes api_nodes_routes = {routes, sizeof(routes) / sizeof(routes[0])};

@@ -10,6 +10,7 @@
 #include "base/err.h"
 #include "proto/proto.h"
 #include "server/api/api.h"
+#include "server/mig/mig.h"
 #include "server/srv.h"
 #include "util/timefmt.h"
 #include "base/banned.h"
@@ -71,6 +72,36 @@ static void mark_in_use(json_t *o, const struct cluster_node *node, const struct
     json_object_set_new(o, "gpus_in_use", json_integer(in_use));
 }
 
+/* MIG on the node's JSON: its layout setting's mode ("mig_mode": off,
+ * static, dynamic), and per MIG GPU whether a plan is in flight
+ * ("mig_planning") and per instance the job that holds it ("job": an id,
+ * null when free; "in use" without the id where the holder's team is
+ * private to this user). */
+static void mark_mig(struct server *s, struct http_request *req, json_t *o,
+                     const struct cluster_node *node, const struct migctl_holders *held)
+{
+    const struct cluster_mig *cm = migctl_setting(&s->cluster, node);
+    json_object_set_new(o, "mig_mode", json_string(migctl_mode_name(cm ? cm->mode : 0)));
+    json_t *gpus = json_object_get(o, "gpus");
+    for (size_t g = 0; g < node->ngpus; g++) {
+        const struct cluster_gpu *gpu = &node->gpus[g];
+        json_t *e = json_array_get(gpus, g);
+        if (!gpu->mig_slices)
+            continue;
+        json_object_set_new(e, "mig_planning",
+                            json_boolean(migctl_planning(s->mig, node->name, gpu->uuid)));
+        json_t *mig = json_object_get(e, "mig");
+        for (size_t k = 0; k < gpu->nmig; k++) {
+            int64_t id = migctl_holders_find(held, node->name, gpu->uuid, gpu->mig[k].start);
+            const struct job *j = id ? jobs_find(&s->jobs, id) : NULL;
+            bool sees = j && api_user_sees(s, req, CLUSTER_PRIVATE_NODES, j->team);
+            json_t *inst = json_array_get(mig, k);
+            json_object_set_new(inst, "in_use", json_boolean(id != 0));
+            json_object_set_new(inst, "job", sees ? json_integer(id) : json_null());
+        }
+    }
+}
+
 /* A member's view of a node's GPU samples while the cluster keeps "nodes"
  * private: the processes of other teams' jobs (and of no job) left out. */
 static void samples_filter(struct server *s, struct http_request *req, json_t *samples)
@@ -95,7 +126,7 @@ static void samples_filter(struct server *s, struct http_request *req, json_t *s
 /* One node as GET /v1/nodes shows it to the request's user; under the lock. */
 static json_t *node_listed(struct server *s, struct http_request *req,
                            const struct cluster_node *node, const struct held_gpu *held,
-                           size_t nheld)
+                           size_t nheld, const struct migctl_holders *mig_held)
 {
     json_t *o = cluster_node_to_json(node, 0);
     const struct node_rt *rt = nodes_find(&s->nodes, node->name);
@@ -105,6 +136,7 @@ static json_t *node_listed(struct server *s, struct http_request *req,
     if (o) {
         json_object_set_new(o, "last_heartbeat", at[0] ? json_string(at) : json_null());
         mark_in_use(o, node, held, nheld);
+        mark_mig(s, req, o, node, mig_held);
     }
     if (o && rt && rt->has_sample) {
         char st[TIMEFMT_RFC3339_LEN] = "";
@@ -133,13 +165,14 @@ static int node_list(struct http_request *req, void *ctx)
     json_t *list = json_array();
     struct held_gpu *held = NULL;
     size_t nheld = 0;
+    struct migctl_holders mig_held = {0};
     pthread_mutex_lock(&s->lock);
-    if (held_gpus(s, &held, &nheld) != 0) {
+    if (held_gpus(s, &held, &nheld) != 0 || migctl_holders_build(s, &mig_held) != 0) {
         json_decref(list);
         list = NULL;
     }
     for (size_t k = 0; list && k < s->cluster.nnodes; k++) {
-        json_t *o = node_listed(s, req, &s->cluster.nodes[k], held, nheld);
+        json_t *o = node_listed(s, req, &s->cluster.nodes[k], held, nheld, &mig_held);
         if (!o || json_array_append_new(list, o)) {
             json_decref(list);
             list = NULL;
@@ -147,6 +180,7 @@ static int node_list(struct http_request *req, void *ctx)
     }
     pthread_mutex_unlock(&s->lock);
     free(held);
+    migctl_holders_release(&mig_held);
     json_t *out = list ? json_pack("{s:o}", "nodes", list) : NULL;
     if (!out)
         return http_request_error(req, 500, "internal", "out of memory");

@@ -115,8 +115,8 @@ static int team_refs(const struct config *c, const void *item, const char *name,
 static int pool_refs(const struct config *c, const void *item, const char *name, char *err,
                      size_t errlen)
 {
-    if (item)
-        return 0;
+    if (item) /* before the commit, so a refused layout stores nothing */
+        return cluster_pool_mig_check(c->cluster, item, err, errlen);
     const struct cluster *m = c->cluster;
     for (size_t k = 0; k < m->nteams; k++) {
         const struct cluster_team *t = &m->teams[k];

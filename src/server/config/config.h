@@ -119,6 +119,16 @@ int config_node_state_plan(struct config *c, const char *name, enum cluster_node
                            struct store_batch **ret_batch, char *err, size_t errlen);
 
 /*
+ * Node `name`'s own MIG setting (cluster.h: cluster_node_mig_decode; `mig`
+ * borrowed, NULL or null: back to its pool's), checked against the node's
+ * GPU type (cluster_node_mig_check) before anything is stored; it stays
+ * across the agent's registrations. Like config_node_state_plan.
+ */
+int config_node_mig_plan(struct config *c, const char *name, const json_t *mig, int64_t now_ms,
+                         struct config_write **ret_w, struct store_batch **ret_batch, char *err,
+                         size_t errlen);
+
+/*
  * The cluster-wide settings (cluster.h: struct cluster_settings) from
  * `body` (borrowed; every setting it leaves out takes its default), kept in
  * the store's meta row "settings". Like config_put_plan; it ends with

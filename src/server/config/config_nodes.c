@@ -197,6 +197,17 @@ static int uuids_free(const struct config *c, const struct cluster_node *node, c
     return 0;
 }
 
+static int mig_copy(const struct cluster_mig *m, struct cluster_mig **ret)
+{
+    struct cluster_mig *c = calloc(1, sizeof(*c));
+    if (!c || cluster_mig_copy(m, c)) {
+        free(c);
+        return GPO_ENOMEM;
+    }
+    *ret = c;
+    return 0;
+}
+
 int config_node_put_plan(struct config *c, struct cluster_node *item, const char *client_addr,
                          int64_t now_ms, struct config_write **ret_w,
                          struct store_batch **ret_batch, char *err, size_t errlen)
@@ -227,6 +238,9 @@ int config_node_put_plan(struct config *c, struct cluster_node *item, const char
     const struct cluster_node *old = cluster_node_get(c->cluster, name);
     node->state =
         old && old->state == CLUSTER_NODE_DRAINING ? CLUSTER_NODE_DRAINING : CLUSTER_NODE_UP;
+    /* Its own MIG setting is the admin's, not the agent's: it stays. */
+    if (!rc && old && old->mig && !node->mig && mig_copy(old->mig, &node->mig))
+        rc = errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
     if (!rc && node_plan(c, w, now_ms, ret_batch))
         rc = errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
     if (rc) {
@@ -237,9 +251,11 @@ int config_node_put_plan(struct config *c, struct cluster_node *item, const char
     return 0;
 }
 
-int config_node_state_plan(struct config *c, const char *name, enum cluster_node_state state,
-                           int64_t now_ms, struct config_write **ret_w,
-                           struct store_batch **ret_batch, char *err, size_t errlen)
+/* The write of node `name`'s record as it is (a copy through JSON: the
+ * cluster has no copy function, and this is rare), for the caller to
+ * change before node_plan. */
+static int node_rewrite(struct config *c, const char *name, struct config_write **ret, char *err,
+                        size_t errlen)
 {
     const struct cluster_node *old = cluster_node_get(c->cluster, name);
     if (!old)
@@ -247,7 +263,6 @@ int config_node_state_plan(struct config *c, const char *name, enum cluster_node
     if (c->busy)
         return errbuf_set(err, errlen, GPO_EBUSY,
                           "another configuration change is being stored; retry");
-    /* A copy through JSON: the cluster has no copy function, and this is rare. */
     json_t *o = cluster_node_to_json(old, 0);
     struct config_write *w = calloc(1, sizeof(*w));
     char msg[256];
@@ -259,6 +274,44 @@ int config_node_state_plan(struct config *c, const char *name, enum cluster_node
     json_decref(o);
     w->kind = CONFIG_WRITE_NODE;
     snprintf(w->name, sizeof(w->name), "%s", name);
+    *ret = w;
+    return 0;
+}
+
+int config_node_mig_plan(struct config *c, const char *name, const json_t *mig, int64_t now_ms,
+                         struct config_write **ret_w, struct store_batch **ret_batch, char *err,
+                         size_t errlen)
+{
+    struct cluster_mig *m = NULL;
+    struct config_write *w = NULL;
+    int rc = cluster_node_mig_decode(mig, &m, err, errlen);
+    rc = rc ? rc : node_rewrite(c, name, &w, err, errlen);
+    rc = rc ? rc : cluster_node_mig_check(&w->item.node, m, err, errlen);
+    if (rc) {
+        cluster_mig_release(m);
+        free(m);
+        config_write_free(w);
+        return rc;
+    }
+    cluster_mig_release(w->item.node.mig);
+    free(w->item.node.mig);
+    w->item.node.mig = m;
+    if (node_plan(c, w, now_ms, ret_batch)) {
+        config_write_free(w);
+        return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
+    }
+    *ret_w = w;
+    return 0;
+}
+
+int config_node_state_plan(struct config *c, const char *name, enum cluster_node_state state,
+                           int64_t now_ms, struct config_write **ret_w,
+                           struct store_batch **ret_batch, char *err, size_t errlen)
+{
+    struct config_write *w = NULL;
+    int rc = node_rewrite(c, name, &w, err, errlen);
+    if (rc)
+        return rc;
     w->item.node.state = state;
     if (node_plan(c, w, now_ms, ret_batch)) {
         config_write_free(w);

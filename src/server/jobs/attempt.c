@@ -136,11 +136,15 @@ int attempt_encode(const struct attempt *a, char **ret_nodes, char **ret_gpus)
                                                      "mem_mib", (json_int_t)a->parts[k].mem_mib));
     for (size_t k = 0; !bad && k < a->nshares; k++) {
         const struct attempt_share *sh = &a->shares[k];
-        bad = json_array_append_new(shares,
-                                    json_pack("{s:s, s:s, s:I, s:I}", "node", sh->node, "uuid",
-                                              sh->uuid, "milli", (json_int_t)sh->milli, "mem_mib",
-                                              (json_int_t)sh->mem_mib)) ||
-              json_array_append_new(gpus, json_string(sh->uuid));
+        json_t *e = json_pack("{s:s, s:s, s:I, s:I}", "node", sh->node, "uuid", sh->uuid, "milli",
+                              (json_int_t)sh->milli, "mem_mib", (json_int_t)sh->mem_mib);
+        if (e && sh->mig &&
+            json_object_set_new(e, "mig",
+                                json_pack("{s:s, s:I}", "profile", sh->mig_profile, "start",
+                                          (json_int_t)sh->mig_start)))
+            json_decref(e), e = NULL;
+        bad =
+            json_array_append_new(shares, e) || json_array_append_new(gpus, json_string(sh->uuid));
     }
     json_t *nodes = bad ? NULL : json_pack("{s:O, s:O}", "parts", parts, "shares", shares);
     char *n = nodes ? json_dumps(nodes, JSON_COMPACT) : NULL;
@@ -187,6 +191,17 @@ static int decode_share(const json_t *o, struct attempt_share *ret)
         return GPO_ENOMEM;
     ret->milli = (uint32_t)milli;
     ret->mem_mib = (uint32_t)mem;
+    const json_t *mig = json_object_get(o, "mig");
+    if (!mig)
+        return 0;
+    const char *profile = NULL;
+    json_int_t start = -1;
+    if (json_unpack((json_t *)mig, "{s:s, s:I}", "profile", &profile, "start", &start) ||
+        start < 0 || start > 7 || strlen(profile) >= sizeof(ret->mig_profile))
+        return GPO_EINVAL;
+    ret->mig = true;
+    ret->mig_start = (uint8_t)start;
+    snprintf(ret->mig_profile, sizeof(ret->mig_profile), "%s", profile);
     return 0;
 }
 

@@ -132,6 +132,11 @@ struct attempt_share {
     char *uuid;
     uint32_t milli;
     uint32_t mem_mib;
+    /* A MIG instance of the GPU (mig true): named by its profile and start
+     * slot, as the node reports it (stored as "mig": {"profile", "start"}). */
+    bool mig;
+    uint8_t mig_start;
+    char mig_profile[24]; /* "1g.10gb" */
     /* The GPU's latest sample while the attempt holds it (monitor's ingest);
      * sample_ms 0: none yet. */
     int64_t sample_ms;

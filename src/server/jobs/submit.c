@@ -197,7 +197,7 @@ static bool node_holds(const struct need *nd, const struct jobspec *spec,
     if (node->cpus < nd->cpus || node->mem_mib < nd->mem_mib)
         return false;
     if (nd->gpus <= 0)
-        return !(spec->gpu_milli || spec->gpu_mem_mib) || node->ngpus > 0;
+        return !(spec->gpu_milli || spec->gpu_mem_mib || spec->mig_profile) || node->ngpus > 0;
     int64_t fit = 0;
     for (size_t g = 0; g < node->ngpus; g++)
         fit += node->gpus[g].mem_mib >= nd->gpu_mem_mib;
@@ -221,7 +221,8 @@ static int check_nodes(const struct cluster *m, const struct jobspec *spec, cons
     size_t candidates = 0, holding = 0;
     for (size_t i = 0; i < m->nnodes; i++) {
         const struct cluster_node *node = &m->nodes[i];
-        bool wants_gpu = spec->gpus > 0 || spec->gpu_milli > 0 || spec->gpu_mem_mib > 0;
+        bool wants_gpu =
+            spec->gpus > 0 || spec->gpu_milli > 0 || spec->gpu_mem_mib > 0 || spec->mig_profile;
         if ((spec->pool && strcmp(node->pool, spec->pool) != 0) ||
             (wants_gpu && spec->gpu_type &&
              (!node->ngpus || strcmp(node->gpus[0].gpu_type, spec->gpu_type) != 0)) ||

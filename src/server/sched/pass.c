@@ -170,6 +170,23 @@ static void input_queue(struct server *s, struct sched_input *in)
     in->nreqs = in->nqueue;
 }
 
+/* An attempt's share of view GPU gi as the core takes it. A MIG instance
+ * whose profile the GPU's type no longer has (its MIG mode changed under
+ * it) is charged as a plain share: it still holds what it holds. */
+static struct sched_share share_of(const struct sched_gpu *g, uint32_t gi,
+                                   const struct attempt_share *sh)
+{
+    struct sched_share out = {gi, sh->milli, sh->mem_mib, .mig = false};
+    int p = sh->mig && g->mig_type ? mig_profile_lookup(g->mig_type, sh->mig_profile, NULL, 0)
+                                   : GPO_ENOENT;
+    if (p >= 0) {
+        out.mig = true;
+        out.mig_start = sh->mig_start;
+        out.mig_profile = (uint8_t)p;
+    }
+    return out;
+}
+
 bool sched_alloc_of(const struct sched_input *in, const struct attempt *a,
                     struct sched_node_part *parts, struct sched_share *shares,
                     struct sched_alloc *ret)
@@ -189,7 +206,7 @@ bool sched_alloc_of(const struct sched_input *in, const struct attempt *a,
         uint32_t gi = n == SCHED_NONE ? SCHED_NONE : sched_gpu_find(in, n, a->shares[g].uuid);
         if (gi == SCHED_NONE)
             return false;
-        shares[ret->nshares++] = (struct sched_share){gi, a->shares[g].milli, a->shares[g].mem_mib};
+        shares[ret->nshares++] = share_of(&c->gpus[gi], gi, &a->shares[g]);
     }
     return true;
 }
@@ -259,6 +276,8 @@ int sched_input(struct server *s, struct sched_input *in, char *err, size_t errl
     in->dep_reason = calloc(n, sizeof(*in->dep_reason));
     if (!in->reqs || !in->jobs || !in->dep_failed || !in->dep_reason || index_view(s, in))
         return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
+    if (s->sched->pass_hooks.view)
+        s->sched->pass_hooks.view(s, &in->view);
     input_queue(s, in);
     /* The attempts that ended first, in an empty table, then the live ones. */
     sched_run_table_clear(&s->sched->running);
@@ -301,9 +320,17 @@ static int start_names(const struct sched_input *in, const struct sched_alloc *a
     }
     for (uint32_t k = 0; k < a->nshares; k++) {
         uint32_t g = a->shares[k].gpu;
-        ret->shares[k] = (struct attempt_share){
-            strdup(cluster_view_node_name(&in->view, in->view.gpu_node[g])),
-            strdup(in->view.gpu_uuid[g]), a->shares[k].milli, a->shares[k].mem_mib};
+        const struct sched_share *sh = &a->shares[k];
+        ret->shares[k] =
+            (struct attempt_share){strdup(cluster_view_node_name(&in->view, in->view.gpu_node[g])),
+                                   strdup(in->view.gpu_uuid[g]), sh->milli, sh->mem_mib};
+        const struct mig_type *t = in->view.gpus[g].mig_type;
+        if (sh->mig && t && sh->mig_profile < t->nprofiles) {
+            ret->shares[k].mig = true;
+            ret->shares[k].mig_start = sh->mig_start;
+            snprintf(ret->shares[k].mig_profile, sizeof(ret->shares[k].mig_profile), "%s",
+                     t->profiles[sh->mig_profile].name);
+        }
         ret->nshares++;
         if (!ret->shares[k].node || !ret->shares[k].uuid)
             return GPO_ENOMEM;
@@ -498,6 +525,8 @@ void sched_pass_task(struct server *s, int64_t now_ms)
         if (sched_commit(s, &in, now_ms, &plan) == 0)
             sched_apply(s, &in, &plan, now_ms);
         sched_plan_release(&plan);
+        if (sc->pass_hooks.done)
+            sc->pass_hooks.done(s, &in.view, in.reqs, in.nqueue, &sc->result, now_ms);
     }
     /* Its entries borrow the pass's requests: emptied with them. */
     sched_run_table_clear(&sc->running);

@@ -78,9 +78,20 @@ struct sched_hook {
     void (*run)(struct server *s, int64_t now_ms);
 };
 
+/* What another subsystem does in each pass, under the lock (the MIG
+ * planner, mig/mig.h): `view` may change the pass's view before it
+ * decides; `done` runs once its decisions are applied, with its view, its
+ * queue (in order) and its result. NULL: nothing. */
+struct sched_pass_hooks {
+    void (*view)(struct server *s, struct cluster_view *view);
+    void (*done)(struct server *s, const struct cluster_view *view, const struct sched_job *queue,
+                 size_t nqueue, const struct sched_result *res, int64_t now_ms);
+};
+
 struct sched {
     struct sched_state state; /* the loop thread's only */
     struct sched_hook hook;
+    struct sched_pass_hooks pass_hooks;
     struct sched_policy policy;
     int64_t pass_interval_ms; /* the timer */
     int64_t node_timeout_ms;
@@ -255,5 +266,9 @@ int sched_end_plan(struct server *s, const struct job *j, enum attempt_state att
  * stretch kept for the next pass to charge, the loop woken. Nothing when
  * the job's attempt is no longer e's. */
 void sched_end_apply(struct server *s, const struct sched_end *e);
+
+/* Commits b (taken) with the lock released meanwhile; logs a failure as
+ * "WHAT not committed". 0 or the store's code. */
+int sched_commit_unlocked(struct server *s, struct store_batch *b, const char *what);
 
 #endif

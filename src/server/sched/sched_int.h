@@ -44,10 +44,6 @@ bool sched_alloc_of(const struct sched_input *in, const struct attempt *a,
                     struct sched_node_part *parts, struct sched_share *shares,
                     struct sched_alloc *ret);
 
-/* Commits b (taken) with the lock released meanwhile; logs a failure as
- * "WHAT not committed". 0 or the store's code. */
-int sched_commit_unlocked(struct server *s, struct store_batch *b, const char *what);
-
 /* state.c: the core's carry-over as JSON text (caller frees), or NULL; and
  * its commit with the decisions (or alone at a clean stop). */
 char *sched_state_encode(const struct sched_state *st);

@@ -278,6 +278,7 @@ static int32_t decide(struct serve_service *svc, const struct cluster_service *c
                     : c->autoscale.metric == AUTOSCALE_METRIC_REPLICA ? svc->metric_milli
                                                                       : svc->concurrency_milli;
     autoscale_observe(svc->as, now_ms, value == PROTO_NONE ? 0 : value);
+    autoscale_observe_load(svc->as, now_ms, svc->rps_milli, svc->queued);
     struct autoscale_input in = {
         .spec = &c->autoscale, .now_ms = now_ms, .queued = (int32_t)svc->queued};
     for (size_t k = 0; k < svc->n; k++) {
