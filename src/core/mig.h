@@ -223,12 +223,12 @@ int mig_layout_named(const struct mig_type *t, const char *name, struct mig_inst
  * instance's idle_since_ms across passes). */
 struct mig_gpu {
     const struct mig_type *type; /* borrowed from the catalogue */
-    bool frozen;                 /* the planner leaves it alone: a plan in flight,
-                                    a static layout, a GPU being drained */
     int64_t changed_ms;          /* when its layout last changed by a plan;
                                     INT64_MIN: never */
-    uint8_t n;
     struct mig_instance inst[MIG_MAX_INSTANCES];
+    bool frozen; /* the planner leaves it alone: a plan in flight,
+                    a static layout, a GPU being drained */
+    uint8_t n;
 };
 
 /* What a job asks for: a profile by name, or GPU memory (the smallest
