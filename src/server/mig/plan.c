@@ -47,6 +47,8 @@ void migctl_view(struct server *s, struct cluster_view *view)
     /* Until a node's first heartbeat (since this controller started) its
      * instances are its stored registration's, maybe stale: none offered. */
     for (uint32_t g = 0; g < view->c.ngpus; g++) {
+        if (!view->gpus[g].mig_n)
+            continue; /* no instance to hold back: no lookup on the pass's path */
         const struct node_rt *rt = nodes_find(&s->nodes, view->nodes[view->gpu_node[g]].name);
         if (!rt || !rt->has_sample)
             view->gpus[g].mig_n = 0;
@@ -418,15 +420,19 @@ void migctl_pass(struct server *s, const struct cluster_view *view, const struct
     if (!s->mig)
         return;
     drop_stale(s, now_ms);
-    struct migctl_holders held;
+    struct migctl_holders held = {0};
+    bool have_held = false; /* built at the first node with a layout to keep */
     size_t ntg = 0, cap = 0;
     struct turn_gpu *tg = NULL;
-    int rc = migctl_holders_build(s, &held);
+    int rc = 0;
     for (size_t k = 0; !rc && k < s->cluster.nnodes; k++) {
         const struct cluster_node *n = &s->cluster.nodes[k];
         const struct cluster_mig *cm = migctl_setting(&s->cluster, n);
         if (!cm || cm->mode == CLUSTER_MIG_OFF || n->state != CLUSTER_NODE_UP)
             continue;
+        if (!have_held && (rc = migctl_holders_build(s, &held)) != 0)
+            break;
+        have_held = true;
         for (size_t g = 0; !rc && g < n->ngpus; g++) {
             if (vec_grow((void **)&tg, &cap, ntg + 1, sizeof(*tg))) {
                 rc = GPO_ENOMEM;
