@@ -183,10 +183,25 @@ enum proto_node_state {
     PROTO_NODE_DOWN,
 };
 
+/*
+ * Fencing (docs/agent.md, "Fencing"): "fence_lease_ms" and "fence_grace_ms"
+ * in the registration answer and in every assignments answer tell the agent
+ * that, once it has had no 200 from a leading controller for fence_lease_ms
+ * (counted from the SEND time of its last answered heartbeat), it stops
+ * every attempt: SIGTERM, then SIGKILL after the smaller of the attempt's
+ * grace and fence_grace_ms; it journals what it fenced and reports each such
+ * attempt ("fenced": true in its report) once a controller answers again.
+ * Both are written only when fence_lease_ms is not 0; absent (an older
+ * controller, or --fence-lease 0): the agent never fences.
+ */
+#define PROTO_FENCE_MS_MAX 86400000LL
+
 struct proto_registered {
     struct proto_register node;
     enum proto_node_state state; /* "up", "draining", "down" */
     char *log_token;             /* 1..PROTO_TOKEN_MAX bytes */
+    int64_t fence_lease_ms;      /* 0..PROTO_FENCE_MS_MAX; 0: absent, no fencing */
+    int64_t fence_grace_ms;      /* 0..PROTO_FENCE_MS_MAX */
 };
 
 int proto_registered_encode(const struct proto_registered *m, json_t **ret);
@@ -488,7 +503,9 @@ struct proto_assignments {
     /* "mig_plans", optional (written when not empty): repartitions not yet
      * reported done */
     struct proto_mig_plan *mig_plans;
-    size_t nmig_plans; /* 0..PROTO_GPUS_MAX */
+    size_t nmig_plans;      /* 0..PROTO_GPUS_MAX */
+    int64_t fence_lease_ms; /* as in struct proto_registered */
+    int64_t fence_grace_ms;
 };
 
 int proto_assignments_encode(const struct proto_assignments *m, json_t **ret);
@@ -538,6 +555,7 @@ struct proto_report {
                                        when not empty) */
     size_t ndirty;                  /* 0..PROTO_DIRTY_MAX */
     struct proto_endpoint endpoint; /* "endpoint": port 0 when absent */
+    bool fenced; /* "fenced": the agent stopped it reaching no controller (written when true) */
 };
 
 int proto_report_encode(const struct proto_report *m, json_t **ret);

@@ -38,7 +38,8 @@ static void usage(FILE *out)
             "                      [--pass-interval S] [--node-timeout S]\n"
             "                      [--metrics-public] [--cost-timezone TZ]\n"
             "                      [--metrics-retention-days N] [--idempotency-ttl S]\n"
-            "                      [--recover]\n"
+            "                      [--recover] [--store URL] [--advertise URL] [--lease S]\n"
+            "                      [--fence-lease S] [--fence-grace S]\n"
             "\n"
             "Runs the controller: the REST API under /v1 (docs/api.md) over a durable job\n"
             "store (SQLite, WAL, synchronous=FULL) in DIR. A job is acknowledged (201) only\n"
@@ -67,6 +68,20 @@ static void usage(FILE *out)
             "  --recover           start on a damaged store: move its files aside (kept),\n"
             "                      copy what can be read, name the jobs lost; without it a\n"
             "                      damaged store stops the start\n"
+            "  --store URL         postgres://USER@HOST:PORT/DB: share one PostgreSQL between\n"
+            "                      any number of controllers, one leading by a lease\n"
+            "                      (default: SQLite in DIR, one controller)\n"
+            "  --advertise URL     the URL other controllers redirect clients to while this\n"
+            "                      one leads (default: http://ADDR:PORT of --listen)\n"
+            "  --lease S           the leader's lease in the store, renewed every S/5\n"
+            "                      (1..60, default 5); a follower leads within S plus\n"
+            "                      one renewal of the leader's loss\n"
+            "  --fence-lease S     an agent that reaches no leader for S seconds stops its\n"
+            "                      jobs (0: never); S + --fence-grace + 2 must not pass\n"
+            "                      --node-timeout (default: half of --node-timeout less 2 s,\n"
+            "                      29 s for 60 s)\n"
+            "  --fence-grace S     a fenced job's SIGTERM to SIGKILL (default: 10, or what\n"
+            "                      --node-timeout leaves)\n"
             "\n"
             "Exit status: 0 stopped cleanly, 1 could not start, 2 usage error.\n");
 }
@@ -104,8 +119,9 @@ static bool parse_listen(const char *v, struct server_config *cfg)
 /* The flags as the table reads them; parse_args copies them into the
  * configuration. The strings point into argv. */
 struct server_args {
-    const char *data, *listen, *tls_cert, *tls_key, *cost_tz, *port_file;
+    const char *data, *listen, *tls_cert, *tls_key, *cost_tz, *port_file, *store, *advertise;
     int64_t body_limit, pass_interval_ms, node_timeout_ms, retention_days, minute_ms, idem_ttl_ms;
+    int64_t lease_ms, fence_lease_ms, fence_grace_ms;
     // cppcheck-suppress unusedStructMember ; util/opts writes it through its offset
     bool access_log, metrics_public, recover, help;
 };
@@ -156,6 +172,34 @@ static const struct opts_opt server_opts[] = {
      .max = 2592000, /* 30 days */
      .scale = 1000,
      .offset = ARG(idem_ttl_ms)},
+    {.name = "store",
+     .type = OPTS_STRING,
+     .flags = OPTS_NONEMPTY,
+     .expect = "postgres://USER@HOST:PORT/DB",
+     .offset = ARG(store)},
+    {.name = "advertise",
+     .type = OPTS_STRING,
+     .flags = OPTS_NONEMPTY,
+     .expect = "http://HOST:PORT or https://HOST:PORT",
+     .offset = ARG(advertise)},
+    {.name = "lease",
+     .type = OPTS_SECONDS,
+     .min = 1,
+     .max = 60,
+     .scale = 1000,
+     .offset = ARG(lease_ms)},
+    {.name = "fence-lease",
+     .type = OPTS_SECONDS,
+     .min = 0,
+     .max = 86400,
+     .scale = 1000,
+     .offset = ARG(fence_lease_ms)},
+    {.name = "fence-grace",
+     .type = OPTS_SECONDS,
+     .min = 0,
+     .max = 3600,
+     .scale = 1000,
+     .offset = ARG(fence_grace_ms)},
     {.name = "recover", .type = OPTS_FLAG, .offset = ARG(recover)},
     {.name = "access-log", .type = OPTS_FLAG, .offset = ARG(access_log)},
     {.name = "metrics-public", .type = OPTS_FLAG, .offset = ARG(metrics_public)},
@@ -210,7 +254,10 @@ static int parse_args(int argc, char **argv, struct server_config *cfg)
                             .body_limit = HTTP_DEFAULT_BODY_LIMIT,
                             .pass_interval_ms = 5000,
                             .node_timeout_ms = 60000,
-                            .idem_ttl_ms = STORE_IDEMPOTENCY_TTL_MS};
+                            .idem_ttl_ms = STORE_IDEMPOTENCY_TTL_MS,
+                            .lease_ms = 5000,
+                            .fence_lease_ms = -1, /* from the node timeout */
+                            .fence_grace_ms = -1};
     *cfg = (struct server_config){0};
     int rc = read_flags(argc, argv, &a);
     if (rc)
@@ -235,9 +282,38 @@ static int parse_args(int argc, char **argv, struct server_config *cfg)
     cfg->metrics_public = a.metrics_public;
     cfg->recover = a.recover;
     cfg->idempotency_ttl_ms = a.idem_ttl_ms;
+    /* Unset: half of what the node timeout leaves after the margin, and the
+     * lesser of 10 s and the rest for the grace (60 s: 29 s and 10 s). */
+    int64_t room = a.node_timeout_ms > SRV_FENCE_MARGIN_MS ? a.node_timeout_ms - SRV_FENCE_MARGIN_MS
+                                                           : 0;
+    if (a.fence_lease_ms < 0)
+        a.fence_lease_ms = room / 2;
+    if (a.fence_grace_ms < 0)
+        a.fence_grace_ms = room - a.fence_lease_ms < 10000
+                               ? (room > a.fence_lease_ms ? room - a.fence_lease_ms : 0)
+                               : 10000;
+    cfg->lease_ms = a.lease_ms;
+    cfg->fence_lease_ms = a.fence_lease_ms;
+    cfg->fence_grace_ms = a.fence_grace_ms;
+    if (a.fence_lease_ms &&
+        a.fence_lease_ms + a.fence_grace_ms + SRV_FENCE_MARGIN_MS > a.node_timeout_ms) {
+        fprintf(stderr,
+                "gpuorch server: --fence-lease: expected a lease that, with --fence-grace (%" PRId64
+                " s) and a %d s margin, ends within --node-timeout (%" PRId64 " s), got %" PRId64
+                " s\n",
+                a.fence_grace_ms / 1000, SRV_FENCE_MARGIN_MS / 1000, a.node_timeout_ms / 1000,
+                a.fence_lease_ms / 1000);
+        return 2;
+    }
+    if (a.store && !store_url_is_postgres(a.store))
+        return usage_error("--store", a.store, "postgres://USER@HOST:PORT/DB");
+    if (a.advertise && strncmp(a.advertise, "http://", 7) != 0 &&
+        strncmp(a.advertise, "https://", 8) != 0)
+        return usage_error("--advertise", a.advertise, "http://HOST:PORT or https://HOST:PORT");
     if (!copy_string(&cfg->data_dir, a.data) || !copy_string(&cfg->tls_cert, a.tls_cert) ||
         !copy_string(&cfg->tls_key, a.tls_key) || !copy_string(&cfg->cost_tz, a.cost_tz) ||
-        !copy_string(&cfg->port_file, a.port_file)) {
+        !copy_string(&cfg->port_file, a.port_file) || !copy_string(&cfg->store_url, a.store) ||
+        !copy_string(&cfg->advertise, a.advertise)) {
         fprintf(stderr, "gpuorch server: out of memory\n");
         return 1;
     }
@@ -252,6 +328,8 @@ static void config_release(struct server_config *cfg)
     free(cfg->tls_key);
     free(cfg->cost_tz);
     free(cfg->port_file);
+    free(cfg->store_url);
+    free(cfg->advertise);
 }
 
 static void access_log(const struct http_access *e, void *ctx)
@@ -387,6 +465,8 @@ static int first_start_check(struct server *s, const char *path, char *err, size
 
 static int store_start(struct server *s, char *err, size_t errlen)
 {
+    if (s->cfg.store_url)
+        return errbuf_set(err, errlen, GPO_ENOTSUP, "--store: PostgreSQL is not built yet");
     char path[4200];
     snprintf(path, sizeof(path), "%s/gpuorch.db", s->cfg.data_dir);
     int rc = first_start_check(s, path, err, errlen);

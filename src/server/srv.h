@@ -61,7 +61,21 @@ struct server_config {
     int64_t metrics_minute_ms;      /* --metrics-minute-ms: for tests only (default 60000) */
     bool recover;                   /* --recover: a damaged store is recovered, not refused */
     int64_t idempotency_ttl_ms;     /* --idempotency-ttl: how long a key names its job */
+    /* Several controllers (docs/admin-guide.md, "Several controllers"). */
+    char *store_url;   /* --store: NULL for SQLite in data_dir, else postgres://... */
+    char *advertise;   /* --advertise: the URL followers redirect to; NULL: from --listen */
+    int64_t lease_ms;  /* --lease: the leader's lease in the store (default 5 s) */
+    /* Node fencing: an agent that has reached no leader for fence_lease_ms
+     * stops its jobs (SIGTERM, SIGKILL after fence_grace_ms); the controller
+     * ends a silent node's attempts only after last heartbeat + lease +
+     * grace + SRV_FENCE_MARGIN_MS, and never before the node timeout. 0: off. */
+    int64_t fence_lease_ms;
+    int64_t fence_grace_ms;
 };
+
+/* Slack between an agent's fence deadline and the controller's requeue:
+ * process exit after SIGKILL, and clock rates. */
+#define SRV_FENCE_MARGIN_MS 2000
 
 /* The server's clock: wall time (ms since the epoch, UTC) and a monotonic
  * one (ns), for durations. Tests replace them. */

@@ -53,6 +53,13 @@ struct store_ops {
                         struct store_ledger_row **ret_rows, size_t *ret_n);
     int (*minutes_get)(struct store *s, enum store_minute_kind kind, const char *key,
                        int64_t since_ms, int64_t until_ms, store_minute_fn fn, void *ctx);
+    /* Leadership (store.h); shared is false for a one-controller backend. */
+    bool shared;
+    int (*lease_acquire)(struct store *s, const char *holder, const char *address,
+                         int64_t ttl_ms, struct store_lease *ret);
+    int (*lease_renew)(struct store *s, int64_t ttl_ms);
+    int (*lease_release)(struct store *s);
+    int (*lease_get)(struct store *s, struct store_lease *ret);
 };
 
 /* A backend's store object starts with this. */

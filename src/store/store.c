@@ -745,3 +745,8 @@ int store_minutes_get(struct store *s, enum store_minute_kind kind, const char *
         return GPO_EINVAL;
     return s->ops->minutes_get(s, kind, key, since_ms, until_ms, fn, ctx);
 }
+
+bool store_url_is_postgres(const char *url)
+{
+    return url && (strncmp(url, "postgres://", 11) == 0 || strncmp(url, "postgresql://", 13) == 0);
+}

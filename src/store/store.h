@@ -21,8 +21,10 @@
  * decision with a lower one is refused (GPO_EFENCED) and changes nothing,
  * so a stale controller cannot overwrite its successor's decisions.
  *
- * Backends: SQLite now (store_open_sqlite, in src/store/sqlite/), PostgreSQL
- * later. Every backend fills a `struct store_ops` (src/store/backend.h, the
+ * Backends: SQLite (store_open_sqlite, in src/store/sqlite/: one controller's,
+ * the embedded default) and PostgreSQL (store_open_postgres, in
+ * src/store/postgres/: shared by any number of controllers, one of which
+ * leads by the lease below). Every backend fills a `struct store_ops` (src/store/backend.h, the
  * private half); the functions below check their arguments and dispatch
  * through it, so the checks and limits are the same everywhere.
  *
@@ -306,6 +308,72 @@ int store_commit_wait(struct store *s, struct store_batch *b, int64_t *ret_job_i
  * controller calls it once as it starts, and makes every decision under it. */
 int store_epoch_acquire(struct store *s, int64_t *ret_epoch);
 
+/* ---- leadership: several controllers on one shared store ----------------
+ *
+ * On a shared backend (PostgreSQL) one controller leads by a LEASE kept in
+ * the store: a row with the leader's epoch, its holder id, its advertised
+ * address and an expiry by the store's own clock (no two controllers' clocks
+ * are compared). Taking the lease anew bumps the epoch; from then on EVERY
+ * commit of this store object (decisions and plain writes alike) runs in a
+ * transaction that first reads the lease row's epoch under a share lock and
+ * fails with GPO_EFENCED, changing nothing, when it is no longer this
+ * object's: a stale leader can neither decide nor accept a submission its
+ * successor would not see. The bump takes the same row's update lock, so a
+ * commit and a change of leader are ordered.
+ *
+ * The lease functions run synchronously on a connection of their own (never
+ * queued behind the writer), each bounded by the backend's statement and
+ * connect timeouts (a few seconds), so an unreachable store fails them
+ * rather than hangs them. They may be called from any one thread.
+ *
+ * On SQLite (one controller's) the lease is always free to take and never
+ * expires: acquire bumps the epoch as store_epoch_acquire does, renew checks
+ * the epoch is still the store's.
+ */
+#define STORE_LEASE_HOLDER_MAX  128  /* bytes, without the NUL */
+#define STORE_LEASE_ADDRESS_MAX 1023 /* bytes, without the NUL */
+
+struct store_lease {
+    int64_t epoch;                             /* the lease's epoch; 0: never taken */
+    char holder[STORE_LEASE_HOLDER_MAX + 1];   /* the holder's id; "" when never taken */
+    char address[STORE_LEASE_ADDRESS_MAX + 1]; /* its advertised URL; "" when never taken */
+    int64_t remaining_ms; /* how long it still holds, by the store's clock; <= 0: expired
+                             (or released), INT64_MAX on SQLite */
+};
+
+/* Whether several controllers may share this store (PostgreSQL: true). */
+bool store_shared(struct store *s);
+
+/*
+ * Takes the lease for `holder` (1..STORE_LEASE_HOLDER_MAX bytes, unique per
+ * controller process) advertising `address` (0..STORE_LEASE_ADDRESS_MAX
+ * bytes) for ttl_ms (1..3600000) from now by the store's clock, when nobody
+ * holds it, it expired, or `holder` holds it already (then it is renewed,
+ * same epoch). Taking it anew bumps the epoch durably, and this store's
+ * commits carry the new epoch from then on. Returns 0 and *ret (the lease
+ * now ours); GPO_EBUSY when another holds it, *ret saying who and for how
+ * long; GPO_EIO (unreachable, timed out; store_last_error says why),
+ * GPO_EINVAL, GPO_ENOMEM.
+ */
+int store_lease_acquire(struct store *s, const char *holder, const char *address, int64_t ttl_ms,
+                        struct store_lease *ret);
+
+/*
+ * Extends the lease this store object took to ttl_ms from now (store
+ * clock). 0; GPO_EFENCED when another took it since (or it was never
+ * ours): this object's commits fail from now on; GPO_EIO as above (the
+ * caller counts its own time: it leads only until the send time of its last
+ * successful renewal plus ttl_ms).
+ */
+int store_lease_renew(struct store *s, int64_t ttl_ms);
+
+/* Gives the lease up at a clean stop: it expires now, so a follower may
+ * take it at its next try. 0, GPO_EFENCED (not ours), GPO_EIO. */
+int store_lease_release(struct store *s);
+
+/* The lease as it stands. 0 and *ret; GPO_EIO. */
+int store_lease_get(struct store *s, struct store_lease *ret);
+
 /* Counters since the store was opened. */
 struct store_stats {
     uint64_t transactions;   /* group transactions run (committed or not) */
@@ -515,6 +583,22 @@ void store_recovery_release(struct store_recovery *r);
  */
 int store_open_sqlite_opts(const char *path, unsigned flags, struct store_recovery *rec,
                            struct store **ret_store, char *err, size_t errlen);
+
+/*
+ * Opens the PostgreSQL database named by `url` (a libpq connection URI,
+ * "postgres://USER@HOST:PORT/DB?..." or "postgresql://..."), migrating its
+ * schema (versioned, the same tables and meaning as SQLite's) and starting
+ * the writer (group commit: one transaction, a savepoint per batch, on one
+ * connection; reads on a small pool of their own). Connections set a
+ * connect timeout, TCP keepalives and a statement timeout, so a partition
+ * fails calls within seconds. Nothing is led until store_lease_acquire:
+ * commits before it fail with GPO_EFENCED. Returns as store_open_sqlite;
+ * GPO_EIO when the server cannot be reached (err says libpq's reason).
+ */
+int store_open_postgres(const char *url, struct store **ret_store, char *err, size_t errlen);
+
+/* Whether `url` names a PostgreSQL store (postgres:// or postgresql://). */
+bool store_url_is_postgres(const char *url);
 
 /*
  * Refuses new batches (GPO_ESHUTDOWN), lets the writer commit every batch
