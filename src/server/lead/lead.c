@@ -82,9 +82,11 @@ int lead_try(struct lead *l, struct store *s, char *err, size_t errlen)
         atomic_store(&l->epoch, got.epoch);
         lead_until(l, sent);
         atomic_store(&l->leading, true);
-        snprintf(l->leader, sizeof(l->leader), "%s", l->address);
-        l->leader_epoch = got.epoch;
-        l->leader_until_ns = INT64_MAX;
+        /* While it leads its health names itself; once it steps down it
+         * knows no leader until its next try. */
+        l->leader[0] = '\0';
+        l->leader_epoch = 0;
+        l->leader_until_ns = 0;
     } else if (rc == GPO_EBUSY) {
         snprintf(l->leader, sizeof(l->leader), "%s", got.address);
         l->leader_epoch = got.epoch;
