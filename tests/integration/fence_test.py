@@ -308,7 +308,9 @@ def long_cut():
        f"{(gone_at or 0) - t0:.2f} s)", f"{samples[-5:]}\n{AGENT.tail(3000)}")
     plain, stubborn = JOBS["plain"], JOBS["stubborn"]
     t_plain, t_stub = last_seen(samples, plain), last_seen(samples, stubborn)
-    early = t0 + LEASE_S - SAMPLE_S - 0.5
+    # The last answered heartbeat went out at most a period (and its answer's
+    # latency) before the cut-off: the fence comes no sooner than that.
+    early = t0 + LEASE_S - SAMPLE_S - 0.8
     ok(t_plain is not None and t_plain >= early,
        f"nothing is stopped before the lease: the plain job ran until "
        f"{(t_plain or 0) - t0:.2f} s after the cut-off (lease {LEASE_S} s, heartbeat "
