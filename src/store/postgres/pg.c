@@ -373,10 +373,10 @@ static int run_op(struct run *r, size_t opno)
                                 "operation %zu (%s): the leader epoch of a shared store moves "
                                 "with its lease (store_lease_acquire)",
                                 opno, d->name);
-    struct store_val v[STORE_OP_MAXVALS];
     PGresult *res = NULL;
     int rc = 0;
     if (op->kind == STORE_OP_JOB_INSERT) {
+        struct store_val v[STORE_OP_MAXVALS];
         bool self = false;
         size_t i = job_insert_stmt(r, op, v, &self);
         int64_t id = 0;
@@ -427,9 +427,9 @@ static int send_batch(struct run *r, size_t *sent)
     const struct store_batch *b = r->b;
     for (size_t k = 0; k < b->nops; k++) {
         const struct store_op *op = &b->ops[k];
-        struct store_val v[STORE_OP_MAXVALS];
         r->opno = k;
         if (op->kind == STORE_OP_JOB_INSERT) {
+            struct store_val v[STORE_OP_MAXVALS];
             bool self = false;
             size_t i = job_insert_stmt(r, op, v, &self);
             if (send_stmt(r, op->kind, i, v, NULL))
