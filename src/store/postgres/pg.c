@@ -37,7 +37,11 @@
 #include "util/errbuf.h"
 #include "base/banned.h"
 
-#define URL_MAX       4096
+#define URL_MAX 4096
+/* Statements sent before their answers are read: a bound on what waits in
+ * the socket's buffers (both sides blocked writing would deadlock). A job
+ * delete, the longest operation, is 3 statements. */
+#define PIPELINE_MAX  256
 #define PG_MAX_PARAMS 64 /* libpq knows about 40 */
 
 /* Ours, where the URL sets none: a partition fails a call in seconds. */
@@ -195,7 +199,7 @@ static int conn_open(struct pgs *s, struct pg_conn *pc, enum pg_role role, char 
     char options[sizeof(s->user_options) + 256];
     snprintf(options, sizeof(options),
              "-c statement_timeout=%d -c idle_in_transaction_session_timeout=%d %s%s", timeout,
-             timeout + 5000, s->user_options,
+             PG_IDLE_IN_TX_MS, s->user_options,
              role == PG_ROLE_WRITER ? " -c synchronous_commit=on" : "");
     const char *keys[PG_MAX_PARAMS + 2], *vals[PG_MAX_PARAMS + 2];
     for (size_t k = 0; k < s->nkeys; k++) {
@@ -396,10 +400,29 @@ static int run_op(struct run *r, size_t opno)
     return rc;
 }
 
+/* How many statements op sends in a pipeline. */
+static size_t op_stmts(const struct store_op *op)
+{
+    size_t n = 0;
+    while (n < PG_OP_MAXSQL && pg_ops[op->kind].st[n].sql)
+        n++;
+    return op->kind == STORE_OP_JOB_INSERT ? 1 : n;
+}
+
+static size_t batch_stmts(const struct store_batch *b)
+{
+    size_t n = 0;
+    for (size_t k = 0; k < b->nops; k++)
+        n += op_stmts(&b->ops[k]);
+    return n;
+}
+
 /* Whether every statement of b may be sent before any answer comes: none
  * takes another's result (an array named after its first job does). */
 static bool batch_pipelines(const struct store_batch *b)
 {
+    if (batch_stmts(b) > PIPELINE_MAX) /* its answers could fill the socket */
+        return false;
     for (size_t k = 0; k < b->nops; k++) {
         const struct store_op *op = &b->ops[k];
         if (!pg_ops[op->kind].st[0].sql ||
@@ -455,12 +478,8 @@ static int read_batch(struct run *r, size_t *left, char *txmsg, size_t len)
     int err = 0, lost = 0;
     for (size_t k = 0; k < b->nops; k++) {
         const struct store_op *op = &b->ops[k];
-        size_t n = 0;
-        while (n < PG_OP_MAXSQL && pg_ops[op->kind].st[n].sql)
-            n++;
-        if (op->kind == STORE_OP_JOB_INSERT)
-            n = 1;
-        for (size_t i = 0; i<n && * left> 0; i++, --*left) {
+        size_t n = op_stmts(op), *to_read = left;
+        for (size_t i = 0; i < n && *to_read != 0; i++, (*to_read)--) {
             PGresult *res = next_result(c);
             ExecStatusType st = PQresultStatus(res);
             r->opno = k;
@@ -479,13 +498,15 @@ static int read_batch(struct run *r, size_t *left, char *txmsg, size_t len)
 }
 
 /* Runs batches in one round trip (libpq's pipeline mode): with `one`, the
- * first batch inside its own savepoint; else every batch from `first` on
- * without savepoints (the fast path: none is expected to fail). Returns
+ * first batch inside its own savepoint; else batches from `first` on
+ * without savepoints (the fast path: none is expected to fail), as many as
+ * fit PIPELINE_MAX statements (at least one); *ret_next: the first batch
+ * not run. Returns
  * <0 when the transaction itself is lost (txmsg says why), 1 when a batch
  * failed (its outcome in it; without savepoints the transaction must be
  * rolled back), else 0. */
-static int run_pipelined(struct pgs *s, struct store_batch *first, bool one, char *txmsg,
-                         size_t len)
+static int run_pipelined(struct pgs *s, struct store_batch *first, bool one,
+                         struct store_batch **ret_next, char *txmsg, size_t len)
 {
     PGconn *c = s->w.c;
     char msg[200];
@@ -495,11 +516,17 @@ static int run_pipelined(struct pgs *s, struct store_batch *first, bool one, cha
     if (one && !PQsendQueryParams(c, "SAVEPOINT b", 0, NULL, NULL, NULL, NULL, 0))
         lost = GPO_EIO;
     size_t sent = 0;
-    for (struct store_batch *b = first; !lost && b; b = one ? NULL : b->next) {
+    struct store_batch *stop = one ? first->next : NULL;
+    for (struct store_batch *b = first; !lost && b != stop; b = b->next) {
         struct run r = {.s = s, .b = b};
+        if (b != first && sent + batch_stmts(b) > PIPELINE_MAX) {
+            stop = b;
+            break;
+        }
         if (!b->err)
             lost = send_batch(&r, &sent);
     }
+    *ret_next = stop;
     if (!lost && !PQpipelineSync(c))
         lost = GPO_EIO;
     if (lost) {
@@ -517,7 +544,7 @@ static int run_pipelined(struct pgs *s, struct store_batch *first, bool one, cha
         PQclear(res);
     }
     bool failed = false;
-    for (struct store_batch *b = first; !lost && b; b = one ? NULL : b->next) {
+    for (struct store_batch *b = first; !lost && b != stop; b = b->next) {
         struct run r = {.s = s, .b = b};
         if (b->err)
             continue; /* refused before anything was sent */
@@ -564,7 +591,8 @@ static int run_batch(struct pgs *s, struct store_batch *b, char *txmsg, size_t l
         return 0; /* nothing of it was sent */
     int err = 0;
     if (batch_pipelines(b)) {
-        int rc = run_pipelined(s, b, true, txmsg, len);
+        struct store_batch *next = NULL;
+        int rc = run_pipelined(s, b, true, &next, txmsg, len);
         if (rc < 0)
             return rc;
         err = b->err;
@@ -591,7 +619,9 @@ static int run_fast(struct pgs *s, struct store_batch *group, int64_t *cur, char
     for (const struct store_batch *b = group; b; b = b->next)
         if (!batch_pipelines(b))
             return 1;
-    int rc = run_pipelined(s, group, false, txmsg, len);
+    int rc = 0;
+    for (struct store_batch *b = group, *next = NULL; rc == 0 && b; b = next)
+        rc = run_pipelined(s, b, false, &next, txmsg, len);
     if (rc != 1)
         return rc;
     char msg[200];
