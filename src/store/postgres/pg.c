@@ -7,13 +7,21 @@
  *
  * Decisions the header leaves open:
  *  - A group runs as BEGIN plus the lease check in one round trip
- *    (`SELECT epoch FROM lease WHERE id = 1 FOR SHARE`), one SAVEPOINT per
- *    batch (ROLLBACK TO it on the batch's first error; a batch that
- *    succeeds keeps its savepoint until COMMIT, which saves a round trip
- *    per batch), COMMIT. When the lease's epoch is not this object's, the
- *    group is rolled back and every batch fails GPO_EFENCED; when BEGIN,
- *    a savepoint or COMMIT fails, or the connection breaks, every batch
- *    fails GPO_EIO, as on SQLite.
+ *    (`SELECT epoch FROM lease WHERE id = 1 FOR SHARE`), then every batch's
+ *    statements sent at once without waiting for answers (libpq's pipeline
+ *    mode, at most PIPELINE_MAX statements a round trip) and without
+ *    savepoints, then COMMIT: three round trips (one more per PIPELINE_MAX
+ *    statements).
+ *    When a batch fails there, the transaction is rolled back and begun
+ *    again, and each batch runs in a SAVEPOINT of its own (ROLLBACK TO it
+ *    on the batch's first error; a batch that succeeds keeps its savepoint
+ *    until COMMIT), so that only that batch fails. A batch with an array
+ *    named after its first job (a statement that needs an earlier one's
+ *    answer) runs statement by statement, and its group batch by batch from
+ *    the start. When the lease's epoch is not this
+ *    object's, the group is rolled back and every batch fails GPO_EFENCED;
+ *    when BEGIN, a savepoint or COMMIT fails, or the connection breaks,
+ *    every batch fails GPO_EIO, as on SQLite.
  *  - Our connection parameters apply where the URL sets none; the
  *    timeouts go into `options` before the URL's own, so a URL may
  *    override them, but the writer's synchronous_commit=on goes after: a
