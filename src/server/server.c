@@ -465,8 +465,29 @@ static int first_start_check(struct server *s, const char *path, char *err, size
 
 static int store_start(struct server *s, char *err, size_t errlen)
 {
-    if (s->cfg.store_url)
-        return errbuf_set(err, errlen, GPO_ENOTSUP, "--store: PostgreSQL is not built yet");
+    if (s->cfg.store_url) {
+        /* Interim (issue 26's pg helper, for bench/): open the shared store
+         * and take its lease once; leadership (renewal, follower mode)
+         * replaces this. */
+        char msg[1536];
+        int rc = store_open_postgres(s->cfg.store_url, &s->store, msg, sizeof(msg));
+        if (rc)
+            return errbuf_set(err, errlen, rc, "--store: %.1400s", msg);
+        char holder[64];
+        snprintf(holder, sizeof(holder), "gpuorch-server-%ld", (long)getpid());
+        struct store_lease l;
+        rc = store_lease_acquire(s->store, holder, s->cfg.advertise ? s->cfg.advertise : "",
+                                 s->cfg.lease_ms, &l);
+        if (rc == GPO_EBUSY)
+            return errbuf_set(err, errlen, rc, "--store: %.200s leads (%.900s)", l.holder,
+                              l.address);
+        if (rc) {
+            store_last_error(s->store, msg, sizeof(msg));
+            return errbuf_set(err, errlen, rc, "--store: taking the lease: %.1400s", msg);
+        }
+        s->epoch = l.epoch;
+        return keys_prune(s, err, errlen);
+    }
     char path[4200];
     snprintf(path, sizeof(path), "%s/gpuorch.db", s->cfg.data_dir);
     int rc = first_start_check(s, path, err, errlen);
