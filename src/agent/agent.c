@@ -25,6 +25,7 @@
 
 #include "agent/attempts.h"
 #include "agent/cgroup.h"
+#include "agent/fence.h"
 #include "agent/journal.h"
 #include "agent/logsrv.h"
 #include "agent/migplan.h"
@@ -65,6 +66,7 @@ struct agent {
     struct http_route step_routes[2]; /* the log server serves steps too */
     struct attempts *att;
     struct migplan *mig;       /* MIG repartition plans and their results */
+    struct fence *fence;       /* the fence lease (fence.h) */
     struct runas_account acct; /* the network half's account, when started as root */
     bool drop;                 /* started as root: become acct once the privileged half runs */
     atomic_bool stop;
@@ -75,7 +77,8 @@ struct agent {
 static void usage(FILE *out)
 {
     fprintf(out,
-            "usage: gpuorch agent --server URL --join-token FILE [--name NAME] [--pool POOL]\n"
+            "usage: gpuorch agent --server URL[,URL...] --join-token FILE [--name NAME]\n"
+            "                     [--pool POOL]\n"
             "                     [--state-dir DIR] [--nvml PATH] [--addr ADDR]\n"
             "                     [--log-listen ADDR:PORT] [--cgroup-root PATH|auto|none]\n"
             "                     [--run-as USER] [--allow-root] [--kill-grace S]\n"
@@ -91,10 +94,14 @@ static void usage(FILE *out)
             "set to its GPUs' UUIDs (a MIG device's, on a MIG instance). On MIG GPUs it\n"
             "reports the instances and applies the controller's repartition plans, once\n"
             "each; it never changes MIG mode or resets a GPU. Jobs keep running if the\n"
-            "agent stops or crashes; a restarted agent takes them up again. See\n"
-            "docs/agent.md.\n"
+            "agent stops or crashes; a restarted agent takes them up again. An agent\n"
+            "that reaches no controller for the controller's --fence-lease stops its\n"
+            "jobs (SIGKILL after --fence-grace) before they may run elsewhere, and\n"
+            "reports them when it is back. See docs/agent.md.\n"
             "\n"
-            "  --server URL          the controller, e.g. http://10.0.0.1:8080 (required)\n"
+            "  --server URL[,URL...] the controller, e.g. http://10.0.0.1:8080 (required);\n"
+            "                        several controllers' URLs, with commas: the leader is\n"
+            "                        found among them and followed when it changes\n"
             "  --join-token FILE     the controller's DATA/join.token (required)\n"
             "  --name NAME           the node's name (default: the host name)\n"
             "  --pool POOL           the pool it joins (default main)\n"
@@ -136,6 +143,14 @@ static int usage_error(const char *flag, const char *value, const char *expected
 {
     fprintf(stderr, "gpuorch agent: %s: expected %s%s%s%s\n", flag, expected,
             value ? ", got '" : "", value ? value : "", value ? "'" : "");
+    return 2;
+}
+
+/* A bad --server list, naming the bad entry. */
+static int server_error(const struct httpc_urls_fault *f)
+{
+    char text[HTTPC_URL_FAULT_MAX];
+    fprintf(stderr, "gpuorch agent: --server %s\n", httpc_urls_describe(f, text, sizeof(text)));
     return 2;
 }
 
@@ -247,8 +262,9 @@ static int parse_args(int argc, char **argv, struct agent_args *a)
         return usage_error("--server", NULL, "the controller's URL (http://HOST:PORT)");
     if (!a->join_file)
         return usage_error("--join-token", NULL, "the file holding the join token");
-    if (strncmp(a->server, "http://", 7) != 0 && strncmp(a->server, "https://", 8) != 0)
-        return usage_error("--server", a->server, "http://HOST:PORT or https://HOST:PORT");
+    struct httpc_urls_fault f;
+    if (httpc_urls_check(a->server, &f) != 0)
+        return server_error(&f);
     return 0;
 }
 
@@ -307,14 +323,20 @@ static int register_node(struct agent *ag, struct httpc *c, char *err, size_t er
     if (!rc && (r.status == 200 || r.status == 201) && ans &&
         proto_registered_decode(ans, &reg, why, sizeof(why)) == 0) {
         logsrv_set_token(ag->logs, reg.log_token);
+        fence_set(ag->fence, reg.fence_lease_ms, reg.fence_grace_ms);
+        if (reg.fence_lease_ms && reg.fence_lease_ms < 3 * ag->a.sample_ms)
+            agent_log("fence: the lease (%" PRId64 " ms) is under three heartbeats "
+                      "(--sample-interval %" PRId64 " ms): one slow answer may fence this node",
+                      reg.fence_lease_ms, ag->a.sample_ms);
         proto_registered_release(&reg);
         agent_log("registered node '%s' (%u GPU(s), pool %s, log port %u)", ag->name,
                   gpu_count(ag->gpus), ag->a.pool, logsrv_port(ag->logs));
     } else if (!rc && (r.status == 200 || r.status == 201)) {
-        rc = errbuf_set(err, errlen, GPO_EAPI, "PUT %s: %ld, an answer we cannot read: %s", path,
-                        r.status, why);
+        rc = errbuf_set(err, errlen, GPO_EAPI, "PUT %s%s: %ld, an answer we cannot read: %s",
+                        httpc_url(c), path, r.status, why);
     } else if (!rc) {
-        rc = errbuf_set(err, errlen, GPO_EAPI, "PUT %s: %ld %.300s", path, r.status, r.body);
+        rc = errbuf_set(err, errlen, GPO_EAPI, "PUT %s%s: %ld %.300s", httpc_url(c), path, r.status,
+                        r.body);
     }
     pthread_mutex_unlock(&ag->reg_lock);
     json_decref(ans);
@@ -368,10 +390,14 @@ static void *heartbeat_main(void *arg)
     while (!atomic_load(&ag->stop)) {
         char *text = heartbeat_body(ag);
         struct httpc_response r = {0};
-        int rc =
-            text ? httpc_request(c, "POST", path, text, strlen(text), 10000, &r, err, sizeof(err))
-                 : errbuf_set(err, sizeof(err), GPO_ENOMEM, "out of memory");
+        /* The fence lease counts from the send time of an answered one. */
+        int64_t sent = mono_ms();
+        int rc = text ? httpc_request(c, "POST", path, text, strlen(text),
+                                      fence_heartbeat_timeout(ag->fence), &r, err, sizeof(err))
+                      : errbuf_set(err, sizeof(err), GPO_ENOMEM, "out of memory");
         free(text);
+        if (!rc && (r.status == 204 || r.status == 200))
+            fence_answered(ag->fence, sent);
         if (!rc && r.status == 404) {
             agent_log("heartbeat: the controller does not know this node; registering again");
             register_until(ag, c);
@@ -442,11 +468,18 @@ static void poll_loop(struct agent *ag, struct httpc *c)
                 agent_log("assignments: the controller answers again");
             failing = false;
             since = ans.rev;
+            fence_set(ag->fence, ans.fence_lease_ms, ans.fence_grace_ms);
             attempts_apply(ag->att, &ans, mono_ms());
             /* After the attempts: one taken up from the journal has learned
              * its MIG devices, which no plan may destroy. */
             migplan_apply(ag->mig, &ans);
             proto_assignments_release(&ans);
+            if (fence_active(ag->fence)) {
+                /* Its runs wait: ask again soon, not for what changes. */
+                since = -1;
+                struct timespec ts = {0, 200L * 1000000};
+                nanosleep(&ts, NULL);
+            }
         } else {
             if (!failing)
                 agent_log("assignments: %s", rc                ? err
@@ -534,7 +567,7 @@ static int move_old_journal(const char *abs, char *err, size_t errlen)
  * agent started as root), so that the account cannot swap what the
  * privileged half works in (attempts/, scripts/) for a link; STATE/net
  * and STATE/scripts are given to the account (runas_give), with the
- * journal files an earlier run may have left. */
+ * journal and fence files an earlier run may have left. */
 static int state_dir(struct agent *ag, char *abs, char *err, size_t errlen)
 {
     const struct agent_args *a = &ag->a;
@@ -556,7 +589,8 @@ static int state_dir(struct agent *ag, char *abs, char *err, size_t errlen)
     if (rc || !ag->drop)
         return rc;
     rc = runas_can_reach(&ag->acct, abs, err, errlen);
-    const char *const owned[] = {NET_DIR, "scripts", NET_DIR "/journal", NET_DIR "/journal.lock"};
+    const char *const owned[] = {NET_DIR, "scripts", NET_DIR "/journal", NET_DIR "/journal.lock",
+                                 NET_DIR "/fence"};
     for (size_t i = 0; !rc && i < sizeof(owned) / sizeof(owned[0]); i++) {
         snprintf(sub, sizeof(sub), "%s/%s", abs, owned[i]);
         rc = runas_give(&ag->acct, sub, i >= 2, err, errlen);
@@ -701,6 +735,22 @@ static int choose_account(struct agent *ag, char *err, size_t errlen)
     return 0;
 }
 
+/* The fence's hooks (fence.h). */
+static void on_fence(void *arg, const char *reason, int64_t unreached_ms, int64_t grace_ms,
+                     int64_t now_ms)
+{
+    struct agent *ag = arg;
+    attempts_fence(ag->att, reason, unreached_ms, grace_ms, now_ms);
+}
+
+static void on_unfence(void *arg)
+{
+    struct agent *ag = arg;
+    size_t owed = attempts_unfence(ag->att);
+    if (owed)
+        agent_log("fence: %zu fenced attempt(s) to report", owed);
+}
+
 static int start(struct agent *ag, char *err, size_t errlen)
 {
     const struct agent_args *a = &ag->a;
@@ -722,6 +772,9 @@ static int start(struct agent *ag, char *err, size_t errlen)
     char net[PATH_MAX + 16];
     snprintf(net, sizeof(net), "%s/%s", abs_state, NET_DIR);
     rc = rc ? rc : journal_open(net, &ag->journal, err, errlen);
+    struct fence_config fc = {
+        .dir = net, .fence = on_fence, .unfence = on_unfence, .arg = ag, .log = agent_log};
+    rc = rc ? rc : fence_new(&fc, mono_ms(), &ag->fence, err, errlen);
     rc = rc ? rc : start_logs(ag, abs_state, err, errlen);
     if (rc)
         return rc;
@@ -774,6 +827,12 @@ int agent_command(int argc, char **argv)
     struct httpc *c = NULL;
     if (start(&ag, err, sizeof(err)) || httpc_new(ag.a.server, ag.token, &c, err, sizeof(err))) {
         fprintf(stderr, "gpuorch agent: %s\n", err);
+        return 1;
+    }
+    /* The fence runs from the start: an agent restarted while cut off
+     * still fences at its deadline, registered or not. */
+    if (fence_start(ag.fence)) {
+        fprintf(stderr, "gpuorch agent: pthread_create failed\n");
         return 1;
     }
     register_until(&ag, c);

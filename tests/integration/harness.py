@@ -629,13 +629,15 @@ class FakeAgent:
         self.private_cgroup = None  # made by start() when .cgroup is unset
         self.tmp = tmp
         self.proc = None
+        self.server = None  # --server: the server's URL unless set (a list, say)
 
     def write_gpu_list(self, gpus):
         """Writes the GPU file (renamed over the old one)."""
         write_atomic(self.gpu_file, json.dumps({"gpus": gpus}))
 
     def start(self):
-        args = [self.binary, "agent", "--server", f"http://127.0.0.1:{self.srv.port}",
+        server = self.server or f"http://127.0.0.1:{self.srv.port}"
+        args = [self.binary, "agent", "--server", server,
                 "--join-token", self.srv.token_file("join"), "--name", self.name, "--pool",
                 self.pool, "--state-dir", self.state, "--nvml", self.nvml, "--addr", "127.0.0.1",
                 "--log-listen", "127.0.0.1:0"]

@@ -7,13 +7,21 @@
  *
  * Decisions the header leaves open:
  *  - A group runs as BEGIN plus the lease check in one round trip
- *    (`SELECT epoch FROM lease WHERE id = 1 FOR SHARE`), one SAVEPOINT per
- *    batch (ROLLBACK TO it on the batch's first error; a batch that
- *    succeeds keeps its savepoint until COMMIT, which saves a round trip
- *    per batch), COMMIT. When the lease's epoch is not this object's, the
- *    group is rolled back and every batch fails GPO_EFENCED; when BEGIN,
- *    a savepoint or COMMIT fails, or the connection breaks, every batch
- *    fails GPO_EIO, as on SQLite.
+ *    (`SELECT epoch FROM lease WHERE id = 1 FOR SHARE`), then every batch's
+ *    statements sent at once without waiting for answers (libpq's pipeline
+ *    mode, at most PIPELINE_MAX statements a round trip) and without
+ *    savepoints, then COMMIT: three round trips (one more per PIPELINE_MAX
+ *    statements).
+ *    When a batch fails there, the transaction is rolled back and begun
+ *    again, and each batch runs in a SAVEPOINT of its own (ROLLBACK TO it
+ *    on the batch's first error; a batch that succeeds keeps its savepoint
+ *    until COMMIT), so that only that batch fails. A batch with an array
+ *    named after its first job (a statement that needs an earlier one's
+ *    answer) runs statement by statement, and its group batch by batch from
+ *    the start. When the lease's epoch is not this
+ *    object's, the group is rolled back and every batch fails GPO_EFENCED;
+ *    when BEGIN, a savepoint or COMMIT fails, or the connection breaks,
+ *    every batch fails GPO_EIO, as on SQLite.
  *  - Our connection parameters apply where the URL sets none; the
  *    timeouts go into `options` before the URL's own, so a URL may
  *    override them, but the writer's synchronous_commit=on goes after: a
@@ -37,7 +45,11 @@
 #include "util/errbuf.h"
 #include "base/banned.h"
 
-#define URL_MAX       4096
+#define URL_MAX 4096
+/* Statements sent before their answers are read: a bound on what waits in
+ * the socket's buffers (both sides blocked writing would deadlock). A job
+ * delete, the longest operation, is 3 statements. */
+#define PIPELINE_MAX  256
 #define PG_MAX_PARAMS 64 /* libpq knows about 40 */
 
 /* Ours, where the URL sets none: a partition fails a call in seconds. */
@@ -195,7 +207,7 @@ static int conn_open(struct pgs *s, struct pg_conn *pc, enum pg_role role, char 
     char options[sizeof(s->user_options) + 256];
     snprintf(options, sizeof(options),
              "-c statement_timeout=%d -c idle_in_transaction_session_timeout=%d %s%s", timeout,
-             timeout + 5000, s->user_options,
+             PG_IDLE_IN_TX_MS, s->user_options,
              role == PG_ROLE_WRITER ? " -c synchronous_commit=on" : "");
     const char *keys[PG_MAX_PARAMS + 2], *vals[PG_MAX_PARAMS + 2];
     for (size_t k = 0; k < s->nkeys; k++) {
@@ -373,10 +385,10 @@ static int run_op(struct run *r, size_t opno)
                                 "operation %zu (%s): the leader epoch of a shared store moves "
                                 "with its lease (store_lease_acquire)",
                                 opno, d->name);
-    struct store_val v[STORE_OP_MAXVALS];
     PGresult *res = NULL;
     int rc = 0;
     if (op->kind == STORE_OP_JOB_INSERT) {
+        struct store_val v[STORE_OP_MAXVALS];
         bool self = false;
         size_t i = job_insert_stmt(r, op, v, &self);
         int64_t id = 0;
@@ -394,6 +406,15 @@ static int run_op(struct run *r, size_t opno)
         PQclear(res);
     }
     return rc;
+}
+
+/* How many statements op sends in a pipeline. */
+static size_t op_stmts(const struct store_op *op)
+{
+    size_t n = 0;
+    while (n < PG_OP_MAXSQL && pg_ops[op->kind].st[n].sql)
+        n++;
+    return op->kind == STORE_OP_JOB_INSERT ? 1 : n;
 }
 
 /* Whether every statement of b may be sent before any answer comes: none
@@ -421,106 +442,167 @@ static PGresult *next_result(PGconn *c)
     return res;
 }
 
-/* The savepoint and every statement of b in one round trip (libpq's
- * pipeline mode), then their answers in order. Returns nonzero when the
- * transaction itself is lost (txmsg says why); the batch's own failure is
- * left in b. */
-static int run_pipelined(struct run *r, char *txmsg, size_t len)
+/* A position in the statements a pipeline runs: statement `stmt` of
+ * operation `op` of batch `b`, over the batches from the first to `stop`
+ * (exclusive), skipping those refused before anything was sent. */
+struct cursor {
+    struct store_batch *b, *stop;
+    size_t op, stmt;
+};
+
+/* Moves c to its first statement at or after where it is; false at the end. */
+static bool cursor_settle(struct cursor *c)
 {
-    PGconn *c = r->s->w.c;
-    struct store_batch *b = r->b;
-    char msg[200];
-    if (!PQenterPipelineMode(c))
-        return errbuf_set(txmsg, len, GPO_EIO, "pipeline: %s", PQerrorMessage(c));
-    int lost = PQsendQueryParams(c, "SAVEPOINT b", 0, NULL, NULL, NULL, NULL, 0) ? 0 : GPO_EIO;
-    size_t sent = 0;
-    for (size_t k = 0; !lost && k < b->nops; k++) {
-        const struct store_op *op = &b->ops[k];
-        struct store_val v[STORE_OP_MAXVALS];
-        r->opno = k;
-        if (op->kind == STORE_OP_JOB_INSERT) {
-            bool self = false;
-            size_t i = job_insert_stmt(r, op, v, &self);
-            lost = send_stmt(r, op->kind, i, v, NULL);
-            sent += lost == 0;
+    while (c->b != c->stop) {
+        if (!c->b->err && c->op < c->b->nops) {
+            if (c->stmt < op_stmts(&c->b->ops[c->op]))
+                return true;
+            c->op++;
+            c->stmt = 0;
             continue;
         }
-        for (size_t i = 0; !lost && i < PG_OP_MAXSQL && pg_ops[op->kind].st[i].sql; i++) {
-            lost = send_stmt(r, op->kind, i, op->v, NULL);
-            sent += lost == 0;
-        }
+        c->b = c->b->next;
+        c->op = c->stmt = 0;
     }
-    if (!lost && !PQpipelineSync(c))
-        lost = GPO_EIO;
-    if (lost) {
-        snprintf(msg, sizeof(msg), "%s", PQerrorMessage(c));
-        (void)PQexitPipelineMode(c);
-        return errbuf_set(txmsg, len, GPO_EIO, "sending: %.180s", msg);
-    }
-    PGresult *res = next_result(c);
-    if (PQresultStatus(res) != PGRES_COMMAND_OK) {
-        (void)pg_result_err(c, res, msg, sizeof(msg));
-        lost = errbuf_set(txmsg, len, GPO_EIO, "savepoint: %s", msg);
-    }
-    PQclear(res);
-    size_t seen = 0;
-    int err = 0;
-    for (size_t k = 0; k < b->nops; k++) {
-        const struct store_op *op = &b->ops[k];
-        size_t n = 0;
-        while (n < PG_OP_MAXSQL && pg_ops[op->kind].st[n].sql)
-            n++;
-        if (op->kind == STORE_OP_JOB_INSERT)
-            n = 1;
-        for (size_t i = 0; i < n && seen < sent; i++, seen++) {
-            res = next_result(c);
-            ExecStatusType st = PQresultStatus(res);
-            r->opno = k;
-            if (!res)
-                lost = lost ? lost : errbuf_set(txmsg, len, GPO_EIO, "%s", PQerrorMessage(c));
-            else if (err == 0 && !lost && st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK)
-                err = op_fail(r, res);
-            else if (err == 0 && !lost && st != PGRES_PIPELINE_ABORTED)
-                err = op_result(
-                    r, k,
-                    op->kind == STORE_OP_JOB_INSERT ? (op->v[STORE_JOB_V_IDEM_KEY].s ? 1 : 0) : i,
-                    res);
-            PQclear(res);
-        }
-    }
-    /* Up to the sync point: everything of this pipeline is read. */
-    while ((res = PQgetResult(c)) != NULL) {
-        bool sync = PQresultStatus(res) == PGRES_PIPELINE_SYNC;
-        PQclear(res);
-        if (sync)
-            break;
-    }
-    if (!PQexitPipelineMode(c) && !lost)
-        lost = errbuf_set(txmsg, len, GPO_EIO, "pipeline: %s", PQerrorMessage(c));
-    return lost ? lost : err ? 1 : 0;
+    return false;
 }
 
-/* Runs one batch inside its own savepoint; on failure only the batch is
- * undone. The outcome is left in b; returns nonzero when the transaction
- * itself is lost (txmsg says why). */
-static int run_batch(struct pgs *s, struct store_batch *b, int64_t cur, char *txmsg, size_t len)
+static void cursor_next(struct cursor *c)
 {
-    struct run r = {.s = s, .b = b};
+    c->stmt++;
+    (void)cursor_settle(c);
+}
+
+/* The statement index of pg_ops a cursor's statement runs. */
+static size_t cursor_stmt(const struct cursor *c)
+{
+    const struct store_op *op = &c->b->ops[c->op];
+    if (op->kind == STORE_OP_JOB_INSERT)
+        return op->v[STORE_JOB_V_IDEM_KEY].s ? 1 : 0;
+    return c->stmt;
+}
+
+/* Sends the statement at c (pipeline mode); 0 or GPO_EIO. No statement
+ * of a pipelined batch depends on an earlier one's answer (batch_pipelines),
+ * so none needs the job ids of the batch so far. */
+static int cursor_send(struct pgs *s, const struct cursor *c)
+{
+    const struct store_op *op = &c->b->ops[c->op];
+    struct run r = {.s = s, .b = c->b, .opno = c->op};
+    if (op->kind == STORE_OP_JOB_INSERT) {
+        struct store_val v[STORE_OP_MAXVALS];
+        bool self = false;
+        size_t i = job_insert_stmt(&r, op, v, &self);
+        return send_stmt(&r, op->kind, i, v, NULL) ? GPO_EIO : 0;
+    }
+    return send_stmt(&r, op->kind, c->stmt, op->v, NULL) ? GPO_EIO : 0;
+}
+
+/* Runs statements in pipeline mode, at most PIPELINE_MAX a round trip,
+ * from batch `first` on: with `one`, that batch alone inside its own
+ * savepoint; else every batch to the end of the group without savepoints
+ * (the fast path: none is expected to fail). A batch's first failure goes
+ * into it, and nothing after it is sent. Returns <0 when the transaction
+ * itself is lost (txmsg says why), 1 when a batch failed (with `one` it is
+ * to be rolled back to its savepoint, else the whole transaction), else 0. */
+static int run_pipelined(struct pgs *s, struct store_batch *first, bool one, char *txmsg,
+                         size_t len)
+{
+    PGconn *c = s->w.c;
+    char msg[200];
+    struct cursor send = {.b = first, .stop = one ? first->next : NULL};
+    (void)cursor_settle(&send);
+    struct cursor at[PIPELINE_MAX]; /* what each statement of a round trip is */
+    bool savepoint = one, failed = false, more = send.b != send.stop;
+    size_t njobs_read = 0; /* the job inserts read so far of the batch being read */
+    int lost = 0;
+    while (!lost && !failed && (more || savepoint)) {
+        if (!PQenterPipelineMode(c))
+            return errbuf_set(txmsg, len, GPO_EIO, "pipeline: %s", PQerrorMessage(c));
+        if (savepoint && !PQsendQueryParams(c, "SAVEPOINT b", 0, NULL, NULL, NULL, NULL, 0))
+            lost = GPO_EIO;
+        size_t n = 0;
+        for (; !lost && more && n < PIPELINE_MAX; n++) {
+            at[n] = send;
+            lost = cursor_send(s, &send);
+            cursor_next(&send);
+            more = send.b != send.stop;
+        }
+        if (!lost && !PQpipelineSync(c))
+            lost = GPO_EIO;
+        if (lost) {
+            snprintf(msg, sizeof(msg), "%s", PQerrorMessage(c));
+            (void)PQexitPipelineMode(c);
+            return errbuf_set(txmsg, len, GPO_EIO, "sending: %.180s", msg);
+        }
+        PGresult *res;
+        if (savepoint) {
+            res = next_result(c);
+            if (PQresultStatus(res) != PGRES_COMMAND_OK) {
+                (void)pg_result_err(c, res, msg, sizeof(msg));
+                lost = errbuf_set(txmsg, len, GPO_EIO, "savepoint: %s", msg);
+            }
+            PQclear(res);
+            savepoint = false;
+        }
+        for (size_t k = 0; k < n; k++) {
+            const struct cursor *read = &at[k];
+            res = next_result(c);
+            ExecStatusType st = PQresultStatus(res);
+            struct run r = {.s = s, .b = read->b, .opno = read->op};
+            if (read->op == 0 && read->stmt == 0)
+                njobs_read = 0;
+            r.njobs = njobs_read;
+            if (!res && !lost)
+                lost = errbuf_set(txmsg, len, GPO_EIO, "%s", PQerrorMessage(c));
+            else if (!lost && !failed && st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK)
+                (void)op_fail(&r, res);
+            else if (!lost && !failed)
+                (void)op_result(&r, read->op, cursor_stmt(read), res);
+            njobs_read = r.njobs;
+            failed |= read->b->err != 0;
+            PQclear(res);
+        }
+        /* Up to the sync point: everything of this round trip is read. */
+        while ((res = PQgetResult(c)) != NULL) {
+            bool sync = PQresultStatus(res) == PGRES_PIPELINE_SYNC;
+            PQclear(res);
+            if (sync)
+                break;
+        }
+        if (!PQexitPipelineMode(c) && !lost)
+            lost = errbuf_set(txmsg, len, GPO_EIO, "pipeline: %s", PQerrorMessage(c));
+    }
+    return lost ? lost : failed ? 1 : 0;
+}
+
+/* A decision batch under another epoch than the store's `cur` fails
+ * before anything of it is sent. b's outcome is reset first. */
+static void check_batch(struct store_batch *b, int64_t cur)
+{
     b->err = 0;
     b->msg[0] = '\0';
     b->existing_job_id = 0;
-    char msg[200];
-    int err = 0;
     if (b->epoch && b->epoch < cur)
-        err = store_batch_fail(b, GPO_EFENCED, "epoch %lld is older than the store's %lld",
-                               (long long)b->epoch, (long long)cur);
+        store_batch_fail(b, GPO_EFENCED, "epoch %lld is older than the store's %lld",
+                         (long long)b->epoch, (long long)cur);
     else if (b->epoch > cur)
-        err = store_batch_fail(b, GPO_EINVAL, "epoch %lld was never acquired (latest %lld)",
-                               (long long)b->epoch, (long long)cur);
-    if (err)
+        store_batch_fail(b, GPO_EINVAL, "epoch %lld was never acquired (latest %lld)",
+                         (long long)b->epoch, (long long)cur);
+}
+
+/* Runs one (checked) batch inside its own savepoint; on failure only the
+ * batch is undone. The outcome is left in b; returns nonzero when the
+ * transaction itself is lost (txmsg says why). */
+static int run_batch(struct pgs *s, struct store_batch *b, char *txmsg, size_t len)
+{
+    struct run r = {.s = s, .b = b};
+    char msg[200];
+    if (b->err)
         return 0; /* nothing of it was sent */
+    int err = 0;
     if (batch_pipelines(b)) {
-        int rc = run_pipelined(&r, txmsg, len);
+        int rc = run_pipelined(s, b, true, txmsg, len);
         if (rc < 0)
             return rc;
         err = b->err;
@@ -535,6 +617,28 @@ static int run_batch(struct pgs *s, struct store_batch *b, int64_t cur, char *tx
         return errbuf_set(txmsg, len, GPO_EIO, "transaction rolled back: %.100s (%.80s)", msg,
                           b->msg);
     return 0;
+}
+
+static int begin_group(struct pgs *s, int64_t *ret_epoch, char *txmsg, size_t len);
+
+/* The fast path: every batch of the group in one round trip, without
+ * savepoints. 0: done; 1: one failed, the transaction rolled back and begun
+ * again (the batches to be run one by one); <0: lost. */
+static int run_fast(struct pgs *s, struct store_batch *group, int64_t *cur, char *txmsg, size_t len)
+{
+    for (const struct store_batch *b = group; b; b = b->next)
+        if (!batch_pipelines(b))
+            return 1;
+    int rc = run_pipelined(s, group, false, txmsg, len);
+    if (rc != 1)
+        return rc;
+    char msg[200];
+    if (pg_exec(s->w.c, "ROLLBACK", msg, sizeof(msg)) != 0)
+        return errbuf_set(txmsg, len, GPO_EIO, "rollback: %s", msg);
+    rc = begin_group(s, cur, txmsg, len);
+    for (struct store_batch *b = group; rc == 0 && b; b = b->next)
+        check_batch(b, *cur);
+    return rc ? rc : 1;
 }
 
 /* BEGIN and the lease row's epoch under a share lock, in one round trip. */
@@ -586,7 +690,16 @@ static void run_group(void *backend, struct store_batch *group)
                         "the store's lease moved to epoch %lld; this controller's is %lld",
                         (long long)cur, (long long)mine);
     for (struct store_batch *b = group; rc == 0 && b; b = b->next)
-        rc = run_batch(s, b, cur, txmsg, sizeof(txmsg));
+        check_batch(b, cur);
+    if (rc == 0 && (rc = run_fast(s, group, &cur, txmsg, sizeof(txmsg))) == 1) {
+        rc = cur == mine ? 0
+                         : errbuf_set(txmsg, sizeof(txmsg), GPO_EFENCED,
+                                      "the store's lease moved to epoch %lld; this controller's "
+                                      "is %lld",
+                                      (long long)cur, (long long)mine);
+        for (struct store_batch *b = group; rc == 0 && b; b = b->next)
+            rc = run_batch(s, b, txmsg, sizeof(txmsg));
+    }
     if (rc == 0)
         rc = commit_group(s, txmsg, sizeof(txmsg));
     if (rc && s->w.c && PQtransactionStatus(s->w.c) != PQTRANS_IDLE)
