@@ -15,6 +15,8 @@ PostgreSQL (tests/tools/pgserver.py, on loopback), --lease 2, one leading:
 - PostgreSQL stopped: the leader stops leading, every controller answers
   503 with Retry-After and "no leader"; PostgreSQL back: one leads again
   and every acknowledged job is there;
+- an agent given the list of the three controllers follows the leader
+  across a kill -9 and gets the new leader's work;
 - a new leader offers a node no work before the node's first heartbeat to
   it: an agent stopped (SIGSTOP) across a kill -9 of its controller keeps
   its node awaiting a heartbeat and a new job pending; continued, the node
@@ -127,7 +129,7 @@ def main():
         share_secrets(CTLS[0], c)
         c.start()
     steps = [one_leader, follower_redirects, kill9_failover, sigstop_fenced, sigterm_handover,
-             store_lost, new_leader_waits_for_heartbeat]
+             store_lost, agent_follows_the_leader, new_leader_waits_for_heartbeat]
     for step in steps:
         try:
             step()
@@ -300,6 +302,50 @@ def store_lost():
     ok(not missing, "every acknowledged job is still there", missing)
 
 
+def node_on(ctl, name):
+    """Node NAME as controller CTL's GET /v1/nodes shows it, or None."""
+    try:
+        st, body, _ = ctl.call("GET", "/v1/nodes", token=ADMIN, timeout=2)
+    except OSError:
+        return None
+    found = [n for n in body["nodes"] if n["name"] == name] if st == 200 else []
+    return found[0] if found else None
+
+
+def agent_follows_the_leader():
+    """An agent given the list of the three controllers registers with the
+    leader, follows the new one after a kill -9 and gets its work there."""
+    L = leaders(CTLS)[0]
+    uuid = fake_gpu_uuid(26, 1)
+    ag = FakeAgent(BIN, L, TMP, FAKENVML, "lead2", [uuid])
+    ag.server = ",".join(c.url for c in CTLS)
+    ag.write_gpu_list([{"uuid": uuid, "utilization": 0}])
+    ag.start()
+    try:
+        ok(wait_until(lambda: (node_on(L, "lead2") or {}).get("awaiting_heartbeat") is False),
+           "an agent with the list of controllers registers with the leader and heartbeats",
+           f"{node_on(L, 'lead2')}\n{ag.tail()}")
+        L.kill9()
+        new = wait_leader([c for c in CTLS if c is not L], DEADLINE_S)
+        ok(new is not None and wait_until(
+            lambda: (node_on(new, "lead2") or {}).get("awaiting_heartbeat") is False),
+           "after kill -9 of the leader the agent heartbeats to the new one",
+           f"{new and node_on(new, 'lead2')}\n{ag.tail()}")
+        st, body, _ = submit(new, "on-lead2") if new else (0, {}, b"")
+        jid = body["id"] if st == 201 else 0
+        ok(jid and wait_until(lambda: (job_of(new.api, jid, ADMIN) or {}).get("state")
+                              not in (None, "PENDING")),
+           "the new leader's work reaches the agent", job_of(new.api, jid, ADMIN) if new else None)
+        if jid:
+            new.call("POST", f"/v1/jobs/{jid}/cancel", {}, token=ADMIN)
+        L.start()
+        ok(wait_until(lambda: L.role() == "follower"), "the killed controller follows again",
+           L.log_tail())
+    finally:
+        rc = ag.stop()
+    ok(rc == 0, "the agent that followed the leader stops cleanly", ag.tail())
+
+
 def new_leader_waits_for_heartbeat():
     """One controller on the store, with an agent; the agent stopped, the
     controller killed and started again (a new leader, once its old lease
@@ -317,9 +363,7 @@ def new_leader_waits_for_heartbeat():
     AGENT.start()
 
     def node():
-        st, body, _ = D.call("GET", "/v1/nodes", token=ADMIN)
-        found = [n for n in body["nodes"] if n["name"] == "lead1"] if st == 200 else []
-        return found[0] if found else None
+        return node_on(D, "lead1")
     ok(wait_until(lambda: (node() or {}).get("state") == "up"
                   and (node() or {}).get("awaiting_heartbeat") is False),
        "the agent registers and heartbeats", f"{node()}\n{AGENT.tail()}")
