@@ -628,16 +628,25 @@ class FakeAgent:
         self.private_cgroup = None  # made by start() when .cgroup is unset
         self.tmp = tmp
         self.proc = None
+        # Where it runs and whom it talks to; a test of hosts in network namespaces
+        # (netns.py) sets them: the controllers' URLs, its host's address, the
+        # words that start it in its host (nsenter ...), the join token's file.
+        self.server_url = None  # default http://127.0.0.1:PORT of srv
+        self.addr = "127.0.0.1"
+        self.prefix = []
+        self.join_file = None  # default srv's DATA/join.token
 
     def write_gpu_list(self, gpus):
         """Writes the GPU file (renamed over the old one)."""
         write_atomic(self.gpu_file, json.dumps({"gpus": gpus}))
 
     def start(self):
-        args = [self.binary, "agent", "--server", f"http://127.0.0.1:{self.srv.port}",
-                "--join-token", self.srv.token_file("join"), "--name", self.name, "--pool",
-                self.pool, "--state-dir", self.state, "--nvml", self.nvml, "--addr", "127.0.0.1",
-                "--log-listen", "127.0.0.1:0"]
+        args = list(self.prefix) + [
+            self.binary, "agent", "--server",
+            self.server_url or f"http://127.0.0.1:{self.srv.port}",
+            "--join-token", self.join_file or self.srv.token_file("join"), "--name", self.name,
+            "--pool", self.pool, "--state-dir", self.state, "--nvml", self.nvml,
+            "--addr", self.addr, "--log-listen", f"{self.addr}:0"]
         for flag, value in self.flags.items():
             if value is True:
                 args += [f"--{flag}"]
