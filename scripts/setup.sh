@@ -34,6 +34,8 @@ PACKAGES=(
   libjansson-dev     # JSON: cluster specs, sim --json
   libyaml-dev        # YAML: cluster specs
   libsqlite3-dev     # the controller's store (SQLite, WAL)
+  libpq-dev          # the controller's shared store: PostgreSQL through libpq (--store postgres://)
+  postgresql         # tests/tools/pgserver.py: a throwaway PostgreSQL for the store's tests and bench/
   libsodium-dev      # API tokens: random bits, SHA-256, constant-time compare
   libmicrohttpd-dev  # the controller's HTTP server (built with GnuTLS: optional TLS)
   libcurl4-openssl-dev # HTTP client: agent -> controller, controller -> agent logs
