@@ -5,8 +5,13 @@
  * is reused (the agent's heartbeats and reports then cost no handshake).
  * curl_global_init runs once, under pthread_once: libcurl asks for it before
  * any other call and it is not safe to race.
+ *
+ * A request is a round of tries (httpc_int.h picks each one's address); the
+ * handle is set up afresh for each try, and an answer passed over (a
+ * follower's) is kept, in case it turns out to be the last answer.
  */
 #include "util/httpc.h"
+#include "util/httpc_int.h"
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -14,6 +19,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "util/errbuf.h"
 #include "base/banned.h"
@@ -22,7 +28,7 @@
 
 struct httpc {
     CURL *curl;
-    char base[HTTPC_URL_MAX];
+    struct httpc_addrs addrs;
     char auth[HTTPC_TOKEN_MAX + 32]; /* "Authorization: Bearer ..." or "" */
     char extra[HTTPC_HEADER_MAX];    /* "Name: value" or "" */
 };
@@ -75,11 +81,10 @@ int httpc_new(const char *base_url, const char *token, struct httpc **ret, char 
 {
     if (!base_url || !ret)
         return errbuf_set(err, errlen, GPO_EINVAL, "httpc_new: NULL argument");
-    size_t n = strlen(base_url);
-    if ((strncmp(base_url, "http://", 7) != 0 && strncmp(base_url, "https://", 8) != 0) ||
-        n >= HTTPC_URL_MAX || strpbrk(base_url, " \r\n"))
-        return errbuf_set(err, errlen, GPO_EINVAL,
-                          "URL '%.200s': expected http://HOST:PORT or https://HOST:PORT", base_url);
+    if (httpc_urls_check(base_url, NULL) != 0) {
+        struct httpc_addrs probe; /* for its message */
+        return httpc_addrs_parse(&probe, base_url, err, errlen);
+    }
     pthread_once(&global_once, global_init);
     if (global_rc != CURLE_OK)
         return errbuf_set(err, errlen, GPO_ENOMEM, "curl_global_init: %s",
@@ -87,10 +92,7 @@ int httpc_new(const char *base_url, const char *token, struct httpc **ret, char 
     struct httpc *c = calloc(1, sizeof(*c));
     if (!c)
         return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
-    while (n > 0 && base_url[n - 1] == '/')
-        n--;
-    memcpy(c->base, base_url, n);
-    c->base[n] = '\0';
+    httpc_addrs_parse(&c->addrs, base_url, NULL, 0);
     if (httpc_set_token(c, token)) {
         free(c);
         return errbuf_set(err, errlen, GPO_EINVAL, "token: too long, or a CR or LF in it");
@@ -111,6 +113,11 @@ void httpc_free(struct httpc *c)
     if (c->curl)
         curl_easy_cleanup(c->curl);
     free(c);
+}
+
+const char *httpc_url(const struct httpc *c)
+{
+    return c ? httpc_addrs_at(&c->addrs, c->addrs.cur) : "";
 }
 
 void httpc_response_release(struct httpc_response *r)
@@ -172,12 +179,11 @@ static int map_curl(CURLcode rc)
 
 /* Sets what every request shares; returns the header list to free, or NULL
  * (with *ok false when out of memory). */
-static struct curl_slist *prepare(struct httpc *c, const char *path, long timeout_ms, char *url,
-                                  size_t urllen, bool json, bool *ok)
+static struct curl_slist *prepare(struct httpc *c, const char *url, long timeout_ms, bool json,
+                                  bool *ok)
 {
     CURL *h = c->curl;
     curl_easy_reset(h);
-    snprintf(url, urllen, "%s%s", c->base, path);
     curl_easy_setopt(h, CURLOPT_URL, url);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, CONNECT_TIMEOUT_MS);
@@ -213,48 +219,154 @@ oom:
     return NULL;
 }
 
+/* The answer's status and, where they matter, its Location and role. */
+static void answer_of(CURL *h, struct httpc_try *t)
+{
+    *t = (struct httpc_try){.kind = HTTPC_TRY_ANSWER};
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &t->status);
+    /* The header as sent (CURLINFO_REDIRECT_URL is known only once the
+     * transfer ends, and a stream decides at its first byte); a relative
+     * one is on the same origin, never followed. */
+    struct curl_header *loc = NULL, *role = NULL;
+    if ((t->status == 307 || t->status == 308) &&
+        curl_easy_header(h, "Location", 0, CURLH_HEADER, -1, &loc) == CURLHE_OK &&
+        (strncasecmp(loc->value, "http://", 7) == 0 || strncasecmp(loc->value, "https://", 8) == 0))
+        t->location = loc->value;
+    if (t->status >= 300 &&
+        curl_easy_header(h, "X-Gpuorch-Role", 0, CURLH_HEADER, -1, &role) == CURLHE_OK)
+        t->follower = strcasecmp(role->value, "follower") == 0;
+}
+
+/* What a try that ended with rc came to; answered: a status line came. */
+static void try_of(CURL *h, CURLcode rc, bool answered, struct httpc_try *t)
+{
+    if (rc == CURLE_OK || answered) {
+        answer_of(h, t);
+        return;
+    }
+    long sent = 0; /* bytes of request headers sent: none means no connection */
+    curl_easy_getinfo(h, CURLINFO_REQUEST_SIZE, &sent);
+    *t = (struct httpc_try){.kind = sent == 0 ? HTTPC_TRY_UNSENT : HTTPC_TRY_BROKEN};
+}
+
+/* One request's fixed parts and its state across tries. */
+struct call {
+    const char *method, *path, *body;
+    size_t len;
+    long timeout_ms;
+    struct httpc_round round;
+    curl_off_t spent_us; /* by the tries so far */
+    char url[HTTPC_URL_MAX + 2048];
+};
+
+static int call_begin(struct httpc *c, struct call *k, char *err, size_t errlen)
+{
+    if (strlen(k->path) >= sizeof(k->url) - HTTPC_URL_MAX)
+        return errbuf_set(err, errlen, GPO_EINVAL, "%s %.200s: URL too long", k->method, k->path);
+    httpc_round_begin(&c->addrs, &k->round);
+    return 0;
+}
+
+/* The handle set up for the next try: its URL, headers and time left.
+ * Returns the header list to free after the try; NULL with *ok false when
+ * out of memory. */
+static struct curl_slist *call_prepare(struct httpc *c, struct call *k, bool *ok)
+{
+    snprintf(k->url, sizeof(k->url), "%s%s", httpc_addrs_at(&c->addrs, k->round.idx), k->path);
+    long left = k->timeout_ms - (long)(k->spent_us / 1000);
+    return prepare(c, k->url, k->timeout_ms > 0 ? (left > 0 ? left : 1) : 0, k->body != NULL, ok);
+}
+
+/* After a try: whether to try again (httpc_round_step), with the time spent. */
+static bool call_step(struct httpc *c, struct call *k, const struct httpc_try *t)
+{
+    curl_off_t us = 0;
+    curl_easy_getinfo(c->curl, CURLINFO_TOTAL_TIME_T, &us);
+    k->spent_us += us;
+    k->round.no_more = k->timeout_ms > 0 && k->spent_us / 1000 >= k->timeout_ms;
+    return httpc_round_step(&c->addrs, &k->round, t, k->path);
+}
+
+/* The error of a request that got no answer, naming the last URL tried. */
+static int call_error(const struct call *k, CURLcode rc, char *err, size_t errlen)
+{
+    if (k->round.tried > 0)
+        return errbuf_set(err, errlen, map_curl(rc), "%s %s: %s (after %zu other address%s)",
+                          k->method, k->url, curl_easy_strerror(rc), k->round.tried,
+                          k->round.tried == 1 ? "" : "es");
+    return errbuf_set(err, errlen, map_curl(rc), "%s %s: %s", k->method, k->url,
+                      curl_easy_strerror(rc));
+}
+
 int httpc_request(struct httpc *c, const char *method, const char *path, const char *body,
                   size_t len, long timeout_ms, struct httpc_response *ret, char *err, size_t errlen)
 {
     if (!c || !method || !path || path[0] != '/' || !ret || (len && !body))
         return errbuf_set(err, errlen, GPO_EINVAL, "httpc_request: bad argument");
-    char url[HTTPC_URL_MAX + 2048];
-    if (strlen(c->base) + strlen(path) >= sizeof(url))
-        return errbuf_set(err, errlen, GPO_EINVAL, "%s %.200s: URL too long", method, path);
-    bool ok;
-    struct curl_slist *hdr = prepare(c, path, timeout_ms, url, sizeof(url), body != NULL, &ok);
-    if (!ok)
-        return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
+    struct call k = {
+        .method = method, .path = path, .body = body, .len = len, .timeout_ms = timeout_ms};
+    int rc = call_begin(c, &k, err, errlen);
+    if (rc)
+        return rc;
     CURL *h = c->curl;
-    struct sink s = {0};
-    curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
-    if (strcmp(method, "HEAD") == 0)
-        curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
-    if (body || strcmp(method, "POST") == 0 || strcmp(method, "PUT") == 0) {
-        /* A POST without a body still says Content-Length: 0. */
-        curl_easy_setopt(h, CURLOPT_POSTFIELDS, body ? body : "");
-        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
+    struct sink s = {0}, kept = {0};
+    struct httpc_try t, kept_try = {0};
+    CURLcode crc;
+    for (;;) {
+        bool ok;
+        struct curl_slist *hdr = call_prepare(c, &k, &ok);
+        if (!ok) {
+            free(kept.buf);
+            return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
+        }
+        s = (struct sink){0};
+        curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
+        if (strcmp(method, "HEAD") == 0)
+            curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
+        if (body || strcmp(method, "POST") == 0 || strcmp(method, "PUT") == 0) {
+            /* A POST without a body still says Content-Length: 0. */
+            curl_easy_setopt(h, CURLOPT_POSTFIELDS, body ? body : "");
+            curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
+        }
+        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, sink_write);
+        curl_easy_setopt(h, CURLOPT_WRITEDATA, &s);
+        crc = curl_easy_perform(h);
+        curl_slist_free_all(hdr);
+        curl_easy_setopt(h, CURLOPT_HTTPHEADER, NULL);
+        /* An answer too big, or no memory for it, is still this address's. */
+        try_of(h, crc, s.over || crc == CURLE_WRITE_ERROR, &t);
+        if (!call_step(c, &k, &t))
+            break;
+        if (t.kind == HTTPC_TRY_ANSWER) { /* passed over: kept, the last one only */
+            free(kept.buf);
+            kept = s;
+            kept_try = t;
+            kept_try.location = NULL;
+        } else {
+            free(s.buf);
+        }
     }
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, sink_write);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, &s);
-    CURLcode rc = curl_easy_perform(h);
-    curl_slist_free_all(hdr);
-    curl_easy_setopt(h, CURLOPT_HTTPHEADER, NULL);
-    if (rc != CURLE_OK) {
+    if (t.kind == HTTPC_TRY_UNSENT && k.round.kept_at != SIZE_MAX) {
+        free(s.buf);
+        s = kept;
+        t = kept_try;
+        crc = CURLE_OK;
+    } else {
+        free(kept.buf);
+    }
+    if (crc != CURLE_OK) {
         free(s.buf);
         if (s.over)
-            return errbuf_set(err, errlen, GPO_E2BIG, "%s %s: answer over %zu bytes", method, url,
+            return errbuf_set(err, errlen, GPO_E2BIG, "%s %s: answer over %zu bytes", method, k.url,
                               HTTPC_BODY_MAX);
-        return errbuf_set(err, errlen, map_curl(rc), "%s %s: %s", method, url,
-                          curl_easy_strerror(rc));
+        return call_error(&k, crc, err, errlen);
     }
-    long status = 0;
-    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
     if (!s.buf && !(s.buf = calloc(1, 1)))
         return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
-    ret->status = status;
+    ret->status = t.status;
     ret->body = s.buf;
     ret->len = s.len;
+    ret->follower = t.follower;
     return 0;
 }
 
@@ -263,13 +375,27 @@ struct stream {
     void *ctx;
     bool stopped;
     CURL *h;
-    long *status; /* set at the first piece of the body */
+    long *status; /* set at the first piece of the body passed on */
+    /* Whether this try's answer is passed over (decided at its first byte),
+     * and what is needed to decide it. */
+    bool decided, skip;
+    struct sink *kept; /* a body passed over */
+    const struct httpc *c;
+    const struct call *k;
 };
 
 static size_t stream_write(char *data, size_t size, size_t nmemb, void *ctx)
 {
     struct stream *st = ctx;
     size_t n = size * nmemb;
+    if (!st->decided) {
+        struct httpc_try t;
+        answer_of(st->h, &t);
+        st->decided = true;
+        st->skip = httpc_round_again(&st->c->addrs, &st->k->round, &t, st->k->path);
+    }
+    if (st->skip)
+        return sink_write(data, size, nmemb, st->kept);
     if (st->status && !*st->status)
         curl_easy_getinfo(st->h, CURLINFO_RESPONSE_CODE, st->status);
     if (n && st->fn(data, n, st->ctx)) {
@@ -297,41 +423,87 @@ int httpc_stream_body(struct httpc *c, const char *method, const char *path, con
 {
     if (!c || !method || !path || path[0] != '/' || !on_data || (len && !body))
         return errbuf_set(err, errlen, GPO_EINVAL, "httpc_stream: bad argument");
-    char url[HTTPC_URL_MAX + 2048];
-    if (strlen(c->base) + strlen(path) >= sizeof(url))
-        return errbuf_set(err, errlen, GPO_EINVAL, "%s %.200s: URL too long", method, path);
-    bool ok;
-    struct curl_slist *hdr = prepare(c, path, timeout_ms, url, sizeof(url), body != NULL, &ok);
-    if (!ok)
-        return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
+    struct call k = {
+        .method = method, .path = path, .body = body, .len = len, .timeout_ms = timeout_ms};
+    int rc = call_begin(c, &k, err, errlen);
+    if (rc)
+        return rc;
     CURL *h = c->curl;
     long status = 0;
-    struct stream st = {on_data, ctx, false, c->curl, ret_status ? ret_status : &status};
+    struct sink skipped = {0}, kept = {0};
+    struct httpc_try t, kept_try = {0};
+    struct stream st;
+    CURLcode crc;
     if (ret_status)
         *ret_status = 0;
-    if (body) {
-        curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
-        curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
-        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
-    } else {
-        curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
+    for (;;) {
+        bool ok;
+        struct curl_slist *hdr = call_prepare(c, &k, &ok);
+        if (!ok) {
+            free(kept.buf);
+            return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
+        }
+        skipped = (struct sink){0};
+        status = 0;
+        st = (struct stream){.fn = on_data,
+                             .ctx = ctx,
+                             .h = h,
+                             .status = ret_status ? ret_status : &status,
+                             .kept = &skipped,
+                             .c = c,
+                             .k = &k};
+        if (body) {
+            curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
+            curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
+            curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
+        } else {
+            curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
+        }
+        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, stream_write);
+        curl_easy_setopt(h, CURLOPT_WRITEDATA, &st);
+        curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+        curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, stream_progress);
+        curl_easy_setopt(h, CURLOPT_XFERINFODATA, &st);
+        crc = curl_easy_perform(h);
+        curl_slist_free_all(hdr);
+        curl_easy_setopt(h, CURLOPT_HTTPHEADER, NULL);
+        if (st.stopped)
+            k.round.no_more = true;
+        try_of(h, crc, st.decided, &t);
+        if (!call_step(c, &k, &t))
+            break;
+        if (t.kind == HTTPC_TRY_ANSWER) { /* passed over: kept, the last one only */
+            free(kept.buf);
+            kept = skipped;
+            kept_try = t;
+            kept_try.location = NULL;
+        } else {
+            free(skipped.buf);
+        }
+        skipped = (struct sink){0};
     }
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, stream_write);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, &st);
-    curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
-    curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, stream_progress);
-    curl_easy_setopt(h, CURLOPT_XFERINFODATA, &st);
-    CURLcode rc = curl_easy_perform(h);
-    curl_slist_free_all(hdr);
-    curl_easy_setopt(h, CURLOPT_HTTPHEADER, NULL);
-    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+    /* The outcome: this try, or the last answer passed over (every address a
+     * follower or down); its body still to pass on where it was dropped. */
+    struct sink *late = st.skip ? &skipped : NULL;
+    if (!st.stopped && t.kind == HTTPC_TRY_UNSENT && k.round.kept_at != SIZE_MAX) {
+        late = &kept;
+        status = kept_try.status;
+        crc = CURLE_OK;
+    } else if (st.skip) {
+        status = t.status; /* the time ran out as this answer was passed over */
+    } else {
+        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+    }
     if (ret_status)
         *ret_status = status;
+    if (late && late->len && !st.stopped && crc == CURLE_OK && on_data(late->buf, late->len, ctx))
+        st.stopped = true;
+    free(skipped.buf);
+    free(kept.buf);
     if (st.stopped)
-        return errbuf_set(err, errlen, GPO_ECANCELED, "%s %s: stopped", method, url);
-    if (rc != CURLE_OK)
-        return errbuf_set(err, errlen, map_curl(rc), "%s %s: %s", method, url,
-                          curl_easy_strerror(rc));
+        return errbuf_set(err, errlen, GPO_ECANCELED, "%s %s: stopped", method, k.url);
+    if (crc != CURLE_OK)
+        return call_error(&k, crc, err, errlen);
     return 0;
 }
 

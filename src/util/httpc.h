@@ -7,6 +7,30 @@
  * one thread at a time (libcurl's easy handles are not shared); a program with
  * several threads that talk to the same server makes one client per thread.
  *
+ * Several controllers: the base URL may be a list, "http://a:8080,http://b:8080"
+ * (commas, blanks around them allowed; each entry as a single URL is; at most
+ * HTTPC_ADDRS_MAX). The client keeps a current address, where every request
+ * goes first: the list's first at the start, then the one that last answered.
+ * A request moves on within itself:
+ *   - a connection that could not be made (refused, unreachable, connect
+ *     timeout, a TLS handshake; nothing of the request was sent, so any
+ *     method is safe): the next address, at most one round over the list;
+ *   - 307 or 308 with a Location on another origin (a follower naming the
+ *     leader): that origin (the Location less the request's path, where it
+ *     ends with it) is learned, becomes current and gets the same request,
+ *     method and body (at most HTTPC_HOPS_MAX hops; never https to http);
+ *   - 503 with "X-Gpuorch-Role: follower" (a controller that leads nothing):
+ *     the next address. When every address is a follower or down, the last
+ *     answer comes back (the caller retries as it does for any 503).
+ * A request that fails once sent (a timeout in the middle of the answer, a
+ * reset) is not sent again, since a POST may have been applied: its error
+ * comes back, and the next request begins at the next address. The tries
+ * share timeout_ms. Streams follow the same way before the first byte of the
+ * body reaches the callback (the bodies of answers passed over never do). A
+ * single URL costs nothing more than before: one connection, kept alive, and
+ * a redirect to another origin is followed there too. httpc_url names the
+ * address in use, for messages.
+ *
  * Errors: functions return 0 or one of the negative HTTPC_* codes, and write
  * one line into the caller's `err` buffer (errlen bytes; may be NULL/0) that
  * names the method, the URL and libcurl's reason ("GET
@@ -23,21 +47,47 @@
 
 /* Largest answer body httpc_request keeps (httpc_stream has no limit). */
 #define HTTPC_BODY_MAX ((size_t)64 * 1024 * 1024)
-/* Longest base URL and token, NUL included. */
+/* Longest base URL (or list of them) and token, NUL included. */
 #define HTTPC_URL_MAX   1024u
 #define HTTPC_TOKEN_MAX 512u
+/* Most addresses in one list. */
+#define HTTPC_ADDRS_MAX 16u
 
 struct httpc;
 
+/* What is wrong with a list of base URLs. */
+struct httpc_urls_fault {
+    const char *entry; /* the bad entry, inside the list (borrowed) */
+    size_t len;        /* its length (0: an empty entry) */
+    size_t index;      /* which one, from 1 */
+    size_t count;      /* of how many */
+    const char *why;   /* "expected http://HOST:PORT or https://HOST:PORT", ... */
+};
+
 /*
- * A client for base_url ("http://host:port", no trailing path) sending
- * "Authorization: Bearer token" (NULL: no header). Both copied. Returns 0 and
- * *ret (caller frees with httpc_free); GPO_EINVAL (not http:// or https://,
- * too long, a token with a CR or LF); GPO_ENOMEM.
+ * Checks `list` (one base URL, or several with commas): each entry
+ * http://HOST[:PORT][/PATH] or https://..., blanks around commas allowed, no
+ * other space; no empty entry; at most HTTPC_ADDRS_MAX; the whole under
+ * HTTPC_URL_MAX bytes. 0; GPO_EINVAL with *ret (may be NULL) saying which
+ * entry and why, for callers' messages ("--server: ... 'ftp://x' (entry 2
+ * of 3)").
+ */
+int httpc_urls_check(const char *list, struct httpc_urls_fault *ret);
+
+/*
+ * A client for base_url ("http://host:port", no trailing path, or a list of
+ * them) sending "Authorization: Bearer token" (NULL: no header). Both
+ * copied. Returns 0 and *ret (caller frees with httpc_free); GPO_EINVAL
+ * (httpc_urls_check's faults, "URL 'ftp://x' (entry 2 of 3): expected ...";
+ * a token with a CR or LF); GPO_ENOMEM.
  */
 int httpc_new(const char *base_url, const char *token, struct httpc **ret, char *err,
               size_t errlen);
 void httpc_free(struct httpc *c);
+
+/* The base URL in use: the one of the last answer (or error), where the next
+ * request goes first. Borrowed until the next call on c. */
+const char *httpc_url(const struct httpc *c);
 
 /* Replaces the token (copied; NULL: none). 0, GPO_EINVAL or GPO_ENOMEM. */
 int httpc_set_token(struct httpc *c, const char *token);
@@ -48,11 +98,14 @@ int httpc_set_token(struct httpc *c, const char *token);
 #define HTTPC_HEADER_MAX 1024u
 int httpc_set_header(struct httpc *c, const char *name, const char *value);
 
-/* An answer: status and body (NUL-terminated, owned: httpc_response_release). */
+/* An answer: status and body (NUL-terminated, owned: httpc_response_release);
+ * follower: it said "X-Gpuorch-Role: follower" (every address was a
+ * follower or down, see above). */
 struct httpc_response {
     long status;
     char *body;
     size_t len;
+    bool follower;
 };
 void httpc_response_release(struct httpc_response *r);
 
