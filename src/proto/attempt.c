@@ -149,6 +149,7 @@ struct assignments_wire {
     size_t nattempts;
     struct proto_mig_plan *plans;
     size_t nplans;
+    struct wire_fence fence;
 };
 
 static const struct jsonv_field assignments_fields[] = {
@@ -163,6 +164,7 @@ static const struct jsonv_field assignments_fields[] = {
              .max_items = PROTO_GPUS_MAX, .count_offset = offsetof(struct assignments_wire, nplans),
              .elem_size = sizeof(struct proto_mig_plan), .sub = wire_mig_plan_fields,
              .nsub = WIRE_NMIG_PLAN_FIELDS),
+    WIRE_FENCE_FIELDS(struct assignments_wire, fence),
 };
 
 /* Which keys each action requires and allows (bits of enum key). */
@@ -307,7 +309,12 @@ int proto_assignments_decode(const json_t *obj, struct proto_assignments *ret, c
         rc = attempt_check(&w.attempts[k], at, err, errlen);
     }
     rc = rc ? rc : wire_mig_plans_check(w.plans, w.nplans, err, errlen);
-    struct proto_assignments m = {.rev = w.rev, .node = w.node, .nattempts = 0};
+    rc = rc ? rc : wire_fence_check(&w.fence, err, errlen);
+    struct proto_assignments m = {.rev = w.rev,
+                                  .node = w.node,
+                                  .nattempts = 0,
+                                  .fence_lease_ms = w.fence.lease_ms,
+                                  .fence_grace_ms = w.fence.grace_ms};
     if (!rc && w.nattempts && !(m.attempts = calloc(w.nattempts, sizeof(*m.attempts))))
         rc = errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
     for (size_t k = 0; k < w.nattempts && !rc; k++) {
@@ -440,5 +447,6 @@ int proto_assignments_encode(const struct proto_assignments *m, json_t **ret)
     wire_set(&e, o, "attempts", list);
     if (m->nmig_plans)
         wire_set(&e, o, "mig_plans", wire_mig_plans_json(&e, m->mig_plans, m->nmig_plans));
+    wire_fence_put(&e, o, m->fence_lease_ms, m->fence_grace_ms);
     return wire_done(&e, o, ret);
 }

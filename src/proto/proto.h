@@ -555,7 +555,8 @@ struct proto_report {
                                        when not empty) */
     size_t ndirty;                  /* 0..PROTO_DIRTY_MAX */
     struct proto_endpoint endpoint; /* "endpoint": port 0 when absent */
-    bool fenced; /* "fenced": the agent stopped it reaching no controller (written when true) */
+    bool fenced; /* "fenced": the agent stopped it reaching no controller (written when
+                    true; only with state FAILED) */
 };
 
 int proto_report_encode(const struct proto_report *m, json_t **ret);

@@ -48,6 +48,7 @@ struct node_wire {
     struct node_wire_gpus g;
     enum proto_node_state state; /* the answer's */
     char *log_token;             /* the answer's */
+    struct wire_fence fence;     /* the answer's */
 };
 
 #define NODE_FIELDS(name_flags)                                                                    \
@@ -76,6 +77,7 @@ static const struct jsonv_field registered_fields[] = {
     NODE_FIELDS(JSONV_REQUIRED),
     WIRE_REQ("state", JSONV_ENUM, struct node_wire, state, 0, 0, .choices = state_names),
     WIRE_REQ_LINE("log_token", struct node_wire, log_token, 1, PROTO_TOKEN_MAX),
+    WIRE_FENCE_FIELDS(struct node_wire, fence),
 };
 
 static void gpus_free(struct proto_gpu *gpus, size_t n)
@@ -175,7 +177,16 @@ int proto_registered_decode(const json_t *obj, struct proto_registered *ret, cha
     int rc = node_decode(obj, registered_fields, ARRAY_LEN(registered_fields), &w, err, errlen);
     if (rc)
         return rc;
-    *ret = (struct proto_registered){.node = w.n, .state = w.state, .log_token = w.log_token};
+    if ((rc = wire_fence_check(&w.fence, err, errlen)) != 0) {
+        proto_register_release(&w.n);
+        free(w.log_token);
+        return rc;
+    }
+    *ret = (struct proto_registered){.node = w.n,
+                                     .state = w.state,
+                                     .log_token = w.log_token,
+                                     .fence_lease_ms = w.fence.lease_ms,
+                                     .fence_grace_ms = w.fence.grace_ms};
     return 0;
 }
 
@@ -248,6 +259,7 @@ int proto_registered_encode(const struct proto_registered *m, json_t **ret)
         wire_set(&e, o, "state", wire_str(&e, state_names[m->state]));
     node_put(&e, o, &m->node, false);
     wire_set(&e, o, "log_token", wire_str(&e, m->log_token));
+    wire_fence_put(&e, o, m->fence_lease_ms, m->fence_grace_ms);
     return wire_done(&e, o, ret);
 }
 

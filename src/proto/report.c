@@ -64,6 +64,7 @@ static const struct jsonv_field report_fields[] = {
     WIRE_OPT("endpoint", JSONV_OBJECT, struct report_wire, ep, 0, 0, .flags = JSONV_PRESENCE,
              .presence_offset = offsetof(struct report_wire, ep_p), .sub = endpoint_fields,
              .nsub = ARRAY_LEN(endpoint_fields)),
+    WIRE_OPT("fenced", JSONV_BOOL, struct report_wire, r.fenced, 0, 0),
 };
 
 int proto_report_decode(const json_t *obj, struct proto_report *ret, char *err, size_t errlen)
@@ -77,6 +78,12 @@ int proto_report_decode(const json_t *obj, struct proto_report *ret, char *err, 
         jsonv_release(report_fields, ARRAY_LEN(report_fields), &w);
         return errbuf_set(err, errlen, GPO_EINVAL,
                           "field 'endpoint': only a RUNNING report has one, not %s",
+                          states[w.r.state]);
+    }
+    if (w.r.fenced && w.r.state != PROTO_STATE_FAILED) {
+        jsonv_release(report_fields, ARRAY_LEN(report_fields), &w);
+        return errbuf_set(err, errlen, GPO_EINVAL,
+                          "field 'fenced': only a FAILED report is fenced, not %s",
                           states[w.r.state]);
     }
     if (w.ep_p == JSONV_GIVEN)
@@ -129,6 +136,8 @@ int proto_report_encode(const struct proto_report *m, json_t **ret)
         wire_set(&e, o, "dirty_gpus", wire_strs(&e, m->dirty_gpus, m->ndirty));
     if (m->endpoint.port)
         wire_set(&e, o, "endpoint", endpoint_json(&e, &m->endpoint));
+    if (m->fenced) /* absent means false */
+        wire_set(&e, o, "fenced", json_true());
     return wire_done(&e, o, ret);
 }
 

@@ -139,6 +139,27 @@ int wire_gpus_unique(const void *v, size_t n, size_t size, size_t index_offset, 
     return 0;
 }
 
+int wire_fence_check(const struct wire_fence *f, char *err, size_t errlen)
+{
+    if (f->grace_p == JSONV_GIVEN && f->lease_ms == 0)
+        return errbuf_set(err, errlen, GPO_EINVAL,
+                          "field 'fence_grace_ms': only with a fence_lease_ms above 0");
+    return 0;
+}
+
+void wire_fence_put(struct wire_enc *e, json_t *o, int64_t lease_ms, int64_t grace_ms)
+{
+    if (!lease_ms)
+        return;
+    if (lease_ms < 0 || lease_ms > PROTO_FENCE_MS_MAX || grace_ms < 0 ||
+        grace_ms > PROTO_FENCE_MS_MAX) {
+        wire_fail(e, GPO_EINVAL);
+        return;
+    }
+    wire_set(e, o, "fence_lease_ms", wire_int(e, lease_ms));
+    wire_set(e, o, "fence_grace_ms", wire_int(e, grace_ms));
+}
+
 void wire_free_strs(char **v, size_t n)
 {
     for (size_t k = 0; v && k < n; k++)

@@ -76,6 +76,27 @@ void wire_free_strs(char **v, size_t n);
 #define WIRE_OPT_LINE(key, type, m, lo, hi)                                                        \
     WIRE_OPT(key, JSONV_STRING, type, m, lo, hi, .flags = JSONV_TEXT)
 
+/* ---- fencing: the registration answer and the assignments answer ---- */
+
+/* The fence settings as jsonv fills them. */
+struct wire_fence {
+    int64_t lease_ms, grace_ms;
+    enum jsonv_presence grace_p;
+};
+
+/* Field-table entries for a struct wire_fence member m of type. */
+#define WIRE_FENCE_FIELDS(type, m)                                                                 \
+    WIRE_OPT("fence_lease_ms", JSONV_INT64, type, m.lease_ms, 0, PROTO_FENCE_MS_MAX),              \
+        WIRE_OPT("fence_grace_ms", JSONV_INT64, type, m.grace_ms, 0, PROTO_FENCE_MS_MAX,           \
+                 .flags = JSONV_PRESENCE, .presence_offset = offsetof(type, m.grace_p))
+
+/* A grace comes only with a lease that is not 0: 0, or GPO_EINVAL naming
+ * "fence_grace_ms". */
+int wire_fence_check(const struct wire_fence *f, char *err, size_t errlen);
+/* Writes both keys into o when lease_ms is not 0 (neither when it is);
+ * a value outside 0..PROTO_FENCE_MS_MAX is GPO_EINVAL. */
+void wire_fence_put(struct wire_enc *e, json_t *o, int64_t lease_ms, int64_t grace_ms);
+
 /* ---- MIG instances and plans (mig.c) ---- */
 
 /* An instance as jsonv fills it: ci_id's presence says whether it is none. */

@@ -4,8 +4,9 @@
  * node the controller's model reads back); every bad field is refused with
  * a message naming it; a kill without "as" is read from its reason; a
  * heartbeat's figures of the wrong type are refused, null ones not
- * reported; encoders refuse what cannot be written; the limits are the
- * controller's. test_proto_checks.c has the checks on values. */
+ * reported; the fence settings and "fenced" are absent when off; encoders
+ * refuse what cannot be written; the limits are the controller's. test_proto_checks.c has the
+ * checks on values. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -377,6 +378,110 @@ static void test_mps_is_false_when_absent_and_written_only_when_true(void **stat
     json_decref(o);
 }
 
+/* The fence settings (docs/agent.md, "Fencing") of an answer: absent is
+ * 0 (no fencing, as from an older controller) and stays absent; a lease of
+ * 0 writes neither key; set ones come back as they were. */
+static void fence_of(enum kind k, const union any *m, int64_t *lease, int64_t *grace)
+{
+    *lease = k == REGISTERED ? m->regd.fence_lease_ms : m->asg.fence_lease_ms;
+    *grace = k == REGISTERED ? m->regd.fence_grace_ms : m->asg.fence_grace_ms;
+}
+
+static void test_fence_settings_are_absent_when_off_and_round_trip_when_on(void **state)
+{
+    (void)state;
+    static const enum kind kinds[] = {REGISTERED, ASSIGNMENTS};
+    for (size_t i = 0; i < ARRAY_LEN(kinds); i++) {
+        enum kind k = kinds[i];
+        json_t *o = base(k), *out = NULL;
+        union any m;
+        int64_t lease, grace;
+        char err[256] = "";
+        assert_int_equal(decode(k, o, &m, err, sizeof(err)), 0);
+        fence_of(k, &m, &lease, &grace);
+        assert_int_equal(lease, 0);
+        assert_int_equal(grace, 0);
+        /* A grace alone is not written: the lease says whether to fence. */
+        *(k == REGISTERED ? &m.regd.fence_grace_ms : &m.asg.fence_grace_ms) = 5000;
+        assert_int_equal(encode(k, &m, &out), 0);
+        assert_null(json_object_get(out, "fence_lease_ms"));
+        assert_null(json_object_get(out, "fence_grace_ms"));
+        json_decref(out);
+        release(k, &m);
+        patch(o, "fence_lease_ms", "29000");
+        patch(o, "fence_grace_ms", "0");
+        assert_int_equal(decode(k, o, &m, err, sizeof(err)), 0);
+        fence_of(k, &m, &lease, &grace);
+        assert_int_equal(lease, 29000);
+        assert_int_equal(grace, 0);
+        assert_int_equal(encode(k, &m, &out), 0);
+        assert_true(json_equal(out, o));
+        json_decref(out);
+        release(k, &m);
+        patch(o, "fence_lease_ms", "86400000"); /* the most */
+        patch(o, "fence_grace_ms", NULL);       /* a lease alone: grace 0 */
+        assert_int_equal(decode(k, o, &m, err, sizeof(err)), 0);
+        fence_of(k, &m, &lease, &grace);
+        assert_int_equal(lease, PROTO_FENCE_MS_MAX);
+        assert_int_equal(grace, 0);
+        release(k, &m);
+        json_decref(o);
+    }
+}
+
+/* Encoders refuse fence settings out of range rather than write them. */
+static void test_fence_settings_out_of_range_are_not_written(void **state)
+{
+    (void)state;
+    static const int64_t leases[] = {-1, PROTO_FENCE_MS_MAX + 1, 3000, 3000};
+    static const int64_t graces[] = {0, 0, -1, PROTO_FENCE_MS_MAX + 1};
+    for (size_t i = 0; i < ARRAY_LEN(leases); i++) {
+        json_t *out = NULL;
+        struct proto_assignments a = {
+            .node = "n1", .fence_lease_ms = leases[i], .fence_grace_ms = graces[i]};
+        assert_int_equal(proto_assignments_encode(&a, &out), GPO_EINVAL);
+        assert_null(out);
+    }
+}
+
+/* "fenced": absent is false and stays absent; true comes back true, and
+ * only a FAILED report is fenced. */
+static void test_fenced_is_false_when_absent_and_only_a_failure_is_fenced(void **state)
+{
+    (void)state;
+    json_t *o = base(REPORT), *out = NULL;
+    struct proto_report r;
+    char err[256] = "";
+    assert_int_equal(proto_report_decode(o, &r, err, sizeof(err)), 0);
+    assert_false(r.fenced);
+    assert_int_equal(proto_report_encode(&r, &out), 0);
+    assert_null(json_object_get(out, "fenced"));
+    json_decref(out);
+    proto_report_release(&r);
+    patch(o, "fenced", "true");
+    patch(o, "reason", "\"fenced: no controller reached for 29 s\"");
+    assert_int_equal(proto_report_decode(o, &r, err, sizeof(err)), 0);
+    assert_true(r.fenced);
+    assert_int_equal(r.state, PROTO_STATE_FAILED);
+    assert_int_equal(proto_report_encode(&r, &out), 0);
+    assert_true(json_equal(out, o));
+    json_decref(out);
+    proto_report_release(&r);
+    patch(o, "fenced", "false"); /* false may be written; it reads as absent */
+    assert_int_equal(proto_report_decode(o, &r, err, sizeof(err)), 0);
+    assert_false(r.fenced);
+    proto_report_release(&r);
+    static const char *const others[] = {"\"RUNNING\"", "\"COMPLETED\"", "\"CANCELLED\""};
+    patch(o, "fenced", "true");
+    for (size_t i = 0; i < ARRAY_LEN(others); i++) {
+        patch(o, "state", others[i]);
+        memset(&r, 0x5a, sizeof(r));
+        assert_int_equal(proto_report_decode(o, &r, err, sizeof(err)), GPO_EINVAL);
+        assert_non_null(strstr(err, "field 'fenced': only a FAILED report is fenced"));
+    }
+    json_decref(o);
+}
+
 static void test_absent_members_decode_as_none(void **state)
 {
     (void)state;
@@ -636,6 +741,11 @@ static const struct bad {
     {REGISTERED, "name", NULL, GPO_EINVAL, "missing required field 'name'"},
     {REGISTERED, "state", "\"sideways\"", GPO_EINVAL, "field 'state'"},
     {REGISTERED, "log_token", "\"\"", GPO_ERANGE, "field 'log_token'"},
+    {REGISTERED, "fence_lease_ms", "-1", GPO_ERANGE, "field 'fence_lease_ms'"},
+    {REGISTERED, "fence_lease_ms", "86400001", GPO_ERANGE, "field 'fence_lease_ms'"},
+    {REGISTERED, "fence_lease_ms", "\"3s\"", GPO_EINVAL, "field 'fence_lease_ms'"},
+    {REGISTERED, "fence_grace_ms", "1000", GPO_EINVAL,
+     "field 'fence_grace_ms': only with a fence_lease_ms above 0"},
     {HEARTBEAT, "gpus", NULL, GPO_EINVAL, "missing required field 'gpus'"},
     {HEARTBEAT, "extra", "1", GPO_EINVAL, "unknown field 'extra'"},
     {HEARTBEAT, "gpus.0.index", "\"0\"", GPO_EINVAL, "field 'gpus[0].index'"},
@@ -655,6 +765,11 @@ static const struct bad {
     {HEARTBEAT, "sampled_at_ms", "\"now\"", GPO_EINVAL, "field 'sampled_at_ms'"},
     {HEARTBEAT, "sampled_at_ms", "-1", GPO_ERANGE, "field 'sampled_at_ms'"},
     {ASSIGNMENTS, "rev", "-1", GPO_ERANGE, "field 'rev'"},
+    {ASSIGNMENTS, "fence_lease_ms", "1.5", GPO_EINVAL, "field 'fence_lease_ms'"},
+    {ASSIGNMENTS, "fence_lease_ms", "86400001", GPO_ERANGE, "field 'fence_lease_ms'"},
+    {ASSIGNMENTS, "fence_grace_ms", "-1", GPO_ERANGE, "field 'fence_grace_ms'"},
+    {ASSIGNMENTS, "fence_grace_ms", "0", GPO_EINVAL,
+     "field 'fence_grace_ms': only with a fence_lease_ms above 0"},
     {ASSIGNMENTS, "node", NULL, GPO_EINVAL, "missing required field 'node'"},
     {ASSIGNMENTS, "attempts", "{}", GPO_EINVAL, "field 'attempts'"},
     {ASSIGNMENTS, "attempts.0.job", "0", GPO_ERANGE, "field 'attempts[0].job'"},
@@ -739,6 +854,8 @@ static const struct bad {
     {REPORT, "reason", "\"" A121 "\"", GPO_ERANGE, "field 'reason'"},
     {REPORT, "dirty_gpus.0", "\"\"", GPO_ERANGE, "field 'dirty_gpus"},
     {REPORT, "colour", "1", GPO_EINVAL, "unknown field 'colour'"},
+    {REPORT, "fenced", "1", GPO_EINVAL, "field 'fenced'"},
+    {REPORT, "fenced", "null", GPO_EINVAL, "field 'fenced'"},
 };
 
 static void test_every_bad_field_is_refused_by_name(void **state)
@@ -848,6 +965,9 @@ int main(void)
         cmocka_unit_test(test_decoded_fields_hold_the_wire_values),
         cmocka_unit_test(test_absent_members_decode_as_none),
         cmocka_unit_test(test_mps_is_false_when_absent_and_written_only_when_true),
+        cmocka_unit_test(test_fence_settings_are_absent_when_off_and_round_trip_when_on),
+        cmocka_unit_test(test_fence_settings_out_of_range_are_not_written),
+        cmocka_unit_test(test_fenced_is_false_when_absent_and_only_a_failure_is_fenced),
         cmocka_unit_test(test_a_run_with_the_controllers_spec_decodes),
         cmocka_unit_test(test_registration_meets_the_controllers_model),
         cmocka_unit_test(test_a_kill_says_its_cause_not_its_reason),
