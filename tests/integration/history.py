@@ -25,8 +25,11 @@ present exactly once at the end."""
 
 import json
 import os
-import threading
 import time
+
+from harness import Periodic, gpu_envs
+
+ENV = ("CUDA_VISIBLE_DEVICES", "GPUORCH_JOB_ID", "GPUORCH_ATTEMPT", "GPUORCH_GPU_MILLI")
 
 SAMPLE_S = 0.1
 
@@ -44,13 +47,6 @@ class Sample:
         self.t, self.leader, self.epoch = t, leader, epoch
         self.view, self.procs, self.fractions = view, procs, set(fractions)
 
-    def jobs_alive(self):
-        """{job: {attempt: hosts}} of the processes seen."""
-        out = {}
-        for (job, attempt), p in self.procs.items():
-            out.setdefault(job, {})[attempt] = set(p["hosts"])
-        return out
-
 
 def scan_processes(uuids, host_of_inode):
     """PROCS of a Sample: the live processes on the GPUs UUIDS, by (job,
@@ -58,86 +54,52 @@ def scan_processes(uuids, host_of_inode):
     their network namespace), or "?") and GPUs; and the set of jobs whose
     processes say they hold a fraction."""
     found, fractions = {}, set()
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                raw = f.read()
-            inode = os.stat(f"/proc/{pid}/ns/net").st_ino
-            with open(f"/proc/{pid}/stat") as f:
-                stat = f.read()
-        except OSError:  # gone meanwhile, or a kernel thread
-            continue
-        if stat[stat.rfind(")") + 2:][:1] in ("Z", "X", ""):
-            continue  # a zombie has ended
-        env = {}
-        for item in raw.split(b"\0"):
-            k, eq, v = item.partition(b"=")
-            if eq and k in (b"CUDA_VISIBLE_DEVICES", b"GPUORCH_JOB_ID", b"GPUORCH_ATTEMPT",
-                            b"GPUORCH_GPU_MILLI"):
-                env[k.decode()] = v.decode(errors="replace")
-        gpus = [u for u in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if u in uuids]
-        if not gpus or "GPUORCH_JOB_ID" not in env:
+    for pid, env, gpus in gpu_envs(uuids, ENV):
+        if "GPUORCH_JOB_ID" not in env:
             continue
         try:
             key = (int(env["GPUORCH_JOB_ID"]), int(env.get("GPUORCH_ATTEMPT", "0")))
-        except ValueError:
+            inode = os.stat(f"/proc/{pid}/ns/net").st_ino
+        except (ValueError, OSError):  # not a number, or gone meanwhile
             continue
         if "GPUORCH_GPU_MILLI" in env:
             fractions.add(key[0])
         entry = found.setdefault(key, {"pids": [], "hosts": set(), "gpus": set()})
-        entry["pids"].append(int(pid))
+        entry["pids"].append(pid)
         entry["hosts"].add(host_of_inode(inode) or "?")
         entry["gpus"].update(gpus)
     return found, fractions
 
 
-class Sampler:
+class Sampler(Periodic):
     """Samples every SAMPLE_S seconds until stop(). CONTROLLERS: a function
     returning the controllers' base URLs; CALL(base, method, path, query,
     timeout) -> (status, JSON) or raises OSError; UUIDS the test's GPUs
     (add() takes more); HOST_OF_INODE as scan_processes'. The HTTP requests
     go from the namespace of the thread that calls start()."""
 
+    PERIOD = SAMPLE_S
+
     def __init__(self, controllers, call, uuids, host_of_inode):
+        super().__init__(uuids)
         self.controllers, self.call = controllers, call
-        self.uuids, self.host_of_inode = set(uuids), host_of_inode
+        self.host_of_inode = host_of_inode
         self.samples = []
         self.errors = []
         self.leader = None
-        self.lock = threading.Lock()
-        self.stopped = threading.Event()
-        self.thread = threading.Thread(target=self._loop, daemon=True)
-
-    def add(self, uuids):
-        with self.lock:
-            self.uuids |= set(uuids)
-
-    def start(self):
-        self.thread.start()
-        return self
 
     def stop(self):
-        self.stopped.set()
-        self.thread.join(timeout=30)
-        return self.samples
+        """Stops the thread; returns the samples."""
+        self.halt()
+        return self.snapshot()
 
     def snapshot(self):
         with self.lock:
             return list(self.samples)
 
-    def _loop(self):
-        while not self.stopped.is_set():
-            t0 = time.monotonic()
-            try:
-                s = self.sample()
-                with self.lock:
-                    self.samples.append(s)
-            except Exception as e:  # a sampler that breaks says so, and goes on
-                if len(self.errors) < 20:
-                    self.errors.append(repr(e))
-            self.stopped.wait(max(0.0, SAMPLE_S - (time.monotonic() - t0)))
+    def failed(self, error):
+        if len(self.errors) < 20:
+            self.errors.append(repr(error))
 
     def find_leader(self):
         """(URL, epoch) of the controller whose health says it leads, else (None, None)."""
@@ -170,6 +132,12 @@ class Sampler:
                 return view
 
     def sample(self):
+        s = self.look()
+        with self.lock:
+            self.samples.append(s)
+
+    def look(self):
+        """One Sample, now."""
         t = time.monotonic()
         view, epoch = None, None
         if self.leader:
