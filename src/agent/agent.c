@@ -75,7 +75,8 @@ struct agent {
 static void usage(FILE *out)
 {
     fprintf(out,
-            "usage: gpuorch agent --server URL --join-token FILE [--name NAME] [--pool POOL]\n"
+            "usage: gpuorch agent --server URL[,URL...] --join-token FILE [--name NAME]\n"
+            "                     [--pool POOL]\n"
             "                     [--state-dir DIR] [--nvml PATH] [--addr ADDR]\n"
             "                     [--log-listen ADDR:PORT] [--cgroup-root PATH|auto|none]\n"
             "                     [--run-as USER] [--allow-root] [--kill-grace S]\n"
@@ -94,7 +95,9 @@ static void usage(FILE *out)
             "agent stops or crashes; a restarted agent takes them up again. See\n"
             "docs/agent.md.\n"
             "\n"
-            "  --server URL          the controller, e.g. http://10.0.0.1:8080 (required)\n"
+            "  --server URL[,URL...] the controller, e.g. http://10.0.0.1:8080 (required);\n"
+            "                        several controllers' URLs, with commas: the leader is\n"
+            "                        found among them and followed when it changes\n"
             "  --join-token FILE     the controller's DATA/join.token (required)\n"
             "  --name NAME           the node's name (default: the host name)\n"
             "  --pool POOL           the pool it joins (default main)\n"
@@ -136,6 +139,14 @@ static int usage_error(const char *flag, const char *value, const char *expected
 {
     fprintf(stderr, "gpuorch agent: %s: expected %s%s%s%s\n", flag, expected,
             value ? ", got '" : "", value ? value : "", value ? "'" : "");
+    return 2;
+}
+
+/* A bad --server list, naming the bad entry. */
+static int server_error(const struct httpc_urls_fault *f)
+{
+    char text[HTTPC_URL_FAULT_MAX];
+    fprintf(stderr, "gpuorch agent: --server %s\n", httpc_urls_describe(f, text, sizeof(text)));
     return 2;
 }
 
@@ -247,8 +258,9 @@ static int parse_args(int argc, char **argv, struct agent_args *a)
         return usage_error("--server", NULL, "the controller's URL (http://HOST:PORT)");
     if (!a->join_file)
         return usage_error("--join-token", NULL, "the file holding the join token");
-    if (strncmp(a->server, "http://", 7) != 0 && strncmp(a->server, "https://", 8) != 0)
-        return usage_error("--server", a->server, "http://HOST:PORT or https://HOST:PORT");
+    struct httpc_urls_fault f;
+    if (httpc_urls_check(a->server, &f) != 0)
+        return server_error(&f);
     return 0;
 }
 
@@ -311,10 +323,11 @@ static int register_node(struct agent *ag, struct httpc *c, char *err, size_t er
         agent_log("registered node '%s' (%u GPU(s), pool %s, log port %u)", ag->name,
                   gpu_count(ag->gpus), ag->a.pool, logsrv_port(ag->logs));
     } else if (!rc && (r.status == 200 || r.status == 201)) {
-        rc = errbuf_set(err, errlen, GPO_EAPI, "PUT %s: %ld, an answer we cannot read: %s", path,
-                        r.status, why);
+        rc = errbuf_set(err, errlen, GPO_EAPI, "PUT %s%s: %ld, an answer we cannot read: %s",
+                        httpc_url(c), path, r.status, why);
     } else if (!rc) {
-        rc = errbuf_set(err, errlen, GPO_EAPI, "PUT %s: %ld %.300s", path, r.status, r.body);
+        rc = errbuf_set(err, errlen, GPO_EAPI, "PUT %s%s: %ld %.300s", httpc_url(c), path, r.status,
+                        r.body);
     }
     pthread_mutex_unlock(&ag->reg_lock);
     json_decref(ans);

@@ -60,7 +60,8 @@ void cli_help_common(FILE *out, bool json)
     if (json)
         fprintf(out, "  --json              print the API's JSON instead of text\n");
     fprintf(out, "  --server URL        the controller (else $GPUORCH_SERVER, the config file,\n"
-                 "                      or " CLI_DEFAULT_SERVER ")\n"
+                 "                      or " CLI_DEFAULT_SERVER "); several controllers' URLs\n"
+                 "                      with commas: the leader among them answers\n"
                  "  --token TOKEN       the API token (else $GPUORCH_TOKEN)\n"
                  "  --token-file FILE   a file holding the token (else $GPUORCH_TOKEN_FILE, or\n"
                  "                      token_file in the config file)\n"
@@ -331,15 +332,16 @@ static void config_relative(const char *cfg_path, const char *value, char *const
 
 static int check_server(const char *url, const char *from, char *err, size_t errlen)
 {
-    bool ok =
-        (strncmp(url, "http://", 7) == 0 && url[7]) || (strncmp(url, "https://", 8) == 0 && url[8]);
-    if (!ok || strlen(url) >= HTTPC_URL_MAX || strpbrk(url, " \t\r\n")) {
-        char q[JSONV_QUOTE_MAX + 4];
-        return errbuf_set(err, errlen, GPO_EUSAGE,
-                          "server '%s' (from %s): expected http://HOST:PORT or https://HOST:PORT",
-                          jsonv_quote(url, strlen(url), q), from);
-    }
-    return 0;
+    struct httpc_urls_fault f;
+    if (httpc_urls_check(url, &f) == 0)
+        return 0;
+    char q[JSONV_QUOTE_MAX + 4], where[PATH_LEN + 64];
+    if (f.count > 1)
+        snprintf(where, sizeof(where), "entry %zu of %zu, from %s", f.index, f.count, from);
+    else
+        snprintf(where, sizeof(where), "from %s", from);
+    return errbuf_set(err, errlen, GPO_EUSAGE, "server '%s' (%s): %s",
+                      jsonv_quote(f.entry, f.len, q), where, f.why);
 }
 
 /* The token, from the first place that gives one (see cli.h). */

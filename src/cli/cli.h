@@ -19,7 +19,9 @@
  *      lines and `#` comments; an unknown key is an error naming the file
  *      and line.
  * Each of the two is taken from the first place that gives it; the server
- * defaults to CLI_DEFAULT_SERVER, the token has no default.
+ * defaults to CLI_DEFAULT_SERVER, the token has no default. The server may
+ * be a list of several controllers' URLs, "http://a:8080,http://b:8080"
+ * (util/httpc.h: the leader among them is found and followed).
  *
  * Errors: functions return 0 or a negative GPO_* code and, where a caller
  * buffer is passed, one line that names the problem. The functions that

@@ -477,7 +477,8 @@ int jobs_whoami_command(int argc, char **argv)
     free(pos);
     if (rc == 0 && a.co.help) {
         printf("usage: gpuorch whoami [--json]\n\n"
-               "Shows whom the token belongs to (user, role, team) and the server it goes to.\n");
+               "Shows whom the token belongs to (user, role, team) and the server it goes to\n"
+               "(of a list of several, the one that answered).\n");
         cli_help_common(stdout, true);
         return 0;
     }
@@ -496,7 +497,7 @@ int jobs_whoami_command(int argc, char **argv)
         line("user:", cli_json_str(me, "name"));
         line("role:", cli_json_str(me, "role"));
         line("team:", cli_json_str(me, "team"));
-        line("server:", c.conn.server);
+        line("server:", httpc_url(c.client.http)); /* the one that answered, of a list */
     }
     cli_disconnect(&c);
     json_decref(me);

@@ -65,6 +65,22 @@ int client_api_error(long status, const char *body, size_t len, char *err, size_
     return GPO_EAPI;
 }
 
+/* A follower's answer: every controller of the list was a follower or
+ * down (util/httpc.h). Names the one that answered; its "error" is a string. */
+static int follower_error(const struct client *c, const struct httpc_response *r, char *err,
+                          size_t errlen)
+{
+    json_t *o = r->len ? json_loadb(r->body, r->len, 0, NULL) : NULL;
+    const char *msg = json_string_value(json_object_get(o, "error"));
+    char line[CLIENT_ERR_MAX];
+    one_line(msg ? msg : "(no message)", strlen(msg ? msg : "(no message)"), line, 300);
+    errbuf_set(err, errlen, GPO_EAPI, "%ld from %s, a follower: %s%s", r->status,
+               httpc_url(c->http), line,
+               strchr(c->url, ',') ? " (every controller in the list is a follower or down)" : "");
+    json_decref(o);
+    return GPO_EAPI;
+}
+
 int client_call(struct client *c, const char *method, const char *path, const json_t *body,
                 json_t **ret, char *err, size_t errlen)
 {
@@ -82,7 +98,9 @@ int client_call(struct client *c, const char *method, const char *path, const js
         return errbuf_set(err, errlen, GPO_ECONNREFUSED, "no answer: %s", herr);
     json_t *v = NULL;
     c->status = r.status;
-    if (r.status < 200 || r.status > 299) {
+    if (r.follower) {
+        rc = follower_error(c, &r, err, errlen);
+    } else if (r.status < 200 || r.status > 299) {
         rc = client_api_error(r.status, r.body, r.len, err, errlen);
     } else if (r.len) {
         json_error_t je;

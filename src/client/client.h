@@ -17,7 +17,10 @@
  *   GPO_EAPI          the server answered an error: "STATUS CODE: MESSAGE"
  *                     from the API's error object ("404 not_found: no job
  *                     7"), else the status and the first line of the body;
- *                     or a 2xx answer that is not JSON
+ *                     or a 2xx answer that is not JSON; a follower's 503
+ *                     (no controller of the URL's list leads) names the
+ *                     address: "503 from http://b:8080, a follower: no
+ *                     leader yet (every controller in the list ...)"
  *   GPO_ECONNREFUSED  no answer (refused, timed out, TLS): "no answer: " and
  *                     the HTTP client's line
  *   GPO_ENAMETOOLONG  a name or value too long for a request's path; nothing
@@ -45,12 +48,13 @@
 #define CLIENT_PATH_MAX        4096   /* a request's path and query */
 
 struct client {
-    char url[HTTPC_URL_MAX]; /* the server's base URL, as given */
+    char url[HTTPC_URL_MAX]; /* the server's base URL (or list of them), as given */
     struct httpc *http;
     long status; /* the status of the last answer; 0: none came */
 };
 
-/* Binds c to `url` ("http://host:port") and `token` (NULL: none); both
+/* Binds c to `url` ("http://host:port", or several controllers' with
+ * commas: util/httpc.h) and `token` (NULL: none); both
  * copied. 0; GPO_EINVAL (a URL that is not http:// or https://, too long,
  * a token with a CR or LF); GPO_ENOMEM. Release with client_release, also
  * after a failure. */

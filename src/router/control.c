@@ -83,7 +83,7 @@ static void *poll_main(void *arg)
         int rc =
             httpc_request(c, "GET", path, NULL, 0, POLL_WAIT_MS + 15000, &ans, err, sizeof(err));
         if (!rc && ans.status != 200) {
-            snprintf(err, sizeof(err), "GET %s: status %ld", path, ans.status);
+            snprintf(err, sizeof(err), "GET %s%s: status %ld", httpc_url(c), path, ans.status);
             rc = GPO_EAPI;
         }
         if (!rc)
@@ -189,7 +189,8 @@ static void report_send(struct router *r, struct httpc *c, int64_t interval_us, 
                            sizeof(err));
     free(text);
     if (!rc && ans.status >= 300) {
-        snprintf(err, sizeof(err), "POST /v1/router/report: status %ld", ans.status);
+        snprintf(err, sizeof(err), "POST %s/v1/router/report: status %ld", httpc_url(c),
+                 ans.status);
         rc = GPO_EAPI;
     }
     httpc_response_release(&ans);

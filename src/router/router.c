@@ -17,6 +17,7 @@
 #include <jansson.h>
 
 #include "router/router.h"
+#include "util/httpc.h"
 #include "util/log.h"
 #include "util/opts.h"
 #include "util/prom.h"
@@ -36,7 +37,8 @@ void router_log(const char *fmt, ...)
 static void usage(FILE *out)
 {
     fprintf(out,
-            "usage: gpuorch router --server URL --join-token FILE [--listen ADDR:PORT]\n"
+            "usage: gpuorch router --server URL[,URL...] --join-token FILE\n"
+            "                      [--listen ADDR:PORT]\n"
             "                      [--name NAME] [--threads N] [--max-connections N]\n"
             "                      [--max-body BYTES] [--max-header BYTES] [--idle-timeout S]\n"
             "\n"
@@ -48,7 +50,9 @@ static void usage(FILE *out)
             "/v1/chat/completions, /v1/completions and /v1/embeddings; GET /v1/models\n"
             "lists the models, GET /metrics and /healthz are its own. See docs/router.md.\n"
             "\n"
-            "  --server URL          the controller, e.g. http://10.0.0.1:8080 (required)\n"
+            "  --server URL[,URL...] the controller, e.g. http://10.0.0.1:8080 (required);\n"
+            "                        several controllers' URLs, with commas: the leader is\n"
+            "                        found among them and followed when it changes\n"
             "  --join-token FILE     the controller's DATA/join.token (required)\n"
             "  --listen ADDR:PORT    where clients connect (default 127.0.0.1:8081)\n"
             "  --name NAME           the name it reports under (default: the host name)\n"
@@ -124,8 +128,13 @@ static int parse_args(int argc, char **argv, struct router_args *a)
         return usage_error("--server", NULL, "the controller's URL (http://HOST:PORT)");
     if (!a->join_file)
         return usage_error("--join-token", NULL, "the file holding the join token");
-    if (strncmp(a->server, "http://", 7) != 0 && strncmp(a->server, "https://", 8) != 0)
-        return usage_error("--server", a->server, "http://HOST:PORT or https://HOST:PORT");
+    struct httpc_urls_fault f;
+    char text[HTTPC_URL_FAULT_MAX];
+    if (httpc_urls_check(a->server, &f) != 0) {
+        fprintf(stderr, "gpuorch router: --server %s\n",
+                httpc_urls_describe(&f, text, sizeof(text)));
+        return 2;
+    }
     return 0;
 }
 

@@ -73,6 +73,10 @@ struct httpc_urls_fault {
  * of 3)").
  */
 int httpc_urls_check(const char *list, struct httpc_urls_fault *ret);
+/* A fault as "'ftp://x' (entry 2 of 3): WHY" ("'ENTRY': WHY" in a list of
+ * one) into buf (len bytes; HTTPC_URL_FAULT_MAX holds any); returns buf. */
+#define HTTPC_URL_FAULT_MAX 320u
+const char *httpc_urls_describe(const struct httpc_urls_fault *f, char *buf, size_t len);
 
 /*
  * A client for base_url ("http://host:port", no trailing path, or a list of

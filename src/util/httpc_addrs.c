@@ -101,16 +101,24 @@ bad:
     return GPO_EINVAL;
 }
 
+const char *httpc_urls_describe(const struct httpc_urls_fault *f, char *buf, size_t len)
+{
+    int n = (int)(f->len > 200 ? 200 : f->len);
+    if (f->count > 1)
+        snprintf(buf, len, "'%.*s' (entry %zu of %zu): %s", n, f->entry, f->index, f->count,
+                 f->why);
+    else
+        snprintf(buf, len, "'%.*s': %s", n, f->entry, f->why);
+    return buf;
+}
+
 int httpc_addrs_parse(struct httpc_addrs *a, const char *list, char *err, size_t errlen)
 {
     struct httpc_urls_fault f;
-    if (httpc_urls_check(list, &f) != 0) {
-        if (f.count > 1)
-            return errbuf_set(err, errlen, GPO_EINVAL, "URL '%.*s' (entry %zu of %zu): %s",
-                              (int)(f.len > 200 ? 200 : f.len), f.entry, f.index, f.count, f.why);
-        return errbuf_set(err, errlen, GPO_EINVAL, "URL '%.*s': %s",
-                          (int)(f.len > 200 ? 200 : f.len), f.entry, f.why);
-    }
+    char text[HTTPC_URL_FAULT_MAX];
+    if (httpc_urls_check(list, &f) != 0)
+        return errbuf_set(err, errlen, GPO_EINVAL, "URL %s",
+                          httpc_urls_describe(&f, text, sizeof(text)));
     memset(a, 0, sizeof(*a));
     size_t o = 0;
     for (const char *p = list;; p++) {

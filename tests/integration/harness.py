@@ -642,10 +642,10 @@ class FakeAgent:
         self.private_cgroup = None  # made by start() when .cgroup is unset
         self.tmp = tmp
         self.proc = None
-        # Where it runs and whom it talks to; a test of hosts in network namespaces
-        # (netns.py) sets them: the controllers' URLs, its host's address, the
-        # words that start it in its host (nsenter ...), the join token's file.
-        self.server_url = None  # default http://127.0.0.1:PORT of srv
+        self.server = None  # --server: the server's URL unless set (a list, say)
+        # Where it runs; a test of hosts in network namespaces (netns.py) sets
+        # them: its host's address, the words that start it in its host
+        # (nsenter ...), the join token's file.
         self.addr = "127.0.0.1"
         self.prefix = []
         self.join_file = None  # default srv's DATA/join.token
@@ -655,9 +655,9 @@ class FakeAgent:
         write_atomic(self.gpu_file, json.dumps({"gpus": gpus}))
 
     def start(self):
+        server = self.server or f"http://127.0.0.1:{self.srv.port}"
         args = list(self.prefix) + [
-            self.binary, "agent", "--server",
-            self.server_url or f"http://127.0.0.1:{self.srv.port}",
+            self.binary, "agent", "--server", server,
             "--join-token", self.join_file or self.srv.token_file("join"), "--name", self.name,
             "--pool", self.pool, "--state-dir", self.state, "--nvml", self.nvml,
             "--addr", self.addr, "--log-listen", f"{self.addr}:0"]

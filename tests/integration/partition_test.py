@@ -288,7 +288,7 @@ class Cluster:
             uuids = [fake_gpu_uuid(no, g, tag=f"5{self.tag:03d}") for g in range(ngpus)]
             ag = FakeAgent(BIN, None, self.tmp, FAKENVML, name, uuids)
             ag.write_gpu_list([{"uuid": u, "process_memory_mib": 512} for u in uuids])
-            ag.server_url = ",".join(self.urls)
+            ag.server = ",".join(self.urls)
             ag.addr = NET.hosts[name].addr
             ag.prefix = NET.prefix_args(name)
             ag.join_file = os.path.join(first.data, "join.token")

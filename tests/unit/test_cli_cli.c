@@ -243,6 +243,17 @@ static void resolution_errors_say_where_the_bad_value_came_from(void **state)
     assert_int_equal(resolve(&none, bad_url, &c, err), GPO_EUSAGE);
     assert_string_equal(err, "server 'localhost:8080' (from GPUORCH_SERVER): expected "
                              "http://HOST:PORT or https://HOST:PORT");
+    /* A list of controllers: each entry checked, the bad one named. */
+    char *list_url[] = {"GPUORCH_SERVER=http://a:1, http://b:2", "GPUORCH_TOKEN=t", NULL};
+    assert_int_equal(resolve(&none, list_url, &c, err), 0);
+    assert_string_equal(c.server, "http://a:1, http://b:2");
+    struct cli_common bad_entry = {.server = "http://a:1,b:2,http://c:3", .token = "t"};
+    assert_int_equal(resolve(&bad_entry, no_token, &c, err), GPO_EUSAGE);
+    assert_string_equal(err, "server 'b:2' (entry 2 of 3, from --server): expected "
+                             "http://HOST:PORT or https://HOST:PORT");
+    struct cli_common empty_entry = {.server = "http://a:1,", .token = "t"};
+    assert_int_equal(resolve(&empty_entry, no_token, &c, err), GPO_EUSAGE);
+    assert_string_equal(err, "server '' (entry 2 of 2, from --server): an empty entry");
 
     snprintf(path, sizeof(path), "%s/empty.token", t->dir);
     struct cli_common empty = {.token_file = path};
