@@ -203,7 +203,7 @@ static bool not_allowed(struct http_request *req)
                 req->method, req->target.path, allow);
 }
 
-/* Steps 1, 2 and 5 of the dispatch order in http.h. Step 5 (the path
+/* Steps 1, 1a, 2 and 5 of the dispatch order in http.h. Step 5 (the path
  * parameters' length and UTF-8) runs here, before steps 3 and 4, although
  * http.h lists it after them. */
 static bool route(struct http_request *req)
@@ -213,6 +213,11 @@ static bool route(struct http_request *req)
     size_t i = 0;
     if (route_target_parse(&req->target, &e) != 0)
         return fail_route(req, &e);
+    if (srv->cfg.admit && !srv->cfg.admit(req, srv->cfg.ctx)) {
+        if (!req->resp)
+            fail(req, 503, "unavailable", "not serving this request now");
+        return false;
+    }
     enum route_match m = route_table_match(srv->table, &req->target, req->method, &i);
     if (m == ROUTE_NO_PATH)
         return fail(req, 404, "not_found", "no such endpoint: %s", req->target.path);
@@ -519,6 +524,11 @@ const char *http_request_method(const struct http_request *req)
 const char *http_request_path(const struct http_request *req)
 {
     return req->target.path;
+}
+
+const char *http_request_raw_query(const struct http_request *req)
+{
+    return req->target.query;
 }
 
 const struct http_route *http_request_route(const struct http_request *req)

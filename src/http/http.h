@@ -24,6 +24,8 @@
  *   1. the path is split at '/' and each segment percent-decoded; a bad
  *      escape or %00 is 400 invalid_path; the query likewise (400
  *      invalid_query); HEAD is served by the GET route;
+ *   1a. the admit hook, when there is one: false means it answered (a
+ *      controller that does not lead answers all but its health here);
  *   2. no route pattern matches the path: 404 not_found; a pattern matches
  *      but not the method: 405 method_not_allowed with an Allow header;
  *   3. the server is stopping: 503 unavailable;
@@ -98,6 +100,12 @@ typedef int (*http_handler_fn)(struct http_request *req, void *ctx);
  * did not, the library answers 403 forbidden). */
 typedef bool (*http_authorize_fn)(struct http_request *req, unsigned route_flags, void *ctx);
 
+/* Before routing (step 1a), on the polling thread, for every request whose
+ * target parsed: true lets it through; false means the hook answered (if it
+ * did not, the library answers 503 unavailable). http_request_route is NULL
+ * here; the path, query and headers may be read. Must not block. */
+typedef bool (*http_admit_fn)(struct http_request *req, void *ctx);
+
 /* A suspended request's deadline passed; see http_request_suspend. */
 typedef void (*http_timeout_fn)(struct http_request *req, void *ctx);
 
@@ -142,6 +150,7 @@ struct http_config {
      * first row whose pattern and method match wins. */
     const struct http_route *routes;
     size_t nroutes;
+    http_admit_fn admit;           /* NULL: every request is routed */
     http_authorize_fn authorize;   /* NULL: every route is open */
     http_access_log_fn access_log; /* NULL: none */
     void *ctx;                     /* passed to handlers, authorize and access_log */
@@ -196,6 +205,8 @@ void http_server_free(struct http_server *srv);
 const char *http_request_method(const struct http_request *req);
 /* The path as sent (percent-encoded), without the query. */
 const char *http_request_path(const struct http_request *req);
+/* The query as sent (percent-encoded), without the '?'; "" when none. */
+const char *http_request_raw_query(const struct http_request *req);
 /* The matched route (the caller's table row). */
 const struct http_route *http_request_route(const struct http_request *req);
 /* The matched route's arg. */

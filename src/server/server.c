@@ -16,6 +16,7 @@
 
 #include "base/err.h"
 #include "server/api/api.h"
+#include "server/lead/lead.h"
 #include "server/mig/mig.h"
 #include "server/sched/sched.h"
 #include "server/serve/serve.h"
@@ -45,6 +46,9 @@ static void usage(FILE *out)
             "store (SQLite, WAL, synchronous=FULL) in DIR. A job is acknowledged (201) only\n"
             "once it is on disk. At first start it creates the user 'admin' and writes its\n"
             "token to DIR/admin.token (mode 0600). SIGINT or SIGTERM stops it cleanly.\n"
+            "With --store, several controllers share one PostgreSQL: one leads, the others\n"
+            "answer their health and redirect every other request to it (307), and take\n"
+            "over when its lease lapses (docs/admin-guide.md, \"Several controllers\").\n"
             "\n"
             "  --data DIR          data directory (default: ./" DEFAULT_DATA ", created 0700)\n"
             "  --listen ADDR:PORT  address to serve (default " DEFAULT_LISTEN
@@ -72,10 +76,12 @@ static void usage(FILE *out)
             "                      any number of controllers, one leading by a lease\n"
             "                      (default: SQLite in DIR, one controller)\n"
             "  --advertise URL     the URL other controllers redirect clients to while this\n"
-            "                      one leads (default: http://ADDR:PORT of --listen)\n"
+            "                      one leads (default: http://ADDR:PORT of --listen; needed\n"
+            "                      with --store and a wildcard --listen, 0.0.0.0 or ::)\n"
             "  --lease S           the leader's lease in the store, renewed every S/5\n"
             "                      (1..60, default 5); a follower leads within S plus\n"
-            "                      one renewal of the leader's loss\n"
+            "                      one renewal of the leader's loss (at once after its\n"
+            "                      SIGTERM)\n"
             "  --fence-lease S     an agent that reaches no leader for S seconds stops its\n"
             "                      jobs (0: never); S + --fence-grace + 2 must not pass\n"
             "                      --node-timeout (default: half of --node-timeout less 2 s,\n"
@@ -284,8 +290,8 @@ static int parse_args(int argc, char **argv, struct server_config *cfg)
     cfg->idempotency_ttl_ms = a.idem_ttl_ms;
     /* Unset: half of what the node timeout leaves after the margin, and the
      * lesser of 10 s and the rest for the grace (60 s: 29 s and 10 s). */
-    int64_t room = a.node_timeout_ms > SRV_FENCE_MARGIN_MS ? a.node_timeout_ms - SRV_FENCE_MARGIN_MS
-                                                           : 0;
+    int64_t room =
+        a.node_timeout_ms > SRV_FENCE_MARGIN_MS ? a.node_timeout_ms - SRV_FENCE_MARGIN_MS : 0;
     if (a.fence_lease_ms < 0)
         a.fence_lease_ms = room / 2;
     if (a.fence_grace_ms < 0)
@@ -307,6 +313,18 @@ static int parse_args(int argc, char **argv, struct server_config *cfg)
     }
     if (a.store && !store_url_is_postgres(a.store))
         return usage_error("--store", a.store, "postgres://USER@HOST:PORT/DB");
+    if (a.store && a.recover) {
+        fprintf(stderr, "gpuorch server: --recover: only for the SQLite store in --data, not "
+                        "with --store\n");
+        return 2;
+    }
+    /* Other controllers redirect clients to this one's address: a wildcard
+     * one names no host they could reach. */
+    if (a.store && !a.advertise &&
+        (strcmp(cfg->bind, "0.0.0.0") == 0 || strcmp(cfg->bind, "::") == 0))
+        return usage_error("--advertise", NULL,
+                           "a URL with --store and a wildcard --listen (0.0.0.0 or ::): the "
+                           "address other controllers send clients to");
     if (a.advertise && strncmp(a.advertise, "http://", 7) != 0 &&
         strncmp(a.advertise, "https://", 8) != 0)
         return usage_error("--advertise", a.advertise, "http://HOST:PORT or https://HOST:PORT");
@@ -465,8 +483,11 @@ static int first_start_check(struct server *s, const char *path, char *err, size
 
 static int store_start(struct server *s, char *err, size_t errlen)
 {
-    if (s->cfg.store_url)
-        return errbuf_set(err, errlen, GPO_ENOTSUP, "--store: PostgreSQL is not built yet");
+    if (s->cfg.store_url) {
+        char msg[1536];
+        int rc = store_open_postgres(s->cfg.store_url, &s->store, msg, sizeof(msg));
+        return rc ? errbuf_set(err, errlen, rc, "--store: %.1500s", msg) : 0;
+    }
     char path[4200];
     snprintf(path, sizeof(path), "%s/gpuorch.db", s->cfg.data_dir);
     int rc = first_start_check(s, path, err, errlen);
@@ -487,17 +508,36 @@ static int store_start(struct server *s, char *err, size_t errlen)
     if (rec.recovered)
         recovery_report(&rec);
     store_recovery_release(&rec);
-    if ((rc = store_epoch_acquire(s->store, &s->epoch)) != 0)
-        return errbuf_set(err, errlen, rc, "%.900s: taking the leader epoch: %s", path,
-                          gpo_strerror(rc));
-    if (s->cfg.recover && (rc = admin_restore(s, err, errlen)) != 0)
-        return rc;
-    return keys_prune(s, err, errlen);
+    return 0;
 }
 
 static void store_stop(struct server *s)
 {
     store_close(s->store); /* every queued commit completes */
+}
+
+/* The lease is taken (lead_phase): its renewals, and the epoch every
+ * decision carries. */
+static int lease_start(struct server *s, char *err, size_t errlen)
+{
+    s->epoch = lead_epoch(s->lead);
+    int rc = lead_start(s->lead);
+    return rc ? errbuf_set(err, errlen, rc, "starting the lease thread: %s", gpo_strerror(rc)) : 0;
+}
+
+/* A clean stop gives the lease up, so that a follower leads at once. */
+static void lease_stop(struct server *s)
+{
+    lead_stop(s->lead, true);
+}
+
+/* The first commits, under the lease. */
+static int store_ready(struct server *s, char *err, size_t errlen)
+{
+    int rc;
+    if (s->cfg.recover && (rc = admin_restore(s, err, errlen)) != 0)
+        return rc;
+    return keys_prune(s, err, errlen);
 }
 
 int srv_init(struct server *s)
@@ -662,6 +702,17 @@ static void loop_stop(struct server *s)
     sched_stop(s);
 }
 
+static int port_file_write(const struct server *s, char *err, size_t errlen)
+{
+    if (!s->cfg.port_file)
+        return 0;
+    FILE *pf = fopen(s->cfg.port_file, "w");
+    if (!pf || fprintf(pf, "%u\n", s->cfg.port) < 0 || fclose(pf) != 0)
+        return errbuf_set(err, errlen, GPO_EIO, "--port-file %s: %s", s->cfg.port_file,
+                          strerror(errno));
+    return 0;
+}
+
 static int http_start(struct server *s, char *err, size_t errlen)
 {
     size_t nroutes = 0;
@@ -674,19 +725,15 @@ static int http_start(struct server *s, char *err, size_t errlen)
                              .tls_key_file = s->cfg.tls_key,
                              .routes = s->routes,
                              .nroutes = nroutes,
+                             .admit = api_admit,
                              .authorize = api_authorize,
                              .access_log = s->cfg.access_log ? access_log : NULL,
                              .ctx = s};
     int rc = http_server_new(&hc, &s->http, err, errlen);
     if (rc || (rc = http_server_start(s->http, err, errlen)) != 0)
         return rc;
-    if (s->cfg.port_file) {
-        FILE *pf = fopen(s->cfg.port_file, "w");
-        if (!pf || fprintf(pf, "%u\n", http_server_port(s->http)) < 0 || fclose(pf) != 0)
-            return errbuf_set(err, errlen, GPO_EIO, "--port-file %s: %s", s->cfg.port_file,
-                              strerror(errno));
-    }
-    return 0;
+    s->cfg.port = http_server_port(s->http);
+    return port_file_write(s, err, errlen);
 }
 
 static void http_stop(struct server *s)
@@ -712,7 +759,9 @@ static const struct subsystem {
     void (*stop)(struct server *s);
 } subsystems[] = {
     {data_start, NULL},        /* the data directory */
-    {store_start, store_stop}, /* the store, its leader epoch */
+    {store_start, store_stop}, /* the store, opened once; lead_phase then takes the lease */
+    {lease_start, lease_stop}, /* the lease's renewals: each turn starts here (LEAD_AT) */
+    {store_ready, NULL},       /* the first commits: --recover's admin, expired keys */
     {wire_start, NULL},        /* the server object's subsystems wired up */
     {auth_start_, NULL},       /* tokens, the first admin */
     {config_start, NULL},      /* the configuration and the nodes' records */
@@ -725,25 +774,195 @@ static const struct subsystem {
     {http_start, http_stop},   /* the API */
 };
 #define NSUBSYSTEMS (sizeof(subsystems) / sizeof(subsystems[0]))
+#define LEAD_AT     2 /* lead_phase runs before this one */
 
-/* Stops the first n subsystems, the last first, and frees the server. */
+/* Stops the subsystems of a turn [LEAD_AT, n), the last first, and frees
+ * the server (neither its configuration nor the store). */
 static void stop(struct server *s, size_t n)
 {
-    while (n-- > 0)
+    while (n-- > LEAD_AT)
         if (subsystems[n].stop)
             subsystems[n].stop(s);
+    /* Every commit queued before is completed after this one (in queue
+     * order): none then finds its memory gone. */
+    struct store_batch *b = s->store ? store_batch_new() : NULL;
+    if (b)
+        (void)store_commit_wait(s->store, b, NULL, 0, NULL, 0);
     http_server_free(s->http);
     free(s->routes);
     srv_release(s);
-    config_release(&s->cfg);
+}
+
+/* ---- the phases: following, leading ------------------------------------------ */
+
+/* How one phase ended. */
+enum phase_end {
+    PHASE_LEADS,   /* lead_phase: it leads now */
+    PHASE_SIGNAL,  /* SIGINT or SIGTERM: stop (exit 0) */
+    PHASE_FAILED,  /* could not start (exit 1) */
+    PHASE_STEPPED, /* no longer leads: follow again */
+};
+
+/* Waits up to ms for SIGINT or SIGTERM; the signal, or 0. */
+static int signal_wait(const sigset_t *sigs, int64_t ms)
+{
+    struct timespec ts = {.tv_sec = (time_t)(ms / 1000), .tv_nsec = (long)(ms % 1000) * 1000000};
+    int sig = sigtimedwait(sigs, NULL, &ts);
+    return sig > 0 ? sig : 0;
+}
+
+/* The default --advertise: the address of --listen, with the bound port. */
+static void advertise_default(const struct server_config *cfg, char *buf, size_t len)
+{
+    bool v6 = strchr(cfg->bind, ':') != NULL;
+    snprintf(buf, len, "%s://%s%s%s:%u", cfg->tls_cert ? "https" : "http", v6 ? "[" : "", cfg->bind,
+             v6 ? "]" : "", cfg->port);
+}
+
+static void say_following(const char *url, int64_t epoch)
+{
+    if (url[0])
+        printf("gpuorch server: following (leader %s, epoch %" PRId64 ")\n", url, epoch);
+    else
+        printf("gpuorch server: following (no leader yet)\n");
+    (void)fflush(stdout);
+}
+
+/* The follower's HTTP server on the --listen address: its health, and
+ * redirects to the leader (lead.h). */
+static int follower_serve(struct server *s, struct http_server **ret, char *err, size_t errlen)
+{
+    struct http_config hc = {.bind_addr = s->cfg.bind,
+                             .port = s->cfg.port,
+                             .body_limit = s->cfg.body_limit,
+                             .tls_cert_file = s->cfg.tls_cert,
+                             .tls_key_file = s->cfg.tls_key,
+                             .routes = lead_follower_routes,
+                             .nroutes = lead_nfollower_routes,
+                             .admit = lead_follower_admit,
+                             .access_log = s->cfg.access_log ? access_log : NULL,
+                             .ctx = s->lead};
+    int rc = http_server_new(&hc, ret, err, errlen);
+    if (rc || (rc = http_server_start(*ret, err, errlen)) != 0) {
+        http_server_free(*ret);
+        *ret = NULL;
+        return rc;
+    }
+    s->cfg.port = http_server_port(*ret);
+    return port_file_write(s, err, errlen);
+}
+
+/*
+ * Takes the lease. On a store that is not shared it is free: one try. On a
+ * shared one the controller follows until it leads: a minimal HTTP server
+ * answers on --listen (its port kept for the leader's), and it tries every
+ * lease/5.
+ */
+static enum phase_end lead_phase(struct server *s, const sigset_t *sigs, char *err, size_t errlen)
+{
+    struct lead *l = s->lead;
+    if (!store_shared(s->store))
+        return lead_try(l, s->store, err, errlen) ? PHASE_FAILED : PHASE_LEADS;
+    struct http_server *h = NULL;
+    if (follower_serve(s, &h, err, errlen) != 0)
+        return PHASE_FAILED;
+    if (!s->cfg.advertise) {
+        char url[STORE_LEASE_ADDRESS_MAX + 1];
+        advertise_default(&s->cfg, url, sizeof(url));
+        lead_set_address(l, url);
+    }
+    char seen[STORE_LEASE_ADDRESS_MAX + 1] = "?", url[sizeof(seen)];
+    int64_t seen_epoch = -1, epoch;
+    enum phase_end end = PHASE_FAILED;
+    bool said_io = false;
+    for (;;) {
+        int rc = lead_try(l, s->store, err, errlen);
+        if (rc == 0) {
+            end = PHASE_LEADS;
+            break;
+        }
+        if (rc != GPO_EBUSY && rc != GPO_EIO)
+            break;
+        if (rc == GPO_EIO && !said_io)
+            fprintf(stderr, "gpuorch server: %s (trying again every %" PRId64 " ms)\n", err,
+                    l->lease_ms / 5);
+        said_io = rc == GPO_EIO;
+        lead_leader(l, url, sizeof(url), &epoch);
+        if (strcmp(url, seen) != 0 || epoch != seen_epoch) {
+            say_following(url, epoch);
+            snprintf(seen, sizeof(seen), "%s", url);
+            seen_epoch = epoch;
+        }
+        int sig = signal_wait(sigs, l->lease_ms / 5);
+        if (sig) {
+            printf("gpuorch server: %s, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+            end = PHASE_SIGNAL;
+            break;
+        }
+    }
+    http_server_free(h); /* stops it: the leader's binds the same port */
+    return end;
+}
+
+/* One turn on the open store: the lease taken (following until then), the
+ * controller started and run until a signal or until it no longer leads;
+ * then everything stopped again. */
+static enum phase_end run_once(struct server *s, const sigset_t *sigs)
+{
+    char err[2048] = "";
+    size_t started = LEAD_AT;
+    enum phase_end end = PHASE_LEADS;
+    for (; started < NSUBSYSTEMS; started++) {
+        if (started == LEAD_AT && (end = lead_phase(s, sigs, err, sizeof(err))) != PHASE_LEADS)
+            break;
+        int rc = subsystems[started].start(s, err, sizeof(err));
+        /* A shared store lost while starting to lead: follow again (the
+         * lease is given up), as after a lapse. */
+        if (rc) {
+            end = (rc == GPO_EIO || rc == GPO_EFENCED) && store_shared(s->store) ? PHASE_STEPPED
+                                                                                 : PHASE_FAILED;
+            break;
+        }
+    }
+    if (end == PHASE_FAILED || end == PHASE_STEPPED)
+        fprintf(stderr, "gpuorch server: %s%s\n", err,
+                end == PHASE_STEPPED ? " (the store is unreachable: following again)" : "");
+    if (end != PHASE_LEADS) {
+        stop(s, started);
+        return end;
+    }
+    if (!s->cfg.advertise) {
+        char url[STORE_LEASE_ADDRESS_MAX + 1];
+        advertise_default(&s->cfg, url, sizeof(url));
+        lead_set_address(s->lead, url);
+    }
+    printf("gpuorch server: listening on %s://%s%s%s:%u (epoch %" PRId64 ", %zu jobs)\n",
+           s->cfg.tls_cert ? "https" : "http", strchr(s->cfg.bind, ':') ? "[" : "", s->cfg.bind,
+           strchr(s->cfg.bind, ':') ? "]" : "", s->cfg.port, s->epoch, s->jobs.n);
+    printf("gpuorch server: admin token in %s\n", s->auth.admin_token_path);
+    printf("gpuorch server: leading (epoch %" PRId64 ")\n", s->epoch);
+    (void)fflush(stdout); /* lines for the operator: a closed stdout must not stop the controller */
+    int sig = 0;
+    /* Woken at least every 100 ms: a fenced commit ends the lead between
+     * two renewals. */
+    for (int64_t ms; !sig && (ms = lead_wait_ms(s->lead)) > 0;)
+        sig = signal_wait(sigs, ms < 100 ? ms : 100);
+    if (sig)
+        printf("gpuorch server: %s, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    else
+        printf("gpuorch server: no longer leading (epoch %" PRId64 "): stopping, then following\n",
+               s->epoch);
+    (void)fflush(stdout);
+    stop(s, NSUBSYSTEMS);
+    return sig ? PHASE_SIGNAL : PHASE_STEPPED;
 }
 
 int server_command(int argc, char **argv)
 {
-    struct server s = {0};
-    int rc = parse_args(argc, argv, &s.cfg);
+    struct server_config cfg;
+    int rc = parse_args(argc, argv, &cfg);
     if (rc) {
-        config_release(&s.cfg);
+        config_release(&cfg);
         return rc == HELP_SHOWN ? 0 : rc;
     }
     /* Signals go to sigwait below, not to whichever thread runs. */
@@ -753,24 +972,38 @@ int server_command(int argc, char **argv)
     sigaddset(&sigs, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     sigaction(SIGPIPE, &(struct sigaction){.sa_handler = SIG_IGN}, NULL);
-    s.clock = (struct srv_clock){srv_clock_realtime_ms, srv_clock_monotonic_ns, NULL};
-    char err[2048] = "";
-    size_t started = 0;
-    for (; started < NSUBSYSTEMS; started++) {
-        if (subsystems[started].start(&s, err, sizeof(err)) != 0) {
-            fprintf(stderr, "gpuorch server: %s\n", err);
-            stop(&s, started);
-            return 1;
-        }
+    struct lead lead;
+    char url[STORE_LEASE_ADDRESS_MAX + 1];
+    advertise_default(&cfg, url, sizeof(url));
+    rc =
+        lead_init(&lead, cfg.advertise ? cfg.advertise : url, cfg.lease_ms, srv_clock_monotonic_ns);
+    if (rc) {
+        fprintf(stderr, "gpuorch server: --advertise: %s\n", gpo_strerror(rc));
+        config_release(&cfg);
+        return rc == GPO_EINVAL ? 2 : 1;
     }
-    printf("gpuorch server: listening on %s://%s%s%s:%u (epoch %" PRId64 ", %zu jobs)\n",
-           s.cfg.tls_cert ? "https" : "http", strchr(s.cfg.bind, ':') ? "[" : "", s.cfg.bind,
-           strchr(s.cfg.bind, ':') ? "]" : "", http_server_port(s.http), s.epoch, s.jobs.n);
-    printf("gpuorch server: admin token in %s\n", s.auth.admin_token_path);
-    (void)fflush(stdout); /* lines for the operator: a closed stdout must not stop the controller */
-    int sig = 0;
-    sigwait(&sigs, &sig);
-    printf("gpuorch server: %s, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
-    stop(&s, NSUBSYSTEMS);
-    return 0;
+    /* The data directory and the store, once; then turns of following and
+     * leading, on the same store, until a signal. */
+    struct server base = {
+        .cfg = cfg, .clock = {srv_clock_realtime_ms, srv_clock_monotonic_ns, NULL}, .lead = &lead};
+    char err[2048] = "";
+    enum phase_end end = PHASE_FAILED;
+    size_t opened = 0;
+    for (; opened < LEAD_AT; opened++)
+        if (subsystems[opened].start(&base, err, sizeof(err)) != 0) {
+            fprintf(stderr, "gpuorch server: %s\n", err);
+            break;
+        }
+    while (opened == LEAD_AT) {
+        struct server s = base;
+        end = run_once(&s, &sigs);
+        base.cfg.port = s.cfg.port; /* a port picked at the first bind stays this controller's */
+        if (end != PHASE_STEPPED)
+            break;
+    }
+    if (opened == LEAD_AT)
+        store_stop(&base); /* every queued commit completes */
+    lead_release(&lead);
+    config_release(&base.cfg);
+    return end == PHASE_FAILED ? 1 : 0;
 }

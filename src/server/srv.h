@@ -44,6 +44,7 @@
 struct sched;
 struct serve;
 struct migctl;
+struct lead;
 
 struct server_config {
     char *data_dir;
@@ -62,9 +63,9 @@ struct server_config {
     bool recover;                   /* --recover: a damaged store is recovered, not refused */
     int64_t idempotency_ttl_ms;     /* --idempotency-ttl: how long a key names its job */
     /* Several controllers (docs/admin-guide.md, "Several controllers"). */
-    char *store_url;   /* --store: NULL for SQLite in data_dir, else postgres://... */
-    char *advertise;   /* --advertise: the URL followers redirect to; NULL: from --listen */
-    int64_t lease_ms;  /* --lease: the leader's lease in the store (default 5 s) */
+    char *store_url;  /* --store: NULL for SQLite in data_dir, else postgres://... */
+    char *advertise;  /* --advertise: the URL followers redirect to; NULL: from --listen */
+    int64_t lease_ms; /* --lease: the leader's lease in the store (default 5 s) */
     /* Node fencing: an agent that has reached no leader for fence_lease_ms
      * stops its jobs (SIGTERM, SIGKILL after fence_grace_ms); the controller
      * ends a silent node's attempts only after last heartbeat + lease +
@@ -92,6 +93,7 @@ struct server {
     struct http_server *http;
     struct http_route *routes; /* the HTTP server's (api_routes_build) */
     int64_t epoch;             /* this controller's leader epoch */
+    struct lead *lead;         /* lead/lead.h: whether it leads (borrowed; NULL: always) */
 
     pthread_mutex_t lock; /* the state lock */
     struct cluster cluster;

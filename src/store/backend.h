@@ -55,8 +55,8 @@ struct store_ops {
                        int64_t since_ms, int64_t until_ms, store_minute_fn fn, void *ctx);
     /* Leadership (store.h); shared is false for a one-controller backend. */
     bool shared;
-    int (*lease_acquire)(struct store *s, const char *holder, const char *address,
-                         int64_t ttl_ms, struct store_lease *ret);
+    int (*lease_acquire)(struct store *s, const char *holder, const char *address, int64_t ttl_ms,
+                         struct store_lease *ret);
     int (*lease_renew)(struct store *s, int64_t ttl_ms);
     int (*lease_release)(struct store *s);
     int (*lease_get)(struct store *s, struct store_lease *ret);

@@ -520,6 +520,8 @@ int store_epoch_acquire(struct store *s, int64_t *ret_epoch)
 {
     if (!s || !ret_epoch)
         return GPO_EINVAL;
+    if (s->ops->shared)
+        return GPO_ENOTSUP; /* the epoch of a shared store moves with its lease */
     struct store_batch *b = store_batch_new();
     if (!b)
         return GPO_ENOMEM;
@@ -744,6 +746,55 @@ int store_minutes_get(struct store *s, enum store_minute_kind kind, const char *
         !s->ops->minutes_get || (key && strlen(key) > STORE_MAX_NAME))
         return GPO_EINVAL;
     return s->ops->minutes_get(s, kind, key, since_ms, until_ms, fn, ctx);
+}
+
+/* ---- leadership ---------------------------------------------------------------- */
+
+#define LEASE_TTL_MAX_MS 3600000
+
+bool store_shared(struct store *s)
+{
+    return s && s->ops->shared;
+}
+
+/* The length of text when it is at most max bytes; -1 otherwise. */
+static long long bounded_len(const char *text, size_t max)
+{
+    size_t n = 0;
+    while (n <= max && text[n])
+        n++;
+    return n > max ? -1 : (long long)n;
+}
+
+int store_lease_acquire(struct store *s, const char *holder, const char *address, int64_t ttl_ms,
+                        struct store_lease *ret)
+{
+    if (!s || !holder || !address || ttl_ms < 1 || ttl_ms > LEASE_TTL_MAX_MS ||
+        bounded_len(holder, STORE_LEASE_HOLDER_MAX) < 1 ||
+        bounded_len(address, STORE_LEASE_ADDRESS_MAX) < 0)
+        return GPO_EINVAL;
+    return s->ops->lease_acquire(s, holder, address, ttl_ms, ret);
+}
+
+int store_lease_renew(struct store *s, int64_t ttl_ms)
+{
+    if (!s || ttl_ms < 1 || ttl_ms > LEASE_TTL_MAX_MS)
+        return GPO_EINVAL;
+    return s->ops->lease_renew(s, ttl_ms);
+}
+
+int store_lease_release(struct store *s)
+{
+    if (!s)
+        return GPO_EINVAL;
+    return s->ops->lease_release(s);
+}
+
+int store_lease_get(struct store *s, struct store_lease *ret)
+{
+    if (!s || !ret)
+        return GPO_EINVAL;
+    return s->ops->lease_get(s, ret);
 }
 
 bool store_url_is_postgres(const char *url)

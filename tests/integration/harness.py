@@ -252,6 +252,7 @@ class Server:
         self.log_path = os.path.join(self.tmp, "server.log")
         self.proc = None
         self.port = None
+        self.listen_port = 0  # the port --listen asks for (0: a free one, read from --port-file)
         self.api = Client(lambda: self.url)
         self.call = self.api.call
 
@@ -271,8 +272,8 @@ class Server:
             os.remove(port_file)
         self.log = open(self.log_path, "a")
         self.proc = subprocess.Popen(
-            [self.binary, "server", "--data", self.data, "--listen", "127.0.0.1:0",
-             "--port-file", port_file] + self.extra_args,
+            [self.binary, "server", "--data", self.data, "--listen",
+             f"127.0.0.1:{self.listen_port}", "--port-file", port_file] + self.extra_args,
             stdout=self.log, stderr=self.log)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:

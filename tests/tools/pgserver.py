@@ -162,7 +162,12 @@ class PgServer:
                 "-c", f"listen_addresses={self.host}", "-p", str(self.port),
                 "-c", f"unix_socket_directories={self.sock}",
                 "-c", "fsync=on", "-c", "synchronous_commit=on",
-                "-c", "max_connections=200"]
+                "-c", "max_connections=200",
+                # A client cut off (a partitioned controller) loses its session,
+                # and the locks it held, within seconds, not the kernel's 2 hours.
+                "-c", "tcp_keepalives_idle=2", "-c", "tcp_keepalives_interval=1",
+                "-c", "tcp_keepalives_count=2", "-c", "tcp_user_timeout=3000",
+                "-c", "client_connection_check_interval=1000"]
         logf = open(self.log, "a")
         if self._as_postgres:
             os.chown(self.log, self._popen_user["user"], self._popen_user["group"])
@@ -213,8 +218,12 @@ class PgServer:
                        "-d", "postgres", "-qc", f"CREATE DATABASE {DBNAME}"])
 
     def stop(self, sig=signal.SIGINT):
-        """Stop the postmaster by its PID (SIGINT: fast shutdown; SIGTERM: smart) and wait."""
-        pid = self.pid or self._read_pid()
+        """Stop the postmaster by its PID (SIGINT: fast shutdown; SIGTERM: smart) and wait.
+        The PID is postmaster.pid's while it exists: the server may have been
+        restarted by another process (the CLI) since this object started it."""
+        if self.proc is not None and self.proc.poll() is not None:
+            self.proc = None
+        pid = self._read_pid() or self.pid
         if pid is None:
             return
         try:

@@ -41,6 +41,7 @@ struct env {
     size_t nwaiting;
     int timeouts;       /* timeout callbacks run */
     int authorizations; /* authorize hook calls */
+    bool elsewhere;     /* the admit hook sends all but /healthz elsewhere */
     int logged;         /* access log entries */
     char last_log[256]; /* "METHOD path status" */
 };
@@ -489,6 +490,26 @@ static bool authorize(struct http_request *req, unsigned flags, void *ctx)
     return true;
 }
 
+/* As a controller that does not lead: all but its health redirected,
+ * before routing and authorization. */
+static bool admit(struct http_request *req, void *ctx)
+{
+    struct env *e = ctx;
+    pthread_mutex_lock(&e->mu);
+    bool elsewhere = e->elsewhere;
+    pthread_mutex_unlock(&e->mu);
+    assert_null(http_request_route(req));
+    if (!elsewhere || strcmp(http_request_path(req), "/healthz") == 0)
+        return true;
+    char loc[512];
+    const char *q = http_request_raw_query(req);
+    snprintf(loc, sizeof(loc), "http://elsewhere%s%s%s", http_request_path(req), q[0] ? "?" : "",
+             q);
+    assert_int_equal(http_request_add_header(req, "Location", loc), 0);
+    http_request_error(req, 307, "elsewhere", "not here");
+    return false;
+}
+
 static void access_log(const struct http_access *a, void *ctx)
 {
     struct env *e = ctx;
@@ -526,6 +547,7 @@ static struct http_config test_config(struct env *e)
         .body_limit = 1024,
         .routes = routes,
         .nroutes = sizeof(routes) / sizeof(routes[0]),
+        .admit = admit,
         .authorize = authorize,
         .access_log = access_log,
         .ctx = e,
@@ -798,6 +820,28 @@ static void authorize_hook_guards_protected_routes_only(void **state)
     get_status(e, "/healthz", NULL, 200);
     get_status(e, "/v1/nope", NULL, 404); /* 404 comes before authorization */
     assert_int_equal(counted(e, &e->authorizations), before);
+}
+
+static void admit_hook_answers_before_routing_and_authorization(void **state)
+{
+    struct env *e = *state;
+    struct resp r;
+    char loc[512];
+    get_status(e, "/v1/nope", NULL, 404); /* admitted: routed as usual */
+    pthread_mutex_lock(&e->mu);
+    e->elsewhere = true;
+    pthread_mutex_unlock(&e->mu);
+    get(e, "/v1/nope?a=1&b=%20x", NULL, &r); /* no route: the hook's answer all the same */
+    assert_int_equal(r.status, 307);
+    assert_string_equal(resp_header(&r, "Location", loc, sizeof(loc)),
+                        "http://elsewhere/v1/nope?a=1&b=%20x");
+    resp_free(&r);
+    int before = counted(e, &e->authorizations);
+    get_error(e, "/v1/secret", NULL, 307, "elsewhere", NULL); /* not 401: never authorized */
+    post(e, "/v1/jobs", "{\"a\":1}", 7, &r);
+    take_error(&r, 307, "elsewhere", NULL);
+    assert_int_equal(counted(e, &e->authorizations), before);
+    get_status(e, "/healthz", NULL, 200);
 }
 
 /* ---- answers ---- */
@@ -1135,6 +1179,7 @@ int main(void)
         TEST(body_over_limit_is_413_and_server_keeps_serving),
         TEST(bearer_token_comes_only_from_the_bearer_scheme),
         TEST(authorize_hook_guards_protected_routes_only),
+        TEST(admit_hook_answers_before_routing_and_authorization),
         TEST(answers_carry_content_type_and_extra_headers),
         TEST(access_log_records_method_path_and_status),
         TEST(malformed_requests_are_answered_and_logged),

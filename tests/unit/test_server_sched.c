@@ -22,6 +22,7 @@
 #include <cmocka.h>
 
 #include "base/err.h"
+#include "server/config/config_int.h"
 #include "server/sched/sched.h"
 #include "server/sched/sched_int.h"
 #include "server/srv.h"
@@ -420,6 +421,53 @@ static void a_lost_node_rejoins_by_heartbeat_and_gets_work_once_its_gpus_are_cle
     assert_string_equal(as, "NODE_FAIL");
 }
 
+/* A new leader (or a restarted controller) loads its nodes from the store:
+ * it knows nothing of their heartbeats, so it counts their silence from its
+ * own start and offers them no work until their first heartbeat to it. */
+static void a_node_loaded_from_the_store_gets_work_only_after_its_first_heartbeat(void **state)
+{
+    struct env *e = *state;
+    struct server *s = &e->s;
+    char err[256] = "", msg[256] = "";
+    json_t *o = cluster_node_to_json(cluster_node_get(&s->cluster, "n1"), CLUSTER_STORED);
+    char *text = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    struct store_batch *b = store_batch_new();
+    check(store_batch_node_put(b, "n1", text, "up", e->now), "node row", "");
+    free(text);
+    check(store_commit_wait(s->store, b, NULL, 0, msg, sizeof(msg)), "commit", msg);
+    /* Loaded anew a long silence later, as a new leader does. */
+    e->now += 600000;
+    pthread_mutex_lock(&s->lock);
+    nodes_remove(&s->nodes, "n1");
+    check(cluster_node_remove(&s->cluster, "n1"), "forget n1", "");
+    check(config_nodes_load(&s->config, e->now, err, sizeof(err)), "load", err);
+    struct node_rt *rt = nodes_find(&s->nodes, "n1");
+    assert_non_null(rt);
+    assert_true(rt->unheard);
+    assert_int_equal(rt->last_heartbeat_ms, e->now);
+    e->now += s->cfg.node_timeout_ms; /* silent for the timeout since the load: not more */
+    sched_node_timeouts(s, e->now);
+    assert_int_equal(cluster_node_get(&s->cluster, "n1")->state, CLUSTER_NODE_UP);
+    pthread_mutex_unlock(&s->lock);
+    struct job *j = submit(e, 1, 0);
+    pass(e, false);
+    assert_int_equal(j->att.n, 0); /* not heard from: no work */
+    pthread_mutex_lock(&s->lock);
+    assert_int_equal(nodes_heartbeat(rt, NULL, e->now), 0); /* no body: nothing said */
+    assert_true(rt->unheard);
+    pthread_mutex_unlock(&s->lock);
+    pass(e, false);
+    assert_int_equal(j->att.n, 0);
+    pthread_mutex_lock(&s->lock);
+    assert_int_equal(beat(e, NULL), NODES_BEAT_HEARD);
+    assert_false(rt->unheard);
+    pthread_mutex_unlock(&s->lock);
+    pass(e, false);
+    assert_int_equal(j->att.n, 1);
+    assert_string_equal(j->att.shares[0].uuid, UUID);
+}
+
 static void a_drained_node_that_falls_silent_stays_drained(void **state)
 {
     struct env *e = *state;
@@ -657,6 +705,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(
             a_lost_node_rejoins_by_heartbeat_and_gets_work_once_its_gpus_are_clean, setup,
             teardown),
+        cmocka_unit_test_setup_teardown(
+            a_node_loaded_from_the_store_gets_work_only_after_its_first_heartbeat, setup, teardown),
         cmocka_unit_test_setup_teardown(a_drained_node_that_falls_silent_stays_drained, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(

@@ -1,8 +1,7 @@
-/* test_store_ledger.c - the cost ledger in the SQLite store: rows written in
- * a batch and read back whole, the range read's overlap rule, a row never
- * rewritten, the outcome of a price-change row taken from its attempt, bad
- * rows refused, and prices as a config kind. Each test has its own
- * directory under /tmp. */
+/* test_store_ledger.c - the cost ledger in the store (SQLite, and PostgreSQL under
+ * tests/tools/with_pg.py): rows written in a batch and read back whole, the range read's overlap
+ * rule, a row never rewritten, the outcome of a price-change row taken from its attempt, bad rows
+ * refused, and prices as a config kind. Each test has its own directory under /tmp. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,12 +14,12 @@
 #include <cmocka.h>
 
 #include "store/store.h"
+#include "storetest.h"
 #include "tmptree.h"
 #include "base/banned.h"
 
 struct env {
-    char dir[64];
-    char path[128];
+    void *db; /* struct tmpdb */
     struct store *s;
     int64_t job;
 };
@@ -30,15 +29,11 @@ static int setup(void **state)
     struct env *e = calloc(1, sizeof(*e));
     if (!e)
         return -1;
-    snprintf(e->dir, sizeof(e->dir), "/tmp/test_store_ledger.XXXXXX");
-    if (!mkdtemp(e->dir)) {
+    if (storetest_setup(&e->db, "test_store_ledger")) {
         free(e);
         return -1;
     }
-    snprintf(e->path, sizeof(e->path), "%s/gpuorch.db", e->dir);
-    char err[256] = "";
-    if (store_open_sqlite(e->path, &e->s, err, sizeof(err)) != 0)
-        return -1;
+    e->s = storetest_open(e->db);
     struct store_job_insert j = STORE_JOB_INSERT_INIT;
     j.team = "ml";
     j.state = "RUNNING";
@@ -62,8 +57,8 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     struct env *e = *state;
-    store_close(e->s);
-    tmptree_remove(e->dir);
+    storetest_close(e->s);
+    tmpdb_teardown(&e->db);
     free(e);
     return 0;
 }

@@ -1,5 +1,5 @@
-/* test_store_minutes.c - one-minute metric aggregates in the SQLite store: a
- * batch of GPU and job minutes read back by kind, key and time range; a
+/* test_store_minutes.c - one-minute metric aggregates in the store (SQLite, and PostgreSQL under
+ * tests/tools/with_pg.py): a batch of GPU and job minutes read back by kind, key and time range; a
  * minute written twice is merged; retention deletes only older minutes; bad
  * arguments are refused. Each test works in its own directory under /tmp. */
 #include <setjmp.h>
@@ -14,12 +14,12 @@
 #include <cmocka.h>
 
 #include "store/store.h"
+#include "storetest.h"
 #include "tmptree.h"
 #include "base/banned.h"
 
 struct env {
-    char dir[64];
-    char path[128];
+    void *db; /* struct tmpdb */
     struct store *s;
 };
 
@@ -28,18 +28,11 @@ static int setup(void **state)
     struct env *e = calloc(1, sizeof(*e));
     if (!e)
         return -1;
-    snprintf(e->dir, sizeof(e->dir), "/tmp/test_store_minutes.XXXXXX");
-    if (!mkdtemp(e->dir)) {
+    if (storetest_setup(&e->db, "test_store_minutes")) {
         free(e);
         return -1;
     }
-    snprintf(e->path, sizeof(e->path), "%s/gpuorch.db", e->dir);
-    char err[256] = "";
-    if (store_open_sqlite(e->path, &e->s, err, sizeof(err))) {
-        rmdir(e->dir);
-        free(e);
-        return -1;
-    }
+    e->s = storetest_open(e->db);
     *state = e;
     return 0;
 }
@@ -47,8 +40,8 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     struct env *e = *state;
-    store_close(e->s);
-    tmptree_remove(e->dir);
+    storetest_close(e->s);
+    tmpdb_teardown(&e->db);
     free(e);
     return 0;
 }

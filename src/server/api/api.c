@@ -10,6 +10,7 @@
 #include "base/err.h"
 #include "core/explain.h"
 #include "server/api/api.h"
+#include "server/lead/lead.h"
 #include "server/srv.h"
 #include "util/timefmt.h"
 #include "base/banned.h"
@@ -170,6 +171,29 @@ int api_error(struct http_request *req, int code, const char *msg)
     return http_request_error(req, status, name, "%s", code == GPO_ENOMEM ? "out of memory" : msg);
 }
 
+bool api_admit(struct http_request *req, void *ctx)
+{
+    const struct server *s = ctx;
+    return lead_admit(s->lead, req);
+}
+
+/* A write's completion, watched for a fenced commit: another controller
+ * leads, and this one steps down at once. */
+struct fence_watch {
+    struct lead *lead;
+    store_done_fn done;
+    void *ctx;
+};
+
+static void watched_done(void *ctx, const struct store_result *r)
+{
+    struct fence_watch w = *(struct fence_watch *)ctx;
+    free(ctx);
+    if (r->err == GPO_EFENCED)
+        lead_fenced(w.lead);
+    w.done(w.ctx, r);
+}
+
 void api_commit(struct server *s, struct http_request *req, struct store_batch *b,
                 store_done_fn done, void (*abort)(void *ctx), void *ctx)
 {
@@ -180,7 +204,12 @@ void api_commit(struct server *s, struct http_request *req, struct store_batch *
         http_request_error(req, 503, "unavailable", "the server is stopping");
         return;
     }
-    if (store_commit(s->store, b, done, ctx) != 0) {
+    /* Without room for the watch the lease thread finds the fence itself. */
+    struct fence_watch *w = s->lead ? malloc(sizeof(*w)) : NULL;
+    if (w)
+        *w = (struct fence_watch){s->lead, done, ctx};
+    if (store_commit(s->store, b, w ? watched_done : done, w ? (void *)w : ctx) != 0) {
+        free(w);
         abort(ctx);
         http_request_complete_error(req, 503, "unavailable", "the store is closing");
     }

@@ -64,6 +64,9 @@ struct http_route *api_routes_build(size_t *ret_n);
  * an admin for API_ROUTE_ADMIN routes, or the join token for
  * API_ROUTE_AGENT; answers 401/403 itself otherwise. */
 bool api_authorize(struct http_request *req, unsigned route_flags, void *ctx);
+/* http_admit_fn (ctx: the server): every request while the controller
+ * leads; once it does not, all but its health get 503 (lead_admit). */
+bool api_admit(struct http_request *req, void *ctx);
 /* The user the request was authorized as (valid in the handler; NULL on an
  * agent route). */
 const struct auth_user *api_request_user(struct http_request *req);

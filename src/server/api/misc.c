@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "server/api/api.h"
+#include "server/lead/lead.h"
 #include "server/srv.h"
 #include "base/banned.h"
 
@@ -19,6 +20,11 @@ static int health(struct http_request *req, void *ctx)
     json_object_set_new(o, "status", json_string("ok"));
     json_object_set_new(o, "epoch", json_integer(s->epoch));
     json_object_set_new(o, "jobs", json_integer((json_int_t)njobs));
+    /* role, leader and the epoch it leads under (the same as above while it leads) */
+    if (s->lead && lead_health_fields(s->lead, o) != 0) {
+        json_decref(o);
+        return http_request_error(req, 500, "internal", "out of memory");
+    }
     return http_request_respond_json(req, 200, o);
 }
 

@@ -155,6 +155,7 @@ static json_t *node_listed(struct server *s, struct http_request *req,
         json_object_set_new(o, "dirty_gpus", dirty ? dirty : json_null());
         /* Rejoining: no GPU offered until the agent has said which are clean. */
         json_object_set_new(o, "rejoin_hold", json_boolean(rt->hold));
+        json_object_set_new(o, "awaiting_heartbeat", json_boolean(rt->unheard));
     }
     return o;
 }

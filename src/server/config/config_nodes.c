@@ -82,9 +82,10 @@ int config_nodes_load(struct config *c, int64_t now_ms, char *err, size_t errlen
             if ((rc = cluster_node_add(c->cluster, &node, msg, sizeof(msg))) != 0)
                 cluster_node_release(&node);
         }
-        /* Agents get one node timeout from now to check in again. */
-        if (!rc)
-            rc = nodes_add(c->nodes, rows[k].name, now_ms);
+        /* Agents get one node timeout from now to check in again, and
+         * their nodes get no work before they have (nodes.h: unheard). */
+        if (!rc && (rc = nodes_add(c->nodes, rows[k].name, now_ms)) == 0)
+            nodes_find(c->nodes, rows[k].name)->unheard = true;
         if (!rc)
             load_hold(c, rows[k].name);
         if (rc)

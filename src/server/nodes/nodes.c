@@ -211,6 +211,9 @@ unsigned nodes_heartbeat(struct node_rt *rt, struct proto_heartbeat *hb, int64_t
     rt->last_heartbeat_ms = now_ms;
     if (!hb)
         return out;
+    if (rt->unheard)
+        out |= NODES_BEAT_HEARD;
+    rt->unheard = false;
     dirty_clear(rt);
     nodes_dirty_add(rt, hb->dirty, hb->ndirty);
     proto_heartbeat_release(&rt->sample);

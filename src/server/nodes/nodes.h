@@ -46,6 +46,11 @@ struct node_rt {
     uint64_t hold_rev;   /* the revision the hold began at */
     bool hold_polled;    /* the agent has applied an answer of hold_rev or later */
     unsigned hold_beats; /* heartbeats with a body since it did */
+    /* Loaded from the store, and no heartbeat with a body to this controller
+     * yet: a new leader (or a restarted controller) does not know which GPUs
+     * the node's ended jobs still occupy, so passes offer it no work until
+     * its agent has had a heartbeat's chance to say (nodes_heartbeat). */
+    bool unheard;
 };
 
 /*
@@ -117,6 +122,7 @@ void nodes_polled(struct node_rt *rt, uint64_t since);
 enum nodes_beat {
     NODES_BEAT_BACK = 1 << 0,     /* the first heartbeat of a node marked lost */
     NODES_BEAT_RELEASED = 1 << 1, /* it ended the node's hold */
+    NODES_BEAT_HEARD = 1 << 2,    /* the first with a body of a node loaded unheard */
 };
 
 /* A heartbeat arrived at now_ms, with its body (its contents taken and *hb

@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "base/err.h"
+#include "server/lead/lead.h"
 #include "server/sched/sched_int.h"
 #include "util/prom.h"
 #include "base/banned.h"
@@ -207,7 +208,9 @@ static void *loop_main(void *arg)
         /* Sleep until the next due task, or an event that may bring it
          * closer (the gap, once an event is pending). */
         int64_t now = srv_now_ms(s);
-        int64_t until = next_due_ms(s);
+        /* A controller that lost its lease hands out nothing more (the
+         * main thread stops this loop soon): it only sleeps. */
+        int64_t until = lead_leading(s->lead) ? next_due_ms(s) : now + SCHED_PASS_GAP_MAX_MS;
         if (now < until) {
             /* The condition variable waits on the real clock: the server's
              * clock may be a test's, so the wait is relative. */
@@ -223,7 +226,7 @@ static void *loop_main(void *arg)
     }
     monitor_flush_all(&s->monitor, srv_now_ms(s)); /* the open minutes too: a restart keeps them */
     /* A clean stop saves the carry-over state, so a restart loses none of it. */
-    struct store_batch *b = store_batch_new();
+    struct store_batch *b = lead_leading(s->lead) ? store_batch_new() : NULL;
     if (b && !store_batch_set_decision(b, s->epoch) && !sched_state_row(s, b, srv_now_ms(s)))
         sched_commit_unlocked(s, b, "the scheduler's state");
     else
@@ -255,11 +258,17 @@ void sched_stop(struct server *s)
 int sched_commit_unlocked(struct server *s, struct store_batch *b, const char *what)
 {
     char msg[256] = "";
+    if (!lead_leading(s->lead)) {
+        store_batch_free(b);
+        return GPO_EFENCED;
+    }
     int64_t t0 = srv_mono_ns(s);
     pthread_mutex_unlock(&s->lock);
     int rc = store_commit_wait(s->store, b, NULL, 0, msg, sizeof(msg));
     pthread_mutex_lock(&s->lock);
     s->sched->commit_ns += srv_mono_ns(s) - t0;
+    if (rc == GPO_EFENCED)
+        lead_fenced(s->lead);
     if (rc)
         fprintf(stderr, "gpuorch server: %s not committed: %s%s%s\n", what, gpo_strerror(rc),
                 msg[0] ? ": " : "", msg);

@@ -83,7 +83,8 @@ uint32_t sched_gpu_find(const struct sched_input *in, uint32_t node, const char 
 
 /* The view's nodes by name, and the GPUs held back: dirty ones (an ended
  * job's processes remain, as their agents say) and every GPU of a node whose
- * agent has not yet said which of its GPUs are clean (nodes.h). */
+ * agent has not yet said which of its GPUs are clean (nodes.h: a hold, or a
+ * node loaded from the store not yet heard from). */
 static int index_view(struct server *s, struct sched_input *in)
 {
     const struct sched_cluster *c = &in->view.c;
@@ -98,7 +99,7 @@ static int index_view(struct server *s, struct sched_input *in)
         uint32_t n = sched_name_find(in->node_index, c->nnodes, rt->name);
         if (n == SCHED_NONE)
             continue;
-        for (uint32_t g = 0; rt->hold && g < c->nodes[n].ngpus; g++)
+        for (uint32_t g = 0; (rt->hold || rt->unheard) && g < c->nodes[n].ngpus; g++)
             in->view.gpus[c->nodes[n].gpu_first + g].held = true;
         for (size_t i = 0; i < rt->ndirty; i++) {
             uint32_t gi = sched_gpu_find(in, n, rt->dirty[i]);

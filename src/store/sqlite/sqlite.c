@@ -399,6 +399,11 @@ static const struct store_ops sqlite_ops = {
     .close = sq_close,
     .ledger_range = sq_ledger_range,
     .minutes_get = sq_minutes_get,
+    .shared = false,
+    .lease_acquire = sq_lease_acquire,
+    .lease_renew = sq_lease_renew,
+    .lease_release = sq_lease_release,
+    .lease_get = sq_lease_get,
 };
 
 static int prepare(sqlite3 *db, const char *sql, sqlite3_stmt **ret, char *err, size_t errlen)

@@ -43,6 +43,11 @@ struct sq {
     char wal_path[4200];
     uint32_t wal_frame; /* the frame of the latest commit, from the WAL hook */
     bool mark_dirty;    /* a mark write failed: the next commit retries it */
+    /* The lease (sqlite_lease.c), under rlock: the epoch this object took
+     * (0: none), and who it said it was. */
+    int64_t lease_epoch;
+    char lease_holder[STORE_LEASE_HOLDER_MAX + 1];
+    char lease_address[STORE_LEASE_ADDRESS_MAX + 1];
 };
 
 /* The struct sq behind a store of this backend. */
@@ -148,5 +153,13 @@ int sq_ledger_range(struct store *base, int64_t since_ms, int64_t until_ms,
 /* store_minutes_get. */
 int sq_minutes_get(struct store *base, enum store_minute_kind kind, const char *key,
                    int64_t since_ms, int64_t until_ms, store_minute_fn fn, void *ctx);
+
+/* ---- the lease: sqlite_lease.c (one controller's: always free, never expiring) ---- */
+
+int sq_lease_acquire(struct store *base, const char *holder, const char *address, int64_t ttl_ms,
+                     struct store_lease *ret);
+int sq_lease_renew(struct store *base, int64_t ttl_ms);
+int sq_lease_release(struct store *base);
+int sq_lease_get(struct store *base, struct store_lease *ret);
 
 #endif
