@@ -129,8 +129,8 @@ static int parse_args(int argc, char **argv, struct router_args *a)
     if (!a->join_file)
         return usage_error("--join-token", NULL, "the file holding the join token");
     struct httpc_urls_fault f;
-    char text[HTTPC_URL_FAULT_MAX];
     if (httpc_urls_check(a->server, &f) != 0) {
+        char text[HTTPC_URL_FAULT_MAX];
         fprintf(stderr, "gpuorch router: --server %s\n",
                 httpc_urls_describe(&f, text, sizeof(text)));
         return 2;

@@ -252,7 +252,6 @@ static void try_of(CURL *h, CURLcode rc, bool answered, struct httpc_try *t)
 /* One request's fixed parts and its state across tries. */
 struct call {
     const char *method, *path, *body;
-    size_t len;
     long timeout_ms;
     struct httpc_round round;
     curl_off_t spent_us; /* by the tries so far */
@@ -298,13 +297,37 @@ static int call_error(const struct call *k, CURLcode rc, char *err, size_t errle
                       curl_easy_strerror(rc));
 }
 
+/* Runs the try set up on c's handle; frees its header list. */
+static CURLcode perform(struct httpc *c, struct curl_slist *hdr)
+{
+    CURLcode rc = curl_easy_perform(c->curl);
+    curl_slist_free_all(hdr);
+    curl_easy_setopt(c->curl, CURLOPT_HTTPHEADER, NULL);
+    return rc;
+}
+
+/* After a try passed over: its answer's body kept, in case it is the last
+ * answer (the last one only), else dropped; *s is empty again. */
+static void pass_over(struct sink *s, const struct httpc_try *t, struct sink *kept,
+                      struct httpc_try *kept_try)
+{
+    if (t->kind == HTTPC_TRY_ANSWER) {
+        free(kept->buf);
+        *kept = *s;
+        *kept_try = *t;
+        kept_try->location = NULL; /* curl's, gone at the next try */
+    } else {
+        free(s->buf);
+    }
+    *s = (struct sink){0};
+}
+
 int httpc_request(struct httpc *c, const char *method, const char *path, const char *body,
                   size_t len, long timeout_ms, struct httpc_response *ret, char *err, size_t errlen)
 {
     if (!c || !method || !path || path[0] != '/' || !ret || (len && !body))
         return errbuf_set(err, errlen, GPO_EINVAL, "httpc_request: bad argument");
-    struct call k = {
-        .method = method, .path = path, .body = body, .len = len, .timeout_ms = timeout_ms};
+    struct call k = {.method = method, .path = path, .body = body, .timeout_ms = timeout_ms};
     int rc = call_begin(c, &k, err, errlen);
     if (rc)
         return rc;
@@ -319,7 +342,6 @@ int httpc_request(struct httpc *c, const char *method, const char *path, const c
             free(kept.buf);
             return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
         }
-        s = (struct sink){0};
         curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
         if (strcmp(method, "HEAD") == 0)
             curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
@@ -330,21 +352,12 @@ int httpc_request(struct httpc *c, const char *method, const char *path, const c
         }
         curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, sink_write);
         curl_easy_setopt(h, CURLOPT_WRITEDATA, &s);
-        crc = curl_easy_perform(h);
-        curl_slist_free_all(hdr);
-        curl_easy_setopt(h, CURLOPT_HTTPHEADER, NULL);
+        crc = perform(c, hdr);
         /* An answer too big, or no memory for it, is still this address's. */
         try_of(h, crc, s.over || crc == CURLE_WRITE_ERROR, &t);
         if (!call_step(c, &k, &t))
             break;
-        if (t.kind == HTTPC_TRY_ANSWER) { /* passed over: kept, the last one only */
-            free(kept.buf);
-            kept = s;
-            kept_try = t;
-            kept_try.location = NULL;
-        } else {
-            free(s.buf);
-        }
+        pass_over(&s, &t, &kept, &kept_try);
     }
     if (t.kind == HTTPC_TRY_UNSENT && k.round.kept_at != SIZE_MAX) {
         free(s.buf);
@@ -423,8 +436,7 @@ int httpc_stream_body(struct httpc *c, const char *method, const char *path, con
 {
     if (!c || !method || !path || path[0] != '/' || !on_data || (len && !body))
         return errbuf_set(err, errlen, GPO_EINVAL, "httpc_stream: bad argument");
-    struct call k = {
-        .method = method, .path = path, .body = body, .len = len, .timeout_ms = timeout_ms};
+    struct call k = {.method = method, .path = path, .body = body, .timeout_ms = timeout_ms};
     int rc = call_begin(c, &k, err, errlen);
     if (rc)
         return rc;
@@ -443,7 +455,6 @@ int httpc_stream_body(struct httpc *c, const char *method, const char *path, con
             free(kept.buf);
             return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
         }
-        skipped = (struct sink){0};
         status = 0;
         st = (struct stream){.fn = on_data,
                              .ctx = ctx,
@@ -464,23 +475,13 @@ int httpc_stream_body(struct httpc *c, const char *method, const char *path, con
         curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
         curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, stream_progress);
         curl_easy_setopt(h, CURLOPT_XFERINFODATA, &st);
-        crc = curl_easy_perform(h);
-        curl_slist_free_all(hdr);
-        curl_easy_setopt(h, CURLOPT_HTTPHEADER, NULL);
+        crc = perform(c, hdr);
         if (st.stopped)
             k.round.no_more = true;
         try_of(h, crc, st.decided, &t);
         if (!call_step(c, &k, &t))
             break;
-        if (t.kind == HTTPC_TRY_ANSWER) { /* passed over: kept, the last one only */
-            free(kept.buf);
-            kept = skipped;
-            kept_try = t;
-            kept_try.location = NULL;
-        } else {
-            free(skipped.buf);
-        }
-        skipped = (struct sink){0};
+        pass_over(&skipped, &t, &kept, &kept_try);
     }
     /* The outcome: this try, or the last answer passed over (every address a
      * follower or down); its body still to pass on where it was dropped. */

@@ -84,12 +84,12 @@ int httpc_urls_check(const char *list, struct httpc_urls_fault *ret)
             b--;
         f.entry = p + a;
         f.len = b - a;
-        while (b > a && p[b - 1] == '/')
-            b--;
-        if (f.len == 0) {
+        if (a == b) {
             f.why = "an empty entry";
             goto bad;
         }
+        while (b > a && p[b - 1] == '/')
+            b--;
         if (!url_ok(p + a, b - a))
             goto bad;
         p = end ? end + 1 : p + b;
@@ -115,10 +115,11 @@ const char *httpc_urls_describe(const struct httpc_urls_fault *f, char *buf, siz
 int httpc_addrs_parse(struct httpc_addrs *a, const char *list, char *err, size_t errlen)
 {
     struct httpc_urls_fault f;
-    char text[HTTPC_URL_FAULT_MAX];
-    if (httpc_urls_check(list, &f) != 0)
+    if (httpc_urls_check(list, &f) != 0) {
+        char text[HTTPC_URL_FAULT_MAX];
         return errbuf_set(err, errlen, GPO_EINVAL, "URL %s",
                           httpc_urls_describe(&f, text, sizeof(text)));
+    }
     memset(a, 0, sizeof(*a));
     size_t o = 0;
     for (const char *p = list;; p++) {

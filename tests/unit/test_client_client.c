@@ -52,6 +52,16 @@ static int h_error(struct http_request *req, void *ctx)
     return http_request_error(req, 400, "invalid_field", "field 'gpus': 5000 is out of range");
 }
 
+/* A controller that does not lead and knows no leader (the follower's 503). */
+static int h_follower(struct http_request *req, void *ctx)
+{
+    (void)ctx;
+    note(req);
+    http_request_add_header(req, "Retry-After", "1");
+    http_request_add_header(req, "X-Gpuorch-Role", "follower");
+    return http_request_respond_json(req, 503, json_pack("{s:s}", "error", "no leader yet"));
+}
+
 static int h_text(struct http_request *req, void *ctx)
 {
     (void)ctx;
@@ -115,6 +125,7 @@ static int h_logs(struct http_request *req, void *ctx)
 static const struct http_route routes[] = {
     {"GET", "/error", h_error, 0},
     {"GET", "/text", h_text, 0},
+    {"GET", "/follower", h_follower, 0},
     {"GET", "/v1/jobs", h_jobs, 0},
     {"POST", "/v1/jobs", h_echo, HTTP_ROUTE_JSON_BODY},
     {"GET", "/v1/jobs/{id}", h_echo, 0},
@@ -192,6 +203,31 @@ static void api_errors_become_one_line_with_status_and_code(void **state)
     client_release(&gone); /* twice is fine */
     assert_int_equal(client_init(&gone, "localhost:8080", NULL, err, sizeof(err)), GPO_EINVAL);
     client_release(&gone);
+}
+
+static void a_follower_answer_names_the_controller_that_gave_it(void **state)
+{
+    struct srv *s = *state;
+    char err[CLIENT_ERR_MAX], url[64], list[160];
+    assert_int_equal(client_call(&s->c, "GET", "/follower", NULL, NULL, err, sizeof(err)),
+                     GPO_EAPI);
+    assert_int_equal(s->c.status, 503);
+    snprintf(url, sizeof(url), "%s", httpc_url(s->c.http));
+    char want[512];
+    snprintf(want, sizeof(want), "503 from %s, a follower: no leader yet", url);
+    assert_string_equal(err, want);
+    /* Of a list (a closed port first): the one that answered, and why no
+     * other did. */
+    struct client two;
+    snprintf(list, sizeof(list), "http://127.0.0.1:1,%s", url);
+    assert_int_equal(client_init(&two, list, "t", NULL, 0), 0);
+    assert_int_equal(client_call(&two, "GET", "/follower", NULL, NULL, err, sizeof(err)), GPO_EAPI);
+    snprintf(want, sizeof(want),
+             "503 from %s, a follower: no leader yet (every controller in the list is a follower "
+             "or down)",
+             url);
+    assert_string_equal(err, want);
+    client_release(&two);
 }
 
 static void job_lists_are_read_page_after_page_with_the_filter_escaped(void **state)
@@ -366,6 +402,7 @@ int main(void)
 #define T(name) cmocka_unit_test_setup_teardown(name, srv_setup, srv_teardown)
     const struct CMUnitTest tests[] = {
         T(api_errors_become_one_line_with_status_and_code),
+        T(a_follower_answer_names_the_controller_that_gave_it),
         T(job_lists_are_read_page_after_page_with_the_filter_escaped),
         T(each_call_sends_its_method_path_and_query),
         T(an_absent_object_is_a_404_the_caller_can_read),
