@@ -25,6 +25,7 @@
 
 #include "agent/attempts.h"
 #include "agent/cgroup.h"
+#include "agent/fence.h"
 #include "agent/journal.h"
 #include "agent/logsrv.h"
 #include "agent/migplan.h"
@@ -65,6 +66,7 @@ struct agent {
     struct http_route step_routes[2]; /* the log server serves steps too */
     struct attempts *att;
     struct migplan *mig;       /* MIG repartition plans and their results */
+    struct fence *fence;       /* the fence lease (fence.h) */
     struct runas_account acct; /* the network half's account, when started as root */
     bool drop;                 /* started as root: become acct once the privileged half runs */
     atomic_bool stop;
@@ -92,8 +94,10 @@ static void usage(FILE *out)
             "set to its GPUs' UUIDs (a MIG device's, on a MIG instance). On MIG GPUs it\n"
             "reports the instances and applies the controller's repartition plans, once\n"
             "each; it never changes MIG mode or resets a GPU. Jobs keep running if the\n"
-            "agent stops or crashes; a restarted agent takes them up again. See\n"
-            "docs/agent.md.\n"
+            "agent stops or crashes; a restarted agent takes them up again. An agent\n"
+            "that reaches no controller for the controller's --fence-lease stops its\n"
+            "jobs (SIGKILL after --fence-grace) before they may run elsewhere, and\n"
+            "reports them when it is back. See docs/agent.md.\n"
             "\n"
             "  --server URL[,URL...] the controller, e.g. http://10.0.0.1:8080 (required);\n"
             "                        several controllers' URLs, with commas: the leader is\n"
@@ -319,6 +323,11 @@ static int register_node(struct agent *ag, struct httpc *c, char *err, size_t er
     if (!rc && (r.status == 200 || r.status == 201) && ans &&
         proto_registered_decode(ans, &reg, why, sizeof(why)) == 0) {
         logsrv_set_token(ag->logs, reg.log_token);
+        fence_set(ag->fence, reg.fence_lease_ms, reg.fence_grace_ms);
+        if (reg.fence_lease_ms && reg.fence_lease_ms < 3 * ag->a.sample_ms)
+            agent_log("fence: the lease (%" PRId64 " ms) is under three heartbeats "
+                      "(--sample-interval %" PRId64 " ms): one slow answer may fence this node",
+                      reg.fence_lease_ms, ag->a.sample_ms);
         proto_registered_release(&reg);
         agent_log("registered node '%s' (%u GPU(s), pool %s, log port %u)", ag->name,
                   gpu_count(ag->gpus), ag->a.pool, logsrv_port(ag->logs));
@@ -381,10 +390,14 @@ static void *heartbeat_main(void *arg)
     while (!atomic_load(&ag->stop)) {
         char *text = heartbeat_body(ag);
         struct httpc_response r = {0};
-        int rc =
-            text ? httpc_request(c, "POST", path, text, strlen(text), 10000, &r, err, sizeof(err))
-                 : errbuf_set(err, sizeof(err), GPO_ENOMEM, "out of memory");
+        /* The fence lease counts from the send time of an answered one. */
+        int64_t sent = mono_ms();
+        int rc = text ? httpc_request(c, "POST", path, text, strlen(text),
+                                      fence_heartbeat_timeout(ag->fence), &r, err, sizeof(err))
+                      : errbuf_set(err, sizeof(err), GPO_ENOMEM, "out of memory");
         free(text);
+        if (!rc && (r.status == 204 || r.status == 200))
+            fence_answered(ag->fence, sent);
         if (!rc && r.status == 404) {
             agent_log("heartbeat: the controller does not know this node; registering again");
             register_until(ag, c);
@@ -455,11 +468,18 @@ static void poll_loop(struct agent *ag, struct httpc *c)
                 agent_log("assignments: the controller answers again");
             failing = false;
             since = ans.rev;
+            fence_set(ag->fence, ans.fence_lease_ms, ans.fence_grace_ms);
             attempts_apply(ag->att, &ans, mono_ms());
             /* After the attempts: one taken up from the journal has learned
              * its MIG devices, which no plan may destroy. */
             migplan_apply(ag->mig, &ans);
             proto_assignments_release(&ans);
+            if (fence_active(ag->fence)) {
+                /* Its runs wait: ask again soon, not for what changes. */
+                since = -1;
+                struct timespec ts = {0, 200L * 1000000};
+                nanosleep(&ts, NULL);
+            }
         } else {
             if (!failing)
                 agent_log("assignments: %s", rc                ? err
@@ -714,6 +734,22 @@ static int choose_account(struct agent *ag, char *err, size_t errlen)
     return 0;
 }
 
+/* The fence's hooks (fence.h). */
+static void on_fence(void *arg, const char *reason, int64_t unreached_ms, int64_t grace_ms,
+                     int64_t now_ms)
+{
+    struct agent *ag = arg;
+    attempts_fence(ag->att, reason, unreached_ms, grace_ms, now_ms);
+}
+
+static void on_unfence(void *arg)
+{
+    struct agent *ag = arg;
+    size_t owed = attempts_unfence(ag->att);
+    if (owed)
+        agent_log("fence: %zu fenced attempt(s) to report", owed);
+}
+
 static int start(struct agent *ag, char *err, size_t errlen)
 {
     const struct agent_args *a = &ag->a;
@@ -735,6 +771,9 @@ static int start(struct agent *ag, char *err, size_t errlen)
     char net[PATH_MAX + 16];
     snprintf(net, sizeof(net), "%s/%s", abs_state, NET_DIR);
     rc = rc ? rc : journal_open(net, &ag->journal, err, errlen);
+    struct fence_config fc = {
+        .dir = net, .fence = on_fence, .unfence = on_unfence, .arg = ag, .log = agent_log};
+    rc = rc ? rc : fence_new(&fc, mono_ms(), &ag->fence, err, errlen);
     rc = rc ? rc : start_logs(ag, abs_state, err, errlen);
     if (rc)
         return rc;
@@ -787,6 +826,12 @@ int agent_command(int argc, char **argv)
     struct httpc *c = NULL;
     if (start(&ag, err, sizeof(err)) || httpc_new(ag.a.server, ag.token, &c, err, sizeof(err))) {
         fprintf(stderr, "gpuorch agent: %s\n", err);
+        return 1;
+    }
+    /* The fence runs from the start: an agent restarted while cut off
+     * still fences at its deadline, registered or not. */
+    if (fence_start(ag.fence)) {
+        fprintf(stderr, "gpuorch agent: pthread_create failed\n");
         return 1;
     }
     register_until(&ag, c);

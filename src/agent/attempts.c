@@ -141,6 +141,7 @@ static void set_outcome(struct attempts *t, struct att *a, struct proto_report f
         free(a->final.reason);
         a->final.state = PROTO_STATE_FAILED;
         a->final.reason = reason_dup(a->kill_why);
+        a->final.fenced = a->fenced;
     }
     a->phase = PH_ENDING;
     if (a->port)
@@ -397,10 +398,8 @@ static void launch(struct attempts *t, const struct proto_attempt *asg, int64_t 
                (int)a->pid, a->nuuids);
 }
 
-/* SIGTERM now, SIGKILL after grace_ms; the attempt then ends as `as`.
- * Under the lock. */
-static void start_kill(struct attempts *t, struct att *a, enum proto_state as, int64_t grace_ms,
-                       int64_t now)
+void attempts_kill_start(struct attempts *t, struct att *a, enum proto_state as, int64_t grace_ms,
+                         const char *why, int64_t now)
 {
     if (a->phase != PH_RUNNING || a->killing)
         return;
@@ -413,7 +412,7 @@ static void start_kill(struct attempts *t, struct att *a, enum proto_state as, i
     if (a->sigkill_ms == 0)
         a->sigkill_ms = 1;
     t->cfg.log("job %" PRIu64 ".%" PRIu32 ": stopping (%s): SIGTERM, SIGKILL in %" PRId64 " ms",
-               a->job, a->attempt, proto_state_name(as), grace_ms);
+               a->job, a->attempt, why ? why : proto_state_name(as), grace_ms);
 }
 
 /* What a kill's cause ends an attempt as. */
@@ -436,17 +435,19 @@ void attempts_apply(struct attempts *t, const struct proto_assignments *answer, 
             adopt(t, a, e, now_ms);
         else if (a && e->action == PROTO_ACTION_RUN)
             retime(a, e);
-        if (e->action == PROTO_ACTION_RUN && !a)
-            launch(t, e, now_ms);
+        if (e->action == PROTO_ACTION_RUN && !a && !t->fenced)
+            launch(t, e, now_ms); /* fenced: left for an answer after the fence */
         else if (e->action == PROTO_ACTION_KILL && a)
-            start_kill(t, a, kill_states[e->cause],
-                       e->grace_s != PROTO_NONE ? e->grace_s * 1000 : t->cfg.kill_grace_ms, now_ms);
+            attempts_kill_start(t, a, kill_states[e->cause],
+                                e->grace_s != PROTO_NONE ? e->grace_s * 1000 : t->cfg.kill_grace_ms,
+                                NULL, now_ms);
     }
     /* Running attempts the controller no longer lists ended there (a node
      * timeout, say): stop them; their report will be refused, which is fine. */
     for (size_t k = 0; k < t->n; k++) {
         if (!t->v[k]->listed && t->v[k]->phase == PH_RUNNING)
-            start_kill(t, t->v[k], PROTO_STATE_CANCELLED, t->cfg.kill_grace_ms, now_ms);
+            attempts_kill_start(t, t->v[k], PROTO_STATE_CANCELLED, t->cfg.kill_grace_ms, NULL,
+                                now_ms);
     }
     /* The first answer has counted the MPS clients taken up from the
      * journal: a daemon with none left ended its jobs while we were away. */
@@ -482,6 +483,8 @@ size_t attempts_recover(struct attempts *t, int64_t now_ms)
         a->sig.sent = ja->signalled;
         a->port = ja->port;
         a->listed = true; /* until the first answer says otherwise */
+        if (ja->fenced)
+            attempts_fenced_again(t, a, ja->unreached_ms);
         a->uuids = calloc(1, sizeof(*a->uuids));
         a->dirty = calloc(1, sizeof(*a->dirty));
         struct shim_status st;
@@ -508,6 +511,16 @@ size_t attempts_recover(struct attempts *t, int64_t now_ms)
 }
 
 /* ---- the monitor ------------------------------------------------------- */
+
+void attempts_sigkill_due(struct attempts *t, struct att *a, int64_t now)
+{
+    if (!a->killing || !a->sigkill_ms || now < a->sigkill_ms)
+        return;
+    char err[256] = "";
+    if (priv_signal(t->cfg.priv, a->job, a->attempt, SIGKILL, err, sizeof(err)))
+        t->cfg.log("job %" PRIu64 ".%" PRIu32 ": SIGKILL: %s", a->job, a->attempt, err);
+    a->sigkill_ms = 0;
+}
 
 /* PH_RUNNING: the shim's outcome, the time limit, SIGKILL after grace.
  * Returns ms until its next deadline (at most `next`). */
@@ -539,13 +552,8 @@ static int64_t watch(struct attempts *t, struct att *a, int64_t now, int64_t nex
     if (jobsignal_due(&a->sig, now) && !a->killing)
         jobsignal_send(&a->sig, t->cfg.priv, t->cfg.journal, a->job, a->attempt, t->cfg.log);
     if (a->limit_ms && now >= a->limit_ms && !a->killing)
-        start_kill(t, a, PROTO_STATE_TIMEOUT, t->cfg.kill_grace_ms, now);
-    if (a->killing && a->sigkill_ms && now >= a->sigkill_ms) {
-        char err[256] = "";
-        if (priv_signal(t->cfg.priv, a->job, a->attempt, SIGKILL, err, sizeof(err)))
-            t->cfg.log("job %" PRIu64 ".%" PRIu32 ": SIGKILL: %s", a->job, a->attempt, err);
-        a->sigkill_ms = 0;
-    }
+        attempts_kill_start(t, a, PROTO_STATE_TIMEOUT, t->cfg.kill_grace_ms, NULL, now);
+    attempts_sigkill_due(t, a, now);
     if (!a->killing)
         next = jobsignal_next(&a->sig, now, next);
     if (a->limit_ms && !a->killing && a->limit_ms - now < next)
@@ -651,7 +659,7 @@ static bool serving(struct attempts *t, struct att *a, int64_t now, struct proto
     if (rs->expired && !a->killing) {
         snprintf(a->kill_why, sizeof(a->kill_why),
                  "not ready within the startup timeout (%" PRId64 " s)", rs->startup_timeout_s);
-        start_kill(t, a, PROTO_STATE_FAILED, t->cfg.kill_grace_ms, now);
+        attempts_kill_start(t, a, PROTO_STATE_FAILED, t->cfg.kill_grace_ms, NULL, now);
     }
     return rs->owed && !a->killing;
 }

@@ -98,6 +98,23 @@ int attempts_dirty(struct attempts *t, char ***ret, size_t *ret_n);
  * to be destroyed. */
 bool attempts_mig_in_use(struct attempts *t, const char *mig_uuid);
 
+/*
+ * The fence (fence.h): no controller reached for unreached_ms. Every
+ * running attempt is stopped as a failure with `reason` (borrowed; its
+ * final report says "fenced": true): SIGTERM now, SIGKILL after the
+ * smaller of the kill grace and grace_ms, and journaled (journal_fenced);
+ * one being killed already gets its SIGKILL by then too. From now until
+ * attempts_unfence nothing is launched (an assignment to run waits for the
+ * next answer). Called on every round of the fence thread, it also sends
+ * the SIGKILLs due, which the monitor, blocked in a report, may not.
+ * Returns the number of attempts it stopped this time.
+ */
+size_t attempts_fence(struct attempts *t, const char *reason, int64_t unreached_ms,
+                      int64_t grace_ms, int64_t now_ms);
+/* The fence is over: launches again, and the reports owed go at once.
+ * Returns the number of fenced attempts not yet reported. */
+size_t attempts_unfence(struct attempts *t);
+
 /* Attempts not yet reported final (for the log and tests). */
 size_t attempts_active(struct attempts *t);
 

@@ -57,6 +57,7 @@ struct att {
     uint32_t port;             /* a serving replica's (replica.h); 0: not one */
     char kill_why[PROTO_REASON_MAX + 1]; /* a kill_as FAILED's reason */
     char *mps_gpu;                       /* the GPU whose MPS daemon it counts on (mps.h); NULL */
+    bool fenced; /* stopped by the fence (attempts_fence): reported FAILED, "fenced" */
 };
 
 struct attempts {
@@ -69,12 +70,25 @@ struct attempts {
     struct mps *mps;     /* MPS daemons' clients, under the lock */
     bool mps_swept;      /* the first answer's mps_sweep is done */
     bool told_poll;      /* the log said that exits are polled for */
+    bool fenced;         /* attempts_fence until attempts_unfence: nothing is launched */
     struct att **v;
     size_t n, cap;
 };
 
 /* The attempt (job, attempt) in the table, or NULL. Under the lock. */
 struct att *attempts_find(struct attempts *t, uint64_t job, uint32_t attempt);
+
+/* SIGTERM now, SIGKILL after grace_ms; the attempt then ends as `as` (the
+ * log says why, NULL: as's name). Nothing for one not running or being
+ * killed already. Under the lock. */
+void attempts_kill_start(struct attempts *t, struct att *a, enum proto_state as, int64_t grace_ms,
+                         const char *why, int64_t now);
+/* The SIGKILL of an attempt being killed, once due. Under the lock. */
+void attempts_sigkill_due(struct attempts *t, struct att *a, int64_t now);
+/* An attempt taken up from the journal that an earlier agent fenced after
+ * unreached_ms: it ends as fenced, and what runs of it is killed at once
+ * (attempts_fence.c). Under the lock. */
+void attempts_fenced_again(struct attempts *t, struct att *a, int64_t unreached_ms);
 
 /* A report to send, encoded under the table's lock so that HTTP runs unlocked. */
 struct attempts_owed {

@@ -6,6 +6,7 @@
  *   {"op":"begin","job":J,"attempt":A,"dir":"..."[,"port":P]}
  *   {"op":"started","job":J,"attempt":A,"pid":P,"start_time":T}
  *   {"op":"signalled","job":J,"attempt":A}
+ *   {"op":"fenced","job":J,"attempt":A,"unreached_ms":M}
  *   {"op":"ended","job":J,"attempt":A}
  * An "ended" line with no "begin" before it is what compaction leaves of an
  * ended attempt.
@@ -37,7 +38,8 @@ struct entry {
     uint64_t job;
     uint32_t attempt;
     bool ended;
-    bool signalled; /* its --signal was sent */
+    bool signalled;       /* its --signal was sent */
+    int64_t unreached_ms; /* fenced (journal_fenced) after so long unreached; 0: not fenced */
     pid_t pid;
     uint64_t start_time;
     uint32_t port; /* a replica's; 0: none */
@@ -149,6 +151,13 @@ static int apply_line(struct journal *j, const json_t *o, const char **what)
         if (!e || e->ended)
             return *what = "signalled for an attempt not begun or already ended", GPO_ECORRUPT;
         e->signalled = true;
+    } else if (strcmp(op, "fenced") == 0) {
+        uint64_t ms;
+        if (get_uint(o, "unreached_ms", INT64_MAX, &ms) || ms == 0)
+            return *what = "fenced without a valid unreached_ms", GPO_ECORRUPT;
+        if (!e || e->ended)
+            return *what = "fenced for an attempt not begun or already ended", GPO_ECORRUPT;
+        e->unreached_ms = (int64_t)ms;
     } else if (strcmp(op, "ended") == 0) {
         if (!e && push(j, job, (uint32_t)attempt, NULL) != 0)
             return *what = "out of memory", GPO_ENOMEM;
@@ -382,14 +391,26 @@ int journal_begin(struct journal *j, const struct journal_attempt *a, char *err,
     return rc;
 }
 
+/* The entry of attempt (job, attempt), begun and not ended; else NULL,
+ * with GPO_ENOENT in *rc and err. Under mu. */
+static struct entry *live_entry(struct journal *j, uint64_t job, uint32_t attempt, int *rc,
+                                char *err, size_t errlen)
+{
+    struct entry *e = find(j, job, attempt);
+    if (e && !e->ended)
+        return e;
+    *rc = errbuf_set(err, errlen, GPO_ENOENT,
+                     "attempt %" PRIu64 ".%" PRIu32 " is not begun or has ended", job, attempt);
+    return NULL;
+}
+
 static int started_locked(struct journal *j, uint64_t job, uint32_t attempt, pid_t pid,
                           uint64_t start_time, char *err, size_t errlen)
 {
-    struct entry *e = find(j, job, attempt);
-    if (!e || e->ended)
-        return errbuf_set(err, errlen, GPO_ENOENT,
-                          "attempt %" PRIu64 ".%" PRIu32 " is not begun or has ended", job,
-                          attempt);
+    int rc = 0;
+    struct entry *e = live_entry(j, job, attempt, &rc, err, errlen);
+    if (!e)
+        return rc;
     if (e->pid != 0)
         return e->pid == pid && e->start_time == start_time
                    ? 0
@@ -399,7 +420,7 @@ static int started_locked(struct journal *j, uint64_t job, uint32_t attempt, pid
     json_t *o = json_pack("{s:s, s:I, s:I, s:I, s:I}", "op", "started", "job", (json_int_t)job,
                           "attempt", (json_int_t)attempt, "pid", (json_int_t)pid, "start_time",
                           (json_int_t)start_time);
-    int rc = append(j, o, err, errlen);
+    rc = append(j, o, err, errlen);
     if (rc == 0) {
         e->pid = pid;
         e->start_time = start_time;
@@ -423,17 +444,36 @@ int journal_signalled(struct journal *j, uint64_t job, uint32_t attempt, char *e
     if (!j)
         return errbuf_set(err, errlen, GPO_EINVAL, "journal_signalled: NULL journal");
     pthread_mutex_lock(&j->mu);
-    struct entry *e = find(j, job, attempt);
     int rc = 0;
-    if (!e || e->ended) {
-        rc = errbuf_set(err, errlen, GPO_ENOENT,
-                        "attempt %" PRIu64 ".%" PRIu32 " is not begun or has ended", job, attempt);
-    } else if (!e->signalled) {
-        json_t *o = json_pack("{s:s, s:I, s:I}", "op", "signalled", "job", (json_int_t)job,
-                              "attempt", (json_int_t)attempt);
-        if ((rc = append(j, o, err, errlen)) == 0)
-            e->signalled = true;
-    }
+    struct entry *e = live_entry(j, job, attempt, &rc, err, errlen);
+    if (e && !e->signalled &&
+        (rc = append(j,
+                     json_pack("{s:s, s:I, s:I}", "op", "signalled", "job", (json_int_t)job,
+                               "attempt", (json_int_t)attempt),
+                     err, errlen)) == 0)
+        e->signalled = true;
+    pthread_mutex_unlock(&j->mu);
+    return rc;
+}
+
+/* A "fenced" line's object (NULL when out of memory). */
+static json_t *fenced_json(uint64_t job, uint32_t attempt, int64_t unreached_ms)
+{
+    return json_pack("{s:s, s:I, s:I, s:I}", "op", "fenced", "job", (json_int_t)job, "attempt",
+                     (json_int_t)attempt, "unreached_ms", (json_int_t)unreached_ms);
+}
+
+int journal_fenced(struct journal *j, uint64_t job, uint32_t attempt, int64_t unreached_ms,
+                   char *err, size_t errlen)
+{
+    if (!j || unreached_ms <= 0)
+        return errbuf_set(err, errlen, GPO_EINVAL, "journal_fenced: invalid argument");
+    pthread_mutex_lock(&j->mu);
+    int rc = 0;
+    struct entry *e = live_entry(j, job, attempt, &rc, err, errlen);
+    if (e && !e->unreached_ms &&
+        (rc = append(j, fenced_json(job, attempt, unreached_ms), err, errlen)) == 0)
+        e->unreached_ms = unreached_ms;
     pthread_mutex_unlock(&j->mu);
     return rc;
 }
@@ -485,7 +525,9 @@ int journal_list(struct journal *j, struct journal_attempt **ret_list, size_t *r
                                            .pid = e->pid,
                                            .start_time = e->start_time,
                                            .signalled = e->signalled,
-                                           .port = e->port};
+                                           .port = e->port,
+                                           .fenced = e->unreached_ms > 0,
+                                           .unreached_ms = e->unreached_ms};
         snprintf(list[k].dir, sizeof(list[k].dir), "%s", e->dir);
         k++;
     }
@@ -497,43 +539,46 @@ int journal_list(struct journal *j, struct journal_attempt **ret_list, size_t *r
 
 /* ---- compaction ---- */
 
+/* Writes one record (`o` taken; NULL: out of memory) as a line to fd. */
+static int write_line(int fd, json_t *o)
+{
+    size_t len;
+    char *line = to_line(o, &len);
+    int rc = line ? fsutil_write_all(fd, line, len) : GPO_ENOMEM;
+    free(line);
+    return rc;
+}
+
+/* A live entry's lines after its "begin", so that compacted output reads
+ * back like the original. */
+static int write_live(const struct entry *e, int fd)
+{
+    int rc = 0;
+    if (e->pid != 0)
+        rc = write_line(fd, json_pack("{s:s, s:I, s:I, s:I, s:I}", "op", "started", "job",
+                                      (json_int_t)e->job, "attempt", (json_int_t)e->attempt, "pid",
+                                      (json_int_t)e->pid, "start_time", (json_int_t)e->start_time));
+    if (rc == 0 && e->signalled)
+        rc = write_line(fd, json_pack("{s:s, s:I, s:I}", "op", "signalled", "job",
+                                      (json_int_t)e->job, "attempt", (json_int_t)e->attempt));
+    if (rc == 0 && e->unreached_ms)
+        rc = write_line(fd, fenced_json(e->job, e->attempt, e->unreached_ms));
+    return rc;
+}
+
 static int write_compacted(struct journal *j, int fd)
 {
     for (size_t i = 0; i < j->n; i++) {
         const struct entry *e = &j->v[i];
-        json_t *o;
-        if (e->ended)
-            o = json_pack("{s:s, s:I, s:I}", "op", "ended", "job", (json_int_t)e->job, "attempt",
-                          (json_int_t)e->attempt);
-        else
-            o = begin_json(e->job, e->attempt, e->dir, e->port);
-        if (!e->ended && e->pid != 0 && o) {
-            /* Two lines, so that compacted output reads back like the original. */
-            size_t len;
-            char *line = to_line(o, &len);
-            int rc = line ? fsutil_write_all(fd, line, len) : GPO_ENOMEM;
-            free(line);
-            if (rc < 0)
-                return rc;
-            o = json_pack("{s:s, s:I, s:I, s:I, s:I}", "op", "started", "job", (json_int_t)e->job,
-                          "attempt", (json_int_t)e->attempt, "pid", (json_int_t)e->pid,
-                          "start_time", (json_int_t)e->start_time);
-        }
-        size_t len;
-        char *line = to_line(o, &len);
-        int rc = line ? fsutil_write_all(fd, line, len) : GPO_ENOMEM;
-        free(line);
+        int rc =
+            e->ended
+                ? write_line(fd, json_pack("{s:s, s:I, s:I}", "op", "ended", "job",
+                                           (json_int_t)e->job, "attempt", (json_int_t)e->attempt))
+                : write_line(fd, begin_json(e->job, e->attempt, e->dir, e->port));
+        if (rc == 0 && !e->ended)
+            rc = write_live(e, fd);
         if (rc < 0)
             return rc;
-        if (!e->ended && e->signalled) {
-            o = json_pack("{s:s, s:I, s:I}", "op", "signalled", "job", (json_int_t)e->job,
-                          "attempt", (json_int_t)e->attempt);
-            line = to_line(o, &len);
-            rc = line ? fsutil_write_all(fd, line, len) : GPO_ENOMEM;
-            free(line);
-            if (rc < 0)
-                return rc;
-        }
     }
     return 0;
 }

@@ -58,6 +58,8 @@ struct journal_attempt {
     uint64_t start_time;        /* the shim's, /proc/PID/stat field 22, clock ticks */
     bool signalled;             /* journal_signalled recorded (journal_list only) */
     uint32_t port;              /* a serving replica's port (replica.h), 1..65535; 0: none */
+    bool fenced;                /* journal_fenced recorded (journal_list only) */
+    int64_t unreached_ms;       /* fenced: how long no controller had been reached */
 };
 
 /*
@@ -102,6 +104,15 @@ int journal_started(struct journal *j, uint64_t job, uint32_t attempt, pid_t pid
  * or ended), GPO_EIO.
  */
 int journal_signalled(struct journal *j, uint64_t job, uint32_t attempt, char *err, size_t errlen);
+
+/*
+ * Records that the agent fenced the attempt (docs/agent.md, "Fencing"): it
+ * had reached no controller for unreached_ms (> 0), and stopped it; a
+ * restarted agent reports it fenced. Returns 0 (also when recorded
+ * already), GPO_ENOENT (never begun, or ended), GPO_EINVAL, GPO_EIO.
+ */
+int journal_fenced(struct journal *j, uint64_t job, uint32_t attempt, int64_t unreached_ms,
+                   char *err, size_t errlen);
 
 /*
  * Records that the attempt's outcome reached the controller: it leaves

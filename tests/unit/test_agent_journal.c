@@ -245,6 +245,48 @@ static void journal_signalled_is_kept_across_reopen_and_compaction(void **state)
     journal_close(j);
 }
 
+/* The fence record: once per attempt, with how long no controller had
+ * been reached, kept across a reopen and a compaction; refused for an
+ * attempt ended or never begun, and for no time unreached. */
+static void journal_fenced_is_kept_across_reopen_and_compaction(void **state)
+{
+    struct env *e = *state;
+    struct journal *j = open_ok(e);
+    char err[256];
+    begin_ok(j, 20, 1);
+    begin_ok(j, 21, 1);
+    begin_ok(j, 22, 1);
+    assert_int_equal(journal_started(j, 20, 1, 60, 7, err, sizeof(err)), 0);
+    assert_int_equal(journal_fenced(j, 20, 1, 3100, err, sizeof(err)), 0);
+    assert_int_equal(journal_fenced(j, 20, 1, 9999, err, sizeof(err)), 0); /* the first stays */
+    assert_int_equal(journal_ended(j, 22, 1, err, sizeof(err)), 0);
+    assert_int_equal(journal_fenced(j, 22, 1, 3100, err, sizeof(err)), GPO_ENOENT);
+    assert_int_equal(journal_fenced(j, 23, 1, 3100, err, sizeof(err)), GPO_ENOENT);
+    assert_int_equal(journal_fenced(j, 21, 1, 0, err, sizeof(err)), GPO_EINVAL);
+    for (int round = 0; round < 2; round++) {
+        journal_close(j);
+        j = open_ok(e);
+        struct journal_attempt *list = NULL;
+        size_t n = 0;
+        assert_int_equal(journal_list(j, &list, &n), 0);
+        assert_int_equal(n, 2);
+        assert_true(list[0].fenced && list[0].unreached_ms == 3100 && list[0].pid == 60);
+        assert_false(list[1].fenced);
+        assert_int_equal(list[1].unreached_ms, 0);
+        free(list);
+        assert_int_equal(journal_compact(j, err, sizeof(err)), 0);
+    }
+    /* Reported: it leaves the list, fenced or not. */
+    assert_int_equal(journal_ended(j, 20, 1, err, sizeof(err)), 0);
+    struct journal_attempt *list = NULL;
+    size_t n = 0;
+    assert_int_equal(journal_list(j, &list, &n), 0);
+    assert_int_equal(n, 1);
+    assert_int_equal(list[0].job, 21);
+    free(list);
+    journal_close(j);
+}
+
 /* A serving replica's port, begun with it, reads back across a reopen and a
  * compaction; one out of range is refused before anything is written. */
 static void journal_replica_port_is_kept_across_reopen_and_compaction(void **state)
@@ -479,6 +521,7 @@ int main(void)
         cmocka_unit_test_setup(journal_compaction_keeps_live_details_and_refuses_ended, test_setup),
         cmocka_unit_test_setup(journal_compaction_leaves_only_the_private_journal, test_setup),
         cmocka_unit_test_setup(journal_signalled_is_kept_across_reopen_and_compaction, test_setup),
+        cmocka_unit_test_setup(journal_fenced_is_kept_across_reopen_and_compaction, test_setup),
         cmocka_unit_test_setup(journal_replica_port_is_kept_across_reopen_and_compaction,
                                test_setup),
         cmocka_unit_test_setup(journal_list_after_crash_ignores_torn_last_line, test_setup),

@@ -243,7 +243,10 @@ json_t *api_node_answer(void *ctx, const struct node_rt *rt)
     size_t n = 0;
     for (size_t k = 0; k < s->jobs.n; k++)
         n += s->jobs.v[k]->att.n && attempt_on_node(&s->jobs.v[k]->att, rt->name);
-    struct proto_assignments m = {.rev = (int64_t)rt->rev, .node = (char *)rt->name};
+    struct proto_assignments m = {.rev = (int64_t)rt->rev,
+                                  .node = (char *)rt->name,
+                                  .fence_lease_ms = s->cfg.fence_lease_ms,
+                                  .fence_grace_ms = s->cfg.fence_grace_ms};
     m.attempts = calloc(n ? n : 1, sizeof(*m.attempts));
     char(*reasons)[160] = calloc(n ? n : 1, sizeof(*reasons));
     int rc = m.attempts && reasons ? 0 : GPO_ENOMEM;
@@ -500,9 +503,11 @@ static int report_plan(struct server *s, struct job *j, const char *node,
         return attempt_row(b, s->epoch, j->id, &j->att, ATTEMPT_RUNNING, NULL, STORE_NULL,
                            STORE_NULL, STORE_NULL);
     }
-    /* PROTO_NONE, absent, is STORE_NULL. */
-    int rc = sched_end_plan(s, j, state_of(body->state), body->exit_code, body->signal,
-                            body->reason, now_ms, &rp->end, b);
+    /* PROTO_NONE, absent, is STORE_NULL. An attempt its agent fenced (it
+     * reached no controller for its lease) ends as a lost node's does. */
+    enum attempt_state st = body->fenced ? ATTEMPT_NODE_FAIL : state_of(body->state);
+    int rc =
+        sched_end_plan(s, j, st, body->exit_code, body->signal, body->reason, now_ms, &rp->end, b);
     /* Held back from now on, not from the agent's next heartbeat. */
     nodes_dirty_add(nodes_find(&s->nodes, node), body->dirty_gpus, body->ndirty);
     return rc;
@@ -671,10 +676,11 @@ static int node_from_register(const struct proto_register *r, const char *name,
     return 0;
 }
 
-/* The answer to a registration: node n as stored, with its state and the
- * log token of its log server, through the protocol's encoder. A new
- * object, or NULL when out of memory. */
-static json_t *registered_json(const struct cluster_node *n, const char *token)
+/* The answer to a registration: node n as stored, with its state, the
+ * log token of its log server and the fence settings, through the
+ * protocol's encoder. A new object, or NULL when out of memory. */
+static json_t *registered_json(const struct server *s, const struct cluster_node *n,
+                               const char *token)
 {
     static const enum proto_node_state states[] = {[CLUSTER_NODE_UP] = PROTO_NODE_UP,
                                                    [CLUSTER_NODE_DRAINING] = PROTO_NODE_DRAINING,
@@ -687,7 +693,9 @@ static json_t *registered_json(const struct cluster_node *n, const char *token)
                                           .log_port = n->log_port,
                                           .ngpus = n->ngpus},
                                  .state = states[n->state],
-                                 .log_token = (char *)token};
+                                 .log_token = (char *)token,
+                                 .fence_lease_ms = s->cfg.fence_lease_ms,
+                                 .fence_grace_ms = s->cfg.fence_grace_ms};
     struct proto_gpu *gpus = calloc(n->ngpus ? n->ngpus : 1, sizeof(*gpus));
     if (!gpus)
         return NULL;
@@ -738,7 +746,7 @@ static void node_write_done(void *ctx, const struct store_result *r)
     }
     const struct cluster_node *n = rc || nw->api_form ? NULL : cluster_node_get(&s->cluster, name);
     if (n)
-        o = registered_json(n, tok);
+        o = registered_json(s, n, tok);
     bool removed = !rc && out == CONFIG_REMOVED;
     if (!rc)
         sched_wake(s->sched, SCHED_WHY_NODE);
