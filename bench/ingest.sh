@@ -8,25 +8,54 @@
 # own figures: arrival minus sampled_at_ms, over its last 8192 heartbeats, and
 # as the generator saw the answers), the heartbeats per second achieved, and
 # the controller's CPU (% of one core) and RSS. Stops by itself.
+# STORE=postgres: the controller on a PostgreSQL of the script's own
+# (tests/tools/pgserver.py, --store; its CPU printed beside the controller's);
+# default sqlite.
 set -euo pipefail
 build=${1:?usage: bench/ingest.sh BUILD_DIR}
 bin=$(cd "$(dirname "$build/gpuorch")" && pwd)/gpuorch
 NODES=${NODES:-1000} SECONDS_RUN=${DURATION:-60}
+root=$(cd "$(dirname "$0")/.." && pwd)
 tmp=$(mktemp -d)
 spid=
+pg=
 cleanup() {
   if [ -n "$spid" ] && kill -0 "$spid" 2>/dev/null; then kill "$spid"; wait "$spid" 2>/dev/null || true; fi
+  [ -n "$pg" ] && python3 "$root/tests/tools/pgserver.py" stop --dir "$pg" || true
   rm -rf "$tmp"
 }
 trap cleanup EXIT
-"$bin" server --data "$tmp/data" --listen 127.0.0.1:0 --port-file "$tmp/port" \
+store_args=()
+case ${STORE:-sqlite} in
+  sqlite) ;;
+  postgres)
+    pg=$tmp/pg
+    store_args=(--store "$(python3 "$root/tests/tools/pgserver.py" start --dir "$pg")")
+    ;;
+  *) echo "ingest.sh: STORE: unknown store $STORE (sqlite, postgres)" >&2; exit 2 ;;
+esac
+echo "# store: ${STORE:-sqlite}"
+"$bin" server --data "$tmp/data" "${store_args[@]}" --listen 127.0.0.1:0 --port-file "$tmp/port" \
   --node-timeout 600 >"$tmp/server.log" 2>&1 &
 spid=$!
 for _ in $(seq 1 300); do [ -s "$tmp/port" ] && break; sleep 0.05; done
 port=$(cat "$tmp/port")
-python3 - "$port" "$tmp/data" "$spid" "$NODES" "$SECONDS_RUN" <<'PY'
+python3 - "$port" "$tmp/data" "$spid" "$NODES" "$SECONDS_RUN" "$pg" <<'PY'
 import asyncio, json, os, sys, time, urllib.request
 port, data, spid, nodes, secs = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+pgdir = sys.argv[6]
+def pg_cpu():
+    """CPU seconds of the PostgreSQL postmaster and its children (0 without one)."""
+    if not pgdir: return 0.0
+    with open(os.path.join(pgdir, "data", "postmaster.pid")) as f: pm = int(f.readline())
+    total = 0
+    for d in os.listdir("/proc"):
+        if not d.isdigit(): continue
+        try:
+            with open(f"/proc/{d}/stat") as f: st = f.read().rsplit(")", 1)[1].split()
+        except OSError: continue
+        if int(d) == pm or int(st[1]) == pm: total += int(st[11]) + int(st[12])
+    return total / os.sysconf("SC_CLK_TCK")
 join = open(os.path.join(data, "join.token")).read().strip()
 admin = open(os.path.join(data, "admin.token")).read().strip()
 base = f"http://127.0.0.1:{port}"
@@ -79,9 +108,9 @@ async def node(n, start, stop):
 async def main():
     start = time.time() + 2
     await asyncio.gather(*(node(n, start, start + secs) for n in range(nodes)))
-c0, _ = cpu_rss(); t0 = time.time()
+c0, _ = cpu_rss(); p0 = pg_cpu(); t0 = time.time()
 asyncio.run(main())
-c1, rss = cpu_rss(); t1 = time.time()
+c1, rss = cpu_rss(); p1 = pg_cpu(); t1 = time.time()
 st = api("/v1/health")  # keep-alive check
 # The controller's own lag figures (ingest.c) through its /metrics when present.
 lag = {}
@@ -99,5 +128,6 @@ print(f"heartbeats       sent {sent}, answered {answered} ({answered / (t1 - t0)
 print(f"answer time ms   p50 {pct(0.5):.1f}  p99 {pct(0.99):.1f}  max {pct(1.0):.1f}   (send to 204, as the generator saw it)")
 print(f"controller CPU   {100 * (c1 - c0) / (t1 - t0):.0f}% of one core over the run")
 print(f"controller RSS   {rss / 1048576:.0f} MiB")
+if pgdir: print(f"PostgreSQL CPU   {100 * (p1 - p0) / (t1 - t0):.0f}% of one core over the run (postmaster and backends)")
 for k, v in sorted(lag.items()): print(f"metric           {k} {v}")
 PY

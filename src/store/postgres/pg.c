@@ -134,7 +134,7 @@ static int param_add(struct pgs *s, const char *key, const char *val)
 static const char *param_get(const struct pgs *s, const char *key)
 {
     for (size_t k = 0; k < s->nkeys; k++)
-        if (strcmp(s->keys[k], key) == 0)
+        if (s->keys[k] && strcmp(s->keys[k], key) == 0)
             return s->vals[k];
     return NULL;
 }
@@ -166,8 +166,14 @@ static int params_parse(struct pgs *s, const char *url, char *err, size_t errlen
         if (o->val && strcmp(o->keyword, "options") != 0)
             rc = param_add(s, o->keyword, o->val);
     for (PQconninfoOption *o = opts; rc == 0 && o->keyword; o++)
-        if (o->val && strcmp(o->keyword, "options") == 0)
-            snprintf(s->user_options, sizeof(s->user_options), "%s", o->val);
+        if (o->val && strcmp(o->keyword, "options") == 0 &&
+            snprintf(s->user_options, sizeof(s->user_options), "%s", o->val) >=
+                (int)sizeof(s->user_options)) {
+            PQconninfoFree(opts);
+            return errbuf_set(err, errlen, GPO_EINVAL,
+                              "the store URL: options: longer than %zu bytes",
+                              sizeof(s->user_options) - 1);
+        }
     for (size_t k = 0; rc == 0 && k < NDEFAULTS; k++)
         if (!param_get(s, conn_defaults[k][0]))
             rc = param_add(s, conn_defaults[k][0], conn_defaults[k][1]);
@@ -185,9 +191,7 @@ static const char *role_name(enum pg_role role)
 /* A new connection of `role` (nothing prepared on it). */
 static int conn_open(struct pgs *s, struct pg_conn *pc, enum pg_role role, char *err, size_t errlen)
 {
-    int timeout = role == PG_ROLE_WRITER  ? PG_WRITER_TIMEOUT_MS
-                  : role == PG_ROLE_LEASE ? PG_LEASE_TIMEOUT_MS
-                                          : PG_READ_TIMEOUT_MS;
+    int timeout = role == PG_ROLE_WRITER ? PG_WRITER_TIMEOUT_MS : PG_CALL_TIMEOUT_MS;
     char options[sizeof(s->user_options) + 256];
     snprintf(options, sizeof(options),
              "-c statement_timeout=%d -c idle_in_transaction_session_timeout=%d %s%s", timeout,
@@ -410,9 +414,8 @@ static int begin_group(struct pgs *s, int64_t *ret_epoch, char *txmsg, size_t le
     int rc = 0;
     if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1) {
         char msg[200];
-        rc = pg_result_err(s->w.c, r, msg, sizeof(msg));
-        errbuf_set(txmsg, len, GPO_EIO, "begin: %s", msg);
-        rc = GPO_EIO;
+        (void)pg_result_err(s->w.c, r, msg, sizeof(msg));
+        rc = errbuf_set(txmsg, len, GPO_EIO, "begin: %s", msg);
     } else {
         *ret_epoch = pg_cell_int(r, 0, 0);
     }

@@ -35,10 +35,10 @@
 
 #define PG_POOL 4 /* read connections */
 
-/* Statement timeouts (ms) per connection role: a partition fails calls in
- * seconds rather than hangs them. */
-#define PG_READ_TIMEOUT_MS   5000
-#define PG_LEASE_TIMEOUT_MS  5000
+/* Statement timeouts (ms): a read's or a lease call's, and the writer's
+ * group transaction's; a partition fails calls in seconds rather than hangs
+ * them (with the connect timeout and keepalives of pg.c). */
+#define PG_CALL_TIMEOUT_MS   5000
 #define PG_WRITER_TIMEOUT_MS 30000
 
 enum pg_role { PG_ROLE_WRITER, PG_ROLE_READ, PG_ROLE_LEASE };

@@ -163,14 +163,15 @@ static int extend(struct pgs *s, const char *what, int64_t ttl_ms)
     pthread_mutex_lock(&s->lease_lock);
     int rc = lease_conn(s, what);
     PGresult *res = NULL;
-    char ebuf[24], tbuf[24];
-    const char *vals[] = {pg_int_text(mine, ebuf, sizeof(ebuf)), s->holder,
-                          pg_int_text(ttl_ms, tbuf, sizeof(tbuf))};
-    if (rc == 0)
+    if (rc == 0) {
+        char ebuf[24], tbuf[24];
+        const char *vals[] = {pg_int_text(mine, ebuf, sizeof(ebuf)), s->holder,
+                              pg_int_text(ttl_ms, tbuf, sizeof(tbuf))};
         rc = lease_exec(s, what,
                         "UPDATE lease SET expires_at = now() + $3::bigint * interval"
                         " '1 millisecond' WHERE id = 1 AND epoch = $1 AND holder = $2",
                         3, vals, &res);
+    }
     if (rc == 0) {
         if (strtoll(PQcmdTuples(res), NULL, 10) == 0)
             rc = lease_fail(s, GPO_EFENCED, what, "another controller took the lease since");

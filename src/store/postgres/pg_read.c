@@ -169,7 +169,7 @@ static int conn_take(struct pgs *s, struct pg_conn **ret)
     return 0;
 }
 
-static void conn_give(struct pgs *s, struct pg_conn *pc)
+static void conn_give(struct pgs *s, const struct pg_conn *pc)
 {
     pthread_mutex_lock(&s->pool_lock);
     s->pool_busy[pc - s->pool] = false;
@@ -658,9 +658,7 @@ int pg_sched_state_get(struct store *base, struct store_sched_state *ret)
         out.updated_ms = cell_int(res, 0, 2);
         size_t n = 0;
         unsigned char *p = PQunescapeBytea((const unsigned char *)PQgetvalue(res, 0, 1), &n);
-        if (!p)
-            err = GPO_ENOMEM;
-        else if (n && !(out.blob = malloc(n)))
+        if (!p || (n && !(out.blob = malloc(n))))
             err = GPO_ENOMEM;
         else if (n)
             memcpy(out.blob, p, n);
