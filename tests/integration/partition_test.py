@@ -57,8 +57,8 @@ sys.path.insert(0, os.path.join(HERE, "..", "tools"))
 import harness  # noqa: E402
 import history  # noqa: E402
 import netns  # noqa: E402
-from harness import (AGENT_FLAGS, Client, FakeAgent, diag, fake_gpu_uuid, file_tail,  # noqa: E402
-                     ok, remove_tmp, stop_process, wait_until)
+from harness import (AGENT_FLAGS, Client, FakeAgent, Periodic, diag, fake_gpu_uuid,  # noqa: E402
+                     file_tail, ok, remove_tmp, stop_process, wait_until)
 
 BIN = os.path.abspath(sys.argv[1])
 FAKENVML = os.environ.get("GPUORCH_FAKENVML") or os.path.join(
@@ -370,6 +370,11 @@ class Cluster:
         uuids = {u for ag in self.agents.values() for u in ag.uuids}
         return history.scan_processes(uuids, NET.host_of_inode)[0]
 
+    def sampled_since(self, t):
+        """Waits until the sampler has a sample taken after monotonic time T."""
+        return wait_until(lambda: (self.sampler.snapshot() or [None])[-1] is not None and
+                          self.sampler.snapshot()[-1].t > t, timeout=10, step=0.02)
+
     def check_history(self, what):
         samples = self.sampler.stop()
         bad = history.check(samples)
@@ -440,6 +445,7 @@ def alive(cl, jid, attempt=None, host=None):
 
 SUBMITS, CLIENTS, KILL_AT = 1000, 4, 250
 PROBE_S = 0.05  # how often the test asks the controllers' health: its measurement's grain
+HEALTH_TIMEOUT_S = 0.3
 
 
 def case_leader_kill():
@@ -474,26 +480,27 @@ def case_leader_kill():
                     else:
                         errors.append(f"{key}: {a.status} {a.raw[:200]!r}")
 
+        watch = HealthWatch(cl.ctls).start()
         t0 = time.monotonic()
         threads = [threading.Thread(target=client, args=(n,), daemon=True)
                    for n in range(CLIENTS)]
         for t in threads:
             t.start()
         wait_until(lambda: counts["acked"] >= KILL_AT, timeout=120, step=0.01)
+        running = cl.procs()
         t_kill = time.monotonic()
         acked_at_kill = counts["acked"]
         old.kill9()
-        others = [c for c in cl.ctls if c is not old]
-        new = wait_new_leader(others, epoch, 30)
-        t_led = time.monotonic() - t_kill
-        led = new is not None
+        found = watch.wait(t_kill, lambda r: new_leader(r, old, epoch), 30)
+        t_led = found[0] if found else None
+        new = new_leader(found[1], old, epoch) if found else None
         bound = LEASE_S + renewal_s() + PROBE_S
         diag(f"case 1: {acked_at_kill} submissions acknowledged at the kill; a follower led "
-             f"{t_led:.2f} s after it (bound {bound:.2f} s)")
-        ok(led and t_led <= bound,
+             f"{secs(t_led)} after it (bound {bound:.2f} s)")
+        ok(new is not None and t_led <= bound,
            f"case 1: after kill -9 of the leader, a follower leads within the lease plus one "
-           f"renewal ({bound:.1f} s): {t_led:.2f} s, epoch {epoch} -> "
-           f"{new[1] if new else None}", [c.tail() for c in others])
+           f"renewal ({bound:.2f} s): {secs(t_led)}, epoch {epoch} -> "
+           f"{new[1] if new else None}", [c.tail() for c in cl.ctls if c is not old])
         for t in threads:
             t.join(timeout=180)
         took = time.monotonic() - t0
@@ -507,31 +514,107 @@ def case_leader_kill():
         ok(not bad and len(jobs) == SUBMITS,
            f"case 1: every acknowledged submission is there exactly once ({len(jobs)} jobs)",
            "\n".join(bad[:20]))
+        kept = survived(cl, running)
+        ok(running and len(kept) == len(running),
+           f"case 1: the {len(running)} jobs running at the kill run on, the same attempts "
+           "(no agent fenced them, nothing requeued)", f"{sorted(running)} -> {kept}\n"
+           f"{[cl.agents[n].tail(600) for n in cl.agents]}")
+        # The new leader's own decisions: two jobs cancelled, two pending ones take their GPUs.
         ngpus = sum(cl.agent_gpus.values())
-        busy = wait_until(lambda: len({j for (j, _) in cl.procs()}) == ngpus, timeout=30,
-                          step=0.1)
-        ok(busy, f"case 1: the new leader keeps the {ngpus} GPUs busy, each with one job",
-           cl.procs())
+        gone = sorted(running)[:2]
+        for j, _ in gone:
+            cl.api().expect("POST", f"/v1/jobs/{j}/cancel", want=(200, 202))
+        busy = wait_until(lambda: len({j for (j, _) in cl.procs()}) == ngpus and not any(
+            k in cl.procs() for k in gone), timeout=30, step=0.1)
+        ok(busy, f"case 1: two jobs cancelled through the new leader, two waiting ones take "
+           f"their GPUs: {ngpus} GPUs busy, each with one job", cl.procs())
+        cl.sampled_since(time.monotonic())
+        watch.halt()
+        two = watch.two_leaders()
+        ok(not two, "case 1: no two controllers said they lead at once", two[:5])
         cl.check_history("case 1")
     finally:
         cl.stop()
 
 
-def wait_new_leader(ctls, epoch, timeout):
-    """(controller, epoch) of the first of CTLS whose health says it leads
-    under an epoch past EPOCH, polled every PROBE_S until TIMEOUT; None."""
-    found = [None]
+class HealthWatch(Periodic):
+    """Every PROBE_S, every controller's health: .rounds [(t, {name: (role,
+    epoch)})], the role "leader" or "follower", else "refused" (nothing
+    listens), "no answer" (none within HEALTH_TIMEOUT_S), "gone" (the process
+    ended) or "status N". The questions go out at once, on a thread each, so
+    that one hung controller does not slow the round."""
 
-    def someone():
-        for c in ctls:
-            e = leads(c)
-            if e is not None and (epoch is None or e > epoch):
-                found[0] = (c, e)
-                return True
-        return False
+    PERIOD = PROBE_S
 
-    wait_until(someone, timeout=timeout, step=PROBE_S)
-    return found[0]
+    def __init__(self, ctls):
+        super().__init__()
+        self.ctls = ctls
+        self.rounds = []
+        self.errors = []
+
+    def sample(self):
+        t = time.monotonic()
+        seen = {}
+
+        def ask(c):
+            if not (c.proc and c.proc.poll() is None):
+                seen[c.name] = ("gone", None)
+                return
+            try:
+                a = raw_call(c.url, "GET", "/v1/health", timeout=HEALTH_TIMEOUT_S)
+                h = a.json if a.status == 200 and isinstance(a.json, dict) else {}
+                seen[c.name] = (h.get("role", "leader") if h else f"status {a.status}",
+                                h.get("epoch"))
+            except ConnectionRefusedError:
+                seen[c.name] = ("refused", None)
+            except OSError:
+                seen[c.name] = ("no answer", None)
+
+        threads = [threading.Thread(target=ask, args=(c,), daemon=True) for c in self.ctls]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(timeout=1)
+        with self.lock:
+            self.rounds.append((t, dict(seen)))
+
+    def failed(self, error):
+        self.errors.append(repr(error))
+
+    def first(self, since, pred):
+        """The first round's (t - SINCE, roles) at or after SINCE where pred(roles); None."""
+        with self.lock:
+            rounds = list(self.rounds)
+        return next(((t - since, r) for t, r in rounds if t >= since and pred(r)), None)
+
+    def wait(self, since, pred, timeout):
+        wait_until(lambda: self.first(since, pred), timeout=timeout, step=PROBE_S)
+        return self.first(since, pred)
+
+    def two_leaders(self):
+        """Rounds in which two controllers said they lead."""
+        with self.lock:
+            return [(round(t, 2), r) for t, r in self.rounds
+                    if sum(1 for role, _ in r.values() if role == "leader") > 1]
+
+
+def new_leader(roles, old, epoch):
+    """The name and epoch of a controller other than OLD leading past EPOCH in ROLES."""
+    return next(((n, e) for n, (role, e) in roles.items()
+                 if n != old.name and role == "leader" and (epoch is None or (e or 0) > epoch)),
+                None)
+
+
+def survived(cl, before):
+    """Of BEFORE {(job, attempt): pids} (cl.procs() at some moment), those whose
+    job's current attempt is still that one, running, its processes alive."""
+    now = cl.procs()
+    out = []
+    for (j, a) in before:
+        cur = (cl.job(j) or {}).get("current_attempt") or {}
+        if cur.get("attempt") == a and cur.get("state") == "RUNNING" and (j, a) in now:
+            out.append((j, a))
+    return out
 
 
 def renewal_s():
@@ -549,7 +632,7 @@ def case_leader_pg_partition():
         cl.start()
         old, epoch = cl.leader()
         ok(old is not None, "case 2: one controller leads", [c.tail() for c in cl.ctls])
-        ids = [cl.submit(f"p{i}") for i in range(2)]
+        ids = [cl.submit(f"p{i}", max_retries=3) for i in range(2)]
         ok(wait_until(lambda: all(running_on(cl, j, None) for j in ids), timeout=30, step=0.1),
            "case 2: two jobs run", [cl.job(j) for j in ids])
         join = open(os.path.join(cl.ctls[0].data, "join.token")).read().strip()
@@ -571,6 +654,8 @@ def case_leader_pg_partition():
 
         poller = threading.Thread(target=long_poll, daemon=True)
         poller.start()
+        running = cl.procs()
+        watch = HealthWatch(cl.ctls).start()
         time.sleep(0.3)  # let the long-poll reach the controller before the cut
         NET.drop(old.name, [NET.hosts["pg"].addr])
         t_cut = time.monotonic()
@@ -587,43 +672,63 @@ def case_leader_pg_partition():
                     a = raw_call(old.url, "POST", "/v1/jobs",
                                  {"name": key, "workdir": cl.shared, "gpus": 1, "pool": "main",
                                   "command": FOREVER}, cl.member,
-                                 headers={"Idempotency-Key": key}, timeout=2)
+                                 headers={"Idempotency-Key": key}, timeout=DIRECT_TIMEOUT_S)
                     direct.append((time.monotonic() - t_cut, a.status,
                                    a.headers.get("x-gpuorch-role")))
                 except OSError as e:
                     direct.append((time.monotonic() - t_cut, repr(e)[:60], None))
                 i += 1
-                stop_direct.wait(0.2)
+                stop_direct.wait(DIRECT_PAUSE_S)
 
         sender = threading.Thread(target=submit_direct, daemon=True)
         sender.start()
-        bound = LEASE_S + renewal_s() + 1
-        refused = wait_until(lambda: any(d[1] == 503 and d[2] == "follower" for d in direct),
-                             timeout=bound + 10, step=0.05)
-        t_refused = time.monotonic() - t_cut
-        new = wait_new_leader([c for c in cl.ctls if c is not old], epoch, bound + 10)
-        t_led = time.monotonic() - t_cut
-        led = new is not None
-        poller.join(timeout=bound + 10)
-        diag(f"case 2: the old leader answered 503 {t_refused:.2f} s after the cut; a follower "
-             f"led after {t_led:.2f} s; the long-poll ended {poll.get('after', -1):.2f} s after "
-             f"it began with {poll.get('end')}; direct submissions: {direct[:12]}")
-        ok(refused and t_refused <= bound,
-           f"case 2: cut off from PostgreSQL, the old leader answers 503 (role follower) within "
-           f"{bound:.1f} s: {t_refused:.2f} s", f"{direct[:20]}\n{old.tail()}")
-        ok(led and t_led <= bound + LEASE_S,
-           f"case 2: a follower leads within {bound + LEASE_S:.1f} s of the cut: {t_led:.2f} s",
-           [c.tail() for c in cl.ctls])
+        # The old leader leads until its last renewal (before the cut) plus the
+        # lease; a follower takes the lease at its next try after that; the
+        # step-down stops the old leader's HTTP server, ending its long-polls.
+        stop_by = LEASE_S + PROBE_S
+        lead_by = LEASE_S + renewal_s() + PROBE_S
+        poll_by = 2 * LEASE_S
+        watch.wait(t_cut, lambda r: r[old.name][0] in ("follower", "refused") and
+                   new_leader(r, old, epoch), LEASE_S * 5)
+        poller.join(timeout=LEASE_S * 5)
+        stopped = watch.first(t_cut, lambda r: r[old.name][0] in ("follower", "refused"))
+        hung = [round(t - t_cut, 2) for t, r in watch.rounds
+                if t >= t_cut and r[old.name][0] == "no answer"]
+        led = watch.first(t_cut, lambda r: new_leader(r, old, epoch))
+        t_stop, t_led = (stopped or (None,))[0], (led or (None,))[0]
+        new = new_leader(led[1], old, epoch) if led else None
+        new = (cl.ctl(new[0]), new[1]) if new else None
+        refused = [d[0] for d in direct if "Refused" in str(d[1])]
+        diag(f"case 2: the old leader's health said it no longer leads {secs(t_stop)} after the "
+             f"cut ({stopped[1][old.name] if stopped else None}); its health did not answer "
+             f"within {HEALTH_TIMEOUT_S} s from {secs(min(hung, default=None))} to "
+             f"{secs(max(hung, default=None))}; connections to it refused "
+             f"from {secs(min(refused, default=None))} to {secs(max(refused, default=None))}; "
+             f"a follower led after {secs(t_led)}; the long-poll ended "
+             f"{secs(poll.get('after', 0.3) - 0.3)} after the cut with {poll.get('end')}")
+        ok(t_stop is not None and t_stop <= stop_by,
+           f"case 2: cut off from PostgreSQL, the old leader stops leading within the lease "
+           f"({stop_by:.2f} s): {secs(t_stop)}", f"{watch.rounds[-3:]}\n{old.tail()}")
+        ok(new is not None and t_led <= lead_by,
+           f"case 2: a follower leads within the lease plus one renewal of the cut "
+           f"({lead_by:.2f} s): {secs(t_led)}", [c.tail() for c in cl.ctls])
+        two = watch.two_leaders()
+        ok(not two, "case 2: no two controllers said they lead at once", two[:5])
         end = poll.get("end")
         handed = isinstance(end, tuple) and end[0] == 200 and end[1] != rev
-        ok(end is not None and not handed and poll.get("after", 99) <= bound + 1,
-           f"case 2: the agent's long-poll open on the old leader ends within {bound + 1:.1f} s, "
-           "handing out nothing new", poll)
+        ok(end is not None and not handed and poll.get("after", 99) - 0.3 <= poll_by,
+           f"case 2: the agent's long-poll open on the old leader ends within {poll_by} s of "
+           f"the cut, handing out nothing new: {secs(poll.get('after', 0.3) - 0.3)}", poll)
         stop_direct.set()
         sender.join(timeout=10)
         late = [d for d in direct if d[1] in (200, 201)]
         ok(not late, "case 2: from the cut on, the old leader acknowledges no submission",
            late)
+        after = [d for d in direct if t_stop is not None and d[0] > t_stop + DIRECT_TIMEOUT_S
+                 and not (not_leading(d) or d[1] == 307 or "Timeout" in str(d[1]))]
+        ok(t_stop is not None and not after,
+           "case 2: once stopped, it answers only 503 (role follower) or 307, or refuses",
+           after[:10])
         # Healed: the old leader follows the new one.
         NET.undrop(old.name)
         follows = wait_until(lambda: (health(old) or {}).get("role") == "follower" and (
@@ -631,6 +736,12 @@ def case_leader_pg_partition():
             timeout=LEASE_S * 5, step=0.1)
         ok(follows, "case 2: healed, the old leader is a follower and names the new leader",
            f"{health(old)}\n{old.tail()}")
+        watch.halt()
+        kept = survived(cl, running)
+        ok(running and len(kept) == len(running),
+           f"case 2: the {len(running)} jobs running at the cut run on, the same attempts "
+           "(no agent fenced them, nothing requeued)", f"{sorted(running)} -> {kept}\n"
+           f"{[cl.agents[n].tail(600) for n in cl.agents]}")
         a = raw_call(old.url, "GET", "/v1/jobs", token=cl.admin)
         ok(a.status == 307 and new and a.headers.get("location", "").startswith(new[0].url),
            "case 2: a request to the old leader is redirected (307) to the new one",
@@ -650,6 +761,15 @@ def case_leader_pg_partition():
         cl.check_history("case 2")
     finally:
         cl.stop()
+
+
+DIRECT_TIMEOUT_S, DIRECT_PAUSE_S = 0.5, 0.2  # case 2's submissions straight to the old leader
+
+
+def not_leading(answer):
+    """Whether a direct submission's (t, status or error, role) says the
+    controller does not lead: a follower's 503, or a refused connection."""
+    return (answer[1] == 503 and answer[2] == "follower") or "Refused" in str(answer[1])
 
 
 def secs(t):
@@ -740,6 +860,7 @@ def long_cut(cl, ids):
                 all(alive(cl, j, None, "a2") for j in ids)
 
         wait_until(lambda: gone() and restarted(), timeout=restart_by + 10, step=0.1)
+        cl.sampled_since(time.monotonic())
         # When each happened, from the recorded history (sampled every 100 ms).
         window = [s for s in cl.sampler.snapshot()[n0:] if s.t >= t_cut]
         t_gone = next((s.t - t_cut for s in window if not any(
