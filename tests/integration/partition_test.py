@@ -30,7 +30,7 @@ two jobs' processes (or, in the leader's view, two jobs' attempts).
 4. An agent is cut off for less than its fence lease: nothing is killed,
    no attempt ends, the node is never marked down.
 
-Settings: --lease 2, --node-timeout 8, --fence-lease 3, --fence-grace 1,
+Settings: --lease 2, --node-timeout 8, --fence-lease 4, --fence-grace 1,
 --pass-interval 1; every bound is derived from them. --only runs some
 cases; --sqlite runs cases 3 and 4 on one controller with its SQLite store
 (to check the checker on a build without PostgreSQL or fencing: case 3
@@ -68,7 +68,7 @@ PORT = 8080  # every controller listens on its own host's address
 
 LEASE_S = 2
 NODE_TIMEOUT_S = 8
-FENCE_LEASE_S = 3
+FENCE_LEASE_S = 4
 FENCE_GRACE_S = 1
 PASS_S = 1
 HEARTBEAT_S = AGENT_FLAGS["sample-interval"] / 1000
