@@ -18,18 +18,30 @@ two jobs' processes (or, in the leader's view, two jobs' attempts).
    with an Idempotency-Key, retried through the controller list by the
    follow rules: 307 followed, a follower's 503 and a broken connection
    sent to the next controller): a follower leads within the lease plus
-   one renewal; every acknowledged submission is there exactly once.
-2. The leader is cut off from PostgreSQL (nftables in its host): it
-   acknowledges no submission from then on, its agents' long-polls end,
-   it answers 503 once its lease is gone, a follower leads; healed, the old
-   leader follows the new one.
+   one renewal; every acknowledged submission is there exactly once; the
+   jobs running at the kill run on; the new leader gives the GPUs of two
+   jobs cancelled through it to two waiting ones.
+2. The leader is cut off from PostgreSQL (nftables in its host): it stops
+   leading within its lease and acknowledges no submission from the cut
+   on (then it answers 503 as a follower, 307, or refuses), an agent's
+   long-poll open on it ends handing out nothing, a follower leads within
+   the lease plus one renewal, no attempt starts under the old epoch, the
+   jobs running at the cut run on; healed, the old leader follows the new
+   one and redirects to it.
+In both, the controllers' health is asked every 50 ms: never two leaders.
 3. (run after 4, on the same cluster) An agent is cut off for longer than
    its fence lease: its jobs' processes end before their new attempts start
    on another node, the node is marked down, and it rejoins when the link
    comes back (its GPUs run jobs again).
 4. An agent is cut off for less than its fence lease: nothing is killed,
    no attempt ends, the node is never marked down.
+5. The leader is frozen (SIGSTOP: it accepts connections and answers
+   none) past the fence lease: a follower leads within the lease plus one
+   renewal, a job submitted meanwhile runs, the jobs running at the freeze
+   run on (the agents found the new leader within their fence lease);
+   continued, the old leader never says it leads again, and follows.
 
+Case 5 runs only when asked for (--only 5: meson's partition_frozen).
 Settings: --lease 2, --node-timeout 8, --fence-lease 4, --fence-grace 1,
 --pass-interval 1; every bound is derived from them. --only runs some
 cases; --sqlite runs cases 3 and 4 on one controller with its SQLite store
@@ -187,14 +199,14 @@ class Follow:
             except OSError as e:
                 last = e
             tries += 1
+            with self.lock:  # the next request, too, begins at the next controller
+                self.cur = (self.urls.index(base) + 1 if base in self.urls else self.cur + 1) \
+                    % len(self.urls)
+                base = self.urls[self.cur]
             if time.monotonic() > end:
                 if isinstance(last, OSError):
                     raise last
                 return last
-            with self.lock:
-                self.cur = (self.urls.index(base) + 1 if base in self.urls else self.cur + 1) \
-                    % len(self.urls)
-                base = self.urls[self.cur]
             if tries % len(self.urls) == 0:
                 time.sleep(0.1)
 
@@ -253,6 +265,7 @@ class Cluster:
         self.agents = {}
         self.admin = self.member = None
         self.sampler = None
+        self.follows = {}
 
     @property
     def urls(self):
@@ -315,7 +328,12 @@ class Cluster:
         return a.status, a.json
 
     def api(self, token=None):
-        return Follow(self.urls, token or self.admin)
+        """The test's client for TOKEN (the admin's by default): one per token,
+        so that it keeps to the controller that last answered."""
+        token = token or self.admin
+        if token not in self.follows:
+            self.follows[token] = Follow(self.urls, token)
+        return self.follows[token]
 
     def leader(self):
         """(controller, epoch) of the one whose health says it leads, or (None, None)."""
@@ -763,6 +781,69 @@ def case_leader_pg_partition():
         cl.stop()
 
 
+# -- Case 5: the leader frozen (SIGSTOP), then continued. ----------------------------------
+
+
+def case_leader_frozen():
+    cl = Cluster(5, ["c1", "c2", "c3"], {"a1": 2, "a2": 2})
+    old = None
+    try:
+        cl.start()
+        old, epoch = cl.leader()
+        ok(old is not None, "case 5: one controller leads", [c.tail() for c in cl.ctls])
+        ids = [cl.submit(f"f{i}", max_retries=3) for i in range(2)]
+        ok(wait_until(lambda: all(running_on(cl, j, None) for j in ids), timeout=30, step=0.1)
+           and wait_until(lambda: all(alive(cl, j) for j in ids), timeout=10),
+           "case 5: two jobs run", [cl.job(j) for j in ids])
+        running = cl.procs()
+        watch = HealthWatch(cl.ctls).start()
+        old.proc.send_signal(signal.SIGSTOP)  # it accepts connections, and answers none
+        t_stop = time.monotonic()
+        try:
+            led = watch.wait(t_stop, lambda r: new_leader(r, old, epoch), LEASE_S * 5)
+            t_led = led[0] if led else None
+            new = new_leader(led[1], old, epoch) if led else None
+            bound = LEASE_S + renewal_s() + PROBE_S
+            ok(new is not None and t_led <= bound,
+               f"case 5: the leader frozen, a follower leads within the lease plus one renewal "
+               f"({bound:.2f} s): {secs(t_led)}", [c.tail() for c in cl.ctls])
+            jid = cl.submit("f-during")
+            t_sub = time.monotonic()
+            # The agents must reach the new leader within their fence lease (else they
+            # fence), its long-polls too; then a pass or two places the job.
+            run_by = FENCE_LEASE_S + 2 * PASS_S + 2
+            runs = wait_until(lambda: running_on(cl, jid, None), timeout=run_by + 40, step=0.1)
+            t_run = time.monotonic() - t_sub if runs else None
+            ok(runs and t_run <= run_by,
+               f"case 5: a job submitted through the controller list meanwhile runs under the new "
+               f"leader within {run_by} s: {secs(t_run)}", cl.job(jid))
+            # Past the fence lease since the freeze: an agent stuck on the frozen one fences.
+            wait_until(lambda: time.monotonic() > t_stop + FENCE_LEASE_S + FENCE_GRACE_S +
+                       KILL_SLACK_S, timeout=FENCE_LEASE_S + FENCE_GRACE_S + KILL_SLACK_S + 1)
+            kept = survived(cl, running)
+            ok(len(kept) == len(running),
+               f"case 5: the {len(running)} jobs running at the freeze run on, the same "
+               "attempts: the agents moved to the new leader within the fence lease",
+               f"{sorted(running)} -> {kept}\n{[cl.agents[n].tail(700) for n in cl.agents]}")
+        finally:
+            old.proc.send_signal(signal.SIGCONT)
+        t_cont = time.monotonic()
+        follows = watch.wait(t_cont, lambda r: r[old.name][0] == "follower", LEASE_S * 5)
+        watch.halt()
+        claims = [(round(t - t_cont, 2), r[old.name]) for t, r in watch.rounds
+                  if t >= t_cont and r[old.name][0] == "leader"]
+        ok(follows and not claims,
+           "case 5: continued, the old leader never says it leads, and follows the new one",
+           f"{claims[:5]} {watch.rounds[-1:]}\n{old.tail()}")
+        two = watch.two_leaders()
+        ok(not two, "case 5: no two controllers said they lead at once", two[:5])
+        cl.check_history("case 5")
+    finally:
+        if old and old.proc:
+            old.proc.send_signal(signal.SIGCONT)
+        cl.stop()
+
+
 DIRECT_TIMEOUT_S, DIRECT_PAUSE_S = 0.5, 0.2  # case 2's submissions straight to the old leader
 
 
@@ -920,6 +1001,8 @@ def main():
         steps.append(case_leader_pg_partition)
     if ONLY & {3, 4}:
         steps.append(case_agent_cuts)
+    if 5 in ONLY and not SQLITE:
+        steps.append(case_leader_frozen)
     for step in steps:
         t0 = time.monotonic()
         try:
