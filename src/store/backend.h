@@ -154,6 +154,15 @@ void store_batch_complete(struct store_batch *b);
 /* Frees an attempt's strings and zeroes it (a job owns its attempts' array). */
 void store_attempt_release(struct store_attempt *a);
 
+/* store.h's row releases through void *, for the backends' tables of row
+ * types (each frees what its row holds and zeroes it). */
+void store_row_release_user(void *row);
+void store_row_release_config(void *row);
+void store_row_release_node(void *row);
+void store_row_release_job(void *row);
+void store_row_release_attempt(void *row);
+void store_row_release_ledger(void *row); /* a struct store_ledger_row */
+
 /* Writes a message into b->msg (cut to fit) and returns err. */
 __attribute__((format(printf, 3, 4))) int store_batch_fail(struct store_batch *b, int err,
                                                            const char *fmt, ...);

@@ -128,6 +128,31 @@ void store_sched_state_release(struct store_sched_state *st)
     *st = (struct store_sched_state){0};
 }
 
+void store_row_release_user(void *row)
+{
+    store_user_release(row);
+}
+
+void store_row_release_config(void *row)
+{
+    store_config_release(row);
+}
+
+void store_row_release_node(void *row)
+{
+    store_node_release(row);
+}
+
+void store_row_release_job(void *row)
+{
+    store_job_release(row);
+}
+
+void store_row_release_attempt(void *row)
+{
+    store_attempt_release(row);
+}
+
 /* ---- batches ------------------------------------------------------------- */
 
 /* What an add function hands batch_add: one per SQL parameter, in order. */
@@ -670,16 +695,22 @@ int store_idempotency_get(struct store *s, int64_t user_id, const char *key, int
 
 /* ---- the cost ledger ----------------------------------------------------- */
 
+void store_row_release_ledger(void *row)
+{
+    struct store_ledger_row *l = row;
+    free(l->team);
+    free(l->project);
+    free(l->model);
+    free(l->user);
+    free(l->gpu_type);
+    free(l->outcome);
+    memset(l, 0, sizeof(*l));
+}
+
 void store_ledger_rows_free(struct store_ledger_row *rows, size_t n)
 {
-    for (size_t k = 0; rows && k < n; k++) {
-        free(rows[k].team);
-        free(rows[k].project);
-        free(rows[k].model);
-        free(rows[k].user);
-        free(rows[k].gpu_type);
-        free(rows[k].outcome);
-    }
+    for (size_t k = 0; rows && k < n; k++)
+        store_row_release_ledger(&rows[k]);
     free(rows);
 }
 

@@ -282,7 +282,7 @@ static void params_fill(struct params *p, const struct store_val *v, const char 
     }
 }
 
-static int op_fail(struct run *r, PGresult *res)
+static int op_fail(struct run *r, const PGresult *res)
 {
     char msg[200];
     int rc = pg_result_err(r->s->w.c, res, msg, sizeof(msg));
@@ -290,15 +290,19 @@ static int op_fail(struct run *r, PGresult *res)
                             pg_ops[r->b->ops[r->opno].kind].name, msg);
 }
 
-/* Runs statement i of op kind `kind` with values v; *ret_res (when given)
- * gets the result to read (the caller clears it). */
-static int exec_op(struct run *r, size_t kind, size_t i, const struct store_val *v,
-                   PGresult **ret_res)
+/* Sends statement i of op kind `kind` with values v (pipeline mode) or
+ * runs it (*ret_res gets its result, cleared by the caller). */
+static int send_stmt(struct run *r, size_t kind, size_t i, const struct store_val *v,
+                     PGresult **ret_res)
 {
     struct params p;
     params_fill(&p, v, pg_ops[kind].st[i].types);
     char name[32];
     pg_op_stmt_name(kind, i, name, sizeof(name));
+    if (!ret_res)
+        return PQsendQueryPrepared(r->s->w.c, name, p.n, p.vals, p.lens, p.fmts, 0)
+                   ? 0
+                   : op_fail(r, NULL);
     PGresult *res = PQexecPrepared(r->s->w.c, name, p.n, p.vals, p.lens, p.fmts, 0);
     ExecStatusType st = PQresultStatus(res);
     if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
@@ -306,77 +310,194 @@ static int exec_op(struct run *r, size_t kind, size_t i, const struct store_val 
         PQclear(res);
         return rc;
     }
-    if (ret_res)
-        *ret_res = res;
-    else
-        PQclear(res);
+    *ret_res = res;
     return 0;
 }
 
-static int run_job_insert(struct run *r, const struct store_op *op)
+/* The statement a job insert runs, and its values with the array id
+ * resolved; *ret_self: it names a new array after itself. */
+static size_t job_insert_stmt(struct run *r, const struct store_op *op, struct store_val *v,
+                              bool *ret_self)
 {
-    struct store_batch *b = r->b;
-    struct store_val v[STORE_OP_MAXVALS];
-    memcpy(v, op->v, sizeof(v));
-    bool keyed = v[STORE_JOB_V_IDEM_KEY].s != NULL;
-    PGresult *res = NULL;
-    int rc;
-    if (keyed) {
-        if ((rc = exec_op(r, STORE_OP_JOB_INSERT, 0, v, &res)) != 0)
-            return rc;
-        bool found = PQntuples(res) > 0;
-        int64_t existing = found ? pg_cell_int(res, 0, 0) : 0;
-        PQclear(res);
-        if (found) {
-            b->existing_job_id = existing;
-            return store_batch_fail(b, GPO_EEXIST,
-                                    "operation %zu (job_insert): idempotency key already used "
-                                    "by job %lld",
-                                    r->opno, (long long)existing);
-        }
-    }
+    memcpy(v, op->v, sizeof(op->v));
     int64_t array_id = v[STORE_JOB_V_ARRAY_ID].i;
-    bool self = array_id == STORE_ARRAY_FIRST && r->njobs == 0;
+    *ret_self = array_id == STORE_ARRAY_FIRST && r->njobs == 0;
     if (array_id == STORE_ARRAY_FIRST)
-        v[STORE_JOB_V_ARRAY_ID].i = self ? STORE_NULL : b->job_ids[0];
-    if ((rc = exec_op(r, STORE_OP_JOB_INSERT, keyed ? 3 : 1, v, &res)) != 0)
-        return rc;
+        v[STORE_JOB_V_ARRAY_ID].i = *ret_self ? STORE_NULL : r->b->job_ids[0];
+    return v[STORE_JOB_V_IDEM_KEY].s ? 1 : 0;
+}
+
+/* A job insert's answer: its new id, or the job its key already names. */
+static int job_insert_result(struct run *r, const PGresult *res, int64_t *ret_id)
+{
     int64_t id = PQntuples(res) == 1 ? pg_cell_int(res, 0, 0) : 0;
-    PQclear(res);
     if (id <= 0)
-        return store_batch_fail(b, GPO_EIO, "operation %zu (job_insert): no id returned", r->opno);
-    if (self) {
-        struct store_val idv[1] = {{.i = id}};
-        if ((rc = exec_op(r, STORE_OP_JOB_INSERT, 2, idv, NULL)) != 0)
-            return rc;
+        return store_batch_fail(r->b, GPO_EIO, "operation %zu (job_insert): no id returned",
+                                r->opno);
+    if (PQnfields(res) > 1 && pg_cell_int(res, 0, 1) == 1) {
+        r->b->existing_job_id = id;
+        return store_batch_fail(r->b, GPO_EEXIST,
+                                "operation %zu (job_insert): idempotency key already used by "
+                                "job %lld",
+                                r->opno, (long long)id);
     }
-    b->job_ids[r->njobs++] = id;
+    r->b->job_ids[r->njobs++] = id;
+    *ret_id = id;
     return 0;
 }
 
+/* What statement i of op opno answered: a job's id, or a row it had to
+ * change. */
+static int op_result(struct run *r, size_t opno, size_t i, PGresult *res)
+{
+    const struct store_op *op = &r->b->ops[opno];
+    const struct pg_op *d = &pg_ops[op->kind];
+    r->opno = opno;
+    int64_t id = 0;
+    if (op->kind == STORE_OP_JOB_INSERT)
+        return i == 2 ? 0 : job_insert_result(r, res, &id);
+    bool last = i + 1 == PG_OP_MAXSQL || !d->st[i + 1].sql;
+    if (last && (d->flags & PG_OP_CHANGES) && strtoll(PQcmdTuples(res), NULL, 10) == 0)
+        return store_batch_fail(r->b, GPO_ENOENT, "operation %zu (%s): not found", opno, d->name);
+    return 0;
+}
+
+/* Runs op opno statement by statement, each answer read before the next. */
 static int run_op(struct run *r, size_t opno)
 {
     const struct store_op *op = &r->b->ops[opno];
     const struct pg_op *d = &pg_ops[op->kind];
     r->opno = opno;
-    if (op->kind == STORE_OP_JOB_INSERT)
-        return run_job_insert(r, op);
     if (!d->st[0].sql)
         return store_batch_fail(r->b, GPO_ENOTSUP,
                                 "operation %zu (%s): the leader epoch of a shared store moves "
                                 "with its lease (store_lease_acquire)",
                                 opno, d->name);
+    struct store_val v[STORE_OP_MAXVALS];
     PGresult *res = NULL;
     int rc = 0;
-    for (size_t k = 0; rc == 0 && k < PG_OP_MAXSQL && d->st[k].sql; k++) {
+    if (op->kind == STORE_OP_JOB_INSERT) {
+        bool self = false;
+        size_t i = job_insert_stmt(r, op, v, &self);
+        int64_t id = 0;
+        if ((rc = send_stmt(r, op->kind, i, v, &res)) == 0)
+            rc = job_insert_result(r, res, &id);
         PQclear(res);
-        res = NULL;
-        rc = exec_op(r, op->kind, k, op->v, &res);
+        struct store_val idv[1] = {{.i = id}};
+        if (rc == 0 && self && (rc = send_stmt(r, op->kind, 2, idv, &res)) == 0)
+            PQclear(res);
+        return rc;
     }
-    if (rc == 0 && (d->flags & PG_OP_CHANGES) && strtoll(PQcmdTuples(res), NULL, 10) == 0)
-        rc = store_batch_fail(r->b, GPO_ENOENT, "operation %zu (%s): not found", opno, d->name);
-    PQclear(res);
+    for (size_t k = 0; rc == 0 && k < PG_OP_MAXSQL && d->st[k].sql; k++) {
+        if ((rc = send_stmt(r, op->kind, k, op->v, &res)) == 0)
+            rc = op_result(r, opno, k, res);
+        PQclear(res);
+    }
     return rc;
+}
+
+/* Whether every statement of b may be sent before any answer comes: none
+ * takes another's result (an array named after its first job does). */
+static bool batch_pipelines(const struct store_batch *b)
+{
+    for (size_t k = 0; k < b->nops; k++) {
+        const struct store_op *op = &b->ops[k];
+        if (!pg_ops[op->kind].st[0].sql ||
+            (op->kind == STORE_OP_JOB_INSERT && op->v[STORE_JOB_V_ARRAY_ID].i == STORE_ARRAY_FIRST))
+            return false;
+    }
+    return true;
+}
+
+/* The next query's result in pipeline mode (and the NULL that ends it). */
+static PGresult *next_result(PGconn *c)
+{
+    PGresult *res = PQgetResult(c);
+    if (res && PQresultStatus(res) != PGRES_PIPELINE_SYNC) {
+        PGresult *end;
+        while ((end = PQgetResult(c)) != NULL) /* nothing but the end is expected */
+            PQclear(end);
+    }
+    return res;
+}
+
+/* The savepoint and every statement of b in one round trip (libpq's
+ * pipeline mode), then their answers in order. Returns nonzero when the
+ * transaction itself is lost (txmsg says why); the batch's own failure is
+ * left in b. */
+static int run_pipelined(struct run *r, char *txmsg, size_t len)
+{
+    PGconn *c = r->s->w.c;
+    struct store_batch *b = r->b;
+    char msg[200];
+    if (!PQenterPipelineMode(c))
+        return errbuf_set(txmsg, len, GPO_EIO, "pipeline: %s", PQerrorMessage(c));
+    int lost = PQsendQueryParams(c, "SAVEPOINT b", 0, NULL, NULL, NULL, NULL, 0) ? 0 : GPO_EIO;
+    size_t sent = 0;
+    for (size_t k = 0; !lost && k < b->nops; k++) {
+        const struct store_op *op = &b->ops[k];
+        struct store_val v[STORE_OP_MAXVALS];
+        r->opno = k;
+        if (op->kind == STORE_OP_JOB_INSERT) {
+            bool self = false;
+            size_t i = job_insert_stmt(r, op, v, &self);
+            lost = send_stmt(r, op->kind, i, v, NULL);
+            sent += lost == 0;
+            continue;
+        }
+        for (size_t i = 0; !lost && i < PG_OP_MAXSQL && pg_ops[op->kind].st[i].sql; i++) {
+            lost = send_stmt(r, op->kind, i, op->v, NULL);
+            sent += lost == 0;
+        }
+    }
+    if (!lost && !PQpipelineSync(c))
+        lost = GPO_EIO;
+    if (lost) {
+        snprintf(msg, sizeof(msg), "%s", PQerrorMessage(c));
+        (void)PQexitPipelineMode(c);
+        return errbuf_set(txmsg, len, GPO_EIO, "sending: %.180s", msg);
+    }
+    PGresult *res = next_result(c);
+    if (PQresultStatus(res) != PGRES_COMMAND_OK) {
+        (void)pg_result_err(c, res, msg, sizeof(msg));
+        lost = errbuf_set(txmsg, len, GPO_EIO, "savepoint: %s", msg);
+    }
+    PQclear(res);
+    size_t seen = 0;
+    int err = 0;
+    for (size_t k = 0; k < b->nops; k++) {
+        const struct store_op *op = &b->ops[k];
+        size_t n = 0;
+        while (n < PG_OP_MAXSQL && pg_ops[op->kind].st[n].sql)
+            n++;
+        if (op->kind == STORE_OP_JOB_INSERT)
+            n = 1;
+        for (size_t i = 0; i < n && seen < sent; i++, seen++) {
+            res = next_result(c);
+            ExecStatusType st = PQresultStatus(res);
+            r->opno = k;
+            if (!res)
+                lost = lost ? lost : errbuf_set(txmsg, len, GPO_EIO, "%s", PQerrorMessage(c));
+            else if (err == 0 && !lost && st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK)
+                err = op_fail(r, res);
+            else if (err == 0 && !lost && st != PGRES_PIPELINE_ABORTED)
+                err = op_result(
+                    r, k,
+                    op->kind == STORE_OP_JOB_INSERT ? (op->v[STORE_JOB_V_IDEM_KEY].s ? 1 : 0) : i,
+                    res);
+            PQclear(res);
+        }
+    }
+    /* Up to the sync point: everything of this pipeline is read. */
+    while ((res = PQgetResult(c)) != NULL) {
+        bool sync = PQresultStatus(res) == PGRES_PIPELINE_SYNC;
+        PQclear(res);
+        if (sync)
+            break;
+    }
+    if (!PQexitPipelineMode(c) && !lost)
+        lost = errbuf_set(txmsg, len, GPO_EIO, "pipeline: %s", PQerrorMessage(c));
+    return lost ? lost : err ? 1 : 0;
 }
 
 /* Runs one batch inside its own savepoint; on failure only the batch is
@@ -389,8 +510,6 @@ static int run_batch(struct pgs *s, struct store_batch *b, int64_t cur, char *tx
     b->msg[0] = '\0';
     b->existing_job_id = 0;
     char msg[200];
-    if (pg_exec(s->w.c, "SAVEPOINT b", msg, sizeof(msg)) != 0)
-        return errbuf_set(txmsg, len, GPO_EIO, "savepoint: %s", msg);
     int err = 0;
     if (b->epoch && b->epoch < cur)
         err = store_batch_fail(b, GPO_EFENCED, "epoch %lld is older than the store's %lld",
@@ -398,8 +517,19 @@ static int run_batch(struct pgs *s, struct store_batch *b, int64_t cur, char *tx
     else if (b->epoch > cur)
         err = store_batch_fail(b, GPO_EINVAL, "epoch %lld was never acquired (latest %lld)",
                                (long long)b->epoch, (long long)cur);
-    for (size_t k = 0; err == 0 && k < b->nops; k++)
-        err = run_op(&r, k);
+    if (err)
+        return 0; /* nothing of it was sent */
+    if (batch_pipelines(b)) {
+        int rc = run_pipelined(&r, txmsg, len);
+        if (rc < 0)
+            return rc;
+        err = b->err;
+    } else {
+        if (pg_exec(s->w.c, "SAVEPOINT b", msg, sizeof(msg)) != 0)
+            return errbuf_set(txmsg, len, GPO_EIO, "savepoint: %s", msg);
+        for (size_t k = 0; err == 0 && k < b->nops; k++)
+            err = run_op(&r, k);
+    }
     if (err &&
         pg_exec(s->w.c, "ROLLBACK TO SAVEPOINT b; RELEASE SAVEPOINT b", msg, sizeof(msg)) != 0)
         return errbuf_set(txmsg, len, GPO_EIO, "transaction rolled back: %.100s (%.80s)", msg,

@@ -331,51 +331,22 @@ static int decode_ledger(const PGresult *r, int row, int col, void *out)
                : 0;
 }
 
-static void release_user(void *row)
-{
-    store_user_release(row);
-}
-
-static void release_config(void *row)
-{
-    store_config_release(row);
-}
-
-static void release_node(void *row)
-{
-    store_node_release(row);
-}
-
-static void release_job(void *row)
-{
-    store_job_release(row);
-}
-
-static void release_ledger(void *row)
-{
-    struct store_ledger_row *l = row;
-    free(l->team);
-    free(l->project);
-    free(l->model);
-    free(l->user);
-    free(l->gpu_type);
-    free(l->outcome);
-    memset(l, 0, sizeof(*l));
-}
-
 struct row_type {
     size_t size;
     int (*decode)(const PGresult *r, int row, int col, void *out);
     void (*release)(void *row);
 };
 
-static const struct row_type user_rows = {sizeof(struct store_user), decode_user, release_user};
+static const struct row_type user_rows = {sizeof(struct store_user), decode_user,
+                                          store_row_release_user};
 static const struct row_type config_rows = {sizeof(struct store_config), decode_config,
-                                            release_config};
-static const struct row_type node_rows = {sizeof(struct store_node), decode_node, release_node};
-static const struct row_type job_rows = {sizeof(struct store_job), decode_job, release_job};
+                                            store_row_release_config};
+static const struct row_type node_rows = {sizeof(struct store_node), decode_node,
+                                          store_row_release_node};
+static const struct row_type job_rows = {sizeof(struct store_job), decode_job,
+                                         store_row_release_job};
 static const struct row_type ledger_rows = {sizeof(struct store_ledger_row), decode_ledger,
-                                            release_ledger};
+                                            store_row_release_ledger};
 
 /* Every row of res into a new array (res is cleared). */
 static int read_rows(PGresult *res, const struct row_type *t, void **ret_rows, size_t *ret_n)

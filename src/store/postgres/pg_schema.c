@@ -179,23 +179,26 @@ int pg_schema_migrate(PGconn *c, char *err, size_t errlen)
     " reason, spec, hold) VALUES ($1, $2, $3, $4, $4, $5, $6, $7, $8, $11) RETURNING id"
 
 const struct pg_op pg_ops[STORE_OP_COUNT] = {
-    /* Run by pg.c's run_job_insert: [0] the key's lookup (with a key); [1]
-     * the insert without a key, or [3] with one (its key's row written in
-     * the same statement); [2] naming an array after its first job ($1: the
-     * new id). [0], [1] and [3] take the values of STORE_JOB_V_*, $5 the
-     * array id resolved. */
+    /* Run by pg.c (job_insert_stmt, job_insert_result): [0] the insert
+     * without a key; [1] with one, in one statement: the key's lookup (a key
+     * used within its time to live answers that job, flag 1, and inserts
+     * nothing), the insert and the key's row (flag 0); [2] naming an array
+     * after its first job ($1: the new id). [0] and [1] take the values of
+     * STORE_JOB_V_*, $5 the array id resolved. */
     [STORE_OP_JOB_INSERT] = {"job_insert",
-                             {{"SELECT job_id FROM idempotency WHERE user_id = $1 AND key = $9"
-                               " AND created_ms > $4 - $10",
-                               JOB_INSERT_TYPES},
-                              {JOB_INSERT_SQL, JOB_INSERT_TYPES},
-                              {"UPDATE jobs SET array_id = id WHERE id = $1", "i"},
-                              {"WITH j AS (" JOB_INSERT_SQL "), k AS (INSERT INTO"
-                               " idempotency(user_id, key, job_id, created_ms)"
+                             {{JOB_INSERT_SQL, JOB_INSERT_TYPES},
+                              {"WITH prev AS (SELECT job_id FROM idempotency WHERE user_id = $1"
+                               " AND key = $9 AND created_ms > $4 - $10),"
+                               " j AS (INSERT INTO jobs(user_id, team, state, submit_ms,"
+                               " updated_ms, array_id, array_index, reason, spec, hold)"
+                               " SELECT $1, $2, $3, $4, $4, $5, $6, $7, $8, $11"
+                               " WHERE NOT EXISTS (SELECT 1 FROM prev) RETURNING id),"
+                               " k AS (INSERT INTO idempotency(user_id, key, job_id, created_ms)"
                                " SELECT $1, $9, id, $4 FROM j ON CONFLICT(user_id, key) DO UPDATE"
                                " SET job_id = excluded.job_id, created_ms = excluded.created_ms)"
-                               " SELECT id FROM j",
-                               JOB_INSERT_TYPES}},
+                               " SELECT id, 0 FROM j UNION ALL SELECT job_id, 1 FROM prev",
+                               JOB_INSERT_TYPES},
+                              {"UPDATE jobs SET array_id = id WHERE id = $1", "i"}},
                              0},
     [STORE_OP_JOB_UPDATE] = {"job_update",
                              {{"UPDATE jobs SET state = $2, reason = $3, updated_ms = $4,"

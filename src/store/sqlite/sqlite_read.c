@@ -175,42 +175,20 @@ static int decode_attempt(sqlite3_stmt *st, int col, void *row)
                : 0;
 }
 
-static void release_user(void *row)
-{
-    store_user_release(row);
-}
-
-static void release_config(void *row)
-{
-    store_config_release(row);
-}
-
-static void release_node(void *row)
-{
-    store_node_release(row);
-}
-
-static void release_job(void *row)
-{
-    store_job_release(row);
-}
-
-static void release_attempt(void *row)
-{
-    store_attempt_release(row);
-}
-
 struct row_type {
     size_t size;
     int (*decode)(sqlite3_stmt *st, int col, void *row);
     void (*release)(void *row);
 };
 
-static const struct row_type user_rows = {sizeof(struct store_user), decode_user, release_user};
+static const struct row_type user_rows = {sizeof(struct store_user), decode_user,
+                                          store_row_release_user};
 static const struct row_type config_rows = {sizeof(struct store_config), decode_config,
-                                            release_config};
-static const struct row_type node_rows = {sizeof(struct store_node), decode_node, release_node};
-static const struct row_type job_rows = {sizeof(struct store_job), decode_job, release_job};
+                                            store_row_release_config};
+static const struct row_type node_rows = {sizeof(struct store_node), decode_node,
+                                          store_row_release_node};
+static const struct row_type job_rows = {sizeof(struct store_job), decode_job,
+                                         store_row_release_job};
 
 /* Every row of st (bound) into a new array; st is reset. */
 static int read_rows(struct sq *s, sqlite3_stmt *st, const struct row_type *t, void **ret_rows,
@@ -376,7 +354,7 @@ int sq_job_get(struct store *base, int64_t id, struct store_job *ret)
     struct sq *s = to_sq(base);
     struct store_job j = {0};
     const struct row_type attempt_rows = {sizeof(struct store_attempt), decode_attempt,
-                                          release_attempt};
+                                          store_row_release_attempt};
     pthread_mutex_lock(&s->rlock);
     int err = run_plain(s, s->rst[RQ_BEGIN]);
     if (err == 0) {
@@ -454,7 +432,7 @@ int sq_job_scan_active(struct store *base, store_job_fn fn, void *ctx)
         }
         if (err == 0)
             err = fn(ctx, &j);
-        release_attempt(&a);
+        store_row_release_attempt(&a);
         j.attempts = NULL;
         store_job_release(&j);
     }
@@ -525,20 +503,8 @@ static int decode_ledger(sqlite3_stmt *st, int col, void *row)
                : 0;
 }
 
-static void release_ledger(void *row)
-{
-    struct store_ledger_row *l = row;
-    free(l->team);
-    free(l->project);
-    free(l->model);
-    free(l->user);
-    free(l->gpu_type);
-    free(l->outcome);
-    memset(l, 0, sizeof(*l));
-}
-
 static const struct row_type ledger_rows = {sizeof(struct store_ledger_row), decode_ledger,
-                                            release_ledger};
+                                            store_row_release_ledger};
 
 int sq_ledger_range(struct store *base, int64_t since_ms, int64_t until_ms,
                     struct store_ledger_row **ret_rows, size_t *ret_n)
