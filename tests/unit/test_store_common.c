@@ -239,6 +239,72 @@ static void failing_batch_in_group_leaves_no_trace(void **state)
     storetest_close(s);
 }
 
+/* More batches than one round trip carries (PostgreSQL sends a group in
+ * pieces), one of them failing: the others commit, in queue order. */
+#define BIG_N 600
+
+struct big {
+    struct tally t;
+    int err[BIG_N];
+    int64_t id[BIG_N];
+};
+
+struct big_slot {
+    struct big *g;
+    int k;
+};
+
+static void big_done(void *ctx, const struct store_result *r)
+{
+    const struct big_slot *slot = ctx;
+    struct big *g = slot->g;
+    g->err[slot->k] = r->err;
+    if (r->err == 0 && r->njob_ids == 1)
+        g->id[slot->k] = r->job_ids[0];
+    tally_add(&g->t);
+}
+
+static void big_group_with_a_failing_batch_commits_the_rest(void **state)
+{
+    struct tmpdb *e = *state;
+    struct store *s = storetest_open(e);
+    int64_t first = 0;
+    storetest_commit_expect(s, storetest_job_batch("ml", "PENDING", 1, "dup"), 0, &first, 1);
+    struct big *g = calloc(1, sizeof(*g));
+    assert_non_null(g);
+    tally_init(&g->t);
+    struct big_slot *slots = calloc(BIG_N, sizeof(*slots));
+    assert_non_null(slots);
+    store_pause_writer(s);
+    struct store_stats st0, st1;
+    store_get_stats(s, &st0);
+    for (int k = 0; k < BIG_N; k++) {
+        slots[k] = (struct big_slot){g, k};
+        struct store_batch *b = storetest_job_batch("ml", "PENDING", 1, k == 450 ? "dup" : NULL);
+        assert_int_equal(store_commit(s, b, big_done, &slots[k]), 0);
+    }
+    store_resume_writer(s);
+    tally_wait(&g->t, BIG_N);
+    store_get_stats(s, &st1);
+    assert_int_equal(st1.transactions - st0.transactions, 1);
+    assert_int_equal(st1.batches_failed - st0.batches_failed, 1);
+    for (int k = 0; k < BIG_N; k++) {
+        if (k == 450) {
+            assert_int_equal(g->err[k], GPO_EEXIST);
+            continue;
+        }
+        assert_int_equal(g->err[k], 0);
+        if (k > 0 && k != 451)
+            assert_true(g->id[k] > g->id[k - 1]);
+    }
+    assert_true(g->id[451] > g->id[449]);
+    assert_int_equal(storetest_count_jobs(s), BIG_N); /* the first, and 599 of the group */
+    tally_destroy(&g->t);
+    free(slots);
+    free(g);
+    storetest_close(s);
+}
+
 struct writer_arg {
     struct store *s;
     int rc;
@@ -744,6 +810,7 @@ int main(void)
         T(job_ids_increase_and_are_never_reused),
         T(paused_batches_commit_in_one_transaction),
         T(failing_batch_in_group_leaves_no_trace),
+        T(big_group_with_a_failing_batch_commits_the_rest),
         T(concurrent_writers_share_transactions),
         T(same_idempotency_key_returns_first_job),
         T(stale_epoch_is_fenced_and_changes_nothing),

@@ -37,7 +37,11 @@
 #include "util/errbuf.h"
 #include "base/banned.h"
 
-#define URL_MAX       4096
+#define URL_MAX 4096
+/* Statements sent before their answers are read: a bound on what waits in
+ * the socket's buffers (both sides blocked writing would deadlock). A job
+ * delete, the longest operation, is 3 statements. */
+#define PIPELINE_MAX  256
 #define PG_MAX_PARAMS 64 /* libpq knows about 40 */
 
 /* Ours, where the URL sets none: a partition fails a call in seconds. */
@@ -195,7 +199,7 @@ static int conn_open(struct pgs *s, struct pg_conn *pc, enum pg_role role, char 
     char options[sizeof(s->user_options) + 256];
     snprintf(options, sizeof(options),
              "-c statement_timeout=%d -c idle_in_transaction_session_timeout=%d %s%s", timeout,
-             timeout + 5000, s->user_options,
+             PG_IDLE_IN_TX_MS, s->user_options,
              role == PG_ROLE_WRITER ? " -c synchronous_commit=on" : "");
     const char *keys[PG_MAX_PARAMS + 2], *vals[PG_MAX_PARAMS + 2];
     for (size_t k = 0; k < s->nkeys; k++) {
@@ -373,10 +377,10 @@ static int run_op(struct run *r, size_t opno)
                                 "operation %zu (%s): the leader epoch of a shared store moves "
                                 "with its lease (store_lease_acquire)",
                                 opno, d->name);
-    struct store_val v[STORE_OP_MAXVALS];
     PGresult *res = NULL;
     int rc = 0;
     if (op->kind == STORE_OP_JOB_INSERT) {
+        struct store_val v[STORE_OP_MAXVALS];
         bool self = false;
         size_t i = job_insert_stmt(r, op, v, &self);
         int64_t id = 0;
@@ -396,10 +400,29 @@ static int run_op(struct run *r, size_t opno)
     return rc;
 }
 
+/* How many statements op sends in a pipeline. */
+static size_t op_stmts(const struct store_op *op)
+{
+    size_t n = 0;
+    while (n < PG_OP_MAXSQL && pg_ops[op->kind].st[n].sql)
+        n++;
+    return op->kind == STORE_OP_JOB_INSERT ? 1 : n;
+}
+
+static size_t batch_stmts(const struct store_batch *b)
+{
+    size_t n = 0;
+    for (size_t k = 0; k < b->nops; k++)
+        n += op_stmts(&b->ops[k]);
+    return n;
+}
+
 /* Whether every statement of b may be sent before any answer comes: none
  * takes another's result (an array named after its first job does). */
 static bool batch_pipelines(const struct store_batch *b)
 {
+    if (batch_stmts(b) > PIPELINE_MAX) /* its answers could fill the socket */
+        return false;
     for (size_t k = 0; k < b->nops; k++) {
         const struct store_op *op = &b->ops[k];
         if (!pg_ops[op->kind].st[0].sql ||
@@ -421,35 +444,89 @@ static PGresult *next_result(PGconn *c)
     return res;
 }
 
-/* The savepoint and every statement of b in one round trip (libpq's
- * pipeline mode), then their answers in order. Returns nonzero when the
- * transaction itself is lost (txmsg says why); the batch's own failure is
- * left in b. */
-static int run_pipelined(struct run *r, char *txmsg, size_t len)
+/* Sends every statement of b (pipeline mode); 0 or GPO_EIO. */
+static int send_batch(struct run *r, size_t *sent)
+{
+    const struct store_batch *b = r->b;
+    for (size_t k = 0; k < b->nops; k++) {
+        const struct store_op *op = &b->ops[k];
+        r->opno = k;
+        if (op->kind == STORE_OP_JOB_INSERT) {
+            struct store_val v[STORE_OP_MAXVALS];
+            bool self = false;
+            size_t i = job_insert_stmt(r, op, v, &self);
+            if (send_stmt(r, op->kind, i, v, NULL))
+                return GPO_EIO;
+            ++*sent;
+            continue;
+        }
+        for (size_t i = 0; i < PG_OP_MAXSQL && pg_ops[op->kind].st[i].sql; i++) {
+            if (send_stmt(r, op->kind, i, op->v, NULL))
+                return GPO_EIO;
+            ++*sent;
+        }
+    }
+    return 0;
+}
+
+/* Reads the answers of b's statements (*left of them still to come, of
+ * the whole pipeline); b's first failure goes into b. */
+static int read_batch(struct run *r, size_t *left, char *txmsg, size_t len)
 {
     PGconn *c = r->s->w.c;
-    struct store_batch *b = r->b;
+    const struct store_batch *b = r->b;
+    int err = 0, lost = 0;
+    for (size_t k = 0; k < b->nops; k++) {
+        const struct store_op *op = &b->ops[k];
+        size_t n = op_stmts(op), *to_read = left;
+        for (size_t i = 0; i < n && *to_read != 0; i++, (*to_read)--) {
+            PGresult *res = next_result(c);
+            ExecStatusType st = PQresultStatus(res);
+            r->opno = k;
+            size_t stmt =
+                op->kind == STORE_OP_JOB_INSERT ? (op->v[STORE_JOB_V_IDEM_KEY].s ? 1 : 0) : i;
+            if (!res && !lost)
+                lost = errbuf_set(txmsg, len, GPO_EIO, "%s", PQerrorMessage(c));
+            else if (err == 0 && !lost && st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK)
+                err = op_fail(r, res);
+            else if (err == 0 && !lost)
+                err = op_result(r, k, stmt, res);
+            PQclear(res);
+        }
+    }
+    return lost ? lost : err;
+}
+
+/* Runs batches in one round trip (libpq's pipeline mode): with `one`, the
+ * first batch inside its own savepoint; else batches from `first` on
+ * without savepoints (the fast path: none is expected to fail), as many as
+ * fit PIPELINE_MAX statements (at least one); *ret_next: the first batch
+ * not run. Returns
+ * <0 when the transaction itself is lost (txmsg says why), 1 when a batch
+ * failed (its outcome in it; without savepoints the transaction must be
+ * rolled back), else 0. */
+static int run_pipelined(struct pgs *s, struct store_batch *first, bool one,
+                         struct store_batch **ret_next, char *txmsg, size_t len)
+{
+    PGconn *c = s->w.c;
     char msg[200];
     if (!PQenterPipelineMode(c))
         return errbuf_set(txmsg, len, GPO_EIO, "pipeline: %s", PQerrorMessage(c));
-    int lost = PQsendQueryParams(c, "SAVEPOINT b", 0, NULL, NULL, NULL, NULL, 0) ? 0 : GPO_EIO;
+    int lost = 0;
+    if (one && !PQsendQueryParams(c, "SAVEPOINT b", 0, NULL, NULL, NULL, NULL, 0))
+        lost = GPO_EIO;
     size_t sent = 0;
-    for (size_t k = 0; !lost && k < b->nops; k++) {
-        const struct store_op *op = &b->ops[k];
-        struct store_val v[STORE_OP_MAXVALS];
-        r->opno = k;
-        if (op->kind == STORE_OP_JOB_INSERT) {
-            bool self = false;
-            size_t i = job_insert_stmt(r, op, v, &self);
-            lost = send_stmt(r, op->kind, i, v, NULL);
-            sent += lost == 0;
-            continue;
+    struct store_batch *stop = one ? first->next : NULL;
+    for (struct store_batch *b = first; !lost && b != stop; b = b->next) {
+        struct run r = {.s = s, .b = b};
+        if (b != first && sent + batch_stmts(b) > PIPELINE_MAX) {
+            stop = b;
+            break;
         }
-        for (size_t i = 0; !lost && i < PG_OP_MAXSQL && pg_ops[op->kind].st[i].sql; i++) {
-            lost = send_stmt(r, op->kind, i, op->v, NULL);
-            sent += lost == 0;
-        }
+        if (!b->err)
+            lost = send_batch(&r, &sent);
     }
+    *ret_next = stop;
     if (!lost && !PQpipelineSync(c))
         lost = GPO_EIO;
     if (lost) {
@@ -457,36 +534,24 @@ static int run_pipelined(struct run *r, char *txmsg, size_t len)
         (void)PQexitPipelineMode(c);
         return errbuf_set(txmsg, len, GPO_EIO, "sending: %.180s", msg);
     }
-    PGresult *res = next_result(c);
-    if (PQresultStatus(res) != PGRES_COMMAND_OK) {
-        (void)pg_result_err(c, res, msg, sizeof(msg));
-        lost = errbuf_set(txmsg, len, GPO_EIO, "savepoint: %s", msg);
-    }
-    PQclear(res);
-    size_t seen = 0;
-    int err = 0;
-    for (size_t k = 0; k < b->nops; k++) {
-        const struct store_op *op = &b->ops[k];
-        size_t n = 0;
-        while (n < PG_OP_MAXSQL && pg_ops[op->kind].st[n].sql)
-            n++;
-        if (op->kind == STORE_OP_JOB_INSERT)
-            n = 1;
-        for (size_t i = 0; i < n && seen < sent; i++, seen++) {
-            res = next_result(c);
-            ExecStatusType st = PQresultStatus(res);
-            r->opno = k;
-            if (!res)
-                lost = lost ? lost : errbuf_set(txmsg, len, GPO_EIO, "%s", PQerrorMessage(c));
-            else if (err == 0 && !lost && st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK)
-                err = op_fail(r, res);
-            else if (err == 0 && !lost && st != PGRES_PIPELINE_ABORTED)
-                err = op_result(
-                    r, k,
-                    op->kind == STORE_OP_JOB_INSERT ? (op->v[STORE_JOB_V_IDEM_KEY].s ? 1 : 0) : i,
-                    res);
-            PQclear(res);
+    PGresult *res = NULL;
+    if (one) {
+        res = next_result(c);
+        if (PQresultStatus(res) != PGRES_COMMAND_OK) {
+            (void)pg_result_err(c, res, msg, sizeof(msg));
+            lost = errbuf_set(txmsg, len, GPO_EIO, "savepoint: %s", msg);
         }
+        PQclear(res);
+    }
+    bool failed = false;
+    for (struct store_batch *b = first; !lost && b != stop; b = b->next) {
+        struct run r = {.s = s, .b = b};
+        if (b->err)
+            continue; /* refused before anything was sent */
+        int rc = read_batch(&r, &sent, txmsg, len);
+        if (rc && b->err == 0)
+            lost = rc;
+        failed |= b->err != 0;
     }
     /* Up to the sync point: everything of this pipeline is read. */
     while ((res = PQgetResult(c)) != NULL) {
@@ -497,30 +562,37 @@ static int run_pipelined(struct run *r, char *txmsg, size_t len)
     }
     if (!PQexitPipelineMode(c) && !lost)
         lost = errbuf_set(txmsg, len, GPO_EIO, "pipeline: %s", PQerrorMessage(c));
-    return lost ? lost : err ? 1 : 0;
+    return lost ? lost : failed ? 1 : 0;
 }
 
-/* Runs one batch inside its own savepoint; on failure only the batch is
- * undone. The outcome is left in b; returns nonzero when the transaction
- * itself is lost (txmsg says why). */
-static int run_batch(struct pgs *s, struct store_batch *b, int64_t cur, char *txmsg, size_t len)
+/* A decision batch under another epoch than the store's `cur` fails
+ * before anything of it is sent. b's outcome is reset first. */
+static void check_batch(struct store_batch *b, int64_t cur)
 {
-    struct run r = {.s = s, .b = b};
     b->err = 0;
     b->msg[0] = '\0';
     b->existing_job_id = 0;
-    char msg[200];
-    int err = 0;
     if (b->epoch && b->epoch < cur)
-        err = store_batch_fail(b, GPO_EFENCED, "epoch %lld is older than the store's %lld",
-                               (long long)b->epoch, (long long)cur);
+        store_batch_fail(b, GPO_EFENCED, "epoch %lld is older than the store's %lld",
+                         (long long)b->epoch, (long long)cur);
     else if (b->epoch > cur)
-        err = store_batch_fail(b, GPO_EINVAL, "epoch %lld was never acquired (latest %lld)",
-                               (long long)b->epoch, (long long)cur);
-    if (err)
+        store_batch_fail(b, GPO_EINVAL, "epoch %lld was never acquired (latest %lld)",
+                         (long long)b->epoch, (long long)cur);
+}
+
+/* Runs one (checked) batch inside its own savepoint; on failure only the
+ * batch is undone. The outcome is left in b; returns nonzero when the
+ * transaction itself is lost (txmsg says why). */
+static int run_batch(struct pgs *s, struct store_batch *b, char *txmsg, size_t len)
+{
+    struct run r = {.s = s, .b = b};
+    char msg[200];
+    if (b->err)
         return 0; /* nothing of it was sent */
+    int err = 0;
     if (batch_pipelines(b)) {
-        int rc = run_pipelined(&r, txmsg, len);
+        struct store_batch *next = NULL;
+        int rc = run_pipelined(s, b, true, &next, txmsg, len);
         if (rc < 0)
             return rc;
         err = b->err;
@@ -535,6 +607,30 @@ static int run_batch(struct pgs *s, struct store_batch *b, int64_t cur, char *tx
         return errbuf_set(txmsg, len, GPO_EIO, "transaction rolled back: %.100s (%.80s)", msg,
                           b->msg);
     return 0;
+}
+
+static int begin_group(struct pgs *s, int64_t *ret_epoch, char *txmsg, size_t len);
+
+/* The fast path: every batch of the group in one round trip, without
+ * savepoints. 0: done; 1: one failed, the transaction rolled back and begun
+ * again (the batches to be run one by one); <0: lost. */
+static int run_fast(struct pgs *s, struct store_batch *group, int64_t *cur, char *txmsg, size_t len)
+{
+    for (const struct store_batch *b = group; b; b = b->next)
+        if (!batch_pipelines(b))
+            return 1;
+    int rc = 0;
+    for (struct store_batch *b = group, *next = NULL; rc == 0 && b; b = next)
+        rc = run_pipelined(s, b, false, &next, txmsg, len);
+    if (rc != 1)
+        return rc;
+    char msg[200];
+    if (pg_exec(s->w.c, "ROLLBACK", msg, sizeof(msg)) != 0)
+        return errbuf_set(txmsg, len, GPO_EIO, "rollback: %s", msg);
+    rc = begin_group(s, cur, txmsg, len);
+    for (struct store_batch *b = group; rc == 0 && b; b = b->next)
+        check_batch(b, *cur);
+    return rc ? rc : 1;
 }
 
 /* BEGIN and the lease row's epoch under a share lock, in one round trip. */
@@ -586,7 +682,16 @@ static void run_group(void *backend, struct store_batch *group)
                         "the store's lease moved to epoch %lld; this controller's is %lld",
                         (long long)cur, (long long)mine);
     for (struct store_batch *b = group; rc == 0 && b; b = b->next)
-        rc = run_batch(s, b, cur, txmsg, sizeof(txmsg));
+        check_batch(b, cur);
+    if (rc == 0 && (rc = run_fast(s, group, &cur, txmsg, sizeof(txmsg))) == 1) {
+        rc = cur == mine ? 0
+                         : errbuf_set(txmsg, sizeof(txmsg), GPO_EFENCED,
+                                      "the store's lease moved to epoch %lld; this controller's "
+                                      "is %lld",
+                                      (long long)cur, (long long)mine);
+        for (struct store_batch *b = group; rc == 0 && b; b = b->next)
+            rc = run_batch(s, b, txmsg, sizeof(txmsg));
+    }
     if (rc == 0)
         rc = commit_group(s, txmsg, sizeof(txmsg));
     if (rc && s->w.c && PQtransactionStatus(s->w.c) != PQTRANS_IDLE)

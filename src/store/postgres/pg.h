@@ -40,6 +40,11 @@
  * them (with the connect timeout and keepalives of pg.c). */
 #define PG_CALL_TIMEOUT_MS   5000
 #define PG_WRITER_TIMEOUT_MS 30000
+/* A session idle inside a transaction this long is ended by the server:
+ * a controller cut off mid-transaction does not keep the lease row's lock
+ * (and with it a new leader) waiting. Ours never idle there: the writer
+ * sends a group's statements back to back. */
+#define PG_IDLE_IN_TX_MS 5000
 
 enum pg_role { PG_ROLE_WRITER, PG_ROLE_READ, PG_ROLE_LEASE };
 
