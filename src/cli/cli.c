@@ -335,7 +335,7 @@ static int check_server(const char *url, const char *from, char *err, size_t err
     struct httpc_urls_fault f;
     if (httpc_urls_check(url, &f) == 0)
         return 0;
-    char q[JSONV_QUOTE_MAX + 4], where[PATH_LEN + 64];
+    char q[JSONV_QUOTE_MAX + 4], where[PATH_LEN + 128];
     if (f.count > 1)
         snprintf(where, sizeof(where), "entry %zu of %zu, from %s", f.index, f.count, from);
     else

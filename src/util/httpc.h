@@ -18,7 +18,7 @@
  *   - 307 or 308 with a Location on another origin (a follower naming the
  *     leader): that origin (the Location less the request's path, where it
  *     ends with it) is learned, becomes current and gets the same request,
- *     method and body (at most HTTPC_HOPS_MAX hops; never https to http);
+ *     method and body (at most 4 hops, HTTPC_HOPS_MAX; never https to http);
  *   - 503 with "X-Gpuorch-Role: follower" (a controller that leads nothing):
  *     the next address. When every address is a follower or down, the last
  *     answer comes back (the caller retries as it does for any 503).

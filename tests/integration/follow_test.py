@@ -27,6 +27,7 @@ Needs root (the agent switches to the job's user gpuorch-test1). Processes
 are stopped by PID; conditions are polled with deadlines, never timed.
 KEEP_TMP=1 keeps the directories."""
 
+import http.client
 import http.server
 import json
 import os
@@ -253,7 +254,6 @@ def router(refuse, redirect, servers):
     ROUTERS.append(proc)
 
     def revision():
-        import http.client
         try:
             c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
             c.request("GET", "/metrics")

@@ -699,6 +699,33 @@ static void a_request_that_timed_out_once_sent_is_not_sent_again(void **state)
     stub_stop(leader);
 }
 
+static void a_leader_gone_after_answering_is_passed_over_at_the_next_request(void **state)
+{
+    (void)state;
+    struct stub *old = stub_start(STUB_LEADER, NULL);
+    struct stub *next = stub_start(STUB_LEADER, NULL);
+    char list[512], err[512], at[64];
+    snprintf(list, sizeof(list), "%s,%s", old->base, next->base);
+    snprintf(at, sizeof(at), "%s", next->base);
+    struct httpc *c;
+    assert_int_equal(httpc_new(list, NULL, &c, err, sizeof(err)), 0);
+    struct httpc_response r = {0};
+    assert_int_equal(httpc_request(c, "GET", "/x", NULL, 0, 5000, &r, err, sizeof(err)), 0);
+    httpc_response_release(&r);
+    assert_int_equal(atomic_load(&old->requests), 1);
+    /* Its process ends (its kept-alive connection closed, its port refusing):
+     * a POST goes to the next address, once. */
+    stub_stop(old);
+    assert_int_equal(httpc_request(c, "POST", "/x", "{}", 2, 5000, &r, err, sizeof(err)), 0);
+    assert_int_equal(r.status, 200);
+    assert_non_null(strstr(r.body, at));
+    httpc_response_release(&r);
+    assert_int_equal(atomic_load(&next->requests), 1);
+    assert_string_equal(httpc_url(c), at);
+    httpc_free(c);
+    stub_stop(next);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -718,6 +745,7 @@ int main(void)
         cmocka_unit_test(a_list_reaches_the_leader_past_the_dead_and_the_followers),
         cmocka_unit_test(when_every_address_is_a_follower_or_down_the_last_answer_comes_back),
         cmocka_unit_test(a_request_that_timed_out_once_sent_is_not_sent_again),
+        cmocka_unit_test(a_leader_gone_after_answering_is_passed_over_at_the_next_request),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
