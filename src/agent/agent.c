@@ -567,7 +567,7 @@ static int move_old_journal(const char *abs, char *err, size_t errlen)
  * agent started as root), so that the account cannot swap what the
  * privileged half works in (attempts/, scripts/) for a link; STATE/net
  * and STATE/scripts are given to the account (runas_give), with the
- * journal files an earlier run may have left. */
+ * journal and fence files an earlier run may have left. */
 static int state_dir(struct agent *ag, char *abs, char *err, size_t errlen)
 {
     const struct agent_args *a = &ag->a;
@@ -589,7 +589,8 @@ static int state_dir(struct agent *ag, char *abs, char *err, size_t errlen)
     if (rc || !ag->drop)
         return rc;
     rc = runas_can_reach(&ag->acct, abs, err, errlen);
-    const char *const owned[] = {NET_DIR, "scripts", NET_DIR "/journal", NET_DIR "/journal.lock"};
+    const char *const owned[] = {NET_DIR, "scripts", NET_DIR "/journal", NET_DIR "/journal.lock",
+                                 NET_DIR "/fence"};
     for (size_t i = 0; !rc && i < sizeof(owned) / sizeof(owned[0]); i++) {
         snprintf(sub, sizeof(sub), "%s/%s", abs, owned[i]);
         rc = runas_give(&ag->acct, sub, i >= 2, err, errlen);

@@ -6,8 +6,9 @@
  * node's assignments and turns them into attempts (attempts.h): launched at
  * most once under `gpuorch shim` by the privileged half (priv.h), as the
  * job's user, in a cgroup where cgroup v2 is writable; stopped with SIGTERM
- * then SIGKILL; every outcome reported. Its log server (logsrv.h) gives the
- * controller the attempts' stdout and stderr. `gpuorch agent --probe` prints
+ * then SIGKILL; every outcome reported. Cut off from the controllers for the
+ * fence lease, it stops them all (fence.h). Its log server (logsrv.h) gives
+ * the controller the attempts' stdout and stderr. `gpuorch agent --probe` prints
  * what NVML reports and exits. See docs/agent.md.
  */
 #ifndef GPUORCH_AGENT_AGENT_H

@@ -130,6 +130,10 @@ static int load(struct fence *f, int64_t now_ms, char *err, size_t errlen)
     f->saved_answered = ff.answered_ms;
     f->saved = true;
     free(ff.boot_id);
+    if (ff.lease_ms)
+        f->cfg.log("fence: lease %" PRId64 " ms, grace %" PRId64 " ms, as the last run had them; "
+                   "no heartbeat answered for %" PRId64 " ms",
+                   ff.lease_ms, ff.grace_ms, now_ms - atomic_load(&f->answered_ms));
     return 0;
 }
 

@@ -22,7 +22,10 @@ What it checks:
       them, and new attempts start;
   (c) an agent stopped and restarted while cut off still fences, at the
       same bound from the cut-off (or from its start, if that came later),
-      and journals it; its attempts are requeued once the controller is back.
+      and journals it; its attempts are requeued once the controller is back;
+  (d) cut off past the node timeout: fenced at the same bound, and once the
+      controller is back (it ends the silent node's attempts itself), the
+      jobs run again on the rejoined node.
 Throughout, a sampler reads /proc every 100 ms without asking the
 controller (which is frozen part of the time): no job ever has live
 processes of two attempts at once, and no GPU runs two jobs' processes.
@@ -305,7 +308,9 @@ def long_cut():
        f"{(gone_at or 0) - t0:.2f} s)", f"{samples[-5:]}\n{AGENT.tail(3000)}")
     plain, stubborn = JOBS["plain"], JOBS["stubborn"]
     t_plain, t_stub = last_seen(samples, plain), last_seen(samples, stubborn)
-    early = t0 + LEASE_S - SAMPLE_S - 0.5
+    # The last answered heartbeat went out at most a period (and its answer's
+    # latency) before the cut-off: the fence comes no sooner than that.
+    early = t0 + LEASE_S - SAMPLE_S - 0.8
     ok(t_plain is not None and t_plain >= early,
        f"nothing is stopped before the lease: the plain job ran until "
        f"{(t_plain or 0) - t0:.2f} s after the cut-off (lease {LEASE_S} s, heartbeat "
@@ -357,6 +362,33 @@ def restart_while_cut():
        json.dumps(jobs)[:3000] + AGENT.tail(2000))
 
 
+def past_node_timeout():
+    """(d) Cut off past the node timeout: the controller, back, finds the node
+    silent and ends its attempts itself; the agent fenced them long before."""
+    t0 = freeze()
+    bound = t0 + LEASE_S + GRACE_S + SLACK_S
+    gone_at = wait_gone(t0, bound + 3)
+    ok(gone_at is not None and gone_at <= bound,
+       f"cut off past the {NODE_TIMEOUT_S} s node timeout: every job's processes gone "
+       f"{(gone_at or 0) - t0:.2f} s after the cut-off (bound {bound - t0:.2f} s)",
+       f"{SAMPLER.since(t0)[-3:]}\n{AGENT.tail(3000)}")
+    wait_until(lambda: time.monotonic() > t0 + NODE_TIMEOUT_S + 2, timeout=NODE_TIMEOUT_S + 5)
+    thaw()
+    seen = {}
+
+    def requeued():
+        for name, jid in JOBS.items():
+            seen[name] = j = get_job(jid) or {}
+            a = next((x for x in j.get("attempts") or [] if x.get("attempt") == 3), {})
+            if a.get("state") != "NODE_FAIL":
+                return False
+        return True
+    ok(wait_until(requeued, timeout=DEADLINE_S, step=0.2) and wait_attempt(4),
+       "back after the node timeout: the attempts end NODE_FAIL (the controller's timeout or "
+       "the agent's fenced report, whichever came first), and the jobs run again on the "
+       "rejoined node", json.dumps(seen)[:3000] + AGENT.tail(2000))
+
+
 def finish():
     with open(STOP, "w"):
         pass
@@ -375,6 +407,7 @@ def main():
     short_cut()
     long_cut()
     restart_while_cut()
+    past_node_timeout()
     finish()
 
 
