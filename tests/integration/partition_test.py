@@ -952,6 +952,9 @@ def long_cut(cl, ids):
         ok(t_gone is not None and t_gone <= fence_by,
            f"case 3: a1 cut off: its jobs' processes end within the fence lease and grace "
            f"({fence_by:.1f} s): {secs(t_gone)}", f"{old_pids}\n{cl.agents['a1'].tail()}")
+        log = cl.agents["a1"].log()
+        ok(all(f"job {j}.{attempts[j]}: stopping (fenced" in log for j in ids),
+           "case 3: a1's agent says it fenced each job (its log)", cl.agents["a1"].tail())
         ok(t_new is not None and t_new <= restart_by and restarted(),
            f"case 3: their new attempts run on a2 within {restart_by} s of the cut: "
            f"{secs(t_new)}",
