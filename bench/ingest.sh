@@ -128,6 +128,6 @@ print(f"heartbeats       sent {sent}, answered {answered} ({answered / (t1 - t0)
 print(f"answer time ms   p50 {pct(0.5):.1f}  p99 {pct(0.99):.1f}  max {pct(1.0):.1f}   (send to 204, as the generator saw it)")
 print(f"controller CPU   {100 * (c1 - c0) / (t1 - t0):.0f}% of one core over the run")
 print(f"controller RSS   {rss / 1048576:.0f} MiB")
-if pgdir: print(f"PostgreSQL CPU   {100 * (p1 - p0) / (t1 - t0):.0f}% of one core over the run (postmaster and backends)")
+if pgdir: print(f"PostgreSQL CPU   {100 * (p1 - p0) / (t1 - t0):.1f}% of one core over the run (postmaster and backends)")
 for k, v in sorted(lag.items()): print(f"metric           {k} {v}")
 PY

@@ -17,7 +17,9 @@ listening on HOST:PORT (port 0: a free one) with its unix socket in DIR/sock,
 waits until it accepts connections (a deadline, no fixed sleeps), creates the
 database `gpuorch` and returns its URL. fsync stays on, as in production: the
 durability figures measured on it are real. As root it runs initdb and the
-postmaster as the `postgres` OS user (the postmaster refuses root), owning DIR.
+postmaster as the `postgres` OS user (the postmaster refuses root), owning DIR
+(and adds search permission, o+x, to DIR's parents that lack it, such as a
+0700 directory from mkdtemp, so that user can reach DIR).
 With a HOST other than loopback (a host in a network namespace: run the command
 inside it), clients on the host's own subnets are trusted too (pg_hba `samenet`).
 """

@@ -305,6 +305,39 @@ static void big_group_with_a_failing_batch_commits_the_rest(void **state)
     storetest_close(s);
 }
 
+/* One batch of more operations than a round trip carries: whole, or (one
+ * operation failing far into it) not at all. */
+static void big_batch_commits_whole_or_not_at_all(void **state)
+{
+    struct tmpdb *e = *state;
+    struct store *s = storetest_open(e);
+    struct store_batch *b = store_batch_new();
+    char name[32];
+    for (int k = 0; k < 1000; k++) {
+        snprintf(name, sizeof(name), "n%04d", k);
+        assert_int_equal(store_batch_node_put(b, name, "{}", "READY", k), 0);
+    }
+    storetest_commit_ok(s, b);
+    b = store_batch_new();
+    for (int k = 0; k < 1000; k++) {
+        snprintf(name, sizeof(name), "m%04d", k);
+        assert_int_equal(store_batch_node_put(b, name, "{}", "READY", k), 0);
+        if (k == 700)
+            assert_int_equal(store_batch_node_delete(b, "no-such-node"), 0);
+    }
+    char msg[256] = "";
+    assert_int_equal(store_commit_wait(s, b, NULL, 0, msg, sizeof(msg)), GPO_ENOENT);
+    assert_non_null(strstr(msg, "operation 701"));
+    struct store_node *nodes = NULL;
+    size_t n = 0;
+    assert_int_equal(store_node_list(s, &nodes, &n), 0);
+    assert_int_equal(n, 1000);
+    assert_string_equal(nodes[0].name, "n0000");
+    assert_string_equal(nodes[999].name, "n0999");
+    store_nodes_free(nodes, n);
+    storetest_close(s);
+}
+
 struct writer_arg {
     struct store *s;
     int rc;
@@ -811,6 +844,7 @@ int main(void)
         T(paused_batches_commit_in_one_transaction),
         T(failing_batch_in_group_leaves_no_trace),
         T(big_group_with_a_failing_batch_commits_the_rest),
+        T(big_batch_commits_whole_or_not_at_all),
         T(concurrent_writers_share_transactions),
         T(same_idempotency_key_returns_first_job),
         T(stale_epoch_is_fenced_and_changes_nothing),

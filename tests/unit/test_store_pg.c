@@ -3,11 +3,13 @@
  * schema; no commit before the lease; the lease between two store objects on
  * one database (exclusive, taken over after expiry with a higher epoch, the
  * old holder fenced: its commits change nothing, its renewals fail; released
- * and taken at once); and a stopped server failing calls with GPO_EIO in
- * seconds, the connections remade once it is back. Run by
+ * and taken at once); and a stopped or frozen server failing calls with
+ * GPO_EIO in seconds, the connections remade once it is back. Run by
  * tests/tools/with_pg.py, which starts the server (GPUORCH_TEST_PG_*). */
+#include <dirent.h>
 #include <pthread.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -369,6 +371,65 @@ static void stopped_server_fails_calls_with_eio_then_recovers(void **state)
     store_close(s);
 }
 
+/* Sends sig to the test's postmaster and every child of it (by PID). */
+static void signal_server(int sig)
+{
+    const char *dir = getenv("GPUORCH_TEST_PG_DIR");
+    assert_non_null(dir);
+    char path[512];
+    snprintf(path, sizeof(path), "%s/data/postmaster.pid", dir);
+    long pm = tmptree_read_number(path);
+    assert_true(pm > 1);
+    DIR *d = opendir("/proc");
+    assert_non_null(d);
+    for (struct dirent *de; (de = readdir(d)) != NULL;) {
+        char *end = NULL;
+        long pid = strtol(de->d_name, &end, 10);
+        if (pid <= 0 || *end)
+            continue;
+        char stat[64], line[512] = "";
+        snprintf(stat, sizeof(stat), "/proc/%ld/stat", pid);
+        FILE *f = fopen(stat, "r");
+        if (!f)
+            continue;
+        size_t n = fread(line, 1, sizeof(line) - 1, f);
+        fclose(f);
+        line[n] = '\0';
+        const char *p = strrchr(line, ')'); /* "pid (comm) state ppid ..." */
+        long ppid = 0;
+        if (p && sscanf(p + 1, " %*c %ld", &ppid) == 1 && ppid == pm)
+            kill((pid_t)pid, sig);
+    }
+    closedir(d);
+    kill((pid_t)pm, sig);
+}
+
+/* A server that stops answering (frozen: the kernel still acknowledges
+ * packets, so no keepalive or TCP timeout fires) fails a lease call with
+ * GPO_EIO once the call's own deadline passes; thawed, the next call works
+ * on a new connection. */
+static void frozen_server_fails_lease_calls_in_seconds(void **state)
+{
+    (void)state;
+    struct store *s = open_pg();
+    struct store_lease l;
+    assert_int_equal(store_lease_acquire(s, "ctl-a", "http://a", LONG_TTL_MS, &l), 0);
+    signal_server(SIGSTOP);
+    double t0 = now_s();
+    int renew = store_lease_renew(s, LONG_TTL_MS);
+    double took = now_s() - t0;
+    signal_server(SIGCONT); /* before any assertion: the server must not stay frozen */
+    assert_int_equal(renew, GPO_EIO);
+    assert_true(took < 10.0);
+    char err[256];
+    store_last_error(s, err, sizeof(err));
+    assert_non_null(strstr(err, "no answer"));
+    assert_int_equal(store_lease_renew(s, LONG_TTL_MS), 0);
+    assert_int_equal(store_lease_get(s, &l), 0);
+    assert_string_equal(l.holder, "ctl-a");
+    store_close(s);
+}
+
 #define T(name) cmocka_unit_test_setup_teardown(name, setup, tmpdb_teardown)
 
 int main(void)
@@ -383,6 +444,7 @@ int main(void)
         T(lease_is_exclusive_and_fences_the_old_holder),
         T(released_lease_is_taken_at_once_with_a_new_epoch),
         T(stopped_server_fails_calls_with_eio_then_recovers),
+        T(frozen_server_fails_lease_calls_in_seconds),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

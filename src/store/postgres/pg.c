@@ -7,13 +7,21 @@
  *
  * Decisions the header leaves open:
  *  - A group runs as BEGIN plus the lease check in one round trip
- *    (`SELECT epoch FROM lease WHERE id = 1 FOR SHARE`), one SAVEPOINT per
- *    batch (ROLLBACK TO it on the batch's first error; a batch that
- *    succeeds keeps its savepoint until COMMIT, which saves a round trip
- *    per batch), COMMIT. When the lease's epoch is not this object's, the
- *    group is rolled back and every batch fails GPO_EFENCED; when BEGIN,
- *    a savepoint or COMMIT fails, or the connection breaks, every batch
- *    fails GPO_EIO, as on SQLite.
+ *    (`SELECT epoch FROM lease WHERE id = 1 FOR SHARE`), then every batch's
+ *    statements sent at once without waiting for answers (libpq's pipeline
+ *    mode, at most PIPELINE_MAX statements a round trip) and without
+ *    savepoints, then COMMIT: three round trips (one more per PIPELINE_MAX
+ *    statements).
+ *    When a batch fails there, the transaction is rolled back and begun
+ *    again, and each batch runs in a SAVEPOINT of its own (ROLLBACK TO it
+ *    on the batch's first error; a batch that succeeds keeps its savepoint
+ *    until COMMIT), so that only that batch fails. A batch with an array
+ *    named after its first job (a statement that needs an earlier one's
+ *    answer) runs statement by statement, and its group batch by batch from
+ *    the start. When the lease's epoch is not this
+ *    object's, the group is rolled back and every batch fails GPO_EFENCED;
+ *    when BEGIN, a savepoint or COMMIT fails, or the connection breaks,
+ *    every batch fails GPO_EIO, as on SQLite.
  *  - Our connection parameters apply where the URL sets none; the
  *    timeouts go into `options` before the URL's own, so a URL may
  *    override them, but the writer's synchronous_commit=on goes after: a
@@ -409,20 +417,10 @@ static size_t op_stmts(const struct store_op *op)
     return op->kind == STORE_OP_JOB_INSERT ? 1 : n;
 }
 
-static size_t batch_stmts(const struct store_batch *b)
-{
-    size_t n = 0;
-    for (size_t k = 0; k < b->nops; k++)
-        n += op_stmts(&b->ops[k]);
-    return n;
-}
-
 /* Whether every statement of b may be sent before any answer comes: none
  * takes another's result (an array named after its first job does). */
 static bool batch_pipelines(const struct store_batch *b)
 {
-    if (batch_stmts(b) > PIPELINE_MAX) /* its answers could fill the socket */
-        return false;
     for (size_t k = 0; k < b->nops; k++) {
         const struct store_op *op = &b->ops[k];
         if (!pg_ops[op->kind].st[0].sql ||
@@ -444,124 +442,137 @@ static PGresult *next_result(PGconn *c)
     return res;
 }
 
-/* Sends every statement of b (pipeline mode); 0 or GPO_EIO. */
-static int send_batch(struct run *r, size_t *sent)
+/* A position in the statements a pipeline runs: statement `stmt` of
+ * operation `op` of batch `b`, over the batches from the first to `stop`
+ * (exclusive), skipping those refused before anything was sent. */
+struct cursor {
+    struct store_batch *b, *stop;
+    size_t op, stmt;
+};
+
+/* Moves c to its first statement at or after where it is; false at the end. */
+static bool cursor_settle(struct cursor *c)
 {
-    const struct store_batch *b = r->b;
-    for (size_t k = 0; k < b->nops; k++) {
-        const struct store_op *op = &b->ops[k];
-        r->opno = k;
-        if (op->kind == STORE_OP_JOB_INSERT) {
-            struct store_val v[STORE_OP_MAXVALS];
-            bool self = false;
-            size_t i = job_insert_stmt(r, op, v, &self);
-            if (send_stmt(r, op->kind, i, v, NULL))
-                return GPO_EIO;
-            ++*sent;
+    while (c->b != c->stop) {
+        if (!c->b->err && c->op < c->b->nops) {
+            if (c->stmt < op_stmts(&c->b->ops[c->op]))
+                return true;
+            c->op++;
+            c->stmt = 0;
             continue;
         }
-        for (size_t i = 0; i < PG_OP_MAXSQL && pg_ops[op->kind].st[i].sql; i++) {
-            if (send_stmt(r, op->kind, i, op->v, NULL))
-                return GPO_EIO;
-            ++*sent;
-        }
+        c->b = c->b->next;
+        c->op = c->stmt = 0;
     }
-    return 0;
+    return false;
 }
 
-/* Reads the answers of b's statements (*left of them still to come, of
- * the whole pipeline); b's first failure goes into b. */
-static int read_batch(struct run *r, size_t *left, char *txmsg, size_t len)
+static void cursor_next(struct cursor *c)
 {
-    PGconn *c = r->s->w.c;
-    const struct store_batch *b = r->b;
-    int err = 0, lost = 0;
-    for (size_t k = 0; k < b->nops; k++) {
-        const struct store_op *op = &b->ops[k];
-        size_t n = op_stmts(op), *to_read = left;
-        for (size_t i = 0; i < n && *to_read != 0; i++, (*to_read)--) {
-            PGresult *res = next_result(c);
-            ExecStatusType st = PQresultStatus(res);
-            r->opno = k;
-            size_t stmt =
-                op->kind == STORE_OP_JOB_INSERT ? (op->v[STORE_JOB_V_IDEM_KEY].s ? 1 : 0) : i;
-            if (!res && !lost)
-                lost = errbuf_set(txmsg, len, GPO_EIO, "%s", PQerrorMessage(c));
-            else if (err == 0 && !lost && st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK)
-                err = op_fail(r, res);
-            else if (err == 0 && !lost)
-                err = op_result(r, k, stmt, res);
-            PQclear(res);
-        }
-    }
-    return lost ? lost : err;
+    c->stmt++;
+    (void)cursor_settle(c);
 }
 
-/* Runs batches in one round trip (libpq's pipeline mode): with `one`, the
- * first batch inside its own savepoint; else batches from `first` on
- * without savepoints (the fast path: none is expected to fail), as many as
- * fit PIPELINE_MAX statements (at least one); *ret_next: the first batch
- * not run. Returns
- * <0 when the transaction itself is lost (txmsg says why), 1 when a batch
- * failed (its outcome in it; without savepoints the transaction must be
- * rolled back), else 0. */
-static int run_pipelined(struct pgs *s, struct store_batch *first, bool one,
-                         struct store_batch **ret_next, char *txmsg, size_t len)
+/* The statement index of pg_ops a cursor's statement runs. */
+static size_t cursor_stmt(const struct cursor *c)
+{
+    const struct store_op *op = &c->b->ops[c->op];
+    if (op->kind == STORE_OP_JOB_INSERT)
+        return op->v[STORE_JOB_V_IDEM_KEY].s ? 1 : 0;
+    return c->stmt;
+}
+
+/* Sends the statement at c (pipeline mode); 0 or GPO_EIO. No statement
+ * of a pipelined batch depends on an earlier one's answer (batch_pipelines),
+ * so none needs the job ids of the batch so far. */
+static int cursor_send(struct pgs *s, const struct cursor *c)
+{
+    const struct store_op *op = &c->b->ops[c->op];
+    struct run r = {.s = s, .b = c->b, .opno = c->op};
+    if (op->kind == STORE_OP_JOB_INSERT) {
+        struct store_val v[STORE_OP_MAXVALS];
+        bool self = false;
+        size_t i = job_insert_stmt(&r, op, v, &self);
+        return send_stmt(&r, op->kind, i, v, NULL) ? GPO_EIO : 0;
+    }
+    return send_stmt(&r, op->kind, c->stmt, op->v, NULL) ? GPO_EIO : 0;
+}
+
+/* Runs statements in pipeline mode, at most PIPELINE_MAX a round trip,
+ * from batch `first` on: with `one`, that batch alone inside its own
+ * savepoint; else every batch to the end of the group without savepoints
+ * (the fast path: none is expected to fail). A batch's first failure goes
+ * into it, and nothing after it is sent. Returns <0 when the transaction
+ * itself is lost (txmsg says why), 1 when a batch failed (with `one` it is
+ * to be rolled back to its savepoint, else the whole transaction), else 0. */
+static int run_pipelined(struct pgs *s, struct store_batch *first, bool one, char *txmsg,
+                         size_t len)
 {
     PGconn *c = s->w.c;
     char msg[200];
-    if (!PQenterPipelineMode(c))
-        return errbuf_set(txmsg, len, GPO_EIO, "pipeline: %s", PQerrorMessage(c));
+    struct cursor send = {.b = first, .stop = one ? first->next : NULL};
+    (void)cursor_settle(&send);
+    struct cursor at[PIPELINE_MAX]; /* what each statement of a round trip is */
+    bool savepoint = one, failed = false, more = send.b != send.stop;
+    size_t njobs_read = 0; /* the job inserts read so far of the batch being read */
     int lost = 0;
-    if (one && !PQsendQueryParams(c, "SAVEPOINT b", 0, NULL, NULL, NULL, NULL, 0))
-        lost = GPO_EIO;
-    size_t sent = 0;
-    struct store_batch *stop = one ? first->next : NULL;
-    for (struct store_batch *b = first; !lost && b != stop; b = b->next) {
-        struct run r = {.s = s, .b = b};
-        if (b != first && sent + batch_stmts(b) > PIPELINE_MAX) {
-            stop = b;
-            break;
+    while (!lost && !failed && (more || savepoint)) {
+        if (!PQenterPipelineMode(c))
+            return errbuf_set(txmsg, len, GPO_EIO, "pipeline: %s", PQerrorMessage(c));
+        if (savepoint && !PQsendQueryParams(c, "SAVEPOINT b", 0, NULL, NULL, NULL, NULL, 0))
+            lost = GPO_EIO;
+        size_t n = 0;
+        for (; !lost && more && n < PIPELINE_MAX; n++) {
+            at[n] = send;
+            lost = cursor_send(s, &send);
+            cursor_next(&send);
+            more = send.b != send.stop;
         }
-        if (!b->err)
-            lost = send_batch(&r, &sent);
-    }
-    *ret_next = stop;
-    if (!lost && !PQpipelineSync(c))
-        lost = GPO_EIO;
-    if (lost) {
-        snprintf(msg, sizeof(msg), "%s", PQerrorMessage(c));
-        (void)PQexitPipelineMode(c);
-        return errbuf_set(txmsg, len, GPO_EIO, "sending: %.180s", msg);
-    }
-    PGresult *res = NULL;
-    if (one) {
-        res = next_result(c);
-        if (PQresultStatus(res) != PGRES_COMMAND_OK) {
-            (void)pg_result_err(c, res, msg, sizeof(msg));
-            lost = errbuf_set(txmsg, len, GPO_EIO, "savepoint: %s", msg);
+        if (!lost && !PQpipelineSync(c))
+            lost = GPO_EIO;
+        if (lost) {
+            snprintf(msg, sizeof(msg), "%s", PQerrorMessage(c));
+            (void)PQexitPipelineMode(c);
+            return errbuf_set(txmsg, len, GPO_EIO, "sending: %.180s", msg);
         }
-        PQclear(res);
+        PGresult *res;
+        if (savepoint) {
+            res = next_result(c);
+            if (PQresultStatus(res) != PGRES_COMMAND_OK) {
+                (void)pg_result_err(c, res, msg, sizeof(msg));
+                lost = errbuf_set(txmsg, len, GPO_EIO, "savepoint: %s", msg);
+            }
+            PQclear(res);
+            savepoint = false;
+        }
+        for (size_t k = 0; k < n; k++) {
+            const struct cursor *read = &at[k];
+            res = next_result(c);
+            ExecStatusType st = PQresultStatus(res);
+            struct run r = {.s = s, .b = read->b, .opno = read->op};
+            if (read->op == 0 && read->stmt == 0)
+                njobs_read = 0;
+            r.njobs = njobs_read;
+            if (!res && !lost)
+                lost = errbuf_set(txmsg, len, GPO_EIO, "%s", PQerrorMessage(c));
+            else if (!lost && !failed && st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK)
+                (void)op_fail(&r, res);
+            else if (!lost && !failed)
+                (void)op_result(&r, read->op, cursor_stmt(read), res);
+            njobs_read = r.njobs;
+            failed |= read->b->err != 0;
+            PQclear(res);
+        }
+        /* Up to the sync point: everything of this round trip is read. */
+        while ((res = PQgetResult(c)) != NULL) {
+            bool sync = PQresultStatus(res) == PGRES_PIPELINE_SYNC;
+            PQclear(res);
+            if (sync)
+                break;
+        }
+        if (!PQexitPipelineMode(c) && !lost)
+            lost = errbuf_set(txmsg, len, GPO_EIO, "pipeline: %s", PQerrorMessage(c));
     }
-    bool failed = false;
-    for (struct store_batch *b = first; !lost && b != stop; b = b->next) {
-        struct run r = {.s = s, .b = b};
-        if (b->err)
-            continue; /* refused before anything was sent */
-        int rc = read_batch(&r, &sent, txmsg, len);
-        if (rc && b->err == 0)
-            lost = rc;
-        failed |= b->err != 0;
-    }
-    /* Up to the sync point: everything of this pipeline is read. */
-    while ((res = PQgetResult(c)) != NULL) {
-        bool sync = PQresultStatus(res) == PGRES_PIPELINE_SYNC;
-        PQclear(res);
-        if (sync)
-            break;
-    }
-    if (!PQexitPipelineMode(c) && !lost)
-        lost = errbuf_set(txmsg, len, GPO_EIO, "pipeline: %s", PQerrorMessage(c));
     return lost ? lost : failed ? 1 : 0;
 }
 
@@ -591,8 +602,7 @@ static int run_batch(struct pgs *s, struct store_batch *b, char *txmsg, size_t l
         return 0; /* nothing of it was sent */
     int err = 0;
     if (batch_pipelines(b)) {
-        struct store_batch *next = NULL;
-        int rc = run_pipelined(s, b, true, &next, txmsg, len);
+        int rc = run_pipelined(s, b, true, txmsg, len);
         if (rc < 0)
             return rc;
         err = b->err;
@@ -619,9 +629,7 @@ static int run_fast(struct pgs *s, struct store_batch *group, int64_t *cur, char
     for (const struct store_batch *b = group; b; b = b->next)
         if (!batch_pipelines(b))
             return 1;
-    int rc = 0;
-    for (struct store_batch *b = group, *next = NULL; rc == 0 && b; b = next)
-        rc = run_pipelined(s, b, false, &next, txmsg, len);
+    int rc = run_pipelined(s, group, false, txmsg, len);
     if (rc != 1)
         return rc;
     char msg[200];

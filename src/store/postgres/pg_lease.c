@@ -15,11 +15,14 @@
  *  - A released lease keeps its epoch and holder; only its expiry moves
  *    to now. This object's commits still pass until another takes it.
  */
+#include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <libpq-fe.h>
 
@@ -32,6 +35,13 @@
 #define LEASE_COLS                                                                                 \
     "epoch, holder, address, (extract(epoch FROM (expires_at - now())) * 1000)::bigint"
 
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 /* Records a lease call's failure for store_last_error; returns code. */
 static int lease_fail(struct pgs *s, int code, const char *what, const char *msg)
 {
@@ -41,29 +51,77 @@ static int lease_fail(struct pgs *s, int code, const char *what, const char *msg
     return code;
 }
 
-/* The lease connection, ready; lease_lock held. */
-static int lease_conn(struct pgs *s, const char *what)
+/* The lease connection, ready (connecting is bounded by connect_timeout),
+ * and *ret_deadline: when the call's statements must have answered.
+ * lease_lock held. */
+static int lease_conn(struct pgs *s, const char *what, int64_t *ret_deadline)
 {
     char msg[256];
     int rc = pg_conn_ready(s, &s->lease, PG_ROLE_LEASE, msg, sizeof(msg));
+    *ret_deadline = mono_ms() + PG_CALL_TIMEOUT_MS;
     return rc ? lease_fail(s, GPO_EIO, what, msg) : 0;
 }
 
-/* Runs sql with text parameters; *ret_res (may be NULL) gets its result. */
-static int lease_exec(struct pgs *s, const char *what, const char *sql, int n,
+/* The answer to what was sent on c, waited for until deadline_ms
+ * (mono_ms): its last result, or its first error; NULL when none came in
+ * time (*ret_late) or the connection broke. The server's statement timeout
+ * does not help against a server that stopped answering (frozen, or its
+ * host gone with the kernel still acknowledging), this does. */
+static PGresult *await_result(PGconn *c, int64_t deadline_ms, bool *ret_late)
+{
+    PGresult *last = NULL;
+    for (;;) {
+        while (!PQisBusy(c)) {
+            PGresult *r = PQgetResult(c);
+            if (!r)
+                return last;
+            if (last && PQresultStatus(last) == PGRES_FATAL_ERROR) {
+                PQclear(r);
+            } else {
+                PQclear(last);
+                last = r;
+            }
+        }
+        int64_t left = deadline_ms - mono_ms();
+        if (left <= 0) {
+            *ret_late = true;
+            break;
+        }
+        struct pollfd pfd = {.fd = PQsocket(c), .events = POLLIN};
+        int n = poll(&pfd, 1, (int)left);
+        if ((n < 0 && errno != EINTR) || (n > 0 && !PQconsumeInput(c)))
+            break;
+    }
+    PQclear(last);
+    return NULL;
+}
+
+/* Runs sql with text parameters on the lease connection by deadline_ms;
+ * *ret_res (may be NULL) gets its result. A connection that failed or
+ * timed out is closed (remade at the next call): nothing of a half-run
+ * transaction stays on it. */
+static int lease_exec(struct pgs *s, const char *what, int64_t deadline_ms, const char *sql, int n,
                       const char *const *vals, PGresult **ret_res)
 {
+    PGconn *c = s->lease.c;
     /* Without parameters, through the simple protocol: sql may be several
      * statements (BEGIN and a SELECT in one round trip). */
-    PGresult *r =
-        n ? PQexecParams(s->lease.c, sql, n, NULL, vals, NULL, NULL, 0) : PQexec(s->lease.c, sql);
+    int sent = n ? PQsendQueryParams(c, sql, n, NULL, vals, NULL, NULL, 0) : PQsendQuery(c, sql);
+    bool late = false;
+    PGresult *r = sent ? await_result(c, deadline_ms, &late) : NULL;
     ExecStatusType st = PQresultStatus(r);
-    if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
+    if (!r || (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK)) {
         char msg[256];
-        (void)pg_result_err(s->lease.c, r, msg, sizeof(msg));
+        if (late)
+            snprintf(msg, sizeof(msg), "no answer from the server within %d ms",
+                     PG_CALL_TIMEOUT_MS);
+        else
+            (void)pg_result_err(c, r, msg, sizeof(msg));
         PQclear(r);
-        if (PQtransactionStatus(s->lease.c) != PQTRANS_IDLE)
-            (void)pg_exec(s->lease.c, "ROLLBACK", NULL, 0);
+        if (!r || PQtransactionStatus(c) != PQTRANS_IDLE) {
+            PQfinish(c);
+            s->lease = (struct pg_conn){0};
+        }
         return lease_fail(s, GPO_EIO, what, msg);
     }
     if (ret_res)
@@ -88,10 +146,11 @@ static void lease_decode(const PGresult *res, struct store_lease *ret)
 static int acquire_locked(struct pgs *s, const char *holder, const char *address, int64_t ttl_ms,
                           struct store_lease *ret)
 {
-    int rc = lease_conn(s, "acquire");
+    int64_t deadline = 0;
+    int rc = lease_conn(s, "acquire", &deadline);
     PGresult *res = NULL;
     if (rc == 0)
-        rc = lease_exec(s, "acquire",
+        rc = lease_exec(s, "acquire", deadline,
                         "BEGIN; SELECT " LEASE_COLS " FROM lease WHERE id = 1 FOR UPDATE", 0, NULL,
                         &res);
     if (rc)
@@ -101,12 +160,12 @@ static int acquire_locked(struct pgs *s, const char *holder, const char *address
     bool found = PQntuples(res) == 1;
     PQclear(res);
     if (!found) {
-        (void)pg_exec(s->lease.c, "ROLLBACK", NULL, 0);
+        (void)lease_exec(s, "acquire", deadline, "ROLLBACK", 0, NULL, NULL);
         return lease_fail(s, GPO_EIO, "acquire", "the lease row is missing");
     }
     bool live = cur.remaining_ms > 0;
     if (live && strcmp(cur.holder, holder) != 0) {
-        (void)pg_exec(s->lease.c, "ROLLBACK", NULL, 0);
+        (void)lease_exec(s, "acquire", deadline, "ROLLBACK", 0, NULL, NULL);
         *ret = cur;
         return GPO_EBUSY;
     }
@@ -114,22 +173,19 @@ static int acquire_locked(struct pgs *s, const char *holder, const char *address
     char ebuf[24], tbuf[24];
     const char *vals[] = {pg_int_text(epoch, ebuf, sizeof(ebuf)), holder, address,
                           pg_int_text(ttl_ms, tbuf, sizeof(tbuf))};
-    rc = lease_exec(s, "acquire",
+    rc = lease_exec(s, "acquire", deadline,
                     "WITH u AS (UPDATE lease SET epoch = $1, holder = $2, address = $3,"
                     " expires_at = now() + $4::bigint * interval '1 millisecond' WHERE id = 1"
                     " RETURNING epoch) INSERT INTO meta(key, value)"
                     " SELECT '" STORE_META_EPOCH "', epoch::text FROM u"
                     " ON CONFLICT(key) DO UPDATE SET value = excluded.value",
                     4, vals, NULL);
-    if (rc == 0) {
-        PGresult *c = PQexec(s->lease.c, "COMMIT");
-        bool ok = PQresultStatus(c) == PGRES_COMMAND_OK && strcmp(PQcmdStatus(c), "COMMIT") == 0;
-        char msg[256] = "";
-        if (!ok)
-            (void)pg_result_err(s->lease.c, c, msg, sizeof(msg));
+    PGresult *c = NULL;
+    if (rc == 0 && (rc = lease_exec(s, "acquire: commit", deadline, "COMMIT", 0, NULL, &c)) == 0) {
+        /* A transaction the server had aborted answers COMMIT with ROLLBACK. */
+        if (strcmp(PQcmdStatus(c), "COMMIT") != 0)
+            rc = lease_fail(s, GPO_EIO, "acquire: commit", "rolled back");
         PQclear(c);
-        if (!ok)
-            return lease_fail(s, GPO_EIO, "acquire: commit", msg[0] ? msg : "rolled back");
     }
     if (rc)
         return rc;
@@ -161,13 +217,14 @@ static int extend(struct pgs *s, const char *what, int64_t ttl_ms)
     if (mine == 0)
         return lease_fail(s, GPO_EFENCED, what, "this store object never took the lease");
     pthread_mutex_lock(&s->lease_lock);
-    int rc = lease_conn(s, what);
+    int64_t deadline = 0;
+    int rc = lease_conn(s, what, &deadline);
     PGresult *res = NULL;
     if (rc == 0) {
         char ebuf[24], tbuf[24];
         const char *vals[] = {pg_int_text(mine, ebuf, sizeof(ebuf)), s->holder,
                               pg_int_text(ttl_ms, tbuf, sizeof(tbuf))};
-        rc = lease_exec(s, what,
+        rc = lease_exec(s, what, deadline,
                         "UPDATE lease SET expires_at = now() + $3::bigint * interval"
                         " '1 millisecond' WHERE id = 1 AND epoch = $1 AND holder = $2",
                         3, vals, &res);
@@ -195,10 +252,12 @@ int pg_lease_get(struct store *base, struct store_lease *ret)
 {
     struct pgs *s = to_pgs(base);
     pthread_mutex_lock(&s->lease_lock);
-    int rc = lease_conn(s, "get");
+    int64_t deadline = 0;
+    int rc = lease_conn(s, "get", &deadline);
     PGresult *res = NULL;
     if (rc == 0)
-        rc = lease_exec(s, "get", "SELECT " LEASE_COLS " FROM lease WHERE id = 1", 0, NULL, &res);
+        rc = lease_exec(s, "get", deadline, "SELECT " LEASE_COLS " FROM lease WHERE id = 1", 0,
+                        NULL, &res);
     pthread_mutex_unlock(&s->lease_lock);
     if (rc)
         return rc;
