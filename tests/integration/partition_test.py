@@ -90,7 +90,6 @@ SERVER_FLAGS = ["--lease", LEASE_S, "--node-timeout", NODE_TIMEOUT_S, "--fence-l
 
 SHARED_SECRETS = ("join.token", "logs.key", "steps.key")  # in each controller's --data
 FOREVER = ["/bin/sh", "-c", "while true; do sleep 0.2; done"]
-FINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL")
 
 NET = None
 TMP = tempfile.mkdtemp(prefix="gpuorch-partition-test-")
