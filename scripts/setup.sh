@@ -40,6 +40,7 @@ PACKAGES=(
   libmicrohttpd-dev  # the controller's HTTP server (built with GnuTLS: optional TLS)
   libcurl4-openssl-dev # HTTP client: agent -> controller, controller -> agent logs
   curl               # integration tests talk to the API as users do
+  nftables           # partition test: packets dropped inside a host's network namespace
   python3            # integration tests (and meson itself)
   sqlite3            # inspecting the store in tests and by hand
   chromium           # the dashboard's browser test (headless, driven by playwright-core)

@@ -415,6 +415,20 @@ def pid_alive(pid):
     return stat[stat.rfind(")") + 2:][:1] not in ("Z", "X", "")
 
 
+def stop_process(proc, timeout=20):
+    """SIGTERM to PROC (a Popen, or None) and wait; its exit status, None if it
+    had to be killed after TIMEOUT seconds (or there was none)."""
+    if not proc or proc.poll() is not None:
+        return proc.returncode if proc else None
+    proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        return None
+
+
 def env_file(path):
     """A file of NAME=VALUE lines (the output of env) as a dict; {} when it
     cannot be read."""
@@ -630,6 +644,12 @@ class FakeAgent:
         self.tmp = tmp
         self.proc = None
         self.server = None  # --server: the server's URL unless set (a list, say)
+        # Where it runs; a test of hosts in network namespaces (netns.py) sets
+        # them: its host's address, the words that start it in its host
+        # (nsenter ...), the join token's file.
+        self.addr = "127.0.0.1"
+        self.prefix = []
+        self.join_file = None  # default srv's DATA/join.token
 
     def write_gpu_list(self, gpus):
         """Writes the GPU file (renamed over the old one)."""
@@ -637,10 +657,11 @@ class FakeAgent:
 
     def start(self):
         server = self.server or f"http://127.0.0.1:{self.srv.port}"
-        args = [self.binary, "agent", "--server", server,
-                "--join-token", self.srv.token_file("join"), "--name", self.name, "--pool",
-                self.pool, "--state-dir", self.state, "--nvml", self.nvml, "--addr", "127.0.0.1",
-                "--log-listen", "127.0.0.1:0"]
+        args = list(self.prefix) + [
+            self.binary, "agent", "--server", server,
+            "--join-token", self.join_file or self.srv.token_file("join"), "--name", self.name,
+            "--pool", self.pool, "--state-dir", self.state, "--nvml", self.nvml,
+            "--addr", self.addr, "--log-listen", f"{self.addr}:0"]
         for flag, value in self.flags.items():
             if value is True:
                 args += [f"--{flag}"]
@@ -669,15 +690,7 @@ class FakeAgent:
 
     def stop(self):
         """SIGTERM and wait; the exit status (None if it had to be killed)."""
-        if not self.proc or self.proc.poll() is not None:
-            return self.proc.returncode if self.proc else None
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-            return None
+        return stop_process(self.proc)
 
     def kill(self):
         """SIGKILL if still running (a test's last cleanup)."""
@@ -697,12 +710,10 @@ class FakeAgent:
 GPU_ENV = ("CUDA_VISIBLE_DEVICES", "GPUORCH_JOB_ID", "SLURM_JOB_ID", "GPUORCH_GPU_MILLI")
 
 
-def gpu_processes(uuids):
-    """{uuid: {job id: [pid, ...]}} of the processes on the fake GPUs UUIDS: the
-    fake NVML's rule, a process whose CUDA_VISIBLE_DEVICES names the GPU; the
-    job by GPUORCH_JOB_ID, else SLURM_JOB_ID ("?" without either). Also the set
-    of jobs whose processes say they hold a fraction (GPUORCH_GPU_MILLI)."""
-    found, fractions = {}, set()
+def gpu_envs(uuids, names=GPU_ENV):
+    """(pid, {name: value} of its environment's NAMES, [its GPUs]) of every live
+    process on the fake GPUs UUIDS: the fake NVML's rule, a process whose
+    CUDA_VISIBLE_DEVICES names the GPU."""
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
@@ -714,36 +725,38 @@ def gpu_processes(uuids):
         env = {}
         for item in raw.split(b"\0"):
             k, eq, v = item.partition(b"=")
-            if eq and k.decode(errors="replace") in GPU_ENV:
+            if eq and k.decode(errors="replace") in names:
                 env[k.decode()] = v.decode(errors="replace")
         gpus = [u for u in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if u in uuids]
-        if not gpus or not pid_alive(pid):
-            continue
+        if gpus and pid_alive(pid):
+            yield int(pid), env, gpus
+
+
+def gpu_processes(uuids):
+    """{uuid: {job id: [pid, ...]}} of the processes on the fake GPUs UUIDS
+    (gpu_envs); the job by GPUORCH_JOB_ID, else SLURM_JOB_ID ("?" without
+    either). Also the set of jobs whose processes say they hold a fraction
+    (GPUORCH_GPU_MILLI)."""
+    found, fractions = {}, set()
+    for pid, env, gpus in gpu_envs(uuids):
         job = env.get("GPUORCH_JOB_ID") or env.get("SLURM_JOB_ID") or "?"
         if "GPUORCH_GPU_MILLI" in env:
             fractions.add(job)
         for u in gpus:
-            found.setdefault(u, {}).setdefault(job, []).append(int(pid))
+            found.setdefault(u, {}).setdefault(job, []).append(pid)
     return found, fractions
 
 
-class GpuWatch:
-    """Every 100 ms, on a thread of its own, samples what the controller assigns
-    (GET /v1/jobs: each job's current attempt and its GPUs) and what runs on
-    the fake GPUs UUIDS (gpu_processes), and notes a violation whenever a GPU
-    is in two jobs' attempts, or runs two jobs' processes, at once, unless
-    every one of those jobs holds a fraction of it. API is a Client with an
-    admin's token; add() takes more GPUs. .seen[job] is (first, last)
-    monotonic time its processes were seen on a GPU, .assigned[job] the first
-    time the controller listed an attempt of it with GPUs."""
+class Periodic:
+    """A sampler's thread: sample() every PERIOD seconds (from the start of one
+    to the next) until stop(); a sample that raises goes to failed(error), and
+    sampling goes on. A subclass keeps its GPUs' UUIDS in .uuids (add() takes
+    more, under .lock)."""
 
-    def __init__(self, api, uuids=()):
-        self.api = api
+    PERIOD = 0.1
+
+    def __init__(self, uuids=()):
         self.uuids = set(uuids)
-        self.violations = []
-        self.seen = {}
-        self.assigned = {}
-        self.samples = 0
         self.lock = threading.Lock()
         self.stopped = threading.Event()
         self.thread = threading.Thread(target=self.loop, daemon=True)
@@ -756,16 +769,9 @@ class GpuWatch:
         self.thread.start()
         return self
 
-    def stop(self):
-        """Stops the thread; returns the violations seen."""
+    def halt(self):
         self.stopped.set()
         self.thread.join(timeout=30)
-        return list(self.violations)
-
-    def note(self, what):
-        with self.lock:
-            if len(self.violations) < 50:
-                self.violations.append(what)
 
     def loop(self):
         while not self.stopped.is_set():
@@ -773,8 +779,46 @@ class GpuWatch:
             try:
                 self.sample()
             except Exception as e:  # a checker that breaks says so, and goes on
-                self.note(f"the checker failed: {e!r}")
-            self.stopped.wait(max(0.0, 0.1 - (time.monotonic() - t0)))
+                self.failed(e)
+            self.stopped.wait(max(0.0, self.PERIOD - (time.monotonic() - t0)))
+
+    def sample(self):
+        raise NotImplementedError
+
+    def failed(self, error):
+        raise NotImplementedError
+
+
+class GpuWatch(Periodic):
+    """Every 100 ms, on a thread of its own, samples what the controller assigns
+    (GET /v1/jobs: each job's current attempt and its GPUs) and what runs on
+    the fake GPUs UUIDS (gpu_processes), and notes a violation whenever a GPU
+    is in two jobs' attempts, or runs two jobs' processes, at once, unless
+    every one of those jobs holds a fraction of it. API is a Client with an
+    admin's token; add() takes more GPUs. .seen[job] is (first, last)
+    monotonic time its processes were seen on a GPU, .assigned[job] the first
+    time the controller listed an attempt of it with GPUs."""
+
+    def __init__(self, api, uuids=()):
+        super().__init__(uuids)
+        self.api = api
+        self.violations = []
+        self.seen = {}
+        self.assigned = {}
+        self.samples = 0
+
+    def stop(self):
+        """Stops the thread; returns the violations seen."""
+        self.halt()
+        return list(self.violations)
+
+    def note(self, what):
+        with self.lock:
+            if len(self.violations) < 50:
+                self.violations.append(what)
+
+    def failed(self, error):
+        self.note(f"the checker failed: {error!r}")
 
     def sample(self):
         with self.lock:
