@@ -455,7 +455,10 @@ static void poll_loop(struct agent *ag, struct httpc *c)
         else
             snprintf(path, sizeof(path), "%s?wait=%" PRId64, base, ag->a.poll_wait_s);
         struct httpc_response r = {0};
-        int rc = httpc_request(c, "GET", path, NULL, 0, (ag->a.poll_wait_s + 30) * 1000, &r, err,
+        /* The wait and 2 s for the answer: a controller that accepts and never
+         * answers (frozen) holds the poll no longer, and the next one goes to
+         * the next controller of the list. */
+        int rc = httpc_request(c, "GET", path, NULL, 0, (ag->a.poll_wait_s + 2) * 1000, &r, err,
                                sizeof(err));
         struct proto_assignments ans;
         char why[512] = "not JSON";

@@ -256,10 +256,13 @@ void fence_answered(struct fence *f, int64_t sent_ms)
 
 int64_t fence_heartbeat_timeout(const struct fence *f)
 {
+    /* A quarter of the lease: a controller that accepts and never answers
+     * (frozen) holds a heartbeat that long at most, and the next one goes to
+     * the next controller of the list, well before the lease ends. */
     int64_t lease = atomic_load(&f->lease_ms);
-    if (!lease || lease > 10000)
+    if (!lease || lease / 4 > 10000)
         return 10000;
-    return lease < 1000 ? 1000 : lease;
+    return lease / 4 < 1000 ? 1000 : lease / 4;
 }
 
 bool fence_active(const struct fence *f)

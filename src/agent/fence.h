@@ -72,8 +72,10 @@ void fence_free(struct fence *f);
 void fence_set(struct fence *f, int64_t lease_ms, int64_t grace_ms);
 /* A heartbeat sent at sent_ms (CLOCK_MONOTONIC) was answered with success. */
 void fence_answered(struct fence *f, int64_t sent_ms);
-/* A timeout for a heartbeat: the lease (1..10 s), since an answer that
- * comes later can no longer hold a fence off; 10 s without a lease. */
+/* A timeout for a heartbeat: a quarter of the lease (1..10 s), so that a
+ * controller that accepts and never answers holds the agent that long at
+ * most before the next heartbeat tries the next controller of the list;
+ * 10 s without a lease. */
 int64_t fence_heartbeat_timeout(const struct fence *f);
 
 /* One round at now_ms: fences (the hook) once the lease has run out, and

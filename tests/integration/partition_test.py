@@ -809,10 +809,11 @@ def case_leader_frozen():
             jid = cl.submit("f-during")
             t_sub = time.monotonic()
             # An agent's long-poll open on the frozen leader ends within its wait
-            # (--poll-wait), the next controller within the fence lease's worth of
-            # tries (its heartbeats must get there in that time, or it fences);
-            # then a pass or two places the job.
-            run_by = AGENT_FLAGS["poll-wait"] + FENCE_LEASE_S + 2 * PASS_S
+            # (--poll-wait) and the agent's 2 s of slack for its answer, the next
+            # controller within the fence lease's worth of tries (its heartbeats
+            # must get there in that time, or it fences); then a pass or two
+            # places the job.
+            run_by = AGENT_FLAGS["poll-wait"] + 2 + FENCE_LEASE_S + 2 * PASS_S
             runs = wait_until(lambda: running_on(cl, jid, None), timeout=run_by + 40, step=0.1)
             t_run = time.monotonic() - t_sub if runs else None
             ok(runs and t_run <= run_by,

@@ -106,7 +106,7 @@ static void test_fences_at_the_lease_from_the_last_answer_and_ends_on_the_next(v
     fence_set(f, 3000, 10000);
     fence_answered(f, 10000);
     fence_answered(f, 9000); /* an older one answered late: the later stays */
-    assert_int_equal(fence_heartbeat_timeout(f), 3000);
+    assert_int_equal(fence_heartbeat_timeout(f), 1000); /* a quarter of 3 s, at least 1 s */
     /* Rounds until the deadline are due at it, 100 ms at most apart. */
     assert_int_equal(fence_check(f, 10000), 100);
     assert_int_equal(fence_check(f, 12950), 50);
@@ -140,7 +140,7 @@ static void test_fences_at_the_lease_from_the_last_answer_and_ends_on_the_next(v
     assert_int_equal(e->unfences, 1);
     /* The grace comes from the latest settings. */
     fence_set(f, 2000, 500);
-    assert_int_equal(fence_heartbeat_timeout(f), 2000);
+    assert_int_equal(fence_heartbeat_timeout(f), 1000);
     fence_check(f, 16550 + 2000);
     assert_true(fence_active(f));
     assert_int_equal(e->grace_ms, 500);
@@ -163,7 +163,7 @@ static void test_a_restart_fences_at_the_same_deadline(void **state)
     fence_free(f);
     /* Restarted at 43000 while cut off: due at 45000 (the file's 40000 + 5000). */
     f = open_fence(e, "boot-a", 43000);
-    assert_int_equal(fence_heartbeat_timeout(f), 5000);
+    assert_int_equal(fence_heartbeat_timeout(f), 1250); /* a quarter of the lease */
     fence_check(f, 44999);
     assert_int_equal(e->fences, 0);
     fence_check(f, 45000);
@@ -205,7 +205,7 @@ static void test_answers_are_written_once_a_second_and_settings_at_once(void **s
     fence_set(f, 8000, 0); /* a change of settings is written at once */
     fence_free(f);
     f = open_fence(e, "boot-a", 3000);
-    assert_int_equal(fence_heartbeat_timeout(f), 8000);
+    assert_int_equal(fence_heartbeat_timeout(f), 2000); /* the new lease read back */
     fence_check(f, 9999); /* 2000 + the new lease */
     assert_int_equal(e->fences, 1);
     fence_check(f, 10000);

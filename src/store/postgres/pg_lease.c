@@ -46,7 +46,7 @@ static int64_t mono_ms(void)
 static int lease_fail(struct pgs *s, int code, const char *what, const char *msg)
 {
     pthread_mutex_lock(&s->pool_lock);
-    snprintf(s->rerr, sizeof(s->rerr), "lease %s: %s", what, msg);
+    snprintf(s->rerr, sizeof(s->rerr), "lease %.32s: %.200s", what, msg);
     pthread_mutex_unlock(&s->pool_lock);
     return code;
 }
