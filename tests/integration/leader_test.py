@@ -28,7 +28,6 @@ polled with deadlines, never timed; durations are measured and bounded by
 the lease. KEEP_TMP=1 keeps the directories."""
 
 import os
-import shutil
 import signal
 import sys
 import tempfile
@@ -107,12 +106,26 @@ def all_present(ctl, ids):
     return missing
 
 
-def share_secrets(src, dst):
-    """The join token and keys of SRC's data directory into DST's: agents
-    authenticate to whichever controller leads."""
-    os.makedirs(dst.data, mode=0o700, exist_ok=True)
+def secrets_of(ctl):
+    """The join token and keys in CTL's data directory (None for a file it lacks)."""
+    out = []
     for name in SECRETS:
-        shutil.copy2(os.path.join(src.data, name), os.path.join(dst.data, name))
+        try:
+            with open(os.path.join(ctl.data, name), "rb") as f:
+                out.append(f.read())
+        except FileNotFoundError:
+            out.append(None)
+    return out
+
+
+def secrets_shared():
+    """Nobody copied the secrets: each controller that has led took the first
+    one's from the store, so agents authenticate to whichever leads."""
+    first = secrets_of(CTLS[0])
+    led = [c for c in CTLS[1:] if secrets_of(c)[0] is not None]
+    ok(led and all(secrets_of(c) == first for c in led),
+       "every controller that has led holds the first one's join token, logs key and steps key "
+       "(from the store; none copied)", [c.n for c in led])
 
 
 def main():
@@ -126,9 +139,9 @@ def main():
     ok(first is CTLS[0], "the first controller on an empty store leads", CTLS[0].log_tail())
     ADMIN = open(CTLS[0].token_file("admin")).read().strip()
     for c in CTLS[1:]:
-        share_secrets(CTLS[0], c)
         c.start()
-    steps = [one_leader, follower_redirects, kill9_failover, sigstop_fenced, sigterm_handover,
+    steps = [one_leader, follower_redirects, kill9_failover, secrets_shared, sigstop_fenced,
+             sigterm_handover,
              store_lost, agent_follows_the_leader, new_leader_waits_for_heartbeat]
     for step in steps:
         try:

@@ -53,7 +53,6 @@ stopped by PID and the namespaces deleted, also on failure. KEEP_TMP=1
 keeps the directories."""
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -88,7 +87,6 @@ KILL_SLACK_S = 2  # SIGKILL's end seen by /proc, and the sampler's period, on a 
 SERVER_FLAGS = ["--lease", LEASE_S, "--node-timeout", NODE_TIMEOUT_S, "--fence-lease",
                 FENCE_LEASE_S, "--fence-grace", FENCE_GRACE_S, "--pass-interval", PASS_S]
 
-SHARED_SECRETS = ("join.token", "logs.key", "steps.key")  # in each controller's --data
 FOREVER = ["/bin/sh", "-c", "while true; do sleep 0.2; done"]
 
 NET = None
@@ -286,11 +284,8 @@ class Cluster:
         if not wait_until(lambda: leads(first) is not None, timeout=30, step=0.1):
             raise RuntimeError(f"controller {first.name} does not lead: {first.tail()}")
         for c in self.ctls[1:]:
-            # The secrets every controller of one cluster shares, as an operator
-            # copies them: what agents join with, what signs log and step tokens.
-            os.makedirs(c.data, mode=0o700, exist_ok=True)
-            for name in SHARED_SECRETS:
-                shutil.copy2(os.path.join(first.data, name), os.path.join(c.data, name))
+            # The secrets (what agents join with, what signs log and step
+            # tokens) come from the store to each controller that leads.
             c.start()
         self.admin = open(os.path.join(first.data, "admin.token")).read().strip()
         api = self.api(self.admin)

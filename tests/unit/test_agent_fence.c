@@ -206,7 +206,7 @@ static void test_answers_are_written_once_a_second_and_settings_at_once(void **s
     fence_free(f);
     f = open_fence(e, "boot-a", 3000);
     assert_int_equal(fence_heartbeat_timeout(f), 2000); /* the new lease read back */
-    fence_check(f, 9999); /* 2000 + the new lease */
+    fence_check(f, 9999);                               /* 2000 + the new lease */
     assert_int_equal(e->fences, 1);
     fence_check(f, 10000);
     assert_int_equal(e->fences, 2);

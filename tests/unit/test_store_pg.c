@@ -368,6 +368,13 @@ static void stopped_server_fails_calls_with_eio_then_recovers(void **state)
     store_job_release(&j);
     storetest_add_job(s, "ml", "PENDING", 1);
     assert_int_equal(storetest_count_jobs(s), 2);
+
+    /* Restarted between two reads: the first read after it finds its
+     * connection dropped, and runs again on a new one. */
+    pgserver("stop");
+    pgserver("start");
+    assert_int_equal(store_job_get(s, job, &j), 0);
+    store_job_release(&j);
     store_close(s);
 }
 

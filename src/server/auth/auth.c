@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <pwd.h>
 #include <sys/stat.h>
@@ -118,6 +119,99 @@ static int key_file(struct auth *a, const char *name, uint8_t key[32], char *err
     return 0;
 }
 
+/*
+ * On a shared store every controller must hold the same secrets, or agents
+ * and log tokens fail at the first change of leader. The first controller
+ * to lead puts its join token and keys into the store's meta ("secrets");
+ * every later one takes the store's and writes them into its own DATA (a
+ * file that differs is replaced, and said so), so that an operator copies
+ * nothing between controllers. The store holds nothing more than a reader
+ * of it could already use: every token's hash and every job.
+ */
+#define SECRETS_META "secrets"
+
+static void hex32(const uint8_t key[32], char out[65])
+{
+    sodium_bin2hex(out, 65, key, 32);
+}
+
+static int secrets_put(struct auth *a, const char *tok, char *err, size_t errlen)
+{
+    char logs[65], steps[65], value[256], msg[256] = "";
+    hex32(a->logs_key, logs);
+    hex32(a->steps_key, steps);
+    snprintf(value, sizeof(value), "1 %s %s %s", tok, logs, steps);
+    struct store_batch *b = store_batch_new();
+    int rc = b ? store_batch_meta_put(b, SECRETS_META, value) : GPO_ENOMEM;
+    rc = rc ? (store_batch_free(b), rc) : store_commit_wait(a->store, b, NULL, 0, msg, sizeof(msg));
+    sodium_memzero(value, sizeof(value));
+    return rc ? errbuf_set(err, errlen, rc, "storing the shared secrets: %s",
+                           msg[0] ? msg : gpo_strerror(rc))
+              : 0;
+}
+
+/* Writes data to DATA/name unless it holds that already; says so when it
+ * replaced another. */
+static int secret_file(struct auth *a, const char *name, const void *data, size_t len, char *err,
+                       size_t errlen)
+{
+    char path[4200], old[128];
+    snprintf(path, sizeof(path), "%s/%s", a->data_dir, name);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd < 0 ? -1 : read(fd, old, sizeof(old));
+    if (fd >= 0)
+        close(fd);
+    if (n == (ssize_t)len && memcmp(old, data, len) == 0)
+        return 0;
+    if (fd >= 0)
+        fprintf(stderr,
+                "gpuorch server: %s differs from the one the other controllers of this store "
+                "use: replaced with theirs\n",
+                path);
+    return fsutil_write_atomic(path, data, len, 0600, 0, err, errlen) ? GPO_EIO : 0;
+}
+
+static int secrets_take(struct auth *a, const char *value, char *err, size_t errlen)
+{
+    char tok[TOKEN_STR_LEN + 2], logs[65], steps[65];
+    size_t bin = 0;
+    if (sscanf(value, "1 %47s %64s %64s", tok, logs, steps) != 3 ||
+        sodium_hex2bin(a->logs_key, 32, logs, 64, NULL, &bin, NULL) != 0 || bin != 32 ||
+        sodium_hex2bin(a->steps_key, 32, steps, 64, NULL, &bin, NULL) != 0 || bin != 32 ||
+        token_hash(tok, a->join_hash) != 0)
+        return errbuf_set(err, errlen, GPO_ECORRUPT,
+                          "the store's shared secrets (meta \"%s\") are malformed", SECRETS_META);
+    size_t tlen = strlen(tok);
+    tok[tlen] = '\n';
+    int rc = secret_file(a, "join.token", tok, tlen + 1, err, errlen);
+    rc = rc ? rc : secret_file(a, "logs.key", a->logs_key, 32, err, errlen);
+    rc = rc ? rc : secret_file(a, "steps.key", a->steps_key, 32, err, errlen);
+    sodium_memzero(tok, sizeof(tok));
+    return rc;
+}
+
+/* A shared store's secrets: the store's, or this controller's put there. */
+static int shared_secrets(struct auth *a, char *err, size_t errlen)
+{
+    char *value = NULL;
+    int rc = store_meta_get(a->store, SECRETS_META, &value);
+    if (rc == 0) {
+        rc = secrets_take(a, value, err, errlen);
+        sodium_memzero(value, strlen(value));
+        free(value);
+        return rc;
+    }
+    if (rc != GPO_ENOENT)
+        return errbuf_set(err, errlen, rc, "reading the shared secrets: %s", gpo_strerror(rc));
+    char path[4200], tok[TOKEN_STR_LEN + 1];
+    snprintf(path, sizeof(path), "%s/join.token", a->data_dir);
+    if ((rc = token_read_file(path, tok, sizeof(tok))) != 0)
+        return errbuf_set(err, errlen, GPO_EIO, "%.4000s: %s", path, gpo_strerror(rc));
+    rc = secrets_put(a, tok, err, errlen);
+    sodium_memzero(tok, sizeof(tok));
+    return rc;
+}
+
 void auth_node_log_token(const struct auth *a, const char *name, char out[AUTH_LOG_TOKEN_LEN + 1])
 {
     unsigned char mac[crypto_auth_hmacsha256_BYTES];
@@ -139,6 +233,8 @@ int auth_start(struct auth *a, struct store *store, const char *data_dir, int64_
         jrc = key_file(a, "logs.key", a->logs_key, err, errlen);
     if (!jrc)
         jrc = key_file(a, "steps.key", a->steps_key, err, errlen);
+    if (!jrc && store_shared(store))
+        jrc = shared_secrets(a, err, errlen);
     if (jrc)
         return jrc;
     struct store_user row = {0};

@@ -2,7 +2,9 @@
  * auth.h - who may do what: API tokens (looked up in the store by their
  * SHA-256), the agents' join token, the key of the nodes' log tokens, the
  * admin bootstrapped at first start, and which teams' data a user may see
- * (the cluster's private_data setting).
+ * (the cluster's private_data setting). On a shared store (several
+ * controllers) the join token and both keys are the first leader's, kept
+ * in the store's meta and written into each later leader's DATA.
  *
  * Owns: struct auth (its secrets, read or made at start; immutable after).
  * No lock: nothing here changes after auth_start, and the store's reads are

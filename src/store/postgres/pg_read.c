@@ -218,24 +218,31 @@ static void arg_blob(struct args *a, const void *p, size_t n)
  * its rows (the caller clears it). */
 static int query(struct pgs *s, enum rq q, const struct args *a, PGresult **ret_res)
 {
-    struct pg_conn *pc = NULL;
-    int rc = conn_take(s, &pc);
-    if (rc)
-        return rc;
     char name[16];
     snprintf(name, sizeof(name), "r%d", (int)q);
-    PGresult *r = PQexecPrepared(pc->c, name, a ? a->n : 0, a ? a->vals : NULL, a ? a->lens : NULL,
-                                 a ? a->fmts : NULL, 0);
-    if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+    /* A connection the server dropped (it restarted) is seen broken only by
+     * the query that finds it so: that read runs once more, on a new one. */
+    for (int tries = 0;; tries++) {
+        struct pg_conn *pc = NULL;
+        int rc = conn_take(s, &pc);
+        if (rc)
+            return rc;
+        PGresult *r = PQexecPrepared(pc->c, name, a ? a->n : 0, a ? a->vals : NULL,
+                                     a ? a->lens : NULL, a ? a->fmts : NULL, 0);
+        if (PQresultStatus(r) == PGRES_TUPLES_OK) {
+            *ret_res = r;
+            conn_give(s, pc);
+            return 0;
+        }
         char msg[256];
         rc = pg_result_err(pc->c, r, msg, sizeof(msg));
         record_err(s, msg);
         PQclear(r);
-    } else {
-        *ret_res = r;
+        bool broken = PQstatus(pc->c) == CONNECTION_BAD;
+        conn_give(s, pc);
+        if (!broken || tries > 0)
+            return rc;
     }
-    conn_give(s, pc);
-    return rc;
 }
 
 /* ---- cells and rows ------------------------------------------------------------------ */
