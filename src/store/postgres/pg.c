@@ -36,6 +36,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <libpq-fe.h>
 
@@ -230,6 +231,13 @@ static int conn_open(struct pgs *s, struct pg_conn *pc, enum pg_role role, char 
         return rc;
     }
     return 0;
+}
+
+int64_t pg_mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 int pg_conn_ready(struct pgs *s, struct pg_conn *pc, enum pg_role role, char *err, size_t errlen)

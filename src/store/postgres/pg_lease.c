@@ -35,13 +35,6 @@
 #define LEASE_COLS                                                                                 \
     "epoch, holder, address, (extract(epoch FROM (expires_at - now())) * 1000)::bigint"
 
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Records a lease call's failure for store_last_error; returns code. */
 static int lease_fail(struct pgs *s, int code, const char *what, const char *msg)
 {
@@ -58,7 +51,7 @@ static int lease_conn(struct pgs *s, const char *what, int64_t *ret_deadline)
 {
     char msg[256];
     int rc = pg_conn_ready(s, &s->lease, PG_ROLE_LEASE, msg, sizeof(msg));
-    *ret_deadline = mono_ms() + PG_CALL_TIMEOUT_MS;
+    *ret_deadline = pg_mono_ms() + PG_CALL_TIMEOUT_MS;
     return rc ? lease_fail(s, GPO_EIO, what, msg) : 0;
 }
 
@@ -82,7 +75,7 @@ static PGresult *await_result(PGconn *c, int64_t deadline_ms, bool *ret_late)
                 last = r;
             }
         }
-        int64_t left = deadline_ms - mono_ms();
+        int64_t left = deadline_ms - pg_mono_ms();
         if (left <= 0) {
             *ret_late = true;
             break;

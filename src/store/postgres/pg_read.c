@@ -216,17 +216,23 @@ static void arg_blob(struct args *a, const void *p, size_t n)
 
 /* Runs read statement q with a's parameters on a lent connection; *ret_res:
  * its rows (the caller clears it). */
+/* A query that fails on a dropped connection fails within this (ms). */
+#define PG_DROPPED_MS 500
+
 static int query(struct pgs *s, enum rq q, const struct args *a, PGresult **ret_res)
 {
     char name[16];
     snprintf(name, sizeof(name), "r%d", (int)q);
     /* A connection the server dropped (it restarted) is seen broken only by
-     * the query that finds it so: that read runs once more, on a new one. */
+     * the query that finds it so, at once: that read runs once more, on a
+     * new one. One that broke by a timeout (a partition) is not tried again,
+     * so that a read never waits more than one timeout. */
     for (int tries = 0;; tries++) {
         struct pg_conn *pc = NULL;
         int rc = conn_take(s, &pc);
         if (rc)
             return rc;
+        int64_t t0 = pg_mono_ms();
         PGresult *r = PQexecPrepared(pc->c, name, a ? a->n : 0, a ? a->vals : NULL,
                                      a ? a->lens : NULL, a ? a->fmts : NULL, 0);
         if (PQresultStatus(r) == PGRES_TUPLES_OK) {
@@ -238,7 +244,7 @@ static int query(struct pgs *s, enum rq q, const struct args *a, PGresult **ret_
         rc = pg_result_err(pc->c, r, msg, sizeof(msg));
         record_err(s, msg);
         PQclear(r);
-        bool broken = PQstatus(pc->c) == CONNECTION_BAD;
+        bool broken = PQstatus(pc->c) == CONNECTION_BAD && pg_mono_ms() - t0 < PG_DROPPED_MS;
         conn_give(s, pc);
         if (!broken || tries > 0)
             return rc;
