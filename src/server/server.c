@@ -939,7 +939,12 @@ static enum phase_end run_once(struct server *s, const sigset_t *sigs)
     printf("gpuorch server: listening on %s://%s%s%s:%u (epoch %" PRId64 ", %zu jobs)\n",
            s->cfg.tls_cert ? "https" : "http", strchr(s->cfg.bind, ':') ? "[" : "", s->cfg.bind,
            strchr(s->cfg.bind, ':') ? "]" : "", s->cfg.port, s->epoch, s->jobs.n);
-    printf("gpuorch server: admin token in %s\n", s->auth.admin_token_path);
+    struct stat st;
+    if (stat(s->auth.admin_token_path, &st) == 0)
+        printf("gpuorch server: admin token in %s\n", s->auth.admin_token_path);
+    else /* another controller of a shared store made the first admin */
+        printf("gpuorch server: no admin token here: the controller that first led this store "
+               "wrote it into its own --data\n");
     printf("gpuorch server: leading (epoch %" PRId64 ")\n", s->epoch);
     (void)fflush(stdout); /* lines for the operator: a closed stdout must not stop the controller */
     int sig = 0;

@@ -190,7 +190,10 @@ static int secrets_take(struct auth *a, const char *value, char *err, size_t err
     return rc;
 }
 
-/* A shared store's secrets: the store's, or this controller's put there. */
+static int local_secrets(struct auth *a, char *err, size_t errlen);
+
+/* A shared store's secrets: the store's, or this controller's (read or
+ * made, as on SQLite) put there. */
 static int shared_secrets(struct auth *a, char *err, size_t errlen)
 {
     char *value = NULL;
@@ -203,12 +206,25 @@ static int shared_secrets(struct auth *a, char *err, size_t errlen)
     }
     if (rc != GPO_ENOENT)
         return errbuf_set(err, errlen, rc, "reading the shared secrets: %s", gpo_strerror(rc));
+    if ((rc = local_secrets(a, err, errlen)) != 0)
+        return rc;
     char path[4200], tok[TOKEN_STR_LEN + 1];
     snprintf(path, sizeof(path), "%s/join.token", a->data_dir);
     if ((rc = token_read_file(path, tok, sizeof(tok))) != 0)
         return errbuf_set(err, errlen, GPO_EIO, "%.4000s: %s", path, gpo_strerror(rc));
     rc = secrets_put(a, tok, err, errlen);
     sodium_memzero(tok, sizeof(tok));
+    return rc;
+}
+
+/* DATA's join token and keys, made at first start. */
+static int local_secrets(struct auth *a, char *err, size_t errlen)
+{
+    int rc = join_token(a, err, errlen);
+    if (!rc)
+        rc = key_file(a, "logs.key", a->logs_key, err, errlen);
+    if (!rc)
+        rc = key_file(a, "steps.key", a->steps_key, err, errlen);
     return rc;
 }
 
@@ -228,13 +244,7 @@ int auth_start(struct auth *a, struct store *store, const char *data_dir, int64_
     if (n < 0 || (size_t)n >= sizeof(a->data_dir) || m < 0 ||
         (size_t)m >= sizeof(a->admin_token_path))
         return errbuf_set(err, errlen, GPO_ENAMETOOLONG, "--data: path too long");
-    int jrc = join_token(a, err, errlen);
-    if (!jrc)
-        jrc = key_file(a, "logs.key", a->logs_key, err, errlen);
-    if (!jrc)
-        jrc = key_file(a, "steps.key", a->steps_key, err, errlen);
-    if (!jrc && store_shared(store))
-        jrc = shared_secrets(a, err, errlen);
+    int jrc = store_shared(store) ? shared_secrets(a, err, errlen) : local_secrets(a, err, errlen);
     if (jrc)
         return jrc;
     struct store_user row = {0};
