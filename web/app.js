@@ -85,7 +85,8 @@
       const tr = t.appendChild(el('tfoot')).appendChild(el('tr'));
       for (const c of cols) {
         const v = foot(c);
-        tr.appendChild(el('td', c.num ? 'num' : '', v === undefined || v === null ? '' : v));
+        const td = tr.appendChild(el('td', c.num ? 'num' : '', v === undefined || v === null ? '' : v));
+        if (c.h) td.dataset.label = c.h;
       }
     }
     if (rows.length <= MAX_ROWS) return t;
@@ -104,6 +105,8 @@
     maximumFractionDigits: 2}) : '-');
   const fmtHours = (v) => (isNum(v) ? v.toLocaleString('en-US', {maximumFractionDigits: 1}) : '-');
   const fmtGiB = (mib) => (isNum(mib) ? (mib / 1024).toFixed(mib < 10240 ? 1 : 0) : '-');
+  // GPUs counted in GPU shares, to the milli-GPU: "2", "0.25", "0.125", "1.5".
+  const fmtShares = (v) => (isNum(v) ? String(Math.round(v * 1000) / 1000) : '-');
 
   function fmtDuration(ms) {
     if (!isNum(ms) || ms < 0) return '-';
@@ -127,6 +130,17 @@
 
   const serverNow = () => Date.now() + state.skewMs;
   const since = (iso) => Math.max(0, serverNow() - Date.parse(iso));
+
+  // A running job's GPUs: the shares its attempt holds (0.25 for a 0.25 job, a
+  // MIG instance's charge), else what its spec asks.
+  function gpusHeld(j) {
+    const a = j.current_attempt;
+    return a && isNum(a.gpu_shares) ? fmtShares(a.gpu_shares) : gpusOf(j.spec);
+  }
+
+  // The class a job runs under: the server's answer (its spec's, else the
+  // default class), its spec's from an older controller.
+  const classOf = (j) => j.priority || (j.spec && j.spec.priority) || '-';
 
   function gpusOf(spec) {
     if (!spec) return '-';
@@ -214,11 +228,14 @@
           }
         }
       }
-      // The server counts GPUs in use for everyone; a member's jobs list has its own team's only.
+      // GPUs in use in GPU shares (a GPU holding only a 0.25 job is 0.25), as the
+      // server counts them for everyone (docs/monitoring.md); a member's jobs list
+      // has its own team's only, so the jobs' shares are only a fallback.
       const counted = nodes.every((n) => isNum(n.gpus_in_use));
       const busy = counted ? nodes.reduce((s, n) => s + n.gpus_in_use, 0)
-        : jobs ? busyGpus(jobs).size : null;
-      setTile('t-gpus', busy === null ? '-' : String(busy), '/ ' + total);
+        : jobs ? jobs.reduce((s, j) => s + ((j.current_attempt && j.current_attempt.gpu_shares) || 0), 0)
+          : null;
+      setTile('t-gpus', fmtShares(busy), '/ ' + total);
       setTile('t-util', count ? fmtPct(sum / count) : '-');
     }
     if (jobs) {
@@ -287,6 +304,10 @@
     } else if (jobsOn.length) {
       card.appendChild(el('div', 'gpu-job', jobsOn.map((j) => 'job ' + j.id + ' ' +
         (j.spec && j.spec.name ? j.spec.name : '')).join(', ')));
+      // A GPU shared by fractions: how much of it is in use (the tile counts that).
+      if (isNum(g.share_in_use) && g.share_in_use < 1) {
+        card.appendChild(el('div', 'muted gpu-share', fmtShares(g.share_in_use) + ' of the GPU in use'));
+      }
     } else if (g.in_use) {
       // Held by a job this token may not see (another team's, while private_data keeps jobs).
       card.appendChild(el('div', 'gpu-job', 'in use'));
@@ -366,7 +387,7 @@
       {h: 'Name', cell: specName},
       {h: 'Team', cell: (j) => j.team},
       {h: 'User', cell: (j) => j.user},
-      {h: 'Priority', cell: (j) => (j.spec && j.spec.priority) || '-'},
+      {h: 'Priority', cell: classOf},
       {h: 'GPUs', num: true, cell: (j) => gpusOf(j.spec)},
       {h: 'Waiting', num: true, cell: (j) => fmtDuration(since(j.submitted_at))},
       {h: 'Reason', cls: 'reason', cell: (j) => reasonCell(j.wait_reason)},
@@ -397,7 +418,7 @@
         const s = j.current_attempt ? j.current_attempt.state : j.state;
         return badge(s, s === 'RUNNING' ? 'green' : s === 'KILLING' ? 'red' : 'blue');
       }},
-      {h: 'GPUs', num: true, cell: (j) => gpusOf(j.spec)},
+      {h: 'GPUs', num: true, cell: gpusHeld},
       {h: 'Nodes', cell: (j) => (j.current_attempt ? (j.current_attempt.nodes || []).join(', ') : '-')},
       {h: 'GPU util', num: true, cell: (j) => fmtPct(j.gpu_utilization_pct)},
       {h: 'GPU mem', num: true, cell: (j) => (isNum(j.gpu_memory_used_mib) ? fmtGiB(j.gpu_memory_used_mib) + ' GiB' : '-')},
@@ -417,7 +438,7 @@
       {h: 'Name', cell: specName},
       {h: 'Team', cell: (j) => j.team},
       {h: 'User', cell: (j) => j.user},
-      {h: 'GPUs', num: true, cell: (j) => gpusOf(j.spec)},
+      {h: 'GPUs', num: true, cell: gpusHeld},
       {h: 'GPU util', num: true, cell: (j) => fmtPct(j.gpu_utilization_pct)},
       {h: 'Idle for', num: true, cell: (j) => (j.idle.since ? fmtDuration(since(j.idle.since)) : '-')},
       {h: 'Action', cell: (j) => {
@@ -512,6 +533,24 @@
     };
   }
 
+  // A series' missing points: a run of nulls whose neighbours with values lie
+  // at most maxGapS apart (steps the samples did not fill, a missed minute)
+  // becomes undefined, which uPlot joins across; a longer one stays null, a
+  // break in the line (no data: the team ran nothing then). New array.
+  const JOIN_GAP_S = 60;
+  function joinGaps(t, values, maxGapS) {
+    const out = values.slice();
+    let prev = -1; // index of the last value
+    for (let i = 0; i < out.length; i++) {
+      if (out[i] === null || out[i] === undefined) continue;
+      if (prev >= 0 && i - prev > 1 && t[i] - t[prev] <= maxGapS) {
+        for (let k = prev + 1; k < i; k++) out[k] = undefined;
+      }
+      prev = i;
+    }
+    return out;
+  }
+
   function renderChart(id, body, unit, yRange, style) {
     const box = $(id);
     const t = body.t || [];
@@ -531,7 +570,9 @@
     }
     first = Math.max(0, Math.min(first, t.length - 2));
     const keys = series.map((s) => String(s.key));
-    const data = [t.slice(first)].concat(series.map((s) => (s.values || []).slice(first)));
+    const ts = t.slice(first);
+    const join = JOIN_GAP_S + (isNum(body.step_s) ? body.step_s : 0);
+    const data = [ts].concat(series.map((s) => joinGaps(ts, (s.values || []).slice(first), join)));
     const old = state.charts[id];
     if (old && old.keys.join('\n') === keys.join('\n')) {
       old.plot.setData(data);

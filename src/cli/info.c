@@ -74,13 +74,15 @@ static const char *const state_words[] = {"idle", "mix", "alloc", "drain", "drng
 static const char *node_state(const json_t *n)
 {
     const char *st = cli_json_str(n, "state");
-    json_int_t used = json_integer_value(json_object_get(n, "gpus_in_use"));
-    size_t ngpus = json_array_size(json_object_get(n, "gpus"));
+    /* GPUs in use in GPU shares (a 0.25 job: 0.25), an integer from an older controller. */
+    const json_t *in_use = json_object_get(n, "gpus_in_use");
+    double used = json_is_number(in_use) ? json_number_value(in_use) : 0;
+    double ngpus = (double)json_array_size(json_object_get(n, "gpus"));
     if (st && strcmp(st, "down") == 0)
         return "down";
     if (st && strcmp(st, "draining") == 0)
-        return used ? "drng" : "drain";
-    return used == 0 ? "idle" : (size_t)used >= ngpus ? "alloc" : "mix";
+        return used > 0 ? "drng" : "drain";
+    return used <= 0 ? "idle" : used >= ngpus ? "alloc" : "mix";
 }
 
 /* "gpu:H100-80GB:8" (the node's first GPU's type; "(null)" without GPUs). */

@@ -130,16 +130,17 @@ struct sums {
     size_t util_n;
     int64_t mem_used, mem_total, power_mw;
     bool mem_known, power_known;
-    size_t gpus, used;
+    size_t gpus;
+    int64_t used_milli; /* GPUs in use, in GPU shares (milli-GPU) */
 };
 
-static void sums_add(struct sums *t, const json_t *sample, int64_t total_mib, bool used)
+static void sums_add(struct sums *t, const json_t *sample, int64_t total_mib, int64_t used_milli)
 {
     const json_t *u = json_object_get(sample, "utilization_pct");
     const json_t *m = json_object_get(sample, "memory_used_mib");
     const json_t *p = json_object_get(sample, "power_mw");
     t->gpus++;
-    t->used += used;
+    t->used_milli += used_milli;
     if (json_is_number(u)) {
         t->util += json_number_value(u);
         t->util_n++;
@@ -195,8 +196,15 @@ static json_t *gpu_entry(const json_t *node, const json_t *inv, const json_t *jo
                         "temperature_c", top_json_int(json_object_get(sample, "temperature_c")),
                         "error", top_json_str(cli_json_str(sample, "error")), "jobs", list)
             : NULL;
-    /* "in_use": held, maybe by a job this token may not see (another team's). */
-    bool used = json_array_size(list) > 0 || json_is_true(json_object_get(inv, "in_use"));
+    /* How much of it is in use, in GPU shares, as the controller counts it
+     * ("share_in_use": 0.25 for a 0.25 job, whoever's it is); from an older
+     * controller without it, a GPU held at all ("in_use", maybe by a job this
+     * token may not see) counts whole. */
+    const json_t *share = json_object_get(inv, "share_in_use");
+    bool held = json_array_size(list) > 0 || json_is_true(json_object_get(inv, "in_use"));
+    int64_t used = json_is_number(share) ? (int64_t)(json_number_value(share) * 1000.0 + 0.5)
+                   : held                ? 1000
+                                         : 0;
     sums_add(node_sums, sample, total_mib, used);
     sums_add(all, sample, total_mib, used);
     return g;
@@ -283,11 +291,15 @@ static json_t *job_entry(const json_t *j, const json_t *nodes, const json_t *gpu
                           ? json_integer(now > since ? (now - since) / 1000 : 0)
                           : json_null();
     const json_t *cost = json_object_get(j, "cost"), *idle = json_object_get(j, "idle");
-    return json_pack("{s:I, s:o, s:o, s:o, s:I, s:o, s:o, s:o, s:o, s:o, s:o}", "id", id, "name",
+    /* Its GPUs in GPU shares (a 0.25 job: 0.25); an older controller's
+     * attempt without "gpu_shares": one per GPU it names. */
+    const json_t *shares = json_object_get(cur, "gpu_shares");
+    double ngpus = json_is_number(shares) ? json_number_value(shares)
+                                          : (double)json_array_size(json_object_get(cur, "gpus"));
+    return json_pack("{s:I, s:o, s:o, s:o, s:f, s:o, s:o, s:o, s:o, s:o, s:o}", "id", id, "name",
                      top_json_str(cli_json_str(json_object_get(j, "spec"), "name")), "user",
                      top_json_str(cli_json_str(j, "user")), "team",
-                     top_json_str(cli_json_str(j, "team")), "gpus",
-                     (json_int_t)json_array_size(json_object_get(cur, "gpus")), "nodes",
+                     top_json_str(cli_json_str(j, "team")), "gpus", ngpus, "nodes",
                      copy_or_null(json_object_get(cur, "nodes")), "utilization_pct", util,
                      "memory_used_mib", mem, "running_s", running, "cost", top_json_num(cost),
                      "idle", copy_or_null(json_is_object(idle) ? idle : NULL));
@@ -341,11 +353,11 @@ json_t *top_view_build(const struct top_snapshot *s)
     json_int_t mig_total, mig_used;
     mig_count(s->nodes, &mig_total, &mig_used);
     json_t *sum =
-        json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:O, s:I, s:I}", "nodes",
+        json_pack("{s:I, s:I, s:I, s:f, s:I, s:I, s:O, s:I, s:I}", "nodes",
                   (json_int_t)json_array_size(s->nodes), "nodes_up", (json_int_t)up, "gpus",
-                  (json_int_t)all.gpus, "gpus_used", (json_int_t)all.used, "running_jobs",
-                  (json_int_t)running, "pending_jobs", (json_int_t)pending, "cost_rate", rate,
-                  "mig_instances", mig_total, "mig_instances_used", mig_used);
+                  (json_int_t)all.gpus, "gpus_used", (double)all.used_milli / 1000.0,
+                  "running_jobs", (json_int_t)running, "pending_jobs", (json_int_t)pending,
+                  "cost_rate", rate, "mig_instances", mig_total, "mig_instances_used", mig_used);
     e |= !sum || sums_set(sum, &all);
     json_t *view =
         e ? NULL
@@ -423,6 +435,26 @@ static const char *pct_text(const json_t *v, char *buf, size_t len)
 }
 
 /* MiB as a short size: "512M", "80G", "1.5G", "1.2T". */
+/* GPUs in GPU shares as a number reads: "2", "0.25", "0.125", "1.5" (to
+ * the milli-GPU, trailing zeros dropped); "-" when not a number. */
+static const char *shares_text(const json_t *v, char *buf, size_t len)
+{
+    if (!json_is_number(v)) {
+        snprintf(buf, len, "-");
+        return buf;
+    }
+    snprintf(buf, len, "%.3f", json_number_value(v));
+    char *dot = strchr(buf, '.');
+    if (dot) {
+        char *end = buf + strlen(buf);
+        while (end > dot + 1 && end[-1] == '0')
+            *--end = '\0';
+        if (end == dot + 1)
+            *dot = '\0';
+    }
+    return buf;
+}
+
 static const char *mib_text(int64_t mib, char *buf, size_t len)
 {
     if (mib < 1024)
@@ -515,7 +547,7 @@ static unsigned bar_width(const struct top_screen *scr)
 static void add_summary(struct lines *L, const json_t *view, const struct top_screen *scr)
 {
     const json_t *s = json_object_get(view, "summary");
-    char util[16], mem[64], power[32], rate[48];
+    char util[16], mem[64], power[32], rate[48], used[32];
     const char *time = cli_json_str(view, "time");
     if (scr->ansi)
         lines_add(L, STYLE_TITLE, "gpuorch top  %s  %s  sort: %s  (q quit, s sort)",
@@ -530,12 +562,12 @@ static void add_summary(struct lines *L, const json_t *view, const struct top_sc
                  json_integer_value(json_object_get(s, "mig_instances_used")), mig_total);
     lines_add(L, STYLE_NONE,
               "nodes %" JSON_INTEGER_FORMAT "/%" JSON_INTEGER_FORMAT
-              " up  GPUs %" JSON_INTEGER_FORMAT "/%" JSON_INTEGER_FORMAT
+              " up  GPUs %s/%" JSON_INTEGER_FORMAT
               " used%s  util %s  mem %s  power %s  jobs %" JSON_INTEGER_FORMAT
               " running, %" JSON_INTEGER_FORMAT " pending  cost %s",
               json_integer_value(json_object_get(s, "nodes_up")),
               json_integer_value(json_object_get(s, "nodes")),
-              json_integer_value(json_object_get(s, "gpus_used")),
+              shares_text(json_object_get(s, "gpus_used"), used, sizeof(used)),
               json_integer_value(json_object_get(s, "gpus")), mig,
               pct_text(json_object_get(s, "utilization_pct"), util, sizeof(util)),
               mem_text(s, mem, sizeof(mem)),
@@ -621,8 +653,7 @@ static int job_row(struct table *t, const json_t *j, int64_t now)
     char id[24], gpus[24], util[16], mem[32] = "-", time[TIMEFMT_DURATION_LEN] = "-", cost[48],
                                      idletext[64] = "-";
     snprintf(id, sizeof(id), "%" JSON_INTEGER_FORMAT, json_integer_value(json_object_get(j, "id")));
-    snprintf(gpus, sizeof(gpus), "%" JSON_INTEGER_FORMAT,
-             json_integer_value(json_object_get(j, "gpus")));
+    shares_text(json_object_get(j, "gpus"), gpus, sizeof(gpus));
     if (json_is_integer(json_object_get(j, "memory_used_mib")))
         mib_text(json_integer_value(json_object_get(j, "memory_used_mib")), mem, sizeof(mem));
     if (json_is_integer(rs))

@@ -14,14 +14,21 @@
 // state, GPUs, nodes, utilization; a waiting job's reason badge and sentence);
 // both nodes with their 4 GPU cards, the fake NVML's scripted utilization and
 // the job on each busy GPU; the tiles (nodes up, GPUs in use, mean
-// utilization, running, pending, idle, cost rate); the cost panel's teams; the
+// utilization, running, pending, idle, cost rate), GPUs in use counted in GPU
+// shares (jobs of 2, 1 and 0.25 GPUs: 3.25, as the nodes' gpus_in_use and
+// /metrics say); the default priority class shown by name in the queue; the cost panel's teams; the
 // utilization chart's series per node, whose latest points are the nodes'
 // scripted means, and the queue chart's. A second job gets its row by the
 // page's own polling (same document: no reload). The Services panel: hidden
 // while the controller has no service (or no such route); with a stand-in answer
 // to the page's GET /v1/services (page.route, the contract's JSON, figures that
 // grow with each answer) its rows, note, cost per hour and two charts; nothing
-// cut off at 1,280 and 420 px; hidden again when the services go. A token the server no longer
+// cut off at 1,280 and 420 px; hidden again when the services go. The whole
+// dashboard's layout at 1,280 and 420 px, measured in the page: nothing
+// overflows its panel, no panel scrolls sideways, each wait reason at most two
+// lines tall at 1,280 px (screenshots dashboard-1280.png and dashboard-420.png
+// beside the full one); the utilization-by-team line unbroken across steps
+// without a value. A token the server no longer
 // accepts sends the page back to the form with the session-ended message. No
 // CSP violation and no script error along the way. A full-page screenshot goes
 // to $MESON_BUILD_ROOT/meson-logs/dashboard.png (else the temporary directory,
@@ -271,14 +278,21 @@ async function main() {
     return r.json.id;
   };
   // Jobs that run (or wait, without root), and one that cannot fit: the queue has a reason.
+  // A quarter of a GPU: a quarter of a GPU in use (tiles, top, /metrics).
   const first = [await submit({name: 'train-llm', gpus: 2, project: 'llm', model: 'llama-8b'}),
-    await submit({name: 'eval-sweep', gpus: 1, project: 'eval'})];
+    await submit({name: 'eval-sweep', gpus: 1, project: 'eval'}),
+    await submit({name: 'notebook', gpus: 0.25, project: 'eval'})];
   const big = await submit({name: 'big-pretrain', gpus: 8, project: 'llm', model: 'llama-70b'});
+  // Over team product's quota (2 GPUs, no borrowing): it waits with a reason
+  // longer than big-pretrain's, for the queue's Reason column.
+  const over = await call('POST', '/v1/jobs', {team: 'product', name: 'product-train', gpus: 3,
+    command: ['sleep', '600'], cpus: 1, mem_mib: 256});
+  if (over.status !== 201) throw new Error(`submit: ${over.status} ${over.text}`);
 
   const browser = await chromium.launch({executablePath: CHROMIUM, headless: true,
     args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage']});
   try {
-    await browserChecks(browser, first, big, submit);
+    await browserChecks(browser, first, big, submit, runsJobs);
   } finally {
     await browser.close();
   }
@@ -365,11 +379,12 @@ function differences(want, got) {
 // What the row of job J should read in the running or queue table.
 function jobRow(j) {
   const spec = j.spec || {};
+  const held = (j.current_attempt || {}).gpu_shares;
   const row = {ID: String(j.id), Name: spec.name || '', Team: j.team, User: j.user,
-    GPUs: String(spec.gpus)};
+    GPUs: String(typeof held === 'number' ? held : spec.gpus)};
   if (j.state === 'PENDING') {
     const m = /^([a-z_]+): (.*)$/s.exec(j.wait_reason || '');
-    return Object.assign(row, {Priority: spec.priority || '-'},
+    return Object.assign(row, {Priority: j.priority},
       m ? {'Reason.badge': m[1], Reason: m[1] + m[2]} : {});
   }
   const a = j.current_attempt || {};
@@ -590,6 +605,111 @@ async function servicesChecks(page) {
   await page.unroute('**/v1/services');
 }
 
+// The whole dashboard's layout, measured in the page: the page no wider than
+// the window; every visible panel and tile inside the window; no panel body
+// that scrolls sideways (scrollWidth over clientWidth: something cut off); every
+// element of a panel inside the panel's box; and each cell of the Queue's
+// Reason column at most two lines tall (its content height over its line
+// height). Returns {cut: [...], reasons: [{id, lines}], panels}.
+function dashboardLayout(page) {
+  return page.evaluate(() => {
+    const vw = document.documentElement.clientWidth;
+    const cut = [];
+    const name = (e) => e.tagName.toLowerCase() + (e.id ? '#' + e.id : '') +
+      (e.className && typeof e.className === 'string' ? '.' + e.className.trim().split(/\s+/).join('.') : '');
+    const visible = (e) => {
+      const r = e.getBoundingClientRect();
+      return r.width > 0 && r.height > 0 && getComputedStyle(e).visibility !== 'hidden';
+    };
+    const outside = (r, o) => r.left < o.left - 1 || r.right > o.right + 1;
+    if (document.documentElement.scrollWidth > vw + 1) {
+      cut.push(`the page is ${document.documentElement.scrollWidth} px wide in a ${vw} px window`);
+    }
+    const boxes = [...document.querySelectorAll('#dash .panel, #dash .tile')].filter(visible);
+    for (const p of boxes) {
+      const pr = p.getBoundingClientRect();
+      const label = (p.querySelector('h2, .tile-label') || p).textContent;
+      if (outside(pr, {left: 0, right: vw})) cut.push(`${label}: ${Math.round(pr.left)}-${Math.round(pr.right)} outside the window 0-${vw}`);
+      for (const b of p.querySelectorAll('.panel-body')) {
+        if (b.scrollWidth > b.clientWidth + 1) cut.push(`${label}: ${name(b)} scrolls sideways, ${b.scrollWidth} > ${b.clientWidth} px`);
+      }
+      let n = 0;
+      for (const e of p.querySelectorAll('*')) {
+        if (!visible(e)) continue;
+        const r = e.getBoundingClientRect();
+        if (outside(r, pr) && n++ < 5) cut.push(`${label}: ${name(e)} at ${Math.round(r.left)}-${Math.round(r.right)} outside its panel ${Math.round(pr.left)}-${Math.round(pr.right)}`);
+      }
+    }
+    const reasons = [...document.querySelectorAll('#queue td.reason')].map((td) => {
+      const st = getComputedStyle(td);
+      const content = td.clientHeight - parseFloat(st.paddingTop) - parseFloat(st.paddingBottom);
+      const line = parseFloat(st.lineHeight);
+      return {id: td.parentElement.cells[0].textContent, lines: Math.round(content / line * 10) / 10,
+        width: Math.round(td.getBoundingClientRect().width)};
+    });
+    return {cut, reasons, panels: boxes.length};
+  });
+}
+
+async function layoutChecks(page) {
+  const polls = () => page.evaluate(() => Number(document.documentElement.dataset.polls));
+  for (const width of [1280, 420]) {
+    await page.setViewportSize({width, height: 900});
+    const p0 = await polls();
+    await waitUntil(async () => (await polls()) >= p0 + 1);
+    const lay = await waitUntil(async () => {
+      const l = await dashboardLayout(page);
+      return !l.cut.length ? l : null;
+    }, 5000) || await dashboardLayout(page);
+    ok(lay.panels >= 10 && !lay.cut.length, `at ${width} px nothing overflows: the page fits the window, ` +
+      `no panel body scrolls sideways, every element lies inside its panel (${lay.panels} panels and tiles measured)`,
+    lay.cut.join('\n'));
+    if (width === 1280) {
+      ok(lay.reasons.length >= 2 && lay.reasons.every((r) => r.lines <= 2.3),
+        'at 1280 px each wait reason in the Queue reads on at most two lines',
+        JSON.stringify(lay.reasons));
+      diag('reason cells at 1280 px: ' + JSON.stringify(lay.reasons));
+    }
+    const shot = path.join(path.dirname(screenshotPath()), `dashboard-${width}.png`);
+    await page.screenshot({path: shot, fullPage: true});
+    diag(`screenshot at ${width} px: ${shot}`);
+  }
+  await page.setViewportSize({width: 1680, height: 1050});
+}
+
+// The utilization-by-team chart's line: a null between two values at most a
+// minute and a step apart is joined (uPlot spans undefined, breaks at null), so
+// steps the samples did not fill do not cut the line into segments.
+async function teamChartChecks(page) {
+  let got = null;
+  const joined = await waitUntil(async () => {
+    got = await page.evaluate(() => {
+      const c = window.gpuorchDash.charts['chart-util-team'];
+      if (!c) return null;
+      const [t, ...series] = c.plot.data;
+      const breaks = [];
+      let values = 0;
+      series.forEach((vals, s) => {
+        let prev = -1;
+        for (let i = 0; i < vals.length; i++) {
+          if (vals[i] === undefined) continue;
+          if (vals[i] === null) {
+            continue;
+          }
+          values++;
+          const nulls = vals.slice(prev + 1, i).some((v) => v === null);
+          if (prev >= 0 && nulls && t[i] - t[prev] <= 65) breaks.push(`${c.keys[s]}: ${t[prev]}-${t[i]}`);
+          prev = i;
+        }
+      });
+      return {keys: c.keys, values, breaks};
+    });
+    return got && got.keys.includes('research') && got.values >= 3 && !got.breaks.length ? got : null;
+  }, 30000);
+  ok(joined, 'the utilization-by-team chart draws team research\'s line unbroken: no null between values ' +
+    'a minute and a step apart or closer', JSON.stringify(got).slice(0, 600));
+}
+
 // A MIG GPU's card, from a stand-in GET /v1/nodes: the node's MIG mode, a
 // plan in flight, and one line per instance with its job or "free"; a GPU
 // whose MIG mode waits for a reset says so.
@@ -620,7 +740,7 @@ async function migChecks(page) {
   await waitUntil(async () => ((await nodeRows(page)).length === 2 ? 1 : null));
 }
 
-async function browserChecks(browser, first, big, submit) {
+async function browserChecks(browser, first, big, submit, runsJobs) {
   const page = await browser.newPage({viewport: {width: 1680, height: 1050}, deviceScaleFactor: 1});
   const errors = [];
   page.on('pageerror', (e) => errors.push('pageerror: ' + e.message));
@@ -678,6 +798,16 @@ async function browserChecks(browser, first, big, submit) {
   `${qpanel}: ${qdiff}\n${JSON.stringify(qrow)}`);
   if (qrow) diag(`reason: ${qrow['Reason.badge']} / ${qrow.Reason}`);
 
+  // The class a job runs under, by name: big-pretrain's spec names none, so the
+  // cluster's default class ("normal", else the first by name), never "-".
+  const classes = ((await call('GET', '/v1/priority-classes')).json || {});
+  const names = (Object.values(classes).find(Array.isArray) || []).map((c) => c.name).sort();
+  const dflt = names.includes('normal') ? 'normal' : names[0];
+  const bigJob = (await call('GET', `/v1/jobs/${big}`)).json;
+  ok(dflt && !bigJob.spec.priority && bigJob.priority === dflt && qrow && qrow.Priority === dflt,
+    `a job whose spec names no class shows the class it runs under, the default "${dflt}", in the API and the queue`,
+    `classes ${JSON.stringify(names)}; API priority ${JSON.stringify(bigJob.priority)}; row ${JSON.stringify(qrow)}`);
+
   // The nodes: both, each with its 4 GPU cards, their scripted utilization and
   // the job on each busy GPU.
   let nodeDiff = 'not read';
@@ -712,10 +842,16 @@ async function browserChecks(browser, first, big, submit) {
     const jobs = (await call('GET', '/v1/jobs?state=PENDING,RUNNING&limit=1000')).json.jobs;
     const cost = (await call('GET', '/v1/cost?by=team')).json;
     const running = jobs.filter((j) => j.state === 'RUNNING');
-    const busy = new Set(running.flatMap((j) => (j.current_attempt || {}).gpus || []));
+    // GPUs in use in GPU shares: each GPU the share its jobs hold, at most one.
+    const onGpu = new Map();
+    for (const j of running) {
+      const a = j.current_attempt || {};
+      for (const u of a.gpus || []) onGpu.set(u, (onGpu.get(u) || 0) + a.gpu_shares / a.gpus.length);
+    }
+    const busy = [...onGpu.values()].reduce((x, v) => x + Math.min(1, v), 0);
     const utils = Object.values(SCRIPTED_UTIL);
     const want = {
-      't-nodes': '2 / 2', 't-gpus': `${busy.size} / ${2 * NODE_GPUS}`,
+      't-nodes': '2 / 2', 't-gpus': `${Math.round(busy * 1000) / 1000} / ${2 * NODE_GPUS}`,
       't-util': fmtPct(utils.reduce((a, b) => a + b, 0) / utils.length),
       't-running': String(running.length), 't-pending': String(jobs.length - running.length),
       't-idle': '0', 't-rate': fmtMoney(cost.rate_per_hour),
@@ -725,6 +861,18 @@ async function browserChecks(browser, first, big, submit) {
   });
   ok(tileOk, 'the tiles show nodes up, GPUs in use, the mean utilization, running, pending and ' +
     'idle jobs and the cost rate the API gives', tileDiff);
+  if (runsJobs) {
+    // 2 + 1 + 0.25 GPUs: the 0.25 job is a quarter of a GPU, in the tile, the
+    // nodes' gpus_in_use and /metrics' gpuorch_gpus{state="allocated"} alike.
+    const m = await call('GET', '/metrics');
+    const alloc = /^gpuorch_gpus\{state="allocated"\} (\S+)$/m.exec(m.text || '');
+    const inUse = (await call('GET', '/v1/nodes')).json.nodes.reduce((x, n) => x + n.gpus_in_use, 0);
+    const tile = (await tiles(page))['t-gpus'];
+    ok(tile === `3.25 / ${2 * NODE_GPUS}` && alloc && Number(alloc[1]) === 3.25 && inUse === 3.25,
+      'GPUs in use count GPU shares: with jobs of 2, 1 and 0.25 GPUs the tile reads 3.25 / 8, as the ' +
+      'nodes\' gpus_in_use and gpuorch_gpus{state="allocated"} do',
+      `tile ${tile}; metrics ${alloc && alloc[1]}; nodes ${inUse}`);
+  }
 
   // The cost panel (by team) and the panels with nothing to show.
   let costKeys = [];
@@ -788,6 +936,8 @@ async function browserChecks(browser, first, big, submit) {
 
   await servicesChecks(page);
   await migChecks(page);
+  await layoutChecks(page);
+  if (runsJobs) await teamChartChecks(page);
 
   // Let the charts gather a few points for the picture (no check depends on it):
   // up to 8 s, or DASHBOARD_SETTLE_MS exactly (the picture in docs/ had 90 s).

@@ -12,7 +12,7 @@ metrics` (see below); the DCGM series carry each GPU's UUID, Hostname,
 modelName, and the running job's hpc_job, team and project (a free GPU no
 job labels); their values follow the fake NVML file when it is rewritten;
 the gpuorch_* families count the running and the pending job, the quota
-used, the allocated GPU, the wait observed when the job started and the
+used, the allocated GPU (a 0.25 GPU job counts 0.25), the wait observed when the job started and the
 passes; a Prometheus server scraping it with the metrics user's bearer token
 (from a credentials file) answers a PromQL query with the scripted value; with
 --metrics-public no token is needed.
@@ -354,13 +354,34 @@ def public():
        "with --metrics-public, GET /metrics needs no token", f"{st} {text[:300]}")
 
 
+def quarter_gpu():
+    """A job of 0.25 GPU beside the 1-GPU one: GPUs in use count GPU shares,
+    so gpuorch_gpus{state="allocated"} is 1.25, the rest of that GPU free
+    (the states still sum to the 4 GPUs), as the nodes' gpus_in_use say."""
+    frac = submit({"command": ["/bin/sleep", "600"], "gpus": 0.25, "name": "notebook"})
+    running = wait_until(lambda: get_job(frac).get("state") == "RUNNING")
+    s = metrics()
+    states = {st: value(s, "gpuorch_gpus", state=st)
+              for st in ("allocated", "free", "dirty", "unavailable")}
+    st, body, _ = call("GET", "/v1/nodes", token=ADMIN)
+    in_use = sum(n.get("gpus_in_use") or 0 for n in (body or {}).get("nodes") or [])
+    ok(running and states == {"allocated": 1.25, "free": 2.75, "dirty": 0, "unavailable": 0}
+       and in_use == 1.25
+       and value(s, "gpuorch_quota_used_gpus", team="research", pool="main") == 1.25,
+       "with a 0.25 GPU job beside the 1-GPU one gpuorch_gpus counts GPU shares: 1.25 allocated, "
+       "2.75 free (4 in all), as the nodes' gpus_in_use and the quota used",
+       f"{states} nodes: {in_use}")
+    call("POST", f"/v1/jobs/{frac}/cancel", token=ADMIN)
+    wait_until(lambda: get_job(frac).get("state") == "CANCELLED", timeout=DEADLINE_S)
+
+
 def main():
     print("TAP version 13")
     setup()
     unauthorized()
     jid, pending, uuid, node = running_job()
     for step in (lambda: exposition(jid, pending, uuid, node), lambda: follows_file(uuid, node),
-                 lambda: prometheus(jid, uuid)):
+                 lambda: prometheus(jid, uuid), quarter_gpu):
         try:
             step()
         except Exception as e:  # one broken step should not hide the others' results

@@ -8,7 +8,8 @@ What it checks: `top --once` (and `top` with stdout not a terminal) prints a
 plain snapshot with the GPUs, the scripted utilization on the job's GPU (its
 bar and figure), the job in the GPU's row and in the jobs table, the pending
 count, and no escape byte; `--json` parses and holds the same; bad flags exit
-2 naming them, an unreachable server exits 1. Then on a pseudo-terminal of
+2 naming them, an unreachable server exits 1. A job of 0.25 GPU shows as 0.25
+GPU and counts a quarter of a GPU in the summary's GPUs used. Then on a pseudo-terminal of
 120x40: it enters the alternate screen, redraws in place (ESC[H per frame),
 fits its lines to the width, redraws when the terminal is resized (SIGWINCH),
 changes the jobs' order on "s", exits 0 on "q", and gives the terminal back
@@ -225,6 +226,33 @@ def json_snapshot():
     diag(f"cost_rate: {(view or {}).get('cost_rate')!r} (null when the server keeps no prices)")
 
 
+def quarter_gpu():
+    """A job of 0.25 GPU counts as a quarter of a GPU: in the jobs table, the
+    summary's GPUs used (1 + 0.25) and --json, as the controller counts it."""
+    frac = submit({"name": "frac", "gpus": 0.25, "command": ["sleep", "600"]})
+    running = wait_until(lambda: (get_job(frac) or {}).get("state") == "RUNNING",
+                         timeout=30, step=0.1)
+    rc, out, _ = top_run("--once")
+    text = out.decode(errors="replace")
+    summary = next((line for line in text.splitlines() if line.startswith("nodes ")), "")
+    row = re.search(rf"^{frac}\s+alice\s+research\s+(\S+)\s", text, re.M)
+    ok(running and rc == 0 and f"GPUs 1.25/{NGPUS} used" in summary
+       and row and row.group(1) == "0.25",
+       "with a 0.25 GPU job beside the 1-GPU one, `top` shows it as 0.25 GPU and the summary "
+       f"1.25/{NGPUS} GPUs used", f"{summary!r}\n{text}")
+    rc, out, _ = top_run("--json")
+    view = json.loads(out) if rc == 0 else {}
+    job = next((j for j in view.get("jobs") or [] if j.get("id") == frac), {})
+    st, nodes, _ = call("GET", "/v1/nodes", token=ADMIN)
+    in_use = sum(n.get("gpus_in_use") or 0 for n in (nodes or {}).get("nodes") or [])
+    ok(job.get("gpus") == 0.25 and (view.get("summary") or {}).get("gpus_used") == 1.25
+       and in_use == 1.25,
+       "`top --json`: the job's gpus 0.25, the summary's gpus_used 1.25, as the nodes' "
+       "gpus_in_use sum", f"{job!r} {view.get('summary')!r} nodes: {in_use}")
+    call("POST", f"/v1/jobs/{frac}/cancel", token=ADMIN)
+    wait_until(lambda: (get_job(frac) or {}).get("state") not in ("RUNNING", None))
+
+
 def bad_input():
     rc, out, err = top_run("--bogus")
     ok(rc == 2 and b"--bogus" in err, "an unknown flag exits 2 naming it", f"{rc} {err!r}")
@@ -373,7 +401,7 @@ def resize_and_sigterm():
 def main():
     print("TAP version 13")
     setup()
-    for step in (plain_snapshot, json_snapshot, bad_input, on_a_terminal, resize_and_sigterm):
+    for step in (plain_snapshot, json_snapshot, quarter_gpu, bad_input, on_a_terminal, resize_and_sigterm):
         try:
             step()
         except Exception as e:  # one broken step should not hide the others' results

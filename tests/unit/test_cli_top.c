@@ -122,6 +122,20 @@ static char *line_with(const char *text, const char *needle)
     return strndup(start, end ? (size_t)(end - start) : strlen(start));
 }
 
+/* Fails unless the plain screen of view has a line with `line` that holds `needle`. */
+static void assert_line_holds(const json_t *view, const char *line, const char *needle)
+{
+    struct top_screen scr = {0};
+    char *text = NULL;
+    size_t len = 0;
+    assert_int_equal(top_render(view, &scr, &text, &len), 0);
+    char *l = line_with(text, line);
+    if (!strstr(l, needle))
+        fail_msg("'%s' not in the line '%s'", needle, l);
+    free(l);
+    free(text);
+}
+
 static json_t *gpu(const json_t *view, size_t k)
 {
     return json_array_get(json_object_get(view, "gpus"), k);
@@ -155,7 +169,8 @@ static void view_puts_each_running_job_on_its_gpus_and_sums_the_cluster(void **s
     assert_int_equal(json_integer_value(json_object_get(sum, "nodes")), 2);
     assert_int_equal(json_integer_value(json_object_get(sum, "nodes_up")), 1);
     assert_int_equal(json_integer_value(json_object_get(sum, "gpus")), 3);
-    assert_int_equal(json_integer_value(json_object_get(sum, "gpus_used")), 2);
+    /* No "share_in_use" (an older controller): each GPU held counts whole. */
+    assert_true(json_real_value(json_object_get(sum, "gpus_used")) == 2.0);
     assert_int_equal(json_integer_value(json_object_get(sum, "running_jobs")), 2);
     assert_int_equal(json_integer_value(json_object_get(sum, "pending_jobs")), 1);
     assert_true(json_real_value(json_object_get(sum, "utilization_pct")) == 22.5);
@@ -202,14 +217,39 @@ static void mig_instances_are_counted_in_the_summary(void **state)
     const json_t *sum = json_object_get(view, "summary");
     assert_int_equal(json_integer_value(json_object_get(sum, "mig_instances")), 3);
     assert_int_equal(json_integer_value(json_object_get(sum, "mig_instances_used")), 1);
-    struct top_screen scr = {0};
-    char *text = NULL;
-    size_t len = 0;
-    assert_int_equal(top_render(view, &scr, &text, &len), 0);
-    char *l = line_with(text, "nodes 1/1 up");
-    assert_non_null(strstr(l, "GPUs 0/2 used  MIG 1/3 used  util"));
-    free(l);
-    free(text);
+    assert_line_holds(view, "nodes 1/1 up", "GPUs 0/2 used  MIG 1/3 used  util");
+    json_decref(view);
+    top_snapshot_release(&s);
+}
+
+static void gpus_used_count_gpu_shares(void **state)
+{
+    (void)state;
+    /* As the controller counts them: GPU-q holds only job 4's 0.25 share, the
+     * MIG GPU a 3g.40gb instance (its charge: half of the GPU), GPU-r none. */
+    struct top_snapshot s = {
+        .nodes = parse(
+            "[{\"name\": \"f1\", \"pool\": \"p\", \"state\": \"up\", \"gpus_in_use\": 0.75,"
+            " \"gpus\": [{\"index\": 0, \"uuid\": \"GPU-q\", \"gpu_type\": \"H100-80GB\", "
+            "\"mem_mib\": 81559, \"in_use\": true, \"share_in_use\": 0.25},"
+            " {\"index\": 1, \"uuid\": \"GPU-m\", \"gpu_type\": \"H100-80GB\", \"mem_mib\": 81559,"
+            " \"in_use\": true, \"share_in_use\": 0.5, \"mig_enabled\": true, \"mig\": ["
+            "{\"profile\": \"3g.40gb\", \"start\": 4, \"in_use\": true, \"job\": 5}]},"
+            " {\"index\": 2, \"uuid\": \"GPU-r\", \"gpu_type\": \"H100-80GB\", "
+            "\"mem_mib\": 81559, \"in_use\": false, \"share_in_use\": 0}]}]"),
+        .jobs = parse("[{\"id\": 4, \"state\": \"RUNNING\", \"user\": \"alice\", \"team\": \"ml\","
+                      "  \"updated_at\": \"2026-11-30T11:58:30Z\", \"cost\": 0.5,"
+                      "  \"current_attempt\": {\"attempt\": 1, \"state\": \"RUNNING\", "
+                      "\"nodes\": [\"f1\"], \"gpus\": [\"GPU-q\"], \"gpu_shares\": 0.25}}]")};
+    assert_int_equal(timefmt_parse_rfc3339(NOW, &s.taken_ms), 0);
+    json_t *view = top_view_build(&s);
+    assert_non_null(view);
+    const json_t *sum = json_object_get(view, "summary");
+    assert_true(json_real_value(json_object_get(sum, "gpus_used")) == 0.75);
+    const json_t *j4 = json_array_get(json_object_get(view, "jobs"), 0);
+    assert_true(json_real_value(json_object_get(j4, "gpus")) == 0.25);
+    assert_line_holds(view, "nodes 1/1 up", "GPUs 0.75/3 used  MIG 1/1 used");
+    assert_line_holds(view, "4    alice", " ml    0.25 ");
     json_decref(view);
     top_snapshot_release(&s);
 }
@@ -535,6 +575,7 @@ int main(void)
         cmocka_unit_test(an_empty_cluster_renders),
         cmocka_unit_test(view_lists_each_service_by_name_with_its_status_figures),
         cmocka_unit_test(mig_instances_are_counted_in_the_summary),
+        cmocka_unit_test(gpus_used_count_gpu_shares),
         cmocka_unit_test(services_get_a_table_between_the_gpus_and_the_jobs),
         cmocka_unit_test(no_services_no_services_block),
         cmocka_unit_test(service_names_cannot_reach_the_terminal_as_control_codes),

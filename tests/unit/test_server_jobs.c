@@ -365,6 +365,65 @@ static void the_table_keeps_ids_growing_and_finds_live_jobs(void **state)
     assert_int_equal(t.n, 0);
 }
 
+/* Job id's attempt set to hold `milli` of GPU `uuid` on n1 (mig: as a MIG
+ * instance, its charge by memory slots). */
+static struct job *job_holding(int64_t id, const char *uuid, uint32_t milli, bool mig)
+{
+    struct job *j = job_new(id);
+    free(j->att.shares[0].uuid);
+    j->att.shares[0].uuid = strdup(uuid);
+    j->att.shares[0].milli = milli;
+    j->att.shares[0].mig = mig;
+    return j;
+}
+
+/* GPUs in use count GPU shares: a GPU with only a 0.25 job is 0.25 in use;
+ * a MIG instance its charge (1g.20gb: 250); shares of one GPU add up, to at
+ * most a whole GPU; an attempt that holds nothing (ended) counts nothing. */
+static void gpus_in_use_count_gpu_shares(void **state)
+{
+    (void)state;
+    struct jobs t;
+    jobs_init(&t);
+    assert_int_equal(jobs_add(&t, job_holding(1, "GPU-A", 250, false)), 0);
+    assert_int_equal(jobs_add(&t, job_holding(2, "GPU-B", 1000, false)), 0);
+    assert_int_equal(jobs_add(&t, job_holding(3, "GPU-C", 250, true)), 0);
+    assert_int_equal(jobs_add(&t, job_holding(4, "GPU-C", 500, true)), 0);
+    assert_int_equal(jobs_add(&t, job_holding(5, "GPU-D", 600, false)), 0);
+    assert_int_equal(jobs_add(&t, job_holding(6, "GPU-D", 600, false)), 0); /* over: capped */
+    struct job *ended = job_holding(7, "GPU-E", 1000, false);
+    ended->att.n = 0;
+    assert_int_equal(jobs_add(&t, ended), 0);
+
+    struct gpu_holder *v = NULL;
+    size_t n = 0;
+    assert_int_equal(jobs_gpu_holders(&t, &v, &n), 0);
+    assert_int_equal(n, 6);
+    static const struct {
+        const char *uuid;
+        uint32_t milli;
+        size_t holders;
+    } want[] = {{"GPU-A", 250, 1},  {"GPU-B", 1000, 1}, {"GPU-C", 750, 2},
+                {"GPU-D", 1000, 2}, {"GPU-E", 0, 0},    {"GPU-F", 0, 0}};
+    for (size_t k = 0; k < sizeof(want) / sizeof(want[0]); k++) {
+        size_t lo, hi;
+        jobs_gpu_holders_of(v, n, "n1", want[k].uuid, &lo, &hi);
+        assert_int_equal(hi - lo, want[k].holders);
+        assert_int_equal(jobs_gpu_milli_in_use(v, lo, hi), want[k].milli);
+    }
+    size_t lo, hi;
+    jobs_gpu_holders_of(v, n, "n2", "GPU-A", &lo, &hi); /* the node counts too */
+    assert_int_equal(hi - lo, 0);
+    jobs_gpu_holders_of(v, n, "n1", "GPU-C", &lo, &hi); /* by job id within a GPU */
+    assert_int_equal(v[lo].job->id, 3);
+    assert_int_equal(v[lo + 1].job->id, 4);
+    free(v);
+
+    assert_int_equal(attempt_gpu_milli(&jobs_find(&t, 1)->att), 250);
+    assert_int_equal(attempt_gpu_milli(&jobs_find(&t, 7)->att), 0);
+    jobs_release(&t);
+}
+
 /* ---- a submission resolved against the configuration ---------------------- */
 
 /* Pool "h100" (alias "gpu") with two nodes of 8 H100-80GB, 64 CPUs and
@@ -502,6 +561,7 @@ int main(void)
         cmocka_unit_test(attempts_round_trip_through_their_stored_form),
         cmocka_unit_test(states_have_one_name_each),
         cmocka_unit_test(the_table_keeps_ids_growing_and_finds_live_jobs),
+        cmocka_unit_test(gpus_in_use_count_gpu_shares),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

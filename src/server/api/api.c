@@ -266,12 +266,14 @@ static json_t *current_attempt(const struct attempt *a)
     enum attempt_state st = a->kill      ? ATTEMPT_KILLING
                             : a->running ? ATTEMPT_RUNNING
                                          : ATTEMPT_ASSIGNED;
-    return json_pack("{s:I, s:s, s:o*, s:o*, s:b}", "attempt", (json_int_t)a->n, "state",
-                     attempt_state_name(st), "nodes", nodes, "gpus", gpus, "borrowed", a->borrowed);
+    return json_pack("{s:I, s:s, s:o*, s:o*, s:f, s:b}", "attempt", (json_int_t)a->n, "state",
+                     attempt_state_name(st), "nodes", nodes, "gpus", gpus, "gpu_shares",
+                     (double)attempt_gpu_milli(a) / 1000.0, "borrowed", a->borrowed);
 }
 
-json_t *api_job_json(const struct job *j, int64_t now_ms)
+json_t *api_job_json(const struct server *s, const struct job *j, int64_t now_ms)
 {
+    const char *cls = j->spec.priority ? j->spec.priority : cluster_class_default(&s->cluster);
     json_t *o = json_object();
     json_t *spec = jobspec_to_json(&j->spec);
     if (!o || !spec) {
@@ -283,6 +285,7 @@ json_t *api_job_json(const struct job *j, int64_t now_ms)
     e |= json_object_set_new(o, "state", json_string(job_state_name(j->state)));
     e |= json_object_set_new(o, "user", json_string(j->user));
     e |= json_object_set_new(o, "team", json_string(j->team));
+    e |= json_object_set_new(o, "priority", cls ? json_string(cls) : json_null());
     e |= set_time(o, "submitted_at", j->submit_ms);
     e |= set_time(o, "updated_at", j->updated_ms);
     if (j->array_id != STORE_NULL) {

@@ -121,8 +121,11 @@ int api_config_write_commit(struct server *s, struct http_request *req, const ch
                             struct config_write *w, struct store_batch *b, const char *err);
 
 /* The job as the API shows it at now_ms: a new object, or NULL when out of
- * memory. Under the state lock. */
-json_t *api_job_json(const struct job *j, int64_t now_ms);
+ * memory. "priority" is the class it runs under (its spec's, else the
+ * cluster's default class, as the scheduler resolves it); its current
+ * attempt's "gpu_shares" the GPUs it holds in GPU shares (attempt_gpu_milli).
+ * Under the state lock. */
+json_t *api_job_json(const struct server *s, const struct job *j, int64_t now_ms);
 
 /* The job as the request's user sees it: another team's job (readable under
  * private_data without "jobs") without its utilization, idle flag and cost

@@ -69,7 +69,7 @@ static void submit_done(void *ctx, const struct store_result *r)
         /* A retry with a key seen before: answer with the job it made. */
         pthread_mutex_lock(&s->lock);
         struct job *j = jobs_find(&s->jobs, r->existing_job_id);
-        json_t *o = j ? api_job_json(j, srv_now_ms(s)) : NULL;
+        json_t *o = j ? api_job_json(s, j, srv_now_ms(s)) : NULL;
         pthread_mutex_unlock(&s->lock);
         if (o)
             http_request_complete(sub->req, 200, o);
@@ -91,7 +91,7 @@ static void submit_done(void *ctx, const struct store_result *r)
     pthread_mutex_lock(&s->lock);
     int rc = job_submit_apply(&s->jobs, &sub->job, r->job_ids, r->njob_ids, &j);
     if (!rc && j)
-        first = api_job_json(j, srv_now_ms(s));
+        first = api_job_json(s, j, srv_now_ms(s));
     sched_wake(s->sched, SCHED_WHY_SUBMIT);
     pthread_mutex_unlock(&s->lock);
     if (rc || !first) {
@@ -244,7 +244,7 @@ static struct job *job_of_request(struct server *s, struct http_request *req, bo
 json_t *api_job_shown(struct server *s, struct http_request *req, const struct job *j,
                       int64_t now_ms)
 {
-    json_t *o = api_job_json(j, now_ms);
+    json_t *o = api_job_json(s, j, now_ms);
     if (o && !api_user_sees(s, req, CLUSTER_PRIVATE_USAGE, j->team)) {
         static const char *const usage[] = {"gpu_utilization_pct", "gpu_memory_used_mib", "idle",
                                             "cost"};
@@ -442,7 +442,7 @@ static void cancel_done(void *ctx, const struct store_result *r)
     }
     pthread_mutex_lock(&s->lock);
     struct job *j = sched_cancel_apply(s, c->id, c->attempt, c->at_ms);
-    json_t *o = j ? api_job_json(j, srv_now_ms(s)) : NULL;
+    json_t *o = j ? api_job_json(s, j, srv_now_ms(s)) : NULL;
     pthread_mutex_unlock(&s->lock);
     if (o)
         http_request_complete(c->req, c->attempt ? 202 : 200, o);

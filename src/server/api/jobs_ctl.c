@@ -406,7 +406,7 @@ static void ctl_done(void *ctx, const struct store_result *r)
         if (!j)
             continue;
         apply_one(c, j, &c->t[k]);
-        if (list && json_array_append_new(list, api_job_json(j, now))) {
+        if (list && json_array_append_new(list, api_job_json(s, j, now))) {
             json_decref(list);
             list = NULL;
         }

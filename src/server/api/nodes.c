@@ -451,7 +451,7 @@ static void report_done(void *ctx, const struct store_result *r)
     } else {
         sched_end_apply(s, &rp->end);
     }
-    json_t *o = j ? api_job_json(j, srv_now_ms(s)) : NULL;
+    json_t *o = j ? api_job_json(s, j, srv_now_ms(s)) : NULL;
     pthread_mutex_unlock(&s->lock);
     if (o)
         http_request_complete(rp->req, 200, o);
@@ -571,7 +571,7 @@ static int node_report(struct http_request *req, void *ctx)
     /* A replica's endpoint again, its attempt stored RUNNING already: in
      * memory only (its agent repeats it every few seconds). */
     json_t *again = !problem && !refused && body.state == PROTO_STATE_RUNNING && j->att.running
-                        ? api_job_json(j, now)
+                        ? api_job_json(s, j, now)
                         : NULL;
     if (waiting || again)
         nodes_find(&s->nodes, node)->last_heartbeat_ms = now;

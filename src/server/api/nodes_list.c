@@ -1,6 +1,7 @@
 /*
  * nodes_list.c - GET /v1/nodes: every node with its runtime (heartbeat,
- * last GPU sample, dirty GPUs) and how many of its GPUs are in use. Under
+ * last GPU sample, dirty GPUs) and how much of its GPUs is in use, in GPU
+ * shares (jobs_gpu_milli_in_use: a 0.25 job is 0.25 of a GPU). Under
  * private_data "nodes" a member sees the processes of its own team's jobs
  * only: how busy a node is, not whose work is on it.
  */
@@ -15,61 +16,26 @@
 #include "util/timefmt.h"
 #include "base/banned.h"
 
-/* A GPU some attempt holds: node and UUID, borrowed from the attempt. */
-struct held_gpu {
-    const char *node, *uuid;
-};
-
-static int held_cmp(const void *a, const void *b)
-{
-    const struct held_gpu *x = a, *y = b;
-    int c = strcmp(x->node, y->node);
-    return c ? c : strcmp(x->uuid, y->uuid);
-}
-
-/* Every GPU the live attempts hold, sorted by node and UUID (duplicates:
- * shares of one GPU), into *ret (caller frees); under the lock. */
-static int held_gpus(const struct server *s, struct held_gpu **ret, size_t *ret_n)
-{
-    size_t n = 0, cap = 0;
-    struct held_gpu *v = NULL;
-    for (size_t k = 0; k < s->jobs.n; k++) {
-        const struct attempt *a = &s->jobs.v[k]->att;
-        for (size_t g = 0; a->n && g < a->nshares; g++) {
-            if (n == cap) {
-                size_t c = cap ? cap * 2 : 64;
-                struct held_gpu *w = realloc(v, c * sizeof(*w));
-                if (!w) {
-                    free(v);
-                    return GPO_ENOMEM;
-                }
-                v = w;
-                cap = c;
-            }
-            v[n++] = (struct held_gpu){a->shares[g].node, a->shares[g].uuid};
-        }
-    }
-    if (n)
-        qsort(v, n, sizeof(*v), held_cmp);
-    *ret = v;
-    *ret_n = n;
-    return 0;
-}
-
-/* Marks each GPU of the node's JSON "in_use" (some attempt holds it) and
- * sets the node's "gpus_in_use": aggregates every user may see. */
-static void mark_in_use(json_t *o, const struct cluster_node *node, const struct held_gpu *held,
-                        size_t nheld)
+/* Marks each GPU of the node's JSON "in_use" (some attempt holds a share of
+ * it) and "share_in_use" (how much of it, jobs_gpu_milli_in_use: 0.25 for a
+ * 0.25 job), and sets the node's "gpus_in_use", the sum of those shares:
+ * aggregates every user may see. */
+static int mark_in_use(json_t *o, const struct cluster_node *node, const struct gpu_holder *held,
+                       size_t nheld)
 {
     json_t *gpus = json_object_get(o, "gpus");
-    json_int_t in_use = 0;
+    uint64_t milli = 0;
+    int e = 0;
     for (size_t g = 0; g < node->ngpus; g++) {
-        struct held_gpu key = {node->name, node->gpus[g].uuid};
-        bool used = nheld && bsearch(&key, held, nheld, sizeof(*held), held_cmp) != NULL;
-        in_use += used;
-        json_object_set_new(json_array_get(gpus, g), "in_use", json_boolean(used));
+        size_t lo, hi;
+        jobs_gpu_holders_of(held, nheld, node->name, node->gpus[g].uuid, &lo, &hi);
+        uint32_t used = jobs_gpu_milli_in_use(held, lo, hi);
+        milli += used;
+        json_t *gpu = json_array_get(gpus, g);
+        e |= json_object_set_new(gpu, "in_use", json_boolean(hi > lo));
+        e |= json_object_set_new(gpu, "share_in_use", json_real((double)used / 1000.0));
     }
-    json_object_set_new(o, "gpus_in_use", json_integer(in_use));
+    return e | json_object_set_new(o, "gpus_in_use", json_real((double)milli / 1000.0));
 }
 
 /* MIG on the node's JSON: its layout setting's mode ("mig_mode": off,
@@ -125,7 +91,7 @@ static void samples_filter(struct server *s, struct http_request *req, json_t *s
 
 /* One node as GET /v1/nodes shows it to the request's user; under the lock. */
 static json_t *node_listed(struct server *s, struct http_request *req,
-                           const struct cluster_node *node, const struct held_gpu *held,
+                           const struct cluster_node *node, const struct gpu_holder *held,
                            size_t nheld, const struct migctl_holders *mig_held)
 {
     json_t *o = cluster_node_to_json(node, 0);
@@ -135,8 +101,11 @@ static json_t *node_listed(struct server *s, struct http_request *req,
         timefmt_rfc3339(rt->last_heartbeat_ms, at, sizeof(at));
     if (o) {
         json_object_set_new(o, "last_heartbeat", at[0] ? json_string(at) : json_null());
-        mark_in_use(o, node, held, nheld);
         mark_mig(s, req, o, node, mig_held);
+        if (mark_in_use(o, node, held, nheld)) {
+            json_decref(o);
+            return NULL;
+        }
     }
     if (o && rt && rt->has_sample) {
         char st[TIMEFMT_RFC3339_LEN] = "";
@@ -164,11 +133,11 @@ static int node_list(struct http_request *req, void *ctx)
 {
     struct server *s = ctx;
     json_t *list = json_array();
-    struct held_gpu *held = NULL;
+    struct gpu_holder *held = NULL;
     size_t nheld = 0;
     struct migctl_holders mig_held = {0};
     pthread_mutex_lock(&s->lock);
-    if (held_gpus(s, &held, &nheld) != 0 || migctl_holders_build(s, &mig_held) != 0) {
+    if (jobs_gpu_holders(&s->jobs, &held, &nheld) != 0 || migctl_holders_build(s, &mig_held) != 0) {
         json_decref(list);
         list = NULL;
     }

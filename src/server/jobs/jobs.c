@@ -230,3 +230,71 @@ size_t jobs_array_active(const struct jobs *t, int64_t array_id)
         n += t->v[k]->att.n != 0;
     return n;
 }
+
+/* ---- GPUs in use ------------------------------------------------------------ */
+
+static int cmp_holder(const void *a, const void *b)
+{
+    const struct gpu_holder *x = a, *y = b;
+    int c = strcmp(x->node, y->node);
+    c = c ? c : strcmp(x->uuid, y->uuid);
+    return c ? c : (x->job->id > y->job->id) - (x->job->id < y->job->id);
+}
+
+int jobs_gpu_holders(const struct jobs *t, struct gpu_holder **ret, size_t *ret_n)
+{
+    size_t n = 0;
+    for (size_t k = 0; k < t->n; k++)
+        n += t->v[k]->att.n ? t->v[k]->att.nshares : 0;
+    struct gpu_holder *v = calloc(n ? n : 1, sizeof(*v));
+    if (!v)
+        return GPO_ENOMEM;
+    size_t i = 0;
+    for (size_t k = 0; k < t->n; k++) {
+        const struct job *j = t->v[k];
+        for (size_t g = 0; j->att.n && g < j->att.nshares; g++) {
+            const struct attempt_share *sh = &j->att.shares[g];
+            v[i++] = (struct gpu_holder){sh->node, sh->uuid, j, sh->milli};
+        }
+    }
+    if (n)
+        qsort(v, n, sizeof(*v), cmp_holder);
+    *ret = v;
+    *ret_n = n;
+    return 0;
+}
+
+void jobs_gpu_holders_of(const struct gpu_holder *v, size_t n, const char *node, const char *uuid,
+                         size_t *lo, size_t *hi)
+{
+    size_t a = 0, b = n;
+    while (a < b) {
+        size_t mid = a + (b - a) / 2;
+        int c = strcmp(v[mid].node, node);
+        c = c ? c : strcmp(v[mid].uuid, uuid);
+        if (c < 0)
+            a = mid + 1;
+        else
+            b = mid;
+    }
+    *lo = a;
+    while (a < n && strcmp(v[a].node, node) == 0 && strcmp(v[a].uuid, uuid) == 0)
+        a++;
+    *hi = a;
+}
+
+uint32_t jobs_gpu_milli_in_use(const struct gpu_holder *v, size_t lo, size_t hi)
+{
+    uint64_t milli = 0;
+    for (size_t k = lo; k < hi; k++)
+        milli += v[k].milli;
+    return milli > 1000 ? 1000 : (uint32_t)milli;
+}
+
+int64_t attempt_gpu_milli(const struct attempt *a)
+{
+    int64_t milli = 0;
+    for (size_t k = 0; a->n && k < a->nshares; k++)
+        milli += a->shares[k].milli;
+    return milli;
+}

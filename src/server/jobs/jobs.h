@@ -325,6 +325,38 @@ const struct job *jobs_find_live(const struct jobs *t, const char *team, const c
 /* Tasks of array `array_id` that hold resources now. */
 size_t jobs_array_active(const struct jobs *t, int64_t array_id);
 
+/* ---- GPUs in use ------------------------------------------------------------ */
+
+/* One share of a GPU that a live attempt holds (node, UUID and job borrowed
+ * from the table; milli: the share as the quota charges it, 1000 for a whole
+ * GPU, 250 for a 0.25 job, a MIG instance its memory slots' fraction). */
+struct gpu_holder {
+    const char *node, *uuid;
+    const struct job *job;
+    uint32_t milli;
+};
+
+/* Every share of every attempt that holds resources, sorted by (node, UUID,
+ * job id), into *ret (caller frees). 0 or GPO_ENOMEM. */
+int jobs_gpu_holders(const struct jobs *t, struct gpu_holder **ret, size_t *ret_n);
+
+/* The range [*lo, *hi) of v[0..n) that holds GPU `uuid` on `node`. */
+void jobs_gpu_holders_of(const struct gpu_holder *v, size_t n, const char *node, const char *uuid,
+                         size_t *lo, size_t *hi);
+
+/*
+ * How much of one GPU is in use, in milli-GPU: the shares its holders
+ * v[lo..hi) hold, summed, at most a whole GPU (1000). The one definition of
+ * "GPUs in use" (docs/monitoring.md): the nodes' gpus_in_use, the dashboard's
+ * tile, `gpuorch top` and gpuorch_gpus{state="allocated"} all add this up,
+ * so a GPU holding only a 0.25 job is a quarter of a GPU in use.
+ */
+uint32_t jobs_gpu_milli_in_use(const struct gpu_holder *v, size_t lo, size_t hi);
+
+/* The GPU shares attempt a holds, in milli-GPU (a 0.25 job: 250; two whole
+ * GPUs: 2000). */
+int64_t attempt_gpu_milli(const struct attempt *a);
+
 /* ---- submissions ------------------------------------------------------------ */
 
 /* A submission as the table takes it: the spec (normalized: team filled

@@ -103,63 +103,6 @@ void monitor_observe_pass(struct monitor *m, int64_t duration_ns)
     m->pass_sum_s += v;
 }
 
-/* ---- who holds which GPU ---- */
-
-struct holder {
-    const char *node, *uuid;
-    const struct job *job;
-};
-
-static int cmp_holder(const void *a, const void *b)
-{
-    const struct holder *x = a, *y = b;
-    int c = strcmp(x->node, y->node);
-    c = c ? c : strcmp(x->uuid, y->uuid);
-    return c ? c : (x->job->id > y->job->id) - (x->job->id < y->job->id);
-}
-
-/* Every share of every attempt that holds resources, sorted by (node, UUID,
- * job). 0 or GPO_ENOMEM. */
-static int holders_build(const struct monitor *m, struct holder **ret, size_t *ret_n)
-{
-    size_t n = 0;
-    for (size_t k = 0; k < m->jobs->n; k++)
-        n += m->jobs->v[k]->att.n ? m->jobs->v[k]->att.nshares : 0;
-    struct holder *v = calloc(n ? n : 1, sizeof(*v));
-    if (!v)
-        return GPO_ENOMEM;
-    size_t i = 0;
-    for (size_t k = 0; k < m->jobs->n; k++) {
-        const struct job *j = m->jobs->v[k];
-        for (size_t g = 0; j->att.n && g < j->att.nshares; g++)
-            v[i++] = (struct holder){j->att.shares[g].node, j->att.shares[g].uuid, j};
-    }
-    qsort(v, n, sizeof(*v), cmp_holder);
-    *ret = v;
-    *ret_n = n;
-    return 0;
-}
-
-/* The range [*lo, *hi) of holders of GPU `uuid` on `node`. */
-static void holders_of(const struct holder *v, size_t n, const char *node, const char *uuid,
-                       size_t *lo, size_t *hi)
-{
-    size_t a = 0, b = n;
-    while (a < b) {
-        size_t mid = a + (b - a) / 2;
-        int c = strcmp(v[mid].node, node);
-        c = c ? c : strcmp(v[mid].uuid, uuid);
-        if (c < 0)
-            a = mid + 1;
-        else
-            b = mid;
-    }
-    *lo = a;
-    while (a < n && strcmp(v[a].node, node) == 0 && strcmp(v[a].uuid, uuid) == 0)
-        a++;
-    *hi = a;
-}
-
 /* ---- DCGM families ---- */
 
 enum { F_UTIL, F_USED, F_FREE, F_POWER, F_TEMP, NFIELDS };
@@ -198,7 +141,7 @@ static const char *gpu_model(const struct cluster_node *n, const char *uuid)
 }
 
 /* The rows of every GPU in a fresh sample; 0 or GPO_ENOMEM. */
-static int gpu_rows(struct monitor *m, int64_t now, const struct holder *hv, size_t nh,
+static int gpu_rows(struct monitor *m, int64_t now, const struct gpu_holder *hv, size_t nh,
                     struct gpu_row **ret, size_t *ret_n)
 {
     size_t cap = 0, n = 0;
@@ -234,7 +177,7 @@ static int gpu_rows(struct monitor *m, int64_t now, const struct holder *hv, siz
             r->v[F_FREE] = total - used; /* NAN when either is */
             r->v[F_POWER] = number(o->power_mw) / 1000.0;
             r->v[F_TEMP] = number(o->temperature_c);
-            holders_of(hv, nh, node->name, uuid, &r->lo, &r->hi);
+            jobs_gpu_holders_of(hv, nh, node->name, uuid, &r->lo, &r->hi);
         }
     }
     *ret = rows;
@@ -243,7 +186,7 @@ static int gpu_rows(struct monitor *m, int64_t now, const struct holder *hv, siz
 }
 
 static void dcgm_families(struct prom *p, const struct gpu_row *rows, size_t n,
-                          const struct holder *hv)
+                          const struct gpu_holder *hv)
 {
     for (int f = 0; f < NFIELDS; f++) {
         prom_family(p, dcgm[f].name, PROM_GAUGE, dcgm[f].help);
@@ -483,17 +426,19 @@ static int quota_families(struct prom *p, const struct monitor *m)
     return 0;
 }
 
-/* Nodes per state; GPUs per state (allocated: some attempt holds a share;
- * dirty: an ended attempt's processes still occupy it; unavailable: its node
- * is draining or down; free: the rest); each node's heartbeat age. */
-static void node_families(struct prom *p, struct monitor *m, int64_t now, const struct holder *hv,
-                          size_t nh)
+/* Nodes per state; GPUs per state, in GPU shares (allocated: the shares the
+ * attempts hold, jobs_gpu_milli_in_use: a GPU with only a 0.25 job is 0.25
+ * allocated; the rest of each GPU is dirty when an ended attempt's processes
+ * still occupy it, unavailable when its node is draining or down, else
+ * free: the states sum to the GPUs); each node's heartbeat age. */
+static void node_families(struct prom *p, struct monitor *m, int64_t now,
+                          const struct gpu_holder *hv, size_t nh)
 {
     static const char *const node_states[] = {"up", "draining", "down"};
     uint64_t nodes[3] = {0};
     enum { G_FREE, G_ALLOCATED, G_DIRTY, G_UNAVAILABLE, NG };
     static const char *const gpu_states[NG] = {"free", "allocated", "dirty", "unavailable"};
-    uint64_t gpus[NG] = {0};
+    uint64_t gpus[NG] = {0}; /* milli-GPU */
     for (size_t k = 0; k < m->cluster->nnodes; k++) {
         const struct cluster_node *n = &m->cluster->nodes[k];
         const struct node_rt *rt = nodes_find(m->nodes, n->name);
@@ -501,11 +446,12 @@ static void node_families(struct prom *p, struct monitor *m, int64_t now, const 
             nodes[n->state]++;
         for (size_t g = 0; g < n->ngpus; g++) {
             size_t lo, hi;
-            holders_of(hv, nh, n->name, n->gpus[g].uuid, &lo, &hi);
-            gpus[hi > lo                               ? G_ALLOCATED
-                 : nodes_is_dirty(rt, n->gpus[g].uuid) ? G_DIRTY
-                 : n->state != CLUSTER_NODE_UP         ? G_UNAVAILABLE
-                                                       : G_FREE]++;
+            jobs_gpu_holders_of(hv, nh, n->name, n->gpus[g].uuid, &lo, &hi);
+            uint32_t used = jobs_gpu_milli_in_use(hv, lo, hi);
+            gpus[G_ALLOCATED] += used;
+            gpus[nodes_is_dirty(rt, n->gpus[g].uuid) ? G_DIRTY
+                 : n->state != CLUSTER_NODE_UP       ? G_UNAVAILABLE
+                                                     : G_FREE] += 1000 - used;
         }
     }
     prom_family(p, "gpuorch_nodes", PROM_GAUGE, "Registered nodes, per state.");
@@ -513,10 +459,11 @@ static void node_families(struct prom *p, struct monitor *m, int64_t now, const 
         const char *l[] = {"state", node_states[k], NULL};
         prom_sample(p, "gpuorch_nodes", l, (double)nodes[k]);
     }
-    prom_family(p, "gpuorch_gpus", PROM_GAUGE, "GPUs of registered nodes, per state.");
+    prom_family(p, "gpuorch_gpus", PROM_GAUGE,
+                "GPUs of registered nodes, per state, in GPU shares (a 0.25 job: 0.25 allocated).");
     for (int k = 0; k < NG; k++) {
         const char *l[] = {"state", gpu_states[k], NULL};
-        prom_sample(p, "gpuorch_gpus", l, (double)gpus[k]);
+        prom_sample(p, "gpuorch_gpus", l, (double)gpus[k] / 1000.0);
     }
     prom_family(p, "gpuorch_heartbeat_age_seconds", PROM_GAUGE,
                 "Seconds since each node's last heartbeat.");
@@ -547,10 +494,10 @@ static void ingest_family(struct prom *p, struct monitor *m)
 
 int monitor_metrics(struct monitor *m, struct prom *p, int64_t now_ms, uint64_t passes)
 {
-    struct holder *hv = NULL;
+    struct gpu_holder *hv = NULL;
     struct gpu_row *rows = NULL;
     size_t nh = 0, nrows = 0;
-    int rc = holders_build(m, &hv, &nh);
+    int rc = jobs_gpu_holders(m->jobs, &hv, &nh);
     rc = rc ? rc : gpu_rows(m, now_ms, hv, nh, &rows, &nrows);
     if (!rc) {
         dcgm_families(p, rows, nrows, hv);
