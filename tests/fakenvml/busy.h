@@ -54,7 +54,8 @@ struct busy_found {
 unsigned busy_utilization(unsigned index, const char *uuid, const struct busy_found *procs,
                           unsigned n);
 
-/* Forgets every GPU's last reading (the first nvmlInit). */
+/* Forgets every GPU's last reading (the first nvmlInit, the last
+ * nvmlShutdown). */
 void busy_reset(void);
 
 /* The memory (MiB) process k of a device's list holds when the JSON file

@@ -430,8 +430,10 @@ nvmlReturn_t nvmlShutdown(void)
     pthread_mutex_lock(&fake.lock);
     if (fake.refcount == 0)
         return unlock(NVML_ERROR_UNINITIALIZED);
-    if (--fake.refcount == 0)
+    if (--fake.refcount == 0) {
         gpus_source_release(&fake.src);
+        busy_reset(); /* nothing left behind for a dlclose */
+    }
     return unlock(NVML_SUCCESS);
 }
 

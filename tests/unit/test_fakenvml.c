@@ -109,6 +109,20 @@ struct child {
     int stdin_fd;
 };
 
+/* The children not yet reaped: a failed test's are killed by teardown (they
+ * would else run on, and hold the test's stdout open). */
+static pid_t live[16];
+
+static void live_set(pid_t old, pid_t pid)
+{
+    for (size_t i = 0; i < sizeof(live) / sizeof(live[0]); i++) {
+        if (live[i] == old) {
+            live[i] = pid;
+            return;
+        }
+    }
+}
+
 static int group_setup(void **state)
 {
     struct env *e = calloc(1, sizeof(*e));
@@ -196,10 +210,16 @@ static int setup(void **state)
     return 0;
 }
 
-/* Leaves the library uninitialized whatever a failed test left behind. */
+/* Leaves the library uninitialized, and no child running, whatever a failed
+ * test left behind. */
 static int teardown(void **state)
 {
     struct env *e = *state;
+    for (size_t i = 0; i < sizeof(live) / sizeof(live[0]); i++) {
+        if (live[i] > 0 && kill(live[i], SIGKILL) == 0)
+            waitpid(live[i], NULL, 0);
+        live[i] = 0;
+    }
     while (e->n.nvmlShutdown() == NVML_SUCCESS)
         ;
     return 0;
@@ -249,6 +269,7 @@ static struct child spawn(char *const argv[], char *const envp[])
         ;
     close(sync[0]);
     assert_int_equal(got, 0);
+    live_set(0, pid);
     return (struct child){.pid = pid, .stdin_fd = in[1]};
 }
 
@@ -268,6 +289,7 @@ static void stop_child(struct child *c)
     int status;
     close(c->stdin_fd);
     assert_int_equal(waitpid(c->pid, &status, 0), c->pid);
+    live_set(c->pid, 0);
     assert_true(WIFEXITED(status));
     assert_int_equal(WEXITSTATUS(status), 0);
 }
@@ -801,6 +823,26 @@ static void kill_child(struct child *c)
     close(c->stdin_fd);
     assert_int_equal(kill(c->pid, SIGKILL), 0);
     assert_int_equal(waitpid(c->pid, &status, 0), c->pid);
+    live_set(c->pid, 0);
+}
+
+/* A process's CPU ticks (utime + stime), read as proc(5) documents. */
+static unsigned long long cpu_ticks(pid_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "re");
+    assert_non_null(f);
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    assert_int_equal(fclose(f), 0);
+    buf[n] = '\0';
+    const char *s = strrchr(buf, ')');
+    assert_non_null(s);
+    unsigned long long utime, stime;
+    /* after the command: state (3), then fields 4..13, utime (14), stime (15) */
+    assert_int_equal(
+        sscanf(s + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &utime, &stime), 2);
+    return utime + stime;
 }
 
 static double now_s(void)
@@ -817,19 +859,26 @@ static void pause_ms(long ms)
         ;
 }
 
-#define BUSY_DEADLINE_S 30.0 /* a loaded machine may starve the busy child a while */
+#define BUSY_DEADLINE_S 60.0 /* a loaded machine may starve the busy child a while */
+#define BUSY_WANT       30   /* %: what the busy child's GPU must read once */
+#define BUSY_TOLERANCE  15   /* %: a reading against the child's CPU time, measured here */
 
 /* Reads the GPUs' utilization every 300 ms until GPU `busy` reads at least
- * `want` or the deadline passes; the readings after the first (which has no
- * interval) of every GPU in h[0..n) must stay within [lo[i], hi[i]]. Whether
- * `busy` got there. */
+ * BUSY_WANT or the deadline passes. Each reading after the first (which has
+ * no interval: 0) must be within [lo[i], hi[i]], and GPU busy's must be the
+ * CPU time that process pid used since the last reading, divided by share,
+ * within BUSY_TOLERANCE (the machine may give it less than a core). Whether
+ * GPU busy got there. */
 static bool wait_busy(const struct api *n, const nvmlDevice_t *h, unsigned nh, unsigned busy,
-                      unsigned want, const unsigned *lo, const unsigned *hi)
+                      pid_t pid, unsigned share, const unsigned *lo, const unsigned *hi)
 {
-    double until = now_s() + BUSY_DEADLINE_S;
-    bool first = true;
-    while (now_s() < until) {
+    double until = now_s() + BUSY_DEADLINE_S, then = 0;
+    unsigned long long ticks_then = 0;
+    long hz = sysconf(_SC_CLK_TCK);
+    for (bool first = true; now_s() < until; first = false) {
         unsigned u[4];
+        unsigned long long ticks = cpu_ticks(pid);
+        double t = now_s();
         for (unsigned i = 0; i < nh; i++) {
             u[i] = gpu_utilization(n, h[i]);
             if (first)
@@ -837,9 +886,18 @@ static bool wait_busy(const struct api *n, const nvmlDevice_t *h, unsigned nh, u
             else if (u[i] < lo[i] || u[i] > hi[i])
                 fail_msg("GPU %u read %u %%, outside %u..%u", i, u[i], lo[i], hi[i]);
         }
-        if (!first && u[busy] >= want)
-            return true;
-        first = false;
+        if (!first) {
+            double used = (double)(ticks - ticks_then) / (double)hz / (t - then) * 100 / share;
+            if (used > 100)
+                used = 100;
+            if (u[busy] + BUSY_TOLERANCE < used || u[busy] > used + BUSY_TOLERANCE)
+                fail_msg("GPU %u read %u %% while its process used %.0f %% of a core / %u", busy,
+                         u[busy], used * share, share);
+            if (u[busy] >= BUSY_WANT)
+                return true;
+        }
+        ticks_then = ticks;
+        then = t;
         pause_ms(300);
     }
     return false;
@@ -865,7 +923,7 @@ static void test_unscripted_utilization_follows_the_processes_cpu_time(void **st
     /* GPU 2 is scripted: 35 whatever runs there (the first reading too) */
     assert_int_equal(gpu_utilization(n, h[2]), 35);
     const unsigned lo[2] = {0, 0}, hi[2] = {100, 5};
-    assert_true(wait_busy(n, h, 2, 0, 60, lo, hi));
+    assert_true(wait_busy(n, h, 2, 0, busy.pid, 1, lo, hi));
     for (int i = 0; i < 3; i++)
         assert_int_equal(gpu_utilization(n, h[2]), 35);
     kill_child(&busy);
@@ -893,8 +951,8 @@ static void test_a_process_on_two_gpus_counts_half_on_each(void **state)
     struct child busy = spawn_busy(cvd);
     assert_int_equal(n->nvmlInit_v2(), NVML_SUCCESS);
     nvmlDevice_t h[2] = {handle(n, 0), handle(n, 1)};
-    const unsigned lo[2] = {0, 0}, hi[2] = {75, 75};
-    assert_true(wait_busy(n, h, 2, 0, 30, lo, hi));
+    const unsigned lo[2] = {0, 0}, hi[2] = {50 + BUSY_TOLERANCE, 50 + BUSY_TOLERANCE};
+    assert_true(wait_busy(n, h, 2, 0, busy.pid, 2, lo, hi));
     kill_child(&busy);
 }
 
