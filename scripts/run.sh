@@ -308,7 +308,9 @@ token_file = $data/admin.token"
 
 # Writes the fake NVML's GPU file of node $1 (letter $2): 8 H100s on one
 # NVSwitch (each GPU's NVLinks reach the 7 others), UUIDs unique to the node
-# and to this run directory.
+# and to this run directory. No utilization or memory figures: the fake then
+# reports its jobs' CPU time and what they asked (tests/fakenvml/README.md,
+# "Busy GPUs"), so the dashboard's charts move.
 write_fake_gpus() {
     local name=$1 letter=$2 file=$agents_dir/$1-gpus.json i j peers sep=""
     {

@@ -20,7 +20,7 @@
 #include "fakenvml/nvml_abi.h"
 #include "base/banned.h"
 
-#define PIDS_MAX 65536u /* the most pids one answer carries */
+#define PIDS_MAX 65536u /* the most processes one answer carries */
 
 struct request {
     unsigned index;
@@ -53,7 +53,8 @@ static void serve(int fd, driver_find_fn find)
     struct request q;
     while (io_all(fd, &q, sizeof(q), false) == 0) {
         q.uuid[sizeof(q.uuid) - 1] = '\0';
-        unsigned *pids = NULL, n = 0;
+        struct fake_proc *pids = NULL;
+        unsigned n = 0;
         if (find(q.uuid, q.index, &pids, &n) != 0)
             n = 0;
         if (n > PIDS_MAX)
@@ -105,12 +106,13 @@ bool driver_running(void)
     return drv.fd >= 0;
 }
 
-int driver_processes(const char *uuid, unsigned index, unsigned **ret_pids, unsigned *ret_n)
+int driver_processes(const char *uuid, unsigned index, struct fake_proc **ret_pids, unsigned *ret_n)
 {
     struct request q = {.index = index};
     snprintf(q.uuid, sizeof(q.uuid), "%s", uuid);
     pthread_mutex_lock(&drv.lock);
-    unsigned n = 0, *pids = NULL;
+    unsigned n = 0;
+    struct fake_proc *pids = NULL;
     int rc = io_all(drv.fd, &q, sizeof(q), true) || io_all(drv.fd, &n, sizeof(n), false) ? -1 : 0;
     if (rc == 0 && n > PIDS_MAX)
         rc = -1;

@@ -17,9 +17,21 @@
 
 #include <stdbool.h>
 
-/* The library's own lister: the pids whose CUDA_VISIBLE_DEVICES names the
- * GPU (uuid, index); the caller frees *ret_pids. 0, or -1. */
-typedef int (*driver_find_fn)(const char *uuid, unsigned index, unsigned **ret_pids,
+/* One process on a GPU, and what its environment (root's to read) says
+ * about the job it belongs to: what the fake's figures are made of
+ * (README.md, "Busy GPUs"). Plain data: the driver sends it as bytes. */
+struct fake_proc {
+    unsigned pid;
+    unsigned ndevices;      /* entries in its CUDA_VISIBLE_DEVICES (at least 1) */
+    unsigned milli;         /* GPUORCH_GPU_MILLI (1..999), else 1000: a whole GPU */
+    unsigned attempt;       /* GPUORCH_ATTEMPT, 0 without */
+    unsigned long long job; /* GPUORCH_JOB_ID, 0: not a gpuorch job */
+    long long mps_mib;      /* CUDA_MPS_PINNED_DEVICE_MEM_LIMIT's "0=<N>M", -1: none */
+};
+
+/* The library's own lister: the processes whose CUDA_VISIBLE_DEVICES names
+ * the GPU (uuid, index); the caller frees *ret. 0, or -1. */
+typedef int (*driver_find_fn)(const char *uuid, unsigned index, struct fake_proc **ret,
                               unsigned *ret_n);
 
 /* Starts the driver if FAKENVML_DRIVER is "1" and the caller is root and
@@ -31,6 +43,6 @@ int driver_start(driver_find_fn find);
 bool driver_running(void);
 
 /* find's answer, from the driver. 0, or -1 (the driver is gone). */
-int driver_processes(const char *uuid, unsigned index, unsigned **ret_pids, unsigned *ret_n);
+int driver_processes(const char *uuid, unsigned index, struct fake_proc **ret, unsigned *ret_n);
 
 #endif

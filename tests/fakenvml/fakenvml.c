@@ -23,6 +23,8 @@
  *  - With FAKENVML_DRIVER=1 in a root process, a forked "driver" keeps root
  *    and does the /proc reading, as NVIDIA's kernel driver answers a caller
  *    that dropped root (driver.h).
+ *  - A GPU whose file entry leaves out utilization or process memory gets
+ *    them from its processes (busy.h): their CPU time, their jobs' requests.
  *  - Checks come in NVML's order: initialized, then arguments, then support.
  */
 #include <dirent.h>
@@ -38,6 +40,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "fakenvml/busy.h"
 #include "fakenvml/driver.h"
 #include "fakenvml/fake_int.h"
 #include "fakenvml/gpus.h"
@@ -56,7 +59,7 @@
 
 /* One process that names GPUs in CUDA_VISIBLE_DEVICES. */
 struct proc_entry {
-    unsigned pid;
+    struct fake_proc info;
     char *cvd; /* the value */
 };
 
@@ -175,30 +178,23 @@ static bool list_names_gpu(const char *list, const char *uuid, unsigned index)
     return false;
 }
 
-/* process_cvd is below; a process without it (gone, or another user's) uses no GPU. */
-static char *process_cvd(const char *pid);
-
-static bool process_uses_gpu(const char *pid, const char *uuid, unsigned index)
+/* The CUDA_VISIBLE_DEVICES value of process pid (malloc'd), or NULL (gone,
+ * another user's, or none), and what else its environment says in *ret
+ * (busy.h). */
+static char *process_cvd(unsigned pid, struct fake_proc *ret)
 {
-    char *cvd = process_cvd(pid);
-    bool found = cvd && list_names_gpu(cvd, uuid, index);
-    free(cvd);
-    return found;
-}
-
-/* The CUDA_VISIBLE_DEVICES value of a process (malloc'd), or NULL. */
-static char *process_cvd(const char *pid)
-{
-    char path[300];
-    snprintf(path, sizeof(path), "/proc/%.256s/environ", pid);
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%u/environ", pid);
     FILE *f = fopen(path, "re");
     if (!f)
         return NULL;
     char *entry = NULL, *cvd = NULL;
     size_t cap = 0;
-    while (!cvd && getdelim(&entry, &cap, '\0', f) > 0) {
-        if (strncmp(entry, CVD, strlen(CVD)) == 0)
+    busy_proc_init(ret, pid);
+    while (getdelim(&entry, &cap, '\0', f) > 0) {
+        if (!cvd && strncmp(entry, CVD, strlen(CVD)) == 0)
             cvd = strdup(entry + strlen(CVD));
+        busy_proc_env(ret, entry);
     }
     free(entry);
     fclose(f);
@@ -233,7 +229,8 @@ static int snapshot_refresh(void)
         unsigned long pid = strtoul(de->d_name, &end, 10);
         if (de->d_name[0] < '0' || de->d_name[0] > '9' || *end || pid > UINT_MAX)
             continue;
-        char *cvd = process_cvd(de->d_name);
+        struct fake_proc info;
+        char *cvd = process_cvd((unsigned)pid, &info);
         if (!cvd)
             continue;
         if (fake.nprocs == cap) {
@@ -246,7 +243,7 @@ static int snapshot_refresh(void)
             fake.procs = grown;
             cap = cap ? cap * 2 : 16;
         }
-        fake.procs[fake.nprocs++] = (struct proc_entry){(unsigned)pid, cvd};
+        fake.procs[fake.nprocs++] = (struct proc_entry){info, cvd};
     }
     if (d)
         closedir(d);
@@ -260,7 +257,7 @@ static int snapshot_refresh(void)
     return 0;
 }
 
-static int scan_now(const struct nvmlDevice_st *g, unsigned **ret_pids, unsigned *ret_n);
+static int scan_now(const struct nvmlDevice_st *g, struct fake_proc **ret_pids, unsigned *ret_n);
 
 /* Whether pid still exists: a snapshot lists no process that has exited
  * since it was taken, as the driver forgets a process when it ends (the
@@ -272,16 +269,17 @@ static bool process_alive(unsigned pid)
 }
 
 /* find_processes from the snapshot. */
-static int cached_processes(const struct nvmlDevice_st *g, unsigned **ret_pids, unsigned *ret_n)
+static int cached_processes(const struct nvmlDevice_st *g, struct fake_proc **ret_pids,
+                            unsigned *ret_n)
 {
     pthread_mutex_lock(&fake.proc_lock);
     int rc = snapshot_refresh();
-    unsigned *pids = rc == 0 ? malloc((fake.nprocs + 1) * sizeof(*pids)) : NULL;
+    struct fake_proc *pids = rc == 0 ? malloc((fake.nprocs + 1) * sizeof(*pids)) : NULL;
     unsigned n = 0;
     for (size_t i = 0; pids && i < fake.nprocs; i++) {
         if (list_names_gpu(fake.procs[i].cvd, g->uuid, g->index) &&
-            process_alive(fake.procs[i].pid))
-            pids[n++] = fake.procs[i].pid;
+            process_alive(fake.procs[i].info.pid))
+            pids[n++] = fake.procs[i].info;
     }
     pthread_mutex_unlock(&fake.proc_lock);
     if (!pids)
@@ -291,9 +289,10 @@ static int cached_processes(const struct nvmlDevice_st *g, unsigned **ret_pids, 
     return 0;
 }
 
-/* The pids of the GPU (uuid, index)'s processes, read here; the caller
- * frees *ret_pids. 0, or -1 out of memory. */
-static int scan_processes(const char *uuid, unsigned index, unsigned **ret_pids, unsigned *ret_n)
+/* The GPU (uuid, index)'s processes, read here; the caller frees
+ * *ret_pids. 0, or -1 out of memory. */
+static int scan_processes(const char *uuid, unsigned index, struct fake_proc **ret_pids,
+                          unsigned *ret_n)
 {
     struct nvmlDevice_st g = {.index = index};
     snprintf(g.uuid, sizeof(g.uuid), "%s", uuid);
@@ -302,34 +301,56 @@ static int scan_processes(const char *uuid, unsigned index, unsigned **ret_pids,
     return scan_now(&g, ret_pids, ret_n);
 }
 
-int fake_find_named(const char *uuid, unsigned index, unsigned **ret_pids, unsigned *ret_n)
+/* The processes of the GPU (uuid, index): from the driver when one runs
+ * (driver.h), else read here. The caller frees *ret. 0, or -1. */
+static int find_named(const char *uuid, unsigned index, struct fake_proc **ret, unsigned *ret_n)
 {
     if (driver_running())
-        return driver_processes(uuid, index, ret_pids, ret_n);
-    return scan_processes(uuid, index, ret_pids, ret_n);
+        return driver_processes(uuid, index, ret, ret_n);
+    return scan_processes(uuid, index, ret, ret_n);
 }
 
-/* The pids of the GPU's processes: from the driver when one runs
- * (driver.h), else read here. The caller frees *ret_pids. 0, or -1. */
-static int find_processes(const struct nvmlDevice_st *g, unsigned **ret_pids, unsigned *ret_n)
+int fake_find_named(const char *uuid, unsigned index, unsigned **ret_pids, unsigned *ret_n)
 {
-    return fake_find_named(g->uuid, g->index, ret_pids, ret_n);
+    struct fake_proc *procs;
+    unsigned n;
+    if (find_named(uuid, index, &procs, &n) != 0)
+        return -1;
+    unsigned *pids = malloc((n + 1) * sizeof(*pids));
+    for (unsigned i = 0; pids && i < n; i++)
+        pids[i] = procs[i].pid;
+    free(procs);
+    if (!pids)
+        return -1;
+    *ret_pids = pids;
+    *ret_n = n;
+    return 0;
+}
+
+static int find_processes(const struct nvmlDevice_st *g, struct fake_proc **ret, unsigned *ret_n)
+{
+    return find_named(g->uuid, g->index, ret, ret_n);
 }
 
 /* One scan of /proc for the GPU's processes. */
-static int scan_now(const struct nvmlDevice_st *g, unsigned **ret_pids, unsigned *ret_n)
+static int scan_now(const struct nvmlDevice_st *g, struct fake_proc **ret_pids, unsigned *ret_n)
 {
     DIR *d = opendir("/proc");
-    unsigned *pids = NULL, n = 0, cap = 0;
+    struct fake_proc *pids = NULL, info;
+    unsigned n = 0, cap = 0;
     int rc = 0;
     for (struct dirent *de; d && (de = readdir(d));) {
         char *end;
         unsigned long pid = strtoul(de->d_name, &end, 10);
-        if (de->d_name[0] < '0' || de->d_name[0] > '9' || *end || pid > UINT_MAX ||
-            !process_uses_gpu(de->d_name, g->uuid, g->index))
+        if (de->d_name[0] < '0' || de->d_name[0] > '9' || *end || pid > UINT_MAX)
+            continue;
+        char *cvd = process_cvd((unsigned)pid, &info);
+        bool mine = cvd && list_names_gpu(cvd, g->uuid, g->index);
+        free(cvd);
+        if (!mine)
             continue;
         if (n == cap) {
-            unsigned *grown = realloc(pids, (cap ? cap * 2 : 16) * sizeof(*pids));
+            struct fake_proc *grown = realloc(pids, (cap ? cap * 2 : 16) * sizeof(*pids));
             if (!grown) {
                 rc = -1;
                 break;
@@ -337,7 +358,7 @@ static int scan_now(const struct nvmlDevice_st *g, unsigned **ret_pids, unsigned
             pids = grown;
             cap = cap ? cap * 2 : 16;
         }
-        pids[n++] = (unsigned)pid;
+        pids[n++] = info;
     }
     if (d)
         closedir(d);
@@ -385,6 +406,7 @@ static nvmlReturn_t first_init(void)
     if (driver_start(scan_processes) != 0)
         return NVML_ERROR_UNKNOWN;
     fake_mig_init(fake.src.path);
+    busy_reset();
     return NVML_SUCCESS;
 }
 
@@ -408,8 +430,10 @@ nvmlReturn_t nvmlShutdown(void)
     pthread_mutex_lock(&fake.lock);
     if (fake.refcount == 0)
         return unlock(NVML_ERROR_UNINITIALIZED);
-    if (--fake.refcount == 0)
+    if (--fake.refcount == 0) {
         gpus_source_release(&fake.src);
+        busy_reset(); /* nothing left behind for a dlclose */
+    }
     return unlock(NVML_SUCCESS);
 }
 
@@ -524,8 +548,81 @@ nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *pci)
     return unlock(NVML_SUCCESS);
 }
 
-/* Total and used bytes: used is memory_used_mib, or the GPU's processes times
- * process_memory_mib (at most the total) when the file leaves it out. */
+/* Adds the processes of one device (total_mib of memory; instance ids gi,
+ * ci) to the list, those not in it yet. 0, or -1 out of memory. */
+static int add_found(struct busy_found **list, unsigned *n, const struct fake_proc *procs,
+                     unsigned nprocs, unsigned gi, unsigned ci, unsigned long long total_mib)
+{
+    struct busy_found *grown = realloc(*list, (*n + nprocs + 1) * sizeof(**list));
+    if (!grown)
+        return -1;
+    *list = grown;
+    for (unsigned i = 0; i < nprocs; i++) {
+        bool seen = false;
+        for (unsigned j = 0; j < *n && !seen; j++)
+            seen = grown[j].p.pid == procs[i].pid;
+        if (seen)
+            continue;
+        unsigned long long ticks, start;
+        if (busy_proc_stat(procs[i].pid, &ticks, &start) != 0)
+            start = ULLONG_MAX;
+        grown[(*n)++] = (struct busy_found){procs[i], start, gi, ci, total_mib};
+    }
+    return 0;
+}
+
+/* The processes of a GPU (its own, and those of the ndevs MIG devices devs,
+ * with their instance ids) or of one MIG device m. 0, or -1 out of memory. */
+static int device_processes(const struct nvmlDevice_st *gpu, const struct fake_migdev *m,
+                            const struct fake_migdev *devs, unsigned ndevs, struct busy_found **ret,
+                            unsigned *ret_n)
+{
+    struct busy_found *list = NULL;
+    struct fake_proc *procs;
+    unsigned n = 0, nprocs;
+    int rc = 0;
+    if (!m->uuid[0]) {
+        rc = find_processes(gpu, &procs, &nprocs);
+        if (rc == 0) {
+            rc = add_found(&list, &n, procs, nprocs, NVML_VALUE_NOT_AVAILABLE_UINT,
+                           NVML_VALUE_NOT_AVAILABLE_UINT, gpu->memory_mib);
+            free(procs);
+        }
+    } else {
+        devs = m;
+        ndevs = 1;
+    }
+    for (unsigned d = 0; rc == 0 && d < ndevs; d++) {
+        rc = find_named(devs[d].uuid, UINT_MAX, &procs, &nprocs);
+        if (rc == 0) {
+            rc = add_found(&list, &n, procs, nprocs, devs[d].gi, devs[d].ci, devs[d].memory);
+            free(procs);
+        }
+    }
+    if (rc == 0 && !list)
+        rc = add_found(&list, &n, NULL, 0, 0, 0, 0); /* an empty list is still one */
+    if (rc != 0) {
+        free(list);
+        return -1;
+    }
+    *ret = list;
+    *ret_n = n;
+    return 0;
+}
+
+/* The memory (MiB) process k of the list holds: process_memory_mib when the
+ * file scripts it, else what its job asked (busy.h). */
+static unsigned long long process_mib(const struct nvmlDevice_st *gpu,
+                                      const struct busy_found *list, unsigned n, unsigned k)
+{
+    if (gpu->process_memory_mib != GPUS_FROM_PROCESSES)
+        return gpu->process_memory_mib;
+    return busy_memory_mib(list, n, k);
+}
+
+/* Total and used bytes: used is memory_used_mib, or the sum of the memory
+ * of the device's own processes (process_mib; at most the total) when the
+ * file leaves it out. */
 static nvmlReturn_t memory_bytes(nvmlDevice_t device, const void *out,
                                  unsigned long long *ret_total, unsigned long long *ret_used)
 {
@@ -535,19 +632,22 @@ static nvmlReturn_t memory_bytes(nvmlDevice_t device, const void *out,
     if (rc != NVML_SUCCESS)
         return rc;
     struct nvmlDevice_st gpu = *g; /* /proc is scanned without the lock */
-    unsigned *pids, n;
     unlock(NVML_SUCCESS);
     unsigned long long total = gpu.memory_mib, used = gpu.memory_used_mib;
     if (m.uuid[0]) { /* a MIG device: its GPU instance's memory, its processes' use */
         total = m.memory;
-        used = GPUS_USED_FROM_PROCESSES;
+        used = GPUS_FROM_PROCESSES;
     }
-    if (used == GPUS_USED_FROM_PROCESSES) {
-        if ((m.uuid[0] ? fake_find_named(m.uuid, UINT_MAX, &pids, &n)
-                       : find_processes(&gpu, &pids, &n)) != 0)
+    if (used == GPUS_FROM_PROCESSES) {
+        struct busy_found *list;
+        unsigned n;
+        if (device_processes(&gpu, &m, NULL, 0, &list, &n) != 0)
             return NVML_ERROR_MEMORY;
-        free(pids);
-        used = n * gpu.process_memory_mib < total ? n * gpu.process_memory_mib : total;
+        used = 0;
+        for (unsigned k = 0; k < n && used < total; k++)
+            used += process_mib(&gpu, list, n, k);
+        free(list);
+        used = used < total ? used : total;
     }
     *ret_total = total * MIB;
     *ret_used = used * MIB;
@@ -575,15 +675,30 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *me
     return rc;
 }
 
+/* .gpu is utilization, or from the CPU time of the GPU's processes (its
+ * own and its MIG devices') when the file leaves it out (busy.h). */
 nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization)
 {
     struct nvmlDevice_st *g;
+    struct fake_migdev none = {.uuid = ""}, devs[MIG_MAX_DEVICES];
     nvmlReturn_t rc = lock_gpu(device, utilization, &g);
     if (rc != NVML_SUCCESS)
         return rc;
-    utilization->gpu = (unsigned)g->utilization;
-    utilization->memory = (unsigned)g->memory_utilization;
-    return unlock(NVML_SUCCESS);
+    struct nvmlDevice_st gpu = *g; /* /proc is scanned without the lock */
+    unsigned ndevs = gpu.utilization == GPUS_FROM_PROCESSES ? fake_mig_devices(g->index, devs) : 0;
+    unlock(NVML_SUCCESS);
+    unsigned long long pct = gpu.utilization;
+    if (pct == GPUS_FROM_PROCESSES) {
+        struct busy_found *list;
+        unsigned n;
+        if (device_processes(&gpu, &none, devs, ndevs, &list, &n) != 0)
+            return NVML_ERROR_MEMORY;
+        pct = busy_utilization(gpu.index, gpu.uuid, list, n);
+        free(list);
+    }
+    *utilization =
+        (nvmlUtilization_t){.gpu = (unsigned)pct, .memory = (unsigned)gpu.memory_utilization};
+    return NVML_SUCCESS;
 }
 
 nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *power)
@@ -607,68 +722,6 @@ nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, nvmlTemperatureSensor
     return unlock(NVML_SUCCESS);
 }
 
-/* One process found for a GPU or a MIG device. */
-struct found {
-    unsigned pid, gi, ci;
-};
-
-/* Adds the pids to the list (those not in it yet), with the instance ids.
- * 0, or -1 out of memory. */
-static int add_found(struct found **list, unsigned *n, const unsigned *pids, unsigned npids,
-                     unsigned gi, unsigned ci)
-{
-    struct found *grown = realloc(*list, (*n + npids + 1) * sizeof(**list));
-    if (!grown)
-        return -1;
-    *list = grown;
-    for (unsigned i = 0; i < npids; i++) {
-        bool seen = false;
-        for (unsigned j = 0; j < *n && !seen; j++)
-            seen = grown[j].pid == pids[i];
-        if (!seen)
-            grown[(*n)++] = (struct found){pids[i], gi, ci};
-    }
-    return 0;
-}
-
-/* The processes of a GPU (its own, and those of its MIG devices, with their
- * instance ids) or of one MIG device. 0, or -1 out of memory. */
-static int device_processes(const struct nvmlDevice_st *gpu, const struct fake_migdev *m,
-                            const struct fake_migdev *devs, unsigned ndevs, struct found **ret,
-                            unsigned *ret_n)
-{
-    struct found *list = NULL;
-    unsigned n = 0, *pids, npids;
-    int rc = 0;
-    if (!m->uuid[0]) {
-        rc = find_processes(gpu, &pids, &npids);
-        if (rc == 0) {
-            rc = add_found(&list, &n, pids, npids, NVML_VALUE_NOT_AVAILABLE_UINT,
-                           NVML_VALUE_NOT_AVAILABLE_UINT);
-            free(pids);
-        }
-    } else {
-        devs = m;
-        ndevs = 1;
-    }
-    for (unsigned d = 0; rc == 0 && d < ndevs; d++) {
-        rc = fake_find_named(devs[d].uuid, UINT_MAX, &pids, &npids);
-        if (rc == 0) {
-            rc = add_found(&list, &n, pids, npids, devs[d].gi, devs[d].ci);
-            free(pids);
-        }
-    }
-    if (rc == 0 && !list)
-        rc = add_found(&list, &n, NULL, 0, 0, 0); /* an empty list is still one */
-    if (rc != 0) {
-        free(list);
-        return -1;
-    }
-    *ret = list;
-    *ret_n = n;
-    return 0;
-}
-
 /* The size protocol, for any of the three struct versions: each entry is
  * written as the v2 layout cut to `stride` bytes (v1 is its prefix). */
 static nvmlReturn_t running_processes(nvmlDevice_t device, unsigned int *infoCount, void *infos,
@@ -683,14 +736,14 @@ static nvmlReturn_t running_processes(nvmlDevice_t device, unsigned int *infoCou
     struct nvmlDevice_st gpu = *g; /* /proc is scanned without the lock */
     unsigned ndevs = m.uuid[0] ? 0 : fake_mig_devices(g->index, devs);
     unlock(NVML_SUCCESS);
-    struct found *found;
+    struct busy_found *found;
     unsigned n;
     if (device_processes(&gpu, &m, devs, ndevs, &found, &n) != 0)
         return NVML_ERROR_MEMORY;
     rc = n > *infoCount ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_SUCCESS;
     for (unsigned i = 0; rc == NVML_SUCCESS && i < n; i++) {
-        nvmlProcessInfo_t info = {.pid = found[i].pid,
-                                  .usedGpuMemory = gpu.process_memory_mib * MIB,
+        nvmlProcessInfo_t info = {.pid = found[i].p.pid,
+                                  .usedGpuMemory = process_mib(&gpu, found, n, i) * MIB,
                                   .gpuInstanceId = found[i].gi,
                                   .computeInstanceId = found[i].ci};
         memcpy((char *)infos + i * stride, &info, stride);

@@ -66,10 +66,11 @@ static void gpu_defaults(struct nvmlDevice_st *g, unsigned index)
     snprintf(g->uuid, sizeof(g->uuid), DEFAULT_UUID_FMT, index);
     snprintf(g->name, sizeof(g->name), "%s", DEFAULT_NAME);
     g->memory_mib = 81559;
-    g->memory_used_mib = GPUS_USED_FROM_PROCESSES;
+    g->memory_used_mib = GPUS_FROM_PROCESSES;
+    g->utilization = GPUS_FROM_PROCESSES;
     g->power_mw = 70000;
     g->temperature_c = 30;
-    g->process_memory_mib = 1024;
+    g->process_memory_mib = GPUS_FROM_PROCESSES;
     g->mig_capable = true;
     g->mig.table = mig_table_for(g->name, g->memory_mib);
     snprintf(g->mig.key, sizeof(g->mig.key), "%s 1 0", mig_table_name(g->mig.table));
@@ -247,7 +248,7 @@ static int parse_gpu(json_t *obj, unsigned index, struct nvmlDevice_st *g, char 
                     "gpus[%u].uuid: must read GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx "
                     "(lower-case hex)",
                     index);
-    if (g->memory_used_mib != GPUS_USED_FROM_PROCESSES && g->memory_used_mib > g->memory_mib)
+    if (g->memory_used_mib != GPUS_FROM_PROCESSES && g->memory_used_mib > g->memory_mib)
         return fail(msg, len, "gpus[%u].memory_used_mib: more than memory_mib", index);
     if (g->mig_enabled && !g->mig_capable)
         return fail(msg, len, "gpus[%u].mig_enabled: the GPU is not mig_capable", index);

@@ -30,9 +30,10 @@
 #include "fakenvml/nvml_abi.h"
 
 #define GPUS_MAX 64 /* GPUs in one file */
-/* memory_used_mib when the file leaves it out: the GPU's processes times
- * process_memory_mib (fakenvml.c counts them in /proc). */
-#define GPUS_USED_FROM_PROCESSES ULLONG_MAX
+/* memory_used_mib, utilization or process_memory_mib when the file leaves
+ * it out: made from the GPU's processes (fakenvml.c finds them in /proc,
+ * busy.h makes the figures). */
+#define GPUS_FROM_PROCESSES ULLONG_MAX
 
 /* One GPU as the file describes it; an nvmlDevice_t points at one of these. */
 struct nvmlDevice_st {

@@ -12,7 +12,10 @@ report, a job on GPUs at 0 % is flagged in the job's JSON, in `gpuorch queue`
 50 % clears the flag; a job at 80 % is never flagged while an idle one beside
 it is; with action cancel and a 1 s warning the job is cancelled with the idle
 reason; with action requeue its attempt is preempted, the job goes back to the
-queue and a second attempt runs (and /metrics counts it).
+queue and a second attempt runs (and /metrics counts it). And on GPUs whose
+file scripts no figures (the fake's "Busy GPUs", tests/fakenvml/README.md): a
+job spinning on one core reads high utilization and is never flagged, a job
+that sleeps reads 0 % and is flagged; each whole-GPU job's memory is its GPU's.
 
 Needs root (the agent switches to the job's user) and the user gpuorch-test1
 (scripts/setup.sh). The agent and server are child processes stopped by PID;
@@ -68,8 +71,10 @@ teams:
 
 
 def set_util(default, per_uuid=None):
-    """Scripts the fake GPUs: DEFAULT % for each, PER_UUID for some."""
-    gpus = [{"uuid": u, "utilization": (per_uuid or {}).get(u, default),
+    """Scripts the fake GPUs: DEFAULT % for each, PER_UUID for some; None:
+    no figures at all (the fake's own, from the GPUs' processes)."""
+    gpus = [{"uuid": u} if default is None else
+            {"uuid": u, "utilization": (per_uuid or {}).get(u, default),
              "memory_utilization": 10, "process_memory_mib": 512} for u in UUIDS]
     write_atomic(GPU_FILE, json.dumps({"gpus": gpus}))
 
@@ -87,9 +92,9 @@ def put(path, body):
     SRV.api.expect("PUT", path, body, token=ADMIN)
 
 
-def submit(team, name):
+def submit(team, name, command=("sleep", "600")):
     spec = {"name": name, "pool": "main", "workdir": SHARED, "gpus": 1,
-            "command": ["sleep", "600"]}
+            "command": list(command)}
     return SRV.api.expect("POST", "/v1/jobs", spec, want=(201,), token=TOKENS[team])["id"]
 
 
@@ -281,10 +286,66 @@ def requeued():
     cancel(jid)
 
 
+def gpu_sample(uuid):
+    st, body, _ = call("GET", "/v1/nodes", token=ADMIN)
+    nodes = (body or {}).get("nodes") or [] if st == 200 else []
+    return next((g for n in nodes for g in n.get("gpu_samples") or [] if g.get("uuid") == uuid),
+                None)
+
+
+def unscripted():
+    """The fake's own figures: a busy job's GPU reads high and the job is never
+    flagged; a sleeping one's reads 0 % and it is flagged; memory is the
+    whole GPU's for each."""
+    set_util(None)
+    # The last step's scripted 80 % gone from every GPU's sample first.
+    ok(wait_until(lambda: all((gpu_sample(u) or {}).get("utilization_pct") == 0 for u in UUIDS),
+                  timeout=DEADLINE_S, step=0.2),
+       "without figures in the file, the GPUs without jobs read 0 %",
+       json.dumps([gpu_sample(u) for u in UUIDS]))
+    burn = submit("idle-rep", "burn", ("sh", "-c", "while :; do :; done"))
+    nap = submit("idle-rep", "nap")
+    good, jb = wait_job(burn, launched)
+    good2, jn = wait_job(nap, launched)
+    if not (good and good2):
+        raise RuntimeError(f"the jobs did not start: {detail(jb)}\n{detail(jn)}")
+    bgpu, ngpu = gpu_of(jb), gpu_of(jn)
+    seen = {"burn": [], "nap": []}
+
+    def hot():
+        b, n = gpu_sample(bgpu), gpu_sample(ngpu)
+        seen["burn"].append((b or {}).get("utilization_pct"))
+        seen["nap"].append((n or {}).get("utilization_pct"))
+        return (b or {}).get("utilization_pct") is not None and b["utilization_pct"] >= 30
+
+    good = wait_until(hot, timeout=60, step=0.3)
+    diag(f"burn's GPU read {seen['burn'][-5:]}, nap's {seen['nap'][-5:]}")
+    ok(good, "the GPU of a job spinning on one core reads at least 30 % (no figure scripted)",
+       f"burn's GPU: {seen['burn'][-20:]}")
+    good, j = wait_job(nap, lambda j: j.get("idle"))
+    ok(good and all(u is None or u <= 5 for u in seen["nap"] + [
+        (gpu_sample(ngpu) or {}).get("utilization_pct")]),
+       "the sleeping job's GPU reads 0..5 % and the job is flagged idle",
+       f"nap's GPU: {seen['nap'][-20:]}\n{detail(j)}")
+    jb = get_job(burn)
+    ok(jb and jb["state"] == "RUNNING" and jb.get("idle") is None,
+       "the busy job is not flagged", detail(jb))
+    for what, uuid, jid in (("burn", bgpu, burn), ("nap", ngpu, nap)):
+        g = gpu_sample(uuid) or {}
+        mine = [p for p in g.get("processes") or [] if p.get("job") == jid]
+        total = g.get("memory_total_mib")
+        ok(total and g.get("memory_used_mib") == total
+           and sum(p.get("memory_mib") or 0 for p in mine) == total,
+           f"{what}: a whole-GPU job's memory is its GPU's, in the GPU's figure and its processes'",
+           json.dumps(g))
+    cancel(burn)
+    cancel(nap)
+
+
 def main():
     print("TAP version 13")
     setup()
-    for step in (report, cancelled, requeued):
+    for step in (report, cancelled, requeued, unscripted):
         try:
             step()
         except Exception as e:  # one broken step should not hide the others' results

@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -20,6 +21,7 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -106,6 +108,20 @@ struct child {
     pid_t pid;
     int stdin_fd;
 };
+
+/* The children not yet reaped: a failed test's are killed by teardown (they
+ * would else run on, and hold the test's stdout open). */
+static pid_t live[16];
+
+static void live_set(pid_t old, pid_t pid)
+{
+    for (size_t i = 0; i < sizeof(live) / sizeof(live[0]); i++) {
+        if (live[i] == old) {
+            live[i] = pid;
+            return;
+        }
+    }
+}
 
 static int group_setup(void **state)
 {
@@ -194,10 +210,16 @@ static int setup(void **state)
     return 0;
 }
 
-/* Leaves the library uninitialized whatever a failed test left behind. */
+/* Leaves the library uninitialized, and no child running, whatever a failed
+ * test left behind. */
 static int teardown(void **state)
 {
     struct env *e = *state;
+    for (size_t i = 0; i < sizeof(live) / sizeof(live[0]); i++) {
+        if (live[i] > 0 && kill(live[i], SIGKILL) == 0)
+            waitpid(live[i], NULL, 0);
+        live[i] = 0;
+    }
     while (e->n.nvmlShutdown() == NVML_SUCCESS)
         ;
     return 0;
@@ -217,16 +239,12 @@ static unsigned gpu_utilization(const struct api *n, nvmlDevice_t h)
     return u.gpu;
 }
 
-/* Starts /bin/cat with only CUDA_VISIBLE_DEVICES=cvd in its environment and
- * returns once it has exec'd (the close-on-exec pipe then reads EOF): before
- * that, /proc/<pid>/environ would still be a copy of ours. */
-static struct child spawn_child(const char *cvd)
+/* Starts argv[0] with the environment envp and returns once it has exec'd
+ * (the close-on-exec pipe then reads EOF): before that, /proc/<pid>/environ
+ * would still be a copy of ours. Its stdin is a pipe that stop_child closes. */
+static struct child spawn(char *const argv[], char *const envp[])
 {
     int in[2], sync[2];
-    char var[128];
-    snprintf(var, sizeof(var), "CUDA_VISIBLE_DEVICES=%s", cvd);
-    char *const argv[] = {(char *)"cat", NULL};
-    char *const envp[] = {var, NULL};
     assert_int_equal(pipe(in), 0);
     assert_int_equal(pipe(sync), 0);
     for (int i = 0; i < 2; i++) {
@@ -237,7 +255,7 @@ static struct child spawn_child(const char *cvd)
     assert_true(pid >= 0);
     if (pid == 0) {
         if (dup2(in[0], STDIN_FILENO) >= 0)
-            execve("/bin/cat", argv, envp);
+            execve(argv[0], argv, envp);
         int err = errno;
         if (write(sync[1], &err, sizeof(err)) < 0)
             _exit(126);
@@ -251,7 +269,18 @@ static struct child spawn_child(const char *cvd)
         ;
     close(sync[0]);
     assert_int_equal(got, 0);
+    live_set(0, pid);
     return (struct child){.pid = pid, .stdin_fd = in[1]};
+}
+
+/* /bin/cat with only CUDA_VISIBLE_DEVICES=cvd in its environment. */
+static struct child spawn_child(const char *cvd)
+{
+    char var[128];
+    snprintf(var, sizeof(var), "CUDA_VISIBLE_DEVICES=%s", cvd);
+    char *const argv[] = {(char *)"/bin/cat", NULL};
+    char *const envp[] = {var, NULL};
+    return spawn(argv, envp);
 }
 
 /* Closes the child's stdin and reaps it: afterwards it is gone from /proc. */
@@ -260,6 +289,7 @@ static void stop_child(struct child *c)
     int status;
     close(c->stdin_fd);
     assert_int_equal(waitpid(c->pid, &status, 0), c->pid);
+    live_set(c->pid, 0);
     assert_true(WIFEXITED(status));
     assert_int_equal(WEXITSTATUS(status), 0);
 }
@@ -774,6 +804,228 @@ static void test_without_a_file_there_are_eight_h100s(void **state)
     assert_string_equal(buf, "550.54.15");
 }
 
+/* ---- busy GPUs: figures from the processes where the file scripts none ---- */
+
+/* A process that burns one CPU core, on the devices cvd names; kill_child
+ * ends it. */
+static struct child spawn_busy(const char *cvd)
+{
+    char var[256];
+    snprintf(var, sizeof(var), "CUDA_VISIBLE_DEVICES=%s", cvd);
+    char *const argv[] = {(char *)"/bin/sh", (char *)"-c", (char *)"while :; do :; done", NULL};
+    char *const envp[] = {var, NULL};
+    return spawn(argv, envp);
+}
+
+static void kill_child(struct child *c)
+{
+    int status;
+    close(c->stdin_fd);
+    assert_int_equal(kill(c->pid, SIGKILL), 0);
+    assert_int_equal(waitpid(c->pid, &status, 0), c->pid);
+    live_set(c->pid, 0);
+}
+
+/* A process's CPU ticks (utime + stime), read as proc(5) documents. */
+static unsigned long long cpu_ticks(pid_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "re");
+    assert_non_null(f);
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    assert_int_equal(fclose(f), 0);
+    buf[n] = '\0';
+    const char *s = strrchr(buf, ')');
+    assert_non_null(s);
+    unsigned long long utime, stime;
+    /* after the command: state (3), then fields 4..13, utime (14), stime (15) */
+    assert_int_equal(
+        sscanf(s + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &utime, &stime), 2);
+    return utime + stime;
+}
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+static void pause_ms(long ms)
+{
+    struct timespec t = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000};
+    while (nanosleep(&t, &t) != 0 && errno == EINTR)
+        ;
+}
+
+#define BUSY_DEADLINE_S 60.0 /* a loaded machine may starve the busy child a while */
+#define BUSY_WANT       30   /* %: what the busy child's GPU must read once */
+#define BUSY_TOLERANCE  15   /* %: a reading against the child's CPU time, measured here */
+
+/* Reads the GPUs' utilization every 300 ms until GPU `busy` reads at least
+ * BUSY_WANT or the deadline passes. Each reading after the first (which has
+ * no interval: 0) must be within [lo[i], hi[i]], and GPU busy's must be the
+ * CPU time that process pid used since the last reading, divided by share,
+ * within BUSY_TOLERANCE (the machine may give it less than a core). Whether
+ * GPU busy got there. */
+static bool wait_busy(const struct api *n, const nvmlDevice_t *h, unsigned nh, unsigned busy,
+                      pid_t pid, unsigned share, const unsigned *lo, const unsigned *hi)
+{
+    double until = now_s() + BUSY_DEADLINE_S, then = 0;
+    unsigned long long ticks_then = 0;
+    long hz = sysconf(_SC_CLK_TCK);
+    for (bool first = true; now_s() < until; first = false) {
+        unsigned u[4];
+        unsigned long long ticks = cpu_ticks(pid);
+        double t = now_s();
+        for (unsigned i = 0; i < nh; i++) {
+            u[i] = gpu_utilization(n, h[i]);
+            if (first)
+                assert_int_equal(u[i], 0); /* no interval yet */
+            else if (u[i] < lo[i] || u[i] > hi[i])
+                fail_msg("GPU %u read %u %%, outside %u..%u", i, u[i], lo[i], hi[i]);
+        }
+        if (!first) {
+            double used = (double)(ticks - ticks_then) / (double)hz / (t - then) * 100 / share;
+            if (used > 100)
+                used = 100;
+            if (u[busy] + BUSY_TOLERANCE < used || u[busy] > used + BUSY_TOLERANCE)
+                fail_msg("GPU %u read %u %% while its process used %.0f %% of a core / %u", busy,
+                         u[busy], used * share, share);
+            if (u[busy] >= BUSY_WANT)
+                return true;
+        }
+        ticks_then = ticks;
+        then = t;
+        pause_ms(300);
+    }
+    return false;
+}
+
+/* Without "utilization" a GPU reads its processes' CPU time: a process
+ * spinning on one core makes its GPU busy, `cat` waiting on its stdin
+ * leaves its GPU at 0 %; and the scripted figure wins over both. */
+static void test_unscripted_utilization_follows_the_processes_cpu_time(void **state)
+{
+    struct env *e = *state;
+    const struct api *n = &e->n;
+    char buf[1024];
+    snprintf(buf, sizeof(buf),
+             "{\"gpus\": [{\"uuid\": \"%s\"}, {\"uuid\": \"%s\"}, {\"uuid\": \"%s\", "
+             "\"utilization\": 35}]}",
+             e->uuid[0], e->uuid[1], e->uuid[2]);
+    write_file(e, buf);
+    struct child busy = spawn_busy(e->uuid[0]), idle = spawn_child(e->uuid[1]),
+                 scripted = spawn_busy(e->uuid[2]);
+    assert_int_equal(n->nvmlInit_v2(), NVML_SUCCESS);
+    nvmlDevice_t h[3] = {handle(n, 0), handle(n, 1), handle(n, 2)};
+    /* GPU 2 is scripted: 35 whatever runs there (the first reading too) */
+    assert_int_equal(gpu_utilization(n, h[2]), 35);
+    const unsigned lo[2] = {0, 0}, hi[2] = {100, 5};
+    assert_true(wait_busy(n, h, 2, 0, busy.pid, 1, lo, hi));
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(gpu_utilization(n, h[2]), 35);
+    kill_child(&busy);
+    kill_child(&scripted);
+    stop_child(&idle);
+    /* Its process gone, the GPU goes back to 0 at the next interval. */
+    double until = now_s() + BUSY_DEADLINE_S;
+    unsigned u;
+    while ((u = gpu_utilization(n, h[0])) != 0 && now_s() < until)
+        pause_ms(300);
+    assert_int_equal(u, 0);
+}
+
+/* A process that sees two GPUs is shared between them: each reads about
+ * half of its core. */
+static void test_a_process_on_two_gpus_counts_half_on_each(void **state)
+{
+    struct env *e = *state;
+    const struct api *n = &e->n;
+    char buf[1024], cvd[2 * NVML_DEVICE_UUID_BUFFER_SIZE + 2];
+    snprintf(buf, sizeof(buf), "{\"gpus\": [{\"uuid\": \"%s\"}, {\"uuid\": \"%s\"}]}", e->uuid[0],
+             e->uuid[1]);
+    write_file(e, buf);
+    snprintf(cvd, sizeof(cvd), "%s,%s", e->uuid[0], e->uuid[1]);
+    struct child busy = spawn_busy(cvd);
+    assert_int_equal(n->nvmlInit_v2(), NVML_SUCCESS);
+    nvmlDevice_t h[2] = {handle(n, 0), handle(n, 1)};
+    const unsigned lo[2] = {0, 0}, hi[2] = {50 + BUSY_TOLERANCE, 50 + BUSY_TOLERANCE};
+    assert_true(wait_busy(n, h, 2, 0, busy.pid, 2, lo, hi));
+    kill_child(&busy);
+}
+
+/* The usedGpuMemory of process pid on GPU h (v3), or ~0ull if not listed. */
+static unsigned long long process_mib_of(const struct api *n, nvmlDevice_t h, pid_t pid)
+{
+    unsigned long long bytes;
+    return has_process(n, h, pid, &bytes) ? bytes / MIB : ~0ull;
+}
+
+/* Without process_memory_mib a process holds what its job asked: its
+ * GPUORCH_GPU_MILLI share of the GPU (the whole GPU without it), or its
+ * CUDA_MPS_PINNED_DEVICE_MEM_LIMIT; once per job (its oldest process); 1024
+ * MiB for a process of no job. memory_used_mib and process_memory_mib,
+ * when given, win. */
+static void test_unscripted_memory_is_what_the_job_asked(void **state)
+{
+    struct env *e = *state;
+    const struct api *n = &e->n;
+    char buf[1024], cvd0[128], cvd1[128];
+    snprintf(cvd0, sizeof(cvd0), "CUDA_VISIBLE_DEVICES=%s", e->uuid[0]);
+    snprintf(cvd1, sizeof(cvd1), "CUDA_VISIBLE_DEVICES=%s", e->uuid[1]);
+    snprintf(buf, sizeof(buf),
+             "{\"gpus\": [{\"uuid\": \"%s\"}, {\"uuid\": \"%s\", \"memory_mib\": 40000}]}",
+             e->uuid[0], e->uuid[1]);
+    write_file(e, buf);
+    char *const cat[] = {(char *)"/bin/cat", NULL};
+    char *const quarter[] = {cvd0, (char *)"GPUORCH_JOB_ID=7", (char *)"GPUORCH_ATTEMPT=1",
+                             (char *)"GPUORCH_GPU_MILLI=250", NULL};
+    char *const mps[] = {cvd0,
+                         (char *)"GPUORCH_JOB_ID=8",
+                         (char *)"GPUORCH_ATTEMPT=2",
+                         (char *)"GPUORCH_GPU_MILLI=500",
+                         (char *)"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=5000M",
+                         NULL};
+    char *const whole[] = {cvd1, (char *)"GPUORCH_JOB_ID=9", (char *)"GPUORCH_ATTEMPT=1", NULL};
+    char *const none[] = {cvd0, NULL};
+    struct child q1 = spawn(cat, quarter), q2 = spawn(cat, quarter), m = spawn(cat, mps),
+                 w = spawn(cat, whole), o = spawn(cat, none);
+    assert_int_equal(n->nvmlInit_v2(), NVML_SUCCESS);
+    nvmlDevice_t h0 = handle(n, 0), h1 = handle(n, 1);
+    /* job 7's quarter of 81559 MiB, held by one of its two processes */
+    unsigned long long a = process_mib_of(n, h0, q1.pid), b = process_mib_of(n, h0, q2.pid);
+    assert_true((a == 20389 && b == 0) || (a == 0 && b == 20389));
+    assert_int_equal(process_mib_of(n, h0, m.pid), 5000);
+    assert_int_equal(process_mib_of(n, h0, o.pid), 1024);
+    assert_int_equal(process_mib_of(n, h1, w.pid), 40000);
+    nvmlMemory_t mem;
+    assert_int_equal(n->nvmlDeviceGetMemoryInfo(h0, &mem), NVML_SUCCESS);
+    assert_int_equal(mem.used, (20389ull + 5000 + 1024) * MIB);
+    assert_int_equal(mem.free, mem.total - mem.used);
+    assert_int_equal(n->nvmlDeviceGetMemoryInfo(h1, &mem), NVML_SUCCESS);
+    assert_int_equal(mem.used, 40000 * MIB);
+
+    /* Scripted figures win. */
+    snprintf(buf, sizeof(buf),
+             "{\"gpus\": [{\"uuid\": \"%s\", \"process_memory_mib\": 512}, "
+             "{\"uuid\": \"%s\", \"memory_mib\": 40000, \"memory_used_mib\": 100}]}",
+             e->uuid[0], e->uuid[1]);
+    write_file(e, buf);
+    assert_int_equal(process_mib_of(n, h0, q1.pid), 512);
+    assert_int_equal(process_mib_of(n, h0, q2.pid), 512);
+    assert_int_equal(process_mib_of(n, h0, m.pid), 512);
+    assert_int_equal(n->nvmlDeviceGetMemoryInfo(h0, &mem), NVML_SUCCESS);
+    assert_int_equal(mem.used, 4 * 512 * MIB);
+    assert_int_equal(n->nvmlDeviceGetMemoryInfo(h1, &mem), NVML_SUCCESS);
+    assert_int_equal(mem.used, 100 * MIB);
+    assert_int_equal(process_mib_of(n, h1, w.pid), 40000); /* its own figure still */
+    struct child *all[] = {&q1, &q2, &m, &w, &o};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+        stop_child(all[i]);
+}
+
 struct reader {
     const struct api *n;
     nvmlDevice_t h;
@@ -833,6 +1085,9 @@ int main(void)
         T(test_the_process_cache_keeps_one_scan),
         T(test_without_a_file_there_are_eight_h100s),
         T(test_concurrent_callers_see_whole_states_while_the_file_changes),
+        T(test_unscripted_utilization_follows_the_processes_cpu_time),
+        T(test_a_process_on_two_gpus_counts_half_on_each),
+        T(test_unscripted_memory_is_what_the_job_asked),
     };
 #undef T
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
