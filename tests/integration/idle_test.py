@@ -297,8 +297,14 @@ def unscripted():
     """The fake's own figures: a busy job's GPU reads high and the job is never
     flagged; a sleeping one's reads 0 % and it is flagged; memory is the
     whole GPU's for each."""
+    # Samples lag the file by a heartbeat or two: a scripted 100 % seen on
+    # every GPU first, so that the 0 % below is the fake's own figure, not a
+    # sample taken before an earlier step's file took effect.
+    set_util(100)
+    ok(wait_until(lambda: all((gpu_sample(u) or {}).get("utilization_pct") == 100
+                              for u in UUIDS), timeout=DEADLINE_S, step=0.2),
+       "a scripted 100 % reaches every GPU's sample", json.dumps([gpu_sample(u) for u in UUIDS]))
     set_util(None)
-    # The last step's scripted 80 % gone from every GPU's sample first.
     ok(wait_until(lambda: all((gpu_sample(u) or {}).get("utilization_pct") == 0 for u in UUIDS),
                   timeout=DEADLINE_S, step=0.2),
        "without figures in the file, the GPUs without jobs read 0 %",
