@@ -42,6 +42,7 @@
 #include "util/timefmt.h"
 #include "util/token.h"
 #include "util/errbuf.h"
+#include "util/monotime.h"
 #include "base/banned.h"
 
 #define HELP_SHOWN 3
@@ -161,13 +162,6 @@ static void agent_log(const char *fmt, ...)
     va_start(ap, fmt);
     log_vline("agent", fmt, ap);
     va_end(ap);
-}
-
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 #define ARG(member) offsetof(struct agent_args, member)
@@ -385,13 +379,13 @@ static void *heartbeat_main(void *arg)
     }
     char path[1024];
     node_path(ag, "/heartbeat", path, sizeof(path));
-    int64_t next = mono_ms();
+    int64_t next = monotime_ms();
     bool failing = false;
     while (!atomic_load(&ag->stop)) {
         char *text = heartbeat_body(ag);
         struct httpc_response r = {0};
         /* The fence lease counts from the send time of an answered one. */
-        int64_t sent = mono_ms();
+        int64_t sent = monotime_ms();
         int rc = text ? httpc_request(c, "POST", path, text, strlen(text),
                                       fence_heartbeat_timeout(ag->fence), &r, err, sizeof(err))
                       : errbuf_set(err, sizeof(err), GPO_ENOMEM, "out of memory");
@@ -411,7 +405,7 @@ static void *heartbeat_main(void *arg)
         }
         httpc_response_release(&r);
         next += ag->a.sample_ms;
-        int64_t now = mono_ms();
+        int64_t now = monotime_ms();
         if (next < now)
             next = now; /* late (a slow controller): do not burst */
         struct timespec ts = {(next - now) / 1000, ((next - now) % 1000) * 1000000};
@@ -432,7 +426,7 @@ static void *monitor_main(void *arg)
         return NULL;
     }
     while (!atomic_load(&ag->stop)) {
-        int64_t wait = attempts_tick(ag->att, c, mono_ms());
+        int64_t wait = attempts_tick(ag->att, c, monotime_ms());
         /* Until the next deadline, or an exit (its pidfd), a launch or a kill. */
         attempts_wait(ag->att, wait);
     }
@@ -472,7 +466,7 @@ static void poll_loop(struct agent *ag, struct httpc *c)
             failing = false;
             since = ans.rev;
             fence_set(ag->fence, ans.fence_lease_ms, ans.fence_grace_ms);
-            attempts_apply(ag->att, &ans, mono_ms());
+            attempts_apply(ag->att, &ans, monotime_ms());
             /* After the attempts: one taken up from the journal has learned
              * its MIG devices, which no plan may destroy. */
             migplan_apply(ag->mig, &ans);
@@ -777,7 +771,7 @@ static int start(struct agent *ag, char *err, size_t errlen)
     rc = rc ? rc : journal_open(net, &ag->journal, err, errlen);
     struct fence_config fc = {
         .dir = net, .fence = on_fence, .unfence = on_unfence, .arg = ag, .log = agent_log};
-    rc = rc ? rc : fence_new(&fc, mono_ms(), &ag->fence, err, errlen);
+    rc = rc ? rc : fence_new(&fc, monotime_ms(), &ag->fence, err, errlen);
     rc = rc ? rc : start_logs(ag, abs_state, err, errlen);
     if (rc)
         return rc;
@@ -798,7 +792,7 @@ static int start(struct agent *ag, char *err, size_t errlen)
         .dir = net, .gpus = ag->gpus, .att = ag->att, .priv = ag->priv, .log = agent_log};
     if ((rc = migplan_new(&mc, &ag->mig, err, errlen)) != 0)
         return rc;
-    size_t taken = attempts_recover(ag->att, mono_ms());
+    size_t taken = attempts_recover(ag->att, monotime_ms());
     agent_log("node '%s': %u GPU(s) via %s, state in %s, %zu attempt(s) taken up from the "
               "journal; network half runs as uid %ld, privileged half pid %ld",
               ag->name, gpu_count(ag->gpus), gpu_backend_name(ag->gpus), abs_state, taken,

@@ -24,6 +24,7 @@
 #include "util/errbuf.h"
 #include "util/fsutil.h"
 #include "util/jsonv.h"
+#include "util/monotime.h"
 #include "base/banned.h"
 
 #define BOOT_ID_MAX 64
@@ -301,18 +302,11 @@ int64_t fence_check(struct fence *f, int64_t now_ms)
     return left < 1 ? 1 : left > ROUND_MS ? ROUND_MS : left;
 }
 
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static void *fence_main(void *arg)
 {
     struct fence *f = arg;
     while (!atomic_load(&f->stop)) {
-        int64_t ms = fence_check(f, mono_ms());
+        int64_t ms = fence_check(f, monotime_ms());
         struct timespec ts = {ms / 1000, (ms % 1000) * 1000000};
         nanosleep(&ts, NULL);
     }

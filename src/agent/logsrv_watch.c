@@ -9,20 +9,13 @@
 #include <pthread.h>
 #include <string.h>
 #include <sys/inotify.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "agent/logsrv_int.h"
+#include "util/monotime.h"
 #include "base/banned.h"
 
 #define MAX_EVENT_WDS 64 /* distinct watches one batch of events names; more: wake all */
-
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* Wakes every follow stream (all) or those with a watch in wds. */
 static void wake_streams(struct logsrv *l, bool all, const int *wds, size_t nwd)
@@ -78,7 +71,7 @@ static bool read_events(int ifd, int *wds, size_t *nwd)
 void *logsrv_watcher_main(void *arg)
 {
     struct logsrv *l = arg;
-    int64_t last_tick = mono_ms();
+    int64_t last_tick = monotime_ms();
     for (;;) {
         pthread_mutex_lock(&l->mu);
         bool quit = l->quit, unwatched = l->ifd < 0;
@@ -88,7 +81,7 @@ void *logsrv_watcher_main(void *arg)
         if (quit)
             break;
         int64_t period = unwatched ? LOGSRV_FALLBACK_MS : LOGSRV_TICK_MS;
-        int64_t left = last_tick + period - mono_ms();
+        int64_t left = last_tick + period - monotime_ms();
         struct pollfd p[2] = {{.fd = l->efd, .events = POLLIN}, {.fd = l->ifd, .events = POLLIN}};
         int n = poll(p, l->ifd >= 0 ? 2 : 1, left > 0 ? (int)left : 0);
         if (n > 0 && (p[0].revents & POLLIN)) {
@@ -101,9 +94,9 @@ void *logsrv_watcher_main(void *arg)
         bool all = false;
         if (n > 0 && l->ifd >= 0 && (p[1].revents & POLLIN))
             all = !read_events(l->ifd, wds, &nwd);
-        if (mono_ms() - last_tick >= period) {
+        if (monotime_ms() - last_tick >= period) {
             all = true;
-            last_tick = mono_ms();
+            last_tick = monotime_ms();
         }
         if (all || nwd)
             wake_streams(l, all, wds, nwd);

@@ -29,6 +29,7 @@
 #include "agent/privsrv_check.h"
 #include "util/errbuf.h"
 #include "util/text.h"
+#include "util/monotime.h"
 #include "base/banned.h"
 
 #define POLL_MS    20
@@ -72,13 +73,6 @@ static int dirs_of(const char *state, const char *uuid, struct mps_dirs *d, char
     rc = rc ? rc : make_dir(d->gpu, msg, len);
     rc = rc ? rc : make_dir(d->pipe, msg, len);
     return rc ? rc : make_dir(d->log, msg, len);
-}
-
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 static void pause_ms(int64_t ms)
@@ -194,8 +188,8 @@ static int run_control(const char *control, const char *uuid, const struct mps_d
     }
     int status = 0;
     pid_t got = 0;
-    for (int64_t until = mono_ms() + PRIV_MPS_WAIT_MS;
-         (got = waitpid(pid, &status, WNOHANG)) == 0 && mono_ms() < until;)
+    for (int64_t until = monotime_ms() + PRIV_MPS_WAIT_MS;
+         (got = waitpid(pid, &status, WNOHANG)) == 0 && monotime_ms() < until;)
         pause_ms(POLL_MS);
     const char *what = arg ? arg : "(quit on stdin)";
     if (got == 0) {
@@ -222,8 +216,8 @@ static int start(const char *control, const char *uuid, const struct mps_dirs *d
     if (pid)
         return errbuf_set(msg, len, 0, "running already (pid %d)", (int)pid);
     int rc = run_control(control, uuid, d, "-d", NULL, msg, len);
-    for (int64_t until = mono_ms() + PRIV_MPS_WAIT_MS;
-         !rc && !(pid = daemon_pid(d)) && mono_ms() < until;)
+    for (int64_t until = monotime_ms() + PRIV_MPS_WAIT_MS;
+         !rc && !(pid = daemon_pid(d)) && monotime_ms() < until;)
         pause_ms(POLL_MS);
     if (!rc && !pid)
         return errbuf_set(msg, len, GPO_EIO, "%s -d: no running daemon named in %s within %d ms",
@@ -239,8 +233,8 @@ static int quit(const char *control, const char *uuid, const struct mps_dirs *d,
         return errbuf_set(msg, len, 0, "none running");
     int rc = run_control(control, uuid, d, NULL, "quit\n", msg, len);
     bool up = true;
-    for (int64_t until = mono_ms() + PRIV_MPS_WAIT_MS;
-         !rc && (up = alive(pid)) && mono_ms() < until;)
+    for (int64_t until = monotime_ms() + PRIV_MPS_WAIT_MS;
+         !rc && (up = alive(pid)) && monotime_ms() < until;)
         pause_ms(POLL_MS);
     if (!rc && up)
         return errbuf_set(msg, len, GPO_EIO,

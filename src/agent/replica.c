@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "agent/replica_int.h"
+#include "util/monotime.h"
 #include "base/banned.h"
 
 /* ---- readiness ------------------------------------------------------------ */
@@ -286,8 +287,7 @@ int replica_add(struct replica *r, uint64_t job, uint32_t attempt, const struct 
         }
         rc = v ? 0 : GPO_ENOMEM;
     }
-    struct replica_rep *a =
-        rc ? NULL : rep_new(job, attempt, s, port, launched_ms, replica_mono_ms());
+    struct replica_rep *a = rc ? NULL : rep_new(job, attempt, s, port, launched_ms, monotime_ms());
     if (!rc && !a)
         rc = GPO_ENOMEM;
     rc = rc ? rc : replica_thread_start(r);

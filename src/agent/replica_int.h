@@ -57,7 +57,6 @@ struct replica {
     size_t n, cap;
 };
 
-int64_t replica_mono_ms(void);
 void replica_rep_free(struct replica_rep *a);
 void replica_conn_close(struct replica_conn *c);
 /* Starts the prober thread unless it runs (under the lock): 0 or -errno. */

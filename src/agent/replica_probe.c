@@ -28,16 +28,10 @@
 #include <unistd.h>
 
 #include "agent/replica_int.h"
+#include "util/monotime.h"
 #include "base/banned.h"
 
 #define PROBE_BODY_MAX 65536 /* a probe's answer: its status is what counts */
-
-int64_t replica_mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static int64_t real_ms(void)
 {
@@ -361,7 +355,7 @@ static void *prober_main(void *arg)
     pthread_mutex_lock(&r->lock);
     while (!r->stop) {
         int64_t timeout = 1000;
-        size_t n = round_start(r, &p, replica_mono_ms(), &timeout);
+        size_t n = round_start(r, &p, monotime_ms(), &timeout);
         pthread_mutex_unlock(&r->lock);
         int k = n ? poll(p.fds, n, (int)timeout) : poll(NULL, 0, (int)timeout);
         pthread_mutex_lock(&r->lock);
@@ -370,7 +364,7 @@ static void *prober_main(void *arg)
         uint64_t v;
         if (p.fds[0].revents & POLLIN && read(r->wake_fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
             r->cfg.log("replica probes: reading the wake-up: %s", strerror(errno));
-        int64_t now = replica_mono_ms();
+        int64_t now = monotime_ms();
         /* Only this thread frees a replica or closes its sockets. */
         for (size_t i = 1; i < n; i++) {
             if (p.fds[i].revents && !p.rep[i]->gone && p.conn[i]->fd == p.fds[i].fd)

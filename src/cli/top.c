@@ -21,6 +21,7 @@
 #include "client/client.h"
 #include "util/fsutil.h"
 #include "util/opts.h"
+#include "util/monotime.h"
 #include "base/banned.h"
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
@@ -79,13 +80,6 @@ static void usage(FILE *out)
             "                           (default id; util, gpus, time and cost: highest first)\n"
             "      --once               one plain snapshot, even on a terminal\n");
     cli_help_common(out, true);
-}
-
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 /* Writes all of buf to fd; false when the terminal is gone. */
@@ -290,7 +284,7 @@ static bool keys(struct live *L, bool *ret_redraw)
  * snapshot. 0 (quit), or GPO_ENOMEM / GPO_EIO (the terminal went away). */
 static int live_loop(struct live *L, int64_t interval_ms)
 {
-    int64_t next = mono_ms() + interval_ms;
+    int64_t next = monotime_ms() + interval_ms;
     bool redraw = true;
     int rc = 0;
     while (rc == 0 && !got_stop) {
@@ -301,10 +295,10 @@ static int live_loop(struct live *L, int64_t interval_ms)
         if (redraw && (rc = draw(L)) != 0)
             break;
         redraw = false;
-        int64_t wait = next - mono_ms();
+        int64_t wait = next - monotime_ms();
         if (wait <= 0) {
             rc = refresh(L);
-            next = mono_ms() + interval_ms;
+            next = monotime_ms() + interval_ms;
             redraw = true;
             continue;
         }

@@ -36,7 +36,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <libpq-fe.h>
 
@@ -44,6 +43,7 @@
 #include "store/postgres/pg.h"
 #include "store/store.h"
 #include "util/errbuf.h"
+#include "util/monotime.h"
 #include "base/banned.h"
 
 #define URL_MAX 4096
@@ -231,13 +231,6 @@ static int conn_open(struct pgs *s, struct pg_conn *pc, enum pg_role role, char 
         return rc;
     }
     return 0;
-}
-
-int64_t pg_mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 int pg_conn_ready(struct pgs *s, struct pg_conn *pc, enum pg_role role, char *err, size_t errlen)

@@ -82,9 +82,6 @@ static inline struct pgs *to_pgs(struct store *s)
 
 /* ---- connections: pg.c ----------------------------------------------------- */
 
-/* CLOCK_MONOTONIC in milliseconds. */
-int64_t pg_mono_ms(void);
-
 /* Makes sure *pc is connected (connecting or resetting as need be) with the
  * role's timeouts, and its role's statements prepared. 0, or GPO_EIO with
  * libpq's message in err. */

@@ -30,6 +30,7 @@
 #include "store/postgres/pg.h"
 #include "store/store.h"
 #include "util/errbuf.h"
+#include "util/monotime.h"
 #include "base/banned.h"
 
 #define LEASE_COLS                                                                                 \
@@ -51,12 +52,12 @@ static int lease_conn(struct pgs *s, const char *what, int64_t *ret_deadline)
 {
     char msg[256];
     int rc = pg_conn_ready(s, &s->lease, PG_ROLE_LEASE, msg, sizeof(msg));
-    *ret_deadline = pg_mono_ms() + PG_CALL_TIMEOUT_MS;
+    *ret_deadline = monotime_ms() + PG_CALL_TIMEOUT_MS;
     return rc ? lease_fail(s, GPO_EIO, what, msg) : 0;
 }
 
 /* The answer to what was sent on c, waited for until deadline_ms
- * (mono_ms): its last result, or its first error; NULL when none came in
+ * (monotime_ms): its last result, or its first error; NULL when none came in
  * time (*ret_late) or the connection broke. The server's statement timeout
  * does not help against a server that stopped answering (frozen, or its
  * host gone with the kernel still acknowledging), this does. */
@@ -75,7 +76,7 @@ static PGresult *await_result(PGconn *c, int64_t deadline_ms, bool *ret_late)
                 last = r;
             }
         }
-        int64_t left = deadline_ms - pg_mono_ms();
+        int64_t left = deadline_ms - monotime_ms();
         if (left <= 0) {
             *ret_late = true;
             break;

@@ -23,6 +23,7 @@
 #include "store/postgres/pg.h"
 #include "store/store.h"
 #include "util/errbuf.h"
+#include "util/monotime.h"
 #include "base/banned.h"
 
 #define USER_COLS "id, name, unix_user, team, role, created_ms"
@@ -232,7 +233,7 @@ static int query(struct pgs *s, enum rq q, const struct args *a, PGresult **ret_
         int rc = conn_take(s, &pc);
         if (rc)
             return rc;
-        int64_t t0 = pg_mono_ms();
+        int64_t t0 = monotime_ms();
         PGresult *r = PQexecPrepared(pc->c, name, a ? a->n : 0, a ? a->vals : NULL,
                                      a ? a->lens : NULL, a ? a->fmts : NULL, 0);
         if (PQresultStatus(r) == PGRES_TUPLES_OK) {
@@ -244,7 +245,7 @@ static int query(struct pgs *s, enum rq q, const struct args *a, PGresult **ret_
         rc = pg_result_err(pc->c, r, msg, sizeof(msg));
         record_err(s, msg);
         PQclear(r);
-        bool broken = PQstatus(pc->c) == CONNECTION_BAD && pg_mono_ms() - t0 < PG_DROPPED_MS;
+        bool broken = PQstatus(pc->c) == CONNECTION_BAD && monotime_ms() - t0 < PG_DROPPED_MS;
         conn_give(s, pc);
         if (!broken || tries > 0)
             return rc;
