@@ -1,23 +1,25 @@
 #!/usr/bin/env python3
 """embed_web.py - build the dashboard's one self-contained page as a C source.
 
-    embed_web.py --output OUT.c --html web/index.html --app web/app.js \
-                 --style web/style.css --uplot-js uPlot.iife.min.js \
+    embed_web.py --output OUT.c --html web/index.html --uplot-js uPlot.iife.min.js \
                  --uplot-css uPlot.min.css --uplot-license LICENSE \
-                 --uplot-package package.json
+                 --uplot-package package.json [ASSET ...]
 
-web/index.html names its assets the way a browser would fetch them:
+web/index.html names its assets the way a browser would fetch them, one a line:
 
     <link rel="stylesheet" href="uPlot.min.css">
-    <link rel="stylesheet" href="style.css">
+    <link rel="stylesheet" href="css/style.css">
     <script src="uPlot.iife.min.js"></script>
-    <script src="app.js"></script>
+    <script src="js/core.js"></script>
 
-Each of those four lines (exactly so, each once) is replaced by the file's
-text inside a <style> or <script> element, uPlot's script preceded by its MIT
-license as a comment. So the page the controller serves at / is one response
-(no further round trip before the first paint), and web/index.html stays a
-plain page that can be read and edited without this script.
+Each such line is replaced by the file's text inside a <style> or <script>
+element: uPlot's two from --uplot-js and --uplot-css (its script preceded by
+its MIT license as a comment), every other one from the path it names,
+relative to the page's folder. Each ASSET given must be named by the page
+exactly once, and the page may name nothing else (so meson, which passes them,
+rebuilds when any changes). So the page the controller serves is one response
+(no further round trip before the first paint), and web/ stays plain files
+that can be read and edited without this script.
 
 Writes OUT.c defining what src/server/api/web.h declares: the page as a byte array
 and its length, the Content-Security-Policy header value (every inline script
@@ -47,46 +49,62 @@ def sha256_source(text):
     return "'sha256-%s'" % base64.b64encode(hashlib.sha256(text).digest()).decode("ascii")
 
 
-def replace_once(page, marker, element, path):
-    if page.count(marker) != 1:
-        fail("%s: expected the line %r exactly once" % (path, marker.decode()))
-    return page.replace(marker, element)
+ASSET_RE = re.compile(rb'^[ \t]*(<link rel="stylesheet" href="([^"]+)">|<script src="([^"]+)"></script>)[ \t]*$',
+                      re.M)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    for name in ("output", "html", "app", "style", "uplot-js", "uplot-css", "uplot-license",
-                 "uplot-package"):
+    for name in ("output", "html", "uplot-js", "uplot-css", "uplot-license", "uplot-package"):
         ap.add_argument("--" + name, required=True)
+    ap.add_argument("assets", nargs="*", help="the page's own scripts and stylesheets")
     args = ap.parse_args()
 
     page = read(args.html)
-    app = read(args.app)
-    style = read(args.style)
+    base = os.path.dirname(os.path.abspath(args.html))
+    given = {os.path.normpath(os.path.abspath(p)) for p in args.assets}
     ujs = read(args.uplot_js)
     ucss = read(args.uplot_css)
     lic = read(args.uplot_license)
     version = uplot_version(args.uplot_package)
     if b"MIT" not in lic or b"*/" in lic:
         fail("%s: expected uPlot's MIT license" % args.uplot_license)
-    for path, data in ((args.app, app), (args.uplot_js, ujs)):
-        check_absent(path, data, [rb"</script", rb"<!--"])
-    for path, data in ((args.style, style), (args.uplot_css, ucss)):
-        check_absent(path, data, [rb"</style"])
-
     # uPlot's license travels with its code, as the MIT license asks.
     ujs = (b"/*! uPlot " + version.encode() + b" (https://github.com/leeoniya/uPlot)\n" +
            lic.rstrip(b"\n") + b"\n*/\n" + ujs)
-    scripts = [ujs, app]
-    styles = [ucss, style]
-    page = replace_once(page, b'<link rel="stylesheet" href="uPlot.min.css">',
-                        b"<style>" + ucss + b"</style>", args.html)
-    page = replace_once(page, b'<link rel="stylesheet" href="style.css">',
-                        b"<style>" + style + b"</style>", args.html)
-    page = replace_once(page, b'<script src="uPlot.iife.min.js"></script>',
-                        b"<script>" + ujs + b"</script>", args.html)
-    page = replace_once(page, b'<script src="app.js"></script>',
-                        b"<script>" + app + b"</script>", args.html)
+
+    scripts, styles, seen = [], [], set()
+
+    def inline(m):
+        href, src = m.group(2), m.group(3)
+        name = (href or src).decode()
+        if name in seen:
+            fail("%s: %s is named twice" % (args.html, name))
+        seen.add(name)
+        if name == "uPlot.min.css":
+            data, path = ucss, args.uplot_css
+        elif name == "uPlot.iife.min.js":
+            data, path = ujs, args.uplot_js
+        else:
+            path = os.path.normpath(os.path.join(base, name))
+            if path not in given:
+                fail("%s: %s is not among the assets given (meson.build's web_assets)" % (args.html, name))
+            given.discard(path)
+            data = read(path)
+        if href:
+            check_absent(path, data, [rb"</style"])
+            styles.append(data)
+            return b"<style>" + data + b"</style>"
+        check_absent(path, data, [rb"</script", rb"<!--"])
+        scripts.append(data)
+        return b"<script>" + data + b"</script>"
+
+    page = ASSET_RE.sub(inline, page)
+    for name in ("uPlot.min.css", "uPlot.iife.min.js"):
+        if name not in seen:
+            fail("%s: expected the line naming %s" % (args.html, name))
+    if given:
+        fail("%s: does not name %s" % (args.html, ", ".join(sorted(given))))
     if re.search(rb"<script[^>]*\bsrc=|<link[^>]*\bstylesheet", page):
         fail("%s: an asset that is not inlined would be blocked by the CSP" % args.html)
 

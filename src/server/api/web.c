@@ -70,8 +70,13 @@ static int web_favicon(struct http_request *req, void *ctx)
     return http_request_respond_static(req, 204, "image/x-icon", NULL, 0);
 }
 
+/* The page is served at each of its pages' paths (web/js/main.js shows the
+ * one the path names), so that a link to a job can be shared and reloaded. */
 static const struct http_route routes[] = {
     {"GET", "/", web_index, HTTP_ROUTE_PUBLIC, NULL},
+    {"GET", "/jobs/{id}", web_index, HTTP_ROUTE_PUBLIC, NULL},
+    {"GET", "/nodes/{name}", web_index, HTTP_ROUTE_PUBLIC, NULL},
+    {"GET", "/history", web_index, HTTP_ROUTE_PUBLIC, NULL},
     {"GET", "/favicon.ico", web_favicon, HTTP_ROUTE_PUBLIC, NULL},
 };
 const struct api_routes api_web_routes = {routes, sizeof(routes) / sizeof(routes[0])};

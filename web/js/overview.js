@@ -1,214 +1,18 @@
 /*
- * gpuorch dashboard (docs/dashboard.md). Plain JS, no framework: it asks for an
- * API token, keeps it in sessionStorage, and polls the API every few seconds
- * with it. Everything the API says is put in the page with textContent (never
- * innerHTML): job names, reasons and node names come from users.
+ * overview.js - the dashboard's first page, at / (docs/dashboard.md): tiles,
+ * services, the utilization and queue charts over the time range, nodes and
+ * GPUs, the queue and the running jobs, cost and budgets, idle jobs.
  *
  * Each panel draws from its own request, so one API that fails or is not there
- * (404: an older controller) leaves the others working. A 401 from any of
- * them means the token is no longer good: back to the sign-in form.
- *
- * For tests and the load benchmark: <html data-loaded="1"> once the first data
- * is painted (with a performance mark "gpuorch-loaded"), data-polls counts the
- * refreshes, and each chart's element carries data-points (values drawn).
+ * (404: an older controller) leaves the others working.
  */
 'use strict';
 
 (function () {
-  const TOKEN_KEY = 'gpuorch.token';
-  const params = new URLSearchParams(location.search);
-  const POLL_MS = Math.min(60000, Math.max(1000, (Number(params.get('refresh')) || 3) * 1000));
-  const MAX_ROWS = 200;
-  const MAX_JOB_PAGES = 10;
-  const PALETTE = ['#73bf69', '#5794f2', '#fade2a', '#ff9830', '#f2495c', '#b877d9',
-    '#37872d', '#8ab8ff', '#ffcb7d', '#ff7383', '#ca95e5', '#96d98d'];
-
-  const state = {
-    token: null,
-    timer: null,
-    running: false,
-    generation: 0, // bumped at sign-out: answers of an older session are dropped
-    skewMs: 0, // server clock minus ours, from the Date header
-    costBy: 'team',
-    polls: 0,
-    charts: {}, // element id -> {plot, keys}
-    lastOk: 0,
-    svcHist: {t: [], byName: {}}, // what the services did while this page was open
-  };
-  window.gpuorchDash = state;
-
-  const $ = (id) => document.getElementById(id);
-
-  class AuthError extends Error {}
-  class ApiError extends Error {
-    constructor(status, message) {
-      super(message);
-      this.status = status;
-    }
-  }
-
-  // -- Small DOM helpers: text only. ---------------------------------------------------
-
-  function el(tag, cls, text) {
-    const e = document.createElement(tag);
-    if (cls) e.className = cls;
-    if (text !== undefined && text !== null) e.textContent = String(text);
-    return e;
-  }
-
-  function badge(text, color) {
-    return el('span', 'badge b-' + color, text);
-  }
-
-  function msg(text, bad) {
-    return el('div', bad ? 'msg bad' : 'msg', text);
-  }
-
-  // A table from column specs {h: header, num: right-aligned, cell: row -> string|Node}.
-  function table(cols, rows, foot) {
-    const t = el('table');
-    const hr = el('tr');
-    for (const c of cols) hr.appendChild(el('th', c.num ? 'num' : '', c.h));
-    t.appendChild(el('thead')).appendChild(hr);
-    const body = t.appendChild(el('tbody'));
-    for (const r of rows.slice(0, MAX_ROWS)) {
-      const tr = body.appendChild(el('tr'));
-      for (const c of cols) {
-        const td = tr.appendChild(el('td', (c.num ? 'num ' : '') + (c.cls || '')));
-        if (c.h) td.dataset.label = c.h; // a narrow window's card layout names each value
-        const v = c.cell(r);
-        if (v instanceof Node) td.appendChild(v);
-        else td.textContent = v === undefined || v === null ? '-' : String(v);
-      }
-    }
-    if (foot) {
-      const tr = t.appendChild(el('tfoot')).appendChild(el('tr'));
-      for (const c of cols) {
-        const v = foot(c);
-        const td = tr.appendChild(el('td', c.num ? 'num' : '', v === undefined || v === null ? '' : v));
-        if (c.h) td.dataset.label = c.h;
-      }
-    }
-    if (rows.length <= MAX_ROWS) return t;
-    const wrap = el('div');
-    wrap.appendChild(t);
-    wrap.appendChild(el('div', 'more', `and ${rows.length - MAX_ROWS} more`));
-    return wrap;
-  }
-
-  // -- Formats. ------------------------------------------------------------------------
-
-  const isNum = (v) => typeof v === 'number' && isFinite(v);
-  const fmtPct = (v) => (isNum(v) ? v.toFixed(v < 10 && v > 0 ? 1 : 0) + '%' : '-');
-  const fmtFrac = (v) => (isNum(v) ? (v * 100).toFixed(0) + '%' : '-');
-  const fmtMoney = (v) => (isNum(v) ? v.toLocaleString('en-US', {minimumFractionDigits: 2,
-    maximumFractionDigits: 2}) : '-');
-  const fmtHours = (v) => (isNum(v) ? v.toLocaleString('en-US', {maximumFractionDigits: 1}) : '-');
-  const fmtGiB = (mib) => (isNum(mib) ? (mib / 1024).toFixed(mib < 10240 ? 1 : 0) : '-');
-  // GPUs counted in GPU shares, to the milli-GPU: "2", "0.25", "0.125", "1.5".
-  const fmtShares = (v) => (isNum(v) ? String(Math.round(v * 1000) / 1000) : '-');
-
-  function fmtDuration(ms) {
-    if (!isNum(ms) || ms < 0) return '-';
-    const s = Math.floor(ms / 1000);
-    if (s < 60) return s + 's';
-    const m = Math.floor(s / 60);
-    if (m < 60) return m + 'm ' + (s % 60) + 's';
-    const h = Math.floor(m / 60);
-    if (h < 48) return h + 'h ' + (m % 60) + 'm';
-    return Math.floor(h / 24) + 'd ' + (h % 24) + 'h';
-  }
-
-  function fmtTime(iso) {
-    if (!iso) return '-';
-    const d = new Date(iso);
-    if (isNaN(d)) return '-';
-    const now = new Date(Date.now() + state.skewMs);
-    const t = d.toLocaleTimeString([], {hour: '2-digit', minute: '2-digit', second: '2-digit'});
-    return d.toDateString() === now.toDateString() ? t : d.toLocaleDateString() + ' ' + t;
-  }
-
-  const serverNow = () => Date.now() + state.skewMs;
-  const since = (iso) => Math.max(0, serverNow() - Date.parse(iso));
-
-  // A running job's GPUs: the shares its attempt holds (0.25 for a 0.25 job, a
-  // MIG instance's charge), else what its spec asks.
-  function gpusHeld(j) {
-    const a = j.current_attempt;
-    return a && isNum(a.gpu_shares) ? fmtShares(a.gpu_shares) : gpusOf(j.spec);
-  }
-
-  // The class a job runs under: the server's answer (its spec's, else the
-  // default class), its spec's from an older controller.
-  const classOf = (j) => j.priority || (j.spec && j.spec.priority) || '-';
-
-  function gpusOf(spec) {
-    if (!spec) return '-';
-    if (isNum(spec.gpus) && spec.gpus > 0) return String(spec.gpus);
-    if (isNum(spec.gpu_mem_mib) && spec.gpu_mem_mib > 0) return fmtGiB(spec.gpu_mem_mib) + ' GiB';
-    return '0';
-  }
-
-  function utilClass(v) {
-    return v >= 50 ? 'bar' : v >= 10 ? 'bar mid' : 'bar low';
-  }
-
-  function bar(cls, pct) {
-    const b = el('div', cls);
-    const fill = b.appendChild(el('span'));
-    fill.style.width = Math.max(0, Math.min(100, pct || 0)).toFixed(1) + '%';
-    return b;
-  }
-
-  // -- The API. ------------------------------------------------------------------------
-
-  async function api(path) {
-    const gen = state.generation;
-    const r = await fetch(path, {
-      headers: {Authorization: 'Bearer ' + state.token, Accept: 'application/json'},
-      cache: 'no-store',
-      credentials: 'omit',
-    });
-    if (gen !== state.generation) throw new ApiError(0, 'signed out');
-    const date = Date.parse(r.headers.get('Date') || '');
-    // Date has whole seconds: only a skew well past that is the clocks' and worth correcting.
-    if (isNum(date)) state.skewMs = Math.abs(date - Date.now()) > 2000 ? date - Date.now() : 0;
-    if (r.status === 401) throw new AuthError('The server did not accept the token (401).');
-    if (!r.ok) {
-      let text = r.statusText || 'error';
-      try {
-        const b = await r.json();
-        if (b && b.error && b.error.message) text = b.error.message;
-      } catch (e) { /* not JSON: keep the status text */ }
-      throw new ApiError(r.status, text);
-    }
-    return r.json();
-  }
-
-  // Every pending and running job, page by page (the API's limit is 1000 a page).
-  async function fetchJobs() {
-    let all = [];
-    let after = null;
-    for (let page = 0; page < MAX_JOB_PAGES; page++) {
-      const q = 'state=PENDING,RUNNING&limit=1000' + (after !== null ? '&after=' + after : '');
-      const b = await api('/v1/jobs?' + q);
-      all = all.concat(b.jobs || []);
-      if (b.next_after === null || b.next_after === undefined) break;
-      after = encodeURIComponent(b.next_after);
-    }
-    return all;
-  }
-
-  // A panel's answer to a failed request; 401 is handled by the caller.
-  function failure(err) {
-    if (err instanceof ApiError && err.status === 404) return msg('not available (this controller has no such API)');
-    if (err instanceof ApiError && err.status === 403) return msg('not allowed for this user');
-    return msg('could not load: ' + (err && err.message ? err.message : String(err)), true);
-  }
-
-  function setPanel(id, node) {
-    $(id).replaceChildren(node);
-  }
+  const {state, $, ApiError, el, badge, msg, table, jobLink, nodeLink, isNum, fmtPct, fmtFrac,
+    fmtMoney, fmtHours, fmtGiB, fmtShares, fmtDuration, fmtTime, fmtSeconds, serverNow, since,
+    gpusHeld, classOf, gpusOf, utilClass, bar, api, fetchJobs, failure, setPanel, chartMessage,
+    renderChart} = window.GPO;
 
   // -- Panels. -------------------------------------------------------------------------
 
@@ -490,113 +294,12 @@
     ], list));
   }
 
-  // -- Charts (uPlot). -----------------------------------------------------------------
-
-  function chartMessage(id, text, bad) {
-    const c = state.charts[id];
-    if (c) {
-      c.plot.destroy();
-      delete state.charts[id];
-    }
-    const box = $(id);
-    box.dataset.points = '0';
-    box.replaceChildren(msg(text, bad));
-  }
-
-  // colorOf(key, index) -> palette index and dashOf(key) -> dashed: optional.
-  function chartOpts(box, keys, unit, yRange, colorOf, dashOf) {
-    const axis = {
-      stroke: '#8e9196',
-      grid: {stroke: '#2a2f35', width: 1},
-      ticks: {stroke: '#2a2f35', width: 1},
-      font: '11px system-ui, sans-serif',
-    };
-    return {
-      width: Math.max(200, box.clientWidth - 16),
-      height: 200,
-      cursor: {points: {size: 6}},
-      legend: {live: true},
-      scales: {x: {time: true}, y: yRange ? {range: yRange} : {auto: true}},
-      axes: [
-        Object.assign({}, axis),
-        Object.assign({}, axis, {size: 44, values: (u, vals) => vals.map((v) => v + unit)}),
-      ],
-      series: [{}].concat(keys.map((k, i) => ({
-        label: k,
-        stroke: PALETTE[(colorOf ? colorOf(k, i) : i) % PALETTE.length],
-        dash: dashOf && dashOf(k) ? [5, 4] : undefined,
-        width: 1.5,
-        spanGaps: false,
-        points: {show: false},
-        value: (u, v) => (v === null || v === undefined ? '-' : (+v).toFixed(1) + unit),
-      }))),
-    };
-  }
-
-  // A series' missing points: a run of nulls whose neighbours with values lie
-  // at most maxGapS apart (steps the samples did not fill, a missed minute)
-  // becomes undefined, which uPlot joins across; a longer one stays null, a
-  // break in the line (no data: the team ran nothing then). New array.
-  const JOIN_GAP_S = 60;
-  function joinGaps(t, values, maxGapS) {
-    const out = values.slice();
-    let prev = -1; // index of the last value
-    for (let i = 0; i < out.length; i++) {
-      if (out[i] === null || out[i] === undefined) continue;
-      if (prev >= 0 && i - prev > 1 && t[i] - t[prev] <= maxGapS) {
-        for (let k = prev + 1; k < i; k++) out[k] = undefined;
-      }
-      prev = i;
-    }
-    return out;
-  }
-
-  function renderChart(id, body, unit, yRange, style) {
-    const box = $(id);
-    const t = body.t || [];
-    const series = (body.series || []).slice().sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
-    let points = 0;
-    for (const s of series) for (const v of s.values || []) if (v !== null && v !== undefined) points++;
-    if (!t.length || !series.length || !points) {
-      chartMessage(id, 'no data yet');
-      return;
-    }
-    // A young cluster has data only at the end of the window: start the chart at
-    // the first time with a value rather than draw an empty quarter of an hour.
-    let first = t.length;
-    for (const s of series) {
-      const i = (s.values || []).findIndex((v) => v !== null && v !== undefined);
-      if (i >= 0 && i < first) first = i;
-    }
-    first = Math.max(0, Math.min(first, t.length - 2));
-    const keys = series.map((s) => String(s.key));
-    const ts = t.slice(first);
-    const join = JOIN_GAP_S + (isNum(body.step_s) ? body.step_s : 0);
-    const data = [ts].concat(series.map((s) => joinGaps(ts, (s.values || []).slice(first), join)));
-    const old = state.charts[id];
-    if (old && old.keys.join('\n') === keys.join('\n')) {
-      old.plot.setData(data);
-    } else {
-      if (old) old.plot.destroy();
-      box.replaceChildren();
-      const st = style || {};
-      state.charts[id] = {plot: new uPlot(chartOpts(box, keys, unit, yRange, st.colorOf, st.dashOf), data, box), keys};
-    }
-    box.dataset.points = String(points);
-  }
-
+  // The charts, over the page's time range (GPO.currentRange: in the URL).
   const CHARTS = [
-    {id: 'chart-util-node', path: '/v1/metrics/series?metric=gpu_util&by=node&since=-15m&step=5s', unit: '%', range: [0, 100]},
-    {id: 'chart-util-team', path: '/v1/metrics/series?metric=gpu_util&by=team&since=-15m&step=5s', unit: '%', range: [0, 100]},
-    {id: 'chart-queue', path: '/v1/metrics/series?metric=queue_length&by=team&since=-15m&step=5s', unit: '', range: null},
+    {id: 'chart-util-node', query: 'metric=gpu_util&by=node', unit: '%', range: [0, 100], note: '%'},
+    {id: 'chart-util-team', query: 'metric=gpu_util&by=team', unit: '%', range: [0, 100], note: '%'},
+    {id: 'chart-queue', query: 'metric=queue_length&by=team', unit: '', range: null, note: 'pending jobs'},
   ];
-
-  function resizeCharts() {
-    for (const id of Object.keys(state.charts)) {
-      const box = $(id);
-      state.charts[id].plot.setSize({width: Math.max(200, box.clientWidth - 16), height: 200});
-    }
-  }
 
 
   // -- Services (docs/dashboard.md): GET /v1/services each refresh. ------------------
@@ -770,13 +473,7 @@
       {colorOf: latColor, dashOf: (k) => / p99$/.test(k)});
   }
 
-  // Seconds as people read a latency: "43 ms", "1.2 s".
-  function fmtSeconds(s) {
-    if (s < 1) return (s * 1000).toFixed(s < 0.01 ? 1 : 0) + ' ms';
-    return s.toFixed(s < 10 ? 1 : 0) + ' s';
-  }
 
-  // The block shows only when there are services: none, or a controller without
   // the API (404), hides it; another failure shows in it when it was shown.
   function showServices(r) {
     const block = $('services-block');
@@ -797,24 +494,25 @@
     setPanel('services', failure(r.reason));
   }
 
-  // -- The refresh cycle. --------------------------------------------------------------
+
+  // -- The page. -----------------------------------------------------------------------
 
   async function refresh() {
-    const gen = state.generation;
     const costBy = state.costBy;
-    const reqs = [
+    const range = window.GPO.currentRange();
+    const rq = window.GPO.rangeQuery(range);
+    for (const c of CHARTS) {
+      const note = $(c.id).parentNode.querySelector('.panel-note');
+      if (note) note.textContent = c.note + ', ' + range.label;
+    }
+    const res = await window.GPO.settle([
       api('/v1/nodes'),
       fetchJobs(),
       api('/v1/cost?by=' + encodeURIComponent(costBy)),
       api('/v1/budgets'),
       api('/v1/services'),
-    ].concat(CHARTS.map((c) => api(c.path)));
-    const res = await Promise.allSettled(reqs);
-    if (gen !== state.generation) return;
-    if (res.some((r) => r.status === 'rejected' && r.reason instanceof AuthError)) {
-      signOut('Your session ended: the server no longer accepts this token (401). Sign in again.');
-      return;
-    }
+    ].concat(CHARTS.map((c) => api('/v1/metrics/series?' + c.query + '&' + rq))));
+    if (!res) return null;
     const val = (r) => (r.status === 'fulfilled' ? r.value : null);
     const [nodesR, jobsR, costR, budgetsR, servicesR] = res;
     const nodes = val(nodesR) ? val(nodesR).nodes || [] : null;
@@ -842,148 +540,32 @@
       else if (r.reason instanceof ApiError && r.reason.status === 404) chartMessage(c.id, 'not available');
       else chartMessage(c.id, 'could not load: ' + (r.reason && r.reason.message), true);
     });
-
-    const allFailed = res.every((r) => r.status === 'rejected');
-    if (!allFailed) state.lastOk = Date.now();
-    state.polls++;
-    document.documentElement.dataset.polls = String(state.polls);
-    showStatus(allFailed);
-    if (!document.documentElement.dataset.loaded) {
-      document.documentElement.dataset.loaded = '1';
-      performance.mark('gpuorch-loaded');
-    }
-  }
-
-  function showStatus(failed) {
-    const s = $('status');
-    s.hidden = false;
-    const stale = failed || Date.now() - state.lastOk > 3 * POLL_MS;
-    s.className = stale ? 'status stale' : 'status';
-    s.textContent = stale ? 'cannot reach the server' : 'live';
-    const u = $('updated');
-    u.hidden = !state.lastOk;
-    if (state.lastOk) u.textContent = 'updated ' + new Date(state.lastOk).toLocaleTimeString();
-  }
-
-  function schedule() {
-    clearTimeout(state.timer);
-    state.timer = setTimeout(tick, POLL_MS);
-  }
-
-  async function tick() {
-    if (!state.token || state.running) return;
-    if (document.hidden) {
-      schedule(); // no point polling for a tab nobody looks at
-      return;
-    }
-    state.running = true;
-    try {
-      await refresh();
-    } catch (e) {
-      showStatus(true);
-    } finally {
-      state.running = false;
-      if (state.token) schedule();
-    }
-  }
-
-  // -- Sign in and out. ----------------------------------------------------------------
-
-  function showLogin(message) {
-    $('dash').hidden = true;
-    $('logout').hidden = true;
-    $('who').hidden = true;
-    $('status').hidden = true;
-    $('updated').hidden = true;
-    $('login').hidden = false;
-    const e = $('login-error');
-    e.hidden = !message;
-    e.textContent = message || '';
-    $('token').value = '';
-    $('token').focus();
-  }
-
-  function signOut(message) {
-    state.generation++;
-    state.token = null;
-    clearTimeout(state.timer);
-    try {
-      sessionStorage.removeItem(TOKEN_KEY);
-    } catch (e) { /* storage disabled: nothing kept */ }
-    for (const id of Object.keys(state.charts)) chartMessage(id, 'no data yet');
-    clearServiceHistory();
-    $('services-block').hidden = true;
-    showLogin(message);
-  }
-
-  async function signIn(token, fromStorage) {
-    state.generation++;
-    state.token = token;
-    let me;
-    try {
-      me = await api('/v1/whoami');
-    } catch (e) {
-      state.token = null;
-      if (e instanceof AuthError) {
-        try {
-          sessionStorage.removeItem(TOKEN_KEY);
-        } catch (x) { /* nothing kept */ }
-        showLogin(fromStorage ? 'Your session ended: the server no longer accepts this token (401). Sign in again.'
-          : 'The server did not accept this token (401). Check it and try again.');
-      } else {
-        showLogin('Could not reach the server: ' + (e && e.message ? e.message : String(e)));
-      }
-      return;
-    }
-    try {
-      sessionStorage.setItem(TOKEN_KEY, token);
-    } catch (e) { /* storage disabled: the token lives until a reload */ }
-    const who = $('who');
-    who.replaceChildren(document.createTextNode(me.name || '?'));
-    who.appendChild(el('span', 'role', me.role === 'admin' ? '(admin)' : me.team ? '(' + me.team + ')' : ''));
-    who.hidden = false;
-    $('logout').hidden = false;
-    $('login').hidden = true;
-    $('dash').hidden = false;
-    await tick();
+    return res;
   }
 
   function init() {
-    $('login-form').addEventListener('submit', (ev) => {
-      ev.preventDefault();
-      const token = $('token').value.trim();
-      if (!token) {
-        showLogin('Enter an API token.');
-        return;
-      }
-      const btn = $('login-submit');
-      btn.disabled = true;
-      signIn(token, false).finally(() => {
-        btn.disabled = false;
-      });
-    });
-    $('logout').addEventListener('click', () => signOut(''));
     $('cost-by').addEventListener('click', (ev) => {
       const by = ev.target && ev.target.dataset ? ev.target.dataset.by : null;
       if (!by || by === state.costBy) return;
       state.costBy = by;
       for (const b of $('cost-by').querySelectorAll('button')) b.classList.toggle('on', b.dataset.by === by);
       setPanel('cost', msg('loading...'));
-      tick();
+      window.GPO.refreshNow();
     });
-    document.addEventListener('visibilitychange', () => {
-      if (!document.hidden && state.token) tick();
-    });
-    if (typeof ResizeObserver === 'function') new ResizeObserver(resizeCharts).observe($('dash'));
-    else window.addEventListener('resize', resizeCharts);
-
-    let saved = null;
-    try {
-      saved = sessionStorage.getItem(TOKEN_KEY);
-    } catch (e) { /* storage disabled */ }
-    if (saved) signIn(saved, true);
-    else showLogin('');
   }
 
+  window.GPO.register({
+    name: 'overview',
+    title: 'Overview',
+    range: true,
+    match: (p) => (p === '/' || p === '/index.html' ? {} : null),
+    mount() {},
+    refresh,
+    unmount() {},
+    signedOut() {
+      clearServiceHistory();
+      $('services-block').hidden = true;
+    },
+  });
   init();
 })();
