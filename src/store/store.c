@@ -740,7 +740,12 @@ int store_ledger_range(struct store *s, int64_t since_ms, int64_t until_ms,
 
 /* ---- metric minutes ---------------------------------------------------------- */
 
-static const char *const minute_kinds[STORE_MINUTE_KINDS] = {"gpu", "job"};
+static const char *const minute_kinds[STORE_MINUTE_KINDS] = {"gpu", "job", "queue"};
+
+const char *store_minute_kind_name(enum store_minute_kind kind)
+{
+    return (unsigned)kind < STORE_MINUTE_KINDS ? minute_kinds[kind] : NULL;
+}
 
 int store_batch_minute_put(struct store_batch *b, const struct store_minute *m)
 {

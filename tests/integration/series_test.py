@@ -87,19 +87,35 @@ def main():
        near(latest(body, UUIDS[0]), 73), "by=gpu with key: that GPU's 73 only", json.dumps(body)[:400])
     st, body, _ = series(metric="mem_used", by="gpu", since="-2m")
     ok(st == 200 and len(body["series"]) == 2, "mem_used by gpu: both GPUs", json.dumps(body)[:300])
+    st, body, _ = series(metric="gpu_util", by="gpu", key=",".join(UUIDS), since="-2m", step="1s")
+    ok(st == 200 and [s["key"] for s in body["series"]] == sorted(UUIDS) and
+       near(latest(body, UUIDS[0]), 73) and near(latest(body, UUIDS[1]), 20),
+       "by=gpu with a key list: those GPUs, each its own figure", json.dumps(body)[:400])
+    st, body, _ = series(metric="gpu_util", by="gpu", key=UUIDS[1] + ",GPU-none", since="-2m")
+    ok(st == 200 and [s["key"] for s in body["series"]] == [UUIDS[1]],
+       "a key list naming an unknown GPU: the known one only", json.dumps(body)[:300])
+    st, body, _ = series(metric="power", by="gpu", node="s1", since="-2m")
+    ok(st == 200 and sorted(s["key"] for s in body["series"]) == sorted(UUIDS),
+       "by=gpu&node=s1: the node's GPUs", json.dumps(body)[:300])
+    st, body, _ = series(metric="gpu_util", by="gpu", node="nowhere", since="-2m")
+    ok(st == 200 and body["series"] == [], "node=nowhere: no series", json.dumps(body)[:300])
 
     for q, word in (({"metric": "bogus"}, "metric"), ({"metric": "gpu_util", "by": "priority"}, "by"),
                     ({"metric": "gpu_util", "since": "yesterday"}, "since"),
                     ({"metric": "gpu_util", "until": "x"}, "until"),
                     ({"metric": "gpu_util", "step": "0"}, "step"),
                     ({"metric": "gpu_util", "since": "-1m", "until": "-2m"}, "since"),
-                    ({"metric": "gpu_util", "since": "-1d", "step": "1s"}, "step")):
+                    ({"metric": "gpu_util", "since": "-1d", "step": "1s"}, "step"),
+                    ({"metric": "gpu_util", "by": "gpu", "key": "a,,b"}, "key"),
+                    ({"metric": "gpu_util", "by": "gpu", "key": ",".join(["k"] * 65)}, "key"),
+                    ({"metric": "gpu_util", "by": "team", "node": "s1"}, "node"),
+                    ({"metric": "gpu_util", "by": "gpu", "node": ""}, "node")):
         st, body, raw = series(**q)
         ok(st == 400 and message(body, raw).startswith(word), f"400 naming '{word}' for {q}",
            f"{st} {raw[:200]!r}")
 
     # A job: its figures follow its GPU.
-    st, body, raw = API.call("POST", "/v1/jobs", {"command": ["sleep", "300"], "gpus": 1,
+    st, body, raw = API.call("POST", "/v1/jobs", {"command": ["sleep", "300"], "gpus": 1, "name": "sleeper",
                                                   "pool": "main", "workdir": TMP}, token=MEMBER)
     jid = body.get("id") if st == 201 else None
     ok(jid is not None, "a one-GPU job is accepted", f"{st} {raw[:200]!r}")
@@ -144,9 +160,18 @@ def main():
         out = subprocess.run(["sqlite3", db, "SELECT kind, COUNT(*) FROM metric_minutes"
                               " GROUP BY kind ORDER BY kind"], capture_output=True, text=True)
         got = dict(line.split("|") for line in out.stdout.split())
-        return got if int(got.get("gpu", 0)) >= 2 and int(got.get("job", 0)) >= 1 else None
+        return got if int(got.get("gpu", 0)) >= 2 and int(got.get("job", 0)) >= 1 and \
+            int(got.get("queue", 0)) >= 1 else None
     got = wait_until(rows, timeout=30)
-    ok(got is not None, "metric_minutes rows of kind gpu and job are in the sqlite file", got)
+    ok(got is not None, "metric_minutes rows of kind gpu, job and queue are in the sqlite file", got)
+
+    # The history's search: an id, a user, or part of a name (any case).
+    for q, want in ((str(jid), [jid]), ("alice", [jid]), ("LEE", [jid]), ("nothing-like-it", [])):
+        st, body, _ = API.call("GET", "/v1/accounting/jobs", query={"q": q})
+        ok(st == 200 and [j["id"] for j in body["jobs"]] == want,
+           f"GET /v1/accounting/jobs?q={q}: {want}", json.dumps(body)[:300])
+    st, body, raw = API.call("GET", "/v1/accounting/jobs", query={"q": "x" * 129})
+    ok(st == 400 and message(body, raw).startswith("q:"), "q of 129 bytes: 400 naming q", raw[:200])
 
     API.call("POST", f"/v1/jobs/{jid}/cancel")
     wait_until(lambda: API.call("GET", f"/v1/jobs/{jid}").json.get("state") == "CANCELLED",
@@ -161,6 +186,9 @@ def main():
     st, body, _ = series(metric="gpu_util", by="job", since="-10m", step="2s")
     ok(st == 200 and latest(body, str(jid)) is not None,
        "... and the job's from its attempt minutes", json.dumps(body)[:400])
+    st, body, _ = series(metric="queue_length", by="total", since="-10m", step="2s")
+    ok(st == 200 and latest(body, "total") is not None,
+       "... and the queue length's from its stored minutes", json.dumps(body)[:400])
     rc = SRV.stop()
     ok(rc == 0, "the restarted server stops cleanly", SRV.log_tail())
     ok("Sanitizer" not in SRV.log_tail() and "runtime error" not in SRV.log_tail(),

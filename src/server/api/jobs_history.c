@@ -10,6 +10,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "base/err.h"
 #include "server/api/api.h"
@@ -20,6 +21,7 @@
 #define LIST_DEFAULT 100
 #define LIST_MAX     1000
 #define IDS_MAX      100 /* job ids in one `job` parameter */
+#define TEXT_MAX     128 /* bytes of `q` */
 
 /* One `job` selector: a job or an array's tasks (index -1), or one task. */
 struct job_sel {
@@ -30,6 +32,7 @@ struct history_query {
     bool states[JOB_NSTATES];
     bool any_state;
     const char *team, *user;
+    const char *text; /* q: an id, a user or part of a name; NULL: none */
     struct job_sel sel[IDS_MAX];
     size_t nsel;
     int64_t since_ms, until_ms; /* INT64_MIN, INT64_MAX: open */
@@ -118,6 +121,10 @@ static bool query_param(struct http_request *req, const char *name, const char *
         if (!parse_when(value, now_ms, name[0] == 's' ? &q->since_ms : &q->until_ms))
             bad = name[0] == 's' ? "since: expected RFC 3339, a date (YYYY-MM-DD) or \"now\""
                                  : "until: expected RFC 3339, a date (YYYY-MM-DD) or \"now\"";
+    } else if (strcmp(name, "q") == 0) {
+        if (!value || !*value || strlen(value) > TEXT_MAX)
+            bad = "q: expected 1 to 128 bytes: a job id, a user or part of a job's name";
+        q->text = value;
     } else if (strcmp(name, "after") == 0) {
         if (!parse_count(value, 0, INT64_MAX, &q->after))
             bad = "after: expected a job id (an integer >= 0)";
@@ -126,8 +133,8 @@ static bool query_param(struct http_request *req, const char *name, const char *
             bad = "limit: expected 1 to 1000";
     } else {
         http_request_error(req, 400, "invalid_query",
-                           "unknown query parameter '%.40s' (job, state, team, user, since, "
-                           "until, after, limit)",
+                           "unknown query parameter '%.40s' (job, state, team, user, q, "
+                           "since, until, after, limit)",
                            name);
         return false;
     }
@@ -154,8 +161,35 @@ static bool query_parse(struct http_request *req, int64_t now_ms, struct history
     return true;
 }
 
+/* Whether `hay` contains `needle`, ASCII letter case ignored. */
+static bool contains_nocase(const char *hay, const char *needle)
+{
+    size_t n = strlen(needle);
+    for (; *hay; hay++)
+        if (strncasecmp(hay, needle, n) == 0)
+            return true;
+    return n == 0;
+}
+
+/* q: the job's id ("42", or "41_7" for an array's task), its user, or part of its name. */
+static bool text_matches(const char *text, const struct job *j)
+{
+    char id[48];
+    snprintf(id, sizeof(id), "%" PRId64, j->id);
+    if (strcmp(text, id) == 0 || strcasecmp(text, j->user) == 0)
+        return true;
+    if (j->array_id != STORE_NULL) {
+        snprintf(id, sizeof(id), "%" PRId64 "_%" PRId64, j->array_id, j->array_index);
+        if (strcmp(text, id) == 0)
+            return true;
+    }
+    return j->spec.name && contains_nocase(j->spec.name, text);
+}
+
 static bool selected(const struct history_query *q, const struct job *j)
 {
+    if (q->text && !text_matches(q->text, j))
+        return false;
     if (q->nsel) {
         bool hit = false;
         for (size_t k = 0; k < q->nsel && !hit; k++) {

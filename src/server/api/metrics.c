@@ -91,15 +91,53 @@ static bool parse_step(const char *v, int64_t *ret_ms)
     return true;
 }
 
-/* Fills q from the request; 0, or -1 once it answered 400. */
-static int parse_request(struct http_request *req, int64_t now, struct monitor_query *q)
+/* The `key` parameter's groups, split at commas in buf (keys points into it). */
+struct query_keys {
+    char buf[MONITOR_QUERY_KEYS_MAX * 161];
+    const char *keys[MONITOR_QUERY_KEYS_MAX];
+};
+
+/* "a,b,c" into k; false when there are none, too many, or one is empty or too long. */
+static bool split_keys(const char *v, struct query_keys *k, size_t *ret_n)
+{
+    size_t n = 0, len = strlen(v);
+    if (len >= sizeof(k->buf))
+        return false;
+    memcpy(k->buf, v, len + 1);
+    for (char *p = k->buf;;) {
+        char *comma = strchr(p, ',');
+        if (comma)
+            *comma = '\0';
+        if (!*p || strlen(p) > 160 || n == MONITOR_QUERY_KEYS_MAX)
+            return false;
+        k->keys[n++] = p;
+        if (!comma)
+            break;
+        p = comma + 1;
+    }
+    *ret_n = n;
+    return true;
+}
+
+/* Fills q from the request (its keys in k); 0, or -1 once it answered 400. */
+static int parse_request(struct http_request *req, int64_t now, struct monitor_query *q,
+                         struct query_keys *k)
 {
     const char *metric = http_request_query(req, "metric");
     const char *by = http_request_query(req, "by");
     const char *since = http_request_query(req, "since");
     const char *until = http_request_query(req, "until");
     const char *step = http_request_query(req, "step");
-    *q = (struct monitor_query){.key = http_request_query(req, "key")};
+    const char *key = http_request_query(req, "key");
+    const char *node = http_request_query(req, "node");
+    *q = (struct monitor_query){.node = node};
+    if (key && !split_keys(key, k, &q->nkeys))
+        return http_request_error(req, 400, "invalid_query",
+                                  "key: expected 1 to %d group keys, comma-separated, each 1 to "
+                                  "160 bytes",
+                                  MONITOR_QUERY_KEYS_MAX),
+               -1;
+    q->keys = key ? k->keys : NULL;
     int m = metric ? monitor_metric_parse(metric) : -1;
     if (m < 0)
         return http_request_error(req, 400, "invalid_query",
@@ -117,6 +155,10 @@ static int parse_request(struct http_request *req, int64_t now, struct monitor_q
                                   monitor_metric_name(q->metric)),
                -1;
     q->by = (enum monitor_by)b;
+    if (node && (!*node || (b != MONITOR_BY_NODE && b != MONITOR_BY_GPU)))
+        return http_request_error(req, 400, "invalid_query",
+                                  *node ? "node: only by node or gpu" : "node: expected a node name"),
+               -1;
     int64_t t0 = now - DEFAULT_SPAN_MS, t1 = now;
     if (since && !parse_time(since, now, &t0))
         return http_request_error(req, 400, "invalid_query",
@@ -159,13 +201,19 @@ static int series(struct http_request *req, void *ctx)
     struct server *s = ctx;
     int64_t now = srv_now_ms(s);
     struct monitor_query q;
-    if (parse_request(req, now, &q))
+    struct query_keys *k = malloc(sizeof(*k));
+    if (!k)
+        return http_request_error(req, 500, "internal", "out of memory");
+    if (parse_request(req, now, &q, k)) {
+        free(k);
         return 0;
+    }
     pthread_mutex_lock(&s->lock);
     q.only_team = api_visible_team(s, req, CLUSTER_PRIVATE_USAGE);
     pthread_mutex_unlock(&s->lock);
     int err = 0;
     json_t *o = monitor_series_query(&s->monitor, &q, now, &err);
+    free(k);
     if (!o)
         return http_request_error(req, 500, "internal", "reading the series: %s",
                                   err == GPO_ENOMEM ? "out of memory" : gpo_strerror(err));

@@ -138,6 +138,9 @@ enum monitor_metric {
     MONITOR_TEMPERATURE,
     MONITOR_QUEUE_LENGTH,
 };
+/* At most this many keys in one query. */
+#define MONITOR_QUERY_KEYS_MAX 64
+
 enum monitor_by {
     MONITOR_BY_NODE,
     MONITOR_BY_TEAM,
@@ -150,7 +153,11 @@ enum monitor_by {
 struct monitor_query {
     enum monitor_metric metric;
     enum monitor_by by;
-    const char *key; /* only this group (borrowed), or NULL */
+    /* only these groups (borrowed; nkeys 0: every group) */
+    const char *const *keys;
+    size_t nkeys;
+    /* by node or gpu: only this node's GPUs (borrowed), or NULL */
+    const char *node;
     /* by team or job (and the queue by team): only this team's groups
      * (borrowed), or NULL for every team's */
     const char *only_team;

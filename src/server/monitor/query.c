@@ -4,9 +4,9 @@
  *
  * Within the rings' reach (the last hour, since the controller started)
  * values come from the raw samples; before it, from the stored one-minute
- * aggregates (GPU rows for by=node|gpu, attempt rows for by=team|job). Each
- * step's value is the mean of every sample of the group in it. The queue
- * length is kept in memory only (the last hour).
+ * aggregates (GPU rows for by=node|gpu, attempt rows for by=team|job, the
+ * queue length's rows for it). Each step's value is the mean of every sample
+ * of the group in it.
  */
 #include <math.h>
 #include <stdio.h>
@@ -35,7 +35,9 @@ struct grid {
     struct monitor *m;
     enum monitor_by by;
     int metric; /* enum series_metric, or MONITOR_QUEUE_LENGTH */
-    const char *key;
+    const char *const *keys; /* only these groups (nkeys 0: every one) */
+    size_t nkeys;
+    const char *node;      /* by node or gpu: only this node's GPUs, or NULL */
     const char *only_team; /* by team or job: this team's groups only, or NULL */
     int64_t since_ms, step_ms;
     size_t nsteps;
@@ -44,9 +46,17 @@ struct grid {
     bool oom;
 };
 
+static bool key_wanted(const struct grid *g, const char *key)
+{
+    for (size_t k = 0; k < g->nkeys; k++)
+        if (strcmp(g->keys[k], key) == 0)
+            return true;
+    return g->nkeys == 0;
+}
+
 static struct group *group_get(struct grid *g, const char *key)
 {
-    if (g->key && strcmp(g->key, key) != 0)
+    if (!key_wanted(g, key))
         return NULL;
     for (size_t k = g->ngroups; k-- > 0;) /* recent groups first: scans go GPU by GPU */
         if (strcmp(g->groups[k].key, key) == 0)
@@ -102,6 +112,8 @@ static void ring_sample(void *ctx, const struct series_gpu_info *gi, int64_t job
     struct grid *g = ctx;
     char key[KEY_MAX];
     const char *k = key;
+    if (g->node && strcmp(g->node, gi->node) != 0)
+        return;
     if (g->by == MONITOR_BY_NODE) {
         k = gi->node;
     } else if (g->by == MONITOR_BY_GPU) {
@@ -124,6 +136,8 @@ static int minute_row(void *ctx, const struct store_minute *m)
     struct grid *g = ctx;
     char key[KEY_MAX];
     const char *k = g->by == MONITOR_BY_NODE || g->by == MONITOR_BY_TEAM ? m->label : m->key;
+    if (g->node && m->kind == STORE_MINUTE_GPU && strcmp(g->node, m->label) != 0)
+        return 0; /* a GPU's minute is labelled with its node */
     /* An attempt's minute is labelled with its team. */
     if ((g->by == MONITOR_BY_TEAM || g->by == MONITOR_BY_JOB) && !team_shown(g, m->label))
         return 0;
@@ -142,18 +156,32 @@ static int minute_row(void *ctx, const struct store_minute *m)
     return g->oom ? GPO_ENOMEM : 0;
 }
 
-/* series_queue_fn */
-static void queue_point(void *ctx, const char *key, int64_t t_ms, uint32_t value)
+/* A queue length point of `key` (n points summing to sum) into its group. */
+static void queue_add(struct grid *g, const char *key, int64_t t_ms, double sum, uint64_t n)
 {
-    struct grid *g = ctx;
     const char *prefix = g->by == MONITOR_BY_TEAM       ? "team/"
                          : g->by == MONITOR_BY_PRIORITY ? "priority/"
                                                         : NULL;
     if (prefix && strncmp(key, prefix, strlen(prefix)) == 0 &&
         (g->by != MONITOR_BY_TEAM || team_shown(g, key + strlen(prefix))))
-        grid_add(g, key + strlen(prefix), t_ms, value, 1);
+        grid_add(g, key + strlen(prefix), t_ms, sum, n);
     else if (!prefix && strcmp(key, "total") == 0)
-        grid_add(g, "total", t_ms, value, 1);
+        grid_add(g, "total", t_ms, sum, n);
+}
+
+/* series_queue_fn */
+static void queue_point(void *ctx, const char *key, int64_t t_ms, uint32_t value)
+{
+    queue_add(ctx, key, t_ms, value, 1);
+}
+
+/* store_minute_fn: a stored minute of the queue length. */
+static int queue_minute(void *ctx, const struct store_minute *m)
+{
+    struct grid *g = ctx;
+    queue_add(g, m->key, m->minute_ms, (double)m->util_sum,
+              (uint64_t)(m->samples > 0 ? m->samples : 0));
+    return g->oom ? GPO_ENOMEM : 0;
 }
 
 const char *monitor_metric_name(enum monitor_metric m)
@@ -218,7 +246,9 @@ json_t *monitor_series_query(struct monitor *m, const struct monitor_query *q, i
     struct grid g = {.m = m,
                      .by = q->by,
                      .metric = (int)q->metric,
-                     .key = q->key,
+                     .keys = q->keys,
+                     .nkeys = q->nkeys,
+                     .node = q->node,
                      .only_team = q->only_team,
                      .since_ms = q->since_ms,
                      .step_ms = q->step_ms,
@@ -227,19 +257,25 @@ json_t *monitor_series_query(struct monitor *m, const struct monitor_query *q, i
     if (end > q->until_ms + 1)
         end = q->until_ms + 1;
     int rc = 0;
+    int64_t ring_start = series_ring_start(m->series, now_ms);
     if (g.metric == MONITOR_QUEUE_LENGTH) {
-        series_queue_scan(m->series, g.since_ms, end, now_ms, queue_point, &g);
+        if (g.since_ms < ring_start) /* older than the rings: stored minutes */
+            rc = store_minutes_get(m->store, STORE_MINUTE_QUEUE, NULL, g.since_ms,
+                                   end < ring_start ? end : ring_start, queue_minute, &g);
+        if (rc == 0 && end > ring_start)
+            series_queue_scan(m->series, g.since_ms > ring_start ? g.since_ms : ring_start, end,
+                              now_ms, queue_point, &g);
     } else {
-        int64_t ring_start = series_ring_start(m->series, now_ms);
         if (g.since_ms < ring_start) { /* older than the rings: stored minutes */
             bool gpu_rows = g.by == MONITOR_BY_NODE || g.by == MONITOR_BY_GPU;
-            const char *key = g.by == MONITOR_BY_GPU ? g.key : NULL;
+            /* one GPU: the store reads its rows only */
+            const char *key = g.by == MONITOR_BY_GPU && g.nkeys == 1 ? g.keys[0] : NULL;
             rc = store_minutes_get(m->store, gpu_rows ? STORE_MINUTE_GPU : STORE_MINUTE_JOB, key,
                                    g.since_ms, end < ring_start ? end : ring_start, minute_row, &g);
         }
         if (rc == 0 && end > ring_start) {
             pthread_mutex_lock(m->lock); /* jobs' teams; then the series' own lock */
-            series_scan(m->series, g.by == MONITOR_BY_GPU ? g.key : NULL,
+            series_scan(m->series, g.by == MONITOR_BY_GPU && g.nkeys == 1 ? g.keys[0] : NULL,
                         g.since_ms > ring_start ? g.since_ms : ring_start, end, now_ms, ring_sample,
                         &g);
             pthread_mutex_unlock(m->lock);

@@ -712,7 +712,7 @@ int pg_minutes_get(struct store *base, enum store_minute_kind kind, const char *
                    int64_t since_ms, int64_t until_ms, store_minute_fn fn, void *ctx)
 {
     struct args a = {.n = 0};
-    arg_text(&a, kind == STORE_MINUTE_GPU ? "gpu" : "job");
+    arg_text(&a, store_minute_kind_name(kind));
     arg_int(&a, since_ms);
     arg_int(&a, until_ms);
     if (key)

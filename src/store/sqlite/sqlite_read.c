@@ -528,7 +528,7 @@ int sq_minutes_get(struct store *base, enum store_minute_kind kind, const char *
     struct sq *s = to_sq(base);
     sqlite3_stmt *st = s->rst[key ? RQ_MINUTES_KEY : RQ_MINUTES];
     pthread_mutex_lock(&s->rlock);
-    int rc = sqlite3_bind_text(st, 1, kind == STORE_MINUTE_GPU ? "gpu" : "job", -1, SQLITE_STATIC);
+    int rc = sqlite3_bind_text(st, 1, store_minute_kind_name(kind), -1, SQLITE_STATIC);
     if (rc == SQLITE_OK)
         rc = sqlite3_bind_int64(st, 2, since_ms);
     if (rc == SQLITE_OK)
