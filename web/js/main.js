@@ -144,6 +144,7 @@
     for (const b of box.querySelectorAll('button[data-range]')) {
       b.classList.toggle('on', b.dataset.range === r.key);
     }
+    $('range-custom-btn').classList.toggle('on', r.key === 'custom');
     const custom = $('range-custom');
     if (r.key === 'custom') {
       $('range-from').value = localInput(r.from_ms);

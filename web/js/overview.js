@@ -133,7 +133,7 @@
     const t = table([
       {h: 'Node', cls: 'node-name', cell: (n) => {
         const d = el('div');
-        d.appendChild(el('div', '', n.name));
+        d.appendChild(el('div')).appendChild(nodeLink(n.name));
         d.appendChild(el('div', 'muted', n.pool || ''));
         return d;
       }},
@@ -178,16 +178,74 @@
     return j.spec && j.spec.name ? j.spec.name : '';
   }
 
+  // -- Filters of the queue and running tables (in the URL: ?q=&team=&user=). -----------
+
+  function jobFilter() {
+    const p = new URLSearchParams(location.search);
+    return {q: (p.get('q') || '').trim().toLowerCase(), team: p.get('team') || '', user: p.get('user') || ''};
+  }
+
+  // The search box's text: the job's id, or part of its name or user (any case).
+  function jobMatches(f, j) {
+    if (f.team && j.team !== f.team) return false;
+    if (f.user && j.user !== f.user) return false;
+    if (!f.q) return true;
+    return String(j.id) === f.q || specName(j).toLowerCase().includes(f.q) ||
+      String(j.user || '').toLowerCase().includes(f.q);
+  }
+
+  const filtered = (f) => !!(f.q || f.team || f.user);
+
+  // "3 waiting", or "1 of 3 waiting" when a filter hides some.
+  function countNote(shown, all, what) {
+    if (!all) return '';
+    return shown === all ? `${all} ${what}` : `${shown} of ${all} ${what}`;
+  }
+
+  // The team and user choices: those of the jobs listed, and the one chosen.
+  function setChoices(id, values, chosen) {
+    const sel = $(id);
+    const want = [''].concat([...new Set(values.concat(chosen ? [chosen] : []))].sort());
+    const have = [...sel.options].map((o) => o.value);
+    if (have.join('\n') !== want.join('\n')) {
+      sel.replaceChildren(...want.map((v) => {
+        const o = el('option', '', v || 'all');
+        o.value = v;
+        return o;
+      }));
+    }
+    sel.value = chosen;
+  }
+
+  function renderFilters(jobs) {
+    const f = jobFilter();
+    setChoices('f-team', jobs.map((j) => j.team).filter(Boolean), f.team);
+    setChoices('f-user', jobs.map((j) => j.user).filter(Boolean), f.user);
+    $('f-clear').hidden = !filtered(f);
+    const box = $('search-q');
+    if (document.activeElement !== box) box.value = new URLSearchParams(location.search).get('q') || '';
+  }
+
+  function setFilter(name, value) {
+    const p = new URLSearchParams(location.search);
+    if (value) p.set(name, value);
+    else p.delete(name);
+    const q = p.toString();
+    window.GPO.navigate(location.pathname + (q ? '?' + q : ''), true);
+  }
+
   function renderQueue(jobs) {
-    const pending = jobs.filter((j) => j.state === 'PENDING')
+    const f = jobFilter();
+    const all = jobs.filter((j) => j.state === 'PENDING');
+    const pending = all.filter((j) => jobMatches(f, j))
       .sort((a, b) => Date.parse(a.submitted_at) - Date.parse(b.submitted_at) || a.id - b.id);
-    $('queue-note').textContent = pending.length ? pending.length + ' waiting' : '';
+    $('queue-note').textContent = countNote(pending.length, all.length, 'waiting');
     if (!pending.length) {
-      setPanel('queue', msg('no job is waiting'));
+      setPanel('queue', msg(all.length ? 'no waiting job matches the filter' : 'no job is waiting'));
       return;
     }
     setPanel('queue', table([
-      {h: 'ID', num: true, cls: 'mono', cell: (j) => j.id},
+      {h: 'ID', num: true, cls: 'mono', cell: (j) => jobLink(j.id)},
       {h: 'Name', cell: specName},
       {h: 'Team', cell: (j) => j.team},
       {h: 'User', cell: (j) => j.user},
@@ -205,14 +263,16 @@
   }
 
   function renderRunning(jobs) {
-    const running = jobs.filter((j) => j.state === 'RUNNING').sort((a, b) => a.id - b.id);
-    $('running-note').textContent = running.length ? running.length + ' running' : '';
+    const f = jobFilter();
+    const all = jobs.filter((j) => j.state === 'RUNNING');
+    const running = all.filter((j) => jobMatches(f, j)).sort((a, b) => a.id - b.id);
+    $('running-note').textContent = countNote(running.length, all.length, 'running');
     if (!running.length) {
-      setPanel('running', msg('no job is running'));
+      setPanel('running', msg(all.length ? 'no running job matches the filter' : 'no job is running'));
       return;
     }
     setPanel('running', table([
-      {h: 'ID', num: true, cls: 'mono', cell: (j) => j.id},
+      {h: 'ID', num: true, cls: 'mono', cell: (j) => jobLink(j.id)},
       {h: 'Name', cell: specName},
       {h: 'Team', cell: (j) => j.team},
       {h: 'User', cell: (j) => j.user},
@@ -223,7 +283,16 @@
         return badge(s, s === 'RUNNING' ? 'green' : s === 'KILLING' ? 'red' : 'blue');
       }},
       {h: 'GPUs', num: true, cell: gpusHeld},
-      {h: 'Nodes', cell: (j) => (j.current_attempt ? (j.current_attempt.nodes || []).join(', ') : '-')},
+      {h: 'Nodes', cell: (j) => {
+        const names = j.current_attempt ? j.current_attempt.nodes || [] : [];
+        if (!names.length) return '-';
+        const d = el('span');
+        names.forEach((n, i) => {
+          if (i) d.appendChild(document.createTextNode(', '));
+          d.appendChild(nodeLink(n));
+        });
+        return d;
+      }},
       {h: 'GPU util', num: true, cell: (j) => fmtPct(j.gpu_utilization_pct)},
       {h: 'GPU mem', num: true, cell: (j) => (isNum(j.gpu_memory_used_mib) ? fmtGiB(j.gpu_memory_used_mib) + ' GiB' : '-')},
       {h: 'Cost', num: true, cell: (j) => fmtMoney(j.cost)},
@@ -238,7 +307,7 @@
       return;
     }
     setPanel('idle', table([
-      {h: 'ID', num: true, cls: 'mono', cell: (j) => j.id},
+      {h: 'ID', num: true, cls: 'mono', cell: (j) => jobLink(j.id)},
       {h: 'Name', cell: specName},
       {h: 'Team', cell: (j) => j.team},
       {h: 'User', cell: (j) => j.user},
@@ -521,6 +590,7 @@
     if (nodes) renderNodes(nodes, jobs);
     else setPanel('nodes', failure(nodesR.reason));
     if (jobs) {
+      renderFilters(jobs);
       renderQueue(jobs);
       renderRunning(jobs);
       renderIdle(jobs);
@@ -544,6 +614,25 @@
   }
 
   function init() {
+    $('f-team').addEventListener('change', (ev) => setFilter('team', ev.target.value));
+    $('f-user').addEventListener('change', (ev) => setFilter('user', ev.target.value));
+    $('f-clear').addEventListener('click', () => {
+      const p = new URLSearchParams(location.search);
+      for (const k of ['q', 'team', 'user']) p.delete(k);
+      $('search-q').value = '';
+      const q = p.toString();
+      window.GPO.navigate(location.pathname + (q ? '?' + q : ''), true);
+    });
+    // Typing in the search box filters the overview's tables as it goes.
+    let typing = null;
+    $('search-q').addEventListener('input', (ev) => {
+      if (document.documentElement.dataset.page !== 'overview') return;
+      clearTimeout(typing);
+      typing = setTimeout(() => {
+        // Enter may have opened another page meanwhile.
+        if (document.documentElement.dataset.page === 'overview') setFilter('q', ev.target.value.trim());
+      }, 250);
+    });
     $('cost-by').addEventListener('click', (ev) => {
       const by = ev.target && ev.target.dataset ? ev.target.dataset.by : null;
       if (!by || by === state.costBy) return;
