@@ -178,6 +178,7 @@
       } else if (b.id === 'range-custom-btn') {
         const custom = $('range-custom');
         custom.hidden = !custom.hidden;
+        $('range-error').hidden = true;
         if (!custom.hidden && !$('range-from').value) {
           const r = G.currentRange();
           const to = r.to_ms || Date.now();

@@ -373,11 +373,12 @@
 
   // -- Services (docs/dashboard.md): GET /v1/services each refresh. ------------------
 
-  const SVC_HISTORY_MS = 15 * 60 * 1000;
+  const SVC_HISTORY_MS = 2 * 60 * 1000; // the cost's history the page keeps
   const SVC_RATE_MIN_MS = 5000; // cost per hour: from the cost's growth over at least this
   const SVC_RATE_MAX_MS = 60000; // ... and at most this
 
-  // The history the page keeps of each service, one point a refresh: t in seconds (uPlot's).
+  // Each service's cost as the page saw it, one point a refresh (t in seconds):
+  // the cost per hour column is how fast it grows. (The charts read the series API.)
   function recordServices(services) {
     const h = state.svcHist;
     const now = serverNow();
@@ -386,32 +387,19 @@
     for (const s of services) {
       const st = s.status || {};
       let e = h.byName[s.name];
-      if (!e) {
-        e = h.byName[s.name] = {ready: [], desired: [], rps: [], p50: [], p99: [], cost: []};
-        for (const k of Object.keys(e)) e[k] = new Array(n - 1).fill(null);
-      }
-      const obs = st.observed || {};
-      e.ready.push(isNum(st.ready) ? st.ready : null);
-      e.desired.push(isNum(st.desired) ? st.desired : null);
-      e.rps.push(isNum(obs.rps) ? obs.rps : null);
-      const lat = obs.latency || {};
-      e.p50.push(isNum(lat.p50_s) ? lat.p50_s : null);
-      e.p99.push(isNum(lat.p99_s) ? lat.p99_s : null);
+      if (!e) e = h.byName[s.name] = {cost: new Array(n - 1).fill(null)};
       e.cost.push(st.cost && isNum(st.cost.cost) ? st.cost.cost : null);
     }
-    for (const e of Object.values(h.byName)) {
-      for (const k of Object.keys(e)) while (e[k].length < n) e[k].push(null);
-    }
+    for (const e of Object.values(h.byName)) while (e.cost.length < n) e.cost.push(null);
     // Forget what is older than the window, and services gone from all of it.
     let drop = 0;
     while (drop < h.t.length - 1 && now / 1000 - h.t[drop] > SVC_HISTORY_MS / 1000) drop++;
     if (drop) {
       h.t.splice(0, drop);
-      for (const e of Object.values(h.byName)) for (const k of Object.keys(e)) e[k].splice(0, drop);
+      for (const e of Object.values(h.byName)) e.cost.splice(0, drop);
     }
     for (const [name, e] of Object.entries(h.byName)) {
-      if (e.ready.every((v) => v === null) && e.rps.every((v) => v === null) &&
-          e.p99.every((v) => v === null)) delete h.byName[name];
+      if (e.cost.every((v) => v === null)) delete h.byName[name];
     }
   }
 
@@ -517,47 +505,50 @@
     ], rows));
   }
 
-  // Chart bodies, as /v1/metrics/series gives them, from the page's history.
-  function serviceCharts() {
-    const h = state.svcHist;
-    const names = Object.keys(h.byName).sort();
-    const replicas = [];
-    for (const n of names) {
-      replicas.push({key: n, values: h.byName[n].ready});
-      replicas.push({key: n + ' desired', values: h.byName[n].desired});
+  // The services' charts over the time range: GET /v1/metrics/series by
+  // service of each metric (SVC_SERIES), the services listed now only.
+  const SVC_SERIES = ['replicas', 'desired_replicas', 'rps', 'latency_p50', 'latency_p99'];
+  const SVC_CHARTS = ['chart-svc-replicas', 'chart-svc-rps', 'chart-svc-latency'];
+
+  function serviceCharts(names, res) {
+    const bodies = res.map((r) => (r.status === 'fulfilled' ? r.value : null));
+    const failed = res.find((r) => r.status === 'rejected');
+    if (failed) {
+      const text = failed.reason instanceof ApiError && failed.reason.status === 404 ? 'not available'
+        : 'could not load: ' + (failed.reason && failed.reason.message);
+      for (const id of SVC_CHARTS) chartMessage(id, text, text !== 'not available');
+      return;
     }
-    const rps = names.map((n) => ({key: n, values: h.byName[n].rps}));
-    // One colour per service on both charts; its desired count dashed, in the same colour.
-    const colorOf = (k) => Math.max(0, names.indexOf(k.replace(/ desired$/, '')));
-    renderChart('chart-svc-replicas', {t: h.t, series: replicas}, '', null,
+    const [ready, desired, rps, p50, p99] = bodies;
+    // One chart's body from several answers (the same grid): series renamed NAME + suffix.
+    const merge = (parts) => ({t: parts[0][0].t, step_s: parts[0][0].step_s,
+      series: parts.flatMap(([b, suffix]) => (b.series || []).filter((s) => names.includes(s.key))
+        .map((s) => ({key: s.key + suffix, values: s.values})))});
+    // One colour per service on every chart; its desired count and p99 dashed, in the same colour.
+    const colorOf = (k) => Math.max(0, names.indexOf(k.replace(/ (desired|p50|p99)$/, '')));
+    renderChart('chart-svc-replicas', merge([[ready, ''], [desired, ' desired']]), '', null,
       {colorOf, dashOf: (k) => / desired$/.test(k)});
-    renderChart('chart-svc-rps', {t: h.t, series: rps}, '', null, {colorOf});
-    const latency = [];
-    for (const n of names) {
-      latency.push({key: n + ' p50', values: h.byName[n].p50});
-      latency.push({key: n + ' p99', values: h.byName[n].p99});
-    }
-    const latColor = (k) => Math.max(0, names.indexOf(k.replace(/ p(50|99)$/, '')));
-    renderChart('chart-svc-latency', {t: h.t, series: latency}, '', null,
-      {colorOf: latColor, dashOf: (k) => / p99$/.test(k)});
+    renderChart('chart-svc-rps', merge([[rps, '']]), '', null, {colorOf});
+    renderChart('chart-svc-latency', merge([[p50, ' p50'], [p99, ' p99']]), 's', null,
+      {colorOf, dashOf: (k) => / p99$/.test(k)});
   }
 
 
   // the API (404), hides it; another failure shows in it when it was shown.
-  function showServices(r) {
+  function showServices(r, seriesRes) {
     const block = $('services-block');
     const list = r.status === 'fulfilled' ? (r.value && r.value.services) || [] : null;
     if (list && list.length) {
       recordServices(list);
       block.hidden = false;
       renderServices(list);
-      serviceCharts();
+      serviceCharts(list.map((s) => s.name).sort(), seriesRes);
       return;
     }
     if (list || (r.reason instanceof ApiError && r.reason.status === 404) || block.hidden) {
       block.hidden = true;
       clearServiceHistory();
-      for (const id of ['chart-svc-replicas', 'chart-svc-rps', 'chart-svc-latency']) chartMessage(id, 'no data yet');
+      for (const id of SVC_CHARTS) chartMessage(id, 'no data yet');
       return;
     }
     setPanel('services', failure(r.reason));
@@ -580,7 +571,8 @@
       api('/v1/cost?by=' + encodeURIComponent(costBy)),
       api('/v1/budgets'),
       api('/v1/services'),
-    ].concat(CHARTS.map((c) => api('/v1/metrics/series?' + c.query + '&' + rq))));
+    ].concat(CHARTS.map((c) => api('/v1/metrics/series?' + c.query + '&' + rq)),
+      SVC_SERIES.map((m) => api('/v1/metrics/series?metric=' + m + '&by=service&' + rq))));
     if (!res) return null;
     const val = (r) => (r.status === 'fulfilled' ? r.value : null);
     const [nodesR, jobsR, costR, budgetsR, servicesR] = res;
@@ -602,7 +594,11 @@
     if (val(budgetsR)) renderBudgets(val(budgetsR));
     else setPanel('budgets', failure(budgetsR.reason));
     renderTiles(nodes, jobs, val(costR));
-    showServices(servicesR);
+    showServices(servicesR, res.slice(5 + CHARTS.length));
+    for (const id of SVC_CHARTS) {
+      const note = $(id).parentNode.querySelector('.panel-note');
+      if (note) note.textContent = note.dataset.what + ', ' + range.label;
+    }
 
     CHARTS.forEach((c, i) => {
       const r = res[5 + i];

@@ -224,6 +224,31 @@ void monitor_heartbeat(struct monitor *m, const char *node, const struct proto_h
         in->st.ingest_ns += (uint64_t)(m->cfg.mono_ns() - t0);
 }
 
+/* ---- services -------------------------------------------------------------- */
+
+void monitor_services(struct monitor *m, const struct monitor_service_point *v, size_t n,
+                      int64_t now_ms)
+{
+    char key[2 * CLUSTER_NAME_MAX + 32];
+    for (size_t k = 0; k < n; k++) {
+        const struct monitor_service_point *p = &v[k];
+        const struct {
+            const char *what;
+            int64_t value;
+        } fig[] = {{"ready", p->ready},       {"desired", p->desired}, {"rps", p->rps_milli},
+                   {"p50", p->p50_ms},        {"p99", p->p99_ms}};
+        for (size_t i = 0; i < sizeof(fig) / sizeof(fig[0]); i++) {
+            if (fig[i].value < 0)
+                continue; /* no answer in the last minute: no latency point */
+            snprintf(key, sizeof(key), "service/%s/%s/%s", p->team ? p->team : "", p->name,
+                     fig[i].what);
+            series_queue_put(m->series, key,
+                             fig[i].value > UINT32_MAX ? UINT32_MAX : (uint32_t)fig[i].value,
+                             now_ms);
+        }
+    }
+}
+
 /* ---- the timer ------------------------------------------------------------ */
 
 static void queue_point(struct monitor *m, int64_t now_ms)
@@ -276,7 +301,7 @@ struct flush {
 struct queue_minutes {
     struct store_batch *b;
     int64_t minute_ms;              /* the length of a minute */
-    char key[CLUSTER_NAME_MAX + 16]; /* the row being summed */
+    char key[2 * CLUSTER_NAME_MAX + 32]; /* the row being summed */
     int64_t start_ms, samples, sum;
     uint64_t rows;
     int rc;
