@@ -932,8 +932,7 @@ static void test_unscripted_utilization_follows_the_processes_cpu_time(void **st
     for (int i = 0; i < 3; i++) {
         unsigned pct = gpu_utilization(n, h[i]), mw, c;
         assert_int_equal(n->nvmlDeviceGetPowerUsage(h[i], &mw), NVML_SUCCESS);
-        assert_int_equal(n->nvmlDeviceGetTemperature(h[i], NVML_TEMPERATURE_GPU, &c),
-                         NVML_SUCCESS);
+        assert_int_equal(n->nvmlDeviceGetTemperature(h[i], NVML_TEMPERATURE_GPU, &c), NVML_SUCCESS);
         assert_int_equal(mw, 70000 + 630000 * pct / 100);
         assert_int_equal(c, 30 + 45 * pct / 100);
     }

@@ -164,7 +164,8 @@ static int parse_request(struct http_request *req, int64_t now, struct monitor_q
     q->by = (enum monitor_by)b;
     if (node && (!*node || (b != MONITOR_BY_NODE && b != MONITOR_BY_GPU)))
         return http_request_error(req, 400, "invalid_query",
-                                  *node ? "node: only by node or gpu" : "node: expected a node name"),
+                                  *node ? "node: only by node or gpu"
+                                        : "node: expected a node name"),
                -1;
     int64_t t0 = now - DEFAULT_SPAN_MS, t1 = now;
     if (since && !parse_time(since, now, &t0))

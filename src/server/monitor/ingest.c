@@ -51,7 +51,7 @@ struct monitor_ingest {
     struct monitor_stats st;
     int64_t flushed_minute; /* the minute of the last flush */
     int64_t pruned_ms, queued_ms;
-    int64_t queue_flushed_ms; /* the queue's points before this are in the store */
+    int64_t queue_flushed_ms; /* the gauges' points before this are in the store */
     _Atomic uint64_t minutes_flushed, flushes_failed; /* written by the store's thread */
 };
 
@@ -235,8 +235,11 @@ void monitor_services(struct monitor *m, const struct monitor_service_point *v, 
         const struct {
             const char *what;
             int64_t value;
-        } fig[] = {{"ready", p->ready},       {"desired", p->desired}, {"rps", p->rps_milli},
-                   {"p50", p->p50_ms},        {"p99", p->p99_ms}};
+        } fig[] = {{"ready", p->ready},
+                   {"desired", p->desired},
+                   {"rps", p->rps_milli},
+                   {"p50", p->p50_ms},
+                   {"p99", p->p99_ms}};
         for (size_t i = 0; i < sizeof(fig) / sizeof(fig[0]); i++) {
             if (fig[i].value < 0)
                 continue; /* no answer in the last minute: no latency point */
@@ -296,11 +299,11 @@ struct flush {
     uint64_t rows;
 };
 
-/* The queue length's closed minutes, one row per key and minute, as the
+/* The gauges' (queue length, services) closed minutes, one row per key and minute, as the
  * series scan gives them (key by key, in time order). */
 struct queue_minutes {
     struct store_batch *b;
-    int64_t minute_ms;              /* the length of a minute */
+    int64_t minute_ms;                   /* the length of a minute */
     char key[2 * CLUSTER_NAME_MAX + 32]; /* the row being summed */
     int64_t start_ms, samples, sum;
     uint64_t rows;
@@ -311,7 +314,7 @@ static void queue_row_out(struct queue_minutes *q)
 {
     if (!q->samples || q->rc)
         return;
-    const struct store_minute row = {.kind = STORE_MINUTE_QUEUE,
+    const struct store_minute row = {.kind = STORE_MINUTE_GAUGE,
                                      .key = q->key,
                                      .label = "",
                                      .minute_ms = q->start_ms,

@@ -183,7 +183,7 @@ struct monitor_service_point {
 /*
  * The services' figures at now_ms (at most one point a second a service is
  * kept, as the queue length's): into rings of the last hour, and each closed
- * minute to the store with the queue length's (kind queue, keys
+ * minute to the store with the queue length's (kind gauge, keys
  * "service/TEAM/NAME/ready" ...), for GET /v1/metrics/series by service.
  */
 void monitor_services(struct monitor *m, const struct monitor_service_point *v, size_t n,

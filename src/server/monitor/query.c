@@ -39,7 +39,7 @@ struct group {
 struct grid {
     struct monitor *m;
     enum monitor_by by;
-    int metric; /* enum series_metric, or MONITOR_QUEUE_LENGTH and after */
+    int metric;              /* enum series_metric, or MONITOR_QUEUE_LENGTH and after */
     const char *const *keys; /* only these groups (nkeys 0: every one) */
     size_t nkeys;
     const char *node;      /* by node or gpu: only this node's GPUs, or NULL */
@@ -286,8 +286,8 @@ json_t *monitor_series_query(struct monitor *m, const struct monitor_query *q, i
     int rc = 0;
     int64_t ring_start = series_ring_start(m->series, now_ms);
     if (g.metric >= MONITOR_QUEUE_LENGTH) { /* the queue's and the services' points */
-        if (g.since_ms < ring_start) /* older than the rings: stored minutes */
-            rc = store_minutes_get(m->store, STORE_MINUTE_QUEUE, NULL, g.since_ms,
+        if (g.since_ms < ring_start)        /* older than the rings: stored minutes */
+            rc = store_minutes_get(m->store, STORE_MINUTE_GAUGE, NULL, g.since_ms,
                                    end < ring_start ? end : ring_start, queue_minute, &g);
         if (rc == 0 && end > ring_start)
             series_queue_scan(m->series, g.since_ms > ring_start ? g.since_ms : ring_start, end,
