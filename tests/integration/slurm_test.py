@@ -278,6 +278,24 @@ def history(jid, long):
     ok(st == 400 and "since" in message(body, raw), "the API names a bad since (400)", body)
     st, body, raw = API.call("GET", "/v1/accounting/jobs?job=x7", token=ALICE)
     ok(st == 400 and "job" in message(body, raw), "the API names a bad job (400)", body)
+    # Newest first, page by page (the dashboard's history), as the oldest-first pages.
+    st, body, raw = API.call("GET", "/v1/accounting/jobs?limit=1000", token=ALICE)
+    every = [j["id"] for j in body["jobs"]] if st == 200 else []
+    pages, after = [], None
+    while len(pages) < 50:
+        q = "order=desc&limit=2" + (f"&after={after}" if after is not None else "")
+        st, body, raw = API.call("GET", "/v1/accounting/jobs?" + q, token=ALICE)
+        if st != 200:
+            break
+        pages.append([j["id"] for j in body["jobs"]])
+        after = body["next_after"]
+        if after is None:
+            break
+    flat = [i for p in pages for i in p]
+    ok(len(every) >= 3 and flat == sorted(every, reverse=True) and all(len(p) <= 2 for p in pages),
+       "order=desc: every job newest first, in keyset pages of 2", (every, pages))
+    st, body, raw = API.call("GET", "/v1/accounting/jobs?order=sideways", token=ALICE)
+    ok(st == 400 and message(body, raw).startswith("order:"), "a bad order is a 400 naming it", raw)
     AGENT.stop()
     SRV.stop()
     SRV.start()

@@ -3,7 +3,7 @@
  * GET /v1/accounting/jobs (ended ones by default, any state the filter asks
  * for), with the columns of `gpuorch history`, filtered by team, user, state,
  * a time window and a search text, in pages of 50 (keyset: the API's
- * next_after).
+ * next_after, newest first: order=desc).
  *
  * Every filter lives in the URL (/history?team=research&state=FAILED&q=sweep)
  * so that a view can be shared or reloaded: a change of filter replaces the
@@ -83,6 +83,7 @@
   function apiQuery(f) {
     const p = new URLSearchParams();
     p.set('state', (f.states || ENDED).join(','));
+    p.set('order', 'desc'); // newest first
     for (const k of ['team', 'user', 'since', 'until', 'q']) if (f[k]) p.set(k, f[k]);
     if (f.after !== null) p.set('after', String(f.after));
     p.set('limit', String(f.limit));
@@ -371,7 +372,7 @@
     fp.setAttribute('aria-label', 'filters');
     const fh = fp.appendChild(el('div', 'panel-head'));
     fh.appendChild(el('h2', '', 'History'));
-    fh.appendChild(el('span', 'panel-note', 'jobs by id, oldest first; filters are in the address'));
+    fh.appendChild(el('span', 'panel-note', 'newest first; filters are in the address'));
     ui = buildControls(fp);
 
     const jp = box.appendChild(el('section', 'panel'));

@@ -36,7 +36,8 @@ struct history_query {
     struct job_sel sel[IDS_MAX];
     size_t nsel;
     int64_t since_ms, until_ms; /* INT64_MIN, INT64_MAX: open */
-    int64_t after, limit;
+    int64_t after, limit; /* after: 0 (and INT64_MAX in descending order): none */
+    bool desc;            /* order=desc: newest first, `after` the ids below it */
 };
 
 static bool parse_count(const char *text, int64_t min, int64_t max, int64_t *ret)
@@ -125,6 +126,10 @@ static bool query_param(struct http_request *req, const char *name, const char *
         if (!value || !*value || strlen(value) > TEXT_MAX)
             bad = "q: expected 1 to 128 bytes: a job id, a user or part of a job's name";
         q->text = value;
+    } else if (strcmp(name, "order") == 0) {
+        if (!value || (strcmp(value, "asc") != 0 && strcmp(value, "desc") != 0))
+            bad = "order: expected asc (oldest first, the default) or desc (newest first)";
+        q->desc = value && strcmp(value, "desc") == 0;
     } else if (strcmp(name, "after") == 0) {
         if (!parse_count(value, 0, INT64_MAX, &q->after))
             bad = "after: expected a job id (an integer >= 0)";
@@ -134,7 +139,7 @@ static bool query_param(struct http_request *req, const char *name, const char *
     } else {
         http_request_error(req, 400, "invalid_query",
                            "unknown query parameter '%.40s' (job, state, team, user, q, "
-                           "since, until, after, limit)",
+                           "since, until, order, after, limit)",
                            name);
         return false;
     }
@@ -145,8 +150,11 @@ static bool query_param(struct http_request *req, const char *name, const char *
 
 static bool query_parse(struct http_request *req, int64_t now_ms, struct history_query *q)
 {
-    *q = (struct history_query){
-        .any_state = true, .since_ms = INT64_MIN, .until_ms = INT64_MAX, .limit = LIST_DEFAULT};
+    *q = (struct history_query){.any_state = true,
+                                .since_ms = INT64_MIN,
+                                .until_ms = INT64_MAX,
+                                .after = -1,
+                                .limit = LIST_DEFAULT};
     size_t n = http_request_query_count(req);
     for (size_t i = 0; i < n; i++) {
         const char *name, *value;
@@ -236,8 +244,11 @@ static int history(struct http_request *req, void *ctx)
     pthread_mutex_lock(&s->lock);
     may = !q.team || api_user_sees(s, req, CLUSTER_PRIVATE_JOBS, q.team);
     int64_t now = srv_now_ms(s);
-    for (size_t k = jobs_index(&s->jobs, q.after + 1); may && !rc && k < s->jobs.n; k++) {
-        const struct job *j = s->jobs.v[k];
+    /* Keyset pages in id order: after the `after` id (below it, newest first). */
+    size_t first = q.desc ? (q.after >= 0 ? jobs_index(&s->jobs, q.after) : s->jobs.n)
+                          : jobs_index(&s->jobs, (q.after >= 0 ? q.after : 0) + 1);
+    for (size_t i = 0; may && !rc && i < (q.desc ? first : s->jobs.n - first); i++) {
+        const struct job *j = s->jobs.v[q.desc ? first - 1 - i : first + i];
         if (!api_user_sees(s, req, CLUSTER_PRIVATE_JOBS, j->team) || !selected(&q, j))
             continue;
         if ((int64_t)json_array_size(list) == q.limit) {
