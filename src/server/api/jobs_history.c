@@ -36,8 +36,8 @@ struct history_query {
     struct job_sel sel[IDS_MAX];
     size_t nsel;
     int64_t since_ms, until_ms; /* INT64_MIN, INT64_MAX: open */
-    int64_t after, limit; /* after: 0 (and INT64_MAX in descending order): none */
-    bool desc;            /* order=desc: newest first, `after` the ids below it */
+    int64_t after, limit;       /* after: -1, none */
+    bool desc;                  /* order=desc: newest first, `after` the ids below it */
 };
 
 static bool parse_count(const char *text, int64_t min, int64_t max, int64_t *ret)
