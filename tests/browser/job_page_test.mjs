@@ -341,6 +341,9 @@ async function runningChecks(page, {busy, gang, fail, loud, label, logRequests, 
   H.ok(failRows && failRows[0].Exit === '3' && failRows[0]['State.badge'] === 'FAILED' && failRows[0].End !== '-' &&
     (await pageState(page)) === 'FAILED', 'an ended job\'s page: FAILED, the attempt\'s end and exit code 3',
   JSON.stringify(failRows));
+  const endedShot = c.screenshot('job-page-ended.png');
+  await page.screenshot({path: endedShot, fullPage: true});
+  H.diag('the ended job\'s page: ' + endedShot);
   const outDone = await H.waitUntil(async () => {
     const l = await logBox(page);
     return l && l.state === 'done' && /going/.test(l.text) ? l : null;

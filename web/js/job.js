@@ -111,7 +111,8 @@
   }
 
   // GPU-hours as the cost panel shows them, with the digits a short job needs.
-  const gpuHours = (v) => (v > 0 && v < 1 ? v.toFixed(v < 0.01 ? 4 : 2) : fmtHours(v));
+  const gpuHours = (v) => (v > 0 && v < 0.0001 ? '< 0.0001' : v > 0 && v < 1 ? v.toFixed(v < 0.01 ? 4 : 2)
+    : fmtHours(v));
 
   function exitText(a) {
     if (isNum(a.signal)) return 'signal ' + a.signal + (SIGNALS[a.signal] ? ' (' + SIGNALS[a.signal] + ')' : '');
@@ -565,8 +566,8 @@
         appendLog(lg, dec.decode(value, {stream: true}), value.length);
       }
       appendLog(lg, dec.decode(), 0);
-      setLogState(lg, 'done', (lg.bytes ? '' : 'empty; ') + 'the attempt ' + (lg.follow ? 'has ended' : 'ended') +
-        ' (' + lg.bytes + ' bytes)');
+      // A follow ends with its attempt (or when the node stops serving it: "reload" reads it again).
+      setLogState(lg, 'done', (lg.bytes ? 'end of the log' : 'the log is empty') + ' (' + lg.bytes + ' bytes)');
     } catch (e) {
       if (lg.ctrl && lg.ctrl.signal.aborted) return; // the page went, or the selection changed
       if (!cur || cur.log !== lg) return;
@@ -725,8 +726,9 @@
         '&until=now'));
     }
     if (!w) {
-      chartMessage('chart-job-util', j.state === 'PENDING' ? 'the job has not started' : 'no GPU data');
-      chartMessage('chart-job-mem', j.state === 'PENDING' ? 'the job has not started' : 'no GPU data');
+      const why = !(j.attempts || []).length ? 'the job has not started' : 'the job holds no GPU';
+      chartMessage('chart-job-util', why);
+      chartMessage('chart-job-mem', why);
       c.seriesKey = '';
     }
     if (!reqs.length) return first;
