@@ -257,6 +257,13 @@ async function runningChecks(page, {busy, gang, fail, loud, label, logRequests, 
   H.ok(chart && JSON.stringify(chart.keys.slice().sort()) === JSON.stringify(wantKeys),
     'the utilization chart has data points and one series per GPU of the attempt (node/index)',
     JSON.stringify({chart, wantKeys}));
+  const grown = chart && await H.waitUntil(async () => {
+    const ch = await H.chartOf(page, 'chart-job-util');
+    return ch && ch.t[1] > chart.t[1] ? ch : null;
+  }, 30000);
+  H.ok(grown && grown.t[0] === chart.t[0],
+    'while the job runs the chart\'s window grows to now (the same start, a later end)',
+    JSON.stringify({chart, grown}));
   const uuids = await page.evaluate(() => document.getElementById('chart-job-util').dataset.uuids);
   H.ok(uuids === a1.gpus.slice().sort().join(','), 'its series are the attempt\'s GPU UUIDs (by=gpu&key=...)',
     String(uuids));
