@@ -308,10 +308,6 @@
     const note = $('job-head-note');
     note.replaceChildren(link('/', 'overview'), document.createTextNode(' \u00b7 '),
       link('/history?q=' + encodeURIComponent(j.user || ''), j.user + '\'s jobs'));
-    if (isNum(j.array_id)) {
-      note.appendChild(document.createTextNode(' \u00b7 '));
-      note.appendChild(link('/history?q=' + encodeURIComponent(j.array_id), 'array ' + j.array_id));
-    }
 
     const firstStart = atts.reduce((m, a) => (isNum(started(a)) && !(started(a) >= m) ? started(a) : m), NaN);
     const last = atts[atts.length - 1];
