@@ -740,7 +740,7 @@ int store_ledger_range(struct store *s, int64_t since_ms, int64_t until_ms,
 
 /* ---- metric minutes ---------------------------------------------------------- */
 
-static const char *const minute_kinds[STORE_MINUTE_KINDS] = {"gpu", "job", "queue"};
+static const char *const minute_kinds[STORE_MINUTE_KINDS] = {"gpu", "job", "gauge"};
 
 const char *store_minute_kind_name(enum store_minute_kind kind)
 {

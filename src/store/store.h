@@ -497,13 +497,15 @@ int store_ledger_range(struct store *s, int64_t since_ms, int64_t until_ms,
 enum store_minute_kind {
     STORE_MINUTE_GPU, /* key: the GPU's UUID, label: its node */
     STORE_MINUTE_JOB, /* key: "JOB.ATTEMPT", label: the job's team */
-    /* key: "total", "team/NAME" or "priority/NAME", label "": the queue
-     * length's points of the minute (samples, util_sum: their count and sum) */
-    STORE_MINUTE_QUEUE,
+    /* the controller's gauges, label "": the queue length (key "total",
+     * "team/NAME" or "priority/NAME") and the services' figures (key
+     * "service/TEAM/NAME/ready", ".../desired", "rps", "p50", "p99"); the
+     * points of the minute (samples, util_sum: their count and sum) */
+    STORE_MINUTE_GAUGE,
     STORE_MINUTE_KINDS
 };
 
-/* The kind's name in the store ("gpu", "job", "queue"); NULL out of range. */
+/* The kind's name in the store ("gpu", "job", "gauge"); NULL out of range. */
 const char *store_minute_kind_name(enum store_minute_kind kind);
 
 /* One minute of one GPU or attempt: sums over its samples (samples with a

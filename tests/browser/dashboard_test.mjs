@@ -437,6 +437,21 @@ function cannedServices(n) {
   ]};
 }
 
+// A stand-in answer of GET /v1/metrics/series for a service's METRIC after n
+// answers of cannedServices: chat's history up to its n-th figures, one point
+// each 5 s; embed has none (it has no status).
+function cannedServiceSeries(metric, n) {
+  const k = Math.min(n, 20);
+  const now = Math.floor(Date.now() / 5000) * 5;
+  const t = Array.from({length: k}, (_, i) => now - 5 * (k - 1 - i));
+  const at = (i) => n - k + 1 + i; // the answer each point stands for
+  const fig = {
+    replicas: (m) => Math.min(m, 3), desired_replicas: () => 3, rps: (m) => 2 * m,
+    latency_p50: () => 0.043, latency_p99: (m) => [0.26, 0.27, 0.28, 0.29, 0.3][Math.min(m, 5) - 1],
+  }[metric];
+  return {metric, by: 'service', step_s: 5, t, series: fig ? [{key: 'chat', values: t.map((_, i) => fig(at(i)))}] : []};
+}
+
 // What the services table shows, row by row (tableRows), and where its cells and
 // charts lie against the panel and the window: anything cut off is listed.
 function servicesLayout(page) {
@@ -514,6 +529,13 @@ async function servicesChecks(page) {
     const body = canned ? cannedServices(++n) : {services: []};
     return route.fulfill({status: 200, contentType: 'application/json', body: JSON.stringify(body)});
   });
+  // ... and for the series of the services' charts (the others go to the server).
+  await page.route('**/v1/metrics/series?*', (route) => {
+    const q = new URL(route.request().url()).searchParams;
+    if (q.get('by') !== 'service') return route.continue();
+    return route.fulfill({status: 200, contentType: 'application/json',
+      body: JSON.stringify(cannedServiceSeries(q.get('metric'), Math.max(n, 1)))});
+  });
   let rows = null;
   const shown = await waitUntil(async () => {
     rows = await tableRows(page, 'services');
@@ -574,10 +596,10 @@ async function servicesChecks(page) {
     return p50.length >= 3 && p50.every((v) => v === 0.043) && lastValue(latency.values[1]) === 0.3 &&
       p99.every((v, i) => i === 0 || v >= p99[i - 1]) ? true : null;
   });
-  ok(latCharted, 'the latency chart draws each service\'s p50 and p99 over time, from the status\'s last-minute figures',
+  ok(latCharted, 'the latency chart draws each service\'s p50 and p99 over time, from GET /v1/metrics/series by service',
     JSON.stringify(latency).slice(0, 800));
   ok(charted, 'the replicas chart draws each service\'s ready and desired counts over time (chat rising to 3), ' +
-    'the requests-per-second chart each service\'s rate, from what the page has seen (embed, with no figures, not at all)',
+    'the requests-per-second chart each service\'s rate, from GET /v1/metrics/series by service (embed, with no figures, not at all)',
   JSON.stringify({replicas, rps}).slice(0, 800));
 
   // The layout at 1,280 px and at 420 px: nothing cut off.
@@ -603,6 +625,7 @@ async function servicesChecks(page) {
   ok(gone && kept === 0, 'when the last service is gone the panel hides again and the page forgets its history',
     `hidden: ${gone}, services kept: ${kept}`);
   await page.unroute('**/v1/services');
+  await page.unroute('**/v1/metrics/series?*');
 }
 
 // The whole dashboard's layout, measured in the page: the page no wider than

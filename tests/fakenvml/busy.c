@@ -205,6 +205,17 @@ unsigned busy_utilization(unsigned index, const char *uuid, const struct busy_fo
     return pct;
 }
 
+unsigned busy_last_utilization(unsigned index, const char *uuid)
+{
+    if (index >= GPUS_MAX)
+        return 0;
+    pthread_mutex_lock(&busy.lock);
+    const struct gpu_busy *g = &busy.gpus[index];
+    unsigned pct = g->primed && strcmp(g->uuid, uuid) == 0 ? g->pct : 0;
+    pthread_mutex_unlock(&busy.lock);
+    return pct;
+}
+
 /* Whether list[j] comes before list[k] (older, or as old with a lower pid). */
 static bool older(const struct busy_found *list, unsigned j, unsigned k)
 {

@@ -54,6 +54,17 @@ struct busy_found {
 unsigned busy_utilization(unsigned index, const char *uuid, const struct busy_found *procs,
                           unsigned n);
 
+/* The utilization busy_utilization last gave GPU `index` (uuid), 0 before
+ * any: what power and temperature follow where the file leaves them out. */
+unsigned busy_last_utilization(unsigned index, const char *uuid);
+
+/* Power (mW) and temperature (C) of a GPU at utilization pct: an H100's
+ * idle 70 W and 30 C, up to 700 W and 75 C at 100 %, in a straight line. */
+#define BUSY_IDLE_POWER_MW 70000ULL
+#define BUSY_FULL_POWER_MW 700000ULL
+#define BUSY_IDLE_TEMP_C   30ULL
+#define BUSY_FULL_TEMP_C   75ULL
+
 /* Forgets every GPU's last reading (the first nvmlInit, the last
  * nvmlShutdown). */
 void busy_reset(void);

@@ -701,13 +701,25 @@ nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_
     return NVML_SUCCESS;
 }
 
+/* A GPU's utilization for the figures that follow it where the file leaves
+ * them out: its scripted one, else the last one its processes gave. */
+static unsigned long long follow_pct(const struct nvmlDevice_st *g)
+{
+    return g->utilization != GPUS_FROM_PROCESSES ? g->utilization
+                                                 : busy_last_utilization(g->index, g->uuid);
+}
+
+/* From the file, else from the utilization (busy.h: 70 W idle, 700 W at 100 %). */
 nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *power)
 {
     struct nvmlDevice_st *g;
     nvmlReturn_t rc = lock_gpu(device, power, &g);
     if (rc != NVML_SUCCESS)
         return rc;
-    *power = (unsigned)g->power_mw;
+    *power = (unsigned)(g->power_mw != GPUS_FROM_PROCESSES
+                            ? g->power_mw
+                            : BUSY_IDLE_POWER_MW +
+                                  (BUSY_FULL_POWER_MW - BUSY_IDLE_POWER_MW) * follow_pct(g) / 100);
     return unlock(NVML_SUCCESS);
 }
 
@@ -718,7 +730,10 @@ nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, nvmlTemperatureSensor
     nvmlReturn_t rc = lock_gpu(device, sensorType == NVML_TEMPERATURE_GPU ? temp : NULL, &g);
     if (rc != NVML_SUCCESS)
         return rc;
-    *temp = (unsigned)g->temperature_c;
+    *temp = (unsigned)(g->temperature_c != GPUS_FROM_PROCESSES
+                           ? g->temperature_c
+                           : BUSY_IDLE_TEMP_C +
+                                 (BUSY_FULL_TEMP_C - BUSY_IDLE_TEMP_C) * follow_pct(g) / 100);
     return unlock(NVML_SUCCESS);
 }
 

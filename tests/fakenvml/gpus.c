@@ -68,8 +68,8 @@ static void gpu_defaults(struct nvmlDevice_st *g, unsigned index)
     g->memory_mib = 81559;
     g->memory_used_mib = GPUS_FROM_PROCESSES;
     g->utilization = GPUS_FROM_PROCESSES;
-    g->power_mw = 70000;
-    g->temperature_c = 30;
+    g->power_mw = GPUS_FROM_PROCESSES;      /* from the utilization (busy.h) */
+    g->temperature_c = GPUS_FROM_PROCESSES; /* likewise */
     g->process_memory_mib = GPUS_FROM_PROCESSES;
     g->mig_capable = true;
     g->mig.table = mig_table_for(g->name, g->memory_mib);

@@ -161,9 +161,9 @@ def main():
                               " GROUP BY kind ORDER BY kind"], capture_output=True, text=True)
         got = dict(line.split("|") for line in out.stdout.split())
         return got if int(got.get("gpu", 0)) >= 2 and int(got.get("job", 0)) >= 1 and \
-            int(got.get("queue", 0)) >= 1 else None
+            int(got.get("gauge", 0)) >= 1 else None
     got = wait_until(rows, timeout=30)
-    ok(got is not None, "metric_minutes rows of kind gpu, job and queue are in the sqlite file", got)
+    ok(got is not None, "metric_minutes rows of kind gpu, job and gauge (the queue length) are in the sqlite file", got)
 
     # The history's search: an id, a user, or part of a name (any case).
     for q, want in ((str(jid), [jid]), ("alice", [jid]), ("LEE", [jid]), ("nothing-like-it", [])):

@@ -458,6 +458,18 @@ def scale_up_and_down():
        0 < lat.get("p50_s", 0) <= lat.get("p99_s", 0) < 30,
        "... with the last minute's answers and their p50 and p99 latency, from the router's "
        "reports", json.dumps(lat))
+    # The same figures over time, as the dashboard's charts read them.
+    def svc_series(metric):
+        st, body, _ = call("GET", f"/v1/metrics/series?metric={metric}&by=service&since=-10m"
+                           "&step=1s", token=ADMIN)
+        got = [s for s in (body or {}).get("series") or [] if s.get("key") == "chat"]
+        return [v for v in got[0]["values"] if v is not None] if st == 200 and got else []
+    peak = {m: max(svc_series(m) or [0]) for m in ("replicas", "desired_replicas", "rps")}
+    p50, p99 = svc_series("latency_p50"), svc_series("latency_p99")
+    ok(peak["replicas"] >= 4 and peak["desired_replicas"] >= 4 and peak["rps"] > 0 and p50 and
+       p99 and 0 < max(p50) <= max(p99) < 30,
+       "GET /v1/metrics/series by service: chat's ready and desired replicas reached 4, its "
+       "requests per second and p50/p99 latency have values", json.dumps(peak))
     fails = load.failures()
     ok(load.count() >= 8 and not fails, f"every stream of the load ended whole "
        f"({load.count()} streams)", fails[:5])

@@ -239,6 +239,17 @@ def scale_up_and_down():
     ok(all(j and j["state"] == "CANCELLED" and "scaled down" in (j.get("reason") or "")
            for j in ended), "its replicas ended CANCELLED, scaled down",
        json.dumps([(j or {}).get("reason") for j in ended]))
+    # Its replicas over time (the series the dashboard charts), and nothing of it
+    # for another team's member while private_data keeps jobs.
+    st, body, raw = call("GET", "/v1/metrics/series?metric=replicas&by=service&key=chat"
+                         "&since=-10m&step=1s", token=ADMIN)
+    vals = [v for s in (body or {}).get("series") or [] for v in s.get("values") or []
+            if v is not None]
+    ok(st == 200 and vals and max(vals) >= 4 and vals[-1] == 0,
+       "GET /v1/metrics/series?metric=replicas&by=service: chat went to 4 or more and back to 0",
+       raw[-600:])
+    st, body, raw = call("GET", "/v1/metrics/series?metric=replicas&by=team", token=ADMIN)
+    ok(st == 400 and b"by: expected service" in raw, "replicas by team: 400 naming by", raw[:300])
     st, body, raw = call("GET", "/metrics", token=ADMIN)
     ok(st == 200 and 'gpuorch_service_desired_replicas{service="chat"}' in raw.decode()
        and "gpuorch_service_replicas{" in raw.decode(), "/metrics has the service families",

@@ -926,6 +926,16 @@ static void test_unscripted_utilization_follows_the_processes_cpu_time(void **st
     assert_true(wait_busy(n, h, 2, 0, busy.pid, 1, lo, hi));
     for (int i = 0; i < 3; i++)
         assert_int_equal(gpu_utilization(n, h[2]), 35);
+    /* Power and temperature follow each GPU's utilization (its last
+     * reading, the scripted one for GPU 2): 70 W / 30 C idle to 700 W /
+     * 75 C at 100 %. */
+    for (int i = 0; i < 3; i++) {
+        unsigned pct = gpu_utilization(n, h[i]), mw, c;
+        assert_int_equal(n->nvmlDeviceGetPowerUsage(h[i], &mw), NVML_SUCCESS);
+        assert_int_equal(n->nvmlDeviceGetTemperature(h[i], NVML_TEMPERATURE_GPU, &c), NVML_SUCCESS);
+        assert_int_equal(mw, 70000 + 630000 * pct / 100);
+        assert_int_equal(c, 30 + 45 * pct / 100);
+    }
     kill_child(&busy);
     kill_child(&scripted);
     stop_child(&idle);

@@ -144,6 +144,7 @@
     for (const b of box.querySelectorAll('button[data-range]')) {
       b.classList.toggle('on', b.dataset.range === r.key);
     }
+    $('range-custom-btn').classList.toggle('on', r.key === 'custom');
     const custom = $('range-custom');
     if (r.key === 'custom') {
       $('range-from').value = localInput(r.from_ms);
@@ -177,6 +178,7 @@
       } else if (b.id === 'range-custom-btn') {
         const custom = $('range-custom');
         custom.hidden = !custom.hidden;
+        $('range-error').hidden = true;
         if (!custom.hidden && !$('range-from').value) {
           const r = G.currentRange();
           const to = r.to_ms || Date.now();

@@ -133,7 +133,7 @@
     const t = table([
       {h: 'Node', cls: 'node-name', cell: (n) => {
         const d = el('div');
-        d.appendChild(el('div', '', n.name));
+        d.appendChild(el('div')).appendChild(nodeLink(n.name));
         d.appendChild(el('div', 'muted', n.pool || ''));
         return d;
       }},
@@ -178,16 +178,74 @@
     return j.spec && j.spec.name ? j.spec.name : '';
   }
 
+  // -- Filters of the queue and running tables (in the URL: ?q=&team=&user=). -----------
+
+  function jobFilter() {
+    const p = new URLSearchParams(location.search);
+    return {q: (p.get('q') || '').trim().toLowerCase(), team: p.get('team') || '', user: p.get('user') || ''};
+  }
+
+  // The search box's text: the job's id, or part of its name or user (any case).
+  function jobMatches(f, j) {
+    if (f.team && j.team !== f.team) return false;
+    if (f.user && j.user !== f.user) return false;
+    if (!f.q) return true;
+    return String(j.id) === f.q || specName(j).toLowerCase().includes(f.q) ||
+      String(j.user || '').toLowerCase().includes(f.q);
+  }
+
+  const filtered = (f) => !!(f.q || f.team || f.user);
+
+  // "3 waiting", or "1 of 3 waiting" when a filter hides some.
+  function countNote(shown, all, what) {
+    if (!all) return '';
+    return shown === all ? `${all} ${what}` : `${shown} of ${all} ${what}`;
+  }
+
+  // The team and user choices: those of the jobs listed, and the one chosen.
+  function setChoices(id, values, chosen) {
+    const sel = $(id);
+    const want = [''].concat([...new Set(values.concat(chosen ? [chosen] : []))].sort());
+    const have = [...sel.options].map((o) => o.value);
+    if (have.join('\n') !== want.join('\n')) {
+      sel.replaceChildren(...want.map((v) => {
+        const o = el('option', '', v || 'all');
+        o.value = v;
+        return o;
+      }));
+    }
+    sel.value = chosen;
+  }
+
+  function renderFilters(jobs) {
+    const f = jobFilter();
+    setChoices('f-team', jobs.map((j) => j.team).filter(Boolean), f.team);
+    setChoices('f-user', jobs.map((j) => j.user).filter(Boolean), f.user);
+    $('f-clear').hidden = !filtered(f);
+    const box = $('search-q');
+    if (document.activeElement !== box) box.value = new URLSearchParams(location.search).get('q') || '';
+  }
+
+  function setFilter(name, value) {
+    const p = new URLSearchParams(location.search);
+    if (value) p.set(name, value);
+    else p.delete(name);
+    const q = p.toString();
+    window.GPO.navigate(location.pathname + (q ? '?' + q : ''), true);
+  }
+
   function renderQueue(jobs) {
-    const pending = jobs.filter((j) => j.state === 'PENDING')
+    const f = jobFilter();
+    const all = jobs.filter((j) => j.state === 'PENDING');
+    const pending = all.filter((j) => jobMatches(f, j))
       .sort((a, b) => Date.parse(a.submitted_at) - Date.parse(b.submitted_at) || a.id - b.id);
-    $('queue-note').textContent = pending.length ? pending.length + ' waiting' : '';
+    $('queue-note').textContent = countNote(pending.length, all.length, 'waiting');
     if (!pending.length) {
-      setPanel('queue', msg('no job is waiting'));
+      setPanel('queue', msg(all.length ? 'no waiting job matches the filter' : 'no job is waiting'));
       return;
     }
     setPanel('queue', table([
-      {h: 'ID', num: true, cls: 'mono', cell: (j) => j.id},
+      {h: 'ID', num: true, cls: 'mono', cell: (j) => jobLink(j.id)},
       {h: 'Name', cell: specName},
       {h: 'Team', cell: (j) => j.team},
       {h: 'User', cell: (j) => j.user},
@@ -205,14 +263,16 @@
   }
 
   function renderRunning(jobs) {
-    const running = jobs.filter((j) => j.state === 'RUNNING').sort((a, b) => a.id - b.id);
-    $('running-note').textContent = running.length ? running.length + ' running' : '';
+    const f = jobFilter();
+    const all = jobs.filter((j) => j.state === 'RUNNING');
+    const running = all.filter((j) => jobMatches(f, j)).sort((a, b) => a.id - b.id);
+    $('running-note').textContent = countNote(running.length, all.length, 'running');
     if (!running.length) {
-      setPanel('running', msg('no job is running'));
+      setPanel('running', msg(all.length ? 'no running job matches the filter' : 'no job is running'));
       return;
     }
     setPanel('running', table([
-      {h: 'ID', num: true, cls: 'mono', cell: (j) => j.id},
+      {h: 'ID', num: true, cls: 'mono', cell: (j) => jobLink(j.id)},
       {h: 'Name', cell: specName},
       {h: 'Team', cell: (j) => j.team},
       {h: 'User', cell: (j) => j.user},
@@ -223,7 +283,16 @@
         return badge(s, s === 'RUNNING' ? 'green' : s === 'KILLING' ? 'red' : 'blue');
       }},
       {h: 'GPUs', num: true, cell: gpusHeld},
-      {h: 'Nodes', cell: (j) => (j.current_attempt ? (j.current_attempt.nodes || []).join(', ') : '-')},
+      {h: 'Nodes', cell: (j) => {
+        const names = j.current_attempt ? j.current_attempt.nodes || [] : [];
+        if (!names.length) return '-';
+        const d = el('span');
+        names.forEach((n, i) => {
+          if (i) d.appendChild(document.createTextNode(', '));
+          d.appendChild(nodeLink(n));
+        });
+        return d;
+      }},
       {h: 'GPU util', num: true, cell: (j) => fmtPct(j.gpu_utilization_pct)},
       {h: 'GPU mem', num: true, cell: (j) => (isNum(j.gpu_memory_used_mib) ? fmtGiB(j.gpu_memory_used_mib) + ' GiB' : '-')},
       {h: 'Cost', num: true, cell: (j) => fmtMoney(j.cost)},
@@ -238,7 +307,7 @@
       return;
     }
     setPanel('idle', table([
-      {h: 'ID', num: true, cls: 'mono', cell: (j) => j.id},
+      {h: 'ID', num: true, cls: 'mono', cell: (j) => jobLink(j.id)},
       {h: 'Name', cell: specName},
       {h: 'Team', cell: (j) => j.team},
       {h: 'User', cell: (j) => j.user},
@@ -304,11 +373,12 @@
 
   // -- Services (docs/dashboard.md): GET /v1/services each refresh. ------------------
 
-  const SVC_HISTORY_MS = 15 * 60 * 1000;
+  const SVC_HISTORY_MS = 2 * 60 * 1000; // the cost's history the page keeps
   const SVC_RATE_MIN_MS = 5000; // cost per hour: from the cost's growth over at least this
   const SVC_RATE_MAX_MS = 60000; // ... and at most this
 
-  // The history the page keeps of each service, one point a refresh: t in seconds (uPlot's).
+  // Each service's cost as the page saw it, one point a refresh (t in seconds):
+  // the cost per hour column is how fast it grows. (The charts read the series API.)
   function recordServices(services) {
     const h = state.svcHist;
     const now = serverNow();
@@ -317,32 +387,19 @@
     for (const s of services) {
       const st = s.status || {};
       let e = h.byName[s.name];
-      if (!e) {
-        e = h.byName[s.name] = {ready: [], desired: [], rps: [], p50: [], p99: [], cost: []};
-        for (const k of Object.keys(e)) e[k] = new Array(n - 1).fill(null);
-      }
-      const obs = st.observed || {};
-      e.ready.push(isNum(st.ready) ? st.ready : null);
-      e.desired.push(isNum(st.desired) ? st.desired : null);
-      e.rps.push(isNum(obs.rps) ? obs.rps : null);
-      const lat = obs.latency || {};
-      e.p50.push(isNum(lat.p50_s) ? lat.p50_s : null);
-      e.p99.push(isNum(lat.p99_s) ? lat.p99_s : null);
+      if (!e) e = h.byName[s.name] = {cost: new Array(n - 1).fill(null)};
       e.cost.push(st.cost && isNum(st.cost.cost) ? st.cost.cost : null);
     }
-    for (const e of Object.values(h.byName)) {
-      for (const k of Object.keys(e)) while (e[k].length < n) e[k].push(null);
-    }
+    for (const e of Object.values(h.byName)) while (e.cost.length < n) e.cost.push(null);
     // Forget what is older than the window, and services gone from all of it.
     let drop = 0;
     while (drop < h.t.length - 1 && now / 1000 - h.t[drop] > SVC_HISTORY_MS / 1000) drop++;
     if (drop) {
       h.t.splice(0, drop);
-      for (const e of Object.values(h.byName)) for (const k of Object.keys(e)) e[k].splice(0, drop);
+      for (const e of Object.values(h.byName)) e.cost.splice(0, drop);
     }
     for (const [name, e] of Object.entries(h.byName)) {
-      if (e.ready.every((v) => v === null) && e.rps.every((v) => v === null) &&
-          e.p99.every((v) => v === null)) delete h.byName[name];
+      if (e.cost.every((v) => v === null)) delete h.byName[name];
     }
   }
 
@@ -448,47 +505,50 @@
     ], rows));
   }
 
-  // Chart bodies, as /v1/metrics/series gives them, from the page's history.
-  function serviceCharts() {
-    const h = state.svcHist;
-    const names = Object.keys(h.byName).sort();
-    const replicas = [];
-    for (const n of names) {
-      replicas.push({key: n, values: h.byName[n].ready});
-      replicas.push({key: n + ' desired', values: h.byName[n].desired});
+  // The services' charts over the time range: GET /v1/metrics/series by
+  // service of each metric (SVC_SERIES), the services listed now only.
+  const SVC_SERIES = ['replicas', 'desired_replicas', 'rps', 'latency_p50', 'latency_p99'];
+  const SVC_CHARTS = ['chart-svc-replicas', 'chart-svc-rps', 'chart-svc-latency'];
+
+  function serviceCharts(names, res) {
+    const bodies = res.map((r) => (r.status === 'fulfilled' ? r.value : null));
+    const failed = res.find((r) => r.status === 'rejected');
+    if (failed) {
+      const text = failed.reason instanceof ApiError && failed.reason.status === 404 ? 'not available'
+        : 'could not load: ' + (failed.reason && failed.reason.message);
+      for (const id of SVC_CHARTS) chartMessage(id, text, text !== 'not available');
+      return;
     }
-    const rps = names.map((n) => ({key: n, values: h.byName[n].rps}));
-    // One colour per service on both charts; its desired count dashed, in the same colour.
-    const colorOf = (k) => Math.max(0, names.indexOf(k.replace(/ desired$/, '')));
-    renderChart('chart-svc-replicas', {t: h.t, series: replicas}, '', null,
+    const [ready, desired, rps, p50, p99] = bodies;
+    // One chart's body from several answers (the same grid): series renamed NAME + suffix.
+    const merge = (parts) => ({t: parts[0][0].t, step_s: parts[0][0].step_s,
+      series: parts.flatMap(([b, suffix]) => (b.series || []).filter((s) => names.includes(s.key))
+        .map((s) => ({key: s.key + suffix, values: s.values})))});
+    // One colour per service on every chart; its desired count and p99 dashed, in the same colour.
+    const colorOf = (k) => Math.max(0, names.indexOf(k.replace(/ (desired|p50|p99)$/, '')));
+    renderChart('chart-svc-replicas', merge([[ready, ''], [desired, ' desired']]), '', null,
       {colorOf, dashOf: (k) => / desired$/.test(k)});
-    renderChart('chart-svc-rps', {t: h.t, series: rps}, '', null, {colorOf});
-    const latency = [];
-    for (const n of names) {
-      latency.push({key: n + ' p50', values: h.byName[n].p50});
-      latency.push({key: n + ' p99', values: h.byName[n].p99});
-    }
-    const latColor = (k) => Math.max(0, names.indexOf(k.replace(/ p(50|99)$/, '')));
-    renderChart('chart-svc-latency', {t: h.t, series: latency}, '', null,
-      {colorOf: latColor, dashOf: (k) => / p99$/.test(k)});
+    renderChart('chart-svc-rps', merge([[rps, '']]), '', null, {colorOf});
+    renderChart('chart-svc-latency', merge([[p50, ' p50'], [p99, ' p99']]), 's', null,
+      {colorOf, dashOf: (k) => / p99$/.test(k)});
   }
 
 
   // the API (404), hides it; another failure shows in it when it was shown.
-  function showServices(r) {
+  function showServices(r, seriesRes) {
     const block = $('services-block');
     const list = r.status === 'fulfilled' ? (r.value && r.value.services) || [] : null;
     if (list && list.length) {
       recordServices(list);
       block.hidden = false;
       renderServices(list);
-      serviceCharts();
+      serviceCharts(list.map((s) => s.name).sort(), seriesRes);
       return;
     }
     if (list || (r.reason instanceof ApiError && r.reason.status === 404) || block.hidden) {
       block.hidden = true;
       clearServiceHistory();
-      for (const id of ['chart-svc-replicas', 'chart-svc-rps', 'chart-svc-latency']) chartMessage(id, 'no data yet');
+      for (const id of SVC_CHARTS) chartMessage(id, 'no data yet');
       return;
     }
     setPanel('services', failure(r.reason));
@@ -511,7 +571,8 @@
       api('/v1/cost?by=' + encodeURIComponent(costBy)),
       api('/v1/budgets'),
       api('/v1/services'),
-    ].concat(CHARTS.map((c) => api('/v1/metrics/series?' + c.query + '&' + rq))));
+    ].concat(CHARTS.map((c) => api('/v1/metrics/series?' + c.query + '&' + rq)),
+      SVC_SERIES.map((m) => api('/v1/metrics/series?metric=' + m + '&by=service&' + rq))));
     if (!res) return null;
     const val = (r) => (r.status === 'fulfilled' ? r.value : null);
     const [nodesR, jobsR, costR, budgetsR, servicesR] = res;
@@ -521,6 +582,7 @@
     if (nodes) renderNodes(nodes, jobs);
     else setPanel('nodes', failure(nodesR.reason));
     if (jobs) {
+      renderFilters(jobs);
       renderQueue(jobs);
       renderRunning(jobs);
       renderIdle(jobs);
@@ -532,7 +594,11 @@
     if (val(budgetsR)) renderBudgets(val(budgetsR));
     else setPanel('budgets', failure(budgetsR.reason));
     renderTiles(nodes, jobs, val(costR));
-    showServices(servicesR);
+    showServices(servicesR, res.slice(5 + CHARTS.length));
+    for (const id of SVC_CHARTS) {
+      const note = $(id).parentNode.querySelector('.panel-note');
+      if (note) note.textContent = note.dataset.what + ', ' + range.label;
+    }
 
     CHARTS.forEach((c, i) => {
       const r = res[5 + i];
@@ -544,6 +610,25 @@
   }
 
   function init() {
+    $('f-team').addEventListener('change', (ev) => setFilter('team', ev.target.value));
+    $('f-user').addEventListener('change', (ev) => setFilter('user', ev.target.value));
+    $('f-clear').addEventListener('click', () => {
+      const p = new URLSearchParams(location.search);
+      for (const k of ['q', 'team', 'user']) p.delete(k);
+      $('search-q').value = '';
+      const q = p.toString();
+      window.GPO.navigate(location.pathname + (q ? '?' + q : ''), true);
+    });
+    // Typing in the search box filters the overview's tables as it goes.
+    let typing = null;
+    $('search-q').addEventListener('input', (ev) => {
+      if (document.documentElement.dataset.page !== 'overview') return;
+      clearTimeout(typing);
+      typing = setTimeout(() => {
+        // Enter may have opened another page meanwhile.
+        if (document.documentElement.dataset.page === 'overview') setFilter('q', ev.target.value.trim());
+      }, 250);
+    });
     $('cost-by').addEventListener('click', (ev) => {
       const by = ev.target && ev.target.dataset ? ev.target.dataset.by : null;
       if (!by || by === state.costBy) return;

@@ -141,23 +141,31 @@ static int parse_request(struct http_request *req, int64_t now, struct monitor_q
     int m = metric ? monitor_metric_parse(metric) : -1;
     if (m < 0)
         return http_request_error(req, 400, "invalid_query",
-                                  "metric: expected gpu_util, mem_used, power, temperature or "
-                                  "queue_length"),
+                                  "metric: expected gpu_util, mem_used, power, temperature, "
+                                  "queue_length, replicas, desired_replicas, rps, latency_p50 or "
+                                  "latency_p99"),
                -1;
     q->metric = (enum monitor_metric)m;
     bool queue = q->metric == MONITOR_QUEUE_LENGTH;
-    int b = by ? monitor_by_parse(by) : queue ? MONITOR_BY_TOTAL : MONITOR_BY_NODE;
+    bool service = q->metric >= MONITOR_SVC_READY;
+    int b = by        ? monitor_by_parse(by)
+            : queue   ? MONITOR_BY_TOTAL
+            : service ? MONITOR_BY_SERVICE
+                      : MONITOR_BY_NODE;
     if (b < 0 ||
         (queue && b != MONITOR_BY_TEAM && b != MONITOR_BY_PRIORITY && b != MONITOR_BY_TOTAL) ||
-        (!queue && b > MONITOR_BY_JOB))
+        (service && b != MONITOR_BY_SERVICE) || (!queue && !service && b > MONITOR_BY_JOB))
         return http_request_error(req, 400, "invalid_query", "by: expected %s for %s",
-                                  queue ? "team, priority or total" : "node, team, gpu or job",
+                                  queue     ? "team, priority or total"
+                                  : service ? "service"
+                                            : "node, team, gpu or job",
                                   monitor_metric_name(q->metric)),
                -1;
     q->by = (enum monitor_by)b;
     if (node && (!*node || (b != MONITOR_BY_NODE && b != MONITOR_BY_GPU)))
         return http_request_error(req, 400, "invalid_query",
-                                  *node ? "node: only by node or gpu" : "node: expected a node name"),
+                                  *node ? "node: only by node or gpu"
+                                        : "node: expected a node name"),
                -1;
     int64_t t0 = now - DEFAULT_SPAN_MS, t1 = now;
     if (since && !parse_time(since, now, &t0))
@@ -209,7 +217,9 @@ static int series(struct http_request *req, void *ctx)
         return 0;
     }
     pthread_mutex_lock(&s->lock);
-    q.only_team = api_visible_team(s, req, CLUSTER_PRIVATE_USAGE);
+    /* A service's figures are seen as its replicas' jobs are (services.c). */
+    q.only_team = api_visible_team(
+        s, req, q.by == MONITOR_BY_SERVICE ? CLUSTER_PRIVATE_JOBS : CLUSTER_PRIVATE_USAGE);
     pthread_mutex_unlock(&s->lock);
     int err = 0;
     json_t *o = monitor_series_query(&s->monitor, &q, now, &err);

@@ -51,7 +51,7 @@ struct monitor_ingest {
     struct monitor_stats st;
     int64_t flushed_minute; /* the minute of the last flush */
     int64_t pruned_ms, queued_ms;
-    int64_t queue_flushed_ms; /* the queue's points before this are in the store */
+    int64_t queue_flushed_ms; /* the gauges' points before this are in the store */
     _Atomic uint64_t minutes_flushed, flushes_failed; /* written by the store's thread */
 };
 
@@ -224,6 +224,34 @@ void monitor_heartbeat(struct monitor *m, const char *node, const struct proto_h
         in->st.ingest_ns += (uint64_t)(m->cfg.mono_ns() - t0);
 }
 
+/* ---- services -------------------------------------------------------------- */
+
+void monitor_services(struct monitor *m, const struct monitor_service_point *v, size_t n,
+                      int64_t now_ms)
+{
+    char key[2 * CLUSTER_NAME_MAX + 32];
+    for (size_t k = 0; k < n; k++) {
+        const struct monitor_service_point *p = &v[k];
+        const struct {
+            const char *what;
+            int64_t value;
+        } fig[] = {{"ready", p->ready},
+                   {"desired", p->desired},
+                   {"rps", p->rps_milli},
+                   {"p50", p->p50_ms},
+                   {"p99", p->p99_ms}};
+        for (size_t i = 0; i < sizeof(fig) / sizeof(fig[0]); i++) {
+            if (fig[i].value < 0)
+                continue; /* no answer in the last minute: no latency point */
+            snprintf(key, sizeof(key), "service/%s/%s/%s", p->team ? p->team : "", p->name,
+                     fig[i].what);
+            series_queue_put(m->series, key,
+                             fig[i].value > UINT32_MAX ? UINT32_MAX : (uint32_t)fig[i].value,
+                             now_ms);
+        }
+    }
+}
+
 /* ---- the timer ------------------------------------------------------------ */
 
 static void queue_point(struct monitor *m, int64_t now_ms)
@@ -271,12 +299,12 @@ struct flush {
     uint64_t rows;
 };
 
-/* The queue length's closed minutes, one row per key and minute, as the
+/* The gauges' (queue length, services) closed minutes, one row per key and minute, as the
  * series scan gives them (key by key, in time order). */
 struct queue_minutes {
     struct store_batch *b;
-    int64_t minute_ms;              /* the length of a minute */
-    char key[CLUSTER_NAME_MAX + 16]; /* the row being summed */
+    int64_t minute_ms;                   /* the length of a minute */
+    char key[2 * CLUSTER_NAME_MAX + 32]; /* the row being summed */
     int64_t start_ms, samples, sum;
     uint64_t rows;
     int rc;
@@ -286,7 +314,7 @@ static void queue_row_out(struct queue_minutes *q)
 {
     if (!q->samples || q->rc)
         return;
-    const struct store_minute row = {.kind = STORE_MINUTE_QUEUE,
+    const struct store_minute row = {.kind = STORE_MINUTE_GAUGE,
                                      .key = q->key,
                                      .label = "",
                                      .minute_ms = q->start_ms,

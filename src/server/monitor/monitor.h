@@ -137,6 +137,12 @@ enum monitor_metric {
     MONITOR_POWER,
     MONITOR_TEMPERATURE,
     MONITOR_QUEUE_LENGTH,
+    /* the services' (monitor_services): by service only */
+    MONITOR_SVC_READY,   /* ready replicas */
+    MONITOR_SVC_DESIRED, /* what the autoscaler wants */
+    MONITOR_SVC_RPS,     /* requests per second */
+    MONITOR_SVC_P50,     /* latency over the last minute, s */
+    MONITOR_SVC_P99,
 };
 /* At most this many keys in one query. */
 #define MONITOR_QUERY_KEYS_MAX 64
@@ -147,7 +153,8 @@ enum monitor_by {
     MONITOR_BY_GPU,
     MONITOR_BY_JOB,
     MONITOR_BY_PRIORITY,
-    MONITOR_BY_TOTAL
+    MONITOR_BY_TOTAL,
+    MONITOR_BY_SERVICE
 };
 
 struct monitor_query {
@@ -164,6 +171,23 @@ struct monitor_query {
     int64_t since_ms, step_ms, until_ms;
     size_t nsteps;
 };
+
+/* One service's figures now (monitor_services). */
+struct monitor_service_point {
+    const char *name, *team;
+    uint32_t ready, desired;
+    int64_t rps_milli;      /* requests per second x 1000 */
+    int64_t p50_ms, p99_ms; /* latency over the last minute; -1: no answer in it */
+};
+
+/*
+ * The services' figures at now_ms (at most one point a second a service is
+ * kept, as the queue length's): into rings of the last hour, and each closed
+ * minute to the store with the queue length's (kind gauge, keys
+ * "service/TEAM/NAME/ready" ...), for GET /v1/metrics/series by service.
+ */
+void monitor_services(struct monitor *m, const struct monitor_service_point *v, size_t n,
+                      int64_t now_ms);
 
 /* "gpu_util", ...: the names the query uses; NULL out of range. */
 const char *monitor_metric_name(enum monitor_metric m);

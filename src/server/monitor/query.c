@@ -21,9 +21,14 @@
 #define MAX_GROUPS 20000
 #define KEY_MAX    160
 
-static const char *const by_names[] = {"node", "team", "gpu", "job", "priority", "total"};
-static const char *const metric_names[] = {"gpu_util", "mem_used", "power", "temperature",
-                                           "queue_length"};
+static const char *const by_names[] = {"node",     "team",  "gpu",    "job",
+                                       "priority", "total", "service"};
+static const char *const metric_names[] = {
+    "gpu_util", "mem_used",         "power", "temperature", "queue_length",
+    "replicas", "desired_replicas", "rps",   "latency_p50", "latency_p99"};
+/* The services' metrics: the last part of their keys, and the unit they are kept in. */
+static const char *const svc_parts[] = {"ready", "desired", "rps", "p50", "p99"};
+static const double svc_scale[] = {1, 1, 0.001, 0.001, 0.001}; /* milli-rps, ms */
 
 struct group {
     char key[KEY_MAX];
@@ -34,7 +39,7 @@ struct group {
 struct grid {
     struct monitor *m;
     enum monitor_by by;
-    int metric; /* enum series_metric, or MONITOR_QUEUE_LENGTH */
+    int metric;              /* enum series_metric, or MONITOR_QUEUE_LENGTH and after */
     const char *const *keys; /* only these groups (nkeys 0: every one) */
     size_t nkeys;
     const char *node;      /* by node or gpu: only this node's GPUs, or NULL */
@@ -156,9 +161,31 @@ static int minute_row(void *ctx, const struct store_minute *m)
     return g->oom ? GPO_ENOMEM : 0;
 }
 
+/* A service's point ("service/TEAM/NAME/PART"), when it is of the query's
+ * metric and team, into the group of its name. */
+static void service_add(struct grid *g, const char *key, int64_t t_ms, double sum, uint64_t n)
+{
+    const char *team = key + strlen("service/");
+    const char *name = strchr(team, '/');
+    const char *part = name ? strrchr(name + 1, '/') : NULL;
+    size_t m = (size_t)(g->metric - MONITOR_SVC_READY);
+    if (!part || strcmp(part + 1, svc_parts[m]) != 0 || (size_t)(part - name - 1) >= KEY_MAX)
+        return;
+    char tbuf[KEY_MAX], nbuf[KEY_MAX];
+    snprintf(tbuf, sizeof(tbuf), "%.*s", (int)(name - team), team);
+    snprintf(nbuf, sizeof(nbuf), "%.*s", (int)(part - name - 1), name + 1);
+    if (team_shown(g, tbuf))
+        grid_add(g, nbuf, t_ms, sum * svc_scale[m], n);
+}
+
 /* A queue length point of `key` (n points summing to sum) into its group. */
 static void queue_add(struct grid *g, const char *key, int64_t t_ms, double sum, uint64_t n)
 {
+    if (g->metric >= MONITOR_SVC_READY) {
+        if (strncmp(key, "service/", strlen("service/")) == 0)
+            service_add(g, key, t_ms, sum, n);
+        return;
+    }
     const char *prefix = g->by == MONITOR_BY_TEAM       ? "team/"
                          : g->by == MONITOR_BY_PRIORITY ? "priority/"
                                                         : NULL;
@@ -258,9 +285,9 @@ json_t *monitor_series_query(struct monitor *m, const struct monitor_query *q, i
         end = q->until_ms + 1;
     int rc = 0;
     int64_t ring_start = series_ring_start(m->series, now_ms);
-    if (g.metric == MONITOR_QUEUE_LENGTH) {
-        if (g.since_ms < ring_start) /* older than the rings: stored minutes */
-            rc = store_minutes_get(m->store, STORE_MINUTE_QUEUE, NULL, g.since_ms,
+    if (g.metric >= MONITOR_QUEUE_LENGTH) { /* the queue's and the services' points */
+        if (g.since_ms < ring_start)        /* older than the rings: stored minutes */
+            rc = store_minutes_get(m->store, STORE_MINUTE_GAUGE, NULL, g.since_ms,
                                    end < ring_start ? end : ring_start, queue_minute, &g);
         if (rc == 0 && end > ring_start)
             series_queue_scan(m->series, g.since_ms > ring_start ? g.since_ms : ring_start, end,

@@ -364,4 +364,5 @@ void serve_tick(struct server *s, int64_t now_ms)
         else
             k++;
     }
+    serve_monitor_points(s, now_ms);
 }

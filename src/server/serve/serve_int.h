@@ -22,4 +22,9 @@ int serve_replica_add(struct serve_service *svc, const struct serve_replica *r);
 /* A replica failed at now_ms: one more failure in a row, and the back-off. */
 void serve_failed(struct serve_service *svc, int64_t now_ms, const char *why);
 
+/* Each service's figures now (ready and desired replicas, requests per
+ * second, latency) to the monitor's series (monitor_services): the end of
+ * each reconcile (status.c). */
+void serve_monitor_points(struct server *s, int64_t now_ms);
+
 #endif

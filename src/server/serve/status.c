@@ -39,10 +39,11 @@ static double bucket_quantile(const uint64_t *counts, uint64_t n, double q)
     return 0;
 }
 
-/* "latency": the answers of the last minute, or null when there were none. */
-static json_t *latency_json(const struct serve_service *svc, int64_t now_ms)
+/* The answers of the last minute by bucket (counts) and their number. */
+static uint64_t latency_counts(const struct serve_service *svc, int64_t now_ms,
+                               uint64_t counts[PROTO_LATENCY_BUCKETS])
 {
-    uint64_t counts[PROTO_LATENCY_BUCKETS] = {0}, n = 0;
+    uint64_t n = 0;
     const struct serve_latency *l = svc ? svc->latency : NULL;
     int64_t sec = now_ms / 1000 + 1; /* as serve.c's latency_add counts */
     for (size_t k = 0; l && k < SERVE_LATENCY_WINDOW_S; k++) {
@@ -53,6 +54,14 @@ static json_t *latency_json(const struct serve_service *svc, int64_t now_ms)
             n += l->counts[k][b];
         }
     }
+    return n;
+}
+
+/* "latency": the answers of the last minute, or null when there were none. */
+static json_t *latency_json(const struct serve_service *svc, int64_t now_ms)
+{
+    uint64_t counts[PROTO_LATENCY_BUCKETS] = {0};
+    uint64_t n = latency_counts(svc, now_ms, counts);
     if (!n)
         return json_null();
     return json_pack("{s:i, s:I, s:f, s:f}", "window_s", SERVE_LATENCY_WINDOW_S, "requests",
@@ -179,6 +188,37 @@ json_t *serve_status_json(struct server *s, const struct cluster_service *c, int
                      observed, "backoff", backoff_json(svc, now_ms), "blocked",
                      svc && svc->blocked[0] ? json_string(svc->blocked) : json_null(), "cost",
                      json_pack("{s:f, s:f}", "gpu_hours", 0.0, "cost", 0.0));
+}
+
+void serve_monitor_points(struct server *s, int64_t now_ms)
+{
+    struct serve *sv = s->serve;
+    struct monitor_service_point *v = sv->n ? calloc(sv->n, sizeof(*v)) : NULL;
+    size_t n = 0;
+    for (size_t k = 0; v && k < sv->n; k++) {
+        const struct serve_service *svc = sv->v[k];
+        const struct cluster_service *c = cluster_service_get(&s->cluster, svc->name);
+        if (!c)
+            continue; /* deleted: draining, no longer shown */
+        uint32_t ready = 0;
+        for (size_t r = 0; r < svc->n; r++)
+            ready += svc->v[r].state == SERVE_READY;
+        uint64_t counts[PROTO_LATENCY_BUCKETS] = {0};
+        uint64_t answers = latency_counts(svc, now_ms, counts);
+        int32_t desired = svc->decision_ms ? svc->decision.desired : c->autoscale.min;
+        v[n++] = (struct monitor_service_point){
+            .name = svc->name,
+            .team = c->replica.team,
+            .ready = ready,
+            .desired = desired > 0 ? (uint32_t)desired : 0,
+            .rps_milli = svc->rps_milli > 0 ? svc->rps_milli : 0,
+            .p50_ms = answers ? (int64_t)(bucket_quantile(counts, answers, 0.5) * 1000 + 0.5) : -1,
+            .p99_ms = answers ? (int64_t)(bucket_quantile(counts, answers, 0.99) * 1000 + 0.5) : -1,
+        };
+    }
+    if (n)
+        monitor_services(&s->monitor, v, n, now_ms);
+    free(v);
 }
 
 void serve_metrics(const struct serve *sv, struct prom *p)

@@ -98,7 +98,8 @@ static const char *const migrations[] = {
     " idle_samples INTEGER NOT NULL, UNIQUE(job_id, attempt, seq));"
     "CREATE INDEX ledger_time ON ledger(end_ms);",
     /* 4: one-minute aggregates of the GPUs' samples (kind 'gpu', key its UUID)
-     * (and, since the dashboard's time ranges, of the queue length: kind 'queue')
+     * (and, since the dashboard's time ranges, of the controller's gauges, the
+     * queue length and the services' figures: kind 'gauge')
      * and of each job's GPUs (kind 'job', key "JOB.ATTEMPT"), written in
      * batches once a minute and kept 30 days. label: the GPU's node, the
      * job's team (what the series API groups by beyond the raw hour). */
