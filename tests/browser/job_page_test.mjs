@@ -142,8 +142,9 @@ async function main() {
   if (runs) await runningChecks(page, {busy, gang, fail, loud, label, logRequests, token});
   else await pendingOnlyChecks(page, busy);
 
-  // A job that cannot start now (more GPUs than any node has free): why it waits.
-  const big = await submit({name: 'too-big', gpus: 4, command: ['sleep', '600']});
+  // A job that cannot start now: why it waits. With the jobs above running, 4 GPUs are more
+  // than any node has free; without them, 5 are more than any node has.
+  const big = await submit({name: 'too-big', gpus: runs ? 4 : 5, command: ['sleep', '600']});
   const bigApi = await H.waitUntil(async () => {
     const j = await jobOf(big);
     return j && j.state === 'PENDING' && j.wait_reason ? j : null;
