@@ -350,6 +350,26 @@
 
   // The block shows only when there are services: none, or a controller without
 
+  // A wait reason, "resources: no free GPU of type H100 in pool main": its code
+  // as a badge, then the sentence (the queue's Reason column, a job's page).
+  function reasonCell(text, cls) {
+    const d = el('span', cls || '');
+    if (!text) {
+      d.appendChild(el('span', 'muted', 'waiting for the next pass'));
+      return d;
+    }
+    const m = /^([a-z_]+): (.*)$/s.exec(text);
+    if (!m) {
+      d.textContent = text;
+      return d;
+    }
+    const color = {quota: 'orange', resources: 'blue', reservation: 'purple', priority: 'yellow',
+      dependency: 'muted', array_limit: 'muted', budget: 'red', hold: 'yellow', deferred: 'muted'}[m[1]] || 'muted';
+    d.appendChild(badge(m[1], color));
+    d.appendChild(document.createTextNode(m[2]));
+    return d;
+  }
+
   // -- Links between pages. --------------------------------------------------------------
 
   // A link to another page of the dashboard: a real <a href> (opens in a new tab
@@ -450,7 +470,7 @@
 
   Object.assign(window.GPO, {
     TOKEN_KEY, POLL_MS, MAX_ROWS, PALETTE, RANGES, state, $, AuthError, ApiError,
-    el, badge, msg, table, link, jobLink, nodeLink,
+    el, badge, msg, table, link, jobLink, nodeLink, reasonCell,
     isNum, fmtPct, fmtFrac, fmtMoney, fmtHours, fmtGiB, fmtShares, fmtDuration, fmtTime,
     fmtSeconds, serverNow, since, gpusHeld, classOf, gpusOf, utilClass, bar,
     api, apiRaw, fetchJobs, failure, setPanel, settle, refreshNow: () => {},

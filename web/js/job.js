@@ -19,7 +19,7 @@
 
 (function () {
   const G = window.GPO;
-  const {$, AuthError, ApiError, el, badge, msg, table, link, jobLink, nodeLink, isNum, fmtMoney, fmtHours,
+  const {$, AuthError, ApiError, el, badge, msg, table, link, jobLink, nodeLink, reasonCell, isNum, fmtMoney, fmtHours,
     fmtGiB, fmtDuration, fmtTime, serverNow, gpusHeld, classOf, gpusOf, api, apiRaw, settle, failure,
     chartMessage, renderChart, stepFor} = G;
 
@@ -66,24 +66,6 @@
     return s;
   }
 
-  // "resources: no free GPU ..." -> a badge with the code and the sentence (as the overview's queue).
-  function reasonNode(text) {
-    const d = el('span', 'job-reason');
-    if (!text) {
-      d.appendChild(el('span', 'muted', 'waiting for the next pass'));
-      return d;
-    }
-    const m = /^([a-z_]+): (.*)$/s.exec(text);
-    if (!m) {
-      d.textContent = text;
-      return d;
-    }
-    const color = {quota: 'orange', resources: 'blue', reservation: 'purple', priority: 'yellow',
-      dependency: 'muted', array_limit: 'muted', budget: 'red', hold: 'yellow', deferred: 'muted'}[m[1]] || 'muted';
-    d.appendChild(badge(m[1], color));
-    d.appendChild(document.createTextNode(m[2]));
-    return d;
-  }
 
   // An argv as a shell would read it back: arguments with spaces or quotes single-quoted.
   function shellJoin(argv) {
@@ -350,7 +332,7 @@
     p.hidden = j.state !== 'PENDING';
     if (p.hidden) return;
     const est = j.estimated_start ? fmtTime(j.estimated_start) : j.estimated_start_note || 'no estimate yet';
-    const r = reasonNode(j.wait_reason);
+    const r = reasonCell(j.wait_reason);
     r.id = 'job-wait-reason';
     $('job-wait').replaceChildren(kvList([
       ['reason', r, true],

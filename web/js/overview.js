@@ -9,7 +9,7 @@
 'use strict';
 
 (function () {
-  const {state, $, ApiError, el, badge, msg, table, jobLink, nodeLink, isNum, fmtPct, fmtFrac,
+  const {state, $, ApiError, el, badge, msg, table, jobLink, nodeLink, reasonCell, isNum, fmtPct, fmtFrac,
     fmtMoney, fmtHours, fmtGiB, fmtShares, fmtDuration, fmtTime, fmtSeconds, serverNow, since,
     gpusHeld, classOf, gpusOf, utilClass, bar, api, fetchJobs, failure, setPanel, chartMessage,
     renderChart} = window.GPO;
@@ -155,24 +155,6 @@
     $('nodes-note').textContent = `${nodes.length} nodes, ${gpus} GPUs`;
   }
 
-  // "resources: no free GPU of type H100 in pool main" -> a badge and the sentence.
-  function reasonCell(text) {
-    const d = el('span');
-    if (!text) {
-      d.appendChild(el('span', 'muted', 'waiting for the next pass'));
-      return d;
-    }
-    const m = /^([a-z_]+): (.*)$/s.exec(text);
-    if (!m) {
-      d.textContent = text;
-      return d;
-    }
-    const color = {quota: 'orange', resources: 'blue', reservation: 'purple', priority: 'yellow',
-      dependency: 'muted', array_limit: 'muted', budget: 'red'}[m[1]] || 'muted';
-    d.appendChild(badge(m[1], color));
-    d.appendChild(document.createTextNode(m[2]));
-    return d;
-  }
 
   function specName(j) {
     return j.spec && j.spec.name ? j.spec.name : '';
