@@ -24,7 +24,7 @@ chmod 755 "$tmp"
 pid=
 cleanup() {
   if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
-    kill -INT "$pid"; wait "$pid" 2>/dev/null || true
+    kill -TERM "$pid"; wait "$pid" 2>/dev/null || true
   fi
   rm -rf "$tmp"
 }
@@ -44,7 +44,7 @@ sub() { "$bin" submit "$@" | awk '{print $NF}'; }
 sub --team research --gpus 2 -J train-llm --project llm -- sh -c 'while :; do :; done' >/dev/null
 burn=$(sub --team product --gpus 1 -J burn -- sh -c 'while :; do :; done')
 sub --team product --gpus 1 -J nap -- sleep 900 >/dev/null
-sub --team research --nodes 2 --gpus 1 -J gang-eval -- sh -c 'echo "rank $SLURM_PROCID of $SLURM_NTASKS"; sleep 900' >/dev/null
+sub --team research --nodes 2 --gpus 2 -J gang-eval -- sh -c 'echo "rank $SLURM_PROCID of $SLURM_NTASKS"; sleep 900' >/dev/null
 sub --team research --gpus 1 -J smoke-test -- sh -c 'echo checking; exit 3' >/dev/null
 sub --team research --gpus 1 -J prep-data -- sh -c 'echo done' >/dev/null
 sub --team research --gpus 8 -J big-pretrain -- sleep 900 >/dev/null

@@ -41,6 +41,7 @@ import os from 'node:os';
 import path from 'node:path';
 import {createRequire} from 'node:module';
 import {fileURLToPath} from 'node:url';
+import * as H from './harness.mjs';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const ROOT = path.resolve(HERE, '..', '..');
@@ -300,30 +301,13 @@ async function main() {
 
 // -- What the page shows, read from its DOM, and what it should show, from the API. ---------
 
-// The page's number formats (web/app.js): what a user reads for a value.
+// The page's number formats (web/js/core.js): what a user reads for a value.
 const fmtPct = (v) => (typeof v === 'number' ? v.toFixed(v < 10 && v > 0 ? 1 : 0) + '%' : '-');
 const fmtGiB = (mib) => (typeof mib === 'number' ? (mib / 1024).toFixed(mib < 10240 ? 1 : 0) : '-');
 const fmtMoney = (v) => (typeof v === 'number'
   ? v.toLocaleString('en-US', {minimumFractionDigits: 2, maximumFractionDigits: 2}) : '-');
 
-// The rows of the table in panel ID: one object per row, keyed by column header,
-// with the cell's text (and, for a cell with a badge, KEY.badge: the badge's text).
-function tableRows(page, id) {
-  return page.evaluate((panel) => {
-    const t = document.querySelector(`#${panel} table`);
-    if (!t) return null;
-    const heads = [...t.querySelectorAll('thead th')].map((th) => th.textContent);
-    return [...t.querySelectorAll('tbody tr')].map((tr) => {
-      const row = {};
-      [...tr.cells].forEach((td, i) => {
-        row[heads[i]] = td.textContent;
-        const b = td.querySelector('.badge');
-        if (b) row[heads[i] + '.badge'] = b.textContent;
-      });
-      return row;
-    });
-  }, id);
-}
+const tableRows = H.tableRows;
 
 // The nodes panel: per node its name, pool, state badge, heartbeat and GPU cards.
 function nodeRows(page) {
@@ -634,44 +618,16 @@ async function servicesChecks(page) {
 // element of a panel inside the panel's box; and each cell of the Queue's
 // Reason column at most two lines tall (its content height over its line
 // height). Returns {cut: [...], reasons: [{id, lines}], panels}.
-function dashboardLayout(page) {
-  return page.evaluate(() => {
-    const vw = document.documentElement.clientWidth;
-    const cut = [];
-    const name = (e) => e.tagName.toLowerCase() + (e.id ? '#' + e.id : '') +
-      (e.className && typeof e.className === 'string' ? '.' + e.className.trim().split(/\s+/).join('.') : '');
-    const visible = (e) => {
-      const r = e.getBoundingClientRect();
-      return r.width > 0 && r.height > 0 && getComputedStyle(e).visibility !== 'hidden';
-    };
-    const outside = (r, o) => r.left < o.left - 1 || r.right > o.right + 1;
-    if (document.documentElement.scrollWidth > vw + 1) {
-      cut.push(`the page is ${document.documentElement.scrollWidth} px wide in a ${vw} px window`);
-    }
-    const boxes = [...document.querySelectorAll('#dash .panel, #dash .tile')].filter(visible);
-    for (const p of boxes) {
-      const pr = p.getBoundingClientRect();
-      const label = (p.querySelector('h2, .tile-label') || p).textContent;
-      if (outside(pr, {left: 0, right: vw})) cut.push(`${label}: ${Math.round(pr.left)}-${Math.round(pr.right)} outside the window 0-${vw}`);
-      for (const b of p.querySelectorAll('.panel-body')) {
-        if (b.scrollWidth > b.clientWidth + 1) cut.push(`${label}: ${name(b)} scrolls sideways, ${b.scrollWidth} > ${b.clientWidth} px`);
-      }
-      let n = 0;
-      for (const e of p.querySelectorAll('*')) {
-        if (!visible(e)) continue;
-        const r = e.getBoundingClientRect();
-        if (outside(r, pr) && n++ < 5) cut.push(`${label}: ${name(e)} at ${Math.round(r.left)}-${Math.round(r.right)} outside its panel ${Math.round(pr.left)}-${Math.round(pr.right)}`);
-      }
-    }
-    const reasons = [...document.querySelectorAll('#queue td.reason')].map((td) => {
-      const st = getComputedStyle(td);
-      const content = td.clientHeight - parseFloat(st.paddingTop) - parseFloat(st.paddingBottom);
-      const line = parseFloat(st.lineHeight);
-      return {id: td.parentElement.cells[0].textContent, lines: Math.round(content / line * 10) / 10,
-        width: Math.round(td.getBoundingClientRect().width)};
-    });
-    return {cut, reasons, panels: boxes.length};
-  });
+async function dashboardLayout(page) {
+  const lay = await H.layout(page);
+  const reasons = await page.evaluate(() => [...document.querySelectorAll('#queue td.reason')].map((td) => {
+    const st = getComputedStyle(td);
+    const content = td.clientHeight - parseFloat(st.paddingTop) - parseFloat(st.paddingBottom);
+    const line = parseFloat(st.lineHeight);
+    return {id: td.parentElement.cells[0].textContent, lines: Math.round(content / line * 10) / 10,
+      width: Math.round(td.getBoundingClientRect().width)};
+  }));
+  return {cut: lay.cut, reasons, panels: lay.panels};
 }
 
 async function layoutChecks(page) {

@@ -363,6 +363,29 @@ export async function layoutChecks(cluster, page, what, prefix, minPanels = 2) {
   await page.setViewportSize({width: 1280, height: 900});
 }
 
+// The rows of the table in #ID: one object per row keyed by header, the cell's
+// text; KEY.badge a badge's text, KEY.count a [data-count], KEY.uuids the GPUs' data-uuid.
+export function tableRows(page, id) {
+  return page.evaluate((panel) => {
+    const t = document.querySelector(`#${panel} table`);
+    if (!t) return null;
+    const heads = [...t.querySelectorAll('thead th')].map((th) => th.textContent);
+    return [...t.querySelectorAll('tbody tr')].map((tr) => {
+      const row = {};
+      [...tr.cells].forEach((td, i) => {
+        row[heads[i]] = td.textContent;
+        const b = td.querySelector('.badge');
+        if (b) row[heads[i] + '.badge'] = b.textContent;
+        const n = td.querySelector('[data-count]');
+        if (n) row[heads[i] + '.count'] = Number(n.dataset.count);
+        const u = [...td.querySelectorAll('[data-uuid]')];
+        if (u.length) row[heads[i] + '.uuids'] = u.map((e) => e.dataset.uuid + '|' + e.title);
+      });
+      return row;
+    });
+  }, id);
+}
+
 // The chart in element `id`: {keys, points: values drawn, t: [first, last]} or null.
 export function chartOf(page, id) {
   return page.evaluate((cid) => {

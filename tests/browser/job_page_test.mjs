@@ -36,29 +36,6 @@ const GANG = 'i=0; while [ $i -lt 1200 ]; do echo "rank $SLURM_NODEID says $i"; 
 
 // -- Reading the page. ---------------------------------------------------------------
 
-// The rows of the table in #ID: one object per row keyed by header, the cell's
-// text; KEY.badge a badge's text, KEY.count a [data-count], KEY.uuids the GPUs' data-uuid.
-function tableRows(page, id) {
-  return page.evaluate((panel) => {
-    const t = document.querySelector(`#${panel} table`);
-    if (!t) return null;
-    const heads = [...t.querySelectorAll('thead th')].map((th) => th.textContent);
-    return [...t.querySelectorAll('tbody tr')].map((tr) => {
-      const row = {};
-      [...tr.cells].forEach((td, i) => {
-        row[heads[i]] = td.textContent;
-        const b = td.querySelector('.badge');
-        if (b) row[heads[i] + '.badge'] = b.textContent;
-        const n = td.querySelector('[data-count]');
-        if (n) row[heads[i] + '.count'] = Number(n.dataset.count);
-        const u = [...td.querySelectorAll('[data-uuid]')];
-        if (u.length) row[heads[i] + '.uuids'] = u.map((e) => e.dataset.uuid + '|' + e.title);
-      });
-      return row;
-    });
-  }, id);
-}
-
 // The label-value pairs of the list in #ID: {label: text}.
 function facts(page, id) {
   return page.evaluate((box) => {
@@ -217,7 +194,7 @@ async function runningChecks(page, {busy, gang, fail, loud, label, logRequests, 
 
   // The attempts, against the API's.
   const att = await H.waitUntil(async () => {
-    const rows = await tableRows(page, 'job-attempts');
+    const rows = await H.tableRows(page, 'job-attempts');
     return rows && rows.length ? rows : null;
   });
   const a1 = busyApi.attempts[0];
@@ -303,7 +280,7 @@ async function runningChecks(page, {busy, gang, fail, loud, label, logRequests, 
   const gone = await H.waitUntil(() => logRequests.aborted.some((u) => u.includes(`/v1/jobs/${busy}/logs?`)), 10000);
   H.ok(gone, 'leaving the job\'s page aborts its log stream', JSON.stringify(logRequests.aborted));
   const gangRows = await H.waitUntil(async () => {
-    const rows = await tableRows(page, 'job-attempts');
+    const rows = await H.tableRows(page, 'job-attempts');
     return rows && rows.length ? rows : null;
   });
   const g1 = gangApi.attempts[0];
@@ -343,7 +320,7 @@ async function runningChecks(page, {busy, gang, fail, loud, label, logRequests, 
   H.ok(failApi, 'the job that exits 3 ends FAILED', JSON.stringify(await jobOf(fail)));
   await openJob(page, fail);
   const failRows = await H.waitUntil(async () => {
-    const rows = await tableRows(page, 'job-attempts');
+    const rows = await H.tableRows(page, 'job-attempts');
     return rows && rows.length && rows[0].Exit !== '-' ? rows : null;
   });
   H.ok(failRows && failRows[0].Exit === '3' && failRows[0]['State.badge'] === 'FAILED' && failRows[0].End !== '-' &&
