@@ -35,135 +35,27 @@
 // kept then); its path is printed. Prints TAP. Children are stopped by PID;
 // KEEP_TMP=1 keeps the temporary directory.
 
-import {spawn} from 'node:child_process';
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
-import {createRequire} from 'node:module';
-import {fileURLToPath} from 'node:url';
 import * as H from './harness.mjs';
 
-const HERE = path.dirname(fileURLToPath(import.meta.url));
-const ROOT = path.resolve(HERE, '..', '..');
-const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
-const DEADLINE_MS = 30000;
 const NODE_GPUS = 4;
 const JOB_USER = 'gpuorch-test1';
 
-let testNo = 0;
-let failed = 0;
-function ok(cond, name, detail) {
-  testNo++;
-  if (!cond) failed++;
-  console.log(`${cond ? 'ok' : 'not ok'} ${testNo} - ${name}`);
-  if (!cond && detail) for (const l of String(detail).split('\n').slice(0, 40)) console.log('# ' + l);
-  return cond;
-}
-const diag = (text) => console.log('# ' + text);
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const {ok, diag, sleep, waitUntil} = H; // TAP and polling (a 30 s deadline)
 
-// Polls fn (sync or async) until it returns something truthy or the deadline passes.
-async function waitUntil(fn, timeoutMs = DEADLINE_MS, stepMs = 100) {
-  const end = Date.now() + timeoutMs;
-  for (;;) {
-    let v;
-    try {
-      v = await fn();
-    } catch (e) {
-      v = null;
-    }
-    if (v) return v;
-    if (Date.now() > end) return null;
-    await sleep(stepMs);
-  }
-}
-
-const BIN = process.argv[2] ? path.resolve(process.argv[2]) : null;
-if (!BIN || !fs.existsSync(BIN)) {
-  console.log('1..0 # SKIP usage: dashboard_test.mjs GPUORCH (the gpuorch binary)');
-  process.exit(0);
-}
-if (!fs.existsSync(CHROMIUM)) {
-  console.log(`1..0 # SKIP no ${CHROMIUM} (Debian package chromium; scripts/setup.sh)`);
-  process.exit(0);
-}
-let chromium;
-try {
-  chromium = createRequire(path.join(ROOT, 'package.json'))('playwright-core').chromium;
-} catch (e) {
-  console.log('1..0 # SKIP playwright-core is not installed (scripts/setup.sh runs npm ci)');
-  process.exit(0);
-}
-const FAKENVML = process.env.GPUORCH_FAKENVML ||
-  path.join(path.dirname(BIN), 'tests', 'libnvidia-ml.so.1');
-
-const TMP = fs.mkdtempSync(path.join(os.tmpdir(), 'gpuorch-dash-test-'));
-// The agents' network half runs as the gpuorch account: it must reach its
-// state directory below here (mkdtemp's 0700 would keep it out).
-fs.chmodSync(TMP, 0o755);
-const DATA = path.join(TMP, 'data');
-const children = []; // {name, proc}
+// The cluster (harness.mjs): it prints a TAP skip and exits without the binary,
+// Chromium or playwright-core.
+const cluster = new H.Cluster(process.argv[2], 'dash');
+const {chromium} = cluster;
+const BIN = cluster.bin;
+const TMP = cluster.tmp;
 let port = null;
 let admin = null;
-
-function startChild(name, args, env) {
-  const log = fs.openSync(path.join(TMP, name + '.log'), 'a');
-  const proc = spawn(args[0], args.slice(1), {stdio: ['ignore', log, log], env: env || process.env});
-  fs.closeSync(log);
-  children.push({name, proc});
-  return proc;
-}
-
-function logTail(name) {
-  try {
-    return fs.readFileSync(path.join(TMP, name + '.log'), 'utf8').slice(-2000);
-  } catch (e) {
-    return '';
-  }
-}
-
-// Stops a child by its PID: SIGTERM, then SIGKILL after 20 s.
-async function stopChild(c) {
-  const p = c.proc;
-  if (p.exitCode !== null || p.signalCode !== null) return;
-  const done = new Promise((r) => p.once('exit', r));
-  process.kill(p.pid, 'SIGTERM');
-  const t = setTimeout(() => {
-    try {
-      process.kill(p.pid, 'SIGKILL');
-    } catch (e) { /* gone */ }
-  }, 20000);
-  await done;
-  clearTimeout(t);
-}
-
-async function call(method, p, body, token = admin) {
-  const r = await fetch(`http://127.0.0.1:${port}${p}`, {
-    method,
-    headers: Object.assign({}, token ? {Authorization: 'Bearer ' + token} : {},
-      body !== undefined ? {'Content-Type': 'application/json'} : {}),
-    body: body !== undefined ? JSON.stringify(body) : undefined,
-  });
-  const text = await r.text();
-  let json = null;
-  try {
-    json = text ? JSON.parse(text) : null;
-  } catch (e) { /* not JSON */ }
-  return {status: r.status, json, text, headers: r.headers};
-}
-
-async function put(p, body) {
-  const r = await call('PUT', p, body);
-  if (r.status !== 200 && r.status !== 201) throw new Error(`PUT ${p}: ${r.status} ${r.text}`);
-  return r.json;
-}
-
-function gpuUuid(nodeNo, index) {
-  // Unique per run: the fake NVML finds a GPU's processes by the UUIDs in their
-  // environment, so a test running beside this one must not name the same GPUs.
-  const pid = (process.pid & 0xffff).toString(16).padStart(4, '0');
-  return `GPU-${nodeNo.toString(16).padStart(8, '0')}-${pid}-4dab-8000-${index.toString(16).padStart(12, '0')}`;
-}
+const logTail = (name) => cluster.logTail(name);
+const call = (method, p, body, token = admin) => cluster.call(method, p, body, token);
+const put = (p, body) => cluster.put(p, body);
+const gpuUuid = (nodeNo, index) => cluster.gpuUuid(nodeNo, index);
 
 // uuid -> the utilization the fake NVML reports for it; node name -> its GPUs' mean.
 const SCRIPTED_UTIL = {};
@@ -175,40 +67,18 @@ function startAgent(name, nodeNo, utils) {
     SCRIPTED_UTIL[gpuUuid(nodeNo, i)] = u;
   });
   NODE_MEAN_UTIL[name] = utils.reduce((a, b) => a + b, 0) / utils.length;
-  const gpuFile = path.join(TMP, name + '-gpus.json');
-  fs.writeFileSync(gpuFile, JSON.stringify({gpus: utils.map((u, i) => ({
-    uuid: gpuUuid(nodeNo, i), name: 'NVIDIA H100 80GB HBM3', utilization: u,
+  cluster.startAgent(name, nodeNo, utils.length, utils.map((u) => ({utilization: u,
     memory_utilization: Math.round(u / 2), power_mw: 80000 + u * 5000, temperature_c: 30 + Math.round(u / 3),
-    process_memory_mib: 20480,
-  }))}));
-  startChild(name, [BIN, 'agent', '--server', `http://127.0.0.1:${port}`, '--join-token',
-    path.join(DATA, 'join.token'), '--name', name, '--pool', 'main', '--state-dir',
-    path.join(TMP, name), '--nvml', FAKENVML, '--addr', '127.0.0.1', '--log-listen', '127.0.0.1:0',
-    '--kill-grace', '2', '--sample-interval', '500', '--poll-wait', '5', '--dirty-wait', '2',
-    '--cpus', '32', '--mem-mib', '65536'], Object.assign({}, process.env, {FAKENVML_CONFIG: gpuFile, FAKENVML_DRIVER: '1'}));
+    process_memory_mib: 20480})));
 }
 
 async function startServer() {
-  const portFile = path.join(TMP, 'port');
-  const proc = startChild('server', [BIN, 'server', '--data', DATA, '--listen', '127.0.0.1:0',
-    '--port-file', portFile, '--pass-interval', '1']);
-  const text = await waitUntil(() => {
-    if (proc.exitCode !== null) throw new Error('server exited: ' + logTail('server'));
-    const t = fs.existsSync(portFile) ? fs.readFileSync(portFile, 'utf8') : '';
-    return t.endsWith('\n') ? t : null;
-  });
-  if (!text) throw new Error('the server did not start: ' + logTail('server'));
-  port = Number(text);
-  admin = fs.readFileSync(path.join(DATA, 'admin.token'), 'utf8').trim();
+  await cluster.startServer();
+  port = cluster.port;
+  admin = cluster.admin;
 }
 
-function userExists(name) {
-  try {
-    return fs.readFileSync('/etc/passwd', 'utf8').split('\n').some((l) => l.startsWith(name + ':'));
-  } catch (e) {
-    return false;
-  }
-}
+const userExists = H.userExists;
 
 // Where the screenshot goes: $DASHBOARD_SCREENSHOT; else the build's meson-logs
 // ($MESON_BUILD_ROOT, or the directory of the binary when it has meson-logs);
@@ -290,7 +160,7 @@ async function main() {
     command: ['sleep', '600'], cpus: 1, mem_mib: 256});
   if (over.status !== 201) throw new Error(`submit: ${over.status} ${over.text}`);
 
-  const browser = await chromium.launch({executablePath: CHROMIUM, headless: true,
+  const browser = await chromium.launch({executablePath: H.CHROMIUM, headless: true,
     args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage']});
   try {
     await browserChecks(browser, first, big, submit, runsJobs);
@@ -952,31 +822,9 @@ async function browserChecks(browser, first, big, submit, runsJobs) {
   'a token that gets 401 sends the page back to the form saying the session ended, and is forgotten', ended);
 }
 
-async function cleanup() {
-  if (port && admin) {
-    try {
-      const r = await call('GET', '/v1/jobs?state=PENDING,RUNNING&limit=1000');
-      for (const j of (r.json && r.json.jobs) || []) await call('POST', `/v1/jobs/${j.id}/cancel`);
-      await waitUntil(async () => {
-        const l = await call('GET', '/v1/jobs?state=RUNNING&limit=1000');
-        return l.json && (l.json.jobs || []).length === 0;
-      }, 20000);
-    } catch (e) {
-      diag('cleanup: ' + e.message);
-    }
-  }
-  for (const c of children.slice().reverse()) await stopChild(c);
-  if (process.env.KEEP_TMP) diag('kept ' + TMP);
-  else fs.rmSync(TMP, {recursive: true, force: true});
-}
-
 try {
   await main();
+  await cluster.finish();
 } catch (e) {
-  ok(false, 'the test ran to its end', (e && e.stack) || String(e));
-  for (const n of ['server', 'gpu-a', 'gpu-b']) diag(n + ': ' + logTail(n).slice(-800));
-} finally {
-  await cleanup();
-  console.log(`1..${testNo}`);
+  await cluster.finish(e);
 }
-process.exit(failed ? 1 : 0);

@@ -37,6 +37,9 @@ export function ok(cond, name, detail) {
   return cond;
 }
 export const diag = (text) => console.log('# ' + text);
+// The plan line, at the end (Cluster.finish prints it itself); how many failed.
+export const tapPlan = () => console.log(`1..${testNo}`);
+export const tapFailed = () => failed;
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 // Polls fn (sync or async) until it returns something truthy or the deadline passes.
@@ -292,7 +295,7 @@ export class Cluster {
     for (const c of this.children.slice().reverse()) await this.stopChild(c.name);
     if (process.env.KEEP_TMP) diag('kept ' + this.tmp);
     else fs.rmSync(this.tmp, {recursive: true, force: true});
-    console.log(`1..${testNo}`);
+    tapPlan();
     process.exit(failed ? 1 : 0);
   }
 }

@@ -14,8 +14,9 @@
 // a reload of that URL keeps 6 h; a custom range (from, to) narrows the
 // charts to it and is in the URL; 15 min goes back to the default. Search:
 // typing part of a job's name filters the queue to it (the URL has q=), the
-// team and user filters narrow the tables, Enter on a job id opens /jobs/ID,
-// and the id cells link there. Layout at 1,280 and 420 px with the toolbar
+// team and user filters narrow the tables, the id cells link to /jobs/ID (a
+// click opens the job's page, pending with its reason), and Enter on a job id
+// in the search box opens it too. Layout at 1,280 and 420 px with the toolbar
 // (nothing overflows; screenshots range-1280.png, range-420.png). No CSP
 // violation or script error. Prints TAP.
 
@@ -173,6 +174,23 @@ async function main() {
   // The id cell links to the job's page; Enter on an id opens it too.
   const href = await page.getAttribute(`#queue tbody tr a[href="/jobs/${ids.beta}"]`, 'href');
   ok(href === `/jobs/${ids.beta}`, 'each id in the queue links to its job\'s page', String(href));
+  // A click on it opens the job's page in place: pending, and why it waits.
+  await page.click(`#queue tbody tr a[href="/jobs/${ids.beta}"]`);
+  const opened = await waitUntil(async () => {
+    const st = await page.evaluate(() => {
+      const p = document.getElementById('job-page');
+      const r = document.getElementById('job-wait-reason');
+      return p && r ? {state: p.dataset.jobState, reason: r.textContent} : null;
+    });
+    return st && st.state === 'PENDING' && st.reason.length > 10 ? st : null;
+  });
+  const jobApi = await cluster.call('GET', `/v1/jobs/${ids.beta}`);
+  ok(opened && page.url().endsWith(`/jobs/${ids.beta}`) && jobApi.json.wait_reason &&
+     opened.reason.endsWith(jobApi.json.wait_reason.replace(/^[a-z_]+: /, '')),
+  'a click on the id opens the job\'s page in place: PENDING, with the reason the API gives',
+  JSON.stringify(opened) + ' ' + (jobApi.json && jobApi.json.wait_reason));
+  await page.goBack();
+  await waitUntil(async () => (await queueIds()).length === 3);
   await page.fill('#search-q', String(ids.beta));
   await page.press('#search-q', 'Enter');
   ok(await waitUntil(async () => page.url().endsWith(`/jobs/${ids.beta}`) &&

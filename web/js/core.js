@@ -388,6 +388,17 @@
   const jobLink = (id, text) => link('/jobs/' + encodeURIComponent(id), text === undefined ? String(id) : text, 'mono');
   const nodeLink = (name) => link('/nodes/' + encodeURIComponent(name), name);
 
+  // Nodes joined with ", ", each a link to its page; '-' for none.
+  function nodeLinks(names) {
+    const s = el('span');
+    (names || []).forEach((n, i) => {
+      if (i) s.appendChild(document.createTextNode(', '));
+      s.appendChild(nodeLink(n));
+    });
+    if (!s.childNodes.length) s.textContent = '-';
+    return s;
+  }
+
   // Pages: {name, title, match(pathname) -> params object or null, mount(params)
   // (build the page's DOM in $('page-' + name)), refresh() -> Promise (read the
   // API and draw; called at mount and every POLL_MS), unmount(), range: true
@@ -470,7 +481,7 @@
 
   Object.assign(window.GPO, {
     TOKEN_KEY, POLL_MS, MAX_ROWS, PALETTE, RANGES, state, $, AuthError, ApiError,
-    el, badge, msg, table, link, jobLink, nodeLink, reasonCell,
+    el, badge, msg, table, link, jobLink, nodeLink, nodeLinks, reasonCell,
     isNum, fmtPct, fmtFrac, fmtMoney, fmtHours, fmtGiB, fmtShares, fmtDuration, fmtTime,
     fmtSeconds, serverNow, since, gpusHeld, classOf, gpusOf, utilClass, bar,
     api, apiRaw, fetchJobs, failure, setPanel, settle, refreshNow: () => {},

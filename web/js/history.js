@@ -16,7 +16,7 @@
 
 (function () {
   const G = window.GPO;
-  const {$, el, badge, msg, table, jobLink, nodeLink, isNum, fmtDuration, fmtTime, gpusOf, api, failure,
+  const {$, el, badge, msg, table, jobLink, isNum, fmtDuration, fmtTime, gpusOf, api, failure,
     setPanel, serverNow} = G;
 
   const ENDED = ['COMPLETED', 'FAILED', 'CANCELLED', 'TIMEOUT', 'PREEMPTED', 'NODE_FAIL'];
@@ -304,11 +304,8 @@
     const a = lastAttempt(j);
     const nodes = (a && a.nodes) || [];
     if (!nodes.length) return el('span', 'muted', '-');
-    const d = el('span', 'hist-nodes');
-    nodes.forEach((n, i) => {
-      if (i) d.appendChild(document.createTextNode(', '));
-      d.appendChild(nodeLink(n));
-    });
+    const d = G.nodeLinks(nodes);
+    d.className = 'hist-nodes';
     return d;
   }
 

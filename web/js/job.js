@@ -19,7 +19,7 @@
 
 (function () {
   const G = window.GPO;
-  const {$, AuthError, ApiError, el, badge, msg, table, link, jobLink, nodeLink, reasonCell, isNum, fmtMoney, fmtHours,
+  const {$, AuthError, ApiError, el, badge, msg, table, link, jobLink, nodeLinks, reasonCell, isNum, fmtMoney, fmtHours,
     fmtGiB, fmtDuration, fmtTime, serverNow, gpusHeld, classOf, gpusOf, api, apiRaw, settle, failure,
     chartMessage, renderChart, stepFor} = G;
 
@@ -54,18 +54,6 @@
     }
     return dl;
   }
-
-  // Nodes joined with ", ", each a link to its page.
-  function nodeLinks(names) {
-    const s = el('span');
-    (names || []).forEach((n, i) => {
-      if (i) s.appendChild(document.createTextNode(', '));
-      s.appendChild(nodeLink(n));
-    });
-    if (!s.childNodes.length) s.textContent = '-';
-    return s;
-  }
-
 
   // An argv as a shell would read it back: arguments with spaces or quotes single-quoted.
   function shellJoin(argv) {

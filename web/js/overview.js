@@ -265,16 +265,7 @@
         return badge(s, s === 'RUNNING' ? 'green' : s === 'KILLING' ? 'red' : 'blue');
       }},
       {h: 'GPUs', num: true, cell: gpusHeld},
-      {h: 'Nodes', cell: (j) => {
-        const names = j.current_attempt ? j.current_attempt.nodes || [] : [];
-        if (!names.length) return '-';
-        const d = el('span');
-        names.forEach((n, i) => {
-          if (i) d.appendChild(document.createTextNode(', '));
-          d.appendChild(nodeLink(n));
-        });
-        return d;
-      }},
+      {h: 'Nodes', cell: (j) => window.GPO.nodeLinks(j.current_attempt ? j.current_attempt.nodes : [])},
       {h: 'GPU util', num: true, cell: (j) => fmtPct(j.gpu_utilization_pct)},
       {h: 'GPU mem', num: true, cell: (j) => (isNum(j.gpu_memory_used_mib) ? fmtGiB(j.gpu_memory_used_mib) + ' GiB' : '-')},
       {h: 'Cost', num: true, cell: (j) => fmtMoney(j.cost)},
