@@ -139,7 +139,10 @@
     }
     const box = $('range');
     box.hidden = !page.range;
-    if (!page.range) return;
+    if (!page.range) {
+      $('range-custom').hidden = true; // a page without charts over the range
+      return;
+    }
     const r = G.currentRange();
     for (const b of box.querySelectorAll('button[data-range]')) {
       b.classList.toggle('on', b.dataset.range === r.key);
