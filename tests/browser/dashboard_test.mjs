@@ -500,29 +500,19 @@ async function dashboardLayout(page) {
   return {cut: lay.cut, reasons, panels: lay.panels};
 }
 
+// The page's layout at 1,280 and 420 px (harness.mjs), and at 1,280 px its wait reasons.
 async function layoutChecks(page) {
-  const polls = () => page.evaluate(() => Number(document.documentElement.dataset.polls));
-  for (const width of [1280, 420]) {
-    await page.setViewportSize({width, height: 900});
-    const p0 = await polls();
-    await waitUntil(async () => (await polls()) >= p0 + 1);
-    const lay = await waitUntil(async () => {
-      const l = await dashboardLayout(page);
-      return !l.cut.length ? l : null;
-    }, 5000) || await dashboardLayout(page);
-    ok(lay.panels >= 10 && !lay.cut.length, `at ${width} px nothing overflows: the page fits the window, ` +
-      `no panel body scrolls sideways, every element lies inside its panel (${lay.panels} panels and tiles measured)`,
-    lay.cut.join('\n'));
-    if (width === 1280) {
+  await H.layoutChecks(cluster, page, 'the dashboard', 'dashboard', 10, {
+    measure: dashboardLayout,
+    shot: (width) => path.join(path.dirname(screenshotPath()), `dashboard-${width}.png`),
+    each: (lay, width) => {
+      if (width !== 1280) return;
       ok(lay.reasons.length >= 2 && lay.reasons.every((r) => r.lines <= 2.3),
         'at 1280 px each wait reason in the Queue reads on at most two lines',
         JSON.stringify(lay.reasons));
       diag('reason cells at 1280 px: ' + JSON.stringify(lay.reasons));
-    }
-    const shot = path.join(path.dirname(screenshotPath()), `dashboard-${width}.png`);
-    await page.screenshot({path: shot, fullPage: true});
-    diag(`screenshot at ${width} px: ${shot}`);
-  }
+    },
+  });
   await page.setViewportSize({width: 1680, height: 1050});
 }
 

@@ -346,20 +346,25 @@ export function layout(page) {
 
 // At 1,280 and 420 px: nothing overflows (ok per width), a full-page
 // screenshot PREFIX-WIDTH.png each. `what` names the page in the TAP line.
-export async function layoutChecks(cluster, page, what, prefix, minPanels = 2) {
+// opts: measure(page) instead of layout (its answer has cut and panels too),
+// each(lay, width) for checks of the page's own after each, shot(width) the
+// screenshot's path instead of cluster.screenshot's.
+export async function layoutChecks(cluster, page, what, prefix, minPanels = 2, opts = {}) {
+  const measure = opts.measure || layout;
   const polls = () => page.evaluate(() => Number(document.documentElement.dataset.polls || 0));
   for (const width of [1280, 420]) {
     await page.setViewportSize({width, height: 900});
     const p0 = await polls();
     await waitUntil(async () => (await polls()) >= p0 + 1);
     const lay = await waitUntil(async () => {
-      const l = await layout(page);
+      const l = await measure(page);
       return !l.cut.length && l.panels >= minPanels ? l : null;
-    }, 5000) || await layout(page);
+    }, 5000) || await measure(page);
     ok(lay.panels >= minPanels && !lay.cut.length, `${what} at ${width} px: nothing overflows (the page fits the ` +
       `window, no panel scrolls sideways, every element inside its panel; ${lay.panels} panels measured)`,
     lay.cut.join('\n'));
-    const shot = cluster.screenshot(`${prefix}-${width}.png`);
+    if (opts.each) opts.each(lay, width);
+    const shot = opts.shot ? opts.shot(width) : cluster.screenshot(`${prefix}-${width}.png`);
     await page.screenshot({path: shot, fullPage: true});
     diag(`screenshot at ${width} px: ${shot}`);
   }

@@ -40,7 +40,8 @@
     routeGen: 0, // bumped at every change of page: answers for the one before are dropped
     charts: {}, // element id -> {plot, keys}
     lastOk: 0,
-    svcHist: {t: [], byName: {}}, // what the services did while this page was open
+    svcHist: {t: [], byName: {}}, // each service's cost as the page saw it (the cost per hour)
+    svcSeen: false, // the last answer of GET /v1/services listed services
   };
   window.gpuorchDash = state;
   window.GPO = {};
@@ -350,6 +351,22 @@
 
   // The block shows only when there are services: none, or a controller without
 
+  // The job states that are final, and one colour per state (attempt states too)
+  // on every page: a state as a badge.
+  const ENDED_STATES = ['COMPLETED', 'FAILED', 'CANCELLED', 'TIMEOUT', 'PREEMPTED', 'NODE_FAIL'];
+  const STATE_COLOR = {PENDING: 'blue', REQUEUED: 'blue', ASSIGNED: 'blue', RUNNING: 'green', KILLING: 'red',
+    COMPLETED: 'green', FAILED: 'red', OUT_OF_MEMORY: 'red', NODE_FAIL: 'red', TIMEOUT: 'orange',
+    CANCELLED: 'muted', PREEMPTED: 'yellow'};
+  const stateBadge = (s) => badge(s || '?', STATE_COLOR[s] || 'muted');
+
+  // A time (ms) as <input type="datetime-local"> takes it: local, to the minute; '' for none.
+  function localInput(ms) {
+    if (!isNum(ms)) return '';
+    const d = new Date(ms);
+    const pad = (n) => String(n).padStart(2, '0');
+    return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())}T${pad(d.getHours())}:${pad(d.getMinutes())}`;
+  }
+
   // A wait reason, "resources: no free GPU of type H100 in pool main": its code
   // as a badge, then the sentence (the queue's Reason column, a job's page).
   function reasonCell(text, cls) {
@@ -481,7 +498,8 @@
 
   Object.assign(window.GPO, {
     TOKEN_KEY, POLL_MS, MAX_ROWS, PALETTE, RANGES, state, $, AuthError, ApiError,
-    el, badge, msg, table, link, jobLink, nodeLink, nodeLinks, reasonCell,
+    el, badge, msg, table, link, jobLink, nodeLink, nodeLinks, reasonCell, ENDED_STATES, stateBadge,
+    localInput,
     isNum, fmtPct, fmtFrac, fmtMoney, fmtHours, fmtGiB, fmtShares, fmtDuration, fmtTime,
     fmtSeconds, serverNow, since, gpusHeld, classOf, gpusOf, utilClass, bar,
     api, apiRaw, fetchJobs, failure, setPanel, settle, refreshNow: () => {},

@@ -16,16 +16,13 @@
 
 (function () {
   const G = window.GPO;
-  const {$, el, badge, msg, table, jobLink, isNum, fmtDuration, fmtTime, gpusOf, api, failure,
+  const {$, el, msg, table, jobLink, isNum, fmtDuration, fmtTime, gpusOf, api, failure,
     setPanel, serverNow} = G;
 
-  const ENDED = ['COMPLETED', 'FAILED', 'CANCELLED', 'TIMEOUT', 'PREEMPTED', 'NODE_FAIL'];
+  const ENDED = G.ENDED_STATES;
   const STATES = ENDED.concat(['PENDING', 'RUNNING']);
   const PAGE = 50;
   const PREV_MAX = 100; // pages remembered for "Previous"
-  const STATE_COLOR = {COMPLETED: 'green', FAILED: 'red', OUT_OF_MEMORY: 'red', NODE_FAIL: 'red',
-    CANCELLED: 'muted', TIMEOUT: 'orange', PREEMPTED: 'yellow', PENDING: 'blue', REQUEUED: 'blue',
-    RUNNING: 'green'};
 
   let ui = null; // the page's controls, built at mount
   let lists = null; // {teams: [names] | null, users: [names] | null}, read once a mount
@@ -97,14 +94,6 @@
   }
 
   // -- Times: the URL holds RFC 3339 (UTC), the inputs local time to the minute. -------
-
-  function localInput(iso) {
-    const d = new Date(iso);
-    if (!iso || isNaN(d)) return '';
-    const pad = (n) => String(n).padStart(2, '0');
-    return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())}` +
-      `T${pad(d.getHours())}:${pad(d.getMinutes())}`;
-  }
 
   function fromInput(value) {
     const d = new Date(value);
@@ -235,8 +224,8 @@
     ui.q.value = f.q;
     setPick('hist-team', f.team);
     setPick('hist-user', f.user);
-    ui.since.value = localInput(f.since);
-    ui.until.value = localInput(f.until);
+    ui.since.value = G.localInput(Date.parse(f.since));
+    ui.until.value = G.localInput(Date.parse(f.until));
     const on = f.states || ENDED;
     for (const c of ui.states.querySelectorAll('input')) c.checked = on.includes(c.value);
   }
@@ -295,7 +284,7 @@
 
   function stateCell(j) {
     const s = stateOf(j);
-    const b = badge(s, STATE_COLOR[s] || 'muted');
+    const b = G.stateBadge(s);
     if (j.reason) b.title = j.reason;
     return b;
   }

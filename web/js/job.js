@@ -29,14 +29,12 @@
   const NODES_EVERY_MS = 30000; // the nodes' GPU list (UUID -> node/index): the same
   const ENDED_SERIES_EVERY_MS = 60000; // an ended job's charts change little: read them again this often
   const MAX_KEYS = 64; // the series API's limit of keys
-  const ENDED = new Set(['COMPLETED', 'FAILED', 'CANCELLED', 'TIMEOUT', 'PREEMPTED', 'NODE_FAIL']);
-  const STATE_COLOR = {PENDING: 'yellow', RUNNING: 'green', ASSIGNED: 'blue', KILLING: 'red', COMPLETED: 'blue',
-    FAILED: 'red', NODE_FAIL: 'red', TIMEOUT: 'orange', CANCELLED: 'muted', PREEMPTED: 'purple'};
+  const ENDED = new Set(G.ENDED_STATES);
   const SIGNALS = {1: 'SIGHUP', 2: 'SIGINT', 6: 'SIGABRT', 9: 'SIGKILL', 11: 'SIGSEGV', 15: 'SIGTERM'};
 
   let cur = null; // the page shown: see mount()
 
-  const stateBadge = (s) => badge(s || '?', STATE_COLOR[s] || 'muted');
+  const stateBadge = G.stateBadge;
   const ms = (iso) => (iso ? Date.parse(iso) : NaN);
   const shortUuid = (u) => (u && u.length > 18 ? u.slice(0, 12) + '\u2026' + u.slice(-4) : String(u));
 

@@ -11,7 +11,7 @@
 
 (function () {
   const G = window.GPO;
-  const {state, $, AuthError, el, POLL_MS, TOKEN_KEY, RANGES} = G;
+  const {state, $, AuthError, el, POLL_MS, TOKEN_KEY, RANGES, localInput} = G;
 
   let current = null; // the page shown: {page, params, key}
 
@@ -155,13 +155,6 @@
     } else {
       custom.hidden = true;
     }
-  }
-
-  // A time as <input type="datetime-local"> takes it: local, to the minute.
-  function localInput(ms) {
-    const d = new Date(ms);
-    const pad = (n) => String(n).padStart(2, '0');
-    return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())}T${pad(d.getHours())}:${pad(d.getMinutes())}`;
   }
 
   function initToolbar() {

@@ -216,16 +216,22 @@
     window.GPO.navigate(location.pathname + (q ? '?' + q : ''), true);
   }
 
-  function renderQueue(jobs) {
+  // The jobs in `state` that the filters keep, in cmp's order, counted in the
+  // panel's note ("1 of 3 waiting"); null, with the panel saying why, for none.
+  function filteredJobs(jobs, state, panel, what, cmp) {
     const f = jobFilter();
-    const all = jobs.filter((j) => j.state === 'PENDING');
-    const pending = all.filter((j) => jobMatches(f, j))
-      .sort((a, b) => Date.parse(a.submitted_at) - Date.parse(b.submitted_at) || a.id - b.id);
-    $('queue-note').textContent = countNote(pending.length, all.length, 'waiting');
-    if (!pending.length) {
-      setPanel('queue', msg(all.length ? 'no waiting job matches the filter' : 'no job is waiting'));
-      return;
-    }
+    const all = jobs.filter((j) => j.state === state);
+    const shown = all.filter((j) => jobMatches(f, j)).sort(cmp);
+    $(panel + '-note').textContent = countNote(shown.length, all.length, what);
+    if (shown.length) return shown;
+    setPanel(panel, msg(all.length ? `no ${what} job matches the filter` : `no job is ${what}`));
+    return null;
+  }
+
+  function renderQueue(jobs) {
+    const pending = filteredJobs(jobs, 'PENDING', 'queue', 'waiting',
+      (a, b) => Date.parse(a.submitted_at) - Date.parse(b.submitted_at) || a.id - b.id);
+    if (!pending) return;
     setPanel('queue', table([
       {h: 'ID', num: true, cls: 'mono', cell: (j) => jobLink(j.id)},
       {h: 'Name', cell: specName},
@@ -245,14 +251,8 @@
   }
 
   function renderRunning(jobs) {
-    const f = jobFilter();
-    const all = jobs.filter((j) => j.state === 'RUNNING');
-    const running = all.filter((j) => jobMatches(f, j)).sort((a, b) => a.id - b.id);
-    $('running-note').textContent = countNote(running.length, all.length, 'running');
-    if (!running.length) {
-      setPanel('running', msg(all.length ? 'no running job matches the filter' : 'no job is running'));
-      return;
-    }
+    const running = filteredJobs(jobs, 'RUNNING', 'running', 'running', (a, b) => a.id - b.id);
+    if (!running) return;
     setPanel('running', table([
       {h: 'ID', num: true, cls: 'mono', cell: (j) => jobLink(j.id)},
       {h: 'Name', cell: specName},
@@ -260,10 +260,7 @@
       {h: 'User', cell: (j) => j.user},
       {h: 'Project', cell: (j) => (j.spec && j.spec.project) || '-'},
       {h: 'Model', cell: (j) => (j.spec && j.spec.model) || '-'},
-      {h: 'State', cell: (j) => {
-        const s = j.current_attempt ? j.current_attempt.state : j.state;
-        return badge(s, s === 'RUNNING' ? 'green' : s === 'KILLING' ? 'red' : 'blue');
-      }},
+      {h: 'State', cell: (j) => window.GPO.stateBadge(j.current_attempt ? j.current_attempt.state : j.state)},
       {h: 'GPUs', num: true, cell: gpusHeld},
       {h: 'Nodes', cell: (j) => window.GPO.nodeLinks(j.current_attempt ? j.current_attempt.nodes : [])},
       {h: 'GPU util', num: true, cell: (j) => fmtPct(j.gpu_utilization_pct)},
@@ -538,17 +535,27 @@
       const note = $(c.id).parentNode.querySelector('.panel-note');
       if (note) note.textContent = c.note + ', ' + range.label;
     }
-    const res = await window.GPO.settle([
+    // The services' series only while there are services: with the others when
+    // the last answer listed some, else after this one's list, if it has any.
+    const svcSeries = () => SVC_SERIES.map((m) => api('/v1/metrics/series?metric=' + m + '&by=service&' + rq));
+    const withSvc = state.svcSeen;
+    let res = await window.GPO.settle([
       api('/v1/nodes'),
       fetchJobs(),
       api('/v1/cost?by=' + encodeURIComponent(costBy)),
       api('/v1/budgets'),
       api('/v1/services'),
-    ].concat(CHARTS.map((c) => api('/v1/metrics/series?' + c.query + '&' + rq)),
-      SVC_SERIES.map((m) => api('/v1/metrics/series?metric=' + m + '&by=service&' + rq))));
+    ].concat(CHARTS.map((c) => api('/v1/metrics/series?' + c.query + '&' + rq)), withSvc ? svcSeries() : []));
     if (!res) return null;
     const val = (r) => (r.status === 'fulfilled' ? r.value : null);
-    const [nodesR, jobsR, costR, budgetsR, servicesR] = res;
+    const servicesR = res[4];
+    state.svcSeen = !!(val(servicesR) && (val(servicesR).services || []).length);
+    if (state.svcSeen && !withSvc) {
+      const more = await window.GPO.settle(svcSeries());
+      if (!more) return null;
+      res = res.concat(more);
+    }
+    const [nodesR, jobsR, costR, budgetsR] = res;
     const nodes = val(nodesR) ? val(nodesR).nodes || [] : null;
     const jobs = val(jobsR);
 
@@ -622,6 +629,7 @@
     unmount() {},
     signedOut() {
       clearServiceHistory();
+      state.svcSeen = false;
       $('services-block').hidden = true;
     },
   });

@@ -51,7 +51,7 @@ struct monitor_ingest {
     struct monitor_stats st;
     int64_t flushed_minute; /* the minute of the last flush */
     int64_t pruned_ms, queued_ms;
-    int64_t queue_flushed_ms; /* the gauges' points before this are in the store */
+    int64_t gauges_flushed_ms; /* the gauges' points before this are in the store */
     _Atomic uint64_t minutes_flushed, flushes_failed; /* written by the store's thread */
 };
 
@@ -301,7 +301,7 @@ struct flush {
 
 /* The gauges' (queue length, services) closed minutes, one row per key and minute, as the
  * series scan gives them (key by key, in time order). */
-struct queue_minutes {
+struct gauge_minutes {
     struct store_batch *b;
     int64_t minute_ms;                   /* the length of a minute */
     char key[2 * CLUSTER_NAME_MAX + 32]; /* the row being summed */
@@ -310,7 +310,7 @@ struct queue_minutes {
     int rc;
 };
 
-static void queue_row_out(struct queue_minutes *q)
+static void gauge_row_out(struct gauge_minutes *q)
 {
     if (!q->samples || q->rc)
         return;
@@ -326,12 +326,12 @@ static void queue_row_out(struct queue_minutes *q)
 }
 
 /* series_queue_fn */
-static void queue_minute_add(void *ctx, const char *key, int64_t t_ms, uint32_t value)
+static void gauge_minute_add(void *ctx, const char *key, int64_t t_ms, uint32_t value)
 {
-    struct queue_minutes *q = ctx;
+    struct gauge_minutes *q = ctx;
     int64_t start = t_ms - t_ms % q->minute_ms;
     if (strcmp(q->key, key) != 0 || start != q->start_ms) {
-        queue_row_out(q);
+        gauge_row_out(q);
         snprintf(q->key, sizeof(q->key), "%s", key);
         q->start_ms = start;
     }
@@ -358,23 +358,23 @@ static void flush(struct monitor *m, int64_t now_ms)
     if (series_minutes_take(m->series, now_ms, &mins, &n))
         return;
     bool prune = now_ms - in->pruned_ms >= PRUNE_EVERY_MS;
-    /* The queue's minutes that closed since the last flush: what the
+    /* The gauges' minutes that closed since the last flush: what the
      * series API reads beyond the rings' hour. */
     int64_t minute = series_minute_ms(m->series);
-    int64_t queue_until = now_ms - now_ms % minute;
-    bool queue = queue_until > in->queue_flushed_ms;
-    struct store_batch *b = n || prune || queue ? store_batch_new() : NULL;
+    int64_t gauges_until = now_ms - now_ms % minute;
+    bool gauges = gauges_until > in->gauges_flushed_ms;
+    struct store_batch *b = n || prune || gauges ? store_batch_new() : NULL;
     struct flush *f = b ? calloc(1, sizeof(*f)) : NULL;
     int rc = b && f ? 0 : GPO_ENOMEM;
-    uint64_t queue_rows = 0;
-    if (rc == 0 && queue) {
-        struct queue_minutes qm = {.b = b, .minute_ms = minute};
-        series_queue_scan(m->series, in->queue_flushed_ms, queue_until, now_ms, queue_minute_add,
+    uint64_t gauge_rows = 0;
+    if (rc == 0 && gauges) {
+        struct gauge_minutes qm = {.b = b, .minute_ms = minute};
+        series_queue_scan(m->series, in->gauges_flushed_ms, gauges_until, now_ms, gauge_minute_add,
                           &qm);
-        queue_row_out(&qm);
+        gauge_row_out(&qm);
         rc = qm.rc;
-        queue_rows = qm.rows;
-        in->queue_flushed_ms = queue_until;
+        gauge_rows = qm.rows;
+        in->gauges_flushed_ms = gauges_until;
     }
     for (size_t k = 0; rc == 0 && k < n; k++) {
         const struct store_minute row = {
@@ -405,7 +405,7 @@ static void flush(struct monitor *m, int64_t now_ms)
         free(f);
         return;
     }
-    *f = (struct flush){in, n + queue_rows};
+    *f = (struct flush){in, n + gauge_rows};
     if (store_commit(m->store, b, flush_done, f)) /* b is taken either way */
         free(f);
 }
