@@ -343,8 +343,10 @@ static int setup(struct sim_serve_eng *e, char *err, size_t errlen)
     } else if (e->kind == SIM_SERVE_RAYSERVE) {
         sim_rayserve_init(&e->ray);
         e->quiet_ms = SIM_RAYSERVE_QUIET_MS + QUIET_MARGIN_MS;
-    } else if (e->kind == SIM_SERVE_STATIC_PEAK || e->kind == SIM_SERVE_STATIC_MEAN) {
-        initial = sim_serve_static_size(e->t, e->svc, e->kind);
+    } else if (e->kind == SIM_SERVE_STATIC_PEAK || e->kind == SIM_SERVE_STATIC_MEAN ||
+               e->kind == SIM_SERVE_STATIC_FIXED) {
+        initial = e->kind == SIM_SERVE_STATIC_FIXED ? e->fixed
+                                                    : sim_serve_static_size(e->t, e->svc, e->kind);
         e->quiet_ms = QUIET_MARGIN_MS;
         if (initial < 1 && n) {
             snprintf(err, errlen, "service %s: a static fleet of 0 replicas for %zu requests",
@@ -383,7 +385,8 @@ int sim_serve_run(const struct sim_reqtrace *t, const struct sim_serve_service *
     int rc = check_service(svc, err, errlen);
     if (rc)
         return rc;
-    struct sim_serve_eng e = {.t = t, .svc = svc, .m = &svc->model, .kind = pol->kind, .out = out};
+    struct sim_serve_eng e = {
+        .t = t, .svc = svc, .m = &svc->model, .kind = pol->kind, .fixed = pol->replicas, .out = out};
     if (opts)
         e.opts = *opts;
     rc = setup(&e, err, errlen);

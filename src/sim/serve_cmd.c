@@ -115,6 +115,7 @@ void sim_serve_usage(FILE *out)
             "                        section (the replica model and the SLO, docs/simulator.md)\n"
             "  --policy P[,P...]     serving policies to compare (default: default):\n"
             "                        %s\n"
+            "                        (static:N: a fixed fleet of N replicas, 1 to 1000)\n"
             "  --json                one JSON object per service and policy (an array for\n"
             "                        several)\n"
             "  --report FILE.html    a self-contained HTML page: replicas and request rate\n"
@@ -169,7 +170,15 @@ static int parse_policies(struct args *a, const char *v)
     a->npolicies = 0;
     for (char *p = strtok_r(buf, ",", &save); p; p = strtok_r(NULL, ",", &save)) {
         struct sim_serve_policy pol;
-        if (sim_serve_policy_find(p, &pol) != 0) {
+        int found = sim_serve_policy_find(p, &pol);
+        if (found == GPO_ERANGE) {
+            fprintf(stderr,
+                    "gpuorch sim: --policy: %s: expected static:N with N a whole number from 1 "
+                    "to %d\n",
+                    p, AUTOSCALE_REPLICAS_MAX);
+            return 2;
+        }
+        if (found != 0) {
             fprintf(stderr, "gpuorch sim: --policy: expected a serving policy (%s), got '%s'\n",
                     names, p);
             return 2;

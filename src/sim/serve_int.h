@@ -65,6 +65,7 @@ struct sim_serve_eng {
     const struct sim_serve_service *svc;
     const struct sim_replica_model *m;
     enum sim_serve_kind kind;
+    int32_t fixed; /* static:N: N */
     struct sim_serve_opts opts;
     struct sim_serve_result *out;
     int rc; /* GPO_ENOMEM once an allocation failed: the run stops */

@@ -85,8 +85,36 @@ static const struct sim_serve_policy policies[] = {
 };
 #define NPOLICIES (sizeof(policies) / sizeof(policies[0]))
 
+#define STATIC_FIXED_PREFIX "static:"
+
+/* N of "static:N": digits only, no sign, no leading zero, 1 .. max. */
+static int static_count(const char *s, int32_t *ret)
+{
+    int64_t n = 0;
+    if (!*s || *s == '0')
+        return GPO_ERANGE;
+    for (; *s; s++) {
+        if (*s < '0' || *s > '9')
+            return GPO_ERANGE;
+        n = n * 10 + (*s - '0');
+        if (n > AUTOSCALE_REPLICAS_MAX)
+            return GPO_ERANGE;
+    }
+    *ret = (int32_t)n;
+    return 0;
+}
+
 int sim_serve_policy_find(const char *name, struct sim_serve_policy *ret)
 {
+    size_t plen = strlen(STATIC_FIXED_PREFIX);
+    if (name && strncmp(name, STATIC_FIXED_PREFIX, plen) == 0) {
+        int32_t n = 0;
+        if (static_count(name + plen, &n))
+            return GPO_ERANGE;
+        *ret = (struct sim_serve_policy){.kind = SIM_SERVE_STATIC_FIXED, .replicas = n};
+        snprintf(ret->name, sizeof(ret->name), "%s%d", STATIC_FIXED_PREFIX, (int)n);
+        return 0;
+    }
     for (size_t k = 0; name && k < NPOLICIES; k++)
         if (strcmp(name, policies[k].name) == 0) {
             *ret = policies[k];
@@ -107,6 +135,8 @@ void sim_serve_policy_names(char *buf, size_t len)
             return;
         used += (size_t)n;
     }
+    if (used < len)
+        snprintf(buf + used, len - used, ", %sN", STATIC_FIXED_PREFIX);
 }
 
 void sim_serve_policy_kpa_spec(const struct sim_serve_policy *pol,

@@ -19,7 +19,10 @@
  *                the spec's;
  *   static-peak  a fixed fleet sized for the trace's peak;
  *   static-mean  a fixed fleet sized for the trace's mean
- *                (the sizing rule: sim_serve_static_size).
+ *                (the sizing rule: sim_serve_static_size);
+ *   static:N     a fixed fleet of N replicas (1 .. AUTOSCALE_REPLICAS_MAX),
+ *                whatever the spec's min and max: the points a fixed fleet
+ *                can reach, to set the others against.
  */
 #ifndef GPUORCH_SIM_SERVE_POLICY_H
 #define GPUORCH_SIM_SERVE_POLICY_H
@@ -36,16 +39,19 @@ enum sim_serve_kind {
     SIM_SERVE_RAYSERVE,
     SIM_SERVE_STATIC_PEAK,
     SIM_SERVE_STATIC_MEAN,
+    SIM_SERVE_STATIC_FIXED,
 };
 
 struct sim_serve_policy {
-    char name[32]; /* "default", "knative", ... */
+    char name[32]; /* "default", "knative", ..., "static:4" */
     enum sim_serve_kind kind;
+    int32_t replicas; /* static:N: N */
 };
 
-/* The policy named `name`, or GPO_ENOENT. */
+/* The policy named `name`: GPO_ENOENT for none, GPO_ERANGE for "static:"
+ * followed by anything but a whole number 1 .. AUTOSCALE_REPLICAS_MAX. */
 int sim_serve_policy_find(const char *name, struct sim_serve_policy *ret);
-/* "default, knative, rayserve, static-peak, static-mean" into buf. */
+/* "default, knative, rayserve, static-peak, static-mean, static:N" into buf. */
 void sim_serve_policy_names(char *buf, size_t len);
 
 /* The autoscale spec a KPA-based policy (default, knative) runs with. */

@@ -63,6 +63,40 @@ check "the table has its header" grep -q 'service  policy  *requests  *SLO %  *T
 check "the table has a row per policy" \
   [ "$(grep -Ec '^chat +(default|static-peak) +377 ' "$tmp/t")" -eq 2 ]
 
+# 2b. static:N: a fixed fleet of N, ready at 0, whatever the spec's min and max
+# (serve_chat.yaml's max is 4). The size static-peak picks replays as it does.
+"$bin" sim --serve "$req" --service "$svc" --policy static-peak,static:1,static:6 --json \
+  >"$tmp/fixed.json" 2>"$tmp/err"
+check "static:N replays, exit 0" [ $? -eq 0 ]
+python3 - "$tmp/fixed.json" >"$tmp/py" 2>&1 <<'EOF'
+import json, sys
+peak, one, six = json.load(open(sys.argv[1]))
+assert [r["policy"] for r in (peak, one, six)] == ["static-peak", "static:1", "static:6"]
+for r, n in ((one, 1), (six, 6)):
+    assert r["replicas_mean"] == n and r["replicas_max"] == n, f"{r['policy']}: {r}"
+    assert r["cold_starts"] == 0, r["policy"]
+assert one["slo_attainment"] <= six["slo_attainment"], "more replicas, no fewer within the SLO"
+assert abs(one["gpu_hours"] * 6 - six["gpu_hours"]) < 0.01, (one["gpu_hours"], six["gpu_hours"])
+print("fine")
+EOF
+check "static:1 and static:6 hold 1 and 6 replicas, 6x the GPU-hours, past the spec's max" \
+  grep -q '^fine$' "$tmp/py"
+[ "$(cat "$tmp/py")" = fine ] || sed 's/^/#   /' "$tmp/py"
+peak_n=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[0]["replicas_max"])' \
+  "$tmp/fixed.json")
+"$bin" sim --serve "$req" --service "$svc" --policy static-peak --json >"$tmp/p.json"
+"$bin" sim --serve "$req" --service "$svc" --policy "static:$peak_n" --json >"$tmp/n.json"
+check "static:$peak_n (static-peak's own size) gives static-peak's figures" \
+  python3 -c 'import json,sys; a,b=(json.load(open(f)) for f in sys.argv[1:]);
+a.pop("policy"); b.pop("policy"); assert a == b, (a, b)' "$tmp/p.json" "$tmp/n.json"
+for bad in static:0 static:1001 static:-1 static:+2 static:02 static:2x static: static:1.5; do
+  expect "--policy $bad exits 2 naming static:N's range" 2 \
+    "--policy: $bad: expected static:N with N a whole number from 1 to 1000" --serve "$req" \
+    --service "$svc" --policy "default,$bad"
+done
+expect "static:N given twice exits 2" 2 "'static:3' is given twice" --serve "$req" \
+  --service "$svc" --policy static:3,static:3
+
 # 3. Two services, each its own trace and spec.
 sed 's/^name: chat$/name: code/' "$svc" >"$tmp/code.yaml"
 head -100 "$req" >"$tmp/code.csv"

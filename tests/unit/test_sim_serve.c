@@ -427,9 +427,21 @@ static void test_knative_spec_is_knatives_defaults(void **state)
     sim_serve_policy_kpa_spec(&pol, &svc, &k);
     assert_memory_equal(&k, &svc.autoscale, sizeof(k));
     assert_int_equal(sim_serve_policy_find("kpa", &pol), GPO_ENOENT);
+    /* static:N: a fixed fleet of N, 1 .. AUTOSCALE_REPLICAS_MAX, digits only */
+    assert_int_equal(sim_serve_policy_find("static:7", &pol), 0);
+    assert_int_equal(pol.kind, SIM_SERVE_STATIC_FIXED);
+    assert_int_equal(pol.replicas, 7);
+    assert_string_equal(pol.name, "static:7");
+    assert_int_equal(sim_serve_policy_find("static:1000", &pol), 0);
+    assert_int_equal(pol.replicas, 1000);
+    const char *bad[] = {"static:", "static:0", "static:1001", "static:-3", "static:+3",
+                         "static:03", "static:3 ", "static:3.0", "static:99999999999"};
+    for (size_t b = 0; b < sizeof(bad) / sizeof(bad[0]); b++)
+        assert_int_equal(sim_serve_policy_find(bad[b], &pol), GPO_ERANGE);
+    assert_int_equal(sim_serve_policy_find("static", &pol), GPO_ENOENT);
     char names[128];
     sim_serve_policy_names(names, sizeof(names));
-    assert_string_equal(names, "default, knative, rayserve, static-peak, static-mean");
+    assert_string_equal(names, "default, knative, rayserve, static-peak, static-mean, static:N");
 }
 
 /* n requests gap_ms apart, no prompt, `tokens` of output each. Caller
