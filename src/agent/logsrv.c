@@ -395,8 +395,12 @@ static void follow_start(const struct opening *o, int fd, off_t start)
     snprintf(f->path, sizeof(f->path), "%s", o->path);
     snprintf(f->dir, sizeof(f->dir), "%s", o->dir);
     snprintf(f->status, sizeof(f->status), "%s/%s", o->dir, LOGSRV_STATUS_FILE);
+    /* The slot is taken with the check: the 200 may reach the client, and
+     * its next request be checked, before this stream is listed. */
     pthread_mutex_lock(&l->mu);
-    bool full = l->nfollow >= LOGSRV_MAX_FOLLOW;
+    bool full = l->nfollow + l->nstarting >= LOGSRV_MAX_FOLLOW;
+    if (!full)
+        l->nstarting++;
     pthread_mutex_unlock(&l->mu);
     if (full) { /* never listed, watched or streamed: nothing else holds it */
         if (fd >= 0)
@@ -411,11 +415,15 @@ static void follow_start(const struct opening *o, int fd, off_t start)
     struct http_stream *st = NULL;
     if (http_request_complete_stream(req, 200, LOGSRV_CONTENT_TYPE, follow_read, follow_free, f,
                                      &st) != 0) {
+        pthread_mutex_lock(&l->mu);
+        l->nstarting--;
+        pthread_mutex_unlock(&l->mu);
         follow_unref(f); /* answered 500 and released; follow_free has run */
         return;
     }
     bool kick = false;
     pthread_mutex_lock(&l->mu);
+    l->nstarting--;
     if (!f->closed) {
         f->st = st;
         st = NULL;

@@ -660,11 +660,12 @@ static void follow_waits_while_a_new_log_file_is_still_roots(void **state)
 }
 
 /* Opens a follow request by hand and reads its status line and head. */
-static int rawf_open(const struct env *e, struct rawf *c, const char *path)
+/* Sends a follow request on a new connection, reading nothing. */
+static void rawf_send(const struct env *e, struct rawf *c, const char *path)
 {
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(e->port)};
     struct timeval tv = {.tv_sec = WAIT_LIMIT_S};
-    char req[512], line[512];
+    char req[512];
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     c->len = 0;
     c->fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -674,12 +675,24 @@ static int rawf_open(const struct env *e, struct rawf *c, const char *path)
     int n = snprintf(req, sizeof(req),
                      "GET %s HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer " TOKEN "\r\n\r\n", path);
     assert_int_equal(send(c->fd, req, (size_t)n, MSG_NOSIGNAL), n);
+}
+
+/* The answer's status, its head read (the body left). */
+static int rawf_status(struct rawf *c)
+{
+    char line[512];
     rawf_line(c, line, sizeof(line));
     int status = (int)strtol(line + 9, NULL, 10);
     do
         rawf_line(c, line, sizeof(line));
     while (line[0]);
     return status;
+}
+
+static int rawf_open(const struct env *e, struct rawf *c, const char *path)
+{
+    rawf_send(e, c, path);
+    return rawf_status(c);
 }
 
 static void follow_streams_are_capped_and_one_that_leaves_frees_its_slot(void **state)
@@ -715,6 +728,41 @@ static void follow_streams_are_capped_and_one_that_leaves_frees_its_slot(void **
         close(c[i].fd);
     free(c);
 }
+
+/* Follows asked at once, with FREE slots left: the cap is checked and the
+ * slot taken together, so that exactly FREE of them stream and the others
+ * get 503, however their opens interleave (the slot was once taken only
+ * after the 200 was on its way, and a burst of follows went past the cap). */
+#define AT_ONCE 40u
+#define FREE    8u
+static void follow_opens_at_once_never_pass_the_cap(void **state)
+{
+    struct env *e = *state;
+    const char *path = "/v1/attempts/7/1/logs?follow=1&offset=-1";
+    struct rawf *c = calloc(LOGSRV_MAX_FOLLOW - FREE + AT_ONCE, sizeof(*c));
+    assert_non_null(c);
+    unsigned held = LOGSRV_MAX_FOLLOW - FREE, ok = 0, full = 0;
+    for (unsigned i = 0; i < held; i++)
+        assert_int_equal(rawf_open(e, &c[i], path), 200);
+    for (unsigned i = held; i < held + AT_ONCE; i++)
+        rawf_send(e, &c[i], path);
+    for (unsigned i = held; i < held + AT_ONCE; i++) {
+        int status = rawf_status(&c[i]);
+        ok += status == 200;
+        if (status != 503)
+            continue;
+        while (!memmem(c[i].buf, c[i].len, "too_many_streams", 16) && rawf_fill(&c[i]))
+            ; /* the body, up to the server's close */
+        full += memmem(c[i].buf, c[i].len, "too_many_streams", 16) != NULL;
+    }
+    assert_int_equal(ok, FREE);
+    assert_int_equal(full, AT_ONCE - FREE);
+    for (unsigned i = 0; i < held + AT_ONCE; i++)
+        close(c[i].fd);
+    free(c);
+}
+#undef AT_ONCE
+#undef FREE
 
 static void freeing_the_server_cuts_open_follow_streams(void **state)
 {
@@ -861,6 +909,7 @@ int main(void)
         TEST(follow_waits_for_a_log_file_created_after_the_request),
         TEST(follow_waits_while_a_new_log_file_is_still_roots),
         TEST(follow_streams_are_capped_and_one_that_leaves_frees_its_slot),
+        TEST(follow_opens_at_once_never_pass_the_cap),
         TEST(freeing_the_server_cuts_open_follow_streams),
         TEST(a_follower_whose_open_blocks_delays_no_other_follower),
         cmocka_unit_test(config_errors_are_named),
