@@ -64,7 +64,7 @@ struct logsrv {
     char token[HTTP_TOKEN_MAX + 1];
     size_t toklen;
     struct follow *follows;
-    size_t nfollow;  /* listed in follows */
+    size_t nfollow;   /* listed in follows */
     size_t nstarting; /* past the cap's check, not listed yet: they hold a slot */
     bool quit;
     unsigned nopen;      /* opens running on workers */

@@ -385,8 +385,12 @@ int sim_serve_run(const struct sim_reqtrace *t, const struct sim_serve_service *
     int rc = check_service(svc, err, errlen);
     if (rc)
         return rc;
-    struct sim_serve_eng e = {
-        .t = t, .svc = svc, .m = &svc->model, .kind = pol->kind, .fixed = pol->replicas, .out = out};
+    struct sim_serve_eng e = {.t = t,
+                              .svc = svc,
+                              .m = &svc->model,
+                              .kind = pol->kind,
+                              .fixed = pol->replicas,
+                              .out = out};
     if (opts)
         e.opts = *opts;
     rc = setup(&e, err, errlen);

@@ -434,8 +434,8 @@ static void test_knative_spec_is_knatives_defaults(void **state)
     assert_string_equal(pol.name, "static:7");
     assert_int_equal(sim_serve_policy_find("static:1000", &pol), 0);
     assert_int_equal(pol.replicas, 1000);
-    const char *bad[] = {"static:", "static:0", "static:1001", "static:-3", "static:+3",
-                         "static:03", "static:3 ", "static:3.0", "static:99999999999"};
+    const char *bad[] = {"static:",   "static:0",  "static:1001", "static:-3",         "static:+3",
+                         "static:03", "static:3 ", "static:3.0",  "static:99999999999"};
     for (size_t b = 0; b < sizeof(bad) / sizeof(bad[0]); b++)
         assert_int_equal(sim_serve_policy_find(bad[b], &pol), GPO_ERANGE);
     assert_int_equal(sim_serve_policy_find("static", &pol), GPO_ENOENT);
