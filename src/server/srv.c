@@ -30,3 +30,8 @@ int64_t srv_mono_ns(const struct server *s)
 {
     return s->clock.mono_ns();
 }
+
+int64_t srv_mono_ms(const struct server *s)
+{
+    return s->clock.mono_ns() / 1000000;
+}

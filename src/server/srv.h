@@ -114,6 +114,8 @@ struct server {
 int64_t srv_now_ms(const struct server *s);
 /* Nanoseconds of the server's monotonic clock. */
 int64_t srv_mono_ns(const struct server *s);
+/* The same in ms: what durations (a node's silence) are measured on. */
+int64_t srv_mono_ms(const struct server *s);
 
 /* The real clocks (CLOCK_REALTIME, CLOCK_MONOTONIC). */
 int64_t srv_clock_realtime_ms(void *ctx);

@@ -89,7 +89,7 @@ static void add_node(struct env *e, const char *name, uint32_t id, int ngpus, co
     check(cluster_node_add(&s->cluster, &node, err, sizeof(err)), "node add", err);
     check(nodes_add(&s->nodes, name, e->now), "runtime", "");
     struct proto_heartbeat hb = {.sampled_at_ms = PROTO_NONE};
-    nodes_heartbeat(nodes_find(&s->nodes, name), &hb, e->now);
+    nodes_heartbeat(nodes_find(&s->nodes, name), &hb, e->now, 0);
 }
 
 static const int seven_g[] = {0, 0, -1};          /* 7g.80gb at 0 */
@@ -277,7 +277,7 @@ static void nothing_is_offered_before_a_nodes_first_heartbeat(void **state)
     pass(e, NULL);
     assert_int_equal(j->att.n, 0); /* the stored 7g is not offered yet */
     struct proto_heartbeat hb = {.sampled_at_ms = PROTO_NONE};
-    nodes_heartbeat(nodes_find(&e->s.nodes, "n0000"), &hb, e->now);
+    nodes_heartbeat(nodes_find(&e->s.nodes, "n0000"), &hb, e->now, 0);
     e->now += 1000;
     pass(e, NULL);
     assert_int_equal(j->att.n, 1);

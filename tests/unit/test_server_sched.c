@@ -35,18 +35,27 @@
 
 struct env {
     char dir[64];
-    int64_t now; /* the server's clock */
+    int64_t now;  /* the server's clock */
+    int64_t step; /* how far the wall clock was set ahead of the monotonic one */
     struct server s;
 };
+
+static struct env *clock_env; /* the monotonic clock takes no context */
 
 static int64_t test_now(void *ctx)
 {
     return ((struct env *)ctx)->now;
 }
 
+/* The monotonic clock, ms: the wall clock but for its steps. */
+static int64_t mono_of(const struct env *e)
+{
+    return e->now - e->step;
+}
+
 static int64_t test_mono(void)
 {
-    return 0;
+    return clock_env ? mono_of(clock_env) * 1000000 : 0;
 }
 
 static void check(int rc, const char *what, const char *err)
@@ -87,6 +96,7 @@ static int setup(void **state)
     if (!e || !mkdtemp(e->dir))
         return -1;
     e->now = T0;
+    clock_env = e;
     e->s.clock = (struct srv_clock){test_now, test_mono, e};
     e->s.cfg.pass_interval_ms = 5000;
     e->s.cfg.node_timeout_ms = 60000;
@@ -107,6 +117,7 @@ static int teardown(void **state)
     store_close(e->s.store);
     srv_release(&e->s);
     tmptree_remove(e->dir);
+    clock_env = NULL;
     free(e);
     return 0;
 }
@@ -278,6 +289,34 @@ static void an_end_is_committed_then_charged_by_the_next_pass(void **state)
     assert_true(used > 0);
 }
 
+/* Silence is counted on the monotonic clock: the wall clock set ahead ten
+ * minutes (NTP, a VM's clock) ends nothing, set back an hour hides nothing. */
+static void a_step_of_the_wall_clock_neither_loses_nor_hides_a_node(void **state)
+{
+    struct env *e = *state;
+    struct server *s = &e->s;
+    struct job *j = submit(e, 1, 0);
+    pass(e, false);
+    assert_int_equal(j->att.n, 1);
+    pthread_mutex_lock(&s->lock);
+    nodes_heartbeat(nodes_find(&s->nodes, "n1"), NULL, e->now, mono_of(e)); /* alive */
+    e->now += 600000 + 1000; /* a second passes, the wall clock 10 minutes ahead */
+    e->step += 600000;
+    sched_node_timeouts(s, e->now, mono_of(e));
+    assert_int_equal(cluster_node_get(&s->cluster, "n1")->state, CLUSTER_NODE_UP);
+    assert_int_not_equal(j->state, JOB_NODE_FAIL);
+    assert_int_equal(nodes_silence_ms(nodes_find(&s->nodes, "n1"), e->now, mono_of(e)), 1000);
+    e->now += 30000 - 3600000; /* 30 s more, the wall clock an hour back */
+    e->step -= 3600000;
+    sched_node_timeouts(s, e->now, mono_of(e));
+    assert_int_equal(cluster_node_get(&s->cluster, "n1")->state, CLUSTER_NODE_UP);
+    e->now += 30000; /* 61 s of silence by the monotonic clock */
+    sched_node_timeouts(s, e->now, mono_of(e));
+    assert_int_equal(cluster_node_get(&s->cluster, "n1")->state, CLUSTER_NODE_DOWN);
+    assert_int_equal(j->state, JOB_NODE_FAIL);
+    pthread_mutex_unlock(&s->lock);
+}
+
 static void a_silent_node_is_marked_down_and_its_attempts_end_node_fail(void **state)
 {
     struct env *e = *state;
@@ -287,10 +326,10 @@ static void a_silent_node_is_marked_down_and_its_attempts_end_node_fail(void **s
     assert_int_equal(j->att.n, 1);
     e->now += 30000; /* within the timeout: nothing */
     pthread_mutex_lock(&s->lock);
-    sched_node_timeouts(s, e->now);
+    sched_node_timeouts(s, e->now, mono_of(e));
     assert_int_equal(cluster_node_get(&s->cluster, "n1")->state, CLUSTER_NODE_UP);
     e->now += 31000;
-    sched_node_timeouts(s, e->now);
+    sched_node_timeouts(s, e->now, mono_of(e));
     assert_int_equal(cluster_node_get(&s->cluster, "n1")->state, CLUSTER_NODE_DOWN);
     assert_int_equal(j->state, JOB_NODE_FAIL);
     assert_string_equal(j->reason, "attempt 1 NODE_FAIL: node n1 stopped heartbeating");
@@ -360,7 +399,7 @@ static unsigned beat(struct env *e, const char *dirty)
         hb.dirty[0] = strdup(dirty);
         hb.ndirty = 1;
     }
-    unsigned out = nodes_heartbeat(rt, &hb, e->now);
+    unsigned out = nodes_heartbeat(rt, &hb, e->now, mono_of(e));
     proto_heartbeat_release(&hb);
     return out;
 }
@@ -369,7 +408,7 @@ static unsigned beat(struct env *e, const char *dirty)
 static void lose_node(struct env *e, const struct job *j)
 {
     e->now += 61000;
-    sched_node_timeouts(&e->s, e->now);
+    sched_node_timeouts(&e->s, e->now, mono_of(e));
     assert_int_equal(j->state, JOB_NODE_FAIL);
 }
 
@@ -387,7 +426,7 @@ static void a_lost_node_rejoins_by_heartbeat_and_gets_work_once_its_gpus_are_cle
     /* It heartbeats again (a stopped agent continued): up at the next turn. */
     e->now += 1000;
     assert_int_equal(beat(e, NULL), NODES_BEAT_BACK);
-    sched_node_timeouts(s, e->now);
+    sched_node_timeouts(s, e->now, mono_of(e));
     assert_int_equal(cluster_node_get(&s->cluster, "n1")->state, CLUSTER_NODE_UP);
     pthread_mutex_unlock(&s->lock);
     char js[32], as[32];
@@ -447,14 +486,14 @@ static void a_node_loaded_from_the_store_gets_work_only_after_its_first_heartbea
     assert_true(rt->unheard);
     assert_int_equal(rt->last_heartbeat_ms, e->now);
     e->now += s->cfg.node_timeout_ms; /* silent for the timeout since the load: not more */
-    sched_node_timeouts(s, e->now);
+    sched_node_timeouts(s, e->now, mono_of(e));
     assert_int_equal(cluster_node_get(&s->cluster, "n1")->state, CLUSTER_NODE_UP);
     pthread_mutex_unlock(&s->lock);
     struct job *j = submit(e, 1, 0);
     pass(e, false);
     assert_int_equal(j->att.n, 0); /* not heard from: no work */
     pthread_mutex_lock(&s->lock);
-    assert_int_equal(nodes_heartbeat(rt, NULL, e->now), 0); /* no body: nothing said */
+    assert_int_equal(nodes_heartbeat(rt, NULL, e->now, mono_of(e)), 0); /* no body: nothing said */
     assert_true(rt->unheard);
     pthread_mutex_unlock(&s->lock);
     pass(e, false);
@@ -481,17 +520,17 @@ static void a_drained_node_that_falls_silent_stays_drained(void **state)
     /* Its heartbeats do not undo an admin's drain. */
     e->now += 1000;
     assert_int_equal(beat(e, NULL), NODES_BEAT_BACK);
-    sched_node_timeouts(s, e->now);
+    sched_node_timeouts(s, e->now, mono_of(e));
     assert_int_equal(cluster_node_get(&s->cluster, "n1")->state, CLUSTER_NODE_DRAINING);
     /* Nor is it lost again every turn while it stays silent. */
     e->now += 61000;
-    sched_node_timeouts(s, e->now);
+    sched_node_timeouts(s, e->now, mono_of(e));
     assert_true(nodes_find(&s->nodes, "n1")->lost);
-    sched_node_timeouts(s, e->now + 61000);
+    sched_node_timeouts(s, e->now + 61000, mono_of(e) + 61000);
     assert_int_equal(cluster_node_get(&s->cluster, "n1")->state, CLUSTER_NODE_DRAINING);
     /* Resumed while still silent, it is marked down. */
     config_node_mark_apply(&s->config, "n1", CLUSTER_NODE_UP);
-    sched_node_timeouts(s, e->now + 62000);
+    sched_node_timeouts(s, e->now + 62000, mono_of(e) + 62000);
     assert_int_equal(cluster_node_get(&s->cluster, "n1")->state, CLUSTER_NODE_DOWN);
     pthread_mutex_unlock(&s->lock);
 }
@@ -609,12 +648,43 @@ static void a_submit_on_an_idle_cluster_gets_a_pass_before_the_timer(void **stat
     struct job *j = submit(e, 1, 0);
     pthread_mutex_lock(&s->lock);
     sched_wake(sc, SCHED_WHY_SUBMIT);
-    assert_true(sched_pass_due_ms(sc) <= e->now);
+    assert_true(sched_pass_due_ms(sc, e->now) <= e->now);
     sched_tick(s, e->now);
     assert_int_equal(sc->passes_by[SCHED_WHY_SUBMIT], 1);
     assert_int_equal(sc->passes_by[SCHED_WHY_TIMER], 1);
     assert_int_equal(j->state, JOB_RUNNING);
     assert_false(sc->dirty);
+    pthread_mutex_unlock(&s->lock);
+}
+
+/* The loop's marks (the last pass, the chores' last run) are the wall
+ * clock's: set back an hour after them, the loop runs at its usual pace
+ * rather than an hour later. */
+static void the_loop_keeps_its_pace_when_the_wall_clock_steps_back(void **state)
+{
+    struct env *e = *state;
+    struct server *s = &e->s;
+    struct sched *sc = s->sched;
+    init_monitor(e);
+    pthread_mutex_lock(&s->lock);
+    sched_tick(s, e->now);
+    assert_int_equal(sc->passes_by[SCHED_WHY_TIMER], 1);
+    pthread_mutex_unlock(&s->lock);
+    e->now -= 3600000; /* an hour back, no time passing */
+    e->step -= 3600000;
+    struct job *j = submit(e, 1, 0);
+    pthread_mutex_lock(&s->lock);
+    sched_wake(sc, SCHED_WHY_SUBMIT);
+    assert_true(sched_pass_due_ms(sc, e->now) <= e->now + SCHED_PASS_GAP_MAX_MS);
+    e->now += SCHED_PASS_GAP_MAX_MS;
+    int64_t next = sched_tick(s, e->now);
+    assert_int_equal(sc->passes_by[SCHED_WHY_SUBMIT], 1);
+    assert_int_equal(j->state, JOB_RUNNING);
+    /* The next turn is a timer's interval on, at most: the chores too. */
+    assert_true(next <= e->now + s->cfg.pass_interval_ms);
+    e->now = next;
+    sched_tick(s, e->now);
+    assert_int_equal(sc->passes_by[SCHED_WHY_TIMER], 2);
     pthread_mutex_unlock(&s->lock);
 }
 
@@ -631,14 +701,14 @@ static void a_submit_behind_a_backlog_waits_while_an_end_does_not(void **state)
     assert_true(sc->backlog);
     int64_t last = sc->last_pass_ms;
     sched_wake(sc, SCHED_WHY_SUBMIT);
-    assert_int_equal(sched_pass_due_ms(sc), last + SCHED_PASS_GAP_MAX_MS);
+    assert_int_equal(sched_pass_due_ms(sc, e->now), last + SCHED_PASS_GAP_MAX_MS);
     sched_wake(sc, SCHED_WHY_END);
-    assert_int_equal(sched_pass_due_ms(sc), last + SCHED_PASS_GAP_FLOOR_MS);
+    assert_int_equal(sched_pass_due_ms(sc, e->now), last + SCHED_PASS_GAP_FLOOR_MS);
     /* The gap follows the last pass's cost, up to its maximum. */
     sc->pass_cost_ns = 10 * 1000000;
-    assert_int_equal(sched_pass_due_ms(sc), last + SCHED_PASS_GAP_FACTOR * 10);
+    assert_int_equal(sched_pass_due_ms(sc, e->now), last + SCHED_PASS_GAP_FACTOR * 10);
     sc->pass_cost_ns = 1000 * 1000000;
-    assert_int_equal(sched_pass_due_ms(sc), last + SCHED_PASS_GAP_MAX_MS);
+    assert_int_equal(sched_pass_due_ms(sc, e->now), last + SCHED_PASS_GAP_MAX_MS);
     sc->pass_cost_ns = 0;
     e->now = last + SCHED_PASS_GAP_FLOOR_MS;
     sched_tick(s, e->now);
@@ -698,6 +768,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(a_silent_node_is_marked_down_and_its_attempts_end_node_fail,
                                         setup, teardown),
+        cmocka_unit_test_setup_teardown(a_step_of_the_wall_clock_neither_loses_nor_hides_a_node,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(a_running_job_holds_its_nodes_gpu_not_a_twins, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(a_twins_dirty_gpu_does_not_hold_the_live_one, setup,
@@ -715,6 +787,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(a_turn_runs_every_task_at_the_servers_time, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(a_submit_on_an_idle_cluster_gets_a_pass_before_the_timer,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(the_loop_keeps_its_pace_when_the_wall_clock_steps_back,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(a_submit_behind_a_backlog_waits_while_an_end_does_not,
                                         setup, teardown),

@@ -151,9 +151,11 @@ static void a_queued_request_at_zero_starts_a_replica_that_becomes_routable(void
     pthread_mutex_lock(&s->lock);
     serve_tick(s, e->now); /* min 0, no traffic: nothing starts */
     assert_int_equal(s->jobs.n, 0);
-    assert_int_equal(serve_due_ms(s), T0 + SERVE_TICK_MS);
+    assert_int_equal(serve_due_ms(s, e->now), T0 + SERVE_TICK_MS);
+    /* The wall clock set back an hour: due at once, not an hour later. */
+    assert_int_equal(serve_due_ms(s, e->now - 3600000), e->now - 3600000);
     report_queued(s, e->now + 10, 1);
-    assert_int_equal(serve_due_ms(s), 0); /* at once, not at the next tick */
+    assert_int_equal(serve_due_ms(s, e->now), 0); /* at once, not at the next tick */
     serve_tick(s, e->now + 10);
     pthread_mutex_unlock(&s->lock);
     struct job *j = replica_job(s);

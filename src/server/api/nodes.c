@@ -361,7 +361,7 @@ static int node_heartbeat(struct http_request *req, void *ctx)
         /* A node marked lost that heartbeats again rejoins (the loop marks
          * it up); one whose hold ends has GPUs to offer. */
         bool mig_changed = has && migctl_heartbeat(s, rt->name, &hb);
-        if (nodes_heartbeat(rt, has ? &hb : NULL, srv_now_ms(s)) || mig_changed)
+        if (nodes_heartbeat(rt, has ? &hb : NULL, srv_now_ms(s), srv_mono_ms(s)) || mig_changed)
             sched_wake(s->sched, SCHED_WHY_NODE);
         if (has)
             monitor_heartbeat(&s->monitor, rt->name, &rt->sample, rt->sample_ms);
@@ -401,7 +401,7 @@ static int node_assignments(struct http_request *req, void *ctx)
         return http_request_error(req, 404, "not_found", "no node '%s' (register it first)",
                                   node_param(req));
     }
-    rt->last_heartbeat_ms = srv_now_ms(s); /* a poll is a sign of life too */
+    nodes_seen(rt, srv_now_ms(s), srv_mono_ms(s)); /* a poll is a sign of life too */
     if (has_since)
         nodes_polled(rt, since); /* it applied the answer of `since` */
     if (!has_since || rt->rev > since || wait == 0) {
@@ -493,7 +493,7 @@ static int report_plan(struct server *s, struct job *j, const char *node,
                        const struct proto_report *body, int64_t now_ms, struct report *rp,
                        struct store_batch *b)
 {
-    nodes_find(&s->nodes, node)->last_heartbeat_ms = now_ms;
+    nodes_seen(nodes_find(&s->nodes, node), now_ms, srv_mono_ms(s));
     rp->end.end.job = j->id;
     rp->end.end.attempt = j->att.n;
     if (body->state == PROTO_STATE_RUNNING) {
@@ -574,7 +574,7 @@ static int node_report(struct http_request *req, void *ctx)
                         ? api_job_json(s, j, now)
                         : NULL;
     if (waiting || again)
-        nodes_find(&s->nodes, node)->last_heartbeat_ms = now;
+        nodes_seen(nodes_find(&s->nodes, node), now, srv_mono_ms(s));
     if (again && body.endpoint.port)
         serve_endpoint(s, j, node, &body.endpoint, now);
     else if (!waiting && !again && !problem && !refused)
@@ -623,7 +623,7 @@ static int node_mig_result(struct http_request *req, void *ctx)
     pthread_mutex_lock(&s->lock);
     struct node_rt *rt = nodes_find(&s->nodes, node);
     if (rt) {
-        rt->last_heartbeat_ms = srv_now_ms(s);
+        nodes_seen(rt, srv_now_ms(s), srv_mono_ms(s));
         rc = migctl_result(s, node, id, &r, err, sizeof(err));
     }
     pthread_mutex_unlock(&s->lock);

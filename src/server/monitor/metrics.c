@@ -470,7 +470,9 @@ static void node_families(struct prom *p, struct monitor *m, int64_t now,
     for (size_t k = 0; k < m->nodes->n; k++) {
         const struct node_rt *rt = &m->nodes->v[k];
         const char *l[] = {"Hostname", rt->name, NULL};
-        int64_t age = now - rt->last_heartbeat_ms;
+        /* On the monotonic clock, as the node timeout counts it (nodes.h). */
+        int64_t age = m->cfg.mono_ns ? nodes_silence_ms(rt, now, m->cfg.mono_ns() / 1000000)
+                                     : now - rt->last_heartbeat_ms;
         prom_sample(p, "gpuorch_heartbeat_age_seconds", l, age > 0 ? (double)age / 1000.0 : 0);
     }
 }

@@ -72,6 +72,7 @@ int nodes_add(struct nodes *ns, const char *name, int64_t now_ms)
     size_t at = search(ns, name, &found);
     if (found) {
         ns->v[at].last_heartbeat_ms = now_ms;
+        ns->v[at].seen_mono_ms = NODES_MONO_UNSET;
         return 0;
     }
     if (strlen(name) > CLUSTER_HOST_MAX)
@@ -83,9 +84,31 @@ int nodes_add(struct nodes *ns, const char *name, int64_t now_ms)
     memset(rt, 0, sizeof(*rt));
     snprintf(rt->name, sizeof(rt->name), "%s", name);
     rt->last_heartbeat_ms = now_ms;
+    rt->seen_mono_ms = NODES_MONO_UNSET;
     rt->rev = 1;
     ns->n++;
     return 0;
+}
+
+void nodes_seen(struct node_rt *rt, int64_t now_ms, int64_t mono_ms)
+{
+    rt->last_heartbeat_ms = now_ms;
+    rt->seen_mono_ms = mono_ms;
+}
+
+void nodes_date(struct node_rt *rt, int64_t now_ms, int64_t mono_ms)
+{
+    if (rt->seen_mono_ms != NODES_MONO_UNSET)
+        return;
+    int64_t age = now_ms - rt->last_heartbeat_ms;
+    rt->seen_mono_ms = mono_ms - (age > 0 ? age : 0);
+}
+
+int64_t nodes_silence_ms(const struct node_rt *rt, int64_t now_ms, int64_t mono_ms)
+{
+    int64_t age = rt->seen_mono_ms != NODES_MONO_UNSET ? mono_ms - rt->seen_mono_ms
+                                                       : now_ms - rt->last_heartbeat_ms;
+    return age > 0 ? age : 0;
 }
 
 void nodes_remove(struct nodes *ns, const char *name)
@@ -204,11 +227,12 @@ void nodes_polled(struct node_rt *rt, uint64_t since)
         rt->hold_polled = true;
 }
 
-unsigned nodes_heartbeat(struct node_rt *rt, struct proto_heartbeat *hb, int64_t now_ms)
+unsigned nodes_heartbeat(struct node_rt *rt, struct proto_heartbeat *hb, int64_t now_ms,
+                         int64_t mono_ms)
 {
     unsigned out = rt->lost ? NODES_BEAT_BACK : 0;
     rt->lost = false;
-    rt->last_heartbeat_ms = now_ms;
+    nodes_seen(rt, now_ms, mono_ms);
     if (!hb)
         return out;
     if (rt->unheard)

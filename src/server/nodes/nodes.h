@@ -32,7 +32,13 @@ struct node_waiter;
 
 struct node_rt {
     char name[CLUSTER_HOST_MAX + 1];
-    int64_t last_heartbeat_ms;
+    int64_t last_heartbeat_ms; /* the wall clock's, at the last sign of life: shown */
+    /* The monotonic clock's ms at the last sign of life, or NODES_MONO_UNSET
+     * (nodes_add: a load or a registration) until nodes_date dates it. The
+     * node timeout measures silence on it: a step of the wall clock (NTP, a
+     * VM's clock set) must not make every node silent at once, and so end
+     * every attempt on the cluster, nor hide a silent one. */
+    int64_t seen_mono_ms;
     uint64_t rev;                  /* of what the controller wants of the node */
     struct node_waiter *waiters;   /* long-polls waiting for rev to move */
     bool has_sample;               /* a heartbeat brought GPU figures */
@@ -75,8 +81,20 @@ void nodes_release(struct nodes *ns);
 /* The runtime of node `name`, or NULL. */
 struct node_rt *nodes_find(const struct nodes *ns, const char *name);
 /* The runtime of node `name`, made (with revision 1) when new; its heartbeat
- * is now_ms either way. 0 or GPO_ENOMEM. */
+ * is now_ms either way, its monotonic mark unset (nodes_date). 0 or
+ * GPO_ENOMEM. */
 int nodes_add(struct nodes *ns, const char *name, int64_t now_ms);
+
+#define NODES_MONO_UNSET INT64_MIN
+/* A sign of life at now_ms (wall) and mono_ms (monotonic). */
+void nodes_seen(struct node_rt *rt, int64_t now_ms, int64_t mono_ms);
+/* Dates an unset monotonic mark from the wall clock's age of the last sign
+ * of life (never negative): what nodes_add left, at the node timeout's next
+ * look (the loop's chores, within a pass interval of the load or registration). */
+void nodes_date(struct node_rt *rt, int64_t now_ms, int64_t mono_ms);
+/* Ms since the last sign of life, by the monotonic clock (by the wall clock
+ * while the mark is unset); never negative. */
+int64_t nodes_silence_ms(const struct node_rt *rt, int64_t now_ms, int64_t mono_ms);
 
 /* Drops node `name`'s runtime (its record was deleted): its long-polls are
  * answered 404. A node without one is ignored. */
@@ -125,11 +143,13 @@ enum nodes_beat {
     NODES_BEAT_HEARD = 1 << 2,    /* the first with a body of a node loaded unheard */
 };
 
-/* A heartbeat arrived at now_ms, with its body (its contents taken and *hb
- * zeroed; NULL for none): the node's sample, and its dirty GPUs (the agent
- * names them in every heartbeat until they clear). Returns enum nodes_beat
- * flags: the caller wakes the loop on any. */
-unsigned nodes_heartbeat(struct node_rt *rt, struct proto_heartbeat *hb, int64_t now_ms);
+/* A heartbeat arrived at now_ms (mono_ms on the monotonic clock), with its
+ * body (its contents taken and *hb zeroed; NULL for none): the node's
+ * sample, and its dirty GPUs (the agent names them in every heartbeat until
+ * they clear). Returns enum nodes_beat flags: the caller wakes the loop on
+ * any. */
+unsigned nodes_heartbeat(struct node_rt *rt, struct proto_heartbeat *hb, int64_t now_ms,
+                         int64_t mono_ms);
 
 /* Adds UUIDs to the node's dirty set (no duplicates): held back from an
  * attempt's final report on, not from the agent's next heartbeat. Out of

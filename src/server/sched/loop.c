@@ -23,7 +23,15 @@ int sched_init(struct sched *sc, int64_t pass_interval_ms, int64_t node_timeout_
     sched_policy_default(&sc->policy);
     sched_result_init(&sc->result);
     sched_run_table_init(&sc->running);
-    int rc = pthread_cond_init(&sc->cv, NULL);
+    /* The loop's sleeps run on the monotonic clock: a step of the wall
+     * clock neither stretches nor cuts them. */
+    pthread_condattr_t attr;
+    int rc = pthread_condattr_init(&attr);
+    if (rc)
+        return -rc;
+    rc = pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    rc = rc ? rc : pthread_cond_init(&sc->cv, &attr);
+    pthread_condattr_destroy(&attr);
     return rc ? -rc : 0;
 }
 
@@ -63,7 +71,7 @@ void sched_wake(struct sched *sc, enum sched_why why)
 
 static void timeouts_task(struct server *s, int64_t now_ms)
 {
-    sched_node_timeouts(s, now_ms);
+    sched_node_timeouts(s, now_ms, srv_mono_ms(s));
 }
 
 static void budget_task(struct server *s, int64_t now_ms)
@@ -130,12 +138,21 @@ void sched_turn(struct server *s, int64_t now_ms)
         tasks[k].run(s, now_ms);
 }
 
-int64_t sched_pass_due_ms(const struct sched *sc)
+/* When a task whose last run was at at_ms is due, interval_ms later; at
+ * once when at_ms is later than now: the wall clock stepped back since, and
+ * waiting for it to catch up would stop the loop's timers for as long (the
+ * run then takes now as its mark). */
+static int64_t due_after(int64_t at_ms, int64_t interval_ms, int64_t now_ms)
+{
+    return at_ms > now_ms ? now_ms : at_ms + interval_ms;
+}
+
+int64_t sched_pass_due_ms(const struct sched *sc, int64_t now_ms)
 {
     /* A deferred job becomes eligible at its begin time. */
     int64_t begin = sc->next_begin_ms ? sc->next_begin_ms : INT64_MAX;
     if (!sc->dirty) {
-        int64_t due = sc->last_pass_ms + sc->pass_interval_ms;
+        int64_t due = due_after(sc->last_pass_ms, sc->pass_interval_ms, now_ms);
         return begin < due ? begin : due;
     }
     int64_t gap = SCHED_PASS_GAP_MAX_MS;
@@ -146,24 +163,26 @@ int64_t sched_pass_due_ms(const struct sched *sc)
               : gap > SCHED_PASS_GAP_MAX_MS ? SCHED_PASS_GAP_MAX_MS
                                             : gap;
     }
-    int64_t due = sc->last_pass_ms + gap;
+    int64_t due = due_after(sc->last_pass_ms, gap, now_ms);
     return begin < due ? begin : due;
 }
 
-static int64_t chores_due_ms(const struct sched *sc)
+static int64_t chores_due_ms(const struct sched *sc, int64_t now_ms)
 {
-    return sc->chores_ms + (sc->chores_dirty ? SCHED_PASS_GAP_MAX_MS : sc->pass_interval_ms);
+    return due_after(sc->chores_ms, sc->chores_dirty ? SCHED_PASS_GAP_MAX_MS : sc->pass_interval_ms,
+                     now_ms);
 }
 
-static int64_t hook_due_ms(const struct server *s)
+static int64_t hook_due_ms(const struct server *s, int64_t now_ms)
 {
-    return s->sched->hook.due_ms ? s->sched->hook.due_ms(s) : INT64_MAX;
+    return s->sched->hook.due_ms ? s->sched->hook.due_ms(s, now_ms) : INT64_MAX;
 }
 
-static int64_t next_due_ms(const struct server *s)
+static int64_t next_due_ms(const struct server *s, int64_t now_ms)
 {
     const struct sched *sc = s->sched;
-    int64_t pass = sched_pass_due_ms(sc), chores = chores_due_ms(sc), hook = hook_due_ms(s);
+    int64_t pass = sched_pass_due_ms(sc, now_ms), chores = chores_due_ms(sc, now_ms),
+            hook = hook_due_ms(s, now_ms);
     int64_t due = pass < chores ? pass : chores;
     return hook < due ? hook : due;
 }
@@ -171,20 +190,20 @@ static int64_t next_due_ms(const struct server *s)
 int64_t sched_tick(struct server *s, int64_t now_ms)
 {
     struct sched *sc = s->sched;
-    bool chores = now_ms >= chores_due_ms(sc);
+    bool chores = now_ms >= chores_due_ms(sc, now_ms);
     if (chores) {
         sc->chores_ms = now_ms;
         sc->chores_dirty = false;
     }
     for (size_t k = 0; k < NTASKS; k++) {
         /* Asked again each time: a chore may have woken the loop. */
-        bool due = tasks[k].when == TASK_PASS   ? now_ms >= sched_pass_due_ms(sc)
-                   : tasks[k].when == TASK_HOOK ? now_ms >= hook_due_ms(s)
+        bool due = tasks[k].when == TASK_PASS   ? now_ms >= sched_pass_due_ms(sc, now_ms)
+                   : tasks[k].when == TASK_HOOK ? now_ms >= hook_due_ms(s, now_ms)
                                                 : chores;
         if (due)
             tasks[k].run(s, now_ms);
     }
-    return next_due_ms(s);
+    return next_due_ms(s, now_ms);
 }
 
 void sched_metrics(const struct sched *sc, struct prom *p)
@@ -210,12 +229,12 @@ static void *loop_main(void *arg)
         int64_t now = srv_now_ms(s);
         /* A controller that lost its lease hands out nothing more (the
          * main thread stops this loop soon): it only sleeps. */
-        int64_t until = lead_leading(s->lead) ? next_due_ms(s) : now + SCHED_PASS_GAP_MAX_MS;
+        int64_t until = lead_leading(s->lead) ? next_due_ms(s, now) : now + SCHED_PASS_GAP_MAX_MS;
         if (now < until) {
-            /* The condition variable waits on the real clock: the server's
-             * clock may be a test's, so the wait is relative. */
+            /* The condition variable waits on the monotonic clock (sched_init);
+             * the server's clock may be a test's, so the wait is relative. */
             struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
+            clock_gettime(CLOCK_MONOTONIC, &ts);
             int64_t ns = (int64_t)ts.tv_nsec + (until - now) * 1000000;
             ts.tv_sec += (time_t)(ns / 1000000000);
             ts.tv_nsec = (long)(ns % 1000000000);

@@ -72,9 +72,11 @@ const char *sched_why_name(enum sched_why why);
 
 /* A task another subsystem runs on the loop's thread, under the lock,
  * before the pass (the serving runtime's reconcile): due_ms says when
- * (server time), run runs it. Set before sched_start; NULL: none. */
+ * (server time; now_ms at the latest when its last run is later than
+ * now_ms, the wall clock stepped back), run runs it. Set before
+ * sched_start; NULL: none. */
 struct sched_hook {
-    int64_t (*due_ms)(const struct server *s);
+    int64_t (*due_ms)(const struct server *s, int64_t now_ms);
     void (*run)(struct server *s, int64_t now_ms);
 };
 
@@ -146,9 +148,10 @@ void sched_turn(struct server *s, int64_t now_ms);
  * pending, the last pass's end plus a gap that follows the last pass's cost
  * (SCHED_PASS_GAP_FACTOR times it, within SCHED_PASS_GAP_FLOOR_MS and
  * SCHED_PASS_GAP_MAX_MS; the maximum for a submission behind a backlog);
- * without one, the last pass's end plus the timer's interval.
+ * without one, the last pass's end plus the timer's interval; now_ms when
+ * the last pass's end is later than now_ms (the wall clock stepped back).
  */
-int64_t sched_pass_due_ms(const struct sched *sc);
+int64_t sched_pass_due_ms(const struct sched *sc, int64_t now_ms);
 
 /* What the loop thread does when it wakes at now_ms: the periodic tasks
  * that are due (node timeouts, idle GPUs and budgets on their own timer,

@@ -55,7 +55,7 @@ void sched_charge_ended(struct server *s, const struct sched_input *in);
 
 /* timeouts.c: ends the attempts of nodes whose heartbeats stopped, and marks
  * the nodes down. */
-void sched_node_timeouts(struct server *s, int64_t now_ms);
+void sched_node_timeouts(struct server *s, int64_t now_ms, int64_t mono_ms);
 
 /* The periodic work of one turn (loop.c's table calls these). */
 void sched_idle_task(struct server *s, int64_t now_ms);

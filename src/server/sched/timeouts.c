@@ -126,19 +126,22 @@ static void node_rejoins(struct server *s, int64_t now_ms)
     lost_release(&back);
 }
 
-void sched_node_timeouts(struct server *s, int64_t now_ms)
+void sched_node_timeouts(struct server *s, int64_t now_ms, int64_t mono_ms)
 {
     struct store_batch *b = NULL;
     struct lost l = {0};
     int rc = 0;
     for (size_t k = 0; k < s->cluster.nnodes && !rc; k++) {
         const struct cluster_node *node = &s->cluster.nodes[k];
-        const struct node_rt *rt = nodes_find(&s->nodes, node->name);
+        struct node_rt *rt = nodes_find(&s->nodes, node->name);
+        if (rt)
+            nodes_date(rt, now_ms, mono_ms);
         /* Lost once is enough for a drained node; one an admin resumed while
-         * it was silent is marked down again. */
+         * it was silent is marked down again. Silence is counted on the
+         * monotonic clock (nodes.h). */
         if (node->state == CLUSTER_NODE_DOWN || !rt ||
             (rt->lost && node->state == CLUSTER_NODE_DRAINING) ||
-            now_ms - rt->last_heartbeat_ms <= s->sched->node_timeout_ms)
+            nodes_silence_ms(rt, now_ms, mono_ms) <= s->sched->node_timeout_ms)
             continue;
         if (!b && !(b = store_batch_new()))
             rc = GPO_ENOMEM;

@@ -23,14 +23,15 @@
 #define SCALED_DOWN ": scaled down"
 #define NOT_READY   ": replaced (not ready)"
 
-int64_t serve_due_ms(const struct server *s)
+int64_t serve_due_ms(const struct server *s, int64_t now_ms)
 {
     if (s->serve->urgent)
         return 0;
     /* No service and no replica: nothing to reconcile until one is made. */
     if (!s->cluster.nservices && !s->serve->n)
         return INT64_MAX;
-    return s->serve->last_tick_ms + SERVE_TICK_MS;
+    int64_t last = s->serve->last_tick_ms;
+    return last > now_ms ? now_ms : last + SERVE_TICK_MS; /* later: the wall clock stepped back */
 }
 
 /* ---- submitting a replica ------------------------------------------------------ */

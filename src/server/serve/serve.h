@@ -160,10 +160,10 @@ int serve_load(struct server *s, char *err, size_t errlen);
 
 /* ---- the reconcile (serve/reconcile.c) ----------------------------------- */
 
-/* When the reconcile is due next (server time, ms): a tick after the last,
- * now when a router asked for a replica, INT64_MAX while there is no
- * service. */
-int64_t serve_due_ms(const struct server *s);
+/* When the reconcile is due next (server time, ms): a tick after the last
+ * (now_ms when the last is later, the wall clock stepped back), now when a
+ * router asked for a replica, INT64_MAX while there is no service. */
+int64_t serve_due_ms(const struct server *s, int64_t now_ms);
 /* One reconcile at now_ms: the jobs' states into the replicas, the
  * observations into each autoscaler, its decision acted on (replica jobs
  * submitted, drained, stopped, rolled, replaced). On the loop's thread. */
