@@ -185,7 +185,8 @@ def bad_input():
     for q, name in (("since=2026-01-02&until=2026-01-01", "since"), ("by=colour", "by"),
                     ("since=yesterday", "since"), ("until=2026-13-01", "until"),
                     ("since=now&until=now", "since"), ("since=2026-%2B1-01", "since"),
-                    ("until=2026-01-%201", "until")):
+                    ("until=2026-01-%201", "until"), ("by=job&key=", "key"),
+                    ("by=team&key=" + "x" * 129, "key")):
         st, b, raw = get(f"/v1/cost?{q}")
         ok(st == 400 and message(b, raw).startswith(name), f"GET /v1/cost?{q}: 400 naming {name}",
            f"{st} {raw!r}")
@@ -209,6 +210,24 @@ def priced_run():
         r = row(cost(f"by={by}&since=-1h"), key)
         ok(r and r["cost"] >= want - 0.01, f"by={by} has a row '{key}' with the job's cost", r)
     return jid
+
+
+def key_filter():
+    """key= keeps one group: its row as in the full answer, the total its figures."""
+    full = cost("by=job&since=-1h&until=now")
+    ok(len(full["rows"]) >= 2, "two jobs or more have cost by now", full)
+    # an ended job's: a running one's figures grow between the two answers
+    jid = next((r["key"] for r in full["rows"] if final(job(int(r["key"])))), None)
+    one = cost(f"by=job&key={jid}&since=-1h&until=now")
+    mine = row(full, jid)
+    ok(one["rows"] == [mine] and one["total"] == {k: v for k, v in mine.items() if k != "key"},
+       "GET /v1/cost?by=job&key=ID: that job's row alone, the total its figures",
+       json.dumps(one)[:800])
+    r = cost("by=project&key=p1&since=-1h")
+    ok([x["key"] for x in r["rows"]] == ["p1"], "key= with by=project: the project's row alone", r)
+    r = cost("by=job&key=999999&since=-1h")
+    ok(r["rows"] == [] and r["total"]["cost"] == 0 and r["rate_per_hour"] == 0,
+       "key= of a job that cost nothing: no row, a zero total and rate", r)
 
 
 def price_change():
@@ -342,8 +361,8 @@ def command_line():
 def main():
     print("TAP version 13")
     setup()
-    for step in (bad_input, priced_run, price_change, failed_job, members, command_line, budget,
-                 restart):
+    for step in (bad_input, priced_run, price_change, failed_job, key_filter, members,
+                 command_line, budget, restart):
         try:
             step()
         except Exception as e:

@@ -686,8 +686,8 @@
     const reqs = [];
     if (seriesDue) reqs.push(api(seriesQuery('gpu_util', w)), api(seriesQuery('mem_used', w)));
     if (costDue) {
-      reqs.push(api('/v1/cost?by=job&since=' + encodeURIComponent(new Date(ms(w.since) - 60000).toISOString()) +
-        '&until=now'));
+      reqs.push(api('/v1/cost?by=job&key=' + encodeURIComponent(String(j.id)) + '&since=' +
+        encodeURIComponent(new Date(ms(w.since) - 60000).toISOString()) + '&until=now'));
     }
     if (!w) {
       const why = !(j.attempts || []).length ? 'the job has not started' : 'the job holds no GPU';

@@ -79,11 +79,16 @@ static int cost(struct http_request *req, void *ctx)
     struct server *s = ctx;
     int64_t now = srv_now_ms(s);
     const char *by_s = http_request_query(req, "by"), *since_s = http_request_query(req, "since"),
-               *until_s = http_request_query(req, "until");
+               *until_s = http_request_query(req, "until"), *key = http_request_query(req, "key");
     int by = by_s ? cost_by_parse(by_s) : COST_BY_TEAM;
     if (by < 0)
         return http_request_error(req, 400, "invalid_query",
                                   "by: expected team, project, model, user or job");
+    if (key && (!key[0] || strlen(key) > COST_KEY_MAX))
+        return http_request_error(req, 400, "invalid_query",
+                                  "key: expected the name of one group of 'by' (a team, project, "
+                                  "model, user or job id), 1 to %d characters",
+                                  COST_KEY_MAX);
     pthread_mutex_lock(&s->lock);
     cost_roll(&s->cost, now);
     int64_t since = s->cost.month_start_ms, until = s->cost.month_end_ms;
@@ -100,7 +105,7 @@ static int cost(struct http_request *req, void *ctx)
     if (since >= until)
         return http_request_error(req, 400, "invalid_query", "since: must be before until");
     int err = 0;
-    json_t *out = cost_report(&s->cost, only, (enum cost_by)by, since, until, now, &err);
+    json_t *out = cost_report(&s->cost, only, (enum cost_by)by, key, since, until, now, &err);
     if (!out && err != GPO_ENOMEM)
         return http_request_error(req, 503, "store", "the ledger: %s", gpo_strerror(err));
     if (!out)

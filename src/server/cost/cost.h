@@ -172,6 +172,9 @@ bool cost_visible(const char *only_team, const char *team);
 /* GET /v1/budgets' array of the teams `only_team` lets through; NULL out of memory. */
 json_t *cost_budgets_json(struct cost *c, const char *only_team, int64_t now_ms);
 
+/* The longest key of a group (GET /v1/cost?key=). */
+#define COST_KEY_MAX JOBSPEC_NAME_MAX
+
 /* What GET /v1/cost groups by. */
 enum cost_by { COST_BY_TEAM, COST_BY_PROJECT, COST_BY_MODEL, COST_BY_USER, COST_BY_JOB };
 /* The grouping named `name`, or -1. */
@@ -180,12 +183,14 @@ int cost_by_parse(const char *name);
 /*
  * GET /v1/cost's answer: the cost of [since_ms, until_ms) grouped `by`, of
  * the teams `only_team` lets through: the closed rows clipped exactly, plus
- * the running attempts' open segments up to now. Takes the ledger's rows
- * from the store while the caller holds the lock. A new object, or NULL
- * with *ret_err (GPO_ENOMEM, or a store code).
+ * the running attempts' open segments up to now; with only_key (not NULL),
+ * the group of that key alone (none when it cost nothing), its figures the
+ * total's and the rate its running attempts'. Takes the ledger's rows from
+ * the store while the caller holds the lock. A new object, or NULL with
+ * *ret_err (GPO_ENOMEM, or a store code).
  */
-json_t *cost_report(struct cost *c, const char *only_team, enum cost_by by, int64_t since_ms,
-                    int64_t until_ms, int64_t now_ms, int *ret_err);
+json_t *cost_report(struct cost *c, const char *only_team, enum cost_by by, const char *only_key,
+                    int64_t since_ms, int64_t until_ms, int64_t now_ms, int *ret_err);
 
 /*
  * Writes the cost families into p: gpuorch_cost_total{team} (counter:

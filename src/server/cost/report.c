@@ -143,9 +143,15 @@ static int by_cost(const void *a, const void *b)
     return x->cost != y->cost ? (x->cost < y->cost ? 1 : -1) : strcmp(x->key, y->key);
 }
 
+/* Whether a piece of `key` is in a report of only_key (NULL: every key). */
+static bool wanted(const char *only_key, const char *key)
+{
+    return !only_key || strcmp(only_key, key) == 0;
+}
+
 /* The running attempts' open segments, clipped to [since, min(until, now)). */
-static int add_open(struct cost *c, const char *only_team, int by, int64_t since, int64_t until,
-                    int64_t now, struct report *r)
+static int add_open(struct cost *c, const char *only_team, int by, const char *only_key,
+                    int64_t since, int64_t until, int64_t now, struct report *r)
 {
     int64_t hi = until < now ? until : now;
     for (size_t k = 0; k < c->jobs->n; k++) {
@@ -160,9 +166,12 @@ static int add_open(struct cost *c, const char *only_team, int by, int64_t since
         for (size_t i = 0; i < a->nshares; i++)
             milli += a->shares[i].milli;
         char buf[32];
+        const char *key =
+            key_of(by, j->team, j->spec.project, j->spec.model, j->user, j->id, buf, sizeof(buf));
+        if (!wanted(only_key, key))
+            continue;
         struct piece p = {
-            .key = key_of(by, j->team, j->spec.project, j->spec.model, j->user, j->id, buf,
-                          sizeof(buf)),
+            .key = key,
             .gpu_hours = (double)milli / 1000.0 * (double)(hi - lo) / 3600000.0,
             .cost = cost_accrued(j, lo, now) - cost_accrued(j, hi, now),
             .util_sum = a->util_sum,
@@ -176,8 +185,8 @@ static int add_open(struct cost *c, const char *only_team, int by, int64_t since
 }
 
 /* The closed rows of [since, until), clipped. */
-static int add_rows(struct cost *c, const char *only_team, int by, int64_t since, int64_t until,
-                    struct report *r)
+static int add_rows(struct cost *c, const char *only_team, int by, const char *only_key,
+                    int64_t since, int64_t until, struct report *r)
 {
     struct store_ledger_row *rows = NULL;
     size_t n = 0;
@@ -189,8 +198,12 @@ static int add_rows(struct cost *c, const char *only_team, int by, int64_t since
         int64_t lo = l->start_ms > since ? l->start_ms : since;
         int64_t hi = l->end_ms < until ? l->end_ms : until;
         char buf[32];
+        const char *key =
+            key_of(by, l->team, l->project, l->model, l->user, l->job_id, buf, sizeof(buf));
+        if (!wanted(only_key, key))
+            continue;
         struct piece p = {
-            .key = key_of(by, l->team, l->project, l->model, l->user, l->job_id, buf, sizeof(buf)),
+            .key = key,
             .outcome = l->outcome,
             .gpu_hours =
                 hi > lo ? (double)l->gpu_milli / 1000.0 * (double)(hi - lo) / 3600000.0 : 0,
@@ -205,14 +218,29 @@ static int add_rows(struct cost *c, const char *only_team, int by, int64_t since
     return rc;
 }
 
-json_t *cost_report(struct cost *c, const char *only_team, enum cost_by by, int64_t since_ms,
-                    int64_t until_ms, int64_t now_ms, int *ret_err)
+/* The running attempts' rate of spend, of only_key's group alone. */
+static int64_t key_rate(const struct cost *c, const char *only_team, int by, const char *only_key)
+{
+    int64_t rate = 0;
+    for (size_t k = 0; k < c->jobs->n; k++) {
+        const struct job *j = c->jobs->v[k];
+        char buf[32];
+        if (j->att.n && j->att.seg.start_ms && cost_visible(only_team, j->team) &&
+            wanted(only_key, key_of(by, j->team, j->spec.project, j->spec.model, j->user, j->id,
+                                    buf, sizeof(buf))))
+            rate += j->att.seg.rate_micro;
+    }
+    return rate;
+}
+
+json_t *cost_report(struct cost *c, const char *only_team, enum cost_by by, const char *only_key,
+                    int64_t since_ms, int64_t until_ms, int64_t now_ms, int *ret_err)
 {
     struct report r = {0};
-    int rc = add_rows(c, only_team, (int)by, since_ms, until_ms, &r);
+    int rc = add_rows(c, only_team, (int)by, only_key, since_ms, until_ms, &r);
     pthread_mutex_lock(c->lock);
-    rc = rc ? rc : add_open(c, only_team, (int)by, since_ms, until_ms, now_ms, &r);
-    int64_t rate = cost_rate(c, only_team);
+    rc = rc ? rc : add_open(c, only_team, (int)by, only_key, since_ms, until_ms, now_ms, &r);
+    int64_t rate = only_key ? key_rate(c, only_team, (int)by, only_key) : cost_rate(c, only_team);
     pthread_mutex_unlock(c->lock);
     if (r.n)
         qsort(r.g, r.n, sizeof(*r.g), by_cost);

@@ -149,7 +149,7 @@ static void cost_add(struct server *s, json_t *services, const json_t *g)
 void serve_status_cost(struct server *s, json_t *services, int64_t now_ms)
 {
     int err = 0;
-    json_t *rep = cost_report(&s->cost, NULL, COST_BY_JOB, 0, now_ms + 1, now_ms, &err);
+    json_t *rep = cost_report(&s->cost, NULL, COST_BY_JOB, NULL, 0, now_ms + 1, now_ms, &err);
     const json_t *rows = rep ? json_object_get(rep, "rows") : NULL;
     size_t k;
     json_t *g;
