@@ -641,8 +641,12 @@ static int start_priv(struct agent *ag, const char *abs_state, char *err, size_t
         if (mkdir(cg, 0755) == 0 || errno == EEXIST)
             cg_root = cg;
     }
+    /* The fence's file (fence.h), which every shim watches (shim.h). */
+    char fence_file[PATH_MAX + 32];
+    snprintf(fence_file, sizeof(fence_file), "%s/%s/%s", abs_state, NET_DIR, FENCE_FILE);
     struct priv_config pc = {
         .state_dir = abs_state,
+        .fence_file = fence_file,
         .shim_exe = a->shim ? a->shim : shim,
         .cgroup_root = cg_root,
         .cgroup_root_ours = cg_root == cg,

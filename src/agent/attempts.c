@@ -18,6 +18,7 @@
 
 #include "agent/jobsignal.h"
 #include "agent/exits.h"
+#include "agent/fence.h"
 #include "agent/launch.h"
 #include "agent/replica.h"
 #include "agent/sampler.h"
@@ -193,6 +194,14 @@ static struct proto_report outcome_of(const struct att *a, const struct shim_sta
     if (error[0]) {
         r.exit_code = st->exit_code;
         r.reason = reason_dup(error);
+    } else if (st->fenced_ms > 0) {
+        /* The shim's watchdog fenced it (this agent, or the one before it,
+         * reached no controller for the lease): a lost node's attempt. */
+        char why[96];
+        snprintf(why, sizeof(why), FENCE_REASON_FMT, st->fenced_ms / 1000);
+        *(st->signaled ? &r.signal : &r.exit_code) = st->signaled ? st->signal : st->exit_code;
+        r.reason = reason_dup(why);
+        r.fenced = true;
     } else if (a->killing && (st->signaled || st->exit_code != 0)) {
         r.state = a->kill_as;
         *(st->signaled ? &r.signal : &r.exit_code) = st->signaled ? st->signal : st->exit_code;

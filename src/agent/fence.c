@@ -29,7 +29,6 @@
 
 #define BOOT_ID_MAX 64
 /* How often, at most, the last answer's time is written. */
-#define SAVE_EVERY_MS 1000
 /* The longest round of the fence thread. */
 #define ROUND_MS 100
 
@@ -155,8 +154,8 @@ int fence_new(const struct fence_config *cfg, int64_t now_ms, struct fence **ret
         fence_free(f);
         return errbuf_set(err, errlen, GPO_ENOMEM, "out of memory");
     }
-    snprintf(f->path, n, "%s/fence", cfg->dir);
-    snprintf(f->tmp, n, "%s/fence.tmp", cfg->dir);
+    snprintf(f->path, n, "%s/" FENCE_FILE, cfg->dir);
+    snprintf(f->tmp, n, "%s/" FENCE_FILE ".tmp", cfg->dir);
     if (cfg->boot_id)
         snprintf(f->boot, sizeof(f->boot), "%s", cfg->boot_id);
     else
@@ -208,14 +207,14 @@ static int write_file(struct fence *f, int64_t lease, int64_t grace, int64_t ans
 }
 
 /* Saves the state when it differs from the file's (the time only once it
- * is SAVE_EVERY_MS later). */
+ * is FENCE_SAVE_EVERY_MS later). */
 static void save(struct fence *f)
 {
     pthread_mutex_lock(&f->write_lock);
     int64_t lease = atomic_load(&f->lease_ms), grace = atomic_load(&f->grace_ms),
             answered = atomic_load(&f->answered_ms);
     bool due = !f->saved || lease != f->saved_lease || grace != f->saved_grace ||
-               answered - f->saved_answered >= SAVE_EVERY_MS;
+               answered - f->saved_answered >= FENCE_SAVE_EVERY_MS;
     /* Without a lease, and none on disk, there is nothing to keep. */
     if (due && !lease && !f->saved)
         due = false;

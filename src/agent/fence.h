@@ -15,8 +15,8 @@
  * threads can delay it.
  *
  * The settings and the last answered send time are kept in DIR/fence
- * (JSON, rewritten by rename, the time at most once a second, so that what
- * is on disk is never later than the truth): an agent restarted while cut
+ * (JSON, rewritten by rename, the time at most every FENCE_SAVE_EVERY_MS, so
+ * that what is on disk is never later than the truth): an agent restarted while cut
  * off fences at the same deadline, and one restarted after a reboot (no
  * job survives one) counts from its start.
  *
@@ -33,6 +33,13 @@
 #include <stdint.h>
 
 #include "base/err.h"
+
+/* The file's name in fence_config.dir (the shims' watchdog reads it too:
+ * shim.h, --fence). */
+#define FENCE_FILE "fence"
+/* The answered time is rewritten no more often: what is on disk is never
+ * later than the truth, and less than this much older. */
+#define FENCE_SAVE_EVERY_MS 250
 
 /* The reason a fenced attempt is reported with; the seconds unreached. */
 #define FENCE_REASON_FMT "fenced: no controller reached for %" PRId64 " s"

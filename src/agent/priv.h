@@ -73,6 +73,8 @@ struct priv_config {
                               * gpu_backend_open, opened at the first one); NULL: the default */
     const char *mps_control; /* absolute: nvidia-cuda-mps-control, checked at start as the
                               * shim is; NULL: none (priv_mps refuses, naming why) */
+    const char *fence_file;  /* absolute: the agent's fence file, every shim's --fence (its
+                              * watchdog, for an agent dead or stopped); NULL: none */
 };
 
 struct priv;

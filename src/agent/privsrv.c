@@ -48,6 +48,7 @@ struct privsrv {
     char shim_exe[PRIV_PATH_MAX];    /* resolved and checked at start (check_exe) */
     char state[PRIV_PATH_MAX];       /* STATE_DIR */
     char mps_control[PRIV_PATH_MAX]; /* as shim_exe; "": none */
+    char fence_file[PRIV_PATH_MAX];  /* every shim's --fence; "": none */
     struct cgroup_root *cg;          /* NULL: process groups */
     bool allow_root;
     bool cgroup_root_ours; /* remove the cgroup root at exit */
@@ -209,8 +210,8 @@ static pid_t read_pgid(const char *dir)
 /* ==== the privileged side: actions ==== */
 
 /* SHIM_EXE --dir D [--user U [--allow-root]] [--cgroup C] [--workdir W]
- *   [--stdout P] [--stderr P] --ready-fd 3 --env-fd 4 -- ARGV. Caller frees
- *   with free(). */
+ *   [--stdout P] [--stderr P] --ready-fd 3 --env-fd 4 [--fence F] -- ARGV.
+ *   Caller frees with free(). */
 static const char **shim_command(const struct privsrv *s, const struct priv_req_launch *q,
                                  const struct runas *ra, const char *dir, const char *cg,
                                  char **cmd)
@@ -233,7 +234,8 @@ static const char **shim_command(const struct privsrv *s, const struct priv_req_
                             {"--stdout", q->has_stdout ? q->stdout_path : NULL},
                             {"--stderr", q->has_stderr ? q->stderr_path : NULL},
                             {"--ready-fd", "3"},
-                            {"--env-fd", "4"}};
+                            {"--env-fd", "4"},
+                            {"--fence", s->fence_file[0] ? s->fence_file : NULL}};
     for (size_t i = 0; i < sizeof(opt) / sizeof(opt[0]); i++) {
         if (!opt[i][1])
             continue;
@@ -754,6 +756,12 @@ static int check_config(const struct priv_config *cfg, struct privsrv *s, char *
                           PRIV_PATH_MAX - 128);
     if (cfg->mps_control && cfg->mps_control[0] != '/')
         return errbuf_set(err, errlen, GPO_EINVAL, "mps_control: not an absolute path");
+    if (cfg->fence_file &&
+        (cfg->fence_file[0] != '/' || (size_t)snprintf(s->fence_file, sizeof(s->fence_file), "%s",
+                                                       cfg->fence_file) >= sizeof(s->fence_file)))
+        return errbuf_set(err, errlen, GPO_EINVAL,
+                          "fence_file: not an absolute path of at most %d bytes",
+                          PRIV_PATH_MAX - 1);
     snprintf(s->state, sizeof(s->state), "%s", cfg->state_dir);
     int rc = check_exe("shim_exe", cfg->shim_exe, s->shim_exe, err, errlen);
     if (!rc && cfg->mps_control)

@@ -8,15 +8,17 @@
  * of its own (util/opts needs jsonv).
  *
  * Signals: the handler only sets a flag. The forwarded signals and SIGCHLD
- * stay blocked except inside sigsuspend(), so a signal that arrives between
- * the loop's checks is not lost: it wakes the next sigsuspend at once.
+ * stay blocked except inside sigsuspend() (ppoll() with --fence, which also
+ * wakes for the watchdog's next look), so a signal that arrives between the
+ * loop's checks is not lost: it wakes the next wait at once.
  */
-/* pipe2 and close_range are Linux calls, declared only under _GNU_SOURCE. */
+/* pipe2, ppoll and close_range are Linux calls, declared only under _GNU_SOURCE. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
 #include <linux/close_range.h>
+#include <poll.h>
 #include <pwd.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -83,6 +85,7 @@ static int write_atomic(const char *dir, const char *name, const char *data, cha
 struct shim_args {
     const char *dir, *out, *errpath; /* attempt directory; custom output files */
     const char *user, *cgroup, *workdir;
+    const char *fence; /* the agent's fence file (--fence); NULL: no watchdog */
     bool allow_root, help;
     bool append;                /* custom output files appended to, else truncated first */
     int64_t ready_arg, env_arg; /* --ready-fd, --env-fd as given; 0: not given */
@@ -279,9 +282,60 @@ static void run_child(const struct shim_args *o, const struct account *a, int re
     _exit(127);
 }
 
-/* Blocks until the child is reaped, forwarding signals meanwhile. */
-static int wait_child(pid_t pid, const sigset_t *wait_mask, int *ret_status)
+static int64_t mono_ms(void)
 {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* This boot's id (the agent's fence file names the boot it counts in). */
+static void read_boot_id(char *out, size_t len)
+{
+    out[0] = '\0';
+    int fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    ssize_t n = read(fd, out, len - 1);
+    close(fd);
+    out[n > 0 ? n : 0] = '\0';
+    out[strcspn(out, "\n")] = '\0';
+}
+
+/* --fence's watchdog: one look, and the signal it calls for. Returns the ms
+ * to the next look, -1 for none. */
+static int64_t watch(const struct shim_args *o, struct shim_watch *w, pid_t pid)
+{
+    enum shim_watch_action was = w->action;
+    struct shim_fence f = {0};
+    bool have = w->action == SHIM_WATCH_NONE && shim_fence_read(o->fence, &f) == 0;
+    int64_t next = shim_fence_step(w, &f, have, mono_ms());
+    if (w->action == was)
+        return next;
+    if (w->action == SHIM_WATCH_TERM) {
+        fprintf(stderr,
+                "gpuorch-shim: no controller reached by the agent for %lld ms (lease in %s): "
+                "SIGTERM to the command\n",
+                (long long)w->unreached_ms, o->fence);
+        if (kill(-pid, SIGTERM) < 0)
+            kill(pid, SIGTERM);
+        return next;
+    }
+    fprintf(stderr, "gpuorch-shim: the fence's grace is over: SIGKILL to the command\n");
+    if (kill(-pid, SIGKILL) < 0)
+        kill(pid, SIGKILL);
+    if (o->cgroup) /* its processes that left the group too */
+        cgroup_kill(o->cgroup, NULL, 0);
+    return -1;
+}
+
+/* Blocks until the child is reaped, forwarding signals meanwhile, and with
+ * --fence watching the agent's lease. */
+static int wait_child(const struct shim_args *o, struct shim_watch *w, pid_t pid,
+                      const sigset_t *wait_mask, int *ret_status)
+{
+    int64_t next = o->fence ? 0 : -1;
+    int64_t look_at = mono_ms();
     for (;;) {
         for (size_t i = 0; i < NFORWARDED; i++) {
             if (!pending[i])
@@ -292,6 +346,10 @@ static int wait_child(pid_t pid, const sigset_t *wait_mask, int *ret_status)
             if (kill(-pid, forwarded[i]) < 0)
                 kill(pid, forwarded[i]);
         }
+        if (next >= 0 && mono_ms() >= look_at) {
+            next = watch(o, w, pid);
+            look_at = mono_ms() + (next > 0 ? next : 0);
+        }
         child_changed = 0;
         int st;
         pid_t r = waitpid(pid, &st, WNOHANG);
@@ -301,8 +359,17 @@ static int wait_child(pid_t pid, const sigset_t *wait_mask, int *ret_status)
         }
         if (r < 0 && errno != EINTR)
             return -errno;
-        if (r == 0)
+        if (r != 0)
+            continue;
+        if (next < 0) {
             sigsuspend(wait_mask);
+            continue;
+        }
+        int64_t left = look_at - mono_ms();
+        if (left <= 0)
+            continue;
+        struct timespec ts = {(time_t)(left / 1000), (long)(left % 1000) * 1000000};
+        ppoll(NULL, 0, &ts, wait_mask); /* a signal or the next look, whichever first */
     }
 }
 
@@ -314,6 +381,7 @@ struct run {
     pid_t pid;
     int wait_status;
     uint64_t oom_kills; /* in the command's cgroup when it ended */
+    int64_t fenced_ms;  /* the watchdog's SIGTERM came this long unreached; 0: none */
     char error[SHIM_ERROR_MAX];
 };
 
@@ -382,6 +450,9 @@ static int finish(const struct run *r)
     if (r->oom_kills > 0)
         o += (size_t)snprintf(line + o, sizeof(line) - o, ",\"oom_kills\":%llu",
                               (unsigned long long)r->oom_kills);
+    if (r->fenced_ms > 0)
+        o += (size_t)snprintf(line + o, sizeof(line) - o, ",\"fenced_ms\":%lld",
+                              (long long)r->fenced_ms);
     snprintf(line + o, sizeof(line) - o, "}\n");
     char err[512];
     int rc = write_atomic(r->dir, "status", line, err, sizeof(err));
@@ -447,8 +518,13 @@ static void run_command(struct run *r, const struct shim_args *o, const struct a
         ;
     r->error[n > 0 ? n : 0] = '\0';
     close(report[0]);
-    if (wait_child(pid, wait_mask, &r->wait_status) < 0 && !r->error[0])
+    struct shim_watch w = {.action = SHIM_WATCH_NONE};
+    if (o->fence)
+        read_boot_id(w.boot_id, sizeof(w.boot_id));
+    if (wait_child(o, &w, pid, wait_mask, &r->wait_status) < 0 && !r->error[0])
         snprintf(r->error, sizeof(r->error), "waitpid: %s", strerror(errno));
+    if (w.action != SHIM_WATCH_NONE)
+        r->fenced_ms = w.unreached_ms > 0 ? w.unreached_ms : 1;
     r->ended_ms = now_ms();
     /* The kernel counts its kills at the memory limit in the cgroup; the
      * count is there once the command is reaped. */
@@ -482,7 +558,7 @@ static int resolve_user(const struct shim_args *o, struct account *a, struct run
 #define USAGE_LINE                                                                                 \
     "usage: gpuorch-shim --dir ATTEMPT_DIR [--user NAME [--allow-root]] [--cgroup DIR]\n"          \
     "                    [--workdir DIR] [--stdout PATH] [--stderr PATH] [--append]\n"             \
-    "                    [--ready-fd FD] [--env-fd FD]\n"                                          \
+    "                    [--ready-fd FD] [--env-fd FD] [--fence FILE]\n"                           \
     "                    -- COMMAND [ARG...]\n"
 
 static int usage(const char *msg)
@@ -509,7 +585,10 @@ static void help(void)
            "                 path for both is opened once\n"
            "  --ready-fd FD  close FD once the pid file is written\n"
            "  --env-fd FD    the command's environment, NUL-separated NAME=VALUE\n"
-           "                 strings read from FD (default: the shim's own)\n\n"
+           "                 strings read from FD (default: the shim's own)\n"
+           "  --fence FILE   the agent's fence file: once its lease has run out (the\n"
+           "                 agent dead or stopped), SIGTERM to the command, SIGKILL\n"
+           "                 after its grace\n\n"
            "Exit status: the command's, 128 + its signal, or 125 on a usage error or\n"
            "when the status cannot be written.\n");
 }
@@ -571,17 +650,12 @@ static const struct {
     enum opt_kind kind;
     size_t offset;
 } shim_opts[] = {
-    {"dir", OPT_STRING, ARG(dir)},
-    {"stdout", OPT_STRING, ARG(out)},
-    {"stderr", OPT_STRING, ARG(errpath)},
-    {"user", OPT_STRING, ARG(user)},
-    {"cgroup", OPT_STRING, ARG(cgroup)},
-    {"workdir", OPT_STRING, ARG(workdir)},
-    {"ready-fd", OPT_FD, ARG(ready_arg)},
-    {"env-fd", OPT_FD, ARG(env_arg)},
-    {"allow-root", OPT_FLAG, ARG(allow_root)},
-    {"append", OPT_FLAG, ARG(append)},
-    {"help", OPT_HELP, ARG(help)},
+    {"dir", OPT_STRING, ARG(dir)},        {"stdout", OPT_STRING, ARG(out)},
+    {"stderr", OPT_STRING, ARG(errpath)}, {"user", OPT_STRING, ARG(user)},
+    {"cgroup", OPT_STRING, ARG(cgroup)},  {"workdir", OPT_STRING, ARG(workdir)},
+    {"fence", OPT_STRING, ARG(fence)},    {"ready-fd", OPT_FD, ARG(ready_arg)},
+    {"env-fd", OPT_FD, ARG(env_arg)},     {"allow-root", OPT_FLAG, ARG(allow_root)},
+    {"append", OPT_FLAG, ARG(append)},    {"help", OPT_HELP, ARG(help)},
 };
 #define NSHIM_OPTS (sizeof(shim_opts) / sizeof(shim_opts[0]))
 

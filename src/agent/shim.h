@@ -8,7 +8,7 @@
  *
  *   gpuorch-shim --dir ATTEMPT_DIR [--user NAME [--allow-root]] [--cgroup DIR]
  *                 [--workdir DIR] [--stdout PATH] [--stderr PATH] [--append]
- *                 [--ready-fd FD] [--env-fd FD] -- ARGV...
+ *                 [--ready-fd FD] [--env-fd FD] [--fence FILE] -- ARGV...
  *
  * The shim calls setsid() (its own session and process group, so the agent's
  * death, or a hangup of the agent's terminal, does not reach it), forks the
@@ -21,7 +21,8 @@
  *   {"exit_code": 127, "error": "execvp ARG0: No such file or directory", ...}
  * plus "oom_kills": N when, with --cgroup, the kernel's OOM killer ended N of
  * the cgroup's processes at its memory limit (cgroup_oom_kills, read once
- * the command is reaped)
+ * the command is reaped), and "fenced_ms": U when --fence's watchdog stopped
+ * the command, U ms after the agent last reached a controller
  * (times are CLOCK_REALTIME milliseconds; "error" only when the command did
  * not start: the user is unknown or refused, the cgroup could not be joined,
  * an output file could not be opened, privileges could not be dropped, the
@@ -69,6 +70,18 @@
  * the pid file is written, or when it exits without one: a launcher waits
  * for end-of-file on it to know the command can be signalled through its
  * cgroup or process group.
+ *
+ * --fence FILE: the agent's fence file (fence.h: its lease, its grace, the
+ * boot and the CLOCK_MONOTONIC time a controller last answered it), looked
+ * at once a round (SHIM_WATCH_ROUND_MS) and at the lease's end. It is the
+ * fence of an agent that is dead or stopped, which cannot fence itself:
+ * once the lease has run out the shim sends SIGTERM to the command's process
+ * group, and SIGKILL after the grace (with --cgroup, to every process of the
+ * cgroup), as the agent's own fence does, never later than it (the file is
+ * never ahead of the agent's time), and records "fenced_ms". A renewal after
+ * the SIGTERM changes nothing (the agent's fence does not stop midway
+ * either). No file, a lease of 0, another boot's file or one that is not the
+ * agent's format: no watchdog until the next look finds one.
  */
 #ifndef GPUORCH_AGENT_SHIM_H
 #define GPUORCH_AGENT_SHIM_H
@@ -95,8 +108,40 @@ struct shim_status {
     int64_t ended_ms;           /* CLOCK_REALTIME, when it was reaped */
     pid_t pid;                  /* the command's; 0 if it was never forked */
     uint64_t oom_kills;         /* processes the OOM killer ended in its cgroup; 0: none */
+    int64_t fenced_ms;          /* --fence's watchdog stopped it this long after the agent last
+                                   reached a controller; 0: it did not */
     char error[SHIM_ERROR_MAX]; /* why the command did not start; "" when it did */
 };
+
+/* ---- the watchdog (shim_fence.c) ---- */
+
+#define SHIM_BOOT_ID_MAX    63
+#define SHIM_WATCH_ROUND_MS 1000
+
+/* The agent's fence file, as fence.c writes it. */
+struct shim_fence {
+    int64_t lease_ms, grace_ms, answered_ms; /* answered_ms: CLOCK_MONOTONIC */
+    char boot_id[SHIM_BOOT_ID_MAX + 1];
+};
+/* The file's text: 0 and *ret, or GPO_ECORRUPT (not that object). */
+int shim_fence_parse(const char *text, size_t len, struct shim_fence *ret);
+/* The file at path: 0, GPO_ENOENT, GPO_EIO or GPO_ECORRUPT. */
+int shim_fence_read(const char *path, struct shim_fence *ret);
+
+/* What the watchdog has decided: nothing yet, SIGTERM now, SIGKILL now. */
+enum shim_watch_action { SHIM_WATCH_NONE, SHIM_WATCH_TERM, SHIM_WATCH_KILL };
+struct shim_watch {
+    char boot_id[SHIM_BOOT_ID_MAX + 1]; /* this boot's, from /proc/sys/kernel/random/boot_id */
+    enum shim_watch_action action;
+    int64_t unreached_ms; /* at the SIGTERM */
+    int64_t kill_at_ms;   /* the SIGKILL's time, CLOCK_MONOTONIC */
+};
+/* One look at now_ms (CLOCK_MONOTONIC) with the file's content f (have:
+ * the file was read): moves w->action on, once the lease has run out, to
+ * TERM (the grace counted from now), then at the grace's end to KILL.
+ * Returns the ms to the next look, or -1 once KILL (nothing more to time). */
+int64_t shim_fence_step(struct shim_watch *w, const struct shim_fence *f, bool have,
+                        int64_t now_ms);
 
 /*
  * The `gpuorch-shim` program (argv[0] is its name, ignored). Runs

@@ -21,7 +21,7 @@
 #define STATUS_MAX_BYTES 65536
 
 struct status_doc {
-    int64_t exit_code, signal, started_ms, ended_ms, pid, oom_kills;
+    int64_t exit_code, signal, started_ms, ended_ms, pid, oom_kills, fenced_ms;
     char *error;
     enum jsonv_presence has_exit, has_signal;
 };
@@ -68,6 +68,11 @@ static const struct jsonv_field status_fields[] = {
      .offset = offsetof(struct status_doc, oom_kills),
      .min = 0,
      .max = INT64_MAX},
+    {.name = "fenced_ms",
+     .kind = JSONV_INT64,
+     .offset = offsetof(struct status_doc, fenced_ms),
+     .min = 1,
+     .max = INT64_MAX},
 };
 #define NSTATUS_FIELDS (sizeof(status_fields) / sizeof(status_fields[0]))
 
@@ -97,7 +102,8 @@ static int decode_status(const char *path, const char *buf, size_t len, struct s
                                 .started_ms = d.started_ms,
                                 .ended_ms = d.ended_ms,
                                 .pid = (pid_t)d.pid,
-                                .oom_kills = (uint64_t)d.oom_kills};
+                                .oom_kills = (uint64_t)d.oom_kills,
+                                .fenced_ms = d.fenced_ms};
     snprintf(ret->error, sizeof(ret->error), "%s", d.error ? d.error : "");
     jsonv_release(status_fields, NSTATUS_FIELDS, &d);
     return 0;

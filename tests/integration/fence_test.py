@@ -25,7 +25,12 @@ What it checks:
       and journals it; its attempts are requeued once the controller is back;
   (d) cut off past the node timeout: fenced at the same bound, and once the
       controller is back (it ends the silent node's attempts itself), the
-      jobs run again on the rejoined node.
+      jobs run again on the rejoined node;
+  (e) the agent killed while the controller runs: its shims fence the jobs
+      from the lease in the agent's fence file (by lease + 0.25 s + grace +
+      1 s, none before the lease, the SIGTERM-ignoring one after the grace),
+      their statuses say so; past the node timeout the controller ends the
+      attempts NODE_FAIL, and the agent started again runs the jobs again.
 Throughout, a sampler reads /proc every 100 ms without asking the
 controller (which is frozen part of the time): no job ever has live
 processes of two attempts at once, and no GPU runs two jobs' processes.
@@ -56,6 +61,7 @@ NODE_TIMEOUT_S, LEASE_S, GRACE_S, KILL_GRACE_S = 8, 3, 1, 2
 SAMPLE_S = 0.2  # the agent's heartbeat period (harness.AGENT_FLAGS)
 FENCE_GRACE_S = min(GRACE_S, KILL_GRACE_S)
 SLACK_S = 1.0  # the bound's allowance: the fence's 100 ms rounds, process exit, sampling
+SAVE_S = 0.25  # how much older the fence file's time may be (FENCE_SAVE_EVERY_MS)
 
 SRV = Server(BIN, "gpuorch-fence-test-srv-",
              ["--node-timeout", NODE_TIMEOUT_S, "--fence-lease", LEASE_S, "--fence-grace",
@@ -389,6 +395,55 @@ def past_node_timeout():
        "rejoined node", json.dumps(seen)[:3000] + AGENT.tail(2000))
 
 
+def dead_agent():
+    """(e) The agent killed, the controller up: the agent cannot fence, its
+    shims do (shim.h, --fence), from the lease in its fence file; past the
+    node timeout the controller ends the attempts, and the agent, started
+    again, finds what its shims fenced and runs the jobs again."""
+    t0 = time.monotonic()
+    AGENT.kill9()
+    bound = t0 + LEASE_S + SAVE_S + GRACE_S + SLACK_S
+    gone_at = wait_gone(t0, bound + 3)
+    samples = SAMPLER.since(t0)
+    ok(gone_at is not None and gone_at <= bound,
+       f"the agent killed (SIGKILL): its shims stop every job within lease + the file's "
+       f"{SAVE_S} s + grace + {SLACK_S} s ({bound - t0:.2f} s) of its death (gone after "
+       f"{(gone_at or 0) - t0:.2f} s)", f"{samples[-5:]}\n{AGENT.tail(3000)}")
+    plain, stubborn = JOBS["plain"], JOBS["stubborn"]
+    t_plain, t_stub = last_seen(samples, plain), last_seen(samples, stubborn)
+    ok(t_plain is not None and t_plain >= t0 + LEASE_S - SAMPLE_S - 0.8,
+       f"nothing is stopped before the lease: the plain job ran until "
+       f"{(t_plain or 0) - t0:.2f} s after the agent's death (lease {LEASE_S} s)")
+    ok(t_plain is not None and t_stub is not None and t_stub >= t_plain + GRACE_S - 0.5,
+       f"the job that ignores SIGTERM runs on for the fence's grace ({GRACE_S} s) and is then "
+       f"killed: seen until {(t_stub or 0) - t0:.2f} s, the other until {(t_plain or 0) - t0:.2f} s")
+    statuses = {}
+    for jid in JOBS.values():
+        try:
+            with open(os.path.join(AGENT.state, "attempts", f"{jid}.4", "status")) as f:
+                statuses[jid] = json.load(f)
+        except (OSError, ValueError) as e:
+            statuses[jid] = repr(e)
+    ok(all(isinstance(v, dict) and v.get("fenced_ms", 0) >= LEASE_S * 1000
+           for v in statuses.values()),
+       "each shim's status says it fenced its command, and after how long unreached",
+       json.dumps(statuses))
+    seen = {}
+
+    def ended():
+        for name, jid in JOBS.items():
+            seen[name] = j = get_job(jid) or {}
+            a = next((x for x in j.get("attempts") or [] if x.get("attempt") == 4), {})
+            if a.get("state") != "NODE_FAIL":
+                return False
+        return True
+    ok(wait_until(ended, timeout=NODE_TIMEOUT_S + DEADLINE_S, step=0.2),
+       f"past the {NODE_TIMEOUT_S} s node timeout the controller ends the attempts NODE_FAIL",
+       json.dumps(seen)[:3000])
+    AGENT.start()
+    ok(wait_attempt(5), "the agent started again: the jobs run again", AGENT.tail(2000))
+
+
 def finish():
     with open(STOP, "w"):
         pass
@@ -408,6 +463,7 @@ def main():
     long_cut()
     restart_while_cut()
     past_node_timeout()
+    dead_agent()
     finish()
 
 

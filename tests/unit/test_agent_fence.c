@@ -159,7 +159,7 @@ static void test_a_restart_fences_at_the_same_deadline(void **state)
     struct fence *f = open_fence(e, "boot-a", 0);
     fence_set(f, 5000, 2000);
     fence_answered(f, 40000);
-    fence_answered(f, 40500); /* not yet a second later: not written */
+    fence_answered(f, 40200); /* not yet FENCE_SAVE_EVERY_MS later: not written */
     fence_free(f);
     /* Restarted at 43000 while cut off: due at 45000 (the file's 40000 + 5000). */
     f = open_fence(e, "boot-a", 43000);
@@ -187,28 +187,29 @@ static void test_a_restart_fences_at_the_same_deadline(void **state)
     fence_free(f);
 }
 
-static void test_answers_are_written_once_a_second_and_settings_at_once(void **state)
+static void test_answers_are_written_every_quarter_second_and_settings_at_once(void **state)
 {
     struct env *e = *state;
     struct fence *f = open_fence(e, "boot-a", 0);
     fence_set(f, 3000, 1000);
-    for (int64_t t = 1000; t <= 2800; t += 200)
+    for (int64_t t = 1000; t <= 2900; t += 200)
         fence_answered(f, t);
     fence_free(f);
-    /* What is on disk is never later than the truth (2800), and at most
-     * 1 s older: 2000, due at 5000. */
+    /* What is on disk is never later than the truth (2800), and less than
+     * FENCE_SAVE_EVERY_MS (250) older: 1000, 1400, 1800, 2200, 2600 were
+     * written, 2800 was not; due at 2600 + 3000. */
     f = open_fence(e, "boot-a", 3000);
-    fence_check(f, 4999);
+    fence_check(f, 5599);
     assert_int_equal(e->fences, 0);
-    fence_check(f, 5000);
+    fence_check(f, 5600);
     assert_int_equal(e->fences, 1);
     fence_set(f, 8000, 0); /* a change of settings is written at once */
     fence_free(f);
     f = open_fence(e, "boot-a", 3000);
     assert_int_equal(fence_heartbeat_timeout(f), 2000); /* the new lease read back */
-    fence_check(f, 9999);                               /* 2000 + the new lease */
+    fence_check(f, 10599);                              /* 2600 + the new lease */
     assert_int_equal(e->fences, 1);
-    fence_check(f, 10000);
+    fence_check(f, 10600);
     assert_int_equal(e->fences, 2);
     assert_int_equal(e->grace_ms, 0);
     fence_free(f);
@@ -269,8 +270,8 @@ int main(void)
             test_fences_at_the_lease_from_the_last_answer_and_ends_on_the_next, setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_restart_fences_at_the_same_deadline, setup,
                                         teardown),
-        cmocka_unit_test_setup_teardown(test_answers_are_written_once_a_second_and_settings_at_once,
-                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            test_answers_are_written_every_quarter_second_and_settings_at_once, setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_file_that_is_not_ours_is_refused_by_name, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_the_thread_fences_on_the_real_clock, setup, teardown),

@@ -41,6 +41,7 @@
 #include <cmocka.h>
 
 #include "agent/cgroup.h"
+#include "agent/fence.h"
 #include "agent/shim.h"
 #include "tmptree.h"
 #include "base/banned.h"
@@ -570,6 +571,181 @@ static void shim_read_status_reports_missing_and_malformed_files(void **state)
 /* ---- --user, --workdir, --cgroup, --ready-fd ---- */
 
 /* A directory under the base, with this mode (not subject to the umask). */
+/* ---- --fence: the watchdog of a dead or stopped agent ---- */
+
+static int64_t mono_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void boot_id(char *out, size_t len)
+{
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "re");
+    assert_non_null(f);
+    assert_non_null(fgets(out, (int)len, f));
+    fclose(f);
+    out[strcspn(out, "\n")] = '\0';
+}
+
+/* DIR/fence as the agent's fence.c writes it: the lease and grace, this
+ * boot, a controller's last answer `ago_ms` before now. */
+static void write_fence(const char *path, int64_t lease_ms, int64_t grace_ms, int64_t ago_ms)
+{
+    char boot[64], text[256];
+    boot_id(boot, sizeof(boot));
+    snprintf(text, sizeof(text),
+             "{\"lease_ms\":%lld,\"grace_ms\":%lld,\"boot_id\":\"%s\",\"answered_ms\":%lld}",
+             (long long)lease_ms, (long long)grace_ms, boot, (long long)(mono_now_ms() - ago_ms));
+    write_file(path, text);
+}
+
+static void shim_fence_file_is_the_agents_object_and_no_other(void **state)
+{
+    (void)state;
+    struct shim_fence f;
+    const char *good = "{\"lease_ms\":29000,\"grace_ms\":10000,\"boot_id\":\"4f1c-9a\","
+                       "\"answered_ms\":123456}";
+    assert_int_equal(shim_fence_parse(good, strlen(good), &f), 0);
+    assert_int_equal(f.lease_ms, 29000);
+    assert_int_equal(f.grace_ms, 10000);
+    assert_int_equal(f.answered_ms, 123456);
+    assert_string_equal(f.boot_id, "4f1c-9a");
+    const char *spaced = " { \"answered_ms\" : 7 , \"boot_id\":\"b\", \"grace_ms\":0,"
+                         "\"lease_ms\":0 }\n";
+    assert_int_equal(shim_fence_parse(spaced, strlen(spaced), &f), 0);
+    assert_int_equal(f.answered_ms, 7);
+    assert_int_equal(f.lease_ms, 0);
+    const char *bad[] = {
+        "",
+        "{}",
+        "{\"lease_ms\":1,\"grace_ms\":1,\"boot_id\":\"b\"}",
+        "{\"lease_ms\":1,\"grace_ms\":1,\"boot_id\":\"b\",\"answered_ms\":1,\"x\":1}",
+        "{\"lease_ms\":1,\"lease_ms\":1,\"boot_id\":\"b\",\"answered_ms\":1}",
+        "{\"lease_ms\":-1,\"grace_ms\":1,\"boot_id\":\"b\",\"answered_ms\":1}",
+        "{\"lease_ms\":\"1\",\"grace_ms\":1,\"boot_id\":\"b\",\"answered_ms\":1}",
+        "{\"lease_ms\":1.5,\"grace_ms\":1,\"boot_id\":\"b\",\"answered_ms\":1}",
+        "{\"lease_ms\":1,\"grace_ms\":1,\"boot_id\":\"\",\"answered_ms\":1}",
+        "{\"lease_ms\":1,\"grace_ms\":1,\"boot_id\":\"a\\\"b\",\"answered_ms\":1}",
+        "{\"lease_ms\":1,\"grace_ms\":1,\"boot_id\":7,\"answered_ms\":1}",
+        "{\"lease_ms\":1,\"grace_ms\":1,\"boot_id\":\"b\",\"answered_ms\":1} x",
+        "{\"lease_ms\":1234567890123456789,\"grace_ms\":1,\"boot_id\":\"b\",\"answered_ms\":1}",
+        "{\"lease_ms\":1,\"grace_ms\":1,\"boot_id\":\"0123456789012345678901234567890123456789"
+        "012345678901234567890123\",\"answered_ms\":1}",
+    };
+    for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++)
+        if (shim_fence_parse(bad[k], strlen(bad[k]), &f) != GPO_ECORRUPT)
+            fail_msg("accepted: %s", bad[k]);
+}
+
+/* The watchdog's looks, by hand: lease 3000 from an answer at 1000, grace
+ * 500. The file may be a save's interval behind the agent: TERM at
+ * 1000 + FENCE_SAVE_EVERY_MS + 3000, KILL the grace later. */
+static void shim_fence_step_terms_at_the_lease_and_kills_after_the_grace(void **state)
+{
+    (void)state;
+    struct shim_watch w = {.boot_id = "b", .action = SHIM_WATCH_NONE};
+    struct shim_fence f = {.lease_ms = 3000, .grace_ms = 500, .answered_ms = 1000, .boot_id = "b"};
+    int64_t due = 1000 + FENCE_SAVE_EVERY_MS + 3000;
+    assert_int_equal(shim_fence_step(&w, &f, false, 9000), SHIM_WATCH_ROUND_MS); /* no file */
+    struct shim_fence off = f, other = f, ahead = f;
+    off.lease_ms = 0;
+    snprintf(other.boot_id, sizeof(other.boot_id), "another boot");
+    ahead.answered_ms = 9001;
+    assert_int_equal(shim_fence_step(&w, &off, true, 9000), SHIM_WATCH_ROUND_MS);
+    assert_int_equal(shim_fence_step(&w, &other, true, 9000), SHIM_WATCH_ROUND_MS);
+    assert_int_equal(shim_fence_step(&w, &ahead, true, 9000), SHIM_WATCH_ROUND_MS);
+    assert_int_equal(w.action, SHIM_WATCH_NONE);
+    assert_int_equal(shim_fence_step(&w, &f, true, 2000), SHIM_WATCH_ROUND_MS);
+    assert_int_equal(shim_fence_step(&w, &f, true, due - 100), 100); /* woken at the lease */
+    assert_int_equal(w.action, SHIM_WATCH_NONE);
+    assert_int_equal(shim_fence_step(&w, &f, true, due), 500);
+    assert_int_equal(w.action, SHIM_WATCH_TERM);
+    assert_int_equal(w.unreached_ms, due - 1000);
+    struct shim_fence renewed = f;
+    renewed.answered_ms = due; /* after the SIGTERM: too late, as for the agent's fence */
+    assert_int_equal(shim_fence_step(&w, &renewed, true, due + 200), 300);
+    assert_int_equal(w.action, SHIM_WATCH_TERM);
+    assert_int_equal(shim_fence_step(&w, &renewed, true, due + 500), -1);
+    assert_int_equal(w.action, SHIM_WATCH_KILL);
+    assert_int_equal(shim_fence_step(&w, &renewed, true, due + 900), -1);
+    /* A renewal before the lease's end moves it. */
+    struct shim_watch w2 = {.boot_id = "b", .action = SHIM_WATCH_NONE};
+    assert_int_equal(shim_fence_step(&w2, &renewed, true, due + 10), SHIM_WATCH_ROUND_MS);
+    assert_int_equal(w2.action, SHIM_WATCH_NONE);
+}
+
+static void shim_fence_stops_the_command_once_the_agents_lease_has_run_out(void **state)
+{
+    struct env *e = *state;
+    char fence[256];
+    join(fence, sizeof(fence), e->base, "fence");
+    /* Answered 2 s ago, a lease of 1 s: the first look fences. */
+    write_fence(fence, 1000, 5000, 2000);
+    const char *extra[] = {"--fence", fence, NULL};
+    const char *cmd[] = {"/bin/sleep", "60", NULL};
+    struct shim_status s;
+    wait_signaled(spawn_shim(e->dir, extra, cmd), e->dir, SIGTERM, &s);
+    assert_true(s.fenced_ms >= 2000);
+    /* One that ignores SIGTERM gets SIGKILL after the grace. The lease runs
+     * out once its trap is set: the file is written after it says so, and
+     * the shim's next look (a round later) finds it. */
+    char ready[300], script[400];
+    join(ready, sizeof(ready), e->base, "trapped");
+    snprintf(script, sizeof(script), "trap '' TERM; : > %s; while :; do sleep 0.05; done", ready);
+    const char *stubborn[] = {"/bin/sh", "-c", script, NULL};
+    char dir2[256];
+    snprintf(dir2, sizeof(dir2), "%s.2", e->dir);
+    assert_int_equal(mkdir(dir2, 0755), 0);
+    unlink(fence);
+    pid_t shim = spawn_shim(dir2, extra, stubborn);
+    time_t end = deadline();
+    while (access(ready, F_OK) != 0 && time(NULL) < end)
+        tmptree_pause();
+    write_fence(fence, 1000, 200, 2000);
+    wait_signaled(shim, dir2, SIGKILL, &s);
+    assert_true(s.fenced_ms >= 2000);
+}
+
+static void shim_fence_leaves_a_live_lease_and_no_lease_alone(void **state)
+{
+    struct env *e = *state;
+    char fence[256];
+    join(fence, sizeof(fence), e->base, "fence");
+    const char *extra[] = {"--fence", fence, NULL};
+    const char *cmd[] = {"/bin/sh", "-c", "sleep 0.3; exit 4", NULL};
+    /* No file (yet), not the agent's, fencing off, another boot's, a live lease. */
+    enum { NO_FILE, GARBAGE, OFF, OTHER_BOOT, LIVE, NCASES };
+    for (int k = 0; k < NCASES; k++) {
+        char dir[256], boot[64], text[256];
+        snprintf(dir, sizeof(dir), "%s.%d", e->dir, k);
+        assert_int_equal(mkdir(dir, 0755), 0);
+        unlink(fence);
+        boot_id(boot, sizeof(boot));
+        if (k == GARBAGE) {
+            write_file(fence, "garbage");
+        } else if (k == OFF) {
+            snprintf(text, sizeof(text),
+                     "{\"lease_ms\":0,\"grace_ms\":0,\"boot_id\":\"%s\",\"answered_ms\":1}", boot);
+            write_file(fence, text);
+        } else if (k == OTHER_BOOT) {
+            write_file(fence,
+                       "{\"lease_ms\":1,\"grace_ms\":0,\"boot_id\":\"another\",\"answered_ms\":1}");
+        } else if (k == LIVE) {
+            write_fence(fence, 60000, 1000, 0); /* answered now, a lease of a minute */
+        }
+        int st = wait_for(spawn_shim(dir, extra, cmd));
+        assert_true(WIFEXITED(st));
+        assert_int_equal(WEXITSTATUS(st), 4);
+        struct shim_status s;
+        read_status_ok(dir, &s);
+        assert_false(s.signaled);
+        assert_int_equal(s.exit_code, 4);
+        assert_int_equal(s.fenced_ms, 0);
+    }
+}
+
 static void make_dir(const struct env *e, const char *name, mode_t mode, char *path, size_t len)
 {
     snprintf(path, len, "%s/%s%d", e->base, name, e->seq);
@@ -900,6 +1076,10 @@ int main(void)
         T(shim_command_inherits_no_stray_descriptors, 0),
         T(shim_refuses_bad_usage, 0),
         T(shim_read_status_reports_missing_and_malformed_files, 0),
+        T(shim_fence_file_is_the_agents_object_and_no_other, 0),
+        T(shim_fence_step_terms_at_the_lease_and_kills_after_the_grace, 0),
+        T(shim_fence_stops_the_command_once_the_agents_lease_has_run_out, 0),
+        T(shim_fence_leaves_a_live_lease_and_no_lease_alone, 0),
         T(shim_ready_fd_closes_once_pid_file_is_written, 0),
         T(shim_env_fd_replaces_command_environment, 0),
         T(shim_runs_command_as_user_with_only_its_groups, NEED_USERS),
