@@ -230,6 +230,28 @@ def wait_gone(t_from, deadline):
     return gone()
 
 
+def gone_within(t0, within, what):
+    """Checks that every job's processes are gone WITHIN s of T0 (the line
+    says WHAT); when the plain job and the stubborn one were last seen."""
+    bound = t0 + within
+    gone_at = wait_gone(t0, bound + 3)
+    samples = SAMPLER.since(t0)
+    ok(gone_at is not None and gone_at <= bound,
+       f"{what} ({within:.2f} s; gone after {(gone_at or 0) - t0:.2f} s)",
+       f"{samples[-5:]}\n{AGENT.tail(3000)}")
+    return last_seen(samples, JOBS["plain"]), last_seen(samples, JOBS["stubborn"])
+
+
+def node_failed(attempt, seen):
+    """Whether both jobs' attempt ATTEMPT ended NODE_FAIL; the jobs as read in SEEN."""
+    for name, jid in JOBS.items():
+        seen[name] = j = get_job(jid) or {}
+        a = next((x for x in j.get("attempts") or [] if x.get("attempt") == attempt), {})
+        if a.get("state") != "NODE_FAIL":
+            return False
+    return True
+
+
 def requeued_as_fenced(attempt):
     """Until both jobs' attempt ATTEMPT ended NODE_FAIL with the fenced reason
     and attempt ATTEMPT + 1 runs; the jobs as last read."""
@@ -305,15 +327,9 @@ def short_cut():
 def long_cut():
     """(a) Cut off for longer than the lease: fenced, reported, requeued."""
     t0 = freeze()
-    bound = t0 + LEASE_S + GRACE_S + SLACK_S
-    gone_at = wait_gone(t0, bound + 3)
-    samples = SAMPLER.since(t0)
-    ok(gone_at is not None and gone_at <= bound,
-       f"cut off: every job's processes are gone within lease + grace + {SLACK_S} s "
-       f"({LEASE_S + GRACE_S + SLACK_S} s) of the cut-off (gone after "
-       f"{(gone_at or 0) - t0:.2f} s)", f"{samples[-5:]}\n{AGENT.tail(3000)}")
-    plain, stubborn = JOBS["plain"], JOBS["stubborn"]
-    t_plain, t_stub = last_seen(samples, plain), last_seen(samples, stubborn)
+    t_plain, t_stub = gone_within(
+        t0, LEASE_S + GRACE_S + SLACK_S,
+        f"cut off: every job's processes are gone within lease + grace + {SLACK_S} s")
     # The last answered heartbeat went out at most a period (and its answer's
     # latency) before the cut-off: the fence comes no sooner than that.
     early = t0 + LEASE_S - SAMPLE_S - 0.8
@@ -381,15 +397,7 @@ def past_node_timeout():
     wait_until(lambda: time.monotonic() > t0 + NODE_TIMEOUT_S + 2, timeout=NODE_TIMEOUT_S + 5)
     thaw()
     seen = {}
-
-    def requeued():
-        for name, jid in JOBS.items():
-            seen[name] = j = get_job(jid) or {}
-            a = next((x for x in j.get("attempts") or [] if x.get("attempt") == 3), {})
-            if a.get("state") != "NODE_FAIL":
-                return False
-        return True
-    ok(wait_until(requeued, timeout=DEADLINE_S, step=0.2) and wait_attempt(4),
+    ok(wait_until(lambda: node_failed(3, seen), timeout=DEADLINE_S, step=0.2) and wait_attempt(4),
        "back after the node timeout: the attempts end NODE_FAIL (the controller's timeout or "
        "the agent's fenced report, whichever came first), and the jobs run again on the "
        "rejoined node", json.dumps(seen)[:3000] + AGENT.tail(2000))
@@ -402,21 +410,17 @@ def dead_agent():
     again, finds what its shims fenced and runs the jobs again."""
     t0 = time.monotonic()
     AGENT.kill9()
-    bound = t0 + LEASE_S + SAVE_S + GRACE_S + SLACK_S
-    gone_at = wait_gone(t0, bound + 3)
-    samples = SAMPLER.since(t0)
-    ok(gone_at is not None and gone_at <= bound,
-       f"the agent killed (SIGKILL): its shims stop every job within lease + the file's "
-       f"{SAVE_S} s + grace + {SLACK_S} s ({bound - t0:.2f} s) of its death (gone after "
-       f"{(gone_at or 0) - t0:.2f} s)", f"{samples[-5:]}\n{AGENT.tail(3000)}")
-    plain, stubborn = JOBS["plain"], JOBS["stubborn"]
-    t_plain, t_stub = last_seen(samples, plain), last_seen(samples, stubborn)
+    t_plain, t_stub = gone_within(
+        t0, LEASE_S + SAVE_S + GRACE_S + SLACK_S,
+        f"the agent killed (SIGKILL): its shims stop every job within lease + the file's "
+        f"{SAVE_S} s + grace + {SLACK_S} s")
     ok(t_plain is not None and t_plain >= t0 + LEASE_S - SAMPLE_S - 0.8,
        f"nothing is stopped before the lease: the plain job ran until "
        f"{(t_plain or 0) - t0:.2f} s after the agent's death (lease {LEASE_S} s)")
     ok(t_plain is not None and t_stub is not None and t_stub >= t_plain + GRACE_S - 0.5,
        f"the job that ignores SIGTERM runs on for the fence's grace ({GRACE_S} s) and is then "
-       f"killed: seen until {(t_stub or 0) - t0:.2f} s, the other until {(t_plain or 0) - t0:.2f} s")
+       f"killed: seen until {(t_stub or 0) - t0:.2f} s, the other until "
+       f"{(t_plain or 0) - t0:.2f} s")
     statuses = {}
     for jid in JOBS.values():
         try:
@@ -429,15 +433,7 @@ def dead_agent():
        "each shim's status says it fenced its command, and after how long unreached",
        json.dumps(statuses))
     seen = {}
-
-    def ended():
-        for name, jid in JOBS.items():
-            seen[name] = j = get_job(jid) or {}
-            a = next((x for x in j.get("attempts") or [] if x.get("attempt") == 4), {})
-            if a.get("state") != "NODE_FAIL":
-                return False
-        return True
-    ok(wait_until(ended, timeout=NODE_TIMEOUT_S + DEADLINE_S, step=0.2),
+    ok(wait_until(lambda: node_failed(4, seen), timeout=NODE_TIMEOUT_S + DEADLINE_S, step=0.2),
        f"past the {NODE_TIMEOUT_S} s node timeout the controller ends the attempts NODE_FAIL",
        json.dumps(seen)[:3000])
     AGENT.start()
