@@ -27,15 +27,13 @@
 #include "util/monotime.h"
 #include "base/banned.h"
 
-#define BOOT_ID_MAX 64
-/* How often, at most, the last answer's time is written. */
 /* The longest round of the fence thread. */
 #define ROUND_MS 100
 
 struct fence {
     struct fence_config cfg;
     char *path, *tmp;
-    char boot[BOOT_ID_MAX + 1];
+    char boot[MONOTIME_BOOT_ID_MAX + 1];
     _Atomic int64_t lease_ms, grace_ms, answered_ms;
     atomic_bool fenced;
     /* The fence thread's own. */
@@ -54,19 +52,6 @@ struct fence {
 static void nolog(const char *fmt, ...)
 {
     (void)fmt;
-}
-
-/* This boot's id, "" when it cannot be read. */
-static void read_boot_id(char *buf)
-{
-    buf[0] = '\0';
-    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "re");
-    if (!f)
-        return;
-    if (!fgets(buf, BOOT_ID_MAX + 1, f))
-        buf[0] = '\0';
-    buf[strcspn(buf, "\n")] = '\0';
-    (void)fclose(f); /* read only */
 }
 
 struct fence_file {
@@ -92,7 +77,7 @@ static const struct jsonv_field file_fields[] = {
      .flags = JSONV_REQUIRED,
      .offset = offsetof(struct fence_file, boot_id),
      .min = 0,
-     .max = BOOT_ID_MAX},
+     .max = MONOTIME_BOOT_ID_MAX},
     {.name = "answered_ms",
      .kind = JSONV_INT64,
      .flags = JSONV_REQUIRED,
@@ -159,7 +144,7 @@ int fence_new(const struct fence_config *cfg, int64_t now_ms, struct fence **ret
     if (cfg->boot_id)
         snprintf(f->boot, sizeof(f->boot), "%s", cfg->boot_id);
     else
-        read_boot_id(f->boot);
+        monotime_boot_id(f->boot);
     f->cfg.boot_id = NULL; /* borrowed: not kept */
     int rc = load(f, now_ms, err, errlen);
     if (rc) {

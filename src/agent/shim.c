@@ -1,11 +1,11 @@
 /*
  * shim.c - `gpuorch-shim`: runs one attempt's command and records its outcome
  * atomically in the attempt directory (see shim.h). It is an executable of
- * its own that links libc only (cgroup.c, fsutil.c, errbuf.c and err.c are
- * compiled into it): it starts once per attempt, as root, and the fewer
- * libraries ld.so maps the faster and the smaller what runs as root. So the
- * status is JSON written with snprintf, and the options are read by a table
- * of its own (util/opts needs jsonv).
+ * its own that links libc only (shim_fence.c, cgroup.c, fsutil.c, errbuf.c,
+ * monotime.c and err.c are compiled into it): it starts once per attempt, as
+ * root, and the fewer libraries ld.so maps the faster and the smaller what
+ * runs as root. So the status is JSON written with snprintf, and the
+ * options are read by a table of its own (util/opts needs jsonv).
  *
  * Signals: the handler only sets a flag. The forwarded signals and SIGCHLD
  * stay blocked except inside sigsuspend() (ppoll() with --fence, which also
@@ -37,6 +37,7 @@
 #include "agent/shim.h"
 #include "util/fsutil.h"
 #include "util/errbuf.h"
+#include "util/monotime.h"
 #include "base/banned.h"
 
 /* The signals forwarded to the command's process group. */
@@ -282,26 +283,6 @@ static void run_child(const struct shim_args *o, const struct account *a, int re
     _exit(127);
 }
 
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* This boot's id (the agent's fence file names the boot it counts in). */
-static void read_boot_id(char *out, size_t len)
-{
-    out[0] = '\0';
-    int fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return;
-    ssize_t n = read(fd, out, len - 1);
-    close(fd);
-    out[n > 0 ? n : 0] = '\0';
-    out[strcspn(out, "\n")] = '\0';
-}
-
 /* --fence's watchdog: one look, and the signal it calls for. Returns the ms
  * to the next look, -1 for none. */
 static int64_t watch(const struct shim_args *o, struct shim_watch *w, pid_t pid)
@@ -309,7 +290,7 @@ static int64_t watch(const struct shim_args *o, struct shim_watch *w, pid_t pid)
     enum shim_watch_action was = w->action;
     struct shim_fence f = {0};
     bool have = w->action == SHIM_WATCH_NONE && shim_fence_read(o->fence, &f) == 0;
-    int64_t next = shim_fence_step(w, &f, have, mono_ms());
+    int64_t next = shim_fence_step(w, &f, have, monotime_ms());
     if (w->action == was)
         return next;
     if (w->action == SHIM_WATCH_TERM) {
@@ -335,7 +316,7 @@ static int wait_child(const struct shim_args *o, struct shim_watch *w, pid_t pid
                       const sigset_t *wait_mask, int *ret_status)
 {
     int64_t next = o->fence ? 0 : -1;
-    int64_t look_at = mono_ms();
+    int64_t look_at = monotime_ms();
     for (;;) {
         for (size_t i = 0; i < NFORWARDED; i++) {
             if (!pending[i])
@@ -346,9 +327,9 @@ static int wait_child(const struct shim_args *o, struct shim_watch *w, pid_t pid
             if (kill(-pid, forwarded[i]) < 0)
                 kill(pid, forwarded[i]);
         }
-        if (next >= 0 && mono_ms() >= look_at) {
+        if (next >= 0 && monotime_ms() >= look_at) {
             next = watch(o, w, pid);
-            look_at = mono_ms() + (next > 0 ? next : 0);
+            look_at = monotime_ms() + (next > 0 ? next : 0);
         }
         child_changed = 0;
         int st;
@@ -365,7 +346,7 @@ static int wait_child(const struct shim_args *o, struct shim_watch *w, pid_t pid
             sigsuspend(wait_mask);
             continue;
         }
-        int64_t left = look_at - mono_ms();
+        int64_t left = look_at - monotime_ms();
         if (left <= 0)
             continue;
         struct timespec ts = {(time_t)(left / 1000), (long)(left % 1000) * 1000000};
@@ -520,7 +501,7 @@ static void run_command(struct run *r, const struct shim_args *o, const struct a
     close(report[0]);
     struct shim_watch w = {.action = SHIM_WATCH_NONE};
     if (o->fence)
-        read_boot_id(w.boot_id, sizeof(w.boot_id));
+        monotime_boot_id(w.boot_id);
     if (wait_child(o, &w, pid, wait_mask, &r->wait_status) < 0 && !r->error[0])
         snprintf(r->error, sizeof(r->error), "waitpid: %s", strerror(errno));
     if (w.action != SHIM_WATCH_NONE)

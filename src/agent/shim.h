@@ -2,9 +2,10 @@
  * shim.h - `gpuorch-shim`: the small process that runs one attempt's command,
  * outlives the agent, and leaves the outcome in the attempt's directory. It
  * is an executable of its own, installed beside `gpuorch`, that links libc
- * only (shim.c and the libc-only files it is built from: cgroup.c,
- * cgroup_fs.c, util/fsutil.c, util/errbuf.c, base/err.c); the agent reads
- * its outcome with shim_read_status (shim_status.c, in the agent).
+ * only (shim.c and the libc-only files it is built from: shim_fence.c,
+ * cgroup.c, cgroup_fs.c, util/fsutil.c, util/errbuf.c, util/monotime.c,
+ * base/err.c); the agent reads its outcome with shim_read_status
+ * (shim_status.c, in the agent).
  *
  *   gpuorch-shim --dir ATTEMPT_DIR [--user NAME [--allow-root]] [--cgroup DIR]
  *                 [--workdir DIR] [--stdout PATH] [--stderr PATH] [--append]
@@ -91,6 +92,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 #include "base/err.h"
+#include "util/monotime.h"
 
 /* shim_main's exit status when the shim itself failed (bad usage, or the
  * status file could not be written), as env(1) and timeout(1) use it. */
@@ -115,13 +117,12 @@ struct shim_status {
 
 /* ---- the watchdog (shim_fence.c) ---- */
 
-#define SHIM_BOOT_ID_MAX    63
 #define SHIM_WATCH_ROUND_MS 1000
 
 /* The agent's fence file, as fence.c writes it. */
 struct shim_fence {
     int64_t lease_ms, grace_ms, answered_ms; /* answered_ms: CLOCK_MONOTONIC */
-    char boot_id[SHIM_BOOT_ID_MAX + 1];
+    char boot_id[MONOTIME_BOOT_ID_MAX + 1];
 };
 /* The file's text: 0 and *ret, or GPO_ECORRUPT (not that object). */
 int shim_fence_parse(const char *text, size_t len, struct shim_fence *ret);
@@ -131,7 +132,7 @@ int shim_fence_read(const char *path, struct shim_fence *ret);
 /* What the watchdog has decided: nothing yet, SIGTERM now, SIGKILL now. */
 enum shim_watch_action { SHIM_WATCH_NONE, SHIM_WATCH_TERM, SHIM_WATCH_KILL };
 struct shim_watch {
-    char boot_id[SHIM_BOOT_ID_MAX + 1]; /* this boot's, from /proc/sys/kernel/random/boot_id */
+    char boot_id[MONOTIME_BOOT_ID_MAX + 1]; /* this boot's (monotime_boot_id) */
     enum shim_watch_action action;
     int64_t unreached_ms; /* at the SIGTERM */
     int64_t kill_at_ms;   /* the SIGKILL's time, CLOCK_MONOTONIC */

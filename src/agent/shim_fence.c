@@ -5,7 +5,7 @@
  *   {"lease_ms":L,"grace_ms":G,"boot_id":"...","answered_ms":M}
  * and this reads that object and no other: the four members once each, in
  * any order, whitespace between tokens allowed, integers of decimal digits,
- * the boot id a plain string of at most SHIM_BOOT_ID_MAX bytes.
+ * the boot id a plain string of at most MONOTIME_BOOT_ID_MAX bytes.
  */
 #include <errno.h>
 #include <fcntl.h>

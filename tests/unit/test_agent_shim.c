@@ -632,7 +632,7 @@ static void shim_fence_file_is_the_agents_object_and_no_other(void **state)
         "{\"lease_ms\":1,\"grace_ms\":1,\"boot_id\":\"b\",\"answered_ms\":1} x",
         "{\"lease_ms\":1234567890123456789,\"grace_ms\":1,\"boot_id\":\"b\",\"answered_ms\":1}",
         "{\"lease_ms\":1,\"grace_ms\":1,\"boot_id\":\"0123456789012345678901234567890123456789"
-        "012345678901234567890123\",\"answered_ms\":1}",
+        "0123456789012345678901234\",\"answered_ms\":1}", /* 65: over MONOTIME_BOOT_ID_MAX */
     };
     for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++)
         if (shim_fence_parse(bad[k], strlen(bad[k]), &f) != GPO_ECORRUPT)

@@ -632,17 +632,25 @@ static void init_monitor(struct env *e)
           "monitor", "");
 }
 
+/* The monitor, and the loop's first tick, which runs everything: the next
+ * tick's time. */
+static int64_t first_tick(struct env *e)
+{
+    init_monitor(e);
+    pthread_mutex_lock(&e->s.lock);
+    int64_t next = sched_tick(&e->s, e->now);
+    pthread_mutex_unlock(&e->s.lock);
+    return next;
+}
+
 static void a_submit_on_an_idle_cluster_gets_a_pass_before_the_timer(void **state)
 {
     struct env *e = *state;
     struct server *s = &e->s;
     struct sched *sc = s->sched;
-    init_monitor(e);
-    pthread_mutex_lock(&s->lock);
-    int64_t next = sched_tick(s, e->now); /* the first tick runs everything */
+    int64_t next = first_tick(e);
     assert_int_equal(sc->passes_by[SCHED_WHY_TIMER], 1);
     assert_int_equal(next, T0 + 5000); /* nothing pending: the timer */
-    pthread_mutex_unlock(&s->lock);
 
     e->now += SCHED_PASS_GAP_FLOOR_MS;
     struct job *j = submit(e, 1, 0);
@@ -665,11 +673,8 @@ static void the_loop_keeps_its_pace_when_the_wall_clock_steps_back(void **state)
     struct env *e = *state;
     struct server *s = &e->s;
     struct sched *sc = s->sched;
-    init_monitor(e);
-    pthread_mutex_lock(&s->lock);
-    sched_tick(s, e->now);
+    first_tick(e);
     assert_int_equal(sc->passes_by[SCHED_WHY_TIMER], 1);
-    pthread_mutex_unlock(&s->lock);
     e->now -= 3600000; /* an hour back, no time passing */
     e->step -= 3600000;
     struct job *j = submit(e, 1, 0);
@@ -722,10 +727,9 @@ static void the_chores_run_on_their_own_timer_not_with_every_pass(void **state)
     struct env *e = *state;
     struct server *s = &e->s;
     struct sched *sc = s->sched;
-    init_monitor(e);
-    pthread_mutex_lock(&s->lock);
-    sched_tick(s, e->now);
+    first_tick(e);
     assert_int_equal(sc->chores_ms, T0);
+    pthread_mutex_lock(&s->lock);
     e->now += SCHED_PASS_GAP_FLOOR_MS;
     sched_wake(sc, SCHED_WHY_END);
     int64_t next = sched_tick(s, e->now);

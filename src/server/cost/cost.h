@@ -116,8 +116,6 @@ void cost_price_apply(struct cost *c, struct cost_pending *p, bool committed);
 int64_t cost_accrued(const struct job *j, int64_t from_ms, int64_t now_ms);
 /* What job j cost so far: its rows and its open segment to now. */
 int64_t cost_job(const struct job *j, int64_t now_ms);
-/* Sum of the hourly rates of the open segments (of `team`; NULL: all). */
-int64_t cost_rate(const struct cost *c, const char *team);
 
 /* price x milli/1000 x ms/3600000, rounded; exact in 128 bits. */
 int64_t cost_of(int64_t price_micro, int64_t milli, int64_t ms);

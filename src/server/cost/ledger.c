@@ -121,17 +121,6 @@ int64_t cost_job(const struct job *j, int64_t now_ms)
     return j->cost_micro + cost_accrued(j, INT64_MIN, now_ms);
 }
 
-int64_t cost_rate(const struct cost *c, const char *team)
-{
-    int64_t r = 0;
-    for (size_t k = 0; k < c->jobs->n; k++) {
-        const struct job *j = c->jobs->v[k];
-        if (j->att.n && j->att.seg.start_ms && (!team || strcmp(j->team, team) == 0))
-            r += j->att.seg.rate_micro;
-    }
-    return r;
-}
-
 int cost_close(struct cost *c, const struct job *j, int64_t now_ms, const char *outcome,
                struct store_batch *b, int64_t *ret_cost_micro)
 {

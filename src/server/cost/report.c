@@ -41,6 +41,7 @@ struct report {
     struct group *g;
     size_t n, cap;
     struct group total;
+    int64_t rate_micro; /* the running attempts' spend per hour (add_open) */
 };
 
 static struct group *group_get(struct report *r, const char *key)
@@ -149,7 +150,8 @@ static bool wanted(const char *only_key, const char *key)
     return !only_key || strcmp(only_key, key) == 0;
 }
 
-/* The running attempts' open segments, clipped to [since, min(until, now)). */
+/* The running attempts' open segments, clipped to [since, min(until, now)),
+ * and their rate of spend. */
 static int add_open(struct cost *c, const char *only_team, int by, const char *only_key,
                     int64_t since, int64_t until, int64_t now, struct report *r)
 {
@@ -159,17 +161,18 @@ static int add_open(struct cost *c, const char *only_team, int by, const char *o
         const struct attempt *a = &j->att;
         if (!a->n || !a->seg.start_ms || !cost_visible(only_team, j->team))
             continue;
+        char buf[32];
+        const char *key =
+            key_of(by, j->team, j->spec.project, j->spec.model, j->user, j->id, buf, sizeof(buf));
+        if (!wanted(only_key, key))
+            continue;
+        r->rate_micro += a->seg.rate_micro; /* now, whatever the window */
         int64_t lo = a->seg.start_ms > since ? a->seg.start_ms : since;
         if (hi <= lo)
             continue;
         int64_t milli = 0;
         for (size_t i = 0; i < a->nshares; i++)
             milli += a->shares[i].milli;
-        char buf[32];
-        const char *key =
-            key_of(by, j->team, j->spec.project, j->spec.model, j->user, j->id, buf, sizeof(buf));
-        if (!wanted(only_key, key))
-            continue;
         struct piece p = {
             .key = key,
             .gpu_hours = (double)milli / 1000.0 * (double)(hi - lo) / 3600000.0,
@@ -218,21 +221,6 @@ static int add_rows(struct cost *c, const char *only_team, int by, const char *o
     return rc;
 }
 
-/* The running attempts' rate of spend, of only_key's group alone. */
-static int64_t key_rate(const struct cost *c, const char *only_team, int by, const char *only_key)
-{
-    int64_t rate = 0;
-    for (size_t k = 0; k < c->jobs->n; k++) {
-        const struct job *j = c->jobs->v[k];
-        char buf[32];
-        if (j->att.n && j->att.seg.start_ms && cost_visible(only_team, j->team) &&
-            wanted(only_key, key_of(by, j->team, j->spec.project, j->spec.model, j->user, j->id,
-                                    buf, sizeof(buf))))
-            rate += j->att.seg.rate_micro;
-    }
-    return rate;
-}
-
 json_t *cost_report(struct cost *c, const char *only_team, enum cost_by by, const char *only_key,
                     int64_t since_ms, int64_t until_ms, int64_t now_ms, int *ret_err)
 {
@@ -240,7 +228,7 @@ json_t *cost_report(struct cost *c, const char *only_team, enum cost_by by, cons
     int rc = add_rows(c, only_team, (int)by, only_key, since_ms, until_ms, &r);
     pthread_mutex_lock(c->lock);
     rc = rc ? rc : add_open(c, only_team, (int)by, only_key, since_ms, until_ms, now_ms, &r);
-    int64_t rate = only_key ? key_rate(c, only_team, (int)by, only_key) : cost_rate(c, only_team);
+    int64_t rate = r.rate_micro;
     pthread_mutex_unlock(c->lock);
     if (r.n)
         qsort(r.g, r.n, sizeof(*r.g), by_cost);
